@@ -1,0 +1,108 @@
+// The load-balanced, deterministic scheduler (papers 001 §3.3, Algorithm 1; 002 appendix D):
+// a pure host function from per-request lengths to typed per-CTA work queues and a merge
+// map. The same call answers "is this supported?" and "how many workspace bytes?".
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/plan_types.cuh"
+
+namespace flare {
+
+// The device as the planner sees it; tests use any values.
+struct DeviceSpec {
+  int num_sms = 132;
+  int ctas_per_sm = 1;  // occupancy of the kernel in question
+};
+
+// Everything the planner needs, on the host (no device-to-host sync).
+struct PlanProblem {
+  std::span<const int32_t> qo_len;  // per request, >= 0
+  std::span<const int32_t> kv_len;  // per request, >= 0
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;  // divides num_qo_heads
+  int head_dim_qk = 0;
+  int head_dim_vo = 0;
+  int page_size = 1;  // KV chunk boundaries are multiples of it
+  bool causal = false;
+  int window_left = -1;
+};
+
+struct PlanOptions {
+  int query_tile = 0;        // rows per tile (packed); 0 = auto from {1, 16, 32, 64, 128}
+  int fixed_split_size = 0;  // > 0: every KV chunk has this many tokens (batch invariance)
+  bool disable_split_kv = false;  // one chunk per tile (also for variants without softmax)
+  int num_sms_to_use = 0;    // 0 = all; fewer leaves SMs to overlapped work (002 appendix E)
+  float alpha = 1.0f;        // cost per query row of a chunk
+  float beta = 1.0f;         // cost per KV token of a chunk
+};
+
+// Upper bounds fixed at wrapper creation; they fix every workspace section's offset.
+struct WorkspaceBounds {
+  int max_batch = 0;
+  int max_total_qo = 0;       // total query tokens of one plan
+  int max_total_kv_pages = 0; // recorded for the wrapper's own page-table buffers
+  int num_ctas = 0;           // DeviceSpec num_sms * ctas_per_sm
+  int max_query_tile = 0;
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim_vo = 0;
+};
+
+// Byte offsets of the sections of one workspace buffer (256-byte aligned). The plan region
+// [0, plan_bytes) is what one host-to-device copy moves each plan.
+struct WorkspaceLayout {
+  size_t counts = 0;         // PlanCounts
+  size_t cta_indptr = 0;     // int32 [num_ctas + 1]
+  size_t work_items = 0;     // WorkItem [max_work_items]
+  size_t merge_indptr = 0;   // int32 [max_merge_items + 1]
+  size_t merge_items = 0;    // MergeItem [max_merge_items]
+  size_t merge_slots = 0;    // int32 [max_partial_slots]
+  size_t plan_bytes = 0;     // end of the plan region
+  size_t partial_o = 0;      // float32 [max_partial_slots][max_query_tile][head_dim_vo]
+  size_t partial_lse = 0;    // float32 [max_partial_slots][max_query_tile]
+  size_t total_bytes = 0;
+
+  int64_t max_work_items = 0;
+  int64_t max_merge_items = 0;
+  // Each slot holds one tile (max_query_tile packed rows of one KV head). Chunks of split
+  // tiles number at most 2 * num_ctas when L_kv >= total work / num_ctas (002 D.3), so
+  // 2 * num_ctas slots: 2 * #CTA * T_q * (D + 1) floats, within the paper's bound.
+  int64_t max_partial_slots = 0;
+  int max_query_tile = 0;
+  int head_dim_vo = 0;
+  int num_ctas = 0;
+};
+
+WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds);
+
+struct Plan {
+  int num_ctas = 0;
+  int query_tile = 0;   // packed rows per tile
+  int group_size = 0;   // num_qo_heads / num_kv_heads
+  int64_t kv_chunk = 0; // L_kv: the largest chunk, tokens
+  std::vector<int32_t> cta_indptr;   // [num_ctas + 1] into work_items
+  std::vector<WorkItem> work_items;  // grouped by CTA, in execution order
+  std::vector<int32_t> merge_indptr; // [merge_items.size() + 1] into merge_slots
+  std::vector<MergeItem> merge_items;
+  std::vector<int32_t> merge_slots;
+  int32_t num_partial_slots = 0;
+  std::vector<double> cta_cost;      // alpha * rows + beta * kv per CTA (for balance checks)
+
+  PlanCounts counts() const;
+};
+
+// Throws kUnsupported / kInvalidArgument with a message for problems no kernel handles.
+Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options = {});
+
+// Throws kWorkspaceTooSmall ("plan needs N bytes of section X, workspace has M") when the
+// plan does not fit the sections of `layout`.
+void check_fits(const Plan& plan, const WorkspaceLayout& layout);
+
+// Writes the plan region of the workspace (counts, cta_indptr, work items, merge map) into
+// `host_region`, which is at least layout.plan_bytes long (a pinned buffer in GPU use).
+void write_plan_region(const Plan& plan, const WorkspaceLayout& layout, std::byte* host_region);
+
+}  // namespace flare

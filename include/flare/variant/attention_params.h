@@ -1,0 +1,65 @@
+// What one attention call computes beyond plain softmax(QK^T * scale)V: masks, positional
+// encodings, logits transforms, fp8 scales. Shared by the CPU reference and the GPU kernels
+// (which receive the same fields through their Variant functor's parameters).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "flare/core/tensor.h"
+
+namespace flare {
+
+enum class MaskMode : uint8_t {
+  kNone,
+  kCausal,  // bottom-right aligned: query i of a request sees kv j <= kv_len - q_len + i
+  kCustom,  // packed bits per request (custom_mask + mask_indptr)
+};
+
+enum class PosEncoding : uint8_t {
+  kNone,
+  kRopeLlama,  // rotate-half RoPE applied to q and k at their positions
+  kAlibi,      // logits += slope[h] * (j - q_pos)
+};
+
+// The logits of query row i (position q_pos = kv_len - q_len + i) against key j are, in order:
+//   s = (f_q(q_i) . f_k(k_j)) * sm_scale          f = RoPE when pos == kRopeLlama
+//   s += slope[h] * (j - q_pos)                    when pos == kAlibi
+//   s = cap * tanh(s / cap)                        when logits_soft_cap > 0
+//   masked (causal, window, custom) -> excluded
+// softmax:  o = sum_j exp(s_j - lse) v_j,  lse = ln sum_j exp(s_j)   (natural log)
+// sigmoid (use_softmax = false): o = sum_j sigmoid(s_j + sigmoid_bias) v_j, no lse.
+// Empty or fully masked rows: o = 0, lse = -inf.
+struct AttentionParams {
+  float sm_scale = 0.0f;  // 0 means 1 / sqrt(head_dim_qk)
+  MaskMode mask = MaskMode::kNone;
+  int32_t window_left = -1;  // >= 0: query at q_pos sees kv j >= q_pos - window_left
+  float logits_soft_cap = 0.0f;  // 0 = off
+  bool use_softmax = true;
+  float sigmoid_bias = 0.0f;
+
+  PosEncoding pos_encoding = PosEncoding::kNone;
+  float rope_theta = 1e4f;
+  float rope_scale = 1.0f;  // positions are divided by rope_scale
+  // int32 [batch] (CPU), optional: added to every q and k position of the request.
+  std::optional<TensorView> rope_offsets;
+  // float32 [H_qo] (CPU), optional for kAlibi: default slopes 2^(-8 (h+1) / H_qo') with
+  // H_qo' the next power of two (the ALiBi paper's rule for non-powers of two).
+  std::optional<TensorView> alibi_slopes;
+
+  // kCustom: uint8 packed bits, little bit order; request i's q_len x kv_len row-major bits
+  // start at byte mask_indptr[i] and take ceil(q_len * kv_len / 8) bytes. Bit set = visible.
+  std::optional<TensorView> custom_mask;
+  std::optional<TensorView> mask_indptr;  // int32 [batch + 1]
+
+  // fp8 KV: the stored value times the scale is the real value (per tensor).
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+
+  float resolved_sm_scale(int64_t head_dim_qk) const;
+};
+
+// Default ALiBi slope of head h of num_heads.
+float default_alibi_slope(int64_t head, int64_t num_heads);
+
+}  // namespace flare

@@ -1,0 +1,45 @@
+// Plan records shared bit for bit by the host planner and the device kernels: plain structs
+// of int32 (no CUDA headers), copied in one block into the workspace.
+#pragma once
+
+#ifdef __CUDACC_RTC__
+typedef int int32_t;
+#else
+#include <cstdint>
+#endif
+
+namespace flare {
+
+// One unit of a CTA's queue: packed rows [row_begin, row_end) of `request` under `kv_head`,
+// against KV positions [kv_begin, kv_end). Packed row r = query token r / group, query head
+// kv_head * group + r % group. partial_slot < 0: write straight to the final output
+// (write-through, 002 D.2); otherwise write float32 partial O/LSE into slot `partial_slot`.
+struct WorkItem {
+  int32_t request;
+  int32_t kv_head;
+  int32_t row_begin;
+  int32_t row_end;
+  int32_t kv_begin;
+  int32_t kv_end;
+  int32_t partial_slot;
+  int32_t reserved;  // keeps the record 32 bytes (two 16-byte loads)
+};
+
+// One split tile to reduce: its rows and KV head; its partial slots are
+// merge_slots[merge_indptr[i] .. merge_indptr[i + 1]) in increasing KV order.
+struct MergeItem {
+  int32_t request;
+  int32_t kv_head;
+  int32_t row_begin;
+  int32_t row_end;
+};
+
+// Counts the kernels read from device memory, so grids stay fixed across plans.
+struct PlanCounts {
+  int32_t num_work_items;
+  int32_t num_merge_items;
+  int32_t num_partial_slots;
+  int32_t num_ctas;
+};
+
+}  // namespace flare
