@@ -1,0 +1,104 @@
+// The CUDA driver, reached at run time through dlopen("libcuda.so.1") (DESIGN decision 2):
+// the library loads on machines without a GPU or driver, and "no CUDA device" is an error
+// value. RAII wrappers for the few driver objects flare uses.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace flare::cuda {
+
+// Opaque driver handles (identical to CUstream etc., without including cuda.h).
+using Stream = struct CUstream_st*;
+using Function = struct CUfunc_st*;
+using Module = struct CUmod_st*;
+using DevicePtr = unsigned long long;
+
+// True when libcuda loads, cuInit succeeds and at least one device exists. Never throws.
+bool available();
+// 0 when the driver is absent. Never throws.
+int device_count();
+// Why available() is false, for `flare info` and error messages ("libcuda.so.1 not found").
+std::string unavailable_reason();
+
+struct DeviceProperties {
+  std::string name;
+  int index = 0;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int num_sms = 0;
+  int max_threads_per_sm = 0;
+  int max_shared_bytes_per_block_optin = 0;
+  int max_shared_bytes_per_sm = 0;
+  int registers_per_sm = 0;
+  int64_t l2_bytes = 0;
+  int64_t global_bytes = 0;
+};
+// Throws kNoCudaDevice when the driver or the device is missing.
+DeviceProperties device_properties(int device);
+
+// Makes `device`'s primary context current on this thread (retained once per process).
+// Every API entry point calls this for the device of its tensors.
+void set_device(int device);
+// The device whose context is current (throws kNoCudaDevice when none).
+int current_device();
+
+// Throws kCudaError naming `what` and the driver's error string when result != 0.
+void check(int result, const char* what);
+
+// True while `stream` is being captured into a CUDA graph.
+bool is_capturing(Stream stream);
+
+// Device memory (cuMemAlloc), freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return reinterpret_cast<void*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  DevicePtr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+// Page-locked host memory (cuMemHostAlloc) for asynchronous plan copies.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  std::byte* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  std::byte* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+void memcpy_htod_async(void* dst, const void* src, size_t bytes, Stream stream);
+void memcpy_dtoh(void* dst, const void* src, size_t bytes);  // synchronous
+void memcpy_htod(void* dst, const void* src, size_t bytes);  // synchronous
+void memset_d8_async(void* dst, uint8_t value, size_t bytes, Stream stream);
+void stream_synchronize(Stream stream);
+void device_synchronize();
+
+// Kernel launch with the driver's parameter array (pointers to each argument).
+void launch(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
+            unsigned block_y, unsigned block_z, unsigned shared_bytes, Stream stream, void** args);
+// Raises the dynamic shared-memory limit of `function` (needed above 48 KiB).
+void set_max_dynamic_shared(Function function, int bytes);
+// Blocks of `function` that fit on one SM at this block size and dynamic shared memory.
+int max_active_blocks_per_sm(Function function, int block_size, size_t dynamic_shared);
+
+}  // namespace flare::cuda
