@@ -24,7 +24,8 @@ struct BlockSparseIndex {
   // Host-only accessors (the arrays must be on the CPU).
   int64_t num_blocks(int64_t row) const;  // indptr[row + 1] - indptr[row]
   int64_t row_length(int64_t row) const;  // valid columns: (blocks - 1) * B_c + last, or 0
-  // Block id and slot inside the block of column `col` of `row` (col < row_length(row)).
+  // Block id and slot inside the block of column `col` of `row` (col < row_length(row)),
+  // packed as block * block_size + slot (so block = result / B_c, slot = result % B_c).
   int64_t block_of(int64_t row, int64_t col) const;
 };
 
