@@ -1,0 +1,33 @@
+// AttentionParams' derived values: the softmax scale default and the default ALiBi slopes.
+#include "flare/variant/attention_params.h"
+
+#include <cmath>
+
+#include "flare/core/error.h"
+
+namespace flare {
+
+float AttentionParams::resolved_sm_scale(int64_t head_dim_qk) const {
+  if (sm_scale != 0.0f) return sm_scale;
+  FLARE_CHECK(head_dim_qk > 0, ErrorCode::kInvalidArgument,
+              "resolved_sm_scale: head_dim_qk must be > 0, got ", head_dim_qk);
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim_qk)));
+}
+
+float default_alibi_slope(int64_t head, int64_t num_heads) {
+  FLARE_CHECK(num_heads > 0, ErrorCode::kInvalidArgument,
+              "default_alibi_slope: num_heads must be > 0, got ", num_heads);
+  FLARE_CHECK(head >= 0 && head < num_heads, ErrorCode::kInvalidArgument,
+              "default_alibi_slope: head must be in [0, ", num_heads, "), got ", head);
+  // The ALiBi paper's rule (also FlashInfer's): with n the largest power of two <= num_heads,
+  // the first n heads get 2^(-8 (h+1) / n); the rest take every other slope of the 2n-head
+  // sequence, 2^(-4 (2 (h-n) + 1) / n).
+  int64_t n = 1;
+  while (n * 2 <= num_heads) n *= 2;
+  const double exponent = head < n ? -8.0 * static_cast<double>(head + 1) / static_cast<double>(n)
+                                   : -4.0 * static_cast<double>(2 * (head - n) + 1) /
+                                         static_cast<double>(n);
+  return static_cast<float>(std::exp2(exponent));
+}
+
+}  // namespace flare
