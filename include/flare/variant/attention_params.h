@@ -43,8 +43,9 @@ struct AttentionParams {
   float rope_scale = 1.0f;  // positions are divided by rope_scale
   // int32 [batch] (CPU), optional: added to every q and k position of the request.
   std::optional<TensorView> rope_offsets;
-  // float32 [H_qo] (CPU), optional for kAlibi: default slopes 2^(-8 (h+1) / H_qo') with
-  // H_qo' the next power of two (the ALiBi paper's rule for non-powers of two).
+  // float32 [H_qo] (CPU), optional for kAlibi: default slopes default_alibi_slope(h, H_qo),
+  // the ALiBi paper's rule (as in FlashInfer): with n the largest power of two <= H_qo, heads
+  // h < n get 2^(-8 (h+1) / n), the others 2^(-4 (2 (h-n) + 1) / n).
   std::optional<TensorView> alibi_slopes;
 
   // kCustom: uint8 packed bits, little bit order; request i's q_len x kv_len row-major bits
