@@ -1,0 +1,145 @@
+// BatchDecode: GPU attention of one query token per request against a paged KV cache, with
+// split-KV load balancing (plan on the host, run on the device) that is safe to capture in a
+// CUDA graph (papers 001 §3.2-3.3, 002 appendices A, D, F; DESIGN decisions 3-7).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "flare/core/dtype.h"
+#include "flare/core/tensor.h"
+#include "flare/format/paged_kv.h"
+#include "flare/jit/compiler.h"
+#include "flare/jit/cuda_driver.h"
+#include "flare/plan/plan.h"
+#include "flare/variant/attention_params.h"
+
+namespace flare {
+
+// Everything fixed when a BatchDecode is created: the kernels are compiled for it, the grid
+// and the workspace sections are sized from it.
+struct BatchDecodeConfig {
+  int device = 0;           // CUDA device index
+  int max_batch = 0;        // upper bound on the requests of one plan (>= 1)
+  int num_qo_heads = 0;     // H_qo, a multiple of num_kv_heads
+  int num_kv_heads = 0;     // H_kv
+  int head_dim = 0;         // D (for q, k, v and o): 64, 128 or 256
+  int page_size = 0;        // tokens per page, >= 1 (compiled into the kernel)
+  DType q_dtype = DType::kBF16;   // q and o: kF16 | kBF16
+  DType kv_dtype = DType::kBF16;  // k and v: kF16 | kBF16 | kE4M3 | kE5M2
+  KVLayout layout = KVLayout::kNHD;
+
+  // Supported here: sm_scale, logits_soft_cap, window_left, pos_encoding kNone | kAlibi
+  // (alibi_slopes: optional float32 [H_qo] on the CPU, copied at creation), k_scale and
+  // v_scale (fp8 KV: the stored value times the scale is the real value). mask kNone or
+  // kCausal (a no-op for one query token). Others (RoPE, custom masks, use_softmax = false)
+  // throw kUnsupported.
+  AttentionParams params;
+
+  // Capture run() into CUDA graphs: without it, run() on a capturing stream throws.
+  bool use_cuda_graph = false;
+
+  // Scheduler knobs (plan/plan.h PlanOptions): fixed_split_size > 0 gives batch-invariant
+  // output; disable_split_kv gives one chunk per (request, KV head, row tile).
+  int fixed_split_size = 0;
+  bool disable_split_kv = false;
+  int num_sms_to_use = 0;  // 0 = all SMs of the device
+
+  // Persistent CTAs per SM; 0 = as many as fit (the kernel's occupancy).
+  int ctas_per_sm = 0;
+};
+
+// Batch decode on one CUDA device:
+//   BatchDecode decode(config);                   // compiles (JIT, cached), allocates
+//   decode.plan(kv_indptr, kv_last_page_len, s);  // host arrays; one async copy on s
+//   decode.run(q, paged_kv, o, lse, s);           // two kernel launches, nothing else
+// plan() may be called again between runs (e.g. every decode step); a run() uses the plan of
+// the latest plan() before it in stream order. With use_cuda_graph, run() may be captured once
+// and the graph replayed after each plan(): every pointer run() launches with lives in the
+// workspace, whose address never changes. The tensors given to the captured run() must then
+// keep their addresses for every replay (refill them in place).
+class BatchDecode {
+ public:
+  // Validates the config, compiles both kernels (or loads them from the JIT cache), sizes the
+  // persistent grid from their occupancy and allocates the device workspace and the pinned
+  // plan buffer. Throws kInvalidArgument (bad config), kUnsupported (a head dim, dtype or
+  // variant option no kernel handles), kNoCudaDevice, kCompileError, kCudaError.
+  explicit BatchDecode(const BatchDecodeConfig& config);
+  ~BatchDecode();
+  BatchDecode(BatchDecode&&) noexcept;
+  BatchDecode& operator=(BatchDecode&&) noexcept;
+  BatchDecode(const BatchDecode&) = delete;
+  BatchDecode& operator=(const BatchDecode&) = delete;
+
+  // Device workspace bytes a BatchDecode of this config allocates (same validation and
+  // compilation as the constructor, which fixes the number of CTAs).
+  static size_t workspace_bytes(const BatchDecodeConfig& config);
+
+  // Schedules one decode step.
+  //   kv_indptr          int32 [batch + 1], CPU: pages of request i are
+  //                      kv_indices[kv_indptr[i] .. kv_indptr[i + 1])
+  //   kv_last_page_len   int32 [batch], CPU: valid tokens of the last page, in [1, page_size]
+  //                      for requests with pages (ignored for requests with none: kv_len 0)
+  //   stream             the stream the following run() uses
+  // 1 <= batch <= max_batch. Builds the plan on the host (no device synchronization), writes
+  // it into a pinned buffer and issues one host-to-device copy on `stream`. If the previous
+  // copy from that buffer has not executed yet, waits for it (never for kernels).
+  // Throws kInvalidArgument (malformed arrays, batch out of range), kWorkspaceTooSmall.
+  void plan(std::span<const int32_t> kv_indptr, std::span<const int32_t> kv_last_page_len,
+            cuda::Stream stream);
+  // The same with CPU int32 1-D tensors.
+  void plan(const TensorView& kv_indptr, const TensorView& kv_last_page_len,
+            cuda::Stream stream);
+
+  // Attention of the planned batch; all tensors on this decode's CUDA device.
+  //   q      [batch, H_qo, D] q_dtype; any strides with a unit innermost stride, 16-byte
+  //          aligned rows (data pointer and outer strides multiples of 16 bytes)
+  //   kv     paged KV in config.layout: k, v [pages, page_size, H_kv, D] (NHD) or
+  //          [pages, H_kv, page_size, D] (HND) of kv_dtype, same alignment rule as q (e.g.
+  //          K and V sliced out of one [pages, 2, ...] tensor); table.indptr int32 [batch + 1],
+  //          table.indices int32 [>= pages used], table.last_block_len int32 [batch], on the
+  //          device, holding the values given to plan() (device arrays are not read back:
+  //          out-of-range page indices are the caller's error)
+  //   o      [batch, H_qo, D] q_dtype, same alignment rule
+  //   lse    optional float32 [batch, H_qo] (any strides): natural-log sum of exp of the
+  //          scaled logits; -inf for requests with kv_len 0 (whose o is 0)
+  // Never allocates, never synchronizes. Throws kInvalidArgument (shapes, dtypes, devices,
+  // alignment, batch differing from the plan's, run() before plan(), a capturing stream
+  // without use_cuda_graph) before launching anything; kCudaError from a launch.
+  void run(const TensorView& q, const PagedKV& kv, const TensorView& o,
+           const std::optional<TensorView>& lse, cuda::Stream stream);
+
+  const BatchDecodeConfig& config() const;
+  int num_ctas() const;          // persistent decode CTAs (fixed at creation)
+  int rows_per_item() const;     // packed query rows one work item holds (head-group tile)
+  const Plan& last_plan() const; // the latest plan (host copy), for tests and tools
+  size_t workspace_size() const; // device bytes held
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// The kernels a config needs (decode and merge), as JIT specs: what the constructor compiles
+// and what the CI test compiles for every shipped configuration without a GPU.
+struct BatchDecodeKernels {
+  jit::KernelSpec decode;  // entry "flare_decode"
+  jit::KernelSpec merge;   // entry "flare_merge"
+  int rows_per_item = 0;   // packed rows per work item the decode kernel was built for
+  int threads = 0;         // block size of the decode kernel
+  int merge_threads = 0;   // block size of the merge kernel
+  size_t decode_shared_bytes = 0;  // dynamic shared memory of one decode CTA
+};
+// Throws kInvalidArgument / kUnsupported like the constructor (no GPU needed).
+BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config);
+
+// The configurations flare ships tuned kernels for (every head dim, row tile, dtype pair and
+// variant flag the decode kernel is built with); CI compiles each for sm_80 and sm_90a and
+// requires zero spills and zero local memory.
+std::vector<BatchDecodeConfig> shipped_decode_configs();
+
+}  // namespace flare
