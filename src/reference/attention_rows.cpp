@@ -1,0 +1,228 @@
+// Attention of packed query rows over K/V rows converted to T: logits in the order
+// attention_params.h documents, then a two-pass softmax (max, then exp-sum and weighted V)
+// or the sigmoid sum, over exactly the keys the masks leave visible.
+#include "src/reference/attention_rows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <variant>
+
+#include "flare/format/ragged.h"
+#include "src/reference/element_io.h"
+
+namespace flare::reference_detail {
+namespace {
+
+// Head dims are multiples of 8 (validated), so dot products keep 8 partial sums: a fixed
+// summation order the compiler can vectorize without reassociating anything.
+constexpr int64_t kDotLanes = 8;
+
+template <class T>
+T dot(const T* a, const T* b, int64_t n) {
+  T lanes[kDotLanes] = {};
+  for (int64_t d = 0; d < n; d += kDotLanes) {
+    for (int64_t lane = 0; lane < kDotLanes; ++lane) lanes[lane] += a[d + lane] * b[d + lane];
+  }
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
+template <class T>
+void add_scaled(T* out, T weight, const T* row, int64_t n) {
+  for (int64_t d = 0; d < n; ++d) out[d] += weight * row[d];
+}
+
+bool mask_bit_set(const uint8_t* bits, int64_t index) {
+  return ((bits[index >> 3] >> (index & 7)) & 1) != 0;
+}
+
+int64_t int32_at(const TensorView& array, int64_t i) {
+  return array.ptr<const int32_t>()[i * array.strides[0]];
+}
+
+// Element offsets of K and V of (request, position, head) and the stride along head_dim.
+int64_t k_offset(const PagedKV& kv, int64_t request, int64_t pos, int64_t head) {
+  return kv.k_offset(request, pos, head);
+}
+int64_t v_offset(const PagedKV& kv, int64_t request, int64_t pos, int64_t head) {
+  return kv.v_offset(request, pos, head);
+}
+int64_t k_offset(const RaggedKV& kv, int64_t request, int64_t pos, int64_t head) {
+  return (ragged_begin(kv.indptr, request) + pos) * kv.k.strides[0] + head * kv.k.strides[1];
+}
+int64_t v_offset(const RaggedKV& kv, int64_t request, int64_t pos, int64_t head) {
+  return (ragged_begin(kv.indptr, request) + pos) * kv.v.strides[0] + head * kv.v.strides[1];
+}
+
+// sm_scale = 0 means 1 / sqrt(head_dim_qk), resolved in T so the fp64 mode stays exact.
+template <class T>
+T resolve_sm_scale(const AttentionParams& params, int64_t head_dim_qk) {
+  if (params.sm_scale != 0.0f) return static_cast<T>(params.sm_scale);
+  return static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_dim_qk)));
+}
+
+}  // namespace
+
+RequestGeometry request_geometry(const AttentionProblem& problem, int64_t request) {
+  const AttentionParams& params = problem.params;
+  RequestGeometry geometry;
+  geometry.index = request;
+  geometry.q_begin = ragged_begin(problem.qo_indptr, request);
+  geometry.q_len = ragged_length(problem.qo_indptr, request);
+  geometry.kv_len = kv_length(problem.kv, request);
+  if (params.rope_offsets) geometry.rope_offset = int32_at(*params.rope_offsets, request);
+  if (params.mask == MaskMode::kCustom) {
+    geometry.mask_bits = params.custom_mask->ptr<const uint8_t>() +
+                         ragged_begin(*params.mask_indptr, request);
+  }
+  return geometry;
+}
+
+HeadGeometry head_geometry(const AttentionProblem& problem) {
+  HeadGeometry heads;
+  heads.num_qo_heads = problem.q.shape[1];
+  heads.num_kv_heads = num_kv_heads(problem.kv);
+  heads.group = heads.num_qo_heads / heads.num_kv_heads;
+  heads.head_dim_qk = head_dim_qk(problem.kv);
+  heads.head_dim_vo = head_dim_vo(problem.kv);
+  return heads;
+}
+
+template <class T>
+void gather_kv_rows(const AttentionProblem& problem, const RequestGeometry& request,
+                    int64_t kv_head, int64_t begin, int64_t end, KVRows<T>& rows) {
+  const AttentionParams& params = problem.params;
+  const int64_t head_dim_qk = flare::head_dim_qk(problem.kv);
+  const int64_t head_dim_vo = flare::head_dim_vo(problem.kv);
+  rows.begin = begin;
+  rows.end = end;
+  rows.k.resize(static_cast<size_t>((end - begin) * head_dim_qk));
+  rows.v.resize(static_cast<size_t>((end - begin) * head_dim_vo));
+  std::visit(
+      [&](const auto& kv) {
+        const T k_scale = static_cast<T>(params.k_scale);
+        const T v_scale = static_cast<T>(params.v_scale);
+        for (int64_t pos = begin; pos < end; ++pos) {
+          const int64_t row = pos - begin;
+          load_elements(kv.k.data, kv.k.dtype, k_offset(kv, request.index, pos, kv_head),
+                        kv.k.strides[kv.k.ndim - 1], head_dim_qk, k_scale,
+                        &rows.k[static_cast<size_t>(row * head_dim_qk)]);
+          load_elements(kv.v.data, kv.v.dtype, v_offset(kv, request.index, pos, kv_head),
+                        kv.v.strides[kv.v.ndim - 1], head_dim_vo, v_scale,
+                        &rows.v[static_cast<size_t>(row * head_dim_vo)]);
+        }
+      },
+      problem.kv);
+  if (params.pos_encoding == PosEncoding::kRopeLlama) {
+    const RopeLlama rope(head_dim_qk, params.rope_theta, params.rope_scale);
+    for (int64_t pos = begin; pos < end; ++pos) {
+      rope.apply(&rows.k[static_cast<size_t>((pos - begin) * head_dim_qk)],
+                 pos + request.rope_offset);
+    }
+  }
+}
+
+template <class T>
+RowAttention<T>::RowAttention(const AttentionProblem& problem)
+    : problem_(problem),
+      heads_(head_geometry(problem)),
+      sm_scale_(resolve_sm_scale<T>(problem.params, heads_.head_dim_qk)),
+      query_(static_cast<size_t>(heads_.head_dim_qk)) {
+  const AttentionParams& params = problem.params;
+  if (params.pos_encoding == PosEncoding::kAlibi) {
+    alibi_slopes_.resize(static_cast<size_t>(heads_.num_qo_heads));
+    for (int64_t head = 0; head < heads_.num_qo_heads; ++head) {
+      alibi_slopes_[head] = static_cast<T>(
+          params.alibi_slopes
+              ? params.alibi_slopes->ptr<const float>()[head * params.alibi_slopes->strides[0]]
+              : default_alibi_slope(head, heads_.num_qo_heads));
+    }
+  }
+  if (params.pos_encoding == PosEncoding::kRopeLlama) {
+    rope_.emplace(heads_.head_dim_qk, params.rope_theta, params.rope_scale);
+  }
+}
+
+template <class T>
+void RowAttention<T>::attend(const RequestGeometry& request, int64_t kv_head, int64_t row_begin,
+                             int64_t row_end, const KVRows<T>& kv, T* o, T* lse) {
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t local = row - row_begin;
+    attend_row(request, row / heads_.group, kv_head * heads_.group + row % heads_.group, kv,
+               o + local * heads_.head_dim_vo, lse == nullptr ? nullptr : lse + local);
+  }
+}
+
+template <class T>
+void RowAttention<T>::attend_row(const RequestGeometry& request, int64_t token, int64_t qo_head,
+                                 const KVRows<T>& kv, T* o, T* lse) {
+  const AttentionParams& params = problem_.params;
+  const TensorView& q = problem_.q;
+  const int64_t head_dim_qk = heads_.head_dim_qk;
+  const int64_t head_dim_vo = heads_.head_dim_vo;
+  const int64_t q_pos = request.kv_len - request.q_len + token;  // bottom-right alignment
+
+  load_elements(q.data, q.dtype, (request.q_begin + token) * q.strides[0] + qo_head * q.strides[1],
+                q.strides[2], head_dim_qk, T{1}, query_.data());
+  if (rope_) rope_->apply(query_.data(), q_pos + request.rope_offset);
+
+  // Causal and sliding-window masks leave an interval of keys; the custom mask thins it.
+  int64_t first_key = kv.begin;
+  int64_t end_key = kv.end;
+  if (params.mask == MaskMode::kCausal) end_key = std::min(end_key, q_pos + 1);
+  if (params.window_left >= 0) first_key = std::max(first_key, q_pos - params.window_left);
+
+  visible_keys_.clear();
+  logits_.clear();
+  for (int64_t key = first_key; key < end_key; ++key) {
+    if (params.mask == MaskMode::kCustom &&
+        !mask_bit_set(request.mask_bits, token * request.kv_len + key)) {
+      continue;
+    }
+    const T* k_row = &kv.k[static_cast<size_t>((key - kv.begin) * head_dim_qk)];
+    T logit = dot(query_.data(), k_row, head_dim_qk) * sm_scale_;
+    if (!alibi_slopes_.empty()) logit += alibi_slopes_[qo_head] * static_cast<T>(key - q_pos);
+    if (params.logits_soft_cap > 0.0f) {
+      const T cap = static_cast<T>(params.logits_soft_cap);
+      logit = cap * std::tanh(logit / cap);
+    }
+    visible_keys_.push_back(key);
+    logits_.push_back(logit);
+  }
+
+  std::fill(o, o + head_dim_vo, T{0});
+  if (visible_keys_.empty()) {
+    if (params.use_softmax && lse != nullptr) *lse = -std::numeric_limits<T>::infinity();
+    return;
+  }
+  if (!params.use_softmax) {
+    const T bias = static_cast<T>(params.sigmoid_bias);
+    for (size_t i = 0; i < visible_keys_.size(); ++i) {
+      const T weight = T{1} / (T{1} + std::exp(-(logits_[i] + bias)));
+      add_scaled(o, weight, &kv.v[static_cast<size_t>((visible_keys_[i] - kv.begin) * head_dim_vo)],
+                 head_dim_vo);
+    }
+    return;
+  }
+  const T max_logit = *std::max_element(logits_.begin(), logits_.end());
+  T sum = 0;
+  for (size_t i = 0; i < visible_keys_.size(); ++i) {
+    const T weight = std::exp(logits_[i] - max_logit);
+    sum += weight;
+    add_scaled(o, weight, &kv.v[static_cast<size_t>((visible_keys_[i] - kv.begin) * head_dim_vo)],
+               head_dim_vo);
+  }
+  for (int64_t d = 0; d < head_dim_vo; ++d) o[d] /= sum;
+  if (lse != nullptr) *lse = max_logit + std::log(sum);
+}
+
+template void gather_kv_rows<float>(const AttentionProblem&, const RequestGeometry&, int64_t,
+                                    int64_t, int64_t, KVRows<float>&);
+template void gather_kv_rows<double>(const AttentionProblem&, const RequestGeometry&, int64_t,
+                                     int64_t, int64_t, KVRows<double>&);
+template class RowAttention<float>;
+template class RowAttention<double>;
+
+}  // namespace flare::reference_detail

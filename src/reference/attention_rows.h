@@ -1,0 +1,76 @@
+// Internals of the reference attention shared by its files: where a request's data lives,
+// its K/V rows of one KV head converted to T (float or double), and attention of packed
+// query rows over those K/V rows. The problem must be validated before any of this runs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "flare/reference/attention.h"
+#include "src/reference/rope.h"
+
+namespace flare::reference_detail {
+
+// Where one request's queries, keys and custom mask bits are.
+struct RequestGeometry {
+  int64_t index = 0;
+  int64_t q_begin = 0;  // first query token of the request in q and o
+  int64_t q_len = 0;
+  int64_t kv_len = 0;
+  int64_t rope_offset = 0;             // added to every q and k position under RoPE
+  const uint8_t* mask_bits = nullptr;  // kCustom: q_len x kv_len bits, little bit order
+};
+RequestGeometry request_geometry(const AttentionProblem& problem, int64_t request);
+
+struct HeadGeometry {
+  int64_t num_qo_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t group = 0;  // query heads per KV head
+  int64_t head_dim_qk = 0;
+  int64_t head_dim_vo = 0;
+};
+HeadGeometry head_geometry(const AttentionProblem& problem);
+
+// K and V of KV positions [begin, end) of one request and KV head: dequantized (times
+// k_scale / v_scale), K rotated to its position under RoPE.
+template <class T>
+struct KVRows {
+  int64_t begin = 0;
+  int64_t end = 0;
+  std::vector<T> k;  // [end - begin, head_dim_qk]
+  std::vector<T> v;  // [end - begin, head_dim_vo]
+};
+
+template <class T>
+void gather_kv_rows(const AttentionProblem& problem, const RequestGeometry& request,
+                    int64_t kv_head, int64_t begin, int64_t end, KVRows<T>& rows);
+
+// Attention of packed query rows over K/V rows, everything in T. Holds the resolved logits
+// parameters of one problem and per-row scratch, so one instance serves one thread.
+template <class T>
+class RowAttention {
+ public:
+  explicit RowAttention(const AttentionProblem& problem);
+
+  // Packed rows [row_begin, row_end) of `request` under `kv_head` against the positions of
+  // `kv` (masks use the request's full kv_len). o: [rows, head_dim_vo]; lse: [rows], may be
+  // null, and is not written without softmax.
+  void attend(const RequestGeometry& request, int64_t kv_head, int64_t row_begin,
+              int64_t row_end, const KVRows<T>& kv, T* o, T* lse);
+
+ private:
+  void attend_row(const RequestGeometry& request, int64_t token, int64_t qo_head,
+                  const KVRows<T>& kv, T* o, T* lse);
+
+  const AttentionProblem& problem_;
+  HeadGeometry heads_;
+  T sm_scale_;
+  std::vector<T> alibi_slopes_;  // [num_qo_heads] under ALiBi, else empty
+  std::optional<RopeLlama> rope_;
+  std::vector<T> query_;               // [head_dim_qk] the current query row
+  std::vector<int64_t> visible_keys_;  // positions the current row sees
+  std::vector<T> logits_;              // their logits
+};
+
+}  // namespace flare::reference_detail
