@@ -36,8 +36,9 @@ struct ResourceUsage {
 struct CompiledKernel {
   std::string cubin;  // binary, loadable with cuModuleLoadData
   std::string log;    // NVRTC + ptxas log
-  std::vector<ResourceUsage> usage;
-  double compile_seconds = 0;
+  std::vector<ResourceUsage> usage;  // one per entry of the spec, in its order
+  double compile_seconds = 0;        // 0 when served from the disk cache
+  bool from_cache = false;           // compile_cached found a valid entry: nothing was compiled
 };
 
 // "sm_80", "sm_86", "sm_89", "sm_90a", ... from a compute capability; 9.0 maps to sm_90a.

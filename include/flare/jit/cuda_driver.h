@@ -14,6 +14,7 @@ using Stream = struct CUstream_st*;
 using Function = struct CUfunc_st*;
 using Module = struct CUmod_st*;
 using DevicePtr = unsigned long long;
+using Context = struct CUctx_st*;
 
 // True when libcuda loads, cuInit succeeds and at least one device exists. Never throws.
 bool available();
@@ -66,6 +67,7 @@ class DeviceBuffer {
  private:
   DevicePtr ptr_ = 0;
   size_t bytes_ = 0;
+  Context context_ = nullptr;  // freed under the context it was allocated in, from any thread
 };
 
 // Page-locked host memory (cuMemHostAlloc) for asynchronous plan copies.
@@ -84,6 +86,7 @@ class PinnedBuffer {
  private:
   std::byte* ptr_ = nullptr;
   size_t bytes_ = 0;
+  Context context_ = nullptr;
 };
 
 void memcpy_htod_async(void* dst, const void* src, size_t bytes, Stream stream);

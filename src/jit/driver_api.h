@@ -1,0 +1,84 @@
+// The CUDA driver's function table, resolved with dlsym from libcuda at first use, and the
+// few driver types and enum values flare needs (declared here so no CUDA header is required).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "flare/jit/cuda_driver.h"
+
+namespace flare::cuda::driver {
+
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = Context;
+using CUdeviceptr = DevicePtr;
+
+// Values from cuda.h (stable across driver versions: the driver ABI never renumbers them).
+inline constexpr CUresult kSuccess = 0;
+inline constexpr CUresult kErrorInvalidContext = 201;
+enum DeviceAttribute : int {
+  kAttrMultiprocessorCount = 16,
+  kAttrL2CacheSize = 38,
+  kAttrMaxThreadsPerMultiprocessor = 39,
+  kAttrComputeCapabilityMajor = 75,
+  kAttrComputeCapabilityMinor = 76,
+  kAttrMaxSharedMemoryPerMultiprocessor = 81,
+  kAttrMaxRegistersPerMultiprocessor = 82,
+  kAttrMaxSharedMemoryPerBlockOptin = 97,
+};
+inline constexpr int kFuncAttrMaxDynamicSharedSizeBytes = 8;
+inline constexpr unsigned kMemHostAllocPortable = 0x01;
+inline constexpr int kStreamCaptureStatusNone = 0;
+
+// Entry points by their exported (versioned) symbol names; see driver_loader.cpp.
+struct Api {
+  CUresult (*cuInit)(unsigned flags);
+  CUresult (*cuDriverGetVersion)(int* version);
+  CUresult (*cuGetErrorString)(CUresult error, const char** text);
+  CUresult (*cuDeviceGetCount)(int* count);
+  CUresult (*cuDeviceGet)(CUdevice* device, int ordinal);
+  CUresult (*cuDeviceGetAttribute)(int* value, int attribute, CUdevice device);
+  CUresult (*cuDeviceGetName)(char* name, int length, CUdevice device);
+  CUresult (*cuDeviceTotalMem_v2)(size_t* bytes, CUdevice device);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext* context, CUdevice device);
+  CUresult (*cuCtxSetCurrent)(CUcontext context);
+  CUresult (*cuCtxGetCurrent)(CUcontext* context);
+  CUresult (*cuCtxGetDevice)(CUdevice* device);
+  CUresult (*cuCtxPushCurrent_v2)(CUcontext context);
+  CUresult (*cuCtxPopCurrent_v2)(CUcontext* context);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemAlloc_v2)(CUdeviceptr* ptr, size_t bytes);
+  CUresult (*cuMemFree_v2)(CUdeviceptr ptr);
+  CUresult (*cuMemHostAlloc)(void** ptr, size_t bytes, unsigned flags);
+  CUresult (*cuMemFreeHost)(void* ptr);
+  CUresult (*cuMemcpyHtoDAsync_v2)(CUdeviceptr dst, const void* src, size_t bytes, Stream stream);
+  CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr dst, const void* src, size_t bytes);
+  CUresult (*cuMemcpyDtoH_v2)(void* dst, CUdeviceptr src, size_t bytes);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr dst, unsigned char value, size_t bytes, Stream stream);
+  CUresult (*cuStreamSynchronize)(Stream stream);
+  CUresult (*cuStreamIsCapturing)(Stream stream, int* status);
+  CUresult (*cuModuleLoadData)(Module* module, const void* image);
+  CUresult (*cuModuleGetFunction)(Function* function, Module module, const char* name);
+  CUresult (*cuLaunchKernel)(Function function, unsigned grid_x, unsigned grid_y,
+                             unsigned grid_z, unsigned block_x, unsigned block_y,
+                             unsigned block_z, unsigned shared_bytes, Stream stream,
+                             void** params, void** extra);
+  CUresult (*cuFuncSetAttribute)(Function function, int attribute, int value);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int* blocks, Function function,
+                                                         int block_size, size_t dynamic_shared);
+};
+
+// The loaded table after a successful cuInit with at least one device, else nullptr (the
+// reason is in unavailable_reason()). Loads once, thread-safe, never throws.
+const Api* try_api();
+// The table, or throws kNoCudaDevice carrying unavailable_reason().
+const Api& api();
+
+// "out of memory (error 2)": the driver's text for `result`, or just the number without a driver.
+std::string describe_error(CUresult result);
+
+// Converts host-visible pointers of the public API to the driver's integer device pointers.
+inline CUdeviceptr device_ptr(const void* ptr) { return reinterpret_cast<CUdeviceptr>(ptr); }
+
+}  // namespace flare::cuda::driver
