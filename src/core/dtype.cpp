@@ -27,9 +27,7 @@ struct MinifloatFormat {
   constexpr uint32_t magnitude_mask() const { return sign_bit() - 1; }
   constexpr uint32_t inf_code() const { return ((1u << exponent_bits) - 1) << mantissa_bits; }
   constexpr uint32_t nan_code() const { return magnitude_mask(); }  // all ones, quiet
-  constexpr uint32_t max_finite_code() const {
-    return has_inf ? inf_code() - 1 : nan_code() - 1;
-  }
+  constexpr uint32_t max_finite_code() const { return has_inf ? inf_code() - 1 : nan_code() - 1; }
 };
 
 constexpr MinifloatFormat kF16Format{5, 10, true};
@@ -50,22 +48,25 @@ uint32_t encode_minifloat(float x, const MinifloatFormat& format, bool saturate)
   const uint32_t sign = (x_bits & kF32SignBit) ? format.sign_bit() : 0;
   const uint32_t x_exponent_field = (x_bits & kF32ExponentMask) >> kF32MantissaBits;
   const uint32_t x_mantissa = x_bits & kF32MantissaMask;
-  const uint32_t overflow_code =
-      saturate ? format.max_finite_code() : (format.has_inf ? format.inf_code() : format.nan_code());
+  const uint32_t overflow_code = saturate
+                                     ? format.max_finite_code()
+                                     : (format.has_inf ? format.inf_code() : format.nan_code());
 
   if (x_exponent_field == 0xFF) {
     if (x_mantissa != 0) return sign | format.nan_code();
     return sign | overflow_code;
   }
   // |x| = significand * 2^(exponent - 23) exactly, with a 24-bit integer significand.
-  const uint64_t significand = x_exponent_field ? (x_mantissa | (1u << kF32MantissaBits)) : x_mantissa;
+  const uint64_t significand =
+      x_exponent_field ? (x_mantissa | (1u << kF32MantissaBits)) : x_mantissa;
   const int exponent = (x_exponent_field ? static_cast<int>(x_exponent_field) : 1) - kF32Bias;
   // The result's exponent: x's own, or the format's smallest normal one for its subnormals
   // (float32 subnormals lie far below every format's subnormal range, so they land there too).
   const int result_exponent = std::max(exponent, format.min_exponent());
   // Keep mantissa_bits fraction bits at result_exponent: drop `shift` (>= 23 - mantissa_bits > 0)
   // low bits of the significand, rounding to nearest even. Beyond 26 nothing reaches half an ulp.
-  const int shift = std::min(result_exponent - exponent + kF32MantissaBits - format.mantissa_bits, 40);
+  const int shift =
+      std::min(result_exponent - exponent + kF32MantissaBits - format.mantissa_bits, 40);
   uint64_t rounded = significand >> shift;
   const uint64_t remainder = significand & ((uint64_t{1} << shift) - 1);
   const uint64_t half = uint64_t{1} << (shift - 1);
@@ -136,28 +137,44 @@ void store_integer(void* data, int64_t index, float x, DType dtype) {
 
 size_t dtype_bytes(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kE4M3: return 1;
-    case DType::kE5M2: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kE4M3:
+      return 1;
+    case DType::kE5M2:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
   }
   fail(ErrorCode::kInternal, "dtype_bytes: unknown dtype ", static_cast<int>(dtype));
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "float32";
-    case DType::kF16: return "float16";
-    case DType::kBF16: return "bfloat16";
-    case DType::kE4M3: return "float8_e4m3";
-    case DType::kE5M2: return "float8_e5m2";
-    case DType::kI32: return "int32";
-    case DType::kI64: return "int64";
-    case DType::kU8: return "uint8";
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kE4M3:
+      return "float8_e4m3";
+    case DType::kE5M2:
+      return "float8_e5m2";
+    case DType::kI32:
+      return "int32";
+    case DType::kI64:
+      return "int64";
+    case DType::kU8:
+      return "uint8";
   }
   fail(ErrorCode::kInternal, "dtype_name: unknown dtype ", static_cast<int>(dtype));
 }
@@ -168,14 +185,14 @@ DType parse_dtype(std::string_view name) {
     DType dtype;
   };
   static constexpr Alias kAliases[] = {
-      {"float32", DType::kF32},         {"f32", DType::kF32},
-      {"float16", DType::kF16},         {"f16", DType::kF16},
-      {"bfloat16", DType::kBF16},       {"bf16", DType::kBF16},
-      {"float8_e4m3", DType::kE4M3},    {"fp8_e4m3", DType::kE4M3},
-      {"e4m3", DType::kE4M3},           {"float8_e4m3fn", DType::kE4M3},
-      {"float8_e5m2", DType::kE5M2},    {"fp8_e5m2", DType::kE5M2},
-      {"e5m2", DType::kE5M2},           {"int32", DType::kI32},
-      {"int64", DType::kI64},           {"uint8", DType::kU8},
+      {"float32", DType::kF32},      {"f32", DType::kF32},
+      {"float16", DType::kF16},      {"f16", DType::kF16},
+      {"bfloat16", DType::kBF16},    {"bf16", DType::kBF16},
+      {"float8_e4m3", DType::kE4M3}, {"fp8_e4m3", DType::kE4M3},
+      {"e4m3", DType::kE4M3},        {"float8_e4m3fn", DType::kE4M3},
+      {"float8_e5m2", DType::kE5M2}, {"fp8_e5m2", DType::kE5M2},
+      {"e5m2", DType::kE5M2},        {"int32", DType::kI32},
+      {"int64", DType::kI64},        {"uint8", DType::kU8},
   };
   for (const Alias& alias : kAliases) {
     if (alias.name == name) return alias.dtype;
@@ -225,28 +242,44 @@ float e5m2_bits_to_float(uint8_t bits) { return decode_minifloat(bits, kE5M2Form
 
 float load_float(const void* data, DType dtype, int64_t index) {
   switch (dtype) {
-    case DType::kF32: return load_as<float>(data, index);
-    case DType::kF16: return f16_bits_to_float(load_as<uint16_t>(data, index));
-    case DType::kBF16: return bf16_bits_to_float(load_as<uint16_t>(data, index));
-    case DType::kE4M3: return e4m3_bits_to_float(load_as<uint8_t>(data, index));
-    case DType::kE5M2: return e5m2_bits_to_float(load_as<uint8_t>(data, index));
-    case DType::kI32: return static_cast<float>(load_as<int32_t>(data, index));
-    case DType::kI64: return static_cast<float>(load_as<int64_t>(data, index));
-    case DType::kU8: return static_cast<float>(load_as<uint8_t>(data, index));
+    case DType::kF32:
+      return load_as<float>(data, index);
+    case DType::kF16:
+      return f16_bits_to_float(load_as<uint16_t>(data, index));
+    case DType::kBF16:
+      return bf16_bits_to_float(load_as<uint16_t>(data, index));
+    case DType::kE4M3:
+      return e4m3_bits_to_float(load_as<uint8_t>(data, index));
+    case DType::kE5M2:
+      return e5m2_bits_to_float(load_as<uint8_t>(data, index));
+    case DType::kI32:
+      return static_cast<float>(load_as<int32_t>(data, index));
+    case DType::kI64:
+      return static_cast<float>(load_as<int64_t>(data, index));
+    case DType::kU8:
+      return static_cast<float>(load_as<uint8_t>(data, index));
   }
   fail(ErrorCode::kInternal, "load_float: unknown dtype ", static_cast<int>(dtype));
 }
 
 void store_float(void* data, DType dtype, int64_t index, float x) {
   switch (dtype) {
-    case DType::kF32: return store_as<float>(data, index, x);
-    case DType::kF16: return store_as<uint16_t>(data, index, float_to_f16_bits(x));
-    case DType::kBF16: return store_as<uint16_t>(data, index, float_to_bf16_bits(x));
-    case DType::kE4M3: return store_as<uint8_t>(data, index, float_to_e4m3_bits(x));
-    case DType::kE5M2: return store_as<uint8_t>(data, index, float_to_e5m2_bits(x));
-    case DType::kI32: return store_integer<int32_t>(data, index, x, dtype);
-    case DType::kI64: return store_integer<int64_t>(data, index, x, dtype);
-    case DType::kU8: return store_integer<uint8_t>(data, index, x, dtype);
+    case DType::kF32:
+      return store_as<float>(data, index, x);
+    case DType::kF16:
+      return store_as<uint16_t>(data, index, float_to_f16_bits(x));
+    case DType::kBF16:
+      return store_as<uint16_t>(data, index, float_to_bf16_bits(x));
+    case DType::kE4M3:
+      return store_as<uint8_t>(data, index, float_to_e4m3_bits(x));
+    case DType::kE5M2:
+      return store_as<uint8_t>(data, index, float_to_e5m2_bits(x));
+    case DType::kI32:
+      return store_integer<int32_t>(data, index, x, dtype);
+    case DType::kI64:
+      return store_integer<int64_t>(data, index, x, dtype);
+    case DType::kU8:
+      return store_integer<uint8_t>(data, index, x, dtype);
   }
   fail(ErrorCode::kInternal, "store_float: unknown dtype ", static_cast<int>(dtype));
 }

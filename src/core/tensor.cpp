@@ -62,8 +62,8 @@ Device parse_device(const std::string& text) {
     const auto [end, error] = std::from_chars(first, last, index);
     if (error == std::errc() && end == last && index >= 0) return Device::cuda(index);
   }
-  fail(ErrorCode::kInvalidArgument, "parse_device: expected 'cpu', 'cuda' or 'cuda:N', got '",
-       text, "'");
+  fail(ErrorCode::kInvalidArgument, "parse_device: expected 'cpu', 'cuda' or 'cuda:N', got '", text,
+       "'");
 }
 
 TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
@@ -100,9 +100,8 @@ int64_t TensorView::offset(std::initializer_list<int64_t> index) const {
   int64_t result = 0;
   int d = 0;
   for (int64_t i : index) {
-    FLARE_CHECK(i >= 0 && i < shape[d], ErrorCode::kInvalidArgument,
-                "TensorView::offset: index ", i, " out of range [0, ", shape[d], ") in dim ", d,
-                " of shape ", shape_str());
+    FLARE_CHECK(i >= 0 && i < shape[d], ErrorCode::kInvalidArgument, "TensorView::offset: index ",
+                i, " out of range [0, ", shape[d], ") in dim ", d, " of shape ", shape_str());
     result += i * strides[d];
     ++d;
   }
@@ -111,11 +110,11 @@ int64_t TensorView::offset(std::initializer_list<int64_t> index) const {
 
 TensorView TensorView::select(int dim, int64_t i) const {
   const int d = checked_dim(dim, ndim, "TensorView::select");
-  FLARE_CHECK(i >= 0 && i < shape[d], ErrorCode::kInvalidArgument, "TensorView::select: index ",
-              i, " out of range [0, ", shape[d], ") in dim ", d, " of shape ", shape_str());
+  FLARE_CHECK(i >= 0 && i < shape[d], ErrorCode::kInvalidArgument, "TensorView::select: index ", i,
+              " out of range [0, ", shape[d], ") in dim ", d, " of shape ", shape_str());
   TensorView result = *this;
-  result.data = static_cast<std::byte*>(data) +
-                i * strides[d] * static_cast<int64_t>(dtype_bytes(dtype));
+  result.data =
+      static_cast<std::byte*>(data) + i * strides[d] * static_cast<int64_t>(dtype_bytes(dtype));
   for (int k = d; k + 1 < ndim; ++k) {
     result.shape[k] = shape[k + 1];
     result.strides[k] = strides[k + 1];
@@ -129,11 +128,12 @@ TensorView TensorView::select(int dim, int64_t i) const {
 TensorView TensorView::slice(int dim, int64_t begin, int64_t end) const {
   const int d = checked_dim(dim, ndim, "TensorView::slice");
   FLARE_CHECK(0 <= begin && begin <= end && end <= shape[d], ErrorCode::kInvalidArgument,
-              "TensorView::slice: range [", begin, ", ", end, ") must satisfy 0 <= begin <= end <= ",
-              shape[d], " in dim ", d, " of shape ", shape_str());
+              "TensorView::slice: range [", begin, ", ", end,
+              ") must satisfy 0 <= begin <= end <= ", shape[d], " in dim ", d, " of shape ",
+              shape_str());
   TensorView result = *this;
-  result.data = static_cast<std::byte*>(data) +
-                begin * strides[d] * static_cast<int64_t>(dtype_bytes(dtype));
+  result.data =
+      static_cast<std::byte*>(data) + begin * strides[d] * static_cast<int64_t>(dtype_bytes(dtype));
   result.shape[d] = end - begin;
   return result;
 }

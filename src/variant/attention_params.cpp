@@ -24,9 +24,9 @@ float default_alibi_slope(int64_t head, int64_t num_heads) {
   // sequence, 2^(-4 (2 (h-n) + 1) / n).
   int64_t n = 1;
   while (n * 2 <= num_heads) n *= 2;
-  const double exponent = head < n ? -8.0 * static_cast<double>(head + 1) / static_cast<double>(n)
-                                   : -4.0 * static_cast<double>(2 * (head - n) + 1) /
-                                         static_cast<double>(n);
+  const double exponent =
+      head < n ? -8.0 * static_cast<double>(head + 1) / static_cast<double>(n)
+               : -4.0 * static_cast<double>(2 * (head - n) + 1) / static_cast<double>(n);
   return static_cast<float>(std::exp2(exponent));
 }
 

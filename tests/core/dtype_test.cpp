@@ -1,5 +1,7 @@
 // Known bit patterns of the float32 <-> f16 / bf16 / fp8 e4m3 / fp8 e5m2 conversions: exact
 // values, extremes, ties to even (normal and subnormal), carries, overflow, inf, NaN, zeros.
+#include "flare/core/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -8,7 +10,6 @@
 #include <limits>
 #include <vector>
 
-#include "flare/core/dtype.h"
 #include "flare/core/error.h"
 
 namespace flare {
@@ -114,7 +115,8 @@ TEST(BF16Test, NaNIsQuietedNotTurnedIntoInf) {
   EXPECT_TRUE(std::isnan(bf16_bits_to_float(negative)));
   EXPECT_TRUE(negative & 0x8000);
   // Rounding must not carry a NaN whose mantissa is all ones into the sign bit.
-  EXPECT_TRUE(std::isnan(bf16_bits_to_float(float_to_bf16_bits(std::bit_cast<float>(0x7FFFFFFFu)))));
+  EXPECT_TRUE(
+      std::isnan(bf16_bits_to_float(float_to_bf16_bits(std::bit_cast<float>(0x7FFFFFFFu)))));
 }
 
 TEST(BF16Test, KnownDecodings) {
@@ -242,8 +244,8 @@ TEST(E5M2Test, NaNStaysNaNWithItsSign) {
 }
 
 TEST(DTypeTest, NamesRoundTrip) {
-  const DType all[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kE4M3,
-                       DType::kE5M2, DType::kI32,  DType::kI64,  DType::kU8};
+  const DType all[] = {DType::kF32,  DType::kF16, DType::kBF16, DType::kE4M3,
+                       DType::kE5M2, DType::kI32, DType::kI64,  DType::kU8};
   const char* names[] = {"float32",     "float16", "bfloat16", "float8_e4m3",
                          "float8_e5m2", "int32",   "int64",    "uint8"};
   const size_t bytes[] = {4, 2, 2, 1, 1, 4, 8, 1};
@@ -299,8 +301,8 @@ TEST(LoadStoreTest, FloatingDtypesRoundAndRead) {
   const Expected expected[] = {
       {DType::kF32, x},
       {DType::kF16, 1.0f + pow2(-4) + pow2(-9)},  // ulp 2^-10: 2^-12 is a quarter ulp
-      {DType::kBF16, 1.0f + pow2(-4)},             // ulp 2^-7: the rest is under half an ulp
-      {DType::kE4M3, 1.125f},  // just above the 1.0625 tie
+      {DType::kBF16, 1.0f + pow2(-4)},            // ulp 2^-7: the rest is under half an ulp
+      {DType::kE4M3, 1.125f},                     // just above the 1.0625 tie
       {DType::kE5M2, 1.0f},
   };
   for (const Expected& e : expected) {

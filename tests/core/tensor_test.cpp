@@ -1,5 +1,7 @@
 // TensorView offsets, select/slice (with their bounds errors), contiguity; Device names;
 // HostTensor allocation and fill.
+#include "flare/core/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "flare/core/error.h"
-#include "flare/core/tensor.h"
 
 namespace flare {
 namespace {
@@ -60,10 +61,16 @@ TEST(TensorViewTest, ScalarAndEmptyViews) {
 }
 
 TEST(TensorViewTest, ContiguousRejectsBadShapes) {
-  expect_invalid_argument([] { TensorView::contiguous(nullptr, DType::kF32, {2, -1}); },
-                          {"shape[1]", "-1"});
   expect_invalid_argument(
-      [] { TensorView::contiguous(nullptr, DType::kF32, {1, 1, 1, 1, 1, 1, 1}); }, {"ndim", "7"});
+      [] {
+        TensorView::contiguous(nullptr, DType::kF32, {2, -1});
+      },
+      {"shape[1]", "-1"});
+  expect_invalid_argument(
+      [] {
+        TensorView::contiguous(nullptr, DType::kF32, {1, 1, 1, 1, 1, 1, 1});
+      },
+      {"ndim", "7"});
 }
 
 TEST(TensorViewTest, OffsetFollowsStrides) {
