@@ -17,8 +17,9 @@ namespace flare::testing {
 // How far `actual` is from `expected`, element by element in row-major order.
 //  - An element pair that is exactly equal counts as error 0, which includes equal
 //    infinities (e.g. LSE = -inf for empty rows on both sides).
-//  - Any NaN on either side, or unequal infinities, make max_abs and relative_l2 NaN (so
-//    EXPECT_LE(err, tol) fails).
+//  - Any NaN on either side makes max_abs and relative_l2 NaN; an infinity on one side that
+//    the other side does not match exactly makes them +inf (either way EXPECT_LE(err, tol)
+//    fails).
 //  - relative_l2 = ||a - b||_2 / ||b||_2 over the elements where b is finite; when ||b|| is 0
 //    it is 0 if a equals b everywhere and +inf otherwise.
 struct ErrorStats {
