@@ -33,24 +33,41 @@ std::string display_label(const KernelSpec& spec) {
 }
 
 // Every embedded kernels/*.cuh under its file name and under "kernels/<name>" (the spelling the
-// host uses), so device code can include either.
+// host uses), so device code can include either. NVRTC treats the two names as two files, so
+// #pragma once alone would define everything twice when both spellings meet in one unit; one
+// include guard per source, shared by both names, makes them a single file again. The #line
+// keeps NVRTC's error locations in the header's own numbering.
 struct HeaderTable {
   std::vector<std::string> names;
+  std::vector<std::string> texts;
   std::vector<const char*> name_pointers;
-  std::vector<const char*> texts;
+  std::vector<const char*> text_pointers;
 };
+
+std::string guarded_text(const EmbeddedSource& source) {
+  std::string guard = "FLARE_EMBEDDED_";
+  for (const char* c = source.name; *c != '\0'; ++c) {
+    guard += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
+  }
+  return "#ifndef " + guard + "\n#define " + guard + "\n#line 1 \"" + source.name + "\"\n" +
+         source.text + "\n#endif\n";
+}
 
 const HeaderTable& embedded_headers() {
   static const HeaderTable table = [] {
     HeaderTable t;
     for (const EmbeddedSource& source : embedded_sources()) {
+      const std::string text = guarded_text(source);
       for (const std::string& name :
            {std::string(source.name), std::string("kernels/") + source.name}) {
         t.names.push_back(name);
-        t.texts.push_back(source.text);
+        t.texts.push_back(text);
       }
     }
-    for (const std::string& name : t.names) t.name_pointers.push_back(name.c_str());
+    for (size_t i = 0; i < t.names.size(); ++i) {
+      t.name_pointers.push_back(t.names[i].c_str());
+      t.text_pointers.push_back(t.texts[i].c_str());
+    }
     return t;
   }();
   return table;
@@ -227,8 +244,8 @@ CompiledKernel compile(const KernelSpec& spec, const std::string& arch) {
   const HeaderTable& headers = embedded_headers();
   nvrtc::Program program = nullptr;
   const nvrtc::Result created = api.nvrtcCreateProgram(
-      &program, unit.c_str(), "flare_jit_unit.cu", static_cast<int>(headers.texts.size()),
-      headers.texts.data(), headers.name_pointers.data());
+      &program, unit.c_str(), "flare_jit_unit.cu", static_cast<int>(headers.text_pointers.size()),
+      headers.text_pointers.data(), headers.name_pointers.data());
   FLARE_CHECK(created == nvrtc::kSuccess, ErrorCode::kCompileError, "nvrtcCreateProgram for ",
               label, " failed: ", api.nvrtcGetErrorString(created));
   const ProgramGuard guard(api, program);
