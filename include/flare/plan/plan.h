@@ -32,7 +32,8 @@ struct PlanProblem {
 
 struct PlanOptions {
   int query_tile = 0;        // rows per tile (packed); 0 = auto from {1, 16, 32, 64, 128}
-  int fixed_split_size = 0;  // > 0: every KV chunk has this many tokens (batch invariance)
+  int fixed_split_size = 0;  // > 0: every KV chunk has this many tokens, rounded up to a
+                             // multiple of page_size (batch invariance)
   bool disable_split_kv = false;  // one chunk per tile (also for variants without softmax)
   int num_sms_to_use = 0;    // 0 = all; fewer leaves SMs to overlapped work (002 appendix E)
   float alpha = 1.0f;        // cost per query row of a chunk
@@ -82,6 +83,9 @@ struct Plan {
   int num_ctas = 0;
   int query_tile = 0;   // packed rows per tile
   int group_size = 0;   // num_qo_heads / num_kv_heads
+  int num_kv_heads = 0; // with head_dim_vo: what check_fits and executors verify
+  int head_dim_vo = 0;
+  bool split_kv = true; // false: planned with disable_split_kv (one work item per tile)
   int64_t kv_chunk = 0; // L_kv: the largest chunk, tokens
   std::vector<int32_t> cta_indptr;   // [num_ctas + 1] into work_items
   std::vector<WorkItem> work_items;  // grouped by CTA, in execution order

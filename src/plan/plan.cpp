@@ -1,0 +1,193 @@
+// plan(): checks that some kernel can run the problem, picks the query tile and L_kv, and runs
+// the scheduler (src/plan/schedule.cpp) into a typed Plan.
+#include "flare/plan/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "flare/core/error.h"
+#include "src/plan/schedule.h"
+#include "src/plan/tiles.h"
+
+namespace flare {
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kNoCuts = std::numeric_limits<int64_t>::max();
+constexpr int kMinHeadDim = 8;
+constexpr int kMaxHeadDim = 256;
+
+void check_head_dim(int head_dim, const char* name) {
+  FLARE_CHECK(head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim && head_dim % 8 == 0,
+              ErrorCode::kUnsupported, "plan: ", name, " must be a multiple of 8 in [",
+              kMinHeadDim, ", ", kMaxHeadDim, "], got ", head_dim);
+}
+
+void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options) {
+  FLARE_CHECK(problem.qo_len.size() == problem.kv_len.size(), ErrorCode::kInvalidArgument,
+              "plan: qo_len and kv_len must have one entry per request, got ",
+              problem.qo_len.size(), " and ", problem.kv_len.size());
+  FLARE_CHECK(problem.qo_len.size() <= static_cast<size_t>(kInt32Max), ErrorCode::kUnsupported,
+              "plan: batch must fit int32, got ", problem.qo_len.size(), " requests");
+  FLARE_CHECK(problem.num_qo_heads >= 1 && problem.num_kv_heads >= 1,
+              ErrorCode::kInvalidArgument, "plan: num_qo_heads and num_kv_heads must be >= 1, got ",
+              problem.num_qo_heads, " and ", problem.num_kv_heads);
+  FLARE_CHECK(problem.num_qo_heads % problem.num_kv_heads == 0, ErrorCode::kInvalidArgument,
+              "plan: num_kv_heads must divide num_qo_heads, got num_qo_heads=",
+              problem.num_qo_heads, " num_kv_heads=", problem.num_kv_heads);
+  check_head_dim(problem.head_dim_qk, "head_dim_qk");
+  check_head_dim(problem.head_dim_vo, "head_dim_vo");
+  FLARE_CHECK(problem.page_size >= 1, ErrorCode::kInvalidArgument,
+              "plan: page_size must be >= 1, got ", problem.page_size);
+  FLARE_CHECK(problem.window_left >= -1, ErrorCode::kInvalidArgument,
+              "plan: window_left must be -1 (no window) or >= 0, got ", problem.window_left);
+  const int64_t group = problem.num_qo_heads / problem.num_kv_heads;
+  for (size_t i = 0; i < problem.qo_len.size(); ++i) {
+    FLARE_CHECK(problem.qo_len[i] >= 0 && problem.kv_len[i] >= 0, ErrorCode::kInvalidArgument,
+                "plan: request ", i, " has a negative length: qo_len=", problem.qo_len[i],
+                " kv_len=", problem.kv_len[i]);
+    FLARE_CHECK(problem.qo_len[i] * group <= kInt32Max, ErrorCode::kUnsupported, "plan: request ",
+                i, " has qo_len * group = ", problem.qo_len[i] * group,
+                " packed rows, more than int32 holds");
+  }
+
+  FLARE_CHECK(device.num_sms >= 1 && device.ctas_per_sm >= 1, ErrorCode::kInvalidArgument,
+              "plan: device needs num_sms >= 1 and ctas_per_sm >= 1, got ", device.num_sms,
+              " and ", device.ctas_per_sm);
+  FLARE_CHECK(options.num_sms_to_use >= 0 && options.num_sms_to_use <= device.num_sms,
+              ErrorCode::kInvalidArgument, "plan: num_sms_to_use must be in [0, ",
+              device.num_sms, "] (0 = all), got ", options.num_sms_to_use);
+  FLARE_CHECK(options.query_tile >= 0, ErrorCode::kInvalidArgument,
+              "plan: query_tile must be >= 1, or 0 for auto, got ", options.query_tile);
+  FLARE_CHECK(options.fixed_split_size >= 0, ErrorCode::kInvalidArgument,
+              "plan: fixed_split_size must be >= 0, got ", options.fixed_split_size);
+  FLARE_CHECK(!(options.disable_split_kv && options.fixed_split_size > 0),
+              ErrorCode::kInvalidArgument,
+              "plan: disable_split_kv and fixed_split_size > 0 contradict each other, got "
+              "fixed_split_size=",
+              options.fixed_split_size);
+  FLARE_CHECK(std::isfinite(options.alpha) && std::isfinite(options.beta) &&
+                  options.alpha >= 0.0f && options.beta >= 0.0f &&
+                  (options.alpha > 0.0f || options.beta > 0.0f),
+              ErrorCode::kInvalidArgument,
+              "plan: cost coefficients must be finite, >= 0 and not both 0, got alpha=",
+              options.alpha, " beta=", options.beta);
+}
+
+int64_t round_up(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// Chunks that belong to split tiles (= partial slots) when tiles are cut at multiples of L_kv.
+int64_t split_chunk_count(std::span<const plan_detail::Tile> tiles, int64_t kv_chunk,
+                          int num_kv_heads) {
+  int64_t chunks = 0;
+  for (const plan_detail::Tile& tile : tiles) {
+    const int64_t count = plan_detail::chunk_count(tile.kv_begin, tile.kv_end, kv_chunk);
+    if (count > 1) chunks += count;
+  }
+  return chunks * num_kv_heads;
+}
+
+// L_kv of Algorithm 1: ceil(sum of effective KV over tiles and KV heads / #CTA), rounded up to
+// a page. Cuts sit at multiples of L_kv; a windowed tile that straddles one splits even when it
+// is shorter than L_kv, so in that (rare) case L_kv doubles until the chunks of split tiles fit
+// the 2 * #CTA partial slots the workspace holds.
+int64_t auto_kv_chunk(std::span<const plan_detail::Tile> tiles, const PlanProblem& problem,
+                      int num_ctas) {
+  int64_t total_kv = 0;
+  for (const plan_detail::Tile& tile : tiles) total_kv += tile.kv_end - tile.kv_begin;
+  total_kv *= problem.num_kv_heads;
+  int64_t kv_chunk = round_up(std::max<int64_t>(1, (total_kv + num_ctas - 1) / num_ctas),
+                              problem.page_size);
+  while (kv_chunk < kInt32Max &&
+         split_chunk_count(tiles, kv_chunk, problem.num_kv_heads) > int64_t{2} * num_ctas) {
+    kv_chunk *= 2;
+  }
+  return kv_chunk;
+}
+
+int64_t longest_tile(std::span<const plan_detail::Tile> tiles) {
+  int64_t longest = 0;
+  for (const plan_detail::Tile& tile : tiles) {
+    longest = std::max<int64_t>(longest, tile.kv_end - tile.kv_begin);
+  }
+  return longest;
+}
+
+// Scratch kept per thread: planning each decode step reuses it and allocates only the Plan.
+struct PlannerScratch {
+  std::vector<plan_detail::Tile> tiles;
+  plan_detail::ScheduleScratch schedule;
+};
+
+}  // namespace
+
+PlanCounts Plan::counts() const {
+  return {static_cast<int32_t>(work_items.size()), static_cast<int32_t>(merge_items.size()),
+          num_partial_slots, num_ctas};
+}
+
+Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options) {
+  validate(problem, device, options);
+  const int group = problem.num_qo_heads / problem.num_kv_heads;
+  const int64_t sms = options.num_sms_to_use > 0 ? options.num_sms_to_use : device.num_sms;
+  const int64_t num_ctas = sms * device.ctas_per_sm;
+  FLARE_CHECK(num_ctas <= kInt32Max / 2, ErrorCode::kUnsupported,
+              "plan: num_sms * ctas_per_sm = ", num_ctas, " CTAs is more than supported (",
+              kInt32Max / 2, ")");
+
+  thread_local PlannerScratch scratch;
+  Plan result;
+  result.num_ctas = static_cast<int>(num_ctas);
+  result.group_size = group;
+  result.num_kv_heads = problem.num_kv_heads;
+  result.head_dim_vo = problem.head_dim_vo;
+  result.split_kv = !options.disable_split_kv;
+  result.query_tile = plan_detail::choose_query_tile(problem, group, options.query_tile);
+
+  int64_t tile_count = 0;
+  for (const int32_t q_len : problem.qo_len) {
+    tile_count += (int64_t{q_len} * group + result.query_tile - 1) / result.query_tile;
+  }
+  FLARE_CHECK(tile_count <= kInt32Max && tile_count * problem.num_kv_heads <= kInt32Max,
+              ErrorCode::kUnsupported,
+              "plan: ", tile_count, " query tiles x ", problem.num_kv_heads,
+              " KV heads exceed int32 work items");
+  scratch.tiles.reserve(static_cast<size_t>(tile_count));
+  plan_detail::build_tiles(problem, group, result.query_tile, scratch.tiles);
+  const std::span<const plan_detail::Tile> tiles(scratch.tiles);
+
+  int64_t kv_chunk = kNoCuts;
+  if (options.fixed_split_size > 0) {
+    kv_chunk = round_up(options.fixed_split_size, problem.page_size);
+  } else if (!options.disable_split_kv) {
+    kv_chunk = auto_kv_chunk(tiles, problem, static_cast<int>(num_ctas));
+  }
+  int64_t chunk_total = 0;
+  for (const plan_detail::Tile& tile : tiles) {
+    chunk_total += plan_detail::chunk_count(tile.kv_begin, tile.kv_end, kv_chunk);
+  }
+  // Fill splits add at most one work item per CTA.
+  FLARE_CHECK(chunk_total <= kInt32Max &&
+                  (chunk_total + num_ctas) * problem.num_kv_heads <= kInt32Max,
+              ErrorCode::kUnsupported, "plan: ", chunk_total, " KV chunks x ",
+              problem.num_kv_heads, " KV heads exceed int32 work items (fixed_split_size=",
+              options.fixed_split_size, " is too small for these lengths)");
+  result.kv_chunk = kv_chunk == kNoCuts ? longest_tile(tiles) : kv_chunk;
+
+  plan_detail::ScheduleParams params;
+  params.num_kv_heads = problem.num_kv_heads;
+  params.num_ctas = result.num_ctas;
+  params.page_size = problem.page_size;
+  params.kv_chunk = kv_chunk;
+  params.fill_split = !options.disable_split_kv && options.fixed_split_size == 0;
+  params.max_split_chunks = int64_t{2} * num_ctas;
+  params.alpha = options.alpha;
+  params.beta = options.beta;
+  plan_detail::schedule(tiles, params, scratch.schedule, result);
+  return result;
+}
+
+}  // namespace flare

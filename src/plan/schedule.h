@@ -1,0 +1,75 @@
+// Planner internals, second stage: Algorithm 1 of paper 001 (KV chunks, longest first, to the
+// least-loaded CTA) with fill splits, write-through and the merge map (002 appendix D.2).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "flare/plan/plan.h"
+#include "src/plan/tiles.h"
+
+namespace flare::plan_detail {
+
+struct ScheduleParams {
+  int num_kv_heads = 0;
+  int num_ctas = 0;
+  int page_size = 1;
+  // L_kv: tiles are cut at the multiples of kv_chunk (a multiple of page_size), so chunk
+  // boundaries never depend on other requests. INT64_MAX: no cuts.
+  int64_t kv_chunk = 0;
+  // Fill splits (see schedule.cpp): off for fixed_split_size (batch invariance) and
+  // disable_split_kv.
+  bool fill_split = false;
+  // The most chunks that may belong to split tiles, i.e. partial slots (2 * num_ctas).
+  int64_t max_split_chunks = 0;
+  double alpha = 1.0;
+  double beta = 1.0;
+};
+
+// Reusable buffers, so that planning every decode step allocates nothing but the Plan.
+struct ScheduleScratch {
+  struct Chunk {  // one KV chunk of a tile, the same under every KV head
+    int32_t tile;
+    int32_t kv_begin;
+    int32_t kv_end;
+  };
+  struct Piece {  // a chunk (or what a fill split left of one) under one KV head
+    int32_t tile;
+    int32_t kv_head;
+    int32_t kv_begin;
+    int32_t kv_end;
+  };
+  struct CtaLoad {
+    double cost;
+    int32_t cta;
+  };
+  struct SplitChunk {  // a work item of a split tile, keyed (tile id, kv_begin)
+    uint64_t key;
+    int32_t item;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<uint64_t> order;         // chunks sorted: longest first, then generation order
+  std::vector<int32_t> chunks_of_tile; // [tiles * num_kv_heads] current chunk count
+  std::vector<CtaLoad> heap;           // min-heap on (cost, cta)
+  std::vector<uint8_t> filled;         // [num_ctas] received a fill split
+  std::vector<Piece> tails;            // heap of fill-split remainders, longest first
+  std::vector<WorkItem> assigned;      // in assignment order
+  std::vector<int32_t> assigned_cta;
+  std::vector<int32_t> assigned_tile;  // tile * num_kv_heads + kv_head
+  std::vector<int32_t> cursor;         // [num_ctas] next free work item of each CTA
+  std::vector<SplitChunk> split_chunks;
+};
+
+// Number of chunks the cuts at multiples of kv_chunk make of [kv_begin, kv_end) (1 if empty).
+inline int64_t chunk_count(int64_t kv_begin, int64_t kv_end, int64_t kv_chunk) {
+  if (kv_end - kv_begin <= 0) return 1;
+  return (kv_end + kv_chunk - 1) / kv_chunk - kv_begin / kv_chunk;
+}
+
+// Fills plan.cta_indptr, work_items, merge_indptr, merge_items, merge_slots,
+// num_partial_slots and cta_cost. The caller has checked that every count fits int32.
+void schedule(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& scratch,
+              Plan& plan);
+
+}  // namespace flare::plan_detail

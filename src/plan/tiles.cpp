@@ -1,0 +1,50 @@
+// Query tile selection and the KV range each packed-row tile sees.
+#include "src/plan/tiles.h"
+
+#include <algorithm>
+
+namespace flare::plan_detail {
+
+int choose_query_tile(const PlanProblem& problem, int group, int requested) {
+  if (requested > 0) return requested;
+  int64_t packed_rows = 0;
+  int64_t requests_with_queries = 0;
+  for (const int32_t q_len : problem.qo_len) {
+    packed_rows += int64_t{q_len} * group;
+    requests_with_queries += q_len > 0;
+  }
+  // tile >= average  <=>  tile * requests >= packed_rows (exact, no division).
+  for (const int tile : kAutoQueryTiles) {
+    if (tile * requests_with_queries >= packed_rows) return tile;
+  }
+  return kAutoQueryTiles[std::size(kAutoQueryTiles) - 1];
+}
+
+void build_tiles(const PlanProblem& problem, int group, int query_tile, std::vector<Tile>& tiles) {
+  tiles.clear();
+  const int32_t batch = static_cast<int32_t>(problem.qo_len.size());
+  for (int32_t request = 0; request < batch; ++request) {
+    const int64_t q_len = problem.qo_len[static_cast<size_t>(request)];
+    const int64_t kv_len = problem.kv_len[static_cast<size_t>(request)];
+    const int64_t packed_rows = q_len * group;
+    // Bottom-right alignment: query token t sits at KV position kv_len - q_len + t.
+    const int64_t first_position = kv_len - q_len;
+    for (int64_t row_begin = 0; row_begin < packed_rows; row_begin += query_tile) {
+      const int64_t row_end = std::min(packed_rows, row_begin + query_tile);
+      const int64_t first_token = row_begin / group;
+      const int64_t last_token = (row_end - 1) / group;
+      int64_t kv_end = kv_len;
+      if (problem.causal) kv_end = std::clamp<int64_t>(first_position + last_token + 1, 0, kv_len);
+      int64_t kv_begin = 0;
+      if (problem.window_left >= 0) {
+        kv_begin = std::clamp<int64_t>(first_position + first_token - problem.window_left, 0,
+                                       kv_len);
+      }
+      if (kv_begin >= kv_end) kv_begin = kv_end = 0;
+      tiles.push_back({request, static_cast<int32_t>(row_begin), static_cast<int32_t>(row_end),
+                       static_cast<int32_t>(kv_begin), static_cast<int32_t>(kv_end)});
+    }
+  }
+}
+
+}  // namespace flare::plan_detail

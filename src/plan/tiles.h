@@ -1,0 +1,34 @@
+// Planner internals, first stage: the query tile size (001 §3.2.2) and the packed-row tiles of
+// each request with the KV range their rows can see (causal, sliding window).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "flare/plan/plan.h"
+
+namespace flare::plan_detail {
+
+// Packed rows [row_begin, row_end) of one request (head-group fusion, 002 appendix A). The KV
+// range is the union of what those rows see and is the same under every KV head; an empty
+// range is stored as [0, 0).
+struct Tile {
+  int32_t request;
+  int32_t row_begin;
+  int32_t row_end;
+  int32_t kv_begin;
+  int32_t kv_end;
+};
+
+// The tiles sizes auto selection picks from (001 §3.2.2).
+inline constexpr int kAutoQueryTiles[] = {1, 16, 32, 64, 128};
+
+// `requested` > 0 is taken as is; 0 picks the smallest auto tile at least as large as the
+// average packed length (q_len * group) over requests with q_len > 0, capped at 128.
+int choose_query_tile(const PlanProblem& problem, int group, int requested);
+
+// Replaces `tiles` with the tiles of every request, in (request, row) order. Requests with
+// q_len 0 have none. Lengths must be validated (non-negative, packed rows within int32).
+void build_tiles(const PlanProblem& problem, int group, int query_tile, std::vector<Tile>& tiles);
+
+}  // namespace flare::plan_detail
