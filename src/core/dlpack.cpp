@@ -3,6 +3,7 @@
 #include "flare/core/dlpack.h"
 
 #include <array>
+#include <cstddef>
 #include <utility>
 
 #include "flare/core/error.h"

@@ -64,7 +64,8 @@ uint32_t encode_minifloat(float x, const MinifloatFormat& format, bool saturate)
   // (float32 subnormals lie far below every format's subnormal range, so they land there too).
   const int result_exponent = std::max(exponent, format.min_exponent());
   // Keep mantissa_bits fraction bits at result_exponent: drop `shift` (>= 23 - mantissa_bits > 0)
-  // low bits of the significand, rounding to nearest even. Beyond 26 nothing reaches half an ulp.
+  // low bits of the significand, rounding to nearest even. The clamp keeps the shifts defined;
+  // from 26 on nothing reaches half an ulp anyway.
   const int shift =
       std::min(result_exponent - exponent + kF32MantissaBits - format.mantissa_bits, 40);
   uint64_t rounded = significand >> shift;
