@@ -16,6 +16,7 @@ using CUdeviceptr = DevicePtr;
 
 // Values from cuda.h (stable across driver versions: the driver ABI never renumbers them).
 inline constexpr CUresult kSuccess = 0;
+inline constexpr CUresult kErrorStubLibrary = 34;
 inline constexpr CUresult kErrorInvalidContext = 201;
 enum DeviceAttribute : int {
   kAttrMultiprocessorCount = 16,

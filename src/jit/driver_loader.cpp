@@ -99,6 +99,12 @@ void load(DriverState& state) {
     return;
   }
   const CUresult init = state.table.cuInit(0);
+  if (init == kErrorStubLibrary) {
+    state.unavailable_reason =
+        "cuInit failed: the CUDA toolkit's stub libcuda was loaded instead of a real driver "
+        "(remove its stubs/ directory from LD_LIBRARY_PATH)";
+    return;
+  }
   if (init != kSuccess) {
     state.unavailable_reason = "cuInit failed: " + error_text(state.table, init);
     return;
