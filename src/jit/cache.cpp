@@ -64,7 +64,8 @@ void put_u64(std::string& out, uint64_t value) {
 // Little-endian unsigned integer of `bytes` bytes at `offset` (the caller checked the bounds).
 uint64_t get_le(std::string_view in, size_t offset, int bytes) {
   uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i) value |= uint64_t{static_cast<uint8_t>(in[offset + i])} << (8 * i);
+  for (int i = 0; i < bytes; ++i)
+    value |= uint64_t{static_cast<uint8_t>(in[offset + i])} << (8 * i);
   return value;
 }
 
@@ -92,9 +93,11 @@ std::string encode_entry(const CompiledKernel& kernel) {
 
 // Decodes an entry file into cubin and log; returns why it is invalid, or "" when valid.
 std::string decode_entry(std::string_view file, CompiledKernel& kernel) {
-  if (file.size() < kHeaderBytes) return "truncated header (" + std::to_string(file.size()) + " bytes)";
+  if (file.size() < kHeaderBytes)
+    return "truncated header (" + std::to_string(file.size()) + " bytes)";
   if (file.substr(0, kMagic.size()) != kMagic) return "bad magic";
-  if (get_le(file, 8, 4) != kFormatVersion) return "format version " + std::to_string(get_le(file, 8, 4));
+  if (get_le(file, 8, 4) != kFormatVersion)
+    return "format version " + std::to_string(get_le(file, 8, 4));
   const uint64_t cubin_bytes = get_le(file, 16, 8);
   const uint64_t log_bytes = get_le(file, 24, 8);
   const uint64_t payload = file.size() - kHeaderBytes;

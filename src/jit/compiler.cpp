@@ -152,8 +152,8 @@ std::string KernelSpec::translation_unit() const {
 
 std::string arch_for(int cc_major, int cc_minor) {
   FLARE_CHECK(cc_major > 0 && cc_minor >= 0 && cc_minor <= 9, ErrorCode::kInvalidArgument,
-              "arch_for: compute capability must be major >= 1 and minor in [0, 9], got ",
-              cc_major, ".", cc_minor);
+              "arch_for: compute capability must be major >= 1 and minor in [0, 9], got ", cc_major,
+              ".", cc_minor);
   // Hopper's wgmma and setmaxnreg exist only in the architecture-specific sm_90a target.
   const std::string suffix = (cc_major == 9 && cc_minor == 0) ? "a" : "";
   return "sm_" + std::to_string(cc_major) + std::to_string(cc_minor) + suffix;

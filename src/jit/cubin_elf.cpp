@@ -27,9 +27,9 @@ class Bytes {
 
   template <class T>
   T read(uint64_t offset) const {
-    FLARE_CHECK(offset <= data_.size() && sizeof(T) <= data_.size() - offset,
-                ErrorCode::kInternal, "malformed cubin: read of ", sizeof(T), " bytes at offset ",
-                offset, " past its end (", data_.size(), " bytes)");
+    FLARE_CHECK(offset <= data_.size() && sizeof(T) <= data_.size() - offset, ErrorCode::kInternal,
+                "malformed cubin: read of ", sizeof(T), " bytes at offset ", offset,
+                " past its end (", data_.size(), " bytes)");
     T value;
     std::memcpy(&value, data_.data() + offset, sizeof(T));  // cubins are little-endian, as is x86
     return value;
@@ -124,8 +124,11 @@ std::map<uint32_t, std::string> symbol_names(const std::vector<Section>& section
 }  // namespace
 
 bool is_elf64(std::string_view bytes) {
-  return bytes.size() >= 0x40 && bytes.substr(0, 4) == "\x7f" "ELF" && bytes[4] == 2 &&
-         bytes[5] == 1;
+  return bytes.size() >= 0x40 &&
+         bytes.substr(0, 4) ==
+             "\x7f"
+             "ELF" &&
+         bytes[4] == 2 && bytes[5] == 1;
 }
 
 std::vector<CubinKernel> read_cubin_kernels(std::string_view cubin) {

@@ -42,7 +42,8 @@ DeviceProperties query_properties(const driver::Api& d, int device) {
   props.max_threads_per_sm = attribute(d, driver::kAttrMaxThreadsPerMultiprocessor, handle);
   props.max_shared_bytes_per_block_optin =
       attribute(d, driver::kAttrMaxSharedMemoryPerBlockOptin, handle);
-  props.max_shared_bytes_per_sm = attribute(d, driver::kAttrMaxSharedMemoryPerMultiprocessor, handle);
+  props.max_shared_bytes_per_sm =
+      attribute(d, driver::kAttrMaxSharedMemoryPerMultiprocessor, handle);
   props.registers_per_sm = attribute(d, driver::kAttrMaxRegistersPerMultiprocessor, handle);
   props.l2_bytes = attribute(d, driver::kAttrL2CacheSize, handle);
   size_t total = 0;

@@ -4,9 +4,8 @@
 
 namespace flare::cuda {
 
-void launch(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
-            unsigned block_x, unsigned block_y, unsigned block_z, unsigned shared_bytes,
-            Stream stream, void** args) {
+void launch(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
+            unsigned block_y, unsigned block_z, unsigned shared_bytes, Stream stream, void** args) {
   FLARE_CHECK(function != nullptr, ErrorCode::kInvalidArgument,
               "launch: function is null (load it with flare::jit::get_kernel)");
   check(driver::api().cuLaunchKernel(function, grid_x, grid_y, grid_z, block_x, block_y, block_z,
@@ -17,15 +16,15 @@ void launch(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z
 void set_max_dynamic_shared(Function function, int bytes) {
   FLARE_CHECK(bytes >= 0, ErrorCode::kInvalidArgument,
               "set_max_dynamic_shared: bytes must be >= 0, got ", bytes);
-  check(driver::api().cuFuncSetAttribute(function, driver::kFuncAttrMaxDynamicSharedSizeBytes,
-                                         bytes),
-        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  check(
+      driver::api().cuFuncSetAttribute(function, driver::kFuncAttrMaxDynamicSharedSizeBytes, bytes),
+      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
 }
 
 int max_active_blocks_per_sm(Function function, int block_size, size_t dynamic_shared) {
   int blocks = 0;
   check(driver::api().cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, function, block_size,
-                                                                   dynamic_shared),
+                                                                  dynamic_shared),
         "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   return blocks;
 }

@@ -61,13 +61,12 @@ struct Api {
   CUresult (*cuStreamIsCapturing)(Stream stream, int* status);
   CUresult (*cuModuleLoadData)(Module* module, const void* image);
   CUresult (*cuModuleGetFunction)(Function* function, Module module, const char* name);
-  CUresult (*cuLaunchKernel)(Function function, unsigned grid_x, unsigned grid_y,
-                             unsigned grid_z, unsigned block_x, unsigned block_y,
-                             unsigned block_z, unsigned shared_bytes, Stream stream,
-                             void** params, void** extra);
+  CUresult (*cuLaunchKernel)(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                             unsigned block_x, unsigned block_y, unsigned block_z,
+                             unsigned shared_bytes, Stream stream, void** params, void** extra);
   CUresult (*cuFuncSetAttribute)(Function function, int attribute, int value);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int* blocks, Function function,
-                                                         int block_size, size_t dynamic_shared);
+                                                          int block_size, size_t dynamic_shared);
 };
 
 // The loaded table after a successful cuInit with at least one device, else nullptr (the

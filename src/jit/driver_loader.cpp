@@ -94,8 +94,7 @@ void load(DriverState& state) {
   // The library stays open for the life of the process: modules and contexts outlive any scope.
   const std::string missing = resolve_all(library, state.table);
   if (!missing.empty()) {
-    state.unavailable_reason =
-        "the CUDA driver lacks " + missing + " (driver too old for flare)";
+    state.unavailable_reason = "the CUDA driver lacks " + missing + " (driver too old for flare)";
     return;
   }
   const CUresult init = state.table.cuInit(0);

@@ -50,7 +50,8 @@ std::string env(const char* name) {
 // Sonames first (the loader's search path, ldconfig), then the usual toolkit locations.
 std::vector<std::string> library_candidates() {
   std::vector<std::string> candidates = {"libnvrtc.so.13", "libnvrtc.so"};
-  for (const std::string& root : {env("CUDA_HOME"), env("CUDA_PATH"), std::string("/usr/local/cuda")}) {
+  for (const std::string& root :
+       {env("CUDA_HOME"), env("CUDA_PATH"), std::string("/usr/local/cuda")}) {
     if (root.empty()) continue;
     candidates.push_back(root + "/lib64/libnvrtc.so.13");
     candidates.push_back(root + "/lib64/libnvrtc.so");
@@ -65,7 +66,8 @@ std::vector<std::string> find_include_dirs(const std::string& library_path) {
   std::error_code error;
   const fs::path library = fs::canonical(library_path, error);
   if (!error) roots.push_back(library.parent_path().parent_path());  // <root>/lib/libnvrtc.so
-  for (const std::string& root : {env("CUDA_HOME"), env("CUDA_PATH"), std::string("/usr/local/cuda")}) {
+  for (const std::string& root :
+       {env("CUDA_HOME"), env("CUDA_PATH"), std::string("/usr/local/cuda")}) {
     if (!root.empty()) roots.emplace_back(root);
   }
   for (const fs::path& root : roots) {

@@ -2,7 +2,8 @@
 //   ptxas info    : Compiling entry function 'k' for 'sm_90a'
 //   ptxas info    : Function properties for k
 //   ptxas         .     1024 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads
-//   ptxas info    : Used 42 registers, used 1 barriers, 4096 bytes smem, 1024 bytes cumulative stack size
+//   ptxas info    : Used 42 registers, used 1 barriers, 4096 bytes smem, 1024 bytes cumulative
+//   stack size
 // "Function properties" blocks also appear for non-inlined device functions; only entries
 // (named by "Compiling entry function") are reported.
 #include "src/jit/ptxas_report.h"

@@ -170,9 +170,9 @@ INSTANTIATE_TEST_SUITE_P(
           return bytes;
         },
         [](std::string bytes) { return bytes.substr(0, bytes.size() - 100); },  // truncated
-        [](std::string bytes) { return bytes.substr(0, 20); },  // truncated header
-        [](std::string bytes) { return bytes + "trailing"; },   // extra bytes
-        [](std::string bytes) {                                  // another file's magic
+        [](std::string bytes) { return bytes.substr(0, 20); },                  // truncated header
+        [](std::string bytes) { return bytes + "trailing"; },                   // extra bytes
+        [](std::string bytes) {  // another file's magic
           bytes[0] = 'X';
           return bytes;
         },

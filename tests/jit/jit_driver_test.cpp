@@ -48,8 +48,7 @@ TEST(CudaDriver, EmptyBuffersNeedNoDevice) {
 
 TEST(CudaDriver, CheckNamesTheCallAndTheError) {
   EXPECT_NO_THROW(cuda::check(0, "cuMemAlloc"));
-  EXPECT_FLARE_ERROR(cuda::check(2, "cuMemAlloc"), ErrorCode::kCudaError,
-                     "cuMemAlloc failed: ");
+  EXPECT_FLARE_ERROR(cuda::check(2, "cuMemAlloc"), ErrorCode::kCudaError, "cuMemAlloc failed: ");
   EXPECT_FLARE_ERROR(cuda::check(2, "cuMemAlloc"), ErrorCode::kCudaError, "(error 2)");
   if (cuda::available()) {
     EXPECT_FLARE_ERROR(cuda::check(2, "cuMemAlloc"), ErrorCode::kCudaError,
@@ -78,7 +77,7 @@ TEST_F(JitTest, LoadsAndLaunchesAJitKernelOnTheDevice) {
                      "jit_test_missing");
 
   constexpr int n = 97;
-  std::vector<uint16_t> x_bf16(n);   // bf16 bit patterns of i - 48
+  std::vector<uint16_t> x_bf16(n);          // bf16 bit patterns of i - 48
   std::vector<uint8_t> bias_e4m3(n, 0x38);  // e4m3 1.0
   for (int i = 0; i < n; ++i) {
     const float value = static_cast<float>(i - 48);

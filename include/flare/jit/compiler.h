@@ -23,19 +23,21 @@ struct KernelSpec {
   std::string translation_unit() const;
 };
 
-// From the cubin's ELF attributes, per entry.
+// Per entry: registers, local (stack) bytes, spills and static shared memory from ptxas's
+// verbose report (kept with the cubin in the disk cache); max_threads from the cubin's ELF
+// attributes (.nv.info.<entry>, EIATTR_MAX_THREADS).
 struct ResourceUsage {
   std::string entry;
   int registers = 0;
-  int local_bytes = 0;   // stack frame / local memory: must be 0 for shipped kernels
-  int spill_bytes = 0;   // spill stores + loads reported by ptxas; must be 0
+  int local_bytes = 0;  // stack frame / local memory: must be 0 for shipped kernels
+  int spill_bytes = 0;  // spill stores + loads reported by ptxas; must be 0
   int static_shared_bytes = 0;
-  int max_threads = 0;
+  int max_threads = 0;  // __launch_bounds__ threads per block; 0 when the kernel declares none
 };
 
 struct CompiledKernel {
-  std::string cubin;  // binary, loadable with cuModuleLoadData
-  std::string log;    // NVRTC + ptxas log
+  std::string cubin;                 // binary, loadable with cuModuleLoadData
+  std::string log;                   // NVRTC + ptxas log
   std::vector<ResourceUsage> usage;  // one per entry of the spec, in its order
   double compile_seconds = 0;        // 0 when served from the disk cache
   bool from_cache = false;           // compile_cached found a valid entry: nothing was compiled

@@ -51,7 +51,8 @@ void check(int result, const char* what);
 // True while `stream` is being captured into a CUDA graph.
 bool is_capturing(Stream stream);
 
-// Device memory (cuMemAlloc), freed on destruction.
+// Device memory (cuMemAlloc) in the calling thread's current context (set_device first),
+// freed on destruction from any thread. Zero bytes allocate nothing and need no device.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -70,7 +71,8 @@ class DeviceBuffer {
   Context context_ = nullptr;  // freed under the context it was allocated in, from any thread
 };
 
-// Page-locked host memory (cuMemHostAlloc) for asynchronous plan copies.
+// Page-locked host memory (cuMemHostAlloc, portable across devices) for asynchronous plan
+// copies; needs a current context like DeviceBuffer.
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
