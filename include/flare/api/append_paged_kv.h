@@ -1,0 +1,48 @@
+// Appending new tokens' keys and values to a paged KV cache (FlashInfer's append_paged_kv_cache):
+// token i goes to request batch_indices[i] at position positions[i] of that request's pages.
+#pragma once
+
+#include "flare/core/tensor.h"
+#include "flare/format/paged_kv.h"
+#include "flare/jit/cuda_driver.h"
+
+namespace flare {
+
+// The tokens to append and where they go.
+//   append_key    [nnz, H_kv, D_qk]  the dtype of the cache's K pages, any strides (last dim 1)
+//   append_value  [nnz, H_kv, D_vo]  the dtype of the cache's V pages, likewise
+//   batch_indices int32 [nnz]: the request of each token; a negative entry marks a padding token
+//                 that is skipped (get_batch_indices_positions gives -1 past append_indptr[-1])
+//   positions     int32 [nnz]: the token's position in its request, so it lands in page
+//                 cache.table.indices[indptr[b] + pos / page_size], slot pos % page_size
+// Only the page table's indptr and indices are read; kv_last_page_len is not needed to find a
+// slot (the caller updates it for the appended lengths).
+struct AppendPagedKVInput {
+  TensorView append_key;
+  TensorView append_value;
+  TensorView batch_indices;
+  TensorView positions;
+};
+
+// CPU: every array (cache pages, page table, tokens, indices) on the CPU. Validates everything
+// first (shapes, dtypes, the page table as in validate_paged_kv, each batch index in
+// [0, batch) or negative, each position in [0, pages of its request * page_size)) and throws
+// kInvalidArgument naming the argument and value; nothing is written then.
+void append_paged_kv_cpu(const AppendPagedKVInput& input, const PagedKV& cache);
+
+// GPU: every array on the same CUDA device (cache pages, page table, tokens, indices); runs
+// on `stream` without synchronizing or allocating, so it can be captured in a CUDA graph.
+// Host-side checks: shapes, dtypes, devices, strides. The index arrays live on the device and
+// are not read on the host; the kernel bounds-checks each token (batch index in [0, batch),
+// position inside its request's pages, page id in [0, pages)) and skips a token that fails,
+// so bad indices never write outside the cache. Copies 16-byte vectors when the pointers,
+// strides and head dims allow it, narrower ones otherwise.
+// Throws kNoCudaDevice, kCompileError, kCudaError, kInvalidArgument.
+void append_paged_kv_cuda(const AppendPagedKVInput& input, const PagedKV& cache,
+                          cuda::Stream stream);
+
+// Dispatch on the cache's device.
+void append_paged_kv(const AppendPagedKVInput& input, const PagedKV& cache,
+                     cuda::Stream stream = nullptr);
+
+}  // namespace flare

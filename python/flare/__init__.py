@@ -1,0 +1,37 @@
+"""flare: FLexible Attention Runtime Engine.
+
+FlashInfer's Python interface (names and plan()/run() arguments of FlashInfer 0.6) over
+flare's C++/CUDA engine, so a serving framework switches with an import change. Tensors are
+torch tensors (CUDA: GPU kernels on the caller's current stream; CPU) or numpy arrays (the CPU
+backend), passed through DLPack without copies. An argument flare does not support yet raises
+NotImplementedError naming it.
+"""
+
+from . import _flare
+from .cascade import merge_state, merge_state_in_place, merge_states
+from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
+from .page import append_paged_kv_cache, get_batch_indices_positions
+from .prefill import (BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper,
+                      single_prefill_with_kv_cache)
+
+__version__ = "0.1.0"
+
+
+def cuda_available():
+    """True when flare can reach a CUDA device (driver loaded, a device present)."""
+    return _flare.cuda_available()
+
+
+__all__ = [
+    "BatchDecodeWithPagedKVCacheWrapper",
+    "BatchPrefillWithPagedKVCacheWrapper",
+    "BatchPrefillWithRaggedKVCacheWrapper",
+    "append_paged_kv_cache",
+    "cuda_available",
+    "get_batch_indices_positions",
+    "merge_state",
+    "merge_state_in_place",
+    "merge_states",
+    "single_decode_with_kv_cache",
+    "single_prefill_with_kv_cache",
+]

@@ -1,0 +1,76 @@
+"""Checks and translations of FlashInfer's keyword arguments shared by the wrappers.
+
+An argument flare does not support yet raises NotImplementedError naming it; none is ignored.
+"""
+
+from . import _flare
+
+KV_LAYOUTS = ("NHD", "HND")
+POS_ENCODING_MODES = ("NONE", "ROPE_LLAMA", "ALIBI")
+
+
+def unsupported(where, name, value, why=""):
+    detail = f": {why}" if why else ""
+    raise NotImplementedError(
+        f"{where}: argument {name}={value!r} is not supported by flare yet{detail}")
+
+
+def reject_unless_none(where, **arguments):
+    """NotImplementedError for the first argument that is not None."""
+    for name, value in arguments.items():
+        if value is not None:
+            unsupported(where, name, _short(value))
+
+
+def check_kv_layout(kv_layout):
+    if kv_layout not in KV_LAYOUTS:
+        raise ValueError(f"kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+    return kv_layout
+
+
+def check_backend(where, backend):
+    if backend != "auto":
+        unsupported(where, "backend", backend, "flare has one backend per device ('auto')")
+
+
+def check_pos_encoding_mode(pos_encoding_mode):
+    if pos_encoding_mode not in POS_ENCODING_MODES:
+        raise ValueError(
+            f"pos_encoding_mode must be one of {POS_ENCODING_MODES}, got {pos_encoding_mode!r}")
+    return pos_encoding_mode
+
+
+def make_params(*, sm_scale=None, causal=False, window_left=-1, logits_soft_cap=None,
+                pos_encoding_mode="NONE", rope_scale=None, rope_theta=None, k_scale=None,
+                v_scale=None, custom_mask=None, mask_indptr=None):
+    """flare's AttentionParams from FlashInfer's conventions (None means the default)."""
+    window_left = -1 if window_left is None else int(window_left)
+    if window_left < -1:
+        raise ValueError(f"window_left must be -1 (no window) or >= 0, got {window_left}")
+    cap = 0.0 if logits_soft_cap is None else float(logits_soft_cap)
+    if cap < 0:
+        raise ValueError(f"logits_soft_cap must be positive (or None/0 for off), got {cap}")
+    scale = 0.0 if sm_scale is None else float(sm_scale)
+    if sm_scale is not None and scale <= 0:
+        raise ValueError(f"sm_scale must be positive, got {sm_scale}")
+    return _flare.AttentionParams(
+        sm_scale=scale,
+        causal=bool(causal),
+        window_left=window_left,
+        logits_soft_cap=cap,
+        pos_encoding_mode=check_pos_encoding_mode(pos_encoding_mode),
+        rope_theta=1e4 if rope_theta is None else float(rope_theta),
+        rope_scale=1.0 if rope_scale is None else float(rope_scale),
+        k_scale=1.0 if k_scale is None else float(k_scale),
+        v_scale=1.0 if v_scale is None else float(v_scale),
+        custom_mask=custom_mask,
+        mask_indptr=mask_indptr,
+    )
+
+
+def _short(value):
+    """A printable stand-in for a tensor argument."""
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"<tensor of shape {tuple(shape)}>"
+    return value

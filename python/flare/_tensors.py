@@ -1,0 +1,181 @@
+"""Framework-neutral tensor helpers for the wrappers.
+
+Inputs are numpy arrays or torch tensors (CPU or CUDA); they reach the extension through
+DLPack without a copy. Outputs are allocated in the caller's framework on the caller's device.
+torch is never imported here: a torch tensor can only be passed once the caller imported it.
+"""
+
+import contextlib
+import sys
+
+import numpy as np
+
+from . import _flare
+
+# torch fp8 dtypes travel as uint8 views (not every torch exports fp8 through DLPack) and are
+# reinterpreted by the extension.
+_TORCH_FP8 = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+
+# Canonical flare dtype names for the names FlashInfer accepts ("float16", torch.float16, ...).
+_DTYPE_NAMES = {
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "float32": "float32",
+    "float": "float32",
+    "float8_e4m3fn": "e4m3",
+    "float8_e4m3": "e4m3",
+    "e4m3": "e4m3",
+    "float8_e5m2": "e5m2",
+    "e5m2": "e5m2",
+}
+
+
+def torch_module():
+    """The torch module when the caller has imported it, else None."""
+    return sys.modules.get("torch")
+
+
+def is_torch(x):
+    torch = torch_module()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_cuda(x):
+    return is_torch(x) and x.is_cuda
+
+
+def dtype_name(dtype):
+    """flare's name for a dtype given as a string, torch.dtype or numpy dtype."""
+    if dtype is None:
+        return None
+    text = str(dtype)
+    text = text[len("torch."):] if text.startswith("torch.") else text
+    name = _DTYPE_NAMES.get(text)
+    if name is None:
+        raise ValueError(
+            f"unsupported data type {dtype!r}: flare takes float16, bfloat16, float32, "
+            "float8_e4m3fn, float8_e5m2")
+    return name
+
+
+def tensor_dtype(x):
+    """flare's dtype name of a tensor (torch or numpy)."""
+    return dtype_name(x.dtype)
+
+
+def arg(x):
+    """The extension's view of x (no copy), or None."""
+    if x is None:
+        return None
+    if is_torch(x):
+        torch = torch_module()
+        x = x.detach()
+        reinterpret = None
+        name = str(x.dtype)[len("torch."):]
+        if name in _TORCH_FP8:
+            reinterpret = _TORCH_FP8[name]
+            x = x.view(torch.uint8)
+        elif x.dtype == torch.bool:
+            x = x.view(torch.uint8)
+        if x.is_cuda:
+            # stream=-1: no synchronization; flare runs on the stream the wrapper passes down,
+            # and the default (None) would make torch record an event on the legacy default
+            # stream, which breaks CUDA-graph capture.
+            return _flare.Tensor(x.__dlpack__(stream=-1), reinterpret)
+        return _flare.Tensor(x, reinterpret)
+    if isinstance(x, np.ndarray) and x.dtype == np.bool_:
+        x = x.view(np.uint8)
+    return _flare.Tensor(x)
+
+
+def device_of(x):
+    """("cpu", 0) or ("cuda", index) for a torch tensor or numpy array."""
+    if is_cuda(x):
+        return ("cuda", x.device.index if x.device.index is not None else 0)
+    return ("cpu", 0)
+
+
+def stream_of(x):
+    """The caller's current CUDA stream on x's device (an int handle); 0 on the CPU."""
+    if not is_cuda(x):
+        return 0
+    return torch_module().cuda.current_stream(x.device).cuda_stream
+
+
+def device_guard(x):
+    """Makes x's CUDA device current for the duration (torch restores the previous one)."""
+    if is_cuda(x):
+        return torch_module().cuda.device(x.device)
+    return contextlib.nullcontext()
+
+
+def is_capturing(x):
+    """True while the current stream of x's device is being captured into a CUDA graph."""
+    if not is_cuda(x):
+        return False
+    torch = torch_module()
+    with torch.cuda.device(x.device):
+        return torch.cuda.is_current_stream_capturing()
+
+
+def empty(shape, dtype, like):
+    """An uninitialized tensor in like's framework and on like's device."""
+    name = dtype_name(dtype)
+    if is_torch(like):
+        torch = torch_module()
+        torch_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16,
+                       "float32": torch.float32}[name]
+        return torch.empty(shape, dtype=torch_dtype, device=like.device)
+    if name == "bfloat16":
+        raise ValueError("numpy has no bfloat16: pass torch tensors for bfloat16 outputs")
+    return np.empty(shape, dtype=np.dtype(name))
+
+
+def host_int32(x, name):
+    """x as a contiguous int32 numpy array on the host.
+
+    A CUDA tensor is copied to the host, which synchronizes with its stream (as FlashInfer's
+    plan() does); pass host tensors to keep plan() free of device synchronization.
+    """
+    if x is None:
+        raise ValueError(f"{name} is required")
+    if is_torch(x):
+        x = x.detach()
+        if x.is_cuda:
+            x = x.cpu()
+        x = x.numpy()
+    array = np.asarray(x)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(array.shape)}")
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"{name} must hold integers, got {array.dtype}")
+    return np.ascontiguousarray(array, dtype=np.int32)
+
+
+def as_device_int32(x, like):
+    """Index array x as an int32 tensor on like's device (no copy when it already is one)."""
+    if is_cuda(like):
+        torch = torch_module()
+        if not is_torch(x):
+            x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.int32))
+        return x.to(device=like.device, dtype=torch.int32, non_blocking=True).contiguous()
+    if is_torch(x):
+        return x.detach().to(dtype=torch_module().int32).contiguous()
+    return np.ascontiguousarray(x, dtype=np.int32)
+
+
+def split_paged_kv_cache(paged_kv_cache):
+    """(k, v) page tensors from a (k, v) tuple or a combined [pages, 2, ...] tensor."""
+    if isinstance(paged_kv_cache, (tuple, list)):
+        if len(paged_kv_cache) != 2:
+            raise ValueError(
+                f"paged_kv_cache as a tuple must be (k_cache, v_cache), got {len(paged_kv_cache)}"
+                " tensors")
+        return paged_kv_cache[0], paged_kv_cache[1]
+    if paged_kv_cache.ndim != 5 or paged_kv_cache.shape[1] != 2:
+        raise ValueError(
+            "paged_kv_cache must be [pages, 2, page_size, H_kv, D] (NHD) or [pages, 2, H_kv, "
+            f"page_size, D] (HND), or a (k_cache, v_cache) tuple; got shape "
+            f"{tuple(paged_kv_cache.shape)}")
+    return paged_kv_cache[:, 0], paged_kv_cache[:, 1]

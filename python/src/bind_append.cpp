@@ -1,0 +1,35 @@
+// append_paged_kv (api/append_paged_kv.h) for CPU tensors and, on the caller's stream, CUDA
+// tensors.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+
+#include "bindings.h"
+#include "flare/api/append_paged_kv.h"
+#include "tensor_arg.h"
+
+namespace flare::python {
+
+void bind_append(nb::module_& m) {
+  m.def(
+      "append_paged_kv",
+      [](const TensorArg& append_key, const TensorArg& append_value,
+         const TensorArg& batch_indices, const TensorArg& positions, const TensorArg& k_pages,
+         const TensorArg& v_pages, const std::string& kv_layout, const TensorArg& kv_indptr,
+         const TensorArg& kv_indices, const TensorArg& kv_last_page_len, uintptr_t stream) {
+        const PagedKV cache =
+            PagedKV::from_separate(k_pages.view(), v_pages.view(),
+                                   parse_kv_layout(kv_layout.c_str()), kv_indptr.view(),
+                                   kv_indices.view(), kv_last_page_len.view());
+        append_paged_kv({append_key.view(), append_value.view(), batch_indices.view(),
+                         positions.view()},
+                        cache, reinterpret_cast<cuda::Stream>(stream));
+      },
+      nb::arg("append_key"), nb::arg("append_value"), nb::arg("batch_indices"),
+      nb::arg("positions"), nb::arg("k_pages"), nb::arg("v_pages"), nb::arg("kv_layout"),
+      nb::arg("kv_indptr"), nb::arg("kv_indices"), nb::arg("kv_last_page_len"),
+      nb::arg("stream"), "Writes each appended token into its page slot.");
+}
+
+}  // namespace flare::python

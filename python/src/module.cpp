@@ -1,0 +1,51 @@
+// The _flare extension module: flare's C++ API for the Python wrappers in python/flare, with
+// flare::Error translated to ValueError (invalid argument), NotImplementedError (unsupported)
+// or RuntimeError (everything else), carrying the C++ message.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <exception>
+
+#include "bindings.h"
+#include "flare/core/error.h"
+#include "flare/jit/cuda_driver.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+PyObject* exception_type(flare::ErrorCode code) {
+  switch (code) {
+    case flare::ErrorCode::kInvalidArgument:
+      return PyExc_ValueError;
+    case flare::ErrorCode::kUnsupported:
+      return PyExc_NotImplementedError;
+    default:
+      return PyExc_RuntimeError;
+  }
+}
+
+void translate_flare_error(const std::exception_ptr& error, void*) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const flare::Error& e) {
+    PyErr_SetString(exception_type(e.code()), e.what());
+  }
+}
+
+}  // namespace
+
+NB_MODULE(_flare, m) {
+  m.doc() = "flare's C++ engine (internal: use the flare package's functions and wrappers)";
+  nb::register_exception_translator(translate_flare_error);
+  m.def("cuda_available", &flare::cuda::available,
+        "True when the CUDA driver loads and a device exists.");
+  m.def("cuda_unavailable_reason", &flare::cuda::unavailable_reason);
+  m.def("cuda_device_count", &flare::cuda::device_count);
+  flare::python::bind_tensor_arg(m);
+  flare::python::bind_params_arg(m);
+  flare::python::bind_cpu_attention(m);
+  flare::python::bind_batch_decode(m);
+  flare::python::bind_merge(m);
+  flare::python::bind_append(m);
+}

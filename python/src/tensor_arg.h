@@ -1,0 +1,37 @@
+// TensorArg: a framework tensor (anything with __dlpack__, or a DLPack capsule) imported
+// through nanobind without a copy, held alive while flare reads it as a TensorView.
+#pragma once
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <optional>
+#include <string>
+
+#include "flare/core/tensor.h"
+
+namespace flare::python {
+
+namespace nb = nanobind;
+
+class TensorArg {
+ public:
+  // `dtype` reinterprets the elements (same element size): the Python side passes fp8 torch
+  // tensors as uint8 views, since not every framework exports fp8 through DLPack.
+  TensorArg(nb::ndarray<nb::ro> array, const std::optional<std::string>& dtype);
+
+  const TensorView& view() const { return view_; }
+
+ private:
+  nb::ndarray<nb::ro> array_;  // owns the producer's reference to the memory
+  TensorView view_;
+};
+
+// The view of an optional argument.
+inline std::optional<TensorView> view_of(const std::optional<TensorArg>& arg) {
+  if (!arg) return std::nullopt;
+  return arg->view();
+}
+
+}  // namespace flare::python
