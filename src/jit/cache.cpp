@@ -1,11 +1,12 @@
 // The on-disk cubin cache: content-hash keys, entry files with a checksummed header, atomic
 // writes (temp file + rename) so concurrent processes are safe, and rebuilds of corrupt entries.
 //
-// Entry file <key>.cubin, integers little-endian:
-//   0  "FLRCUBIN"   8-byte magic          16 u64 cubin bytes
-//   8  u32 format version (1)             24 u64 log bytes
-//   12 u32 reserved (0)                   32 SHA-256 of bytes [0, 32) + cubin + log
-//   64 cubin, then NVRTC's log (kept so a cache hit reports the same resource usage)
+// Entry file <key>.cubin (integers little-endian):
+//   [0, 8)    magic "FLRCUBIN"
+//   [8, 12)   format version (1)        [12, 16)  reserved (0)
+//   [16, 24)  cubin bytes               [24, 32)  log bytes
+//   [32, 64)  SHA-256 of bytes [0, 32), the cubin and the log
+//   [64, ...) the cubin, then NVRTC's log (kept so a cache hit reports the same resource usage)
 #include <pwd.h>
 #include <unistd.h>
 
@@ -55,11 +56,8 @@ const std::string& embedded_sources_digest() {
   return digest;
 }
 
-void put_u32(std::string& out, uint32_t value) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
-}
-void put_u64(std::string& out, uint64_t value) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
+void put_le(std::string& out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
 }
 // Little-endian unsigned integer of `bytes` bytes at `offset` (the caller checked the bounds).
 uint64_t get_le(std::string_view in, size_t offset, int bytes) {
@@ -80,10 +78,10 @@ Sha256::Digest entry_checksum(std::string_view header, std::string_view cubin,
 
 std::string encode_entry(const CompiledKernel& kernel) {
   std::string file(kMagic);
-  put_u32(file, kFormatVersion);
-  put_u32(file, 0);
-  put_u64(file, kernel.cubin.size());
-  put_u64(file, kernel.log.size());
+  put_le(file, kFormatVersion, 4);
+  put_le(file, 0, 4);
+  put_le(file, kernel.cubin.size(), 8);
+  put_le(file, kernel.log.size(), 8);
   const Sha256::Digest checksum = entry_checksum(file, kernel.cubin, kernel.log);
   file.append(reinterpret_cast<const char*>(checksum.data()), checksum.size());
   file += kernel.cubin;
