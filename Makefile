@@ -18,8 +18,11 @@ build: setup $(BUILD)/build.ninja
 run: build
 	$(BUILD)/flare bench
 
+# The C++ suites, then the Python package's pytest suite (python/run_tests.sh builds the
+# extension and installs its missing build requirements from PyPI).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	JOBS=$(JOBS) bash python/run_tests.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -49,8 +49,11 @@ def dtype_name(dtype):
     """flare's name for a dtype given as a string, torch.dtype or numpy dtype."""
     if dtype is None:
         return None
-    text = str(dtype)
-    text = text[len("torch."):] if text.startswith("torch.") else text
+    if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+        text = np.dtype(dtype).name
+    else:
+        text = str(dtype)
+        text = text[len("torch."):] if text.startswith("torch.") else text
     name = _DTYPE_NAMES.get(text)
     if name is None:
         raise ValueError(

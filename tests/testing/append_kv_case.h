@@ -69,7 +69,9 @@ struct AppendCase {
   }
   bool target_matches_complete() const { return first_difference() < 0; }
 
+  // A default-constructed HostTensor (no V storage for combined caches) holds nothing.
   static size_t storage_bytes(const HostTensor& t) {
+    if (t.shape().empty()) return 0;
     return static_cast<size_t>(t.numel()) * dtype_bytes(t.dtype());
   }
 };
@@ -77,6 +79,7 @@ struct AppendCase {
 namespace detail {
 
 inline HostTensor copy_storage(const HostTensor& source) {
+  if (source.shape().empty()) return HostTensor();
   HostTensor copy(source.dtype(), source.shape());
   std::memcpy(copy.data<std::byte>(), source.data<std::byte>(), AppendCase::storage_bytes(source));
   return copy;

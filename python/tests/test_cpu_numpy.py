@@ -1,0 +1,327 @@
+"""The bindings end to end on numpy arrays (the CPU backend): no PyTorch, no GPU needed.
+
+Each output is compared with a float64 numpy oracle (attention_reference.py) and passed in
+NaN-poisoned where the API takes an output, so an unwritten element fails.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import flare
+from attention_reference import (PagedCache, max_abs_error, reference_attention,
+                                 reference_merge)
+
+# float32 values accumulate in float32 (split-KV merges included); float16 outputs round.
+TOLERANCE = {np.float32: 5e-5, np.float16: 3e-3}
+
+
+def workspace():
+    return np.empty(1 << 20, dtype=np.uint8)
+
+
+def decode_reference(cache, q, **options):
+    qo_indptr = np.arange(cache.batch + 1)
+    return reference_attention(q, cache.k, cache.v, qo_indptr, cache.kv_indptr, **options)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("page_size", [1, 3, 16])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2), (7, 1), (32, 4)])
+def test_decode_wrapper_matches_float64(layout, page_size, heads):
+    num_qo_heads, num_kv_heads = heads
+    head_dim = 64
+    cache = PagedCache([0, 1, 7, 97, 33], num_kv_heads, head_dim, page_size, layout, seed=1)
+    q = np.random.default_rng(2).standard_normal(
+        (cache.batch, num_qo_heads, head_dim)).astype(np.float32)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), layout)
+    wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, num_qo_heads, num_kv_heads,
+                 head_dim, page_size, q_data_type="float32")
+    out = np.full((cache.batch, num_qo_heads, head_dim), np.nan, dtype=np.float32)
+    lse = np.full((cache.batch, num_qo_heads), np.nan, dtype=np.float32)
+    result = wrapper.run(q, cache.cache, out=out, lse=lse, return_lse=True)
+    assert result[0] is out and result[1] is lse
+    expected_o, expected_lse = decode_reference(cache, q)
+    assert max_abs_error(out, expected_o) <= TOLERANCE[np.float32]
+    assert max_abs_error(lse, expected_lse) <= TOLERANCE[np.float32]
+    # The empty request: o = 0, lse = -inf.
+    assert np.all(out[0] == 0) and np.all(lse[0] == -np.inf)
+
+
+def test_decode_wrapper_float16_tuple_cache_and_options():
+    cache = PagedCache([5, 0, 511, 64], 2, 128, 16, dtype=np.float16, seed=3)
+    num_qo_heads = 8
+    q = np.random.default_rng(4).standard_normal((cache.batch, num_qo_heads, 128)).astype(
+        np.float16)
+    options = dict(sm_scale=0.05, window_left=40, logits_soft_cap=8.0)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, num_qo_heads, 2, 128, 16,
+                 q_data_type=np.float16, **options)
+    k_cache, v_cache = cache.cache[:, 0], cache.cache[:, 1]
+    out = wrapper.run(q, (k_cache, v_cache))
+    assert out.dtype == np.float16 and out.shape == (cache.batch, num_qo_heads, 128)
+    expected, _ = decode_reference(cache, q, **options)
+    assert max_abs_error(out, expected) <= TOLERANCE[np.float16]
+
+
+def test_decode_wrapper_alibi_and_scales():
+    cache = PagedCache([9, 30], 1, 64, 3, seed=5)
+    q = np.random.default_rng(6).standard_normal((2, 8, 64)).astype(np.float32)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, 8, 1, 64, 3,
+                 pos_encoding_mode="ALIBI", q_data_type="float32")
+    out, lse = wrapper.run(q, cache.cache, k_scale=0.5, v_scale=2.0, return_lse=True)
+    expected_o, expected_lse = decode_reference(cache, q, alibi=True, k_scale=0.5, v_scale=2.0)
+    assert max_abs_error(out, expected_o) <= 2 * TOLERANCE[np.float32]
+    assert max_abs_error(lse, expected_lse) <= TOLERANCE[np.float32]
+
+
+def test_decode_plan_is_reused_and_replanned():
+    """One wrapper, several steps: each plan() sees new lengths (as a serving loop does)."""
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    for step, lens in enumerate([[3, 17], [4, 18, 1], [40]]):
+        cache = PagedCache(lens, 2, 64, 16, seed=10 + step)
+        q = np.random.default_rng(step).standard_normal((cache.batch, 4, 64)).astype(
+            np.float32)
+        wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, 4, 2, 64, 16,
+                     q_data_type="float32", fixed_split_size=8 if step == 1 else None)
+        expected, _ = decode_reference(cache, q)
+        assert max_abs_error(wrapper.run(q, cache.cache), expected) <= TOLERANCE[np.float32]
+
+
+def test_single_decode_nhd_and_hnd():
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((8, 64)).astype(np.float32)
+    k = rng.standard_normal((97, 2, 64)).astype(np.float32)
+    v = rng.standard_normal((97, 2, 64)).astype(np.float32)
+    expected_o, expected_lse = reference_attention(q[None], k, v, [0, 1], [0, 97])
+    out, lse = flare.single_decode_with_kv_cache(q, k, v, return_lse=True)
+    assert max_abs_error(out, expected_o[0]) <= TOLERANCE[np.float32]
+    assert max_abs_error(lse, expected_lse[0]) <= TOLERANCE[np.float32]
+    hnd = flare.single_decode_with_kv_cache(q, k.transpose(1, 0, 2).copy(),
+                                            v.transpose(1, 0, 2).copy(), kv_layout="HND")
+    assert max_abs_error(hnd, expected_o[0]) <= TOLERANCE[np.float32]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_batch_prefill_paged(causal, layout):
+    qo_lens = [1, 7, 0, 13, 5]
+    kv_lens = [1, 20, 4, 13, 3]  # the last request has kv < q: causal rows see nothing
+    cache = PagedCache(kv_lens, 2, 64, 3, layout, seed=8)
+    qo_indptr = np.concatenate([[0], np.cumsum(qo_lens)]).astype(np.int32)
+    q = np.random.default_rng(9).standard_normal((qo_indptr[-1], 8, 64)).astype(np.float32)
+    wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(workspace(), layout)
+    wrapper.plan(qo_indptr, cache.indptr, cache.indices, cache.last_page_len, 8, 2, 64, 3,
+                 causal=causal, q_data_type="float32")
+    out, lse = wrapper.run(q, cache.cache, return_lse=True)
+    expected_o, expected_lse = reference_attention(q, cache.k, cache.v, qo_indptr,
+                                                   cache.kv_indptr, causal=causal)
+    assert max_abs_error(out, expected_o) <= TOLERANCE[np.float32]
+    assert max_abs_error(lse, expected_lse) <= TOLERANCE[np.float32]
+
+
+def random_masks(qo_lens, kv_lens, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.random((q, k)) < 0.6 for q, k in zip(qo_lens, kv_lens)]
+
+
+def test_batch_prefill_ragged_custom_mask_bool_and_packed():
+    qo_lens, kv_lens = [3, 0, 9], [5, 2, 11]
+    rng = np.random.default_rng(11)
+    qo_indptr = np.concatenate([[0], np.cumsum(qo_lens)]).astype(np.int32)
+    kv_indptr = np.concatenate([[0], np.cumsum(kv_lens)]).astype(np.int32)
+    q = rng.standard_normal((qo_indptr[-1], 4, 64)).astype(np.float32)
+    k = rng.standard_normal((kv_indptr[-1], 4, 64)).astype(np.float32)
+    v = rng.standard_normal((kv_indptr[-1], 4, 64)).astype(np.float32)
+    masks = random_masks(qo_lens, kv_lens, 12)
+    flat = np.concatenate([m.reshape(-1) for m in masks])
+    packed = np.concatenate([np.packbits(m.reshape(-1), bitorder="little") for m in masks])
+    expected, _ = reference_attention(q, k, v, qo_indptr, kv_indptr, custom_mask=masks)
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+    for mask_kwargs in (dict(custom_mask=flat), dict(packed_custom_mask=packed)):
+        wrapper.plan(qo_indptr, kv_indptr, 4, 4, 64, q_data_type="float32", **mask_kwargs)
+        assert max_abs_error(wrapper.run(q, k, v), expected) <= TOLERANCE[np.float32]
+
+
+def test_single_prefill_rope_causal_hnd():
+    rng = np.random.default_rng(13)
+    q = rng.standard_normal((7, 4, 64)).astype(np.float32)
+    k = rng.standard_normal((2, 19, 64)).astype(np.float32)  # HND [H_kv, kv_len, D]
+    v = rng.standard_normal((2, 19, 64)).astype(np.float32)
+    out = flare.single_prefill_with_kv_cache(q, k, v, causal=True, kv_layout="HND",
+                                             pos_encoding_mode="ROPE_LLAMA", rope_theta=1e4)
+    expected, _ = reference_attention(q, k.transpose(1, 0, 2), v.transpose(1, 0, 2), [0, 7],
+                                      [0, 19], causal=True, rope_theta=1e4)
+    assert max_abs_error(out, expected) <= 1e-4
+
+
+def random_states(seq, num_states, heads, dim, seed):
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((seq, num_states, heads, dim)).astype(np.float32)
+    s = (rng.standard_normal((seq, num_states, heads)) * 3).astype(np.float32)
+    s[0, 0, 0] = -np.inf  # one empty state
+    s[1, :, 1] = -np.inf  # a row where every state is empty
+    return v, s
+
+
+def test_merge_state_and_in_place_match_float64():
+    v, s = random_states(7, 2, 4, 64, 14)
+    expected_v, expected_s = reference_merge(v, s)
+    merged_v, merged_s = flare.merge_state(v[:, 0], s[:, 0], v[:, 1], s[:, 1])
+    assert max_abs_error(merged_v, expected_v) <= 1e-5
+    assert max_abs_error(merged_s, expected_s) <= 1e-5
+    assert np.all(merged_v[1, 1] == 0) and merged_s[1, 1] == -np.inf
+
+    target_v, target_s = v[:, 0].copy(), s[:, 0].copy()
+    mask = np.array([True, False, True, True, False, True, True])
+    flare.merge_state_in_place(target_v, target_s, v[:, 1], s[:, 1], mask=mask)
+    assert max_abs_error(target_v[mask], expected_v[mask]) <= 1e-5
+    assert max_abs_error(target_s[mask], expected_s[mask]) <= 1e-5
+    assert np.array_equal(target_v[~mask], v[~mask, 0])
+
+
+def test_merge_states_matches_float64():
+    v, s = random_states(5, 3, 2, 32, 15)
+    merged_v, merged_s = flare.merge_states(v, s)
+    expected_v, expected_s = reference_merge(v, s)
+    assert max_abs_error(merged_v, expected_v) <= 1e-5
+    assert max_abs_error(merged_s, expected_s) <= 1e-5
+
+
+def test_split_attention_merges_to_full_attention():
+    """Attention over two halves of the KV, merged, equals attention over all of it."""
+    rng = np.random.default_rng(16)
+    q = rng.standard_normal((1, 4, 64)).astype(np.float32)
+    k = rng.standard_normal((50, 4, 64)).astype(np.float32)
+    v = rng.standard_normal((50, 4, 64)).astype(np.float32)
+    o_a, s_a = flare.single_prefill_with_kv_cache(q, k[:20], v[:20], return_lse=True)
+    o_b, s_b = flare.single_prefill_with_kv_cache(q, k[20:], v[20:], return_lse=True)
+    merged, _ = flare.merge_state(o_a, s_a, o_b, s_b)
+    expected, _ = reference_attention(q, k, v, [0, 1], [0, 50])
+    assert max_abs_error(merged, expected) <= 1e-5
+
+
+def test_get_batch_indices_positions():
+    append_indptr = np.array([0, 2, 2, 5], dtype=np.int32)
+    seq_lens = np.array([10, 4, 3], dtype=np.int32)
+    batch_indices, positions = flare.get_batch_indices_positions(append_indptr, seq_lens, 7)
+    assert batch_indices.tolist() == [0, 0, 2, 2, 2, -1, -1]
+    assert positions.tolist() == [8, 9, 0, 1, 2, 0, 0]
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("page_size", [1, 3, 16])
+def test_append_paged_kv_cache(layout, page_size):
+    old_lens, append_lens = np.array([0, 5, 17, 2]), np.array([3, 0, 20, 1])
+    full = PagedCache(old_lens + append_lens, 2, 64, page_size, layout, np.float16, seed=17)
+    cache = full.cache.copy()
+    # Blank the appended slots, then restore them by appending.
+    tokens, rows = [], []
+    for b in range(full.batch):
+        for pos in range(old_lens[b], old_lens[b] + append_lens[b]):
+            page = full.indices[full.indptr[b] + pos // page_size]
+            if layout == "NHD":
+                cache[page, :, pos % page_size] = np.nan
+            else:
+                cache[page, :, :, pos % page_size] = np.nan
+            rows.append(full.kv_indptr[b] + pos)
+    append_indptr = np.concatenate([[0], np.cumsum(append_lens)]).astype(np.int32)
+    nnz = int(append_indptr[-1]) + 2  # two padding tokens
+    batch_indices, positions = flare.get_batch_indices_positions(
+        append_indptr, (old_lens + append_lens).astype(np.int32), nnz)
+    key = np.full((nnz, 2, 64), 7.0, dtype=np.float16)
+    value = np.full((nnz, 2, 64), 7.0, dtype=np.float16)
+    key[: len(rows)], value[: len(rows)] = full.k[rows], full.v[rows]
+    flare.append_paged_kv_cache(key, value, batch_indices, positions, cache, full.indices,
+                                full.indptr, full.last_page_len, kv_layout=layout)
+    np.testing.assert_array_equal(cache, full.cache)  # NaN == NaN for this comparison
+
+
+def test_append_rejects_a_position_outside_the_pages_and_writes_nothing():
+    full = PagedCache([4, 2], 1, 16, 3, seed=18)
+    cache = full.cache.copy()
+    key = np.ones((2, 1, 16), dtype=np.float32)
+    batch_indices = np.array([0, 1], dtype=np.int32)
+    positions = np.array([3, 3], dtype=np.int32)  # request 1 has one page of 3 slots
+    with pytest.raises(ValueError, match=r"positions\[1\]=3"):
+        flare.append_paged_kv_cache(key, key, batch_indices, positions, cache, full.indices,
+                                    full.indptr, full.last_page_len)
+    np.testing.assert_array_equal(cache, full.cache)
+
+
+def test_invalid_arguments_raise_value_error_with_the_cpp_message():
+    cache = PagedCache([4, 9], 2, 64, 4, seed=19)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    bad_indices = cache.indices.copy()
+    bad_indices[1] = 1000
+    wrapper.plan(cache.indptr, bad_indices, cache.last_page_len, 4, 2, 64, 4,
+                 q_data_type="float32")
+    q = np.zeros((2, 4, 64), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"kv_indices\[1\]=1000"):
+        wrapper.run(q, cache.cache)
+    with pytest.raises(ValueError, match="kv_layout"):
+        flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NDH")
+    with pytest.raises(ValueError, match="q has dtype"):
+        wrapper.run(q.astype(np.float16), cache.cache)
+    with pytest.raises(ValueError, match="divide|multiple"):
+        wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, 5, 2, 64, 4,
+                     q_data_type="float32")
+
+
+def test_run_before_plan_raises():
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    with pytest.raises(RuntimeError, match="plan"):
+        wrapper.run(np.zeros((1, 4, 64), np.float32), np.zeros((1, 2, 4, 4, 64), np.float32))
+
+
+def plan_paged_prefill(**kwargs):
+    wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(workspace())
+    one = np.array([0, 1], dtype=np.int32)
+    wrapper.plan(one, one, np.array([0], np.int32), np.array([1], np.int32), 4, 4, 64, 16,
+                 **kwargs)
+    return wrapper
+
+
+UNSUPPORTED = [
+    ("q_scale", lambda: flare.single_decode_with_kv_cache(
+        np.zeros((4, 64), np.float32), np.zeros((3, 4, 64), np.float32),
+        np.zeros((3, 4, 64), np.float32), q_scale=0.5)),
+    ("backend", lambda: flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), backend="fa2")),
+    ("use_fp16_qk_reduction", lambda: plan_paged_prefill(use_fp16_qk_reduction=True)),
+    ("use_cuda_graph", lambda: flare.BatchPrefillWithPagedKVCacheWrapper(
+        workspace(), use_cuda_graph=True)),
+    ("qo_indptr_buf", lambda: flare.BatchPrefillWithRaggedKVCacheWrapper(
+        workspace(), qo_indptr_buf=np.zeros(2, np.int32))),
+    ("custom_mask_buf", lambda: flare.BatchPrefillWithPagedKVCacheWrapper(
+        workspace(), custom_mask_buf=np.zeros(2, np.uint8))),
+]
+
+
+@pytest.mark.parametrize("name,call", UNSUPPORTED, ids=[n for n, _ in UNSUPPORTED])
+def test_unsupported_arguments_raise_not_implemented_naming_them(name, call):
+    with pytest.raises(NotImplementedError, match=name):
+        call()
+
+
+def test_unsupported_head_dim_is_not_implemented_or_invalid():
+    """A head dim no kernel handles is rejected at plan(), never at launch."""
+    with pytest.raises((NotImplementedError, ValueError), match="head"):
+        wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+        cache = PagedCache([3], 1, 12, 4, seed=20)
+        wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, 1, 1, 12, 4,
+                     q_data_type="float32")
+        wrapper.run(np.zeros((1, 1, 12), np.float32), cache.cache)
+
+
+def test_sm_scale_default_is_inverse_sqrt_head_dim():
+    cache = PagedCache([11], 1, 64, 16, seed=21)
+    q = np.random.default_rng(22).standard_normal((1, 1, 64)).astype(np.float32)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    explicit = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, 1, 1, 64, 16,
+                 q_data_type="float32")
+    explicit.plan(cache.indptr, cache.indices, cache.last_page_len, 1, 1, 64, 16,
+                  q_data_type="float32", sm_scale=1 / math.sqrt(64))
+    np.testing.assert_array_equal(wrapper.run(q, cache.cache), explicit.run(q, cache.cache))
