@@ -6,6 +6,7 @@ Used for numpy arrays and CPU torch tensors (the workspace buffer decides the de
 import numpy as np
 
 from . import _flare
+from ._args import make_params
 from ._tensors import arg, empty, host_int32, is_torch
 
 
@@ -61,8 +62,6 @@ class CpuBatch:
     def __init__(self, *, qo_indptr, kv_len, num_qo_heads, num_kv_heads, head_dim_qk,
                  head_dim_vo, page_size, params_kwargs, custom_mask=None,
                  packed_custom_mask=None, fixed_split_size=None, disable_split_kv=False):
-        from ._args import make_params
-
         self.qo_indptr = qo_indptr
         self.num_qo_heads = int(num_qo_heads)
         self.head_dim_vo = int(head_dim_vo)
@@ -79,8 +78,6 @@ class CpuBatch:
             0 if fixed_split_size is None else int(fixed_split_size), bool(disable_split_kv))
 
     def make_params(self, **overrides):
-        from ._args import make_params
-
         kwargs = dict(self._params_kwargs, **overrides)
         if self._mask is not None:
             kwargs.update(custom_mask=arg(self._mask[0]), mask_indptr=arg(self._mask[1]))

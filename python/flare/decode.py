@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _flare
 from ._args import (check_backend, check_kv_layout, check_pos_encoding_mode, make_params,
-                    reject_unless_none, unsupported)
+                    reject_unless_none)
 from ._cpu import CpuBatch, check_cpu_tensor, host_indptr, paged_kv_lengths
 from ._tensors import (arg, as_device_int32, device_guard, device_of, dtype_name, empty,
                        host_int32, is_capturing, is_cuda, is_torch, split_paged_kv_cache,

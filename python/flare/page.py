@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _flare
 from ._args import check_kv_layout
-from ._tensors import (arg, device_guard, is_cuda, is_torch, split_paged_kv_cache, stream_of,
+from ._tensors import (arg, device_guard, is_torch, split_paged_kv_cache, stream_of,
                        torch_module)
 
 

@@ -218,7 +218,7 @@ def test_append_paged_kv_cache(layout, page_size):
     full = PagedCache(old_lens + append_lens, 2, 64, page_size, layout, np.float16, seed=17)
     cache = full.cache.copy()
     # Blank the appended slots, then restore them by appending.
-    tokens, rows = [], []
+    rows = []
     for b in range(full.batch):
         for pos in range(old_lens[b], old_lens[b] + append_lens[b]):
             page = full.indices[full.indptr[b] + pos // page_size]

@@ -217,12 +217,7 @@ void append_paged_kv_cuda(const AppendPagedKVInput& input, const PagedKV& cache,
   params.num_pages = static_cast<int32_t>(cache.num_pages());
 
   const int vec = vector_bytes(input, cache);
-  jit::KernelSpec spec;
-  spec.family_header = "append_paged_kv.cuh";
-  spec.entry = "flare_append_paged_kv";
-  spec.defines = {{"FLARE_APPEND_VEC_BYTES", std::to_string(vec)}};
-  spec.label = "append_paged_kv vec=" + std::to_string(vec) + "B";
-
+  const jit::KernelSpec spec = append_paged_kv_kernel_spec(vec);
   cuda::set_device(device.index);
   const cuda::Function function = jit::get_kernel(spec, spec.entry, device.index);
   const int64_t vectors = nnz * heads * (params.k_row_bytes + params.v_row_bytes) / vec;
@@ -232,6 +227,19 @@ void append_paged_kv_cuda(const AppendPagedKVInput& input, const PagedKV& cache,
       std::min<int64_t>(kMaxBlocks, (vectors + kAppendThreads - 1) / kAppendThreads));
   void* args[] = {&params};
   cuda::launch(function, blocks, 1, 1, kAppendThreads, 1, 1, 0, stream, args);
+}
+
+jit::KernelSpec append_paged_kv_kernel_spec(int vector_bytes) {
+  FLARE_CHECK(vector_bytes == 1 || vector_bytes == 2 || vector_bytes == 4 || vector_bytes == 8 ||
+                  vector_bytes == 16,
+              kInvalid, "append_paged_kv vector width must be 1, 2, 4, 8 or 16 bytes, got ",
+              vector_bytes);
+  jit::KernelSpec spec;
+  spec.family_header = "append_paged_kv.cuh";
+  spec.entry = "flare_append_paged_kv";
+  spec.defines = {{"FLARE_APPEND_VEC_BYTES", std::to_string(vector_bytes)}};
+  spec.label = "append_paged_kv vec=" + std::to_string(vector_bytes) + "B";
+  return spec;
 }
 
 void append_paged_kv(const AppendPagedKVInput& input, const PagedKV& cache, cuda::Stream stream) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "flare/jit/compiler.h"
 #include "testing/append_kv_case.h"
 #include "testing/expect_error.h"
 
@@ -154,6 +155,24 @@ TEST_F(AppendPagedKVCpuErrors, TokenCountMismatch) {
   input.positions.shape[0] -= 1;
   expect_rejected(input, c_.target, "positions must have");
 }
+
+// No GPU needed: every vector width the launcher may pick compiles with NVRTC for the shipped
+// architectures without spills or local memory.
+class AppendKernelCompiles : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(AppendKernelCompiles, EveryVectorWidthWithoutSpills) {
+  for (int bytes : {1, 2, 4, 8, 16}) {
+    const jit::KernelSpec spec = append_paged_kv_kernel_spec(bytes);
+    const jit::CompiledKernel compiled = jit::compile(spec, GetParam());
+    ASSERT_EQ(compiled.usage.size(), 1u) << spec.label;
+    EXPECT_EQ(compiled.usage[0].spill_bytes, 0) << spec.label << "\n" << compiled.log;
+    EXPECT_EQ(compiled.usage[0].local_bytes, 0) << spec.label << "\n" << compiled.log;
+    EXPECT_FALSE(compiled.cubin.empty()) << spec.label;
+  }
+  EXPECT_FLARE_ERROR(append_paged_kv_kernel_spec(3), ErrorCode::kInvalidArgument, "got 3");
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, AppendKernelCompiles, ::testing::Values("sm_80", "sm_90a"));
 
 }  // namespace
 }  // namespace flare

@@ -4,6 +4,7 @@
 
 #include "flare/core/tensor.h"
 #include "flare/format/paged_kv.h"
+#include "flare/jit/compiler.h"
 #include "flare/jit/cuda_driver.h"
 
 namespace flare {
@@ -40,6 +41,11 @@ void append_paged_kv_cpu(const AppendPagedKVInput& input, const PagedKV& cache);
 // Throws kNoCudaDevice, kCompileError, kCudaError, kInvalidArgument.
 void append_paged_kv_cuda(const AppendPagedKVInput& input, const PagedKV& cache,
                           cuda::Stream stream);
+
+// The kernel append_paged_kv_cuda launches for a vector width of 1, 2, 4, 8 or 16 bytes (the
+// widest dividing every address, stride and row size): what CI compiles without a GPU to
+// check for spills. Throws kInvalidArgument for other widths.
+jit::KernelSpec append_paged_kv_kernel_spec(int vector_bytes);
 
 // Dispatch on the cache's device.
 void append_paged_kv(const AppendPagedKVInput& input, const PagedKV& cache,
