@@ -254,7 +254,7 @@ void write_npy(const std::string& path, const TensorView& tensor, const NpyWrite
   FLARE_CHECK(tensor.device.is_cpu() && tensor.is_contiguous(), ErrorCode::kInvalidArgument, path,
               ": write_npy needs a contiguous CPU tensor, got one on ", tensor.device.str(),
               " with shape ", tensor.shape_str());
-  FLARE_CHECK(options.major_version >= 0 && options.major_version <= 3, ErrorCode::kInvalidArgument,
+  FLARE_CHECK(options.major_version >= 1 && options.major_version <= 3, ErrorCode::kInvalidArgument,
               path, ": .npy major version must be 1, 2 or 3, got ", options.major_version);
   const std::string_view descr = descr_of_dtype(path, tensor.dtype, options.as_bool);
 
@@ -266,19 +266,12 @@ void write_npy(const std::string& path, const TensorView& tensor, const NpyWrite
   }
   dict += "), }";
   // The preamble (magic, version, header length) plus the header end on a 64-byte boundary.
-  const auto padded_header = [&](int major) {
-    const size_t preamble_bytes = major == 1 ? 10 : 12;
-    const size_t unpadded = preamble_bytes + dict.size() + 1;  // + the final newline
-    const size_t padded = (unpadded + kHeaderAlignment - 1) / kHeaderAlignment * kHeaderAlignment;
-    return dict + std::string(padded - unpadded, ' ') + "\n";
-  };
-  constexpr size_t kMaxVersion1Header = std::numeric_limits<uint16_t>::max();
-  int major = options.major_version;
-  if (major == 0) major = padded_header(1).size() <= kMaxVersion1Header ? 1 : 2;
-  const std::string header = padded_header(major);
-  FLARE_CHECK(major != 1 || header.size() <= kMaxVersion1Header, ErrorCode::kInvalidArgument, path,
-              ": the header of ", header.size(), " bytes does not fit format version 1.0");
+  // Headers of arrays of at most kMaxDims dimensions always fit version 1.0's uint16 length.
+  const int major = options.major_version;
   const size_t preamble_bytes = major == 1 ? 10 : 12;
+  const size_t unpadded = preamble_bytes + dict.size() + 1;  // + the final newline
+  const size_t padded = (unpadded + kHeaderAlignment - 1) / kHeaderAlignment * kHeaderAlignment;
+  const std::string header = dict + std::string(padded - unpadded, ' ') + "\n";
 
   std::string preamble(kMagic);
   preamble += static_cast<char>(major);

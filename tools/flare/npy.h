@@ -22,7 +22,7 @@ struct NpyArray {
 NpyArray read_npy(const std::string& path);
 
 struct NpyWriteOptions {
-  int major_version = 0;  // 1, 2 or 3; 0 picks 1 unless the header needs 2
+  int major_version = 1;  // 1 (what NumPy writes for these arrays), 2 or 3
   bool as_bool = false;   // write a uint8 tensor as '|b1' (values must be 0 or 1)
 };
 
