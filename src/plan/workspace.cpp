@@ -115,6 +115,12 @@ void check_fits(const Plan& plan, const WorkspaceLayout& layout) {
   FLARE_CHECK(plan.head_dim_vo <= layout.head_dim_vo, ErrorCode::kWorkspaceTooSmall,
               "plan needs head_dim_vo ", plan.head_dim_vo, ", workspace partial slots hold ",
               layout.head_dim_vo);
+  const int64_t slot_bytes =
+      int64_t{layout.max_query_tile} * (int64_t{layout.head_dim_vo} + 1) * int64_t{sizeof(float)};
+  const int64_t slots = plan.num_partial_slots;
+  FLARE_CHECK(slots <= layout.max_partial_slots, ErrorCode::kWorkspaceTooSmall, "plan needs ",
+              slots, " partial slots (", slots * slot_bytes, " bytes), workspace has ",
+              layout.max_partial_slots, " (", layout.max_partial_slots * slot_bytes, " bytes)");
   const auto work_items = static_cast<int64_t>(plan.work_items.size());
   FLARE_CHECK(work_items <= layout.max_work_items, ErrorCode::kWorkspaceTooSmall, "plan needs ",
               work_items, " work items (", work_items * int64_t{sizeof(WorkItem)},
@@ -126,12 +132,6 @@ void check_fits(const Plan& plan, const WorkspaceLayout& layout) {
               merge_items * int64_t{sizeof(MergeItem)}, " bytes), workspace has ",
               layout.max_merge_items, " (", layout.max_merge_items * int64_t{sizeof(MergeItem)},
               " bytes)");
-  const int64_t slot_bytes =
-      int64_t{layout.max_query_tile} * (int64_t{layout.head_dim_vo} + 1) * int64_t{sizeof(float)};
-  const int64_t slots = plan.num_partial_slots;
-  FLARE_CHECK(slots <= layout.max_partial_slots, ErrorCode::kWorkspaceTooSmall, "plan needs ",
-              slots, " partial slots (", slots * slot_bytes, " bytes), workspace has ",
-              layout.max_partial_slots, " (", layout.max_partial_slots * slot_bytes, " bytes)");
 }
 
 void write_plan_region(const Plan& plan, const WorkspaceLayout& layout, std::byte* host_region) {
