@@ -1,0 +1,32 @@
+// The variants flare ships: kernels/variant.cuh's StandardVariant with its compile-time flags
+// (soft-cap, sliding window, ALiBi), as variant source text for a jit::KernelSpec.
+#pragma once
+
+#include <string>
+
+#include "flare/variant/attention_params.h"
+
+namespace flare {
+
+// Which optional terms of AttentionParams a StandardVariant kernel is compiled with. A kernel
+// without a flag ignores the matching runtime value, so the flags must come from the params.
+struct StandardVariantFlags {
+  bool soft_cap = false;        // logits_soft_cap > 0
+  bool sliding_window = false;  // window_left >= 0
+  bool alibi = false;           // pos_encoding == kAlibi
+
+  friend bool operator==(const StandardVariantFlags&, const StandardVariantFlags&) = default;
+};
+
+// The flags `params` needs. Throws kUnsupported for what StandardVariant cannot express
+// (RoPE, custom masks, use_softmax = false); causal masks of one query token see every key and
+// need no flag. `what` names the caller in messages ("BatchDecode").
+StandardVariantFlags standard_variant_flags(const AttentionParams& params, const char* what);
+
+// Variant source defining `struct Variant` (its flags as #defines, then the struct).
+std::string standard_variant_source(const StandardVariantFlags& flags);
+
+// "default", "soft_cap", "window+alibi", ...: for kernel labels and logs.
+std::string standard_variant_name(const StandardVariantFlags& flags);
+
+}  // namespace flare

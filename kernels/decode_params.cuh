@@ -1,0 +1,85 @@
+// Kernel parameter records of the decode and merge kernels, shared bit for bit by the host
+// (src/api/batch_decode.cpp fills them) and the device: plain structs, no CUDA headers.
+#pragma once
+
+#ifdef __CUDACC_RTC__
+typedef long long int64_t;
+typedef int int32_t;
+#else
+#include <cstdint>
+#endif
+
+namespace flare {
+
+// Element type codes of the compile-time defines FLARE_Q_DTYPE / FLARE_KV_DTYPE; equal to the
+// host's flare::DType values (checked there).
+enum DTypeCode : int32_t {
+  kCodeF16 = 1,
+  kCodeBF16 = 2,
+  kCodeE4M3 = 3,
+  kCodeE5M2 = 4,
+};
+
+// Runtime parameters of the built-in variants (kernels/variant.cuh); the host resolves them
+// from AttentionParams once per BatchDecode.
+struct VariantParams {
+  float sm_scale;              // resolved softmax scale
+  float logits_soft_cap;       // > 0: logits = cap * tanh(logits / cap)
+  int32_t window_left;         // >= 0: query at q_pos sees kv j >= q_pos - window_left
+  int32_t reserved;
+  const float* alibi_slopes;   // float32 [H_qo] on the device, natural-log units
+};
+
+// Byte offsets of the plan sections inside the workspace (plan/plan.h WorkspaceLayout).
+struct WorkspaceOffsets {
+  int64_t counts;
+  int64_t cta_indptr;
+  int64_t work_items;
+  int64_t merge_indptr;
+  int64_t merge_items;
+  int64_t merge_slots;
+  int64_t partial_o;
+  int64_t partial_lse;
+  int32_t partial_rows;  // rows of one partial slot (max_query_tile)
+  int32_t reserved;
+};
+
+// Strides are in elements; every pointer below stays fixed across plans (CUDA graphs).
+struct DecodeParams {
+  const void* q;           // [batch, H_qo, D]
+  const void* k;           // pages, addressed through the strides below
+  const void* v;
+  void* o;                 // [batch, H_qo, D]
+  float* lse;              // [batch, H_qo] or null
+  const int32_t* kv_indptr;   // [batch + 1] pages per request
+  const int32_t* kv_indices;  // page ids
+  const int32_t* kv_last_page_len;  // [batch]
+  unsigned char* workspace;
+  WorkspaceOffsets offsets;
+  int64_t q_stride_token, q_stride_head;
+  int64_t k_stride_page, k_stride_slot, k_stride_head;
+  int64_t v_stride_page, v_stride_slot, v_stride_head;
+  int64_t o_stride_token, o_stride_head;
+  int64_t lse_stride_token, lse_stride_head;
+  int32_t group_size;      // H_qo / H_kv
+  float k_scale;           // real K = stored K * k_scale (1 unless fp8)
+  float v_scale;           // real V = stored V * v_scale
+  int32_t reserved;
+  VariantParams variant;
+};
+
+struct MergeParams {
+  void* o;                 // [batch, H_qo, D]
+  float* lse;              // [batch, H_qo] or null
+  unsigned char* workspace;
+  WorkspaceOffsets offsets;
+  int64_t o_stride_token, o_stride_head;
+  int64_t lse_stride_token, lse_stride_head;
+  int32_t group_size;
+  int32_t reserved;
+  // Prefill: [batch + 1] query tokens per request (MergeItem.request indexes it); null for
+  // decode, where request i is query token i.
+  const int32_t* qo_indptr;
+};
+
+}  // namespace flare

@@ -1,0 +1,152 @@
+// Device helpers of the decode and merge kernels: cp.async (with zero fill), fast exp2/log2,
+// and element conversions of 8-element vectors (f16, bf16, fp8 e4m3/e5m2 <-> float32) in
+// inline PTX and bit operations, so NVRTC needs no CUDA header.
+#pragma once
+
+#include "decode_params.cuh"
+
+namespace flare {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// fp8 e4m3 bits shifted into an f16 carry an exponent bias 8 too small (15 - 7): the decoded
+// value is the f16 times 2^8, folded into k_scale / v_scale by the kernels.
+constexpr float kE4M3ViaF16Scale = 256.0f;
+
+struct alignas(16) Vec16 {
+  unsigned int x, y, z, w;
+};
+struct alignas(8) Vec8 {
+  unsigned int x, y;
+};
+
+__device__ __forceinline__ unsigned shared_address(const void* pointer) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
+}
+
+// 16 bytes global -> shared, bypassing L1; when !valid nothing is read and zeros are written
+// (tail rows of a tile must hold finite values: their probabilities are 0, and 0 * NaN = NaN).
+__device__ __forceinline__ void cp_async_16(unsigned shared_dst, const void* global_src,
+                                            bool valid) {
+  const int source_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst),
+               "l"(global_src), "r"(source_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000u); }
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// --- 16-bit and fp8 pairs -> float32 ------------------------------------------------------
+
+__device__ __forceinline__ void bf16x2_to_float2(unsigned bits, float& lo, float& hi) {
+  lo = __uint_as_float(bits << 16);
+  hi = __uint_as_float(bits & 0xffff0000u);
+}
+
+__device__ __forceinline__ void f16x2_to_float2(unsigned bits, float& lo, float& hi) {
+  const unsigned short lo_bits = static_cast<unsigned short>(bits & 0xffffu);
+  const unsigned short hi_bits = static_cast<unsigned short>(bits >> 16);
+  asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"(lo_bits));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"(hi_bits));
+}
+
+// Four fp8 bytes -> two f16x2 words holding byte << 8 (exactly e5m2 as f16).
+__device__ __forceinline__ void fp8x4_spread(unsigned bytes, unsigned& h01, unsigned& h23) {
+  asm("prmt.b32 %0, %1, 0, 0x1404;" : "=r"(h01) : "r"(bytes));
+  asm("prmt.b32 %0, %1, 0, 0x3424;" : "=r"(h23) : "r"(bytes));
+}
+// e4m3 byte << 8 -> the f16 with the same sign and bits (value / 2^8, kE4M3ViaF16Scale).
+__device__ __forceinline__ unsigned e4m3_spread_to_f16x2(unsigned h) {
+  return (h & 0x80008000u) | ((h >> 1) & 0x3f803f80u);
+}
+
+// Eight stored KV elements of type kCode at `src` (shared memory) -> float32, unscaled
+// (e4m3 values come out divided by kE4M3ViaF16Scale).
+template <int kCode>
+__device__ __forceinline__ void load_kv8(const unsigned char* src, float (&out)[8]) {
+  if constexpr (kCode == kCodeE4M3 || kCode == kCodeE5M2) {
+    const Vec8 raw = *reinterpret_cast<const Vec8*>(src);
+    unsigned words[4];
+    fp8x4_spread(raw.x, words[0], words[1]);
+    fp8x4_spread(raw.y, words[2], words[3]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kCode == kCodeE4M3) words[i] = e4m3_spread_to_f16x2(words[i]);
+      f16x2_to_float2(words[i], out[2 * i], out[2 * i + 1]);
+    }
+  } else {
+    const Vec16 raw = *reinterpret_cast<const Vec16*>(src);
+    const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kCode == kCodeBF16) {
+        bf16x2_to_float2(words[i], out[2 * i], out[2 * i + 1]);
+      } else {
+        f16x2_to_float2(words[i], out[2 * i], out[2 * i + 1]);
+      }
+    }
+  }
+}
+
+// Eight f16/bf16 elements at `src` (global, 16-byte aligned) -> float32.
+template <int kCode>
+__device__ __forceinline__ void load_global_16bit8(const void* src, float (&out)[8]) {
+  const Vec16 raw = *reinterpret_cast<const Vec16*>(src);
+  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kCode == kCodeBF16) {
+      bf16x2_to_float2(words[i], out[2 * i], out[2 * i + 1]);
+    } else {
+      f16x2_to_float2(words[i], out[2 * i], out[2 * i + 1]);
+    }
+  }
+}
+
+// --- float32 -> 16-bit, round to nearest even ---------------------------------------------
+
+template <int kCode>
+__device__ __forceinline__ unsigned float2_to_16bit2(float lo, float hi) {
+  unsigned packed;
+  if constexpr (kCode == kCodeBF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  }
+  return packed;
+}
+
+// Four float32 -> four 16-bit elements at `dst` (8-byte aligned).
+template <int kCode>
+__device__ __forceinline__ void store_16bit4(void* dst, const float (&in)[4]) {
+  Vec8 packed;
+  packed.x = float2_to_16bit2<kCode>(in[0], in[1]);
+  packed.y = float2_to_16bit2<kCode>(in[2], in[3]);
+  *reinterpret_cast<Vec8*>(dst) = packed;
+}
+
+}  // namespace flare

@@ -1,0 +1,95 @@
+// The merge of split-KV partial states (papers 001 §2.2, 002 D.2) on a fixed grid: one warp
+// per (merge item, row) reduces the row's float32 partial slots in the plan's KV order, so the
+// result is bitwise identical across runs, and writes the final o and lse.
+//
+// Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256), FLARE_Q_DTYPE (o's DTypeCode).
+#pragma once
+
+#include "decode_params.cuh"
+#include "decode_utils.cuh"
+#include "plan_types.cuh"
+
+namespace flare::merge {
+
+struct Traits {
+  static constexpr int kHeadDim = FLARE_HEAD_DIM;
+  static constexpr int kOCode = FLARE_Q_DTYPE;
+  static constexpr int kThreads = 128;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kDimsPerLane = kHeadDim / 32;  // 2, 4 or 8
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim");
+  static_assert(kOCode == kCodeF16 || kOCode == kCodeBF16, "o dtype");
+};
+
+using T = Traits;
+
+__device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem& item, int r,
+                                          int slot_begin, int slot_end) {
+  const int lane = threadIdx.x % 32;
+  const unsigned char* ws = p.workspace;
+  const int* slots = reinterpret_cast<const int*>(ws + p.offsets.merge_slots);
+  const float* partial_o = reinterpret_cast<const float*>(ws + p.offsets.partial_o);
+  const float* partial_lse = reinterpret_cast<const float*>(ws + p.offsets.partial_lse);
+
+  float lse_max = negative_infinity();
+  for (int i = slot_begin; i < slot_end; ++i) {
+    const long long row = static_cast<long long>(slots[i]) * p.offsets.partial_rows + r;
+    lse_max = fmaxf(lse_max, partial_lse[row]);
+  }
+  const float base = lse_max == negative_infinity() ? 0.0f : lse_max;
+
+  float acc[T::kDimsPerLane];
+#pragma unroll
+  for (int e = 0; e < T::kDimsPerLane; ++e) acc[e] = 0.0f;
+  float denominator = 0.0f;
+  for (int i = slot_begin; i < slot_end; ++i) {
+    const long long row = static_cast<long long>(slots[i]) * p.offsets.partial_rows + r;
+    const float w = fast_exp2((partial_lse[row] - base) * kLog2e);
+    denominator += w;
+    const float* src = partial_o + row * T::kHeadDim + lane * T::kDimsPerLane;
+#pragma unroll
+    for (int e = 0; e < T::kDimsPerLane; ++e) acc[e] = fmaf(w, src[e], acc[e]);
+  }
+  const bool empty = denominator == 0.0f;
+  const float norm = empty ? 0.0f : 1.0f / denominator;
+
+  const int packed = item.row_begin + r;
+  const long long first_token =
+      p.qo_indptr != nullptr ? p.qo_indptr[item.request] : item.request;
+  const long long token = first_token + packed / p.group_size;
+  const long long head = item.kv_head * p.group_size + packed % p.group_size;
+  unsigned char* o = static_cast<unsigned char*>(p.o) +
+                     ((token * p.o_stride_token + head * p.o_stride_head) +
+                      lane * T::kDimsPerLane) * 2;
+#pragma unroll
+  for (int e = 0; e < T::kDimsPerLane; e += 2) {
+    *reinterpret_cast<unsigned*>(o + e * 2) =
+        float2_to_16bit2<T::kOCode>(acc[e] * norm, acc[e + 1] * norm);
+  }
+  if (p.lse != nullptr && lane == 0) {
+    p.lse[token * p.lse_stride_token + head * p.lse_stride_head] =
+        empty ? negative_infinity() : lse_max + fast_log2(denominator) * kLn2;
+  }
+}
+
+}  // namespace flare::merge
+
+extern "C" __global__ void __launch_bounds__(flare::merge::Traits::kThreads)
+    flare_merge(const flare::MergeParams params) {
+  using flare::merge::T;
+  const unsigned char* ws = params.workspace;
+  const auto* counts = reinterpret_cast<const flare::PlanCounts*>(ws + params.offsets.counts);
+  const int* merge_indptr = reinterpret_cast<const int*>(ws + params.offsets.merge_indptr);
+  const auto* items = reinterpret_cast<const flare::MergeItem*>(ws + params.offsets.merge_items);
+  const int rows_per_item = params.offsets.partial_rows;
+  const long long pairs = static_cast<long long>(counts->num_merge_items) * rows_per_item;
+  const long long warp = blockIdx.x * T::kWarps + threadIdx.x / 32;
+  for (long long pair = warp; pair < pairs; pair += static_cast<long long>(gridDim.x) * T::kWarps) {
+    const int index = static_cast<int>(pair / rows_per_item);
+    const int r = static_cast<int>(pair % rows_per_item);
+    const flare::MergeItem item = items[index];
+    if (r < item.row_end - item.row_begin) {
+      flare::merge::merge_row(params, item, r, merge_indptr[index], merge_indptr[index + 1]);
+    }
+  }
+}

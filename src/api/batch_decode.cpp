@@ -1,0 +1,551 @@
+// BatchDecode: config validation, the decode/merge kernel specs, the persistent grid and
+// workspace, plan() (host planner + one async copy) and run() (validation + two launches).
+#include "flare/api/batch_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flare/core/error.h"
+#include "flare/jit/cuda_sync.h"
+#include "flare/jit/module.h"
+#include "flare/variant/builtin_variants.h"
+#include "kernels/decode_params.cuh"
+
+namespace flare {
+namespace {
+
+static_assert(static_cast<int>(DType::kF16) == kCodeF16 && static_cast<int>(DType::kBF16) == kCodeBF16 &&
+              static_cast<int>(DType::kE4M3) == kCodeE4M3 &&
+              static_cast<int>(DType::kE5M2) == kCodeE5M2,
+              "kernels/decode_params.cuh DTypeCode must equal flare::DType");
+
+// Decode kernel geometry (kernels/decode.cuh Traits reads these defines and checks them).
+constexpr int kDecodeThreads = 128;
+constexpr int kMergeThreads = 128;
+constexpr int kDimsPerLane = 8;
+constexpr int kMaxRowsPerItem = 8;
+// Shared memory the K/V pipeline aims at per CTA: (stages - 1) / stages of it in flight.
+constexpr int kPipelineTargetBytes = 64 * 1024;
+constexpr int kMinStages = 2;
+constexpr int kMaxStages = 8;
+// Merge grid: blocks per SM (4 warps each, one warp per merged row).
+constexpr int kMergeBlocksPerSm = 4;
+constexpr size_t kAlignment = 16;
+
+const char* const kWhat = "BatchDecode";
+
+int next_power_of_two(int x) {
+  int p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+int group_size(const BatchDecodeConfig& c) { return c.num_qo_heads / c.num_kv_heads; }
+
+// Packed rows per work item: the whole head group up to 8 rows (padded to a power of two in
+// the kernel, whose register tiles are compiled per row count).
+int query_tile(const BatchDecodeConfig& c) { return std::min(group_size(c), kMaxRowsPerItem); }
+int kernel_rows(const BatchDecodeConfig& c) { return next_power_of_two(query_tile(c)); }
+
+void validate_config(const BatchDecodeConfig& c) {
+  FLARE_CHECK(c.device >= 0, ErrorCode::kInvalidArgument, kWhat, ": device must be >= 0, got ",
+              c.device);
+  FLARE_CHECK(c.max_batch >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": max_batch must be >= 1, got ", c.max_batch);
+  FLARE_CHECK(c.num_qo_heads >= 1 && c.num_kv_heads >= 1 && c.num_qo_heads % c.num_kv_heads == 0,
+              ErrorCode::kInvalidArgument, kWhat,
+              ": num_kv_heads must be >= 1 and divide num_qo_heads, got num_qo_heads=",
+              c.num_qo_heads, " num_kv_heads=", c.num_kv_heads);
+  FLARE_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256, ErrorCode::kUnsupported,
+              kWhat, ": head_dim must be 64, 128 or 256, got ", c.head_dim);
+  FLARE_CHECK(c.page_size >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": page_size must be >= 1, got ", c.page_size);
+  FLARE_CHECK(c.q_dtype == DType::kF16 || c.q_dtype == DType::kBF16, ErrorCode::kUnsupported,
+              kWhat, ": q_dtype must be float16 or bfloat16, got ", dtype_name(c.q_dtype));
+  FLARE_CHECK(c.kv_dtype == DType::kF16 || c.kv_dtype == DType::kBF16 ||
+                  c.kv_dtype == DType::kE4M3 || c.kv_dtype == DType::kE5M2,
+              ErrorCode::kUnsupported, kWhat,
+              ": kv_dtype must be float16, bfloat16, float8_e4m3 or float8_e5m2, got ",
+              dtype_name(c.kv_dtype));
+  FLARE_CHECK(c.fixed_split_size >= 0 && c.num_sms_to_use >= 0 && c.ctas_per_sm >= 0,
+              ErrorCode::kInvalidArgument, kWhat,
+              ": fixed_split_size, num_sms_to_use and ctas_per_sm must be >= 0, got ",
+              c.fixed_split_size, ", ", c.num_sms_to_use, ", ", c.ctas_per_sm);
+  const AttentionParams& p = c.params;
+  FLARE_CHECK(std::isfinite(p.sm_scale) && p.sm_scale >= 0.0f && std::isfinite(p.k_scale) &&
+                  std::isfinite(p.v_scale) && std::isfinite(p.logits_soft_cap),
+              ErrorCode::kInvalidArgument, kWhat,
+              ": sm_scale (>= 0, 0 = 1/sqrt(D)), k_scale, v_scale and logits_soft_cap must be "
+              "finite, got ",
+              p.sm_scale, ", ", p.k_scale, ", ", p.v_scale, ", ", p.logits_soft_cap);
+  if (p.alibi_slopes) {
+    const TensorView& s = *p.alibi_slopes;
+    FLARE_CHECK(p.pos_encoding == PosEncoding::kAlibi, ErrorCode::kInvalidArgument, kWhat,
+                ": alibi_slopes is given but pos_encoding is not kAlibi");
+    FLARE_CHECK(s.device.is_cpu() && s.dtype == DType::kF32 && s.ndim == 1 &&
+                    s.shape[0] == c.num_qo_heads,
+                ErrorCode::kInvalidArgument, kWhat,
+                ": alibi_slopes must be a float32 CPU tensor [", c.num_qo_heads, "], got ",
+                dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
+  }
+  standard_variant_flags(p, kWhat);  // throws for what the kernel cannot express
+}
+
+struct Geometry {
+  int rows = 0;
+  int tokens_per_group = 0;
+  int stages = 0;
+  size_t shared_bytes = 0;
+};
+
+// Mirrors kernels/decode.cuh Traits (which static_asserts that FLARE_SHARED_BYTES covers it).
+Geometry decode_geometry(const BatchDecodeConfig& c) {
+  Geometry g;
+  g.rows = kernel_rows(c);
+  // Scores of one tile live in registers (tokens x rows): 8-row tiles take 2 tokens a group.
+  g.tokens_per_group = g.rows >= 8 ? 2 : 4;
+  const int lanes = c.head_dim / kDimsPerLane;
+  const int groups = kDecodeThreads / lanes;
+  const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
+  const int stage_bytes = 2 * groups * g.tokens_per_group * row_bytes;
+  g.stages = std::clamp(kPipelineTargetBytes / stage_bytes, kMinStages, kMaxStages);
+  const size_t pipeline = static_cast<size_t>(g.stages) * stage_bytes;
+  const size_t combine = static_cast<size_t>(groups) * g.rows * (c.head_dim + 2) * sizeof(float);
+  g.shared_bytes = std::max(pipeline, combine);
+  return g;
+}
+
+std::string dtype_code(DType t) { return std::to_string(static_cast<int>(t)); }
+
+size_t resolved_ctas_per_sm(const BatchDecodeConfig& c, cuda::Function decode, size_t shared) {
+  const int fit = cuda::max_active_blocks_per_sm(decode, kDecodeThreads, shared);
+  FLARE_CHECK(fit >= 1, ErrorCode::kUnsupported, kWhat, ": the decode kernel (", shared,
+              " bytes of shared memory) does not fit one SM of device ", c.device);
+  return static_cast<size_t>(c.ctas_per_sm > 0 ? std::min(c.ctas_per_sm, fit) : fit);
+}
+
+bool aligned(const TensorView& t, int outer_dims) {
+  if (reinterpret_cast<uintptr_t>(t.data) % kAlignment != 0) return false;
+  const size_t bytes = dtype_bytes(t.dtype);
+  for (int d = 0; d < outer_dims; ++d) {
+    if ((static_cast<size_t>(t.strides[d]) * bytes) % kAlignment != 0) return false;
+  }
+  return true;
+}
+
+void check_device_tensor(const TensorView& t, const char* name, int device, DType dtype,
+                         std::initializer_list<int64_t> shape, bool vectorized) {
+  FLARE_CHECK(t.data != nullptr, ErrorCode::kInvalidArgument, kWhat, ": ", name, " is null");
+  FLARE_CHECK(t.device == Device::cuda(device), ErrorCode::kInvalidArgument, kWhat, ": ", name,
+              " must be on cuda:", device, ", got ", t.device.str());
+  FLARE_CHECK(t.dtype == dtype, ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be ",
+              dtype_name(dtype), ", got ", dtype_name(t.dtype));
+  bool same = t.ndim == static_cast<int>(shape.size());
+  int d = 0;
+  for (int64_t extent : shape) same = same && t.shape[d++] == extent;
+  if (!same) {
+    std::string expected = "[";
+    for (int64_t extent : shape) expected += (expected.size() > 1 ? ", " : "") + std::to_string(extent);
+    fail(ErrorCode::kInvalidArgument, kWhat, ": ", name, " must have shape ", expected,
+         "], got ", t.shape_str());
+  }
+  for (int i = 0; i < t.ndim; ++i) {
+    FLARE_CHECK(t.strides[i] >= 0, ErrorCode::kInvalidArgument, kWhat, ": ", name,
+                " strides must be >= 0, got ", t.strides[i], " in dimension ", i);
+  }
+  if (vectorized) {
+    FLARE_CHECK(t.strides[t.ndim - 1] == 1, ErrorCode::kInvalidArgument, kWhat, ": ", name,
+                " must have a unit innermost stride, got ", t.strides[t.ndim - 1]);
+    FLARE_CHECK(aligned(t, t.ndim - 1), ErrorCode::kInvalidArgument, kWhat, ": ", name,
+                " needs a 16-byte aligned data pointer and outer strides that are multiples of "
+                "16 bytes");
+  }
+}
+
+void check_index_array(const TensorView& t, const char* name, int device, int64_t min_size,
+                       int64_t exact_size) {
+  FLARE_CHECK(t.data != nullptr && t.device == Device::cuda(device) && t.dtype == DType::kI32 &&
+                  t.ndim == 1 && (t.shape[0] == exact_size || (exact_size < 0 && t.shape[0] >= min_size)) &&
+                  (t.shape[0] <= 1 || t.strides[0] == 1),
+              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous int32 1-D ",
+              "tensor on cuda:", device, " with ",
+              exact_size >= 0 ? "exactly " + std::to_string(exact_size)
+                              : "at least " + std::to_string(min_size),
+              " entries, got ", dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+}
+
+WorkspaceOffsets offsets_of(const WorkspaceLayout& layout) {
+  WorkspaceOffsets o{};
+  o.counts = static_cast<int64_t>(layout.counts);
+  o.cta_indptr = static_cast<int64_t>(layout.cta_indptr);
+  o.work_items = static_cast<int64_t>(layout.work_items);
+  o.merge_indptr = static_cast<int64_t>(layout.merge_indptr);
+  o.merge_items = static_cast<int64_t>(layout.merge_items);
+  o.merge_slots = static_cast<int64_t>(layout.merge_slots);
+  o.partial_o = static_cast<int64_t>(layout.partial_o);
+  o.partial_lse = static_cast<int64_t>(layout.partial_lse);
+  o.partial_rows = layout.max_query_tile;
+  return o;
+}
+
+}  // namespace
+
+BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
+  validate_config(config);
+  const Geometry g = decode_geometry(config);
+  const StandardVariantFlags flags = standard_variant_flags(config.params, kWhat);
+  BatchDecodeKernels k;
+  k.rows_per_item = g.rows;
+  k.threads = kDecodeThreads;
+  k.merge_threads = kMergeThreads;
+  k.decode_shared_bytes = g.shared_bytes;
+
+  k.decode.family_header = "decode.cuh";
+  k.decode.entry = "flare_decode";
+  k.decode.variant_source = standard_variant_source(flags);
+  k.decode.defines = {
+      {"FLARE_HEAD_DIM", std::to_string(config.head_dim)},
+      {"FLARE_ROWS", std::to_string(g.rows)},
+      {"FLARE_PAGE_SIZE", std::to_string(config.page_size)},
+      {"FLARE_Q_DTYPE", dtype_code(config.q_dtype)},
+      {"FLARE_KV_DTYPE", dtype_code(config.kv_dtype)},
+      {"FLARE_TOKENS_PER_GROUP", std::to_string(g.tokens_per_group)},
+      {"FLARE_STAGES", std::to_string(g.stages)},
+      {"FLARE_SHARED_BYTES", std::to_string(g.shared_bytes)},
+  };
+  k.decode.label = "decode q=" + std::string(dtype_name(config.q_dtype)) +
+                   " kv=" + std::string(dtype_name(config.kv_dtype)) +
+                   " D=" + std::to_string(config.head_dim) + " rows=" + std::to_string(g.rows) +
+                   " page=" + std::to_string(config.page_size) + " " +
+                   standard_variant_name(flags);
+
+  k.merge.family_header = "merge.cuh";
+  k.merge.entry = "flare_merge";
+  k.merge.defines = {{"FLARE_HEAD_DIM", std::to_string(config.head_dim)},
+                     {"FLARE_Q_DTYPE", dtype_code(config.q_dtype)}};
+  k.merge.label = "merge o=" + std::string(dtype_name(config.q_dtype)) +
+                  " D=" + std::to_string(config.head_dim);
+  return k;
+}
+
+std::vector<BatchDecodeConfig> shipped_decode_configs() {
+  std::vector<BatchDecodeConfig> configs;
+  const auto add = [&configs](int head_dim, int group, DType q, DType kv, int page_size,
+                              const AttentionParams& params) {
+    BatchDecodeConfig c;
+    c.max_batch = 1;
+    c.num_kv_heads = 1;
+    c.num_qo_heads = group;
+    c.head_dim = head_dim;
+    c.page_size = page_size;
+    c.q_dtype = q;
+    c.kv_dtype = kv;
+    c.params = params;
+    configs.push_back(c);
+  };
+  const AttentionParams plain;
+  AttentionParams soft_cap;
+  soft_cap.logits_soft_cap = 30.0f;
+  AttentionParams window;
+  window.window_left = 127;
+  AttentionParams alibi;
+  alibi.pos_encoding = PosEncoding::kAlibi;
+  AttentionParams all = alibi;
+  all.logits_soft_cap = 30.0f;
+  all.window_left = 127;
+  for (int head_dim : {64, 128, 256}) {
+    // Every row tile on the bf16 path; the other element types at the widest tiles, where
+    // registers run out first.
+    for (int group : {1, 2, 4, 8}) add(head_dim, group, DType::kBF16, DType::kBF16, 16, plain);
+    for (int group : {4, 8}) add(head_dim, group, DType::kBF16, DType::kE4M3, 16, plain);
+    add(head_dim, 8, DType::kF16, DType::kF16, 16, plain);
+    add(head_dim, 8, DType::kBF16, DType::kE5M2, 16, plain);
+    // Every variant flag at once, on both KV paths.
+    add(head_dim, 8, DType::kBF16, DType::kBF16, 16, all);
+    add(head_dim, 8, DType::kF16, DType::kE4M3, 16, all);
+  }
+  for (const AttentionParams* params : {&soft_cap, &window, &alibi}) {
+    add(128, 8, DType::kBF16, DType::kBF16, 16, *params);
+  }
+  for (int page_size : {1, 3, 64}) add(128, 4, DType::kBF16, DType::kBF16, page_size, plain);
+  return configs;
+}
+
+namespace {
+
+// The compiled kernels and the grid of one config: what the constructor and workspace_bytes()
+// share.
+struct ResolvedKernels {
+  BatchDecodeKernels kernels;
+  cuda::Function decode = nullptr;
+  cuda::Function merge = nullptr;
+  int num_sms = 0;
+  int num_ctas = 0;
+  int merge_blocks = 0;
+  WorkspaceLayout layout;
+};
+
+}  // namespace
+
+struct BatchDecode::State {
+  BatchDecodeConfig config;
+  ResolvedKernels k;
+  cuda::DeviceBuffer workspace;
+  cuda::DeviceBuffer alibi_slopes;
+  cuda::PinnedBuffer plan_staging;
+  std::optional<cuda::Event> staging_copied;  // the last copy out of plan_staging
+  bool planned = false;
+  Plan plan;
+  std::vector<int32_t> kv_len;  // scratch of plan()
+  std::vector<int32_t> qo_len;
+  VariantParams variant{};
+};
+
+namespace {
+
+WorkspaceBounds bounds_of(const BatchDecodeConfig& c, int num_ctas) {
+  WorkspaceBounds b;
+  b.max_batch = c.max_batch;
+  b.max_total_qo = c.max_batch;
+  b.num_ctas = num_ctas;
+  b.max_query_tile = query_tile(c);
+  b.num_qo_heads = c.num_qo_heads;
+  b.num_kv_heads = c.num_kv_heads;
+  b.head_dim_vo = c.head_dim;
+  return b;
+}
+
+// Compiles (or loads) both kernels and sizes the persistent grid and the workspace.
+ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
+  ResolvedKernels r;
+  r.kernels = batch_decode_kernels(config);
+  cuda::set_device(config.device);
+  const cuda::DeviceProperties props = cuda::device_properties(config.device);
+  const std::string arch = jit::arch_for(props.cc_major, props.cc_minor);
+  jit::precompile({r.kernels.decode, r.kernels.merge}, arch, 2);
+  r.decode = jit::get_kernel(r.kernels.decode, "flare_decode", config.device);
+  r.merge = jit::get_kernel(r.kernels.merge, "flare_merge", config.device);
+  FLARE_CHECK(static_cast<int>(r.kernels.decode_shared_bytes) <=
+                  props.max_shared_bytes_per_block_optin,
+              ErrorCode::kUnsupported, kWhat, ": the decode kernel needs ",
+              r.kernels.decode_shared_bytes, " bytes of shared memory, device ", config.device,
+              " allows ", props.max_shared_bytes_per_block_optin);
+  cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.kernels.decode_shared_bytes));
+  r.num_sms = props.num_sms;
+  r.num_ctas = props.num_sms * static_cast<int>(resolved_ctas_per_sm(
+                                   config, r.decode, r.kernels.decode_shared_bytes));
+  r.merge_blocks = props.num_sms * kMergeBlocksPerSm;
+  r.layout = workspace_layout(bounds_of(config, r.num_ctas));
+  return r;
+}
+
+}  // namespace
+
+BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.config = config;
+  s.k = resolve_kernels(config);
+  s.workspace = cuda::DeviceBuffer(s.k.layout.total_bytes);
+  s.plan_staging = cuda::PinnedBuffer(s.k.layout.plan_bytes);
+  s.staging_copied.emplace();
+
+  const AttentionParams& p = config.params;
+  s.variant.sm_scale = p.resolved_sm_scale(config.head_dim);
+  s.variant.logits_soft_cap = p.logits_soft_cap;
+  s.variant.window_left = p.window_left;
+  if (p.pos_encoding == PosEncoding::kAlibi) {
+    std::vector<float> slopes(static_cast<size_t>(config.num_qo_heads));
+    for (int h = 0; h < config.num_qo_heads; ++h) {
+      slopes[static_cast<size_t>(h)] =
+          p.alibi_slopes ? p.alibi_slopes->ptr<const float>()[h * p.alibi_slopes->strides[0]]
+                         : default_alibi_slope(h, config.num_qo_heads);
+    }
+    s.alibi_slopes = cuda::DeviceBuffer(slopes.size() * sizeof(float));
+    cuda::memcpy_htod(s.alibi_slopes.data(), slopes.data(), slopes.size() * sizeof(float));
+    s.variant.alibi_slopes = static_cast<const float*>(s.alibi_slopes.data());
+  }
+}
+
+BatchDecode::~BatchDecode() = default;
+BatchDecode::BatchDecode(BatchDecode&&) noexcept = default;
+BatchDecode& BatchDecode::operator=(BatchDecode&&) noexcept = default;
+
+size_t BatchDecode::workspace_bytes(const BatchDecodeConfig& config) {
+  return resolve_kernels(config).layout.total_bytes;
+}
+
+void BatchDecode::plan(std::span<const int32_t> kv_indptr,
+                       std::span<const int32_t> kv_last_page_len, cuda::Stream stream) {
+  State& s = *state_;
+  const int64_t batch = static_cast<int64_t>(kv_indptr.size()) - 1;
+  FLARE_CHECK(batch >= 1 && batch <= s.config.max_batch, ErrorCode::kInvalidArgument, kWhat,
+              ": kv_indptr must have batch + 1 entries with 1 <= batch <= max_batch = ",
+              s.config.max_batch, ", got ", kv_indptr.size(), " entries");
+  FLARE_CHECK(static_cast<int64_t>(kv_last_page_len.size()) == batch,
+              ErrorCode::kInvalidArgument, kWhat, ": kv_last_page_len must have ", batch,
+              " entries (one per request), got ", kv_last_page_len.size());
+  FLARE_CHECK(kv_indptr[0] == 0, ErrorCode::kInvalidArgument, kWhat,
+              ": kv_indptr[0] must be 0, got ", kv_indptr[0]);
+  const int64_t page_size = s.config.page_size;
+  s.kv_len.resize(static_cast<size_t>(batch));
+  s.qo_len.assign(static_cast<size_t>(batch), 1);
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t pages = int64_t{kv_indptr[i + 1]} - kv_indptr[i];
+    FLARE_CHECK(pages >= 0, ErrorCode::kInvalidArgument, kWhat,
+                ": kv_indptr must be non-decreasing: kv_indptr[", i + 1, "]=", kv_indptr[i + 1],
+                " < kv_indptr[", i, "]=", kv_indptr[i]);
+    const int64_t last = kv_last_page_len[i];
+    FLARE_CHECK(pages == 0 || (last >= 1 && last <= page_size), ErrorCode::kInvalidArgument,
+                kWhat, ": kv_last_page_len[", i, "] must be in [1, ", page_size, "], got ", last);
+    const int64_t len = pages == 0 ? 0 : (pages - 1) * page_size + last;
+    FLARE_CHECK(len <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported, kWhat,
+                ": request ", i, " has ", len, " KV tokens, more than int32 holds");
+    s.kv_len[static_cast<size_t>(i)] = static_cast<int32_t>(len);
+  }
+
+  PlanProblem problem;
+  problem.qo_len = s.qo_len;
+  problem.kv_len = s.kv_len;
+  problem.num_qo_heads = s.config.num_qo_heads;
+  problem.num_kv_heads = s.config.num_kv_heads;
+  problem.head_dim_qk = s.config.head_dim;
+  problem.head_dim_vo = s.config.head_dim;
+  problem.page_size = s.config.page_size;
+  problem.window_left = s.config.params.window_left;
+  DeviceSpec device;
+  device.num_sms = s.k.num_sms;
+  device.ctas_per_sm = s.k.num_ctas / s.k.num_sms;
+  PlanOptions options;
+  options.query_tile = query_tile(s.config);
+  options.fixed_split_size = s.config.fixed_split_size;
+  options.disable_split_kv = s.config.disable_split_kv;
+  options.num_sms_to_use = s.config.num_sms_to_use;
+  Plan next = flare::plan(problem, device, options);
+  check_fits(next, s.k.layout);
+
+  cuda::set_device(s.config.device);
+  // The previous copy out of the staging buffer may still be queued behind kernels: wait for
+  // that copy alone before overwriting its source.
+  s.staging_copied->synchronize();
+  write_plan_region(next, s.k.layout, s.plan_staging.data());
+  cuda::memcpy_htod_async(s.workspace.data(), s.plan_staging.data(), s.k.layout.plan_bytes, stream);
+  s.staging_copied->record(stream);
+  s.plan = std::move(next);
+  s.planned = true;
+}
+
+void BatchDecode::plan(const TensorView& kv_indptr, const TensorView& kv_last_page_len,
+                       cuda::Stream stream) {
+  for (const auto& [t, name] : {std::pair{&kv_indptr, "kv_indptr"},
+                                std::pair{&kv_last_page_len, "kv_last_page_len"}}) {
+    FLARE_CHECK(t->device.is_cpu() && t->dtype == DType::kI32 && t->ndim == 1 &&
+                    (t->shape[0] <= 1 || t->strides[0] == 1),
+                ErrorCode::kInvalidArgument, kWhat, ": plan() takes ", name,
+                " as a contiguous int32 1-D CPU tensor, got ", dtype_name(t->dtype), " ",
+                t->shape_str(), " on ", t->device.str());
+  }
+  plan(std::span<const int32_t>(kv_indptr.ptr<const int32_t>(),
+                                static_cast<size_t>(kv_indptr.shape[0])),
+       std::span<const int32_t>(kv_last_page_len.ptr<const int32_t>(),
+                                static_cast<size_t>(kv_last_page_len.shape[0])),
+       stream);
+}
+
+void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& o,
+                      const std::optional<TensorView>& lse, cuda::Stream stream) {
+  State& s = *state_;
+  const BatchDecodeConfig& c = s.config;
+  FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
+  // A captured run serves every later plan: its tensors are sized for the largest batch.
+  const int64_t planned_batch = static_cast<int64_t>(s.kv_len.size());
+  const int64_t batch = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : planned_batch;
+  FLARE_CHECK(batch >= planned_batch && batch <= c.max_batch, ErrorCode::kInvalidArgument, kWhat,
+              ": q holds ", batch, " requests, the plan has ", planned_batch,
+              " (max_batch ", c.max_batch, ")");
+  const int64_t h_qo = c.num_qo_heads, h_kv = c.num_kv_heads, d = c.head_dim;
+  check_device_tensor(q, "q", c.device, c.q_dtype, {batch, h_qo, d}, true);
+  check_device_tensor(o, "o", c.device, c.q_dtype, {batch, h_qo, d}, true);
+  if (lse) check_device_tensor(*lse, "lse", c.device, DType::kF32, {batch, h_qo}, false);
+  FLARE_CHECK(kv.layout == c.layout, ErrorCode::kInvalidArgument, kWhat, ": kv layout must be ",
+              kv_layout_name(c.layout), ", got ", kv_layout_name(kv.layout));
+  const int64_t pages = kv.k.ndim == 4 ? kv.k.shape[0] : -1;
+  const bool nhd = c.layout == KVLayout::kNHD;
+  const int64_t ps = c.page_size;
+  for (const auto& [t, name] : {std::pair{&kv.k, "k"}, std::pair{&kv.v, "v"}}) {
+    if (nhd) {
+      check_device_tensor(*t, name, c.device, c.kv_dtype, {pages, ps, h_kv, d}, true);
+    } else {
+      check_device_tensor(*t, name, c.device, c.kv_dtype, {pages, h_kv, ps, d}, true);
+    }
+  }
+  check_index_array(kv.table.indptr, "kv indptr", c.device, 0, batch + 1);
+  check_index_array(kv.table.indices, "kv indices", c.device, 0, -1);
+  check_index_array(kv.table.last_block_len, "kv last_page_len", c.device, 0, batch);
+  FLARE_CHECK(kv.table.block_size == c.page_size, ErrorCode::kInvalidArgument, kWhat,
+              ": kv table block_size must equal page_size ", c.page_size, ", got ",
+              kv.table.block_size);
+  cuda::set_device(c.device);
+  FLARE_CHECK(c.use_cuda_graph || !cuda::is_capturing(stream), ErrorCode::kInvalidArgument,
+              kWhat, ": run() on a capturing stream needs a BatchDecode created with "
+              "use_cuda_graph = true");
+
+  DecodeParams p{};
+  p.q = q.data;
+  p.k = kv.k.data;
+  p.v = kv.v.data;
+  p.o = o.data;
+  p.lse = lse ? lse->ptr<float>() : nullptr;
+  p.kv_indptr = kv.table.indptr.ptr<const int32_t>();
+  p.kv_indices = kv.table.indices.ptr<const int32_t>();
+  p.kv_last_page_len = kv.table.last_block_len.ptr<const int32_t>();
+  p.workspace = static_cast<unsigned char*>(s.workspace.data());
+  p.offsets = offsets_of(s.k.layout);
+  p.q_stride_token = q.strides[0];
+  p.q_stride_head = q.strides[1];
+  p.k_stride_page = kv.k.strides[0];
+  p.k_stride_slot = nhd ? kv.k.strides[1] : kv.k.strides[2];
+  p.k_stride_head = nhd ? kv.k.strides[2] : kv.k.strides[1];
+  p.v_stride_page = kv.v.strides[0];
+  p.v_stride_slot = nhd ? kv.v.strides[1] : kv.v.strides[2];
+  p.v_stride_head = nhd ? kv.v.strides[2] : kv.v.strides[1];
+  p.o_stride_token = o.strides[0];
+  p.o_stride_head = o.strides[1];
+  p.lse_stride_token = lse ? lse->strides[0] : 0;
+  p.lse_stride_head = lse ? lse->strides[1] : 0;
+  p.group_size = group_size(c);
+  p.k_scale = c.params.k_scale;
+  p.v_scale = c.params.v_scale;
+  p.variant = s.variant;
+  void* decode_args[] = {&p};
+  cuda::launch(s.k.decode, static_cast<unsigned>(s.k.num_ctas), 1, 1, kDecodeThreads, 1, 1,
+               static_cast<unsigned>(s.k.kernels.decode_shared_bytes), stream, decode_args);
+
+  // Eager runs skip the merge launch when nothing was split; a captured run always launches it
+  // (a later plan may split).
+  if (!c.use_cuda_graph && s.plan.merge_items.empty()) return;
+  MergeParams m{};
+  m.o = o.data;
+  m.lse = p.lse;
+  m.workspace = p.workspace;
+  m.offsets = p.offsets;
+  m.o_stride_token = p.o_stride_token;
+  m.o_stride_head = p.o_stride_head;
+  m.lse_stride_token = p.lse_stride_token;
+  m.lse_stride_head = p.lse_stride_head;
+  m.group_size = p.group_size;
+  void* merge_args[] = {&m};
+  cuda::launch(s.k.merge, static_cast<unsigned>(s.k.merge_blocks), 1, 1, kMergeThreads, 1, 1, 0,
+               stream, merge_args);
+}
+
+const BatchDecodeConfig& BatchDecode::config() const { return state_->config; }
+int BatchDecode::num_ctas() const { return state_->k.num_ctas; }
+int BatchDecode::rows_per_item() const { return state_->k.kernels.rows_per_item; }
+const Plan& BatchDecode::last_plan() const { return state_->plan; }
+size_t BatchDecode::workspace_size() const { return state_->workspace.bytes(); }
+
+}  // namespace flare

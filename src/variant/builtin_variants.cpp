@@ -1,0 +1,50 @@
+// The built-in StandardVariant: its flags from AttentionParams and its source text.
+#include "flare/variant/builtin_variants.h"
+
+#include <utility>
+
+#include "flare/core/error.h"
+
+namespace flare {
+
+StandardVariantFlags standard_variant_flags(const AttentionParams& params, const char* what) {
+  FLARE_CHECK(params.use_softmax, ErrorCode::kUnsupported, what,
+              ": use_softmax = false (sigmoid attention) is not supported");
+  FLARE_CHECK(params.mask == MaskMode::kNone || params.mask == MaskMode::kCausal,
+              ErrorCode::kUnsupported, what, ": custom masks are not supported");
+  FLARE_CHECK(params.pos_encoding != PosEncoding::kRopeLlama, ErrorCode::kUnsupported, what,
+              ": fused RoPE is not supported (apply RoPE to q and k before the call)");
+  FLARE_CHECK(params.logits_soft_cap >= 0.0f, ErrorCode::kInvalidArgument, what,
+              ": logits_soft_cap must be >= 0 (0 = off), got ", params.logits_soft_cap);
+  FLARE_CHECK(params.window_left >= -1, ErrorCode::kInvalidArgument, what,
+              ": window_left must be -1 (no window) or >= 0, got ", params.window_left);
+  StandardVariantFlags flags;
+  flags.soft_cap = params.logits_soft_cap > 0.0f;
+  flags.sliding_window = params.window_left >= 0;
+  flags.alibi = params.pos_encoding == PosEncoding::kAlibi;
+  return flags;
+}
+
+std::string standard_variant_source(const StandardVariantFlags& flags) {
+  std::string source;
+  source += "#define FLARE_VARIANT_SOFT_CAP " + std::string(flags.soft_cap ? "1" : "0") + "\n";
+  source += "#define FLARE_VARIANT_WINDOW " + std::string(flags.sliding_window ? "1" : "0") + "\n";
+  source += "#define FLARE_VARIANT_ALIBI " + std::string(flags.alibi ? "1" : "0") + "\n";
+  source += "#include \"variant.cuh\"\n";
+  source += "struct Variant : flare::StandardVariant {};\n";
+  return source;
+}
+
+std::string standard_variant_name(const StandardVariantFlags& flags) {
+  std::string name;
+  for (const auto& [on, part] : {std::pair{flags.soft_cap, "soft_cap"},
+                                 std::pair{flags.sliding_window, "window"},
+                                 std::pair{flags.alibi, "alibi"}}) {
+    if (!on) continue;
+    if (!name.empty()) name += '+';
+    name += part;
+  }
+  return name.empty() ? "default" : name;
+}
+
+}  // namespace flare

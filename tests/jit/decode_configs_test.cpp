@@ -1,0 +1,168 @@
+// CI without a GPU: every shipped batch-decode configuration (decode and merge kernels) compiles
+// with NVRTC for sm_80 and sm_90a with zero spills and zero local memory; the kernel specs
+// follow the config, and configs no kernel handles are rejected before compiling.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <future>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "flare/api/batch_decode.h"
+#include "flare/core/error.h"
+#include "flare/jit/compiler.h"
+#include "jit/jit_test_support.h"
+#include "testing/expect_error.h"
+
+namespace flare {
+namespace {
+
+std::string define_value(const jit::KernelSpec& spec, const std::string& name) {
+  for (const auto& [key, value] : spec.defines) {
+    if (key == name) return value;
+  }
+  return "";
+}
+
+// The distinct kernel specs of every shipped config (merge kernels repeat across configs).
+std::vector<jit::KernelSpec> shipped_specs() {
+  std::vector<jit::KernelSpec> specs;
+  std::set<std::string> seen;
+  for (const BatchDecodeConfig& config : shipped_decode_configs()) {
+    const BatchDecodeKernels kernels = batch_decode_kernels(config);
+    for (const jit::KernelSpec* spec : {&kernels.decode, &kernels.merge}) {
+      if (seen.insert(spec->translation_unit()).second) specs.push_back(*spec);
+    }
+  }
+  return specs;
+}
+
+class ShippedDecodeKernels : public jit::testing::JitTest,
+                             public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ShippedDecodeKernels, CompileWithoutSpillsOrLocalMemory) {
+  const std::string arch = GetParam();
+  const std::vector<jit::KernelSpec> specs = shipped_specs();
+  // Two workers: CI machines have two cores.
+  std::vector<std::future<std::vector<jit::CompiledKernel>>> workers;
+  constexpr size_t kWorkers = 2;
+  for (size_t w = 0; w < kWorkers; ++w) {
+    workers.push_back(std::async(std::launch::async, [&specs, &arch, w] {
+      std::vector<jit::CompiledKernel> out;
+      for (size_t i = w; i < specs.size(); i += kWorkers) out.push_back(jit::compile(specs[i], arch));
+      return out;
+    }));
+  }
+  std::vector<std::vector<jit::CompiledKernel>> results;
+  for (auto& worker : workers) results.push_back(worker.get());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const jit::CompiledKernel& compiled = results[i % kWorkers][i / kWorkers];
+    ASSERT_EQ(compiled.usage.size(), 1u) << specs[i].label;
+    const jit::ResourceUsage& usage = compiled.usage[0];
+    EXPECT_EQ(usage.entry, specs[i].entry) << specs[i].label;
+    EXPECT_EQ(usage.spill_bytes, 0) << specs[i].label << " on " << arch << "\n" << compiled.log;
+    EXPECT_EQ(usage.local_bytes, 0) << specs[i].label << " on " << arch << "\n" << compiled.log;
+    EXPECT_GT(usage.registers, 0) << specs[i].label;
+    EXPECT_LE(usage.registers, 255) << specs[i].label;
+    EXPECT_FALSE(compiled.cubin.empty()) << specs[i].label;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ShippedDecodeKernels, ::testing::Values("sm_80", "sm_90a"));
+
+TEST(ShippedDecodeConfigs, CoverEveryHeadDimRowTileKvDtypeAndVariantFlag) {
+  std::set<std::string> head_dims, rows, kv_dtypes, q_dtypes, variants, pages;
+  for (const BatchDecodeConfig& config : shipped_decode_configs()) {
+    const BatchDecodeKernels k = batch_decode_kernels(config);
+    head_dims.insert(define_value(k.decode, "FLARE_HEAD_DIM"));
+    rows.insert(define_value(k.decode, "FLARE_ROWS"));
+    kv_dtypes.insert(define_value(k.decode, "FLARE_KV_DTYPE"));
+    q_dtypes.insert(define_value(k.decode, "FLARE_Q_DTYPE"));
+    pages.insert(define_value(k.decode, "FLARE_PAGE_SIZE"));
+    variants.insert(k.decode.variant_source);
+  }
+  EXPECT_EQ(head_dims, (std::set<std::string>{"64", "128", "256"}));
+  EXPECT_EQ(rows, (std::set<std::string>{"1", "2", "4", "8"}));
+  EXPECT_EQ(kv_dtypes.size(), 4u);  // f16, bf16, e4m3, e5m2
+  EXPECT_EQ(q_dtypes.size(), 2u);   // f16, bf16
+  EXPECT_EQ(variants.size(), 5u);   // default, soft-cap, window, ALiBi, all three
+  EXPECT_GE(pages.size(), 3u);
+}
+
+BatchDecodeConfig base_config() {
+  BatchDecodeConfig c;
+  c.max_batch = 4;
+  c.num_qo_heads = 28;
+  c.num_kv_heads = 4;
+  c.head_dim = 128;
+  c.page_size = 3;
+  c.q_dtype = DType::kF16;
+  c.kv_dtype = DType::kE5M2;
+  return c;
+}
+
+TEST(BatchDecodeKernels, SpecsFollowTheConfig) {
+  BatchDecodeConfig c = base_config();
+  c.params.logits_soft_cap = 50.0f;
+  const BatchDecodeKernels k = batch_decode_kernels(c);
+  EXPECT_EQ(k.decode.family_header, "decode.cuh");
+  EXPECT_EQ(k.decode.entry, "flare_decode");
+  EXPECT_EQ(k.merge.family_header, "merge.cuh");
+  EXPECT_EQ(k.merge.entry, "flare_merge");
+  EXPECT_EQ(k.rows_per_item, 8);  // group 7 padded to the 8-row tile
+  EXPECT_EQ(define_value(k.decode, "FLARE_ROWS"), "8");
+  EXPECT_EQ(define_value(k.decode, "FLARE_PAGE_SIZE"), "3");
+  EXPECT_EQ(define_value(k.decode, "FLARE_Q_DTYPE"), std::to_string(static_cast<int>(DType::kF16)));
+  EXPECT_EQ(define_value(k.decode, "FLARE_KV_DTYPE"),
+            std::to_string(static_cast<int>(DType::kE5M2)));
+  EXPECT_NE(k.decode.variant_source.find("FLARE_VARIANT_SOFT_CAP 1"), std::string::npos);
+  EXPECT_NE(k.decode.variant_source.find("FLARE_VARIANT_WINDOW 0"), std::string::npos);
+  EXPECT_EQ(define_value(k.merge, "FLARE_HEAD_DIM"), "128");
+  EXPECT_GE(k.decode_shared_bytes, 32u * 1024u);
+  EXPECT_EQ(k.threads, 128);
+
+  c.num_qo_heads = 64;  // group 16: two 8-row tiles per KV head
+  EXPECT_EQ(batch_decode_kernels(c).rows_per_item, 8);
+  c.num_qo_heads = 12;  // group 3
+  EXPECT_EQ(batch_decode_kernels(c).rows_per_item, 4);
+}
+
+TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
+  const auto expect_code = [](BatchDecodeConfig c, ErrorCode code, const char* needle) {
+    EXPECT_FLARE_ERROR(batch_decode_kernels(c), code, needle);
+  };
+  BatchDecodeConfig c = base_config();
+  c.head_dim = 96;
+  expect_code(c, ErrorCode::kUnsupported, "head_dim");
+  c = base_config();
+  c.num_qo_heads = 30;
+  expect_code(c, ErrorCode::kInvalidArgument, "num_kv_heads");
+  c = base_config();
+  c.page_size = 0;
+  expect_code(c, ErrorCode::kInvalidArgument, "page_size");
+  c = base_config();
+  c.max_batch = 0;
+  expect_code(c, ErrorCode::kInvalidArgument, "max_batch");
+  c = base_config();
+  c.q_dtype = DType::kF32;
+  expect_code(c, ErrorCode::kUnsupported, "q_dtype");
+  c = base_config();
+  c.kv_dtype = DType::kF32;
+  expect_code(c, ErrorCode::kUnsupported, "kv_dtype");
+  c = base_config();
+  c.params.pos_encoding = PosEncoding::kRopeLlama;
+  expect_code(c, ErrorCode::kUnsupported, "RoPE");
+  c = base_config();
+  c.params.use_softmax = false;
+  expect_code(c, ErrorCode::kUnsupported, "use_softmax");
+  c = base_config();
+  c.params.mask = MaskMode::kCustom;
+  expect_code(c, ErrorCode::kUnsupported, "custom");
+  c = base_config();
+  c.params.window_left = -2;
+  expect_code(c, ErrorCode::kInvalidArgument, "window_left");
+}
+
+}  // namespace
+}  // namespace flare
