@@ -25,6 +25,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"attention", flare::cli::run_attention,
      "batch attention on tensors from .npy files; writes o.npy and lse.npy"},
+    {"bench", flare::cli::run_bench, "benchmark a synthetic serving workload (decode or prefill)"},
     {"info", flare::cli::run_info, "version, CUDA devices, JIT cache location, CPU threads"},
 #ifdef FLARE_HAS_PLAN_LATENCY
     {"plan-latency", run_plan_latency, "time the host planner on serving-sized batches"},

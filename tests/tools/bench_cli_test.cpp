@@ -1,0 +1,190 @@
+// `flare bench` end to end on tiny workloads: --json prints one parseable object with the
+// documented keys and sane values (including the sampled error against float64), the table
+// has its rows, and bad workloads are errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flare/jit/cuda_driver.h"
+#include "tools/cli_test_support.h"
+#include "tools/flat_json.h"
+
+namespace flare {
+namespace {
+
+using testing::CliResult;
+using testing::JsonObject;
+using testing::ScratchDir;
+
+// A tiny workload (milliseconds on the CPU backend); `options` adds or overrides values.
+std::vector<std::string> bench_args(std::map<std::string, std::string> options) {
+  const std::map<std::string, std::string> tiny = {
+      {"--device", "cpu"}, {"--batch", "5"},     {"--kv-len", "37"},   {"--heads-qo", "8"},
+      {"--heads-kv", "2"}, {"--head-dim", "16"}, {"--page-size", "3"}, {"--iters", "2"}};
+  options.insert(tiny.begin(), tiny.end());  // keeps the caller's values
+  std::vector<std::string> args = {"bench"};
+  for (const auto& [name, value] : options) {
+    args.push_back(name);
+    args.push_back(value);
+  }
+  return args;
+}
+
+JsonObject run_json(const std::map<std::string, std::string>& options) {
+  ScratchDir scratch;
+  std::vector<std::string> args = bench_args(options);
+  args.push_back("--json");
+  const CliResult result = testing::run_cli(args, scratch);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  const std::optional<JsonObject> json = testing::parse_flat_json(result.out);
+  EXPECT_TRUE(json.has_value()) << "not one flat JSON object: " << result.out;
+  return json.value_or(JsonObject{});
+}
+
+double number(const JsonObject& json, const std::string& key) {
+  const auto it = json.find(key);
+  if (it == json.end() || !std::holds_alternative<double>(it->second)) {
+    ADD_FAILURE() << "missing numeric key " << key;
+    return std::nan("");
+  }
+  return std::get<double>(it->second);
+}
+
+std::string text(const JsonObject& json, const std::string& key) {
+  const auto it = json.find(key);
+  if (it == json.end() || !std::holds_alternative<std::string>(it->second)) {
+    ADD_FAILURE() << "missing string key " << key;
+    return "";
+  }
+  return std::get<std::string>(it->second);
+}
+
+TEST(FlatJson, RejectsWhatIsNotOneFlatObject) {
+  EXPECT_TRUE(testing::parse_flat_json(R"({"a": 1.5e3, "b": "x\"y", "c": null, "d": true})"));
+  for (const char* bad :
+       {"", "{", R"({"a": NaN})", R"({"a": 1,})", R"({"a": 1} x)", R"({"a": {"b": 1}})",
+        R"({"a": 1, "a": 2})", R"({a: 1})", "[1]", R"({"a": +1})", R"({"a": 1.})"}) {
+    EXPECT_FALSE(testing::parse_flat_json(bad)) << bad;
+  }
+}
+
+TEST(BenchCli, DecodeJsonHasTheDocumentedKeys) {
+  const JsonObject json = run_json({{"--dist", "uniform"}, {"--seed", "3"}});
+  for (const char* key : {"mode", "device", "dist", "variant", "dtype", "kv_dtype"}) {
+    EXPECT_FALSE(text(json, key).empty()) << key;
+  }
+  EXPECT_EQ(text(json, "mode"), "decode");
+  EXPECT_EQ(text(json, "device").rfind("cpu", 0), 0u) << text(json, "device");
+  EXPECT_EQ(text(json, "dist"), "uniform");
+  EXPECT_EQ(text(json, "dtype"), "bfloat16");
+  EXPECT_EQ(number(json, "batch"), 5);
+  EXPECT_EQ(number(json, "total_q"), 5);
+  EXPECT_EQ(number(json, "heads_qo"), 8);
+  EXPECT_EQ(number(json, "heads_kv"), 2);
+  EXPECT_EQ(number(json, "head_dim"), 16);
+  EXPECT_EQ(number(json, "page_size"), 3);
+  EXPECT_EQ(number(json, "iters"), 2);
+  EXPECT_EQ(number(json, "seed"), 3);
+  EXPECT_GE(number(json, "kv_len_min"), 1);
+  EXPECT_LE(number(json, "kv_len_max"), 2 * 37 - 1);
+  EXPECT_EQ(number(json, "total_kv"), 5 * number(json, "kv_len_mean"));
+  for (const char* key :
+       {"plan_us", "time_ms_median", "time_ms_min", "requests_per_s", "tokens_per_s",
+        "kv_bytes_per_s", "flop_per_s", "num_ctas", "num_work_items"}) {
+    EXPECT_GT(number(json, key), 0) << key;
+  }
+  EXPECT_LE(number(json, "time_ms_min"), number(json, "time_ms_median"));
+  EXPECT_DOUBLE_EQ(number(json, "requests_per_s"), number(json, "tokens_per_s"));
+  // Outputs are bf16 of magnitude <= 1: rounding alone is up to 2^-9.
+  EXPECT_LE(number(json, "max_abs_error"), 4e-3);
+  EXPECT_EQ(number(json, "checked_requests"), 4);
+  // Every KV byte of a decode batch is read once: total_kv * H_kv * 2 (K, V) * D * 2 bytes.
+  const double bytes = number(json, "total_kv") * 2 * 2 * 16 * 2;
+  EXPECT_NEAR(number(json, "kv_bytes_per_s") * number(json, "time_ms_median") * 1e-3, bytes,
+              bytes * 1e-4);
+}
+
+TEST(BenchCli, PrefillZipfWindowFp8) {
+  const JsonObject json = run_json({{"--mode", "prefill"},
+                                    {"--qo-len", "9"},
+                                    {"--dist", "zipf"},
+                                    {"--variant", "window"},
+                                    {"--dtype", "f16"},
+                                    {"--kv-dtype", "e4m3"},
+                                    {"--batch", "3"}});
+  EXPECT_EQ(text(json, "mode"), "prefill");
+  EXPECT_EQ(text(json, "variant"), "window");
+  EXPECT_EQ(text(json, "kv_dtype"), "float8_e4m3");
+  EXPECT_EQ(number(json, "batch"), 3);
+  EXPECT_GE(number(json, "total_q"), 3);
+  EXPECT_GT(number(json, "tokens_per_s"), number(json, "requests_per_s"));
+  EXPECT_LE(number(json, "max_abs_error"), 2e-3);  // f16 output rounding
+  EXPECT_EQ(number(json, "checked_requests"), 3);
+}
+
+TEST(BenchCli, EveryVariantChecksOut) {
+  for (const char* variant : {"default", "softcap", "alibi", "window"}) {
+    const JsonObject json = run_json({{"--variant", variant}, {"--dtype", "f32"}});
+    EXPECT_EQ(text(json, "variant"), variant);
+    EXPECT_LE(number(json, "max_abs_error"), 1e-5) << variant;
+  }
+}
+
+TEST(BenchCli, ZipfLengthsKeepTheMeanAndAreSkewed) {
+  const JsonObject json = run_json({{"--dist", "zipf"},
+                                    {"--batch", "64"},
+                                    {"--kv-len", "50"},
+                                    {"--heads-qo", "2"},
+                                    {"--heads-kv", "1"},
+                                    {"--iters", "1"}});
+  EXPECT_NEAR(number(json, "kv_len_mean"), 50, 5);
+  EXPECT_GT(number(json, "kv_len_max"), 3 * 50);
+  EXPECT_LT(number(json, "kv_len_min"), 50 / 2);
+}
+
+TEST(BenchCli, TableHasItsRows) {
+  ScratchDir scratch;
+  const CliResult result = testing::run_cli(bench_args({}), scratch);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  for (const char* row : {"flare bench: decode on cpu", "requests", "time / call", "throughput",
+                          "requests/s", "KV read", "FLOP/s", "max |error|", "4 of 5 requests"}) {
+    EXPECT_NE(result.out.find(row), std::string::npos) << row << " in\n" << result.out;
+  }
+  EXPECT_EQ(result.err, "") << "no progress bar when stderr is not a terminal";
+}
+
+TEST(BenchCli, BadWorkloadsAreErrors) {
+  ScratchDir scratch;
+  CliResult result = testing::run_cli({"bench", "--qo-len", "4"}, scratch);
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("--qo-len applies to --mode prefill only"), std::string::npos);
+  result = testing::run_cli({"bench", "--dist", "normal"}, scratch);
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("constant|uniform|zipf"), std::string::npos) << result.err;
+  result = testing::run_cli({"bench", "--batch", "0"}, scratch);
+  EXPECT_EQ(result.exit_code, 2);
+  result =
+      testing::run_cli({"bench", "--device", "cpu", "--heads-qo", "6", "--heads-kv", "4"}, scratch);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("flare: error: --heads-qo must be a multiple of --heads-kv"),
+            std::string::npos)
+      << result.err;
+  result =
+      testing::run_cli({"bench", "--device", "cpu", "--head-dim", "12", "--iters", "1"}, scratch);
+  EXPECT_EQ(result.exit_code, 1) << "head dims are multiples of 8";
+}
+
+TEST(BenchCli, CudaWithoutADeviceIsAClearError) {
+  if (cuda::available()) GTEST_SKIP() << "a CUDA device is present";
+  ScratchDir scratch;
+  const CliResult result = testing::run_cli({"bench", "--device", "cuda"}, scratch);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("no usable CUDA device"), std::string::npos) << result.err;
+}
+
+}  // namespace
+}  // namespace flare

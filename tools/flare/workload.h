@@ -1,0 +1,84 @@
+// Synthetic serving workloads for `flare bench`: per-request lengths drawn from a named
+// distribution, a paged KV cache and queries filled with seeded random data, and the
+// attention options of a named variant — plus the work such a batch implies (FLOPs, bytes).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string_view>
+#include <vector>
+
+#include "flare/core/tensor.h"
+#include "flare/reference/attention.h"
+
+namespace flare::cli {
+
+enum class BenchMode : uint8_t { kDecode, kPrefill };
+enum class LengthDist : uint8_t {
+  kConstant,  // every request has the mean length
+  kUniform,   // uniform in [1, 2 * mean - 1]
+  kZipf,      // rank r ~ Zipf(1.2) on 1..1000, length proportional to r, rescaled so the batch
+              // has the requested mean: many short requests and a few very long ones
+};
+enum class BenchVariant : uint8_t {
+  kDefault,  // plain softmax attention (causal in prefill)
+  kSoftCap,  // logits soft-cap 50 (Gemma 2)
+  kWindow,   // sliding window of a quarter of the mean KV length (at least 1)
+  kAlibi,    // ALiBi with the default slopes
+};
+
+BenchMode parse_bench_mode(std::string_view name);    // "decode" | "prefill"
+LengthDist parse_length_dist(std::string_view name);  // "constant" | "uniform" | "zipf"
+BenchVariant parse_bench_variant(std::string_view name);
+std::string_view name_of(BenchMode mode);
+std::string_view name_of(LengthDist dist);
+std::string_view name_of(BenchVariant variant);
+
+struct WorkloadSpec {
+  BenchMode mode = BenchMode::kDecode;
+  int64_t batch = 32;
+  int64_t kv_len = 1024;  // mean KV tokens per request (prefill: including the new tokens)
+  int64_t qo_len = 1;     // mean query tokens per request; decode always uses 1
+  LengthDist dist = LengthDist::kConstant;
+  int64_t heads_qo = 32;
+  int64_t heads_kv = 8;
+  int64_t head_dim = 128;
+  int64_t page_size = 16;
+  BenchVariant variant = BenchVariant::kDefault;
+  DType dtype = DType::kBF16;     // q and o
+  DType kv_dtype = DType::kBF16;  // k and v (f32, f16, bf16, e4m3, e5m2)
+  uint64_t seed = 0;
+};
+
+// `count` lengths >= 1 with mean close to `mean` (>= 1), drawn from `dist`.
+std::vector<int32_t> sample_lengths(LengthDist dist, int64_t count, int64_t mean,
+                                    std::mt19937_64& rng);
+
+// The batch, owning every buffer its problem() views point into (moves keep them valid).
+struct Workload {
+  WorkloadSpec spec;
+  std::vector<int32_t> qo_lens;  // decode: all 1; prefill: sampled, each <= its kv_len
+  std::vector<int32_t> kv_lens;
+  HostTensor q;                 // spec.dtype [total_q, heads_qo, head_dim], uniform in [-1, 1)
+  HostTensor k_pages;           // spec.kv_dtype NHD [pages, page_size, heads_kv, head_dim]
+  HostTensor v_pages;           // same; pages are handed out in a random order
+  HostTensor qo_indptr;         // int32 [batch + 1]
+  HostTensor kv_indptr;         // int32 [batch + 1], counts pages
+  HostTensor kv_indices;        // int32 [pages]
+  HostTensor kv_last_page_len;  // int32 [batch]
+  AttentionParams params;
+
+  int64_t total_q() const { return q.shape()[0]; }
+  int64_t total_kv() const;
+  AttentionProblem problem() const;
+  // (query token, key) pairs that survive the mask, summed over requests: the attention
+  // FLOPs are 2 * pairs * heads_qo * (D_qk + D_vo).
+  int64_t visible_pairs() const;
+  // KV tokens some query of the request can see (what a kernel must read), summed.
+  int64_t kv_tokens_read() const;
+};
+
+// Throws kInvalidArgument for a spec no backend could run (heads that do not divide, ...).
+Workload make_workload(const WorkloadSpec& spec);
+
+}  // namespace flare::cli
