@@ -1,0 +1,177 @@
+// BatchPrefill: GPU attention of ragged query tokens (prefill, chunked prefill, append) against
+// a paged or ragged KV cache on tensor cores, with split-KV load balancing, CUDA-graph safe
+// (papers 001 §3.2-3.3, 002 appendices A, B, D; DESIGN decisions 3-7).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "flare/core/dtype.h"
+#include "flare/core/tensor.h"
+#include "flare/format/paged_kv.h"
+#include "flare/format/ragged.h"
+#include "flare/jit/compiler.h"
+#include "flare/jit/cuda_driver.h"
+#include "flare/plan/plan.h"
+#include "flare/variant/attention_params.h"
+
+namespace flare {
+
+enum class PrefillKV : uint8_t {
+  kPaged,   // PagedKV (page table gather, any page size)
+  kRagged,  // RaggedKV (contiguous rows per request)
+};
+
+// Everything fixed when a BatchPrefill is created.
+struct BatchPrefillConfig {
+  int device = 0;        // CUDA device index
+  int max_batch = 0;     // upper bound on the requests of one plan (>= 1)
+  int max_total_qo = 0;  // upper bound on the query tokens of one plan (>= 1)
+  int num_qo_heads = 0;  // H_qo, a multiple of num_kv_heads
+  int num_kv_heads = 0;  // H_kv
+  int head_dim_qk = 0;   // 64, 128 or 256 (== head_dim_vo), or 192 with head_dim_vo 128
+  int head_dim_vo = 0;
+  PrefillKV kv = PrefillKV::kPaged;
+  int page_size = 16;    // kPaged: tokens per page, >= 1 (compiled into the kernel)
+  KVLayout layout = KVLayout::kNHD;  // kPaged
+  DType dtype = DType::kBF16;        // q, k, v and o: kF16 | kBF16
+
+  // Supported: sm_scale, mask kNone | kCausal | kCustom (the bits are given to run(), on the
+  // device), window_left, logits_soft_cap, pos_encoding kNone | kAlibi (alibi_slopes optional,
+  // float32 [H_qo] on the CPU, copied at creation). RoPE, use_softmax = false and fp8 scales
+  // throw kUnsupported.
+  AttentionParams params;
+
+  // Capture run() into CUDA graphs: the tiles are then fixed at creation (query_tile, or the
+  // heuristic on max_total_qo / max_batch), and run() launches fixed grids.
+  bool use_cuda_graph = false;
+  int query_tile = 0;  // 16 | 32 | 64 | 128; 0 = choose_prefill_tiles per plan
+  int kv_tile = 0;     // 32 | 64 | 128; 0 = choose_prefill_tiles
+
+  // Scheduler knobs (plan/plan.h PlanOptions).
+  int fixed_split_size = 0;
+  bool disable_split_kv = false;
+  int num_sms_to_use = 0;  // 0 = all SMs
+};
+
+// The limits the tile heuristic reads (from cuda::DeviceProperties).
+struct PrefillDeviceLimits {
+  int max_shared_bytes_per_block = 0;  // opt-in maximum
+  int shared_bytes_per_sm = 0;
+  int registers_per_sm = 0;
+};
+
+struct PrefillTiles {
+  int query_tile = 0;  // packed query rows per CTA tile
+  int kv_tile = 0;     // KV rows per pipeline stage
+  friend bool operator==(const PrefillTiles&, const PrefillTiles&) = default;
+};
+
+// The §3.2.2 heuristic of paper 001, a pure function: the query tile is the smallest of
+// 16/32/64/128 at least the average packed query length (q_len * group over requests with
+// queries); the KV tile is the one whose fp32 accumulators fit the register budget and whose
+// shared memory lets the most warps reside per SM (ties: the larger tile).
+PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, int head_dim_vo,
+                                  const PrefillDeviceLimits& limits);
+// The KV tile for a given query tile (same rule).
+int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo,
+                           const PrefillDeviceLimits& limits);
+
+// Custom mask for MaskMode::kCustom, on the device: bits uint8 (packed, little bit order;
+// request i's q_len x kv_len row-major bits start at byte indptr[i]), indptr int32 [batch + 1].
+struct PrefillCustomMask {
+  TensorView bits;
+  TensorView indptr;
+};
+
+// Batch prefill on one CUDA device:
+//   BatchPrefill prefill(config);                       // validates, compiles the merge kernel
+//   prefill.plan(qo_indptr, kv_indptr, last_page_len, s); // host arrays; one async copy on s
+//   prefill.run(q, qo_indptr_device, kv, o, lse, s);      // two kernel launches at most
+// plan() compiles (JIT, disk-cached) the kernel of newly chosen tiles; run() never compiles,
+// allocates or synchronizes. Under use_cuda_graph the tensors given to a captured run() must
+// keep their addresses for every replay (refill them in place), as for BatchDecode.
+class BatchPrefill {
+ public:
+  // Throws kInvalidArgument (bad config), kUnsupported (head dims, dtype, variant options),
+  // kNoCudaDevice, kCompileError, kCudaError.
+  explicit BatchPrefill(const BatchPrefillConfig& config);
+  ~BatchPrefill();
+  BatchPrefill(BatchPrefill&&) noexcept;
+  BatchPrefill& operator=(BatchPrefill&&) noexcept;
+  BatchPrefill(const BatchPrefill&) = delete;
+  BatchPrefill& operator=(const BatchPrefill&) = delete;
+
+  // Schedules one batch.
+  //   qo_indptr         int32 [batch + 1], CPU: query tokens of request i are
+  //                     q[qo_indptr[i] .. qo_indptr[i + 1])
+  //   kv_indptr         int32 [batch + 1], CPU: pages (kPaged) or tokens (kRagged)
+  //   kv_last_page_len  int32 [batch], CPU, kPaged only (empty for kRagged): in [1, page_size]
+  //                     for requests with pages
+  // 1 <= batch <= max_batch, qo_indptr[batch] <= max_total_qo. Tokens align bottom-right: token
+  // t of a request with q_len, kv_len sits at KV position kv_len - q_len + t (append).
+  // Throws kInvalidArgument (malformed arrays, bounds), kWorkspaceTooSmall.
+  void plan(std::span<const int32_t> qo_indptr, std::span<const int32_t> kv_indptr,
+            std::span<const int32_t> kv_last_page_len, cuda::Stream stream);
+
+  // Attention of the planned batch; every tensor on this prefill's device.
+  //   q          [total_q, H_qo, D_qk] dtype, unit innermost stride, 16-byte aligned rows
+  //   qo_indptr  int32 [batch + 1] on the device, the values given to plan()
+  //   kv         kPaged: PagedKV in config.layout ([pages, page_size, H_kv, D] NHD or
+  //              [pages, H_kv, page_size, D] HND, k with D_qk, v with D_vo; table arrays on
+  //              the device holding plan()'s values); kRagged: RaggedKV (k [total_kv, H_kv,
+  //              D_qk], v [total_kv, H_kv, D_vo], indptr on the device). Same alignment as q.
+  //   o          [total_q, H_qo, D_vo] dtype, same alignment rule
+  //   lse        optional float32 [total_q, H_qo]: natural-log sum of exp of the scaled
+  //              logits; -inf (and o = 0) for rows that see no key
+  //   mask       required iff params.mask == kCustom
+  // Throws kInvalidArgument before launching anything; kCudaError from a launch.
+  void run(const TensorView& q, const TensorView& qo_indptr, const PagedKV& kv,
+           const TensorView& o, const std::optional<TensorView>& lse, cuda::Stream stream,
+           const std::optional<PrefillCustomMask>& mask = std::nullopt);
+  void run(const TensorView& q, const TensorView& qo_indptr, const RaggedKV& kv,
+           const TensorView& o, const std::optional<TensorView>& lse, cuda::Stream stream,
+           const std::optional<PrefillCustomMask>& mask = std::nullopt);
+
+  const BatchPrefillConfig& config() const;
+  PrefillTiles last_tiles() const;  // tiles of the latest plan
+  const Plan& last_plan() const;    // the latest plan (host copy), for tests and tools
+  size_t workspace_size() const;    // device bytes held
+
+ private:
+  struct State;
+  struct KVArgs;
+  void launch(const TensorView& q, const TensorView& qo_indptr, const KVArgs& kv,
+              const TensorView& o, const std::optional<TensorView>& lse, cuda::Stream stream,
+              const std::optional<PrefillCustomMask>& mask);
+  std::unique_ptr<State> state_;
+};
+
+// The kernels of a config at given tiles, as JIT specs (no GPU needed).
+struct BatchPrefillKernels {
+  jit::KernelSpec prefill;  // entry "flare_prefill"
+  jit::KernelSpec merge;    // entry "flare_merge" (kernels/merge.cuh, shared with decode)
+  int threads = 0;
+  size_t shared_bytes = 0;  // dynamic shared memory of one prefill CTA
+};
+// Throws kInvalidArgument / kUnsupported like the constructor.
+BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
+                                          const PrefillTiles& tiles);
+
+// The (config, tiles) pairs flare ships: every head-dim pair and query tile with the KV tile
+// the heuristic picks on an H100, both KV paths, both dtypes, every mask and variant flag at
+// the register-heaviest tiles. CI compiles each for sm_80 and sm_90a: zero spills, zero local.
+struct ShippedPrefillConfig {
+  BatchPrefillConfig config;
+  PrefillTiles tiles;
+};
+std::vector<ShippedPrefillConfig> shipped_prefill_configs();
+
+// The H100's limits, for shipped_prefill_configs and tests.
+PrefillDeviceLimits h100_prefill_limits();
+
+}  // namespace flare

@@ -1,0 +1,680 @@
+// BatchPrefill: config validation, the tile heuristic, the prefill/merge kernel specs, the
+// persistent grid and workspace, plan() (host planner + one async copy) and run() (validation
+// + at most two launches).
+#include "flare/api/batch_prefill.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "flare/core/error.h"
+#include "flare/jit/cuda_sync.h"
+#include "flare/jit/module.h"
+#include "flare/variant/builtin_variants.h"
+#include "kernels/prefill_params.cuh"
+
+namespace flare {
+namespace {
+
+const char* const kWhat = "BatchPrefill";
+constexpr int kQueryTiles[] = {16, 32, 64, 128};
+constexpr int kKvTiles[] = {128, 64, 32};  // larger first: ties keep the larger tile
+// fp32 accumulators (O and S fragments) per thread above which ptxas runs out of the 255
+// registers (measured: 160 fits every shipped tile with zero spills, 192 spills).
+constexpr int kMaxAccumulatorRegisters = 160;
+constexpr int kMaxRegistersPerThread = 255;
+constexpr int kReservedSharedPerCta = 1024;  // the driver's per-CTA reservation
+// Persistent CTAs per SM: two 4-warp CTAs already give 8 warps; more only grows the partial
+// workspace (2 slots per CTA, 002 D.3).
+constexpr int kMaxCtasPerSm = 2;
+constexpr int kMergeThreads = 128;
+constexpr int kMergeBlocksPerSm = 4;
+constexpr size_t kAlignment = 16;
+
+int group_size(const BatchPrefillConfig& c) { return c.num_qo_heads / c.num_kv_heads; }
+
+bool valid_head_dims(int qk, int vo) {
+  return (qk == vo && (qk == 64 || qk == 128 || qk == 256)) || (qk == 192 && vo == 128);
+}
+
+AttentionParams variant_params(const AttentionParams& p) {
+  AttentionParams variant = p;
+  variant.mask = MaskMode::kNone;  // masks are the prefill kernel's own (FLARE_MASK)
+  return variant;
+}
+
+void validate_config(const BatchPrefillConfig& c) {
+  FLARE_CHECK(c.device >= 0, ErrorCode::kInvalidArgument, kWhat, ": device must be >= 0, got ",
+              c.device);
+  FLARE_CHECK(c.max_batch >= 1 && c.max_total_qo >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": max_batch and max_total_qo must be >= 1, got ", c.max_batch, " and ",
+              c.max_total_qo);
+  FLARE_CHECK(c.num_qo_heads >= 1 && c.num_kv_heads >= 1 && c.num_qo_heads % c.num_kv_heads == 0,
+              ErrorCode::kInvalidArgument, kWhat,
+              ": num_kv_heads must be >= 1 and divide num_qo_heads, got num_qo_heads=",
+              c.num_qo_heads, " num_kv_heads=", c.num_kv_heads);
+  FLARE_CHECK(valid_head_dims(c.head_dim_qk, c.head_dim_vo), ErrorCode::kUnsupported, kWhat,
+              ": head dims must be 64, 128 or 256 (qk == vo) or 192/128, got head_dim_qk=",
+              c.head_dim_qk, " head_dim_vo=", c.head_dim_vo);
+  FLARE_CHECK(c.kv == PrefillKV::kRagged || c.page_size >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": page_size must be >= 1, got ", c.page_size);
+  FLARE_CHECK(c.dtype == DType::kF16 || c.dtype == DType::kBF16, ErrorCode::kUnsupported, kWhat,
+              ": dtype must be float16 or bfloat16, got ", dtype_name(c.dtype));
+  FLARE_CHECK(c.query_tile == 0 || std::ranges::count(kQueryTiles, c.query_tile) == 1,
+              ErrorCode::kInvalidArgument, kWhat, ": query_tile must be 0, 16, 32, 64 or 128, got ",
+              c.query_tile);
+  FLARE_CHECK(c.kv_tile == 0 || std::ranges::count(kKvTiles, c.kv_tile) == 1,
+              ErrorCode::kInvalidArgument, kWhat, ": kv_tile must be 0, 32, 64 or 128, got ",
+              c.kv_tile);
+  FLARE_CHECK(c.fixed_split_size >= 0 && c.num_sms_to_use >= 0, ErrorCode::kInvalidArgument,
+              kWhat, ": fixed_split_size and num_sms_to_use must be >= 0, got ",
+              c.fixed_split_size, " and ", c.num_sms_to_use);
+  const AttentionParams& p = c.params;
+  FLARE_CHECK(std::isfinite(p.sm_scale) && p.sm_scale >= 0.0f && std::isfinite(p.logits_soft_cap),
+              ErrorCode::kInvalidArgument, kWhat,
+              ": sm_scale (>= 0, 0 = 1/sqrt(D)) and logits_soft_cap must be finite, got ",
+              p.sm_scale, " and ", p.logits_soft_cap);
+  FLARE_CHECK(p.k_scale == 1.0f && p.v_scale == 1.0f, ErrorCode::kUnsupported, kWhat,
+              ": k_scale and v_scale (fp8 KV) are not supported, got ", p.k_scale, " and ",
+              p.v_scale);
+  if (p.alibi_slopes) {
+    const TensorView& s = *p.alibi_slopes;
+    FLARE_CHECK(p.pos_encoding == PosEncoding::kAlibi, ErrorCode::kInvalidArgument, kWhat,
+                ": alibi_slopes is given but pos_encoding is not kAlibi");
+    FLARE_CHECK(s.device.is_cpu() && s.dtype == DType::kF32 && s.ndim == 1 &&
+                    s.shape[0] == c.num_qo_heads,
+                ErrorCode::kInvalidArgument, kWhat, ": alibi_slopes must be a float32 CPU tensor [",
+                c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ",
+                s.device.str());
+  }
+  standard_variant_flags(variant_params(p), kWhat);  // throws for what the variant cannot express
+}
+
+int mask_code(MaskMode mask) {
+  switch (mask) {
+    case MaskMode::kNone: return kMaskNone;
+    case MaskMode::kCausal: return kMaskCausal;
+    case MaskMode::kCustom: return kMaskCustom;
+  }
+  return kMaskNone;
+}
+
+}  // namespace
+
+int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo,
+                           const PrefillDeviceLimits& limits) {
+  const int mma_q = prefill_mma_q(query_tile, head_dim_vo);
+  const int warps_kv = prefill_warps_kv(query_tile, head_dim_vo);
+  const int threads = prefill_threads(query_tile, head_dim_vo);
+  int best_tile = 0;
+  int best_warps = 0;
+  for (const int kv_tile : kKvTiles) {
+    const int kv_per_warp = kv_tile / warps_kv;
+    if (kv_per_warp < 16) continue;  // a KV warp owns whole k16 steps of P.V
+    const int accumulators = mma_q * 4 * (head_dim_vo / 8 + kv_per_warp / 8);
+    if (accumulators > kMaxAccumulatorRegisters) continue;
+    const int shared = prefill_shared_bytes(query_tile, kv_tile, head_dim_qk, head_dim_vo);
+    if (shared > limits.max_shared_bytes_per_block) continue;
+    const int by_shared = limits.shared_bytes_per_sm / (shared + kReservedSharedPerCta);
+    const int by_registers = limits.registers_per_sm / (threads * kMaxRegistersPerThread);
+    const int warps = std::min(by_shared, by_registers) * threads / 32;
+    if (warps > best_warps) {
+      best_warps = warps;
+      best_tile = kv_tile;
+    }
+  }
+  FLARE_CHECK(best_tile > 0, ErrorCode::kUnsupported, kWhat, ": no KV tile fits query tile ",
+              query_tile, " with head dims ", head_dim_qk, "/", head_dim_vo, " in ",
+              limits.max_shared_bytes_per_block, " bytes of shared memory per block");
+  return best_tile;
+}
+
+PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, int head_dim_vo,
+                                  const PrefillDeviceLimits& limits) {
+  PrefillTiles tiles;
+  tiles.query_tile = kQueryTiles[std::size(kQueryTiles) - 1];
+  for (const int tile : kQueryTiles) {
+    if (tile >= average_packed_rows) {
+      tiles.query_tile = tile;
+      break;
+    }
+  }
+  tiles.kv_tile = choose_prefill_kv_tile(tiles.query_tile, head_dim_qk, head_dim_vo, limits);
+  return tiles;
+}
+
+PrefillDeviceLimits h100_prefill_limits() {
+  PrefillDeviceLimits limits;
+  limits.max_shared_bytes_per_block = 227 * 1024;
+  limits.shared_bytes_per_sm = 228 * 1024;
+  limits.registers_per_sm = 65536;
+  return limits;
+}
+
+BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
+                                          const PrefillTiles& tiles) {
+  validate_config(config);
+  FLARE_CHECK(std::ranges::count(kQueryTiles, tiles.query_tile) == 1 &&
+                  std::ranges::count(kKvTiles, tiles.kv_tile) == 1 &&
+                  tiles.kv_tile / prefill_warps_kv(tiles.query_tile, config.head_dim_vo) >= 16,
+              ErrorCode::kInvalidArgument, kWhat, ": tiles ", tiles.query_tile, "x",
+              tiles.kv_tile, " are not a kernel configuration");
+  const StandardVariantFlags flags = standard_variant_flags(variant_params(config.params), kWhat);
+  const bool paged = config.kv == PrefillKV::kPaged;
+  const std::string dtype = std::to_string(static_cast<int>(config.dtype));
+  BatchPrefillKernels k;
+  k.threads = prefill_threads(tiles.query_tile, config.head_dim_vo);
+  k.shared_bytes = static_cast<size_t>(prefill_shared_bytes(
+      tiles.query_tile, tiles.kv_tile, config.head_dim_qk, config.head_dim_vo));
+
+  k.prefill.family_header = "prefill.cuh";
+  k.prefill.entry = "flare_prefill";
+  k.prefill.variant_source = standard_variant_source(flags);
+  k.prefill.defines = {
+      {"FLARE_HEAD_DIM_QK", std::to_string(config.head_dim_qk)},
+      {"FLARE_HEAD_DIM_VO", std::to_string(config.head_dim_vo)},
+      {"FLARE_QUERY_TILE", std::to_string(tiles.query_tile)},
+      {"FLARE_KV_TILE", std::to_string(tiles.kv_tile)},
+      {"FLARE_Q_DTYPE", dtype},
+      {"FLARE_KV_PAGED", paged ? "1" : "0"},
+      {"FLARE_PAGE_SIZE", std::to_string(paged ? config.page_size : 1)},
+      {"FLARE_MASK", std::to_string(mask_code(config.params.mask))},
+  };
+  k.prefill.label = "prefill " + std::string(dtype_name(config.dtype)) +
+                    " D=" + std::to_string(config.head_dim_qk) + "/" +
+                    std::to_string(config.head_dim_vo) + " tile=" +
+                    std::to_string(tiles.query_tile) + "x" + std::to_string(tiles.kv_tile) +
+                    (paged ? " page=" + std::to_string(config.page_size) : " ragged") +
+                    " mask=" + std::to_string(mask_code(config.params.mask)) + " " +
+                    standard_variant_name(flags);
+
+  k.merge.family_header = "merge.cuh";
+  k.merge.entry = "flare_merge";
+  k.merge.defines = {{"FLARE_HEAD_DIM", std::to_string(config.head_dim_vo)},
+                     {"FLARE_Q_DTYPE", dtype}};
+  k.merge.label = "merge o=" + std::string(dtype_name(config.dtype)) +
+                  " D=" + std::to_string(config.head_dim_vo);
+  return k;
+}
+
+std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
+  const PrefillDeviceLimits h100 = h100_prefill_limits();
+  std::vector<ShippedPrefillConfig> shipped;
+  const auto add = [&](int qk, int vo, int query_tile, PrefillKV kv, DType dtype,
+                       const AttentionParams& params) {
+    ShippedPrefillConfig s;
+    s.config.max_batch = 1;
+    s.config.max_total_qo = 1;
+    s.config.num_qo_heads = 1;
+    s.config.num_kv_heads = 1;
+    s.config.head_dim_qk = qk;
+    s.config.head_dim_vo = vo;
+    s.config.kv = kv;
+    s.config.dtype = dtype;
+    s.config.params = params;
+    s.tiles = {query_tile, choose_prefill_kv_tile(query_tile, qk, vo, h100)};
+    shipped.push_back(s);
+  };
+  AttentionParams causal;
+  causal.mask = MaskMode::kCausal;
+  AttentionParams custom;
+  custom.mask = MaskMode::kCustom;
+  AttentionParams all = causal;
+  all.logits_soft_cap = 30.0f;
+  all.window_left = 127;
+  all.pos_encoding = PosEncoding::kAlibi;
+  const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
+  for (const auto& [qk, vo] : dims) {
+    for (const int tile : kQueryTiles) add(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
+    add(qk, vo, 128, PrefillKV::kRagged, DType::kBF16, causal);
+    add(qk, vo, 128, PrefillKV::kPaged, DType::kF16, all);
+    add(qk, vo, 16, PrefillKV::kPaged, DType::kBF16, custom);
+  }
+  add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
+  add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
+  return shipped;
+}
+
+namespace {
+
+// One compiled prefill kernel and the CTAs it keeps resident.
+struct PrefillKernel {
+  BatchPrefillKernels specs;
+  cuda::Function function = nullptr;
+  int ctas_per_sm = 0;
+};
+
+WorkspaceOffsets offsets_of(const WorkspaceLayout& layout) {
+  WorkspaceOffsets o{};
+  o.counts = static_cast<int64_t>(layout.counts);
+  o.cta_indptr = static_cast<int64_t>(layout.cta_indptr);
+  o.work_items = static_cast<int64_t>(layout.work_items);
+  o.merge_indptr = static_cast<int64_t>(layout.merge_indptr);
+  o.merge_items = static_cast<int64_t>(layout.merge_items);
+  o.merge_slots = static_cast<int64_t>(layout.merge_slots);
+  o.partial_o = static_cast<int64_t>(layout.partial_o);
+  o.partial_lse = static_cast<int64_t>(layout.partial_lse);
+  o.partial_rows = layout.max_query_tile;
+  return o;
+}
+
+bool aligned(const TensorView& t, int outer_dims) {
+  if (reinterpret_cast<uintptr_t>(t.data) % kAlignment != 0) return false;
+  const size_t bytes = dtype_bytes(t.dtype);
+  for (int d = 0; d < outer_dims; ++d) {
+    if ((static_cast<size_t>(t.strides[d]) * bytes) % kAlignment != 0) return false;
+  }
+  return true;
+}
+
+void check_device_tensor(const TensorView& t, const char* name, int device, DType dtype,
+                         const std::vector<int64_t>& shape, bool vectorized) {
+  FLARE_CHECK(t.data != nullptr, ErrorCode::kInvalidArgument, kWhat, ": ", name, " is null");
+  FLARE_CHECK(t.device == Device::cuda(device), ErrorCode::kInvalidArgument, kWhat, ": ", name,
+              " must be on cuda:", device, ", got ", t.device.str());
+  FLARE_CHECK(t.dtype == dtype, ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be ",
+              dtype_name(dtype), ", got ", dtype_name(t.dtype));
+  bool same = t.ndim == static_cast<int>(shape.size());
+  for (size_t d = 0; same && d < shape.size(); ++d) same = t.shape[d] == shape[d];
+  if (!same) {
+    std::string expected;
+    for (const int64_t extent : shape) expected += (expected.empty() ? "" : ", ") + std::to_string(extent);
+    fail(ErrorCode::kInvalidArgument, kWhat, ": ", name, " must have shape [", expected,
+         "], got ", t.shape_str());
+  }
+  for (int i = 0; i < t.ndim; ++i) {
+    FLARE_CHECK(t.strides[i] >= 0, ErrorCode::kInvalidArgument, kWhat, ": ", name,
+                " strides must be >= 0, got ", t.strides[i], " in dimension ", i);
+  }
+  if (vectorized) {
+    FLARE_CHECK(t.strides[t.ndim - 1] == 1, ErrorCode::kInvalidArgument, kWhat, ": ", name,
+                " must have a unit innermost stride, got ", t.strides[t.ndim - 1]);
+    FLARE_CHECK(aligned(t, t.ndim - 1), ErrorCode::kInvalidArgument, kWhat, ": ", name,
+                " needs a 16-byte aligned data pointer and outer strides that are multiples of "
+                "16 bytes");
+  }
+}
+
+void check_index_array(const TensorView& t, const char* name, int device, DType dtype,
+                       int64_t exact_size) {
+  FLARE_CHECK(t.data != nullptr && t.device == Device::cuda(device) && t.dtype == dtype &&
+                  t.ndim == 1 && (exact_size < 0 || t.shape[0] == exact_size) &&
+                  (t.shape[0] <= 1 || t.strides[0] == 1),
+              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous ",
+              dtype_name(dtype), " 1-D tensor on cuda:", device,
+              exact_size >= 0 ? " with " + std::to_string(exact_size) + " entries" : "",
+              ", got ", dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+}
+
+}  // namespace
+
+struct BatchPrefill::State {
+  BatchPrefillConfig config;
+  cuda::DeviceProperties props;
+  std::string arch;
+  PrefillDeviceLimits limits;
+  std::map<std::pair<int, int>, PrefillKernel> kernels;  // by (query tile, kv tile)
+  cuda::Function merge = nullptr;
+  int bound_ctas = 0;  // the workspace's CTA bound (and the grid under use_cuda_graph)
+  int max_query_tile = 0;
+  std::optional<PrefillTiles> fixed_tiles;
+  WorkspaceLayout layout;
+  cuda::DeviceBuffer workspace;
+  cuda::DeviceBuffer alibi_slopes;
+  cuda::PinnedBuffer plan_staging;
+  std::optional<cuda::Event> staging_copied;  // the last copy out of plan_staging
+  bool planned = false;
+  Plan plan;
+  PrefillTiles tiles;
+  int64_t batch = 0;
+  int64_t total_qo = 0;
+  std::vector<int32_t> qo_len, kv_len;  // scratch of plan()
+  VariantParams variant{};
+
+  const PrefillKernel& kernel(const PrefillTiles& t) {
+    const auto key = std::make_pair(t.query_tile, t.kv_tile);
+    auto it = kernels.find(key);
+    if (it != kernels.end()) return it->second;
+    PrefillKernel k;
+    k.specs = batch_prefill_kernels(config, t);
+    FLARE_CHECK(static_cast<int>(k.specs.shared_bytes) <= props.max_shared_bytes_per_block_optin,
+                ErrorCode::kUnsupported, kWhat, ": the prefill kernel needs ",
+                k.specs.shared_bytes, " bytes of shared memory, device ", config.device,
+                " allows ", props.max_shared_bytes_per_block_optin);
+    k.function = jit::get_kernel(k.specs.prefill, "flare_prefill", config.device);
+    cuda::set_max_dynamic_shared(k.function, static_cast<int>(k.specs.shared_bytes));
+    const int fit = cuda::max_active_blocks_per_sm(k.function, k.specs.threads, k.specs.shared_bytes);
+    FLARE_CHECK(fit >= 1, ErrorCode::kUnsupported, kWhat, ": the prefill kernel (",
+                k.specs.shared_bytes, " bytes of shared memory) does not fit one SM");
+    k.ctas_per_sm = std::min(fit, kMaxCtasPerSm);
+    return kernels.emplace(key, k).first->second;
+  }
+};
+
+BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_unique<State>()) {
+  validate_config(config);
+  State& s = *state_;
+  s.config = config;
+  cuda::set_device(config.device);
+  s.props = cuda::device_properties(config.device);
+  s.arch = jit::arch_for(s.props.cc_major, s.props.cc_minor);
+  s.limits.max_shared_bytes_per_block = s.props.max_shared_bytes_per_block_optin;
+  s.limits.shared_bytes_per_sm = s.props.max_shared_bytes_per_sm;
+  s.limits.registers_per_sm = s.props.registers_per_sm;
+
+  s.max_query_tile = kQueryTiles[std::size(kQueryTiles) - 1];
+  s.bound_ctas = s.props.num_sms * kMaxCtasPerSm;
+  if (config.use_cuda_graph || config.query_tile > 0) {
+    PrefillTiles t;
+    if (config.query_tile > 0) {
+      t.query_tile = config.query_tile;
+      t.kv_tile = config.kv_tile > 0 ? config.kv_tile
+                                     : choose_prefill_kv_tile(t.query_tile, config.head_dim_qk,
+                                                              config.head_dim_vo, s.limits);
+    } else {
+      const double average = static_cast<double>(config.max_total_qo) * group_size(config) /
+                              config.max_batch;
+      t = choose_prefill_tiles(average, config.head_dim_qk, config.head_dim_vo, s.limits);
+      if (config.kv_tile > 0) t.kv_tile = config.kv_tile;
+    }
+    s.fixed_tiles = t;
+    s.max_query_tile = t.query_tile;
+    s.bound_ctas = s.props.num_sms * s.kernel(t).ctas_per_sm;
+  }
+
+  const BatchPrefillKernels specs =
+      batch_prefill_kernels(config, s.fixed_tiles.value_or(PrefillTiles{64, 64}));
+  s.merge = jit::get_kernel(specs.merge, "flare_merge", config.device);
+
+  WorkspaceBounds b;
+  b.max_batch = config.max_batch;
+  b.max_total_qo = config.max_total_qo;
+  b.num_ctas = s.bound_ctas;
+  b.max_query_tile = s.max_query_tile;
+  b.num_qo_heads = config.num_qo_heads;
+  b.num_kv_heads = config.num_kv_heads;
+  b.head_dim_vo = config.head_dim_vo;
+  s.layout = workspace_layout(b);
+  s.workspace = cuda::DeviceBuffer(s.layout.total_bytes);
+  s.plan_staging = cuda::PinnedBuffer(s.layout.plan_bytes);
+  s.staging_copied.emplace();
+
+  const AttentionParams& p = config.params;
+  s.variant.sm_scale = p.resolved_sm_scale(config.head_dim_qk);
+  s.variant.logits_soft_cap = p.logits_soft_cap;
+  s.variant.window_left = p.window_left;
+  if (p.pos_encoding == PosEncoding::kAlibi) {
+    std::vector<float> slopes(static_cast<size_t>(config.num_qo_heads));
+    for (int h = 0; h < config.num_qo_heads; ++h) {
+      slopes[static_cast<size_t>(h)] =
+          p.alibi_slopes ? p.alibi_slopes->ptr<const float>()[h * p.alibi_slopes->strides[0]]
+                         : default_alibi_slope(h, config.num_qo_heads);
+    }
+    s.alibi_slopes = cuda::DeviceBuffer(slopes.size() * sizeof(float));
+    cuda::memcpy_htod(s.alibi_slopes.data(), slopes.data(), slopes.size() * sizeof(float));
+    s.variant.alibi_slopes = static_cast<const float*>(s.alibi_slopes.data());
+  }
+}
+
+BatchPrefill::~BatchPrefill() = default;
+BatchPrefill::BatchPrefill(BatchPrefill&&) noexcept = default;
+BatchPrefill& BatchPrefill::operator=(BatchPrefill&&) noexcept = default;
+
+void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int32_t> kv_indptr,
+                        std::span<const int32_t> kv_last_page_len, cuda::Stream stream) {
+  State& s = *state_;
+  const BatchPrefillConfig& c = s.config;
+  const bool paged = c.kv == PrefillKV::kPaged;
+  const int64_t batch = static_cast<int64_t>(qo_indptr.size()) - 1;
+  FLARE_CHECK(batch >= 1 && batch <= c.max_batch, ErrorCode::kInvalidArgument, kWhat,
+              ": qo_indptr must have batch + 1 entries with 1 <= batch <= max_batch = ",
+              c.max_batch, ", got ", qo_indptr.size(), " entries");
+  FLARE_CHECK(static_cast<int64_t>(kv_indptr.size()) == batch + 1, ErrorCode::kInvalidArgument,
+              kWhat, ": kv_indptr must have ", batch + 1, " entries, got ", kv_indptr.size());
+  FLARE_CHECK(static_cast<int64_t>(kv_last_page_len.size()) == (paged ? batch : 0),
+              ErrorCode::kInvalidArgument, kWhat, ": kv_last_page_len must have ",
+              paged ? batch : 0, " entries (", paged ? "one per request" : "none for ragged KV",
+              "), got ", kv_last_page_len.size());
+  FLARE_CHECK(qo_indptr[0] == 0 && kv_indptr[0] == 0, ErrorCode::kInvalidArgument, kWhat,
+              ": qo_indptr[0] and kv_indptr[0] must be 0, got ", qo_indptr[0], " and ",
+              kv_indptr[0]);
+  s.qo_len.resize(static_cast<size_t>(batch));
+  s.kv_len.resize(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t q_len = int64_t{qo_indptr[i + 1]} - qo_indptr[i];
+    const int64_t count = int64_t{kv_indptr[i + 1]} - kv_indptr[i];
+    FLARE_CHECK(q_len >= 0 && count >= 0, ErrorCode::kInvalidArgument, kWhat,
+                ": qo_indptr and kv_indptr must be non-decreasing, request ", i, " has q_len ",
+                q_len, " and ", count, paged ? " pages" : " KV tokens");
+    int64_t kv_len = count;
+    if (paged) {
+      const int64_t last = kv_last_page_len[i];
+      FLARE_CHECK(count == 0 || (last >= 1 && last <= c.page_size), ErrorCode::kInvalidArgument,
+                  kWhat, ": kv_last_page_len[", i, "] must be in [1, ", c.page_size, "], got ",
+                  last);
+      kv_len = count == 0 ? 0 : (count - 1) * c.page_size + last;
+    }
+    FLARE_CHECK(kv_len <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported, kWhat,
+                ": request ", i, " has ", kv_len, " KV tokens, more than int32 holds");
+    s.qo_len[static_cast<size_t>(i)] = static_cast<int32_t>(q_len);
+    s.kv_len[static_cast<size_t>(i)] = static_cast<int32_t>(kv_len);
+  }
+  const int64_t total_qo = qo_indptr[batch];
+  FLARE_CHECK(total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument, kWhat, ": the batch has ",
+              total_qo, " query tokens, more than max_total_qo = ", c.max_total_qo);
+
+  PrefillTiles tiles;
+  if (s.fixed_tiles) {
+    tiles = *s.fixed_tiles;
+  } else {
+    int64_t with_queries = 0;
+    for (const int32_t q : s.qo_len) with_queries += q > 0;
+    const double average = with_queries == 0 ? 1.0
+                                              : static_cast<double>(total_qo) * group_size(c) /
+                                                    static_cast<double>(with_queries);
+    tiles = choose_prefill_tiles(average, c.head_dim_qk, c.head_dim_vo, s.limits);
+    if (c.kv_tile > 0) tiles.kv_tile = c.kv_tile;
+  }
+  const PrefillKernel& kernel = s.kernel(tiles);
+
+  PlanProblem problem;
+  problem.qo_len = s.qo_len;
+  problem.kv_len = s.kv_len;
+  problem.num_qo_heads = c.num_qo_heads;
+  problem.num_kv_heads = c.num_kv_heads;
+  problem.head_dim_qk = c.head_dim_qk;
+  problem.head_dim_vo = c.head_dim_vo;
+  problem.page_size = paged ? c.page_size : 1;
+  problem.causal = c.params.mask == MaskMode::kCausal;
+  problem.window_left = c.params.window_left;
+  DeviceSpec device;
+  device.num_sms = s.props.num_sms;
+  device.ctas_per_sm = kernel.ctas_per_sm;
+  PlanOptions options;
+  options.query_tile = tiles.query_tile;
+  options.fixed_split_size = c.fixed_split_size;
+  options.disable_split_kv = c.disable_split_kv;
+  options.num_sms_to_use = c.num_sms_to_use;
+  Plan next = flare::plan(problem, device, options);
+  check_fits(next, s.layout);
+
+  cuda::set_device(c.device);
+  // The previous copy out of the staging buffer may still be queued behind kernels: wait for
+  // that copy alone before overwriting its source.
+  s.staging_copied->synchronize();
+  write_plan_region(next, s.layout, s.plan_staging.data());
+  cuda::memcpy_htod_async(s.workspace.data(), s.plan_staging.data(), s.layout.plan_bytes, stream);
+  s.staging_copied->record(stream);
+  s.plan = std::move(next);
+  s.tiles = tiles;
+  s.batch = batch;
+  s.total_qo = total_qo;
+  s.planned = true;
+}
+
+// The run() arguments once the KV kind is resolved.
+struct BatchPrefill::KVArgs {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const int32_t* indptr = nullptr;
+  const int32_t* indices = nullptr;
+  const int32_t* last_page_len = nullptr;
+  int64_t k_page = 0, k_slot = 0, k_head = 0;
+  int64_t v_page = 0, v_slot = 0, v_head = 0;
+};
+
+void BatchPrefill::run(const TensorView& q, const TensorView& qo_indptr, const PagedKV& kv,
+                       const TensorView& o, const std::optional<TensorView>& lse,
+                       cuda::Stream stream, const std::optional<PrefillCustomMask>& mask) {
+  const State& s = *state_;
+  const BatchPrefillConfig& c = s.config;
+  FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
+  FLARE_CHECK(c.kv == PrefillKV::kPaged, ErrorCode::kInvalidArgument, kWhat,
+              ": run() with a PagedKV on a BatchPrefill created for ragged KV");
+  FLARE_CHECK(kv.layout == c.layout, ErrorCode::kInvalidArgument, kWhat, ": kv layout must be ",
+              kv_layout_name(c.layout), ", got ", kv_layout_name(kv.layout));
+  const int64_t pages = kv.k.ndim == 4 ? kv.k.shape[0] : -1;
+  const bool nhd = c.layout == KVLayout::kNHD;
+  const int64_t ps = c.page_size, h_kv = c.num_kv_heads;
+  const auto shape = [&](int64_t d) {
+    return nhd ? std::vector<int64_t>{pages, ps, h_kv, d} : std::vector<int64_t>{pages, h_kv, ps, d};
+  };
+  check_device_tensor(kv.k, "k", c.device, c.dtype, shape(c.head_dim_qk), true);
+  check_device_tensor(kv.v, "v", c.device, c.dtype, shape(c.head_dim_vo), true);
+  check_index_array(kv.table.indptr, "kv indptr", c.device, DType::kI32, s.batch + 1);
+  check_index_array(kv.table.indices, "kv indices", c.device, DType::kI32, -1);
+  check_index_array(kv.table.last_block_len, "kv last_page_len", c.device, DType::kI32,
+                    s.batch);
+  FLARE_CHECK(kv.table.block_size == c.page_size, ErrorCode::kInvalidArgument, kWhat,
+              ": kv table block_size must equal page_size ", c.page_size, ", got ",
+              kv.table.block_size);
+  KVArgs a;
+  a.k = kv.k.data;
+  a.v = kv.v.data;
+  a.indptr = kv.table.indptr.ptr<const int32_t>();
+  a.indices = kv.table.indices.ptr<const int32_t>();
+  a.last_page_len = kv.table.last_block_len.ptr<const int32_t>();
+  a.k_page = kv.k.strides[0];
+  a.k_slot = nhd ? kv.k.strides[1] : kv.k.strides[2];
+  a.k_head = nhd ? kv.k.strides[2] : kv.k.strides[1];
+  a.v_page = kv.v.strides[0];
+  a.v_slot = nhd ? kv.v.strides[1] : kv.v.strides[2];
+  a.v_head = nhd ? kv.v.strides[2] : kv.v.strides[1];
+  launch(q, qo_indptr, a, o, lse, stream, mask);
+}
+
+void BatchPrefill::run(const TensorView& q, const TensorView& qo_indptr, const RaggedKV& kv,
+                       const TensorView& o, const std::optional<TensorView>& lse,
+                       cuda::Stream stream, const std::optional<PrefillCustomMask>& mask) {
+  const State& s = *state_;
+  const BatchPrefillConfig& c = s.config;
+  FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
+  FLARE_CHECK(c.kv == PrefillKV::kRagged, ErrorCode::kInvalidArgument, kWhat,
+              ": run() with a RaggedKV on a BatchPrefill created for paged KV");
+  const int64_t total_kv = kv.k.ndim == 3 ? kv.k.shape[0] : -1;
+  check_device_tensor(kv.k, "k", c.device, c.dtype, {total_kv, c.num_kv_heads, c.head_dim_qk},
+                      true);
+  check_device_tensor(kv.v, "v", c.device, c.dtype, {total_kv, c.num_kv_heads, c.head_dim_vo},
+                      true);
+  check_index_array(kv.indptr, "kv indptr", c.device, DType::kI32, s.batch + 1);
+  KVArgs a;
+  a.k = kv.k.data;
+  a.v = kv.v.data;
+  a.indptr = kv.indptr.ptr<const int32_t>();
+  a.k_page = kv.k.strides[0];
+  a.k_head = kv.k.strides[1];
+  a.v_page = kv.v.strides[0];
+  a.v_head = kv.v.strides[1];
+  launch(q, qo_indptr, a, o, lse, stream, mask);
+}
+
+void BatchPrefill::launch(const TensorView& q, const TensorView& qo_indptr, const KVArgs& a,
+                          const TensorView& o, const std::optional<TensorView>& lse,
+                          cuda::Stream stream, const std::optional<PrefillCustomMask>& mask) {
+  const State& s = *state_;
+  const BatchPrefillConfig& c = s.config;
+  // A captured run serves every later plan: its tensors may be sized for larger batches.
+  const int64_t total_qo = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : s.total_qo;
+  FLARE_CHECK(total_qo >= s.total_qo && total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument,
+              kWhat, ": q holds ", total_qo, " tokens, the plan has ", s.total_qo,
+              " (max_total_qo ", c.max_total_qo, ")");
+  const int64_t h_qo = c.num_qo_heads;
+  check_device_tensor(q, "q", c.device, c.dtype, {total_qo, h_qo, c.head_dim_qk}, true);
+  check_device_tensor(o, "o", c.device, c.dtype, {total_qo, h_qo, c.head_dim_vo}, true);
+  if (lse) check_device_tensor(*lse, "lse", c.device, DType::kF32, {total_qo, h_qo}, false);
+  check_index_array(qo_indptr, "qo_indptr", c.device, DType::kI32, s.batch + 1);
+  const bool custom = c.params.mask == MaskMode::kCustom;
+  FLARE_CHECK(custom == mask.has_value(), ErrorCode::kInvalidArgument, kWhat,
+              custom ? ": params.mask is kCustom: run() needs the custom mask"
+                     : ": a custom mask was given but params.mask is not kCustom");
+  if (mask) {
+    check_index_array(mask->bits, "custom mask bits", c.device, DType::kU8, -1);
+    check_index_array(mask->indptr, "custom mask indptr", c.device, DType::kI32, s.batch + 1);
+  }
+  cuda::set_device(c.device);
+  FLARE_CHECK(c.use_cuda_graph || !cuda::is_capturing(stream), ErrorCode::kInvalidArgument,
+              kWhat, ": run() on a capturing stream needs a BatchPrefill created with "
+              "use_cuda_graph = true");
+  const PrefillKernel& kernel = s.kernels.at({s.tiles.query_tile, s.tiles.kv_tile});
+
+  PrefillParams p{};
+  p.q = q.data;
+  p.k = a.k;
+  p.v = a.v;
+  p.o = o.data;
+  p.lse = lse ? lse->ptr<float>() : nullptr;
+  p.qo_indptr = qo_indptr.ptr<const int32_t>();
+  p.kv_indptr = a.indptr;
+  p.kv_indices = a.indices;
+  p.kv_last_page_len = a.last_page_len;
+  p.custom_mask = mask ? static_cast<const unsigned char*>(mask->bits.data) : nullptr;
+  p.mask_indptr = mask ? mask->indptr.ptr<const int32_t>() : nullptr;
+  p.workspace = static_cast<unsigned char*>(s.workspace.data());
+  p.offsets = offsets_of(s.layout);
+  p.q_stride_token = q.strides[0];
+  p.q_stride_head = q.strides[1];
+  p.k_stride_page = a.k_page;
+  p.k_stride_slot = a.k_slot;
+  p.k_stride_head = a.k_head;
+  p.v_stride_page = a.v_page;
+  p.v_stride_slot = a.v_slot;
+  p.v_stride_head = a.v_head;
+  p.o_stride_token = o.strides[0];
+  p.o_stride_head = o.strides[1];
+  p.lse_stride_token = lse ? lse->strides[0] : 0;
+  p.lse_stride_head = lse ? lse->strides[1] : 0;
+  p.group_size = group_size(c);
+  p.variant = s.variant;
+  const unsigned grid = static_cast<unsigned>(c.use_cuda_graph ? s.bound_ctas : s.plan.num_ctas);
+  void* prefill_args[] = {&p};
+  cuda::launch(kernel.function, grid, 1, 1, static_cast<unsigned>(kernel.specs.threads), 1, 1,
+               static_cast<unsigned>(kernel.specs.shared_bytes), stream, prefill_args);
+
+  // Eager runs skip the merge launch when nothing was split; a captured run always launches it
+  // (a later plan may split).
+  if (!c.use_cuda_graph && s.plan.merge_items.empty()) return;
+  MergeParams m{};
+  m.o = o.data;
+  m.lse = p.lse;
+  m.workspace = p.workspace;
+  m.offsets = p.offsets;
+  m.o_stride_token = p.o_stride_token;
+  m.o_stride_head = p.o_stride_head;
+  m.lse_stride_token = p.lse_stride_token;
+  m.lse_stride_head = p.lse_stride_head;
+  m.group_size = p.group_size;
+  m.qo_indptr = p.qo_indptr;
+  void* merge_args[] = {&m};
+  cuda::launch(s.merge, static_cast<unsigned>(s.props.num_sms * kMergeBlocksPerSm), 1, 1,
+               kMergeThreads, 1, 1, 0, stream, merge_args);
+}
+
+const BatchPrefillConfig& BatchPrefill::config() const { return state_->config; }
+PrefillTiles BatchPrefill::last_tiles() const { return state_->tiles; }
+const Plan& BatchPrefill::last_plan() const { return state_->plan; }
+size_t BatchPrefill::workspace_size() const { return state_->workspace.bytes(); }
+
+}  // namespace flare
