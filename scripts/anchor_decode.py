@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""PyTorch SDPA anchors for flare's decode benchmark, and the issue-4 table.
+
+Measures F.scaled_dot_product_attention (cuDNN and flash backends, enable_gqa) on the shapes of
+tests/gpu/decode_bench_test.cpp laid out contiguously (q [B, 32, 1, 128], k/v [B, 8, L, 128]
+bf16, random values), timed like flare (CUDA events around each call, median of 30, rotating
+among copies so >= 1 GiB of distinct KV cycles and nothing is served from L2), plus the
+device-to-device copy ceiling. With --flare (the JSON lines the benchmark wrote) it prints the
+table: flare TB/s next to the anchors, the ratios and the issue-4 targets.
+
+Usage: python3 scripts/anchor_decode.py --flare FILE [--out anchors.json]
+"""
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
+ROTATION_BYTES = 1 << 30
+WARMUP, TIMED = 5, 30
+SHAPES = {  # case -> (batch, kv_len); the same names as the flare benchmark
+    "b64_kv8192": (64, 8192),
+    "b16_kv32768": (16, 32768),
+    "b1_kv32768": (1, 32768),
+    "b16_kv4096": (16, 4096),
+    "b1_kv4096": (1, 4096),
+}
+TARGETS_TBPS = {"b64_kv8192": 2.7, "b16_kv32768": 2.9, "b1_kv32768": 2.3, "b16_kv4096": 2.4}
+
+
+def median_ms(calls):
+    """calls: list of zero-argument callables, used in rotation."""
+    for i in range(WARMUP):
+        calls[i % len(calls)]()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(TIMED)]
+    stops = [torch.cuda.Event(enable_timing=True) for _ in range(TIMED)]
+    for i in range(TIMED):
+        starts[i].record()
+        calls[(i + WARMUP) % len(calls)]()
+        stops[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, stops))
+    return times[len(times) // 2]
+
+
+def copy_ceiling_tbps():
+    a = torch.randn(1 << 30, device="cuda", dtype=torch.bfloat16)
+    b = torch.empty_like(a)
+    ms = median_ms([lambda: b.copy_(a)])
+    return 2 * a.numel() * 2 / (ms * 1e-3) / 1e12
+
+
+def sdpa_anchor(batch, kv_len):
+    kv_bytes = 2 * batch * KV_HEADS * kv_len * HEAD_DIM * 2
+    copies = max(1, -(-ROTATION_BYTES // kv_bytes))
+    sets = []
+    for _ in range(copies):
+        q = torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(batch, KV_HEADS, kv_len, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        sets.append((q, k, v))
+    row = {"kv_bytes": kv_bytes, "copies": copies}
+    for name, backend in [("cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("flash", SDPBackend.FLASH_ATTENTION)]:
+        try:
+            with sdpa_kernel([backend]):
+                calls = [lambda s=s: F.scaled_dot_product_attention(*s, enable_gqa=True)
+                         for s in sets]
+                ms = median_ms(calls)
+            row[name + "_us"] = ms * 1e3
+            row[name + "_tbps"] = kv_bytes / (ms * 1e-3) / 1e12
+        except Exception as error:  # a backend may refuse a shape; the table says so
+            row[name + "_error"] = str(error).splitlines()[0][:120]
+    del sets
+    torch.cuda.empty_cache()
+    return row
+
+
+def fmt(x, digits=2):
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def print_table(flare_rows, anchors):
+    print(f"device: {anchors['device']}, torch {anchors['torch']}, "
+          f"copy ceiling {anchors['copy_tbps']:.2f} TB/s (read + write)")
+    header = (f"{'case':26s} {'flare us':>9s} {'flare TB/s':>10s} {'cuDNN TB/s':>10s} "
+              f"{'flash TB/s':>10s} {'x cuDNN':>8s} {'x flash':>8s} {'target':>7s}")
+    print(header)
+    print("-" * len(header))
+    for row in flare_rows:
+        a = anchors["sdpa"].get(row["case"], {})
+        cudnn, flash = a.get("cudnn_tbps"), a.get("flash_tbps")
+        target = TARGETS_TBPS.get(row["case"])
+        print(f"{row['case']:26s} {row['median_us']:9.1f} {row['tbps']:10.2f} {fmt(cudnn):>10s} "
+              f"{fmt(flash):>10s} {fmt(cudnn and row['tbps'] / cudnn):>8s} "
+              f"{fmt(flash and row['tbps'] / flash):>8s} {fmt(target, 1):>7s}")
+    by_case = {r["case"]: r for r in flare_rows}
+
+    def ratio(a, b, key):
+        if a in by_case and b in by_case:
+            return by_case[a][key] / by_case[b][key]
+        return None
+    print()
+    print(f"zipf / uniform (same total KV) bandwidth: "
+          f"{fmt(ratio('b64_zipf_mean2048', 'b64_uniform_same_total', 'tbps'), 3)} (target >= 0.90)")
+    print(f"page 1 / page 16 bandwidth, b64 kv8192: "
+          f"{fmt(ratio('b64_kv8192_page1', 'b64_kv8192', 'tbps'), 3)} (target >= 0.95)")
+    print(f"page 1 / page 16 bandwidth, b16 kv4096: "
+          f"{fmt(ratio('b16_kv4096_page1', 'b16_kv4096', 'tbps'), 3)}")
+    print(f"fp8 e4m3 / bf16 requests per second, b64 kv8192: "
+          f"{fmt(ratio('b64_kv8192_e4m3', 'b64_kv8192', 'requests_per_s'), 3)} (target >= 1.8)")
+    print(f"HND / NHD bandwidth, b64 kv8192: {fmt(ratio('b64_kv8192_hnd', 'b64_kv8192', 'tbps'), 3)}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--flare", help="JSON lines written by the flare decode benchmark")
+    parser.add_argument("--out", help="write the anchors as JSON here")
+    args = parser.parse_args()
+    props = torch.cuda.get_device_properties(0)
+    anchors = {"device": props.name, "torch": torch.__version__,
+               "copy_tbps": copy_ceiling_tbps(), "sdpa": {}}
+    for case, (batch, kv_len) in SHAPES.items():
+        anchors["sdpa"][case] = sdpa_anchor(batch, kv_len)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(anchors, f, indent=1)
+    if args.flare:
+        with open(args.flare) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        print_table(rows, anchors)
+    else:
+        print(json.dumps(anchors, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+// The decode benchmark of issue 4 (skipped unless FLARE_DECODE_BENCH names an output file):
+// bf16, 32 query / 8 KV heads, D = 128, pages in a randomly permuted pool that is filled with
+// random values on the device; KV bytes read per second from CUDA events around each run()
+// (median of 30), rotating among page tables over >= 1 GiB of distinct pages so no run is
+// served from L2. Writes one JSON object per case; asserts every output was written.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "decode_test_support.h"
+#include "flare/api/batch_decode.h"
+#include "flare/jit/cuda_sync.h"
+#include "flare/jit/module.h"
+
+namespace flare {
+namespace {
+
+constexpr int kQoHeads = 32, kKvHeads = 8, kHeadDim = 128;
+constexpr int kWarmup = 5, kTimed = 30;
+constexpr size_t kPoolBytes = size_t{3} << 30;     // per K and V
+constexpr size_t kRotationBytes = size_t{1} << 30;  // distinct KV bytes cycled through
+
+// Fills n elements with hash-derived values: 16-bit as bf16/f16 in (-2, 2), 8-bit as e4m3
+// with |x| < 2 (bit 6 clear: never NaN) or e5m2 likewise.
+jit::KernelSpec fill_spec() {
+  jit::KernelSpec spec;
+  spec.family_header = "plan_types.cuh";
+  spec.entry = "flare_bench_fill";
+  spec.label = "bench fill";
+  spec.variant_source = R"(
+extern "C" __global__ void flare_bench_fill(unsigned char* out, long long n, int bytes,
+                                            unsigned seed) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    unsigned h = (unsigned)i * 0x9E3779B1u ^ seed;
+    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
+    if (bytes == 2) {
+      const float x = (h >> 8) * (4.0f / 16777216.0f) - 2.0f;
+      ((unsigned short*)out)[i] = (unsigned short)(__float_as_uint(x) >> 16);
+    } else {
+      out[i] = (unsigned char)(h & 0xbf);
+    }
+  }
+}
+)";
+  return spec;
+}
+
+void fill(void* data, int64_t elements, int bytes, unsigned seed) {
+  static const cuda::Function function = jit::get_kernel(fill_spec(), "flare_bench_fill", 0);
+  unsigned char* out = static_cast<unsigned char*>(data);
+  long long n = elements;
+  void* args[] = {&out, &n, &bytes, &seed};
+  cuda::launch(function, 1024, 1, 1, 256, 1, 1, 0, nullptr, args);
+}
+
+struct BenchCase {
+  std::string name;
+  std::vector<int32_t> kv_lens;
+  int page_size = 16;
+  DType kv_dtype = DType::kBF16;
+  KVLayout layout = KVLayout::kNHD;
+};
+
+std::vector<int32_t> constant(int batch, int len) { return std::vector<int32_t>(batch, len); }
+
+// Zipf lengths with mean ~= `mean`: the largest length is searched for.
+std::vector<int32_t> zipf_lengths(int batch, int mean) {
+  int lo = mean, hi = mean * 64;
+  std::vector<int32_t> best;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    best = testing::random_lengths(batch, testing::LengthDistribution::kZipf, 1, mid, 2024);
+    const double got = std::accumulate(best.begin(), best.end(), 0.0) / batch;
+    if (got < mean) lo = mid + 1; else hi = mid;
+  }
+  return testing::random_lengths(batch, testing::LengthDistribution::kZipf, 1, lo, 2024);
+}
+
+std::vector<BenchCase> bench_cases() {
+  std::vector<BenchCase> cases = {
+      {"b64_kv8192", constant(64, 8192)},
+      {"b16_kv32768", constant(16, 32768)},
+      {"b1_kv32768", constant(1, 32768)},
+      {"b16_kv4096", constant(16, 4096)},
+      {"b1_kv4096", constant(1, 4096)},
+  };
+  const std::vector<int32_t> zipf = zipf_lengths(64, 2048);
+  const int64_t total = std::accumulate(zipf.begin(), zipf.end(), int64_t{0});
+  std::vector<int32_t> uniform(64, static_cast<int32_t>(total / 64));
+  for (int64_t i = 0; i < total % 64; ++i) ++uniform[static_cast<size_t>(i)];
+  cases.push_back({"b64_zipf_mean2048", zipf});
+  cases.push_back({"b64_uniform_same_total", uniform});
+  cases.push_back({"b64_kv8192_page1", constant(64, 8192), 1});
+  cases.push_back({"b64_kv8192_e4m3", constant(64, 8192), 16, DType::kE4M3});
+  cases.push_back({"b64_kv8192_hnd", constant(64, 8192), 16, DType::kBF16, KVLayout::kHND});
+  cases.push_back({"b16_kv4096_page1", constant(16, 4096), 1});
+  return cases;
+}
+
+TEST(DecodeBenchmark, Issue4Table) {
+  FLARE_REQUIRE_GPU();
+  const char* out_path = std::getenv("FLARE_DECODE_BENCH");
+  if (out_path == nullptr) GTEST_SKIP() << "set FLARE_DECODE_BENCH=<file> to run";
+  cuda::set_device(0);
+  std::ofstream out(out_path);
+  ASSERT_TRUE(out) << out_path;
+
+  cuda::DeviceBuffer k_pool(kPoolBytes), v_pool(kPoolBytes);
+  int64_t pool_element_bytes = 0;  // what the pools hold now
+  const cuda::OwnedStream stream;
+  testing::Rng rng(5);
+
+  for (const BenchCase& bc : bench_cases()) {
+    const int batch = static_cast<int>(bc.kv_lens.size());
+    const int64_t elem = static_cast<int64_t>(dtype_bytes(bc.kv_dtype));
+    const int64_t page_bytes = int64_t{bc.page_size} * kKvHeads * kHeadDim * elem;
+    const int64_t pool_pages = static_cast<int64_t>(kPoolBytes) / page_bytes;
+    if (elem != pool_element_bytes) {  // 16-bit or fp8 random patterns over the whole pools
+      const int64_t elements = static_cast<int64_t>(kPoolBytes) / elem;
+      fill(k_pool.data(), elements, static_cast<int>(elem), 1);
+      fill(v_pool.data(), elements, static_cast<int>(elem), 2);
+      pool_element_bytes = elem;
+    }
+
+    std::vector<int32_t> indptr(1, 0), last;
+    int64_t kv_tokens = 0;
+    for (int32_t len : bc.kv_lens) {
+      indptr.push_back(indptr.back() + (len + bc.page_size - 1) / bc.page_size);
+      last.push_back((len - 1) % bc.page_size + 1);
+      kv_tokens += len;
+    }
+    const int64_t pages = indptr.back();
+    const int64_t kv_bytes = kv_tokens * kKvHeads * kHeadDim * elem * 2;
+    const int rotations = static_cast<int>(std::clamp<int64_t>(
+        (static_cast<int64_t>(kRotationBytes) + kv_bytes - 1) / kv_bytes, 1, pool_pages / pages));
+    // Each rotation: its own pages of the pool, in random order.
+    std::vector<int32_t> pool_ids(static_cast<size_t>(pool_pages));
+    std::iota(pool_ids.begin(), pool_ids.end(), 0);
+    rng.shuffle(pool_ids);
+    std::vector<int32_t> all_indices(pool_ids.begin(), pool_ids.begin() + rotations * pages);
+    cuda::DeviceBuffer indices(all_indices.size() * 4), indptr_d(indptr.size() * 4),
+        last_d(last.size() * 4);
+    cuda::memcpy_htod(indices.data(), all_indices.data(), all_indices.size() * 4);
+    cuda::memcpy_htod(indptr_d.data(), indptr.data(), indptr.size() * 4);
+    cuda::memcpy_htod(last_d.data(), last.data(), last.size() * 4);
+
+    BatchDecodeConfig config;
+    config.max_batch = batch;
+    config.num_qo_heads = kQoHeads;
+    config.num_kv_heads = kKvHeads;
+    config.head_dim = kHeadDim;
+    config.page_size = bc.page_size;
+    config.kv_dtype = bc.kv_dtype;
+    config.layout = bc.layout;
+    BatchDecode decode(config);
+    cuda::DeviceBuffer q(static_cast<size_t>(batch) * kQoHeads * kHeadDim * 2);
+    fill(q.data(), int64_t{batch} * kQoHeads * kHeadDim, 2, 7);
+    gpu_testing::DeviceOutputs outputs(batch, kQoHeads, kHeadDim, DType::kBF16);
+    const TensorView q_view = TensorView::contiguous(q.data(), DType::kBF16,
+                                                     {batch, kQoHeads, kHeadDim}, Device::cuda(0));
+    const bool nhd = bc.layout == KVLayout::kNHD;
+    const std::vector<int64_t> page_shape =
+        nhd ? std::vector<int64_t>{pool_pages, bc.page_size, kKvHeads, kHeadDim}
+            : std::vector<int64_t>{pool_pages, kKvHeads, bc.page_size, kHeadDim};
+    std::vector<PagedKV> tables(static_cast<size_t>(rotations));
+    for (int r = 0; r < rotations; ++r) {
+      PagedKV& kv = tables[static_cast<size_t>(r)];
+      kv.layout = bc.layout;
+      kv.k = TensorView::contiguous(k_pool.data(), bc.kv_dtype, page_shape, Device::cuda(0));
+      kv.v = TensorView::contiguous(v_pool.data(), bc.kv_dtype, page_shape, Device::cuda(0));
+      kv.table.block_size = bc.page_size;
+      kv.table.indptr = TensorView::contiguous(indptr_d.data(), DType::kI32,
+                                               {batch + 1}, Device::cuda(0));
+      kv.table.indices = TensorView::contiguous(static_cast<int32_t*>(indices.data()) + r * pages,
+                                                DType::kI32, {pages}, Device::cuda(0));
+      kv.table.last_block_len = TensorView::contiguous(last_d.data(), DType::kI32, {batch},
+                                                       Device::cuda(0));
+    }
+    cuda::device_synchronize();
+    decode.plan(indptr, last, stream.get());
+    outputs.poison(stream.get());
+
+    std::vector<cuda::Event> starts, stops;
+    for (int i = 0; i < kTimed; ++i) {
+      starts.emplace_back(true);
+      stops.emplace_back(true);
+    }
+    for (int i = 0; i < kWarmup; ++i) {
+      decode.run(q_view, tables[static_cast<size_t>(i % rotations)], outputs.o_view, std::nullopt,
+                 stream.get());
+    }
+    for (int i = 0; i < kTimed; ++i) {
+      starts[static_cast<size_t>(i)].record(stream.get());
+      decode.run(q_view, tables[static_cast<size_t>((i + kWarmup) % rotations)], outputs.o_view,
+                 std::nullopt, stream.get());
+      stops[static_cast<size_t>(i)].record(stream.get());
+    }
+    cuda::stream_synchronize(stream.get());
+    std::vector<double> ms;
+    for (int i = 0; i < kTimed; ++i) {
+      ms.push_back(stops[static_cast<size_t>(i)].elapsed_ms_since(starts[static_cast<size_t>(i)]));
+    }
+    std::sort(ms.begin(), ms.end());
+    const double median_ms = ms[ms.size() / 2];
+    EXPECT_EQ(testing::count_nan(outputs.o_host().view()), 0) << bc.name;
+
+    const Plan& plan = decode.last_plan();
+    out << "{\"case\": \"" << bc.name << "\", \"batch\": " << batch
+        << ", \"kv_tokens\": " << kv_tokens << ", \"page_size\": " << bc.page_size
+        << ", \"kv_dtype\": \"" << dtype_name(bc.kv_dtype) << "\", \"layout\": \""
+        << kv_layout_name(bc.layout) << "\", \"kv_bytes\": " << kv_bytes
+        << ", \"median_us\": " << median_ms * 1e3 << ", \"min_us\": " << ms.front() * 1e3
+        << ", \"tbps\": " << kv_bytes / (median_ms * 1e-3) / 1e12
+        << ", \"requests_per_s\": " << batch / (median_ms * 1e-3)
+        << ", \"rotations\": " << rotations << ", \"num_ctas\": " << decode.num_ctas()
+        << ", \"work_items\": " << plan.work_items.size()
+        << ", \"merge_items\": " << plan.merge_items.size() << ", \"kv_chunk\": " << plan.kv_chunk
+        << "}\n";
+    out.flush();
+  }
+}
+
+}  // namespace
+}  // namespace flare
