@@ -56,6 +56,18 @@ int64_t v_offset(const RaggedKV& kv, int64_t request, int64_t pos, int64_t head)
   return (ragged_begin(kv.indptr, request) + pos) * kv.v.strides[0] + head * kv.v.strides[1];
 }
 
+// One head's row of consecutive positions lies a whole token (all heads) apart in NHD pages,
+// so the hardware prefetcher does not follow; requesting rows a few positions ahead keeps
+// several loads in flight.
+constexpr int64_t kPrefetchDistance = 8;
+constexpr size_t kCacheLine = 64;
+
+void prefetch_row(const TensorView& t, int64_t element_offset, size_t row_bytes) {
+  const char* row = static_cast<const char*>(t.data) +
+                    element_offset * static_cast<int64_t>(dtype_bytes(t.dtype));
+  for (size_t byte = 0; byte < row_bytes; byte += kCacheLine) __builtin_prefetch(row + byte);
+}
+
 // sm_scale = 0 means 1 / sqrt(head_dim_qk), resolved in T so the fp64 mode stays exact.
 template <class T>
 T resolve_sm_scale(const AttentionParams& params, int64_t head_dim_qk) {
@@ -104,7 +116,15 @@ void gather_kv_rows(const AttentionProblem& problem, const RequestGeometry& requ
       [&](const auto& kv) {
         const T k_scale = static_cast<T>(params.k_scale);
         const T v_scale = static_cast<T>(params.v_scale);
+        const size_t k_row_bytes = static_cast<size_t>(head_dim_qk) * dtype_bytes(kv.k.dtype);
+        const size_t v_row_bytes = static_cast<size_t>(head_dim_vo) * dtype_bytes(kv.v.dtype);
         for (int64_t pos = begin; pos < end; ++pos) {
+          if (pos + kPrefetchDistance < end) {
+            prefetch_row(kv.k, k_offset(kv, request.index, pos + kPrefetchDistance, kv_head),
+                         k_row_bytes);
+            prefetch_row(kv.v, v_offset(kv, request.index, pos + kPrefetchDistance, kv_head),
+                         v_row_bytes);
+          }
           const int64_t row = pos - begin;
           load_elements(kv.k.data, kv.k.dtype, k_offset(kv, request.index, pos, kv_head),
                         kv.k.strides[kv.k.ndim - 1], head_dim_qk, k_scale,
@@ -128,8 +148,7 @@ template <class T>
 RowAttention<T>::RowAttention(const AttentionProblem& problem)
     : problem_(problem),
       heads_(head_geometry(problem)),
-      sm_scale_(resolve_sm_scale<T>(problem.params, heads_.head_dim_qk)),
-      query_(static_cast<size_t>(heads_.head_dim_qk)) {
+      sm_scale_(resolve_sm_scale<T>(problem.params, heads_.head_dim_qk)) {
   const AttentionParams& params = problem.params;
   if (params.pos_encoding == PosEncoding::kAlibi) {
     alibi_slopes_.resize(static_cast<size_t>(heads_.num_qo_heads));
@@ -148,74 +167,105 @@ RowAttention<T>::RowAttention(const AttentionProblem& problem)
 template <class T>
 void RowAttention<T>::attend(const RequestGeometry& request, int64_t kv_head, int64_t row_begin,
                              int64_t row_end, const KVRows<T>& kv, T* o, T* lse) {
-  for (int64_t row = row_begin; row < row_end; ++row) {
+  // Packed rows of one token are consecutive; take them together.
+  for (int64_t row = row_begin; row < row_end;) {
+    const int64_t token = row / heads_.group;
+    const int64_t token_row_end = std::min(row_end, (token + 1) * heads_.group);
     const int64_t local = row - row_begin;
-    attend_row(request, row / heads_.group, kv_head * heads_.group + row % heads_.group, kv,
-               o + local * heads_.head_dim_vo, lse == nullptr ? nullptr : lse + local);
+    attend_token(request, kv_head, token, row % heads_.group, token_row_end - row, kv,
+                 o + local * heads_.head_dim_vo, lse == nullptr ? nullptr : lse + local);
+    row = token_row_end;
   }
 }
 
 template <class T>
-void RowAttention<T>::attend_row(const RequestGeometry& request, int64_t token, int64_t qo_head,
-                                 const KVRows<T>& kv, T* o, T* lse) {
+void RowAttention<T>::attend_token(const RequestGeometry& request, int64_t kv_head, int64_t token,
+                                   int64_t first_head_in_group, int64_t num_heads,
+                                   const KVRows<T>& kv, T* o, T* lse) {
   const AttentionParams& params = problem_.params;
   const TensorView& q = problem_.q;
   const int64_t head_dim_qk = heads_.head_dim_qk;
   const int64_t head_dim_vo = heads_.head_dim_vo;
   const int64_t q_pos = request.kv_len - request.q_len + token;  // bottom-right alignment
+  const int64_t first_head = kv_head * heads_.group + first_head_in_group;
 
-  load_elements(q.data, q.dtype, (request.q_begin + token) * q.strides[0] + qo_head * q.strides[1],
-                q.strides[2], head_dim_qk, T{1}, query_.data());
-  if (rope_) rope_->apply(query_.data(), q_pos + request.rope_offset);
+  queries_.resize(static_cast<size_t>(num_heads * head_dim_qk));
+  for (int64_t r = 0; r < num_heads; ++r) {
+    T* query = &queries_[static_cast<size_t>(r * head_dim_qk)];
+    load_elements(q.data, q.dtype,
+                  (request.q_begin + token) * q.strides[0] + (first_head + r) * q.strides[1],
+                  q.strides[2], head_dim_qk, T{1}, query);
+    if (rope_) rope_->apply(query, q_pos + request.rope_offset);
+  }
 
-  // Causal and sliding-window masks leave an interval of keys; the custom mask thins it.
+  // Masks depend on (token, key) only, so every head of the token sees the same keys.
+  // Causal and sliding-window masks leave an interval; the custom mask thins it.
   int64_t first_key = kv.begin;
   int64_t end_key = kv.end;
   if (params.mask == MaskMode::kCausal) end_key = std::min(end_key, q_pos + 1);
   if (params.window_left >= 0) first_key = std::max(first_key, q_pos - params.window_left);
-
   visible_keys_.clear();
-  logits_.clear();
   for (int64_t key = first_key; key < end_key; ++key) {
-    if (params.mask == MaskMode::kCustom &&
-        !mask_bit_set(request.mask_bits, token * request.kv_len + key)) {
-      continue;
+    if (params.mask != MaskMode::kCustom ||
+        mask_bit_set(request.mask_bits, token * request.kv_len + key)) {
+      visible_keys_.push_back(key);
     }
-    const T* k_row = &kv.k[static_cast<size_t>((key - kv.begin) * head_dim_qk)];
-    T logit = dot(query_.data(), k_row, head_dim_qk) * sm_scale_;
-    if (!alibi_slopes_.empty()) logit += alibi_slopes_[qo_head] * static_cast<T>(key - q_pos);
-    if (params.logits_soft_cap > 0.0f) {
-      const T cap = static_cast<T>(params.logits_soft_cap);
-      logit = cap * std::tanh(logit / cap);
-    }
-    visible_keys_.push_back(key);
-    logits_.push_back(logit);
   }
 
-  std::fill(o, o + head_dim_vo, T{0});
-  if (visible_keys_.empty()) {
-    if (params.use_softmax && lse != nullptr) *lse = -std::numeric_limits<T>::infinity();
-    return;
+  // logits_[i * num_heads + r]: visible key i, head r. Key-major, so each K and V row is
+  // read once for all heads of the group.
+  const int64_t num_keys = static_cast<int64_t>(visible_keys_.size());
+  logits_.resize(static_cast<size_t>(num_keys * num_heads));
+  for (int64_t i = 0; i < num_keys; ++i) {
+    const int64_t key = visible_keys_[i];
+    const T* k_row = &kv.k[static_cast<size_t>((key - kv.begin) * head_dim_qk)];
+    for (int64_t r = 0; r < num_heads; ++r) {
+      T logit = dot(&queries_[static_cast<size_t>(r * head_dim_qk)], k_row, head_dim_qk) *
+                sm_scale_;
+      if (!alibi_slopes_.empty()) {
+        logit += alibi_slopes_[first_head + r] * static_cast<T>(key - q_pos);
+      }
+      if (params.logits_soft_cap > 0.0f) {
+        const T cap = static_cast<T>(params.logits_soft_cap);
+        logit = cap * std::tanh(logit / cap);
+      }
+      logits_[i * num_heads + r] = logit;
+    }
   }
-  if (!params.use_softmax) {
-    const T bias = static_cast<T>(params.sigmoid_bias);
-    for (size_t i = 0; i < visible_keys_.size(); ++i) {
-      const T weight = T{1} / (T{1} + std::exp(-(logits_[i] + bias)));
-      add_scaled(o, weight, &kv.v[static_cast<size_t>((visible_keys_[i] - kv.begin) * head_dim_vo)],
-                 head_dim_vo);
+
+  std::fill(o, o + num_heads * head_dim_vo, T{0});
+  if (num_keys == 0) {
+    if (params.use_softmax && lse != nullptr) {
+      std::fill(lse, lse + num_heads, -std::numeric_limits<T>::infinity());
     }
     return;
   }
-  const T max_logit = *std::max_element(logits_.begin(), logits_.end());
-  T sum = 0;
-  for (size_t i = 0; i < visible_keys_.size(); ++i) {
-    const T weight = std::exp(logits_[i] - max_logit);
-    sum += weight;
-    add_scaled(o, weight, &kv.v[static_cast<size_t>((visible_keys_[i] - kv.begin) * head_dim_vo)],
-               head_dim_vo);
+  // Each key's weight per head: sigmoid(s + bias), or exp(s - max) normalized at the end.
+  max_logits_.assign(static_cast<size_t>(num_heads), -std::numeric_limits<T>::infinity());
+  sums_.assign(static_cast<size_t>(num_heads), T{0});
+  if (params.use_softmax) {
+    for (int64_t i = 0; i < num_keys; ++i) {
+      for (int64_t r = 0; r < num_heads; ++r) {
+        max_logits_[r] = std::max(max_logits_[r], logits_[i * num_heads + r]);
+      }
+    }
   }
-  for (int64_t d = 0; d < head_dim_vo; ++d) o[d] /= sum;
-  if (lse != nullptr) *lse = max_logit + std::log(sum);
+  const T bias = static_cast<T>(params.sigmoid_bias);
+  for (int64_t i = 0; i < num_keys; ++i) {
+    const T* v_row = &kv.v[static_cast<size_t>((visible_keys_[i] - kv.begin) * head_dim_vo)];
+    for (int64_t r = 0; r < num_heads; ++r) {
+      const T logit = logits_[i * num_heads + r];
+      const T weight = params.use_softmax ? std::exp(logit - max_logits_[r])
+                                          : T{1} / (T{1} + std::exp(-(logit + bias)));
+      sums_[r] += weight;
+      add_scaled(o + r * head_dim_vo, weight, v_row, head_dim_vo);
+    }
+  }
+  if (!params.use_softmax) return;
+  for (int64_t r = 0; r < num_heads; ++r) {
+    for (int64_t d = 0; d < head_dim_vo; ++d) o[r * head_dim_vo + d] /= sums_[r];
+    if (lse != nullptr) lse[r] = max_logits_[r] + std::log(sums_[r]);
+  }
 }
 
 template void gather_kv_rows<float>(const AttentionProblem&, const RequestGeometry&, int64_t,

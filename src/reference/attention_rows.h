@@ -60,17 +60,23 @@ class RowAttention {
               int64_t row_end, const KVRows<T>& kv, T* o, T* lse);
 
  private:
-  void attend_row(const RequestGeometry& request, int64_t token, int64_t qo_head,
-                  const KVRows<T>& kv, T* o, T* lse);
+  // Rows of one token: query heads [first, first + num_heads) of the KV head's group.
+  // o: [num_heads, head_dim_vo]; lse: [num_heads] or null.
+  void attend_token(const RequestGeometry& request, int64_t kv_head, int64_t token,
+                    int64_t first_head_in_group, int64_t num_heads, const KVRows<T>& kv, T* o,
+                    T* lse);
 
   const AttentionProblem& problem_;
   HeadGeometry heads_;
   T sm_scale_;
   std::vector<T> alibi_slopes_;  // [num_qo_heads] under ALiBi, else empty
   std::optional<RopeLlama> rope_;
-  std::vector<T> query_;               // [head_dim_qk] the current query row
-  std::vector<int64_t> visible_keys_;  // positions the current row sees
-  std::vector<T> logits_;              // their logits
+  // Scratch of the current token:
+  std::vector<T> queries_;             // [num_heads, head_dim_qk]
+  std::vector<int64_t> visible_keys_;  // the positions its rows see
+  std::vector<T> logits_;              // [visible keys, num_heads]
+  std::vector<T> max_logits_;          // [num_heads]
+  std::vector<T> sums_;                // [num_heads]: sum of weights
 };
 
 }  // namespace flare::reference_detail

@@ -21,11 +21,17 @@ const std::vector<float>& decode_table() {
   return table;
 }
 
-template <class Bits, class T>
-void load_through_table(const Bits* data, const std::vector<float>& table, int64_t offset,
-                        int64_t stride, int64_t count, T scale, T* out) {
-  for (int64_t i = 0; i < count; ++i) {
-    out[i] = static_cast<T>(table[data[offset + i * stride]]) * scale;
+// Calls convert(i, element i) for the `count` elements starting at data[offset], `stride`
+// apart. Unit stride (the common, innermost-contiguous case) gets its own loop so that the
+// compiler can vectorize it.
+template <class Element, class Convert>
+void for_each_strided(const void* data, int64_t offset, int64_t stride, int64_t count,
+                      Convert&& convert) {
+  const Element* elements = static_cast<const Element*>(data) + offset;
+  if (stride == 1) {
+    for (int64_t i = 0; i < count; ++i) convert(i, elements[i]);
+  } else {
+    for (int64_t i = 0; i < count; ++i) convert(i, elements[i * stride]);
   }
 }
 
@@ -35,37 +41,38 @@ template <class T>
 void load_elements(const void* data, DType dtype, int64_t offset, int64_t stride, int64_t count,
                    T scale, T* out) {
   switch (dtype) {
-    case DType::kF32: {
-      const float* values = static_cast<const float*>(data);
-      for (int64_t i = 0; i < count; ++i) {
-        out[i] = static_cast<T>(values[offset + i * stride]) * scale;
-      }
+    case DType::kF32:
+      for_each_strided<float>(data, offset, stride, count, [&](int64_t i, float x) {
+        out[i] = static_cast<T>(x) * scale;
+      });
       return;
-    }
-    case DType::kBF16: {
+    case DType::kBF16:
       // bfloat16 is the high half of a float32: widening is a shift, exact for every pattern.
-      const uint16_t* bits = static_cast<const uint16_t*>(data);
-      for (int64_t i = 0; i < count; ++i) {
-        const uint32_t wide = static_cast<uint32_t>(bits[offset + i * stride]) << 16;
-        out[i] = static_cast<T>(std::bit_cast<float>(wide)) * scale;
-      }
+      for_each_strided<uint16_t>(data, offset, stride, count, [&](int64_t i, uint16_t bits) {
+        out[i] = static_cast<T>(std::bit_cast<float>(static_cast<uint32_t>(bits) << 16)) * scale;
+      });
+      return;
+    case DType::kF16: {
+      const float* table = decode_table<uint16_t, f16_bits_to_float>().data();
+      for_each_strided<uint16_t>(data, offset, stride, count, [&](int64_t i, uint16_t bits) {
+        out[i] = static_cast<T>(table[bits]) * scale;
+      });
       return;
     }
-    case DType::kF16:
-      load_through_table(static_cast<const uint16_t*>(data),
-                         decode_table<uint16_t, f16_bits_to_float>(), offset, stride, count,
-                         scale, out);
+    case DType::kE4M3: {
+      const float* table = decode_table<uint8_t, e4m3_bits_to_float>().data();
+      for_each_strided<uint8_t>(data, offset, stride, count, [&](int64_t i, uint8_t bits) {
+        out[i] = static_cast<T>(table[bits]) * scale;
+      });
       return;
-    case DType::kE4M3:
-      load_through_table(static_cast<const uint8_t*>(data),
-                         decode_table<uint8_t, e4m3_bits_to_float>(), offset, stride, count,
-                         scale, out);
+    }
+    case DType::kE5M2: {
+      const float* table = decode_table<uint8_t, e5m2_bits_to_float>().data();
+      for_each_strided<uint8_t>(data, offset, stride, count, [&](int64_t i, uint8_t bits) {
+        out[i] = static_cast<T>(table[bits]) * scale;
+      });
       return;
-    case DType::kE5M2:
-      load_through_table(static_cast<const uint8_t*>(data),
-                         decode_table<uint8_t, e5m2_bits_to_float>(), offset, stride, count,
-                         scale, out);
-      return;
+    }
     default:
       for (int64_t i = 0; i < count; ++i) {
         out[i] = static_cast<T>(load_float(data, dtype, offset + i * stride)) * scale;
