@@ -120,8 +120,8 @@ void attend_blocks(const AttentionProblem& problem, const AttentionOutput& out,
       std::transform(values, values + heads.head_dim_vo, o_row.begin(),
                      [](T x) { return static_cast<float>(x); });
       reference_detail::store_elements(o.data, o.dtype,
-                                       token * o.strides[0] + qo_head * o.strides[1],
-                                       o.strides[2], heads.head_dim_vo, o_row.data());
+                                       token * o.strides[0] + qo_head * o.strides[1], o.strides[2],
+                                       heads.head_dim_vo, o_row.data());
       if (out.lse) {
         const TensorView& lse = *out.lse;
         lse.ptr<float>()[token * lse.strides[0] + qo_head * lse.strides[1]] =
@@ -132,9 +132,9 @@ void attend_blocks(const AttentionProblem& problem, const AttentionOutput& out,
 }
 
 template <class T>
-void run_reference(const AttentionProblem& problem, const AttentionOutput& out,
-                   int num_threads) {
-  const std::vector<RowBlock> blocks = row_blocks(problem, reference_detail::head_geometry(problem));
+void run_reference(const AttentionProblem& problem, const AttentionOutput& out, int num_threads) {
+  const std::vector<RowBlock> blocks =
+      row_blocks(problem, reference_detail::head_geometry(problem));
   std::atomic<size_t> next{0};
   const size_t thread_count = std::min(blocks.size(), static_cast<size_t>(num_threads));
   if (thread_count <= 1) {
@@ -187,8 +187,7 @@ void reference_attend_rows(const AttentionProblem& problem, int64_t request, int
     attend_rows_as<double>(problem, geometry, kv_head, row_begin, row_end, kv_begin, kv_end, o,
                            lse);
   } else {
-    attend_rows_as<float>(problem, geometry, kv_head, row_begin, row_end, kv_begin, kv_end, o,
-                          lse);
+    attend_rows_as<float>(problem, geometry, kv_head, row_begin, row_end, kv_begin, kv_end, o, lse);
   }
 }
 
@@ -198,10 +197,9 @@ void reference_attention(const AttentionProblem& problem, const AttentionOutput&
               "ReferenceOptions::num_threads must be >= 0 (0 = all cores), got ",
               options.num_threads);
   validate_attention(problem, out);
-  const int num_threads =
-      options.num_threads > 0
-          ? options.num_threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int num_threads = options.num_threads > 0
+                              ? options.num_threads
+                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   if (options.accumulation == Accumulation::kF64) {
     run_reference<double>(problem, out, num_threads);
   } else {

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <variant>
 
 #include "flare/format/ragged.h"
@@ -42,7 +41,7 @@ int64_t int32_at(const TensorView& array, int64_t i) {
   return array.ptr<const int32_t>()[i * array.strides[0]];
 }
 
-// Element offsets of K and V of (request, position, head) and the stride along head_dim.
+// Element offset of dimension 0 of K or V at (request, position, head).
 int64_t k_offset(const PagedKV& kv, int64_t request, int64_t pos, int64_t head) {
   return kv.k_offset(request, pos, head);
 }
@@ -86,8 +85,8 @@ RequestGeometry request_geometry(const AttentionProblem& problem, int64_t reques
   geometry.kv_len = kv_length(problem.kv, request);
   if (params.rope_offsets) geometry.rope_offset = int32_at(*params.rope_offsets, request);
   if (params.mask == MaskMode::kCustom) {
-    geometry.mask_bits = params.custom_mask->ptr<const uint8_t>() +
-                         ragged_begin(*params.mask_indptr, request);
+    geometry.mask_bits =
+        params.custom_mask->ptr<const uint8_t>() + ragged_begin(*params.mask_indptr, request);
   }
   return geometry;
 }
@@ -114,6 +113,8 @@ void gather_kv_rows(const AttentionProblem& problem, const RequestGeometry& requ
   rows.v.resize(static_cast<size_t>((end - begin) * head_dim_vo));
   std::visit(
       [&](const auto& kv) {
+        // attention_params.h introduces the scales for fp8; like FlashInfer's k_scale/v_scale
+        // they multiply the stored values of every dtype (the identity at their default, 1).
         const T k_scale = static_cast<T>(params.k_scale);
         const T v_scale = static_cast<T>(params.v_scale);
         const size_t k_row_bytes = static_cast<size_t>(head_dim_qk) * dtype_bytes(kv.k.dtype);
@@ -220,8 +221,8 @@ void RowAttention<T>::attend_token(const RequestGeometry& request, int64_t kv_he
     const int64_t key = visible_keys_[i];
     const T* k_row = &kv.k[static_cast<size_t>((key - kv.begin) * head_dim_qk)];
     for (int64_t r = 0; r < num_heads; ++r) {
-      T logit = dot(&queries_[static_cast<size_t>(r * head_dim_qk)], k_row, head_dim_qk) *
-                sm_scale_;
+      T logit =
+          dot(&queries_[static_cast<size_t>(r * head_dim_qk)], k_row, head_dim_qk) * sm_scale_;
       if (!alibi_slopes_.empty()) {
         logit += alibi_slopes_[first_head + r] * static_cast<T>(key - q_pos);
       }

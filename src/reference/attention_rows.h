@@ -56,8 +56,8 @@ class RowAttention {
   // Packed rows [row_begin, row_end) of `request` under `kv_head` against the positions of
   // `kv` (masks use the request's full kv_len). o: [rows, head_dim_vo]; lse: [rows], may be
   // null, and is not written without softmax.
-  void attend(const RequestGeometry& request, int64_t kv_head, int64_t row_begin,
-              int64_t row_end, const KVRows<T>& kv, T* o, T* lse);
+  void attend(const RequestGeometry& request, int64_t kv_head, int64_t row_begin, int64_t row_end,
+              const KVRows<T>& kv, T* o, T* lse);
 
  private:
   // Rows of one token: query heads [first, first + num_heads) of the KV head's group.

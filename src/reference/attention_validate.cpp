@@ -69,10 +69,10 @@ void check_activation_dtype(const TensorView& t, const char* name) {
 }
 
 void check_head_dim(int64_t head_dim, const char* name) {
-  FLARE_CHECK(head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim &&
-                  head_dim % kHeadDimMultiple == 0,
-              ErrorCode::kUnsupported, name, " must be a multiple of ", kHeadDimMultiple,
-              " in [", kMinHeadDim, ", ", kMaxHeadDim, "], got ", head_dim);
+  FLARE_CHECK(
+      head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim && head_dim % kHeadDimMultiple == 0,
+      ErrorCode::kUnsupported, name, " must be a multiple of ", kHeadDimMultiple, " in [",
+      kMinHeadDim, ", ", kMaxHeadDim, "], got ", head_dim);
 }
 
 void check_finite(float value, const char* name) {
@@ -102,8 +102,7 @@ void validate_kv(const KVCache& cache) {
   // all of which the reference reads.
 }
 
-void validate_output(const AttentionProblem& problem, const AttentionOutput& out,
-                     int64_t total_q) {
+void validate_output(const AttentionProblem& problem, const AttentionOutput& out, int64_t total_q) {
   const int64_t num_qo_heads = problem.q.shape[1];
   check_host_tensor(out.o, "o", 3, "[total_q, num_qo_heads, head_dim_vo]");
   check_activation_dtype(out.o, "o");
@@ -212,9 +211,8 @@ void validate_attention(const AttentionProblem& problem, const AttentionOutput& 
   check_head_dim(q.shape[2], "q head_dim_qk");
   check_head_dim(head_dim_qk(problem.kv), "k head_dim_qk");
   check_head_dim(head_dim_vo(problem.kv), "v head_dim_vo");
-  FLARE_CHECK(q.shape[2] == head_dim_qk(problem.kv), ErrorCode::kInvalidArgument,
-              "q head_dim_qk (", q.shape[2], ") must equal k head_dim_qk (",
-              head_dim_qk(problem.kv), ")");
+  FLARE_CHECK(q.shape[2] == head_dim_qk(problem.kv), ErrorCode::kInvalidArgument, "q head_dim_qk (",
+              q.shape[2], ") must equal k head_dim_qk (", head_dim_qk(problem.kv), ")");
 
   validate_output(problem, out, total_q);
   validate_scalars(problem.params);

@@ -42,9 +42,8 @@ void load_elements(const void* data, DType dtype, int64_t offset, int64_t stride
                    T scale, T* out) {
   switch (dtype) {
     case DType::kF32:
-      for_each_strided<float>(data, offset, stride, count, [&](int64_t i, float x) {
-        out[i] = static_cast<T>(x) * scale;
-      });
+      for_each_strided<float>(data, offset, stride, count,
+                              [&](int64_t i, float x) { out[i] = static_cast<T>(x) * scale; });
       return;
     case DType::kBF16:
       // bfloat16 is the high half of a float32: widening is a shift, exact for every pattern.
@@ -82,8 +81,7 @@ void load_elements(const void* data, DType dtype, int64_t offset, int64_t stride
 }
 
 template void load_elements<float>(const void*, DType, int64_t, int64_t, int64_t, float, float*);
-template void load_elements<double>(const void*, DType, int64_t, int64_t, int64_t, double,
-                                    double*);
+template void load_elements<double>(const void*, DType, int64_t, int64_t, int64_t, double, double*);
 
 void store_elements(void* data, DType dtype, int64_t offset, int64_t stride, int64_t count,
                     const float* values) {

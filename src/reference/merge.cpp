@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string>
 #include <vector>
 
 #include "flare/core/error.h"
@@ -37,8 +36,6 @@ void merge_into(float* o_a, float* lse_a, const float* o_b, float lse_b, int64_t
 
 namespace {
 
-std::string shape_text(const TensorView& t) { return t.shape_str(); }
-
 void check_state_tensor(const TensorView& t, const char* name, int ndim, const char* layout) {
   FLARE_CHECK(t.device.is_cpu(), ErrorCode::kInvalidArgument, name,
               " must be on the CPU for the reference backend, got ", t.device.str());
@@ -61,8 +58,8 @@ void check_same_shape(const TensorView& t, const char* name, const TensorView& r
                       const char* reference_name) {
   bool same = t.ndim == reference.ndim;
   for (int dim = 0; same && dim < t.ndim; ++dim) same = t.shape[dim] == reference.shape[dim];
-  FLARE_CHECK(same, ErrorCode::kInvalidArgument, name, " must have the shape of ",
-              reference_name, " ", shape_text(reference), ", got ", shape_text(t));
+  FLARE_CHECK(same, ErrorCode::kInvalidArgument, name, " must have the shape of ", reference_name,
+              " ", reference.shape_str(), ", got ", t.shape_str());
 }
 
 // s must be [seq, H] (or [seq, num_states, H]) matching the leading dims of v.
@@ -71,12 +68,12 @@ void check_scale_shape(const TensorView& s, const char* s_name, const TensorView
   bool same = s.ndim == v.ndim - 1;
   for (int dim = 0; same && dim < s.ndim; ++dim) same = s.shape[dim] == v.shape[dim];
   FLARE_CHECK(same, ErrorCode::kInvalidArgument, s_name, " must have the shape of ", v_name,
-              " without its last dimension (", v_name, " is ", shape_text(v), "), got ",
-              shape_text(s));
+              " without its last dimension (", v_name, " is ", v.shape_str(), "), got ",
+              s.shape_str());
 }
 
-void check_v_and_s(const TensorView& v, const char* v_name, const TensorView& s,
-                   const char* s_name, int v_ndim, const char* v_layout, const char* s_layout) {
+void check_v_and_s(const TensorView& v, const char* v_name, const TensorView& s, const char* s_name,
+                   int v_ndim, const char* v_layout, const char* s_layout) {
   check_state_tensor(v, v_name, v_ndim, v_layout);
   check_v_dtype(v, v_name);
   check_state_tensor(s, s_name, v_ndim - 1, s_layout);
@@ -96,13 +93,13 @@ struct StateRow {
     return s.ptr<float>() + seq * s.strides[0] + head * s.strides[1];
   }
   void load(int64_t seq, int64_t head, float* o, float* lse) const {
-    reference_detail::load_elements(v.data, v.dtype, v_offset(seq, head), v.strides[2],
-                                    v.shape[2], 1.0f, o);
+    reference_detail::load_elements(v.data, v.dtype, v_offset(seq, head), v.strides[2], v.shape[2],
+                                    1.0f, o);
     *lse = *s_at(seq, head);
   }
   void store(int64_t seq, int64_t head, const float* o, float lse) const {
-    reference_detail::store_elements(v.data, v.dtype, v_offset(seq, head), v.strides[2],
-                                     v.shape[2], o);
+    reference_detail::store_elements(v.data, v.dtype, v_offset(seq, head), v.strides[2], v.shape[2],
+                                     o);
     *s_at(seq, head) = lse;
   }
 };
@@ -143,7 +140,7 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
     FLARE_CHECK(mask->dtype == DType::kU8, ErrorCode::kInvalidArgument,
                 "mask dtype must be uint8, got ", dtype_name(mask->dtype));
     FLARE_CHECK(mask->shape[0] == v.shape[0], ErrorCode::kInvalidArgument,
-                "mask must have shape [seq] = [", v.shape[0], "], got ", shape_text(*mask));
+                "mask must have shape [seq] = [", v.shape[0], "], got ", mask->shape_str());
   }
 
   const StateRow state{v, s}, other{v_other, s_other};
@@ -167,12 +164,11 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
                 "[seq, num_states, num_heads]");
   check_v_and_s(v_out, "v_out", s_out, "s_out", 3, "[seq, num_heads, head_dim]",
                 "[seq, num_heads]");
-  const bool shapes_agree = v_out.shape[0] == v.shape[0] && v_out.shape[1] == v.shape[2] &&
-                            v_out.shape[2] == v.shape[3];
+  const bool shapes_agree =
+      v_out.shape[0] == v.shape[0] && v_out.shape[1] == v.shape[2] && v_out.shape[2] == v.shape[3];
   FLARE_CHECK(shapes_agree, ErrorCode::kInvalidArgument,
-              "v_out must have shape [seq, num_heads, head_dim] = [", v.shape[0], ", ",
-              v.shape[2], ", ", v.shape[3], "] (from v ", shape_text(v), "), got ",
-              shape_text(v_out));
+              "v_out must have shape [seq, num_heads, head_dim] = [", v.shape[0], ", ", v.shape[2],
+              ", ", v.shape[3], "] (from v ", v.shape_str(), "), got ", v_out.shape_str());
 
   const StateRow merged{v_out, s_out};
   const int64_t head_dim = v.shape[3];

@@ -45,8 +45,8 @@ struct RowsResult {
   std::vector<float> lse;
 };
 
-RowsResult attend(const AttentionProblem& problem, int64_t request, int64_t kv_head,
-                  int64_t rows, int64_t kv_begin, int64_t kv_end,
+RowsResult attend(const AttentionProblem& problem, int64_t request, int64_t kv_head, int64_t rows,
+                  int64_t kv_begin, int64_t kv_end,
                   Accumulation accumulation = Accumulation::kF32) {
   const int64_t head_dim = head_dim_vo(problem.kv);
   RowsResult result{std::vector<float>(static_cast<size_t>(rows * head_dim), NAN),
@@ -78,17 +78,17 @@ TEST(ReferenceAttendRows, MergedChunksEqualTheWholeKv) {
       const int64_t kv_len = kv_length(problem.kv, request);
       for (int64_t kv_head = 0; kv_head < 2; ++kv_head) {
         SCOPED_TRACE(::testing::Message() << "mask " << static_cast<int>(mask) << " request "
-                                        << request << " kv_head " << kv_head);
+                                          << request << " kv_head " << kv_head);
         const RowsResult whole = attend(problem, request, kv_head, rows, 0, kv_len);
         const std::vector<int64_t> cuts = random_boundaries(rng, kv_len);
         RowsResult merged{std::vector<float>(whole.o.size(), 0.0f),
                           std::vector<float>(whole.lse.size(), -INFINITY)};
         for (size_t chunk = 0; chunk + 1 < cuts.size(); ++chunk) {
-          const RowsResult part = attend(problem, request, kv_head, rows, cuts[chunk],
-                                         cuts[chunk + 1]);
+          const RowsResult part =
+              attend(problem, request, kv_head, rows, cuts[chunk], cuts[chunk + 1]);
           for (int64_t row = 0; row < rows; ++row) {
-            merge_into(&merged.o[row * head_dim], &merged.lse[row],
-                       &part.o[row * head_dim], part.lse[row], head_dim);
+            merge_into(&merged.o[row * head_dim], &merged.lse[row], &part.o[row * head_dim],
+                       part.lse[row], head_dim);
           }
         }
         EXPECT_LE(relative_error(merged.o, whole.o), 1e-5);
@@ -169,8 +169,8 @@ TEST(ReferenceAttendRows, RangesOutsideTheRequestAreRejected) {
   std::vector<float> o(64 * 64, NAN), lse(64, NAN);
   const auto call = [&](int64_t request, int64_t kv_head, int64_t row_begin, int64_t row_end,
                         int64_t kv_begin, int64_t kv_end) {
-    reference_attend_rows(problem, request, kv_head, row_begin, row_end, kv_begin, kv_end,
-                          o.data(), lse.data(), Accumulation::kF32);
+    reference_attend_rows(problem, request, kv_head, row_begin, row_end, kv_begin, kv_end, o.data(),
+                          lse.data(), Accumulation::kF32);
   };
   EXPECT_FLARE_ERROR(call(5, 0, 0, 1, 0, 1), ErrorCode::kInvalidArgument, "request");
   EXPECT_FLARE_ERROR(call(0, 2, 0, 1, 0, 1), ErrorCode::kInvalidArgument, "kv_head");

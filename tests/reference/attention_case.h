@@ -36,7 +36,7 @@ struct AttentionCaseSpec {
   int64_t page_size = 16;
   KVLayout layout = KVLayout::kNHD;
   bool combined = false;
-  bool strided = false;  // q, o, lse and both KV caches are views into padded buffers
+  bool strided = false;         // q, o, lse and both KV caches are views into padded buffers
   float kv_value_scale = 1.0f;  // stored K/V values are normal(0, 1) * this
   AttentionParams params;       // its tensors are made from the three fields below
   bool give_rope_offsets = false;
@@ -147,9 +147,12 @@ class AttentionCase {
   // Half an ulp at 1 of the output dtype: the relative error of rounding a result to it.
   static double dtype_rounding(DType dtype) {
     switch (dtype) {
-      case DType::kBF16: return std::ldexp(1.0, -8);
-      case DType::kF16: return std::ldexp(1.0, -11);
-      default: return std::ldexp(1.0, -24);
+      case DType::kBF16:
+        return std::ldexp(1.0, -8);
+      case DType::kF16:
+        return std::ldexp(1.0, -11);
+      default:
+        return std::ldexp(1.0, -24);
     }
   }
 

@@ -40,7 +40,8 @@ struct TinyProblem {
   static void fill(HostTensor& t, const std::vector<std::vector<float>>& rows) {
     for (size_t i = 0; i < rows.size(); ++i) {
       for (int64_t d = 0; d < kDim; ++d) {
-        t.set(static_cast<int64_t>(i) * kDim + d, d < static_cast<int64_t>(rows[i].size()) ? rows[i][d] : 0.0f);
+        t.set(static_cast<int64_t>(i) * kDim + d,
+              d < static_cast<int64_t>(rows[i].size()) ? rows[i][d] : 0.0f);
       }
     }
   }

@@ -102,9 +102,9 @@ TEST_F(ReferenceAttentionValidation, HeadDims) {
     AttentionCaseSpec spec = valid_spec();
     spec.head_dim_qk = spec.head_dim_vo = head_dim;
     AttentionCase dims_case(spec);
-    expect_rejected(dims_case.problem(), dims_case.output(), kUnsupported,
-                    "q head_dim_qk must be a multiple of 8 in [8, 256], got " +
-                        std::to_string(head_dim));
+    expect_rejected(
+        dims_case.problem(), dims_case.output(), kUnsupported,
+        "q head_dim_qk must be a multiple of 8 in [8, 256], got " + std::to_string(head_dim));
   }
   AttentionCaseSpec spec = valid_spec();
   spec.head_dim_vo = 20;
@@ -124,11 +124,13 @@ TEST_F(ReferenceAttentionValidation, HeadDims) {
 TEST_F(ReferenceAttentionValidation, Outputs) {
   const AttentionProblem p = case_.problem();
   HostTensor o_short(DType::kF32, {3, 8, 64}), lse(DType::kF32, {4, 8});
-  expect_rejected(p, AttentionOutput{o_short.view(), lse.view()}, kInvalid,
-                  "o must have shape [4, 8, 64] [total_q, num_qo_heads, head_dim_vo], got [3, 8, 64]");
+  expect_rejected(
+      p, AttentionOutput{o_short.view(), lse.view()}, kInvalid,
+      "o must have shape [4, 8, 64] [total_q, num_qo_heads, head_dim_vo], got [3, 8, 64]");
   HostTensor o_fp8(DType::kE5M2, {4, 8, 64});
   expect_rejected(p, AttentionOutput{o_fp8.view(), std::nullopt}, kUnsupported, "o dtype");
-  HostTensor o(DType::kF32, {4, 8, 64}), lse_half(DType::kF16, {4, 8}), lse_wide(DType::kF32, {4, 9});
+  HostTensor o(DType::kF32, {4, 8, 64}), lse_half(DType::kF16, {4, 8}),
+      lse_wide(DType::kF32, {4, 9});
   expect_rejected(p, AttentionOutput{o.view(), lse_half.view()}, kInvalid,
                   "lse must be float32, got float16");
   expect_rejected(p, AttentionOutput{o.view(), lse_wide.view()}, kInvalid,

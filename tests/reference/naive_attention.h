@@ -25,8 +25,8 @@ struct NaiveInputs {
   std::vector<double> k;
   std::vector<double> v;
   AttentionParams params;  // scalar options; the tensors below replace its optional views
-  std::vector<int32_t> rope_offsets;    // [batch] or empty (all 0)
-  std::vector<double> alibi_slopes;     // [H_qo] or empty (the ALiBi paper's default slopes)
+  std::vector<int32_t> rope_offsets;       // [batch] or empty (all 0)
+  std::vector<double> alibi_slopes;        // [H_qo] or empty (the ALiBi paper's default slopes)
   std::vector<std::vector<bool>> visible;  // kCustom: per request, q_len * kv_len row-major
 };
 
@@ -50,8 +50,8 @@ inline std::vector<double> naive_rope(const std::vector<double>& x, double posit
   const size_t half = x.size() / 2;
   std::vector<double> out(x.size());
   for (size_t d = 0; d < half; ++d) {
-    const double frequency = std::pow(theta, -2.0 * static_cast<double>(d) /
-                                                 static_cast<double>(x.size()));
+    const double frequency =
+        std::pow(theta, -2.0 * static_cast<double>(d) / static_cast<double>(x.size()));
     const double angle = position / scale * frequency;
     out[d] = x[d] * std::cos(angle) - x[d + half] * std::sin(angle);
     out[d + half] = x[d + half] * std::cos(angle) + x[d] * std::sin(angle);
@@ -65,7 +65,7 @@ inline NaiveOutputs naive_attention(const NaiveInputs& in) {
                 dvo = in.head_dim_vo;
   const int64_t group = hq / hk;
   const double scale = p.sm_scale != 0.0f ? static_cast<double>(p.sm_scale)
-                                           : 1.0 / std::sqrt(static_cast<double>(dqk));
+                                          : 1.0 / std::sqrt(static_cast<double>(dqk));
   const bool rope = p.pos_encoding == PosEncoding::kRopeLlama;
   int64_t total_q = 0;
   for (int32_t len : in.q_lens) total_q += len;
@@ -87,7 +87,8 @@ inline NaiveOutputs naive_attention(const NaiveInputs& in) {
         for (int64_t d = 0; d < dqk; ++d) {
           key[d] = in.k[static_cast<size_t>(((kv_start + j) * hk + g) * dqk + d)] * p.k_scale;
         }
-        if (rope) key = naive_rope(key, static_cast<double>(j) + offset, p.rope_theta, p.rope_scale);
+        if (rope)
+          key = naive_rope(key, static_cast<double>(j) + offset, p.rope_theta, p.rope_scale);
         keys[static_cast<size_t>(j * hk + g)] = key;
       }
     }
@@ -100,8 +101,8 @@ inline NaiveOutputs naive_attention(const NaiveInputs& in) {
           query[d] = in.q[static_cast<size_t>(((q_start + i) * hq + h) * dqk + d)];
         }
         if (rope) {
-          query = naive_rope(query, static_cast<double>(q_pos) + offset, p.rope_theta,
-                             p.rope_scale);
+          query =
+              naive_rope(query, static_cast<double>(q_pos) + offset, p.rope_theta, p.rope_scale);
         }
         std::vector<int64_t> seen;
         std::vector<double> logits;
@@ -112,7 +113,8 @@ inline NaiveOutputs naive_attention(const NaiveInputs& in) {
             continue;
           }
           double s = 0.0;
-          for (int64_t d = 0; d < dqk; ++d) s += query[d] * keys[static_cast<size_t>(j * hk + g)][d];
+          for (int64_t d = 0; d < dqk; ++d)
+            s += query[d] * keys[static_cast<size_t>(j * hk + g)][d];
           s *= scale;
           if (p.pos_encoding == PosEncoding::kAlibi) {
             // Slopes are float32 numbers in the API (given or default), so round the default.
@@ -132,7 +134,8 @@ inline NaiveOutputs naive_attention(const NaiveInputs& in) {
           for (double s : logits) max_logit = std::max(max_logit, s);
           double sum = 0.0;
           for (size_t n = 0; n < seen.size(); ++n) sum += std::exp(logits[n] - max_logit);
-          for (size_t n = 0; n < seen.size(); ++n) weights[n] = std::exp(logits[n] - max_logit) / sum;
+          for (size_t n = 0; n < seen.size(); ++n)
+            weights[n] = std::exp(logits[n] - max_logit) / sum;
           out.lse[static_cast<size_t>((q_start + i) * hq + h)] = max_logit + std::log(sum);
         } else {
           for (size_t n = 0; n < seen.size(); ++n) {
