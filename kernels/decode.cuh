@@ -16,9 +16,18 @@
 
 namespace flare::decode {
 
+constexpr int log2_exact(int x) { return x <= 1 ? 0 : 1 + log2_exact(x / 2); }
+
 // Threads: kLanes lanes share one token row (8 head dims each, one 16-byte or 8-byte shared
 // read); the CTA's kGroups token groups take different tokens of a tile and keep their own
 // online-softmax state, combined through shared memory at the end of a work item.
+//
+// Scores: a group's kTokensPerGroup x kRows partial dot products (index r * kTokensPerGroup + i)
+// are summed over its lanes by a reduce-scatter: each halving step sends half of the values to
+// the partner lane and keeps the other half, so a lane ends with kValuesPerLane finished
+// scores (or, with fewer values than lanes, one score shared by kLanes / kValues lanes). The
+// softmax then runs once per score, not once per lane; probabilities and row rescale factors
+// go back to every lane of the group through a small shared-memory exchange.
 struct Traits {
   static constexpr int kHeadDim = FLARE_HEAD_DIM;
   static constexpr int kRows = FLARE_ROWS;  // packed query rows per work item (<= 8)
@@ -36,6 +45,16 @@ struct Traits {
   static constexpr int kTokensPerGroup = FLARE_TOKENS_PER_GROUP;
   static constexpr int kTileTokens = kGroups * kTokensPerGroup;
 
+  static constexpr int kValues = kTokensPerGroup * kRows;  // partial scores per lane
+  static constexpr int kLaneSteps = log2_exact(kLanes);
+  static constexpr int kSplitSteps = log2_exact(kValues < kLanes ? kValues : kLanes);
+  static constexpr int kValuesPerLane = kValues > kLanes ? kValues / kLanes : 1;
+  static constexpr int kRowsPerLane =
+      kValuesPerLane >= kTokensPerGroup ? kValuesPerLane / kTokensPerGroup : 1;
+  // Lanes holding the same scores after the reduce-scatter (kValues < kLanes).
+  static constexpr int kDuplicateLanes = kValues < kLanes ? kLanes / kValues : 1;
+  static constexpr int kExchangeFloats = kGroups * (kValues + kRows);
+
   // cp.async of 16-byte chunks: a thread copies the same chunk column of kCopiesPerThread rows.
   static constexpr int kRowBytes = kHeadDim * kKVBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;
@@ -48,10 +67,12 @@ struct Traits {
 
   static constexpr int kCombineFloats = kGroups * kRows * (kHeadDim + 2);
   static constexpr int kPipelineBytes = kStages * kStageBytes;
-  static constexpr int kSharedBytes = kPipelineBytes > kCombineFloats * 4
-                                          ? kPipelineBytes : kCombineFloats * 4;
+  static constexpr int kLoopBytes = kPipelineBytes + kExchangeFloats * 4;
+  static constexpr int kSharedBytes =
+      kLoopBytes > kCombineFloats * 4 ? kLoopBytes : kCombineFloats * 4;
   static_assert(FLARE_SHARED_BYTES >= kSharedBytes, "the host launches with too little smem");
   static_assert(kStages >= 2 && kTokensPerGroup >= 1, "pipeline");
+  static_assert((kTokensPerGroup & (kTokensPerGroup - 1)) == 0, "tokens per group");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim");
   static_assert(kRows == 1 || kRows == 2 || kRows == 4 || kRows == 8, "rows per item");
@@ -64,12 +85,52 @@ struct Traits {
 
 using T = Traits;
 
-// Per-thread state of one work item: kRows query rows x this lane's 8 dims.
+// Per-thread state of one work item: kRows query rows x this lane's 8 dims, and the softmax
+// state of the rows whose scores this lane finishes (see LaneScores).
 struct RowState {
   float q[T::kRows][T::kDimsPerLane];
   float o[T::kRows][T::kDimsPerLane];
-  float m[T::kRows];  // running max (log2 units), -inf before any visible key
-  float d[T::kRows];  // running sum of exp2(s - m)
+  float m[T::kRowsPerLane];  // running max (log2 units), -inf before any visible key
+  float d[T::kRowsPerLane];  // this lane's share of the running sum of exp2(s - m)
+};
+
+// Which scores a lane finishes: value j of the lane is score index base + j, i.e. row
+// (base + j) / kTokensPerGroup, token slot (base + j) % kTokensPerGroup. `primary` picks one
+// lane of each set of duplicates (the one that publishes).
+struct LaneScores {
+  int base;
+  int first_row;
+  bool primary;
+  bool publishes_row;  // primary and holding token slot 0 of its rows
+
+  __device__ explicit LaneScores(int lane) {
+    base = 0;
+#pragma unroll
+    for (int step = 0; step < T::kSplitSteps; ++step) {
+      const int offset = T::kLanes >> (step + 1);
+      if (lane & offset) base += T::kValues >> (step + 1);
+    }
+    first_row = base / T::kTokensPerGroup;
+    primary = lane % T::kDuplicateLanes == 0;
+    publishes_row = primary && base % T::kTokensPerGroup == 0;
+  }
+};
+
+// Offsets of the lanes that hold other token slots of the same row (summed or maxed over).
+// The split steps s in [log2 kRows, kSplitSteps) distribute tokens; earlier steps split rows.
+template <class Op>
+__device__ __forceinline__ float across_token_lanes(float x, Op op) {
+#pragma unroll
+  for (int step = log2_exact(T::kRows); step < T::kSplitSteps; ++step) {
+    x = op(x, __shfl_xor_sync(0xffffffffu, x, T::kLanes >> (step + 1)));
+  }
+  return x;
+}
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
 };
 
 struct ItemGeometry {
@@ -115,18 +176,45 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeom
   }
 }
 
+// Sums the partial scores over the group's lanes: after the split steps value j of this lane
+// is the full score base + j (LaneScores); remaining steps (fewer values than lanes) sum
+// duplicates. Halving keeps the lower half on lanes whose step bit is clear. One template
+// instance per step keeps every register index a compile-time constant.
+template <int kStep>
+__device__ __forceinline__ void reduce_scatter(float (&s)[T::kValues], int lane) {
+  if constexpr (kStep < T::kLaneSteps) {
+    constexpr int kOffset = T::kLanes >> (kStep + 1);
+    constexpr int kCount = T::kValues >> kStep;
+    if constexpr (kCount >= 2) {
+      const bool upper = (lane & kOffset) != 0;
+#pragma unroll
+      for (int j = 0; j < kCount / 2; ++j) {
+        const float send = upper ? s[j] : s[j + kCount / 2];
+        const float keep = upper ? s[j + kCount / 2] : s[j];
+        s[j] = keep + __shfl_xor_sync(0xffffffffu, send, kOffset);
+      }
+    } else {
+      s[0] += __shfl_xor_sync(0xffffffffu, s[0], kOffset);
+    }
+    reduce_scatter<kStep + 1>(s, lane);
+  }
+}
+
 // Scores, online softmax and P.V of one tile for this thread's group.
 __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& g,
                                              int tile, const unsigned char* smem,
-                                             const Variant (&variant)[T::kRows], RowState& st) {
+                                             float* exchange, const LaneScores& lane_scores,
+                                             const Variant (&variant)[T::kRowsPerLane],
+                                             RowState& st) {
+  constexpr int kTokens = T::kTokensPerGroup;
   const int lane = threadIdx.x % T::kLanes;
   const int group = threadIdx.x / T::kLanes;
   const unsigned char* stage = smem + (tile % T::kStages) * T::kStageBytes;
   const int lane_offset = lane * T::kDimsPerLane * T::kKVBytes;
 
-  float s[T::kTokensPerGroup][T::kRows];
+  float s[T::kValues];  // [row][token slot]
 #pragma unroll
-  for (int i = 0; i < T::kTokensPerGroup; ++i) {
+  for (int i = 0; i < kTokens; ++i) {
     float k[T::kDimsPerLane];
     load_kv8<T::kKVCode>(stage + (i * T::kGroups + group) * T::kRowBytes + lane_offset, k);
 #pragma unroll
@@ -134,56 +222,82 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
       float acc = 0.0f;
 #pragma unroll
       for (int e = 0; e < T::kDimsPerLane; ++e) acc = fmaf(st.q[r][e], k[e], acc);
-      s[i][r] = acc;
+      s[r * kTokens + i] = acc;
     }
   }
-  // Sum the partial dot products of the kLanes lanes of each token row.
-#pragma unroll
-  for (int offset = T::kLanes / 2; offset > 0; offset /= 2) {
-#pragma unroll
-    for (int i = 0; i < T::kTokensPerGroup; ++i) {
-#pragma unroll
-      for (int r = 0; r < T::kRows; ++r) s[i][r] += __shfl_xor_sync(0xffffffffu, s[i][r], offset);
-    }
-  }
+  reduce_scatter<0>(s, lane);
 
+  // Softmax of this lane's finished scores.
   const int first_token = g.kv_lo + tile * T::kTileTokens + group;
+  float rescale[T::kRowsPerLane];
 #pragma unroll
-  for (int r = 0; r < T::kRows; ++r) {
+  for (int k = 0; k < T::kRowsPerLane; ++k) {
+    constexpr int kPerRow = T::kValuesPerLane < kTokens ? T::kValuesPerLane : kTokens;
     float tile_max = negative_infinity();
 #pragma unroll
-    for (int i = 0; i < T::kTokensPerGroup; ++i) {
-      const int token = first_token + i * T::kGroups;
-      const bool visible = token < g.kv_hi && variant[r].logits_mask(token);
-      s[i][r] = visible ? variant[r].logits_transform(p.variant, s[i][r], token)
-                        : negative_infinity();
-      tile_max = fmaxf(tile_max, s[i][r]);
+    for (int j = k * kPerRow; j < (k + 1) * kPerRow; ++j) {
+      const int token = first_token + ((lane_scores.base + j) % kTokens) * T::kGroups;
+      const bool visible = token < g.kv_hi && variant[k].logits_mask(token);
+      s[j] = visible ? variant[k].logits_transform(p.variant, s[j], token) : negative_infinity();
+      tile_max = fmaxf(tile_max, s[j]);
     }
-    const float m_new = fmaxf(st.m[r], tile_max);
+    if (T::kValuesPerLane < kTokens) tile_max = across_token_lanes(tile_max, MaxOp());
+    const float m_new = fmaxf(st.m[k], tile_max);
     // Rows that saw no visible key yet keep m = -inf; subtracting 0 then keeps exp2 at 0.
     const float m_base = m_new == negative_infinity() ? 0.0f : m_new;
-    const float rescale = fast_exp2(st.m[r] - m_base);
-    st.m[r] = m_new;
+    rescale[k] = fast_exp2(st.m[k] - m_base);
+    st.m[k] = m_new;
     float tile_sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < T::kTokensPerGroup; ++i) {
-      s[i][r] = fast_exp2(s[i][r] - m_base);
-      tile_sum += s[i][r];
+    for (int j = k * kPerRow; j < (k + 1) * kPerRow; ++j) {
+      s[j] = fast_exp2(s[j] - m_base);
+      tile_sum += s[j];
     }
-    st.d[r] = st.d[r] * rescale + tile_sum;
+    st.d[k] = st.d[k] * rescale[k] + tile_sum;
+  }
+
+  // Every lane of the group needs every probability and row rescale factor for P.V.
+  float* probabilities = exchange + group * (T::kValues + T::kRows);
+  float* row_rescale = probabilities + T::kValues;
+  if (lane_scores.primary) {
 #pragma unroll
-    for (int e = 0; e < T::kDimsPerLane; ++e) st.o[r][e] *= rescale;
+    for (int j = 0; j < T::kValuesPerLane; ++j) probabilities[lane_scores.base + j] = s[j];
+  }
+  if (lane_scores.publishes_row) {
+#pragma unroll
+    for (int k = 0; k < T::kRowsPerLane; ++k) row_rescale[lane_scores.first_row + k] = rescale[k];
+  }
+  __syncwarp();
+  float prob[T::kValues];
+  float scale[T::kRows];
+#pragma unroll
+  for (int j = 0; j < T::kValues; ++j) prob[j] = probabilities[j];
+  bool max_moved = false;
+#pragma unroll
+  for (int r = 0; r < T::kRows; ++r) {
+    scale[r] = row_rescale[r];
+    max_moved |= scale[r] != 1.0f;
+  }
+  // The running max settles after a few tiles: rescaling o is then skipped.
+  if (max_moved) {
+#pragma unroll
+    for (int r = 0; r < T::kRows; ++r) {
+#pragma unroll
+      for (int e = 0; e < T::kDimsPerLane; ++e) st.o[r][e] *= scale[r];
+    }
   }
 
   const unsigned char* v_tile = stage + T::kTileBytes;
 #pragma unroll
-  for (int i = 0; i < T::kTokensPerGroup; ++i) {
+  for (int i = 0; i < kTokens; ++i) {
     float v[T::kDimsPerLane];
     load_kv8<T::kKVCode>(v_tile + (i * T::kGroups + group) * T::kRowBytes + lane_offset, v);
 #pragma unroll
     for (int r = 0; r < T::kRows; ++r) {
 #pragma unroll
-      for (int e = 0; e < T::kDimsPerLane; ++e) st.o[r][e] = fmaf(s[i][r], v[e], st.o[r][e]);
+      for (int e = 0; e < T::kDimsPerLane; ++e) {
+        st.o[r][e] = fmaf(prob[r * kTokens + i], v[e], st.o[r][e]);
+      }
     }
   }
 }
@@ -191,7 +305,8 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
 // Combines the groups' states through shared memory and writes the item's rows: the final o
 // and lse (write-through) or a float32 partial slot.
 __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem& item,
-                                           const RowState& st, float* scratch) {
+                                           const RowState& st, const LaneScores& lane_scores,
+                                           float* scratch) {
   const int lane = threadIdx.x % T::kLanes;
   const int group = threadIdx.x / T::kLanes;
   float* s_o = scratch;                                        // [kGroups][kRows][D]
@@ -205,9 +320,14 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
       *reinterpret_cast<float4*>(dst + e) =
           make_float4(st.o[r][e], st.o[r][e + 1], st.o[r][e + 2], st.o[r][e + 3]);
     }
-    if (lane == 0) {
-      s_m[group * T::kRows + r] = st.m[r];
-      s_d[group * T::kRows + r] = st.d[r];
+  }
+#pragma unroll
+  for (int k = 0; k < T::kRowsPerLane; ++k) {
+    const float d = T::kValuesPerLane < T::kTokensPerGroup ? across_token_lanes(st.d[k], AddOp())
+                                                            : st.d[k];
+    if (lane_scores.publishes_row) {
+      s_m[group * T::kRows + lane_scores.first_row + k] = st.m[k];
+      s_d[group * T::kRows + lane_scores.first_row + k] = d;
     }
   }
   __syncthreads();
@@ -281,7 +401,8 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const WorkItem& 
   g.num_tiles = g.kv_hi > g.kv_lo ? (g.kv_hi - g.kv_lo + T::kTileTokens - 1) / T::kTileTokens : 0;
 
   RowState st;
-  Variant variant[T::kRows];
+  const LaneScores lane_scores(lane);
+  Variant variant[T::kRowsPerLane];
   const float fp8_fix = T::kKVCode == kCodeE4M3 ? kE4M3ViaF16Scale : 1.0f;
   const float q_scale = Variant::query_scale(p.variant) * p.k_scale * fp8_fix;
   const int rows = item.row_end - item.row_begin;
@@ -290,7 +411,6 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const WorkItem& 
     const int packed = item.row_begin + r;
     const long long token = item.request + packed / p.group_size;
     const int head = item.kv_head * p.group_size + packed % p.group_size;
-    variant[r].init(p.variant, r < rows ? head : item.kv_head * p.group_size, q_pos);
     if (r < rows) {
       const unsigned char* q = static_cast<const unsigned char*>(p.q) +
                                ((token * p.q_stride_token + head * p.q_stride_head) +
@@ -304,9 +424,16 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const WorkItem& 
     }
 #pragma unroll
     for (int e = 0; e < T::kDimsPerLane; ++e) st.o[r][e] = 0.0f;
-    st.m[r] = negative_infinity();
-    st.d[r] = 0.0f;
   }
+#pragma unroll
+  for (int k = 0; k < T::kRowsPerLane; ++k) {
+    const int r = lane_scores.first_row + k;
+    const int packed = item.row_begin + (r < rows ? r : 0);  // padding rows: any valid head
+    variant[k].init(p.variant, item.kv_head * p.group_size + packed % p.group_size, q_pos);
+    st.m[k] = negative_infinity();
+    st.d[k] = 0.0f;
+  }
+  float* exchange = reinterpret_cast<float*>(smem + T::kPipelineBytes);
 
   // Pipeline: kStages - 1 tiles in flight; page ids of the next tile fetched one tile ahead.
   int pages[T::kCopiesPerThread];
@@ -330,11 +457,11 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const WorkItem& 
       fetch_pages(p, g, next + 1, pages);
     }
     cp_async_commit();
-    compute_tile(p, g, tile, smem, variant, st);
+    compute_tile(p, g, tile, smem, exchange, lane_scores, variant, st);
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline stages become the combine scratch
-  write_item(p, item, st, reinterpret_cast<float*>(smem));
+  write_item(p, item, st, lane_scores, reinterpret_cast<float*>(smem));
   __syncthreads();  // the next item's copies overwrite the scratch
 }
 

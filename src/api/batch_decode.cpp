@@ -113,7 +113,10 @@ Geometry decode_geometry(const BatchDecodeConfig& c) {
   const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
   const int stage_bytes = 2 * groups * g.tokens_per_group * row_bytes;
   g.stages = std::clamp(kPipelineTargetBytes / stage_bytes, kMinStages, kMaxStages);
-  const size_t pipeline = static_cast<size_t>(g.stages) * stage_bytes;
+  // The pipeline plus the per-group exchange of probabilities and row rescale factors.
+  const size_t pipeline = static_cast<size_t>(g.stages) * stage_bytes +
+                          static_cast<size_t>(groups) * (g.tokens_per_group + 1) * g.rows *
+                              sizeof(float);
   const size_t combine = static_cast<size_t>(groups) * g.rows * (c.head_dim + 2) * sizeof(float);
   g.shared_bytes = std::max(pipeline, combine);
   return g;
