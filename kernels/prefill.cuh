@@ -85,8 +85,10 @@ struct RowState {
 
 // What one thread needs about each of its rows to mask it.
 struct RowInfo {
-  int q_pos[T::kMmaQ][2];                // KV position of the row's token (causal)
-  long long mask_bit[T::kMmaQ][2];       // custom mask: bit index of (token, kv 0)
+  int q_pos[T::kMmaQ][2];  // KV position of the row's token (causal)
+  int token[T::kMmaQ][2];  // the row's token in its request (custom mask row)
+  long long mask_base;     // custom mask: first bit of the request
+  int kv_len;
   Variant variant[T::kMmaQ][2];
 };
 
@@ -232,7 +234,8 @@ __device__ __forceinline__ bool visible(const PrefillParams& p, const ItemGeomet
   bool seen = pos < g.kv_hi && rows.variant[mi][h].logits_mask(pos);
   if constexpr (T::kMask == kMaskCausal) seen = seen && pos <= rows.q_pos[mi][h];
   if constexpr (T::kMask == kMaskCustom) {
-    const long long bit = rows.mask_bit[mi][h] + pos;
+    const long long bit =
+        rows.mask_base + static_cast<long long>(rows.token[mi][h]) * rows.kv_len + pos;
     seen = seen && ((__ldg(p.custom_mask + (bit >> 3)) >> (bit & 7)) & 1) != 0;
   }
   return seen;
@@ -445,9 +448,9 @@ __device__ __forceinline__ ItemGeometry item_geometry(const PrefillParams& p,
 __device__ __forceinline__ void init_rows(const PrefillParams& p, const WorkItem& item,
                                           const ItemGeometry& g, RowInfo& rows, RowState& st) {
   const int q_offset = g.q_pos_first - item.row_begin / p.group_size;  // kv_len - q_len
-  long long mask_base = 0;
-  if constexpr (T::kMask == kMaskCustom) mask_base = 8LL * __ldg(p.mask_indptr + item.request);
-  const int kv_len = q_offset + (__ldg(p.qo_indptr + item.request + 1) - g.qo_begin);
+  rows.mask_base = 0;
+  if constexpr (T::kMask == kMaskCustom) rows.mask_base = 8LL * __ldg(p.mask_indptr + item.request);
+  rows.kv_len = q_offset + (__ldg(p.qo_indptr + item.request + 1) - g.qo_begin);
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
@@ -458,7 +461,7 @@ __device__ __forceinline__ void init_rows(const PrefillParams& p, const WorkItem
       const int packed = item.row_begin + r;
       const int token = packed / p.group_size;
       rows.q_pos[mi][h] = q_offset + token;
-      rows.mask_bit[mi][h] = mask_base + static_cast<long long>(token) * kv_len;
+      rows.token[mi][h] = token;
       rows.variant[mi][h].init(p.variant, item.kv_head * p.group_size + packed % p.group_size,
                                q_offset + token);
       st.m[mi][h] = negative_infinity();
@@ -526,7 +529,8 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
 
 }  // namespace flare::prefill
 
-extern "C" __global__ void __launch_bounds__(flare::prefill::Traits::kThreads)
+// minBlocks 1: without it ptxas caps some small-tile configs at 128 registers and spills.
+extern "C" __global__ void __launch_bounds__(flare::prefill::Traits::kThreads, 1)
     flare_prefill(const flare::PrefillParams params) {
   extern __shared__ __align__(128) unsigned char flare_prefill_smem[];
   const unsigned char* ws = params.workspace;

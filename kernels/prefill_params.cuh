@@ -39,14 +39,13 @@ struct PrefillParams {
   VariantParams variant;
 };
 
-// Warp layout of a (query tile, head_dim_vo) pair. Warps split the query rows; 16-row warps
-// take two m16 tiles each when the output accumulator fits (head_dim_vo <= 128), which halves
-// the shared-memory reads of K and V per MMA. Tiles of 16 and 32 rows add warps along the KV
-// tile (their partial softmax states are combined at the end of a work item), so every CTA has
-// at least 4 warps to issue loads and MMAs.
-constexpr int prefill_mma_q(int query_tile, int head_dim_vo) {
-  return query_tile == 128 && head_dim_vo <= 128 ? 2 : 1;
-}
+// Warp layout of a (query tile, head_dim_vo) pair. Warps split the query rows, 16 rows (one
+// m16 tile) each: two m16 tiles per warp would halve the shared-memory reads of K and V per MMA,
+// but their 2 x head_dim_vo / 2 output accumulators spill on sm_80 and sm_90a at every KV tile
+// (measured with ptxas), so the kernel's kMmaQ stays generic and this returns 1. Tiles of 16 and
+// 32 rows add warps along the KV tile (their partial softmax states are combined at the end of a
+// work item), so every CTA has at least 4 warps to issue loads and MMAs.
+constexpr int prefill_mma_q(int /*query_tile*/, int /*head_dim_vo*/) { return 1; }
 constexpr int prefill_warps_q(int query_tile, int head_dim_vo) {
   return query_tile / (16 * prefill_mma_q(query_tile, head_dim_vo));
 }

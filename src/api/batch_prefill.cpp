@@ -22,9 +22,11 @@ namespace {
 const char* const kWhat = "BatchPrefill";
 constexpr int kQueryTiles[] = {16, 32, 64, 128};
 constexpr int kKvTiles[] = {128, 64, 32};  // larger first: ties keep the larger tile
-// fp32 accumulators (O and S fragments) per thread above which ptxas runs out of the 255
-// registers (measured: 160 fits every shipped tile with zero spills, 192 spills).
-constexpr int kMaxAccumulatorRegisters = 160;
+// fp32 accumulators (O and S fragments) per thread: above the hard cap ptxas spills (measured:
+// 160 spills with the custom mask or the full variant on sm_80); within the comfortable budget
+// the rest of the kernel fits with room to spare, so ties prefer the larger KV tile only there.
+constexpr int kMaxAccumulatorRegisters = 144;
+constexpr int kComfortableAccumulatorRegisters = 96;
 constexpr int kMaxRegistersPerThread = 255;
 constexpr int kReservedSharedPerCta = 1024;  // the driver's per-CTA reservation
 // Persistent CTAs per SM: two 4-warp CTAs already give 8 warps; more only grows the partial
@@ -104,13 +106,16 @@ int mask_code(MaskMode mask) {
 
 }  // namespace
 
-int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo,
-                           const PrefillDeviceLimits& limits) {
+namespace {
+
+// The KV tile rule of choose_prefill_tiles; 0 when no KV tile fits.
+int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo,
+                    const PrefillDeviceLimits& limits) {
   const int mma_q = prefill_mma_q(query_tile, head_dim_vo);
   const int warps_kv = prefill_warps_kv(query_tile, head_dim_vo);
   const int threads = prefill_threads(query_tile, head_dim_vo);
   int best_tile = 0;
-  int best_warps = 0;
+  std::pair<int, int> best_score{0, 0};
   for (const int kv_tile : kKvTiles) {
     const int kv_per_warp = kv_tile / warps_kv;
     if (kv_per_warp < 16) continue;  // a KV warp owns whole k16 steps of P.V
@@ -121,27 +126,44 @@ int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo,
     const int by_shared = limits.shared_bytes_per_sm / (shared + kReservedSharedPerCta);
     const int by_registers = limits.registers_per_sm / (threads * kMaxRegistersPerThread);
     const int warps = std::min(by_shared, by_registers) * threads / 32;
-    if (warps > best_warps) {
-      best_warps = warps;
+    // Most resident warps first; then the larger KV tile within the comfortable register
+    // budget, else the fewer accumulators.
+    const std::pair<int, int> score{
+        warps, accumulators <= kComfortableAccumulatorRegisters ? kv_tile : -accumulators};
+    if (best_tile == 0 || score > best_score) {
+      best_score = score;
       best_tile = kv_tile;
     }
   }
-  FLARE_CHECK(best_tile > 0, ErrorCode::kUnsupported, kWhat, ": no KV tile fits query tile ",
+  return best_tile;
+}
+
+}  // namespace
+
+int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo,
+                           const PrefillDeviceLimits& limits) {
+  const int tile = fitting_kv_tile(query_tile, head_dim_qk, head_dim_vo, limits);
+  FLARE_CHECK(tile > 0, ErrorCode::kUnsupported, kWhat, ": no KV tile fits query tile ",
               query_tile, " with head dims ", head_dim_qk, "/", head_dim_vo, " in ",
               limits.max_shared_bytes_per_block, " bytes of shared memory per block");
-  return best_tile;
+  return tile;
 }
 
 PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, int head_dim_vo,
                                   const PrefillDeviceLimits& limits) {
-  PrefillTiles tiles;
-  tiles.query_tile = kQueryTiles[std::size(kQueryTiles) - 1];
-  for (const int tile : kQueryTiles) {
-    if (tile >= average_packed_rows) {
-      tiles.query_tile = tile;
+  size_t index = std::size(kQueryTiles) - 1;
+  for (size_t i = 0; i < std::size(kQueryTiles); ++i) {
+    if (kQueryTiles[i] >= average_packed_rows) {
+      index = i;
       break;
     }
   }
+  // A device with little shared memory takes the largest smaller query tile that fits.
+  while (index > 0 && fitting_kv_tile(kQueryTiles[index], head_dim_qk, head_dim_vo, limits) == 0) {
+    --index;
+  }
+  PrefillTiles tiles;
+  tiles.query_tile = kQueryTiles[index];
   tiles.kv_tile = choose_prefill_kv_tile(tiles.query_tile, head_dim_qk, head_dim_vo, limits);
   return tiles;
 }

@@ -74,7 +74,8 @@ struct PrefillTiles {
 // The §3.2.2 heuristic of paper 001, a pure function: the query tile is the smallest of
 // 16/32/64/128 at least the average packed query length (q_len * group over requests with
 // queries); the KV tile is the one whose fp32 accumulators fit the register budget and whose
-// shared memory lets the most warps reside per SM (ties: the larger tile).
+// shared memory lets the most warps reside per SM (ties: the larger tile while registers stay
+// comfortable, else the fewer accumulators).
 PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, int head_dim_vo,
                                   const PrefillDeviceLimits& limits);
 // The KV tile for a given query tile (same rule).

@@ -1,0 +1,209 @@
+// CI without a GPU: every shipped batch-prefill configuration compiles with NVRTC for sm_80 and
+// sm_90a with zero spills and zero local memory; the tile heuristic is a pure function of the
+// packed query length and the device limits; configs no kernel handles are rejected.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "flare/api/batch_prefill.h"
+#include "flare/core/error.h"
+#include "flare/jit/compiler.h"
+#include "jit/jit_test_support.h"
+#include "testing/expect_error.h"
+
+namespace flare {
+namespace {
+
+std::string define_value(const jit::KernelSpec& spec, const std::string& name) {
+  for (const auto& [key, value] : spec.defines) {
+    if (key == name) return value;
+  }
+  return "";
+}
+
+std::vector<jit::KernelSpec> shipped_prefill_specs() {
+  std::vector<jit::KernelSpec> specs;
+  std::set<std::string> seen;
+  for (const ShippedPrefillConfig& shipped : shipped_prefill_configs()) {
+    const jit::KernelSpec spec = batch_prefill_kernels(shipped.config, shipped.tiles).prefill;
+    if (seen.insert(spec.translation_unit()).second) specs.push_back(spec);
+  }
+  return specs;
+}
+
+class ShippedPrefillKernels : public jit::testing::JitTest,
+                              public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ShippedPrefillKernels, CompileWithoutSpillsOrLocalMemory) {
+  const std::string arch = GetParam();
+  const std::vector<jit::KernelSpec> specs = shipped_prefill_specs();
+  constexpr size_t kWorkers = 2;  // CI machines have two cores
+  std::vector<std::future<std::vector<jit::CompiledKernel>>> workers;
+  for (size_t w = 0; w < kWorkers; ++w) {
+    workers.push_back(std::async(std::launch::async, [&specs, &arch, w] {
+      std::vector<jit::CompiledKernel> out;
+      for (size_t i = w; i < specs.size(); i += kWorkers) out.push_back(jit::compile(specs[i], arch));
+      return out;
+    }));
+  }
+  std::vector<std::vector<jit::CompiledKernel>> results;
+  for (auto& worker : workers) results.push_back(worker.get());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const jit::CompiledKernel& compiled = results[i % kWorkers][i / kWorkers];
+    ASSERT_EQ(compiled.usage.size(), 1u) << specs[i].label;
+    const jit::ResourceUsage& usage = compiled.usage[0];
+    EXPECT_EQ(usage.entry, "flare_prefill") << specs[i].label;
+    EXPECT_EQ(usage.spill_bytes, 0) << specs[i].label << " on " << arch << "\n" << compiled.log;
+    EXPECT_EQ(usage.local_bytes, 0) << specs[i].label << " on " << arch << "\n" << compiled.log;
+    EXPECT_GT(usage.registers, 0) << specs[i].label;
+    EXPECT_LE(usage.registers, 255) << specs[i].label;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ShippedPrefillKernels, ::testing::Values("sm_80", "sm_90a"));
+
+TEST(ShippedPrefillConfigs, CoverEveryHeadDimQueryTileMaskPathAndDtype) {
+  std::set<std::string> dims, query_tiles, masks, paths, dtypes, variants;
+  for (const ShippedPrefillConfig& shipped : shipped_prefill_configs()) {
+    const jit::KernelSpec spec = batch_prefill_kernels(shipped.config, shipped.tiles).prefill;
+    dims.insert(define_value(spec, "FLARE_HEAD_DIM_QK") + "/" +
+                define_value(spec, "FLARE_HEAD_DIM_VO"));
+    query_tiles.insert(define_value(spec, "FLARE_QUERY_TILE"));
+    masks.insert(define_value(spec, "FLARE_MASK"));
+    paths.insert(define_value(spec, "FLARE_KV_PAGED"));
+    dtypes.insert(define_value(spec, "FLARE_Q_DTYPE"));
+    variants.insert(spec.variant_source);
+  }
+  EXPECT_EQ(dims, (std::set<std::string>{"64/64", "128/128", "256/256", "192/128"}));
+  EXPECT_EQ(query_tiles, (std::set<std::string>{"16", "32", "64", "128"}));
+  EXPECT_EQ(masks.size(), 3u);  // none, causal, custom
+  EXPECT_EQ(paths.size(), 2u);  // ragged, paged
+  EXPECT_EQ(dtypes.size(), 2u);
+  EXPECT_EQ(variants.size(), 2u);  // default, soft-cap + window + ALiBi
+}
+
+TEST(ChoosePrefillTiles, QueryTileIsTheSmallestCoveringTheAveragePackedLength) {
+  const PrefillDeviceLimits h100 = h100_prefill_limits();
+  EXPECT_EQ(choose_prefill_tiles(1, 128, 128, h100).query_tile, 16);
+  EXPECT_EQ(choose_prefill_tiles(16, 128, 128, h100).query_tile, 16);
+  EXPECT_EQ(choose_prefill_tiles(16.5, 128, 128, h100).query_tile, 32);
+  EXPECT_EQ(choose_prefill_tiles(33, 128, 128, h100).query_tile, 64);
+  EXPECT_EQ(choose_prefill_tiles(100, 128, 128, h100).query_tile, 128);
+  EXPECT_EQ(choose_prefill_tiles(1e6, 128, 128, h100).query_tile, 128);
+}
+
+TEST(ChoosePrefillTiles, KvTileFollowsRegistersAndSharedMemory) {
+  const PrefillDeviceLimits h100 = h100_prefill_limits();
+  // 128 rows x D 128 (8 warps): 128 KV rows also keep 8 warps resident, but 64 leave
+  // registers to spare.
+  EXPECT_EQ(choose_prefill_kv_tile(128, 128, 128, h100), 64);
+  // 64 rows x D 128: 128 KV rows would hold one CTA (4 warps) per SM, 64 rows two.
+  EXPECT_EQ(choose_prefill_kv_tile(64, 128, 128, h100), 64);
+  EXPECT_EQ(choose_prefill_kv_tile(64, 256, 256, h100), 32);
+  EXPECT_EQ(choose_prefill_kv_tile(128, 64, 64, h100), 128);
+  EXPECT_EQ(choose_prefill_kv_tile(16, 256, 256, h100), 64);  // 4 KV warps x 16 columns
+  EXPECT_EQ(choose_prefill_kv_tile(128, 192, 128, h100), 64);
+  // A device with under half the shared memory per SM (sm_86-like) moves to smaller tiles,
+  // and to a smaller query tile where no KV tile fits.
+  PrefillDeviceLimits small = h100;
+  small.max_shared_bytes_per_block = 99 * 1024;
+  small.shared_bytes_per_sm = 100 * 1024;
+  EXPECT_EQ(choose_prefill_kv_tile(64, 256, 256, small), 32);
+  EXPECT_LE(batch_prefill_kernels(
+                [] {
+                  BatchPrefillConfig c;
+                  c.max_batch = c.max_total_qo = c.num_qo_heads = c.num_kv_heads = 1;
+                  c.head_dim_qk = c.head_dim_vo = 256;
+                  return c;
+                }(),
+                choose_prefill_tiles(1e6, 256, 256, small))
+                .shared_bytes,
+            99u * 1024u);
+  EXPECT_EQ(choose_prefill_tiles(1e6, 256, 256, small).query_tile, 64);
+}
+
+BatchPrefillConfig base_config() {
+  BatchPrefillConfig c;
+  c.max_batch = 4;
+  c.max_total_qo = 1024;
+  c.num_qo_heads = 28;
+  c.num_kv_heads = 4;
+  c.head_dim_qk = 192;
+  c.head_dim_vo = 128;
+  c.page_size = 3;
+  c.dtype = DType::kF16;
+  c.params.mask = MaskMode::kCausal;
+  return c;
+}
+
+TEST(BatchPrefillKernels, SpecsFollowTheConfig) {
+  BatchPrefillConfig c = base_config();
+  c.params.logits_soft_cap = 50.0f;
+  const BatchPrefillKernels k = batch_prefill_kernels(c, {64, 32});
+  EXPECT_EQ(k.prefill.family_header, "prefill.cuh");
+  EXPECT_EQ(k.prefill.entry, "flare_prefill");
+  EXPECT_EQ(k.merge.family_header, "merge.cuh");
+  EXPECT_EQ(define_value(k.prefill, "FLARE_HEAD_DIM_QK"), "192");
+  EXPECT_EQ(define_value(k.prefill, "FLARE_HEAD_DIM_VO"), "128");
+  EXPECT_EQ(define_value(k.prefill, "FLARE_QUERY_TILE"), "64");
+  EXPECT_EQ(define_value(k.prefill, "FLARE_KV_TILE"), "32");
+  EXPECT_EQ(define_value(k.prefill, "FLARE_KV_PAGED"), "1");
+  EXPECT_EQ(define_value(k.prefill, "FLARE_PAGE_SIZE"), "3");
+  EXPECT_EQ(define_value(k.prefill, "FLARE_MASK"), "1");
+  EXPECT_EQ(define_value(k.merge, "FLARE_HEAD_DIM"), "128");
+  EXPECT_NE(k.prefill.variant_source.find("FLARE_VARIANT_SOFT_CAP 1"), std::string::npos);
+  EXPECT_EQ(k.threads, 128);
+  // Q 64 x 192 x 2 + 2 stages x 32 x (192 + 128) x 2 + page ids 2 x 32 x 4.
+  EXPECT_EQ(k.shared_bytes, 64u * 384 + 2u * 32 * 640 + 256);
+
+  c.kv = PrefillKV::kRagged;
+  EXPECT_EQ(define_value(batch_prefill_kernels(c, {16, 64}).prefill, "FLARE_KV_PAGED"), "0");
+  EXPECT_EQ(batch_prefill_kernels(c, {16, 64}).threads, 128);   // 1 query warp x 4 KV warps
+  EXPECT_EQ(batch_prefill_kernels(c, {128, 32}).threads, 256);  // 8 warps x 1 m16 tile
+  c.head_dim_qk = c.head_dim_vo = 256;
+  EXPECT_EQ(batch_prefill_kernels(c, {128, 64}).threads, 256);  // 8 warps x 1 m16 tile
+}
+
+TEST(BatchPrefillKernels, RejectsConfigsNoKernelHandles) {
+  const auto expect_code = [](BatchPrefillConfig c, ErrorCode code, const char* needle) {
+    EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {64, 64}), code, needle);
+  };
+  BatchPrefillConfig c = base_config();
+  c.head_dim_qk = 96;
+  expect_code(c, ErrorCode::kUnsupported, "head dims");
+  c = base_config();
+  c.head_dim_qk = c.head_dim_vo = 32;
+  expect_code(c, ErrorCode::kUnsupported, "head dims");
+  c = base_config();
+  c.num_qo_heads = 30;
+  expect_code(c, ErrorCode::kInvalidArgument, "num_kv_heads");
+  c = base_config();
+  c.page_size = 0;
+  expect_code(c, ErrorCode::kInvalidArgument, "page_size");
+  c = base_config();
+  c.max_total_qo = 0;
+  expect_code(c, ErrorCode::kInvalidArgument, "max_total_qo");
+  c = base_config();
+  c.dtype = DType::kE4M3;
+  expect_code(c, ErrorCode::kUnsupported, "dtype");
+  c = base_config();
+  c.params.pos_encoding = PosEncoding::kRopeLlama;
+  expect_code(c, ErrorCode::kUnsupported, "RoPE");
+  c = base_config();
+  c.params.use_softmax = false;
+  expect_code(c, ErrorCode::kUnsupported, "use_softmax");
+  c = base_config();
+  c.params.k_scale = 0.5f;
+  expect_code(c, ErrorCode::kUnsupported, "k_scale");
+  c = base_config();
+  c.query_tile = 48;
+  expect_code(c, ErrorCode::kInvalidArgument, "query_tile");
+  EXPECT_FLARE_ERROR(batch_prefill_kernels(base_config(), {16, 32}),
+                     ErrorCode::kInvalidArgument, "not a kernel configuration");
+}
+
+}  // namespace
+}  // namespace flare
