@@ -186,5 +186,16 @@ TEST(BenchCli, CudaWithoutADeviceIsAClearError) {
   EXPECT_NE(result.err.find("no usable CUDA device"), std::string::npos) << result.err;
 }
 
+TEST(BenchCli, CudaDecodeJson) {
+  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  const JsonObject json = run_json({{"--device", "cuda"}, {"--head-dim", "64"},
+                                    {"--dist", "zipf"}, {"--kv-len", "300"}, {"--iters", "3"}});
+  EXPECT_EQ(text(json, "device").rfind("cuda:0", 0), 0u) << text(json, "device");
+  EXPECT_GT(number(json, "time_ms_median"), 0);
+  EXPECT_GE(number(json, "num_ctas"), 1);
+  EXPECT_LE(number(json, "max_abs_error"), 4e-3);  // bf16 output rounding
+  EXPECT_EQ(number(json, "checked_requests"), 4);
+}
+
 }  // namespace
 }  // namespace flare

@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "flare/reference/attention.h"
 #include "tools/flare/args.h"
 #include "tools/flare/commands.h"
+#include "tools/flare/gpu_decode.h"
 #include "tools/flare/npy.h"
 
 namespace flare::cli {
@@ -78,7 +80,9 @@ types and backend
                             k and v type (default --dtype); float files are quantized as
                             value / scale
   --k-scale X, --v-scale X  fp8 per-tensor scales: real value = stored value * scale
-  --device cpu|cuda|cuda:N  (default cpu) the CPU reference backend or the GPU
+  --device cpu|cuda|cuda:N  (default cpu) the CPU reference backend, or the GPU: decode
+                            only (one query token per request, paged KV), q and KV in
+                            f16/bf16 (KV also e4m3/e5m2), head dim 64, 128 or 256
   --fp64                    CPU only: accumulate in float64 (the test oracle's mode)
   --threads N               CPU threads (default: all)
   --out-dir DIR             created when missing
@@ -116,7 +120,7 @@ HostTensor index_array(const Args& args, const char* option) {
   if (in.dtype() == DType::kI32) return std::move(array.tensor);
   FLARE_CHECK(in.dtype() == DType::kI64, ErrorCode::kInvalidArgument, "--", option, " ", path,
               ": expected int32 or int64 data ('<i4' or '<i8'), got '", array.descr, "'");
-  HostTensor out(DType::kI32, in.shape());
+  HostTensor out(DType::kI32, {in.numel()});  // 1-D
   for (int64_t i = 0; i < in.numel(); ++i) {
     const int64_t value = in.data<int64_t>()[i];
     FLARE_CHECK(value >= std::numeric_limits<int32_t>::min() &&
@@ -307,6 +311,8 @@ const char* gpu_mode(const AttentionProblem& problem) {
   return "decode";
 }
 
+// The CPU reference, or BatchDecode on the GPU for decode batches (one query token per
+// request, paged KV); o and lse come back as float32 either way.
 void run_on_device(const Device& device, const AttentionProblem& problem,
                    const AttentionOutput& out, const ReferenceOptions& options) {
   if (device.is_cpu()) {
@@ -315,8 +321,20 @@ void run_on_device(const Device& device, const AttentionProblem& problem,
   }
   FLARE_CHECK(cuda::available(), ErrorCode::kNoCudaDevice, "--device ", device.str(),
               ": no usable CUDA device (", cuda::unavailable_reason(), ")");
-  validate_attention(problem, out);
-  fail(ErrorCode::kUnsupported, "the CUDA backend is not available yet for ", gpu_mode(problem));
+  validate_attention(problem, out);  // the GPU does not read index arrays back to check them
+  const char* mode = gpu_mode(problem);
+  FLARE_CHECK(std::string_view(mode) == "decode", ErrorCode::kUnsupported,
+              "the CUDA backend is not available yet for ", mode,
+              " (it runs decode: one query token per request, paged KV)");
+  GpuDecode gpu(problem, device.index);
+  gpu.plan();
+  gpu.run();
+  const HostTensor o = gpu.o();
+  for (int64_t i = 0; i < o.numel(); ++i) store_float(out.o.data, DType::kF32, i, o.get(i));
+  if (out.lse) {
+    const HostTensor lse = gpu.lse();
+    std::copy_n(lse.data<float>(), lse.numel(), out.lse->ptr<float>());
+  }
 }
 
 }  // namespace

@@ -50,9 +50,12 @@ workload
   --seed N                  random lengths, page order and data (default 0)
 
 running
-  --device cpu|cuda|cuda:N  default: cuda when a CUDA device is usable, else cpu. The CPU
-                            backend runs the planner's work queues with the reference
-                            kernels, one planner "SM" per thread.
+  --device cpu|cuda|cuda:N  default: cuda when a CUDA device is usable and runs the
+                            workload (else cpu, with a note). The CPU backend runs the
+                            planner's work queues with the reference kernels, one planner
+                            "SM" per thread. The GPU runs decode (BatchDecode; f16/bf16 q,
+                            head dim 64/128/256); each timed sample there averages
+                            back-to-back calls over at least 1 ms (CUDA events).
   --threads N               CPU threads (default: all hardware threads)
   --iters N                 timed calls after one warm-up call (default: as many as fit in
                             about 2 seconds, at least 3, at most 200)
