@@ -10,9 +10,16 @@ namespace flare {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// fp8 e4m3 bits shifted into an f16 carry an exponent bias 8 too small (15 - 7): the decoded
-// value is the f16 times 2^8, folded into k_scale / v_scale by the kernels.
+// fp8 -> f16: sm_89 and later convert pairs in hardware (cvt.rn.f16x2.e4m3x2); older GPUs
+// shift the bits into an f16, where e4m3 then carries an exponent bias 8 too small (15 - 7):
+// the decoded value is the f16 times 2^8, folded into k_scale / v_scale by the kernels.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define FLARE_FP8_HARDWARE_CVT 1
+constexpr float kE4M3ViaF16Scale = 1.0f;
+#else
+#define FLARE_FP8_HARDWARE_CVT 0
 constexpr float kE4M3ViaF16Scale = 256.0f;
+#endif
 
 struct alignas(16) Vec16 {
   unsigned int x, y, z, w;
@@ -88,7 +95,17 @@ __device__ __forceinline__ unsigned e4m3_spread_to_f16x2(unsigned h) {
 // (e4m3 values come out divided by kE4M3ViaF16Scale).
 template <int kCode>
 __device__ __forceinline__ void load_kv8(const unsigned char* src, float (&out)[8]) {
-  if constexpr (kCode == kCodeE4M3 || kCode == kCodeE5M2) {
+  if constexpr (kCode == kCodeE4M3 && FLARE_FP8_HARDWARE_CVT) {
+    const Vec8 raw = *reinterpret_cast<const Vec8*>(src);
+    const unsigned bytes[2] = {raw.x, raw.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned short pair = static_cast<unsigned short>(bytes[i / 2] >> (16 * (i % 2)));
+      unsigned word;
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(word) : "h"(pair));
+      f16x2_to_float2(word, out[2 * i], out[2 * i + 1]);
+    }
+  } else if constexpr (kCode == kCodeE4M3 || kCode == kCodeE5M2) {
     const Vec8 raw = *reinterpret_cast<const Vec8*>(src);
     unsigned words[4];
     fp8x4_spread(raw.x, words[0], words[1]);
