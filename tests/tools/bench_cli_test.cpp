@@ -188,8 +188,11 @@ TEST(BenchCli, CudaWithoutADeviceIsAClearError) {
 
 TEST(BenchCli, CudaDecodeJson) {
   if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-  const JsonObject json = run_json({{"--device", "cuda"}, {"--head-dim", "64"},
-                                    {"--dist", "zipf"}, {"--kv-len", "300"}, {"--iters", "3"}});
+  const JsonObject json = run_json({{"--device", "cuda"},
+                                    {"--head-dim", "64"},
+                                    {"--dist", "zipf"},
+                                    {"--kv-len", "300"},
+                                    {"--iters", "3"}});
   EXPECT_EQ(text(json, "device").rfind("cuda:0", 0), 0u) << text(json, "device");
   EXPECT_GT(number(json, "time_ms_median"), 0);
   EXPECT_GE(number(json, "num_ctas"), 1);

@@ -147,7 +147,8 @@ void validate_kv(const PagedKV& kv) { validate_paged_kv(kv); }
 void validate_kv(const RaggedKV& kv) { validate_ragged_kv(kv); }
 
 // Packs a bool mask (one byte per bit, all requests concatenated) into the library's little
-// bit order, one byte-aligned run per request, and returns the byte offsets.
+// bit order, one byte-aligned run per request: inputs.custom_mask and its byte offsets,
+// inputs.mask_indptr.
 void pack_bool_mask(const HostTensor& bools, const TensorView& qo_indptr, const KVCache& kv,
                     Inputs& inputs) {
   // The lengths come from the index arrays: validate them before reading through them.
@@ -162,7 +163,10 @@ void pack_bool_mask(const HostTensor& bools, const TensorView& qo_indptr, const 
   for (int64_t i = 0; i < batch; ++i) {
     const int64_t bits = ragged_length(qo_indptr, i) * kv_length(kv, i);
     total_bits += bits;
-    offsets.push_back(static_cast<int32_t>(offsets.back() + (bits + 7) / 8));
+    const int64_t end = offsets.back() + (bits + 7) / 8;
+    FLARE_CHECK(end <= std::numeric_limits<int32_t>::max(), ErrorCode::kInvalidArgument,
+                "--custom-mask: the packed mask exceeds 2^31 - 1 bytes");
+    offsets.push_back(static_cast<int32_t>(end));
   }
   FLARE_CHECK(bools.numel() == total_bits, ErrorCode::kInvalidArgument,
               "--custom-mask: a bool mask needs sum(q_len * kv_len) = ", total_bits,

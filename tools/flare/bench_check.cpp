@@ -12,12 +12,6 @@
 namespace flare::cli {
 namespace {
 
-HostTensor int32_tensor(const std::vector<int32_t>& values) {
-  HostTensor out(DType::kI32, {static_cast<int64_t>(values.size())});
-  std::copy(values.begin(), values.end(), out.data<int32_t>());
-  return out;
-}
-
 std::vector<int64_t> sampled_requests(int64_t batch, int max_requests) {
   std::vector<int64_t> requests;
   const int64_t count = std::min<int64_t>(batch, max_requests);

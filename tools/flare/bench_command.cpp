@@ -2,6 +2,7 @@
 // or the CPU backend and reports time, throughput, bandwidth, FLOP rate and the error
 // against the float64 reference on a few sampled requests.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -57,8 +58,8 @@ running
                             head dim 64/128/256); each timed sample there averages
                             back-to-back calls over at least 1 ms (CUDA events).
   --threads N               CPU threads (default: all hardware threads)
-  --iters N                 timed calls after one warm-up call (default: as many as fit in
-                            about 2 seconds, at least 3, at most 200)
+  --iters N                 timed samples after one warm-up sample (default: as many as
+                            fit in about 2 seconds, at least 3, at most 200)
   --json                    print one JSON object instead of the table
 )";
 
@@ -142,15 +143,19 @@ int run_bench(int argc, char** argv) {
   const Workload work = make_workload(spec);
   BenchRunner runner = make_runner(args, work, threads);
 
-  const double warmup_seconds = runner.run();  // JIT compilation, first-touch page faults
-  const int iters =
-      requested_iters > 0
-          ? requested_iters
-          : std::clamp(static_cast<int>(kAutoItersSeconds / std::max(warmup_seconds, 1e-9)),
-                       kMinAutoIters, kMaxAutoIters);
+  // One untimed sample first: first-touch page faults, caches, module loading. Its wall time
+  // (a GPU sample spans many calls) sizes the run.
+  const auto warmup_start = std::chrono::steady_clock::now();
+  runner.run();
+  const double sample_seconds = std::max(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count(), 1e-9);
+  const int iters = requested_iters > 0
+                        ? requested_iters
+                        : std::clamp(static_cast<int>(kAutoItersSeconds / sample_seconds),
+                                     kMinAutoIters, kMaxAutoIters);
   BenchResult result;
   {
-    ProgressBar progress("bench", iters, warmup_seconds * iters > kProgressAfterSeconds);
+    ProgressBar progress("bench", iters, sample_seconds * iters > kProgressAfterSeconds);
     for (int i = 0; i < iters; ++i) {
       result.call_seconds.push_back(runner.run());
       progress.update(i + 1);

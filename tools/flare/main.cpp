@@ -2,6 +2,7 @@
 // errors into messages and exit codes (flare::Error: 1, usage errors: 2).
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <string_view>
 
 #include "flare/core/error.h"

@@ -50,12 +50,6 @@ constexpr std::pair<std::string_view, BenchVariant> kVariants[] = {
     {"window", BenchVariant::kWindow},
     {"alibi", BenchVariant::kAlibi}};
 
-HostTensor int32_tensor(const std::vector<int32_t>& values) {
-  HostTensor out(DType::kI32, {static_cast<int64_t>(values.size())});
-  std::copy(values.begin(), values.end(), out.data<int32_t>());
-  return out;
-}
-
 std::vector<int32_t> prefix_sum(const std::vector<int32_t>& counts) {
   std::vector<int32_t> indptr(counts.size() + 1, 0);
   for (size_t i = 0; i < counts.size(); ++i) {
@@ -94,6 +88,12 @@ KeyRange visible_keys(const AttentionParams& params, int64_t q_len, int64_t kv_l
 }
 
 }  // namespace
+
+HostTensor int32_tensor(const std::vector<int32_t>& values) {
+  HostTensor out(DType::kI32, {static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), out.data<int32_t>());
+  return out;
+}
 
 BenchMode parse_bench_mode(std::string_view name) { return parse_name(name, "--mode", kModes); }
 LengthDist parse_length_dist(std::string_view name) { return parse_name(name, "--dist", kDists); }

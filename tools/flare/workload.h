@@ -78,6 +78,9 @@ struct Workload {
   int64_t kv_tokens_read() const;
 };
 
+// int32 [values.size()] holding `values` (page tables, indptrs).
+HostTensor int32_tensor(const std::vector<int32_t>& values);
+
 // Throws kInvalidArgument for a spec no backend could run (heads that do not divide, ...).
 Workload make_workload(const WorkloadSpec& spec);
 
