@@ -14,12 +14,49 @@ LOG_DIR=${1:-$(mktemp -d)}
 mkdir -p "$LOG_DIR"
 
 "$PY" -c 'import torch; assert torch.cuda.is_available(), "torch sees no CUDA device"'
+
+# A Python extension must use the process's shared libstdc++. A copy linked statically into it
+# (a toolchain default, or -static-libstdc++ in LDFLAGS) has its locale tables interposed by the
+# libstdc++.so that numpy and torch already loaded, and crashes formatting the first error
+# message. Probe the compiler; drop the static flags or take another compiler if needed.
+links_shared_libstdcxx() {
+  local dir ok
+  dir=$(mktemp -d)
+  printf '#include <sstream>\nstd::string f(long x) { std::ostringstream s; s << x; return s.str(); }\n' \
+    >"$dir/probe.cpp"
+  # shellcheck disable=SC2086  # the flags are word lists
+  "$1" -shared -fPIC ${CXXFLAGS:-} ${LDFLAGS:-} -o "$dir/probe.so" "$dir/probe.cpp" >/dev/null 2>&1 &&
+    readelf -d "$dir/probe.so" | grep -q 'NEEDED.*libstdc++'
+  ok=$?
+  rm -rf "$dir"
+  return $ok
+}
+CXX=${CXX:-$(command -v c++ || command -v g++)}
+if ! links_shared_libstdcxx "$CXX"; then
+  echo "gpu_check_python: $CXX links libstdc++ statically; looking for a shared link"
+  for flags in LDFLAGS CXXFLAGS; do
+    export "$flags=$(echo " ${!flags:-} " | sed 's/ -static-libstdc++ / /g; s/ -static-libgcc / /g')"
+  done
+  if ! links_shared_libstdcxx "$CXX"; then
+    for candidate in /usr/bin/g++ /usr/bin/g++-14 /usr/bin/g++-13 /usr/bin/g++-12 /usr/bin/clang++; do
+      if [ -x "$candidate" ] && links_shared_libstdcxx "$candidate"; then CXX=$candidate; break; fi
+    done
+  fi
+  links_shared_libstdcxx "$CXX" || { echo "gpu_check_python: no compiler links libstdc++ shared" >&2; exit 1; }
+fi
+export CXX CUDAHOSTCXX=${CUDAHOSTCXX:-$CXX}
+echo "gpu_check_python: C++ compiler $CXX $("$CXX" -dumpfullversion 2>/dev/null)"
 echo "gpu_check_python: pip install (build log: $LOG_DIR/pip_install.log)"
 if ! "$PY" -m pip install --no-build-isolation --no-deps --force-reinstall -v . \
     >"$LOG_DIR/pip_install.log" 2>&1; then
   tail -n 60 "$LOG_DIR/pip_install.log"
   exit 1
 fi
+
+installed=$(cd /tmp && "$PY" -c 'import flare, os; print(os.path.dirname(flare.__file__))')
+for library in "$installed"/*.so; do
+  echo "gpu_check_python: $library needs $(readelf -d "$library" | grep -o 'NEEDED.*' | tr '\n' ' ')"
+done
 
 # From /tmp so that `import flare` finds the installed package, not this tree.
 status=0

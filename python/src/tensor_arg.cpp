@@ -20,9 +20,13 @@ TensorArg::TensorArg(nb::ndarray<nb::ro> array, const std::optional<std::string>
               kMaxDims, " dimensions, got ", ndim);
   std::vector<int64_t> shape(static_cast<size_t>(ndim));
   std::vector<int64_t> strides(static_cast<size_t>(ndim));
-  for (int32_t d = 0; d < ndim; ++d) {
-    shape[static_cast<size_t>(d)] = static_cast<int64_t>(array_.shape(static_cast<size_t>(d)));
-    strides[static_cast<size_t>(d)] = array_.stride(static_cast<size_t>(d));
+  for (int32_t d = ndim - 1; d >= 0; --d) {
+    const auto i = static_cast<size_t>(d);
+    shape[i] = static_cast<int64_t>(array_.shape(i));
+    strides[i] = array_.stride(i);
+    // A size-1 dimension never steps, and producers export any stride for it (torch may
+    // give 1): use the contiguous value so stride and alignment checks see a regular layout.
+    if (shape[i] == 1) strides[i] = d + 1 < ndim ? strides[i + 1] * shape[i + 1] : 1;
   }
   const nb::dlpack::dtype type = array_.dtype();
   DLTensor tensor{};
