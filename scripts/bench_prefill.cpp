@@ -157,6 +157,7 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
 }  // namespace
 
 int main() {
+  flare::cuda::set_device(0);
   const flare::cuda::DeviceProperties props = flare::cuda::device_properties(0);
   std::printf("device %s, %d SMs\n", props.name.c_str(), props.num_sms);
   std::printf("%-34s %8s %12s %12s\n", "case", "tiles", "ragged TF/s", "paged TF/s");

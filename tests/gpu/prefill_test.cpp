@@ -194,13 +194,18 @@ struct DeviceProblem {
     }
     o_host = HostTensor(p.c.dtype, p.o_ref.shape());
     lse_host = HostTensor(DType::kF32, p.lse_ref.shape());
+    o = DeviceCopy(o_host);
+    lse = DeviceCopy(lse_host);
     poison();
   }
+  // In place: a captured graph keeps the output addresses.
   void poison() {
     o_host.fill(std::numeric_limits<float>::quiet_NaN());
     lse_host.fill(std::numeric_limits<float>::quiet_NaN());
-    o = DeviceCopy(o_host);
-    lse = DeviceCopy(lse_host);
+    cuda::memcpy_htod(o.buffer.data(), o_host.data<std::byte>(),
+                      static_cast<size_t>(o_host.numel()) * dtype_bytes(o_host.dtype()));
+    cuda::memcpy_htod(lse.buffer.data(), lse_host.data<std::byte>(),
+                      static_cast<size_t>(lse_host.numel()) * sizeof(float));
   }
   void run(BatchPrefill& prefill, const Problem& p, cuda::Stream stream) {
     const TensorView qv = q.view(p.q.view());
