@@ -306,7 +306,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     indptr_host = np.array([0, kv_len], dtype=np.int32)
     last_host = np.array([1] if kv_len > 0 else [0], dtype=np.int32)
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
-    key = (q.device.index, q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim,
+    key = (q.device.index, q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, kv_layout,
            tuple(sorted(params_kwargs.items())))
     device = device_of(q)[1]
     with device_guard(q):
