@@ -91,6 +91,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise ValueError("the paged_kv_*_buffer arguments are for use_cuda_graph=True")
         self._indptr_buf, self._indices_buf, self._last_page_len_buf = buffers
         self._decoders = _GpuDecoders()
+        self._graph_key = None
         self._planned = None
 
     @property
@@ -150,6 +151,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
             key = (q_dtype, kv_dtype, int(num_qo_heads), int(num_kv_heads), int(head_dim),
                    int(page_size), self._kv_layout, tuple(sorted(params_kwargs.items())),
                    fixed_split_size, bool(disable_split_kv))
+            if self._use_cuda_graph:
+                # A captured run launches one decoder's kernels on its workspace: a plan for
+                # another configuration would never reach the graph.
+                if self._graph_key is not None and key != self._graph_key:
+                    raise ValueError(
+                        f"a use_cuda_graph {_WRAPPER} keeps the heads, head_dim, page_size, "
+                        "dtypes and attention options of its first plan(); create another "
+                        "wrapper for a different configuration")
+                self._graph_key = key
             max_batch = self._fixed_batch if self._use_cuda_graph else _next_power_of_two(
                 max(batch, 1))
             device = device_of(self._workspace)[1]

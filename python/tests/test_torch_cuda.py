@@ -236,6 +236,18 @@ def test_cuda_graph_wrapper_rejects_a_different_batch():
         plan_decode(wrapper, cache, 4, 64, torch.float16)
 
 
+def test_cuda_graph_wrapper_keeps_its_first_configuration():
+    bufs = [torch.zeros(n, dtype=torch.int32, device=DEVICE) for n in (3, 64, 2)]
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(
+        workspace(), use_cuda_graph=True, paged_kv_indptr_buffer=bufs[0],
+        paged_kv_indices_buffer=bufs[1], paged_kv_last_page_len_buffer=bufs[2])
+    cache = GpuPagedCache([3, 40], 1, 64, 16, "NHD", torch.float16, seed=10)
+    plan_decode(wrapper, cache, 4, 64, torch.float16)
+    plan_decode(wrapper, cache, 4, 64, torch.float16)  # same configuration: fine
+    with pytest.raises(ValueError, match="first plan"):
+        plan_decode(wrapper, cache, 4, 64, torch.float16, logits_soft_cap=5.0)
+
+
 def test_single_decode_matches_sdpa():
     q = torch.randn(32, 128, device=DEVICE).to(torch.float16)
     k = torch.randn(777, 8, 128, device=DEVICE).to(torch.float16)
