@@ -8,6 +8,7 @@
 // Run: build-gpu/bench_prefill   (the PyTorch side: scripts/bench_prefill_torch.py)
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -122,6 +123,9 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
   config.head_dim_qk = config.head_dim_vo = kHeadDim;
   config.dtype = DType::kBF16;
   config.params.mask = MaskMode::kCausal;
+  // FLARE_BENCH_QUERY_TILE / FLARE_BENCH_KV_TILE override the heuristic (tile experiments).
+  if (const char* tile = std::getenv("FLARE_BENCH_QUERY_TILE")) config.query_tile = std::atoi(tile);
+  if (const char* tile = std::getenv("FLARE_BENCH_KV_TILE")) config.kv_tile = std::atoi(tile);
   const TensorView qv = view(q.data(), DType::kBF16, {total_q, kHeads, kHeadDim});
   const TensorView ov = view(o.data(), DType::kBF16, {total_q, kHeads, kHeadDim});
 
