@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python half of `make test`: builds flare._flare in the CMake build tree and runs the
 # pytest suite (python/tests) against it. Installs what is missing first: Python headers and
-# pip (Debian packages) and, from PyPI, nanobind, numpy and pytest into <build>/pydeps (pip
+# pip (Debian packages) and, from PyPI, nanobind, numpy and pytest into <build>/pydeps-* (pip
 # --target: no root, no virtualenv, no change to the system's packages).
 # Usage: bash python/run_tests.sh [build-dir]   (environment: PYTHON, JOBS)
 set -euo pipefail
@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 BUILD=$(realpath -m "${1:-build}")
 PY=$(command -v "${PYTHON:-python3}")
 JOBS=${JOBS:-$(nproc)}
-DEPS="$BUILD/pydeps"
+# One folder per interpreter: compiled packages (numpy) only load into the Python they were
+# built for.
+DEPS="$BUILD/pydeps-$("$PY" -c 'import sys; print(sys.implementation.cache_tag)')"
 export PYTHONPATH="$DEPS${PYTHONPATH:+:$PYTHONPATH}"
 
 apt_install() {
@@ -24,7 +26,7 @@ if [ ! -f "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])
 fi
 if ! "$PY" -c 'import nanobind, numpy, pytest' >/dev/null 2>&1; then
   echo "python/run_tests.sh: installing nanobind, numpy, pytest into $DEPS"
-  "$PY" -m pip install --quiet --disable-pip-version-check --target "$DEPS" \
+  "$PY" -m pip install --quiet --disable-pip-version-check --upgrade --target "$DEPS" \
     "nanobind>=2.0" "numpy>=1.22" "pytest>=7"
 fi
 
