@@ -97,15 +97,15 @@ TEST(ChoosePrefillTiles, QueryTileIsTheSmallestCoveringTheAveragePackedLength) {
 
 TEST(ChoosePrefillTiles, KvTileFollowsRegistersAndSharedMemory) {
   const PrefillDeviceLimits h100 = h100_prefill_limits();
-  // 128 rows x D 128 (8 warps): 128 KV rows also keep 8 warps resident, but 64 leave
-  // registers to spare.
-  EXPECT_EQ(choose_prefill_kv_tile(128, 128, 128, h100), 64);
+  // 128 rows x D 128 (8 warps): 128 KV rows keep 8 warps resident, like 64, with fewer
+  // barriers per key.
+  EXPECT_EQ(choose_prefill_kv_tile(128, 128, 128, h100), 128);
   // 64 rows x D 128: 128 KV rows would hold one CTA (4 warps) per SM, 64 rows two.
   EXPECT_EQ(choose_prefill_kv_tile(64, 128, 128, h100), 64);
   EXPECT_EQ(choose_prefill_kv_tile(64, 256, 256, h100), 32);
   EXPECT_EQ(choose_prefill_kv_tile(128, 64, 64, h100), 128);
   EXPECT_EQ(choose_prefill_kv_tile(16, 256, 256, h100), 64);  // 4 KV warps x 16 columns
-  EXPECT_EQ(choose_prefill_kv_tile(128, 192, 128, h100), 64);
+  EXPECT_EQ(choose_prefill_kv_tile(128, 192, 128, h100), 128);
   // A device with under half the shared memory per SM (sm_86-like) moves to smaller tiles,
   // and to a smaller query tile where no KV tile fits.
   PrefillDeviceLimits small = h100;
