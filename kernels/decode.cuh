@@ -383,13 +383,30 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
   }
 }
 
-__device__ __forceinline__ void run_item(const DecodeParams& p, const WorkItem& item,
-                                         unsigned char* smem) {
+// A work item and its request's page-list metadata. The kernel loads the next item's while the
+// current one streams, so an item starts with one dependent load (its page ids), not three.
+struct ItemRecord {
+  WorkItem item;
+  int page_begin;
+  int page_end;
+  int last_page_len;
+};
+
+__device__ __forceinline__ void load_request_metadata(const DecodeParams& p, ItemRecord& r) {
+  r.page_begin = __ldg(p.kv_indptr + r.item.request);
+  r.page_end = __ldg(p.kv_indptr + r.item.request + 1);
+  r.last_page_len = __ldg(p.kv_last_page_len + r.item.request);
+}
+
+// Runs `record`'s item; once its first tiles are in flight, loads the metadata of `next` (whose
+// WorkItem the caller loaded before this call) when there is one.
+__device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord& record,
+                                         ItemRecord& next, bool has_next, unsigned char* smem) {
+  const WorkItem& item = record.item;
   const int lane = threadIdx.x % T::kLanes;
-  const int page_begin = __ldg(p.kv_indptr + item.request);
-  const int num_pages = __ldg(p.kv_indptr + item.request + 1) - page_begin;
-  const int kv_len =
-      num_pages == 0 ? 0 : (num_pages - 1) * T::kPageSize + __ldg(p.kv_last_page_len + item.request);
+  const int page_begin = record.page_begin;
+  const int num_pages = record.page_end - page_begin;
+  const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * T::kPageSize + record.last_page_len;
 
   ItemGeometry g;
   g.kv_head = item.kv_head;
@@ -446,6 +463,7 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const WorkItem& 
     }
     cp_async_commit();
   }
+  if (has_next) load_request_metadata(p, next);
   for (int tile = 0; tile < g.num_tiles; ++tile) {
     cp_async_wait<T::kStages - 2>();
     // Tile `tile` has landed for every thread, and every thread is done with tile - 1, whose
@@ -472,12 +490,22 @@ extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads)
   extern __shared__ __align__(16) unsigned char flare_decode_smem[];
   const unsigned char* ws = params.workspace;
   const auto* counts = reinterpret_cast<const flare::PlanCounts*>(ws + params.offsets.counts);
-  if (static_cast<int>(blockIdx.x) >= counts->num_ctas) return;
   const int* cta_indptr = reinterpret_cast<const int*>(ws + params.offsets.cta_indptr);
   const auto* items = reinterpret_cast<const flare::WorkItem*>(ws + params.offsets.work_items);
+  // All three loads in flight at once; cta_indptr has an entry for every CTA of the grid, read
+  // only when the plan uses this CTA.
+  const int num_ctas = counts->num_ctas;
+  const int begin = cta_indptr[blockIdx.x];
   const int end = cta_indptr[blockIdx.x + 1];
-  for (int w = cta_indptr[blockIdx.x]; w < end; ++w) {
-    const flare::WorkItem item = items[w];
-    flare::decode::run_item(params, item, flare_decode_smem);
+  if (static_cast<int>(blockIdx.x) >= num_ctas || begin >= end) return;
+  flare::decode::ItemRecord current;
+  current.item = items[begin];
+  flare::decode::load_request_metadata(params, current);
+  for (int w = begin; w < end; ++w) {
+    const bool has_next = w + 1 < end;
+    flare::decode::ItemRecord next = current;
+    if (has_next) next.item = items[w + 1];  // in flight while `current` runs
+    flare::decode::run_item(params, current, next, has_next, flare_decode_smem);
+    current = next;
   }
 }

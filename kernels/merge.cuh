@@ -1,6 +1,6 @@
 // The merge of split-KV partial states (papers 001 §2.2, 002 D.2) on a fixed grid: one warp
-// per (merge item, row) reduces the row's float32 partial slots in the plan's KV order, so the
-// result is bitwise identical across runs, and writes the final o and lse.
+// per (merge item, row) reduces the row's float32 partial slots in the plan's KV order (a
+// fixed order and a fixed shuffle tree: bitwise identical across runs), writes o and lse.
 //
 // Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256), FLARE_Q_DTYPE (o's DTypeCode).
 #pragma once
@@ -23,8 +23,13 @@ struct Traits {
 
 using T = Traits;
 
+// Slots of a row are spread over the lanes for the max and the weights (so a long split costs
+// a few shuffles, not a chain of dependent loads); the weighted sum then walks the slots in KV
+// order, slot id and weight broadcast from their lane, loads unrolled so several are in flight.
 __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem& item, int r,
                                           int slot_begin, int slot_end) {
+  constexpr unsigned kFull = 0xffffffffu;
+  constexpr int kUnroll = 8;
   const int lane = threadIdx.x % 32;
   const unsigned char* ws = p.workspace;
   const int* slots = reinterpret_cast<const int*>(ws + p.offsets.merge_slots);
@@ -32,31 +37,58 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   const float* partial_lse = reinterpret_cast<const float*>(ws + p.offsets.partial_lse);
 
   float lse_max = negative_infinity();
-  for (int i = slot_begin; i < slot_end; ++i) {
-    const long long row = static_cast<long long>(slots[i]) * p.offsets.partial_rows + r;
-    lse_max = fmaxf(lse_max, partial_lse[row]);
+  for (int i = slot_begin + lane; i < slot_end; i += 32) {
+    lse_max = fmaxf(lse_max, partial_lse[static_cast<long long>(slots[i]) *
+                                             p.offsets.partial_rows + r]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    lse_max = fmaxf(lse_max, __shfl_xor_sync(kFull, lse_max, offset));
   }
   const float base = lse_max == negative_infinity() ? 0.0f : lse_max;
 
   float acc[T::kDimsPerLane];
 #pragma unroll
   for (int e = 0; e < T::kDimsPerLane; ++e) acc[e] = 0.0f;
-  float denominator = 0.0f;
-  for (int i = slot_begin; i < slot_end; ++i) {
-    const long long row = static_cast<long long>(slots[i]) * p.offsets.partial_rows + r;
-    const float w = fast_exp2((partial_lse[row] - base) * kLog2e);
-    denominator += w;
-    const float* src = partial_o + row * T::kHeadDim + lane * T::kDimsPerLane;
+  float denominator = 0.0f;  // this lane's slots; summed over the warp at the end
+  for (int first = slot_begin; first < slot_end; first += 32) {
+    const int count = slot_end - first < 32 ? slot_end - first : 32;
+    long long my_row = 0;
+    float my_weight = 0.0f;
+    if (lane < count) {
+      my_row = static_cast<long long>(slots[first + lane]) * p.offsets.partial_rows + r;
+      my_weight = fast_exp2((partial_lse[my_row] - base) * kLog2e);
+    }
+    denominator += my_weight;
+    for (int j0 = 0; j0 < count; j0 += kUnroll) {
+      float part[kUnroll][T::kDimsPerLane];
+      float weight[kUnroll];
 #pragma unroll
-    for (int e = 0; e < T::kDimsPerLane; ++e) acc[e] = fmaf(w, src[e], acc[e]);
+      for (int u = 0; u < kUnroll; ++u) {
+        const long long row = __shfl_sync(kFull, my_row, (j0 + u) & 31);
+        weight[u] = __shfl_sync(kFull, my_weight, (j0 + u) & 31);
+        const float* src = partial_o + row * T::kHeadDim + lane * T::kDimsPerLane;
+#pragma unroll
+        for (int e = 0; e < T::kDimsPerLane; ++e) {
+          part[u][e] = j0 + u < count ? src[e] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int e = 0; e < T::kDimsPerLane; ++e) acc[e] = fmaf(weight[u], part[u][e], acc[e]);
+      }
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    denominator += __shfl_xor_sync(kFull, denominator, offset);
   }
   const bool empty = denominator == 0.0f;
   const float norm = empty ? 0.0f : 1.0f / denominator;
 
   const int packed = item.row_begin + r;
-  const long long first_token =
-      p.qo_indptr != nullptr ? p.qo_indptr[item.request] : item.request;
-  const long long token = first_token + packed / p.group_size;
+  const long long token = item.request + packed / p.group_size;
   const long long head = item.kv_head * p.group_size + packed % p.group_size;
   unsigned char* o = static_cast<unsigned char*>(p.o) +
                      ((token * p.o_stride_token + head * p.o_stride_head) +

@@ -28,8 +28,14 @@ constexpr int kDecodeThreads = 128;
 constexpr int kMergeThreads = 128;
 constexpr int kDimsPerLane = 8;
 constexpr int kMaxRowsPerItem = 8;
-// Shared memory the K/V pipeline aims at per CTA: (stages - 1) / stages of it in flight.
+// Shared memory the K/V pipeline aims at per CTA: (stages - 1) / stages of it in flight, 3 CTAs
+// per SM on an H100 (144 KiB in flight per SM with 16-bit KV).
 constexpr int kPipelineTargetBytes = 64 * 1024;
+// What a work item costs beyond its KV bytes (dependent loads before its first tile, the
+// pipeline drain, the combine and write: ~3-5 us on an H100), in KV bytes one CTA streams
+// meanwhile: the planner's per-row cost alpha charges it, so no CTA is handed many short chunks
+// (docs/perf.md, decode v3).
+constexpr double kItemOverheadBytes = 40 * 1024;
 constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
 // Merge grid: blocks per SM (4 warps each, one warp per merged row).
@@ -424,6 +430,8 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   device.ctas_per_sm = s.k.num_ctas / s.k.num_sms;
   PlanOptions options;
   options.query_tile = query_tile(s.config);
+  const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype);
+  options.alpha = static_cast<float>(kItemOverheadBytes / token_bytes / options.query_tile);
   options.fixed_split_size = s.config.fixed_split_size;
   options.disable_split_kv = s.config.disable_split_kv;
   options.num_sms_to_use = s.config.num_sms_to_use;
