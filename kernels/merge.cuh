@@ -88,7 +88,10 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   const float norm = empty ? 0.0f : 1.0f / denominator;
 
   const int packed = item.row_begin + r;
-  const long long token = item.request + packed / p.group_size;
+  // Prefill passes qo_indptr (request -> first token); decode has one token per request.
+  const long long first_token =
+      p.qo_indptr != nullptr ? p.qo_indptr[item.request] : item.request;
+  const long long token = first_token + packed / p.group_size;
   const long long head = item.kv_head * p.group_size + packed % p.group_size;
   unsigned char* o = static_cast<unsigned char*>(p.o) +
                      ((token * p.o_stride_token + head * p.o_stride_head) +
