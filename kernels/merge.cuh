@@ -29,7 +29,8 @@ using T = Traits;
 __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem& item, int r,
                                           int slot_begin, int slot_end) {
   constexpr unsigned kFull = 0xffffffffu;
-  constexpr int kUnroll = 8;
+  // Partial rows in flight per lane: 64 floats of loads outstanding whatever the head dim.
+  constexpr int kUnroll = 64 / T::kDimsPerLane;
   const int lane = threadIdx.x % 32;
   const unsigned char* ws = p.workspace;
   const int* slots = reinterpret_cast<const int*>(ws + p.offsets.merge_slots);

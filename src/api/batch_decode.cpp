@@ -113,7 +113,10 @@ Geometry decode_geometry(const BatchDecodeConfig& c) {
   Geometry g;
   g.rows = kernel_rows(c);
   // Scores of one tile live in registers (tokens x rows): 8-row tiles take 2 tokens a group.
-  g.tokens_per_group = g.rows >= 8 ? 2 : 4;
+  // fp8 KV is instruction-bound rather than memory-bound: 8 tokens a group halve the per-tile
+  // fixed work (barrier, copies, probability exchange) per token, within 168 registers.
+  const bool fp8 = is_fp8(c.kv_dtype);
+  g.tokens_per_group = g.rows >= 8 ? 2 : (fp8 && g.rows >= 4 ? 8 : 4);
   const int lanes = c.head_dim / kDimsPerLane;
   const int groups = kDecodeThreads / lanes;
   const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
