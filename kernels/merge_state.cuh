@@ -1,0 +1,341 @@
+// The merge operator ⊕ on attention-state tensors (papers 001 §2.2; FlashInfer's merge_state,
+// merge_state_in_place, merge_states): rows (seq, head) of v [seq, H, D] with float32 LSE s.
+//
+// A few lanes share one row (lanes_per_row, a power of two chosen by the host from D), each
+// loading FLARE_MERGE_VEC_BYTES-wide vectors of the row; every lane computes the row's weights
+// itself from broadcast loads of s, so no shuffles are needed. Math in float32 with weights
+// relative to the largest LSE (nothing overflows); fixed order, no atomics: deterministic.
+//
+// Compile-time defines: FLARE_MERGE_DTYPE (v's dtype code, kMergeF32 | kMergeF16 | kMergeBF16),
+// FLARE_MERGE_VEC_BYTES (16, or the element size for rows that cannot take 16-byte vectors).
+#pragma once
+
+#ifdef __CUDACC_RTC__
+typedef int int32_t;
+typedef long long int64_t;
+#else
+#include <cstdint>
+#endif
+
+namespace flare {
+
+// v's element type codes; equal to the host's flare::DType values (checked there).
+enum MergeDTypeCode : int32_t {
+  kMergeF32 = 0,
+  kMergeF16 = 1,
+  kMergeBF16 = 2,
+};
+
+// One state tensor: v [seq, (states,) H, D] and its float32 LSE s [seq, (states,) H]. v's
+// strides are in bytes, s's in elements; strides of size-1 dimensions are 0.
+struct MergeStateTensor {
+  char* v;
+  float* s;
+  int64_t v_seq_stride;
+  int64_t v_state_stride;  // merge_states input only
+  int64_t v_head_stride;
+  int64_t v_vector_stride;  // from one vector of a row to the next: the vector bytes when D is
+                            // unit-stride, the element stride times the element size otherwise
+  int64_t s_seq_stride;
+  int64_t s_state_stride;  // merge_states input only
+  int64_t s_head_stride;
+};
+
+// Rows (seq, head) in seq-major order; lanes_per_row lanes share a row, lane i covering vectors
+// i, i + lanes_per_row, ... of its vectors_per_row.
+struct MergeRows {
+  int32_t num_rows;  // seq * H, below 2^31 (the host checks): 32-bit row arithmetic
+  int32_t num_heads;
+  int32_t vectors_per_row;  // D / (FLARE_MERGE_VEC_BYTES / element bytes); 0 when D is 0
+  int32_t lanes_per_row;    // power of two in [1, 32]
+};
+
+// merge_state / merge_state_in_place: out = a ⊕ b; in place, out is a.
+struct MergeStatePairParams {
+  MergeStateTensor a;
+  MergeStateTensor b;
+  MergeStateTensor out;
+  const unsigned char* mask;  // uint8 [seq] or null: rows whose mask is 0 are left untouched
+  int64_t mask_stride;
+  MergeRows rows;
+};
+
+// merge_states: out[seq, h] = ⊕ over i of states[seq, i, h], in index order.
+struct MergeStatesParams {
+  MergeStateTensor states;
+  MergeStateTensor out;
+  MergeRows rows;
+  int32_t num_states;
+  int32_t reserved;
+};
+
+// Threads per block of both kernels; the host launches with this block size.
+constexpr int kMergeStateThreads = 256;
+
+}  // namespace flare
+
+#ifdef __CUDACC_RTC__
+
+#ifndef FLARE_MERGE_DTYPE
+#error "FLARE_MERGE_DTYPE (kMergeF32, kMergeF16 or kMergeBF16) must be defined"
+#endif
+#ifndef FLARE_MERGE_VEC_BYTES
+#error "FLARE_MERGE_VEC_BYTES (16 or the element size) must be defined"
+#endif
+
+#include "decode_utils.cuh"
+
+namespace flare::merge_state_kernel {
+
+struct Traits {
+  static constexpr int kDType = FLARE_MERGE_DTYPE;
+  static constexpr int kElementBytes = kDType == kMergeF32 ? 4 : 2;
+  static constexpr int kVecBytes = FLARE_MERGE_VEC_BYTES;
+  static constexpr int kVecElements = kVecBytes / kElementBytes;
+  static constexpr int kThreads = kMergeStateThreads;
+  static constexpr int kWarps = kThreads / 32;
+  // merge_states: loads of this many states are issued before their weights are applied.
+  static constexpr int kStatesInFlight = 4;
+  static_assert(kDType == kMergeF32 || kDType == kMergeF16 || kDType == kMergeBF16, "dtype");
+  static_assert(kVecBytes == 16 || kVecBytes == kElementBytes,
+                "vectors are 16 bytes or one element");
+  static_assert(kThreads % 32 == 0, "whole warps");
+};
+static_assert(static_cast<int>(kMergeF16) == static_cast<int>(kCodeF16) &&
+                  static_cast<int>(kMergeBF16) == static_cast<int>(kCodeBF16),
+              "merge and decode dtype codes agree");
+
+using T = Traits;
+using Vector = float[T::kVecElements];
+
+// A vector of v as stored: four 32-bit words for 16 bytes, else the one element, zero-extended.
+// merge_states keeps its loads in flight in this form: half the registers of float32 for f16.
+struct StoredVector {
+  unsigned words[T::kVecBytes == 16 ? 4 : 1];
+};
+
+// The helpers below are templates (defaulting to this unit's Traits) so that `if constexpr`
+// discards the branches of the other dtypes and widths instead of compiling them.
+
+template <int kVecBytes = T::kVecBytes, int kElementBytes = T::kElementBytes>
+__device__ __forceinline__ StoredVector load_stored(const char* src) {
+  StoredVector out;
+  if constexpr (kVecBytes == 16) {
+    const Vec16 raw = *reinterpret_cast<const Vec16*>(src);
+    out.words[0] = raw.x;
+    out.words[1] = raw.y;
+    out.words[2] = raw.z;
+    out.words[3] = raw.w;
+  } else if constexpr (kElementBytes == 4) {
+    out.words[0] = *reinterpret_cast<const unsigned*>(src);
+  } else {
+    out.words[0] = *reinterpret_cast<const unsigned short*>(src);
+  }
+  return out;
+}
+
+template <int kDType = T::kDType>
+__device__ __forceinline__ void pair_to_float2(unsigned bits, float& lo, float& hi) {
+  if constexpr (kDType == kMergeBF16) {
+    bf16x2_to_float2(bits, lo, hi);
+  } else {
+    f16x2_to_float2(bits, lo, hi);
+  }
+}
+
+template <int kDType = T::kDType, int kVecBytes = T::kVecBytes>
+__device__ __forceinline__ void to_float(const StoredVector& in, Vector& out) {
+  if constexpr (kDType == kMergeF32) {
+#pragma unroll
+    for (int e = 0; e < T::kVecElements; ++e) out[e] = __uint_as_float(in.words[e]);
+  } else if constexpr (kVecBytes == 16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pair_to_float2(in.words[i], out[2 * i], out[2 * i + 1]);
+  } else {
+    float high_unused;
+    pair_to_float2(in.words[0], out[0], high_unused);
+  }
+}
+
+__device__ __forceinline__ void load_vector(const char* src, Vector& out) {
+  to_float(load_stored(src), out);
+}
+
+// float32 -> one vector of v at `dst`, rounded to nearest even.
+template <int kDType = T::kDType, int kVecBytes = T::kVecBytes>
+__device__ __forceinline__ void store_vector(char* dst, const Vector& in) {
+  if constexpr (kVecBytes == 16 && kDType == kMergeF32) {
+    Vec16 raw;
+    raw.x = __float_as_uint(in[0]);
+    raw.y = __float_as_uint(in[1]);
+    raw.z = __float_as_uint(in[2]);
+    raw.w = __float_as_uint(in[3]);
+    *reinterpret_cast<Vec16*>(dst) = raw;
+  } else if constexpr (kVecBytes == 16) {
+    Vec16 raw;
+    raw.x = float2_to_16bit2<kDType>(in[0], in[1]);
+    raw.y = float2_to_16bit2<kDType>(in[2], in[3]);
+    raw.z = float2_to_16bit2<kDType>(in[4], in[5]);
+    raw.w = float2_to_16bit2<kDType>(in[6], in[7]);
+    *reinterpret_cast<Vec16*>(dst) = raw;
+  } else if constexpr (kDType == kMergeF32) {
+    *reinterpret_cast<float*>(dst) = in[0];
+  } else {
+    *reinterpret_cast<unsigned short*>(dst) =
+        static_cast<unsigned short>(float2_to_16bit2<kDType>(in[0], 0.0f));
+  }
+}
+
+// Where this thread works: its row within the warp's group of 32 / lanes_per_row rows, and its
+// lane within the row.
+struct RowLane {
+  unsigned row_in_group;
+  int lane_in_row;
+  unsigned rows_per_group;
+};
+
+__device__ __forceinline__ RowLane row_lane(const MergeRows& rows) {
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned lanes = static_cast<unsigned>(rows.lanes_per_row);
+  return {lane / lanes, static_cast<int>(lane % lanes), 32 / lanes};
+}
+
+// Groups of rows_per_group rows; every lane of a warp walks the same groups (grid-stride).
+__device__ __forceinline__ unsigned row_groups(const MergeRows& rows, const RowLane& slot) {
+  return (static_cast<unsigned>(rows.num_rows) + slot.rows_per_group - 1) / slot.rows_per_group;
+}
+
+__device__ __forceinline__ float lse_at(const MergeStateTensor& t, int64_t seq, int64_t state,
+                                        int64_t head) {
+  return t.s[seq * t.s_seq_stride + state * t.s_state_stride + head * t.s_head_stride];
+}
+
+__device__ __forceinline__ const char* row_of(const MergeStateTensor& t, int64_t seq, int64_t state,
+                                              int64_t head) {
+  return t.v + seq * t.v_seq_stride + state * t.v_state_stride + head * t.v_head_stride;
+}
+
+// Natural-log LSE of a merged row from the largest input LSE and the sum of the weights
+// e^(s_i - max); -inf when every input was -inf (no keys seen).
+__device__ __forceinline__ float merged_lse(float lse_max, float weight_sum) {
+  return lse_max == negative_infinity() ? negative_infinity() : lse_max + logf(weight_sum);
+}
+
+// e^(lse - lse_max), or 0 for a state that saw no keys (its v is never read into the sum: it
+// may hold anything, NaN included).
+__device__ __forceinline__ float weight_of(float lse, float lse_max) {
+  return lse == negative_infinity() ? 0.0f : expf(lse - lse_max);
+}
+
+}  // namespace flare::merge_state_kernel
+
+// out = a ⊕ b for every row whose mask is set. Warps walk groups of rows (grid-stride, so the
+// grid is fixed by the shape alone); a group's loop trip count is the same for every lane of
+// the warp, which the warp barrier below needs.
+extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThreads)
+    flare_merge_state_pair(const flare::MergeStatePairParams p) {
+  using namespace flare::merge_state_kernel;
+  const RowLane slot = row_lane(p.rows);
+  const unsigned num_groups = row_groups(p.rows, slot);
+  for (unsigned group = blockIdx.x * T::kWarps + threadIdx.x / 32; group < num_groups;
+       group += gridDim.x * T::kWarps) {
+    const unsigned row = group * slot.rows_per_group + slot.row_in_group;
+    const unsigned seq = row / p.rows.num_heads;
+    const unsigned head = row % p.rows.num_heads;
+    const bool active = row < static_cast<unsigned>(p.rows.num_rows) &&
+                        (p.mask == nullptr || p.mask[seq * p.mask_stride] != 0);
+    const float lse_a = active ? lse_at(p.a, seq, 0, head) : 0.0f;
+    const float lse_b = active ? lse_at(p.b, seq, 0, head) : 0.0f;
+    // In place, out.s is a.s: every lane of a row reads it before the row's lane 0 writes it.
+    __syncwarp();
+    if (!active) continue;
+
+    const float lse_max = fmaxf(lse_a, lse_b);
+    const float weight_a = weight_of(lse_a, lse_max);
+    const float weight_b = weight_of(lse_b, lse_max);
+    const float weight_sum = weight_a + weight_b;
+    const float norm = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
+    const char* row_a = row_of(p.a, seq, 0, head);
+    const char* row_b = row_of(p.b, seq, 0, head);
+    char* row_out = p.out.v + seq * p.out.v_seq_stride + head * p.out.v_head_stride;
+    for (int vec = slot.lane_in_row; vec < p.rows.vectors_per_row; vec += p.rows.lanes_per_row) {
+      Vector a, b;
+      load_vector(row_a + vec * p.a.v_vector_stride, a);
+      load_vector(row_b + vec * p.b.v_vector_stride, b);
+      Vector merged;
+#pragma unroll
+      for (int e = 0; e < T::kVecElements; ++e) {
+        // Rounded products, no fused multiply-add: a ⊕ b equals b ⊕ a bit for bit.
+        const float part_a = weight_a == 0.0f ? 0.0f : __fmul_rn(weight_a, a[e]);
+        const float part_b = weight_b == 0.0f ? 0.0f : __fmul_rn(weight_b, b[e]);
+        merged[e] = __fadd_rn(part_a, part_b) * norm;
+      }
+      store_vector(row_out + vec * p.out.v_vector_stride, merged);
+    }
+    if (slot.lane_in_row == 0) {
+      p.out.s[seq * p.out.s_seq_stride + head * p.out.s_head_stride] =
+          merged_lse(lse_max, weight_sum);
+    }
+  }
+}
+
+// out[seq, h] = ⊕ over the states of states[seq, :, h]: the largest LSE first, then the sum of
+// the weights, then the weighted sum of v, states in index order with kStatesInFlight loads
+// issued together. out must not overlap the states.
+extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThreads)
+    flare_merge_states(const flare::MergeStatesParams p) {
+  using namespace flare::merge_state_kernel;
+  const RowLane slot = row_lane(p.rows);
+  const unsigned num_groups = row_groups(p.rows, slot);
+  for (unsigned group = blockIdx.x * T::kWarps + threadIdx.x / 32; group < num_groups;
+       group += gridDim.x * T::kWarps) {
+    const unsigned row = group * slot.rows_per_group + slot.row_in_group;
+    if (row >= static_cast<unsigned>(p.rows.num_rows)) continue;
+    const unsigned seq = row / p.rows.num_heads;
+    const unsigned head = row % p.rows.num_heads;
+
+    float lse_max = flare::negative_infinity();
+    for (int i = 0; i < p.num_states; ++i) lse_max = fmaxf(lse_max, lse_at(p.states, seq, i, head));
+    float weight_sum = 0.0f;
+    for (int i = 0; i < p.num_states; ++i)
+      weight_sum += weight_of(lse_at(p.states, seq, i, head), lse_max);
+    const float norm = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
+
+    const char* row_in = row_of(p.states, seq, 0, head);
+    char* row_out = p.out.v + seq * p.out.v_seq_stride + head * p.out.v_head_stride;
+    for (int vec = slot.lane_in_row; vec < p.rows.vectors_per_row; vec += p.rows.lanes_per_row) {
+      const char* column = row_in + vec * p.states.v_vector_stride;
+      Vector sum;
+#pragma unroll
+      for (int e = 0; e < T::kVecElements; ++e) sum[e] = 0.0f;
+      for (int first = 0; first < p.num_states; first += T::kStatesInFlight) {
+        StoredVector stored[T::kStatesInFlight];
+        float weights[T::kStatesInFlight];
+#pragma unroll
+        for (int u = 0; u < T::kStatesInFlight; ++u) {
+          const int i = first + u;
+          const bool in_range = i < p.num_states;
+          weights[u] = in_range ? weight_of(lse_at(p.states, seq, i, head), lse_max) : 0.0f;
+          if (in_range) stored[u] = load_stored(column + i * p.states.v_state_stride);
+        }
+#pragma unroll
+        for (int u = 0; u < T::kStatesInFlight; ++u) {
+          if (weights[u] == 0.0f) continue;  // no keys, or past the last state
+          Vector values;
+          to_float(stored[u], values);
+#pragma unroll
+          for (int e = 0; e < T::kVecElements; ++e) sum[e] = fmaf(weights[u], values[e], sum[e]);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < T::kVecElements; ++e) sum[e] *= norm;
+      store_vector(row_out + vec * p.out.v_vector_stride, sum);
+    }
+    if (slot.lane_in_row == 0) {
+      p.out.s[seq * p.out.s_seq_stride + head * p.out.s_head_stride] =
+          merged_lse(lse_max, weight_sum);
+    }
+  }
+}
+
+#endif  // __CUDACC_RTC__
