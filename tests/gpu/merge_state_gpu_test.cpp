@@ -317,8 +317,12 @@ void expect_matches(const TensorView& v_out, const TensorView& s_out, const Expe
 // No element of the storage outside the view was written (they were all NaN).
 void expect_padding_untouched(const Buffer& b, const std::string& what) {
   std::vector<bool> in_view(static_cast<size_t>(b.storage.numel()), false);
-  testing::for_each_element(
-      b.view, [&](int64_t, int64_t offset) { in_view[static_cast<size_t>(offset)] = true; });
+  const int64_t view_begin =
+      (static_cast<const std::byte*>(b.view.data) - b.storage.data<std::byte>()) /
+      static_cast<int64_t>(dtype_bytes(b.view.dtype));
+  testing::for_each_element(b.view, [&](int64_t, int64_t offset) {
+    in_view[static_cast<size_t>(view_begin + offset)] = true;
+  });
   int64_t written = 0;
   for (int64_t i = 0; i < b.storage.numel(); ++i) {
     written += !in_view[static_cast<size_t>(i)] && !std::isnan(b.storage.get(i));
