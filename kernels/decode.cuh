@@ -1,7 +1,6 @@
 // Persistent split-KV batch decode on CUDA cores over a paged KV cache (papers 001 §3.2.2 with
 // tile size 1, 002 appendix A head-group fusion): each CTA walks its plan work queue; a work
 // item is up to kRows query heads of one KV head against one KV chunk, each K/V row read once.
-// Split tiles are merged in the same launch by the CTA that finishes their last chunk.
 //
 // Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256), FLARE_ROWS (1 | 2 | 4 | 8),
 // FLARE_PAGE_SIZE (>= 1), FLARE_Q_DTYPE / FLARE_KV_DTYPE (DTypeCode), and the tuning the host
@@ -12,7 +11,6 @@
 
 #include "decode_params.cuh"
 #include "decode_utils.cuh"
-#include "merge_utils.cuh"
 #include "plan_types.cuh"
 #include "variant.cuh"
 
@@ -40,9 +38,6 @@ struct Traits {
   static constexpr int kKVBytes = kFp8 ? 1 : 2;
 
   static constexpr int kThreads = 128;
-  // 3 CTAs share an H100 SM (the shared-memory limit): registers must allow it too (<= 168).
-  // 8-row tiles need more (q and o alone are 128 registers): 2 CTAs, up to 255 registers.
-  static constexpr int kMinCtasPerSm = FLARE_ROWS >= 8 ? 2 : 3;
   static constexpr int kDimsPerLane = 8;
   static constexpr int kLanes = kHeadDim / kDimsPerLane;  // 8, 16 or 32: inside one warp
   static constexpr int kGroups = kThreads / kLanes;
@@ -388,44 +383,6 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
   }
 }
 
-// After writing a partial slot: the CTA whose chunk completes its tile (an arrival count per
-// merge item; WorkItem.reserved holds the merge item, set by BatchDecode::plan) merges the
-// tile's slots in KV order, so the result does not depend on which CTA arrives last.
-__device__ __forceinline__ void merge_if_last(const DecodeParams& p, const WorkItem& item) {
-  __shared__ int last_arrival;
-  const int* merge_indptr = reinterpret_cast<const int*>(p.workspace + p.offsets.merge_indptr);
-  __threadfence();  // this thread's partial writes are visible before the arrival counts
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int merge_item = item.reserved;
-    const int slots = merge_indptr[merge_item + 1] - merge_indptr[merge_item];
-    const int arrived = atomicAdd(p.merge_counters + merge_item, 1) + 1;
-    last_arrival = arrived == slots;
-    if (arrived == slots) p.merge_counters[merge_item] = 0;  // ready for the next run
-  }
-  __syncthreads();
-  if (!last_arrival) return;
-  __threadfence();
-  MergeParams m;
-  m.o = p.o;
-  m.lse = p.lse;
-  m.workspace = p.workspace;
-  m.offsets = p.offsets;
-  m.o_stride_token = p.o_stride_token;
-  m.o_stride_head = p.o_stride_head;
-  m.lse_stride_token = p.lse_stride_token;
-  m.lse_stride_head = p.lse_stride_head;
-  m.group_size = p.group_size;
-  const MergeItem tile = {item.request, item.kv_head, item.row_begin, item.row_end};
-  const int slot_begin = merge_indptr[item.reserved];
-  const int slot_end = merge_indptr[item.reserved + 1];
-  constexpr int kWarps = T::kThreads / 32;
-  constexpr int kFloatsInFlight = 16;
-  for (int r = threadIdx.x / 32; r < item.row_end - item.row_begin; r += kWarps) {
-    merge::merge_row<T::kHeadDim, T::kQCode, kFloatsInFlight>(m, tile, r, slot_begin, slot_end);
-  }
-}
-
 // A work item and its request's page-list metadata. The kernel loads the next item's while the
 // current one streams, so an item starts with one dependent load (its page ids), not three.
 struct ItemRecord {
@@ -523,14 +480,12 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
   cp_async_wait<0>();
   __syncthreads();  // the pipeline stages become the combine scratch
   write_item(p, item, st, lane_scores, reinterpret_cast<float*>(smem));
-  if (item.partial_slot >= 0) merge_if_last(p, item);
   __syncthreads();  // the next item's copies overwrite the scratch
 }
 
 }  // namespace flare::decode
 
-extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads,
-                                             flare::decode::Traits::kMinCtasPerSm)
+extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads)
     flare_decode(const flare::DecodeParams params) {
   extern __shared__ __align__(16) unsigned char flare_decode_smem[];
   const unsigned char* ws = params.workspace;

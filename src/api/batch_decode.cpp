@@ -1,5 +1,5 @@
-// BatchDecode: config validation, the decode kernel spec, the persistent grid and
-// workspace, plan() (host planner + one async copy) and run() (validation + one launch).
+// BatchDecode: config validation, the decode/merge kernel specs, the persistent grid and
+// workspace, plan() (host planner + one async copy) and run() (validation + two launches).
 #include "flare/api/batch_decode.h"
 
 #include <algorithm>
@@ -25,6 +25,7 @@ static_assert(static_cast<int>(DType::kF16) == kCodeF16 && static_cast<int>(DTyp
 
 // Decode kernel geometry (kernels/decode.cuh Traits reads these defines and checks them).
 constexpr int kDecodeThreads = 128;
+constexpr int kMergeThreads = 128;
 constexpr int kDimsPerLane = 8;
 constexpr int kMaxRowsPerItem = 8;
 // Shared memory the K/V pipeline aims at per CTA: (stages - 1) / stages of it in flight, 3 CTAs
@@ -37,6 +38,8 @@ constexpr int kPipelineTargetBytes = 64 * 1024;
 constexpr double kItemOverheadBytes = 40 * 1024;
 constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
+// Merge grid: blocks per SM (4 warps each, one warp per merged row).
+constexpr int kMergeBlocksPerSm = 4;
 constexpr size_t kAlignment = 16;
 
 const char* const kWhat = "BatchDecode";
@@ -210,6 +213,7 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
   BatchDecodeKernels k;
   k.rows_per_item = g.rows;
   k.threads = kDecodeThreads;
+  k.merge_threads = kMergeThreads;
   k.decode_shared_bytes = g.shared_bytes;
 
   k.decode.family_header = "decode.cuh";
@@ -231,6 +235,12 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
                    " page=" + std::to_string(config.page_size) + " " +
                    standard_variant_name(flags);
 
+  k.merge.family_header = "merge.cuh";
+  k.merge.entry = "flare_merge";
+  k.merge.defines = {{"FLARE_HEAD_DIM", std::to_string(config.head_dim)},
+                     {"FLARE_Q_DTYPE", dtype_code(config.q_dtype)}};
+  k.merge.label = "merge o=" + std::string(dtype_name(config.q_dtype)) +
+                  " D=" + std::to_string(config.head_dim);
   return k;
 }
 
@@ -284,8 +294,10 @@ namespace {
 struct ResolvedKernels {
   BatchDecodeKernels kernels;
   cuda::Function decode = nullptr;
+  cuda::Function merge = nullptr;
   int num_sms = 0;
   int num_ctas = 0;
+  int merge_blocks = 0;
   WorkspaceLayout layout;
 };
 
@@ -295,7 +307,6 @@ struct BatchDecode::State {
   BatchDecodeConfig config;
   ResolvedKernels k;
   cuda::DeviceBuffer workspace;
-  cuda::DeviceBuffer merge_counters;  // int32 [max merge items], zero between runs
   cuda::DeviceBuffer alibi_slopes;
   cuda::PinnedBuffer plan_staging;
   std::optional<cuda::Event> staging_copied;  // the last copy out of plan_staging
@@ -303,7 +314,6 @@ struct BatchDecode::State {
   Plan plan;
   std::vector<int32_t> kv_len;  // scratch of plan()
   std::vector<int32_t> qo_len;
-  std::vector<int32_t> merge_of_slot;
   VariantParams variant{};
 };
 
@@ -328,7 +338,9 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   cuda::set_device(config.device);
   const cuda::DeviceProperties props = cuda::device_properties(config.device);
   const std::string arch = jit::arch_for(props.cc_major, props.cc_minor);
+  jit::precompile({r.kernels.decode, r.kernels.merge}, arch, 2);
   r.decode = jit::get_kernel(r.kernels.decode, "flare_decode", config.device);
+  r.merge = jit::get_kernel(r.kernels.merge, "flare_merge", config.device);
   FLARE_CHECK(static_cast<int>(r.kernels.decode_shared_bytes) <=
                   props.max_shared_bytes_per_block_optin,
               ErrorCode::kUnsupported, kWhat, ": the decode kernel needs ",
@@ -338,6 +350,7 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   r.num_sms = props.num_sms;
   r.num_ctas = props.num_sms * static_cast<int>(resolved_ctas_per_sm(
                                    config, r.decode, r.kernels.decode_shared_bytes));
+  r.merge_blocks = props.num_sms * kMergeBlocksPerSm;
   r.layout = workspace_layout(bounds_of(config, r.num_ctas));
   return r;
 }
@@ -351,11 +364,6 @@ BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_uni
   s.workspace = cuda::DeviceBuffer(s.k.layout.total_bytes);
   s.plan_staging = cuda::PinnedBuffer(s.k.layout.plan_bytes);
   s.staging_copied.emplace();
-  const size_t counters_bytes =
-      static_cast<size_t>(std::max<int64_t>(1, s.k.layout.max_merge_items)) * sizeof(int32_t);
-  s.merge_counters = cuda::DeviceBuffer(counters_bytes);
-  const std::vector<int32_t> zeros(counters_bytes / sizeof(int32_t), 0);
-  cuda::memcpy_htod(s.merge_counters.data(), zeros.data(), counters_bytes);
 
   const AttentionParams& p = config.params;
   s.variant.sm_scale = p.resolved_sm_scale(config.head_dim);
@@ -372,9 +380,6 @@ BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_uni
     cuda::memcpy_htod(s.alibi_slopes.data(), slopes.data(), slopes.size() * sizeof(float));
     s.variant.alibi_slopes = static_cast<const float*>(s.alibi_slopes.data());
   }
-  // Copies from pageable memory may still be in flight when cuMemcpyHtoD returns, and run()
-  // may use a non-blocking stream: finish them here, once.
-  cuda::device_synchronize();
 }
 
 BatchDecode::~BatchDecode() = default;
@@ -441,24 +446,6 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   // that copy alone before overwriting its source.
   s.staging_copied->synchronize();
   write_plan_region(next, s.k.layout, s.plan_staging.data());
-  // The decode kernel merges split tiles itself: each split work item carries its merge item
-  // in WorkItem.reserved (the planner leaves that field unused).
-  s.merge_of_slot.assign(static_cast<size_t>(next.num_partial_slots), -1);
-  for (size_t m = 0; m < next.merge_items.size(); ++m) {
-    for (int32_t i = next.merge_indptr[m]; i < next.merge_indptr[m + 1]; ++i) {
-      s.merge_of_slot[static_cast<size_t>(next.merge_slots[static_cast<size_t>(i)])] =
-          static_cast<int32_t>(m);
-    }
-  }
-  auto* staged_items = reinterpret_cast<WorkItem*>(s.plan_staging.data() + s.k.layout.work_items);
-  for (size_t w = 0; w < next.work_items.size(); ++w) {
-    const int32_t slot = next.work_items[w].partial_slot;
-    if (slot < 0) continue;
-    const int32_t merge_item = s.merge_of_slot[static_cast<size_t>(slot)];
-    FLARE_CHECK(merge_item >= 0, ErrorCode::kInternal, kWhat, ": partial slot ", slot,
-                " of work item ", w, " belongs to no merge item");
-    staged_items[w].reserved = merge_item;
-  }
   cuda::memcpy_htod_async(s.workspace.data(), s.plan_staging.data(), s.k.layout.plan_bytes, stream);
   s.staging_copied->record(stream);
   s.plan = std::move(next);
@@ -531,7 +518,6 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.kv_last_page_len = kv.table.last_block_len.ptr<const int32_t>();
   p.workspace = static_cast<unsigned char*>(s.workspace.data());
   p.offsets = offsets_of(s.k.layout);
-  p.merge_counters = static_cast<int32_t*>(s.merge_counters.data());
   p.q_stride_token = q.strides[0];
   p.q_stride_head = q.strides[1];
   p.k_stride_page = kv.k.strides[0];
@@ -551,6 +537,23 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   void* decode_args[] = {&p};
   cuda::launch(s.k.decode, static_cast<unsigned>(s.k.num_ctas), 1, 1, kDecodeThreads, 1, 1,
                static_cast<unsigned>(s.k.kernels.decode_shared_bytes), stream, decode_args);
+
+  // Eager runs skip the merge launch when nothing was split; a captured run always launches it
+  // (a later plan may split).
+  if (!c.use_cuda_graph && s.plan.merge_items.empty()) return;
+  MergeParams m{};
+  m.o = o.data;
+  m.lse = p.lse;
+  m.workspace = p.workspace;
+  m.offsets = p.offsets;
+  m.o_stride_token = p.o_stride_token;
+  m.o_stride_head = p.o_stride_head;
+  m.lse_stride_token = p.lse_stride_token;
+  m.lse_stride_head = p.lse_stride_head;
+  m.group_size = p.group_size;
+  void* merge_args[] = {&m};
+  cuda::launch(s.k.merge, static_cast<unsigned>(s.k.merge_blocks), 1, 1, kMergeThreads, 1, 1, 0,
+               stream, merge_args);
 }
 
 const BatchDecodeConfig& BatchDecode::config() const { return state_->config; }

@@ -1,7 +1,6 @@
-// CI without a GPU: every shipped batch-decode configuration, and the standalone merge kernel
-// for every head dim and output dtype, compiles with NVRTC for sm_80 and sm_90a with zero spills
-// and zero local memory; the kernel specs follow the config, and configs no kernel handles are
-// rejected before compiling.
+// CI without a GPU: every shipped batch-decode configuration (decode and merge kernels) compiles
+// with NVRTC for sm_80 and sm_90a with zero spills and zero local memory; the kernel specs
+// follow the config, and configs no kernel handles are rejected before compiling.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,24 +25,14 @@ std::string define_value(const jit::KernelSpec& spec, const std::string& name) {
   return "";
 }
 
-// The distinct decode kernels of every shipped config, then kernels/merge.cuh (the standalone
-// merge that batch prefill launches) per head dim and output dtype.
+// The distinct kernel specs of every shipped config (merge kernels repeat across configs).
 std::vector<jit::KernelSpec> shipped_specs() {
   std::vector<jit::KernelSpec> specs;
   std::set<std::string> seen;
   for (const BatchDecodeConfig& config : shipped_decode_configs()) {
-    const jit::KernelSpec spec = batch_decode_kernels(config).decode;
-    if (seen.insert(spec.translation_unit()).second) specs.push_back(spec);
-  }
-  for (int head_dim : {64, 128, 256}) {
-    for (DType o : {DType::kF16, DType::kBF16}) {
-      jit::KernelSpec merge;
-      merge.family_header = "merge.cuh";
-      merge.entry = "flare_merge";
-      merge.defines = {{"FLARE_HEAD_DIM", std::to_string(head_dim)},
-                       {"FLARE_Q_DTYPE", std::to_string(static_cast<int>(o))}};
-      merge.label = "merge D=" + std::to_string(head_dim) + " " + std::string(dtype_name(o));
-      specs.push_back(merge);
+    const BatchDecodeKernels kernels = batch_decode_kernels(config);
+    for (const jit::KernelSpec* spec : {&kernels.decode, &kernels.merge}) {
+      if (seen.insert(spec->translation_unit()).second) specs.push_back(*spec);
     }
   }
   return specs;
@@ -119,6 +108,8 @@ TEST(BatchDecodeKernels, SpecsFollowTheConfig) {
   const BatchDecodeKernels k = batch_decode_kernels(c);
   EXPECT_EQ(k.decode.family_header, "decode.cuh");
   EXPECT_EQ(k.decode.entry, "flare_decode");
+  EXPECT_EQ(k.merge.family_header, "merge.cuh");
+  EXPECT_EQ(k.merge.entry, "flare_merge");
   EXPECT_EQ(k.rows_per_item, 8);  // group 7 padded to the 8-row tile
   EXPECT_EQ(define_value(k.decode, "FLARE_ROWS"), "8");
   EXPECT_EQ(define_value(k.decode, "FLARE_PAGE_SIZE"), "3");
@@ -127,6 +118,7 @@ TEST(BatchDecodeKernels, SpecsFollowTheConfig) {
             std::to_string(static_cast<int>(DType::kE5M2)));
   EXPECT_NE(k.decode.variant_source.find("FLARE_VARIANT_SOFT_CAP 1"), std::string::npos);
   EXPECT_NE(k.decode.variant_source.find("FLARE_VARIANT_WINDOW 0"), std::string::npos);
+  EXPECT_EQ(define_value(k.merge, "FLARE_HEAD_DIM"), "128");
   EXPECT_GE(k.decode_shared_bytes, 32u * 1024u);
   EXPECT_EQ(k.threads, 128);
 

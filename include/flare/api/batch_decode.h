@@ -56,7 +56,7 @@ struct BatchDecodeConfig {
 // Batch decode on one CUDA device:
 //   BatchDecode decode(config);                   // compiles (JIT, cached), allocates
 //   decode.plan(kv_indptr, kv_last_page_len, s);  // host arrays; one async copy on s
-//   decode.run(q, paged_kv, o, lse, s);           // one kernel launch, nothing else
+//   decode.run(q, paged_kv, o, lse, s);           // two kernel launches, nothing else
 // plan() may be called again between runs (e.g. every decode step); a run() uses the plan of
 // the latest plan() before it in stream order. With use_cuda_graph, run() may be captured once
 // and the graph replayed after each plan(): every pointer run() launches with lives in the
@@ -103,16 +103,13 @@ class BatchDecode {
   //          K and V sliced out of one [pages, 2, ...] tensor); table.indptr int32 [batch + 1],
   //          table.indices int32 [>= pages used], table.last_block_len int32 [batch], on the
   //          device, holding the values given to plan() (device arrays are not read back:
-  //          out-of-range page indices are the caller's error). Two run()s of one BatchDecode
-  //          must not execute concurrently (they share the workspace).
+  //          out-of-range page indices are the caller's error)
   //   o      [batch, H_qo, D] q_dtype, same alignment rule
   //   lse    optional float32 [batch, H_qo] (any strides): natural-log sum of exp of the
   //          scaled logits; -inf for requests with kv_len 0 (whose o is 0)
   // Never allocates, never synchronizes. Throws kInvalidArgument (shapes, dtypes, devices,
   // alignment, batch differing from the plan's, run() before plan(), a capturing stream
-  // without use_cuda_graph) before launching anything; kCudaError from a launch. With
-  // use_cuda_graph, q/o/lse and the index arrays may be sized for max_batch (>= the planned
-  // batch): rows past the planned batch are left untouched.
+  // without use_cuda_graph) before launching anything; kCudaError from a launch.
   void run(const TensorView& q, const PagedKV& kv, const TensorView& o,
            const std::optional<TensorView>& lse, cuda::Stream stream);
 
@@ -127,13 +124,14 @@ class BatchDecode {
   std::unique_ptr<State> state_;
 };
 
-// The kernel a config needs, as a JIT spec: what the constructor compiles and what the CI test
-// compiles for every shipped configuration without a GPU. Split tiles are merged inside the
-// same launch (kernels/merge_utils.cuh), so a decode step is one kernel.
+// The kernels a config needs (decode and merge), as JIT specs: what the constructor compiles
+// and what the CI test compiles for every shipped configuration without a GPU.
 struct BatchDecodeKernels {
   jit::KernelSpec decode;  // entry "flare_decode"
+  jit::KernelSpec merge;   // entry "flare_merge"
   int rows_per_item = 0;   // packed rows per work item the decode kernel was built for
   int threads = 0;         // block size of the decode kernel
+  int merge_threads = 0;   // block size of the merge kernel
   size_t decode_shared_bytes = 0;  // dynamic shared memory of one decode CTA
 };
 // Throws kInvalidArgument / kUnsupported like the constructor (no GPU needed).
