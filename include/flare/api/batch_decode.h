@@ -87,7 +87,8 @@ class BatchDecode {
   //   stream             the stream the following run() uses
   // 1 <= batch <= max_batch. Builds the plan on the host (no device synchronization), writes
   // it into a pinned buffer and issues one host-to-device copy on `stream`. If the previous
-  // copy from that buffer has not executed yet, waits for it (never for kernels).
+  // plan's copy out of that buffer has not executed yet, waits for it (so for the work queued
+  // before that copy, typically the step before the last; never for later kernels).
   // Throws kInvalidArgument (malformed arrays, batch out of range), kWorkspaceTooSmall.
   void plan(std::span<const int32_t> kv_indptr, std::span<const int32_t> kv_last_page_len,
             cuda::Stream stream);
