@@ -1,9 +1,12 @@
-// The merge operator on attention states (reference/merge.h) for CPU tensors.
+// The merge operator on attention states (api/merge_state.h): the reference operator for CPU
+// tensors, kernels/merge_state.cuh on the caller's stream for CUDA tensors.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 
+#include <cstdint>
+
 #include "bindings.h"
-#include "flare/reference/merge.h"
+#include "flare/api/merge_state.h"
 #include "tensor_arg.h"
 
 namespace flare::python {
@@ -12,25 +15,29 @@ void bind_merge(nb::module_& m) {
   m.def(
       "merge_state",
       [](const TensorArg& v_a, const TensorArg& s_a, const TensorArg& v_b, const TensorArg& s_b,
-         const TensorArg& v_out, const TensorArg& s_out) {
-        merge_state(v_a.view(), s_a.view(), v_b.view(), s_b.view(), v_out.view(), s_out.view());
+         const TensorArg& v_out, const TensorArg& s_out, uintptr_t stream) {
+        merge_state(v_a.view(), s_a.view(), v_b.view(), s_b.view(), v_out.view(), s_out.view(),
+                    reinterpret_cast<cuda::Stream>(stream));
       },
       nb::arg("v_a"), nb::arg("s_a"), nb::arg("v_b"), nb::arg("s_b"), nb::arg("v_out"),
-      nb::arg("s_out"), "(v_out, s_out) <- (v_a, s_a) merged with (v_b, s_b), on the CPU.");
+      nb::arg("s_out"), nb::arg("stream"), "(v_out, s_out) <- (v_a, s_a) merged with (v_b, s_b).");
   m.def(
       "merge_state_in_place",
-      [](const TensorArg& v, const TensorArg& s, const TensorArg& v_other,
-         const TensorArg& s_other, const std::optional<TensorArg>& mask) {
-        merge_state_in_place(v.view(), s.view(), v_other.view(), s_other.view(), view_of(mask));
+      [](const TensorArg& v, const TensorArg& s, const TensorArg& v_other, const TensorArg& s_other,
+         const std::optional<TensorArg>& mask, uintptr_t stream) {
+        merge_state_in_place(v.view(), s.view(), v_other.view(), s_other.view(), view_of(mask),
+                             reinterpret_cast<cuda::Stream>(stream));
       },
-      nb::arg("v"), nb::arg("s"), nb::arg("v_other"), nb::arg("s_other"),
-      nb::arg("mask").none(), "(v, s) <- (v, s) merged with (v_other, s_other), on the CPU.");
+      nb::arg("v"), nb::arg("s"), nb::arg("v_other"), nb::arg("s_other"), nb::arg("mask").none(),
+      nb::arg("stream"), "(v, s) <- (v, s) merged with (v_other, s_other) where mask is set.");
   m.def(
       "merge_states",
-      [](const TensorArg& v, const TensorArg& s, const TensorArg& v_out, const TensorArg& s_out) {
-        merge_states(v.view(), s.view(), v_out.view(), s_out.view());
+      [](const TensorArg& v, const TensorArg& s, const TensorArg& v_out, const TensorArg& s_out,
+         uintptr_t stream) {
+        merge_states(v.view(), s.view(), v_out.view(), s_out.view(),
+                     reinterpret_cast<cuda::Stream>(stream));
       },
-      nb::arg("v"), nb::arg("s"), nb::arg("v_out"), nb::arg("s_out"),
+      nb::arg("v"), nb::arg("s"), nb::arg("v_out"), nb::arg("s_out"), nb::arg("stream"),
       "Merges the states of dimension 1 of v [seq, states, H, D], s [seq, states, H].");
 }
 

@@ -88,7 +88,8 @@ TensorView without_unit_strides(TensorView t) {
 // pointer and byte stride 16-aligned; one element otherwise.
 int vector_bytes(std::initializer_list<TensorView> vs) {
   const auto element = static_cast<int64_t>(dtype_bytes(vs.begin()->dtype));
-  for (const TensorView& v : vs) {
+  for (const TensorView& given : vs) {
+    const TensorView v = without_unit_strides(given);
     const int last = v.ndim - 1;
     const bool aligned =
         v.strides[last] == (v.shape[last] > 1 ? 1 : 0) &&

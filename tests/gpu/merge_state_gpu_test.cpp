@@ -451,7 +451,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          Layout::kTransposed)),
     pair_param_name);
 
-TEST_F(MergeGpu, PairWithOneMisalignedTensorTakesTheElementPath) {
+TEST_F(MergeGpu, PairWithMixedLayouts) {
   for (DType dtype : {DType::kF16, DType::kF32}) {
     PairCase c = PairCase::make(dtype, kSeq, kHeads, 128, Layout::kContiguous, Layout::kMisaligned,
                                 Layout::kPadded, 12);
