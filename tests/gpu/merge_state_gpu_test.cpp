@@ -211,6 +211,9 @@ struct Expected {
   std::vector<double> v, v_bound;  // [rows * D]
   std::vector<double> s, s_bound;  // [rows]
   std::vector<bool> checked;       // rows to compare (in place: the masked ones)
+  // What the CPU operator's pairwise fold may add on top: each intermediate LSE is rounded to
+  // float32 (2^-24 |lse| absolute), which scales the next weights by as much, relatively.
+  std::vector<double> v_fold, s_fold;
 };
 
 double output_rounding(DType dtype) {
@@ -229,6 +232,8 @@ Expected expected_merge(const std::vector<StateView>& states, const TensorView& 
   e.s.resize(static_cast<size_t>(rows));
   e.s_bound.resize(e.s.size());
   e.checked.assign(e.s.size(), true);
+  e.v_fold.resize(e.v.size());
+  e.s_fold.resize(e.s.size());
   const double n = static_cast<double>(states.size());
   const double accumulation = (n + 5) * 0x1p-22;
   const double rounding = output_rounding(out.dtype);
@@ -253,6 +258,8 @@ Expected expected_merge(const std::vector<StateView>& states, const TensorView& 
     e.s[static_cast<size_t>(r)] = non_empty == 0 ? -kInf : lse_max + std::log(total);
     e.s_bound[static_cast<size_t>(r)] =
         exact ? 0.0 : 0x1p-22 * std::fabs(e.s[static_cast<size_t>(r)]) + accumulation;
+    const double fold = exact ? 0.0 : n * 0x1p-23 * std::max(1.0, std::fabs(lse_max));
+    e.s_fold[static_cast<size_t>(r)] = fold;
     for (int64_t d = 0; d < e.dim; ++d) {
       double sum = 0, largest = 0;
       for (size_t i = 0; i < states.size(); ++i) {
@@ -265,24 +272,25 @@ Expected expected_merge(const std::vector<StateView>& states, const TensorView& 
       e.v[at] = non_empty == 0 ? 0.0 : sum / total;
       e.v_bound[at] =
           exact ? 0.0 : rounding * std::fabs(e.v[at]) + 2 * accumulation * largest + 1e-7;
+      e.v_fold[at] = fold * largest;
     }
   }
   return e;
 }
 
 // The CPU operator's result as the expectation, with twice the float64 bounds (each side may
-// be that far from the exact value).
+// be that far from the exact value) plus the CPU fold's slack.
 Expected expected_from_cpu(const Expected& exact, const TensorView& v_cpu,
                            const TensorView& s_cpu) {
   Expected e = exact;
   for (size_t r = 0; r < e.s.size(); ++r) {
     const int64_t sq = static_cast<int64_t>(r) / e.heads, head = static_cast<int64_t>(r) % e.heads;
     e.s[r] = element_at(s_cpu, s_offset(s_cpu, sq, head));
-    e.s_bound[r] *= 2;
+    e.s_bound[r] = 2 * e.s_bound[r] + e.s_fold[r];
     for (int64_t d = 0; d < e.dim; ++d) {
       const size_t at = r * static_cast<size_t>(e.dim) + static_cast<size_t>(d);
       e.v[at] = element_at(v_cpu, v_offset(v_cpu, sq, head, d));
-      e.v_bound[at] *= 2;
+      e.v_bound[at] = 2 * e.v_bound[at] + e.v_fold[at];
     }
   }
   return e;
