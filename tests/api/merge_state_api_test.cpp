@@ -165,6 +165,15 @@ TEST_F(MergeStateCudaChecks, StackedArgumentsAreChecked) {
                      ErrorCode::kInvalidArgument, "s_out must be on cuda:0 (the device of v)");
 }
 
+TEST_F(MergeStateCudaChecks, TwoToThe31RowsAreUnsupported) {
+  // Views over 2^31 rows (never dereferenced): rejected before the driver is reached.
+  TensorView v_big = v();
+  TensorView s_big = s();
+  v_big.shape[0] = s_big.shape[0] = (int64_t{1} << 31) / kHeads + 1;
+  EXPECT_FLARE_ERROR(merge_state(v_big, s_big, v_big, s_big, v_big, s_big, nullptr),
+                     ErrorCode::kUnsupported, "fewer than 2^31 rows (seq * num_heads)");
+}
+
 TEST_F(MergeStateCudaChecks, EmptyInputsLaunchNothing) {
   // No rows: valid arguments return without needing a device.
   merge_state(v().slice(0, 0, 0), s().slice(0, 0, 0), v().slice(0, 0, 0), s().slice(0, 0, 0),

@@ -25,9 +25,12 @@ namespace flare {
 //    otherwise (any D, any strides). On the GPU, merge_states folds all states with weights
 //    relative to the largest LSE at once, where the CPU folds pairwise: results agree to
 //    float32 rounding. A state whose weight e^{s_i - max s} underflows to 0 is skipped as well.
+//    The first call for a dtype and vector width compiles (NVRTC, disk-cached) and loads its
+//    kernel: make it before capturing a CUDA graph. No rows (seq or H of 0): nothing launched.
 // Errors (kInvalidArgument, naming the argument, before anything is launched or written): rank,
 // shape, dtype or device mismatches. Outputs must not overlap the inputs except in place.
-// kNoCudaDevice, kCompileError, kCudaError from the GPU path.
+// kUnsupported for 2^31 rows (seq * H) or more on the GPU; kNoCudaDevice, kCompileError,
+// kCudaError from the GPU path.
 
 // (v_out, s_out) <- (v_a, s_a) ⊕ (v_b, s_b).
 void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
