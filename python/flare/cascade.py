@@ -9,12 +9,19 @@ first call per dtype compiles the kernel: make it before capturing a CUDA graph)
 """
 
 from . import _flare
-from ._tensors import arg, device_guard, empty, is_cuda, is_torch, stream_of, torch_module
+from ._tensors import (arg, device_guard, empty, is_cuda, is_torch, stream_of, tensor_dtype,
+                       torch_module)
 
 
 def _check_float32(name, s):
     if str(s.dtype) not in ("float32", "torch.float32"):
         raise ValueError(f"{name} must be float32, got {s.dtype}")
+
+
+def _check_v_dtype(name, v):
+    """The outputs take v's dtype: one of those the merge supports."""
+    if tensor_dtype(v) not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"{name} dtype must be float32, float16 or bfloat16, got {v.dtype}")
 
 
 def _mask_for(mask, v):
@@ -34,6 +41,7 @@ def merge_state(v_a, s_a, v_b, s_b):
     """v_a, v_b [seq, H, D]; s_a, s_b float32 [seq, H]. Returns the merged (v, s)."""
     _check_float32("s_a", s_a)
     _check_float32("s_b", s_b)
+    _check_v_dtype("v_a", v_a)
     v_out = empty(tuple(v_a.shape), v_a.dtype, like=v_a)
     s_out = empty(tuple(s_a.shape), "float32", like=v_a)
     with device_guard(v_a):
@@ -56,6 +64,7 @@ def merge_states(v, s):
     """v [seq, num_states, H, D], s float32 [seq, num_states, H]. Returns (v [seq, H, D],
     s [seq, H]) merged over the states."""
     _check_float32("s", s)
+    _check_v_dtype("v", v)
     if len(v.shape) != 4:
         raise ValueError("v must have rank 4 [seq, num_states, num_heads, head_dim], got shape "
                          f"{tuple(v.shape)}")

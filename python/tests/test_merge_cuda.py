@@ -221,6 +221,8 @@ def test_mismatched_devices_and_dtypes_raise():
         flare.merge_state(v[:, 0], s[:, 0], v[:, 1].bfloat16(), s[:, 1])
     with pytest.raises(ValueError, match="s must be float32"):
         flare.merge_states(v, s.half())
+    with pytest.raises(ValueError, match="v dtype must be float32, float16 or bfloat16"):
+        flare.merge_states(v.to(torch.float8_e4m3fn), s)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
