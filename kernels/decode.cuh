@@ -1,6 +1,8 @@
 // Persistent split-KV batch decode on CUDA cores over a paged KV cache (papers 001 §3.2.2 with
 // tile size 1, 002 appendix A head-group fusion): each CTA walks its plan work queue; a work
 // item is up to kRows query heads of one KV head against one KV chunk, each K/V row read once.
+// Split tiles are merged in the same launch by the CTA finishing their last chunk
+// (kernels/decode_merge.cuh).
 //
 // Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256), FLARE_ROWS (1 | 2 | 4 | 8),
 // FLARE_PAGE_SIZE (>= 1), FLARE_Q_DTYPE / FLARE_KV_DTYPE (DTypeCode), and the tuning the host
@@ -9,6 +11,7 @@
 // the variant source (kernels/variant.cuh describes its interface).
 #pragma once
 
+#include "decode_merge.cuh"
 #include "decode_params.cuh"
 #include "decode_utils.cuh"
 #include "plan_types.cuh"
@@ -302,6 +305,20 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
   }
 }
 
+// Writes dims [4 * quad, 4 * quad + 4) of packed row r of `item` to o, and the row's lse once.
+__device__ __forceinline__ void store_output(const DecodeParams& p, const WorkItem& item, int r,
+                                             int quad, const float (&acc)[4], float lse) {
+  const int packed = item.row_begin + r;
+  const long long token = item.request + packed / p.group_size;  // one query token per request
+  const long long head = item.kv_head * p.group_size + packed % p.group_size;
+  unsigned char* o = static_cast<unsigned char*>(p.o);
+  store_16bit4<T::kQCode>(
+      o + ((token * p.o_stride_token + head * p.o_stride_head) + quad * 4) * 2, acc);
+  if (p.lse != nullptr && quad == 0) {
+    p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
+  }
+}
+
 // Combines the groups' states through shared memory and writes the item's rows: the final o
 // and lse (write-through) or a float32 partial slot.
 __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem& item,
@@ -361,16 +378,8 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
     for (int e = 0; e < 4; ++e) acc[e] *= norm;
     const float lse = empty ? negative_infinity() : (m_max + fast_log2(denominator)) * kLn2;
 
-    const int packed = item.row_begin + r;
     if (item.partial_slot < 0) {
-      const long long token = item.request + packed / p.group_size;
-      const long long head = item.kv_head * p.group_size + packed % p.group_size;
-      unsigned char* o = static_cast<unsigned char*>(p.o);
-      store_16bit4<T::kQCode>(
-          o + ((token * p.o_stride_token + head * p.o_stride_head) + quad * 4) * 2, acc);
-      if (p.lse != nullptr && quad == 0) {
-        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
-      }
+      store_output(p, item, r, quad, acc, lse);
     } else {
       const long long slot_row =
           static_cast<long long>(item.partial_slot) * p.offsets.partial_rows + r;
@@ -390,12 +399,20 @@ struct ItemRecord {
   int page_begin;
   int page_end;
   int last_page_len;
+  MergeRange merge;  // split items only (partial_slot >= 0)
 };
 
 __device__ __forceinline__ void load_request_metadata(const DecodeParams& p, ItemRecord& r) {
   r.page_begin = __ldg(p.kv_indptr + r.item.request);
   r.page_end = __ldg(p.kv_indptr + r.item.request + 1);
   r.last_page_len = __ldg(p.kv_last_page_len + r.item.request);
+  r.merge = {-1, 0, 0};
+  if (r.item.partial_slot >= 0) {
+    const int* merge_indptr = reinterpret_cast<const int*>(p.workspace + p.offsets.merge_indptr);
+    r.merge.merge_item = r.item.reserved;
+    r.merge.slot_begin = __ldg(merge_indptr + r.item.reserved);
+    r.merge.slot_end = __ldg(merge_indptr + r.item.reserved + 1);
+  }
 }
 
 // Runs `record`'s item; once its first tiles are in flight, loads the metadata of `next` (whose
@@ -453,16 +470,19 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
   float* exchange = reinterpret_cast<float*>(smem + T::kPipelineBytes);
 
   // Pipeline: kStages - 1 tiles in flight; page ids of the next tile fetched one tile ahead.
+  // The first tiles' page ids load together: one dependent load before the item streams.
   int pages[T::kCopiesPerThread];
-  fetch_pages(p, g, 0, pages);
+  {
+    int first_pages[T::kStages - 1][T::kCopiesPerThread];
 #pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) {
-    if (s < g.num_tiles) {
-      issue_tile(p, g, s, pages, smem);
-      fetch_pages(p, g, s + 1, pages);
+    for (int s = 0; s < T::kStages - 1; ++s) fetch_pages(p, g, s, first_pages[s]);
+#pragma unroll
+    for (int s = 0; s < T::kStages - 1; ++s) {
+      if (s < g.num_tiles) issue_tile(p, g, s, first_pages[s], smem);
+      cp_async_commit();
     }
-    cp_async_commit();
   }
+  fetch_pages(p, g, T::kStages - 1, pages);
   if (has_next) load_request_metadata(p, next);
   for (int tile = 0; tile < g.num_tiles; ++tile) {
     cp_async_wait<T::kStages - 2>();
@@ -480,6 +500,17 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
   cp_async_wait<0>();
   __syncthreads();  // the pipeline stages become the combine scratch
   write_item(p, item, st, lane_scores, reinterpret_cast<float*>(smem));
+  if (item.partial_slot >= 0) {
+    using M = FusedMerge<T>;
+    int* flag = reinterpret_cast<int*>(smem + M::kSharedBytes) - 1;
+    if (arrived_last(p.merge_counters, record.merge.merge_item,
+                     record.merge.slot_end - record.merge.slot_begin, flag)) {
+      merge_split_tile<T>(p, item, record.merge, smem,
+                          [&p, item](int r, int quad, const float (&acc)[4], float lse) {
+                            store_output(p, item, r, quad, acc, lse);
+                          });
+    }
+  }
   __syncthreads();  // the next item's copies overwrite the scratch
 }
 

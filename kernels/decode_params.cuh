@@ -56,6 +56,8 @@ struct DecodeParams {
   const int32_t* kv_last_page_len;  // [batch]
   unsigned char* workspace;
   WorkspaceOffsets offsets;
+  // [merge items] arrival counts of split tiles' chunks, 0 between runs (kernels/decode_merge.cuh).
+  int32_t* merge_counters;
   int64_t q_stride_token, q_stride_head;
   int64_t k_stride_page, k_stride_slot, k_stride_head;
   int64_t v_stride_page, v_stride_slot, v_stride_head;
@@ -68,6 +70,8 @@ struct DecodeParams {
   VariantParams variant;
 };
 
+// The standalone merge kernel's (kernels/merge.cuh; batch prefill launches it, batch decode
+// merges inside its own launch).
 struct MergeParams {
   void* o;                 // [batch, H_qo, D]
   float* lse;              // [batch, H_qo] or null

@@ -1,6 +1,6 @@
-// Device helpers of the decode and merge kernels: cp.async (with zero fill), fast exp2/log2,
-// and element conversions of 8-element vectors (f16, bf16, fp8 e4m3/e5m2 <-> float32) in
-// inline PTX and bit operations, so NVRTC needs no CUDA header.
+// Device helpers of the decode and merge kernels: cp.async (with zero fill), L2-only loads,
+// fast exp2/log2, and element conversions of 8-element vectors (f16, bf16, fp8 e4m3/e5m2 <->
+// float32) in inline PTX and bit operations, so NVRTC needs no CUDA header.
 #pragma once
 
 #include "decode_params.cuh"
@@ -47,6 +47,21 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Loads through L2 only (ld.global.cg): data other CTAs of the same launch wrote (partial
+// states of split tiles) must not be served from this SM's L1. Ordered like any memory access
+// (the clobber): they must stay after the arrival count that makes the data complete.
+__device__ __forceinline__ float load_l2(const float* src) {
+  float x;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(x) : "l"(src) : "memory");
+  return x;
+}
+__device__ __forceinline__ void load_l2_x4(const float* src, float (&out)[4]) {
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(out[0]), "=f"(out[1]), "=f"(out[2]), "=f"(out[3])
+               : "l"(src)
+               : "memory");
 }
 
 __device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000u); }

@@ -1,5 +1,6 @@
-// BatchDecode: config validation, the decode/merge kernel specs, the persistent grid and
-// workspace, plan() (host planner + one async copy) and run() (validation + two launches).
+// BatchDecode: config validation, the decode kernel spec, the persistent grid and workspace,
+// plan() (host planner + one async copy) and run() (validation + one launch; split tiles are
+// merged inside it).
 #include "flare/api/batch_decode.h"
 
 #include <algorithm>
@@ -25,7 +26,6 @@ static_assert(static_cast<int>(DType::kF16) == kCodeF16 && static_cast<int>(DTyp
 
 // Decode kernel geometry (kernels/decode.cuh Traits reads these defines and checks them).
 constexpr int kDecodeThreads = 128;
-constexpr int kMergeThreads = 128;
 constexpr int kDimsPerLane = 8;
 constexpr int kMaxRowsPerItem = 8;
 // Shared memory the K/V pipeline aims at per CTA: (stages - 1) / stages of it in flight, 3 CTAs
@@ -38,8 +38,6 @@ constexpr int kPipelineTargetBytes = 64 * 1024;
 constexpr double kItemOverheadBytes = 40 * 1024;
 constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
-// Merge grid: blocks per SM (4 warps each, one warp per merged row).
-constexpr int kMergeBlocksPerSm = 4;
 constexpr size_t kAlignment = 16;
 
 const char* const kWhat = "BatchDecode";
@@ -213,7 +211,6 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
   BatchDecodeKernels k;
   k.rows_per_item = g.rows;
   k.threads = kDecodeThreads;
-  k.merge_threads = kMergeThreads;
   k.decode_shared_bytes = g.shared_bytes;
 
   k.decode.family_header = "decode.cuh";
@@ -234,13 +231,6 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
                    " D=" + std::to_string(config.head_dim) + " rows=" + std::to_string(g.rows) +
                    " page=" + std::to_string(config.page_size) + " " +
                    standard_variant_name(flags);
-
-  k.merge.family_header = "merge.cuh";
-  k.merge.entry = "flare_merge";
-  k.merge.defines = {{"FLARE_HEAD_DIM", std::to_string(config.head_dim)},
-                     {"FLARE_Q_DTYPE", dtype_code(config.q_dtype)}};
-  k.merge.label = "merge o=" + std::string(dtype_name(config.q_dtype)) +
-                  " D=" + std::to_string(config.head_dim);
   return k;
 }
 
@@ -294,10 +284,8 @@ namespace {
 struct ResolvedKernels {
   BatchDecodeKernels kernels;
   cuda::Function decode = nullptr;
-  cuda::Function merge = nullptr;
   int num_sms = 0;
   int num_ctas = 0;
-  int merge_blocks = 0;
   WorkspaceLayout layout;
 };
 
@@ -307,6 +295,9 @@ struct BatchDecode::State {
   BatchDecodeConfig config;
   ResolvedKernels k;
   cuda::DeviceBuffer workspace;
+  // int32 [max merge items]: arrivals of split tiles' chunks, zero between runs (the kernel's
+  // last arrival resets its count). Outside the workspace: the plan copy must not touch it.
+  cuda::DeviceBuffer merge_counters;
   cuda::DeviceBuffer alibi_slopes;
   cuda::PinnedBuffer plan_staging;
   std::optional<cuda::Event> staging_copied;  // the last copy out of plan_staging
@@ -314,6 +305,7 @@ struct BatchDecode::State {
   Plan plan;
   std::vector<int32_t> kv_len;  // scratch of plan()
   std::vector<int32_t> qo_len;
+  std::vector<int32_t> merge_of_slot;
   VariantParams variant{};
 };
 
@@ -337,10 +329,7 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   r.kernels = batch_decode_kernels(config);
   cuda::set_device(config.device);
   const cuda::DeviceProperties props = cuda::device_properties(config.device);
-  const std::string arch = jit::arch_for(props.cc_major, props.cc_minor);
-  jit::precompile({r.kernels.decode, r.kernels.merge}, arch, 2);
   r.decode = jit::get_kernel(r.kernels.decode, "flare_decode", config.device);
-  r.merge = jit::get_kernel(r.kernels.merge, "flare_merge", config.device);
   FLARE_CHECK(static_cast<int>(r.kernels.decode_shared_bytes) <=
                   props.max_shared_bytes_per_block_optin,
               ErrorCode::kUnsupported, kWhat, ": the decode kernel needs ",
@@ -350,9 +339,59 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   r.num_sms = props.num_sms;
   r.num_ctas = props.num_sms * static_cast<int>(resolved_ctas_per_sm(
                                    config, r.decode, r.kernels.decode_shared_bytes));
-  r.merge_blocks = props.num_sms * kMergeBlocksPerSm;
   r.layout = workspace_layout(bounds_of(config, r.num_ctas));
   return r;
+}
+
+// Chunk length for a uniform batch (every request the same KV length, no window) that cuts each
+// tile into n = #CTA / #tiles near-equal, page-aligned chunks, so no CTA streams more than one;
+// 0 when no such cut exists. The planner's own L_kv (total KV / #CTA) leaves a short last chunk
+// per tile when it does not divide the length, which the fill split spreads over CTAs that
+// already hold a long chunk (b16 kv4096 on 396 CTAs: 384 chunks of 1328 tokens + 128 of 112,
+// up to 8 items and 12% above the mean cost on one CTA; docs/perf.md, decode v6).
+int even_split_size(const BatchDecodeConfig& c, std::span<const int32_t> kv_len, int ctas_per_sm,
+                    int num_sms) {
+  if (c.disable_split_kv || c.params.window_left >= 0 || kv_len.empty()) return 0;
+  const int32_t length = kv_len[0];
+  if (length <= 0 || std::any_of(kv_len.begin(), kv_len.end(),
+                                 [length](int32_t l) { return l != length; })) {
+    return 0;
+  }
+  const int64_t tiles_per_request = (group_size(c) + query_tile(c) - 1) / query_tile(c);
+  const int64_t tiles = static_cast<int64_t>(kv_len.size()) * c.num_kv_heads * tiles_per_request;
+  const int64_t ctas =
+      static_cast<int64_t>(c.num_sms_to_use > 0 ? c.num_sms_to_use : num_sms) * ctas_per_sm;
+  const int64_t chunks_per_tile = ctas / tiles;
+  if (chunks_per_tile < 2) return 0;
+  const int64_t chunk = (length + chunks_per_tile - 1) / chunks_per_tile;
+  return static_cast<int>((chunk + c.page_size - 1) / c.page_size * c.page_size);
+}
+
+double busiest_cta_cost(const Plan& plan) {
+  const std::vector<double>& cost = plan.cta_cost;
+  return cost.empty() ? 0.0 : *std::max_element(cost.begin(), cost.end());
+}
+
+// The decode kernel merges split tiles itself: each split work item carries its merge item in
+// WorkItem.reserved (the planner leaves that field 0), written into the staged plan region.
+void stage_merge_items(const Plan& plan, const WorkspaceLayout& layout, std::byte* staging,
+                       std::vector<int32_t>& merge_of_slot) {
+  merge_of_slot.assign(static_cast<size_t>(plan.num_partial_slots), -1);
+  for (size_t m = 0; m < plan.merge_items.size(); ++m) {
+    for (int32_t i = plan.merge_indptr[m]; i < plan.merge_indptr[m + 1]; ++i) {
+      merge_of_slot[static_cast<size_t>(plan.merge_slots[static_cast<size_t>(i)])] =
+          static_cast<int32_t>(m);
+    }
+  }
+  auto* staged = reinterpret_cast<WorkItem*>(staging + layout.work_items);
+  for (size_t w = 0; w < plan.work_items.size(); ++w) {
+    const int32_t slot = plan.work_items[w].partial_slot;
+    if (slot < 0) continue;
+    const int32_t merge_item = merge_of_slot[static_cast<size_t>(slot)];
+    FLARE_CHECK(merge_item >= 0, ErrorCode::kInternal, kWhat, ": partial slot ", slot,
+                " of work item ", w, " belongs to no merge item");
+    staged[w].reserved = merge_item;
+  }
 }
 
 }  // namespace
@@ -364,6 +403,10 @@ BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_uni
   s.workspace = cuda::DeviceBuffer(s.k.layout.total_bytes);
   s.plan_staging = cuda::PinnedBuffer(s.k.layout.plan_bytes);
   s.staging_copied.emplace();
+  const size_t counter_bytes =
+      static_cast<size_t>(std::max<int64_t>(1, s.k.layout.max_merge_items)) * sizeof(int32_t);
+  s.merge_counters = cuda::DeviceBuffer(counter_bytes);
+  cuda::memset_d8_async(s.merge_counters.data(), 0, counter_bytes, nullptr);
 
   const AttentionParams& p = config.params;
   s.variant.sm_scale = p.resolved_sm_scale(config.head_dim);
@@ -380,6 +423,9 @@ BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_uni
     cuda::memcpy_htod(s.alibi_slopes.data(), slopes.data(), slopes.size() * sizeof(float));
     s.variant.alibi_slopes = static_cast<const float*>(s.alibi_slopes.data());
   }
+  // The counters' memset and a pageable copy may still be in flight on the legacy stream, and
+  // run() may use a non-blocking stream: finish them here, once.
+  cuda::stream_synchronize(nullptr);
 }
 
 BatchDecode::~BatchDecode() = default;
@@ -439,6 +485,16 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   options.disable_split_kv = s.config.disable_split_kv;
   options.num_sms_to_use = s.config.num_sms_to_use;
   Plan next = flare::plan(problem, device, options);
+  // A batch of equal lengths may balance better cut evenly: keep the plan whose busiest CTA
+  // costs less (the planner's on ties).
+  const int even = s.config.fixed_split_size > 0
+                       ? 0
+                       : even_split_size(s.config, s.kv_len, device.ctas_per_sm, device.num_sms);
+  if (even > 0) {
+    options.fixed_split_size = even;
+    Plan even_plan = flare::plan(problem, device, options);
+    if (busiest_cta_cost(even_plan) < busiest_cta_cost(next)) next = std::move(even_plan);
+  }
   check_fits(next, s.k.layout);
 
   cuda::set_device(s.config.device);
@@ -446,6 +502,7 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   // that copy alone before overwriting its source.
   s.staging_copied->synchronize();
   write_plan_region(next, s.k.layout, s.plan_staging.data());
+  stage_merge_items(next, s.k.layout, s.plan_staging.data(), s.merge_of_slot);
   cuda::memcpy_htod_async(s.workspace.data(), s.plan_staging.data(), s.k.layout.plan_bytes, stream);
   s.staging_copied->record(stream);
   s.plan = std::move(next);
@@ -518,6 +575,7 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.kv_last_page_len = kv.table.last_block_len.ptr<const int32_t>();
   p.workspace = static_cast<unsigned char*>(s.workspace.data());
   p.offsets = offsets_of(s.k.layout);
+  p.merge_counters = static_cast<int32_t*>(s.merge_counters.data());
   p.q_stride_token = q.strides[0];
   p.q_stride_head = q.strides[1];
   p.k_stride_page = kv.k.strides[0];
@@ -537,23 +595,6 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   void* decode_args[] = {&p};
   cuda::launch(s.k.decode, static_cast<unsigned>(s.k.num_ctas), 1, 1, kDecodeThreads, 1, 1,
                static_cast<unsigned>(s.k.kernels.decode_shared_bytes), stream, decode_args);
-
-  // Eager runs skip the merge launch when nothing was split; a captured run always launches it
-  // (a later plan may split).
-  if (!c.use_cuda_graph && s.plan.merge_items.empty()) return;
-  MergeParams m{};
-  m.o = o.data;
-  m.lse = p.lse;
-  m.workspace = p.workspace;
-  m.offsets = p.offsets;
-  m.o_stride_token = p.o_stride_token;
-  m.o_stride_head = p.o_stride_head;
-  m.lse_stride_token = p.lse_stride_token;
-  m.lse_stride_head = p.lse_stride_head;
-  m.group_size = p.group_size;
-  void* merge_args[] = {&m};
-  cuda::launch(s.k.merge, static_cast<unsigned>(s.k.merge_blocks), 1, 1, kMergeThreads, 1, 1, 0,
-               stream, merge_args);
 }
 
 const BatchDecodeConfig& BatchDecode::config() const { return state_->config; }

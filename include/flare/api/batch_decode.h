@@ -44,7 +44,8 @@ struct BatchDecodeConfig {
   bool use_cuda_graph = false;
 
   // Scheduler knobs (plan/plan.h PlanOptions): fixed_split_size > 0 gives batch-invariant
-  // output; disable_split_kv gives one chunk per (request, KV head, row tile).
+  // output (0: the planner's chunks, or for a batch of equal lengths an even split of each
+  // tile over the CTAs); disable_split_kv gives one chunk per (request, KV head, row tile).
   int fixed_split_size = 0;
   bool disable_split_kv = false;
   int num_sms_to_use = 0;  // 0 = all SMs of the device
@@ -56,7 +57,7 @@ struct BatchDecodeConfig {
 // Batch decode on one CUDA device:
 //   BatchDecode decode(config);                   // compiles (JIT, cached), allocates
 //   decode.plan(kv_indptr, kv_last_page_len, s);  // host arrays; one async copy on s
-//   decode.run(q, paged_kv, o, lse, s);           // two kernel launches, nothing else
+//   decode.run(q, paged_kv, o, lse, s);           // one kernel launch, nothing else
 // plan() may be called again between runs (e.g. every decode step); a run() uses the plan of
 // the latest plan() before it in stream order. With use_cuda_graph, run() may be captured once
 // and the graph replayed after each plan(): every pointer run() launches with lives in the
@@ -64,8 +65,8 @@ struct BatchDecodeConfig {
 // keep their addresses for every replay (refill them in place).
 class BatchDecode {
  public:
-  // Validates the config, compiles both kernels (or loads them from the JIT cache), sizes the
-  // persistent grid from their occupancy and allocates the device workspace and the pinned
+  // Validates the config, compiles the kernel (or loads it from the JIT cache), sizes the
+  // persistent grid from its occupancy and allocates the device workspace and the pinned
   // plan buffer. Throws kInvalidArgument (bad config), kUnsupported (a head dim, dtype or
   // variant option no kernel handles), kNoCudaDevice, kCompileError, kCudaError.
   explicit BatchDecode(const BatchDecodeConfig& config);
@@ -125,14 +126,13 @@ class BatchDecode {
   std::unique_ptr<State> state_;
 };
 
-// The kernels a config needs (decode and merge), as JIT specs: what the constructor compiles
-// and what the CI test compiles for every shipped configuration without a GPU.
+// The kernel a config needs, as a JIT spec (split tiles are merged inside it): what the
+// constructor compiles and what the CI test compiles for every shipped configuration without a
+// GPU.
 struct BatchDecodeKernels {
   jit::KernelSpec decode;  // entry "flare_decode"
-  jit::KernelSpec merge;   // entry "flare_merge"
   int rows_per_item = 0;   // packed rows per work item the decode kernel was built for
   int threads = 0;         // block size of the decode kernel
-  int merge_threads = 0;   // block size of the merge kernel
   size_t decode_shared_bytes = 0;  // dynamic shared memory of one decode CTA
 };
 // Throws kInvalidArgument / kUnsupported like the constructor (no GPU needed).
