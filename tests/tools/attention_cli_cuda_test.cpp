@@ -1,6 +1,6 @@
 // `flare attention --device cuda`: decode batches run through BatchDecode on the GPU and match
-// the float64 reference on the same rounded inputs; prefill answers "not available yet".
-// Skipped on machines without a CUDA device.
+// the float64 reference on the same rounded inputs (prefill batches:
+// attention_cli_cuda_prefill_test.cpp). Skipped on machines without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -128,30 +128,6 @@ INSTANTIATE_TEST_SUITE_P(
                                 "--v-scale", "0.25"},
                                0.25f}),
     [](const ::testing::TestParamInfo<CudaCase>& info) { return info.param.name; });
-
-TEST(AttentionCliCudaPrefill, IsNotAvailableYet) {
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
-  ScratchDir scratch;
-  const testing::TestKVCache cache = testing::build_kv_cache({4, 6}, 1, 64, 4, 3);
-  cli::write_npy(scratch.file("q.npy"), testing::random_tensor(DType::kF16, {5, 1, 64}, 7).view());
-  cli::write_npy(scratch.file("k.npy"), testing::to_contiguous(cache.paged.k).view());
-  cli::write_npy(scratch.file("v.npy"), testing::to_contiguous(cache.paged.v).view());
-  cli::write_npy(scratch.file("qo.npy"), testing::indptr_tensor({2, 3}).view());
-  cli::write_npy(scratch.file("indptr.npy"), cache.page_indptr.view());
-  cli::write_npy(scratch.file("indices.npy"), cache.page_indices.view());
-  cli::write_npy(scratch.file("last.npy"), cache.last_page_len.view());
-  const CliResult result =
-      testing::run_cli({"attention", "--q", scratch.file("q.npy"), "--k", scratch.file("k.npy"),
-                        "--v", scratch.file("v.npy"), "--qo-indptr", scratch.file("qo.npy"),
-                        "--kv-indptr", scratch.file("indptr.npy"), "--kv-indices",
-                        scratch.file("indices.npy"), "--kv-last-page-len", scratch.file("last.npy"),
-                        "--device", "cuda", "--out-dir", scratch.file("out")},
-                       scratch);
-  EXPECT_EQ(result.exit_code, 1);
-  EXPECT_NE(result.err.find("the CUDA backend is not available yet for prefill"), std::string::npos)
-      << result.err;
-  EXPECT_FALSE(std::filesystem::exists(scratch.file("out/o.npy")));
-}
 
 }  // namespace
 }  // namespace flare

@@ -20,7 +20,8 @@ using testing::CliResult;
 using testing::JsonObject;
 using testing::ScratchDir;
 
-// A tiny workload (milliseconds on the CPU backend); `options` adds or overrides values.
+// A tiny workload (milliseconds on the CPU backend); `options` adds or overrides values, and
+// an empty value drops the option.
 std::vector<std::string> bench_args(std::map<std::string, std::string> options) {
   const std::map<std::string, std::string> tiny = {
       {"--device", "cpu"}, {"--batch", "5"},     {"--kv-len", "37"},   {"--heads-qo", "8"},
@@ -28,6 +29,7 @@ std::vector<std::string> bench_args(std::map<std::string, std::string> options) 
   options.insert(tiny.begin(), tiny.end());  // keeps the caller's values
   std::vector<std::string> args = {"bench"};
   for (const auto& [name, value] : options) {
+    if (value.empty()) continue;
     args.push_back(name);
     args.push_back(value);
   }
@@ -74,10 +76,11 @@ TEST(FlatJson, RejectsWhatIsNotOneFlatObject) {
 
 TEST(BenchCli, DecodeJsonHasTheDocumentedKeys) {
   const JsonObject json = run_json({{"--dist", "uniform"}, {"--seed", "3"}});
-  for (const char* key : {"mode", "device", "dist", "variant", "dtype", "kv_dtype"}) {
+  for (const char* key : {"mode", "device", "dist", "kv", "variant", "dtype", "kv_dtype"}) {
     EXPECT_FALSE(text(json, key).empty()) << key;
   }
   EXPECT_EQ(text(json, "mode"), "decode");
+  EXPECT_EQ(text(json, "kv"), "paged");
   EXPECT_EQ(text(json, "device").rfind("cpu", 0), 0u) << text(json, "device");
   EXPECT_EQ(text(json, "dist"), "uniform");
   EXPECT_EQ(text(json, "dtype"), "bfloat16");
@@ -124,6 +127,93 @@ TEST(BenchCli, PrefillZipfWindowFp8) {
   EXPECT_GT(number(json, "tokens_per_s"), number(json, "requests_per_s"));
   EXPECT_LE(number(json, "max_abs_error"), 2e-3);  // f16 output rounding
   EXPECT_EQ(number(json, "checked_requests"), 3);
+}
+
+// Constant lengths make the visible pairs countable: each of 3 requests has 40 queries at
+// positions 60..99 of 100 keys, query t seeing 61 + t keys under the causal mask, so
+// 3 * (40 * 61 + 39 * 40 / 2) = 9660 pairs and 4 * head_dim * H_qo FLOPs per pair.
+void expect_causal_prefill_flops(const JsonObject& json) {
+  const double pairs = 3 * (40 * 61 + 39 * 40 / 2);
+  const double flops = 4.0 * 64 * 8 * pairs;
+  EXPECT_NEAR(number(json, "flop_per_s") * number(json, "time_ms_median") * 1e-3, flops,
+              flops * 1e-4);
+  EXPECT_EQ(number(json, "total_q"), 3 * 40);
+  EXPECT_EQ(number(json, "total_kv"), 3 * 100);
+}
+
+const std::map<std::string, std::string> kCountablePrefill = {
+    {"--mode", "prefill"}, {"--batch", "3"},    {"--kv-len", "100"}, {"--qo-len", "40"},
+    {"--head-dim", "64"},  {"--heads-qo", "8"}, {"--heads-kv", "2"}};
+
+std::map<std::string, std::string> with(std::map<std::string, std::string> options,
+                                        const std::map<std::string, std::string>& more) {
+  for (const auto& [name, value] : more) options[name] = value;
+  return options;
+}
+
+TEST(BenchCli, PrefillFlopsCountVisiblePairsOnPagedAndRaggedKV) {
+  for (const char* kv : {"paged", "ragged"}) {
+    const JsonObject json =
+        run_json(with(kCountablePrefill,
+                      {{"--kv", kv}, {"--page-size", kv == std::string("ragged") ? "" : "3"}}));
+    EXPECT_EQ(text(json, "kv"), kv);
+    EXPECT_EQ(number(json, "page_size"), kv == std::string("ragged") ? 1 : 3);
+    expect_causal_prefill_flops(json);
+    EXPECT_LE(number(json, "max_abs_error"), 4e-3) << kv;  // bf16 output rounding
+    EXPECT_EQ(number(json, "checked_requests"), 3);
+  }
+}
+
+TEST(BenchCli, RaggedKVTableAndUsageErrors) {
+  ScratchDir scratch;
+  CliResult result = testing::run_cli(
+      bench_args(with(kCountablePrefill, {{"--kv", "ragged"}, {"--page-size", ""}})), scratch);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("ragged KV"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("FLOP/s"), std::string::npos) << result.out;
+  result = testing::run_cli({"bench", "--kv", "ragged"}, scratch);
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("--kv ragged applies to --mode prefill only"), std::string::npos)
+      << result.err;
+  result = testing::run_cli({"bench", "--mode", "prefill", "--kv", "ragged", "--page-size", "4"},
+                            scratch);
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("--page-size applies to --kv paged only"), std::string::npos)
+      << result.err;
+  result = testing::run_cli({"bench", "--kv", "blocks"}, scratch);
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("paged|ragged"), std::string::npos) << result.err;
+}
+
+// What the GPU prefill does not run is named before any device is looked for.
+TEST(BenchCli, CudaPrefillNamesWhatItDoesNotRun) {
+  ScratchDir scratch;
+  for (const auto& [dtypes, message] :
+       std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {{{"--kv-dtype", "e4m3"}}, "the GPU prefill does not support fp8 KV"},
+           {{{"--dtype", "f32"}}, "float16 or bfloat16"}}) {
+    const CliResult result = testing::run_cli(
+        bench_args(with(with(kCountablePrefill, dtypes), {{"--device", "cuda"}})), scratch);
+    EXPECT_EQ(result.exit_code, 1) << result.err;
+    EXPECT_NE(result.err.find(message), std::string::npos) << result.err;
+  }
+}
+
+// Without --device, a prefill the GPU does not run is benchmarked on the CPU, with a note
+// when a GPU is there.
+TEST(BenchCli, DefaultDeviceFallsBackToTheCpuForFp8Prefill) {
+  ScratchDir scratch;
+  std::vector<std::string> args =
+      bench_args(with(kCountablePrefill, {{"--device", ""}, {"--kv-dtype", "e5m2"}}));
+  args.push_back("--json");
+  const CliResult result = testing::run_cli(args, scratch);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("\"device\": \"cpu"), std::string::npos) << result.out;
+  if (cuda::available()) {
+    EXPECT_NE(result.err.find("note: the GPU prefill does not support fp8 KV"), std::string::npos)
+        << result.err;
+    EXPECT_NE(result.err.find("benchmarking the CPU backend instead"), std::string::npos);
+  }
 }
 
 TEST(BenchCli, EveryVariantChecksOut) {
@@ -197,6 +287,50 @@ TEST(BenchCli, CudaDecodeJson) {
   EXPECT_GT(number(json, "time_ms_median"), 0);
   EXPECT_GE(number(json, "num_ctas"), 1);
   EXPECT_LE(number(json, "max_abs_error"), 4e-3);  // bf16 output rounding
+  EXPECT_EQ(number(json, "checked_requests"), 4);
+}
+
+TEST(BenchCli, CudaPrefillJsonOnPagedAndRaggedKV) {
+  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  for (const char* kv : {"paged", "ragged"}) {
+    const bool ragged = kv == std::string("ragged");
+    const JsonObject json = run_json(with(kCountablePrefill, {{"--device", "cuda"},
+                                                              {"--kv", kv},
+                                                              {"--page-size", ragged ? "" : "16"},
+                                                              {"--iters", "3"}}));
+    EXPECT_EQ(text(json, "mode"), "prefill");
+    EXPECT_EQ(text(json, "kv"), kv);
+    EXPECT_EQ(text(json, "device").rfind("cuda:0", 0), 0u) << text(json, "device");
+    EXPECT_EQ(number(json, "iters"), 3);
+    for (const char* key : {"plan_us", "time_ms_median", "time_ms_min", "tokens_per_s",
+                            "kv_bytes_per_s", "flop_per_s", "num_ctas", "num_work_items"}) {
+      EXPECT_GT(number(json, key), 0) << kv << " " << key;
+    }
+    EXPECT_LE(number(json, "time_ms_min"), number(json, "time_ms_median"));
+    expect_causal_prefill_flops(json);
+    EXPECT_LE(number(json, "max_abs_error"), 2e-2) << kv;  // bf16 (P rounded before P.V)
+    EXPECT_EQ(number(json, "checked_requests"), 3);
+  }
+}
+
+// A long prefill: the check compares the last 256 query tokens of each sampled request, on a
+// ragged cache with Zipf lengths and a sliding window.
+TEST(BenchCli, CudaPrefillLongZipfWindow) {
+  if (!cuda::available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  const JsonObject json = run_json({{"--device", "cuda"},
+                                    {"--mode", "prefill"},
+                                    {"--kv", "ragged"},
+                                    {"--page-size", ""},
+                                    {"--dist", "zipf"},
+                                    {"--batch", "6"},
+                                    {"--kv-len", "700"},
+                                    {"--qo-len", "500"},
+                                    {"--head-dim", "128"},
+                                    {"--variant", "window"},
+                                    {"--dtype", "f16"},
+                                    {"--iters", "2"}});
+  EXPECT_EQ(text(json, "variant"), "window");
+  EXPECT_LE(number(json, "max_abs_error"), 4e-3);  // f16 output rounding
   EXPECT_EQ(number(json, "checked_requests"), 4);
 }
 

@@ -8,7 +8,6 @@
 #include <limits>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -16,11 +15,11 @@
 #include "flare/format/paged_kv.h"
 #include "flare/format/ragged.h"
 #include "flare/format/validate.h"
-#include "flare/jit/cuda_driver.h"
 #include "flare/reference/attention.h"
 #include "tools/flare/args.h"
 #include "tools/flare/commands.h"
 #include "tools/flare/gpu_decode.h"
+#include "tools/flare/gpu_prefill.h"
 #include "tools/flare/npy.h"
 
 namespace flare::cli {
@@ -80,9 +79,12 @@ types and backend
                             k and v type (default --dtype); float files are quantized as
                             value / scale
   --k-scale X, --v-scale X  fp8 per-tensor scales: real value = stored value * scale
-  --device cpu|cuda|cuda:N  (default cpu) the CPU reference backend, or the GPU: decode
-                            only (one query token per request, paged KV), q and KV in
-                            f16/bf16 (KV also e4m3/e5m2), head dim 64, 128 or 256
+  --device cpu|cuda|cuda:N  (default cpu) the CPU reference backend, or the GPU: q and KV
+                            in f16/bf16, head dims 64, 128 or 256 (prefill also 192/128).
+                            One query token per request on paged KV runs the decode kernel
+                            (KV also e4m3/e5m2; no custom mask); everything else the
+                            prefill kernel (paged or ragged KV, any query lengths, causal,
+                            window, custom mask, soft-cap, ALiBi; no RoPE, no sigmoid)
   --fp64                    CPU only: accumulate in float64 (the test oracle's mode)
   --threads N               CPU threads (default: all)
   --out-dir DIR             created when missing
@@ -304,33 +306,25 @@ void check_option_combinations(const Args& args) {
   }
 }
 
-// "decode" when every request has one query token against a paged cache, else "prefill":
-// the names of the GPU entry points that would run the call.
-const char* gpu_mode(const AttentionProblem& problem) {
-  if (!std::holds_alternative<PagedKV>(problem.kv)) return "prefill";
+// BatchDecode runs batches of one query token per request on a paged cache (fp8 KV included)
+// unless they need what only the prefill has (custom masks, head_dim_qk != head_dim_vo);
+// BatchPrefill runs everything else.
+bool runs_as_gpu_decode(const AttentionProblem& problem) {
+  const auto* paged = std::get_if<PagedKV>(&problem.kv);
+  if (paged == nullptr || problem.params.mask == MaskMode::kCustom ||
+      paged->head_dim_qk() != paged->head_dim_vo()) {
+    return false;
+  }
   const int64_t batch = ragged_batch(problem.qo_indptr);
   for (int64_t i = 0; i < batch; ++i) {
-    if (ragged_length(problem.qo_indptr, i) != 1) return "prefill";
+    if (ragged_length(problem.qo_indptr, i) != 1) return false;
   }
-  return "decode";
+  return true;
 }
 
-// The CPU reference, or BatchDecode on the GPU for decode batches (one query token per
-// request, paged KV); o and lse come back as float32 either way.
-void run_on_device(const Device& device, const AttentionProblem& problem,
-                   const AttentionOutput& out, const ReferenceOptions& options) {
-  if (device.is_cpu()) {
-    reference_attention(problem, out, options);
-    return;
-  }
-  FLARE_CHECK(cuda::available(), ErrorCode::kNoCudaDevice, "--device ", device.str(),
-              ": no usable CUDA device (", cuda::unavailable_reason(), ")");
-  validate_attention(problem, out);  // the GPU does not read index arrays back to check them
-  const char* mode = gpu_mode(problem);
-  FLARE_CHECK(std::string_view(mode) == "decode", ErrorCode::kUnsupported,
-              "the CUDA backend is not available yet for ", mode,
-              " (it runs decode: one query token per request, paged KV)");
-  GpuDecode gpu(problem, device.index);
+// Plans and runs once on the GPU; o and lse come back as float32.
+template <class Gpu>
+void run_gpu(Gpu& gpu, const AttentionOutput& out) {
   gpu.plan();
   gpu.run();
   const HostTensor o = gpu.o();
@@ -338,6 +332,24 @@ void run_on_device(const Device& device, const AttentionProblem& problem,
   if (out.lse) {
     const HostTensor lse = gpu.lse();
     std::copy_n(lse.data<float>(), lse.numel(), out.lse->ptr<float>());
+  }
+}
+
+// The CPU reference, or the GPU: BatchDecode for decode batches, BatchPrefill for the rest.
+void run_on_device(const Device& device, const AttentionProblem& problem,
+                   const AttentionOutput& out, const ReferenceOptions& options) {
+  if (device.is_cpu()) {
+    reference_attention(problem, out, options);
+    return;
+  }
+  validate_attention(problem, out);  // the GPU does not read index arrays back to check them
+  // Each backend names what it does not run before it looks for the device.
+  if (runs_as_gpu_decode(problem)) {
+    GpuDecode gpu(problem, device.index);
+    run_gpu(gpu, out);
+  } else {
+    GpuPrefill gpu(problem, device.index);
+    run_gpu(gpu, out);
   }
 }
 

@@ -23,10 +23,12 @@ namespace {
 constexpr const char* kHelp = R"(usage: flare bench [options]
 
 Times batch attention on a synthetic serving workload: a paged KV cache filled with random
-data, pages handed out in random order, per-request lengths from a distribution. Prints a
-table (or one JSON object with --json): median time per call, throughput (decode:
-requests/s; prefill: query tokens/s), KV bytes read per second, FLOP/s, and the largest
-absolute error against the float64 reference on up to 4 sampled requests.
+data, pages handed out in random order (or a ragged one), per-request lengths from a
+distribution. Prints a table (or one JSON object with --json): median time per call,
+throughput (decode: requests/s; prefill: query tokens/s), KV bytes read per second, FLOP/s
+(4 * head_dim * H_qo per visible (query, key) pair: causal and window masks counted exactly),
+and the largest absolute error against the float64 reference on up to 4 sampled requests
+(their last 256 query tokens).
 
 workload
   --mode decode|prefill     one query token per request, or --qo-len of them (causal)
@@ -41,7 +43,8 @@ workload
   --heads-qo N              query heads (default 32)
   --heads-kv N              KV heads; must divide --heads-qo (default 8)
   --head-dim N              head dimension, a multiple of 8 up to 256 (default 128)
-  --page-size N             tokens per KV page (default 16)
+  --kv paged|ragged         KV cache kind; ragged is for --mode prefill (default paged)
+  --page-size N             tokens per KV page, paged only (default 16)
   --variant default|softcap|window|alibi
                             plain softmax; logits soft-cap 50; sliding window of a quarter
                             of --kv-len; ALiBi with the default slopes (default default)
@@ -54,9 +57,11 @@ running
   --device cpu|cuda|cuda:N  default: cuda when a CUDA device is usable and runs the
                             workload (else cpu, with a note). The CPU backend runs the
                             planner's work queues with the reference kernels, one planner
-                            "SM" per thread. The GPU runs decode (BatchDecode; f16/bf16 q,
-                            head dim 64/128/256); each timed sample there averages
-                            back-to-back calls over at least 1 ms (CUDA events).
+                            "SM" per thread. The GPU runs decode through BatchDecode (f16/bf16
+                            q, KV also e4m3/e5m2) and prefill through BatchPrefill (paged or
+                            ragged, q and KV in one of f16/bf16), head dim 64/128/256; each
+                            timed sample there averages back-to-back calls over at least
+                            1 ms (CUDA events).
   --threads N               CPU threads (default: all hardware threads)
   --iters N                 timed samples after one warm-up sample (default: as many as
                             fit in about 2 seconds, at least 3, at most 200)
@@ -74,6 +79,13 @@ WorkloadSpec parse_spec(const Args& args) {
   spec.mode = parse_bench_mode(args.choice_or("mode", {"decode", "prefill"}, "decode"));
   const bool decode = spec.mode == BenchMode::kDecode;
   if (decode && args.has("qo-len")) args.usage_error("--qo-len applies to --mode prefill only");
+  spec.kv = parse_bench_kv(args.choice_or("kv", {"paged", "ragged"}, "paged"));
+  if (decode && spec.kv == BenchKV::kRagged) {
+    args.usage_error("--kv ragged applies to --mode prefill only (decode reads a paged cache)");
+  }
+  if (spec.kv == BenchKV::kRagged && args.has("page-size")) {
+    args.usage_error("--page-size applies to --kv paged only");
+  }
   spec.batch = args.integer_or("batch", decode ? 32 : 4, 1);
   spec.kv_len = args.integer_or("kv-len", 1024, 1);
   spec.qo_len = decode ? 1 : args.integer_or("qo-len", 256, 1);
@@ -82,7 +94,7 @@ WorkloadSpec parse_spec(const Args& args) {
   spec.heads_qo = args.integer_or("heads-qo", 32, 1);
   spec.heads_kv = args.integer_or("heads-kv", 8, 1);
   spec.head_dim = args.integer_or("head-dim", 128, 1);
-  spec.page_size = args.integer_or("page-size", 16, 1);
+  spec.page_size = spec.kv == BenchKV::kRagged ? 1 : args.integer_or("page-size", 16, 1);
   spec.variant = parse_bench_variant(
       args.choice_or("variant", {"default", "softcap", "window", "alibi"}, "default"));
   const std::string dtype = args.choice_or("dtype", {"f32", "f16", "bf16"}, "bf16");
@@ -123,6 +135,7 @@ int run_bench(int argc, char** argv) {
                    {"heads-qo", true},
                    {"heads-kv", true},
                    {"head-dim", true},
+                   {"kv", true},
                    {"page-size", true},
                    {"variant", true},
                    {"dtype", true},

@@ -36,7 +36,7 @@ BenchRunner make_cpu_runner(const Workload& work, int num_threads) {
   plan_problem.num_kv_heads = static_cast<int>(spec.heads_kv);
   plan_problem.head_dim_qk = static_cast<int>(spec.head_dim);
   plan_problem.head_dim_vo = static_cast<int>(spec.head_dim);
-  plan_problem.page_size = static_cast<int>(spec.page_size);
+  plan_problem.page_size = spec.kv == BenchKV::kRagged ? 1 : static_cast<int>(spec.page_size);
   plan_problem.causal = work.params.mask == MaskMode::kCausal;
   plan_problem.window_left = work.params.window_left;
   // One CTA per hardware thread: the executor runs each CTA's queue on one thread.

@@ -1,15 +1,14 @@
-// The CUDA backend of `flare bench`: BatchDecode on the workload copied to the device (decode
-// only until the prefill kernels land), timed with CUDA events.
+// The CUDA backend of `flare bench`: BatchDecode (decode) or BatchPrefill (prefill) on the
+// workload copied to the device, timed with CUDA events.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
 #include <vector>
 
-#include "flare/core/error.h"
-#include "flare/jit/cuda_driver.h"
 #include "tools/flare/bench_runner.h"
 #include "tools/flare/gpu_decode.h"
+#include "tools/flare/gpu_prefill.h"
 
 namespace flare::cli {
 namespace {
@@ -20,15 +19,9 @@ constexpr int kPlanTimingRepeats = 21;  // plan() takes microseconds: take a med
 constexpr double kSampleMs = 1.0;
 constexpr int kMaxCallsPerSample = 1000;
 
-}  // namespace
-
-BenchRunner make_cuda_runner(const Workload& work, int device) {
-  FLARE_CHECK(cuda::available(), ErrorCode::kNoCudaDevice, "--device cuda:", device,
-              ": no usable CUDA device (", cuda::unavailable_reason(), ")");
-  FLARE_CHECK(work.spec.mode == BenchMode::kDecode, ErrorCode::kUnsupported,
-              "the CUDA backend is not available yet for ", name_of(work.spec.mode));
-  auto gpu = std::make_shared<GpuDecode>(work.problem(), device);
-
+// Plans (timed), then sizes a sample from a few calls. `Gpu` is GpuDecode or GpuPrefill.
+template <class Gpu>
+BenchRunner timed_runner(std::shared_ptr<Gpu> gpu) {
   std::vector<double> plan_times;
   for (int i = 0; i < kPlanTimingRepeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -54,6 +47,16 @@ BenchRunner make_cuda_runner(const Workload& work, int device) {
   };
   runner.output = [gpu] { return gpu->o(); };
   return runner;
+}
+
+}  // namespace
+
+BenchRunner make_cuda_runner(const Workload& work, int device) {
+  // GpuDecode and GpuPrefill name what they do not run before they look for the device.
+  if (work.spec.mode == BenchMode::kDecode) {
+    return timed_runner(std::make_shared<GpuDecode>(work.problem(), device));
+  }
+  return timed_runner(std::make_shared<GpuPrefill>(work.problem(), device));
 }
 
 }  // namespace flare::cli

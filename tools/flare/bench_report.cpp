@@ -88,9 +88,12 @@ void print_table(std::FILE* out, const BenchResult& r) {
           static_cast<long long>(r.kv_len_max),
           decode ? "" : format(", %lld query tokens", static_cast<long long>(r.total_q)).c_str()));
   row(out, "shape",
-      format("heads %lld qo / %lld kv, head_dim %lld, page_size %lld",
-             static_cast<long long>(s.heads_qo), static_cast<long long>(s.heads_kv),
-             static_cast<long long>(s.head_dim), static_cast<long long>(s.page_size)));
+      format(
+          "heads %lld qo / %lld kv, head_dim %lld, %s", static_cast<long long>(s.heads_qo),
+          static_cast<long long>(s.heads_kv), static_cast<long long>(s.head_dim),
+          s.kv == BenchKV::kRagged
+              ? "ragged KV"
+              : format("paged KV, page_size %lld", static_cast<long long>(s.page_size)).c_str()));
   row(out, "types",
       format("q/o %s, kv %s, variant %s", std::string(dtype_name(s.dtype)).c_str(),
              std::string(dtype_name(s.kv_dtype)).c_str(), std::string(name_of(s.variant)).c_str()));
@@ -139,6 +142,7 @@ void print_json(std::FILE* out, const BenchResult& r) {
       {"heads_qo", integer(s.heads_qo)},
       {"heads_kv", integer(s.heads_kv)},
       {"head_dim", integer(s.head_dim)},
+      {"kv", text(name_of(s.kv))},
       {"page_size", integer(s.page_size)},
       {"variant", text(name_of(s.variant))},
       {"dtype", text(dtype_name(s.dtype))},

@@ -23,9 +23,10 @@ struct BenchRunner {
 // execute_plan_cpu on `num_threads` threads (0: all). `work` must outlive the runner.
 BenchRunner make_cpu_runner(const Workload& work, int num_threads);
 
-// The CUDA backend on `device`: BatchDecode, each timed sample averaging back-to-back calls
-// over >= 1 ms (CUDA events). Decode only until the prefill kernels land. Throws
-// kNoCudaDevice without a usable device, kUnsupported for what it does not run yet.
+// The CUDA backend on `device`: BatchDecode for decode, BatchPrefill for prefill, each timed
+// sample averaging back-to-back calls over >= 1 ms (CUDA events). Throws kNoCudaDevice
+// without a usable device, kUnsupported for what the kernels do not run (e.g. fp8 or float32
+// KV in prefill).
 BenchRunner make_cuda_runner(const Workload& work, int device);
 
 }  // namespace flare::cli

@@ -14,10 +14,10 @@ namespace flare::cli {
 class GpuDecode {
  public:
   // `problem`: contiguous CPU tensors, already validated; qo_indptr must be 0, 1, ..., batch
-  // and the KV paged. Copies q, the pages and the page table to `device`, compiles (or loads
-  // from the JIT cache) the kernels. Throws kNoCudaDevice, kUnsupported (what BatchDecode does
-  // not run: head dims other than 64/128/256, float32 q or KV, RoPE, custom masks, sigmoid),
-  // kInvalidArgument.
+  // and the KV paged (kInvalidArgument otherwise: other batches go to GpuPrefill). Copies q,
+  // the pages and the page table to `device`, compiles (or loads from the JIT cache) the
+  // kernels. Throws kNoCudaDevice, kUnsupported (what BatchDecode does not run: head dims
+  // other than 64/128/256, float32 q or KV, RoPE, custom masks, sigmoid).
   GpuDecode(const AttentionProblem& problem, int device);
   ~GpuDecode();
   GpuDecode(const GpuDecode&) = delete;

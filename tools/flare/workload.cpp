@@ -8,6 +8,7 @@
 
 #include "flare/core/error.h"
 #include "flare/format/paged_kv.h"
+#include "flare/format/ragged.h"
 
 namespace flare::cli {
 namespace {
@@ -41,6 +42,8 @@ std::string_view name_in(Enum value, const std::pair<std::string_view, Enum> (&t
 
 constexpr std::pair<std::string_view, BenchMode> kModes[] = {{"decode", BenchMode::kDecode},
                                                              {"prefill", BenchMode::kPrefill}};
+constexpr std::pair<std::string_view, BenchKV> kKVs[] = {{"paged", BenchKV::kPaged},
+                                                         {"ragged", BenchKV::kRagged}};
 constexpr std::pair<std::string_view, LengthDist> kDists[] = {{"constant", LengthDist::kConstant},
                                                               {"uniform", LengthDist::kUniform},
                                                               {"zipf", LengthDist::kZipf}};
@@ -96,11 +99,13 @@ HostTensor int32_tensor(const std::vector<int32_t>& values) {
 }
 
 BenchMode parse_bench_mode(std::string_view name) { return parse_name(name, "--mode", kModes); }
+BenchKV parse_bench_kv(std::string_view name) { return parse_name(name, "--kv", kKVs); }
 LengthDist parse_length_dist(std::string_view name) { return parse_name(name, "--dist", kDists); }
 BenchVariant parse_bench_variant(std::string_view name) {
   return parse_name(name, "--variant", kVariants);
 }
 std::string_view name_of(BenchMode mode) { return name_in(mode, kModes); }
+std::string_view name_of(BenchKV kv) { return name_in(kv, kKVs); }
 std::string_view name_of(LengthDist dist) { return name_in(dist, kDists); }
 std::string_view name_of(BenchVariant variant) { return name_in(variant, kVariants); }
 
@@ -140,9 +145,12 @@ int64_t Workload::total_kv() const {
 }
 
 AttentionProblem Workload::problem() const {
-  const PagedKV kv =
-      PagedKV::from_separate(k_pages.view(), v_pages.view(), KVLayout::kNHD, kv_indptr.view(),
-                             kv_indices.view(), kv_last_page_len.view());
+  if (spec.kv == BenchKV::kRagged) {
+    return AttentionProblem{q.view(), qo_indptr.view(),
+                            RaggedKV{k.view(), v.view(), kv_indptr.view()}, params};
+  }
+  const PagedKV kv = PagedKV::from_separate(k.view(), v.view(), KVLayout::kNHD, kv_indptr.view(),
+                                            kv_indices.view(), kv_last_page_len.view());
   return AttentionProblem{q.view(), qo_indptr.view(), kv, params};
 }
 
@@ -196,35 +204,40 @@ Workload make_workload(const WorkloadSpec& spec) {
     work.kv_lens[r] = std::max(work.kv_lens[r], work.qo_lens[r]);
   }
 
-  std::vector<int32_t> pages_per_request(work.kv_lens.size());
-  std::vector<int32_t> last_page_len(work.kv_lens.size());
-  for (size_t r = 0; r < work.kv_lens.size(); ++r) {
-    pages_per_request[r] =
-        static_cast<int32_t>((work.kv_lens[r] + spec.page_size - 1) / spec.page_size);
-    last_page_len[r] = static_cast<int32_t>((work.kv_lens[r] - 1) % spec.page_size + 1);
-  }
-  const std::vector<int32_t> page_indptr = prefix_sum(pages_per_request);
-  const int32_t num_pages = page_indptr.back();
-  // A serving cache hands out pages in no particular order.
-  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
-  std::iota(page_ids.begin(), page_ids.end(), 0);
-  std::shuffle(page_ids.begin(), page_ids.end(), rng);
-
   const std::vector<int32_t> qo_indptr = prefix_sum(work.qo_lens);
   work.qo_indptr = int32_tensor(qo_indptr);
-  work.kv_indptr = int32_tensor(page_indptr);
-  work.kv_indices = int32_tensor(page_ids);
-  work.kv_last_page_len = int32_tensor(last_page_len);
-
   const float kv_scale = is_fp8(spec.kv_dtype) ? kFp8Scale : 1.0f;
   work.q = HostTensor(spec.dtype, {qo_indptr.back(), spec.heads_qo, spec.head_dim});
-  work.k_pages =
-      HostTensor(spec.kv_dtype, {num_pages, spec.page_size, spec.heads_kv, spec.head_dim});
-  work.v_pages =
-      HostTensor(spec.kv_dtype, {num_pages, spec.page_size, spec.heads_kv, spec.head_dim});
   fill_uniform(work.q, spec.seed + 1, 1.0f);
-  fill_uniform(work.k_pages, spec.seed + 2, kv_scale);
-  fill_uniform(work.v_pages, spec.seed + 3, kv_scale);
+
+  std::vector<int64_t> kv_shape;
+  if (spec.kv == BenchKV::kRagged) {
+    const std::vector<int32_t> kv_indptr = prefix_sum(work.kv_lens);
+    work.kv_indptr = int32_tensor(kv_indptr);
+    kv_shape = {kv_indptr.back(), spec.heads_kv, spec.head_dim};
+  } else {
+    std::vector<int32_t> pages_per_request(work.kv_lens.size());
+    std::vector<int32_t> last_page_len(work.kv_lens.size());
+    for (size_t r = 0; r < work.kv_lens.size(); ++r) {
+      pages_per_request[r] =
+          static_cast<int32_t>((work.kv_lens[r] + spec.page_size - 1) / spec.page_size);
+      last_page_len[r] = static_cast<int32_t>((work.kv_lens[r] - 1) % spec.page_size + 1);
+    }
+    const std::vector<int32_t> page_indptr = prefix_sum(pages_per_request);
+    const int32_t num_pages = page_indptr.back();
+    // A serving cache hands out pages in no particular order.
+    std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
+    std::iota(page_ids.begin(), page_ids.end(), 0);
+    std::shuffle(page_ids.begin(), page_ids.end(), rng);
+    work.kv_indptr = int32_tensor(page_indptr);
+    work.kv_indices = int32_tensor(page_ids);
+    work.kv_last_page_len = int32_tensor(last_page_len);
+    kv_shape = {num_pages, spec.page_size, spec.heads_kv, spec.head_dim};
+  }
+  work.k = HostTensor(spec.kv_dtype, kv_shape);
+  work.v = HostTensor(spec.kv_dtype, kv_shape);
+  fill_uniform(work.k, spec.seed + 2, kv_scale);
+  fill_uniform(work.v, spec.seed + 3, kv_scale);
 
   work.params.k_scale = kv_scale;
   work.params.v_scale = kv_scale;

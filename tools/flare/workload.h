@@ -1,5 +1,5 @@
 // Synthetic serving workloads for `flare bench`: per-request lengths drawn from a named
-// distribution, a paged KV cache and queries filled with seeded random data, and the
+// distribution, a paged or ragged KV cache and queries filled with seeded random data, and the
 // attention options of a named variant — plus the work such a batch implies (FLOPs, bytes).
 #pragma once
 
@@ -14,6 +14,10 @@
 namespace flare::cli {
 
 enum class BenchMode : uint8_t { kDecode, kPrefill };
+enum class BenchKV : uint8_t {
+  kPaged,   // pages of page_size tokens, handed out in a random order
+  kRagged,  // each request's tokens in one contiguous run of rows
+};
 enum class LengthDist : uint8_t {
   kConstant,  // every request has the mean length
   kUniform,   // uniform in [1, 2 * mean - 1]
@@ -28,9 +32,11 @@ enum class BenchVariant : uint8_t {
 };
 
 BenchMode parse_bench_mode(std::string_view name);    // "decode" | "prefill"
+BenchKV parse_bench_kv(std::string_view name);        // "paged" | "ragged"
 LengthDist parse_length_dist(std::string_view name);  // "constant" | "uniform" | "zipf"
 BenchVariant parse_bench_variant(std::string_view name);
 std::string_view name_of(BenchMode mode);
+std::string_view name_of(BenchKV kv);
 std::string_view name_of(LengthDist dist);
 std::string_view name_of(BenchVariant variant);
 
@@ -43,7 +49,8 @@ struct WorkloadSpec {
   int64_t heads_qo = 32;
   int64_t heads_kv = 8;
   int64_t head_dim = 128;
-  int64_t page_size = 16;
+  BenchKV kv = BenchKV::kPaged;
+  int64_t page_size = 16;  // kPaged
   BenchVariant variant = BenchVariant::kDefault;
   DType dtype = DType::kBF16;     // q and o
   DType kv_dtype = DType::kBF16;  // k and v (f32, f16, bf16, e4m3, e5m2)
@@ -59,13 +66,15 @@ struct Workload {
   WorkloadSpec spec;
   std::vector<int32_t> qo_lens;  // decode: all 1; prefill: sampled, each <= its kv_len
   std::vector<int32_t> kv_lens;
-  HostTensor q;                 // spec.dtype [total_q, heads_qo, head_dim], uniform in [-1, 1)
-  HostTensor k_pages;           // spec.kv_dtype NHD [pages, page_size, heads_kv, head_dim]
-  HostTensor v_pages;           // same; pages are handed out in a random order
-  HostTensor qo_indptr;         // int32 [batch + 1]
-  HostTensor kv_indptr;         // int32 [batch + 1], counts pages
-  HostTensor kv_indices;        // int32 [pages]
-  HostTensor kv_last_page_len;  // int32 [batch]
+  HostTensor q;           // spec.dtype [total_q, heads_qo, head_dim], uniform in [-1, 1)
+  HostTensor k;           // spec.kv_dtype; kPaged: NHD [pages, page_size, heads_kv, head_dim],
+                          // pages handed out in a random order; kRagged: [total_kv, heads_kv,
+                          // head_dim], request after request
+  HostTensor v;           // same
+  HostTensor qo_indptr;   // int32 [batch + 1]
+  HostTensor kv_indptr;   // int32 [batch + 1]: pages (kPaged) or tokens (kRagged)
+  HostTensor kv_indices;  // kPaged: int32 [pages]; kRagged: empty
+  HostTensor kv_last_page_len;  // kPaged: int32 [batch]; kRagged: empty
   AttentionParams params;
 
   int64_t total_q() const { return q.shape()[0]; }
