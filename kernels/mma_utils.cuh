@@ -1,5 +1,5 @@
 // Warp-level tensor-core helpers of the prefill kernel: ldmatrix (plain and transposed),
-// mma.sync m16n8k16 with f16/bf16 inputs and fp32 accumulators, and the XOR swizzle of rows.
+// mma.sync m16n8k16 with f16/bf16 inputs and fp32 accumulators, and the padded shared rows.
 #pragma once
 
 #include "decode_params.cuh"
@@ -7,21 +7,17 @@
 
 namespace flare::mma {
 
-// A row of 16-byte chunks at `row` (row bytes a multiple of 128): chunk c is stored at chunk
-// c ^ (row % 8). The 8 rows one ldmatrix phase reads (same logical chunk) then cover all 32
-// banks, and consecutive threads of a cp.async still write consecutive 16-byte chunks.
+// Shared rows of 16-bit elements are padded by one 16-byte chunk: the 8 rows one ldmatrix
+// phase reads (same chunk, consecutive rows) then start in 8 distinct 16-byte bank groups
+// (row stride = 1 mod 8 chunks), and every later k-step or n-tile of a fragment is the same
+// per-thread address plus an immediate (an XOR swizzle needs one register per XOR pattern).
 template <int kRowBytes>
-__device__ __forceinline__ unsigned swizzled_offset(int row, int chunk) {
-  static_assert(kRowBytes % 128 == 0, "swizzle needs rows of whole 128-byte lines");
-  return static_cast<unsigned>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
-}
+constexpr int kPaddedRowBytes = kRowBytes + 16;
 
-// The swizzled address of chunk pair `pair` (chunks 2 pair + c, c in {0, 1}) of a row, from
-// the address of pair 0 (any base that is a multiple of 128 bytes): the row's XOR term is
-// unchanged, so after unrolling this is an XOR and an add of immediates and a thread keeps one
-// address register per operand instead of one per (step, tile).
-__device__ __forceinline__ unsigned swizzle_at(unsigned address, int pair) {
-  return (address ^ (((2 * pair) % 8) << 4)) + ((2 * pair) / 8) * 128;
+template <int kRowBytes>
+__device__ __forceinline__ unsigned padded_offset(int row, int chunk) {
+  static_assert(kRowBytes % 16 == 0, "rows of whole 16-byte chunks");
+  return static_cast<unsigned>(row * kPaddedRowBytes<kRowBytes> + chunk * 16);
 }
 
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, which lands in r[i].

@@ -1,200 +1,35 @@
-// Persistent split-KV batch prefill/append on tensor cores: the FlashAttention-2 template of
-// paper 001 §3.2 (mma.sync m16n8k16, ldmatrix, cp.async gathers; 002 appendix A head-group
-// fusion). Each CTA walks its plan work queue; a work item is a tile of packed query rows of one
-// KV head against one KV chunk, written through to o/lse or into a float32 partial slot.
+// The batch prefill/append kernel on tensor cores (the FlashAttention-2 template of paper 001
+// §3.2): Q.K^T, online softmax and P.V per KV tile, the work-item loop, the entry point.
 //
-// Compile-time defines: FLARE_HEAD_DIM_QK, FLARE_HEAD_DIM_VO (64 | 128 | 256, or 192 / 128),
-// FLARE_QUERY_TILE (16 | 32 | 64 | 128), FLARE_KV_TILE (32 | 64 | 128), FLARE_Q_DTYPE (q, k, v
-// and o: f16 | bf16), FLARE_KV_PAGED (0 ragged | 1 paged), FLARE_PAGE_SIZE (paged), FLARE_MASK
-// (PrefillMaskCode). `struct Variant` comes from the variant source (kernels/variant.cuh); the
-// prefill kernel relies on its logits_mask excluding exactly the keys before
-// visible_begin(q_pos), which lets tiles past every row's window start skip per-key masking.
+// mma.sync m16n8k16, ldmatrix and cp.async gathers; 002 appendix A head-group fusion. CTAs take
+// the plan's work items from one queue (an atomic counter); a work item is a tile of packed
+// query rows of one KV head against one KV chunk, written through to o/lse or into a float32
+// partial slot. Tile configuration and state: prefill_traits.cuh; loading: prefill_load.cuh;
+// epilogue: prefill_epilogue.cuh.
 #pragma once
 
-#include "decode_params.cuh"
-#include "decode_utils.cuh"
-#include "mma_utils.cuh"
-#include "plan_types.cuh"
-#include "prefill_params.cuh"
-#include "variant.cuh"
-
-#ifndef FLARE_PAGE_SIZE
-#define FLARE_PAGE_SIZE 1
-#endif
+#include "prefill_epilogue.cuh"
+#include "prefill_load.cuh"
+#include "prefill_traits.cuh"
 
 namespace flare::prefill {
-
-struct Traits {
-  static constexpr int kHeadDimQK = FLARE_HEAD_DIM_QK;
-  static constexpr int kHeadDimVO = FLARE_HEAD_DIM_VO;
-  static constexpr int kQueryTile = FLARE_QUERY_TILE;  // packed rows per CTA tile
-  static constexpr int kKvTile = FLARE_KV_TILE;        // KV rows per pipeline stage
-  static constexpr int kCode = FLARE_Q_DTYPE;
-  static constexpr bool kPaged = FLARE_KV_PAGED != 0;
-  static constexpr int kPageSize = FLARE_PAGE_SIZE;
-  static constexpr int kMask = FLARE_MASK;
-
-  static constexpr int kMmaQ = prefill_mma_q(kQueryTile, kHeadDimVO);  // m16 tiles per warp
-  static constexpr int kWarpsQ = prefill_warps_q(kQueryTile, kHeadDimVO);
-  static constexpr int kWarpsKV = prefill_warps_kv(kQueryTile, kHeadDimVO);
-  static constexpr int kThreads = prefill_threads(kQueryTile, kHeadDimVO);
-  static constexpr int kRowsPerWarp = 16 * kMmaQ;
-  static constexpr int kKvPerWarp = kKvTile / kWarpsKV;  // KV columns of S one warp owns
-  static constexpr int kTilesS = kKvPerWarp / 8;         // n8 tiles of S per warp
-  static constexpr int kTilesO = kHeadDimVO / 8;         // n8 tiles of O per warp
-  static constexpr int kStepsQK = kHeadDimQK / 16;       // k16 steps of Q.K^T
-  static constexpr int kStepsPV = kKvPerWarp / 16;       // k16 steps of P.V
-
-  static constexpr int kQKRowBytes = kHeadDimQK * 2;
-  static constexpr int kVRowBytes = kHeadDimVO * 2;
-  static constexpr int kQKChunks = kHeadDimQK / 8;  // 16-byte chunks per row
-  static constexpr int kVChunks = kHeadDimVO / 8;
-  static constexpr int kStages = kPrefillKvStages;
-  static constexpr int kQBytes = kQueryTile * kQKRowBytes;
-  static constexpr int kKBytes = kKvTile * kQKRowBytes;
-  static constexpr int kStageBytes = kKBytes + kKvTile * kVRowBytes;
-  static constexpr int kPageIdsOffset = kQBytes + kStages * kStageBytes;
-  static constexpr int kStageRowFloats = kHeadDimVO + kPrefillStagePad;
-  static constexpr int kSharedBytes =
-      prefill_shared_bytes(kQueryTile, kKvTile, kHeadDimQK, kHeadDimVO);
-
-  static_assert(kQueryTile == 16 || kQueryTile == 32 || kQueryTile == 64 || kQueryTile == 128,
-                "query tile");
-  static_assert(kKvTile == 32 || kKvTile == 64 || kKvTile == 128, "kv tile");
-  static_assert(kHeadDimQK % 64 == 0 && kHeadDimQK <= 256 && kHeadDimVO % 64 == 0 &&
-                    kHeadDimVO <= 256,
-                "head dims: multiples of 64 up to 256 (whole 128-byte swizzle lines)");
-  static_assert(kCode == kCodeF16 || kCode == kCodeBF16, "dtype");
-  static_assert(kPageSize >= 1, "page size");
-  static_assert(kMask == kMaskNone || kMask == kMaskCausal || kMask == kMaskCustom, "mask");
-  static_assert(kWarpsQ * kRowsPerWarp == kQueryTile, "warps cover the query tile");
-  static_assert(kKvPerWarp % 16 == 0, "each KV warp owns whole k16 steps of P.V");
-  static_assert(kTilesO % 2 == 0 && kTilesS % 2 == 0, "ldmatrix.x4 loads n8 tiles in pairs");
-  static_assert(kThreads >= kKvTile, "one thread per page id of a tile");
-  static_assert(kPageIdsOffset % 16 == 0 && kSharedBytes % 16 == 0, "16-byte alignment");
-};
-
-using T = Traits;
-
-// Per-thread softmax state: kMmaQ m16 tiles, each with two rows (g and g + 8) per thread.
-struct RowState {
-  float o[T::kMmaQ][T::kTilesO][4];  // unnormalized output accumulators
-  float m[T::kMmaQ][2];              // running max (log2 units), -inf before any visible key
-  float d[T::kMmaQ][2];              // this thread's part of the running sum of exp2(s - m)
-};
-
-// What one thread needs about each of its rows to mask it.
-struct RowInfo {
-  int q_pos[T::kMmaQ][2];  // KV position of the row's token (causal)
-  int token[T::kMmaQ][2];  // the row's token in its request (custom mask row)
-  long long mask_base;     // custom mask: first bit of the request
-  int kv_len;
-  Variant variant[T::kMmaQ][2];
-};
-
-struct ItemGeometry {
-  int kv_head;
-  int rows;          // packed rows of the item
-  int qo_begin;      // first query token of the request
-  int kv_lo, kv_hi;  // KV positions this item reads
-  int num_tiles;
-  long long kv_base; // ragged: first KV token of the request; paged: first page-table entry
-  int q_pos_first, q_pos_last;  // KV positions of the item's first and last token
-};
-
-__device__ __forceinline__ int warp_q() { return (threadIdx.x / 32) % T::kWarpsQ; }
-__device__ __forceinline__ int warp_kv() { return (threadIdx.x / 32) / T::kWarpsQ; }
-// Tile-local packed row of this thread's row h (0: g, 1: g + 8) of m16 tile mi.
-__device__ __forceinline__ int local_row(int mi, int h) {
-  return warp_q() * T::kRowsPerWarp + mi * 16 + h * 8 + (threadIdx.x % 32) / 4;
-}
-
-// --- loading module: the only place ragged and paged KV differ (001 §3.2.1) ----------------
-
-__device__ __forceinline__ int page_id(const PrefillParams& p, const ItemGeometry& g, int tile,
-                                       int row) {
-  const int pos = g.kv_lo + tile * T::kKvTile + row;
-  return pos < g.kv_hi ? __ldg(p.kv_indices + g.kv_base + pos / T::kPageSize) : 0;
-}
-
-// Element offset of KV position `pos` (row `row` of its tile) under this item's KV head.
-__device__ __forceinline__ long long kv_element(const ItemGeometry& g, int pos, int row,
-                                                const int* page_ids, long long stride_page,
-                                                long long stride_slot, long long stride_head) {
-  if constexpr (T::kPaged) {
-    return page_ids[row] * stride_page + (pos % T::kPageSize) * stride_slot +
-           g.kv_head * stride_head;
-  } else {
-    return (g.kv_base + pos) * stride_page + g.kv_head * stride_head;
-  }
-}
-
-// Rows [0, kRows) of 16-byte chunks into swizzled shared rows; rows where element(row) < 0
-// are zero-filled (their probabilities are 0, and 0 * NaN would be NaN).
-template <int kRows, int kChunks, class ElementOf>
-__device__ __forceinline__ void copy_rows(unsigned dst, const void* base, ElementOf element_of) {
-  const unsigned char* src = static_cast<const unsigned char*>(base);
-#pragma unroll 1
-  for (int i = 0; i < kRows * kChunks / T::kThreads + (kRows * kChunks % T::kThreads != 0); ++i) {
-    const int index = i * T::kThreads + threadIdx.x;
-    if (kRows * kChunks % T::kThreads == 0 || index < kRows * kChunks) {
-      const int row = index / kChunks;
-      const int chunk = index % kChunks;
-      const long long element = element_of(row);
-      const bool valid = element >= 0;
-      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, chunk),
-                  src + (valid ? element * 2 + chunk * 16 : 0), valid);
-    }
-  }
-}
-
-__device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeometry& g, int tile,
-                                         unsigned char* smem) {
-  const int stage = tile % T::kStages;
-  const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
-  const int* page_ids = reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + stage * T::kKvTile;
-  const int start = g.kv_lo + tile * T::kKvTile;
-  copy_rows<T::kKvTile, T::kQKChunks>(k_dst, p.k, [&](int row) -> long long {
-    const int pos = start + row;
-    return pos < g.kv_hi ? kv_element(g, pos, row, page_ids, p.k_stride_page, p.k_stride_slot,
-                                      p.k_stride_head)
-                         : -1;
-  });
-  copy_rows<T::kKvTile, T::kVChunks>(k_dst + T::kKBytes, p.v, [&](int row) -> long long {
-    const int pos = start + row;
-    return pos < g.kv_hi ? kv_element(g, pos, row, page_ids, p.v_stride_page, p.v_stride_slot,
-                                      p.v_stride_head)
-                         : -1;
-  });
-}
-
-__device__ __forceinline__ void issue_q(const PrefillParams& p, const WorkItem& item,
-                                        const ItemGeometry& g, unsigned char* smem) {
-  copy_rows<T::kQueryTile, T::kQKChunks>(shared_address(smem), p.q, [&](int row) -> long long {
-    if (row >= g.rows) return -1;
-    const int packed = item.row_begin + row;
-    const long long token = g.qo_begin + packed / p.group_size;
-    const long long head = item.kv_head * p.group_size + packed % p.group_size;
-    return token * p.q_stride_token + head * p.q_stride_head;
-  });
-}
 
 // --- compute ------------------------------------------------------------------------------
 
 // Per-thread ldmatrix offsets (ks = 0, nj = 0, mi = 0) into the Q tile and a K stage: row
-// and chunk of this lane's row address; later steps are mma::swizzle_at of these.
+// and chunk of this lane's row address; later steps and tiles add immediates to these.
 __device__ __forceinline__ unsigned q_fragment_offset() {
-  const int lane = threadIdx.x % 32;
-  return mma::swizzled_offset<T::kQKRowBytes>(warp_q() * T::kRowsPerWarp + lane % 16, lane / 16);
+  const int lane = thread_index() % 32;
+  return mma::padded_offset<T::kQKRowBytes>(warp_q() * T::kRowsPerWarp + lane % 16, lane / 16);
 }
 __device__ __forceinline__ unsigned k_fragment_offset() {
-  const int lane = threadIdx.x % 32;
-  return mma::swizzled_offset<T::kQKRowBytes>(
-      warp_kv() * T::kKvPerWarp + lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+  const int lane = thread_index() % 32;
+  return mma::padded_offset<T::kQKRowBytes>(warp_kv() * T::kKvPerWarp + lane % 8 + (lane / 16) * 8,
+                                            (lane / 8) % 2);
 }
 __device__ __forceinline__ unsigned v_fragment_offset() {
-  const int lane = threadIdx.x % 32;
-  return mma::swizzled_offset<T::kVRowBytes>(
+  const int lane = thread_index() % 32;
+  return mma::padded_offset<T::kVRowBytes>(
       warp_kv() * T::kKvPerWarp + lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
 }
 
@@ -214,12 +49,12 @@ __device__ __forceinline__ void score_tile(unsigned q_frag, unsigned k_frag,
     unsigned a[T::kMmaQ][4];
 #pragma unroll
     for (int mi = 0; mi < T::kMmaQ; ++mi) {
-      mma::ldmatrix_x4(mma::swizzle_at(q_frag, ks) + mi * 16 * T::kQKRowBytes, a[mi]);
+      mma::ldmatrix_x4(q_frag + ks * 32 + mi * 16 * T::kQKRowStride, a[mi]);
     }
 #pragma unroll
     for (int nj = 0; nj < T::kTilesS; nj += 2) {
       unsigned b[4];
-      mma::ldmatrix_x4(mma::swizzle_at(k_frag, ks) + nj * 8 * T::kQKRowBytes, b);
+      mma::ldmatrix_x4(k_frag + ks * 32 + nj * 8 * T::kQKRowStride, b);
 #pragma unroll
       for (int mi = 0; mi < T::kMmaQ; ++mi) {
         mma::mma_16816<T::kCode>(s[mi][nj], a[mi], b[0], b[1]);
@@ -229,31 +64,33 @@ __device__ __forceinline__ void score_tile(unsigned q_frag, unsigned k_frag,
   }
 }
 
-__device__ __forceinline__ bool visible(const PrefillParams& p, const ItemGeometry& g,
-                                        const RowInfo& rows, int mi, int h, int pos) {
+__device__ __forceinline__ int mask_bit_index(int mi, int h, int nj, int e) {
+  return ((mi * 2 + h) * T::kTilesS + nj) * 2 + e;
+}
+
+__device__ __forceinline__ bool visible(const ItemGeometry& g, const RowInfo& rows, int mi, int h,
+                                        int nj, int e, int pos) {
   bool seen = pos < g.kv_hi && rows.variant[mi][h].logits_mask(pos);
   if constexpr (T::kMask == kMaskCausal) seen = seen && pos <= rows.q_pos[mi][h];
   if constexpr (T::kMask == kMaskCustom) {
-    const long long bit =
-        rows.mask_base + static_cast<long long>(rows.token[mi][h]) * rows.kv_len + pos;
-    seen = seen && ((__ldg(p.custom_mask + (bit >> 3)) >> (bit & 7)) & 1) != 0;
+    const int bit = mask_bit_index(mi, h, nj, e);
+    seen = seen && ((rows.custom_bits[bit / 32] >> (bit % 32)) & 1) != 0;
   }
   return seen;
 }
 
-// Logits transform and mask, online softmax update; s becomes the probabilities.
+// Online softmax update over this warp's S tile; s becomes the probabilities. kMasked: some
+// key of the tile may be invisible to some row of the warp (per-key checks); otherwise none is.
+template <bool kMasked>
 __device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemGeometry& g,
-                                             const RowInfo& rows, int tile,
-                                             float (&s)[T::kMmaQ][T::kTilesS][4], RowState& st) {
-  const int lane = threadIdx.x % 32;
-  const int start = g.kv_lo + tile * T::kKvTile;
-  const int first_col = start + warp_kv() * T::kKvPerWarp + (lane % 4) * 2;
-  // Per-key masking only where some row of the item can lose a key of this tile.
-  bool masked = start + T::kKvTile > g.kv_hi || T::kMask == kMaskCustom ||
-                start < Variant::visible_begin(p.variant, g.q_pos_last);
-  if (T::kMask == kMaskCausal) masked = masked || start + T::kKvTile - 1 > g.q_pos_first;
+                                             const RowInfo& rows, int first_col,
+                                             float (&s)[T::kMmaQ][T::kTilesS][4], RowStats& st,
+                                             RowState& acc) {
   const float q_scale = Variant::query_scale(p.variant);
-
+  // x (what m tracks) -> log2 units: raw q.k scale for linear logits, else x is log2 already.
+  const float to_log2 = kLinearLogits ? q_scale : 1.0f;
+  float rescale[T::kMmaQ][2];
+  bool any_moved = false;
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
@@ -264,9 +101,11 @@ __device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemG
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int pos = first_col + nj * 8 + e;
-          float x = rows.variant[mi][h].logits_transform(p.variant, s[mi][nj][2 * h + e] * q_scale,
-                                                         pos);
-          if (masked && !visible(p, g, rows, mi, h, pos)) x = negative_infinity();
+          float x = s[mi][nj][2 * h + e];
+          if constexpr (!kLinearLogits) {
+            x = rows.variant[mi][h].logits_transform(p.variant, x * q_scale, pos);
+          }
+          if (kMasked && !visible(g, rows, mi, h, nj, e, pos)) x = negative_infinity();
           s[mi][nj][2 * h + e] = x;
           tile_max = fmaxf(tile_max, x);
         }
@@ -274,26 +113,43 @@ __device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemG
       // The four threads of a quad hold one row.
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float m_new = fmaxf(st.m[mi][h], tile_max);
+      // -inf before any visible key: then any finite max moves (inf > threshold), -inf does not
+      // (NaN compares false).
+      const float m_old = st.m[mi][h];
+      const bool moves = (tile_max - m_old) * to_log2 > kRescaleThreshold;
+      rescale[mi][h] = 1.0f;
+      if (moves) {
+        rescale[mi][h] = fast_exp2((m_old - tile_max) * to_log2);  // 0 when m_old = -inf
+        st.m[mi][h] = tile_max;
+        st.d[mi][h] *= rescale[mi][h];
+      }
+      any_moved = any_moved || moves;
       // A row that saw no visible key keeps m = -inf; subtracting 0 keeps exp2 at 0.
-      const float m_base = m_new == negative_infinity() ? 0.0f : m_new;
-      const float rescale = fast_exp2(st.m[mi][h] - m_base);
-      st.m[mi][h] = m_new;
+      const float m_base = st.m[mi][h] == negative_infinity() ? 0.0f : st.m[mi][h];
+      const float offset = -m_base * to_log2;
       float tile_sum = 0.0f;
 #pragma unroll
       for (int nj = 0; nj < T::kTilesS; ++nj) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float prob = fast_exp2(s[mi][nj][2 * h + e] - m_base);
+          const float prob = fast_exp2(fmaf(s[mi][nj][2 * h + e], to_log2, offset));
           s[mi][nj][2 * h + e] = prob;
           tile_sum += prob;
         }
       }
-      st.d[mi][h] = st.d[mi][h] * rescale + tile_sum;
+      st.d[mi][h] += tile_sum;
+    }
+  }
+  // Warp-uniform, so that tiles where no row's max moved skip the multiplies entirely.
+  if (__any_sync(0xffffffffu, any_moved)) {
+#pragma unroll
+    for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
       for (int dn = 0; dn < T::kTilesO; ++dn) {
-        st.o[mi][dn][2 * h] *= rescale;
-        st.o[mi][dn][2 * h + 1] *= rescale;
+        acc.o[mi][dn][0] *= rescale[mi][0];
+        acc.o[mi][dn][1] *= rescale[mi][0];
+        acc.o[mi][dn][2] *= rescale[mi][1];
+        acc.o[mi][dn][3] *= rescale[mi][1];
       }
     }
   }
@@ -316,103 +172,12 @@ __device__ __forceinline__ void accumulate_pv(unsigned v_frag,
 #pragma unroll
     for (int dn = 0; dn < T::kTilesO; dn += 2) {
       unsigned b[4];
-      mma::ldmatrix_x4_trans(mma::swizzle_at(v_frag, dn / 2) + kk * 16 * T::kVRowBytes, b);
+      mma::ldmatrix_x4_trans(v_frag + dn * 16 + kk * 16 * T::kVRowStride, b);
 #pragma unroll
       for (int mi = 0; mi < T::kMmaQ; ++mi) {
         mma::mma_16816<T::kCode>(st.o[mi][dn], a[mi], b[0], b[1]);
         mma::mma_16816<T::kCode>(st.o[mi][dn + 1], a[mi], b[2], b[3]);
       }
-    }
-  }
-}
-
-// --- epilogue -----------------------------------------------------------------------------
-
-// Combines the KV warps' states through shared memory and writes the item's rows: the final o
-// and lse (write-through) or a float32 partial slot for the merge kernel.
-__device__ __forceinline__ void write_item(const PrefillParams& p, const WorkItem& item,
-                                           const ItemGeometry& g, const RowState& st,
-                                           unsigned char* smem) {
-  const int lane = threadIdx.x % 32;
-  float* stage_o = reinterpret_cast<float*>(smem);  // [kWarpsKV][kQueryTile][kStageRowFloats]
-  float* stage_m = stage_o + T::kWarpsKV * T::kQueryTile * T::kStageRowFloats;
-  float* stage_d = stage_m + T::kWarpsKV * T::kQueryTile;  // [kWarpsKV][kQueryTile] each
-#pragma unroll
-  for (int mi = 0; mi < T::kMmaQ; ++mi) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float d = st.d[mi][h];
-      d += __shfl_xor_sync(0xffffffffu, d, 1);
-      d += __shfl_xor_sync(0xffffffffu, d, 2);
-      const int row = warp_kv() * T::kQueryTile + local_row(mi, h);
-      if (lane % 4 == 0) {
-        stage_m[row] = st.m[mi][h];
-        stage_d[row] = d;
-      }
-#pragma unroll
-      for (int dn = 0; dn < T::kTilesO; ++dn) {
-        *reinterpret_cast<float2*>(stage_o + row * T::kStageRowFloats + dn * 8 + (lane % 4) * 2) =
-            make_float2(st.o[mi][dn][2 * h], st.o[mi][dn][2 * h + 1]);
-      }
-    }
-  }
-  __syncthreads();
-
-  for (int unit = threadIdx.x; unit < g.rows * T::kVChunks; unit += T::kThreads) {
-    const int r = unit / T::kVChunks;
-    const int chunk = unit % T::kVChunks;
-    float m_max = negative_infinity();
-#pragma unroll
-    for (int w = 0; w < T::kWarpsKV; ++w) m_max = fmaxf(m_max, stage_m[w * T::kQueryTile + r]);
-    const float m_base = m_max == negative_infinity() ? 0.0f : m_max;
-    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    float denominator = 0.0f;
-#pragma unroll
-    for (int w = 0; w < T::kWarpsKV; ++w) {
-      const float weight = fast_exp2(stage_m[w * T::kQueryTile + r] - m_base);
-      denominator = fmaf(weight, stage_d[w * T::kQueryTile + r], denominator);
-      const float* src = stage_o + (w * T::kQueryTile + r) * T::kStageRowFloats + chunk * 8;
-      const float4 lo = *reinterpret_cast<const float4*>(src);
-      const float4 hi = *reinterpret_cast<const float4*>(src + 4);
-      acc[0] = fmaf(weight, lo.x, acc[0]);
-      acc[1] = fmaf(weight, lo.y, acc[1]);
-      acc[2] = fmaf(weight, lo.z, acc[2]);
-      acc[3] = fmaf(weight, lo.w, acc[3]);
-      acc[4] = fmaf(weight, hi.x, acc[4]);
-      acc[5] = fmaf(weight, hi.y, acc[5]);
-      acc[6] = fmaf(weight, hi.z, acc[6]);
-      acc[7] = fmaf(weight, hi.w, acc[7]);
-    }
-    const bool empty = denominator == 0.0f;
-    const float norm = empty ? 0.0f : 1.0f / denominator;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] *= norm;
-    const float lse = empty ? negative_infinity() : (m_max + fast_log2(denominator)) * kLn2;
-
-    const int packed = item.row_begin + r;
-    if (item.partial_slot < 0) {
-      const long long token = g.qo_begin + packed / p.group_size;
-      const long long head = item.kv_head * p.group_size + packed % p.group_size;
-      Vec16 out;
-      out.x = float2_to_16bit2<T::kCode>(acc[0], acc[1]);
-      out.y = float2_to_16bit2<T::kCode>(acc[2], acc[3]);
-      out.z = float2_to_16bit2<T::kCode>(acc[4], acc[5]);
-      out.w = float2_to_16bit2<T::kCode>(acc[6], acc[7]);
-      unsigned char* o = static_cast<unsigned char*>(p.o);
-      *reinterpret_cast<Vec16*>(
-          o + (token * p.o_stride_token + head * p.o_stride_head + chunk * 8) * 2) = out;
-      if (p.lse != nullptr && chunk == 0) {
-        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
-      }
-    } else {
-      const long long slot_row =
-          static_cast<long long>(item.partial_slot) * p.offsets.partial_rows + r;
-      float* partial_o = reinterpret_cast<float*>(p.workspace + p.offsets.partial_o);
-      float* partial_lse = reinterpret_cast<float*>(p.workspace + p.offsets.partial_lse);
-      float* dst = partial_o + slot_row * T::kHeadDimVO + chunk * 8;
-      *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      *reinterpret_cast<float4*>(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-      if (chunk == 0) partial_lse[slot_row] = lse;
     }
   }
 }
@@ -436,111 +201,239 @@ __device__ __forceinline__ ItemGeometry item_geometry(const PrefillParams& p,
   }
   g.kv_base = kv_begin;
   // Bottom-right alignment: token t of the request sits at KV position kv_len - q_len + t.
-  g.q_pos_first = kv_len - q_len + item.row_begin / p.group_size;
-  g.q_pos_last = kv_len - q_len + (item.row_end - 1) / p.group_size;
+  g.q_offset = kv_len - q_len;
+  g.q_pos_first = g.q_offset + item.row_begin / p.group_size;
+  g.q_pos_last = g.q_offset + (item.row_end - 1) / p.group_size;
   g.kv_hi = item.kv_end;
   const int visible_from = Variant::visible_begin(p.variant, g.q_pos_first);
   g.kv_lo = item.kv_begin > visible_from ? item.kv_begin : visible_from;
   g.num_tiles = g.kv_hi > g.kv_lo ? (g.kv_hi - g.kv_lo + T::kKvTile - 1) / T::kKvTile : 0;
+  g.kv_len = kv_len;
+  g.mask_base = 0;
+  if constexpr (T::kMask == kMaskCustom) g.mask_base = 8LL * __ldg(p.mask_indptr + item.request);
   return g;
 }
 
-__device__ __forceinline__ void init_rows(const PrefillParams& p, const WorkItem& item,
-                                          const ItemGeometry& g, RowInfo& rows, RowState& st) {
-  const int q_offset = g.q_pos_first - item.row_begin / p.group_size;  // kv_len - q_len
-  rows.mask_base = 0;
-  if constexpr (T::kMask == kMaskCustom) rows.mask_base = 8LL * __ldg(p.mask_indptr + item.request);
-  rows.kv_len = q_offset + (__ldg(p.qo_indptr + item.request + 1) - g.qo_begin);
+// The item record and row tables; visible to every thread after the next barrier.
+__device__ __forceinline__ void write_item_shared(const PrefillParams& p, const WorkItem& item,
+                                                  const ItemGeometry& g, ItemShared& shared) {
+  if (thread_index() == 0) shared.record = ItemRecord{item, g};
+  for (int r = thread_index(); r < T::kQueryTile; r += T::kThreads) {
+    // Rows past the item are computed on zero queries and never written; repeating the last
+    // row keeps their mask reads inside the request's bits.
+    const int packed = item.row_begin + min(r, g.rows - 1);
+    shared.row_q_pos[r] = g.q_offset + packed / p.group_size;
+    shared.row_qo_head[r] = item.kv_head * p.group_size + packed % p.group_size;
+  }
+}
+
+// first_col: this thread's first S column (KV position).
+__device__ __forceinline__ RowInfo row_info(const PrefillParams& p, const ItemShared& shared,
+                                            int first_col) {
+  RowInfo rows;
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      // Rows past the item are computed on zero queries and never written; clamping keeps
-      // their mask reads inside the request's bits.
-      const int r = min(local_row(mi, h), g.rows - 1);
-      const int packed = item.row_begin + r;
-      const int token = packed / p.group_size;
-      rows.q_pos[mi][h] = q_offset + token;
-      rows.token[mi][h] = token;
-      rows.variant[mi][h].init(p.variant, item.kv_head * p.group_size + packed % p.group_size,
-                               q_offset + token);
+      const int r = local_row(mi, h);
+      rows.q_pos[mi][h] = shared.row_q_pos[r];
+      rows.variant[mi][h].init(p.variant, shared.row_qo_head[r], rows.q_pos[mi][h]);
+    }
+  }
+  if constexpr (T::kMask == kMaskCustom) {
+    const ItemGeometry& g = shared.record.g;
+#pragma unroll
+    for (int w = 0; w < (RowInfo::kMaskBits + 31) / 32; ++w) rows.custom_bits[w] = 0;
+#pragma unroll
+    for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const long long row_bit =
+            g.mask_base + static_cast<long long>(rows.q_pos[mi][h] - g.q_offset) * g.kv_len;
+#pragma unroll
+        for (int nj = 0; nj < T::kTilesS; ++nj) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int pos = first_col + nj * 8 + e;
+            const long long bit = row_bit + pos;
+            // Columns past kv_hi may lie past the request's bits; visible() drops them anyway.
+            const unsigned set =
+                pos < g.kv_hi ? (__ldg(p.custom_mask + (bit >> 3)) >> (bit & 7)) & 1u : 0u;
+            const int index = mask_bit_index(mi, h, nj, e);
+            rows.custom_bits[index / 32] |= set << (index % 32);
+          }
+        }
+      }
+    }
+  }
+  return rows;
+}
+
+__device__ __forceinline__ void init_state(RowState& acc, RowStats& st) {
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
       st.m[mi][h] = negative_infinity();
       st.d[mi][h] = 0.0f;
+    }
 #pragma unroll
-      for (int dn = 0; dn < T::kTilesO; ++dn) {
-        st.o[mi][dn][2 * h] = 0.0f;
-        st.o[mi][dn][2 * h + 1] = 0.0f;
-      }
+    for (int dn = 0; dn < T::kTilesO; ++dn) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc.o[mi][dn][e] = 0.0f;
     }
   }
 }
 
-__device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem& item,
-                                         unsigned char* smem) {
-  const ItemGeometry g = item_geometry(p, item);
-  int* page_ids = reinterpret_cast<int*>(smem + T::kPageIdsOffset);  // [kStages][kKvTile]
-  // Page ids of tile t sit in slot t % 2 from one iteration before their copies are issued;
-  // the ids of the tile after that wait in a register (no dependent load in the issue path).
-  int next_page_id = 0;
-  if constexpr (T::kPaged) {
-    if (threadIdx.x < T::kKvTile) {
-      page_ids[threadIdx.x] = page_id(p, g, 0, threadIdx.x);
-      page_ids[T::kKvTile + threadIdx.x] = page_id(p, g, 1, threadIdx.x);
-      next_page_id = page_id(p, g, 2, threadIdx.x);
-    }
-    __syncthreads();
+__device__ __forceinline__ WarpSpan warp_span(const PrefillParams& p, const WorkItem& item,
+                                              const ItemGeometry& g) {
+  const int first_row = warp_q() * T::kRowsPerWarp;
+  const int last_row = min(first_row + T::kRowsPerWarp, g.rows) - 1;
+  const int first_pos = g.q_offset + (item.row_begin + first_row) / p.group_size;
+  const int last_pos = g.q_offset + (item.row_begin + max(last_row, 0)) / p.group_size;
+  WarpSpan span;
+  span.kv_end = g.kv_hi;
+  span.full_end = g.kv_hi;
+  if constexpr (T::kMask == kMaskCausal) {
+    span.kv_end = min(span.kv_end, last_pos + 1);
+    span.full_end = min(span.full_end, first_pos + 1);
   }
-  issue_q(p, item, g, smem);
-  if (g.num_tiles > 0) issue_kv(p, g, 0, smem);
-  cp_async_commit();
+  if constexpr (T::kMask == kMaskCustom) span.full_end = 0;
+  if (last_row < first_row) span.kv_end = 0;  // a warp past the item's rows
+  span.full_begin = Variant::visible_begin(p.variant, last_pos);
+  return span;
+}
 
+// The KV tile being processed (the thread's loop position minus one), its first KV position
+// for this warp, and its stage.
+__device__ __forceinline__ int current_tile(const ItemShared& shared) {
+  return shared.loop_tile[thread_index()] - 1;
+}
+__device__ __forceinline__ int first_column(const ItemShared& shared, int tile) {
+  return shared.record.g.kv_lo + tile * T::kKvTile + warp_kv() * T::kKvPerWarp;
+}
+__device__ __forceinline__ unsigned stage_address(const unsigned char* smem, int tile) {
+  return shared_address(smem) + T::kQBytes + (tile % T::kStages) * T::kStageBytes;
+}
+
+// Q.K^T, softmax and P.V of this warp's rows against its KV columns of the current tile. Tile
+// dependent values are re-derived from shared memory after Q.K^T and the V address from the K
+// address, so that nothing but the accumulators and fragments lives across the QK^T peak.
+template <bool kMasked>
+__device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned char* smem,
+                                             RowState& acc) {
+  ItemShared& shared = item_shared(smem);
+  // Row data only where something reads it: masks, or logits that are not linear. Custom-mask
+  // bits are gathered before Q.K^T, while the S accumulators are not yet live; the rest after.
   RowInfo rows;
-  RowState st;
-  init_rows(p, item, g, rows, st);
+  if constexpr (T::kMask == kMaskCustom) {
+    rows = row_info(p, shared, first_column(shared, current_tile(shared)) + thread_index() % 4 * 2);
+  }
+  unsigned k_frag = stage_address(smem, current_tile(shared)) + k_fragment_offset();
+  float s[T::kMmaQ][T::kTilesS][4];
+  score_tile(shared_address(smem) + q_fragment_offset(), k_frag, s);
+  asm volatile("" : "+r"(k_frag));  // opaque: the V address below derives from it
+  const unsigned v_frag = k_frag + T::kKBytes + v_fragment_offset() - k_fragment_offset();
+  const int thread_col = first_column(shared, current_tile(shared)) + thread_index() % 4 * 2;
+  if constexpr (T::kMask != kMaskCustom) {
+    if (kMasked || !kLinearLogits) rows = row_info(p, shared, thread_col);
+  }
+  RowStats st = shared.stats[thread_index()];
+  softmax_tile<kMasked>(p, shared.record.g, rows, thread_col, s, st, acc);
+  shared.stats[thread_index()] = st;
+  accumulate_pv(v_frag, s, acc);
+}
 
-  const unsigned smem_base = shared_address(smem);
-  const unsigned q_frag = smem_base + q_fragment_offset();
-  const unsigned k_frag = k_fragment_offset();
-  const unsigned v_frag = v_fragment_offset();
-  for (int tile = 0; tile < g.num_tiles; ++tile) {
+__device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem& item_in,
+                                         unsigned char* smem) {
+  ItemShared& shared = item_shared(smem);
+  {
+    const ItemGeometry g = item_geometry(p, item_in);
+    write_item_shared(p, item_in, g, shared);
+    if (thread_index() % 32 == 0) shared.spans[thread_index() / 32] = warp_span(p, item_in, g);
+    if constexpr (T::kPaged) {
+      // Page-id slot t % 2 holds tile t's ids from one iteration before its copies are issued.
+      issue_page_ids(p, g, 0, smem);
+      issue_page_ids(p, g, 1, smem);
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // the record, row tables, spans and first page ids are visible
+    // Every thread has read next_item (this item's index) before the barrier above; the
+    // atomic's latency hides behind the item, the barrier at its end publishes the result.
+    if (thread_index() == 0) shared.next_item = atomicAdd(p.next_work_item, 1);
+    issue_q(p, item_in, g, smem);
+    if (g.num_tiles > 0) issue_kv(p, g, 0, smem);
+    cp_async_commit();
+  }
+  // From here on the item lives in shared memory.
+  const ItemGeometry& g = shared.record.g;
+
+  RowState acc;
+  {
+    RowStats st;
+    init_state(acc, st);
+    shared.stats[thread_index()] = st;
+  }
+  // The loop position lives in shared memory (each thread its own copy) and g.num_tiles is
+  // re-read there: registers carried through the loop spill at the QK^T peak.
+  shared.loop_tile[thread_index()] = 0;
+  for (;;) {
+    const int tile = shared.loop_tile[thread_index()];
+    if (tile >= g.num_tiles) break;
+    shared.loop_tile[thread_index()] = tile + 1;
     cp_async_wait<0>();
     // Tile `tile` (and Q) landed for every thread; every thread is done with tile - 1, whose
     // stage and page-id slot the next issue and the page-id store overwrite.
     __syncthreads();
     if (tile + 1 < g.num_tiles) issue_kv(p, g, tile + 1, smem);
+    // Slot tile % 2 was last read by issue_kv(tile), before the barrier.
+    if (T::kPaged && tile + 2 < g.num_tiles) issue_page_ids(p, g, tile + 2, smem);
     cp_async_commit();
-    if constexpr (T::kPaged) {
-      if (threadIdx.x < T::kKvTile) {
-        page_ids[(tile % T::kStages) * T::kKvTile + threadIdx.x] = next_page_id;
-        next_page_id = page_id(p, g, tile + 3, threadIdx.x);
-      }
+    const int first_col = first_column(shared, tile);
+    // Warp-uniform: columns no row of the warp sees contribute exactly nothing (skipped);
+    // per-key masks only where some row may lose a key.
+    const WarpSpan span = shared.spans[thread_index() / 32];
+    if (first_col >= span.kv_end) continue;
+    if (first_col >= span.full_begin && first_col + T::kKvPerWarp <= span.full_end) {
+      process_tile<false>(p, smem, acc);
+    } else {
+      process_tile<true>(p, smem, acc);
     }
-    const unsigned stage = smem_base + T::kQBytes + (tile % T::kStages) * T::kStageBytes;
-    float s[T::kMmaQ][T::kTilesS][4];
-    score_tile(q_frag, stage + k_frag, s);
-    softmax_tile(p, g, rows, tile, s, st);
-    accumulate_pv(stage + T::kKBytes + v_frag, s, st);
   }
   cp_async_wait<0>();
   __syncthreads();  // the Q tile and the stages become the output staging
-  write_item(p, item, g, st, smem);
-  __syncthreads();  // the next item's copies overwrite the staging
+  write_item(p, shared.record.item, g, acc, shared.stats[thread_index()], smem);
+  __syncthreads();  // the next item's copies and record overwrite the staging and the record
 }
 
 }  // namespace flare::prefill
+
+// The workspace pointer as a fresh copy of the kernel parameter: pointers derived from it are
+// recomputed per work item instead of living in registers across the KV loop (see
+// thread_index()).
+__device__ __forceinline__ const unsigned char* workspace_of(const flare::PrefillParams& p) {
+  const unsigned char* workspace = p.workspace;
+  asm volatile("" : "+l"(workspace));
+  return workspace;
+}
 
 // minBlocks 1: without it ptxas caps some small-tile configs at 128 registers and spills.
 extern "C" __global__ void __launch_bounds__(flare::prefill::Traits::kThreads, 1)
     flare_prefill(const flare::PrefillParams params) {
   extern __shared__ __align__(128) unsigned char flare_prefill_smem[];
-  const unsigned char* ws = params.workspace;
-  const auto* counts = reinterpret_cast<const flare::PlanCounts*>(ws + params.offsets.counts);
-  if (static_cast<int>(blockIdx.x) >= counts->num_ctas) return;
-  const int* cta_indptr = reinterpret_cast<const int*>(ws + params.offsets.cta_indptr);
-  const auto* items = reinterpret_cast<const flare::WorkItem*>(ws + params.offsets.work_items);
-  const int end = cta_indptr[blockIdx.x + 1];
-  for (int w = cta_indptr[blockIdx.x]; w < end; ++w) {
-    const flare::WorkItem item = items[w];
-    flare::prefill::run_item(params, item, flare_prefill_smem);
+  const auto counts = [&params] {
+    return reinterpret_cast<const flare::PlanCounts*>(workspace_of(params) + params.offsets.counts);
+  };
+  if (static_cast<int>(blockIdx.x) >= counts()->num_ctas) return;
+  // One queue for all CTAs: the next item goes to whichever CTA finishes first. The item
+  // index is re-read from shared memory per item rather than carried in a register.
+  flare::prefill::ItemShared& shared = flare::prefill::item_shared(flare_prefill_smem);
+  if (flare::prefill::thread_index() == 0) shared.next_item = atomicAdd(params.next_work_item, 1);
+  __syncthreads();
+  while (shared.next_item < counts()->num_work_items) {
+    const auto* items =
+        reinterpret_cast<const flare::WorkItem*>(workspace_of(params) + params.offsets.work_items);
+    flare::prefill::run_item(params, items[shared.next_item], flare_prefill_smem);
   }
 }

@@ -20,14 +20,17 @@ struct PrefillParams {
   const void* v;  // same with D_vo
   void* o;        // [total_q, H_qo, D_vo]
   float* lse;     // [total_q, H_qo] or null
-  const int32_t* qo_indptr;         // [batch + 1] query tokens
-  const int32_t* kv_indptr;         // [batch + 1] tokens (ragged) or pages (paged)
-  const int32_t* kv_indices;        // paged: page ids
-  const int32_t* kv_last_page_len;  // paged: [batch]
-  const unsigned char* custom_mask; // kMaskCustom: packed bits
-  const int32_t* mask_indptr;       // kMaskCustom: [batch + 1] byte offsets
+  const int32_t* qo_indptr;          // [batch + 1] query tokens
+  const int32_t* kv_indptr;          // [batch + 1] tokens (ragged) or pages (paged)
+  const int32_t* kv_indices;         // paged: page ids
+  const int32_t* kv_last_page_len;   // paged: [batch]
+  const unsigned char* custom_mask;  // kMaskCustom: packed bits
+  const int32_t* mask_indptr;        // kMaskCustom: [batch + 1] byte offsets
   unsigned char* workspace;
   WorkspaceOffsets offsets;
+  // Zeroed before each launch: CTAs take the plan's work items in array order from this
+  // counter (dynamic balance; the order is chosen for L2 reuse of K/V, see batch_prefill.cpp).
+  int32_t* next_work_item;
   int64_t q_stride_token, q_stride_head;
   // Ragged: stride_page is the token stride and stride_slot is unused.
   int64_t k_stride_page, k_stride_slot, k_stride_head;
@@ -39,22 +42,36 @@ struct PrefillParams {
   VariantParams variant;
 };
 
-// Warp layout of a (query tile, head_dim_vo) pair. Warps split the query rows, 16 rows (one
-// m16 tile) each: two m16 tiles per warp would halve the shared-memory reads of K and V per MMA,
-// but their 2 x head_dim_vo / 2 output accumulators spill on sm_80 and sm_90a at every KV tile
-// (measured with ptxas), so the kernel's kMmaQ stays generic and this returns 1. Tiles of 16 and
-// 32 rows add warps along the KV tile (their partial softmax states are combined at the end of a
-// work item), so every CTA has at least 4 warps to issue loads and MMAs.
-constexpr int prefill_mma_q(int /*query_tile*/, int /*head_dim_vo*/) { return 1; }
-constexpr int prefill_warps_q(int query_tile, int head_dim_vo) {
-  return query_tile / (16 * prefill_mma_q(query_tile, head_dim_vo));
+// One prefill kernel configuration: what the layout functions below and the kernel's Traits
+// derive every warp count and shared-memory offset from.
+struct PrefillShape {
+  int query_tile;  // packed query rows per CTA tile: 16 | 32 | 64 | 128
+  int kv_tile;     // KV rows per pipeline stage: 32 | 64 | 128
+  int head_dim_qk;
+  int head_dim_vo;
+  int mask;  // PrefillMaskCode
+};
+
+// Warp layout. Each warp owns whole m16 tiles of query rows. 128-row tiles with head_dim_vo
+// <= 128 give each of 4 warps two m16 tiles (32 rows, FA2's layout): every K/V fragment a warp
+// reads from shared memory then feeds two MMAs per n8 tile, 160 instead of 272 shared bytes per
+// MMA, and two 4-warp CTAs share an SM out of phase. Their 2 x head_dim_vo / 2 output
+// accumulators fit 255 registers only with 64-key tiles and without the custom mask's per-key
+// bit loads (measured with ptxas); wider heads, smaller tiles and custom masks keep one m16 tile
+// per warp. Tiles of 16 and 32 rows add warps along the KV tile (their partial softmax states
+// are combined at the end of a work item), so every CTA has at least 4 warps to issue loads
+// and MMAs.
+constexpr int prefill_mma_q(const PrefillShape& s) {
+  return s.query_tile == 128 && s.head_dim_vo <= 128 && s.mask != kMaskCustom ? 2 : 1;
 }
-constexpr int prefill_warps_kv(int query_tile, int head_dim_vo) {
-  return prefill_warps_q(query_tile, head_dim_vo) >= 4 ? 1
-                                                       : 4 / prefill_warps_q(query_tile, head_dim_vo);
+constexpr int prefill_warps_q(const PrefillShape& s) {
+  return s.query_tile / (16 * prefill_mma_q(s));
 }
-constexpr int prefill_threads(int query_tile, int head_dim_vo) {
-  return 32 * prefill_warps_q(query_tile, head_dim_vo) * prefill_warps_kv(query_tile, head_dim_vo);
+constexpr int prefill_warps_kv(const PrefillShape& s) {
+  return prefill_warps_q(s) >= 4 ? 1 : 4 / prefill_warps_q(s);
+}
+constexpr int prefill_threads(const PrefillShape& s) {
+  return 32 * prefill_warps_q(s) * prefill_warps_kv(s);
 }
 
 // fp32 output staging rows are padded by 8 floats (32 bytes) so the float2 stores of the four
@@ -62,17 +79,34 @@ constexpr int prefill_threads(int query_tile, int head_dim_vo) {
 constexpr int kPrefillStagePad = 8;
 constexpr int kPrefillKvStages = 2;
 
+// Bytes reserved for the work item's record (item, geometry, mask scalars; see prefill.cuh),
+// which the main loop and the epilogue read from shared memory instead of holding registers.
+constexpr int kPrefillItemRecordBytes = 128;
+
 // Dynamic shared memory of one CTA: the Q tile, kPrefillKvStages K/V stages and their page ids
-// while the main loop runs; the fp32 output staging (per KV warp) and row statistics after it.
-constexpr int prefill_shared_bytes(int query_tile, int kv_tile, int head_dim_qk, int head_dim_vo) {
-  const int q_bytes = query_tile * head_dim_qk * 2;
-  const int stage_bytes = kv_tile * (head_dim_qk + head_dim_vo) * 2;
-  const int page_id_bytes = kPrefillKvStages * kv_tile * 4;
+// while the main loop runs, the fp32 output staging (per KV warp) and row statistics after it;
+// then, live throughout, the item record, two int tables per packed row (KV position, query
+// head), each thread's softmax statistics (running max and sum of its rows) and KV loop
+// position, and each warp's visible KV span.
+constexpr int prefill_item_offset(const PrefillShape& s) {
+  // Shared rows are padded by 16 bytes (kernels/mma_utils.cuh).
+  const int q_bytes = s.query_tile * (s.head_dim_qk * 2 + 16);
+  const int stage_bytes = s.kv_tile * (s.head_dim_qk * 2 + s.head_dim_vo * 2 + 32);
+  const int page_id_bytes = kPrefillKvStages * s.kv_tile * 4;
   const int main_loop = q_bytes + kPrefillKvStages * stage_bytes + page_id_bytes;
-  const int warps_kv = prefill_warps_kv(query_tile, head_dim_vo);
-  const int epilogue = warps_kv * query_tile * (head_dim_vo + kPrefillStagePad) * 4 +
-                       2 * warps_kv * query_tile * 4;
+  const int warps_kv = prefill_warps_kv(s);
+  const int epilogue = warps_kv * s.query_tile * (s.head_dim_vo + kPrefillStagePad) * 4 +
+                       2 * warps_kv * s.query_tile * 4;
   return main_loop > epilogue ? main_loop : epilogue;
+}
+constexpr int prefill_shared_bytes(const PrefillShape& s) {
+  const int threads = prefill_threads(s);
+  const int row_stats_bytes = threads * prefill_mma_q(s) * 4 * 4;
+  const int loop_tile_bytes = threads * 4;
+  const int warp_span_bytes = threads / 32 * 3 * 4;
+  const int bytes = prefill_item_offset(s) + kPrefillItemRecordBytes + 2 * s.query_tile * 4 +
+                    row_stats_bytes + loop_tile_bytes + warp_span_bytes;
+  return (bytes + 15) / 16 * 16;
 }
 
 }  // namespace flare

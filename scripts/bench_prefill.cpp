@@ -134,9 +134,8 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
   ragged.plan(qo_indptr, kv_indptr, {}, stream.get());
   RaggedKV rkv{view(k.data(), DType::kBF16, {total_kv, kHeads, kHeadDim}),
                view(v.data(), DType::kBF16, {total_kv, kHeads, kHeadDim}), d_kv.tensor};
-  const double ragged_ms = median_ms(stream.get(), [&] {
-    ragged.run(qv, d_qo.tensor, rkv, ov, std::nullopt, stream.get());
-  });
+  const double ragged_ms = median_ms(
+      stream.get(), [&] { ragged.run(qv, d_qo.tensor, rkv, ov, std::nullopt, stream.get()); });
   tiles = std::to_string(ragged.last_tiles().query_tile) + "x" +
           std::to_string(ragged.last_tiles().kv_tile);
 
@@ -152,9 +151,8 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
   pkv.table.indptr = d_pages.tensor;
   pkv.table.indices = d_ids.tensor;
   pkv.table.last_block_len = d_last.tensor;
-  const double paged_ms = median_ms(stream.get(), [&] {
-    paged.run(qv, d_qo.tensor, pkv, ov, std::nullopt, stream.get());
-  });
+  const double paged_ms = median_ms(
+      stream.get(), [&] { paged.run(qv, d_qo.tensor, pkv, ov, std::nullopt, stream.get()); });
   return {flops / ragged_ms / 1e9, flops / paged_ms / 1e9};
 }
 

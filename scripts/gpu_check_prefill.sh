@@ -4,7 +4,8 @@
 # memcheck and racecheck on a small case, then the prefill benchmark next to PyTorch SDPA
 # (flash, cuDNN) on the same shapes. Full logs go to $OUT (default ./gpu_check_out).
 # Usage: scripts/gpu_check_prefill.sh   (FLARE_GTEST_SOURCE=<googletest tree> if needed;
-#   FLARE_GPU_CHECK_SKIP_BENCH=1 skips the benchmark)
+#   FLARE_GPU_CHECK_SKIP_BENCH=1 skips the benchmark; FLARE_GPU_CHECK_TILES="128x32 64x64"
+#   repeats the flare benchmark with those tiles forced, after the heuristic's)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -45,5 +46,10 @@ if [ "${FLARE_GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
   "$BUILD/bench_prefill" 2>&1 | tee "$OUT/prefill_bench.log" || status=1
   PYTHONUNBUFFERED=1 python3 scripts/bench_prefill_torch.py 2>&1 | tee -a "$OUT/prefill_bench.log" ||
     status=1
+  for tiles in ${FLARE_GPU_CHECK_TILES:-}; do
+    step "benchmark with tiles $tiles forced"
+    FLARE_BENCH_QUERY_TILE=${tiles%x*} FLARE_BENCH_KV_TILE=${tiles#*x} "$BUILD/bench_prefill" 2>&1 |
+      tee -a "$OUT/prefill_bench.log" || status=1
+  done
 fi
 exit $status

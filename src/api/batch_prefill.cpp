@@ -1,9 +1,10 @@
 // BatchPrefill: config validation, the tile heuristic, the prefill/merge kernel specs, the
-// persistent grid and workspace, plan() (host planner + one async copy) and run() (validation
-// + at most two launches).
+// persistent grid and workspace, plan() (host planner, work items ordered for K/V reuse, one
+// async copy) and run() (validation, a queue reset and at most two launches).
 #include "flare/api/batch_prefill.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -22,13 +23,22 @@ namespace {
 const char* const kWhat = "BatchPrefill";
 constexpr int kQueryTiles[] = {16, 32, 64, 128};
 constexpr int kKvTiles[] = {128, 64, 32};  // larger first: ties keep the larger tile
-// fp32 accumulators (O and S fragments) per thread: above the hard cap ptxas spills (measured:
-// 160 spills with the custom mask or the full variant on sm_80); within the comfortable budget
-// ties prefer the larger KV tile (measured on an H200, bf16 causal D 128: 128x128 tiles run
-// 6-10% faster than 128x64, docs/perf.md).
-constexpr int kMaxAccumulatorRegisters = 144;
-constexpr int kComfortableAccumulatorRegisters = 128;
-constexpr int kMaxRegistersPerThread = 255;
+// fp32 accumulators (O and S fragments) per thread, by m16 tiles per warp: above the hard cap
+// ptxas spills (measured: one m16 tile, 160 spills with the custom mask or the full variant on
+// sm_80; two m16 tiles, 256 spill at every configuration, 192 compile to 255 registers with the
+// statistics parked in shared memory); within the comfortable budget ties prefer the larger KV
+// tile (measured on an H200 with one m16 tile, bf16 causal D 128: 128x128 tiles ran 6-10%
+// faster than 128x64, docs/perf.md).
+constexpr int kMaxAccumulatorRegisters[] = {0, 144, 192};
+constexpr int kComfortableAccumulatorRegisters[] = {0, 128, 192};
+// KV columns of S per warp, by m16 tiles per warp: two m16 tiles with 128 columns spill at D 64
+// (sm_80 and sm_90a, 12-92 bytes) although their 192 accumulators match D 128 with 64 columns:
+// the K fragments of a k-step double. Custom masks gather one mask bit per S element before
+// Q.K^T: 128 columns spill 8 bytes on sm_80.
+constexpr int kMaxScoreColumns[] = {0, 128, 64};
+constexpr int kMaxCustomMaskColumns = 64;
+// Registers are allocated per warp in units of 256 per thread (255 usable).
+constexpr int kRegistersPerThreadAllocated = 256;
 constexpr int kReservedSharedPerCta = 1024;  // the driver's per-CTA reservation
 // Persistent CTAs per SM: two 4-warp CTAs already give 8 warps; more only grows the partial
 // workspace (2 slots per CTA, 002 D.3).
@@ -72,9 +82,9 @@ void validate_config(const BatchPrefillConfig& c) {
   FLARE_CHECK(c.kv_tile == 0 || std::ranges::count(kKvTiles, c.kv_tile) == 1,
               ErrorCode::kInvalidArgument, kWhat, ": kv_tile must be 0, 32, 64 or 128, got ",
               c.kv_tile);
-  FLARE_CHECK(c.fixed_split_size >= 0 && c.num_sms_to_use >= 0, ErrorCode::kInvalidArgument,
-              kWhat, ": fixed_split_size and num_sms_to_use must be >= 0, got ",
-              c.fixed_split_size, " and ", c.num_sms_to_use);
+  FLARE_CHECK(c.fixed_split_size >= 0 && c.num_sms_to_use >= 0, ErrorCode::kInvalidArgument, kWhat,
+              ": fixed_split_size and num_sms_to_use must be >= 0, got ", c.fixed_split_size,
+              " and ", c.num_sms_to_use);
   const AttentionParams& p = c.params;
   FLARE_CHECK(std::isfinite(p.sm_scale) && p.sm_scale >= 0.0f && std::isfinite(p.logits_soft_cap),
               ErrorCode::kInvalidArgument, kWhat,
@@ -87,50 +97,50 @@ void validate_config(const BatchPrefillConfig& c) {
     const TensorView& s = *p.alibi_slopes;
     FLARE_CHECK(p.pos_encoding == PosEncoding::kAlibi, ErrorCode::kInvalidArgument, kWhat,
                 ": alibi_slopes is given but pos_encoding is not kAlibi");
-    FLARE_CHECK(s.device.is_cpu() && s.dtype == DType::kF32 && s.ndim == 1 &&
-                    s.shape[0] == c.num_qo_heads,
-                ErrorCode::kInvalidArgument, kWhat, ": alibi_slopes must be a float32 CPU tensor [",
-                c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ",
-                s.device.str());
+    FLARE_CHECK(
+        s.device.is_cpu() && s.dtype == DType::kF32 && s.ndim == 1 && s.shape[0] == c.num_qo_heads,
+        ErrorCode::kInvalidArgument, kWhat, ": alibi_slopes must be a float32 CPU tensor [",
+        c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
   }
   standard_variant_flags(variant_params(p), kWhat);  // throws for what the variant cannot express
 }
 
 int mask_code(MaskMode mask) {
   switch (mask) {
-    case MaskMode::kNone: return kMaskNone;
-    case MaskMode::kCausal: return kMaskCausal;
-    case MaskMode::kCustom: return kMaskCustom;
+    case MaskMode::kNone:
+      return kMaskNone;
+    case MaskMode::kCausal:
+      return kMaskCausal;
+    case MaskMode::kCustom:
+      return kMaskCustom;
   }
   return kMaskNone;
 }
 
-}  // namespace
-
-namespace {
-
 // The KV tile rule of choose_prefill_tiles; 0 when no KV tile fits.
-int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo,
+int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                     const PrefillDeviceLimits& limits) {
-  const int mma_q = prefill_mma_q(query_tile, head_dim_vo);
-  const int warps_kv = prefill_warps_kv(query_tile, head_dim_vo);
-  const int threads = prefill_threads(query_tile, head_dim_vo);
   int best_tile = 0;
   std::pair<int, int> best_score{0, 0};
   for (const int kv_tile : kKvTiles) {
-    const int kv_per_warp = kv_tile / warps_kv;
+    const PrefillShape shape{query_tile, kv_tile, head_dim_qk, head_dim_vo, mask_code(mask)};
+    const int mma_q = prefill_mma_q(shape);
+    const int threads = prefill_threads(shape);
+    const int kv_per_warp = kv_tile / prefill_warps_kv(shape);
     if (kv_per_warp < 16) continue;  // a KV warp owns whole k16 steps of P.V
+    if (kv_per_warp > kMaxScoreColumns[mma_q]) continue;
+    if (mask == MaskMode::kCustom && kv_per_warp > kMaxCustomMaskColumns) continue;
     const int accumulators = mma_q * 4 * (head_dim_vo / 8 + kv_per_warp / 8);
-    if (accumulators > kMaxAccumulatorRegisters) continue;
-    const int shared = prefill_shared_bytes(query_tile, kv_tile, head_dim_qk, head_dim_vo);
+    if (accumulators > kMaxAccumulatorRegisters[mma_q]) continue;
+    const int shared = prefill_shared_bytes(shape);
     if (shared > limits.max_shared_bytes_per_block) continue;
     const int by_shared = limits.shared_bytes_per_sm / (shared + kReservedSharedPerCta);
-    const int by_registers = limits.registers_per_sm / (threads * kMaxRegistersPerThread);
+    const int by_registers = limits.registers_per_sm / (threads * kRegistersPerThreadAllocated);
     const int warps = std::min(by_shared, by_registers) * threads / 32;
     // Most resident warps first; then the larger KV tile within the comfortable register
     // budget, else the fewer accumulators.
     const std::pair<int, int> score{
-        warps, accumulators <= kComfortableAccumulatorRegisters ? kv_tile : -accumulators};
+        warps, accumulators <= kComfortableAccumulatorRegisters[mma_q] ? kv_tile : -accumulators};
     if (best_tile == 0 || score > best_score) {
       best_score = score;
       best_tile = kv_tile;
@@ -141,17 +151,17 @@ int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo,
 
 }  // namespace
 
-int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo,
+int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                            const PrefillDeviceLimits& limits) {
-  const int tile = fitting_kv_tile(query_tile, head_dim_qk, head_dim_vo, limits);
-  FLARE_CHECK(tile > 0, ErrorCode::kUnsupported, kWhat, ": no KV tile fits query tile ",
-              query_tile, " with head dims ", head_dim_qk, "/", head_dim_vo, " in ",
+  const int tile = fitting_kv_tile(query_tile, head_dim_qk, head_dim_vo, mask, limits);
+  FLARE_CHECK(tile > 0, ErrorCode::kUnsupported, kWhat, ": no KV tile fits query tile ", query_tile,
+              " with head dims ", head_dim_qk, "/", head_dim_vo, " in ",
               limits.max_shared_bytes_per_block, " bytes of shared memory per block");
   return tile;
 }
 
 PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, int head_dim_vo,
-                                  const PrefillDeviceLimits& limits) {
+                                  MaskMode mask, const PrefillDeviceLimits& limits) {
   size_t index = std::size(kQueryTiles) - 1;
   for (size_t i = 0; i < std::size(kQueryTiles); ++i) {
     if (kQueryTiles[i] >= average_packed_rows) {
@@ -160,12 +170,13 @@ PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, i
     }
   }
   // A device with little shared memory takes the largest smaller query tile that fits.
-  while (index > 0 && fitting_kv_tile(kQueryTiles[index], head_dim_qk, head_dim_vo, limits) == 0) {
+  while (index > 0 &&
+         fitting_kv_tile(kQueryTiles[index], head_dim_qk, head_dim_vo, mask, limits) == 0) {
     --index;
   }
   PrefillTiles tiles;
   tiles.query_tile = kQueryTiles[index];
-  tiles.kv_tile = choose_prefill_kv_tile(tiles.query_tile, head_dim_qk, head_dim_vo, limits);
+  tiles.kv_tile = choose_prefill_kv_tile(tiles.query_tile, head_dim_qk, head_dim_vo, mask, limits);
   return tiles;
 }
 
@@ -180,18 +191,19 @@ PrefillDeviceLimits h100_prefill_limits() {
 BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
                                           const PrefillTiles& tiles) {
   validate_config(config);
+  const PrefillShape shape{tiles.query_tile, tiles.kv_tile, config.head_dim_qk, config.head_dim_vo,
+                           mask_code(config.params.mask)};
   FLARE_CHECK(std::ranges::count(kQueryTiles, tiles.query_tile) == 1 &&
                   std::ranges::count(kKvTiles, tiles.kv_tile) == 1 &&
-                  tiles.kv_tile / prefill_warps_kv(tiles.query_tile, config.head_dim_vo) >= 16,
-              ErrorCode::kInvalidArgument, kWhat, ": tiles ", tiles.query_tile, "x",
-              tiles.kv_tile, " are not a kernel configuration");
+                  tiles.kv_tile / prefill_warps_kv(shape) >= 16,
+              ErrorCode::kInvalidArgument, kWhat, ": tiles ", tiles.query_tile, "x", tiles.kv_tile,
+              " are not a kernel configuration");
   const StandardVariantFlags flags = standard_variant_flags(variant_params(config.params), kWhat);
   const bool paged = config.kv == PrefillKV::kPaged;
   const std::string dtype = std::to_string(static_cast<int>(config.dtype));
   BatchPrefillKernels k;
-  k.threads = prefill_threads(tiles.query_tile, config.head_dim_vo);
-  k.shared_bytes = static_cast<size_t>(prefill_shared_bytes(
-      tiles.query_tile, tiles.kv_tile, config.head_dim_qk, config.head_dim_vo));
+  k.threads = prefill_threads(shape);
+  k.shared_bytes = static_cast<size_t>(prefill_shared_bytes(shape));
 
   k.prefill.family_header = "prefill.cuh";
   k.prefill.entry = "flare_prefill";
@@ -206,13 +218,12 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
       {"FLARE_PAGE_SIZE", std::to_string(paged ? config.page_size : 1)},
       {"FLARE_MASK", std::to_string(mask_code(config.params.mask))},
   };
-  k.prefill.label = "prefill " + std::string(dtype_name(config.dtype)) +
-                    " D=" + std::to_string(config.head_dim_qk) + "/" +
-                    std::to_string(config.head_dim_vo) + " tile=" +
-                    std::to_string(tiles.query_tile) + "x" + std::to_string(tiles.kv_tile) +
-                    (paged ? " page=" + std::to_string(config.page_size) : " ragged") +
-                    " mask=" + std::to_string(mask_code(config.params.mask)) + " " +
-                    standard_variant_name(flags);
+  k.prefill.label =
+      "prefill " + std::string(dtype_name(config.dtype)) +
+      " D=" + std::to_string(config.head_dim_qk) + "/" + std::to_string(config.head_dim_vo) +
+      " tile=" + std::to_string(tiles.query_tile) + "x" + std::to_string(tiles.kv_tile) +
+      (paged ? " page=" + std::to_string(config.page_size) : " ragged") +
+      " mask=" + std::to_string(mask_code(config.params.mask)) + " " + standard_variant_name(flags);
 
   k.merge.family_header = "merge.cuh";
   k.merge.entry = "flare_merge";
@@ -238,7 +249,7 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
     s.config.kv = kv;
     s.config.dtype = dtype;
     s.config.params = params;
-    s.tiles = {query_tile, choose_prefill_kv_tile(query_tile, qk, vo, h100)};
+    s.tiles = {query_tile, choose_prefill_kv_tile(query_tile, qk, vo, params.mask, h100)};
     shipped.push_back(s);
   };
   AttentionParams causal;
@@ -258,6 +269,7 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   }
   add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
   add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
+  add(128, 128, 128, PrefillKV::kPaged, DType::kBF16, custom);  // one m16 tile per warp
   return shipped;
 }
 
@@ -304,9 +316,10 @@ void check_device_tensor(const TensorView& t, const char* name, int device, DTyp
   for (size_t d = 0; same && d < shape.size(); ++d) same = t.shape[d] == shape[d];
   if (!same) {
     std::string expected;
-    for (const int64_t extent : shape) expected += (expected.empty() ? "" : ", ") + std::to_string(extent);
-    fail(ErrorCode::kInvalidArgument, kWhat, ": ", name, " must have shape [", expected,
-         "], got ", t.shape_str());
+    for (const int64_t extent : shape)
+      expected += (expected.empty() ? "" : ", ") + std::to_string(extent);
+    fail(ErrorCode::kInvalidArgument, kWhat, ": ", name, " must have shape [", expected, "], got ",
+         t.shape_str());
   }
   for (int i = 0; i < t.ndim; ++i) {
     FLARE_CHECK(t.strides[i] >= 0, ErrorCode::kInvalidArgument, kWhat, ": ", name,
@@ -328,8 +341,35 @@ void check_index_array(const TensorView& t, const char* name, int device, DType 
                   (t.shape[0] <= 1 || t.strides[0] == 1),
               ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous ",
               dtype_name(dtype), " 1-D tensor on cuda:", device,
-              exact_size >= 0 ? " with " + std::to_string(exact_size) + " entries" : "",
-              ", got ", dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+              exact_size >= 0 ? " with " + std::to_string(exact_size) + " entries" : "", ", got ",
+              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+}
+
+// The prefill kernel's CTAs take work items from one queue in array order (dynamic balance).
+// This order makes the items running at one time share K/V rows in L2: classes of KV length in
+// tiles by powers of two, longest class first (so the launch ends on its shortest items), then
+// request and KV head major, longest first. The planner's longest-first order spreads each
+// moment's items over as many (request, head) pairs as there are CTAs: an LRU model of a 50 MB
+// L2 (causal b16 H16, 128 x 64 tiles, 264 CTAs) hits on 10 / 3 / 3% of K/V tile reads at seq
+// 1024 / 4096 / 16384 in that order and on 50 / 83 / 96% in this one, within 3% of the same
+// makespan. Outputs do not depend on the order (items are independent; merges are per slot).
+void order_for_kv_reuse(std::vector<WorkItem>& items, int kv_tile) {
+  const auto length_class = [kv_tile](const WorkItem& item) {
+    const auto tiles = static_cast<uint32_t>((item.kv_end - item.kv_begin + kv_tile - 1) / kv_tile);
+    return std::bit_width(tiles);  // 0 for items without keys
+  };
+  std::sort(items.begin(), items.end(), [&](const WorkItem& a, const WorkItem& b) {
+    const int class_a = length_class(a);
+    const int class_b = length_class(b);
+    if (class_a != class_b) return class_a > class_b;
+    if (a.request != b.request) return a.request < b.request;
+    if (a.kv_head != b.kv_head) return a.kv_head < b.kv_head;
+    const int32_t length_a = a.kv_end - a.kv_begin;
+    const int32_t length_b = b.kv_end - b.kv_begin;
+    if (length_a != length_b) return length_a > length_b;
+    if (a.row_begin != b.row_begin) return a.row_begin < b.row_begin;
+    return a.kv_begin < b.kv_begin;
+  });
 }
 
 }  // namespace
@@ -347,6 +387,7 @@ struct BatchPrefill::State {
   WorkspaceLayout layout;
   cuda::DeviceBuffer workspace;
   cuda::DeviceBuffer alibi_slopes;
+  cuda::DeviceBuffer next_work_item;  // int32, the kernel's queue position
   cuda::PinnedBuffer plan_staging;
   std::optional<cuda::Event> staging_copied;  // the last copy out of plan_staging
   bool planned = false;
@@ -364,12 +405,13 @@ struct BatchPrefill::State {
     PrefillKernel k;
     k.specs = batch_prefill_kernels(config, t);
     FLARE_CHECK(static_cast<int>(k.specs.shared_bytes) <= props.max_shared_bytes_per_block_optin,
-                ErrorCode::kUnsupported, kWhat, ": the prefill kernel needs ",
-                k.specs.shared_bytes, " bytes of shared memory, device ", config.device,
-                " allows ", props.max_shared_bytes_per_block_optin);
+                ErrorCode::kUnsupported, kWhat, ": the prefill kernel needs ", k.specs.shared_bytes,
+                " bytes of shared memory, device ", config.device, " allows ",
+                props.max_shared_bytes_per_block_optin);
     k.function = jit::get_kernel(k.specs.prefill, "flare_prefill", config.device);
     cuda::set_max_dynamic_shared(k.function, static_cast<int>(k.specs.shared_bytes));
-    const int fit = cuda::max_active_blocks_per_sm(k.function, k.specs.threads, k.specs.shared_bytes);
+    const int fit =
+        cuda::max_active_blocks_per_sm(k.function, k.specs.threads, k.specs.shared_bytes);
     FLARE_CHECK(fit >= 1, ErrorCode::kUnsupported, kWhat, ": the prefill kernel (",
                 k.specs.shared_bytes, " bytes of shared memory) does not fit one SM");
     k.ctas_per_sm = std::min(fit, kMaxCtasPerSm);
@@ -394,13 +436,15 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
     PrefillTiles t;
     if (config.query_tile > 0) {
       t.query_tile = config.query_tile;
-      t.kv_tile = config.kv_tile > 0 ? config.kv_tile
-                                     : choose_prefill_kv_tile(t.query_tile, config.head_dim_qk,
-                                                              config.head_dim_vo, s.limits);
+      t.kv_tile = config.kv_tile > 0
+                      ? config.kv_tile
+                      : choose_prefill_kv_tile(t.query_tile, config.head_dim_qk, config.head_dim_vo,
+                                               config.params.mask, s.limits);
     } else {
-      const double average = static_cast<double>(config.max_total_qo) * group_size(config) /
-                              config.max_batch;
-      t = choose_prefill_tiles(average, config.head_dim_qk, config.head_dim_vo, s.limits);
+      const double average =
+          static_cast<double>(config.max_total_qo) * group_size(config) / config.max_batch;
+      t = choose_prefill_tiles(average, config.head_dim_qk, config.head_dim_vo, config.params.mask,
+                               s.limits);
       if (config.kv_tile > 0) t.kv_tile = config.kv_tile;
     }
     s.fixed_tiles = t;
@@ -422,6 +466,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   b.head_dim_vo = config.head_dim_vo;
   s.layout = workspace_layout(b);
   s.workspace = cuda::DeviceBuffer(s.layout.total_bytes);
+  s.next_work_item = cuda::DeviceBuffer(sizeof(int32_t));
   s.plan_staging = cuda::PinnedBuffer(s.layout.plan_bytes);
   s.staging_copied.emplace();
 
@@ -496,9 +541,9 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
     int64_t with_queries = 0;
     for (const int32_t q : s.qo_len) with_queries += q > 0;
     const double average = with_queries == 0 ? 1.0
-                                              : static_cast<double>(total_qo) * group_size(c) /
-                                                    static_cast<double>(with_queries);
-    tiles = choose_prefill_tiles(average, c.head_dim_qk, c.head_dim_vo, s.limits);
+                                             : static_cast<double>(total_qo) * group_size(c) /
+                                                   static_cast<double>(with_queries);
+    tiles = choose_prefill_tiles(average, c.head_dim_qk, c.head_dim_vo, c.params.mask, s.limits);
     if (c.kv_tile > 0) tiles.kv_tile = c.kv_tile;
   }
   const PrefillKernel& kernel = s.kernel(tiles);
@@ -523,6 +568,7 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
   options.num_sms_to_use = c.num_sms_to_use;
   Plan next = flare::plan(problem, device, options);
   check_fits(next, s.layout);
+  order_for_kv_reuse(next.work_items, tiles.kv_tile);
 
   cuda::set_device(c.device);
   // The previous copy out of the staging buffer may still be queued behind kernels: wait for
@@ -563,14 +609,14 @@ void BatchPrefill::run(const TensorView& q, const TensorView& qo_indptr, const P
   const bool nhd = c.layout == KVLayout::kNHD;
   const int64_t ps = c.page_size, h_kv = c.num_kv_heads;
   const auto shape = [&](int64_t d) {
-    return nhd ? std::vector<int64_t>{pages, ps, h_kv, d} : std::vector<int64_t>{pages, h_kv, ps, d};
+    return nhd ? std::vector<int64_t>{pages, ps, h_kv, d}
+               : std::vector<int64_t>{pages, h_kv, ps, d};
   };
   check_device_tensor(kv.k, "k", c.device, c.dtype, shape(c.head_dim_qk), true);
   check_device_tensor(kv.v, "v", c.device, c.dtype, shape(c.head_dim_vo), true);
   check_index_array(kv.table.indptr, "kv indptr", c.device, DType::kI32, s.batch + 1);
   check_index_array(kv.table.indices, "kv indices", c.device, DType::kI32, -1);
-  check_index_array(kv.table.last_block_len, "kv last_page_len", c.device, DType::kI32,
-                    s.batch);
+  check_index_array(kv.table.last_block_len, "kv last_page_len", c.device, DType::kI32, s.batch);
   FLARE_CHECK(kv.table.block_size == c.page_size, ErrorCode::kInvalidArgument, kWhat,
               ": kv table block_size must equal page_size ", c.page_size, ", got ",
               kv.table.block_size);
@@ -638,8 +684,8 @@ void BatchPrefill::launch(const TensorView& q, const TensorView& qo_indptr, cons
     check_index_array(mask->indptr, "custom mask indptr", c.device, DType::kI32, s.batch + 1);
   }
   cuda::set_device(c.device);
-  FLARE_CHECK(c.use_cuda_graph || !cuda::is_capturing(stream), ErrorCode::kInvalidArgument,
-              kWhat, ": run() on a capturing stream needs a BatchPrefill created with "
+  FLARE_CHECK(c.use_cuda_graph || !cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
+              ": run() on a capturing stream needs a BatchPrefill created with "
               "use_cuda_graph = true");
   const PrefillKernel& kernel = s.kernels.at({s.tiles.query_tile, s.tiles.kv_tile});
 
@@ -671,7 +717,9 @@ void BatchPrefill::launch(const TensorView& q, const TensorView& qo_indptr, cons
   p.lse_stride_head = lse ? lse->strides[1] : 0;
   p.group_size = group_size(c);
   p.variant = s.variant;
+  p.next_work_item = static_cast<int32_t*>(s.next_work_item.data());
   const unsigned grid = static_cast<unsigned>(c.use_cuda_graph ? s.bound_ctas : s.plan.num_ctas);
+  cuda::memset_d8_async(s.next_work_item.data(), 0, sizeof(int32_t), stream);
   void* prefill_args[] = {&p};
   cuda::launch(kernel.function, grid, 1, 1, static_cast<unsigned>(kernel.specs.threads), 1, 1,
                static_cast<unsigned>(kernel.specs.shared_bytes), stream, prefill_args);

@@ -1,7 +1,8 @@
 // BatchPrefill on the GPU against the CPU float64 reference: paged (page sizes 1/16, NHD/HND,
 // strided) and ragged KV, prefill (q_len = kv_len) and append (q_len < kv_len), odd and mixed
 // lengths, empty requests, GQA 1/4/7/8, head dims 64/128/256/192-128, f16/bf16, every mask and
-// variant flag, every query tile, split-KV through the merge kernel, determinism, CUDA graphs.
+// variant flag, every query tile, split-KV through the merge kernel, determinism, CUDA graphs,
+// logits large enough that the lazily rescaled running max moves mid-stream.
 // Outputs are NaN-poisoned before each run. Skips without a CUDA device.
 //
 // Tolerances (unit-variance inputs, float64 reference on the same rounded inputs): bf16 max abs
@@ -46,6 +47,7 @@ struct Case {
   MaskMode mask = MaskMode::kCausal;
   int window_left = -1;
   float soft_cap = 0.0f;
+  float sm_scale = 0.0f;  // 0: 1 / sqrt(head_dim_qk)
   bool alibi = false;
   int query_tile = 0;
   int fixed_split_size = 0;
@@ -105,6 +107,7 @@ Problem make_problem(const Case& c) {
   p.params.mask = c.mask;
   p.params.window_left = c.window_left;
   p.params.logits_soft_cap = c.soft_cap;
+  p.params.sm_scale = c.sm_scale;
   if (c.alibi) p.params.pos_encoding = PosEncoding::kAlibi;
   if (c.mask == MaskMode::kCustom) {
     std::vector<int32_t> bytes_per_request;
@@ -164,18 +167,23 @@ BatchPrefillConfig config_of(const Problem& p) {
 
 // The device side of a problem: inputs uploaded, outputs poisoned.
 struct DeviceProblem {
-  DeviceCopy q, qo_indptr, pages, v_pages, page_indptr, page_indices, last_page_len, k_rows,
-      v_rows, kv_indptr, mask_bits, mask_indptr, o, lse;
+  DeviceCopy q, qo_indptr, pages, v_pages, page_indptr, page_indices, last_page_len, k_rows, v_rows,
+      kv_indptr, mask_bits, mask_indptr, o, lse;
   HostTensor o_host, lse_host;
   PagedKV paged;
   RaggedKV ragged;
   std::optional<PrefillCustomMask> mask;
 
   explicit DeviceProblem(const Problem& p)
-      : q(p.q), qo_indptr(p.qo_indptr), pages(p.cache.pages_storage),
-        v_pages(p.cache.v_pages_storage), page_indptr(p.cache.page_indptr),
-        page_indices(p.cache.page_indices), last_page_len(p.cache.last_page_len),
-        k_rows(p.cache.k_ragged_storage), v_rows(p.cache.v_ragged_storage),
+      : q(p.q),
+        qo_indptr(p.qo_indptr),
+        pages(p.cache.pages_storage),
+        v_pages(p.cache.v_pages_storage),
+        page_indptr(p.cache.page_indptr),
+        page_indices(p.cache.page_indices),
+        last_page_len(p.cache.last_page_len),
+        k_rows(p.cache.k_ragged_storage),
+        v_rows(p.cache.v_ragged_storage),
         kv_indptr(p.cache.ragged_indptr) {
     paged = p.cache.paged;
     paged.k = pages.view(p.cache.paged.k);
@@ -330,6 +338,33 @@ TEST(PrefillGpu, CustomMaskTreeAttention) {
   check(c);
 }
 
+TEST(PrefillGpu, CustomMaskQueryTile128) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {200, 129};
+  c.kv_lens = {333, 129};
+  c.mask = MaskMode::kCustom;
+  c.query_tile = 128;
+  check(c);
+}
+
+// Unit-scale logits (sm_scale 1 on unit-variance q, k: standard deviation sqrt(D)) make the
+// running row max climb by more than the lazy-rescale threshold long after the first tile, so
+// the O rescale runs mid-stream on every query tile shape.
+TEST(PrefillGpu, LargeLogitsRescaleMidStream) {
+  SKIP_WITHOUT_GPU();
+  for (const int tile : {64, 128}) {
+    Case c;
+    c.q_lens = {1023, 300};
+    c.kv_lens = {1023, 700};
+    c.sm_scale = 1.0f;
+    c.query_tile = tile;
+    c.kv = PrefillKV::kRagged;
+    SCOPED_TRACE(::testing::Message() << "tile " << tile);
+    check(c);
+  }
+}
+
 TEST(PrefillGpu, SlidingWindowSoftCapAlibiCausal) {
   SKIP_WITHOUT_GPU();
   Case c;
@@ -398,7 +433,8 @@ TEST(PrefillGpu, LongCacheShortAppendSplitsKvAndMerges) {
   });
   c.kv = PrefillKV::kRagged;
   c.mask = MaskMode::kNone;
-  check(c, [](const BatchPrefill& prefill) { EXPECT_FALSE(prefill.last_plan().merge_items.empty()); });
+  check(c,
+        [](const BatchPrefill& prefill) { EXPECT_FALSE(prefill.last_plan().merge_items.empty()); });
 }
 
 TEST(PrefillGpu, FixedSplitSizeIsDeterministic) {

@@ -45,7 +45,8 @@ TEST_P(ShippedPrefillKernels, CompileWithoutSpillsOrLocalMemory) {
   for (size_t w = 0; w < kWorkers; ++w) {
     workers.push_back(std::async(std::launch::async, [&specs, &arch, w] {
       std::vector<jit::CompiledKernel> out;
-      for (size_t i = w; i < specs.size(); i += kWorkers) out.push_back(jit::compile(specs[i], arch));
+      for (size_t i = w; i < specs.size(); i += kWorkers)
+        out.push_back(jit::compile(specs[i], arch));
       return out;
     }));
   }
@@ -87,42 +88,51 @@ TEST(ShippedPrefillConfigs, CoverEveryHeadDimQueryTileMaskPathAndDtype) {
 
 TEST(ChoosePrefillTiles, QueryTileIsTheSmallestCoveringTheAveragePackedLength) {
   const PrefillDeviceLimits h100 = h100_prefill_limits();
-  EXPECT_EQ(choose_prefill_tiles(1, 128, 128, h100).query_tile, 16);
-  EXPECT_EQ(choose_prefill_tiles(16, 128, 128, h100).query_tile, 16);
-  EXPECT_EQ(choose_prefill_tiles(16.5, 128, 128, h100).query_tile, 32);
-  EXPECT_EQ(choose_prefill_tiles(33, 128, 128, h100).query_tile, 64);
-  EXPECT_EQ(choose_prefill_tiles(100, 128, 128, h100).query_tile, 128);
-  EXPECT_EQ(choose_prefill_tiles(1e6, 128, 128, h100).query_tile, 128);
+  const MaskMode causal = MaskMode::kCausal;
+  EXPECT_EQ(choose_prefill_tiles(1, 128, 128, causal, h100).query_tile, 16);
+  EXPECT_EQ(choose_prefill_tiles(16, 128, 128, causal, h100).query_tile, 16);
+  EXPECT_EQ(choose_prefill_tiles(16.5, 128, 128, causal, h100).query_tile, 32);
+  EXPECT_EQ(choose_prefill_tiles(33, 128, 128, causal, h100).query_tile, 64);
+  EXPECT_EQ(choose_prefill_tiles(100, 128, 128, causal, h100).query_tile, 128);
+  EXPECT_EQ(choose_prefill_tiles(1e6, 128, 128, causal, h100).query_tile, 128);
 }
 
 TEST(ChoosePrefillTiles, KvTileFollowsRegistersAndSharedMemory) {
   const PrefillDeviceLimits h100 = h100_prefill_limits();
-  // 128 rows x D 128 (8 warps): 128 KV rows keep 8 warps resident, like 64, with fewer
-  // barriers per key.
-  EXPECT_EQ(choose_prefill_kv_tile(128, 128, 128, h100), 128);
+  const MaskMode causal = MaskMode::kCausal;
+  // 128 rows x D 128: 4 warps of two m16 tiles; 128 KV rows would need 256 accumulators, 64
+  // keep two CTAs (8 warps) per SM.
+  EXPECT_EQ(choose_prefill_kv_tile(128, 128, 128, causal, h100), 64);
+  // A custom mask keeps one m16 tile per warp (8 warps) and at most 64 KV columns per warp.
+  EXPECT_EQ(choose_prefill_kv_tile(128, 128, 128, MaskMode::kCustom, h100), 64);
   // 64 rows x D 128: 128 KV rows would hold one CTA (4 warps) per SM, 64 rows two.
-  EXPECT_EQ(choose_prefill_kv_tile(64, 128, 128, h100), 64);
-  EXPECT_EQ(choose_prefill_kv_tile(64, 256, 256, h100), 32);
-  EXPECT_EQ(choose_prefill_kv_tile(128, 64, 64, h100), 128);
-  EXPECT_EQ(choose_prefill_kv_tile(16, 256, 256, h100), 64);  // 4 KV warps x 16 columns
-  EXPECT_EQ(choose_prefill_kv_tile(128, 192, 128, h100), 128);
+  EXPECT_EQ(choose_prefill_kv_tile(64, 128, 128, causal, h100), 64);
+  EXPECT_EQ(choose_prefill_kv_tile(64, 256, 256, causal, h100), 32);
+  // D 64: two m16 tiles take at most 64 KV columns (128 spill).
+  EXPECT_EQ(choose_prefill_kv_tile(128, 64, 64, causal, h100), 64);
+  EXPECT_EQ(choose_prefill_kv_tile(16, 256, 256, causal, h100), 64);  // 4 KV warps x 16 columns
+  // 192/128: 64 KV rows would leave one 4-warp CTA per SM (Q rows of 400 bytes), 32 two.
+  EXPECT_EQ(choose_prefill_kv_tile(128, 192, 128, causal, h100), 32);
   // A device with under half the shared memory per SM (sm_86-like) moves to smaller tiles,
-  // and to a smaller query tile where no KV tile fits.
+  // and to a smaller query tile where no KV tile fits (64 x 256 needs 104 KB with 32 KV rows).
   PrefillDeviceLimits small = h100;
   small.max_shared_bytes_per_block = 99 * 1024;
   small.shared_bytes_per_sm = 100 * 1024;
-  EXPECT_EQ(choose_prefill_kv_tile(64, 256, 256, small), 32);
+  EXPECT_EQ(choose_prefill_kv_tile(64, 128, 128, causal, small), 64);
+  EXPECT_FLARE_ERROR(choose_prefill_kv_tile(64, 256, 256, causal, small), ErrorCode::kUnsupported,
+                     "no KV tile fits");
   EXPECT_LE(batch_prefill_kernels(
                 [] {
                   BatchPrefillConfig c;
                   c.max_batch = c.max_total_qo = c.num_qo_heads = c.num_kv_heads = 1;
                   c.head_dim_qk = c.head_dim_vo = 256;
+                  c.params.mask = MaskMode::kCausal;
                   return c;
                 }(),
-                choose_prefill_tiles(1e6, 256, 256, small))
+                choose_prefill_tiles(1e6, 256, 256, causal, small))
                 .shared_bytes,
             99u * 1024u);
-  EXPECT_EQ(choose_prefill_tiles(1e6, 256, 256, small).query_tile, 64);
+  EXPECT_EQ(choose_prefill_tiles(1e6, 256, 256, causal, small), (PrefillTiles{32, 32}));
 }
 
 BatchPrefillConfig base_config() {
@@ -156,13 +166,18 @@ TEST(BatchPrefillKernels, SpecsFollowTheConfig) {
   EXPECT_EQ(define_value(k.merge, "FLARE_HEAD_DIM"), "128");
   EXPECT_NE(k.prefill.variant_source.find("FLARE_VARIANT_SOFT_CAP 1"), std::string::npos);
   EXPECT_EQ(k.threads, 128);
-  // Q 64 x 192 x 2 + 2 stages x 32 x (192 + 128) x 2 + page ids 2 x 32 x 4.
-  EXPECT_EQ(k.shared_bytes, 64u * 384 + 2u * 32 * 640 + 256);
+  // Q 64 rows x (192 x 2 + 16 pad) + 2 stages x 32 rows x ((192 + 128) x 2 + 2 x 16 pad) + page
+  // ids 2 x 32 x 4; then the item record (128), row tables 2 x 64 x 4, per thread (128) 4 floats
+  // of row statistics and a loop position, warp spans 4 x 12.
+  EXPECT_EQ(k.shared_bytes, 64u * 400 + 2u * 32 * 672 + 256 + 128 + 512 + 2048 + 512 + 48);
 
   c.kv = PrefillKV::kRagged;
   EXPECT_EQ(define_value(batch_prefill_kernels(c, {16, 64}).prefill, "FLARE_KV_PAGED"), "0");
   EXPECT_EQ(batch_prefill_kernels(c, {16, 64}).threads, 128);   // 1 query warp x 4 KV warps
+  EXPECT_EQ(batch_prefill_kernels(c, {128, 32}).threads, 128);  // 4 warps x 2 m16 tiles
+  c.params.mask = MaskMode::kCustom;
   EXPECT_EQ(batch_prefill_kernels(c, {128, 32}).threads, 256);  // 8 warps x 1 m16 tile
+  c.params.mask = MaskMode::kCausal;
   c.head_dim_qk = c.head_dim_vo = 256;
   EXPECT_EQ(batch_prefill_kernels(c, {128, 64}).threads, 256);  // 8 warps x 1 m16 tile
 }
@@ -201,8 +216,8 @@ TEST(BatchPrefillKernels, RejectsConfigsNoKernelHandles) {
   c = base_config();
   c.query_tile = 48;
   expect_code(c, ErrorCode::kInvalidArgument, "query_tile");
-  EXPECT_FLARE_ERROR(batch_prefill_kernels(base_config(), {16, 32}),
-                     ErrorCode::kInvalidArgument, "not a kernel configuration");
+  EXPECT_FLARE_ERROR(batch_prefill_kernels(base_config(), {16, 32}), ErrorCode::kInvalidArgument,
+                     "not a kernel configuration");
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ struct BatchPrefillConfig {
   int head_dim_qk = 0;   // 64, 128 or 256 (== head_dim_vo), or 192 with head_dim_vo 128
   int head_dim_vo = 0;
   PrefillKV kv = PrefillKV::kPaged;
-  int page_size = 16;    // kPaged: tokens per page, >= 1 (compiled into the kernel)
+  int page_size = 16;                // kPaged: tokens per page, >= 1 (compiled into the kernel)
   KVLayout layout = KVLayout::kNHD;  // kPaged
   DType dtype = DType::kBF16;        // q, k, v and o: kF16 | kBF16
 
@@ -74,12 +74,13 @@ struct PrefillTiles {
 // The §3.2.2 heuristic of paper 001, a pure function: the query tile is the smallest of
 // 16/32/64/128 at least the average packed query length (q_len * group over requests with
 // queries); the KV tile is the one whose fp32 accumulators fit the register budget and whose
-// shared memory lets the most warps reside per SM (ties: the larger tile while registers stay
-// comfortable, else the fewer accumulators).
+// shared memory and registers let the most warps reside per SM (ties: the larger tile while
+// registers stay comfortable, else the fewer accumulators). The mask matters only through the
+// warp layout (custom masks keep one m16 tile per warp, kernels/prefill_params.cuh).
 PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, int head_dim_vo,
-                                  const PrefillDeviceLimits& limits);
+                                  MaskMode mask, const PrefillDeviceLimits& limits);
 // The KV tile for a given query tile (same rule).
-int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo,
+int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                            const PrefillDeviceLimits& limits);
 
 // Custom mask for MaskMode::kCustom, on the device: bits uint8 (packed, little bit order;
@@ -92,7 +93,7 @@ struct PrefillCustomMask {
 // Batch prefill on one CUDA device:
 //   BatchPrefill prefill(config);                       // validates, compiles the merge kernel
 //   prefill.plan(qo_indptr, kv_indptr, last_page_len, s); // host arrays; one async copy on s
-//   prefill.run(q, qo_indptr_device, kv, o, lse, s);      // two kernel launches at most
+//   prefill.run(q, qo_indptr_device, kv, o, lse, s);      // a 4-byte memset, two kernels at most
 // plan() compiles (JIT, disk-cached) the kernel of newly chosen tiles; run() never compiles,
 // allocates or synchronizes. Under use_cuda_graph the tensors given to a captured run() must
 // keep their addresses for every replay (refill them in place), as for BatchDecode.
@@ -131,8 +132,8 @@ class BatchPrefill {
   //              logits; -inf (and o = 0) for rows that see no key
   //   mask       required iff params.mask == kCustom
   // Throws kInvalidArgument before launching anything; kCudaError from a launch.
-  void run(const TensorView& q, const TensorView& qo_indptr, const PagedKV& kv,
-           const TensorView& o, const std::optional<TensorView>& lse, cuda::Stream stream,
+  void run(const TensorView& q, const TensorView& qo_indptr, const PagedKV& kv, const TensorView& o,
+           const std::optional<TensorView>& lse, cuda::Stream stream,
            const std::optional<PrefillCustomMask>& mask = std::nullopt);
   void run(const TensorView& q, const TensorView& qo_indptr, const RaggedKV& kv,
            const TensorView& o, const std::optional<TensorView>& lse, cuda::Stream stream,
@@ -140,8 +141,11 @@ class BatchPrefill {
 
   const BatchPrefillConfig& config() const;
   PrefillTiles last_tiles() const;  // tiles of the latest plan
-  const Plan& last_plan() const;    // the latest plan (host copy), for tests and tools
-  size_t workspace_size() const;    // device bytes held
+  // The latest plan (host copy), for tests and tools. Its work_items are in the order the
+  // kernel's CTAs take them from one queue (ordered for K/V reuse in L2); cta_indptr is the
+  // planner's static partition, which the prefill kernel does not use.
+  const Plan& last_plan() const;
+  size_t workspace_size() const;  // device bytes held
 
  private:
   struct State;

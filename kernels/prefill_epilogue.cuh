@@ -1,0 +1,98 @@
+// The prefill kernel's epilogue: combines the KV warps' softmax states of a work item and
+// writes its rows (final o and lse, or a float32 partial slot for the merge kernel).
+#pragma once
+
+#include "prefill_traits.cuh"
+
+namespace flare::prefill {
+
+// Combines the KV warps' states through shared memory and writes the item's rows: the final o
+// and lse (write-through) or a float32 partial slot for the merge kernel.
+__device__ __forceinline__ void write_item(const PrefillParams& p, const WorkItem& item,
+                                           const ItemGeometry& g, const RowState& acc,
+                                           const RowStats& st, unsigned char* smem) {
+  const int lane = thread_index() % 32;
+  float* stage_o = reinterpret_cast<float*>(smem);  // [kWarpsKV][kQueryTile][kStageRowFloats]
+  float* stage_m = stage_o + T::kWarpsKV * T::kQueryTile * T::kStageRowFloats;
+  float* stage_d = stage_m + T::kWarpsKV * T::kQueryTile;  // [kWarpsKV][kQueryTile] each
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float d = st.d[mi][h];
+      d += __shfl_xor_sync(0xffffffffu, d, 1);
+      d += __shfl_xor_sync(0xffffffffu, d, 2);
+      const int row = warp_kv() * T::kQueryTile + local_row(mi, h);
+      if (lane % 4 == 0) {
+        stage_m[row] = kLinearLogits ? st.m[mi][h] * Variant::query_scale(p.variant) : st.m[mi][h];
+        stage_d[row] = d;
+      }
+#pragma unroll
+      for (int dn = 0; dn < T::kTilesO; ++dn) {
+        *reinterpret_cast<float2*>(stage_o + row * T::kStageRowFloats + dn * 8 + (lane % 4) * 2) =
+            make_float2(acc.o[mi][dn][2 * h], acc.o[mi][dn][2 * h + 1]);
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int unit = thread_index(); unit < g.rows * T::kVChunks; unit += T::kThreads) {
+    const int r = unit / T::kVChunks;
+    const int chunk = unit % T::kVChunks;
+    float m_max = negative_infinity();
+#pragma unroll
+    for (int w = 0; w < T::kWarpsKV; ++w) m_max = fmaxf(m_max, stage_m[w * T::kQueryTile + r]);
+    const float m_base = m_max == negative_infinity() ? 0.0f : m_max;
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float denominator = 0.0f;
+#pragma unroll
+    for (int w = 0; w < T::kWarpsKV; ++w) {
+      const float weight = fast_exp2(stage_m[w * T::kQueryTile + r] - m_base);
+      denominator = fmaf(weight, stage_d[w * T::kQueryTile + r], denominator);
+      const float* src = stage_o + (w * T::kQueryTile + r) * T::kStageRowFloats + chunk * 8;
+      const float4 lo = *reinterpret_cast<const float4*>(src);
+      const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+      acc[0] = fmaf(weight, lo.x, acc[0]);
+      acc[1] = fmaf(weight, lo.y, acc[1]);
+      acc[2] = fmaf(weight, lo.z, acc[2]);
+      acc[3] = fmaf(weight, lo.w, acc[3]);
+      acc[4] = fmaf(weight, hi.x, acc[4]);
+      acc[5] = fmaf(weight, hi.y, acc[5]);
+      acc[6] = fmaf(weight, hi.z, acc[6]);
+      acc[7] = fmaf(weight, hi.w, acc[7]);
+    }
+    const bool empty = denominator == 0.0f;
+    const float norm = empty ? 0.0f : 1.0f / denominator;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] *= norm;
+    const float lse = empty ? negative_infinity() : (m_max + fast_log2(denominator)) * kLn2;
+
+    const int packed = item.row_begin + r;
+    if (item.partial_slot < 0) {
+      const long long token = g.qo_begin + packed / p.group_size;
+      const long long head = item.kv_head * p.group_size + packed % p.group_size;
+      Vec16 out;
+      out.x = float2_to_16bit2<T::kCode>(acc[0], acc[1]);
+      out.y = float2_to_16bit2<T::kCode>(acc[2], acc[3]);
+      out.z = float2_to_16bit2<T::kCode>(acc[4], acc[5]);
+      out.w = float2_to_16bit2<T::kCode>(acc[6], acc[7]);
+      unsigned char* o = static_cast<unsigned char*>(p.o);
+      *reinterpret_cast<Vec16*>(
+          o + (token * p.o_stride_token + head * p.o_stride_head + chunk * 8) * 2) = out;
+      if (p.lse != nullptr && chunk == 0) {
+        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
+      }
+    } else {
+      const long long slot_row =
+          static_cast<long long>(item.partial_slot) * p.offsets.partial_rows + r;
+      float* partial_o = reinterpret_cast<float*>(p.workspace + p.offsets.partial_o);
+      float* partial_lse = reinterpret_cast<float*>(p.workspace + p.offsets.partial_lse);
+      float* dst = partial_o + slot_row * T::kHeadDimVO + chunk * 8;
+      *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      if (chunk == 0) partial_lse[slot_row] = lse;
+    }
+  }
+}
+
+}  // namespace flare::prefill

@@ -1,0 +1,104 @@
+// The loading module of the prefill kernel, the only place ragged and paged KV differ (paper
+// 001 §3.2.1): 16-byte cp.async copies of Q and K/V rows into padded shared rows, page ids.
+#pragma once
+
+#include "prefill_traits.cuh"
+
+namespace flare::prefill {
+
+// Page ids of tile `tile`, one per KV row, into page-id slot tile % kStages with 4-byte
+// cp.async (rows past the item read nothing and get 0): they land with the copy group they are
+// committed in, a tile before the copies that read them, and occupy no register meanwhile.
+__device__ __forceinline__ void issue_page_ids(const PrefillParams& p, const ItemGeometry& g,
+                                               int tile, unsigned char* smem) {
+  if (thread_index() < T::kKvTile) {
+    const int pos = g.kv_lo + tile * T::kKvTile + thread_index();
+    const bool valid = pos < g.kv_hi;
+    const unsigned dst = shared_address(smem + T::kPageIdsOffset) +
+                         ((tile % T::kStages) * T::kKvTile + thread_index()) * 4;
+    const int* src = p.kv_indices + (valid ? g.kv_base + pos / T::kPageSize : 0);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 4 : 0)
+                 : "memory");
+  }
+}
+
+// Element offset of KV position `pos` (row `row` of its tile) under this item's KV head.
+__device__ __forceinline__ long long kv_element(const ItemGeometry& g, int pos, int row,
+                                                const int* page_ids, long long stride_page,
+                                                long long stride_slot, long long stride_head) {
+  if constexpr (T::kPaged) {
+    return page_ids[row] * stride_page + (pos % T::kPageSize) * stride_slot +
+           g.kv_head * stride_head;
+  } else {
+    return (g.kv_base + pos) * stride_page + g.kv_head * stride_head;
+  }
+}
+
+// Rows [0, kRows) of 16-byte chunks into padded shared rows; rows where element(row) < 0
+// are zero-filled (their probabilities are 0, and 0 * NaN would be NaN). When the chunks of a
+// row divide the CTA, each thread copies one fixed chunk of every kThreads / kChunks-th row
+// (no division per copy).
+template <int kRows, int kChunks, class ElementOf>
+__device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int tid,
+                                          ElementOf element_of) {
+  const unsigned char* src = static_cast<const unsigned char*>(base);
+  if constexpr (T::kThreads % kChunks == 0) {
+    constexpr int kRowStep = T::kThreads / kChunks;
+    const int chunk = tid % kChunks;
+    // Not unrolled: the copies run while the O accumulators hold 128 registers, and unrolled
+    // address arithmetic tips the QK^T peak that follows into spills (measured with ptxas).
+#pragma unroll 1
+    for (int row = tid / kChunks; row < kRows; row += kRowStep) {
+      const long long element = element_of(row);
+      const bool valid = element >= 0;
+      cp_async_16(dst + mma::padded_offset<kChunks * 16>(row, chunk),
+                  src + (valid ? element * 2 + chunk * 16 : 0), valid);
+    }
+  } else {
+#pragma unroll 1
+    for (int index = tid; index < kRows * kChunks; index += T::kThreads) {
+      const int row = index / kChunks;
+      const int chunk = index % kChunks;
+      const long long element = element_of(row);
+      const bool valid = element >= 0;
+      cp_async_16(dst + mma::padded_offset<kChunks * 16>(row, chunk),
+                  src + (valid ? element * 2 + chunk * 16 : 0), valid);
+    }
+  }
+}
+
+__device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeometry& g, int tile,
+                                         unsigned char* smem) {
+  const int stage = tile % T::kStages;
+  const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
+  const int* page_ids = reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + stage * T::kKvTile;
+  const int start = g.kv_lo + tile * T::kKvTile;
+  const int tid = thread_index();
+  copy_rows<T::kKvTile, T::kQKChunks>(k_dst, p.k, tid, [&](int row) -> long long {
+    const int pos = start + row;
+    return pos < g.kv_hi ? kv_element(g, pos, row, page_ids, p.k_stride_page, p.k_stride_slot,
+                                      p.k_stride_head)
+                         : -1;
+  });
+  copy_rows<T::kKvTile, T::kVChunks>(k_dst + T::kKBytes, p.v, tid, [&](int row) -> long long {
+    const int pos = start + row;
+    return pos < g.kv_hi ? kv_element(g, pos, row, page_ids, p.v_stride_page, p.v_stride_slot,
+                                      p.v_stride_head)
+                         : -1;
+  });
+}
+
+__device__ __forceinline__ void issue_q(const PrefillParams& p, const WorkItem& item,
+                                        const ItemGeometry& g, unsigned char* smem) {
+  copy_rows<T::kQueryTile, T::kQKChunks>(
+      shared_address(smem), p.q, thread_index(), [&](int row) -> long long {
+        if (row >= g.rows) return -1;
+        const int packed = item.row_begin + row;
+        const long long token = g.qo_begin + packed / p.group_size;
+        const long long head = item.kv_head * p.group_size + packed % p.group_size;
+        return token * p.q_stride_token + head * p.q_stride_head;
+      });
+}
+
+}  // namespace flare::prefill

@@ -1,0 +1,187 @@
+// The prefill kernel's compile-time configuration (Traits from the FLARE_* defines), the
+// per-thread and per-item state it keeps, and the thread/row index helpers.
+//
+// Compile-time defines: FLARE_HEAD_DIM_QK, FLARE_HEAD_DIM_VO (64 | 128 | 256, or 192 / 128),
+// FLARE_QUERY_TILE (16 | 32 | 64 | 128), FLARE_KV_TILE (32 | 64 | 128), FLARE_Q_DTYPE (q, k, v
+// and o: f16 | bf16), FLARE_KV_PAGED (0 ragged | 1 paged), FLARE_PAGE_SIZE (paged), FLARE_MASK
+// (PrefillMaskCode). `struct Variant` comes from the variant source (kernels/variant.cuh); the
+// prefill kernel relies on its logits_mask excluding exactly the keys before
+// visible_begin(q_pos), which lets tiles past every row's window start skip per-key masking.
+// A Variant whose kSoftCap and kAlibi are both false (StandardVariant's flags) has logits
+// linear in q.k: the kernel then folds the scale into the exp2 argument instead of scaling
+// every score.
+#pragma once
+
+#include "decode_params.cuh"
+#include "decode_utils.cuh"
+#include "mma_utils.cuh"
+#include "plan_types.cuh"
+#include "prefill_params.cuh"
+#include "variant.cuh"
+
+#ifndef FLARE_PAGE_SIZE
+#define FLARE_PAGE_SIZE 1
+#endif
+
+namespace flare::prefill {
+
+struct Traits {
+  static constexpr int kHeadDimQK = FLARE_HEAD_DIM_QK;
+  static constexpr int kHeadDimVO = FLARE_HEAD_DIM_VO;
+  static constexpr int kQueryTile = FLARE_QUERY_TILE;  // packed rows per CTA tile
+  static constexpr int kKvTile = FLARE_KV_TILE;        // KV rows per pipeline stage
+  static constexpr int kCode = FLARE_Q_DTYPE;
+  static constexpr bool kPaged = FLARE_KV_PAGED != 0;
+  static constexpr int kPageSize = FLARE_PAGE_SIZE;
+  static constexpr int kMask = FLARE_MASK;
+
+  static constexpr PrefillShape kShape{kQueryTile, kKvTile, kHeadDimQK, kHeadDimVO, kMask};
+  static constexpr int kMmaQ = prefill_mma_q(kShape);  // m16 tiles per warp
+  static constexpr int kWarpsQ = prefill_warps_q(kShape);
+  static constexpr int kWarpsKV = prefill_warps_kv(kShape);
+  static constexpr int kThreads = prefill_threads(kShape);
+  static constexpr int kRowsPerWarp = 16 * kMmaQ;
+  static constexpr int kKvPerWarp = kKvTile / kWarpsKV;  // KV columns of S one warp owns
+  static constexpr int kTilesS = kKvPerWarp / 8;         // n8 tiles of S per warp
+  static constexpr int kTilesO = kHeadDimVO / 8;         // n8 tiles of O per warp
+  static constexpr int kStepsQK = kHeadDimQK / 16;       // k16 steps of Q.K^T
+  static constexpr int kStepsPV = kKvPerWarp / 16;       // k16 steps of P.V
+
+  static constexpr int kQKRowBytes = kHeadDimQK * 2;
+  static constexpr int kVRowBytes = kHeadDimVO * 2;
+  static constexpr int kQKRowStride = mma::kPaddedRowBytes<kQKRowBytes>;  // shared row pitch
+  static constexpr int kVRowStride = mma::kPaddedRowBytes<kVRowBytes>;
+  static constexpr int kQKChunks = kHeadDimQK / 8;  // 16-byte chunks per row
+  static constexpr int kVChunks = kHeadDimVO / 8;
+  static constexpr int kStages = kPrefillKvStages;
+  static constexpr int kQBytes = kQueryTile * kQKRowStride;
+  static constexpr int kKBytes = kKvTile * kQKRowStride;
+  static constexpr int kStageBytes = kKBytes + kKvTile * kVRowStride;
+  static constexpr int kPageIdsOffset = kQBytes + kStages * kStageBytes;
+  static constexpr int kStageRowFloats = kHeadDimVO + kPrefillStagePad;
+  static constexpr int kItemOffset = prefill_item_offset(kShape);
+  static constexpr int kSharedBytes = prefill_shared_bytes(kShape);
+
+  static_assert(kQueryTile == 16 || kQueryTile == 32 || kQueryTile == 64 || kQueryTile == 128,
+                "query tile");
+  static_assert(kKvTile == 32 || kKvTile == 64 || kKvTile == 128, "kv tile");
+  static_assert(kHeadDimQK % 64 == 0 && kHeadDimQK <= 256 && kHeadDimVO % 64 == 0 &&
+                    kHeadDimVO <= 256,
+                "head dims: multiples of 64 up to 256");
+  static_assert(kCode == kCodeF16 || kCode == kCodeBF16, "dtype");
+  static_assert(kPageSize >= 1, "page size");
+  static_assert(kMask == kMaskNone || kMask == kMaskCausal || kMask == kMaskCustom, "mask");
+  static_assert(kMmaQ == 1 || kMmaQ == 2, "one or two m16 tiles per warp");
+  static_assert(kWarpsQ * kRowsPerWarp == kQueryTile, "warps cover the query tile");
+  static_assert(kKvPerWarp % 16 == 0, "each KV warp owns whole k16 steps of P.V");
+  static_assert(kTilesO % 2 == 0 && kTilesS % 2 == 0, "ldmatrix.x4 loads n8 tiles in pairs");
+  static_assert(kThreads >= kKvTile, "one thread per page id of a tile");
+  static_assert(kPageIdsOffset % 16 == 0 && kItemOffset % 16 == 0 && kSharedBytes % 16 == 0,
+                "16-byte alignment");
+};
+
+using T = Traits;
+
+// Lazy rescaling (log2 units): a row's running max moves only when a tile's max exceeds it by
+// more than this, so probabilities stay <= 2^8 (exact enough in bf16/f16 and fp32 sums) and the
+// O accumulators are rescaled on a handful of tiles per item instead of every tile; the final
+// o / d and lse use the same stale max, so the result is unchanged.
+constexpr float kRescaleThreshold = 8.0f;
+
+// Whether the variant's logits are q.k times a constant (no soft-cap, no ALiBi): detected from
+// StandardVariant's flags; any other Variant takes the general logits_transform path.
+template <class...>
+using void_type = void;
+template <class V, class = void>
+struct LinearLogits {
+  static constexpr bool value = false;
+};
+template <class V>
+struct LinearLogits<V, void_type<decltype(V::kSoftCap), decltype(V::kAlibi)>> {
+  static constexpr bool value = !V::kSoftCap && !V::kAlibi;
+};
+constexpr bool kLinearLogits = LinearLogits<Variant>::value;
+
+// Per-thread softmax state: kMmaQ m16 tiles, each with two rows (g and g + 8) per thread. With
+// linear logits m is in raw q.k units (the scale applies inside exp2), else in log2 units. The
+// statistics are read and written once per tile and wait in shared memory between tiles: at 255
+// registers the O and S accumulators and the fragments in flight leave no room to carry them.
+struct RowStats {
+  float m[T::kMmaQ][2];  // running max, -inf before any visible key
+  float d[T::kMmaQ][2];  // this thread's part of the running sum of exp2(x - m)
+};
+struct RowState {
+  float o[T::kMmaQ][T::kTilesO][4];  // unnormalized output accumulators
+};
+
+// What one thread needs about each of its rows to mask or transform its logits, rebuilt per
+// tile from the item's row tables (registers are the scarce resource across the KV loop).
+struct RowInfo {
+  static constexpr int kMaskBits = T::kMmaQ * 2 * T::kTilesS * 2;  // one per S element
+  int q_pos[T::kMmaQ][2];  // KV position of the row's token (causal)
+  Variant variant[T::kMmaQ][2];
+  // Custom mask: bit ((mi * 2 + h) * kTilesS + nj) * 2 + e for element (mi, nj, 2 h + e).
+  unsigned custom_bits[(kMaskBits + 31) / 32];
+};
+// The KV positions this warp's rows can see, warp-uniform: columns at or past kv_end are
+// invisible to every row of the warp (the tile is skipped), columns in [full_begin, full_end)
+// are visible to all of them (no per-key mask).
+struct WarpSpan {
+  int kv_end;
+  int full_begin, full_end;
+};
+
+struct ItemGeometry {
+  int kv_head;
+  int rows;          // packed rows of the item
+  int qo_begin;      // first query token of the request
+  int kv_lo, kv_hi;  // KV positions this item reads
+  int num_tiles;
+  long long kv_base;  // ragged: first KV token of the request; paged: first page-table entry
+  int q_pos_first, q_pos_last;  // KV positions of the item's first and last token
+  int q_offset;                 // kv_len - q_len: KV position of the request's token 0
+  int kv_len;                   // custom mask: bits per query row
+  long long mask_base;          // custom mask: first bit of the request
+};
+
+// Shared memory written once per work item (prefill_item_offset): the item, its geometry and
+// the per-row tables. The KV loop reads them here instead of holding ~30 registers.
+struct ItemRecord {
+  WorkItem item;
+  ItemGeometry g;
+};
+static_assert(sizeof(ItemRecord) + sizeof(int) <= kPrefillItemRecordBytes, "item record");
+struct ItemShared {
+  ItemRecord record;
+  int next_item;  // the work item after this one, taken from the queue during this one
+  unsigned char pad[kPrefillItemRecordBytes - sizeof(ItemRecord) - sizeof(int)];
+  int row_q_pos[T::kQueryTile];  // KV position of each packed row's token (rows past the item
+                                 // repeat the last row)
+  int row_qo_head[T::kQueryTile];
+  RowStats stats[T::kThreads];
+  int loop_tile[T::kThreads];  // each thread's next KV tile (see run_item)
+  WarpSpan spans[T::kThreads / 32];
+};
+static_assert(sizeof(ItemShared) == T::kSharedBytes - T::kItemOffset, "item region size");
+
+__device__ __forceinline__ ItemShared& item_shared(unsigned char* smem) {
+  return *reinterpret_cast<ItemShared*>(smem + T::kItemOffset);
+}
+
+// threadIdx.x read where it is used: values derived from it are recomputed inside the KV loop
+// (a few integer ops per tile) instead of being hoisted into registers that live across the
+// QK^T peak, where the O and S accumulators and the fragments in flight fill all 255.
+__device__ __forceinline__ int thread_index() {
+  int index;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(index));
+  __builtin_assume(index >= 0 && index < T::kThreads);  // unsigned arithmetic from here on
+  return index;
+}
+__device__ __forceinline__ int warp_q() { return (thread_index() / 32) % T::kWarpsQ; }
+__device__ __forceinline__ int warp_kv() { return (thread_index() / 32) / T::kWarpsQ; }
+// Tile-local packed row of this thread's row h (0: g, 1: g + 8) of m16 tile mi.
+__device__ __forceinline__ int local_row(int mi, int h) {
+  return warp_q() * T::kRowsPerWarp + mi * 16 + h * 8 + (thread_index() % 32) / 4;
+}
+
+}  // namespace flare::prefill
