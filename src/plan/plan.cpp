@@ -17,6 +17,9 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kNoCuts = std::numeric_limits<int64_t>::max();
 constexpr int kMinHeadDim = 8;
 constexpr int kMaxHeadDim = 256;
+// Costs are fixed point with 16 fraction bits (src/plan/schedule.cpp).
+constexpr float kMinCostCoefficient = 1.0f / 65536;
+constexpr float kMaxCostCoefficient = 1 << 20;
 
 void check_head_dim(int head_dim, const char* name) {
   FLARE_CHECK(head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim && head_dim % 8 == 0,
@@ -42,14 +45,23 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
               "plan: page_size must be >= 1, got ", problem.page_size);
   FLARE_CHECK(problem.window_left >= -1, ErrorCode::kInvalidArgument,
               "plan: window_left must be -1 (no window) or >= 0, got ", problem.window_left);
+  // One branch-free pass (this runs every decode step); the offender is looked up on failure.
   const int64_t group = problem.num_qo_heads / problem.num_kv_heads;
+  int32_t min_length = 0;
+  int32_t max_qo_len = 0;
   for (size_t i = 0; i < problem.qo_len.size(); ++i) {
-    FLARE_CHECK(problem.qo_len[i] >= 0 && problem.kv_len[i] >= 0, ErrorCode::kInvalidArgument,
-                "plan: request ", i, " has a negative length: qo_len=", problem.qo_len[i],
-                " kv_len=", problem.kv_len[i]);
-    FLARE_CHECK(problem.qo_len[i] * group <= kInt32Max, ErrorCode::kUnsupported, "plan: request ",
-                i, " has qo_len * group = ", problem.qo_len[i] * group,
-                " packed rows, more than int32 holds");
+    min_length = std::min({min_length, problem.qo_len[i], problem.kv_len[i]});
+    max_qo_len = std::max(max_qo_len, problem.qo_len[i]);
+  }
+  if (min_length < 0 || max_qo_len * group > kInt32Max) {
+    for (size_t i = 0; i < problem.qo_len.size(); ++i) {
+      FLARE_CHECK(problem.qo_len[i] >= 0 && problem.kv_len[i] >= 0, ErrorCode::kInvalidArgument,
+                  "plan: request ", i, " has a negative length: qo_len=", problem.qo_len[i],
+                  " kv_len=", problem.kv_len[i]);
+      FLARE_CHECK(problem.qo_len[i] * group <= kInt32Max, ErrorCode::kUnsupported,
+                  "plan: request ", i, " has qo_len * group = ", problem.qo_len[i] * group,
+                  " packed rows, more than int32 holds");
+    }
   }
 
   FLARE_CHECK(device.num_sms >= 1 && device.ctas_per_sm >= 1, ErrorCode::kInvalidArgument,
@@ -67,53 +79,55 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
               "plan: disable_split_kv and fixed_split_size > 0 contradict each other, got "
               "fixed_split_size=",
               options.fixed_split_size);
-  FLARE_CHECK(std::isfinite(options.alpha) && std::isfinite(options.beta) &&
-                  options.alpha >= 0.0f && options.beta >= 0.0f &&
-                  (options.alpha > 0.0f || options.beta > 0.0f),
-              ErrorCode::kInvalidArgument,
-              "plan: cost coefficients must be finite, >= 0 and not both 0, got alpha=",
-              options.alpha, " beta=", options.beta);
+  const auto in_range = [](float coefficient) {
+    return coefficient >= 0.0f && coefficient <= kMaxCostCoefficient;  // false for NaN
+  };
+  FLARE_CHECK(in_range(options.alpha) && in_range(options.beta) &&
+                  std::max(options.alpha, options.beta) >= kMinCostCoefficient,
+              ErrorCode::kInvalidArgument, "plan: cost coefficients must lie in [0, ",
+              kMaxCostCoefficient, "] with at least one >= ", kMinCostCoefficient,
+              " (costs use 1/65536 units), got alpha=", options.alpha, " beta=", options.beta);
 }
 
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-// Chunks that belong to split tiles (= partial slots) when tiles are cut at multiples of L_kv.
-int64_t split_chunk_count(std::span<const plan_detail::Tile> tiles, int64_t kv_chunk,
-                          int num_kv_heads) {
-  int64_t chunks = 0;
+struct ChunkCounts {
+  int64_t all = 0;           // chunks, one KV head
+  int64_t of_split = 0;      // chunks of tiles with more than one (partial slots), one KV head
+};
+
+// Chunks when tiles are cut at the multiples of kv_chunk.
+ChunkCounts count_chunks(std::span<const plan_detail::Tile> tiles,
+                         const plan_detail::TileSummary& summary, int64_t kv_chunk) {
+  ChunkCounts counts{static_cast<int64_t>(tiles.size()), 0};
+  if (summary.max_kv_end <= kv_chunk) return counts;  // no tile reaches a cut
   for (const plan_detail::Tile& tile : tiles) {
     const int64_t count = plan_detail::chunk_count(tile.kv_begin, tile.kv_end, kv_chunk);
-    if (count > 1) chunks += count;
+    if (count > 1) {
+      counts.all += count - 1;
+      counts.of_split += count;
+    }
   }
-  return chunks * num_kv_heads;
+  return counts;
 }
 
 // L_kv of Algorithm 1: ceil(sum of effective KV over tiles and KV heads / #CTA), rounded up to
 // a page. Cuts sit at multiples of L_kv; a windowed tile that straddles one splits even when it
 // is shorter than L_kv, so in that (rare) case L_kv doubles until the chunks of split tiles fit
 // the 2 * #CTA partial slots the workspace holds.
-int64_t auto_kv_chunk(std::span<const plan_detail::Tile> tiles, const PlanProblem& problem,
+int64_t auto_kv_chunk(std::span<const plan_detail::Tile> tiles,
+                      const plan_detail::TileSummary& summary, const PlanProblem& problem,
                       int num_ctas) {
-  int64_t total_kv = 0;
-  for (const plan_detail::Tile& tile : tiles) total_kv += tile.kv_end - tile.kv_begin;
-  total_kv *= problem.num_kv_heads;
+  const int64_t total_kv = summary.total_kv * problem.num_kv_heads;
   int64_t kv_chunk = round_up(std::max<int64_t>(1, (total_kv + num_ctas - 1) / num_ctas),
                               problem.page_size);
-  while (kv_chunk < kInt32Max &&
-         split_chunk_count(tiles, kv_chunk, problem.num_kv_heads) > int64_t{2} * num_ctas) {
+  while (count_chunks(tiles, summary, kv_chunk).of_split * problem.num_kv_heads >
+         int64_t{2} * num_ctas) {
     kv_chunk *= 2;
   }
   return kv_chunk;
-}
-
-int64_t longest_tile(std::span<const plan_detail::Tile> tiles) {
-  int64_t longest = 0;
-  for (const plan_detail::Tile& tile : tiles) {
-    longest = std::max<int64_t>(longest, tile.kv_end - tile.kv_begin);
-  }
-  return longest;
 }
 
 // Scratch kept per thread: planning each decode step reuses it and allocates only the Plan.
@@ -149,33 +163,33 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
 
   int64_t tile_count = 0;
   for (const int32_t q_len : problem.qo_len) {
-    tile_count += (int64_t{q_len} * group + result.query_tile - 1) / result.query_tile;
+    const int64_t packed_rows = int64_t{q_len} * group;
+    tile_count += packed_rows <= result.query_tile
+                      ? packed_rows > 0
+                      : (packed_rows + result.query_tile - 1) / result.query_tile;
   }
   FLARE_CHECK(tile_count <= kInt32Max && tile_count * problem.num_kv_heads <= kInt32Max,
               ErrorCode::kUnsupported,
               "plan: ", tile_count, " query tiles x ", problem.num_kv_heads,
               " KV heads exceed int32 work items");
   scratch.tiles.reserve(static_cast<size_t>(tile_count));
-  plan_detail::build_tiles(problem, group, result.query_tile, scratch.tiles);
+  const plan_detail::TileSummary summary =
+      plan_detail::build_tiles(problem, group, result.query_tile, scratch.tiles);
   const std::span<const plan_detail::Tile> tiles(scratch.tiles);
 
   int64_t kv_chunk = kNoCuts;
   if (options.fixed_split_size > 0) {
     kv_chunk = round_up(options.fixed_split_size, problem.page_size);
   } else if (!options.disable_split_kv) {
-    kv_chunk = auto_kv_chunk(tiles, problem, static_cast<int>(num_ctas));
+    kv_chunk = auto_kv_chunk(tiles, summary, problem, static_cast<int>(num_ctas));
   }
-  int64_t chunk_total = 0;
-  for (const plan_detail::Tile& tile : tiles) {
-    chunk_total += plan_detail::chunk_count(tile.kv_begin, tile.kv_end, kv_chunk);
-  }
+  const int64_t chunks = count_chunks(tiles, summary, kv_chunk).all;
   // Fill splits add at most one work item per CTA.
-  FLARE_CHECK(chunk_total <= kInt32Max &&
-                  (chunk_total + num_ctas) * problem.num_kv_heads <= kInt32Max,
-              ErrorCode::kUnsupported, "plan: ", chunk_total, " KV chunks x ",
-              problem.num_kv_heads, " KV heads exceed int32 work items (fixed_split_size=",
-              options.fixed_split_size, " is too small for these lengths)");
-  result.kv_chunk = kv_chunk == kNoCuts ? longest_tile(tiles) : kv_chunk;
+  FLARE_CHECK(chunks <= kInt32Max && (chunks + num_ctas) * problem.num_kv_heads <= kInt32Max,
+              ErrorCode::kUnsupported, "plan: ", chunks, " KV chunks x ", problem.num_kv_heads,
+              " KV heads exceed int32 work items (fixed_split_size=", options.fixed_split_size,
+              " is too small for these lengths)");
+  result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
 
   plan_detail::ScheduleParams params;
   params.num_kv_heads = problem.num_kv_heads;

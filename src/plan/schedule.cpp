@@ -6,101 +6,186 @@
 // second medium chunk ends far above the others (wave quantization).
 //
 // Fill split (Stream-K's idea, which the paper credits): when the least-loaded CTA would go
-// past (1 + kFillTolerance) * mean by taking the next chunk, the chunk is cut at the page
+// past 1.02 x the mean load by taking the next chunk, the chunk is cut at the page
 // boundary nearest to where that CTA reaches the target; the rest re-enters the longest-first
 // order. A CTA takes at most one fill split, and a split happens only while the chunks of
 // split tiles stay within the budget of partial slots, so the workspace bound holds by
-// construction. Everything is integer or IEEE double arithmetic in a fixed order with total
-// orders for ties: the same lengths give the same plan on every machine.
+// construction.
+//
+// Costs are integers (units of 2^-16 of a row or KV token, alpha and beta rounded to that
+// grid), so loads add exactly and ties have one order: the same lengths give the same plan,
+// bit for bit, on every machine.
 #include "src/plan/schedule.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <tuple>
+
+#include "flare/core/error.h"
 
 namespace flare::plan_detail {
 namespace {
 
 using Chunk = ScheduleScratch::Chunk;
 using Piece = ScheduleScratch::Piece;
-using CtaLoad = ScheduleScratch::CtaLoad;
-using SplitChunk = ScheduleScratch::SplitChunk;
 
-// Load above the mean a fill split aims for: enough slack that page rounding and the row cost
-// of the extra chunks rarely push the last chunks onto a full CTA (docs/perf.md, "Planner").
-constexpr double kFillTolerance = 0.02;
+// A fill split aims for mean + mean / 50 (2% above the mean): enough slack that page rounding
+// and the row cost of the extra chunks rarely push the last chunks onto a full CTA
+// (docs/perf.md, "Planner").
+constexpr uint64_t kFillToleranceInverse = 50;
 constexpr uint64_t kMaxLength = std::numeric_limits<int32_t>::max();
+// partial_slot of an assigned chunk of a split tile until slots are numbered.
+constexpr int32_t kSlotPending = -2;
 
-// Two statements: no compiler may fuse them into an FMA, which would change the plan between
-// machines.
-double chunk_cost(const ScheduleParams& params, int64_t rows, int64_t kv) {
-  const double row_cost = params.alpha * static_cast<double>(rows);
-  const double kv_cost = params.beta * static_cast<double>(kv);
-  return row_cost + kv_cost;
-}
+// Fixed-point fraction bits of a cost unit; fewer when a plan's total cost would not fit.
+constexpr int kCostFractionBits = 16;
 
-bool lighter(const CtaLoad& a, const CtaLoad& b) {
-  return a.cost < b.cost || (a.cost == b.cost && a.cta < b.cta);
-}
+// The CTA loads as a 3-ary min-heap of 64-bit keys, load << index_bits | CTA index: the
+// lightest CTA, ties to the lower index, is the smallest key, and adding a cost is one integer
+// addition. Three children per node measured fastest (fewer levels than binary, fewer
+// comparisons per level than 4-ary). keys[num_ctas ..] are sentinels larger than any key, so
+// every parent has all its children.
+class CtaHeap {
+ public:
+  static constexpr size_t kArity = 3;
 
-// Replaces the root of the min-heap by `x` and restores the heap (pop + push in one pass).
-void replace_top(std::vector<CtaLoad>& heap, CtaLoad x) {
-  const size_t size = heap.size();
-  size_t hole = 0;
-  for (;;) {
-    size_t child = 2 * hole + 1;
-    if (child >= size) break;
-    if (child + 1 < size && lighter(heap[child + 1], heap[child])) ++child;
-    if (!lighter(heap[child], x)) break;
-    heap[hole] = heap[child];
-    hole = child;
+  CtaHeap(int num_ctas, std::vector<uint64_t>& keys)
+      : index_bits_(num_ctas > 1 ? std::bit_width(static_cast<uint32_t>(num_ctas - 1)) : 0),
+        size_(static_cast<size_t>(num_ctas)),
+        keys_(keys) {
+    keys_.assign(size_ + kArity, std::numeric_limits<uint64_t>::max());
+    for (size_t c = 0; c < size_; ++c) keys_[c] = c;  // all loads 0: sorted, a heap
   }
-  heap[hole] = x;
-}
+
+  int index_bits() const { return index_bits_; }
+  int32_t lightest() const { return static_cast<int32_t>(keys_[0] & index_mask()); }
+  uint64_t lightest_load() const { return keys_[0] >> index_bits_; }
+
+  // Adds `cost` to the lightest CTA and restores the heap (pop + push in one pass). Branches,
+  // not conditional moves: in longest-first order they are predictable, and conditional
+  // moves would chain every level's loads.
+  void add_to_lightest(uint64_t cost) {
+    uint64_t* keys = keys_.data();
+    const uint64_t key = keys[0] + (cost << index_bits_);
+    size_t hole = 0;
+    for (size_t child = 1; child < size_; child = kArity * hole + 1) {
+      size_t lightest = keys[child + 1] < keys[child] ? child + 1 : child;
+      if (keys[child + 2] < keys[lightest]) lightest = child + 2;
+      if (keys[lightest] >= key) break;
+      keys[hole] = keys[lightest];
+      hole = lightest;
+    }
+    keys[hole] = key;
+  }
+
+  // Load of every CTA, in cost units.
+  void loads(std::vector<uint64_t>& out) const {
+    out.assign(size_, 0);
+    for (size_t i = 0; i < size_; ++i) out[keys_[i] & index_mask()] = keys_[i] >> index_bits_;
+  }
+
+ private:
+  uint64_t index_mask() const { return (uint64_t{1} << index_bits_) - 1; }
+
+  int index_bits_;
+  size_t size_;
+  std::vector<uint64_t>& keys_;
+};
 
 class Scheduler {
  public:
   Scheduler(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& scratch)
-      : tiles_(tiles), params_(params), s_(scratch) {}
+      : tiles_(tiles),
+        params_(params),
+        s_(scratch),
+        ctas_(params.num_ctas, scratch.heap_keys) {}
 
   void run(Plan& plan) {
     cut_chunks();
     sort_chunks();
-    init_ctas();
+    init_queues();
     assign_in_order();
     emit(plan);
   }
 
  private:
-  int64_t tile_id(const Piece& piece) const {
-    return int64_t{piece.tile} * params_.num_kv_heads + piece.kv_head;
-  }
-
   // Phase 1: cuts at the multiples of L_kv; every chunk of a tile, in KV order.
   void cut_chunks() {
-    const int heads = params_.num_kv_heads;
     const int64_t kv_chunk = params_.kv_chunk;
     s_.chunks.clear();
-    s_.chunks_of_tile.resize(tiles_.size() * static_cast<size_t>(heads));
-    double total_cost = 0.0;
+    int64_t total_rows = 0;  // over chunks, one KV head
+    int64_t total_kv = 0;
+    int64_t max_rows = 0;
     split_chunks_ = 0;
     for (size_t t = 0; t < tiles_.size(); ++t) {
       const Tile& tile = tiles_[t];
+      const auto tile_index = static_cast<int32_t>(t);
+      const int64_t rows = tile.row_end - tile.row_begin;
+      max_rows = std::max(max_rows, rows);
+      total_kv += tile.kv_end - tile.kv_begin;
+      if (tile.kv_end <= kv_chunk) {  // one chunk (the common case, no division)
+        s_.chunks.push_back({{tile.request, 0, tile.row_begin, tile.row_end, tile.kv_begin,
+                              tile.kv_end, -1, 0},
+                             0,
+                             tile_index});
+        total_rows += rows;
+        continue;
+      }
       const int64_t count = chunk_count(tile.kv_begin, tile.kv_end, kv_chunk);
       int64_t begin = tile.kv_begin;
       do {
         const int64_t end = std::min<int64_t>(tile.kv_end, (begin / kv_chunk + 1) * kv_chunk);
-        s_.chunks.push_back({static_cast<int32_t>(t), static_cast<int32_t>(begin),
-                             static_cast<int32_t>(end)});
-        total_cost += chunk_cost(params_, tile.row_end - tile.row_begin, end - begin) * heads;
+        s_.chunks.push_back({{tile.request, 0, tile.row_begin, tile.row_end,
+                              static_cast<int32_t>(begin), static_cast<int32_t>(end),
+                              count > 1 ? kSlotPending : -1, 0},
+                             0,
+                             tile_index});
         begin = end;
       } while (begin < tile.kv_end);
-      std::fill_n(s_.chunks_of_tile.begin() + static_cast<ptrdiff_t>(t * heads), heads,
-                  static_cast<int32_t>(count));
-      if (count > 1) split_chunks_ += count * heads;
+      total_rows += rows * count;
+      if (count > 1) split_chunks_ += count * params_.num_kv_heads;
     }
-    const double mean = total_cost / params_.num_ctas;
-    fill_target_ = mean + mean * kFillTolerance;
+    choose_cost_units(total_rows, total_kv, max_rows);
+    for (Chunk& chunk : s_.chunks) {
+      chunk.cost = cost(chunk.item.row_end - chunk.item.row_begin,
+                        chunk.item.kv_end - chunk.item.kv_begin);
+    }
+    const uint64_t total_cost =
+        (alpha_units_ * static_cast<uint64_t>(total_rows) +
+         beta_units_ * static_cast<uint64_t>(total_kv)) *
+        static_cast<uint64_t>(params_.num_kv_heads);
+    const uint64_t mean = total_cost / static_cast<uint64_t>(params_.num_ctas);
+    fill_target_ = mean + mean / kFillToleranceInverse;
+  }
+
+  // The finest cost unit 2^-f (f <= kCostFractionBits) at which every load, fill splits
+  // included, fits the heap keys beside the CTA index.
+  void choose_cost_units(int64_t total_rows, int64_t total_kv, int64_t max_rows) {
+    const double limit = std::ldexp(1.0, 63 - ctas_.index_bits());
+    for (int bits = kCostFractionBits; bits >= 0; --bits) {
+      const double alpha = std::round(std::ldexp(params_.alpha, bits));
+      const double beta = std::round(std::ldexp(params_.beta, bits));
+      const double total = (alpha * static_cast<double>(total_rows) +
+                            beta * static_cast<double>(total_kv)) * params_.num_kv_heads +
+                           alpha * static_cast<double>(max_rows) * params_.num_ctas;
+      if (total < limit) {
+        fraction_bits_ = bits;
+        alpha_units_ = static_cast<uint64_t>(alpha);
+        beta_units_ = static_cast<uint64_t>(beta);
+        return;
+      }
+    }
+    fail(ErrorCode::kUnsupported, "plan: the total cost alpha * rows + beta * kv of this batch (",
+         params_.alpha * static_cast<double>(total_rows) +
+             params_.beta * static_cast<double>(total_kv),
+         " per KV head) does not fit the 64-bit loads of ", params_.num_ctas,
+         " CTAs; lower alpha and beta");
+  }
+
+  uint64_t cost(int64_t rows, int64_t kv) const {
+    return alpha_units_ * static_cast<uint64_t>(rows) + beta_units_ * static_cast<uint64_t>(kv);
   }
 
   // Longest first; ties in generation order, i.e. (request, tile, chunk): one sort of packed
@@ -108,7 +193,8 @@ class Scheduler {
   void sort_chunks() {
     s_.order.resize(s_.chunks.size());
     for (size_t i = 0; i < s_.chunks.size(); ++i) {
-      const uint64_t length = static_cast<uint64_t>(s_.chunks[i].kv_end - s_.chunks[i].kv_begin);
+      const WorkItem& item = s_.chunks[i].item;
+      const auto length = static_cast<uint64_t>(item.kv_end - item.kv_begin);
       s_.order[i] = (kMaxLength - length) << 32 | i;
     }
     std::sort(s_.order.begin(), s_.order.end());
@@ -118,15 +204,16 @@ class Scheduler {
     return s_.chunks[static_cast<size_t>(s_.order[position] & 0xffffffffu)];
   }
 
-  void init_ctas() {
+  void init_queues() {
     const auto ctas = static_cast<size_t>(params_.num_ctas);
-    s_.heap.resize(ctas);
-    for (size_t c = 0; c < ctas; ++c) s_.heap[c] = {0.0, static_cast<int32_t>(c)};  // a heap
     s_.filled.assign(ctas, 0);
+    s_.cta_items.assign(ctas, 0);
     s_.tails.clear();
-    s_.assigned.clear();
-    s_.assigned_cta.clear();
-    s_.assigned_tile.clear();
+    // Every chunk under every head, plus at most one fill split per CTA. Never shrunk, so
+    // steady-state planning does not touch the allocator.
+    const size_t most_items = s_.chunks.size() * static_cast<size_t>(params_.num_kv_heads) + ctas;
+    if (s_.assigned.size() < most_items) s_.assigned.resize(most_items);
+    assigned_count_ = 0;
   }
 
   // The order of Algorithm 1 over pieces: longer first, then (request, kv_head, tile, kv_begin).
@@ -142,42 +229,10 @@ class Scheduler {
     return a.kv_begin < b.kv_begin;
   }
 
-  // Every chunk under every KV head in the order above, merged with the fill-split tails. A
-  // run of chunks of one length and one request is emitted head by head, which is the order
-  // (request, kv_head, tile, chunk) the sorted chunks imply once heads are expanded.
-  void assign_in_order() {
+  // Assigns the fill-split tails that come before `next` (all of them for nullptr).
+  void assign_tails_before(const Piece* next) {
     const auto tail_after = [this](const Piece& a, const Piece& b) { return goes_before(b, a); };
-    const size_t count = s_.order.size();
-    size_t run_begin = 0;
-    while (run_begin < count) {
-      const Chunk& first = chunk_at(run_begin);
-      const int32_t length = first.kv_end - first.kv_begin;
-      const int32_t request = tiles_[static_cast<size_t>(first.tile)].request;
-      size_t run_end = run_begin + 1;
-      while (run_end < count) {
-        const Chunk& next = chunk_at(run_end);
-        if (next.kv_end - next.kv_begin != length ||
-            tiles_[static_cast<size_t>(next.tile)].request != request) {
-          break;
-        }
-        ++run_end;
-      }
-      for (int32_t head = 0; head < params_.num_kv_heads; ++head) {
-        for (size_t i = run_begin; i < run_end; ++i) {
-          const Chunk& chunk = chunk_at(i);
-          const Piece piece{chunk.tile, head, chunk.kv_begin, chunk.kv_end};
-          while (!s_.tails.empty() && goes_before(s_.tails.front(), piece)) {
-            std::pop_heap(s_.tails.begin(), s_.tails.end(), tail_after);
-            const Piece tail = s_.tails.back();
-            s_.tails.pop_back();
-            assign(tail);
-          }
-          assign(piece);
-        }
-      }
-      run_begin = run_end;
-    }
-    while (!s_.tails.empty()) {
+    while (!s_.tails.empty() && (next == nullptr || goes_before(s_.tails.front(), *next))) {
       std::pop_heap(s_.tails.begin(), s_.tails.end(), tail_after);
       const Piece tail = s_.tails.back();
       s_.tails.pop_back();
@@ -185,98 +240,158 @@ class Scheduler {
     }
   }
 
+  // Every chunk under every KV head in the order above, merged with the fill-split tails. A
+  // run of chunks of one length and one request is emitted head by head, which is the order
+  // (request, kv_head, tile, chunk) the sorted chunks imply once heads are expanded.
+  void assign_in_order() {
+    const size_t count = s_.order.size();
+    // The fast path below: no tails waiting and no fill split possible.
+    const uint64_t fill_limit =
+        params_.fill_split ? fill_target_ : std::numeric_limits<uint64_t>::max();
+    WorkItem* const assigned = s_.assigned.data();
+    int32_t* const cta_items = s_.cta_items.data();
+    bool tails_waiting = false;
+    size_t run_begin = 0;
+    while (run_begin < count) {
+      const WorkItem& first = chunk_at(run_begin).item;
+      const int32_t length = first.kv_end - first.kv_begin;
+      size_t run_end = run_begin + 1;
+      while (run_end < count) {
+        const WorkItem& next = chunk_at(run_end).item;
+        if (next.kv_end - next.kv_begin != length || next.request != first.request) break;
+        ++run_end;
+      }
+      for (int32_t head = 0; head < params_.num_kv_heads; ++head) {
+        for (size_t i = run_begin; i < run_end; ++i) {
+          const Chunk& chunk = chunk_at(i);
+          if (tails_waiting || ctas_.lightest_load() + chunk.cost > fill_limit) {
+            // The general path: tails that come first, fill splits.
+            const Piece piece{chunk.tile, head, chunk.item.kv_begin, chunk.item.kv_end,
+                              chunk.item.partial_slot == kSlotPending};
+            assign_tails_before(&piece);
+            assign(piece);
+            tails_waiting = !s_.tails.empty();
+            continue;
+          }
+          const int32_t cta = ctas_.lightest();
+          WorkItem& item = assigned[assigned_count_++];
+          item = chunk.item;
+          item.kv_head = head;
+          item.reserved = cta;
+          ++cta_items[cta];
+          ctas_.add_to_lightest(chunk.cost);
+        }
+      }
+      run_begin = run_end;
+    }
+    assign_tails_before(nullptr);
+  }
+
   // Gives `piece` (or its head, after a fill split) to the least-loaded CTA.
   void assign(Piece piece) {
-    CtaLoad top = s_.heap.front();
+    const int32_t cta = ctas_.lightest();
+    const uint64_t load = ctas_.lightest_load();
     const Tile& tile = tiles_[static_cast<size_t>(piece.tile)];
     const int64_t rows = tile.row_end - tile.row_begin;
-    double cost = chunk_cost(params_, rows, piece.kv_end - piece.kv_begin);
-    const int64_t id = tile_id(piece);
-    if (params_.fill_split && !s_.filled[static_cast<size_t>(top.cta)] &&
-        top.cost + cost > fill_target_) {
-      const int64_t cut = fill_cut(top.cost, rows, piece.kv_begin);
-      const int64_t new_split_chunks = s_.chunks_of_tile[static_cast<size_t>(id)] == 1 ? 2 : 1;
+    uint64_t piece_cost = cost(rows, piece.kv_end - piece.kv_begin);
+    if (params_.fill_split && load + piece_cost > fill_target_ &&
+        !s_.filled[static_cast<size_t>(cta)]) {
+      const int64_t cut = fill_cut(load, rows, piece.kv_begin);
+      const int64_t new_split_chunks = piece.split ? 1 : 2;
       if (cut > piece.kv_begin && cut < piece.kv_end &&
           split_chunks_ + new_split_chunks <= params_.max_split_chunks) {
         split_chunks_ += new_split_chunks;
-        ++s_.chunks_of_tile[static_cast<size_t>(id)];
-        s_.filled[static_cast<size_t>(top.cta)] = 1;
-        s_.tails.push_back({piece.tile, piece.kv_head, static_cast<int32_t>(cut), piece.kv_end});
+        s_.filled[static_cast<size_t>(cta)] = 1;
+        piece.split = 1;
+        s_.tails.push_back(
+            {piece.tile, piece.kv_head, static_cast<int32_t>(cut), piece.kv_end, 1});
         std::push_heap(s_.tails.begin(), s_.tails.end(),
                        [this](const Piece& a, const Piece& b) { return goes_before(b, a); });
         piece.kv_end = static_cast<int32_t>(cut);
-        cost = chunk_cost(params_, rows, piece.kv_end - piece.kv_begin);
+        piece_cost = cost(rows, piece.kv_end - piece.kv_begin);
       }
     }
-    s_.assigned.push_back({tile.request, piece.kv_head, tile.row_begin, tile.row_end,
-                           piece.kv_begin, piece.kv_end, -1, 0});
-    s_.assigned_cta.push_back(top.cta);
-    s_.assigned_tile.push_back(static_cast<int32_t>(id));
-    top.cost += cost;
-    replace_top(s_.heap, top);
+    s_.assigned[assigned_count_++] = {tile.request,   piece.kv_head,
+                                      tile.row_begin, tile.row_end,
+                                      piece.kv_begin, piece.kv_end,
+                                      piece.split ? kSlotPending : -1, cta};
+    ++s_.cta_items[static_cast<size_t>(cta)];
+    ctas_.add_to_lightest(piece_cost);
   }
 
   // The page boundary nearest to where a CTA at `load` reaches the fill target with a chunk
   // of `rows` rows starting at kv_begin (at most kv_begin when it is already there).
-  int64_t fill_cut(double load, int64_t rows, int64_t kv_begin) const {
-    if (params_.beta <= 0.0) return kv_begin;
-    const double row_cost = params_.alpha * static_cast<double>(rows);
-    const double room = (fill_target_ - load - row_cost) / params_.beta;
-    if (!(room > 0.0)) return kv_begin;
-    const double page = static_cast<double>(params_.page_size);
-    const double pages = std::floor((static_cast<double>(kv_begin) + room) / page + 0.5);
-    return static_cast<int64_t>(pages) * params_.page_size;
+  int64_t fill_cut(uint64_t load, int64_t rows, int64_t kv_begin) const {
+    const uint64_t used = load + alpha_units_ * static_cast<uint64_t>(rows);
+    if (beta_units_ == 0 || used >= fill_target_) return kv_begin;
+    const auto room = static_cast<int64_t>((fill_target_ - used) / beta_units_);
+    const int64_t page = params_.page_size;
+    return (kv_begin + room + page / 2) / page * page;
   }
 
   // Work items grouped by CTA (assignment order kept), then partial slots for split tiles:
   // consecutive per tile, in increasing KV order, tiles in (request, tile, kv_head) order.
   void emit(Plan& plan) {
     const auto ctas = static_cast<size_t>(params_.num_ctas);
-    plan.cta_cost.assign(ctas, 0.0);
-    for (const CtaLoad& load : s_.heap) plan.cta_cost[static_cast<size_t>(load.cta)] = load.cost;
+    plan.cta_cost.resize(ctas);
+    ctas_.loads(s_.loads);
+    const double unit = std::ldexp(1.0, -fraction_bits_);
+    for (size_t c = 0; c < ctas; ++c) plan.cta_cost[c] = static_cast<double>(s_.loads[c]) * unit;
 
-    plan.cta_indptr.assign(ctas + 1, 0);
-    for (const int32_t cta : s_.assigned_cta) ++plan.cta_indptr[static_cast<size_t>(cta) + 1];
-    for (size_t c = 0; c < ctas; ++c) plan.cta_indptr[c + 1] += plan.cta_indptr[c];
-    s_.cursor.assign(plan.cta_indptr.begin(), plan.cta_indptr.end() - 1);
-    plan.work_items.resize(s_.assigned.size());
-    s_.split_chunks.clear();
-    for (size_t i = 0; i < s_.assigned.size(); ++i) {
-      const int32_t position = s_.cursor[static_cast<size_t>(s_.assigned_cta[i])]++;
-      const WorkItem& item = s_.assigned[i];
-      plan.work_items[static_cast<size_t>(position)] = item;
-      const int32_t id = s_.assigned_tile[i];
-      if (s_.chunks_of_tile[static_cast<size_t>(id)] > 1) {
-        s_.split_chunks.push_back(
-            {uint64_t{static_cast<uint32_t>(id)} << 32 | static_cast<uint32_t>(item.kv_begin),
-             position});
-      }
+    plan.cta_indptr.resize(ctas + 1);
+    plan.cta_indptr[0] = 0;
+    for (size_t c = 0; c < ctas; ++c) {
+      plan.cta_indptr[c + 1] = plan.cta_indptr[c] + s_.cta_items[c];
+      s_.cta_items[c] = plan.cta_indptr[c];  // from here on: the CTA's next free position
     }
-    std::sort(s_.split_chunks.begin(), s_.split_chunks.end(),
-              [](const SplitChunk& a, const SplitChunk& b) { return a.key < b.key; });
+    plan.work_items.resize(assigned_count_);
+    s_.split_items.clear();
+    WorkItem* const work_items = plan.work_items.data();
+    int32_t* const next_position = s_.cta_items.data();
+    for (size_t i = 0; i < assigned_count_; ++i) {
+      WorkItem item = s_.assigned[i];
+      const int32_t position = next_position[item.reserved]++;
+      item.reserved = 0;
+      work_items[position] = item;
+      if (item.partial_slot == kSlotPending) s_.split_items.push_back(position);
+    }
+    const auto slot_order = [&items = plan.work_items](int32_t a, int32_t b) {
+      const WorkItem& x = items[static_cast<size_t>(a)];
+      const WorkItem& y = items[static_cast<size_t>(b)];
+      return std::tie(x.request, x.row_begin, x.kv_head, x.kv_begin) <
+             std::tie(y.request, y.row_begin, y.kv_head, y.kv_begin);
+    };
+    std::sort(s_.split_items.begin(), s_.split_items.end(), slot_order);
 
     plan.merge_items.clear();
     plan.merge_indptr.assign(1, 0);
-    plan.merge_slots.resize(s_.split_chunks.size());
-    for (size_t slot = 0; slot < s_.split_chunks.size(); ++slot) {
-      WorkItem& item = plan.work_items[static_cast<size_t>(s_.split_chunks[slot].item)];
+    plan.merge_slots.resize(s_.split_items.size());
+    for (size_t slot = 0; slot < s_.split_items.size(); ++slot) {
+      WorkItem& item = plan.work_items[static_cast<size_t>(s_.split_items[slot])];
       item.partial_slot = static_cast<int32_t>(slot);
       plan.merge_slots[slot] = static_cast<int32_t>(slot);
-      const bool last_of_tile = slot + 1 == s_.split_chunks.size() ||
-                                (s_.split_chunks[slot + 1].key >> 32) != (s_.split_chunks[slot].key >> 32);
-      if (last_of_tile) {
+      const WorkItem* next = slot + 1 < s_.split_items.size()
+                                 ? &plan.work_items[static_cast<size_t>(s_.split_items[slot + 1])]
+                                 : nullptr;
+      if (next == nullptr || next->request != item.request || next->row_begin != item.row_begin ||
+          next->kv_head != item.kv_head) {
         plan.merge_items.push_back({item.request, item.kv_head, item.row_begin, item.row_end});
         plan.merge_indptr.push_back(static_cast<int32_t>(slot + 1));
       }
     }
-    plan.num_partial_slots = static_cast<int32_t>(s_.split_chunks.size());
+    plan.num_partial_slots = static_cast<int32_t>(s_.split_items.size());
   }
 
   std::span<const Tile> tiles_;
   const ScheduleParams& params_;
   ScheduleScratch& s_;
+  CtaHeap ctas_;
   int64_t split_chunks_ = 0;  // chunks that belong to split tiles (= partial slots)
-  double fill_target_ = 0.0;
+  int fraction_bits_ = kCostFractionBits;
+  uint64_t alpha_units_ = 0;  // alpha and beta in units of 2^-fraction_bits_
+  uint64_t beta_units_ = 0;
+  uint64_t fill_target_ = 0;
+  size_t assigned_count_ = 0;
 };
 
 }  // namespace

@@ -23,47 +23,38 @@ struct ScheduleParams {
   bool fill_split = false;
   // The most chunks that may belong to split tiles, i.e. partial slots (2 * num_ctas).
   int64_t max_split_chunks = 0;
-  double alpha = 1.0;
+  double alpha = 1.0;  // cost per row and per KV token of a chunk, each in [0, 2^20]
   double beta = 1.0;
 };
 
 // Reusable buffers, so that planning every decode step allocates nothing but the Plan.
 struct ScheduleScratch {
-  struct Chunk {  // one KV chunk of a tile, the same under every KV head
+  struct Chunk {  // one KV chunk of a tile: its work item under KV head 0, and its cost
+    WorkItem item;  // partial_slot: -1, or pending for a chunk of a split tile
+    uint64_t cost;
     int32_t tile;
-    int32_t kv_begin;
-    int32_t kv_end;
   };
   struct Piece {  // a chunk (or what a fill split left of one) under one KV head
     int32_t tile;
     int32_t kv_head;
     int32_t kv_begin;
     int32_t kv_end;
-  };
-  struct CtaLoad {
-    double cost;
-    int32_t cta;
-  };
-  struct SplitChunk {  // a work item of a split tile, keyed (tile id, kv_begin)
-    uint64_t key;
-    int32_t item;
+    int32_t split;
   };
   std::vector<Chunk> chunks;
-  std::vector<uint64_t> order;         // chunks sorted: longest first, then generation order
-  std::vector<int32_t> chunks_of_tile; // [tiles * num_kv_heads] current chunk count
-  std::vector<CtaLoad> heap;           // min-heap on (cost, cta)
-  std::vector<uint8_t> filled;         // [num_ctas] received a fill split
-  std::vector<Piece> tails;            // heap of fill-split remainders, longest first
-  std::vector<WorkItem> assigned;      // in assignment order
-  std::vector<int32_t> assigned_cta;
-  std::vector<int32_t> assigned_tile;  // tile * num_kv_heads + kv_head
-  std::vector<int32_t> cursor;         // [num_ctas] next free work item of each CTA
-  std::vector<SplitChunk> split_chunks;
+  std::vector<uint64_t> order;      // chunks sorted: longest first, then generation order
+  std::vector<uint64_t> heap_keys;  // min-heap of CTA keys (load << index bits | index)
+  std::vector<uint64_t> loads;      // [num_ctas] final loads, cost units
+  std::vector<uint8_t> filled;      // [num_ctas] received a fill split
+  std::vector<Piece> tails;         // heap of fill-split remainders, first in order on top
+  std::vector<WorkItem> assigned;   // in assignment order; `reserved` holds the CTA
+  std::vector<int32_t> cta_items;   // [num_ctas] items per CTA, then the next free position
+  std::vector<int32_t> split_items; // positions in Plan::work_items of chunks of split tiles
 };
 
 // Number of chunks the cuts at multiples of kv_chunk make of [kv_begin, kv_end) (1 if empty).
 inline int64_t chunk_count(int64_t kv_begin, int64_t kv_end, int64_t kv_chunk) {
-  if (kv_end - kv_begin <= 0) return 1;
+  if (kv_end <= kv_chunk || kv_end <= kv_begin) return 1;  // without dividing: the usual case
   return (kv_end + kv_chunk - 1) / kv_chunk - kv_begin / kv_chunk;
 }
 

@@ -20,8 +20,10 @@ int choose_query_tile(const PlanProblem& problem, int group, int requested) {
   return kAutoQueryTiles[std::size(kAutoQueryTiles) - 1];
 }
 
-void build_tiles(const PlanProblem& problem, int group, int query_tile, std::vector<Tile>& tiles) {
+TileSummary build_tiles(const PlanProblem& problem, int group, int query_tile,
+                        std::vector<Tile>& tiles) {
   tiles.clear();
+  TileSummary summary;
   const int32_t batch = static_cast<int32_t>(problem.qo_len.size());
   for (int32_t request = 0; request < batch; ++request) {
     const int64_t q_len = problem.qo_len[static_cast<size_t>(request)];
@@ -31,8 +33,9 @@ void build_tiles(const PlanProblem& problem, int group, int query_tile, std::vec
     const int64_t first_position = kv_len - q_len;
     for (int64_t row_begin = 0; row_begin < packed_rows; row_begin += query_tile) {
       const int64_t row_end = std::min(packed_rows, row_begin + query_tile);
-      const int64_t first_token = row_begin / group;
-      const int64_t last_token = (row_end - 1) / group;
+      // A request's first and last tiles need no division (most requests have one tile).
+      const int64_t first_token = row_begin == 0 ? 0 : row_begin / group;
+      const int64_t last_token = row_end == packed_rows ? q_len - 1 : (row_end - 1) / group;
       int64_t kv_end = kv_len;
       if (problem.causal) kv_end = std::clamp<int64_t>(first_position + last_token + 1, 0, kv_len);
       int64_t kv_begin = 0;
@@ -43,8 +46,12 @@ void build_tiles(const PlanProblem& problem, int group, int query_tile, std::vec
       if (kv_begin >= kv_end) kv_begin = kv_end = 0;
       tiles.push_back({request, static_cast<int32_t>(row_begin), static_cast<int32_t>(row_end),
                        static_cast<int32_t>(kv_begin), static_cast<int32_t>(kv_end)});
+      summary.total_kv += kv_end - kv_begin;
+      summary.max_kv_end = std::max(summary.max_kv_end, static_cast<int32_t>(kv_end));
+      summary.longest = std::max(summary.longest, static_cast<int32_t>(kv_end - kv_begin));
     }
   }
+  return summary;
 }
 
 }  // namespace flare::plan_detail

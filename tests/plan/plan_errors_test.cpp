@@ -90,7 +90,7 @@ TEST(PlanErrors, DeviceAndOptions) {
   expect_error([&] { plan(p.problem, {8, 1}, options); }, ErrorCode::kInvalidArgument,
                "contradict");
   for (const auto& [alpha, beta] : std::vector<std::pair<float, float>>{
-           {-1.0f, 1.0f}, {1.0f, -1.0f}, {0.0f, 0.0f},
+           {-1.0f, 1.0f}, {1.0f, -1.0f}, {0.0f, 0.0f}, {1e-6f, 0.0f}, {1.0f, 2e6f},
            {std::numeric_limits<float>::quiet_NaN(), 1.0f},
            {1.0f, std::numeric_limits<float>::infinity()}}) {
     options = {};

@@ -36,6 +36,8 @@ struct PlanOptions {
                              // multiple of page_size (batch invariance)
   bool disable_split_kv = false;  // one chunk per tile (also for variants without softmax)
   int num_sms_to_use = 0;    // 0 = all; fewer leaves SMs to overlapped work (002 appendix E)
+  // Cost of a chunk: alpha * rows + beta * KV tokens, in fixed point with 16 fraction bits
+  // (so loads add exactly). Each in [0, 2^20], at least one >= 2^-16.
   float alpha = 1.0f;        // cost per query row of a chunk
   float beta = 1.0f;         // cost per KV token of a chunk
 };
