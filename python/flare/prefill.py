@@ -1,26 +1,19 @@
 """Prefill attention with FlashInfer's interface: BatchPrefillWithPagedKVCacheWrapper,
 BatchPrefillWithRaggedKVCacheWrapper and single_prefill_with_kv_cache.
 
-These run on flare's CPU backend (numpy arrays, CPU torch tensors). flare has no GPU prefill
-kernel yet: CUDA tensors raise NotImplementedError naming it.
+CUDA tensors run flare's GPU BatchPrefill (tensor cores, JIT-compiled per configuration,
+CUDA-graph safe); numpy arrays and CPU torch tensors run the CPU backend (plan +
+execute_plan_cpu). The device of a wrapper is the device of its float_workspace_buffer.
 """
 
 import numpy as np
 
 from . import _flare
-from ._args import (check_backend, check_kv_layout, check_pos_encoding_mode, reject_unless_none,
-                    unsupported)
+from ._args import check_backend, check_kv_layout, check_pos_encoding_mode, unsupported
 from ._cpu import CpuBatch, check_cpu_tensor, host_indptr, paged_kv_lengths
-from ._tensors import arg, dtype_name, host_int32, is_cuda, split_paged_kv_cache, tensor_dtype
-
-_NO_GPU_PREFILL = ("flare has no GPU prefill kernel yet (batch prefill on CUDA tensors is a "
-                   "later issue); use CPU tensors for the CPU backend, or "
-                   "BatchDecodeWithPagedKVCacheWrapper for one query token per request")
-
-
-def _reject_gpu(where, *tensors):
-    if any(is_cuda(t) for t in tensors):
-        raise NotImplementedError(f"{where}: GPU prefill is not implemented: {_NO_GPU_PREFILL}")
+from ._prefill_gpu import GpuPrefill, check_gpu_support
+from ._tensors import (arg, device_of, dtype_name, host_int32, is_capturing, is_cuda,
+                       split_paged_kv_cache, tensor_dtype, torch_module)
 
 
 def _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction):
@@ -30,49 +23,110 @@ def _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction):
                     "flare accumulates q.k in float32")
 
 
+def _check_mask_args(where, causal, custom_mask, packed_custom_mask):
+    if causal and (custom_mask is not None or packed_custom_mask is not None):
+        raise ValueError(f"{where}: causal=True and a custom mask exclude each other (FlashInfer "
+                         "ignores causal then; flare asks for one of them)")
+
+
 class _PrefillWrapper:
-    """What the paged and ragged prefill wrappers share: construction checks, the planned
-    CpuBatch and the output handling of run()."""
+    """What the paged and ragged prefill wrappers share: construction checks, the plan on the
+    CPU backend or the GPU, and the dtype checks and output handling of run()."""
 
     _name = ""
+    _paged = True
 
     def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
                  **fixed_buffers):
         check_backend(self._name, backend)
         self._kv_layout = check_kv_layout(kv_layout)
         self._workspace = float_workspace_buffer
-        if use_cuda_graph:
-            unsupported(self._name, "use_cuda_graph", True, _NO_GPU_PREFILL)
-        reject_unless_none(self._name, **fixed_buffers)
-        self._batch = None
+        self._use_cuda_graph = bool(use_cuda_graph)
+        self._gpu = None
+        if is_cuda(float_workspace_buffer):
+            self._gpu = GpuPrefill(self._name, float_workspace_buffer, self._kv_layout,
+                                   self._paged, self._use_cuda_graph, fixed_buffers)
+        elif self._use_cuda_graph:
+            raise ValueError(f"{self._name}: use_cuda_graph=True needs a CUDA "
+                             "float_workspace_buffer")
+        elif any(b is not None for b in fixed_buffers.values()):
+            raise ValueError(f"{self._name}: the *_buf arguments are for use_cuda_graph=True")
+        self._batch = None  # the CPU backend's plan
         self._dtypes = None
 
     @property
     def is_cuda_graph_enabled(self):
-        return False
+        return self._use_cuda_graph
 
-    def _plan_dtypes(self, q_data_type, kv_data_type):
+    def _plan(self, *, qo_host, kv_host, last_host, tables, kv_len, num_qo_heads, num_kv_heads,
+              head_dim_qk, head_dim_vo, page_size, custom_mask, packed_custom_mask, causal,
+              pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap,
+              rope_scale, rope_theta, q_data_type, kv_data_type, non_blocking, fixed_split_size,
+              disable_split_kv):
+        """tables: the caller's index arrays by the name of their CUDA-graph buffer."""
+        where = f"{self._name}.plan"
+        _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
+        _check_mask_args(where, causal, custom_mask, packed_custom_mask)
         q_dtype = dtype_name(q_data_type)
-        self._dtypes = (q_dtype, dtype_name(kv_data_type) if kv_data_type is not None else q_dtype)
+        kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
+        head_dim_vo = head_dim_qk if head_dim_vo is None else head_dim_vo
+        params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
+                             logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
+                             rope_scale=rope_scale, rope_theta=rope_theta)
+        has_mask = custom_mask is not None or packed_custom_mask is not None
+        self._dtypes = None
+        if self._gpu is not None:
+            check_gpu_support(where, pos_encoding_mode, q_dtype, kv_dtype)
+            config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
+                          head_dim_qk=int(head_dim_qk), head_dim_vo=int(head_dim_vo),
+                          page_size=int(page_size), dtype=q_dtype, custom_mask=has_mask,
+                          fixed_split_size=0 if fixed_split_size is None else
+                          int(fixed_split_size), disable_split_kv=bool(disable_split_kv),
+                          params_kwargs=params_kwargs)
+            self._gpu.plan(qo_host=qo_host, kv_host=kv_host, last_host=last_host,
+                           kv_len=kv_len, sources=tables,
+                           mask=(custom_mask, packed_custom_mask) if has_mask else None,
+                           config=config, non_blocking=non_blocking)
+        else:
+            for name, x in tables.items():
+                check_cpu_tensor(where, name.removesuffix("_buf"), x)
+            self._tables = {name: host_int32(x, name.removesuffix("_buf"))
+                            for name, x in tables.items()}
+            self._batch = CpuBatch(
+                qo_indptr=qo_host, kv_len=kv_len, num_qo_heads=num_qo_heads,
+                num_kv_heads=num_kv_heads, head_dim_qk=head_dim_qk, head_dim_vo=head_dim_vo,
+                page_size=page_size, params_kwargs=params_kwargs, custom_mask=custom_mask,
+                packed_custom_mask=packed_custom_mask, fixed_split_size=fixed_split_size,
+                disable_split_kv=disable_split_kv)
+        self._dtypes = (q_dtype, kv_dtype)
 
-    def _check_run(self, q, k, extra):
+    def _check_run(self, q, k):
         where = f"{self._name}.run"
-        if self._batch is None:
+        if self._dtypes is None:
             raise RuntimeError(f"{where}() needs a plan(): call plan() first")
-        _reject_gpu(where, q, k, *extra)
-        check_cpu_tensor(where, "q", q)
         if tensor_dtype(q) != self._dtypes[0]:
             raise ValueError(f"q has dtype {tensor_dtype(q)} but plan() was given "
                              f"q_data_type={self._dtypes[0]}")
         if tensor_dtype(k) != self._dtypes[1]:
             raise ValueError(f"the KV cache has dtype {tensor_dtype(k)} but plan() was given "
                              f"kv_data_type={self._dtypes[1]}")
+        if self._gpu is None:
+            check_cpu_tensor(where, "q", q)
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
-    """Batch prefill (ragged queries, qo_indptr) against a paged KV cache, on the CPU backend."""
+    """Batch prefill (ragged queries, qo_indptr) against a paged KV cache.
+
+    plan() once per step on host-side lengths, run() per layer. With use_cuda_graph=True
+    (CUDA only) the batch size is fixed by qo_indptr_buf, the first plan() fixes the
+    configuration and the largest total query length, plan() copies the page table (and a
+    custom mask) into the fixed *_buf tensors, and run() may be captured into a CUDA graph and
+    replayed after later plan() calls. run() on a capturing stream of a wrapper created
+    without use_cuda_graph raises RuntimeError.
+    """
 
     _name = "BatchPrefillWithPagedKVCacheWrapper"
+    _paged = True
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf=None, paged_kv_indptr_buf=None, paged_kv_indices_buf=None,
@@ -90,42 +144,58 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
              use_fp16_qk_reduction=False, sm_scale=None, window_left=-1, logits_soft_cap=None,
              rope_scale=None, rope_theta=None, q_data_type="float16", kv_data_type=None,
              non_blocking=True, fixed_split_size=None, disable_split_kv=False):
-        """Plans on host copies of the index arrays (CUDA tensors are refused: no GPU prefill)."""
-        _reject_gpu(f"{self._name}.plan", self._workspace, qo_indptr, paged_kv_indptr,
-                    paged_kv_indices)
-        _check_common_plan_args(self._name, pos_encoding_mode, use_fp16_qk_reduction)
-        self._plan_dtypes(q_data_type, kv_data_type)
+        """Schedules one batch on host-side lengths.
+
+        qo_indptr, paged_kv_indptr and paged_kv_last_page_len are read on the host: pass CPU
+        tensors and plan() never synchronizes; CUDA tensors are copied to the host once, which
+        synchronizes with their stream (as in FlashInfer). On the GPU, paged_kv_indices stays
+        on the device (copied there asynchronously when given on the host), and a bool
+        custom_mask on the device is packed there.
+        """
         qo_host = host_indptr(qo_indptr, "qo_indptr")
-        kv_indptr = host_indptr(paged_kv_indptr, "paged_kv_indptr")
-        last = host_int32(paged_kv_last_page_len, "paged_kv_last_page_len")
-        if kv_indptr.shape[0] != qo_host.shape[0]:
+        kv_host = host_indptr(paged_kv_indptr, "paged_kv_indptr")
+        last_host = host_int32(paged_kv_last_page_len, "paged_kv_last_page_len")
+        if kv_host.shape[0] != qo_host.shape[0]:
             raise ValueError(f"paged_kv_indptr must have {qo_host.shape[0]} entries (batch + 1 "
-                             f"of qo_indptr), got {kv_indptr.shape[0]}")
-        kv_len = paged_kv_lengths(kv_indptr, last, int(page_size))
-        self._tables = (kv_indptr, host_int32(paged_kv_indices, "paged_kv_indices"), last)
-        self._batch = CpuBatch(
-            qo_indptr=qo_host, kv_len=kv_len, num_qo_heads=num_qo_heads,
-            num_kv_heads=num_kv_heads, head_dim_qk=head_dim_qk,
-            head_dim_vo=head_dim_qk if head_dim_vo is None else head_dim_vo, page_size=page_size,
-            params_kwargs=dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
-                               logits_soft_cap=logits_soft_cap,
-                               pos_encoding_mode=pos_encoding_mode, rope_scale=rope_scale,
-                               rope_theta=rope_theta),
-            custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
-            fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv)
+                             f"of qo_indptr), got {kv_host.shape[0]}")
+        self._plan(qo_host=qo_host, kv_host=kv_host, last_host=last_host,
+                   tables=dict(qo_indptr_buf=qo_indptr, paged_kv_indptr_buf=paged_kv_indptr,
+                               paged_kv_indices_buf=paged_kv_indices,
+                               paged_kv_last_page_len_buf=paged_kv_last_page_len),
+                   kv_len=paged_kv_lengths(kv_host, last_host, int(page_size)),
+                   num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
+                   head_dim_qk=head_dim_qk, head_dim_vo=head_dim_vo, page_size=page_size,
+                   custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
+                   causal=causal, pos_encoding_mode=pos_encoding_mode,
+                   use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale,
+                   window_left=window_left, logits_soft_cap=logits_soft_cap,
+                   rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
+                   kv_data_type=kv_data_type, non_blocking=non_blocking,
+                   fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv)
 
     begin_forward = plan
 
     def run(self, q, paged_kv_cache, *, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False):
-        """o [total_q, H_qo, D_vo] (and lse [total_q, H_qo] float32 with return_lse)."""
+        """o [total_q, H_qo, D_vo] (and lse [total_q, H_qo] float32 with return_lse).
+
+        k_scale and v_scale: on the GPU, k_scale multiplies q (rounded to q's dtype) and
+        v_scale the output; the CPU backend applies both exactly.
+        """
         k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
-        self._check_run(q, k_cache, (v_cache, out, lse))
+        self._check_run(q, k_cache)
+        if self._gpu is not None:
+            return self._gpu.run(q, (k_cache, v_cache), q_dtype=self._dtypes[0],
+                                 k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
+                                 return_lse=return_lse)
+        for name, x in (("paged_kv_cache", k_cache), ("out", out), ("lse", lse)):
+            check_cpu_tensor(f"{self._name}.run", name, x)
         batch = self._batch
         out, lse = batch.outputs(q, out, lse, return_lse)
-        indptr, indices, last = self._tables
+        t = self._tables
         _flare.run_cpu_paged(batch.plan, arg(q), arg(batch.qo_indptr), arg(k_cache),
-                             arg(v_cache), self._kv_layout, arg(indptr), arg(indices), arg(last),
+                             arg(v_cache), self._kv_layout, arg(t["paged_kv_indptr_buf"]),
+                             arg(t["paged_kv_indices_buf"]), arg(t["paged_kv_last_page_len_buf"]),
                              batch.make_params(k_scale=k_scale, v_scale=v_scale), arg(out),
                              arg(lse))
         return (out, lse) if return_lse else out
@@ -134,9 +204,11 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
 
 
 class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
-    """Batch prefill with ragged queries and ragged K/V (kv_indptr), on the CPU backend."""
+    """Batch prefill with ragged queries and ragged K/V (kv_indptr); CUDA graphs as for the
+    paged wrapper, with qo_indptr_buf and kv_indptr_buf."""
 
     _name = "BatchPrefillWithRaggedKVCacheWrapper"
+    _paged = False
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf=None, kv_indptr_buf=None, custom_mask_buf=None,
@@ -151,39 +223,47 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
              logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None,
              q_data_type="float16", kv_data_type=None, non_blocking=True,
              fixed_split_size=None, disable_split_kv=False):
-        """Plans on host copies of qo_indptr and kv_indptr."""
-        _reject_gpu(f"{self._name}.plan", self._workspace, qo_indptr, kv_indptr)
-        _check_common_plan_args(self._name, pos_encoding_mode, use_fp16_qk_reduction)
-        self._plan_dtypes(q_data_type, kv_data_type)
+        """Schedules one batch on host copies of qo_indptr and kv_indptr (see the paged
+        wrapper's plan() for when that synchronizes)."""
         qo_host = host_indptr(qo_indptr, "qo_indptr")
         kv_host = host_indptr(kv_indptr, "kv_indptr")
         if kv_host.shape[0] != qo_host.shape[0]:
             raise ValueError(f"kv_indptr must have {qo_host.shape[0]} entries (batch + 1 of "
                              f"qo_indptr), got {kv_host.shape[0]}")
-        self._kv_indptr = kv_host
-        self._batch = CpuBatch(
-            qo_indptr=qo_host, kv_len=np.ascontiguousarray(np.diff(kv_host), dtype=np.int32),
-            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim_qk=head_dim_qk,
-            head_dim_vo=head_dim_qk if head_dim_vo is None else head_dim_vo, page_size=1,
-            params_kwargs=dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
-                               logits_soft_cap=logits_soft_cap,
-                               pos_encoding_mode=pos_encoding_mode, rope_scale=rope_scale,
-                               rope_theta=rope_theta),
-            custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
-            fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv)
+        self._plan(qo_host=qo_host, kv_host=kv_host, last_host=None,
+                   tables=dict(qo_indptr_buf=qo_indptr, kv_indptr_buf=kv_indptr),
+                   kv_len=np.ascontiguousarray(np.diff(kv_host), dtype=np.int32),
+                   num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
+                   head_dim_qk=head_dim_qk, head_dim_vo=head_dim_vo, page_size=1,
+                   custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
+                   causal=causal, pos_encoding_mode=pos_encoding_mode,
+                   use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale,
+                   window_left=window_left, logits_soft_cap=logits_soft_cap,
+                   rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
+                   kv_data_type=kv_data_type, non_blocking=non_blocking,
+                   fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv)
 
     begin_forward = plan
 
-    def run(self, q, k, v, *, out=None, lse=None, return_lse=False):
+    def run(self, q, k, v, *, k_scale=None, v_scale=None, out=None, lse=None,
+            return_lse=False):
         """k, v: [kv_indptr[-1], H_kv, D] (NHD) or [H_kv, kv_indptr[-1], D] (HND).
-        Returns o [total_q, H_qo, D_vo] (and lse [total_q, H_qo] float32 with return_lse)."""
-        self._check_run(q, k, (v, out, lse))
+        Returns o [total_q, H_qo, D_vo] (and lse [total_q, H_qo] float32 with return_lse).
+        k_scale and v_scale as for the paged wrapper."""
+        self._check_run(q, k)
         if self._kv_layout == "HND":  # [H_kv, tokens, D] viewed as [tokens, H_kv, D]
             k, v = k.swapaxes(0, 1), v.swapaxes(0, 1)
+        if self._gpu is not None:
+            return self._gpu.run(q, (k, v), q_dtype=self._dtypes[0], k_scale=k_scale,
+                                 v_scale=v_scale, out=out, lse=lse, return_lse=return_lse)
+        for name, x in (("k", k), ("v", v), ("out", out), ("lse", lse)):
+            check_cpu_tensor(f"{self._name}.run", name, x)
         batch = self._batch
         out, lse = batch.outputs(q, out, lse, return_lse)
         _flare.run_cpu_ragged(batch.plan, arg(q), arg(batch.qo_indptr), arg(k), arg(v),
-                              arg(self._kv_indptr), batch.params, arg(out), arg(lse))
+                              arg(self._tables["kv_indptr_buf"]),
+                              batch.make_params(k_scale=k_scale, v_scale=v_scale), arg(out),
+                              arg(lse))
         return (out, lse) if return_lse else out
 
     forward = run
@@ -210,24 +290,60 @@ def _single_cpu(where, q, k, v, kv_layout, params_kwargs, scales, custom_mask=No
     return out, lse
 
 
+# One ragged GpuPrefill per CUDA device for single_prefill_with_kv_cache: its BatchPrefill
+# objects (one per configuration) compile once and are reused across calls.
+_single_gpu = {}
+
+
 def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=None,
                                  causal=False, kv_layout="NHD", pos_encoding_mode="NONE",
                                  use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
                                  logits_soft_cap=None, rope_scale=None, rope_theta=None,
                                  return_lse=False):
-    """Prefill attention of one request on the CPU backend: q [qo_len, H_qo, D], k/v
-    [kv_len, H_kv, D] (NHD) or [H_kv, kv_len, D] (HND). Returns o [qo_len, H_qo, D_vo] (and
-    lse [qo_len, H_qo] with return_lse)."""
+    """Prefill attention of one request: q [qo_len, H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
+    [H_kv, kv_len, D] (HND). Returns o [qo_len, H_qo, D_vo] (and lse [qo_len, H_qo] with
+    return_lse). custom_mask: bool [qo_len, kv_len]; packed_custom_mask: its bits, packed
+    little-endian.
+
+    On the GPU this is a batch prefill of one request on ragged K/V (no copy); it plans on the
+    host, so it cannot be captured into a CUDA graph.
+    """
     where = "single_prefill_with_kv_cache"
-    _reject_gpu(where, q, k, v)
     check_kv_layout(kv_layout)
     _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
+    _check_mask_args(where, causal, custom_mask, packed_custom_mask)
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
         raise ValueError(f"{where}: q, k, v must be 3-D, got shapes {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
                          logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
                          rope_scale=rope_scale, rope_theta=rope_theta)
-    out, lse = _single_cpu(where, q, k, v, kv_layout, params_kwargs, {}, custom_mask,
-                           packed_custom_mask)
-    return (out, lse) if return_lse else out
+    if not is_cuda(q):
+        out, lse = _single_cpu(where, q, k, v, kv_layout, params_kwargs, {}, custom_mask,
+                               packed_custom_mask)
+        return (out, lse) if return_lse else out
+
+    if is_capturing(q):
+        raise RuntimeError(f"{where} plans on the host and cannot be captured into a CUDA "
+                           "graph: use BatchPrefillWithRaggedKVCacheWrapper(use_cuda_graph=True)")
+    q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
+    check_gpu_support(where, pos_encoding_mode, q_dtype, kv_dtype)
+    if kv_layout == "HND":
+        k, v = k.swapaxes(0, 1), v.swapaxes(0, 1)
+    index = device_of(q)[1]
+    gpu = _single_gpu.get(index)
+    if gpu is None:
+        anchor = torch_module().empty(0, device=q.device)  # names the device and its stream
+        gpu = _single_gpu[index] = GpuPrefill(where, anchor, "NHD", False, False, {})
+    qo_host = np.array([0, q.shape[0]], dtype=np.int32)
+    kv_host = np.array([0, k.shape[0]], dtype=np.int32)
+    has_mask = custom_mask is not None or packed_custom_mask is not None
+    config = dict(num_qo_heads=q.shape[1], num_kv_heads=k.shape[1], head_dim_qk=q.shape[2],
+                  head_dim_vo=v.shape[2], page_size=1, dtype=q_dtype, custom_mask=has_mask,
+                  fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs)
+    gpu.plan(qo_host=qo_host, kv_host=kv_host, last_host=None, kv_len=np.diff(kv_host),
+             sources=dict(qo_indptr_buf=qo_host, kv_indptr_buf=kv_host),
+             mask=(custom_mask, packed_custom_mask) if has_mask else None, config=config,
+             non_blocking=True)
+    return gpu.run(q, (k, v), q_dtype=q_dtype, k_scale=None, v_scale=None, out=None, lse=None,
+                   return_lse=return_lse)

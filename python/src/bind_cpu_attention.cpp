@@ -11,7 +11,6 @@
 #include "bindings.h"
 #include "flare/core/error.h"
 #include "flare/format/paged_kv.h"
-#include "flare/format/validate.h"
 #include "flare/plan/plan.h"
 #include "flare/reference/execute_plan.h"
 #include "params_arg.h"
@@ -26,21 +25,12 @@ struct CpuPlan {
   Plan plan;
 };
 
-std::span<const int32_t> host_lengths(const TensorView& lengths, const char* name) {
-  validate_dtype(lengths, name, DType::kI32);
-  FLARE_CHECK(lengths.device.is_cpu() && lengths.ndim == 1 &&
-                  (lengths.shape[0] <= 1 || lengths.strides[0] == 1),
-              ErrorCode::kInvalidArgument, name, " must be a contiguous 1-D CPU array, got ",
-              lengths.shape_str(), " on ", lengths.device.str());
-  return {lengths.ptr<const int32_t>(), static_cast<size_t>(lengths.shape[0])};
-}
-
 CpuPlan plan_cpu(const TensorArg& qo_len, const TensorArg& kv_len, int num_qo_heads,
                  int num_kv_heads, int head_dim_qk, int head_dim_vo, int page_size, bool causal,
                  int window_left, int fixed_split_size, bool disable_split_kv) {
   PlanProblem problem;
-  problem.qo_len = host_lengths(qo_len.view(), "qo_len");
-  problem.kv_len = host_lengths(kv_len.view(), "kv_len");
+  problem.qo_len = host_int32_span(qo_len.view(), "qo_len");
+  problem.kv_len = host_int32_span(kv_len.view(), "kv_len");
   problem.num_qo_heads = num_qo_heads;
   problem.num_kv_heads = num_kv_heads;
   problem.head_dim_qk = head_dim_qk;

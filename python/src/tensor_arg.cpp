@@ -10,6 +10,7 @@
 
 #include "flare/core/dlpack.h"
 #include "flare/core/error.h"
+#include "flare/format/validate.h"
 
 namespace flare::python {
 
@@ -46,6 +47,15 @@ TensorArg::TensorArg(nb::ndarray<nb::ro> array, const std::optional<std::string>
                 dtype_name(reinterpreted), ": element sizes differ");
     view_.dtype = reinterpreted;
   }
+}
+
+std::span<const int32_t> host_int32_span(const TensorView& array, const char* name) {
+  validate_dtype(array, name, DType::kI32);
+  FLARE_CHECK(array.device.is_cpu() && array.ndim == 1 &&
+                  (array.shape[0] <= 1 || array.strides[0] == 1),
+              ErrorCode::kInvalidArgument, name, " must be a contiguous 1-D CPU array, got ",
+              array.shape_str(), " on ", array.device.str());
+  return {array.ptr<const int32_t>(), static_cast<size_t>(array.shape[0])};
 }
 
 void bind_tensor_arg(nb::module_& m) {

@@ -6,7 +6,9 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "flare/core/tensor.h"
@@ -33,5 +35,9 @@ inline std::optional<TensorView> view_of(const std::optional<TensorArg>& arg) {
   if (!arg) return std::nullopt;
   return arg->view();
 }
+
+// The values of a contiguous 1-D int32 CPU array (host index arrays of plan() calls); throws
+// kInvalidArgument naming `name` otherwise.
+std::span<const int32_t> host_int32_span(const TensorView& array, const char* name);
 
 }  // namespace flare::python

@@ -290,12 +290,6 @@ UNSUPPORTED = [
         np.zeros((3, 4, 64), np.float32), q_scale=0.5)),
     ("backend", lambda: flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), backend="fa2")),
     ("use_fp16_qk_reduction", lambda: plan_paged_prefill(use_fp16_qk_reduction=True)),
-    ("use_cuda_graph", lambda: flare.BatchPrefillWithPagedKVCacheWrapper(
-        workspace(), use_cuda_graph=True)),
-    ("qo_indptr_buf", lambda: flare.BatchPrefillWithRaggedKVCacheWrapper(
-        workspace(), qo_indptr_buf=np.zeros(2, np.int32))),
-    ("custom_mask_buf", lambda: flare.BatchPrefillWithPagedKVCacheWrapper(
-        workspace(), custom_mask_buf=np.zeros(2, np.uint8))),
 ]
 
 
@@ -303,6 +297,38 @@ UNSUPPORTED = [
 def test_unsupported_arguments_raise_not_implemented_naming_them(name, call):
     with pytest.raises(NotImplementedError, match=name):
         call()
+
+
+# CUDA graphs need a CUDA workspace; the fixed buffers go with use_cuda_graph=True.
+GRAPH_ARGUMENT_ERRORS = [
+    ("use_cuda_graph=True needs a CUDA", lambda: flare.BatchPrefillWithPagedKVCacheWrapper(
+        workspace(), use_cuda_graph=True)),
+    ("use_cuda_graph=True needs a CUDA", lambda: flare.BatchPrefillWithRaggedKVCacheWrapper(
+        workspace(), use_cuda_graph=True)),
+    ("_buf arguments are for use_cuda_graph", lambda: flare.BatchPrefillWithRaggedKVCacheWrapper(
+        workspace(), qo_indptr_buf=np.zeros(2, np.int32))),
+    ("_buf arguments are for use_cuda_graph", lambda: flare.BatchPrefillWithPagedKVCacheWrapper(
+        workspace(), custom_mask_buf=np.zeros(2, np.uint8))),
+    ("causal=True and a custom mask", lambda: plan_paged_prefill(
+        causal=True, custom_mask=np.ones(1, bool))),
+]
+
+
+@pytest.mark.parametrize("message,call", GRAPH_ARGUMENT_ERRORS)
+def test_prefill_argument_errors(message, call):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_prefill_run_before_plan_and_dtype_mismatch():
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+    q = np.zeros((1, 4, 64), np.float32)
+    with pytest.raises(RuntimeError, match="plan"):
+        wrapper.run(q, q, q)
+    one = np.array([0, 1], dtype=np.int32)
+    wrapper.plan(one, one, 4, 4, 64, q_data_type="float32")
+    with pytest.raises(ValueError, match="q has dtype float16"):
+        wrapper.run(q.astype(np.float16), q, q)
 
 
 def test_unsupported_head_dim_is_not_implemented_or_invalid():

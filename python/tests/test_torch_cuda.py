@@ -1,6 +1,7 @@
 """The wrappers on PyTorch CUDA tensors: batch decode against scaled_dot_product_attention in
 float64, a CUDA-graph capture of a decode step replayed across changing lengths, merge and
-append on the GPU. Skipped visibly without PyTorch or without a CUDA device."""
+append on the GPU (prefill: test_prefill_cuda.py). Skipped visibly without PyTorch or without a
+CUDA device."""
 
 import math
 
@@ -15,6 +16,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import flare  # noqa: E402
 from attention_reference import reference_merge  # noqa: E402
+from gpu_paged_cache import GpuPagedCache  # noqa: E402
 
 DEVICE = torch.device("cuda:0")
 # Output rounding of the dtype plus float32 accumulation; lse is float32 throughout.
@@ -24,52 +26,6 @@ LSE_TOLERANCE = 2e-3
 
 def workspace(device=DEVICE):
     return torch.empty(1 << 20, dtype=torch.uint8, device=device)
-
-
-class GpuPagedCache:
-    """A random paged cache on the GPU: [pages, 2, ...] with a permuted page table; unused
-    pages and slots hold NaN so over-reads show up."""
-
-    def __init__(self, kv_lens, num_kv_heads, head_dim, page_size, layout, dtype, seed,
-                 extra_pages=5, device=DEVICE):
-        generator = torch.Generator().manual_seed(seed)
-        self.kv_lens = list(kv_lens)
-        self.page_size, self.layout, self.device = page_size, layout, device
-        pages = [(n + page_size - 1) // page_size for n in kv_lens]
-        self.indptr = torch.tensor([0] + list(np.cumsum(pages)), dtype=torch.int32)
-        pool = int(self.indptr[-1]) + extra_pages
-        self.indices = torch.randperm(pool, generator=generator)[: int(self.indptr[-1])].to(
-            torch.int32)
-        self.last_page_len = torch.tensor(
-            [(n - 1) % page_size + 1 if n else 0 for n in kv_lens], dtype=torch.int32)
-        shape = ((pool, 2, page_size, num_kv_heads, head_dim) if layout == "NHD" else
-                 (pool, 2, num_kv_heads, page_size, head_dim))
-        values = torch.randn(shape, generator=generator)
-        self.cache = values.to(dtype).to(device)
-        valid = torch.zeros(pool, page_size, dtype=torch.bool)
-        for b, n in enumerate(kv_lens):
-            for pos in range(n):
-                valid[self.indices[self.indptr[b] + pos // page_size], pos % page_size] = True
-        mask = valid[:, None, :, None, None] if layout == "NHD" else valid[:, None, None, :,
-                                                                            None]
-        if dtype.is_floating_point and dtype.itemsize > 1:
-            self.cache.masked_fill_(~mask.to(device), float("nan"))
-
-    @property
-    def batch(self):
-        return len(self.kv_lens)
-
-    def tokens(self, b):
-        """K and V [kv_len, H_kv, D] of request b in float64."""
-        n = self.kv_lens[b]
-        rows = torch.arange(n)
-        pages = self.indices[self.indptr[b] + rows // self.page_size].long().to(self.device)
-        slots = (rows % self.page_size).to(self.device)
-        if self.layout == "NHD":
-            k, v = self.cache[pages, 0, slots], self.cache[pages, 1, slots]
-        else:
-            k, v = self.cache[pages, 0, :, slots], self.cache[pages, 1, :, slots]
-        return k.double(), v.double()
 
 
 def sdpa_decode(cache, q, sm_scale=None, k_scale=1.0, v_scale=1.0):
@@ -330,16 +286,6 @@ def test_append_on_cuda_skips_out_of_range_tokens():
     changed = (pool != before).reshape(pool.shape[0], 2, 3, -1).any(dim=-1)
     page = int(cache.indices[1])  # request 0, position 3 -> its second page, slot 0
     assert changed.sum() == 2 and changed[page, 0, 0] and changed[page, 1, 0]
-
-
-def test_prefill_on_cuda_raises_not_implemented():
-    wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(workspace())
-    one = torch.tensor([0, 1], dtype=torch.int32)
-    with pytest.raises(NotImplementedError, match="GPU prefill"):
-        wrapper.plan(one, one, one[:1], one[1:], 4, 4, 64, 16)
-    q = torch.zeros(3, 4, 64, device=DEVICE, dtype=torch.float16)
-    with pytest.raises(NotImplementedError, match="GPU prefill"):
-        flare.single_prefill_with_kv_cache(q, q, q)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices (cuda:1)")

@@ -1,0 +1,305 @@
+"""The GPU side of the prefill wrappers: flare BatchPrefill objects per configuration, the
+index arrays and the custom mask on the device (the fixed buffers under CUDA graphs), and the
+run() call. Reached only with CUDA tensors, so the caller has imported torch.
+"""
+
+import numpy as np
+
+from . import _flare
+from ._args import make_params, unsupported
+from ._cpu import pack_custom_mask
+from ._tensors import (arg, as_device_int32, device_guard, device_of, empty, is_capturing,
+                       is_cuda, is_torch, stream_of, torch_module)
+
+_GPU_DTYPES = ("float16", "bfloat16")
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def _next_power_of_two(n):
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def check_gpu_support(where, pos_encoding_mode, q_dtype, kv_dtype):
+    """NotImplementedError naming the argument BatchPrefill does not run."""
+    if pos_encoding_mode == "ROPE_LLAMA":
+        unsupported(where, "pos_encoding_mode", pos_encoding_mode,
+                    "the GPU prefill has no fused RoPE: apply RoPE to q and k before the call")
+    if q_dtype not in _GPU_DTYPES:
+        unsupported(where, "q_data_type", q_dtype, "the GPU prefill runs float16 and bfloat16")
+    if kv_dtype != q_dtype:
+        unsupported(where, "kv_data_type", kv_dtype,
+                    f"the GPU prefill reads K/V in q's dtype ({q_dtype}); no fp8 KV")
+
+
+class _Prefills:
+    """flare BatchPrefill objects by configuration: each compiles its kernels once and owns a
+    workspace whose address never changes (what a captured CUDA graph replays against).
+    Capacities grow by powers of two, so a serving loop settles on a few objects."""
+
+    def __init__(self):
+        self._by_key = {}
+
+    def get(self, key, max_batch, max_total_qo, make):
+        prefill = self._by_key.get(key)
+        if (prefill is None or prefill.max_batch < max_batch or
+                prefill.max_total_qo < max_total_qo):
+            if prefill is not None:  # keep what the old one held, grow what it lacked
+                max_batch = max(max_batch, prefill.max_batch)
+                max_total_qo = max(max_total_qo, prefill.max_total_qo)
+            prefill = make(max_batch, max_total_qo)
+            self._by_key[key] = prefill
+        return prefill
+
+
+def mask_on_device(custom_mask, packed_custom_mask, qo_len, kv_len, like):
+    """(bits uint8, mask_indptr int32) on like's device in FlashInfer's segment_packbits layout:
+    request i's qo_len x kv_len row-major bits, little bit order, from byte mask_indptr[i],
+    padded to whole bytes. A CUDA bool mask is packed on the device (no synchronization); a
+    host one on the host, then copied."""
+    torch = torch_module()
+    device = like.device
+    sizes = qo_len.astype(np.int64) * kv_len.astype(np.int64)
+    byte_indptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum((sizes + 7) // 8, out=byte_indptr[1:])
+    if byte_indptr[-1] > _INT32_MAX:
+        raise ValueError("the packed custom mask exceeds 2^31 bytes")
+    total_bytes = int(byte_indptr[-1])
+    indptr = torch.from_numpy(byte_indptr.astype(np.int32)).to(device, non_blocking=True)
+    if packed_custom_mask is not None:
+        packed = packed_custom_mask if is_torch(packed_custom_mask) else torch.from_numpy(
+            np.ascontiguousarray(packed_custom_mask, dtype=np.uint8))
+        packed = packed.reshape(-1)
+        if packed.dtype != torch.uint8:
+            raise ValueError(f"packed_custom_mask must be uint8, got {packed.dtype}")
+        if packed.shape[0] < total_bytes:
+            raise ValueError(
+                f"packed_custom_mask must have at least {total_bytes} bytes (the requests' "
+                f"qo_len x kv_len bits, padded per request), got {packed.shape[0]}")
+        if packed.shape[0] == 0:  # the kernel takes a non-null pointer
+            packed = torch.zeros(1, dtype=torch.uint8)
+        return packed.to(device, non_blocking=True).contiguous(), indptr
+    if not is_cuda(custom_mask):
+        bits, _ = pack_custom_mask(custom_mask, None, qo_len, kv_len)
+        if bits.shape[0] == 0:
+            bits = np.zeros(1, dtype=np.uint8)
+        return torch.from_numpy(bits).to(device, non_blocking=True), indptr
+    flat = custom_mask.reshape(-1)
+    total_bits = int(sizes.sum())
+    if flat.shape[0] != total_bits:
+        raise ValueError(f"custom_mask must have {total_bits} entries (sum of qo_len x kv_len), "
+                         f"got {flat.shape[0]}")
+    # Bit b of request i goes to bit 8 * byte_indptr[i] + b of the packed array.
+    bit_indptr = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bit_indptr[1:])
+    shift = torch.from_numpy(8 * byte_indptr[:-1] - bit_indptr[:-1]).to(device)
+    positions = torch.arange(total_bits, device=device) + torch.repeat_interleave(
+        shift, torch.from_numpy(sizes).to(device), output_size=total_bits)
+    padded = torch.zeros(8 * max(total_bytes, 1), dtype=torch.uint8, device=device)
+    padded[positions] = (flat != 0).to(torch.uint8)
+    weights = torch.tensor([1 << b for b in range(8)], dtype=torch.int32, device=device)
+    packed = (padded.view(-1, 8).to(torch.int32) * weights).sum(dim=1).to(torch.uint8)
+    return packed, indptr
+
+
+def _check_buffer(name, buffer, workspace, dtype):
+    torch = torch_module()
+    if not is_cuda(buffer) or buffer.device != workspace.device:
+        raise ValueError(f"{name} must be a CUDA tensor on {workspace.device}")
+    if buffer.dtype != getattr(torch, dtype) or buffer.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D {dtype} tensor")
+
+
+class GpuPrefill:
+    """One prefill wrapper's GPU state: plan() picks (or creates) the BatchPrefill of the
+    configuration, schedules it and puts the index arrays on the device; run() launches.
+
+    Under use_cuda_graph the batch size is len(qo_indptr_buf) - 1, the first plan() fixes the
+    configuration and the largest total query length (FlashInfer's rule), plan() copies into
+    the fixed buffers, and run() may be captured and replayed after later plan() calls.
+    """
+
+    def __init__(self, where, workspace, kv_layout, paged, use_cuda_graph, buffers):
+        self._where = where
+        self._workspace = workspace
+        self._kv_layout = kv_layout
+        self._paged = paged
+        self._use_cuda_graph = use_cuda_graph
+        self._buffers = buffers
+        self._prefills = _Prefills()
+        self._graph_key = None
+        self._graph_max_total_qo = None
+        self._planned = None
+        if not use_cuda_graph:
+            given = [name for name, b in buffers.items() if b is not None]
+            if given:
+                raise ValueError(f"{where}: {', '.join(given)} are for use_cuda_graph=True")
+            return
+        required = ["qo_indptr_buf", "paged_kv_indptr_buf", "paged_kv_indices_buf",
+                    "paged_kv_last_page_len_buf"] if paged else ["qo_indptr_buf",
+                                                                 "kv_indptr_buf"]
+        missing = [name for name in required if buffers[name] is None]
+        if missing:
+            raise ValueError(f"{where}: use_cuda_graph=True needs {', '.join(missing)} (fixed "
+                             "for the wrapper's life)")
+        for name, buffer in buffers.items():
+            if buffer is not None:
+                _check_buffer(name, buffer, workspace,
+                              "uint8" if name == "custom_mask_buf" else "int32")
+        if (buffers["custom_mask_buf"] is None) != (buffers["mask_indptr_buf"] is None):
+            raise ValueError(f"{where}: custom_mask_buf and mask_indptr_buf go together")
+        self._fixed_batch = buffers["qo_indptr_buf"].shape[0] - 1
+        for name in required[1:2] + ["mask_indptr_buf"]:
+            buffer = buffers[name]
+            if buffer is not None and buffer.shape[0] != self._fixed_batch + 1:
+                raise ValueError(f"{name} must have batch + 1 = {self._fixed_batch + 1} entries "
+                                 f"like qo_indptr_buf, got {buffer.shape[0]}")
+        if paged and buffers["paged_kv_last_page_len_buf"].shape[0] != self._fixed_batch:
+            raise ValueError(f"paged_kv_last_page_len_buf must have batch = {self._fixed_batch} "
+                             f"entries, got {buffers['paged_kv_last_page_len_buf'].shape[0]}")
+
+    def plan(self, *, qo_host, kv_host, last_host, kv_len, sources, mask, config,
+             non_blocking):
+        """Schedules one batch.
+
+        qo_host, kv_host, last_host: host int32 arrays (last_host None for ragged KV); kv_len:
+        KV tokens per request (host); sources: the caller's index arrays by the name of their
+        CUDA-graph buffer (host or device); mask: the (custom_mask, packed_custom_mask) pair or
+        None; config: the BatchPrefill keywords that are not capacities.
+        """
+        where = f"{self._where}.plan"
+        if is_capturing(self._workspace):
+            raise RuntimeError(f"{where}() must not be called while capturing a CUDA graph: "
+                               "call it before capture and between replays")
+        batch = qo_host.shape[0] - 1
+        total_qo = int(qo_host[-1])
+        key = tuple(sorted((k, v) for k, v in config.items() if k != "params_kwargs")) + (
+            tuple(sorted(config["params_kwargs"].items())),)
+        if self._use_cuda_graph:
+            if batch != self._fixed_batch:
+                raise ValueError(f"the batch size of a use_cuda_graph wrapper is fixed at "
+                                 f"{self._fixed_batch} (qo_indptr_buf), got {batch}")
+            if self._graph_key is None:
+                capacity = (self._fixed_batch, max(total_qo, 1))
+            elif key != self._graph_key:
+                raise ValueError(
+                    f"a use_cuda_graph {self._where} keeps the heads, head dims, page size, "
+                    "dtype, mask kind and attention options of its first plan(); create "
+                    "another wrapper for a different configuration")
+            elif total_qo > self._graph_max_total_qo:
+                raise ValueError(
+                    f"qo_indptr[-1]={total_qo} query tokens exceed the "
+                    f"{self._graph_max_total_qo} of the first plan() of this use_cuda_graph "
+                    "wrapper (FlashInfer's rule: plan the largest batch first)")
+            else:
+                capacity = (self._fixed_batch, self._graph_max_total_qo)
+        else:
+            capacity = (_next_power_of_two(batch), _next_power_of_two(total_qo))
+        with device_guard(self._workspace):
+            masks = (mask_on_device(*mask, np.diff(qo_host), kv_len, self._workspace)
+                     if mask is not None else None)
+            tables, masks = self._device_tables(sources, masks, non_blocking)
+            prefill = None
+            if batch >= 1 and (total_qo > 0 or self._use_cuda_graph):
+                prefill = self._prefill(key, config, *capacity)
+                prefill.plan(arg(qo_host), arg(kv_host), arg(last_host),
+                             stream_of(self._workspace))
+        if self._use_cuda_graph and self._graph_key is None:  # the first plan() succeeded
+            self._graph_key, self._graph_max_total_qo = key, capacity[1]
+        self._planned = dict(prefill=prefill, tables=tables, mask=masks, total_qo=total_qo,
+                             num_qo_heads=config["num_qo_heads"],
+                             head_dim_vo=config["head_dim_vo"])
+
+    def _prefill(self, key, config, max_batch, max_total_qo):
+        device = device_of(self._workspace)[1]
+        params_kwargs = dict(config["params_kwargs"])
+        custom = config["custom_mask"]
+
+        def make(capacity_batch, capacity_total_qo):
+            return _flare.BatchPrefill(
+                device=device, max_batch=capacity_batch, max_total_qo=capacity_total_qo,
+                num_qo_heads=config["num_qo_heads"], num_kv_heads=config["num_kv_heads"],
+                head_dim_qk=config["head_dim_qk"], head_dim_vo=config["head_dim_vo"],
+                paged=self._paged, page_size=config["page_size"], kv_layout=self._kv_layout,
+                dtype=config["dtype"], params=make_params(**params_kwargs), custom_mask=custom,
+                use_cuda_graph=self._use_cuda_graph,
+                fixed_split_size=config["fixed_split_size"],
+                disable_split_kv=config["disable_split_kv"])
+
+        return self._prefills.get(key, max_batch, max_total_qo, make)
+
+    def _device_tables(self, sources, masks, non_blocking):
+        """The index arrays (and mask) on the device for run(): the fixed buffers under CUDA
+        graphs, refilled in place."""
+        ws = self._workspace
+        if not self._use_cuda_graph:
+            return {name: as_device_int32(x, ws) for name, x in sources.items()}, masks
+        torch = torch_module()
+        tables = {}
+        for name, source in sources.items():
+            buffer = self._buffers[name]
+            if not is_torch(source):
+                source = torch.from_numpy(np.ascontiguousarray(source, dtype=np.int32))
+            source = source.reshape(-1)
+            if source.shape[0] > buffer.shape[0]:
+                raise ValueError(f"{name.removesuffix('_buf')} has {source.shape[0]} entries, "
+                                 f"more than {name}'s {buffer.shape[0]}")
+            buffer[:source.shape[0]].copy_(source, non_blocking=non_blocking)
+            tables[name] = buffer
+        if masks is None:
+            return tables, None
+        bits_buf, indptr_buf = self._buffers["custom_mask_buf"], self._buffers["mask_indptr_buf"]
+        if bits_buf is None:
+            raise ValueError(f"a custom mask under use_cuda_graph needs the custom_mask_buf and "
+                             f"mask_indptr_buf of {self._where}'s constructor")
+        bits, indptr = masks
+        if bits.shape[0] > bits_buf.shape[0]:
+            raise ValueError(f"the packed custom mask has {bits.shape[0]} bytes, more than "
+                             f"custom_mask_buf's {bits_buf.shape[0]}")
+        bits_buf[:bits.shape[0]].copy_(bits, non_blocking=non_blocking)
+        indptr_buf.copy_(indptr, non_blocking=non_blocking)
+        return tables, (bits_buf, indptr_buf)
+
+    def run(self, q, kv, *, q_dtype, k_scale, v_scale, out, lse, return_lse):
+        """o [total_q, H_qo, D_vo] (and lse) for the plan; kv is (k, v) pages or ragged rows.
+        k_scale multiplies q (rounded to q's dtype) and v_scale the output."""
+        where = f"{self._where}.run"
+        planned = self._planned
+        if is_capturing(q) and not self._use_cuda_graph:
+            raise RuntimeError(
+                f"{self._where} created with use_cuda_graph=False is being captured into a CUDA "
+                "graph: create it with use_cuda_graph=True and fixed *_buf tensors")
+        if not is_cuda(q) or q.device != self._workspace.device:
+            raise ValueError(f"{where}: q must be on {self._workspace.device} (the workspace's "
+                             f"device), got {getattr(q, 'device', 'a numpy array')}")
+        rows = q.shape[0]
+        if not self._use_cuda_graph and rows != planned["total_qo"]:
+            raise ValueError(f"{where}: q has {rows} tokens, the plan has qo_indptr[-1]="
+                             f"{planned['total_qo']}")
+        shape = (rows, planned["num_qo_heads"], planned["head_dim_vo"])
+        if out is None:
+            out = empty(shape, q_dtype, like=q)
+        if lse is None and return_lse:
+            lse = empty(shape[:2], "float32", like=q)
+        prefill = planned["prefill"]
+        if prefill is None:  # no query token: nothing to compute
+            return (out, lse) if return_lse else out
+        if k_scale is not None and float(k_scale) != 1.0:
+            q = (q.float() * float(k_scale)).to(q.dtype)
+        tables = planned["tables"]
+        qo_indptr = tables["qo_indptr_buf"]
+        mask_bits, mask_indptr = planned["mask"] if planned["mask"] is not None else (None, None)
+        k, v = kv
+        with device_guard(q):
+            if self._paged:
+                prefill.run_paged(arg(q), arg(qo_indptr), arg(k), arg(v),
+                                  arg(tables["paged_kv_indptr_buf"]),
+                                  arg(tables["paged_kv_indices_buf"]),
+                                  arg(tables["paged_kv_last_page_len_buf"]), arg(out), arg(lse),
+                                  arg(mask_bits), arg(mask_indptr), stream_of(q))
+            else:
+                prefill.run_ragged(arg(q), arg(qo_indptr), arg(k), arg(v),
+                                   arg(tables["kv_indptr_buf"]), arg(out), arg(lse),
+                                   arg(mask_bits), arg(mask_indptr), stream_of(q))
+        if v_scale is not None and float(v_scale) != 1.0:
+            out.mul_(float(v_scale))
+        return (out, lse) if return_lse else out
