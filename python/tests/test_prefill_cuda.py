@@ -152,6 +152,29 @@ def test_ragged_prefill_matches_float64(dtype, kv_layout, heads, head_dims, caus
     check(out, lse, expected, dtype)
 
 
+def test_ragged_causal_prefill_matches_torch_sdpa_float64():
+    """q_len == kv_len, where SDPA's top-left causal mask equals flare's bottom-right one."""
+    dtype, num_qo_heads, num_kv_heads, head_dim = torch.bfloat16, 16, 4, 128
+    lens = [1, 97, 256, 33]
+    k, v = ragged_kv(lens, num_kv_heads, head_dim, head_dim, dtype, seed=30)
+    q = random_q(sum(lens), num_qo_heads, head_dim, dtype, seed=31)
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+    wrapper.plan(indptr(lens), indptr(lens), num_qo_heads, num_kv_heads, head_dim, causal=True,
+                 q_data_type=dtype)
+    out = wrapper.run(q, k, v, out=poisoned(q.shape, dtype))
+    group = num_qo_heads // num_kv_heads
+    begin = 0
+    for n in lens:
+        rows = slice(begin, begin + n)
+        qb = q[rows].double().transpose(0, 1)[None]  # [1, H_qo, n, D]
+        kb = k[rows].double().repeat_interleave(group, dim=1).transpose(0, 1)[None]
+        vb = v[rows].double().repeat_interleave(group, dim=1).transpose(0, 1)[None]
+        expected = torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, is_causal=True)
+        assert max_error(out[rows], expected[0].transpose(0, 1).cpu().numpy()) <= \
+            O_TOLERANCE[dtype], f"request of {n} tokens"
+        begin += n
+
+
 def test_device_mask_packing_matches_numpy_packbits():
     qo_len, kv_len = np.array([3, 0, 5, 1], np.int32), np.array([7, 4, 9, 1], np.int32)
     masks = random_masks(qo_len, kv_len, seed=5)

@@ -343,7 +343,7 @@ void run_on_device(const Device& device, const AttentionProblem& problem,
     return;
   }
   validate_attention(problem, out);  // the GPU does not read index arrays back to check them
-  // Each backend names what it does not run before it looks for the device.
+  // GpuPrefill names the options it does not run before it looks for the device.
   if (runs_as_gpu_decode(problem)) {
     GpuDecode gpu(problem, device.index);
     run_gpu(gpu, out);
