@@ -3,7 +3,6 @@
 #include "flare/plan/plan.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "flare/core/error.h"
@@ -23,8 +22,8 @@ constexpr float kMaxCostCoefficient = 1 << 20;
 
 void check_head_dim(int head_dim, const char* name) {
   FLARE_CHECK(head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim && head_dim % 8 == 0,
-              ErrorCode::kUnsupported, "plan: ", name, " must be a multiple of 8 in [",
-              kMinHeadDim, ", ", kMaxHeadDim, "], got ", head_dim);
+              ErrorCode::kUnsupported, "plan: ", name, " must be a multiple of 8 in [", kMinHeadDim,
+              ", ", kMaxHeadDim, "], got ", head_dim);
 }
 
 void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options) {
@@ -33,9 +32,9 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
               problem.qo_len.size(), " and ", problem.kv_len.size());
   FLARE_CHECK(problem.qo_len.size() <= static_cast<size_t>(kInt32Max), ErrorCode::kUnsupported,
               "plan: batch must fit int32, got ", problem.qo_len.size(), " requests");
-  FLARE_CHECK(problem.num_qo_heads >= 1 && problem.num_kv_heads >= 1,
-              ErrorCode::kInvalidArgument, "plan: num_qo_heads and num_kv_heads must be >= 1, got ",
-              problem.num_qo_heads, " and ", problem.num_kv_heads);
+  FLARE_CHECK(problem.num_qo_heads >= 1 && problem.num_kv_heads >= 1, ErrorCode::kInvalidArgument,
+              "plan: num_qo_heads and num_kv_heads must be >= 1, got ", problem.num_qo_heads,
+              " and ", problem.num_kv_heads);
   FLARE_CHECK(problem.num_qo_heads % problem.num_kv_heads == 0, ErrorCode::kInvalidArgument,
               "plan: num_kv_heads must divide num_qo_heads, got num_qo_heads=",
               problem.num_qo_heads, " num_kv_heads=", problem.num_kv_heads);
@@ -58,18 +57,18 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
       FLARE_CHECK(problem.qo_len[i] >= 0 && problem.kv_len[i] >= 0, ErrorCode::kInvalidArgument,
                   "plan: request ", i, " has a negative length: qo_len=", problem.qo_len[i],
                   " kv_len=", problem.kv_len[i]);
-      FLARE_CHECK(problem.qo_len[i] * group <= kInt32Max, ErrorCode::kUnsupported,
-                  "plan: request ", i, " has qo_len * group = ", problem.qo_len[i] * group,
+      FLARE_CHECK(problem.qo_len[i] * group <= kInt32Max, ErrorCode::kUnsupported, "plan: request ",
+                  i, " has qo_len * group = ", problem.qo_len[i] * group,
                   " packed rows, more than int32 holds");
     }
   }
 
   FLARE_CHECK(device.num_sms >= 1 && device.ctas_per_sm >= 1, ErrorCode::kInvalidArgument,
-              "plan: device needs num_sms >= 1 and ctas_per_sm >= 1, got ", device.num_sms,
-              " and ", device.ctas_per_sm);
+              "plan: device needs num_sms >= 1 and ctas_per_sm >= 1, got ", device.num_sms, " and ",
+              device.ctas_per_sm);
   FLARE_CHECK(options.num_sms_to_use >= 0 && options.num_sms_to_use <= device.num_sms,
-              ErrorCode::kInvalidArgument, "plan: num_sms_to_use must be in [0, ",
-              device.num_sms, "] (0 = all), got ", options.num_sms_to_use);
+              ErrorCode::kInvalidArgument, "plan: num_sms_to_use must be in [0, ", device.num_sms,
+              "] (0 = all), got ", options.num_sms_to_use);
   FLARE_CHECK(options.query_tile >= 0, ErrorCode::kInvalidArgument,
               "plan: query_tile must be >= 1, or 0 for auto, got ", options.query_tile);
   FLARE_CHECK(options.fixed_split_size >= 0, ErrorCode::kInvalidArgument,
@@ -94,8 +93,8 @@ int64_t round_up(int64_t value, int64_t multiple) {
 }
 
 struct ChunkCounts {
-  int64_t all = 0;           // chunks, one KV head
-  int64_t of_split = 0;      // chunks of tiles with more than one (partial slots), one KV head
+  int64_t all = 0;       // chunks, one KV head
+  int64_t of_split = 0;  // chunks of tiles with more than one (partial slots), one KV head
 };
 
 // Chunks when tiles are cut at the multiples of kv_chunk.
@@ -121,13 +120,40 @@ int64_t auto_kv_chunk(std::span<const plan_detail::Tile> tiles,
                       const plan_detail::TileSummary& summary, const PlanProblem& problem,
                       int num_ctas) {
   const int64_t total_kv = summary.total_kv * problem.num_kv_heads;
-  int64_t kv_chunk = round_up(std::max<int64_t>(1, (total_kv + num_ctas - 1) / num_ctas),
-                              problem.page_size);
+  int64_t kv_chunk =
+      round_up(std::max<int64_t>(1, (total_kv + num_ctas - 1) / num_ctas), problem.page_size);
   while (count_chunks(tiles, summary, kv_chunk).of_split * problem.num_kv_heads >
          int64_t{2} * num_ctas) {
     kv_chunk *= 2;
   }
   return kv_chunk;
+}
+
+// Few tiles (tiles x KV heads <= #CTA): L_kv = W / #CTA cuts a long tile into full
+// chunks and a short remainder, and the remainders, each paying alpha * rows, pile up on CTAs
+// that already hold a full chunk (16 requests of 4096 tokens x 8 KV heads on 396 CTAs: 384
+// chunks of 1328 tokens and 128 of 112, the busiest CTA 15% above the mean when an item costs
+// 160 tokens). The alternative cuts the longest tile into floor(#CTA / tiles) near-equal
+// chunks; plan() schedules both and keeps the better one. 0 when it does not apply.
+int64_t even_kv_chunk(std::span<const plan_detail::Tile> tiles,
+                      const plan_detail::TileSummary& summary, const PlanProblem& problem,
+                      int num_ctas) {
+  const int64_t tile_heads = static_cast<int64_t>(tiles.size()) * problem.num_kv_heads;
+  if (tile_heads == 0 || tile_heads > num_ctas || summary.longest == 0) return 0;
+  const int64_t chunks_per_tile = num_ctas / tile_heads;
+  const int64_t kv_chunk =
+      round_up((summary.longest + chunks_per_tile - 1) / chunks_per_tile, problem.page_size);
+  // Windowed tiles straddling a cut may still exceed the partial slots.
+  if (count_chunks(tiles, summary, kv_chunk).of_split * problem.num_kv_heads >
+      int64_t{2} * num_ctas) {
+    return 0;
+  }
+  return kv_chunk;
+}
+
+double busiest_cta(const Plan& plan) {
+  return plan.cta_cost.empty() ? 0.0
+                               : *std::max_element(plan.cta_cost.begin(), plan.cta_cost.end());
 }
 
 // Scratch kept per thread: planning each decode step reuses it and allocates only the Plan.
@@ -169,9 +195,8 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
                       : (packed_rows + result.query_tile - 1) / result.query_tile;
   }
   FLARE_CHECK(tile_count <= kInt32Max && tile_count * problem.num_kv_heads <= kInt32Max,
-              ErrorCode::kUnsupported,
-              "plan: ", tile_count, " query tiles x ", problem.num_kv_heads,
-              " KV heads exceed int32 work items");
+              ErrorCode::kUnsupported, "plan: ", tile_count, " query tiles x ",
+              problem.num_kv_heads, " KV heads exceed int32 work items");
   scratch.tiles.reserve(static_cast<size_t>(tile_count));
   const plan_detail::TileSummary summary =
       plan_detail::build_tiles(problem, group, result.query_tile, scratch.tiles);
@@ -189,18 +214,30 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
               ErrorCode::kUnsupported, "plan: ", chunks, " KV chunks x ", problem.num_kv_heads,
               " KV heads exceed int32 work items (fixed_split_size=", options.fixed_split_size,
               " is too small for these lengths)");
-  result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
 
   plan_detail::ScheduleParams params;
   params.num_kv_heads = problem.num_kv_heads;
   params.num_ctas = result.num_ctas;
   params.page_size = problem.page_size;
-  params.kv_chunk = kv_chunk;
   params.fill_split = !options.disable_split_kv && options.fixed_split_size == 0;
   params.max_split_chunks = int64_t{2} * num_ctas;
   params.alpha = options.alpha;
   params.beta = options.beta;
-  plan_detail::schedule(tiles, params, scratch.schedule, result);
+  const auto schedule_with = [&](int64_t chunk_length, Plan& into) {
+    into.kv_chunk = chunk_length == kNoCuts ? summary.longest : chunk_length;
+    params.kv_chunk = chunk_length;
+    plan_detail::schedule(tiles, params, scratch.schedule, into);
+  };
+  schedule_with(kv_chunk, result);
+
+  if (params.fill_split) {
+    const int64_t even = even_kv_chunk(tiles, summary, problem, static_cast<int>(num_ctas));
+    if (even > 0 && even != kv_chunk) {
+      Plan alternative = result;
+      schedule_with(even, alternative);
+      if (busiest_cta(alternative) < busiest_cta(result)) result = std::move(alternative);
+    }
+  }
   return result;
 }
 

@@ -1,16 +1,17 @@
 // Algorithm 1 of paper 001 with one refinement, the fill split.
 //
 // Algorithm 1: cut every tile's KV range into chunks of at most L_kv, take the chunks longest
-// first and give each to the least-loaded CTA (cost alpha * rows + beta * kv). Alone it leaves
-// CTAs up to ~2x the mean load: chunks are as long as the mean itself, so whichever CTA gets a
-// second medium chunk ends far above the others (wave quantization).
+// first and give each to the least-loaded CTA (cost alpha * rows + beta * kv). Alone it can
+// leave the busiest CTA far above the mean: chunks are about as long as the mean load, so a
+// CTA that gets a second medium chunk ends up to ~2x the others (wave quantization; 1.43x for
+// a Zipf batch of 64 on 132 CTAs, docs/perf.md "Planner").
 //
 // Fill split (Stream-K's idea, which the paper credits): when the least-loaded CTA would go
-// past 1.02 x the mean load by taking the next chunk, the chunk is cut at the page
-// boundary nearest to where that CTA reaches the target; the rest re-enters the longest-first
-// order. A CTA takes at most one fill split, and a split happens only while the chunks of
-// split tiles stay within the budget of partial slots, so the workspace bound holds by
-// construction.
+// past 1.02 x the mean load, plus the cost of one more item, by taking the next chunk, the
+// chunk is cut at the page boundary nearest to where that CTA reaches 1.02 x the mean; the
+// rest re-enters the longest-first order. A CTA takes at most one fill split, and a split
+// happens only while the chunks of split tiles stay within the budget of partial slots, so
+// the workspace bound holds by construction.
 //
 // Costs are integers (units of 2^-16 of a row or KV token, alpha and beta rounded to that
 // grid), so loads add exactly and ties have one order: the same lengths give the same plan,
@@ -44,9 +45,9 @@ constexpr int kCostFractionBits = 16;
 
 // The CTA loads as a 3-ary min-heap of 64-bit keys, load << index_bits | CTA index: the
 // lightest CTA, ties to the lower index, is the smallest key, and adding a cost is one integer
-// addition. Three children per node measured fastest (fewer levels than binary, fewer
-// comparisons per level than 4-ary). keys[num_ctas ..] are sentinels larger than any key, so
-// every parent has all its children.
+// addition. Three children per node measured fastest for 132 CTAs (fewer levels than binary,
+// fewer comparisons per level than 4-ary). keys[num_ctas ..] are sentinels larger than any
+// key, so every parent has all its children.
 class CtaHeap {
  public:
   static constexpr size_t kArity = 3;
@@ -63,9 +64,9 @@ class CtaHeap {
   int32_t lightest() const { return static_cast<int32_t>(keys_[0] & index_mask()); }
   uint64_t lightest_load() const { return keys_[0] >> index_bits_; }
 
-  // Adds `cost` to the lightest CTA and restores the heap (pop + push in one pass). Branches,
-  // not conditional moves: in longest-first order they are predictable, and conditional
-  // moves would chain every level's loads.
+  // Adds `cost` to the lightest CTA and restores the heap (pop + push in one pass). Longest
+  // first, the new key usually sinks to the bottom and the branches predict well (~4 ns for
+  // decode batch 256); with many small items per CTA they do not (~20 ns at batch 1024).
   void add_to_lightest(uint64_t cost) {
     uint64_t* keys = keys_.data();
     const uint64_t key = keys[0] + (cost << index_bits_);
@@ -97,10 +98,7 @@ class CtaHeap {
 class Scheduler {
  public:
   Scheduler(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& scratch)
-      : tiles_(tiles),
-        params_(params),
-        s_(scratch),
-        ctas_(params.num_ctas, scratch.heap_keys) {}
+      : tiles_(tiles), params_(params), s_(scratch), ctas_(params.num_ctas, scratch.heap_keys) {}
 
   void run(Plan& plan) {
     cut_chunks();
@@ -126,10 +124,10 @@ class Scheduler {
       max_rows = std::max(max_rows, rows);
       total_kv += tile.kv_end - tile.kv_begin;
       if (tile.kv_end <= kv_chunk) {  // one chunk (the common case, no division)
-        s_.chunks.push_back({{tile.request, 0, tile.row_begin, tile.row_end, tile.kv_begin,
-                              tile.kv_end, -1, 0},
-                             0,
-                             tile_index});
+        s_.chunks.push_back(
+            {{tile.request, 0, tile.row_begin, tile.row_end, tile.kv_begin, tile.kv_end, -1, 0},
+             0,
+             tile_index});
         total_rows += rows;
         continue;
       }
@@ -137,11 +135,11 @@ class Scheduler {
       int64_t begin = tile.kv_begin;
       do {
         const int64_t end = std::min<int64_t>(tile.kv_end, (begin / kv_chunk + 1) * kv_chunk);
-        s_.chunks.push_back({{tile.request, 0, tile.row_begin, tile.row_end,
-                              static_cast<int32_t>(begin), static_cast<int32_t>(end),
-                              count > 1 ? kSlotPending : -1, 0},
-                             0,
-                             tile_index});
+        s_.chunks.push_back(
+            {{tile.request, 0, tile.row_begin, tile.row_end, static_cast<int32_t>(begin),
+              static_cast<int32_t>(end), count > 1 ? kSlotPending : -1, 0},
+             0,
+             tile_index});
         begin = end;
       } while (begin < tile.kv_end);
       total_rows += rows * count;
@@ -149,13 +147,12 @@ class Scheduler {
     }
     choose_cost_units(total_rows, total_kv, max_rows);
     for (Chunk& chunk : s_.chunks) {
-      chunk.cost = cost(chunk.item.row_end - chunk.item.row_begin,
-                        chunk.item.kv_end - chunk.item.kv_begin);
+      chunk.cost =
+          cost(chunk.item.row_end - chunk.item.row_begin, chunk.item.kv_end - chunk.item.kv_begin);
     }
-    const uint64_t total_cost =
-        (alpha_units_ * static_cast<uint64_t>(total_rows) +
-         beta_units_ * static_cast<uint64_t>(total_kv)) *
-        static_cast<uint64_t>(params_.num_kv_heads);
+    const uint64_t total_cost = (alpha_units_ * static_cast<uint64_t>(total_rows) +
+                                 beta_units_ * static_cast<uint64_t>(total_kv)) *
+                                static_cast<uint64_t>(params_.num_kv_heads);
     const uint64_t mean = total_cost / static_cast<uint64_t>(params_.num_ctas);
     fill_target_ = mean + mean / kFillToleranceInverse;
   }
@@ -167,9 +164,10 @@ class Scheduler {
     for (int bits = kCostFractionBits; bits >= 0; --bits) {
       const double alpha = std::round(std::ldexp(params_.alpha, bits));
       const double beta = std::round(std::ldexp(params_.beta, bits));
-      const double total = (alpha * static_cast<double>(total_rows) +
-                            beta * static_cast<double>(total_kv)) * params_.num_kv_heads +
-                           alpha * static_cast<double>(max_rows) * params_.num_ctas;
+      const double total =
+          (alpha * static_cast<double>(total_rows) + beta * static_cast<double>(total_kv)) *
+              params_.num_kv_heads +
+          alpha * static_cast<double>(max_rows) * params_.num_ctas;
       if (total < limit) {
         fraction_bits_ = bits;
         alpha_units_ = static_cast<uint64_t>(alpha);
@@ -294,7 +292,10 @@ class Scheduler {
     const Tile& tile = tiles_[static_cast<size_t>(piece.tile)];
     const int64_t rows = tile.row_end - tile.row_begin;
     uint64_t piece_cost = cost(rows, piece.kv_end - piece.kv_begin);
-    if (params_.fill_split && load + piece_cost > fill_target_ &&
+    // A split adds an item (alpha * rows more work): only worth it when the CTA would end
+    // more than that above the target.
+    const uint64_t item_cost = alpha_units_ * static_cast<uint64_t>(rows);
+    if (params_.fill_split && load + piece_cost > fill_target_ + item_cost &&
         !s_.filled[static_cast<size_t>(cta)]) {
       const int64_t cut = fill_cut(load, rows, piece.kv_begin);
       const int64_t new_split_chunks = piece.split ? 1 : 2;
@@ -303,18 +304,21 @@ class Scheduler {
         split_chunks_ += new_split_chunks;
         s_.filled[static_cast<size_t>(cta)] = 1;
         piece.split = 1;
-        s_.tails.push_back(
-            {piece.tile, piece.kv_head, static_cast<int32_t>(cut), piece.kv_end, 1});
+        s_.tails.push_back({piece.tile, piece.kv_head, static_cast<int32_t>(cut), piece.kv_end, 1});
         std::push_heap(s_.tails.begin(), s_.tails.end(),
                        [this](const Piece& a, const Piece& b) { return goes_before(b, a); });
         piece.kv_end = static_cast<int32_t>(cut);
         piece_cost = cost(rows, piece.kv_end - piece.kv_begin);
       }
     }
-    s_.assigned[assigned_count_++] = {tile.request,   piece.kv_head,
-                                      tile.row_begin, tile.row_end,
-                                      piece.kv_begin, piece.kv_end,
-                                      piece.split ? kSlotPending : -1, cta};
+    s_.assigned[assigned_count_++] = {tile.request,
+                                      piece.kv_head,
+                                      tile.row_begin,
+                                      tile.row_end,
+                                      piece.kv_begin,
+                                      piece.kv_end,
+                                      piece.split ? kSlotPending : -1,
+                                      cta};
     ++s_.cta_items[static_cast<size_t>(cta)];
     ctas_.add_to_lightest(piece_cost);
   }

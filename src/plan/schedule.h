@@ -29,7 +29,7 @@ struct ScheduleParams {
 
 // Reusable buffers, so that planning every decode step allocates nothing but the Plan.
 struct ScheduleScratch {
-  struct Chunk {  // one KV chunk of a tile: its work item under KV head 0, and its cost
+  struct Chunk {    // one KV chunk of a tile: its work item under KV head 0, and its cost
     WorkItem item;  // partial_slot: -1, or pending for a chunk of a split tile
     uint64_t cost;
     int32_t tile;
@@ -42,14 +42,14 @@ struct ScheduleScratch {
     int32_t split;
   };
   std::vector<Chunk> chunks;
-  std::vector<uint64_t> order;      // chunks sorted: longest first, then generation order
-  std::vector<uint64_t> heap_keys;  // min-heap of CTA keys (load << index bits | index)
-  std::vector<uint64_t> loads;      // [num_ctas] final loads, cost units
-  std::vector<uint8_t> filled;      // [num_ctas] received a fill split
-  std::vector<Piece> tails;         // heap of fill-split remainders, first in order on top
-  std::vector<WorkItem> assigned;   // in assignment order; `reserved` holds the CTA
-  std::vector<int32_t> cta_items;   // [num_ctas] items per CTA, then the next free position
-  std::vector<int32_t> split_items; // positions in Plan::work_items of chunks of split tiles
+  std::vector<uint64_t> order;       // chunks sorted: longest first, then generation order
+  std::vector<uint64_t> heap_keys;   // min-heap of CTA keys (load << index bits | index)
+  std::vector<uint64_t> loads;       // [num_ctas] final loads, cost units
+  std::vector<uint8_t> filled;       // [num_ctas] received a fill split
+  std::vector<Piece> tails;          // heap of fill-split remainders, first in order on top
+  std::vector<WorkItem> assigned;    // in assignment order; `reserved` holds the CTA
+  std::vector<int32_t> cta_items;    // [num_ctas] items per CTA, then the next free position
+  std::vector<int32_t> split_items;  // positions in Plan::work_items of chunks of split tiles
 };
 
 // Number of chunks the cuts at multiples of kv_chunk make of [kv_begin, kv_end) (1 if empty).

@@ -40,8 +40,8 @@ TileSummary build_tiles(const PlanProblem& problem, int group, int query_tile,
       if (problem.causal) kv_end = std::clamp<int64_t>(first_position + last_token + 1, 0, kv_len);
       int64_t kv_begin = 0;
       if (problem.window_left >= 0) {
-        kv_begin = std::clamp<int64_t>(first_position + first_token - problem.window_left, 0,
-                                       kv_len);
+        kv_begin =
+            std::clamp<int64_t>(first_position + first_token - problem.window_left, 0, kv_len);
       }
       if (kv_begin >= kv_end) kv_begin = kv_end = 0;
       tiles.push_back({request, static_cast<int32_t>(row_begin), static_cast<int32_t>(row_end),

@@ -31,7 +31,7 @@ int choose_query_tile(const PlanProblem& problem, int group, int requested);
 struct TileSummary {
   int64_t total_kv = 0;  // sum of the ranges' lengths
   int32_t max_kv_end = 0;
-  int32_t longest = 0;   // the longest range
+  int32_t longest = 0;  // the longest range
 };
 
 // Replaces `tiles` with the tiles of every request, in (request, row) order. Requests with

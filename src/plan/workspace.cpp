@@ -41,9 +41,9 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
               ErrorCode::kInvalidArgument,
               "workspace_layout: max_batch, max_total_qo and max_total_kv_pages must be >= 0, got ",
               bounds.max_batch, ", ", bounds.max_total_qo, ", ", bounds.max_total_kv_pages);
-  FLARE_CHECK(bounds.num_ctas >= 1 && bounds.num_ctas <= kInt32Max / 2,
-              ErrorCode::kInvalidArgument, "workspace_layout: num_ctas must be in [1, ",
-              kInt32Max / 2, "], got ", bounds.num_ctas);
+  FLARE_CHECK(bounds.num_ctas >= 1 && bounds.num_ctas <= kInt32Max / 2, ErrorCode::kInvalidArgument,
+              "workspace_layout: num_ctas must be in [1, ", kInt32Max / 2, "], got ",
+              bounds.num_ctas);
   FLARE_CHECK(bounds.max_query_tile >= 1 && bounds.head_dim_vo >= 1, ErrorCode::kInvalidArgument,
               "workspace_layout: max_query_tile and head_dim_vo must be >= 1, got ",
               bounds.max_query_tile, " and ", bounds.head_dim_vo);
@@ -75,12 +75,12 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
 
   size_t end = 0;
   layout.counts = place(end, sizeof(PlanCounts));
-  layout.cta_indptr = place(end, section_bytes(int64_t{bounds.num_ctas} + 1, sizeof(int32_t),
-                                               "cta_indptr"));
+  layout.cta_indptr =
+      place(end, section_bytes(int64_t{bounds.num_ctas} + 1, sizeof(int32_t), "cta_indptr"));
   layout.work_items =
       place(end, section_bytes(layout.max_work_items, sizeof(WorkItem), "work_items"));
-  layout.merge_indptr = place(
-      end, section_bytes(layout.max_merge_items + 1, sizeof(int32_t), "merge_indptr"));
+  layout.merge_indptr =
+      place(end, section_bytes(layout.max_merge_items + 1, sizeof(int32_t), "merge_indptr"));
   layout.merge_items =
       place(end, section_bytes(layout.max_merge_items, sizeof(MergeItem), "merge_items"));
   layout.merge_slots =
@@ -97,21 +97,19 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
 }
 
 void check_fits(const Plan& plan, const WorkspaceLayout& layout) {
-  FLARE_CHECK(plan.num_ctas >= 1 &&
-                  plan.cta_indptr.size() == static_cast<size_t>(plan.num_ctas) + 1 &&
-                  plan.merge_indptr.size() == plan.merge_items.size() + 1 &&
-                  plan.merge_slots.size() == static_cast<size_t>(plan.num_partial_slots),
-              ErrorCode::kInvalidArgument,
-              "check_fits: not a plan from plan(): num_ctas=", plan.num_ctas, " with ",
-              plan.cta_indptr.size(), " cta_indptr entries, ", plan.merge_items.size(),
-              " merge items with ", plan.merge_indptr.size(), " merge_indptr entries, ",
-              plan.num_partial_slots, " partial slots with ", plan.merge_slots.size(),
-              " merge slots");
+  FLARE_CHECK(
+      plan.num_ctas >= 1 && plan.cta_indptr.size() == static_cast<size_t>(plan.num_ctas) + 1 &&
+          plan.merge_indptr.size() == plan.merge_items.size() + 1 &&
+          plan.merge_slots.size() == static_cast<size_t>(plan.num_partial_slots),
+      ErrorCode::kInvalidArgument, "check_fits: not a plan from plan(): num_ctas=", plan.num_ctas,
+      " with ", plan.cta_indptr.size(), " cta_indptr entries, ", plan.merge_items.size(),
+      " merge items with ", plan.merge_indptr.size(), " merge_indptr entries, ",
+      plan.num_partial_slots, " partial slots with ", plan.merge_slots.size(), " merge slots");
   FLARE_CHECK(plan.num_ctas <= layout.num_ctas, ErrorCode::kWorkspaceTooSmall, "plan needs ",
               plan.num_ctas, " CTAs, workspace has ", layout.num_ctas);
   FLARE_CHECK(plan.query_tile <= layout.max_query_tile, ErrorCode::kWorkspaceTooSmall,
-              "plan needs query tiles of ", plan.query_tile,
-              " rows, workspace partial slots hold ", layout.max_query_tile);
+              "plan needs query tiles of ", plan.query_tile, " rows, workspace partial slots hold ",
+              layout.max_query_tile);
   FLARE_CHECK(plan.head_dim_vo <= layout.head_dim_vo, ErrorCode::kWorkspaceTooSmall,
               "plan needs head_dim_vo ", plan.head_dim_vo, ", workspace partial slots hold ",
               layout.head_dim_vo);
@@ -127,11 +125,10 @@ void check_fits(const Plan& plan, const WorkspaceLayout& layout) {
               " bytes), workspace has ", layout.max_work_items, " (",
               layout.max_work_items * int64_t{sizeof(WorkItem)}, " bytes)");
   const auto merge_items = static_cast<int64_t>(plan.merge_items.size());
-  FLARE_CHECK(merge_items <= layout.max_merge_items, ErrorCode::kWorkspaceTooSmall,
-              "plan needs ", merge_items, " merge items (",
-              merge_items * int64_t{sizeof(MergeItem)}, " bytes), workspace has ",
-              layout.max_merge_items, " (", layout.max_merge_items * int64_t{sizeof(MergeItem)},
-              " bytes)");
+  FLARE_CHECK(merge_items <= layout.max_merge_items, ErrorCode::kWorkspaceTooSmall, "plan needs ",
+              merge_items, " merge items (", merge_items * int64_t{sizeof(MergeItem)},
+              " bytes), workspace has ", layout.max_merge_items, " (",
+              layout.max_merge_items * int64_t{sizeof(MergeItem)}, " bytes)");
 }
 
 void write_plan_region(const Plan& plan, const WorkspaceLayout& layout, std::byte* host_region) {

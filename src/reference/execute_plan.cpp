@@ -3,6 +3,8 @@
 // order); merges reduce partial slots in slot order. Each output element is written by exactly
 // one item or merge from inputs that do not depend on the thread count, so the output is
 // bitwise identical for any number of threads.
+#include "flare/reference/execute_plan.h"
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -14,7 +16,6 @@
 
 #include "flare/core/error.h"
 #include "flare/format/ragged.h"
-#include "flare/reference/execute_plan.h"
 #include "flare/reference/merge.h"
 
 namespace flare {
@@ -36,22 +37,21 @@ void check_range(bool ok, const char* what, size_t index, const char* expected) 
 void check_plan(const Plan& plan, const AttentionProblem& problem, const Geometry& geometry) {
   FLARE_CHECK(plan.group_size == geometry.group && plan.num_kv_heads == geometry.num_kv_heads &&
                   plan.head_dim_vo == geometry.head_dim_vo,
-              ErrorCode::kInvalidArgument,
-              "execute_plan_cpu: plan is for group ", plan.group_size, ", ", plan.num_kv_heads,
-              " KV heads, head_dim_vo ", plan.head_dim_vo, "; problem has group ", geometry.group,
-              ", ", geometry.num_kv_heads, " KV heads, head_dim_vo ", geometry.head_dim_vo);
+              ErrorCode::kInvalidArgument, "execute_plan_cpu: plan is for group ", plan.group_size,
+              ", ", plan.num_kv_heads, " KV heads, head_dim_vo ", plan.head_dim_vo,
+              "; problem has group ", geometry.group, ", ", geometry.num_kv_heads,
+              " KV heads, head_dim_vo ", geometry.head_dim_vo);
   FLARE_CHECK(problem.params.use_softmax || !plan.split_kv, ErrorCode::kInvalidArgument,
               "execute_plan_cpu: use_softmax = false needs a plan made with disable_split_kv "
               "(partial states without softmax do not merge by ⊕)");
   const size_t items = plan.work_items.size();
-  FLARE_CHECK(plan.num_ctas >= 1 &&
-                  plan.cta_indptr.size() == static_cast<size_t>(plan.num_ctas) + 1 &&
-                  plan.cta_indptr.front() == 0 &&
-                  plan.cta_indptr.back() == static_cast<int32_t>(items) &&
-                  std::is_sorted(plan.cta_indptr.begin(), plan.cta_indptr.end()),
-              ErrorCode::kInvalidArgument,
-              "execute_plan_cpu: cta_indptr must be a monotone [num_ctas + 1] indptr over the ",
-              items, " work items");
+  FLARE_CHECK(
+      plan.num_ctas >= 1 && plan.cta_indptr.size() == static_cast<size_t>(plan.num_ctas) + 1 &&
+          plan.cta_indptr.front() == 0 && plan.cta_indptr.back() == static_cast<int32_t>(items) &&
+          std::is_sorted(plan.cta_indptr.begin(), plan.cta_indptr.end()),
+      ErrorCode::kInvalidArgument,
+      "execute_plan_cpu: cta_indptr must be a monotone [num_ctas + 1] indptr over the ", items,
+      " work items");
   const int64_t slot_rows = plan.query_tile;
   for (size_t i = 0; i < items; ++i) {
     const WorkItem& item = plan.work_items[i];
@@ -59,10 +59,9 @@ void check_plan(const Plan& plan, const AttentionProblem& problem, const Geometr
                 "names a request outside the batch");
     const int64_t q_len = ragged_length(problem.qo_indptr, item.request);
     const int64_t kv_len = kv_length(problem.kv, item.request);
-    check_range(item.kv_head >= 0 && item.kv_head < geometry.num_kv_heads &&
-                    item.row_begin >= 0 && item.row_begin < item.row_end &&
-                    item.row_end <= q_len * geometry.group && item.kv_begin >= 0 &&
-                    item.kv_begin <= item.kv_end && item.kv_end <= kv_len,
+    check_range(item.kv_head >= 0 && item.kv_head < geometry.num_kv_heads && item.row_begin >= 0 &&
+                    item.row_begin < item.row_end && item.row_end <= q_len * geometry.group &&
+                    item.kv_begin >= 0 && item.kv_begin <= item.kv_end && item.kv_end <= kv_len,
                 "work item", i, "has a KV head, rows or KV range outside its request");
     check_range(item.partial_slot >= -1 && item.partial_slot < plan.num_partial_slots &&
                     (item.partial_slot < 0 || item.row_end - item.row_begin <= slot_rows),
@@ -82,11 +81,12 @@ void check_plan(const Plan& plan, const AttentionProblem& problem, const Geometr
   }
   for (size_t i = 0; i < plan.merge_items.size(); ++i) {
     const MergeItem& merge = plan.merge_items[i];
-    check_range(merge.request >= 0 && merge.request < geometry.batch && merge.kv_head >= 0 &&
-                    merge.kv_head < geometry.num_kv_heads && merge.row_begin >= 0 &&
-                    merge.row_begin < merge.row_end && merge.row_end - merge.row_begin <= slot_rows &&
-                    merge.row_end <= ragged_length(problem.qo_indptr, merge.request) * geometry.group,
-                "merge item", i, "has rows outside its request");
+    check_range(
+        merge.request >= 0 && merge.request < geometry.batch && merge.kv_head >= 0 &&
+            merge.kv_head < geometry.num_kv_heads && merge.row_begin >= 0 &&
+            merge.row_begin < merge.row_end && merge.row_end - merge.row_begin <= slot_rows &&
+            merge.row_end <= ragged_length(problem.qo_indptr, merge.request) * geometry.group,
+        "merge item", i, "has rows outside its request");
   }
 }
 
@@ -144,8 +144,8 @@ void parallel_for(int64_t count, int num_threads, const std::function<void(int64
 
 }  // namespace
 
-void execute_plan_cpu(const Plan& plan, const AttentionProblem& problem,
-                      const AttentionOutput& out, const ReferenceOptions& options) {
+void execute_plan_cpu(const Plan& plan, const AttentionProblem& problem, const AttentionOutput& out,
+                      const ReferenceOptions& options) {
   FLARE_CHECK(options.num_threads >= 0, ErrorCode::kInvalidArgument,
               "ReferenceOptions::num_threads must be >= 0 (0 = all cores), got ",
               options.num_threads);
@@ -156,10 +156,9 @@ void execute_plan_cpu(const Plan& plan, const AttentionProblem& problem,
   geometry.group = problem.q.shape[1] / geometry.num_kv_heads;
   geometry.head_dim_vo = head_dim_vo(problem.kv);
   check_plan(plan, problem, geometry);
-  const int num_threads =
-      options.num_threads > 0
-          ? options.num_threads
-          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int num_threads = options.num_threads > 0
+                              ? options.num_threads
+                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   // Partial slots: float32 [slots][query_tile][D] and [slots][query_tile].
   const int64_t slot_rows = plan.query_tile;
@@ -176,20 +175,18 @@ void execute_plan_cpu(const Plan& plan, const AttentionProblem& problem,
       const int64_t rows = item.row_end - item.row_begin;
       if (item.partial_slot >= 0) {
         const auto slot = static_cast<size_t>(item.partial_slot);
-        reference_attend_rows(problem, item.request, item.kv_head, item.row_begin, item.row_end,
-                              item.kv_begin, item.kv_end,
-                              partial_o.data() + slot * static_cast<size_t>(slot_rows * dim),
-                              partial_lse.data() + slot * static_cast<size_t>(slot_rows),
-                              options.accumulation);
+        reference_attend_rows(
+            problem, item.request, item.kv_head, item.row_begin, item.row_end, item.kv_begin,
+            item.kv_end, partial_o.data() + slot * static_cast<size_t>(slot_rows * dim),
+            partial_lse.data() + slot * static_cast<size_t>(slot_rows), options.accumulation);
         continue;
       }
       o.resize(static_cast<size_t>(rows * dim));
       lse.resize(static_cast<size_t>(rows));
       reference_attend_rows(problem, item.request, item.kv_head, item.row_begin, item.row_end,
-                            item.kv_begin, item.kv_end, o.data(), lse.data(),
-                            options.accumulation);
-      write_rows(problem, out, geometry, item.request, item.kv_head, item.row_begin,
-                 item.row_end, o.data(), lse.data());
+                            item.kv_begin, item.kv_end, o.data(), lse.data(), options.accumulation);
+      write_rows(problem, out, geometry, item.request, item.kv_head, item.row_begin, item.row_end,
+                 o.data(), lse.data());
     }
   });
 
@@ -205,12 +202,11 @@ void execute_plan_cpu(const Plan& plan, const AttentionProblem& problem,
       const float* slot_o = partial_o.data() + slot * static_cast<size_t>(slot_rows * dim);
       const float* slot_lse = partial_lse.data() + slot * static_cast<size_t>(slot_rows);
       for (int64_t row = 0; row < rows; ++row) {
-        merge_into(o.data() + row * dim, lse.data() + row, slot_o + row * dim, slot_lse[row],
-                   dim);
+        merge_into(o.data() + row * dim, lse.data() + row, slot_o + row * dim, slot_lse[row], dim);
       }
     }
-    write_rows(problem, out, geometry, merge.request, merge.kv_head, merge.row_begin,
-               merge.row_end, o.data(), lse.data());
+    write_rows(problem, out, geometry, merge.request, merge.kv_head, merge.row_begin, merge.row_end,
+               o.data(), lse.data());
   });
 }
 

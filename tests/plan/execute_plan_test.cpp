@@ -2,6 +2,8 @@
 // for random and adversarial length mixes, #CTA in {1, 7, 132, 264}, GQA 1/4/7/8, page sizes
 // 1/16; outputs are bitwise identical across runs and thread counts; misuse is refused
 // before anything is written.
+#include "flare/reference/execute_plan.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,7 +14,6 @@
 #include "flare/core/error.h"
 #include "flare/plan/plan.h"
 #include "flare/reference/attention.h"
-#include "flare/reference/execute_plan.h"
 #include "plan/plan_testing.h"
 #include "testing/compare.h"
 #include "testing/index_arrays.h"
@@ -68,8 +69,8 @@ struct Case {
   int64_t total_q = 0;
 
   Case(const Mix& mix, int group, int num_kv_heads, int page_size, uint64_t seed)
-      : lengths(mix.qo, mix.kv, group * num_kv_heads, num_kv_heads, kHeadDim, page_size,
-                mix.causal, mix.window_left) {
+      : lengths(mix.qo, mix.kv, group * num_kv_heads, num_kv_heads, kHeadDim, page_size, mix.causal,
+                mix.window_left) {
     for (const int32_t q_len : mix.qo) total_q += q_len;
     q = testing::random_tensor(DType::kF32, {total_q, group * num_kv_heads, kHeadDim}, seed);
     qo_indptr = testing::indptr_tensor(mix.qo);
@@ -222,8 +223,8 @@ TEST(ExecutePlan, WithoutSoftmaxNeedsAnUnsplitPlan) {
 
   PlanOptions options;
   options.disable_split_kv = true;
-  execute_plan_cpu(plan(c.lengths.problem, {132, 1}, options), c.problem,
-                   {o.view(), std::nullopt}, {Accumulation::kF32, 2});
+  execute_plan_cpu(plan(c.lengths.problem, {132, 1}, options), c.problem, {o.view(), std::nullopt},
+                   {Accumulation::kF32, 2});
   EXPECT_LE(testing::relative_l2_error(o.view(), expected.view()), 1e-5);
 }
 
@@ -235,8 +236,7 @@ TEST(ExecutePlan, PlanForAnotherProblemIsRefused) {
   std::vector<int32_t> longer = c.lengths.kv_len;
   longer[0] += 5;
   LengthProblem other_lengths(c.lengths.qo_len, longer, 8, 2, kHeadDim, 16);
-  EXPECT_THROW(execute_plan_cpu(plan(other_lengths.problem, {7, 1}), c.problem, out.view()),
-               Error);
+  EXPECT_THROW(execute_plan_cpu(plan(other_lengths.problem, {7, 1}), c.problem, out.view()), Error);
   EXPECT_EQ(testing::count_nan(out.o.view()), out.o.numel()) << "nothing written on error";
 }
 

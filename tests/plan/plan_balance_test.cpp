@@ -33,7 +33,8 @@ enum class Lengths { kZipf, kUniform, kUniformNarrow, kConstant };
 std::vector<int32_t> lengths_for(Lengths kind, int64_t batch, uint64_t seed) {
   using testing::LengthDistribution;
   switch (kind) {
-    case Lengths::kZipf: return plan_testing::zipf_lengths(batch, 1024.0, seed);
+    case Lengths::kZipf:
+      return plan_testing::zipf_lengths(batch, 1024.0, seed);
     case Lengths::kUniform:
       return testing::random_lengths(batch, LengthDistribution::kUniform, 1, 2047, seed);
     case Lengths::kUniformNarrow:
@@ -79,6 +80,23 @@ TEST(Balance, FewKvHeadsStillBalance) {
   // Fewer tiles than CTAs (H_kv 2: 32 tiles at batch 16): the fill splits carry the balance.
   EXPECT_LE(worst_imbalance(Lengths::kZipf, 2, "zipf"), 1.10);
   EXPECT_LE(worst_imbalance(Lengths::kUniform, 2, "uniform 1-2047"), 1.10);
+}
+
+TEST(Balance, FewTilesWithCostlyItemsAreCutEvenly) {
+  // 16 x 4096 tokens, 8 KV heads on 396 CTAs, an item costing 160 tokens (alpha 40 x 4 rows,
+  // as BatchDecode sets it): L_kv = W / #CTA would leave 112-token remainders that pile up;
+  // three equal chunks per tile give each CTA at most one item.
+  LengthProblem p(std::vector<int32_t>(16, 1), std::vector<int32_t>(16, 4096), 32, 8, 128, 16);
+  PlanOptions options;
+  options.query_tile = 4;
+  options.alpha = 40.0f;
+  const Plan result = plan(p.problem, {kCtas, 3}, options);
+  EXPECT_LE(imbalance(result), 1.05);
+  for (int cta = 0; cta < result.num_ctas; ++cta) {
+    EXPECT_LE(result.cta_indptr[static_cast<size_t>(cta) + 1] -
+                  result.cta_indptr[static_cast<size_t>(cta)],
+              1);
+  }
 }
 
 TEST(Balance, OneHugeRequestAmongTinyOnes) {

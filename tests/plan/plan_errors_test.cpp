@@ -74,30 +74,49 @@ TEST(PlanErrors, DeviceAndOptions) {
   expect_error([&] { plan(p.problem, {8, 0}); }, ErrorCode::kInvalidArgument, "ctas_per_sm");
   PlanOptions options;
   options.num_sms_to_use = 9;
-  expect_error([&] { plan(p.problem, {8, 1}, options); }, ErrorCode::kInvalidArgument,
-               "num_sms_to_use");
+  expect_error(
+      [&] {
+        plan(p.problem, {8, 1}, options);
+      },
+      ErrorCode::kInvalidArgument, "num_sms_to_use");
   options = {};
   options.query_tile = -1;
-  expect_error([&] { plan(p.problem, {8, 1}, options); }, ErrorCode::kInvalidArgument,
-               "query_tile");
+  expect_error(
+      [&] {
+        plan(p.problem, {8, 1}, options);
+      },
+      ErrorCode::kInvalidArgument, "query_tile");
   options = {};
   options.fixed_split_size = -5;
-  expect_error([&] { plan(p.problem, {8, 1}, options); }, ErrorCode::kInvalidArgument,
-               "fixed_split_size");
+  expect_error(
+      [&] {
+        plan(p.problem, {8, 1}, options);
+      },
+      ErrorCode::kInvalidArgument, "fixed_split_size");
   options = {};
   options.fixed_split_size = 64;
   options.disable_split_kv = true;
-  expect_error([&] { plan(p.problem, {8, 1}, options); }, ErrorCode::kInvalidArgument,
-               "contradict");
-  for (const auto& [alpha, beta] : std::vector<std::pair<float, float>>{
-           {-1.0f, 1.0f}, {1.0f, -1.0f}, {0.0f, 0.0f}, {1e-6f, 0.0f}, {1.0f, 2e6f},
-           {std::numeric_limits<float>::quiet_NaN(), 1.0f},
-           {1.0f, std::numeric_limits<float>::infinity()}}) {
+  expect_error(
+      [&] {
+        plan(p.problem, {8, 1}, options);
+      },
+      ErrorCode::kInvalidArgument, "contradict");
+  for (const auto& [alpha, beta] :
+       std::vector<std::pair<float, float>>{{-1.0f, 1.0f},
+                                            {1.0f, -1.0f},
+                                            {0.0f, 0.0f},
+                                            {1e-6f, 0.0f},
+                                            {1.0f, 2e6f},
+                                            {std::numeric_limits<float>::quiet_NaN(), 1.0f},
+                                            {1.0f, std::numeric_limits<float>::infinity()}}) {
     options = {};
     options.alpha = alpha;
     options.beta = beta;
-    expect_error([&] { plan(p.problem, {8, 1}, options); }, ErrorCode::kInvalidArgument,
-                 "cost coefficients");
+    expect_error(
+        [&] {
+          plan(p.problem, {8, 1}, options);
+        },
+        ErrorCode::kInvalidArgument, "cost coefficients");
   }
 }
 
@@ -106,8 +125,11 @@ TEST(PlanErrors, WorkItemsBeyondInt32) {
   LengthProblem p({1}, {1 << 30}, 4, 4);
   PlanOptions options;
   options.fixed_split_size = 1;
-  expect_error([&] { plan(p.problem, {8, 1}, options); }, ErrorCode::kUnsupported,
-               "exceed int32 work items");
+  expect_error(
+      [&] {
+        plan(p.problem, {8, 1}, options);
+      },
+      ErrorCode::kUnsupported, "exceed int32 work items");
 }
 
 }  // namespace

@@ -24,14 +24,14 @@ TEST(QueryTile, AutoPicksSmallestTileAtLeastTheAveragePackedLength) {
     int expected;
   };
   const std::vector<Case> cases = {
-      {{1, 1, 1}, 1, 1},        // decode without GQA: one packed row per request
-      {{1, 1}, 4, 16},          // decode, group 4: 4 packed rows
-      {{1, 1}, 16, 16},         // exactly 16
-      {{1, 2}, 16, 32},         // average 24
-      {{17, 0, 0}, 1, 32},      // empty requests do not lower the average (17, not 17 / 3)
-      {{64, 64}, 1, 64},        // exactly 64
-      {{100, 29}, 1, 128},      // average 64.5
-      {{4096, 4096}, 8, 128},   // capped
+      {{1, 1, 1}, 1, 1},       // decode without GQA: one packed row per request
+      {{1, 1}, 4, 16},         // decode, group 4: 4 packed rows
+      {{1, 1}, 16, 16},        // exactly 16
+      {{1, 2}, 16, 32},        // average 24
+      {{17, 0, 0}, 1, 32},     // empty requests do not lower the average (17, not 17 / 3)
+      {{64, 64}, 1, 64},       // exactly 64
+      {{100, 29}, 1, 128},     // average 64.5
+      {{4096, 4096}, 8, 128},  // capped
   };
   for (const Case& c : cases) {
     LengthProblem p(c.qo, std::vector<int32_t>(c.qo.size(), 10), 8 * c.group, 8);
@@ -227,10 +227,17 @@ TEST(Structure, RandomProblemsAndOptions) {
     for (size_t i = 0; i < qo.size(); ++i) {
       kv[i] = static_cast<int32_t>(rng.uniform() < 0.1 ? 0 : rng.uniform_int(1, 3000));
       switch (shape) {
-        case 0: qo[i] = 1; break;                                                 // decode
-        case 1: qo[i] = kv[i]; break;                                             // prefill
-        case 2: qo[i] = static_cast<int32_t>(rng.uniform_int(0, kv[i])); break;  // append
-        default: qo[i] = static_cast<int32_t>(rng.uniform_int(0, 300));           // anything
+        case 0:
+          qo[i] = 1;
+          break;  // decode
+        case 1:
+          qo[i] = kv[i];
+          break;  // prefill
+        case 2:
+          qo[i] = static_cast<int32_t>(rng.uniform_int(0, kv[i]));
+          break;  // append
+        default:
+          qo[i] = static_cast<int32_t>(rng.uniform_int(0, 300));  // anything
       }
     }
     if (!kv.empty() && rng.uniform() < 0.3) kv[0] = static_cast<int32_t>(rng.uniform_int(1, 60000));

@@ -155,8 +155,8 @@ inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanO
   std::map<TileKey, size_t> merge_of_tile;
   for (size_t m = 0; m < plan.merge_items.size(); ++m) {
     const MergeItem& merge = plan.merge_items[m];
-    ASSERT_TRUE(merge_of_tile.emplace(TileKey{merge.request, merge.kv_head, merge.row_begin}, m)
-                    .second)
+    ASSERT_TRUE(
+        merge_of_tile.emplace(TileKey{merge.request, merge.kv_head, merge.row_begin}, m).second)
         << "one merge item per tile";
   }
 

@@ -130,16 +130,15 @@ TEST(CheckFits, TenThousandRandomProblemsFitTheirBounds) {
   for (int trial = 0; trial < 10000; ++trial) {
     WorkspaceBounds bounds;
     bounds.max_batch = static_cast<int>(rng.uniform_int(1, 300));
-    bounds.max_total_qo = static_cast<int>(rng.uniform() < 0.5
-                                               ? bounds.max_batch
-                                               : rng.uniform_int(bounds.max_batch, 3000));
+    bounds.max_total_qo = static_cast<int>(
+        rng.uniform() < 0.5 ? bounds.max_batch : rng.uniform_int(bounds.max_batch, 3000));
     bounds.num_kv_heads = static_cast<int>(rng.uniform_int(1, 8));
     const int group = std::vector<int>{1, 4, 7, 8}[static_cast<size_t>(rng.uniform_int(0, 3))];
     bounds.num_qo_heads = bounds.num_kv_heads * group;
-    bounds.num_ctas = std::vector<int>{1, 7, 132, 264, static_cast<int>(rng.uniform_int(1, 300))}
-        [static_cast<size_t>(rng.uniform_int(0, 4))];
-    bounds.max_query_tile =
-        rng.uniform() < 0.5 ? 128 : static_cast<int>(rng.uniform_int(1, 128));
+    bounds.num_ctas = std::vector<int>{
+        1, 7, 132, 264,
+        static_cast<int>(rng.uniform_int(1, 300))}[static_cast<size_t>(rng.uniform_int(0, 4))];
+    bounds.max_query_tile = rng.uniform() < 0.5 ? 128 : static_cast<int>(rng.uniform_int(1, 128));
     bounds.head_dim_vo = 64;
     const WorkspaceLayout layout = workspace_layout(bounds);
 
@@ -154,13 +153,14 @@ TEST(CheckFits, TenThousandRandomProblemsFitTheirBounds) {
       if (i == 0 && skew < 0.2) qo[i] = static_cast<int32_t>(tokens_left);  // one big request
       tokens_left -= qo[i];
       kv[i] = static_cast<int32_t>(rng.uniform() < 0.05 ? 0 : rng.uniform_int(0, 8000));
-      if (skew > 0.8 && rng.uniform() < 0.1) kv[i] = static_cast<int32_t>(rng.uniform_int(0, 200000));
+      if (skew > 0.8 && rng.uniform() < 0.1)
+        kv[i] = static_cast<int32_t>(rng.uniform_int(0, 200000));
       if (rng.uniform() < 0.3) kv[i] = std::max(kv[i], qo[i]);
     }
     const int page = std::vector<int>{1, 3, 16}[static_cast<size_t>(rng.uniform_int(0, 2))];
     const int window = rng.uniform() < 0.2 ? static_cast<int>(rng.uniform_int(0, 300)) : -1;
-    LengthProblem p(qo, kv, bounds.num_qo_heads, bounds.num_kv_heads, 64, page,
-                    rng.uniform() < 0.5, window);
+    LengthProblem p(qo, kv, bounds.num_qo_heads, bounds.num_kv_heads, 64, page, rng.uniform() < 0.5,
+                    window);
     PlanOptions options;
     options.query_tile = bounds.max_query_tile == 128 && rng.uniform() < 0.7
                              ? 0
@@ -242,8 +242,8 @@ TEST(PlanRegion, ReadingTheBytesBackGivesThePlan) {
     for (size_t c = static_cast<size_t>(counts.num_ctas) + 1; c < grid_indptr.size(); ++c) {
       EXPECT_EQ(grid_indptr[c], counts.num_work_items) << "CTA beyond the plan has no work";
     }
-    read.work_items = read_array<WorkItem>(region, layout.work_items,
-                                           static_cast<size_t>(counts.num_work_items));
+    read.work_items =
+        read_array<WorkItem>(region, layout.work_items, static_cast<size_t>(counts.num_work_items));
     read.merge_indptr = read_array<int32_t>(region, layout.merge_indptr,
                                             static_cast<size_t>(counts.num_merge_items) + 1);
     read.merge_items = read_array<MergeItem>(region, layout.merge_items,

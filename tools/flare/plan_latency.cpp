@@ -114,7 +114,8 @@ Timing time_plan(bool prefill, int64_t batch, bool zipf, int runs, int num_sms) 
   for (int run = -kWarmupRuns; run < runs; ++run) {
     // The next decoding step; every kDecodeSteps runs the batch starts over, so that the
     // lengths keep their distribution however many runs are timed.
-    for (size_t i = 0; i < kv.size(); ++i) kv[i] = initial_kv[i] + (run + kWarmupRuns) % kDecodeSteps;
+    for (size_t i = 0; i < kv.size(); ++i)
+      kv[i] = initial_kv[i] + (run + kWarmupRuns) % kDecodeSteps;
     if (prefill) std::copy(kv.begin(), kv.end(), qo.begin());
     const auto start = std::chrono::steady_clock::now();
     const flare::Plan result = flare::plan(problem, device);
@@ -171,10 +172,11 @@ int run_plan_latency(int argc, char** argv) {
   const std::vector<int64_t> batches = parse_batches(args);
   pin_to_one_core();
 
-  std::printf("plan() latency, one core: H_qo %d, H_kv %d, D %d, page %d, %d CTAs, %s KV "
-              "lengths (mean %d), %d runs\n",
-              kQoHeads, kKvHeads, kHeadDim, kPageSize, num_sms, zipf ? "zipf" : "uniform",
-              kMeanLength, runs);
+  std::printf(
+      "plan() latency, one core: H_qo %d, H_kv %d, D %d, page %d, %d CTAs, %s KV "
+      "lengths (mean %d), %d runs\n",
+      kQoHeads, kKvHeads, kHeadDim, kPageSize, num_sms, zipf ? "zipf" : "uniform", kMeanLength,
+      runs);
   std::printf("%-8s %6s %12s %8s %10s %10s %10s\n", "kind", "batch", "work items", "slots",
               "p10 us", "median us", "p90 us");
   for (const bool prefill : {false, true}) {
