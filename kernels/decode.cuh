@@ -6,8 +6,9 @@
 //
 // Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256), FLARE_ROWS (1 | 2 | 4 | 8),
 // FLARE_PAGE_SIZE (>= 1), FLARE_Q_DTYPE / FLARE_KV_DTYPE (DTypeCode), and the tuning the host
-// chose (src/api/batch_decode.cpp decode_geometry): FLARE_TOKENS_PER_GROUP, FLARE_STAGES and
-// FLARE_SHARED_BYTES (the dynamic shared memory it launches with). `struct Variant` comes from
+// chose (src/api/batch_decode.cpp decode_geometry): FLARE_TOKENS_PER_GROUP, FLARE_STAGES,
+// FLARE_MIN_CTAS_PER_SM (the register cap) and FLARE_SHARED_BYTES (the dynamic shared memory it
+// launches with). `struct Variant` comes from
 // the variant source (kernels/variant.cuh describes its interface).
 #pragma once
 
@@ -41,6 +42,7 @@ struct Traits {
   static constexpr int kKVBytes = kFp8 ? 1 : 2;
 
   static constexpr int kThreads = 128;
+  static constexpr int kMinCtasPerSm = FLARE_MIN_CTAS_PER_SM;
   static constexpr int kDimsPerLane = 8;
   static constexpr int kLanes = kHeadDim / kDimsPerLane;  // 8, 16 or 32: inside one warp
   static constexpr int kGroups = kThreads / kLanes;
@@ -75,6 +77,7 @@ struct Traits {
       kLoopBytes > kCombineFloats * 4 ? kLoopBytes : kCombineFloats * 4;
   static_assert(FLARE_SHARED_BYTES >= kSharedBytes, "the host launches with too little smem");
   static_assert(kStages >= 2 && kTokensPerGroup >= 1, "pipeline");
+  static_assert(kMinCtasPerSm >= 1 && kMinCtasPerSm <= 4, "register cap");
   static_assert((kTokensPerGroup & (kTokensPerGroup - 1)) == 0, "tokens per group");
 
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim");
@@ -143,8 +146,8 @@ struct ItemGeometry {
   int kv_head;
 };
 
-__device__ __forceinline__ void fetch_pages(const DecodeParams& p, const ItemGeometry& g,
-                                            int tile, int (&pages)[T::kCopiesPerThread]) {
+__device__ __forceinline__ void fetch_pages(const DecodeParams& p, const ItemGeometry& g, int tile,
+                                            int (&pages)[T::kCopiesPerThread]) {
   const int first_row = threadIdx.x / T::kChunksPerRow;
 #pragma unroll
   for (int i = 0; i < T::kCopiesPerThread; ++i) {
@@ -204,9 +207,9 @@ __device__ __forceinline__ void reduce_scatter(float (&s)[T::kValues], int lane)
 }
 
 // Scores, online softmax and P.V of one tile for this thread's group.
-__device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& g,
-                                             int tile, const unsigned char* smem,
-                                             float* exchange, const LaneScores& lane_scores,
+__device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& g, int tile,
+                                             const unsigned char* smem, float* exchange,
+                                             const LaneScores& lane_scores,
                                              const Variant (&variant)[T::kRowsPerLane],
                                              RowState& st) {
   constexpr int kTokens = T::kTokensPerGroup;
@@ -312,8 +315,8 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, const WorkIt
   const long long token = item.request + packed / p.group_size;  // one query token per request
   const long long head = item.kv_head * p.group_size + packed % p.group_size;
   unsigned char* o = static_cast<unsigned char*>(p.o);
-  store_16bit4<T::kQCode>(
-      o + ((token * p.o_stride_token + head * p.o_stride_head) + quad * 4) * 2, acc);
+  store_16bit4<T::kQCode>(o + ((token * p.o_stride_token + head * p.o_stride_head) + quad * 4) * 2,
+                          acc);
   if (p.lse != nullptr && quad == 0) {
     p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
   }
@@ -326,9 +329,9 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
                                            float* scratch) {
   const int lane = threadIdx.x % T::kLanes;
   const int group = threadIdx.x / T::kLanes;
-  float* s_o = scratch;                                        // [kGroups][kRows][D]
-  float* s_m = s_o + T::kGroups * T::kRows * T::kHeadDim;      // [kGroups][kRows]
-  float* s_d = s_m + T::kGroups * T::kRows;                    // [kGroups][kRows]
+  float* s_o = scratch;                                    // [kGroups][kRows][D]
+  float* s_m = s_o + T::kGroups * T::kRows * T::kHeadDim;  // [kGroups][kRows]
+  float* s_d = s_m + T::kGroups * T::kRows;                // [kGroups][kRows]
 #pragma unroll
   for (int r = 0; r < T::kRows; ++r) {
     float* dst = s_o + (group * T::kRows + r) * T::kHeadDim + lane * T::kDimsPerLane;
@@ -340,8 +343,8 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
   }
 #pragma unroll
   for (int k = 0; k < T::kRowsPerLane; ++k) {
-    const float d = T::kValuesPerLane < T::kTokensPerGroup ? across_token_lanes(st.d[k], AddOp())
-                                                            : st.d[k];
+    const float d =
+        T::kValuesPerLane < T::kTokensPerGroup ? across_token_lanes(st.d[k], AddOp()) : st.d[k];
     if (lane_scores.publishes_row) {
       s_m[group * T::kRows + lane_scores.first_row + k] = st.m[k];
       s_d[group * T::kRows + lane_scores.first_row + k] = d;
@@ -446,9 +449,9 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     const long long token = item.request + packed / p.group_size;
     const int head = item.kv_head * p.group_size + packed % p.group_size;
     if (r < rows) {
-      const unsigned char* q = static_cast<const unsigned char*>(p.q) +
-                               ((token * p.q_stride_token + head * p.q_stride_head) +
-                                lane * T::kDimsPerLane) * 2;
+      const unsigned char* q =
+          static_cast<const unsigned char*>(p.q) +
+          ((token * p.q_stride_token + head * p.q_stride_head) + lane * T::kDimsPerLane) * 2;
       load_global_16bit8<T::kQCode>(q, st.q[r]);
 #pragma unroll
       for (int e = 0; e < T::kDimsPerLane; ++e) st.q[r][e] *= q_scale;
@@ -506,7 +509,7 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     if (arrived_last(p.merge_counters, record.merge.merge_item,
                      record.merge.slot_end - record.merge.slot_begin, flag)) {
       merge_split_tile<T>(p, item, record.merge, smem,
-                          [&p, item](int r, int quad, const float (&acc)[4], float lse) {
+                          [&p, item](int r, int quad, const float(&acc)[4], float lse) {
                             store_output(p, item, r, quad, acc, lse);
                           });
     }
@@ -516,7 +519,8 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
 
 }  // namespace flare::decode
 
-extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads)
+extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads,
+                                             flare::decode::Traits::kMinCtasPerSm)
     flare_decode(const flare::DecodeParams params) {
   extern __shared__ __align__(16) unsigned char flare_decode_smem[];
   const unsigned char* ws = params.workspace;

@@ -23,11 +23,11 @@ enum DTypeCode : int32_t {
 // Runtime parameters of the built-in variants (kernels/variant.cuh); the host resolves them
 // from AttentionParams once per BatchDecode.
 struct VariantParams {
-  float sm_scale;              // resolved softmax scale
-  float logits_soft_cap;       // > 0: logits = cap * tanh(logits / cap)
-  int32_t window_left;         // >= 0: query at q_pos sees kv j >= q_pos - window_left
+  float sm_scale;         // resolved softmax scale
+  float logits_soft_cap;  // > 0: logits = cap * tanh(logits / cap)
+  int32_t window_left;    // >= 0: query at q_pos sees kv j >= q_pos - window_left
   int32_t reserved;
-  const float* alibi_slopes;   // float32 [H_qo] on the device, natural-log units
+  const float* alibi_slopes;  // float32 [H_qo] on the device, natural-log units
 };
 
 // Byte offsets of the plan sections inside the workspace (plan/plan.h WorkspaceLayout).
@@ -46,13 +46,13 @@ struct WorkspaceOffsets {
 
 // Strides are in elements; every pointer below stays fixed across plans (CUDA graphs).
 struct DecodeParams {
-  const void* q;           // [batch, H_qo, D]
-  const void* k;           // pages, addressed through the strides below
+  const void* q;  // [batch, H_qo, D]
+  const void* k;  // pages, addressed through the strides below
   const void* v;
-  void* o;                 // [batch, H_qo, D]
-  float* lse;              // [batch, H_qo] or null
-  const int32_t* kv_indptr;   // [batch + 1] pages per request
-  const int32_t* kv_indices;  // page ids
+  void* o;                          // [batch, H_qo, D]
+  float* lse;                       // [batch, H_qo] or null
+  const int32_t* kv_indptr;         // [batch + 1] pages per request
+  const int32_t* kv_indices;        // page ids
   const int32_t* kv_last_page_len;  // [batch]
   unsigned char* workspace;
   WorkspaceOffsets offsets;
@@ -63,9 +63,9 @@ struct DecodeParams {
   int64_t v_stride_page, v_stride_slot, v_stride_head;
   int64_t o_stride_token, o_stride_head;
   int64_t lse_stride_token, lse_stride_head;
-  int32_t group_size;      // H_qo / H_kv
-  float k_scale;           // real K = stored K * k_scale (1 unless fp8)
-  float v_scale;           // real V = stored V * v_scale
+  int32_t group_size;  // H_qo / H_kv
+  float k_scale;       // real K = stored K * k_scale (1 unless fp8)
+  float v_scale;       // real V = stored V * v_scale
   int32_t reserved;
   VariantParams variant;
 };
@@ -73,8 +73,8 @@ struct DecodeParams {
 // The standalone merge kernel's (kernels/merge.cuh; batch prefill launches it, batch decode
 // merges inside its own launch).
 struct MergeParams {
-  void* o;                 // [batch, H_qo, D]
-  float* lse;              // [batch, H_qo] or null
+  void* o;     // [batch, H_qo, D]
+  float* lse;  // [batch, H_qo] or null
   unsigned char* workspace;
   WorkspaceOffsets offsets;
   int64_t o_stride_token, o_stride_head;

@@ -37,8 +37,8 @@ __device__ __forceinline__ unsigned shared_address(const void* pointer) {
 __device__ __forceinline__ void cp_async_16(unsigned shared_dst, const void* global_src,
                                             bool valid) {
   const int source_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst),
-               "l"(global_src), "r"(source_bytes)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst), "l"(global_src),
+               "r"(source_bytes)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {

@@ -19,23 +19,32 @@
 namespace flare {
 namespace {
 
-static_assert(static_cast<int>(DType::kF16) == kCodeF16 && static_cast<int>(DType::kBF16) == kCodeBF16 &&
-              static_cast<int>(DType::kE4M3) == kCodeE4M3 &&
-              static_cast<int>(DType::kE5M2) == kCodeE5M2,
+static_assert(static_cast<int>(DType::kF16) == kCodeF16 &&
+                  static_cast<int>(DType::kBF16) == kCodeBF16 &&
+                  static_cast<int>(DType::kE4M3) == kCodeE4M3 &&
+                  static_cast<int>(DType::kE5M2) == kCodeE5M2,
               "kernels/decode_params.cuh DTypeCode must equal flare::DType");
 
 // Decode kernel geometry (kernels/decode.cuh Traits reads these defines and checks them).
 constexpr int kDecodeThreads = 128;
 constexpr int kDimsPerLane = 8;
 constexpr int kMaxRowsPerItem = 8;
-// Shared memory the K/V pipeline aims at per CTA: (stages - 1) / stages of it in flight, 3 CTAs
-// per SM on an H100 (144 KiB in flight per SM with 16-bit KV).
+// Shared memory the K/V pipeline aims at per CTA ((stages - 1) / stages of it in flight). Tiles
+// of up to 4 rows with 16-bit KV fit 128 registers: 4 CTAs per SM of 48 KiB (128 KiB in flight
+// per SM on an H100, 16 warps to hide latency: the loop issues ~0.6 instructions per KV byte).
+// 8-row tiles and fp8's 8-token groups need more registers (2-3 CTAs per SM): 64 KiB each.
 constexpr int kPipelineTargetBytes = 64 * 1024;
-// What a work item costs beyond its KV bytes (dependent loads before its first tile, the
-// pipeline drain, the combine and write: ~3-5 us on an H100), in KV bytes one CTA streams
-// meanwhile: the planner's per-row cost alpha charges it, so no CTA is handed many short chunks
-// (docs/perf.md, decode v3).
-constexpr double kItemOverheadBytes = 40 * 1024;
+constexpr int kPipelineTargetBytesFourCtas = 48 * 1024;
+constexpr int kFourCtas = 4;
+// What a work item costs beyond its KV bytes, in KV bytes one CTA streams meanwhile: the
+// planner's per-row cost alpha charges it, so no CTA is handed many short chunks. With 16-bit
+// KV an item waits on ~4 memory round trips its KV cannot hide (page ids, first tile, the
+// partial write's fence and arrival count, the merge), ~10-15 us with DRAM saturated: at 40 KiB
+// the fill split piled 32 short tails on each idle CTA (b64 kv8192 on 528 CTAs: 768 us, 717 at
+// 80 KiB). fp8 KV is instruction-bound, the round trips overlap other CTAs' issue, and a large
+// alpha only skews the KV balance (b64 kv8192: 408 us at 40 KiB, 420 at 80; docs/perf.md v7).
+constexpr double kItemOverheadBytes16Bit = 80 * 1024;
+constexpr double kItemOverheadBytesFp8 = 40 * 1024;
 constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
 constexpr size_t kAlignment = 16;
@@ -68,8 +77,8 @@ void validate_config(const BatchDecodeConfig& c) {
               kWhat, ": head_dim must be 64, 128 or 256, got ", c.head_dim);
   FLARE_CHECK(c.page_size >= 1, ErrorCode::kInvalidArgument, kWhat,
               ": page_size must be >= 1, got ", c.page_size);
-  FLARE_CHECK(c.q_dtype == DType::kF16 || c.q_dtype == DType::kBF16, ErrorCode::kUnsupported,
-              kWhat, ": q_dtype must be float16 or bfloat16, got ", dtype_name(c.q_dtype));
+  FLARE_CHECK(c.q_dtype == DType::kF16 || c.q_dtype == DType::kBF16, ErrorCode::kUnsupported, kWhat,
+              ": q_dtype must be float16 or bfloat16, got ", dtype_name(c.q_dtype));
   FLARE_CHECK(c.kv_dtype == DType::kF16 || c.kv_dtype == DType::kBF16 ||
                   c.kv_dtype == DType::kE4M3 || c.kv_dtype == DType::kE5M2,
               ErrorCode::kUnsupported, kWhat,
@@ -90,11 +99,10 @@ void validate_config(const BatchDecodeConfig& c) {
     const TensorView& s = *p.alibi_slopes;
     FLARE_CHECK(p.pos_encoding == PosEncoding::kAlibi, ErrorCode::kInvalidArgument, kWhat,
                 ": alibi_slopes is given but pos_encoding is not kAlibi");
-    FLARE_CHECK(s.device.is_cpu() && s.dtype == DType::kF32 && s.ndim == 1 &&
-                    s.shape[0] == c.num_qo_heads,
-                ErrorCode::kInvalidArgument, kWhat,
-                ": alibi_slopes must be a float32 CPU tensor [", c.num_qo_heads, "], got ",
-                dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
+    FLARE_CHECK(
+        s.device.is_cpu() && s.dtype == DType::kF32 && s.ndim == 1 && s.shape[0] == c.num_qo_heads,
+        ErrorCode::kInvalidArgument, kWhat, ": alibi_slopes must be a float32 CPU tensor [",
+        c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
   }
   standard_variant_flags(p, kWhat);  // throws for what the kernel cannot express
 }
@@ -103,6 +111,7 @@ struct Geometry {
   int rows = 0;
   int tokens_per_group = 0;
   int stages = 0;
+  int min_ctas_per_sm = 1;  // __launch_bounds__ minimum: caps registers at 65536 / (128 x it)
   size_t shared_bytes = 0;
 };
 
@@ -119,11 +128,14 @@ Geometry decode_geometry(const BatchDecodeConfig& c) {
   const int groups = kDecodeThreads / lanes;
   const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
   const int stage_bytes = 2 * groups * g.tokens_per_group * row_bytes;
-  g.stages = std::clamp(kPipelineTargetBytes / stage_bytes, kMinStages, kMaxStages);
+  g.min_ctas_per_sm = g.rows <= 4 && !fp8 ? kFourCtas : 1;
+  const int target =
+      g.min_ctas_per_sm == kFourCtas ? kPipelineTargetBytesFourCtas : kPipelineTargetBytes;
+  g.stages = std::clamp(target / stage_bytes, kMinStages, kMaxStages);
   // The pipeline plus the per-group exchange of probabilities and row rescale factors.
-  const size_t pipeline = static_cast<size_t>(g.stages) * stage_bytes +
-                          static_cast<size_t>(groups) * (g.tokens_per_group + 1) * g.rows *
-                              sizeof(float);
+  const size_t pipeline =
+      static_cast<size_t>(g.stages) * stage_bytes +
+      static_cast<size_t>(groups) * (g.tokens_per_group + 1) * g.rows * sizeof(float);
   const size_t combine = static_cast<size_t>(groups) * g.rows * (c.head_dim + 2) * sizeof(float);
   g.shared_bytes = std::max(pipeline, combine);
   return g;
@@ -159,9 +171,10 @@ void check_device_tensor(const TensorView& t, const char* name, int device, DTyp
   for (int64_t extent : shape) same = same && t.shape[d++] == extent;
   if (!same) {
     std::string expected = "[";
-    for (int64_t extent : shape) expected += (expected.size() > 1 ? ", " : "") + std::to_string(extent);
-    fail(ErrorCode::kInvalidArgument, kWhat, ": ", name, " must have shape ", expected,
-         "], got ", t.shape_str());
+    for (int64_t extent : shape)
+      expected += (expected.size() > 1 ? ", " : "") + std::to_string(extent);
+    fail(ErrorCode::kInvalidArgument, kWhat, ": ", name, " must have shape ", expected, "], got ",
+         t.shape_str());
   }
   for (int i = 0; i < t.ndim; ++i) {
     FLARE_CHECK(t.strides[i] >= 0, ErrorCode::kInvalidArgument, kWhat, ": ", name,
@@ -179,7 +192,8 @@ void check_device_tensor(const TensorView& t, const char* name, int device, DTyp
 void check_index_array(const TensorView& t, const char* name, int device, int64_t min_size,
                        int64_t exact_size) {
   FLARE_CHECK(t.data != nullptr && t.device == Device::cuda(device) && t.dtype == DType::kI32 &&
-                  t.ndim == 1 && (t.shape[0] == exact_size || (exact_size < 0 && t.shape[0] >= min_size)) &&
+                  t.ndim == 1 &&
+                  (t.shape[0] == exact_size || (exact_size < 0 && t.shape[0] >= min_size)) &&
                   (t.shape[0] <= 1 || t.strides[0] == 1),
               ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous int32 1-D ",
               "tensor on cuda:", device, " with ",
@@ -224,13 +238,13 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
       {"FLARE_KV_DTYPE", dtype_code(config.kv_dtype)},
       {"FLARE_TOKENS_PER_GROUP", std::to_string(g.tokens_per_group)},
       {"FLARE_STAGES", std::to_string(g.stages)},
+      {"FLARE_MIN_CTAS_PER_SM", std::to_string(g.min_ctas_per_sm)},
       {"FLARE_SHARED_BYTES", std::to_string(g.shared_bytes)},
   };
   k.decode.label = "decode q=" + std::string(dtype_name(config.q_dtype)) +
                    " kv=" + std::string(dtype_name(config.kv_dtype)) +
                    " D=" + std::to_string(config.head_dim) + " rows=" + std::to_string(g.rows) +
-                   " page=" + std::to_string(config.page_size) + " " +
-                   standard_variant_name(flags);
+                   " page=" + std::to_string(config.page_size) + " " + standard_variant_name(flags);
   return k;
 }
 
@@ -266,9 +280,10 @@ std::vector<BatchDecodeConfig> shipped_decode_configs() {
     for (int group : {4, 8}) add(head_dim, group, DType::kBF16, DType::kE4M3, 16, plain);
     add(head_dim, 8, DType::kF16, DType::kF16, 16, plain);
     add(head_dim, 8, DType::kBF16, DType::kE5M2, 16, plain);
-    // Every variant flag at once, on both KV paths.
+    // Every variant flag at once, on both KV paths, and under the 4-CTAs-per-SM register cap.
     add(head_dim, 8, DType::kBF16, DType::kBF16, 16, all);
     add(head_dim, 8, DType::kF16, DType::kE4M3, 16, all);
+    add(head_dim, 4, DType::kF16, DType::kF16, 16, all);
   }
   for (const AttentionParams* params : {&soft_cap, &window, &alibi}) {
     add(128, 8, DType::kBF16, DType::kBF16, 16, *params);
@@ -330,46 +345,17 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   cuda::set_device(config.device);
   const cuda::DeviceProperties props = cuda::device_properties(config.device);
   r.decode = jit::get_kernel(r.kernels.decode, "flare_decode", config.device);
-  FLARE_CHECK(static_cast<int>(r.kernels.decode_shared_bytes) <=
-                  props.max_shared_bytes_per_block_optin,
-              ErrorCode::kUnsupported, kWhat, ": the decode kernel needs ",
-              r.kernels.decode_shared_bytes, " bytes of shared memory, device ", config.device,
-              " allows ", props.max_shared_bytes_per_block_optin);
+  FLARE_CHECK(
+      static_cast<int>(r.kernels.decode_shared_bytes) <= props.max_shared_bytes_per_block_optin,
+      ErrorCode::kUnsupported, kWhat, ": the decode kernel needs ", r.kernels.decode_shared_bytes,
+      " bytes of shared memory, device ", config.device, " allows ",
+      props.max_shared_bytes_per_block_optin);
   cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.kernels.decode_shared_bytes));
   r.num_sms = props.num_sms;
   r.num_ctas = props.num_sms * static_cast<int>(resolved_ctas_per_sm(
                                    config, r.decode, r.kernels.decode_shared_bytes));
   r.layout = workspace_layout(bounds_of(config, r.num_ctas));
   return r;
-}
-
-// Chunk length for a uniform batch (every request the same KV length, no window) that cuts each
-// tile into n = #CTA / #tiles near-equal, page-aligned chunks, so no CTA streams more than one;
-// 0 when no such cut exists. The planner's own L_kv (total KV / #CTA) leaves a short last chunk
-// per tile when it does not divide the length, which the fill split spreads over CTAs that
-// already hold a long chunk (b16 kv4096 on 396 CTAs: 384 chunks of 1328 tokens + 128 of 112,
-// up to 8 items and 12% above the mean cost on one CTA; docs/perf.md, decode v6).
-int even_split_size(const BatchDecodeConfig& c, std::span<const int32_t> kv_len, int ctas_per_sm,
-                    int num_sms) {
-  if (c.disable_split_kv || c.params.window_left >= 0 || kv_len.empty()) return 0;
-  const int32_t length = kv_len[0];
-  if (length <= 0 || std::any_of(kv_len.begin(), kv_len.end(),
-                                 [length](int32_t l) { return l != length; })) {
-    return 0;
-  }
-  const int64_t tiles_per_request = (group_size(c) + query_tile(c) - 1) / query_tile(c);
-  const int64_t tiles = static_cast<int64_t>(kv_len.size()) * c.num_kv_heads * tiles_per_request;
-  const int64_t ctas =
-      static_cast<int64_t>(c.num_sms_to_use > 0 ? c.num_sms_to_use : num_sms) * ctas_per_sm;
-  const int64_t chunks_per_tile = ctas / tiles;
-  if (chunks_per_tile < 2) return 0;
-  const int64_t chunk = (length + chunks_per_tile - 1) / chunks_per_tile;
-  return static_cast<int>((chunk + c.page_size - 1) / c.page_size * c.page_size);
-}
-
-double busiest_cta_cost(const Plan& plan) {
-  const std::vector<double>& cost = plan.cta_cost;
-  return cost.empty() ? 0.0 : *std::max_element(cost.begin(), cost.end());
 }
 
 // The decode kernel merges split tiles itself: each split work item carries its merge item in
@@ -443,9 +429,9 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   FLARE_CHECK(batch >= 1 && batch <= s.config.max_batch, ErrorCode::kInvalidArgument, kWhat,
               ": kv_indptr must have batch + 1 entries with 1 <= batch <= max_batch = ",
               s.config.max_batch, ", got ", kv_indptr.size(), " entries");
-  FLARE_CHECK(static_cast<int64_t>(kv_last_page_len.size()) == batch,
-              ErrorCode::kInvalidArgument, kWhat, ": kv_last_page_len must have ", batch,
-              " entries (one per request), got ", kv_last_page_len.size());
+  FLARE_CHECK(static_cast<int64_t>(kv_last_page_len.size()) == batch, ErrorCode::kInvalidArgument,
+              kWhat, ": kv_last_page_len must have ", batch, " entries (one per request), got ",
+              kv_last_page_len.size());
   FLARE_CHECK(kv_indptr[0] == 0, ErrorCode::kInvalidArgument, kWhat,
               ": kv_indptr[0] must be 0, got ", kv_indptr[0]);
   const int64_t page_size = s.config.page_size;
@@ -457,8 +443,8 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
                 ": kv_indptr must be non-decreasing: kv_indptr[", i + 1, "]=", kv_indptr[i + 1],
                 " < kv_indptr[", i, "]=", kv_indptr[i]);
     const int64_t last = kv_last_page_len[i];
-    FLARE_CHECK(pages == 0 || (last >= 1 && last <= page_size), ErrorCode::kInvalidArgument,
-                kWhat, ": kv_last_page_len[", i, "] must be in [1, ", page_size, "], got ", last);
+    FLARE_CHECK(pages == 0 || (last >= 1 && last <= page_size), ErrorCode::kInvalidArgument, kWhat,
+                ": kv_last_page_len[", i, "] must be in [1, ", page_size, "], got ", last);
     const int64_t len = pages == 0 ? 0 : (pages - 1) * page_size + last;
     FLARE_CHECK(len <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported, kWhat,
                 ": request ", i, " has ", len, " KV tokens, more than int32 holds");
@@ -480,21 +466,13 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   PlanOptions options;
   options.query_tile = query_tile(s.config);
   const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype);
-  options.alpha = static_cast<float>(kItemOverheadBytes / token_bytes / options.query_tile);
+  const double overhead =
+      is_fp8(s.config.kv_dtype) ? kItemOverheadBytesFp8 : kItemOverheadBytes16Bit;
+  options.alpha = static_cast<float>(overhead / token_bytes / options.query_tile);
   options.fixed_split_size = s.config.fixed_split_size;
   options.disable_split_kv = s.config.disable_split_kv;
   options.num_sms_to_use = s.config.num_sms_to_use;
   Plan next = flare::plan(problem, device, options);
-  // A batch of equal lengths may balance better cut evenly: keep the plan whose busiest CTA
-  // costs less (the planner's on ties).
-  const int even = s.config.fixed_split_size > 0
-                       ? 0
-                       : even_split_size(s.config, s.kv_len, device.ctas_per_sm, device.num_sms);
-  if (even > 0) {
-    options.fixed_split_size = even;
-    Plan even_plan = flare::plan(problem, device, options);
-    if (busiest_cta_cost(even_plan) < busiest_cta_cost(next)) next = std::move(even_plan);
-  }
   check_fits(next, s.k.layout);
 
   cuda::set_device(s.config.device);
@@ -511,8 +489,8 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
 
 void BatchDecode::plan(const TensorView& kv_indptr, const TensorView& kv_last_page_len,
                        cuda::Stream stream) {
-  for (const auto& [t, name] : {std::pair{&kv_indptr, "kv_indptr"},
-                                std::pair{&kv_last_page_len, "kv_last_page_len"}}) {
+  for (const auto& [t, name] :
+       {std::pair{&kv_indptr, "kv_indptr"}, std::pair{&kv_last_page_len, "kv_last_page_len"}}) {
     FLARE_CHECK(t->device.is_cpu() && t->dtype == DType::kI32 && t->ndim == 1 &&
                     (t->shape[0] <= 1 || t->strides[0] == 1),
                 ErrorCode::kInvalidArgument, kWhat, ": plan() takes ", name,
@@ -535,8 +513,8 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   const int64_t planned_batch = static_cast<int64_t>(s.kv_len.size());
   const int64_t batch = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : planned_batch;
   FLARE_CHECK(batch >= planned_batch && batch <= c.max_batch, ErrorCode::kInvalidArgument, kWhat,
-              ": q holds ", batch, " requests, the plan has ", planned_batch,
-              " (max_batch ", c.max_batch, ")");
+              ": q holds ", batch, " requests, the plan has ", planned_batch, " (max_batch ",
+              c.max_batch, ")");
   const int64_t h_qo = c.num_qo_heads, h_kv = c.num_kv_heads, d = c.head_dim;
   check_device_tensor(q, "q", c.device, c.q_dtype, {batch, h_qo, d}, true);
   check_device_tensor(o, "o", c.device, c.q_dtype, {batch, h_qo, d}, true);
@@ -560,8 +538,8 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
               ": kv table block_size must equal page_size ", c.page_size, ", got ",
               kv.table.block_size);
   cuda::set_device(c.device);
-  FLARE_CHECK(c.use_cuda_graph || !cuda::is_capturing(stream), ErrorCode::kInvalidArgument,
-              kWhat, ": run() on a capturing stream needs a BatchDecode created with "
+  FLARE_CHECK(c.use_cuda_graph || !cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
+              ": run() on a capturing stream needs a BatchDecode created with "
               "use_cuda_graph = true");
 
   DecodeParams p{};

@@ -182,7 +182,7 @@ std::vector<DecodeCase> cases() {
     add(c);
   }
   {
-    // Equal lengths: each tile cut evenly over the CTAs (BatchDecode's even split).
+    // Equal lengths: each tile cut evenly over the CTAs (the planner's even-split candidate).
     DecodeCase c{"uniform_lengths_even_split"};
     c.kv_lens = std::vector<int32_t>(12, 3001);
     add(c);
@@ -213,8 +213,8 @@ TEST_P(BatchDecodeVsReference, MatchesFloat64ReferenceAndRerunsBitwise) {
   spec.strided = c.strided;
   spec.seed = c.seed;
   const testing::TestKVCache cache = testing::build_kv_cache(spec);
-  const gpu_testing::HostQuery q = gpu_testing::random_query(
-      batch, c.num_qo_heads, c.head_dim, c.q_dtype, c.strided, c.seed + 100);
+  const gpu_testing::HostQuery q = gpu_testing::random_query(batch, c.num_qo_heads, c.head_dim,
+                                                             c.q_dtype, c.strided, c.seed + 100);
   const gpu_testing::Reference ref = gpu_testing::reference_decode(q.view, cache, c.params);
 
   cuda::set_device(0);
@@ -302,8 +302,8 @@ TEST(BatchDecodePlan, LongRequestsAreSplitAndMerged) {
 }
 
 // A batch of equal lengths with fewer tiles than CTAs: every tile is cut into near-equal
-// chunks and no CTA gets more than one (the planner alone gave the busiest CTA 8 items and 12%
-// more than the mean at batch 16, kv 4096 on 396 CTAs).
+// chunks and no CTA gets more than one (cuts at multiples of total KV / #CTA gave the busiest
+// CTA 8 items and 12% more than the mean at batch 16, kv 4096 on 396 CTAs).
 TEST(BatchDecodePlan, EqualLengthsAreCutEvenly) {
   FLARE_REQUIRE_GPU();
   BatchDecodeConfig config;

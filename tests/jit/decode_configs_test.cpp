@@ -49,7 +49,8 @@ TEST_P(ShippedDecodeKernels, CompileWithoutSpillsOrLocalMemory) {
   for (size_t w = 0; w < kWorkers; ++w) {
     workers.push_back(std::async(std::launch::async, [&specs, &arch, w] {
       std::vector<jit::CompiledKernel> out;
-      for (size_t i = w; i < specs.size(); i += kWorkers) out.push_back(jit::compile(specs[i], arch));
+      for (size_t i = w; i < specs.size(); i += kWorkers)
+        out.push_back(jit::compile(specs[i], arch));
       return out;
     }));
   }

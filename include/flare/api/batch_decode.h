@@ -23,12 +23,12 @@ namespace flare {
 // Everything fixed when a BatchDecode is created: the kernels are compiled for it, the grid
 // and the workspace sections are sized from it.
 struct BatchDecodeConfig {
-  int device = 0;           // CUDA device index
-  int max_batch = 0;        // upper bound on the requests of one plan (>= 1)
-  int num_qo_heads = 0;     // H_qo, a multiple of num_kv_heads
-  int num_kv_heads = 0;     // H_kv
-  int head_dim = 0;         // D (for q, k, v and o): 64, 128 or 256
-  int page_size = 0;        // tokens per page, >= 1 (compiled into the kernel)
+  int device = 0;                 // CUDA device index
+  int max_batch = 0;              // upper bound on the requests of one plan (>= 1)
+  int num_qo_heads = 0;           // H_qo, a multiple of num_kv_heads
+  int num_kv_heads = 0;           // H_kv
+  int head_dim = 0;               // D (for q, k, v and o): 64, 128 or 256
+  int page_size = 0;              // tokens per page, >= 1 (compiled into the kernel)
   DType q_dtype = DType::kBF16;   // q and o: kF16 | kBF16
   DType kv_dtype = DType::kBF16;  // k and v: kF16 | kBF16 | kE4M3 | kE5M2
   KVLayout layout = KVLayout::kNHD;
@@ -44,8 +44,7 @@ struct BatchDecodeConfig {
   bool use_cuda_graph = false;
 
   // Scheduler knobs (plan/plan.h PlanOptions): fixed_split_size > 0 gives batch-invariant
-  // output (0: the planner's chunks, or for a batch of equal lengths an even split of each
-  // tile over the CTAs); disable_split_kv gives one chunk per (request, KV head, row tile).
+  // output; disable_split_kv gives one chunk per (request, KV head, row tile).
   int fixed_split_size = 0;
   bool disable_split_kv = false;
   int num_sms_to_use = 0;  // 0 = all SMs of the device
@@ -94,8 +93,7 @@ class BatchDecode {
   void plan(std::span<const int32_t> kv_indptr, std::span<const int32_t> kv_last_page_len,
             cuda::Stream stream);
   // The same with CPU int32 1-D tensors.
-  void plan(const TensorView& kv_indptr, const TensorView& kv_last_page_len,
-            cuda::Stream stream);
+  void plan(const TensorView& kv_indptr, const TensorView& kv_last_page_len, cuda::Stream stream);
 
   // Attention of the planned batch; all tensors on this decode's CUDA device.
   //   q      [batch, H_qo, D] q_dtype; any strides with a unit innermost stride, 16-byte
@@ -116,10 +114,10 @@ class BatchDecode {
            const std::optional<TensorView>& lse, cuda::Stream stream);
 
   const BatchDecodeConfig& config() const;
-  int num_ctas() const;          // persistent decode CTAs (fixed at creation)
-  int rows_per_item() const;     // packed query rows one work item holds (head-group tile)
-  const Plan& last_plan() const; // the latest plan (host copy), for tests and tools
-  size_t workspace_size() const; // device bytes held
+  int num_ctas() const;           // persistent decode CTAs (fixed at creation)
+  int rows_per_item() const;      // packed query rows one work item holds (head-group tile)
+  const Plan& last_plan() const;  // the latest plan (host copy), for tests and tools
+  size_t workspace_size() const;  // device bytes held
 
  private:
   struct State;
@@ -130,9 +128,9 @@ class BatchDecode {
 // constructor compiles and what the CI test compiles for every shipped configuration without a
 // GPU.
 struct BatchDecodeKernels {
-  jit::KernelSpec decode;  // entry "flare_decode"
-  int rows_per_item = 0;   // packed rows per work item the decode kernel was built for
-  int threads = 0;         // block size of the decode kernel
+  jit::KernelSpec decode;          // entry "flare_decode"
+  int rows_per_item = 0;           // packed rows per work item the decode kernel was built for
+  int threads = 0;                 // block size of the decode kernel
   size_t decode_shared_bytes = 0;  // dynamic shared memory of one decode CTA
 };
 // Throws kInvalidArgument / kUnsupported like the constructor (no GPU needed).
