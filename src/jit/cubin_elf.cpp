@@ -1,10 +1,11 @@
 // Minimal ELF64 reader for NVIDIA cubins. Attribute records in .nv.info sections are
 //   u8 format, u8 attribute, then: format 0x04 (EIFMT_SVAL): u16 size + `size` bytes;
 //   any other format: a u16 inline value.
-// Kernel-wide attributes (.nv.info) name their kernel by symbol index; per-kernel sections are
-// called .nv.info.<kernel>.
+// Kernel-wide attributes (.nv.info) name their function by symbol index, as {u32 symbol, u32
+// value}; per-kernel sections are called .nv.info.<kernel>.
 #include "src/jit/cubin_elf.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -17,6 +18,8 @@ namespace {
 constexpr uint32_t kSectionSymtab = 2;
 constexpr uint8_t kFormatSized = 0x04;
 constexpr uint8_t kAttrMaxThreads = 0x05;
+constexpr uint8_t kAttrFrameSize = 0x11;
+constexpr uint8_t kAttrMinStackSize = 0x12;
 constexpr uint8_t kAttrRegCount = 0x2f;
 constexpr size_t kSymbolBytes = 24;
 constexpr std::string_view kInfoPrefix = ".nv.info.";
@@ -157,13 +160,23 @@ std::vector<CubinKernel> read_cubin_kernels(std::string_view cubin) {
   for (const Section& section : sections) {
     if (section.name != ".nv.info") continue;
     for_each_attribute(section.contents, [&](uint8_t attribute, std::string_view payload) {
-      if (attribute != kAttrRegCount || payload.size() != 8) return;
+      if (payload.size() != 8) return;
+      if (attribute != kAttrRegCount && attribute != kAttrFrameSize &&
+          attribute != kAttrMinStackSize) {
+        return;
+      }
       const Bytes record(payload);
       const auto symbol = symbols.find(record.read<uint32_t>(0));
       if (symbol == symbols.end()) return;
+      // A callee's own frame is skipped: its kernel's minimum stack size counts it.
       const auto kernel = kernel_index.find(symbol->second);
-      if (kernel != kernel_index.end()) {
-        kernels[kernel->second].registers = static_cast<int>(record.read<uint32_t>(4));
+      if (kernel == kernel_index.end()) return;
+      CubinKernel& k = kernels[kernel->second];
+      const int value = static_cast<int>(record.read<uint32_t>(4));
+      if (attribute == kAttrRegCount) {
+        k.registers = value;
+      } else {
+        k.stack_bytes = std::max(k.stack_bytes, value);
       }
     });
   }

@@ -20,4 +20,6 @@ void log_info(const std::string& message) {
   std::fflush(stderr);
 }
 
+void log_warning(const std::string& message) { log_info("warning: " + message); }
+
 }  // namespace flare::jit

@@ -78,16 +78,21 @@ std::vector<ResourceUsage> parse_ptxas_report(std::string_view log) {
       usage.local_bytes = std::max(0, number_before(line, "bytes cumulative stack size"));
     }
   }
-  // The report does not say which entry calls a non-inlined device function, so its spills
-  // count against every entry of the unit: a "must not spill" check may err only on the safe side.
+  // The report does not say which entry calls a non-inlined device function, so its frame and
+  // spills count against every entry of the unit: a "must not spill / no local memory" check may
+  // err only on the safe side. (A recursive callee's frame is in no entry's cumulative stack.)
   int callee_spills = 0;
+  int callee_frame = 0;
   for (const auto& [function, p] : properties) {
     const bool is_entry = std::any_of(entries.begin(), entries.end(),
                                       [&](const ResourceUsage& u) { return u.entry == function; });
-    if (!is_entry) callee_spills += p.spill_stores + p.spill_loads;
+    if (is_entry) continue;
+    callee_spills += p.spill_stores + p.spill_loads;
+    callee_frame = std::max(callee_frame, p.stack_frame);
   }
   for (ResourceUsage& usage : entries) {
     usage.spill_bytes = callee_spills;
+    usage.local_bytes = std::max(usage.local_bytes, callee_frame);
     const auto found = properties.find(usage.entry);
     if (found == properties.end()) continue;
     usage.local_bytes = std::max(usage.local_bytes, found->second.stack_frame);

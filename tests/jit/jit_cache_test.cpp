@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -14,6 +15,7 @@
 
 #include "flare/jit/compiler.h"
 #include "jit/jit_test_support.h"
+#include "src/jit/sha256.h"
 #include "testing/expect_error.h"
 
 namespace flare::jit {
@@ -32,6 +34,25 @@ std::string read_bytes(const fs::path& path) {
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
+}
+
+// A valid entry file (format in src/jit/cache.cpp) with the same cubin and another log.
+std::string entry_with_log(const std::string& entry, const std::string& log) {
+  constexpr size_t kHeaderBytes = 64;
+  constexpr size_t kChecksummedBytes = 32;
+  uint64_t cubin_bytes = 0;
+  std::memcpy(&cubin_bytes, entry.data() + 16, sizeof(cubin_bytes));
+  std::string header = entry.substr(0, kChecksummedBytes);
+  const uint64_t log_bytes = log.size();
+  std::memcpy(header.data() + 24, &log_bytes, sizeof(log_bytes));
+  const std::string cubin = entry.substr(kHeaderBytes, cubin_bytes);
+  Sha256 hash;
+  hash.update(header);
+  hash.update(cubin);
+  hash.update(log);
+  const Sha256::Digest checksum = hash.finish();
+  return header + std::string(reinterpret_cast<const char*>(checksum.data()), checksum.size()) +
+         cubin + log;
 }
 
 std::vector<std::string> directory_entries(const std::string& dir) {
@@ -106,6 +127,35 @@ TEST_F(CacheTest, MissThenHitWithoutCompiling) {
   // Another arch is another entry.
   EXPECT_FALSE(compile_cached(spec, "sm_90a").from_cache);
   EXPECT_EQ(directory_entries(cache_dir()).size(), 2u);
+}
+
+// A log without ptxas's report (NVRTC did not run ptxas, see nvrtc_options) never fails a kernel
+// that compiled: the entry is served, its usage read from the cubin, and a warning logged.
+TEST_F(CacheTest, EntryWhoseLogLacksThePtxasReportIsServedWithAWarning) {
+  const KernelSpec spec = testing::two_entry_spec();
+  const CompiledKernel original = compile_cached(spec, "sm_90a");
+  const fs::path path = entry_path(spec, "sm_90a");
+  write_bytes(path, entry_with_log(read_bytes(path), ""));
+
+  unsetenv("FLARE_LOG");
+  ::testing::internal::CaptureStderr();
+  const CompiledKernel served = compile_cached(spec, "sm_90a");
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(served.from_cache);
+  EXPECT_EQ(served.cubin, original.cubin);
+  EXPECT_EQ(served.log, "");
+  ASSERT_EQ(served.usage.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(served.usage[i].entry, original.usage[i].entry);
+    EXPECT_EQ(served.usage[i].registers, original.usage[i].registers);
+    EXPECT_EQ(served.usage[i].local_bytes, 0);
+    EXPECT_EQ(served.usage[i].spill_bytes, ResourceUsage::kUnknownSpills);
+    EXPECT_EQ(served.usage[i].max_threads, original.usage[i].max_threads);
+  }
+  EXPECT_NE(logged.find("[flare] warning: jit test two entries: ptxas's report in NVRTC's log has "
+                        "no entry 'jit_test_bounded', 'jit_test_plain'"),
+            std::string::npos)
+      << logged;
 }
 
 TEST_F(CacheTest, CreatesMissingDirectories) {

@@ -1,5 +1,5 @@
 // The ptxas -v report parser on fixed report text (CUDA 13 sm_90a and sm_80 wording), including
-// non-inlined callees whose frames and spills must be charged to the entries.
+// non-inlined (and recursive) callees whose frames and spills must be charged to the entries.
 #include <gtest/gtest.h>
 
 #include "src/jit/ptxas_report.h"
@@ -60,6 +60,22 @@ TEST(PtxasReport, CalleeFramesAndSpillsCountAgainstEntries) {
   EXPECT_EQ(usage[0].entry, "k");
   EXPECT_EQ(usage[0].local_bytes, 32);
   EXPECT_EQ(usage[0].spill_bytes, 8);
+}
+
+TEST(PtxasReport, RecursiveCalleeFrameCountsAgainstEntries) {
+  // CUDA 13 sm_90a wording for a recursive callee: the entry prints no cumulative stack size.
+  const std::vector<ResourceUsage> usage = parse_ptxas_report(
+      "ptxas warning : Registers are spilled to local memory in function '_Z3fibi', 20 bytes "
+      "spill stores, 20 bytes spill loads\n"
+      "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+      "ptxas info    : Function properties for k\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 24 registers, used 0 barriers\n"
+      "ptxas info    : Function properties for _Z3fibi\n"
+      "ptxas         .     24 bytes stack frame, 20 bytes spill stores, 20 bytes spill loads\n");
+  ASSERT_EQ(usage.size(), 1u);
+  EXPECT_EQ(usage[0].local_bytes, 24);
+  EXPECT_EQ(usage[0].spill_bytes, 40);
 }
 
 TEST(PtxasReport, EmptyLogHasNoEntries) { EXPECT_TRUE(parse_ptxas_report("").empty()); }

@@ -1,5 +1,5 @@
 // Shared by the JIT tests: a fixture with a fresh FLARE_CACHE_DIR and silenced logging per test,
-// and the small kernels the tests compile (plain, local-memory, two-entry).
+// and the small kernels the tests compile (plain, local-memory, two-entry, spilling, recursive).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -87,6 +87,48 @@ extern "C" __global__ void __launch_bounds__(256) jit_test_bounded(float* y) {
   y[threadIdx.x] = tile[511 - threadIdx.x];
 }
 extern "C" __global__ void jit_test_plain(float* y) { y[threadIdx.x] += 1.0f; }
+)";
+  return spec;
+}
+
+// 64 accumulators live across a loop of unknown length under a 32-register cap
+// (__launch_bounds__(256, 8): 65536 / (256 * 8)): ptxas must spill, whatever the arch.
+inline KernelSpec spilling_spec() {
+  KernelSpec spec;
+  spec.family_header = "plan_types.cuh";
+  spec.entry = "jit_test_spill";
+  spec.label = "jit test spills";
+  spec.variant_source = R"(
+extern "C" __global__ void __launch_bounds__(256, 8)
+    jit_test_spill(const float* x, float* y, int n) {
+  float acc[64];
+#pragma unroll
+  for (int j = 0; j < 64; ++j) acc[j] = x[j * 256 + threadIdx.x];
+  for (int i = 0; i < n; ++i) {
+#pragma unroll
+    for (int j = 0; j < 64; ++j) acc[j] = acc[j] * acc[(j + 1) % 64] + x[i];
+  }
+#pragma unroll
+  for (int j = 0; j < 64; ++j) y[j * 256 + threadIdx.x] = acc[j];
+}
+)";
+  return spec;
+}
+
+// A recursive device function: ptxas cannot inline it, and its frame (with spills) appears in
+// ptxas's report only, not in the kernel's stack attributes in the cubin.
+inline KernelSpec recursive_callee_spec() {
+  KernelSpec spec;
+  spec.family_header = "plan_types.cuh";
+  spec.entry = "jit_test_recursive";
+  spec.label = "jit test recursive callee";
+  spec.variant_source = R"(
+__device__ int jit_test_fibonacci(int n) {
+  return n < 2 ? n : jit_test_fibonacci(n - 1) + jit_test_fibonacci(n - 2);
+}
+extern "C" __global__ void jit_test_recursive(int* y) {
+  y[threadIdx.x] = jit_test_fibonacci(y[threadIdx.x]);
+}
 )";
   return spec;
 }

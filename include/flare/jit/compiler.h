@@ -23,15 +23,18 @@ struct KernelSpec {
   std::string translation_unit() const;
 };
 
-// Per entry: registers, local (stack) bytes, spills and static shared memory from ptxas's
-// verbose report (kept with the cubin in the disk cache); max_threads from the cubin's ELF
-// attributes (.nv.info.<entry>, EIATTR_MAX_THREADS).
+// Per entry. Registers, local memory and max_threads come from the cubin's ELF attributes (what
+// the driver reads; always there), spill counts and static shared memory from ptxas's verbose
+// report in NVRTC's log, which a compile can lack: the kernel is still used (a warning is
+// logged), and spill_bytes says the count is unknown.
 struct ResourceUsage {
+  static constexpr int kUnknownSpills = -1;  // spill_bytes when ptxas's report lacks the entry
+
   std::string entry;
   int registers = 0;
-  int local_bytes = 0;  // stack frame / local memory: must be 0 for shipped kernels
-  int spill_bytes = 0;  // spill stores + loads reported by ptxas; must be 0
-  int static_shared_bytes = 0;
+  int local_bytes = 0;  // stack frame / local memory incl. callees: must be 0 for shipped kernels
+  int spill_bytes = 0;  // spill stores + loads: must be 0 (spills also make local_bytes > 0)
+  int static_shared_bytes = 0;  // ptxas's "bytes smem"; 0 when its report lacks the entry
   int max_threads = 0;  // __launch_bounds__ threads per block; 0 when the kernel declares none
 };
 
