@@ -8,8 +8,8 @@
 // FLARE_PAGE_SIZE (>= 1), FLARE_Q_DTYPE / FLARE_KV_DTYPE (DTypeCode), and the tuning the host
 // chose (src/api/batch_decode.cpp decode_geometry): FLARE_TOKENS_PER_GROUP, FLARE_STAGES,
 // FLARE_MIN_CTAS_PER_SM (the register cap) and FLARE_SHARED_BYTES (the dynamic shared memory it
-// launches with). `struct Variant` comes from
-// the variant source (kernels/variant.cuh describes its interface).
+// launches with). `struct Variant` comes from the variant source (kernels/variant.cuh describes
+// its interface).
 #pragma once
 
 #include "decode_merge.cuh"
