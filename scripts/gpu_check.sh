@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# GPU verification of the batch-decode path (issue 4) in one run on a CUDA machine: builds
-# flare, runs the GPU tests against the CPU float64 reference, compute-sanitizer memcheck and
-# racecheck on a small case, then the decode benchmark next to PyTorch SDPA (cuDNN, flash) on
-# the same shapes, and prints a short table last. Full logs go to $OUT (default ./gpu_check_out).
-# Usage: scripts/gpu_check.sh [gtest filter of the GPU tests]
-#   FLARE_GTEST_SOURCE=<googletest tree> when the machine has no installed GoogleTest
-#   (default: .deps/googletest when present); FLARE_GPU_CHECK_SKIP_BENCH=1 skips the benchmark;
-#   FLARE_GPU_CHECK_PYTHON=1 also runs scripts/gpu_check_python.sh.
+# GPU verification of flare on a CUDA machine, in one or two device calls: builds everything,
+# runs every GPU test against the CPU float64 reference (decode, prefill, merge, append, the
+# CLI's cuda round trips, the JIT's device test), compute-sanitizer memcheck + racecheck on
+# small cases of each kernel family, the Python package's pytest suite with PyTorch CUDA
+# tensors, and the decode and prefill benchmarks next to PyTorch SDPA (cuDNN, flash) on the
+# same shapes in the same run. Short tables print last; full logs go to $OUT.
+# Usage: scripts/gpu_check.sh [all|tests|bench]   (default all; `tests` then `bench` splits the
+#   work across two calls of a 10-minute limit: the build is reused)
+#   FLARE_GTEST_SOURCE=<googletest tree> when GoogleTest is not installed (default: the
+#   machine's /usr/src/googletest, or .deps/googletest); FLARE_GPU_FILTER=<gtest filter>
+#   restricts the GPU tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
+STAGE=${1:-all}
 OUT=${OUT:-$PWD/gpu_check_out}
 BUILD=${BUILD:-build-gpu}
-FILTER=${1:-'*Decode*:*BatchDecode*'}
 mkdir -p "$OUT"
 export FLARE_CACHE_DIR="$PWD/$BUILD/jit-cache"
+export FLARE_LOG=quiet
 status=0
 step() { echo "== $* ($(date +%T))"; }
+run_logged() {  # name, command...: runs, keeps the log, prints the gtest summary lines
+  local name=$1; shift
+  "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests? ran" "$OUT/$name.log" | tail -n 25
+  echo "$name: exit $rc"
+  [ "$rc" -eq 0 ] || status=1
+}
 
 step "device"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu \
@@ -25,39 +37,56 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 step "build (log: $OUT/build.log)"
 gtest_source=${FLARE_GTEST_SOURCE:-}
 [ -z "$gtest_source" ] && [ -d .deps/googletest ] && gtest_source="$PWD/.deps/googletest"
+[ -z "$gtest_source" ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] && [ -d /usr/src/googletest ] &&
+  gtest_source=/usr/src/googletest
 if ! { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
          ${gtest_source:+-DFLARE_GTEST_SOURCE="$gtest_source"} &&
-       cmake --build "$BUILD" -j"$(nproc)" --target flare_gpu_tests; } >"$OUT/build.log" 2>&1; then
+       cmake --build "$BUILD" -j"$(nproc)" --target flare_gpu_tests flare_cli flare_tools_tests \
+         flare_jit_tests &&
+       g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill.cpp -L"$BUILD" -lflare \
+         -Wl,-rpath,"$PWD/$BUILD" -o "$BUILD/bench_prefill"; } >"$OUT/build.log" 2>&1; then
   tail -n 40 "$OUT/build.log"
   exit 1
 fi
 
-step "GPU tests vs the float64 reference (log: $OUT/gpu_tests.log)"
-"$BUILD/flare_gpu_tests" --gtest_filter="$FILTER" --gtest_output="json:$OUT/gpu_tests.json" \
-  >"$OUT/gpu_tests.log" 2>&1 || status=1
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran|^\[  FAILED  \]" "$OUT/gpu_tests.log" | tail -n 30
+if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
+  step "GPU tests vs the float64 reference"
+  run_logged gpu_tests "$BUILD/flare_gpu_tests" --gtest_filter="${FLARE_GPU_FILTER:-*}:-DecodeBenchmark.*" \
+    --gtest_output="json:$OUT/gpu_tests.json"
+  step "CLI cuda round trips and JIT device test"
+  run_logged tools_tests "$BUILD/flare_tools_tests" --gtest_filter='*Cuda*:*Gpu*:*GPU*:*Device*'
+  run_logged jit_device_tests "$BUILD/flare_jit_tests" --gtest_filter='*Driver*:*Device*:*Gpu*'
 
-step "compute-sanitizer memcheck + racecheck, small case (logs: $OUT/*check.log)"
-for tool in memcheck racecheck; do
-  compute-sanitizer --tool "$tool" --error-exitcode 99 \
-    "$BUILD/flare_gpu_tests" --gtest_filter='BatchDecodeErrors.SanitizerSmallCase' \
-    >"$OUT/$tool.log" 2>&1
-  rc=$?
-  echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -n 1)"
-  [ "$rc" -eq 0 ] || status=1
-done
-
-if [ "${FLARE_GPU_CHECK_PYTHON:-0}" = 1 ] && [ -x scripts/gpu_check_python.sh ]; then
-  step "python package"
-  scripts/gpu_check_python.sh "$OUT/python" || status=1
+  step "compute-sanitizer memcheck + racecheck, small case of each kernel family"
+  small='BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:MergeGpu.PairOddShapes:AppendPagedKVGpu.*'
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 99 "$BUILD/flare_gpu_tests" \
+      --gtest_filter="$small" >"$OUT/$tool.log" 2>&1
+    rc=$?
+    echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -n 1);" \
+      "$(grep -E 'tests? ran' "$OUT/$tool.log" | tail -n 1)"
+    [ "$rc" -eq 0 ] || status=1
+  done
 fi
 
-if [ "${FLARE_GPU_CHECK_SKIP_BENCH:-0}" != 1 ]; then
-  step "benchmark (logs: $OUT/bench.log, $OUT/flare_bench.jsonl, $OUT/anchors.json)"
+if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
+  step "python package (logs: $OUT/python)"
+  scripts/gpu_check_python.sh "$OUT/python" -q 2>&1 | tail -n 15 || status=1
+
+  step "decode benchmark vs PyTorch SDPA (logs: $OUT/decode_bench.log, $OUT/anchors.json)"
   FLARE_DECODE_BENCH="$OUT/flare_bench.jsonl" "$BUILD/flare_gpu_tests" \
-    --gtest_filter='DecodeBenchmark.*' >"$OUT/bench.log" 2>&1 || { status=1; tail -n 20 "$OUT/bench.log"; }
+    --gtest_filter='DecodeBenchmark.*' >"$OUT/decode_bench.log" 2>&1 ||
+    { status=1; tail -n 20 "$OUT/decode_bench.log"; }
   PYTHONUNBUFFERED=1 python3 scripts/anchor_decode.py --flare "$OUT/flare_bench.jsonl" \
-    --out "$OUT/anchors.json" 2>&1 | tee "$OUT/table.txt" || status=1
+    --out "$OUT/anchors.json" >"$OUT/decode_table.txt" 2>&1 || status=1
+
+  step "prefill benchmark vs PyTorch SDPA (log: $OUT/prefill_bench.log)"
+  { "$BUILD/bench_prefill" && PYTHONUNBUFFERED=1 python3 scripts/bench_prefill_torch.py; } \
+    >"$OUT/prefill_bench.log" 2>&1 || status=1
+  echo "-- decode (TB/s of KV read; ratios against SDPA in this run)"
+  cat "$OUT/decode_table.txt"
+  echo "-- prefill (TFLOP/s)"
+  cat "$OUT/prefill_bench.log"
 fi
 step "done: status $status"
 exit "$status"
