@@ -8,12 +8,7 @@
 #include "flare/core/error.h"
 #include "tools/flare/args.h"
 #include "tools/flare/commands.h"
-
-// The planner's latency benchmark lives beside this tool; dispatch to it once it exists.
-#if __has_include("tools/flare/plan_latency.h")
 #include "tools/flare/plan_latency.h"
-#define FLARE_HAS_PLAN_LATENCY 1
-#endif
 
 namespace {
 
@@ -28,9 +23,7 @@ constexpr Command kCommands[] = {
      "batch attention on tensors from .npy files; writes o.npy and lse.npy"},
     {"bench", flare::cli::run_bench, "benchmark a synthetic serving workload (decode or prefill)"},
     {"info", flare::cli::run_info, "version, CUDA devices, JIT cache location, CPU threads"},
-#ifdef FLARE_HAS_PLAN_LATENCY
     {"plan-latency", run_plan_latency, "time the host planner on serving-sized batches"},
-#endif
 };
 
 void print_usage(std::FILE* stream) {
