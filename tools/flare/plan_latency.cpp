@@ -25,7 +25,7 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: flare plan-latency [--runs N] [--num-sms N] [--lengths uniform|zipf]\n"
-    "                          [--batches 1,64,256,1024]\n\n"
+    "                          [--batches 1,64,256,1024] [--kinds decode|prefill|both]\n\n"
     "Times plan() (the load-balanced scheduler) on one core for decode (q_len 1) and causal\n"
     "prefill (q_len = kv_len) batches: 32 query heads, 8 KV heads, head dim 128, page size 16,\n"
     "KV lengths of mean 1024 (uniform in [1, 2047], or Zipf-skewed), --num-sms CTAs\n"
@@ -161,7 +161,7 @@ std::vector<int64_t> parse_batches(const flare::cli::Args& args) {
 int run_plan_latency(int argc, char** argv) {
   const flare::cli::Args args(
       "plan-latency", argc, argv,
-      {{"runs", true}, {"num-sms", true}, {"lengths", true}, {"batches", true}});
+      {{"runs", true}, {"num-sms", true}, {"lengths", true}, {"batches", true}, {"kinds", true}});
   if (args.help()) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -170,6 +170,7 @@ int run_plan_latency(int argc, char** argv) {
   const int num_sms = static_cast<int>(args.integer_or("num-sms", 132, 1));
   const bool zipf = args.choice_or("lengths", {"uniform", "zipf"}, "uniform") == "zipf";
   const std::vector<int64_t> batches = parse_batches(args);
+  const std::string kinds = args.choice_or("kinds", {"decode", "prefill", "both"}, "both");
   pin_to_one_core();
 
   std::printf(
@@ -180,6 +181,7 @@ int run_plan_latency(int argc, char** argv) {
   std::printf("%-8s %6s %12s %8s %10s %10s %10s\n", "kind", "batch", "work items", "slots",
               "p10 us", "median us", "p90 us");
   for (const bool prefill : {false, true}) {
+    if (kinds != "both" && (kinds == "prefill") != prefill) continue;
     for (const int64_t batch : batches) {
       const Timing t = time_plan(prefill, batch, zipf, runs, num_sms);
       std::printf("%-8s %6lld %12zu %8d %10.2f %10.2f %10.2f\n", prefill ? "prefill" : "decode",
