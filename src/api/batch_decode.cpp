@@ -15,9 +15,14 @@
 #include "flare/jit/module.h"
 #include "flare/variant/builtin_variants.h"
 #include "kernels/decode_params.cuh"
+#include "src/api/device_checks.h"
+#include "src/api/plan_staging.h"
 
 namespace flare {
 namespace {
+
+using api_detail::check_device_tensor;
+using api_detail::offsets_of;
 
 static_assert(static_cast<int>(DType::kF16) == kCodeF16 &&
                   static_cast<int>(DType::kBF16) == kCodeBF16 &&
@@ -47,7 +52,6 @@ constexpr double kItemOverheadBytes16Bit = 80 * 1024;
 constexpr double kItemOverheadBytesFp8 = 40 * 1024;
 constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
-constexpr size_t kAlignment = 16;
 
 const char* const kWhat = "BatchDecode";
 
@@ -150,45 +154,6 @@ size_t resolved_ctas_per_sm(const BatchDecodeConfig& c, cuda::Function decode, s
   return static_cast<size_t>(c.ctas_per_sm > 0 ? std::min(c.ctas_per_sm, fit) : fit);
 }
 
-bool aligned(const TensorView& t, int outer_dims) {
-  if (reinterpret_cast<uintptr_t>(t.data) % kAlignment != 0) return false;
-  const size_t bytes = dtype_bytes(t.dtype);
-  for (int d = 0; d < outer_dims; ++d) {
-    if ((static_cast<size_t>(t.strides[d]) * bytes) % kAlignment != 0) return false;
-  }
-  return true;
-}
-
-void check_device_tensor(const TensorView& t, const char* name, int device, DType dtype,
-                         std::initializer_list<int64_t> shape, bool vectorized) {
-  FLARE_CHECK(t.data != nullptr, ErrorCode::kInvalidArgument, kWhat, ": ", name, " is null");
-  FLARE_CHECK(t.device == Device::cuda(device), ErrorCode::kInvalidArgument, kWhat, ": ", name,
-              " must be on cuda:", device, ", got ", t.device.str());
-  FLARE_CHECK(t.dtype == dtype, ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be ",
-              dtype_name(dtype), ", got ", dtype_name(t.dtype));
-  bool same = t.ndim == static_cast<int>(shape.size());
-  int d = 0;
-  for (int64_t extent : shape) same = same && t.shape[d++] == extent;
-  if (!same) {
-    std::string expected = "[";
-    for (int64_t extent : shape)
-      expected += (expected.size() > 1 ? ", " : "") + std::to_string(extent);
-    fail(ErrorCode::kInvalidArgument, kWhat, ": ", name, " must have shape ", expected, "], got ",
-         t.shape_str());
-  }
-  for (int i = 0; i < t.ndim; ++i) {
-    FLARE_CHECK(t.strides[i] >= 0, ErrorCode::kInvalidArgument, kWhat, ": ", name,
-                " strides must be >= 0, got ", t.strides[i], " in dimension ", i);
-  }
-  if (vectorized) {
-    FLARE_CHECK(t.strides[t.ndim - 1] == 1, ErrorCode::kInvalidArgument, kWhat, ": ", name,
-                " must have a unit innermost stride, got ", t.strides[t.ndim - 1]);
-    FLARE_CHECK(aligned(t, t.ndim - 1), ErrorCode::kInvalidArgument, kWhat, ": ", name,
-                " needs a 16-byte aligned data pointer and outer strides that are multiples of "
-                "16 bytes");
-  }
-}
-
 void check_index_array(const TensorView& t, const char* name, int device, int64_t min_size,
                        int64_t exact_size) {
   FLARE_CHECK(t.data != nullptr && t.device == Device::cuda(device) && t.dtype == DType::kI32 &&
@@ -200,20 +165,6 @@ void check_index_array(const TensorView& t, const char* name, int device, int64_
               exact_size >= 0 ? "exactly " + std::to_string(exact_size)
                               : "at least " + std::to_string(min_size),
               " entries, got ", dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
-}
-
-WorkspaceOffsets offsets_of(const WorkspaceLayout& layout) {
-  WorkspaceOffsets o{};
-  o.counts = static_cast<int64_t>(layout.counts);
-  o.cta_indptr = static_cast<int64_t>(layout.cta_indptr);
-  o.work_items = static_cast<int64_t>(layout.work_items);
-  o.merge_indptr = static_cast<int64_t>(layout.merge_indptr);
-  o.merge_items = static_cast<int64_t>(layout.merge_items);
-  o.merge_slots = static_cast<int64_t>(layout.merge_slots);
-  o.partial_o = static_cast<int64_t>(layout.partial_o);
-  o.partial_lse = static_cast<int64_t>(layout.partial_lse);
-  o.partial_rows = layout.max_query_tile;
-  return o;
 }
 
 }  // namespace
@@ -314,8 +265,7 @@ struct BatchDecode::State {
   // last arrival resets its count). Outside the workspace: the plan copy must not touch it.
   cuda::DeviceBuffer merge_counters;
   cuda::DeviceBuffer alibi_slopes;
-  cuda::PinnedBuffer plan_staging;
-  std::optional<cuda::Event> staging_copied;  // the last copy out of plan_staging
+  api_detail::PlanStaging plan_staging;
   bool planned = false;
   Plan plan;
   std::vector<int32_t> kv_len;  // scratch of plan()
@@ -387,8 +337,7 @@ BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_uni
   s.config = config;
   s.k = resolve_kernels(config);
   s.workspace = cuda::DeviceBuffer(s.k.layout.total_bytes);
-  s.plan_staging = cuda::PinnedBuffer(s.k.layout.plan_bytes);
-  s.staging_copied.emplace();
+  s.plan_staging = api_detail::PlanStaging(s.k.layout.plan_bytes);
   const size_t counter_bytes =
       static_cast<size_t>(std::max<int64_t>(1, s.k.layout.max_merge_items)) * sizeof(int32_t);
   s.merge_counters = cuda::DeviceBuffer(counter_bytes);
@@ -476,13 +425,9 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   check_fits(next, s.k.layout);
 
   cuda::set_device(s.config.device);
-  // The previous copy out of the staging buffer may still be queued behind kernels: wait for
-  // that copy alone before overwriting its source.
-  s.staging_copied->synchronize();
-  write_plan_region(next, s.k.layout, s.plan_staging.data());
-  stage_merge_items(next, s.k.layout, s.plan_staging.data(), s.merge_of_slot);
-  cuda::memcpy_htod_async(s.workspace.data(), s.plan_staging.data(), s.k.layout.plan_bytes, stream);
-  s.staging_copied->record(stream);
+  std::byte* staged = s.plan_staging.write(next, s.k.layout);
+  stage_merge_items(next, s.k.layout, staged, s.merge_of_slot);
+  s.plan_staging.copy_to(s.workspace.data(), stream);
   s.plan = std::move(next);
   s.planned = true;
 }
@@ -516,9 +461,9 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
               ": q holds ", batch, " requests, the plan has ", planned_batch, " (max_batch ",
               c.max_batch, ")");
   const int64_t h_qo = c.num_qo_heads, h_kv = c.num_kv_heads, d = c.head_dim;
-  check_device_tensor(q, "q", c.device, c.q_dtype, {batch, h_qo, d}, true);
-  check_device_tensor(o, "o", c.device, c.q_dtype, {batch, h_qo, d}, true);
-  if (lse) check_device_tensor(*lse, "lse", c.device, DType::kF32, {batch, h_qo}, false);
+  check_device_tensor(kWhat, q, "q", c.device, c.q_dtype, {batch, h_qo, d}, true);
+  check_device_tensor(kWhat, o, "o", c.device, c.q_dtype, {batch, h_qo, d}, true);
+  if (lse) check_device_tensor(kWhat, *lse, "lse", c.device, DType::kF32, {batch, h_qo}, false);
   FLARE_CHECK(kv.layout == c.layout, ErrorCode::kInvalidArgument, kWhat, ": kv layout must be ",
               kv_layout_name(c.layout), ", got ", kv_layout_name(kv.layout));
   const int64_t pages = kv.k.ndim == 4 ? kv.k.shape[0] : -1;
@@ -526,9 +471,9 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   const int64_t ps = c.page_size;
   for (const auto& [t, name] : {std::pair{&kv.k, "k"}, std::pair{&kv.v, "v"}}) {
     if (nhd) {
-      check_device_tensor(*t, name, c.device, c.kv_dtype, {pages, ps, h_kv, d}, true);
+      check_device_tensor(kWhat, *t, name, c.device, c.kv_dtype, {pages, ps, h_kv, d}, true);
     } else {
-      check_device_tensor(*t, name, c.device, c.kv_dtype, {pages, h_kv, ps, d}, true);
+      check_device_tensor(kWhat, *t, name, c.device, c.kv_dtype, {pages, h_kv, ps, d}, true);
     }
   }
   check_index_array(kv.table.indptr, "kv indptr", c.device, 0, batch + 1);

@@ -16,9 +16,14 @@
 #include "flare/jit/module.h"
 #include "flare/variant/builtin_variants.h"
 #include "kernels/prefill_params.cuh"
+#include "src/api/device_checks.h"
+#include "src/api/plan_staging.h"
 
 namespace flare {
 namespace {
+
+using api_detail::check_device_tensor;
+using api_detail::offsets_of;
 
 const char* const kWhat = "BatchPrefill";
 constexpr int kQueryTiles[] = {16, 32, 64, 128};
@@ -45,7 +50,6 @@ constexpr int kReservedSharedPerCta = 1024;  // the driver's per-CTA reservation
 constexpr int kMaxCtasPerSm = 2;
 constexpr int kMergeThreads = 128;
 constexpr int kMergeBlocksPerSm = 4;
-constexpr size_t kAlignment = 16;
 
 int group_size(const BatchPrefillConfig& c) { return c.num_qo_heads / c.num_kv_heads; }
 
@@ -282,58 +286,6 @@ struct PrefillKernel {
   int ctas_per_sm = 0;
 };
 
-WorkspaceOffsets offsets_of(const WorkspaceLayout& layout) {
-  WorkspaceOffsets o{};
-  o.counts = static_cast<int64_t>(layout.counts);
-  o.cta_indptr = static_cast<int64_t>(layout.cta_indptr);
-  o.work_items = static_cast<int64_t>(layout.work_items);
-  o.merge_indptr = static_cast<int64_t>(layout.merge_indptr);
-  o.merge_items = static_cast<int64_t>(layout.merge_items);
-  o.merge_slots = static_cast<int64_t>(layout.merge_slots);
-  o.partial_o = static_cast<int64_t>(layout.partial_o);
-  o.partial_lse = static_cast<int64_t>(layout.partial_lse);
-  o.partial_rows = layout.max_query_tile;
-  return o;
-}
-
-bool aligned(const TensorView& t, int outer_dims) {
-  if (reinterpret_cast<uintptr_t>(t.data) % kAlignment != 0) return false;
-  const size_t bytes = dtype_bytes(t.dtype);
-  for (int d = 0; d < outer_dims; ++d) {
-    if ((static_cast<size_t>(t.strides[d]) * bytes) % kAlignment != 0) return false;
-  }
-  return true;
-}
-
-void check_device_tensor(const TensorView& t, const char* name, int device, DType dtype,
-                         const std::vector<int64_t>& shape, bool vectorized) {
-  FLARE_CHECK(t.data != nullptr, ErrorCode::kInvalidArgument, kWhat, ": ", name, " is null");
-  FLARE_CHECK(t.device == Device::cuda(device), ErrorCode::kInvalidArgument, kWhat, ": ", name,
-              " must be on cuda:", device, ", got ", t.device.str());
-  FLARE_CHECK(t.dtype == dtype, ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be ",
-              dtype_name(dtype), ", got ", dtype_name(t.dtype));
-  bool same = t.ndim == static_cast<int>(shape.size());
-  for (size_t d = 0; same && d < shape.size(); ++d) same = t.shape[d] == shape[d];
-  if (!same) {
-    std::string expected;
-    for (const int64_t extent : shape)
-      expected += (expected.empty() ? "" : ", ") + std::to_string(extent);
-    fail(ErrorCode::kInvalidArgument, kWhat, ": ", name, " must have shape [", expected, "], got ",
-         t.shape_str());
-  }
-  for (int i = 0; i < t.ndim; ++i) {
-    FLARE_CHECK(t.strides[i] >= 0, ErrorCode::kInvalidArgument, kWhat, ": ", name,
-                " strides must be >= 0, got ", t.strides[i], " in dimension ", i);
-  }
-  if (vectorized) {
-    FLARE_CHECK(t.strides[t.ndim - 1] == 1, ErrorCode::kInvalidArgument, kWhat, ": ", name,
-                " must have a unit innermost stride, got ", t.strides[t.ndim - 1]);
-    FLARE_CHECK(aligned(t, t.ndim - 1), ErrorCode::kInvalidArgument, kWhat, ": ", name,
-                " needs a 16-byte aligned data pointer and outer strides that are multiples of "
-                "16 bytes");
-  }
-}
-
 void check_index_array(const TensorView& t, const char* name, int device, DType dtype,
                        int64_t exact_size) {
   FLARE_CHECK(t.data != nullptr && t.device == Device::cuda(device) && t.dtype == dtype &&
@@ -388,8 +340,7 @@ struct BatchPrefill::State {
   cuda::DeviceBuffer workspace;
   cuda::DeviceBuffer alibi_slopes;
   cuda::DeviceBuffer next_work_item;  // int32, the kernel's queue position
-  cuda::PinnedBuffer plan_staging;
-  std::optional<cuda::Event> staging_copied;  // the last copy out of plan_staging
+  api_detail::PlanStaging plan_staging;
   bool planned = false;
   Plan plan;
   PrefillTiles tiles;
@@ -467,8 +418,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.layout = workspace_layout(b);
   s.workspace = cuda::DeviceBuffer(s.layout.total_bytes);
   s.next_work_item = cuda::DeviceBuffer(sizeof(int32_t));
-  s.plan_staging = cuda::PinnedBuffer(s.layout.plan_bytes);
-  s.staging_copied.emplace();
+  s.plan_staging = api_detail::PlanStaging(s.layout.plan_bytes);
 
   const AttentionParams& p = config.params;
   s.variant.sm_scale = p.resolved_sm_scale(config.head_dim_qk);
@@ -571,12 +521,8 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
   order_for_kv_reuse(next.work_items, tiles.kv_tile);
 
   cuda::set_device(c.device);
-  // The previous copy out of the staging buffer may still be queued behind kernels: wait for
-  // that copy alone before overwriting its source.
-  s.staging_copied->synchronize();
-  write_plan_region(next, s.layout, s.plan_staging.data());
-  cuda::memcpy_htod_async(s.workspace.data(), s.plan_staging.data(), s.layout.plan_bytes, stream);
-  s.staging_copied->record(stream);
+  s.plan_staging.write(next, s.layout);
+  s.plan_staging.copy_to(s.workspace.data(), stream);
   s.plan = std::move(next);
   s.tiles = tiles;
   s.batch = batch;
@@ -612,8 +558,8 @@ void BatchPrefill::run(const TensorView& q, const TensorView& qo_indptr, const P
     return nhd ? std::vector<int64_t>{pages, ps, h_kv, d}
                : std::vector<int64_t>{pages, h_kv, ps, d};
   };
-  check_device_tensor(kv.k, "k", c.device, c.dtype, shape(c.head_dim_qk), true);
-  check_device_tensor(kv.v, "v", c.device, c.dtype, shape(c.head_dim_vo), true);
+  check_device_tensor(kWhat, kv.k, "k", c.device, c.dtype, shape(c.head_dim_qk), true);
+  check_device_tensor(kWhat, kv.v, "v", c.device, c.dtype, shape(c.head_dim_vo), true);
   check_index_array(kv.table.indptr, "kv indptr", c.device, DType::kI32, s.batch + 1);
   check_index_array(kv.table.indices, "kv indices", c.device, DType::kI32, -1);
   check_index_array(kv.table.last_block_len, "kv last_page_len", c.device, DType::kI32, s.batch);
@@ -644,10 +590,10 @@ void BatchPrefill::run(const TensorView& q, const TensorView& qo_indptr, const R
   FLARE_CHECK(c.kv == PrefillKV::kRagged, ErrorCode::kInvalidArgument, kWhat,
               ": run() with a RaggedKV on a BatchPrefill created for paged KV");
   const int64_t total_kv = kv.k.ndim == 3 ? kv.k.shape[0] : -1;
-  check_device_tensor(kv.k, "k", c.device, c.dtype, {total_kv, c.num_kv_heads, c.head_dim_qk},
-                      true);
-  check_device_tensor(kv.v, "v", c.device, c.dtype, {total_kv, c.num_kv_heads, c.head_dim_vo},
-                      true);
+  check_device_tensor(kWhat, kv.k, "k", c.device, c.dtype,
+                      {total_kv, c.num_kv_heads, c.head_dim_qk}, true);
+  check_device_tensor(kWhat, kv.v, "v", c.device, c.dtype,
+                      {total_kv, c.num_kv_heads, c.head_dim_vo}, true);
   check_index_array(kv.indptr, "kv indptr", c.device, DType::kI32, s.batch + 1);
   KVArgs a;
   a.k = kv.k.data;
@@ -671,9 +617,9 @@ void BatchPrefill::launch(const TensorView& q, const TensorView& qo_indptr, cons
               kWhat, ": q holds ", total_qo, " tokens, the plan has ", s.total_qo,
               " (max_total_qo ", c.max_total_qo, ")");
   const int64_t h_qo = c.num_qo_heads;
-  check_device_tensor(q, "q", c.device, c.dtype, {total_qo, h_qo, c.head_dim_qk}, true);
-  check_device_tensor(o, "o", c.device, c.dtype, {total_qo, h_qo, c.head_dim_vo}, true);
-  if (lse) check_device_tensor(*lse, "lse", c.device, DType::kF32, {total_qo, h_qo}, false);
+  check_device_tensor(kWhat, q, "q", c.device, c.dtype, {total_qo, h_qo, c.head_dim_qk}, true);
+  check_device_tensor(kWhat, o, "o", c.device, c.dtype, {total_qo, h_qo, c.head_dim_vo}, true);
+  if (lse) check_device_tensor(kWhat, *lse, "lse", c.device, DType::kF32, {total_qo, h_qo}, false);
   check_index_array(qo_indptr, "qo_indptr", c.device, DType::kI32, s.batch + 1);
   const bool custom = c.params.mask == MaskMode::kCustom;
   FLARE_CHECK(custom == mask.has_value(), ErrorCode::kInvalidArgument, kWhat,
