@@ -54,7 +54,8 @@ DeviceTensor allocate_poisoned(DType dtype, std::initializer_list<int64_t> shape
   return tensor;
 }
 
-HostTensor download(const DeviceTensor& tensor) {
+HostTensor download(const DeviceTensor& tensor, cuda::Stream writer) {
+  cuda::stream_synchronize(writer);
   const TensorView& v = tensor.view;
   HostTensor host(v.dtype, std::vector<int64_t>(v.shape.begin(), v.shape.begin() + v.ndim));
   const size_t bytes = bytes_of(v);

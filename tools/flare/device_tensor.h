@@ -32,7 +32,7 @@ DeviceTensor upload(const TensorView& host, int device, const char* name);
 // a kernel never writes reads back as NaN.
 DeviceTensor allocate_poisoned(DType dtype, std::initializer_list<int64_t> shape, int device);
 
-// A host copy (synchronous: call after the stream that writes the tensor is synchronized).
-HostTensor download(const DeviceTensor& tensor);
+// A host copy (synchronous) once `writer`, the stream that writes the tensor, has finished.
+HostTensor download(const DeviceTensor& tensor, cuda::Stream writer);
 
 }  // namespace flare::cli

@@ -13,6 +13,7 @@
 #include "flare/jit/cuda_driver.h"
 #include "flare/jit/cuda_sync.h"
 #include "tools/flare/device_tensor.h"
+#include "tools/flare/stream_timing.h"
 
 namespace flare::cli {
 namespace {
@@ -140,23 +141,12 @@ void GpuPrefill::run() {
 }
 
 double GpuPrefill::time_calls_ms(int calls) {
-  cuda::Event start(true), stop(true);
-  start.record(state_->stream->get());
-  for (int i = 0; i < calls; ++i) run();
-  stop.record(state_->stream->get());
-  stop.synchronize();
-  return stop.elapsed_ms_since(start);
+  return cli::time_calls_ms(state_->stream->get(), calls, [this] { run(); });
 }
 
-HostTensor GpuPrefill::o() const {
-  cuda::stream_synchronize(state_->stream->get());
-  return download(state_->o);
-}
+HostTensor GpuPrefill::o() const { return download(state_->o, state_->stream->get()); }
 
-HostTensor GpuPrefill::lse() const {
-  cuda::stream_synchronize(state_->stream->get());
-  return download(state_->lse);
-}
+HostTensor GpuPrefill::lse() const { return download(state_->lse, state_->stream->get()); }
 
 std::string GpuPrefill::device_label() const { return cuda_device_label(state_->device); }
 
