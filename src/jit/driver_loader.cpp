@@ -1,13 +1,11 @@
 // Loads libcuda with dlopen once per process, resolves the driver table and runs cuInit.
 // Failure at any step leaves the driver unavailable with a reason instead of throwing.
-#include <dlfcn.h>
-
-#include <cstring>
 #include <mutex>
 #include <string>
 
 #include "flare/core/error.h"
 #include "src/jit/driver_api.h"
+#include "src/jit/dynamic_library.h"
 
 namespace flare::cuda {
 namespace driver {
@@ -29,21 +27,12 @@ std::string error_text(const Api& table, CUresult result) {
   return std::string(text) + " (error " + std::to_string(result) + ")";
 }
 
-// dlsym returns an object pointer; copying its bytes is the portable way to a function pointer.
-template <class Fn>
-bool resolve(void* library, const char* name, Fn*& function) {
-  void* symbol = dlsym(library, name);
-  static_assert(sizeof(function) == sizeof(symbol));
-  std::memcpy(&function, &symbol, sizeof(symbol));
-  return symbol != nullptr;
-}
-
 // Returns the name of the first symbol the library lacks, or "" when all resolved.
 std::string resolve_all(void* library, Api& t) {
   // The macro keeps each field and the symbol it is loaded from spelled identically: a _v2
   // field can never be filled from the unversioned (older ABI) symbol.
 #define FLARE_RESOLVE(name) \
-  if (!resolve(library, #name, t.name)) return #name
+  if (!dynamic_library::resolve(library, #name, t.name)) return #name
   FLARE_RESOLVE(cuInit);
   FLARE_RESOLVE(cuDriverGetVersion);
   FLARE_RESOLVE(cuGetErrorString);
@@ -79,14 +68,8 @@ std::string resolve_all(void* library, Api& t) {
 }
 
 void load(DriverState& state) {
-  void* library = nullptr;
   std::string dlopen_errors;
-  for (const char* name : {"libcuda.so.1", "libcuda.so"}) {
-    library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (library != nullptr) break;
-    const char* error = dlerror();
-    dlopen_errors += std::string(dlopen_errors.empty() ? "" : "; ") + (error ? error : name);
-  }
+  void* library = dynamic_library::open_first({"libcuda.so.1", "libcuda.so"}, dlopen_errors);
   if (library == nullptr) {
     state.unavailable_reason = "CUDA driver not found (" + dlopen_errors + ")";
     return;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "src/jit/dynamic_library.h"
 #include "src/jit/nvrtc_api.h"
 
 namespace flare::jit::nvrtc {
@@ -18,17 +19,9 @@ struct LoadedToolkit {
   Toolkit toolkit;
 };
 
-template <class Fn>
-bool resolve(void* library, const char* name, Fn*& function) {
-  void* symbol = dlsym(library, name);
-  static_assert(sizeof(function) == sizeof(symbol));
-  std::memcpy(&function, &symbol, sizeof(symbol));
-  return symbol != nullptr;
-}
-
 std::string resolve_all(void* library, Api& t) {
 #define FLARE_RESOLVE(name) \
-  if (!resolve(library, #name, t.name)) return #name
+  if (!dynamic_library::resolve(library, #name, t.name)) return #name
   FLARE_RESOLVE(nvrtcVersion);
   FLARE_RESOLVE(nvrtcGetErrorString);
   FLARE_RESOLVE(nvrtcCreateProgram);
@@ -85,14 +78,8 @@ std::vector<std::string> find_include_dirs(const std::string& library_path) {
 
 void load(LoadedToolkit& loaded) {
   Toolkit& toolkit = loaded.toolkit;
-  void* library = nullptr;
   std::string errors;
-  for (const std::string& candidate : library_candidates()) {
-    library = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (library != nullptr) break;
-    const char* error = dlerror();
-    errors += (errors.empty() ? "" : "; ") + std::string(error ? error : candidate);
-  }
+  void* library = dynamic_library::open_first(library_candidates(), errors);
   if (library == nullptr) {
     toolkit.unavailable_reason =
         "NVRTC not found (" + errors + "); install the CUDA toolkit or set CUDA_HOME";
