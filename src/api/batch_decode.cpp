@@ -16,6 +16,7 @@
 #include "flare/variant/builtin_variants.h"
 #include "kernels/decode_params.cuh"
 #include "src/api/device_checks.h"
+#include "src/api/device_variant.h"
 #include "src/api/plan_staging.h"
 
 namespace flare {
@@ -343,21 +344,8 @@ BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_uni
   s.merge_counters = cuda::DeviceBuffer(counter_bytes);
   cuda::memset_d8_async(s.merge_counters.data(), 0, counter_bytes, nullptr);
 
-  const AttentionParams& p = config.params;
-  s.variant.sm_scale = p.resolved_sm_scale(config.head_dim);
-  s.variant.logits_soft_cap = p.logits_soft_cap;
-  s.variant.window_left = p.window_left;
-  if (p.pos_encoding == PosEncoding::kAlibi) {
-    std::vector<float> slopes(static_cast<size_t>(config.num_qo_heads));
-    for (int h = 0; h < config.num_qo_heads; ++h) {
-      slopes[static_cast<size_t>(h)] =
-          p.alibi_slopes ? p.alibi_slopes->ptr<const float>()[h * p.alibi_slopes->strides[0]]
-                         : default_alibi_slope(h, config.num_qo_heads);
-    }
-    s.alibi_slopes = cuda::DeviceBuffer(slopes.size() * sizeof(float));
-    cuda::memcpy_htod(s.alibi_slopes.data(), slopes.data(), slopes.size() * sizeof(float));
-    s.variant.alibi_slopes = static_cast<const float*>(s.alibi_slopes.data());
-  }
+  s.variant = api_detail::device_variant(config.params, config.head_dim, config.num_qo_heads,
+                                         s.alibi_slopes);
   // The counters' memset and a pageable copy may still be in flight on the legacy stream, and
   // run() may use a non-blocking stream: finish them here, once.
   cuda::stream_synchronize(nullptr);

@@ -17,6 +17,7 @@
 #include "flare/variant/builtin_variants.h"
 #include "kernels/prefill_params.cuh"
 #include "src/api/device_checks.h"
+#include "src/api/device_variant.h"
 #include "src/api/plan_staging.h"
 
 namespace flare {
@@ -420,21 +421,8 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.next_work_item = cuda::DeviceBuffer(sizeof(int32_t));
   s.plan_staging = api_detail::PlanStaging(s.layout.plan_bytes);
 
-  const AttentionParams& p = config.params;
-  s.variant.sm_scale = p.resolved_sm_scale(config.head_dim_qk);
-  s.variant.logits_soft_cap = p.logits_soft_cap;
-  s.variant.window_left = p.window_left;
-  if (p.pos_encoding == PosEncoding::kAlibi) {
-    std::vector<float> slopes(static_cast<size_t>(config.num_qo_heads));
-    for (int h = 0; h < config.num_qo_heads; ++h) {
-      slopes[static_cast<size_t>(h)] =
-          p.alibi_slopes ? p.alibi_slopes->ptr<const float>()[h * p.alibi_slopes->strides[0]]
-                         : default_alibi_slope(h, config.num_qo_heads);
-    }
-    s.alibi_slopes = cuda::DeviceBuffer(slopes.size() * sizeof(float));
-    cuda::memcpy_htod(s.alibi_slopes.data(), slopes.data(), slopes.size() * sizeof(float));
-    s.variant.alibi_slopes = static_cast<const float*>(s.alibi_slopes.data());
-  }
+  s.variant = api_detail::device_variant(config.params, config.head_dim_qk, config.num_qo_heads,
+                                         s.alibi_slopes);
 }
 
 BatchPrefill::~BatchPrefill() = default;

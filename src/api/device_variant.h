@@ -1,0 +1,17 @@
+// The kernels' VariantParams for the AttentionParams of a BatchDecode or BatchPrefill config,
+// with the ALiBi slopes uploaded to a device buffer the caller keeps.
+#pragma once
+
+#include "flare/jit/cuda_driver.h"
+#include "flare/variant/attention_params.h"
+#include "kernels/decode_params.cuh"
+
+namespace flare::api_detail {
+
+// sm_scale resolved for `head_dim_qk`, soft cap and window of `p`; for kAlibi, `alibi_slopes`
+// receives the num_qo_heads slopes (p.alibi_slopes or the default ones, copied synchronously
+// from pageable memory) and the result points at them.
+VariantParams device_variant(const AttentionParams& p, int head_dim_qk, int num_qo_heads,
+                             cuda::DeviceBuffer& alibi_slopes);
+
+}  // namespace flare::api_detail
