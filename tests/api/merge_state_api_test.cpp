@@ -16,6 +16,7 @@
 #include "jit/jit_test_support.h"
 #include "kernels/merge_state.cuh"
 #include "testing/expect_error.h"
+#include "testing/kernel_usage.h"
 #include "testing/random.h"
 
 namespace flare {
@@ -219,12 +220,9 @@ TEST_P(ShippedMergeStateKernels, CompileWithoutSpillsOrLocalMemory) {
     ASSERT_EQ(compiled.usage.size(), 2u) << spec.label;
     EXPECT_EQ(compiled.usage[0].entry, "flare_merge_state_pair");
     EXPECT_EQ(compiled.usage[1].entry, "flare_merge_states");
+    testing::expect_shipped_usage(compiled, spec.label + " on " + arch, kMaxRegisters);
     for (const jit::ResourceUsage& usage : compiled.usage) {
       const std::string where = spec.label + " " + usage.entry + " on " + arch;
-      EXPECT_EQ(usage.spill_bytes, 0) << where << "\n" << compiled.log;
-      EXPECT_EQ(usage.local_bytes, 0) << where << "\n" << compiled.log;
-      EXPECT_GT(usage.registers, 0) << where;
-      EXPECT_LE(usage.registers, kMaxRegisters) << where;
       EXPECT_EQ(usage.static_shared_bytes, 0) << where;
       EXPECT_EQ(usage.max_threads, kMergeStateThreads) << where;
     }

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <future>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,16 +14,12 @@
 #include "flare/jit/compiler.h"
 #include "jit/jit_test_support.h"
 #include "testing/expect_error.h"
+#include "testing/kernel_usage.h"
 
 namespace flare {
 namespace {
 
-std::string define_value(const jit::KernelSpec& spec, const std::string& name) {
-  for (const auto& [key, value] : spec.defines) {
-    if (key == name) return value;
-  }
-  return "";
-}
+using testing::define_value;
 
 // The distinct kernel specs of every shipped config.
 std::vector<jit::KernelSpec> shipped_specs() {
@@ -43,28 +38,13 @@ class ShippedDecodeKernels : public jit::testing::JitTest,
 TEST_P(ShippedDecodeKernels, CompileWithoutSpillsOrLocalMemory) {
   const std::string arch = GetParam();
   const std::vector<jit::KernelSpec> specs = shipped_specs();
-  // Two workers: CI machines have two cores.
-  std::vector<std::future<std::vector<jit::CompiledKernel>>> workers;
-  constexpr size_t kWorkers = 2;
-  for (size_t w = 0; w < kWorkers; ++w) {
-    workers.push_back(std::async(std::launch::async, [&specs, &arch, w] {
-      std::vector<jit::CompiledKernel> out;
-      for (size_t i = w; i < specs.size(); i += kWorkers)
-        out.push_back(jit::compile(specs[i], arch));
-      return out;
-    }));
-  }
-  std::vector<std::vector<jit::CompiledKernel>> results;
-  for (auto& worker : workers) results.push_back(worker.get());
+  // Two threads: CI machines have two cores.
+  const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 2);
   for (size_t i = 0; i < specs.size(); ++i) {
-    const jit::CompiledKernel& compiled = results[i % kWorkers][i / kWorkers];
+    const jit::CompiledKernel& compiled = results[i];
     ASSERT_EQ(compiled.usage.size(), 1u) << specs[i].label;
-    const jit::ResourceUsage& usage = compiled.usage[0];
-    EXPECT_EQ(usage.entry, specs[i].entry) << specs[i].label;
-    EXPECT_EQ(usage.spill_bytes, 0) << specs[i].label << " on " << arch << "\n" << compiled.log;
-    EXPECT_EQ(usage.local_bytes, 0) << specs[i].label << " on " << arch << "\n" << compiled.log;
-    EXPECT_GT(usage.registers, 0) << specs[i].label;
-    EXPECT_LE(usage.registers, 255) << specs[i].label;
+    EXPECT_EQ(compiled.usage[0].entry, specs[i].entry) << specs[i].label;
+    testing::expect_shipped_usage(compiled, specs[i].label + " on " + arch);
     EXPECT_FALSE(compiled.cubin.empty()) << specs[i].label;
   }
 }
