@@ -211,9 +211,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             lse=None, return_lse=False):
         """o [batch, H_qo, D] (and lse [batch, H_qo] float32 with return_lse) for the plan.
 
-        k_scale and v_scale (fp8 caches: stored value x scale = real value): on the GPU,
-        k_scale multiplies q (rounded to q's dtype) and v_scale the output; the CPU backend
-        applies both exactly.
+        k_scale and v_scale (fp8 caches: stored value x scale = real value) are applied
+        exactly by the kernel (GPU) or the CPU backend.
         """
         reject_unless_none(f"{_WRAPPER}.run", q_scale=q_scale)
         planned = self._planned
@@ -243,15 +242,13 @@ class BatchDecodeWithPagedKVCacheWrapper:
             out = empty(shape, q.dtype, like=q)
         if want_lse and lse is None:
             lse = empty(shape[:2], "float32", like=q)
-        if k_scale is not None and float(k_scale) != 1.0:
-            q = (q.float() * float(k_scale)).to(q.dtype)
         indptr, indices, last_page_len = planned["tables"]
         with device_guard(q):
             planned["decoder"].run(arg(q), arg(k_cache), arg(v_cache), arg(indptr),
                                    arg(indices), arg(last_page_len), arg(out), arg(lse),
-                                   stream_of(q))
-        if v_scale is not None and float(v_scale) != 1.0:
-            out.mul_(float(v_scale))
+                                   stream_of(q),
+                                   k_scale=1.0 if k_scale is None else float(k_scale),
+                                   v_scale=1.0 if v_scale is None else float(v_scale))
         return (out, lse) if return_lse else out
 
     forward = run
@@ -330,12 +327,10 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
         indices = torch.arange(kv_len, dtype=torch.int32, device=q.device)
         indptr = torch.from_numpy(indptr_host).to(q.device, non_blocking=True)
         last = torch.from_numpy(last_host).to(q.device, non_blocking=True)
-        if k_scale is not None and float(k_scale) != 1.0:
-            q_batch = (q_batch.float() * float(k_scale)).to(q.dtype)
         out = empty((1, num_qo_heads, head_dim), q.dtype, like=q)
         lse = empty((1, num_qo_heads), "float32", like=q) if return_lse else None
         decoder.run(arg(q_batch), arg(k_pages), arg(v_pages), arg(indptr), arg(indices),
-                    arg(last), arg(out), arg(lse), stream)
-    if v_scale is not None and float(v_scale) != 1.0:
-        out.mul_(float(v_scale))
+                    arg(last), arg(out), arg(lse), stream,
+                    k_scale=1.0 if k_scale is None else float(k_scale),
+                    v_scale=1.0 if v_scale is None else float(v_scale))
     return (out[0], lse[0]) if return_lse else out[0]

@@ -48,11 +48,11 @@ void plan(BatchDecode& decode, const TensorArg& kv_indptr, const TensorArg& kv_l
 void run(BatchDecode& decode, const TensorArg& q, const TensorArg& k_pages,
          const TensorArg& v_pages, const TensorArg& kv_indptr, const TensorArg& kv_indices,
          const TensorArg& kv_last_page_len, const TensorArg& o,
-         const std::optional<TensorArg>& lse, uintptr_t stream) {
+         const std::optional<TensorArg>& lse, uintptr_t stream, float k_scale, float v_scale) {
   const PagedKV kv =
       PagedKV::from_separate(k_pages.view(), v_pages.view(), decode.config().layout,
                              kv_indptr.view(), kv_indices.view(), kv_last_page_len.view());
-  decode.run(q.view(), kv, o.view(), view_of(lse), as_stream(stream));
+  decode.run(q.view(), kv, o.view(), view_of(lse), as_stream(stream), k_scale, v_scale);
 }
 
 }  // namespace
@@ -67,7 +67,8 @@ void bind_batch_decode(nb::module_& m) {
       .def("plan", &plan, nb::arg("kv_indptr"), nb::arg("kv_last_page_len"), nb::arg("stream"))
       .def("run", &run, nb::arg("q"), nb::arg("k_pages"), nb::arg("v_pages"),
            nb::arg("kv_indptr"), nb::arg("kv_indices"), nb::arg("kv_last_page_len"), nb::arg("o"),
-           nb::arg("lse").none(), nb::arg("stream"))
+           nb::arg("lse").none(), nb::arg("stream"), nb::arg("k_scale") = 1.0f,
+           nb::arg("v_scale") = 1.0f)
       .def_prop_ro("max_batch", [](const BatchDecode& d) { return d.config().max_batch; })
       .def_prop_ro("num_ctas", &BatchDecode::num_ctas)
       .def_prop_ro("workspace_size", &BatchDecode::workspace_size);

@@ -438,10 +438,13 @@ void BatchDecode::plan(const TensorView& kv_indptr, const TensorView& kv_last_pa
 }
 
 void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& o,
-                      const std::optional<TensorView>& lse, cuda::Stream stream) {
+                      const std::optional<TensorView>& lse, cuda::Stream stream, float k_scale,
+                      float v_scale) {
   State& s = *state_;
   const BatchDecodeConfig& c = s.config;
   FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
+  FLARE_CHECK(std::isfinite(k_scale) && std::isfinite(v_scale), ErrorCode::kInvalidArgument, kWhat,
+              ": k_scale and v_scale must be finite, got ", k_scale, " and ", v_scale);
   // A captured run serves every later plan: its tensors are sized for the largest batch.
   const int64_t planned_batch = static_cast<int64_t>(s.kv_len.size());
   const int64_t batch = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : planned_batch;
@@ -500,8 +503,8 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.lse_stride_token = lse ? lse->strides[0] : 0;
   p.lse_stride_head = lse ? lse->strides[1] : 0;
   p.group_size = group_size(c);
-  p.k_scale = c.params.k_scale;
-  p.v_scale = c.params.v_scale;
+  p.k_scale = c.params.k_scale * k_scale;
+  p.v_scale = c.params.v_scale * v_scale;
   p.variant = s.variant;
   void* decode_args[] = {&p};
   cuda::launch(s.k.decode, static_cast<unsigned>(s.k.num_ctas), 1, 1, kDecodeThreads, 1, 1,

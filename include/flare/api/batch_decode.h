@@ -107,11 +107,15 @@ class BatchDecode {
   //   o      [batch, H_qo, D] q_dtype, same alignment rule
   //   lse    optional float32 [batch, H_qo] (any strides): natural-log sum of exp of the
   //          scaled logits; -inf for requests with kv_len 0 (whose o is 0)
+  //   k_scale, v_scale  per-call KV scales (FlashInfer's run() arguments), multiplying the
+  //          config's params.k_scale / v_scale; finite. A captured run keeps the values given.
   // Never allocates, never synchronizes. Throws kInvalidArgument (shapes, dtypes, devices,
   // alignment, batch differing from the plan's, run() before plan(), a capturing stream
-  // without use_cuda_graph) before launching anything; kCudaError from a launch.
+  // without use_cuda_graph, non-finite scales) before launching anything; kCudaError from a
+  // launch.
   void run(const TensorView& q, const PagedKV& kv, const TensorView& o,
-           const std::optional<TensorView>& lse, cuda::Stream stream);
+           const std::optional<TensorView>& lse, cuda::Stream stream, float k_scale = 1.0f,
+           float v_scale = 1.0f);
 
   const BatchDecodeConfig& config() const;
   int num_ctas() const;           // persistent decode CTAs (fixed at creation)
