@@ -41,6 +41,11 @@ __device__ __forceinline__ void cp_async_16(unsigned shared_dst, const void* glo
                "r"(source_bytes)
                : "memory");
 }
+// 16 bytes global -> shared, bypassing L1, all of them read.
+__device__ __forceinline__ void cp_async_16(unsigned shared_dst, const void* global_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_dst), "l"(global_src)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

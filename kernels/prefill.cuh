@@ -338,9 +338,9 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   if constexpr (T::kMask != kMaskCustom) {
     if (kMasked || !kLinearLogits) rows = row_info(p, shared, thread_col);
   }
-  RowStats st = shared.stats[thread_index()];
+  RowStats st = load_stats(shared);
   softmax_tile<kMasked>(p, shared.record.g, rows, thread_col, s, st, acc);
-  shared.stats[thread_index()] = st;
+  store_stats(shared, st);
   accumulate_pv(v_frag, s, acc);
 }
 
@@ -373,7 +373,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
   {
     RowStats st;
     init_state(acc, st);
-    shared.stats[thread_index()] = st;
+    store_stats(shared, st);
   }
   // The loop position lives in shared memory (each thread its own copy) and g.num_tiles is
   // re-read there: registers carried through the loop spill at the QK^T peak.
@@ -403,7 +403,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
   }
   cp_async_wait<0>();
   __syncthreads();  // the Q tile and the stages become the output staging
-  write_item(p, shared.record.item, g, acc, shared.stats[thread_index()], smem);
+  write_item(p, shared.record.item, g, acc, load_stats(shared), smem);
   __syncthreads();  // the next item's copies and record overwrite the staging and the record
 }
 

@@ -68,12 +68,58 @@ __device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int ti
   }
 }
 
+// A tile whose rows are all visible (every tile of an item but possibly its last): each thread
+// copies chunk tid % kChunks of rows tid / kChunks + i * kRowStep. Ragged sources advance by a
+// constant stride and paged ones by one page-id lookup per row, so a 16-byte copy costs 2-5
+// instructions instead of copy_rows' per-row bounds check and element computation (which made
+// the copies ~45% of the kernel's instructions: ncu, docs/perf.md prefill v3).
+template <int kChunks>
+__device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base,
+                                               const ItemGeometry& g, int start,
+                                               const int* page_ids, long long stride_page,
+                                               long long stride_slot, long long stride_head) {
+  constexpr int kRowStep = T::kThreads / kChunks;
+  constexpr int kRowBytes = mma::kPaddedRowBytes<kChunks * 16>;
+  static_assert(T::kThreads % kChunks == 0 && T::kKvTile % kRowStep == 0, "whole rows per pass");
+  const int tid = thread_index();
+  const int row0 = tid / kChunks;
+  dst += mma::padded_offset<kChunks * 16>(row0, tid % kChunks);
+  const unsigned char* head = static_cast<const unsigned char*>(base) +
+                              g.kv_head * stride_head * 2 + (tid % kChunks) * 16;
+  if constexpr (T::kPaged) {
+#pragma unroll
+    for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
+      const int row = row0 + i * kRowStep;
+      const unsigned slot = static_cast<unsigned>(start + row) % T::kPageSize;
+      cp_async_16(dst + i * kRowStep * kRowBytes,
+                  head + (page_ids[row] * stride_page + slot * stride_slot) * 2);
+    }
+  } else {
+    const unsigned char* src = head + (g.kv_base + start + row0) * stride_page * 2;
+    const long long step = kRowStep * stride_page * 2;
+#pragma unroll
+    for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
+      cp_async_16(dst + i * kRowStep * kRowBytes, src + i * step);
+    }
+  }
+}
+
 __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeometry& g, int tile,
                                          unsigned char* smem) {
   const int stage = tile % T::kStages;
   const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
   const int* page_ids = reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + stage * T::kKvTile;
   const int start = g.kv_lo + tile * T::kKvTile;
+  if constexpr (T::kThreads % T::kQKChunks == 0 && T::kThreads % T::kVChunks == 0) {
+    // CTA-uniform: only an item's last tile can hold rows past kv_hi.
+    if (start + T::kKvTile <= g.kv_hi) {
+      copy_full_tile<T::kQKChunks>(k_dst, p.k, g, start, page_ids, p.k_stride_page,
+                                   p.k_stride_slot, p.k_stride_head);
+      copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, g, start, page_ids, p.v_stride_page,
+                                  p.v_stride_slot, p.v_stride_head);
+      return;
+    }
+  }
   const int tid = thread_index();
   copy_rows<T::kKvTile, T::kQKChunks>(k_dst, p.k, tid, [&](int row) -> long long {
     const int pos = start + row;

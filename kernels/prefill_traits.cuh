@@ -158,7 +158,9 @@ struct ItemShared {
   int row_q_pos[T::kQueryTile];  // KV position of each packed row's token (rows past the item
                                  // repeat the last row)
   int row_qo_head[T::kQueryTile];
-  RowStats stats[T::kThreads];
+  // Each thread's softmax statistics, one float of all threads per row after another
+  // (consecutive threads, consecutive banks): see load_stats / store_stats.
+  float stats[T::kMmaQ * 4][T::kThreads];
   int loop_tile[T::kThreads];  // each thread's next KV tile (see run_item)
   WarpSpan spans[T::kThreads / 32];
 };
@@ -179,6 +181,32 @@ __device__ __forceinline__ int thread_index() {
 }
 __device__ __forceinline__ int warp_q() { return (thread_index() / 32) % T::kWarpsQ; }
 __device__ __forceinline__ int warp_kv() { return (thread_index() / 32) / T::kWarpsQ; }
+// This thread's statistics in shared memory (ItemShared::stats): structure of arrays, so a
+// warp's loads and stores of one field hit 32 distinct banks (an array of RowStats made every
+// access an 8-way conflict).
+__device__ __forceinline__ RowStats load_stats(const ItemShared& shared) {
+  RowStats st;
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.m[mi][h] = shared.stats[mi * 4 + h][thread_index()];
+      st.d[mi][h] = shared.stats[mi * 4 + 2 + h][thread_index()];
+    }
+  }
+  return st;
+}
+__device__ __forceinline__ void store_stats(ItemShared& shared, const RowStats& st) {
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      shared.stats[mi * 4 + h][thread_index()] = st.m[mi][h];
+      shared.stats[mi * 4 + 2 + h][thread_index()] = st.d[mi][h];
+    }
+  }
+}
+
 // Tile-local packed row of this thread's row h (0: g, 1: g + 8) of m16 tile mi.
 __device__ __forceinline__ int local_row(int mi, int h) {
   return warp_q() * T::kRowsPerWarp + mi * 16 + h * 8 + (thread_index() % 32) / 4;

@@ -163,8 +163,11 @@ int main() {
   const flare::cuda::DeviceProperties props = flare::cuda::device_properties(0);
   std::printf("device %s, %d SMs\n", props.name.c_str(), props.num_sms);
   std::printf("%-34s %8s %12s %12s\n", "case", "tiles", "ragged TF/s", "paged TF/s");
-  const auto report = [](const std::string& name, const std::vector<int32_t>& q,
-                         const std::vector<int32_t>& kv, double flops) {
+  // FLARE_BENCH_ONLY=<substring>: run only the cases whose name contains it (profiling).
+  const char* only = std::getenv("FLARE_BENCH_ONLY");
+  const auto report = [only](const std::string& name, const std::vector<int32_t>& q,
+                             const std::vector<int32_t>& kv, double flops) {
+    if (only != nullptr && name.find(only) == std::string::npos) return;
     std::string tiles;
     const auto [ragged, paged] = bench(q, kv, flops, tiles);
     std::printf("%-34s %8s %12.1f %12.1f\n", name.c_str(), tiles.c_str(), ragged, paged);
