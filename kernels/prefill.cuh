@@ -304,8 +304,8 @@ __device__ __forceinline__ WarpSpan warp_span(const PrefillParams& p, const Work
   return span;
 }
 
-// The KV tile being processed (the thread's loop position minus one), its first KV position
-// for this warp, and its stage.
+// The KV tile being processed (the thread's loop position minus one; re-read after Q.K^T instead
+// of held across it), its first KV position for this warp, and its stage.
 __device__ __forceinline__ int current_tile(const ItemShared& shared) {
   return shared.loop_tile[thread_index()] - 1;
 }
@@ -316,20 +316,22 @@ __device__ __forceinline__ unsigned stage_address(const unsigned char* smem, int
   return shared_address(smem) + T::kQBytes + (tile % T::kStages) * T::kStageBytes;
 }
 
-// Q.K^T, softmax and P.V of this warp's rows against its KV columns of the current tile. Tile
+// Q.K^T, softmax and P.V of this warp's rows against its KV columns of tile `tile`. Tile
 // dependent values are re-derived from shared memory after Q.K^T and the V address from the K
-// address, so that nothing but the accumulators and fragments lives across the QK^T peak.
+// address, so that nothing but the accumulators and fragments lives across the QK^T peak;
+// `tile` itself arrives in a register (a shared read here would queue behind the copies just
+// issued).
 template <bool kMasked>
 __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned char* smem,
-                                             RowState& acc) {
+                                             int tile, RowState& acc) {
   ItemShared& shared = item_shared(smem);
   // Row data only where something reads it: masks, or logits that are not linear. Custom-mask
   // bits are gathered before Q.K^T, while the S accumulators are not yet live; the rest after.
   RowInfo rows;
   if constexpr (T::kMask == kMaskCustom) {
-    rows = row_info(p, shared, first_column(shared, current_tile(shared)) + thread_index() % 4 * 2);
+    rows = row_info(p, shared, first_column(shared, tile) + thread_index() % 4 * 2);
   }
-  unsigned k_frag = stage_address(smem, current_tile(shared)) + k_fragment_offset();
+  unsigned k_frag = stage_address(smem, tile) + k_fragment_offset();
   float s[T::kMmaQ][T::kTilesS][4];
   score_tile(shared_address(smem) + q_fragment_offset(), k_frag, s);
   asm volatile("" : "+r"(k_frag));  // opaque: the V address below derives from it
@@ -386,19 +388,21 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     // Tile `tile` (and Q) landed for every thread; every thread is done with tile - 1, whose
     // stage and page-id slot the next issue and the page-id store overwrite.
     __syncthreads();
+    // Read before the copies are issued: their asm clobbers memory, and a shared load after
+    // them waits behind them in the memory queue.
+    const int first_col = first_column(shared, tile);
+    const WarpSpan span = shared.spans[thread_index() / 32];
     if (tile + 1 < g.num_tiles) issue_kv(p, g, tile + 1, smem);
     // Slot tile % 2 was last read by issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < g.num_tiles) issue_page_ids(p, g, tile + 2, smem);
     cp_async_commit();
-    const int first_col = first_column(shared, tile);
     // Warp-uniform: columns no row of the warp sees contribute exactly nothing (skipped);
     // per-key masks only where some row may lose a key.
-    const WarpSpan span = shared.spans[thread_index() / 32];
     if (first_col >= span.kv_end) continue;
     if (first_col >= span.full_begin && first_col + T::kKvPerWarp <= span.full_end) {
-      process_tile<false>(p, smem, acc);
+      process_tile<false>(p, smem, tile, acc);
     } else {
-      process_tile<true>(p, smem, acc);
+      process_tile<true>(p, smem, tile, acc);
     }
   }
   cp_async_wait<0>();

@@ -73,11 +73,12 @@ __device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int ti
 // constant stride and paged ones by one page-id lookup per row, so a 16-byte copy costs 2-5
 // instructions instead of copy_rows' per-row bounds check and element computation (which made
 // the copies ~45% of the kernel's instructions: ncu, docs/perf.md prefill v3).
+// kv_row: ragged, the tile's first KV token; paged, its first position. kv_head: the item's.
 template <int kChunks>
-__device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base,
-                                               const ItemGeometry& g, int start,
-                                               const int* page_ids, long long stride_page,
-                                               long long stride_slot, long long stride_head) {
+__device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, long long kv_row,
+                                               int kv_head, const int* page_ids,
+                                               long long stride_page, long long stride_slot,
+                                               long long stride_head) {
   constexpr int kRowStep = T::kThreads / kChunks;
   constexpr int kRowBytes = mma::kPaddedRowBytes<kChunks * 16>;
   static_assert(T::kThreads % kChunks == 0 && T::kKvTile % kRowStep == 0, "whole rows per pass");
@@ -85,17 +86,21 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base,
   const int row0 = tid / kChunks;
   dst += mma::padded_offset<kChunks * 16>(row0, tid % kChunks);
   const unsigned char* head = static_cast<const unsigned char*>(base) +
-                              g.kv_head * stride_head * 2 + (tid % kChunks) * 16;
+                              kv_head * stride_head * 2 + (tid % kChunks) * 16;
   if constexpr (T::kPaged) {
+    // Byte strides of a page and a slot fit 32 bits (BatchPrefill::run checks), so a row's
+    // address is one 32x32->64 multiply-add of its page id on the slot's address.
+    const int page_bytes = static_cast<int>(stride_page) * 2;
+    const int slot_bytes = static_cast<int>(stride_slot) * 2;
 #pragma unroll
     for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
       const int row = row0 + i * kRowStep;
-      const unsigned slot = static_cast<unsigned>(start + row) % T::kPageSize;
+      const int slot = static_cast<int>(static_cast<unsigned>(static_cast<int>(kv_row) + row) % T::kPageSize);
       cp_async_16(dst + i * kRowStep * kRowBytes,
-                  head + (page_ids[row] * stride_page + slot * stride_slot) * 2);
+                  head + slot * slot_bytes + static_cast<long long>(page_ids[row]) * page_bytes);
     }
   } else {
-    const unsigned char* src = head + (g.kv_base + start + row0) * stride_page * 2;
+    const unsigned char* src = head + (kv_row + row0) * stride_page * 2;
     const long long step = kRowStep * stride_page * 2;
 #pragma unroll
     for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
@@ -113,10 +118,14 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
   if constexpr (T::kThreads % T::kQKChunks == 0 && T::kThreads % T::kVChunks == 0) {
     // CTA-uniform: only an item's last tile can hold rows past kv_hi.
     if (start + T::kKvTile <= g.kv_hi) {
-      copy_full_tile<T::kQKChunks>(k_dst, p.k, g, start, page_ids, p.k_stride_page,
+      // g lives in shared memory and the copies' asm clobbers memory: read it once, before
+      // them (a read after the K copies waits behind them in the memory queue).
+      const long long kv_row = T::kPaged ? start : g.kv_base + start;
+      const int kv_head = g.kv_head;
+      copy_full_tile<T::kQKChunks>(k_dst, p.k, kv_row, kv_head, page_ids, p.k_stride_page,
                                    p.k_stride_slot, p.k_stride_head);
-      copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, g, start, page_ids, p.v_stride_page,
-                                  p.v_stride_slot, p.v_stride_head);
+      copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, kv_row, kv_head, page_ids,
+                                  p.v_stride_page, p.v_stride_slot, p.v_stride_head);
       return;
     }
   }

@@ -35,8 +35,14 @@ FLARE_BENCH_ONLY="$CASE" "$BUILD/bench_prefill"
 
 echo "== ncu: flare_prefill ($(date +%T); report $OUT/ncu_flare.txt)"
 FLARE_BENCH_ONLY="$CASE" ncu -k regex:flare_prefill --launch-skip 2 --launch-count 1 \
-  "${SECTIONS[@]}" --import-source no "$BUILD/bench_prefill" >"$OUT/ncu_flare.txt" 2>&1
+  "${SECTIONS[@]}" --import-source no -f -o "$OUT/flare" "$BUILD/bench_prefill" >"$OUT/ncu_flare.log" 2>&1
 echo "ncu exit $?"
+ncu -i "$OUT/flare.ncu-rep" >"$OUT/ncu_flare.txt" 2>&1
+# Per-SASS-instruction counters (stall samples by reason, executed instructions): where the
+# kernel waits, line by line.
+ncu -i "$OUT/flare.ncu-rep" --page source --csv --print-source sass >"$OUT/ncu_flare_sass.csv" 2>&1
+echo "sass page: $(wc -l <"$OUT/ncu_flare_sass.csv") lines"
+rm -f "$OUT/flare.ncu-rep"
 
 if [ "${FLARE_PROFILE_SKIP_FLASH:-0}" != 1 ]; then
   SEQ=$(echo "$CASE" | grep -oE '[0-9]+' | tail -n 1)

@@ -22,6 +22,7 @@
 #include "flare/reference/attention.h"
 #include "testing/compare.h"
 #include "testing/elements.h"
+#include "testing/expect_error.h"
 #include "testing/index_arrays.h"
 #include "testing/kv_builder.h"
 #include "testing/random.h"
@@ -526,6 +527,12 @@ TEST(PrefillGpu, RunChecksArgumentsBeforeLaunching) {
   EXPECT_THROW(prefill.run(d.q.view(p.q.view()), d.qo_indptr.view(p.qo_indptr.view()), d.ragged,
                            d.o.view(d.o_host.view()), std::nullopt, nullptr),
                Error);  // ragged KV on a paged prefill
+  // A page stride of 2^30 elements (2 GiB per page) exceeds the kernel's 32-bit page offsets.
+  PagedKV huge = d.paged;
+  huge.k.strides[0] = int64_t{1} << 30;
+  EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), d.qo_indptr.view(p.qo_indptr.view()), huge,
+                                 d.o.view(d.o_host.view()), std::nullopt, nullptr),
+                     ErrorCode::kUnsupported, "2^31 bytes");
   const std::vector<int32_t> bad_qo = {0, 5, 3};
   const std::vector<int32_t> kv_indptr = {0, 1, 2};
   const std::vector<int32_t> last_page_len = {16, 4};
