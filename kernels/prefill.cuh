@@ -364,7 +364,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     // Every thread has read next_item (this item's index) before the barrier above; the
     // atomic's latency hides behind the item, the barrier at its end publishes the result.
     if (thread_index() == 0) shared.next_item = atomicAdd(p.next_work_item, 1);
-    issue_q(p, item_in, g, smem);
+    issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
     if (g.num_tiles > 0) issue_kv(p, g, 0, smem);
     cp_async_commit();
   }

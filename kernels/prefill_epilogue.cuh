@@ -6,11 +6,67 @@
 
 namespace flare::prefill {
 
+// Write-through of an item computed by one KV warp per row (kWarpsKV == 1): each thread
+// normalizes its own accumulators, stages them in o's 16-bit type in the padded rows of the Q
+// tile (its ldmatrix layout: a warp's 4-byte stores hit 32 distinct banks), and the CTA then
+// stores whole 16-byte chunks. Half the shared traffic of the float32 staging and no second
+// pass over the statistics: at seq 1024 the epilogue was ~18% of the kernel's stall samples.
+__device__ __forceinline__ void write_item_direct(const PrefillParams& p, const WorkItem& item,
+                                                  const ItemGeometry& g, const RowState& acc,
+                                                  const RowStats& st, unsigned char* smem) {
+  static_assert(T::kQueryTile * T::kVRowStride <= T::kQBytes, "o staging fits the Q tile");
+  const int lane = thread_index() % 32;
+  const float m_scale = kLinearLogits ? Variant::query_scale(p.variant) : 1.0f;
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float d = st.d[mi][h];
+      d += __shfl_xor_sync(0xffffffffu, d, 1);
+      d += __shfl_xor_sync(0xffffffffu, d, 2);
+      const bool empty = d == 0.0f;
+      const float norm = empty ? 0.0f : 1.0f / d;
+      const int r = local_row(mi, h);
+      unsigned char* row = smem + r * T::kVRowStride + (lane % 4) * 4;
+#pragma unroll
+      for (int dn = 0; dn < T::kTilesO; ++dn) {
+        *reinterpret_cast<unsigned*>(row + dn * 16) = float2_to_16bit2<T::kCode>(
+            acc.o[mi][dn][2 * h] * norm, acc.o[mi][dn][2 * h + 1] * norm);
+      }
+      if (p.lse != nullptr && lane % 4 == 0 && r < g.rows) {
+        const int packed = item.row_begin + r;
+        const long long token = g.qo_begin + packed / p.group_size;
+        const long long head = item.kv_head * p.group_size + packed % p.group_size;
+        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] =
+            empty ? negative_infinity() : (st.m[mi][h] * m_scale + fast_log2(d)) * kLn2;
+      }
+    }
+  }
+  __syncthreads();
+  for (int unit = thread_index(); unit < g.rows * T::kVChunks; unit += T::kThreads) {
+    const int r = unit / T::kVChunks;
+    const int chunk = unit % T::kVChunks;
+    const int packed = item.row_begin + r;
+    const long long token = g.qo_begin + packed / p.group_size;
+    const long long head = item.kv_head * p.group_size + packed % p.group_size;
+    const Vec16 out = *reinterpret_cast<const Vec16*>(smem + r * T::kVRowStride + chunk * 16);
+    unsigned char* o = static_cast<unsigned char*>(p.o);
+    *reinterpret_cast<Vec16*>(
+        o + (token * p.o_stride_token + head * p.o_stride_head + chunk * 8) * 2) = out;
+  }
+}
+
 // Combines the KV warps' states through shared memory and writes the item's rows: the final o
 // and lse (write-through) or a float32 partial slot for the merge kernel.
 __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkItem& item,
                                            const ItemGeometry& g, const RowState& acc,
                                            const RowStats& st, unsigned char* smem) {
+  if constexpr (T::kWarpsKV == 1) {
+    if (item.partial_slot < 0) {  // CTA-uniform
+      write_item_direct(p, item, g, acc, st, smem);
+      return;
+    }
+  }
   const int lane = thread_index() % 32;
   float* stage_o = reinterpret_cast<float*>(smem);  // [kWarpsKV][kQueryTile][kStageRowFloats]
   float* stage_m = stage_o + T::kWarpsKV * T::kQueryTile * T::kStageRowFloats;

@@ -144,15 +144,16 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
   });
 }
 
-__device__ __forceinline__ void issue_q(const PrefillParams& p, const WorkItem& item,
-                                        const ItemGeometry& g, unsigned char* smem) {
+// The item's query rows; their tokens and heads come from the row tables (row_q_pos,
+// row_qo_head) written before the last barrier, not from a division per copy.
+__device__ __forceinline__ void issue_q(const PrefillParams& p, const ItemGeometry& g,
+                                        const int* row_q_pos, const int* row_qo_head,
+                                        unsigned char* smem) {
   copy_rows<T::kQueryTile, T::kQKChunks>(
       shared_address(smem), p.q, thread_index(), [&](int row) -> long long {
         if (row >= g.rows) return -1;
-        const int packed = item.row_begin + row;
-        const long long token = g.qo_begin + packed / p.group_size;
-        const long long head = item.kv_head * p.group_size + packed % p.group_size;
-        return token * p.q_stride_token + head * p.q_stride_head;
+        const long long token = g.qo_begin + (row_q_pos[row] - g.q_offset);
+        return token * p.q_stride_token + static_cast<long long>(row_qo_head[row]) * p.q_stride_head;
       });
 }
 
