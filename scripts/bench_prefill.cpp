@@ -1,12 +1,18 @@
 // Prefill benchmark of BatchPrefill on the GPU: bf16, causal, batch x seq x heads x head_dim,
-// ragged KV and paged KV (page 16, randomly permuted pages), plus variable-length and append
-// batches; prints TFLOP/s (causal FLOPs, as shared/bench/torch_baselines.py counts them).
+// ragged KV and paged KV (page 16, randomly permuted pages), plus variable-length (uniform and
+// Zipf) and append batches; prints TFLOP/s (causal FLOPs, as shared/bench/torch_baselines.py
+// counts them). Last, the append batch against 128 BatchDecode steps on the same paged cache.
 //
 // Build (after the library, from the repository root):
 //   g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill.cpp -Lbuild-gpu -lflare
 //       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_prefill   (one line)
 // Run: build-gpu/bench_prefill   (the PyTorch side: scripts/bench_prefill_torch.py)
+//   build-gpu/bench_prefill --print-zipf-lengths   prints the Zipf batch and exits (no GPU),
+//   to compare with `python3 scripts/bench_prefill_torch.py --print-zipf-lengths`.
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,7 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "flare/api/batch_decode.h"
 #include "flare/api/batch_prefill.h"
+#include "flare/core/error.h"
 #include "flare/jit/cuda_driver.h"
 #include "flare/jit/cuda_sync.h"
 
@@ -70,6 +78,78 @@ std::vector<int32_t> prefix(const std::vector<int32_t>& lengths) {
   return out;
 }
 
+int64_t sum_of(const std::vector<int32_t>& values) {
+  return std::accumulate(values.begin(), values.end(), int64_t{0});
+}
+
+// The Zipf batch; zipf_lengths() in scripts/bench_prefill_torch.py is the same code line by
+// line. Integer arithmetic only (splitmix64, integer division; no pow, no library generator),
+// so the two programs get the same list by construction. Raw lengths follow a bounded power
+// law of density ~ x^-1.5 on [16, 16384] (Pareto exponent 0.5 by inverse CDF: x = 16384 / s^2,
+// s uniform in [1, 32], here s = m / 2^20 with m a uniform integer in [2^20, 32 * 2^20]).
+// They are then scaled by the smallest multiple of 1/1024 whose sum, each length clipped to
+// [16, 16384], reaches batch * mean; the excess (a few tokens) comes off the first longest
+// request, so the mean is exact.
+constexpr int64_t kZipfMinLen = 16, kZipfMaxLen = 16384;
+constexpr uint64_t kZipfSeed = 2024;
+
+uint64_t splitmix64(uint64_t& state) {
+  state += 0x9E3779B97F4A7C15ull;
+  uint64_t z = state;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::vector<int32_t> zipf_lengths(int batch, int64_t mean, uint64_t seed) {
+  FLARE_CHECK(batch >= 1 && mean >= kZipfMinLen && mean <= kZipfMaxLen, ErrorCode::kInvalidArgument,
+              "zipf_lengths: batch ", batch, " (>= 1) and mean ", mean,
+              " (in [16, 16384]) expected");
+  constexpr uint64_t kSteps = uint64_t{1} << 20;  // 2^20: resolution of s
+  constexpr uint64_t kSpan = 32;                  // sqrt(kZipfMaxLen / kZipfMinLen)
+  std::vector<int64_t> raw;
+  uint64_t state = seed;
+  for (int i = 0; i < batch; ++i) {
+    const uint64_t m = kSteps + splitmix64(state) % ((kSpan - 1) * kSteps + 1);
+    raw.push_back(static_cast<int64_t>(uint64_t{kZipfMaxLen} * kSteps * kSteps / (m * m)));
+  }
+  const auto scaled = [&raw](int64_t scale) {  // lengths times scale / 1024, clipped
+    std::vector<int32_t> lengths;
+    for (const int64_t x : raw) {
+      lengths.push_back(
+          static_cast<int32_t>(std::clamp(x * scale / 1024, kZipfMinLen, kZipfMaxLen)));
+    }
+    return lengths;
+  };
+  const int64_t target = int64_t{batch} * mean;
+  int64_t lo = 1, hi = int64_t{1} << 20;  // every length clips to 16 at lo, to 16384 at hi
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (sum_of(scaled(mid)) < target) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  std::vector<int32_t> lengths = scaled(lo);
+  int32_t& longest = *std::max_element(lengths.begin(), lengths.end());
+  longest -= static_cast<int32_t>(sum_of(lengths) - target);
+  FLARE_CHECK(longest >= kZipfMinLen, ErrorCode::kInternal,
+              "zipf_lengths: longest request trimmed to ", longest, ", below 16");
+  return lengths;
+}
+
+// One line both programs print identically (compared by eye or with diff).
+void print_lengths(const char* label, const std::vector<int32_t>& lengths) {
+  std::printf("%s: batch %zu, min %d, max %d, mean %.1f, sum %lld:", label, lengths.size(),
+              *std::min_element(lengths.begin(), lengths.end()),
+              *std::max_element(lengths.begin(), lengths.end()),
+              static_cast<double>(sum_of(lengths)) / static_cast<double>(lengths.size()),
+              static_cast<long long>(sum_of(lengths)));
+  for (const int32_t len : lengths) std::printf(" %d", len);
+  std::printf("\n");
+}
+
 // Median milliseconds of `body` over kIterations, timed with events.
 template <class Body>
 double median_ms(cuda::Stream stream, Body body) {
@@ -85,6 +165,36 @@ double median_ms(cuda::Stream stream, Body body) {
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+// The prefill config of every case: bf16, causal, kHeads / kHeads, kHeadDim.
+BatchPrefillConfig prefill_config(int max_batch, int64_t max_total_qo) {
+  BatchPrefillConfig config;
+  config.max_batch = max_batch;
+  config.max_total_qo = static_cast<int>(max_total_qo);
+  config.num_qo_heads = config.num_kv_heads = kHeads;
+  config.head_dim_qk = config.head_dim_vo = kHeadDim;
+  config.dtype = DType::kBF16;
+  config.params.mask = MaskMode::kCausal;
+  // FLARE_BENCH_QUERY_TILE / FLARE_BENCH_KV_TILE override the heuristic (tile experiments).
+  if (const char* tile = std::getenv("FLARE_BENCH_QUERY_TILE")) config.query_tile = std::atoi(tile);
+  if (const char* tile = std::getenv("FLARE_BENCH_KV_TILE")) config.kv_tile = std::atoi(tile);
+  return config;
+}
+
+// Paged KV (NHD, kPageSize) over the pools k and v of num_pages pages and a device page table.
+PagedKV paged_kv(const cuda::DeviceBuffer& k, const cuda::DeviceBuffer& v, int64_t num_pages,
+                 const TensorView& indptr, const TensorView& indices,
+                 const TensorView& last_page_len) {
+  PagedKV pkv;
+  pkv.k = view(k.data(), DType::kBF16, {num_pages, kPageSize, kHeads, kHeadDim});
+  pkv.v = view(v.data(), DType::kBF16, {num_pages, kPageSize, kHeads, kHeadDim});
+  pkv.layout = KVLayout::kNHD;
+  pkv.table.block_size = kPageSize;
+  pkv.table.indptr = indptr;
+  pkv.table.indices = indices;
+  pkv.table.last_block_len = last_page_len;
+  return pkv;
 }
 
 // One batch: q_lens / kv_lens per request; returns {ragged TFLOP/s, paged TFLOP/s}.
@@ -116,16 +226,7 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
       d_last(last_page_len);
   cuda::OwnedStream stream;
 
-  BatchPrefillConfig config;
-  config.max_batch = static_cast<int>(q_lens.size());
-  config.max_total_qo = static_cast<int>(total_q);
-  config.num_qo_heads = config.num_kv_heads = kHeads;
-  config.head_dim_qk = config.head_dim_vo = kHeadDim;
-  config.dtype = DType::kBF16;
-  config.params.mask = MaskMode::kCausal;
-  // FLARE_BENCH_QUERY_TILE / FLARE_BENCH_KV_TILE override the heuristic (tile experiments).
-  if (const char* tile = std::getenv("FLARE_BENCH_QUERY_TILE")) config.query_tile = std::atoi(tile);
-  if (const char* tile = std::getenv("FLARE_BENCH_KV_TILE")) config.kv_tile = std::atoi(tile);
+  BatchPrefillConfig config = prefill_config(static_cast<int>(q_lens.size()), total_q);
   const TensorView qv = view(q.data(), DType::kBF16, {total_q, kHeads, kHeadDim});
   const TensorView ov = view(o.data(), DType::kBF16, {total_q, kHeads, kHeadDim});
 
@@ -143,31 +244,200 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
   config.page_size = kPageSize;
   BatchPrefill paged(config);
   paged.plan(qo_indptr, page_indptr, last_page_len, stream.get());
-  PagedKV pkv;
-  pkv.k = view(k.data(), DType::kBF16, {num_pages, kPageSize, kHeads, kHeadDim});
-  pkv.v = view(v.data(), DType::kBF16, {num_pages, kPageSize, kHeads, kHeadDim});
-  pkv.layout = KVLayout::kNHD;
-  pkv.table.block_size = kPageSize;
-  pkv.table.indptr = d_pages.tensor;
-  pkv.table.indices = d_ids.tensor;
-  pkv.table.last_block_len = d_last.tensor;
+  const PagedKV pkv = paged_kv(k, v, num_pages, d_pages.tensor, d_ids.tensor, d_last.tensor);
   const double paged_ms = median_ms(
       stream.get(), [&] { paged.run(qv, d_qo.tensor, pkv, ov, std::nullopt, stream.get()); });
   return {flops / ragged_ms / 1e9, flops / paged_ms / 1e9};
 }
 
+// The append batch (kAppendBatch requests, kAppendNew new tokens each, causal, on a cache of
+// kAppendCache tokens, paged as in bench()) against the same tokens decoded one step at a time
+// with BatchDecode: step t (0 .. kAppendNew - 1) takes token t of every request, with the same
+// query rows (a strided view of the append's q) and the same pages, against the first
+// kAppendCache - (kAppendNew - 1) + t tokens (what token t sees under the bottom-right causal
+// mask), so its output must equal the append's row t.
+constexpr int kAppendBatch = 8, kAppendNew = 128, kAppendCache = 32768;
+static_assert(kAppendCache % kPageSize == 0);
+
+struct AppendVsDecode {
+  double append_ms = 0;       // paged BatchPrefill run(), median
+  double loop_ms = 0;         // kAppendNew x (plan() + run()), end to end, median
+  double runs_ms = 0;         // the same loop, only the run() intervals summed, median
+  double max_difference = 0;  // max |o_append - o_decode| over values both wrote
+  double max_output = 0;      // max |o_append| (scale of the difference)
+  int64_t nan_values = 0;     // NaN in either output (the poison of an unwritten row)
+};
+
+float bf16_to_float(uint16_t bits) {
+  const uint32_t widened = uint32_t{bits} << 16;
+  float value;
+  std::memcpy(&value, &widened, 4);
+  return value;
+}
+
+AppendVsDecode append_vs_decode() {
+  const int64_t row = int64_t{kHeads} * kHeadDim;
+  const int64_t total_q = int64_t{kAppendBatch} * kAppendNew;
+  const int pages_per_request = kAppendCache / kPageSize;
+  const int64_t num_pages = int64_t{kAppendBatch} * pages_per_request;
+  // Request r owns page_ids[r * pages_per_request ...], shuffled as in bench().
+  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
+  std::iota(page_ids.begin(), page_ids.end(), 0);
+  std::shuffle(page_ids.begin(), page_ids.end(), std::mt19937(7));
+  cuda::DeviceBuffer q = random_bf16(total_q * row, 1);
+  cuda::DeviceBuffer k = random_bf16(num_pages * kPageSize * row, 2);
+  cuda::DeviceBuffer v = random_bf16(num_pages * kPageSize * row, 3);
+  const size_t o_bytes = static_cast<size_t>(total_q * row) * 2;
+  cuda::DeviceBuffer o_append(o_bytes), o_decode(o_bytes);
+  cuda::OwnedStream stream;
+  // NaN (0xFFFF) everywhere: a row either path fails to write shows in the comparison.
+  cuda::memset_d8_async(o_append.data(), 0xFF, o_bytes, stream.get());
+  cuda::memset_d8_async(o_decode.data(), 0xFF, o_bytes, stream.get());
+  AppendVsDecode result;
+
+  // Append: one paged BatchPrefill over the whole cache.
+  const std::vector<int32_t> qo_indptr = prefix(std::vector<int32_t>(kAppendBatch, kAppendNew));
+  const std::vector<int32_t> page_indptr =
+      prefix(std::vector<int32_t>(kAppendBatch, pages_per_request));
+  const std::vector<int32_t> full_last(kAppendBatch, kPageSize);
+  DeviceInts d_qo(qo_indptr), d_pages(page_indptr), d_ids(page_ids), d_last(full_last);
+  BatchPrefillConfig config = prefill_config(kAppendBatch, total_q);
+  config.kv = PrefillKV::kPaged;
+  config.page_size = kPageSize;
+  BatchPrefill append(config);
+  append.plan(qo_indptr, page_indptr, full_last, stream.get());
+  const PagedKV append_kv = paged_kv(k, v, num_pages, d_pages.tensor, d_ids.tensor, d_last.tensor);
+  const TensorView q_all = view(q.data(), DType::kBF16, {total_q, kHeads, kHeadDim});
+  const TensorView o_all = view(o_append.data(), DType::kBF16, {total_q, kHeads, kHeadDim});
+  result.append_ms = median_ms(stream.get(), [&] {
+    append.run(q_all, d_qo.tensor, append_kv, o_all, std::nullopt, stream.get());
+  });
+
+  // Decode: per step, the host arrays plan() takes and the device page table run() reads,
+  // all built and uploaded before timing (a serving engine keeps its page table on the device).
+  std::vector<std::vector<int32_t>> step_indptr, step_last;
+  std::vector<int32_t> all_indptr, all_indices, all_last;
+  for (int t = 0; t < kAppendNew; ++t) {
+    const int kv_len = kAppendCache - (kAppendNew - 1) + t;
+    const int pages = (kv_len + kPageSize - 1) / kPageSize;
+    step_indptr.push_back(prefix(std::vector<int32_t>(kAppendBatch, pages)));
+    step_last.emplace_back(kAppendBatch, (kv_len - 1) % kPageSize + 1);
+    all_indptr.insert(all_indptr.end(), step_indptr.back().begin(), step_indptr.back().end());
+    all_last.insert(all_last.end(), step_last.back().begin(), step_last.back().end());
+    // Step t's indices at t * num_pages: each request's first `pages` pages, packed.
+    all_indices.resize(static_cast<size_t>(t * num_pages));
+    for (int r = 0; r < kAppendBatch; ++r) {
+      const auto first = page_ids.begin() + int64_t{r} * pages_per_request;
+      all_indices.insert(all_indices.end(), first, first + pages);
+    }
+  }
+  all_indices.resize(static_cast<size_t>(kAppendNew * num_pages));
+  DeviceInts d_step_indptr(all_indptr), d_step_indices(all_indices), d_step_last(all_last);
+  std::vector<PagedKV> step_kv;
+  std::vector<TensorView> step_q, step_o;
+  for (int t = 0; t < kAppendNew; ++t) {
+    step_kv.push_back(paged_kv(
+        k, v, num_pages,
+        d_step_indptr.tensor.slice(0, int64_t{t} * (kAppendBatch + 1),
+                                   int64_t{t + 1} * (kAppendBatch + 1)),
+        d_step_indices.tensor.slice(0, t * num_pages, (t + 1) * num_pages),
+        d_step_last.tensor.slice(0, int64_t{t} * kAppendBatch, int64_t{t + 1} * kAppendBatch)));
+    // Token t of every request: rows r * kAppendNew + t of the append's q and o.
+    const int64_t offset = int64_t{t} * row * 2;
+    TensorView q_t = view(static_cast<std::byte*>(q.data()) + offset, DType::kBF16,
+                          {kAppendBatch, kHeads, kHeadDim});
+    TensorView o_t = view(static_cast<std::byte*>(o_decode.data()) + offset, DType::kBF16,
+                          {kAppendBatch, kHeads, kHeadDim});
+    q_t.strides[0] = o_t.strides[0] = kAppendNew * row;
+    step_q.push_back(q_t);
+    step_o.push_back(o_t);
+  }
+  BatchDecodeConfig decode_config;
+  decode_config.max_batch = kAppendBatch;
+  decode_config.num_qo_heads = decode_config.num_kv_heads = kHeads;
+  decode_config.head_dim = kHeadDim;
+  decode_config.page_size = kPageSize;
+  decode_config.q_dtype = decode_config.kv_dtype = DType::kBF16;
+  decode_config.layout = KVLayout::kNHD;
+  BatchDecode decode(decode_config);
+  const auto run_step = [&](int t) {
+    decode.run(step_q[static_cast<size_t>(t)], step_kv[static_cast<size_t>(t)],
+               step_o[static_cast<size_t>(t)], std::nullopt, stream.get());
+  };
+  // Timing. The plan differs per step (kv_len grows) and one BatchDecode holds one plan, so
+  // every step calls plan() (host scheduling + one async copy) right before its run(), as a
+  // decode loop without CUDA graphs does. loop_ms: CUDA events around the whole loop (includes
+  // any GPU idle time while the host plans). runs_ms: the same loop with an event pair around
+  // each run() only (after plan() issued its copy), summed: the decode kernels' own time.
+  result.loop_ms = median_ms(stream.get(), [&] {
+    for (int t = 0; t < kAppendNew; ++t) {
+      decode.plan(step_indptr[static_cast<size_t>(t)], step_last[static_cast<size_t>(t)],
+                  stream.get());
+      run_step(t);
+    }
+  });
+  std::vector<cuda::Event> starts, stops;
+  for (int t = 0; t < kAppendNew; ++t) {
+    starts.emplace_back(true);
+    stops.emplace_back(true);
+  }
+  std::vector<double> sums;
+  for (int i = 0; i < kWarmup + kIterations; ++i) {
+    for (int t = 0; t < kAppendNew; ++t) {
+      decode.plan(step_indptr[static_cast<size_t>(t)], step_last[static_cast<size_t>(t)],
+                  stream.get());
+      starts[static_cast<size_t>(t)].record(stream.get());
+      run_step(t);
+      stops[static_cast<size_t>(t)].record(stream.get());
+    }
+    stops.back().synchronize();
+    double sum = 0;
+    for (int t = 0; t < kAppendNew; ++t) {
+      sum += stops[static_cast<size_t>(t)].elapsed_ms_since(starts[static_cast<size_t>(t)]);
+    }
+    if (i >= kWarmup) sums.push_back(sum);
+  }
+  std::sort(sums.begin(), sums.end());
+  result.runs_ms = sums[sums.size() / 2];
+
+  // Both paths computed the same attention rows.
+  cuda::stream_synchronize(stream.get());
+  std::vector<uint16_t> host_append(static_cast<size_t>(total_q * row)),
+      host_decode(host_append.size());
+  cuda::memcpy_dtoh(host_append.data(), o_append.data(), o_bytes);
+  cuda::memcpy_dtoh(host_decode.data(), o_decode.data(), o_bytes);
+  for (size_t i = 0; i < host_append.size(); ++i) {
+    const double a = bf16_to_float(host_append[i]), d = bf16_to_float(host_decode[i]);
+    if (std::isnan(a) || std::isnan(d)) {
+      ++result.nan_values;
+      continue;
+    }
+    result.max_difference = std::max(result.max_difference, std::fabs(a - d));
+    result.max_output = std::max(result.max_output, std::fabs(a));
+  }
+  return result;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const std::vector<int32_t> zipf = zipf_lengths(16, 1024, kZipfSeed);
+  if (argc > 1 && std::strcmp(argv[1], "--print-zipf-lengths") == 0) {  // no GPU needed
+    print_lengths("zipf lengths", zipf);
+    return 0;
+  }
   flare::cuda::set_device(0);
   const flare::cuda::DeviceProperties props = flare::cuda::device_properties(0);
   std::printf("device %s, %d SMs\n", props.name.c_str(), props.num_sms);
   std::printf("%-34s %8s %12s %12s\n", "case", "tiles", "ragged TF/s", "paged TF/s");
   // FLARE_BENCH_ONLY=<substring>: run only the cases whose name contains it (profiling).
   const char* only = std::getenv("FLARE_BENCH_ONLY");
-  const auto report = [only](const std::string& name, const std::vector<int32_t>& q,
-                             const std::vector<int32_t>& kv, double flops) {
-    if (only != nullptr && name.find(only) == std::string::npos) return;
+  const auto selected = [only](const std::string& name) {
+    return only == nullptr || name.find(only) != std::string::npos;
+  };
+  const auto report = [&selected](const std::string& name, const std::vector<int32_t>& q,
+                                  const std::vector<int32_t>& kv, double flops) {
+    if (!selected(name)) return;
     std::string tiles;
     const auto [ragged, paged] = bench(q, kv, flops, tiles);
     std::printf("%-34s %8s %12.1f %12.1f\n", name.c_str(), tiles.c_str(), ragged, paged);
@@ -186,8 +456,36 @@ int main() {
     uniform_flops += per_pair * len * len / 2.0;
   }
   report("causal b16 uniform 512-1024", uniform, uniform, uniform_flops);
+  // Zipf: power-law lengths with mean 1024 (zipf_lengths; the same list as the torch script's).
+  const std::string zipf_name = "causal b16 zipf mean 1024";
+  double zipf_flops = 0;
+  for (const int32_t len : zipf) zipf_flops += per_pair * len * len / 2.0;
+  if (selected(zipf_name)) print_lengths("zipf lengths", zipf);
+  report(zipf_name, zipf, zipf, zipf_flops);
   // Append: 128 new tokens on a 32768-token cache (FLOPs of the full 128 x 32768 rectangle).
   const std::vector<int32_t> q_append(8, 128), kv_append(8, 32768);
   report("append b8 128 on 32768", q_append, kv_append, 8 * per_pair * 128.0 * 32768.0);
-  return 0;
+  // The same append against 128 decode steps (append_vs_decode); speedup = decode / append.
+  int status = 0;
+  const std::string versus_name = "append vs decode b8 128 on 32768";
+  if (selected(versus_name)) {
+    const AppendVsDecode r = append_vs_decode();
+    std::printf(
+        "%-34s append %.3f ms | 128 decode steps %.3f ms (plan+run loop), %.3f ms "
+        "(run() only) | speedup %.1fx (%.1fx) | max |o_append - o_decode| %.2e "
+        "(max |o| %.2e)\n",
+        versus_name.c_str(), r.append_ms, r.loop_ms, r.runs_ms, r.loop_ms / r.append_ms,
+        r.runs_ms / r.append_ms, r.max_difference, r.max_output);
+    // bf16 outputs of two kernels: a few units in the last place apart; a wrong row, page or
+    // mask would differ by the outputs' own size.
+    if (r.nan_values > 0 || r.max_difference > 0.05 * r.max_output) {
+      std::printf(
+          "FAILED: append and decode outputs differ (%lld NaN values; max difference "
+          "%.2e, limit %.2e)\n",
+          static_cast<long long>(r.nan_values), r.max_difference, 0.05 * r.max_output);
+      status = 1;
+    }
+    std::fflush(stdout);
+  }
+  return status;
 }
