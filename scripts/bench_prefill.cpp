@@ -448,11 +448,13 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> lens(16, seq);
     report("causal b16 seq " + std::to_string(seq), lens, lens, 16 * per_pair * seq * seq / 2.0);
   }
-  std::mt19937 rng(11);
+  // Uniform 512-1024 from splitmix64 (uniform_lengths in the torch script is the same code, so
+  // both rows time the same list).
   std::vector<int32_t> uniform(16);
   double uniform_flops = 0;
+  uint64_t uniform_state = 11;
   for (int32_t& len : uniform) {
-    len = std::uniform_int_distribution<int32_t>(512, 1024)(rng);
+    len = static_cast<int32_t>(512 + splitmix64(uniform_state) % 513);
     uniform_flops += per_pair * len * len / 2.0;
   }
   report("causal b16 uniform 512-1024", uniform, uniform, uniform_flops);

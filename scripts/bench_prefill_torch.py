@@ -150,10 +150,17 @@ for L in [1024, 4096, 16384]:
     print(f"{name:34s} {row[0]:11.1f} {row[1]:11.1f}", flush=True)
     del q, k, v
 
+def uniform_lengths(batch, seed):
+    """The uniform 512-1024 list of bench_prefill.cpp (splitmix64, same seed)."""
+    state, lengths = seed, []
+    for _ in range(batch):
+        state, x = splitmix64(state)
+        lengths.append(512 + x % 513)
+    return lengths
+
+
 if selected("causal b16 uniform 512-1024"):
-    gen = torch.Generator().manual_seed(11)
-    variable_length_row("causal b16 uniform 512-1024",
-                        torch.randint(512, 1025, (16,), generator=gen).tolist())
+    variable_length_row("causal b16 uniform 512-1024", uniform_lengths(16, 11))
     torch.cuda.empty_cache()
 
 if selected("causal b16 zipf mean 1024"):
