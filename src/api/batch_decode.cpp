@@ -23,6 +23,7 @@ namespace flare {
 namespace {
 
 using api_detail::check_device_tensor;
+using api_detail::check_page_strides_fit_int32;
 using api_detail::offsets_of;
 
 static_assert(static_cast<int>(DType::kF16) == kCodeF16 &&
@@ -498,6 +499,11 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.v_stride_page = kv.v.strides[0];
   p.v_stride_slot = nhd ? kv.v.strides[1] : kv.v.strides[2];
   p.v_stride_head = nhd ? kv.v.strides[2] : kv.v.strides[1];
+  const int64_t kv_bytes = static_cast<int64_t>(dtype_bytes(c.kv_dtype));
+  check_page_strides_fit_int32(kWhat, "k", p.k_stride_page, p.k_stride_slot, c.page_size,
+                               kv_bytes);
+  check_page_strides_fit_int32(kWhat, "v", p.v_stride_page, p.v_stride_slot, c.page_size,
+                               kv_bytes);
   p.o_stride_token = o.strides[0];
   p.o_stride_head = o.strides[1];
   p.lse_stride_token = lse ? lse->strides[0] : 0;

@@ -9,7 +9,6 @@
 #include <limits>
 #include <map>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "flare/core/error.h"
@@ -25,6 +24,7 @@ namespace flare {
 namespace {
 
 using api_detail::check_device_tensor;
+using api_detail::check_page_strides_fit_int32;
 using api_detail::offsets_of;
 
 const char* const kWhat = "BatchPrefill";
@@ -567,15 +567,8 @@ void BatchPrefill::run(const TensorView& q, const TensorView& qo_indptr, const P
   a.v_page = kv.v.strides[0];
   a.v_slot = nhd ? kv.v.strides[1] : kv.v.strides[2];
   a.v_head = nhd ? kv.v.strides[2] : kv.v.strides[1];
-  // The kernel forms a page's and a slot's byte offsets with 32-bit multiplies
-  // (kernels/prefill_load.cuh); the page id itself may address any pool size.
-  for (const auto& [name, page, slot] : {std::tuple{"k", a.k_page, a.k_slot},
-                                         std::tuple{"v", a.v_page, a.v_slot}}) {
-    FLARE_CHECK(page * 2 <= std::numeric_limits<int32_t>::max() &&
-                    (ps - 1) * slot * 2 <= std::numeric_limits<int32_t>::max(),
-                ErrorCode::kUnsupported, kWhat, ": ", name, " page stride ", page,
-                " and slot stride ", slot, " elements: a page must span under 2^31 bytes");
-  }
+  check_page_strides_fit_int32(kWhat, "k", a.k_page, a.k_slot, ps, 2);
+  check_page_strides_fit_int32(kWhat, "v", a.v_page, a.v_slot, ps, 2);
   launch(q, qo_indptr, a, o, lse, stream, mask);
 }
 

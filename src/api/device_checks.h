@@ -31,4 +31,10 @@ inline void check_device_tensor(const char* what, const TensorView& t, const cha
                       std::span<const int64_t>(shape.begin(), shape.size()), vectorized);
 }
 
+// Throws kUnsupported unless a page's byte stride and the last slot's byte offset of a paged
+// K or V tensor (`name`) fit int32: the kernels form them with 32-bit multiplies (the page id
+// itself may address any pool size).
+void check_page_strides_fit_int32(const char* what, const char* name, int64_t page_stride,
+                                  int64_t slot_stride, int64_t page_size, int64_t element_bytes);
+
 }  // namespace flare::api_detail

@@ -196,6 +196,11 @@ TEST_F(BatchDecodeErrors, ArgumentsAreCheckedBeforeLaunching) {
   lse_f16.dtype = DType::kF16;
   EXPECT_FLARE_ERROR(decode.run(q_->view, kv_->paged, out_->o_view, lse_f16, nullptr),
                      ErrorCode::kInvalidArgument, "lse must be float32");
+  // A page stride of 2^30 elements (2 GiB per page) exceeds the kernel's 32-bit page offsets.
+  PagedKV huge_pages = kv_->paged;
+  huge_pages.v.strides[0] = int64_t{1} << 30;
+  EXPECT_FLARE_ERROR(decode.run(q_->view, huge_pages, out_->o_view, std::nullopt, nullptr),
+                     ErrorCode::kUnsupported, "2^31 bytes");
 
   // Nothing was launched: the poisoned output is untouched.
   cuda::device_synchronize();
