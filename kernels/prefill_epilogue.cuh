@@ -6,6 +6,12 @@
 
 namespace flare::prefill {
 
+// A row's softmax denominator: the four threads of a quad hold parts of one row.
+__device__ __forceinline__ float row_sum(float d) {
+  d += __shfl_xor_sync(0xffffffffu, d, 1);
+  return d + __shfl_xor_sync(0xffffffffu, d, 2);
+}
+
 // Write-through of an item computed by one KV warp per row (kWarpsKV == 1): each thread
 // normalizes its own accumulators, stages them in o's 16-bit type in the padded rows of the Q
 // tile (its ldmatrix layout: a warp's 4-byte stores hit 32 distinct banks), and the CTA then
@@ -21,9 +27,7 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float d = st.d[mi][h];
-      d += __shfl_xor_sync(0xffffffffu, d, 1);
-      d += __shfl_xor_sync(0xffffffffu, d, 2);
+      const float d = row_sum(st.d[mi][h]);
       const bool empty = d == 0.0f;
       const float norm = empty ? 0.0f : 1.0f / d;
       const int r = local_row(mi, h);
@@ -75,9 +79,7 @@ __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkIte
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float d = st.d[mi][h];
-      d += __shfl_xor_sync(0xffffffffu, d, 1);
-      d += __shfl_xor_sync(0xffffffffu, d, 2);
+      const float d = row_sum(st.d[mi][h]);
       const int row = warp_kv() * T::kQueryTile + local_row(mi, h);
       if (lane % 4 == 0) {
         stage_m[row] = kLinearLogits ? st.m[mi][h] * Variant::query_scale(p.variant) : st.m[mi][h];
