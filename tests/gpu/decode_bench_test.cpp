@@ -166,6 +166,14 @@ TEST(DecodeBenchmark, Issue4Table) {
     config.page_size = bc.page_size;
     config.kv_dtype = bc.kv_dtype;
     config.layout = bc.layout;
+    // Scheduler experiments: FLARE_DECODE_BENCH_CTAS_PER_SM / FLARE_DECODE_BENCH_SPLIT override
+    // ctas_per_sm / fixed_split_size (0 = the defaults).
+    if (const char* v = std::getenv("FLARE_DECODE_BENCH_CTAS_PER_SM")) {
+      config.ctas_per_sm = std::atoi(v);
+    }
+    if (const char* v = std::getenv("FLARE_DECODE_BENCH_SPLIT")) {
+      config.fixed_split_size = std::atoi(v);
+    }
     BatchDecode decode(config);
     cuda::DeviceBuffer q(static_cast<size_t>(batch) * kQoHeads * kHeadDim * 2);
     fill(q.data(), int64_t{batch} * kQoHeads * kHeadDim, 2, 7);

@@ -295,9 +295,34 @@ TEST(BatchDecodePlan, LongRequestsAreSplitAndMerged) {
   decode.plan(indptr, last, nullptr);
   const Plan& plan = decode.last_plan();
   EXPECT_GT(plan.merge_items.size(), 0u);
-  EXPECT_GE(plan.work_items.size(), static_cast<size_t>(decode.num_ctas()) / 2);
+  EXPECT_GE(plan.work_items.size(), static_cast<size_t>(plan.num_ctas) / 2);
   EXPECT_EQ(decode.rows_per_item(), 4);
   EXPECT_GE(decode.num_ctas(), cuda::device_properties(0).num_sms);
+  cuda::stream_synchronize(nullptr);
+}
+
+// At most one (request, KV head, row tile) per SM: a grid of four CTAs per SM is planned with
+// two (longer chunks, fewer partial states); more tiles use every CTA.
+TEST(BatchDecodePlan, FewTilesPlanHalfOfFourCtasPerSm) {
+  FLARE_REQUIRE_GPU();
+  BatchDecodeConfig config;
+  config.max_batch = 64;
+  config.num_qo_heads = 32;
+  config.num_kv_heads = 8;
+  config.head_dim = 128;
+  config.page_size = 16;
+  BatchDecode decode(config);
+  const int num_sms = cuda::device_properties(0).num_sms;
+  if (decode.num_ctas() < 4 * num_sms) GTEST_SKIP() << "fewer than four CTAs per SM";
+  const auto plan_batch = [&](int batch) {
+    std::vector<int32_t> indptr = {0}, last(static_cast<size_t>(batch), 16);
+    for (int i = 0; i < batch; ++i) indptr.push_back(indptr.back() + 4096 / 16);
+    decode.plan(indptr, last, nullptr);
+    return decode.last_plan().num_ctas;
+  };
+  EXPECT_EQ(plan_batch(1), decode.num_ctas() / 2);   // 8 tiles
+  EXPECT_EQ(plan_batch(16), decode.num_ctas() / 2);  // 128 tiles <= num_sms
+  EXPECT_EQ(plan_batch(64), decode.num_ctas());      // 512 tiles
   cuda::stream_synchronize(nullptr);
 }
 
@@ -314,15 +339,15 @@ TEST(BatchDecodePlan, EqualLengthsAreCutEvenly) {
   config.page_size = 16;
   BatchDecode decode(config);
   const int tiles = 16 * 8;
-  if (decode.num_ctas() < 2 * tiles) GTEST_SKIP() << "fewer than two CTAs per tile";
   std::vector<int32_t> indptr = {0}, last(16, 16);
   for (int i = 0; i < 16; ++i) indptr.push_back(indptr.back() + 4096 / 16);
   decode.plan(indptr, last, nullptr);
   const Plan& plan = decode.last_plan();
+  if (plan.num_ctas < 2 * tiles) GTEST_SKIP() << "fewer than two planned CTAs per tile";
   for (int cta = 0; cta < plan.num_ctas; ++cta) {
     EXPECT_LE(plan.cta_indptr[cta + 1] - plan.cta_indptr[cta], 1) << "CTA " << cta;
   }
-  const int chunks = decode.num_ctas() / tiles;
+  const int chunks = plan.num_ctas / tiles;
   const int longest = ((4096 + chunks - 1) / chunks + 15) / 16 * 16;  // page-rounded
   const int per_tile = (4096 + longest - 1) / longest;
   int32_t shortest = 4096;
