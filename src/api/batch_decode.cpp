@@ -403,16 +403,6 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   device.ctas_per_sm = s.k.num_ctas / s.k.num_sms;
   PlanOptions options;
   options.query_tile = query_tile(s.config);
-  // Few tiles (at most one (request, KV head, row tile) per SM) are split only to fill the
-  // grid: with half of the four resident CTAs per SM in the plan (the rest exit at once), chunks
-  // are twice as long, with half the partial states to merge and half the per-item fixed cost.
-  // Measured on the H100 (docs/perf.md decode v9): b1 kv32768 63.2 -> 61.0 us, b1 kv4096
-  // 21.7 -> 18.0, b16 kv4096 103.6 -> 101.9, b16 kv32768 724 -> 718; batch 64 (512 tiles) keeps
-  // every CTA, where half cost page size 1 3%.
-  const int64_t group = s.config.num_qo_heads / s.config.num_kv_heads;
-  const int64_t tiles = static_cast<int64_t>(s.kv_len.size()) * s.config.num_kv_heads *
-                        ((group + options.query_tile - 1) / options.query_tile);
-  if (device.ctas_per_sm >= 4 && tiles <= device.num_sms) device.ctas_per_sm /= 2;
   const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype);
   const double overhead =
       is_fp8(s.config.kv_dtype) ? kItemOverheadBytesFp8 : kItemOverheadBytes16Bit;

@@ -301,31 +301,6 @@ TEST(BatchDecodePlan, LongRequestsAreSplitAndMerged) {
   cuda::stream_synchronize(nullptr);
 }
 
-// At most one (request, KV head, row tile) per SM: a grid of four CTAs per SM is planned with
-// two (longer chunks, fewer partial states); more tiles use every CTA.
-TEST(BatchDecodePlan, FewTilesPlanHalfOfFourCtasPerSm) {
-  FLARE_REQUIRE_GPU();
-  BatchDecodeConfig config;
-  config.max_batch = 64;
-  config.num_qo_heads = 32;
-  config.num_kv_heads = 8;
-  config.head_dim = 128;
-  config.page_size = 16;
-  BatchDecode decode(config);
-  const int num_sms = cuda::device_properties(0).num_sms;
-  if (decode.num_ctas() < 4 * num_sms) GTEST_SKIP() << "fewer than four CTAs per SM";
-  const auto plan_batch = [&](int batch) {
-    std::vector<int32_t> indptr = {0}, last(static_cast<size_t>(batch), 16);
-    for (int i = 0; i < batch; ++i) indptr.push_back(indptr.back() + 4096 / 16);
-    decode.plan(indptr, last, nullptr);
-    return decode.last_plan().num_ctas;
-  };
-  EXPECT_EQ(plan_batch(1), decode.num_ctas() / 2);   // 8 tiles
-  EXPECT_EQ(plan_batch(16), decode.num_ctas() / 2);  // 128 tiles <= num_sms
-  EXPECT_EQ(plan_batch(64), decode.num_ctas());      // 512 tiles
-  cuda::stream_synchronize(nullptr);
-}
-
 // A batch of equal lengths with fewer tiles than CTAs: every tile is cut into near-equal
 // chunks and no CTA gets more than one (cuts at multiples of total KV / #CTA gave the busiest
 // CTA 8 items and 12% more than the mean at batch 16, kv 4096 on 396 CTAs).
