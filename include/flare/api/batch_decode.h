@@ -111,8 +111,8 @@ class BatchDecode {
   //          config's params.k_scale / v_scale; finite. A captured run keeps the values given.
   // Never allocates, never synchronizes. Throws kInvalidArgument (shapes, dtypes, devices,
   // alignment, batch differing from the plan's, run() before plan(), a capturing stream
-  // without use_cuda_graph, non-finite scales) before launching anything; kCudaError from a
-  // launch.
+  // without use_cuda_graph, non-finite scales) or kUnsupported (a K/V page stride or last-slot
+  // offset of 2^31 bytes or more) before launching anything; kCudaError from a launch.
   void run(const TensorView& q, const PagedKV& kv, const TensorView& o,
            const std::optional<TensorView>& lse, cuda::Stream stream, float k_scale = 1.0f,
            float v_scale = 1.0f);

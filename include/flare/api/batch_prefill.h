@@ -131,7 +131,8 @@ class BatchPrefill {
   //   lse        optional float32 [total_q, H_qo]: natural-log sum of exp of the scaled
   //              logits; -inf (and o = 0) for rows that see no key
   //   mask       required iff params.mask == kCustom
-  // Throws kInvalidArgument before launching anything; kCudaError from a launch.
+  // Throws kInvalidArgument, or kUnsupported (paged K/V whose page stride or last-slot offset
+  // is 2^31 bytes or more), before launching anything; kCudaError from a launch.
   void run(const TensorView& q, const TensorView& qo_indptr, const PagedKV& kv, const TensorView& o,
            const std::optional<TensorView>& lse, cuda::Stream stream,
            const std::optional<PrefillCustomMask>& mask = std::nullopt);
