@@ -1,5 +1,5 @@
 // Warp-level tensor-core helpers of the prefill kernel: ldmatrix (plain and transposed),
-// mma.sync m16n8k16 with f16/bf16 inputs and fp32 accumulators, and the padded shared rows.
+// mma.sync m16n8k16 with f16/bf16 inputs and fp32 accumulators, and the swizzled shared rows.
 #pragma once
 
 #include "decode_params.cuh"
@@ -7,17 +7,24 @@
 
 namespace flare::mma {
 
-// Shared rows of 16-bit elements are padded by one 16-byte chunk: the 8 rows one ldmatrix
-// phase reads (same chunk, consecutive rows) then start in 8 distinct 16-byte bank groups
-// (row stride = 1 mod 8 chunks), and every later k-step or n-tile of a fragment is the same
-// per-thread address plus an immediate (an XOR swizzle needs one register per XOR pattern).
+// Shared rows of 16-bit elements are whole 128-byte lines (row bytes a multiple of 128), and
+// 16-byte chunk c of row r is stored at chunk c ^ (r % 8): the 8 rows one ldmatrix phase reads
+// (same logical chunk, 8 consecutive rows) land in 8 distinct bank groups, and every row starts
+// line-aligned, so a row's 16-byte cp.async writes fill whole 32-byte sectors (16-byte padded
+// rows made every odd row straddle sectors: 2.6x the ideal shared wavefronts per copy).
 template <int kRowBytes>
-constexpr int kPaddedRowBytes = kRowBytes + 16;
+__device__ __forceinline__ unsigned swizzled_offset(int row, int chunk) {
+  static_assert(kRowBytes % 128 == 0, "rows of whole 128-byte lines");
+  return static_cast<unsigned>(row * kRowBytes + ((chunk ^ (row % 8)) * 16));
+}
 
-template <int kRowBytes>
-__device__ __forceinline__ unsigned padded_offset(int row, int chunk) {
-  static_assert(kRowBytes % 16 == 0, "rows of whole 16-byte chunks");
-  return static_cast<unsigned>(row * kPaddedRowBytes<kRowBytes> + chunk * 16);
+// The address of logical chunk c + step of a row, from the address of its chunk c where c is
+// 0 or 1 and step even (ldmatrix fragments: c from the lane, step from the k-step or n-tile):
+// with x = c ^ (row % 8) < 8 in address bits 4-6 (rows and tiles start 128-byte aligned), chunk
+// (c + step) ^ (row % 8) = (x ^ (step % 8)) + (step & ~7). One XOR with an immediate.
+// `step` is a constant after unrolling (even).
+__device__ __forceinline__ unsigned chunk_step(unsigned address, int step) {
+  return (address ^ static_cast<unsigned>((step % 8) * 16)) + static_cast<unsigned>((step & ~7) * 16);
 }
 
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, which lands in r[i].

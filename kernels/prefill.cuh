@@ -17,19 +17,20 @@ namespace flare::prefill {
 // --- compute ------------------------------------------------------------------------------
 
 // Per-thread ldmatrix offsets (ks = 0, nj = 0, mi = 0) into the Q tile and a K stage: row
-// and chunk of this lane's row address; later steps and tiles add immediates to these.
+// and chunk of this lane's row address; later k-steps are mma::chunk_step of these (one XOR
+// with an immediate), later row tiles add immediates.
 __device__ __forceinline__ unsigned q_fragment_offset() {
   const int lane = thread_index() % 32;
-  return mma::padded_offset<T::kQKRowBytes>(warp_q() * T::kRowsPerWarp + lane % 16, lane / 16);
+  return mma::swizzled_offset<T::kQKRowBytes>(warp_q() * T::kRowsPerWarp + lane % 16, lane / 16);
 }
 __device__ __forceinline__ unsigned k_fragment_offset() {
   const int lane = thread_index() % 32;
-  return mma::padded_offset<T::kQKRowBytes>(warp_kv() * T::kKvPerWarp + lane % 8 + (lane / 16) * 8,
+  return mma::swizzled_offset<T::kQKRowBytes>(warp_kv() * T::kKvPerWarp + lane % 8 + (lane / 16) * 8,
                                             (lane / 8) % 2);
 }
 __device__ __forceinline__ unsigned v_fragment_offset() {
   const int lane = thread_index() % 32;
-  return mma::padded_offset<T::kVRowBytes>(
+  return mma::swizzled_offset<T::kVRowBytes>(
       warp_kv() * T::kKvPerWarp + lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
 }
 
@@ -49,12 +50,12 @@ __device__ __forceinline__ void score_tile(unsigned q_frag, unsigned k_frag,
     unsigned a[T::kMmaQ][4];
 #pragma unroll
     for (int mi = 0; mi < T::kMmaQ; ++mi) {
-      mma::ldmatrix_x4(q_frag + ks * 32 + mi * 16 * T::kQKRowStride, a[mi]);
+      mma::ldmatrix_x4(mma::chunk_step(q_frag, 2 * ks) + mi * 16 * T::kQKRowStride, a[mi]);
     }
 #pragma unroll
     for (int nj = 0; nj < T::kTilesS; nj += 2) {
       unsigned b[4];
-      mma::ldmatrix_x4(k_frag + ks * 32 + nj * 8 * T::kQKRowStride, b);
+      mma::ldmatrix_x4(mma::chunk_step(k_frag, 2 * ks) + nj * 8 * T::kQKRowStride, b);
 #pragma unroll
       for (int mi = 0; mi < T::kMmaQ; ++mi) {
         mma::mma_16816<T::kCode>(s[mi][nj], a[mi], b[0], b[1]);
@@ -172,7 +173,7 @@ __device__ __forceinline__ void accumulate_pv(unsigned v_frag,
 #pragma unroll
     for (int dn = 0; dn < T::kTilesO; dn += 2) {
       unsigned b[4];
-      mma::ldmatrix_x4_trans(v_frag + dn * 16 + kk * 16 * T::kVRowStride, b);
+      mma::ldmatrix_x4_trans(mma::chunk_step(v_frag, dn) + kk * 16 * T::kVRowStride, b);
 #pragma unroll
       for (int mi = 0; mi < T::kMmaQ; ++mi) {
         mma::mma_16816<T::kCode>(st.o[mi][dn], a[mi], b[0], b[1]);

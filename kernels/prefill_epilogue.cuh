@@ -13,14 +13,14 @@ __device__ __forceinline__ float row_sum(float d) {
 }
 
 // Write-through of an item computed by one KV warp per row (kWarpsKV == 1): each thread
-// normalizes its own accumulators, stages them in o's 16-bit type in the padded rows of the Q
-// tile (its ldmatrix layout: a warp's 4-byte stores hit 32 distinct banks), and the CTA then
+// normalizes its own accumulators, stages them in o's 16-bit type in the swizzled rows of the
+// Q tile (its ldmatrix layout: a warp's 4-byte stores hit 32 distinct banks), and the CTA then
 // stores whole 16-byte chunks. Half the shared traffic of the float32 staging and no second
 // pass over the statistics: at seq 1024 the epilogue was ~18% of the kernel's stall samples.
 __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const WorkItem& item,
                                                   const ItemGeometry& g, const RowState& acc,
                                                   const RowStats& st, unsigned char* smem) {
-  static_assert(T::kQueryTile * T::kVRowStride <= T::kQBytes, "o staging fits the Q tile");
+  static_assert(T::kQueryTile * T::kVRowBytes <= T::kQBytes, "o staging fits the Q tile");
   const int lane = thread_index() % 32;
   const float m_scale = kLinearLogits ? Variant::query_scale(p.variant) : 1.0f;
 #pragma unroll
@@ -31,10 +31,10 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
       const bool empty = d == 0.0f;
       const float norm = empty ? 0.0f : 1.0f / d;
       const int r = local_row(mi, h);
-      unsigned char* row = smem + r * T::kVRowStride + (lane % 4) * 4;
 #pragma unroll
       for (int dn = 0; dn < T::kTilesO; ++dn) {
-        *reinterpret_cast<unsigned*>(row + dn * 16) = float2_to_16bit2<T::kCode>(
+        unsigned char* word = smem + mma::swizzled_offset<T::kVRowBytes>(r, dn) + (lane % 4) * 4;
+        *reinterpret_cast<unsigned*>(word) = float2_to_16bit2<T::kCode>(
             acc.o[mi][dn][2 * h] * norm, acc.o[mi][dn][2 * h + 1] * norm);
       }
       if (p.lse != nullptr && lane % 4 == 0 && r < g.rows) {
@@ -53,7 +53,8 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
     const int packed = item.row_begin + r;
     const long long token = g.qo_begin + packed / p.group_size;
     const long long head = item.kv_head * p.group_size + packed % p.group_size;
-    const Vec16 out = *reinterpret_cast<const Vec16*>(smem + r * T::kVRowStride + chunk * 16);
+    const Vec16 out =
+        *reinterpret_cast<const Vec16*>(smem + mma::swizzled_offset<T::kVRowBytes>(r, chunk));
     unsigned char* o = static_cast<unsigned char*>(p.o);
     *reinterpret_cast<Vec16*>(
         o + (token * p.o_stride_token + head * p.o_stride_head + chunk * 8) * 2) = out;

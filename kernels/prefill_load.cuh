@@ -1,5 +1,5 @@
 // The loading module of the prefill kernel, the only place ragged and paged KV differ (paper
-// 001 §3.2.1): 16-byte cp.async copies of Q and K/V rows into padded shared rows, page ids.
+// 001 §3.2.1): 16-byte cp.async copies of Q and K/V rows into swizzled shared rows, page ids.
 #pragma once
 
 #include "prefill_traits.cuh"
@@ -35,7 +35,7 @@ __device__ __forceinline__ long long kv_element(const ItemGeometry& g, int pos, 
   }
 }
 
-// Rows [0, kRows) of 16-byte chunks into padded shared rows; rows where element(row) < 0
+// Rows [0, kRows) of 16-byte chunks into swizzled shared rows; rows where element(row) < 0
 // are zero-filled (their probabilities are 0, and 0 * NaN would be NaN). When the chunks of a
 // row divide the CTA, each thread copies one fixed chunk of every kThreads / kChunks-th row
 // (no division per copy).
@@ -52,7 +52,7 @@ __device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int ti
     for (int row = tid / kChunks; row < kRows; row += kRowStep) {
       const long long element = element_of(row);
       const bool valid = element >= 0;
-      cp_async_16(dst + mma::padded_offset<kChunks * 16>(row, chunk),
+      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, chunk),
                   src + (valid ? element * 2 + chunk * 16 : 0), valid);
     }
   } else {
@@ -62,29 +62,51 @@ __device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int ti
       const int chunk = index % kChunks;
       const long long element = element_of(row);
       const bool valid = element >= 0;
-      cp_async_16(dst + mma::padded_offset<kChunks * 16>(row, chunk),
+      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, chunk),
                   src + (valid ? element * 2 + chunk * 16 : 0), valid);
     }
   }
 }
 
 // A tile whose rows are all visible (every tile of an item but possibly its last): each thread
-// copies chunk tid % kChunks of rows tid / kChunks + i * kRowStep. Ragged sources advance by a
-// constant stride and paged ones by one page-id lookup per row, so a 16-byte copy costs 2-5
-// instructions instead of copy_rows' per-row bounds check and element computation (which made
-// the copies ~45% of the kernel's instructions: ncu, docs/perf.md prefill v3).
+// copies chunk tid % kChunks of rows tid / kChunks + i * kRowStep, i < kCopies. Ragged sources
+// advance by a constant stride and paged ones by one page id per row (read from shared memory
+// once for K and V), so a 16-byte copy costs 2-5 instructions instead of copy_rows' per-row
+// bounds check and element computation (which made the copies ~45% of the kernel's
+// instructions: ncu, docs/perf.md prefill v3).
+template <int kChunks>
+struct FullTileRows {
+  static constexpr int kRowStep = T::kThreads / kChunks;
+  static constexpr int kCopies = T::kKvTile / kRowStep;
+  // (Checked where a copy uses it: the type is named for head dims issue_kv never copies this
+  // way, e.g. 192 = 24 chunks.)
+  static constexpr bool kExact = T::kThreads % kChunks == 0 && T::kKvTile % kRowStep == 0;
+};
+
+// Paged: the page ids of this thread's rows of the tile.
+template <int kChunks>
+__device__ __forceinline__ void load_row_pages(const int* page_ids,
+                                               int (&pages)[FullTileRows<kChunks>::kCopies]) {
+  const int row0 = thread_index() / kChunks;
+#pragma unroll
+  for (int i = 0; i < FullTileRows<kChunks>::kCopies; ++i) {
+    pages[i] = page_ids[row0 + i * FullTileRows<kChunks>::kRowStep];
+  }
+}
+
 // kv_row: ragged, the tile's first KV token; paged, its first position. kv_head: the item's.
+// pages: paged, load_row_pages' ids (unused for ragged KV).
 template <int kChunks>
 __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, long long kv_row,
-                                               int kv_head, const int* page_ids,
+                                               int kv_head,
+                                               const int (&pages)[FullTileRows<kChunks>::kCopies],
                                                long long stride_page, long long stride_slot,
                                                long long stride_head) {
-  constexpr int kRowStep = T::kThreads / kChunks;
-  constexpr int kRowBytes = mma::kPaddedRowBytes<kChunks * 16>;
-  static_assert(T::kThreads % kChunks == 0 && T::kKvTile % kRowStep == 0, "whole rows per pass");
+  constexpr int kRowStep = FullTileRows<kChunks>::kRowStep;
+  constexpr int kCopies = FullTileRows<kChunks>::kCopies;
+  static_assert(FullTileRows<kChunks>::kExact, "whole rows per pass");
   const int tid = thread_index();
   const int row0 = tid / kChunks;
-  dst += mma::padded_offset<kChunks * 16>(row0, tid % kChunks);
   const unsigned char* head = static_cast<const unsigned char*>(base) +
                               kv_head * stride_head * 2 + (tid % kChunks) * 16;
   if constexpr (T::kPaged) {
@@ -92,19 +114,32 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
     // address is one 32x32->64 multiply-add of its page id on the slot's address.
     const int page_bytes = static_cast<int>(stride_page) * 2;
     const int slot_bytes = static_cast<int>(stride_slot) * 2;
+    // Row i's slot repeats with period kPeriod (the page size and the row step nest for the
+    // usual power-of-two sizes): one slot address per period, then one multiply-add per copy.
+    constexpr int kPeriod = kRowStep % T::kPageSize == 0   ? 1
+                            : T::kPageSize % kRowStep == 0 ? T::kPageSize / kRowStep
+                                                           : kCopies;
+    constexpr int kSlots = kPeriod < kCopies ? kPeriod : kCopies;
+    const unsigned first_slot = static_cast<unsigned>(static_cast<int>(kv_row) + row0);
+    const unsigned char* slot_address[kSlots];
 #pragma unroll
-    for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
+    for (int j = 0; j < kSlots; ++j) {
+      const int slot = static_cast<int>((first_slot + j * kRowStep) % T::kPageSize);
+      slot_address[j] = head + slot * slot_bytes;
+    }
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
       const int row = row0 + i * kRowStep;
-      const int slot = static_cast<int>(static_cast<unsigned>(static_cast<int>(kv_row) + row) % T::kPageSize);
-      cp_async_16(dst + i * kRowStep * kRowBytes,
-                  head + slot * slot_bytes + static_cast<long long>(page_ids[row]) * page_bytes);
+      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, tid % kChunks),
+                  slot_address[i % kSlots] + static_cast<long long>(pages[i]) * page_bytes);
     }
   } else {
     const unsigned char* src = head + (kv_row + row0) * stride_page * 2;
     const long long step = kRowStep * stride_page * 2;
 #pragma unroll
-    for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
-      cp_async_16(dst + i * kRowStep * kRowBytes, src + i * step);
+    for (int i = 0; i < kCopies; ++i) {
+      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row0 + i * kRowStep, tid % kChunks),
+                  src + i * step);
     }
   }
 }
@@ -118,13 +153,24 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
   if constexpr (T::kThreads % T::kQKChunks == 0 && T::kThreads % T::kVChunks == 0) {
     // CTA-uniform: only an item's last tile can hold rows past kv_hi.
     if (start + T::kKvTile <= g.kv_hi) {
-      // g lives in shared memory and the copies' asm clobbers memory: read it once, before
-      // them (a read after the K copies waits behind them in the memory queue).
+      // g and the page ids live in shared memory and the copies' asm clobbers memory: read them
+      // once, before the copies (a read after them waits behind them in the memory queue).
       const long long kv_row = T::kPaged ? start : g.kv_base + start;
       const int kv_head = g.kv_head;
-      copy_full_tile<T::kQKChunks>(k_dst, p.k, kv_row, kv_head, page_ids, p.k_stride_page,
+      int k_pages[FullTileRows<T::kQKChunks>::kCopies] = {};
+      int v_pages[FullTileRows<T::kVChunks>::kCopies] = {};
+      if constexpr (T::kPaged) {
+        load_row_pages<T::kQKChunks>(page_ids, k_pages);
+        if constexpr (T::kVChunks == T::kQKChunks) {
+#pragma unroll
+          for (int i = 0; i < FullTileRows<T::kVChunks>::kCopies; ++i) v_pages[i] = k_pages[i];
+        } else {
+          load_row_pages<T::kVChunks>(page_ids, v_pages);
+        }
+      }
+      copy_full_tile<T::kQKChunks>(k_dst, p.k, kv_row, kv_head, k_pages, p.k_stride_page,
                                    p.k_stride_slot, p.k_stride_head);
-      copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, kv_row, kv_head, page_ids,
+      copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, kv_row, kv_head, v_pages,
                                   p.v_stride_page, p.v_stride_slot, p.v_stride_head);
       return;
     }

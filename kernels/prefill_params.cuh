@@ -89,9 +89,9 @@ constexpr int kPrefillItemRecordBytes = 128;
 // head), each thread's softmax statistics (running max and sum of its rows) and KV loop
 // position, and each warp's visible KV span.
 constexpr int prefill_item_offset(const PrefillShape& s) {
-  // Shared rows are padded by 16 bytes (kernels/mma_utils.cuh).
-  const int q_bytes = s.query_tile * (s.head_dim_qk * 2 + 16);
-  const int stage_bytes = s.kv_tile * (s.head_dim_qk * 2 + s.head_dim_vo * 2 + 32);
+  // Shared rows are swizzled, not padded (kernels/mma_utils.cuh).
+  const int q_bytes = s.query_tile * s.head_dim_qk * 2;
+  const int stage_bytes = s.kv_tile * (s.head_dim_qk * 2 + s.head_dim_vo * 2);
   const int page_id_bytes = kPrefillKvStages * s.kv_tile * 4;
   const int main_loop = q_bytes + kPrefillKvStages * stage_bytes + page_id_bytes;
   const int warps_kv = prefill_warps_kv(s);

@@ -49,8 +49,8 @@ struct Traits {
 
   static constexpr int kQKRowBytes = kHeadDimQK * 2;
   static constexpr int kVRowBytes = kHeadDimVO * 2;
-  static constexpr int kQKRowStride = mma::kPaddedRowBytes<kQKRowBytes>;  // shared row pitch
-  static constexpr int kVRowStride = mma::kPaddedRowBytes<kVRowBytes>;
+  static constexpr int kQKRowStride = kQKRowBytes;  // shared row pitch (swizzled, unpadded)
+  static constexpr int kVRowStride = kVRowBytes;
   static constexpr int kQKChunks = kHeadDimQK / 8;  // 16-byte chunks per row
   static constexpr int kVChunks = kHeadDimVO / 8;
   static constexpr int kStages = kPrefillKvStages;

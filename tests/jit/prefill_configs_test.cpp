@@ -147,10 +147,10 @@ TEST(BatchPrefillKernels, SpecsFollowTheConfig) {
   EXPECT_EQ(define_value(k.merge, "FLARE_HEAD_DIM"), "128");
   EXPECT_NE(k.prefill.variant_source.find("FLARE_VARIANT_SOFT_CAP 1"), std::string::npos);
   EXPECT_EQ(k.threads, 128);
-  // Q 64 rows x (192 x 2 + 16 pad) + 2 stages x 32 rows x ((192 + 128) x 2 + 2 x 16 pad) + page
-  // ids 2 x 32 x 4; then the item record (128), row tables 2 x 64 x 4, per thread (128) 4 floats
-  // of row statistics and a loop position, warp spans 4 x 12.
-  EXPECT_EQ(k.shared_bytes, 64u * 400 + 2u * 32 * 672 + 256 + 128 + 512 + 2048 + 512 + 48);
+  // Q 64 rows x 192 x 2 + 2 stages x 32 rows x (192 + 128) x 2 (swizzled rows, no padding) +
+  // page ids 2 x 32 x 4; then the item record (128), row tables 2 x 64 x 4, per thread (128) 4
+  // floats of row statistics and a loop position, warp spans 4 x 12.
+  EXPECT_EQ(k.shared_bytes, 64u * 384 + 2u * 32 * 640 + 256 + 128 + 512 + 2048 + 512 + 48);
 
   c.kv = PrefillKV::kRagged;
   EXPECT_EQ(define_value(batch_prefill_kernels(c, {16, 64}).prefill, "FLARE_KV_PAGED"), "0");
