@@ -403,6 +403,18 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   device.ctas_per_sm = s.k.num_ctas / s.k.num_sms;
   PlanOptions options;
   options.query_tile = query_tile(s.config);
+  // Few tiles (at most one (request, KV head, row tile) per SM) are split only to fill the
+  // grid: with two of the four CTAs per SM, chunks are twice as long, with half the partial
+  // states to merge and half the per-item fixed cost (H100, docs/perf.md decode v10: b1 kv32768
+  // 63.2 -> 61.0 us, b1 kv4096 21.7 -> 18.0, b16 kv4096 103.6 -> 101.9). run() then launches
+  // only the planned CTAs, so they land two per SM. Not under CUDA graphs: a captured launch
+  // keeps the full grid, where the planned half lands unevenly (decode v9).
+  const int64_t group = s.config.num_qo_heads / s.config.num_kv_heads;
+  const int64_t tiles = batch * s.config.num_kv_heads *
+                        ((group + options.query_tile - 1) / options.query_tile);
+  if (!s.config.use_cuda_graph && device.ctas_per_sm >= 4 && tiles <= device.num_sms) {
+    device.ctas_per_sm /= 2;
+  }
   const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype);
   const double overhead =
       is_fp8(s.config.kv_dtype) ? kItemOverheadBytesFp8 : kItemOverheadBytes16Bit;
@@ -513,7 +525,10 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.v_scale = c.params.v_scale * v_scale;
   p.variant = s.variant;
   void* decode_args[] = {&p};
-  cuda::launch(s.k.decode, static_cast<unsigned>(s.k.num_ctas), 1, 1, kDecodeThreads, 1, 1,
+  // The planned CTAs (fewer than the grid for small plans outside graph mode, see plan()); a
+  // graph-mode launch keeps the full grid fixed at creation (the unplanned CTAs exit at once).
+  const int grid = c.use_cuda_graph ? s.k.num_ctas : std::max(s.plan.num_ctas, 1);
+  cuda::launch(s.k.decode, static_cast<unsigned>(grid), 1, 1, kDecodeThreads, 1, 1,
                static_cast<unsigned>(s.k.kernels.decode_shared_bytes), stream, decode_args);
 }
 

@@ -301,6 +301,36 @@ TEST(BatchDecodePlan, LongRequestsAreSplitAndMerged) {
   cuda::stream_synchronize(nullptr);
 }
 
+// At most one (request, KV head, row tile) per SM: a grid of four CTAs per SM is planned (and
+// launched) with two per SM, for longer chunks and fewer partial states; more tiles, or a
+// CUDA-graph wrapper (whose captured grid is fixed), use every CTA.
+TEST(BatchDecodePlan, FewTilesPlanTwoOfFourCtasPerSmOutsideGraphs) {
+  FLARE_REQUIRE_GPU();
+  BatchDecodeConfig config;
+  config.max_batch = 64;
+  config.num_qo_heads = 32;
+  config.num_kv_heads = 8;
+  config.head_dim = 128;
+  config.page_size = 16;
+  const int num_sms = cuda::device_properties(0).num_sms;
+  for (const bool graph : {false, true}) {
+    config.use_cuda_graph = graph;
+    BatchDecode decode(config);
+    if (decode.num_ctas() < 4 * num_sms) GTEST_SKIP() << "fewer than four CTAs per SM";
+    const auto planned_ctas = [&](int batch) {
+      std::vector<int32_t> indptr = {0}, last(static_cast<size_t>(batch), 16);
+      for (int i = 0; i < batch; ++i) indptr.push_back(indptr.back() + 4096 / 16);
+      decode.plan(indptr, last, nullptr);
+      return decode.last_plan().num_ctas;
+    };
+    const int few = graph ? decode.num_ctas() : decode.num_ctas() / 2;
+    EXPECT_EQ(planned_ctas(1), few) << "graph " << graph;   // 8 tiles
+    EXPECT_EQ(planned_ctas(16), few) << "graph " << graph;  // 128 tiles <= num_sms
+    EXPECT_EQ(planned_ctas(64), decode.num_ctas()) << "graph " << graph;  // 512 tiles
+  }
+  cuda::stream_synchronize(nullptr);
+}
+
 // A batch of equal lengths with fewer tiles than CTAs: every tile is cut into near-equal
 // chunks and no CTA gets more than one (cuts at multiples of total KV / #CTA gave the busiest
 // CTA 8 items and 12% more than the mean at batch 16, kv 4096 on 396 CTAs).

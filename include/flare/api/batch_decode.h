@@ -118,7 +118,9 @@ class BatchDecode {
            float v_scale = 1.0f);
 
   const BatchDecodeConfig& config() const;
-  int num_ctas() const;           // persistent decode CTAs (fixed at creation)
+  // Persistent decode CTAs (fixed at creation). Outside CUDA-graph mode a plan with at most one
+  // (request, KV head, row tile) per SM uses, and run() launches, half of a four-per-SM grid.
+  int num_ctas() const;
   int rows_per_item() const;      // packed query rows one work item holds (head-group tile)
   const Plan& last_plan() const;  // the latest plan (host copy), for tests and tools
   size_t workspace_size() const;  // device bytes held
