@@ -280,15 +280,21 @@ INSTANTIATE_TEST_SUITE_P(Cases, BatchDecodeVsReference, ::testing::ValuesIn(case
                            return info.param.name;
                          });
 
-// Long single requests must be split across CTAs (that is what makes batch 1 fast) and merged.
-TEST(BatchDecodePlan, LongRequestsAreSplitAndMerged) {
-  FLARE_REQUIRE_GPU();
+// The bf16 32 q / 8 kv heads, D 128, page 16 decode the planner tests below use.
+BatchDecodeConfig planner_test_config(int max_batch) {
   BatchDecodeConfig config;
-  config.max_batch = 4;
+  config.max_batch = max_batch;
   config.num_qo_heads = 32;
   config.num_kv_heads = 8;
   config.head_dim = 128;
   config.page_size = 16;
+  return config;
+}
+
+// Long single requests must be split across CTAs (that is what makes batch 1 fast) and merged.
+TEST(BatchDecodePlan, LongRequestsAreSplitAndMerged) {
+  FLARE_REQUIRE_GPU();
+  BatchDecodeConfig config = planner_test_config(4);
   BatchDecode decode(config);
   const std::vector<int32_t> indptr = {0, 2048};
   const std::vector<int32_t> last = {16};
@@ -306,12 +312,7 @@ TEST(BatchDecodePlan, LongRequestsAreSplitAndMerged) {
 // CUDA-graph wrapper (whose captured grid is fixed), use every CTA.
 TEST(BatchDecodePlan, FewTilesPlanTwoOfFourCtasPerSmOutsideGraphs) {
   FLARE_REQUIRE_GPU();
-  BatchDecodeConfig config;
-  config.max_batch = 64;
-  config.num_qo_heads = 32;
-  config.num_kv_heads = 8;
-  config.head_dim = 128;
-  config.page_size = 16;
+  BatchDecodeConfig config = planner_test_config(64);
   const int num_sms = cuda::device_properties(0).num_sms;
   for (const bool graph : {false, true}) {
     config.use_cuda_graph = graph;
@@ -336,12 +337,7 @@ TEST(BatchDecodePlan, FewTilesPlanTwoOfFourCtasPerSmOutsideGraphs) {
 // CTA 8 items and 12% more than the mean at batch 16, kv 4096 on 396 CTAs).
 TEST(BatchDecodePlan, EqualLengthsAreCutEvenly) {
   FLARE_REQUIRE_GPU();
-  BatchDecodeConfig config;
-  config.max_batch = 16;
-  config.num_qo_heads = 32;
-  config.num_kv_heads = 8;
-  config.head_dim = 128;
-  config.page_size = 16;
+  BatchDecodeConfig config = planner_test_config(16);
   BatchDecode decode(config);
   const int tiles = 16 * 8;
   std::vector<int32_t> indptr = {0}, last(16, 16);
