@@ -24,7 +24,8 @@ __device__ __forceinline__ unsigned swizzled_offset(int row, int chunk) {
 // (c + step) ^ (row % 8) = (x ^ (step % 8)) + (step & ~7). One XOR with an immediate.
 // `step` is a constant after unrolling (even).
 __device__ __forceinline__ unsigned chunk_step(unsigned address, int step) {
-  return (address ^ static_cast<unsigned>((step % 8) * 16)) + static_cast<unsigned>((step & ~7) * 16);
+  return (address ^ static_cast<unsigned>((step % 8) * 16)) +
+         static_cast<unsigned>((step & ~7) * 16);
 }
 
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, which lands in r[i].

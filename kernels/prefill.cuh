@@ -25,8 +25,8 @@ __device__ __forceinline__ unsigned q_fragment_offset() {
 }
 __device__ __forceinline__ unsigned k_fragment_offset() {
   const int lane = thread_index() % 32;
-  return mma::swizzled_offset<T::kQKRowBytes>(warp_kv() * T::kKvPerWarp + lane % 8 + (lane / 16) * 8,
-                                            (lane / 8) % 2);
+  return mma::swizzled_offset<T::kQKRowBytes>(
+      warp_kv() * T::kKvPerWarp + lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
 }
 __device__ __forceinline__ unsigned v_fragment_offset() {
   const int lane = thread_index() % 32;
@@ -323,8 +323,8 @@ __device__ __forceinline__ unsigned stage_address(const unsigned char* smem, int
 // `tile` itself arrives in a register (a shared read here would queue behind the copies just
 // issued).
 template <bool kMasked>
-__device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned char* smem,
-                                             int tile, RowState& acc) {
+__device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned char* smem, int tile,
+                                             RowState& acc) {
   ItemShared& shared = item_shared(smem);
   // Row data only where something reads it: masks, or logits that are not linear. Custom-mask
   // bits are gathered before Q.K^T, while the S accumulators are not yet live; the rest after.

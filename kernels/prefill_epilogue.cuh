@@ -56,8 +56,8 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
     const Vec16 out =
         *reinterpret_cast<const Vec16*>(smem + mma::swizzled_offset<T::kVRowBytes>(r, chunk));
     unsigned char* o = static_cast<unsigned char*>(p.o);
-    *reinterpret_cast<Vec16*>(
-        o + (token * p.o_stride_token + head * p.o_stride_head + chunk * 8) * 2) = out;
+    *reinterpret_cast<Vec16*>(o + (token * p.o_stride_token + head * p.o_stride_head + chunk * 8) *
+                                      2) = out;
   }
 }
 

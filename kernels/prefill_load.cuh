@@ -107,8 +107,8 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
   static_assert(FullTileRows<kChunks>::kExact, "whole rows per pass");
   const int tid = thread_index();
   const int row0 = tid / kChunks;
-  const unsigned char* head = static_cast<const unsigned char*>(base) +
-                              kv_head * stride_head * 2 + (tid % kChunks) * 16;
+  const unsigned char* head =
+      static_cast<const unsigned char*>(base) + kv_head * stride_head * 2 + (tid % kChunks) * 16;
   if constexpr (T::kPaged) {
     // Byte strides of a page and a slot fit 32 bits (BatchPrefill::run checks), so a row's
     // address is one 32x32->64 multiply-add of its page id on the slot's address.
@@ -199,7 +199,8 @@ __device__ __forceinline__ void issue_q(const PrefillParams& p, const ItemGeomet
       shared_address(smem), p.q, thread_index(), [&](int row) -> long long {
         if (row >= g.rows) return -1;
         const long long token = g.qo_begin + (row_q_pos[row] - g.q_offset);
-        return token * p.q_stride_token + static_cast<long long>(row_qo_head[row]) * p.q_stride_head;
+        return token * p.q_stride_token +
+               static_cast<long long>(row_qo_head[row]) * p.q_stride_head;
       });
 }
 

@@ -410,8 +410,8 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   // only the planned CTAs, so they land two per SM. Not under CUDA graphs: a captured launch
   // keeps the full grid, where the planned half lands unevenly (decode v9).
   const int64_t group = s.config.num_qo_heads / s.config.num_kv_heads;
-  const int64_t tiles = batch * s.config.num_kv_heads *
-                        ((group + options.query_tile - 1) / options.query_tile);
+  const int64_t tiles =
+      batch * s.config.num_kv_heads * ((group + options.query_tile - 1) / options.query_tile);
   if (!s.config.use_cuda_graph && device.ctas_per_sm >= 4 && tiles <= device.num_sms) {
     device.ctas_per_sm /= 2;
   }
@@ -512,10 +512,8 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.v_stride_slot = nhd ? kv.v.strides[1] : kv.v.strides[2];
   p.v_stride_head = nhd ? kv.v.strides[2] : kv.v.strides[1];
   const int64_t kv_bytes = static_cast<int64_t>(dtype_bytes(c.kv_dtype));
-  check_page_strides_fit_int32(kWhat, "k", p.k_stride_page, p.k_stride_slot, c.page_size,
-                               kv_bytes);
-  check_page_strides_fit_int32(kWhat, "v", p.v_stride_page, p.v_stride_slot, c.page_size,
-                               kv_bytes);
+  check_page_strides_fit_int32(kWhat, "k", p.k_stride_page, p.k_stride_slot, c.page_size, kv_bytes);
+  check_page_strides_fit_int32(kWhat, "v", p.v_stride_page, p.v_stride_slot, c.page_size, kv_bytes);
   p.o_stride_token = o.strides[0];
   p.o_stride_head = o.strides[1];
   p.lse_stride_token = lse ? lse->strides[0] : 0;

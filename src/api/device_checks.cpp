@@ -50,10 +50,10 @@ void check_device_tensor(const char* what, const TensorView& t, const char* name
 void check_page_strides_fit_int32(const char* what, const char* name, int64_t page_stride,
                                   int64_t slot_stride, int64_t page_size, int64_t element_bytes) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  FLARE_CHECK(page_stride * element_bytes <= kMax &&
-                  (page_size - 1) * slot_stride * element_bytes <= kMax,
-              ErrorCode::kUnsupported, what, ": ", name, " page stride ", page_stride,
-              " and slot stride ", slot_stride, " elements: a page must span under 2^31 bytes");
+  FLARE_CHECK(
+      page_stride * element_bytes <= kMax && (page_size - 1) * slot_stride * element_bytes <= kMax,
+      ErrorCode::kUnsupported, what, ": ", name, " page stride ", page_stride, " and slot stride ",
+      slot_stride, " elements: a page must span under 2^31 bytes");
 }
 
 }  // namespace flare::api_detail

@@ -325,8 +325,8 @@ TEST(BatchDecodePlan, FewTilesPlanTwoOfFourCtasPerSmOutsideGraphs) {
       return decode.last_plan().num_ctas;
     };
     const int few = graph ? decode.num_ctas() : decode.num_ctas() / 2;
-    EXPECT_EQ(planned_ctas(1), few) << "graph " << graph;   // 8 tiles
-    EXPECT_EQ(planned_ctas(16), few) << "graph " << graph;  // 128 tiles <= num_sms
+    EXPECT_EQ(planned_ctas(1), few) << "graph " << graph;                 // 8 tiles
+    EXPECT_EQ(planned_ctas(16), few) << "graph " << graph;                // 128 tiles <= num_sms
     EXPECT_EQ(planned_ctas(64), decode.num_ctas()) << "graph " << graph;  // 512 tiles
   }
   cuda::stream_synchronize(nullptr);
