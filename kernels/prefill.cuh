@@ -50,12 +50,12 @@ __device__ __forceinline__ void score_tile(unsigned q_frag, unsigned k_frag,
     unsigned a[T::kMmaQ][4];
 #pragma unroll
     for (int mi = 0; mi < T::kMmaQ; ++mi) {
-      mma::ldmatrix_x4(mma::chunk_step(q_frag, 2 * ks) + mi * 16 * T::kQKRowStride, a[mi]);
+      mma::ldmatrix_x4(mma::chunk_step(q_frag, 2 * ks) + mi * 16 * T::kQKRowBytes, a[mi]);
     }
 #pragma unroll
     for (int nj = 0; nj < T::kTilesS; nj += 2) {
       unsigned b[4];
-      mma::ldmatrix_x4(mma::chunk_step(k_frag, 2 * ks) + nj * 8 * T::kQKRowStride, b);
+      mma::ldmatrix_x4(mma::chunk_step(k_frag, 2 * ks) + nj * 8 * T::kQKRowBytes, b);
 #pragma unroll
       for (int mi = 0; mi < T::kMmaQ; ++mi) {
         mma::mma_16816<T::kCode>(s[mi][nj], a[mi], b[0], b[1]);
@@ -173,7 +173,7 @@ __device__ __forceinline__ void accumulate_pv(unsigned v_frag,
 #pragma unroll
     for (int dn = 0; dn < T::kTilesO; dn += 2) {
       unsigned b[4];
-      mma::ldmatrix_x4_trans(mma::chunk_step(v_frag, dn) + kk * 16 * T::kVRowStride, b);
+      mma::ldmatrix_x4_trans(mma::chunk_step(v_frag, dn) + kk * 16 * T::kVRowBytes, b);
 #pragma unroll
       for (int mi = 0; mi < T::kMmaQ; ++mi) {
         mma::mma_16816<T::kCode>(st.o[mi][dn], a[mi], b[0], b[1]);

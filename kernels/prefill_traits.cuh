@@ -47,16 +47,14 @@ struct Traits {
   static constexpr int kStepsQK = kHeadDimQK / 16;       // k16 steps of Q.K^T
   static constexpr int kStepsPV = kKvPerWarp / 16;       // k16 steps of P.V
 
-  static constexpr int kQKRowBytes = kHeadDimQK * 2;
+  static constexpr int kQKRowBytes = kHeadDimQK * 2;  // also the shared row pitch (swizzled)
   static constexpr int kVRowBytes = kHeadDimVO * 2;
-  static constexpr int kQKRowStride = kQKRowBytes;  // shared row pitch (swizzled, unpadded)
-  static constexpr int kVRowStride = kVRowBytes;
   static constexpr int kQKChunks = kHeadDimQK / 8;  // 16-byte chunks per row
   static constexpr int kVChunks = kHeadDimVO / 8;
   static constexpr int kStages = kPrefillKvStages;
-  static constexpr int kQBytes = kQueryTile * kQKRowStride;
-  static constexpr int kKBytes = kKvTile * kQKRowStride;
-  static constexpr int kStageBytes = kKBytes + kKvTile * kVRowStride;
+  static constexpr int kQBytes = kQueryTile * kQKRowBytes;
+  static constexpr int kKBytes = kKvTile * kQKRowBytes;
+  static constexpr int kStageBytes = kKBytes + kKvTile * kVRowBytes;
   static constexpr int kPageIdsOffset = kQBytes + kStages * kStageBytes;
   static constexpr int kStageRowFloats = kHeadDimVO + kPrefillStagePad;
   static constexpr int kItemOffset = prefill_item_offset(kShape);
