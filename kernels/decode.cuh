@@ -401,42 +401,30 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
   }
 }
 
-// A work item and its request's page-list metadata. The kernel loads the next item's while the
-// current one streams, so an item starts with one dependent load (its page ids), not three.
+// A work item and what it needs of its request and its merge (staged by the plan).
 struct ItemRecord {
   WorkItem item;
-  int page_begin;
-  int page_end;
-  int last_page_len;
-  MergeRange merge;  // split items only (partial_slot >= 0)
+  DecodeItemMeta meta;
 };
 
-__device__ __forceinline__ void load_request_metadata(const DecodeParams& p, ItemRecord& r) {
-  r.page_begin = __ldg(p.kv_indptr + r.item.request);
-  r.page_end = __ldg(p.kv_indptr + r.item.request + 1);
-  r.last_page_len = __ldg(p.kv_last_page_len + r.item.request);
-  r.merge = {-1, 0, 0};
-  if (r.item.partial_slot >= 0) {
-    const int* merge_indptr = reinterpret_cast<const int*>(p.workspace + p.offsets.merge_indptr);
-    r.merge.merge_item = r.item.reserved;
-    r.merge.slot_begin = __ldg(merge_indptr + r.item.reserved);
-    r.merge.slot_end = __ldg(merge_indptr + r.item.reserved + 1);
-  }
+__device__ __forceinline__ ItemRecord load_record(const DecodeParams& p, int w) {
+  const auto* items = reinterpret_cast<const WorkItem*>(p.workspace + p.offsets.work_items);
+  ItemRecord r;
+  r.item = items[w];
+  r.meta = p.item_meta[w];
+  return r;
 }
 
-// Runs `record`'s item; once its first tiles are in flight, loads the metadata of `next` (whose
-// WorkItem the caller loaded before this call) when there is one.
+// Runs `record`'s item (the caller has the next item's record in flight meanwhile).
 __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord& record,
-                                         ItemRecord& next, bool has_next, unsigned char* smem) {
+                                         unsigned char* smem) {
   const WorkItem& item = record.item;
   const int lane = threadIdx.x % T::kLanes;
-  const int page_begin = record.page_begin;
-  const int num_pages = record.page_end - page_begin;
-  const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * T::kPageSize + record.last_page_len;
+  const int kv_len = record.meta.kv_len;
 
   ItemGeometry g;
   g.kv_head = item.kv_head;
-  g.page_base = page_begin;
+  g.page_base = record.meta.page_begin;
   g.kv_hi = item.kv_end;
   const int q_pos = kv_len - 1;  // one query token per request, bottom-right aligned
   const int visible = Variant::visible_begin(p.variant, q_pos);
@@ -492,7 +480,6 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     }
   }
   fetch_pages(p, g, T::kStages - 1, pages);
-  if (has_next) load_request_metadata(p, next);
   for (int tile = 0; tile < g.num_tiles; ++tile) {
     cp_async_wait<T::kStages - 2>();
     // Tile `tile` has landed for every thread, and every thread is done with tile - 1, whose
@@ -511,10 +498,9 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
   write_item(p, item, st, lane_scores, reinterpret_cast<float*>(smem));
   if (item.partial_slot >= 0) {
     using M = FusedMerge<T>;
-    int* flag = reinterpret_cast<int*>(smem + M::kSharedBytes) - 1;
-    if (arrived_last(p.merge_counters, record.merge.merge_item,
-                     record.merge.slot_end - record.merge.slot_begin, flag)) {
-      merge_split_tile<T>(p, item, record.merge, smem,
+    const MergeRange range = {item.reserved, record.meta.slot_begin, record.meta.slot_count};
+    if (arrived_last(p.merge_counters, range, reinterpret_cast<int*>(smem + M::kFlagOffset))) {
+      merge_split_tile<T>(p, item, range, smem,
                           [&p, item](int r, int quad, const float(&acc)[4], float lse) {
                             store_output(p, item, r, quad, acc, lse);
                           });
@@ -529,24 +515,21 @@ extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads,
                                              flare::decode::Traits::kMinCtasPerSm)
     flare_decode(const flare::DecodeParams params) {
   extern __shared__ __align__(16) unsigned char flare_decode_smem[];
-  const unsigned char* ws = params.workspace;
-  const auto* counts = reinterpret_cast<const flare::PlanCounts*>(ws + params.offsets.counts);
-  const int* cta_indptr = reinterpret_cast<const int*>(ws + params.offsets.cta_indptr);
-  const auto* items = reinterpret_cast<const flare::WorkItem*>(ws + params.offsets.work_items);
-  // All three loads in flight at once; cta_indptr has an entry for every CTA of the grid, read
-  // only when the plan uses this CTA.
-  const int num_ctas = counts->num_ctas;
-  const int begin = cta_indptr[blockIdx.x];
-  const int end = cta_indptr[blockIdx.x + 1];
-  if (static_cast<int>(blockIdx.x) >= num_ctas || begin >= end) return;
-  flare::decode::ItemRecord current;
-  current.item = items[begin];
-  flare::decode::load_request_metadata(params, current);
+  // One load (64 bytes) to the CTA's queue and its first item; the next item's record is in
+  // flight while each item streams. The empty-queue test reads a field of each 16-byte part
+  // (request, kv_begin and page_begin are never negative): otherwise ptxas sinks three of the
+  // four loads below the exit, a second round trip before the first page ids.
+  const flare::DecodeCtaStart start = params.cta_starts[blockIdx.x];
+  const int begin = start.begin;
+  const int end = start.end;
+  if (((end - begin - 1) | start.item.request | start.item.kv_begin | start.meta.page_begin) < 0) {
+    return;  // begin >= end
+  }
+  flare::decode::ItemRecord current = {start.item, start.meta};
   for (int w = begin; w < end; ++w) {
-    const bool has_next = w + 1 < end;
     flare::decode::ItemRecord next = current;
-    if (has_next) next.item = items[w + 1];  // in flight while `current` runs
-    flare::decode::run_item(params, current, next, has_next, flare_decode_smem);
+    if (w + 1 < end) next = flare::decode::load_record(params, w + 1);
+    flare::decode::run_item(params, current, flare_decode_smem);
     current = next;
   }
 }

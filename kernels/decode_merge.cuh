@@ -12,39 +12,43 @@
 
 namespace flare::decode {
 
-// Where a work item of a split tile finds its merge (ItemRecord carries it from the plan):
-// WorkItem.reserved is the merge item (BatchDecode::plan writes it), its slots are
-// merge_slots[slot_begin, slot_end).
+// Where a work item of a split tile finds its merge: WorkItem.reserved is the merge item
+// (BatchDecode::plan writes it), DecodeItemMeta the tile's partial slots, which the planner
+// numbers consecutively in KV order (Plan::merge_slots is the identity).
 struct MergeRange {
   int merge_item;
   int slot_begin;
-  int slot_end;
+  int slot_count;
 };
 
+// The merge stages a pass of slots' partial rows in the CTA's shared memory with cp.async (all
+// copies in flight at once, no registers held), then folds them from there: a tile costs one
+// L2 round trip per pass after its arrival count, where loading partial rows into registers in
+// batches of 16 cost one per batch plus one for the slot ids.
 template <class Tr>
 struct FusedMerge {
   static constexpr int kQuads = Tr::kHeadDim / 4;
   // (row, 4 dims) outputs of a tile; when they are fewer than threads, kSlotLanes threads share
-  // a unit, each taking every kSlotLanes-th slot (loads in flight scale with the threads).
+  // a unit, each taking every kSlotLanes-th slot.
   static constexpr int kUnits = Tr::kRows * kQuads;
   static constexpr int kSlotLanes = kUnits >= Tr::kThreads ? 1 : Tr::kThreads / kUnits;
   static constexpr int kUnitThreads = Tr::kThreads / kSlotLanes;
   static constexpr int kUnitsPerThread = kUnits / kUnitThreads;
-  // Slots whose partial rows one thread loads before folding them in: the merge's time is
-  // about the number of these batches times the L2 latency. 32 slots per batch across the slot
-  // lanes, at most 16 per thread (registers: the merge must not need more than the KV loop).
-  static constexpr int kBatch = kSlotLanes >= 8 ? 2 : (kSlotLanes >= 4 ? 8 : 16);
-  // Slot ids staged in shared memory per pass (a tile has at most 2 * #CTA slots; a long
-  // request on few KV heads takes several passes).
-  static constexpr int kStagedSlots = 256;
-  // Shared memory: staged slot ids, the per-thread states of the slot-lane combine, the flag.
+  // Shared memory: [kSlotsPerPass][kRows][D] partial rows, [kSlotsPerPass][kRows] lse (log2
+  // units), the slot-lane combine, the arrival flag.
   static constexpr int kCombineFloats = kSlotLanes > 1 ? Tr::kThreads * 6 : 0;
-  static constexpr int kSharedBytes = (kStagedSlots + kCombineFloats + 1) * 4;
+  static constexpr int kSlotBytes = Tr::kRows * (Tr::kHeadDim + 1) * 4;
+  static constexpr int kSlotsPerPass =
+      (Tr::kSharedBytes - kCombineFloats * 4 - 16) / kSlotBytes / kSlotLanes * kSlotLanes;
+  static constexpr int kLseOffset = kSlotsPerPass * Tr::kRows * Tr::kHeadDim * 4;
+  static constexpr int kCombineOffset = kLseOffset + kSlotsPerPass * Tr::kRows * 4;
+  static constexpr int kFlagOffset = kCombineOffset + kCombineFloats * 4;
 
   static_assert(kUnits % kUnitThreads == 0 && kSlotLanes * kUnitThreads == Tr::kThreads,
                 "units tile the threads");
   static_assert(kSlotLanes == 1 || kUnitsPerThread == 1, "slot lanes only with one unit each");
-  static_assert(kSharedBytes <= Tr::kSharedBytes, "merge scratch fits the pipeline's memory");
+  static_assert(kSlotsPerPass >= kSlotLanes && kSlotsPerPass >= 2, "a pass holds some slots");
+  static_assert(kLseOffset % 16 == 0 && kFlagOffset + 4 <= Tr::kSharedBytes, "merge scratch");
 };
 
 // Online softmax merge of partial states: m = max log2-sum-exp so far, d = sum of
@@ -74,18 +78,20 @@ struct SlotSum {
   }
 };
 
-// Counts this CTA's chunk as arrived at `merge_item` (`slot_count` chunks arrive once per run);
+// Counts this CTA's chunk of the tile as arrived (range.slot_count chunks arrive once per run);
 // true in every thread of the CTA that arrived last. Called by all threads after each wrote its
-// share of the partial slot. The last arrival resets the count for the next run.
-__device__ __forceinline__ bool arrived_last(int* counters, int merge_item, int slot_count,
+// share of the partial slot. The last arrival resets the count for the next run. One thread
+// fences and counts after the barrier (the pattern of cooperative groups' grid sync): the
+// barrier orders the other threads' stores before its fence.
+__device__ __forceinline__ bool arrived_last(int* counters, const MergeRange& range,
                                              int* shared_flag) {
-  __threadfence();  // this thread's partial-slot stores are visible before the count moves
   __syncthreads();
   if (threadIdx.x == 0) {
-    const int arrived = atomicAdd(counters + merge_item, 1) + 1;
-    const int last = arrived == slot_count;
+    __threadfence();  // the CTA's partial-slot stores are visible before the count moves
+    const int arrived = atomicAdd(counters + range.merge_item, 1) + 1;
+    const int last = arrived == range.slot_count;
     if (last) {
-      counters[merge_item] = 0;
+      counters[range.merge_item] = 0;
       __threadfence();  // the other chunks' slots are read after their counts
     }
     *shared_flag = last;
@@ -94,31 +100,43 @@ __device__ __forceinline__ bool arrived_last(int* counters, int merge_item, int 
   return *shared_flag != 0;
 }
 
-// Merges the partial slots of `item`'s tile, merge_slots[range.slot_begin, range.slot_end), and
-// hands each finished (row, 4 dims) to store(r, quad, acc, lse) (natural-log lse). All threads
-// call it; `scratch` is the CTA's shared memory (FusedMerge::kSharedBytes).
+// Merges the partial slots of `item`'s tile, [range.slot_begin, + range.slot_count), and hands
+// each finished (row, 4 dims) to store(r, quad, acc, lse) (natural-log lse). All threads call
+// it; `scratch` is the CTA's shared memory (FusedMerge's layout).
 template <class Tr, class Store>
 __device__ __forceinline__ void merge_split_tile(const DecodeParams& p, const WorkItem& item,
                                                  const MergeRange& range, unsigned char* scratch,
                                                  Store store) {
   using M = FusedMerge<Tr>;
-  int* staged = reinterpret_cast<int*>(scratch);                        // [kStagedSlots]
-  float* combine = reinterpret_cast<float*>(staged + M::kStagedSlots);  // [6][kThreads]
+  const float* staged_o = reinterpret_cast<const float*>(scratch);
+  float* staged_lse = reinterpret_cast<float*>(scratch + M::kLseOffset);
+  float* combine = reinterpret_cast<float*>(scratch + M::kCombineOffset);  // [6][kThreads]
   const int rows = item.row_end - item.row_begin;
   const int sub = threadIdx.x / M::kUnitThreads;
-  const int partial_rows = p.offsets.partial_rows;
-  const int* slots = reinterpret_cast<const int*>(p.workspace + p.offsets.merge_slots);
+  const int partial_rows = p.offsets.partial_rows;  // rows per slot, <= kRows
   const float* partial_o = reinterpret_cast<const float*>(p.workspace + p.offsets.partial_o);
   const float* partial_lse = reinterpret_cast<const float*>(p.workspace + p.offsets.partial_lse);
 
   SlotSum sums[M::kUnitsPerThread];
 #pragma unroll
   for (int k = 0; k < M::kUnitsPerThread; ++k) sums[k].init();
-  for (int pass = range.slot_begin; pass < range.slot_end; pass += M::kStagedSlots) {
-    const int count =
-        range.slot_end - pass < M::kStagedSlots ? range.slot_end - pass : M::kStagedSlots;
-    __syncthreads();  // the previous pass is done with the staged ids
-    for (int j = threadIdx.x; j < count; j += Tr::kThreads) staged[j] = __ldg(slots + pass + j);
+  for (int pass = 0; pass < range.slot_count; pass += M::kSlotsPerPass) {
+    const int count = range.slot_count - pass < M::kSlotsPerPass ? range.slot_count - pass
+                                                                 : M::kSlotsPerPass;
+    // The pass's slots are contiguous: partial rows as 16-byte copies (a slot is partial_rows x
+    // D floats, D >= 64: whole chunks), lse through L2. int32 offsets: the partial sections
+    // hold 2 * #CTA slots of <= 8 x 256 floats.
+    const int first_row = (range.slot_begin + pass) * partial_rows;
+    const int chunks = count * partial_rows * (Tr::kHeadDim / 4);
+    const float* src = partial_o + first_row * Tr::kHeadDim;
+    __syncthreads();  // the previous pass (or the arrival flag's readers) are done
+    const unsigned dst = shared_address(scratch);
+    for (int c = threadIdx.x; c < chunks; c += Tr::kThreads) cp_async_16(dst + c * 16, src + c * 4);
+    cp_async_commit();
+    for (int e = threadIdx.x; e < count * partial_rows; e += Tr::kThreads) {
+      staged_lse[e] = load_l2(partial_lse + first_row + e) * kLog2e;
+    }
+    cp_async_wait<0>();
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < M::kUnitsPerThread; ++k) {
@@ -126,25 +144,11 @@ __device__ __forceinline__ void merge_split_tile(const DecodeParams& p, const Wo
       const int r = unit / M::kQuads;
       const int quad = unit % M::kQuads;
       if (r >= rows) continue;  // padding rows: no partial rows were written
-      for (int j0 = sub; j0 < count; j0 += M::kBatch * M::kSlotLanes) {
-        float lse[M::kBatch];
-        float o[M::kBatch][4];
-#pragma unroll
-        for (int u = 0; u < M::kBatch; ++u) {
-          const int j = j0 + u * M::kSlotLanes;
-          if (j < count) {
-            // int32 offsets: the partial sections hold 2 * #CTA slots of <= 8 x 256 floats.
-            const int row = staged[j] * partial_rows + r;
-            lse[u] = load_l2(partial_lse + row) * kLog2e;
-            load_l2_x4(partial_o + row * Tr::kHeadDim + quad * 4, o[u]);
-          } else {
-            lse[u] = negative_infinity();
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[u][e] = 0.0f;
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < M::kBatch; ++u) sums[k].add(lse[u], 1.0f, o[u]);
+      for (int j = sub; j < count; j += M::kSlotLanes) {
+        const float4 part = *reinterpret_cast<const float4*>(
+            staged_o + (j * partial_rows + r) * Tr::kHeadDim + quad * 4);
+        const float o[4] = {part.x, part.y, part.z, part.w};
+        sums[k].add(staged_lse[j * partial_rows + r], 1.0f, o);
       }
     }
   }

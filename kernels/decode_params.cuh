@@ -9,6 +9,8 @@ typedef int int32_t;
 #include <cstdint>
 #endif
 
+#include "plan_types.cuh"
+
 namespace flare {
 
 // Element type codes of the compile-time defines FLARE_Q_DTYPE / FLARE_KV_DTYPE; equal to the
@@ -44,6 +46,26 @@ struct WorkspaceOffsets {
   int32_t reserved;
 };
 
+// What a decode work item would otherwise look up through its request (kv_indptr,
+// kv_last_page_len, merge_indptr: a chain of dependent loads); BatchDecode::plan stages one per
+// work item from the host's arrays, in the workspace's executor_items section.
+struct alignas(16) DecodeItemMeta {
+  int32_t page_begin;  // the request's first entry of kv_indices
+  int32_t kv_len;      // the request's KV tokens
+  int32_t slot_begin;  // split items: the tile's partial slots [slot_begin, slot_begin + count)
+  int32_t slot_count;  // 0 for write-through items
+};
+
+// A CTA's queue and its first item in one record (the executor_ctas section), so the first K/V
+// page ids are one dependent load after the CTA starts. CTAs beyond the plan get begin == end.
+struct alignas(16) DecodeCtaStart {
+  WorkItem item;        // work_items[begin] (WorkItem.reserved: its merge item, if split)
+  DecodeItemMeta meta;  // its DecodeItemMeta
+  int32_t begin;        // the CTA's work items [begin, end)
+  int32_t end;
+  int32_t reserved[2];
+};
+
 // Strides are in elements; every pointer below stays fixed across plans (CUDA graphs).
 struct DecodeParams {
   const void* q;  // [batch, H_qo, D]
@@ -51,11 +73,11 @@ struct DecodeParams {
   const void* v;
   void* o;                          // [batch, H_qo, D]
   float* lse;                       // [batch, H_qo] or null
-  const int32_t* kv_indptr;         // [batch + 1] pages per request
-  const int32_t* kv_indices;        // page ids
-  const int32_t* kv_last_page_len;  // [batch]
+  const int32_t* kv_indices;  // page ids (page ranges and lengths come from the plan)
   unsigned char* workspace;
   WorkspaceOffsets offsets;
+  const DecodeCtaStart* cta_starts;  // [grid] in the workspace
+  const DecodeItemMeta* item_meta;   // [work items] in the workspace
   // [merge items] arrival counts of split tiles' chunks, 0 between runs (kernels/decode_merge.cuh).
   int32_t* merge_counters;
   int64_t q_stride_token, q_stride_head;

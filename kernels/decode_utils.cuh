@@ -62,12 +62,6 @@ __device__ __forceinline__ float load_l2(const float* src) {
   asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(x) : "l"(src) : "memory");
   return x;
 }
-__device__ __forceinline__ void load_l2_x4(const float* src, float (&out)[4]) {
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(out[0]), "=f"(out[1]), "=f"(out[2]), "=f"(out[3])
-               : "l"(src)
-               : "memory");
-}
 
 __device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000u); }
 

@@ -14,7 +14,7 @@ namespace flare {
 // against KV positions [kv_begin, kv_end). Packed row r = query token r / group, query head
 // kv_head * group + r % group. partial_slot < 0: write straight to the final output
 // (write-through, 002 D.2); otherwise write float32 partial O/LSE into slot `partial_slot`.
-struct WorkItem {
+struct alignas(16) WorkItem {
   int32_t request;
   int32_t kv_head;
   int32_t row_begin;
@@ -22,7 +22,7 @@ struct WorkItem {
   int32_t kv_begin;
   int32_t kv_end;
   int32_t partial_slot;
-  int32_t reserved;  // keeps the record 32 bytes (two 16-byte loads)
+  int32_t reserved;  // 0 from the planner (BatchDecode stores the merge item); 32-byte record
 };
 
 // One split tile to reduce: its rows and KV head; its partial slots are

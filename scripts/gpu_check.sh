@@ -5,8 +5,9 @@
 # small cases of each kernel family, the Python package's pytest suite with PyTorch CUDA
 # tensors, and the decode and prefill benchmarks next to PyTorch SDPA (cuDNN, flash) on the
 # same shapes in the same run. Short tables print last; full logs go to $OUT.
-# Usage: scripts/gpu_check.sh [all|tests|bench]   (default all; `tests` then `bench` splits the
-#   work across two calls of a 10-minute limit: the build is reused)
+# Usage: scripts/gpu_check.sh [all|tests|bench|decode]   (default all; `tests` then `bench`
+#   splits the work across two calls of a 10-minute limit: the build is reused; `decode` builds
+#   the GPU tests only and runs the decode tests, their sanitizer case and the decode benchmark)
 #   FLARE_GTEST_SOURCE=<googletest tree> when GoogleTest is not installed (default: the
 #   machine's /usr/src/googletest, or .deps/googletest); FLARE_GPU_FILTER=<gtest filter>
 #   restricts the GPU tests.
@@ -39,14 +40,48 @@ gtest_source=${FLARE_GTEST_SOURCE:-}
 [ -z "$gtest_source" ] && [ -d .deps/googletest ] && gtest_source="$PWD/.deps/googletest"
 [ -z "$gtest_source" ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] && [ -d /usr/src/googletest ] &&
   gtest_source=/usr/src/googletest
+if [ "$STAGE" = decode ]; then
+  build_extra() { :; }
+  targets=(flare_gpu_tests)
+else
+  build_extra() {
+    g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill.cpp -L"$BUILD" -lflare \
+      -Wl,-rpath,"$PWD/$BUILD" -o "$BUILD/bench_prefill"
+  }
+  targets=(flare_gpu_tests flare_cli flare_tools_tests flare_jit_tests)
+fi
 if ! { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
          ${gtest_source:+-DFLARE_GTEST_SOURCE="$gtest_source"} &&
-       cmake --build "$BUILD" -j"$(nproc)" --target flare_gpu_tests flare_cli flare_tools_tests \
-         flare_jit_tests &&
-       g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill.cpp -L"$BUILD" -lflare \
-         -Wl,-rpath,"$PWD/$BUILD" -o "$BUILD/bench_prefill"; } >"$OUT/build.log" 2>&1; then
+       cmake --build "$BUILD" -j"$(nproc)" --target "${targets[@]}" && build_extra; } \
+    >"$OUT/build.log" 2>&1; then
   tail -n 40 "$OUT/build.log"
   exit 1
+fi
+
+decode_bench() {  # the decode benchmark next to the SDPA anchors
+  FLARE_DECODE_BENCH="$OUT/flare_bench.jsonl" "$BUILD/flare_gpu_tests" \
+    --gtest_filter='DecodeBenchmark.*' >"$OUT/decode_bench.log" 2>&1 ||
+    { status=1; tail -n 20 "$OUT/decode_bench.log"; }
+  PYTHONUNBUFFERED=1 python3 scripts/anchor_decode.py --flare "$OUT/flare_bench.jsonl" \
+    --out "$OUT/anchors.json" >"$OUT/decode_table.txt" 2>&1 || status=1
+}
+
+if [ "$STAGE" = decode ]; then
+  step "decode GPU tests vs the float64 reference"
+  run_logged gpu_tests "$BUILD/flare_gpu_tests" \
+    --gtest_filter="${FLARE_GPU_FILTER:-*Decode*}:-DecodeBenchmark.*" \
+    --gtest_output="json:$OUT/gpu_tests.json"
+  step "compute-sanitizer memcheck + racecheck, small decode case"
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 99 "$BUILD/flare_gpu_tests" \
+      --gtest_filter='BatchDecodeErrors.SanitizerSmallCase' >"$OUT/$tool.log" 2>&1
+    rc=$?
+    echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -n 1)"
+    [ "$rc" -eq 0 ] || status=1
+  done
+  step "decode benchmark vs PyTorch SDPA (logs: $OUT/decode_bench.log, $OUT/anchors.json)"
+  decode_bench
+  cat "$OUT/decode_table.txt"
 fi
 
 if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
@@ -74,11 +109,7 @@ if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
   scripts/gpu_check_python.sh "$OUT/python" -q 2>&1 | tail -n 15 || status=1
 
   step "decode benchmark vs PyTorch SDPA (logs: $OUT/decode_bench.log, $OUT/anchors.json)"
-  FLARE_DECODE_BENCH="$OUT/flare_bench.jsonl" "$BUILD/flare_gpu_tests" \
-    --gtest_filter='DecodeBenchmark.*' >"$OUT/decode_bench.log" 2>&1 ||
-    { status=1; tail -n 20 "$OUT/decode_bench.log"; }
-  PYTHONUNBUFFERED=1 python3 scripts/anchor_decode.py --flare "$OUT/flare_bench.jsonl" \
-    --out "$OUT/anchors.json" >"$OUT/decode_table.txt" 2>&1 || status=1
+  decode_bench
 
   step "prefill benchmark vs PyTorch SDPA (log: $OUT/prefill_bench.log)"
   { "$BUILD/bench_prefill" && PYTHONUNBUFFERED=1 python3 scripts/bench_prefill_torch.py; } \

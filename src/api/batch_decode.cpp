@@ -287,6 +287,8 @@ WorkspaceBounds bounds_of(const BatchDecodeConfig& c, int num_ctas) {
   b.num_qo_heads = c.num_qo_heads;
   b.num_kv_heads = c.num_kv_heads;
   b.head_dim_vo = c.head_dim;
+  b.executor_cta_bytes = sizeof(DecodeCtaStart);
+  b.executor_item_bytes = sizeof(DecodeItemMeta);
   return b;
 }
 
@@ -310,25 +312,53 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   return r;
 }
 
-// The decode kernel merges split tiles itself: each split work item carries its merge item in
-// WorkItem.reserved (the planner leaves that field 0), written into the staged plan region.
-void stage_merge_items(const Plan& plan, const WorkspaceLayout& layout, std::byte* staging,
-                       std::vector<int32_t>& merge_of_slot) {
+static_assert(sizeof(DecodeCtaStart) == 64 && sizeof(DecodeItemMeta) == 16 &&
+                  sizeof(WorkItem) == 32,
+              "kernels/decode_params.cuh records: 16-byte loads");
+
+// The decode kernel's own records in the staged plan region (kernels/decode_params.cuh): each
+// split item's merge item in WorkItem.reserved (the planner leaves that field 0), each item's
+// request page range, length and partial slots, and each grid CTA's queue with its first item.
+void stage_decode_records(const Plan& plan, const WorkspaceLayout& layout,
+                          std::span<const int32_t> kv_indptr, const std::vector<int32_t>& kv_len,
+                          std::byte* staging, std::vector<int32_t>& merge_of_slot) {
   merge_of_slot.assign(static_cast<size_t>(plan.num_partial_slots), -1);
   for (size_t m = 0; m < plan.merge_items.size(); ++m) {
     for (int32_t i = plan.merge_indptr[m]; i < plan.merge_indptr[m + 1]; ++i) {
-      merge_of_slot[static_cast<size_t>(plan.merge_slots[static_cast<size_t>(i)])] =
-          static_cast<int32_t>(m);
+      // The kernel reads a tile's partial states as one range of slots.
+      FLARE_CHECK(plan.merge_slots[static_cast<size_t>(i)] == i, ErrorCode::kInternal, kWhat,
+                  ": merge slot ", i, " is partial slot ", plan.merge_slots[static_cast<size_t>(i)],
+                  "; the decode kernel needs consecutive slots per merge item");
+      merge_of_slot[static_cast<size_t>(i)] = static_cast<int32_t>(m);
     }
   }
-  auto* staged = reinterpret_cast<WorkItem*>(staging + layout.work_items);
+  auto* items = reinterpret_cast<WorkItem*>(staging + layout.work_items);
+  auto* meta = reinterpret_cast<DecodeItemMeta*>(staging + layout.executor_items);
   for (size_t w = 0; w < plan.work_items.size(); ++w) {
-    const int32_t slot = plan.work_items[w].partial_slot;
-    if (slot < 0) continue;
-    const int32_t merge_item = merge_of_slot[static_cast<size_t>(slot)];
-    FLARE_CHECK(merge_item >= 0, ErrorCode::kInternal, kWhat, ": partial slot ", slot,
-                " of work item ", w, " belongs to no merge item");
-    staged[w].reserved = merge_item;
+    const WorkItem& item = plan.work_items[w];
+    const auto request = static_cast<size_t>(item.request);
+    DecodeItemMeta record{kv_indptr[request], kv_len[request], 0, 0};
+    if (item.partial_slot >= 0) {
+      const int32_t merge = merge_of_slot[static_cast<size_t>(item.partial_slot)];
+      FLARE_CHECK(merge >= 0, ErrorCode::kInternal, kWhat, ": partial slot ", item.partial_slot,
+                  " of work item ", w, " belongs to no merge item");
+      items[w].reserved = merge;
+      record.slot_begin = plan.merge_indptr[static_cast<size_t>(merge)];
+      record.slot_count = plan.merge_indptr[static_cast<size_t>(merge) + 1] - record.slot_begin;
+    }
+    meta[w] = record;
+  }
+  auto* starts = reinterpret_cast<DecodeCtaStart*>(staging + layout.executor_ctas);
+  const auto num_items = static_cast<int32_t>(plan.work_items.size());
+  for (int c = 0; c < layout.num_ctas; ++c) {
+    DecodeCtaStart start{};
+    start.begin = c < plan.num_ctas ? plan.cta_indptr[static_cast<size_t>(c)] : num_items;
+    start.end = c < plan.num_ctas ? plan.cta_indptr[static_cast<size_t>(c) + 1] : num_items;
+    if (start.begin < start.end) {
+      start.item = items[start.begin];
+      start.meta = meta[start.begin];
+    }
+    starts[c] = start;
   }
 }
 
@@ -427,7 +457,7 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
 
   cuda::set_device(s.config.device);
   std::byte* staged = s.plan_staging.write(next, s.k.layout);
-  stage_merge_items(next, s.k.layout, staged, s.merge_of_slot);
+  stage_decode_records(next, s.k.layout, kv_indptr, s.kv_len, staged, s.merge_of_slot);
   s.plan_staging.copy_to(s.workspace.data(), stream);
   s.plan = std::move(next);
   s.planned = true;
@@ -497,11 +527,11 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.v = kv.v.data;
   p.o = o.data;
   p.lse = lse ? lse->ptr<float>() : nullptr;
-  p.kv_indptr = kv.table.indptr.ptr<const int32_t>();
   p.kv_indices = kv.table.indices.ptr<const int32_t>();
-  p.kv_last_page_len = kv.table.last_block_len.ptr<const int32_t>();
   p.workspace = static_cast<unsigned char*>(s.workspace.data());
   p.offsets = offsets_of(s.k.layout);
+  p.cta_starts = reinterpret_cast<const DecodeCtaStart*>(p.workspace + s.k.layout.executor_ctas);
+  p.item_meta = reinterpret_cast<const DecodeItemMeta*>(p.workspace + s.k.layout.executor_items);
   p.merge_counters = static_cast<int32_t*>(s.merge_counters.data());
   p.q_stride_token = q.strides[0];
   p.q_stride_head = q.strides[1];

@@ -85,6 +85,14 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
       place(end, section_bytes(layout.max_merge_items, sizeof(MergeItem), "merge_items"));
   layout.merge_slots =
       place(end, section_bytes(layout.max_partial_slots, sizeof(int32_t), "merge_slots"));
+  FLARE_CHECK(bounds.executor_cta_bytes <= 4096 && bounds.executor_item_bytes <= 4096,
+              ErrorCode::kInvalidArgument,
+              "workspace_layout: executor records must be <= 4096 bytes, got executor_cta_bytes=",
+              bounds.executor_cta_bytes, " executor_item_bytes=", bounds.executor_item_bytes);
+  layout.executor_ctas =
+      place(end, section_bytes(bounds.num_ctas, bounds.executor_cta_bytes, "executor_ctas"));
+  layout.executor_items = place(
+      end, section_bytes(layout.max_work_items, bounds.executor_item_bytes, "executor_items"));
   layout.plan_bytes = end;
   const int64_t slot_rows = layout.max_partial_slots * bounds.max_query_tile;
   const int64_t slot_floats = slot_rows <= kMaxSectionBytes / bounds.head_dim_vo

@@ -1,6 +1,7 @@
 // The decode benchmark of issue 4 (skipped unless FLARE_DECODE_BENCH names an output file):
 // bf16, 32 query / 8 KV heads, D = 128, pages in a randomly permuted pool that is filled with
-// random values on the device; KV bytes read per second from CUDA events around each run()
+// random values on the device (one case keeps the pages in pool order, to measure what the
+// shuffle costs); KV bytes read per second from CUDA events around each run()
 // (median of 30), rotating among page tables over >= 1 GiB of distinct pages so no run is
 // served from L2. Writes one JSON object per case; asserts every output was written.
 #include <gtest/gtest.h>
@@ -67,6 +68,9 @@ struct BenchCase {
   int page_size = 16;
   DType kv_dtype = DType::kBF16;
   KVLayout layout = KVLayout::kNHD;
+  // Pages of each rotation in pool order instead of shuffled: what random page placement costs
+  // against KV laid out contiguously (the SDPA anchors' layout).
+  bool pages_in_order = false;
 };
 
 std::vector<int32_t> constant(int batch, int len) { return std::vector<int32_t>(batch, len); }
@@ -102,6 +106,8 @@ std::vector<BenchCase> bench_cases() {
   cases.push_back({"b64_kv8192_e4m3", constant(64, 8192), 16, DType::kE4M3});
   cases.push_back({"b64_kv8192_hnd", constant(64, 8192), 16, DType::kBF16, KVLayout::kHND});
   cases.push_back({"b16_kv4096_page1", constant(16, 4096), 1});
+  cases.push_back({"b64_kv8192_pages_in_order", constant(64, 8192), 16, DType::kBF16,
+                   KVLayout::kNHD, true});
   return cases;
 }
 
@@ -150,7 +156,7 @@ TEST(DecodeBenchmark, Issue4Table) {
     // Each rotation: its own pages of the pool, in random order.
     std::vector<int32_t> pool_ids(static_cast<size_t>(pool_pages));
     std::iota(pool_ids.begin(), pool_ids.end(), 0);
-    rng.shuffle(pool_ids);
+    if (!bc.pages_in_order) rng.shuffle(pool_ids);
     std::vector<int32_t> all_indices(pool_ids.begin(), pool_ids.begin() + rotations * pages);
     cuda::DeviceBuffer indices(all_indices.size() * 4), indptr_d(indptr.size() * 4),
         last_d(last.size() * 4);
@@ -233,7 +239,8 @@ TEST(DecodeBenchmark, Issue4Table) {
     const Plan& plan = decode.last_plan();
     out << "{\"case\": \"" << bc.name << "\", \"batch\": " << batch
         << ", \"kv_tokens\": " << kv_tokens << ", \"page_size\": " << bc.page_size
-        << ", \"kv_dtype\": \"" << dtype_name(bc.kv_dtype) << "\", \"layout\": \""
+        << ", \"kv_dtype\": \"" << dtype_name(bc.kv_dtype) << "\", \"pages_in_order\": "
+        << (bc.pages_in_order ? "true" : "false") << ", \"layout\": \""
         << kv_layout_name(bc.layout) << "\", \"kv_bytes\": " << kv_bytes
         << ", \"median_us\": " << median_ms * 1e3 << ", \"min_us\": " << ms.front() * 1e3
         << ", \"host_us_per_run\": " << host_us

@@ -175,7 +175,7 @@ std::vector<DecodeCase> cases() {
     add(c);
   }
   {
-    // One KV head: ~360 chunks of one tile, merged in several passes of staged slot ids.
+    // One KV head: ~360 chunks of one tile, merged in many passes of staged partial rows.
     DecodeCase c{"d128_gqa1_batch1_kv40000_many_slots"};
     c.kv_lens = {40000};
     c.num_qo_heads = 1, c.num_kv_heads = 1;

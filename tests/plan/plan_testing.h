@@ -126,6 +126,9 @@ inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanO
   ASSERT_EQ(plan.merge_indptr.front(), 0);
   ASSERT_EQ(plan.merge_slots.size(), static_cast<size_t>(plan.num_partial_slots));
   ASSERT_EQ(plan.merge_indptr.back(), plan.num_partial_slots);
+  for (size_t slot = 0; slot < plan.merge_slots.size(); ++slot) {
+    ASSERT_EQ(plan.merge_slots[slot], static_cast<int32_t>(slot)) << "merge_slots is the identity";
+  }
 
   for (int cta = 0; cta < plan.num_ctas; ++cta) {
     double cost = 0.0;

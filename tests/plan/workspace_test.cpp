@@ -54,6 +54,39 @@ TEST(WorkspaceLayout, SectionsAreAlignedOrderedAndSized) {
   EXPECT_LE(layout.total_bytes - layout.partial_o, 2u * 132 * 16 * 32 * 129 * sizeof(float));
 }
 
+TEST(WorkspaceLayout, ExecutorSectionsAreInsideThePlanRegion) {
+  WorkspaceBounds bounds = decode_bounds();
+  const WorkspaceLayout without = workspace_layout(bounds);
+  EXPECT_EQ(without.executor_items, without.plan_bytes) << "empty sections end the region";
+  EXPECT_GE(without.executor_ctas, without.merge_slots + 264 * sizeof(int32_t));
+  bounds.executor_cta_bytes = 64;
+  bounds.executor_item_bytes = 16;
+  const WorkspaceLayout with = workspace_layout(bounds);
+  EXPECT_EQ(with.executor_ctas % 256, 0u);
+  EXPECT_EQ(with.executor_items % 256, 0u);
+  EXPECT_EQ(with.executor_ctas, without.executor_ctas);
+  EXPECT_GE(with.executor_items, with.executor_ctas + 132 * 64);
+  EXPECT_GE(with.plan_bytes, with.executor_items + static_cast<size_t>(with.max_work_items) * 16);
+  EXPECT_GE(with.partial_o, with.plan_bytes);
+  EXPECT_EQ(with.total_bytes - with.partial_o, without.total_bytes - without.partial_o);
+  bounds.executor_item_bytes = 4097;
+  EXPECT_THROW(workspace_layout(bounds), Error);
+}
+
+TEST(PlanRegion, WritingThePlanLeavesTheExecutorSections) {
+  WorkspaceBounds bounds = decode_bounds();
+  bounds.executor_cta_bytes = 64;
+  bounds.executor_item_bytes = 16;
+  const WorkspaceLayout layout = workspace_layout(bounds);
+  LengthProblem p({1, 1, 1}, {5000, 20, 300}, 32, 8, 128, 16);
+  const Plan result = plan(p.problem, {132, 1}, {});
+  std::vector<std::byte> region(layout.plan_bytes, std::byte{0xab});
+  write_plan_region(result, layout, region.data());
+  for (size_t i = layout.executor_ctas; i < layout.plan_bytes; ++i) {
+    ASSERT_EQ(region[i], std::byte{0xab}) << "byte " << i - layout.executor_ctas;
+  }
+}
+
 TEST(WorkspaceLayout, OffsetsDependOnlyOnBounds) {
   const WorkspaceLayout a = workspace_layout(decode_bounds());
   const WorkspaceLayout b = workspace_layout(decode_bounds());

@@ -102,8 +102,9 @@ class BatchDecode {
   //          [pages, H_kv, page_size, D] (HND) of kv_dtype, same alignment rule as q (e.g.
   //          K and V sliced out of one [pages, 2, ...] tensor); table.indptr int32 [batch + 1],
   //          table.indices int32 [>= pages used], table.last_block_len int32 [batch], on the
-  //          device, holding the values given to plan() (device arrays are not read back:
-  //          out-of-range page indices are the caller's error)
+  //          device, holding the values given to plan() (the kernel takes page ranges and
+  //          lengths from the plan and reads only table.indices; out-of-range page indices
+  //          are the caller's error)
   //   o      [batch, H_qo, D] q_dtype, same alignment rule
   //   lse    optional float32 [batch, H_qo] (any strides): natural-log sum of exp of the
   //          scaled logits; -inf for requests with kv_len 0 (whose o is 0)

@@ -52,6 +52,11 @@ struct WorkspaceBounds {
   int num_qo_heads = 0;
   int num_kv_heads = 0;
   int head_dim_vo = 0;
+  // Records the executor keeps inside the plan region, so the same one copy moves them: one of
+  // executor_cta_bytes per CTA and one of executor_item_bytes per work item (BatchDecode: each
+  // CTA's queue with its first item, each item's request page range and partial slots).
+  size_t executor_cta_bytes = 0;
+  size_t executor_item_bytes = 0;
 };
 
 // Byte offsets of the sections of one workspace buffer (256-byte aligned). The plan region
@@ -63,6 +68,8 @@ struct WorkspaceLayout {
   size_t merge_indptr = 0;   // int32 [max_merge_items + 1]
   size_t merge_items = 0;    // MergeItem [max_merge_items]
   size_t merge_slots = 0;    // int32 [max_partial_slots]
+  size_t executor_ctas = 0;  // [num_ctas] records of executor_cta_bytes, executor-written
+  size_t executor_items = 0; // [max_work_items] records of executor_item_bytes, executor-written
   size_t plan_bytes = 0;     // end of the plan region
   size_t partial_o = 0;      // float32 [max_partial_slots][max_query_tile][head_dim_vo]
   size_t partial_lse = 0;    // float32 [max_partial_slots][max_query_tile]
@@ -93,6 +100,9 @@ struct Plan {
   std::vector<WorkItem> work_items;  // grouped by CTA, in execution order
   std::vector<int32_t> merge_indptr; // [merge_items.size() + 1] into merge_slots
   std::vector<MergeItem> merge_items;
+  // Partial slots are numbered tile by tile in KV order: merge item i owns exactly the slots
+  // [merge_indptr[i], merge_indptr[i + 1]), so merge_slots[s] == s (the decode kernel reads a
+  // tile's partial states as one contiguous range).
   std::vector<int32_t> merge_slots;
   int32_t num_partial_slots = 0;
   std::vector<double> cta_cost;      // alpha * rows + beta * kv per CTA (for balance checks)
