@@ -162,7 +162,7 @@ __device__ __forceinline__ void fetch_pages(const DecodeParams& p, const ItemGeo
 // ~17% of the fp8 loop's instructions.
 __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeometry& g, int tile,
                                            const int (&pages)[T::kCopiesPerThread],
-                                           unsigned char* smem) {
+                                           unsigned char* smem, bool ready = true) {
   const int column = threadIdx.x % T::kChunksPerRow;
   const int first_row = threadIdx.x / T::kChunksPerRow;
   const unsigned stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes);
@@ -178,7 +178,8 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeom
 #pragma unroll
   for (int i = 0; i < T::kCopiesPerThread; ++i) {
     const int token = first_token + i * T::kCopyRowStride;
-    const bool valid = token < g.kv_hi;  // else pages[i] is 0: the address stays in page 0
+    // Else pages[i] is 0: the address stays in page 0.
+    const bool valid = token < g.kv_hi && ready;
     const int slot = static_cast<int>(static_cast<unsigned>(token) % T::kPageSize);
     const unsigned offset = (first_row + i * T::kCopyRowStride) * T::kRowBytes + column * 16;
     cp_async_16(stage + offset,
@@ -473,9 +474,17 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     int first_pages[T::kStages - 1][T::kCopiesPerThread];
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) fetch_pages(p, g, s, first_pages[s]);
+    // ptxas sinks the later tiles' page-id loads below the first tile's copies (a round trip
+    // later) unless those copies depend on them: page ids are never negative.
+    int all_pages = 0;
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) {
-      if (s < g.num_tiles) issue_tile(p, g, s, first_pages[s], smem);
+#pragma unroll
+      for (int i = 0; i < T::kCopiesPerThread; ++i) all_pages |= first_pages[s][i];
+    }
+#pragma unroll
+    for (int s = 0; s < T::kStages - 1; ++s) {
+      if (s < g.num_tiles) issue_tile(p, g, s, first_pages[s], smem, all_pages >= 0);
       cp_async_commit();
     }
   }

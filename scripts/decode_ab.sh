@@ -21,8 +21,8 @@ for tree in "$OTHER:$BUILD-other" ".:$BUILD"; do
   src=${tree%%:*}; dir=${tree#*:}
   if ! { cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
            ${gtest_source:+-DFLARE_GTEST_SOURCE="$gtest_source"} &&
-         cmake --build "$dir" -j"$(nproc)" --target flare_gpu_tests; } >"$OUT/ab_build.log" 2>&1; then
-    tail -n 30 "$OUT/ab_build.log"
+         cmake --build "$dir" -j"$(nproc)" --target flare_gpu_tests; } >"$OUT/ab_build_${dir//\//_}.log" 2>&1; then
+    tail -n 30 "$OUT/ab_build_${dir//\//_}.log"
     exit 1
   fi
 done
@@ -30,14 +30,15 @@ export FLARE_LOG=quiet
 for round in $(seq "$ROUNDS"); do
   for pair in "other:$BUILD-other" "this:$BUILD"; do
     label=${pair%%:*}; dir=${pair#*:}
-    FLARE_CACHE_DIR="$PWD/$dir/jit-cache" FLARE_DECODE_BENCH="$OUT/ab_$round.jsonl" \
+    result="$OUT/ab_${round}_$label.jsonl"
+    FLARE_CACHE_DIR="$PWD/$dir/jit-cache" FLARE_DECODE_BENCH="$result" \
       FLARE_DECODE_BENCH_CASES="$CASES" "$dir/flare_gpu_tests" --gtest_filter='DecodeBenchmark.*' \
       >"$OUT/ab_run.log" 2>&1 || { tail -n 20 "$OUT/ab_run.log"; exit 1; }
-    python3 -c '
+    python3 - "$result" "round $round $label" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    print(f"{sys.argv[2]:22s} {r[\"case\"]:26s} {r[\"median_us\"]:9.1f} us {r[\"tbps\"]:6.3f} TB/s")
-' "$OUT/ab_$round.jsonl" "round $round $label"
+    print(f"{sys.argv[2]:16s} {r['case']:26s} {r['median_us']:9.1f} us {r['tbps']:6.3f} TB/s")
+PY
   done
 done
