@@ -506,9 +506,8 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
   __syncthreads();  // the pipeline stages become the combine scratch
   write_item(p, item, st, lane_scores, reinterpret_cast<float*>(smem));
   if (item.partial_slot >= 0) {
-    using M = FusedMerge<T>;
     const MergeRange range = {item.reserved, record.meta.slot_begin, record.meta.slot_count};
-    if (arrived_last(p.merge_counters, range, reinterpret_cast<int*>(smem + M::kFlagOffset))) {
+    if (arrived_last(p.merge_counters, range, reinterpret_cast<int*>(smem))) {
       merge_split_tile<T>(p, item, range, smem,
                           [&p, item](int r, int quad, const float(&acc)[4], float lse) {
                             store_output(p, item, r, quad, acc, lse);

@@ -34,21 +34,22 @@ struct FusedMerge {
   static constexpr int kSlotLanes = kUnits >= Tr::kThreads ? 1 : Tr::kThreads / kUnits;
   static constexpr int kUnitThreads = Tr::kThreads / kSlotLanes;
   static constexpr int kUnitsPerThread = kUnits / kUnitThreads;
-  // Shared memory: [kSlotsPerPass][kRows][D] partial rows, [kSlotsPerPass][kRows] lse (log2
-  // units), the slot-lane combine, the arrival flag.
+  // Shared memory: [slots per pass][kRows][D] partial rows, [slots per pass][kRows] lse (log2
+  // units), the slot-lane combine. A pass holds as many slots as the launch's dynamic shared
+  // memory allows (run() gives two-per-SM launches more, so a tile of b1 merges in one pass).
   static constexpr int kCombineFloats = kSlotLanes > 1 ? Tr::kThreads * 6 : 0;
   static constexpr int kSlotBytes = Tr::kRows * (Tr::kHeadDim + 1) * 4;
-  static constexpr int kSlotsPerPass =
-      (Tr::kSharedBytes - kCombineFloats * 4 - 16) / kSlotBytes / kSlotLanes * kSlotLanes;
-  static constexpr int kLseOffset = kSlotsPerPass * Tr::kRows * Tr::kHeadDim * 4;
-  static constexpr int kCombineOffset = kLseOffset + kSlotsPerPass * Tr::kRows * 4;
-  static constexpr int kFlagOffset = kCombineOffset + kCombineFloats * 4;
+  __device__ static int slots_per_pass() {
+    return (static_cast<int>(dynamic_shared_bytes()) - kCombineFloats * 4) / kSlotBytes /
+           kSlotLanes * kSlotLanes;
+  }
+  static constexpr int kMinSlotsPerPass =
+      (Tr::kSharedBytes - kCombineFloats * 4) / kSlotBytes / kSlotLanes * kSlotLanes;
 
   static_assert(kUnits % kUnitThreads == 0 && kSlotLanes * kUnitThreads == Tr::kThreads,
                 "units tile the threads");
   static_assert(kSlotLanes == 1 || kUnitsPerThread == 1, "slot lanes only with one unit each");
-  static_assert(kSlotsPerPass >= kSlotLanes && kSlotsPerPass >= 2, "a pass holds some slots");
-  static_assert(kLseOffset % 16 == 0 && kFlagOffset + 4 <= Tr::kSharedBytes, "merge scratch");
+  static_assert(kMinSlotsPerPass >= kSlotLanes && kMinSlotsPerPass >= 2, "a pass holds slots");
 };
 
 // Online softmax merge of partial states: m = max log2-sum-exp so far, d = sum of
@@ -80,20 +81,22 @@ struct SlotSum {
 
 // Counts this CTA's chunk of the tile as arrived (range.slot_count chunks arrive once per run);
 // true in every thread of the CTA that arrived last. Called by all threads after each wrote its
-// share of the partial slot. The last arrival resets the count for the next run. One thread
-// fences and counts after the barrier (the pattern of cooperative groups' grid sync): the
-// barrier orders the other threads' stores before its fence.
+// share of the partial slot. One thread counts after the barrier with an acquire-release atomic
+// (as CUTLASS's semaphores): the barrier orders the other threads' stores before its release,
+// and its acquire before their reads of the other chunks' slots (after the second barrier).
+// The last arrival resets the count for the next run. `shared_flag` may be any word of the
+// scratch: every reader of the scratch has passed the first barrier.
 __device__ __forceinline__ bool arrived_last(int* counters, const MergeRange& range,
                                              int* shared_flag) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();  // the CTA's partial-slot stores are visible before the count moves
-    const int arrived = atomicAdd(counters + range.merge_item, 1) + 1;
-    const int last = arrived == range.slot_count;
-    if (last) {
-      counters[range.merge_item] = 0;
-      __threadfence();  // the other chunks' slots are read after their counts
-    }
+    int arrived;
+    asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;"
+                 : "=r"(arrived)
+                 : "l"(counters + range.merge_item)
+                 : "memory");
+    const int last = arrived + 1 == range.slot_count;
+    if (last) counters[range.merge_item] = 0;
     *shared_flag = last;
   }
   __syncthreads();
@@ -108,9 +111,10 @@ __device__ __forceinline__ void merge_split_tile(const DecodeParams& p, const Wo
                                                  const MergeRange& range, unsigned char* scratch,
                                                  Store store) {
   using M = FusedMerge<Tr>;
-  const float* staged_o = reinterpret_cast<const float*>(scratch);
-  float* staged_lse = reinterpret_cast<float*>(scratch + M::kLseOffset);
-  float* combine = reinterpret_cast<float*>(scratch + M::kCombineOffset);  // [6][kThreads]
+  const int slots_per_pass = M::slots_per_pass();
+  float* staged_o = reinterpret_cast<float*>(scratch);
+  float* staged_lse = staged_o + slots_per_pass * Tr::kRows * Tr::kHeadDim;
+  float* combine = staged_lse + slots_per_pass * Tr::kRows;  // [6][kThreads]
   const int rows = item.row_end - item.row_begin;
   const int sub = threadIdx.x / M::kUnitThreads;
   const int partial_rows = p.offsets.partial_rows;  // rows per slot, <= kRows
@@ -120,9 +124,9 @@ __device__ __forceinline__ void merge_split_tile(const DecodeParams& p, const Wo
   SlotSum sums[M::kUnitsPerThread];
 #pragma unroll
   for (int k = 0; k < M::kUnitsPerThread; ++k) sums[k].init();
-  for (int pass = 0; pass < range.slot_count; pass += M::kSlotsPerPass) {
-    const int count = range.slot_count - pass < M::kSlotsPerPass ? range.slot_count - pass
-                                                                 : M::kSlotsPerPass;
+  for (int pass = 0; pass < range.slot_count; pass += slots_per_pass) {
+    const int count =
+        range.slot_count - pass < slots_per_pass ? range.slot_count - pass : slots_per_pass;
     // The pass's slots are contiguous: partial rows as 16-byte copies (a slot is partial_rows x
     // D floats, D >= 64: whole chunks), lse through L2. int32 offsets: the partial sections
     // hold 2 * #CTA slots of <= 8 x 256 floats.

@@ -63,6 +63,13 @@ __device__ __forceinline__ float load_l2(const float* src) {
   return x;
 }
 
+// The dynamic shared memory this launch has (run() may give a launch more than the minimum).
+__device__ __forceinline__ unsigned dynamic_shared_bytes() {
+  unsigned bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return bytes;
+}
+
 __device__ __forceinline__ float negative_infinity() { return __int_as_float(0xff800000u); }
 
 __device__ __forceinline__ float fast_exp2(float x) {

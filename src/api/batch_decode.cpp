@@ -254,6 +254,9 @@ struct ResolvedKernels {
   cuda::Function decode = nullptr;
   int num_sms = 0;
   int num_ctas = 0;
+  // Dynamic shared memory of a launch whose plan uses half the CTAs per SM (see plan()): what
+  // two CTAs per SM allow, so the fused merge stages more partial slots per pass.
+  size_t half_grid_shared_bytes = 0;
   WorkspaceLayout layout;
 };
 
@@ -269,6 +272,7 @@ struct BatchDecode::State {
   cuda::DeviceBuffer alibi_slopes;
   api_detail::PlanStaging plan_staging;
   bool planned = false;
+  size_t launch_shared_bytes = 0;  // of the latest plan's launches
   Plan plan;
   std::vector<int32_t> kv_len;  // scratch of plan()
   std::vector<int32_t> qo_len;
@@ -304,7 +308,12 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
       ErrorCode::kUnsupported, kWhat, ": the decode kernel needs ", r.kernels.decode_shared_bytes,
       " bytes of shared memory, device ", config.device, " allows ",
       props.max_shared_bytes_per_block_optin);
-  cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.kernels.decode_shared_bytes));
+  // Two CTAs per SM leave each about half the SM's shared memory (1 KiB per CTA is reserved).
+  const size_t half_sm = static_cast<size_t>(props.max_shared_bytes_per_sm) / 2 - 2048;
+  r.half_grid_shared_bytes =
+      std::max(r.kernels.decode_shared_bytes,
+               std::min(half_sm, static_cast<size_t>(props.max_shared_bytes_per_block_optin)));
+  cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.half_grid_shared_bytes));
   r.num_sms = props.num_sms;
   r.num_ctas = props.num_sms * static_cast<int>(resolved_ctas_per_sm(
                                    config, r.decode, r.kernels.decode_shared_bytes));
@@ -442,8 +451,10 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   const int64_t group = s.config.num_qo_heads / s.config.num_kv_heads;
   const int64_t tiles =
       batch * s.config.num_kv_heads * ((group + options.query_tile - 1) / options.query_tile);
+  size_t launch_shared_bytes = s.k.kernels.decode_shared_bytes;
   if (!s.config.use_cuda_graph && device.ctas_per_sm >= 4 && tiles <= device.num_sms) {
     device.ctas_per_sm /= 2;
+    launch_shared_bytes = s.k.half_grid_shared_bytes;
   }
   const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype);
   const double overhead =
@@ -461,6 +472,7 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   s.plan_staging.copy_to(s.workspace.data(), stream);
   s.plan = std::move(next);
   s.planned = true;
+  s.launch_shared_bytes = launch_shared_bytes;
 }
 
 void BatchDecode::plan(const TensorView& kv_indptr, const TensorView& kv_last_page_len,
@@ -557,7 +569,7 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   // graph-mode launch keeps the full grid fixed at creation (the unplanned CTAs exit at once).
   const int grid = c.use_cuda_graph ? s.k.num_ctas : std::max(s.plan.num_ctas, 1);
   cuda::launch(s.k.decode, static_cast<unsigned>(grid), 1, 1, kDecodeThreads, 1, 1,
-               static_cast<unsigned>(s.k.kernels.decode_shared_bytes), stream, decode_args);
+               static_cast<unsigned>(s.launch_shared_bytes), stream, decode_args);
 }
 
 const BatchDecodeConfig& BatchDecode::config() const { return state_->config; }
