@@ -6,8 +6,7 @@
 //
 // Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256), FLARE_ROWS (1 | 2 | 4 | 8),
 // FLARE_PAGE_SIZE (>= 1), FLARE_Q_DTYPE / FLARE_KV_DTYPE (DTypeCode), and the tuning the host
-// chose (src/api/batch_decode.cpp decode_geometry): FLARE_THREADS (128 | 256),
-// FLARE_TOKENS_PER_GROUP, FLARE_STAGES,
+// chose (src/api/batch_decode.cpp decode_geometry): FLARE_TOKENS_PER_GROUP, FLARE_STAGES,
 // FLARE_MIN_CTAS_PER_SM (the register cap) and FLARE_SHARED_BYTES (the dynamic shared memory it
 // launches with). `struct Variant` comes from the variant source (kernels/variant.cuh describes
 // its interface).
@@ -42,7 +41,7 @@ struct Traits {
   static constexpr bool kFp8 = kKVCode == kCodeE4M3 || kKVCode == kCodeE5M2;
   static constexpr int kKVBytes = kFp8 ? 1 : 2;
 
-  static constexpr int kThreads = FLARE_THREADS;
+  static constexpr int kThreads = 128;
   static constexpr int kMinCtasPerSm = FLARE_MIN_CTAS_PER_SM;
   static constexpr int kDimsPerLane = 8;
   static constexpr int kLanes = kHeadDim / kDimsPerLane;  // 8, 16 or 32: inside one warp
@@ -81,7 +80,6 @@ struct Traits {
   static_assert(kMinCtasPerSm >= 1 && kMinCtasPerSm <= 4, "register cap");
   static_assert((kTokensPerGroup & (kTokensPerGroup - 1)) == 0, "tokens per group");
 
-  static_assert(kThreads == 128 || kThreads == 256, "threads");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim");
   static_assert(kRows == 1 || kRows == 2 || kRows == 4 || kRows == 8, "rows per item");
   static_assert(kPageSize >= 1, "page size");

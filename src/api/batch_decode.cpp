@@ -42,11 +42,9 @@ constexpr int kMaxRowsPerItem = 8;
 // 8-row tiles and fp8's 8-token groups need more registers (2-3 CTAs per SM): 64 KiB each.
 constexpr int kPipelineTargetBytes = 64 * 1024;
 constexpr int kPipelineTargetBytesFourCtas = 48 * 1024;
-// Two CTAs per SM (plans with few tiles, outside CUDA graphs) of 256 threads: with 128-thread
-// CTAs such a launch has two warps per scheduler and streamed at 2.79 TB/s, issue-bound (40%
-// issue active), against 3.0 for four CTAs per SM (H100, b1: 58.3 us at kv 32768, 16.2 at kv
-// 4096). A deeper pipeline at 128 threads was slower (61.7 us; docs/perf.md decode v11).
-constexpr int kHalfGridThreads = 256;
+// Two CTAs per SM (plans with few tiles, outside CUDA graphs): 80 KiB of each CTA's 96 KiB in
+// flight, 160 KiB per SM. With 32 KiB in flight per CTA such a launch streamed at 2.79 TB/s
+// against 3.0 for four CTAs per SM (H100, b1: 58.3 us at kv 32768, 16.2 at kv 4096).
 constexpr int kPipelineTargetBytesHalfGrid = 96 * 1024;
 constexpr int kTwoCtas = 2;
 constexpr int kFourCtas = 4;
@@ -121,7 +119,6 @@ void validate_config(const BatchDecodeConfig& c) {
 }
 
 struct Geometry {
-  int threads = kDecodeThreads;
   int rows = 0;
   int tokens_per_group = 0;
   int stages = 0;
@@ -139,9 +136,8 @@ Geometry decode_geometry(const BatchDecodeConfig& c, bool half_grid) {
   // fixed work (barrier, copies, probability exchange) per token, within 168 registers.
   const bool fp8 = is_fp8(c.kv_dtype);
   g.tokens_per_group = g.rows >= 8 ? 2 : (fp8 && g.rows >= 4 ? 8 : 4);
-  if (half_grid) g.threads = kHalfGridThreads;
   const int lanes = c.head_dim / kDimsPerLane;
-  const int groups = g.threads / lanes;
+  const int groups = kDecodeThreads / lanes;
   const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
   const int stage_bytes = 2 * groups * g.tokens_per_group * row_bytes;
   g.min_ctas_per_sm = g.rows <= 4 && !fp8 ? (half_grid ? kTwoCtas : kFourCtas) : 1;
@@ -192,7 +188,6 @@ jit::KernelSpec decode_spec(const BatchDecodeConfig& config, const Geometry& g,
   spec.entry = "flare_decode";
   spec.variant_source = standard_variant_source(flags);
   spec.defines = {
-      {"FLARE_THREADS", std::to_string(g.threads)},
       {"FLARE_HEAD_DIM", std::to_string(config.head_dim)},
       {"FLARE_ROWS", std::to_string(g.rows)},
       {"FLARE_PAGE_SIZE", std::to_string(config.page_size)},
@@ -225,7 +220,6 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
     const Geometry half = decode_geometry(config, true);
     k.half_grid = decode_spec(config, half, " half-grid");
     k.half_grid_shared_bytes = half.shared_bytes;
-    k.half_grid_threads = half.threads;
   }
   return k;
 }
@@ -343,8 +337,7 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
       static_cast<int>(half_bytes) <= props.max_shared_bytes_per_block_optin) {
     r.half_grid = jit::get_kernel(*r.kernels.half_grid, "flare_decode", config.device);
     cuda::set_max_dynamic_shared(r.half_grid, static_cast<int>(half_bytes));
-    if (cuda::max_active_blocks_per_sm(r.half_grid, r.kernels.half_grid_threads, half_bytes) <
-        kTwoCtas) {
+    if (cuda::max_active_blocks_per_sm(r.half_grid, kDecodeThreads, half_bytes) < kTwoCtas) {
       r.half_grid = nullptr;  // a smaller SM: the main kernel runs half-grid plans
     }
   }
@@ -606,8 +599,7 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   const cuda::Function kernel = s.half_grid_launch ? s.k.half_grid : s.k.decode;
   const size_t shared = s.half_grid_launch ? s.k.kernels.half_grid_shared_bytes
                                            : s.k.kernels.decode_shared_bytes;
-  const int threads = s.half_grid_launch ? s.k.kernels.half_grid_threads : kDecodeThreads;
-  cuda::launch(kernel, static_cast<unsigned>(grid), 1, 1, static_cast<unsigned>(threads), 1, 1,
+  cuda::launch(kernel, static_cast<unsigned>(grid), 1, 1, kDecodeThreads, 1, 1,
                static_cast<unsigned>(shared), stream, decode_args);
 }
 

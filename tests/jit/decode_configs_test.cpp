@@ -119,13 +119,11 @@ TEST(BatchDecodeKernels, HalfGridBuildOnlyForFourCtaKernels) {
   ASSERT_TRUE(k.half_grid.has_value());
   EXPECT_EQ(define_value(*k.half_grid, "FLARE_MIN_CTAS_PER_SM"), "2");
   EXPECT_EQ(define_value(*k.half_grid, "FLARE_ROWS"), define_value(k.decode, "FLARE_ROWS"));
-  EXPECT_EQ(define_value(*k.half_grid, "FLARE_THREADS"), "256");
-  EXPECT_EQ(define_value(k.decode, "FLARE_THREADS"), "128");
-  EXPECT_EQ(k.half_grid_threads, 256);
-  EXPECT_EQ(define_value(*k.half_grid, "FLARE_STAGES"), define_value(k.decode, "FLARE_STAGES"));
+  EXPECT_EQ(std::stoi(define_value(*k.half_grid, "FLARE_STAGES")),
+            2 * std::stoi(define_value(k.decode, "FLARE_STAGES")));
   EXPECT_EQ(k.half_grid_shared_bytes,
             std::stoul(define_value(*k.half_grid, "FLARE_SHARED_BYTES")));
-  EXPECT_GT(k.half_grid_shared_bytes, k.decode_shared_bytes);  // tiles twice as long
+  EXPECT_GT(k.half_grid_shared_bytes, k.decode_shared_bytes);
   EXPECT_LE(k.half_grid_shared_bytes, 100u * 1024u);  // two fit an H100 or A100 SM
   EXPECT_NE(k.half_grid->label.find("half-grid"), std::string::npos);
   EXPECT_NE(k.half_grid->translation_unit(), k.decode.translation_unit());

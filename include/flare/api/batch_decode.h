@@ -141,11 +141,9 @@ struct BatchDecodeKernels {
   size_t decode_shared_bytes = 0;  // dynamic shared memory of one decode CTA
   // Outside CUDA graphs a plan with at most one tile per SM runs on two CTAs per SM instead of
   // four (BatchDecode::plan). Configs whose kernel runs four CTAs per SM have a second build
-  // of it for those launches with twice the threads (so the SM keeps 16 warps) and tiles;
-  // others have none.
+  // of it for those launches, with a pipeline twice as deep (96 KiB); others have none.
   std::optional<jit::KernelSpec> half_grid;
   size_t half_grid_shared_bytes = 0;
-  int half_grid_threads = 0;
 };
 // Throws kInvalidArgument / kUnsupported like the constructor (no GPU needed).
 BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config);
