@@ -42,11 +42,6 @@ constexpr int kMaxRowsPerItem = 8;
 // 8-row tiles and fp8's 8-token groups need more registers (2-3 CTAs per SM): 64 KiB each.
 constexpr int kPipelineTargetBytes = 64 * 1024;
 constexpr int kPipelineTargetBytesFourCtas = 48 * 1024;
-// Two CTAs per SM (plans with few tiles, outside CUDA graphs): 80 KiB of each CTA's 96 KiB in
-// flight, 160 KiB per SM. With 32 KiB in flight per CTA such a launch streamed at 2.79 TB/s
-// against 3.0 for four CTAs per SM (H100, b1: 58.3 us at kv 32768, 16.2 at kv 4096).
-constexpr int kPipelineTargetBytesHalfGrid = 96 * 1024;
-constexpr int kTwoCtas = 2;
 constexpr int kFourCtas = 4;
 // What a work item costs beyond its KV bytes, in KV bytes one CTA streams meanwhile: the
 // planner's per-row cost alpha charges it, so no CTA is handed many short chunks. With 16-bit
@@ -127,8 +122,7 @@ struct Geometry {
 };
 
 // Mirrors kernels/decode.cuh Traits (which static_asserts that FLARE_SHARED_BYTES covers it).
-// half_grid: the build for two CTAs per SM of a config whose kernel runs four.
-Geometry decode_geometry(const BatchDecodeConfig& c, bool half_grid) {
+Geometry decode_geometry(const BatchDecodeConfig& c) {
   Geometry g;
   g.rows = kernel_rows(c);
   // Scores of one tile live in registers (tokens x rows): 8-row tiles take 2 tokens a group.
@@ -140,10 +134,9 @@ Geometry decode_geometry(const BatchDecodeConfig& c, bool half_grid) {
   const int groups = kDecodeThreads / lanes;
   const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
   const int stage_bytes = 2 * groups * g.tokens_per_group * row_bytes;
-  g.min_ctas_per_sm = g.rows <= 4 && !fp8 ? (half_grid ? kTwoCtas : kFourCtas) : 1;
-  const int target = half_grid ? kPipelineTargetBytesHalfGrid
-                     : g.min_ctas_per_sm == kFourCtas ? kPipelineTargetBytesFourCtas
-                                                      : kPipelineTargetBytes;
+  g.min_ctas_per_sm = g.rows <= 4 && !fp8 ? kFourCtas : 1;
+  const int target =
+      g.min_ctas_per_sm == kFourCtas ? kPipelineTargetBytesFourCtas : kPipelineTargetBytes;
   g.stages = std::clamp(target / stage_bytes, kMinStages, kMaxStages);
   // The pipeline plus the per-group exchange of probabilities and row rescale factors.
   const size_t pipeline =
@@ -178,16 +171,19 @@ void check_index_array(const TensorView& t, const char* name, int device, int64_
 
 }  // namespace
 
-namespace {
-
-jit::KernelSpec decode_spec(const BatchDecodeConfig& config, const Geometry& g,
-                            const std::string& label_suffix) {
+BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
+  validate_config(config);
+  const Geometry g = decode_geometry(config);
   const StandardVariantFlags flags = standard_variant_flags(config.params, kWhat);
-  jit::KernelSpec spec;
-  spec.family_header = "decode.cuh";
-  spec.entry = "flare_decode";
-  spec.variant_source = standard_variant_source(flags);
-  spec.defines = {
+  BatchDecodeKernels k;
+  k.rows_per_item = g.rows;
+  k.threads = kDecodeThreads;
+  k.decode_shared_bytes = g.shared_bytes;
+
+  k.decode.family_header = "decode.cuh";
+  k.decode.entry = "flare_decode";
+  k.decode.variant_source = standard_variant_source(flags);
+  k.decode.defines = {
       {"FLARE_HEAD_DIM", std::to_string(config.head_dim)},
       {"FLARE_ROWS", std::to_string(g.rows)},
       {"FLARE_PAGE_SIZE", std::to_string(config.page_size)},
@@ -198,29 +194,10 @@ jit::KernelSpec decode_spec(const BatchDecodeConfig& config, const Geometry& g,
       {"FLARE_MIN_CTAS_PER_SM", std::to_string(g.min_ctas_per_sm)},
       {"FLARE_SHARED_BYTES", std::to_string(g.shared_bytes)},
   };
-  spec.label = "decode q=" + std::string(dtype_name(config.q_dtype)) +
-               " kv=" + std::string(dtype_name(config.kv_dtype)) +
-               " D=" + std::to_string(config.head_dim) + " rows=" + std::to_string(g.rows) +
-               " page=" + std::to_string(config.page_size) + " " + standard_variant_name(flags) +
-               label_suffix;
-  return spec;
-}
-
-}  // namespace
-
-BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
-  validate_config(config);
-  const Geometry g = decode_geometry(config, false);
-  BatchDecodeKernels k;
-  k.rows_per_item = g.rows;
-  k.threads = kDecodeThreads;
-  k.decode_shared_bytes = g.shared_bytes;
-  k.decode = decode_spec(config, g, "");
-  if (g.min_ctas_per_sm == kFourCtas) {
-    const Geometry half = decode_geometry(config, true);
-    k.half_grid = decode_spec(config, half, " half-grid");
-    k.half_grid_shared_bytes = half.shared_bytes;
-  }
+  k.decode.label = "decode q=" + std::string(dtype_name(config.q_dtype)) +
+                   " kv=" + std::string(dtype_name(config.kv_dtype)) +
+                   " D=" + std::to_string(config.head_dim) + " rows=" + std::to_string(g.rows) +
+                   " page=" + std::to_string(config.page_size) + " " + standard_variant_name(flags);
   return k;
 }
 
@@ -277,9 +254,9 @@ struct ResolvedKernels {
   cuda::Function decode = nullptr;
   int num_sms = 0;
   int num_ctas = 0;
-  // The half-grid build (BatchDecodeKernels::half_grid) when the config has one, runs outside
-  // CUDA graphs and two of its CTAs fit an SM; else null (the main kernel runs those plans).
-  cuda::Function half_grid = nullptr;
+  // Dynamic shared memory of a launch whose plan uses half the CTAs per SM (see plan()): what
+  // two CTAs per SM allow, so the fused merge stages more partial slots per pass.
+  size_t half_grid_shared_bytes = 0;
   WorkspaceLayout layout;
 };
 
@@ -295,7 +272,7 @@ struct BatchDecode::State {
   cuda::DeviceBuffer alibi_slopes;
   api_detail::PlanStaging plan_staging;
   bool planned = false;
-  bool half_grid_launch = false;  // the latest plan runs the half-grid build
+  size_t launch_shared_bytes = 0;  // of the latest plan's launches
   Plan plan;
   std::vector<int32_t> kv_len;  // scratch of plan()
   std::vector<int32_t> qo_len;
@@ -331,16 +308,12 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
       ErrorCode::kUnsupported, kWhat, ": the decode kernel needs ", r.kernels.decode_shared_bytes,
       " bytes of shared memory, device ", config.device, " allows ",
       props.max_shared_bytes_per_block_optin);
-  cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.kernels.decode_shared_bytes));
-  const size_t half_bytes = r.kernels.half_grid_shared_bytes;
-  if (r.kernels.half_grid && !config.use_cuda_graph &&
-      static_cast<int>(half_bytes) <= props.max_shared_bytes_per_block_optin) {
-    r.half_grid = jit::get_kernel(*r.kernels.half_grid, "flare_decode", config.device);
-    cuda::set_max_dynamic_shared(r.half_grid, static_cast<int>(half_bytes));
-    if (cuda::max_active_blocks_per_sm(r.half_grid, kDecodeThreads, half_bytes) < kTwoCtas) {
-      r.half_grid = nullptr;  // a smaller SM: the main kernel runs half-grid plans
-    }
-  }
+  // Two CTAs per SM leave each about half the SM's shared memory (1 KiB per CTA is reserved).
+  const size_t half_sm = static_cast<size_t>(props.max_shared_bytes_per_sm) / 2 - 2048;
+  r.half_grid_shared_bytes =
+      std::max(r.kernels.decode_shared_bytes,
+               std::min(half_sm, static_cast<size_t>(props.max_shared_bytes_per_block_optin)));
+  cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.half_grid_shared_bytes));
   r.num_sms = props.num_sms;
   r.num_ctas = props.num_sms * static_cast<int>(resolved_ctas_per_sm(
                                    config, r.decode, r.kernels.decode_shared_bytes));
@@ -473,16 +446,15 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   // grid: with two of the four CTAs per SM, chunks are twice as long, with half the partial
   // states to merge and half the per-item fixed cost (H100, docs/perf.md decode v10: b1 kv32768
   // 63.2 -> 61.0 us, b1 kv4096 21.7 -> 18.0, b16 kv4096 103.6 -> 101.9). run() then launches
-  // only the planned CTAs, so they land two per SM, with the half-grid build's deeper pipeline
-  // where the config has one (decode v11). Not under CUDA graphs: a captured launch keeps the
-  // full grid, where the planned half lands unevenly (decode v9).
+  // only the planned CTAs, so they land two per SM. Not under CUDA graphs: a captured launch
+  // keeps the full grid, where the planned half lands unevenly (decode v9).
   const int64_t group = s.config.num_qo_heads / s.config.num_kv_heads;
   const int64_t tiles =
       batch * s.config.num_kv_heads * ((group + options.query_tile - 1) / options.query_tile);
-  bool half_grid_launch = false;
+  size_t launch_shared_bytes = s.k.kernels.decode_shared_bytes;
   if (!s.config.use_cuda_graph && device.ctas_per_sm >= 4 && tiles <= device.num_sms) {
     device.ctas_per_sm /= 2;
-    half_grid_launch = s.k.half_grid != nullptr;
+    launch_shared_bytes = s.k.half_grid_shared_bytes;
   }
   const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype);
   const double overhead =
@@ -500,7 +472,7 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   s.plan_staging.copy_to(s.workspace.data(), stream);
   s.plan = std::move(next);
   s.planned = true;
-  s.half_grid_launch = half_grid_launch;
+  s.launch_shared_bytes = launch_shared_bytes;
 }
 
 void BatchDecode::plan(const TensorView& kv_indptr, const TensorView& kv_last_page_len,
@@ -596,11 +568,8 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   // The planned CTAs (fewer than the grid for small plans outside graph mode, see plan()); a
   // graph-mode launch keeps the full grid fixed at creation (the unplanned CTAs exit at once).
   const int grid = c.use_cuda_graph ? s.k.num_ctas : std::max(s.plan.num_ctas, 1);
-  const cuda::Function kernel = s.half_grid_launch ? s.k.half_grid : s.k.decode;
-  const size_t shared = s.half_grid_launch ? s.k.kernels.half_grid_shared_bytes
-                                           : s.k.kernels.decode_shared_bytes;
-  cuda::launch(kernel, static_cast<unsigned>(grid), 1, 1, kDecodeThreads, 1, 1,
-               static_cast<unsigned>(shared), stream, decode_args);
+  cuda::launch(s.k.decode, static_cast<unsigned>(grid), 1, 1, kDecodeThreads, 1, 1,
+               static_cast<unsigned>(s.launch_shared_bytes), stream, decode_args);
 }
 
 const BatchDecodeConfig& BatchDecode::config() const { return state_->config; }

@@ -28,9 +28,6 @@ std::vector<jit::KernelSpec> shipped_specs() {
   for (const BatchDecodeConfig& config : shipped_decode_configs()) {
     const BatchDecodeKernels kernels = batch_decode_kernels(config);
     if (seen.insert(kernels.decode.translation_unit()).second) specs.push_back(kernels.decode);
-    if (kernels.half_grid && seen.insert(kernels.half_grid->translation_unit()).second) {
-      specs.push_back(*kernels.half_grid);
-    }
   }
   return specs;
 }
@@ -107,32 +104,6 @@ TEST(BatchDecodeKernels, SpecsFollowTheConfig) {
   EXPECT_EQ(batch_decode_kernels(c).rows_per_item, 8);
   c.num_qo_heads = 12;  // group 3
   EXPECT_EQ(batch_decode_kernels(c).rows_per_item, 4);
-}
-
-TEST(BatchDecodeKernels, HalfGridBuildOnlyForFourCtaKernels) {
-  BatchDecodeConfig c = base_config();
-  c.num_qo_heads = 16;  // group 4, bf16 KV: four CTAs per SM, and a half-grid build
-  c.q_dtype = DType::kBF16;
-  c.kv_dtype = DType::kBF16;
-  const BatchDecodeKernels k = batch_decode_kernels(c);
-  EXPECT_EQ(define_value(k.decode, "FLARE_MIN_CTAS_PER_SM"), "4");
-  ASSERT_TRUE(k.half_grid.has_value());
-  EXPECT_EQ(define_value(*k.half_grid, "FLARE_MIN_CTAS_PER_SM"), "2");
-  EXPECT_EQ(define_value(*k.half_grid, "FLARE_ROWS"), define_value(k.decode, "FLARE_ROWS"));
-  EXPECT_EQ(std::stoi(define_value(*k.half_grid, "FLARE_STAGES")),
-            2 * std::stoi(define_value(k.decode, "FLARE_STAGES")));
-  EXPECT_EQ(k.half_grid_shared_bytes,
-            std::stoul(define_value(*k.half_grid, "FLARE_SHARED_BYTES")));
-  EXPECT_GT(k.half_grid_shared_bytes, k.decode_shared_bytes);
-  EXPECT_LE(k.half_grid_shared_bytes, 100u * 1024u);  // two fit an H100 or A100 SM
-  EXPECT_NE(k.half_grid->label.find("half-grid"), std::string::npos);
-  EXPECT_NE(k.half_grid->translation_unit(), k.decode.translation_unit());
-
-  c.kv_dtype = DType::kE4M3;  // fp8: up to three CTAs per SM, no half-grid build
-  EXPECT_FALSE(batch_decode_kernels(c).half_grid.has_value());
-  c.kv_dtype = DType::kBF16;
-  c.num_qo_heads = 32;  // group 8: 8-row tiles, no half-grid build
-  EXPECT_FALSE(batch_decode_kernels(c).half_grid.has_value());
 }
 
 TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {

@@ -139,11 +139,6 @@ struct BatchDecodeKernels {
   int rows_per_item = 0;           // packed rows per work item the decode kernel was built for
   int threads = 0;                 // block size of the decode kernel
   size_t decode_shared_bytes = 0;  // dynamic shared memory of one decode CTA
-  // Outside CUDA graphs a plan with at most one tile per SM runs on two CTAs per SM instead of
-  // four (BatchDecode::plan). Configs whose kernel runs four CTAs per SM have a second build
-  // of it for those launches, with a pipeline twice as deep (96 KiB); others have none.
-  std::optional<jit::KernelSpec> half_grid;
-  size_t half_grid_shared_bytes = 0;
 };
 // Throws kInvalidArgument / kUnsupported like the constructor (no GPU needed).
 BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config);
