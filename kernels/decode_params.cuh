@@ -71,8 +71,8 @@ struct DecodeParams {
   const void* q;  // [batch, H_qo, D]
   const void* k;  // pages, addressed through the strides below
   const void* v;
-  void* o;                          // [batch, H_qo, D]
-  float* lse;                       // [batch, H_qo] or null
+  void* o;                    // [batch, H_qo, D]
+  float* lse;                 // [batch, H_qo] or null
   const int32_t* kv_indices;  // page ids (page ranges and lengths come from the plan)
   unsigned char* workspace;
   WorkspaceOffsets offsets;
