@@ -175,7 +175,6 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeom
   const int k_slot_bytes = static_cast<int>(p.k_stride_slot) * T::kKVBytes;
   const int v_slot_bytes = static_cast<int>(p.v_stride_slot) * T::kKVBytes;
   const int first_token = g.kv_lo + tile * T::kTileTokens + first_row;
-  const unsigned long long read_once = l2_evict_first_policy();
 #pragma unroll
   for (int i = 0; i < T::kCopiesPerThread; ++i) {
     const int token = first_token + i * T::kCopyRowStride;
@@ -184,11 +183,9 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeom
     const int slot = static_cast<int>(static_cast<unsigned>(token) % T::kPageSize);
     const unsigned offset = (first_row + i * T::kCopyRowStride) * T::kRowBytes + column * 16;
     cp_async_16(stage + offset,
-                k + slot * k_slot_bytes + static_cast<long long>(pages[i]) * k_page_bytes, valid,
-                read_once);
+                k + slot * k_slot_bytes + static_cast<long long>(pages[i]) * k_page_bytes, valid);
     cp_async_16(stage + T::kTileBytes + offset,
-                v + slot * v_slot_bytes + static_cast<long long>(pages[i]) * v_page_bytes, valid,
-                read_once);
+                v + slot * v_slot_bytes + static_cast<long long>(pages[i]) * v_page_bytes, valid);
   }
 }
 

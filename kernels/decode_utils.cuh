@@ -46,22 +46,6 @@ __device__ __forceinline__ void cp_async_16(unsigned shared_dst, const void* glo
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_dst), "l"(global_src)
                : "memory");
 }
-// An L2 policy for data read once (the K/V stream): its lines are evicted first, so the plan
-// records, page tables and partial states that every launch reads stay in L2.
-__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
-  unsigned long long policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-// cp_async_16 (zero fill when !valid) under an L2 eviction policy.
-__device__ __forceinline__ void cp_async_16(unsigned shared_dst, const void* global_src, bool valid,
-                                            unsigned long long policy) {
-  const int source_bytes = valid ? 16 : 0;
-  asm volatile(
-      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(shared_dst),
-      "l"(global_src), "r"(source_bytes), "l"(policy)
-      : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
