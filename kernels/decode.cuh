@@ -156,23 +156,6 @@ __device__ __forceinline__ void fetch_pages(const DecodeParams& p, const ItemGeo
   }
 }
 
-// Page ids are loaded one tile ahead of their copies; a miss to DRAM there (the page table's
-// lines lose to the K/V stream in L2 between the head groups that share them) stalls the
-// pipeline. So thread 0 prefetches the page ids of the tile kPageIdPrefetchTiles further on
-// into L2: the lines of its first and last id (all of the range unless page size 1 and a
-// tile of 64 tokens, whose middle line then loads without a prefetch).
-constexpr int kPageIdPrefetchTiles = 4;
-__device__ __forceinline__ void prefetch_pages(const DecodeParams& p, const ItemGeometry& g,
-                                               int tile) {
-  if (threadIdx.x != 0) return;
-  const int first_token = g.kv_lo + tile * T::kTileTokens;
-  if (first_token >= g.kv_hi) return;
-  const int last_token = min(first_token + T::kTileTokens, g.kv_hi) - 1;
-  const int* ids = p.kv_indices + g.page_base;
-  prefetch_l2(ids + first_token / T::kPageSize);
-  prefetch_l2(ids + last_token / T::kPageSize);
-}
-
 // Gathers K and V rows of `tile` through the page table into its pipeline stage. Byte strides
 // of a page and a slot fit 32 bits (BatchDecode::run checks), so a row's address is the item's
 // head base plus 32-bit slot and page-id multiply-adds: 64-bit element arithmetic per copy was
@@ -506,8 +489,6 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     }
   }
   fetch_pages(p, g, T::kStages - 1, pages);
-#pragma unroll
-  for (int t = T::kStages; t < T::kStages + kPageIdPrefetchTiles; ++t) prefetch_pages(p, g, t);
   for (int tile = 0; tile < g.num_tiles; ++tile) {
     cp_async_wait<T::kStages - 2>();
     // Tile `tile` has landed for every thread, and every thread is done with tile - 1, whose
@@ -517,7 +498,6 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     if (next < g.num_tiles) {
       issue_tile(p, g, next, pages, smem);
       fetch_pages(p, g, next + 1, pages);
-      prefetch_pages(p, g, next + 1 + kPageIdPrefetchTiles);
     }
     cp_async_commit();
     compute_tile(p, g, tile, smem, exchange, lane_scores, variant, st);

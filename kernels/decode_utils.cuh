@@ -54,11 +54,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Brings the line of `src` into L2 (no register, no wait).
-__device__ __forceinline__ void prefetch_l2(const void* src) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
-}
-
 // Loads through L2 only (ld.global.cg): data other CTAs of the same launch wrote (partial
 // states of split tiles) must not be served from this SM's L1. Ordered like any memory access
 // (the clobber): they must stay after the arrival count that makes the data complete.
