@@ -65,17 +65,25 @@ struct SlotSum {
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[e] = 0.0f;
   }
+  // Raises the running max to at least m2, rescaling d and acc; returns the base that weights
+  // of new states are taken against (exp2(lse - base)).
+  __device__ float raise_max(float m2) {
+    const float m_new = fmaxf(m, m2);
+    // Both -inf (no visible key yet): subtracting 0 keeps every weight at 0.
+    const float base = m_new == negative_infinity() ? 0.0f : m_new;
+    const float rescale = fast_exp2(m - base);
+    d *= rescale;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[e] *= rescale;
+    m = m_new;
+    return base;
+  }
   // Adds a state (m2, d2, acc2); a slot is (its lse in log2 units, 1, its o).
   __device__ void add(float m2, float d2, const float (&acc2)[4]) {
-    const float m_new = fmaxf(m, m2);
-    // Both -inf (no visible key yet): subtracting 0 keeps both weights at 0.
-    const float base = m_new == negative_infinity() ? 0.0f : m_new;
-    const float w1 = fast_exp2(m - base);
-    const float w2 = fast_exp2(m2 - base);
-    d = d * w1 + d2 * w2;
+    const float w = fast_exp2(m2 - raise_max(m2));
+    d = fmaf(d2, w, d);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[e] = acc[e] * w1 + acc2[e] * w2;
-    m = m_new;
+    for (int e = 0; e < 4; ++e) acc[e] = fmaf(acc2[e], w, acc[e]);
   }
 };
 
@@ -155,14 +163,7 @@ __device__ __forceinline__ void merge_split_tile(const DecodeParams& p, const Wo
         m_pass = fmaxf(m_pass, staged_lse[j * partial_rows + r]);
       }
       SlotSum& sum = sums[k];
-      const float m_new = fmaxf(sum.m, m_pass);
-      // Both -inf (no visible key yet): subtracting 0 keeps every weight at 0.
-      const float base = m_new == negative_infinity() ? 0.0f : m_new;
-      const float rescale = fast_exp2(sum.m - base);
-      sum.d *= rescale;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sum.acc[e] *= rescale;
-      sum.m = m_new;
+      const float base = sum.raise_max(m_pass);
       for (int j = sub; j < count; j += M::kSlotLanes) {
         const float w = fast_exp2(staged_lse[j * partial_rows + r] - base);
         const float4 part = *reinterpret_cast<const float4*>(

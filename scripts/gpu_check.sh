@@ -58,6 +58,17 @@ if ! { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   exit 1
 fi
 
+sanitize() {  # filter: compute-sanitizer memcheck and racecheck over those GPU tests
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 99 "$BUILD/flare_gpu_tests" \
+      --gtest_filter="$1" >"$OUT/$tool.log" 2>&1
+    local rc=$?
+    echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -n 1);" \
+      "$(grep -E 'tests? ran' "$OUT/$tool.log" | tail -n 1)"
+    [ "$rc" -eq 0 ] || status=1
+  done
+}
+
 decode_bench() {  # the decode benchmark next to the SDPA anchors
   FLARE_DECODE_BENCH="$OUT/flare_bench.jsonl" "$BUILD/flare_gpu_tests" \
     --gtest_filter='DecodeBenchmark.*' >"$OUT/decode_bench.log" 2>&1 ||
@@ -72,13 +83,7 @@ if [ "$STAGE" = decode ]; then
     --gtest_filter="${FLARE_GPU_FILTER:-*Decode*}:-DecodeBenchmark.*" \
     --gtest_output="json:$OUT/gpu_tests.json"
   step "compute-sanitizer memcheck + racecheck, small decode case"
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool "$tool" --error-exitcode 99 "$BUILD/flare_gpu_tests" \
-      --gtest_filter='BatchDecodeErrors.SanitizerSmallCase' >"$OUT/$tool.log" 2>&1
-    rc=$?
-    echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -n 1)"
-    [ "$rc" -eq 0 ] || status=1
-  done
+  sanitize 'BatchDecodeErrors.SanitizerSmallCase'
   step "decode benchmark vs PyTorch SDPA (logs: $OUT/decode_bench.log, $OUT/anchors.json)"
   decode_bench
   cat "$OUT/decode_table.txt"
@@ -93,15 +98,7 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   run_logged jit_device_tests "$BUILD/flare_jit_tests" --gtest_filter='*Driver*:*Device*:*Gpu*'
 
   step "compute-sanitizer memcheck + racecheck, small case of each kernel family"
-  small='BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:MergeGpu.PairOddShapes:AppendPagedKVGpu.*'
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool "$tool" --error-exitcode 99 "$BUILD/flare_gpu_tests" \
-      --gtest_filter="$small" >"$OUT/$tool.log" 2>&1
-    rc=$?
-    echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -n 1);" \
-      "$(grep -E 'tests? ran' "$OUT/$tool.log" | tail -n 1)"
-    [ "$rc" -eq 0 ] || status=1
-  done
+  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:MergeGpu.PairOddShapes:AppendPagedKVGpu.*'
 fi
 
 if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
