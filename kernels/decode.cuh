@@ -638,14 +638,19 @@ __device__ __forceinline__ bool run_item(const DecodeParams& p, const ItemRecord
     cp_async_commit();
     compute_tile(p, g, tile, smem, exchange, lane_scores, variant, st);
   }
-  // Items too short for the steps above finish them here, waiting for their copies.
+  // Items too short for the steps above finish them here, waiting for their copies (committed
+  // first: wait_group does not wait for copies outside a group).
   if (g.num_tiles < 2 && threadIdx.x == 0) publish_next(p, next.queue.begin(p), next, next_slot);
   if (g.num_tiles <= T::kStages) {
+    cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
     stage_next_pages(p, next, next_slot);
   }
-  if (g.num_tiles < 2 * T::kStages) cp_async_wait<0>();
+  if (g.num_tiles < 2 * T::kStages) {
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
   // Every thread is done with the last tile; the next item's index and page ids are visible.
   __syncthreads();
 
