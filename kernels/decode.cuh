@@ -617,8 +617,11 @@ __device__ __forceinline__ bool run_item(const DecodeParams& p, const ItemRecord
   float* exchange = reinterpret_cast<float*>(smem + T::kPipelineBytes);
 
   // Pipeline: kStages - 1 tiles in flight; page ids of the next tile fetched one tile ahead.
-  // The next item: claimed at tile 0 (thread 0), published with its record's copy at tile 1,
-  // its page ids copied at tile kStages (when the record has landed), landed at 2 kStages - 1.
+  // The next item: claimed at tile `claim` (thread 0), published with its record's copy one tile
+  // later, its page ids copied kStages tiles after the claim (when the record has landed),
+  // landed by the last tile. Claimed as late as that allows: a claim is work this CTA holds
+  // while others may be idle.
+  const int claim = g.num_tiles > 2 * T::kStages ? g.num_tiles - 2 * T::kStages : 0;
   int ticket = Queue::kNoTicket;
   for (int tile = 0; tile < g.num_tiles; ++tile) {
     cp_async_wait<T::kStages - 2>();
@@ -631,10 +634,10 @@ __device__ __forceinline__ bool run_item(const DecodeParams& p, const ItemRecord
       fetch_pages(p, g, ahead + 1, pages);
     }
     if (threadIdx.x == 0) {
-      if (tile == 0 && g.num_tiles >= 2) ticket = next.queue.begin(p);
-      if (tile == 1) publish_next(p, ticket, next, next_slot);
+      if (tile == claim && g.num_tiles >= 2) ticket = next.queue.begin(p);
+      if (tile == claim + 1) publish_next(p, ticket, next, next_slot);
     }
-    if (tile == T::kStages) stage_next_pages(p, next, next_slot);
+    if (tile == claim + T::kStages) stage_next_pages(p, next, next_slot);
     cp_async_commit();
     compute_tile(p, g, tile, smem, exchange, lane_scores, variant, st);
   }

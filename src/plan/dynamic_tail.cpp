@@ -1,7 +1,7 @@
 // The dynamic tail: a static plan balances cost, but SMs stream KV at systematically different
 // rates (on the H100 the fastest SMs finish a uniform b64 decode ~25% before the slowest,
 // docs/perf.md decode v11), so CTAs end unevenly whatever the static balance. The tail keeps a
-// share of the work unassigned: the end of each CTA's last item, cut into chunks that CTAs take
+// share of the work unassigned: the end of each CTA's longest item, cut into chunks that CTAs take
 // at run time once their own queue is done, so fast SMs take more of them.
 //
 // The chunk boundaries are fixed here, on the host, and every chunk writes its own partial
@@ -34,15 +34,22 @@ void cut_dynamic_tail(Plan& plan, const TailParams& params, ScheduleScratch& scr
       round_up((peel + params.chunks_per_cta - 1) / params.chunks_per_cta, page);
   if (peel <= 0 || chunk < std::max<int64_t>(1, params.min_chunk) || chunk > peel) return;
 
-  // Each CTA keeps its queue; its last item keeps [kv_begin, cut), at least one chunk long, and
-  // [cut, kv_end) becomes tail chunks: at most ceil(peel / chunk) <= chunks_per_cta of them.
+  // Each CTA keeps its queue; its longest item (the last of equals) keeps [kv_begin, cut), at
+  // least one chunk long, and [cut, kv_end) becomes tail chunks: at most ceil(peel / chunk) <=
+  // chunks_per_cta of them.
   std::vector<WorkItem>& tail = scratch.assigned;  // free after schedule()
   tail.clear();
   for (int cta = 0; cta < plan.num_ctas; ++cta) {
     const int32_t begin = plan.cta_indptr[static_cast<size_t>(cta)];
     const int32_t end = plan.cta_indptr[static_cast<size_t>(cta) + 1];
     if (begin == end) continue;
-    WorkItem& last = plan.work_items[static_cast<size_t>(end) - 1];
+    size_t longest = static_cast<size_t>(begin);
+    for (size_t i = longest + 1; i < static_cast<size_t>(end); ++i) {
+      const WorkItem& a = plan.work_items[i];
+      const WorkItem& b = plan.work_items[longest];
+      if (a.kv_end - a.kv_begin >= b.kv_end - b.kv_begin) longest = i;
+    }
+    WorkItem& last = plan.work_items[longest];
     const int64_t cut =
         round_up(std::max<int64_t>(int64_t{last.kv_end} - peel, int64_t{last.kv_begin} + chunk),
                  page);

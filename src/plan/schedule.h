@@ -64,7 +64,7 @@ inline int64_t chunk_count(int64_t kv_begin, int64_t kv_end, int64_t kv_chunk) {
 void number_partial_slots(Plan& plan, std::vector<int32_t>& split_items);
 
 // Cuts the dynamic tail (PlanOptions::tail_fraction) off a scheduled plan: the end of each
-// CTA's last item becomes chunks appended after every CTA's queue (Plan::tail_begin); slots are
+// CTA's longest item becomes chunks appended after every CTA's queue (Plan::tail_begin); slots are
 // renumbered. Leaves the plan as it is when the chunks would be shorter than min_chunk.
 struct TailParams {
   int chunks_per_cta = 0;

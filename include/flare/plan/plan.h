@@ -43,7 +43,7 @@ struct PlanOptions {
   // Dynamic tail, for executors that claim work at run time (BatchDecode): SMs stream at
   // different rates, so a static queue ends unevenly (docs/perf.md, decode v12). After the
   // static plan, tail_fraction of the mean per-CTA KV load is cut off the end of each CTA's
-  // last item into chunks of ceil(tail_fraction * mean / tail_chunks_per_cta) tokens, rounded
+  // longest item into chunks of ceil(tail_fraction * mean / tail_chunks_per_cta) tokens, rounded
   // up to a page; any CTA takes them, in plan order, once its own queue is done. Off when
   // tail_chunks_per_cta is 0, when those chunks would be shorter than tail_min_chunk tokens,
   // and with fixed_split_size or disable_split_kv (chunk bounds then depend on the batch).
