@@ -70,23 +70,11 @@ struct Traits {
   // (kStages - 1) stages in flight per CTA (48 KiB with 16-bit KV and 4-token groups).
   static constexpr int kStages = FLARE_STAGES;
 
+  static constexpr int kCombineFloats = kGroups * kRows * (kHeadDim + 2);
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   static constexpr int kLoopBytes = kPipelineBytes + kExchangeFloats * 4;
-  // The combine of an item's groups: kGroups x kRows x D floats of o. When it fits one stage
-  // (kOverlap), it runs in the last stage while the next item's first kStages - 1 tiles stream
-  // into the others; otherwise from offset 0, before the next item's copies issue.
-  static constexpr int kCombineBytes = kGroups * kRows * kHeadDim * 4;
-  static constexpr bool kOverlap = kCombineBytes <= kStageBytes;
-  static constexpr int kScratchEnd =
-      kOverlap || kLoopBytes >= kCombineBytes ? kLoopBytes : kCombineBytes;
-  // Then the combine's per-group m and d ([2][kGroups][kRows] floats), then NextItem.
-  static constexpr int kSideOffset = kScratchEnd;
-  static constexpr int kSideBytes = 2 * kGroups * kRows * 4;
-  static constexpr int kNextOffset = (kSideOffset + kSideBytes + 15) / 16 * 16;
-  static constexpr int kNextBytes = 128 + kStages * kTileTokens * 4;
-  static constexpr int kSharedBytes = kNextOffset + kNextBytes;
-  // Shared memory the fused merge may stage partial slots in while a next item is in flight.
-  static constexpr int kMergeScratchBytes = kOverlap ? kStageBytes : kScratchEnd;
+  static constexpr int kSharedBytes =
+      kLoopBytes > kCombineFloats * 4 ? kLoopBytes : kCombineFloats * 4;
   static_assert(FLARE_SHARED_BYTES >= kSharedBytes, "the host launches with too little smem");
   static_assert(kStages >= 2 && kTokensPerGroup >= 1, "pipeline");
   static_assert(kMinCtasPerSm >= 1 && kMinCtasPerSm <= 4, "register cap");
@@ -341,17 +329,16 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, const WorkIt
   }
 }
 
-// Combines the groups' states through shared memory (o in `scratch`, T::kCombineBytes; m and d
-// in the side area) and writes the item's rows: the final o and lse (write-through) or a
-// float32 partial slot.
+// Combines the groups' states through shared memory and writes the item's rows: the final o
+// and lse (write-through) or a float32 partial slot.
 __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem& item,
                                            const RowState& st, const LaneScores& lane_scores,
-                                           float* scratch, unsigned char* smem) {
+                                           float* scratch) {
   const int lane = threadIdx.x % T::kLanes;
   const int group = threadIdx.x / T::kLanes;
-  float* s_o = scratch;                                                 // [kGroups][kRows][D]
-  float* s_m = reinterpret_cast<float*>(smem + T::kSideOffset);         // [kGroups][kRows]
-  float* s_d = s_m + T::kGroups * T::kRows;                             // [kGroups][kRows]
+  float* s_o = scratch;                                    // [kGroups][kRows][D]
+  float* s_m = s_o + T::kGroups * T::kRows * T::kHeadDim;  // [kGroups][kRows]
+  float* s_d = s_m + T::kGroups * T::kRows;                // [kGroups][kRows]
 #pragma unroll
   for (int r = 0; r < T::kRows; ++r) {
     float* dst = s_o + (group * T::kRows + r) * T::kHeadDim + lane * T::kDimsPerLane;
@@ -421,165 +408,29 @@ struct ItemRecord {
   DecodeItemMeta meta;
 };
 
-__device__ __forceinline__ const WorkItem* work_items(const DecodeParams& p) {
-  return reinterpret_cast<const WorkItem*>(p.workspace + p.offsets.work_items);
+__device__ __forceinline__ ItemRecord load_record(const DecodeParams& p, int w) {
+  const auto* items = reinterpret_cast<const WorkItem*>(p.workspace + p.offsets.work_items);
+  ItemRecord r;
+  r.item = items[w];
+  r.meta = p.item_meta[w];
+  return r;
 }
 
-__device__ __forceinline__ ItemGeometry geometry_of(const WorkItem& item,
-                                                    const DecodeItemMeta& meta) {
-  // The plan cuts tiles to the window already (PlanProblem::window_left), so items start at or
-  // after Variant::visible_begin; the logits mask would hide anything before it regardless.
-  ItemGeometry g;
-  g.kv_head = item.kv_head;
-  g.page_base = meta.page_begin;
-  g.kv_hi = item.kv_end;
-  g.kv_lo = item.kv_begin;
-  g.num_tiles = g.kv_hi > g.kv_lo ? (g.kv_hi - g.kv_lo + T::kTileTokens - 1) / T::kTileTokens : 0;
-  return g;
-}
-
-// Where the CTA's items come from: its own queue [next_static, static_end), then the plan's
-// dynamic tail through one atomic cursor. Only thread 0 uses it. A claim is split in
-// two so that the atomic's round trip overlaps a tile: begin() returns a ticket (an index of
-// the own queue, or -1 - the raw claim, or kNoTicket), end() turns it into a work item or -1.
-struct Queue {
-  static constexpr int kNoTicket = -2147483647 - 1;
-  int next_static;
-  int static_end;
-  int tail_begin;
-  int tail_count;  // > 0: claims are still to make
-
-  __device__ int begin(const DecodeParams& p) {
-    if (next_static < static_end) return next_static++;
-    if (tail_count <= 0) return kNoTicket;
-    return -1 - atomicAdd(p.tail_cursor, 1);
-  }
-  __device__ int end(const DecodeParams& p, int ticket) {
-    if (ticket >= 0) return ticket;
-    if (ticket == kNoTicket) return -1;
-    const int claim = -1 - ticket;
-    if (claim < tail_count) return tail_begin + claim;
-    // Every CTA stops at its first empty claim, so a run makes tail_count + gridDim.x claims;
-    // the last one finds every other made and resets the cursor for the next run.
-    if (claim == tail_count + static_cast<int>(gridDim.x) - 1) *p.tail_cursor = 0;
-    tail_count = 0;
-    return -1;
-  }
-};
-
-// The CTA's next work item, staged in shared memory while the current one streams: its index
-// (thread 0 claims it), its record, then the page ids of its first kStages tiles, each by
-// cp.async riding the pipeline's groups. The item's first copies then issue as soon as the
-// current item's last tile is consumed, with no round trip between two items.
-// The records live here too, the current item's in records[slot] and the next one's in
-// records[slot ^ 1], so that no register holds them through the tile loop.
-struct NextItem {
-  int index;    // the next work item, or -1: none
-  int arrived;  // the merge's arrival flag (arrived_last)
-  int reserved[2];
-  Queue queue;  // thread 0's
-  ItemRecord records[2];
-  int pages[T::kStages * T::kTileTokens];  // page id of each of the first tiles' token rows
-};
-static_assert(sizeof(NextItem) == T::kNextBytes, "Traits::kNextBytes");
-
-__device__ __forceinline__ NextItem& next_item(unsigned char* smem) {
-  return *reinterpret_cast<NextItem*>(smem + T::kNextOffset);
-}
-
-// Thread 0: publishes the claimed item and starts copying its record into records[slot].
-__device__ __forceinline__ void publish_next(const DecodeParams& p, int ticket, NextItem& next,
-                                             int slot) {
-  const int index = next.queue.end(p, ticket);
-  next.index = index;
-  if (index >= 0) {
-    const WorkItem* item = work_items(p) + index;
-    const unsigned record = shared_address(&next.records[slot]);
-    cp_async_16(record, item);
-    cp_async_16(record + 16, reinterpret_cast<const unsigned char*>(item) + 16);
-    cp_async_16(record + 32, p.item_meta + index);
-  }
-}
-
-// All threads, once the next item's index and record are visible: copies the page ids of its
-// first kStages tiles (token rows kv_lo, kv_lo + 1, ...; 0 past its end).
-__device__ __forceinline__ void stage_next_pages(const DecodeParams& p, NextItem& next, int slot) {
-  if (next.index < 0) return;
-  const ItemGeometry g = geometry_of(next.records[slot].item, next.records[slot].meta);
-  for (int e = threadIdx.x; e < T::kStages * T::kTileTokens; e += T::kThreads) {
-    const int token = g.kv_lo + e;
-    const bool valid = token < g.kv_hi;
-    cp_async_4(shared_address(next.pages + e),
-               p.kv_indices + g.page_base + (valid ? token / T::kPageSize : 0), valid);
-  }
-}
-
-// Issues the first kStages - 1 tiles of an item from page ids staged in NextItem.
-__device__ __forceinline__ void issue_first_staged(const DecodeParams& p, const ItemGeometry& g,
-                                                   const NextItem& next, unsigned char* smem) {
-  const int first_row = threadIdx.x / T::kChunksPerRow;
-#pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) {
-    if (s < g.num_tiles) {
-      int pages[T::kCopiesPerThread];
-#pragma unroll
-      for (int i = 0; i < T::kCopiesPerThread; ++i) {
-        pages[i] = next.pages[s * T::kTileTokens + first_row + i * T::kCopyRowStride];
-      }
-      issue_tile(p, g, s, pages, smem);
-    }
-    cp_async_commit();
-  }
-}
-
-// Issues the first kStages - 1 tiles of an item whose page ids were not staged (the CTA's
-// first item): the page ids load together, one dependent load before the item streams.
-__device__ __forceinline__ void issue_first_direct(const DecodeParams& p, const ItemGeometry& g,
-                                                   unsigned char* smem) {
-  int first_pages[T::kStages - 1][T::kCopiesPerThread];
-#pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) fetch_pages(p, g, s, first_pages[s]);
-  // ptxas sinks the later tiles' page-id loads below the first tile's copies (a round trip
-  // later) unless those copies depend on them: page ids are never negative.
-  int all_pages = 0;
-#pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) {
-#pragma unroll
-    for (int i = 0; i < T::kCopiesPerThread; ++i) all_pages |= first_pages[s][i];
-  }
-#pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) {
-    if (s < g.num_tiles) issue_tile(p, g, s, first_pages[s], smem, all_pages >= 0);
-    cp_async_commit();
-  }
-}
-
-// Runs the item of NextItem::records[slot] (`record` is that record, or a copy of it in
-// registers for the CTA's first item); its first kStages - 1 tiles are in flight already when
-// `staged` (the previous item issued them). Meanwhile stages the CTA's next item in
-// records[slot ^ 1] and, before combining this one, issues that item's first tiles. Returns
-// whether there is a next item.
-__device__ __forceinline__ bool run_item(const DecodeParams& p, const ItemRecord& record, int slot,
-                                         bool staged, unsigned char* smem) {
+// Runs `record`'s item (the caller has the next item's record in flight meanwhile).
+__device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord& record,
+                                         unsigned char* smem) {
   const WorkItem& item = record.item;
   const int lane = threadIdx.x % T::kLanes;
-  const ItemGeometry g = geometry_of(item, record.meta);
-  const int q_pos = record.meta.kv_len - 1;
-  NextItem& next = next_item(smem);
-  const int next_slot = slot ^ 1;
+  const int kv_len = record.meta.kv_len;
 
-  // Page ids of tile kStages - 1, read before this item's claim reuses NextItem.
-  int pages[T::kCopiesPerThread];
-  if (staged) {
-    const int first_row = threadIdx.x / T::kChunksPerRow;
-#pragma unroll
-    for (int i = 0; i < T::kCopiesPerThread; ++i) {
-      pages[i] = next.pages[(T::kStages - 1) * T::kTileTokens + first_row + i * T::kCopyRowStride];
-    }
-  } else {
-    issue_first_direct(p, g, smem);
-    fetch_pages(p, g, T::kStages - 1, pages);
-  }
+  ItemGeometry g;
+  g.kv_head = item.kv_head;
+  g.page_base = record.meta.page_begin;
+  g.kv_hi = item.kv_end;
+  const int q_pos = kv_len - 1;  // one query token per request, bottom-right aligned
+  const int visible = Variant::visible_begin(p.variant, q_pos);
+  g.kv_lo = item.kv_begin > visible ? item.kv_begin : visible;
+  g.num_tiles = g.kv_hi > g.kv_lo ? (g.kv_hi - g.kv_lo + T::kTileTokens - 1) / T::kTileTokens : 0;
 
   RowState st;
   const LaneScores lane_scores(lane);
@@ -617,73 +468,53 @@ __device__ __forceinline__ bool run_item(const DecodeParams& p, const ItemRecord
   float* exchange = reinterpret_cast<float*>(smem + T::kPipelineBytes);
 
   // Pipeline: kStages - 1 tiles in flight; page ids of the next tile fetched one tile ahead.
-  // The next item: claimed at tile `claim` (thread 0), published with its record's copy one tile
-  // later, its page ids copied kStages tiles after the claim (when the record has landed),
-  // landed by the last tile. Claimed as late as that allows: a claim is work this CTA holds
-  // while others may be idle.
-  const int claim = g.num_tiles > 2 * T::kStages ? g.num_tiles - 2 * T::kStages : 0;
-  int ticket = Queue::kNoTicket;
+  // The first tiles' page ids load together: one dependent load before the item streams.
+  int pages[T::kCopiesPerThread];
+  {
+    int first_pages[T::kStages - 1][T::kCopiesPerThread];
+#pragma unroll
+    for (int s = 0; s < T::kStages - 1; ++s) fetch_pages(p, g, s, first_pages[s]);
+    // ptxas sinks the later tiles' page-id loads below the first tile's copies (a round trip
+    // later) unless those copies depend on them: page ids are never negative.
+    int all_pages = 0;
+#pragma unroll
+    for (int s = 0; s < T::kStages - 1; ++s) {
+#pragma unroll
+      for (int i = 0; i < T::kCopiesPerThread; ++i) all_pages |= first_pages[s][i];
+    }
+#pragma unroll
+    for (int s = 0; s < T::kStages - 1; ++s) {
+      if (s < g.num_tiles) issue_tile(p, g, s, first_pages[s], smem, all_pages >= 0);
+      cp_async_commit();
+    }
+  }
+  fetch_pages(p, g, T::kStages - 1, pages);
   for (int tile = 0; tile < g.num_tiles; ++tile) {
     cp_async_wait<T::kStages - 2>();
     // Tile `tile` has landed for every thread, and every thread is done with tile - 1, whose
     // stage the next issue overwrites.
     __syncthreads();
-    const int ahead = tile + T::kStages - 1;
-    if (ahead < g.num_tiles) {
-      issue_tile(p, g, ahead, pages, smem);
-      fetch_pages(p, g, ahead + 1, pages);
+    const int next = tile + T::kStages - 1;
+    if (next < g.num_tiles) {
+      issue_tile(p, g, next, pages, smem);
+      fetch_pages(p, g, next + 1, pages);
     }
-    if (threadIdx.x == 0) {
-      if (tile == claim && g.num_tiles >= 2) ticket = next.queue.begin(p);
-      if (tile == claim + 1) publish_next(p, ticket, next, next_slot);
-    }
-    if (tile == claim + T::kStages) stage_next_pages(p, next, next_slot);
     cp_async_commit();
     compute_tile(p, g, tile, smem, exchange, lane_scores, variant, st);
   }
-  // Items too short for the steps above finish them here, waiting for their copies (committed
-  // first: wait_group does not wait for copies outside a group).
-  if (g.num_tiles < 2 && threadIdx.x == 0) publish_next(p, next.queue.begin(p), next, next_slot);
-  if (g.num_tiles <= T::kStages) {
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    stage_next_pages(p, next, next_slot);
-  }
-  if (g.num_tiles < 2 * T::kStages) {
-    cp_async_commit();
-    cp_async_wait<0>();
-  }
-  // Every thread is done with the last tile; the next item's index and page ids are visible.
-  __syncthreads();
-
-  const bool has_next = next.index >= 0;
-  ItemGeometry next_g;
-  if (has_next) next_g = geometry_of(next.records[next_slot].item, next.records[next_slot].meta);
-  if (T::kOverlap && has_next) issue_first_staged(p, next_g, next, smem);
-  unsigned char* scratch = T::kOverlap ? smem + (T::kStages - 1) * T::kStageBytes : smem;
-  // The record from shared memory again: no register kept it through the loop.
-  const WorkItem done = next.records[slot].item;
-  write_item(p, done, st, lane_scores, reinterpret_cast<float*>(scratch), smem);
-  if (done.partial_slot >= 0) {
-    const DecodeItemMeta& meta = next.records[slot].meta;
-    const MergeRange range = {done.reserved, meta.slot_begin, meta.slot_count};
-    if (arrived_last(p.merge_counters, range, &next.arrived)) {
-      // With a next item in flight the merge stays inside the scratch; else it may use all of
-      // the launch's shared memory (two-per-SM launches get more: fewer passes).
-      const int scratch_bytes =
-          has_next ? T::kMergeScratchBytes : static_cast<int>(dynamic_shared_bytes());
-      merge_split_tile<T>(p, done, range, has_next ? scratch : smem, scratch_bytes,
-                          [&p, done](int r, int quad, const float(&acc)[4], float lse) {
-                            store_output(p, done, r, quad, acc, lse);
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline stages become the combine scratch
+  write_item(p, item, st, lane_scores, reinterpret_cast<float*>(smem));
+  if (item.partial_slot >= 0) {
+    const MergeRange range = {item.reserved, record.meta.slot_begin, record.meta.slot_count};
+    if (arrived_last(p.merge_counters, range, reinterpret_cast<int*>(smem))) {
+      merge_split_tile<T>(p, item, range, smem,
+                          [&p, item](int r, int quad, const float(&acc)[4], float lse) {
+                            store_output(p, item, r, quad, acc, lse);
                           });
     }
   }
-  if (!T::kOverlap && has_next) {
-    __syncthreads();  // the combine's scratch becomes the next item's stages
-    issue_first_staged(p, next_g, next, smem);
-  }
-  return has_next;
+  __syncthreads();  // the next item's copies overwrite the scratch
 }
 
 }  // namespace flare::decode
@@ -691,36 +522,22 @@ __device__ __forceinline__ bool run_item(const DecodeParams& p, const ItemRecord
 extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads,
                                              flare::decode::Traits::kMinCtasPerSm)
     flare_decode(const flare::DecodeParams params) {
-  using namespace flare::decode;
   extern __shared__ __align__(16) unsigned char flare_decode_smem[];
-  unsigned char* smem = flare_decode_smem;
-  // One load (64 bytes) to the CTA's queue and its first item. The own-queue test reads a field
-  // of each 16-byte part (request, kv_begin and page_begin are never negative): otherwise ptxas
-  // sinks three of the four loads below the branch, a second round trip before the first page
-  // ids.
+  // One load (64 bytes) to the CTA's queue and its first item; the next item's record is in
+  // flight while each item streams. The empty-queue test reads a field of each 16-byte part
+  // (request, kv_begin and page_begin are never negative): otherwise ptxas sinks three of the
+  // four loads below the exit, a second round trip before the first page ids.
   const flare::DecodeCtaStart start = params.cta_starts[blockIdx.x];
-  const bool own_queue = ((start.end - start.begin - 1) | start.item.request |
-                          start.item.kv_begin | start.meta.page_begin) >= 0;
-  NextItem& next = next_item(smem);
-  if (threadIdx.x == 0) {
-    next.queue = {start.begin + 1, start.end, start.tail_begin, start.tail_count};
-    next.records[0] = {start.item, start.meta};
+  const int begin = start.begin;
+  const int end = start.end;
+  if (((end - begin - 1) | start.item.request | start.item.kv_begin | start.meta.page_begin) < 0) {
+    return;  // begin >= end
   }
-  bool more;
-  if (own_queue) {
-    // The first item's geometry from registers: its copies issue before any barrier.
-    more = run_item(params, {start.item, start.meta}, 0, false, smem);
-  } else {
-    if (start.tail_count <= 0) return;
-    // A CTA without a queue of its own starts with a claim of the tail.
-    if (threadIdx.x == 0) {
-      const int index = next.queue.end(params, next.queue.begin(params));
-      next.index = index;
-      if (index >= 0) next.records[0] = {work_items(params)[index], params.item_meta[index]};
-    }
-    __syncthreads();
-    if (next.index < 0) return;
-    more = run_item(params, next.records[0], 0, false, smem);
+  flare::decode::ItemRecord current = {start.item, start.meta};
+  for (int w = begin; w < end; ++w) {
+    flare::decode::ItemRecord next = current;
+    if (w + 1 < end) next = flare::decode::load_record(params, w + 1);
+    flare::decode::run_item(params, current, flare_decode_smem);
+    current = next;
   }
-  for (int slot = 1; more; slot ^= 1) more = run_item(params, next.records[slot], slot, true, smem);
 }

@@ -35,16 +35,16 @@ struct FusedMerge {
   static constexpr int kUnitThreads = Tr::kThreads / kSlotLanes;
   static constexpr int kUnitsPerThread = kUnits / kUnitThreads;
   // Shared memory: [slots per pass][kRows][D] partial rows, [slots per pass][kRows] lse (log2
-  // units), the slot-lane combine. A pass holds as many slots as the scratch the caller gives
-  // allows: at least Tr::kMergeScratchBytes; all of the launch's dynamic shared memory when no
-  // next item is in flight (run() gives two-per-SM launches more, so b1 merges in one pass).
+  // units), the slot-lane combine. A pass holds as many slots as the launch's dynamic shared
+  // memory allows (run() gives two-per-SM launches more, so a tile of b1 merges in one pass).
   static constexpr int kCombineFloats = kSlotLanes > 1 ? Tr::kThreads * 6 : 0;
   static constexpr int kSlotBytes = Tr::kRows * (Tr::kHeadDim + 1) * 4;
-  __device__ static int slots_per_pass(int scratch_bytes) {
-    return (scratch_bytes - kCombineFloats * 4) / kSlotBytes / kSlotLanes * kSlotLanes;
+  __device__ static int slots_per_pass() {
+    return (static_cast<int>(dynamic_shared_bytes()) - kCombineFloats * 4) / kSlotBytes /
+           kSlotLanes * kSlotLanes;
   }
   static constexpr int kMinSlotsPerPass =
-      (Tr::kMergeScratchBytes - kCombineFloats * 4) / kSlotBytes / kSlotLanes * kSlotLanes;
+      (Tr::kSharedBytes - kCombineFloats * 4) / kSlotBytes / kSlotLanes * kSlotLanes;
 
   static_assert(kUnits % kUnitThreads == 0 && kSlotLanes * kUnitThreads == Tr::kThreads,
                 "units tile the threads");
@@ -92,8 +92,8 @@ struct SlotSum {
 // share of the partial slot. One thread counts after the barrier with an acquire-release atomic
 // (as CUTLASS's semaphores): the barrier orders the other threads' stores before its release,
 // and its acquire before their reads of the other chunks' slots (after the second barrier).
-// The last arrival resets the count for the next run. `shared_flag` is a word of shared memory
-// that no copy in flight writes.
+// The last arrival resets the count for the next run. `shared_flag` may be any word of the
+// scratch: every reader of the scratch has passed the first barrier.
 __device__ __forceinline__ bool arrived_last(int* counters, const MergeRange& range,
                                              int* shared_flag) {
   __syncthreads();
@@ -113,13 +113,13 @@ __device__ __forceinline__ bool arrived_last(int* counters, const MergeRange& ra
 
 // Merges the partial slots of `item`'s tile, [range.slot_begin, + range.slot_count), and hands
 // each finished (row, 4 dims) to store(r, quad, acc, lse) (natural-log lse). All threads call
-// it; `scratch` is scratch_bytes of the CTA's shared memory (FusedMerge's layout).
+// it; `scratch` is the CTA's shared memory (FusedMerge's layout).
 template <class Tr, class Store>
 __device__ __forceinline__ void merge_split_tile(const DecodeParams& p, const WorkItem& item,
                                                  const MergeRange& range, unsigned char* scratch,
-                                                 int scratch_bytes, Store store) {
+                                                 Store store) {
   using M = FusedMerge<Tr>;
-  const int slots_per_pass = M::slots_per_pass(scratch_bytes);
+  const int slots_per_pass = M::slots_per_pass();
   float* staged_o = reinterpret_cast<float*>(scratch);
   float* staged_lse = staged_o + slots_per_pass * Tr::kRows * Tr::kHeadDim;
   float* combine = staged_lse + slots_per_pass * Tr::kRows;  // [6][kThreads]

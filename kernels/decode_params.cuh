@@ -58,15 +58,12 @@ struct alignas(16) DecodeItemMeta {
 
 // A CTA's queue and its first item in one record (the executor_ctas section), so the first K/V
 // page ids are one dependent load after the CTA starts. CTAs beyond the plan get begin == end.
-// Then every CTA claims items of the plan's dynamic tail, [tail_begin, tail_begin +
-// tail_count), through DecodeParams::tail_cursor until they run out (the same in every record).
 struct alignas(16) DecodeCtaStart {
   WorkItem item;        // work_items[begin] (WorkItem.reserved: its merge item, if split)
   DecodeItemMeta meta;  // its DecodeItemMeta
   int32_t begin;        // the CTA's work items [begin, end)
   int32_t end;
-  int32_t tail_begin;
-  int32_t tail_count;
+  int32_t reserved[2];
 };
 
 // Strides are in elements; every pointer below stays fixed across plans (CUDA graphs).
@@ -83,9 +80,6 @@ struct DecodeParams {
   const DecodeItemMeta* item_meta;   // [work items] in the workspace
   // [merge items] arrival counts of split tiles' chunks, 0 between runs (kernels/decode_merge.cuh).
   int32_t* merge_counters;
-  // The dynamic tail's claim count, 0 between runs: each CTA claims until one claim finds the
-  // tail empty, so a run makes tail_count + gridDim.x claims and the last one resets it.
-  int32_t* tail_cursor;
   int64_t q_stride_token, q_stride_head;
   int64_t k_stride_page, k_stride_slot, k_stride_head;
   int64_t v_stride_page, v_stride_slot, v_stride_head;

@@ -46,15 +46,6 @@ __device__ __forceinline__ void cp_async_16(unsigned shared_dst, const void* glo
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_dst), "l"(global_src)
                : "memory");
 }
-// 4 bytes global -> shared through L1 (cp.async takes 4 only with .ca); zero-filled when
-// !valid (global_src is not read then).
-__device__ __forceinline__ void cp_async_4(unsigned shared_dst, const void* global_src,
-                                           bool valid) {
-  const int source_bytes = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_dst), "l"(global_src),
-               "r"(source_bytes)
-               : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -5,6 +5,7 @@
 # assignments (the FLARE_DECODE_BENCH_* knobs of tests/gpu/decode_bench_test.cpp); "-" is the
 # defaults.
 # Usage: scripts/decode_knob_scan.sh "<setting>|<setting>|..." [cases (comma list)] [rounds]
+#   e.g. scripts/decode_knob_scan.sh "-|FLARE_DECODE_BENCH_CTAS_PER_SM=3" b64_kv8192 3
 #   Run after scripts/gpu_check.sh (reuses $BUILD, default build-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +30,7 @@ import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     print(f"{sys.argv[2]:44s} {r['case']:26s} {r['median_us']:8.1f} us {r['tbps']:6.3f} TB/s"
-          f"  items {r['work_items']} tail {r['tail_items']} chunk {r['tail_chunk']}")
+          f"  ctas {r['num_ctas']} items {r['work_items']} merges {r['merge_items']}")
 PY
   done
 done

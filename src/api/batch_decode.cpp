@@ -54,11 +54,6 @@ constexpr double kItemOverheadBytes16Bit = 80 * 1024;
 constexpr double kItemOverheadBytesFp8 = 40 * 1024;
 constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
-// The dynamic tail's defaults (docs/perf.md decode v12) and its shortest chunk, in kernel tiles:
-// a chunk shorter than a few tiles costs more in its partial state than its balance gains.
-constexpr int kDefaultTailChunks = 4;
-constexpr float kDefaultTailFraction = 0.15f;
-constexpr int kTailMinChunkTiles = 4;
 
 const char* const kWhat = "BatchDecode";
 
@@ -99,11 +94,6 @@ void validate_config(const BatchDecodeConfig& c) {
               ErrorCode::kInvalidArgument, kWhat,
               ": fixed_split_size, num_sms_to_use and ctas_per_sm must be >= 0, got ",
               c.fixed_split_size, ", ", c.num_sms_to_use, ", ", c.ctas_per_sm);
-  FLARE_CHECK(c.tail_chunks_per_cta >= -1 && c.tail_chunks_per_cta <= 64 &&
-                  (c.tail_fraction == -1.0f || (c.tail_fraction >= 0.0f && c.tail_fraction < 1.0f)),
-              ErrorCode::kInvalidArgument, kWhat,
-              ": tail_chunks_per_cta must be in [-1, 64] and tail_fraction -1 or in [0, 1), got ",
-              c.tail_chunks_per_cta, " and ", c.tail_fraction);
   const AttentionParams& p = c.params;
   FLARE_CHECK(std::isfinite(p.sm_scale) && p.sm_scale >= 0.0f && std::isfinite(p.k_scale) &&
                   std::isfinite(p.v_scale) && std::isfinite(p.logits_soft_cap),
@@ -144,25 +134,16 @@ Geometry decode_geometry(const BatchDecodeConfig& c) {
   const int groups = kDecodeThreads / lanes;
   const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
   const int stage_bytes = 2 * groups * g.tokens_per_group * row_bytes;
-  // Soft-capping's extra per-score work does not fit 128 registers beside the staging of the
-  // next item (decode v12: 28-84 bytes of spills at rows 4): 3 CTAs per SM there.
-  const bool soft_cap = c.params.logits_soft_cap > 0.0f;
-  g.min_ctas_per_sm = g.rows <= 4 && !fp8 && !soft_cap ? kFourCtas : 1;
+  g.min_ctas_per_sm = g.rows <= 4 && !fp8 ? kFourCtas : 1;
   const int target =
       g.min_ctas_per_sm == kFourCtas ? kPipelineTargetBytesFourCtas : kPipelineTargetBytes;
   g.stages = std::clamp(target / stage_bytes, kMinStages, kMaxStages);
-  // The pipeline plus the per-group exchange of probabilities and row rescale factors; the
-  // combine's o in the last stage when it fits one (else from offset 0); its m and d; the
-  // staged items (128 bytes: the claim state, the current and next records; the next item's
-  // first tiles' page ids).
-  const size_t loop = static_cast<size_t>(g.stages) * stage_bytes +
-                      static_cast<size_t>(groups) * (g.tokens_per_group + 1) * g.rows * sizeof(float);
-  const size_t combine = static_cast<size_t>(groups) * g.rows * c.head_dim * sizeof(float);
-  const size_t scratch_end = combine <= static_cast<size_t>(stage_bytes) ? loop : std::max(loop, combine);
-  const size_t side = 2 * static_cast<size_t>(groups) * g.rows * sizeof(float);
-  const size_t next_offset = (scratch_end + side + 15) / 16 * 16;
-  const size_t tile_tokens = static_cast<size_t>(groups) * g.tokens_per_group;
-  g.shared_bytes = next_offset + 128 + static_cast<size_t>(g.stages) * tile_tokens * sizeof(int32_t);
+  // The pipeline plus the per-group exchange of probabilities and row rescale factors.
+  const size_t pipeline =
+      static_cast<size_t>(g.stages) * stage_bytes +
+      static_cast<size_t>(groups) * (g.tokens_per_group + 1) * g.rows * sizeof(float);
+  const size_t combine = static_cast<size_t>(groups) * g.rows * (c.head_dim + 2) * sizeof(float);
+  g.shared_bytes = std::max(pipeline, combine);
   return g;
 }
 
@@ -301,10 +282,6 @@ struct BatchDecode::State {
 
 namespace {
 
-int tail_chunks(const BatchDecodeConfig& c) {
-  return c.tail_chunks_per_cta < 0 ? kDefaultTailChunks : c.tail_chunks_per_cta;
-}
-
 WorkspaceBounds bounds_of(const BatchDecodeConfig& c, int num_ctas) {
   WorkspaceBounds b;
   b.max_batch = c.max_batch;
@@ -316,7 +293,6 @@ WorkspaceBounds bounds_of(const BatchDecodeConfig& c, int num_ctas) {
   b.head_dim_vo = c.head_dim;
   b.executor_cta_bytes = sizeof(DecodeCtaStart);
   b.executor_item_bytes = sizeof(DecodeItemMeta);
-  b.tail_chunks_per_cta = tail_chunks(c);
   return b;
 }
 
@@ -387,8 +363,6 @@ void stage_decode_records(const Plan& plan, const WorkspaceLayout& layout,
     DecodeCtaStart start{};
     start.begin = c < plan.num_ctas ? plan.cta_indptr[static_cast<size_t>(c)] : num_items;
     start.end = c < plan.num_ctas ? plan.cta_indptr[static_cast<size_t>(c) + 1] : num_items;
-    start.tail_begin = plan.tail_begin;
-    start.tail_count = num_items - plan.tail_begin;
     if (start.begin < start.end) {
       start.item = items[start.begin];
       start.meta = meta[start.begin];
@@ -405,9 +379,8 @@ BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_uni
   s.k = resolve_kernels(config);
   s.workspace = cuda::DeviceBuffer(s.k.layout.total_bytes);
   s.plan_staging = api_detail::PlanStaging(s.k.layout.plan_bytes);
-  // The merge items' arrival counts, then the dynamic tail's claim cursor.
   const size_t counter_bytes =
-      static_cast<size_t>(s.k.layout.max_merge_items + 1) * sizeof(int32_t);
+      static_cast<size_t>(std::max<int64_t>(1, s.k.layout.max_merge_items)) * sizeof(int32_t);
   s.merge_counters = cuda::DeviceBuffer(counter_bytes);
   cuda::memset_d8_async(s.merge_counters.data(), 0, counter_bytes, nullptr);
 
@@ -490,12 +463,6 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   options.fixed_split_size = s.config.fixed_split_size;
   options.disable_split_kv = s.config.disable_split_kv;
   options.num_sms_to_use = s.config.num_sms_to_use;
-  options.tail_chunks_per_cta = tail_chunks(s.config);
-  options.tail_fraction =
-      s.config.tail_fraction < 0.0f ? kDefaultTailFraction : s.config.tail_fraction;
-  const Geometry geometry = decode_geometry(s.config);
-  options.tail_min_chunk = kTailMinChunkTiles * geometry.tokens_per_group *
-                           (kDecodeThreads / (s.config.head_dim / kDimsPerLane));
   Plan next = flare::plan(problem, device, options);
   check_fits(next, s.k.layout);
 
@@ -578,7 +545,6 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.cta_starts = reinterpret_cast<const DecodeCtaStart*>(p.workspace + s.k.layout.executor_ctas);
   p.item_meta = reinterpret_cast<const DecodeItemMeta*>(p.workspace + s.k.layout.executor_items);
   p.merge_counters = static_cast<int32_t*>(s.merge_counters.data());
-  p.tail_cursor = p.merge_counters + s.k.layout.max_merge_items;
   p.q_stride_token = q.strides[0];
   p.q_stride_head = q.strides[1];
   p.k_stride_page = kv.k.strides[0];

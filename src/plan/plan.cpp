@@ -19,7 +19,6 @@ constexpr int kMaxHeadDim = 256;
 // Costs are fixed point with 16 fraction bits (src/plan/schedule.cpp).
 constexpr float kMinCostCoefficient = 1.0f / 65536;
 constexpr float kMaxCostCoefficient = 1 << 20;
-constexpr int kMaxTailChunks = 64;
 
 void check_head_dim(int head_dim, const char* name) {
   FLARE_CHECK(head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim && head_dim % 8 == 0,
@@ -87,13 +86,6 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
               ErrorCode::kInvalidArgument, "plan: cost coefficients must lie in [0, ",
               kMaxCostCoefficient, "] with at least one >= ", kMinCostCoefficient,
               " (costs use 1/65536 units), got alpha=", options.alpha, " beta=", options.beta);
-  FLARE_CHECK(options.tail_chunks_per_cta >= 0 && options.tail_chunks_per_cta <= kMaxTailChunks &&
-                  options.tail_fraction >= 0.0f && options.tail_fraction < 1.0f &&
-                  options.tail_min_chunk >= 0,
-              ErrorCode::kInvalidArgument, "plan: the dynamic tail needs tail_chunks_per_cta in [0, ",
-              kMaxTailChunks, "], tail_fraction in [0, 1) and tail_min_chunk >= 0, got ",
-              options.tail_chunks_per_cta, ", ", options.tail_fraction, ", ",
-              options.tail_min_chunk);
 }
 
 int64_t round_up(int64_t value, int64_t multiple) {
@@ -245,13 +237,6 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
       schedule_with(even, alternative);
       if (busiest_cta(alternative) < busiest_cta(result)) result = std::move(alternative);
     }
-    plan_detail::TailParams tail;
-    tail.chunks_per_cta = options.tail_chunks_per_cta;
-    tail.fraction = options.tail_fraction;
-    tail.min_chunk = options.tail_min_chunk;
-    tail.page_size = problem.page_size;
-    tail.beta = options.beta;
-    plan_detail::cut_dynamic_tail(result, tail, scratch.schedule);
   }
   return result;
 }

@@ -349,6 +349,7 @@ class Scheduler {
       s_.cta_items[c] = plan.cta_indptr[c];  // from here on: the CTA's next free position
     }
     plan.work_items.resize(assigned_count_);
+    s_.split_items.clear();
     WorkItem* const work_items = plan.work_items.data();
     int32_t* const next_position = s_.cta_items.data();
     for (size_t i = 0; i < assigned_count_; ++i) {
@@ -356,10 +357,33 @@ class Scheduler {
       const int32_t position = next_position[item.reserved]++;
       item.reserved = 0;
       work_items[position] = item;
+      if (item.partial_slot == kSlotPending) s_.split_items.push_back(position);
     }
-    plan.tail_begin = static_cast<int32_t>(assigned_count_);
-    plan.tail_chunk = 0;
-    number_partial_slots(plan, s_.split_items);
+    const auto slot_order = [&items = plan.work_items](int32_t a, int32_t b) {
+      const WorkItem& x = items[static_cast<size_t>(a)];
+      const WorkItem& y = items[static_cast<size_t>(b)];
+      return std::tie(x.request, x.row_begin, x.kv_head, x.kv_begin) <
+             std::tie(y.request, y.row_begin, y.kv_head, y.kv_begin);
+    };
+    std::sort(s_.split_items.begin(), s_.split_items.end(), slot_order);
+
+    plan.merge_items.clear();
+    plan.merge_indptr.assign(1, 0);
+    plan.merge_slots.resize(s_.split_items.size());
+    for (size_t slot = 0; slot < s_.split_items.size(); ++slot) {
+      WorkItem& item = plan.work_items[static_cast<size_t>(s_.split_items[slot])];
+      item.partial_slot = static_cast<int32_t>(slot);
+      plan.merge_slots[slot] = static_cast<int32_t>(slot);
+      const WorkItem* next = slot + 1 < s_.split_items.size()
+                                 ? &plan.work_items[static_cast<size_t>(s_.split_items[slot + 1])]
+                                 : nullptr;
+      if (next == nullptr || next->request != item.request || next->row_begin != item.row_begin ||
+          next->kv_head != item.kv_head) {
+        plan.merge_items.push_back({item.request, item.kv_head, item.row_begin, item.row_end});
+        plan.merge_indptr.push_back(static_cast<int32_t>(slot + 1));
+      }
+    }
+    plan.num_partial_slots = static_cast<int32_t>(s_.split_items.size());
   }
 
   std::span<const Tile> tiles_;
@@ -375,40 +399,6 @@ class Scheduler {
 };
 
 }  // namespace
-
-// Partial slots for split tiles: consecutive per tile, in increasing KV order, tiles in
-// (request, tile, kv_head) order; one merge item per split tile.
-void number_partial_slots(Plan& plan, std::vector<int32_t>& split_items) {
-  split_items.clear();
-  for (size_t i = 0; i < plan.work_items.size(); ++i) {
-    if (plan.work_items[i].partial_slot != -1) split_items.push_back(static_cast<int32_t>(i));
-  }
-  const auto slot_order = [&items = plan.work_items](int32_t a, int32_t b) {
-    const WorkItem& x = items[static_cast<size_t>(a)];
-    const WorkItem& y = items[static_cast<size_t>(b)];
-    return std::tie(x.request, x.row_begin, x.kv_head, x.kv_begin) <
-           std::tie(y.request, y.row_begin, y.kv_head, y.kv_begin);
-  };
-  std::sort(split_items.begin(), split_items.end(), slot_order);
-
-  plan.merge_items.clear();
-  plan.merge_indptr.assign(1, 0);
-  plan.merge_slots.resize(split_items.size());
-  for (size_t slot = 0; slot < split_items.size(); ++slot) {
-    WorkItem& item = plan.work_items[static_cast<size_t>(split_items[slot])];
-    item.partial_slot = static_cast<int32_t>(slot);
-    plan.merge_slots[slot] = static_cast<int32_t>(slot);
-    const WorkItem* next = slot + 1 < split_items.size()
-                               ? &plan.work_items[static_cast<size_t>(split_items[slot + 1])]
-                               : nullptr;
-    if (next == nullptr || next->request != item.request || next->row_begin != item.row_begin ||
-        next->kv_head != item.kv_head) {
-      plan.merge_items.push_back({item.request, item.kv_head, item.row_begin, item.row_end});
-      plan.merge_indptr.push_back(static_cast<int32_t>(slot + 1));
-    }
-  }
-  plan.num_partial_slots = static_cast<int32_t>(split_items.size());
-}
 
 void schedule(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& scratch,
               Plan& plan) {

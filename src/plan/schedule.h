@@ -58,23 +58,6 @@ inline int64_t chunk_count(int64_t kv_begin, int64_t kv_end, int64_t kv_chunk) {
   return (kv_end + kv_chunk - 1) / kv_chunk - kv_begin / kv_chunk;
 }
 
-// Numbers the partial slots of every work item whose partial_slot is not -1 (the chunks of
-// split tiles): consecutive per tile in KV order, and rebuilds merge_indptr, merge_items,
-// merge_slots and num_partial_slots. `split_items` is scratch.
-void number_partial_slots(Plan& plan, std::vector<int32_t>& split_items);
-
-// Cuts the dynamic tail (PlanOptions::tail_fraction) off a scheduled plan: the end of each
-// CTA's longest item becomes chunks appended after every CTA's queue (Plan::tail_begin); slots are
-// renumbered. Leaves the plan as it is when the chunks would be shorter than min_chunk.
-struct TailParams {
-  int chunks_per_cta = 0;
-  double fraction = 0.0;
-  int64_t min_chunk = 0;
-  int page_size = 1;
-  double beta = 1.0;  // cost per KV token, to take the cut tokens off cta_cost
-};
-void cut_dynamic_tail(Plan& plan, const TailParams& params, ScheduleScratch& scratch);
-
 // Fills plan.cta_indptr, work_items, merge_indptr, merge_items, merge_slots,
 // num_partial_slots and cta_cost. The caller has checked that every count fits int32.
 void schedule(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& scratch,

@@ -61,25 +61,15 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
   // Partial slots: a split tile of length l > L_kv >= W / #CTA has ceil(l / L_kv) < 2 l / L_kv
   // chunks, so the chunks of all split tiles number fewer than 2 W / L_kv <= 2 #CTA (002 D.3);
   // plan() keeps its fill splits and windowed tiles inside the same budget.
-  FLARE_CHECK(bounds.tail_chunks_per_cta >= 0 && bounds.tail_chunks_per_cta <= 64,
-              ErrorCode::kInvalidArgument,
-              "workspace_layout: tail_chunks_per_cta must be in [0, 64], got ",
-              bounds.tail_chunks_per_cta);
-  // A dynamic tail of K chunks per CTA adds K slots per CTA, plus one for the CTA's cut item
-  // when that tile was unsplit.
-  const int64_t tail_slots =
-      bounds.tail_chunks_per_cta > 0 ? int64_t{bounds.tail_chunks_per_cta + 1} * bounds.num_ctas
-                                     : 0;
-  layout.max_partial_slots = int64_t{2} * bounds.num_ctas + tail_slots;
+  layout.max_partial_slots = int64_t{2} * bounds.num_ctas;
   // Merge items: one per split tile, and each split tile owns at least two slots.
   // Tiles: a tile holds at least one packed row (query tile >= 1), so there are at most
   // max_total_qo * group * num_kv_heads = max_total_qo * num_qo_heads of them (reached with
   // query_tile 1). Work items: each tile is one item, plus (chunks - 1) per split tile, which
-  // sums to (split chunks) - (split tiles) < max_partial_slots. The dynamic tail splits at most
-  // one more tile per CTA. Counts are int32, so no plan has more than int32 max items.
+  // sums to (split chunks) - (split tiles) <= 2 #CTA - 1. Counts are int32, so no plan has
+  // more than int32 max items.
   const int64_t max_tiles = int64_t{bounds.max_total_qo} * bounds.num_qo_heads;
-  const int64_t tail_tiles = bounds.tail_chunks_per_cta > 0 ? bounds.num_ctas : 0;
-  layout.max_merge_items = std::min<int64_t>(bounds.num_ctas + tail_tiles, max_tiles);
+  layout.max_merge_items = std::min<int64_t>(bounds.num_ctas, max_tiles);
   layout.max_work_items =
       max_tiles == 0 ? 0 : std::min(kInt32Max, max_tiles + layout.max_partial_slots - 1);
 
@@ -123,11 +113,6 @@ void check_fits(const Plan& plan, const WorkspaceLayout& layout) {
       " with ", plan.cta_indptr.size(), " cta_indptr entries, ", plan.merge_items.size(),
       " merge items with ", plan.merge_indptr.size(), " merge_indptr entries, ",
       plan.num_partial_slots, " partial slots with ", plan.merge_slots.size(), " merge slots");
-  FLARE_CHECK(plan.tail_begin == plan.cta_indptr.back() && plan.tail_begin >= 0 &&
-                  static_cast<size_t>(plan.tail_begin) <= plan.work_items.size(),
-              ErrorCode::kInvalidArgument, "check_fits: not a plan from plan(): tail_begin=",
-              plan.tail_begin, " with cta_indptr ending at ", plan.cta_indptr.back(), " and ",
-              plan.work_items.size(), " work items");
   FLARE_CHECK(plan.num_ctas <= layout.num_ctas, ErrorCode::kWorkspaceTooSmall, "plan needs ",
               plan.num_ctas, " CTAs, workspace has ", layout.num_ctas);
   FLARE_CHECK(plan.query_tile <= layout.max_query_tile, ErrorCode::kWorkspaceTooSmall,

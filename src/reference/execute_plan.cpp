@@ -47,13 +47,11 @@ void check_plan(const Plan& plan, const AttentionProblem& problem, const Geometr
   const size_t items = plan.work_items.size();
   FLARE_CHECK(
       plan.num_ctas >= 1 && plan.cta_indptr.size() == static_cast<size_t>(plan.num_ctas) + 1 &&
-          plan.cta_indptr.front() == 0 && plan.cta_indptr.back() == plan.tail_begin &&
-          plan.tail_begin >= 0 && static_cast<size_t>(plan.tail_begin) <= items &&
+          plan.cta_indptr.front() == 0 && plan.cta_indptr.back() == static_cast<int32_t>(items) &&
           std::is_sorted(plan.cta_indptr.begin(), plan.cta_indptr.end()),
       ErrorCode::kInvalidArgument,
-      "execute_plan_cpu: cta_indptr must be a monotone [num_ctas + 1] indptr ending at "
-      "tail_begin <= ",
-      items, " work items");
+      "execute_plan_cpu: cta_indptr must be a monotone [num_ctas + 1] indptr over the ", items,
+      " work items");
   const int64_t slot_rows = plan.query_tile;
   for (size_t i = 0; i < items; ++i) {
     const WorkItem& item = plan.work_items[i];
@@ -168,37 +166,27 @@ void execute_plan_cpu(const Plan& plan, const AttentionProblem& problem, const A
   std::vector<float> partial_o(static_cast<size_t>(plan.num_partial_slots * slot_rows * dim));
   std::vector<float> partial_lse(static_cast<size_t>(plan.num_partial_slots * slot_rows));
 
-  const auto run_item = [&](int32_t i, std::vector<float>& o, std::vector<float>& lse) {
-    const WorkItem& item = plan.work_items[static_cast<size_t>(i)];
-    const int64_t rows = item.row_end - item.row_begin;
-    if (item.partial_slot >= 0) {
-      const auto slot = static_cast<size_t>(item.partial_slot);
-      reference_attend_rows(problem, item.request, item.kv_head, item.row_begin, item.row_end,
-                            item.kv_begin, item.kv_end,
-                            partial_o.data() + slot * static_cast<size_t>(slot_rows * dim),
-                            partial_lse.data() + slot * static_cast<size_t>(slot_rows),
-                            options.accumulation);
-      return;
-    }
-    o.resize(static_cast<size_t>(rows * dim));
-    lse.resize(static_cast<size_t>(rows));
-    reference_attend_rows(problem, item.request, item.kv_head, item.row_begin, item.row_end,
-                          item.kv_begin, item.kv_end, o.data(), lse.data(), options.accumulation);
-    write_rows(problem, out, geometry, item.request, item.kv_head, item.row_begin, item.row_end,
-               o.data(), lse.data());
-  };
-  // Every CTA's queue, then each dynamic-tail item on its own (any CTA may take it).
-  const int64_t tail_items = static_cast<int64_t>(plan.work_items.size()) - plan.tail_begin;
-  parallel_for(plan.num_ctas + tail_items, num_threads, [&](int64_t queue) {
+  parallel_for(plan.num_ctas, num_threads, [&](int64_t cta) {
     std::vector<float> o;
     std::vector<float> lse;
-    if (queue >= plan.num_ctas) {
-      run_item(plan.tail_begin + static_cast<int32_t>(queue - plan.num_ctas), o, lse);
-      return;
-    }
-    for (int32_t i = plan.cta_indptr[static_cast<size_t>(queue)];
-         i < plan.cta_indptr[static_cast<size_t>(queue) + 1]; ++i) {
-      run_item(i, o, lse);
+    for (int32_t i = plan.cta_indptr[static_cast<size_t>(cta)];
+         i < plan.cta_indptr[static_cast<size_t>(cta) + 1]; ++i) {
+      const WorkItem& item = plan.work_items[static_cast<size_t>(i)];
+      const int64_t rows = item.row_end - item.row_begin;
+      if (item.partial_slot >= 0) {
+        const auto slot = static_cast<size_t>(item.partial_slot);
+        reference_attend_rows(
+            problem, item.request, item.kv_head, item.row_begin, item.row_end, item.kv_begin,
+            item.kv_end, partial_o.data() + slot * static_cast<size_t>(slot_rows * dim),
+            partial_lse.data() + slot * static_cast<size_t>(slot_rows), options.accumulation);
+        continue;
+      }
+      o.resize(static_cast<size_t>(rows * dim));
+      lse.resize(static_cast<size_t>(rows));
+      reference_attend_rows(problem, item.request, item.kv_head, item.row_begin, item.row_end,
+                            item.kv_begin, item.kv_end, o.data(), lse.data(), options.accumulation);
+      write_rows(problem, out, geometry, item.request, item.kv_head, item.row_begin, item.row_end,
+                 o.data(), lse.data());
     }
   });
 

@@ -173,20 +173,12 @@ TEST(DecodeBenchmark, Issue4Table) {
     config.kv_dtype = bc.kv_dtype;
     config.layout = bc.layout;
     // Scheduler experiments: FLARE_DECODE_BENCH_CTAS_PER_SM / FLARE_DECODE_BENCH_SPLIT override
-    // ctas_per_sm / fixed_split_size (0 = the defaults); FLARE_DECODE_BENCH_TAIL=chunks,fraction
-    // the dynamic tail (0,0 = off).
+    // ctas_per_sm / fixed_split_size (0 = the defaults).
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_CTAS_PER_SM")) {
       config.ctas_per_sm = std::atoi(v);
     }
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_SPLIT")) {
       config.fixed_split_size = std::atoi(v);
-    }
-    if (const char* v = std::getenv("FLARE_DECODE_BENCH_TAIL")) {
-      const std::string tail(v);
-      const size_t comma = tail.find(',');
-      config.tail_chunks_per_cta = std::atoi(tail.substr(0, comma).c_str());
-      config.tail_fraction =
-          comma == std::string::npos ? -1.0f : std::stof(tail.substr(comma + 1));
     }
     BatchDecode decode(config);
     cuda::DeviceBuffer q(static_cast<size_t>(batch) * kQoHeads * kHeadDim * 2);
@@ -257,8 +249,7 @@ TEST(DecodeBenchmark, Issue4Table) {
         << ", \"rotations\": " << rotations << ", \"num_ctas\": " << decode.num_ctas()
         << ", \"work_items\": " << plan.work_items.size()
         << ", \"merge_items\": " << plan.merge_items.size() << ", \"kv_chunk\": " << plan.kv_chunk
-        << ", \"tail_items\": " << plan.work_items.size() - static_cast<size_t>(plan.tail_begin)
-        << ", \"tail_chunk\": " << plan.tail_chunk << "}\n";
+        << "}\n";
     out.flush();
   }
 }

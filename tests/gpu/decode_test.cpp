@@ -41,11 +41,6 @@ struct DecodeCase {
   AttentionParams params;
   int fixed_split_size = 0;
   bool disable_split_kv = false;
-  // Dynamic tail (BatchDecodeConfig): cases that force one run on a few SMs (num_sms_to_use),
-  // so that the tail holds many chunks per CTA.
-  int tail_chunks = -1;
-  float tail_fraction = -1.0f;
-  int num_sms_to_use = 0;
   uint64_t seed = 1;
 };
 
@@ -197,57 +192,6 @@ std::vector<DecodeCase> cases() {
     c.kv_lens = {0, 0, 0};
     add(c);
   }
-  // Dynamic tail: up to 70% of every CTA's KV claimed at run time, the combine overlapped with
-  // the next item's first tiles (16-bit rows <= 4, fp8 rows 4) or not (8-row tiles), empty and
-  // one-tile items before a claim; the bitwise rerun checks that who runs a chunk does not
-  // matter and that the claim cursor resets.
-  const auto tail_case = [&add](DecodeCase c, int chunks, float fraction, int sms) {
-    c.tail_chunks = chunks, c.tail_fraction = fraction, c.num_sms_to_use = sms;
-    add(std::move(c));
-  };
-  {
-    DecodeCase c{"tail_d128_gqa4_page16_odd_lengths"};
-    c.kv_lens = {1, 7, 97, 1023, 32769, 511, 3001, 0, 12345};
-    tail_case(c, 4, 0.5f, 4);
-  }
-  {
-    DecodeCase c{"tail_d64_gqa1_page1_hnd_f16"};
-    c.kv_lens = {7, 9000, 1023, 1, 4097};
-    c.num_qo_heads = 8, c.num_kv_heads = 8, c.head_dim = 64, c.page_size = 1;
-    c.layout = KVLayout::kHND, c.q_dtype = DType::kF16, c.kv_dtype = DType::kF16;
-    tail_case(c, 8, 0.6f, 2);
-  }
-  {
-    DecodeCase c{"tail_d256_gqa8_page64_rows8"};
-    c.kv_lens = {1023, 97, 20000, 7, 4096};
-    c.num_qo_heads = 16, c.num_kv_heads = 2, c.head_dim = 256, c.page_size = 64;
-    tail_case(c, 3, 0.4f, 3);
-  }
-  {
-    DecodeCase c{"tail_d128_gqa7_f16_batch37"};
-    c.kv_lens = lengths(37, 1, 6000, 9);
-    c.num_qo_heads = 28, c.num_kv_heads = 4, c.q_dtype = DType::kF16, c.kv_dtype = DType::kF16;
-    tail_case(c, 5, 0.3f, 5);
-  }
-  {
-    DecodeCase c{"tail_e4m3_gqa4_scaled"};
-    c.kv_lens = {1, 7, 16385, 1023, 8191};
-    c.kv_dtype = DType::kE4M3;
-    c.params.k_scale = 0.5f, c.params.v_scale = 2.0f;
-    tail_case(c, 4, 0.5f, 2);
-  }
-  {
-    DecodeCase c{"tail_e5m2_gqa8_rows8"};
-    c.kv_lens = {12000, 5, 3000};
-    c.num_qo_heads = 64, c.num_kv_heads = 8, c.kv_dtype = DType::kE5M2;
-    tail_case(c, 4, 0.5f, 4);
-  }
-  {
-    DecodeCase c{"tail_sliding_window"};
-    c.kv_lens = {1, 9000, 255, 20000, 3000};
-    c.params.window_left = 700;
-    tail_case(c, 6, 0.7f, 2);
-  }
   return all;
 }
 
@@ -286,9 +230,6 @@ TEST_P(BatchDecodeVsReference, MatchesFloat64ReferenceAndRerunsBitwise) {
   config.params = c.params;
   config.fixed_split_size = c.fixed_split_size;
   config.disable_split_kv = c.disable_split_kv;
-  config.tail_chunks_per_cta = c.tail_chunks;
-  config.tail_fraction = c.tail_fraction;
-  config.num_sms_to_use = c.num_sms_to_use;
   BatchDecode decode(config);
 
   const gpu_testing::DeviceKV kv = gpu_testing::to_device(cache);
@@ -320,12 +261,6 @@ TEST_P(BatchDecodeVsReference, MatchesFloat64ReferenceAndRerunsBitwise) {
         EXPECT_EQ(testing::count_nan(lse.view()), lse.numel()) << "lse written without lse";
       }
       const Plan& plan = decode.last_plan();
-      if (c.tail_fraction > 0.0f) {
-        EXPECT_LT(static_cast<size_t>(plan.tail_begin), plan.work_items.size())
-            << "the case must exercise the dynamic tail";
-      }
-      RecordProperty("tail_items",
-                     static_cast<int>(plan.work_items.size()) - plan.tail_begin);
       RecordProperty("work_items", static_cast<int>(plan.work_items.size()));
       RecordProperty("merge_items", static_cast<int>(plan.merge_items.size()));
       RecordProperty("o_max_abs", std::to_string(o_err.max_abs));

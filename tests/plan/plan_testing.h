@@ -119,20 +119,7 @@ inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanO
   ASSERT_GE(plan.query_tile, 1);
   ASSERT_EQ(plan.cta_indptr.size(), static_cast<size_t>(plan.num_ctas) + 1);
   ASSERT_EQ(plan.cta_indptr.front(), 0);
-  ASSERT_EQ(plan.cta_indptr.back(), plan.tail_begin);
-  ASSERT_LE(static_cast<size_t>(plan.tail_begin), plan.work_items.size());
-  const bool has_tail = static_cast<size_t>(plan.tail_begin) < plan.work_items.size();
-  if (has_tail) {
-    ASSERT_GT(options.tail_chunks_per_cta, 0);
-    ASSERT_GT(plan.tail_chunk, 0);
-    ASSERT_GE(plan.tail_chunk, options.tail_min_chunk);
-    ASSERT_EQ(plan.tail_chunk % problem.page_size, 0);
-    for (size_t i = static_cast<size_t>(plan.tail_begin); i < plan.work_items.size(); ++i) {
-      const WorkItem& item = plan.work_items[i];
-      ASSERT_GE(item.partial_slot, 0) << "a tail chunk is a chunk of a split tile";
-      ASSERT_LE(item.kv_end - item.kv_begin, plan.tail_chunk);
-    }
-  }
+  ASSERT_EQ(plan.cta_indptr.back(), static_cast<int32_t>(plan.work_items.size()));
   ASSERT_TRUE(std::is_sorted(plan.cta_indptr.begin(), plan.cta_indptr.end()));
   ASSERT_EQ(plan.cta_cost.size(), static_cast<size_t>(plan.num_ctas));
   ASSERT_EQ(plan.merge_indptr.size(), plan.merge_items.size() + 1);
@@ -227,8 +214,7 @@ inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanO
   }
   ASSERT_EQ(static_cast<int64_t>(plan.merge_items.size()), split_tiles);
   if (options.fixed_split_size == 0) {
-    const int tail_slots = has_tail ? (options.tail_chunks_per_cta + 1) * plan.num_ctas : 0;
-    ASSERT_LE(plan.num_partial_slots, 2 * plan.num_ctas + tail_slots) << "the slot bound";
+    ASSERT_LE(plan.num_partial_slots, 2 * plan.num_ctas) << "the 2 x #CTA slot bound";
   }
 }
 
@@ -241,8 +227,6 @@ inline void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.split_kv, b.split_kv);
   EXPECT_EQ(a.kv_chunk, b.kv_chunk);
   EXPECT_EQ(a.cta_indptr, b.cta_indptr);
-  EXPECT_EQ(a.tail_begin, b.tail_begin);
-  EXPECT_EQ(a.tail_chunk, b.tail_chunk);
   ASSERT_EQ(a.work_items.size(), b.work_items.size());
   for (size_t i = 0; i < a.work_items.size(); ++i) {
     const WorkItem& x = a.work_items[i];

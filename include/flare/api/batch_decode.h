@@ -51,14 +51,6 @@ struct BatchDecodeConfig {
 
   // Persistent CTAs per SM; 0 = as many as fit (the kernel's occupancy).
   int ctas_per_sm = 0;
-
-  // Dynamic tail (plan/plan.h PlanOptions::tail_*): tail_fraction of each CTA's planned KV is
-  // left to whichever CTA is free first, in up to tail_chunks_per_cta chunks per CTA of at least
-  // four kernel tiles (SMs stream at different rates; docs/perf.md decode v12). Output does not
-  // depend on which CTA runs a chunk. -1 = the default (4 chunks, 0.15); tail_chunks_per_cta = 0
-  // turns it off. Fixed at creation: the workspace reserves the tail's partial slots.
-  int tail_chunks_per_cta = -1;
-  float tail_fraction = -1.0f;
 };
 
 // Batch decode on one CUDA device:

@@ -40,16 +40,6 @@ struct PlanOptions {
   // (so loads add exactly). Each in [0, 2^20], at least one >= 2^-16.
   float alpha = 1.0f;        // cost per query row of a chunk
   float beta = 1.0f;         // cost per KV token of a chunk
-  // Dynamic tail, for executors that claim work at run time (BatchDecode): SMs stream at
-  // different rates, so a static queue ends unevenly (docs/perf.md, decode v12). After the
-  // static plan, tail_fraction of the mean per-CTA KV load is cut off the end of each CTA's
-  // longest item into chunks of ceil(tail_fraction * mean / tail_chunks_per_cta) tokens, rounded
-  // up to a page; any CTA takes them, in plan order, once its own queue is done. Off when
-  // tail_chunks_per_cta is 0, when those chunks would be shorter than tail_min_chunk tokens,
-  // and with fixed_split_size or disable_split_kv (chunk bounds then depend on the batch).
-  int tail_chunks_per_cta = 0;  // in [0, 64]; at most WorkspaceBounds::tail_chunks_per_cta
-  float tail_fraction = 0.0f;   // in [0, 1)
-  int tail_min_chunk = 0;       // tokens
 };
 
 // Upper bounds fixed at wrapper creation; they fix every workspace section's offset.
@@ -67,9 +57,6 @@ struct WorkspaceBounds {
   // CTA's queue with its first item, each item's request page range and partial slots).
   size_t executor_cta_bytes = 0;
   size_t executor_item_bytes = 0;
-  // The most dynamic-tail chunks per CTA the executor's plans use (PlanOptions); each adds
-  // partial slots and work items.
-  int tail_chunks_per_cta = 0;
 };
 
 // Byte offsets of the sections of one workspace buffer (256-byte aligned). The plan region
@@ -92,8 +79,7 @@ struct WorkspaceLayout {
   int64_t max_merge_items = 0;
   // Each slot holds one tile (max_query_tile packed rows of one KV head). Chunks of split
   // tiles number at most 2 * num_ctas when L_kv >= total work / num_ctas (002 D.3), so
-  // 2 * num_ctas slots: 2 * #CTA * T_q * (D + 1) floats, within the paper's bound; a dynamic
-  // tail of K chunks per CTA adds at most (K + 1) * num_ctas (K chunks and the cut item).
+  // 2 * num_ctas slots: 2 * #CTA * T_q * (D + 1) floats, within the paper's bound.
   int64_t max_partial_slots = 0;
   int max_query_tile = 0;
   int head_dim_vo = 0;
@@ -110,13 +96,8 @@ struct Plan {
   int head_dim_vo = 0;
   bool split_kv = true; // false: planned with disable_split_kv (one work item per tile)
   int64_t kv_chunk = 0; // L_kv: the largest chunk, tokens
-  std::vector<int32_t> cta_indptr;   // [num_ctas + 1] into work_items; back() == tail_begin
-  std::vector<WorkItem> work_items;  // grouped by CTA, in execution order, then the tail
-  // work_items[tail_begin ..] are the dynamic tail (PlanOptions::tail_fraction): taken at run
-  // time, in this order, by whichever CTA has finished its own queue. Each is a chunk of a split
-  // tile with its own partial slot, so who runs it does not change the result.
-  int32_t tail_begin = 0;
-  int64_t tail_chunk = 0;            // tokens per tail chunk (the last of an item may be shorter)
+  std::vector<int32_t> cta_indptr;   // [num_ctas + 1] into work_items
+  std::vector<WorkItem> work_items;  // grouped by CTA, in execution order
   std::vector<int32_t> merge_indptr; // [merge_items.size() + 1] into merge_slots
   std::vector<MergeItem> merge_items;
   // Partial slots are numbered tile by tile in KV order: merge item i owns exactly the slots

@@ -1,6 +1,5 @@
-// Executes a Plan on the CPU: each CTA's work items, then the dynamic tail's, through
-// reference_attend_rows into the final output (write-through) or float32 partial slots, then
-// the merge map. Proves plans
+// Executes a Plan on the CPU: each CTA's work items through reference_attend_rows into the
+// final output (write-through) or float32 partial slots, then the merge map. Proves plans
 // correct in CI and is the CPU backend's execution path.
 #pragma once
 
