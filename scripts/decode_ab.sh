@@ -34,11 +34,6 @@ for round in $(seq "$ROUNDS"); do
     FLARE_CACHE_DIR="$PWD/$dir/jit-cache" FLARE_DECODE_BENCH="$result" \
       FLARE_DECODE_BENCH_CASES="$CASES" "$dir/flare_gpu_tests" --gtest_filter='DecodeBenchmark.*' \
       >"$OUT/ab_run.log" 2>&1 || { tail -n 20 "$OUT/ab_run.log"; exit 1; }
-    python3 - "$result" "round $round $label" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    print(f"{sys.argv[2]:16s} {r['case']:26s} {r['median_us']:9.1f} us {r['tbps']:6.3f} TB/s")
-PY
+    python3 scripts/print_decode_bench.py "$result" "round $round $label"
   done
 done

@@ -25,12 +25,6 @@ for round in $(seq "$ROUNDS"); do
     env "${assignments[@]}" FLARE_CACHE_DIR="$PWD/$BUILD/jit-cache" FLARE_DECODE_BENCH="$result" \
       FLARE_DECODE_BENCH_CASES="$CASES" "$BUILD/flare_gpu_tests" --gtest_filter='DecodeBenchmark.*' \
       >"$OUT/scan_run.log" 2>&1 || { tail -n 20 "$OUT/scan_run.log"; exit 1; }
-    python3 - "$result" "r$round $setting" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    print(f"{sys.argv[2]:44s} {r['case']:26s} {r['median_us']:8.1f} us {r['tbps']:6.3f} TB/s"
-          f"  ctas {r['num_ctas']} items {r['work_items']} merges {r['merge_items']}")
-PY
+    python3 scripts/print_decode_bench.py "$result" "r$round $setting"
   done
 done
