@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A/B of the decode kernel in one device call: builds the GPU tests of another source tree (an
-# older version: `git archive <rev> | tar -x -C build-ab-src`, carried to the device) next to
-# this tree's build, then runs the decode benchmark cases of both builds interleaved, several
-# rounds, so both versions see the same clocks and temperature. Prints one line per run.
-# Usage: scripts/decode_ab.sh <other-source-dir> [cases (comma list)] [rounds]
+# A/B of the decode kernel in one device call: builds the GPU tests of other source trees (older
+# versions or variants: `git archive <rev> | tar -x -C build-ab-src`, carried to the device) next
+# to this tree's build, then runs the decode benchmark cases of all builds interleaved, several
+# rounds, so every version sees the same clocks and temperature. Prints one line per run,
+# labelled with the tree's directory name ("this" for this tree).
+# Usage: scripts/decode_ab.sh <other-source-dir>[,<dir>...] [cases (comma list)] [rounds]
 #   Run after scripts/gpu_check.sh (reuses $BUILD, default build-gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,11 @@ mkdir -p "$OUT"
 gtest_source=${FLARE_GTEST_SOURCE:-}
 [ -z "$gtest_source" ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] && [ -d /usr/src/googletest ] &&
   gtest_source=/usr/src/googletest
-for tree in "$OTHER:$BUILD-other" ".:$BUILD"; do
+trees=()
+IFS=',' read -r -a others <<<"$OTHER"
+for other in "${others[@]}"; do trees+=("$other:$BUILD-$(basename "$other")"); done
+trees+=(".:$BUILD")
+for tree in "${trees[@]}"; do
   src=${tree%%:*}; dir=${tree#*:}
   if ! { cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
            ${gtest_source:+-DFLARE_GTEST_SOURCE="$gtest_source"} &&
@@ -28,8 +33,8 @@ for tree in "$OTHER:$BUILD-other" ".:$BUILD"; do
 done
 export FLARE_LOG=quiet
 for round in $(seq "$ROUNDS"); do
-  for pair in "other:$BUILD-other" "this:$BUILD"; do
-    label=${pair%%:*}; dir=${pair#*:}
+  for tree in "${trees[@]}"; do
+    dir=${tree#*:}; label=$(basename "${tree%%:*}"); [ "$label" = . ] && label=this
     result="$OUT/ab_${round}_$label.jsonl"
     FLARE_CACHE_DIR="$PWD/$dir/jit-cache" FLARE_DECODE_BENCH="$result" \
       FLARE_DECODE_BENCH_CASES="$CASES" "$dir/flare_gpu_tests" --gtest_filter='DecodeBenchmark.*' \

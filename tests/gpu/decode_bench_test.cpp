@@ -17,6 +17,7 @@
 
 #include "decode_test_support.h"
 #include "flare/api/batch_decode.h"
+#include "flare/api/batch_prefill.h"
 #include "flare/jit/cuda_sync.h"
 #include "flare/jit/module.h"
 
@@ -111,6 +112,37 @@ std::vector<BenchCase> bench_cases() {
   return cases;
 }
 
+// Random page placement. Locality experiments (what the shuffle costs, and at which scale):
+// FLARE_DECODE_BENCH_SHUFFLE_BLOCK=N keeps runs of N consecutive pool pages together and
+// shuffles the runs; FLARE_DECODE_BENCH_SHUFFLE_WITHIN=N shuffles only inside aligned runs of N
+// pages, which stay in pool order. Neither set: every page shuffled.
+void shuffle_pool(std::vector<int32_t>& pool_ids, testing::Rng& rng) {
+  const auto knob = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v == nullptr ? size_t{1} : static_cast<size_t>(std::max(1, std::atoi(v)));
+  };
+  const size_t block = knob("FLARE_DECODE_BENCH_SHUFFLE_BLOCK");
+  const size_t within = knob("FLARE_DECODE_BENCH_SHUFFLE_WITHIN");
+  const size_t n = pool_ids.size();
+  if (within > 1) {
+    for (size_t lo = 0; lo + within <= n; lo += within) {
+      std::vector<int32_t> run(pool_ids.begin() + lo, pool_ids.begin() + lo + within);
+      rng.shuffle(run);
+      std::copy(run.begin(), run.end(), pool_ids.begin() + lo);
+    }
+    return;
+  }
+  std::vector<int32_t> runs(n / block);
+  std::iota(runs.begin(), runs.end(), 0);
+  rng.shuffle(runs);
+  std::vector<int32_t> shuffled;
+  shuffled.reserve(n);
+  for (int32_t r : runs) {
+    for (size_t i = 0; i < block; ++i) shuffled.push_back(static_cast<int32_t>(r * block + i));
+  }
+  pool_ids = shuffled;  // a remainder of fewer than `block` pages is left out
+}
+
 TEST(DecodeBenchmark, Issue4Table) {
   FLARE_REQUIRE_GPU();
   const char* out_path = std::getenv("FLARE_DECODE_BENCH");
@@ -156,7 +188,8 @@ TEST(DecodeBenchmark, Issue4Table) {
     // Each rotation: its own pages of the pool, in random order.
     std::vector<int32_t> pool_ids(static_cast<size_t>(pool_pages));
     std::iota(pool_ids.begin(), pool_ids.end(), 0);
-    if (!bc.pages_in_order) rng.shuffle(pool_ids);
+    if (!bc.pages_in_order) shuffle_pool(pool_ids, rng);
+    ASSERT_GE(static_cast<int64_t>(pool_ids.size()), rotations * pages);
     std::vector<int32_t> all_indices(pool_ids.begin(), pool_ids.begin() + rotations * pages);
     cuda::DeviceBuffer indices(all_indices.size() * 4), indptr_d(indptr.size() * 4),
         last_d(last.size() * 4);
@@ -208,20 +241,52 @@ TEST(DecodeBenchmark, Issue4Table) {
     decode.plan(indptr, last, stream.get());
     outputs.poison(stream.get());
 
+    // FLARE_DECODE_BENCH_PREFILL=1: the same batch through BatchPrefill (tensor cores, one
+    // query per request, the head group packed into the rows) instead of BatchDecode: what a
+    // tensor-core decode path would give. 16-bit KV only (the prefill has no fp8 KV).
+    std::optional<BatchPrefill> prefill;
+    std::optional<cuda::DeviceBuffer> qo_indptr_d;
+    if (const char* v = std::getenv("FLARE_DECODE_BENCH_PREFILL"); v != nullptr && v[0] == '1') {
+      if (elem != 2) continue;
+      BatchPrefillConfig pc;
+      pc.max_batch = batch;
+      pc.max_total_qo = batch;
+      pc.num_qo_heads = kQoHeads;
+      pc.num_kv_heads = kKvHeads;
+      pc.head_dim_qk = pc.head_dim_vo = kHeadDim;
+      pc.page_size = bc.page_size;
+      pc.layout = bc.layout;
+      pc.dtype = DType::kBF16;
+      prefill.emplace(pc);
+      std::vector<int32_t> qo_indptr(static_cast<size_t>(batch) + 1);
+      std::iota(qo_indptr.begin(), qo_indptr.end(), 0);
+      qo_indptr_d.emplace(qo_indptr.size() * 4);
+      cuda::memcpy_htod(qo_indptr_d->data(), qo_indptr.data(), qo_indptr.size() * 4);
+      prefill->plan(qo_indptr, indptr, last, stream.get());
+    }
+    const auto run_once = [&](const PagedKV& kv) {
+      if (prefill) {
+        prefill->run(q_view,
+                     TensorView::contiguous(qo_indptr_d->data(), DType::kI32, {batch + 1},
+                                            Device::cuda(0)),
+                     kv, outputs.o_view, std::nullopt, stream.get());
+      } else {
+        decode.run(q_view, kv, outputs.o_view, std::nullopt, stream.get());
+      }
+    };
+
     std::vector<cuda::Event> starts, stops;
     for (int i = 0; i < kTimed; ++i) {
       starts.emplace_back(true);
       stops.emplace_back(true);
     }
     for (int i = 0; i < kWarmup; ++i) {
-      decode.run(q_view, tables[static_cast<size_t>(i % rotations)], outputs.o_view, std::nullopt,
-                 stream.get());
+      run_once(tables[static_cast<size_t>(i % rotations)]);
     }
     const auto host_begin = std::chrono::steady_clock::now();
     for (int i = 0; i < kTimed; ++i) {
       starts[static_cast<size_t>(i)].record(stream.get());
-      decode.run(q_view, tables[static_cast<size_t>((i + kWarmup) % rotations)], outputs.o_view,
-                 std::nullopt, stream.get());
+      run_once(tables[static_cast<size_t>((i + kWarmup) % rotations)]);
       stops[static_cast<size_t>(i)].record(stream.get());
     }
     // Host time to enqueue one run (with its two events): above the GPU time, the GPU waits.
@@ -236,7 +301,7 @@ TEST(DecodeBenchmark, Issue4Table) {
     const double median_ms = ms[ms.size() / 2];
     EXPECT_EQ(testing::count_nan(outputs.o_host().view()), 0) << bc.name;
 
-    const Plan& plan = decode.last_plan();
+    const Plan& plan = prefill ? prefill->last_plan() : decode.last_plan();
     out << "{\"case\": \"" << bc.name << "\", \"batch\": " << batch
         << ", \"kv_tokens\": " << kv_tokens << ", \"page_size\": " << bc.page_size
         << ", \"kv_dtype\": \"" << dtype_name(bc.kv_dtype) << "\", \"pages_in_order\": "
@@ -246,7 +311,9 @@ TEST(DecodeBenchmark, Issue4Table) {
         << ", \"host_us_per_run\": " << host_us
         << ", \"tbps\": " << kv_bytes / (median_ms * 1e-3) / 1e12
         << ", \"requests_per_s\": " << batch / (median_ms * 1e-3)
-        << ", \"rotations\": " << rotations << ", \"num_ctas\": " << decode.num_ctas()
+        << ", \"rotations\": " << rotations
+        << ", \"num_ctas\": " << (prefill ? static_cast<int>(plan.cta_indptr.size()) - 1
+                                            : decode.num_ctas())
         << ", \"work_items\": " << plan.work_items.size()
         << ", \"merge_items\": " << plan.merge_items.size() << ", \"kv_chunk\": " << plan.kv_chunk
         << "}\n";
