@@ -27,9 +27,12 @@ SHAPES = {  # case -> (batch, kv_len); the same names as the flare benchmark
     "b16_kv4096": (16, 4096),
     "b1_kv4096": (1, 4096),
 }
-# Variants compared with the anchor of another case (the same shape on contiguous KV).
-ANCHOR_OF = {"b64_kv8192_pages_in_order": "b64_kv8192"}
+# Variants compared with the anchor of another case (the same shape on contiguous KV); "_tc"
+# cases are the same batches on the tensor-core loop (use_tensor_cores).
+ANCHOR_OF = {"b64_kv8192_pages_in_order": "b64_kv8192",
+             **{f"{case}_tc": case for case in SHAPES}}
 TARGETS_TBPS = {"b64_kv8192": 2.7, "b16_kv32768": 2.9, "b1_kv32768": 2.3, "b16_kv4096": 2.4}
+TARGETS_TBPS.update({f"{case}_tc": t for case, t in TARGETS_TBPS.items()})
 
 
 def median_ms(calls):
@@ -107,6 +110,11 @@ def print_table(flare_rows, anchors):
     print()
     print(f"zipf / uniform (same total KV) bandwidth: "
           f"{fmt(ratio('b64_zipf_mean2048', 'b64_uniform_same_total', 'tbps'), 3)} (target >= 0.90)")
+    print(f"zipf / uniform, tensor-core loop: "
+          f"{fmt(ratio('b64_zipf_mean2048_tc', 'b64_uniform_same_total_tc', 'tbps'), 3)}")
+    print("tensor-core / CUDA-core loop time: " + ", ".join(
+        f"{case} {fmt(ratio(case + '_tc', case, 'median_us'), 3)}"
+        for case in ["b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096", "b64_zipf_mean2048"]))
     print(f"page 1 / page 16 bandwidth, b64 kv8192: "
           f"{fmt(ratio('b64_kv8192_page1', 'b64_kv8192', 'tbps'), 3)} (target >= 0.95)")
     print(f"page 1 / page 16 bandwidth, b16 kv4096: "

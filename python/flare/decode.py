@@ -52,8 +52,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     float_workspace_buffer fixes the device (CUDA: GPU kernels; CPU: the CPU backend); flare
     sizes its own device workspace from the plan's bounds, so the buffer's memory is not used.
-    use_tensor_cores is accepted as the performance hint it is in FlashInfer: flare's decode
-    kernel always fuses the query heads of a KV head, and results do not depend on it.
+    use_tensor_cores=True runs q and KV of one float16 / bfloat16 type through the tensor-core
+    loop of the decode kernel (mma.sync; faster where the CUDA-core loop is issue-bound, as on
+    an H200); other pairs (fp8 KV among them) run on CUDA cores. Both loops fuse the query heads of a KV head; their results
+    differ by rounding (the tensor-core loop rounds probabilities to KV's type before P.V).
     """
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
@@ -148,9 +150,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
         with device_guard(self._workspace):
             tables = self._device_tables(indptr, indices, last_page_len, indptr_host, last_host,
                                          non_blocking)
+            tensor_cores = (self._use_tensor_cores and q_dtype == kv_dtype
+                            and kv_dtype in _TENSOR_CORE_DTYPES)
             key = (q_dtype, kv_dtype, int(num_qo_heads), int(num_kv_heads), int(head_dim),
                    int(page_size), self._kv_layout, tuple(sorted(params_kwargs.items())),
-                   fixed_split_size, bool(disable_split_kv))
+                   fixed_split_size, bool(disable_split_kv), tensor_cores)
             if self._use_cuda_graph:
                 # A captured run launches one decoder's kernels on its workspace: a plan for
                 # another configuration would never reach the graph.
@@ -172,7 +176,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                     kv_layout=self._kv_layout, params=make_params(**params_kwargs),
                     use_cuda_graph=self._use_cuda_graph,
                     fixed_split_size=0 if fixed_split_size is None else int(fixed_split_size),
-                    disable_split_kv=bool(disable_split_kv))
+                    disable_split_kv=bool(disable_split_kv), use_tensor_cores=tensor_cores)
 
             decoder = self._decoders.get(key, max_batch, make)
             decoder.plan(arg(indptr_host), arg(last_host), stream_of(self._workspace))
@@ -267,6 +271,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
 
 _single_decoders = _GpuDecoders()
+# The tensor-core loop (use_tensor_cores) takes q and KV of one of these types; other pairs
+# (fp8 KV among them) run on CUDA cores.
+_TENSOR_CORE_DTYPES = ("float16", "bfloat16")
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",
@@ -313,15 +320,18 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     indptr_host = np.array([0, kv_len], dtype=np.int32)
     last_host = np.array([1] if kv_len > 0 else [0], dtype=np.int32)
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
+    tensor_cores = (bool(use_tensor_cores) and q_dtype == kv_dtype
+                    and kv_dtype in _TENSOR_CORE_DTYPES)
     key = (q.device.index, q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, kv_layout,
-           tuple(sorted(params_kwargs.items())))
+           tuple(sorted(params_kwargs.items())), tensor_cores)
     device = device_of(q)[1]
     with device_guard(q):
         decoder = _single_decoders.get(key, 1, lambda capacity: _flare.BatchDecode(
             device=device, max_batch=capacity, num_qo_heads=num_qo_heads,
             num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=1, q_dtype=q_dtype,
             kv_dtype=kv_dtype, kv_layout=kv_layout, params=make_params(**params_kwargs),
-            use_cuda_graph=False, fixed_split_size=0, disable_split_kv=False))
+            use_cuda_graph=False, fixed_split_size=0, disable_split_kv=False,
+            use_tensor_cores=tensor_cores))
         stream = stream_of(q)
         decoder.plan(arg(indptr_host), arg(last_host), stream)
         indices = torch.arange(kv_len, dtype=torch.int32, device=q.device)

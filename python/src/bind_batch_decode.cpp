@@ -20,7 +20,8 @@ cuda::Stream as_stream(uintptr_t handle) { return reinterpret_cast<cuda::Stream>
 void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, int num_kv_heads,
                int head_dim, int page_size, const std::string& q_dtype,
                const std::string& kv_dtype, const std::string& kv_layout, const ParamsArg& params,
-               bool use_cuda_graph, int fixed_split_size, bool disable_split_kv) {
+               bool use_cuda_graph, int fixed_split_size, bool disable_split_kv,
+               bool use_tensor_cores) {
   BatchDecodeConfig config;
   config.device = device;
   config.max_batch = max_batch;
@@ -35,6 +36,7 @@ void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, i
   config.use_cuda_graph = use_cuda_graph;
   config.fixed_split_size = fixed_split_size;
   config.disable_split_kv = disable_split_kv;
+  config.use_tensor_cores = use_tensor_cores;
   // Compiling the kernels can take seconds: let other Python threads run meanwhile.
   nb::gil_scoped_release release;
   new (self) BatchDecode(config);
@@ -63,7 +65,7 @@ void bind_batch_decode(nb::module_& m) {
            nb::arg("num_qo_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
            nb::arg("page_size"), nb::arg("q_dtype"), nb::arg("kv_dtype"), nb::arg("kv_layout"),
            nb::arg("params"), nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"),
-           nb::arg("disable_split_kv"))
+           nb::arg("disable_split_kv"), nb::arg("use_tensor_cores") = false)
       .def("plan", &plan, nb::arg("kv_indptr"), nb::arg("kv_last_page_len"), nb::arg("stream"))
       .def("run", &run, nb::arg("q"), nb::arg("k_pages"), nb::arg("v_pages"),
            nb::arg("kv_indptr"), nb::arg("kv_indices"), nb::arg("kv_last_page_len"), nb::arg("o"),

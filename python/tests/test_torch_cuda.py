@@ -72,13 +72,16 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("use_tensor_cores", [False, True])
 @pytest.mark.parametrize("dtype,layout,page_size,heads,head_dim", CASES)
-def test_decode_matches_sdpa_float64(dtype, layout, page_size, heads, head_dim):
+def test_decode_matches_sdpa_float64(dtype, layout, page_size, heads, head_dim,
+                                     use_tensor_cores):
     num_qo_heads, num_kv_heads = heads
     cache = GpuPagedCache([0, 1, 7, 97, 511, 1500], num_kv_heads, head_dim, page_size, layout,
                           dtype, seed=1)
     q = torch.randn(cache.batch, num_qo_heads, head_dim, device=DEVICE).to(dtype)
-    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), layout)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), layout,
+                                                       use_tensor_cores=use_tensor_cores)
     plan_decode(wrapper, cache, num_qo_heads, head_dim, dtype)
     out = torch.full_like(q, float("nan"))
     lse = torch.full((cache.batch, num_qo_heads), float("nan"), device=DEVICE)
@@ -106,11 +109,13 @@ def test_decode_on_a_side_stream_and_tuple_cache():
     assert max_error(out.cpu(), expected) <= O_TOLERANCE[torch.bfloat16]
 
 
-def test_decode_fp8_cache_with_scales():
+@pytest.mark.parametrize("use_tensor_cores", [False, True])  # fp8 runs on CUDA cores either way
+def test_decode_fp8_cache_with_scales(use_tensor_cores):
     cache = GpuPagedCache([40, 300], 2, 128, 16, "NHD", torch.float32, seed=3)
     fp8 = cache.cache.nan_to_num().to(torch.float8_e4m3fn)
     q = torch.randn(2, 8, 128, device=DEVICE).to(torch.bfloat16)
-    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
+                                                       use_tensor_cores=use_tensor_cores)
     wrapper.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 8, 2, 128, 16,
                  q_data_type=torch.bfloat16, kv_data_type=torch.float8_e4m3fn)
     out = wrapper.run(q, fp8, k_scale=0.5, v_scale=2.0)
@@ -217,6 +222,8 @@ def test_single_decode_matches_sdpa():
                                             v.transpose(0, 1).contiguous(), kv_layout="HND")
     assert max_error(hnd, expected) <= O_TOLERANCE[torch.float16]
     assert lse.shape == (32,)
+    tensor_cores = flare.single_decode_with_kv_cache(q, k, v, use_tensor_cores=True)
+    assert max_error(tensor_cores, expected) <= O_TOLERANCE[torch.float16]
 
 
 def test_merge_ops_on_cuda():

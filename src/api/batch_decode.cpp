@@ -50,6 +50,11 @@ constexpr int kFourCtas = 4;
 // the fill split piled 32 short tails on each idle CTA (b64 kv8192 on 528 CTAs: 768 us, 717 at
 // 80 KiB). fp8 KV is instruction-bound, the round trips overlap other CTAs' issue, and a large
 // alpha only skews the KV balance (b64 kv8192: 408 us at 40 KiB, 420 at 80; docs/perf.md v7).
+// The tensor-core loop (kernels/decode_mma.cuh): 4 warps of 16 tokens per tile, and a pipeline
+// of ~96 KiB (2 CTAs per SM at D <= 128; 3 stages of 32 KiB at D = 128 measured best on the
+// H100 and H200 against 2 or 4 stages, docs/perf.md decode experiment 4).
+constexpr int kMmaTileTokens = 64;
+constexpr int kPipelineTargetBytesMma = 96 * 1024;
 constexpr double kItemOverheadBytes16Bit = 80 * 1024;
 constexpr double kItemOverheadBytesFp8 = 40 * 1024;
 constexpr int kMinStages = 2;
@@ -111,9 +116,16 @@ void validate_config(const BatchDecodeConfig& c) {
         c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
   }
   standard_variant_flags(p, kWhat);  // throws for what the kernel cannot express
+  // The mma operands share one type: q would be rounded to KV's (f16 q to bf16 loses 3 bits of
+  // every score's inputs, lse errors above 1e-3), so q and KV must already agree.
+  FLARE_CHECK(!c.use_tensor_cores || c.q_dtype == c.kv_dtype, ErrorCode::kUnsupported, kWhat,
+              ": use_tensor_cores needs q and KV of the same float16 or bfloat16 type, got q ",
+              dtype_name(c.q_dtype), " and KV ", dtype_name(c.kv_dtype),
+              " (other pairs run on CUDA cores: use_tensor_cores = false)");
 }
 
 struct Geometry {
+  bool mma = false;  // the tensor-core loop (kernels/decode_mma.cuh)
   int rows = 0;
   int tokens_per_group = 0;
   int stages = 0;
@@ -125,6 +137,18 @@ struct Geometry {
 Geometry decode_geometry(const BatchDecodeConfig& c) {
   Geometry g;
   g.rows = kernel_rows(c);
+  const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
+  if (c.use_tensor_cores) {
+    g.mma = true;
+    g.tokens_per_group = 4;  // not used by the mma loop (Traits derives it either way)
+    const int stage_bytes = 2 * kMmaTileTokens * row_bytes;
+    g.stages = std::clamp(kPipelineTargetBytesMma / stage_bytes, kMinStages, kMaxStages);
+    g.min_ctas_per_sm = c.head_dim >= 256 ? 1 : 2;
+    const size_t combine =
+        static_cast<size_t>(kDecodeThreads / 32) * g.rows * (c.head_dim + 2) * sizeof(float);
+    g.shared_bytes = std::max(static_cast<size_t>(g.stages) * stage_bytes, combine);
+    return g;
+  }
   // Scores of one tile live in registers (tokens x rows): 8-row tiles take 2 tokens a group.
   // fp8 KV is instruction-bound rather than memory-bound: 8 tokens a group halve the per-tile
   // fixed work (barrier, copies, probability exchange) per token, within 168 registers.
@@ -132,7 +156,6 @@ Geometry decode_geometry(const BatchDecodeConfig& c) {
   g.tokens_per_group = g.rows >= 8 ? 2 : (fp8 && g.rows >= 4 ? 8 : 4);
   const int lanes = c.head_dim / kDimsPerLane;
   const int groups = kDecodeThreads / lanes;
-  const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
   const int stage_bytes = 2 * groups * g.tokens_per_group * row_bytes;
   g.min_ctas_per_sm = g.rows <= 4 && !fp8 ? kFourCtas : 1;
   const int target =
@@ -193,8 +216,10 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
       {"FLARE_STAGES", std::to_string(g.stages)},
       {"FLARE_MIN_CTAS_PER_SM", std::to_string(g.min_ctas_per_sm)},
       {"FLARE_SHARED_BYTES", std::to_string(g.shared_bytes)},
+      {"FLARE_DECODE_MMA", g.mma ? "1" : "0"},
   };
-  k.decode.label = "decode q=" + std::string(dtype_name(config.q_dtype)) +
+  k.decode.label = std::string(g.mma ? "decode-mma" : "decode") +
+                   " q=" + std::string(dtype_name(config.q_dtype)) +
                    " kv=" + std::string(dtype_name(config.kv_dtype)) +
                    " D=" + std::to_string(config.head_dim) + " rows=" + std::to_string(g.rows) +
                    " page=" + std::to_string(config.page_size) + " " + standard_variant_name(flags);
@@ -242,6 +267,15 @@ std::vector<BatchDecodeConfig> shipped_decode_configs() {
     add(128, 8, DType::kBF16, DType::kBF16, 16, *params);
   }
   for (int page_size : {1, 3, 64}) add(128, 4, DType::kBF16, DType::kBF16, page_size, plain);
+  // The tensor-core loop: every row tile and head dim on bf16, f16, and every variant flag.
+  const size_t cuda_core_configs = configs.size();
+  for (int head_dim : {64, 128, 256}) {
+    for (int group : {1, 2, 4, 8}) add(head_dim, group, DType::kBF16, DType::kBF16, 16, plain);
+    add(head_dim, 8, DType::kF16, DType::kF16, 16, plain);
+    add(head_dim, 4, DType::kF16, DType::kF16, 16, all);
+    add(head_dim, 8, DType::kBF16, DType::kBF16, 16, all);
+  }
+  for (size_t i = cuda_core_configs; i < configs.size(); ++i) configs[i].use_tensor_cores = true;
   return configs;
 }
 

@@ -72,6 +72,7 @@ struct BenchCase {
   // Pages of each rotation in pool order instead of shuffled: what random page placement costs
   // against KV laid out contiguously (the SDPA anchors' layout).
   bool pages_in_order = false;
+  bool tensor_cores = false;  // BatchDecodeConfig::use_tensor_cores
 };
 
 std::vector<int32_t> constant(int batch, int len) { return std::vector<int32_t>(batch, len); }
@@ -109,6 +110,15 @@ std::vector<BenchCase> bench_cases() {
   cases.push_back({"b16_kv4096_page1", constant(16, 4096), 1});
   cases.push_back({"b64_kv8192_pages_in_order", constant(64, 8192), 16, DType::kBF16,
                    KVLayout::kNHD, true});
+  // The tensor-core loop on the issue's shapes and the skewed batch.
+  for (const char* name : {"b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096",
+                           "b64_zipf_mean2048", "b64_uniform_same_total"}) {
+    BenchCase c = *std::find_if(cases.begin(), cases.end(),
+                                [name](const BenchCase& b) { return b.name == name; });
+    c.name += "_tc";
+    c.tensor_cores = true;
+    cases.push_back(c);
+  }
   return cases;
 }
 
@@ -213,6 +223,12 @@ TEST(DecodeBenchmark, Issue4Table) {
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_SPLIT")) {
       config.fixed_split_size = std::atoi(v);
     }
+    config.use_tensor_cores = bc.tensor_cores;
+    // FLARE_DECODE_BENCH_TENSOR_CORES=1: the tensor-core loop for every bf16 case (fp8 cases
+    // keep the CUDA-core loop, the only one they have).
+    if (const char* v = std::getenv("FLARE_DECODE_BENCH_TENSOR_CORES")) {
+      config.use_tensor_cores = (v[0] == '1' && bc.kv_dtype == DType::kBF16) || bc.tensor_cores;
+    }
     BatchDecode decode(config);
     cuda::DeviceBuffer q(static_cast<size_t>(batch) * kQoHeads * kHeadDim * 2);
     fill(q.data(), int64_t{batch} * kQoHeads * kHeadDim, 2, 7);
@@ -307,6 +323,7 @@ TEST(DecodeBenchmark, Issue4Table) {
         << ", \"kv_dtype\": \"" << dtype_name(bc.kv_dtype) << "\", \"pages_in_order\": "
         << (bc.pages_in_order ? "true" : "false") << ", \"layout\": \""
         << kv_layout_name(bc.layout) << "\", \"kv_bytes\": " << kv_bytes
+        << ", \"tensor_cores\": " << (config.use_tensor_cores ? "true" : "false")
         << ", \"median_us\": " << median_ms * 1e3 << ", \"min_us\": " << ms.front() * 1e3
         << ", \"host_us_per_run\": " << host_us
         << ", \"tbps\": " << kv_bytes / (median_ms * 1e-3) / 1e12

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "decode_test_support.h"
@@ -17,8 +19,9 @@ namespace {
 constexpr double kOutputTolerance = 1e-2;
 constexpr double kLseTolerance = 1e-3;
 
-BatchDecodeConfig graph_config() {
+BatchDecodeConfig graph_config(bool tensor_cores) {
   BatchDecodeConfig c;
+  c.use_tensor_cores = tensor_cores;
   c.max_batch = 24;
   c.num_qo_heads = 28;  // GQA 7
   c.num_kv_heads = 4;
@@ -29,10 +32,13 @@ BatchDecodeConfig graph_config() {
   return c;
 }
 
-TEST(BatchDecodeGraph, OneCaptureReplayedOverChangingSteps) {
+// Both compute loops (the parameter: use_tensor_cores).
+class BatchDecodeGraph : public ::testing::TestWithParam<bool> {};
+
+TEST_P(BatchDecodeGraph, OneCaptureReplayedOverChangingSteps) {
   FLARE_REQUIRE_GPU();
   cuda::set_device(0);
-  const BatchDecodeConfig config = graph_config();
+  const BatchDecodeConfig config = graph_config(GetParam());
   BatchDecode decode(config);
   const int64_t max_batch = config.max_batch, heads = config.num_qo_heads, d = config.head_dim;
   const int64_t page_size = config.page_size, kv_heads = config.num_kv_heads;
@@ -127,6 +133,11 @@ TEST(BatchDecodeGraph, OneCaptureReplayedOverChangingSteps) {
     EXPECT_EQ(testing::count_nan(o_rows), 0) << "step " << step;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Loops, BatchDecodeGraph, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("tensor_cores") : "cuda_cores";
+                         });
 
 class BatchDecodeErrors : public ::testing::Test {
  protected:
@@ -239,7 +250,9 @@ TEST_F(BatchDecodeErrors, CapturingWithoutGraphModeThrows) {
 // The small case scripts/gpu_check.sh runs under compute-sanitizer memcheck and racecheck:
 // split and write-through items, an empty request, fp8 and 16-bit paths.
 TEST_F(BatchDecodeErrors, SanitizerSmallCase) {
-  for (DType kv_dtype : {DType::kBF16, DType::kE4M3}) {
+  for (const auto& [kv_dtype, tensor_cores] :
+       {std::pair{DType::kBF16, false}, std::pair{DType::kE4M3, false},
+        std::pair{DType::kBF16, true}}) {
     testing::KVCacheSpec spec;
     spec.kv_lens = {1, 0, 300, 2000};
     spec.num_kv_heads = 2;
@@ -252,6 +265,7 @@ TEST_F(BatchDecodeErrors, SanitizerSmallCase) {
     BatchDecodeConfig config = config_;
     config.max_batch = 4;
     config.kv_dtype = kv_dtype;
+    config.use_tensor_cores = tensor_cores;
     config.ctas_per_sm = 1;
     config.num_sms_to_use = 8;
     BatchDecode decode(config);

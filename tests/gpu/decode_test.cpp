@@ -41,6 +41,7 @@ struct DecodeCase {
   AttentionParams params;
   int fixed_split_size = 0;
   bool disable_split_kv = false;
+  bool tensor_cores = false;  // BatchDecodeConfig::use_tensor_cores
   uint64_t seed = 1;
 };
 
@@ -192,6 +193,16 @@ std::vector<DecodeCase> cases() {
     c.kv_lens = {0, 0, 0};
     add(c);
   }
+  // Every case whose q and KV share a 16-bit type again on the tensor-core loop (same inputs:
+  // the seed is kept).
+  const size_t cuda_core_cases = all.size();
+  for (size_t i = 0; i < cuda_core_cases; ++i) {
+    if (all[i].q_dtype != all[i].kv_dtype) continue;
+    DecodeCase c = all[i];
+    c.name = "mma_" + c.name;
+    c.tensor_cores = true;
+    all.push_back(std::move(c));
+  }
   return all;
 }
 
@@ -230,6 +241,7 @@ TEST_P(BatchDecodeVsReference, MatchesFloat64ReferenceAndRerunsBitwise) {
   config.params = c.params;
   config.fixed_split_size = c.fixed_split_size;
   config.disable_split_kv = c.disable_split_kv;
+  config.use_tensor_cores = c.tensor_cores;
   BatchDecode decode(config);
 
   const gpu_testing::DeviceKV kv = gpu_testing::to_device(cache);

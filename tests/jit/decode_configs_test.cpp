@@ -70,6 +70,25 @@ TEST(ShippedDecodeConfigs, CoverEveryHeadDimRowTileKvDtypeAndVariantFlag) {
   EXPECT_GE(pages.size(), 3u);
 }
 
+TEST(ShippedDecodeConfigs, TensorCoreLoopCoversEveryHeadDimRowTileAndVariantFlag) {
+  std::set<std::string> head_dims, rows, kv_dtypes, q_dtypes, variants;
+  for (const BatchDecodeConfig& config : shipped_decode_configs()) {
+    if (!config.use_tensor_cores) continue;
+    const BatchDecodeKernels k = batch_decode_kernels(config);
+    EXPECT_EQ(define_value(k.decode, "FLARE_DECODE_MMA"), "1");
+    head_dims.insert(define_value(k.decode, "FLARE_HEAD_DIM"));
+    rows.insert(define_value(k.decode, "FLARE_ROWS"));
+    kv_dtypes.insert(define_value(k.decode, "FLARE_KV_DTYPE"));
+    q_dtypes.insert(define_value(k.decode, "FLARE_Q_DTYPE"));
+    variants.insert(k.decode.variant_source);
+  }
+  EXPECT_EQ(head_dims, (std::set<std::string>{"64", "128", "256"}));
+  EXPECT_EQ(rows, (std::set<std::string>{"1", "2", "4", "8"}));
+  EXPECT_EQ(kv_dtypes.size(), 2u);  // f16, bf16 (q of the same type)
+  EXPECT_EQ(q_dtypes.size(), 2u);
+  EXPECT_EQ(variants.size(), 2u);   // default, all three flags
+}
+
 BatchDecodeConfig base_config() {
   BatchDecodeConfig c;
   c.max_batch = 4;
@@ -104,6 +123,23 @@ TEST(BatchDecodeKernels, SpecsFollowTheConfig) {
   EXPECT_EQ(batch_decode_kernels(c).rows_per_item, 8);
   c.num_qo_heads = 12;  // group 3
   EXPECT_EQ(batch_decode_kernels(c).rows_per_item, 4);
+  EXPECT_EQ(define_value(batch_decode_kernels(c).decode, "FLARE_DECODE_MMA"), "0");
+}
+
+TEST(BatchDecodeKernels, TensorCoreSpecsFollowTheConfig) {
+  BatchDecodeConfig c = base_config();
+  c.kv_dtype = DType::kF16;
+  c.use_tensor_cores = true;
+  const BatchDecodeKernels k = batch_decode_kernels(c);
+  EXPECT_EQ(define_value(k.decode, "FLARE_DECODE_MMA"), "1");
+  EXPECT_EQ(k.rows_per_item, 8);  // group 7: the n8 tile's rows
+  EXPECT_EQ(k.decode.label.rfind("decode-mma ", 0), 0u) << k.decode.label;
+  // 3 stages of 64 tokens of K and V at D = 128 (kernels/decode_mma.cuh).
+  EXPECT_EQ(define_value(k.decode, "FLARE_STAGES"), "3");
+  EXPECT_EQ(k.decode_shared_bytes, 3u * 2u * 64u * 128u * 2u);
+  EXPECT_EQ(define_value(k.decode, "FLARE_MIN_CTAS_PER_SM"), "2");
+  c.head_dim = 256;
+  EXPECT_EQ(define_value(batch_decode_kernels(c).decode, "FLARE_MIN_CTAS_PER_SM"), "1");
 }
 
 TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
@@ -128,6 +164,11 @@ TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
   c = base_config();
   c.kv_dtype = DType::kF32;
   expect_code(c, ErrorCode::kUnsupported, "kv_dtype");
+  c = base_config();  // e5m2 KV
+  c.use_tensor_cores = true;
+  expect_code(c, ErrorCode::kUnsupported, "use_tensor_cores");
+  c.kv_dtype = DType::kBF16;  // f16 q
+  expect_code(c, ErrorCode::kUnsupported, "use_tensor_cores");
   c = base_config();
   c.params.pos_encoding = PosEncoding::kRopeLlama;
   expect_code(c, ErrorCode::kUnsupported, "RoPE");

@@ -43,6 +43,13 @@ struct BatchDecodeConfig {
   // Capture run() into CUDA graphs: without it, run() on a capturing stream throws.
   bool use_cuda_graph = false;
 
+  // The tensor-core compute loop (mma.sync, kernels/decode_mma.cuh) instead of the CUDA-core
+  // one: q and KV of the same float16 / bfloat16 type (other pairs, fp8 KV among them, throw
+  // kUnsupported). Same plan, pipeline and merge; results differ from the CUDA-core loop's by
+  // rounding (probabilities rounded to KV's type before P.V). Faster where the CUDA-core loop
+  // is issue-bound (H200; docs/perf.md).
+  bool use_tensor_cores = false;
+
   // Scheduler knobs (plan/plan.h PlanOptions): fixed_split_size > 0 gives batch-invariant
   // output; disable_split_kv gives one chunk per (request, KV head, row tile).
   int fixed_split_size = 0;

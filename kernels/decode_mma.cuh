@@ -1,0 +1,177 @@
+// The tensor-core compute loop of the decode kernel (kernels/decode.cuh, FLARE_DECODE_MMA 1),
+// for 16-bit K/V. The CUDA-core loop issues ~80 warp instructions per (token, KV head) and is
+// issue-bound on an H200; this one issues ~5 (docs/perf.md, decode experiments 3 and 4).
+//
+// Each warp takes kWarpTokens = 16 tokens of a tile. With the head group's query rows as the N
+// (8) of m16n8k16:
+//   S^T = K Q^T   M = 16 tokens, N = 8 rows (kRows of them real), K = the head dims:
+//                 D / 16 ldmatrix.x4 of K (swizzled stage rows) and D / 16 mma; Q^T stays in
+//                 registers as B fragments (q has K/V's element type).
+//   softmax       on the accumulator: lane (g = lane / 4, t = lane % 4) holds tokens g and g + 8
+//                 of rows 2t and 2t + 1, so a row's max over the 16 tokens is 3 shuffles and
+//                 each lane rescales its own two rows of O^T.
+//   P^T           the probabilities of tokens 0-7 (and 8-15), packed to 16 bits, are an 8x8
+//                 matrix in the accumulator layout; movmatrix.trans turns each into the B
+//                 fragment of O^T += V^T P^T.
+//   O^T           M = 16 head dims per m-tile (D / 16 of them), K = the 16 tokens: D / 16
+//                 ldmatrix.x4.trans of V and D / 16 mma. O^T is D / 4 fp32 registers a lane.
+// The 4 warps' states combine at the end of an item like the CUDA-core loop's groups.
+#pragma once
+
+#include "decode_pipeline.cuh"
+#include "mma_utils.cuh"
+
+namespace flare::decode {
+
+static_assert(T::kMma && T::kRows <= 8 && T::kThreads % 32 == 0, "decode_mma.cuh geometry");
+static_assert(T::kQCode == T::kKVCode, "mma operands: q and K/V of one 16-bit type");
+
+constexpr int kKSteps = T::kHeadDim / 16;  // S^T k-steps = O^T m-tiles
+
+// The loop's per-thread state of one work item.
+struct LoopState {
+  unsigned q[kKSteps][2];  // Q^T B fragments: dims 16 ks + 2t (+8), row g
+  float o[kKSteps][4];     // O^T: dims 16 mt + g (+8) x rows 2t, 2t + 1
+  float m[2];              // rows 2t + j: running max (log2 units), -inf before a visible key
+  float d[2];              // this lane's share of the running sum of exp2(s - m)
+  float q_scale;           // applied to the scores (fp32)
+  Variant variant[2];
+};
+
+// Loads the item's query rows as B fragments and starts the softmax state.
+__device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem& item, int q_pos,
+                                           LoopState& st) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int rows = item.row_end - item.row_begin;
+  const int packed_g = item.row_begin + g;
+  const long long token = item.request + packed_g / p.group_size;
+  const long long head = item.kv_head * p.group_size + packed_g % p.group_size;
+  const unsigned short* q = static_cast<const unsigned short*>(p.q) + token * p.q_stride_token +
+                            head * p.q_stride_head + 2 * t;
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.q[ks][h] =
+          g < rows ? *reinterpret_cast<const unsigned*>(q + 16 * ks + 8 * h) : 0u;
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < kKSteps; ++mt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[mt][e] = 0.0f;
+  }
+  st.q_scale = Variant::query_scale(p.variant) * p.k_scale;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int r = 2 * t + j;
+    const int packed = item.row_begin + (r < rows ? r : 0);  // padding rows: any valid head
+    st.variant[j].init(p.variant, item.kv_head * p.group_size + packed % p.group_size, q_pos);
+    st.m[j] = negative_infinity();
+    st.d[j] = 0.0f;
+  }
+}
+
+// This warp's 16 tokens of `tile`: scores, online softmax and P.V.
+__device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& geo,
+                                             int tile, unsigned char* smem, LoopState& st) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned k_stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes);
+  const unsigned v_stage = k_stage + T::kTileBytes;
+  const int row0 = warp * T::kWarpTokens;
+
+  // A fragments of K (tokens x dims): matrix i = lane / 8 holds tokens +8 for odd i, dims +8
+  // for i >= 2 (mma_16816's a[0..3] order).
+  const int k_row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    unsigned a[4];
+    mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * ks + (lane >> 4)), a);
+    mma::mma_16816<T::kKVCode>(s, a, st.q[ks][0], st.q[ks][1]);
+  }
+
+  // s[e]: token g + 8 (e / 2) of the slice, row 2t + e % 2.
+  const int token = geo.kv_lo + tile * T::kTileTokens + row0 + lane / 4;
+  float tile_max[2] = {negative_infinity(), negative_infinity()};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int position = token + (e >> 1) * 8;
+    const int j = e & 1;
+    const bool visible = position < geo.kv_hi && st.variant[j].logits_mask(position);
+    s[e] = visible ? st.variant[j].logits_transform(p.variant, s[e] * st.q_scale, position)
+                   : negative_infinity();
+    tile_max[j] = fmaxf(tile_max[j], s[e]);
+  }
+#pragma unroll
+  for (int offset = 4; offset < 32; offset *= 2) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      tile_max[j] = fmaxf(tile_max[j], __shfl_xor_sync(0xffffffffu, tile_max[j], offset));
+    }
+  }
+  float rescale[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float m_new = fmaxf(st.m[j], tile_max[j]);
+    // Rows that saw no visible key yet keep m = -inf; subtracting 0 then keeps exp2 at 0.
+    const float m_base = m_new == negative_infinity() ? 0.0f : m_new;
+    rescale[j] = fast_exp2(st.m[j] - m_base);
+    st.m[j] = m_new;
+    s[j] = fast_exp2(s[j] - m_base);
+    s[j + 2] = fast_exp2(s[j + 2] - m_base);
+    st.d[j] = st.d[j] * rescale[j] + s[j] + s[j + 2];
+  }
+#pragma unroll
+  for (int mt = 0; mt < kKSteps; ++mt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) st.o[mt][e] *= rescale[e & 1];
+  }
+
+  // P^T as B fragments (tokens x rows): the accumulator's 8x8 blocks, transposed.
+  unsigned p_lo, p_hi;
+  const unsigned lo = float2_to_16bit2<T::kKVCode>(s[0], s[1]);
+  const unsigned hi = float2_to_16bit2<T::kKVCode>(s[2], s[3]);
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(p_lo) : "r"(lo));
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(p_hi) : "r"(hi));
+
+  // A fragments of V^T (dims x tokens) from V's token rows, transposed: matrix i holds dims +8
+  // for odd i, tokens +8 for i >= 2.
+  const int v_row = row0 + (lane & 7) + (lane >> 4) * 8;
+#pragma unroll
+  for (int mt = 0; mt < kKSteps; ++mt) {
+    unsigned a[4];
+    mma::ldmatrix_x4_trans(v_stage + stage_offset(v_row, 2 * mt + ((lane >> 3) & 1)), a);
+    mma::mma_16816<T::kKVCode>(st.o[mt], a, p_lo, p_hi);
+  }
+}
+
+// Writes this warp's unnormalized o rows, running max and sum into the combine scratch:
+// s_o [kStateGroups][kRows][D], s_m and s_d [kStateGroups][kRows].
+__device__ __forceinline__ void publish_state(const LoopState& st, float* s_o, float* s_m,
+                                              float* s_d) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    float d = st.d[j];
+#pragma unroll
+    for (int offset = 4; offset < 32; offset *= 2) d += __shfl_xor_sync(0xffffffffu, d, offset);
+    const int r = 2 * t + j;
+    if (r < T::kRows) {
+      float* row = s_o + (warp * T::kRows + r) * T::kHeadDim + g;
+#pragma unroll
+      for (int mt = 0; mt < kKSteps; ++mt) {
+        row[16 * mt] = st.o[mt][j];
+        row[16 * mt + 8] = st.o[mt][j + 2];
+      }
+      if (g == 0) {
+        s_m[warp * T::kRows + r] = st.m[j];
+        s_d[warp * T::kRows + r] = d;
+      }
+    }
+  }
+}
+
+}  // namespace flare::decode

@@ -1,0 +1,151 @@
+// Shared by the decode kernel's two compute loops (kernels/decode.cuh): the compile-time
+// geometry and the paged K/V gather into the cp.async pipeline stages.
+//
+// Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256), FLARE_ROWS (1 | 2 | 4 | 8),
+// FLARE_PAGE_SIZE (>= 1), FLARE_Q_DTYPE / FLARE_KV_DTYPE (DTypeCode), FLARE_DECODE_MMA (0: the
+// CUDA-core loop, 1: the tensor-core loop) and the tuning the host chose
+// (src/api/batch_decode.cpp decode_geometry): FLARE_TOKENS_PER_GROUP, FLARE_STAGES,
+// FLARE_MIN_CTAS_PER_SM (the register cap) and FLARE_SHARED_BYTES (the dynamic shared memory it
+// launches with). `struct Variant` comes from the variant source (kernels/variant.cuh describes
+// its interface).
+#pragma once
+
+#include "decode_params.cuh"
+#include "decode_utils.cuh"
+#include "plan_types.cuh"
+#include "variant.cuh"
+
+namespace flare::decode {
+
+constexpr int log2_exact(int x) { return x <= 1 ? 0 : 1 + log2_exact(x / 2); }
+
+// Compile-time geometry of both loops. The CUDA-core loop (FLARE_DECODE_MMA 0): kLanes lanes
+// share one token row (8 head dims each) and the CTA's kGroups token groups take different
+// tokens of a tile (kernels/decode_cuda_core.cuh). The tensor-core loop (FLARE_DECODE_MMA 1):
+// each warp takes kWarpTokens tokens of a tile (kernels/decode_mma.cuh). Either way each of
+// kStateGroups thread groups keeps its own online-softmax state, combined through shared
+// memory at the end of a work item.
+struct Traits {
+  static constexpr bool kMma = FLARE_DECODE_MMA != 0;
+  static constexpr int kHeadDim = FLARE_HEAD_DIM;
+  static constexpr int kRows = FLARE_ROWS;  // packed query rows per work item (<= 8)
+  static constexpr int kPageSize = FLARE_PAGE_SIZE;
+  static constexpr int kQCode = FLARE_Q_DTYPE;
+  static constexpr int kKVCode = FLARE_KV_DTYPE;
+  static constexpr bool kFp8 = kKVCode == kCodeE4M3 || kKVCode == kCodeE5M2;
+  static constexpr int kKVBytes = kFp8 ? 1 : 2;
+
+  static constexpr int kThreads = 128;
+  static constexpr int kMinCtasPerSm = FLARE_MIN_CTAS_PER_SM;
+  static constexpr int kDimsPerLane = 8;
+  static constexpr int kLanes = kHeadDim / kDimsPerLane;  // 8, 16 or 32: inside one warp
+  static constexpr int kGroups = kThreads / kLanes;
+  // Tokens one group handles per tile: scores live in registers (kTokensPerGroup * kRows).
+  static constexpr int kTokensPerGroup = FLARE_TOKENS_PER_GROUP;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kWarpTokens = 16;  // mma: the M of S^T = K Q^T per warp and tile
+  static constexpr int kTileTokens = kMma ? kWarps * kWarpTokens : kGroups * kTokensPerGroup;
+  static constexpr int kStateGroups = kMma ? kWarps : kGroups;
+
+  static constexpr int kValues = kTokensPerGroup * kRows;  // partial scores per lane
+  static constexpr int kLaneSteps = log2_exact(kLanes);
+  static constexpr int kSplitSteps = log2_exact(kValues < kLanes ? kValues : kLanes);
+  static constexpr int kValuesPerLane = kValues > kLanes ? kValues / kLanes : 1;
+  static constexpr int kRowsPerLane =
+      kValuesPerLane >= kTokensPerGroup ? kValuesPerLane / kTokensPerGroup : 1;
+  // Lanes holding the same scores after the reduce-scatter (kValues < kLanes).
+  static constexpr int kDuplicateLanes = kValues < kLanes ? kLanes / kValues : 1;
+  static constexpr int kExchangeFloats = kMma ? 0 : kGroups * (kValues + kRows);
+
+  // cp.async of 16-byte chunks: a thread copies the same chunk column of kCopiesPerThread rows.
+  // The mma loop's ldmatrix reads 8 rows of one chunk column: its stages XOR the chunk index
+  // with the row (mod 8) so those 8 reads hit different banks.
+  static constexpr int kRowBytes = kHeadDim * kKVBytes;
+  static constexpr int kChunksPerRow = kRowBytes / 16;
+  static constexpr int kCopyRowStride = kThreads / kChunksPerRow;
+  static constexpr int kCopiesPerThread = kTileTokens / kCopyRowStride;
+  static constexpr int kTileBytes = kTileTokens * kRowBytes;  // K or V of one tile
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  // (kStages - 1) stages in flight per CTA (48 KiB with 16-bit KV and 4-token groups).
+  static constexpr int kStages = FLARE_STAGES;
+
+  static constexpr int kCombineFloats = kStateGroups * kRows * (kHeadDim + 2);
+  static constexpr int kPipelineBytes = kStages * kStageBytes;
+  static constexpr int kLoopBytes = kPipelineBytes + kExchangeFloats * 4;
+  static constexpr int kSharedBytes =
+      kLoopBytes > kCombineFloats * 4 ? kLoopBytes : kCombineFloats * 4;
+  static_assert(FLARE_SHARED_BYTES >= kSharedBytes, "the host launches with too little smem");
+  static_assert(kStages >= 2 && kTokensPerGroup >= 1, "pipeline");
+  static_assert(kMinCtasPerSm >= 1 && kMinCtasPerSm <= 4, "register cap");
+  static_assert((kTokensPerGroup & (kTokensPerGroup - 1)) == 0, "tokens per group");
+
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim");
+  static_assert(kRows == 1 || kRows == 2 || kRows == 4 || kRows == 8, "rows per item");
+  static_assert(kPageSize >= 1, "page size");
+  static_assert(kQCode == kCodeF16 || kQCode == kCodeBF16, "q dtype");
+  static_assert(kLanes <= 32 && 32 % kLanes == 0, "a token row stays inside one warp");
+  static_assert(kThreads % kChunksPerRow == 0 && kTileTokens % kCopyRowStride == 0,
+                "copies tile the stage exactly");
+  static_assert(!kMma || (kKVBytes == 2 && kChunksPerRow % 8 == 0),
+                "the mma loop reads 16-bit K/V with ldmatrix");
+};
+
+using T = Traits;
+
+// Byte offset of 16-byte chunk `column` of K/V row `row` in a stage (see Traits).
+__device__ __forceinline__ unsigned stage_offset(int row, int column) {
+  const int slot = T::kMma ? column ^ (row & 7) : column;
+  return static_cast<unsigned>(row * T::kRowBytes + slot * 16);
+}
+
+struct ItemGeometry {
+  int kv_lo, kv_hi;  // KV positions this item reads
+  int page_base;     // first entry of the request's page list
+  int num_tiles;
+  int kv_head;
+};
+
+__device__ __forceinline__ void fetch_pages(const DecodeParams& p, const ItemGeometry& g, int tile,
+                                            int (&pages)[T::kCopiesPerThread]) {
+  const int first_row = threadIdx.x / T::kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < T::kCopiesPerThread; ++i) {
+    const int token = g.kv_lo + tile * T::kTileTokens + first_row + i * T::kCopyRowStride;
+    pages[i] = token < g.kv_hi ? __ldg(p.kv_indices + g.page_base + token / T::kPageSize) : 0;
+  }
+}
+
+// Gathers K and V rows of `tile` through the page table into its pipeline stage. Byte strides
+// of a page and a slot fit 32 bits (BatchDecode::run checks), so a row's address is the item's
+// head base plus 32-bit slot and page-id multiply-adds: 64-bit element arithmetic per copy was
+// ~17% of the fp8 loop's instructions.
+__device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeometry& g, int tile,
+                                           const int (&pages)[T::kCopiesPerThread],
+                                           unsigned char* smem, bool ready = true) {
+  const int column = threadIdx.x % T::kChunksPerRow;
+  const int first_row = threadIdx.x / T::kChunksPerRow;
+  const unsigned stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes);
+  const unsigned char* k = static_cast<const unsigned char*>(p.k) +
+                           g.kv_head * p.k_stride_head * T::kKVBytes + column * 16;
+  const unsigned char* v = static_cast<const unsigned char*>(p.v) +
+                           g.kv_head * p.v_stride_head * T::kKVBytes + column * 16;
+  const int k_page_bytes = static_cast<int>(p.k_stride_page) * T::kKVBytes;
+  const int v_page_bytes = static_cast<int>(p.v_stride_page) * T::kKVBytes;
+  const int k_slot_bytes = static_cast<int>(p.k_stride_slot) * T::kKVBytes;
+  const int v_slot_bytes = static_cast<int>(p.v_stride_slot) * T::kKVBytes;
+  const int first_token = g.kv_lo + tile * T::kTileTokens + first_row;
+#pragma unroll
+  for (int i = 0; i < T::kCopiesPerThread; ++i) {
+    const int token = first_token + i * T::kCopyRowStride;
+    // Else pages[i] is 0: the address stays in page 0.
+    const bool valid = token < g.kv_hi && ready;
+    const int slot = static_cast<int>(static_cast<unsigned>(token) % T::kPageSize);
+    const unsigned offset = stage_offset(first_row + i * T::kCopyRowStride, column);
+    cp_async_16(stage + offset,
+                k + slot * k_slot_bytes + static_cast<long long>(pages[i]) * k_page_bytes, valid);
+    cp_async_16(stage + T::kTileBytes + offset,
+                v + slot * v_slot_bytes + static_cast<long long>(pages[i]) * v_page_bytes, valid);
+  }
+}
+
+}  // namespace flare::decode
