@@ -51,42 +51,45 @@ TEST_P(ShippedDecodeKernels, CompileWithoutSpillsOrLocalMemory) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, ShippedDecodeKernels, ::testing::Values("sm_80", "sm_90a"));
 
-TEST(ShippedDecodeConfigs, CoverEveryHeadDimRowTileKvDtypeAndVariantFlag) {
-  std::set<std::string> head_dims, rows, kv_dtypes, q_dtypes, variants, pages;
+// The define values the shipped configs of one loop (or of both) are compiled with.
+struct ShippedDefines {
+  std::set<std::string> head_dims, rows, kv_dtypes, q_dtypes, variants, pages, loops;
+};
+ShippedDefines shipped_defines(bool tensor_cores_only) {
+  ShippedDefines d;
   for (const BatchDecodeConfig& config : shipped_decode_configs()) {
+    if (tensor_cores_only && !config.use_tensor_cores) continue;
     const BatchDecodeKernels k = batch_decode_kernels(config);
-    head_dims.insert(define_value(k.decode, "FLARE_HEAD_DIM"));
-    rows.insert(define_value(k.decode, "FLARE_ROWS"));
-    kv_dtypes.insert(define_value(k.decode, "FLARE_KV_DTYPE"));
-    q_dtypes.insert(define_value(k.decode, "FLARE_Q_DTYPE"));
-    pages.insert(define_value(k.decode, "FLARE_PAGE_SIZE"));
-    variants.insert(k.decode.variant_source);
+    d.head_dims.insert(define_value(k.decode, "FLARE_HEAD_DIM"));
+    d.rows.insert(define_value(k.decode, "FLARE_ROWS"));
+    d.kv_dtypes.insert(define_value(k.decode, "FLARE_KV_DTYPE"));
+    d.q_dtypes.insert(define_value(k.decode, "FLARE_Q_DTYPE"));
+    d.pages.insert(define_value(k.decode, "FLARE_PAGE_SIZE"));
+    d.loops.insert(define_value(k.decode, "FLARE_DECODE_MMA"));
+    d.variants.insert(k.decode.variant_source);
   }
-  EXPECT_EQ(head_dims, (std::set<std::string>{"64", "128", "256"}));
-  EXPECT_EQ(rows, (std::set<std::string>{"1", "2", "4", "8"}));
-  EXPECT_EQ(kv_dtypes.size(), 4u);  // f16, bf16, e4m3, e5m2
-  EXPECT_EQ(q_dtypes.size(), 2u);   // f16, bf16
-  EXPECT_EQ(variants.size(), 5u);   // default, soft-cap, window, ALiBi, all three
-  EXPECT_GE(pages.size(), 3u);
+  return d;
+}
+
+TEST(ShippedDecodeConfigs, CoverEveryHeadDimRowTileKvDtypeAndVariantFlag) {
+  const ShippedDefines d = shipped_defines(false);
+  EXPECT_EQ(d.head_dims, (std::set<std::string>{"64", "128", "256"}));
+  EXPECT_EQ(d.rows, (std::set<std::string>{"1", "2", "4", "8"}));
+  EXPECT_EQ(d.kv_dtypes.size(), 4u);  // f16, bf16, e4m3, e5m2
+  EXPECT_EQ(d.q_dtypes.size(), 2u);   // f16, bf16
+  EXPECT_EQ(d.variants.size(), 5u);   // default, soft-cap, window, ALiBi, all three
+  EXPECT_GE(d.pages.size(), 3u);
+  EXPECT_EQ(d.loops, (std::set<std::string>{"0", "1"}));
 }
 
 TEST(ShippedDecodeConfigs, TensorCoreLoopCoversEveryHeadDimRowTileAndVariantFlag) {
-  std::set<std::string> head_dims, rows, kv_dtypes, q_dtypes, variants;
-  for (const BatchDecodeConfig& config : shipped_decode_configs()) {
-    if (!config.use_tensor_cores) continue;
-    const BatchDecodeKernels k = batch_decode_kernels(config);
-    EXPECT_EQ(define_value(k.decode, "FLARE_DECODE_MMA"), "1");
-    head_dims.insert(define_value(k.decode, "FLARE_HEAD_DIM"));
-    rows.insert(define_value(k.decode, "FLARE_ROWS"));
-    kv_dtypes.insert(define_value(k.decode, "FLARE_KV_DTYPE"));
-    q_dtypes.insert(define_value(k.decode, "FLARE_Q_DTYPE"));
-    variants.insert(k.decode.variant_source);
-  }
-  EXPECT_EQ(head_dims, (std::set<std::string>{"64", "128", "256"}));
-  EXPECT_EQ(rows, (std::set<std::string>{"1", "2", "4", "8"}));
-  EXPECT_EQ(kv_dtypes.size(), 2u);  // f16, bf16 (q of the same type)
-  EXPECT_EQ(q_dtypes.size(), 2u);
-  EXPECT_EQ(variants.size(), 2u);   // default, all three flags
+  const ShippedDefines d = shipped_defines(true);
+  EXPECT_EQ(d.loops, (std::set<std::string>{"1"}));
+  EXPECT_EQ(d.head_dims, (std::set<std::string>{"64", "128", "256"}));
+  EXPECT_EQ(d.rows, (std::set<std::string>{"1", "2", "4", "8"}));
+  EXPECT_EQ(d.kv_dtypes.size(), 2u);  // f16, bf16 (q of the same type)
+  EXPECT_EQ(d.q_dtypes.size(), 2u);
+  EXPECT_EQ(d.variants.size(), 2u);   // default, all three flags
 }
 
 BatchDecodeConfig base_config() {
