@@ -51,8 +51,8 @@ constexpr int kFourCtas = 4;
 // 80 KiB). fp8 KV is instruction-bound, the round trips overlap other CTAs' issue, and a large
 // alpha only skews the KV balance (b64 kv8192: 408 us at 40 KiB, 420 at 80; docs/perf.md v7).
 // The tensor-core loop (kernels/decode_mma.cuh): 4 warps of 16 tokens per tile, and a pipeline
-// of ~96 KiB (2 CTAs per SM at D <= 128; 3 stages of 32 KiB at D = 128 measured best on the
-// H100 and H200 against 2 or 4 stages, docs/perf.md decode experiment 4).
+// of ~96 KiB (2 CTAs per SM at D <= 128). At D = 128, 3 stages of 32 KiB beat 2 stages on the
+// H100 and H200, and 4 stages on the H100 (docs/perf.md decode experiment 4).
 constexpr int kMmaTileTokens = 64;
 constexpr int kPipelineTargetBytesMma = 96 * 1024;
 constexpr double kItemOverheadBytes16Bit = 80 * 1024;
