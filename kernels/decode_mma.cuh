@@ -19,7 +19,6 @@
 #pragma once
 
 #include "decode_pipeline.cuh"
-#include "mma_utils.cuh"
 
 namespace flare::decode {
 

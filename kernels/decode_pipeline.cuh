@@ -12,6 +12,7 @@
 
 #include "decode_params.cuh"
 #include "decode_utils.cuh"
+#include "mma_utils.cuh"
 #include "plan_types.cuh"
 #include "variant.cuh"
 
@@ -92,10 +93,11 @@ struct Traits {
 
 using T = Traits;
 
-// Byte offset of 16-byte chunk `column` of K/V row `row` in a stage (see Traits).
+// Byte offset of 16-byte chunk `column` of K/V row `row` in a stage (see Traits): the mma loop
+// uses the prefill kernel's swizzle.
 __device__ __forceinline__ unsigned stage_offset(int row, int column) {
-  const int slot = T::kMma ? column ^ (row & 7) : column;
-  return static_cast<unsigned>(row * T::kRowBytes + slot * 16);
+  if constexpr (T::kMma) return mma::swizzled_offset<T::kRowBytes>(row, column);
+  return static_cast<unsigned>(row * T::kRowBytes + column * 16);
 }
 
 struct ItemGeometry {

@@ -150,8 +150,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         with device_guard(self._workspace):
             tables = self._device_tables(indptr, indices, last_page_len, indptr_host, last_host,
                                          non_blocking)
-            tensor_cores = (self._use_tensor_cores and q_dtype == kv_dtype
-                            and kv_dtype in _TENSOR_CORE_DTYPES)
+            tensor_cores = _tensor_core_loop(self._use_tensor_cores, q_dtype, kv_dtype)
             key = (q_dtype, kv_dtype, int(num_qo_heads), int(num_kv_heads), int(head_dim),
                    int(page_size), self._kv_layout, tuple(sorted(params_kwargs.items())),
                    fixed_split_size, bool(disable_split_kv), tensor_cores)
@@ -271,9 +270,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
 
 _single_decoders = _GpuDecoders()
-# The tensor-core loop (use_tensor_cores) takes q and KV of one of these types; other pairs
-# (fp8 KV among them) run on CUDA cores.
-_TENSOR_CORE_DTYPES = ("float16", "bfloat16")
+
+
+def _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype):
+    """Whether the use_tensor_cores hint selects the tensor-core loop: it takes q and KV of one
+    float16 / bfloat16 type; other pairs (fp8 KV among them) run on CUDA cores."""
+    return bool(use_tensor_cores) and q_dtype == kv_dtype and kv_dtype in ("float16", "bfloat16")
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",
@@ -320,8 +322,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     indptr_host = np.array([0, kv_len], dtype=np.int32)
     last_host = np.array([1] if kv_len > 0 else [0], dtype=np.int32)
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
-    tensor_cores = (bool(use_tensor_cores) and q_dtype == kv_dtype
-                    and kv_dtype in _TENSOR_CORE_DTYPES)
+    tensor_cores = _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype)
     key = (q.device.index, q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, kv_layout,
            tuple(sorted(params_kwargs.items())), tensor_cores)
     device = device_of(q)[1]
