@@ -102,6 +102,15 @@ __device__ __forceinline__ void f16x2_to_float2(unsigned bits, float& lo, float&
   asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"(hi_bits));
 }
 
+template <int kCode>  // kCodeBF16 or kCodeF16
+__device__ __forceinline__ void pair16_to_float2(unsigned bits, float& lo, float& hi) {
+  if constexpr (kCode == kCodeBF16) {
+    bf16x2_to_float2(bits, lo, hi);
+  } else {
+    f16x2_to_float2(bits, lo, hi);
+  }
+}
+
 // Four fp8 bytes -> two f16x2 words holding byte << 8 (exactly e5m2 as f16).
 __device__ __forceinline__ void fp8x4_spread(unsigned bytes, unsigned& h01, unsigned& h23) {
   asm("prmt.b32 %0, %1, 0, 0x1404;" : "=r"(h01) : "r"(bytes));
@@ -140,13 +149,7 @@ __device__ __forceinline__ void load_kv8(const unsigned char* src, float (&out)[
     const Vec16 raw = *reinterpret_cast<const Vec16*>(src);
     const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if constexpr (kCode == kCodeBF16) {
-        bf16x2_to_float2(words[i], out[2 * i], out[2 * i + 1]);
-      } else {
-        f16x2_to_float2(words[i], out[2 * i], out[2 * i + 1]);
-      }
-    }
+    for (int i = 0; i < 4; ++i) pair16_to_float2<kCode>(words[i], out[2 * i], out[2 * i + 1]);
   }
 }
 
@@ -156,13 +159,7 @@ __device__ __forceinline__ void load_global_16bit8(const void* src, float (&out)
   const Vec16 raw = *reinterpret_cast<const Vec16*>(src);
   const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (kCode == kCodeBF16) {
-      bf16x2_to_float2(words[i], out[2 * i], out[2 * i + 1]);
-    } else {
-      f16x2_to_float2(words[i], out[2 * i], out[2 * i + 1]);
-    }
-  }
+  for (int i = 0; i < 4; ++i) pair16_to_float2<kCode>(words[i], out[2 * i], out[2 * i + 1]);
 }
 
 // --- float32 -> 16-bit, round to nearest even ---------------------------------------------

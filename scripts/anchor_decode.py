@@ -26,6 +26,8 @@ SHAPES = {  # case -> (batch, kv_len); the same names as the flare benchmark
     "b1_kv32768": (1, 32768),
     "b16_kv4096": (16, 4096),
     "b1_kv4096": (1, 4096),
+    "b128_kv4096": (128, 4096),
+    "b256_kv2048": (256, 2048),
 }
 # Variants compared with the anchor of another case (the same shape on contiguous KV); "_tc"
 # cases are the same batches on the tensor-core loop (use_tensor_cores).
@@ -114,7 +116,8 @@ def print_table(flare_rows, anchors):
           f"{fmt(ratio('b64_zipf_mean2048_tc', 'b64_uniform_same_total_tc', 'tbps'), 3)}")
     print("tensor-core / CUDA-core loop time: " + ", ".join(
         f"{case} {fmt(ratio(case + '_tc', case, 'median_us'), 3)}"
-        for case in ["b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096", "b64_zipf_mean2048"]))
+        for case in ["b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096", "b128_kv4096",
+                     "b256_kv2048", "b64_zipf_mean2048"]))
     print(f"page 1 / page 16 bandwidth, b64 kv8192: "
           f"{fmt(ratio('b64_kv8192_page1', 'b64_kv8192', 'tbps'), 3)} (target >= 0.95)")
     print(f"page 1 / page 16 bandwidth, b16 kv4096: "

@@ -59,6 +59,14 @@ constexpr double kItemOverheadBytes16Bit = 80 * 1024;
 constexpr double kItemOverheadBytesFp8 = 40 * 1024;
 constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
+// Grid waves (PlanOptions::waves) when a batch's tiles outnumber the resident CTAs. Two on the
+// tensor-core loop (2 CTAs per SM): the hardware hands the second wave to the SMs that stream
+// faster (H100: b64 kv8192 712.7 -> 706.6 us, b256 kv2048 712 -> 707.5, a Zipf batch
+// unchanged; three waves gain nothing more). One on the CUDA-core loop, whose 4 CTAs per SM
+// already balance finer (two waves: b128 kv4096 +0.2%, b256 kv2048 -0.5%). docs/perf.md v14.
+constexpr int kTensorCoreWaves = 2;
+constexpr int kCudaCoreWaves = 1;
+constexpr int kMaxWaves = 16;
 
 const char* const kWhat = "BatchDecode";
 
@@ -99,6 +107,8 @@ void validate_config(const BatchDecodeConfig& c) {
               ErrorCode::kInvalidArgument, kWhat,
               ": fixed_split_size, num_sms_to_use and ctas_per_sm must be >= 0, got ",
               c.fixed_split_size, ", ", c.num_sms_to_use, ", ", c.ctas_per_sm);
+  FLARE_CHECK(c.waves >= 0 && c.waves <= kMaxWaves, ErrorCode::kInvalidArgument, kWhat,
+              ": waves must be in [0, ", kMaxWaves, "] (0 = the loop's default), got ", c.waves);
   const AttentionParams& p = c.params;
   FLARE_CHECK(std::isfinite(p.sm_scale) && p.sm_scale >= 0.0f && std::isfinite(p.k_scale) &&
                   std::isfinite(p.v_scale) && std::isfinite(p.logits_soft_cap),
@@ -287,7 +297,9 @@ struct ResolvedKernels {
   BatchDecodeKernels kernels;
   cuda::Function decode = nullptr;
   int num_sms = 0;
-  int num_ctas = 0;
+  int resident_ctas = 0;  // that run at once: num_sms x the kernel's CTAs per SM
+  int waves = 1;          // of the grid, for batches whose tiles outnumber resident_ctas
+  int num_ctas = 0;       // the grid: resident_ctas x waves
   // Dynamic shared memory of a launch whose plan uses half the CTAs per SM (see plan()): what
   // two CTAs per SM allow, so the fused merge stages more partial slots per pass.
   size_t half_grid_shared_bytes = 0;
@@ -349,8 +361,11 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
                std::min(half_sm, static_cast<size_t>(props.max_shared_bytes_per_block_optin)));
   cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.half_grid_shared_bytes));
   r.num_sms = props.num_sms;
-  r.num_ctas = props.num_sms * static_cast<int>(resolved_ctas_per_sm(
-                                   config, r.decode, r.kernels.decode_shared_bytes));
+  r.resident_ctas = props.num_sms * static_cast<int>(resolved_ctas_per_sm(
+                                        config, r.decode, r.kernels.decode_shared_bytes));
+  r.waves = config.waves > 0 ? config.waves
+                             : (config.use_tensor_cores ? kTensorCoreWaves : kCudaCoreWaves);
+  r.num_ctas = r.resident_ctas * r.waves;
   r.layout = workspace_layout(bounds_of(config, r.num_ctas));
   return r;
 }
@@ -473,7 +488,7 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   problem.window_left = s.config.params.window_left;
   DeviceSpec device;
   device.num_sms = s.k.num_sms;
-  device.ctas_per_sm = s.k.num_ctas / s.k.num_sms;
+  device.ctas_per_sm = s.k.resident_ctas / s.k.num_sms;
   PlanOptions options;
   options.query_tile = query_tile(s.config);
   // Few tiles (at most one (request, KV head, row tile) per SM) are split only to fill the
@@ -497,6 +512,12 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   options.fixed_split_size = s.config.fixed_split_size;
   options.disable_split_kv = s.config.disable_split_kv;
   options.num_sms_to_use = s.config.num_sms_to_use;
+  // Tiles that fill every resident CTA run in waves; fewer are cut and filled by one wave. Not
+  // with an SM budget: the later waves would start on the SMs left to other work.
+  options.waves =
+      options.num_sms_to_use == 0 && tiles >= int64_t{device.num_sms} * device.ctas_per_sm
+          ? s.k.waves
+          : 1;
   Plan next = flare::plan(problem, device, options);
   check_fits(next, s.k.layout);
 

@@ -19,6 +19,7 @@ constexpr int kMaxHeadDim = 256;
 // Costs are fixed point with 16 fraction bits (src/plan/schedule.cpp).
 constexpr float kMinCostCoefficient = 1.0f / 65536;
 constexpr float kMaxCostCoefficient = 1 << 20;
+constexpr int kMaxWaves = 16;
 
 void check_head_dim(int head_dim, const char* name) {
   FLARE_CHECK(head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim && head_dim % 8 == 0,
@@ -69,6 +70,8 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
   FLARE_CHECK(options.num_sms_to_use >= 0 && options.num_sms_to_use <= device.num_sms,
               ErrorCode::kInvalidArgument, "plan: num_sms_to_use must be in [0, ", device.num_sms,
               "] (0 = all), got ", options.num_sms_to_use);
+  FLARE_CHECK(options.waves >= 1 && options.waves <= kMaxWaves, ErrorCode::kInvalidArgument,
+              "plan: waves must be in [1, ", kMaxWaves, "], got ", options.waves);
   FLARE_CHECK(options.query_tile >= 0, ErrorCode::kInvalidArgument,
               "plan: query_tile must be >= 1, or 0 for auto, got ", options.query_tile);
   FLARE_CHECK(options.fixed_split_size >= 0, ErrorCode::kInvalidArgument,
@@ -173,9 +176,10 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   validate(problem, device, options);
   const int group = problem.num_qo_heads / problem.num_kv_heads;
   const int64_t sms = options.num_sms_to_use > 0 ? options.num_sms_to_use : device.num_sms;
-  const int64_t num_ctas = sms * device.ctas_per_sm;
+  const int64_t resident_ctas = sms * device.ctas_per_sm;
+  const int64_t num_ctas = resident_ctas * options.waves;
   FLARE_CHECK(num_ctas <= kInt32Max / 2, ErrorCode::kUnsupported,
-              "plan: num_sms * ctas_per_sm = ", num_ctas, " CTAs is more than supported (",
+              "plan: num_sms * ctas_per_sm * waves = ", num_ctas, " CTAs is more than supported (",
               kInt32Max / 2, ")");
 
   thread_local PlannerScratch scratch;
@@ -206,7 +210,9 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   if (options.fixed_split_size > 0) {
     kv_chunk = round_up(options.fixed_split_size, problem.page_size);
   } else if (!options.disable_split_kv) {
-    kv_chunk = auto_kv_chunk(tiles, summary, problem, static_cast<int>(num_ctas));
+    // Cut for the CTAs that run at once: later waves balance whole chunks, finer cuts would
+    // only add partial states to merge (docs/perf.md, decode v14).
+    kv_chunk = auto_kv_chunk(tiles, summary, problem, static_cast<int>(resident_ctas));
   }
   const int64_t chunks = count_chunks(tiles, summary, kv_chunk).all;
   // Fill splits add at most one work item per CTA.
@@ -219,7 +225,8 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   params.num_kv_heads = problem.num_kv_heads;
   params.num_ctas = result.num_ctas;
   params.page_size = problem.page_size;
-  params.fill_split = !options.disable_split_kv && options.fixed_split_size == 0;
+  params.fill_split =
+      !options.disable_split_kv && options.fixed_split_size == 0 && options.waves == 1;
   params.max_split_chunks = int64_t{2} * num_ctas;
   params.alpha = options.alpha;
   params.beta = options.beta;

@@ -11,7 +11,8 @@
 // chunk is cut at the page boundary nearest to where that CTA reaches 1.02 x the mean; the
 // rest re-enters the longest-first order. A CTA takes at most one fill split, and a split
 // happens only while the chunks of split tiles stay within the budget of partial slots, so
-// the workspace bound holds by construction.
+// the workspace bound holds by construction. A grid of several waves (PlanOptions::waves)
+// takes no fill split: the hardware balances it as CTAs end.
 //
 // Costs are integers (units of 2^-16 of a row or KV token, alpha and beta rounded to that
 // grid), so loads add exactly and ties have one order: the same lengths give the same plan,

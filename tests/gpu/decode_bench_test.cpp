@@ -97,6 +97,9 @@ std::vector<BenchCase> bench_cases() {
       {"b1_kv32768", constant(1, 32768)},
       {"b16_kv4096", constant(16, 4096)},
       {"b1_kv4096", constant(1, 4096)},
+      // The b64 kv8192 bytes in more, shorter requests (the grid-waves plans, decode v14).
+      {"b128_kv4096", constant(128, 4096)},
+      {"b256_kv2048", constant(256, 2048)},
   };
   const std::vector<int32_t> zipf = zipf_lengths(64, 2048);
   const int64_t total = std::accumulate(zipf.begin(), zipf.end(), int64_t{0});
@@ -112,7 +115,8 @@ std::vector<BenchCase> bench_cases() {
                    KVLayout::kNHD, true});
   // The tensor-core loop on the issue's shapes and the skewed batch.
   for (const char* name : {"b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096",
-                           "b64_zipf_mean2048", "b64_uniform_same_total"}) {
+                           "b128_kv4096", "b256_kv2048", "b64_zipf_mean2048",
+                           "b64_uniform_same_total"}) {
     BenchCase c = *std::find_if(cases.begin(), cases.end(),
                                 [name](const BenchCase& b) { return b.name == name; });
     c.name += "_tc";
@@ -215,14 +219,15 @@ TEST(DecodeBenchmark, Issue4Table) {
     config.page_size = bc.page_size;
     config.kv_dtype = bc.kv_dtype;
     config.layout = bc.layout;
-    // Scheduler experiments: FLARE_DECODE_BENCH_CTAS_PER_SM / FLARE_DECODE_BENCH_SPLIT override
-    // ctas_per_sm / fixed_split_size (0 = the defaults).
+    // Scheduler experiments: FLARE_DECODE_BENCH_CTAS_PER_SM / _SPLIT / _WAVES override
+    // ctas_per_sm / fixed_split_size / waves (0 = the defaults).
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_CTAS_PER_SM")) {
       config.ctas_per_sm = std::atoi(v);
     }
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_SPLIT")) {
       config.fixed_split_size = std::atoi(v);
     }
+    if (const char* v = std::getenv("FLARE_DECODE_BENCH_WAVES")) config.waves = std::atoi(v);
     config.use_tensor_cores = bc.tensor_cores;
     // FLARE_DECODE_BENCH_TENSOR_CORES=1: the tensor-core loop for every bf16 case (fp8 cases
     // keep the CUDA-core loop, the only one they have).
@@ -329,8 +334,7 @@ TEST(DecodeBenchmark, Issue4Table) {
         << ", \"tbps\": " << kv_bytes / (median_ms * 1e-3) / 1e12
         << ", \"requests_per_s\": " << batch / (median_ms * 1e-3)
         << ", \"rotations\": " << rotations
-        << ", \"num_ctas\": " << (prefill ? static_cast<int>(plan.cta_indptr.size()) - 1
-                                            : decode.num_ctas())
+        << ", \"num_ctas\": " << plan.num_ctas
         << ", \"work_items\": " << plan.work_items.size()
         << ", \"merge_items\": " << plan.merge_items.size() << ", \"kv_chunk\": " << plan.kv_chunk
         << "}\n";

@@ -189,6 +189,13 @@ std::vector<DecodeCase> cases() {
     add(c);
   }
   {
+    // 560 tiles: more than the resident CTAs, so the tensor-core twin runs two waves (decode
+    // v14), with Zipf's longest requests split and merged across them.
+    DecodeCase c{"zipf_batch70_fills_the_grid"};
+    c.kv_lens = testing::random_lengths(70, testing::LengthDistribution::kZipf, 1, 5000, 3);
+    add(c);
+  }
+  {
     DecodeCase c{"all_empty"};
     c.kv_lens = {0, 0, 0};
     add(c);
@@ -263,7 +270,9 @@ TEST_P(BatchDecodeVsReference, MatchesFloat64ReferenceAndRerunsBitwise) {
     HostTensor lse = out.lse_host();
     if (attempt == 0) {
       const testing::ErrorStats o_err = testing::error_stats(o.view(), ref.o.view());
-      const double tolerance = is_fp8(c.kv_dtype) ? kOutputToleranceFp8 : kOutputTolerance16;
+      const double tolerance = is_fp8(c.kv_dtype) ? kOutputToleranceFp8
+                               : c.tensor_cores  ? gpu_testing::kOutputToleranceTensorCores
+                                                 : kOutputTolerance16;
       EXPECT_EQ(testing::count_nan(o.view()), 0) << "unwritten or NaN outputs";
       EXPECT_LE(o_err.max_abs, tolerance) << o_err;
       if (c.with_lse) {
@@ -341,6 +350,45 @@ TEST(BatchDecodePlan, FewTilesPlanTwoOfFourCtasPerSmOutsideGraphs) {
     EXPECT_EQ(planned_ctas(16), few) << "graph " << graph;                // 128 tiles <= num_sms
     EXPECT_EQ(planned_ctas(64), decode.num_ctas()) << "graph " << graph;  // 512 tiles
   }
+  cuda::stream_synchronize(nullptr);
+}
+
+// The tensor-core loop's grid is two waves of its resident CTAs: a batch with at least as many
+// tiles as resident CTAs is planned over both, a smaller one (or one under an SM budget) over
+// one. The CUDA-core loop plans one wave unless asked for more.
+TEST(BatchDecodePlan, FullBatchesArePlannedInWaves) {
+  FLARE_REQUIRE_GPU();
+  for (const bool tensor_cores : {true, false}) {
+    BatchDecodeConfig config = planner_test_config(256);
+    config.use_tensor_cores = tensor_cores;
+    config.waves = tensor_cores ? 0 : 3;
+    BatchDecode decode(config);
+    const int waves = tensor_cores ? 2 : 3;
+    ASSERT_EQ(decode.num_ctas() % waves, 0);
+    const int resident = decode.num_ctas() / waves;
+    const auto planned_ctas = [&](int batch) {
+      std::vector<int32_t> indptr = {0}, last(static_cast<size_t>(batch), 16);
+      for (int i = 0; i < batch; ++i) indptr.push_back(indptr.back() + 2048 / 16);
+      decode.plan(indptr, last, nullptr);
+      const Plan& plan = decode.last_plan();
+      EXPECT_TRUE(plan.merge_items.empty() || plan.num_ctas == resident) << "batch " << batch;
+      return plan.num_ctas;
+    };
+    const int fills = (resident + 7) / 8;  // 8 KV heads: tiles >= resident CTAs
+    ASSERT_LE(fills, 256);
+    EXPECT_EQ(planned_ctas(fills), decode.num_ctas()) << "tensor cores " << tensor_cores;
+    EXPECT_EQ(planned_ctas(256), decode.num_ctas()) << "tensor cores " << tensor_cores;
+    EXPECT_EQ(planned_ctas(fills - 1), resident) << "tensor cores " << tensor_cores;
+  }
+  BatchDecodeConfig budget = planner_test_config(256);
+  budget.use_tensor_cores = true;
+  budget.num_sms_to_use = 100;
+  BatchDecode decode(budget);
+  std::vector<int32_t> indptr = {0}, last(256, 16);
+  for (int i = 0; i < 256; ++i) indptr.push_back(indptr.back() + 2048 / 16);
+  decode.plan(indptr, last, nullptr);
+  EXPECT_EQ(decode.last_plan().num_ctas, 100 * decode.num_ctas() / 2 /
+                                             cuda::device_properties(0).num_sms);
   cuda::stream_synchronize(nullptr);
 }
 

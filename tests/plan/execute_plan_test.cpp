@@ -1,7 +1,7 @@
 // plan() + execute_plan_cpu equals reference_attention (float64 accumulation as the oracle)
-// for random and adversarial length mixes, #CTA in {1, 7, 132, 264}, GQA 1/4/7/8, page sizes
-// 1/16; outputs are bitwise identical across runs and thread counts; misuse is refused
-// before anything is written.
+// for random and adversarial length mixes, #CTA in {1, 7, 132, 264} in one or two waves, GQA
+// 1/4/7/8, page sizes 1/16; outputs are bitwise identical across runs and thread counts; misuse
+// is refused before anything is written.
 #include "flare/reference/execute_plan.h"
 
 #include <gtest/gtest.h>
@@ -131,11 +131,18 @@ TEST_P(PlanMatchesReference, EveryCtaCount) {
   const Case c(mix, group, num_kv_heads, GetParam().page_size, 100 + GetParam().mix);
   const Output expected = reference_output(c);
   for (const int ctas : kCtaCounts) {
-    const Plan result = plan(c.lengths.problem, {ctas, 1});
-    ASSERT_NO_FATAL_FAILURE(plan_testing::check_plan(result, c.lengths.problem, {}, ctas));
-    Output actual(c.total_q, c.lengths.problem.num_qo_heads);
-    execute_plan_cpu(result, c.problem, actual.view(), {Accumulation::kF32, 2});
-    expect_close(actual, expected, 1e-5, std::string(mix.name) + " ctas=" + std::to_string(ctas));
+    for (const int waves : {1, 2}) {
+      PlanOptions options;
+      options.waves = waves;
+      const Plan result = plan(c.lengths.problem, {ctas, 1}, options);
+      ASSERT_NO_FATAL_FAILURE(
+          plan_testing::check_plan(result, c.lengths.problem, options, ctas * waves));
+      Output actual(c.total_q, c.lengths.problem.num_qo_heads);
+      execute_plan_cpu(result, c.problem, actual.view(), {Accumulation::kF32, 2});
+      expect_close(actual, expected, 1e-5,
+                   std::string(mix.name) + " ctas=" + std::to_string(ctas) +
+                       " waves=" + std::to_string(waves));
+    }
   }
 }
 

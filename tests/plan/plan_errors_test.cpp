@@ -79,6 +79,15 @@ TEST(PlanErrors, DeviceAndOptions) {
         plan(p.problem, {8, 1}, options);
       },
       ErrorCode::kInvalidArgument, "num_sms_to_use");
+  for (const int waves : {0, -1, 17}) {
+    options = {};
+    options.waves = waves;
+    expect_error(
+        [&] {
+          plan(p.problem, {8, 1}, options);
+        },
+        ErrorCode::kInvalidArgument, "waves must be in [1, 16]");
+  }
   options = {};
   options.query_tile = -1;
   expect_error(

@@ -3,6 +3,7 @@
 // full structural check over many random problems and options.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "flare/plan/plan.h"
@@ -184,6 +185,62 @@ TEST(Ctas, MoreCtasThanWorkLeavesEmptyQueues) {
   EXPECT_EQ(result.num_partial_slots, 0);
 }
 
+// A grid of waves: KV cut as for the resident CTAs alone, the chunks handed out longest first
+// over all CTAs of the grid (the lowest CTAs, which the hardware starts first, get the longest),
+// and no fill split (every cut at a multiple of L_kv).
+TEST(Waves, ChunksAreCutForTheResidentCtasAndHandedOutLongestFirst) {
+  LengthProblem p(std::vector<int32_t>(64, 1), plan_testing::zipf_lengths(64, 2048, 5), 32, 8,
+                  128, 16);
+  PlanOptions one_wave;
+  one_wave.alpha = 40.0f;  // the decode wrapper's per-item cost at D = 128, bf16 KV
+  PlanOptions waves = one_wave;
+  waves.waves = 2;
+  const Plan single = plan(p.problem, device_with(132, 2), one_wave);
+  const Plan result = plan(p.problem, device_with(132, 2), waves);
+  ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, waves, 528));
+  EXPECT_EQ(result.kv_chunk, single.kv_chunk) << "cut for the 264 resident CTAs";
+  EXPECT_GT(result.merge_items.size(), 0u) << "Zipf's longest requests are still split";
+  for (const WorkItem& item : result.work_items) {
+    const int32_t length = p.kv_len[static_cast<size_t>(item.request)];
+    EXPECT_TRUE(item.kv_begin % result.kv_chunk == 0) << "no fill split";
+    EXPECT_TRUE(item.kv_end == length || item.kv_end % result.kv_chunk == 0) << "no fill split";
+  }
+  int64_t previous_length = std::numeric_limits<int64_t>::max();
+  bool empty_seen = false;
+  for (int cta = 0; cta < result.num_ctas; ++cta) {
+    const int32_t first = result.cta_indptr[static_cast<size_t>(cta)];
+    if (first == result.cta_indptr[static_cast<size_t>(cta) + 1]) {
+      empty_seen = true;
+      continue;
+    }
+    EXPECT_FALSE(empty_seen) << "CTAs with work come first, CTA " << cta;
+    const WorkItem& item = result.work_items[static_cast<size_t>(first)];
+    EXPECT_LE(item.kv_end - item.kv_begin, previous_length) << "CTA " << cta;
+    previous_length = item.kv_end - item.kv_begin;
+  }
+}
+
+// Equal requests that fill the resident CTAs: one whole request per CTA of the grid, no
+// partial states (b64 kv8192 on 2 x 264 CTAs: 512 items, none split; one wave cuts 248).
+TEST(Waves, EqualRequestsStayWhole) {
+  LengthProblem p(std::vector<int32_t>(64, 1), std::vector<int32_t>(64, 8192), 32, 8, 128, 16);
+  PlanOptions options;
+  options.alpha = 40.0f;
+  options.waves = 2;
+  const Plan result = plan(p.problem, device_with(132, 2), options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, 528));
+  EXPECT_EQ(result.work_items.size(), 512u);
+  EXPECT_EQ(result.num_partial_slots, 0);
+  for (int cta = 0; cta < result.num_ctas; ++cta) {
+    EXPECT_EQ(result.cta_indptr[static_cast<size_t>(cta) + 1] -
+                  result.cta_indptr[static_cast<size_t>(cta)],
+              cta < 512 ? 1 : 0)
+        << "CTA " << cta;
+  }
+  options.waves = 1;
+  EXPECT_GT(plan(p.problem, device_with(132, 2), options).num_partial_slots, 0);
+}
+
 TEST(Ctas, CostsFollowAlphaAndBeta) {
   LengthProblem p({16, 1, 1}, {100, 200, 300}, 4, 4, 64, 1);
   PlanOptions options;
@@ -255,7 +312,9 @@ TEST(Structure, RandomProblemsAndOptions) {
     const int sms = static_cast<int>(rng.uniform_int(1, 140));
     const int per_sm = static_cast<int>(rng.uniform_int(1, 2));
     if (rng.uniform() < 0.2) options.num_sms_to_use = static_cast<int>(rng.uniform_int(1, sms));
-    const int ctas = (options.num_sms_to_use > 0 ? options.num_sms_to_use : sms) * per_sm;
+    if (rng.uniform() < 0.3) options.waves = static_cast<int>(rng.uniform_int(2, 3));
+    const int ctas =
+        (options.num_sms_to_use > 0 ? options.num_sms_to_use : sms) * per_sm * options.waves;
     const Plan result = plan(p.problem, device_with(sms, per_sm), options);
     ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, ctas)) << "trial " << trial;
   }

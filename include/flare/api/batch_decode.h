@@ -58,6 +58,12 @@ struct BatchDecodeConfig {
 
   // Persistent CTAs per SM; 0 = as many as fit (the kernel's occupancy).
   int ctas_per_sm = 0;
+  // The grid holds `waves` x the resident CTAs (num_sms x ctas_per_sm), in [0, 16]; 0 = the
+  // loop's default: 2 on tensor cores, 1 on CUDA cores (measured, docs/perf.md decode v14).
+  // A batch whose (request, KV head, row tile) tiles number at least the resident CTAs is
+  // planned over the whole grid (PlanOptions::waves: the hardware starts a later CTA on the
+  // SM that ends one first); a smaller batch, or a plan with num_sms_to_use, over one wave.
+  int waves = 0;
 };
 
 // Batch decode on one CUDA device:
@@ -126,8 +132,9 @@ class BatchDecode {
            float v_scale = 1.0f);
 
   const BatchDecodeConfig& config() const;
-  // Persistent decode CTAs (fixed at creation). Outside CUDA-graph mode a plan with at most one
-  // (request, KV head, row tile) per SM uses, and run() launches, half of a four-per-SM grid.
+  // CTAs of the grid (fixed at creation): resident CTAs x waves. Outside CUDA-graph mode run()
+  // launches the latest plan's CTAs only: one wave for batches with fewer tiles than resident
+  // CTAs, and half of a four-per-SM wave for at most one (request, KV head, row tile) per SM.
   int num_ctas() const;
   int rows_per_item() const;      // packed query rows one work item holds (head-group tile)
   const Plan& last_plan() const;  // the latest plan (host copy), for tests and tools

@@ -14,7 +14,7 @@ namespace flare {
 // The device as the planner sees it; tests use any values.
 struct DeviceSpec {
   int num_sms = 132;
-  int ctas_per_sm = 1;  // occupancy of the kernel in question
+  int ctas_per_sm = 1;  // CTAs of the kernel in question resident at once on an SM
 };
 
 // Everything the planner needs, on the host (no device-to-host sync).
@@ -36,6 +36,15 @@ struct PlanOptions {
                              // multiple of page_size (batch invariance)
   bool disable_split_kv = false;  // one chunk per tile (also for variants without softmax)
   int num_sms_to_use = 0;    // 0 = all; fewer leaves SMs to overlapped work (002 appendix E)
+  // Grid of `waves` x the resident CTAs (num_sms * ctas_per_sm), in [1, 16]. With more than
+  // one, KV is cut into chunks as for the resident CTAs alone, the chunks are scheduled longest
+  // first over all CTAs of the grid and no fill split is made: the hardware starts a CTA
+  // whenever a resident one ends, in CTA order, so SMs that stream faster run more CTAs
+  // (a dynamic balance a static plan cannot give when SMs differ in speed; docs/perf.md,
+  // decode v14). The longest chunks are the first items of the lowest CTAs, which start
+  // first. Meant for batches whose tiles outnumber the resident CTAs: fewer tiles are better
+  // cut by a single wave's fill splits.
+  int waves = 1;
   // Cost of a chunk: alpha * rows + beta * KV tokens, in fixed point with 16 fraction bits
   // (so loads add exactly). Each in [0, 2^20], at least one >= 2^-16.
   float alpha = 1.0f;        // cost per query row of a chunk
@@ -47,7 +56,7 @@ struct WorkspaceBounds {
   int max_batch = 0;
   int max_total_qo = 0;       // total query tokens of one plan
   int max_total_kv_pages = 0; // recorded for the wrapper's own page-table buffers
-  int num_ctas = 0;           // DeviceSpec num_sms * ctas_per_sm
+  int num_ctas = 0;           // DeviceSpec num_sms * ctas_per_sm * PlanOptions waves
   int max_query_tile = 0;
   int num_qo_heads = 0;
   int num_kv_heads = 0;
