@@ -120,6 +120,7 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
     st.m[j] = m_new;
     s[j] = fast_exp2(s[j] - m_base);
     s[j + 2] = fast_exp2(s[j + 2] - m_base);
+    st.d[j] = st.d[j] * rescale[j] + s[j] + s[j + 2];
   }
 #pragma unroll
   for (int mt = 0; mt < kKSteps; ++mt) {
@@ -127,20 +128,10 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
     for (int e = 0; e < 4; ++e) st.o[mt][e] *= rescale[e & 1];
   }
 
-  // The probabilities rounded to KV's type for P.V, and the running sum over the same rounded
-  // values: o / d is then a weighted mean of V's rows, exact where they agree. Summing the
-  // unrounded ones left up to 2^-9 |o| of error exactly where |o| is large (a few tokens with
-  // similar values), on top of the output's own rounding (scripts/p_rounding_error.py).
-  const unsigned lo = float2_to_16bit2<T::kKVCode>(s[0], s[1]);
-  const unsigned hi = float2_to_16bit2<T::kKVCode>(s[2], s[3]);
-  float rounded[4];
-  pair16_to_float2<T::kKVCode>(lo, rounded[0], rounded[1]);
-  pair16_to_float2<T::kKVCode>(hi, rounded[2], rounded[3]);
-#pragma unroll
-  for (int j = 0; j < 2; ++j) st.d[j] = st.d[j] * rescale[j] + rounded[j] + rounded[j + 2];
-
   // P^T as B fragments (tokens x rows): the accumulator's 8x8 blocks, transposed.
   unsigned p_lo, p_hi;
+  const unsigned lo = float2_to_16bit2<T::kKVCode>(s[0], s[1]);
+  const unsigned hi = float2_to_16bit2<T::kKVCode>(s[2], s[3]);
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(p_lo) : "r"(lo));
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(p_hi) : "r"(hi));
 

@@ -4,8 +4,9 @@ loop, kernels/decode_mma.cuh), next to the bf16 output's own rounding. Rows of u
 bf16 q/K/V with Zipf lengths (many short requests: where |o| is largest); max abs error against
 float64 of the bf16 output, four ways:
   exact_p        P in float (the CUDA-core loop's numerics): only the output rounding
-  unrounded_sum  P.V on bf16 P, the softmax sum over the float P (decode v13)
-  rounded_sum    P.V and the sum over the same bf16 P (decode v14)
+  unrounded_sum  P.V on bf16 P, the softmax sum over the float P (the shipped loop)
+  rounded_sum    P.V and the sum over the same bf16 P: a little less output error, but the sum
+                 then carries the rounding into lse (error printed; issue 4 allows 1e-3)
   hi_lo          P as bf16 hi + lo parts (two P.V products): back to exact_p
 Usage: python3 scripts/p_rounding_error.py [rows] [seed]   (needs numpy and ml_dtypes)
 """
@@ -26,6 +27,7 @@ def main():
     rows = int(sys.argv[1]) if len(sys.argv) > 1 else 30000
     rng = np.random.default_rng(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     errors = {"exact_p": [], "unrounded_sum": [], "rounded_sum": [], "hi_lo": []}
+    lse_error_rounded_sum = 0.0
     for _ in range(rows):
         n = int(min(3000, rng.zipf(1.5)))
         q = to_bf16(rng.standard_normal(HEAD_DIM))
@@ -43,11 +45,13 @@ def main():
         }
         for name, o in outputs.items():
             errors[name].append(np.abs(to_bf16(o) - reference).max())
+        lse_error_rounded_sum = max(lse_error_rounded_sum, abs(np.log(p16.sum() / p.sum())))
     print(f"{rows} rows of D={HEAD_DIM}, Zipf(1.5) lengths <= 3000; max abs error of the bf16 output")
     for name, e in errors.items():
         e = np.array(e)
         print(f"{name:14s} max {e.max():.5f}  p99.9 {np.quantile(e, 0.999):.5f}  "
               f"rows > 1e-2: {np.mean(e > 1e-2) * 100:.3f}%")
+    print(f"lse max abs error of rounded_sum: {lse_error_rounded_sum:.5f} (the others: 0)")
 
 
 if __name__ == "__main__":
