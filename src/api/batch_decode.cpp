@@ -61,9 +61,10 @@ constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
 // Grid waves (PlanOptions::waves) when a batch's tiles outnumber the resident CTAs. Two on the
 // tensor-core loop (2 CTAs per SM): the hardware hands the second wave to the SMs that stream
-// faster (H100: b64 kv8192 712.7 -> 706.6 us, b256 kv2048 712 -> 707.5, a Zipf batch
-// unchanged; three waves gain nothing more). One on the CUDA-core loop, whose 4 CTAs per SM
-// already balance finer (two waves: b128 kv4096 +0.2%, b256 kv2048 -0.5%). docs/perf.md v14.
+// faster, and whole requests need no merge (b64 kv8192: H100 712.7 -> 706.6 us, H200 483 ->
+// 477; a Zipf batch unchanged; three waves gain nothing more). One on the CUDA-core loop,
+// whose 4 CTAs per SM already balance finer (two waves: b128 kv4096 +0.2%, b256 kv2048
+// -0.5%). docs/perf.md decode v14.
 constexpr int kTensorCoreWaves = 2;
 constexpr int kCudaCoreWaves = 1;
 constexpr int kMaxWaves = 16;

@@ -116,7 +116,7 @@ std::vector<BenchCase> bench_cases() {
   // The tensor-core loop on the shapes and the skewed batch.
   for (const char* name : {"b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096",
                            "b128_kv4096", "b256_kv2048", "b64_zipf_mean2048",
-                           "b64_uniform_same_total"}) {
+                           "b64_uniform_same_total", "b64_kv8192_pages_in_order"}) {
     BenchCase c = *std::find_if(cases.begin(), cases.end(),
                                 [name](const BenchCase& b) { return b.name == name; });
     c.name += "_tc";
