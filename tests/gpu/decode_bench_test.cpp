@@ -205,6 +205,20 @@ TEST(DecodeBenchmark, Issue4Table) {
     if (!bc.pages_in_order) shuffle_pool(pool_ids, rng);
     ASSERT_GE(static_cast<int64_t>(pool_ids.size()), rotations * pages);
     std::vector<int32_t> all_indices(pool_ids.begin(), pool_ids.begin() + rotations * pages);
+    // FLARE_DECODE_BENCH_SORT_WINDOW=N: each request's page list sorted by pool position inside
+    // consecutive windows of N pages (does a kernel that reads a window's pages in address order
+    // get back what the shuffle costs?).
+    if (const char* v = std::getenv("FLARE_DECODE_BENCH_SORT_WINDOW"); v && std::atoi(v) > 1) {
+      const int64_t window = std::atoi(v);
+      for (int64_t r = 0; r < rotations; ++r) {
+        for (int i = 0; i < batch; ++i) {
+          for (int64_t lo = indptr[i]; lo < indptr[i + 1]; lo += window) {
+            const auto first = all_indices.begin() + r * pages + lo;
+            std::sort(first, first + std::min<int64_t>(window, indptr[i + 1] - lo));
+          }
+        }
+      }
+    }
     cuda::DeviceBuffer indices(all_indices.size() * 4), indptr_d(indptr.size() * 4),
         last_d(last.size() * 4);
     cuda::memcpy_htod(indices.data(), all_indices.data(), all_indices.size() * 4);
