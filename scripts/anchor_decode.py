@@ -119,6 +119,10 @@ def print_table(flare_rows, anchors):
         f"{case} {fmt(ratio(case + '_tc', case, 'median_us'), 3)}"
         for case in ["b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096", "b128_kv4096",
                      "b256_kv2048", "b64_zipf_mean2048"]))
+    print("tensor-core / CUDA-core loop time, other shapes: " + ", ".join(
+        f"{case} {fmt(ratio(case + '_tc', case, 'median_us'), 3)}"
+        for case in ["b64_kv2048_gqa1", "b64_kv8192_gqa8", "b64_kv16384_d64", "b64_kv4096_d256",
+                     "b64_kv8192_f16", "b1_kv32768_d256"]))
     print(f"page 1 / page 16 bandwidth, b64 kv8192: "
           f"{fmt(ratio('b64_kv8192_page1', 'b64_kv8192', 'tbps'), 3)} (target >= 0.95)")
     print(f"page 1 / page 16 bandwidth, b16 kv4096: "

@@ -73,6 +73,10 @@ struct BenchCase {
   // against KV laid out contiguously (the SDPA anchors' layout).
   bool pages_in_order = false;
   bool tensor_cores = false;  // BatchDecodeConfig::use_tensor_cores
+  int num_qo_heads = kQoHeads;
+  int num_kv_heads = kKvHeads;
+  int head_dim = kHeadDim;
+  DType q_dtype = DType::kBF16;  // and the output's
 };
 
 std::vector<int32_t> constant(int batch, int len) { return std::vector<int32_t>(batch, len); }
@@ -113,10 +117,27 @@ std::vector<BenchCase> bench_cases() {
   cases.push_back({"b16_kv4096_page1", constant(16, 4096), 1});
   cases.push_back({"b64_kv8192_pages_in_order", constant(64, 8192), 16, DType::kBF16,
                    KVLayout::kNHD, true});
-  // The tensor-core loop on the issue's shapes and the skewed batch.
+  // Other shapes of b64 kv8192's bytes (head group 1 and 8, head dims 64 and 256, f16): which
+  // loop is faster beyond the issue's shape.
+  const auto shape = [](const char* name, int batch, int len, int qo_heads, int kv_heads,
+                        int head_dim, DType dtype) {
+    BenchCase c{name, constant(batch, len), 16, dtype};
+    c.num_qo_heads = qo_heads, c.num_kv_heads = kv_heads, c.head_dim = head_dim;
+    c.q_dtype = dtype;
+    return c;
+  };
+  cases.push_back(shape("b64_kv2048_gqa1", 64, 2048, 32, 32, 128, DType::kBF16));
+  cases.push_back(shape("b64_kv8192_gqa8", 64, 8192, 64, 8, 128, DType::kBF16));
+  cases.push_back(shape("b64_kv16384_d64", 64, 16384, 32, 8, 64, DType::kBF16));
+  cases.push_back(shape("b64_kv4096_d256", 64, 4096, 32, 8, 256, DType::kBF16));
+  cases.push_back(shape("b64_kv8192_f16", 64, 8192, 32, 8, 128, DType::kF16));
+  cases.push_back(shape("b1_kv32768_d256", 1, 32768, 32, 8, 256, DType::kBF16));
+  // The tensor-core loop on the issue's shapes, the skewed batch and the shapes above.
   for (const char* name : {"b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096",
                            "b128_kv4096", "b256_kv2048", "b64_zipf_mean2048",
-                           "b64_uniform_same_total", "b64_kv8192_pages_in_order"}) {
+                           "b64_uniform_same_total", "b64_kv8192_pages_in_order",
+                           "b64_kv2048_gqa1", "b64_kv8192_gqa8", "b64_kv16384_d64",
+                           "b64_kv4096_d256", "b64_kv8192_f16", "b1_kv32768_d256"}) {
     BenchCase c = *std::find_if(cases.begin(), cases.end(),
                                 [name](const BenchCase& b) { return b.name == name; });
     c.name += "_tc";
@@ -179,7 +200,7 @@ TEST(DecodeBenchmark, Issue4Table) {
     }
     const int batch = static_cast<int>(bc.kv_lens.size());
     const int64_t elem = static_cast<int64_t>(dtype_bytes(bc.kv_dtype));
-    const int64_t page_bytes = int64_t{bc.page_size} * kKvHeads * kHeadDim * elem;
+    const int64_t page_bytes = int64_t{bc.page_size} * bc.num_kv_heads * bc.head_dim * elem;
     const int64_t pool_pages = static_cast<int64_t>(kPoolBytes) / page_bytes;
     if (elem != pool_element_bytes) {  // 16-bit or fp8 random patterns over the whole pools
       const int64_t elements = static_cast<int64_t>(kPoolBytes) / elem;
@@ -196,7 +217,7 @@ TEST(DecodeBenchmark, Issue4Table) {
       kv_tokens += len;
     }
     const int64_t pages = indptr.back();
-    const int64_t kv_bytes = kv_tokens * kKvHeads * kHeadDim * elem * 2;
+    const int64_t kv_bytes = kv_tokens * bc.num_kv_heads * bc.head_dim * elem * 2;
     const int rotations = static_cast<int>(std::clamp<int64_t>(
         (static_cast<int64_t>(kRotationBytes) + kv_bytes - 1) / kv_bytes, 1, pool_pages / pages));
     // Each rotation: its own pages of the pool, in random order.
@@ -227,10 +248,11 @@ TEST(DecodeBenchmark, Issue4Table) {
 
     BatchDecodeConfig config;
     config.max_batch = batch;
-    config.num_qo_heads = kQoHeads;
-    config.num_kv_heads = kKvHeads;
-    config.head_dim = kHeadDim;
+    config.num_qo_heads = bc.num_qo_heads;
+    config.num_kv_heads = bc.num_kv_heads;
+    config.head_dim = bc.head_dim;
     config.page_size = bc.page_size;
+    config.q_dtype = bc.q_dtype;
     config.kv_dtype = bc.kv_dtype;
     config.layout = bc.layout;
     // Scheduler experiments: FLARE_DECODE_BENCH_CTAS_PER_SM / _SPLIT / _WAVES override
@@ -243,21 +265,21 @@ TEST(DecodeBenchmark, Issue4Table) {
     }
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_WAVES")) config.waves = std::atoi(v);
     config.use_tensor_cores = bc.tensor_cores;
-    // FLARE_DECODE_BENCH_TENSOR_CORES=1: the tensor-core loop for every bf16 case (fp8 cases
-    // keep the CUDA-core loop, the only one they have).
+    // FLARE_DECODE_BENCH_TENSOR_CORES=1: the tensor-core loop for every case whose q and KV
+    // share a 16-bit type (fp8 cases keep the CUDA-core loop, the only one they have).
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_TENSOR_CORES")) {
-      config.use_tensor_cores = (v[0] == '1' && bc.kv_dtype == DType::kBF16) || bc.tensor_cores;
+      config.use_tensor_cores = (v[0] == '1' && bc.kv_dtype == bc.q_dtype) || bc.tensor_cores;
     }
     BatchDecode decode(config);
-    cuda::DeviceBuffer q(static_cast<size_t>(batch) * kQoHeads * kHeadDim * 2);
-    fill(q.data(), int64_t{batch} * kQoHeads * kHeadDim, 2, 7);
-    gpu_testing::DeviceOutputs outputs(batch, kQoHeads, kHeadDim, DType::kBF16);
-    const TensorView q_view = TensorView::contiguous(q.data(), DType::kBF16,
-                                                     {batch, kQoHeads, kHeadDim}, Device::cuda(0));
+    cuda::DeviceBuffer q(static_cast<size_t>(batch) * bc.num_qo_heads * bc.head_dim * 2);
+    fill(q.data(), int64_t{batch} * bc.num_qo_heads * bc.head_dim, 2, 7);
+    gpu_testing::DeviceOutputs outputs(batch, bc.num_qo_heads, bc.head_dim, bc.q_dtype);
+    const TensorView q_view = TensorView::contiguous(
+        q.data(), bc.q_dtype, {batch, bc.num_qo_heads, bc.head_dim}, Device::cuda(0));
     const bool nhd = bc.layout == KVLayout::kNHD;
     const std::vector<int64_t> page_shape =
-        nhd ? std::vector<int64_t>{pool_pages, bc.page_size, kKvHeads, kHeadDim}
-            : std::vector<int64_t>{pool_pages, kKvHeads, bc.page_size, kHeadDim};
+        nhd ? std::vector<int64_t>{pool_pages, bc.page_size, bc.num_kv_heads, bc.head_dim}
+            : std::vector<int64_t>{pool_pages, bc.num_kv_heads, bc.page_size, bc.head_dim};
     std::vector<PagedKV> tables(static_cast<size_t>(rotations));
     for (int r = 0; r < rotations; ++r) {
       PagedKV& kv = tables[static_cast<size_t>(r)];
@@ -286,12 +308,12 @@ TEST(DecodeBenchmark, Issue4Table) {
       BatchPrefillConfig pc;
       pc.max_batch = batch;
       pc.max_total_qo = batch;
-      pc.num_qo_heads = kQoHeads;
-      pc.num_kv_heads = kKvHeads;
-      pc.head_dim_qk = pc.head_dim_vo = kHeadDim;
+      pc.num_qo_heads = bc.num_qo_heads;
+      pc.num_kv_heads = bc.num_kv_heads;
+      pc.head_dim_qk = pc.head_dim_vo = bc.head_dim;
       pc.page_size = bc.page_size;
       pc.layout = bc.layout;
-      pc.dtype = DType::kBF16;
+      pc.dtype = bc.q_dtype;
       prefill.emplace(pc);
       std::vector<int32_t> qo_indptr(static_cast<size_t>(batch) + 1);
       std::iota(qo_indptr.begin(), qo_indptr.end(), 0);
@@ -339,7 +361,9 @@ TEST(DecodeBenchmark, Issue4Table) {
     const Plan& plan = prefill ? prefill->last_plan() : decode.last_plan();
     out << "{\"case\": \"" << bc.name << "\", \"batch\": " << batch
         << ", \"kv_tokens\": " << kv_tokens << ", \"page_size\": " << bc.page_size
-        << ", \"kv_dtype\": \"" << dtype_name(bc.kv_dtype) << "\", \"pages_in_order\": "
+        << ", \"num_qo_heads\": " << bc.num_qo_heads << ", \"num_kv_heads\": " << bc.num_kv_heads
+        << ", \"head_dim\": " << bc.head_dim << ", \"q_dtype\": \"" << dtype_name(bc.q_dtype)
+        << "\", \"kv_dtype\": \"" << dtype_name(bc.kv_dtype) << "\", \"pages_in_order\": "
         << (bc.pages_in_order ? "true" : "false") << ", \"layout\": \""
         << kv_layout_name(bc.layout) << "\", \"kv_bytes\": " << kv_bytes
         << ", \"tensor_cores\": " << (config.use_tensor_cores ? "true" : "false")
