@@ -50,11 +50,13 @@ constexpr int kFourCtas = 4;
 // the fill split piled 32 short tails on each idle CTA (b64 kv8192 on 528 CTAs: 768 us, 717 at
 // 80 KiB). fp8 KV is instruction-bound, the round trips overlap other CTAs' issue, and a large
 // alpha only skews the KV balance (b64 kv8192: 408 us at 40 KiB, 420 at 80; docs/perf.md v7).
-// The tensor-core loop (kernels/decode_mma.cuh): 4 warps of 16 tokens per tile, and a pipeline
-// of ~96 KiB (2 CTAs per SM at D <= 128). At D = 128, 3 stages of 32 KiB beat 2 stages on the
-// H100 and H200, and 4 stages on the H100 (docs/perf.md decode experiment 4).
+// The tensor-core loop (kernels/decode_mma.cuh): 4 warps of 16 tokens per tile, and ~192 KiB of
+// pipeline per SM. At D = 128 (2 CTAs per SM), 3 stages of 32 KiB beat 2 stages on the H100 and
+// H200, and 4 stages on the H100 (docs/perf.md decode experiment 4). At D = 256 (1 CTA per SM),
+// 3 stages of 64 KiB beat 2 on the H200 (b64 kv4096: 513.7 -> 480.3 us, decode v14) where the
+// GPU's shared memory per block holds them.
 constexpr int kMmaTileTokens = 64;
-constexpr int kPipelineTargetBytesMma = 96 * 1024;
+constexpr int kPipelineTargetBytesMmaPerSm = 192 * 1024;
 constexpr double kItemOverheadBytes16Bit = 80 * 1024;
 constexpr double kItemOverheadBytesFp8 = 40 * 1024;
 constexpr int kMinStages = 2;
@@ -145,7 +147,7 @@ struct Geometry {
 };
 
 // Mirrors kernels/decode.cuh Traits (which static_asserts that FLARE_SHARED_BYTES covers it).
-Geometry decode_geometry(const BatchDecodeConfig& c) {
+Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per_block) {
   Geometry g;
   g.rows = kernel_rows(c);
   const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
@@ -153,8 +155,10 @@ Geometry decode_geometry(const BatchDecodeConfig& c) {
     g.mma = true;
     g.tokens_per_group = 4;  // not used by the mma loop (Traits derives it either way)
     const int stage_bytes = 2 * kMmaTileTokens * row_bytes;
-    g.stages = std::clamp(kPipelineTargetBytesMma / stage_bytes, kMinStages, kMaxStages);
     g.min_ctas_per_sm = c.head_dim >= 256 ? 1 : 2;
+    const int target = static_cast<int>(
+        std::min<size_t>(kPipelineTargetBytesMmaPerSm / g.min_ctas_per_sm, max_shared_bytes_per_block));
+    g.stages = std::clamp(target / stage_bytes, kMinStages, kMaxStages);
     const size_t combine =
         static_cast<size_t>(kDecodeThreads / 32) * g.rows * (c.head_dim + 2) * sizeof(float);
     g.shared_bytes = std::max(static_cast<size_t>(g.stages) * stage_bytes, combine);
@@ -205,9 +209,10 @@ void check_index_array(const TensorView& t, const char* name, int device, int64_
 
 }  // namespace
 
-BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config) {
+BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config,
+                                        size_t max_shared_bytes_per_block) {
   validate_config(config);
-  const Geometry g = decode_geometry(config);
+  const Geometry g = decode_geometry(config, max_shared_bytes_per_block);
   const StandardVariantFlags flags = standard_variant_flags(config.params, kWhat);
   BatchDecodeKernels k;
   k.rows_per_item = g.rows;
@@ -346,9 +351,11 @@ WorkspaceBounds bounds_of(const BatchDecodeConfig& c, int num_ctas) {
 // Compiles (or loads) both kernels and sizes the persistent grid and the workspace.
 ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   ResolvedKernels r;
-  r.kernels = batch_decode_kernels(config);
+  validate_config(config);  // before the device is touched
   cuda::set_device(config.device);
   const cuda::DeviceProperties props = cuda::device_properties(config.device);
+  r.kernels = batch_decode_kernels(
+      config, static_cast<size_t>(props.max_shared_bytes_per_block_optin));
   r.decode = jit::get_kernel(r.kernels.decode, "flare_decode", config.device);
   FLARE_CHECK(
       static_cast<int>(r.kernels.decode_shared_bytes) <= props.max_shared_bytes_per_block_optin,

@@ -21,12 +21,14 @@ namespace {
 
 using testing::define_value;
 
-// The distinct kernel specs of every shipped config.
-std::vector<jit::KernelSpec> shipped_specs() {
+// The distinct kernel specs of every shipped config, for a GPU of the architecture's shared
+// memory per block (A100 for sm_80, H100 for sm_90a).
+std::vector<jit::KernelSpec> shipped_specs(const std::string& arch) {
+  const size_t shared = arch == "sm_80" ? kSm80SharedBytesPerBlock : kSm90SharedBytesPerBlock;
   std::vector<jit::KernelSpec> specs;
   std::set<std::string> seen;
   for (const BatchDecodeConfig& config : shipped_decode_configs()) {
-    const BatchDecodeKernels kernels = batch_decode_kernels(config);
+    const BatchDecodeKernels kernels = batch_decode_kernels(config, shared);
     if (seen.insert(kernels.decode.translation_unit()).second) specs.push_back(kernels.decode);
   }
   return specs;
@@ -37,7 +39,7 @@ class ShippedDecodeKernels : public jit::testing::JitTest,
 
 TEST_P(ShippedDecodeKernels, CompileWithoutSpillsOrLocalMemory) {
   const std::string arch = GetParam();
-  const std::vector<jit::KernelSpec> specs = shipped_specs();
+  const std::vector<jit::KernelSpec> specs = shipped_specs(arch);
   // Two threads: CI machines have two cores.
   const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 2);
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -143,6 +145,18 @@ TEST(BatchDecodeKernels, TensorCoreSpecsFollowTheConfig) {
   EXPECT_EQ(define_value(k.decode, "FLARE_MIN_CTAS_PER_SM"), "2");
   c.head_dim = 256;
   EXPECT_EQ(define_value(batch_decode_kernels(c).decode, "FLARE_MIN_CTAS_PER_SM"), "1");
+  // One CTA per SM at D = 256: 3 stages of 64 KiB where a block may hold them, else 2.
+  const BatchDecodeKernels a100 = batch_decode_kernels(c, kSm80SharedBytesPerBlock);
+  EXPECT_EQ(define_value(a100.decode, "FLARE_STAGES"), "2");
+  EXPECT_EQ(a100.decode_shared_bytes, 2u * 2u * 64u * 256u * 2u);
+  const BatchDecodeKernels h100 = batch_decode_kernels(c, kSm90SharedBytesPerBlock);
+  EXPECT_EQ(define_value(h100.decode, "FLARE_STAGES"), "3");
+  EXPECT_EQ(h100.decode_shared_bytes, 3u * 2u * 64u * 256u * 2u);
+  EXPECT_LE(h100.decode_shared_bytes, kSm90SharedBytesPerBlock);
+  // D = 128 keeps 3 stages of 32 KiB (2 CTAs per SM) on either.
+  c.head_dim = 128;
+  EXPECT_EQ(define_value(batch_decode_kernels(c, kSm90SharedBytesPerBlock).decode, "FLARE_STAGES"),
+            "3");
 }
 
 TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {

@@ -155,8 +155,15 @@ struct BatchDecodeKernels {
   int threads = 0;                 // block size of the decode kernel
   size_t decode_shared_bytes = 0;  // dynamic shared memory of one decode CTA
 };
+// The shared memory one decode CTA may use on the target GPU is its opt-in limit per block
+// (BatchDecode passes its device's). Only the tensor-core loop at head dim 256, one CTA per SM,
+// sizes its pipeline by it: 3 stages of 64 KiB where they fit (H100, H200: 227 KiB), else 2.
+// The default is the sm_80 family's limit (A100: 163 KiB).
+inline constexpr size_t kSm80SharedBytesPerBlock = 163 * 1024;
+inline constexpr size_t kSm90SharedBytesPerBlock = 227 * 1024;
 // Throws kInvalidArgument / kUnsupported like the constructor (no GPU needed).
-BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config);
+BatchDecodeKernels batch_decode_kernels(
+    const BatchDecodeConfig& config, size_t max_shared_bytes_per_block = kSm80SharedBytesPerBlock);
 
 // The configurations flare ships tuned kernels for (every head dim, row tile, dtype pair and
 // variant flag the decode kernel is built with); CI compiles each for sm_80 and sm_90a and
