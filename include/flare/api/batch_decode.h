@@ -47,8 +47,8 @@ struct BatchDecodeConfig {
   // one: q and KV of the same float16 / bfloat16 type (other pairs, fp8 KV among them, throw
   // kUnsupported). Same plan, pipeline and merge; results differ from the CUDA-core loop's by
   // rounding (probabilities rounded to KV's type before P.V). Faster at every measured shape
-  // but head dim 256 on an H200, most at large head groups (8 query heads per KV head: 709 us
-  // against 833 on an H100 at batch 64, kv 8192; docs/perf.md decode v14).
+  // on the H100 and H200, most at large head groups (8 query heads per KV head: 709 us against
+  // 833 on an H100 at batch 64, kv 8192; docs/perf.md decode v14).
   bool use_tensor_cores = false;
 
   // Scheduler knobs (plan/plan.h PlanOptions): fixed_split_size > 0 gives batch-invariant
