@@ -69,7 +69,6 @@ constexpr int kMaxStages = 8;
 // -0.5%). docs/perf.md decode v14.
 constexpr int kTensorCoreWaves = 2;
 constexpr int kCudaCoreWaves = 1;
-constexpr int kMaxWaves = 16;
 
 const char* const kWhat = "BatchDecode";
 
@@ -110,8 +109,9 @@ void validate_config(const BatchDecodeConfig& c) {
               ErrorCode::kInvalidArgument, kWhat,
               ": fixed_split_size, num_sms_to_use and ctas_per_sm must be >= 0, got ",
               c.fixed_split_size, ", ", c.num_sms_to_use, ", ", c.ctas_per_sm);
-  FLARE_CHECK(c.waves >= 0 && c.waves <= kMaxWaves, ErrorCode::kInvalidArgument, kWhat,
-              ": waves must be in [0, ", kMaxWaves, "] (0 = the loop's default), got ", c.waves);
+  FLARE_CHECK(c.waves >= 0 && c.waves <= kMaxPlanWaves, ErrorCode::kInvalidArgument, kWhat,
+              ": waves must be in [0, ", kMaxPlanWaves, "] (0 = the loop's default), got ",
+              c.waves);
   const AttentionParams& p = c.params;
   FLARE_CHECK(std::isfinite(p.sm_scale) && p.sm_scale >= 0.0f && std::isfinite(p.k_scale) &&
                   std::isfinite(p.v_scale) && std::isfinite(p.logits_soft_cap),
@@ -156,8 +156,8 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
     g.tokens_per_group = 4;  // not used by the mma loop (Traits derives it either way)
     const int stage_bytes = 2 * kMmaTileTokens * row_bytes;
     g.min_ctas_per_sm = c.head_dim >= 256 ? 1 : 2;
-    const int target = static_cast<int>(
-        std::min<size_t>(kPipelineTargetBytesMmaPerSm / g.min_ctas_per_sm, max_shared_bytes_per_block));
+    const int target = static_cast<int>(std::min<size_t>(
+        kPipelineTargetBytesMmaPerSm / g.min_ctas_per_sm, max_shared_bytes_per_block));
     g.stages = std::clamp(target / stage_bytes, kMinStages, kMaxStages);
     const size_t combine =
         static_cast<size_t>(kDecodeThreads / 32) * g.rows * (c.head_dim + 2) * sizeof(float);
@@ -354,8 +354,8 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   validate_config(config);  // before the device is touched
   cuda::set_device(config.device);
   const cuda::DeviceProperties props = cuda::device_properties(config.device);
-  r.kernels = batch_decode_kernels(
-      config, static_cast<size_t>(props.max_shared_bytes_per_block_optin));
+  r.kernels =
+      batch_decode_kernels(config, static_cast<size_t>(props.max_shared_bytes_per_block_optin));
   r.decode = jit::get_kernel(r.kernels.decode, "flare_decode", config.device);
   FLARE_CHECK(
       static_cast<int>(r.kernels.decode_shared_bytes) <= props.max_shared_bytes_per_block_optin,

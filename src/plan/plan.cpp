@@ -19,7 +19,6 @@ constexpr int kMaxHeadDim = 256;
 // Costs are fixed point with 16 fraction bits (src/plan/schedule.cpp).
 constexpr float kMinCostCoefficient = 1.0f / 65536;
 constexpr float kMaxCostCoefficient = 1 << 20;
-constexpr int kMaxWaves = 16;
 
 void check_head_dim(int head_dim, const char* name) {
   FLARE_CHECK(head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim && head_dim % 8 == 0,
@@ -70,8 +69,8 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
   FLARE_CHECK(options.num_sms_to_use >= 0 && options.num_sms_to_use <= device.num_sms,
               ErrorCode::kInvalidArgument, "plan: num_sms_to_use must be in [0, ", device.num_sms,
               "] (0 = all), got ", options.num_sms_to_use);
-  FLARE_CHECK(options.waves >= 1 && options.waves <= kMaxWaves, ErrorCode::kInvalidArgument,
-              "plan: waves must be in [1, ", kMaxWaves, "], got ", options.waves);
+  FLARE_CHECK(options.waves >= 1 && options.waves <= kMaxPlanWaves, ErrorCode::kInvalidArgument,
+              "plan: waves must be in [1, ", kMaxPlanWaves, "], got ", options.waves);
   FLARE_CHECK(options.query_tile >= 0, ErrorCode::kInvalidArgument,
               "plan: query_tile must be >= 1, or 0 for auto, got ", options.query_tile);
   FLARE_CHECK(options.fixed_split_size >= 0, ErrorCode::kInvalidArgument,

@@ -186,6 +186,11 @@ TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
   expect_code(c, ErrorCode::kUnsupported, "use_tensor_cores");
   c.kv_dtype = DType::kBF16;  // f16 q
   expect_code(c, ErrorCode::kUnsupported, "use_tensor_cores");
+  for (const int waves : {-1, 17}) {
+    c = base_config();
+    c.waves = waves;
+    expect_code(c, ErrorCode::kInvalidArgument, "waves must be in [0, 16]");
+  }
   c = base_config();
   c.params.pos_encoding = PosEncoding::kRopeLlama;
   expect_code(c, ErrorCode::kUnsupported, "RoPE");

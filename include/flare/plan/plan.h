@@ -30,6 +30,8 @@ struct PlanProblem {
   int window_left = -1;
 };
 
+inline constexpr int kMaxPlanWaves = 16;  // PlanOptions::waves
+
 struct PlanOptions {
   int query_tile = 0;        // rows per tile (packed); 0 = auto from {1, 16, 32, 64, 128}
   int fixed_split_size = 0;  // > 0: every KV chunk has this many tokens, rounded up to a
