@@ -522,10 +522,7 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   options.num_sms_to_use = s.config.num_sms_to_use;
   // Tiles that fill every resident CTA run in waves; fewer are cut and filled by one wave. Not
   // with an SM budget: the later waves would start on the SMs left to other work.
-  options.waves =
-      options.num_sms_to_use == 0 && tiles >= int64_t{device.num_sms} * device.ctas_per_sm
-          ? s.k.waves
-          : 1;
+  options.waves = options.num_sms_to_use == 0 && tiles >= s.k.resident_ctas ? s.k.waves : 1;
   Plan next = flare::plan(problem, device, options);
   check_fits(next, s.k.layout);
 
