@@ -8,7 +8,11 @@ among copies so >= 1 GiB of distinct KV cycles and nothing is served from L2), p
 device-to-device copy ceiling. With --flare (the JSON lines the benchmark wrote) it prints the
 table: flare TB/s next to the anchors, the ratios and the issue-4 targets.
 
-Usage: python3 scripts/anchor_decode.py --flare FILE [--out anchors.json]
+With --stream (the JSON lines of scripts/kv_placement_probe.cu, run in the same call) it also
+prints how fast a kernel that only reads b64 kv8192's bytes streams them from each page placement,
+next to flare and cuDNN: the ceiling that page placement sets.
+
+Usage: python3 scripts/anchor_decode.py --flare FILE [--stream FILE] [--out anchors.json]
 """
 import argparse
 import json
@@ -130,14 +134,51 @@ def print_table(flare_rows, anchors):
     print(f"fp8 e4m3 / bf16 requests per second, b64 kv8192: "
           f"{fmt(ratio('b64_kv8192_e4m3', 'b64_kv8192', 'requests_per_s'), 3)} (target >= 1.8)")
     print(f"HND / NHD bandwidth, b64 kv8192: {fmt(ratio('b64_kv8192_hnd', 'b64_kv8192', 'tbps'), 3)}")
+    cudnn_b64 = anchors["sdpa"].get("b64_kv8192", {}).get("cudnn_us")
+    if cudnn_b64:
+        def x_cudnn(case):
+            return fmt(cudnn_b64 / by_case[case]["median_us"], 3) if case in by_case else "n/a"
+        print(f"b64 kv8192 x cuDNN (target >= 1.0), tensor-core loop: pages in allocation order "
+              f"{x_cudnn('b64_kv8192_pages_in_order_tc')} (FlashInfer's benchmark convention), "
+              f"shuffled pages {x_cudnn('b64_kv8192_tc')}; CUDA-core loop "
+              f"{x_cudnn('b64_kv8192_pages_in_order')} / {x_cudnn('b64_kv8192')}")
     print(f"pages in pool order / shuffled, b64 kv8192: "
           f"{fmt(ratio('b64_kv8192_pages_in_order', 'b64_kv8192', 'tbps'), 3)}, tensor-core loop "
           f"{fmt(ratio('b64_kv8192_pages_in_order_tc', 'b64_kv8192_tc', 'tbps'), 3)}")
 
 
+def print_stream_ceilings(flare_rows, anchors, stream_path):
+    """The KV-placement probe's streams next to flare's b64 kv8192 on tensor cores and cuDNN."""
+    with open(stream_path) as f:
+        streams = [json.loads(line) for line in f if line.strip()]
+    by_case = {r["case"]: r for r in flare_rows}
+    cudnn_us = anchors["sdpa"].get("b64_kv8192", {}).get("cudnn_us")
+    print()
+    print("b64 kv8192's 2 GiB read by kernels that only stream them (scripts/kv_placement_probe.cu,"
+          " no compute):")
+    for s in streams:
+        x_cudnn = cudnn_us and cudnn_us / s["median_us"]
+        print(f"  {s['geometry']:36s} {s['pattern']:26s} {s['median_us']:7.1f} us "
+              f"{s['tbps']:5.2f} TB/s  {fmt(x_cudnn, 3)} x cuDNN")
+    flare_geometry = [s for s in streams if s["geometry"].startswith("cp.async 128 thr 3x32 KiB 2/SM")
+                      and "clusters" not in s["geometry"]]
+    for case, pattern in [("b64_kv8192_tc", "paged/head, shuffled"),
+                          ("b64_kv8192_pages_in_order_tc", "paged/head, pool order")]:
+        stream = next((s for s in flare_geometry if s["pattern"] == pattern), None)
+        if case in by_case and stream:
+            print(f"  {case} / the stream of its pattern and geometry: "
+                  f"{by_case[case]['median_us'] / stream['median_us']:.3f} (time)")
+    shuffled = [s for s in streams if "shuffled" in s["pattern"]]
+    if shuffled and cudnn_us:
+        best = min(shuffled, key=lambda s: s["median_us"])
+        print(f"  fastest stream of the shuffled pages: {best['median_us']:.1f} us "
+              f"({best['geometry']}, {best['pattern']}) = {cudnn_us / best['median_us']:.3f} x cuDNN")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flare", help="JSON lines written by the flare decode benchmark")
+    parser.add_argument("--stream", help="JSON lines written by scripts/kv_placement_probe.cu")
     parser.add_argument("--out", help="write the anchors as JSON here")
     args = parser.parse_args()
     props = torch.cuda.get_device_properties(0)
@@ -152,6 +193,8 @@ def main():
         with open(args.flare) as f:
             rows = [json.loads(line) for line in f if line.strip()]
         print_table(rows, anchors)
+        if args.stream:
+            print_stream_ceilings(rows, anchors, args.stream)
     else:
         print(json.dumps(anchors, indent=1))
 

@@ -69,12 +69,24 @@ sanitize() {  # filter: compute-sanitizer memcheck and racecheck over those GPU 
   done
 }
 
-decode_bench() {  # the decode benchmark next to the SDPA anchors
+decode_bench() {  # the decode benchmark next to the SDPA anchors and the KV-placement streams
   FLARE_DECODE_BENCH="$OUT/flare_bench.jsonl" "$BUILD/flare_gpu_tests" \
     --gtest_filter='DecodeBenchmark.*' >"$OUT/decode_bench.log" 2>&1 ||
     { status=1; tail -n 20 "$OUT/decode_bench.log"; }
+  local stream=() cap
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
+  if [ "${cap:-0}" -lt 90 ]; then
+    echo "kv_placement_probe: needs sm_90 (TMA bulk copies); skipped on compute capability $cap"
+  elif nvcc -std=c++20 -O3 -arch=sm_90a -o "$BUILD/kv_placement_probe" \
+       scripts/kv_placement_probe.cu >"$OUT/kv_probe.log" 2>&1 &&
+       "$BUILD/kv_placement_probe" --flare-only --rounds 2 --json "$OUT/streams.jsonl" \
+       >>"$OUT/kv_probe.log" 2>&1; then
+    stream=(--stream "$OUT/streams.jsonl")
+  else
+    status=1; tail -n 20 "$OUT/kv_probe.log"
+  fi
   PYTHONUNBUFFERED=1 python3 scripts/anchor_decode.py --flare "$OUT/flare_bench.jsonl" \
-    --out "$OUT/anchors.json" >"$OUT/decode_table.txt" 2>&1 || status=1
+    "${stream[@]}" --out "$OUT/anchors.json" >"$OUT/decode_table.txt" 2>&1 || status=1
 }
 
 if [ "$STAGE" = decode ]; then
