@@ -1,12 +1,12 @@
-// The tensor-core compute loop of the decode kernel (kernels/decode.cuh, FLARE_DECODE_MMA 1),
-// for 16-bit K/V. The CUDA-core loop issues ~80 warp instructions per (token, KV head) and is
-// issue-bound on an H200; this one issues ~5 (docs/perf.md, decode experiments 3 and 4).
+// The tensor-core compute loop of the decode kernel (kernels/decode.cuh, FLARE_DECODE_MMA 1).
+// The CUDA-core loop issues ~80 warp instructions per (token, KV head) and is issue-bound on an
+// H200; this one issues ~5 (docs/perf.md, decode experiments 3 and 4).
 //
 // Each warp takes kWarpTokens = 16 tokens of a tile. With the head group's query rows as the N
 // (8) of m16n8k16:
 //   S^T = K Q^T   M = 16 tokens, N = 8 rows (kRows of them real), K = the head dims:
-//                 D / 16 ldmatrix.x4 of K (swizzled stage rows) and D / 16 mma; Q^T stays in
-//                 registers as B fragments (q has K/V's element type).
+//                 D / 16 ldmatrix.x4 of K (swizzled stage rows; D / 32 for fp8) and D / 16
+//                 mma; Q^T stays in registers as B fragments of the mma's operand type.
 //   softmax       on the accumulator: lane (g = lane / 4, t = lane % 4) holds tokens g and g + 8
 //                 of rows 2t and 2t + 1, so a row's max over the 16 tokens is 3 shuffles and
 //                 each lane rescales its own two rows of O^T.
@@ -14,8 +14,22 @@
 //                 matrix in the accumulator layout; movmatrix.trans turns each into the B
 //                 fragment of O^T += V^T P^T.
 //   O^T           M = 16 head dims per m-tile (D / 16 of them), K = the 16 tokens: D / 16
-//                 ldmatrix.x4.trans of V and D / 16 mma. O^T is D / 4 fp32 registers a lane.
+//                 ldmatrix.x4.trans of V (D / 32 for fp8) and D / 16 mma. O^T is D / 4 fp32
+//                 registers a lane.
 // The 4 warps' states combine at the end of an item like the CUDA-core loop's groups.
+//
+// fp8 K/V (decode v15) run the same mma in f16, which holds every e4m3 and e5m2 value exactly:
+// ldmatrix reads the fp8 stage as b16 pairs, and each 32-bit register then holds 4 fp8 values
+// that convert to two f16x2 words (decode_utils.cuh fp8x4_to_f16x2_pairs). The fragments keep
+// the head dims in a permuted order, which both operands of a product share:
+//   K     non-transposed, a lane holds dims 4t..4t+3 of a token: in k-step ks (dims 16 ks..),
+//         mma k-column 2t + e is dim 4t + e and 2t + 8 + e is dim 4t + 2 + e. Q^T's B
+//         fragments are loaded in that order, so S^T is unchanged.
+//   V^T   transposed, a lane holds dims 2g, 2g + 1 of tokens 2t, 2t + 1: m-tile row g is dim
+//         2g and row g + 8 dim 2g + 1 of the tile's 16, which publish_state undoes.
+// bf16 q becomes f16 exactly, times a power of two per item that puts its largest magnitude in
+// [2^14, 2^15) (f16 holds 2^15, and no element above it overflows); the scores take 2^-e back
+// in fp32. P rounds to f16 (11 significant bits against bf16's 8).
 #pragma once
 
 #include "decode_pipeline.cuh"
@@ -23,9 +37,22 @@
 namespace flare::decode {
 
 static_assert(T::kMma && T::kRows <= 8 && T::kThreads % 32 == 0, "decode_mma.cuh geometry");
-static_assert(T::kQCode == T::kKVCode, "mma operands: q and K/V of one 16-bit type");
+static_assert(T::kFp8 || T::kQCode == T::kKVCode,
+              "mma operands: q and 16-bit K/V of one type, or fp8 K/V (run in f16)");
 
 constexpr int kKSteps = T::kHeadDim / 16;  // S^T k-steps = O^T m-tiles
+constexpr int kMmaCode = T::kFp8 ? kCodeF16 : T::kKVCode;  // the mma's operand type
+
+// e such that x * 2^e lies in [2^14, 2^15) for a finite x > 0, within [-126, 126] (2^e and
+// 2^-e are normal floats); 0 for x = 0.
+__device__ __forceinline__ int f16_headroom_exponent(float x) {
+  const int biased = static_cast<int>((__float_as_uint(x) >> 23) & 0xffu);  // floor(log2 x) + 127
+  const int e = 141 - biased;
+  return x == 0.0f ? 0 : (e < -126 ? -126 : (e > 126 ? 126 : e));
+}
+__device__ __forceinline__ float exp2_int(int e) {
+  return __uint_as_float(static_cast<unsigned>(e + 127) << 23);
+}
 
 // The loop's per-thread state of one work item.
 struct LoopState {
@@ -37,6 +64,49 @@ struct LoopState {
   Variant variant[2];
 };
 
+// Q^T B fragments of an fp8 item: dims 16 ks + 4t .. + 3 of row g (the K fragments' dim order,
+// see the top), f16; bf16 q scaled by 2^e. Returns 2^-e.
+__device__ __forceinline__ float load_q_for_fp8(const unsigned short* q_row_t, bool real_row,
+                                                unsigned (&q)[kKSteps][2]) {
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+    Vec8 v = {0u, 0u};
+    if (real_row) v = *reinterpret_cast<const Vec8*>(q_row_t + 16 * ks);
+    q[ks][0] = v.x;
+    q[ks][1] = v.y;
+  }
+  if constexpr (T::kQCode == kCodeF16) {
+    return 1.0f;
+  } else {
+    float largest = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float lo, hi;
+        bf16x2_to_float2(q[ks][h], lo, hi);
+        largest = fmaxf(largest, fmaxf(fabsf(lo), fabsf(hi)));
+      }
+    }
+#pragma unroll
+    for (int offset = 1; offset < 32; offset *= 2) {
+      largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+    }
+    const int e = f16_headroom_exponent(largest);
+    const float up = exp2_int(e);
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float lo, hi;
+        bf16x2_to_float2(q[ks][h], lo, hi);
+        q[ks][h] = float2_to_16bit2<kCodeF16>(lo * up, hi * up);
+      }
+    }
+    return exp2_int(-e);
+  }
+}
+
 // Loads the item's query rows as B fragments and starts the softmax state.
 __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem& item, int q_pos,
                                            LoopState& st) {
@@ -46,14 +116,20 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
   const int packed_g = item.row_begin + g;
   const long long token = item.request + packed_g / p.group_size;
   const long long head = item.kv_head * p.group_size + packed_g % p.group_size;
-  const unsigned short* q = static_cast<const unsigned short*>(p.q) + token * p.q_stride_token +
-                            head * p.q_stride_head + 2 * t;
+  const unsigned short* q_row = static_cast<const unsigned short*>(p.q) +
+                                token * p.q_stride_token + head * p.q_stride_head;
+  float q_fix = 1.0f;  // undoes what the fragments' conversion scaled q by
+  if constexpr (T::kFp8) {
+    q_fix = load_q_for_fp8(q_row + 4 * t, g < rows, st.q) *
+            (T::kKVCode == kCodeE4M3 ? kE4M3ViaF16Scale : 1.0f);
+  } else {
 #pragma unroll
-  for (int ks = 0; ks < kKSteps; ++ks) {
+    for (int ks = 0; ks < kKSteps; ++ks) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      st.q[ks][h] =
-          g < rows ? *reinterpret_cast<const unsigned*>(q + 16 * ks + 8 * h) : 0u;
+      for (int h = 0; h < 2; ++h) {
+        st.q[ks][h] =
+            g < rows ? *reinterpret_cast<const unsigned*>(q_row + 2 * t + 16 * ks + 8 * h) : 0u;
+      }
     }
   }
 #pragma unroll
@@ -61,7 +137,7 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
 #pragma unroll
     for (int e = 0; e < 4; ++e) st.o[mt][e] = 0.0f;
   }
-  st.q_scale = Variant::query_scale(p.variant) * p.k_scale;
+  st.q_scale = Variant::query_scale(p.variant) * p.k_scale * q_fix;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int r = 2 * t + j;
@@ -80,15 +156,31 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
   const unsigned v_stage = k_stage + T::kTileBytes;
   const int row0 = warp * T::kWarpTokens;
 
-  // A fragments of K (tokens x dims): matrix i = lane / 8 holds tokens +8 for odd i, dims +8
-  // for i >= 2 (mma_16816's a[0..3] order).
+  // A fragments of K (tokens x dims): matrix i = lane / 8 holds tokens +8 for odd i and the
+  // next 16-byte chunk for i >= 2: dims +8 (16-bit, mma_16816's a[0..3] order) or the next
+  // k-step (fp8: lane bytes 0-1 are a[0] / a[1], bytes 2-3 a[2] / a[3]).
   const int k_row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
   float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if constexpr (T::kFp8) {
 #pragma unroll
-  for (int ks = 0; ks < kKSteps; ++ks) {
-    unsigned a[4];
-    mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * ks + (lane >> 4)), a);
-    mma::mma_16816<T::kKVCode>(s, a, st.q[ks][0], st.q[ks][1]);
+    for (int kk = 0; kk < kKSteps / 2; ++kk) {
+      unsigned r[4];
+      mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * kk + (lane >> 4)), r);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        unsigned a[4];
+        fp8x4_to_f16x2_pairs<T::kKVCode, true>(r[2 * h], a[0], a[2]);
+        fp8x4_to_f16x2_pairs<T::kKVCode, true>(r[2 * h + 1], a[1], a[3]);
+        mma::mma_16816<kMmaCode>(s, a, st.q[2 * kk + h][0], st.q[2 * kk + h][1]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      unsigned a[4];
+      mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * ks + (lane >> 4)), a);
+      mma::mma_16816<kMmaCode>(s, a, st.q[ks][0], st.q[ks][1]);
+    }
   }
 
   // s[e]: token g + 8 (e / 2) of the slice, row 2t + e % 2.
@@ -130,19 +222,37 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
 
   // P^T as B fragments (tokens x rows): the accumulator's 8x8 blocks, transposed.
   unsigned p_lo, p_hi;
-  const unsigned lo = float2_to_16bit2<T::kKVCode>(s[0], s[1]);
-  const unsigned hi = float2_to_16bit2<T::kKVCode>(s[2], s[3]);
+  const unsigned lo = float2_to_16bit2<kMmaCode>(s[0], s[1]);
+  const unsigned hi = float2_to_16bit2<kMmaCode>(s[2], s[3]);
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(p_lo) : "r"(lo));
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(p_hi) : "r"(hi));
 
-  // A fragments of V^T (dims x tokens) from V's token rows, transposed: matrix i holds dims +8
-  // for odd i, tokens +8 for i >= 2.
-  const int v_row = row0 + (lane & 7) + (lane >> 4) * 8;
+  // A fragments of V^T (dims x tokens) from V's token rows, transposed. 16-bit: matrix i holds
+  // dims +8 for odd i, tokens +8 for i >= 2. fp8: tokens +8 for odd i, the next m-tile's chunk
+  // for i >= 2; a lane's bytes 0 and 2 are dim 2g of tokens 2t, 2t + 1 (m-tile row g), bytes 1
+  // and 3 dim 2g + 1 (row g + 8).
+  if constexpr (T::kFp8) {
+    const int v_row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
-  for (int mt = 0; mt < kKSteps; ++mt) {
-    unsigned a[4];
-    mma::ldmatrix_x4_trans(v_stage + stage_offset(v_row, 2 * mt + ((lane >> 3) & 1)), a);
-    mma::mma_16816<T::kKVCode>(st.o[mt], a, p_lo, p_hi);
+    for (int mm = 0; mm < kKSteps / 2; ++mm) {
+      unsigned r[4];
+      mma::ldmatrix_x4_trans(v_stage + stage_offset(v_row, 2 * mm + (lane >> 4)), r);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        unsigned a[4];
+        fp8x4_to_f16x2_pairs<T::kKVCode, false>(r[2 * h], a[0], a[1]);
+        fp8x4_to_f16x2_pairs<T::kKVCode, false>(r[2 * h + 1], a[2], a[3]);
+        mma::mma_16816<kMmaCode>(st.o[2 * mm + h], a, p_lo, p_hi);
+      }
+    }
+  } else {
+    const int v_row = row0 + (lane & 7) + (lane >> 4) * 8;
+#pragma unroll
+    for (int mt = 0; mt < kKSteps; ++mt) {
+      unsigned a[4];
+      mma::ldmatrix_x4_trans(v_stage + stage_offset(v_row, 2 * mt + ((lane >> 3) & 1)), a);
+      mma::mma_16816<kMmaCode>(st.o[mt], a, p_lo, p_hi);
+    }
   }
 }
 
@@ -159,11 +269,13 @@ __device__ __forceinline__ void publish_state(const LoopState& st, float* s_o, f
     for (int offset = 4; offset < 32; offset *= 2) d += __shfl_xor_sync(0xffffffffu, d, offset);
     const int r = 2 * t + j;
     if (r < T::kRows) {
-      float* row = s_o + (warp * T::kRows + r) * T::kHeadDim + g;
+      // m-tile rows g and g + 8: dims g and g + 8 of the tile, or 2g and 2g + 1 for fp8 K/V.
+      constexpr int kSecond = T::kFp8 ? 1 : 8;
+      float* row = s_o + (warp * T::kRows + r) * T::kHeadDim + (T::kFp8 ? 2 * g : g);
 #pragma unroll
       for (int mt = 0; mt < kKSteps; ++mt) {
         row[16 * mt] = st.o[mt][j];
-        row[16 * mt + 8] = st.o[mt][j + 2];
+        row[16 * mt + kSecond] = st.o[mt][j + 2];
       }
       if (g == 0) {
         s_m[warp * T::kRows + r] = st.m[j];

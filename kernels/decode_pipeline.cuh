@@ -87,8 +87,8 @@ struct Traits {
   static_assert(kLanes <= 32 && 32 % kLanes == 0, "a token row stays inside one warp");
   static_assert(kThreads % kChunksPerRow == 0 && kTileTokens % kCopyRowStride == 0,
                 "copies tile the stage exactly");
-  static_assert(!kMma || (kKVBytes == 2 && kChunksPerRow % 8 == 0),
-                "the mma loop reads 16-bit K/V with ldmatrix");
+  static_assert(!kMma || kChunksPerRow % 4 == 0,
+                "the mma loop reads K/V rows of whole 64-byte halves of lines with ldmatrix");
 };
 
 using T = Traits;

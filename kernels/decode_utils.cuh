@@ -121,6 +121,33 @@ __device__ __forceinline__ unsigned e4m3_spread_to_f16x2(unsigned h) {
   return (h & 0x80008000u) | ((h >> 1) & 0x3f803f80u);
 }
 
+// Four fp8 bytes b0..b3 of one register -> two f16x2 words, exactly (e5m2 is an f16's upper
+// byte; e4m3 comes out divided by kE4M3ViaF16Scale): (b0, b1) and (b2, b3) with kAdjacent,
+// else (b0, b2) and (b1, b3). The tensor-core loop's fragments (kernels/decode_mma.cuh).
+template <int kCode, bool kAdjacent>
+__device__ __forceinline__ void fp8x4_to_f16x2_pairs(unsigned bytes, unsigned& first,
+                                                     unsigned& second) {
+  if constexpr (kCode == kCodeE4M3 && FLARE_FP8_HARDWARE_CVT) {
+    unsigned x = bytes;
+    if constexpr (!kAdjacent) asm("prmt.b32 %0, %1, 0, 0x3120;" : "=r"(x) : "r"(bytes));
+    const unsigned short lo = static_cast<unsigned short>(x & 0xffffu);
+    const unsigned short hi = static_cast<unsigned short>(x >> 16);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(first) : "h"(lo));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(second) : "h"(hi));
+  } else {
+    if constexpr (kAdjacent) {
+      fp8x4_spread(bytes, first, second);
+    } else {
+      asm("prmt.b32 %0, %1, 0, 0x2404;" : "=r"(first) : "r"(bytes));
+      asm("prmt.b32 %0, %1, 0, 0x3414;" : "=r"(second) : "r"(bytes));
+    }
+    if constexpr (kCode == kCodeE4M3) {
+      first = e4m3_spread_to_f16x2(first);
+      second = e4m3_spread_to_f16x2(second);
+    }
+  }
+}
+
 // Eight stored KV elements of type kCode at `src` (shared memory) -> float32, unscaled
 // (e4m3 values come out divided by kE4M3ViaF16Scale).
 template <int kCode>

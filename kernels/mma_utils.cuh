@@ -12,9 +12,15 @@ namespace flare::mma {
 // (same logical chunk, 8 consecutive rows) land in 8 distinct bank groups, and every row starts
 // line-aligned, so a row's 16-byte cp.async writes fill whole 32-byte sectors (16-byte padded
 // rows made every odd row straddle sectors: 2.6x the ideal shared wavefronts per copy).
+// Rows of 64 bytes (fp8 K/V at head dim 64, kernels/decode_mma.cuh) share a line two by two:
+// chunk c of row r goes to chunk c ^ ((r / 2) % 4) of its half line, which again puts the 8
+// rows of one ldmatrix phase in 8 distinct bank groups.
 template <int kRowBytes>
 __device__ __forceinline__ unsigned swizzled_offset(int row, int chunk) {
-  static_assert(kRowBytes % 128 == 0, "rows of whole 128-byte lines");
+  static_assert(kRowBytes % 128 == 0 || kRowBytes == 64, "rows of whole 128-byte lines, or 64");
+  if constexpr (kRowBytes == 64) {
+    return static_cast<unsigned>(row * 64 + ((chunk ^ ((row >> 1) & 3)) * 16));
+  }
   return static_cast<unsigned>(row * kRowBytes + ((chunk ^ (row % 8)) * 16));
 }
 

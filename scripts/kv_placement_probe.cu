@@ -18,6 +18,7 @@
 // `--flare-only --rounds 2 --json FILE` next to the decode benchmark.
 // Build and run on the GPU machine (sm_90): nvcc -std=c++20 -O3 -arch=sm_90a -o /tmp/kv_probe
 //   scripts/kv_placement_probe.cu && /tmp/kv_probe [--all] [--clusters]
+// (-DFLARE_PROBE_ROW_BYTES=128: fp8 K/V, 1 GiB a launch).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,7 +42,12 @@
 namespace {
 
 constexpr int kBatch = 64, kKvHeads = 8, kKvLen = 8192, kPageSize = 16;
-constexpr int kRowBytes = 256;                                  // one head's 128 bf16
+// One head's row: 128 bf16 (256 bytes), or 128 fp8 with -DFLARE_PROBE_ROW_BYTES=128 (the same
+// requests and pages, half the bytes).
+#ifndef FLARE_PROBE_ROW_BYTES
+#define FLARE_PROBE_ROW_BYTES 256
+#endif
+constexpr int kRowBytes = FLARE_PROBE_ROW_BYTES;
 constexpr int kTokenBytes = kKvHeads * kRowBytes;               // 2 KiB: a token, every head
 constexpr int kPageBytes = kPageSize * kTokenBytes;             // 32 KiB
 constexpr int kPagesPerRequest = kKvLen / kPageSize;            // 512

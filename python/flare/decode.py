@@ -52,11 +52,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     float_workspace_buffer fixes the device (CUDA: GPU kernels; CPU: the CPU backend); flare
     sizes its own device workspace from the plan's bounds, so the buffer's memory is not used.
-    use_tensor_cores=True runs q and KV of one float16 / bfloat16 type through the tensor-core
-    loop of the decode kernel (mma.sync; faster at large head groups: 15% at 8 query heads per
-    KV head on an H100, 42% on an H200); other pairs (fp8 KV among them) run on CUDA cores.
-    Both loops fuse the query heads of a KV head; their results differ by rounding (the
-    tensor-core loop rounds probabilities to KV's type before P.V).
+    use_tensor_cores=True runs q and KV of one float16 / bfloat16 type, and fp8 KV with either
+    q, through the tensor-core loop of the decode kernel (mma.sync; faster at large head
+    groups: 15% at 8 query heads per KV head on an H100, 42% on an H200; fp8 KV is memory-bound
+    there, issue-bound on CUDA cores); mixed float16 / bfloat16 pairs run on CUDA cores. Both
+    loops fuse the query heads of a KV head; their results differ by rounding (the tensor-core
+    loop rounds probabilities to KV's type, float16 for fp8 KV, before P.V).
     """
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
@@ -275,8 +276,10 @@ _single_decoders = _GpuDecoders()
 
 def _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype):
     """Whether the use_tensor_cores hint selects the tensor-core loop: it takes q and KV of one
-    float16 / bfloat16 type; other pairs (fp8 KV among them) run on CUDA cores."""
-    return bool(use_tensor_cores) and q_dtype == kv_dtype and kv_dtype in ("float16", "bfloat16")
+    float16 / bfloat16 type, and fp8 KV with either q; mixed 16-bit pairs run on CUDA cores."""
+    sixteen_bit = ("float16", "bfloat16")
+    fp8 = kv_dtype in ("e4m3", "e5m2") and q_dtype in sixteen_bit
+    return bool(use_tensor_cores) and ((q_dtype == kv_dtype and kv_dtype in sixteen_bit) or fp8)
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",

@@ -104,6 +104,17 @@ def test_single_decode_nhd_and_hnd():
     assert max_abs_error(hnd, expected_o[0]) <= TOLERANCE[np.float32]
 
 
+@pytest.mark.parametrize("q_dtype, kv_dtype, expected", [
+    ("bfloat16", "bfloat16", True), ("float16", "float16", True),
+    ("bfloat16", "e4m3", True), ("float16", "e5m2", True),  # fp8 KV runs in float16
+    ("float16", "bfloat16", False), ("bfloat16", "float16", False),  # mixed 16-bit pairs
+    ("float32", "float32", False)])
+def test_use_tensor_cores_selects_the_loops_dtype_pairs(q_dtype, kv_dtype, expected):
+    from flare.decode import _tensor_core_loop
+    assert _tensor_core_loop(True, q_dtype, kv_dtype) is expected
+    assert _tensor_core_loop(False, q_dtype, kv_dtype) is False
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 def test_batch_prefill_paged(causal, layout):

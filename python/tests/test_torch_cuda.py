@@ -109,7 +109,7 @@ def test_decode_on_a_side_stream_and_tuple_cache():
     assert max_error(out.cpu(), expected) <= O_TOLERANCE[torch.bfloat16]
 
 
-@pytest.mark.parametrize("use_tensor_cores", [False, True])  # fp8 runs on CUDA cores either way
+@pytest.mark.parametrize("use_tensor_cores", [False, True])
 def test_decode_fp8_cache_with_scales(use_tensor_cores):
     cache = GpuPagedCache([40, 300], 2, 128, 16, "NHD", torch.float32, seed=3)
     fp8 = cache.cache.nan_to_num().to(torch.float8_e4m3fn)

@@ -50,11 +50,12 @@ constexpr int kFourCtas = 4;
 // the fill split piled 32 short tails on each idle CTA (b64 kv8192 on 528 CTAs: 768 us, 717 at
 // 80 KiB). fp8 KV is instruction-bound, the round trips overlap other CTAs' issue, and a large
 // alpha only skews the KV balance (b64 kv8192: 408 us at 40 KiB, 420 at 80; docs/perf.md v7).
+// The tensor-core loop is memory-bound with either KV type: 16-bit KV's overhead.
 // The tensor-core loop (kernels/decode_mma.cuh): 4 warps of 16 tokens per tile, and ~192 KiB of
 // pipeline per SM. At D = 128 (2 CTAs per SM), 3 stages of 32 KiB beat 2 stages on the H100 and
 // H200, and 4 stages on the H100 (docs/perf.md decode experiment 4). At D = 256 (1 CTA per SM),
 // 3 stages of 64 KiB beat 2 on the H200 (b64 kv4096: 513.7 -> 480.3 us, decode v14) where the
-// GPU's shared memory per block holds them.
+// GPU's shared memory per block holds them. fp8 KV keeps the bytes: 6 stages of 16 KiB at D = 128.
 constexpr int kMmaTileTokens = 64;
 constexpr int kPipelineTargetBytesMmaPerSm = 192 * 1024;
 constexpr double kItemOverheadBytes16Bit = 80 * 1024;
@@ -129,12 +130,15 @@ void validate_config(const BatchDecodeConfig& c) {
         c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
   }
   standard_variant_flags(p, kWhat);  // throws for what the kernel cannot express
-  // The mma operands share one type: q would be rounded to KV's (f16 q to bf16 loses 3 bits of
-  // every score's inputs, lse errors above 1e-3), so q and KV must already agree.
-  FLARE_CHECK(!c.use_tensor_cores || c.q_dtype == c.kv_dtype, ErrorCode::kUnsupported, kWhat,
-              ": use_tensor_cores needs q and KV of the same float16 or bfloat16 type, got q ",
+  // The mma operands share one type. 16-bit KV: q would be rounded to KV's (f16 q to bf16
+  // loses 3 bits of every score's inputs, lse errors above 1e-3), so q and KV must already
+  // agree. fp8 KV runs in f16, which holds fp8 and (scaled by a power of two) bf16 q exactly.
+  FLARE_CHECK(!c.use_tensor_cores || c.q_dtype == c.kv_dtype || is_fp8(c.kv_dtype),
+              ErrorCode::kUnsupported, kWhat,
+              ": use_tensor_cores needs q and KV of the same float16 or bfloat16 type, or fp8 "
+              "KV, got q ",
               dtype_name(c.q_dtype), " and KV ", dtype_name(c.kv_dtype),
-              " (other pairs run on CUDA cores: use_tensor_cores = false)");
+              " (mixed 16-bit pairs run on CUDA cores: use_tensor_cores = false)");
 }
 
 struct Geometry {
@@ -283,13 +287,18 @@ std::vector<BatchDecodeConfig> shipped_decode_configs() {
     add(128, 8, DType::kBF16, DType::kBF16, 16, *params);
   }
   for (int page_size : {1, 3, 64}) add(128, 4, DType::kBF16, DType::kBF16, page_size, plain);
-  // The tensor-core loop: every row tile and head dim on bf16, f16, and every variant flag.
+  // The tensor-core loop: every row tile and head dim on bf16, f16, fp8 KV with either q, and
+  // every variant flag.
   const size_t cuda_core_configs = configs.size();
   for (int head_dim : {64, 128, 256}) {
     for (int group : {1, 2, 4, 8}) add(head_dim, group, DType::kBF16, DType::kBF16, 16, plain);
     add(head_dim, 8, DType::kF16, DType::kF16, 16, plain);
     add(head_dim, 4, DType::kF16, DType::kF16, 16, all);
     add(head_dim, 8, DType::kBF16, DType::kBF16, 16, all);
+    for (int group : {1, 4, 8}) add(head_dim, group, DType::kBF16, DType::kE4M3, 16, plain);
+    add(head_dim, 8, DType::kF16, DType::kE5M2, 16, plain);
+    add(head_dim, 8, DType::kF16, DType::kE4M3, 16, all);
+    add(head_dim, 4, DType::kBF16, DType::kE5M2, 16, all);
   }
   for (size_t i = cuda_core_configs; i < configs.size(); ++i) configs[i].use_tensor_cores = true;
   return configs;
@@ -514,8 +523,9 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
     launch_shared_bytes = s.k.half_grid_shared_bytes;
   }
   const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype);
-  const double overhead =
-      is_fp8(s.config.kv_dtype) ? kItemOverheadBytesFp8 : kItemOverheadBytes16Bit;
+  const double overhead = is_fp8(s.config.kv_dtype) && !s.config.use_tensor_cores
+                              ? kItemOverheadBytesFp8
+                              : kItemOverheadBytes16Bit;
   options.alpha = static_cast<float>(overhead / token_bytes / options.query_tile);
   options.fixed_split_size = s.config.fixed_split_size;
   options.disable_split_kv = s.config.disable_split_kv;

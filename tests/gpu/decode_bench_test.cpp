@@ -113,6 +113,9 @@ std::vector<BenchCase> bench_cases() {
   cases.push_back({"b64_uniform_same_total", uniform});
   cases.push_back({"b64_kv8192_page1", constant(64, 8192), 1});
   cases.push_back({"b64_kv8192_e4m3", constant(64, 8192), 16, DType::kE4M3});
+  // fp8 where few requests must fill the GPU (the two loops, decode v15).
+  cases.push_back({"b1_kv32768_e4m3", constant(1, 32768), 16, DType::kE4M3});
+  cases.push_back({"b16_kv4096_e4m3", constant(16, 4096), 16, DType::kE4M3});
   cases.push_back({"b64_kv8192_hnd", constant(64, 8192), 16, DType::kBF16, KVLayout::kHND});
   cases.push_back({"b16_kv4096_page1", constant(16, 4096), 1});
   cases.push_back({"b64_kv8192_pages_in_order", constant(64, 8192), 16, DType::kBF16,
@@ -137,7 +140,8 @@ std::vector<BenchCase> bench_cases() {
                            "b128_kv4096", "b256_kv2048", "b64_zipf_mean2048",
                            "b64_uniform_same_total", "b64_kv8192_pages_in_order",
                            "b64_kv2048_gqa1", "b64_kv8192_gqa8", "b64_kv16384_d64",
-                           "b64_kv4096_d256", "b64_kv8192_f16", "b1_kv32768_d256"}) {
+                           "b64_kv4096_d256", "b64_kv8192_f16", "b1_kv32768_d256",
+                           "b64_kv8192_e4m3", "b1_kv32768_e4m3", "b16_kv4096_e4m3"}) {
     BenchCase c = *std::find_if(cases.begin(), cases.end(),
                                 [name](const BenchCase& b) { return b.name == name; });
     c.name += "_tc";
@@ -265,10 +269,10 @@ TEST(DecodeBenchmark, Issue4Table) {
     }
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_WAVES")) config.waves = std::atoi(v);
     config.use_tensor_cores = bc.tensor_cores;
-    // FLARE_DECODE_BENCH_TENSOR_CORES=1: the tensor-core loop for every case whose q and KV
-    // share a 16-bit type (fp8 cases keep the CUDA-core loop, the only one they have).
+    // FLARE_DECODE_BENCH_TENSOR_CORES=1: the tensor-core loop for every case (all of them have
+    // a q and KV pair it takes).
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_TENSOR_CORES")) {
-      config.use_tensor_cores = (v[0] == '1' && bc.kv_dtype == bc.q_dtype) || bc.tensor_cores;
+      config.use_tensor_cores = v[0] == '1' || bc.tensor_cores;
     }
     BatchDecode decode(config);
     cuda::DeviceBuffer q(static_cast<size_t>(batch) * bc.num_qo_heads * bc.head_dim * 2);

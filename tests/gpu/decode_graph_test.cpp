@@ -271,11 +271,11 @@ TEST_F(BatchDecodeErrors, CapturingWithoutGraphModeThrows) {
 }
 
 // The small case scripts/gpu_check.sh runs under compute-sanitizer memcheck and racecheck:
-// split and write-through items, an empty request, fp8 and 16-bit paths.
+// split and write-through items, an empty request, fp8 and 16-bit KV on both loops.
 TEST_F(BatchDecodeErrors, SanitizerSmallCase) {
   for (const auto& [kv_dtype, tensor_cores] :
        {std::pair{DType::kBF16, false}, std::pair{DType::kE4M3, false},
-        std::pair{DType::kBF16, true}}) {
+        std::pair{DType::kBF16, true}, std::pair{DType::kE4M3, true}}) {
     testing::KVCacheSpec spec;
     spec.kv_lens = {1, 0, 300, 2000};
     spec.num_kv_heads = 2;

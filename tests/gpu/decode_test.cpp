@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <ostream>
 #include <string>
@@ -42,6 +43,7 @@ struct DecodeCase {
   int fixed_split_size = 0;
   bool disable_split_kv = false;
   bool tensor_cores = false;  // BatchDecodeConfig::use_tensor_cores
+  float q_magnitude = 1.0f;   // q = normal(0, 1) * q_magnitude
   uint64_t seed = 1;
 };
 
@@ -200,11 +202,31 @@ std::vector<DecodeCase> cases() {
     c.kv_lens = {0, 0, 0};
     add(c);
   }
-  // Every case whose q and KV share a 16-bit type again on the tensor-core loop (same inputs:
-  // the seed is kept).
+  {
+    // bf16 q beyond f16's range (65504): the tensor-core loop runs fp8 KV in f16, with q
+    // scaled by a power of two per item (kernels/decode_mma.cuh).
+    DecodeCase c{"bf16_q_above_f16_range_e4m3"};
+    c.kv_lens = {1, 97, 2049, 0};
+    c.q_magnitude = 3e5f;
+    c.params.sm_scale = 1.0f / (3e5f * std::sqrt(128.0f));
+    c.kv_dtype = DType::kE4M3;
+    add(c);
+  }
+  {
+    // bf16 q far below f16's normal range (6.1e-5): scaled up, not rounded to subnormals.
+    DecodeCase c{"bf16_q_below_f16_range_e5m2_gqa8"};
+    c.kv_lens = {3, 1500, 333};
+    c.num_qo_heads = 16, c.num_kv_heads = 2;
+    c.q_magnitude = 1e-6f;
+    c.params.sm_scale = 1.0f / (1e-6f * std::sqrt(128.0f));
+    c.kv_dtype = DType::kE5M2;
+    add(c);
+  }
+  // Every case again on the tensor-core loop whose q and KV share a 16-bit type or whose KV
+  // is fp8 (same inputs: the seed is kept).
   const size_t cuda_core_cases = all.size();
   for (size_t i = 0; i < cuda_core_cases; ++i) {
-    if (all[i].q_dtype != all[i].kv_dtype) continue;
+    if (all[i].q_dtype != all[i].kv_dtype && !is_fp8(all[i].kv_dtype)) continue;
     DecodeCase c = all[i];
     c.name = "mma_" + c.name;
     c.tensor_cores = true;
@@ -231,8 +253,8 @@ TEST_P(BatchDecodeVsReference, MatchesFloat64ReferenceAndRerunsBitwise) {
   spec.strided = c.strided;
   spec.seed = c.seed;
   const testing::TestKVCache cache = testing::build_kv_cache(spec);
-  const gpu_testing::HostQuery q = gpu_testing::random_query(batch, c.num_qo_heads, c.head_dim,
-                                                             c.q_dtype, c.strided, c.seed + 100);
+  const gpu_testing::HostQuery q = gpu_testing::random_query(
+      batch, c.num_qo_heads, c.head_dim, c.q_dtype, c.strided, c.seed + 100, c.q_magnitude);
   const gpu_testing::Reference ref = gpu_testing::reference_decode(q.view, cache, c.params);
 
   cuda::set_device(0);

@@ -135,15 +135,15 @@ inline bool bytes_equal(const HostTensor& a, const HostTensor& b) {
   return a.numel() == b.numel() && std::memcmp(a.data<std::byte>(), b.data<std::byte>(), bytes) == 0;
 }
 
-// Query tensor [batch, H_qo, D] of `dtype` with unit-variance values; `strided` carves it out
-// of a [batch, H_qo + 1, D + 8] buffer (16-byte aligned rows for 16-bit dtypes).
+// Query tensor [batch, H_qo, D] of `dtype` with values normal(0, 1) * scale; `strided` carves
+// it out of a [batch, H_qo + 1, D + 8] buffer (16-byte aligned rows for 16-bit dtypes).
 struct HostQuery {
   HostTensor storage;
   TensorView view;
 };
 
 inline HostQuery random_query(int64_t batch, int64_t heads, int64_t head_dim, DType dtype,
-                              bool strided, uint64_t seed) {
+                              bool strided, uint64_t seed, float scale = 1.0f) {
   HostQuery q;
   if (strided) {
     q.storage = HostTensor(dtype, {batch, heads + 1, head_dim + 8});
@@ -153,7 +153,7 @@ inline HostQuery random_query(int64_t batch, int64_t heads, int64_t head_dim, DT
     q.storage = HostTensor(dtype, {batch, heads, head_dim});
     q.view = q.storage.view();
   }
-  testing::fill_random(q.view, seed);
+  testing::fill_random(q.view, seed, scale);
   return q;
 }
 

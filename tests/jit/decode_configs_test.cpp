@@ -89,7 +89,7 @@ TEST(ShippedDecodeConfigs, TensorCoreLoopCoversEveryHeadDimRowTileAndVariantFlag
   EXPECT_EQ(d.loops, (std::set<std::string>{"1"}));
   EXPECT_EQ(d.head_dims, (std::set<std::string>{"64", "128", "256"}));
   EXPECT_EQ(d.rows, (std::set<std::string>{"1", "2", "4", "8"}));
-  EXPECT_EQ(d.kv_dtypes.size(), 2u);  // f16, bf16 (q of the same type)
+  EXPECT_EQ(d.kv_dtypes.size(), 4u);  // f16, bf16 (q of the same type), e4m3, e5m2
   EXPECT_EQ(d.q_dtypes.size(), 2u);
   EXPECT_EQ(d.variants.size(), 2u);   // default, all three flags
 }
@@ -157,6 +157,16 @@ TEST(BatchDecodeKernels, TensorCoreSpecsFollowTheConfig) {
   c.head_dim = 128;
   EXPECT_EQ(define_value(batch_decode_kernels(c, kSm90SharedBytesPerBlock).decode, "FLARE_STAGES"),
             "3");
+  // fp8 KV keeps the pipeline's bytes: 6 stages of 64 one-byte tokens of K and V.
+  for (const DType q : {DType::kF16, DType::kBF16}) {
+    c.q_dtype = q;
+    c.kv_dtype = DType::kE4M3;
+    const BatchDecodeKernels fp8 = batch_decode_kernels(c);
+    EXPECT_EQ(define_value(fp8.decode, "FLARE_DECODE_MMA"), "1");
+    EXPECT_EQ(define_value(fp8.decode, "FLARE_STAGES"), "6");
+    EXPECT_EQ(fp8.decode_shared_bytes, 6u * 2u * 64u * 128u);
+    EXPECT_EQ(define_value(fp8.decode, "FLARE_MIN_CTAS_PER_SM"), "2");
+  }
 }
 
 TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
@@ -181,10 +191,13 @@ TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
   c = base_config();
   c.kv_dtype = DType::kF32;
   expect_code(c, ErrorCode::kUnsupported, "kv_dtype");
-  c = base_config();  // e5m2 KV
+  c = base_config();  // the tensor-core loop takes fp8 KV with either q, not mixed 16-bit pairs
   c.use_tensor_cores = true;
-  expect_code(c, ErrorCode::kUnsupported, "use_tensor_cores");
+  EXPECT_EQ(define_value(batch_decode_kernels(c).decode, "FLARE_DECODE_MMA"), "1");
   c.kv_dtype = DType::kBF16;  // f16 q
+  expect_code(c, ErrorCode::kUnsupported, "use_tensor_cores");
+  c.q_dtype = DType::kBF16;
+  c.kv_dtype = DType::kF16;
   expect_code(c, ErrorCode::kUnsupported, "use_tensor_cores");
   for (const int waves : {-1, 17}) {
     c = base_config();
