@@ -2,8 +2,8 @@
 // The CUDA-core loop issues ~80 warp instructions per (token, KV head) and is issue-bound on an
 // H200; this one issues ~5 (docs/perf.md, decode experiments 3 and 4).
 //
-// Each warp takes kWarpTokens = 16 tokens of a tile. With the head group's query rows as the N
-// (8) of m16n8k16:
+// Each warp takes kWarpTokens tokens of a tile (16; 32 for fp8 K/V), in slices of 16. With the
+// head group's query rows as the N (8) of m16n8k16:
 //   S^T = K Q^T   M = 16 tokens, N = 8 rows (kRows of them real), K = the head dims:
 //                 D / 16 ldmatrix.x4 of K (swizzled stage rows; D / 32 for fp8) and D / 16
 //                 mma; Q^T stays in registers as B fragments of the mma's operand type.
@@ -148,13 +148,11 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
   }
 }
 
-// This warp's 16 tokens of `tile`: scores, online softmax and P.V.
-__device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& geo,
-                                             int tile, unsigned char* smem, LoopState& st) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const unsigned k_stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes);
-  const unsigned v_stage = k_stage + T::kTileBytes;
-  const int row0 = warp * T::kWarpTokens;
+// 16 tokens of `tile` from stage row `row0`: scores, online softmax and P.V.
+__device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemGeometry& geo,
+                                              int tile, int row0, unsigned k_stage,
+                                              unsigned v_stage, LoopState& st) {
+  const int lane = threadIdx.x % 32;
 
   // A fragments of K (tokens x dims): matrix i = lane / 8 holds tokens +8 for odd i and the
   // next 16-byte chunk for i >= 2: dims +8 (16-bit, mma_16816's a[0..3] order) or the next
@@ -253,6 +251,19 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
       mma::ldmatrix_x4_trans(v_stage + stage_offset(v_row, 2 * mt + ((lane >> 3) & 1)), a);
       mma::mma_16816<kMmaCode>(st.o[mt], a, p_lo, p_hi);
     }
+  }
+}
+
+// This warp's kWarpTokens tokens of `tile`, 16 at a time.
+__device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& geo,
+                                             int tile, unsigned char* smem, LoopState& st) {
+  const int warp = threadIdx.x / 32;
+  const unsigned k_stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes);
+  const unsigned v_stage = k_stage + T::kTileBytes;
+#pragma unroll
+  for (int slice = 0; slice < T::kWarpTokens / T::kSliceTokens; ++slice) {
+    compute_slice(p, geo, tile, warp * T::kWarpTokens + slice * T::kSliceTokens, k_stage,
+                  v_stage, st);
   }
 }
 

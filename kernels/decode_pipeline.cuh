@@ -44,7 +44,12 @@ struct Traits {
   // Tokens one group handles per tile: scores live in registers (kTokensPerGroup * kRows).
   static constexpr int kTokensPerGroup = FLARE_TOKENS_PER_GROUP;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kWarpTokens = 16;  // mma: the M of S^T = K Q^T per warp and tile
+  // mma: tokens per warp and tile, in slices of the M (16) of S^T = K Q^T. fp8 K/V up to D 128
+  // take two slices: half the bytes per token, so tiles of 128 tokens keep the 32 KiB stages of
+  // 16-bit KV (the per-tile barrier and copy issue amortized over as many bytes; decode v15).
+  // At D 256 one slice already makes 32 KiB stages, and two would spill on sm_80.
+  static constexpr int kSliceTokens = 16;
+  static constexpr int kWarpTokens = kFp8 && kHeadDim <= 128 ? 2 * kSliceTokens : kSliceTokens;
   static constexpr int kTileTokens = kMma ? kWarps * kWarpTokens : kGroups * kTokensPerGroup;
   static constexpr int kStateGroups = kMma ? kWarps : kGroups;
 

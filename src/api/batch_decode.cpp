@@ -55,8 +55,11 @@ constexpr int kFourCtas = 4;
 // pipeline per SM. At D = 128 (2 CTAs per SM), 3 stages of 32 KiB beat 2 stages on the H100 and
 // H200, and 4 stages on the H100 (docs/perf.md decode experiment 4). At D = 256 (1 CTA per SM),
 // 3 stages of 64 KiB beat 2 on the H200 (b64 kv4096: 513.7 -> 480.3 us, decode v14) where the
-// GPU's shared memory per block holds them. fp8 KV keeps the bytes: 6 stages of 16 KiB at D = 128.
+// GPU's shared memory per block holds them. fp8 KV up to D = 128 takes tiles of 128 tokens, the
+// same bytes: 3 stages of 32 KiB at D = 128 stream b64 kv8192 in 269 -> ? us on the H200,
+// against 6 of 16 KiB (decode v15).
 constexpr int kMmaTileTokens = 64;
+constexpr int kMmaTileTokensFp8 = 128;
 constexpr int kPipelineTargetBytesMmaPerSm = 192 * 1024;
 constexpr double kItemOverheadBytes16Bit = 80 * 1024;
 constexpr double kItemOverheadBytesFp8 = 40 * 1024;
@@ -158,7 +161,9 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
   if (c.use_tensor_cores) {
     g.mma = true;
     g.tokens_per_group = 4;  // not used by the mma loop (Traits derives it either way)
-    const int stage_bytes = 2 * kMmaTileTokens * row_bytes;
+    const int tile_tokens =
+        is_fp8(c.kv_dtype) && c.head_dim <= 128 ? kMmaTileTokensFp8 : kMmaTileTokens;
+    const int stage_bytes = 2 * tile_tokens * row_bytes;
     g.min_ctas_per_sm = c.head_dim >= 256 ? 1 : 2;
     const int target = static_cast<int>(std::min<size_t>(
         kPipelineTargetBytesMmaPerSm / g.min_ctas_per_sm, max_shared_bytes_per_block));

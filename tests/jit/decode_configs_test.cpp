@@ -157,14 +157,14 @@ TEST(BatchDecodeKernels, TensorCoreSpecsFollowTheConfig) {
   c.head_dim = 128;
   EXPECT_EQ(define_value(batch_decode_kernels(c, kSm90SharedBytesPerBlock).decode, "FLARE_STAGES"),
             "3");
-  // fp8 KV keeps the pipeline's bytes: 6 stages of 64 one-byte tokens of K and V.
+  // fp8 KV keeps the stages' bytes: 3 stages of 128 one-byte tokens of K and V.
   for (const DType q : {DType::kF16, DType::kBF16}) {
     c.q_dtype = q;
     c.kv_dtype = DType::kE4M3;
     const BatchDecodeKernels fp8 = batch_decode_kernels(c);
     EXPECT_EQ(define_value(fp8.decode, "FLARE_DECODE_MMA"), "1");
-    EXPECT_EQ(define_value(fp8.decode, "FLARE_STAGES"), "6");
-    EXPECT_EQ(fp8.decode_shared_bytes, 6u * 2u * 64u * 128u);
+    EXPECT_EQ(define_value(fp8.decode, "FLARE_STAGES"), "3");
+    EXPECT_EQ(fp8.decode_shared_bytes, 3u * 2u * 128u * 128u);
     EXPECT_EQ(define_value(fp8.decode, "FLARE_MIN_CTAS_PER_SM"), "2");
   }
 }
