@@ -56,8 +56,9 @@ constexpr int kFourCtas = 4;
 // H200, and 4 stages on the H100 (docs/perf.md decode experiment 4). At D = 256 (1 CTA per SM),
 // 3 stages of 64 KiB beat 2 on the H200 (b64 kv4096: 513.7 -> 480.3 us, decode v14) where the
 // GPU's shared memory per block holds them. fp8 KV up to D = 128 takes tiles of 128 tokens, the
-// same bytes: 3 stages of 32 KiB at D = 128 stream b64 kv8192 in 269 -> ? us on the H200,
-// against 6 of 16 KiB (decode v15).
+// same bytes: at D = 128, 3 stages of 32 KiB against 6 of 16 KiB took b64 kv8192 from 268.7 to
+// 259.7 us on the H200, b1 kv32768 from 29.8 to 28.0 (decode v15); 3 CTAs per SM of 4 stages of
+// 16 KiB were slower (291 us).
 constexpr int kMmaTileTokens = 64;
 constexpr int kMmaTileTokensFp8 = 128;
 constexpr int kPipelineTargetBytesMmaPerSm = 192 * 1024;

@@ -44,11 +44,14 @@ struct BatchDecodeConfig {
   bool use_cuda_graph = false;
 
   // The tensor-core compute loop (mma.sync, kernels/decode_mma.cuh) instead of the CUDA-core
-  // one: q and KV of the same float16 / bfloat16 type (other pairs, fp8 KV among them, throw
-  // kUnsupported). Same plan, pipeline and merge; results differ from the CUDA-core loop's by
-  // rounding (probabilities rounded to KV's type before P.V). Faster at every measured shape
-  // on the H100 and H200, most at large head groups (8 query heads per KV head: 709 us against
-  // 833 on an H100 at batch 64, kv 8192; docs/perf.md decode v14).
+  // one: q and KV of the same float16 / bfloat16 type, or fp8 KV (e4m3, e5m2) with either q,
+  // computed in float16 (which holds every fp8 value, and bf16 q scaled by a power of two,
+  // exactly). Mixed float16 / bfloat16 pairs throw kUnsupported. Same plan, pipeline and merge;
+  // results differ from the CUDA-core loop's by rounding (probabilities rounded to KV's type,
+  // float16 for fp8, before P.V). Faster at every measured shape on the H100 and H200, most at
+  // large head groups (8 query heads per KV head: 709 us against 833 on an H100 at batch 64,
+  // kv 8192; docs/perf.md decode v14) and with fp8 KV, where the CUDA-core loop is issue-bound
+  // (H200, batch 64, kv 8192: 259.6 us against 381.9; decode v15).
   bool use_tensor_cores = false;
 
   // Scheduler knobs (plan/plan.h PlanOptions): fixed_split_size > 0 gives batch-invariant
