@@ -148,6 +148,26 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
   }
 }
 
+// Two A fragments (m16 x k16, f16) of fp8 rows from one ldmatrix.x4 whose matrix i holds rows
+// +8 for odd i and the next 16-byte chunk for i >= 2; fragment h comes from chunk h. K (not
+// transposed): a lane's bytes 0-1 are a[0] / a[1], bytes 2-3 a[2] / a[3]. V^T (transposed):
+// bytes 0 and 2 (dim 2g of tokens 2t, 2t + 1) are m-tile row g, bytes 1 and 3 row g + 8.
+template <bool kTransposed>
+__device__ __forceinline__ void fp8_a_fragments(unsigned address, unsigned (&a)[2][4]) {
+  unsigned r[4];
+  if constexpr (kTransposed) {
+    mma::ldmatrix_x4_trans(address, r);
+  } else {
+    mma::ldmatrix_x4(address, r);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    constexpr int kSecond = kTransposed ? 1 : 2;  // where a lane's second pair goes
+    fp8x4_to_f16x2_pairs<T::kKVCode, !kTransposed>(r[2 * h], a[h][0], a[h][kSecond]);
+    fp8x4_to_f16x2_pairs<T::kKVCode, !kTransposed>(r[2 * h + 1], a[h][3 - kSecond], a[h][3]);
+  }
+}
+
 // 16 tokens of `tile` from stage row `row0`: scores, online softmax and P.V.
 __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemGeometry& geo,
                                               int tile, int row0, unsigned k_stage,
@@ -156,20 +176,17 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
 
   // A fragments of K (tokens x dims): matrix i = lane / 8 holds tokens +8 for odd i and the
   // next 16-byte chunk for i >= 2: dims +8 (16-bit, mma_16816's a[0..3] order) or the next
-  // k-step (fp8: lane bytes 0-1 are a[0] / a[1], bytes 2-3 a[2] / a[3]).
+  // k-step (fp8).
   const int k_row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
   float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if constexpr (T::kFp8) {
 #pragma unroll
     for (int kk = 0; kk < kKSteps / 2; ++kk) {
-      unsigned r[4];
-      mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * kk + (lane >> 4)), r);
+      unsigned a[2][4];
+      fp8_a_fragments<false>(k_stage + stage_offset(k_row, 2 * kk + (lane >> 4)), a);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        unsigned a[4];
-        fp8x4_to_f16x2_pairs<T::kKVCode, true>(r[2 * h], a[0], a[2]);
-        fp8x4_to_f16x2_pairs<T::kKVCode, true>(r[2 * h + 1], a[1], a[3]);
-        mma::mma_16816<kMmaCode>(s, a, st.q[2 * kk + h][0], st.q[2 * kk + h][1]);
+        mma::mma_16816<kMmaCode>(s, a[h], st.q[2 * kk + h][0], st.q[2 * kk + h][1]);
       }
     }
   } else {
@@ -227,21 +244,15 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
 
   // A fragments of V^T (dims x tokens) from V's token rows, transposed. 16-bit: matrix i holds
   // dims +8 for odd i, tokens +8 for i >= 2. fp8: tokens +8 for odd i, the next m-tile's chunk
-  // for i >= 2; a lane's bytes 0 and 2 are dim 2g of tokens 2t, 2t + 1 (m-tile row g), bytes 1
-  // and 3 dim 2g + 1 (row g + 8).
+  // for i >= 2.
   if constexpr (T::kFp8) {
     const int v_row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int mm = 0; mm < kKSteps / 2; ++mm) {
-      unsigned r[4];
-      mma::ldmatrix_x4_trans(v_stage + stage_offset(v_row, 2 * mm + (lane >> 4)), r);
+      unsigned a[2][4];
+      fp8_a_fragments<true>(v_stage + stage_offset(v_row, 2 * mm + (lane >> 4)), a);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        unsigned a[4];
-        fp8x4_to_f16x2_pairs<T::kKVCode, false>(r[2 * h], a[0], a[1]);
-        fp8x4_to_f16x2_pairs<T::kKVCode, false>(r[2 * h + 1], a[2], a[3]);
-        mma::mma_16816<kMmaCode>(st.o[2 * mm + h], a, p_lo, p_hi);
-      }
+      for (int h = 0; h < 2; ++h) mma::mma_16816<kMmaCode>(st.o[2 * mm + h], a[h], p_lo, p_hi);
     }
   } else {
     const int v_row = row0 + (lane & 7) + (lane >> 4) * 8;
