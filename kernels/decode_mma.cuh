@@ -78,14 +78,14 @@ __device__ __forceinline__ float load_q_for_fp8(const unsigned short* q_row_t, b
   if constexpr (T::kQCode == kCodeF16) {
     return 1.0f;
   } else {
+    float values[kKSteps][2][2];
     float largest = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float lo, hi;
-        bf16x2_to_float2(q[ks][h], lo, hi);
-        largest = fmaxf(largest, fmaxf(fabsf(lo), fabsf(hi)));
+        bf16x2_to_float2(q[ks][h], values[ks][h][0], values[ks][h][1]);
+        largest = fmaxf(largest, fmaxf(fabsf(values[ks][h][0]), fabsf(values[ks][h][1])));
       }
     }
 #pragma unroll
@@ -96,12 +96,8 @@ __device__ __forceinline__ float load_q_for_fp8(const unsigned short* q_row_t, b
     const float up = exp2_int(e);
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float lo, hi;
-        bf16x2_to_float2(q[ks][h], lo, hi);
-        q[ks][h] = float2_to_16bit2<kCodeF16>(lo * up, hi * up);
-      }
+      q[ks][0] = float2_to_16bit2<kCodeF16>(values[ks][0][0] * up, values[ks][0][1] * up);
+      q[ks][1] = float2_to_16bit2<kCodeF16>(values[ks][1][0] * up, values[ks][1][1] * up);
     }
     return exp2_int(-e);
   }
