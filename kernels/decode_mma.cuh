@@ -2,8 +2,8 @@
 // The CUDA-core loop issues ~80 warp instructions per (token, KV head) and is issue-bound on an
 // H200; this one issues ~5 (docs/perf.md, decode experiments 3 and 4).
 //
-// Each warp takes kWarpTokens tokens of a tile (16; 32 for fp8 K/V), in slices of 16. With the
-// head group's query rows as the N (8) of m16n8k16:
+// Each warp takes kWarpTokens tokens of a tile (the host picks 16; 32 for fp8 K/V up to D 128),
+// in slices of 16. With the head group's query rows as the N (8) of m16n8k16:
 //   S^T = K Q^T   M = 16 tokens, N = 8 rows (kRows of them real), K = the head dims:
 //                 D / 16 ldmatrix.x4 of K (swizzled stage rows; D / 32 for fp8) and D / 16
 //                 mma; Q^T stays in registers as B fragments of the mma's operand type.

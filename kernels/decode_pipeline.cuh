@@ -41,17 +41,15 @@ struct Traits {
   static constexpr int kDimsPerLane = 8;
   static constexpr int kLanes = kHeadDim / kDimsPerLane;  // 8, 16 or 32: inside one warp
   static constexpr int kGroups = kThreads / kLanes;
-  // Tokens one group handles per tile: scores live in registers (kTokensPerGroup * kRows).
+  // Tokens one state group (a lane group, or a warp in the mma loop) handles per tile, as the
+  // host chose them: CUDA cores keep kTokensPerGroup * kRows scores in registers; the mma loop
+  // takes them in slices of the M (16) of S^T = K Q^T.
   static constexpr int kTokensPerGroup = FLARE_TOKENS_PER_GROUP;
   static constexpr int kWarps = kThreads / 32;
-  // mma: tokens per warp and tile, in slices of the M (16) of S^T = K Q^T. fp8 K/V up to D 128
-  // take two slices: half the bytes per token, so tiles of 128 tokens keep the 32 KiB stages of
-  // 16-bit KV (the per-tile barrier and copy issue amortized over as many bytes; decode v15).
-  // At D 256 one slice already makes 32 KiB stages, and two would spill on sm_80.
   static constexpr int kSliceTokens = 16;
-  static constexpr int kWarpTokens = kFp8 && kHeadDim <= 128 ? 2 * kSliceTokens : kSliceTokens;
-  static constexpr int kTileTokens = kMma ? kWarps * kWarpTokens : kGroups * kTokensPerGroup;
+  static constexpr int kWarpTokens = kTokensPerGroup;  // mma
   static constexpr int kStateGroups = kMma ? kWarps : kGroups;
+  static constexpr int kTileTokens = kStateGroups * kTokensPerGroup;
 
   static constexpr int kValues = kTokensPerGroup * kRows;  // partial scores per lane
   static constexpr int kLaneSteps = log2_exact(kLanes);
@@ -94,6 +92,7 @@ struct Traits {
                 "copies tile the stage exactly");
   static_assert(!kMma || kChunksPerRow % 4 == 0,
                 "the mma loop reads K/V rows of whole 64-byte halves of lines with ldmatrix");
+  static_assert(!kMma || kWarpTokens % kSliceTokens == 0, "whole 16-token slices per warp");
 };
 
 using T = Traits;

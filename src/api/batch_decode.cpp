@@ -55,12 +55,13 @@ constexpr int kFourCtas = 4;
 // pipeline per SM. At D = 128 (2 CTAs per SM), 3 stages of 32 KiB beat 2 stages on the H100 and
 // H200, and 4 stages on the H100 (docs/perf.md decode experiment 4). At D = 256 (1 CTA per SM),
 // 3 stages of 64 KiB beat 2 on the H200 (b64 kv4096: 513.7 -> 480.3 us, decode v14) where the
-// GPU's shared memory per block holds them. fp8 KV up to D = 128 takes tiles of 128 tokens, the
-// same bytes: at D = 128, 3 stages of 32 KiB against 6 of 16 KiB took b64 kv8192 from 268.7 to
-// 259.7 us on the H200, b1 kv32768 from 29.8 to 28.0 (decode v15); 3 CTAs per SM of 4 stages of
-// 16 KiB were slower (291 us).
-constexpr int kMmaTileTokens = 64;
-constexpr int kMmaTileTokensFp8 = 128;
+// GPU's shared memory per block holds them. fp8 KV up to D = 128 takes 32 tokens a warp (tiles
+// of 128), the same bytes per stage: at D = 128, 3 stages of 32 KiB against 6 of 16 KiB took
+// b64 kv8192 from 268.7 to 259.7 us on the H200, b1 kv32768 from 29.8 to 28.0 (decode v15); 3
+// CTAs per SM of 4 stages of 16 KiB were slower (291 us). At D = 256 16 tokens already make
+// 32 KiB stages, and 32 spill on sm_80.
+constexpr int kMmaWarpTokens = 16;
+constexpr int kMmaWarpTokensFp8 = 32;
 constexpr int kPipelineTargetBytesMmaPerSm = 192 * 1024;
 constexpr double kItemOverheadBytes16Bit = 80 * 1024;
 constexpr double kItemOverheadBytesFp8 = 40 * 1024;
@@ -161,10 +162,10 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
   const int row_bytes = c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
   if (c.use_tensor_cores) {
     g.mma = true;
-    g.tokens_per_group = 4;  // not used by the mma loop (Traits derives it either way)
-    const int tile_tokens =
-        is_fp8(c.kv_dtype) && c.head_dim <= 128 ? kMmaTileTokensFp8 : kMmaTileTokens;
-    const int stage_bytes = 2 * tile_tokens * row_bytes;
+    // A warp is the loop's state group: tokens per group are tokens per warp.
+    g.tokens_per_group =
+        is_fp8(c.kv_dtype) && c.head_dim <= 128 ? kMmaWarpTokensFp8 : kMmaWarpTokens;
+    const int stage_bytes = 2 * (kDecodeThreads / 32) * g.tokens_per_group * row_bytes;
     g.min_ctas_per_sm = c.head_dim >= 256 ? 1 : 2;
     const int target = static_cast<int>(std::min<size_t>(
         kPipelineTargetBytesMmaPerSm / g.min_ctas_per_sm, max_shared_bytes_per_block));
