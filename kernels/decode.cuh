@@ -46,17 +46,25 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
   const int rows = item.row_end - item.row_begin;
   const float out_scale = p.v_scale * (T::kKVCode == kCodeE4M3 ? kE4M3ViaF16Scale : 1.0f);
   constexpr int kQuads = T::kHeadDim / 4;
+  // The state groups of one KV head: all of them, or one warp per head of a whole-page item.
+  constexpr int kHeadGroups = T::kStateGroups / T::kItemHeads;
+  const int group = p.group_size / T::kItemHeads;  // rows per KV head of a whole-page item
   for (int unit = threadIdx.x; unit < rows * kQuads; unit += T::kThreads) {
-    const int r = unit / kQuads;
+    const int row = unit / kQuads;  // of the item
     const int quad = unit % kQuads;
+    const int head = T::kItemHeads == 1 ? 0 : row / group;
+    const int r = T::kItemHeads == 1 ? row : row % group;  // of its head's state
+    const int first_group = head * kHeadGroups;
     float m_max = negative_infinity();
 #pragma unroll
-    for (int gi = 0; gi < T::kStateGroups; ++gi) m_max = fmaxf(m_max, s_m[gi * T::kRows + r]);
+    for (int gi = first_group; gi < first_group + kHeadGroups; ++gi) {
+      m_max = fmaxf(m_max, s_m[gi * T::kRows + r]);
+    }
     const float m_base = m_max == negative_infinity() ? 0.0f : m_max;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float denominator = 0.0f;
 #pragma unroll
-    for (int gi = 0; gi < T::kStateGroups; ++gi) {
+    for (int gi = first_group; gi < first_group + kHeadGroups; ++gi) {
       const float w = fast_exp2(s_m[gi * T::kRows + r] - m_base);
       denominator = fmaf(w, s_d[gi * T::kRows + r], denominator);
       const float4 part =
@@ -73,10 +81,10 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
     const float lse = empty ? negative_infinity() : (m_max + fast_log2(denominator)) * kLn2;
 
     if (item.partial_slot < 0) {
-      store_output(p, item, r, quad, acc, lse);
+      store_output(p, item, row, quad, acc, lse);
     } else {
       const long long slot_row =
-          static_cast<long long>(item.partial_slot) * p.offsets.partial_rows + r;
+          static_cast<long long>(item.partial_slot) * p.offsets.partial_rows + row;
       float* partial_o = reinterpret_cast<float*>(p.workspace + p.offsets.partial_o);
       float* partial_lse = reinterpret_cast<float*>(p.workspace + p.offsets.partial_lse);
       *reinterpret_cast<float4*>(partial_o + slot_row * T::kHeadDim + quad * 4) =
@@ -107,7 +115,7 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
   const int kv_len = record.meta.kv_len;
 
   ItemGeometry g;
-  g.kv_head = item.kv_head;
+  g.kv_head = item.kv_head * T::kItemHeads;  // a super head of kItemHeads KV heads (Traits)
   g.page_base = record.meta.page_begin;
   g.kv_hi = item.kv_end;
   const int q_pos = kv_len - 1;  // one query token per request, bottom-right aligned

@@ -30,21 +30,21 @@ struct FusedMerge {
   static constexpr int kQuads = Tr::kHeadDim / 4;
   // (row, 4 dims) outputs of a tile; when they are fewer than threads, kSlotLanes threads share
   // a unit, each taking every kSlotLanes-th slot.
-  static constexpr int kUnits = Tr::kRows * kQuads;
+  static constexpr int kUnits = Tr::kItemRows * kQuads;
   static constexpr int kSlotLanes = kUnits >= Tr::kThreads ? 1 : Tr::kThreads / kUnits;
   static constexpr int kUnitThreads = Tr::kThreads / kSlotLanes;
   static constexpr int kUnitsPerThread = kUnits / kUnitThreads;
-  // Shared memory: [slots per pass][kRows][D] partial rows, [slots per pass][kRows] lse (log2
-  // units), the slot-lane combine. A pass holds as many slots as the launch's dynamic shared
+  // Shared memory: [slots per pass][kItemRows][D] partial rows, [slots per pass][kItemRows] lse
+  // (log2 units), the slot-lane combine. A pass holds as many slots as the launch's dynamic shared
   // memory allows (run() gives two-per-SM launches more, so a tile of b1 merges in one pass).
   static constexpr int kCombineFloats = kSlotLanes > 1 ? Tr::kThreads * 6 : 0;
-  static constexpr int kSlotBytes = Tr::kRows * (Tr::kHeadDim + 1) * 4;
+  static constexpr int kSlotBytes = Tr::kItemRows * (Tr::kHeadDim + 1) * 4;
   __device__ static int slots_per_pass() {
     return (static_cast<int>(dynamic_shared_bytes()) - kCombineFloats * 4) / kSlotBytes /
            kSlotLanes * kSlotLanes;
   }
   static constexpr int kMinSlotsPerPass =
-      (Tr::kSharedBytes - kCombineFloats * 4) / kSlotBytes / kSlotLanes * kSlotLanes;
+      (Tr::kLaunchSharedBytes - kCombineFloats * 4) / kSlotBytes / kSlotLanes * kSlotLanes;
 
   static_assert(kUnits % kUnitThreads == 0 && kSlotLanes * kUnitThreads == Tr::kThreads,
                 "units tile the threads");
@@ -121,11 +121,11 @@ __device__ __forceinline__ void merge_split_tile(const DecodeParams& p, const Wo
   using M = FusedMerge<Tr>;
   const int slots_per_pass = M::slots_per_pass();
   float* staged_o = reinterpret_cast<float*>(scratch);
-  float* staged_lse = staged_o + slots_per_pass * Tr::kRows * Tr::kHeadDim;
-  float* combine = staged_lse + slots_per_pass * Tr::kRows;  // [6][kThreads]
+  float* staged_lse = staged_o + slots_per_pass * Tr::kItemRows * Tr::kHeadDim;
+  float* combine = staged_lse + slots_per_pass * Tr::kItemRows;  // [6][kThreads]
   const int rows = item.row_end - item.row_begin;
   const int sub = threadIdx.x / M::kUnitThreads;
-  const int partial_rows = p.offsets.partial_rows;  // rows per slot, <= kRows
+  const int partial_rows = p.offsets.partial_rows;  // rows per slot, <= kItemRows
   const float* partial_o = reinterpret_cast<const float*>(p.workspace + p.offsets.partial_o);
   const float* partial_lse = reinterpret_cast<const float*>(p.workspace + p.offsets.partial_lse);
 
@@ -137,7 +137,7 @@ __device__ __forceinline__ void merge_split_tile(const DecodeParams& p, const Wo
         range.slot_count - pass < slots_per_pass ? range.slot_count - pass : slots_per_pass;
     // The pass's slots are contiguous: partial rows as 16-byte copies (a slot is partial_rows x
     // D floats, D >= 64: whole chunks), lse through L2. int32 offsets: the partial sections
-    // hold 2 * #CTA slots of <= 8 x 256 floats.
+    // hold 2 * #CTA slots of <= 64 x 256 floats.
     const int first_row = (range.slot_begin + pass) * partial_rows;
     const int chunks = count * partial_rows * (Tr::kHeadDim / 4);
     const float* src = partial_o + first_row * Tr::kHeadDim;

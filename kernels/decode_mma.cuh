@@ -103,13 +103,30 @@ __device__ __forceinline__ float load_q_for_fp8(const unsigned short* q_row_t, b
   }
 }
 
+// This warp's KV head within the item (whole-page items: one warp per head).
+__device__ __forceinline__ int warp_head() { return threadIdx.x / 32 / T::kWarpsPerHead; }
+
+// The packed rows of the item this warp's head holds: [*first, *first + *count).
+__device__ __forceinline__ void warp_rows(const DecodeParams& p, const WorkItem& item, int* first,
+                                          int* count) {
+  if constexpr (T::kItemHeads == 1) {
+    *first = item.row_begin;
+    *count = item.row_end - item.row_begin;
+  } else {  // an item holds every row of its heads: G' = kItemHeads x G (Traits)
+    const int group = p.group_size / T::kItemHeads;
+    *first = item.row_begin + warp_head() * group;
+    *count = group;
+  }
+}
+
 // Loads the item's query rows as B fragments and starts the softmax state.
 __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem& item, int q_pos,
                                            LoopState& st) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int rows = item.row_end - item.row_begin;
-  const int packed_g = item.row_begin + g;
+  int first_row, rows;
+  warp_rows(p, item, &first_row, &rows);
+  const int packed_g = first_row + g;
   const long long token = item.request + packed_g / p.group_size;
   const long long head = item.kv_head * p.group_size + packed_g % p.group_size;
   const unsigned short* q_row = static_cast<const unsigned short*>(p.q) +
@@ -137,7 +154,7 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int r = 2 * t + j;
-    const int packed = item.row_begin + (r < rows ? r : 0);  // padding rows: any valid head
+    const int packed = first_row + (r < rows ? r : 0);  // padding rows: any valid head
     st.variant[j].init(p.variant, item.kv_head * p.group_size + packed % p.group_size, q_pos);
     st.m[j] = negative_infinity();
     st.d[j] = 0.0f;
@@ -261,15 +278,16 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
   }
 }
 
-// This warp's kWarpTokens tokens of `tile`, 16 at a time.
+// This warp's kWarpTokens tokens of its head's share of `tile`, 16 at a time.
 __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& geo,
                                              int tile, unsigned char* smem, LoopState& st) {
-  const int warp = threadIdx.x / 32;
-  const unsigned k_stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes);
+  const int warp_in_head = threadIdx.x / 32 % T::kWarpsPerHead;
+  const unsigned k_stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes) +
+                           warp_head() * T::kHeadTileBytes;
   const unsigned v_stage = k_stage + T::kTileBytes;
 #pragma unroll
   for (int slice = 0; slice < T::kWarpTokens / T::kSliceTokens; ++slice) {
-    compute_slice(p, geo, tile, warp * T::kWarpTokens + slice * T::kSliceTokens, k_stage,
+    compute_slice(p, geo, tile, warp_in_head * T::kWarpTokens + slice * T::kSliceTokens, k_stage,
                   v_stage, st);
   }
 }

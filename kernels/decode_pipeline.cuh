@@ -3,7 +3,8 @@
 //
 // Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256), FLARE_ROWS (1 | 2 | 4 | 8),
 // FLARE_PAGE_SIZE (>= 1), FLARE_Q_DTYPE / FLARE_KV_DTYPE (DTypeCode), FLARE_DECODE_MMA (0: the
-// CUDA-core loop, 1: the tensor-core loop) and the tuning the host chose
+// CUDA-core loop, 1: the tensor-core loop), FLARE_ITEM_HEADS (KV heads per work item: 1, or 2,
+// 4, 8 on the tensor-core loop, see Traits) and the tuning the host chose
 // (src/api/batch_decode.cpp decode_geometry): FLARE_TOKENS_PER_GROUP, FLARE_STAGES,
 // FLARE_MIN_CTAS_PER_SM (the register cap) and FLARE_SHARED_BYTES (the dynamic shared memory it
 // launches with). `struct Variant` comes from the variant source (kernels/variant.cuh describes
@@ -26,6 +27,15 @@ constexpr int log2_exact(int x) { return x <= 1 ? 0 : 1 + log2_exact(x / 2); }
 // each warp takes kWarpTokens tokens of a tile (kernels/decode_mma.cuh). Either way each of
 // kStateGroups thread groups keeps its own online-softmax state, combined through shared
 // memory at the end of a work item.
+//
+// Whole-page items (kItemHeads > 1, tensor-core loop only): a work item covers kItemHeads
+// consecutive KV heads of its tokens, one warp per head, so a CTA's copies read every head of
+// a token, and in NHD pages (slot stride = H_kv x D) whole pages when kItemHeads = H_kv: the
+// longest contiguous spans a shuffled page table allows (docs/perf.md "KV placement"). The host
+// plans such items as H_kv / kItemHeads "super heads" of group G' = kItemHeads x G: packed row
+// R of an item is query head kv_head x G' + R, i.e. row R % G of KV head kv_head x kItemHeads
+// + R / G, so the planner, the output and the merge need nothing else. Each head's rows of a
+// stage are a block of their own (the per-head layout the compute loop reads).
 struct Traits {
   static constexpr bool kMma = FLARE_DECODE_MMA != 0;
   static constexpr int kHeadDim = FLARE_HEAD_DIM;
@@ -36,7 +46,9 @@ struct Traits {
   static constexpr bool kFp8 = kKVCode == kCodeE4M3 || kKVCode == kCodeE5M2;
   static constexpr int kKVBytes = kFp8 ? 1 : 2;
 
-  static constexpr int kThreads = 128;
+  static constexpr int kItemHeads = FLARE_ITEM_HEADS;
+  static constexpr int kWarpsPerHead = kItemHeads == 1 ? 4 : 1;
+  static constexpr int kThreads = 32 * kWarpsPerHead * kItemHeads;
   static constexpr int kMinCtasPerSm = FLARE_MIN_CTAS_PER_SM;
   static constexpr int kDimsPerLane = 8;
   static constexpr int kLanes = kHeadDim / kDimsPerLane;  // 8, 16 or 32: inside one warp
@@ -49,7 +61,9 @@ struct Traits {
   static constexpr int kSliceTokens = 16;
   static constexpr int kWarpTokens = kTokensPerGroup;  // mma
   static constexpr int kStateGroups = kMma ? kWarps : kGroups;
-  static constexpr int kTileTokens = kStateGroups * kTokensPerGroup;
+  static constexpr int kTileTokens = (kMma ? kWarpsPerHead : kGroups) * kTokensPerGroup;
+  // Packed query rows of an item's state: kRows (the head group, padded) per KV head.
+  static constexpr int kItemRows = kItemHeads * kRows;
 
   static constexpr int kValues = kTokensPerGroup * kRows;  // partial scores per lane
   static constexpr int kLaneSteps = log2_exact(kLanes);
@@ -61,24 +75,33 @@ struct Traits {
   static constexpr int kDuplicateLanes = kValues < kLanes ? kLanes / kValues : 1;
   static constexpr int kExchangeFloats = kMma ? 0 : kGroups * (kValues + kRows);
 
-  // cp.async of 16-byte chunks: a thread copies the same chunk column of kCopiesPerThread rows.
-  // The mma loop's ldmatrix reads 8 rows of one chunk column: its stages XOR the chunk index
-  // with the row (mod 8) so those 8 reads hit different banks.
+  // cp.async of 16-byte chunks: a thread copies the same chunk column of kCopiesPerThread rows
+  // of one KV head. Copy row c is token c / kItemHeads, head c % kItemHeads of the tile, so
+  // consecutive threads read consecutive bytes of NHD pages. The mma loop's ldmatrix reads 8
+  // rows of one chunk column: its stages XOR the chunk index with the row (mod 8) so those 8
+  // reads hit different banks.
   static constexpr int kRowBytes = kHeadDim * kKVBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;
   static constexpr int kCopyRowStride = kThreads / kChunksPerRow;
-  static constexpr int kCopiesPerThread = kTileTokens / kCopyRowStride;
-  static constexpr int kTileBytes = kTileTokens * kRowBytes;  // K or V of one tile
+  static constexpr int kCopyTokenStride = kCopyRowStride / kItemHeads;
+  static constexpr int kCopiesPerThread = kTileTokens / kCopyTokenStride;
+  static constexpr int kHeadTileBytes = kTileTokens * kRowBytes;  // K or V of one head's tile
+  static constexpr int kTileBytes = kItemHeads * kHeadTileBytes;  // K or V of one tile
   static constexpr int kStageBytes = 2 * kTileBytes;
   // (kStages - 1) stages in flight per CTA (48 KiB with 16-bit KV and 4-token groups).
   static constexpr int kStages = FLARE_STAGES;
 
   static constexpr int kCombineFloats = kStateGroups * kRows * (kHeadDim + 2);
+  static_assert(kItemHeads == 1 || (kMma && (kItemHeads == 2 || kItemHeads == 4 ||
+                                             kItemHeads == 8)),
+                "whole-page items: 2, 4 or 8 KV heads, on the tensor-core loop");
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   static constexpr int kLoopBytes = kPipelineBytes + kExchangeFloats * 4;
   static constexpr int kSharedBytes =
       kLoopBytes > kCombineFloats * 4 ? kLoopBytes : kCombineFloats * 4;
-  static_assert(FLARE_SHARED_BYTES >= kSharedBytes, "the host launches with too little smem");
+  // What the host launches with: at least kSharedBytes, more where the fused merge needs it.
+  static constexpr int kLaunchSharedBytes = FLARE_SHARED_BYTES;
+  static_assert(kLaunchSharedBytes >= kSharedBytes, "the host launches with too little smem");
   static_assert(kStages >= 2 && kTokensPerGroup >= 1, "pipeline");
   static_assert(kMinCtasPerSm >= 1 && kMinCtasPerSm <= 4, "register cap");
   static_assert((kTokensPerGroup & (kTokensPerGroup - 1)) == 0, "tokens per group");
@@ -88,8 +111,9 @@ struct Traits {
   static_assert(kPageSize >= 1, "page size");
   static_assert(kQCode == kCodeF16 || kQCode == kCodeBF16, "q dtype");
   static_assert(kLanes <= 32 && 32 % kLanes == 0, "a token row stays inside one warp");
-  static_assert(kThreads % kChunksPerRow == 0 && kTileTokens % kCopyRowStride == 0,
-                "copies tile the stage exactly");
+  static_assert(kThreads % kChunksPerRow == 0 && kCopyRowStride % kItemHeads == 0 &&
+                    kTileTokens % kCopyTokenStride == 0,
+                "copies tile the stage exactly, each thread one KV head");
   static_assert(!kMma || kChunksPerRow % 4 == 0,
                 "the mma loop reads K/V rows of whole 64-byte halves of lines with ldmatrix");
   static_assert(!kMma || kWarpTokens % kSliceTokens == 0, "whole 16-token slices per warp");
@@ -108,15 +132,23 @@ struct ItemGeometry {
   int kv_lo, kv_hi;  // KV positions this item reads
   int page_base;     // first entry of the request's page list
   int num_tiles;
-  int kv_head;
+  int kv_head;  // the item's first KV head
 };
+
+// This thread's copy row: its token in a tile and its KV head within the item.
+__device__ __forceinline__ int copy_token() {
+  return threadIdx.x / T::kChunksPerRow / T::kItemHeads;
+}
+__device__ __forceinline__ int copy_head() {
+  return threadIdx.x / T::kChunksPerRow % T::kItemHeads;
+}
 
 __device__ __forceinline__ void fetch_pages(const DecodeParams& p, const ItemGeometry& g, int tile,
                                             int (&pages)[T::kCopiesPerThread]) {
-  const int first_row = threadIdx.x / T::kChunksPerRow;
+  const int first_token = g.kv_lo + tile * T::kTileTokens + copy_token();
 #pragma unroll
   for (int i = 0; i < T::kCopiesPerThread; ++i) {
-    const int token = g.kv_lo + tile * T::kTileTokens + first_row + i * T::kCopyRowStride;
+    const int token = first_token + i * T::kCopyTokenStride;
     pages[i] = token < g.kv_hi ? __ldg(p.kv_indices + g.page_base + token / T::kPageSize) : 0;
   }
 }
@@ -129,12 +161,14 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeom
                                            const int (&pages)[T::kCopiesPerThread],
                                            unsigned char* smem, bool ready = true) {
   const int column = threadIdx.x % T::kChunksPerRow;
-  const int first_row = threadIdx.x / T::kChunksPerRow;
-  const unsigned stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes);
-  const unsigned char* k = static_cast<const unsigned char*>(p.k) +
-                           g.kv_head * p.k_stride_head * T::kKVBytes + column * 16;
-  const unsigned char* v = static_cast<const unsigned char*>(p.v) +
-                           g.kv_head * p.v_stride_head * T::kKVBytes + column * 16;
+  const int first_row = copy_token();
+  const int head = g.kv_head + copy_head();
+  const unsigned stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes) +
+                         copy_head() * T::kHeadTileBytes;
+  const unsigned char* k =
+      static_cast<const unsigned char*>(p.k) + head * p.k_stride_head * T::kKVBytes + column * 16;
+  const unsigned char* v =
+      static_cast<const unsigned char*>(p.v) + head * p.v_stride_head * T::kKVBytes + column * 16;
   const int k_page_bytes = static_cast<int>(p.k_stride_page) * T::kKVBytes;
   const int v_page_bytes = static_cast<int>(p.v_stride_page) * T::kKVBytes;
   const int k_slot_bytes = static_cast<int>(p.k_stride_slot) * T::kKVBytes;
@@ -142,11 +176,11 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeom
   const int first_token = g.kv_lo + tile * T::kTileTokens + first_row;
 #pragma unroll
   for (int i = 0; i < T::kCopiesPerThread; ++i) {
-    const int token = first_token + i * T::kCopyRowStride;
+    const int token = first_token + i * T::kCopyTokenStride;
     // Else pages[i] is 0: the address stays in page 0.
     const bool valid = token < g.kv_hi && ready;
     const int slot = static_cast<int>(static_cast<unsigned>(token) % T::kPageSize);
-    const unsigned offset = stage_offset(first_row + i * T::kCopyRowStride, column);
+    const unsigned offset = stage_offset(first_row + i * T::kCopyTokenStride, column);
     cp_async_16(stage + offset,
                 k + slot * k_slot_bytes + static_cast<long long>(pages[i]) * k_page_bytes, valid);
     cp_async_16(stage + T::kTileBytes + offset,

@@ -35,11 +35,16 @@ SHAPES = {  # case -> (batch, kv_len); the same names as the flare benchmark
 }
 # Variants compared with the anchor of another case (the same shape on contiguous KV); "_tc"
 # cases are the same batches on the tensor-core loop (use_tensor_cores).
+# "_wp" cases run whole-page items (kv_heads_per_item = 8, decode v16), "_wp4" items of 4 heads.
 ANCHOR_OF = {"b64_kv8192_pages_in_order": "b64_kv8192",
              "b64_kv8192_pages_in_order_tc": "b64_kv8192",
-             **{f"{case}_tc": case for case in SHAPES}}
+             "b64_kv8192_pages_in_order_wp": "b64_kv8192",
+             "b64_kv8192_wp4": "b64_kv8192",
+             **{f"{case}_tc": case for case in SHAPES},
+             **{f"{case}_wp": case for case in SHAPES}}
 TARGETS_TBPS = {"b64_kv8192": 2.7, "b16_kv32768": 2.9, "b1_kv32768": 2.3, "b16_kv4096": 2.4}
-TARGETS_TBPS.update({f"{case}_tc": t for case, t in TARGETS_TBPS.items()})
+TARGETS_TBPS.update({f"{case}{suffix}": t for case, t in TARGETS_TBPS.items()
+                     for suffix in ("_tc", "_wp")})
 
 
 def median_ms(calls):
@@ -146,6 +151,20 @@ def print_table(flare_rows, anchors):
               f"{x_cudnn('b64_kv8192_pages_in_order_tc')} (FlashInfer's benchmark convention), "
               f"shuffled pages {x_cudnn('b64_kv8192_tc')}; CUDA-core loop "
               f"{x_cudnn('b64_kv8192_pages_in_order')} / {x_cudnn('b64_kv8192')}")
+        print(f"b64 kv8192 x cuDNN, whole-page items: shuffled pages {x_cudnn('b64_kv8192_wp')} "
+              f"(4 heads an item {x_cudnn('b64_kv8192_wp4')}), pages in allocation order "
+              f"{x_cudnn('b64_kv8192_pages_in_order_wp')}")
+    print("whole-page / one-head items time (tensor cores): " + ", ".join(
+        f"{case} {fmt(ratio(case + '_wp', case + '_tc', 'median_us'), 3)}"
+        for case in ["b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096", "b128_kv4096",
+                     "b64_zipf_mean2048", "b64_kv8192_pages_in_order", "b64_kv8192_gqa8",
+                     "b64_kv16384_d64", "b64_kv8192_e4m3", "b1_kv32768_e4m3", "b16_kv4096_e4m3"]))
+    print(f"whole-page items: zipf / uniform "
+          f"{fmt(ratio('b64_zipf_mean2048_wp', 'b64_uniform_same_total_wp', 'tbps'), 3)}, "
+          f"page 1 / page 16 {fmt(ratio('b64_kv8192_page1_wp', 'b64_kv8192_wp', 'tbps'), 3)}, "
+          f"HND / NHD {fmt(ratio('b64_kv8192_hnd_wp', 'b64_kv8192_wp', 'tbps'), 3)}, "
+          f"fp8 / bf16 requests/s "
+          f"{fmt(ratio('b64_kv8192_e4m3_wp', 'b64_kv8192_wp', 'requests_per_s'), 3)}")
     print(f"pages in pool order / shuffled, b64 kv8192: "
           f"{fmt(ratio('b64_kv8192_pages_in_order', 'b64_kv8192', 'tbps'), 3)}, tensor-core loop "
           f"{fmt(ratio('b64_kv8192_pages_in_order_tc', 'b64_kv8192_tc', 'tbps'), 3)}")
@@ -166,9 +185,13 @@ def print_stream_ceilings(flare_rows, anchors, stream_path):
               f"{s['tbps']:5.2f} TB/s  {fmt(x_cudnn, 3)} x cuDNN")
     flare_geometry = [s for s in streams if s["geometry"].startswith("cp.async 128 thr 3x32 KiB 2/SM")
                       and "clusters" not in s["geometry"]]
-    for case, pattern in [("b64_kv8192_tc", "paged/head, shuffled"),
-                          ("b64_kv8192_pages_in_order_tc", "paged/head, pool order")]:
-        stream = next((s for s in flare_geometry if s["pattern"] == pattern), None)
+    whole_page_geometry = [s for s in streams
+                           if s["geometry"].startswith("cp.async 256 thr 3x64 KiB 1/SM")]
+    for case, geometry, pattern in [
+            ("b64_kv8192_tc", flare_geometry, "paged/head, shuffled"),
+            ("b64_kv8192_pages_in_order_tc", flare_geometry, "paged/head, pool order"),
+            ("b64_kv8192_wp", whole_page_geometry, "paged/page, shuffled")]:
+        stream = next((s for s in geometry if s["pattern"] == pattern), None)
         if case in by_case and stream:
             print(f"  {case} / the stream of its pattern and geometry: "
                   f"{by_case[case]['median_us'] / stream['median_us']:.3f} (time)")

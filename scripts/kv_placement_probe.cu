@@ -281,7 +281,7 @@ void launch(const Run& run, unsigned* checksum) {
 }  // namespace
 
 // Options: --all (every geometry; default: flare's tensor-core loop's and one of 6 x 16 KiB),
-// --flare-only (only the tensor-core loop's), --clusters (the cluster runs), --rounds N
+// --flare-only (only the tensor-core loop's, one-head and whole-page items), --clusters (the cluster runs), --rounds N
 // (default 3), --json PATH (one line per run: geometry, pattern, median over every round).
 int main(int argc, char** argv) {
   bool all = false, flare_only = false, clusters = false;
@@ -334,6 +334,7 @@ int main(int argc, char** argv) {
   const Buffers buffers{k_pool, v_pool, k_contig, v_contig, table_in_order, table_shuffled};
   std::vector<Run> runs;
   add_geometry<Copy::kCpAsync, 128, 3, 32768, 2>(runs, buffers);  // flare's tensor-core loop
+  add_geometry<Copy::kCpAsync, 256, 3, 65536, 1>(runs, buffers);  // its whole-page items of 8
   if (!flare_only) add_geometry<Copy::kCpAsync, 128, 6, 16384, 2>(runs, buffers);
   if (clusters) {
     add_clustered<0>(runs, buffers, table_shuffled, "paged/head, shuffled");
@@ -344,7 +345,6 @@ int main(int argc, char** argv) {
   }
   if (all) {
     add_geometry<Copy::kCpAsync, 128, 3, 16384, 4>(runs, buffers);  // its CUDA-core loop
-    add_geometry<Copy::kCpAsync, 256, 3, 65536, 1>(runs, buffers);
     add_geometry<Copy::kBulk, 128, 3, 32768, 2>(runs, buffers);
     add_geometry<Copy::kBulk, 128, 4, 16384, 3>(runs, buffers);
     add_geometry<Copy::kBulk, 128, 6, 32768, 1>(runs, buffers);

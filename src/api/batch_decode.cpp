@@ -63,6 +63,8 @@ constexpr int kFourCtas = 4;
 constexpr int kMmaWarpTokens = 16;
 constexpr int kMmaWarpTokensFp8 = 32;
 constexpr int kPipelineTargetBytesMmaPerSm = 192 * 1024;
+// Two stages of this fit every sm_80-family GPU's shared memory per block (A100: 163 KiB).
+constexpr int kMaxMmaStageBytes = 64 * 1024;
 constexpr double kItemOverheadBytes16Bit = 80 * 1024;
 constexpr double kItemOverheadBytesFp8 = 40 * 1024;
 constexpr int kMinStages = 2;
@@ -86,10 +88,21 @@ int next_power_of_two(int x) {
 
 int group_size(const BatchDecodeConfig& c) { return c.num_qo_heads / c.num_kv_heads; }
 
-// Packed rows per work item: the whole head group up to 8 rows (padded to a power of two in
-// the kernel, whose register tiles are compiled per row count).
-int query_tile(const BatchDecodeConfig& c) { return std::min(group_size(c), kMaxRowsPerItem); }
-int kernel_rows(const BatchDecodeConfig& c) { return next_power_of_two(query_tile(c)); }
+// Packed rows of one KV head in a work item: the whole head group up to 8 rows (padded to a
+// power of two in the kernel, whose register tiles are compiled per row count).
+int head_rows(const BatchDecodeConfig& c) { return std::min(group_size(c), kMaxRowsPerItem); }
+int kernel_rows(const BatchDecodeConfig& c) { return next_power_of_two(head_rows(c)); }
+
+// Whole-page items (kv_heads_per_item > 1) are planned as num_kv_heads / kv_heads_per_item
+// "super heads" of kv_heads_per_item x group query heads each (kernels/decode_pipeline.cuh
+// Traits): packed row R of a super head s is query head s x G' + R, as for any KV head.
+int plan_kv_heads(const BatchDecodeConfig& c) { return c.num_kv_heads / c.kv_heads_per_item; }
+int plan_group_size(const BatchDecodeConfig& c) { return group_size(c) * c.kv_heads_per_item; }
+// Packed rows per work item (the plan's query tile): one head's rows, or every row of a super
+// head.
+int query_tile(const BatchDecodeConfig& c) {
+  return c.kv_heads_per_item == 1 ? head_rows(c) : plan_group_size(c);
+}
 
 void validate_config(const BatchDecodeConfig& c) {
   FLARE_CHECK(c.device >= 0, ErrorCode::kInvalidArgument, kWhat, ": device must be >= 0, got ",
@@ -135,6 +148,16 @@ void validate_config(const BatchDecodeConfig& c) {
         c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
   }
   standard_variant_flags(p, kWhat);  // throws for what the kernel cannot express
+  const int heads = c.kv_heads_per_item;
+  FLARE_CHECK(heads == 1 || heads == 2 || heads == 4 || heads == 8, ErrorCode::kInvalidArgument,
+              kWhat, ": kv_heads_per_item must be 1, 2, 4 or 8, got ", heads);
+  FLARE_CHECK(heads == 1 || (c.use_tensor_cores && c.num_kv_heads % heads == 0 &&
+                             group_size(c) <= kMaxRowsPerItem),
+              ErrorCode::kUnsupported, kWhat, ": kv_heads_per_item = ", heads,
+              " needs use_tensor_cores, num_kv_heads divisible by it and at most ",
+              kMaxRowsPerItem, " query heads per KV head, got use_tensor_cores = ",
+              c.use_tensor_cores ? "true" : "false", ", num_kv_heads = ", c.num_kv_heads,
+              ", num_qo_heads = ", c.num_qo_heads);
   // The mma operands share one type. 16-bit KV: q would be rounded to KV's (f16 q to bf16
   // loses 3 bits of every score's inputs, lse errors above 1e-3), so q and KV must already
   // agree. fp8 KV runs in f16, which holds fp8 and (scaled by a power of two) bf16 q exactly.
@@ -148,7 +171,9 @@ void validate_config(const BatchDecodeConfig& c) {
 
 struct Geometry {
   bool mma = false;  // the tensor-core loop (kernels/decode_mma.cuh)
-  int rows = 0;
+  int threads = kDecodeThreads;
+  int item_heads = 1;  // KV heads per work item
+  int rows = 0;        // per KV head
   int tokens_per_group = 0;
   int stages = 0;
   int min_ctas_per_sm = 1;  // __launch_bounds__ minimum: caps registers at 65536 / (128 x it)
@@ -165,14 +190,32 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
     // A warp is the loop's state group: tokens per group are tokens per warp.
     g.tokens_per_group =
         is_fp8(c.kv_dtype) && c.head_dim <= 128 ? kMmaWarpTokensFp8 : kMmaWarpTokens;
-    const int stage_bytes = 2 * (kDecodeThreads / 32) * g.tokens_per_group * row_bytes;
-    g.min_ctas_per_sm = c.head_dim >= 256 ? 1 : 2;
+    g.item_heads = c.kv_heads_per_item;
+    // One KV head: 4 warps take its tile's tokens. Whole-page items: a warp per head.
+    const int warps_per_head = g.item_heads == 1 ? kDecodeThreads / 32 : 1;
+    g.threads = 32 * warps_per_head * g.item_heads;
+    const int stage_bytes = 2 * g.item_heads * warps_per_head * g.tokens_per_group * row_bytes;
+    FLARE_CHECK(stage_bytes <= kMaxMmaStageBytes, ErrorCode::kUnsupported, kWhat,
+                ": kv_heads_per_item = ", g.item_heads, " at head_dim ", c.head_dim, " with ",
+                dtype_name(c.kv_dtype), " KV needs ", stage_bytes,
+                "-byte pipeline stages; at most ", kMaxMmaStageBytes,
+                " fit (use fewer KV heads per item)");
+    // Whole-page items of 32 KiB stages run 2 CTAs per SM, like the one-head loop at D 128;
+    // larger stages one.
+    g.min_ctas_per_sm = g.item_heads == 1 ? (c.head_dim >= 256 ? 1 : 2)
+                                          : (stage_bytes <= kMaxMmaStageBytes / 2 ? 2 : 1);
     const int target = static_cast<int>(std::min<size_t>(
         kPipelineTargetBytesMmaPerSm / g.min_ctas_per_sm, max_shared_bytes_per_block));
     g.stages = std::clamp(target / stage_bytes, kMinStages, kMaxStages);
-    const size_t combine =
-        static_cast<size_t>(kDecodeThreads / 32) * g.rows * (c.head_dim + 2) * sizeof(float);
-    g.shared_bytes = std::max(static_cast<size_t>(g.stages) * stage_bytes, combine);
+    const size_t combine = static_cast<size_t>(g.threads / 32) * g.rows * (c.head_dim + 2) *
+                           sizeof(float);
+    // The fused merge stages at least two partial slots of the item's rows a pass, and its
+    // slot-lane combine (kernels/decode_merge.cuh FusedMerge): more than two stages hold for
+    // fp8 items of 8 heads x 8 rows at D 256 on the A100 (2 stages of 64 KiB).
+    const size_t merge = (2 * static_cast<size_t>(g.rows) * g.item_heads * (c.head_dim + 1) +
+                          6 * static_cast<size_t>(g.threads)) *
+                         sizeof(float);
+    g.shared_bytes = std::max({static_cast<size_t>(g.stages) * stage_bytes, combine, merge});
     return g;
   }
   // Scores of one tile live in registers (tokens x rows): 8-row tiles take 2 tokens a group.
@@ -198,8 +241,9 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
 
 std::string dtype_code(DType t) { return std::to_string(static_cast<int>(t)); }
 
-size_t resolved_ctas_per_sm(const BatchDecodeConfig& c, cuda::Function decode, size_t shared) {
-  const int fit = cuda::max_active_blocks_per_sm(decode, kDecodeThreads, shared);
+size_t resolved_ctas_per_sm(const BatchDecodeConfig& c, cuda::Function decode, int threads,
+                            size_t shared) {
+  const int fit = cuda::max_active_blocks_per_sm(decode, threads, shared);
   FLARE_CHECK(fit >= 1, ErrorCode::kUnsupported, kWhat, ": the decode kernel (", shared,
               " bytes of shared memory) does not fit one SM of device ", c.device);
   return static_cast<size_t>(c.ctas_per_sm > 0 ? std::min(c.ctas_per_sm, fit) : fit);
@@ -226,8 +270,8 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config,
   const Geometry g = decode_geometry(config, max_shared_bytes_per_block);
   const StandardVariantFlags flags = standard_variant_flags(config.params, kWhat);
   BatchDecodeKernels k;
-  k.rows_per_item = g.rows;
-  k.threads = kDecodeThreads;
+  k.rows_per_item = g.rows * g.item_heads;
+  k.threads = g.threads;
   k.decode_shared_bytes = g.shared_bytes;
 
   k.decode.family_header = "decode.cuh";
@@ -244,12 +288,15 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config,
       {"FLARE_MIN_CTAS_PER_SM", std::to_string(g.min_ctas_per_sm)},
       {"FLARE_SHARED_BYTES", std::to_string(g.shared_bytes)},
       {"FLARE_DECODE_MMA", g.mma ? "1" : "0"},
+      {"FLARE_ITEM_HEADS", std::to_string(g.item_heads)},
   };
   k.decode.label = std::string(g.mma ? "decode-mma" : "decode") +
                    " q=" + std::string(dtype_name(config.q_dtype)) +
                    " kv=" + std::string(dtype_name(config.kv_dtype)) +
                    " D=" + std::to_string(config.head_dim) + " rows=" + std::to_string(g.rows) +
-                   " page=" + std::to_string(config.page_size) + " " + standard_variant_name(flags);
+                   " page=" + std::to_string(config.page_size) +
+                   (g.item_heads > 1 ? " heads=" + std::to_string(g.item_heads) : "") + " " +
+                   standard_variant_name(flags);
   return k;
 }
 
@@ -307,6 +354,26 @@ std::vector<BatchDecodeConfig> shipped_decode_configs() {
     add(head_dim, 8, DType::kF16, DType::kE4M3, 16, all);
     add(head_dim, 4, DType::kBF16, DType::kE5M2, 16, all);
   }
+  // Whole-page items (kv_heads_per_item > 1): the same dtype pairs and variants at the widest
+  // items each head dim allows (8 heads up to D 128 and for fp8, 4 at D 256 16-bit), and the
+  // narrower items at D 128.
+  const auto add_heads = [&](int heads, int head_dim, int group, DType q, DType kv,
+                             const AttentionParams& params) {
+    add(head_dim, group, q, kv, 16, params);
+    configs.back().num_kv_heads = heads;
+    configs.back().num_qo_heads = heads * group;
+    configs.back().kv_heads_per_item = heads;
+  };
+  for (int head_dim : {64, 128, 256}) {
+    const int heads = head_dim == 256 ? 4 : 8;
+    for (int group : {1, 4, 8}) add_heads(heads, head_dim, group, DType::kBF16, DType::kBF16, plain);
+    add_heads(heads, head_dim, 8, DType::kBF16, DType::kBF16, all);
+    add_heads(heads, head_dim, 4, DType::kF16, DType::kF16, all);
+    add_heads(8, head_dim, 4, DType::kBF16, DType::kE4M3, plain);
+    add_heads(8, head_dim, 8, DType::kF16, DType::kE4M3, all);
+    add_heads(8, head_dim, 4, DType::kBF16, DType::kE5M2, all);
+  }
+  for (int heads : {2, 4}) add_heads(heads, 128, 4, DType::kBF16, DType::kBF16, plain);
   for (size_t i = cuda_core_configs; i < configs.size(); ++i) configs[i].use_tensor_cores = true;
   return configs;
 }
@@ -357,7 +424,7 @@ WorkspaceBounds bounds_of(const BatchDecodeConfig& c, int num_ctas) {
   b.num_ctas = num_ctas;
   b.max_query_tile = query_tile(c);
   b.num_qo_heads = c.num_qo_heads;
-  b.num_kv_heads = c.num_kv_heads;
+  b.num_kv_heads = plan_kv_heads(c);
   b.head_dim_vo = c.head_dim;
   b.executor_cta_bytes = sizeof(DecodeCtaStart);
   b.executor_item_bytes = sizeof(DecodeItemMeta);
@@ -385,8 +452,9 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
                std::min(half_sm, static_cast<size_t>(props.max_shared_bytes_per_block_optin)));
   cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.half_grid_shared_bytes));
   r.num_sms = props.num_sms;
-  r.resident_ctas = props.num_sms * static_cast<int>(resolved_ctas_per_sm(
-                                        config, r.decode, r.kernels.decode_shared_bytes));
+  r.resident_ctas =
+      props.num_sms * static_cast<int>(resolved_ctas_per_sm(
+                          config, r.decode, r.kernels.threads, r.kernels.decode_shared_bytes));
   r.waves = config.waves > 0 ? config.waves
                              : (config.use_tensor_cores ? kTensorCoreWaves : kCudaCoreWaves);
   r.num_ctas = r.resident_ctas * r.waves;
@@ -505,7 +573,7 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   problem.qo_len = s.qo_len;
   problem.kv_len = s.kv_len;
   problem.num_qo_heads = s.config.num_qo_heads;
-  problem.num_kv_heads = s.config.num_kv_heads;
+  problem.num_kv_heads = plan_kv_heads(s.config);
   problem.head_dim_qk = s.config.head_dim;
   problem.head_dim_vo = s.config.head_dim;
   problem.page_size = s.config.page_size;
@@ -521,15 +589,17 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   // 63.2 -> 61.0 us, b1 kv4096 21.7 -> 18.0, b16 kv4096 103.6 -> 101.9). run() then launches
   // only the planned CTAs, so they land two per SM. Not under CUDA graphs: a captured launch
   // keeps the full grid, where the planned half lands unevenly (decode v9).
-  const int64_t group = s.config.num_qo_heads / s.config.num_kv_heads;
+  const int64_t group = plan_group_size(s.config);
   const int64_t tiles =
-      batch * s.config.num_kv_heads * ((group + options.query_tile - 1) / options.query_tile);
+      batch * plan_kv_heads(s.config) * ((group + options.query_tile - 1) / options.query_tile);
   size_t launch_shared_bytes = s.k.kernels.decode_shared_bytes;
   if (!s.config.use_cuda_graph && device.ctas_per_sm >= 4 && tiles <= device.num_sms) {
     device.ctas_per_sm /= 2;
     launch_shared_bytes = s.k.half_grid_shared_bytes;
   }
-  const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype);
+  // K and V bytes of one token of an item (every KV head of a whole-page item).
+  const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype) *
+                             s.config.kv_heads_per_item;
   const double overhead = is_fp8(s.config.kv_dtype) && !s.config.use_tensor_cores
                               ? kItemOverheadBytesFp8
                               : kItemOverheadBytes16Bit;
@@ -637,7 +707,7 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.o_stride_head = o.strides[1];
   p.lse_stride_token = lse ? lse->strides[0] : 0;
   p.lse_stride_head = lse ? lse->strides[1] : 0;
-  p.group_size = group_size(c);
+  p.group_size = plan_group_size(c);
   p.k_scale = c.params.k_scale * k_scale;
   p.v_scale = c.params.v_scale * v_scale;
   p.variant = s.variant;
@@ -645,7 +715,8 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   // The planned CTAs (fewer than the grid for small plans outside graph mode, see plan()); a
   // graph-mode launch keeps the full grid fixed at creation (the unplanned CTAs exit at once).
   const int grid = c.use_cuda_graph ? s.k.num_ctas : std::max(s.plan.num_ctas, 1);
-  cuda::launch(s.k.decode, static_cast<unsigned>(grid), 1, 1, kDecodeThreads, 1, 1,
+  cuda::launch(s.k.decode, static_cast<unsigned>(grid), 1, 1,
+               static_cast<unsigned>(s.k.kernels.threads), 1, 1,
                static_cast<unsigned>(s.launch_shared_bytes), stream, decode_args);
 }
 

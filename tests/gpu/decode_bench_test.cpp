@@ -73,6 +73,7 @@ struct BenchCase {
   // against KV laid out contiguously (the SDPA anchors' layout).
   bool pages_in_order = false;
   bool tensor_cores = false;  // BatchDecodeConfig::use_tensor_cores
+  int kv_heads_per_item = 1;  // BatchDecodeConfig::kv_heads_per_item (whole-page items)
   int num_qo_heads = kQoHeads;
   int num_kv_heads = kKvHeads;
   int head_dim = kHeadDim;
@@ -147,6 +148,25 @@ std::vector<BenchCase> bench_cases() {
     c.name += "_tc";
     c.tensor_cores = true;
     cases.push_back(c);
+  }
+  // Whole-page items (decode v16): every KV head of a token in one work item ("_wp": the 8
+  // heads, whole NHD pages; "_wp4": half of them).
+  for (const char* name : {"b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096",
+                           "b128_kv4096", "b64_zipf_mean2048", "b64_uniform_same_total",
+                           "b64_kv8192_pages_in_order", "b64_kv8192_page1", "b64_kv8192_hnd",
+                           "b64_kv8192_gqa8", "b64_kv16384_d64", "b64_kv8192_e4m3",
+                           "b1_kv32768_e4m3", "b16_kv4096_e4m3"}) {
+    BenchCase c = *std::find_if(cases.begin(), cases.end(),
+                                [name](const BenchCase& b) { return b.name == name; });
+    c.tensor_cores = true;
+    c.kv_heads_per_item = c.num_kv_heads;
+    c.name += "_wp";
+    cases.push_back(c);
+    if (c.name == "b64_kv8192_wp") {
+      c.kv_heads_per_item = 4;
+      c.name += "4";
+      cases.push_back(c);
+    }
   }
   return cases;
 }
@@ -274,6 +294,15 @@ TEST(DecodeBenchmark, Issue4Table) {
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_TENSOR_CORES")) {
       config.use_tensor_cores = v[0] == '1' || bc.tensor_cores;
     }
+    config.kv_heads_per_item = bc.kv_heads_per_item;
+    // FLARE_DECODE_BENCH_KV_HEADS_PER_ITEM=N: whole-page items of N heads for every
+    // tensor-core case whose KV heads N divides.
+    if (const char* v = std::getenv("FLARE_DECODE_BENCH_KV_HEADS_PER_ITEM")) {
+      const int heads = std::atoi(v);
+      if (config.use_tensor_cores && heads >= 1 && bc.num_kv_heads % heads == 0) {
+        config.kv_heads_per_item = heads;
+      }
+    }
     BatchDecode decode(config);
     cuda::DeviceBuffer q(static_cast<size_t>(batch) * bc.num_qo_heads * bc.head_dim * 2);
     fill(q.data(), int64_t{batch} * bc.num_qo_heads * bc.head_dim, 2, 7);
@@ -371,6 +400,7 @@ TEST(DecodeBenchmark, Issue4Table) {
         << (bc.pages_in_order ? "true" : "false") << ", \"layout\": \""
         << kv_layout_name(bc.layout) << "\", \"kv_bytes\": " << kv_bytes
         << ", \"tensor_cores\": " << (config.use_tensor_cores ? "true" : "false")
+        << ", \"kv_heads_per_item\": " << config.kv_heads_per_item
         << ", \"median_us\": " << median_ms * 1e3 << ", \"min_us\": " << ms.front() * 1e3
         << ", \"host_us_per_run\": " << host_us
         << ", \"tbps\": " << kv_bytes / (median_ms * 1e-3) / 1e12

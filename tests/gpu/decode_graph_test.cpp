@@ -19,9 +19,13 @@ namespace {
 constexpr double kOutputTolerance = 1e-2;  // CUDA-core loop (issue 4)
 constexpr double kLseTolerance = 1e-3;
 
-BatchDecodeConfig graph_config(bool tensor_cores) {
+// The loops under test: CUDA cores, tensor cores, tensor cores on whole-page items.
+enum Loop { kCudaCores, kTensorCores, kWholePages };
+
+BatchDecodeConfig graph_config(int loop) {
   BatchDecodeConfig c;
-  c.use_tensor_cores = tensor_cores;
+  c.use_tensor_cores = loop != kCudaCores;
+  c.kv_heads_per_item = loop == kWholePages ? 4 : 1;
   c.max_batch = 80;
   c.num_qo_heads = 28;  // GQA 7
   c.num_kv_heads = 4;
@@ -32,8 +36,8 @@ BatchDecodeConfig graph_config(bool tensor_cores) {
   return c;
 }
 
-// Both compute loops (the parameter: use_tensor_cores).
-class BatchDecodeGraph : public ::testing::TestWithParam<bool> {};
+// Each loop (the parameter: Loop).
+class BatchDecodeGraph : public ::testing::TestWithParam<int> {};
 
 TEST_P(BatchDecodeGraph, OneCaptureReplayedOverChangingSteps) {
   FLARE_REQUIRE_GPU();
@@ -119,8 +123,8 @@ TEST_P(BatchDecodeGraph, OneCaptureReplayedOverChangingSteps) {
                 testing::int32_values(cache.last_page_len.view()), stream.get());
     // The tensor-core loop's grid is two waves of resident CTAs (one tile per request and KV
     // head here): batches whose tiles fill the resident CTAs are planned over both.
-    const int resident = GetParam() ? decode.num_ctas() / 2 : decode.num_ctas();
-    const bool fills = batch * kv_heads >= resident;
+    const int resident = GetParam() != kCudaCores ? decode.num_ctas() / 2 : decode.num_ctas();
+    const bool fills = batch * (kv_heads / config.kv_heads_per_item) >= resident;
     EXPECT_EQ(decode.last_plan().num_ctas, fills ? decode.num_ctas() : resident)
         << "step " << step << " batch " << batch;
     planned_ctas.push_back(decode.last_plan().num_ctas);
@@ -140,7 +144,7 @@ TEST_P(BatchDecodeGraph, OneCaptureReplayedOverChangingSteps) {
     const testing::ErrorStats o_err = testing::error_stats(o_rows, ref.o.view());
     const testing::ErrorStats lse_err = testing::error_stats(lse_rows, ref.lse.view());
     const double tolerance =
-        GetParam() ? gpu_testing::kOutputToleranceTensorCores : kOutputTolerance;
+        GetParam() != kCudaCores ? gpu_testing::kOutputToleranceTensorCores : kOutputTolerance;
     const int64_t worst_request = o_err.worst_index / (heads * d);
     EXPECT_LE(o_err.max_abs, tolerance)
         << "step " << step << " batch " << batch << " " << o_err << "; worst in request "
@@ -150,16 +154,19 @@ TEST_P(BatchDecodeGraph, OneCaptureReplayedOverChangingSteps) {
     EXPECT_EQ(testing::count_nan(o_rows), 0) << "step " << step;
   }
   // The captured grid ran plans of both sizes (tensor cores, 2 CTAs per SM on up to 134 SMs).
-  if (GetParam() && decode.num_ctas() / 2 <= 67 * 4) {
+  if (GetParam() == kTensorCores && decode.num_ctas() / 2 <= 67 * 4) {
     const auto [fewest, most] = std::minmax_element(planned_ctas.begin(), planned_ctas.end());
     EXPECT_EQ(*most, decode.num_ctas());
     EXPECT_EQ(*fewest, decode.num_ctas() / 2);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Loops, BatchDecodeGraph, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("tensor_cores") : "cuda_cores";
+INSTANTIATE_TEST_SUITE_P(Loops, BatchDecodeGraph,
+                         ::testing::Values(kCudaCores, kTensorCores, kWholePages),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(info.param == kCudaCores     ? "cuda_cores"
+                                              : info.param == kTensorCores ? "tensor_cores"
+                                                                           : "whole_pages");
                          });
 
 class BatchDecodeErrors : public ::testing::Test {
@@ -271,11 +278,13 @@ TEST_F(BatchDecodeErrors, CapturingWithoutGraphModeThrows) {
 }
 
 // The small case scripts/gpu_check.sh runs under compute-sanitizer memcheck and racecheck:
-// split and write-through items, an empty request, fp8 and 16-bit KV on both loops.
+// split and write-through items, an empty request, fp8 and 16-bit KV on both loops and on
+// whole-page items.
 TEST_F(BatchDecodeErrors, SanitizerSmallCase) {
-  for (const auto& [kv_dtype, tensor_cores] :
-       {std::pair{DType::kBF16, false}, std::pair{DType::kE4M3, false},
-        std::pair{DType::kBF16, true}, std::pair{DType::kE4M3, true}}) {
+  for (const auto& [kv_dtype, loop] :
+       {std::pair{DType::kBF16, kCudaCores}, std::pair{DType::kE4M3, kCudaCores},
+        std::pair{DType::kBF16, kTensorCores}, std::pair{DType::kE4M3, kTensorCores},
+        std::pair{DType::kBF16, kWholePages}, std::pair{DType::kE4M3, kWholePages}}) {
     testing::KVCacheSpec spec;
     spec.kv_lens = {1, 0, 300, 2000};
     spec.num_kv_heads = 2;
@@ -288,7 +297,8 @@ TEST_F(BatchDecodeErrors, SanitizerSmallCase) {
     BatchDecodeConfig config = config_;
     config.max_batch = 4;
     config.kv_dtype = kv_dtype;
-    config.use_tensor_cores = tensor_cores;
+    config.use_tensor_cores = loop != kCudaCores;
+    config.kv_heads_per_item = loop == kWholePages ? 2 : 1;
     config.ctas_per_sm = 1;
     config.num_sms_to_use = 8;
     BatchDecode decode(config);

@@ -43,6 +43,7 @@ struct DecodeCase {
   int fixed_split_size = 0;
   bool disable_split_kv = false;
   bool tensor_cores = false;  // BatchDecodeConfig::use_tensor_cores
+  int kv_heads_per_item = 1;  // BatchDecodeConfig::kv_heads_per_item (whole-page items)
   float q_magnitude = 1.0f;   // q = normal(0, 1) * q_magnitude
   uint64_t seed = 1;
 };
@@ -51,6 +52,19 @@ std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c
 
 std::vector<int32_t> lengths(int64_t batch, int32_t lo, int32_t hi, uint64_t seed) {
   return testing::random_lengths(batch, testing::LengthDistribution::kUniform, lo, hi, seed);
+}
+
+// The most KV heads per whole-page item a tensor-core case allows: a power of two up to 8
+// dividing its KV heads, head groups of at most 8, stages within 64 KiB (BatchDecodeConfig).
+int whole_page_heads(const DecodeCase& c) {
+  if (c.num_qo_heads / c.num_kv_heads > 8) return 1;
+  const bool fp8 = is_fp8(c.kv_dtype);
+  const int tokens = fp8 && c.head_dim <= 128 ? 32 : 16;
+  const int row_bytes = c.head_dim * (fp8 ? 1 : 2);
+  for (int heads : {8, 4, 2}) {
+    if (c.num_kv_heads % heads == 0 && 2 * heads * tokens * row_bytes <= 64 * 1024) return heads;
+  }
+  return 1;
 }
 
 std::vector<DecodeCase> cases() {
@@ -232,6 +246,31 @@ std::vector<DecodeCase> cases() {
     c.tensor_cores = true;
     all.push_back(std::move(c));
   }
+  // And on whole-page items of the most KV heads each case allows (decode v16).
+  const size_t mma_end = all.size();
+  for (size_t i = cuda_core_cases; i < mma_end; ++i) {
+    DecodeCase c = all[i];
+    c.kv_heads_per_item = whole_page_heads(c);
+    if (c.kv_heads_per_item == 1) continue;
+    c.name = "pages" + std::to_string(c.kv_heads_per_item) + "_" + c.name;
+    all.push_back(std::move(c));
+  }
+  {
+    // Two super heads of 4 KV heads each, split and merged, HND pages.
+    DecodeCase c{"pages4_of_8_hnd_split"};
+    c.kv_lens = {1, 4097, 97, 20000};
+    c.layout = KVLayout::kHND;
+    c.tensor_cores = true, c.kv_heads_per_item = 4;
+    add(c);
+  }
+  {
+    // Items of 2 KV heads, group 7 (rows padded to 8 per head), page 5.
+    DecodeCase c{"pages2_gqa7_page5"};
+    c.kv_lens = {1, 7, 3001, 650};
+    c.num_qo_heads = 28, c.num_kv_heads = 4, c.page_size = 5;
+    c.tensor_cores = true, c.kv_heads_per_item = 2;
+    add(c);
+  }
   return all;
 }
 
@@ -271,6 +310,7 @@ TEST_P(BatchDecodeVsReference, MatchesFloat64ReferenceAndRerunsBitwise) {
   config.fixed_split_size = c.fixed_split_size;
   config.disable_split_kv = c.disable_split_kv;
   config.use_tensor_cores = c.tensor_cores;
+  config.kv_heads_per_item = c.kv_heads_per_item;
   BatchDecode decode(config);
 
   const gpu_testing::DeviceKV kv = gpu_testing::to_device(cache);

@@ -169,6 +169,78 @@ TEST(BatchDecodeKernels, TensorCoreSpecsFollowTheConfig) {
   }
 }
 
+// Whole-page items (kv_heads_per_item > 1): a warp per KV head, stages of every head's tile.
+TEST(BatchDecodeKernels, WholePageSpecsFollowTheConfig) {
+  BatchDecodeConfig c = base_config();  // 28 q / 4 kv heads: group 7, padded to 8 rows a head
+  c.q_dtype = c.kv_dtype = DType::kBF16;
+  c.use_tensor_cores = true;
+  c.kv_heads_per_item = 4;
+  const BatchDecodeKernels k = batch_decode_kernels(c, kSm90SharedBytesPerBlock);
+  EXPECT_EQ(define_value(k.decode, "FLARE_ITEM_HEADS"), "4");
+  EXPECT_EQ(define_value(k.decode, "FLARE_ROWS"), "8");  // per KV head
+  EXPECT_EQ(k.rows_per_item, 32);
+  EXPECT_EQ(k.threads, 128);  // 4 warps, one per head
+  EXPECT_NE(k.decode.label.find(" heads=4 "), std::string::npos) << k.decode.label;
+  // A stage: 16 tokens x 4 heads of K and of V (32 KiB), 3 of them, 2 CTAs per SM.
+  EXPECT_EQ(define_value(k.decode, "FLARE_STAGES"), "3");
+  EXPECT_EQ(define_value(k.decode, "FLARE_MIN_CTAS_PER_SM"), "2");
+  EXPECT_EQ(k.decode_shared_bytes, 3u * 2u * 16u * 4u * 128u * 2u);
+  // 8 heads: 256 threads, stages of 64 KiB, one CTA per SM (2 stages on an A100).
+  c.num_qo_heads = 32, c.num_kv_heads = 8, c.kv_heads_per_item = 8;
+  const BatchDecodeKernels h100 = batch_decode_kernels(c, kSm90SharedBytesPerBlock);
+  EXPECT_EQ(h100.threads, 256);
+  EXPECT_EQ(h100.rows_per_item, 32);
+  EXPECT_EQ(define_value(h100.decode, "FLARE_MIN_CTAS_PER_SM"), "1");
+  EXPECT_EQ(define_value(h100.decode, "FLARE_STAGES"), "3");
+  EXPECT_EQ(h100.decode_shared_bytes, 3u * 64u * 1024u);
+  EXPECT_EQ(define_value(batch_decode_kernels(c, kSm80SharedBytesPerBlock).decode, "FLARE_STAGES"),
+            "2");
+  // fp8 at D 128: 32 tokens a warp keep 64 KiB stages. At D 256 with 8 rows a head, the fused
+  // merge's two slots (64 rows x 257 floats each) outgrow an A100's two stages.
+  c.kv_dtype = DType::kE4M3;
+  EXPECT_EQ(batch_decode_kernels(c, kSm90SharedBytesPerBlock).decode_shared_bytes,
+            3u * 64u * 1024u);
+  c.head_dim = 256;
+  c.num_qo_heads = 64;
+  const BatchDecodeKernels a100 = batch_decode_kernels(c, kSm80SharedBytesPerBlock);
+  EXPECT_EQ(define_value(a100.decode, "FLARE_STAGES"), "2");
+  EXPECT_EQ(a100.decode_shared_bytes, (2u * 64u * 257u + 6u * 256u) * 4u);
+  // The one-head loop is unchanged by the knob's default.
+  c = base_config();
+  c.q_dtype = c.kv_dtype = DType::kBF16;
+  c.use_tensor_cores = true;
+  EXPECT_EQ(define_value(batch_decode_kernels(c).decode, "FLARE_ITEM_HEADS"), "1");
+  EXPECT_EQ(batch_decode_kernels(c).threads, 128);
+  c.use_tensor_cores = false;
+  EXPECT_EQ(define_value(batch_decode_kernels(c).decode, "FLARE_ITEM_HEADS"), "1");
+}
+
+TEST(BatchDecodeKernels, RejectsWholePageItemsNoKernelHandles) {
+  BatchDecodeConfig c = base_config();
+  c.q_dtype = c.kv_dtype = DType::kBF16;
+  c.use_tensor_cores = true;
+  for (const int heads : {0, 3, 16, -1}) {
+    c.kv_heads_per_item = heads;
+    EXPECT_FLARE_ERROR(batch_decode_kernels(c), ErrorCode::kInvalidArgument,
+                       "kv_heads_per_item must be 1, 2, 4 or 8");
+  }
+  c.kv_heads_per_item = 8;  // 4 KV heads
+  EXPECT_FLARE_ERROR(batch_decode_kernels(c), ErrorCode::kUnsupported, "divisible");
+  c.kv_heads_per_item = 4;
+  c.use_tensor_cores = false;
+  EXPECT_FLARE_ERROR(batch_decode_kernels(c), ErrorCode::kUnsupported, "needs use_tensor_cores");
+  c.use_tensor_cores = true;
+  c.num_qo_heads = 64;  // group 16: two row tiles a head
+  EXPECT_FLARE_ERROR(batch_decode_kernels(c), ErrorCode::kUnsupported, "at most 8 query heads");
+  c.num_qo_heads = 32;
+  c.num_kv_heads = 8;
+  c.kv_heads_per_item = 8;
+  c.head_dim = 256;  // 16 tokens x 8 heads x 512 bytes of K and V: 128 KiB stages
+  EXPECT_FLARE_ERROR(batch_decode_kernels(c), ErrorCode::kUnsupported, "131072-byte");
+  c.kv_heads_per_item = 4;
+  EXPECT_EQ(define_value(batch_decode_kernels(c).decode, "FLARE_ITEM_HEADS"), "4");
+}
+
 TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
   const auto expect_code = [](BatchDecodeConfig c, ErrorCode code, const char* needle) {
     EXPECT_FLARE_ERROR(batch_decode_kernels(c), code, needle);

@@ -54,6 +54,16 @@ struct BatchDecodeConfig {
   // (H200, batch 64, kv 8192: 259.6 us against 381.9; decode v15).
   bool use_tensor_cores = false;
 
+  // KV heads one work item covers on the tensor-core loop: 1 (an item is one KV head's rows,
+  // 4 warps take its tokens), or 2, 4 or 8 dividing num_kv_heads with num_qo_heads /
+  // num_kv_heads <= 8 ("whole-page" items: one warp per KV head, so each CTA copy reads every
+  // head of a token; with kv_heads_per_item = num_kv_heads, NHD pages are read whole, the
+  // longest contiguous spans a shuffled page table has). The stage of one tile (16 tokens a
+  // head; 32 for fp8 up to D 128) must stay within 64 KiB: 8 heads up to D 128, 4 at D 256.
+  // Splits, merges and outputs are unchanged; rows per work item become kv_heads_per_item x
+  // the head group. Measured in docs/perf.md (decode v16).
+  int kv_heads_per_item = 1;
+
   // Scheduler knobs (plan/plan.h PlanOptions): fixed_split_size > 0 gives batch-invariant
   // output; disable_split_kv gives one chunk per (request, KV head, row tile).
   int fixed_split_size = 0;
@@ -140,7 +150,8 @@ class BatchDecode {
   // launches the latest plan's CTAs only: one wave for batches with fewer tiles than resident
   // CTAs, and half of a four-per-SM wave for at most one (request, KV head, row tile) per SM.
   int num_ctas() const;
-  int rows_per_item() const;      // packed query rows one work item holds (head-group tile)
+  // Packed query rows one work item holds: the head-group tile, times kv_heads_per_item.
+  int rows_per_item() const;
   const Plan& last_plan() const;  // the latest plan (host copy), for tests and tools
   size_t workspace_size() const;  // device bytes held
 
@@ -154,7 +165,7 @@ class BatchDecode {
 // GPU.
 struct BatchDecodeKernels {
   jit::KernelSpec decode;          // entry "flare_decode"
-  int rows_per_item = 0;           // packed rows per work item the decode kernel was built for
+  int rows_per_item = 0;  // packed rows per work item the kernel was built for (all its heads)
   int threads = 0;                 // block size of the decode kernel
   size_t decode_shared_bytes = 0;  // dynamic shared memory of one decode CTA
 };
