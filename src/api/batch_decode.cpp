@@ -600,9 +600,13 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   // K and V bytes of one token of an item (every KV head of a whole-page item).
   const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype) *
                              s.config.kv_heads_per_item;
-  const double overhead = is_fp8(s.config.kv_dtype) && !s.config.use_tensor_cores
-                              ? kItemOverheadBytesFp8
-                              : kItemOverheadBytes16Bit;
+  // An item's fixed cost is time (round trips): in bytes it grows with the CTA's share of its
+  // SM's bandwidth, one CTA per SM for whole-page items of 8 warps against the loop's
+  // 128-thread CTAs.
+  const double overhead = (is_fp8(s.config.kv_dtype) && !s.config.use_tensor_cores
+                               ? kItemOverheadBytesFp8
+                               : kItemOverheadBytes16Bit) *
+                          s.k.kernels.threads / kDecodeThreads;
   options.alpha = static_cast<float>(overhead / token_bytes / options.query_tile);
   options.fixed_split_size = s.config.fixed_split_size;
   options.disable_split_kv = s.config.disable_split_kv;

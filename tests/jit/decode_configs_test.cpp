@@ -55,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, ShippedDecodeKernels, ::testing::Values("sm_80",
 
 // The define values the shipped configs of one loop (or of both) are compiled with.
 struct ShippedDefines {
-  std::set<std::string> head_dims, rows, kv_dtypes, q_dtypes, variants, pages, loops;
+  std::set<std::string> head_dims, rows, kv_dtypes, q_dtypes, variants, pages, loops, item_heads;
 };
 ShippedDefines shipped_defines(bool tensor_cores_only) {
   ShippedDefines d;
@@ -68,6 +68,7 @@ ShippedDefines shipped_defines(bool tensor_cores_only) {
     d.q_dtypes.insert(define_value(k.decode, "FLARE_Q_DTYPE"));
     d.pages.insert(define_value(k.decode, "FLARE_PAGE_SIZE"));
     d.loops.insert(define_value(k.decode, "FLARE_DECODE_MMA"));
+    d.item_heads.insert(define_value(k.decode, "FLARE_ITEM_HEADS"));
     d.variants.insert(k.decode.variant_source);
   }
   return d;
@@ -92,6 +93,7 @@ TEST(ShippedDecodeConfigs, TensorCoreLoopCoversEveryHeadDimRowTileAndVariantFlag
   EXPECT_EQ(d.kv_dtypes.size(), 4u);  // f16, bf16 (q of the same type), e4m3, e5m2
   EXPECT_EQ(d.q_dtypes.size(), 2u);
   EXPECT_EQ(d.variants.size(), 2u);   // default, all three flags
+  EXPECT_EQ(d.item_heads, (std::set<std::string>{"1", "2", "4", "8"}));  // whole-page items
 }
 
 BatchDecodeConfig base_config() {
