@@ -92,8 +92,8 @@ struct Traits {
   static constexpr int kStages = FLARE_STAGES;
 
   static constexpr int kCombineFloats = kStateGroups * kRows * (kHeadDim + 2);
-  static_assert(kItemHeads == 1 || (kMma && (kItemHeads == 2 || kItemHeads == 4 ||
-                                             kItemHeads == 8)),
+  static_assert(kItemHeads == 1 ||
+                    (kMma && (kItemHeads == 2 || kItemHeads == 4 || kItemHeads == 8)),
                 "whole-page items: 2, 4 or 8 KV heads, on the tensor-core loop");
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   static constexpr int kLoopBytes = kPipelineBytes + kExchangeFloats * 4;
@@ -163,8 +163,8 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeom
   const int column = threadIdx.x % T::kChunksPerRow;
   const int first_row = copy_token();
   const int head = g.kv_head + copy_head();
-  const unsigned stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes) +
-                         copy_head() * T::kHeadTileBytes;
+  const unsigned stage =
+      shared_address(smem + (tile % T::kStages) * T::kStageBytes) + copy_head() * T::kHeadTileBytes;
   const unsigned char* k =
       static_cast<const unsigned char*>(p.k) + head * p.k_stride_head * T::kKVBytes + column * 16;
   const unsigned char* v =

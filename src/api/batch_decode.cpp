@@ -151,13 +151,13 @@ void validate_config(const BatchDecodeConfig& c) {
   const int heads = c.kv_heads_per_item;
   FLARE_CHECK(heads == 1 || heads == 2 || heads == 4 || heads == 8, ErrorCode::kInvalidArgument,
               kWhat, ": kv_heads_per_item must be 1, 2, 4 or 8, got ", heads);
-  FLARE_CHECK(heads == 1 || (c.use_tensor_cores && c.num_kv_heads % heads == 0 &&
-                             group_size(c) <= kMaxRowsPerItem),
-              ErrorCode::kUnsupported, kWhat, ": kv_heads_per_item = ", heads,
-              " needs use_tensor_cores, num_kv_heads divisible by it and at most ",
-              kMaxRowsPerItem, " query heads per KV head, got use_tensor_cores = ",
-              c.use_tensor_cores ? "true" : "false", ", num_kv_heads = ", c.num_kv_heads,
-              ", num_qo_heads = ", c.num_qo_heads);
+  FLARE_CHECK(
+      heads == 1 ||
+          (c.use_tensor_cores && c.num_kv_heads % heads == 0 && group_size(c) <= kMaxRowsPerItem),
+      ErrorCode::kUnsupported, kWhat, ": kv_heads_per_item = ", heads,
+      " needs use_tensor_cores, num_kv_heads divisible by it and at most ", kMaxRowsPerItem,
+      " query heads per KV head, got use_tensor_cores = ", c.use_tensor_cores ? "true" : "false",
+      ", num_kv_heads = ", c.num_kv_heads, ", num_qo_heads = ", c.num_qo_heads);
   // The mma operands share one type. 16-bit KV: q would be rounded to KV's (f16 q to bf16
   // loses 3 bits of every score's inputs, lse errors above 1e-3), so q and KV must already
   // agree. fp8 KV runs in f16, which holds fp8 and (scaled by a power of two) bf16 q exactly.
@@ -207,8 +207,8 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
     const int target = static_cast<int>(std::min<size_t>(
         kPipelineTargetBytesMmaPerSm / g.min_ctas_per_sm, max_shared_bytes_per_block));
     g.stages = std::clamp(target / stage_bytes, kMinStages, kMaxStages);
-    const size_t combine = static_cast<size_t>(g.threads / 32) * g.rows * (c.head_dim + 2) *
-                           sizeof(float);
+    const size_t combine =
+        static_cast<size_t>(g.threads / 32) * g.rows * (c.head_dim + 2) * sizeof(float);
     // The fused merge stages at least two partial slots of the item's rows a pass, and its
     // slot-lane combine (kernels/decode_merge.cuh FusedMerge): more than two stages hold for
     // fp8 items of 8 heads x 8 rows at D 256 on the A100 (2 stages of 64 KiB).
@@ -366,7 +366,8 @@ std::vector<BatchDecodeConfig> shipped_decode_configs() {
   };
   for (int head_dim : {64, 128, 256}) {
     const int heads = head_dim == 256 ? 4 : 8;
-    for (int group : {1, 4, 8}) add_heads(heads, head_dim, group, DType::kBF16, DType::kBF16, plain);
+    for (int group : {1, 4, 8})
+      add_heads(heads, head_dim, group, DType::kBF16, DType::kBF16, plain);
     add_heads(heads, head_dim, 8, DType::kBF16, DType::kBF16, all);
     add_heads(heads, head_dim, 4, DType::kF16, DType::kF16, all);
     add_heads(8, head_dim, 4, DType::kBF16, DType::kE4M3, plain);
@@ -453,8 +454,8 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.half_grid_shared_bytes));
   r.num_sms = props.num_sms;
   r.resident_ctas =
-      props.num_sms * static_cast<int>(resolved_ctas_per_sm(
-                          config, r.decode, r.kernels.threads, r.kernels.decode_shared_bytes));
+      props.num_sms * static_cast<int>(resolved_ctas_per_sm(config, r.decode, r.kernels.threads,
+                                                            r.kernels.decode_shared_bytes));
   r.waves = config.waves > 0 ? config.waves
                              : (config.use_tensor_cores ? kTensorCoreWaves : kCudaCoreWaves);
   r.num_ctas = r.resident_ctas * r.waves;
@@ -598,15 +599,15 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
     launch_shared_bytes = s.k.half_grid_shared_bytes;
   }
   // K and V bytes of one token of an item (every KV head of a whole-page item).
-  const double token_bytes = 2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype) *
-                             s.config.kv_heads_per_item;
+  const double token_bytes =
+      2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype) * s.config.kv_heads_per_item;
   // An item's fixed cost is time (round trips): in bytes it grows with the CTA's share of its
   // SM's bandwidth, one CTA per SM for whole-page items of 8 warps against the loop's
   // 128-thread CTAs.
-  const double overhead = (is_fp8(s.config.kv_dtype) && !s.config.use_tensor_cores
-                               ? kItemOverheadBytesFp8
-                               : kItemOverheadBytes16Bit) *
-                          s.k.kernels.threads / kDecodeThreads;
+  const double overhead =
+      (is_fp8(s.config.kv_dtype) && !s.config.use_tensor_cores ? kItemOverheadBytesFp8
+                                                               : kItemOverheadBytes16Bit) *
+      s.k.kernels.threads / kDecodeThreads;
   options.alpha = static_cast<float>(overhead / token_bytes / options.query_tile);
   options.fixed_split_size = s.config.fixed_split_size;
   options.disable_split_kv = s.config.disable_split_kv;

@@ -61,7 +61,9 @@ struct BatchDecodeConfig {
   // longest contiguous spans a shuffled page table has). The stage of one tile (16 tokens a
   // head; 32 for fp8 up to D 128) must stay within 64 KiB: 8 heads up to D 128, 4 at D 256.
   // Splits, merges and outputs are unchanged; rows per work item become kv_heads_per_item x
-  // the head group. Measured in docs/perf.md (decode v16).
+  // the head group. H200, docs/perf.md decode v16: faster at D 64 (b64 kv16384: 0.975 of the
+  // one-head time), slower at D 128 (b64 kv8192: 1.021), and much slower for a few long
+  // requests, whose split tiles one CTA merges whole (b1 kv32768: 2.1x).
   int kv_heads_per_item = 1;
 
   // Scheduler knobs (plan/plan.h PlanOptions): fixed_split_size > 0 gives batch-invariant
@@ -164,9 +166,9 @@ class BatchDecode {
 // constructor compiles and what the CI test compiles for every shipped configuration without a
 // GPU.
 struct BatchDecodeKernels {
-  jit::KernelSpec decode;          // entry "flare_decode"
-  int rows_per_item = 0;  // packed rows per work item the kernel was built for (all its heads)
-  int threads = 0;                 // block size of the decode kernel
+  jit::KernelSpec decode;  // entry "flare_decode"
+  int rows_per_item = 0;   // packed rows per work item the kernel was built for (all its heads)
+  int threads = 0;         // block size of the decode kernel
   size_t decode_shared_bytes = 0;  // dynamic shared memory of one decode CTA
 };
 // The shared memory one decode CTA may use on the target GPU is its opt-in limit per block
