@@ -2,12 +2,7 @@
 // FLARE_APPEND_VEC_BYTES-wide loads and stores (16 when pointers and strides allow it).
 #pragma once
 
-#ifdef __CUDACC_RTC__
-typedef int int32_t;
-typedef long long int64_t;
-#else
-#include <cstdint>
-#endif
+#include "index_check.cuh"
 
 namespace flare {
 
@@ -18,10 +13,14 @@ struct AppendPagedKVParams {
   char* v_pages;
   const char* append_k;
   const char* append_v;
+  // Index data is the caller's and never trusted: a token whose indices fall outside these
+  // arrays or the cache is skipped and recorded in index_error.
   const int32_t* batch_indices;  // [nnz]; negative: padding, skipped
   const int32_t* positions;      // [nnz]
   const int32_t* kv_indptr;      // [batch + 1], pages
-  const int32_t* kv_indices;     // [>= kv_indptr[batch]]
+  const int32_t* kv_indices;     // [num_indices]
+  IndexErrorRecord* index_error;
+  int64_t num_indices;
   int64_t k_page_stride;
   int64_t k_slot_stride;
   int64_t k_head_stride;
@@ -64,18 +63,33 @@ struct alignas(kVecBytes) Vec {
   unsigned char bytes[kVecBytes];
 };
 
-// Byte offset of token `token`'s slot in the page pool, or -1 when its indices are out of
-// range (bad input must never write outside the cache).
+// The page of token `token` (and its slot), or -1 when the token is padding or its indices are
+// out of range (recorded: bad input must never write outside the cache, nor vanish silently).
 __device__ __forceinline__ int64_t slot_of(const AppendPagedKVParams& p, int64_t token,
                                            int64_t* slot) {
   const int32_t request = p.batch_indices[token];
+  if (request < 0) return -1;  // padding
+  if (request >= p.batch) {
+    record_index_error(p.index_error, kIndexErrorRequest, request, token, request);
+    return -1;
+  }
   const int32_t pos = p.positions[token];
-  if (request < 0 || request >= p.batch || pos < 0) return -1;
-  const int32_t first_page = p.kv_indptr[request];
+  const int64_t first_page = p.kv_indptr[request];
   const int64_t pages = p.kv_indptr[request + 1] - first_page;
-  if (pos >= pages * p.page_size) return -1;
-  const int32_t page = p.kv_indices[first_page + pos / p.page_size];
-  if (page < 0 || page >= p.num_pages) return -1;
+  if (first_page < 0 || pages < 0 || first_page + pages > p.num_indices) {
+    record_index_error(p.index_error, kIndexErrorPageRange, request, request, first_page);
+    return -1;
+  }
+  if (pos < 0 || pos >= pages * p.page_size) {
+    record_index_error(p.index_error, kIndexErrorPosition, request, token, pos);
+    return -1;
+  }
+  const int64_t entry = first_page + pos / p.page_size;
+  const int32_t page = p.kv_indices[entry];
+  if (page < 0 || page >= p.num_pages) {
+    record_index_error(p.index_error, kIndexErrorPageId, request, entry, page);
+    return -1;
+  }
   *slot = pos % p.page_size;
   return page;
 }

@@ -29,7 +29,7 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, const WorkIt
   store_16bit4<T::kQCode>(o + ((token * p.o_stride_token + head * p.o_stride_head) + quad * 4) * 2,
                           acc);
   if (p.lse != nullptr && quad == 0) {
-    p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
+    p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse * p.lse_scale;
   }
 }
 
@@ -85,11 +85,9 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
     } else {
       const long long slot_row =
           static_cast<long long>(item.partial_slot) * p.offsets.partial_rows + row;
-      float* partial_o = reinterpret_cast<float*>(p.workspace + p.offsets.partial_o);
-      float* partial_lse = reinterpret_cast<float*>(p.workspace + p.offsets.partial_lse);
-      *reinterpret_cast<float4*>(partial_o + slot_row * T::kHeadDim + quad * 4) =
+      *reinterpret_cast<float4*>(p.offsets.partial_o + slot_row * T::kHeadDim + quad * 4) =
           make_float4(acc[0], acc[1], acc[2], acc[3]);
-      if (quad == 0) partial_lse[slot_row] = lse;
+      if (quad == 0) p.offsets.partial_lse[slot_row] = lse;
     }
   }
 }
@@ -116,6 +114,7 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
 
   ItemGeometry g;
   g.kv_head = item.kv_head * T::kItemHeads;  // a super head of kItemHeads KV heads (Traits)
+  g.request = item.request;
   g.page_base = record.meta.page_begin;
   g.kv_hi = item.kv_end;
   const int q_pos = kv_len - 1;  // one query token per request, bottom-right aligned
@@ -182,6 +181,7 @@ extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads,
                                              flare::decode::Traits::kMinCtasPerSm)
     flare_decode(const flare::DecodeParams params) {
   extern __shared__ __align__(16) unsigned char flare_decode_smem[];
+  flare::wait_for_prior_grids();
   // One load (64 bytes) to the CTA's queue and its first item; the next item's record is in
   // flight while each item streams. The empty-queue test reads a field of each 16-byte part
   // (request, kv_begin and page_begin are never negative): otherwise ptxas sinks three of the

@@ -126,8 +126,8 @@ __device__ __forceinline__ void merge_split_tile(const DecodeParams& p, const Wo
   const int rows = item.row_end - item.row_begin;
   const int sub = threadIdx.x / M::kUnitThreads;
   const int partial_rows = p.offsets.partial_rows;  // rows per slot, <= kItemRows
-  const float* partial_o = reinterpret_cast<const float*>(p.workspace + p.offsets.partial_o);
-  const float* partial_lse = reinterpret_cast<const float*>(p.workspace + p.offsets.partial_lse);
+  const float* partial_o = p.offsets.partial_o;
+  const float* partial_lse = p.offsets.partial_lse;
 
   SlotSum sums[M::kUnitsPerThread];
 #pragma unroll

@@ -9,6 +9,7 @@ typedef int int32_t;
 #include <cstdint>
 #endif
 
+#include "index_check.cuh"
 #include "plan_types.cuh"
 
 namespace flare {
@@ -32,7 +33,9 @@ struct VariantParams {
   const float* alibi_slopes;  // float32 [H_qo] on the device, natural-log units
 };
 
-// Byte offsets of the plan sections inside the workspace (plan/plan.h WorkspaceLayout).
+// Byte offsets of the plan sections inside the workspace (plan/plan.h WorkspaceLayout), and the
+// partial states' scratch, which may live in a buffer of the caller's (BatchDecodeConfig /
+// BatchPrefillConfig scratch).
 struct WorkspaceOffsets {
   int64_t counts;
   int64_t cta_indptr;
@@ -40,8 +43,8 @@ struct WorkspaceOffsets {
   int64_t merge_indptr;
   int64_t merge_items;
   int64_t merge_slots;
-  int64_t partial_o;
-  int64_t partial_lse;
+  float* partial_o;    // [partial slots][partial_rows][D_vo]
+  float* partial_lse;  // [partial slots][partial_rows], natural log
   int32_t partial_rows;  // rows of one partial slot (max_query_tile)
   int32_t reserved;
 };
@@ -74,6 +77,12 @@ struct DecodeParams {
   void* o;                    // [batch, H_qo, D]
   float* lse;                 // [batch, H_qo] or null
   const int32_t* kv_indices;  // page ids (page ranges and lengths come from the plan)
+  // Bounds of the index data: kv_indices entries and cache pages (K's and V's fewer). A page
+  // id outside [0, num_pages), or an entry at or past num_indices, is not read: its token's K
+  // and V are zeros, and index_error records it.
+  int32_t num_indices;
+  int32_t num_pages;
+  IndexErrorRecord* index_error;
   unsigned char* workspace;
   WorkspaceOffsets offsets;
   const DecodeCtaStart* cta_starts;  // [grid] in the workspace
@@ -86,9 +95,9 @@ struct DecodeParams {
   int64_t o_stride_token, o_stride_head;
   int64_t lse_stride_token, lse_stride_head;
   int32_t group_size;  // H_qo / H_kv
-  float k_scale;       // real K = stored K * k_scale (1 unless fp8)
+  float k_scale;       // real K = stored K * k_scale (1 unless fp8), times run()'s q_scale
   float v_scale;       // real V = stored V * v_scale
-  int32_t reserved;
+  float lse_scale;     // the stored lse is the natural-log lse times this (log2(e): base 2)
   VariantParams variant;
 };
 
@@ -102,7 +111,7 @@ struct MergeParams {
   int64_t o_stride_token, o_stride_head;
   int64_t lse_stride_token, lse_stride_head;
   int32_t group_size;
-  int32_t reserved;
+  float lse_scale;  // as DecodeParams::lse_scale
   // Prefill: [batch + 1] query tokens per request (MergeItem.request indexes it); null for
   // decode, where request i is query token i.
   const int32_t* qo_indptr;

@@ -133,7 +133,12 @@ struct ItemGeometry {
   int page_base;     // first entry of the request's page list
   int num_tiles;
   int kv_head;  // the item's first KV head
+  int request;  // for the index error record
 };
+
+// fetch_pages' stand-in for a page id that is out of range (or whose entry is): not negative,
+// so run_item's dependency trick (all ids >= 0) holds, and issue_tile reads nothing for it.
+constexpr int kUnreadPage = 0x7fffffff;
 
 // This thread's copy row: its token in a tile and its KV head within the item.
 __device__ __forceinline__ int copy_token() {
@@ -149,7 +154,19 @@ __device__ __forceinline__ void fetch_pages(const DecodeParams& p, const ItemGeo
 #pragma unroll
   for (int i = 0; i < T::kCopiesPerThread; ++i) {
     const int token = first_token + i * T::kCopyTokenStride;
-    pages[i] = token < g.kv_hi ? __ldg(p.kv_indices + g.page_base + token / T::kPageSize) : 0;
+    const int entry = g.page_base + token / T::kPageSize;
+    int page = 0;
+    if (token < g.kv_hi) {
+      // One unsigned compare per id: the table is the caller's data, never trusted.
+      page = entry < p.num_indices ? __ldg(p.kv_indices + entry) : -1;
+      if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) {
+        record_index_error(p.index_error,
+                           entry >= p.num_indices ? kIndexErrorEntry : kIndexErrorPageId,
+                           g.request, entry, page);
+        page = kUnreadPage;
+      }
+    }
+    pages[i] = page;
   }
 }
 
@@ -177,14 +194,14 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeom
 #pragma unroll
   for (int i = 0; i < T::kCopiesPerThread; ++i) {
     const int token = first_token + i * T::kCopyTokenStride;
-    // Else pages[i] is 0: the address stays in page 0.
-    const bool valid = token < g.kv_hi && ready;
+    // An invalid copy reads nothing and zero-fills; its address stays in page 0.
+    const bool valid = token < g.kv_hi && ready && pages[i] != kUnreadPage;
+    const long long page = valid ? pages[i] : 0;
     const int slot = static_cast<int>(static_cast<unsigned>(token) % T::kPageSize);
     const unsigned offset = stage_offset(first_row + i * T::kCopyTokenStride, column);
-    cp_async_16(stage + offset,
-                k + slot * k_slot_bytes + static_cast<long long>(pages[i]) * k_page_bytes, valid);
-    cp_async_16(stage + T::kTileBytes + offset,
-                v + slot * v_slot_bytes + static_cast<long long>(pages[i]) * v_page_bytes, valid);
+    cp_async_16(stage + offset, k + slot * k_slot_bytes + page * k_page_bytes, valid);
+    cp_async_16(stage + T::kTileBytes + offset, v + slot * v_slot_bytes + page * v_page_bytes,
+                valid);
   }
 }
 

@@ -28,6 +28,18 @@ struct alignas(8) Vec8 {
   unsigned int x, y;
 };
 
+// Programmatic dependent launch (sm_90+). A kernel launched with it may start while the
+// previous kernel of its stream still runs: it waits here for that kernel's completion and
+// memory before touching global memory. Without the launch attribute (or before sm_90) this is
+// a no-op. Every flare kernel calls it first, then lets its own dependents launch: they wait
+// in turn, so correctness never depends on when they start.
+__device__ __forceinline__ void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" :::);
+#endif
+}
+
 __device__ __forceinline__ unsigned shared_address(const void* pointer) {
   return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
 }

@@ -34,8 +34,8 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   const int lane = threadIdx.x % 32;
   const unsigned char* ws = p.workspace;
   const int* slots = reinterpret_cast<const int*>(ws + p.offsets.merge_slots);
-  const float* partial_o = reinterpret_cast<const float*>(ws + p.offsets.partial_o);
-  const float* partial_lse = reinterpret_cast<const float*>(ws + p.offsets.partial_lse);
+  const float* partial_o = p.offsets.partial_o;
+  const float* partial_lse = p.offsets.partial_lse;
 
   float lse_max = negative_infinity();
   for (int i = slot_begin + lane; i < slot_end; i += 32) {
@@ -104,7 +104,7 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   }
   if (p.lse != nullptr && lane == 0) {
     p.lse[token * p.lse_stride_token + head * p.lse_stride_head] =
-        empty ? negative_infinity() : lse_max + fast_log2(denominator) * kLn2;
+        empty ? negative_infinity() : (lse_max + fast_log2(denominator) * kLn2) * p.lse_scale;
   }
 }
 
@@ -113,6 +113,7 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
 extern "C" __global__ void __launch_bounds__(flare::merge::Traits::kThreads)
     flare_merge(const flare::MergeParams params) {
   using flare::merge::T;
+  flare::wait_for_prior_grids();
   const unsigned char* ws = params.workspace;
   const auto* counts = reinterpret_cast<const flare::PlanCounts*>(ws + params.offsets.counts);
   const int* merge_indptr = reinterpret_cast<const int*>(ws + params.offsets.merge_indptr);

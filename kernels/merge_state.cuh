@@ -48,6 +48,7 @@ struct MergeRows {
   int32_t num_heads;
   int32_t vectors_per_row;  // D / (FLARE_MERGE_VEC_BYTES / element bytes); 0 when D is 0
   int32_t lanes_per_row;    // power of two in [1, 32]
+  int32_t lse_base2;        // 1: every s is log2 of its sum (FlashInfer's), 0: natural log
 };
 
 // merge_state / merge_state_in_place: out = a ⊕ b; in place, out is a.
@@ -215,16 +216,18 @@ __device__ __forceinline__ const char* row_of(const MergeStateTensor& t, int64_t
   return t.v + seq * t.v_seq_stride + state * t.v_state_stride + head * t.v_head_stride;
 }
 
-// Natural-log LSE of a merged row from the largest input LSE and the sum of the weights
-// e^(s_i - max); -inf when every input was -inf (no keys seen).
-__device__ __forceinline__ float merged_lse(float lse_max, float weight_sum) {
-  return lse_max == negative_infinity() ? negative_infinity() : lse_max + logf(weight_sum);
+// LSE of a merged row, in the inputs' base, from the largest input LSE and the sum of the
+// weights b^(s_i - max); -inf when every input was -inf (no keys seen).
+__device__ __forceinline__ float merged_lse(float lse_max, float weight_sum, bool base2) {
+  if (lse_max == negative_infinity()) return negative_infinity();
+  return lse_max + (base2 ? log2f(weight_sum) : logf(weight_sum));
 }
 
-// e^(lse - lse_max), or 0 for a state that saw no keys (its v is never read into the sum: it
-// may hold anything, NaN included).
-__device__ __forceinline__ float weight_of(float lse, float lse_max) {
-  return lse == negative_infinity() ? 0.0f : expf(lse - lse_max);
+// b^(lse - lse_max) (b = e, or 2 for base-2 LSEs), or 0 for a state that saw no keys (its v is
+// never read into the sum: it may hold anything, NaN included).
+__device__ __forceinline__ float weight_of(float lse, float lse_max, bool base2) {
+  if (lse == negative_infinity()) return 0.0f;
+  return base2 ? exp2f(lse - lse_max) : expf(lse - lse_max);
 }
 
 }  // namespace flare::merge_state_kernel
@@ -251,8 +254,9 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
     if (!active) continue;
 
     const float lse_max = fmaxf(lse_a, lse_b);
-    const float weight_a = weight_of(lse_a, lse_max);
-    const float weight_b = weight_of(lse_b, lse_max);
+    const bool base2 = p.rows.lse_base2 != 0;
+    const float weight_a = weight_of(lse_a, lse_max, base2);
+    const float weight_b = weight_of(lse_b, lse_max, base2);
     const float weight_sum = weight_a + weight_b;
     const float norm = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
     const char* row_a = row_of(p.a, seq, 0, head);
@@ -274,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
     }
     if (slot.lane_in_row == 0) {
       p.out.s[seq * p.out.s_seq_stride + head * p.out.s_head_stride] =
-          merged_lse(lse_max, weight_sum);
+          merged_lse(lse_max, weight_sum, base2);
     }
   }
 }
@@ -294,11 +298,12 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
     const unsigned seq = row / p.rows.num_heads;
     const unsigned head = row % p.rows.num_heads;
 
+    const bool base2 = p.rows.lse_base2 != 0;
     float lse_max = flare::negative_infinity();
     for (int i = 0; i < p.num_states; ++i) lse_max = fmaxf(lse_max, lse_at(p.states, seq, i, head));
     float weight_sum = 0.0f;
     for (int i = 0; i < p.num_states; ++i)
-      weight_sum += weight_of(lse_at(p.states, seq, i, head), lse_max);
+      weight_sum += weight_of(lse_at(p.states, seq, i, head), lse_max, base2);
     const float norm = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
 
     const char* row_in = row_of(p.states, seq, 0, head);
@@ -315,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
         for (int u = 0; u < T::kStatesInFlight; ++u) {
           const int i = first + u;
           const bool in_range = i < p.num_states;
-          weights[u] = in_range ? weight_of(lse_at(p.states, seq, i, head), lse_max) : 0.0f;
+          weights[u] = in_range ? weight_of(lse_at(p.states, seq, i, head), lse_max, base2) : 0.0f;
           if (in_range) stored[u] = load_stored(column + i * p.states.v_state_stride);
         }
 #pragma unroll
@@ -333,7 +338,7 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
     }
     if (slot.lane_in_row == 0) {
       p.out.s[seq * p.out.s_seq_stride + head * p.out.s_head_stride] =
-          merged_lse(lse_max, weight_sum);
+          merged_lse(lse_max, weight_sum, base2);
     }
   }
 }

@@ -189,6 +189,7 @@ __device__ __forceinline__ ItemGeometry item_geometry(const PrefillParams& p,
                                                       const WorkItem& item) {
   ItemGeometry g;
   g.kv_head = item.kv_head;
+  g.request = item.request;
   g.rows = item.row_end - item.row_begin;
   g.qo_begin = __ldg(p.qo_indptr + item.request);
   const int q_len = __ldg(p.qo_indptr + item.request + 1) - g.qo_begin;
@@ -427,6 +428,7 @@ __device__ __forceinline__ const unsigned char* workspace_of(const flare::Prefil
 extern "C" __global__ void __launch_bounds__(flare::prefill::Traits::kThreads, 1)
     flare_prefill(const flare::PrefillParams params) {
   extern __shared__ __align__(128) unsigned char flare_prefill_smem[];
+  flare::wait_for_prior_grids();
   const auto counts = [&params] {
     return reinterpret_cast<const flare::PlanCounts*>(workspace_of(params) + params.offsets.counts);
   };

@@ -121,7 +121,7 @@ __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkIte
       acc[7] = fmaf(weight, hi.w, acc[7]);
     }
     const bool empty = denominator == 0.0f;
-    const float norm = empty ? 0.0f : 1.0f / denominator;
+    const float norm = empty ? 0.0f : p.v_scale / denominator;
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= norm;
     const float lse = empty ? negative_infinity() : (m_max + fast_log2(denominator)) * kLn2;
@@ -139,17 +139,15 @@ __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkIte
       *reinterpret_cast<Vec16*>(
           o + (token * p.o_stride_token + head * p.o_stride_head + chunk * 8) * 2) = out;
       if (p.lse != nullptr && chunk == 0) {
-        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse;
+        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse * p.lse_scale;
       }
     } else {
       const long long slot_row =
           static_cast<long long>(item.partial_slot) * p.offsets.partial_rows + r;
-      float* partial_o = reinterpret_cast<float*>(p.workspace + p.offsets.partial_o);
-      float* partial_lse = reinterpret_cast<float*>(p.workspace + p.offsets.partial_lse);
-      float* dst = partial_o + slot_row * T::kHeadDimVO + chunk * 8;
+      float* dst = p.offsets.partial_o + slot_row * T::kHeadDimVO + chunk * 8;
       *reinterpret_cast<float4*>(dst) = make_float4(acc[0], acc[1], acc[2], acc[3]);
       *reinterpret_cast<float4*>(dst + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-      if (chunk == 0) partial_lse[slot_row] = lse;
+      if (chunk == 0) p.offsets.partial_lse[slot_row] = lse;
     }
   }
 }

@@ -6,30 +6,55 @@
 
 namespace flare::prefill {
 
+// Stand-in page id for an entry past the end of kv_indices (never a valid page: the readers'
+// range check turns it into a zero-filled row; page_in_range tells it from a stored id by the
+// entry).
+constexpr int kUnreadPage = 0x7fffffff;
+
 // Page ids of tile `tile`, one per KV row, into page-id slot tile % kStages with 4-byte
 // cp.async (rows past the item read nothing and get 0): they land with the copy group they are
 // committed in, a tile before the copies that read them, and occupy no register meanwhile.
+// The ids are the caller's data: readers range-check them (load_row_pages, kv_element).
 __device__ __forceinline__ void issue_page_ids(const PrefillParams& p, const ItemGeometry& g,
                                                int tile, unsigned char* smem) {
   if (thread_index() < T::kKvTile) {
     const int pos = g.kv_lo + tile * T::kKvTile + thread_index();
     const bool valid = pos < g.kv_hi;
+    const long long entry = g.kv_base + pos / T::kPageSize;
     const unsigned dst = shared_address(smem + T::kPageIdsOffset) +
                          ((tile % T::kStages) * T::kKvTile + thread_index()) * 4;
-    const int* src = p.kv_indices + (valid ? g.kv_base + pos / T::kPageSize : 0);
+    if (valid && entry >= p.num_indices) {
+      record_index_error(p.index_error, kIndexErrorEntry, g.request, entry, -1);
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(kUnreadPage) : "memory");
+      return;
+    }
+    const int* src = p.kv_indices + (valid ? entry : 0);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                  "r"(valid ? 4 : 0)
                  : "memory");
   }
 }
 
-// Element offset of KV position `pos` (row `row` of its tile) under this item's KV head.
-__device__ __forceinline__ long long kv_element(const ItemGeometry& g, int pos, int row,
-                                                const int* page_ids, long long stride_page,
-                                                long long stride_slot, long long stride_head) {
+// Whether page id `page` (of the row at KV position `pos`) lies in the cache; records it when
+// not (an entry past kv_indices was recorded where it was issued).
+__device__ __forceinline__ bool page_in_range(const PrefillParams& p, const ItemGeometry& g,
+                                              int pos, int page) {
+  if (static_cast<unsigned>(page) < static_cast<unsigned>(p.num_pages)) return true;
+  const long long entry = g.kv_base + pos / T::kPageSize;
+  if (entry < p.num_indices) record_index_error(p.index_error, kIndexErrorPageId, g.request, entry, page);
+  return false;
+}
+
+// Element offset of KV position `pos` (row `row` of its tile) under this item's KV head; -1
+// (a zero-filled row) for a page id out of range.
+__device__ __forceinline__ long long kv_element(const PrefillParams& p, const ItemGeometry& g,
+                                                int pos, int row, const int* page_ids,
+                                                long long stride_page, long long stride_slot,
+                                                long long stride_head) {
   if constexpr (T::kPaged) {
-    return page_ids[row] * stride_page + (pos % T::kPageSize) * stride_slot +
-           g.kv_head * stride_head;
+    const int page = page_ids[row];
+    if (!page_in_range(p, g, pos, page)) return -1;
+    return page * stride_page + (pos % T::kPageSize) * stride_slot + g.kv_head * stride_head;
   } else {
     return (g.kv_base + pos) * stride_page + g.kv_head * stride_head;
   }
@@ -83,25 +108,36 @@ struct FullTileRows {
   static constexpr bool kExact = T::kThreads % kChunks == 0 && T::kKvTile % kRowStep == 0;
 };
 
-// Paged: the page ids of this thread's rows of the tile.
+// Paged: the page ids of this thread's rows of the tile (whose first KV position is `start`);
+// returns a bit per row whose id is out of range (its id becomes 0, its copy reads nothing).
 template <int kChunks>
-__device__ __forceinline__ void load_row_pages(const int* page_ids,
-                                               int (&pages)[FullTileRows<kChunks>::kCopies]) {
+__device__ __forceinline__ unsigned load_row_pages(const PrefillParams& p, const ItemGeometry& g,
+                                                   int start, const int* page_ids,
+                                                   int (&pages)[FullTileRows<kChunks>::kCopies]) {
+  static_assert(FullTileRows<kChunks>::kCopies <= 32, "one bit per copy");
   const int row0 = thread_index() / kChunks;
+  unsigned unread = 0;
 #pragma unroll
   for (int i = 0; i < FullTileRows<kChunks>::kCopies; ++i) {
-    pages[i] = page_ids[row0 + i * FullTileRows<kChunks>::kRowStep];
+    const int row = row0 + i * FullTileRows<kChunks>::kRowStep;
+    pages[i] = page_ids[row];
+    if (static_cast<unsigned>(pages[i]) >= static_cast<unsigned>(p.num_pages)) {
+      page_in_range(p, g, start + row, pages[i]);
+      unread |= 1u << i;
+      pages[i] = 0;
+    }
   }
+  return unread;
 }
 
 // kv_row: ragged, the tile's first KV token; paged, its first position. kv_head: the item's.
-// pages: paged, load_row_pages' ids (unused for ragged KV).
+// pages, unread: paged, load_row_pages' ids and out-of-range bits (unused for ragged KV).
 template <int kChunks>
 __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, long long kv_row,
                                                int kv_head,
                                                const int (&pages)[FullTileRows<kChunks>::kCopies],
-                                               long long stride_page, long long stride_slot,
-                                               long long stride_head) {
+                                               unsigned unread, long long stride_page,
+                                               long long stride_slot, long long stride_head) {
   constexpr int kRowStep = FullTileRows<kChunks>::kRowStep;
   constexpr int kCopies = FullTileRows<kChunks>::kCopies;
   static_assert(FullTileRows<kChunks>::kExact, "whole rows per pass");
@@ -130,8 +166,14 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       const int row = row0 + i * kRowStep;
-      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, tid % kChunks),
-                  slot_address[i % kSlots] + static_cast<long long>(pages[i]) * page_bytes);
+      const unsigned to = dst + mma::swizzled_offset<kChunks * 16>(row, tid % kChunks);
+      const unsigned char* from =
+          slot_address[i % kSlots] + static_cast<long long>(pages[i]) * page_bytes;
+      if (unread & (1u << i)) {
+        cp_async_16(to, from, false);  // zeros; `from` is in page 0
+      } else {
+        cp_async_16(to, from);
+      }
     }
   } else {
     const unsigned char* src = head + (kv_row + row0) * stride_page * 2;
@@ -159,18 +201,21 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
       const int kv_head = g.kv_head;
       int k_pages[FullTileRows<T::kQKChunks>::kCopies] = {};
       int v_pages[FullTileRows<T::kVChunks>::kCopies] = {};
+      unsigned k_unread = 0;
+      unsigned v_unread = 0;
       if constexpr (T::kPaged) {
-        load_row_pages<T::kQKChunks>(page_ids, k_pages);
+        k_unread = load_row_pages<T::kQKChunks>(p, g, start, page_ids, k_pages);
         if constexpr (T::kVChunks == T::kQKChunks) {
 #pragma unroll
           for (int i = 0; i < FullTileRows<T::kVChunks>::kCopies; ++i) v_pages[i] = k_pages[i];
+          v_unread = k_unread;
         } else {
-          load_row_pages<T::kVChunks>(page_ids, v_pages);
+          v_unread = load_row_pages<T::kVChunks>(p, g, start, page_ids, v_pages);
         }
       }
-      copy_full_tile<T::kQKChunks>(k_dst, p.k, kv_row, kv_head, k_pages, p.k_stride_page,
-                                   p.k_stride_slot, p.k_stride_head);
-      copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, kv_row, kv_head, v_pages,
+      copy_full_tile<T::kQKChunks>(k_dst, p.k, kv_row, kv_head, k_pages, k_unread,
+                                   p.k_stride_page, p.k_stride_slot, p.k_stride_head);
+      copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, kv_row, kv_head, v_pages, v_unread,
                                   p.v_stride_page, p.v_stride_slot, p.v_stride_head);
       return;
     }
@@ -178,13 +223,13 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
   const int tid = thread_index();
   copy_rows<T::kKvTile, T::kQKChunks>(k_dst, p.k, tid, [&](int row) -> long long {
     const int pos = start + row;
-    return pos < g.kv_hi ? kv_element(g, pos, row, page_ids, p.k_stride_page, p.k_stride_slot,
+    return pos < g.kv_hi ? kv_element(p, g, pos, row, page_ids, p.k_stride_page, p.k_stride_slot,
                                       p.k_stride_head)
                          : -1;
   });
   copy_rows<T::kKvTile, T::kVChunks>(k_dst + T::kKBytes, p.v, tid, [&](int row) -> long long {
     const int pos = start + row;
-    return pos < g.kv_hi ? kv_element(g, pos, row, page_ids, p.v_stride_page, p.v_stride_slot,
+    return pos < g.kv_hi ? kv_element(p, g, pos, row, page_ids, p.v_stride_page, p.v_stride_slot,
                                       p.v_stride_head)
                          : -1;
   });

@@ -20,12 +20,18 @@ struct PrefillParams {
   const void* v;  // same with D_vo
   void* o;        // [total_q, H_qo, D_vo]
   float* lse;     // [total_q, H_qo] or null
+  // The request tables are the plan's (staged in the workspace from the host's validated
+  // arrays), never the caller's device arrays: only page ids are read from caller memory.
   const int32_t* qo_indptr;          // [batch + 1] query tokens
   const int32_t* kv_indptr;          // [batch + 1] tokens (ragged) or pages (paged)
   const int32_t* kv_indices;         // paged: page ids
   const int32_t* kv_last_page_len;   // paged: [batch]
   const unsigned char* custom_mask;  // kMaskCustom: packed bits
   const int32_t* mask_indptr;        // kMaskCustom: [batch + 1] byte offsets
+  // Paged: bounds of the index data, as DecodeParams' (an out-of-range page's rows are zeros).
+  int32_t num_indices;
+  int32_t num_pages;
+  IndexErrorRecord* index_error;
   unsigned char* workspace;
   WorkspaceOffsets offsets;
   // Zeroed before each launch: CTAs take the plan's work items in array order from this
@@ -38,6 +44,8 @@ struct PrefillParams {
   int64_t o_stride_token, o_stride_head;
   int64_t lse_stride_token, lse_stride_head;
   int32_t group_size;  // H_qo / H_kv
+  float v_scale;       // multiplies the output (FlashInfer's v_scale)
+  float lse_scale;     // the stored lse is the natural-log lse times this (log2(e): base 2)
   int32_t reserved;
   VariantParams variant;
 };

@@ -135,6 +135,7 @@ struct ItemGeometry {
   int qo_begin;      // first query token of the request
   int kv_lo, kv_hi;  // KV positions this item reads
   int num_tiles;
+  int request;        // for the index error record
   long long kv_base;  // ragged: first KV token of the request; paged: first page-table entry
   int q_pos_first, q_pos_last;  // KV positions of the item's first and last token
   int q_offset;                 // kv_len - q_len: KV position of the request's token 0

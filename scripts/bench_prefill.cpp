@@ -222,8 +222,7 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
   const int64_t kv_rows = std::max(total_kv, num_pages * kPageSize);
   cuda::DeviceBuffer k = random_bf16(kv_rows * row, 2);
   cuda::DeviceBuffer v = random_bf16(kv_rows * row, 3);
-  DeviceInts d_qo(qo_indptr), d_kv(kv_indptr), d_pages(page_indptr), d_ids(page_ids),
-      d_last(last_page_len);
+  DeviceInts d_pages(page_indptr), d_ids(page_ids), d_last(last_page_len);
   cuda::OwnedStream stream;
 
   BatchPrefillConfig config = prefill_config(static_cast<int>(q_lens.size()), total_q);
@@ -233,10 +232,10 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
   config.kv = PrefillKV::kRagged;
   BatchPrefill ragged(config);
   ragged.plan(qo_indptr, kv_indptr, {}, stream.get());
-  RaggedKV rkv{view(k.data(), DType::kBF16, {total_kv, kHeads, kHeadDim}),
-               view(v.data(), DType::kBF16, {total_kv, kHeads, kHeadDim}), d_kv.tensor};
-  const double ragged_ms = median_ms(
-      stream.get(), [&] { ragged.run(qv, d_qo.tensor, rkv, ov, std::nullopt, stream.get()); });
+  const TensorView rk = view(k.data(), DType::kBF16, {total_kv, kHeads, kHeadDim});
+  const TensorView rv = view(v.data(), DType::kBF16, {total_kv, kHeads, kHeadDim});
+  const double ragged_ms =
+      median_ms(stream.get(), [&] { ragged.run(qv, rk, rv, ov, std::nullopt, stream.get()); });
   tiles = std::to_string(ragged.last_tiles().query_tile) + "x" +
           std::to_string(ragged.last_tiles().kv_tile);
 
@@ -245,8 +244,9 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
   BatchPrefill paged(config);
   paged.plan(qo_indptr, page_indptr, last_page_len, stream.get());
   const PagedKV pkv = paged_kv(k, v, num_pages, d_pages.tensor, d_ids.tensor, d_last.tensor);
-  const double paged_ms = median_ms(
-      stream.get(), [&] { paged.run(qv, d_qo.tensor, pkv, ov, std::nullopt, stream.get()); });
+  const double paged_ms = median_ms(stream.get(), [&] {
+    paged.run(qv, PagedKVPages::of(pkv), ov, std::nullopt, stream.get());
+  });
   return {flops / ragged_ms / 1e9, flops / paged_ms / 1e9};
 }
 
@@ -300,7 +300,7 @@ AppendVsDecode append_vs_decode() {
   const std::vector<int32_t> page_indptr =
       prefix(std::vector<int32_t>(kAppendBatch, pages_per_request));
   const std::vector<int32_t> full_last(kAppendBatch, kPageSize);
-  DeviceInts d_qo(qo_indptr), d_pages(page_indptr), d_ids(page_ids), d_last(full_last);
+  DeviceInts d_pages(page_indptr), d_ids(page_ids), d_last(full_last);
   BatchPrefillConfig config = prefill_config(kAppendBatch, total_q);
   config.kv = PrefillKV::kPaged;
   config.page_size = kPageSize;
@@ -310,7 +310,7 @@ AppendVsDecode append_vs_decode() {
   const TensorView q_all = view(q.data(), DType::kBF16, {total_q, kHeads, kHeadDim});
   const TensorView o_all = view(o_append.data(), DType::kBF16, {total_q, kHeads, kHeadDim});
   result.append_ms = median_ms(stream.get(), [&] {
-    append.run(q_all, d_qo.tensor, append_kv, o_all, std::nullopt, stream.get());
+    append.run(q_all, PagedKVPages::of(append_kv), o_all, std::nullopt, stream.get());
   });
 
   // Decode: per step, the host arrays plan() takes and the device page table run() reads,

@@ -10,7 +10,8 @@ NotImplementedError naming it.
 from . import _flare
 from .cascade import merge_state, merge_state_in_place, merge_states
 from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
-from .page import append_paged_kv_cache, get_batch_indices_positions
+from .page import (append_paged_kv_cache, check_append_paged_kv_cache,
+                   get_batch_indices_positions)
 from .prefill import (BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper,
                       single_prefill_with_kv_cache)
 
@@ -27,6 +28,7 @@ __all__ = [
     "BatchPrefillWithPagedKVCacheWrapper",
     "BatchPrefillWithRaggedKVCacheWrapper",
     "append_paged_kv_cache",
+    "check_append_paged_kv_cache",
     "cuda_available",
     "get_batch_indices_positions",
     "merge_state",

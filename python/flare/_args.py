@@ -74,3 +74,37 @@ def _short(value):
     if shape is not None:
         return f"<tensor of shape {tuple(shape)}>"
     return value
+
+
+LSE_BASES = ("log2", "ln")
+
+
+def check_lse_base(lse_base):
+    """True for FlashInfer's base-2 LSE ("log2", the default), False for the natural log."""
+    if lse_base == "log2":
+        return True
+    if lse_base == "ln":
+        return False
+    raise ValueError(f"lse_base must be 'log2' (FlashInfer's) or 'ln', got {lse_base!r}")
+
+
+def check_o_data_type(where, o_data_type, q_dtype):
+    """flare's kernels write o in q's dtype: o_data_type may name it, nothing else."""
+    from ._tensors import dtype_name
+
+    if o_data_type is not None and dtype_name(o_data_type) != q_dtype:
+        unsupported(where, "o_data_type", o_data_type,
+                    f"the output takes q's dtype ({q_dtype}); another output dtype needs a "
+                    "kernel build per output type, not shipped yet")
+
+
+def scale_or_one(scale):
+    """A q_scale / k_scale / v_scale argument as a float (None: 1)."""
+    return 1.0 if scale is None else float(scale)
+
+
+def pdl_flag(enable_pdl):
+    """enable_pdl as the extension takes it: None means on, as FlashInfer's default on GPUs
+    that have programmatic dependent launch (the engine ignores it before sm_90)."""
+    return True if enable_pdl is None else bool(enable_pdl)
+

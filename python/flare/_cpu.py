@@ -104,3 +104,14 @@ def host_indptr(x, name):
     if indptr.shape[0] < 1:
         raise ValueError(f"{name} must have batch + 1 >= 1 entries, got 0")
     return indptr
+
+
+_LOG2E = 1.4426950408889634
+
+
+def to_lse_base(lse, base2):
+    """Converts the CPU backend's natural-log lse in place to base 2 when asked (FlashInfer's
+    convention); -inf stays -inf."""
+    if lse is not None and base2:
+        lse *= _LOG2E
+

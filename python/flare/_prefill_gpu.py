@@ -6,10 +6,9 @@ run() call. Reached only with CUDA tensors, so the caller has imported torch.
 import numpy as np
 
 from . import _flare
-from ._args import make_params, unsupported
+from ._args import check_lse_base, make_params, pdl_flag, scale_or_one, unsupported
 from ._cpu import pack_custom_mask
-from ._tensors import (arg, as_device_int32, device_guard, device_of, empty, is_capturing,
-                       is_cuda, is_torch, stream_of, torch_module)
+from ._tensors import arg, index_on_device, is_cuda, is_torch, scratch_of, torch_module
 
 _GPU_DTYPES = ("float16", "bfloat16")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -38,6 +37,9 @@ class _Prefills:
 
     def __init__(self):
         self._by_key = {}
+
+    def values(self):
+        return self._by_key.values()
 
     def get(self, key, max_batch, max_total_qo, make):
         prefill = self._by_key.get(key)
@@ -111,24 +113,31 @@ def _check_buffer(name, buffer, workspace, dtype):
 
 class GpuPrefill:
     """One prefill wrapper's GPU state: plan() picks (or creates) the BatchPrefill of the
-    configuration, schedules it and puts the index arrays on the device; run() launches.
+    configuration, schedules it and puts the page ids and the mask bits on the device; run()
+    launches through one extension call.
 
     Under use_cuda_graph the batch size is len(qo_indptr_buf) - 1, the first plan() fixes the
-    configuration and the largest total query length (FlashInfer's rule), plan() copies into
-    the fixed buffers, and run() may be captured and replayed after later plan() calls.
+    configuration and the largest total query length (FlashInfer's rule), plan() fills the
+    fixed buffers, and run() may be captured and replayed after later plan() calls.
     """
 
-    def __init__(self, where, workspace, kv_layout, paged, use_cuda_graph, buffers):
+    def __init__(self, where, workspace, kv_layout, paged, use_cuda_graph, buffers,
+                 validate=False, scratch=True):
         self._where = where
         self._workspace = workspace
+        self._device = workspace.device.index or 0
         self._kv_layout = kv_layout
         self._paged = paged
         self._use_cuda_graph = use_cuda_graph
         self._buffers = buffers
+        self._validate = validate
+        # single_prefill_with_kv_cache has no workspace of the caller's: its prefills own one.
+        self._scratch = scratch_of(workspace, where) if scratch else (0, 0)
         self._prefills = _Prefills()
         self._graph_key = None
         self._graph_max_total_qo = None
-        self._planned = None
+        # run(): (prefill or None, page ids, mask bits, out shape, lse shape), set by plan().
+        self.planned = None
         if not use_cuda_graph:
             given = [name for name, b in buffers.items() if b is not None]
             if given:
@@ -166,10 +175,6 @@ class GpuPrefill:
         CUDA-graph buffer (host or device); mask: the (custom_mask, packed_custom_mask) pair or
         None; config: the BatchPrefill keywords that are not capacities.
         """
-        where = f"{self._where}.plan"
-        if is_capturing(self._workspace):
-            raise RuntimeError(f"{where}() must not be called while capturing a CUDA graph: "
-                               "call it before capture and between replays")
         batch = qo_host.shape[0] - 1
         total_qo = int(qo_host[-1])
         key = tuple(sorted((k, v) for k, v in config.items() if k != "params_kwargs")) + (
@@ -194,49 +199,55 @@ class GpuPrefill:
                 capacity = (self._fixed_batch, self._graph_max_total_qo)
         else:
             capacity = (_next_power_of_two(batch), _next_power_of_two(total_qo))
-        with device_guard(self._workspace):
-            masks = (mask_on_device(*mask, np.diff(qo_host), kv_len, self._workspace)
+        mask_bits = (mask_on_device(*mask, np.diff(qo_host), kv_len, self._workspace)
                      if mask is not None else None)
-            tables, masks = self._device_tables(sources, masks, non_blocking)
-            prefill = None
-            if batch >= 1 and (total_qo > 0 or self._use_cuda_graph):
-                prefill = self._prefill(key, config, *capacity)
-                prefill.plan(arg(qo_host), arg(kv_host), arg(last_host),
-                             stream_of(self._workspace))
+        page_ids, mask_bits = self._device_tables(sources, mask_bits, non_blocking)
+        prefill = None
+        if batch >= 1 and (total_qo > 0 or self._use_cuda_graph):
+            prefill = self._prefill(key, config, *capacity)
+            prefill.plan(arg(qo_host), arg(kv_host), arg(last_host),
+                         _flare.current_stream(self._device))
         if self._use_cuda_graph and self._graph_key is None:  # the first plan() succeeded
             self._graph_key, self._graph_max_total_qo = key, capacity[1]
-        self._planned = dict(prefill=prefill, tables=tables, mask=masks, total_qo=total_qo,
-                             num_qo_heads=config["num_qo_heads"],
-                             head_dim_vo=config["head_dim_vo"])
+        # Under CUDA graphs the outputs follow q's rows (a captured q is sized for the largest
+        # batch); otherwise the plan's.
+        rows = None if self._use_cuda_graph else total_qo
+        self.planned = (prefill, page_ids, mask_bits[0] if mask_bits is not None else None,
+                        rows, (config["num_qo_heads"], config["head_dim_vo"]))
 
     def _prefill(self, key, config, max_batch, max_total_qo):
-        device = device_of(self._workspace)[1]
         params_kwargs = dict(config["params_kwargs"])
         custom = config["custom_mask"]
+        scratch, scratch_bytes = self._scratch
 
         def make(capacity_batch, capacity_total_qo):
             return _flare.BatchPrefill(
-                device=device, max_batch=capacity_batch, max_total_qo=capacity_total_qo,
+                device=self._device, max_batch=capacity_batch, max_total_qo=capacity_total_qo,
                 num_qo_heads=config["num_qo_heads"], num_kv_heads=config["num_kv_heads"],
                 head_dim_qk=config["head_dim_qk"], head_dim_vo=config["head_dim_vo"],
                 paged=self._paged, page_size=config["page_size"], kv_layout=self._kv_layout,
                 dtype=config["dtype"], params=make_params(**params_kwargs), custom_mask=custom,
                 use_cuda_graph=self._use_cuda_graph,
                 fixed_split_size=config["fixed_split_size"],
-                disable_split_kv=config["disable_split_kv"])
+                disable_split_kv=config["disable_split_kv"], scratch=scratch,
+                scratch_bytes=scratch_bytes, validate_indices=self._validate)
 
         return self._prefills.get(key, max_batch, max_total_qo, make)
 
-    def _device_tables(self, sources, masks, non_blocking):
-        """The index arrays (and mask) on the device for run(): the fixed buffers under CUDA
-        graphs, refilled in place."""
+    def _device_tables(self, sources, mask_bits, non_blocking):
+        """The page ids (paged KV) and the mask bits on the device for run(): the fixed buffers
+        under CUDA graphs, refilled in place (the other buffers get the caller's arrays, as
+        FlashInfer fills them; the kernels read the plan's copies)."""
         ws = self._workspace
         if not self._use_cuda_graph:
-            return {name: as_device_int32(x, ws) for name, x in sources.items()}, masks
+            page_ids = (index_on_device(sources["paged_kv_indices_buf"], ws, "paged_kv_indices")
+                        if self._paged else None)
+            return page_ids, mask_bits
         torch = torch_module()
-        tables = {}
         for name, source in sources.items():
             buffer = self._buffers[name]
+            if is_torch(source) and source.is_cuda and source.data_ptr() == buffer.data_ptr():
+                continue
             if not is_torch(source):
                 source = torch.from_numpy(np.ascontiguousarray(source, dtype=np.int32))
             source = source.reshape(-1)
@@ -244,62 +255,43 @@ class GpuPrefill:
                 raise ValueError(f"{name.removesuffix('_buf')} has {source.shape[0]} entries, "
                                  f"more than {name}'s {buffer.shape[0]}")
             buffer[:source.shape[0]].copy_(source, non_blocking=non_blocking)
-            tables[name] = buffer
-        if masks is None:
-            return tables, None
+        page_ids = self._buffers["paged_kv_indices_buf"] if self._paged else None
+        if mask_bits is None:
+            return page_ids, None
         bits_buf, indptr_buf = self._buffers["custom_mask_buf"], self._buffers["mask_indptr_buf"]
         if bits_buf is None:
             raise ValueError(f"a custom mask under use_cuda_graph needs the custom_mask_buf and "
                              f"mask_indptr_buf of {self._where}'s constructor")
-        bits, indptr = masks
+        bits, indptr = mask_bits
         if bits.shape[0] > bits_buf.shape[0]:
             raise ValueError(f"the packed custom mask has {bits.shape[0]} bytes, more than "
                              f"custom_mask_buf's {bits_buf.shape[0]}")
         bits_buf[:bits.shape[0]].copy_(bits, non_blocking=non_blocking)
         indptr_buf.copy_(indptr, non_blocking=non_blocking)
-        return tables, (bits_buf, indptr_buf)
+        return page_ids, (bits_buf, indptr_buf)
 
-    def run(self, q, kv, *, q_dtype, k_scale, v_scale, out, lse, return_lse):
-        """o [total_q, H_qo, D_vo] (and lse) for the plan; kv is (k, v) pages or ragged rows.
-        k_scale multiplies q (rounded to q's dtype) and v_scale the output."""
-        where = f"{self._where}.run"
-        planned = self._planned
-        if is_capturing(q) and not self._use_cuda_graph:
-            raise RuntimeError(
-                f"{self._where} created with use_cuda_graph=False is being captured into a CUDA "
-                "graph: create it with use_cuda_graph=True and fixed *_buf tensors")
-        if not is_cuda(q) or q.device != self._workspace.device:
-            raise ValueError(f"{where}: q must be on {self._workspace.device} (the workspace's "
-                             f"device), got {getattr(q, 'device', 'a numpy array')}")
-        rows = q.shape[0]
-        if not self._use_cuda_graph and rows != planned["total_qo"]:
-            raise ValueError(f"{where}: q has {rows} tokens, the plan has qo_indptr[-1]="
-                             f"{planned['total_qo']}")
-        shape = (rows, planned["num_qo_heads"], planned["head_dim_vo"])
+    def run(self, q, kv, *, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base,
+            enable_pdl):
+        """o [total_q, H_qo, D_vo] (and lse) for the plan: one extension call. kv is the
+        paged_kv_cache argument, or the (k, v) pair of ragged rows."""
+        prefill, page_ids, mask_bits, rows, (heads, head_dim_vo) = self.planned
+        if rows is None:
+            rows = q.shape[0]
         if out is None:
-            out = empty(shape, q_dtype, like=q)
+            out = q.new_empty((rows, heads, head_dim_vo))
         if lse is None and return_lse:
-            lse = empty(shape[:2], "float32", like=q)
-        prefill = planned["prefill"]
+            lse = q.new_empty((rows, heads), dtype=torch_module().float32)
         if prefill is None:  # no query token: nothing to compute
             return (out, lse) if return_lse else out
-        if k_scale is not None and float(k_scale) != 1.0:
-            q = (q.float() * float(k_scale)).to(q.dtype)
-        tables = planned["tables"]
-        qo_indptr = tables["qo_indptr_buf"]
-        mask_bits, mask_indptr = planned["mask"] if planned["mask"] is not None else (None, None)
-        k, v = kv
-        with device_guard(q):
-            if self._paged:
-                prefill.run_paged(arg(q), arg(qo_indptr), arg(k), arg(v),
-                                  arg(tables["paged_kv_indptr_buf"]),
-                                  arg(tables["paged_kv_indices_buf"]),
-                                  arg(tables["paged_kv_last_page_len_buf"]), arg(out), arg(lse),
-                                  arg(mask_bits), arg(mask_indptr), stream_of(q))
-            else:
-                prefill.run_ragged(arg(q), arg(qo_indptr), arg(k), arg(v),
-                                   arg(tables["kv_indptr_buf"]), arg(out), arg(lse),
-                                   arg(mask_bits), arg(mask_indptr), stream_of(q))
-        if v_scale is not None and float(v_scale) != 1.0:
-            out.mul_(float(v_scale))
+        scales = (scale_or_one(q_scale), scale_or_one(k_scale), scale_or_one(v_scale),
+                  check_lse_base(lse_base), pdl_flag(enable_pdl))
+        if self._paged:
+            prefill.run_paged(q, kv, page_ids, out, lse, mask_bits, *scales)
+        else:
+            prefill.run_ragged(q, kv[0], kv[1], self._kv_layout == "HND", out, lse, mask_bits,
+                               *scales)
         return (out, lse) if return_lse else out
+
+    def check(self):
+        for prefill in self._prefills.values():
+            prefill.check(self._where, "paged_kv_indices" if self._paged else "kv_indptr")

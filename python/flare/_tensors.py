@@ -6,6 +6,7 @@ torch is never imported here: a torch tensor can only be passed once the caller 
 """
 
 import contextlib
+import os
 import sys
 
 import numpy as np
@@ -92,6 +93,39 @@ def arg(x):
     return _flare.Tensor(x)
 
 
+def index_on_device(x, like, name):
+    """Index array x as a contiguous int32 tensor on like's CUDA device: x itself when it
+    already is one (the serving loop's page table), else a copy (asynchronous from pinned
+    memory, synchronous from pageable host memory)."""
+    torch = torch_module()
+    if is_torch(x):
+        if x.is_cuda and x.dtype == torch.int32 and x.device == like.device and (
+                x.ndim == 1 and (x.shape[0] <= 1 or x.stride(0) == 1)):
+            return x
+        x = x.detach()
+    else:
+        x = torch.from_numpy(host_int32(x, name))
+    if x.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(x.shape)}")
+    return x.to(device=like.device, dtype=torch.int32, non_blocking=True).contiguous()
+
+
+def scratch_of(buffer, where):
+    """(device pointer, bytes) of a CUDA float_workspace_buffer: where flare keeps partial
+    attention states during run()."""
+    if buffer.ndim < 1 or not buffer.is_contiguous():
+        raise ValueError(f"{where}: float_workspace_buffer must be a contiguous tensor")
+    return buffer.data_ptr(), buffer.numel() * buffer.element_size()
+
+
+def validate_default(validate):
+    """A wrapper's validate argument (None: the FLARE_VALIDATE environment variable)."""
+    if validate is not None:
+        return bool(validate)
+    value = os.environ.get("FLARE_VALIDATE", "")
+    return value not in ("", "0")
+
+
 def device_of(x):
     """("cpu", 0) or ("cuda", index) for a torch tensor or numpy array."""
     if is_cuda(x):
@@ -103,7 +137,7 @@ def stream_of(x):
     """The caller's current CUDA stream on x's device (an int handle); 0 on the CPU."""
     if not is_cuda(x):
         return 0
-    return torch_module().cuda.current_stream(x.device).cuda_stream
+    return _flare.current_stream(x.device.index or 0)
 
 
 def device_guard(x):

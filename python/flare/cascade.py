@@ -1,7 +1,8 @@
 """The merge operator on attention states (FlashInfer's merge_state, merge_state_in_place,
-merge_states): (v_a, s_a) merged with (v_b, s_b) gives s = ln(e^s_a + e^s_b) and
-v = v_a e^(s_a - s) + v_b e^(s_b - s). s is flare's natural-log LSE; a state with s = -inf is
-the identity and two of them give v = 0, s = -inf.
+merge_states): (v_a, s_a) merged with (v_b, s_b) gives s = log2(2^s_a + 2^s_b) and
+v = v_a 2^(s_a - s) + v_b 2^(s_b - s). s is FlashInfer's base-2 LSE, what the attention
+wrappers return (lse_base="ln": natural-log LSEs, e for 2); a state with s = -inf is the
+identity and two of them give v = 0, s = -inf.
 
 CPU tensors run flare's C++ operator (reference/merge.h); CUDA tensors run flare's merge
 kernels (kernels/merge_state.cuh) on the caller's current stream, without synchronizing (the
@@ -9,6 +10,7 @@ first call per dtype compiles the kernel: make it before capturing a CUDA graph)
 """
 
 from . import _flare
+from ._args import check_lse_base
 from ._tensors import (arg, device_guard, empty, is_cuda, is_torch, stream_of, tensor_dtype,
                        torch_module)
 
@@ -37,8 +39,9 @@ def _mask_for(mask, v):
     return mask.to(device=v.device, non_blocking=True)
 
 
-def merge_state(v_a, s_a, v_b, s_b):
+def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2"):
     """v_a, v_b [seq, H, D]; s_a, s_b float32 [seq, H]. Returns the merged (v, s)."""
+    base2 = check_lse_base(lse_base)
     _check_float32("s_a", s_a)
     _check_float32("s_b", s_b)
     _check_v_dtype("v_a", v_a)
@@ -46,23 +49,25 @@ def merge_state(v_a, s_a, v_b, s_b):
     s_out = empty(tuple(s_a.shape), "float32", like=v_a)
     with device_guard(v_a):
         _flare.merge_state(arg(v_a), arg(s_a), arg(v_b), arg(s_b), arg(v_out), arg(s_out),
-                           stream_of(v_a))
+                           stream_of(v_a), base2)
     return v_out, s_out
 
 
-def merge_state_in_place(v, s, v_other, s_other, mask=None):
+def merge_state_in_place(v, s, v_other, s_other, mask=None, *, lse_base="log2"):
     """(v, s) <- (v, s) merged with (v_other, s_other), for the rows where mask [seq] (bool)
     is set (all rows without a mask)."""
+    base2 = check_lse_base(lse_base)
     _check_float32("s", s)
     _check_float32("s_other", s_other)
     with device_guard(v):
         _flare.merge_state_in_place(arg(v), arg(s), arg(v_other), arg(s_other),
-                                    arg(_mask_for(mask, v)), stream_of(v))
+                                    arg(_mask_for(mask, v)), stream_of(v), base2)
 
 
-def merge_states(v, s):
+def merge_states(v, s, *, lse_base="log2"):
     """v [seq, num_states, H, D], s float32 [seq, num_states, H]. Returns (v [seq, H, D],
     s [seq, H]) merged over the states."""
+    base2 = check_lse_base(lse_base)
     _check_float32("s", s)
     _check_v_dtype("v", v)
     if len(v.shape) != 4:
@@ -72,5 +77,5 @@ def merge_states(v, s):
     v_out = empty((seq, heads, dim), v.dtype, like=v)
     s_out = empty((seq, heads), "float32", like=v)
     with device_guard(v):
-        _flare.merge_states(arg(v), arg(s), arg(v_out), arg(s_out), stream_of(v))
+        _flare.merge_states(arg(v), arg(s), arg(v_out), arg(s_out), stream_of(v), base2)
     return v_out, s_out

@@ -5,19 +5,19 @@ CUDA tensors run flare's GPU BatchDecode (JIT-compiled per configuration, CUDA-g
 numpy arrays and CPU torch tensors run the CPU backend (plan + execute_plan_cpu). The device
 of the wrapper is the device of its float_workspace_buffer.
 
-LSE convention: flare's LSE is the natural-log sum of exp of the scaled logits (FlashInfer's
-kernels return base 2); flare's merge functions take flare's LSE.
+LSE convention: FlashInfer's, base 2 (log2 of the sum of 2^(scaled logit * log2 e)); run()
+takes lse_base="ln" for the natural log.
 """
 
 import numpy as np
 
 from . import _flare
-from ._args import (check_backend, check_kv_layout, check_pos_encoding_mode, make_params,
-                    reject_unless_none)
-from ._cpu import CpuBatch, check_cpu_tensor, host_indptr, paged_kv_lengths
-from ._tensors import (arg, as_device_int32, device_guard, device_of, dtype_name, empty,
-                       host_int32, is_capturing, is_cuda, is_torch, split_paged_kv_cache,
-                       stream_of, tensor_dtype, torch_module)
+from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
+                    check_pos_encoding_mode, make_params, pdl_flag, scale_or_one)
+from ._cpu import CpuBatch, check_cpu_tensor, host_indptr, paged_kv_lengths, to_lse_base
+from ._tensors import (arg, dtype_name, host_int32, index_on_device, is_cuda, is_torch,
+                       scratch_of, split_paged_kv_cache, tensor_dtype, torch_module,
+                       validate_default)
 
 _WRAPPER = "BatchDecodeWithPagedKVCacheWrapper"
 
@@ -27,8 +27,8 @@ def _next_power_of_two(n):
 
 
 class _GpuDecoders:
-    """flare BatchDecode objects by configuration: each compiles its kernels once and owns a
-    workspace whose address never changes (what a captured CUDA graph replays against)."""
+    """flare BatchDecode objects by configuration: each compiles its kernels once and keeps its
+    plan region at a fixed address (what a captured CUDA graph replays against)."""
 
     def __init__(self):
         self._by_key = {}
@@ -45,31 +45,33 @@ class BatchDecodeWithPagedKVCacheWrapper:
     """Batch decode (one query token per request) against a paged KV cache.
 
     plan() once per step on host-side lengths, run() per layer. With use_cuda_graph=True the
-    batch size is fixed by paged_kv_last_page_len_buffer, plan() copies the page table into the
-    three fixed buffers, and run() may be captured into a CUDA graph and replayed after later
-    plan() calls. run() on a capturing stream of a wrapper created without use_cuda_graph
-    raises RuntimeError.
+    batch size is fixed by paged_kv_last_page_len_buffer, plan() puts the page table into the
+    fixed buffers, and run() may be captured into a CUDA graph and replayed after later plan()
+    calls. run() on a capturing stream of a wrapper created without use_cuda_graph raises.
 
-    float_workspace_buffer fixes the device (CUDA: GPU kernels; CPU: the CPU backend); flare
-    sizes its own device workspace from the plan's bounds, so the buffer's memory is not used.
-    use_tensor_cores=True runs q and KV of one float16 / bfloat16 type, and fp8 KV with either
-    q, through the tensor-core loop of the decode kernel (mma.sync; faster at large head
-    groups: 15% at 8 query heads per KV head on an H100, 42% on an H200; fp8 KV is memory-bound
-    there, issue-bound on CUDA cores); mixed float16 / bfloat16 pairs run on CUDA cores. Both
-    loops fuse the query heads of a KV head; their results differ by rounding (the tensor-core
-    loop rounds probabilities to KV's type, float16 for fp8 KV, before P.V).
+    float_workspace_buffer fixes the device (CUDA: GPU kernels; CPU: the CPU backend); on CUDA
+    it holds the split-KV partial states during run() (flare needs about 2.2 MB at head dim
+    128 on an H100 for the default schedule; fixed_split_size plans need one slot per chunk:
+    FlashInfer's 128 MB hold tens of thousands). use_tensor_cores=True runs q and KV of one
+    float16 / bfloat16 type, and fp8 KV with either q, through the tensor-core loop of the
+    decode kernel (mma.sync; faster at large head groups); mixed float16 / bfloat16 pairs run
+    on CUDA cores. Both loops fuse the query heads of a KV head; their results differ by
+    rounding. validate=True (or FLARE_VALIDATE=1) checks every page id on the host before each
+    run() (a synchronizing debug mode); otherwise out-of-range ids are skipped by the kernel and
+    check() raises for them.
     """
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  use_tensor_cores=False, paged_kv_indptr_buffer=None,
                  paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
-                 backend="auto"):
+                 backend="auto", validate=None):
         check_backend(_WRAPPER, backend)
         self._kv_layout = check_kv_layout(kv_layout)
         self._workspace = float_workspace_buffer
         self._cuda = is_cuda(float_workspace_buffer)
         self._use_cuda_graph = bool(use_cuda_graph)
         self._use_tensor_cores = bool(use_tensor_cores)
+        self._validate = validate_default(validate)
         buffers = (paged_kv_indptr_buffer, paged_kv_indices_buffer,
                    paged_kv_last_page_len_buffer)
         if self._use_cuda_graph:
@@ -94,9 +96,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
         elif any(b is not None for b in buffers):
             raise ValueError("the paged_kv_*_buffer arguments are for use_cuda_graph=True")
         self._indptr_buf, self._indices_buf, self._last_page_len_buf = buffers
+        self._scratch = scratch_of(float_workspace_buffer, _WRAPPER) if self._cuda else None
         self._decoders = _GpuDecoders()
         self._graph_key = None
         self._planned = None
+        # GPU run(): (decoder, page ids on the device, out shape, lse shape), set by plan().
+        self._gpu = None
 
     @property
     def is_cuda_graph_enabled(self):
@@ -110,13 +115,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
              page_size, pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None,
              q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
              rope_scale=None, rope_theta=None, non_blocking=True, fixed_split_size=None,
-             disable_split_kv=False):
+             disable_split_kv=False, o_data_type=None):
         """Schedules one decode step on host-side lengths.
 
         indptr and last_page_len are read on the host: pass CPU tensors (as serving loops
         keep them) and plan() never synchronizes; CUDA tensors are copied to the host once,
         which synchronizes with their stream (as in FlashInfer). indices stays on the device
-        (copied there asynchronously when given on the host).
+        (copied there asynchronously when given on the host). fixed_split_size cuts every
+        request's KV at the same token positions whatever the batch: each request's output and
+        lse are then bitwise identical alone or in any batch (batch invariance).
         """
         check_pos_encoding_mode(pos_encoding_mode)
         if data_type is not None:  # FlashInfer's deprecated alias of q_data_type and kv_data_type
@@ -124,105 +131,121 @@ class BatchDecodeWithPagedKVCacheWrapper:
             kv_data_type = data_type if kv_data_type is None else kv_data_type
         q_dtype = dtype_name(q_data_type)
         kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
+        check_o_data_type(f"{_WRAPPER}.plan", o_data_type, q_dtype)
         indptr_host = host_indptr(indptr, "indptr")
         last_host = host_int32(last_page_len, "last_page_len")
         batch = indptr_host.shape[0] - 1
+        if last_host.shape[0] != batch:
+            raise ValueError(f"last_page_len must have {batch} entries (one per request of "
+                             f"indptr), got {last_host.shape[0]}")
+        num_qo_heads, num_kv_heads = int(num_qo_heads), int(num_kv_heads)
+        head_dim, page_size = int(head_dim), int(page_size)
         params_kwargs = dict(sm_scale=sm_scale, window_left=window_left,
                              logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
                              rope_scale=rope_scale, rope_theta=rope_theta)
-        planned = dict(batch=batch, num_qo_heads=int(num_qo_heads),
-                       num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
-                       page_size=int(page_size), q_dtype=q_dtype, kv_dtype=kv_dtype,
-                       params_kwargs=params_kwargs)
+        self._gpu = None
         if not self._cuda:
-            kv_len = paged_kv_lengths(indptr_host, last_host, int(page_size))
+            kv_len = paged_kv_lengths(indptr_host, last_host, page_size)
             qo_indptr = np.arange(batch + 1, dtype=np.int32)
-            planned["cpu"] = CpuBatch(
-                qo_indptr=qo_indptr, kv_len=kv_len, num_qo_heads=num_qo_heads,
-                num_kv_heads=num_kv_heads, head_dim_qk=head_dim, head_dim_vo=head_dim,
-                page_size=page_size, params_kwargs=params_kwargs,
-                fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv)
-            planned["tables"] = (indptr_host, host_int32(indices, "indices"), last_host)
-            self._planned = planned
+            self._planned = dict(
+                batch=batch, q_dtype=q_dtype, kv_dtype=kv_dtype,
+                cpu=CpuBatch(qo_indptr=qo_indptr, kv_len=kv_len, num_qo_heads=num_qo_heads,
+                             num_kv_heads=num_kv_heads, head_dim_qk=head_dim,
+                             head_dim_vo=head_dim, page_size=page_size,
+                             params_kwargs=params_kwargs, fixed_split_size=fixed_split_size,
+                             disable_split_kv=disable_split_kv),
+                tables=(indptr_host, host_int32(indices, "indices"), last_host))
             return
-        if is_capturing(self._workspace):
-            raise RuntimeError(
-                f"{_WRAPPER}.plan() must not be called while capturing a CUDA graph: call it "
-                "before capture and between replays")
-        with device_guard(self._workspace):
-            tables = self._device_tables(indptr, indices, last_page_len, indptr_host, last_host,
-                                         non_blocking)
-            tensor_cores = _tensor_core_loop(self._use_tensor_cores, q_dtype, kv_dtype)
-            key = (q_dtype, kv_dtype, int(num_qo_heads), int(num_kv_heads), int(head_dim),
-                   int(page_size), self._kv_layout, tuple(sorted(params_kwargs.items())),
-                   fixed_split_size, bool(disable_split_kv), tensor_cores)
-            if self._use_cuda_graph:
-                # A captured run launches one decoder's kernels on its workspace: a plan for
-                # another configuration would never reach the graph.
-                if self._graph_key is not None and key != self._graph_key:
-                    raise ValueError(
-                        f"a use_cuda_graph {_WRAPPER} keeps the heads, head_dim, page_size, "
-                        "dtypes and attention options of its first plan(); create another "
-                        "wrapper for a different configuration")
-                self._graph_key = key
-            max_batch = self._fixed_batch if self._use_cuda_graph else _next_power_of_two(
-                max(batch, 1))
-            device = device_of(self._workspace)[1]
+        tensor_cores = _tensor_core_loop(self._use_tensor_cores, q_dtype, kv_dtype)
+        key = (q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, page_size,
+               sm_scale, window_left, logits_soft_cap, pos_encoding_mode, rope_scale, rope_theta,
+               fixed_split_size, bool(disable_split_kv), tensor_cores)
+        if self._use_cuda_graph:
+            # A captured run launches one decoder's kernels: a plan for another configuration
+            # would never reach the graph.
+            if self._graph_key is not None and key != self._graph_key:
+                raise ValueError(
+                    f"a use_cuda_graph {_WRAPPER} keeps the heads, head_dim, page_size, "
+                    "dtypes and attention options of its first plan(); create another "
+                    "wrapper for a different configuration")
+            if batch != self._fixed_batch:
+                raise ValueError(
+                    f"the batch size of a use_cuda_graph wrapper is fixed at {self._fixed_batch} "
+                    f"(paged_kv_last_page_len_buffer), got {batch}")
+            max_batch = self._fixed_batch
+        else:
+            max_batch = _next_power_of_two(max(batch, 1))
+        device = self._workspace.device.index or 0
+        scratch, scratch_bytes = self._scratch
 
-            def make(capacity):
-                return _flare.BatchDecode(
-                    device=device, max_batch=capacity, num_qo_heads=int(num_qo_heads),
-                    num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
-                    page_size=int(page_size), q_dtype=q_dtype, kv_dtype=kv_dtype,
-                    kv_layout=self._kv_layout, params=make_params(**params_kwargs),
-                    use_cuda_graph=self._use_cuda_graph,
-                    fixed_split_size=0 if fixed_split_size is None else int(fixed_split_size),
-                    disable_split_kv=bool(disable_split_kv), use_tensor_cores=tensor_cores)
+        def make(capacity):
+            return _flare.BatchDecode(
+                device=device, max_batch=capacity, num_qo_heads=num_qo_heads,
+                num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
+                q_dtype=q_dtype, kv_dtype=kv_dtype, kv_layout=self._kv_layout,
+                params=make_params(**params_kwargs), use_cuda_graph=self._use_cuda_graph,
+                fixed_split_size=0 if fixed_split_size is None else int(fixed_split_size),
+                disable_split_kv=bool(disable_split_kv), use_tensor_cores=tensor_cores,
+                scratch=scratch, scratch_bytes=scratch_bytes, validate_indices=self._validate)
 
-            decoder = self._decoders.get(key, max_batch, make)
-            decoder.plan(arg(indptr_host), arg(last_host), stream_of(self._workspace))
-        planned["decoder"] = decoder
-        planned["tables"] = tables
-        self._planned = planned
+        decoder = self._decoders.get(key, max_batch, make)
+        page_ids = self._device_indices(indices, indptr_host, last_host, non_blocking)
+        decoder.plan(arg(indptr_host), arg(last_host), _flare.current_stream(device))
+        if self._use_cuda_graph:
+            self._graph_key = key
+        self._planned = dict(batch=batch, q_dtype=q_dtype, kv_dtype=kv_dtype)
+        self._gpu = (decoder, page_ids, (batch, num_qo_heads, head_dim), (batch, num_qo_heads))
 
     begin_forward = plan
 
-    def _device_tables(self, indptr, indices, last_page_len, indptr_host, last_host,
-                       non_blocking):
-        """The page table on the device for run(): the fixed buffers under CUDA graphs."""
-        batch = indptr_host.shape[0] - 1
+    def _device_indices(self, indices, indptr_host, last_host, non_blocking):
+        """The page ids run() reads, on the device: the fixed buffer under CUDA graphs (the
+        other two buffers get the host arrays, as FlashInfer fills them; the kernel takes page
+        ranges and lengths from the plan). Nothing is copied that is already in place."""
         if not self._use_cuda_graph:
-            ws = self._workspace
-            return (as_device_int32(indptr, ws), as_device_int32(indices, ws),
-                    as_device_int32(last_page_len, ws))
-        if batch != self._fixed_batch:
-            raise ValueError(
-                f"the batch size of a use_cuda_graph wrapper is fixed at {self._fixed_batch} "
-                f"(paged_kv_last_page_len_buffer), got {batch}")
+            return index_on_device(indices, self._workspace, "indices")
         torch = torch_module()
         num_indices = int(indptr_host[-1])
         if num_indices > self._indices_buf.shape[0]:
             raise ValueError(
                 f"indptr[-1]={num_indices} pages exceed paged_kv_indices_buffer's "
                 f"{self._indices_buf.shape[0]} entries")
-        source = indices if is_torch(indices) else torch.from_numpy(
-            np.ascontiguousarray(indices, dtype=np.int32))
-        self._indices_buf[:num_indices].copy_(source[:num_indices], non_blocking=non_blocking)
-        self._indptr_buf.copy_(torch.from_numpy(indptr_host), non_blocking=non_blocking)
-        self._last_page_len_buf.copy_(torch.from_numpy(last_host), non_blocking=non_blocking)
-        return (self._indptr_buf, self._indices_buf, self._last_page_len_buf)
+        for buffer, source, count in ((self._indices_buf, indices, num_indices),
+                                      (self._indptr_buf, indptr_host, None),
+                                      (self._last_page_len_buf, last_host, None)):
+            if is_torch(source) and source.is_cuda and source.data_ptr() == buffer.data_ptr():
+                continue
+            if not is_torch(source):
+                source = torch.from_numpy(np.ascontiguousarray(source, dtype=np.int32))
+            target = buffer if count is None else buffer[:count]
+            target.copy_(source if count is None else source[:count], non_blocking=non_blocking)
+        return self._indices_buf
 
     def run(self, q, paged_kv_cache, *, q_scale=None, k_scale=None, v_scale=None, out=None,
-            lse=None, return_lse=False):
+            lse=None, return_lse=False, enable_pdl=None, lse_base="log2"):
         """o [batch, H_qo, D] (and lse [batch, H_qo] float32 with return_lse) for the plan.
 
-        k_scale and v_scale (fp8 caches: stored value x scale = real value) are applied
-        exactly by the kernel (GPU) or the CPU backend.
+        q_scale and k_scale multiply the logits, v_scale the output (fp8 calibration scales),
+        inside the kernel. lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl: the
+        kernel may start while the previous kernel on the stream ends (sm_90+; None: on
+        where the GPU has it, as FlashInfer).
         """
-        reject_unless_none(f"{_WRAPPER}.run", q_scale=q_scale)
+        gpu = self._gpu
+        if gpu is not None:  # the hot path: one extension call, every check O(1)
+            decoder, page_ids, out_shape, lse_shape = gpu
+            if out is None:
+                out = q.new_empty(out_shape)
+            if lse is None and return_lse:
+                lse = q.new_empty(lse_shape, dtype=torch_module().float32)
+            decoder.run(q, paged_kv_cache, page_ids, out, lse, scale_or_one(q_scale),
+                        scale_or_one(k_scale), scale_or_one(v_scale),
+                        check_lse_base(lse_base), pdl_flag(enable_pdl))
+            return (out, lse) if return_lse else out
         planned = self._planned
         if planned is None:
             raise RuntimeError(f"{_WRAPPER}.run() needs a plan(): call plan() first")
+        if self._cuda:
+            raise RuntimeError(f"{_WRAPPER}.run(): the plan has no GPU schedule")
         k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
         if tensor_dtype(q) != planned["q_dtype"]:
             raise ValueError(f"q has dtype {tensor_dtype(q)} but plan() was given "
@@ -230,45 +253,30 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if tensor_dtype(k_cache) != planned["kv_dtype"]:
             raise ValueError(f"paged_kv_cache has dtype {tensor_dtype(k_cache)} but plan() was "
                              f"given kv_data_type={planned['kv_dtype']}")
+        base2 = check_lse_base(lse_base)
+        for name, x in (("q", q), ("paged_kv_cache", k_cache)):
+            check_cpu_tensor(f"{_WRAPPER}.run", name, x)
+        cpu = planned["cpu"]
         want_lse = return_lse or lse is not None
-        if not self._cuda:
-            return self._run_cpu(planned, q, k_cache, v_cache, k_scale, v_scale, out, lse,
-                                 return_lse)
-        if is_capturing(q) and not self._use_cuda_graph:
-            raise RuntimeError(
-                f"{_WRAPPER} created with use_cuda_graph=False is being captured into a CUDA "
-                "graph: create it with use_cuda_graph=True and fixed paged_kv_*_buffer tensors")
-        if not is_cuda(q) or q.device != self._workspace.device:
-            raise ValueError(f"q must be on {self._workspace.device} (the workspace's device), "
-                             f"got {getattr(q, 'device', 'a numpy array')}")
-        batch = planned["batch"]
-        shape = (batch, planned["num_qo_heads"], planned["head_dim"])
-        if out is None:
-            out = empty(shape, q.dtype, like=q)
-        if want_lse and lse is None:
-            lse = empty(shape[:2], "float32", like=q)
+        out, lse = cpu.outputs(q, out, lse, want_lse)
         indptr, indices, last_page_len = planned["tables"]
-        with device_guard(q):
-            planned["decoder"].run(arg(q), arg(k_cache), arg(v_cache), arg(indptr),
-                                   arg(indices), arg(last_page_len), arg(out), arg(lse),
-                                   stream_of(q),
-                                   k_scale=1.0 if k_scale is None else float(k_scale),
-                                   v_scale=1.0 if v_scale is None else float(v_scale))
+        params = cpu.make_params(k_scale=scale_or_one(q_scale) * scale_or_one(k_scale),
+                                 v_scale=v_scale)
+        _flare.run_cpu_paged(cpu.plan, arg(q), arg(cpu.qo_indptr), arg(k_cache), arg(v_cache),
+                             self._kv_layout, arg(indptr), arg(indices), arg(last_page_len),
+                             params, arg(out), arg(lse))
+        if lse is not None:
+            to_lse_base(lse, base2)
         return (out, lse) if return_lse else out
 
     forward = run
 
-    def _run_cpu(self, planned, q, k_cache, v_cache, k_scale, v_scale, out, lse, return_lse):
-        for name, x in (("q", q), ("paged_kv_cache", k_cache)):
-            check_cpu_tensor(f"{_WRAPPER}.run", name, x)
-        cpu = planned["cpu"]
-        out, lse = cpu.outputs(q, out, lse, return_lse)
-        indptr, indices, last_page_len = planned["tables"]
-        params = cpu.make_params(k_scale=k_scale, v_scale=v_scale)
-        _flare.run_cpu_paged(cpu.plan, arg(q), arg(cpu.qo_indptr), arg(k_cache), arg(v_cache),
-                             self._kv_layout, arg(indptr), arg(indices), arg(last_page_len),
-                             params, arg(out), arg(lse))
-        return (out, lse) if return_lse else out
+    def check(self):
+        """Synchronizes the device and raises IndexError naming the first page id (request,
+        indices entry, value) that the kernels found outside the KV cache since the last
+        check(); clears it. Nothing to check on the CPU backend (it validates up front)."""
+        for decoder in self._decoders._by_key.values():
+            decoder.check(_WRAPPER, "indices")
 
 
 _single_decoders = _GpuDecoders()
@@ -286,17 +294,18 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
                                 use_tensor_cores=False, q_scale=None, k_scale=None,
                                 v_scale=None, window_left=-1, logits_soft_cap=None,
                                 sm_scale=None, rope_scale=None, rope_theta=None,
-                                return_lse=False):
+                                return_lse=False, enable_pdl=None, lse_base="log2"):
     """Decode attention of one request: q [H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
-    [H_kv, kv_len, D] (HND). Returns o [H_qo, D] (and lse [H_qo] with return_lse).
+    [H_kv, kv_len, D] (HND). Returns o [H_qo, D] (and lse [H_qo], base 2 unless
+    lse_base="ln", with return_lse).
 
     On the GPU this is a batch decode of one request viewing k and v as pages of one token
     (no copy); it plans on the host, so it cannot be captured into a CUDA graph.
     """
     where = "single_decode_with_kv_cache"
-    reject_unless_none(where, q_scale=q_scale)
     check_kv_layout(kv_layout)
     check_pos_encoding_mode(pos_encoding_mode)
+    base2 = check_lse_base(lse_base)
     if q.ndim != 2 or k.ndim != 3 or v.ndim != 3:
         raise ValueError(f"{where}: q must be [H_qo, D] and k, v 3-D, got shapes "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
@@ -311,12 +320,11 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
         from .prefill import _single_cpu
 
         out, lse = _single_cpu(where, q_batch, k, v, kv_layout, params_kwargs,
-                               dict(k_scale=k_scale, v_scale=v_scale))
+                               dict(k_scale=scale_or_one(q_scale) * scale_or_one(k_scale),
+                                    v_scale=v_scale))
+        to_lse_base(lse, base2)
         return (out[0], lse[0]) if return_lse else out[0]
 
-    if is_capturing(q):
-        raise RuntimeError(f"{where} plans on the host and cannot be captured into a CUDA "
-                           "graph: use BatchDecodeWithPagedKVCacheWrapper(use_cuda_graph=True)")
     torch = torch_module()
     # Pages of one token: NHD [kv_len, 1, H_kv, D], HND [kv_len, H_kv, 1, D]; views, no copy.
     if kv_layout == "NHD":
@@ -329,23 +337,17 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     tensor_cores = _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype)
     key = (q.device.index, q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, kv_layout,
            tuple(sorted(params_kwargs.items())), tensor_cores)
-    device = device_of(q)[1]
-    with device_guard(q):
-        decoder = _single_decoders.get(key, 1, lambda capacity: _flare.BatchDecode(
-            device=device, max_batch=capacity, num_qo_heads=num_qo_heads,
-            num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=1, q_dtype=q_dtype,
-            kv_dtype=kv_dtype, kv_layout=kv_layout, params=make_params(**params_kwargs),
-            use_cuda_graph=False, fixed_split_size=0, disable_split_kv=False,
-            use_tensor_cores=tensor_cores))
-        stream = stream_of(q)
-        decoder.plan(arg(indptr_host), arg(last_host), stream)
-        indices = torch.arange(kv_len, dtype=torch.int32, device=q.device)
-        indptr = torch.from_numpy(indptr_host).to(q.device, non_blocking=True)
-        last = torch.from_numpy(last_host).to(q.device, non_blocking=True)
-        out = empty((1, num_qo_heads, head_dim), q.dtype, like=q)
-        lse = empty((1, num_qo_heads), "float32", like=q) if return_lse else None
-        decoder.run(arg(q_batch), arg(k_pages), arg(v_pages), arg(indptr), arg(indices),
-                    arg(last), arg(out), arg(lse), stream,
-                    k_scale=1.0 if k_scale is None else float(k_scale),
-                    v_scale=1.0 if v_scale is None else float(v_scale))
+    device = q.device.index or 0
+    decoder = _single_decoders.get(key, 1, lambda capacity: _flare.BatchDecode(
+        device=device, max_batch=capacity, num_qo_heads=num_qo_heads,
+        num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=1, q_dtype=q_dtype,
+        kv_dtype=kv_dtype, kv_layout=kv_layout, params=make_params(**params_kwargs),
+        use_cuda_graph=False, fixed_split_size=0, disable_split_kv=False,
+        use_tensor_cores=tensor_cores))
+    decoder.plan(arg(indptr_host), arg(last_host), _flare.current_stream(device))
+    indices = torch.arange(kv_len, dtype=torch.int32, device=q.device)
+    out = q.new_empty((1, num_qo_heads, head_dim))
+    lse = q.new_empty((1, num_qo_heads), dtype=torch.float32) if return_lse else None
+    decoder.run(q_batch, (k_pages, v_pages), indices, out, lse, scale_or_one(q_scale),
+                scale_or_one(k_scale), scale_or_one(v_scale), base2, pdl_flag(enable_pdl))
     return (out[0], lse[0]) if return_lse else out[0]

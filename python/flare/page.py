@@ -10,8 +10,7 @@ import numpy as np
 
 from . import _flare
 from ._args import check_kv_layout
-from ._tensors import (arg, device_guard, is_torch, split_paged_kv_cache, stream_of,
-                       torch_module)
+from ._tensors import arg, is_torch, split_paged_kv_cache, stream_of, torch_module
 
 
 def append_paged_kv_cache(append_key, append_value, batch_indices, positions, paged_kv_cache,
@@ -23,15 +22,26 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     paged_kv_cache: [pages, 2, page_size, H_kv, D] (NHD) / [pages, 2, H_kv, page_size, D] (HND)
     or a (k_cache, v_cache) tuple; every index array int32 on the cache's device. On the CPU
     every index is validated first (ValueError, nothing written); on the GPU out-of-range
-    tokens are skipped by the kernel and never written outside the cache.
+    tokens are skipped by the kernel, never written outside the cache, and recorded:
+    check_append_paged_kv_cache() raises for them.
     """
     check_kv_layout(kv_layout)
     k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
-    with device_guard(k_cache):
-        _flare.append_paged_kv(arg(append_key), arg(append_value), arg(batch_indices),
-                               arg(positions), arg(k_cache), arg(v_cache), kv_layout,
-                               arg(kv_indptr), arg(kv_indices), arg(kv_last_page_len),
-                               stream_of(k_cache))
+    _flare.append_paged_kv(arg(append_key), arg(append_value), arg(batch_indices),
+                           arg(positions), arg(k_cache), arg(v_cache), kv_layout,
+                           arg(kv_indptr), arg(kv_indices), arg(kv_last_page_len),
+                           stream_of(k_cache))
+
+
+def check_append_paged_kv_cache(device=None):
+    """Synchronizes the CUDA device (torch's current one by default) and raises IndexError
+    naming the first token whose indices append_paged_kv_cache found out of range there (a
+    position past its request's pages, a batch index past the batch, a page id outside the
+    cache) since the last check; clears it. Such tokens are skipped: nothing is written
+    outside the cache."""
+    torch = torch_module()
+    index = torch.cuda.current_device() if device is None else torch.device(device).index or 0
+    _flare.check_append_paged_kv(index)
 
 
 def get_batch_indices_positions(append_indptr, seq_lens, nnz):

@@ -9,11 +9,12 @@ execute_plan_cpu). The device of a wrapper is the device of its float_workspace_
 import numpy as np
 
 from . import _flare
-from ._args import check_backend, check_kv_layout, check_pos_encoding_mode, unsupported
-from ._cpu import CpuBatch, check_cpu_tensor, host_indptr, paged_kv_lengths
+from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
+                    check_pos_encoding_mode, scale_or_one, unsupported)
+from ._cpu import CpuBatch, check_cpu_tensor, host_indptr, paged_kv_lengths, to_lse_base
 from ._prefill_gpu import GpuPrefill, check_gpu_support
-from ._tensors import (arg, device_of, dtype_name, host_int32, is_capturing, is_cuda,
-                       split_paged_kv_cache, tensor_dtype, torch_module)
+from ._tensors import (arg, dtype_name, host_int32, is_cuda, split_paged_kv_cache, tensor_dtype,
+                       torch_module, validate_default)
 
 
 def _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction):
@@ -36,7 +37,7 @@ class _PrefillWrapper:
     _name = ""
     _paged = True
 
-    def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend,
+    def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend, validate,
                  **fixed_buffers):
         check_backend(self._name, backend)
         self._kv_layout = check_kv_layout(kv_layout)
@@ -45,7 +46,8 @@ class _PrefillWrapper:
         self._gpu = None
         if is_cuda(float_workspace_buffer):
             self._gpu = GpuPrefill(self._name, float_workspace_buffer, self._kv_layout,
-                                   self._paged, self._use_cuda_graph, fixed_buffers)
+                                   self._paged, self._use_cuda_graph, fixed_buffers,
+                                   validate=validate_default(validate))
         elif self._use_cuda_graph:
             raise ValueError(f"{self._name}: use_cuda_graph=True needs a CUDA "
                              "float_workspace_buffer")
@@ -62,13 +64,14 @@ class _PrefillWrapper:
               head_dim_qk, head_dim_vo, page_size, custom_mask, packed_custom_mask, causal,
               pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap,
               rope_scale, rope_theta, q_data_type, kv_data_type, non_blocking, fixed_split_size,
-              disable_split_kv):
+              disable_split_kv, o_data_type):
         """tables: the caller's index arrays by the name of their CUDA-graph buffer."""
         where = f"{self._name}.plan"
         _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
         _check_mask_args(where, causal, custom_mask, packed_custom_mask)
         q_dtype = dtype_name(q_data_type)
         kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
+        check_o_data_type(where, o_data_type, q_dtype)
         head_dim_vo = head_dim_qk if head_dim_vo is None else head_dim_vo
         params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
                              logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
@@ -100,7 +103,7 @@ class _PrefillWrapper:
                 disable_split_kv=disable_split_kv)
         self._dtypes = (q_dtype, kv_dtype)
 
-    def _check_run(self, q, k):
+    def _check_cpu_run(self, q, k):
         where = f"{self._name}.run"
         if self._dtypes is None:
             raise RuntimeError(f"{where}() needs a plan(): call plan() first")
@@ -110,8 +113,22 @@ class _PrefillWrapper:
         if tensor_dtype(k) != self._dtypes[1]:
             raise ValueError(f"the KV cache has dtype {tensor_dtype(k)} but plan() was given "
                              f"kv_data_type={self._dtypes[1]}")
-        if self._gpu is None:
-            check_cpu_tensor(where, "q", q)
+        check_cpu_tensor(where, "q", q)
+
+    def _run_gpu(self, q, kv, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base,
+                 enable_pdl):
+        if self._gpu.planned is None:
+            raise RuntimeError(f"{self._name}.run() needs a plan(): call plan() first")
+        return self._gpu.run(q, kv, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out,
+                             lse=lse, return_lse=return_lse, lse_base=lse_base,
+                             enable_pdl=enable_pdl)
+
+    def check(self):
+        """Synchronizes the device and raises IndexError naming the first page id (request,
+        paged_kv_indices entry, value) the kernels found outside the KV cache since the last
+        check(); clears it. Nothing to check on the CPU backend (it validates up front)."""
+        if self._gpu is not None:
+            self._gpu.check()
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
@@ -131,8 +148,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf=None, paged_kv_indptr_buf=None, paged_kv_indices_buf=None,
                  paged_kv_last_page_len_buf=None, custom_mask_buf=None, mask_indptr_buf=None,
-                 backend="auto"):
-        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend,
+                 backend="auto", validate=None):
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, validate,
                          qo_indptr_buf=qo_indptr_buf, paged_kv_indptr_buf=paged_kv_indptr_buf,
                          paged_kv_indices_buf=paged_kv_indices_buf,
                          paged_kv_last_page_len_buf=paged_kv_last_page_len_buf,
@@ -143,14 +160,16 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
              custom_mask=None, packed_custom_mask=None, causal=False, pos_encoding_mode="NONE",
              use_fp16_qk_reduction=False, sm_scale=None, window_left=-1, logits_soft_cap=None,
              rope_scale=None, rope_theta=None, q_data_type="float16", kv_data_type=None,
-             non_blocking=True, fixed_split_size=None, disable_split_kv=False):
+             non_blocking=True, fixed_split_size=None, disable_split_kv=False,
+             o_data_type=None):
         """Schedules one batch on host-side lengths.
 
         qo_indptr, paged_kv_indptr and paged_kv_last_page_len are read on the host: pass CPU
         tensors and plan() never synchronizes; CUDA tensors are copied to the host once, which
         synchronizes with their stream (as in FlashInfer). On the GPU, paged_kv_indices stays
         on the device (copied there asynchronously when given on the host), and a bool
-        custom_mask on the device is packed there.
+        custom_mask on the device is packed there. fixed_split_size makes each request's
+        output and lse bitwise identical alone or in any batch (fixed tiles and KV splits).
         """
         qo_host = host_indptr(qo_indptr, "qo_indptr")
         kv_host = host_indptr(paged_kv_indptr, "paged_kv_indptr")
@@ -171,33 +190,36 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
                    window_left=window_left, logits_soft_cap=logits_soft_cap,
                    rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
                    kv_data_type=kv_data_type, non_blocking=non_blocking,
-                   fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv)
+                   fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv,
+                   o_data_type=o_data_type)
 
     begin_forward = plan
 
-    def run(self, q, paged_kv_cache, *, k_scale=None, v_scale=None, out=None, lse=None,
-            return_lse=False):
+    def run(self, q, paged_kv_cache, *, q_scale=None, k_scale=None, v_scale=None, out=None,
+            lse=None, return_lse=False, enable_pdl=None, lse_base="log2"):
         """o [total_q, H_qo, D_vo] (and lse [total_q, H_qo] float32 with return_lse).
 
-        k_scale and v_scale: on the GPU, k_scale multiplies q (rounded to q's dtype) and
-        v_scale the output; the CPU backend applies both exactly.
+        q_scale and k_scale multiply the logits and v_scale the output, inside the kernels.
+        lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl as for decode.
         """
-        k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
-        self._check_run(q, k_cache)
         if self._gpu is not None:
-            return self._gpu.run(q, (k_cache, v_cache), q_dtype=self._dtypes[0],
-                                 k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
-                                 return_lse=return_lse)
+            return self._run_gpu(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse,
+                                 return_lse, lse_base, enable_pdl)
+        k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
+        self._check_cpu_run(q, k_cache)
+        base2 = check_lse_base(lse_base)
         for name, x in (("paged_kv_cache", k_cache), ("out", out), ("lse", lse)):
             check_cpu_tensor(f"{self._name}.run", name, x)
         batch = self._batch
-        out, lse = batch.outputs(q, out, lse, return_lse)
+        out, lse = batch.outputs(q, out, lse, return_lse or lse is not None)
         t = self._tables
         _flare.run_cpu_paged(batch.plan, arg(q), arg(batch.qo_indptr), arg(k_cache),
                              arg(v_cache), self._kv_layout, arg(t["paged_kv_indptr_buf"]),
                              arg(t["paged_kv_indices_buf"]), arg(t["paged_kv_last_page_len_buf"]),
-                             batch.make_params(k_scale=k_scale, v_scale=v_scale), arg(out),
-                             arg(lse))
+                             batch.make_params(k_scale=scale_or_one(q_scale) *
+                                               scale_or_one(k_scale), v_scale=v_scale),
+                             arg(out), arg(lse))
+        to_lse_base(lse, base2)
         return (out, lse) if return_lse else out
 
     forward = run
@@ -212,8 +234,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf=None, kv_indptr_buf=None, custom_mask_buf=None,
-                 mask_indptr_buf=None, backend="auto"):
-        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend,
+                 mask_indptr_buf=None, backend="auto", validate=None):
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, validate,
                          qo_indptr_buf=qo_indptr_buf, kv_indptr_buf=kv_indptr_buf,
                          custom_mask_buf=custom_mask_buf, mask_indptr_buf=mask_indptr_buf)
 
@@ -222,7 +244,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
              pos_encoding_mode="NONE", use_fp16_qk_reduction=False, window_left=-1,
              logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None,
              q_data_type="float16", kv_data_type=None, non_blocking=True,
-             fixed_split_size=None, disable_split_kv=False):
+             fixed_split_size=None, disable_split_kv=False, o_data_type=None):
         """Schedules one batch on host copies of qo_indptr and kv_indptr (see the paged
         wrapper's plan() for when that synchronizes)."""
         qo_host = host_indptr(qo_indptr, "qo_indptr")
@@ -241,29 +263,33 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
                    window_left=window_left, logits_soft_cap=logits_soft_cap,
                    rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
                    kv_data_type=kv_data_type, non_blocking=non_blocking,
-                   fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv)
+                   fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv,
+                   o_data_type=o_data_type)
 
     begin_forward = plan
 
-    def run(self, q, k, v, *, k_scale=None, v_scale=None, out=None, lse=None,
-            return_lse=False):
-        """k, v: [kv_indptr[-1], H_kv, D] (NHD) or [H_kv, kv_indptr[-1], D] (HND).
-        Returns o [total_q, H_qo, D_vo] (and lse [total_q, H_qo] float32 with return_lse).
-        k_scale and v_scale as for the paged wrapper."""
-        self._check_run(q, k)
+    def run(self, q, k, v, *, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
+            return_lse=False, enable_pdl=None, lse_base="log2"):
+        """k, v: [kv_indptr[-1], H_kv, D] (NHD) or [H_kv, kv_indptr[-1], D] (HND); at least
+        kv_indptr[-1] tokens (checked). Returns o [total_q, H_qo, D_vo] (and lse [total_q, H_qo]
+        float32 with return_lse). Scales, lse_base and enable_pdl as for the paged wrapper."""
+        if self._gpu is not None:
+            return self._run_gpu(q, (k, v), q_scale, k_scale, v_scale, out, lse, return_lse,
+                                 lse_base, enable_pdl)
+        self._check_cpu_run(q, k)
+        base2 = check_lse_base(lse_base)
         if self._kv_layout == "HND":  # [H_kv, tokens, D] viewed as [tokens, H_kv, D]
             k, v = k.swapaxes(0, 1), v.swapaxes(0, 1)
-        if self._gpu is not None:
-            return self._gpu.run(q, (k, v), q_dtype=self._dtypes[0], k_scale=k_scale,
-                                 v_scale=v_scale, out=out, lse=lse, return_lse=return_lse)
         for name, x in (("k", k), ("v", v), ("out", out), ("lse", lse)):
             check_cpu_tensor(f"{self._name}.run", name, x)
         batch = self._batch
-        out, lse = batch.outputs(q, out, lse, return_lse)
+        out, lse = batch.outputs(q, out, lse, return_lse or lse is not None)
         _flare.run_cpu_ragged(batch.plan, arg(q), arg(batch.qo_indptr), arg(k), arg(v),
                               arg(self._tables["kv_indptr_buf"]),
-                              batch.make_params(k_scale=k_scale, v_scale=v_scale), arg(out),
-                              arg(lse))
+                              batch.make_params(k_scale=scale_or_one(q_scale) *
+                                                scale_or_one(k_scale), v_scale=v_scale),
+                              arg(out), arg(lse))
+        to_lse_base(lse, base2)
         return (out, lse) if return_lse else out
 
     forward = run
@@ -290,7 +316,7 @@ def _single_cpu(where, q, k, v, kv_layout, params_kwargs, scales, custom_mask=No
     return out, lse
 
 
-# One ragged GpuPrefill per CUDA device for single_prefill_with_kv_cache: its BatchPrefill
+# One ragged GpuPrefill per CUDA device and KV layout for single_prefill_with_kv_cache: its BatchPrefill
 # objects (one per configuration) compile once and are reused across calls.
 _single_gpu = {}
 
@@ -299,11 +325,11 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
                                  causal=False, kv_layout="NHD", pos_encoding_mode="NONE",
                                  use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
                                  logits_soft_cap=None, rope_scale=None, rope_theta=None,
-                                 return_lse=False):
+                                 return_lse=False, lse_base="log2"):
     """Prefill attention of one request: q [qo_len, H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
-    [H_kv, kv_len, D] (HND). Returns o [qo_len, H_qo, D_vo] (and lse [qo_len, H_qo] with
-    return_lse). custom_mask: bool [qo_len, kv_len]; packed_custom_mask: its bits, packed
-    little-endian.
+    [H_kv, kv_len, D] (HND). Returns o [qo_len, H_qo, D_vo] (and lse [qo_len, H_qo], base 2
+    unless lse_base="ln", with return_lse). custom_mask: bool [qo_len, kv_len];
+    packed_custom_mask: its bits, packed little-endian.
 
     On the GPU this is a batch prefill of one request on ragged K/V (no copy); it plans on the
     host, so it cannot be captured into a CUDA graph.
@@ -312,6 +338,7 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     check_kv_layout(kv_layout)
     _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
     _check_mask_args(where, causal, custom_mask, packed_custom_mask)
+    base2 = check_lse_base(lse_base)
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
         raise ValueError(f"{where}: q, k, v must be 3-D, got shapes {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
@@ -321,29 +348,31 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     if not is_cuda(q):
         out, lse = _single_cpu(where, q, k, v, kv_layout, params_kwargs, {}, custom_mask,
                                packed_custom_mask)
+        to_lse_base(lse, base2)
         return (out, lse) if return_lse else out
 
-    if is_capturing(q):
+    if torch_module().cuda.is_current_stream_capturing():
         raise RuntimeError(f"{where} plans on the host and cannot be captured into a CUDA "
                            "graph: use BatchPrefillWithRaggedKVCacheWrapper(use_cuda_graph=True)")
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
     check_gpu_support(where, pos_encoding_mode, q_dtype, kv_dtype)
-    if kv_layout == "HND":
-        k, v = k.swapaxes(0, 1), v.swapaxes(0, 1)
-    index = device_of(q)[1]
-    gpu = _single_gpu.get(index)
+    slot = (q.device.index or 0, kv_layout)
+    gpu = _single_gpu.get(slot)
     if gpu is None:
-        anchor = torch_module().empty(0, device=q.device)  # names the device and its stream
-        gpu = _single_gpu[index] = GpuPrefill(where, anchor, "NHD", False, False, {})
+        anchor = torch_module().empty(0, device=q.device)  # names the device
+        gpu = _single_gpu[slot] = GpuPrefill(where, anchor, kv_layout, False, False, {},
+                                             scratch=False)
+    kv_len = k.shape[0] if kv_layout == "NHD" else k.shape[1]
     qo_host = np.array([0, q.shape[0]], dtype=np.int32)
-    kv_host = np.array([0, k.shape[0]], dtype=np.int32)
+    kv_host = np.array([0, kv_len], dtype=np.int32)
     has_mask = custom_mask is not None or packed_custom_mask is not None
-    config = dict(num_qo_heads=q.shape[1], num_kv_heads=k.shape[1], head_dim_qk=q.shape[2],
+    num_kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
+    config = dict(num_qo_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim_qk=q.shape[2],
                   head_dim_vo=v.shape[2], page_size=1, dtype=q_dtype, custom_mask=has_mask,
                   fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs)
     gpu.plan(qo_host=qo_host, kv_host=kv_host, last_host=None, kv_len=np.diff(kv_host),
              sources=dict(qo_indptr_buf=qo_host, kv_indptr_buf=kv_host),
              mask=(custom_mask, packed_custom_mask) if has_mask else None, config=config,
              non_blocking=True)
-    return gpu.run(q, (k, v), q_dtype=q_dtype, k_scale=None, v_scale=None, out=None, lse=None,
-                   return_lse=return_lse)
+    return gpu.run(q, (k, v), q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
+                   return_lse=return_lse, lse_base=lse_base, enable_pdl=None)

@@ -30,6 +30,15 @@ void bind_append(nb::module_& m) {
       nb::arg("positions"), nb::arg("k_pages"), nb::arg("v_pages"), nb::arg("kv_layout"),
       nb::arg("kv_indptr"), nb::arg("kv_indices"), nb::arg("kv_last_page_len"),
       nb::arg("stream"), "Writes each appended token into its page slot.");
+  m.def(
+      "check_append_paged_kv",
+      [](int device) {
+        nb::gil_scoped_release release;  // synchronizes the device
+        check_append_paged_kv(device, {"append_paged_kv_cache", "kv_indices", "kv_indptr",
+                                       "positions", "batch_indices"});
+      },
+      nb::arg("device"),
+      "Raises IndexError for the first out-of-range index append_paged_kv met on the device.");
 }
 
 }  // namespace flare::python

@@ -1,5 +1,7 @@
 // flare::BatchDecode for the Python decode wrapper: created per configuration (kernels are
-// JIT-compiled then), plan() on host arrays, run() on the caller's CUDA stream.
+// JIT-compiled then), plan() on host arrays, run() on the caller's CUDA stream with its
+// tensors read straight from the Python objects (object_view.h), check() for the kernels'
+// out-of-range page ids.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -8,6 +10,7 @@
 
 #include "bindings.h"
 #include "flare/api/batch_decode.h"
+#include "object_view.h"
 #include "params_arg.h"
 #include "tensor_arg.h"
 
@@ -15,13 +18,12 @@ namespace flare::python {
 
 namespace {
 
-cuda::Stream as_stream(uintptr_t handle) { return reinterpret_cast<cuda::Stream>(handle); }
-
 void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, int num_kv_heads,
                int head_dim, int page_size, const std::string& q_dtype,
                const std::string& kv_dtype, const std::string& kv_layout, const ParamsArg& params,
                bool use_cuda_graph, int fixed_split_size, bool disable_split_kv,
-               bool use_tensor_cores) {
+               bool use_tensor_cores, uintptr_t scratch, size_t scratch_bytes,
+               bool validate_indices) {
   BatchDecodeConfig config;
   config.device = device;
   config.max_batch = max_batch;
@@ -37,6 +39,9 @@ void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, i
   config.fixed_split_size = fixed_split_size;
   config.disable_split_kv = disable_split_kv;
   config.use_tensor_cores = use_tensor_cores;
+  config.scratch = reinterpret_cast<void*>(scratch);
+  config.scratch_bytes = scratch_bytes;
+  config.validate_indices = validate_indices;
   // Compiling the kernels can take seconds: let other Python threads run meanwhile.
   nb::gil_scoped_release release;
   new (self) BatchDecode(config);
@@ -44,17 +49,25 @@ void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, i
 
 void plan(BatchDecode& decode, const TensorArg& kv_indptr, const TensorArg& kv_last_page_len,
           uintptr_t stream) {
-  decode.plan(kv_indptr.view(), kv_last_page_len.view(), as_stream(stream));
+  decode.plan(kv_indptr.view(), kv_last_page_len.view(), reinterpret_cast<cuda::Stream>(stream));
 }
 
-void run(BatchDecode& decode, const TensorArg& q, const TensorArg& k_pages,
-         const TensorArg& v_pages, const TensorArg& kv_indptr, const TensorArg& kv_indices,
-         const TensorArg& kv_last_page_len, const TensorArg& o,
-         const std::optional<TensorArg>& lse, uintptr_t stream, float k_scale, float v_scale) {
-  const PagedKV kv =
-      PagedKV::from_separate(k_pages.view(), v_pages.view(), decode.config().layout,
-                             kv_indptr.view(), kv_indices.view(), kv_last_page_len.view());
-  decode.run(q.view(), kv, o.view(), view_of(lse), as_stream(stream), k_scale, v_scale);
+// The wrapper's run(): q, the paged cache (a (k, v) pair or one [pages, 2, ...] tensor), the
+// page ids and the outputs as the caller's objects, on torch's current stream.
+void run(BatchDecode& decode, nb::handle q, nb::handle paged_kv_cache, nb::handle indices,
+         nb::handle out, nb::handle lse, float q_scale, float k_scale, float v_scale,
+         bool lse_base2, bool enable_pdl) {
+  const BatchDecodeConfig& c = decode.config();
+  const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "indices");
+  RunOptions options;
+  options.q_scale = q_scale;
+  options.k_scale = k_scale;
+  options.v_scale = v_scale;
+  options.lse_base = lse_base2 ? LseBase::kBase2 : LseBase::kNatural;
+  options.enable_pdl = enable_pdl;
+  decode.run(object_view(q, "q"), pages, object_view(out, "out"),
+             optional_object_view(lse, "lse"),
+             reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)), options);
 }
 
 }  // namespace
@@ -65,14 +78,23 @@ void bind_batch_decode(nb::module_& m) {
            nb::arg("num_qo_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
            nb::arg("page_size"), nb::arg("q_dtype"), nb::arg("kv_dtype"), nb::arg("kv_layout"),
            nb::arg("params"), nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"),
-           nb::arg("disable_split_kv"), nb::arg("use_tensor_cores") = false)
+           nb::arg("disable_split_kv"), nb::arg("use_tensor_cores") = false,
+           nb::arg("scratch") = 0, nb::arg("scratch_bytes") = 0,
+           nb::arg("validate_indices") = false)
       .def("plan", &plan, nb::arg("kv_indptr"), nb::arg("kv_last_page_len"), nb::arg("stream"))
-      .def("run", &run, nb::arg("q"), nb::arg("k_pages"), nb::arg("v_pages"),
-           nb::arg("kv_indptr"), nb::arg("kv_indices"), nb::arg("kv_last_page_len"), nb::arg("o"),
-           nb::arg("lse").none(), nb::arg("stream"), nb::arg("k_scale") = 1.0f,
-           nb::arg("v_scale") = 1.0f)
+      .def("run", &run, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"),
+           nb::arg("out"), nb::arg("lse").none(), nb::arg("q_scale"), nb::arg("k_scale"),
+           nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"))
+      .def(
+          "check",
+          [](const BatchDecode& d, const std::string& operation, const std::string& indices) {
+            nb::gil_scoped_release release;  // synchronizes the device
+            d.check({operation.c_str(), indices.c_str()});
+          },
+          nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchDecode& d) { return d.config().max_batch; })
       .def_prop_ro("num_ctas", &BatchDecode::num_ctas)
+      .def_prop_ro("max_partial_slots", &BatchDecode::max_partial_slots)
       .def_prop_ro("workspace_size", &BatchDecode::workspace_size);
 }
 

@@ -8,10 +8,12 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 
 #include "bindings.h"
 #include "flare/api/batch_prefill.h"
 #include "flare/core/error.h"
+#include "object_view.h"
 #include "params_arg.h"
 #include "tensor_arg.h"
 
@@ -19,13 +21,12 @@ namespace flare::python {
 
 namespace {
 
-cuda::Stream as_stream(uintptr_t handle) { return reinterpret_cast<cuda::Stream>(handle); }
-
 // `custom_mask`: the mask bits come with every run(); `params` then carries no mask tensors.
 void construct(BatchPrefill* self, int device, int max_batch, int max_total_qo, int num_qo_heads,
                int num_kv_heads, int head_dim_qk, int head_dim_vo, bool paged, int page_size,
                const std::string& kv_layout, const std::string& dtype, const ParamsArg& params,
-               bool custom_mask, bool use_cuda_graph, int fixed_split_size, bool disable_split_kv) {
+               bool custom_mask, bool use_cuda_graph, int fixed_split_size, bool disable_split_kv,
+               uintptr_t scratch, size_t scratch_bytes, bool validate_indices) {
   BatchPrefillConfig config;
   config.device = device;
   config.max_batch = max_batch;
@@ -49,6 +50,9 @@ void construct(BatchPrefill* self, int device, int max_batch, int max_total_qo, 
   config.use_cuda_graph = use_cuda_graph;
   config.fixed_split_size = fixed_split_size;
   config.disable_split_kv = disable_split_kv;
+  config.scratch = reinterpret_cast<void*>(scratch);
+  config.scratch_bytes = scratch_bytes;
+  config.validate_indices = validate_indices;
   // Creation compiles the merge kernel: let other Python threads run meanwhile.
   nb::gil_scoped_release release;
   new (self) BatchPrefill(config);
@@ -63,37 +67,54 @@ void plan(BatchPrefill& prefill, const TensorArg& qo_indptr, const TensorArg& kv
                        : std::span<const int32_t>();
   // A newly chosen tile pair compiles its kernel (seconds on a cold JIT cache).
   nb::gil_scoped_release release;
-  prefill.plan(qo, kv, last, as_stream(stream));
+  prefill.plan(qo, kv, last, reinterpret_cast<cuda::Stream>(stream));
 }
 
-std::optional<PrefillCustomMask> mask_of(const std::optional<TensorArg>& bits,
-                                         const std::optional<TensorArg>& indptr) {
-  FLARE_CHECK(bits.has_value() == indptr.has_value(), ErrorCode::kInvalidArgument,
-              "mask_bits and mask_indptr must be given together");
-  if (!bits) return std::nullopt;
-  return PrefillCustomMask{bits->view(), indptr->view()};
+RunOptions run_options(float q_scale, float k_scale, float v_scale, bool lse_base2,
+                       bool enable_pdl) {
+  RunOptions options;
+  options.q_scale = q_scale;
+  options.k_scale = k_scale;
+  options.v_scale = v_scale;
+  options.lse_base = lse_base2 ? LseBase::kBase2 : LseBase::kNatural;
+  options.enable_pdl = enable_pdl;
+  return options;
 }
 
-void run_paged(BatchPrefill& prefill, const TensorArg& q, const TensorArg& qo_indptr,
-               const TensorArg& k_pages, const TensorArg& v_pages, const TensorArg& kv_indptr,
-               const TensorArg& kv_indices, const TensorArg& kv_last_page_len, const TensorArg& o,
-               const std::optional<TensorArg>& lse, const std::optional<TensorArg>& mask_bits,
-               const std::optional<TensorArg>& mask_indptr, uintptr_t stream) {
-  const PagedKV kv =
-      PagedKV::from_separate(k_pages.view(), v_pages.view(), prefill.config().layout,
-                             kv_indptr.view(), kv_indices.view(), kv_last_page_len.view());
-  prefill.run(q.view(), qo_indptr.view(), kv, o.view(), view_of(lse), as_stream(stream),
-              mask_of(mask_bits, mask_indptr));
+// The wrappers' run(): the caller's objects, on torch's current stream.
+void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache,
+               nb::handle indices, nb::handle out, nb::handle lse, nb::handle mask_bits,
+               float q_scale, float k_scale, float v_scale, bool lse_base2, bool enable_pdl) {
+  const BatchPrefillConfig& c = prefill.config();
+  const PagedKVPages pages =
+      paged_kv_pages(paged_kv_cache, c.layout, indices, "paged_kv_indices");
+  prefill.run(object_view(q, "q"), pages, object_view(out, "out"),
+              optional_object_view(lse, "lse"),
+              reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
+              optional_object_view(mask_bits, "custom_mask"),
+              run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl));
 }
 
-void run_ragged(BatchPrefill& prefill, const TensorArg& q, const TensorArg& qo_indptr,
-                const TensorArg& k, const TensorArg& v, const TensorArg& kv_indptr,
-                const TensorArg& o, const std::optional<TensorArg>& lse,
-                const std::optional<TensorArg>& mask_bits,
-                const std::optional<TensorArg>& mask_indptr, uintptr_t stream) {
-  const RaggedKV kv{k.view(), v.view(), kv_indptr.view()};
-  prefill.run(q.view(), qo_indptr.view(), kv, o.view(), view_of(lse), as_stream(stream),
-              mask_of(mask_bits, mask_indptr));
+// k, v: [tokens, H_kv, D] (NHD) or [H_kv, tokens, D] (HND, viewed as NHD without a copy).
+void run_ragged(BatchPrefill& prefill, nb::handle q, nb::handle k, nb::handle v, bool hnd,
+                nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale,
+                float k_scale, float v_scale, bool lse_base2, bool enable_pdl) {
+  const BatchPrefillConfig& c = prefill.config();
+  TensorView k_view = object_view(k, "k");
+  TensorView v_view = object_view(v, "v");
+  if (hnd) {
+    for (TensorView* t : {&k_view, &v_view}) {
+      if (t->ndim == 3) {
+        std::swap(t->shape[0], t->shape[1]);
+        std::swap(t->strides[0], t->strides[1]);
+      }
+    }
+  }
+  prefill.run(object_view(q, "q"), k_view, v_view, object_view(out, "out"),
+              optional_object_view(lse, "lse"),
+              reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
+              optional_object_view(mask_bits, "custom_mask"),
+              run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl));
 }
 
 }  // namespace
@@ -104,16 +125,26 @@ void bind_batch_prefill(nb::module_& m) {
            nb::arg("max_total_qo"), nb::arg("num_qo_heads"), nb::arg("num_kv_heads"),
            nb::arg("head_dim_qk"), nb::arg("head_dim_vo"), nb::arg("paged"), nb::arg("page_size"),
            nb::arg("kv_layout"), nb::arg("dtype"), nb::arg("params"), nb::arg("custom_mask"),
-           nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"), nb::arg("disable_split_kv"))
+           nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"), nb::arg("disable_split_kv"),
+           nb::arg("scratch") = 0, nb::arg("scratch_bytes") = 0,
+           nb::arg("validate_indices") = false)
       .def("plan", &plan, nb::arg("qo_indptr"), nb::arg("kv_indptr"),
            nb::arg("kv_last_page_len").none(), nb::arg("stream"))
-      .def("run_paged", &run_paged, nb::arg("q"), nb::arg("qo_indptr"), nb::arg("k_pages"),
-           nb::arg("v_pages"), nb::arg("kv_indptr"), nb::arg("kv_indices"),
-           nb::arg("kv_last_page_len"), nb::arg("o"), nb::arg("lse").none(),
-           nb::arg("mask_bits").none(), nb::arg("mask_indptr").none(), nb::arg("stream"))
-      .def("run_ragged", &run_ragged, nb::arg("q"), nb::arg("qo_indptr"), nb::arg("k"),
-           nb::arg("v"), nb::arg("kv_indptr"), nb::arg("o"), nb::arg("lse").none(),
-           nb::arg("mask_bits").none(), nb::arg("mask_indptr").none(), nb::arg("stream"))
+      .def("run_paged", &run_paged, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"),
+           nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(),
+           nb::arg("q_scale"), nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"),
+           nb::arg("enable_pdl"))
+      .def("run_ragged", &run_ragged, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("hnd"),
+           nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(),
+           nb::arg("q_scale"), nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"),
+           nb::arg("enable_pdl"))
+      .def(
+          "check",
+          [](const BatchPrefill& p, const std::string& operation, const std::string& indices) {
+            nb::gil_scoped_release release;  // synchronizes the device
+            p.check({operation.c_str(), indices.c_str()});
+          },
+          nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchPrefill& p) { return p.config().max_batch; })
       .def_prop_ro("max_total_qo", [](const BatchPrefill& p) { return p.config().max_total_qo; })
       .def_prop_ro("tiles",
@@ -122,6 +153,7 @@ void bind_batch_prefill(nb::module_& m) {
                      return nb::make_tuple(t.query_tile, t.kv_tile);
                    })
       .def_prop_ro("num_ctas", [](const BatchPrefill& p) { return p.last_plan().num_ctas; })
+      .def_prop_ro("max_partial_slots", &BatchPrefill::max_partial_slots)
       .def_prop_ro("workspace_size", &BatchPrefill::workspace_size);
 }
 

@@ -11,33 +11,40 @@
 
 namespace flare::python {
 
+namespace {
+LseBase base_of(bool lse_base2) { return lse_base2 ? LseBase::kBase2 : LseBase::kNatural; }
+}  // namespace
+
 void bind_merge(nb::module_& m) {
   m.def(
       "merge_state",
       [](const TensorArg& v_a, const TensorArg& s_a, const TensorArg& v_b, const TensorArg& s_b,
-         const TensorArg& v_out, const TensorArg& s_out, uintptr_t stream) {
+         const TensorArg& v_out, const TensorArg& s_out, uintptr_t stream, bool lse_base2) {
         merge_state(v_a.view(), s_a.view(), v_b.view(), s_b.view(), v_out.view(), s_out.view(),
-                    reinterpret_cast<cuda::Stream>(stream));
+                    reinterpret_cast<cuda::Stream>(stream), base_of(lse_base2));
       },
       nb::arg("v_a"), nb::arg("s_a"), nb::arg("v_b"), nb::arg("s_b"), nb::arg("v_out"),
-      nb::arg("s_out"), nb::arg("stream"), "(v_out, s_out) <- (v_a, s_a) merged with (v_b, s_b).");
+      nb::arg("s_out"), nb::arg("stream"), nb::arg("lse_base2"),
+      "(v_out, s_out) <- (v_a, s_a) merged with (v_b, s_b).");
   m.def(
       "merge_state_in_place",
       [](const TensorArg& v, const TensorArg& s, const TensorArg& v_other, const TensorArg& s_other,
-         const std::optional<TensorArg>& mask, uintptr_t stream) {
+         const std::optional<TensorArg>& mask, uintptr_t stream, bool lse_base2) {
         merge_state_in_place(v.view(), s.view(), v_other.view(), s_other.view(), view_of(mask),
-                             reinterpret_cast<cuda::Stream>(stream));
+                             reinterpret_cast<cuda::Stream>(stream), base_of(lse_base2));
       },
       nb::arg("v"), nb::arg("s"), nb::arg("v_other"), nb::arg("s_other"), nb::arg("mask").none(),
-      nb::arg("stream"), "(v, s) <- (v, s) merged with (v_other, s_other) where mask is set.");
+      nb::arg("stream"), nb::arg("lse_base2"),
+      "(v, s) <- (v, s) merged with (v_other, s_other) where mask is set.");
   m.def(
       "merge_states",
       [](const TensorArg& v, const TensorArg& s, const TensorArg& v_out, const TensorArg& s_out,
-         uintptr_t stream) {
+         uintptr_t stream, bool lse_base2) {
         merge_states(v.view(), s.view(), v_out.view(), s_out.view(),
-                     reinterpret_cast<cuda::Stream>(stream));
+                     reinterpret_cast<cuda::Stream>(stream), base_of(lse_base2));
       },
       nb::arg("v"), nb::arg("s"), nb::arg("v_out"), nb::arg("s_out"), nb::arg("stream"),
+      nb::arg("lse_base2"),
       "Merges the states of dimension 1 of v [seq, states, H, D], s [seq, states, H].");
 }
 

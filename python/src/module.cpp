@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "bindings.h"
+#include "object_view.h"
 #include "flare/core/error.h"
 #include "flare/jit/cuda_driver.h"
 
@@ -20,6 +21,8 @@ PyObject* exception_type(flare::ErrorCode code) {
       return PyExc_ValueError;
     case flare::ErrorCode::kUnsupported:
       return PyExc_NotImplementedError;
+    case flare::ErrorCode::kIndexOutOfRange:
+      return PyExc_IndexError;
     default:
       return PyExc_RuntimeError;
   }
@@ -42,6 +45,8 @@ NB_MODULE(_flare, m) {
         "True when the CUDA driver loads and a device exists.");
   m.def("cuda_unavailable_reason", &flare::cuda::unavailable_reason);
   m.def("cuda_device_count", &flare::cuda::device_count);
+  m.def("current_stream", &flare::python::torch_current_stream, nb::arg("device"),
+        "torch's current CUDA stream on `device`, as an int (the stream flare launches on).");
   flare::python::bind_tensor_arg(m);
   flare::python::bind_params_arg(m);
   flare::python::bind_cpu_attention(m);

@@ -24,8 +24,10 @@ def alibi_slopes_power_of_two(num_heads):
 
 def reference_attention(q, k, v, qo_indptr, kv_indptr, *, causal=False, sm_scale=None,
                         window_left=-1, logits_soft_cap=0.0, custom_mask=None, alibi=False,
-                        rope_theta=None, rope_scale=1.0, k_scale=1.0, v_scale=1.0):
-    """o [total_q, H_qo, D_vo] and lse [total_q, H_qo] in float64.
+                        rope_theta=None, rope_scale=1.0, k_scale=1.0, v_scale=1.0,
+                        lse_base="log2"):
+    """o [total_q, H_qo, D_vo] and lse [total_q, H_qo] in float64 (base 2, FlashInfer's, or
+    the natural log with lse_base="ln").
 
     q [total_q, H_qo, D]; k, v ragged [total_kv, H_kv, D]; custom_mask: per request a bool
     [q_len, kv_len] array (list); rope_theta set means RoPE on q and k at their positions.
@@ -77,19 +79,21 @@ def reference_attention(q, k, v, qo_indptr, kv_indptr, *, causal=False, sm_scale
                                   np.log(np.where(total[..., 0] > 0, total[..., 0], 1.0)) +
                                   np.where(seen[..., 0], row_max[..., 0], 0.0),
                                   -np.inf).T
-    return out, lse
+    return out, (lse / np.log(2.0) if lse_base == "log2" else lse)
 
 
-def reference_merge(v, s):
-    """Merges states along axis 1: v [seq, n, H, D], s [seq, n, H] -> ([seq, H, D], [seq, H])."""
+def reference_merge(v, s, lse_base="log2"):
+    """Merges states along axis 1: v [seq, n, H, D], s [seq, n, H] -> ([seq, H, D], [seq, H]),
+    s in base 2 (FlashInfer's) or natural log (lse_base="ln")."""
     v = np.asarray(v, dtype=np.float64)
     s = np.asarray(s, dtype=np.float64)
+    exp, log = (np.exp2, np.log2) if lse_base == "log2" else (np.exp, np.log)
     s_max = s.max(axis=1, keepdims=True)
     shift = np.where(np.isfinite(s_max), s_max, 0.0)
-    w = np.exp(s - shift)
+    w = exp(s - shift)
     total = w.sum(axis=1, keepdims=True)
     with np.errstate(divide="ignore"):
-        merged_s = np.where(total > 0, shift + np.log(np.where(total > 0, total, 1.0)), -np.inf)
+        merged_s = np.where(total > 0, shift + log(np.where(total > 0, total, 1.0)), -np.inf)
     scale = np.where(total > 0, w / np.where(total > 0, total, 1.0), 0.0)
     return (v * scale[..., None]).sum(axis=1), merged_s[:, 0]
 

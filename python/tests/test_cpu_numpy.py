@@ -296,9 +296,7 @@ def plan_paged_prefill(**kwargs):
 
 
 UNSUPPORTED = [
-    ("q_scale", lambda: flare.single_decode_with_kv_cache(
-        np.zeros((4, 64), np.float32), np.zeros((3, 4, 64), np.float32),
-        np.zeros((3, 4, 64), np.float32), q_scale=0.5)),
+    ("o_data_type", lambda: plan_paged_prefill(q_data_type="float32", o_data_type="float16")),
     ("backend", lambda: flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), backend="fa2")),
     ("use_fp16_qk_reduction", lambda: plan_paged_prefill(use_fp16_qk_reduction=True)),
 ]
@@ -362,3 +360,40 @@ def test_sm_scale_default_is_inverse_sqrt_head_dim():
     explicit.plan(cache.indptr, cache.indices, cache.last_page_len, 1, 1, 64, 16,
                   q_data_type="float32", sm_scale=1 / math.sqrt(64))
     np.testing.assert_array_equal(wrapper.run(q, cache.cache), explicit.run(q, cache.cache))
+
+
+def test_q_scale_multiplies_the_logits_and_lse_base_selects_the_log():
+    """q_scale and k_scale scale q.k, v_scale the output (FlashInfer's fp8 calibration
+    scales); lse is base 2 by default (FlashInfer's), natural with lse_base="ln"."""
+    cache = PagedCache([5, 40], 2, 64, 16, seed=31)
+    q = np.random.default_rng(32).standard_normal((cache.batch, 4, 64)).astype(np.float32)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, 4, 2, 64, 16,
+                 q_data_type="float32")
+    out, lse = wrapper.run(q, cache.cache, q_scale=0.25, k_scale=2.0, v_scale=3.0,
+                           return_lse=True)
+    expected_o, expected_lse = decode_reference(cache, q, k_scale=0.5, v_scale=3.0)
+    assert max_abs_error(out, expected_o) <= TOLERANCE[np.float32] * 3
+    assert max_abs_error(lse, expected_lse) <= TOLERANCE[np.float32]
+    _, natural = wrapper.run(q, cache.cache, return_lse=True, lse_base="ln")
+    _, expected_natural = decode_reference(cache, q, lse_base="ln")
+    assert max_abs_error(natural, expected_natural) <= TOLERANCE[np.float32]
+    with pytest.raises(ValueError, match="lse_base"):
+        wrapper.run(q, cache.cache, lse_base="log10")
+
+
+def test_merge_takes_lse_in_either_base():
+    v, s = random_states_numpy(seed=33)
+    for base in ("log2", "ln"):
+        expected_v, expected_s = reference_merge(v, s, lse_base=base)
+        merged_v, merged_s = flare.merge_states(v, s, lse_base=base)
+        assert max_abs_error(merged_v, expected_v) <= 1e-5
+        assert max_abs_error(merged_s, expected_s) <= 1e-5
+
+
+def random_states_numpy(seed):
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((5, 3, 2, 16)).astype(np.float32)
+    s = (rng.random((5, 3, 2)) * 20 - 10).astype(np.float32)
+    s[1, :, 1] = -np.inf
+    return v, s

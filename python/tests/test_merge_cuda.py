@@ -20,20 +20,22 @@ OUTPUT_ROUNDING = {torch.float32: 0.0, torch.float16: 2.0**-11, torch.bfloat16: 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
-def merge_float64(v, s):
-    """Merges v [seq, n, H, D] (any dtype), s [seq, n, H] along dim 1 in float64. Returns
-    (v [seq, H, D], s [seq, H], the bound on |error| of each output element and LSE)."""
+def merge_float64(v, s, base2=True):
+    """Merges v [seq, n, H, D] (any dtype), s [seq, n, H] (base-2 LSEs, FlashInfer's, or
+    natural-log ones) along dim 1 in float64. Returns (v [seq, H, D], s [seq, H], the bound on
+    |error| of each output element and LSE)."""
     v = v.double()
     s = s.double()
+    exp, log = (torch.exp2, torch.log2) if base2 else (torch.exp, torch.log)
     empty = torch.isneginf(s)
     s_max = torch.where(empty, torch.full_like(s, -torch.inf), s).amax(dim=1, keepdim=True)
     shift = torch.where(torch.isneginf(s_max), torch.zeros_like(s_max), s_max)
-    weights = torch.where(empty, torch.zeros_like(s), torch.exp(s - shift))
+    weights = torch.where(empty, torch.zeros_like(s), exp(s - shift))
     total = weights.sum(dim=1, keepdim=True)
     scale = torch.where(total > 0, weights / torch.where(total > 0, total, 1.0), 0.0)
     v_used = torch.where(empty[..., None], torch.zeros_like(v), v)  # NaN v of empty states
     merged_v = (v_used * scale[..., None]).sum(dim=1)
-    merged_s = torch.where(total > 0, shift + torch.log(torch.where(total > 0, total, 1.0)),
+    merged_s = torch.where(total > 0, shift + log(torch.where(total > 0, total, 1.0)),
                            -torch.inf)[:, 0]
     states = v.shape[1]
     accumulation = (states + 5) * 2.0**-22
@@ -42,9 +44,9 @@ def merge_float64(v, s):
     return merged_v, merged_s, accumulation, largest, single
 
 
-def assert_merged(v_out, s_out, v, s, out_dtype):
+def assert_merged(v_out, s_out, v, s, out_dtype, base2=True):
     """v_out, s_out against the float64 merge of v [seq, n, H, D], s [seq, n, H]."""
-    expected_v, expected_s, accumulation, largest, single = merge_float64(v, s)
+    expected_v, expected_s, accumulation, largest, single = merge_float64(v, s, base2)
     v_bound = (OUTPUT_ROUNDING[out_dtype] * expected_v.abs() + 2 * accumulation * largest +
                1e-7)
     v_bound = torch.where(single[..., None], torch.zeros_like(v_bound), v_bound)

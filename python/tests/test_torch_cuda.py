@@ -21,6 +21,7 @@ from gpu_paged_cache import GpuPagedCache  # noqa: E402
 DEVICE = torch.device("cuda:0")
 # Output rounding of the dtype plus float32 accumulation; lse is float32 throughout.
 O_TOLERANCE = {torch.bfloat16: 1.5e-2, torch.float16: 2e-3}
+LOG2E = 1.0 / math.log(2.0)
 LSE_TOLERANCE = 2e-3
 
 
@@ -45,7 +46,7 @@ def sdpa_decode(cache, q, sm_scale=None, k_scale=1.0, v_scale=1.0):
         qb = q[b].double()[None, :, None, :]  # [1, H, 1, D]
         out[b] = F.scaled_dot_product_attention(qb, k, v, scale=scale)[0, :, 0]
         lse[b] = torch.logsumexp((qb @ k.transpose(-1, -2))[0, :, 0] * scale, dim=-1)
-    return out, lse
+    return out, lse * LOG2E  # FlashInfer's base-2 LSE
 
 
 def max_error(actual, expected):

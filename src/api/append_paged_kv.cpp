@@ -2,6 +2,10 @@
 // launch of kernels/append_paged_kv.cuh (vector width chosen from pointer and stride alignment).
 #include "flare/api/append_paged_kv.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -198,6 +202,7 @@ void append_paged_kv_cuda(const AppendPagedKVInput& input, const PagedKV& cache,
   params.positions = input.positions.ptr<const int32_t>();
   params.kv_indptr = cache.table.indptr.ptr<const int32_t>();
   params.kv_indices = cache.table.indices.ptr<const int32_t>();
+  params.num_indices = cache.table.indices.shape[0];
   params.k_page_stride = k.page * element;
   params.k_slot_stride = k.slot * element;
   params.k_head_stride = k.head * element;
@@ -218,7 +223,8 @@ void append_paged_kv_cuda(const AppendPagedKVInput& input, const PagedKV& cache,
 
   const int vec = vector_bytes(input, cache);
   const jit::KernelSpec spec = append_paged_kv_kernel_spec(vec);
-  cuda::set_device(device.index);
+  const cuda::DeviceScope scope(device.index);
+  params.index_error = append_index_errors(device.index).device_record();
   const cuda::Function function = jit::get_kernel(spec, spec.entry, device.index);
   const int64_t vectors = nnz * heads * (params.k_row_bytes + params.v_row_bytes) / vec;
   // Enough blocks to fill any GPU several times over; the grid-stride loop covers the rest.
@@ -227,6 +233,21 @@ void append_paged_kv_cuda(const AppendPagedKVInput& input, const PagedKV& cache,
       std::min<int64_t>(kMaxBlocks, (vectors + kAppendThreads - 1) / kAppendThreads));
   void* args[] = {&params};
   cuda::launch(function, blocks, 1, 1, kAppendThreads, 1, 1, 0, stream, args);
+}
+
+const IndexErrorRecordBuffer& append_index_errors(int device) {
+  // One record per device for the process's life; created on first use (under the caller's
+  // DeviceScope), never moved.
+  static std::mutex mutex;
+  static std::map<int, std::unique_ptr<IndexErrorRecordBuffer>> records;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<IndexErrorRecordBuffer>& record = records[device];
+  if (!record) record = std::make_unique<IndexErrorRecordBuffer>(device);
+  return *record;
+}
+
+void check_append_paged_kv(int device, const IndexNames& names) {
+  append_index_errors(device).check(names);
 }
 
 jit::KernelSpec append_paged_kv_kernel_spec(int vector_bytes) {

@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "flare/core/error.h"
@@ -18,6 +19,7 @@
 #include "src/api/device_checks.h"
 #include "src/api/device_variant.h"
 #include "src/api/plan_staging.h"
+#include "src/api/run_support.h"
 
 namespace flare {
 namespace {
@@ -387,13 +389,14 @@ struct ResolvedKernels {
   BatchDecodeKernels kernels;
   cuda::Function decode = nullptr;
   int num_sms = 0;
+  int cc_major = 0;
   int resident_ctas = 0;  // that run at once: num_sms x the kernel's CTAs per SM
   int waves = 1;          // of the grid, for batches whose tiles outnumber resident_ctas
   int num_ctas = 0;       // the grid: resident_ctas x waves
   // Dynamic shared memory of a launch whose plan uses half the CTAs per SM (see plan()): what
   // two CTAs per SM allow, so the fused merge stages more partial slots per pass.
   size_t half_grid_shared_bytes = 0;
-  WorkspaceLayout layout;
+  WorkspaceBounds bounds;  // at the default partial-slot bound
 };
 
 }  // namespace
@@ -401,19 +404,33 @@ struct ResolvedKernels {
 struct BatchDecode::State {
   BatchDecodeConfig config;
   ResolvedKernels k;
-  cuda::DeviceBuffer workspace;
+  api_detail::Workspace workspace;
   // int32 [max merge items]: arrivals of split tiles' chunks, zero between runs (the kernel's
   // last arrival resets its count). Outside the workspace: the plan copy must not touch it.
   cuda::DeviceBuffer merge_counters;
   cuda::DeviceBuffer alibi_slopes;
-  api_detail::PlanStaging plan_staging;
+  IndexErrorRecordBuffer index_errors;
+  bool validate_indices = false;
   bool planned = false;
   size_t launch_shared_bytes = 0;  // of the latest plan's launches
   Plan plan;
-  std::vector<int32_t> kv_len;  // scratch of plan()
+  std::vector<int32_t> kv_indptr;  // the latest plan's, for validation mode
+  std::vector<int32_t> kv_len;     // scratch of plan()
   std::vector<int32_t> qo_len;
   std::vector<int32_t> merge_of_slot;
+  // The page ids a captured run reads (-1 before one): later plans must not need more.
+  int64_t captured_indices = -1;
+  int64_t last_num_pages = -1;  // of the latest run, quoted by check()
   VariantParams variant{};
+
+  // Zeroed on `stream` (the counters must be 0 when a run starts).
+  void allocate_merge_counters(cuda::Stream stream) {
+    const size_t bytes =
+        static_cast<size_t>(std::max<int64_t>(1, workspace.layout().max_merge_items)) *
+        sizeof(int32_t);
+    merge_counters = cuda::DeviceBuffer(bytes);
+    cuda::memset_d8_async(merge_counters.data(), 0, bytes, stream);
+  }
 };
 
 namespace {
@@ -436,7 +453,7 @@ WorkspaceBounds bounds_of(const BatchDecodeConfig& c, int num_ctas) {
 ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   ResolvedKernels r;
   validate_config(config);  // before the device is touched
-  cuda::set_device(config.device);
+  const cuda::DeviceScope scope(config.device);
   const cuda::DeviceProperties props = cuda::device_properties(config.device);
   r.kernels =
       batch_decode_kernels(config, static_cast<size_t>(props.max_shared_bytes_per_block_optin));
@@ -453,13 +470,14 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
                std::min(half_sm, static_cast<size_t>(props.max_shared_bytes_per_block_optin)));
   cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.half_grid_shared_bytes));
   r.num_sms = props.num_sms;
+  r.cc_major = props.cc_major;
   r.resident_ctas =
       props.num_sms * static_cast<int>(resolved_ctas_per_sm(config, r.decode, r.kernels.threads,
                                                             r.kernels.decode_shared_bytes));
   r.waves = config.waves > 0 ? config.waves
                              : (config.use_tensor_cores ? kTensorCoreWaves : kCudaCoreWaves);
   r.num_ctas = r.resident_ctas * r.waves;
-  r.layout = workspace_layout(bounds_of(config, r.num_ctas));
+  r.bounds = bounds_of(config, r.num_ctas);
   return r;
 }
 
@@ -519,13 +537,11 @@ BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_uni
   State& s = *state_;
   s.config = config;
   s.k = resolve_kernels(config);
-  s.workspace = cuda::DeviceBuffer(s.k.layout.total_bytes);
-  s.plan_staging = api_detail::PlanStaging(s.k.layout.plan_bytes);
-  const size_t counter_bytes =
-      static_cast<size_t>(std::max<int64_t>(1, s.k.layout.max_merge_items)) * sizeof(int32_t);
-  s.merge_counters = cuda::DeviceBuffer(counter_bytes);
-  cuda::memset_d8_async(s.merge_counters.data(), 0, counter_bytes, nullptr);
-
+  const cuda::DeviceScope scope(config.device);
+  s.workspace = api_detail::Workspace(kWhat, s.k.bounds, config.scratch, config.scratch_bytes);
+  s.allocate_merge_counters(nullptr);
+  s.index_errors = IndexErrorRecordBuffer(config.device);
+  s.validate_indices = config.validate_indices || api_detail::validate_from_env();
   s.variant = api_detail::device_variant(config.params, config.head_dim, config.num_qo_heads,
                                          s.alibi_slopes);
   // The counters' memset and a pageable copy may still be in flight on the legacy stream, and
@@ -538,7 +554,11 @@ BatchDecode::BatchDecode(BatchDecode&&) noexcept = default;
 BatchDecode& BatchDecode::operator=(BatchDecode&&) noexcept = default;
 
 size_t BatchDecode::workspace_bytes(const BatchDecodeConfig& config) {
-  return resolve_kernels(config).layout.total_bytes;
+  return workspace_layout(resolve_kernels(config).bounds).total_bytes;
+}
+
+size_t BatchDecode::scratch_bytes_needed(const BatchDecodeConfig& config) {
+  return workspace_layout(resolve_kernels(config).bounds).scratch_bytes();
 }
 
 void BatchDecode::plan(std::span<const int32_t> kv_indptr,
@@ -551,9 +571,20 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   FLARE_CHECK(static_cast<int64_t>(kv_last_page_len.size()) == batch, ErrorCode::kInvalidArgument,
               kWhat, ": kv_last_page_len must have ", batch, " entries (one per request), got ",
               kv_last_page_len.size());
+  {
+    // The plan's copy would be recorded into the graph instead of running now.
+    const cuda::DeviceScope scope(s.config.device);
+    FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
+                ": plan() must not be called while its stream is being captured into a CUDA "
+                "graph: plan before the capture and between replays");
+  }
   FLARE_CHECK(kv_indptr[0] == 0, ErrorCode::kInvalidArgument, kWhat,
               ": kv_indptr[0] must be 0, got ", kv_indptr[0]);
   const int64_t page_size = s.config.page_size;
+  FLARE_CHECK(s.captured_indices < 0 || kv_indptr[batch] <= s.captured_indices,
+              ErrorCode::kInvalidArgument, kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
+              " pages exceed the ", s.captured_indices,
+              " entries of the kv_indices tensor the captured run() reads");
   s.kv_len.resize(static_cast<size_t>(batch));
   s.qo_len.assign(static_cast<size_t>(batch), 1);
   for (int64_t i = 0; i < batch; ++i) {
@@ -594,7 +625,10 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   const int64_t tiles =
       batch * plan_kv_heads(s.config) * ((group + options.query_tile - 1) / options.query_tile);
   size_t launch_shared_bytes = s.k.kernels.decode_shared_bytes;
-  if (!s.config.use_cuda_graph && device.ctas_per_sm >= 4 && tiles <= device.num_sms) {
+  // Not with fixed_split_size either: the fused merge's passes follow the launch's shared
+  // memory, and a request's merge must not depend on the batch around it.
+  if (!s.config.use_cuda_graph && s.config.fixed_split_size == 0 && device.ctas_per_sm >= 4 &&
+      tiles <= device.num_sms) {
     device.ctas_per_sm /= 2;
     launch_shared_bytes = s.k.half_grid_shared_bytes;
   }
@@ -616,13 +650,23 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   // with an SM budget: the later waves would start on the SMs left to other work.
   options.waves = options.num_sms_to_use == 0 && tiles >= s.k.resident_ctas ? s.k.waves : 1;
   Plan next = flare::plan(problem, device, options);
-  check_fits(next, s.k.layout);
 
-  cuda::set_device(s.config.device);
-  std::byte* staged = s.plan_staging.write(next, s.k.layout);
-  stage_decode_records(next, s.k.layout, kv_indptr, s.kv_len, staged, s.merge_of_slot);
-  s.plan_staging.copy_to(s.workspace.data(), stream);
+  const cuda::DeviceScope scope(s.config.device);
+  if (next.num_partial_slots > s.workspace.layout().max_partial_slots) {
+    // Only fixed_split_size plans exceed the default bound (002 D.3 holds for the others).
+    FLARE_CHECK(!s.config.use_cuda_graph, ErrorCode::kWorkspaceTooSmall, kWhat, ": the plan needs ",
+                next.num_partial_slots, " partial slots, the CUDA-graph workspace holds ",
+                s.workspace.layout().max_partial_slots,
+                " (fixed at creation: give a larger scratch, or plan the largest batch first)");
+    s.workspace.grow(next.num_partial_slots);
+    s.allocate_merge_counters(stream);
+  }
+  check_fits(next, s.workspace.layout());
+  std::byte* staged = s.workspace.staging().write(next, s.workspace.layout());
+  stage_decode_records(next, s.workspace.layout(), kv_indptr, s.kv_len, staged, s.merge_of_slot);
+  s.workspace.staging().copy_to(s.workspace.plan_region(), stream);
   s.plan = std::move(next);
+  s.kv_indptr.assign(kv_indptr.begin(), kv_indptr.end());
   s.planned = true;
   s.launch_shared_bytes = launch_shared_bytes;
 }
@@ -644,14 +688,17 @@ void BatchDecode::plan(const TensorView& kv_indptr, const TensorView& kv_last_pa
        stream);
 }
 
-void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& o,
-                      const std::optional<TensorView>& lse, cuda::Stream stream, float k_scale,
-                      float v_scale) {
+void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
+                      const std::optional<TensorView>& lse, cuda::Stream stream,
+                      const RunOptions& options) {
   State& s = *state_;
   const BatchDecodeConfig& c = s.config;
   FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
-  FLARE_CHECK(std::isfinite(k_scale) && std::isfinite(v_scale), ErrorCode::kInvalidArgument, kWhat,
-              ": k_scale and v_scale must be finite, got ", k_scale, " and ", v_scale);
+  FLARE_CHECK(std::isfinite(options.q_scale) && std::isfinite(options.k_scale) &&
+                  std::isfinite(options.v_scale),
+              ErrorCode::kInvalidArgument, kWhat,
+              ": q_scale, k_scale and v_scale must be finite, got ", options.q_scale, ", ",
+              options.k_scale, " and ", options.v_scale);
   // A captured run serves every later plan: its tensors are sized for the largest batch.
   const int64_t planned_batch = static_cast<int64_t>(s.kv_len.size());
   const int64_t batch = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : planned_batch;
@@ -664,26 +711,36 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   if (lse) check_device_tensor(kWhat, *lse, "lse", c.device, DType::kF32, {batch, h_qo}, false);
   FLARE_CHECK(kv.layout == c.layout, ErrorCode::kInvalidArgument, kWhat, ": kv layout must be ",
               kv_layout_name(c.layout), ", got ", kv_layout_name(kv.layout));
-  const int64_t pages = kv.k.ndim == 4 ? kv.k.shape[0] : -1;
   const bool nhd = c.layout == KVLayout::kNHD;
   const int64_t ps = c.page_size;
-  for (const auto& [t, name] : {std::pair{&kv.k, "k"}, std::pair{&kv.v, "v"}}) {
+  const int64_t k_pages = kv.k.ndim == 4 ? kv.k.shape[0] : -1;
+  const int64_t v_pages = kv.v.ndim == 4 ? kv.v.shape[0] : -1;
+  for (const auto& [t, name, pages] :
+       {std::tuple{&kv.k, "k", k_pages}, std::tuple{&kv.v, "v", v_pages}}) {
     if (nhd) {
       check_device_tensor(kWhat, *t, name, c.device, c.kv_dtype, {pages, ps, h_kv, d}, true);
     } else {
       check_device_tensor(kWhat, *t, name, c.device, c.kv_dtype, {pages, h_kv, ps, d}, true);
     }
   }
-  check_index_array(kv.table.indptr, "kv indptr", c.device, 0, batch + 1);
-  check_index_array(kv.table.indices, "kv indices", c.device, 0, -1);
-  check_index_array(kv.table.last_block_len, "kv last_page_len", c.device, 0, batch);
-  FLARE_CHECK(kv.table.block_size == c.page_size, ErrorCode::kInvalidArgument, kWhat,
-              ": kv table block_size must equal page_size ", c.page_size, ", got ",
-              kv.table.block_size);
-  cuda::set_device(c.device);
-  FLARE_CHECK(c.use_cuda_graph || !cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
+  const int64_t planned_pages = s.kv_indptr.back();
+  check_index_array(kv.indices, "kv indices", c.device, planned_pages, -1);
+  FLARE_CHECK(!c.use_cuda_graph || s.captured_indices < 0 ||
+                  kv.indices.shape[0] >= s.captured_indices,
+              ErrorCode::kInvalidArgument, kWhat, ": kv indices has ", kv.indices.shape[0],
+              " entries, fewer than an earlier run's ", s.captured_indices);
+  const cuda::DeviceScope scope(c.device);
+  const bool capturing = cuda::is_capturing(stream);
+  FLARE_CHECK(c.use_cuda_graph || !capturing, ErrorCode::kInvalidArgument, kWhat,
               ": run() on a capturing stream needs a BatchDecode created with "
               "use_cuda_graph = true");
+  const int64_t num_pages = std::min(k_pages, v_pages);
+  if (s.validate_indices) {
+    FLARE_CHECK(!capturing, ErrorCode::kInvalidArgument, kWhat,
+                ": validation mode (validate_indices, FLARE_VALIDATE) cannot be captured");
+    api_detail::validate_page_ids(kv.indices, s.kv_indptr, num_pages,
+                                  {kWhat, "kv_indices"}, stream);
+  }
 
   DecodeParams p{};
   p.q = q.data;
@@ -691,11 +748,18 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.v = kv.v.data;
   p.o = o.data;
   p.lse = lse ? lse->ptr<float>() : nullptr;
-  p.kv_indices = kv.table.indices.ptr<const int32_t>();
-  p.workspace = static_cast<unsigned char*>(s.workspace.data());
-  p.offsets = offsets_of(s.k.layout);
-  p.cta_starts = reinterpret_cast<const DecodeCtaStart*>(p.workspace + s.k.layout.executor_ctas);
-  p.item_meta = reinterpret_cast<const DecodeItemMeta*>(p.workspace + s.k.layout.executor_items);
+  p.kv_indices = kv.indices.ptr<const int32_t>();
+  p.num_indices = static_cast<int32_t>(
+      std::min<int64_t>(kv.indices.shape[0], std::numeric_limits<int32_t>::max()));
+  p.num_pages =
+      static_cast<int32_t>(std::min<int64_t>(num_pages, std::numeric_limits<int32_t>::max()));
+  p.index_error = s.index_errors.device_record();
+  p.workspace = s.workspace.device();
+  p.offsets = s.workspace.offsets();
+  p.cta_starts = reinterpret_cast<const DecodeCtaStart*>(p.workspace +
+                                                         s.workspace.layout().executor_ctas);
+  p.item_meta = reinterpret_cast<const DecodeItemMeta*>(p.workspace +
+                                                        s.workspace.layout().executor_items);
   p.merge_counters = static_cast<int32_t*>(s.merge_counters.data());
   p.q_stride_token = q.strides[0];
   p.q_stride_head = q.strides[1];
@@ -713,8 +777,9 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   p.lse_stride_token = lse ? lse->strides[0] : 0;
   p.lse_stride_head = lse ? lse->strides[1] : 0;
   p.group_size = plan_group_size(c);
-  p.k_scale = c.params.k_scale * k_scale;
-  p.v_scale = c.params.v_scale * v_scale;
+  p.k_scale = c.params.k_scale * options.k_scale * options.q_scale;
+  p.v_scale = c.params.v_scale * options.v_scale;
+  p.lse_scale = lse_scale(options.lse_base);
   p.variant = s.variant;
   void* decode_args[] = {&p};
   // The planned CTAs (fewer than the grid for small plans outside graph mode, see plan()); a
@@ -722,13 +787,23 @@ void BatchDecode::run(const TensorView& q, const PagedKV& kv, const TensorView& 
   const int grid = c.use_cuda_graph ? s.k.num_ctas : std::max(s.plan.num_ctas, 1);
   cuda::launch(s.k.decode, static_cast<unsigned>(grid), 1, 1,
                static_cast<unsigned>(s.k.kernels.threads), 1, 1,
-               static_cast<unsigned>(s.launch_shared_bytes), stream, decode_args);
+               static_cast<unsigned>(s.launch_shared_bytes), stream, decode_args,
+               options.enable_pdl && s.k.cc_major >= 9);
+  if (c.use_cuda_graph) s.captured_indices = kv.indices.shape[0];
+  s.last_num_pages = num_pages;
+}
+
+void BatchDecode::check(const IndexNames& names) const {
+  state_->index_errors.check(names, state_->last_num_pages);
 }
 
 const BatchDecodeConfig& BatchDecode::config() const { return state_->config; }
 int BatchDecode::num_ctas() const { return state_->k.num_ctas; }
 int BatchDecode::rows_per_item() const { return state_->k.kernels.rows_per_item; }
 const Plan& BatchDecode::last_plan() const { return state_->plan; }
-size_t BatchDecode::workspace_size() const { return state_->workspace.bytes(); }
+size_t BatchDecode::workspace_size() const { return state_->workspace.own_bytes(); }
+int64_t BatchDecode::max_partial_slots() const {
+  return state_->workspace.layout().max_partial_slots;
+}
 
 }  // namespace flare

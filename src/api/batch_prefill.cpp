@@ -19,13 +19,13 @@
 #include "src/api/device_checks.h"
 #include "src/api/device_variant.h"
 #include "src/api/plan_staging.h"
+#include "src/api/run_support.h"
 
 namespace flare {
 namespace {
 
 using api_detail::check_device_tensor;
 using api_detail::check_page_strides_fit_int32;
-using api_detail::offsets_of;
 
 const char* const kWhat = "BatchPrefill";
 constexpr int kQueryTiles[] = {16, 32, 64, 128};
@@ -288,15 +288,45 @@ struct PrefillKernel {
   int ctas_per_sm = 0;
 };
 
+// The request tables the kernels read instead of the caller's device arrays, staged with the
+// plan (WorkspaceLayout::executor_requests): int32 arrays of max_batch + 1 entries each.
+enum RequestTable : int { kQoIndptr, kKvIndptr, kLastPageLen, kMaskIndptr, kRequestTables };
+
+WorkspaceBounds prefill_bounds(const BatchPrefillConfig& c, int num_ctas, int max_query_tile) {
+  WorkspaceBounds b;
+  b.max_batch = c.max_batch;
+  b.max_total_qo = c.max_total_qo;
+  b.num_ctas = num_ctas;
+  b.max_query_tile = max_query_tile;
+  b.num_qo_heads = c.num_qo_heads;
+  b.num_kv_heads = c.num_kv_heads;
+  b.head_dim_vo = c.head_dim_vo;
+  b.executor_request_bytes = kRequestTables * sizeof(int32_t);
+  return b;
+}
+
+int32_t* request_table(std::byte* region, const WorkspaceLayout& layout, int max_batch,
+                       RequestTable table) {
+  return reinterpret_cast<int32_t*>(region + layout.executor_requests) +
+         static_cast<size_t>(table) * (static_cast<size_t>(max_batch) + 1);
+}
+const int32_t* request_table(const unsigned char* workspace, const WorkspaceLayout& layout,
+                             int max_batch, RequestTable table) {
+  return reinterpret_cast<const int32_t*>(workspace + layout.executor_requests) +
+         static_cast<size_t>(table) * (static_cast<size_t>(max_batch) + 1);
+}
+
 void check_index_array(const TensorView& t, const char* name, int device, DType dtype,
-                       int64_t exact_size) {
+                       int64_t min_size, int64_t exact_size) {
   FLARE_CHECK(t.data != nullptr && t.device == Device::cuda(device) && t.dtype == dtype &&
-                  t.ndim == 1 && (exact_size < 0 || t.shape[0] == exact_size) &&
+                  t.ndim == 1 &&
+                  (exact_size >= 0 ? t.shape[0] == exact_size : t.shape[0] >= min_size) &&
                   (t.shape[0] <= 1 || t.strides[0] == 1),
               ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous ",
-              dtype_name(dtype), " 1-D tensor on cuda:", device,
-              exact_size >= 0 ? " with " + std::to_string(exact_size) + " entries" : "", ", got ",
-              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+              dtype_name(dtype), " 1-D tensor on cuda:", device, " with ",
+              exact_size >= 0 ? "exactly " + std::to_string(exact_size)
+                              : "at least " + std::to_string(min_size),
+              " entries, got ", dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
 }
 
 // The prefill kernel's CTAs take work items from one queue in array order (dynamic balance).
@@ -338,17 +368,25 @@ struct BatchPrefill::State {
   int bound_ctas = 0;  // the workspace's CTA bound (and the grid under use_cuda_graph)
   int max_query_tile = 0;
   std::optional<PrefillTiles> fixed_tiles;
-  WorkspaceLayout layout;
-  cuda::DeviceBuffer workspace;
+  api_detail::Workspace workspace;
   cuda::DeviceBuffer alibi_slopes;
   cuda::DeviceBuffer next_work_item;  // int32, the kernel's queue position
-  api_detail::PlanStaging plan_staging;
+  IndexErrorRecordBuffer index_errors;
+  bool validate_indices = false;
   bool planned = false;
   Plan plan;
   PrefillTiles tiles;
   int64_t batch = 0;
   int64_t total_qo = 0;
+  int64_t mask_bytes = 0;  // packed custom-mask bytes of the plan
+  std::vector<int32_t> kv_indptr;       // the latest plan's
+  std::vector<int32_t> mask_indptr;     // the latest plan's custom-mask byte offsets
   std::vector<int32_t> qo_len, kv_len;  // scratch of plan()
+  // KV a captured run reads (-1 before one): page ids (paged) or K/V rows (ragged); later
+  // plans must not need more. And the mask bytes it reads.
+  int64_t captured_kv = -1;
+  int64_t captured_mask_bytes = -1;
+  int64_t last_num_pages = -1;  // of the latest paged run, quoted by check()
   VariantParams variant{};
 
   const PrefillKernel& kernel(const PrefillTiles& t) {
@@ -376,7 +414,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   validate_config(config);
   State& s = *state_;
   s.config = config;
-  cuda::set_device(config.device);
+  const cuda::DeviceScope scope(config.device);
   s.props = cuda::device_properties(config.device);
   s.arch = jit::arch_for(s.props.cc_major, s.props.cc_minor);
   s.limits.max_shared_bytes_per_block = s.props.max_shared_bytes_per_block_optin;
@@ -385,9 +423,14 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
 
   s.max_query_tile = kQueryTiles[std::size(kQueryTiles) - 1];
   s.bound_ctas = s.props.num_sms * kMaxCtasPerSm;
-  if (config.use_cuda_graph || config.query_tile > 0) {
+  if (config.use_cuda_graph || config.query_tile > 0 || config.fixed_split_size > 0) {
     PrefillTiles t;
-    if (config.query_tile > 0) {
+    if (config.fixed_split_size > 0 && config.query_tile == 0) {
+      // Batch invariance: the tiles must not follow the batch's average query length.
+      t = choose_prefill_tiles(s.max_query_tile, config.head_dim_qk, config.head_dim_vo,
+                               config.params.mask, s.limits);
+      if (config.kv_tile > 0) t.kv_tile = config.kv_tile;
+    } else if (config.query_tile > 0) {
       t.query_tile = config.query_tile;
       t.kv_tile = config.kv_tile > 0
                       ? config.kv_tile
@@ -409,21 +452,23 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
       batch_prefill_kernels(config, s.fixed_tiles.value_or(PrefillTiles{64, 64}));
   s.merge = jit::get_kernel(specs.merge, "flare_merge", config.device);
 
-  WorkspaceBounds b;
-  b.max_batch = config.max_batch;
-  b.max_total_qo = config.max_total_qo;
-  b.num_ctas = s.bound_ctas;
-  b.max_query_tile = s.max_query_tile;
-  b.num_qo_heads = config.num_qo_heads;
-  b.num_kv_heads = config.num_kv_heads;
-  b.head_dim_vo = config.head_dim_vo;
-  s.layout = workspace_layout(b);
-  s.workspace = cuda::DeviceBuffer(s.layout.total_bytes);
+  s.workspace = api_detail::Workspace(
+      kWhat, prefill_bounds(config, s.bound_ctas, s.max_query_tile), config.scratch,
+      config.scratch_bytes);
   s.next_work_item = cuda::DeviceBuffer(sizeof(int32_t));
-  s.plan_staging = api_detail::PlanStaging(s.layout.plan_bytes);
-
+  s.index_errors = IndexErrorRecordBuffer(config.device);
+  s.validate_indices = config.validate_indices || api_detail::validate_from_env();
   s.variant = api_detail::device_variant(config.params, config.head_dim_qk, config.num_qo_heads,
                                          s.alibi_slopes);
+}
+
+size_t BatchPrefill::scratch_bytes_needed(const BatchPrefillConfig& config) {
+  validate_config(config);
+  const cuda::DeviceProperties props = cuda::device_properties(config.device);
+  // The largest grid and query tile any plan of this config may use.
+  return workspace_layout(prefill_bounds(config, props.num_sms * kMaxCtasPerSm,
+                                         kQueryTiles[std::size(kQueryTiles) - 1]))
+      .scratch_bytes();
 }
 
 BatchPrefill::~BatchPrefill() = default;
@@ -431,7 +476,8 @@ BatchPrefill::BatchPrefill(BatchPrefill&&) noexcept = default;
 BatchPrefill& BatchPrefill::operator=(BatchPrefill&&) noexcept = default;
 
 void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int32_t> kv_indptr,
-                        std::span<const int32_t> kv_last_page_len, cuda::Stream stream) {
+                        std::span<const int32_t> kv_last_page_len, cuda::Stream stream,
+                        std::span<const int32_t> mask_indptr) {
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
   const bool paged = c.kv == PrefillKV::kPaged;
@@ -445,6 +491,13 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
               ErrorCode::kInvalidArgument, kWhat, ": kv_last_page_len must have ",
               paged ? batch : 0, " entries (", paged ? "one per request" : "none for ragged KV",
               "), got ", kv_last_page_len.size());
+  {
+    // The plan's copy would be recorded into the graph instead of running now.
+    const cuda::DeviceScope scope(s.config.device);
+    FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
+                ": plan() must not be called while its stream is being captured into a CUDA "
+                "graph: plan before the capture and between replays");
+  }
   FLARE_CHECK(qo_indptr[0] == 0 && kv_indptr[0] == 0, ErrorCode::kInvalidArgument, kWhat,
               ": qo_indptr[0] and kv_indptr[0] must be 0, got ", qo_indptr[0], " and ",
               kv_indptr[0]);
@@ -453,9 +506,12 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
   for (int64_t i = 0; i < batch; ++i) {
     const int64_t q_len = int64_t{qo_indptr[i + 1]} - qo_indptr[i];
     const int64_t count = int64_t{kv_indptr[i + 1]} - kv_indptr[i];
-    FLARE_CHECK(q_len >= 0 && count >= 0, ErrorCode::kInvalidArgument, kWhat,
-                ": qo_indptr and kv_indptr must be non-decreasing, request ", i, " has q_len ",
-                q_len, " and ", count, paged ? " pages" : " KV tokens");
+    FLARE_CHECK(q_len >= 0, ErrorCode::kInvalidArgument, kWhat,
+                ": qo_indptr must be non-decreasing: qo_indptr[", i + 1, "]=", qo_indptr[i + 1],
+                " < qo_indptr[", i, "]=", qo_indptr[i]);
+    FLARE_CHECK(count >= 0, ErrorCode::kInvalidArgument, kWhat,
+                ": kv_indptr must be non-decreasing: kv_indptr[", i + 1, "]=", kv_indptr[i + 1],
+                " < kv_indptr[", i, "]=", kv_indptr[i]);
     int64_t kv_len = count;
     if (paged) {
       const int64_t last = kv_last_page_len[i];
@@ -472,6 +528,43 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
   const int64_t total_qo = qo_indptr[batch];
   FLARE_CHECK(total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument, kWhat, ": the batch has ",
               total_qo, " query tokens, more than max_total_qo = ", c.max_total_qo);
+  FLARE_CHECK(s.captured_kv < 0 || kv_indptr[batch] <= s.captured_kv, ErrorCode::kInvalidArgument,
+              kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch], paged ? " pages" : " tokens",
+              " exceed the ", s.captured_kv,
+              paged ? " entries of the kv_indices tensor" : " rows of the K/V tensors",
+              " the captured run() reads");
+  // The custom mask's byte offsets: the caller's, or FlashInfer's packed layout (whole bytes
+  // per request, back to back).
+  FLARE_CHECK(mask_indptr.empty() || c.params.mask == MaskMode::kCustom,
+              ErrorCode::kInvalidArgument, kWhat,
+              ": mask_indptr was given but params.mask is not kCustom");
+  FLARE_CHECK(mask_indptr.empty() || static_cast<int64_t>(mask_indptr.size()) == batch + 1,
+              ErrorCode::kInvalidArgument, kWhat, ": mask_indptr must have ", batch + 1,
+              " entries, got ", mask_indptr.size());
+  int64_t mask_bytes = 0;
+  s.mask_indptr.clear();
+  if (c.params.mask == MaskMode::kCustom) {
+    s.mask_indptr.resize(static_cast<size_t>(batch) + 1, 0);
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t need =
+          (int64_t{s.qo_len[static_cast<size_t>(i)]} * s.kv_len[static_cast<size_t>(i)] + 7) / 8;
+      const int64_t begin = mask_indptr.empty() ? mask_bytes : mask_indptr[i];
+      FLARE_CHECK(begin >= 0 && (mask_indptr.empty() || mask_indptr[i + 1] - begin >= need),
+                  ErrorCode::kInvalidArgument, kWhat, ": mask_indptr[", i, "]=", begin,
+                  " and mask_indptr[", i + 1, "] must hold request ", i, "'s ", need,
+                  " bytes of mask bits");
+      mask_bytes = std::max(mask_bytes, begin + need);
+      FLARE_CHECK(mask_bytes <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported,
+                  kWhat, ": the packed custom mask would have ", mask_bytes,
+                  " bytes, more than int32 holds");
+      s.mask_indptr[static_cast<size_t>(i)] = static_cast<int32_t>(begin);
+    }
+    s.mask_indptr[static_cast<size_t>(batch)] = static_cast<int32_t>(mask_bytes);
+    FLARE_CHECK(s.captured_mask_bytes < 0 || mask_bytes <= s.captured_mask_bytes,
+                ErrorCode::kInvalidArgument, kWhat, ": the packed custom mask of this plan has ",
+                mask_bytes, " bytes, more than the ", s.captured_mask_bytes,
+                " of the mask the captured run() reads");
+  }
 
   PrefillTiles tiles;
   if (s.fixed_tiles) {
@@ -506,16 +599,33 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
   options.disable_split_kv = c.disable_split_kv;
   options.num_sms_to_use = c.num_sms_to_use;
   Plan next = flare::plan(problem, device, options);
-  check_fits(next, s.layout);
   order_for_kv_reuse(next.work_items, tiles.kv_tile);
 
-  cuda::set_device(c.device);
-  s.plan_staging.write(next, s.layout);
-  s.plan_staging.copy_to(s.workspace.data(), stream);
+  const cuda::DeviceScope scope(c.device);
+  if (next.num_partial_slots > s.workspace.layout().max_partial_slots) {
+    // Only fixed_split_size plans exceed the default bound (002 D.3 holds for the others).
+    FLARE_CHECK(!c.use_cuda_graph, ErrorCode::kWorkspaceTooSmall, kWhat, ": the plan needs ",
+                next.num_partial_slots, " partial slots, the CUDA-graph workspace holds ",
+                s.workspace.layout().max_partial_slots,
+                " (fixed at creation: give a larger scratch, or plan the largest batch first)");
+    s.workspace.grow(next.num_partial_slots);
+  }
+  check_fits(next, s.workspace.layout());
+  std::byte* staged = s.workspace.staging().write(next, s.workspace.layout());
+  const WorkspaceLayout& layout = s.workspace.layout();
+  std::copy(qo_indptr.begin(), qo_indptr.end(), request_table(staged, layout, c.max_batch, kQoIndptr));
+  std::copy(kv_indptr.begin(), kv_indptr.end(), request_table(staged, layout, c.max_batch, kKvIndptr));
+  std::copy(kv_last_page_len.begin(), kv_last_page_len.end(),
+            request_table(staged, layout, c.max_batch, kLastPageLen));
+  std::copy(s.mask_indptr.begin(), s.mask_indptr.end(),
+            request_table(staged, layout, c.max_batch, kMaskIndptr));
+  s.workspace.staging().copy_to(s.workspace.plan_region(), stream);
   s.plan = std::move(next);
   s.tiles = tiles;
   s.batch = batch;
   s.total_qo = total_qo;
+  s.mask_bytes = mask_bytes;
+  s.kv_indptr.assign(kv_indptr.begin(), kv_indptr.end());
   s.planned = true;
 }
 
@@ -523,44 +633,41 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
 struct BatchPrefill::KVArgs {
   const void* k = nullptr;
   const void* v = nullptr;
-  const int32_t* indptr = nullptr;
   const int32_t* indices = nullptr;
-  const int32_t* last_page_len = nullptr;
+  int64_t num_indices = 0;
+  int64_t num_pages = 0;
   int64_t k_page = 0, k_slot = 0, k_head = 0;
   int64_t v_page = 0, v_slot = 0, v_head = 0;
 };
 
-void BatchPrefill::run(const TensorView& q, const TensorView& qo_indptr, const PagedKV& kv,
-                       const TensorView& o, const std::optional<TensorView>& lse,
-                       cuda::Stream stream, const std::optional<PrefillCustomMask>& mask) {
-  const State& s = *state_;
+void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
+                       const std::optional<TensorView>& lse, cuda::Stream stream,
+                       const std::optional<TensorView>& mask_bits, const RunOptions& options) {
+  State& s = *state_;
   const BatchPrefillConfig& c = s.config;
   FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
   FLARE_CHECK(c.kv == PrefillKV::kPaged, ErrorCode::kInvalidArgument, kWhat,
-              ": run() with a PagedKV on a BatchPrefill created for ragged KV");
+              ": run() with paged KV on a BatchPrefill created for ragged KV");
   FLARE_CHECK(kv.layout == c.layout, ErrorCode::kInvalidArgument, kWhat, ": kv layout must be ",
               kv_layout_name(c.layout), ", got ", kv_layout_name(kv.layout));
-  const int64_t pages = kv.k.ndim == 4 ? kv.k.shape[0] : -1;
+  const int64_t k_pages = kv.k.ndim == 4 ? kv.k.shape[0] : -1;
+  const int64_t v_pages = kv.v.ndim == 4 ? kv.v.shape[0] : -1;
   const bool nhd = c.layout == KVLayout::kNHD;
   const int64_t ps = c.page_size, h_kv = c.num_kv_heads;
-  const auto shape = [&](int64_t d) {
+  const auto shape = [&](int64_t pages, int64_t d) {
     return nhd ? std::vector<int64_t>{pages, ps, h_kv, d}
                : std::vector<int64_t>{pages, h_kv, ps, d};
   };
-  check_device_tensor(kWhat, kv.k, "k", c.device, c.dtype, shape(c.head_dim_qk), true);
-  check_device_tensor(kWhat, kv.v, "v", c.device, c.dtype, shape(c.head_dim_vo), true);
-  check_index_array(kv.table.indptr, "kv indptr", c.device, DType::kI32, s.batch + 1);
-  check_index_array(kv.table.indices, "kv indices", c.device, DType::kI32, -1);
-  check_index_array(kv.table.last_block_len, "kv last_page_len", c.device, DType::kI32, s.batch);
-  FLARE_CHECK(kv.table.block_size == c.page_size, ErrorCode::kInvalidArgument, kWhat,
-              ": kv table block_size must equal page_size ", c.page_size, ", got ",
-              kv.table.block_size);
+  check_device_tensor(kWhat, kv.k, "k", c.device, c.dtype, shape(k_pages, c.head_dim_qk), true);
+  check_device_tensor(kWhat, kv.v, "v", c.device, c.dtype, shape(v_pages, c.head_dim_vo), true);
+  const int64_t planned_pages = s.kv_indptr.back();
+  check_index_array(kv.indices, "kv indices", c.device, DType::kI32, planned_pages, -1);
   KVArgs a;
   a.k = kv.k.data;
   a.v = kv.v.data;
-  a.indptr = kv.table.indptr.ptr<const int32_t>();
-  a.indices = kv.table.indices.ptr<const int32_t>();
-  a.last_page_len = kv.table.last_block_len.ptr<const int32_t>();
+  a.indices = kv.indices.ptr<const int32_t>();
+  a.num_indices = kv.indices.shape[0];
+  a.num_pages = std::min(k_pages, v_pages);
   a.k_page = kv.k.strides[0];
   a.k_slot = nhd ? kv.k.strides[1] : kv.k.strides[2];
   a.k_head = nhd ? kv.k.strides[2] : kv.k.strides[1];
@@ -569,39 +676,59 @@ void BatchPrefill::run(const TensorView& q, const TensorView& qo_indptr, const P
   a.v_head = nhd ? kv.v.strides[2] : kv.v.strides[1];
   check_page_strides_fit_int32(kWhat, "k", a.k_page, a.k_slot, ps, 2);
   check_page_strides_fit_int32(kWhat, "v", a.v_page, a.v_slot, ps, 2);
-  launch(q, qo_indptr, a, o, lse, stream, mask);
+  if (s.validate_indices) {
+    FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
+                ": validation mode (validate_indices, FLARE_VALIDATE) cannot be captured");
+    const cuda::DeviceScope scope(c.device);
+    api_detail::validate_page_ids(kv.indices, s.kv_indptr, a.num_pages, {kWhat, "kv_indices"},
+                                  stream);
+  }
+  launch(q, a, o, lse, stream, mask_bits, options);
+  if (c.use_cuda_graph) s.captured_kv = a.num_indices;
+  s.last_num_pages = a.num_pages;
 }
 
-void BatchPrefill::run(const TensorView& q, const TensorView& qo_indptr, const RaggedKV& kv,
+void BatchPrefill::run(const TensorView& q, const TensorView& k, const TensorView& v,
                        const TensorView& o, const std::optional<TensorView>& lse,
-                       cuda::Stream stream, const std::optional<PrefillCustomMask>& mask) {
-  const State& s = *state_;
+                       cuda::Stream stream, const std::optional<TensorView>& mask_bits,
+                       const RunOptions& options) {
+  State& s = *state_;
   const BatchPrefillConfig& c = s.config;
   FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
   FLARE_CHECK(c.kv == PrefillKV::kRagged, ErrorCode::kInvalidArgument, kWhat,
-              ": run() with a RaggedKV on a BatchPrefill created for paged KV");
-  const int64_t total_kv = kv.k.ndim == 3 ? kv.k.shape[0] : -1;
-  check_device_tensor(kWhat, kv.k, "k", c.device, c.dtype,
-                      {total_kv, c.num_kv_heads, c.head_dim_qk}, true);
-  check_device_tensor(kWhat, kv.v, "v", c.device, c.dtype,
-                      {total_kv, c.num_kv_heads, c.head_dim_vo}, true);
-  check_index_array(kv.indptr, "kv indptr", c.device, DType::kI32, s.batch + 1);
+              ": run() with ragged K/V on a BatchPrefill created for paged KV");
+  const int64_t k_rows = k.ndim == 3 ? k.shape[0] : -1;
+  const int64_t v_rows = v.ndim == 3 ? v.shape[0] : -1;
+  check_device_tensor(kWhat, k, "k", c.device, c.dtype, {k_rows, c.num_kv_heads, c.head_dim_qk},
+                      true);
+  check_device_tensor(kWhat, v, "v", c.device, c.dtype, {v_rows, c.num_kv_heads, c.head_dim_vo},
+                      true);
+  // The kernel reads rows [0, kv_indptr[batch]) as the plan says: the tensors must hold them.
+  const int64_t rows = s.kv_indptr.back();
+  FLARE_CHECK(k_rows >= rows && v_rows >= rows, ErrorCode::kInvalidArgument, kWhat,
+              ": k and v must hold kv_indptr[", s.batch, "]=", rows, " tokens, got ", k_rows,
+              " and ", v_rows);
   KVArgs a;
-  a.k = kv.k.data;
-  a.v = kv.v.data;
-  a.indptr = kv.indptr.ptr<const int32_t>();
-  a.k_page = kv.k.strides[0];
-  a.k_head = kv.k.strides[1];
-  a.v_page = kv.v.strides[0];
-  a.v_head = kv.v.strides[1];
-  launch(q, qo_indptr, a, o, lse, stream, mask);
+  a.k = k.data;
+  a.v = v.data;
+  a.k_page = k.strides[0];
+  a.k_head = k.strides[1];
+  a.v_page = v.strides[0];
+  a.v_head = v.strides[1];
+  launch(q, a, o, lse, stream, mask_bits, options);
+  if (c.use_cuda_graph) s.captured_kv = std::min(k_rows, v_rows);
 }
 
-void BatchPrefill::launch(const TensorView& q, const TensorView& qo_indptr, const KVArgs& a,
-                          const TensorView& o, const std::optional<TensorView>& lse,
-                          cuda::Stream stream, const std::optional<PrefillCustomMask>& mask) {
-  const State& s = *state_;
+void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView& o,
+                          const std::optional<TensorView>& lse, cuda::Stream stream,
+                          const std::optional<TensorView>& mask_bits, const RunOptions& options) {
+  State& s = *state_;
   const BatchPrefillConfig& c = s.config;
+  FLARE_CHECK(std::isfinite(options.q_scale) && std::isfinite(options.k_scale) &&
+                  std::isfinite(options.v_scale),
+              ErrorCode::kInvalidArgument, kWhat,
+              ": q_scale, k_scale and v_scale must be finite, got ", options.q_scale, ", ",
+              options.k_scale, " and ", options.v_scale);
   // A captured run serves every later plan: its tensors may be sized for larger batches.
   const int64_t total_qo = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : s.total_qo;
   FLARE_CHECK(total_qo >= s.total_qo && total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument,
@@ -611,20 +738,20 @@ void BatchPrefill::launch(const TensorView& q, const TensorView& qo_indptr, cons
   check_device_tensor(kWhat, q, "q", c.device, c.dtype, {total_qo, h_qo, c.head_dim_qk}, true);
   check_device_tensor(kWhat, o, "o", c.device, c.dtype, {total_qo, h_qo, c.head_dim_vo}, true);
   if (lse) check_device_tensor(kWhat, *lse, "lse", c.device, DType::kF32, {total_qo, h_qo}, false);
-  check_index_array(qo_indptr, "qo_indptr", c.device, DType::kI32, s.batch + 1);
   const bool custom = c.params.mask == MaskMode::kCustom;
-  FLARE_CHECK(custom == mask.has_value(), ErrorCode::kInvalidArgument, kWhat,
-              custom ? ": params.mask is kCustom: run() needs the custom mask"
-                     : ": a custom mask was given but params.mask is not kCustom");
-  if (mask) {
-    check_index_array(mask->bits, "custom mask bits", c.device, DType::kU8, -1);
-    check_index_array(mask->indptr, "custom mask indptr", c.device, DType::kI32, s.batch + 1);
+  FLARE_CHECK(custom == mask_bits.has_value(), ErrorCode::kInvalidArgument, kWhat,
+              custom ? ": params.mask is kCustom: run() needs the custom mask bits"
+                     : ": custom mask bits were given but params.mask is not kCustom");
+  if (mask_bits) {
+    check_index_array(*mask_bits, "custom mask bits", c.device, DType::kU8,
+                      std::max<int64_t>(s.mask_bytes, 1), -1);
   }
-  cuda::set_device(c.device);
+  const cuda::DeviceScope scope(c.device);
   FLARE_CHECK(c.use_cuda_graph || !cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
               ": run() on a capturing stream needs a BatchPrefill created with "
               "use_cuda_graph = true");
   const PrefillKernel& kernel = s.kernels.at({s.tiles.query_tile, s.tiles.kv_tile});
+  const WorkspaceLayout& layout = s.workspace.layout();
 
   PrefillParams p{};
   p.q = q.data;
@@ -632,14 +759,19 @@ void BatchPrefill::launch(const TensorView& q, const TensorView& qo_indptr, cons
   p.v = a.v;
   p.o = o.data;
   p.lse = lse ? lse->ptr<float>() : nullptr;
-  p.qo_indptr = qo_indptr.ptr<const int32_t>();
-  p.kv_indptr = a.indptr;
+  p.workspace = s.workspace.device();
+  p.qo_indptr = request_table(p.workspace, layout, c.max_batch, kQoIndptr);
+  p.kv_indptr = request_table(p.workspace, layout, c.max_batch, kKvIndptr);
+  p.kv_last_page_len = request_table(p.workspace, layout, c.max_batch, kLastPageLen);
   p.kv_indices = a.indices;
-  p.kv_last_page_len = a.last_page_len;
-  p.custom_mask = mask ? static_cast<const unsigned char*>(mask->bits.data) : nullptr;
-  p.mask_indptr = mask ? mask->indptr.ptr<const int32_t>() : nullptr;
-  p.workspace = static_cast<unsigned char*>(s.workspace.data());
-  p.offsets = offsets_of(s.layout);
+  p.num_indices = static_cast<int32_t>(
+      std::min<int64_t>(a.num_indices, std::numeric_limits<int32_t>::max()));
+  p.num_pages =
+      static_cast<int32_t>(std::min<int64_t>(a.num_pages, std::numeric_limits<int32_t>::max()));
+  p.index_error = s.index_errors.device_record();
+  p.custom_mask = mask_bits ? static_cast<const unsigned char*>(mask_bits->data) : nullptr;
+  p.mask_indptr = request_table(p.workspace, layout, c.max_batch, kMaskIndptr);
+  p.offsets = s.workspace.offsets();
   p.q_stride_token = q.strides[0];
   p.q_stride_head = q.strides[1];
   p.k_stride_page = a.k_page;
@@ -653,14 +785,19 @@ void BatchPrefill::launch(const TensorView& q, const TensorView& qo_indptr, cons
   p.lse_stride_token = lse ? lse->strides[0] : 0;
   p.lse_stride_head = lse ? lse->strides[1] : 0;
   p.group_size = group_size(c);
+  p.v_scale = options.v_scale;
+  p.lse_scale = lse_scale(options.lse_base);
   p.variant = s.variant;
+  p.variant.sm_scale = s.variant.sm_scale * options.q_scale * options.k_scale;
   p.next_work_item = static_cast<int32_t*>(s.next_work_item.data());
   const unsigned grid = static_cast<unsigned>(c.use_cuda_graph ? s.bound_ctas : s.plan.num_ctas);
+  const bool pdl = options.enable_pdl && s.props.cc_major >= 9;
   cuda::memset_d8_async(s.next_work_item.data(), 0, sizeof(int32_t), stream);
   void* prefill_args[] = {&p};
   cuda::launch(kernel.function, grid, 1, 1, static_cast<unsigned>(kernel.specs.threads), 1, 1,
-               static_cast<unsigned>(kernel.specs.shared_bytes), stream, prefill_args);
+               static_cast<unsigned>(kernel.specs.shared_bytes), stream, prefill_args, pdl);
 
+  if (c.use_cuda_graph && mask_bits) s.captured_mask_bytes = mask_bits->shape[0];
   // Eager runs skip the merge launch when nothing was split; a captured run always launches it
   // (a later plan may split).
   if (!c.use_cuda_graph && s.plan.merge_items.empty()) return;
@@ -674,15 +811,23 @@ void BatchPrefill::launch(const TensorView& q, const TensorView& qo_indptr, cons
   m.lse_stride_token = p.lse_stride_token;
   m.lse_stride_head = p.lse_stride_head;
   m.group_size = p.group_size;
+  m.lse_scale = p.lse_scale;
   m.qo_indptr = p.qo_indptr;
   void* merge_args[] = {&m};
   cuda::launch(s.merge, static_cast<unsigned>(s.props.num_sms * kMergeBlocksPerSm), 1, 1,
-               kMergeThreads, 1, 1, 0, stream, merge_args);
+               kMergeThreads, 1, 1, 0, stream, merge_args, pdl);
+}
+
+void BatchPrefill::check(const IndexNames& names) const {
+  state_->index_errors.check(names, state_->last_num_pages);
 }
 
 const BatchPrefillConfig& BatchPrefill::config() const { return state_->config; }
 PrefillTiles BatchPrefill::last_tiles() const { return state_->tiles; }
 const Plan& BatchPrefill::last_plan() const { return state_->plan; }
-size_t BatchPrefill::workspace_size() const { return state_->workspace.bytes(); }
+size_t BatchPrefill::workspace_size() const { return state_->workspace.own_bytes(); }
+int64_t BatchPrefill::max_partial_slots() const {
+  return state_->workspace.layout().max_partial_slots;
+}
 
 }  // namespace flare

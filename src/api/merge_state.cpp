@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "flare/core/error.h"
 #include "flare/jit/module.h"
@@ -13,6 +14,10 @@
 #include "kernels/merge_state.cuh"
 
 namespace flare {
+namespace {
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kLog2e = 1.4426950408889634f;
+}  // namespace
 
 static_assert(kMergeF32 == static_cast<int>(DType::kF32) &&
                   kMergeF16 == static_cast<int>(DType::kF16) &&
@@ -121,7 +126,8 @@ MergeStateTensor state_tensor(const TensorView& v_in, const TensorView& s_in, in
   return t;
 }
 
-MergeRows merge_rows(int64_t seq, int64_t heads, int64_t head_dim, DType dtype, int vector_bytes) {
+MergeRows merge_rows(int64_t seq, int64_t heads, int64_t head_dim, DType dtype, int vector_bytes,
+                     LseBase base) {
   const int64_t vectors = head_dim * static_cast<int64_t>(dtype_bytes(dtype)) / vector_bytes;
   FLARE_CHECK(seq * heads <= INT32_MAX && vectors <= INT32_MAX, ErrorCode::kUnsupported,
               "merge on the GPU needs fewer than 2^31 rows (seq * num_heads) and elements per "
@@ -133,13 +139,48 @@ MergeRows merge_rows(int64_t seq, int64_t heads, int64_t head_dim, DType dtype, 
   rows.vectors_per_row = static_cast<int32_t>(vectors);
   rows.lanes_per_row = static_cast<int32_t>(
       std::bit_ceil(std::clamp<uint64_t>(static_cast<uint64_t>(vectors), 1, 32)));
+  rows.lse_base2 = base == LseBase::kBase2 ? 1 : 0;
   return rows;
+}
+
+// The CPU reference merges natural-log LSEs: base-2 ones are converted on the way in and out.
+// A float32 copy of s (any strides, any rank) in natural log.
+HostTensor natural_lse(const TensorView& s) {
+  std::vector<int64_t> shape(s.shape.begin(), s.shape.begin() + s.ndim);
+  HostTensor copy(DType::kF32, shape);
+  const TensorView dst = copy.view();
+  const int64_t n = s.numel();
+  std::vector<int64_t> index(static_cast<size_t>(s.ndim), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t src = 0, rest = i;
+    for (int d = s.ndim - 1; d >= 0; --d) {
+      index[static_cast<size_t>(d)] = rest % s.shape[d];
+      rest /= s.shape[d];
+      src += index[static_cast<size_t>(d)] * s.strides[d];
+    }
+    dst.ptr<float>()[i] = s.ptr<const float>()[src] * kLn2;
+  }
+  return copy;
+}
+
+// Writes `natural` (contiguous, s's shape) into s in base 2.
+void store_base2(const HostTensor& natural, const TensorView& s) {
+  const int64_t n = s.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t dst = 0, rest = i;
+    for (int d = s.ndim - 1; d >= 0; --d) {
+      dst += (rest % s.shape[d]) * s.strides[d];
+      rest /= s.shape[d];
+    }
+    s.ptr<float>()[dst] = natural.data<float>()[i] * kLog2e;
+  }
 }
 
 // Launches `entry` over rows' warps on `stream`; nothing when there are no rows.
 void launch(DType dtype, int vector_bytes, const char* entry, const MergeRows& rows,
             const Device& device, cuda::Stream stream, void* params) {
   if (rows.num_rows == 0) return;
+  const cuda::DeviceScope scope(device.index);
   const jit::KernelSpec spec = merge_state_kernel_spec(dtype, vector_bytes);
   const cuda::Function function = jit::get_kernel(spec, entry, device.index);
   const int64_t rows_per_warp = 32 / rows.lanes_per_row;
@@ -155,9 +196,15 @@ void launch(DType dtype, int vector_bytes, const char* entry, const MergeRows& r
 
 void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
                  const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
-                 cuda::Stream stream) {
+                 cuda::Stream stream, LseBase base) {
   if (!v_a.device.is_cuda()) {
-    merge_state(v_a, s_a, v_b, s_b, v_out, s_out);
+    if (base == LseBase::kNatural) {
+      merge_state(v_a, s_a, v_b, s_b, v_out, s_out);
+      return;
+    }
+    const HostTensor a = natural_lse(s_a), b = natural_lse(s_b), out = natural_lse(s_out);
+    merge_state(v_a, a.view(), v_b, b.view(), v_out, out.view());
+    store_base2(out, s_out);
     return;
   }
   const StateArg a{v_a, "v_a", s_a, "s_a"};
@@ -170,15 +217,21 @@ void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView&
   params.a = state_tensor(v_a, s_a, vec);
   params.b = state_tensor(v_b, s_b, vec);
   params.out = state_tensor(v_out, s_out, vec);
-  params.rows = merge_rows(v_a.shape[0], v_a.shape[1], v_a.shape[2], v_a.dtype, vec);
+  params.rows = merge_rows(v_a.shape[0], v_a.shape[1], v_a.shape[2], v_a.dtype, vec, base);
   launch(v_a.dtype, vec, "flare_merge_state_pair", params.rows, v_a.device, stream, &params);
 }
 
 void merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
                           const TensorView& s_other, const std::optional<TensorView>& mask,
-                          cuda::Stream stream) {
+                          cuda::Stream stream, LseBase base) {
   if (!v.device.is_cuda()) {
-    merge_state_in_place(v, s, v_other, s_other, mask);
+    if (base == LseBase::kNatural) {
+      merge_state_in_place(v, s, v_other, s_other, mask);
+      return;
+    }
+    const HostTensor own = natural_lse(s), other = natural_lse(s_other);
+    merge_state_in_place(v, own.view(), v_other, other.view(), mask);
+    store_base2(own, s);
     return;
   }
   const StateArg state{v, "v", s, "s"};
@@ -201,14 +254,20 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
     params.mask = mask->ptr<const unsigned char>();
     params.mask_stride = mask->shape[0] > 1 ? mask->strides[0] : 0;
   }
-  params.rows = merge_rows(v.shape[0], v.shape[1], v.shape[2], v.dtype, vec);
+  params.rows = merge_rows(v.shape[0], v.shape[1], v.shape[2], v.dtype, vec, base);
   launch(v.dtype, vec, "flare_merge_state_pair", params.rows, v.device, stream, &params);
 }
 
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
-                  const TensorView& s_out, cuda::Stream stream) {
+                  const TensorView& s_out, cuda::Stream stream, LseBase base) {
   if (!v.device.is_cuda()) {
-    merge_states(v, s, v_out, s_out);
+    if (base == LseBase::kNatural) {
+      merge_states(v, s, v_out, s_out);
+      return;
+    }
+    const HostTensor states = natural_lse(s), out = natural_lse(s_out);
+    merge_states(v, states.view(), v_out, out.view());
+    store_base2(out, s_out);
     return;
   }
   const StateArg states{v, "v", s, "s"};
@@ -230,7 +289,7 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
   params.states = state_tensor(v, s, vec);
   params.out = state_tensor(v_out, s_out, vec);
   params.num_states = static_cast<int32_t>(v.shape[1]);
-  params.rows = merge_rows(v.shape[0], v.shape[2], v.shape[3], v.dtype, vec);
+  params.rows = merge_rows(v.shape[0], v.shape[2], v.shape[3], v.dtype, vec, base);
   launch(v.dtype, vec, "flare_merge_states", params.rows, v.device, stream, &params);
 }
 

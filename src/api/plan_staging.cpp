@@ -12,8 +12,6 @@ WorkspaceOffsets offsets_of(const WorkspaceLayout& layout) {
   o.merge_indptr = static_cast<int64_t>(layout.merge_indptr);
   o.merge_items = static_cast<int64_t>(layout.merge_items);
   o.merge_slots = static_cast<int64_t>(layout.merge_slots);
-  o.partial_o = static_cast<int64_t>(layout.partial_o);
-  o.partial_lse = static_cast<int64_t>(layout.partial_lse);
   o.partial_rows = layout.max_query_tile;
   return o;
 }

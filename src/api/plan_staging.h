@@ -12,7 +12,8 @@
 
 namespace flare::api_detail {
 
-// The section offsets of `layout` as the kernels read them.
+// The section offsets of `layout` as the kernels read them (the partial-state pointers are
+// the Workspace's: run_support.h).
 WorkspaceOffsets offsets_of(const WorkspaceLayout& layout);
 
 // Pinned host memory holding one plan region, and the event of its last copy to the device.

@@ -8,6 +8,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kInvalidArgument: return "invalid argument";
     case ErrorCode::kUnsupported: return "unsupported";
     case ErrorCode::kWorkspaceTooSmall: return "workspace too small";
+    case ErrorCode::kIndexOutOfRange: return "index out of range";
     case ErrorCode::kNoCudaDevice: return "no CUDA device";
     case ErrorCode::kCudaError: return "CUDA error";
     case ErrorCode::kCompileError: return "compile error";

@@ -1,5 +1,6 @@
 // Devices and contexts: properties (queried once per device), the primary context made
 // current per thread, synchronization and stream-capture state.
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -65,23 +66,54 @@ DeviceProperties device_properties(int device) {
   return *cache[device];
 }
 
+namespace {
+
+// `device`'s primary context, retained once and kept for the life of the process (as the
+// runtime API does), so modules loaded into them stay valid. After the first call per device
+// a lookup is one atomic load.
+Context primary_context(const driver::Api& d, int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<Context> contexts[kMaxDevices] = {};
+  if (device >= 0 && device < kMaxDevices) {
+    const Context known = contexts[device].load(std::memory_order_acquire);
+    if (known != nullptr) return known;
+  }
+  static std::mutex mutex;
+  const driver::CUdevice handle = device_handle(d, device);  // range check
+  FLARE_CHECK(device < kMaxDevices, ErrorCode::kUnsupported, "device index ", device,
+              ": flare handles at most ", kMaxDevices, " devices");
+  std::lock_guard<std::mutex> lock(mutex);
+  Context context = contexts[device].load(std::memory_order_acquire);
+  if (context == nullptr) {
+    check(d.cuDevicePrimaryCtxRetain(&context, handle), "cuDevicePrimaryCtxRetain");
+    contexts[device].store(context, std::memory_order_release);
+  }
+  return context;
+}
+
+}  // namespace
+
 void set_device(int device) {
   const driver::Api& d = api();
-  // Primary contexts are retained once and kept for the life of the process (as the runtime
-  // API does), so modules loaded into them stay valid.
-  static std::mutex mutex;
-  static std::vector<Context> contexts(device_count(), nullptr);
-  Context context = nullptr;
-  {
-    const driver::CUdevice handle = device_handle(d, device);
-    std::lock_guard<std::mutex> lock(mutex);
-    if (contexts[device] == nullptr) {
-      check(d.cuDevicePrimaryCtxRetain(&contexts[device], handle), "cuDevicePrimaryCtxRetain");
-    }
-    context = contexts[device];
-  }
-  check(d.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  check(d.cuCtxSetCurrent(primary_context(d, device)), "cuCtxSetCurrent");
 }
+
+DeviceScope::DeviceScope(int device) {
+  const driver::Api& d = api();
+  const Context context = primary_context(d, device);
+  check(d.cuCtxGetCurrent(&previous_), "cuCtxGetCurrent");
+  if (previous_ != context) {
+    check(d.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+    switched_ = true;
+  }
+}
+
+DeviceScope::~DeviceScope() {
+  // Restoring the caller's context cannot fail for a context that was current a moment ago;
+  // a destructor could not report it anyway.
+  if (switched_) api().cuCtxSetCurrent(previous_);
+}
+
 
 int current_device() {
   const driver::Api& d = api();

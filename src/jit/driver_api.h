@@ -31,6 +31,27 @@ enum DeviceAttribute : int {
 inline constexpr int kFuncAttrMaxDynamicSharedSizeBytes = 8;
 inline constexpr unsigned kMemHostAllocPortable = 0x01;
 inline constexpr int kStreamCaptureStatusNone = 0;
+inline constexpr int kLaunchAttributeProgrammaticStreamSerialization = 6;
+
+// CUlaunchAttribute and CUlaunchConfig (cuda.h), as cuLaunchKernelEx reads them.
+struct LaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmatic_stream_serialization_allowed;
+  } value;
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute");
+struct LaunchConfig {
+  unsigned grid_x, grid_y, grid_z;
+  unsigned block_x, block_y, block_z;
+  unsigned shared_bytes;
+  Stream stream;
+  LaunchAttribute* attributes;
+  unsigned num_attributes;
+};
+static_assert(sizeof(LaunchConfig) == 56, "CUlaunchConfig");
 
 // Entry points by their exported (versioned) symbol names; see driver_loader.cpp.
 struct Api {
@@ -64,6 +85,8 @@ struct Api {
   CUresult (*cuLaunchKernel)(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
                              unsigned block_x, unsigned block_y, unsigned block_z,
                              unsigned shared_bytes, Stream stream, void** params, void** extra);
+  CUresult (*cuLaunchKernelEx)(const LaunchConfig* config, Function function, void** params,
+                               void** extra);
   CUresult (*cuFuncSetAttribute)(Function function, int attribute, int value);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int* blocks, Function function,
                                                           int block_size, size_t dynamic_shared);

@@ -61,6 +61,7 @@ std::string resolve_all(void* library, Api& t) {
   FLARE_RESOLVE(cuModuleLoadData);
   FLARE_RESOLVE(cuModuleGetFunction);
   FLARE_RESOLVE(cuLaunchKernel);
+  FLARE_RESOLVE(cuLaunchKernelEx);
   FLARE_RESOLVE(cuFuncSetAttribute);
   FLARE_RESOLVE(cuOccupancyMaxActiveBlocksPerMultiprocessor);
 #undef FLARE_RESOLVE

@@ -61,7 +61,11 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
   // Partial slots: a split tile of length l > L_kv >= W / #CTA has ceil(l / L_kv) < 2 l / L_kv
   // chunks, so the chunks of all split tiles number fewer than 2 W / L_kv <= 2 #CTA (002 D.3);
   // plan() keeps its fill splits and windowed tiles inside the same budget.
-  layout.max_partial_slots = int64_t{2} * bounds.num_ctas;
+  FLARE_CHECK(bounds.max_partial_slots >= 0 && bounds.max_partial_slots <= kInt32Max,
+              ErrorCode::kInvalidArgument, "workspace_layout: max_partial_slots must be in [0, ",
+              kInt32Max, "], got ", bounds.max_partial_slots);
+  layout.max_partial_slots =
+      bounds.max_partial_slots > 0 ? bounds.max_partial_slots : int64_t{2} * bounds.num_ctas;
   // Merge items: one per split tile, and each split tile owns at least two slots.
   // Tiles: a tile holds at least one packed row (query tile >= 1), so there are at most
   // max_total_qo * group * num_kv_heads = max_total_qo * num_qo_heads of them (reached with
@@ -69,7 +73,8 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
   // sums to (split chunks) - (split tiles) <= 2 #CTA - 1. Counts are int32, so no plan has
   // more than int32 max items.
   const int64_t max_tiles = int64_t{bounds.max_total_qo} * bounds.num_qo_heads;
-  layout.max_merge_items = std::min<int64_t>(bounds.num_ctas, max_tiles);
+  layout.max_merge_items =
+      std::min<int64_t>(std::max<int64_t>(bounds.num_ctas, layout.max_partial_slots / 2), max_tiles);
   layout.max_work_items =
       max_tiles == 0 ? 0 : std::min(kInt32Max, max_tiles + layout.max_partial_slots - 1);
 
@@ -85,14 +90,19 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
       place(end, section_bytes(layout.max_merge_items, sizeof(MergeItem), "merge_items"));
   layout.merge_slots =
       place(end, section_bytes(layout.max_partial_slots, sizeof(int32_t), "merge_slots"));
-  FLARE_CHECK(bounds.executor_cta_bytes <= 4096 && bounds.executor_item_bytes <= 4096,
+  FLARE_CHECK(bounds.executor_cta_bytes <= 4096 && bounds.executor_item_bytes <= 4096 &&
+                  bounds.executor_request_bytes <= 4096,
               ErrorCode::kInvalidArgument,
               "workspace_layout: executor records must be <= 4096 bytes, got executor_cta_bytes=",
-              bounds.executor_cta_bytes, " executor_item_bytes=", bounds.executor_item_bytes);
+              bounds.executor_cta_bytes, " executor_item_bytes=", bounds.executor_item_bytes,
+              " executor_request_bytes=", bounds.executor_request_bytes);
   layout.executor_ctas =
       place(end, section_bytes(bounds.num_ctas, bounds.executor_cta_bytes, "executor_ctas"));
   layout.executor_items = place(
       end, section_bytes(layout.max_work_items, bounds.executor_item_bytes, "executor_items"));
+  layout.executor_requests =
+      place(end, section_bytes(int64_t{bounds.max_batch} + 1, bounds.executor_request_bytes,
+                               "executor_requests"));
   layout.plan_bytes = end;
   const int64_t slot_rows = layout.max_partial_slots * bounds.max_query_tile;
   const int64_t slot_floats = slot_rows <= kMaxSectionBytes / bounds.head_dim_vo
@@ -102,6 +112,23 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
   layout.partial_lse = place(end, section_bytes(slot_rows, sizeof(float), "partial_lse"));
   layout.total_bytes = align_up(end);
   return layout;
+}
+
+int64_t partial_slots_fitting(const WorkspaceBounds& bounds, size_t scratch_bytes) {
+  const int64_t slot_bytes = int64_t{bounds.max_query_tile} *
+                             (int64_t{bounds.head_dim_vo} + 1) * int64_t{sizeof(float)};
+  if (slot_bytes <= 0) return 0;
+  // Two sections, each aligned: at most 2 alignment gaps beyond the slots' own bytes.
+  int64_t slots = std::min<int64_t>(
+      kInt32Max, (static_cast<int64_t>(scratch_bytes) - 2 * static_cast<int64_t>(kSectionAlignment)) /
+                     slot_bytes);
+  WorkspaceBounds b = bounds;
+  while (slots > 0) {
+    b.max_partial_slots = slots;
+    if (workspace_layout(b).scratch_bytes() <= scratch_bytes) return slots;
+    --slots;
+  }
+  return 0;
 }
 
 void check_fits(const Plan& plan, const WorkspaceLayout& layout) {

@@ -1,6 +1,7 @@
 // append_paged_kv_cuda against the CPU version: the same case (tests/testing/append_kv_case.h)
 // appended on the GPU gives the complete cache byte for byte, for every layout, dtype and
-// vector width; out-of-range tokens are skipped without writing. Skips without a CUDA device.
+// vector width; out-of-range tokens are skipped without writing and recorded for
+// check_append_paged_kv. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "flare/api/append_paged_kv.h"
 #include "flare/jit/cuda_driver.h"
 #include "testing/append_kv_case.h"
+#include "testing/expect_error.h"
 
 namespace flare {
 namespace {
@@ -130,6 +132,10 @@ TEST_F(AppendPagedKVGpu, SkipsTokensWithOutOfRangeIndices) {
     bad.batch_indices.data<int32_t>()[token] = batch_index;
     bad.positions.data<int32_t>()[token] = position;
     append_on_gpu(bad, false);
+    // The skipped token is recorded, named by its argument, and the record clears.
+    EXPECT_FLARE_ERROR(check_append_paged_kv(0), ErrorCode::kIndexOutOfRange,
+                       batch_index == 3 ? "batch_indices[" : "positions[");
+    EXPECT_NO_THROW(check_append_paged_kv(0));
     AppendCase good_except_token = make_append_case(spec, {4, 0, 2}, {3, 5, 1});
     good_except_token.batch_indices.data<int32_t>()[token] = -1;
     append_paged_kv_cpu(good_except_token.input(), good_except_token.target);

@@ -335,7 +335,6 @@ TEST(DecodeBenchmark, Issue4Table) {
     // query per request, the head group packed into the rows) instead of BatchDecode: what a
     // tensor-core decode path would give. 16-bit KV only (the prefill has no fp8 KV).
     std::optional<BatchPrefill> prefill;
-    std::optional<cuda::DeviceBuffer> qo_indptr_d;
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_PREFILL"); v != nullptr && v[0] == '1') {
       if (elem != 2) continue;
       BatchPrefillConfig pc;
@@ -350,16 +349,11 @@ TEST(DecodeBenchmark, Issue4Table) {
       prefill.emplace(pc);
       std::vector<int32_t> qo_indptr(static_cast<size_t>(batch) + 1);
       std::iota(qo_indptr.begin(), qo_indptr.end(), 0);
-      qo_indptr_d.emplace(qo_indptr.size() * 4);
-      cuda::memcpy_htod(qo_indptr_d->data(), qo_indptr.data(), qo_indptr.size() * 4);
       prefill->plan(qo_indptr, indptr, last, stream.get());
     }
     const auto run_once = [&](const PagedKV& kv) {
       if (prefill) {
-        prefill->run(q_view,
-                     TensorView::contiguous(qo_indptr_d->data(), DType::kI32, {batch + 1},
-                                            Device::cuda(0)),
-                     kv, outputs.o_view, std::nullopt, stream.get());
+        prefill->run(q_view, PagedKVPages::of(kv), outputs.o_view, std::nullopt, stream.get());
       } else {
         decode.run(q_view, kv, outputs.o_view, std::nullopt, stream.get());
       }

@@ -230,9 +230,9 @@ TEST_F(BatchDecodeErrors, ArgumentsAreCheckedBeforeLaunching) {
   EXPECT_FLARE_ERROR(decode.run(q_->view, hnd, out_->o_view, std::nullopt, nullptr),
                      ErrorCode::kInvalidArgument, "layout");
   PagedKV short_table = kv_->paged;
-  short_table.table.indptr = short_table.table.indptr.slice(0, 0, 2);
+  short_table.table.indices = short_table.table.indices.slice(0, 0, 1);
   EXPECT_FLARE_ERROR(decode.run(q_->view, short_table, out_->o_view, std::nullopt, nullptr),
-                     ErrorCode::kInvalidArgument, "kv indptr");
+                     ErrorCode::kInvalidArgument, "kv indices");
   TensorView lse_f16 = out_->lse_view;
   lse_f16.dtype = DType::kF16;
   EXPECT_FLARE_ERROR(decode.run(q_->view, kv_->paged, out_->o_view, lse_f16, nullptr),

@@ -169,11 +169,11 @@ BatchPrefillConfig config_of(const Problem& p) {
 // The device side of a problem: inputs uploaded, outputs poisoned.
 struct DeviceProblem {
   DeviceCopy q, qo_indptr, pages, v_pages, page_indptr, page_indices, last_page_len, k_rows, v_rows,
-      kv_indptr, mask_bits, mask_indptr, o, lse;
+      kv_indptr, mask_bits, o, lse;
   HostTensor o_host, lse_host;
   PagedKV paged;
   RaggedKV ragged;
-  std::optional<PrefillCustomMask> mask;
+  std::optional<TensorView> mask;
 
   explicit DeviceProblem(const Problem& p)
       : q(p.q),
@@ -197,9 +197,7 @@ struct DeviceProblem {
     ragged.indptr = kv_indptr.view(p.cache.ragged.indptr);
     if (p.c.mask == MaskMode::kCustom) {
       mask_bits = DeviceCopy(p.mask_bits);
-      mask_indptr = DeviceCopy(p.mask_indptr);
-      mask = PrefillCustomMask{mask_bits.view(p.mask_bits.view()),
-                               mask_indptr.view(p.mask_indptr.view())};
+      mask = mask_bits.view(p.mask_bits.view());
     }
     o_host = HostTensor(p.c.dtype, p.o_ref.shape());
     lse_host = HostTensor(DType::kF32, p.lse_ref.shape());
@@ -216,15 +214,15 @@ struct DeviceProblem {
     cuda::memcpy_htod(lse.buffer.data(), lse_host.data<std::byte>(),
                       static_cast<size_t>(lse_host.numel()) * sizeof(float));
   }
-  void run(BatchPrefill& prefill, const Problem& p, cuda::Stream stream) {
+  void run(BatchPrefill& prefill, const Problem& p, cuda::Stream stream,
+           const RunOptions& options = {}) {
     const TensorView qv = q.view(p.q.view());
-    const TensorView qo = qo_indptr.view(p.qo_indptr.view());
     const TensorView ov = o.view(o_host.view());
     const TensorView lv = lse.view(lse_host.view());
     if (p.c.kv == PrefillKV::kPaged) {
-      prefill.run(qv, qo, paged, ov, lv, stream, mask);
+      prefill.run(qv, PagedKVPages::of(paged), ov, lv, stream, mask, options);
     } else {
-      prefill.run(qv, qo, ragged, ov, lv, stream, mask);
+      prefill.run(qv, ragged.k, ragged.v, ov, lv, stream, mask, options);
     }
   }
   void download() {
@@ -238,11 +236,14 @@ struct DeviceProblem {
 
 void plan(BatchPrefill& prefill, const Problem& p, cuda::Stream stream) {
   const std::vector<int32_t> qo = testing::int32_values(p.qo_indptr.view());
+  const std::vector<int32_t> mask_indptr = p.c.mask == MaskMode::kCustom
+                                               ? testing::int32_values(p.mask_indptr.view())
+                                               : std::vector<int32_t>{};
   if (p.c.kv == PrefillKV::kPaged) {
     prefill.plan(qo, testing::int32_values(p.cache.page_indptr.view()),
-                 testing::int32_values(p.cache.last_page_len.view()), stream);
+                 testing::int32_values(p.cache.last_page_len.view()), stream, mask_indptr);
   } else {
-    prefill.plan(qo, testing::int32_values(p.cache.ragged_indptr.view()), {}, stream);
+    prefill.plan(qo, testing::int32_values(p.cache.ragged_indptr.view()), {}, stream, mask_indptr);
   }
 }
 
@@ -524,15 +525,21 @@ TEST(PrefillGpu, RunChecksArgumentsBeforeLaunching) {
   DeviceProblem d(p);
   EXPECT_THROW(d.run(prefill, p, nullptr), Error);  // run() before plan()
   plan(prefill, p, nullptr);
-  EXPECT_THROW(prefill.run(d.q.view(p.q.view()), d.qo_indptr.view(p.qo_indptr.view()), d.ragged,
+  EXPECT_THROW(prefill.run(d.q.view(p.q.view()), d.ragged.k, d.ragged.v,
                            d.o.view(d.o_host.view()), std::nullopt, nullptr),
                Error);  // ragged KV on a paged prefill
   // A page stride of 2^30 elements (2 GiB per page) exceeds the kernel's 32-bit page offsets.
-  PagedKV huge = d.paged;
+  PagedKVPages huge = PagedKVPages::of(d.paged);
   huge.k.strides[0] = int64_t{1} << 30;
-  EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), d.qo_indptr.view(p.qo_indptr.view()), huge,
-                                 d.o.view(d.o_host.view()), std::nullopt, nullptr),
+  EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), huge, d.o.view(d.o_host.view()),
+                                 std::nullopt, nullptr),
                      ErrorCode::kUnsupported, "2^31 bytes");
+  // Fewer page ids than the plan reads: named, nothing launched.
+  PagedKVPages short_indices = PagedKVPages::of(d.paged);
+  short_indices.indices.shape[0] = 0;
+  EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), short_indices, d.o.view(d.o_host.view()),
+                                 std::nullopt, nullptr),
+                     ErrorCode::kInvalidArgument, "kv indices");
   const std::vector<int32_t> bad_qo = {0, 5, 3};
   const std::vector<int32_t> kv_indptr = {0, 1, 2};
   const std::vector<int32_t> last_page_len = {16, 4};

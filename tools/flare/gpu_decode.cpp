@@ -81,8 +81,8 @@ void GpuDecode::plan() {
 void GpuDecode::run() {
   State& s = *state_;
   const bool softmax = s.decode->config().params.use_softmax;
-  s.decode->run(s.q.view, s.kv, s.o.view, softmax ? std::optional(s.lse.view) : std::nullopt,
-                s.stream->get());
+  s.decode->run(s.q.view, PagedKVPages::of(s.kv), s.o.view,
+                softmax ? std::optional(s.lse.view) : std::nullopt, s.stream->get());
 }
 
 double GpuDecode::time_calls_ms(int calls) {

@@ -49,12 +49,12 @@ std::vector<int32_t> host_values(const TensorView& indices) {
 struct GpuPrefill::State {
   int device = 0;
   int64_t total_q = 0;
-  std::vector<int32_t> qo_indptr, kv_indptr, last_page_len;  // host values for plan()
+  // Host values for plan() (mask_indptr: the custom mask's byte offsets).
+  std::vector<int32_t> qo_indptr, kv_indptr, last_page_len, mask_indptr;
   std::optional<cuda::OwnedStream> stream;  // created once the device's context is current
-  DeviceTensor q, qo_indptr_device, k, v, kv_indptr_device, kv_indices, last_page_len_device;
-  DeviceTensor mask_bits, mask_indptr, o, lse;
-  KVCache kv;  // views of the device copies
-  std::optional<PrefillCustomMask> mask;
+  DeviceTensor q, k, v, kv_indices, mask_bits, o, lse;
+  std::optional<PagedKVPages> pages;  // views of the device copies (paged KV)
+  std::optional<TensorView> mask;
   std::optional<BatchPrefill> prefill;
 };
 
@@ -88,7 +88,6 @@ GpuPrefill::GpuPrefill(const AttentionProblem& problem, int device)
 
   s.qo_indptr = host_values(problem.qo_indptr);
   s.q = upload(problem.q, device, "q");
-  s.qo_indptr_device = upload(problem.qo_indptr, device, "qo_indptr");
   if (const auto* paged = std::get_if<PagedKV>(&problem.kv)) {
     config.kv = PrefillKV::kPaged;
     config.page_size = static_cast<int>(paged->page_size());
@@ -97,24 +96,19 @@ GpuPrefill::GpuPrefill(const AttentionProblem& problem, int device)
     s.last_page_len = host_values(paged->table.last_block_len);
     s.k = upload(paged->k, device, "k");
     s.v = upload(paged->v, device, "v");
-    s.kv_indptr_device = upload(paged->table.indptr, device, "kv_indptr");
     s.kv_indices = upload(paged->table.indices, device, "kv_indices");
-    s.last_page_len_device = upload(paged->table.last_block_len, device, "kv_last_page_len");
-    s.kv = PagedKV::from_separate(s.k.view, s.v.view, paged->layout, s.kv_indptr_device.view,
-                                  s.kv_indices.view, s.last_page_len_device.view);
+    s.pages = PagedKVPages{s.k.view, s.v.view, paged->layout, s.kv_indices.view};
   } else {
     const auto& ragged = std::get<RaggedKV>(problem.kv);
     config.kv = PrefillKV::kRagged;
     s.kv_indptr = host_values(ragged.indptr);
     s.k = upload(ragged.k, device, "k");
     s.v = upload(ragged.v, device, "v");
-    s.kv_indptr_device = upload(ragged.indptr, device, "kv_indptr");
-    s.kv = RaggedKV{s.k.view, s.v.view, s.kv_indptr_device.view};
   }
   if (problem.params.mask == MaskMode::kCustom) {
     s.mask_bits = upload(*problem.params.custom_mask, device, "custom_mask");
-    s.mask_indptr = upload(*problem.params.mask_indptr, device, "mask_indptr");
-    s.mask = PrefillCustomMask{s.mask_bits.view, s.mask_indptr.view};
+    s.mask_indptr = host_values(*problem.params.mask_indptr);
+    s.mask = s.mask_bits.view;
   }
   s.o = allocate_poisoned(problem.q.dtype, {s.total_q, heads_qo, config.head_dim_vo}, device);
   s.lse = allocate_poisoned(DType::kF32, {s.total_q, heads_qo}, device);
@@ -126,18 +120,17 @@ GpuPrefill::~GpuPrefill() = default;
 void GpuPrefill::plan() {
   State& s = *state_;
   if (s.total_q == 0) return;  // no query token: nothing to schedule (BatchPrefill needs one)
-  s.prefill->plan(s.qo_indptr, s.kv_indptr, s.last_page_len, s.stream->get());
+  s.prefill->plan(s.qo_indptr, s.kv_indptr, s.last_page_len, s.stream->get(), s.mask_indptr);
 }
 
 void GpuPrefill::run() {
   State& s = *state_;
   if (s.total_q == 0) return;
-  std::visit(
-      [&](const auto& kv) {
-        s.prefill->run(s.q.view, s.qo_indptr_device.view, kv, s.o.view, s.lse.view, s.stream->get(),
-                       s.mask);
-      },
-      s.kv);
+  if (s.pages) {
+    s.prefill->run(s.q.view, *s.pages, s.o.view, s.lse.view, s.stream->get(), s.mask);
+  } else {
+    s.prefill->run(s.q.view, s.k.view, s.v.view, s.o.view, s.lse.view, s.stream->get(), s.mask);
+  }
 }
 
 double GpuPrefill::time_calls_ms(int calls) {

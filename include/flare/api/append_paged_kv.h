@@ -2,6 +2,7 @@
 // token i goes to request batch_indices[i] at position positions[i] of that request's pages.
 #pragma once
 
+#include "flare/api/index_errors.h"
 #include "flare/core/tensor.h"
 #include "flare/format/paged_kv.h"
 #include "flare/jit/compiler.h"
@@ -34,13 +35,21 @@ void append_paged_kv_cpu(const AppendPagedKVInput& input, const PagedKV& cache);
 // GPU: every array on the same CUDA device (cache pages, page table, tokens, indices); runs
 // on `stream` without synchronizing or allocating, so it can be captured in a CUDA graph.
 // Host-side checks: shapes, dtypes, devices, strides. The index arrays live on the device and
-// are not read on the host; the kernel bounds-checks each token (batch index in [0, batch),
-// position inside its request's pages, page id in [0, pages)) and skips a token that fails,
-// so bad indices never write outside the cache. Copies 16-byte vectors when the pointers,
-// strides and head dims allow it, narrower ones otherwise.
+// are not read on the host; the kernel bounds-checks each token (batch index below batch, the
+// request's page range inside kv_indices, position inside its request's pages, page id in
+// [0, pages)) and skips a token that fails, recording it in the device's append error record
+// (check_append_paged_kv raises it): bad indices never write outside the cache, and never
+// vanish silently. Negative batch indices are padding, skipped without a record. Copies
+// 16-byte vectors when the pointers, strides and head dims allow it, narrower ones otherwise.
 // Throws kNoCudaDevice, kCompileError, kCudaError, kInvalidArgument.
 void append_paged_kv_cuda(const AppendPagedKVInput& input, const PagedKV& cache,
                           cuda::Stream stream);
+
+// Synchronizes `device` and throws kIndexOutOfRange describing the first out-of-range index
+// append_paged_kv_cuda met on it since the last check (clearing the record).
+void check_append_paged_kv(int device, const IndexNames& names = {"append_paged_kv"});
+// The device's record (created on first use).
+const IndexErrorRecordBuffer& append_index_errors(int device);
 
 // The kernel append_paged_kv_cuda launches for a vector width of 1, 2, 4, 8 or 16 bytes (the
 // widest dividing every address, stride and row size): what CI compiles without a GPU to

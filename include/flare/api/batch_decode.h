@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "flare/api/index_errors.h"
+#include "flare/api/run_options.h"
 #include "flare/core/dtype.h"
 #include "flare/core/tensor.h"
 #include "flare/format/paged_kv.h"
@@ -66,8 +68,11 @@ struct BatchDecodeConfig {
   // requests, whose split tiles one CTA merges whole (b1 kv32768: 2.1x).
   int kv_heads_per_item = 1;
 
-  // Scheduler knobs (plan/plan.h PlanOptions): fixed_split_size > 0 gives batch-invariant
-  // output; disable_split_kv gives one chunk per (request, KV head, row tile).
+  // Scheduler knobs (plan/plan.h PlanOptions): fixed_split_size > 0 cuts every request's KV
+  // at the same positions whatever the batch, and the merge then runs the same passes, so a
+  // request's o and lse are bitwise identical alone or in any batch (batch invariance); such
+  // plans may need more partial slots than the default bound (see scratch). disable_split_kv
+  // gives one chunk per (request, KV head, row tile).
   int fixed_split_size = 0;
   bool disable_split_kv = false;
   int num_sms_to_use = 0;  // 0 = all SMs of the device
@@ -80,12 +85,28 @@ struct BatchDecodeConfig {
   // planned over the whole grid (PlanOptions::waves: the hardware starts a later CTA on the
   // SM that ends one first); a smaller batch, or a plan with num_sms_to_use, over one wave.
   int waves = 0;
+
+  // Scratch for the partial states of split tiles: a device buffer of the caller's on this
+  // device (FlashInfer's float_workspace_buffer), used only during run() and never read
+  // between runs, so several BatchDecode and BatchPrefill objects may share it as long as
+  // their runs are ordered (one stream). Null: the object allocates its own. It must hold the
+  // default bound (2 x num_ctas partial slots: scratch_bytes_needed() says how many bytes);
+  // with fixed_split_size, plans of more split chunks fit up to what it holds.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+
+  // Validation mode: run() copies the planned page ids to the host (one synchronizing copy
+  // and a scan of kv_indptr[batch] ids) and throws kIndexOutOfRange naming the first id
+  // outside the cache before launching anything. For debugging: it cannot be captured. The
+  // environment variable FLARE_VALIDATE=1 turns it on for every object created after it is set.
+  bool validate_indices = false;
 };
 
 // Batch decode on one CUDA device:
 //   BatchDecode decode(config);                   // compiles (JIT, cached), allocates
 //   decode.plan(kv_indptr, kv_last_page_len, s);  // host arrays; one async copy on s
-//   decode.run(q, paged_kv, o, lse, s);           // one kernel launch, nothing else
+//   decode.run(q, pages, o, lse, s);              // one kernel launch, nothing else
+//   decode.check();                               // raises for out-of-range page ids seen
 // plan() may be called again between runs (e.g. every decode step); a run() uses the plan of
 // the latest plan() before it in stream order. With use_cuda_graph, run() may be captured once
 // and the graph replayed after each plan(): every pointer run() launches with lives in the
@@ -118,7 +139,10 @@ class BatchDecode {
   // it into a pinned buffer and issues one host-to-device copy on `stream`. If the previous
   // plan's copy out of that buffer has not executed yet, waits for it (so for the work queued
   // before that copy, typically the step before the last; never for later kernels).
-  // Throws kInvalidArgument (malformed arrays, batch out of range), kWorkspaceTooSmall.
+  // A fixed_split_size plan with more split chunks than the workspace holds grows it (outside
+  // CUDA-graph mode; up to what config.scratch holds).
+  // Throws kInvalidArgument (malformed arrays, batch out of range, more pages than the
+  // kv_indices a captured run reads), kWorkspaceTooSmall.
   void plan(std::span<const int32_t> kv_indptr, std::span<const int32_t> kv_last_page_len,
             cuda::Stream stream);
   // The same with CPU int32 1-D tensors.
@@ -127,25 +151,41 @@ class BatchDecode {
   // Attention of the planned batch; all tensors on this decode's CUDA device.
   //   q      [batch, H_qo, D] q_dtype; any strides with a unit innermost stride, 16-byte
   //          aligned rows (data pointer and outer strides multiples of 16 bytes)
-  //   kv     paged KV in config.layout: k, v [pages, page_size, H_kv, D] (NHD) or
+  //   kv     pages in config.layout: k, v [pages, page_size, H_kv, D] (NHD) or
   //          [pages, H_kv, page_size, D] (HND) of kv_dtype, same alignment rule as q (e.g.
-  //          K and V sliced out of one [pages, 2, ...] tensor); table.indptr int32 [batch + 1],
-  //          table.indices int32 [>= pages used], table.last_block_len int32 [batch], on the
-  //          device, holding the values given to plan() (the kernel takes page ranges and
-  //          lengths from the plan and reads only table.indices; out-of-range page indices
-  //          are the caller's error)
+  //          K and V sliced out of one [pages, 2, ...] tensor); indices int32 [>= the plan's
+  //          kv_indptr[batch]] on the device. The kernel takes page ranges and lengths from the
+  //          plan and reads only the ids, each checked against the pages of k and v: an id out
+  //          of range reads nothing (its token's K and V count as zeros) and is recorded for
+  //          check(); nothing outside the given tensors is ever read or written.
   //   o      [batch, H_qo, D] q_dtype, same alignment rule
-  //   lse    optional float32 [batch, H_qo] (any strides): natural-log sum of exp of the
-  //          scaled logits; -inf for requests with kv_len 0 (whose o is 0)
-  //   k_scale, v_scale  per-call KV scales (FlashInfer's run() arguments), multiplying the
-  //          config's params.k_scale / v_scale; finite. A captured run keeps the values given.
-  // Never allocates, never synchronizes. Throws kInvalidArgument (shapes, dtypes, devices,
-  // alignment, batch differing from the plan's, run() before plan(), a capturing stream
-  // without use_cuda_graph, non-finite scales) or kUnsupported (a K/V page stride or last-slot
-  // offset of 2^31 bytes or more) before launching anything; kCudaError from a launch.
+  //   lse    optional float32 [batch, H_qo] (any strides): log of the sum of exp of the scaled
+  //          logits, natural or base 2 (options.lse_base); -inf for requests with kv_len 0
+  //          (whose o is 0)
+  //   options  q_scale and k_scale multiply the logits, v_scale the output (FlashInfer's
+  //          run() arguments; with the config's params.k_scale / v_scale), the LSE's base, PDL.
+  //          A captured run keeps the values given.
+  // Never allocates, never synchronizes (but in validation mode). Host cost: O(1) checks and
+  // one launch (~3-5 us on an H100 host). Throws kInvalidArgument (shapes, dtypes, devices,
+  // alignment, batch differing from the plan's, fewer page ids than the plan reads, run()
+  // before plan(), a capturing stream without use_cuda_graph, non-finite scales), kUnsupported
+  // (a K/V page stride or last-slot offset of 2^31 bytes or more) or, in validation mode,
+  // kIndexOutOfRange, before launching anything; kCudaError from a launch.
+  void run(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
+           const std::optional<TensorView>& lse, cuda::Stream stream,
+           const RunOptions& options = {});
+  // The same with the whole PagedKV view (its indptr and last_block_len are plan()'s business
+  // and not read here).
   void run(const TensorView& q, const PagedKV& kv, const TensorView& o,
-           const std::optional<TensorView>& lse, cuda::Stream stream, float k_scale = 1.0f,
-           float v_scale = 1.0f);
+           const std::optional<TensorView>& lse, cuda::Stream stream,
+           const RunOptions& options = {}) {
+    run(q, PagedKVPages::of(kv), o, lse, stream, options);
+  }
+
+  // Synchronizes the device, then throws kIndexOutOfRange describing the first out-of-range
+  // page id (request, kv_indices entry, value) the kernels met since the last check(), if any,
+  // and clears the record (names: the caller's argument names for the message).
+  void check(const IndexNames& names = {"BatchDecode", "kv_indices"}) const;
 
   const BatchDecodeConfig& config() const;
   // CTAs of the grid (fixed at creation): resident CTAs x waves. Outside CUDA-graph mode run()
@@ -155,7 +195,11 @@ class BatchDecode {
   // Packed query rows one work item holds: the head-group tile, times kv_heads_per_item.
   int rows_per_item() const;
   const Plan& last_plan() const;  // the latest plan (host copy), for tests and tools
-  size_t workspace_size() const;  // device bytes held
+  size_t workspace_size() const;  // device bytes held (without a caller's scratch)
+  int64_t max_partial_slots() const;  // of the current workspace
+  // Scratch bytes the default bound (2 x num_ctas partial slots) needs for `config`, the
+  // least config.scratch_bytes may be (same validation and compilation as the constructor).
+  static size_t scratch_bytes_needed(const BatchDecodeConfig& config);
 
  private:
   struct State;

@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "flare/api/index_errors.h"
+#include "flare/api/run_options.h"
 #include "flare/core/dtype.h"
 #include "flare/core/tensor.h"
 #include "flare/format/paged_kv.h"
@@ -52,10 +54,18 @@ struct BatchPrefillConfig {
   int query_tile = 0;  // 16 | 32 | 64 | 128; 0 = choose_prefill_tiles per plan
   int kv_tile = 0;     // 32 | 64 | 128; 0 = choose_prefill_tiles
 
-  // Scheduler knobs (plan/plan.h PlanOptions).
+  // Scheduler knobs (plan/plan.h PlanOptions). fixed_split_size > 0 cuts every request's KV at
+  // the same positions whatever the batch and fixes the tiles (query_tile, or the largest the
+  // heuristic allows), so a request's o and lse are bitwise identical alone or in any batch
+  // (batch invariance; short queries then compute on padded 128-row tiles).
   int fixed_split_size = 0;
   bool disable_split_kv = false;
   int num_sms_to_use = 0;  // 0 = all SMs
+
+  // The partial states' scratch and validation mode, as BatchDecodeConfig's.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  bool validate_indices = false;
 };
 
 // The limits the tile heuristic reads (from cuda::DeviceProperties).
@@ -83,20 +93,17 @@ PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, i
 int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                            const PrefillDeviceLimits& limits);
 
-// Custom mask for MaskMode::kCustom, on the device: bits uint8 (packed, little bit order;
-// request i's q_len x kv_len row-major bits start at byte indptr[i]), indptr int32 [batch + 1].
-struct PrefillCustomMask {
-  TensorView bits;
-  TensorView indptr;
-};
-
 // Batch prefill on one CUDA device:
 //   BatchPrefill prefill(config);                       // validates, compiles the merge kernel
 //   prefill.plan(qo_indptr, kv_indptr, last_page_len, s); // host arrays; one async copy on s
-//   prefill.run(q, qo_indptr_device, kv, o, lse, s);      // a 4-byte memset, two kernels at most
+//   prefill.run(q, pages, o, lse, s);                     // a 4-byte memset, two kernels at most
+//   prefill.check();                                      // raises for out-of-range page ids
 // plan() compiles (JIT, disk-cached) the kernel of newly chosen tiles; run() never compiles,
-// allocates or synchronizes. Under use_cuda_graph the tensors given to a captured run() must
-// keep their addresses for every replay (refill them in place), as for BatchDecode.
+// allocates or synchronizes. The request tables (qo_indptr, kv_indptr, last_page_len, the
+// custom mask's byte offsets) travel with the plan: run() reads no index data of the caller's
+// but page ids, which the kernel range-checks. Under use_cuda_graph the tensors given to a
+// captured run() must keep their addresses for every replay (refill them in place), as for
+// BatchDecode.
 class BatchPrefill {
  public:
   // Throws kInvalidArgument (bad config), kUnsupported (head dims, dtype, variant options),
@@ -114,31 +121,45 @@ class BatchPrefill {
   //   kv_indptr         int32 [batch + 1], CPU: pages (kPaged) or tokens (kRagged)
   //   kv_last_page_len  int32 [batch], CPU, kPaged only (empty for kRagged): in [1, page_size]
   //                     for requests with pages
+  //   mask_indptr       params.mask == kCustom only, optional: int32 [batch + 1], CPU, byte
+  //                     offsets of each request's mask bits (empty: packed back to back, whole
+  //                     bytes per request: FlashInfer's segment_packbits layout)
   // 1 <= batch <= max_batch, qo_indptr[batch] <= max_total_qo. Tokens align bottom-right: token
   // t of a request with q_len, kv_len sits at KV position kv_len - q_len + t (append).
-  // Throws kInvalidArgument (malformed arrays, bounds), kWorkspaceTooSmall.
+  // Throws kInvalidArgument (malformed arrays naming them, bounds, more KV than a captured
+  // run's tensors hold), kWorkspaceTooSmall.
   void plan(std::span<const int32_t> qo_indptr, std::span<const int32_t> kv_indptr,
-            std::span<const int32_t> kv_last_page_len, cuda::Stream stream);
+            std::span<const int32_t> kv_last_page_len, cuda::Stream stream,
+            std::span<const int32_t> mask_indptr = {});
 
   // Attention of the planned batch; every tensor on this prefill's device.
   //   q          [total_q, H_qo, D_qk] dtype, unit innermost stride, 16-byte aligned rows
-  //   qo_indptr  int32 [batch + 1] on the device, the values given to plan()
-  //   kv         kPaged: PagedKV in config.layout ([pages, page_size, H_kv, D] NHD or
-  //              [pages, H_kv, page_size, D] HND, k with D_qk, v with D_vo; table arrays on
-  //              the device holding plan()'s values); kRagged: RaggedKV (k [total_kv, H_kv,
-  //              D_qk], v [total_kv, H_kv, D_vo], indptr on the device). Same alignment as q.
+  //   kv         kPaged: pages in config.layout ([pages, page_size, H_kv, D] NHD or
+  //              [pages, H_kv, page_size, D] HND, k with D_qk, v with D_vo) and the page ids
+  //              (int32 [>= kv_indptr[batch]] on the device), each range-checked by the kernel
+  //              as in BatchDecode::run. kRagged: k [>= kv_indptr[batch], H_kv, D_qk], v [...,
+  //              D_vo] (checked on the host). Same alignment as q.
   //   o          [total_q, H_qo, D_vo] dtype, same alignment rule
-  //   lse        optional float32 [total_q, H_qo]: natural-log sum of exp of the scaled
-  //              logits; -inf (and o = 0) for rows that see no key
-  //   mask       required iff params.mask == kCustom
-  // Throws kInvalidArgument, or kUnsupported (paged K/V whose page stride or last-slot offset
-  // is 2^31 bytes or more), before launching anything; kCudaError from a launch.
-  void run(const TensorView& q, const TensorView& qo_indptr, const PagedKV& kv, const TensorView& o,
+  //   lse        optional float32 [total_q, H_qo]: log of the sum of exp of the scaled logits,
+  //              natural or base 2 (options.lse_base); -inf (and o = 0) for rows that see no key
+  //   mask_bits  uint8 [>= the plan's mask bytes] on the device, required iff params.mask
+  //              == kCustom: request i's q_len x kv_len row-major bits, little bit order, from
+  //              byte mask_indptr[i] (plan())
+  //   options    q_scale, k_scale (logits) and v_scale (output), the LSE's base, PDL
+  // Host cost: O(1) checks, a 4-byte memset and one or two launches. Throws kInvalidArgument,
+  // kUnsupported (paged K/V whose page stride or last-slot offset is 2^31 bytes or more) or,
+  // in validation mode, kIndexOutOfRange before launching anything; kCudaError from a launch.
+  void run(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
            const std::optional<TensorView>& lse, cuda::Stream stream,
-           const std::optional<PrefillCustomMask>& mask = std::nullopt);
-  void run(const TensorView& q, const TensorView& qo_indptr, const RaggedKV& kv,
-           const TensorView& o, const std::optional<TensorView>& lse, cuda::Stream stream,
-           const std::optional<PrefillCustomMask>& mask = std::nullopt);
+           const std::optional<TensorView>& mask_bits = std::nullopt,
+           const RunOptions& options = {});
+  void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+           const std::optional<TensorView>& lse, cuda::Stream stream,
+           const std::optional<TensorView>& mask_bits = std::nullopt,
+           const RunOptions& options = {});
+
+  // As BatchDecode::check().
+  void check(const IndexNames& names = {"BatchPrefill", "kv_indices"}) const;
 
   const BatchPrefillConfig& config() const;
   PrefillTiles last_tiles() const;  // tiles of the latest plan
@@ -146,14 +167,17 @@ class BatchPrefill {
   // kernel's CTAs take them from one queue (ordered for K/V reuse in L2); cta_indptr is the
   // planner's static partition, which the prefill kernel does not use.
   const Plan& last_plan() const;
-  size_t workspace_size() const;  // device bytes held
+  size_t workspace_size() const;  // device bytes held (without a caller's scratch)
+  int64_t max_partial_slots() const;  // of the current workspace
+  // Scratch bytes the default bound needs for `config` (as BatchDecode's).
+  static size_t scratch_bytes_needed(const BatchPrefillConfig& config);
 
  private:
   struct State;
   struct KVArgs;
-  void launch(const TensorView& q, const TensorView& qo_indptr, const KVArgs& kv,
-              const TensorView& o, const std::optional<TensorView>& lse, cuda::Stream stream,
-              const std::optional<PrefillCustomMask>& mask);
+  void launch(const TensorView& q, const KVArgs& kv, const TensorView& o,
+              const std::optional<TensorView>& lse, cuda::Stream stream,
+              const std::optional<TensorView>& mask_bits, const RunOptions& options);
   std::unique_ptr<State> state_;
 };
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "flare/api/run_options.h"
 #include "flare/core/tensor.h"
 #include "flare/jit/compiler.h"
 #include "flare/jit/cuda_driver.h"
@@ -12,7 +13,8 @@
 namespace flare {
 
 // The semantics are reference/merge.h's: s is the natural-log LSE, s = ln(e^{s_a} + e^{s_b}),
-// v = v_a e^{s_a - s} + v_b e^{s_b - s}; a state with s = -inf is the identity (its v is never
+// v = v_a e^{s_a - s} + v_b e^{s_b - s} (with base = kBase2, every s is a log2 and the
+// operator uses 2 for e: FlashInfer's convention); a state with s = -inf is the identity (its v is never
 // read into the sum) and two of them give v = 0, s = -inf. Shapes and dtypes:
 //   v tensors [seq, H, D] (merge_states' input [seq, num_states, H, D]) float32 | float16 |
 //   bfloat16, any strides; s tensors float32 [seq, H] ([seq, num_states, H]), any strides;
@@ -35,17 +37,17 @@ namespace flare {
 // (v_out, s_out) <- (v_a, s_a) ⊕ (v_b, s_b).
 void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
                  const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
-                 cuda::Stream stream);
+                 cuda::Stream stream, LseBase base = LseBase::kNatural);
 
 // (v, s) <- (v, s) ⊕ (v_other, s_other) for the rows whose mask is set (all rows without one);
 // the other rows are not written.
 void merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
                           const TensorView& s_other, const std::optional<TensorView>& mask,
-                          cuda::Stream stream);
+                          cuda::Stream stream, LseBase base = LseBase::kNatural);
 
 // (v_out [seq, H, D], s_out [seq, H]) <- ⊕ over dimension 1 of v, s, in index order.
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
-                  const TensorView& s_out, cuda::Stream stream);
+                  const TensorView& s_out, cuda::Stream stream, LseBase base = LseBase::kNatural);
 
 // The kernels the CUDA path launches for v's dtype (float32, float16, bfloat16) and a vector of
 // 16 bytes or one element (entries flare_merge_state_pair and flare_merge_states): what CI

@@ -13,6 +13,7 @@ enum class ErrorCode {
   kInvalidArgument,    // malformed input: shapes, dtypes, indices, options
   kUnsupported,        // well-formed but not implemented (head dim, dtype, variant)
   kWorkspaceTooSmall,  // the plan does not fit the workspace sized at creation
+  kIndexOutOfRange,    // index data on the device (page ids) pointed outside a tensor
   kNoCudaDevice,       // no driver, or no device with that index
   kCudaError,          // a CUDA driver call failed
   kCompileError,       // NVRTC rejected a kernel; the message carries its log

@@ -39,6 +39,19 @@ struct PagedKV {
   int64_t v_offset(int64_t request, int64_t pos, int64_t head) const;
 };
 
+// What a GPU run() reads of a paged KV cache: the K and V pages and the page ids. The rest of
+// the table (pages per request, last_page_len) is given to plan() on the host, and the kernels
+// take page ranges and lengths from the plan; the ids themselves are range-checked on the
+// device (include/flare/api/index_errors.h).
+struct PagedKVPages {
+  TensorView k;  // as PagedKV::k
+  TensorView v;  // as PagedKV::v
+  KVLayout layout = KVLayout::kNHD;
+  TensorView indices;  // int32 [>= the plan's page count] on the device
+
+  static PagedKVPages of(const PagedKV& kv) { return {kv.k, kv.v, kv.layout, kv.table.indices}; }
+};
+
 // Strided offset of (page, slot, head) in a 4-D page tensor of the given layout.
 inline int64_t page_element_offset(const TensorView& pages, KVLayout layout, int64_t page,
                                    int64_t slot, int64_t head) {

@@ -42,6 +42,21 @@ DeviceProperties device_properties(int device);
 // Makes `device`'s primary context current on this thread (retained once per process).
 // Every API entry point calls this for the device of its tensors.
 void set_device(int device);
+
+// Makes `device`'s primary context current for the scope and restores the caller's after, so
+// a framework that shares the thread (PyTorch's current device) sees no change. run() paths
+// use it: when the context already is current it costs one cuCtxGetCurrent.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  Context previous_ = nullptr;
+  bool switched_ = false;
+};
 // The device whose context is current (throws kNoCudaDevice when none).
 int current_device();
 
@@ -99,8 +114,14 @@ void stream_synchronize(Stream stream);
 void device_synchronize();
 
 // Kernel launch with the driver's parameter array (pointers to each argument).
+// `programmatic`: programmatic dependent launch (sm_90+, cuLaunchKernelEx with programmatic
+// stream serialization): the kernel may start while the stream's previous kernel finishes and
+// must execute griddepcontrol.wait before reading what that kernel wrote (flare's kernels do,
+// first thing: kernels/decode_utils.cuh wait_for_prior_grids). Callers pass it only for
+// devices of compute capability 9.0 or more.
 void launch(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,
-            unsigned block_y, unsigned block_z, unsigned shared_bytes, Stream stream, void** args);
+            unsigned block_y, unsigned block_z, unsigned shared_bytes, Stream stream, void** args,
+            bool programmatic = false);
 // Raises the dynamic shared-memory limit of `function` (needed above 48 KiB).
 void set_max_dynamic_shared(Function function, int bytes);
 // Blocks of `function` that fit on one SM at this block size and dynamic shared memory.

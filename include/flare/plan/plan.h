@@ -68,6 +68,13 @@ struct WorkspaceBounds {
   // CTA's queue with its first item, each item's request page range and partial slots).
   size_t executor_cta_bytes = 0;
   size_t executor_item_bytes = 0;
+  // And max_batch + 1 records of executor_request_bytes (BatchPrefill: the request tables it
+  // reads instead of the caller's device arrays).
+  size_t executor_request_bytes = 0;
+  // Partial slots for the chunks of split tiles: 0 = 2 * num_ctas, which every plan without
+  // fixed_split_size fits (002 D.3). More let fixed_split_size plans of more chunks fit; see
+  // partial_slots_fitting().
+  int64_t max_partial_slots = 0;
 };
 
 // Byte offsets of the sections of one workspace buffer (256-byte aligned). The plan region
@@ -81,10 +88,14 @@ struct WorkspaceLayout {
   size_t merge_slots = 0;    // int32 [max_partial_slots]
   size_t executor_ctas = 0;  // [num_ctas] records of executor_cta_bytes, executor-written
   size_t executor_items = 0; // [max_work_items] records of executor_item_bytes, executor-written
+  size_t executor_requests = 0;  // [max_batch + 1] records of executor_request_bytes
   size_t plan_bytes = 0;     // end of the plan region
+  // The partial states, [partial_o, total_bytes): the "scratch" that may live in a separate
+  // buffer of scratch_bytes() (FlashInfer's float workspace), at the same relative offsets.
   size_t partial_o = 0;      // float32 [max_partial_slots][max_query_tile][head_dim_vo]
   size_t partial_lse = 0;    // float32 [max_partial_slots][max_query_tile]
   size_t total_bytes = 0;
+  size_t scratch_bytes() const { return total_bytes - partial_o; }
 
   int64_t max_work_items = 0;
   int64_t max_merge_items = 0;
@@ -98,6 +109,10 @@ struct WorkspaceLayout {
 };
 
 WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds);
+
+// The most partial slots whose scratch (WorkspaceLayout::scratch_bytes) fits `scratch_bytes`
+// under `bounds` (its max_partial_slots ignored); 0 when not even one does.
+int64_t partial_slots_fitting(const WorkspaceBounds& bounds, size_t scratch_bytes);
 
 struct Plan {
   int num_ctas = 0;

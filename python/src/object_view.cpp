@@ -1,0 +1,174 @@
+// object_view: torch tensors by attribute, everything else through TensorArg (DLPack).
+#include "object_view.h"
+
+#include <array>
+#include <string>
+
+#include "flare/core/error.h"
+#include "tensor_arg.h"
+
+namespace flare::python {
+namespace {
+
+// What flare needs of the torch module, looked up once: torch cannot be unloaded, and its
+// type and dtype objects live as long as it does.
+struct Torch {
+  PyObject* tensor_type = nullptr;
+  std::array<std::pair<PyObject*, DType>, 9> dtypes{};
+  PyObject* current_raw_stream = nullptr;  // torch._C._cuda_getCurrentRawStream
+};
+
+// Interned attribute names.
+struct Names {
+  PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
+  PyObject* shape = PyUnicode_InternFromString("shape");
+  PyObject* stride = PyUnicode_InternFromString("stride");
+  PyObject* dtype = PyUnicode_InternFromString("dtype");
+  PyObject* get_device = PyUnicode_InternFromString("get_device");
+};
+
+const Names& names() {
+  static const Names n;
+  return n;
+}
+
+// The torch module's objects once the caller has imported torch, else null.
+const Torch* torch_objects() {
+  static Torch torch;
+  static bool loaded = false;
+  if (loaded) return &torch;
+  PyObject* module = PyImport_GetModule(nb::str("torch").ptr());  // new reference or null
+  if (module == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  const nb::object t = nb::steal(module);
+  torch.tensor_type = nb::object(t.attr("Tensor")).release().ptr();
+  const std::pair<const char*, DType> dtypes[] = {
+      {"float32", DType::kF32},        {"float16", DType::kF16},
+      {"bfloat16", DType::kBF16},      {"float8_e4m3fn", DType::kE4M3},
+      {"float8_e5m2", DType::kE5M2},   {"int32", DType::kI32},
+      {"int64", DType::kI64},          {"uint8", DType::kU8},
+      {"bool", DType::kU8},
+  };
+  for (size_t i = 0; i < std::size(dtypes); ++i) {
+    torch.dtypes[i] = {nb::object(t.attr(dtypes[i].first)).release().ptr(), dtypes[i].second};
+  }
+  const nb::object c_module = t.attr("_C");
+  if (nb::hasattr(c_module, "_cuda_getCurrentRawStream")) {
+    torch.current_raw_stream = nb::object(c_module.attr("_cuda_getCurrentRawStream")).release().ptr();
+  }
+  loaded = true;
+  return &torch;
+}
+
+// A new reference from `call`, or the Python error as an exception.
+nb::object checked(PyObject* result) {
+  if (result == nullptr) throw nb::python_error();
+  return nb::steal(result);
+}
+
+int64_t as_int64(PyObject* value) {
+  const long long x = PyLong_AsLongLong(value);
+  if (x == -1 && PyErr_Occurred()) throw nb::python_error();
+  return x;
+}
+
+TensorView torch_view(PyObject* tensor, const Torch& torch, const char* name) {
+  const Names& n = names();
+  TensorView view;
+  const nb::object dtype = checked(PyObject_GetAttr(tensor, n.dtype));
+  bool known = false;
+  for (const auto& [object, type] : torch.dtypes) {
+    if (object == dtype.ptr()) {
+      view.dtype = type;
+      known = true;
+      break;
+    }
+  }
+  FLARE_CHECK(known, ErrorCode::kInvalidArgument, name, " has dtype ",
+              nb::str(dtype).c_str(), ", which flare does not take");
+  const nb::object shape = checked(PyObject_GetAttr(tensor, n.shape));
+  const nb::object strides = checked(PyObject_CallMethodNoArgs(tensor, n.stride));
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
+  FLARE_CHECK(ndim <= kMaxDims, ErrorCode::kInvalidArgument, name, " has ", ndim,
+              " dimensions; flare tensors have at most ", kMaxDims);
+  view.ndim = static_cast<int>(ndim);
+  for (Py_ssize_t d = ndim - 1; d >= 0; --d) {
+    view.shape[static_cast<size_t>(d)] = as_int64(PyTuple_GET_ITEM(shape.ptr(), d));
+    view.strides[static_cast<size_t>(d)] = as_int64(PyTuple_GET_ITEM(strides.ptr(), d));
+    // As TensorArg: a size-1 dimension never steps; give it the contiguous stride.
+    if (view.shape[static_cast<size_t>(d)] == 1) {
+      view.strides[static_cast<size_t>(d)] =
+          d + 1 < ndim ? view.strides[static_cast<size_t>(d) + 1] *
+                             view.shape[static_cast<size_t>(d) + 1]
+                       : 1;
+    }
+  }
+  const nb::object pointer = checked(PyObject_CallMethodNoArgs(tensor, n.data_ptr));
+  view.data = PyLong_AsVoidPtr(pointer.ptr());
+  if (view.data == nullptr && PyErr_Occurred()) throw nb::python_error();
+  const nb::object device = checked(PyObject_CallMethodNoArgs(tensor, n.get_device));
+  const int64_t index = as_int64(device.ptr());
+  view.device = index < 0 ? Device::cpu() : Device::cuda(static_cast<int>(index));
+  return view;
+}
+
+}  // namespace
+
+TensorView object_view(nb::handle object, const char* name) {
+  const Torch* torch = torch_objects();
+  if (torch != nullptr) {
+    const int is_tensor = PyObject_IsInstance(object.ptr(), torch->tensor_type);
+    if (is_tensor < 0) throw nb::python_error();
+    if (is_tensor == 1) return torch_view(object.ptr(), *torch, name);
+  }
+  if (nb::isinstance<TensorArg>(object)) return nb::cast<const TensorArg&>(object).view();
+  nb::ndarray<nb::ro> array;
+  FLARE_CHECK(nb::try_cast(object, array), ErrorCode::kInvalidArgument, name,
+              " must be a tensor (a torch tensor, a numpy array or a DLPack producer), got ",
+              nb::str(nb::type_name(object.type())).c_str());
+  // A DLPack import owns a reference to its producer, which the caller holds anyway.
+  return TensorArg(std::move(array), std::nullopt).view();
+}
+
+std::optional<TensorView> optional_object_view(nb::handle object, const char* name) {
+  if (object.is_none()) return std::nullopt;
+  return object_view(object, name);
+}
+
+PagedKVPages paged_kv_pages(nb::handle paged_kv_cache, KVLayout layout, nb::handle indices,
+                            const char* indices_name) {
+  PagedKVPages pages;
+  pages.layout = layout;
+  pages.indices = object_view(indices, indices_name);
+  if (PyTuple_Check(paged_kv_cache.ptr()) || PyList_Check(paged_kv_cache.ptr())) {
+    const nb::sequence pair = nb::borrow<nb::sequence>(paged_kv_cache);
+    FLARE_CHECK(nb::len(pair) == 2, ErrorCode::kInvalidArgument,
+                "paged_kv_cache as a tuple must be (k_cache, v_cache), got ", nb::len(pair),
+                " tensors");
+    pages.k = object_view(pair[0], "paged_kv_cache[0] (k_cache)");
+    pages.v = object_view(pair[1], "paged_kv_cache[1] (v_cache)");
+    return pages;
+  }
+  const TensorView both = object_view(paged_kv_cache, "paged_kv_cache");
+  FLARE_CHECK(both.ndim == 5 && both.shape[1] == 2, ErrorCode::kInvalidArgument,
+              "paged_kv_cache must be [pages, 2, page_size, H_kv, D] (NHD) or [pages, 2, H_kv, "
+              "page_size, D] (HND), or a (k_cache, v_cache) tuple; got shape ",
+              both.shape_str());
+  pages.k = both.select(1, 0);
+  pages.v = both.select(1, 1);
+  return pages;
+}
+
+uintptr_t torch_current_stream(int device) {
+  const Torch* torch = torch_objects();
+  FLARE_CHECK(torch != nullptr && torch->current_raw_stream != nullptr, ErrorCode::kInternal,
+              "CUDA tensors without torch's current-stream function");
+  PyObject* index = PyLong_FromLong(device);
+  const nb::object stream = checked(PyObject_CallOneArg(torch->current_raw_stream, index));
+  Py_DECREF(index);
+  return static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(stream.ptr()));
+}
+
+}  // namespace flare::python
