@@ -5,9 +5,11 @@
 # small cases of each kernel family, the Python package's pytest suite with PyTorch CUDA
 # tensors, and the decode and prefill benchmarks next to PyTorch SDPA (cuDNN, flash) on the
 # same shapes in the same run. Short tables print last; full logs go to $OUT.
-# Usage: scripts/gpu_check.sh [all|tests|bench|decode]   (default all; `tests` then `bench`
-#   splits the work across two calls of a 10-minute limit: the build is reused; `decode` builds
-#   the GPU tests only and runs the decode tests, their sanitizer case and the decode benchmark)
+# Usage: scripts/gpu_check.sh [all|tests|bench|decode|python]   (default all; `tests` then
+#   `bench` splits the work across two calls of a 10-minute limit: the build is reused; `decode`
+#   builds the GPU tests only and runs the decode tests, their sanitizer case and the decode
+#   benchmark; `python` installs the package, runs its suite and scripts/bench_python.py, which
+#   imports FlashInfer from .anchors-fi when it was carried: ../shared/bench/flashinfer/README.md)
 #   FLARE_GTEST_SOURCE=<googletest tree> when GoogleTest is not installed (default: the
 #   machine's /usr/src/googletest, or .deps/googletest); FLARE_GPU_FILTER=<gtest filter>
 #   restricts the GPU tests.
@@ -40,7 +42,7 @@ gtest_source=${FLARE_GTEST_SOURCE:-}
 [ -z "$gtest_source" ] && [ -d .deps/googletest ] && gtest_source="$PWD/.deps/googletest"
 [ -z "$gtest_source" ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] && [ -d /usr/src/googletest ] &&
   gtest_source=/usr/src/googletest
-if [ "$STAGE" = decode ]; then
+if [ "$STAGE" = decode ] || [ "$STAGE" = python ]; then
   build_extra() { :; }
   targets=(flare_gpu_tests)
 else
@@ -109,8 +111,25 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   run_logged tools_tests "$BUILD/flare_tools_tests" --gtest_filter='*Cuda*:*Gpu*:*GPU*:*Device*'
   run_logged jit_device_tests "$BUILD/flare_jit_tests" --gtest_filter='*Driver*:*Device*:*Gpu*'
 
-  step "compute-sanitizer memcheck + racecheck, small case of each kernel family"
-  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:MergeGpu.PairOddShapes:AppendPagedKVGpu.*'
+  step "compute-sanitizer memcheck + racecheck, small case of each kernel family and bad indices"
+  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:MergeGpu.PairOddShapes:AppendPagedKVGpu.*:*IndexSafety*'
+fi
+
+python_bench() {  # the user's path: flare, FlashInfer and SDPA through Python in one process
+  local fi_path=""
+  if [ -d .anchors-fi ]; then  # ../shared/bench/flashinfer, carried (its README)
+    python3 .anchors-fi/setup_fi.py /tmp/fi-site >"$OUT/flashinfer_setup.log" 2>&1 &&
+      fi_path=/tmp/fi-site
+  fi
+  (cd /tmp && PYTHONPATH="$fi_path${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1      python3 "$OLDPWD/scripts/bench_python.py" --json "$OUT/bench_python.json" "$@")     >"$OUT/bench_python.log" 2>&1 || { status=1; tail -n 20 "$OUT/bench_python.log"; }
+  sed -n '/^device:/,$p' "$OUT/bench_python.log"
+}
+
+if [ "$STAGE" = python ]; then
+  step "python package (logs: $OUT/python)"
+  scripts/gpu_check_python.sh "$OUT/python" -q 2>&1 | tail -n 25 || status=1
+  step "through Python next to FlashInfer and SDPA (log: $OUT/bench_python.log)"
+  python_bench
 fi
 
 if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
@@ -119,6 +138,9 @@ if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
 
   step "decode benchmark vs PyTorch SDPA (logs: $OUT/decode_bench.log, $OUT/anchors.json)"
   decode_bench
+
+  step "through Python next to FlashInfer and SDPA (log: $OUT/bench_python.log)"
+  python_bench
 
   step "prefill benchmark vs PyTorch SDPA (log: $OUT/prefill_bench.log)"
   { "$BUILD/bench_prefill" && PYTHONUNBUFFERED=1 python3 scripts/bench_prefill_torch.py; } \

@@ -92,6 +92,14 @@ class CpuBatch:
         return out, lse
 
 
+def check_tensor(where, name, x):
+    """TypeError naming x unless it is an array: a list reaching the extension would fail far
+    from the caller's mistake."""
+    if not hasattr(x, "dtype"):
+        raise TypeError(f"{where}: {name} must be a numpy array or a torch tensor, got "
+                        f"{type(x).__name__}")
+
+
 def check_cpu_tensor(where, name, x):
     if is_torch(x) and x.is_cuda:
         raise ValueError(
@@ -100,9 +108,18 @@ def check_cpu_tensor(where, name, x):
 
 
 def host_indptr(x, name):
+    """An indptr argument on the host, checked: starts at 0, never decreases (named in the
+    error as the caller passed it)."""
     indptr = host_int32(x, name)
     if indptr.shape[0] < 1:
         raise ValueError(f"{name} must have batch + 1 >= 1 entries, got 0")
+    if indptr[0] != 0:
+        raise ValueError(f"{name}[0] must be 0, got {indptr[0]}")
+    steps = np.diff(indptr)
+    if (steps < 0).any():
+        i = int(np.argmax(steps < 0))
+        raise ValueError(f"{name} must be non-decreasing: {name}[{i + 1}]={indptr[i + 1]} < "
+                         f"{name}[{i}]={indptr[i]}")
     return indptr
 
 

@@ -275,12 +275,16 @@ class GpuPrefill:
         """o [total_q, H_qo, D_vo] (and lse) for the plan: one extension call. kv is the
         paged_kv_cache argument, or the (k, v) pair of ragged rows."""
         prefill, page_ids, mask_bits, rows, (heads, head_dim_vo) = self.planned
-        if rows is None:
-            rows = q.shape[0]
-        if out is None:
-            out = q.new_empty((rows, heads, head_dim_vo))
-        if lse is None and return_lse:
-            lse = q.new_empty((rows, heads), dtype=torch_module().float32)
+        try:
+            if rows is None:
+                rows = q.shape[0]
+            if out is None:
+                out = q.new_empty((rows, heads, head_dim_vo))
+            if lse is None and return_lse:
+                lse = q.new_empty((rows, heads), dtype=torch_module().float32)
+        except AttributeError:
+            raise TypeError(f"{self._where}.run: q must be a torch tensor on "
+                            f"{self._workspace.device}, got {type(q).__name__}") from None
         if prefill is None:  # no query token: nothing to compute
             return (out, lse) if return_lse else out
         scales = (scale_or_one(q_scale), scale_or_one(k_scale), scale_or_one(v_scale),

@@ -14,7 +14,8 @@ import numpy as np
 from . import _flare
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
                     check_pos_encoding_mode, make_params, pdl_flag, scale_or_one)
-from ._cpu import CpuBatch, check_cpu_tensor, host_indptr, paged_kv_lengths, to_lse_base
+from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
+                   to_lse_base)
 from ._tensors import (arg, dtype_name, host_int32, index_on_device, is_cuda, is_torch,
                        scratch_of, split_paged_kv_cache, tensor_dtype, torch_module,
                        validate_default)
@@ -233,10 +234,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
         gpu = self._gpu
         if gpu is not None:  # the hot path: one extension call, every check O(1)
             decoder, page_ids, out_shape, lse_shape = gpu
-            if out is None:
-                out = q.new_empty(out_shape)
-            if lse is None and return_lse:
-                lse = q.new_empty(lse_shape, dtype=torch_module().float32)
+            try:
+                if out is None:
+                    out = q.new_empty(out_shape)
+                if lse is None and return_lse:
+                    lse = q.new_empty(lse_shape, dtype=torch_module().float32)
+            except AttributeError:
+                raise TypeError(f"{_WRAPPER}.run: q must be a torch tensor on "
+                                f"{self._workspace.device}, got {type(q).__name__}") from None
             decoder.run(q, paged_kv_cache, page_ids, out, lse, scale_or_one(q_scale),
                         scale_or_one(k_scale), scale_or_one(v_scale),
                         check_lse_base(lse_base), pdl_flag(enable_pdl))
@@ -247,6 +252,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if self._cuda:
             raise RuntimeError(f"{_WRAPPER}.run(): the plan has no GPU schedule")
         k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
+        for name, x in (("q", q), ("paged_kv_cache", k_cache)):
+            check_tensor(f"{_WRAPPER}.run", name, x)
+            check_cpu_tensor(f"{_WRAPPER}.run", name, x)
         if tensor_dtype(q) != planned["q_dtype"]:
             raise ValueError(f"q has dtype {tensor_dtype(q)} but plan() was given "
                              f"q_data_type={planned['q_dtype']}")
@@ -254,8 +262,6 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise ValueError(f"paged_kv_cache has dtype {tensor_dtype(k_cache)} but plan() was "
                              f"given kv_data_type={planned['kv_dtype']}")
         base2 = check_lse_base(lse_base)
-        for name, x in (("q", q), ("paged_kv_cache", k_cache)):
-            check_cpu_tensor(f"{_WRAPPER}.run", name, x)
         cpu = planned["cpu"]
         want_lse = return_lse or lse is not None
         out, lse = cpu.outputs(q, out, lse, want_lse)

@@ -11,7 +11,8 @@ import numpy as np
 from . import _flare
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
                     check_pos_encoding_mode, scale_or_one, unsupported)
-from ._cpu import CpuBatch, check_cpu_tensor, host_indptr, paged_kv_lengths, to_lse_base
+from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
+                   to_lse_base)
 from ._prefill_gpu import GpuPrefill, check_gpu_support
 from ._tensors import (arg, dtype_name, host_int32, is_cuda, split_paged_kv_cache, tensor_dtype,
                        torch_module, validate_default)
@@ -107,13 +108,14 @@ class _PrefillWrapper:
         where = f"{self._name}.run"
         if self._dtypes is None:
             raise RuntimeError(f"{where}() needs a plan(): call plan() first")
+        check_tensor(where, "q", q)
+        check_tensor(where, "k" if not self._paged else "paged_kv_cache", k)
         if tensor_dtype(q) != self._dtypes[0]:
             raise ValueError(f"q has dtype {tensor_dtype(q)} but plan() was given "
                              f"q_data_type={self._dtypes[0]}")
         if tensor_dtype(k) != self._dtypes[1]:
             raise ValueError(f"the KV cache has dtype {tensor_dtype(k)} but plan() was given "
                              f"kv_data_type={self._dtypes[1]}")
-        check_cpu_tensor(where, "q", q)
 
     def _run_gpu(self, q, kv, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base,
                  enable_pdl):
@@ -316,8 +318,8 @@ def _single_cpu(where, q, k, v, kv_layout, params_kwargs, scales, custom_mask=No
     return out, lse
 
 
-# One ragged GpuPrefill per CUDA device and KV layout for single_prefill_with_kv_cache: its BatchPrefill
-# objects (one per configuration) compile once and are reused across calls.
+# One ragged GpuPrefill per CUDA device and KV layout for single_prefill_with_kv_cache: its
+# BatchPrefill objects (one per configuration) compile once and are reused across calls.
 _single_gpu = {}
 
 

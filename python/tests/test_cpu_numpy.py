@@ -397,3 +397,19 @@ def random_states_numpy(seed):
     s = (rng.random((5, 3, 2)) * 20 - 10).astype(np.float32)
     s[1, :, 1] = -np.inf
     return v, s
+
+
+def test_errors_name_the_argument_the_caller_passed():
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+    with pytest.raises(ValueError, match=r"kv_indptr must be non-decreasing: kv_indptr\[2\]=3"):
+        wrapper.plan(np.array([0, 1, 2], np.int32), np.array([0, 5, 3], np.int32), 4, 4, 64,
+                     q_data_type="float32")
+    with pytest.raises(ValueError, match=r"qo_indptr\[0\] must be 0"):
+        wrapper.plan(np.array([1, 2], np.int32), np.array([0, 5], np.int32), 4, 4, 64,
+                     q_data_type="float32")
+    wrapper.plan([0, 1], [0, 5], 4, 4, 64, q_data_type="float32")  # lists are fine
+    with pytest.raises(TypeError, match="q must be a numpy array or a torch tensor, got list"):
+        wrapper.run([[0.0]], np.zeros((5, 4, 64), np.float32), np.zeros((5, 4, 64), np.float32))
+    decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    with pytest.raises(ValueError, match=r"indptr must be non-decreasing: indptr\[1\]=-1"):
+        decode.plan([0, -1], [0], [1], 4, 4, 64, 16, q_data_type="float32")

@@ -26,7 +26,7 @@ LSE_TOLERANCE = 2e-3
 
 
 def workspace(device=DEVICE):
-    return torch.empty(1 << 20, dtype=torch.uint8, device=device)
+    return torch.empty(128 << 20, dtype=torch.uint8, device=device)  # FlashInfer's size
 
 
 def sdpa_decode(cache, q, sm_scale=None, k_scale=1.0, v_scale=1.0):

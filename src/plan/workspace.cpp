@@ -118,10 +118,8 @@ int64_t partial_slots_fitting(const WorkspaceBounds& bounds, size_t scratch_byte
   const int64_t slot_bytes = int64_t{bounds.max_query_tile} *
                              (int64_t{bounds.head_dim_vo} + 1) * int64_t{sizeof(float)};
   if (slot_bytes <= 0) return 0;
-  // Two sections, each aligned: at most 2 alignment gaps beyond the slots' own bytes.
-  int64_t slots = std::min<int64_t>(
-      kInt32Max, (static_cast<int64_t>(scratch_bytes) - 2 * static_cast<int64_t>(kSectionAlignment)) /
-                     slot_bytes);
+  // The slots' own bytes bound the count from above; alignment gaps take at most one more.
+  int64_t slots = std::min<int64_t>(kInt32Max, static_cast<int64_t>(scratch_bytes) / slot_bytes);
   WorkspaceBounds b = bounds;
   while (slots > 0) {
     b.max_partial_slots = slots;

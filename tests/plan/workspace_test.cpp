@@ -291,5 +291,41 @@ TEST(PlanRegion, ReadingTheBytesBackGivesThePlan) {
   }
 }
 
+TEST(WorkspaceLayout, RequestTablesAreInsideThePlanRegion) {
+  WorkspaceBounds bounds = decode_bounds();
+  bounds.executor_request_bytes = 16;
+  const WorkspaceLayout layout = workspace_layout(bounds);
+  EXPECT_EQ(layout.executor_requests % 256, 0u);
+  EXPECT_GE(layout.executor_requests, layout.executor_items);
+  EXPECT_GE(layout.plan_bytes, layout.executor_requests + 257 * 16);
+  EXPECT_LE(layout.plan_bytes, layout.partial_o);
+}
+
+// A caller's scratch buffer holds more partial slots than the default bound (fixed_split_size
+// plans): the layout takes the count, and partial_slots_fitting finds the most that fit.
+TEST(WorkspaceLayout, PartialSlotsBeyondTheDefaultBoundFitTheScratch) {
+  WorkspaceBounds bounds = decode_bounds();
+  bounds.max_partial_slots = 5000;
+  const WorkspaceLayout layout = workspace_layout(bounds);
+  EXPECT_EQ(layout.max_partial_slots, 5000);
+  EXPECT_EQ(layout.max_merge_items, 2500) << "each split tile owns at least two slots";
+  EXPECT_EQ(layout.max_work_items, 256 * 32 + 5000 - 1);
+  EXPECT_EQ(layout.scratch_bytes(), layout.total_bytes - layout.partial_o);
+  EXPECT_GE(layout.scratch_bytes(), size_t{5000} * 16 * 129 * sizeof(float));
+
+  for (const size_t scratch : {size_t{1} << 20, size_t{128} << 20, size_t{3456789}}) {
+    const int64_t slots = partial_slots_fitting(bounds, scratch);
+    ASSERT_GT(slots, 0) << scratch;
+    WorkspaceBounds fit = bounds;
+    fit.max_partial_slots = slots;
+    EXPECT_LE(workspace_layout(fit).scratch_bytes(), scratch);
+    fit.max_partial_slots = slots + 1;
+    EXPECT_GT(workspace_layout(fit).scratch_bytes(), scratch) << "one more slot must not fit";
+  }
+  EXPECT_EQ(partial_slots_fitting(bounds, 1000), 0) << "not even one 8 KiB slot";
+  bounds.max_partial_slots = -1;
+  EXPECT_THROW(workspace_layout(bounds), Error);
+}
+
 }  // namespace
 }  // namespace flare
