@@ -29,7 +29,7 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
     for (int h = 0; h < 2; ++h) {
       const float d = row_sum(st.d[mi][h]);
       const bool empty = d == 0.0f;
-      const float norm = empty ? 0.0f : 1.0f / d;
+      const float norm = empty ? 0.0f : p.v_scale / d;
       const int r = local_row(mi, h);
 #pragma unroll
       for (int dn = 0; dn < T::kTilesO; ++dn) {
@@ -42,7 +42,8 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
         const long long token = g.qo_begin + packed / p.group_size;
         const long long head = item.kv_head * p.group_size + packed % p.group_size;
         p.lse[token * p.lse_stride_token + head * p.lse_stride_head] =
-            empty ? negative_infinity() : (st.m[mi][h] * m_scale + fast_log2(d)) * kLn2;
+            empty ? negative_infinity()
+                  : (st.m[mi][h] * m_scale + fast_log2(d)) * kLn2 * p.lse_scale;
       }
     }
   }

@@ -184,7 +184,7 @@ def test_capturing_a_wrapper_without_cuda_graph_raises():
     plan_decode(wrapper, cache, 4, 64, torch.float16)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        with pytest.raises(RuntimeError, match="use_cuda_graph"):
+        with pytest.raises(ValueError, match="use_cuda_graph"):
             wrapper.run(q, cache.cache, out=out)
 
 
