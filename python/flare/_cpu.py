@@ -115,9 +115,9 @@ def host_indptr(x, name):
         raise ValueError(f"{name} must have batch + 1 >= 1 entries, got 0")
     if indptr[0] != 0:
         raise ValueError(f"{name}[0] must be 0, got {indptr[0]}")
-    steps = np.diff(indptr)
-    if (steps < 0).any():
-        i = int(np.argmax(steps < 0))
+    decreasing = indptr[1:] < indptr[:-1]
+    if decreasing.any():
+        i = int(np.argmax(decreasing))
         raise ValueError(f"{name} must be non-decreasing: {name}[{i + 1}]={indptr[i + 1]} < "
                          f"{name}[{i}]={indptr[i]}")
     return indptr

@@ -8,7 +8,7 @@ import numpy as np
 from . import _flare
 from ._args import check_lse_base, make_params, pdl_flag, scale_or_one, unsupported
 from ._cpu import pack_custom_mask
-from ._tensors import arg, index_on_device, is_cuda, is_torch, scratch_of, torch_module
+from ._tensors import index_on_device, is_cuda, is_torch, scratch_of, torch_module
 
 _GPU_DTYPES = ("float16", "bfloat16")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -166,17 +166,18 @@ class GpuPrefill:
             raise ValueError(f"paged_kv_last_page_len_buf must have batch = {self._fixed_batch} "
                              f"entries, got {buffers['paged_kv_last_page_len_buf'].shape[0]}")
 
-    def plan(self, *, qo_host, kv_host, last_host, kv_len, sources, mask, config,
-             non_blocking):
+    def plan(self, *, hosts, kv_len, sources, mask, config, non_blocking):
         """Schedules one batch.
 
-        qo_host, kv_host, last_host: host int32 arrays (last_host None for ragged KV); kv_len:
-        KV tokens per request (host); sources: the caller's index arrays by the name of their
+        hosts: (qo_indptr, kv_indptr, kv_last_page_len or None for ragged KV) on the host as
+        the extension reads them (host_index); kv_len(): KV tokens per request (numpy), asked
+        only for a custom mask; sources: the caller's index arrays by the name of their
         CUDA-graph buffer (host or device); mask: the (custom_mask, packed_custom_mask) pair or
         None; config: the BatchPrefill keywords that are not capacities.
         """
-        batch = qo_host.shape[0] - 1
-        total_qo = int(qo_host[-1])
+        qo_host, kv_host, last_host = hosts
+        batch = len(qo_host) - 1
+        total_qo = int(qo_host[-1]) if batch >= 0 else 0
         key = tuple(sorted((k, v) for k, v in config.items() if k != "params_kwargs")) + (
             tuple(sorted(config["params_kwargs"].items())),)
         if self._use_cuda_graph:
@@ -199,14 +200,15 @@ class GpuPrefill:
                 capacity = (self._fixed_batch, self._graph_max_total_qo)
         else:
             capacity = (_next_power_of_two(batch), _next_power_of_two(total_qo))
-        mask_bits = (mask_on_device(*mask, np.diff(qo_host), kv_len, self._workspace)
-                     if mask is not None else None)
+        mask_bits = None
+        if mask is not None:
+            qo_len = np.diff(np.asarray(qo_host, dtype=np.int64))
+            mask_bits = mask_on_device(*mask, qo_len, kv_len(), self._workspace)
         page_ids, mask_bits = self._device_tables(sources, mask_bits, non_blocking)
         prefill = None
         if batch >= 1 and (total_qo > 0 or self._use_cuda_graph):
             prefill = self._prefill(key, config, *capacity)
-            prefill.plan(arg(qo_host), arg(kv_host), arg(last_host),
-                         _flare.current_stream(self._device))
+            prefill.plan(qo_host, kv_host, last_host, _flare.current_stream(self._device))
         if self._use_cuda_graph and self._graph_key is None:  # the first plan() succeeded
             self._graph_key, self._graph_max_total_qo = key, capacity[1]
         # Under CUDA graphs the outputs follow q's rows (a captured q is sized for the largest

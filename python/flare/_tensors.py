@@ -7,6 +7,7 @@ torch is never imported here: a torch tensor can only be passed once the caller 
 
 import contextlib
 import os
+import re
 import sys
 
 import numpy as np
@@ -46,10 +47,26 @@ def is_cuda(x):
     return is_torch(x) and x.is_cuda
 
 
+_NAME_OF = {}  # dtype_name's answers by argument: plan() asks every step
+
+
 def dtype_name(dtype):
     """flare's name for a dtype given as a string, torch.dtype or numpy dtype."""
     if dtype is None:
         return None
+    try:
+        return _NAME_OF[dtype]
+    except (KeyError, TypeError):
+        pass
+    name = _dtype_name(dtype)
+    try:
+        _NAME_OF[dtype] = name
+    except TypeError:  # unhashable: not remembered
+        pass
+    return name
+
+
+def _dtype_name(dtype):
     if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
         text = np.dtype(dtype).name
     else:
@@ -91,6 +108,28 @@ def arg(x):
     if isinstance(x, np.ndarray) and x.dtype == np.bool_:
         x = x.view(np.uint8)
     return _flare.Tensor(x)
+
+
+def host_index(x, name):
+    """An index array plan() reads on the host, in a form the extension reads without a copy
+    (it checks dtype, rank and contiguity, naming the engine's argument: engine_names()): a CPU
+    torch tensor or a numpy array of int32 as given; anything else converted (a CUDA tensor is
+    copied to the host, which synchronizes with its stream, as FlashInfer's plan() does)."""
+    if isinstance(x, np.ndarray):
+        if x.dtype == np.int32:
+            return x
+    elif is_torch(x) and not x.is_cuda and x.dtype == torch_module().int32:
+        return x
+    return host_int32(x, name)
+
+
+def engine_names(error, renames):
+    """`error` (a ValueError from the engine) with the engine's argument names replaced by the
+    caller's (e.g. kv_indptr -> indptr), so the message names what the caller passed."""
+    message = str(error)
+    for engine, caller in renames.items():
+        message = re.sub(rf"\b{engine}\b", caller, message)
+    return ValueError(message)
 
 
 def index_on_device(x, like, name):
@@ -182,10 +221,13 @@ def host_int32(x, name):
         if x.is_cuda:
             x = x.cpu()
         x = x.numpy()
+    elif isinstance(x, np.ndarray) and x.dtype == np.int32 and x.ndim == 1 and (
+            x.flags.c_contiguous):
+        return x  # what plan() usually gets: nothing to convert (plan() runs every step)
     array = np.asarray(x)
     if array.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {tuple(array.shape)}")
-    if array.size and not np.issubdtype(array.dtype, np.integer):
+    if array.dtype != np.int32 and array.size and not np.issubdtype(array.dtype, np.integer):
         raise ValueError(f"{name} must hold integers, got {array.dtype}")
     return np.ascontiguousarray(array, dtype=np.int32)
 

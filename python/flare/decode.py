@@ -16,11 +16,13 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data
                     check_pos_encoding_mode, make_params, pdl_flag, scale_or_one)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
-from ._tensors import (arg, dtype_name, host_int32, index_on_device, is_cuda, is_torch,
-                       scratch_of, split_paged_kv_cache, tensor_dtype, torch_module,
-                       validate_default)
+from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, index_on_device,
+                       is_cuda, is_torch, scratch_of, split_paged_kv_cache, tensor_dtype,
+                       torch_module, validate_default)
 
 _WRAPPER = "BatchDecodeWithPagedKVCacheWrapper"
+# The engine's names of plan()'s arguments -> FlashInfer's.
+_ENGINE_NAMES = {"kv_indptr": "indptr", "kv_last_page_len": "last_page_len"}
 
 
 def _next_power_of_two(n):
@@ -133,12 +135,6 @@ class BatchDecodeWithPagedKVCacheWrapper:
         q_dtype = dtype_name(q_data_type)
         kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
         check_o_data_type(f"{_WRAPPER}.plan", o_data_type, q_dtype)
-        indptr_host = host_indptr(indptr, "indptr")
-        last_host = host_int32(last_page_len, "last_page_len")
-        batch = indptr_host.shape[0] - 1
-        if last_host.shape[0] != batch:
-            raise ValueError(f"last_page_len must have {batch} entries (one per request of "
-                             f"indptr), got {last_host.shape[0]}")
         num_qo_heads, num_kv_heads = int(num_qo_heads), int(num_kv_heads)
         head_dim, page_size = int(head_dim), int(page_size)
         params_kwargs = dict(sm_scale=sm_scale, window_left=window_left,
@@ -146,6 +142,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
                              rope_scale=rope_scale, rope_theta=rope_theta)
         self._gpu = None
         if not self._cuda:
+            indptr_host = host_indptr(indptr, "indptr")
+            last_host = host_int32(last_page_len, "last_page_len")
+            batch = indptr_host.shape[0] - 1
             kv_len = paged_kv_lengths(indptr_host, last_host, page_size)
             qo_indptr = np.arange(batch + 1, dtype=np.int32)
             self._planned = dict(
@@ -157,6 +156,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
                              disable_split_kv=disable_split_kv),
                 tables=(indptr_host, host_int32(indices, "indices"), last_host))
             return
+        # The engine reads (and checks) the host arrays without a copy.
+        indptr_host = host_index(indptr, "indptr")
+        last_host = host_index(last_page_len, "last_page_len")
+        batch = len(indptr_host) - 1
         tensor_cores = _tensor_core_loop(self._use_tensor_cores, q_dtype, kv_dtype)
         key = (q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, page_size,
                sm_scale, window_left, logits_soft_cap, pos_encoding_mode, rope_scale, rope_theta,
@@ -190,8 +193,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 scratch=scratch, scratch_bytes=scratch_bytes, validate_indices=self._validate)
 
         decoder = self._decoders.get(key, max_batch, make)
+        try:
+            decoder.plan(indptr_host, last_host, _flare.current_stream(device))
+        except ValueError as error:
+            raise engine_names(error, _ENGINE_NAMES) from None
         page_ids = self._device_indices(indices, indptr_host, last_host, non_blocking)
-        decoder.plan(arg(indptr_host), arg(last_host), _flare.current_stream(device))
         if self._use_cuda_graph:
             self._graph_key = key
         self._planned = dict(batch=batch, q_dtype=q_dtype, kv_dtype=kv_dtype)
@@ -354,7 +360,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
         kv_dtype=kv_dtype, kv_layout=kv_layout, params=make_params(**params_kwargs),
         use_cuda_graph=False, fixed_split_size=0, disable_split_kv=False,
         use_tensor_cores=tensor_cores))
-    decoder.plan(arg(indptr_host), arg(last_host), _flare.current_stream(device))
+    decoder.plan(indptr_host, last_host, _flare.current_stream(device))
     indices = torch.arange(kv_len, dtype=torch.int32, device=q.device)
     out = q.new_empty((1, num_qo_heads, head_dim))
     lse = q.new_empty((1, num_qo_heads), dtype=torch.float32) if return_lse else None

@@ -14,8 +14,8 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
 from ._prefill_gpu import GpuPrefill, check_gpu_support
-from ._tensors import (arg, dtype_name, host_int32, is_cuda, split_paged_kv_cache, tensor_dtype,
-                       torch_module, validate_default)
+from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, is_cuda,
+                       split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
 
 
 def _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction):
@@ -61,12 +61,13 @@ class _PrefillWrapper:
     def is_cuda_graph_enabled(self):
         return self._use_cuda_graph
 
-    def _plan(self, *, qo_host, kv_host, last_host, tables, kv_len, num_qo_heads, num_kv_heads,
-              head_dim_qk, head_dim_vo, page_size, custom_mask, packed_custom_mask, causal,
-              pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap,
-              rope_scale, rope_theta, q_data_type, kv_data_type, non_blocking, fixed_split_size,
+    def _plan(self, *, indptrs, tables, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo,
+              page_size, custom_mask, packed_custom_mask, causal, pos_encoding_mode,
+              use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
+              rope_theta, q_data_type, kv_data_type, non_blocking, fixed_split_size,
               disable_split_kv, o_data_type):
-        """tables: the caller's index arrays by the name of their CUDA-graph buffer."""
+        """indptrs: the caller's (qo_indptr, kv_indptr, kv_last_page_len or None for ragged);
+        tables: the caller's index arrays by the name of their CUDA-graph buffer."""
         where = f"{self._name}.plan"
         _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
         _check_mask_args(where, causal, custom_mask, packed_custom_mask)
@@ -79,19 +80,27 @@ class _PrefillWrapper:
                              rope_scale=rope_scale, rope_theta=rope_theta)
         has_mask = custom_mask is not None or packed_custom_mask is not None
         self._dtypes = None
+        names = self._names
         if self._gpu is not None:
             check_gpu_support(where, pos_encoding_mode, q_dtype, kv_dtype)
+            # The engine reads (and checks) the host arrays without a copy.
+            hosts = [host_index(x, n) if x is not None else None for x, n in zip(indptrs, names)]
             config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
                           head_dim_qk=int(head_dim_qk), head_dim_vo=int(head_dim_vo),
                           page_size=int(page_size), dtype=q_dtype, custom_mask=has_mask,
                           fixed_split_size=0 if fixed_split_size is None else
                           int(fixed_split_size), disable_split_kv=bool(disable_split_kv),
                           params_kwargs=params_kwargs)
-            self._gpu.plan(qo_host=qo_host, kv_host=kv_host, last_host=last_host,
-                           kv_len=kv_len, sources=tables,
-                           mask=(custom_mask, packed_custom_mask) if has_mask else None,
-                           config=config, non_blocking=non_blocking)
+            try:
+                self._gpu.plan(hosts=hosts, kv_len=lambda: self._kv_len(indptrs, page_size),
+                               sources=tables,
+                               mask=(custom_mask, packed_custom_mask) if has_mask else None,
+                               config=config, non_blocking=non_blocking)
+            except ValueError as error:
+                raise engine_names(error, self._engine_names) from None
         else:
+            qo_host = host_indptr(indptrs[0], names[0])
+            kv_len = self._kv_len(indptrs, page_size)
             for name, x in tables.items():
                 check_cpu_tensor(where, name.removesuffix("_buf"), x)
             self._tables = {name: host_int32(x, name.removesuffix("_buf"))
@@ -103,6 +112,18 @@ class _PrefillWrapper:
                 packed_custom_mask=packed_custom_mask, fixed_split_size=fixed_split_size,
                 disable_split_kv=disable_split_kv)
         self._dtypes = (q_dtype, kv_dtype)
+
+    def _kv_len(self, indptrs, page_size):
+        """KV tokens per request, on the host (numpy), from the caller's arrays."""
+        qo, kv, last = indptrs
+        names = self._names
+        qo_host, kv_host = host_indptr(qo, names[0]), host_indptr(kv, names[1])
+        if kv_host.shape[0] != qo_host.shape[0]:
+            raise ValueError(f"{names[1]} must have {qo_host.shape[0]} entries (batch + 1 of "
+                             f"{names[0]}), got {kv_host.shape[0]}")
+        if last is None:
+            return np.ascontiguousarray(np.diff(kv_host), dtype=np.int32)
+        return paged_kv_lengths(kv_host, host_int32(last, names[2]), int(page_size))
 
     def _check_cpu_run(self, q, k):
         where = f"{self._name}.run"
@@ -146,6 +167,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
 
     _name = "BatchPrefillWithPagedKVCacheWrapper"
     _paged = True
+    _names = ("qo_indptr", "paged_kv_indptr", "paged_kv_last_page_len")
+    _engine_names = {"kv_indptr": "paged_kv_indptr", "kv_last_page_len": "paged_kv_last_page_len"}
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf=None, paged_kv_indptr_buf=None, paged_kv_indices_buf=None,
@@ -173,17 +196,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         custom_mask on the device is packed there. fixed_split_size makes each request's
         output and lse bitwise identical alone or in any batch (fixed tiles and KV splits).
         """
-        qo_host = host_indptr(qo_indptr, "qo_indptr")
-        kv_host = host_indptr(paged_kv_indptr, "paged_kv_indptr")
-        last_host = host_int32(paged_kv_last_page_len, "paged_kv_last_page_len")
-        if kv_host.shape[0] != qo_host.shape[0]:
-            raise ValueError(f"paged_kv_indptr must have {qo_host.shape[0]} entries (batch + 1 "
-                             f"of qo_indptr), got {kv_host.shape[0]}")
-        self._plan(qo_host=qo_host, kv_host=kv_host, last_host=last_host,
+        self._plan(indptrs=(qo_indptr, paged_kv_indptr, paged_kv_last_page_len),
                    tables=dict(qo_indptr_buf=qo_indptr, paged_kv_indptr_buf=paged_kv_indptr,
                                paged_kv_indices_buf=paged_kv_indices,
                                paged_kv_last_page_len_buf=paged_kv_last_page_len),
-                   kv_len=paged_kv_lengths(kv_host, last_host, int(page_size)),
                    num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
                    head_dim_qk=head_dim_qk, head_dim_vo=head_dim_vo, page_size=page_size,
                    custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
@@ -233,6 +249,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
 
     _name = "BatchPrefillWithRaggedKVCacheWrapper"
     _paged = False
+    _names = ("qo_indptr", "kv_indptr", None)
+    _engine_names = {}
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf=None, kv_indptr_buf=None, custom_mask_buf=None,
@@ -249,14 +267,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
              fixed_split_size=None, disable_split_kv=False, o_data_type=None):
         """Schedules one batch on host copies of qo_indptr and kv_indptr (see the paged
         wrapper's plan() for when that synchronizes)."""
-        qo_host = host_indptr(qo_indptr, "qo_indptr")
-        kv_host = host_indptr(kv_indptr, "kv_indptr")
-        if kv_host.shape[0] != qo_host.shape[0]:
-            raise ValueError(f"kv_indptr must have {qo_host.shape[0]} entries (batch + 1 of "
-                             f"qo_indptr), got {kv_host.shape[0]}")
-        self._plan(qo_host=qo_host, kv_host=kv_host, last_host=None,
+        self._plan(indptrs=(qo_indptr, kv_indptr, None),
                    tables=dict(qo_indptr_buf=qo_indptr, kv_indptr_buf=kv_indptr),
-                   kv_len=np.ascontiguousarray(np.diff(kv_host), dtype=np.int32),
                    num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
                    head_dim_qk=head_dim_qk, head_dim_vo=head_dim_vo, page_size=1,
                    custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
@@ -372,7 +384,7 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     config = dict(num_qo_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim_qk=q.shape[2],
                   head_dim_vo=v.shape[2], page_size=1, dtype=q_dtype, custom_mask=has_mask,
                   fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs)
-    gpu.plan(qo_host=qo_host, kv_host=kv_host, last_host=None, kv_len=np.diff(kv_host),
+    gpu.plan(hosts=(qo_host, kv_host, None), kv_len=lambda: np.diff(kv_host),
              sources=dict(qo_indptr_buf=qo_host, kv_indptr_buf=kv_host),
              mask=(custom_mask, packed_custom_mask) if has_mask else None, config=config,
              non_blocking=True)

@@ -47,9 +47,13 @@ void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, i
   new (self) BatchDecode(config);
 }
 
-void plan(BatchDecode& decode, const TensorArg& kv_indptr, const TensorArg& kv_last_page_len,
+// Host index arrays as the caller's objects (CPU torch tensors or numpy arrays, read without a
+// copy; the engine checks them and names them kv_indptr, kv_last_page_len).
+void plan(BatchDecode& decode, nb::handle kv_indptr, nb::handle kv_last_page_len,
           uintptr_t stream) {
-  decode.plan(kv_indptr.view(), kv_last_page_len.view(), reinterpret_cast<cuda::Stream>(stream));
+  decode.plan(object_view(kv_indptr, "kv_indptr"),
+              object_view(kv_last_page_len, "kv_last_page_len"),
+              reinterpret_cast<cuda::Stream>(stream));
 }
 
 // The wrapper's run(): q, the paged cache (a (k, v) pair or one [pages, 2, ...] tensor), the

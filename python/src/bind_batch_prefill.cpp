@@ -58,13 +58,19 @@ void construct(BatchPrefill* self, int device, int max_batch, int max_total_qo, 
   new (self) BatchPrefill(config);
 }
 
-void plan(BatchPrefill& prefill, const TensorArg& qo_indptr, const TensorArg& kv_indptr,
-          const std::optional<TensorArg>& kv_last_page_len, uintptr_t stream) {
-  const std::span<const int32_t> qo = host_int32_span(qo_indptr.view(), "qo_indptr");
-  const std::span<const int32_t> kv = host_int32_span(kv_indptr.view(), "kv_indptr");
+// Host index arrays as the caller's objects (CPU torch tensors or numpy arrays, read without a
+// copy and named as the engine names them).
+void plan(BatchPrefill& prefill, nb::handle qo_indptr, nb::handle kv_indptr,
+          nb::handle kv_last_page_len, uintptr_t stream) {
+  const std::span<const int32_t> qo =
+      host_int32_span(object_view(qo_indptr, "qo_indptr"), "qo_indptr");
+  const std::span<const int32_t> kv =
+      host_int32_span(object_view(kv_indptr, "kv_indptr"), "kv_indptr");
   const std::span<const int32_t> last =
-      kv_last_page_len ? host_int32_span(kv_last_page_len->view(), "kv_last_page_len")
-                       : std::span<const int32_t>();
+      kv_last_page_len.is_none()
+          ? std::span<const int32_t>()
+          : host_int32_span(object_view(kv_last_page_len, "kv_last_page_len"),
+                            "kv_last_page_len");
   // A newly chosen tile pair compiles its kernel (seconds on a cold JIT cache).
   nb::gil_scoped_release release;
   prefill.plan(qo, kv, last, reinterpret_cast<cuda::Stream>(stream));
