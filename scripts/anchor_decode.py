@@ -103,7 +103,8 @@ def print_table(flare_rows, anchors):
     print(f"device: {anchors['device']}, torch {anchors['torch']}, "
           f"copy ceiling {anchors['copy_tbps']:.2f} TB/s (read + write)")
     header = (f"{'case':26s} {'flare us':>9s} {'flare TB/s':>10s} {'cuDNN TB/s':>10s} "
-              f"{'flash TB/s':>10s} {'x cuDNN':>8s} {'x flash':>8s} {'target':>7s}")
+              f"{'flash TB/s':>10s} {'x cuDNN':>8s} {'x flash':>8s} {'target':>7s} "
+              f"{'run() host':>10s} {'plan() host':>11s}")
     print(header)
     print("-" * len(header))
     for row in flare_rows:
@@ -112,7 +113,8 @@ def print_table(flare_rows, anchors):
         target = TARGETS_TBPS.get(row["case"])
         print(f"{row['case']:26s} {row['median_us']:9.1f} {row['tbps']:10.2f} {fmt(cudnn):>10s} "
               f"{fmt(flash):>10s} {fmt(cudnn and row['tbps'] / cudnn):>8s} "
-              f"{fmt(flash and row['tbps'] / flash):>8s} {fmt(target, 1):>7s}")
+              f"{fmt(flash and row['tbps'] / flash):>8s} {fmt(target, 1):>7s} "
+              f"{fmt(row.get('run_host_us'), 1):>10s} {fmt(row.get('plan_host_us') or None, 1):>11s}")
     by_case = {r["case"]: r for r in flare_rows}
 
     def ratio(a, b, key):

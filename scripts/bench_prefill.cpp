@@ -10,6 +10,7 @@
 //   build-gpu/bench_prefill --print-zipf-lengths   prints the Zipf batch and exits (no GPU),
 //   to compare with `python3 scripts/bench_prefill_torch.py --print-zipf-lengths`.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -197,10 +198,32 @@ PagedKV paged_kv(const cuda::DeviceBuffer& k, const cuda::DeviceBuffer& v, int64
   return pkv;
 }
 
-// One batch: q_lens / kv_lens per request; returns {ragged TFLOP/s, paged TFLOP/s}.
-std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
-                                const std::vector<int32_t>& kv_lens, double flops,
-                                std::string& tiles) {
+// Median host microseconds of `calls` back-to-back calls of `body` (no synchronization
+// between them): the C++ API's own cost per call (issue 17).
+template <class Body>
+double host_median_us(cuda::Stream stream, int calls, Body body) {
+  cuda::stream_synchronize(stream);
+  std::vector<double> us;
+  for (int i = 0; i < calls; ++i) {
+    const auto begin = std::chrono::steady_clock::now();
+    body();
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin)
+            .count());
+  }
+  cuda::stream_synchronize(stream);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+struct BenchResult {
+  double ragged_tflops = 0, paged_tflops = 0;
+  double ragged_run_host_us = 0, ragged_plan_host_us = 0;
+};
+
+// One batch: q_lens / kv_lens per request, ragged and paged.
+BenchResult bench(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& kv_lens,
+                  double flops, std::string& tiles) {
   const std::vector<int32_t> qo_indptr = prefix(q_lens);
   const std::vector<int32_t> kv_indptr = prefix(kv_lens);
   const int64_t total_q = qo_indptr.back();
@@ -236,6 +259,11 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
   const TensorView rv = view(v.data(), DType::kBF16, {total_kv, kHeads, kHeadDim});
   const double ragged_ms =
       median_ms(stream.get(), [&] { ragged.run(qv, rk, rv, ov, std::nullopt, stream.get()); });
+  BenchResult result;
+  result.ragged_run_host_us = host_median_us(
+      stream.get(), 200, [&] { ragged.run(qv, rk, rv, ov, std::nullopt, stream.get()); });
+  result.ragged_plan_host_us = host_median_us(
+      stream.get(), 100, [&] { ragged.plan(qo_indptr, kv_indptr, {}, stream.get()); });
   tiles = std::to_string(ragged.last_tiles().query_tile) + "x" +
           std::to_string(ragged.last_tiles().kv_tile);
 
@@ -247,7 +275,9 @@ std::pair<double, double> bench(const std::vector<int32_t>& q_lens,
   const double paged_ms = median_ms(stream.get(), [&] {
     paged.run(qv, PagedKVPages::of(pkv), ov, std::nullopt, stream.get());
   });
-  return {flops / ragged_ms / 1e9, flops / paged_ms / 1e9};
+  result.ragged_tflops = flops / ragged_ms / 1e9;
+  result.paged_tflops = flops / paged_ms / 1e9;
+  return result;
 }
 
 // The append batch (kAppendBatch requests, kAppendNew new tokens each, causal, on a cache of
@@ -429,7 +459,8 @@ int main(int argc, char** argv) {
   flare::cuda::set_device(0);
   const flare::cuda::DeviceProperties props = flare::cuda::device_properties(0);
   std::printf("device %s, %d SMs\n", props.name.c_str(), props.num_sms);
-  std::printf("%-34s %8s %12s %12s\n", "case", "tiles", "ragged TF/s", "paged TF/s");
+  std::printf("%-34s %8s %12s %12s %14s %15s\n", "case", "tiles", "ragged TF/s", "paged TF/s",
+              "run() host us", "plan() host us");
   // FLARE_BENCH_ONLY=<substring>: run only the cases whose name contains it (profiling).
   const char* only = std::getenv("FLARE_BENCH_ONLY");
   const auto selected = [only](const std::string& name) {
@@ -439,8 +470,9 @@ int main(int argc, char** argv) {
                                   const std::vector<int32_t>& kv, double flops) {
     if (!selected(name)) return;
     std::string tiles;
-    const auto [ragged, paged] = bench(q, kv, flops, tiles);
-    std::printf("%-34s %8s %12.1f %12.1f\n", name.c_str(), tiles.c_str(), ragged, paged);
+    const BenchResult r = bench(q, kv, flops, tiles);
+    std::printf("%-34s %8s %12.1f %12.1f %14.1f %15.1f\n", name.c_str(), tiles.c_str(),
+                r.ragged_tflops, r.paged_tflops, r.ragged_run_host_us, r.ragged_plan_host_us);
     std::fflush(stdout);
   };
   const double per_pair = 4.0 * kHeads * kHeadDim;  // FLOPs per (query, key) pair, all heads

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -26,7 +27,7 @@ namespace {
 
 constexpr int kQoHeads = 32, kKvHeads = 8, kHeadDim = 128;
 constexpr int kWarmup = 5, kTimed = 30;
-constexpr size_t kPoolBytes = size_t{3} << 30;     // per K and V
+constexpr size_t kPoolBytes = size_t{3} << 30;      // per K and V
 constexpr size_t kRotationBytes = size_t{1} << 30;  // distinct KV bytes cycled through
 
 // Fills n elements with hash-derived values: 16-bit as bf16/f16 in (-2, 2), 8-bit as e4m3
@@ -90,7 +91,10 @@ std::vector<int32_t> zipf_lengths(int batch, int mean) {
     const int mid = (lo + hi) / 2;
     best = testing::random_lengths(batch, testing::LengthDistribution::kZipf, 1, mid, 2024);
     const double got = std::accumulate(best.begin(), best.end(), 0.0) / batch;
-    if (got < mean) lo = mid + 1; else hi = mid;
+    if (got < mean)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return testing::random_lengths(batch, testing::LengthDistribution::kZipf, 1, lo, 2024);
 }
@@ -119,8 +123,8 @@ std::vector<BenchCase> bench_cases() {
   cases.push_back({"b16_kv4096_e4m3", constant(16, 4096), 16, DType::kE4M3});
   cases.push_back({"b64_kv8192_hnd", constant(64, 8192), 16, DType::kBF16, KVLayout::kHND});
   cases.push_back({"b16_kv4096_page1", constant(16, 4096), 1});
-  cases.push_back({"b64_kv8192_pages_in_order", constant(64, 8192), 16, DType::kBF16,
-                   KVLayout::kNHD, true});
+  cases.push_back(
+      {"b64_kv8192_pages_in_order", constant(64, 8192), 16, DType::kBF16, KVLayout::kNHD, true});
   // Other shapes of b64 kv8192's bytes (head group 1 and 8, head dims 64 and 256, f16): which
   // loop is faster beyond the issue's shape.
   const auto shape = [](const char* name, int batch, int len, int qo_heads, int kv_heads,
@@ -137,12 +141,12 @@ std::vector<BenchCase> bench_cases() {
   cases.push_back(shape("b64_kv8192_f16", 64, 8192, 32, 8, 128, DType::kF16));
   cases.push_back(shape("b1_kv32768_d256", 1, 32768, 32, 8, 256, DType::kBF16));
   // The tensor-core loop on the issue's shapes, the skewed batch and the shapes above.
-  for (const char* name : {"b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096",
-                           "b128_kv4096", "b256_kv2048", "b64_zipf_mean2048",
-                           "b64_uniform_same_total", "b64_kv8192_pages_in_order",
-                           "b64_kv2048_gqa1", "b64_kv8192_gqa8", "b64_kv16384_d64",
-                           "b64_kv4096_d256", "b64_kv8192_f16", "b1_kv32768_d256",
-                           "b64_kv8192_e4m3", "b1_kv32768_e4m3", "b16_kv4096_e4m3"}) {
+  for (const char* name :
+       {"b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096", "b128_kv4096", "b256_kv2048",
+        "b64_zipf_mean2048", "b64_uniform_same_total", "b64_kv8192_pages_in_order",
+        "b64_kv2048_gqa1", "b64_kv8192_gqa8", "b64_kv16384_d64", "b64_kv4096_d256",
+        "b64_kv8192_f16", "b1_kv32768_d256", "b64_kv8192_e4m3", "b1_kv32768_e4m3",
+        "b16_kv4096_e4m3"}) {
     BenchCase c = *std::find_if(cases.begin(), cases.end(),
                                 [name](const BenchCase& b) { return b.name == name; });
     c.name += "_tc";
@@ -151,11 +155,11 @@ std::vector<BenchCase> bench_cases() {
   }
   // Whole-page items (decode v16): every KV head of a token in one work item ("_wp": the 8
   // heads, whole NHD pages; "_wp4": half of them).
-  for (const char* name : {"b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096",
-                           "b128_kv4096", "b64_zipf_mean2048", "b64_uniform_same_total",
-                           "b64_kv8192_pages_in_order", "b64_kv8192_page1", "b64_kv8192_hnd",
-                           "b64_kv8192_gqa8", "b64_kv16384_d64", "b64_kv8192_e4m3",
-                           "b1_kv32768_e4m3", "b16_kv4096_e4m3"}) {
+  for (const char* name :
+       {"b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096", "b128_kv4096", "b64_zipf_mean2048",
+        "b64_uniform_same_total", "b64_kv8192_pages_in_order", "b64_kv8192_page1", "b64_kv8192_hnd",
+        "b64_kv8192_gqa8", "b64_kv16384_d64", "b64_kv8192_e4m3", "b1_kv32768_e4m3",
+        "b16_kv4096_e4m3"}) {
     BenchCase c = *std::find_if(cases.begin(), cases.end(),
                                 [name](const BenchCase& b) { return b.name == name; });
     c.tensor_cores = true;
@@ -218,8 +222,8 @@ TEST(DecodeBenchmark, Issue4Table) {
   // FLARE_DECODE_BENCH_CASES=a,b limits the run to those cases (profiling one case).
   const char* only = std::getenv("FLARE_DECODE_BENCH_CASES");
   for (const BenchCase& bc : bench_cases()) {
-    if (only != nullptr && ("," + std::string(only) + ",").find("," + bc.name + ",") ==
-                               std::string::npos) {
+    if (only != nullptr &&
+        ("," + std::string(only) + ",").find("," + bc.name + ",") == std::string::npos) {
       continue;
     }
     const int batch = static_cast<int>(bc.kv_lens.size());
@@ -320,12 +324,12 @@ TEST(DecodeBenchmark, Issue4Table) {
       kv.k = TensorView::contiguous(k_pool.data(), bc.kv_dtype, page_shape, Device::cuda(0));
       kv.v = TensorView::contiguous(v_pool.data(), bc.kv_dtype, page_shape, Device::cuda(0));
       kv.table.block_size = bc.page_size;
-      kv.table.indptr = TensorView::contiguous(indptr_d.data(), DType::kI32,
-                                               {batch + 1}, Device::cuda(0));
+      kv.table.indptr =
+          TensorView::contiguous(indptr_d.data(), DType::kI32, {batch + 1}, Device::cuda(0));
       kv.table.indices = TensorView::contiguous(static_cast<int32_t*>(indices.data()) + r * pages,
                                                 DType::kI32, {pages}, Device::cuda(0));
-      kv.table.last_block_len = TensorView::contiguous(last_d.data(), DType::kI32, {batch},
-                                                       Device::cuda(0));
+      kv.table.last_block_len =
+          TensorView::contiguous(last_d.data(), DType::kI32, {batch}, Device::cuda(0));
     }
     cuda::device_synchronize();
     decode.plan(indptr, last, stream.get());
@@ -374,8 +378,10 @@ TEST(DecodeBenchmark, Issue4Table) {
       stops[static_cast<size_t>(i)].record(stream.get());
     }
     // Host time to enqueue one run (with its two events): above the GPU time, the GPU waits.
-    const double host_us = std::chrono::duration<double, std::micro>(
-                               std::chrono::steady_clock::now() - host_begin).count() / kTimed;
+    const double host_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - host_begin)
+            .count() /
+        kTimed;
     cuda::stream_synchronize(stream.get());
     std::vector<double> ms;
     for (int i = 0; i < kTimed; ++i) {
@@ -384,23 +390,44 @@ TEST(DecodeBenchmark, Issue4Table) {
     std::sort(ms.begin(), ms.end());
     const double median_ms = ms[ms.size() / 2];
     EXPECT_EQ(testing::count_nan(outputs.o_host().view()), 0) << bc.name;
+    // The C++ API's own host cost (issue 17): each of kHostCalls back-to-back run() calls, and
+    // plan() calls, timed alone on the wall clock; medians.
+    const auto host_median_us = [&stream](int calls, const std::function<void()>& call) {
+      std::vector<double> us;
+      cuda::stream_synchronize(stream.get());
+      for (int i = 0; i < calls; ++i) {
+        const auto begin = std::chrono::steady_clock::now();
+        call();
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin)
+                .count());
+      }
+      cuda::stream_synchronize(stream.get());
+      std::sort(us.begin(), us.end());
+      return us[us.size() / 2];
+    };
+    constexpr int kHostCalls = 500;
+    const double run_host_us = host_median_us(kHostCalls, [&] { run_once(tables[0]); });
+    const double plan_host_us =
+        prefill ? 0.0
+                : host_median_us(kHostCalls / 5, [&] { decode.plan(indptr, last, stream.get()); });
 
     const Plan& plan = prefill ? prefill->last_plan() : decode.last_plan();
     out << "{\"case\": \"" << bc.name << "\", \"batch\": " << batch
         << ", \"kv_tokens\": " << kv_tokens << ", \"page_size\": " << bc.page_size
         << ", \"num_qo_heads\": " << bc.num_qo_heads << ", \"num_kv_heads\": " << bc.num_kv_heads
         << ", \"head_dim\": " << bc.head_dim << ", \"q_dtype\": \"" << dtype_name(bc.q_dtype)
-        << "\", \"kv_dtype\": \"" << dtype_name(bc.kv_dtype) << "\", \"pages_in_order\": "
-        << (bc.pages_in_order ? "true" : "false") << ", \"layout\": \""
-        << kv_layout_name(bc.layout) << "\", \"kv_bytes\": " << kv_bytes
+        << "\", \"kv_dtype\": \"" << dtype_name(bc.kv_dtype)
+        << "\", \"pages_in_order\": " << (bc.pages_in_order ? "true" : "false")
+        << ", \"layout\": \"" << kv_layout_name(bc.layout) << "\", \"kv_bytes\": " << kv_bytes
         << ", \"tensor_cores\": " << (config.use_tensor_cores ? "true" : "false")
         << ", \"kv_heads_per_item\": " << config.kv_heads_per_item
         << ", \"median_us\": " << median_ms * 1e3 << ", \"min_us\": " << ms.front() * 1e3
-        << ", \"host_us_per_run\": " << host_us
+        << ", \"host_us_per_run\": " << host_us << ", \"run_host_us\": " << run_host_us
+        << ", \"plan_host_us\": " << plan_host_us
         << ", \"tbps\": " << kv_bytes / (median_ms * 1e-3) / 1e12
         << ", \"requests_per_s\": " << batch / (median_ms * 1e-3)
-        << ", \"rotations\": " << rotations
-        << ", \"num_ctas\": " << plan.num_ctas
+        << ", \"rotations\": " << rotations << ", \"num_ctas\": " << plan.num_ctas
         << ", \"work_items\": " << plan.work_items.size()
         << ", \"merge_items\": " << plan.merge_items.size() << ", \"kv_chunk\": " << plan.kv_chunk
         << "}\n";
