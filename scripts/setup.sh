@@ -14,7 +14,11 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # A C++ compiler is all flare's build needs. NVRTC (CUDA toolkit) is opened at run time to
 # compile the GPU kernels; without it the CPU backend runs and the kernel-compile tests skip.
-if ! command -v nvcc >/dev/null && [ ! -d /usr/local/cuda ] && [ -z "${CUDA_HOME:-}${CUDA_PATH:-}" ]; then
+toolkit=""
+for root in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+  if [ -n "$root" ] && [ -d "$root" ]; then toolkit=$root; fi
+done
+if [ -z "$toolkit" ] && ! command -v nvcc >/dev/null; then
   echo "setup: note: no CUDA toolkit found: building for the CPU backend only" \
     "(the kernel-compile tests will skip)" >&2
 fi

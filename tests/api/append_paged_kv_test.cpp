@@ -15,6 +15,7 @@
 #include "testing/expect_error.h"
 #include "testing/kernel_usage.h"
 #include "testing/nvrtc.h"
+#include "testing/print.h"
 
 namespace flare {
 namespace {
@@ -175,7 +176,8 @@ TEST_P(AppendKernelCompiles, EveryVectorWidthWithoutSpills) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, AppendKernelCompiles, ::testing::Values("sm_80", "sm_90a"));
+INSTANTIATE_TEST_SUITE_P(Archs, AppendKernelCompiles, ::testing::Values("sm_80", "sm_90a"),
+                         testing::ArchName());
 
 }  // namespace
 }  // namespace flare

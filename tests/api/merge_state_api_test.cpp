@@ -18,6 +18,7 @@
 #include "testing/expect_error.h"
 #include "testing/kernel_usage.h"
 #include "testing/nvrtc.h"
+#include "testing/print.h"
 #include "testing/random.h"
 
 namespace flare {
@@ -231,7 +232,8 @@ TEST_P(ShippedMergeStateKernels, CompileWithoutSpillsOrLocalMemory) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ShippedMergeStateKernels, ::testing::Values("sm_80", "sm_90a"));
+INSTANTIATE_TEST_SUITE_P(Archs, ShippedMergeStateKernels, ::testing::Values("sm_80", "sm_90a"),
+                         testing::ArchName());
 
 }  // namespace
 }  // namespace flare

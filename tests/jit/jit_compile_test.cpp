@@ -9,6 +9,7 @@
 #include "src/jit/cubin_elf.h"
 #include "testing/expect_error.h"
 #include "testing/nvrtc.h"
+#include "testing/print.h"
 
 namespace flare::jit {
 namespace {
@@ -65,7 +66,8 @@ TEST_P(CompileForArch, TwoEntriesReportedInSpecOrder) {
   EXPECT_EQ(kernel.usage[1].static_shared_bytes, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, CompileForArch, ::testing::Values("sm_80", "sm_90a"));
+INSTANTIATE_TEST_SUITE_P(Archs, CompileForArch, ::testing::Values("sm_80", "sm_90a"),
+                         flare::testing::ArchName());
 
 TEST_F(JitTest, Sm90aAcceptsHopperOnlyInstructions) {
   FLARE_SKIP_WITHOUT_NVRTC();

@@ -14,6 +14,7 @@
 #include "src/jit/cubin_elf.h"
 #include "src/jit/nvrtc_api.h"
 #include "testing/nvrtc.h"
+#include "testing/print.h"
 
 namespace flare::jit {
 namespace {
@@ -120,7 +121,8 @@ TEST_P(UsageForArch, CubinStackMatchesPtxasStackFrame) {
       << local.log;
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, UsageForArch, ::testing::Values("sm_80", "sm_90a"));
+INSTANTIATE_TEST_SUITE_P(Archs, UsageForArch, ::testing::Values("sm_80", "sm_90a"),
+                         flare::testing::ArchName());
 
 TEST(NvrtcOptions, TurnOffNvrtcsOwnCacheWhichWouldDropTheReport) {
   FLARE_SKIP_WITHOUT_NVRTC();
