@@ -67,6 +67,9 @@ running
   --iters N                 timed samples after one warm-up sample (default: as many as
                             fit in about 2 seconds, at least 3, at most 200)
   --json                    print one JSON object instead of the table
+
+On a terminal, a line on stderr shows the phase running (workload, warm-up, timed samples,
+reference check); it is erased before the result is printed.
 )";
 
 constexpr double kAutoItersSeconds = 2.0;  // --iters default: calls that fit in this time
@@ -105,8 +108,8 @@ WorkloadSpec parse_spec(const Args& args) {
   return spec;
 }
 
-// Without --device: the GPU, but the CPU backend, with a note, without a usable CUDA device or
-// for workloads the CUDA backend does not run yet.
+// Without --device: the GPU; the CPU backend, with a note saying why, when no CUDA device is
+// usable or the CUDA backend does not run the workload yet.
 BenchRunner default_runner(const Workload& work, int threads, Progress& progress) {
   if (!cuda::available()) {
     progress.note("no usable CUDA device (" + cuda::unavailable_reason() +
