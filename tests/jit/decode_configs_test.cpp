@@ -44,7 +44,7 @@ TEST_P(ShippedDecodeKernels, CompileWithoutSpillsOrLocalMemory) {
   const std::string arch = GetParam().arch;
   const std::vector<jit::KernelSpec> specs =
       jit::testing::specs_of_shard(shipped_specs(arch), GetParam());
-  ASSERT_FALSE(specs.empty());
+  ASSERT_FALSE(specs.empty()) << "fewer shipped units than shards: lower kDecodeShards";
   // One thread: CTest runs the shards side by side.
   const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 1);
   for (size_t i = 0; i < specs.size(); ++i) {

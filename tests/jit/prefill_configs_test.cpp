@@ -38,7 +38,7 @@ TEST_P(ShippedPrefillKernels, CompileWithoutSpillsOrLocalMemory) {
   const std::string arch = GetParam().arch;
   const std::vector<jit::KernelSpec> specs =
       jit::testing::specs_of_shard(shipped_prefill_specs(), GetParam());
-  ASSERT_FALSE(specs.empty());
+  ASSERT_FALSE(specs.empty()) << "fewer shipped units than shards: lower kPrefillShards";
   // One thread: CTest runs the shards side by side.
   const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 1);
   for (size_t i = 0; i < specs.size(); ++i) {
