@@ -1,10 +1,10 @@
-# Two entry points for a fresh machine: `make run` (build, then benchmark on the default
-# device: the GPU when present, else the CPU backend) and `make test` (every test).
+# Two entry points for a fresh machine: `make run` (build the library and the `flare` command,
+# then benchmark on the default device: the GPU when present, else the CPU backend) and
+# `make test` (every test). A C++ compiler is enough; the CUDA toolkit is reached at run time.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-export PATH := /usr/local/cuda/bin:$(PATH)
 
-.PHONY: setup build run test clean
+.PHONY: setup configure build run test clean
 
 setup:
 	@bash scripts/setup.sh
@@ -12,10 +12,14 @@ setup:
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
 
-build: setup $(BUILD)/build.ninja
+configure: setup $(BUILD)/build.ninja
+
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# Only what the benchmark runs (libflare and the flare command), not the test suites.
+run: configure
+	cmake --build $(BUILD) -j $(JOBS) --target flare_cli
 	$(BUILD)/flare bench
 
 # The C++ suites, then the Python package's pytest suite (python/run_tests.sh builds the

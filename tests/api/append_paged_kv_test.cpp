@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "testing/append_kv_case.h"
 #include "testing/expect_error.h"
 #include "testing/kernel_usage.h"
+#include "testing/nvrtc.h"
+#include "testing/print.h"
 
 namespace flare {
 namespace {
@@ -28,16 +31,16 @@ struct AppendParam {
   bool strided;
 };
 
-std::string param_name(const ::testing::TestParamInfo<AppendParam>& info) {
-  const AppendParam& p = info.param;
-  std::string name = std::string(kv_layout_name(p.layout)) + "_page" +
-                     std::to_string(p.page_size) + "_" + std::string(dtype_name(p.dtype)) +
+std::string param_name(const AppendParam& p) {
+  std::string name = std::string(kv_layout_name(p.layout)) + "_page" + std::to_string(p.page_size) +
+                     "_" + std::string(dtype_name(p.dtype)) +
                      (p.combined ? "_combined" : "_separate") + (p.strided ? "_strided" : "");
   for (char& c : name) {
     if (c == '-' || c == '.') c = '_';
   }
   return name;
 }
+void PrintTo(const AppendParam& p, std::ostream* os) { *os << param_name(p); }
 
 class AppendPagedKVCpuTest : public ::testing::TestWithParam<AppendParam> {};
 
@@ -73,7 +76,7 @@ INSTANTIATE_TEST_SUITE_P(
                       AppendParam{KVLayout::kNHD, 3, DType::kE4M3, true, true},
                       AppendParam{KVLayout::kHND, 1, DType::kE5M2, false, false},
                       AppendParam{KVLayout::kNHD, 16, DType::kBF16, false, true}),
-    param_name);
+    [](const ::testing::TestParamInfo<AppendParam>& info) { return param_name(info.param); });
 
 testing::KVCacheSpec small_spec() {
   testing::KVCacheSpec spec;
@@ -162,6 +165,8 @@ TEST_F(AppendPagedKVCpuErrors, TokenCountMismatch) {
 class AppendKernelCompiles : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(AppendKernelCompiles, EveryVectorWidthWithoutSpills) {
+  EXPECT_FLARE_ERROR(append_paged_kv_kernel_spec(3), ErrorCode::kInvalidArgument, "got 3");
+  FLARE_SKIP_WITHOUT_NVRTC();
   for (int bytes : {1, 2, 4, 8, 16}) {
     const jit::KernelSpec spec = append_paged_kv_kernel_spec(bytes);
     const jit::CompiledKernel compiled = jit::compile(spec, GetParam());
@@ -169,10 +174,10 @@ TEST_P(AppendKernelCompiles, EveryVectorWidthWithoutSpills) {
     testing::expect_shipped_usage(compiled, spec.label + " on " + GetParam());
     EXPECT_FALSE(compiled.cubin.empty()) << spec.label;
   }
-  EXPECT_FLARE_ERROR(append_paged_kv_kernel_spec(3), ErrorCode::kInvalidArgument, "got 3");
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, AppendKernelCompiles, ::testing::Values("sm_80", "sm_90a"));
+INSTANTIATE_TEST_SUITE_P(Archs, AppendKernelCompiles, ::testing::Values("sm_80", "sm_90a"),
+                         testing::ArchName());
 
 }  // namespace
 }  // namespace flare

@@ -17,6 +17,8 @@
 #include "kernels/merge_state.cuh"
 #include "testing/expect_error.h"
 #include "testing/kernel_usage.h"
+#include "testing/nvrtc.h"
+#include "testing/print.h"
 #include "testing/random.h"
 
 namespace flare {
@@ -212,6 +214,7 @@ class ShippedMergeStateKernels : public jit::testing::JitTest,
                                  public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(ShippedMergeStateKernels, CompileWithoutSpillsOrLocalMemory) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   const std::string arch = GetParam();
   // A memory-bound kernel wants many warps per SM: at most 64 registers keep 32 of them.
   constexpr int kMaxRegisters = 64;
@@ -229,7 +232,8 @@ TEST_P(ShippedMergeStateKernels, CompileWithoutSpillsOrLocalMemory) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ShippedMergeStateKernels, ::testing::Values("sm_80", "sm_90a"));
+INSTANTIATE_TEST_SUITE_P(Archs, ShippedMergeStateKernels, ::testing::Values("sm_80", "sm_90a"),
+                         testing::ArchName());
 
 }  // namespace
 }  // namespace flare

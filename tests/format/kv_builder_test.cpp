@@ -15,6 +15,7 @@
 #include "flare/format/validate.h"
 #include "testing/compare.h"
 #include "testing/expect_error.h"
+#include "testing/print.h"
 
 namespace flare::testing {
 namespace {

@@ -12,6 +12,7 @@
 
 #include "testing/expect_error.h"
 #include "testing/index_arrays.h"
+#include "testing/print.h"
 #include "testing/random.h"
 
 namespace flare {

@@ -25,6 +25,7 @@
 #include "testing/compare.h"
 #include "testing/elements.h"
 #include "testing/expect_error.h"
+#include "testing/print.h"
 #include "testing/random.h"
 
 namespace flare {
@@ -55,6 +56,7 @@ std::string layout_name(Layout layout) {
   }
   return "unknown";
 }
+void PrintTo(Layout layout, std::ostream* os) { *os << layout_name(layout); }
 
 // A view inside a NaN-filled storage: reads outside the view bring NaN into the results, and
 // writes outside it show up as non-NaN padding.

@@ -12,7 +12,7 @@
 #include "flare/api/batch_decode.h"
 #include "flare/core/error.h"
 #include "flare/jit/compiler.h"
-#include "jit/jit_test_support.h"
+#include "jit/shipped_kernel_shards.h"
 #include "testing/expect_error.h"
 #include "testing/kernel_usage.h"
 
@@ -34,14 +34,19 @@ std::vector<jit::KernelSpec> shipped_specs(const std::string& arch) {
   return specs;
 }
 
-class ShippedDecodeKernels : public jit::testing::JitTest,
-                             public ::testing::WithParamInterface<const char*> {};
+// About 100 distinct units an architecture, a second or so each on one core: shards short
+// enough that `ctest -j` keeps every core busy to the end.
+constexpr int kDecodeShards = 8;
+
+class ShippedDecodeKernels : public jit::testing::ShippedKernelShard {};
 
 TEST_P(ShippedDecodeKernels, CompileWithoutSpillsOrLocalMemory) {
-  const std::string arch = GetParam();
-  const std::vector<jit::KernelSpec> specs = shipped_specs(arch);
-  // Two threads: CI machines have two cores.
-  const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 2);
+  const std::string arch = GetParam().arch;
+  const std::vector<jit::KernelSpec> specs =
+      jit::testing::specs_of_shard(shipped_specs(arch), GetParam());
+  ASSERT_FALSE(specs.empty()) << "fewer shipped units than shards: lower kDecodeShards";
+  // One thread: CTest runs the shards side by side.
+  const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 1);
   for (size_t i = 0; i < specs.size(); ++i) {
     const jit::CompiledKernel& compiled = results[i];
     ASSERT_EQ(compiled.usage.size(), 1u) << specs[i].label;
@@ -51,7 +56,9 @@ TEST_P(ShippedDecodeKernels, CompileWithoutSpillsOrLocalMemory) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ShippedDecodeKernels, ::testing::Values("sm_80", "sm_90a"));
+INSTANTIATE_TEST_SUITE_P(Shards, ShippedDecodeKernels,
+                         ::testing::ValuesIn(jit::testing::shipped_arch_shards(kDecodeShards)),
+                         jit::testing::shard_name);
 
 // The define values the shipped configs of one loop (or of both) are compiled with.
 struct ShippedDefines {
@@ -92,7 +99,7 @@ TEST(ShippedDecodeConfigs, TensorCoreLoopCoversEveryHeadDimRowTileAndVariantFlag
   EXPECT_EQ(d.rows, (std::set<std::string>{"1", "2", "4", "8"}));
   EXPECT_EQ(d.kv_dtypes.size(), 4u);  // f16, bf16 (q of the same type), e4m3, e5m2
   EXPECT_EQ(d.q_dtypes.size(), 2u);
-  EXPECT_EQ(d.variants.size(), 2u);   // default, all three flags
+  EXPECT_EQ(d.variants.size(), 2u);                                      // default, all three flags
   EXPECT_EQ(d.item_heads, (std::set<std::string>{"1", "2", "4", "8"}));  // whole-page items
 }
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
+#include <ostream>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -17,6 +17,7 @@
 #include "jit/jit_test_support.h"
 #include "src/jit/sha256.h"
 #include "testing/expect_error.h"
+#include "testing/nvrtc.h"
 
 namespace flare::jit {
 namespace {
@@ -103,6 +104,7 @@ TEST_F(CacheTest, LineinfoOptionChangesTheKey) {
 }
 
 TEST_F(CacheTest, MissThenHitWithoutCompiling) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   const KernelSpec spec = testing::simple_spec();
   EXPECT_FALSE(fs::exists(entry_path(spec, "sm_80")));
   const CompiledKernel miss = compile_cached(spec, "sm_80");
@@ -132,6 +134,7 @@ TEST_F(CacheTest, MissThenHitWithoutCompiling) {
 // A log without ptxas's report (NVRTC did not run ptxas, see nvrtc_options) never fails a kernel
 // that compiled: the entry is served, its usage read from the cubin, and a warning logged.
 TEST_F(CacheTest, EntryWhoseLogLacksThePtxasReportIsServedWithAWarning) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   const KernelSpec spec = testing::two_entry_spec();
   const CompiledKernel original = compile_cached(spec, "sm_90a");
   const fs::path path = entry_path(spec, "sm_90a");
@@ -159,6 +162,7 @@ TEST_F(CacheTest, EntryWhoseLogLacksThePtxasReportIsServedWithAWarning) {
 }
 
 TEST_F(CacheTest, CreatesMissingDirectories) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   const fs::path nested = fs::path(cache_dir()) / "a" / "b";
   setenv("FLARE_CACHE_DIR", nested.c_str(), 1);
   EXPECT_EQ(cache_directory(), nested.string());
@@ -168,6 +172,7 @@ TEST_F(CacheTest, CreatesMissingDirectories) {
 }
 
 TEST_F(CacheTest, UnusableDirectoryStillReturnsTheCompiledKernel) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   const fs::path blocker = fs::path(cache_dir()) / "a_file";
   write_bytes(blocker, "not a directory");
   setenv("FLARE_CACHE_DIR", (blocker / "cache").c_str(), 1);
@@ -187,16 +192,27 @@ TEST_F(CacheTest, DefaultDirectoryIsUnderHome) {
   if (old_home) setenv("HOME", saved.c_str(), 1);
 }
 
+// A way to damage a valid cache entry, named for test listings and failures.
+struct Corruption {
+  const char* name;
+  std::string (*apply)(std::string bytes);
+};
+void PrintTo(const Corruption& corruption, std::ostream* os) { *os << corruption.name; }
+
 // Each corruption of a valid entry must be detected, logged, rebuilt, and then served.
-class CorruptEntry : public CacheTest,
-                     public ::testing::WithParamInterface<std::function<std::string(std::string)>> {
+class CorruptEntry : public CacheTest, public ::testing::WithParamInterface<Corruption> {
+ protected:
+  void SetUp() override {
+    CacheTest::SetUp();
+    FLARE_SKIP_WITHOUT_NVRTC();
+  }
 };
 
 TEST_P(CorruptEntry, IsDetectedLoggedAndRebuilt) {
   const KernelSpec spec = testing::simple_spec();
   const CompiledKernel original = compile_cached(spec, "sm_80");
   const fs::path path = entry_path(spec, "sm_80");
-  write_bytes(path, GetParam()(read_bytes(path)));
+  write_bytes(path, GetParam().apply(read_bytes(path)));
 
   unsetenv("FLARE_LOG");
   ::testing::internal::CaptureStderr();
@@ -215,20 +231,25 @@ TEST_P(CorruptEntry, IsDetectedLoggedAndRebuilt) {
 INSTANTIATE_TEST_SUITE_P(
     Corruptions, CorruptEntry,
     ::testing::Values(
-        [](std::string bytes) {  // one flipped bit inside the cubin
-          bytes[bytes.size() / 2] ^= 0x10;
-          return bytes;
-        },
-        [](std::string bytes) { return bytes.substr(0, bytes.size() - 100); },  // truncated
-        [](std::string bytes) { return bytes.substr(0, 20); },                  // truncated header
-        [](std::string bytes) { return bytes + "trailing"; },                   // extra bytes
-        [](std::string bytes) {  // another file's magic
-          bytes[0] = 'X';
-          return bytes;
-        },
-        [](std::string) { return std::string(); }));  // empty file
+        Corruption{"flipped_bit_in_the_cubin",
+                   [](std::string bytes) {
+                     bytes[bytes.size() / 2] ^= 0x10;
+                     return bytes;
+                   }},
+        Corruption{"truncated",
+                   [](std::string bytes) { return bytes.substr(0, bytes.size() - 100); }},
+        Corruption{"truncated_header", [](std::string bytes) { return bytes.substr(0, 20); }},
+        Corruption{"trailing_bytes", [](std::string bytes) { return bytes + "trailing"; }},
+        Corruption{"another_files_magic",
+                   [](std::string bytes) {
+                     bytes[0] = 'X';
+                     return bytes;
+                   }},
+        Corruption{"empty_file", [](std::string) { return std::string(); }}),
+    [](const ::testing::TestParamInfo<Corruption>& info) { return std::string(info.param.name); });
 
 TEST_F(CacheTest, ConcurrentThreadsCompileOnceAndAgree) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   const KernelSpec spec = testing::local_memory_spec();
   constexpr int kThreads = 6;
   std::vector<CompiledKernel> results(kThreads);
@@ -249,6 +270,7 @@ TEST_F(CacheTest, ConcurrentThreadsCompileOnceAndAgree) {
 }
 
 TEST_F(CacheTest, ConcurrentProcessesLeaveOneValidEntry) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   const KernelSpec spec = testing::simple_spec("4.0f");
   const CompiledKernel expected = compile(spec, "sm_80");  // the reference, not cached
   constexpr int kProcesses = 4;
@@ -280,6 +302,7 @@ TEST_F(CacheTest, ConcurrentProcessesLeaveOneValidEntry) {
 }
 
 TEST_F(CacheTest, PrecompileReturnsResultsInOrderAndFillsTheCache) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   const std::vector<KernelSpec> specs = {testing::simple_spec("1.0f"), testing::local_memory_spec(),
                                          testing::two_entry_spec(), testing::simple_spec("5.0f")};
   const std::vector<CompiledKernel> results = precompile(specs, "sm_80", 3);
@@ -297,6 +320,7 @@ TEST_F(CacheTest, PrecompileReturnsResultsInOrderAndFillsTheCache) {
 }
 
 TEST_F(CacheTest, PrecompileRethrowsTheFirstFailureAfterFinishingTheRest) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   KernelSpec broken_a = testing::simple_spec();
   broken_a.label = "broken a";
   broken_a.variant_source = "syntax error a";

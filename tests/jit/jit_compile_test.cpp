@@ -8,13 +8,21 @@
 #include "jit/jit_test_support.h"
 #include "src/jit/cubin_elf.h"
 #include "testing/expect_error.h"
+#include "testing/nvrtc.h"
+#include "testing/print.h"
 
 namespace flare::jit {
 namespace {
 
 using testing::JitTest;
 
-class CompileForArch : public JitTest, public ::testing::WithParamInterface<std::string> {};
+class CompileForArch : public JitTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    JitTest::SetUp();
+    FLARE_SKIP_WITHOUT_NVRTC();
+  }
+};
 
 TEST_P(CompileForArch, SimpleKernelGivesElfCubinWithoutLocalMemory) {
   const CompiledKernel kernel = compile(testing::simple_spec(), GetParam());
@@ -58,9 +66,11 @@ TEST_P(CompileForArch, TwoEntriesReportedInSpecOrder) {
   EXPECT_EQ(kernel.usage[1].static_shared_bytes, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, CompileForArch, ::testing::Values("sm_80", "sm_90a"));
+INSTANTIATE_TEST_SUITE_P(Archs, CompileForArch, ::testing::Values("sm_80", "sm_90a"),
+                         flare::testing::ArchName());
 
 TEST_F(JitTest, Sm90aAcceptsHopperOnlyInstructions) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   // wgmma.fence exists only on sm_90a: proves the architecture-specific target reaches ptxas.
   KernelSpec spec = testing::two_entry_spec();
   spec.entry = "jit_test_fence";
@@ -75,6 +85,7 @@ extern "C" __global__ void jit_test_fence(float* y) {
 }
 
 TEST_F(JitTest, SyntaxErrorThrowsCompileErrorWithNvrtcLog) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   KernelSpec spec = testing::simple_spec();
   spec.variant_source = "extern \"C\" __global__ void jit_test_scale() {\n  this is not C++;\n}\n";
   // NVRTC's own diagnostic, located in the variant at its own line number.
@@ -83,6 +94,7 @@ TEST_F(JitTest, SyntaxErrorThrowsCompileErrorWithNvrtcLog) {
 }
 
 TEST_F(JitTest, EntryThatIsNotAKernelThrowsCompileError) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   KernelSpec spec = testing::simple_spec();
   spec.entry = "jit_test_scale;jit_test_missing";
   EXPECT_FLARE_ERROR(compile(spec, "sm_80"), ErrorCode::kCompileError,
@@ -126,6 +138,7 @@ TEST(ArchFor, MapsComputeCapabilityToTarget) {
 }
 
 TEST_F(JitTest, CompileLogsLabelArchAndTime) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   unsetenv("FLARE_LOG");
   ::testing::internal::CaptureStderr();
   compile(testing::simple_spec(), "sm_80");

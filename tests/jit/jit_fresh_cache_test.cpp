@@ -18,6 +18,7 @@
 #include "flare/api/batch_prefill.h"
 #include "flare/jit/compiler.h"
 #include "jit/jit_test_support.h"
+#include "testing/nvrtc.h"
 
 namespace flare::jit {
 namespace {
@@ -60,6 +61,10 @@ std::string compile_problem(const KernelSpec& spec, bool cached) {
 
 class FreshCacheTest : public testing::JitTest {
  protected:
+  void SetUp() override {
+    JitTest::SetUp();
+    FLARE_SKIP_WITHOUT_NVRTC();
+  }
   // A new, empty cache directory, as on a machine that never compiled these kernels. Set only
   // while no other thread runs: getenv and setenv do not synchronize.
   void use_fresh_cache_directory() {

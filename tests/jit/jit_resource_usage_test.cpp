@@ -13,6 +13,8 @@
 #include "src/jit/compile_steps.h"
 #include "src/jit/cubin_elf.h"
 #include "src/jit/nvrtc_api.h"
+#include "testing/nvrtc.h"
+#include "testing/print.h"
 
 namespace flare::jit {
 namespace {
@@ -37,7 +39,13 @@ std::vector<ResourceUsage> usage_without_report(const KernelSpec& spec,
   return usage;
 }
 
-class UsageForArch : public JitTest, public ::testing::WithParamInterface<std::string> {};
+class UsageForArch : public JitTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override {
+    JitTest::SetUp();
+    FLARE_SKIP_WITHOUT_NVRTC();
+  }
+};
 
 TEST_P(UsageForArch, SpillingKernelFailsTheConfigChecksWithOrWithoutTheReport) {
   const KernelSpec spec = testing::spilling_spec();
@@ -113,11 +121,12 @@ TEST_P(UsageForArch, CubinStackMatchesPtxasStackFrame) {
       << local.log;
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, UsageForArch, ::testing::Values("sm_80", "sm_90a"));
+INSTANTIATE_TEST_SUITE_P(Archs, UsageForArch, ::testing::Values("sm_80", "sm_90a"),
+                         flare::testing::ArchName());
 
 TEST(NvrtcOptions, TurnOffNvrtcsOwnCacheWhichWouldDropTheReport) {
+  FLARE_SKIP_WITHOUT_NVRTC();
   const nvrtc::Toolkit& toolkit = nvrtc::toolkit();
-  if (toolkit.api == nullptr) GTEST_SKIP() << toolkit.unavailable_reason;
   const std::vector<std::string> options = nvrtc_options("sm_90a");
   const bool has_cache =
       toolkit.version_major > 12 || (toolkit.version_major == 12 && toolkit.version_minor >= 9);

@@ -10,7 +10,7 @@
 #include "flare/api/batch_prefill.h"
 #include "flare/core/error.h"
 #include "flare/jit/compiler.h"
-#include "jit/jit_test_support.h"
+#include "jit/shipped_kernel_shards.h"
 #include "testing/expect_error.h"
 #include "testing/kernel_usage.h"
 
@@ -29,14 +29,18 @@ std::vector<jit::KernelSpec> shipped_prefill_specs() {
   return specs;
 }
 
-class ShippedPrefillKernels : public jit::testing::JitTest,
-                              public ::testing::WithParamInterface<const char*> {};
+// About 30 distinct units, a second or so each on one core.
+constexpr int kPrefillShards = 3;
+
+class ShippedPrefillKernels : public jit::testing::ShippedKernelShard {};
 
 TEST_P(ShippedPrefillKernels, CompileWithoutSpillsOrLocalMemory) {
-  const std::string arch = GetParam();
-  const std::vector<jit::KernelSpec> specs = shipped_prefill_specs();
-  // Two threads: CI machines have two cores.
-  const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 2);
+  const std::string arch = GetParam().arch;
+  const std::vector<jit::KernelSpec> specs =
+      jit::testing::specs_of_shard(shipped_prefill_specs(), GetParam());
+  ASSERT_FALSE(specs.empty()) << "fewer shipped units than shards: lower kPrefillShards";
+  // One thread: CTest runs the shards side by side.
+  const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 1);
   for (size_t i = 0; i < specs.size(); ++i) {
     const jit::CompiledKernel& compiled = results[i];
     ASSERT_EQ(compiled.usage.size(), 1u) << specs[i].label;
@@ -45,7 +49,9 @@ TEST_P(ShippedPrefillKernels, CompileWithoutSpillsOrLocalMemory) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ShippedPrefillKernels, ::testing::Values("sm_80", "sm_90a"));
+INSTANTIATE_TEST_SUITE_P(Shards, ShippedPrefillKernels,
+                         ::testing::ValuesIn(jit::testing::shipped_arch_shards(kPrefillShards)),
+                         jit::testing::shard_name);
 
 TEST(ShippedPrefillConfigs, CoverEveryHeadDimQueryTileMaskPathAndDtype) {
   std::set<std::string> dims, query_tiles, masks, paths, dtypes, variants;

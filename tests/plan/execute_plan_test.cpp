@@ -122,6 +122,12 @@ struct MatrixParam {
   int page_size;
 };
 
+std::string param_name(const MatrixParam& p) {
+  return std::string(mixes()[p.mix].name) + "_gqa" + std::to_string(p.group) + "_page" +
+         std::to_string(p.page_size);
+}
+void PrintTo(const MatrixParam& p, std::ostream* os) { *os << param_name(p); }
+
 class PlanMatchesReference : public ::testing::TestWithParam<MatrixParam> {};
 
 TEST_P(PlanMatchesReference, EveryCtaCount) {
@@ -158,9 +164,7 @@ std::vector<MatrixParam> matrix() {
 
 INSTANTIATE_TEST_SUITE_P(Mixes, PlanMatchesReference, ::testing::ValuesIn(matrix()),
                          [](const ::testing::TestParamInfo<MatrixParam>& info) {
-                           return std::string(mixes()[info.param.mix].name) + "_gqa" +
-                                  std::to_string(info.param.group) + "_page" +
-                                  std::to_string(info.param.page_size);
+                           return param_name(info.param);
                          });
 
 TEST(ExecutePlan, Float64AccumulationAndOptions) {

@@ -404,7 +404,8 @@ TEST_F(AttentionCliErrors, UsageErrorsExitTwoWithAHint) {
                                              {"--alibi", "--rope"},
                                              {"--k-scale", "2"},
                                              {"--dtype", "f64"},
-                                             {"--fp64", "--device", "cuda"}}) {
+                                             {"--fp64", "--device", "cuda"},
+                                             {"--device", "gpu"}}) {
     const CliResult result = run(extra);
     EXPECT_EQ(result.exit_code, 2) << extra[0] << ": " << result.err;
     EXPECT_NE(result.err.find("Try 'flare attention --help'"), std::string::npos) << result.err;

@@ -185,7 +185,8 @@ TEST(BenchCli, RaggedKVTableAndUsageErrors) {
   EXPECT_NE(result.err.find("paged|ragged"), std::string::npos) << result.err;
 }
 
-// What the GPU prefill does not run is named before any device is looked for.
+// With a GPU, what the GPU prefill does not run is named; without one, the missing GPU is
+// named first, before any dtype.
 TEST(BenchCli, CudaPrefillNamesWhatItDoesNotRun) {
   ScratchDir scratch;
   for (const auto& [dtypes, message] :
@@ -195,7 +196,12 @@ TEST(BenchCli, CudaPrefillNamesWhatItDoesNotRun) {
     const CliResult result = testing::run_cli(
         bench_args(with(with(kCountablePrefill, dtypes), {{"--device", "cuda"}})), scratch);
     EXPECT_EQ(result.exit_code, 1) << result.err;
-    EXPECT_NE(result.err.find(message), std::string::npos) << result.err;
+    if (cuda::available()) {
+      EXPECT_NE(result.err.find(message), std::string::npos) << result.err;
+    } else {
+      EXPECT_NE(result.err.find("no usable CUDA device"), std::string::npos) << result.err;
+      EXPECT_EQ(result.err.find(message), std::string::npos) << result.err;
+    }
   }
 }
 
@@ -263,17 +269,74 @@ TEST(BenchCli, BadWorkloadsAreErrors) {
   EXPECT_NE(result.err.find("flare: error: --heads-qo must be a multiple of --heads-kv"),
             std::string::npos)
       << result.err;
-  result =
-      testing::run_cli({"bench", "--device", "cpu", "--head-dim", "12", "--iters", "1"}, scratch);
-  EXPECT_EQ(result.exit_code, 1) << "head dims are multiples of 8";
+  for (const char* head_dim : {"12", "100", "264"}) {
+    result = testing::run_cli({"bench", "--device", "cpu", "--head-dim", head_dim, "--iters", "1"},
+                              scratch);
+    EXPECT_EQ(result.exit_code, 1) << "head dims are multiples of 8 up to 256";
+    EXPECT_NE(result.err.find(std::string("flare: error: --head-dim must be a multiple of 8 in "
+                                          "[8, 256], got ") +
+                              head_dim),
+              std::string::npos)
+        << result.err;
+  }
 }
 
 TEST(BenchCli, CudaWithoutADeviceIsAClearError) {
   if (cuda::available()) GTEST_SKIP() << "a CUDA device is present";
   ScratchDir scratch;
-  const CliResult result = testing::run_cli({"bench", "--device", "cuda"}, scratch);
-  EXPECT_EQ(result.exit_code, 1);
-  EXPECT_NE(result.err.find("no usable CUDA device"), std::string::npos) << result.err;
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"bench", "--device", "cuda"},
+           {"bench", "--device", "cuda:1", "--dtype", "f32", "--head-dim", "100"}}) {
+    const CliResult result = testing::run_cli(args, scratch);
+    EXPECT_EQ(result.exit_code, 1);
+    EXPECT_EQ(result.err.rfind("flare: error: cuda:", 0), 0u) << result.err;
+    EXPECT_NE(result.err.find("no usable CUDA device"), std::string::npos) << result.err;
+  }
+}
+
+// `--help` promises a note when the default device falls back to the CPU.
+TEST(BenchCli, DefaultDeviceWithoutAGpuNotesTheCpuFallback) {
+  if (cuda::available()) GTEST_SKIP() << "a CUDA device is present";
+  ScratchDir scratch;
+  const CliResult result = testing::run_cli(bench_args({{"--device", ""}}), scratch);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("flare bench: decode on cpu"), std::string::npos) << result.out;
+  EXPECT_EQ(result.err.rfind("flare: note: no usable CUDA device (", 0), 0u) << result.err;
+  EXPECT_NE(result.err.find("); benchmarking the CPU backend\n"), std::string::npos) << result.err;
+}
+
+TEST(BenchCli, BadDeviceIsAUsageError) {
+  ScratchDir scratch;
+  for (const char* device : {"gpu", "cuda:", "cuda:-1", "CPU"}) {
+    const CliResult result = testing::run_cli({"bench", "--device", device}, scratch);
+    EXPECT_EQ(result.exit_code, 2) << device << ": " << result.err;
+    EXPECT_NE(result.err.find("usage error: --device must be cpu, cuda or cuda:N, got '" +
+                              std::string(device) + "'"),
+              std::string::npos)
+        << result.err;
+    EXPECT_NE(result.err.find("Try 'flare bench --help'"), std::string::npos) << result.err;
+  }
+}
+
+// On a terminal, stderr shows each phase in turn (workload, warm-up, timed samples, reference
+// check) on one line that is erased before the result is printed.
+TEST(BenchCli, ProgressCoversEveryPhaseOnATerminal) {
+  ScratchDir scratch;
+  const CliResult result = testing::run_cli_on_terminal(bench_args({{"--iters", "3"}}), scratch);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("time / call"), std::string::npos) << result.out;
+  size_t at = 0;
+  for (const char* phase :
+       {"flare bench: generating the workload...", "flare bench: warm-up (plan, first call)...",
+        "flare bench: timing [", "] 0/3", "] 2/3",
+        "flare bench: checking 4 requests against the float64 reference..."}) {
+    const size_t found = result.err.find(phase, at);
+    EXPECT_NE(found, std::string::npos) << phase << " after offset " << at << " in\n" << result.err;
+    if (found != std::string::npos) at = found;
+  }
+  const std::string erase = "\r\033[K";
+  ASSERT_GE(result.err.size(), erase.size());
+  EXPECT_EQ(result.err.substr(result.err.size() - erase.size()), erase) << "the line is erased";
 }
 
 TEST(BenchCli, CudaDecodeJson) {

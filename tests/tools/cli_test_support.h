@@ -1,12 +1,16 @@
 // Support for the tests of the `flare` tool: a scratch directory removed after the test, raw
 // file access for crafting .npy bytes, and running the built CLI binary with its exit code
-// and output captured.
+// and output captured (stderr into a file, or from a terminal for what only terminals see).
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -91,6 +95,50 @@ inline CliResult run_cli(const std::vector<std::string>& args, const ScratchDir&
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   result.out = read_file_bytes(out_path);
   result.err = read_file_bytes(err_path);
+  return result;
+}
+
+// Runs the `flare` binary with stderr on a pseudo-terminal (stdout into a file of `scratch`),
+// for output the tool draws on terminals only. `err` holds what the terminal received, with
+// its line discipline's "\r\n" for each newline.
+inline CliResult run_cli_on_terminal(const std::vector<std::string>& args,
+                                     const ScratchDir& scratch) {
+  const std::string cli = FLARE_CLI_PATH;
+  const std::string out_path = scratch.file("cli_stdout.txt");
+  const int terminal = posix_openpt(O_RDWR | O_NOCTTY);
+  if (terminal < 0 || grantpt(terminal) != 0 || unlockpt(terminal) != 0) {
+    ADD_FAILURE() << "no pseudo-terminal: " << std::strerror(errno);
+    return {};
+  }
+  // Opened before the fork: reading the terminal side fails (EIO) while no process has it open.
+  const int stderr_side = open(ptsname(terminal), O_RDWR | O_NOCTTY);
+  std::vector<std::string> argv_text = {cli};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : argv_text) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, STDOUT_FILENO);
+    dup2(stderr_side, STDERR_FILENO);
+    execv(cli.c_str(), argv.data());
+    _exit(127);
+  }
+  close(stderr_side);
+  CliResult result;
+  char buffer[4096];
+  // Read until the child (the last holder of the other side) exits: then read fails with EIO.
+  for (ssize_t got; (got = read(terminal, buffer, sizeof(buffer))) != 0;) {
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) break;
+    result.err.append(buffer, static_cast<size_t>(got));
+  }
+  close(terminal);
+  int status = 0;
+  waitpid(child, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = read_file_bytes(out_path);
   return result;
 }
 

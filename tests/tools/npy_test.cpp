@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@ struct DtypeCase {
   DType dtype;
   const char* descr;
 };
+void PrintTo(const DtypeCase& c, std::ostream* os) { *os << dtype_name(c.dtype); }
 
 class NpyRoundTrip : public ::testing::TestWithParam<std::tuple<DtypeCase, int>> {};
 
@@ -78,7 +80,11 @@ INSTANTIATE_TEST_SUITE_P(AllDtypesAndVersions, NpyRoundTrip,
                                                               DtypeCase{DType::kI32, "<i4"},
                                                               DtypeCase{DType::kI64, "<i8"},
                                                               DtypeCase{DType::kU8, "|u1"}),
-                                            ::testing::Values(1, 2, 3)));
+                                            ::testing::Values(1, 2, 3)),
+                         [](const auto& info) {
+                           return std::string(dtype_name(std::get<0>(info.param).dtype)) + "_v" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(Npy, BoolRoundTripAndValues) {
   ScratchDir scratch;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <system_error>
 
+#include "flare/core/error.h"
+
 namespace flare::cli {
 
 Args::Args(std::string command, int argc, char** argv, std::initializer_list<OptionSpec> options)
@@ -104,6 +106,15 @@ std::string Args::choice_or(std::string_view name, std::initializer_list<std::st
     listed += choice;
   }
   usage_error("--" + std::string(name) + " must be one of " + listed + ", got '" + value + "'");
+}
+
+Device Args::device_or(std::string_view name, std::string_view fallback) const {
+  const std::string value = text_or(name, fallback);
+  try {
+    return parse_device(value);
+  } catch (const Error&) {
+    usage_error("--" + std::string(name) + " must be cpu, cuda or cuda:N, got '" + value + "'");
+  }
 }
 
 void Args::usage_error(const std::string& message) const { throw UsageError(command_, message); }

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "flare/core/tensor.h"
+
 namespace flare::cli {
 
 // A command line that does not parse; main() prints it with a hint and exits with 2.
@@ -48,6 +50,8 @@ class Args {
   // The value when it is one of `choices`, else a UsageError listing them.
   std::string choice_or(std::string_view name, std::initializer_list<std::string_view> choices,
                         std::string_view fallback) const;
+  // cpu, cuda or cuda:N, else a UsageError naming the option and the value.
+  Device device_or(std::string_view name, std::string_view fallback) const;
 
   [[noreturn]] void usage_error(const std::string& message) const;
 

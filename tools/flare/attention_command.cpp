@@ -343,7 +343,6 @@ void run_on_device(const Device& device, const AttentionProblem& problem,
     return;
   }
   validate_attention(problem, out);  // the GPU does not read index arrays back to check them
-  // GpuPrefill names the options it does not run before it looks for the device.
   if (runs_as_gpu_decode(problem)) {
     GpuDecode gpu(problem, device.index);
     run_gpu(gpu, out);
@@ -393,7 +392,7 @@ int run_attention(int argc, char** argv) {
     return 0;
   }
   check_option_combinations(args);
-  const Device device = parse_device(args.text_or("device", "cpu"));
+  const Device device = args.device_or("device", "cpu");
   if (device.is_cuda() && args.has("fp64")) args.usage_error("--fp64 is a mode of the CPU backend");
   const std::optional<std::string> kv_dtype_name = args.text("kv-dtype");
   if ((args.has("k-scale") || args.has("v-scale")) &&

@@ -14,6 +14,7 @@
 #include "tools/flare/bench_report.h"
 #include "tools/flare/bench_runner.h"
 #include "tools/flare/commands.h"
+#include "tools/flare/device_tensor.h"
 #include "tools/flare/progress.h"
 #include "tools/flare/workload.h"
 
@@ -66,12 +67,14 @@ running
   --iters N                 timed samples after one warm-up sample (default: as many as
                             fit in about 2 seconds, at least 3, at most 200)
   --json                    print one JSON object instead of the table
+
+On a terminal, a line on stderr shows the phase running (workload, warm-up, timed samples,
+reference check); it is erased before the result is printed.
 )";
 
 constexpr double kAutoItersSeconds = 2.0;  // --iters default: calls that fit in this time
 constexpr int kMinAutoIters = 3;
 constexpr int kMaxAutoIters = 200;
-constexpr double kProgressAfterSeconds = 1.0;  // shorter runs need no progress bar
 constexpr int kCheckedRequests = 4;
 
 WorkloadSpec parse_spec(const Args& args) {
@@ -105,20 +108,19 @@ WorkloadSpec parse_spec(const Args& args) {
   return spec;
 }
 
-// An explicit --device is obeyed (or fails); the default prefers the GPU but falls back to
-// the CPU backend, with a note, for modes the CUDA backend does not run yet.
-BenchRunner make_runner(const Args& args, const Workload& work, int threads) {
-  if (args.has("device")) {
-    const Device device = parse_device(args.required("device"));
-    return device.is_cuda() ? make_cuda_runner(work, device.index) : make_cpu_runner(work, threads);
+// Without --device: the GPU; the CPU backend, with a note saying why, when no CUDA device is
+// usable or the CUDA backend does not run the workload yet.
+BenchRunner default_runner(const Workload& work, int threads, Progress& progress) {
+  if (!cuda::available()) {
+    progress.note("no usable CUDA device (" + cuda::unavailable_reason() +
+                  "); benchmarking the CPU backend");
+    return make_cpu_runner(work, threads);
   }
-  if (cuda::available()) {
-    try {
-      return make_cuda_runner(work, 0);
-    } catch (const Error& error) {
-      if (error.code() != ErrorCode::kUnsupported) throw;
-      std::fprintf(stderr, "flare: note: %s; benchmarking the CPU backend instead\n", error.what());
-    }
+  try {
+    return make_cuda_runner(work, 0);
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::kUnsupported) throw;
+    progress.note(std::string(error.what()) + "; benchmarking the CPU backend instead");
   }
   return make_cpu_runner(work, threads);
 }
@@ -152,9 +154,20 @@ int run_bench(int argc, char** argv) {
   const WorkloadSpec spec = parse_spec(args);
   const int threads = static_cast<int>(args.integer_or("threads", 0, 0));
   const int requested_iters = static_cast<int>(args.integer_or("iters", 0, 1));
+  // An explicit --device is obeyed, or fails: a missing GPU is said before the workload is
+  // built or checked.
+  const bool device_given = args.has("device");
+  const Device device = args.device_or("device", "cpu");
+  if (device_given && device.is_cuda()) use_cuda_device(device.index);
 
+  Progress progress("bench");
+  progress.step("generating the workload...");
   const Workload work = make_workload(spec);
-  BenchRunner runner = make_runner(args, work, threads);
+  // The warm-up covers planning and, on the GPU, compiling and loading the kernels.
+  progress.step("warm-up (plan, first call)...");
+  BenchRunner runner = !device_given      ? default_runner(work, threads, progress)
+                       : device.is_cuda() ? make_cuda_runner(work, device.index)
+                                          : make_cpu_runner(work, threads);
 
   // One untimed sample first: first-touch page faults, caches, module loading. Its wall time
   // (a GPU sample spans many calls) sizes the run.
@@ -167,15 +180,15 @@ int run_bench(int argc, char** argv) {
                         : std::clamp(static_cast<int>(kAutoItersSeconds / sample_seconds),
                                      kMinAutoIters, kMaxAutoIters);
   BenchResult result;
-  {
-    ProgressBar progress("bench", iters, sample_seconds * iters > kProgressAfterSeconds);
-    for (int i = 0; i < iters; ++i) {
-      result.call_seconds.push_back(runner.run());
-      progress.update(i + 1);
-    }
+  for (int i = 0; i < iters; ++i) {
+    progress.bar("timing", i, iters);
+    result.call_seconds.push_back(runner.run());
   }
+  progress.step("checking " + std::to_string(std::min<int64_t>(spec.batch, kCheckedRequests)) +
+                " requests against the float64 reference...");
   const HostTensor o = runner.output();
   result.check = check_sampled_requests(work, o.view(), kCheckedRequests);
+  progress.finish();
 
   result.spec = spec;
   result.device = runner.device;

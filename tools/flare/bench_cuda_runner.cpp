@@ -52,7 +52,6 @@ BenchRunner timed_runner(std::shared_ptr<Gpu> gpu) {
 }  // namespace
 
 BenchRunner make_cuda_runner(const Workload& work, int device) {
-  // GpuPrefill names the options it does not run before it looks for the device.
   if (work.spec.mode == BenchMode::kDecode) {
     return timed_runner(std::make_shared<GpuDecode>(work.problem(), device));
   }

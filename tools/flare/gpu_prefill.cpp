@@ -62,8 +62,9 @@ GpuPrefill::GpuPrefill(const AttentionProblem& problem, int device)
     : state_(std::make_unique<State>()) {
   const TensorView& host_k =
       std::visit([](const auto& cache) -> const TensorView& { return cache.k; }, problem.kv);
-  check_supported(problem, host_k.dtype);
+  // Without a GPU, that is said first; then what BatchPrefill does not run, before any copy.
   use_cuda_device(device);
+  check_supported(problem, host_k.dtype);
 
   State& s = *state_;
   s.device = device;
