@@ -1,11 +1,13 @@
 // plan(): checks that some kernel can run the problem, picks the query tile and L_kv, and runs
-// the scheduler (src/plan/schedule.cpp) into a typed Plan.
+// the scheduler (src/plan/schedule.cpp), or for one-queue plans the queue alone balances the
+// queue order (src/plan/queue.cpp), into a typed Plan.
 #include "flare/plan/plan.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "flare/core/error.h"
+#include "src/plan/queue.h"
 #include "src/plan/schedule.h"
 #include "src/plan/tiles.h"
 
@@ -19,6 +21,10 @@ constexpr int kMaxHeadDim = 256;
 // Costs are fixed point with 16 fraction bits (src/plan/schedule.cpp).
 constexpr float kMinCostCoefficient = 1.0f / 65536;
 constexpr float kMaxCostCoefficient = 1 << 20;
+// One-queue plans skip Algorithm 1 when the longest chunk costs at most 1/8 of a CTA's mean
+// load: a CTA takes its next entry when it ends one, so none ends more than one entry (12.5% of
+// the mean) after the mean, and longest-class-first keeps the last entries short.
+constexpr int64_t kQueueEntriesPerCta = 8;
 
 void check_head_dim(int head_dim, const char* name) {
   FLARE_CHECK(head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim && head_dim % 8 == 0,
@@ -75,6 +81,10 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
               "plan: query_tile must be >= 1, or 0 for auto, got ", options.query_tile);
   FLARE_CHECK(options.fixed_split_size >= 0, ErrorCode::kInvalidArgument,
               "plan: fixed_split_size must be >= 0, got ", options.fixed_split_size);
+  FLARE_CHECK(!options.one_queue || (options.kv_tile >= 1 && options.waves == 1),
+              ErrorCode::kInvalidArgument,
+              "plan: one_queue needs kv_tile >= 1 and one wave, got kv_tile=", options.kv_tile,
+              " waves=", options.waves);
   FLARE_CHECK(!(options.disable_split_kv && options.fixed_split_size > 0),
               ErrorCode::kInvalidArgument,
               "plan: disable_split_kv and fixed_split_size > 0 contradict each other, got "
@@ -158,20 +168,55 @@ double busiest_cta(const Plan& plan) {
                                : *std::max_element(plan.cta_cost.begin(), plan.cta_cost.end());
 }
 
-// Scratch kept per thread: planning each decode step reuses it and allocates only the Plan.
+// Exchanges what schedule() fills (and L_kv), keeping each plan's storage for reuse.
+void swap_schedules(Plan& a, Plan& b) {
+  std::swap(a.kv_chunk, b.kv_chunk);
+  std::swap(a.cta_indptr, b.cta_indptr);
+  std::swap(a.work_items, b.work_items);
+  std::swap(a.merge_indptr, b.merge_indptr);
+  std::swap(a.merge_items, b.merge_items);
+  std::swap(a.merge_slots, b.merge_slots);
+  std::swap(a.num_partial_slots, b.num_partial_slots);
+  std::swap(a.cta_cost, b.cta_cost);
+}
+
+// Whether a one-queue plan's chunks need no Algorithm 1 (kQueueEntriesPerCta). A chunk has at
+// most query_tile rows; the mean load counts each tile's rows once (a lower bound).
+bool queue_balances(const plan_detail::TileSummary& summary, const PlanProblem& problem,
+                    const PlanOptions& options, int query_tile, int64_t kv_chunk,
+                    int64_t resident_ctas) {
+  const double alpha = options.alpha;
+  const double beta = options.beta;
+  const double longest =
+      alpha * query_tile + beta * static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk));
+  const double total = (alpha * static_cast<double>(summary.total_rows) +
+                        beta * static_cast<double>(summary.total_kv)) *
+                       problem.num_kv_heads;
+  return longest * static_cast<double>(kQueueEntriesPerCta * resident_ctas) <= total;
+}
+
+// Scratch kept per thread: planning each decode step reuses it and allocates nothing.
 struct PlannerScratch {
   std::vector<plan_detail::Tile> tiles;
   plan_detail::ScheduleScratch schedule;
+  Plan alternative;  // the even-chunk schedule plan() compares
 };
 
 }  // namespace
 
 PlanCounts Plan::counts() const {
   return {static_cast<int32_t>(work_items.size()), static_cast<int32_t>(merge_items.size()),
-          num_partial_slots, num_ctas};
+          num_partial_slots, num_ctas, item_heads};
 }
 
 Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options) {
+  Plan result;
+  plan(problem, device, options, result);
+  return result;
+}
+
+void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options,
+          Plan& result) {
   validate(problem, device, options);
   const int group = problem.num_qo_heads / problem.num_kv_heads;
   const int64_t sms = options.num_sms_to_use > 0 ? options.num_sms_to_use : device.num_sms;
@@ -182,12 +227,12 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
               kInt32Max / 2, ")");
 
   thread_local PlannerScratch scratch;
-  Plan result;
   result.num_ctas = static_cast<int>(num_ctas);
   result.group_size = group;
   result.num_kv_heads = problem.num_kv_heads;
   result.head_dim_vo = problem.head_dim_vo;
   result.split_kv = !options.disable_split_kv;
+  result.item_heads = 1;
   result.query_tile = plan_detail::choose_query_tile(problem, group, options.query_tile);
 
   int64_t tile_count = 0;
@@ -220,6 +265,14 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
               " KV heads exceed int32 work items (fixed_split_size=", options.fixed_split_size,
               " is too small for these lengths)");
 
+  if (options.one_queue &&
+      queue_balances(summary, problem, options, result.query_tile, kv_chunk, resident_ctas)) {
+    result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
+    plan_detail::plan_queue(
+        tiles, {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas}, result);
+    return;
+  }
+
   plan_detail::ScheduleParams params;
   params.num_kv_heads = problem.num_kv_heads;
   params.num_ctas = result.num_ctas;
@@ -239,12 +292,12 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   if (params.fill_split) {
     const int64_t even = even_kv_chunk(tiles, summary, problem, static_cast<int>(num_ctas));
     if (even > 0 && even != kv_chunk) {
-      Plan alternative = result;
+      Plan& alternative = scratch.alternative;
       schedule_with(even, alternative);
-      if (busiest_cta(alternative) < busiest_cta(result)) result = std::move(alternative);
+      if (busiest_cta(alternative) < busiest_cta(result)) swap_schedules(alternative, result);
     }
   }
-  return result;
+  if (options.one_queue) plan_detail::order_for_queue(options.kv_tile, result);
 }
 
 }  // namespace flare

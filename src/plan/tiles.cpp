@@ -46,6 +46,7 @@ TileSummary build_tiles(const PlanProblem& problem, int group, int query_tile,
       if (kv_begin >= kv_end) kv_begin = kv_end = 0;
       tiles.push_back({request, static_cast<int32_t>(row_begin), static_cast<int32_t>(row_end),
                        static_cast<int32_t>(kv_begin), static_cast<int32_t>(kv_end)});
+      summary.total_rows += row_end - row_begin;
       summary.total_kv += kv_end - kv_begin;
       summary.max_kv_end = std::max(summary.max_kv_end, static_cast<int32_t>(kv_end));
       summary.longest = std::max(summary.longest, static_cast<int32_t>(kv_end - kv_begin));

@@ -29,7 +29,8 @@ int choose_query_tile(const PlanProblem& problem, int group, int requested);
 
 // What the planner needs to know about all tiles' KV ranges (one KV head).
 struct TileSummary {
-  int64_t total_kv = 0;  // sum of the ranges' lengths
+  int64_t total_rows = 0;  // packed rows of all tiles
+  int64_t total_kv = 0;    // sum of the ranges' lengths
   int32_t max_kv_end = 0;
   int32_t longest = 0;  // the longest range
 };

@@ -163,9 +163,8 @@ class BatchPrefill {
 
   const BatchPrefillConfig& config() const;
   PrefillTiles last_tiles() const;  // tiles of the latest plan
-  // The latest plan (host copy), for tests and tools. Its work_items are in the order the
-  // kernel's CTAs take them from one queue (ordered for K/V reuse in L2); cta_indptr is the
-  // planner's static partition, which the prefill kernel does not use.
+  // The latest plan (host copy), for tests and tools: a one-queue plan (plan/plan.h), its
+  // work_items in the order the kernel's CTAs take them, each covering item_heads KV heads.
   const Plan& last_plan() const;
   size_t workspace_size() const;  // device bytes held (without a caller's scratch)
   int64_t max_partial_slots() const;  // of the current workspace
