@@ -562,12 +562,13 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
                 ": plan() must not be called while its stream is being captured into a CUDA "
                 "graph: plan before the capture and between replays");
   }
-  api_detail::plan_decode(s.k.plan_setup, kv_indptr, kv_last_page_len, s.next);
+  api_detail::validate_decode_batch(s.k.plan_setup, kv_indptr, kv_last_page_len, s.next);
   const int64_t batch = static_cast<int64_t>(s.next.kv_len.size());
   FLARE_CHECK(s.captured_indices < 0 || kv_indptr[batch] <= s.captured_indices,
               ErrorCode::kInvalidArgument, kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
               " pages exceed the ", s.captured_indices,
               " entries of the kv_indices tensor the captured run() reads");
+  api_detail::plan_decode(s.k.plan_setup, s.next);
   const Plan& next = s.next.plan;
 
   const cuda::DeviceScope scope(s.config.device);

@@ -18,8 +18,8 @@ static_assert(sizeof(DecodeCtaStart) == 64 && sizeof(DecodeItemMeta) == 16 &&
 
 }  // namespace
 
-void plan_decode(const DecodePlanSetup& setup, std::span<const int32_t> kv_indptr,
-                 std::span<const int32_t> kv_last_page_len, DecodeHostPlan& out) {
+void validate_decode_batch(const DecodePlanSetup& setup, std::span<const int32_t> kv_indptr,
+                           std::span<const int32_t> kv_last_page_len, DecodeHostPlan& out) {
   const int64_t batch = static_cast<int64_t>(kv_indptr.size()) - 1;
   FLARE_CHECK(batch >= 1 && batch <= setup.max_batch, ErrorCode::kInvalidArgument, kWhat,
               ": kv_indptr must have batch + 1 entries with 1 <= batch <= max_batch = ",
@@ -44,6 +44,10 @@ void plan_decode(const DecodePlanSetup& setup, std::span<const int32_t> kv_indpt
                 ": request ", i, " has ", len, " KV tokens, more than int32 holds");
     out.kv_len[static_cast<size_t>(i)] = static_cast<int32_t>(len);
   }
+}
+
+void plan_decode(const DecodePlanSetup& setup, DecodeHostPlan& out) {
+  const auto batch = static_cast<int64_t>(out.kv_len.size());
   if (out.ones.size() < static_cast<size_t>(batch)) out.ones.resize(static_cast<size_t>(batch), 1);
 
   PlanProblem problem = setup.problem;

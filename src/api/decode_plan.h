@@ -41,9 +41,12 @@ struct DecodeHostPlan {
 };
 
 // Validates kv_indptr and kv_last_page_len (BatchDecode::plan()'s kInvalidArgument and
-// kUnsupported errors) and plans the batch into `out`.
-void plan_decode(const DecodePlanSetup& setup, std::span<const int32_t> kv_indptr,
-                 std::span<const int32_t> kv_last_page_len, DecodeHostPlan& out);
+// kUnsupported errors) into out.kv_len.
+void validate_decode_batch(const DecodePlanSetup& setup, std::span<const int32_t> kv_indptr,
+                           std::span<const int32_t> kv_last_page_len, DecodeHostPlan& out);
+
+// Plans the batch of out.kv_len into out.plan.
+void plan_decode(const DecodePlanSetup& setup, DecodeHostPlan& out);
 
 // Writes the plan region of planned.plan, with the decode kernel's records, into `staging`
 // (layout.plan_bytes long). Throws kWorkspaceTooSmall when the plan does not fit `layout`.

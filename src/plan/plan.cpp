@@ -163,23 +163,6 @@ int64_t even_kv_chunk(std::span<const plan_detail::Tile> tiles,
   return kv_chunk;
 }
 
-double busiest_cta(const Plan& plan) {
-  return plan.cta_cost.empty() ? 0.0
-                               : *std::max_element(plan.cta_cost.begin(), plan.cta_cost.end());
-}
-
-// Exchanges what schedule() fills (and L_kv), keeping each plan's storage for reuse.
-void swap_schedules(Plan& a, Plan& b) {
-  std::swap(a.kv_chunk, b.kv_chunk);
-  std::swap(a.cta_indptr, b.cta_indptr);
-  std::swap(a.work_items, b.work_items);
-  std::swap(a.merge_indptr, b.merge_indptr);
-  std::swap(a.merge_items, b.merge_items);
-  std::swap(a.merge_slots, b.merge_slots);
-  std::swap(a.num_partial_slots, b.num_partial_slots);
-  std::swap(a.cta_cost, b.cta_cost);
-}
-
 // Whether a one-queue plan's chunks need no Algorithm 1 (kQueueEntriesPerCta). A chunk has at
 // most query_tile rows; the mean load counts each tile's rows once (a lower bound).
 bool queue_balances(const plan_detail::TileSummary& summary, const PlanProblem& problem,
@@ -199,7 +182,8 @@ bool queue_balances(const plan_detail::TileSummary& summary, const PlanProblem& 
 struct PlannerScratch {
   std::vector<plan_detail::Tile> tiles;
   plan_detail::ScheduleScratch schedule;
-  Plan alternative;  // the even-chunk schedule plan() compares
+  plan_detail::ScheduleScratch alternative;  // the even-chunk schedule plan() compares
+  std::vector<uint8_t> tile_class;           // of one-queue plans
 };
 
 }  // namespace
@@ -245,9 +229,8 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   FLARE_CHECK(tile_count <= kInt32Max && tile_count * problem.num_kv_heads <= kInt32Max,
               ErrorCode::kUnsupported, "plan: ", tile_count, " query tiles x ",
               problem.num_kv_heads, " KV heads exceed int32 work items");
-  scratch.tiles.reserve(static_cast<size_t>(tile_count));
   const plan_detail::TileSummary summary =
-      plan_detail::build_tiles(problem, group, result.query_tile, scratch.tiles);
+      plan_detail::build_tiles(problem, group, result.query_tile, tile_count, scratch.tiles);
   const std::span<const plan_detail::Tile> tiles(scratch.tiles);
 
   int64_t kv_chunk = kNoCuts;
@@ -268,8 +251,9 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   if (options.one_queue &&
       queue_balances(summary, problem, options, result.query_tile, kv_chunk, resident_ctas)) {
     result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
-    plan_detail::plan_queue(
-        tiles, {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas}, result);
+    plan_detail::plan_queue(tiles,
+                            {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
+                            scratch.tile_class, result);
     return;
   }
 
@@ -282,21 +266,22 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   params.max_split_chunks = int64_t{2} * num_ctas;
   params.alpha = options.alpha;
   params.beta = options.beta;
-  const auto schedule_with = [&](int64_t chunk_length, Plan& into) {
-    into.kv_chunk = chunk_length == kNoCuts ? summary.longest : chunk_length;
-    params.kv_chunk = chunk_length;
-    plan_detail::schedule(tiles, params, scratch.schedule, into);
-  };
-  schedule_with(kv_chunk, result);
-
+  params.kv_chunk = kv_chunk;
+  const double busiest = plan_detail::assign_chunks(tiles, params, scratch.schedule);
+  plan_detail::ScheduleScratch* chosen = &scratch.schedule;
   if (params.fill_split) {
     const int64_t even = even_kv_chunk(tiles, summary, problem, static_cast<int>(num_ctas));
     if (even > 0 && even != kv_chunk) {
-      Plan& alternative = scratch.alternative;
-      schedule_with(even, alternative);
-      if (busiest_cta(alternative) < busiest_cta(result)) swap_schedules(alternative, result);
+      plan_detail::ScheduleParams even_params = params;
+      even_params.kv_chunk = even;
+      if (plan_detail::assign_chunks(tiles, even_params, scratch.alternative) < busiest) {
+        params.kv_chunk = even;
+        chosen = &scratch.alternative;
+      }
     }
   }
+  result.kv_chunk = params.kv_chunk == kNoCuts ? summary.longest : params.kv_chunk;
+  plan_detail::emit_schedule(tiles, params, *chosen, result);
   if (options.one_queue) plan_detail::order_for_queue(options.kv_tile, result);
 }
 

@@ -17,9 +17,25 @@ namespace {
 // bit_width of a tile count of an int32 length: 0 (no keys) to 32.
 constexpr int kLengthClasses = 33;
 
-int length_class(int64_t length, int kv_tile) {
-  return std::bit_width(static_cast<uint64_t>((length + kv_tile - 1) / kv_tile));
-}
+// The length class of a KV length: the bit width of the KV tiles it spans. kv_tile is a
+// power of two in practice: a shift instead of a division per chunk.
+class LengthClass {
+ public:
+  explicit LengthClass(int kv_tile)
+      : tile_(kv_tile),
+        shift_(std::has_single_bit(static_cast<uint32_t>(kv_tile))
+                   ? std::countr_zero(static_cast<uint32_t>(kv_tile))
+                   : -1) {}
+
+  int operator()(int64_t length) const {
+    const auto rounded = static_cast<uint64_t>(length + tile_ - 1);
+    return std::bit_width(shift_ >= 0 ? rounded >> shift_ : rounded / tile_);
+  }
+
+ private:
+  int64_t tile_;
+  int shift_;
+};
 
 // cta_indptr: num_ctas near-equal ranges of the items in queue order, for executors that run
 // CTAs (the kernel takes entries from the queue and ignores it).
@@ -36,10 +52,6 @@ void split_evenly(int num_ctas, Plan& plan) {
 // KV order; returns their number.
 template <typename Visit>
 int64_t for_each_chunk(const Tile& tile, int64_t kv_chunk, Visit&& visit) {
-  if (tile.kv_end <= kv_chunk) {  // the common case: one chunk, no division
-    visit(tile.kv_begin, tile.kv_end);
-    return 1;
-  }
   int64_t count = 0;
   int64_t begin = tile.kv_begin;
   do {
@@ -53,13 +65,24 @@ int64_t for_each_chunk(const Tile& tile, int64_t kv_chunk, Visit&& visit) {
 
 }  // namespace
 
-void plan_queue(std::span<const Tile> tiles, const QueueParams& params, Plan& plan) {
+void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
+                std::vector<uint8_t>& tile_class, Plan& plan) {
   const int heads = params.num_kv_heads;
-  // Pass 1: chunks per length class, then each class's first queue position, longest first.
+  const LengthClass length_class(params.kv_tile);
+  // Pass 1: chunks per length class (and the class of each tile that is one chunk, the usual
+  // case), then each class's first queue position, longest first.
   std::array<int64_t, kLengthClasses> next{};
-  for (const Tile& tile : tiles) {
+  tile_class.resize(tiles.size());
+  for (size_t t = 0; t < tiles.size(); ++t) {
+    const Tile& tile = tiles[t];
+    if (tile.kv_end <= params.kv_chunk) {
+      const int length = length_class(tile.kv_end - tile.kv_begin);
+      tile_class[t] = static_cast<uint8_t>(length);
+      ++next[static_cast<size_t>(length)];
+      continue;
+    }
     for_each_chunk(tile, params.kv_chunk, [&](int32_t kv_begin, int32_t kv_end) {
-      ++next[static_cast<size_t>(length_class(kv_end - kv_begin, params.kv_tile))];
+      ++next[static_cast<size_t>(length_class(kv_end - kv_begin))];
     });
   }
   int64_t position = 0;
@@ -83,12 +106,15 @@ void plan_queue(std::span<const Tile> tiles, const QueueParams& params, Plan& pl
     while (end < tiles.size() && tiles[end].request == tiles[first].request) ++end;
     for (size_t t = end; t-- > first;) {
       const Tile& tile = tiles[t];
+      if (tile.kv_end <= params.kv_chunk) {
+        items[next[tile_class[t]]++] = tile;
+        continue;
+      }
       const bool split = chunk_count(tile.kv_begin, tile.kv_end, params.kv_chunk) > 1;
       const int32_t base = slots;
       const int64_t count =
           for_each_chunk(tile, params.kv_chunk, [&](int32_t kv_begin, int32_t kv_end) {
-            int64_t& at =
-                next[static_cast<size_t>(length_class(kv_end - kv_begin, params.kv_tile))];
+            int64_t& at = next[static_cast<size_t>(length_class(kv_end - kv_begin))];
             items[at++] = {tile.request, 0,      tile.row_begin,     tile.row_end,
                            kv_begin,     kv_end, split ? slots : -1, 0};
             if (split) slots += heads;
@@ -110,9 +136,10 @@ void plan_queue(std::span<const Tile> tiles, const QueueParams& params, Plan& pl
 }
 
 void order_for_queue(int kv_tile, Plan& plan) {
-  const auto goes_before = [kv_tile](const WorkItem& a, const WorkItem& b) {
-    const int class_a = length_class(a.kv_end - a.kv_begin, kv_tile);
-    const int class_b = length_class(b.kv_end - b.kv_begin, kv_tile);
+  const LengthClass length_class(kv_tile);
+  const auto goes_before = [&length_class](const WorkItem& a, const WorkItem& b) {
+    const int class_a = length_class(a.kv_end - a.kv_begin);
+    const int class_b = length_class(b.kv_end - b.kv_begin);
     if (class_a != class_b) return class_a > class_b;
     if (a.request != b.request) return a.request < b.request;
     if (a.kv_head != b.kv_head) return a.kv_head < b.kv_head;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "flare/plan/plan.h"
 #include "src/plan/tiles.h"
@@ -18,9 +19,10 @@ struct QueueParams {
 };
 
 // Fills every field schedule() fills: the chunks of every tile, one item each covering all KV
-// heads (item_heads = num_kv_heads), in queue order. The caller has checked that every count
-// fits int32.
-void plan_queue(std::span<const Tile> tiles, const QueueParams& params, Plan& plan);
+// heads (item_heads = num_kv_heads), in queue order. `tile_class` is scratch. The caller has
+// checked that every count fits int32.
+void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
+                std::vector<uint8_t>& tile_class, Plan& plan);
 
 // Puts the work items of a plan from schedule() in queue order, cta_indptr to the even split
 // of them and cta_cost to empty.
