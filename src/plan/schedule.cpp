@@ -269,12 +269,14 @@ class Scheduler {
     assigned_count_ = 0;
   }
 
+  static uint64_t rank(int64_t kv_begin, int64_t kv_end, int32_t request) {
+    return (kMaxLength - static_cast<uint64_t>(kv_end - kv_begin)) << 32 |
+           static_cast<uint64_t>(request);
+  }
+
   // The order of Algorithm 1 over pieces: longer first, then (request, kv_head, tile, kv_begin).
   static bool goes_before(const Piece& a, const Piece& b) {
-    const int32_t length_a = a.kv_end - a.kv_begin;
-    const int32_t length_b = b.kv_end - b.kv_begin;
-    if (length_a != length_b) return length_a > length_b;
-    if (a.request != b.request) return a.request < b.request;
+    if (a.rank != b.rank) return a.rank < b.rank;
     if (a.kv_head != b.kv_head) return a.kv_head < b.kv_head;
     if (a.tile != b.tile) return a.tile < b.tile;
     return a.kv_begin < b.kv_begin;
@@ -318,9 +320,13 @@ class Scheduler {
           const Chunk& chunk = chunk_at(i);
           if (tails_waiting || ctas_.lightest_load() + chunk.cost > fill_limit) {
             // The general path: tails that come first, fill splits.
-            const Piece piece{
-                chunk.tile,          chunk.item.request, head,
-                chunk.item.kv_begin, chunk.item.kv_end,  chunk.item.partial_slot == kSlotPending};
+            const WorkItem& item = chunk.item;
+            const Piece piece{rank(item.kv_begin, item.kv_end, item.request),
+                              chunk.tile,
+                              head,
+                              item.kv_begin,
+                              item.kv_end,
+                              item.partial_slot == kSlotPending};
             assign_tails_before(&piece);
             assign(piece);
             tails_waiting = !s_.tails.empty();
@@ -361,8 +367,8 @@ class Scheduler {
         split_chunks_ += new_split_chunks;
         s_.filled[static_cast<size_t>(cta)] = 1;
         piece.split = 1;
-        s_.tails.push_back(
-            {piece.tile, piece.request, piece.kv_head, static_cast<int32_t>(cut), piece.kv_end, 1});
+        s_.tails.push_back({rank(cut, piece.kv_end, tile.request), piece.tile, piece.kv_head,
+                            static_cast<int32_t>(cut), piece.kv_end, 1});
         std::push_heap(s_.tails.begin(), s_.tails.end(),
                        [](const Piece& a, const Piece& b) { return goes_before(b, a); });
         piece.kv_end = static_cast<int32_t>(cut);
@@ -461,9 +467,15 @@ void emit_schedule(std::span<const Tile> tiles, const ScheduleParams& params, Sc
     const int32_t end =
         p + 1 < pairs ? s.pair_begin[p + 2] : static_cast<int32_t>(s.split_items.size());
     if (begin == end) continue;
-    std::sort(slots + begin, slots + end, [work_items](int32_t a, int32_t b) {
-      return work_items[a].kv_begin < work_items[b].kv_begin;
-    });
+    // A pair has a few pieces (its chunks and fill splits): insertion sort by KV position.
+    for (int32_t i = begin + 1; i < end; ++i) {
+      const int32_t piece = slots[i];
+      int32_t j = i;
+      for (; j > begin && work_items[slots[j - 1]].kv_begin > work_items[piece].kv_begin; --j) {
+        slots[j] = slots[j - 1];
+      }
+      slots[j] = piece;
+    }
     for (int32_t slot = begin; slot < end; ++slot) {
       work_items[slots[slot]].partial_slot = slot;
       plan.merge_slots[static_cast<size_t>(slot)] = slot;

@@ -34,9 +34,9 @@ struct ScheduleScratch {
     uint64_t cost;
     int32_t tile;
   };
-  struct Piece {  // a chunk (or what a fill split left of one) under one KV head
+  struct Piece {    // a chunk (or what a fill split left of one) under one KV head
+    uint64_t rank;  // (INT32_MAX - length) << 32 | request: longer first, then request
     int32_t tile;
-    int32_t request;
     int32_t kv_head;
     int32_t kv_begin;
     int32_t kv_end;
