@@ -40,6 +40,9 @@ struct PlanCounts {
   int32_t num_merge_items;
   int32_t num_partial_slots;
   int32_t num_ctas;
+  // KV heads per work item (plan/plan.h Plan::item_heads): a queue of num_work_items *
+  // item_heads entries, entry e being work item e / item_heads under its KV head + e % item_heads.
+  int32_t item_heads;
 };
 
 }  // namespace flare

@@ -433,14 +433,22 @@ extern "C" __global__ void __launch_bounds__(flare::prefill::Traits::kThreads, 1
     return reinterpret_cast<const flare::PlanCounts*>(workspace_of(params) + params.offsets.counts);
   };
   if (static_cast<int>(blockIdx.x) >= counts()->num_ctas) return;
-  // One queue for all CTAs: the next item goes to whichever CTA finishes first. The item
-  // index is re-read from shared memory per item rather than carried in a register.
+  // One queue for all CTAs: the next entry goes to whichever CTA finishes first. Entry e is
+  // work item e / item_heads under its KV head + e % item_heads, writing its partial slot +
+  // e % item_heads when split (plan/plan.h Plan::item_heads). The entry index is re-read from
+  // shared memory per entry rather than carried in a register.
   flare::prefill::ItemShared& shared = flare::prefill::item_shared(flare_prefill_smem);
   if (flare::prefill::thread_index() == 0) shared.next_item = atomicAdd(params.next_work_item, 1);
   __syncthreads();
-  while (shared.next_item < counts()->num_work_items) {
+  while (shared.next_item < counts()->num_work_items * counts()->item_heads) {
     const auto* items =
         reinterpret_cast<const flare::WorkItem*>(workspace_of(params) + params.offsets.work_items);
-    flare::prefill::run_item(params, items[shared.next_item], flare_prefill_smem);
+    const int heads = counts()->item_heads;
+    const int entry = shared.next_item;
+    flare::WorkItem item = items[entry / heads];
+    const int head = entry % heads;
+    item.kv_head += head;
+    if (item.partial_slot >= 0) item.partial_slot += head;
+    flare::prefill::run_item(params, item, flare_prefill_smem);
   }
 }

@@ -34,8 +34,9 @@ struct PrefillParams {
   IndexErrorRecord* index_error;
   unsigned char* workspace;
   WorkspaceOffsets offsets;
-  // Zeroed before each launch: CTAs take the plan's work items in array order from this
-  // counter (dynamic balance; the order is chosen for L2 reuse of K/V, see batch_prefill.cpp).
+  // Zeroed before each launch: CTAs take the plan's queue entries (work items under each KV
+  // head they cover) in order from this counter (dynamic balance; the order is chosen for L2
+  // reuse of K/V, see plan/plan.h "One-queue plans").
   int32_t* next_work_item;
   int64_t q_stride_token, q_stride_head;
   // Ragged: stride_page is the token stride and stride_slot is unused.

@@ -1,6 +1,6 @@
 // BatchDecode: config validation, the decode kernel spec, the persistent grid and workspace,
-// plan() (host planner + one async copy) and run() (validation + one launch; split tiles are
-// merged inside it).
+// plan() (the host work of src/api/decode_plan.h + one async copy) and run() (validation + one
+// launch; split tiles are merged inside it).
 #include "flare/api/batch_decode.h"
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include "flare/jit/module.h"
 #include "flare/variant/builtin_variants.h"
 #include "kernels/decode_params.cuh"
+#include "src/api/decode_plan.h"
 #include "src/api/device_checks.h"
 #include "src/api/device_variant.h"
 #include "src/api/plan_staging.h"
@@ -397,6 +398,7 @@ struct ResolvedKernels {
   // two CTAs per SM allow, so the fused merge stages more partial slots per pass.
   size_t half_grid_shared_bytes = 0;
   WorkspaceBounds bounds;  // at the default partial-slot bound
+  api_detail::DecodePlanSetup plan_setup;
 };
 
 }  // namespace
@@ -415,9 +417,9 @@ struct BatchDecode::State {
   size_t launch_shared_bytes = 0;  // of the latest plan's launches
   Plan plan;
   std::vector<int32_t> kv_indptr;  // the latest plan's, for validation mode
-  std::vector<int32_t> kv_len;     // scratch of plan()
-  std::vector<int32_t> qo_len;
-  std::vector<int32_t> merge_of_slot;
+  std::vector<int32_t> kv_len;     // the latest plan's
+  // plan()'s work, swapped with plan and kv_len when it succeeds.
+  api_detail::DecodeHostPlan next;
   // The page ids a captured run reads (-1 before one): later plans must not need more.
   int64_t captured_indices = -1;
   int64_t last_num_pages = -1;  // of the latest run, quoted by check()
@@ -471,67 +473,56 @@ ResolvedKernels resolve_kernels(const BatchDecodeConfig& config) {
   cuda::set_max_dynamic_shared(r.decode, static_cast<int>(r.half_grid_shared_bytes));
   r.num_sms = props.num_sms;
   r.cc_major = props.cc_major;
-  r.resident_ctas =
-      props.num_sms * static_cast<int>(resolved_ctas_per_sm(config, r.decode, r.kernels.threads,
-                                                            r.kernels.decode_shared_bytes));
-  r.waves = config.waves > 0 ? config.waves
-                             : (config.use_tensor_cores ? kTensorCoreWaves : kCudaCoreWaves);
+  const auto ctas_per_sm = static_cast<int>(
+      resolved_ctas_per_sm(config, r.decode, r.kernels.threads, r.kernels.decode_shared_bytes));
+  r.plan_setup = api_detail::decode_plan_setup(config, props.num_sms, ctas_per_sm);
+  r.resident_ctas = props.num_sms * ctas_per_sm;
+  r.waves = r.plan_setup.waves;
   r.num_ctas = r.resident_ctas * r.waves;
-  r.bounds = bounds_of(config, r.num_ctas);
+  r.bounds = r.plan_setup.bounds;
   return r;
 }
 
-static_assert(sizeof(DecodeCtaStart) == 64 && sizeof(DecodeItemMeta) == 16 &&
-                  sizeof(WorkItem) == 32,
-              "kernels/decode_params.cuh records: 16-byte loads");
-
-// The decode kernel's own records in the staged plan region (kernels/decode_params.cuh): each
-// split item's merge item in WorkItem.reserved (the planner leaves that field 0), each item's
-// request page range, length and partial slots, and each grid CTA's queue with its first item.
-void stage_decode_records(const Plan& plan, const WorkspaceLayout& layout,
-                          std::span<const int32_t> kv_indptr, const std::vector<int32_t>& kv_len,
-                          std::byte* staging, std::vector<int32_t>& merge_of_slot) {
-  merge_of_slot.assign(static_cast<size_t>(plan.num_partial_slots), -1);
-  for (size_t m = 0; m < plan.merge_items.size(); ++m) {
-    for (int32_t i = plan.merge_indptr[m]; i < plan.merge_indptr[m + 1]; ++i) {
-      // The kernel reads a tile's partial states as one range of slots.
-      FLARE_CHECK(plan.merge_slots[static_cast<size_t>(i)] == i, ErrorCode::kInternal, kWhat,
-                  ": merge slot ", i, " is partial slot ", plan.merge_slots[static_cast<size_t>(i)],
-                  "; the decode kernel needs consecutive slots per merge item");
-      merge_of_slot[static_cast<size_t>(i)] = static_cast<int32_t>(m);
-    }
-  }
-  auto* items = reinterpret_cast<WorkItem*>(staging + layout.work_items);
-  auto* meta = reinterpret_cast<DecodeItemMeta*>(staging + layout.executor_items);
-  for (size_t w = 0; w < plan.work_items.size(); ++w) {
-    const WorkItem& item = plan.work_items[w];
-    const auto request = static_cast<size_t>(item.request);
-    DecodeItemMeta record{kv_indptr[request], kv_len[request], 0, 0};
-    if (item.partial_slot >= 0) {
-      const int32_t merge = merge_of_slot[static_cast<size_t>(item.partial_slot)];
-      FLARE_CHECK(merge >= 0, ErrorCode::kInternal, kWhat, ": partial slot ", item.partial_slot,
-                  " of work item ", w, " belongs to no merge item");
-      items[w].reserved = merge;
-      record.slot_begin = plan.merge_indptr[static_cast<size_t>(merge)];
-      record.slot_count = plan.merge_indptr[static_cast<size_t>(merge) + 1] - record.slot_begin;
-    }
-    meta[w] = record;
-  }
-  auto* starts = reinterpret_cast<DecodeCtaStart*>(staging + layout.executor_ctas);
-  const auto num_items = static_cast<int32_t>(plan.work_items.size());
-  for (int c = 0; c < layout.num_ctas; ++c) {
-    DecodeCtaStart start{};
-    start.begin = c < plan.num_ctas ? plan.cta_indptr[static_cast<size_t>(c)] : num_items;
-    start.end = c < plan.num_ctas ? plan.cta_indptr[static_cast<size_t>(c) + 1] : num_items;
-    if (start.begin < start.end) {
-      start.item = items[start.begin];
-      start.meta = meta[start.begin];
-    }
-    starts[c] = start;
-  }
-}
-
 }  // namespace
+
+api_detail::DecodePlanSetup api_detail::decode_plan_setup(const BatchDecodeConfig& config,
+                                                          int num_sms, int ctas_per_sm) {
+  validate_config(config);
+  DecodePlanSetup setup;
+  setup.problem.num_qo_heads = config.num_qo_heads;
+  setup.problem.num_kv_heads = plan_kv_heads(config);
+  setup.problem.head_dim_qk = config.head_dim;
+  setup.problem.head_dim_vo = config.head_dim;
+  setup.problem.page_size = config.page_size;
+  setup.problem.window_left = config.params.window_left;
+  setup.device = {num_sms, ctas_per_sm};
+  PlanOptions& options = setup.options;
+  options.query_tile = query_tile(config);
+  // K and V bytes of one token of an item (every KV head of a whole-page item).
+  const double token_bytes =
+      2.0 * config.head_dim * dtype_bytes(config.kv_dtype) * config.kv_heads_per_item;
+  // An item's fixed cost is time (round trips): in bytes it grows with the CTA's share of its
+  // SM's bandwidth, one CTA per SM for whole-page items of 8 warps against the loop's
+  // 128-thread CTAs.
+  const int threads = decode_geometry(config, kSm80SharedBytesPerBlock).threads;
+  const double overhead =
+      (is_fp8(config.kv_dtype) && !config.use_tensor_cores ? kItemOverheadBytesFp8
+                                                           : kItemOverheadBytes16Bit) *
+      threads / kDecodeThreads;
+  options.alpha = static_cast<float>(overhead / token_bytes / options.query_tile);
+  options.fixed_split_size = config.fixed_split_size;
+  options.disable_split_kv = config.disable_split_kv;
+  options.num_sms_to_use = config.num_sms_to_use;
+  setup.waves = config.waves > 0 ? config.waves
+                                 : (config.use_tensor_cores ? kTensorCoreWaves : kCudaCoreWaves);
+  const int64_t group = plan_group_size(config);
+  setup.tiles_per_request =
+      plan_kv_heads(config) * ((group + options.query_tile - 1) / options.query_tile);
+  setup.max_batch = config.max_batch;
+  setup.may_halve_grid = !config.use_cuda_graph && config.fixed_split_size == 0;
+  setup.bounds = bounds_of(config, num_sms * ctas_per_sm * setup.waves);
+  return setup;
+}
 
 BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_unique<State>()) {
   State& s = *state_;
@@ -564,13 +555,6 @@ size_t BatchDecode::scratch_bytes_needed(const BatchDecodeConfig& config) {
 void BatchDecode::plan(std::span<const int32_t> kv_indptr,
                        std::span<const int32_t> kv_last_page_len, cuda::Stream stream) {
   State& s = *state_;
-  const int64_t batch = static_cast<int64_t>(kv_indptr.size()) - 1;
-  FLARE_CHECK(batch >= 1 && batch <= s.config.max_batch, ErrorCode::kInvalidArgument, kWhat,
-              ": kv_indptr must have batch + 1 entries with 1 <= batch <= max_batch = ",
-              s.config.max_batch, ", got ", kv_indptr.size(), " entries");
-  FLARE_CHECK(static_cast<int64_t>(kv_last_page_len.size()) == batch, ErrorCode::kInvalidArgument,
-              kWhat, ": kv_last_page_len must have ", batch, " entries (one per request), got ",
-              kv_last_page_len.size());
   {
     // The plan's copy would be recorded into the graph instead of running now.
     const cuda::DeviceScope scope(s.config.device);
@@ -578,78 +562,14 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
                 ": plan() must not be called while its stream is being captured into a CUDA "
                 "graph: plan before the capture and between replays");
   }
-  FLARE_CHECK(kv_indptr[0] == 0, ErrorCode::kInvalidArgument, kWhat,
-              ": kv_indptr[0] must be 0, got ", kv_indptr[0]);
-  const int64_t page_size = s.config.page_size;
+  api_detail::validate_decode_batch(s.k.plan_setup, kv_indptr, kv_last_page_len, s.next);
+  const int64_t batch = static_cast<int64_t>(s.next.kv_len.size());
   FLARE_CHECK(s.captured_indices < 0 || kv_indptr[batch] <= s.captured_indices,
               ErrorCode::kInvalidArgument, kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
               " pages exceed the ", s.captured_indices,
               " entries of the kv_indices tensor the captured run() reads");
-  s.kv_len.resize(static_cast<size_t>(batch));
-  s.qo_len.assign(static_cast<size_t>(batch), 1);
-  for (int64_t i = 0; i < batch; ++i) {
-    const int64_t pages = int64_t{kv_indptr[i + 1]} - kv_indptr[i];
-    FLARE_CHECK(pages >= 0, ErrorCode::kInvalidArgument, kWhat,
-                ": kv_indptr must be non-decreasing: kv_indptr[", i + 1, "]=", kv_indptr[i + 1],
-                " < kv_indptr[", i, "]=", kv_indptr[i]);
-    const int64_t last = kv_last_page_len[i];
-    FLARE_CHECK(pages == 0 || (last >= 1 && last <= page_size), ErrorCode::kInvalidArgument, kWhat,
-                ": kv_last_page_len[", i, "] must be in [1, ", page_size, "], got ", last);
-    const int64_t len = pages == 0 ? 0 : (pages - 1) * page_size + last;
-    FLARE_CHECK(len <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported, kWhat,
-                ": request ", i, " has ", len, " KV tokens, more than int32 holds");
-    s.kv_len[static_cast<size_t>(i)] = static_cast<int32_t>(len);
-  }
-
-  PlanProblem problem;
-  problem.qo_len = s.qo_len;
-  problem.kv_len = s.kv_len;
-  problem.num_qo_heads = s.config.num_qo_heads;
-  problem.num_kv_heads = plan_kv_heads(s.config);
-  problem.head_dim_qk = s.config.head_dim;
-  problem.head_dim_vo = s.config.head_dim;
-  problem.page_size = s.config.page_size;
-  problem.window_left = s.config.params.window_left;
-  DeviceSpec device;
-  device.num_sms = s.k.num_sms;
-  device.ctas_per_sm = s.k.resident_ctas / s.k.num_sms;
-  PlanOptions options;
-  options.query_tile = query_tile(s.config);
-  // Few tiles (at most one (request, KV head, row tile) per SM) are split only to fill the
-  // grid: with two of the four CTAs per SM, chunks are twice as long, with half the partial
-  // states to merge and half the per-item fixed cost (H100, docs/perf.md decode v10: b1 kv32768
-  // 63.2 -> 61.0 us, b1 kv4096 21.7 -> 18.0, b16 kv4096 103.6 -> 101.9). run() then launches
-  // only the planned CTAs, so they land two per SM. Not under CUDA graphs: a captured launch
-  // keeps the full grid, where the planned half lands unevenly (decode v9).
-  const int64_t group = plan_group_size(s.config);
-  const int64_t tiles =
-      batch * plan_kv_heads(s.config) * ((group + options.query_tile - 1) / options.query_tile);
-  size_t launch_shared_bytes = s.k.kernels.decode_shared_bytes;
-  // Not with fixed_split_size either: the fused merge's passes follow the launch's shared
-  // memory, and a request's merge must not depend on the batch around it.
-  if (!s.config.use_cuda_graph && s.config.fixed_split_size == 0 && device.ctas_per_sm >= 4 &&
-      tiles <= device.num_sms) {
-    device.ctas_per_sm /= 2;
-    launch_shared_bytes = s.k.half_grid_shared_bytes;
-  }
-  // K and V bytes of one token of an item (every KV head of a whole-page item).
-  const double token_bytes =
-      2.0 * s.config.head_dim * dtype_bytes(s.config.kv_dtype) * s.config.kv_heads_per_item;
-  // An item's fixed cost is time (round trips): in bytes it grows with the CTA's share of its
-  // SM's bandwidth, one CTA per SM for whole-page items of 8 warps against the loop's
-  // 128-thread CTAs.
-  const double overhead =
-      (is_fp8(s.config.kv_dtype) && !s.config.use_tensor_cores ? kItemOverheadBytesFp8
-                                                               : kItemOverheadBytes16Bit) *
-      s.k.kernels.threads / kDecodeThreads;
-  options.alpha = static_cast<float>(overhead / token_bytes / options.query_tile);
-  options.fixed_split_size = s.config.fixed_split_size;
-  options.disable_split_kv = s.config.disable_split_kv;
-  options.num_sms_to_use = s.config.num_sms_to_use;
-  // Tiles that fill every resident CTA run in waves; fewer are cut and filled by one wave. Not
-  // with an SM budget: the later waves would start on the SMs left to other work.
-  options.waves = options.num_sms_to_use == 0 && tiles >= s.k.resident_ctas ? s.k.waves : 1;
-  Plan next = flare::plan(problem, device, options);
+  api_detail::plan_decode(s.k.plan_setup, s.next);
+  const Plan& next = s.next.plan;
 
   const cuda::DeviceScope scope(s.config.device);
   if (next.num_partial_slots > s.workspace.layout().max_partial_slots) {
@@ -662,13 +582,15 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
     s.allocate_merge_counters(stream);
   }
   check_fits(next, s.workspace.layout());
-  std::byte* staged = s.workspace.staging().write(next, s.workspace.layout());
-  stage_decode_records(next, s.workspace.layout(), kv_indptr, s.kv_len, staged, s.merge_of_slot);
+  api_detail::stage_decode(s.next, s.workspace.layout(), kv_indptr,
+                           s.workspace.staging().acquire());
   s.workspace.staging().copy_to(s.workspace.plan_region(), stream);
-  s.plan = std::move(next);
+  std::swap(s.plan, s.next.plan);
+  std::swap(s.kv_len, s.next.kv_len);
   s.kv_indptr.assign(kv_indptr.begin(), kv_indptr.end());
   s.planned = true;
-  s.launch_shared_bytes = launch_shared_bytes;
+  s.launch_shared_bytes =
+      s.next.half_grid ? s.k.half_grid_shared_bytes : s.k.kernels.decode_shared_bytes;
 }
 
 void BatchDecode::plan(const TensorView& kv_indptr, const TensorView& kv_last_page_len,

@@ -1,10 +1,9 @@
 // BatchPrefill: config validation, the tile heuristic, the prefill/merge kernel specs, the
-// persistent grid and workspace, plan() (host planner, work items ordered for K/V reuse, one
-// async copy) and run() (validation, a queue reset and at most two launches).
+// persistent grid and workspace, plan() (the host work of src/api/prefill_plan.h, one async
+// copy) and run() (validation, a queue reset and at most two launches).
 #include "flare/api/batch_prefill.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -19,6 +18,7 @@
 #include "src/api/device_checks.h"
 #include "src/api/device_variant.h"
 #include "src/api/plan_staging.h"
+#include "src/api/prefill_plan.h"
 #include "src/api/run_support.h"
 
 namespace flare {
@@ -26,6 +26,9 @@ namespace {
 
 using api_detail::check_device_tensor;
 using api_detail::check_page_strides_fit_int32;
+using api_detail::prefill_bounds;
+using api_detail::request_table;
+using enum api_detail::RequestTable;
 
 const char* const kWhat = "BatchPrefill";
 constexpr int kQueryTiles[] = {16, 32, 64, 128};
@@ -288,34 +291,6 @@ struct PrefillKernel {
   int ctas_per_sm = 0;
 };
 
-// The request tables the kernels read instead of the caller's device arrays, staged with the
-// plan (WorkspaceLayout::executor_requests): int32 arrays of max_batch + 1 entries each.
-enum RequestTable : int { kQoIndptr, kKvIndptr, kLastPageLen, kMaskIndptr, kRequestTables };
-
-WorkspaceBounds prefill_bounds(const BatchPrefillConfig& c, int num_ctas, int max_query_tile) {
-  WorkspaceBounds b;
-  b.max_batch = c.max_batch;
-  b.max_total_qo = c.max_total_qo;
-  b.num_ctas = num_ctas;
-  b.max_query_tile = max_query_tile;
-  b.num_qo_heads = c.num_qo_heads;
-  b.num_kv_heads = c.num_kv_heads;
-  b.head_dim_vo = c.head_dim_vo;
-  b.executor_request_bytes = kRequestTables * sizeof(int32_t);
-  return b;
-}
-
-int32_t* request_table(std::byte* region, const WorkspaceLayout& layout, int max_batch,
-                       RequestTable table) {
-  return reinterpret_cast<int32_t*>(region + layout.executor_requests) +
-         static_cast<size_t>(table) * (static_cast<size_t>(max_batch) + 1);
-}
-const int32_t* request_table(const unsigned char* workspace, const WorkspaceLayout& layout,
-                             int max_batch, RequestTable table) {
-  return reinterpret_cast<const int32_t*>(workspace + layout.executor_requests) +
-         static_cast<size_t>(table) * (static_cast<size_t>(max_batch) + 1);
-}
-
 void check_index_array(const TensorView& t, const char* name, int device, DType dtype,
                        int64_t min_size, int64_t exact_size) {
   FLARE_CHECK(t.data != nullptr && t.device == Device::cuda(device) && t.dtype == dtype &&
@@ -327,33 +302,6 @@ void check_index_array(const TensorView& t, const char* name, int device, DType 
               exact_size >= 0 ? "exactly " + std::to_string(exact_size)
                               : "at least " + std::to_string(min_size),
               " entries, got ", dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
-}
-
-// The prefill kernel's CTAs take work items from one queue in array order (dynamic balance).
-// This order makes the items running at one time share K/V rows in L2: classes of KV length in
-// tiles by powers of two, longest class first (so the launch ends on its shortest items), then
-// request and KV head major, longest first. The planner's longest-first order spreads each
-// moment's items over as many (request, head) pairs as there are CTAs: an LRU model of a 50 MB
-// L2 (causal b16 H16, 128 x 64 tiles, 264 CTAs) hits on 10 / 3 / 3% of K/V tile reads at seq
-// 1024 / 4096 / 16384 in that order and on 50 / 83 / 96% in this one, within 3% of the same
-// makespan. Outputs do not depend on the order (items are independent; merges are per slot).
-void order_for_kv_reuse(std::vector<WorkItem>& items, int kv_tile) {
-  const auto length_class = [kv_tile](const WorkItem& item) {
-    const auto tiles = static_cast<uint32_t>((item.kv_end - item.kv_begin + kv_tile - 1) / kv_tile);
-    return std::bit_width(tiles);  // 0 for items without keys
-  };
-  std::sort(items.begin(), items.end(), [&](const WorkItem& a, const WorkItem& b) {
-    const int class_a = length_class(a);
-    const int class_b = length_class(b);
-    if (class_a != class_b) return class_a > class_b;
-    if (a.request != b.request) return a.request < b.request;
-    if (a.kv_head != b.kv_head) return a.kv_head < b.kv_head;
-    const int32_t length_a = a.kv_end - a.kv_begin;
-    const int32_t length_b = b.kv_end - b.kv_begin;
-    if (length_a != length_b) return length_a > length_b;
-    if (a.row_begin != b.row_begin) return a.row_begin < b.row_begin;
-    return a.kv_begin < b.kv_begin;
-  });
 }
 
 }  // namespace
@@ -378,10 +326,11 @@ struct BatchPrefill::State {
   PrefillTiles tiles;
   int64_t batch = 0;
   int64_t total_qo = 0;
-  int64_t mask_bytes = 0;  // packed custom-mask bytes of the plan
-  std::vector<int32_t> kv_indptr;       // the latest plan's
-  std::vector<int32_t> mask_indptr;     // the latest plan's custom-mask byte offsets
-  std::vector<int32_t> qo_len, kv_len;  // scratch of plan()
+  int64_t mask_bytes = 0;            // packed custom-mask bytes of the plan
+  std::vector<int32_t> kv_indptr;    // the latest plan's
+  std::vector<int32_t> mask_indptr;  // the latest plan's custom-mask byte offsets
+  // plan()'s work, swapped into the fields above when it succeeds.
+  api_detail::PrefillHostPlan next;
   // KV a captured run reads (-1 before one): page ids (paged) or K/V rows (ragged); later
   // plans must not need more. And the mask bytes it reads.
   int64_t captured_kv = -1;
@@ -481,16 +430,6 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
   const bool paged = c.kv == PrefillKV::kPaged;
-  const int64_t batch = static_cast<int64_t>(qo_indptr.size()) - 1;
-  FLARE_CHECK(batch >= 1 && batch <= c.max_batch, ErrorCode::kInvalidArgument, kWhat,
-              ": qo_indptr must have batch + 1 entries with 1 <= batch <= max_batch = ",
-              c.max_batch, ", got ", qo_indptr.size(), " entries");
-  FLARE_CHECK(static_cast<int64_t>(kv_indptr.size()) == batch + 1, ErrorCode::kInvalidArgument,
-              kWhat, ": kv_indptr must have ", batch + 1, " entries, got ", kv_indptr.size());
-  FLARE_CHECK(static_cast<int64_t>(kv_last_page_len.size()) == (paged ? batch : 0),
-              ErrorCode::kInvalidArgument, kWhat, ": kv_last_page_len must have ",
-              paged ? batch : 0, " entries (", paged ? "one per request" : "none for ragged KV",
-              "), got ", kv_last_page_len.size());
   {
     // The plan's copy would be recorded into the graph instead of running now.
     const cuda::DeviceScope scope(s.config.device);
@@ -498,133 +437,41 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
                 ": plan() must not be called while its stream is being captured into a CUDA "
                 "graph: plan before the capture and between replays");
   }
-  FLARE_CHECK(qo_indptr[0] == 0 && kv_indptr[0] == 0, ErrorCode::kInvalidArgument, kWhat,
-              ": qo_indptr[0] and kv_indptr[0] must be 0, got ", qo_indptr[0], " and ",
-              kv_indptr[0]);
-  s.qo_len.resize(static_cast<size_t>(batch));
-  s.kv_len.resize(static_cast<size_t>(batch));
-  for (int64_t i = 0; i < batch; ++i) {
-    const int64_t q_len = int64_t{qo_indptr[i + 1]} - qo_indptr[i];
-    const int64_t count = int64_t{kv_indptr[i + 1]} - kv_indptr[i];
-    FLARE_CHECK(q_len >= 0, ErrorCode::kInvalidArgument, kWhat,
-                ": qo_indptr must be non-decreasing: qo_indptr[", i + 1, "]=", qo_indptr[i + 1],
-                " < qo_indptr[", i, "]=", qo_indptr[i]);
-    FLARE_CHECK(count >= 0, ErrorCode::kInvalidArgument, kWhat,
-                ": kv_indptr must be non-decreasing: kv_indptr[", i + 1, "]=", kv_indptr[i + 1],
-                " < kv_indptr[", i, "]=", kv_indptr[i]);
-    int64_t kv_len = count;
-    if (paged) {
-      const int64_t last = kv_last_page_len[i];
-      FLARE_CHECK(count == 0 || (last >= 1 && last <= c.page_size), ErrorCode::kInvalidArgument,
-                  kWhat, ": kv_last_page_len[", i, "] must be in [1, ", c.page_size, "], got ",
-                  last);
-      kv_len = count == 0 ? 0 : (count - 1) * c.page_size + last;
-    }
-    FLARE_CHECK(kv_len <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported, kWhat,
-                ": request ", i, " has ", kv_len, " KV tokens, more than int32 holds");
-    s.qo_len[static_cast<size_t>(i)] = static_cast<int32_t>(q_len);
-    s.kv_len[static_cast<size_t>(i)] = static_cast<int32_t>(kv_len);
-  }
-  const int64_t total_qo = qo_indptr[batch];
-  FLARE_CHECK(total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument, kWhat, ": the batch has ",
-              total_qo, " query tokens, more than max_total_qo = ", c.max_total_qo);
+  api_detail::PrefillHostPlan& next = s.next;
+  api_detail::validate_prefill_batch(c, s.fixed_tiles, s.limits, qo_indptr, kv_indptr,
+                                     kv_last_page_len, mask_indptr, next);
+  const int64_t batch = next.batch;
   FLARE_CHECK(s.captured_kv < 0 || kv_indptr[batch] <= s.captured_kv, ErrorCode::kInvalidArgument,
               kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch], paged ? " pages" : " tokens",
               " exceed the ", s.captured_kv,
               paged ? " entries of the kv_indices tensor" : " rows of the K/V tensors",
               " the captured run() reads");
-  // The custom mask's byte offsets: the caller's, or FlashInfer's packed layout (whole bytes
-  // per request, back to back).
-  FLARE_CHECK(mask_indptr.empty() || c.params.mask == MaskMode::kCustom,
-              ErrorCode::kInvalidArgument, kWhat,
-              ": mask_indptr was given but params.mask is not kCustom");
-  FLARE_CHECK(mask_indptr.empty() || static_cast<int64_t>(mask_indptr.size()) == batch + 1,
-              ErrorCode::kInvalidArgument, kWhat, ": mask_indptr must have ", batch + 1,
-              " entries, got ", mask_indptr.size());
-  int64_t mask_bytes = 0;
-  s.mask_indptr.clear();
-  if (c.params.mask == MaskMode::kCustom) {
-    s.mask_indptr.resize(static_cast<size_t>(batch) + 1, 0);
-    for (int64_t i = 0; i < batch; ++i) {
-      const int64_t need =
-          (int64_t{s.qo_len[static_cast<size_t>(i)]} * s.kv_len[static_cast<size_t>(i)] + 7) / 8;
-      const int64_t begin = mask_indptr.empty() ? mask_bytes : mask_indptr[i];
-      FLARE_CHECK(begin >= 0 && (mask_indptr.empty() || mask_indptr[i + 1] - begin >= need),
-                  ErrorCode::kInvalidArgument, kWhat, ": mask_indptr[", i, "]=", begin,
-                  " and mask_indptr[", i + 1, "] must hold request ", i, "'s ", need,
-                  " bytes of mask bits");
-      mask_bytes = std::max(mask_bytes, begin + need);
-      FLARE_CHECK(mask_bytes <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported,
-                  kWhat, ": the packed custom mask would have ", mask_bytes,
-                  " bytes, more than int32 holds");
-      s.mask_indptr[static_cast<size_t>(i)] = static_cast<int32_t>(begin);
-    }
-    s.mask_indptr[static_cast<size_t>(batch)] = static_cast<int32_t>(mask_bytes);
-    FLARE_CHECK(s.captured_mask_bytes < 0 || mask_bytes <= s.captured_mask_bytes,
-                ErrorCode::kInvalidArgument, kWhat, ": the packed custom mask of this plan has ",
-                mask_bytes, " bytes, more than the ", s.captured_mask_bytes,
-                " of the mask the captured run() reads");
-  }
-
-  PrefillTiles tiles;
-  if (s.fixed_tiles) {
-    tiles = *s.fixed_tiles;
-  } else {
-    int64_t with_queries = 0;
-    for (const int32_t q : s.qo_len) with_queries += q > 0;
-    const double average = with_queries == 0 ? 1.0
-                                             : static_cast<double>(total_qo) * group_size(c) /
-                                                   static_cast<double>(with_queries);
-    tiles = choose_prefill_tiles(average, c.head_dim_qk, c.head_dim_vo, c.params.mask, s.limits);
-    if (c.kv_tile > 0) tiles.kv_tile = c.kv_tile;
-  }
-  const PrefillKernel& kernel = s.kernel(tiles);
-
-  PlanProblem problem;
-  problem.qo_len = s.qo_len;
-  problem.kv_len = s.kv_len;
-  problem.num_qo_heads = c.num_qo_heads;
-  problem.num_kv_heads = c.num_kv_heads;
-  problem.head_dim_qk = c.head_dim_qk;
-  problem.head_dim_vo = c.head_dim_vo;
-  problem.page_size = paged ? c.page_size : 1;
-  problem.causal = c.params.mask == MaskMode::kCausal;
-  problem.window_left = c.params.window_left;
-  DeviceSpec device;
-  device.num_sms = s.props.num_sms;
-  device.ctas_per_sm = kernel.ctas_per_sm;
-  PlanOptions options;
-  options.query_tile = tiles.query_tile;
-  options.fixed_split_size = c.fixed_split_size;
-  options.disable_split_kv = c.disable_split_kv;
-  options.num_sms_to_use = c.num_sms_to_use;
-  Plan next = flare::plan(problem, device, options);
-  order_for_kv_reuse(next.work_items, tiles.kv_tile);
+  FLARE_CHECK(s.captured_mask_bytes < 0 || next.mask_bytes <= s.captured_mask_bytes,
+              ErrorCode::kInvalidArgument, kWhat, ": the packed custom mask of this plan has ",
+              next.mask_bytes, " bytes, more than the ", s.captured_mask_bytes,
+              " of the mask the captured run() reads");
+  const PrefillKernel& kernel = s.kernel(next.tiles);
+  api_detail::plan_prefill(c, s.props.num_sms, kernel.ctas_per_sm, next);
 
   const cuda::DeviceScope scope(c.device);
-  if (next.num_partial_slots > s.workspace.layout().max_partial_slots) {
+  if (next.plan.num_partial_slots > s.workspace.layout().max_partial_slots) {
     // Only fixed_split_size plans exceed the default bound (002 D.3 holds for the others).
     FLARE_CHECK(!c.use_cuda_graph, ErrorCode::kWorkspaceTooSmall, kWhat, ": the plan needs ",
-                next.num_partial_slots, " partial slots, the CUDA-graph workspace holds ",
+                next.plan.num_partial_slots, " partial slots, the CUDA-graph workspace holds ",
                 s.workspace.layout().max_partial_slots,
                 " (fixed at creation: give a larger scratch, or plan the largest batch first)");
-    s.workspace.grow(next.num_partial_slots);
+    s.workspace.grow(next.plan.num_partial_slots);
   }
-  check_fits(next, s.workspace.layout());
-  std::byte* staged = s.workspace.staging().write(next, s.workspace.layout());
-  const WorkspaceLayout& layout = s.workspace.layout();
-  std::copy(qo_indptr.begin(), qo_indptr.end(), request_table(staged, layout, c.max_batch, kQoIndptr));
-  std::copy(kv_indptr.begin(), kv_indptr.end(), request_table(staged, layout, c.max_batch, kKvIndptr));
-  std::copy(kv_last_page_len.begin(), kv_last_page_len.end(),
-            request_table(staged, layout, c.max_batch, kLastPageLen));
-  std::copy(s.mask_indptr.begin(), s.mask_indptr.end(),
-            request_table(staged, layout, c.max_batch, kMaskIndptr));
+  check_fits(next.plan, s.workspace.layout());
+  api_detail::stage_prefill(next, s.workspace.layout(), c.max_batch, qo_indptr, kv_indptr,
+                            kv_last_page_len, s.workspace.staging().acquire());
   s.workspace.staging().copy_to(s.workspace.plan_region(), stream);
-  s.plan = std::move(next);
-  s.tiles = tiles;
+  std::swap(s.plan, next.plan);
+  std::swap(s.mask_indptr, next.mask_indptr);
+  s.tiles = next.tiles;
   s.batch = batch;
-  s.total_qo = total_qo;
-  s.mask_bytes = mask_bytes;
+  s.total_qo = next.total_qo;
+  s.mask_bytes = next.mask_bytes;
   s.kv_indptr.assign(kv_indptr.begin(), kv_indptr.end());
   s.planned = true;
 }

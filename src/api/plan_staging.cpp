@@ -18,9 +18,8 @@ WorkspaceOffsets offsets_of(const WorkspaceLayout& layout) {
 
 PlanStaging::PlanStaging(size_t plan_bytes) : buffer_(plan_bytes) { copied_.emplace(); }
 
-std::byte* PlanStaging::write(const Plan& plan, const WorkspaceLayout& layout) {
+std::byte* PlanStaging::acquire() {
   copied_->synchronize();
-  write_plan_region(plan, layout, buffer_.data());
   return buffer_.data();
 }
 

@@ -23,9 +23,9 @@ class PlanStaging {
   // Needs a current context (the buffer is pinned and the event recorded under it).
   explicit PlanStaging(size_t plan_bytes);
 
-  // Writes the plan region of `plan` into the buffer once the previous copy out of it is done
-  // (it may still be queued behind kernels); returns the buffer for additions to the region.
-  std::byte* write(const Plan& plan, const WorkspaceLayout& layout);
+  // The buffer, to write the next plan region into, once the previous copy out of it is done
+  // (it may still be queued behind kernels).
+  std::byte* acquire();
   // Queues the copy of the buffer to the head of `workspace` on `stream`.
   void copy_to(void* workspace, cuda::Stream stream);
 

@@ -1,11 +1,13 @@
 // plan(): checks that some kernel can run the problem, picks the query tile and L_kv, and runs
-// the scheduler (src/plan/schedule.cpp) into a typed Plan.
+// the scheduler (src/plan/schedule.cpp), or for one-queue plans the queue alone balances the
+// queue order (src/plan/queue.cpp), into a typed Plan.
 #include "flare/plan/plan.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "flare/core/error.h"
+#include "src/plan/queue.h"
 #include "src/plan/schedule.h"
 #include "src/plan/tiles.h"
 
@@ -19,6 +21,10 @@ constexpr int kMaxHeadDim = 256;
 // Costs are fixed point with 16 fraction bits (src/plan/schedule.cpp).
 constexpr float kMinCostCoefficient = 1.0f / 65536;
 constexpr float kMaxCostCoefficient = 1 << 20;
+// One-queue plans skip Algorithm 1 when the longest chunk costs at most 1/8 of a CTA's mean
+// load: a CTA takes its next entry when it ends one, so none ends more than one entry (12.5% of
+// the mean) after the mean, and longest-class-first keeps the last entries short.
+constexpr int64_t kQueueEntriesPerCta = 8;
 
 void check_head_dim(int head_dim, const char* name) {
   FLARE_CHECK(head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim && head_dim % 8 == 0,
@@ -75,6 +81,10 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
               "plan: query_tile must be >= 1, or 0 for auto, got ", options.query_tile);
   FLARE_CHECK(options.fixed_split_size >= 0, ErrorCode::kInvalidArgument,
               "plan: fixed_split_size must be >= 0, got ", options.fixed_split_size);
+  FLARE_CHECK(!options.one_queue || (options.kv_tile >= 1 && options.waves == 1),
+              ErrorCode::kInvalidArgument,
+              "plan: one_queue needs kv_tile >= 1 and one wave, got kv_tile=", options.kv_tile,
+              " waves=", options.waves);
   FLARE_CHECK(!(options.disable_split_kv && options.fixed_split_size > 0),
               ErrorCode::kInvalidArgument,
               "plan: disable_split_kv and fixed_split_size > 0 contradict each other, got "
@@ -153,25 +163,44 @@ int64_t even_kv_chunk(std::span<const plan_detail::Tile> tiles,
   return kv_chunk;
 }
 
-double busiest_cta(const Plan& plan) {
-  return plan.cta_cost.empty() ? 0.0
-                               : *std::max_element(plan.cta_cost.begin(), plan.cta_cost.end());
+// Whether a one-queue plan's chunks need no Algorithm 1 (kQueueEntriesPerCta). A chunk has at
+// most query_tile rows; the mean load counts each tile's rows once (a lower bound).
+bool queue_balances(const plan_detail::TileSummary& summary, const PlanProblem& problem,
+                    const PlanOptions& options, int query_tile, int64_t kv_chunk,
+                    int64_t resident_ctas) {
+  const double alpha = options.alpha;
+  const double beta = options.beta;
+  const double longest =
+      alpha * query_tile + beta * static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk));
+  const double total = (alpha * static_cast<double>(summary.total_rows) +
+                        beta * static_cast<double>(summary.total_kv)) *
+                       problem.num_kv_heads;
+  return longest * static_cast<double>(kQueueEntriesPerCta * resident_ctas) <= total;
 }
 
-// Scratch kept per thread: planning each decode step reuses it and allocates only the Plan.
+// Scratch kept per thread: planning each decode step reuses it and allocates nothing.
 struct PlannerScratch {
   std::vector<plan_detail::Tile> tiles;
   plan_detail::ScheduleScratch schedule;
+  plan_detail::ScheduleScratch alternative;  // the even-chunk schedule plan() compares
+  std::vector<uint8_t> tile_class;           // of one-queue plans
 };
 
 }  // namespace
 
 PlanCounts Plan::counts() const {
   return {static_cast<int32_t>(work_items.size()), static_cast<int32_t>(merge_items.size()),
-          num_partial_slots, num_ctas};
+          num_partial_slots, num_ctas, item_heads};
 }
 
 Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options) {
+  Plan result;
+  plan(problem, device, options, result);
+  return result;
+}
+
+void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options,
+          Plan& result) {
   validate(problem, device, options);
   const int group = problem.num_qo_heads / problem.num_kv_heads;
   const int64_t sms = options.num_sms_to_use > 0 ? options.num_sms_to_use : device.num_sms;
@@ -182,12 +211,12 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
               kInt32Max / 2, ")");
 
   thread_local PlannerScratch scratch;
-  Plan result;
   result.num_ctas = static_cast<int>(num_ctas);
   result.group_size = group;
   result.num_kv_heads = problem.num_kv_heads;
   result.head_dim_vo = problem.head_dim_vo;
   result.split_kv = !options.disable_split_kv;
+  result.item_heads = 1;
   result.query_tile = plan_detail::choose_query_tile(problem, group, options.query_tile);
 
   int64_t tile_count = 0;
@@ -200,9 +229,8 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   FLARE_CHECK(tile_count <= kInt32Max && tile_count * problem.num_kv_heads <= kInt32Max,
               ErrorCode::kUnsupported, "plan: ", tile_count, " query tiles x ",
               problem.num_kv_heads, " KV heads exceed int32 work items");
-  scratch.tiles.reserve(static_cast<size_t>(tile_count));
   const plan_detail::TileSummary summary =
-      plan_detail::build_tiles(problem, group, result.query_tile, scratch.tiles);
+      plan_detail::build_tiles(problem, group, result.query_tile, tile_count, scratch.tiles);
   const std::span<const plan_detail::Tile> tiles(scratch.tiles);
 
   int64_t kv_chunk = kNoCuts;
@@ -220,6 +248,15 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
               " KV heads exceed int32 work items (fixed_split_size=", options.fixed_split_size,
               " is too small for these lengths)");
 
+  if (options.one_queue &&
+      queue_balances(summary, problem, options, result.query_tile, kv_chunk, resident_ctas)) {
+    result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
+    plan_detail::plan_queue(tiles,
+                            {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
+                            scratch.tile_class, result);
+    return;
+  }
+
   plan_detail::ScheduleParams params;
   params.num_kv_heads = problem.num_kv_heads;
   params.num_ctas = result.num_ctas;
@@ -229,22 +266,23 @@ Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   params.max_split_chunks = int64_t{2} * num_ctas;
   params.alpha = options.alpha;
   params.beta = options.beta;
-  const auto schedule_with = [&](int64_t chunk_length, Plan& into) {
-    into.kv_chunk = chunk_length == kNoCuts ? summary.longest : chunk_length;
-    params.kv_chunk = chunk_length;
-    plan_detail::schedule(tiles, params, scratch.schedule, into);
-  };
-  schedule_with(kv_chunk, result);
-
+  params.kv_chunk = kv_chunk;
+  const double busiest = plan_detail::assign_chunks(tiles, params, scratch.schedule);
+  plan_detail::ScheduleScratch* chosen = &scratch.schedule;
   if (params.fill_split) {
     const int64_t even = even_kv_chunk(tiles, summary, problem, static_cast<int>(num_ctas));
     if (even > 0 && even != kv_chunk) {
-      Plan alternative = result;
-      schedule_with(even, alternative);
-      if (busiest_cta(alternative) < busiest_cta(result)) result = std::move(alternative);
+      plan_detail::ScheduleParams even_params = params;
+      even_params.kv_chunk = even;
+      if (plan_detail::assign_chunks(tiles, even_params, scratch.alternative) < busiest) {
+        params.kv_chunk = even;
+        chosen = &scratch.alternative;
+      }
     }
   }
-  return result;
+  result.kv_chunk = params.kv_chunk == kNoCuts ? summary.longest : params.kv_chunk;
+  plan_detail::emit_schedule(tiles, params, *chosen, result);
+  if (options.one_queue) plan_detail::order_for_queue(options.kv_tile, result);
 }
 
 }  // namespace flare

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <tuple>
 
@@ -49,6 +50,10 @@ constexpr int kCostFractionBits = 16;
 // addition. Three children per node measured fastest for 132 CTAs (fewer levels than binary,
 // fewer comparisons per level than 4-ary). keys[num_ctas ..] are sentinels larger than any
 // key, so every parent has all its children.
+// While some CTA has no cost yet, the lightest is the lowest such CTA (load 0), so the first
+// positive costs go to CTAs 0, 1, 2, ... in order and the heap is built only once every CTA has
+// one: taken longest first, their keys are non-increasing and reversed form a sorted array,
+// which is a heap (decode batch 64 on 528 CTAs: about two thirds of all assignments).
 class CtaHeap {
  public:
   static constexpr size_t kArity = 3;
@@ -58,21 +63,64 @@ class CtaHeap {
         size_(static_cast<size_t>(num_ctas)),
         keys_(keys) {
     keys_.assign(size_ + kArity, std::numeric_limits<uint64_t>::max());
-    for (size_t c = 0; c < size_; ++c) keys_[c] = c;  // all loads 0: sorted, a heap
   }
 
   int index_bits() const { return index_bits_; }
-  int32_t lightest() const { return static_cast<int32_t>(keys_[0] & index_mask()); }
-  uint64_t lightest_load() const { return keys_[0] >> index_bits_; }
+  int32_t lightest() const {
+    return static_cast<int32_t>(filling() ? loaded_ : keys_[0] & index_mask());
+  }
+  uint64_t lightest_load() const { return filling() ? 0 : keys_[0] >> index_bits_; }
 
   // Adds `cost` to the lightest CTA and restores the heap (pop + push in one pass). Longest
   // first, the new key usually sinks to the bottom and the branches predict well (~4 ns for
   // decode batch 256); with many small items per CTA they do not (~20 ns at batch 1024).
   void add_to_lightest(uint64_t cost) {
+    if (filling()) {
+      if (cost == 0) return;  // the CTA keeps load 0 and stays the lightest
+      keys_[loaded_] = cost << index_bits_ | loaded_;
+      if (++loaded_ == size_) build();
+      return;
+    }
+    replace_top(keys_[0] + (cost << index_bits_));
+  }
+
+  // Load of every CTA, in cost units.
+  void loads(std::vector<uint64_t>& out) const {
+    out.assign(size_, 0);
+    const size_t keys = filling() ? loaded_ : size_;
+    for (size_t i = 0; i < keys; ++i) out[keys_[i] & index_mask()] = keys_[i] >> index_bits_;
+  }
+
+ private:
+  uint64_t index_mask() const { return (uint64_t{1} << index_bits_) - 1; }
+  bool filling() const { return loaded_ < size_; }
+
+  // Replaces the smallest key by `key`, a larger one: the hole at the top moves down along the
+  // smaller children to the bottom, then `key` moves up from there to its place. Longest
+  // first, the new key usually belongs near the bottom, so this saves a plain sift-down's
+  // comparison with it at every level (decode batch 256: a third fewer instructions).
+  void replace_top(uint64_t key) {
     uint64_t* keys = keys_.data();
-    const uint64_t key = keys[0] + (cost << index_bits_);
     size_t hole = 0;
     for (size_t child = 1; child < size_; child = kArity * hole + 1) {
+      size_t lightest = keys[child + 1] < keys[child] ? child + 1 : child;
+      if (keys[child + 2] < keys[lightest]) lightest = child + 2;
+      keys[hole] = keys[lightest];
+      hole = lightest;
+    }
+    while (hole > 0) {
+      const size_t parent = (hole - 1) / kArity;
+      if (keys[parent] < key) break;
+      keys[hole] = keys[parent];
+      hole = parent;
+    }
+    keys[hole] = key;
+  }
+
+  // Puts `key` at `hole` and moves it down to its place.
+  void sift_down(size_t hole, uint64_t key) {
+    uint64_t* keys = keys_.data();
+    for (size_t child = kArity * hole + 1; child < size_; child = kArity * hole + 1) {
       size_t lightest = keys[child + 1] < keys[child] ? child + 1 : child;
       if (keys[child + 2] < keys[lightest]) lightest = child + 2;
       if (keys[lightest] >= key) break;
@@ -82,17 +130,20 @@ class CtaHeap {
     keys[hole] = key;
   }
 
-  // Load of every CTA, in cost units.
-  void loads(std::vector<uint64_t>& out) const {
-    out.assign(size_, 0);
-    for (size_t i = 0; i < size_; ++i) out[keys_[i] & index_mask()] = keys_[i] >> index_bits_;
+  // Makes a heap of the keys of every CTA, in assignment order.
+  void build() {
+    const auto keys = keys_.begin();
+    const auto end = keys + static_cast<std::ptrdiff_t>(size_);
+    if (std::is_sorted(keys, end, std::greater<>())) {
+      std::reverse(keys, end);
+      return;
+    }
+    for (size_t parent = (size_ - 1) / kArity + 1; parent-- > 0;) sift_down(parent, keys_[parent]);
   }
-
- private:
-  uint64_t index_mask() const { return (uint64_t{1} << index_bits_) - 1; }
 
   int index_bits_;
   size_t size_;
+  size_t loaded_ = 0;  // CTAs with a cost while filling: 0 .. loaded_ - 1, keys in that order
   std::vector<uint64_t>& keys_;
 };
 
@@ -101,12 +152,17 @@ class Scheduler {
   Scheduler(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& scratch)
       : tiles_(tiles), params_(params), s_(scratch), ctas_(params.num_ctas, scratch.heap_keys) {}
 
-  void run(Plan& plan) {
+  // The busiest CTA's cost.
+  double run() {
     cut_chunks();
     sort_chunks();
     init_queues();
     assign_in_order();
-    emit(plan);
+    ctas_.loads(s_.loads);
+    s_.assigned_count = assigned_count_;
+    s_.fraction_bits = fraction_bits_;
+    const uint64_t busiest = *std::max_element(s_.loads.begin(), s_.loads.end());
+    return static_cast<double>(busiest) * std::ldexp(1.0, -fraction_bits_);
   }
 
  private:
@@ -125,10 +181,7 @@ class Scheduler {
       max_rows = std::max(max_rows, rows);
       total_kv += tile.kv_end - tile.kv_begin;
       if (tile.kv_end <= kv_chunk) {  // one chunk (the common case, no division)
-        s_.chunks.push_back(
-            {{tile.request, 0, tile.row_begin, tile.row_end, tile.kv_begin, tile.kv_end, -1, 0},
-             0,
-             tile_index});
+        s_.chunks.push_back({tile, 0, tile_index});
         total_rows += rows;
         continue;
       }
@@ -208,6 +261,7 @@ class Scheduler {
     s_.filled.assign(ctas, 0);
     s_.cta_items.assign(ctas, 0);
     s_.tails.clear();
+    s_.split_pairs.clear();
     // Every chunk under every head, plus at most one fill split per CTA. Never shrunk, so
     // steady-state planning does not touch the allocator.
     const size_t most_items = s_.chunks.size() * static_cast<size_t>(params_.num_kv_heads) + ctas;
@@ -215,14 +269,14 @@ class Scheduler {
     assigned_count_ = 0;
   }
 
+  static uint64_t rank(int64_t kv_begin, int64_t kv_end, int32_t request) {
+    return (kMaxLength - static_cast<uint64_t>(kv_end - kv_begin)) << 32 |
+           static_cast<uint64_t>(request);
+  }
+
   // The order of Algorithm 1 over pieces: longer first, then (request, kv_head, tile, kv_begin).
-  bool goes_before(const Piece& a, const Piece& b) const {
-    const int32_t length_a = a.kv_end - a.kv_begin;
-    const int32_t length_b = b.kv_end - b.kv_begin;
-    if (length_a != length_b) return length_a > length_b;
-    const int32_t request_a = tiles_[static_cast<size_t>(a.tile)].request;
-    const int32_t request_b = tiles_[static_cast<size_t>(b.tile)].request;
-    if (request_a != request_b) return request_a < request_b;
+  static bool goes_before(const Piece& a, const Piece& b) {
+    if (a.rank != b.rank) return a.rank < b.rank;
     if (a.kv_head != b.kv_head) return a.kv_head < b.kv_head;
     if (a.tile != b.tile) return a.tile < b.tile;
     return a.kv_begin < b.kv_begin;
@@ -230,7 +284,7 @@ class Scheduler {
 
   // Assigns the fill-split tails that come before `next` (all of them for nullptr).
   void assign_tails_before(const Piece* next) {
-    const auto tail_after = [this](const Piece& a, const Piece& b) { return goes_before(b, a); };
+    const auto tail_after = [](const Piece& a, const Piece& b) { return goes_before(b, a); };
     while (!s_.tails.empty() && (next == nullptr || goes_before(s_.tails.front(), *next))) {
       std::pop_heap(s_.tails.begin(), s_.tails.end(), tail_after);
       const Piece tail = s_.tails.back();
@@ -249,6 +303,7 @@ class Scheduler {
         params_.fill_split ? fill_target_ : std::numeric_limits<uint64_t>::max();
     WorkItem* const assigned = s_.assigned.data();
     int32_t* const cta_items = s_.cta_items.data();
+    const int32_t heads = params_.num_kv_heads;
     bool tails_waiting = false;
     size_t run_begin = 0;
     while (run_begin < count) {
@@ -265,8 +320,13 @@ class Scheduler {
           const Chunk& chunk = chunk_at(i);
           if (tails_waiting || ctas_.lightest_load() + chunk.cost > fill_limit) {
             // The general path: tails that come first, fill splits.
-            const Piece piece{chunk.tile, head, chunk.item.kv_begin, chunk.item.kv_end,
-                              chunk.item.partial_slot == kSlotPending};
+            const WorkItem& item = chunk.item;
+            const Piece piece{rank(item.kv_begin, item.kv_end, item.request),
+                              chunk.tile,
+                              head,
+                              item.kv_begin,
+                              item.kv_end,
+                              item.partial_slot == kSlotPending};
             assign_tails_before(&piece);
             assign(piece);
             tails_waiting = !s_.tails.empty();
@@ -278,6 +338,8 @@ class Scheduler {
           item.kv_head = head;
           item.reserved = cta;
           ++cta_items[cta];
+          if (item.partial_slot == kSlotPending)
+            s_.split_pairs.push_back(chunk.tile * heads + head);
           ctas_.add_to_lightest(chunk.cost);
         }
       }
@@ -305,9 +367,10 @@ class Scheduler {
         split_chunks_ += new_split_chunks;
         s_.filled[static_cast<size_t>(cta)] = 1;
         piece.split = 1;
-        s_.tails.push_back({piece.tile, piece.kv_head, static_cast<int32_t>(cut), piece.kv_end, 1});
+        s_.tails.push_back({rank(cut, piece.kv_end, tile.request), piece.tile, piece.kv_head,
+                            static_cast<int32_t>(cut), piece.kv_end, 1});
         std::push_heap(s_.tails.begin(), s_.tails.end(),
-                       [this](const Piece& a, const Piece& b) { return goes_before(b, a); });
+                       [](const Piece& a, const Piece& b) { return goes_before(b, a); });
         piece.kv_end = static_cast<int32_t>(cut);
         piece_cost = cost(rows, piece.kv_end - piece.kv_begin);
       }
@@ -321,6 +384,7 @@ class Scheduler {
                                       piece.split ? kSlotPending : -1,
                                       cta};
     ++s_.cta_items[static_cast<size_t>(cta)];
+    if (piece.split) s_.split_pairs.push_back(piece.tile * params_.num_kv_heads + piece.kv_head);
     ctas_.add_to_lightest(piece_cost);
   }
 
@@ -332,59 +396,6 @@ class Scheduler {
     const auto room = static_cast<int64_t>((fill_target_ - used) / beta_units_);
     const int64_t page = params_.page_size;
     return (kv_begin + room + page / 2) / page * page;
-  }
-
-  // Work items grouped by CTA (assignment order kept), then partial slots for split tiles:
-  // consecutive per tile, in increasing KV order, tiles in (request, tile, kv_head) order.
-  void emit(Plan& plan) {
-    const auto ctas = static_cast<size_t>(params_.num_ctas);
-    plan.cta_cost.resize(ctas);
-    ctas_.loads(s_.loads);
-    const double unit = std::ldexp(1.0, -fraction_bits_);
-    for (size_t c = 0; c < ctas; ++c) plan.cta_cost[c] = static_cast<double>(s_.loads[c]) * unit;
-
-    plan.cta_indptr.resize(ctas + 1);
-    plan.cta_indptr[0] = 0;
-    for (size_t c = 0; c < ctas; ++c) {
-      plan.cta_indptr[c + 1] = plan.cta_indptr[c] + s_.cta_items[c];
-      s_.cta_items[c] = plan.cta_indptr[c];  // from here on: the CTA's next free position
-    }
-    plan.work_items.resize(assigned_count_);
-    s_.split_items.clear();
-    WorkItem* const work_items = plan.work_items.data();
-    int32_t* const next_position = s_.cta_items.data();
-    for (size_t i = 0; i < assigned_count_; ++i) {
-      WorkItem item = s_.assigned[i];
-      const int32_t position = next_position[item.reserved]++;
-      item.reserved = 0;
-      work_items[position] = item;
-      if (item.partial_slot == kSlotPending) s_.split_items.push_back(position);
-    }
-    const auto slot_order = [&items = plan.work_items](int32_t a, int32_t b) {
-      const WorkItem& x = items[static_cast<size_t>(a)];
-      const WorkItem& y = items[static_cast<size_t>(b)];
-      return std::tie(x.request, x.row_begin, x.kv_head, x.kv_begin) <
-             std::tie(y.request, y.row_begin, y.kv_head, y.kv_begin);
-    };
-    std::sort(s_.split_items.begin(), s_.split_items.end(), slot_order);
-
-    plan.merge_items.clear();
-    plan.merge_indptr.assign(1, 0);
-    plan.merge_slots.resize(s_.split_items.size());
-    for (size_t slot = 0; slot < s_.split_items.size(); ++slot) {
-      WorkItem& item = plan.work_items[static_cast<size_t>(s_.split_items[slot])];
-      item.partial_slot = static_cast<int32_t>(slot);
-      plan.merge_slots[slot] = static_cast<int32_t>(slot);
-      const WorkItem* next = slot + 1 < s_.split_items.size()
-                                 ? &plan.work_items[static_cast<size_t>(s_.split_items[slot + 1])]
-                                 : nullptr;
-      if (next == nullptr || next->request != item.request || next->row_begin != item.row_begin ||
-          next->kv_head != item.kv_head) {
-        plan.merge_items.push_back({item.request, item.kv_head, item.row_begin, item.row_end});
-        plan.merge_indptr.push_back(static_cast<int32_t>(slot + 1));
-      }
-    }
-    plan.num_partial_slots = static_cast<int32_t>(s_.split_items.size());
   }
 
   std::span<const Tile> tiles_;
@@ -401,9 +412,79 @@ class Scheduler {
 
 }  // namespace
 
-void schedule(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& scratch,
-              Plan& plan) {
-  Scheduler(tiles, params, scratch).run(plan);
+double assign_chunks(std::span<const Tile> tiles, const ScheduleParams& params,
+                     ScheduleScratch& scratch) {
+  return Scheduler(tiles, params, scratch).run();
+}
+
+// Work items grouped by CTA (assignment order kept), then partial slots for split tiles:
+// consecutive per (tile, KV head), in increasing KV order, in (request, tile, kv_head) order: a
+// counting sort of the split pieces by (tile, KV head), then KV order within each (a few
+// pieces).
+void emit_schedule(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& s,
+                   Plan& plan) {
+  const auto ctas = static_cast<size_t>(params.num_ctas);
+  plan.cta_cost.resize(ctas);
+  const double unit = std::ldexp(1.0, -s.fraction_bits);
+  for (size_t c = 0; c < ctas; ++c) plan.cta_cost[c] = static_cast<double>(s.loads[c]) * unit;
+
+  plan.cta_indptr.resize(ctas + 1);
+  plan.cta_indptr[0] = 0;
+  for (size_t c = 0; c < ctas; ++c) {
+    plan.cta_indptr[c + 1] = plan.cta_indptr[c] + s.cta_items[c];
+    s.cta_items[c] = plan.cta_indptr[c];  // from here on: the CTA's next free position
+  }
+  // Without split tiles, no slots to number.
+  const size_t pairs =
+      s.split_pairs.empty() ? 0 : tiles.size() * static_cast<size_t>(params.num_kv_heads);
+  s.pair_begin.assign(pairs + 1, 0);
+  for (const int32_t pair : s.split_pairs) ++s.pair_begin[static_cast<size_t>(pair) + 1];
+  for (size_t p = 0; p < pairs; ++p) s.pair_begin[p + 1] += s.pair_begin[p];
+  s.split_items.resize(s.split_pairs.size());
+
+  plan.work_items.resize(s.assigned_count);
+  WorkItem* const work_items = plan.work_items.data();
+  int32_t* const next_position = s.cta_items.data();
+  size_t split = 0;
+  for (size_t i = 0; i < s.assigned_count; ++i) {
+    WorkItem item = s.assigned[i];
+    const int32_t position = next_position[item.reserved]++;
+    item.reserved = 0;
+    work_items[position] = item;
+    if (item.partial_slot == kSlotPending) {
+      const auto pair = static_cast<size_t>(s.split_pairs[split++]);
+      // Counts down from the pair's end: pair_begin[pair + 1] ends as the pair's first piece.
+      s.split_items[static_cast<size_t>(--s.pair_begin[pair + 1])] = position;
+    }
+  }
+
+  plan.merge_items.clear();
+  plan.merge_indptr.assign(1, 0);
+  plan.merge_slots.resize(s.split_items.size());
+  int32_t* const slots = s.split_items.data();
+  for (size_t p = 0; p < pairs; ++p) {
+    const int32_t begin = s.pair_begin[p + 1];
+    const int32_t end =
+        p + 1 < pairs ? s.pair_begin[p + 2] : static_cast<int32_t>(s.split_items.size());
+    if (begin == end) continue;
+    // A pair has a few pieces (its chunks and fill splits): insertion sort by KV position.
+    for (int32_t i = begin + 1; i < end; ++i) {
+      const int32_t piece = slots[i];
+      int32_t j = i;
+      for (; j > begin && work_items[slots[j - 1]].kv_begin > work_items[piece].kv_begin; --j) {
+        slots[j] = slots[j - 1];
+      }
+      slots[j] = piece;
+    }
+    for (int32_t slot = begin; slot < end; ++slot) {
+      work_items[slots[slot]].partial_slot = slot;
+      plan.merge_slots[static_cast<size_t>(slot)] = slot;
+    }
+    const WorkItem& item = work_items[slots[begin]];
+    plan.merge_items.push_back({item.request, item.kv_head, item.row_begin, item.row_end});
+    plan.merge_indptr.push_back(end);
+  }
+  plan.num_partial_slots = static_cast<int32_t>(s.split_items.size());
 }
 
 }  // namespace flare::plan_detail

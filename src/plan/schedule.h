@@ -34,7 +34,8 @@ struct ScheduleScratch {
     uint64_t cost;
     int32_t tile;
   };
-  struct Piece {  // a chunk (or what a fill split left of one) under one KV head
+  struct Piece {    // a chunk (or what a fill split left of one) under one KV head
+    uint64_t rank;  // (INT32_MAX - length) << 32 | request: longer first, then request
     int32_t tile;
     int32_t kv_head;
     int32_t kv_begin;
@@ -42,14 +43,21 @@ struct ScheduleScratch {
     int32_t split;
   };
   std::vector<Chunk> chunks;
-  std::vector<uint64_t> order;       // chunks sorted: longest first, then generation order
-  std::vector<uint64_t> heap_keys;   // min-heap of CTA keys (load << index bits | index)
-  std::vector<uint64_t> loads;       // [num_ctas] final loads, cost units
-  std::vector<uint8_t> filled;       // [num_ctas] received a fill split
-  std::vector<Piece> tails;          // heap of fill-split remainders, first in order on top
-  std::vector<WorkItem> assigned;    // in assignment order; `reserved` holds the CTA
-  std::vector<int32_t> cta_items;    // [num_ctas] items per CTA, then the next free position
-  std::vector<int32_t> split_items;  // positions in Plan::work_items of chunks of split tiles
+  std::vector<uint64_t> order;      // chunks sorted: longest first, then generation order
+  std::vector<uint64_t> heap_keys;  // min-heap of CTA keys (load << index bits | index)
+  std::vector<uint64_t> loads;      // [num_ctas] final loads, cost units
+  std::vector<uint8_t> filled;      // [num_ctas] received a fill split
+  std::vector<Piece> tails;         // heap of fill-split remainders, first in order on top
+  std::vector<WorkItem> assigned;   // in assignment order; `reserved` holds the CTA
+  std::vector<int32_t> cta_items;   // [num_ctas] items per CTA, then the next free position
+  // Pieces of split tiles: their (tile, KV head) as tile * num_kv_heads + kv_head, in
+  // assignment order; the first piece of each such pair, by pair; their positions in
+  // Plan::work_items, by pair.
+  std::vector<int32_t> split_pairs;
+  std::vector<int32_t> pair_begin;
+  std::vector<int32_t> split_items;
+  size_t assigned_count = 0;
+  int fraction_bits = 0;  // of the cost unit
 };
 
 // Number of chunks the cuts at multiples of kv_chunk make of [kv_begin, kv_end) (1 if empty).
@@ -58,9 +66,16 @@ inline int64_t chunk_count(int64_t kv_begin, int64_t kv_end, int64_t kv_chunk) {
   return (kv_end + kv_chunk - 1) / kv_chunk - kv_begin / kv_chunk;
 }
 
+// Assigns every chunk (and fill split) to a CTA, into `scratch`; returns the busiest CTA's
+// cost, alpha * rows + beta * kv (Plan::cta_cost). The caller has checked that every count fits
+// int32.
+double assign_chunks(std::span<const Tile> tiles, const ScheduleParams& params,
+                     ScheduleScratch& scratch);
+
 // Fills plan.cta_indptr, work_items, merge_indptr, merge_items, merge_slots,
-// num_partial_slots and cta_cost. The caller has checked that every count fits int32.
-void schedule(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& scratch,
-              Plan& plan);
+// num_partial_slots and cta_cost from the assignment in `scratch` (of the same tiles and
+// params).
+void emit_schedule(std::span<const Tile> tiles, const ScheduleParams& params,
+                   ScheduleScratch& scratch, Plan& plan);
 
 }  // namespace flare::plan_detail

@@ -1,8 +1,8 @@
 // execute_plan_cpu: the CPU backend's run() of a Plan, and the proof in CI that plans are
-// correct. Work items run on threads (one item per thread at a time, CTAs taken in index
-// order); merges reduce partial slots in slot order. Each output element is written by exactly
-// one item or merge from inputs that do not depend on the thread count, so the output is
-// bitwise identical for any number of threads.
+// correct. Work items run on threads (one item, under each KV head it covers, per thread at a
+// time, CTAs taken in index order); merges reduce partial slots in slot order. Each output element
+// is written by exactly one item or merge from inputs that do not depend on the thread count, so
+// the output is bitwise identical for any number of threads.
 #include "flare/reference/execute_plan.h"
 
 #include <algorithm>
@@ -52,20 +52,27 @@ void check_plan(const Plan& plan, const AttentionProblem& problem, const Geometr
       ErrorCode::kInvalidArgument,
       "execute_plan_cpu: cta_indptr must be a monotone [num_ctas + 1] indptr over the ", items,
       " work items");
+  FLARE_CHECK(plan.item_heads >= 1 && plan.item_heads <= geometry.num_kv_heads,
+              ErrorCode::kInvalidArgument, "execute_plan_cpu: item_heads must be in [1, ",
+              geometry.num_kv_heads, "], got ", plan.item_heads);
   const int64_t slot_rows = plan.query_tile;
+  const int64_t last_head = plan.item_heads - 1;  // of an item, past its kv_head
   for (size_t i = 0; i < items; ++i) {
     const WorkItem& item = plan.work_items[i];
     check_range(item.request >= 0 && item.request < geometry.batch, "work item", i,
                 "names a request outside the batch");
     const int64_t q_len = ragged_length(problem.qo_indptr, item.request);
     const int64_t kv_len = kv_length(problem.kv, item.request);
-    check_range(item.kv_head >= 0 && item.kv_head < geometry.num_kv_heads && item.row_begin >= 0 &&
-                    item.row_begin < item.row_end && item.row_end <= q_len * geometry.group &&
-                    item.kv_begin >= 0 && item.kv_begin <= item.kv_end && item.kv_end <= kv_len,
+    check_range(item.kv_head >= 0 && item.kv_head + last_head < geometry.num_kv_heads &&
+                    item.row_begin >= 0 && item.row_begin < item.row_end &&
+                    item.row_end <= q_len * geometry.group && item.kv_begin >= 0 &&
+                    item.kv_begin <= item.kv_end && item.kv_end <= kv_len,
                 "work item", i, "has a KV head, rows or KV range outside its request");
-    check_range(item.partial_slot >= -1 && item.partial_slot < plan.num_partial_slots &&
-                    (item.partial_slot < 0 || item.row_end - item.row_begin <= slot_rows),
-                "work item", i, "names a partial slot outside the plan's");
+    check_range(
+        item.partial_slot == -1 ||
+            (item.partial_slot >= 0 && item.partial_slot + last_head < plan.num_partial_slots &&
+             item.row_end - item.row_begin <= slot_rows),
+        "work item", i, "names a partial slot outside the plan's");
   }
   FLARE_CHECK(plan.merge_indptr.size() == plan.merge_items.size() + 1 &&
                   plan.merge_indptr.front() == 0 &&
@@ -173,20 +180,24 @@ void execute_plan_cpu(const Plan& plan, const AttentionProblem& problem, const A
          i < plan.cta_indptr[static_cast<size_t>(cta) + 1]; ++i) {
       const WorkItem& item = plan.work_items[static_cast<size_t>(i)];
       const int64_t rows = item.row_end - item.row_begin;
-      if (item.partial_slot >= 0) {
-        const auto slot = static_cast<size_t>(item.partial_slot);
-        reference_attend_rows(
-            problem, item.request, item.kv_head, item.row_begin, item.row_end, item.kv_begin,
-            item.kv_end, partial_o.data() + slot * static_cast<size_t>(slot_rows * dim),
-            partial_lse.data() + slot * static_cast<size_t>(slot_rows), options.accumulation);
-        continue;
+      for (int32_t h = 0; h < plan.item_heads; ++h) {  // the item's queue entries
+        const int32_t kv_head = item.kv_head + h;
+        if (item.partial_slot >= 0) {
+          const auto slot = static_cast<size_t>(item.partial_slot + h);
+          reference_attend_rows(
+              problem, item.request, kv_head, item.row_begin, item.row_end, item.kv_begin,
+              item.kv_end, partial_o.data() + slot * static_cast<size_t>(slot_rows * dim),
+              partial_lse.data() + slot * static_cast<size_t>(slot_rows), options.accumulation);
+          continue;
+        }
+        o.resize(static_cast<size_t>(rows * dim));
+        lse.resize(static_cast<size_t>(rows));
+        reference_attend_rows(problem, item.request, kv_head, item.row_begin, item.row_end,
+                              item.kv_begin, item.kv_end, o.data(), lse.data(),
+                              options.accumulation);
+        write_rows(problem, out, geometry, item.request, kv_head, item.row_begin, item.row_end,
+                   o.data(), lse.data());
       }
-      o.resize(static_cast<size_t>(rows * dim));
-      lse.resize(static_cast<size_t>(rows));
-      reference_attend_rows(problem, item.request, item.kv_head, item.row_begin, item.row_end,
-                            item.kv_begin, item.kv_end, o.data(), lse.data(), options.accumulation);
-      write_rows(problem, out, geometry, item.request, item.kv_head, item.row_begin, item.row_end,
-                 o.data(), lse.data());
     }
   });
 

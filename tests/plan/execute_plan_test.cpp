@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -137,17 +138,20 @@ TEST_P(PlanMatchesReference, EveryCtaCount) {
   const Case c(mix, group, num_kv_heads, GetParam().page_size, 100 + GetParam().mix);
   const Output expected = reference_output(c);
   for (const int ctas : kCtaCounts) {
-    for (const int waves : {1, 2}) {
+    // Two waves of per-CTA queues, or one queue (waves 0 here).
+    for (const int waves : {1, 2, 0}) {
       PlanOptions options;
-      options.waves = waves;
+      options.waves = std::max(waves, 1);
+      options.one_queue = waves == 0;
+      options.kv_tile = 16;
       const Plan result = plan(c.lengths.problem, {ctas, 1}, options);
       ASSERT_NO_FATAL_FAILURE(
-          plan_testing::check_plan(result, c.lengths.problem, options, ctas * waves));
+          plan_testing::check_plan(result, c.lengths.problem, options, ctas * options.waves));
       Output actual(c.total_q, c.lengths.problem.num_qo_heads);
       execute_plan_cpu(result, c.problem, actual.view(), {Accumulation::kF32, 2});
       expect_close(actual, expected, 1e-5,
-                   std::string(mix.name) + " ctas=" + std::to_string(ctas) +
-                       " waves=" + std::to_string(waves));
+                   std::string(mix.name) + " ctas=" + std::to_string(ctas) + " waves=" +
+                       std::to_string(waves) + " item_heads=" + std::to_string(result.item_heads));
     }
   }
 }
@@ -176,8 +180,15 @@ TEST(ExecutePlan, Float64AccumulationAndOptions) {
   small_tiles.query_tile = 5;
   PlanOptions unsplit;
   unsplit.disable_split_kv = true;
-  for (const PlanOptions& options : {PlanOptions{}, fixed, small_tiles, unsplit}) {
-    const Plan result = plan(c.lengths.problem, {7, 1}, options);
+  PlanOptions fixed_queue = fixed;  // on one CTA: split items covering both KV heads
+  fixed_queue.one_queue = true;
+  fixed_queue.kv_tile = 8;
+  for (const PlanOptions& options : {PlanOptions{}, fixed, small_tiles, unsplit, fixed_queue}) {
+    const Plan result = plan(c.lengths.problem, {options.one_queue ? 1 : 7, 1}, options);
+    if (options.one_queue) {
+      ASSERT_EQ(result.item_heads, 2);
+      ASSERT_GT(result.num_partial_slots, 0);
+    }
     Output actual(c.total_q, c.lengths.problem.num_qo_heads);
     execute_plan_cpu(result, c.problem, actual.view(), {Accumulation::kF64, 2});
     expect_close(actual, expected, 1e-6, "float64 accumulation");

@@ -102,10 +102,11 @@ inline double item_cost(const WorkItem& item, const PlanOptions& options) {
 }
 
 // Everything a plan from plan() promises (ASSERTs; call via ASSERT_NO_FATAL_FAILURE):
-// CTA queues cover every expected tile exactly, chunks are disjoint and tile the tile's KV
-// range, interior cuts are page aligned and chunks at most kv_chunk long, unsplit tiles write
-// through, split tiles have consecutive slots merged in KV order, and the recorded CTA costs
-// are the sums of their items' costs (to the planner's 2^-16 rounding of alpha and beta).
+// CTA queues cover every expected tile exactly (an item under each of its item_heads KV heads),
+// chunks are disjoint and tile the tile's KV range, interior cuts are page aligned and chunks
+// at most kv_chunk long, unsplit tiles write through, split tiles have slots merged in KV
+// order (consecutive ones for item_heads 1), and the recorded CTA costs are the sums of their
+// items' costs (to the planner's 2^-16 rounding of alpha and beta; none for one-queue plans).
 inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanOptions& options,
                        int expected_ctas) {
   ASSERT_EQ(plan.num_ctas, expected_ctas);
@@ -121,16 +122,17 @@ inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanO
   ASSERT_EQ(plan.cta_indptr.front(), 0);
   ASSERT_EQ(plan.cta_indptr.back(), static_cast<int32_t>(plan.work_items.size()));
   ASSERT_TRUE(std::is_sorted(plan.cta_indptr.begin(), plan.cta_indptr.end()));
-  ASSERT_EQ(plan.cta_cost.size(), static_cast<size_t>(plan.num_ctas));
+  ASSERT_EQ(plan.cta_cost.size(), options.one_queue ? 0u : static_cast<size_t>(plan.num_ctas));
+  ASSERT_TRUE(plan.item_heads == 1 || (options.one_queue && plan.item_heads == plan.num_kv_heads));
   ASSERT_EQ(plan.merge_indptr.size(), plan.merge_items.size() + 1);
   ASSERT_EQ(plan.merge_indptr.front(), 0);
   ASSERT_EQ(plan.merge_slots.size(), static_cast<size_t>(plan.num_partial_slots));
   ASSERT_EQ(plan.merge_indptr.back(), plan.num_partial_slots);
-  for (size_t slot = 0; slot < plan.merge_slots.size(); ++slot) {
+  for (size_t slot = 0; slot < plan.merge_slots.size() && plan.item_heads == 1; ++slot) {
     ASSERT_EQ(plan.merge_slots[slot], static_cast<int32_t>(slot)) << "merge_slots is the identity";
   }
 
-  for (int cta = 0; cta < plan.num_ctas; ++cta) {
+  for (int cta = 0; cta < plan.num_ctas && !options.one_queue; ++cta) {
     double cost = 0.0;
     for (int32_t i = plan.cta_indptr[static_cast<size_t>(cta)];
          i < plan.cta_indptr[static_cast<size_t>(cta) + 1]; ++i) {
@@ -141,16 +143,21 @@ inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanO
   }
 
   using TileKey = std::tuple<int32_t, int32_t, int32_t>;  // request, kv_head, row_begin
-  std::map<TileKey, std::vector<const WorkItem*>> pieces;
+  std::map<TileKey, std::vector<WorkItem>> pieces;
   std::vector<int> slot_uses(static_cast<size_t>(plan.num_partial_slots), 0);
   for (const WorkItem& item : plan.work_items) {
-    pieces[{item.request, item.kv_head, item.row_begin}].push_back(&item);
     ASSERT_EQ(item.reserved, 0);
-    if (item.partial_slot >= 0) {
-      ASSERT_LT(item.partial_slot, plan.num_partial_slots);
-      ++slot_uses[static_cast<size_t>(item.partial_slot)];
-    } else {
-      ASSERT_EQ(item.partial_slot, -1);
+    for (int32_t h = 0; h < plan.item_heads; ++h) {  // the item's queue entries
+      WorkItem entry = item;
+      entry.kv_head += h;
+      if (entry.partial_slot >= 0) entry.partial_slot += h;
+      pieces[{entry.request, entry.kv_head, entry.row_begin}].push_back(entry);
+      if (entry.partial_slot >= 0) {
+        ASSERT_LT(entry.partial_slot, plan.num_partial_slots);
+        ++slot_uses[static_cast<size_t>(entry.partial_slot)];
+      } else {
+        ASSERT_EQ(entry.partial_slot, -1);
+      }
     }
   }
   for (const int uses : slot_uses) ASSERT_EQ(uses, 1) << "every partial slot has one writer";
@@ -169,7 +176,8 @@ inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanO
   for (const ExpectedTile& tile : tiles) {
     const auto found = pieces.find({tile.request, tile.kv_head, tile.row_begin});
     ASSERT_NE(found, pieces.end());
-    std::vector<const WorkItem*> chunks = found->second;
+    std::vector<const WorkItem*> chunks;
+    for (const WorkItem& chunk : found->second) chunks.push_back(&chunk);
     std::sort(chunks.begin(), chunks.end(),
               [](const WorkItem* a, const WorkItem* b) { return a->kv_begin < b->kv_begin; });
     if (tile.kv_begin == tile.kv_end) {
@@ -208,8 +216,10 @@ inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanO
     for (size_t c = 0; c < chunks.size(); ++c) {
       ASSERT_EQ(plan.merge_slots[static_cast<size_t>(begin) + c], chunks[c]->partial_slot)
           << "merge slots in increasing KV order";
-      ASSERT_EQ(chunks[c]->partial_slot, chunks[0]->partial_slot + static_cast<int32_t>(c))
-          << "consecutive slots";
+      if (plan.item_heads == 1) {
+        ASSERT_EQ(chunks[c]->partial_slot, chunks[0]->partial_slot + static_cast<int32_t>(c))
+            << "consecutive slots";
+      }
     }
   }
   ASSERT_EQ(static_cast<int64_t>(plan.merge_items.size()), split_tiles);
@@ -248,6 +258,7 @@ inline void expect_same_plan(const Plan& a, const Plan& b) {
   EXPECT_EQ(a.merge_slots, b.merge_slots);
   EXPECT_EQ(a.num_partial_slots, b.num_partial_slots);
   EXPECT_EQ(a.cta_cost, b.cta_cost);
+  EXPECT_EQ(a.item_heads, b.item_heads);
 }
 
 }  // namespace flare::plan_testing

@@ -268,6 +268,7 @@ TEST(PlanRegion, ReadingTheBytesBackGivesThePlan) {
     EXPECT_EQ(counts.num_merge_items, static_cast<int32_t>(expected.merge_items.size()));
     EXPECT_EQ(counts.num_partial_slots, expected.num_partial_slots);
     EXPECT_EQ(counts.num_ctas, 132);
+    EXPECT_EQ(counts.item_heads, 1);
     Plan read = expected;  // fields outside the region (tile, costs) are copied
     const std::vector<int32_t> grid_indptr =
         read_array<int32_t>(region, layout.cta_indptr, static_cast<size_t>(layout.num_ctas) + 1);

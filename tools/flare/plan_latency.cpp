@@ -1,20 +1,29 @@
-// The planner latency benchmark: plan() runs every generation step, before the kernels of the
-// step can launch, so its latency adds to every step. Each timed run plans one step of a batch
-// whose KV lengths grow by one token per step (as in decoding); the table gives the median and
-// the 10th/90th percentiles over many runs on one thread, pinned to one core where possible.
+// The plan() latency benchmark: plan() runs every generation step, before the kernels of the
+// step can launch, so its host time adds to every step. Each timed run is the host work of one
+// BatchDecode::plan() or BatchPrefill::plan() (src/api/decode_plan.h, prefill_plan.h: the same
+// functions, without a GPU): the index arrays' validation, the planner, and the plan region
+// written into a host buffer (what the one async copy then moves). KV lengths grow by one token
+// per run (as in decoding); the table gives medians and the 10th/90th percentiles over many
+// runs on one thread, pinned to one core where possible.
 #include "tools/flare/plan_latency.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "flare/plan/plan.h"
+#include "flare/api/batch_decode.h"
+#include "flare/api/batch_prefill.h"
+#include "src/api/decode_plan.h"
+#include "src/api/prefill_plan.h"
 #include "tools/flare/args.h"
 
 #ifdef __linux__
@@ -25,14 +34,20 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: flare plan-latency [--runs N] [--num-sms N] [--lengths uniform|zipf]\n"
-    "                          [--batches 1,64,256,1024] [--kinds decode|prefill|both]\n\n"
-    "Times plan() (the load-balanced scheduler) on one core for decode (q_len 1) and causal\n"
-    "prefill (q_len = kv_len) batches: 32 query heads, 8 KV heads, head dim 128, page size 16,\n"
-    "KV lengths of mean 1024 (uniform in [1, 2047], or Zipf-skewed), --num-sms CTAs\n"
-    "(default 132, an H100). Each run plans one decoding step: KV lengths grow by one token\n"
-    "per run, for 64 runs, then start over.\n"
-    "Prints median, 10th and 90th percentile microseconds over --runs runs (default 2000)\n"
-    "and the plan's size (work items, partial slots).\n";
+    "                          [--batches 1,64,256,1024] [--kinds decode|prefill|both]\n"
+    "                          [--decode-loop cuda-core|tensor-core] [--json]\n\n"
+    "Times the host work of BatchDecode::plan() and BatchPrefill::plan() on one core, without\n"
+    "a GPU: validating the index arrays, planning, and writing the plan region into a host\n"
+    "buffer (everything but the one async copy). Decode: q_len 1 (BatchDecode's grid on an\n"
+    "H100: 4 CTAs per SM on the CUDA-core loop, 2 x 2 waves on the tensor-core loop); prefill:\n"
+    "causal, q_len = kv_len, paged (BatchPrefill's tiles and CTAs per SM on an H100). 32 query\n"
+    "heads, 8 KV heads, head dim 128, bf16, page size 16, KV lengths of mean 1024 (uniform in\n"
+    "[1, 2047], or Zipf-skewed), --num-sms SMs (default 132). Each run plans one decoding\n"
+    "step: KV lengths grow by one token per run, for 64 runs, then start over.\n"
+    "Prints the plan's size (work items, queue entries, partial slots), the median\n"
+    "microseconds of each part (validation, planner, staging) and the 10th percentile, median\n"
+    "and 90th percentile of the whole over --runs runs (default 2000); with --json, one flat\n"
+    "JSON object per row instead.\n";
 
 constexpr int kQoHeads = 32;
 constexpr int kKvHeads = 8;
@@ -41,6 +56,12 @@ constexpr int kPageSize = 16;
 constexpr int kMeanLength = 1024;
 constexpr int kWarmupRuns = 50;
 constexpr int kDecodeSteps = 64;
+// An H100 SM's shared memory (228 KiB) and the driver's reservation per CTA: with the kernels'
+// shared bytes they give the CTAs per SM the occupancy query returns there (registers allow
+// as many for these configurations).
+constexpr size_t kSharedBytesPerSm = 228 * 1024;
+constexpr size_t kReservedSharedPerCta = 1024;
+constexpr int kMaxPrefillCtasPerSm = 2;  // BatchPrefill's cap
 
 std::vector<int32_t> kv_lengths(int64_t batch, bool zipf, uint64_t seed) {
   std::mt19937_64 engine(seed);
@@ -85,54 +106,167 @@ void pin_to_one_core() {
 #endif
 }
 
-struct Timing {
-  double p10_us;
-  double median_us;
-  double p90_us;
-  size_t work_items;
-  int32_t partial_slots;
+int ctas_per_sm(size_t shared_bytes, int most) {
+  return std::clamp(static_cast<int>(kSharedBytesPerSm / (shared_bytes + kReservedSharedPerCta)), 1,
+                    most);
+}
+
+// The index arrays the caller of plan() holds for one decoding step: pages per request and the
+// last page's length (kv_indptr counts pages), and the query tokens (qo_indptr).
+struct StepArrays {
+  std::vector<int32_t> qo_indptr;
+  std::vector<int32_t> kv_indptr;
+  std::vector<int32_t> last_page_len;
 };
 
-Timing time_plan(bool prefill, int64_t batch, bool zipf, int runs, int num_sms) {
-  const std::vector<int32_t> initial_kv = kv_lengths(batch, zipf, static_cast<uint64_t>(batch));
-  std::vector<int32_t> kv = initial_kv;
-  std::vector<int32_t> qo(kv.size(), 1);
-  flare::PlanProblem problem;
-  problem.num_qo_heads = kQoHeads;
-  problem.num_kv_heads = kKvHeads;
-  problem.head_dim_qk = kHeadDim;
-  problem.head_dim_vo = kHeadDim;
-  problem.page_size = kPageSize;
-  problem.causal = true;
-  problem.qo_len = qo;
-  problem.kv_len = kv;
-  const flare::DeviceSpec device{num_sms, 1};
-
-  std::vector<double> micros;
-  micros.reserve(static_cast<size_t>(runs));
-  Timing timing{};
-  for (int run = -kWarmupRuns; run < runs; ++run) {
-    // The next decoding step; every kDecodeSteps runs the batch starts over, so that the
-    // lengths keep their distribution however many runs are timed.
-    for (size_t i = 0; i < kv.size(); ++i)
-      kv[i] = initial_kv[i] + (run + kWarmupRuns) % kDecodeSteps;
-    if (prefill) std::copy(kv.begin(), kv.end(), qo.begin());
-    const auto start = std::chrono::steady_clock::now();
-    const flare::Plan result = flare::plan(problem, device);
-    const auto stop = std::chrono::steady_clock::now();
-    if (run < 0) continue;
-    micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
-    timing.work_items = result.work_items.size();
-    timing.partial_slots = result.num_partial_slots;
+StepArrays step_arrays(const std::vector<int32_t>& kv_len, bool prefill) {
+  StepArrays a;
+  a.qo_indptr.assign(1, 0);
+  a.kv_indptr.assign(1, 0);
+  for (const int32_t length : kv_len) {
+    const int32_t pages = (length + kPageSize - 1) / kPageSize;
+    a.kv_indptr.push_back(a.kv_indptr.back() + pages);
+    a.last_page_len.push_back(length - (pages - 1) * kPageSize);
+    a.qo_indptr.push_back(a.qo_indptr.back() + (prefill ? length : 1));
   }
-  std::sort(micros.begin(), micros.end());
-  const auto at = [&](double fraction) {
-    return micros[static_cast<size_t>(fraction * static_cast<double>(micros.size() - 1))];
+  return a;
+}
+
+struct Row {
+  size_t work_items = 0;
+  int64_t queue_entries = 0;  // work items x the KV heads each covers
+  int32_t partial_slots = 0;
+  int num_ctas = 0;
+  double validate_us = 0;  // medians of the parts
+  double planner_us = 0;
+  double stage_us = 0;
+  double p10_us = 0;  // of the whole
+  double median_us = 0;
+  double p90_us = 0;
+};
+
+// Times `parts` (validation, planner, staging) of one step per run; returns the medians.
+template <typename Parts>
+void time_runs(int runs, Parts&& parts, Row& row) {
+  std::vector<double> part_us[3];
+  std::vector<double> total_us;
+  for (int run = -kWarmupRuns; run < runs; ++run) {
+    const int step = (run + kWarmupRuns) % kDecodeSteps;
+    std::chrono::steady_clock::time_point marks[4];
+    parts(step, marks);
+    if (run < 0) continue;
+    for (int p = 0; p < 3; ++p) {
+      part_us[p].push_back(
+          std::chrono::duration<double, std::micro>(marks[p + 1] - marks[p]).count());
+    }
+    total_us.push_back(std::chrono::duration<double, std::micro>(marks[3] - marks[0]).count());
+  }
+  const auto at = [](std::vector<double>& values, double fraction) {
+    std::sort(values.begin(), values.end());
+    return values[static_cast<size_t>(fraction * static_cast<double>(values.size() - 1))];
   };
-  timing.p10_us = at(0.1);
-  timing.median_us = at(0.5);
-  timing.p90_us = at(0.9);
-  return timing;
+  row.validate_us = at(part_us[0], 0.5);
+  row.planner_us = at(part_us[1], 0.5);
+  row.stage_us = at(part_us[2], 0.5);
+  row.p10_us = at(total_us, 0.1);
+  row.median_us = at(total_us, 0.5);
+  row.p90_us = at(total_us, 0.9);
+}
+
+std::vector<StepArrays> steps_of(int64_t batch, bool zipf, bool prefill) {
+  const std::vector<int32_t> initial = kv_lengths(batch, zipf, static_cast<uint64_t>(batch));
+  std::vector<StepArrays> steps;
+  for (int step = 0; step < kDecodeSteps; ++step) {
+    std::vector<int32_t> kv = initial;
+    for (int32_t& length : kv) length += step;
+    steps.push_back(step_arrays(kv, prefill));
+  }
+  return steps;
+}
+
+Row time_decode(int64_t batch, bool zipf, int runs, int num_sms, bool tensor_cores) {
+  flare::BatchDecodeConfig config;
+  config.max_batch = static_cast<int>(batch);
+  config.num_qo_heads = kQoHeads;
+  config.num_kv_heads = kKvHeads;
+  config.head_dim = kHeadDim;
+  config.page_size = kPageSize;
+  config.use_tensor_cores = tensor_cores;
+  const flare::BatchDecodeKernels kernels =
+      flare::batch_decode_kernels(config, flare::kSm90SharedBytesPerBlock);
+  const flare::api_detail::DecodePlanSetup setup = flare::api_detail::decode_plan_setup(
+      config, num_sms, ctas_per_sm(kernels.decode_shared_bytes, 16));
+  const flare::WorkspaceLayout layout = flare::workspace_layout(setup.bounds);
+  const std::unique_ptr<std::byte[]> staging(new std::byte[layout.plan_bytes]);
+  const std::vector<StepArrays> steps = steps_of(batch, zipf, false);
+
+  flare::api_detail::DecodeHostPlan host;
+  Row row;
+  time_runs(
+      runs,
+      [&](int step, std::chrono::steady_clock::time_point* marks) {
+        const StepArrays& a = steps[static_cast<size_t>(step)];
+        marks[0] = std::chrono::steady_clock::now();
+        flare::api_detail::validate_decode_batch(setup, a.kv_indptr, a.last_page_len, host);
+        marks[1] = std::chrono::steady_clock::now();
+        flare::api_detail::plan_decode(setup, host);
+        marks[2] = std::chrono::steady_clock::now();
+        flare::api_detail::stage_decode(host, layout, a.kv_indptr, staging.get());
+        marks[3] = std::chrono::steady_clock::now();
+      },
+      row);
+  row.work_items = host.plan.work_items.size();
+  row.queue_entries = static_cast<int64_t>(row.work_items) * host.plan.item_heads;
+  row.partial_slots = host.plan.num_partial_slots;
+  row.num_ctas = host.plan.num_ctas;
+  return row;
+}
+
+Row time_prefill(int64_t batch, bool zipf, int runs, int num_sms) {
+  const std::vector<StepArrays> steps = steps_of(batch, zipf, true);
+  flare::BatchPrefillConfig config;
+  config.max_batch = static_cast<int>(batch);
+  config.max_total_qo = steps.back().qo_indptr.back();  // the longest step
+  config.num_qo_heads = kQoHeads;
+  config.num_kv_heads = kKvHeads;
+  config.head_dim_qk = kHeadDim;
+  config.head_dim_vo = kHeadDim;
+  config.page_size = kPageSize;
+  config.params.mask = flare::MaskMode::kCausal;
+  const flare::PrefillDeviceLimits limits = flare::h100_prefill_limits();
+  // The largest grid and query tile, as BatchPrefill sizes its workspace.
+  const flare::WorkspaceLayout layout = flare::workspace_layout(
+      flare::api_detail::prefill_bounds(config, num_sms * kMaxPrefillCtasPerSm, 128));
+  // Left uninitialized: the region is sized for query tiles of one row, a plan writes a part.
+  const std::unique_ptr<std::byte[]> staging(new std::byte[layout.plan_bytes]);
+
+  flare::api_detail::PrefillHostPlan host;
+  int ctas = 0;
+  Row row;
+  time_runs(
+      runs,
+      [&](int step, std::chrono::steady_clock::time_point* marks) {
+        const StepArrays& a = steps[static_cast<size_t>(step)];
+        marks[0] = std::chrono::steady_clock::now();
+        flare::api_detail::validate_prefill_batch(config, std::nullopt, limits, a.qo_indptr,
+                                                  a.kv_indptr, a.last_page_len, {}, host);
+        if (ctas == 0) {  // BatchPrefill queries the compiled kernel's occupancy once
+          ctas = ctas_per_sm(flare::batch_prefill_kernels(config, host.tiles).shared_bytes,
+                             kMaxPrefillCtasPerSm);
+        }
+        marks[1] = std::chrono::steady_clock::now();
+        flare::api_detail::plan_prefill(config, num_sms, ctas, host);
+        marks[2] = std::chrono::steady_clock::now();
+        flare::api_detail::stage_prefill(host, layout, config.max_batch, a.qo_indptr, a.kv_indptr,
+                                         a.last_page_len, staging.get());
+        marks[3] = std::chrono::steady_clock::now();
+      },
+      row);
+  row.work_items = host.plan.work_items.size();
+  row.queue_entries = static_cast<int64_t>(row.work_items) * host.plan.item_heads;
+  row.partial_slots = host.plan.num_partial_slots;
+  row.num_ctas = host.plan.num_ctas;
+  return row;
 }
 
 std::vector<int64_t> parse_batches(const flare::cli::Args& args) {
@@ -156,37 +290,68 @@ std::vector<int64_t> parse_batches(const flare::cli::Args& args) {
   return batches;
 }
 
+void print_json(const char* kind, int64_t batch, const std::string& lengths, int runs,
+                const Row& r) {
+  std::printf(
+      "{\"kind\": \"%s\", \"batch\": %lld, \"lengths\": \"%s\", \"runs\": %d, \"num_ctas\": %d, "
+      "\"work_items\": %zu, \"queue_entries\": %lld, \"partial_slots\": %d, "
+      "\"validate_us_median\": %.3f, \"planner_us_median\": %.3f, \"stage_us_median\": %.3f, "
+      "\"plan_us_p10\": %.3f, \"plan_us_median\": %.3f, \"plan_us_p90\": %.3f}\n",
+      kind, static_cast<long long>(batch), lengths.c_str(), runs, r.num_ctas, r.work_items,
+      static_cast<long long>(r.queue_entries), r.partial_slots, r.validate_us, r.planner_us,
+      r.stage_us, r.p10_us, r.median_us, r.p90_us);
+}
+
 }  // namespace
 
 int run_plan_latency(int argc, char** argv) {
-  const flare::cli::Args args(
-      "plan-latency", argc, argv,
-      {{"runs", true}, {"num-sms", true}, {"lengths", true}, {"batches", true}, {"kinds", true}});
+  const flare::cli::Args args("plan-latency", argc, argv,
+                              {{"runs", true},
+                               {"num-sms", true},
+                               {"lengths", true},
+                               {"batches", true},
+                               {"kinds", true},
+                               {"decode-loop", true},
+                               {"json", false}});
   if (args.help()) {
     std::fputs(kHelp, stdout);
     return 0;
   }
   const int runs = static_cast<int>(args.integer_or("runs", 2000, 1));
   const int num_sms = static_cast<int>(args.integer_or("num-sms", 132, 1));
-  const bool zipf = args.choice_or("lengths", {"uniform", "zipf"}, "uniform") == "zipf";
+  const std::string lengths = args.choice_or("lengths", {"uniform", "zipf"}, "uniform");
+  const bool zipf = lengths == "zipf";
   const std::vector<int64_t> batches = parse_batches(args);
   const std::string kinds = args.choice_or("kinds", {"decode", "prefill", "both"}, "both");
+  const bool tensor_cores =
+      args.choice_or("decode-loop", {"cuda-core", "tensor-core"}, "cuda-core") == "tensor-core";
+  const bool json = args.has("json");
   pin_to_one_core();
 
-  std::printf(
-      "plan() latency, one core: H_qo %d, H_kv %d, D %d, page %d, %d CTAs, %s KV "
-      "lengths (mean %d), %d runs\n",
-      kQoHeads, kKvHeads, kHeadDim, kPageSize, num_sms, zipf ? "zipf" : "uniform", kMeanLength,
-      runs);
-  std::printf("%-8s %6s %12s %8s %10s %10s %10s\n", "kind", "batch", "work items", "slots",
-              "p10 us", "median us", "p90 us");
+  if (!json) {
+    std::printf(
+        "plan() host latency, one core: H_qo %d, H_kv %d, D %d, page %d, %d SMs, %s KV lengths "
+        "(mean %d), %d runs; decode on the %s loop\n",
+        kQoHeads, kKvHeads, kHeadDim, kPageSize, num_sms, lengths.c_str(), kMeanLength, runs,
+        tensor_cores ? "tensor-core" : "CUDA-core");
+    std::printf("%-8s %6s %5s %7s %8s %6s | %9s %9s %9s | %9s %9s %9s\n", "kind", "batch", "CTAs",
+                "items", "entries", "slots", "valid. us", "planner", "stage", "plan() p10",
+                "median", "p90");
+  }
   for (const bool prefill : {false, true}) {
     if (kinds != "both" && (kinds == "prefill") != prefill) continue;
     for (const int64_t batch : batches) {
-      const Timing t = time_plan(prefill, batch, zipf, runs, num_sms);
-      std::printf("%-8s %6lld %12zu %8d %10.2f %10.2f %10.2f\n", prefill ? "prefill" : "decode",
-                  static_cast<long long>(batch), t.work_items, t.partial_slots, t.p10_us,
-                  t.median_us, t.p90_us);
+      const Row r = prefill ? time_prefill(batch, zipf, runs, num_sms)
+                            : time_decode(batch, zipf, runs, num_sms, tensor_cores);
+      const char* kind = prefill ? "prefill" : "decode";
+      if (json) {
+        print_json(kind, batch, lengths, runs, r);
+        continue;
+      }
+      std::printf("%-8s %6lld %5d %7zu %8lld %6d | %9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f\n", kind,
+                  static_cast<long long>(batch), r.num_ctas, r.work_items,
+                  static_cast<long long>(r.queue_entries), r.partial_slots, r.validate_us,
+                  r.planner_us, r.stage_us, r.p10_us, r.median_us, r.p90_us);
     }
   }
   return 0;

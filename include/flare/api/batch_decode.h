@@ -141,6 +141,11 @@ class BatchDecode {
   // before that copy, typically the step before the last; never for later kernels).
   // A fixed_split_size plan with more split chunks than the workspace holds grows it (outside
   // CUDA-graph mode; up to what config.scratch holds).
+  // Host time without the copy's driver call (`flare plan-latency`: 32 / 8 heads, D 128, page
+  // 16, KV lengths uniform in [1, 2047], an H100's grid; one core of a 2-core AMD EPYC VM):
+  // batch 1 ~6 us, batch 64 ~34 us, batch 256 ~33 us. Batch 64 on the CUDA-core loop schedules
+  // both the L_kv cut and the even-chunk alternative (fill splits, 528 CTAs for 512 tiles;
+  // ~10 us on the tensor-core loop's two waves). O(batch + work items x log CTAs + CTAs).
   // Throws kInvalidArgument (malformed arrays, batch out of range, more pages than the
   // kv_indices a captured run reads), kWorkspaceTooSmall.
   void plan(std::span<const int32_t> kv_indptr, std::span<const int32_t> kv_last_page_len,

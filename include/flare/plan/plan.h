@@ -33,11 +33,11 @@ struct PlanProblem {
 inline constexpr int kMaxPlanWaves = 16;  // PlanOptions::waves
 
 struct PlanOptions {
-  int query_tile = 0;        // rows per tile (packed); 0 = auto from {1, 16, 32, 64, 128}
-  int fixed_split_size = 0;  // > 0: every KV chunk has this many tokens, rounded up to a
-                             // multiple of page_size (batch invariance)
+  int query_tile = 0;             // rows per tile (packed); 0 = auto from {1, 16, 32, 64, 128}
+  int fixed_split_size = 0;       // > 0: every KV chunk has this many tokens, rounded up to a
+                                  // multiple of page_size (batch invariance)
   bool disable_split_kv = false;  // one chunk per tile (also for variants without softmax)
-  int num_sms_to_use = 0;    // 0 = all; fewer leaves SMs to overlapped work (002 appendix E)
+  int num_sms_to_use = 0;         // 0 = all; fewer leaves SMs to overlapped work (002 appendix E)
   // Grid of `waves` x the resident CTAs (num_sms * ctas_per_sm), in [1, 16]. With more than
   // one, KV is cut into chunks as for the resident CTAs alone, the chunks are scheduled longest
   // first over all CTAs of the grid and no fill split is made: the hardware starts a CTA
@@ -49,16 +49,21 @@ struct PlanOptions {
   int waves = 1;
   // Cost of a chunk: alpha * rows + beta * KV tokens, in fixed point with 16 fraction bits
   // (so loads add exactly). Each in [0, 2^20], at least one >= 2^-16.
-  float alpha = 1.0f;        // cost per query row of a chunk
-  float beta = 1.0f;         // cost per KV token of a chunk
+  float alpha = 1.0f;  // cost per query row of a chunk
+  float beta = 1.0f;   // cost per KV token of a chunk
+  // Plan for a kernel whose CTAs take the work items from one queue in array order (BatchPrefill)
+  // instead of from per-CTA lists; see "One-queue plans" at Plan. kv_tile (>= 1): the KV rows
+  // the kernel loads per step, the unit of the queue order's length classes.
+  bool one_queue = false;
+  int kv_tile = 0;
 };
 
 // Upper bounds fixed at wrapper creation; they fix every workspace section's offset.
 struct WorkspaceBounds {
   int max_batch = 0;
-  int max_total_qo = 0;       // total query tokens of one plan
-  int max_total_kv_pages = 0; // recorded for the wrapper's own page-table buffers
-  int num_ctas = 0;           // DeviceSpec num_sms * ctas_per_sm * PlanOptions waves
+  int max_total_qo = 0;        // total query tokens of one plan
+  int max_total_kv_pages = 0;  // recorded for the wrapper's own page-table buffers
+  int num_ctas = 0;            // DeviceSpec num_sms * ctas_per_sm * PlanOptions waves
   int max_query_tile = 0;
   int num_qo_heads = 0;
   int num_kv_heads = 0;
@@ -80,20 +85,20 @@ struct WorkspaceBounds {
 // Byte offsets of the sections of one workspace buffer (256-byte aligned). The plan region
 // [0, plan_bytes) is what one host-to-device copy moves each plan.
 struct WorkspaceLayout {
-  size_t counts = 0;         // PlanCounts
-  size_t cta_indptr = 0;     // int32 [num_ctas + 1]
-  size_t work_items = 0;     // WorkItem [max_work_items]
-  size_t merge_indptr = 0;   // int32 [max_merge_items + 1]
-  size_t merge_items = 0;    // MergeItem [max_merge_items]
-  size_t merge_slots = 0;    // int32 [max_partial_slots]
-  size_t executor_ctas = 0;  // [num_ctas] records of executor_cta_bytes, executor-written
-  size_t executor_items = 0; // [max_work_items] records of executor_item_bytes, executor-written
+  size_t counts = 0;          // PlanCounts
+  size_t cta_indptr = 0;      // int32 [num_ctas + 1]
+  size_t work_items = 0;      // WorkItem [max_work_items]
+  size_t merge_indptr = 0;    // int32 [max_merge_items + 1]
+  size_t merge_items = 0;     // MergeItem [max_merge_items]
+  size_t merge_slots = 0;     // int32 [max_partial_slots]
+  size_t executor_ctas = 0;   // [num_ctas] records of executor_cta_bytes, executor-written
+  size_t executor_items = 0;  // [max_work_items] records of executor_item_bytes, executor-written
   size_t executor_requests = 0;  // [max_batch + 1] records of executor_request_bytes
-  size_t plan_bytes = 0;     // end of the plan region
+  size_t plan_bytes = 0;         // end of the plan region
   // The partial states, [partial_o, total_bytes): the "scratch" that may live in a separate
   // buffer of scratch_bytes() (FlashInfer's float workspace), at the same relative offsets.
-  size_t partial_o = 0;      // float32 [max_partial_slots][max_query_tile][head_dim_vo]
-  size_t partial_lse = 0;    // float32 [max_partial_slots][max_query_tile]
+  size_t partial_o = 0;    // float32 [max_partial_slots][max_query_tile][head_dim_vo]
+  size_t partial_lse = 0;  // float32 [max_partial_slots][max_query_tile]
   size_t total_bytes = 0;
   size_t scratch_bytes() const { return total_bytes - partial_o; }
 
@@ -116,28 +121,53 @@ int64_t partial_slots_fitting(const WorkspaceBounds& bounds, size_t scratch_byte
 
 struct Plan {
   int num_ctas = 0;
-  int query_tile = 0;   // packed rows per tile
-  int group_size = 0;   // num_qo_heads / num_kv_heads
-  int num_kv_heads = 0; // with head_dim_vo: what check_fits and executors verify
+  int query_tile = 0;    // packed rows per tile
+  int group_size = 0;    // num_qo_heads / num_kv_heads
+  int num_kv_heads = 0;  // with head_dim_vo: what check_fits and executors verify
   int head_dim_vo = 0;
-  bool split_kv = true; // false: planned with disable_split_kv (one work item per tile)
-  int64_t kv_chunk = 0; // L_kv: the largest chunk, tokens
-  std::vector<int32_t> cta_indptr;   // [num_ctas + 1] into work_items
-  std::vector<WorkItem> work_items;  // grouped by CTA, in execution order
-  std::vector<int32_t> merge_indptr; // [merge_items.size() + 1] into merge_slots
+  bool split_kv = true;             // false: planned with disable_split_kv (one work item per tile)
+  int64_t kv_chunk = 0;             // L_kv: the largest chunk, tokens
+  std::vector<int32_t> cta_indptr;  // [num_ctas + 1] into work_items
+  std::vector<WorkItem> work_items;   // grouped by CTA, in execution order
+  std::vector<int32_t> merge_indptr;  // [merge_items.size() + 1] into merge_slots
   std::vector<MergeItem> merge_items;
   // Partial slots are numbered tile by tile in KV order: merge item i owns exactly the slots
   // [merge_indptr[i], merge_indptr[i + 1]), so merge_slots[s] == s (the decode kernel reads a
-  // tile's partial states as one contiguous range).
+  // tile's partial states as one contiguous range); not with item_heads > 1, see below.
   std::vector<int32_t> merge_slots;
   int32_t num_partial_slots = 0;
-  std::vector<double> cta_cost;      // alpha * rows + beta * kv per CTA (for balance checks)
+  std::vector<double> cta_cost;  // alpha * rows + beta * kv per CTA (for balance checks)
+  // KV heads one work item covers: item i stands for the queue entries i * item_heads + h,
+  // h < item_heads, each the item under KV head kv_head + h writing partial slot
+  // partial_slot + h when split. 1 except in one-queue plans of many items.
+  int item_heads = 1;
 
   PlanCounts counts() const;
 };
 
+// One-queue plans (PlanOptions::one_queue). The kernel's CTAs take queue entries in order, each
+// when it ends the last, so a static assignment is moot: the work items are in queue order,
+// cta_indptr splits them into num_ctas near-equal ranges (for executors that run CTAs) and
+// cta_cost is empty. The queue order makes the entries running at one time share K/V in L2:
+// length classes (powers of two of kv_tile), longest class first so the launch ends on its
+// shortest entries, then request, KV head, later rows first (the longer ones, causal) and KV
+// order. An LRU model of a 50 MB L2 (scripts/prefill_l2_model.py) hits on 50 / 83 / 96% of K/V
+// tile reads at causal b16 H16 seq 1024 / 4096 / 16384, against 10 / 3 / 3% in longest-first
+// order, with the same makespan (docs/perf.md, prefill v2).
+// When the longest chunk costs at most 1/8 of a CTA's mean load, the dynamic queue alone
+// balances (no CTA ends more than one entry after the mean) and Algorithm 1 is skipped: chunks
+// are cut at the multiples of L_kv and every item covers all KV heads (item_heads =
+// num_kv_heads, KV head minor in the queue: the model's hits become 50 / 83 / 83%), so a
+// batch of many tiles plans and copies num_kv_heads times fewer items. Split chunks then number
+// their slots head minor (merge_slots is no longer the identity). Otherwise (few or skewed
+// tiles) Algorithm 1 with fill splits cuts the pieces, which the queue order then sorts.
+//
 // Throws kUnsupported / kInvalidArgument with a message for problems no kernel handles.
 Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options = {});
+// The same into `out`, reusing its vectors' storage (plan() once per decode step allocates
+// nothing in steady state).
+void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options,
+          Plan& out);
 
 // Throws kWorkspaceTooSmall ("plan needs N bytes of section X, workspace has M") when the
 // plan does not fit the sections of `layout`.

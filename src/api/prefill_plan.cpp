@@ -1,0 +1,173 @@
+// BatchPrefill::plan()'s host work: request lengths and custom-mask offsets from the validated
+// index arrays, the tiles, the one-queue plan, and the staged plan region with the request
+// tables.
+#include "src/api/prefill_plan.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "flare/core/error.h"
+
+namespace flare::api_detail {
+namespace {
+
+const char* const kWhat = "BatchPrefill";
+
+}  // namespace
+
+int32_t* request_table(std::byte* region, const WorkspaceLayout& layout, int max_batch,
+                       RequestTable table) {
+  return reinterpret_cast<int32_t*>(region + layout.executor_requests) +
+         static_cast<size_t>(table) * (static_cast<size_t>(max_batch) + 1);
+}
+
+const int32_t* request_table(const unsigned char* workspace, const WorkspaceLayout& layout,
+                             int max_batch, RequestTable table) {
+  return reinterpret_cast<const int32_t*>(workspace + layout.executor_requests) +
+         static_cast<size_t>(table) * (static_cast<size_t>(max_batch) + 1);
+}
+
+WorkspaceBounds prefill_bounds(const BatchPrefillConfig& config, int num_ctas, int max_query_tile) {
+  WorkspaceBounds b;
+  b.max_batch = config.max_batch;
+  b.max_total_qo = config.max_total_qo;
+  b.num_ctas = num_ctas;
+  b.max_query_tile = max_query_tile;
+  b.num_qo_heads = config.num_qo_heads;
+  b.num_kv_heads = config.num_kv_heads;
+  b.head_dim_vo = config.head_dim_vo;
+  b.executor_request_bytes = kRequestTables * sizeof(int32_t);
+  return b;
+}
+
+void validate_prefill_batch(const BatchPrefillConfig& c,
+                            const std::optional<PrefillTiles>& fixed_tiles,
+                            const PrefillDeviceLimits& limits, std::span<const int32_t> qo_indptr,
+                            std::span<const int32_t> kv_indptr,
+                            std::span<const int32_t> kv_last_page_len,
+                            std::span<const int32_t> mask_indptr, PrefillHostPlan& out) {
+  const bool paged = c.kv == PrefillKV::kPaged;
+  const int64_t batch = static_cast<int64_t>(qo_indptr.size()) - 1;
+  FLARE_CHECK(batch >= 1 && batch <= c.max_batch, ErrorCode::kInvalidArgument, kWhat,
+              ": qo_indptr must have batch + 1 entries with 1 <= batch <= max_batch = ",
+              c.max_batch, ", got ", qo_indptr.size(), " entries");
+  FLARE_CHECK(static_cast<int64_t>(kv_indptr.size()) == batch + 1, ErrorCode::kInvalidArgument,
+              kWhat, ": kv_indptr must have ", batch + 1, " entries, got ", kv_indptr.size());
+  FLARE_CHECK(static_cast<int64_t>(kv_last_page_len.size()) == (paged ? batch : 0),
+              ErrorCode::kInvalidArgument, kWhat, ": kv_last_page_len must have ",
+              paged ? batch : 0, " entries (", paged ? "one per request" : "none for ragged KV",
+              "), got ", kv_last_page_len.size());
+  FLARE_CHECK(qo_indptr[0] == 0 && kv_indptr[0] == 0, ErrorCode::kInvalidArgument, kWhat,
+              ": qo_indptr[0] and kv_indptr[0] must be 0, got ", qo_indptr[0], " and ",
+              kv_indptr[0]);
+  out.qo_len.resize(static_cast<size_t>(batch));
+  out.kv_len.resize(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t q_len = int64_t{qo_indptr[i + 1]} - qo_indptr[i];
+    const int64_t count = int64_t{kv_indptr[i + 1]} - kv_indptr[i];
+    FLARE_CHECK(q_len >= 0, ErrorCode::kInvalidArgument, kWhat,
+                ": qo_indptr must be non-decreasing: qo_indptr[", i + 1, "]=", qo_indptr[i + 1],
+                " < qo_indptr[", i, "]=", qo_indptr[i]);
+    FLARE_CHECK(count >= 0, ErrorCode::kInvalidArgument, kWhat,
+                ": kv_indptr must be non-decreasing: kv_indptr[", i + 1, "]=", kv_indptr[i + 1],
+                " < kv_indptr[", i, "]=", kv_indptr[i]);
+    int64_t kv_len = count;
+    if (paged) {
+      const int64_t last = kv_last_page_len[i];
+      FLARE_CHECK(count == 0 || (last >= 1 && last <= c.page_size), ErrorCode::kInvalidArgument,
+                  kWhat, ": kv_last_page_len[", i, "] must be in [1, ", c.page_size, "], got ",
+                  last);
+      kv_len = count == 0 ? 0 : (count - 1) * c.page_size + last;
+    }
+    FLARE_CHECK(kv_len <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported, kWhat,
+                ": request ", i, " has ", kv_len, " KV tokens, more than int32 holds");
+    out.qo_len[static_cast<size_t>(i)] = static_cast<int32_t>(q_len);
+    out.kv_len[static_cast<size_t>(i)] = static_cast<int32_t>(kv_len);
+  }
+  const int64_t total_qo = qo_indptr[static_cast<size_t>(batch)];
+  FLARE_CHECK(total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument, kWhat, ": the batch has ",
+              total_qo, " query tokens, more than max_total_qo = ", c.max_total_qo);
+  // The custom mask's byte offsets: the caller's, or FlashInfer's packed layout (whole bytes
+  // per request, back to back).
+  FLARE_CHECK(mask_indptr.empty() || c.params.mask == MaskMode::kCustom,
+              ErrorCode::kInvalidArgument, kWhat,
+              ": mask_indptr was given but params.mask is not kCustom");
+  FLARE_CHECK(mask_indptr.empty() || static_cast<int64_t>(mask_indptr.size()) == batch + 1,
+              ErrorCode::kInvalidArgument, kWhat, ": mask_indptr must have ", batch + 1,
+              " entries, got ", mask_indptr.size());
+  int64_t mask_bytes = 0;
+  out.mask_indptr.clear();
+  if (c.params.mask == MaskMode::kCustom) {
+    out.mask_indptr.resize(static_cast<size_t>(batch) + 1, 0);
+    for (int64_t i = 0; i < batch; ++i) {
+      const int64_t need =
+          (int64_t{out.qo_len[static_cast<size_t>(i)]} * out.kv_len[static_cast<size_t>(i)] + 7) /
+          8;
+      const int64_t begin = mask_indptr.empty() ? mask_bytes : mask_indptr[i];
+      FLARE_CHECK(begin >= 0 && (mask_indptr.empty() || mask_indptr[i + 1] - begin >= need),
+                  ErrorCode::kInvalidArgument, kWhat, ": mask_indptr[", i, "]=", begin,
+                  " and mask_indptr[", i + 1, "] must hold request ", i, "'s ", need,
+                  " bytes of mask bits");
+      mask_bytes = std::max(mask_bytes, begin + need);
+      FLARE_CHECK(mask_bytes <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported, kWhat,
+                  ": the packed custom mask would have ", mask_bytes,
+                  " bytes, more than int32 holds");
+      out.mask_indptr[static_cast<size_t>(i)] = static_cast<int32_t>(begin);
+    }
+    out.mask_indptr[static_cast<size_t>(batch)] = static_cast<int32_t>(mask_bytes);
+  }
+
+  if (fixed_tiles) {
+    out.tiles = *fixed_tiles;
+  } else {
+    int64_t with_queries = 0;
+    for (const int32_t q : out.qo_len) with_queries += q > 0;
+    const double group = c.num_qo_heads / c.num_kv_heads;
+    const double average = with_queries == 0 ? 1.0
+                                             : static_cast<double>(total_qo) * group /
+                                                   static_cast<double>(with_queries);
+    out.tiles = choose_prefill_tiles(average, c.head_dim_qk, c.head_dim_vo, c.params.mask, limits);
+    if (c.kv_tile > 0) out.tiles.kv_tile = c.kv_tile;
+  }
+  out.batch = batch;
+  out.total_qo = total_qo;
+  out.mask_bytes = mask_bytes;
+}
+
+void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm, PrefillHostPlan& out) {
+  PlanProblem problem;
+  problem.qo_len = out.qo_len;
+  problem.kv_len = out.kv_len;
+  problem.num_qo_heads = c.num_qo_heads;
+  problem.num_kv_heads = c.num_kv_heads;
+  problem.head_dim_qk = c.head_dim_qk;
+  problem.head_dim_vo = c.head_dim_vo;
+  problem.page_size = c.kv == PrefillKV::kPaged ? c.page_size : 1;
+  problem.causal = c.params.mask == MaskMode::kCausal;
+  problem.window_left = c.params.window_left;
+  PlanOptions options;
+  options.query_tile = out.tiles.query_tile;
+  options.fixed_split_size = c.fixed_split_size;
+  options.disable_split_kv = c.disable_split_kv;
+  options.num_sms_to_use = c.num_sms_to_use;
+  // The kernel's CTAs take the work items from one queue (kernels/prefill.cuh).
+  options.one_queue = true;
+  options.kv_tile = out.tiles.kv_tile;
+  plan(problem, {num_sms, ctas_per_sm}, options, out.plan);
+}
+
+void stage_prefill(const PrefillHostPlan& planned, const WorkspaceLayout& layout, int max_batch,
+                   std::span<const int32_t> qo_indptr, std::span<const int32_t> kv_indptr,
+                   std::span<const int32_t> kv_last_page_len, std::byte* staging) {
+  write_plan_region(planned.plan, layout, staging);
+  std::copy(qo_indptr.begin(), qo_indptr.end(),
+            request_table(staging, layout, max_batch, kQoIndptr));
+  std::copy(kv_indptr.begin(), kv_indptr.end(),
+            request_table(staging, layout, max_batch, kKvIndptr));
+  std::copy(kv_last_page_len.begin(), kv_last_page_len.end(),
+            request_table(staging, layout, max_batch, kLastPageLen));
+  std::copy(planned.mask_indptr.begin(), planned.mask_indptr.end(),
+            request_table(staging, layout, max_batch, kMaskIndptr));
+}
+
+}  // namespace flare::api_detail

@@ -1,0 +1,62 @@
+// BatchPrefill::plan()'s host work, which needs no GPU: the index arrays' validation, the
+// one-queue plan, and the plan region with the request tables written into a host buffer.
+// BatchPrefill::plan() and `flare plan-latency` run the same functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "flare/api/batch_prefill.h"
+#include "flare/plan/plan.h"
+
+namespace flare::api_detail {
+
+// The request tables the kernels read instead of the caller's device arrays, staged with the
+// plan (WorkspaceLayout::executor_requests): int32 arrays of max_batch + 1 entries each.
+enum RequestTable : int { kQoIndptr, kKvIndptr, kLastPageLen, kMaskIndptr, kRequestTables };
+
+int32_t* request_table(std::byte* region, const WorkspaceLayout& layout, int max_batch,
+                       RequestTable table);
+const int32_t* request_table(const unsigned char* workspace, const WorkspaceLayout& layout,
+                             int max_batch, RequestTable table);
+
+// The workspace bounds of `config` on a grid of num_ctas CTAs with query tiles up to
+// max_query_tile.
+WorkspaceBounds prefill_bounds(const BatchPrefillConfig& config, int num_ctas, int max_query_tile);
+
+// One plan's host results, and buffers reused from one plan to the next.
+struct PrefillHostPlan {
+  Plan plan;
+  PrefillTiles tiles;
+  int64_t batch = 0;
+  int64_t total_qo = 0;
+  int64_t mask_bytes = 0;  // packed custom-mask bytes
+  std::vector<int32_t> qo_len, kv_len;
+  std::vector<int32_t> mask_indptr;  // custom-mask byte offsets [batch + 1]; empty without
+};
+
+// Validates the index arrays (BatchPrefill::plan()'s kInvalidArgument and kUnsupported errors)
+// into out's lengths, mask offsets and tiles: `fixed_tiles`, or choose_prefill_tiles under
+// `limits` for the batch's average query length.
+void validate_prefill_batch(const BatchPrefillConfig& config,
+                            const std::optional<PrefillTiles>& fixed_tiles,
+                            const PrefillDeviceLimits& limits, std::span<const int32_t> qo_indptr,
+                            std::span<const int32_t> kv_indptr,
+                            std::span<const int32_t> kv_last_page_len,
+                            std::span<const int32_t> mask_indptr, PrefillHostPlan& out);
+
+// Plans out's batch at out.tiles for one queue (PlanOptions::one_queue) on num_sms SMs that
+// hold ctas_per_sm prefill CTAs each.
+void plan_prefill(const BatchPrefillConfig& config, int num_sms, int ctas_per_sm,
+                  PrefillHostPlan& out);
+
+// Writes the plan region of planned.plan with the request tables into `staging`
+// (layout.plan_bytes long). Throws kWorkspaceTooSmall when the plan does not fit `layout`.
+void stage_prefill(const PrefillHostPlan& planned, const WorkspaceLayout& layout, int max_batch,
+                   std::span<const int32_t> qo_indptr, std::span<const int32_t> kv_indptr,
+                   std::span<const int32_t> kv_last_page_len, std::byte* staging);
+
+}  // namespace flare::api_detail

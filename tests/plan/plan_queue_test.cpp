@@ -1,0 +1,229 @@
+// One-queue plans (PlanOptions::one_queue): the queue order; items covering every KV head when
+// the queue alone balances, Algorithm 1's pieces otherwise; head-minor partial slots; batch
+// invariance under fixed_split_size; determinism; item_heads in the plan region.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstring>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "flare/core/error.h"
+#include "flare/plan/plan.h"
+#include "plan/plan_testing.h"
+#include "testing/random.h"
+
+namespace flare {
+namespace {
+
+using plan_testing::check_plan;
+using plan_testing::LengthProblem;
+
+constexpr int kKvTile = 64;
+const DeviceSpec kH100Prefill{132, 2};  // 264 resident CTAs
+
+PlanOptions one_queue(int kv_tile = kKvTile) {
+  PlanOptions options;
+  options.one_queue = true;
+  options.kv_tile = kv_tile;
+  return options;
+}
+
+std::vector<int32_t> uniform_lengths(int64_t batch, uint64_t seed) {
+  testing::Rng rng(seed);
+  std::vector<int32_t> lengths(static_cast<size_t>(batch));
+  for (int32_t& length : lengths) length = static_cast<int32_t>(rng.uniform_int(1, 2047));
+  return lengths;
+}
+
+// The queue order (plan/plan.h): length class descending, request, KV head, row descending,
+// KV position.
+void expect_queue_order(const Plan& plan, int kv_tile) {
+  const auto key = [kv_tile](const WorkItem& item) {
+    const auto tiles = static_cast<uint32_t>((item.kv_end - item.kv_begin + kv_tile - 1) / kv_tile);
+    return std::tuple(-std::bit_width(tiles), item.request, item.kv_head, -item.row_begin,
+                      item.kv_begin);
+  };
+  for (size_t i = 1; i < plan.work_items.size(); ++i) {
+    ASSERT_LT(key(plan.work_items[i - 1]), key(plan.work_items[i])) << "queue position " << i;
+  }
+}
+
+void expect_even_split(const Plan& plan) {
+  const auto items = static_cast<int64_t>(plan.work_items.size());
+  for (int c = 0; c <= plan.num_ctas; ++c) {
+    EXPECT_EQ(plan.cta_indptr[static_cast<size_t>(c)], items * c / plan.num_ctas) << "CTA " << c;
+  }
+}
+
+TEST(OneQueue, ManyTilesGiveItemsCoveringEveryKvHeadInQueueOrder) {
+  // plan-latency's prefill at batch 64: causal, q_len = kv_len, mean 1024.
+  const std::vector<int32_t> lengths = uniform_lengths(64, 64);
+  LengthProblem p(lengths, lengths, 32, 8, 128, 16, /*causal=*/true);
+  PlanOptions options = one_queue();
+  options.query_tile = 128;
+  const Plan result = plan(p.problem, kH100Prefill, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, 264));
+  EXPECT_EQ(result.item_heads, 8);
+  size_t tiles = 0;
+  for (const int32_t length : lengths) tiles += static_cast<size_t>((length * 4 + 127) / 128);
+  EXPECT_EQ(result.work_items.size(), tiles) << "one item per tile: no cuts, no fill splits";
+  EXPECT_EQ(result.num_partial_slots, 0);
+  for (const WorkItem& item : result.work_items) EXPECT_EQ(item.kv_head, 0);
+  ASSERT_NO_FATAL_FAILURE(expect_queue_order(result, kKvTile));
+  expect_even_split(result);
+}
+
+TEST(OneQueue, FewTilesKeepAlgorithmOnesPiecesInQueueOrder) {
+  // One append of 16 tokens on 32768: 8 tiles on 264 CTAs need cuts and fill splits.
+  LengthProblem p({16, 16}, {32768, 4096}, 32, 8, 128, 16, /*causal=*/true);
+  const PlanOptions options = one_queue();
+  const Plan result = plan(p.problem, kH100Prefill, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, 264));
+  EXPECT_EQ(result.item_heads, 1);
+  EXPECT_GT(result.merge_items.size(), 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_queue_order(result, kKvTile));
+  expect_even_split(result);
+  // The same pieces as the per-CTA plan, in another order.
+  PlanOptions per_cta;
+  const Plan reference = plan(p.problem, kH100Prefill, per_cta);
+  const auto pieces = [](const Plan& plan) {
+    std::multiset<std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>> set;
+    for (const WorkItem& item : plan.work_items) {
+      set.insert(
+          {item.request, item.kv_head, item.row_begin, item.row_end, item.kv_begin, item.kv_end});
+    }
+    return set;
+  };
+  EXPECT_EQ(pieces(result), pieces(reference));
+  EXPECT_EQ(result.num_partial_slots, reference.num_partial_slots);
+}
+
+TEST(OneQueue, FixedSplitSizeSlotsAreHeadMinorAndBatchInvariant) {
+  PlanOptions options = one_queue();
+  options.fixed_split_size = 100;  // rounded up to 112 (page 16)
+  options.query_tile = 16;
+  std::vector<int32_t> kv = uniform_lengths(40, 3);
+  kv[7] = 1000;
+  std::vector<int32_t> qo(kv.size(), 4);
+  LengthProblem batched(qo, kv, 8, 2, 64, 16, /*causal=*/true);
+  const Plan b = plan(batched.problem, {7, 1}, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(b, batched.problem, options, 7));
+  ASSERT_EQ(b.item_heads, 2);
+  ASSERT_GT(b.num_partial_slots, 0);
+  for (const WorkItem& item : b.work_items) {
+    if (item.partial_slot >= 0) {
+      EXPECT_EQ(item.partial_slot % 2, 0) << "head 0's slot";
+    }
+  }
+
+  // Request 7 alone is a few tiles (Algorithm 1, item_heads 1): the same chunks.
+  LengthProblem alone({4}, {1000}, 8, 2, 64, 16, /*causal=*/true);
+  const Plan a = plan(alone.problem, {7, 1}, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(a, alone.problem, options, 7));
+  EXPECT_EQ(a.item_heads, 1);
+  std::set<std::tuple<int32_t, int32_t, int32_t>> chunks_a;
+  std::set<std::tuple<int32_t, int32_t, int32_t>> chunks_b;
+  for (const WorkItem& item : a.work_items) {
+    chunks_a.insert({item.row_begin, item.kv_begin, item.kv_end});
+  }
+  for (const WorkItem& item : b.work_items) {
+    if (item.request == 7) chunks_b.insert({item.row_begin, item.kv_begin, item.kv_end});
+  }
+  EXPECT_EQ(chunks_a, chunks_b);
+}
+
+TEST(OneQueue, RandomProblemsPassTheStructureCheckAndFitTheirBounds) {
+  testing::Rng rng(31);
+  int queue_plans = 0;
+  int split_queue_plans = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t batch = rng.uniform_int(1, 120);
+    std::vector<int32_t> qo(static_cast<size_t>(batch));
+    std::vector<int32_t> kv(static_cast<size_t>(batch));
+    for (size_t i = 0; i < qo.size(); ++i) {
+      kv[i] = static_cast<int32_t>(rng.uniform() < 0.05 ? 0 : rng.uniform_int(1, 3000));
+      qo[i] = rng.uniform() < 0.5 ? kv[i] : static_cast<int32_t>(rng.uniform_int(0, kv[i]));
+    }
+    const int kv_heads = static_cast<int>(rng.uniform_int(1, 8));
+    const int group = std::vector<int>{1, 4, 7, 8}[static_cast<size_t>(rng.uniform_int(0, 3))];
+    const int page = std::vector<int>{1, 3, 16}[static_cast<size_t>(rng.uniform_int(0, 2))];
+    const int window = rng.uniform() < 0.2 ? static_cast<int>(rng.uniform_int(0, 500)) : -1;
+    LengthProblem p(qo, kv, kv_heads * group, kv_heads, 64, page, rng.uniform() < 0.7, window);
+    PlanOptions options = one_queue(std::vector<int>{16, 32, 64, 128}[trial % 4]);
+    const double mode = rng.uniform();
+    if (mode < 0.1) options.disable_split_kv = true;
+    if (mode > 0.8) options.fixed_split_size = static_cast<int>(rng.uniform_int(1, 1000));
+    options.query_tile = std::vector<int>{0, 16, 64, 128}[static_cast<size_t>(trial % 4)];
+    const DeviceSpec device{static_cast<int>(rng.uniform_int(1, 140)),
+                            static_cast<int>(rng.uniform_int(1, 2))};
+    const Plan result = plan(p.problem, device, options);
+    const int ctas = device.num_sms * device.ctas_per_sm;
+    ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, ctas)) << "trial " << trial;
+    ASSERT_NO_FATAL_FAILURE(expect_queue_order(result, options.kv_tile)) << "trial " << trial;
+    queue_plans += result.item_heads > 1;
+    split_queue_plans += result.item_heads > 1 && result.num_partial_slots > 0;
+
+    WorkspaceBounds bounds;
+    bounds.max_batch = static_cast<int>(batch);
+    bounds.max_total_qo = 0;
+    for (const int32_t q : qo) bounds.max_total_qo += q;
+    bounds.num_ctas = ctas;
+    bounds.max_query_tile = 128;
+    bounds.num_qo_heads = kv_heads * group;
+    bounds.num_kv_heads = kv_heads;
+    bounds.head_dim_vo = 64;
+    bounds.max_partial_slots = std::max(result.num_partial_slots, 2 * ctas);
+    if (bounds.max_total_qo > 0) {
+      ASSERT_NO_THROW(check_fits(result, workspace_layout(bounds))) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(queue_plans, 50);
+  EXPECT_GT(split_queue_plans, 5);
+}
+
+TEST(OneQueue, RepeatedPlansAreIdentical) {
+  const std::vector<int32_t> lengths = uniform_lengths(256, 5);
+  LengthProblem p(lengths, lengths, 32, 8, 128, 16, /*causal=*/true);
+  const Plan first = plan(p.problem, kH100Prefill, one_queue());
+  LengthProblem other({16}, {30000}, 32, 8, 128, 16, true);
+  (void)plan(other.problem, kH100Prefill, one_queue());
+  Plan second;
+  plan(p.problem, kH100Prefill, one_queue(), second);
+  plan_testing::expect_same_plan(first, second);
+  EXPECT_EQ(first.item_heads, 8);
+}
+
+TEST(OneQueue, OptionsAreChecked) {
+  LengthProblem p({4}, {40}, 8, 2, 64, 16);
+  EXPECT_THROW(plan(p.problem, {7, 1}, one_queue(0)), Error);
+  PlanOptions waves = one_queue();
+  waves.waves = 2;
+  EXPECT_THROW(plan(p.problem, {7, 1}, waves), Error);
+}
+
+TEST(OneQueue, PlanRegionCarriesItemHeads) {
+  const std::vector<int32_t> lengths = uniform_lengths(64, 9);
+  LengthProblem p(lengths, lengths, 32, 8, 128, 16, /*causal=*/true);
+  const Plan result = plan(p.problem, kH100Prefill, one_queue());
+  ASSERT_EQ(result.item_heads, 8);
+  WorkspaceBounds bounds;
+  bounds.max_batch = 64;
+  bounds.max_total_qo = 64 * 2048;
+  bounds.num_ctas = 264;
+  bounds.max_query_tile = 128;
+  bounds.num_qo_heads = 32;
+  bounds.num_kv_heads = 8;
+  bounds.head_dim_vo = 128;
+  const WorkspaceLayout layout = workspace_layout(bounds);
+  std::vector<std::byte> region(layout.plan_bytes);
+  write_plan_region(result, layout, region.data());
+  PlanCounts counts;
+  std::memcpy(&counts, region.data() + layout.counts, sizeof(counts));
+  EXPECT_EQ(counts.item_heads, 8);
+  EXPECT_EQ(counts.num_work_items, static_cast<int32_t>(result.work_items.size()));
+}
+
+}  // namespace
+}  // namespace flare
