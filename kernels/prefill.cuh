@@ -451,4 +451,11 @@ extern "C" __global__ void __launch_bounds__(flare::prefill::Traits::kThreads, 1
     if (item.partial_slot >= 0) item.partial_slot += head;
     flare::prefill::run_item(params, item, flare_prefill_smem);
   }
+  // Every CTA has taken its last entry: the last one to finish zeroes the queue for the next
+  // launch (so run() needs no memset before each one; PDL launches wait for this grid first).
+  if (flare::prefill::thread_index() == 0 &&
+      atomicAdd(params.next_work_item + 1, 1) == counts()->num_ctas - 1) {
+    params.next_work_item[0] = 0;
+    params.next_work_item[1] = 0;
+  }
 }

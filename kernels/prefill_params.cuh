@@ -34,9 +34,10 @@ struct PrefillParams {
   IndexErrorRecord* index_error;
   unsigned char* workspace;
   WorkspaceOffsets offsets;
-  // Zeroed before each launch: CTAs take the plan's queue entries (work items under each KV
-  // head they cover) in order from this counter (dynamic balance; the order is chosen for L2
-  // reuse of K/V, see plan/plan.h "One-queue plans").
+  // [2]: the queue position and the CTAs finished, 0 when a launch starts (zeroed at creation,
+  // then by the last CTA of each launch). CTAs take the plan's queue entries (work items under
+  // each KV head they cover) in order from the position (dynamic balance; the order is chosen
+  // for L2 reuse of K/V, see plan/plan.h "One-queue plans").
   int32_t* next_work_item;
   int64_t q_stride_token, q_stride_head;
   // Ragged: stride_page is the token stride and stride_slot is unused.

@@ -1,6 +1,6 @@
 // BatchPrefill: config validation, the tile heuristic, the prefill/merge kernel specs, the
 // persistent grid and workspace, plan() (the host work of src/api/prefill_plan.h, one async
-// copy) and run() (validation, a queue reset and at most two launches).
+// copy) and run() (validation and at most two launches).
 #include "flare/api/batch_prefill.h"
 
 #include <algorithm>
@@ -318,7 +318,7 @@ struct BatchPrefill::State {
   std::optional<PrefillTiles> fixed_tiles;
   api_detail::Workspace workspace;
   cuda::DeviceBuffer alibi_slopes;
-  cuda::DeviceBuffer next_work_item;  // int32, the kernel's queue position
+  cuda::DeviceBuffer next_work_item;  // int32 [2], the kernel's queue (PrefillParams)
   IndexErrorRecordBuffer index_errors;
   bool validate_indices = false;
   bool planned = false;
@@ -404,7 +404,9 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.workspace = api_detail::Workspace(
       kWhat, prefill_bounds(config, s.bound_ctas, s.max_query_tile), config.scratch,
       config.scratch_bytes);
-  s.next_work_item = cuda::DeviceBuffer(sizeof(int32_t));
+  s.next_work_item = cuda::DeviceBuffer(2 * sizeof(int32_t));
+  cuda::memset_d8_async(s.next_work_item.data(), 0, 2 * sizeof(int32_t), nullptr);
+  cuda::stream_synchronize(nullptr);  // run() may use another stream
   s.index_errors = IndexErrorRecordBuffer(config.device);
   s.validate_indices = config.validate_indices || api_detail::validate_from_env();
   s.variant = api_detail::device_variant(config.params, config.head_dim_qk, config.num_qo_heads,
@@ -639,7 +641,6 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   p.next_work_item = static_cast<int32_t*>(s.next_work_item.data());
   const unsigned grid = static_cast<unsigned>(c.use_cuda_graph ? s.bound_ctas : s.plan.num_ctas);
   const bool pdl = options.enable_pdl && s.props.cc_major >= 9;
-  cuda::memset_d8_async(s.next_work_item.data(), 0, sizeof(int32_t), stream);
   void* prefill_args[] = {&p};
   cuda::launch(kernel.function, grid, 1, 1, static_cast<unsigned>(kernel.specs.threads), 1, 1,
                static_cast<unsigned>(kernel.specs.shared_bytes), stream, prefill_args, pdl);

@@ -96,7 +96,7 @@ int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, Mas
 // Batch prefill on one CUDA device:
 //   BatchPrefill prefill(config);                       // validates, compiles the merge kernel
 //   prefill.plan(qo_indptr, kv_indptr, last_page_len, s); // host arrays; one async copy on s
-//   prefill.run(q, pages, o, lse, s);                     // a 4-byte memset, two kernels at most
+//   prefill.run(q, pages, o, lse, s);                     // one or two kernel launches
 //   prefill.check();                                      // raises for out-of-range page ids
 // plan() compiles (JIT, disk-cached) the kernel of newly chosen tiles; run() never compiles,
 // allocates or synchronizes. The request tables (qo_indptr, kv_indptr, last_page_len, the
@@ -152,7 +152,7 @@ class BatchPrefill {
   //              == kCustom: request i's q_len x kv_len row-major bits, little bit order, from
   //              byte mask_indptr[i] (plan())
   //   options    q_scale, k_scale (logits) and v_scale (output), the LSE's base, PDL
-  // Host cost: O(1) checks, a 4-byte memset and one or two launches. Throws kInvalidArgument,
+  // Host cost: O(1) checks and one or two launches. Throws kInvalidArgument,
   // kUnsupported (paged K/V whose page stride or last-slot offset is 2^31 bytes or more) or,
   // in validation mode, kIndexOutOfRange before launching anything; kCudaError from a launch.
   void run(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
