@@ -128,10 +128,11 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
   // Pipeline: kStages - 1 tiles in flight; page ids of the next tile fetched one tile ahead.
   // The first tiles' page ids load together: one dependent load before the item streams.
   int pages[T::kCopiesPerThread];
+  unsigned item_unread = 0;  // out-of-range page ids seen: reported once the item is done
   {
     int first_pages[T::kStages - 1][T::kCopiesPerThread];
 #pragma unroll
-    for (int s = 0; s < T::kStages - 1; ++s) fetch_pages(p, g, s, first_pages[s]);
+    for (int s = 0; s < T::kStages - 1; ++s) item_unread |= fetch_pages(p, g, s, first_pages[s]);
     // ptxas sinks the later tiles' page-id loads below the first tile's copies (a round trip
     // later) unless those copies depend on them: page ids are never negative.
     int all_pages = 0;
@@ -142,11 +143,13 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     }
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) {
-      if (s < g.num_tiles) issue_tile(p, g, s, first_pages[s], smem, all_pages >= 0);
+      if (s < g.num_tiles) {
+        issue_tile(p, g, s, first_pages[s], smem, all_pages >= 0);
+      }
       cp_async_commit();
     }
   }
-  fetch_pages(p, g, T::kStages - 1, pages);
+  item_unread |= fetch_pages(p, g, T::kStages - 1, pages);
   for (int tile = 0; tile < g.num_tiles; ++tile) {
     cp_async_wait<T::kStages - 2>();
     // Tile `tile` has landed for every thread, and every thread is done with tile - 1, whose
@@ -155,12 +158,13 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     const int next = tile + T::kStages - 1;
     if (next < g.num_tiles) {
       issue_tile(p, g, next, pages, smem);
-      fetch_pages(p, g, next + 1, pages);
+      item_unread |= fetch_pages(p, g, next + 1, pages);
     }
     cp_async_commit();
     compute_tile(p, g, tile, smem, st);
   }
   cp_async_wait<0>();
+  if (item_unread != 0) report_unread_pages(p, g);
   __syncthreads();  // the pipeline stages become the combine scratch
   write_item(p, item, st, reinterpret_cast<float*>(smem));
   if (item.partial_slot >= 0) {

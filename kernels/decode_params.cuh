@@ -78,8 +78,8 @@ struct DecodeParams {
   float* lse;                 // [batch, H_qo] or null
   const int32_t* kv_indices;  // page ids (page ranges and lengths come from the plan)
   // Bounds of the index data: kv_indices entries and cache pages (K's and V's fewer). A page
-  // id outside [0, num_pages), or an entry at or past num_indices, is not read: its token's K
-  // and V are zeros, and index_error records it.
+  // id outside [0, num_pages), or an entry at or past num_indices, is replaced by page 0 for
+  // the read (nothing outside the cache), and index_error records it.
   int32_t num_indices;
   int32_t num_pages;
   IndexErrorRecord* index_error;

@@ -108,36 +108,43 @@ struct FullTileRows {
   static constexpr bool kExact = T::kThreads % kChunks == 0 && T::kKvTile % kRowStep == 0;
 };
 
-// Paged: the page ids of this thread's rows of the tile (whose first KV position is `start`);
-// returns a bit per row whose id is out of range (its id becomes 0, its copy reads nothing).
+// Paged: the page ids of this thread's rows of the tile. An id out of range (the caller's
+// data, never trusted) becomes 0: the row reads page 0 of the cache (run() requires one) and
+// nothing outside it; the return says whether one was (report_tile_pages names it). Selects,
+// no branch: a branch here, or a predicate per copy in copy_full_tile, cost the paged kernel
+// ~10% (H200).
 template <int kChunks>
-__device__ __forceinline__ unsigned load_row_pages(const PrefillParams& p, const ItemGeometry& g,
-                                                   int start, const int* page_ids,
-                                                   int (&pages)[FullTileRows<kChunks>::kCopies]) {
-  static_assert(FullTileRows<kChunks>::kCopies <= 32, "one bit per copy");
+__device__ __forceinline__ bool load_row_pages(const PrefillParams& p, const int* page_ids,
+                                               int (&pages)[FullTileRows<kChunks>::kCopies]) {
   const int row0 = thread_index() / kChunks;
-  unsigned unread = 0;
+  bool unread = false;
 #pragma unroll
   for (int i = 0; i < FullTileRows<kChunks>::kCopies; ++i) {
-    const int row = row0 + i * FullTileRows<kChunks>::kRowStep;
-    pages[i] = page_ids[row];
-    if (static_cast<unsigned>(pages[i]) >= static_cast<unsigned>(p.num_pages)) {
-      page_in_range(p, g, start + row, pages[i]);
-      unread |= 1u << i;
-      pages[i] = 0;
-    }
+    const int page = page_ids[row0 + i * FullTileRows<kChunks>::kRowStep];
+    const bool out = static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages);
+    unread |= out;
+    pages[i] = out ? 0 : page;
   }
   return unread;
 }
 
+// Records the first out-of-range page id of a full tile (whose first KV position is `start`)
+// once load_row_pages flagged one: cold, outside the copies.
+__device__ __forceinline__ void report_tile_pages(const PrefillParams& p, const ItemGeometry& g,
+                                                  int start, const int* page_ids) {
+  for (int row = 0; row < T::kKvTile; ++row) {
+    if (!page_in_range(p, g, start + row, page_ids[row])) return;
+  }
+}
+
 // kv_row: ragged, the tile's first KV token; paged, its first position. kv_head: the item's.
-// pages, unread: paged, load_row_pages' ids and out-of-range bits (unused for ragged KV).
+// pages: paged, load_row_pages' ids (unused for ragged KV).
 template <int kChunks>
 __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, long long kv_row,
                                                int kv_head,
                                                const int (&pages)[FullTileRows<kChunks>::kCopies],
-                                               unsigned unread, long long stride_page,
-                                               long long stride_slot, long long stride_head) {
+                                               long long stride_page, long long stride_slot,
+                                               long long stride_head) {
   constexpr int kRowStep = FullTileRows<kChunks>::kRowStep;
   constexpr int kCopies = FullTileRows<kChunks>::kCopies;
   static_assert(FullTileRows<kChunks>::kExact, "whole rows per pass");
@@ -166,14 +173,8 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       const int row = row0 + i * kRowStep;
-      const unsigned to = dst + mma::swizzled_offset<kChunks * 16>(row, tid % kChunks);
-      const unsigned char* from =
-          slot_address[i % kSlots] + static_cast<long long>(pages[i]) * page_bytes;
-      if (unread & (1u << i)) {
-        cp_async_16(to, from, false);  // zeros; `from` is in page 0
-      } else {
-        cp_async_16(to, from);
-      }
+      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, tid % kChunks),
+                  slot_address[i % kSlots] + static_cast<long long>(pages[i]) * page_bytes);
     }
   } else {
     const unsigned char* src = head + (kv_row + row0) * stride_page * 2;
@@ -201,22 +202,23 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
       const int kv_head = g.kv_head;
       int k_pages[FullTileRows<T::kQKChunks>::kCopies] = {};
       int v_pages[FullTileRows<T::kVChunks>::kCopies] = {};
-      unsigned k_unread = 0;
-      unsigned v_unread = 0;
+      bool unread = false;
       if constexpr (T::kPaged) {
-        k_unread = load_row_pages<T::kQKChunks>(p, g, start, page_ids, k_pages);
+        unread = load_row_pages<T::kQKChunks>(p, page_ids, k_pages);
         if constexpr (T::kVChunks == T::kQKChunks) {
 #pragma unroll
           for (int i = 0; i < FullTileRows<T::kVChunks>::kCopies; ++i) v_pages[i] = k_pages[i];
-          v_unread = k_unread;
         } else {
-          v_unread = load_row_pages<T::kVChunks>(p, g, start, page_ids, v_pages);
+          unread |= load_row_pages<T::kVChunks>(p, page_ids, v_pages);
         }
       }
-      copy_full_tile<T::kQKChunks>(k_dst, p.k, kv_row, kv_head, k_pages, k_unread,
-                                   p.k_stride_page, p.k_stride_slot, p.k_stride_head);
-      copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, kv_row, kv_head, v_pages, v_unread,
+      copy_full_tile<T::kQKChunks>(k_dst, p.k, kv_row, kv_head, k_pages, p.k_stride_page,
+                                   p.k_stride_slot, p.k_stride_head);
+      copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, kv_row, kv_head, v_pages,
                                   p.v_stride_page, p.v_stride_slot, p.v_stride_head);
+      if constexpr (T::kPaged) {
+        if (unread) report_tile_pages(p, g, start, page_ids);
+      }
       return;
     }
   }

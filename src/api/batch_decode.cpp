@@ -657,6 +657,9 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
               ": run() on a capturing stream needs a BatchDecode created with "
               "use_cuda_graph = true");
   const int64_t num_pages = std::min(k_pages, v_pages);
+  // An out-of-range page id is read from page 0 (kernels/decode_pipeline.cuh fetch_pages).
+  FLARE_CHECK(planned_pages == 0 || num_pages >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": the plan reads ", planned_pages, " pages but the cache has none");
   if (s.validate_indices) {
     FLARE_CHECK(!capturing, ErrorCode::kInvalidArgument, kWhat,
                 ": validation mode (validate_indices, FLARE_VALIDATE) cannot be captured");

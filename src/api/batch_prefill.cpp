@@ -517,6 +517,9 @@ void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const Tensor
   a.indices = kv.indices.ptr<const int32_t>();
   a.num_indices = kv.indices.shape[0];
   a.num_pages = std::min(k_pages, v_pages);
+  // An out-of-range page id is read from page 0 (kernels/prefill_load.cuh load_row_pages).
+  FLARE_CHECK(planned_pages == 0 || a.num_pages >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": the plan reads ", planned_pages, " pages but the cache has none");
   a.k_page = kv.k.strides[0];
   a.k_slot = nhd ? kv.k.strides[1] : kv.k.strides[2];
   a.k_head = nhd ? kv.k.strides[2] : kv.k.strides[1];

@@ -161,8 +161,9 @@ class BatchDecode {
   //          K and V sliced out of one [pages, 2, ...] tensor); indices int32 [>= the plan's
   //          kv_indptr[batch]] on the device. The kernel takes page ranges and lengths from the
   //          plan and reads only the ids, each checked against the pages of k and v: an id out
-  //          of range reads nothing (its token's K and V count as zeros) and is recorded for
-  //          check(); nothing outside the given tensors is ever read or written.
+  //          of range is replaced by page 0 for the read (a cache of at least one page is
+  //          required) and recorded for check(); nothing outside the given tensors is ever
+  //          read or written (the request's output is then not meaningful).
   //   o      [batch, H_qo, D] q_dtype, same alignment rule
   //   lse    optional float32 [batch, H_qo] (any strides): log of the sum of exp of the scaled
   //          logits, natural or base 2 (options.lse_base); -inf for requests with kv_len 0
