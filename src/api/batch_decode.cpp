@@ -584,7 +584,8 @@ void BatchDecode::plan(std::span<const int32_t> kv_indptr,
   check_fits(next, s.workspace.layout());
   api_detail::stage_decode(s.next, s.workspace.layout(), kv_indptr,
                            s.workspace.staging().acquire());
-  s.workspace.staging().copy_to(s.workspace.plan_region(), stream);
+  s.workspace.staging().copy_to(s.workspace.plan_region(), s.workspace.layout(),
+                                static_cast<int64_t>(s.next.plan.work_items.size()), stream);
   std::swap(s.plan, s.next.plan);
   std::swap(s.kv_len, s.next.kv_len);
   s.kv_indptr.assign(kv_indptr.begin(), kv_indptr.end());

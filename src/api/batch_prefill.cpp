@@ -467,7 +467,8 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
   check_fits(next.plan, s.workspace.layout());
   api_detail::stage_prefill(next, s.workspace.layout(), c.max_batch, qo_indptr, kv_indptr,
                             kv_last_page_len, s.workspace.staging().acquire());
-  s.workspace.staging().copy_to(s.workspace.plan_region(), stream);
+  s.workspace.staging().copy_to(s.workspace.plan_region(), s.workspace.layout(),
+                                static_cast<int64_t>(next.plan.work_items.size()), stream);
   std::swap(s.plan, next.plan);
   std::swap(s.mask_indptr, next.mask_indptr);
   s.tiles = next.tiles;

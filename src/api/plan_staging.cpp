@@ -23,8 +23,22 @@ std::byte* PlanStaging::acquire() {
   return buffer_.data();
 }
 
-void PlanStaging::copy_to(void* workspace, cuda::Stream stream) {
-  cuda::memcpy_htod_async(workspace, buffer_.data(), buffer_.bytes(), stream);
+void PlanStaging::copy_to(void* workspace, const WorkspaceLayout& layout,
+                          int64_t num_work_items, cuda::Stream stream) {
+  // Sections in order (workspace_layout): counts, cta_indptr, work_items, then the merge map
+  // and the executor records up to plan_bytes.
+  const size_t items_end = layout.work_items + static_cast<size_t>(num_work_items) * sizeof(WorkItem);
+  const size_t skipped = layout.merge_indptr - items_end;
+  // One copy unless the tail is large: a second driver call costs ~1.5 us of host time.
+  constexpr size_t kSplitAbove = 256 * 1024;
+  auto* dst = static_cast<std::byte*>(workspace);
+  if (skipped <= kSplitAbove) {
+    cuda::memcpy_htod_async(dst, buffer_.data(), buffer_.bytes(), stream);
+  } else {
+    cuda::memcpy_htod_async(dst, buffer_.data(), items_end, stream);
+    cuda::memcpy_htod_async(dst + layout.merge_indptr, buffer_.data() + layout.merge_indptr,
+                            layout.plan_bytes - layout.merge_indptr, stream);
+  }
   copied_->record(stream);
 }
 
