@@ -114,7 +114,6 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
 
   ItemGeometry g;
   g.kv_head = item.kv_head * T::kItemHeads;  // a super head of kItemHeads KV heads (Traits)
-  g.request = item.request;
   g.page_base = record.meta.page_begin;
   g.kv_hi = item.kv_end;
   const int q_pos = kv_len - 1;  // one query token per request, bottom-right aligned
@@ -128,11 +127,10 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
   // Pipeline: kStages - 1 tiles in flight; page ids of the next tile fetched one tile ahead.
   // The first tiles' page ids load together: one dependent load before the item streams.
   int pages[T::kCopiesPerThread];
-  unsigned item_unread = 0;  // out-of-range page ids seen: reported once the item is done
   {
     int first_pages[T::kStages - 1][T::kCopiesPerThread];
 #pragma unroll
-    for (int s = 0; s < T::kStages - 1; ++s) item_unread |= fetch_pages(p, g, s, first_pages[s]);
+    for (int s = 0; s < T::kStages - 1; ++s) fetch_pages(p, g, s, first_pages[s]);
     // ptxas sinks the later tiles' page-id loads below the first tile's copies (a round trip
     // later) unless those copies depend on them: page ids are never negative.
     int all_pages = 0;
@@ -149,7 +147,7 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
       cp_async_commit();
     }
   }
-  item_unread |= fetch_pages(p, g, T::kStages - 1, pages);
+  fetch_pages(p, g, T::kStages - 1, pages);
   for (int tile = 0; tile < g.num_tiles; ++tile) {
     cp_async_wait<T::kStages - 2>();
     // Tile `tile` has landed for every thread, and every thread is done with tile - 1, whose
@@ -158,14 +156,19 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     const int next = tile + T::kStages - 1;
     if (next < g.num_tiles) {
       issue_tile(p, g, next, pages, smem);
-      item_unread |= fetch_pages(p, g, next + 1, pages);
+      fetch_pages(p, g, next + 1, pages);
     }
     cp_async_commit();
     compute_tile(p, g, tile, smem, st);
   }
   cp_async_wait<0>();
-  if (item_unread != 0) report_unread_pages(p, g);
   __syncthreads();  // the pipeline stages become the combine scratch
+  // Every fetch of the item is done. Only the request is recorded: the host finds the entry
+  // and the value when it reads the record (BatchDecode::check); a rescan here spilled.
+  if (threadIdx.x == 0 && unread_page_flag() != 0) {
+    unread_page_flag() = 0;
+    record_index_error(p.index_error, kIndexErrorPageId, item.request, -1, -1);
+  }
   write_item(p, item, st, reinterpret_cast<float*>(smem));
   if (item.partial_slot >= 0) {
     const MergeRange range = {item.reserved, record.meta.slot_begin, record.meta.slot_count};
@@ -196,6 +199,8 @@ extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads,
   if (((end - begin - 1) | start.item.request | start.item.kv_begin | start.meta.page_begin) < 0) {
     return;  // begin >= end
   }
+  if (threadIdx.x == 0) flare::decode::unread_page_flag() = 0;
+  __syncthreads();  // cleared before any fetch sets it
   flare::decode::ItemRecord current = {start.item, start.meta};
   for (int w = begin; w < end; ++w) {
     flare::decode::ItemRecord next = current;

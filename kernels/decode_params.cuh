@@ -43,8 +43,8 @@ struct WorkspaceOffsets {
   int64_t merge_indptr;
   int64_t merge_items;
   int64_t merge_slots;
-  float* partial_o;    // [partial slots][partial_rows][D_vo]
-  float* partial_lse;  // [partial slots][partial_rows], natural log
+  float* partial_o;      // [partial slots][partial_rows][D_vo]
+  float* partial_lse;    // [partial slots][partial_rows], natural log
   int32_t partial_rows;  // rows of one partial slot (max_query_tile)
   int32_t reserved;
 };
@@ -77,9 +77,10 @@ struct DecodeParams {
   void* o;                    // [batch, H_qo, D]
   float* lse;                 // [batch, H_qo] or null
   const int32_t* kv_indices;  // page ids (page ranges and lengths come from the plan)
-  // Bounds of the index data: kv_indices entries and cache pages (K's and V's fewer). A page
-  // id outside [0, num_pages), or an entry at or past num_indices, is replaced by page 0 for
-  // the read (nothing outside the cache), and index_error records it.
+  // Bounds of the index data: kv_indices entries (run() checks the plan reads fewer) and cache
+  // pages (K's and V's fewer). A page id outside [0, num_pages) is replaced by the last page for
+  // the read (nothing outside the cache), and index_error records the request (entry -1: the
+  // host finds the entry when it reads the record).
   int32_t num_indices;
   int32_t num_pages;
   IndexErrorRecord* index_error;

@@ -133,7 +133,6 @@ struct ItemGeometry {
   int page_base;     // first entry of the request's page list
   int num_tiles;
   int kv_head;  // the item's first KV head
-  int request;  // for the index error record
 };
 
 // This thread's copy row: its token in a tile and its KV head within the item.
@@ -144,44 +143,40 @@ __device__ __forceinline__ int copy_head() {
   return threadIdx.x / T::kChunksPerRow % T::kItemHeads;
 }
 
-// Records the first page id of the item outside the cache (or its entry past the table), once
-// fetch_pages has flagged one: cold, after the item's loop; it rescans the item's pages rather
-// than keep an entry live through the loop.
-__device__ __forceinline__ void report_unread_pages(const DecodeParams& p, const ItemGeometry& g) {
-  for (int token = g.kv_lo; token < g.kv_hi; token = (token / T::kPageSize + 1) * T::kPageSize) {
-    const int entry = g.page_base + token / T::kPageSize;
-    const bool past_table = entry >= p.num_indices;
-    const int page = past_table ? -1 : __ldg(p.kv_indices + entry);
-    if (past_table || static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) {
-      record_index_error(p.index_error, past_table ? kIndexErrorEntry : kIndexErrorPageId,
-                         g.request, entry, page);
-      return;
-    }
-  }
+// Set (in shared memory) when a page id of the CTA's current item was out of range; run_item
+// records the item's request and clears it. Shared, not a register through the tile loop: the
+// register made a shipped configuration spill.
+__device__ __forceinline__ int& unread_page_flag() {
+  __shared__ int flag;
+  return flag;
 }
 
-// The page ids of this thread's copies of `tile`; returns a bit per copy whose id is out of
-// range (the table is the caller's data, never trusted): its id becomes 0, so the copy reads
-// page 0 of the cache (run() requires one) and nothing outside it. Selects and one unsigned
-// compare per id, no branch: a branch or call in this unrolled loop, or a zero-fill predicate
-// in issue_tile, changed how ptxas schedules the whole tile loop (10-20% slower, H200).
-__device__ __forceinline__ unsigned fetch_pages(const DecodeParams& p, const ItemGeometry& g,
-                                                int tile, int (&pages)[T::kCopiesPerThread]) {
+// The page ids of this thread's copies of `tile`. An id out of range (the table is the
+// caller's data, never trusted) becomes the cache's last page, so the copy reads nothing
+// outside the cache (run() requires a page), and sets unread_page_flag(). No branch: a branch or
+// call in this unrolled loop, or a zero-fill predicate in issue_tile, changed how ptxas
+// schedules the whole tile loop (10-20% slower, H200), and a compare-and-select per id made a
+// shipped configuration spill.
+__device__ __forceinline__ void fetch_pages(const DecodeParams& p, const ItemGeometry& g, int tile,
+                                            int (&pages)[T::kCopiesPerThread]) {
   const int first_token = g.kv_lo + tile * T::kTileTokens + copy_token();
-  unsigned unread = 0;
+  // Page 0 past kv_hi; an id out of range becomes the last page by an unsigned min, and the
+  // largest id read flags it: two min/max instructions per id, no compare-and-select chains.
+  const unsigned last_page = static_cast<unsigned>(p.num_pages) - 1u;
+  unsigned largest = 0;
 #pragma unroll
   for (int i = 0; i < T::kCopiesPerThread; ++i) {
     const int token = first_token + i * T::kCopyTokenStride;
-    const int entry = g.page_base + token / T::kPageSize;
-    const bool in_item = token < g.kv_hi;
-    const bool in_table = entry < p.num_indices;
-    const int page = in_item && in_table ? __ldg(p.kv_indices + entry) : 0;
-    const bool out = in_item && (!in_table || static_cast<unsigned>(page) >=
-                                                  static_cast<unsigned>(p.num_pages));
-    unread |= static_cast<unsigned>(out) << i;
-    pages[i] = out ? 0 : page;
+    // The entries lie inside kv_indices: run() checks its length against the plan's pages (a
+    // captured run: plan() against the captured tensor's).
+    const unsigned page =
+        token < g.kv_hi
+            ? static_cast<unsigned>(__ldg(p.kv_indices + g.page_base + token / T::kPageSize))
+            : 0u;
+    largest = max(largest, page);
+    pages[i] = static_cast<int>(min(page, last_page));
   }
-  return unread;
+  if (largest > last_page) unread_page_flag() = 1;  // a predicated store
 }
 
 // Gathers K and V rows of `tile` through the page table into its pipeline stage. Byte strides

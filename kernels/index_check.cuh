@@ -36,9 +36,8 @@ struct alignas(16) IndexErrorRecord {
 #ifdef __CUDACC_RTC__
 // Inlined into a branch the hot loops never take: an out-of-line call there costs more than
 // its body (the call's register conventions slowed the decode loop by 10-20%, H200).
-__device__ __forceinline__ void record_index_error(IndexErrorRecord* record, int kind,
-                                                   int request, long long entry,
-                                                   long long value) {
+__device__ __forceinline__ void record_index_error(IndexErrorRecord* record, int kind, int request,
+                                                   long long entry, long long value) {
   atomicAdd(&record->count, 1u);
   if (atomicCAS(&record->flag, 0u, 1u) == 0u) {
     record->kind = kind;

@@ -41,7 +41,8 @@ __device__ __forceinline__ bool page_in_range(const PrefillParams& p, const Item
                                               int pos, int page) {
   if (static_cast<unsigned>(page) < static_cast<unsigned>(p.num_pages)) return true;
   const long long entry = g.kv_base + pos / T::kPageSize;
-  if (entry < p.num_indices) record_index_error(p.index_error, kIndexErrorPageId, g.request, entry, page);
+  if (entry < p.num_indices)
+    record_index_error(p.index_error, kIndexErrorPageId, g.request, entry, page);
   return false;
 }
 

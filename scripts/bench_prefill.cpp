@@ -207,9 +207,8 @@ double host_median_us(cuda::Stream stream, int calls, Body body) {
   for (int i = 0; i < calls; ++i) {
     const auto begin = std::chrono::steady_clock::now();
     body();
-    us.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin)
-            .count());
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin)
+                     .count());
   }
   cuda::stream_synchronize(stream);
   std::sort(us.begin(), us.end());
@@ -275,9 +274,8 @@ BenchResult bench(const std::vector<int32_t>& q_lens, const std::vector<int32_t>
   BatchPrefill paged(config);
   paged.plan(qo_indptr, page_indptr, last_page_len, stream.get());
   const PagedKV pkv = paged_kv(k, v, num_pages, d_pages.tensor, d_ids.tensor, d_last.tensor);
-  const double paged_ms = median_ms(stream.get(), [&] {
-    paged.run(qv, PagedKVPages::of(pkv), ov, std::nullopt, stream.get());
-  });
+  const double paged_ms = median_ms(
+      stream.get(), [&] { paged.run(qv, PagedKVPages::of(pkv), ov, std::nullopt, stream.get()); });
   result.ragged_tflops = flops / ragged_ms / 1e9;
   result.paged_tflops = flops / paged_ms / 1e9;
   return result;

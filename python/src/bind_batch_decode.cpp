@@ -19,11 +19,10 @@ namespace flare::python {
 namespace {
 
 void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, int num_kv_heads,
-               int head_dim, int page_size, const std::string& q_dtype,
-               const std::string& kv_dtype, const std::string& kv_layout, const ParamsArg& params,
-               bool use_cuda_graph, int fixed_split_size, bool disable_split_kv,
-               bool use_tensor_cores, uintptr_t scratch, size_t scratch_bytes,
-               bool validate_indices) {
+               int head_dim, int page_size, const std::string& q_dtype, const std::string& kv_dtype,
+               const std::string& kv_layout, const ParamsArg& params, bool use_cuda_graph,
+               int fixed_split_size, bool disable_split_kv, bool use_tensor_cores,
+               uintptr_t scratch, size_t scratch_bytes, bool validate_indices) {
   BatchDecodeConfig config;
   config.device = device;
   config.max_batch = max_batch;
@@ -69,8 +68,7 @@ void run(BatchDecode& decode, nb::handle q, nb::handle paged_kv_cache, nb::handl
   options.v_scale = v_scale;
   options.lse_base = lse_base2 ? LseBase::kBase2 : LseBase::kNatural;
   options.enable_pdl = enable_pdl;
-  decode.run(object_view(q, "q"), pages, object_view(out, "out"),
-             optional_object_view(lse, "lse"),
+  decode.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
              reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)), options);
 }
 
@@ -82,13 +80,12 @@ void bind_batch_decode(nb::module_& m) {
            nb::arg("num_qo_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
            nb::arg("page_size"), nb::arg("q_dtype"), nb::arg("kv_dtype"), nb::arg("kv_layout"),
            nb::arg("params"), nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"),
-           nb::arg("disable_split_kv"), nb::arg("use_tensor_cores") = false,
-           nb::arg("scratch") = 0, nb::arg("scratch_bytes") = 0,
-           nb::arg("validate_indices") = false)
+           nb::arg("disable_split_kv"), nb::arg("use_tensor_cores") = false, nb::arg("scratch") = 0,
+           nb::arg("scratch_bytes") = 0, nb::arg("validate_indices") = false)
       .def("plan", &plan, nb::arg("kv_indptr"), nb::arg("kv_last_page_len"), nb::arg("stream"))
-      .def("run", &run, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"),
-           nb::arg("out"), nb::arg("lse").none(), nb::arg("q_scale"), nb::arg("k_scale"),
-           nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"))
+      .def("run", &run, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"), nb::arg("out"),
+           nb::arg("lse").none(), nb::arg("q_scale"), nb::arg("k_scale"), nb::arg("v_scale"),
+           nb::arg("lse_base2"), nb::arg("enable_pdl"))
       .def(
           "check",
           [](const BatchDecode& d, const std::string& operation, const std::string& indices) {

@@ -69,8 +69,7 @@ void plan(BatchPrefill& prefill, nb::handle qo_indptr, nb::handle kv_indptr,
   const std::span<const int32_t> last =
       kv_last_page_len.is_none()
           ? std::span<const int32_t>()
-          : host_int32_span(object_view(kv_last_page_len, "kv_last_page_len"),
-                            "kv_last_page_len");
+          : host_int32_span(object_view(kv_last_page_len, "kv_last_page_len"), "kv_last_page_len");
   // A newly chosen tile pair compiles its kernel (seconds on a cold JIT cache).
   nb::gil_scoped_release release;
   prefill.plan(qo, kv, last, reinterpret_cast<cuda::Stream>(stream));
@@ -88,14 +87,12 @@ RunOptions run_options(float q_scale, float k_scale, float v_scale, bool lse_bas
 }
 
 // The wrappers' run(): the caller's objects, on torch's current stream.
-void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache,
-               nb::handle indices, nb::handle out, nb::handle lse, nb::handle mask_bits,
-               float q_scale, float k_scale, float v_scale, bool lse_base2, bool enable_pdl) {
+void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache, nb::handle indices,
+               nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
+               float v_scale, bool lse_base2, bool enable_pdl) {
   const BatchPrefillConfig& c = prefill.config();
-  const PagedKVPages pages =
-      paged_kv_pages(paged_kv_cache, c.layout, indices, "paged_kv_indices");
-  prefill.run(object_view(q, "q"), pages, object_view(out, "out"),
-              optional_object_view(lse, "lse"),
+  const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "paged_kv_indices");
+  prefill.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
               reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
               optional_object_view(mask_bits, "custom_mask"),
               run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl));
@@ -103,8 +100,8 @@ void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache,
 
 // k, v: [tokens, H_kv, D] (NHD) or [H_kv, tokens, D] (HND, viewed as NHD without a copy).
 void run_ragged(BatchPrefill& prefill, nb::handle q, nb::handle k, nb::handle v, bool hnd,
-                nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale,
-                float k_scale, float v_scale, bool lse_base2, bool enable_pdl) {
+                nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
+                float v_scale, bool lse_base2, bool enable_pdl) {
   const BatchPrefillConfig& c = prefill.config();
   TensorView k_view = object_view(k, "k");
   TensorView v_view = object_view(v, "v");
@@ -137,13 +134,11 @@ void bind_batch_prefill(nb::module_& m) {
       .def("plan", &plan, nb::arg("qo_indptr"), nb::arg("kv_indptr"),
            nb::arg("kv_last_page_len").none(), nb::arg("stream"))
       .def("run_paged", &run_paged, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"),
-           nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(),
-           nb::arg("q_scale"), nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"),
-           nb::arg("enable_pdl"))
+           nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
+           nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"))
       .def("run_ragged", &run_ragged, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("hnd"),
-           nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(),
-           nb::arg("q_scale"), nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"),
-           nb::arg("enable_pdl"))
+           nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
+           nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"))
       .def(
           "check",
           [](const BatchPrefill& p, const std::string& operation, const std::string& indices) {

@@ -7,9 +7,9 @@
 #include <exception>
 
 #include "bindings.h"
-#include "object_view.h"
 #include "flare/core/error.h"
 #include "flare/jit/cuda_driver.h"
+#include "object_view.h"
 
 namespace nb = nanobind;
 

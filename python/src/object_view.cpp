@@ -45,18 +45,17 @@ const Torch* torch_objects() {
   const nb::object t = nb::steal(module);
   torch.tensor_type = nb::object(t.attr("Tensor")).release().ptr();
   const std::pair<const char*, DType> dtypes[] = {
-      {"float32", DType::kF32},        {"float16", DType::kF16},
-      {"bfloat16", DType::kBF16},      {"float8_e4m3fn", DType::kE4M3},
-      {"float8_e5m2", DType::kE5M2},   {"int32", DType::kI32},
-      {"int64", DType::kI64},          {"uint8", DType::kU8},
-      {"bool", DType::kU8},
+      {"float32", DType::kF32},        {"float16", DType::kF16},      {"bfloat16", DType::kBF16},
+      {"float8_e4m3fn", DType::kE4M3}, {"float8_e5m2", DType::kE5M2}, {"int32", DType::kI32},
+      {"int64", DType::kI64},          {"uint8", DType::kU8},         {"bool", DType::kU8},
   };
   for (size_t i = 0; i < std::size(dtypes); ++i) {
     torch.dtypes[i] = {nb::object(t.attr(dtypes[i].first)).release().ptr(), dtypes[i].second};
   }
   const nb::object c_module = t.attr("_C");
   if (nb::hasattr(c_module, "_cuda_getCurrentRawStream")) {
-    torch.current_raw_stream = nb::object(c_module.attr("_cuda_getCurrentRawStream")).release().ptr();
+    torch.current_raw_stream =
+        nb::object(c_module.attr("_cuda_getCurrentRawStream")).release().ptr();
   }
   loaded = true;
   return &torch;
@@ -86,8 +85,8 @@ TensorView torch_view(PyObject* tensor, const Torch& torch, const char* name) {
       break;
     }
   }
-  FLARE_CHECK(known, ErrorCode::kInvalidArgument, name, " has dtype ",
-              nb::str(dtype).c_str(), ", which flare does not take");
+  FLARE_CHECK(known, ErrorCode::kInvalidArgument, name, " has dtype ", nb::str(dtype).c_str(),
+              ", which flare does not take");
   const nb::object shape = checked(PyObject_GetAttr(tensor, n.shape));
   const nb::object strides = checked(PyObject_CallMethodNoArgs(tensor, n.stride));
   const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
@@ -100,9 +99,9 @@ TensorView torch_view(PyObject* tensor, const Torch& torch, const char* name) {
     // As TensorArg: a size-1 dimension never steps; give it the contiguous stride.
     if (view.shape[static_cast<size_t>(d)] == 1) {
       view.strides[static_cast<size_t>(d)] =
-          d + 1 < ndim ? view.strides[static_cast<size_t>(d) + 1] *
-                             view.shape[static_cast<size_t>(d) + 1]
-                       : 1;
+          d + 1 < ndim
+              ? view.strides[static_cast<size_t>(d) + 1] * view.shape[static_cast<size_t>(d) + 1]
+              : 1;
     }
   }
   const nb::object pointer = checked(PyObject_CallMethodNoArgs(tensor, n.data_ptr));

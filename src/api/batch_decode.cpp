@@ -423,6 +423,7 @@ struct BatchDecode::State {
   // The page ids a captured run reads (-1 before one): later plans must not need more.
   int64_t captured_indices = -1;
   int64_t last_num_pages = -1;  // of the latest run, quoted by check()
+  TensorView last_indices;      // the page ids of the latest run, searched by check()
   VariantParams variant{};
 
   // Zeroed on `stream` (the counters must be 0 when a run starts).
@@ -648,24 +649,24 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   }
   const int64_t planned_pages = s.kv_indptr.back();
   check_index_array(kv.indices, "kv indices", c.device, planned_pages, -1);
-  FLARE_CHECK(!c.use_cuda_graph || s.captured_indices < 0 ||
-                  kv.indices.shape[0] >= s.captured_indices,
-              ErrorCode::kInvalidArgument, kWhat, ": kv indices has ", kv.indices.shape[0],
-              " entries, fewer than an earlier run's ", s.captured_indices);
+  FLARE_CHECK(
+      !c.use_cuda_graph || s.captured_indices < 0 || kv.indices.shape[0] >= s.captured_indices,
+      ErrorCode::kInvalidArgument, kWhat, ": kv indices has ", kv.indices.shape[0],
+      " entries, fewer than an earlier run's ", s.captured_indices);
   const cuda::DeviceScope scope(c.device);
   const bool capturing = cuda::is_capturing(stream);
   FLARE_CHECK(c.use_cuda_graph || !capturing, ErrorCode::kInvalidArgument, kWhat,
               ": run() on a capturing stream needs a BatchDecode created with "
               "use_cuda_graph = true");
   const int64_t num_pages = std::min(k_pages, v_pages);
-  // An out-of-range page id is read from page 0 (kernels/decode_pipeline.cuh fetch_pages).
+  // An out-of-range page id is read from the last page (kernels/decode_pipeline.cuh).
   FLARE_CHECK(planned_pages == 0 || num_pages >= 1, ErrorCode::kInvalidArgument, kWhat,
               ": the plan reads ", planned_pages, " pages but the cache has none");
   if (s.validate_indices) {
     FLARE_CHECK(!capturing, ErrorCode::kInvalidArgument, kWhat,
                 ": validation mode (validate_indices, FLARE_VALIDATE) cannot be captured");
-    api_detail::validate_page_ids(kv.indices, s.kv_indptr, num_pages,
-                                  {kWhat, "kv_indices"}, stream);
+    api_detail::validate_page_ids(kv.indices, s.kv_indptr, num_pages, {kWhat, "kv_indices"},
+                                  stream);
   }
 
   DecodeParams p{};
@@ -682,10 +683,10 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   p.index_error = s.index_errors.device_record();
   p.workspace = s.workspace.device();
   p.offsets = s.workspace.offsets();
-  p.cta_starts = reinterpret_cast<const DecodeCtaStart*>(p.workspace +
-                                                         s.workspace.layout().executor_ctas);
-  p.item_meta = reinterpret_cast<const DecodeItemMeta*>(p.workspace +
-                                                        s.workspace.layout().executor_items);
+  p.cta_starts =
+      reinterpret_cast<const DecodeCtaStart*>(p.workspace + s.workspace.layout().executor_ctas);
+  p.item_meta =
+      reinterpret_cast<const DecodeItemMeta*>(p.workspace + s.workspace.layout().executor_items);
   p.merge_counters = static_cast<int32_t*>(s.merge_counters.data());
   p.q_stride_token = q.strides[0];
   p.q_stride_head = q.strides[1];
@@ -717,10 +718,34 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
                options.enable_pdl && s.k.cc_major >= 9);
   if (c.use_cuda_graph) s.captured_indices = kv.indices.shape[0];
   s.last_num_pages = num_pages;
+  s.last_indices = kv.indices;
 }
 
 void BatchDecode::check(const IndexNames& names) const {
-  state_->index_errors.check(names, state_->last_num_pages);
+  const State& s = *state_;
+  IndexError error = s.index_errors.read_and_clear();
+  if (error.kind == kIndexErrorNone) return;
+  // The kernel records the request only (kernels/decode.cuh): find the entry and the value in
+  // the page ids the last run read, if they still hold them.
+  const int64_t r = error.request;
+  if (error.entry < 0 && s.last_indices.data != nullptr && r >= 0 &&
+      r + 1 < static_cast<int64_t>(s.kv_indptr.size())) {
+    const int64_t begin = s.kv_indptr[static_cast<size_t>(r)];
+    std::vector<int32_t> ids(static_cast<size_t>(s.kv_indptr[static_cast<size_t>(r) + 1] - begin));
+    const cuda::DeviceScope scope(s.config.device);
+    if (!ids.empty()) {
+      cuda::memcpy_dtoh(ids.data(), s.last_indices.ptr<const int32_t>() + begin,
+                        ids.size() * sizeof(int32_t));
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= s.last_num_pages) {
+        error.entry = begin + static_cast<int64_t>(i);
+        error.value = ids[i];
+        break;
+      }
+    }
+  }
+  raise_index_error(error, names, s.last_num_pages);
 }
 
 const BatchDecodeConfig& BatchDecode::config() const { return state_->config; }

@@ -401,9 +401,8 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
       batch_prefill_kernels(config, s.fixed_tiles.value_or(PrefillTiles{64, 64}));
   s.merge = jit::get_kernel(specs.merge, "flare_merge", config.device);
 
-  s.workspace = api_detail::Workspace(
-      kWhat, prefill_bounds(config, s.bound_ctas, s.max_query_tile), config.scratch,
-      config.scratch_bytes);
+  s.workspace = api_detail::Workspace(kWhat, prefill_bounds(config, s.bound_ctas, s.max_query_tile),
+                                      config.scratch, config.scratch_bytes);
   s.next_work_item = cuda::DeviceBuffer(2 * sizeof(int32_t));
   cuda::memset_d8_async(s.next_work_item.data(), 0, 2 * sizeof(int32_t), nullptr);
   cuda::stream_synchronize(nullptr);  // run() may use another stream
@@ -617,8 +616,8 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   p.kv_indptr = request_table(p.workspace, layout, c.max_batch, kKvIndptr);
   p.kv_last_page_len = request_table(p.workspace, layout, c.max_batch, kLastPageLen);
   p.kv_indices = a.indices;
-  p.num_indices = static_cast<int32_t>(
-      std::min<int64_t>(a.num_indices, std::numeric_limits<int32_t>::max()));
+  p.num_indices =
+      static_cast<int32_t>(std::min<int64_t>(a.num_indices, std::numeric_limits<int32_t>::max()));
   p.num_pages =
       static_cast<int32_t>(std::min<int64_t>(a.num_pages, std::numeric_limits<int32_t>::max()));
   p.index_error = s.index_errors.device_record();

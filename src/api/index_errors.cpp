@@ -38,12 +38,14 @@ IndexError IndexErrorRecordBuffer::read_and_clear() const {
 
 void IndexErrorRecordBuffer::check(const IndexNames& names, int64_t num_pages) const {
   const IndexError error = read_and_clear();
-  if (error.kind != kIndexErrorNone) {
-    fail(ErrorCode::kIndexOutOfRange, describe_index_error(error, names, num_pages), "; ",
-         error.count, " out-of-range read", error.count == 1 ? "" : "s",
-         " since the last check, skipped: nothing outside the tensors was read or written, and "
-         "the outputs of the requests involved are not meaningful");
-  }
+  if (error.kind != kIndexErrorNone) raise_index_error(error, names, num_pages);
+}
+
+void raise_index_error(const IndexError& error, const IndexNames& names, int64_t num_pages) {
+  fail(ErrorCode::kIndexOutOfRange, describe_index_error(error, names, num_pages), "; seen ",
+       error.count, error.count == 1 ? " time" : " times",
+       " since the last check: nothing outside the tensors was read or written, and the outputs "
+       "of the requests involved are not meaningful");
 }
 
 std::string describe_index_error(const IndexError& error, const IndexNames& names,
@@ -52,8 +54,13 @@ std::string describe_index_error(const IndexError& error, const IndexNames& name
   m << names.operation << ": ";
   switch (error.kind) {
     case kIndexErrorPageId:
-      m << names.indices << "[" << error.entry << "] = " << error.value << " (request "
-        << error.request << ") is not a page of the KV cache";
+      if (error.entry < 0) {  // the kernel knew the request only, and the ids changed since
+        m << "request " << error.request << " read a page id of " << names.indices
+          << " outside the KV cache";
+      } else {
+        m << names.indices << "[" << error.entry << "] = " << error.value << " (request "
+          << error.request << ") is not a page of the KV cache";
+      }
       if (num_pages_hint >= 0) m << " (it has " << num_pages_hint << " pages)";
       break;
     case kIndexErrorEntry:
@@ -62,17 +69,15 @@ std::string describe_index_error(const IndexError& error, const IndexNames& name
       break;
     case kIndexErrorPosition:
       m << names.positions << "[" << error.entry << "] = " << error.value
-        << " is outside the pages of its request " << error.request << " (" << names.indptr
-        << ")";
+        << " is outside the pages of its request " << error.request << " (" << names.indptr << ")";
       break;
     case kIndexErrorRequest:
       m << names.batch << "[" << error.entry << "] = " << error.value
         << " is not a request of the batch (" << names.indptr << " has fewer)";
       break;
     case kIndexErrorPageRange:
-      m << names.indptr << "[" << error.request << "] = " << error.value << " and "
-        << names.indptr << "[" << error.request + 1 << "] give a page range outside "
-        << names.indices;
+      m << names.indptr << "[" << error.request << "] = " << error.value << " and " << names.indptr
+        << "[" << error.request + 1 << "] give a page range outside " << names.indices;
       break;
     default:
       m << "unknown index error kind " << static_cast<int>(error.kind);

@@ -23,11 +23,12 @@ std::byte* PlanStaging::acquire() {
   return buffer_.data();
 }
 
-void PlanStaging::copy_to(void* workspace, const WorkspaceLayout& layout,
-                          int64_t num_work_items, cuda::Stream stream) {
+void PlanStaging::copy_to(void* workspace, const WorkspaceLayout& layout, int64_t num_work_items,
+                          cuda::Stream stream) {
   // Sections in order (workspace_layout): counts, cta_indptr, work_items, then the merge map
   // and the executor records up to plan_bytes.
-  const size_t items_end = layout.work_items + static_cast<size_t>(num_work_items) * sizeof(WorkItem);
+  const size_t items_end =
+      layout.work_items + static_cast<size_t>(num_work_items) * sizeof(WorkItem);
   const size_t skipped = layout.merge_indptr - items_end;
   // One copy unless the tail is large: a second driver call costs ~1.5 us of host time.
   constexpr size_t kSplitAbove = 256 * 1024;

@@ -27,8 +27,8 @@ Workspace::Workspace(const char* what, const WorkspaceBounds& bounds, void* scra
               ": scratch_bytes is ", scratch_bytes, " but scratch is null");
   const WorkspaceLayout initial = workspace_layout(bounds);
   if (scratch_ != nullptr) {
-    FLARE_CHECK(reinterpret_cast<uintptr_t>(scratch) % 256 == 0, ErrorCode::kInvalidArgument,
-                what, ": scratch must be 256-byte aligned");
+    FLARE_CHECK(reinterpret_cast<uintptr_t>(scratch) % 256 == 0, ErrorCode::kInvalidArgument, what,
+                ": scratch must be 256-byte aligned");
     FLARE_CHECK(initial.scratch_bytes() <= scratch_bytes, ErrorCode::kInvalidArgument, what,
                 ": the scratch buffer has ", scratch_bytes, " bytes; ", initial.max_partial_slots,
                 " partial slots (the bound every plan without fixed_split_size fits) need ",
@@ -77,8 +77,8 @@ void validate_page_ids(const TensorView& indices, std::span<const int32_t> kv_in
   for (int64_t e = 0; e < count; ++e) {
     const int32_t id = ids[static_cast<size_t>(e)];
     if (id >= 0 && id < num_pages) continue;
-    const auto request = std::upper_bound(kv_indptr.begin(), kv_indptr.end(), e) -
-                         kv_indptr.begin() - 1;
+    const auto request =
+        std::upper_bound(kv_indptr.begin(), kv_indptr.end(), e) - kv_indptr.begin() - 1;
     IndexError error;
     error.kind = kIndexErrorPageId;
     error.request = request;

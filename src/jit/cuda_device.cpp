@@ -114,7 +114,6 @@ DeviceScope::~DeviceScope() {
   if (switched_) api().cuCtxSetCurrent(previous_);
 }
 
-
 int current_device() {
   const driver::Api& d = api();
   driver::CUdevice handle = 0;

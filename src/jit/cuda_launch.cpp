@@ -10,16 +10,16 @@ void launch(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z
   FLARE_CHECK(function != nullptr, ErrorCode::kInvalidArgument,
               "launch: function is null (load it with flare::jit::get_kernel)");
   if (!programmatic) {
-    check(driver::api().cuLaunchKernel(function, grid_x, grid_y, grid_z, block_x, block_y,
-                                       block_z, shared_bytes, stream, args, nullptr),
+    check(driver::api().cuLaunchKernel(function, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                                       shared_bytes, stream, args, nullptr),
           "cuLaunchKernel");
     return;
   }
   driver::LaunchAttribute attribute{};
   attribute.id = driver::kLaunchAttributeProgrammaticStreamSerialization;
   attribute.value.programmatic_stream_serialization_allowed = 1;
-  driver::LaunchConfig config{grid_x,       grid_y, grid_z,     block_x, block_y,
-                              block_z,      shared_bytes, stream, &attribute, 1};
+  driver::LaunchConfig config{grid_x,  grid_y,       grid_z, block_x,    block_y,
+                              block_z, shared_bytes, stream, &attribute, 1};
   check(driver::api().cuLaunchKernelEx(&config, function, args, nullptr),
         "cuLaunchKernelEx(programmatic stream serialization)");
 }

@@ -73,8 +73,8 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
   // sums to (split chunks) - (split tiles) <= 2 #CTA - 1. Counts are int32, so no plan has
   // more than int32 max items.
   const int64_t max_tiles = int64_t{bounds.max_total_qo} * bounds.num_qo_heads;
-  layout.max_merge_items =
-      std::min<int64_t>(std::max<int64_t>(bounds.num_ctas, layout.max_partial_slots / 2), max_tiles);
+  layout.max_merge_items = std::min<int64_t>(
+      std::max<int64_t>(bounds.num_ctas, layout.max_partial_slots / 2), max_tiles);
   layout.max_work_items =
       max_tiles == 0 ? 0 : std::min(kInt32Max, max_tiles + layout.max_partial_slots - 1);
 
@@ -115,8 +115,8 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
 }
 
 int64_t partial_slots_fitting(const WorkspaceBounds& bounds, size_t scratch_bytes) {
-  const int64_t slot_bytes = int64_t{bounds.max_query_tile} *
-                             (int64_t{bounds.head_dim_vo} + 1) * int64_t{sizeof(float)};
+  const int64_t slot_bytes =
+      int64_t{bounds.max_query_tile} * (int64_t{bounds.head_dim_vo} + 1) * int64_t{sizeof(float)};
   if (slot_bytes <= 0) return 0;
   // The slots' own bytes bound the count from above; alignment gaps take at most one more.
   int64_t slots = std::min<int64_t>(kInt32Max, static_cast<int64_t>(scratch_bytes) / slot_bytes);

@@ -1,10 +1,11 @@
 // The messages of out-of-range index records (what check() raises): each kind names the
 // caller's argument, the request, the entry and the value. No GPU needed.
+#include "flare/api/index_errors.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "flare/api/index_errors.h"
 #include "flare/api/run_options.h"
 
 namespace flare {
@@ -29,6 +30,10 @@ TEST(IndexErrors, MessagesNameTheArgumentRequestEntryAndValue) {
   EXPECT_EQ(describe_index_error(error_of(kIndexErrorPageId, 0, 4, -1), names),
             "BatchDecodeWithPagedKVCacheWrapper: indices[4] = -1 (request 0) is not a page of "
             "the KV cache");
+  // Decode records the request only; check() finds the entry in the ids, unless they changed.
+  EXPECT_EQ(describe_index_error(error_of(kIndexErrorPageId, 3, -1, -1), names, 64),
+            "BatchDecodeWithPagedKVCacheWrapper: request 3 read a page id of indices outside "
+            "the KV cache (it has 64 pages)");
   EXPECT_EQ(describe_index_error(error_of(kIndexErrorEntry, 5, 100, -1), names),
             "BatchDecodeWithPagedKVCacheWrapper: request 5 reads indices[100], past the end of "
             "indices");

@@ -76,8 +76,8 @@ struct GuardedBatch {
   GuardedBatch(const std::vector<int32_t>& kv_lens, int64_t qo_heads, int64_t kv_heads,
                int64_t head_dim)
       : cache(build(kv_lens, kv_heads, head_dim)),
-        q_host(gpu_testing::random_query(static_cast<int64_t>(kv_lens.size()), qo_heads,
-                                         head_dim, DType::kBF16, false, 5)) {
+        q_host(gpu_testing::random_query(static_cast<int64_t>(kv_lens.size()), qo_heads, head_dim,
+                                         DType::kBF16, false, 5)) {
     k.emplace(upload_guarded(cache.pages_storage));
     v.emplace(upload_guarded(cache.v_pages_storage));
     indices.emplace(upload_guarded(cache.page_indices));
@@ -159,8 +159,8 @@ TEST_P(IndexSafetyGpu, DecodeSkipsOutOfRangePageIdsAndReportsThem) {
     decode.run(b.q_view, b.pages, b.o_view, b.lse_view, nullptr);
     cuda::device_synchronize();
     EXPECT_TRUE(b.all_guards_intact()) << "page id " << bad;
-    const std::string expected = "kv_indices[" + std::to_string(entry) + "] = " +
-                                 std::to_string(bad) + " (request 2)";
+    const std::string expected =
+        "kv_indices[" + std::to_string(entry) + "] = " + std::to_string(bad) + " (request 2)";
     EXPECT_FLARE_ERROR(decode.check(), ErrorCode::kIndexOutOfRange, expected);
     EXPECT_NO_THROW(decode.check());  // the record was cleared
   }
@@ -184,8 +184,8 @@ TEST_P(IndexSafetyGpu, DecodeValidationModeThrowsBeforeLaunching) {
   b.corrupt(b.indptr()[1] + 2, -1);
   b.poison_outputs();
   EXPECT_FLARE_ERROR(decode.run(b.q_view, b.pages, b.o_view, b.lse_view, nullptr),
-                     ErrorCode::kIndexOutOfRange, "kv_indices[" + std::to_string(b.indptr()[1] + 2) +
-                                                      "] = -1 (request 1)");
+                     ErrorCode::kIndexOutOfRange,
+                     "kv_indices[" + std::to_string(b.indptr()[1] + 2) + "] = -1 (request 1)");
   cuda::device_synchronize();
   EXPECT_EQ(testing::count_nan(b.o_host().view()), b.o_view.numel());  // nothing launched
 }
@@ -218,9 +218,8 @@ TEST(IndexSafetyPrefillGpu, PagedPrefillSkipsOutOfRangePageIdsAndReportsThem) {
   const std::vector<int32_t> qo = {0, 1, 2, 3};
   prefill.plan(qo, b.indptr(), b.last(), nullptr);
   const int64_t pages = b.cache.num_pages();
-  for (const auto& [entry, bad, request] :
-       {std::tuple{int64_t{3}, static_cast<int32_t>(pages), 0},
-        std::tuple{int64_t{b.indptr()[1] + 2}, -100, 1}}) {
+  for (const auto& [entry, bad, request] : {std::tuple{int64_t{3}, static_cast<int32_t>(pages), 0},
+                                            std::tuple{int64_t{b.indptr()[1] + 2}, -100, 1}}) {
     b.corrupt(entry, bad);
     b.poison_outputs();
     prefill.run(b.q_view, b.pages, b.o_view, b.lse_view, nullptr);
@@ -247,15 +246,16 @@ TEST(IndexSafetyPrefillGpu, RaggedRowsShortOfTheIndptrAreRejectedBeforeLaunching
   const std::vector<int32_t> qo = {0, 1, 2};
   const std::vector<int32_t> kv = {0, 200, 235};
   prefill.plan(qo, kv, {}, nullptr);
-  Guarded k_rows(static_cast<size_t>(234 * 2 * 64) * 2), v_rows(static_cast<size_t>(234 * 2 * 64) * 2);
-  const TensorView k = TensorView::contiguous(k_rows.data(), DType::kBF16, {234, 2, 64},
-                                              Device::cuda(0));
-  const TensorView v = TensorView::contiguous(v_rows.data(), DType::kBF16, {234, 2, 64},
-                                              Device::cuda(0));
+  Guarded k_rows(static_cast<size_t>(234 * 2 * 64) * 2),
+      v_rows(static_cast<size_t>(234 * 2 * 64) * 2);
+  const TensorView k =
+      TensorView::contiguous(k_rows.data(), DType::kBF16, {234, 2, 64}, Device::cuda(0));
+  const TensorView v =
+      TensorView::contiguous(v_rows.data(), DType::kBF16, {234, 2, 64}, Device::cuda(0));
   b.poison_outputs();
-  EXPECT_FLARE_ERROR(prefill.run(b.q_view.slice(0, 0, 2), k, v, b.o_view.slice(0, 0, 2),
-                                 std::nullopt, nullptr),
-                     ErrorCode::kInvalidArgument, "kv_indptr[2]=235");
+  EXPECT_FLARE_ERROR(
+      prefill.run(b.q_view.slice(0, 0, 2), k, v, b.o_view.slice(0, 0, 2), std::nullopt, nullptr),
+      ErrorCode::kInvalidArgument, "kv_indptr[2]=235");
   cuda::device_synchronize();
   EXPECT_EQ(testing::count_nan(b.o_host().view()), b.o_view.numel());
   EXPECT_TRUE(k_rows.guards_intact() && v_rows.guards_intact());

@@ -525,15 +525,15 @@ TEST(PrefillGpu, RunChecksArgumentsBeforeLaunching) {
   DeviceProblem d(p);
   EXPECT_THROW(d.run(prefill, p, nullptr), Error);  // run() before plan()
   plan(prefill, p, nullptr);
-  EXPECT_THROW(prefill.run(d.q.view(p.q.view()), d.ragged.k, d.ragged.v,
-                           d.o.view(d.o_host.view()), std::nullopt, nullptr),
+  EXPECT_THROW(prefill.run(d.q.view(p.q.view()), d.ragged.k, d.ragged.v, d.o.view(d.o_host.view()),
+                           std::nullopt, nullptr),
                Error);  // ragged KV on a paged prefill
   // A page stride of 2^30 elements (2 GiB per page) exceeds the kernel's 32-bit page offsets.
   PagedKVPages huge = PagedKVPages::of(d.paged);
   huge.k.strides[0] = int64_t{1} << 30;
-  EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), huge, d.o.view(d.o_host.view()),
-                                 std::nullopt, nullptr),
-                     ErrorCode::kUnsupported, "2^31 bytes");
+  EXPECT_FLARE_ERROR(
+      prefill.run(d.q.view(p.q.view()), huge, d.o.view(d.o_host.view()), std::nullopt, nullptr),
+      ErrorCode::kUnsupported, "2^31 bytes");
   // Fewer page ids than the plan reads: named, nothing launched.
   PagedKVPages short_indices = PagedKVPages::of(d.paged);
   short_indices.indices.shape[0] = 0;

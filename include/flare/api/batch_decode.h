@@ -161,8 +161,8 @@ class BatchDecode {
   //          K and V sliced out of one [pages, 2, ...] tensor); indices int32 [>= the plan's
   //          kv_indptr[batch]] on the device. The kernel takes page ranges and lengths from the
   //          plan and reads only the ids, each checked against the pages of k and v: an id out
-  //          of range is replaced by page 0 for the read (a cache of at least one page is
-  //          required) and recorded for check(); nothing outside the given tensors is ever
+  //          of range is replaced by the cache's last page for the read (a cache of at least one
+  //          page is required) and recorded for check(); nothing outside the given tensors is ever
   //          read or written (the request's output is then not meaningful).
   //   o      [batch, H_qo, D] q_dtype, same alignment rule
   //   lse    optional float32 [batch, H_qo] (any strides): log of the sum of exp of the scaled
@@ -200,8 +200,8 @@ class BatchDecode {
   int num_ctas() const;
   // Packed query rows one work item holds: the head-group tile, times kv_heads_per_item.
   int rows_per_item() const;
-  const Plan& last_plan() const;  // the latest plan (host copy), for tests and tools
-  size_t workspace_size() const;  // device bytes held (without a caller's scratch)
+  const Plan& last_plan() const;      // the latest plan (host copy), for tests and tools
+  size_t workspace_size() const;      // device bytes held (without a caller's scratch)
   int64_t max_partial_slots() const;  // of the current workspace
   // Scratch bytes the default bound (2 x num_ctas partial slots) needs for `config`, the
   // least config.scratch_bytes may be (same validation and compilation as the constructor).

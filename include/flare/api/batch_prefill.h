@@ -143,8 +143,9 @@ class BatchPrefill {
   //   kv         kPaged: pages in config.layout ([pages, page_size, H_kv, D] NHD or
   //              [pages, H_kv, page_size, D] HND, k with D_qk, v with D_vo) and the page ids
   //              (int32 [>= kv_indptr[batch]] on the device), each range-checked by the kernel
-  //              as in BatchDecode::run. kRagged: k [>= kv_indptr[batch], H_kv, D_qk], v [...,
-  //              D_vo] (checked on the host). Same alignment as q.
+  //              as in BatchDecode::run, except that an out-of-range id reads page 0 (rows
+  //              past a tile's full pages: zeros). kRagged: k [>= kv_indptr[batch], H_kv, D_qk], v
+  //              [..., D_vo] (checked on the host). Same alignment as q.
   //   o          [total_q, H_qo, D_vo] dtype, same alignment rule
   //   lse        optional float32 [total_q, H_qo]: log of the sum of exp of the scaled logits,
   //              natural or base 2 (options.lse_base); -inf (and o = 0) for rows that see no key
@@ -172,7 +173,7 @@ class BatchPrefill {
   // The latest plan (host copy), for tests and tools: a one-queue plan (plan/plan.h), its
   // work_items in the order the kernel's CTAs take them, each covering item_heads KV heads.
   const Plan& last_plan() const;
-  size_t workspace_size() const;  // device bytes held (without a caller's scratch)
+  size_t workspace_size() const;      // device bytes held (without a caller's scratch)
   int64_t max_partial_slots() const;  // of the current workspace
   // Scratch bytes the default bound needs for `config` (as BatchDecode's).
   static size_t scratch_bytes_needed(const BatchPrefillConfig& config);

@@ -17,7 +17,7 @@ namespace flare {
 struct IndexError {
   IndexErrorKind kind = kIndexErrorNone;
   int64_t request = -1;  // the request (batch index) whose data held it
-  int64_t entry = -1;    // where: the page-table entry, or the appended token
+  int64_t entry = -1;    // where: the page-table entry, or the appended token (-1: unknown)
   int64_t value = 0;     // what was there
   uint64_t count = 0;    // out-of-range reads since the last check (a bad id counts per read)
 };
@@ -25,10 +25,10 @@ struct IndexError {
 // Names the caller's arguments in check()'s message, e.g. {"BatchDecode", "kv_indices"}.
 struct IndexNames {
   const char* operation = "";
-  const char* indices = "kv_indices";    // the page ids
-  const char* indptr = "kv_indptr";      // pages per request
-  const char* positions = "positions";   // append: the token positions
-  const char* batch = "batch_indices";   // append: the tokens' requests
+  const char* indices = "kv_indices";   // the page ids
+  const char* indptr = "kv_indptr";     // pages per request
+  const char* positions = "positions";  // append: the token positions
+  const char* batch = "batch_indices";  // append: the tokens' requests
 };
 
 // One record in device memory (32 bytes), zeroed at creation. Owned by each BatchDecode and
@@ -38,9 +38,7 @@ class IndexErrorRecordBuffer {
   IndexErrorRecordBuffer() = default;
   explicit IndexErrorRecordBuffer(int device);  // allocates and zeroes on `device`
 
-  IndexErrorRecord* device_record() const {
-    return static_cast<IndexErrorRecord*>(buffer_.data());
-  }
+  IndexErrorRecord* device_record() const { return static_cast<IndexErrorRecord*>(buffer_.data()); }
   // Synchronizes the device (every stream: the kernels may have run on any), reads the record
   // and clears it. Returns the error (kind kIndexErrorNone when there was none).
   IndexError read_and_clear() const;
@@ -53,6 +51,10 @@ class IndexErrorRecordBuffer {
   int device_ = 0;
   cuda::DeviceBuffer buffer_;
 };
+
+// Throws kIndexOutOfRange: describe_index_error() and how many times it was seen.
+[[noreturn]] void raise_index_error(const IndexError& error, const IndexNames& names,
+                                    int64_t num_pages = -1);
 
 // What `error` was, naming the caller's arguments (check() adds how many reads it skipped).
 std::string describe_index_error(const IndexError& error, const IndexNames& names,

@@ -14,8 +14,8 @@ namespace flare {
 
 // The semantics are reference/merge.h's: s is the natural-log LSE, s = ln(e^{s_a} + e^{s_b}),
 // v = v_a e^{s_a - s} + v_b e^{s_b - s} (with base = kBase2, every s is a log2 and the
-// operator uses 2 for e: FlashInfer's convention); a state with s = -inf is the identity (its v is never
-// read into the sum) and two of them give v = 0, s = -inf. Shapes and dtypes:
+// operator uses 2 for e: FlashInfer's convention); a state with s = -inf is the identity (its v is
+// never read into the sum) and two of them give v = 0, s = -inf. Shapes and dtypes:
 //   v tensors [seq, H, D] (merge_states' input [seq, num_states, H, D]) float32 | float16 |
 //   bfloat16, any strides; s tensors float32 [seq, H] ([seq, num_states, H]), any strides;
 //   mask uint8 [seq], any stride (nonzero: merge the row).
