@@ -141,9 +141,7 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     }
 #pragma unroll
     for (int s = 0; s < T::kStages - 1; ++s) {
-      if (s < g.num_tiles) {
-        issue_tile(p, g, s, first_pages[s], smem, all_pages >= 0);
-      }
+      if (s < g.num_tiles) issue_tile(p, g, s, first_pages[s], smem, all_pages >= 0);
       cp_async_commit();
     }
   }

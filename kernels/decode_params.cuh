@@ -77,11 +77,10 @@ struct DecodeParams {
   void* o;                    // [batch, H_qo, D]
   float* lse;                 // [batch, H_qo] or null
   const int32_t* kv_indices;  // page ids (page ranges and lengths come from the plan)
-  // Bounds of the index data: kv_indices entries (run() checks the plan reads fewer) and cache
-  // pages (K's and V's fewer). A page id outside [0, num_pages) is replaced by the last page for
-  // the read (nothing outside the cache), and index_error records the request (entry -1: the
-  // host finds the entry when it reads the record).
-  int32_t num_indices;
+  // Cache pages (K's and V's fewer; run() checks kv_indices holds every entry the plan reads).
+  // A page id outside [0, num_pages) is replaced by the last page for the read (nothing
+  // outside the cache), and index_error records the request (entry -1: the host finds the
+  // entry when it reads the record).
   int32_t num_pages;
   IndexErrorRecord* index_error;
   unsigned char* workspace;

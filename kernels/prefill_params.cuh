@@ -28,8 +28,8 @@ struct PrefillParams {
   const int32_t* kv_last_page_len;   // paged: [batch]
   const unsigned char* custom_mask;  // kMaskCustom: packed bits
   const int32_t* mask_indptr;        // kMaskCustom: [batch + 1] byte offsets
-  // Paged: bounds of the index data, as DecodeParams' (an out-of-range id reads page 0, or
-  // zeros in a tile's tail rows).
+  // Paged: bounds of the index data, kv_indices entries and cache pages (an out-of-range id
+  // reads page 0, or zeros in a tile's tail rows; index_error records it).
   int32_t num_indices;
   int32_t num_pages;
   IndexErrorRecord* index_error;

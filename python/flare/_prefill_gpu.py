@@ -8,7 +8,8 @@ import numpy as np
 from . import _flare
 from ._args import check_lse_base, make_params, pdl_flag, scale_or_one, unsupported
 from ._cpu import pack_custom_mask
-from ._tensors import index_on_device, is_cuda, is_torch, scratch_of, torch_module
+from ._tensors import (index_on_device, is_cuda, is_torch, refill_buffer, scratch_of,
+                       torch_module)
 
 _GPU_DTYPES = ("float16", "bfloat16")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -245,18 +246,9 @@ class GpuPrefill:
             page_ids = (index_on_device(sources["paged_kv_indices_buf"], ws, "paged_kv_indices")
                         if self._paged else None)
             return page_ids, mask_bits
-        torch = torch_module()
         for name, source in sources.items():
-            buffer = self._buffers[name]
-            if is_torch(source) and source.is_cuda and source.data_ptr() == buffer.data_ptr():
-                continue
-            if not is_torch(source):
-                source = torch.from_numpy(np.ascontiguousarray(source, dtype=np.int32))
-            source = source.reshape(-1)
-            if source.shape[0] > buffer.shape[0]:
-                raise ValueError(f"{name.removesuffix('_buf')} has {source.shape[0]} entries, "
-                                 f"more than {name}'s {buffer.shape[0]}")
-            buffer[:source.shape[0]].copy_(source, non_blocking=non_blocking)
+            refill_buffer(self._buffers[name], name, source, name.removesuffix("_buf"),
+                          non_blocking)
         page_ids = self._buffers["paged_kv_indices_buf"] if self._paged else None
         if mask_bits is None:
             return page_ids, None

@@ -149,6 +149,22 @@ def index_on_device(x, like, name):
     return x.to(device=like.device, dtype=torch.int32, non_blocking=True).contiguous()
 
 
+def refill_buffer(buffer, buffer_name, source, name, non_blocking):
+    """Copies the caller's index array `source` (host or device, any integer form) into the
+    front of `buffer`, a fixed CUDA-graph buffer, in place; nothing when source is that buffer.
+    ValueError naming `name` (the caller's argument) and `buffer_name` when it has more
+    entries."""
+    if is_torch(source) and source.is_cuda and source.data_ptr() == buffer.data_ptr():
+        return
+    if not is_torch(source):
+        source = torch_module().from_numpy(np.ascontiguousarray(source, dtype=np.int32))
+    source = source.reshape(-1)
+    if source.shape[0] > buffer.shape[0]:
+        raise ValueError(f"{name} has {source.shape[0]} entries, more than {buffer_name}'s "
+                         f"{buffer.shape[0]}")
+    buffer[:source.shape[0]].copy_(source, non_blocking=non_blocking)
+
+
 def scratch_of(buffer, where):
     """(device pointer, bytes) of a CUDA float_workspace_buffer: where flare keeps partial
     attention states during run()."""
@@ -165,13 +181,6 @@ def validate_default(validate):
     return value not in ("", "0")
 
 
-def device_of(x):
-    """("cpu", 0) or ("cuda", index) for a torch tensor or numpy array."""
-    if is_cuda(x):
-        return ("cuda", x.device.index if x.device.index is not None else 0)
-    return ("cpu", 0)
-
-
 def stream_of(x):
     """The caller's current CUDA stream on x's device (an int handle); 0 on the CPU."""
     if not is_cuda(x):
@@ -184,15 +193,6 @@ def device_guard(x):
     if is_cuda(x):
         return torch_module().cuda.device(x.device)
     return contextlib.nullcontext()
-
-
-def is_capturing(x):
-    """True while the current stream of x's device is being captured into a CUDA graph."""
-    if not is_cuda(x):
-        return False
-    torch = torch_module()
-    with torch.cuda.device(x.device):
-        return torch.cuda.is_current_stream_capturing()
 
 
 def empty(shape, dtype, like):
@@ -230,18 +230,6 @@ def host_int32(x, name):
     if array.dtype != np.int32 and array.size and not np.issubdtype(array.dtype, np.integer):
         raise ValueError(f"{name} must hold integers, got {array.dtype}")
     return np.ascontiguousarray(array, dtype=np.int32)
-
-
-def as_device_int32(x, like):
-    """Index array x as an int32 tensor on like's device (no copy when it already is one)."""
-    if is_cuda(like):
-        torch = torch_module()
-        if not is_torch(x):
-            x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.int32))
-        return x.to(device=like.device, dtype=torch.int32, non_blocking=True).contiguous()
-    if is_torch(x):
-        return x.detach().to(dtype=torch_module().int32).contiguous()
-    return np.ascontiguousarray(x, dtype=np.int32)
 
 
 def split_paged_kv_cache(paged_kv_cache):

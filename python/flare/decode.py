@@ -17,7 +17,7 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, index_on_device,
-                       is_cuda, is_torch, scratch_of, split_paged_kv_cache, tensor_dtype,
+                       is_cuda, refill_buffer, scratch_of, split_paged_kv_cache, tensor_dtype,
                        torch_module, validate_default)
 
 _WRAPPER = "BatchDecodeWithPagedKVCacheWrapper"
@@ -35,6 +35,9 @@ class _GpuDecoders:
 
     def __init__(self):
         self._by_key = {}
+
+    def values(self):
+        return self._by_key.values()
 
     def get(self, key, max_batch, make):
         decoder = self._by_key.get(key)
@@ -211,21 +214,17 @@ class BatchDecodeWithPagedKVCacheWrapper:
         ranges and lengths from the plan). Nothing is copied that is already in place."""
         if not self._use_cuda_graph:
             return index_on_device(indices, self._workspace, "indices")
-        torch = torch_module()
         num_indices = int(indptr_host[-1])
         if num_indices > self._indices_buf.shape[0]:
             raise ValueError(
                 f"indptr[-1]={num_indices} pages exceed paged_kv_indices_buffer's "
                 f"{self._indices_buf.shape[0]} entries")
-        for buffer, source, count in ((self._indices_buf, indices, num_indices),
-                                      (self._indptr_buf, indptr_host, None),
-                                      (self._last_page_len_buf, last_host, None)):
-            if is_torch(source) and source.is_cuda and source.data_ptr() == buffer.data_ptr():
-                continue
-            if not is_torch(source):
-                source = torch.from_numpy(np.ascontiguousarray(source, dtype=np.int32))
-            target = buffer if count is None else buffer[:count]
-            target.copy_(source if count is None else source[:count], non_blocking=non_blocking)
+        for buffer, name, source, caller_name in (
+                (self._indices_buf, "paged_kv_indices_buffer", indices[:num_indices], "indices"),
+                (self._indptr_buf, "paged_kv_indptr_buffer", indptr_host, "indptr"),
+                (self._last_page_len_buf, "paged_kv_last_page_len_buffer", last_host,
+                 "last_page_len")):
+            refill_buffer(buffer, name, source, caller_name, non_blocking)
         return self._indices_buf
 
     def run(self, q, paged_kv_cache, *, q_scale=None, k_scale=None, v_scale=None, out=None,
@@ -291,7 +290,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """Synchronizes the device and raises IndexError naming the first page id (request,
         indices entry, value) that the kernels found outside the KV cache since the last
         check(); clears it. Nothing to check on the CPU backend (it validates up front)."""
-        for decoder in self._decoders._by_key.values():
+        for decoder in self._decoders.values():
             decoder.check(_WRAPPER, "indices")
 
 

@@ -62,14 +62,9 @@ void run(BatchDecode& decode, nb::handle q, nb::handle paged_kv_cache, nb::handl
          bool lse_base2, bool enable_pdl) {
   const BatchDecodeConfig& c = decode.config();
   const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "indices");
-  RunOptions options;
-  options.q_scale = q_scale;
-  options.k_scale = k_scale;
-  options.v_scale = v_scale;
-  options.lse_base = lse_base2 ? LseBase::kBase2 : LseBase::kNatural;
-  options.enable_pdl = enable_pdl;
   decode.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
-             reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)), options);
+             reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
+             run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl));
 }
 
 }  // namespace
@@ -86,13 +81,7 @@ void bind_batch_decode(nb::module_& m) {
       .def("run", &run, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"), nb::arg("out"),
            nb::arg("lse").none(), nb::arg("q_scale"), nb::arg("k_scale"), nb::arg("v_scale"),
            nb::arg("lse_base2"), nb::arg("enable_pdl"))
-      .def(
-          "check",
-          [](const BatchDecode& d, const std::string& operation, const std::string& indices) {
-            nb::gil_scoped_release release;  // synchronizes the device
-            d.check({operation.c_str(), indices.c_str()});
-          },
-          nb::arg("operation"), nb::arg("indices"))
+      .def("check", &check_page_ids<BatchDecode>, nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchDecode& d) { return d.config().max_batch; })
       .def_prop_ro("num_ctas", &BatchDecode::num_ctas)
       .def_prop_ro("max_partial_slots", &BatchDecode::max_partial_slots)

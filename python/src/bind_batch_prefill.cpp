@@ -75,17 +75,6 @@ void plan(BatchPrefill& prefill, nb::handle qo_indptr, nb::handle kv_indptr,
   prefill.plan(qo, kv, last, reinterpret_cast<cuda::Stream>(stream));
 }
 
-RunOptions run_options(float q_scale, float k_scale, float v_scale, bool lse_base2,
-                       bool enable_pdl) {
-  RunOptions options;
-  options.q_scale = q_scale;
-  options.k_scale = k_scale;
-  options.v_scale = v_scale;
-  options.lse_base = lse_base2 ? LseBase::kBase2 : LseBase::kNatural;
-  options.enable_pdl = enable_pdl;
-  return options;
-}
-
 // The wrappers' run(): the caller's objects, on torch's current stream.
 void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache, nb::handle indices,
                nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
@@ -139,13 +128,7 @@ void bind_batch_prefill(nb::module_& m) {
       .def("run_ragged", &run_ragged, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("hnd"),
            nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
            nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"))
-      .def(
-          "check",
-          [](const BatchPrefill& p, const std::string& operation, const std::string& indices) {
-            nb::gil_scoped_release release;  // synchronizes the device
-            p.check({operation.c_str(), indices.c_str()});
-          },
-          nb::arg("operation"), nb::arg("indices"))
+      .def("check", &check_page_ids<BatchPrefill>, nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchPrefill& p) { return p.config().max_batch; })
       .def_prop_ro("max_total_qo", [](const BatchPrefill& p) { return p.config().max_total_qo; })
       .def_prop_ro("tiles",

@@ -7,13 +7,10 @@
 
 #include "bindings.h"
 #include "flare/api/merge_state.h"
+#include "object_view.h"
 #include "tensor_arg.h"
 
 namespace flare::python {
-
-namespace {
-LseBase base_of(bool lse_base2) { return lse_base2 ? LseBase::kBase2 : LseBase::kNatural; }
-}  // namespace
 
 void bind_merge(nb::module_& m) {
   m.def(
@@ -21,7 +18,7 @@ void bind_merge(nb::module_& m) {
       [](const TensorArg& v_a, const TensorArg& s_a, const TensorArg& v_b, const TensorArg& s_b,
          const TensorArg& v_out, const TensorArg& s_out, uintptr_t stream, bool lse_base2) {
         merge_state(v_a.view(), s_a.view(), v_b.view(), s_b.view(), v_out.view(), s_out.view(),
-                    reinterpret_cast<cuda::Stream>(stream), base_of(lse_base2));
+                    reinterpret_cast<cuda::Stream>(stream), lse_base_of(lse_base2));
       },
       nb::arg("v_a"), nb::arg("s_a"), nb::arg("v_b"), nb::arg("s_b"), nb::arg("v_out"),
       nb::arg("s_out"), nb::arg("stream"), nb::arg("lse_base2"),
@@ -31,7 +28,7 @@ void bind_merge(nb::module_& m) {
       [](const TensorArg& v, const TensorArg& s, const TensorArg& v_other, const TensorArg& s_other,
          const std::optional<TensorArg>& mask, uintptr_t stream, bool lse_base2) {
         merge_state_in_place(v.view(), s.view(), v_other.view(), s_other.view(), view_of(mask),
-                             reinterpret_cast<cuda::Stream>(stream), base_of(lse_base2));
+                             reinterpret_cast<cuda::Stream>(stream), lse_base_of(lse_base2));
       },
       nb::arg("v"), nb::arg("s"), nb::arg("v_other"), nb::arg("s_other"), nb::arg("mask").none(),
       nb::arg("stream"), nb::arg("lse_base2"),
@@ -41,7 +38,7 @@ void bind_merge(nb::module_& m) {
       [](const TensorArg& v, const TensorArg& s, const TensorArg& v_out, const TensorArg& s_out,
          uintptr_t stream, bool lse_base2) {
         merge_states(v.view(), s.view(), v_out.view(), s_out.view(),
-                     reinterpret_cast<cuda::Stream>(stream), base_of(lse_base2));
+                     reinterpret_cast<cuda::Stream>(stream), lse_base_of(lse_base2));
       },
       nb::arg("v"), nb::arg("s"), nb::arg("v_out"), nb::arg("s_out"), nb::arg("stream"),
       nb::arg("lse_base2"),

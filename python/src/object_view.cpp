@@ -93,17 +93,11 @@ TensorView torch_view(PyObject* tensor, const Torch& torch, const char* name) {
   FLARE_CHECK(ndim <= kMaxDims, ErrorCode::kInvalidArgument, name, " has ", ndim,
               " dimensions; flare tensors have at most ", kMaxDims);
   view.ndim = static_cast<int>(ndim);
-  for (Py_ssize_t d = ndim - 1; d >= 0; --d) {
+  for (Py_ssize_t d = 0; d < ndim; ++d) {
     view.shape[static_cast<size_t>(d)] = as_int64(PyTuple_GET_ITEM(shape.ptr(), d));
     view.strides[static_cast<size_t>(d)] = as_int64(PyTuple_GET_ITEM(strides.ptr(), d));
-    // As TensorArg: a size-1 dimension never steps; give it the contiguous stride.
-    if (view.shape[static_cast<size_t>(d)] == 1) {
-      view.strides[static_cast<size_t>(d)] =
-          d + 1 < ndim
-              ? view.strides[static_cast<size_t>(d) + 1] * view.shape[static_cast<size_t>(d) + 1]
-              : 1;
-    }
   }
+  regularize_unit_strides(view.ndim, view.shape.data(), view.strides.data());
   const nb::object pointer = checked(PyObject_CallMethodNoArgs(tensor, n.data_ptr));
   view.data = PyLong_AsVoidPtr(pointer.ptr());
   if (view.data == nullptr && PyErr_Occurred()) throw nb::python_error();
@@ -164,10 +158,13 @@ uintptr_t torch_current_stream(int device) {
   const Torch* torch = torch_objects();
   FLARE_CHECK(torch != nullptr && torch->current_raw_stream != nullptr, ErrorCode::kInternal,
               "CUDA tensors without torch's current-stream function");
-  PyObject* index = PyLong_FromLong(device);
-  const nb::object stream = checked(PyObject_CallOneArg(torch->current_raw_stream, index));
-  Py_DECREF(index);
-  return static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(stream.ptr()));
+  const nb::object stream =
+      checked(PyObject_CallOneArg(torch->current_raw_stream, nb::int_(device).ptr()));
+  const unsigned long long handle = PyLong_AsUnsignedLongLong(stream.ptr());
+  if (handle == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    throw nb::python_error();
+  }
+  return static_cast<uintptr_t>(handle);
 }
 
 }  // namespace flare::python

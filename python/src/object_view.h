@@ -1,14 +1,18 @@
-// Tensor arguments of the hot run() paths read straight from the caller's objects: a
+// The arguments of the hot run() paths. Tensors read straight from the caller's objects: a
 // torch.Tensor through five attribute reads (data_ptr, shape, stride, dtype, get_device), no
 // DLPack capsule (about a tenth of the cost of __dlpack__); other objects (numpy arrays, other
-// DLPack producers, flare.Tensor) through TensorArg. And the caller's current CUDA stream.
+// DLPack producers, flare.Tensor) through TensorArg. The caller's current CUDA stream, the
+// per-call options and check().
 #pragma once
 
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
+#include "flare/api/index_errors.h"
+#include "flare/api/run_options.h"
 #include "flare/core/tensor.h"
 #include "flare/format/paged_kv.h"
 
@@ -30,5 +34,31 @@ PagedKVPages paged_kv_pages(nb::handle paged_kv_cache, KVLayout layout, nb::hand
 // PyTorch's current stream on CUDA device `device` (torch._C._cuda_getCurrentRawStream), the
 // stream every flare kernel of a torch call runs on.
 uintptr_t torch_current_stream(int device);
+
+// The wrappers' lse_base keyword as the extension takes it (true: FlashInfer's base 2).
+inline LseBase lse_base_of(bool lse_base2) {
+  return lse_base2 ? LseBase::kBase2 : LseBase::kNatural;
+}
+
+// run()'s per-call options from the wrappers' keywords.
+inline RunOptions run_options(float q_scale, float k_scale, float v_scale, bool lse_base2,
+                              bool enable_pdl) {
+  RunOptions options;
+  options.q_scale = q_scale;
+  options.k_scale = k_scale;
+  options.v_scale = v_scale;
+  options.lse_base = lse_base_of(lse_base2);
+  options.enable_pdl = enable_pdl;
+  return options;
+}
+
+// The wrappers' check() on a BatchDecode or BatchPrefill: synchronizes the device without the
+// GIL and raises for the kernels' out-of-range page ids, naming `operation` and `indices`.
+template <class Engine>
+void check_page_ids(const Engine& engine, const std::string& operation,
+                    const std::string& indices) {
+  nb::gil_scoped_release release;
+  engine.check({operation.c_str(), indices.c_str()});
+}
 
 }  // namespace flare::python

@@ -25,10 +25,8 @@ TensorArg::TensorArg(nb::ndarray<nb::ro> array, const std::optional<std::string>
     const auto i = static_cast<size_t>(d);
     shape[i] = static_cast<int64_t>(array_.shape(i));
     strides[i] = array_.stride(i);
-    // A size-1 dimension never steps, and producers export any stride for it (torch may
-    // give 1): use the contiguous value so stride and alignment checks see a regular layout.
-    if (shape[i] == 1) strides[i] = d + 1 < ndim ? strides[i + 1] * shape[i + 1] : 1;
   }
+  regularize_unit_strides(ndim, shape.data(), strides.data());
   const nb::dlpack::dtype type = array_.dtype();
   DLTensor tensor{};
   tensor.data = const_cast<void*>(array_.data());  // data() already includes the byte offset

@@ -36,6 +36,14 @@ inline std::optional<TensorView> view_of(const std::optional<TensorArg>& arg) {
   return arg->view();
 }
 
+// A size-1 dimension never steps, and producers export any stride for it (torch may give 1):
+// gives each the contiguous value, so stride and alignment checks see a regular layout.
+inline void regularize_unit_strides(int ndim, const int64_t* shape, int64_t* strides) {
+  for (int d = ndim - 1; d >= 0; --d) {
+    if (shape[d] == 1) strides[d] = d + 1 < ndim ? strides[d + 1] * shape[d + 1] : 1;
+  }
+}
+
 // The values of a contiguous 1-D int32 CPU array (host index arrays of plan() calls); throws
 // kInvalidArgument naming `name` otherwise.
 std::span<const int32_t> host_int32_span(const TensorView& array, const char* name);

@@ -676,8 +676,6 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   p.o = o.data;
   p.lse = lse ? lse->ptr<float>() : nullptr;
   p.kv_indices = kv.indices.ptr<const int32_t>();
-  p.num_indices = static_cast<int32_t>(
-      std::min<int64_t>(kv.indices.shape[0], std::numeric_limits<int32_t>::max()));
   p.num_pages =
       static_cast<int32_t>(std::min<int64_t>(num_pages, std::numeric_limits<int32_t>::max()));
   p.index_error = s.index_errors.device_record();
@@ -727,22 +725,15 @@ void BatchDecode::check(const IndexNames& names) const {
   if (error.kind == kIndexErrorNone) return;
   // The kernel records the request only (kernels/decode.cuh): find the entry and the value in
   // the page ids the last run read, if they still hold them.
-  const int64_t r = error.request;
-  if (error.entry < 0 && s.last_indices.data != nullptr && r >= 0 &&
-      r + 1 < static_cast<int64_t>(s.kv_indptr.size())) {
-    const int64_t begin = s.kv_indptr[static_cast<size_t>(r)];
-    std::vector<int32_t> ids(static_cast<size_t>(s.kv_indptr[static_cast<size_t>(r) + 1] - begin));
+  const auto r = static_cast<size_t>(error.request);
+  if (error.entry < 0 && s.last_indices.data != nullptr && error.request >= 0 &&
+      r + 1 < s.kv_indptr.size()) {
     const cuda::DeviceScope scope(s.config.device);
-    if (!ids.empty()) {
-      cuda::memcpy_dtoh(ids.data(), s.last_indices.ptr<const int32_t>() + begin,
-                        ids.size() * sizeof(int32_t));
-    }
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] < 0 || ids[i] >= s.last_num_pages) {
-        error.entry = begin + static_cast<int64_t>(i);
-        error.value = ids[i];
-        break;
-      }
+    const std::optional<api_detail::BadPageId> bad = api_detail::find_bad_page_id(
+        s.last_indices.ptr<const int32_t>(), s.kv_indptr[r], s.kv_indptr[r + 1], s.last_num_pages);
+    if (bad) {
+      error.entry = bad->entry;
+      error.value = bad->value;
     }
   }
   raise_index_error(error, names, s.last_num_pages);

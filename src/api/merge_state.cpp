@@ -6,7 +6,6 @@
 #include <bit>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "flare/core/error.h"
 #include "flare/jit/module.h"
@@ -14,10 +13,6 @@
 #include "kernels/merge_state.cuh"
 
 namespace flare {
-namespace {
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kLog2e = 1.4426950408889634f;
-}  // namespace
 
 static_assert(kMergeF32 == static_cast<int>(DType::kF32) &&
                   kMergeF16 == static_cast<int>(DType::kF16) &&
@@ -143,39 +138,6 @@ MergeRows merge_rows(int64_t seq, int64_t heads, int64_t head_dim, DType dtype, 
   return rows;
 }
 
-// The CPU reference merges natural-log LSEs: base-2 ones are converted on the way in and out.
-// A float32 copy of s (any strides, any rank) in natural log.
-HostTensor natural_lse(const TensorView& s) {
-  std::vector<int64_t> shape(s.shape.begin(), s.shape.begin() + s.ndim);
-  HostTensor copy(DType::kF32, shape);
-  const TensorView dst = copy.view();
-  const int64_t n = s.numel();
-  std::vector<int64_t> index(static_cast<size_t>(s.ndim), 0);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t src = 0, rest = i;
-    for (int d = s.ndim - 1; d >= 0; --d) {
-      index[static_cast<size_t>(d)] = rest % s.shape[d];
-      rest /= s.shape[d];
-      src += index[static_cast<size_t>(d)] * s.strides[d];
-    }
-    dst.ptr<float>()[i] = s.ptr<const float>()[src] * kLn2;
-  }
-  return copy;
-}
-
-// Writes `natural` (contiguous, s's shape) into s in base 2.
-void store_base2(const HostTensor& natural, const TensorView& s) {
-  const int64_t n = s.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t dst = 0, rest = i;
-    for (int d = s.ndim - 1; d >= 0; --d) {
-      dst += (rest % s.shape[d]) * s.strides[d];
-      rest /= s.shape[d];
-    }
-    s.ptr<float>()[dst] = natural.data<float>()[i] * kLog2e;
-  }
-}
-
 // Launches `entry` over rows' warps on `stream`; nothing when there are no rows.
 void launch(DType dtype, int vector_bytes, const char* entry, const MergeRows& rows,
             const Device& device, cuda::Stream stream, void* params) {
@@ -198,13 +160,7 @@ void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView&
                  const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
                  cuda::Stream stream, LseBase base) {
   if (!v_a.device.is_cuda()) {
-    if (base == LseBase::kNatural) {
-      merge_state(v_a, s_a, v_b, s_b, v_out, s_out);
-      return;
-    }
-    const HostTensor a = natural_lse(s_a), b = natural_lse(s_b), out = natural_lse(s_out);
-    merge_state(v_a, a.view(), v_b, b.view(), v_out, out.view());
-    store_base2(out, s_out);
+    merge_state(v_a, s_a, v_b, s_b, v_out, s_out, base);
     return;
   }
   const StateArg a{v_a, "v_a", s_a, "s_a"};
@@ -225,13 +181,7 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
                           const TensorView& s_other, const std::optional<TensorView>& mask,
                           cuda::Stream stream, LseBase base) {
   if (!v.device.is_cuda()) {
-    if (base == LseBase::kNatural) {
-      merge_state_in_place(v, s, v_other, s_other, mask);
-      return;
-    }
-    const HostTensor own = natural_lse(s), other = natural_lse(s_other);
-    merge_state_in_place(v, own.view(), v_other, other.view(), mask);
-    store_base2(own, s);
+    merge_state_in_place(v, s, v_other, s_other, mask, base);
     return;
   }
   const StateArg state{v, "v", s, "s"};
@@ -261,13 +211,7 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
                   const TensorView& s_out, cuda::Stream stream, LseBase base) {
   if (!v.device.is_cuda()) {
-    if (base == LseBase::kNatural) {
-      merge_states(v, s, v_out, s_out);
-      return;
-    }
-    const HostTensor states = natural_lse(s), out = natural_lse(s_out);
-    merge_states(v, states.view(), v_out, out.view());
-    store_base2(out, s_out);
+    merge_states(v, s, v_out, s_out, base);
     return;
   }
   const StateArg states{v, "v", s, "s"};

@@ -67,27 +67,36 @@ WorkspaceOffsets Workspace::offsets() const {
   return o;
 }
 
+std::optional<BadPageId> find_bad_page_id(const int32_t* device_ids, int64_t begin, int64_t end,
+                                          int64_t num_pages) {
+  if (end <= begin) return std::nullopt;
+  std::vector<int32_t> ids(static_cast<size_t>(end - begin));
+  cuda::memcpy_dtoh(ids.data(), device_ids + begin, ids.size() * sizeof(int32_t));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= num_pages) {
+      return BadPageId{begin + static_cast<int64_t>(i), ids[i]};
+    }
+  }
+  return std::nullopt;
+}
+
 void validate_page_ids(const TensorView& indices, std::span<const int32_t> kv_indptr,
                        int64_t num_pages, const IndexNames& names, cuda::Stream stream) {
   const int64_t count = kv_indptr.empty() ? 0 : kv_indptr.back();
   if (count == 0) return;
-  std::vector<int32_t> ids(static_cast<size_t>(count));
   cuda::stream_synchronize(stream);  // the ids may be written by work queued before
-  cuda::memcpy_dtoh(ids.data(), indices.data, ids.size() * sizeof(int32_t));
-  for (int64_t e = 0; e < count; ++e) {
-    const int32_t id = ids[static_cast<size_t>(e)];
-    if (id >= 0 && id < num_pages) continue;
-    const auto request =
-        std::upper_bound(kv_indptr.begin(), kv_indptr.end(), e) - kv_indptr.begin() - 1;
-    IndexError error;
-    error.kind = kIndexErrorPageId;
-    error.request = request;
-    error.entry = e;
-    error.value = id;
-    error.count = 1;
-    fail(ErrorCode::kIndexOutOfRange,
-         describe_index_error(error, names, num_pages) + " [validation mode: nothing launched]");
-  }
+  const std::optional<BadPageId> bad =
+      find_bad_page_id(indices.ptr<const int32_t>(), 0, count, num_pages);
+  if (!bad) return;
+  IndexError error;
+  error.kind = kIndexErrorPageId;
+  error.request =
+      std::upper_bound(kv_indptr.begin(), kv_indptr.end(), bad->entry) - kv_indptr.begin() - 1;
+  error.entry = bad->entry;
+  error.value = bad->value;
+  error.count = 1;
+  fail(ErrorCode::kIndexOutOfRange,
+       describe_index_error(error, names, num_pages) + " [validation mode: nothing launched]");
 }
 
 }  // namespace flare::api_detail

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "flare/api/index_errors.h"
@@ -56,6 +57,18 @@ class Workspace {
   int64_t slot_capacity_ = 0;
   PlanStaging staging_;
 };
+
+// An entry of a page-id array holding an id outside the cache, and that id.
+struct BadPageId {
+  int64_t entry = 0;
+  int32_t value = 0;
+};
+
+// The first entry in [begin, end) of the int32 page ids at `device_ids` whose id lies outside
+// [0, num_pages), copying the range to the host (the caller has synchronized with the ids'
+// writers). nullopt when every id is in range.
+std::optional<BadPageId> find_bad_page_id(const int32_t* device_ids, int64_t begin, int64_t end,
+                                          int64_t num_pages);
 
 // Validation mode: copies page ids [0, count) of `indices` (int32, on the device) to the host,
 // synchronizing `stream`, and throws kIndexOutOfRange naming the first id outside

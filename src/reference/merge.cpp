@@ -81,10 +81,12 @@ void check_v_and_s(const TensorView& v, const char* v_name, const TensorView& s,
   check_scale_shape(s, s_name, v, v_name);
 }
 
-// One attention state row (seq index, head) of a [seq, H, D] / [seq, H] pair, read as floats.
+// One attention state row (seq index, head) of a [seq, H, D] / [seq, H] pair, read as floats
+// with the LSE in natural log (s holds it in `base`).
 struct StateRow {
   const TensorView& v;
   const TensorView& s;
+  LseBase base;
 
   int64_t v_offset(int64_t seq, int64_t head) const {
     return seq * v.strides[0] + head * v.strides[1];
@@ -95,19 +97,20 @@ struct StateRow {
   void load(int64_t seq, int64_t head, float* o, float* lse) const {
     reference_detail::load_elements(v.data, v.dtype, v_offset(seq, head), v.strides[2], v.shape[2],
                                     1.0f, o);
-    *lse = *s_at(seq, head);
+    *lse = *s_at(seq, head) * lse_to_natural(base);
   }
   void store(int64_t seq, int64_t head, const float* o, float lse) const {
     reference_detail::store_elements(v.data, v.dtype, v_offset(seq, head), v.strides[2], v.shape[2],
                                      o);
-    *s_at(seq, head) = lse;
+    *s_at(seq, head) = lse * lse_scale(base);
   }
 };
 
 }  // namespace
 
 void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
-                 const TensorView& s_b, const TensorView& v_out, const TensorView& s_out) {
+                 const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
+                 LseBase base) {
   check_v_and_s(v_a, "v_a", s_a, "s_a", 3, "[seq, num_heads, head_dim]", "[seq, num_heads]");
   check_v_and_s(v_b, "v_b", s_b, "s_b", 3, "[seq, num_heads, head_dim]", "[seq, num_heads]");
   check_v_and_s(v_out, "v_out", s_out, "s_out", 3, "[seq, num_heads, head_dim]",
@@ -115,7 +118,7 @@ void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView&
   check_same_shape(v_b, "v_b", v_a, "v_a");
   check_same_shape(v_out, "v_out", v_a, "v_a");
 
-  const StateRow a{v_a, s_a}, b{v_b, s_b}, merged{v_out, s_out};
+  const StateRow a{v_a, s_a, base}, b{v_b, s_b, base}, merged{v_out, s_out, base};
   std::vector<float> o_a(static_cast<size_t>(v_a.shape[2]));
   std::vector<float> o_b(o_a.size());
   for (int64_t seq = 0; seq < v_a.shape[0]; ++seq) {
@@ -130,7 +133,8 @@ void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView&
 }
 
 void merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
-                          const TensorView& s_other, const std::optional<TensorView>& mask) {
+                          const TensorView& s_other, const std::optional<TensorView>& mask,
+                          LseBase base) {
   check_v_and_s(v, "v", s, "s", 3, "[seq, num_heads, head_dim]", "[seq, num_heads]");
   check_v_and_s(v_other, "v_other", s_other, "s_other", 3, "[seq, num_heads, head_dim]",
                 "[seq, num_heads]");
@@ -143,7 +147,7 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
                 "mask must have shape [seq] = [", v.shape[0], "], got ", mask->shape_str());
   }
 
-  const StateRow state{v, s}, other{v_other, s_other};
+  const StateRow state{v, s, base}, other{v_other, s_other, base};
   std::vector<float> o(static_cast<size_t>(v.shape[2]));
   std::vector<float> o_other(o.size());
   for (int64_t seq = 0; seq < v.shape[0]; ++seq) {
@@ -159,7 +163,7 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
 }
 
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
-                  const TensorView& s_out) {
+                  const TensorView& s_out, LseBase base) {
   check_v_and_s(v, "v", s, "s", 4, "[seq, num_states, num_heads, head_dim]",
                 "[seq, num_states, num_heads]");
   check_v_and_s(v_out, "v_out", s_out, "s_out", 3, "[seq, num_heads, head_dim]",
@@ -170,7 +174,7 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
               "v_out must have shape [seq, num_heads, head_dim] = [", v.shape[0], ", ", v.shape[2],
               ", ", v.shape[3], "] (from v ", v.shape_str(), "), got ", v_out.shape_str());
 
-  const StateRow merged{v_out, s_out};
+  const StateRow merged{v_out, s_out, base};
   const int64_t head_dim = v.shape[3];
   std::vector<float> o(static_cast<size_t>(head_dim));
   std::vector<float> o_state(o.size());
@@ -184,7 +188,8 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
             v.data, v.dtype, seq * v.strides[0] + state * v.strides[1] + head * v.strides[2],
             v.strides[3], head_dim, 1.0f, o_state.data());
         const float lse_state =
-            s.ptr<const float>()[seq * s.strides[0] + state * s.strides[1] + head * s.strides[2]];
+            s.ptr<const float>()[seq * s.strides[0] + state * s.strides[1] + head * s.strides[2]] *
+            lse_to_natural(base);
         merge_into(o.data(), &lse, o_state.data(), lse_state, head_dim);
       }
       merged.store(seq, head, o.data(), lse);

@@ -215,6 +215,55 @@ TEST(MergeState, MergeStatesEqualsRepeatedMergeState) {
       std::equal(s_acc.data<float>(), s_acc.data<float>() + s_acc.numel(), s_out.data<float>()));
 }
 
+// Base-2 LSEs (FlashInfer's convention) merge as their natural-log equivalents: the same v, and
+// s that is the natural result over ln 2, for all three operators, strided s included.
+TEST(MergeState, Base2LsesMergeAsTheirNaturalLogs) {
+  const auto to_base2 = [](const TensorView& s) {
+    for (int64_t i = 0; i < s.shape[0]; ++i) {
+      for (int64_t j = 0; j < s.shape[1]; ++j) {
+        s.ptr<float>()[i * s.strides[0] + j * s.strides[1]] /= std::log(2.0f);
+      }
+    }
+  };
+  StateTensors a(DType::kF32, 5, 3, 8, true, 41), b(DType::kF32, 5, 3, 8, false, 43);
+  a.s.ptr<float>()[a.s.strides[0]] = -kInf;
+  StateTensors natural(DType::kF32, 5, 3, 8, false, 45), base2(DType::kF32, 5, 3, 8, true, 47);
+  merge_state(a.v, a.s, b.v, b.s, natural.v, natural.s);
+  StateTensors a2(DType::kF32, 5, 3, 8, true, 41), b2(DType::kF32, 5, 3, 8, false, 43);
+  a2.s.ptr<float>()[a2.s.strides[0]] = -kInf;
+  to_base2(a2.s);
+  to_base2(b2.s);
+  merge_state(a2.v, a2.s, b2.v, b2.s, base2.v, base2.s, LseBase::kBase2);
+  to_base2(natural.s);
+  EXPECT_LE(testing::max_abs_error(base2.v, testing::to_double_vector(natural.v)), 1e-6);
+  EXPECT_LE(testing::max_abs_error(base2.s, testing::to_double_vector(natural.s)), 1e-5);
+
+  // In place: a2 becomes a2 ⊕ b2, in base 2.
+  merge_state_in_place(a2.v, a2.s, b2.v, b2.s, std::nullopt, LseBase::kBase2);
+  EXPECT_LE(testing::max_abs_error(a2.v, testing::to_double_vector(natural.v)), 1e-6);
+  EXPECT_LE(testing::max_abs_error(a2.s, testing::to_double_vector(natural.s)), 1e-5);
+
+  // merge_states of [seq, 2, H] states in base 2 against merge_state in natural log.
+  HostTensor v(DType::kF32, {5, 2, 3, 8}), s(DType::kF32, {5, 2, 3});
+  for (int64_t i = 0; i < 5; ++i) {
+    for (int64_t h = 0; h < 3; ++h) {
+      for (int64_t k = 0; k < 2; ++k) {
+        const StateTensors& from = k == 0 ? a : b;
+        s.data<float>()[(i * 2 + k) * 3 + h] =
+            from.s.ptr<float>()[i * from.s.strides[0] + h * from.s.strides[1]] / std::log(2.0f);
+        for (int64_t d = 0; d < 8; ++d) {
+          v.data<float>()[((i * 2 + k) * 3 + h) * 8 + d] =
+              from.v.ptr<float>()[i * from.v.strides[0] + h * from.v.strides[1] + d];
+        }
+      }
+    }
+  }
+  HostTensor v_out(DType::kF32, {5, 3, 8}), s_out(DType::kF32, {5, 3});
+  merge_states(v.view(), s.view(), v_out.view(), s_out.view(), LseBase::kBase2);
+  EXPECT_LE(testing::max_abs_error(v_out.view(), testing::to_double_vector(natural.v)), 1e-6);
+  EXPECT_LE(testing::max_abs_error(s_out.view(), testing::to_double_vector(natural.s)), 1e-5);
+}
+
 TEST(MergeState, MergeStatesOfNoStatesIsEmpty) {
   HostTensor v(DType::kF32, {2, 0, 3, 8}), s(DType::kF32, {2, 0, 3});
   HostTensor v_out(DType::kF32, {2, 3, 8}), s_out(DType::kF32, {2, 3});

@@ -18,7 +18,9 @@ namespace {
 
 using testing::CliResult;
 using testing::JsonObject;
+using testing::number;
 using testing::ScratchDir;
+using testing::text;
 
 // A tiny workload (milliseconds on the CPU backend); `options` adds or overrides values, and
 // an empty value drops the option.
@@ -45,24 +47,6 @@ JsonObject run_json(const std::map<std::string, std::string>& options) {
   const std::optional<JsonObject> json = testing::parse_flat_json(result.out);
   EXPECT_TRUE(json.has_value()) << "not one flat JSON object: " << result.out;
   return json.value_or(JsonObject{});
-}
-
-double number(const JsonObject& json, const std::string& key) {
-  const auto it = json.find(key);
-  if (it == json.end() || !std::holds_alternative<double>(it->second)) {
-    ADD_FAILURE() << "missing numeric key " << key;
-    return std::nan("");
-  }
-  return std::get<double>(it->second);
-}
-
-std::string text(const JsonObject& json, const std::string& key) {
-  const auto it = json.find(key);
-  if (it == json.end() || !std::holds_alternative<std::string>(it->second)) {
-    ADD_FAILURE() << "missing string key " << key;
-    return "";
-  }
-  return std::get<std::string>(it->second);
 }
 
 TEST(FlatJson, RejectsWhatIsNotOneFlatObject) {

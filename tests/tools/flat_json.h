@@ -1,8 +1,12 @@
 // A strict reader of one flat JSON object ({"key": number | string | true | false | null,
-// ...}) — what `flare bench --json` prints — so the tests check that machines can parse it.
+// ...}) — what `flare bench --json` prints — so the tests check that machines can parse it —
+// and the typed lookups the tests make in one.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -115,6 +119,26 @@ class FlatJsonReader {
 // nested values, NaN literals and trailing text are rejected).
 inline std::optional<JsonObject> parse_flat_json(std::string_view text) {
   return detail::FlatJsonReader(text).object();
+}
+
+// The number (NaN and a test failure when missing or not a number) and the string (empty and a
+// test failure likewise) at `key`.
+inline double number(const JsonObject& json, const std::string& key) {
+  const auto it = json.find(key);
+  if (it == json.end() || !std::holds_alternative<double>(it->second)) {
+    ADD_FAILURE() << "missing numeric key " << key;
+    return std::nan("");
+  }
+  return std::get<double>(it->second);
+}
+
+inline std::string text(const JsonObject& json, const std::string& key) {
+  const auto it = json.find(key);
+  if (it == json.end() || !std::holds_alternative<std::string>(it->second)) {
+    ADD_FAILURE() << "missing string key " << key;
+    return "";
+  }
+  return std::get<std::string>(it->second);
 }
 
 }  // namespace flare::testing

@@ -16,7 +16,9 @@ namespace {
 
 using testing::CliResult;
 using testing::JsonObject;
+using testing::number;
 using testing::ScratchDir;
+using testing::text;
 
 CliResult run(std::vector<std::string> args) {
   ScratchDir scratch;
@@ -29,24 +31,6 @@ std::vector<std::string> lines_of(const std::string& text) {
   std::istringstream stream(text);
   for (std::string line; std::getline(stream, line);) lines.push_back(line);
   return lines;
-}
-
-double number(const JsonObject& json, const std::string& key) {
-  const auto it = json.find(key);
-  if (it == json.end() || !std::holds_alternative<double>(it->second)) {
-    ADD_FAILURE() << "missing numeric key " << key;
-    return -1;
-  }
-  return std::get<double>(it->second);
-}
-
-std::string text(const JsonObject& json, const std::string& key) {
-  const auto it = json.find(key);
-  if (it == json.end() || !std::holds_alternative<std::string>(it->second)) {
-    ADD_FAILURE() << "missing string key " << key;
-    return "";
-  }
-  return std::get<std::string>(it->second);
 }
 
 TEST(PlanLatencyCli, JsonHasOneObjectPerKindAndBatch) {

@@ -143,6 +143,14 @@ struct Row {
   double p10_us = 0;  // of the whole
   double median_us = 0;
   double p90_us = 0;
+
+  // The counts of `plan`.
+  void count(const flare::Plan& plan) {
+    work_items = plan.work_items.size();
+    queue_entries = static_cast<int64_t>(work_items) * plan.item_heads;
+    partial_slots = plan.num_partial_slots;
+    num_ctas = plan.num_ctas;
+  }
 };
 
 // Times `parts` (validation, planner, staging) of one step per run; returns the medians.
@@ -215,10 +223,7 @@ Row time_decode(int64_t batch, bool zipf, int runs, int num_sms, bool tensor_cor
         marks[3] = std::chrono::steady_clock::now();
       },
       row);
-  row.work_items = host.plan.work_items.size();
-  row.queue_entries = static_cast<int64_t>(row.work_items) * host.plan.item_heads;
-  row.partial_slots = host.plan.num_partial_slots;
-  row.num_ctas = host.plan.num_ctas;
+  row.count(host.plan);
   return row;
 }
 
@@ -262,10 +267,7 @@ Row time_prefill(int64_t batch, bool zipf, int runs, int num_sms) {
         marks[3] = std::chrono::steady_clock::now();
       },
       row);
-  row.work_items = host.plan.work_items.size();
-  row.queue_entries = static_cast<int64_t>(row.work_items) * host.plan.item_heads;
-  row.partial_slots = host.plan.num_partial_slots;
-  row.num_ctas = host.plan.num_ctas;
+  row.count(host.plan);
   return row;
 }
 

@@ -19,7 +19,9 @@ struct IndexError {
   int64_t request = -1;  // the request (batch index) whose data held it
   int64_t entry = -1;    // where: the page-table entry, or the appended token (-1: unknown)
   int64_t value = 0;     // what was there
-  uint64_t count = 0;    // out-of-range reads since the last check (a bad id counts per read)
+  // Out-of-range reads since the last check: per read of a bad id (decode: per work item that
+  // read one).
+  uint64_t count = 0;
 };
 
 // Names the caller's arguments in check()'s message, e.g. {"BatchDecode", "kv_indices"}.

@@ -5,23 +5,27 @@
 
 #include <optional>
 
+#include "flare/core/lse_base.h"
 #include "flare/core/tensor.h"
 
 namespace flare {
 
 // v tensors: [seq, H, D] f32 | f16 | bf16 (CPU, any strides); s tensors: float32 [seq, H].
-// Outputs may alias neither input. Throws kInvalidArgument on shape/dtype mismatch.
+// Outputs may alias neither input. Throws kInvalidArgument on shape/dtype mismatch. `base`: the
+// base of every s (read and written in it, merged in natural log).
 void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView& v_b,
-                 const TensorView& s_b, const TensorView& v_out, const TensorView& s_out);
+                 const TensorView& s_b, const TensorView& v_out, const TensorView& s_out,
+                 LseBase base = LseBase::kNatural);
 
 // (v, s) <- (v, s) ⊕ (v_other, s_other), for rows where mask (uint8 [seq], nonzero) is set.
 void merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
                           const TensorView& s_other,
-                          const std::optional<TensorView>& mask = std::nullopt);
+                          const std::optional<TensorView>& mask = std::nullopt,
+                          LseBase base = LseBase::kNatural);
 
 // v [seq, num_states, H, D], s float32 [seq, num_states, H] -> v_out [seq, H, D], s_out [seq, H].
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
-                  const TensorView& s_out);
+                  const TensorView& s_out, LseBase base = LseBase::kNatural);
 
 // The scalar operator on float32 rows, used by every path above and by the plan executor.
 // Merges (o_b, lse_b) into (o_a, lse_a) in place, d elements.
