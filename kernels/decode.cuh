@@ -160,13 +160,7 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     compute_tile(p, g, tile, smem, st);
   }
   cp_async_wait<0>();
-  __syncthreads();  // the pipeline stages become the combine scratch
-  // Every fetch of the item is done. Only the request is recorded: the host finds the entry
-  // and the value when it reads the record (BatchDecode::check); a rescan here spilled.
-  if (threadIdx.x == 0 && unread_page_flag() != 0) {
-    unread_page_flag() = 0;
-    record_index_error(p.index_error, kIndexErrorPageId, item.request, -1, -1);
-  }
+  check_item_pages(p, g, item.request);  // its barrier: the pipeline stages become the scratch
   write_item(p, item, st, reinterpret_cast<float*>(smem));
   if (item.partial_slot >= 0) {
     const MergeRange range = {item.reserved, record.meta.slot_begin, record.meta.slot_count};
@@ -197,8 +191,6 @@ extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads,
   if (((end - begin - 1) | start.item.request | start.item.kv_begin | start.meta.page_begin) < 0) {
     return;  // begin >= end
   }
-  if (threadIdx.x == 0) flare::decode::unread_page_flag() = 0;
-  __syncthreads();  // cleared before any fetch sets it
   flare::decode::ItemRecord current = {start.item, start.meta};
   for (int w = begin; w < end; ++w) {
     flare::decode::ItemRecord next = current;

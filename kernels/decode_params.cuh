@@ -77,11 +77,13 @@ struct DecodeParams {
   void* o;                    // [batch, H_qo, D]
   float* lse;                 // [batch, H_qo] or null
   const int32_t* kv_indices;  // page ids (page ranges and lengths come from the plan)
-  // Cache pages (K's and V's fewer; run() checks kv_indices holds every entry the plan reads).
-  // A page id outside [0, num_pages) is replaced by the last page for the read (nothing
-  // outside the cache), and index_error records the request (entry -1: the host finds the
-  // entry when it reads the record).
-  int32_t num_pages;
+  // The cache's last page id (pages: K's and V's fewer, at least one when the plan reads any;
+  // run() checks kv_indices holds every entry the plan reads). A page id outside
+  // [0, last_page] is replaced by the last page for the read (nothing outside the cache), and
+  // index_error records the request (entry -1: the host finds the entry when it reads the
+  // record). The last id, not the count: the clamp's operand comes from the parameter bank
+  // instead of a register through the tile loop (a register spilled at the 128 cap).
+  unsigned last_page;
   IndexErrorRecord* index_error;
   unsigned char* workspace;
   WorkspaceOffsets offsets;

@@ -143,40 +143,46 @@ __device__ __forceinline__ int copy_head() {
   return threadIdx.x / T::kChunksPerRow % T::kItemHeads;
 }
 
-// Set (in shared memory) when a page id of the CTA's current item was out of range; run_item
-// records the item's request and clears it. Shared, not a register through the tile loop: the
-// register made a shipped configuration spill.
-__device__ __forceinline__ int& unread_page_flag() {
-  __shared__ int flag;
-  return flag;
-}
-
 // The page ids of this thread's copies of `tile`. An id out of range (the table is the
-// caller's data, never trusted) becomes the cache's last page, so the copy reads nothing
-// outside the cache (run() requires a page), and sets unread_page_flag(). No branch: a branch or
-// call in this unrolled loop, or a zero-fill predicate in issue_tile, changed how ptxas
-// schedules the whole tile loop (10-20% slower, H200), and a compare-and-select per id made a
-// shipped configuration spill.
+// caller's data, never trusted) becomes the cache's last page by an unsigned min against a
+// parameter, so the copy reads nothing outside the cache; check_item_pages reports it. One
+// instruction per id and no state through the loop: a branch or call in this unrolled loop,
+// or a zero-fill predicate in issue_tile, changed how ptxas schedules the whole tile loop
+// (10-20% slower, H200); a flag in a register through the loop spilled in a shipped
+// configuration; a predicated store to a shared flag cost 14-21% (H200, decode_ab.sh).
 __device__ __forceinline__ void fetch_pages(const DecodeParams& p, const ItemGeometry& g, int tile,
                                             int (&pages)[T::kCopiesPerThread]) {
   const int first_token = g.kv_lo + tile * T::kTileTokens + copy_token();
-  // Page 0 past kv_hi; an id out of range becomes the last page by an unsigned min, and the
-  // largest id read flags it: two min/max instructions per id, no compare-and-select chains.
-  const unsigned last_page = static_cast<unsigned>(p.num_pages) - 1u;
-  unsigned largest = 0;
 #pragma unroll
   for (int i = 0; i < T::kCopiesPerThread; ++i) {
     const int token = first_token + i * T::kCopyTokenStride;
-    // The entries lie inside kv_indices: run() checks its length against the plan's pages (a
-    // captured run: plan() against the captured tensor's).
+    // Page 0 past kv_hi. The entries lie inside kv_indices: run() checks its length against the
+    // plan's pages (a captured run: plan() against the captured tensor's).
     const unsigned page =
         token < g.kv_hi
             ? static_cast<unsigned>(__ldg(p.kv_indices + g.page_base + token / T::kPageSize))
             : 0u;
-    largest = max(largest, page);
-    pages[i] = static_cast<int>(min(page, last_page));
+    pages[i] = static_cast<int>(min(page, p.last_page));
   }
-  if (largest > last_page) unread_page_flag() = 1;  // a predicated store
+}
+
+// Records `request` in the index-error record when a page id of the item lies outside the
+// cache (negative ids included). Once per item, after its loop: the CTA's threads read the
+// item's entries together (a few loads each, cached by the loop's own reads) and the barrier
+// that ends the loop combines them, so the tile loop carries no check. The host finds the entry
+// and the value when it reads the record (BatchDecode::check).
+__device__ __forceinline__ void check_item_pages(const DecodeParams& p, const ItemGeometry& g,
+                                                 int request) {
+  const int first = g.page_base + g.kv_lo / T::kPageSize;
+  const int end = g.num_tiles > 0 ? g.page_base + (g.kv_hi - 1) / T::kPageSize + 1 : first;
+  unsigned largest = 0;
+#pragma unroll 4
+  for (int e = first + static_cast<int>(threadIdx.x); e < end; e += T::kThreads) {
+    largest = max(largest, static_cast<unsigned>(__ldg(p.kv_indices + e)));
+  }
+  if (__syncthreads_or(largest > p.last_page) && threadIdx.x == 0) {
+    record_index_error(p.index_error, kIndexErrorPageId, request, -1, -1);
+  }
 }
 
 // Gathers K and V rows of `tile` through the page table into its pipeline stage. Byte strides

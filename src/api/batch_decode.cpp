@@ -676,8 +676,10 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   p.o = o.data;
   p.lse = lse ? lse->ptr<float>() : nullptr;
   p.kv_indices = kv.indices.ptr<const int32_t>();
-  p.num_pages =
-      static_cast<int32_t>(std::min<int64_t>(num_pages, std::numeric_limits<int32_t>::max()));
+  p.last_page = num_pages >= 1
+                    ? static_cast<unsigned>(
+                          std::min<int64_t>(num_pages, std::numeric_limits<int32_t>::max()) - 1)
+                    : 0;
   p.index_error = s.index_errors.device_record();
   p.workspace = s.workspace.device();
   p.offsets = s.workspace.offsets();

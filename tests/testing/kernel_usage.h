@@ -11,11 +11,17 @@
 namespace flare::testing {
 
 // Checks every entry of `compiled`; `where` names the configuration and arch in failures.
+// `allowed_spill_bytes` (spill stores + loads) is for a configuration whose spill was read in
+// its SASS and lies outside the hot loop; the caller documents which and why.
 inline void expect_shipped_usage(const jit::CompiledKernel& compiled, const std::string& where,
-                                 int max_registers = 255) {
+                                 int max_registers = 255, int allowed_spill_bytes = 0) {
   for (const jit::ResourceUsage& usage : compiled.usage) {
-    EXPECT_EQ(usage.spill_bytes, 0) << where << " " << usage.entry << "\n" << compiled.log;
-    EXPECT_EQ(usage.local_bytes, 0) << where << " " << usage.entry << "\n" << compiled.log;
+    EXPECT_GE(usage.spill_bytes, 0) << where << " " << usage.entry << "\n" << compiled.log;
+    EXPECT_LE(usage.spill_bytes, allowed_spill_bytes) << where << " " << usage.entry << "\n"
+                                                      << compiled.log;
+    EXPECT_LE(usage.local_bytes, allowed_spill_bytes)  // the stack frame: 8-byte aligned
+        << where << " " << usage.entry << "\n"
+        << compiled.log;
     EXPECT_GT(usage.registers, 0) << where << " " << usage.entry;
     EXPECT_LE(usage.registers, max_registers) << where << " " << usage.entry;
   }
