@@ -225,7 +225,7 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
   for (int k = 0; k < T::kRowsPerLane; ++k) {
     const int r = ls.lane_scores.first_row + k;
     const int packed = item.row_begin + (r < rows ? r : 0);  // padding rows: any valid head
-    ls.variant[k].init(p.variant, item.kv_head * p.group_size + packed % p.group_size, q_pos);
+    ls.variant[k].init(p.variant, row_context(p, item, packed, q_pos));
     st.m[k] = negative_infinity();
     st.d[k] = 0.0f;
   }

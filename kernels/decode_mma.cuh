@@ -155,7 +155,7 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
   for (int j = 0; j < 2; ++j) {
     const int r = 2 * t + j;
     const int packed = first_row + (r < rows ? r : 0);  // padding rows: any valid head
-    st.variant[j].init(p.variant, item.kv_head * p.group_size + packed % p.group_size, q_pos);
+    st.variant[j].init(p.variant, row_context(p, item, packed, q_pos));
     st.m[j] = negative_infinity();
     st.d[j] = 0.0f;
   }

@@ -23,14 +23,18 @@ enum DTypeCode : int32_t {
   kCodeE5M2 = 4,
 };
 
-// Runtime parameters of the built-in variants (kernels/variant.cuh); the host resolves them
-// from AttentionParams once per BatchDecode.
+// A user variant's named float parameters (include/flare/variant/user_variant.h).
+constexpr int kMaxVariantScalars = 8;
+
+// Runtime parameters of the variants (kernels/variant.cuh): the built-ins' resolved from
+// AttentionParams once per BatchDecode / BatchPrefill, a user variant's scalars per run().
 struct VariantParams {
   float sm_scale;         // resolved softmax scale
   float logits_soft_cap;  // > 0: logits = cap * tanh(logits / cap)
   int32_t window_left;    // >= 0: query at q_pos sees kv j >= q_pos - window_left
   int32_t reserved;
   const float* alibi_slopes;  // float32 [H_qo] on the device, natural-log units
+  float scalars[kMaxVariantScalars];  // a user variant's, in its declared order (Scalars::)
 };
 
 // Byte offsets of the plan sections inside the workspace (plan/plan.h WorkspaceLayout), and the

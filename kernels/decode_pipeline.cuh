@@ -19,6 +19,8 @@
 
 namespace flare::decode {
 
+static_assert(VariantHookCheck<Variant>::ok, "the variant's hooks");
+
 constexpr int log2_exact(int x) { return x <= 1 ? 0 : 1 + log2_exact(x / 2); }
 
 // Compile-time geometry of both loops. The CUDA-core loop (FLARE_DECODE_MMA 0): kLanes lanes
@@ -141,6 +143,15 @@ __device__ __forceinline__ int copy_token() {
 }
 __device__ __forceinline__ int copy_head() {
   return threadIdx.x / T::kChunksPerRow % T::kItemHeads;
+}
+
+// What a variant's init() learns about packed row `packed` of `item` (one query token per
+// request; for whole-page items p.group_size spans the item's kItemHeads KV heads).
+__device__ __forceinline__ RowContext row_context(const DecodeParams& p, const WorkItem& item,
+                                                  int packed, int q_pos) {
+  const int qo_head = item.kv_head * p.group_size + packed % p.group_size;
+  return {item.request + packed / p.group_size, qo_head, qo_head / (p.group_size / T::kItemHeads),
+          q_pos};
 }
 
 // The page ids of this thread's copies of `tile`. An id out of range (the table is the

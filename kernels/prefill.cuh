@@ -239,7 +239,9 @@ __device__ __forceinline__ RowInfo row_info(const PrefillParams& p, const ItemSh
     for (int h = 0; h < 2; ++h) {
       const int r = local_row(mi, h);
       rows.q_pos[mi][h] = shared.row_q_pos[r];
-      rows.variant[mi][h].init(p.variant, shared.row_qo_head[r], rows.q_pos[mi][h]);
+      const int qo_head = shared.row_qo_head[r];
+      rows.variant[mi][h].init(p.variant, {shared.record.item.request, qo_head,
+                                           qo_head / p.group_size, rows.q_pos[mi][h]});
     }
   }
   if constexpr (T::kMask == kMaskCustom) {
@@ -300,7 +302,8 @@ __device__ __forceinline__ WarpSpan warp_span(const PrefillParams& p, const Work
     span.kv_end = min(span.kv_end, last_pos + 1);
     span.full_end = min(span.full_end, first_pos + 1);
   }
-  if constexpr (T::kMask == kMaskCustom) span.full_end = 0;
+  // A custom mask, or a variant mask that is not a window: every key is checked.
+  if constexpr (T::kMask == kMaskCustom || masks_every_key<Variant>) span.full_end = 0;
   if (last_row < first_row) span.kv_end = 0;  // a warp past the item's rows
   span.full_begin = Variant::visible_begin(p.variant, last_pos);
   return span;

@@ -86,13 +86,16 @@ using T = Traits;
 // o / d and lse use the same stale max, so the result is unchanged.
 constexpr float kRescaleThreshold = 8.0f;
 
-// Whether the variant's logits are q.k times a constant (no soft-cap, no ALiBi): detected from
-// StandardVariant's flags; any other Variant takes the general logits_transform path.
+static_assert(VariantHookCheck<Variant>::ok, "the variant's hooks");
+
+// Whether the variant's logits are q.k times a constant: StandardVariant without soft-cap and
+// ALiBi (its flags), or a variant that keeps VariantBase's logits_transform; any other Variant
+// takes the general logits_transform path.
 template <class...>
 using void_type = void;
 template <class V, class = void>
 struct LinearLogits {
-  static constexpr bool value = false;
+  static constexpr bool value = !overrides_logits_transform<V>;
 };
 template <class V>
 struct LinearLogits<V, void_type<decltype(V::kSoftCap), decltype(V::kAlibi)>> {

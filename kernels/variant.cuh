@@ -1,17 +1,29 @@
-// Attention variants (papers 001 §3.2.3): the functor struct a kernel template calls at fixed
-// points, and flare's built-in StandardVariant (soft-cap, sliding window, ALiBi by flag).
+// Attention variants (papers 001 §3.2.3): the functor struct a kernel family calls at fixed
+// points, its defaults (VariantBase), and flare's built-in StandardVariant (soft-cap, sliding
+// window, ALiBi by flag).
 //
-// A variant source defines `struct Variant` before the family header is included; the decode
-// kernel needs from it (all __device__, called per query row r of a work item):
-//   static constexpr bool use_softmax;
-//   static float query_scale(const VariantParams&)  factor folded into q, so that q.k lands in
-//                                                    the units logits_transform takes
-//   static int visible_begin(const VariantParams&, int q_pos)  first KV position any row of
-//                                                    the item may see (a pure speed hint)
-//   void init(const VariantParams&, int qo_head, int q_pos)    per-row state
+// A variant source defines `struct Variant` (deriving from flare::VariantBase, which gives every
+// hook a default) before the family header is included. Every kernel family (decode on CUDA
+// cores and tensor cores, FA2 prefill paged and ragged) calls, all __device__:
+//   static constexpr bool use_softmax;               false: no normalisation (not supported by
+//                                                    any family yet: a compile error at plan())
+//   static float query_scale(const VariantParams&)  factor applied to q.k before
+//                                                    logits_transform (default sm_scale * log2e)
+//   static int visible_begin(const VariantParams&, int q_pos)  first KV position the query
+//                                                    may see (a speed hint; default 0)
+//   void init(const VariantParams&, const RowContext&)  per query row of a work item: the
+//                                                    request, heads and position (keep what the
+//                                                    other hooks need)
 //   float logits_transform(const VariantParams&, float s, int kv_pos) const
-//                                                    -> the logit in log2 units (exp2 softmax)
+//                                                    s = q.k * query_scale -> the logit in log2
+//                                                    units (the kernels' softmax is exp2)
 //   bool logits_mask(int kv_pos) const              false excludes the key
+//   static constexpr bool kMaskIsWindow;             true when logits_mask excludes exactly the
+//                                                    keys before visible_begin(q_pos): the FA2
+//                                                    prefill then checks keys only on the tiles
+//                                                    that straddle that boundary
+// Hooks no family calls yet (query/key/output transforms) are rejected at compile time rather
+// than ignored (VariantHookCheck below).
 #pragma once
 
 #include "decode_params.cuh"
@@ -29,6 +41,81 @@
 
 namespace flare {
 
+// What a row's init() learns about its query row.
+struct RowContext {
+  int request;  // batch index of the row's request
+  int qo_head;  // query head
+  int kv_head;  // the KV head it reads
+  int q_pos;    // the query token's position (bottom-right aligned: kv_len - q_len + i)
+};
+
+// Every hook's default: plain softmax attention with sm_scale. No data members: the kernels
+// keep one Variant per query row in registers, so a variant's state is only what it declares.
+struct VariantBase {
+  static constexpr bool use_softmax = true;
+  static constexpr bool kMaskIsWindow = false;
+  __device__ static float query_scale(const VariantParams& p) { return p.sm_scale * kLog2e; }
+  __device__ static int visible_begin(const VariantParams&, int) { return 0; }
+  __device__ void init(const VariantParams&, const RowContext&) {}
+  __device__ float logits_transform(const VariantParams&, float s, int) const { return s; }
+  __device__ bool logits_mask(int) const { return true; }
+};
+
+namespace variant_detail {
+template <class A, class B>
+struct same_type {
+  static constexpr bool value = false;
+};
+template <class A>
+struct same_type<A, A> {
+  static constexpr bool value = true;
+};
+template <class...>
+using void_type = void;
+#define FLARE_VARIANT_HAS_MEMBER(trait, member)      \
+  template <class V, class = void>                   \
+  struct trait {                                     \
+    static constexpr bool value = false;             \
+  };                                                 \
+  template <class V>                                 \
+  struct trait<V, void_type<decltype(&V::member)>> { \
+    static constexpr bool value = true;              \
+  }
+FLARE_VARIANT_HAS_MEMBER(has_query_transform, query_transform);
+FLARE_VARIANT_HAS_MEMBER(has_key_transform, key_transform);
+FLARE_VARIANT_HAS_MEMBER(has_output_transform, output_transform);
+#undef FLARE_VARIANT_HAS_MEMBER
+}  // namespace variant_detail
+
+// Whether V declares its own logits_transform / logits_mask (a member pointer names the class
+// that declares the member: VariantBase's when V inherits the default).
+template <class V>
+constexpr bool overrides_logits_transform =
+    !variant_detail::same_type<decltype(&V::logits_transform),
+                               decltype(&VariantBase::logits_transform)>::value;
+template <class V>
+constexpr bool overrides_logits_mask =
+    !variant_detail::same_type<decltype(&V::logits_mask),
+                               decltype(&VariantBase::logits_mask)>::value;
+// Whether a kernel must check V's mask on every key (not only around visible_begin).
+template <class V>
+constexpr bool masks_every_key = overrides_logits_mask<V> && !V::kMaskIsWindow;
+
+// Hooks no family honours yet: a compile error (which plan() raises with NVRTC's log) rather
+// than a silent skip. Each family header instantiates it for its Variant.
+template <class V>
+struct VariantHookCheck {
+  static_assert(V::use_softmax,
+                "flare variant: use_softmax = false is not supported by this kernel family yet");
+  static_assert(!variant_detail::has_query_transform<V>::value,
+                "flare variant: query_transform is not supported by this kernel family yet");
+  static_assert(!variant_detail::has_key_transform<V>::value,
+                "flare variant: key_transform is not supported by this kernel family yet");
+  static_assert(!variant_detail::has_output_transform<V>::value,
+                "flare variant: output_transform is not supported by this kernel family yet");
+  static constexpr bool ok = true;
+};
+
 // tanh through exp2: absolute error ~1e-7 everywhere (the logit is cap * tanh, so absolute
 // error is what reaches the softmax), saturates to +-1 without NaN for |x| -> inf.
 __device__ __forceinline__ float tanh_via_exp2(float x) {
@@ -40,14 +127,15 @@ __device__ __forceinline__ float tanh_via_exp2(float x) {
 //   s = q.k * sm_scale;  s += slope * (j - q_pos);  s = cap * tanh(s / cap);  mask window.
 // With soft-cap, q carries sm_scale / cap and ALiBi slope / cap, so tanh takes its argument
 // directly; otherwise q carries sm_scale * log2e and ALiBi slope * log2e.
-struct StandardVariant {
+struct StandardVariant : VariantBase {
+  static constexpr bool kMaskIsWindow = true;
   static constexpr bool kSoftCap = FLARE_VARIANT_SOFT_CAP != 0;
   static constexpr bool kWindow = FLARE_VARIANT_WINDOW != 0;
   static constexpr bool kAlibi = FLARE_VARIANT_ALIBI != 0;
   static constexpr bool use_softmax = true;
 
-  float alibi_step;       // added per KV position, in query_scale units
-  int first_visible;      // window: smallest visible KV position
+  float alibi_step;   // added per KV position, in query_scale units
+  int first_visible;  // window: smallest visible KV position
   int q_pos;
 
   __device__ static float query_scale(const VariantParams& p) {
@@ -58,12 +146,12 @@ struct StandardVariant {
     const int first = query_pos - p.window_left;
     return first > 0 ? first : 0;
   }
-  __device__ void init(const VariantParams& p, int qo_head, int query_pos) {
-    q_pos = query_pos;
-    first_visible = visible_begin(p, query_pos);
+  __device__ void init(const VariantParams& p, const RowContext& row) {
+    q_pos = row.q_pos;
+    first_visible = visible_begin(p, row.q_pos);
     alibi_step = 0.0f;
     if (kAlibi) {
-      const float slope = p.alibi_slopes[qo_head];
+      const float slope = p.alibi_slopes[row.qo_head];
       alibi_step = kSoftCap ? slope / p.logits_soft_cap : slope * kLog2e;
     }
   }

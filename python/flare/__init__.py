@@ -14,6 +14,7 @@ from .page import (append_paged_kv_cache, check_append_paged_kv_cache,
                    get_batch_indices_positions)
 from .prefill import (BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper,
                       single_prefill_with_kv_cache)
+from .variant import AttentionVariant
 
 __version__ = "0.1.0"
 
@@ -24,6 +25,7 @@ def cuda_available():
 
 
 __all__ = [
+    "AttentionVariant",
     "BatchDecodeWithPagedKVCacheWrapper",
     "BatchPrefillWithPagedKVCacheWrapper",
     "BatchPrefillWithRaggedKVCacheWrapper",

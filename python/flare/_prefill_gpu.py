@@ -10,6 +10,7 @@ from ._args import check_lse_base, make_params, pdl_flag, scale_or_one, unsuppor
 from ._cpu import pack_custom_mask
 from ._tensors import (index_on_device, is_cuda, is_torch, refill_buffer, scratch_of,
                        torch_module)
+from .variant import variant_scalars
 
 _GPU_DTYPES = ("float16", "bfloat16")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -179,8 +180,11 @@ class GpuPrefill:
         qo_host, kv_host, last_host = hosts
         batch = len(qo_host) - 1
         total_qo = int(qo_host[-1]) if batch >= 0 else 0
-        key = tuple(sorted((k, v) for k, v in config.items() if k != "params_kwargs")) + (
-            tuple(sorted(config["params_kwargs"].items())),)
+        variant = config["variant"]
+        key = tuple(sorted((k, v) for k, v in config.items()
+                           if k not in ("params_kwargs", "variant"))) + (
+            tuple(sorted(config["params_kwargs"].items())),
+            None if variant is None else variant.key())
         if self._use_cuda_graph:
             if batch != self._fixed_batch:
                 raise ValueError(f"the batch size of a use_cuda_graph wrapper is fixed at "
@@ -216,7 +220,7 @@ class GpuPrefill:
         # batch); otherwise the plan's.
         rows = None if self._use_cuda_graph else total_qo
         self.planned = (prefill, page_ids, mask_bits[0] if mask_bits is not None else None,
-                        rows, (config["num_qo_heads"], config["head_dim_vo"]))
+                        rows, (config["num_qo_heads"], config["head_dim_vo"]), variant)
 
     def _prefill(self, key, config, max_batch, max_total_qo):
         params_kwargs = dict(config["params_kwargs"])
@@ -233,7 +237,8 @@ class GpuPrefill:
                 use_cuda_graph=self._use_cuda_graph,
                 fixed_split_size=config["fixed_split_size"],
                 disable_split_kv=config["disable_split_kv"], scratch=scratch,
-                scratch_bytes=scratch_bytes, validate_indices=self._validate)
+                scratch_bytes=scratch_bytes, validate_indices=self._validate,
+                variant=config["variant"])
 
         return self._prefills.get(key, max_batch, max_total_qo, make)
 
@@ -265,10 +270,11 @@ class GpuPrefill:
         return page_ids, (bits_buf, indptr_buf)
 
     def run(self, q, kv, *, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base,
-            enable_pdl):
+            enable_pdl, variant_kwargs):
         """o [total_q, H_qo, D_vo] (and lse) for the plan: one extension call. kv is the
-        paged_kv_cache argument, or the (k, v) pair of ragged rows."""
-        prefill, page_ids, mask_bits, rows, (heads, head_dim_vo) = self.planned
+        paged_kv_cache argument, or the (k, v) pair of ragged rows; variant_kwargs: run()'s
+        keyword arguments beyond FlashInfer's (a planned variant's scalars)."""
+        prefill, page_ids, mask_bits, rows, (heads, head_dim_vo), variant = self.planned
         try:
             if rows is None:
                 rows = q.shape[0]
@@ -279,10 +285,12 @@ class GpuPrefill:
         except AttributeError:
             raise TypeError(f"{self._where}.run: q must be a torch tensor on "
                             f"{self._workspace.device}, got {type(q).__name__}") from None
+        scalars = (None if variant is None and not variant_kwargs
+                   else variant_scalars(f"{self._where}.run", variant, variant_kwargs))
         if prefill is None:  # no query token: nothing to compute
             return (out, lse) if return_lse else out
         scales = (scale_or_one(q_scale), scale_or_one(k_scale), scale_or_one(v_scale),
-                  check_lse_base(lse_base), pdl_flag(enable_pdl))
+                  check_lse_base(lse_base), pdl_flag(enable_pdl), scalars)
         if self._paged:
             prefill.run_paged(q, kv, page_ids, out, lse, mask_bits, *scales)
         else:

@@ -19,6 +19,7 @@ from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, index_on_device,
                        is_cuda, refill_buffer, scratch_of, split_paged_kv_cache, tensor_dtype,
                        torch_module, validate_default)
+from .variant import check_variant, variant_scalars
 
 _WRAPPER = "BatchDecodeWithPagedKVCacheWrapper"
 # The engine's names of plan()'s arguments -> FlashInfer's.
@@ -121,7 +122,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
              page_size, pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None,
              q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
              rope_scale=None, rope_theta=None, non_blocking=True, fixed_split_size=None,
-             disable_split_kv=False, o_data_type=None):
+             disable_split_kv=False, o_data_type=None, variant=None):
         """Schedules one decode step on host-side lengths.
 
         indptr and last_page_len are read on the host: pass CPU tensors (as serving loops
@@ -129,7 +130,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         which synchronizes with their stream (as in FlashInfer). indices stays on the device
         (copied there asynchronously when given on the host). fixed_split_size cuts every
         request's KV at the same token positions whatever the batch: each request's output and
-        lse are then bitwise identical alone or in any batch (batch invariance).
+        lse are then bitwise identical alone or in any batch (batch invariance). variant: a
+        flare.AttentionVariant compiled in place of the built-in terms (pos_encoding_mode,
+        window_left and logits_soft_cap must then stay off); its scalars go to run().
         """
         check_pos_encoding_mode(pos_encoding_mode)
         if data_type is not None:  # FlashInfer's deprecated alias of q_data_type and kv_data_type
@@ -138,6 +141,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         q_dtype = dtype_name(q_data_type)
         kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
         check_o_data_type(f"{_WRAPPER}.plan", o_data_type, q_dtype)
+        variant = check_variant(f"{_WRAPPER}.plan", variant, self._cuda)
         num_qo_heads, num_kv_heads = int(num_qo_heads), int(num_kv_heads)
         head_dim, page_size = int(head_dim), int(page_size)
         params_kwargs = dict(sm_scale=sm_scale, window_left=window_left,
@@ -166,7 +170,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         tensor_cores = _tensor_core_loop(self._use_tensor_cores, q_dtype, kv_dtype)
         key = (q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, page_size,
                sm_scale, window_left, logits_soft_cap, pos_encoding_mode, rope_scale, rope_theta,
-               fixed_split_size, bool(disable_split_kv), tensor_cores)
+               fixed_split_size, bool(disable_split_kv), tensor_cores,
+               None if variant is None else variant.key())
         if self._use_cuda_graph:
             # A captured run launches one decoder's kernels: a plan for another configuration
             # would never reach the graph.
@@ -193,7 +198,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 params=make_params(**params_kwargs), use_cuda_graph=self._use_cuda_graph,
                 fixed_split_size=0 if fixed_split_size is None else int(fixed_split_size),
                 disable_split_kv=bool(disable_split_kv), use_tensor_cores=tensor_cores,
-                scratch=scratch, scratch_bytes=scratch_bytes, validate_indices=self._validate)
+                scratch=scratch, scratch_bytes=scratch_bytes, validate_indices=self._validate,
+                variant=variant)
 
         decoder = self._decoders.get(key, max_batch, make)
         try:
@@ -204,7 +210,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if self._use_cuda_graph:
             self._graph_key = key
         self._planned = dict(batch=batch, q_dtype=q_dtype, kv_dtype=kv_dtype)
-        self._gpu = (decoder, page_ids, (batch, num_qo_heads, head_dim), (batch, num_qo_heads))
+        self._gpu = (decoder, page_ids, (batch, num_qo_heads, head_dim), (batch, num_qo_heads),
+                     variant)
 
     begin_forward = plan
 
@@ -228,17 +235,18 @@ class BatchDecodeWithPagedKVCacheWrapper:
         return self._indices_buf
 
     def run(self, q, paged_kv_cache, *, q_scale=None, k_scale=None, v_scale=None, out=None,
-            lse=None, return_lse=False, enable_pdl=None, lse_base="log2"):
+            lse=None, return_lse=False, enable_pdl=None, lse_base="log2", **variant_kwargs):
         """o [batch, H_qo, D] (and lse [batch, H_qo] float32 with return_lse) for the plan.
 
         q_scale and k_scale multiply the logits, v_scale the output (fp8 calibration scales),
         inside the kernel. lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl: the
         kernel may start while the previous kernel on the stream ends (sm_90+; None: on
-        where the GPU has it, as FlashInfer).
+        where the GPU has it, as FlashInfer). A planned variant's scalars come as keyword
+        arguments (cap=30.0).
         """
         gpu = self._gpu
         if gpu is not None:  # the hot path: one extension call, every check O(1)
-            decoder, page_ids, out_shape, lse_shape = gpu
+            decoder, page_ids, out_shape, lse_shape, variant = gpu
             try:
                 if out is None:
                     out = q.new_empty(out_shape)
@@ -253,8 +261,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
                         1.0 if k_scale is None else float(k_scale),
                         1.0 if v_scale is None else float(v_scale),
                         True if lse_base == "log2" else check_lse_base(lse_base),
-                        True if enable_pdl is None else bool(enable_pdl))
+                        True if enable_pdl is None else bool(enable_pdl),
+                        None if variant is None and not variant_kwargs
+                        else variant_scalars(f"{_WRAPPER}.run", variant, variant_kwargs))
             return (out, lse) if return_lse else out
+        if variant_kwargs:
+            variant_scalars(f"{_WRAPPER}.run", None, variant_kwargs)  # raises
         planned = self._planned
         if planned is None:
             raise RuntimeError(f"{_WRAPPER}.run() needs a plan(): call plan() first")

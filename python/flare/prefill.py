@@ -16,6 +16,7 @@ from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_
 from ._prefill_gpu import GpuPrefill, check_gpu_support
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, is_cuda,
                        split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
+from .variant import check_variant, variant_scalars
 
 
 def _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction):
@@ -65,15 +66,17 @@ class _PrefillWrapper:
               page_size, custom_mask, packed_custom_mask, causal, pos_encoding_mode,
               use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
               rope_theta, q_data_type, kv_data_type, non_blocking, fixed_split_size,
-              disable_split_kv, o_data_type):
+              disable_split_kv, o_data_type, variant):
         """indptrs: the caller's (qo_indptr, kv_indptr, kv_last_page_len or None for ragged);
-        tables: the caller's index arrays by the name of their CUDA-graph buffer."""
+        tables: the caller's index arrays by the name of their CUDA-graph buffer; variant: a
+        flare.AttentionVariant or None."""
         where = f"{self._name}.plan"
         _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
         _check_mask_args(where, causal, custom_mask, packed_custom_mask)
         q_dtype = dtype_name(q_data_type)
         kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
         check_o_data_type(where, o_data_type, q_dtype)
+        variant = check_variant(where, variant, self._gpu is not None)
         head_dim_vo = head_dim_qk if head_dim_vo is None else head_dim_vo
         params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
                              logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
@@ -90,7 +93,7 @@ class _PrefillWrapper:
                           page_size=int(page_size), dtype=q_dtype, custom_mask=has_mask,
                           fixed_split_size=0 if fixed_split_size is None else
                           int(fixed_split_size), disable_split_kv=bool(disable_split_kv),
-                          params_kwargs=params_kwargs)
+                          params_kwargs=params_kwargs, variant=variant)
             try:
                 self._gpu.plan(hosts=hosts, kv_len=lambda: self._kv_len(indptrs, page_size),
                                sources=tables,
@@ -139,12 +142,12 @@ class _PrefillWrapper:
                              f"kv_data_type={self._dtypes[1]}")
 
     def _run_gpu(self, q, kv, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base,
-                 enable_pdl):
+                 enable_pdl, variant_kwargs):
         if self._gpu.planned is None:
             raise RuntimeError(f"{self._name}.run() needs a plan(): call plan() first")
         return self._gpu.run(q, kv, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out,
                              lse=lse, return_lse=return_lse, lse_base=lse_base,
-                             enable_pdl=enable_pdl)
+                             enable_pdl=enable_pdl, variant_kwargs=variant_kwargs)
 
     def check(self):
         """Synchronizes the device and raises IndexError naming the first page id (request,
@@ -186,7 +189,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
              use_fp16_qk_reduction=False, sm_scale=None, window_left=-1, logits_soft_cap=None,
              rope_scale=None, rope_theta=None, q_data_type="float16", kv_data_type=None,
              non_blocking=True, fixed_split_size=None, disable_split_kv=False,
-             o_data_type=None):
+             o_data_type=None, variant=None):
         """Schedules one batch on host-side lengths.
 
         qo_indptr, paged_kv_indptr and paged_kv_last_page_len are read on the host: pass CPU
@@ -195,6 +198,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         on the device (copied there asynchronously when given on the host), and a bool
         custom_mask on the device is packed there. fixed_split_size makes each request's
         output and lse bitwise identical alone or in any batch (fixed tiles and KV splits).
+        variant: a flare.AttentionVariant compiled in place of the built-in terms (window_left,
+        logits_soft_cap and pos_encoding_mode must then stay off; causal and custom masks
+        stay); its scalars go to run() as keyword arguments.
         """
         self._plan(indptrs=(qo_indptr, paged_kv_indptr, paged_kv_last_page_len),
                    tables=dict(qo_indptr_buf=qo_indptr, paged_kv_indptr_buf=paged_kv_indptr,
@@ -209,20 +215,22 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
                    rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
                    kv_data_type=kv_data_type, non_blocking=non_blocking,
                    fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv,
-                   o_data_type=o_data_type)
+                   o_data_type=o_data_type, variant=variant)
 
     begin_forward = plan
 
     def run(self, q, paged_kv_cache, *, q_scale=None, k_scale=None, v_scale=None, out=None,
-            lse=None, return_lse=False, enable_pdl=None, lse_base="log2"):
+            lse=None, return_lse=False, enable_pdl=None, lse_base="log2", **variant_kwargs):
         """o [total_q, H_qo, D_vo] (and lse [total_q, H_qo] float32 with return_lse).
 
         q_scale and k_scale multiply the logits and v_scale the output, inside the kernels.
-        lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl as for decode.
+        lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl as for decode. A planned
+        variant's scalars come as keyword arguments.
         """
         if self._gpu is not None:
             return self._run_gpu(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse,
-                                 return_lse, lse_base, enable_pdl)
+                                 return_lse, lse_base, enable_pdl, variant_kwargs)
+        variant_scalars(f"{self._name}.run", None, variant_kwargs)
         k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
         self._check_cpu_run(q, k_cache)
         base2 = check_lse_base(lse_base)
@@ -264,9 +272,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
              pos_encoding_mode="NONE", use_fp16_qk_reduction=False, window_left=-1,
              logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None,
              q_data_type="float16", kv_data_type=None, non_blocking=True,
-             fixed_split_size=None, disable_split_kv=False, o_data_type=None):
+             fixed_split_size=None, disable_split_kv=False, o_data_type=None, variant=None):
         """Schedules one batch on host copies of qo_indptr and kv_indptr (see the paged
-        wrapper's plan() for when that synchronizes)."""
+        wrapper's plan() for when that synchronizes, and for variant)."""
         self._plan(indptrs=(qo_indptr, kv_indptr, None),
                    tables=dict(qo_indptr_buf=qo_indptr, kv_indptr_buf=kv_indptr),
                    num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
@@ -278,18 +286,20 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
                    rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
                    kv_data_type=kv_data_type, non_blocking=non_blocking,
                    fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv,
-                   o_data_type=o_data_type)
+                   o_data_type=o_data_type, variant=variant)
 
     begin_forward = plan
 
     def run(self, q, k, v, *, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
-            return_lse=False, enable_pdl=None, lse_base="log2"):
+            return_lse=False, enable_pdl=None, lse_base="log2", **variant_kwargs):
         """k, v: [kv_indptr[-1], H_kv, D] (NHD) or [H_kv, kv_indptr[-1], D] (HND); at least
         kv_indptr[-1] tokens (checked). Returns o [total_q, H_qo, D_vo] (and lse [total_q, H_qo]
-        float32 with return_lse). Scales, lse_base and enable_pdl as for the paged wrapper."""
+        float32 with return_lse). Scales, lse_base, enable_pdl and a variant's scalars as for
+        the paged wrapper."""
         if self._gpu is not None:
             return self._run_gpu(q, (k, v), q_scale, k_scale, v_scale, out, lse, return_lse,
-                                 lse_base, enable_pdl)
+                                 lse_base, enable_pdl, variant_kwargs)
+        variant_scalars(f"{self._name}.run", None, variant_kwargs)
         self._check_cpu_run(q, k)
         base2 = check_lse_base(lse_base)
         if self._kv_layout == "HND":  # [H_kv, tokens, D] viewed as [tokens, H_kv, D]
@@ -383,10 +393,11 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     num_kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
     config = dict(num_qo_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim_qk=q.shape[2],
                   head_dim_vo=v.shape[2], page_size=1, dtype=q_dtype, custom_mask=has_mask,
-                  fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs)
+                  fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs,
+                  variant=None)
     gpu.plan(hosts=(qo_host, kv_host, None), kv_len=lambda: np.diff(kv_host),
              sources=dict(qo_indptr_buf=qo_host, kv_indptr_buf=kv_host),
              mask=(custom_mask, packed_custom_mask) if has_mask else None, config=config,
              non_blocking=True)
     return gpu.run(q, (k, v), q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
-                   return_lse=return_lse, lse_base=lse_base, enable_pdl=None)
+                   return_lse=return_lse, lse_base=lse_base, enable_pdl=None, variant_kwargs={})

@@ -13,6 +13,7 @@
 #include "object_view.h"
 #include "params_arg.h"
 #include "tensor_arg.h"
+#include "variant_arg.h"
 
 namespace flare::python {
 
@@ -22,7 +23,7 @@ void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, i
                int head_dim, int page_size, const std::string& q_dtype, const std::string& kv_dtype,
                const std::string& kv_layout, const ParamsArg& params, bool use_cuda_graph,
                int fixed_split_size, bool disable_split_kv, bool use_tensor_cores,
-               uintptr_t scratch, size_t scratch_bytes, bool validate_indices) {
+               uintptr_t scratch, size_t scratch_bytes, bool validate_indices, nb::handle variant) {
   BatchDecodeConfig config;
   config.device = device;
   config.max_batch = max_batch;
@@ -41,6 +42,7 @@ void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, i
   config.scratch = reinterpret_cast<void*>(scratch);
   config.scratch_bytes = scratch_bytes;
   config.validate_indices = validate_indices;
+  config.variant = user_variant_arg(variant);
   // Compiling the kernels can take seconds: let other Python threads run meanwhile.
   nb::gil_scoped_release release;
   new (self) BatchDecode(config);
@@ -59,12 +61,14 @@ void plan(BatchDecode& decode, nb::handle kv_indptr, nb::handle kv_last_page_len
 // page ids and the outputs as the caller's objects, on torch's current stream.
 void run(BatchDecode& decode, nb::handle q, nb::handle paged_kv_cache, nb::handle indices,
          nb::handle out, nb::handle lse, float q_scale, float k_scale, float v_scale,
-         bool lse_base2, bool enable_pdl) {
+         bool lse_base2, bool enable_pdl, nb::handle variant_scalars) {
   const BatchDecodeConfig& c = decode.config();
   const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "indices");
+  RunOptions options = run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl);
+  std::array<float, kMaxUserScalars> scalars;
+  set_variant_scalars(variant_scalars, scalars, options);
   decode.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
-             reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
-             run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl));
+             reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)), options);
 }
 
 }  // namespace
@@ -76,11 +80,13 @@ void bind_batch_decode(nb::module_& m) {
            nb::arg("page_size"), nb::arg("q_dtype"), nb::arg("kv_dtype"), nb::arg("kv_layout"),
            nb::arg("params"), nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"),
            nb::arg("disable_split_kv"), nb::arg("use_tensor_cores") = false, nb::arg("scratch") = 0,
-           nb::arg("scratch_bytes") = 0, nb::arg("validate_indices") = false)
+           nb::arg("scratch_bytes") = 0, nb::arg("validate_indices") = false,
+           nb::arg("variant").none() = nb::none())
       .def("plan", &plan, nb::arg("kv_indptr"), nb::arg("kv_last_page_len"), nb::arg("stream"))
       .def("run", &run, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"), nb::arg("out"),
            nb::arg("lse").none(), nb::arg("q_scale"), nb::arg("k_scale"), nb::arg("v_scale"),
-           nb::arg("lse_base2"), nb::arg("enable_pdl"))
+           nb::arg("lse_base2"), nb::arg("enable_pdl"),
+           nb::arg("variant_scalars").none() = nb::none())
       .def("check", &check_page_ids<BatchDecode>, nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchDecode& d) { return d.config().max_batch; })
       .def_prop_ro("num_ctas", &BatchDecode::num_ctas)

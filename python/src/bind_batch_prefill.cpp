@@ -16,6 +16,7 @@
 #include "object_view.h"
 #include "params_arg.h"
 #include "tensor_arg.h"
+#include "variant_arg.h"
 
 namespace flare::python {
 
@@ -26,7 +27,7 @@ void construct(BatchPrefill* self, int device, int max_batch, int max_total_qo, 
                int num_kv_heads, int head_dim_qk, int head_dim_vo, bool paged, int page_size,
                const std::string& kv_layout, const std::string& dtype, const ParamsArg& params,
                bool custom_mask, bool use_cuda_graph, int fixed_split_size, bool disable_split_kv,
-               uintptr_t scratch, size_t scratch_bytes, bool validate_indices) {
+               uintptr_t scratch, size_t scratch_bytes, bool validate_indices, nb::handle variant) {
   BatchPrefillConfig config;
   config.device = device;
   config.max_batch = max_batch;
@@ -53,6 +54,7 @@ void construct(BatchPrefill* self, int device, int max_batch, int max_total_qo, 
   config.scratch = reinterpret_cast<void*>(scratch);
   config.scratch_bytes = scratch_bytes;
   config.validate_indices = validate_indices;
+  config.variant = user_variant_arg(variant);
   // Creation compiles the merge kernel: let other Python threads run meanwhile.
   nb::gil_scoped_release release;
   new (self) BatchPrefill(config);
@@ -78,20 +80,25 @@ void plan(BatchPrefill& prefill, nb::handle qo_indptr, nb::handle kv_indptr,
 // The wrappers' run(): the caller's objects, on torch's current stream.
 void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache, nb::handle indices,
                nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
-               float v_scale, bool lse_base2, bool enable_pdl) {
+               float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars) {
   const BatchPrefillConfig& c = prefill.config();
+  RunOptions options = run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl);
+  std::array<float, kMaxUserScalars> scalars;
+  set_variant_scalars(variant_scalars, scalars, options);
   const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "paged_kv_indices");
   prefill.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
               reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
-              optional_object_view(mask_bits, "custom_mask"),
-              run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl));
+              optional_object_view(mask_bits, "custom_mask"), options);
 }
 
 // k, v: [tokens, H_kv, D] (NHD) or [H_kv, tokens, D] (HND, viewed as NHD without a copy).
 void run_ragged(BatchPrefill& prefill, nb::handle q, nb::handle k, nb::handle v, bool hnd,
                 nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
-                float v_scale, bool lse_base2, bool enable_pdl) {
+                float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars) {
   const BatchPrefillConfig& c = prefill.config();
+  RunOptions options = run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl);
+  std::array<float, kMaxUserScalars> scalars;
+  set_variant_scalars(variant_scalars, scalars, options);
   TensorView k_view = object_view(k, "k");
   TensorView v_view = object_view(v, "v");
   if (hnd) {
@@ -105,8 +112,7 @@ void run_ragged(BatchPrefill& prefill, nb::handle q, nb::handle k, nb::handle v,
   prefill.run(object_view(q, "q"), k_view, v_view, object_view(out, "out"),
               optional_object_view(lse, "lse"),
               reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
-              optional_object_view(mask_bits, "custom_mask"),
-              run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl));
+              optional_object_view(mask_bits, "custom_mask"), options);
 }
 
 }  // namespace
@@ -119,15 +125,17 @@ void bind_batch_prefill(nb::module_& m) {
            nb::arg("kv_layout"), nb::arg("dtype"), nb::arg("params"), nb::arg("custom_mask"),
            nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"), nb::arg("disable_split_kv"),
            nb::arg("scratch") = 0, nb::arg("scratch_bytes") = 0,
-           nb::arg("validate_indices") = false)
+           nb::arg("validate_indices") = false, nb::arg("variant").none() = nb::none())
       .def("plan", &plan, nb::arg("qo_indptr"), nb::arg("kv_indptr"),
            nb::arg("kv_last_page_len").none(), nb::arg("stream"))
       .def("run_paged", &run_paged, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"),
            nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
-           nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"))
+           nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"),
+           nb::arg("variant_scalars").none() = nb::none())
       .def("run_ragged", &run_ragged, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("hnd"),
            nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
-           nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"))
+           nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"),
+           nb::arg("variant_scalars").none() = nb::none())
       .def("check", &check_page_ids<BatchPrefill>, nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchPrefill& p) { return p.config().max_batch; })
       .def_prop_ro("max_total_qo", [](const BatchPrefill& p) { return p.config().max_total_qo; })

@@ -14,11 +14,11 @@
 #include "flare/core/error.h"
 #include "flare/jit/cuda_sync.h"
 #include "flare/jit/module.h"
-#include "flare/variant/builtin_variants.h"
 #include "kernels/decode_params.cuh"
 #include "src/api/decode_plan.h"
 #include "src/api/device_checks.h"
 #include "src/api/device_variant.h"
+#include "src/api/variant_support.h"
 #include "src/api/plan_staging.h"
 #include "src/api/run_support.h"
 
@@ -150,7 +150,7 @@ void validate_config(const BatchDecodeConfig& c) {
         ErrorCode::kInvalidArgument, kWhat, ": alibi_slopes must be a float32 CPU tensor [",
         c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
   }
-  standard_variant_flags(p, kWhat);  // throws for what the kernel cannot express
+  api_detail::resolve_variant(p, c.variant, kWhat);  // throws for what no kernel expresses
   const int heads = c.kv_heads_per_item;
   FLARE_CHECK(heads == 1 || heads == 2 || heads == 4 || heads == 8, ErrorCode::kInvalidArgument,
               kWhat, ": kv_heads_per_item must be 1, 2, 4 or 8, got ", heads);
@@ -271,7 +271,8 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config,
                                         size_t max_shared_bytes_per_block) {
   validate_config(config);
   const Geometry g = decode_geometry(config, max_shared_bytes_per_block);
-  const StandardVariantFlags flags = standard_variant_flags(config.params, kWhat);
+  const api_detail::ResolvedVariant variant =
+      api_detail::resolve_variant(config.params, config.variant, kWhat);
   BatchDecodeKernels k;
   k.rows_per_item = g.rows * g.item_heads;
   k.threads = g.threads;
@@ -279,7 +280,7 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config,
 
   k.decode.family_header = "decode.cuh";
   k.decode.entry = "flare_decode";
-  k.decode.variant_source = standard_variant_source(flags);
+  k.decode.variant_source = variant.source;
   k.decode.defines = {
       {"FLARE_HEAD_DIM", std::to_string(config.head_dim)},
       {"FLARE_ROWS", std::to_string(g.rows)},
@@ -299,7 +300,7 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config,
                    " D=" + std::to_string(config.head_dim) + " rows=" + std::to_string(g.rows) +
                    " page=" + std::to_string(config.page_size) +
                    (g.item_heads > 1 ? " heads=" + std::to_string(g.item_heads) : "") + " " +
-                   standard_variant_name(flags);
+                   variant.name;
   return k;
 }
 
@@ -623,6 +624,7 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
               ErrorCode::kInvalidArgument, kWhat,
               ": q_scale, k_scale and v_scale must be finite, got ", options.q_scale, ", ",
               options.k_scale, " and ", options.v_scale);
+  api_detail::check_variant_scalars(c.variant, options, kWhat);
   // A captured run serves every later plan: its tensors are sized for the largest batch.
   const int64_t planned_batch = static_cast<int64_t>(s.kv_len.size());
   const int64_t batch = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : planned_batch;
@@ -708,6 +710,7 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   p.v_scale = c.params.v_scale * options.v_scale;
   p.lse_scale = lse_scale(options.lse_base);
   p.variant = s.variant;
+  api_detail::set_variant_scalars(options, p.variant);
   void* decode_args[] = {&p};
   // The planned CTAs (fewer than the grid for small plans outside graph mode, see plan()); a
   // graph-mode launch keeps the full grid fixed at creation (the unplanned CTAs exit at once).

@@ -13,10 +13,10 @@
 #include "flare/core/error.h"
 #include "flare/jit/cuda_sync.h"
 #include "flare/jit/module.h"
-#include "flare/variant/builtin_variants.h"
 #include "kernels/prefill_params.cuh"
 #include "src/api/device_checks.h"
 #include "src/api/device_variant.h"
+#include "src/api/variant_support.h"
 #include "src/api/plan_staging.h"
 #include "src/api/prefill_plan.h"
 #include "src/api/run_support.h"
@@ -111,7 +111,8 @@ void validate_config(const BatchPrefillConfig& c) {
         ErrorCode::kInvalidArgument, kWhat, ": alibi_slopes must be a float32 CPU tensor [",
         c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
   }
-  standard_variant_flags(variant_params(p), kWhat);  // throws for what the variant cannot express
+  // Throws for what no kernel expresses.
+  api_detail::resolve_variant(variant_params(p), c.variant, kWhat);
 }
 
 int mask_code(MaskMode mask) {
@@ -207,7 +208,8 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
                   tiles.kv_tile / prefill_warps_kv(shape) >= 16,
               ErrorCode::kInvalidArgument, kWhat, ": tiles ", tiles.query_tile, "x", tiles.kv_tile,
               " are not a kernel configuration");
-  const StandardVariantFlags flags = standard_variant_flags(variant_params(config.params), kWhat);
+  const api_detail::ResolvedVariant variant =
+      api_detail::resolve_variant(variant_params(config.params), config.variant, kWhat);
   const bool paged = config.kv == PrefillKV::kPaged;
   const std::string dtype = std::to_string(static_cast<int>(config.dtype));
   BatchPrefillKernels k;
@@ -216,7 +218,7 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
 
   k.prefill.family_header = "prefill.cuh";
   k.prefill.entry = "flare_prefill";
-  k.prefill.variant_source = standard_variant_source(flags);
+  k.prefill.variant_source = variant.source;
   k.prefill.defines = {
       {"FLARE_HEAD_DIM_QK", std::to_string(config.head_dim_qk)},
       {"FLARE_HEAD_DIM_VO", std::to_string(config.head_dim_vo)},
@@ -232,7 +234,7 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
       " D=" + std::to_string(config.head_dim_qk) + "/" + std::to_string(config.head_dim_vo) +
       " tile=" + std::to_string(tiles.query_tile) + "x" + std::to_string(tiles.kv_tile) +
       (paged ? " page=" + std::to_string(config.page_size) : " ragged") +
-      " mask=" + std::to_string(mask_code(config.params.mask)) + " " + standard_variant_name(flags);
+      " mask=" + std::to_string(mask_code(config.params.mask)) + " " + variant.name;
 
   k.merge.family_header = "merge.cuh";
   k.merge.entry = "flare_merge";
@@ -581,6 +583,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
               ErrorCode::kInvalidArgument, kWhat,
               ": q_scale, k_scale and v_scale must be finite, got ", options.q_scale, ", ",
               options.k_scale, " and ", options.v_scale);
+  api_detail::check_variant_scalars(c.variant, options, kWhat);
   // A captured run serves every later plan: its tensors may be sized for larger batches.
   const int64_t total_qo = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : s.total_qo;
   FLARE_CHECK(total_qo >= s.total_qo && total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument,
@@ -641,6 +644,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   p.lse_scale = lse_scale(options.lse_base);
   p.variant = s.variant;
   p.variant.sm_scale = s.variant.sm_scale * options.q_scale * options.k_scale;
+  api_detail::set_variant_scalars(options, p.variant);
   p.next_work_item = static_cast<int32_t*>(s.next_work_item.data());
   const unsigned grid = static_cast<unsigned>(c.use_cuda_graph ? s.bound_ctas : s.plan.num_ctas);
   const bool pdl = options.enable_pdl && s.props.cc_major >= 9;

@@ -19,6 +19,7 @@
 #include "flare/jit/cuda_driver.h"
 #include "flare/plan/plan.h"
 #include "flare/variant/attention_params.h"
+#include "flare/variant/user_variant.h"
 
 namespace flare {
 
@@ -41,6 +42,11 @@ struct BatchDecodeConfig {
   // kCausal (a no-op for one query token). Others (RoPE, custom masks, use_softmax = false)
   // throw kUnsupported.
   AttentionParams params;
+
+  // A user-defined variant compiled in place of the built-in (flare/variant/user_variant.h):
+  // its source defines the logits, masks and scales; params keeps sm_scale and k/v scales, and
+  // its built-in terms must be off. Its scalars come with each run() (RunOptions).
+  std::optional<UserVariant> variant;
 
   // Capture run() into CUDA graphs: without it, run() on a capturing stream throws.
   bool use_cuda_graph = false;

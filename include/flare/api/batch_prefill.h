@@ -20,6 +20,7 @@
 #include "flare/jit/cuda_driver.h"
 #include "flare/plan/plan.h"
 #include "flare/variant/attention_params.h"
+#include "flare/variant/user_variant.h"
 
 namespace flare {
 
@@ -47,6 +48,11 @@ struct BatchPrefillConfig {
   // float32 [H_qo] on the CPU, copied at creation). RoPE, use_softmax = false and fp8 scales
   // throw kUnsupported.
   AttentionParams params;
+
+  // A user-defined variant compiled in place of the built-in (flare/variant/user_variant.h):
+  // its source defines the logits, masks and scales; params keeps sm_scale and the mask
+  // (causal, custom), and its other terms must be off. Its scalars come with each run().
+  std::optional<UserVariant> variant;
 
   // Capture run() into CUDA graphs: the tiles are then fixed at creation (query_tile, or the
   // heuristic on max_total_qo / max_batch), and run() launches fixed grids.

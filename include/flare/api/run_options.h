@@ -2,6 +2,8 @@
 // scales FlashInfer passes to run(), the LSE's base, and programmatic dependent launch.
 #pragma once
 
+#include <span>
+
 #include "flare/core/lse_base.h"
 
 namespace flare {
@@ -18,6 +20,9 @@ struct RunOptions {
   // ends (it waits for that kernel's results before reading anything). Applied on devices of
   // compute capability 9.0 and later, ignored on older ones. Captured runs keep it.
   bool enable_pdl = false;
+  // A user variant's scalars (config.variant, include/flare/variant/user_variant.h), in its
+  // declared order: exactly one value each, finite. Empty without a user variant.
+  std::span<const float> variant_scalars;
 };
 
 }  // namespace flare

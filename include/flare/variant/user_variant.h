@@ -1,0 +1,58 @@
+// A user-defined attention variant (papers 001 §3.2.3): CUDA C++ source defining
+// `struct Variant : flare::VariantBase`, compiled just in time into the decode kernels (both
+// loops) and the FA2 prefill kernels (paged and ragged) in place of the built-in
+// StandardVariant. The hooks, their arguments and their defaults are kernels/variant.cuh's;
+// python/README.md shows examples.
+//
+// Example: logits soft-capping written as a user variant, with the cap a run() parameter.
+//   UserVariant v;
+//   v.name = "soft_cap";
+//   v.scalars = {"cap"};
+//   v.source = R"(
+//     struct Variant : flare::VariantBase {
+//       __device__ static float query_scale(const flare::VariantParams& p) {
+//         return p.sm_scale / Scalars::cap(p);
+//       }
+//       __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
+//         return Scalars::cap(p) * flare::kLog2e * flare::tanh_via_exp2(s);
+//       }
+//     };)";
+//   config.variant = v;                       // BatchDecodeConfig / BatchPrefillConfig
+//   const float cap = 30.0f;
+//   options.variant_scalars = {&cap, 1};      // RunOptions, in v.scalars' order
+//
+// Each named scalar is a float the source reads as `Scalars::<name>(p)`; their values come with
+// every run() (RunOptions::variant_scalars), so changing one needs no new plan or kernel.
+// The AttentionParams of a config with a user variant keep sm_scale (VariantParams::sm_scale)
+// and the mask (causal, custom: the kernel's own); the built-in terms (soft-cap, window, ALiBi,
+// RoPE, use_softmax = false) must stay off: the variant replaces them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace flare {
+
+struct UserVariant {
+  std::string name;                  // a C identifier: kernel labels and logs
+  std::string source;                // defines struct Variant (kernels/variant.cuh hooks)
+  std::vector<std::string> scalars;  // float parameters' names, at most kMaxUserScalars
+};
+
+inline constexpr int kMaxUserScalars = 8;  // kernels/decode_params.cuh kMaxVariantScalars
+
+// Throws kInvalidArgument naming `what` and the field: a name that is not a C identifier, an
+// empty source, a scalar name that is not a C identifier or appears twice, more than
+// kMaxUserScalars scalars.
+void validate_user_variant(const UserVariant& variant, const char* what);
+
+// The variant source a kernel compiles: kernels/variant.cuh, the `Scalars` accessors, then the
+// user's source under `#line 1 "<name>"`, so NVRTC's errors cite the user's own lines.
+std::string user_variant_source(const UserVariant& variant);
+
+// The position of `scalar` in variant.scalars; throws kInvalidArgument naming `what`, the
+// variant and its scalars when it has none of that name.
+int user_variant_scalar_index(const UserVariant& variant, const std::string& scalar,
+                              const char* what);
+
+}  // namespace flare

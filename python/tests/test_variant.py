@@ -1,0 +1,77 @@
+"""flare.AttentionVariant without a GPU: its declaration is validated, the CPU backend refuses
+it (it cannot run CUDA source), and run() keywords beyond FlashInfer's are errors without a
+planned variant."""
+
+import numpy as np
+import pytest
+
+import flare
+
+SOURCE = "struct Variant : flare::VariantBase {};"
+
+
+def test_declarations_are_validated():
+    v = flare.AttentionVariant(SOURCE, "plain", scalars=("a", "b"))
+    assert v.scalars == ("a", "b") and v.name == "plain"
+    assert flare.AttentionVariant(SOURCE, "one", scalars="a").scalars == ("a",)
+    with pytest.raises(ValueError, match="name must be a C identifier, got '2x'"):
+        flare.AttentionVariant(SOURCE, "2x")
+    with pytest.raises(ValueError, match="source must be non-empty"):
+        flare.AttentionVariant("  ", "plain")
+    with pytest.raises(ValueError, match="scalar names repeat"):
+        flare.AttentionVariant(SOURCE, "plain", scalars=("a", "a"))
+    with pytest.raises(ValueError, match="scalar names must be C identifiers, got 'a b'"):
+        flare.AttentionVariant(SOURCE, "plain", scalars=("a b",))
+    with pytest.raises(ValueError, match="9 scalars; at most 8"):
+        flare.AttentionVariant(SOURCE, "plain", scalars=[f"s{i}" for i in range(9)])
+    with pytest.raises(AttributeError, match="immutable"):
+        v.name = "other"
+
+
+def test_scalar_keywords_are_checked_by_name():
+    v = flare.AttentionVariant(SOURCE, "two", scalars=("a", "b"))
+    assert v.scalar_values("run", {"b": 2, "a": 1.5}) == (1.5, 2.0)
+    with pytest.raises(TypeError, match=r"needs variant 'two'.s scalar\(s\) \['b'\]"):
+        v.scalar_values("run", {"a": 1})
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['c'\]"):
+        v.scalar_values("run", {"a": 1, "b": 2, "c": 3})
+
+
+def _cpu_paged():
+    indptr = np.array([0, 1], dtype=np.int32)
+    indices = np.array([0], dtype=np.int32)
+    last = np.array([3], dtype=np.int32)
+    return indptr, indices, last
+
+
+def test_the_cpu_backend_refuses_variants():
+    workspace = np.zeros(1 << 20, dtype=np.uint8)
+    variant = flare.AttentionVariant(SOURCE, "plain")
+    decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace)
+    indptr, indices, last = _cpu_paged()
+    with pytest.raises(ValueError, match="variant 'plain' runs on CUDA tensors only"):
+        decode.plan(indptr, indices, last, 4, 2, 64, 16, q_data_type="float32", variant=variant)
+    prefill = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace)
+    qo = np.array([0, 2], dtype=np.int32)
+    with pytest.raises(ValueError, match="runs on CUDA tensors only"):
+        prefill.plan(qo, qo, 4, 2, 64, q_data_type="float32", variant=variant)
+    with pytest.raises(TypeError, match="variant must be a flare.AttentionVariant"):
+        decode.plan(indptr, indices, last, 4, 2, 64, 16, q_data_type="float32",
+                    variant="soft_cap")
+
+
+def test_unknown_run_keywords_are_errors_without_a_variant():
+    workspace = np.zeros(1 << 20, dtype=np.uint8)
+    decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace)
+    indptr, indices, last = _cpu_paged()
+    decode.plan(indptr, indices, last, 4, 2, 64, 16, q_data_type="float32")
+    q = np.zeros((1, 4, 64), dtype=np.float32)
+    cache = np.zeros((1, 2, 16, 2, 64), dtype=np.float32)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['cap'\]"):
+        decode.run(q, cache, cap=30.0)
+    prefill = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace)
+    qo = np.array([0, 2], dtype=np.int32)
+    prefill.plan(qo, qo, 4, 2, 64, q_data_type="float32")
+    k = np.zeros((2, 2, 64), dtype=np.float32)
+    with pytest.raises(TypeError, match="no variant was planned"):
+        prefill.run(np.zeros((2, 4, 64), dtype=np.float32), k, k, temperature=2.0)

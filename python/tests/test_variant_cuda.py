@@ -1,0 +1,103 @@
+"""flare.AttentionVariant on PyTorch CUDA tensors: a user variant with the built-in's math
+matches the built-in (soft-cap, decode on both loops, paged and ragged prefill), its scalars
+come by keyword at run(), a compile error in its source is raised at plan() with the user's
+line, and missing scalars are TypeErrors before any launch. Skipped visibly without PyTorch or
+a CUDA device."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device (torch.cuda.is_available() is False)", allow_module_level=True)
+
+import flare  # noqa: E402
+from gpu_paged_cache import GpuPagedCache  # noqa: E402
+
+DEVICE = torch.device("cuda:0")
+SOFT_CAP = flare.AttentionVariant(name="user_soft_cap", scalars=("cap",), source=r"""
+struct Variant : flare::VariantBase {
+  __device__ static float query_scale(const flare::VariantParams& p) {
+    return p.sm_scale / Scalars::cap(p);
+  }
+  __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
+    return Scalars::cap(p) * flare::kLog2e * flare::tanh_via_exp2(s);
+  }
+};
+""")
+
+
+def workspace():
+    return torch.empty(64 << 20, dtype=torch.uint8, device=DEVICE)
+
+
+@pytest.mark.parametrize("use_tensor_cores", [False, True])
+def test_decode_user_soft_cap_matches_the_built_in(use_tensor_cores):
+    cache = GpuPagedCache([1, 33, 700, 4100], 4, 128, 16, "NHD", torch.bfloat16, seed=5)
+    q = torch.randn(4, 16, 128, generator=torch.Generator().manual_seed(6)).to(
+        torch.bfloat16).to(DEVICE)
+    outputs = []
+    for variant, soft_cap in ((None, 20.0), (SOFT_CAP, None)):
+        wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
+                                                           use_tensor_cores=use_tensor_cores)
+        wrapper.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 16, 4, 128, 16,
+                     q_data_type=torch.bfloat16, logits_soft_cap=soft_cap, variant=variant)
+        kwargs = {} if variant is None else {"cap": 20.0}
+        outputs.append(wrapper.run(q, cache.cache, return_lse=True, **kwargs))
+        with pytest.raises(TypeError):
+            wrapper.run(q, cache.cache, temperature=1.0)
+    (o_builtin, lse_builtin), (o_user, lse_user) = outputs
+    assert torch.isfinite(o_user).all()
+    assert (o_user.float() - o_builtin.float()).abs().max().item() <= 2e-2
+    assert (lse_user - lse_builtin).abs().max().item() <= 1e-3
+
+
+@pytest.mark.parametrize("paged", [True, False])
+def test_prefill_user_soft_cap_matches_the_built_in(paged):
+    qo_lens, kv_lens = [5, 130, 64], [70, 130, 300]
+    cache = GpuPagedCache(kv_lens, 2, 128, 16, "NHD", torch.float16, seed=7)
+    generator = torch.Generator().manual_seed(8)
+    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.float16).to(DEVICE)
+    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.float16).to(DEVICE)
+    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.float16).to(DEVICE)
+    qo = torch.tensor([0, 5, 135, 199], dtype=torch.int32)
+    kv = torch.tensor([0, 70, 200, 500], dtype=torch.int32)
+    outputs = []
+    for variant, soft_cap in ((None, 15.0), (SOFT_CAP, None)):
+        if paged:
+            wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(workspace())
+            wrapper.plan(qo, cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 8, 2,
+                         128, 16, causal=True, q_data_type=torch.float16,
+                         logits_soft_cap=soft_cap, variant=variant)
+            args = (q, cache.cache)
+        else:
+            wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+            wrapper.plan(qo, kv, 8, 2, 128, causal=True, q_data_type=torch.float16,
+                         logits_soft_cap=soft_cap, variant=variant)
+            args = (q, k, v)
+        kwargs = {} if variant is None else {"cap": 15.0}
+        outputs.append(wrapper.run(*args, return_lse=True, **kwargs))
+        if variant is not None:
+            with pytest.raises(TypeError, match=r"needs variant 'user_soft_cap'.s scalar"):
+                wrapper.run(*args)
+    (o_builtin, lse_builtin), (o_user, lse_user) = outputs
+    assert torch.isfinite(o_user).all()
+    assert (o_user.float() - o_builtin.float()).abs().max().item() <= 4e-3
+    assert (lse_user - lse_builtin).abs().max().item() <= 1e-3
+
+
+def test_compile_errors_cite_the_users_line():
+    broken = flare.AttentionVariant(name="broken", source="struct Variant : flare::VariantBase {\n"
+                                    "  int x = ;\n};\n")
+    cache = GpuPagedCache([10], 2, 64, 16, "NHD", torch.float16, seed=1)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    with pytest.raises(RuntimeError, match=r"broken\(2\)"):
+        wrapper.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 4, 2, 64, 16,
+                     q_data_type=torch.float16, variant=broken)
+
+
+def test_built_in_terms_with_a_variant_are_errors():
+    cache = GpuPagedCache([10], 2, 64, 16, "NHD", torch.float16, seed=1)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    with pytest.raises(ValueError, match="logits_soft_cap is a built-in variant term"):
+        wrapper.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 4, 2, 64, 16,
+                     q_data_type=torch.float16, logits_soft_cap=30.0, variant=SOFT_CAP)

@@ -1,0 +1,65 @@
+// The variant of a BatchDecode / BatchPrefill config (variant_support.h).
+#include "src/api/variant_support.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "flare/core/error.h"
+#include "flare/variant/builtin_variants.h"
+
+namespace flare::api_detail {
+namespace {
+
+std::string scalar_list(const UserVariant& user) {
+  std::string out;
+  for (const std::string& name : user.scalars) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+}  // namespace
+
+ResolvedVariant resolve_variant(const AttentionParams& params,
+                                const std::optional<UserVariant>& user, const char* what) {
+  if (!user) {
+    const StandardVariantFlags flags = standard_variant_flags(params, what);
+    return {standard_variant_source(flags), standard_variant_name(flags)};
+  }
+  validate_user_variant(*user, what);
+  const char* built_in = params.logits_soft_cap != 0.0f              ? "logits_soft_cap"
+                         : params.window_left != -1                  ? "window_left"
+                         : params.pos_encoding != PosEncoding::kNone ? "pos_encoding"
+                         : !params.use_softmax                       ? "use_softmax = false"
+                         : params.alibi_slopes.has_value()           ? "alibi_slopes"
+                                                                     : nullptr;
+  FLARE_CHECK(built_in == nullptr, ErrorCode::kInvalidArgument, what, ": params.", built_in,
+              " is a built-in variant term, and variant '", user->name,
+              "' replaces the built-in variant: express it in the variant's source");
+  return {user_variant_source(*user), "user:" + user->name};
+}
+
+void check_variant_scalars(const std::optional<UserVariant>& user, const RunOptions& options,
+                           const char* what) {
+  const size_t given = options.variant_scalars.size();
+  if (!user) {
+    FLARE_CHECK(given == 0, ErrorCode::kInvalidArgument, what, ": variant_scalars holds ", given,
+                " values but the config has no user variant");
+    return;
+  }
+  FLARE_CHECK(given == user->scalars.size(), ErrorCode::kInvalidArgument, what, ": variant '",
+              user->name, "' takes ", user->scalars.size(), " scalars (",
+              user->scalars.empty() ? "none" : scalar_list(*user), "), variant_scalars holds ",
+              given);
+  for (size_t i = 0; i < given; ++i) {
+    FLARE_CHECK(std::isfinite(options.variant_scalars[i]), ErrorCode::kInvalidArgument, what,
+                ": variant '", user->name, "' scalar ", user->scalars[i], " must be finite, got ",
+                options.variant_scalars[i]);
+  }
+}
+
+void set_variant_scalars(const RunOptions& options, VariantParams& out) {
+  if (options.variant_scalars.empty()) return;
+  std::memcpy(out.scalars, options.variant_scalars.data(),
+              options.variant_scalars.size() * sizeof(float));
+}
+
+}  // namespace flare::api_detail

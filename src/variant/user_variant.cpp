@@ -1,0 +1,68 @@
+// User-defined variants: validation and the source a kernel compiles (user_variant.h).
+#include "flare/variant/user_variant.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+#include "flare/core/error.h"
+
+namespace flare {
+namespace {
+
+bool is_identifier(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+void validate_user_variant(const UserVariant& variant, const char* what) {
+  FLARE_CHECK(is_identifier(variant.name), ErrorCode::kInvalidArgument, what,
+              ": variant.name must be a C identifier, got '", variant.name, "'");
+  FLARE_CHECK(variant.source.find_first_not_of(" \t\r\n") != std::string::npos,
+              ErrorCode::kInvalidArgument, what, ": variant '", variant.name,
+              "' has an empty source (it must define struct Variant)");
+  FLARE_CHECK(variant.scalars.size() <= static_cast<size_t>(kMaxUserScalars),
+              ErrorCode::kInvalidArgument, what, ": variant '", variant.name, "' declares ",
+              variant.scalars.size(), " scalars; at most ", kMaxUserScalars);
+  for (size_t i = 0; i < variant.scalars.size(); ++i) {
+    const std::string& scalar = variant.scalars[i];
+    FLARE_CHECK(is_identifier(scalar), ErrorCode::kInvalidArgument, what, ": variant '",
+                variant.name, "' scalar ", i, " must be a C identifier, got '", scalar, "'");
+    FLARE_CHECK(std::find(variant.scalars.begin(), variant.scalars.begin() + i, scalar) ==
+                    variant.scalars.begin() + i,
+                ErrorCode::kInvalidArgument, what, ": variant '", variant.name,
+                "' declares scalar '", scalar, "' twice");
+  }
+}
+
+std::string user_variant_source(const UserVariant& variant) {
+  std::string source = "#include \"variant.cuh\"\nstruct Scalars {\n";
+  for (size_t i = 0; i < variant.scalars.size(); ++i) {
+    source += "  __device__ static float " + variant.scalars[i] +
+              "(const flare::VariantParams& p) { return p.scalars[" + std::to_string(i) + "]; }\n";
+  }
+  source += "};\n#line 1 \"" + variant.name + "\"\n" + variant.source;
+  if (source.back() != '\n') source += '\n';
+  return source;
+}
+
+int user_variant_scalar_index(const UserVariant& variant, const std::string& scalar,
+                              const char* what) {
+  const auto found = std::find(variant.scalars.begin(), variant.scalars.end(), scalar);
+  FLARE_CHECK(found != variant.scalars.end(), ErrorCode::kInvalidArgument, what, ": variant '",
+              variant.name, "' has no scalar '", scalar,
+              "' (its scalars: ", joined(variant.scalars), ")");
+  return static_cast<int>(found - variant.scalars.begin());
+}
+
+}  // namespace flare

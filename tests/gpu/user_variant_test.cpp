@@ -1,0 +1,210 @@
+// User-defined variants (flare/variant/user_variant.h) on the GPU against the CPU float64
+// reference of the built-in with the same math: soft-cap with the cap a run() scalar, ALiBi
+// from RowContext's heads, and a per-request stride mask that is not a window (the prefill
+// kernel checks every key), on decode (CUDA-core and tensor-core loops, whole-page items) and
+// FA2 prefill (paged and ragged, odd lengths, GQA 1/4/8, page sizes 1/3/16). A run() with the
+// wrong scalars throws before anything is written.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "flare/api/batch_decode.h"
+#include "flare/api/batch_prefill.h"
+#include "gpu/decode_test_support.h"
+#include "gpu/prefill_test_support.h"
+#include "testing/expect_error.h"
+#include "testing/user_variants.h"
+
+namespace flare {
+namespace {
+
+struct DecodeVariantCase {
+  UserVariant variant;
+  std::vector<float> scalars;
+  AttentionParams reference;  // the built-in terms the variant reproduces
+  int num_qo_heads = 16;
+  int num_kv_heads = 4;
+  int page_size = 16;
+  bool tensor_cores = false;
+  int kv_heads_per_item = 1;
+};
+
+// Runs `c` on lengths with odd tails (one request spanning many split chunks) and compares
+// with the reference; returns nothing, EXPECTs inside.
+void check_decode(const DecodeVariantCase& c) {
+  const std::vector<int32_t> kv_lens = {1, 17, 255, 4099, 33, 1000};
+  const int64_t batch = static_cast<int64_t>(kv_lens.size());
+  testing::KVCacheSpec spec;
+  spec.kv_lens = kv_lens;
+  spec.num_kv_heads = c.num_kv_heads;
+  spec.head_dim_qk = spec.head_dim_vo = 128;
+  spec.dtype = DType::kBF16;
+  spec.page_size = c.page_size;
+  spec.seed = 7;
+  const testing::TestKVCache cache = testing::build_kv_cache(spec);
+  const gpu_testing::HostQuery q =
+      gpu_testing::random_query(batch, c.num_qo_heads, 128, DType::kBF16, false, 11);
+  const gpu_testing::Reference ref = gpu_testing::reference_decode(q.view, cache, c.reference);
+
+  cuda::set_device(0);
+  BatchDecodeConfig config;
+  config.max_batch = static_cast<int>(batch);
+  config.num_qo_heads = c.num_qo_heads;
+  config.num_kv_heads = c.num_kv_heads;
+  config.head_dim = 128;
+  config.page_size = c.page_size;
+  config.use_tensor_cores = c.tensor_cores;
+  config.kv_heads_per_item = c.kv_heads_per_item;
+  config.variant = c.variant;
+  BatchDecode decode(config);
+  const gpu_testing::DeviceKV kv = gpu_testing::to_device(cache);
+  const gpu_testing::DeviceCopy q_device = gpu_testing::to_device(q.storage, q.view);
+  gpu_testing::DeviceOutputs out(batch, c.num_qo_heads, 128, DType::kBF16);
+  cuda::device_synchronize();
+  decode.plan(testing::int32_values(cache.page_indptr.view()),
+              testing::int32_values(cache.last_page_len.view()), nullptr);
+  out.poison(nullptr);
+  RunOptions options;
+  options.variant_scalars = c.scalars;
+  decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options);
+  cuda::device_synchronize();
+  const HostTensor o = out.o_host();
+  const HostTensor lse = out.lse_host();
+  const testing::ErrorStats o_err = testing::error_stats(o.view(), ref.o.view());
+  const testing::ErrorStats lse_err = testing::error_stats(lse.view(), ref.lse.view());
+  EXPECT_EQ(testing::count_nan(o.view()), 0);
+  EXPECT_LE(o_err.max_abs, c.tensor_cores ? gpu_testing::kOutputToleranceTensorCores : 1e-2)
+      << c.variant.name << " " << o_err;
+  EXPECT_LE(lse_err.max_abs, 1e-3) << c.variant.name << " " << lse_err;
+}
+
+TEST(UserVariantDecode, SoftCapAsAUserVariantMatchesTheReference) {
+  FLARE_REQUIRE_GPU();
+  DecodeVariantCase c;
+  c.variant = testing::user_soft_cap();
+  c.scalars = {30.0f};
+  c.reference.logits_soft_cap = 30.0f;
+  for (const bool tc : {false, true}) {
+    c.tensor_cores = tc;
+    c.page_size = tc ? 16 : 3;
+    check_decode(c);
+  }
+}
+
+TEST(UserVariantDecode, AlibiFromTheRowsHeadsMatchesTheReference) {
+  FLARE_REQUIRE_GPU();
+  DecodeVariantCase c;
+  c.variant = testing::user_alibi();
+  c.reference.pos_encoding = PosEncoding::kAlibi;
+  for (const auto& [qo, kv, tc, heads_per_item] :
+       {std::tuple{16, 4, false, 1}, std::tuple{16, 16, false, 1}, std::tuple{32, 8, true, 1},
+        std::tuple{32, 8, true, 2}, std::tuple{8, 8, true, 8}}) {
+    c.num_qo_heads = qo;
+    c.num_kv_heads = kv;
+    c.tensor_cores = tc;
+    c.kv_heads_per_item = heads_per_item;
+    c.scalars = {static_cast<float>(qo), static_cast<float>(qo / kv)};
+    SCOPED_TRACE(::testing::Message() << "H_qo " << qo << " H_kv " << kv << " tc " << tc
+                                      << " heads/item " << heads_per_item);
+    check_decode(c);
+  }
+}
+
+TEST(UserVariantDecode, WrongScalarsThrowBeforeWriting) {
+  FLARE_REQUIRE_GPU();
+  const testing::TestKVCache cache = testing::build_kv_cache({5, 9}, 2, 128, 16);
+  const gpu_testing::HostQuery q = gpu_testing::random_query(2, 8, 128, DType::kBF16, false, 3);
+  cuda::set_device(0);
+  BatchDecodeConfig config;
+  config.max_batch = 2;
+  config.num_qo_heads = 8;
+  config.num_kv_heads = 2;
+  config.head_dim = 128;
+  config.page_size = 16;
+  config.variant = testing::user_soft_cap();
+  BatchDecode decode(config);
+  const gpu_testing::DeviceKV kv = gpu_testing::to_device(cache);
+  const gpu_testing::DeviceCopy q_device = gpu_testing::to_device(q.storage, q.view);
+  gpu_testing::DeviceOutputs out(2, 8, 128, DType::kBF16);
+  cuda::device_synchronize();
+  decode.plan(testing::int32_values(cache.page_indptr.view()),
+              testing::int32_values(cache.last_page_len.view()), nullptr);
+  out.poison(nullptr);
+  RunOptions options;
+  EXPECT_FLARE_ERROR(
+      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
+      ErrorCode::kInvalidArgument,
+      "variant 'user_soft_cap' takes 1 scalars (cap), variant_scalars holds 0");
+  const float two[] = {30.0f, 1.0f};
+  options.variant_scalars = two;
+  EXPECT_FLARE_ERROR(
+      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
+      ErrorCode::kInvalidArgument, "variant_scalars holds 2");
+  const float nan[] = {std::numeric_limits<float>::quiet_NaN()};
+  options.variant_scalars = nan;
+  EXPECT_FLARE_ERROR(
+      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
+      ErrorCode::kInvalidArgument, "scalar cap must be finite");
+  cuda::device_synchronize();
+  EXPECT_EQ(testing::count_nan(out.o_host().view()), out.o_host().numel()) << "o was written";
+}
+
+using prefill_testing::Case;
+
+TEST(UserVariantPrefill, SoftCapAsAUserVariantMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {1, 7, 97, 300};
+  c.kv_lens = {1, 7, 130, 300};
+  c.soft_cap = 30.0f;
+  c.variant = testing::user_soft_cap();
+  c.variant_scalars = {30.0f};
+  prefill_testing::check(c);
+  c.kv = PrefillKV::kRagged;
+  c.num_kv_heads = 8;  // GQA 1
+  c.mask = MaskMode::kNone;
+  c.dtype = DType::kF16;
+  prefill_testing::check(c);
+}
+
+TEST(UserVariantPrefill, AlibiFromTheRowsHeadsMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {33, 5, 64};
+  c.kv_lens = {40, 200, 64};
+  c.num_qo_heads = 16;
+  c.num_kv_heads = 2;  // GQA 8
+  c.page_size = 3;
+  c.alibi = true;
+  c.variant = testing::user_alibi();
+  c.variant_scalars = {16.0f, 8.0f};
+  prefill_testing::check(c);
+}
+
+TEST(UserVariantPrefill, AMaskThatIsNotAWindowIsCheckedOnEveryKey) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {17, 128, 1, 250};
+  c.kv_lens = {300, 128, 77, 250};
+  c.variant = testing::user_stride_mask();
+  c.mask_rule = [](int64_t request, int64_t q_pos, int64_t kv_pos) {
+    return kv_pos <= q_pos && testing::stride_mask_visible(request, kv_pos);
+  };
+  prefill_testing::check(c);  // causal and the variant's mask
+  c.mask = MaskMode::kNone;
+  c.kv = PrefillKV::kRagged;
+  c.mask_rule = [](int64_t request, int64_t, int64_t kv_pos) {
+    return testing::stride_mask_visible(request, kv_pos);
+  };
+  c.query_tile = 128;
+  prefill_testing::check(c);
+  c.kv = PrefillKV::kPaged;
+  c.page_size = 1;
+  c.query_tile = 16;
+  prefill_testing::check(c);
+}
+
+}  // namespace
+}  // namespace flare

@@ -1,0 +1,176 @@
+// CI without a GPU: user-defined variants (flare/variant/user_variant.h) validate their
+// declaration, compile with NVRTC into the decode kernels (both loops) and the FA2 prefill
+// kernels (paged, ragged) for sm_80 and sm_90a without spills, report errors in their source at
+// the user's line numbers, and refuse hooks no kernel family honours and built-in terms they
+// would silently replace.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "flare/api/batch_decode.h"
+#include "flare/api/batch_prefill.h"
+#include "flare/core/error.h"
+#include "flare/jit/compiler.h"
+#include "jit/jit_test_support.h"
+#include "testing/expect_error.h"
+#include "testing/kernel_usage.h"
+#include "testing/nvrtc.h"
+#include "testing/user_variants.h"
+
+namespace flare {
+namespace {
+
+class UserVariantCompile : public jit::testing::JitTest {
+ protected:
+  void SetUp() override {
+    JitTest::SetUp();
+    FLARE_SKIP_WITHOUT_NVRTC();
+  }
+};
+
+BatchDecodeConfig decode_config(const UserVariant& variant, bool tensor_cores) {
+  BatchDecodeConfig c;
+  c.max_batch = 16;
+  c.num_qo_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.page_size = 16;
+  c.use_tensor_cores = tensor_cores;
+  c.variant = variant;
+  return c;
+}
+
+BatchPrefillConfig prefill_config(const UserVariant& variant, PrefillKV kv) {
+  BatchPrefillConfig c;
+  c.max_batch = 8;
+  c.max_total_qo = 4096;
+  c.num_qo_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim_qk = c.head_dim_vo = 128;
+  c.kv = kv;
+  c.page_size = 16;
+  c.params.mask = MaskMode::kCausal;
+  c.variant = variant;
+  return c;
+}
+
+std::vector<jit::KernelSpec> specs_of(const UserVariant& variant) {
+  std::vector<jit::KernelSpec> specs;
+  for (const bool tc : {false, true})
+    specs.push_back(batch_decode_kernels(decode_config(variant, tc)).decode);
+  for (const PrefillKV kv : {PrefillKV::kPaged, PrefillKV::kRagged}) {
+    for (const PrefillTiles tiles : {PrefillTiles{16, 64}, PrefillTiles{128, 32}}) {
+      specs.push_back(batch_prefill_kernels(prefill_config(variant, kv), tiles).prefill);
+    }
+  }
+  return specs;
+}
+
+TEST(UserVariant, DeclarationsAreValidated) {
+  UserVariant v = testing::user_soft_cap();
+  EXPECT_NO_THROW(validate_user_variant(v, "T"));
+  v.name = "2cap";
+  EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
+                     "variant.name must be a C identifier, got '2cap'");
+  v = testing::user_soft_cap();
+  v.source = " \n";
+  EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument, "empty source");
+  v = testing::user_soft_cap();
+  v.scalars = {"cap", "cap"};
+  EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
+                     "declares scalar 'cap' twice");
+  v.scalars = {"a-b"};
+  EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
+                     "scalar 0 must be a C identifier, got 'a-b'");
+  v.scalars = std::vector<std::string>(kMaxUserScalars + 1, "x");
+  EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
+                     "declares 9 scalars; at most 8");
+  EXPECT_EQ(user_variant_scalar_index(testing::user_alibi(), "group", "T"), 1);
+  EXPECT_FLARE_ERROR(user_variant_scalar_index(testing::user_alibi(), "slope", "T"),
+                     ErrorCode::kInvalidArgument,
+                     "has no scalar 'slope' (its scalars: heads, group)");
+}
+
+TEST(UserVariant, SpecsCarryTheUserSourceAndName) {
+  const BatchDecodeKernels k = batch_decode_kernels(decode_config(testing::user_soft_cap(), true));
+  EXPECT_NE(k.decode.variant_source.find("struct Variant : flare::VariantBase"), std::string::npos);
+  EXPECT_NE(k.decode.variant_source.find("static float cap(const flare::VariantParams& p)"),
+            std::string::npos);
+  EXPECT_NE(k.decode.label.find("user:user_soft_cap"), std::string::npos) << k.decode.label;
+}
+
+TEST(UserVariant, BuiltInTermsAlongsideAUserVariantAreErrors) {
+  BatchDecodeConfig d = decode_config(testing::user_soft_cap(), false);
+  d.params.logits_soft_cap = 30.0f;
+  EXPECT_FLARE_ERROR(batch_decode_kernels(d), ErrorCode::kInvalidArgument,
+                     "params.logits_soft_cap is a built-in variant term, and variant "
+                     "'user_soft_cap' replaces the built-in variant");
+  BatchPrefillConfig p = prefill_config(testing::user_alibi(), PrefillKV::kPaged);
+  p.params.window_left = 128;
+  EXPECT_FLARE_ERROR(batch_prefill_kernels(p, {64, 64}), ErrorCode::kInvalidArgument,
+                     "params.window_left is a built-in variant term");
+  p.params.window_left = -1;
+  p.params.mask = MaskMode::kCustom;  // the kernel's own mask stays allowed
+  EXPECT_NO_THROW(batch_prefill_kernels(p, {64, 64}));
+}
+
+class UserVariantFamilies : public UserVariantCompile,
+                            public ::testing::WithParamInterface<const char*> {};
+
+UserVariant variant_named(const std::string& name) {
+  if (name == "soft_cap") return testing::user_soft_cap();
+  if (name == "alibi") return testing::user_alibi();
+  return testing::user_stride_mask();
+}
+
+TEST_P(UserVariantFamilies, EveryFamilyCompilesWithoutSpills) {
+  const std::vector<jit::KernelSpec> specs = specs_of(variant_named(GetParam()));
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 1);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      flare::testing::expect_shipped_usage(results[i], specs[i].label + " on " + arch);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, UserVariantFamilies,
+                         ::testing::Values("soft_cap", "alibi", "stride_mask"));
+
+TEST_F(UserVariantCompile, ErrorsCiteTheUsersOwnLines) {
+  UserVariant v = testing::user_soft_cap();
+  v.name = "broken";
+  v.source = "struct Variant : flare::VariantBase {\n  int x = ;\n};\n";
+  const jit::KernelSpec spec = batch_decode_kernels(decode_config(v, false)).decode;
+  try {
+    jit::compile_cached(spec, "sm_90a");
+    FAIL() << "compiled a broken variant";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCompileError);
+    EXPECT_NE(std::string(e.what()).find("broken(2)"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(UserVariantCompile, HooksNoFamilyHonoursAreCompileErrors) {
+  UserVariant v;
+  v.name = "with_output_transform";
+  v.source = R"(
+struct Variant : flare::VariantBase {
+  __device__ float output_transform(float o) const { return o; }
+};
+)";
+  for (const jit::KernelSpec& spec :
+       {batch_decode_kernels(decode_config(v, true)).decode,
+        batch_prefill_kernels(prefill_config(v, PrefillKV::kRagged), {64, 64}).prefill}) {
+    try {
+      jit::compile_cached(spec, "sm_80");
+      FAIL() << spec.label << " compiled a variant with output_transform";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("output_transform is not supported"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flare

@@ -1,0 +1,73 @@
+// User variants the tests compile and run: the same math as built-ins (so the CPU reference
+// checks them) written through the user interface (flare/variant/user_variant.h).
+#pragma once
+
+#include <string>
+
+#include "flare/variant/user_variant.h"
+
+namespace flare::testing {
+
+// logits = cap * tanh(q.k * sm_scale / cap), cap a run() scalar: the built-in soft-cap.
+inline UserVariant user_soft_cap() {
+  UserVariant v;
+  v.name = "user_soft_cap";
+  v.scalars = {"cap"};
+  v.source = R"(
+struct Variant : flare::VariantBase {
+  __device__ static float query_scale(const flare::VariantParams& p) {
+    return p.sm_scale / Scalars::cap(p);
+  }
+  __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
+    return Scalars::cap(p) * flare::kLog2e * flare::tanh_via_exp2(s);
+  }
+};
+)";
+  return v;
+}
+
+// ALiBi with the default slopes of `heads` (a power of two) query heads, the head taken from
+// the row's KV head and group (group a scalar): checks RowContext's kv_head and qo_head.
+inline UserVariant user_alibi() {
+  UserVariant v;
+  v.name = "user_alibi";
+  v.scalars = {"heads", "group"};
+  v.source = R"(
+struct Variant : flare::VariantBase {
+  float step;
+  int q_pos;
+  __device__ void init(const flare::VariantParams& p, const flare::RowContext& row) {
+    const int group = static_cast<int>(Scalars::group(p));
+    const int head = row.kv_head * group + row.qo_head % group;
+    step = exp2f(-8.0f * static_cast<float>(head + 1) / Scalars::heads(p)) * flare::kLog2e;
+    q_pos = row.q_pos;
+  }
+  __device__ float logits_transform(const flare::VariantParams&, float s, int kv_pos) const {
+    return s + step * static_cast<float>(kv_pos - q_pos);
+  }
+};
+)";
+  return v;
+}
+
+// Keys at positions 1 mod 3 are hidden from requests of odd index: a mask that is not a
+// window (every key checked) and reads RowContext's request.
+inline UserVariant user_stride_mask() {
+  UserVariant v;
+  v.name = "user_stride_mask";
+  v.source = R"(
+struct Variant : flare::VariantBase {
+  bool odd;
+  __device__ void init(const flare::VariantParams&, const flare::RowContext& row) {
+    odd = row.request % 2 == 1;
+  }
+  __device__ bool logits_mask(int kv_pos) const { return !(odd && kv_pos % 3 == 1); }
+};
+)";
+  return v;
+}
+inline bool stride_mask_visible(int64_t request, int64_t kv_pos) {
+  return !(request % 2 == 1 && kv_pos % 3 == 1);
+}
+
+}  // namespace flare::testing
