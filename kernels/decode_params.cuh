@@ -23,8 +23,9 @@ enum DTypeCode : int32_t {
   kCodeE5M2 = 4,
 };
 
-// A user variant's named float parameters (include/flare/variant/user_variant.h).
+// A user variant's named float parameters and tensors (include/flare/variant/user_variant.h).
 constexpr int kMaxVariantScalars = 8;
+constexpr int kMaxVariantTensors = 4;
 
 // Runtime parameters of the variants (kernels/variant.cuh): the built-ins' resolved from
 // AttentionParams once per BatchDecode / BatchPrefill, a user variant's scalars per run().
@@ -33,8 +34,9 @@ struct VariantParams {
   float logits_soft_cap;  // > 0: logits = cap * tanh(logits / cap)
   int32_t window_left;    // >= 0: query at q_pos sees kv j >= q_pos - window_left
   int32_t reserved;
-  const float* alibi_slopes;  // float32 [H_qo] on the device, natural-log units
-  float scalars[kMaxVariantScalars];  // a user variant's, in its declared order (Scalars::)
+  const float* alibi_slopes;                // float32 [H_qo] on the device, natural-log units
+  float scalars[kMaxVariantScalars];        // a user variant's, in its declared order (Scalars::)
+  const void* tensors[kMaxVariantTensors];  // its tensors' data, likewise (Tensors::)
 };
 
 // Byte offsets of the plan sections inside the workspace (plan/plan.h WorkspaceLayout), and the

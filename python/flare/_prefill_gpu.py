@@ -10,7 +10,7 @@ from ._args import check_lse_base, make_params, pdl_flag, scale_or_one, unsuppor
 from ._cpu import pack_custom_mask
 from ._tensors import (index_on_device, is_cuda, is_torch, refill_buffer, scratch_of,
                        torch_module)
-from .variant import variant_scalars
+from .variant import variant_arguments
 
 _GPU_DTYPES = ("float16", "bfloat16")
 _INT32_MAX = np.iinfo(np.int32).max
@@ -285,12 +285,12 @@ class GpuPrefill:
         except AttributeError:
             raise TypeError(f"{self._where}.run: q must be a torch tensor on "
                             f"{self._workspace.device}, got {type(q).__name__}") from None
-        scalars = (None if variant is None and not variant_kwargs
-                   else variant_scalars(f"{self._where}.run", variant, variant_kwargs))
+        scalars, tensors = ((None, None) if variant is None and not variant_kwargs
+                            else variant_arguments(f"{self._where}.run", variant, variant_kwargs))
         if prefill is None:  # no query token: nothing to compute
             return (out, lse) if return_lse else out
         scales = (scale_or_one(q_scale), scale_or_one(k_scale), scale_or_one(v_scale),
-                  check_lse_base(lse_base), pdl_flag(enable_pdl), scalars)
+                  check_lse_base(lse_base), pdl_flag(enable_pdl), scalars, tensors)
         if self._paged:
             prefill.run_paged(q, kv, page_ids, out, lse, mask_bits, *scales)
         else:

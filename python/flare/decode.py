@@ -19,7 +19,7 @@ from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, index_on_device,
                        is_cuda, refill_buffer, scratch_of, split_paged_kv_cache, tensor_dtype,
                        torch_module, validate_default)
-from .variant import check_variant, variant_scalars
+from .variant import check_variant, variant_arguments
 
 _WRAPPER = "BatchDecodeWithPagedKVCacheWrapper"
 # The engine's names of plan()'s arguments -> FlashInfer's.
@@ -255,18 +255,19 @@ class BatchDecodeWithPagedKVCacheWrapper:
             except AttributeError:
                 raise TypeError(f"{_WRAPPER}.run: q must be a torch tensor on "
                                 f"{self._workspace.device}, got {type(q).__name__}") from None
+            scalars, tensors = (
+                (None, None) if variant is None and not variant_kwargs
+                else variant_arguments(f"{_WRAPPER}.run", variant, variant_kwargs))
             # Defaults spelled out: each helper call would cost ~0.1 us on this path.
             decoder.run(q, paged_kv_cache, page_ids, out, lse,
                         1.0 if q_scale is None else float(q_scale),
                         1.0 if k_scale is None else float(k_scale),
                         1.0 if v_scale is None else float(v_scale),
                         True if lse_base == "log2" else check_lse_base(lse_base),
-                        True if enable_pdl is None else bool(enable_pdl),
-                        None if variant is None and not variant_kwargs
-                        else variant_scalars(f"{_WRAPPER}.run", variant, variant_kwargs))
+                        True if enable_pdl is None else bool(enable_pdl), scalars, tensors)
             return (out, lse) if return_lse else out
         if variant_kwargs:
-            variant_scalars(f"{_WRAPPER}.run", None, variant_kwargs)  # raises
+            variant_arguments(f"{_WRAPPER}.run", None, variant_kwargs)  # raises
         planned = self._planned
         if planned is None:
             raise RuntimeError(f"{_WRAPPER}.run() needs a plan(): call plan() first")

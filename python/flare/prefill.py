@@ -16,7 +16,7 @@ from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_
 from ._prefill_gpu import GpuPrefill, check_gpu_support
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, is_cuda,
                        split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
-from .variant import check_variant, variant_scalars
+from .variant import check_variant, variant_arguments
 
 
 def _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction):
@@ -230,7 +230,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         if self._gpu is not None:
             return self._run_gpu(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse,
                                  return_lse, lse_base, enable_pdl, variant_kwargs)
-        variant_scalars(f"{self._name}.run", None, variant_kwargs)
+        variant_arguments(f"{self._name}.run", None, variant_kwargs)
         k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
         self._check_cpu_run(q, k_cache)
         base2 = check_lse_base(lse_base)
@@ -299,7 +299,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
         if self._gpu is not None:
             return self._run_gpu(q, (k, v), q_scale, k_scale, v_scale, out, lse, return_lse,
                                  lse_base, enable_pdl, variant_kwargs)
-        variant_scalars(f"{self._name}.run", None, variant_kwargs)
+        variant_arguments(f"{self._name}.run", None, variant_kwargs)
         self._check_cpu_run(q, k)
         base2 = check_lse_base(lse_base)
         if self._kv_layout == "HND":  # [H_kv, tokens, D] viewed as [tokens, H_kv, D]

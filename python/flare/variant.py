@@ -18,7 +18,11 @@ needs; every hook has a default (plain softmax attention with sm_scale)::
     o = wrapper.run(q, kv_cache, cap=30.0)
 
 Scalars are floats passed to run() by keyword (read in the source as ``Scalars::<name>(p)``);
-changing them needs no new plan. The hooks: ``query_scale``, ``visible_begin``,
+changing them needs no new plan. Tensors (``tensors={"slopes": "float32"}``) are CUDA tensors
+passed to run() by keyword as well, read through ``Tensors::<name>(p)`` (a ``const float*``;
+``int`` for int32, ``long long`` for int64, ``unsigned char`` for uint8, ``unsigned short``
+bits for float16 / bfloat16); run() checks their dtype and device, and the variant must read
+only inside them. A CUDA graph keeps the tensors' addresses of its capture. The hooks: ``query_scale``, ``visible_begin``,
 ``init(p, RowContext row)`` (row.request, row.qo_head, row.kv_head, row.q_pos),
 ``logits_transform(p, s, kv_pos)`` (s = q.k * query_scale; returns the logit in log2 units),
 ``logits_mask(kv_pos)`` and ``kMaskIsWindow``. ``use_softmax = false`` and query / key /
@@ -30,15 +34,33 @@ import re
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_SCALARS = 8
+MAX_TENSORS = 4
+_TENSOR_DTYPES = {"float32", "float16", "bfloat16", "int32", "int64", "uint8"}
+
+
+def _dtype_name(dtype):
+    """'float32' for "float32", torch.float32 or numpy.float32."""
+    aliases = {"float": "float32", "half": "float16", "int": "int32", "long": "int64"}
+    if isinstance(dtype, str):
+        return aliases.get(dtype, dtype)
+    text = str(dtype)
+    if text.startswith("torch."):
+        return aliases.get(text[len("torch."):], text[len("torch."):])
+    try:
+        import numpy as np
+        return np.dtype(dtype).name
+    except TypeError:
+        return text
 
 
 class AttentionVariant:
-    """A user-defined variant: its name (a C identifier), CUDA C++ source, and the names of its
-    float scalars (at most 8, passed to run() as keyword arguments)."""
+    """A user-defined variant: its name (a C identifier), CUDA C++ source, the names of its
+    float scalars (at most 8) and its tensors ({name: dtype}, at most 4), both passed to run()
+    as keyword arguments."""
 
-    __slots__ = ("name", "source", "scalars")
+    __slots__ = ("name", "source", "scalars", "tensors")
 
-    def __init__(self, source, name, scalars=()):
+    def __init__(self, source, name, scalars=(), tensors=None):
         if not isinstance(name, str) or not _IDENTIFIER.match(name):
             raise ValueError(f"AttentionVariant: name must be a C identifier, got {name!r}")
         if not isinstance(source, str) or not source.strip():
@@ -50,48 +72,62 @@ class AttentionVariant:
         if len(scalars) > MAX_SCALARS:
             raise ValueError(f"AttentionVariant {name!r}: {len(scalars)} scalars; at most "
                              f"{MAX_SCALARS}")
-        for scalar in scalars:
-            if not isinstance(scalar, str) or not _IDENTIFIER.match(scalar):
-                raise ValueError(f"AttentionVariant {name!r}: scalar names must be C "
-                                 f"identifiers, got {scalar!r}")
-        if len(set(scalars)) != len(scalars):
-            raise ValueError(f"AttentionVariant {name!r}: scalar names repeat: {scalars}")
+        tensors = tuple((str(n), _dtype_name(d)) for n, d in dict(tensors or {}).items())
+        if len(tensors) > MAX_TENSORS:
+            raise ValueError(f"AttentionVariant {name!r}: {len(tensors)} tensors; at most "
+                             f"{MAX_TENSORS}")
+        names = scalars + tuple(n for n, _ in tensors)
+        for entry in names:
+            if not isinstance(entry, str) or not _IDENTIFIER.match(entry):
+                raise ValueError(f"AttentionVariant {name!r}: scalar and tensor names must be C "
+                                 f"identifiers, got {entry!r}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"AttentionVariant {name!r}: scalar and tensor names repeat: "
+                             f"{names}")
+        for tensor, dtype in tensors:
+            if dtype not in _TENSOR_DTYPES:
+                raise ValueError(f"AttentionVariant {name!r}: tensor {tensor} has dtype {dtype}; "
+                                 f"variant tensors are {sorted(_TENSOR_DTYPES)}")
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "scalars", scalars)
+        object.__setattr__(self, "tensors", tensors)
 
     def __setattr__(self, key, value):
         raise AttributeError("AttentionVariant is immutable")
 
     def key(self):
         """What identifies the compiled kernels of this variant."""
-        return (self.name, self.source, self.scalars)
+        return (self.name, self.source, self.scalars, self.tensors)
 
     def __repr__(self):
-        return f"AttentionVariant(name={self.name!r}, scalars={self.scalars!r})"
+        return (f"AttentionVariant(name={self.name!r}, scalars={self.scalars!r}, "
+                f"tensors={dict(self.tensors)!r})")
 
-    def scalar_values(self, where, given):
-        """run()'s keyword arguments -> the tuple of floats in declared order; TypeError naming
-        a missing or unknown one."""
-        unknown = [k for k in given if k not in self.scalars]
+    def arguments(self, where, given):
+        """run()'s keyword arguments -> (scalars as floats, tensors) in declared order;
+        TypeError naming a missing or unknown one."""
+        names = self.scalars + tuple(n for n, _ in self.tensors)
+        unknown = [k for k in given if k not in names]
         if unknown:
             raise TypeError(f"{where}() got unexpected keyword argument(s) {unknown}; variant "
-                            f"{self.name!r} takes {list(self.scalars) or 'no scalars'}")
-        missing = [k for k in self.scalars if k not in given]
+                            f"{self.name!r} takes {list(names) or 'none'}")
+        missing = [k for k in names if k not in given]
         if missing:
-            raise TypeError(f"{where}() needs variant {self.name!r}'s scalar(s) {missing}")
-        return tuple(float(given[k]) for k in self.scalars)
+            raise TypeError(f"{where}() needs variant {self.name!r}'s argument(s) {missing}")
+        return (tuple(float(given[k]) for k in self.scalars),
+                tuple(given[n] for n, _ in self.tensors))
 
 
-def variant_scalars(where, variant, given):
-    """The scalars run() passes to the extension: None without a variant (then no extra keyword
-    is accepted)."""
+def variant_arguments(where, variant, given):
+    """The (scalars, tensors) run() passes to the extension: (None, None) without a variant
+    (then no extra keyword is accepted)."""
     if variant is None:
         if given:
             raise TypeError(f"{where}() got unexpected keyword argument(s) {sorted(given)} "
                             "(no variant was planned)")
-        return None
-    return variant.scalar_values(where, given)
+        return None, None
+    return variant.arguments(where, given)
 
 
 def check_variant(where, variant, cuda):

@@ -61,12 +61,14 @@ void plan(BatchDecode& decode, nb::handle kv_indptr, nb::handle kv_last_page_len
 // page ids and the outputs as the caller's objects, on torch's current stream.
 void run(BatchDecode& decode, nb::handle q, nb::handle paged_kv_cache, nb::handle indices,
          nb::handle out, nb::handle lse, float q_scale, float k_scale, float v_scale,
-         bool lse_base2, bool enable_pdl, nb::handle variant_scalars) {
+         bool lse_base2, bool enable_pdl, nb::handle variant_scalars, nb::handle variant_tensors) {
   const BatchDecodeConfig& c = decode.config();
   const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "indices");
   RunOptions options = run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl);
   std::array<float, kMaxUserScalars> scalars;
   set_variant_scalars(variant_scalars, scalars, options);
+  std::array<TensorView, kMaxUserTensors> tensors;
+  set_variant_tensors(variant_tensors, tensors, options);
   decode.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
              reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)), options);
 }
@@ -86,7 +88,8 @@ void bind_batch_decode(nb::module_& m) {
       .def("run", &run, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"), nb::arg("out"),
            nb::arg("lse").none(), nb::arg("q_scale"), nb::arg("k_scale"), nb::arg("v_scale"),
            nb::arg("lse_base2"), nb::arg("enable_pdl"),
-           nb::arg("variant_scalars").none() = nb::none())
+           nb::arg("variant_scalars").none() = nb::none(),
+           nb::arg("variant_tensors").none() = nb::none())
       .def("check", &check_page_ids<BatchDecode>, nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchDecode& d) { return d.config().max_batch; })
       .def_prop_ro("num_ctas", &BatchDecode::num_ctas)

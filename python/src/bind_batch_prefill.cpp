@@ -80,11 +80,14 @@ void plan(BatchPrefill& prefill, nb::handle qo_indptr, nb::handle kv_indptr,
 // The wrappers' run(): the caller's objects, on torch's current stream.
 void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache, nb::handle indices,
                nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
-               float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars) {
+               float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars,
+               nb::handle variant_tensors) {
   const BatchPrefillConfig& c = prefill.config();
   RunOptions options = run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl);
   std::array<float, kMaxUserScalars> scalars;
   set_variant_scalars(variant_scalars, scalars, options);
+  std::array<TensorView, kMaxUserTensors> tensors;
+  set_variant_tensors(variant_tensors, tensors, options);
   const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "paged_kv_indices");
   prefill.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
               reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
@@ -94,11 +97,14 @@ void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache, n
 // k, v: [tokens, H_kv, D] (NHD) or [H_kv, tokens, D] (HND, viewed as NHD without a copy).
 void run_ragged(BatchPrefill& prefill, nb::handle q, nb::handle k, nb::handle v, bool hnd,
                 nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
-                float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars) {
+                float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars,
+                nb::handle variant_tensors) {
   const BatchPrefillConfig& c = prefill.config();
   RunOptions options = run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl);
   std::array<float, kMaxUserScalars> scalars;
   set_variant_scalars(variant_scalars, scalars, options);
+  std::array<TensorView, kMaxUserTensors> tensors;
+  set_variant_tensors(variant_tensors, tensors, options);
   TensorView k_view = object_view(k, "k");
   TensorView v_view = object_view(v, "v");
   if (hnd) {
@@ -131,11 +137,13 @@ void bind_batch_prefill(nb::module_& m) {
       .def("run_paged", &run_paged, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"),
            nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
            nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"),
-           nb::arg("variant_scalars").none() = nb::none())
+           nb::arg("variant_scalars").none() = nb::none(),
+           nb::arg("variant_tensors").none() = nb::none())
       .def("run_ragged", &run_ragged, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("hnd"),
            nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
            nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"),
-           nb::arg("variant_scalars").none() = nb::none())
+           nb::arg("variant_scalars").none() = nb::none(),
+           nb::arg("variant_tensors").none() = nb::none())
       .def("check", &check_page_ids<BatchPrefill>, nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchPrefill& p) { return p.config().max_batch; })
       .def_prop_ro("max_total_qo", [](const BatchPrefill& p) { return p.config().max_total_qo; })

@@ -10,21 +10,29 @@
 #include <string>
 
 #include "flare/api/run_options.h"
+#include "flare/core/dtype.h"
 #include "flare/core/error.h"
 #include "flare/variant/user_variant.h"
+#include "object_view.h"
 
 namespace flare::python {
 
 namespace nb = nanobind;
 
-// An object with name, source and scalars (a sequence of names), or None.
+// An object with name, source, scalars (a sequence of names) and tensors (a sequence of
+// (name, dtype name) pairs), or None.
 inline std::optional<UserVariant> user_variant_arg(nb::handle variant) {
   if (variant.is_none()) return std::nullopt;
   UserVariant v;
   v.name = nb::cast<std::string>(variant.attr("name"));
   v.source = nb::cast<std::string>(variant.attr("source"));
-  for (nb::handle scalar : variant.attr("scalars"))
+  for (nb::handle scalar : variant.attr("scalars")) {
     v.scalars.push_back(nb::cast<std::string>(scalar));
+  }
+  for (nb::handle tensor : variant.attr("tensors")) {
+    v.tensors.push_back(
+        {nb::cast<std::string>(tensor[0]), parse_dtype(nb::cast<std::string>(tensor[1]))});
+  }
   return v;
 }
 
@@ -38,6 +46,19 @@ inline void set_variant_scalars(nb::handle values, std::array<float, kMaxUserSca
               " variant scalars; a variant declares at most ", kMaxUserScalars);
   for (size_t i = 0; i < count; ++i) storage[i] = nb::cast<float>(values[i]);
   options.variant_scalars = {storage.data(), count};
+}
+
+// run()'s variant tensors: None, or a tuple of tensors in the variant's declared order (the
+// engine checks their count, dtypes and device).
+inline void set_variant_tensors(nb::handle tensors,
+                                std::array<TensorView, kMaxUserTensors>& storage,
+                                RunOptions& options) {
+  if (tensors.is_none()) return;
+  const size_t count = nb::len(tensors);
+  FLARE_CHECK(count <= storage.size(), ErrorCode::kInvalidArgument, "run(): ", count,
+              " variant tensors; a variant declares at most ", kMaxUserTensors);
+  for (size_t i = 0; i < count; ++i) storage[i] = object_view(tensors[i], "variant tensor");
+  options.variant_tensors = {storage.data(), count};
 }
 
 }  // namespace flare::python

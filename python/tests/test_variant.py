@@ -18,10 +18,16 @@ def test_declarations_are_validated():
         flare.AttentionVariant(SOURCE, "2x")
     with pytest.raises(ValueError, match="source must be non-empty"):
         flare.AttentionVariant("  ", "plain")
-    with pytest.raises(ValueError, match="scalar names repeat"):
+    with pytest.raises(ValueError, match="scalar and tensor names repeat"):
         flare.AttentionVariant(SOURCE, "plain", scalars=("a", "a"))
-    with pytest.raises(ValueError, match="scalar names must be C identifiers, got 'a b'"):
+    with pytest.raises(ValueError, match="scalar and tensor names repeat"):
+        flare.AttentionVariant(SOURCE, "plain", scalars=("a",), tensors={"a": "float32"})
+    with pytest.raises(ValueError, match="must be C identifiers, got 'a b'"):
         flare.AttentionVariant(SOURCE, "plain", scalars=("a b",))
+    with pytest.raises(ValueError, match="tensor t has dtype float64"):
+        flare.AttentionVariant(SOURCE, "plain", tensors={"t": "float64"})
+    with pytest.raises(ValueError, match="5 tensors; at most 4"):
+        flare.AttentionVariant(SOURCE, "plain", tensors={f"t{i}": "uint8" for i in range(5)})
     with pytest.raises(ValueError, match="9 scalars; at most 8"):
         flare.AttentionVariant(SOURCE, "plain", scalars=[f"s{i}" for i in range(9)])
     with pytest.raises(AttributeError, match="immutable"):
@@ -30,11 +36,18 @@ def test_declarations_are_validated():
 
 def test_scalar_keywords_are_checked_by_name():
     v = flare.AttentionVariant(SOURCE, "two", scalars=("a", "b"))
-    assert v.scalar_values("run", {"b": 2, "a": 1.5}) == (1.5, 2.0)
-    with pytest.raises(TypeError, match=r"needs variant 'two'.s scalar\(s\) \['b'\]"):
-        v.scalar_values("run", {"a": 1})
+    assert v.arguments("run", {"b": 2, "a": 1.5}) == ((1.5, 2.0), ())
+    with pytest.raises(TypeError, match=r"needs variant 'two'.s argument\(s\) \['b'\]"):
+        v.arguments("run", {"a": 1})
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['c'\]"):
-        v.scalar_values("run", {"a": 1, "b": 2, "c": 3})
+        v.arguments("run", {"a": 1, "b": 2, "c": 3})
+    t = flare.AttentionVariant(SOURCE, "tables", scalars=("a",),
+                               tensors={"slopes": "float32", "ids": np.int32})
+    assert t.tensors == (("slopes", "float32"), ("ids", "int32"))
+    slopes, ids = object(), object()
+    assert t.arguments("run", {"ids": ids, "a": 1, "slopes": slopes}) == ((1.0,), (slopes, ids))
+    with pytest.raises(TypeError, match=r"argument\(s\) \['ids'\]"):
+        t.arguments("run", {"a": 1, "slopes": slopes})
 
 
 def _cpu_paged():

@@ -77,7 +77,7 @@ def test_prefill_user_soft_cap_matches_the_built_in(paged):
         kwargs = {} if variant is None else {"cap": 15.0}
         outputs.append(wrapper.run(*args, return_lse=True, **kwargs))
         if variant is not None:
-            with pytest.raises(TypeError, match=r"needs variant 'user_soft_cap'.s scalar"):
+            with pytest.raises(TypeError, match=r"needs variant 'user_soft_cap'.s argument"):
                 wrapper.run(*args)
     (o_builtin, lse_builtin), (o_user, lse_user) = outputs
     assert torch.isfinite(o_user).all()
@@ -101,3 +101,38 @@ def test_built_in_terms_with_a_variant_are_errors():
     with pytest.raises(ValueError, match="logits_soft_cap is a built-in variant term"):
         wrapper.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 4, 2, 64, 16,
                      q_data_type=torch.float16, logits_soft_cap=30.0, variant=SOFT_CAP)
+
+
+SLOPES = flare.AttentionVariant(name="user_alibi", tensors={"slopes": torch.float32}, source=r"""
+struct Variant : flare::VariantBase {
+  float step;
+  int q_pos;
+  __device__ void init(const flare::VariantParams& p, const flare::RowContext& row) {
+    step = Tensors::slopes(p)[row.qo_head] * flare::kLog2e;
+    q_pos = row.q_pos;
+  }
+  __device__ float logits_transform(const flare::VariantParams&, float s, int kv_pos) const {
+    return s + step * static_cast<float>(kv_pos - q_pos);
+  }
+};
+""")
+
+
+def test_a_variant_tensor_reproduces_the_built_in_alibi():
+    heads = 16  # a power of two: the default slopes are 2^(-8 (h + 1) / heads)
+    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)],
+                          dtype=torch.float32, device=DEVICE)
+    cache = GpuPagedCache([3, 200, 1500], 4, 128, 16, "NHD", torch.bfloat16, seed=9)
+    q = torch.randn(3, heads, 128, generator=torch.Generator().manual_seed(10)).to(
+        torch.bfloat16).to(DEVICE)
+    outputs = []
+    for variant, mode in ((None, "ALIBI"), (SLOPES, "NONE")):
+        wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+        wrapper.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, heads, 4, 128,
+                     16, q_data_type=torch.bfloat16, pos_encoding_mode=mode, variant=variant)
+        kwargs = {} if variant is None else {"slopes": slopes}
+        outputs.append(wrapper.run(q, cache.cache, **kwargs))
+        if variant is not None:
+            with pytest.raises(ValueError, match="tensor slopes must be float32, got float16"):
+                wrapper.run(q, cache.cache, slopes=slopes.half())
+    assert (outputs[0].float() - outputs[1].float()).abs().max().item() <= 2e-2

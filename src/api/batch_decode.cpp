@@ -624,7 +624,7 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
               ErrorCode::kInvalidArgument, kWhat,
               ": q_scale, k_scale and v_scale must be finite, got ", options.q_scale, ", ",
               options.k_scale, " and ", options.v_scale);
-  api_detail::check_variant_scalars(c.variant, options, kWhat);
+  api_detail::check_variant_arguments(c.variant, options, c.device, kWhat);
   // A captured run serves every later plan: its tensors are sized for the largest batch.
   const int64_t planned_batch = static_cast<int64_t>(s.kv_len.size());
   const int64_t batch = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : planned_batch;
@@ -710,7 +710,7 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   p.v_scale = c.params.v_scale * options.v_scale;
   p.lse_scale = lse_scale(options.lse_base);
   p.variant = s.variant;
-  api_detail::set_variant_scalars(options, p.variant);
+  api_detail::set_variant_arguments(options, p.variant);
   void* decode_args[] = {&p};
   // The planned CTAs (fewer than the grid for small plans outside graph mode, see plan()); a
   // graph-mode launch keeps the full grid fixed at creation (the unplanned CTAs exit at once).

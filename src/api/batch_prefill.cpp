@@ -583,7 +583,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
               ErrorCode::kInvalidArgument, kWhat,
               ": q_scale, k_scale and v_scale must be finite, got ", options.q_scale, ", ",
               options.k_scale, " and ", options.v_scale);
-  api_detail::check_variant_scalars(c.variant, options, kWhat);
+  api_detail::check_variant_arguments(c.variant, options, c.device, kWhat);
   // A captured run serves every later plan: its tensors may be sized for larger batches.
   const int64_t total_qo = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : s.total_qo;
   FLARE_CHECK(total_qo >= s.total_qo && total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument,
@@ -644,7 +644,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   p.lse_scale = lse_scale(options.lse_base);
   p.variant = s.variant;
   p.variant.sm_scale = s.variant.sm_scale * options.q_scale * options.k_scale;
-  api_detail::set_variant_scalars(options, p.variant);
+  api_detail::set_variant_arguments(options, p.variant);
   p.next_work_item = static_cast<int32_t*>(s.next_work_item.data());
   const unsigned grid = static_cast<unsigned>(c.use_cuda_graph ? s.bound_ctas : s.plan.num_ctas);
   const bool pdl = options.enable_pdl && s.props.cc_major >= 9;

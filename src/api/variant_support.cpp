@@ -37,13 +37,30 @@ ResolvedVariant resolve_variant(const AttentionParams& params,
   return {user_variant_source(*user), "user:" + user->name};
 }
 
-void check_variant_scalars(const std::optional<UserVariant>& user, const RunOptions& options,
-                           const char* what) {
+void check_variant_arguments(const std::optional<UserVariant>& user, const RunOptions& options,
+                             int device, const char* what) {
   const size_t given = options.variant_scalars.size();
+  const size_t tensors = options.variant_tensors.size();
   if (!user) {
-    FLARE_CHECK(given == 0, ErrorCode::kInvalidArgument, what, ": variant_scalars holds ", given,
+    FLARE_CHECK(given == 0 && tensors == 0, ErrorCode::kInvalidArgument, what,
+                ": variant_scalars / variant_tensors hold ", given, " / ", tensors,
                 " values but the config has no user variant");
     return;
+  }
+  FLARE_CHECK(tensors == user->tensors.size(), ErrorCode::kInvalidArgument, what, ": variant '",
+              user->name, "' takes ", user->tensors.size(), " tensors, variant_tensors holds ",
+              tensors);
+  for (size_t i = 0; i < tensors; ++i) {
+    const UserVariantTensor& decl = user->tensors[i];
+    const TensorView& t = options.variant_tensors[i];
+    FLARE_CHECK(t.dtype == decl.dtype, ErrorCode::kInvalidArgument, what, ": variant '", user->name,
+                "' tensor ", decl.name, " must be ", dtype_name(decl.dtype), ", got ",
+                dtype_name(t.dtype));
+    FLARE_CHECK(t.device.is_cuda() && t.device.index == device, ErrorCode::kInvalidArgument, what,
+                ": variant '", user->name, "' tensor ", decl.name, " must be on cuda:", device,
+                ", got ", t.device.str());
+    FLARE_CHECK(t.data != nullptr || t.numel() == 0, ErrorCode::kInvalidArgument, what,
+                ": variant '", user->name, "' tensor ", decl.name, " has no data");
   }
   FLARE_CHECK(given == user->scalars.size(), ErrorCode::kInvalidArgument, what, ": variant '",
               user->name, "' takes ", user->scalars.size(), " scalars (",
@@ -56,10 +73,14 @@ void check_variant_scalars(const std::optional<UserVariant>& user, const RunOpti
   }
 }
 
-void set_variant_scalars(const RunOptions& options, VariantParams& out) {
-  if (options.variant_scalars.empty()) return;
-  std::memcpy(out.scalars, options.variant_scalars.data(),
-              options.variant_scalars.size() * sizeof(float));
+void set_variant_arguments(const RunOptions& options, VariantParams& out) {
+  if (!options.variant_scalars.empty()) {
+    std::memcpy(out.scalars, options.variant_scalars.data(),
+                options.variant_scalars.size() * sizeof(float));
+  }
+  for (size_t i = 0; i < options.variant_tensors.size(); ++i) {
+    out.tensors[i] = options.variant_tensors[i].data;
+  }
 }
 
 }  // namespace flare::api_detail

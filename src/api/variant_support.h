@@ -24,12 +24,13 @@ struct ResolvedVariant {
 ResolvedVariant resolve_variant(const AttentionParams& params,
                                 const std::optional<UserVariant>& user, const char* what);
 
-// run(): options.variant_scalars against the config's variant (one finite value per declared
-// scalar; none without a user variant). Throws kInvalidArgument naming the variant's scalars.
-void check_variant_scalars(const std::optional<UserVariant>& user, const RunOptions& options,
-                           const char* what);
+// run(): options.variant_scalars and variant_tensors against the config's variant (one finite
+// value per declared scalar; one tensor per declared tensor, of its dtype, on `device`; none
+// without a user variant). Throws kInvalidArgument naming the variant's scalars or tensor.
+void check_variant_arguments(const std::optional<UserVariant>& user, const RunOptions& options,
+                             int device, const char* what);
 
-// Copies the checked scalars into the kernel's parameters.
-void set_variant_scalars(const RunOptions& options, VariantParams& out);
+// Copies the checked scalars and tensor pointers into the kernel's parameters.
+void set_variant_arguments(const RunOptions& options, VariantParams& out);
 
 }  // namespace flare::api_detail

@@ -17,6 +17,25 @@ bool is_identifier(const std::string& name) {
   });
 }
 
+// The C type a tensor of `dtype` is read as, or nullptr when variants take no such tensors.
+const char* element_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float";
+    case DType::kF16:
+    case DType::kBF16:
+      return "unsigned short";
+    case DType::kI32:
+      return "int";
+    case DType::kI64:
+      return "long long";
+    case DType::kU8:
+      return "unsigned char";
+    default:
+      return nullptr;
+  }
+}
+
 std::string joined(const std::vector<std::string>& names) {
   std::string out;
   for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
@@ -34,14 +53,31 @@ void validate_user_variant(const UserVariant& variant, const char* what) {
   FLARE_CHECK(variant.scalars.size() <= static_cast<size_t>(kMaxUserScalars),
               ErrorCode::kInvalidArgument, what, ": variant '", variant.name, "' declares ",
               variant.scalars.size(), " scalars; at most ", kMaxUserScalars);
+  FLARE_CHECK(variant.tensors.size() <= static_cast<size_t>(kMaxUserTensors),
+              ErrorCode::kInvalidArgument, what, ": variant '", variant.name, "' declares ",
+              variant.tensors.size(), " tensors; at most ", kMaxUserTensors);
+  std::vector<std::string> names;
   for (size_t i = 0; i < variant.scalars.size(); ++i) {
     const std::string& scalar = variant.scalars[i];
     FLARE_CHECK(is_identifier(scalar), ErrorCode::kInvalidArgument, what, ": variant '",
                 variant.name, "' scalar ", i, " must be a C identifier, got '", scalar, "'");
-    FLARE_CHECK(std::find(variant.scalars.begin(), variant.scalars.begin() + i, scalar) ==
-                    variant.scalars.begin() + i,
+    FLARE_CHECK(std::find(names.begin(), names.end(), scalar) == names.end(),
                 ErrorCode::kInvalidArgument, what, ": variant '", variant.name,
                 "' declares scalar '", scalar, "' twice");
+    names.push_back(scalar);
+  }
+  for (size_t i = 0; i < variant.tensors.size(); ++i) {
+    const UserVariantTensor& tensor = variant.tensors[i];
+    FLARE_CHECK(is_identifier(tensor.name), ErrorCode::kInvalidArgument, what, ": variant '",
+                variant.name, "' tensor ", i, " must be a C identifier, got '", tensor.name, "'");
+    FLARE_CHECK(std::find(names.begin(), names.end(), tensor.name) == names.end(),
+                ErrorCode::kInvalidArgument, what, ": variant '", variant.name, "' declares '",
+                tensor.name, "' twice (scalars and tensors share names)");
+    FLARE_CHECK(element_type(tensor.dtype) != nullptr, ErrorCode::kInvalidArgument, what,
+                ": variant '", variant.name, "' tensor ", tensor.name, " has dtype ",
+                dtype_name(tensor.dtype),
+                "; variant tensors are float32, float16, bfloat16, int32, int64 or uint8");
+    names.push_back(tensor.name);
   }
 }
 
@@ -50,6 +86,13 @@ std::string user_variant_source(const UserVariant& variant) {
   for (size_t i = 0; i < variant.scalars.size(); ++i) {
     source += "  __device__ static float " + variant.scalars[i] +
               "(const flare::VariantParams& p) { return p.scalars[" + std::to_string(i) + "]; }\n";
+  }
+  source += "};\nstruct Tensors {\n";
+  for (size_t i = 0; i < variant.tensors.size(); ++i) {
+    const std::string type = element_type(variant.tensors[i].dtype);
+    source += "  __device__ static const " + type + "* " + variant.tensors[i].name +
+              "(const flare::VariantParams& p) { return static_cast<const " + type +
+              "*>(p.tensors[" + std::to_string(i) + "]); }\n";
   }
   source += "};\n#line 1 \"" + variant.name + "\"\n" + variant.source;
   if (source.back() != '\n') source += '\n';

@@ -55,6 +55,8 @@ struct Case {
   // `mask`.
   std::optional<UserVariant> variant;
   std::vector<float> variant_scalars;
+  std::vector<TensorView> variant_tensors;  // on the device
+  std::optional<TensorView> alibi_slopes;   // the reference's explicit slopes (alibi)
   std::function<bool(int64_t, int64_t, int64_t)> mask_rule;  // (request, q_pos, kv_pos)
 };
 
@@ -112,6 +114,7 @@ inline Problem make_problem(const Case& c) {
   p.params.logits_soft_cap = c.soft_cap;
   p.params.sm_scale = c.sm_scale;
   if (c.alibi) p.params.pos_encoding = PosEncoding::kAlibi;
+  p.params.alibi_slopes = c.alibi_slopes;
   if (c.mask == MaskMode::kCustom || c.mask_rule) {
     std::vector<int32_t> bytes_per_request;
     for (size_t i = 0; i < c.q_lens.size(); ++i) {
@@ -182,6 +185,7 @@ inline BatchPrefillConfig config_of(const Problem& p) {
     config.params.logits_soft_cap = 0.0f;
     config.params.window_left = -1;
     config.params.pos_encoding = PosEncoding::kNone;
+    config.params.alibi_slopes.reset();
   }
   config.query_tile = c.query_tile;
   config.fixed_split_size = c.fixed_split_size;
@@ -191,6 +195,11 @@ inline BatchPrefillConfig config_of(const Problem& p) {
 
 // The device side of a problem: inputs uploaded, outputs poisoned.
 struct DeviceProblem {
+  // Device 0 current before the uploads below, whatever ran before in this process
+  // (BatchPrefill restores its caller's context, which may be none).
+  struct CurrentDevice {
+    CurrentDevice() { cuda::set_device(0); }
+  } current_device;
   DeviceCopy q, qo_indptr, pages, v_pages, page_indptr, page_indices, last_page_len, k_rows, v_rows,
       kv_indptr, mask_bits, o, lse;
   HostTensor o_host, lse_host;
@@ -288,6 +297,7 @@ inline void check(const Case& c, const std::function<void(const BatchPrefill&)>&
   plan(prefill, p, nullptr);
   RunOptions options;
   options.variant_scalars = c.variant_scalars;
+  options.variant_tensors = c.variant_tensors;
   d.run(prefill, p, nullptr, options);
   d.download();
   expect_matches(p, d);

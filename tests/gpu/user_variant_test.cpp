@@ -23,7 +23,8 @@ namespace {
 struct DecodeVariantCase {
   UserVariant variant;
   std::vector<float> scalars;
-  AttentionParams reference;  // the built-in terms the variant reproduces
+  std::vector<TensorView> tensors;  // on the device
+  AttentionParams reference;        // the built-in terms the variant reproduces
   int num_qo_heads = 16;
   int num_kv_heads = 4;
   int page_size = 16;
@@ -68,6 +69,7 @@ void check_decode(const DecodeVariantCase& c) {
   out.poison(nullptr);
   RunOptions options;
   options.variant_scalars = c.scalars;
+  options.variant_tensors = c.tensors;
   decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options);
   cuda::device_synchronize();
   const HostTensor o = out.o_host();
@@ -112,6 +114,37 @@ TEST(UserVariantDecode, AlibiFromTheRowsHeadsMatchesTheReference) {
   }
 }
 
+// Slopes of `heads` heads, none a default ALiBi slope, on the host and the device.
+struct Slopes {
+  HostTensor host;
+  gpu_testing::DeviceCopy device;
+};
+Slopes random_slopes(int heads) {
+  cuda::set_device(0);
+  Slopes s;
+  s.host = HostTensor(DType::kF32, {heads});
+  for (int h = 0; h < heads; ++h)
+    s.host.data<float>()[h] = 0.01f + 0.37f * static_cast<float>(h % 5) / 5;
+  s.device = gpu_testing::to_device(s.host);
+  return s;
+}
+
+TEST(UserVariantDecode, SlopesFromAVariantTensorMatchTheReference) {
+  FLARE_REQUIRE_GPU();
+  const Slopes slopes = random_slopes(32);
+  DecodeVariantCase c;
+  c.variant = testing::user_alibi_slopes();
+  c.num_qo_heads = 32;
+  c.num_kv_heads = 8;
+  c.tensors = {slopes.device.view};
+  c.reference.pos_encoding = PosEncoding::kAlibi;
+  c.reference.alibi_slopes = slopes.host.view();
+  for (const bool tc : {false, true}) {
+    c.tensor_cores = tc;
+    check_decode(c);
+  }
+}
+
 TEST(UserVariantDecode, WrongScalarsThrowBeforeWriting) {
   FLARE_REQUIRE_GPU();
   const testing::TestKVCache cache = testing::build_kv_cache({5, 9}, 2, 128, 16);
@@ -147,6 +180,50 @@ TEST(UserVariantDecode, WrongScalarsThrowBeforeWriting) {
   EXPECT_FLARE_ERROR(
       decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
       ErrorCode::kInvalidArgument, "scalar cap must be finite");
+  options.variant_scalars = {};
+  const float cap[] = {30.0f};
+  options.variant_scalars = cap;
+  const TensorView extra = out.lse_view;
+  options.variant_tensors = {&extra, 1};
+  EXPECT_FLARE_ERROR(
+      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
+      ErrorCode::kInvalidArgument, "takes 0 tensors, variant_tensors holds 1");
+  cuda::device_synchronize();
+  EXPECT_EQ(testing::count_nan(out.o_host().view()), out.o_host().numel()) << "o was written";
+}
+
+TEST(UserVariantDecode, VariantTensorsAreCheckedForDtypeAndDevice) {
+  FLARE_REQUIRE_GPU();
+  const testing::TestKVCache cache = testing::build_kv_cache({5, 9}, 2, 128, 16);
+  const gpu_testing::HostQuery q = gpu_testing::random_query(2, 8, 128, DType::kBF16, false, 3);
+  cuda::set_device(0);
+  BatchDecodeConfig config;
+  config.max_batch = 2;
+  config.num_qo_heads = 8;
+  config.num_kv_heads = 2;
+  config.head_dim = 128;
+  config.page_size = 16;
+  config.variant = testing::user_alibi_slopes();
+  BatchDecode decode(config);
+  const gpu_testing::DeviceKV kv = gpu_testing::to_device(cache);
+  const gpu_testing::DeviceCopy q_device = gpu_testing::to_device(q.storage, q.view);
+  gpu_testing::DeviceOutputs out(2, 8, 128, DType::kBF16);
+  cuda::device_synchronize();
+  decode.plan(testing::int32_values(cache.page_indptr.view()),
+              testing::int32_values(cache.last_page_len.view()), nullptr);
+  out.poison(nullptr);
+  RunOptions options;
+  const TensorView wrong_dtype = q_device.view;
+  options.variant_tensors = {&wrong_dtype, 1};
+  EXPECT_FLARE_ERROR(
+      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
+      ErrorCode::kInvalidArgument, "tensor slopes must be float32, got bfloat16");
+  const Slopes slopes = random_slopes(8);
+  const TensorView on_host = slopes.host.view();
+  options.variant_tensors = {&on_host, 1};
+  EXPECT_FLARE_ERROR(
+      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
+      ErrorCode::kInvalidArgument, "tensor slopes must be on cuda:0, got cpu");
   cuda::device_synchronize();
   EXPECT_EQ(testing::count_nan(out.o_host().view()), out.o_host().numel()) << "o was written";
 }
@@ -180,6 +257,21 @@ TEST(UserVariantPrefill, AlibiFromTheRowsHeadsMatchesTheReference) {
   c.alibi = true;
   c.variant = testing::user_alibi();
   c.variant_scalars = {16.0f, 8.0f};
+  prefill_testing::check(c);
+}
+
+TEST(UserVariantPrefill, SlopesFromAVariantTensorMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  const Slopes slopes = random_slopes(8);
+  Case c;
+  c.q_lens = {1, 40, 129};
+  c.kv_lens = {90, 40, 300};
+  c.alibi = true;
+  c.alibi_slopes = slopes.host.view();
+  c.variant = testing::user_alibi_slopes();
+  c.variant_tensors = {slopes.device.view};
+  prefill_testing::check(c);
+  c.kv = PrefillKV::kRagged;
   prefill_testing::check(c);
 }
 

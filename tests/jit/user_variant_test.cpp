@@ -86,6 +86,18 @@ TEST(UserVariant, DeclarationsAreValidated) {
   v.scalars = std::vector<std::string>(kMaxUserScalars + 1, "x");
   EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
                      "declares 9 scalars; at most 8");
+  v = testing::user_alibi_slopes();
+  EXPECT_NO_THROW(validate_user_variant(v, "T"));
+  v.scalars = {"slopes"};
+  EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
+                     "declares 'slopes' twice (scalars and tensors share names)");
+  v.scalars = {};
+  v.tensors[0].dtype = DType::kE4M3;
+  EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
+                     "tensor slopes has dtype float8_e4m3; variant tensors are float32");
+  v.tensors.assign(kMaxUserTensors + 1, {"t", DType::kU8});
+  EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
+                     "declares 5 tensors; at most 4");
   EXPECT_EQ(user_variant_scalar_index(testing::user_alibi(), "group", "T"), 1);
   EXPECT_FLARE_ERROR(user_variant_scalar_index(testing::user_alibi(), "slope", "T"),
                      ErrorCode::kInvalidArgument,
@@ -98,6 +110,11 @@ TEST(UserVariant, SpecsCarryTheUserSourceAndName) {
   EXPECT_NE(k.decode.variant_source.find("static float cap(const flare::VariantParams& p)"),
             std::string::npos);
   EXPECT_NE(k.decode.label.find("user:user_soft_cap"), std::string::npos) << k.decode.label;
+  const std::string with_tensor = user_variant_source(testing::user_alibi_slopes());
+  EXPECT_NE(with_tensor.find("static const float* slopes(const flare::VariantParams& p) { "
+                             "return static_cast<const float*>(p.tensors[0]); }"),
+            std::string::npos)
+      << with_tensor;
 }
 
 TEST(UserVariant, BuiltInTermsAlongsideAUserVariantAreErrors) {
@@ -121,6 +138,7 @@ class UserVariantFamilies : public UserVariantCompile,
 UserVariant variant_named(const std::string& name) {
   if (name == "soft_cap") return testing::user_soft_cap();
   if (name == "alibi") return testing::user_alibi();
+  if (name == "alibi_slopes") return testing::user_alibi_slopes();
   return testing::user_stride_mask();
 }
 
@@ -135,7 +153,7 @@ TEST_P(UserVariantFamilies, EveryFamilyCompilesWithoutSpills) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, UserVariantFamilies,
-                         ::testing::Values("soft_cap", "alibi", "stride_mask"));
+                         ::testing::Values("soft_cap", "alibi", "alibi_slopes", "stride_mask"));
 
 TEST_F(UserVariantCompile, ErrorsCiteTheUsersOwnLines) {
   UserVariant v = testing::user_soft_cap();

@@ -50,6 +50,28 @@ struct Variant : flare::VariantBase {
   return v;
 }
 
+// ALiBi with per-head slopes from a float32 [H_qo] tensor (natural-log units): a variant
+// tensor.
+inline UserVariant user_alibi_slopes() {
+  UserVariant v;
+  v.name = "user_alibi_slopes";
+  v.tensors = {{"slopes", DType::kF32}};
+  v.source = R"(
+struct Variant : flare::VariantBase {
+  float step;
+  int q_pos;
+  __device__ void init(const flare::VariantParams& p, const flare::RowContext& row) {
+    step = Tensors::slopes(p)[row.qo_head] * flare::kLog2e;
+    q_pos = row.q_pos;
+  }
+  __device__ float logits_transform(const flare::VariantParams&, float s, int kv_pos) const {
+    return s + step * static_cast<float>(kv_pos - q_pos);
+  }
+};
+)";
+  return v;
+}
+
 // Keys at positions 1 mod 3 are hidden from requests of odd index: a mask that is not a
 // window (every key checked) and reads RowContext's request.
 inline UserVariant user_stride_mask() {

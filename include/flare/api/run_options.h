@@ -5,6 +5,7 @@
 #include <span>
 
 #include "flare/core/lse_base.h"
+#include "flare/core/tensor.h"
 
 namespace flare {
 
@@ -23,6 +24,8 @@ struct RunOptions {
   // A user variant's scalars (config.variant, include/flare/variant/user_variant.h), in its
   // declared order: exactly one value each, finite. Empty without a user variant.
   std::span<const float> variant_scalars;
+  // Its tensors, likewise: one each, of the declared dtype, on the config's CUDA device.
+  std::span<const TensorView> variant_tensors;
 };
 
 }  // namespace flare

@@ -23,6 +23,12 @@
 //
 // Each named scalar is a float the source reads as `Scalars::<name>(p)`; their values come with
 // every run() (RunOptions::variant_scalars), so changing one needs no new plan or kernel.
+// Each named tensor is a device tensor of a declared dtype the source reads through the pointer
+// `Tensors::<name>(p)` (const float*, const int*, const long long*, const unsigned char*, or
+// const unsigned short* holding float16 / bfloat16 bits); run() passes them
+// (RunOptions::variant_tensors) and checks their dtype and device. Their shapes are the
+// variant's contract: flare cannot see which elements the source reads, so a variant must
+// index only inside the tensors it is given.
 // The AttentionParams of a config with a user variant keep sm_scale (VariantParams::sm_scale)
 // and the mask (causal, custom: the kernel's own); the built-in terms (soft-cap, window, ALiBi,
 // RoPE, use_softmax = false) must stay off: the variant replaces them.
@@ -31,23 +37,34 @@
 #include <string>
 #include <vector>
 
+#include "flare/core/dtype.h"
+
 namespace flare {
 
+struct UserVariantTensor {
+  std::string name;           // a C identifier
+  DType dtype = DType::kF32;  // kF32 | kF16 | kBF16 | kI32 | kI64 | kU8
+};
+
 struct UserVariant {
-  std::string name;                  // a C identifier: kernel labels and logs
-  std::string source;                // defines struct Variant (kernels/variant.cuh hooks)
-  std::vector<std::string> scalars;  // float parameters' names, at most kMaxUserScalars
+  std::string name;                        // a C identifier: kernel labels and logs
+  std::string source;                      // defines struct Variant (kernels/variant.cuh hooks)
+  std::vector<std::string> scalars;        // float parameters' names, at most kMaxUserScalars
+  std::vector<UserVariantTensor> tensors;  // device tensors, at most kMaxUserTensors
 };
 
 inline constexpr int kMaxUserScalars = 8;  // kernels/decode_params.cuh kMaxVariantScalars
+inline constexpr int kMaxUserTensors = 4;  // kernels/decode_params.cuh kMaxVariantTensors
 
 // Throws kInvalidArgument naming `what` and the field: a name that is not a C identifier, an
-// empty source, a scalar name that is not a C identifier or appears twice, more than
-// kMaxUserScalars scalars.
+// empty source, a scalar or tensor name that is not a C identifier or appears twice (scalars
+// and tensors share one namespace), more than kMaxUserScalars scalars or kMaxUserTensors
+// tensors, a tensor dtype outside the list above.
 void validate_user_variant(const UserVariant& variant, const char* what);
 
-// The variant source a kernel compiles: kernels/variant.cuh, the `Scalars` accessors, then the
-// user's source under `#line 1 "<name>"`, so NVRTC's errors cite the user's own lines.
+// The variant source a kernel compiles: kernels/variant.cuh, the `Scalars` and `Tensors`
+// accessors, then the user's source under `#line 1 "<name>"`, so NVRTC's errors cite the user's own
+// lines.
 std::string user_variant_source(const UserVariant& variant);
 
 // The position of `scalar` in variant.scalars; throws kInvalidArgument naming `what`, the
