@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Attention variants through the public Python API (issue 18): flare's FA2 prefill with its
+built-in variants and with a user-defined variant of the same math, next to FlexAttention
+(torch.compile'd flex_attention) and FlashInfer (fa2, fa3) in the same process.
+
+Shapes are the papers' variant tables: batch 16, 16 query and KV heads, head dim 128, bf16,
+causal, ragged layout for flare and FlashInfer ([tokens, heads, D]) and [B, H, S, D] for
+FlexAttention. Variants: causal, logits soft-cap 30, sliding window 1024 (left), ALiBi
+(FlashInfer's default slopes), and user:soft_cap (flare.AttentionVariant with the built-in
+soft-cap's math: the cost of writing a variant oneself). TFLOP/s count the visible (query,
+key) pairs: 4 * D * H * pairs. Times: CUDA events around each eager call, median of --calls.
+Usage: python3 scripts/bench_variants.py [--lengths 1024,4096,16384] [--calls 5] [--json F]
+"""
+import argparse
+import json
+import math
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+import flare
+from bench_python import FLASHINFER, eager_us, flashinfer, guarded
+
+BATCH, HEADS, HEAD_DIM, DTYPE = 16, 16, 128, torch.bfloat16
+CAP, WINDOW = 30.0, 1024
+WORKSPACE_BYTES = 256 << 20
+VARIANTS = ["causal", "soft_cap", "window", "alibi", "user:soft_cap"]
+
+USER_SOFT_CAP = flare.AttentionVariant(name="soft_cap", scalars=("cap",), source=r"""
+struct Variant : flare::VariantBase {
+  __device__ static float query_scale(const flare::VariantParams& p) {
+    return p.sm_scale / Scalars::cap(p);
+  }
+  __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
+    return Scalars::cap(p) * flare::kLog2e * flare::tanh_via_exp2(s);
+  }
+};
+""")
+
+
+def options():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", default="1024,4096,16384")
+    parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--json", help="write every measurement here")
+    return parser.parse_args()
+
+
+def alibi_slopes(heads):
+    """FlashInfer's default ALiBi slopes (heads a power of two)."""
+    return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)],
+                        dtype=torch.float32, device="cuda")
+
+
+def visible_pairs(length, variant):
+    if variant == "window":
+        w = min(WINDOW, length - 1)
+        return length * (w + 1) - w * (w + 1) // 2
+    return length * (length + 1) // 2
+
+
+def plan_kwargs(variant):
+    return {"soft_cap": {"logits_soft_cap": CAP}, "window": {"window_left": WINDOW},
+            "alibi": {"pos_encoding_mode": "ALIBI"}}.get(variant, {})
+
+
+def measure_wrapper(module, backend, variant, q, k, v, indptr, calls):
+    kwargs = {} if backend is None else {"backend": backend}
+    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    wrapper = module.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", **kwargs)
+    user = variant == "user:soft_cap"
+    wrapper.plan(indptr, indptr, HEADS, HEADS, HEAD_DIM, causal=True, q_data_type=DTYPE,
+                 kv_data_type=DTYPE, **({"variant": USER_SOFT_CAP} if user else
+                                         plan_kwargs(variant)))
+    run_kwargs = {"cap": CAP} if user else {}
+    out = wrapper.run(q, k, v, **run_kwargs)
+    return eager_us(lambda: wrapper.run(q, k, v, out=out, **run_kwargs), calls), out
+
+
+def measure_flex(variant, length, q, k, v, calls, compiled):
+    if variant == "user:soft_cap":
+        return None, None
+    qb, kb, vb = (x.view(BATCH, length, HEADS, HEAD_DIM).transpose(1, 2) for x in (q, k, v))
+
+    def mask(b, h, q_idx, kv_idx):
+        visible = q_idx >= kv_idx
+        return visible & (q_idx - kv_idx <= WINDOW) if variant == "window" else visible
+
+    block_mask = create_block_mask(mask, None, None, length, length, device="cuda")
+    slopes = alibi_slopes(HEADS)
+    score_mod = {
+        "soft_cap": lambda s, b, h, qi, ki: CAP * torch.tanh(s / CAP),
+        "alibi": lambda s, b, h, qi, ki: s + slopes[h] * (ki - qi),
+    }.get(variant)
+
+    def call():
+        return compiled(qb, kb, vb, score_mod=score_mod, block_mask=block_mask)
+
+    out = call()
+    return eager_us(call, calls), out.transpose(1, 2).reshape(-1, HEADS, HEAD_DIM)
+
+
+def main():
+    args = options()
+    torch.manual_seed(0)
+    # One compiled graph per (variant, length): more than dynamo's default of 8, past which it
+    # falls back to eager flex_attention (which materializes the scores: out of memory).
+    for limit in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 64)
+    compiled = torch.compile(flex_attention, dynamic=False)
+    device = torch.cuda.get_device_name()
+    print(f"device: {device}, torch {torch.__version__}, flashinfer {FLASHINFER}")
+    rows = []
+    for length in (int(x) for x in args.lengths.split(",")):
+        total = BATCH * length
+        indptr = torch.arange(0, total + 1, length, dtype=torch.int32)
+        q = torch.randn(total, HEADS, HEAD_DIM, device="cuda", dtype=DTYPE)
+        k, v = torch.randn_like(q), torch.randn_like(q)
+        for variant in VARIANTS:
+            flops = 4.0 * HEAD_DIM * HEADS * BATCH * visible_pairs(length, variant)
+            row = {"length": length, "variant": variant}
+            result = guarded(f"flare {variant} {length}", lambda: measure_wrapper(
+                flare, None, variant, q, k, v, indptr, args.calls))
+            flare_out = None
+            if result:
+                row["flare_us"], flare_out = result
+            result = guarded(f"flex {variant} {length}", lambda: measure_flex(
+                variant, length, q, k, v, args.calls, compiled))
+            if result and result[0] is not None:
+                row["flex_us"], flex_out = result
+                if flare_out is not None:
+                    row["max_diff_vs_flex"] = (flare_out.float() - flex_out.float()).abs().max().item()
+            for backend in ("fa2", "fa3"):
+                if flashinfer is None or variant == "user:soft_cap":
+                    continue
+                result = guarded(f"flashinfer {backend} {variant} {length}", lambda: measure_wrapper(
+                    flashinfer, backend, variant, q, k, v, indptr, args.calls))
+                if result:
+                    row[f"flashinfer_{backend}_us"] = result[0]
+            for key in [k_ for k_ in row if k_.endswith("_us")]:
+                row[key.replace("_us", "_tflops")] = flops / row[key] / 1e6
+            rows.append(row)
+            del flare_out
+        del q, k, v
+        torch.cuda.empty_cache()
+    print("\n| variant | length | flare TFLOP/s | FlexAttention | flare / Flex | FlashInfer fa2 | fa3 | flare / fa2 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        def cell(key):
+            value = row.get(key)
+            return "n/a" if value is None else f"{value:.1f}"
+        ratio = (f"{row['flex_us'] / row['flare_us']:.2f}"
+                 if "flex_us" in row and "flare_us" in row else "n/a")
+        ratio_fa2 = (f"{row['flashinfer_fa2_us'] / row['flare_us']:.2f}"
+                     if "flashinfer_fa2_us" in row and "flare_us" in row else "n/a")
+        print(f"| {row['variant']} | {row['length']} | {cell('flare_tflops')} | "
+              f"{cell('flex_tflops')} | {ratio} | {cell('flashinfer_fa2_tflops')} | "
+              f"{cell('flashinfer_fa3_tflops')} | {ratio_fa2} |")
+    by_length = {}
+    for row in rows:
+        by_length.setdefault(row["length"], {})[row["variant"]] = row.get("flare_us")
+    for length, times in by_length.items():
+        if times.get("soft_cap") and times.get("user:soft_cap"):
+            print(f"user soft-cap / built-in soft-cap time, length {length}: "
+                  f"{times['user:soft_cap'] / times['soft_cap']:.3f}")
+    print("max |flare - Flex| per row:", ", ".join(
+        f"{r['variant']}@{r['length']}={r['max_diff_vs_flex']:.3g}"
+        for r in rows if "max_diff_vs_flex" in r))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": device, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
