@@ -322,10 +322,12 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
                                 use_tensor_cores=False, q_scale=None, k_scale=None,
                                 v_scale=None, window_left=-1, logits_soft_cap=None,
                                 sm_scale=None, rope_scale=None, rope_theta=None,
-                                return_lse=False, enable_pdl=None, lse_base="log2"):
+                                return_lse=False, enable_pdl=None, lse_base="log2",
+                                variant=None, **variant_kwargs):
     """Decode attention of one request: q [H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
     [H_kv, kv_len, D] (HND). Returns o [H_qo, D] (and lse [H_qo], base 2 unless
-    lse_base="ln", with return_lse).
+    lse_base="ln", with return_lse). variant: a flare.AttentionVariant (CUDA tensors), its
+    scalars and tensors as keyword arguments.
 
     On the GPU this is a batch decode of one request viewing k and v as pages of one token
     (no copy); it plans on the host, so it cannot be captured into a CUDA graph.
@@ -344,6 +346,8 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
                          logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
                          rope_scale=rope_scale, rope_theta=rope_theta)
     q_batch = q[None]
+    variant = check_variant(where, variant, is_cuda(q))
+    scalars, tensors = variant_arguments(where, variant, variant_kwargs)
     if not is_cuda(q):
         from .prefill import _single_cpu
 
@@ -364,18 +368,20 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
     tensor_cores = _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype)
     key = (q.device.index, q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, kv_layout,
-           tuple(sorted(params_kwargs.items())), tensor_cores)
+           tuple(sorted(params_kwargs.items())), tensor_cores,
+           None if variant is None else variant.key())
     device = q.device.index or 0
     decoder = _single_decoders.get(key, 1, lambda capacity: _flare.BatchDecode(
         device=device, max_batch=capacity, num_qo_heads=num_qo_heads,
         num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=1, q_dtype=q_dtype,
         kv_dtype=kv_dtype, kv_layout=kv_layout, params=make_params(**params_kwargs),
         use_cuda_graph=False, fixed_split_size=0, disable_split_kv=False,
-        use_tensor_cores=tensor_cores))
+        use_tensor_cores=tensor_cores, variant=variant))
     decoder.plan(indptr_host, last_host, _flare.current_stream(device))
     indices = torch.arange(kv_len, dtype=torch.int32, device=q.device)
     out = q.new_empty((1, num_qo_heads, head_dim))
     lse = q.new_empty((1, num_qo_heads), dtype=torch.float32) if return_lse else None
     decoder.run(q_batch, (k_pages, v_pages), indices, out, lse, scale_or_one(q_scale),
-                scale_or_one(k_scale), scale_or_one(v_scale), base2, pdl_flag(enable_pdl))
+                scale_or_one(k_scale), scale_or_one(v_scale), base2, pdl_flag(enable_pdl), scalars,
+                tensors)
     return (out[0], lse[0]) if return_lse else out[0]

@@ -349,11 +349,13 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
                                  causal=False, kv_layout="NHD", pos_encoding_mode="NONE",
                                  use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
                                  logits_soft_cap=None, rope_scale=None, rope_theta=None,
-                                 return_lse=False, lse_base="log2"):
+                                 return_lse=False, lse_base="log2", variant=None,
+                                 **variant_kwargs):
     """Prefill attention of one request: q [qo_len, H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
     [H_kv, kv_len, D] (HND). Returns o [qo_len, H_qo, D_vo] (and lse [qo_len, H_qo], base 2
     unless lse_base="ln", with return_lse). custom_mask: bool [qo_len, kv_len];
-    packed_custom_mask: its bits, packed little-endian.
+    packed_custom_mask: its bits, packed little-endian. variant: a flare.AttentionVariant (CUDA
+    tensors), its scalars and tensors as keyword arguments.
 
     On the GPU this is a batch prefill of one request on ragged K/V (no copy); it plans on the
     host, so it cannot be captured into a CUDA graph.
@@ -369,6 +371,8 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
                          logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
                          rope_scale=rope_scale, rope_theta=rope_theta)
+    variant = check_variant(where, variant, is_cuda(q))
+    variant_arguments(where, variant, variant_kwargs)  # names a missing or unknown one now
     if not is_cuda(q):
         out, lse = _single_cpu(where, q, k, v, kv_layout, params_kwargs, {}, custom_mask,
                                packed_custom_mask)
@@ -394,10 +398,11 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     config = dict(num_qo_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim_qk=q.shape[2],
                   head_dim_vo=v.shape[2], page_size=1, dtype=q_dtype, custom_mask=has_mask,
                   fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs,
-                  variant=None)
+                  variant=variant)
     gpu.plan(hosts=(qo_host, kv_host, None), kv_len=lambda: np.diff(kv_host),
              sources=dict(qo_indptr_buf=qo_host, kv_indptr_buf=kv_host),
              mask=(custom_mask, packed_custom_mask) if has_mask else None, config=config,
              non_blocking=True)
     return gpu.run(q, (k, v), q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
-                   return_lse=return_lse, lse_base=lse_base, enable_pdl=None, variant_kwargs={})
+                   return_lse=return_lse, lse_base=lse_base, enable_pdl=None,
+                   variant_kwargs=variant_kwargs)

@@ -136,3 +136,19 @@ def test_a_variant_tensor_reproduces_the_built_in_alibi():
             with pytest.raises(ValueError, match="tensor slopes must be float32, got float16"):
                 wrapper.run(q, cache.cache, slopes=slopes.half())
     assert (outputs[0].float() - outputs[1].float()).abs().max().item() <= 2e-2
+
+
+def test_single_calls_take_variants():
+    generator = torch.Generator().manual_seed(11)
+    q = torch.randn(8, 128, generator=generator).to(torch.float16).to(DEVICE)
+    k = torch.randn(300, 2, 128, generator=generator).to(torch.float16).to(DEVICE)
+    v = torch.randn(300, 2, 128, generator=generator).to(torch.float16).to(DEVICE)
+    built_in = flare.single_decode_with_kv_cache(q, k, v, logits_soft_cap=25.0)
+    user = flare.single_decode_with_kv_cache(q, k, v, variant=SOFT_CAP, cap=25.0)
+    assert (user.float() - built_in.float()).abs().max().item() <= 4e-3
+    with pytest.raises(TypeError, match="needs variant 'user_soft_cap'"):
+        flare.single_decode_with_kv_cache(q, k, v, variant=SOFT_CAP)
+    qs = torch.randn(50, 8, 128, generator=generator).to(torch.float16).to(DEVICE)
+    built_in = flare.single_prefill_with_kv_cache(qs, k, v, causal=True, logits_soft_cap=25.0)
+    user = flare.single_prefill_with_kv_cache(qs, k, v, causal=True, variant=SOFT_CAP, cap=25.0)
+    assert (user.float() - built_in.float()).abs().max().item() <= 4e-3

@@ -27,7 +27,7 @@ struct DecodePlanSetup {
 };
 
 // The setup of `config` on a GPU of num_sms SMs that hold ctas_per_sm of its kernel's CTAs each
-// (defined beside the kernel geometry, in batch_decode.cpp). Throws like BatchDecode's
+// (defined beside the kernel geometry, in decode_config.cpp). Throws like BatchDecode's
 // constructor.
 DecodePlanSetup decode_plan_setup(const BatchDecodeConfig& config, int num_sms, int ctas_per_sm);
 

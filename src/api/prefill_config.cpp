@@ -1,0 +1,312 @@
+// BatchPrefill's configuration: validation, the tile heuristic (paper 001 §3.2.2), the prefill
+// and merge kernel specs, the shipped configurations CI compiles, and the tiles a config fixes.
+#include "src/api/prefill_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flare/api/batch_prefill.h"
+#include "flare/core/error.h"
+#include "kernels/prefill_params.cuh"
+#include "src/api/variant_support.h"
+
+namespace flare {
+namespace api_detail {
+namespace {
+
+const char* const kWhat = "BatchPrefill";
+constexpr int kQueryTiles[] = {16, 32, 64, 128};
+constexpr int kKvTiles[] = {128, 64, 32};  // larger first: ties keep the larger tile
+static_assert(kQueryTiles[std::size(kQueryTiles) - 1] == kPrefillMaxQueryTile,
+              "prefill_config.h: the largest query tile");
+// fp32 accumulators (O and S fragments) per thread, by m16 tiles per warp: above the hard cap
+// ptxas spills (measured: one m16 tile, 160 spills with the custom mask or the full variant on
+// sm_80; two m16 tiles, 256 spill at every configuration, 192 compile to 255 registers with the
+// statistics parked in shared memory); within the comfortable budget ties prefer the larger KV
+// tile (measured on an H200 with one m16 tile, bf16 causal D 128: 128x128 tiles ran 6-10%
+// faster than 128x64, docs/perf.md).
+constexpr int kMaxAccumulatorRegisters[] = {0, 144, 192};
+constexpr int kComfortableAccumulatorRegisters[] = {0, 128, 192};
+// KV columns of S per warp, by m16 tiles per warp: two m16 tiles with 128 columns spill at D 64
+// (sm_80 and sm_90a, 12-92 bytes) although their 192 accumulators match D 128 with 64 columns:
+// the K fragments of a k-step double. Custom masks gather one mask bit per S element before
+// Q.K^T: 128 columns spill 8 bytes on sm_80.
+constexpr int kMaxScoreColumns[] = {0, 128, 64};
+constexpr int kMaxCustomMaskColumns = 64;
+// Registers are allocated per warp in units of 256 per thread (255 usable).
+constexpr int kRegistersPerThreadAllocated = 256;
+constexpr int kReservedSharedPerCta = 1024;  // the driver's per-CTA reservation
+
+int group_size(const BatchPrefillConfig& c) { return c.num_qo_heads / c.num_kv_heads; }
+
+bool valid_head_dims(int qk, int vo) {
+  return (qk == vo && (qk == 64 || qk == 128 || qk == 256)) || (qk == 192 && vo == 128);
+}
+
+AttentionParams variant_params(const AttentionParams& p) {
+  AttentionParams variant = p;
+  variant.mask = MaskMode::kNone;  // masks are the prefill kernel's own (FLARE_MASK)
+  return variant;
+}
+
+void validate_config(const BatchPrefillConfig& c) {
+  FLARE_CHECK(c.device >= 0, ErrorCode::kInvalidArgument, kWhat, ": device must be >= 0, got ",
+              c.device);
+  FLARE_CHECK(c.max_batch >= 1 && c.max_total_qo >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": max_batch and max_total_qo must be >= 1, got ", c.max_batch, " and ",
+              c.max_total_qo);
+  FLARE_CHECK(c.num_qo_heads >= 1 && c.num_kv_heads >= 1 && c.num_qo_heads % c.num_kv_heads == 0,
+              ErrorCode::kInvalidArgument, kWhat,
+              ": num_kv_heads must be >= 1 and divide num_qo_heads, got num_qo_heads=",
+              c.num_qo_heads, " num_kv_heads=", c.num_kv_heads);
+  FLARE_CHECK(valid_head_dims(c.head_dim_qk, c.head_dim_vo), ErrorCode::kUnsupported, kWhat,
+              ": head dims must be 64, 128 or 256 (qk == vo) or 192/128, got head_dim_qk=",
+              c.head_dim_qk, " head_dim_vo=", c.head_dim_vo);
+  FLARE_CHECK(c.kv == PrefillKV::kRagged || c.page_size >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": page_size must be >= 1, got ", c.page_size);
+  FLARE_CHECK(c.dtype == DType::kF16 || c.dtype == DType::kBF16, ErrorCode::kUnsupported, kWhat,
+              ": dtype must be float16 or bfloat16, got ", dtype_name(c.dtype));
+  FLARE_CHECK(c.query_tile == 0 || std::ranges::count(kQueryTiles, c.query_tile) == 1,
+              ErrorCode::kInvalidArgument, kWhat, ": query_tile must be 0, 16, 32, 64 or 128, got ",
+              c.query_tile);
+  FLARE_CHECK(c.kv_tile == 0 || std::ranges::count(kKvTiles, c.kv_tile) == 1,
+              ErrorCode::kInvalidArgument, kWhat, ": kv_tile must be 0, 32, 64 or 128, got ",
+              c.kv_tile);
+  FLARE_CHECK(c.fixed_split_size >= 0 && c.num_sms_to_use >= 0, ErrorCode::kInvalidArgument, kWhat,
+              ": fixed_split_size and num_sms_to_use must be >= 0, got ", c.fixed_split_size,
+              " and ", c.num_sms_to_use);
+  const AttentionParams& p = c.params;
+  FLARE_CHECK(std::isfinite(p.sm_scale) && p.sm_scale >= 0.0f && std::isfinite(p.logits_soft_cap),
+              ErrorCode::kInvalidArgument, kWhat,
+              ": sm_scale (>= 0, 0 = 1/sqrt(D)) and logits_soft_cap must be finite, got ",
+              p.sm_scale, " and ", p.logits_soft_cap);
+  FLARE_CHECK(p.k_scale == 1.0f && p.v_scale == 1.0f, ErrorCode::kUnsupported, kWhat,
+              ": k_scale and v_scale (fp8 KV) are not supported, got ", p.k_scale, " and ",
+              p.v_scale);
+  if (p.alibi_slopes) {
+    const TensorView& s = *p.alibi_slopes;
+    FLARE_CHECK(p.pos_encoding == PosEncoding::kAlibi, ErrorCode::kInvalidArgument, kWhat,
+                ": alibi_slopes is given but pos_encoding is not kAlibi");
+    FLARE_CHECK(
+        s.device.is_cpu() && s.dtype == DType::kF32 && s.ndim == 1 && s.shape[0] == c.num_qo_heads,
+        ErrorCode::kInvalidArgument, kWhat, ": alibi_slopes must be a float32 CPU tensor [",
+        c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
+  }
+  // Throws for what no kernel expresses.
+  api_detail::resolve_variant(variant_params(p), c.variant, kWhat);
+}
+
+int mask_code(MaskMode mask) {
+  switch (mask) {
+    case MaskMode::kNone:
+      return kMaskNone;
+    case MaskMode::kCausal:
+      return kMaskCausal;
+    case MaskMode::kCustom:
+      return kMaskCustom;
+  }
+  return kMaskNone;
+}
+
+// The KV tile rule of choose_prefill_tiles; 0 when no KV tile fits.
+int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
+                    const PrefillDeviceLimits& limits) {
+  int best_tile = 0;
+  std::pair<int, int> best_score{0, 0};
+  for (const int kv_tile : kKvTiles) {
+    const PrefillShape shape{query_tile, kv_tile, head_dim_qk, head_dim_vo, mask_code(mask)};
+    const int mma_q = prefill_mma_q(shape);
+    const int threads = prefill_threads(shape);
+    const int kv_per_warp = kv_tile / prefill_warps_kv(shape);
+    if (kv_per_warp < 16) continue;  // a KV warp owns whole k16 steps of P.V
+    if (kv_per_warp > kMaxScoreColumns[mma_q]) continue;
+    if (mask == MaskMode::kCustom && kv_per_warp > kMaxCustomMaskColumns) continue;
+    const int accumulators = mma_q * 4 * (head_dim_vo / 8 + kv_per_warp / 8);
+    if (accumulators > kMaxAccumulatorRegisters[mma_q]) continue;
+    const int shared = prefill_shared_bytes(shape);
+    if (shared > limits.max_shared_bytes_per_block) continue;
+    const int by_shared = limits.shared_bytes_per_sm / (shared + kReservedSharedPerCta);
+    const int by_registers = limits.registers_per_sm / (threads * kRegistersPerThreadAllocated);
+    const int warps = std::min(by_shared, by_registers) * threads / 32;
+    // Most resident warps first; then the larger KV tile within the comfortable register
+    // budget, else the fewer accumulators.
+    const std::pair<int, int> score{
+        warps, accumulators <= kComfortableAccumulatorRegisters[mma_q] ? kv_tile : -accumulators};
+    if (best_tile == 0 || score > best_score) {
+      best_score = score;
+      best_tile = kv_tile;
+    }
+  }
+  return best_tile;
+}
+
+}  // namespace
+
+void validate_prefill_config(const BatchPrefillConfig& c) { validate_config(c); }
+int prefill_group_size(const BatchPrefillConfig& c) { return group_size(c); }
+
+}  // namespace api_detail
+
+using api_detail::fitting_kv_tile;
+using api_detail::kKvTiles;
+using api_detail::kQueryTiles;
+using api_detail::kWhat;
+using api_detail::mask_code;
+using api_detail::valid_head_dims;
+using api_detail::validate_config;
+using api_detail::variant_params;
+
+int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
+                           const PrefillDeviceLimits& limits) {
+  const int tile = fitting_kv_tile(query_tile, head_dim_qk, head_dim_vo, mask, limits);
+  FLARE_CHECK(tile > 0, ErrorCode::kUnsupported, kWhat, ": no KV tile fits query tile ", query_tile,
+              " with head dims ", head_dim_qk, "/", head_dim_vo, " in ",
+              limits.max_shared_bytes_per_block, " bytes of shared memory per block");
+  return tile;
+}
+
+PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, int head_dim_vo,
+                                  MaskMode mask, const PrefillDeviceLimits& limits) {
+  size_t index = std::size(kQueryTiles) - 1;
+  for (size_t i = 0; i < std::size(kQueryTiles); ++i) {
+    if (kQueryTiles[i] >= average_packed_rows) {
+      index = i;
+      break;
+    }
+  }
+  // A device with little shared memory takes the largest smaller query tile that fits.
+  while (index > 0 &&
+         fitting_kv_tile(kQueryTiles[index], head_dim_qk, head_dim_vo, mask, limits) == 0) {
+    --index;
+  }
+  PrefillTiles tiles;
+  tiles.query_tile = kQueryTiles[index];
+  tiles.kv_tile = choose_prefill_kv_tile(tiles.query_tile, head_dim_qk, head_dim_vo, mask, limits);
+  return tiles;
+}
+
+PrefillDeviceLimits h100_prefill_limits() {
+  PrefillDeviceLimits limits;
+  limits.max_shared_bytes_per_block = 227 * 1024;
+  limits.shared_bytes_per_sm = 228 * 1024;
+  limits.registers_per_sm = 65536;
+  return limits;
+}
+
+BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
+                                          const PrefillTiles& tiles) {
+  validate_config(config);
+  const PrefillShape shape{tiles.query_tile, tiles.kv_tile, config.head_dim_qk, config.head_dim_vo,
+                           mask_code(config.params.mask)};
+  FLARE_CHECK(std::ranges::count(kQueryTiles, tiles.query_tile) == 1 &&
+                  std::ranges::count(kKvTiles, tiles.kv_tile) == 1 &&
+                  tiles.kv_tile / prefill_warps_kv(shape) >= 16,
+              ErrorCode::kInvalidArgument, kWhat, ": tiles ", tiles.query_tile, "x", tiles.kv_tile,
+              " are not a kernel configuration");
+  const api_detail::ResolvedVariant variant =
+      api_detail::resolve_variant(variant_params(config.params), config.variant, kWhat);
+  const bool paged = config.kv == PrefillKV::kPaged;
+  const std::string dtype = std::to_string(static_cast<int>(config.dtype));
+  BatchPrefillKernels k;
+  k.threads = prefill_threads(shape);
+  k.shared_bytes = static_cast<size_t>(prefill_shared_bytes(shape));
+
+  k.prefill.family_header = "prefill.cuh";
+  k.prefill.entry = "flare_prefill";
+  k.prefill.variant_source = variant.source;
+  k.prefill.defines = {
+      {"FLARE_HEAD_DIM_QK", std::to_string(config.head_dim_qk)},
+      {"FLARE_HEAD_DIM_VO", std::to_string(config.head_dim_vo)},
+      {"FLARE_QUERY_TILE", std::to_string(tiles.query_tile)},
+      {"FLARE_KV_TILE", std::to_string(tiles.kv_tile)},
+      {"FLARE_Q_DTYPE", dtype},
+      {"FLARE_KV_PAGED", paged ? "1" : "0"},
+      {"FLARE_PAGE_SIZE", std::to_string(paged ? config.page_size : 1)},
+      {"FLARE_MASK", std::to_string(mask_code(config.params.mask))},
+  };
+  k.prefill.label =
+      "prefill " + std::string(dtype_name(config.dtype)) +
+      " D=" + std::to_string(config.head_dim_qk) + "/" + std::to_string(config.head_dim_vo) +
+      " tile=" + std::to_string(tiles.query_tile) + "x" + std::to_string(tiles.kv_tile) +
+      (paged ? " page=" + std::to_string(config.page_size) : " ragged") +
+      " mask=" + std::to_string(mask_code(config.params.mask)) + " " + variant.name;
+
+  k.merge.family_header = "merge.cuh";
+  k.merge.entry = "flare_merge";
+  k.merge.defines = {{"FLARE_HEAD_DIM", std::to_string(config.head_dim_vo)},
+                     {"FLARE_Q_DTYPE", dtype}};
+  k.merge.label = "merge o=" + std::string(dtype_name(config.dtype)) +
+                  " D=" + std::to_string(config.head_dim_vo);
+  return k;
+}
+
+std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
+  const PrefillDeviceLimits h100 = h100_prefill_limits();
+  std::vector<ShippedPrefillConfig> shipped;
+  const auto add = [&](int qk, int vo, int query_tile, PrefillKV kv, DType dtype,
+                       const AttentionParams& params) {
+    ShippedPrefillConfig s;
+    s.config.max_batch = 1;
+    s.config.max_total_qo = 1;
+    s.config.num_qo_heads = 1;
+    s.config.num_kv_heads = 1;
+    s.config.head_dim_qk = qk;
+    s.config.head_dim_vo = vo;
+    s.config.kv = kv;
+    s.config.dtype = dtype;
+    s.config.params = params;
+    s.tiles = {query_tile, choose_prefill_kv_tile(query_tile, qk, vo, params.mask, h100)};
+    shipped.push_back(s);
+  };
+  AttentionParams causal;
+  causal.mask = MaskMode::kCausal;
+  AttentionParams custom;
+  custom.mask = MaskMode::kCustom;
+  AttentionParams all = causal;
+  all.logits_soft_cap = 30.0f;
+  all.window_left = 127;
+  all.pos_encoding = PosEncoding::kAlibi;
+  const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
+  for (const auto& [qk, vo] : dims) {
+    for (const int tile : kQueryTiles) add(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
+    add(qk, vo, 128, PrefillKV::kRagged, DType::kBF16, causal);
+    add(qk, vo, 128, PrefillKV::kPaged, DType::kF16, all);
+    add(qk, vo, 16, PrefillKV::kPaged, DType::kBF16, custom);
+  }
+  add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
+  add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
+  add(128, 128, 128, PrefillKV::kPaged, DType::kBF16, custom);  // one m16 tile per warp
+  return shipped;
+}
+
+std::optional<PrefillTiles> api_detail::fixed_prefill_tiles(const BatchPrefillConfig& config,
+                                                            const PrefillDeviceLimits& limits) {
+  if (!config.use_cuda_graph && config.query_tile == 0 && config.fixed_split_size == 0) {
+    return std::nullopt;
+  }
+  PrefillTiles t;
+  if (config.fixed_split_size > 0 && config.query_tile == 0) {
+    // Batch invariance: the tiles must not follow the batch's average query length.
+    t = choose_prefill_tiles(kPrefillMaxQueryTile, config.head_dim_qk, config.head_dim_vo,
+                             config.params.mask, limits);
+    if (config.kv_tile > 0) t.kv_tile = config.kv_tile;
+  } else if (config.query_tile > 0) {
+    t.query_tile = config.query_tile;
+    t.kv_tile = config.kv_tile > 0
+                    ? config.kv_tile
+                    : choose_prefill_kv_tile(t.query_tile, config.head_dim_qk, config.head_dim_vo,
+                                             config.params.mask, limits);
+  } else {
+    const double average =
+        static_cast<double>(config.max_total_qo) * prefill_group_size(config) / config.max_batch;
+    t = choose_prefill_tiles(average, config.head_dim_qk, config.head_dim_vo, config.params.mask,
+                             limits);
+    if (config.kv_tile > 0) t.kv_tile = config.kv_tile;
+  }
+  return t;
+}
+
+}  // namespace flare

@@ -1,0 +1,26 @@
+// BatchPrefill's configuration as the class shares it with prefill_config.cpp: validation, the
+// head group, the largest query tile and CTAs per SM any plan uses, and the tiles a config fixes
+// at creation.
+#pragma once
+
+#include <optional>
+
+#include "flare/api/batch_prefill.h"
+
+namespace flare::api_detail {
+
+inline constexpr int kPrefillMaxQueryTile = 128;
+// Persistent CTAs per SM: two 4-warp CTAs already give 8 warps; more only grows the partial
+// workspace (2 slots per CTA, 002 D.3).
+inline constexpr int kPrefillMaxCtasPerSm = 2;
+
+// Throws kInvalidArgument / kUnsupported for a config no prefill kernel handles.
+void validate_prefill_config(const BatchPrefillConfig& c);
+int prefill_group_size(const BatchPrefillConfig& c);  // H_qo / H_kv
+
+// The tiles every plan of `config` uses (CUDA graphs, fixed query tiles, fixed_split_size), or
+// none when each plan picks its own from its batch.
+std::optional<PrefillTiles> fixed_prefill_tiles(const BatchPrefillConfig& config,
+                                                const PrefillDeviceLimits& limits);
+
+}  // namespace flare::api_detail
