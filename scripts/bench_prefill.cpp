@@ -180,6 +180,10 @@ BatchPrefillConfig prefill_config(int max_batch, int64_t max_total_qo) {
   // FLARE_BENCH_QUERY_TILE / FLARE_BENCH_KV_TILE override the heuristic (tile experiments).
   if (const char* tile = std::getenv("FLARE_BENCH_QUERY_TILE")) config.query_tile = std::atoi(tile);
   if (const char* tile = std::getenv("FLARE_BENCH_KV_TILE")) config.kv_tile = std::atoi(tile);
+  // FLARE_BENCH_WINDOW_LEFT: a sliding window (the FLOP counts stay the causal ones).
+  if (const char* window = std::getenv("FLARE_BENCH_WINDOW_LEFT")) {
+    config.params.window_left = std::atoi(window);
+  }
   // FLARE_BENCH_FIXED_SPLIT: the batch-invariant plan (fixed_split_size) instead of the default.
   if (const char* split = std::getenv("FLARE_BENCH_FIXED_SPLIT")) {
     config.fixed_split_size = std::atoi(split);
