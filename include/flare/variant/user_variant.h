@@ -22,7 +22,8 @@
 //   options.variant_scalars = {&cap, 1};      // RunOptions, in v.scalars' order
 //
 // Each named scalar is a float the source reads as `Scalars::<name>(p)`; their values come with
-// every run() (RunOptions::variant_scalars), so changing one needs no new plan or kernel.
+// every run() (RunOptions::variant_scalars), so changing one needs no new plan or kernel (a run
+// captured into a CUDA graph keeps the values, and the tensor addresses, of its capture).
 // Each named tensor is a device tensor of a declared dtype the source reads through the pointer
 // `Tensors::<name>(p)` (const float*, const int*, const long long*, const unsigned char*, or
 // const unsigned short* holding float16 / bfloat16 bits); run() passes them
