@@ -18,11 +18,13 @@ needs; every hook has a default (plain softmax attention with sm_scale)::
     o = wrapper.run(q, kv_cache, cap=30.0)
 
 Scalars are floats passed to run() by keyword (read in the source as ``Scalars::<name>(p)``);
-changing them needs no new plan. Tensors (``tensors={"slopes": "float32"}``) are CUDA tensors
-passed to run() by keyword as well, read through ``Tensors::<name>(p)`` (a ``const float*``;
-``int`` for int32, ``long long`` for int64, ``unsigned char`` for uint8, ``unsigned short``
-bits for float16 / bfloat16); run() checks their dtype and device, and the variant must read
-only inside them. A CUDA graph keeps the tensors' addresses of its capture. The hooks: ``query_scale``, ``visible_begin``,
+changing them needs no new plan. Tensors (``tensors={"slopes": "float32"}``, or with the shape
+run() requires, ``{"slopes": ("float32", (16,))}``, None for any extent) are contiguous CUDA
+tensors passed to run() by keyword as well, read through ``Tensors::<name>(p)`` (a
+``const float*``; ``int`` for int32, ``long long`` for int64, ``unsigned char`` for uint8,
+``unsigned short`` bits for float16 / bfloat16); run() checks their dtype, device, contiguity
+and declared shape, and the variant must read only inside them. A CUDA graph keeps the
+tensors' addresses of its capture. The hooks: ``query_scale``, ``visible_begin``,
 ``init(p, RowContext row)`` (row.request, row.qo_head, row.kv_head, row.q_pos),
 ``logits_transform(p, s, kv_pos)`` (s = q.k * query_scale; returns the logit in log2 units),
 ``logits_mask(kv_pos)`` and ``kMaskIsWindow``. ``use_softmax = false`` and query / key /
@@ -53,6 +55,16 @@ def _dtype_name(dtype):
         return text
 
 
+def _tensor_declaration(variant, name, spec):
+    """(name, dtype name, shape with -1 for any extent) from dtype or (dtype, shape)."""
+    dtype, shape = spec if isinstance(spec, tuple) else (spec, ())
+    extents = tuple(-1 if e is None else int(e) for e in shape)
+    if any(e < -1 for e in extents):
+        raise ValueError(f"AttentionVariant {variant!r}: tensor {name} declares shape {shape}; "
+                         "extents are >= 0, or None for any")
+    return (str(name), _dtype_name(dtype), extents)
+
+
 class AttentionVariant:
     """A user-defined variant: its name (a C identifier), CUDA C++ source, the names of its
     float scalars (at most 8) and its tensors ({name: dtype}, at most 4), both passed to run()
@@ -72,11 +84,11 @@ class AttentionVariant:
         if len(scalars) > MAX_SCALARS:
             raise ValueError(f"AttentionVariant {name!r}: {len(scalars)} scalars; at most "
                              f"{MAX_SCALARS}")
-        tensors = tuple((str(n), _dtype_name(d)) for n, d in dict(tensors or {}).items())
+        tensors = tuple(_tensor_declaration(name, n, d) for n, d in dict(tensors or {}).items())
         if len(tensors) > MAX_TENSORS:
             raise ValueError(f"AttentionVariant {name!r}: {len(tensors)} tensors; at most "
                              f"{MAX_TENSORS}")
-        names = scalars + tuple(n for n, _ in tensors)
+        names = scalars + tuple(t[0] for t in tensors)
         for entry in names:
             if not isinstance(entry, str) or not _IDENTIFIER.match(entry):
                 raise ValueError(f"AttentionVariant {name!r}: scalar and tensor names must be C "
@@ -84,7 +96,7 @@ class AttentionVariant:
         if len(set(names)) != len(names):
             raise ValueError(f"AttentionVariant {name!r}: scalar and tensor names repeat: "
                              f"{names}")
-        for tensor, dtype in tensors:
+        for tensor, dtype, _ in tensors:
             if dtype not in _TENSOR_DTYPES:
                 raise ValueError(f"AttentionVariant {name!r}: tensor {tensor} has dtype {dtype}; "
                                  f"variant tensors are {sorted(_TENSOR_DTYPES)}")
@@ -102,12 +114,12 @@ class AttentionVariant:
 
     def __repr__(self):
         return (f"AttentionVariant(name={self.name!r}, scalars={self.scalars!r}, "
-                f"tensors={dict(self.tensors)!r})")
+                f"tensors={ {n: d for n, d, _ in self.tensors}!r})")
 
     def arguments(self, where, given):
         """run()'s keyword arguments -> (scalars as floats, tensors) in declared order;
         TypeError naming a missing or unknown one."""
-        names = self.scalars + tuple(n for n, _ in self.tensors)
+        names = self.scalars + tuple(t[0] for t in self.tensors)
         unknown = [k for k in given if k not in names]
         if unknown:
             raise TypeError(f"{where}() got unexpected keyword argument(s) {unknown}; variant "
@@ -116,7 +128,7 @@ class AttentionVariant:
         if missing:
             raise TypeError(f"{where}() needs variant {self.name!r}'s argument(s) {missing}")
         return (tuple(float(given[k]) for k in self.scalars),
-                tuple(given[n] for n, _ in self.tensors))
+                tuple(given[t[0]] for t in self.tensors))
 
 
 def variant_arguments(where, variant, given):

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "flare/api/run_options.h"
 #include "flare/core/dtype.h"
@@ -20,7 +21,7 @@ namespace flare::python {
 namespace nb = nanobind;
 
 // An object with name, source, scalars (a sequence of names) and tensors (a sequence of
-// (name, dtype name) pairs), or None.
+// (name, dtype name, shape with -1 for any extent) triples), or None.
 inline std::optional<UserVariant> user_variant_arg(nb::handle variant) {
   if (variant.is_none()) return std::nullopt;
   UserVariant v;
@@ -30,8 +31,10 @@ inline std::optional<UserVariant> user_variant_arg(nb::handle variant) {
     v.scalars.push_back(nb::cast<std::string>(scalar));
   }
   for (nb::handle tensor : variant.attr("tensors")) {
-    v.tensors.push_back(
-        {nb::cast<std::string>(tensor[0]), parse_dtype(nb::cast<std::string>(tensor[1]))});
+    UserVariantTensor decl{
+        nb::cast<std::string>(tensor[0]), parse_dtype(nb::cast<std::string>(tensor[1])), {}};
+    for (nb::handle extent : tensor[2]) decl.shape.push_back(nb::cast<int64_t>(extent));
+    v.tensors.push_back(std::move(decl));
   }
   return v;
 }

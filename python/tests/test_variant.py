@@ -43,7 +43,11 @@ def test_scalar_keywords_are_checked_by_name():
         v.arguments("run", {"a": 1, "b": 2, "c": 3})
     t = flare.AttentionVariant(SOURCE, "tables", scalars=("a",),
                                tensors={"slopes": "float32", "ids": np.int32})
-    assert t.tensors == (("slopes", "float32"), ("ids", "int32"))
+    assert t.tensors == (("slopes", "float32", ()), ("ids", "int32", ()))
+    shaped = flare.AttentionVariant(SOURCE, "shaped", tensors={"table": ("float32", (16, None))})
+    assert shaped.tensors == (("table", "float32", (16, -1)),)
+    with pytest.raises(ValueError, match="extents are >= 0, or None for any"):
+        flare.AttentionVariant(SOURCE, "bad", tensors={"table": ("float32", (-2,))})
     slopes, ids = object(), object()
     assert t.arguments("run", {"ids": ids, "a": 1, "slopes": slopes}) == ((1.0,), (slopes, ids))
     with pytest.raises(TypeError, match=r"argument\(s\) \['ids'\]"):

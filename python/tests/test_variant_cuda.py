@@ -103,7 +103,8 @@ def test_built_in_terms_with_a_variant_are_errors():
                      q_data_type=torch.float16, logits_soft_cap=30.0, variant=SOFT_CAP)
 
 
-SLOPES = flare.AttentionVariant(name="user_alibi", tensors={"slopes": torch.float32}, source=r"""
+SLOPES = flare.AttentionVariant(name="user_alibi", tensors={"slopes": (torch.float32, (16,))},
+                                source=r"""
 struct Variant : flare::VariantBase {
   float step;
   int q_pos;
@@ -135,6 +136,10 @@ def test_a_variant_tensor_reproduces_the_built_in_alibi():
         if variant is not None:
             with pytest.raises(ValueError, match="tensor slopes must be float32, got float16"):
                 wrapper.run(q, cache.cache, slopes=slopes.half())
+            with pytest.raises(ValueError, match=r"tensor slopes must have shape \[16\], got \[8\]"):
+                wrapper.run(q, cache.cache, slopes=slopes[:8])
+            with pytest.raises(ValueError, match="tensor slopes must be contiguous"):
+                wrapper.run(q, cache.cache, slopes=torch.zeros(32, device=DEVICE)[::2])
     assert (outputs[0].float() - outputs[1].float()).abs().max().item() <= 2e-2
 
 

@@ -3,12 +3,23 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "flare/core/error.h"
 #include "flare/variant/builtin_variants.h"
 
 namespace flare::api_detail {
 namespace {
+
+// "[16, any]" for a declared shape.
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t d = 0; d < shape.size(); ++d) {
+    out += (d ? ", " : "") + (shape[d] < 0 ? std::string("any") : std::to_string(shape[d]));
+  }
+  return out + "]";
+}
 
 std::string scalar_list(const UserVariant& user) {
   std::string out;
@@ -61,6 +72,14 @@ void check_variant_arguments(const std::optional<UserVariant>& user, const RunOp
                 ", got ", t.device.str());
     FLARE_CHECK(t.data != nullptr || t.numel() == 0, ErrorCode::kInvalidArgument, what,
                 ": variant '", user->name, "' tensor ", decl.name, " has no data");
+    FLARE_CHECK(t.is_contiguous(), ErrorCode::kInvalidArgument, what, ": variant '", user->name,
+                "' tensor ", decl.name, " must be contiguous (shape ", t.shape_str(), ")");
+    bool shape_ok = decl.shape.empty() || static_cast<size_t>(t.ndim) == decl.shape.size();
+    for (size_t d = 0; shape_ok && d < decl.shape.size(); ++d) {
+      shape_ok = decl.shape[d] == -1 || decl.shape[d] == t.shape[d];
+    }
+    FLARE_CHECK(shape_ok, ErrorCode::kInvalidArgument, what, ": variant '", user->name, "' tensor ",
+                decl.name, " must have shape ", shape_text(decl.shape), ", got ", t.shape_str());
   }
   FLARE_CHECK(given == user->scalars.size(), ErrorCode::kInvalidArgument, what, ": variant '",
               user->name, "' takes ", user->scalars.size(), " scalars (",

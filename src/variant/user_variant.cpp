@@ -77,6 +77,11 @@ void validate_user_variant(const UserVariant& variant, const char* what) {
                 ": variant '", variant.name, "' tensor ", tensor.name, " has dtype ",
                 dtype_name(tensor.dtype),
                 "; variant tensors are float32, float16, bfloat16, int32, int64 or uint8");
+    for (const int64_t extent : tensor.shape) {
+      FLARE_CHECK(extent >= -1, ErrorCode::kInvalidArgument, what, ": variant '", variant.name,
+                  "' tensor ", tensor.name, " declares extent ", extent,
+                  "; extents are >= 0, or -1 for any");
+    }
     names.push_back(tensor.name);
   }
 }

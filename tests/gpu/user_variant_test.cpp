@@ -192,7 +192,7 @@ TEST(UserVariantDecode, WrongScalarsThrowBeforeWriting) {
   EXPECT_EQ(testing::count_nan(out.o_host().view()), out.o_host().numel()) << "o was written";
 }
 
-TEST(UserVariantDecode, VariantTensorsAreCheckedForDtypeAndDevice) {
+TEST(UserVariantDecode, VariantTensorsAreCheckedForDtypeDeviceAndShape) {
   FLARE_REQUIRE_GPU();
   const testing::TestKVCache cache = testing::build_kv_cache({5, 9}, 2, 128, 16);
   const gpu_testing::HostQuery q = gpu_testing::random_query(2, 8, 128, DType::kBF16, false, 3);
@@ -204,6 +204,7 @@ TEST(UserVariantDecode, VariantTensorsAreCheckedForDtypeAndDevice) {
   config.head_dim = 128;
   config.page_size = 16;
   config.variant = testing::user_alibi_slopes();
+  config.variant->tensors[0].shape = {8};
   BatchDecode decode(config);
   const gpu_testing::DeviceKV kv = gpu_testing::to_device(cache);
   const gpu_testing::DeviceCopy q_device = gpu_testing::to_device(q.storage, q.view);
@@ -224,6 +225,18 @@ TEST(UserVariantDecode, VariantTensorsAreCheckedForDtypeAndDevice) {
   EXPECT_FLARE_ERROR(
       decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
       ErrorCode::kInvalidArgument, "tensor slopes must be on cuda:0, got cpu");
+  const Slopes longer = random_slopes(16);
+  options.variant_tensors = {&longer.device.view, 1};
+  EXPECT_FLARE_ERROR(
+      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
+      ErrorCode::kInvalidArgument, "tensor slopes must have shape [8], got [16]");
+  TensorView strided = longer.device.view;
+  strided.shape[0] = 8;
+  strided.strides[0] = 2;
+  options.variant_tensors = {&strided, 1};
+  EXPECT_FLARE_ERROR(
+      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
+      ErrorCode::kInvalidArgument, "tensor slopes must be contiguous");
   cuda::device_synchronize();
   EXPECT_EQ(testing::count_nan(out.o_host().view()), out.o_host().numel()) << "o was written";
 }

@@ -92,6 +92,11 @@ TEST(UserVariant, DeclarationsAreValidated) {
   EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
                      "declares 'slopes' twice (scalars and tensors share names)");
   v.scalars = {};
+  v.tensors[0].shape = {16, -2};
+  EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
+                     "tensor slopes declares extent -2; extents are >= 0, or -1 for any");
+  v.tensors[0].shape = {16, -1};
+  EXPECT_NO_THROW(validate_user_variant(v, "T"));
   v.tensors[0].dtype = DType::kE4M3;
   EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
                      "tensor slopes has dtype float8_e4m3; variant tensors are float32");

@@ -27,14 +27,15 @@
 // Each named tensor is a device tensor of a declared dtype the source reads through the pointer
 // `Tensors::<name>(p)` (const float*, const int*, const long long*, const unsigned char*, or
 // const unsigned short* holding float16 / bfloat16 bits); run() passes them
-// (RunOptions::variant_tensors) and checks their dtype and device. Their shapes are the
-// variant's contract: flare cannot see which elements the source reads, so a variant must
-// index only inside the tensors it is given.
-// The AttentionParams of a config with a user variant keep sm_scale (VariantParams::sm_scale)
-// and the mask (causal, custom: the kernel's own); the built-in terms (soft-cap, window, ALiBi,
-// RoPE, use_softmax = false) must stay off: the variant replaces them.
+// (RunOptions::variant_tensors) and checks their dtype, device, contiguity and declared shape.
+// Their shapes are the variant's contract: flare cannot see which elements the source reads, so a
+// variant must index only inside the tensors it is given. The AttentionParams of a config with a
+// user variant keep sm_scale (VariantParams::sm_scale) and the mask (causal, custom: the kernel's
+// own); the built-in terms (soft-cap, window, ALiBi, RoPE, use_softmax = false) must stay off: the
+// variant replaces them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ namespace flare {
 struct UserVariantTensor {
   std::string name;           // a C identifier
   DType dtype = DType::kF32;  // kF32 | kF16 | kBF16 | kI32 | kI64 | kU8
+  // The extents run() requires, -1 for any extent of that dimension; empty: any shape. Every
+  // variant tensor must be contiguous (the source indexes a raw pointer).
+  std::vector<int64_t> shape;
 };
 
 struct UserVariant {
@@ -60,7 +64,7 @@ inline constexpr int kMaxUserTensors = 4;  // kernels/decode_params.cuh kMaxVari
 // Throws kInvalidArgument naming `what` and the field: a name that is not a C identifier, an
 // empty source, a scalar or tensor name that is not a C identifier or appears twice (scalars
 // and tensors share one namespace), more than kMaxUserScalars scalars or kMaxUserTensors
-// tensors, a tensor dtype outside the list above.
+// tensors, a tensor dtype outside the list above, a declared extent below -1.
 void validate_user_variant(const UserVariant& variant, const char* what);
 
 // The variant source a kernel compiles: kernels/variant.cuh, the `Scalars` and `Tensors`
