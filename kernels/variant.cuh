@@ -10,7 +10,9 @@
 //   static float query_scale(const VariantParams&)  factor applied to q.k before
 //                                                    logits_transform (default sm_scale * log2e)
 //   static int visible_begin(const VariantParams&, int q_pos)  first KV position the query
-//                                                    may see (a speed hint; default 0)
+//                                                    may see (a speed hint; default 0: kernels
+//                                                    may skip keys before it, so logits_mask
+//                                                    must exclude them too)
 //   void init(const VariantParams&, const RowContext&)  per query row of a work item: the
 //                                                    request, heads and position (keep what the
 //                                                    other hooks need)
