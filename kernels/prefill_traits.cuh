@@ -4,12 +4,11 @@
 // Compile-time defines: FLARE_HEAD_DIM_QK, FLARE_HEAD_DIM_VO (64 | 128 | 256, or 192 / 128),
 // FLARE_QUERY_TILE (16 | 32 | 64 | 128), FLARE_KV_TILE (32 | 64 | 128), FLARE_Q_DTYPE (q, k, v
 // and o: f16 | bf16), FLARE_KV_PAGED (0 ragged | 1 paged), FLARE_PAGE_SIZE (paged), FLARE_MASK
-// (PrefillMaskCode). `struct Variant` comes from the variant source (kernels/variant.cuh); the
-// prefill kernel relies on its logits_mask excluding exactly the keys before
-// visible_begin(q_pos), which lets tiles past every row's window start skip per-key masking.
-// A Variant whose kSoftCap and kAlibi are both false (StandardVariant's flags) has logits
-// linear in q.k: the kernel then folds the scale into the exp2 argument instead of scaling
-// every score.
+// (PrefillMaskCode). `struct Variant` comes from the variant source (kernels/variant.cuh): a
+// Variant whose logits_mask excludes exactly the keys before visible_begin(q_pos)
+// (kMaskIsWindow) lets tiles past every row's window start skip per-key masking, and one with
+// logits linear in q.k (has_linear_logits) has its scale folded into the exp2 argument instead
+// of every score being scaled.
 #pragma once
 
 #include "decode_params.cuh"
@@ -88,20 +87,9 @@ constexpr float kRescaleThreshold = 8.0f;
 
 static_assert(VariantHookCheck<Variant>::ok, "the variant's hooks");
 
-// Whether the variant's logits are q.k times a constant: StandardVariant without soft-cap and
-// ALiBi (its flags), or a variant that keeps VariantBase's logits_transform; any other Variant
-// takes the general logits_transform path.
-template <class...>
-using void_type = void;
-template <class V, class = void>
-struct LinearLogits {
-  static constexpr bool value = !overrides_logits_transform<V>;
-};
-template <class V>
-struct LinearLogits<V, void_type<decltype(V::kSoftCap), decltype(V::kAlibi)>> {
-  static constexpr bool value = !V::kSoftCap && !V::kAlibi;
-};
-constexpr bool kLinearLogits = LinearLogits<Variant>::value;
+// Logits linear in q.k (kernels/variant.cuh has_linear_logits): the scale then folds into the
+// exp2 argument; any other Variant takes the general logits_transform path.
+constexpr bool kLinearLogits = has_linear_logits<Variant>;
 
 // Per-thread softmax state: kMmaQ m16 tiles, each with two rows (g and g + 8) per thread. With
 // linear logits m is in raw q.k units (the scale applies inside exp2), else in log2 units. The

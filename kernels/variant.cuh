@@ -20,6 +20,8 @@
 //                                                    s = q.k * query_scale -> the logit in log2
 //                                                    units (the kernels' softmax is exp2)
 //   bool logits_mask(int kv_pos) const              false excludes the key
+//   static constexpr bool kLinearLogits;             optional: true when logits_transform returns
+//                                                    s (default: whether it is VariantBase's)
 //   static constexpr bool kMaskIsWindow;             true when logits_mask excludes exactly the
 //                                                    keys before visible_begin(q_pos): the FA2
 //                                                    prefill then checks keys only on the tiles
@@ -103,6 +105,21 @@ constexpr bool overrides_logits_mask =
 template <class V>
 constexpr bool masks_every_key = overrides_logits_mask<V> && !V::kMaskIsWindow;
 
+// Whether V's logit is q.k times query_scale (a family may then fold the scale elsewhere):
+// V::kLinearLogits where V declares it, else whether V keeps VariantBase's logits_transform.
+namespace variant_detail {
+template <class V, class = void>
+struct linear_logits {
+  static constexpr bool value = !overrides_logits_transform<V>;
+};
+template <class V>
+struct linear_logits<V, void_type<decltype(V::kLinearLogits)>> {
+  static constexpr bool value = V::kLinearLogits;
+};
+}  // namespace variant_detail
+template <class V>
+constexpr bool has_linear_logits = variant_detail::linear_logits<V>::value;
+
 // Hooks no family honours yet: a compile error (which plan() raises with NVRTC's log) rather
 // than a silent skip. Each family header instantiates it for its Variant.
 template <class V>
@@ -134,6 +151,7 @@ struct StandardVariant : VariantBase {
   static constexpr bool kSoftCap = FLARE_VARIANT_SOFT_CAP != 0;
   static constexpr bool kWindow = FLARE_VARIANT_WINDOW != 0;
   static constexpr bool kAlibi = FLARE_VARIANT_ALIBI != 0;
+  static constexpr bool kLinearLogits = !kSoftCap && !kAlibi;  // logits_transform is identity
   static constexpr bool use_softmax = true;
 
   float alibi_step;   // added per KV position, in query_scale units
