@@ -64,13 +64,10 @@ void run(BatchDecode& decode, nb::handle q, nb::handle paged_kv_cache, nb::handl
          bool lse_base2, bool enable_pdl, nb::handle variant_scalars, nb::handle variant_tensors) {
   const BatchDecodeConfig& c = decode.config();
   const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "indices");
-  RunOptions options = run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl);
-  std::array<float, kMaxUserScalars> scalars;
-  set_variant_scalars(variant_scalars, scalars, options);
-  std::array<TensorView, kMaxUserTensors> tensors;
-  set_variant_tensors(variant_tensors, tensors, options);
+  const RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
+                          variant_tensors);
   decode.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
-             reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)), options);
+             reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)), args.options());
 }
 
 }  // namespace

@@ -83,15 +83,12 @@ void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache, n
                float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars,
                nb::handle variant_tensors) {
   const BatchPrefillConfig& c = prefill.config();
-  RunOptions options = run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl);
-  std::array<float, kMaxUserScalars> scalars;
-  set_variant_scalars(variant_scalars, scalars, options);
-  std::array<TensorView, kMaxUserTensors> tensors;
-  set_variant_tensors(variant_tensors, tensors, options);
+  const RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
+                          variant_tensors);
   const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "paged_kv_indices");
   prefill.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
               reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
-              optional_object_view(mask_bits, "custom_mask"), options);
+              optional_object_view(mask_bits, "custom_mask"), args.options());
 }
 
 // k, v: [tokens, H_kv, D] (NHD) or [H_kv, tokens, D] (HND, viewed as NHD without a copy).
@@ -100,11 +97,8 @@ void run_ragged(BatchPrefill& prefill, nb::handle q, nb::handle k, nb::handle v,
                 float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars,
                 nb::handle variant_tensors) {
   const BatchPrefillConfig& c = prefill.config();
-  RunOptions options = run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl);
-  std::array<float, kMaxUserScalars> scalars;
-  set_variant_scalars(variant_scalars, scalars, options);
-  std::array<TensorView, kMaxUserTensors> tensors;
-  set_variant_tensors(variant_tensors, tensors, options);
+  const RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
+                          variant_tensors);
   TensorView k_view = object_view(k, "k");
   TensorView v_view = object_view(v, "v");
   if (hnd) {
@@ -118,7 +112,7 @@ void run_ragged(BatchPrefill& prefill, nb::handle q, nb::handle k, nb::handle v,
   prefill.run(object_view(q, "q"), k_view, v_view, object_view(out, "out"),
               optional_object_view(lse, "lse"),
               reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
-              optional_object_view(mask_bits, "custom_mask"), options);
+              optional_object_view(mask_bits, "custom_mask"), args.options());
 }
 
 }  // namespace

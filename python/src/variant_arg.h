@@ -39,29 +39,42 @@ inline std::optional<UserVariant> user_variant_arg(nb::handle variant) {
   return v;
 }
 
-// run()'s scalar values: None, or a tuple of floats in the variant's declared order, copied
-// into `storage` and viewed by options (the engine checks the count against the variant).
-inline void set_variant_scalars(nb::handle values, std::array<float, kMaxUserScalars>& storage,
-                                RunOptions& options) {
-  if (values.is_none()) return;
-  const size_t count = nb::len(values);
-  FLARE_CHECK(count <= storage.size(), ErrorCode::kInvalidArgument, "run(): ", count,
-              " variant scalars; a variant declares at most ", kMaxUserScalars);
-  for (size_t i = 0; i < count; ++i) storage[i] = nb::cast<float>(values[i]);
-  options.variant_scalars = {storage.data(), count};
-}
+// run()'s options from the wrappers' keywords and a variant's arguments: scalars (None, or a
+// tuple of floats in the variant's declared order) and tensors (None, or a tuple of tensors),
+// held here for the options' spans (the engine checks counts, dtypes, devices and shapes).
+// Lives on the stack of one run() call; not copyable, the spans point into it.
+class RunArguments {
+ public:
+  RunArguments(float q_scale, float k_scale, float v_scale, bool lse_base2, bool enable_pdl,
+               nb::handle scalars, nb::handle tensors)
+      : options_(run_options(q_scale, k_scale, v_scale, lse_base2, enable_pdl)) {
+    if (!scalars.is_none()) {
+      const size_t count = checked_count(scalars, kMaxUserScalars, "scalars");
+      for (size_t i = 0; i < count; ++i) scalars_[i] = nb::cast<float>(scalars[i]);
+      options_.variant_scalars = {scalars_.data(), count};
+    }
+    if (!tensors.is_none()) {
+      const size_t count = checked_count(tensors, kMaxUserTensors, "tensors");
+      for (size_t i = 0; i < count; ++i) tensors_[i] = object_view(tensors[i], "variant tensor");
+      options_.variant_tensors = {tensors_.data(), count};
+    }
+  }
+  RunArguments(const RunArguments&) = delete;
+  RunArguments& operator=(const RunArguments&) = delete;
 
-// run()'s variant tensors: None, or a tuple of tensors in the variant's declared order (the
-// engine checks their count, dtypes and device).
-inline void set_variant_tensors(nb::handle tensors,
-                                std::array<TensorView, kMaxUserTensors>& storage,
-                                RunOptions& options) {
-  if (tensors.is_none()) return;
-  const size_t count = nb::len(tensors);
-  FLARE_CHECK(count <= storage.size(), ErrorCode::kInvalidArgument, "run(): ", count,
-              " variant tensors; a variant declares at most ", kMaxUserTensors);
-  for (size_t i = 0; i < count; ++i) storage[i] = object_view(tensors[i], "variant tensor");
-  options.variant_tensors = {storage.data(), count};
-}
+  const RunOptions& options() const { return options_; }
+
+ private:
+  static size_t checked_count(nb::handle values, int most, const char* kind) {
+    const size_t count = nb::len(values);
+    FLARE_CHECK(count <= static_cast<size_t>(most), ErrorCode::kInvalidArgument, "run(): ", count,
+                " variant ", kind, "; a variant declares at most ", most);
+    return count;
+  }
+
+  RunOptions options_;
+  std::array<float, kMaxUserScalars> scalars_{};
+  std::array<TensorView, kMaxUserTensors> tensors_{};
+};
 
 }  // namespace flare::python

@@ -312,12 +312,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
                           const std::optional<TensorView>& mask_bits, const RunOptions& options) {
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
-  FLARE_CHECK(std::isfinite(options.q_scale) && std::isfinite(options.k_scale) &&
-                  std::isfinite(options.v_scale),
-              ErrorCode::kInvalidArgument, kWhat,
-              ": q_scale, k_scale and v_scale must be finite, got ", options.q_scale, ", ",
-              options.k_scale, " and ", options.v_scale);
-  api_detail::check_variant_arguments(c.variant, options, c.device, kWhat);
+  api_detail::check_run_options(c.variant, options, c.device, kWhat);
   // A captured run serves every later plan: its tensors may be sized for larger batches.
   const int64_t total_qo = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : s.total_qo;
   FLARE_CHECK(total_qo >= s.total_qo && total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument,

@@ -129,16 +129,8 @@ void validate_config(const BatchDecodeConfig& c) {
               ": sm_scale (>= 0, 0 = 1/sqrt(D)), k_scale, v_scale and logits_soft_cap must be "
               "finite, got ",
               p.sm_scale, ", ", p.k_scale, ", ", p.v_scale, ", ", p.logits_soft_cap);
-  if (p.alibi_slopes) {
-    const TensorView& s = *p.alibi_slopes;
-    FLARE_CHECK(p.pos_encoding == PosEncoding::kAlibi, ErrorCode::kInvalidArgument, kWhat,
-                ": alibi_slopes is given but pos_encoding is not kAlibi");
-    FLARE_CHECK(
-        s.device.is_cpu() && s.dtype == DType::kF32 && s.ndim == 1 && s.shape[0] == c.num_qo_heads,
-        ErrorCode::kInvalidArgument, kWhat, ": alibi_slopes must be a float32 CPU tensor [",
-        c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
-  }
-  api_detail::resolve_variant(p, c.variant, kWhat);  // throws for what no kernel expresses
+  // Throws for what no kernel expresses.
+  api_detail::resolve_variant(p, c.variant, c.num_qo_heads, kWhat);
   const int heads = c.kv_heads_per_item;
   FLARE_CHECK(heads == 1 || heads == 2 || heads == 4 || heads == 8, ErrorCode::kInvalidArgument,
               kWhat, ": kv_heads_per_item must be 1, 2, 4 or 8, got ", heads);
@@ -315,7 +307,7 @@ BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config,
   validate_config(config);
   const Geometry g = decode_geometry(config, max_shared_bytes_per_block);
   const api_detail::ResolvedVariant variant =
-      api_detail::resolve_variant(config.params, config.variant, kWhat);
+      api_detail::resolve_variant(config.params, config.variant, config.num_qo_heads, kWhat);
   BatchDecodeKernels k;
   k.rows_per_item = g.rows * g.item_heads;
   k.threads = g.threads;

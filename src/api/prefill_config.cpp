@@ -86,17 +86,8 @@ void validate_config(const BatchPrefillConfig& c) {
   FLARE_CHECK(p.k_scale == 1.0f && p.v_scale == 1.0f, ErrorCode::kUnsupported, kWhat,
               ": k_scale and v_scale (fp8 KV) are not supported, got ", p.k_scale, " and ",
               p.v_scale);
-  if (p.alibi_slopes) {
-    const TensorView& s = *p.alibi_slopes;
-    FLARE_CHECK(p.pos_encoding == PosEncoding::kAlibi, ErrorCode::kInvalidArgument, kWhat,
-                ": alibi_slopes is given but pos_encoding is not kAlibi");
-    FLARE_CHECK(
-        s.device.is_cpu() && s.dtype == DType::kF32 && s.ndim == 1 && s.shape[0] == c.num_qo_heads,
-        ErrorCode::kInvalidArgument, kWhat, ": alibi_slopes must be a float32 CPU tensor [",
-        c.num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
-  }
   // Throws for what no kernel expresses.
-  api_detail::resolve_variant(variant_params(p), c.variant, kWhat);
+  api_detail::resolve_variant(variant_params(p), c.variant, c.num_qo_heads, kWhat);
 }
 
 int mask_code(MaskMode mask) {
@@ -206,8 +197,8 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
                   tiles.kv_tile / prefill_warps_kv(shape) >= 16,
               ErrorCode::kInvalidArgument, kWhat, ": tiles ", tiles.query_tile, "x", tiles.kv_tile,
               " are not a kernel configuration");
-  const api_detail::ResolvedVariant variant =
-      api_detail::resolve_variant(variant_params(config.params), config.variant, kWhat);
+  const api_detail::ResolvedVariant variant = api_detail::resolve_variant(
+      variant_params(config.params), config.variant, config.num_qo_heads, kWhat);
   const bool paged = config.kv == PrefillKV::kPaged;
   const std::string dtype = std::to_string(static_cast<int>(config.dtype));
   BatchPrefillKernels k;

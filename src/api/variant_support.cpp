@@ -30,7 +30,17 @@ std::string scalar_list(const UserVariant& user) {
 }  // namespace
 
 ResolvedVariant resolve_variant(const AttentionParams& params,
-                                const std::optional<UserVariant>& user, const char* what) {
+                                const std::optional<UserVariant>& user, int num_qo_heads,
+                                const char* what) {
+  if (params.alibi_slopes) {
+    const TensorView& s = *params.alibi_slopes;
+    FLARE_CHECK(params.pos_encoding == PosEncoding::kAlibi, ErrorCode::kInvalidArgument, what,
+                ": alibi_slopes is given but pos_encoding is not kAlibi");
+    FLARE_CHECK(
+        s.device.is_cpu() && s.dtype == DType::kF32 && s.ndim == 1 && s.shape[0] == num_qo_heads,
+        ErrorCode::kInvalidArgument, what, ": alibi_slopes must be a float32 CPU tensor [",
+        num_qo_heads, "], got ", dtype_name(s.dtype), " ", s.shape_str(), " on ", s.device.str());
+  }
   if (!user) {
     const StandardVariantFlags flags = standard_variant_flags(params, what);
     return {standard_variant_source(flags), standard_variant_name(flags)};
@@ -48,8 +58,13 @@ ResolvedVariant resolve_variant(const AttentionParams& params,
   return {user_variant_source(*user), "user:" + user->name};
 }
 
-void check_variant_arguments(const std::optional<UserVariant>& user, const RunOptions& options,
-                             int device, const char* what) {
+void check_run_options(const std::optional<UserVariant>& user, const RunOptions& options,
+                       int device, const char* what) {
+  FLARE_CHECK(std::isfinite(options.q_scale) && std::isfinite(options.k_scale) &&
+                  std::isfinite(options.v_scale),
+              ErrorCode::kInvalidArgument, what,
+              ": q_scale, k_scale and v_scale must be finite, got ", options.q_scale, ", ",
+              options.k_scale, " and ", options.v_scale);
   const size_t given = options.variant_scalars.size();
   const size_t tensors = options.variant_tensors.size();
   if (!user) {

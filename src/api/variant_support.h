@@ -17,18 +17,22 @@ struct ResolvedVariant {
   std::string name;    // for the kernel label: "default", "soft_cap+window", "user:<name>"
 };
 
-// Throws kUnsupported for what the built-in cannot express (standard_variant_flags), and for a
-// user variant kInvalidArgument when it is malformed (validate_user_variant) or when `params`
-// also asks for a built-in term (soft-cap, window, ALiBi, RoPE, use_softmax = false) that the
-// user's source replaces. `params` without the kernel's own mask terms.
+// Throws kInvalidArgument for alibi_slopes that are not a float32 CPU tensor [num_qo_heads] or
+// come without kAlibi, kUnsupported for what the built-in cannot express
+// (standard_variant_flags), and for a user variant kInvalidArgument when it is malformed
+// (validate_user_variant) or when `params` also asks for a built-in term (soft-cap, window,
+// ALiBi, RoPE, use_softmax = false) that the user's source replaces. `params` without the
+// kernel's own mask terms.
 ResolvedVariant resolve_variant(const AttentionParams& params,
-                                const std::optional<UserVariant>& user, const char* what);
+                                const std::optional<UserVariant>& user, int num_qo_heads,
+                                const char* what);
 
-// run(): options.variant_scalars and variant_tensors against the config's variant (one finite
-// value per declared scalar; one tensor per declared tensor, of its dtype, on `device`; none
-// without a user variant). Throws kInvalidArgument naming the variant's scalars or tensor.
-void check_variant_arguments(const std::optional<UserVariant>& user, const RunOptions& options,
-                             int device, const char* what);
+// run()'s options: finite q/k/v scales, and variant_scalars and variant_tensors against the
+// config's variant (one finite value per declared scalar; one contiguous tensor per declared
+// tensor, of its dtype and declared shape, on `device`; none without a user variant). Throws
+// kInvalidArgument naming the scale, the variant's scalars or the tensor.
+void check_run_options(const std::optional<UserVariant>& user, const RunOptions& options,
+                       int device, const char* what);
 
 // Copies the checked scalars and tensor pointers into the kernel's parameters.
 void set_variant_arguments(const RunOptions& options, VariantParams& out);

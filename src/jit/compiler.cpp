@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "flare/core/error.h"
+#include "flare/core/identifier.h"
 #include "flare/jit/embedded_sources.h"
 #include "flare/jit/log.h"
 #include "src/jit/compile_steps.h"
@@ -19,13 +20,6 @@
 
 namespace flare::jit {
 namespace {
-
-bool is_identifier(const std::string& name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  });
-}
 
 std::string display_label(const KernelSpec& spec) {
   if (!spec.label.empty()) return spec.label;
@@ -144,7 +138,7 @@ std::string KernelSpec::translation_unit() const {
               "KernelSpec.family_header must be a header file name, got '", family_header, "'");
   std::string unit;
   for (const auto& [name, value] : defines) {
-    FLARE_CHECK(is_identifier(name), ErrorCode::kInvalidArgument,
+    FLARE_CHECK(is_c_identifier(name), ErrorCode::kInvalidArgument,
                 "KernelSpec.defines: name must be a C identifier, got '", name, "'");
     FLARE_CHECK(value.find('\n') == std::string::npos, ErrorCode::kInvalidArgument,
                 "KernelSpec.defines: value of ", name, " must be one line, got '", value, "'");

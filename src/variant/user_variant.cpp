@@ -2,20 +2,13 @@
 #include "flare/variant/user_variant.h"
 
 #include <algorithm>
-#include <cctype>
 #include <string>
 
 #include "flare/core/error.h"
+#include "flare/core/identifier.h"
 
 namespace flare {
 namespace {
-
-bool is_identifier(const std::string& name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  });
-}
 
 // The C type a tensor of `dtype` is read as, or nullptr when variants take no such tensors.
 const char* element_type(DType dtype) {
@@ -45,7 +38,7 @@ std::string joined(const std::vector<std::string>& names) {
 }  // namespace
 
 void validate_user_variant(const UserVariant& variant, const char* what) {
-  FLARE_CHECK(is_identifier(variant.name), ErrorCode::kInvalidArgument, what,
+  FLARE_CHECK(is_c_identifier(variant.name), ErrorCode::kInvalidArgument, what,
               ": variant.name must be a C identifier, got '", variant.name, "'");
   FLARE_CHECK(variant.source.find_first_not_of(" \t\r\n") != std::string::npos,
               ErrorCode::kInvalidArgument, what, ": variant '", variant.name,
@@ -59,7 +52,7 @@ void validate_user_variant(const UserVariant& variant, const char* what) {
   std::vector<std::string> names;
   for (size_t i = 0; i < variant.scalars.size(); ++i) {
     const std::string& scalar = variant.scalars[i];
-    FLARE_CHECK(is_identifier(scalar), ErrorCode::kInvalidArgument, what, ": variant '",
+    FLARE_CHECK(is_c_identifier(scalar), ErrorCode::kInvalidArgument, what, ": variant '",
                 variant.name, "' scalar ", i, " must be a C identifier, got '", scalar, "'");
     FLARE_CHECK(std::find(names.begin(), names.end(), scalar) == names.end(),
                 ErrorCode::kInvalidArgument, what, ": variant '", variant.name,
@@ -68,7 +61,7 @@ void validate_user_variant(const UserVariant& variant, const char* what) {
   }
   for (size_t i = 0; i < variant.tensors.size(); ++i) {
     const UserVariantTensor& tensor = variant.tensors[i];
-    FLARE_CHECK(is_identifier(tensor.name), ErrorCode::kInvalidArgument, what, ": variant '",
+    FLARE_CHECK(is_c_identifier(tensor.name), ErrorCode::kInvalidArgument, what, ": variant '",
                 variant.name, "' tensor ", i, " must be a C identifier, got '", tensor.name, "'");
     FLARE_CHECK(std::find(names.begin(), names.end(), tensor.name) == names.end(),
                 ErrorCode::kInvalidArgument, what, ": variant '", variant.name, "' declares '",

@@ -145,100 +145,93 @@ TEST(UserVariantDecode, SlopesFromAVariantTensorMatchTheReference) {
   }
 }
 
+// A planned decode of two requests with `variant`, its inputs on the device and its outputs
+// NaN-poisoned: for run()'s argument errors.
+struct PlannedDecode {
+  explicit PlannedDecode(const UserVariant& variant)
+      : cache(testing::build_kv_cache({5, 9}, 2, 128, 16)),
+        q(gpu_testing::random_query(2, 8, 128, DType::kBF16, false, 3)),
+        decode(config_of(variant)),
+        kv(gpu_testing::to_device(cache)),
+        q_device(gpu_testing::to_device(q.storage, q.view)),
+        out(2, 8, 128, DType::kBF16) {
+    cuda::device_synchronize();
+    decode.plan(testing::int32_values(cache.page_indptr.view()),
+                testing::int32_values(cache.last_page_len.view()), nullptr);
+    out.poison(nullptr);
+  }
+  void run(const RunOptions& options) {
+    decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options);
+  }
+  static BatchDecodeConfig config_of(const UserVariant& variant) {
+    cuda::set_device(0);
+    BatchDecodeConfig config;
+    config.max_batch = 2;
+    config.num_qo_heads = 8;
+    config.num_kv_heads = 2;
+    config.head_dim = 128;
+    config.page_size = 16;
+    config.variant = variant;
+    return config;
+  }
+
+  const testing::TestKVCache cache;
+  const gpu_testing::HostQuery q;
+  BatchDecode decode;
+  const gpu_testing::DeviceKV kv;
+  const gpu_testing::DeviceCopy q_device;
+  gpu_testing::DeviceOutputs out;
+};
+
 TEST(UserVariantDecode, WrongScalarsThrowBeforeWriting) {
   FLARE_REQUIRE_GPU();
-  const testing::TestKVCache cache = testing::build_kv_cache({5, 9}, 2, 128, 16);
-  const gpu_testing::HostQuery q = gpu_testing::random_query(2, 8, 128, DType::kBF16, false, 3);
-  cuda::set_device(0);
-  BatchDecodeConfig config;
-  config.max_batch = 2;
-  config.num_qo_heads = 8;
-  config.num_kv_heads = 2;
-  config.head_dim = 128;
-  config.page_size = 16;
-  config.variant = testing::user_soft_cap();
-  BatchDecode decode(config);
-  const gpu_testing::DeviceKV kv = gpu_testing::to_device(cache);
-  const gpu_testing::DeviceCopy q_device = gpu_testing::to_device(q.storage, q.view);
-  gpu_testing::DeviceOutputs out(2, 8, 128, DType::kBF16);
-  cuda::device_synchronize();
-  decode.plan(testing::int32_values(cache.page_indptr.view()),
-              testing::int32_values(cache.last_page_len.view()), nullptr);
-  out.poison(nullptr);
+  PlannedDecode d(testing::user_soft_cap());
   RunOptions options;
-  EXPECT_FLARE_ERROR(
-      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
-      ErrorCode::kInvalidArgument,
-      "variant 'user_soft_cap' takes 1 scalars (cap), variant_scalars holds 0");
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
+                     "variant 'user_soft_cap' takes 1 scalars (cap), variant_scalars holds 0");
   const float two[] = {30.0f, 1.0f};
   options.variant_scalars = two;
-  EXPECT_FLARE_ERROR(
-      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
-      ErrorCode::kInvalidArgument, "variant_scalars holds 2");
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument, "variant_scalars holds 2");
   const float nan[] = {std::numeric_limits<float>::quiet_NaN()};
   options.variant_scalars = nan;
-  EXPECT_FLARE_ERROR(
-      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
-      ErrorCode::kInvalidArgument, "scalar cap must be finite");
-  options.variant_scalars = {};
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument, "scalar cap must be finite");
   const float cap[] = {30.0f};
   options.variant_scalars = cap;
-  const TensorView extra = out.lse_view;
+  const TensorView extra = d.out.lse_view;
   options.variant_tensors = {&extra, 1};
-  EXPECT_FLARE_ERROR(
-      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
-      ErrorCode::kInvalidArgument, "takes 0 tensors, variant_tensors holds 1");
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
+                     "takes 0 tensors, variant_tensors holds 1");
   cuda::device_synchronize();
-  EXPECT_EQ(testing::count_nan(out.o_host().view()), out.o_host().numel()) << "o was written";
+  EXPECT_EQ(testing::count_nan(d.out.o_host().view()), d.out.o_host().numel()) << "o was written";
 }
 
 TEST(UserVariantDecode, VariantTensorsAreCheckedForDtypeDeviceAndShape) {
   FLARE_REQUIRE_GPU();
-  const testing::TestKVCache cache = testing::build_kv_cache({5, 9}, 2, 128, 16);
-  const gpu_testing::HostQuery q = gpu_testing::random_query(2, 8, 128, DType::kBF16, false, 3);
-  cuda::set_device(0);
-  BatchDecodeConfig config;
-  config.max_batch = 2;
-  config.num_qo_heads = 8;
-  config.num_kv_heads = 2;
-  config.head_dim = 128;
-  config.page_size = 16;
-  config.variant = testing::user_alibi_slopes();
-  config.variant->tensors[0].shape = {8};
-  BatchDecode decode(config);
-  const gpu_testing::DeviceKV kv = gpu_testing::to_device(cache);
-  const gpu_testing::DeviceCopy q_device = gpu_testing::to_device(q.storage, q.view);
-  gpu_testing::DeviceOutputs out(2, 8, 128, DType::kBF16);
-  cuda::device_synchronize();
-  decode.plan(testing::int32_values(cache.page_indptr.view()),
-              testing::int32_values(cache.last_page_len.view()), nullptr);
-  out.poison(nullptr);
+  UserVariant variant = testing::user_alibi_slopes();
+  variant.tensors[0].shape = {8};
+  PlannedDecode d(variant);
   RunOptions options;
-  const TensorView wrong_dtype = q_device.view;
+  const TensorView wrong_dtype = d.q_device.view;
   options.variant_tensors = {&wrong_dtype, 1};
-  EXPECT_FLARE_ERROR(
-      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
-      ErrorCode::kInvalidArgument, "tensor slopes must be float32, got bfloat16");
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
+                     "tensor slopes must be float32, got bfloat16");
   const Slopes slopes = random_slopes(8);
   const TensorView on_host = slopes.host.view();
   options.variant_tensors = {&on_host, 1};
-  EXPECT_FLARE_ERROR(
-      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
-      ErrorCode::kInvalidArgument, "tensor slopes must be on cuda:0, got cpu");
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
+                     "tensor slopes must be on cuda:0, got cpu");
   const Slopes longer = random_slopes(16);
   options.variant_tensors = {&longer.device.view, 1};
-  EXPECT_FLARE_ERROR(
-      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
-      ErrorCode::kInvalidArgument, "tensor slopes must have shape [8], got [16]");
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
+                     "tensor slopes must have shape [8], got [16]");
   TensorView strided = longer.device.view;
   strided.shape[0] = 8;
   strided.strides[0] = 2;
   options.variant_tensors = {&strided, 1};
-  EXPECT_FLARE_ERROR(
-      decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options),
-      ErrorCode::kInvalidArgument, "tensor slopes must be contiguous");
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
+                     "tensor slopes must be contiguous");
   cuda::device_synchronize();
-  EXPECT_EQ(testing::count_nan(out.o_host().view()), out.o_host().numel()) << "o was written";
+  EXPECT_EQ(testing::count_nan(d.out.o_host().view()), d.out.o_host().numel()) << "o was written";
 }
 
 using prefill_testing::Case;
