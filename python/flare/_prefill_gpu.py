@@ -6,7 +6,7 @@ run() call. Reached only with CUDA tensors, so the caller has imported torch.
 import numpy as np
 
 from . import _flare
-from ._args import check_lse_base, make_params, pdl_flag, scale_or_one, unsupported
+from ._args import check_lse_base, make_params, unsupported
 from ._cpu import pack_custom_mask
 from ._tensors import (index_on_device, is_cuda, is_torch, refill_buffer, scratch_of,
                        torch_module)
@@ -42,6 +42,14 @@ class _Prefills:
 
     def values(self):
         return self._by_key.values()
+
+    def fitting(self, key, max_batch, max_total_qo):
+        """The prefill of `key` when it holds these capacities, else None."""
+        prefill = self._by_key.get(key)
+        if (prefill is None or prefill.max_batch < max_batch or
+                prefill.max_total_qo < max_total_qo):
+            return None
+        return prefill
 
     def get(self, key, max_batch, max_total_qo, make):
         prefill = self._by_key.get(key)
@@ -103,6 +111,19 @@ def mask_on_device(custom_mask, packed_custom_mask, qo_len, kv_len, like):
     weights = torch.tensor([1 << b for b in range(8)], dtype=torch.int32, device=device)
     packed = (padded.view(-1, 8).to(torch.int32) * weights).sum(dim=1).to(torch.uint8)
     return packed, indptr
+
+
+def config_key(config):
+    """The identity of a BatchPrefill configuration (GpuPrefill.plan's config) as a tuple in a
+    fixed order: plan() looks its prefill up by it on every call."""
+    params = config["params_kwargs"]
+    variant = config["variant"]
+    return (config["num_qo_heads"], config["num_kv_heads"], config["head_dim_qk"],
+            config["head_dim_vo"], config["page_size"], config["dtype"], config["custom_mask"],
+            config["fixed_split_size"], config["disable_split_kv"], params["sm_scale"],
+            params["causal"], params["window_left"], params["logits_soft_cap"],
+            params["pos_encoding_mode"], params["rope_scale"], params["rope_theta"],
+            None if variant is None else variant.key())
 
 
 def _check_buffer(name, buffer, workspace, dtype):
@@ -168,23 +189,21 @@ class GpuPrefill:
             raise ValueError(f"paged_kv_last_page_len_buf must have batch = {self._fixed_batch} "
                              f"entries, got {buffers['paged_kv_last_page_len_buf'].shape[0]}")
 
-    def plan(self, *, hosts, kv_len, sources, mask, config, non_blocking):
+    def plan(self, hosts, kv_len, sources, mask, config, non_blocking, key=None):
         """Schedules one batch.
 
         hosts: (qo_indptr, kv_indptr, kv_last_page_len or None for ragged KV) on the host as
         the extension reads them (host_index); kv_len(): KV tokens per request (numpy), asked
         only for a custom mask; sources: the caller's index arrays by the name of their
         CUDA-graph buffer (host or device); mask: the (custom_mask, packed_custom_mask) pair or
-        None; config: the BatchPrefill keywords that are not capacities.
+        None; config: the BatchPrefill keywords that are not capacities; key: config_key(config)
+        when the caller keeps it.
         """
         qo_host, kv_host, last_host = hosts
-        batch = len(qo_host) - 1
+        batch = qo_host.shape[0] - 1
         total_qo = int(qo_host[-1]) if batch >= 0 else 0
-        variant = config["variant"]
-        key = tuple(sorted((k, v) for k, v in config.items()
-                           if k not in ("params_kwargs", "variant"))) + (
-            tuple(sorted(config["params_kwargs"].items())),
-            None if variant is None else variant.key())
+        if key is None:
+            key = config_key(config)
         if self._use_cuda_graph:
             if batch != self._fixed_batch:
                 raise ValueError(f"the batch size of a use_cuda_graph wrapper is fixed at "
@@ -212,7 +231,9 @@ class GpuPrefill:
         page_ids, mask_bits = self._device_tables(sources, mask_bits, non_blocking)
         prefill = None
         if batch >= 1 and (total_qo > 0 or self._use_cuda_graph):
-            prefill = self._prefill(key, config, *capacity)
+            prefill = self._prefills.fitting(key, *capacity)
+            if prefill is None:
+                prefill = self._prefill(key, config, *capacity)
             prefill.plan(qo_host, kv_host, last_host, _flare.current_stream(self._device))
         if self._use_cuda_graph and self._graph_key is None:  # the first plan() succeeded
             self._graph_key, self._graph_max_total_qo = key, capacity[1]
@@ -220,7 +241,7 @@ class GpuPrefill:
         # batch); otherwise the plan's.
         rows = None if self._use_cuda_graph else total_qo
         self.planned = (prefill, page_ids, mask_bits[0] if mask_bits is not None else None,
-                        rows, (config["num_qo_heads"], config["head_dim_vo"]), variant)
+                        rows, (config["num_qo_heads"], config["head_dim_vo"]), config["variant"])
 
     def _prefill(self, key, config, max_batch, max_total_qo):
         params_kwargs = dict(config["params_kwargs"])
@@ -269,12 +290,16 @@ class GpuPrefill:
         indptr_buf.copy_(indptr, non_blocking=non_blocking)
         return page_ids, (bits_buf, indptr_buf)
 
-    def run(self, q, kv, *, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base,
-            enable_pdl, variant_kwargs):
+    def run(self, q, kv, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base, enable_pdl,
+            variant_kwargs):
         """o [total_q, H_qo, D_vo] (and lse) for the plan: one extension call. kv is the
         paged_kv_cache argument, or the (k, v) pair of ragged rows; variant_kwargs: run()'s
-        keyword arguments beyond FlashInfer's (a planned variant's scalars)."""
-        prefill, page_ids, mask_bits, rows, (heads, head_dim_vo), variant = self.planned
+        keyword arguments beyond FlashInfer's (a planned variant's scalars). Positional, and
+        the defaults spelled out: each keyword or helper call costs ~0.1 us on this path."""
+        planned = self.planned
+        if planned is None:
+            raise RuntimeError(f"{self._where}.run() needs a plan(): call plan() first")
+        prefill, page_ids, mask_bits, rows, (heads, head_dim_vo), variant = planned
         try:
             if rows is None:
                 rows = q.shape[0]
@@ -289,13 +314,17 @@ class GpuPrefill:
                             else variant_arguments(f"{self._where}.run", variant, variant_kwargs))
         if prefill is None:  # no query token: nothing to compute
             return (out, lse) if return_lse else out
-        scales = (scale_or_one(q_scale), scale_or_one(k_scale), scale_or_one(v_scale),
-                  check_lse_base(lse_base), pdl_flag(enable_pdl), scalars, tensors)
+        q_scale = 1.0 if q_scale is None else float(q_scale)
+        k_scale = 1.0 if k_scale is None else float(k_scale)
+        v_scale = 1.0 if v_scale is None else float(v_scale)
+        base2 = True if lse_base == "log2" else check_lse_base(lse_base)
+        pdl = True if enable_pdl is None else bool(enable_pdl)
         if self._paged:
-            prefill.run_paged(q, kv, page_ids, out, lse, mask_bits, *scales)
+            prefill.run_paged(q, kv, page_ids, out, lse, mask_bits, q_scale, k_scale, v_scale,
+                              base2, pdl, scalars, tensors)
         else:
             prefill.run_ragged(q, kv[0], kv[1], self._kv_layout == "HND", out, lse, mask_bits,
-                               *scales)
+                               q_scale, k_scale, v_scale, base2, pdl, scalars, tensors)
         return (out, lse) if return_lse else out
 
     def check(self):

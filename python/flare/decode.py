@@ -26,6 +26,20 @@ _WRAPPER = "BatchDecodeWithPagedKVCacheWrapper"
 _ENGINE_NAMES = {"kv_indptr": "indptr", "kv_last_page_len": "last_page_len"}
 
 
+# Configurations a wrapper remembers (its plan() arguments beyond the index arrays); past
+# this many it forgets them all (a caller cycling through more is not a serving loop).
+_MAX_REMEMBERED = 32
+
+
+def _plan_dtypes(q_data_type, kv_data_type, data_type):
+    """flare's names of q's and the KV cache's dtypes from plan()'s arguments."""
+    if data_type is not None:  # FlashInfer's deprecated alias of q_data_type and kv_data_type
+        q_data_type = data_type
+        kv_data_type = data_type if kv_data_type is None else kv_data_type
+    q_dtype = dtype_name(q_data_type)
+    return q_dtype, dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
+
+
 def _next_power_of_two(n):
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -105,6 +119,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._indptr_buf, self._indices_buf, self._last_page_len_buf = buffers
         self._scratch = scratch_of(float_workspace_buffer, _WRAPPER) if self._cuda else None
         self._decoders = _GpuDecoders()
+        self._resolved = {}  # plan()'s configuration arguments -> _resolve()'s result
         self._graph_key = None
         self._planned = None
         # GPU run(): (decoder, page ids on the device, out shape, lse shape), set by plan().
@@ -134,44 +149,95 @@ class BatchDecodeWithPagedKVCacheWrapper:
         flare.AttentionVariant compiled in place of the built-in terms (pos_encoding_mode,
         window_left and logits_soft_cap must then stay off); its scalars go to run().
         """
+        signature = (num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode,
+                     window_left, logits_soft_cap, q_data_type, kv_data_type, data_type,
+                     sm_scale, rope_scale, rope_theta, fixed_split_size, disable_split_kv,
+                     o_data_type, variant)
+        if self._cuda:
+            try:
+                resolved = self._resolved.get(signature)
+            except TypeError:  # an unhashable argument: checked every time, never remembered
+                signature, resolved = None, None
+            if resolved is None:
+                resolved = self._resolve(signature, num_qo_heads, num_kv_heads, head_dim,
+                                         page_size, pos_encoding_mode, window_left,
+                                         logits_soft_cap, q_data_type, kv_data_type, data_type,
+                                         sm_scale, rope_scale, rope_theta, fixed_split_size,
+                                         disable_split_kv, o_data_type, variant)
+            return self._plan_gpu(resolved, indptr, indices, last_page_len, non_blocking)
         check_pos_encoding_mode(pos_encoding_mode)
-        if data_type is not None:  # FlashInfer's deprecated alias of q_data_type and kv_data_type
-            q_data_type = data_type
-            kv_data_type = data_type if kv_data_type is None else kv_data_type
-        q_dtype = dtype_name(q_data_type)
-        kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
+        q_dtype, kv_dtype = _plan_dtypes(q_data_type, kv_data_type, data_type)
         check_o_data_type(f"{_WRAPPER}.plan", o_data_type, q_dtype)
-        variant = check_variant(f"{_WRAPPER}.plan", variant, self._cuda)
-        num_qo_heads, num_kv_heads = int(num_qo_heads), int(num_kv_heads)
-        head_dim, page_size = int(head_dim), int(page_size)
+        check_variant(f"{_WRAPPER}.plan", variant, self._cuda)
+        self._gpu = None
+        indptr_host = host_indptr(indptr, "indptr")
+        last_host = host_int32(last_page_len, "last_page_len")
+        batch = indptr_host.shape[0] - 1
+        kv_len = paged_kv_lengths(indptr_host, last_host, int(page_size))
+        qo_indptr = np.arange(batch + 1, dtype=np.int32)
         params_kwargs = dict(sm_scale=sm_scale, window_left=window_left,
                              logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
                              rope_scale=rope_scale, rope_theta=rope_theta)
-        self._gpu = None
-        if not self._cuda:
-            indptr_host = host_indptr(indptr, "indptr")
-            last_host = host_int32(last_page_len, "last_page_len")
-            batch = indptr_host.shape[0] - 1
-            kv_len = paged_kv_lengths(indptr_host, last_host, page_size)
-            qo_indptr = np.arange(batch + 1, dtype=np.int32)
-            self._planned = dict(
-                batch=batch, q_dtype=q_dtype, kv_dtype=kv_dtype,
-                cpu=CpuBatch(qo_indptr=qo_indptr, kv_len=kv_len, num_qo_heads=num_qo_heads,
-                             num_kv_heads=num_kv_heads, head_dim_qk=head_dim,
-                             head_dim_vo=head_dim, page_size=page_size,
-                             params_kwargs=params_kwargs, fixed_split_size=fixed_split_size,
-                             disable_split_kv=disable_split_kv),
-                tables=(indptr_host, host_int32(indices, "indices"), last_host))
-            return
-        # The engine reads (and checks) the host arrays without a copy.
-        indptr_host = host_index(indptr, "indptr")
-        last_host = host_index(last_page_len, "last_page_len")
-        batch = len(indptr_host) - 1
+        self._planned = dict(
+            batch=batch, q_dtype=q_dtype, kv_dtype=kv_dtype,
+            cpu=CpuBatch(qo_indptr=qo_indptr, kv_len=kv_len, num_qo_heads=int(num_qo_heads),
+                         num_kv_heads=int(num_kv_heads), head_dim_qk=int(head_dim),
+                         head_dim_vo=int(head_dim), page_size=int(page_size),
+                         params_kwargs=params_kwargs, fixed_split_size=fixed_split_size,
+                         disable_split_kv=disable_split_kv),
+            tables=(indptr_host, host_int32(indices, "indices"), last_host))
+
+    def _resolve(self, signature, num_qo_heads, num_kv_heads, head_dim, page_size,
+                 pos_encoding_mode, window_left, logits_soft_cap, q_data_type, kv_data_type,
+                 data_type, sm_scale, rope_scale, rope_theta, fixed_split_size, disable_split_kv,
+                 o_data_type, variant):
+        """Checks plan()'s configuration arguments and resolves them to (key, dtypes, heads and
+        head_dim, make(capacity) -> BatchDecode); kept by `signature` (None: not kept), so that
+        the next plan() of the configuration (every step of a serving loop) checks nothing but
+        the index arrays."""
+        where = f"{_WRAPPER}.plan"
+        check_pos_encoding_mode(pos_encoding_mode)
+        q_dtype, kv_dtype = _plan_dtypes(q_data_type, kv_data_type, data_type)
+        check_o_data_type(where, o_data_type, q_dtype)
+        variant = check_variant(where, variant, self._cuda)
+        num_qo_heads, num_kv_heads = int(num_qo_heads), int(num_kv_heads)
+        head_dim, page_size = int(head_dim), int(page_size)
+        params = make_params(sm_scale=sm_scale, window_left=window_left,
+                             logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
+                             rope_scale=rope_scale, rope_theta=rope_theta)
+        fixed_split_size = 0 if fixed_split_size is None else int(fixed_split_size)
         tensor_cores = _tensor_core_loop(self._use_tensor_cores, q_dtype, kv_dtype)
         key = (q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, page_size,
                sm_scale, window_left, logits_soft_cap, pos_encoding_mode, rope_scale, rope_theta,
                fixed_split_size, bool(disable_split_kv), tensor_cores,
                None if variant is None else variant.key())
+        device = self._workspace.device.index or 0
+        scratch, scratch_bytes = self._scratch
+
+        def make(capacity):
+            return _flare.BatchDecode(
+                device=device, max_batch=capacity, num_qo_heads=num_qo_heads,
+                num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
+                q_dtype=q_dtype, kv_dtype=kv_dtype, kv_layout=self._kv_layout,
+                params=params, use_cuda_graph=self._use_cuda_graph,
+                fixed_split_size=fixed_split_size, disable_split_kv=bool(disable_split_kv),
+                use_tensor_cores=tensor_cores, scratch=scratch, scratch_bytes=scratch_bytes,
+                validate_indices=self._validate, variant=variant)
+
+        resolved = (key, q_dtype, kv_dtype, (num_qo_heads, head_dim), variant, make, device)
+        if signature is not None:
+            if len(self._resolved) >= _MAX_REMEMBERED:
+                self._resolved.clear()
+            self._resolved[signature] = resolved
+        return resolved
+
+    def _plan_gpu(self, resolved, indptr, indices, last_page_len, non_blocking):
+        key, q_dtype, kv_dtype, (num_qo_heads, head_dim), variant, make, device = resolved
+        self._gpu = None
+        # The engine reads (and checks) the host arrays without a copy.
+        indptr_host = host_index(indptr, "indptr")
+        last_host = host_index(last_page_len, "last_page_len")
+        batch = indptr_host.shape[0] - 1
         if self._use_cuda_graph:
             # A captured run launches one decoder's kernels: a plan for another configuration
             # would never reach the graph.
@@ -187,20 +253,6 @@ class BatchDecodeWithPagedKVCacheWrapper:
             max_batch = self._fixed_batch
         else:
             max_batch = _next_power_of_two(max(batch, 1))
-        device = self._workspace.device.index or 0
-        scratch, scratch_bytes = self._scratch
-
-        def make(capacity):
-            return _flare.BatchDecode(
-                device=device, max_batch=capacity, num_qo_heads=num_qo_heads,
-                num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
-                q_dtype=q_dtype, kv_dtype=kv_dtype, kv_layout=self._kv_layout,
-                params=make_params(**params_kwargs), use_cuda_graph=self._use_cuda_graph,
-                fixed_split_size=0 if fixed_split_size is None else int(fixed_split_size),
-                disable_split_kv=bool(disable_split_kv), use_tensor_cores=tensor_cores,
-                scratch=scratch, scratch_bytes=scratch_bytes, validate_indices=self._validate,
-                variant=variant)
-
         decoder = self._decoders.get(key, max_batch, make)
         try:
             decoder.plan(indptr_host, last_host, _flare.current_stream(device))

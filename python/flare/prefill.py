@@ -13,10 +13,15 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data
                     check_pos_encoding_mode, scale_or_one, unsupported)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
-from ._prefill_gpu import GpuPrefill, check_gpu_support
+from ._prefill_gpu import GpuPrefill, check_gpu_support, config_key
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, is_cuda,
                        split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
 from .variant import check_variant, variant_arguments
+
+
+# Configurations a wrapper remembers (its plan() arguments beyond the index arrays); past
+# this many it forgets them all (a caller cycling through more is not a serving loop).
+_MAX_REMEMBERED = 32
 
 
 def _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction):
@@ -57,6 +62,7 @@ class _PrefillWrapper:
             raise ValueError(f"{self._name}: the *_buf arguments are for use_cuda_graph=True")
         self._batch = None  # the CPU backend's plan
         self._dtypes = None
+        self._resolved = {}  # plan()'s configuration arguments -> what they resolved to (GPU)
 
     @property
     def is_cuda_graph_enabled(self):
@@ -66,10 +72,11 @@ class _PrefillWrapper:
               page_size, custom_mask, packed_custom_mask, causal, pos_encoding_mode,
               use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
               rope_theta, q_data_type, kv_data_type, non_blocking, fixed_split_size,
-              disable_split_kv, o_data_type, variant):
+              disable_split_kv, o_data_type, variant, signature):
         """indptrs: the caller's (qo_indptr, kv_indptr, kv_last_page_len or None for ragged);
         tables: the caller's index arrays by the name of their CUDA-graph buffer; variant: a
-        flare.AttentionVariant or None."""
+        flare.AttentionVariant or None; signature: plan()'s configuration arguments as a tuple
+        (_signature), remembered with what they resolve to once they pass every check."""
         where = f"{self._name}.plan"
         _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
         _check_mask_args(where, causal, custom_mask, packed_custom_mask)
@@ -94,13 +101,15 @@ class _PrefillWrapper:
                           fixed_split_size=0 if fixed_split_size is None else
                           int(fixed_split_size), disable_split_kv=bool(disable_split_kv),
                           params_kwargs=params_kwargs, variant=variant)
+            key = config_key(config)
             try:
-                self._gpu.plan(hosts=hosts, kv_len=lambda: self._kv_len(indptrs, page_size),
-                               sources=tables,
-                               mask=(custom_mask, packed_custom_mask) if has_mask else None,
-                               config=config, non_blocking=non_blocking)
+                self._gpu.plan(hosts, lambda: self._kv_len(indptrs, page_size), tables,
+                               (custom_mask, packed_custom_mask) if has_mask else None, config,
+                               non_blocking, key)
             except ValueError as error:
                 raise engine_names(error, self._engine_names) from None
+            if not has_mask:
+                self._remember(signature, (key, config, (q_dtype, kv_dtype)))
         else:
             qo_host = host_indptr(indptrs[0], names[0])
             kv_len = self._kv_len(indptrs, page_size)
@@ -115,6 +124,36 @@ class _PrefillWrapper:
                 packed_custom_mask=packed_custom_mask, fixed_split_size=fixed_split_size,
                 disable_split_kv=disable_split_kv)
         self._dtypes = (q_dtype, kv_dtype)
+
+    def _remember(self, signature, resolved):
+        """Keeps what a configuration resolved to (its checks passed), for _plan_known."""
+        try:
+            if len(self._resolved) >= _MAX_REMEMBERED:
+                self._resolved.clear()
+            self._resolved[signature] = resolved
+        except TypeError:  # an unhashable argument: that configuration is checked every time
+            pass
+
+    def _known(self, signature):
+        """What `signature` resolved to in an earlier plan() without a custom mask, or None."""
+        try:
+            return self._resolved.get(signature)
+        except TypeError:
+            return None
+
+    def _plan_known(self, resolved, indptrs, tables, non_blocking):
+        """plan() of a configuration checked before: only the index arrays are new (the serving
+        loop's case, every step)."""
+        key, config, dtypes = resolved
+        names = self._names
+        self._dtypes = None
+        hosts = (host_index(indptrs[0], names[0]), host_index(indptrs[1], names[1]),
+                 None if indptrs[2] is None else host_index(indptrs[2], names[2]))
+        try:
+            self._gpu.plan(hosts, None, tables, None, config, non_blocking, key)
+        except ValueError as error:
+            raise engine_names(error, self._engine_names) from None
+        self._dtypes = dtypes
 
     def _kv_len(self, indptrs, page_size):
         """KV tokens per request, on the host (numpy), from the caller's arrays."""
@@ -140,14 +179,6 @@ class _PrefillWrapper:
         if tensor_dtype(k) != self._dtypes[1]:
             raise ValueError(f"the KV cache has dtype {tensor_dtype(k)} but plan() was given "
                              f"kv_data_type={self._dtypes[1]}")
-
-    def _run_gpu(self, q, kv, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base,
-                 enable_pdl, variant_kwargs):
-        if self._gpu.planned is None:
-            raise RuntimeError(f"{self._name}.run() needs a plan(): call plan() first")
-        return self._gpu.run(q, kv, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out,
-                             lse=lse, return_lse=return_lse, lse_base=lse_base,
-                             enable_pdl=enable_pdl, variant_kwargs=variant_kwargs)
 
     def check(self):
         """Synchronizes the device and raises IndexError naming the first page id (request,
@@ -202,10 +233,19 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         logits_soft_cap and pos_encoding_mode must then stay off; causal and custom masks
         stay); its scalars go to run() as keyword arguments.
         """
-        self._plan(indptrs=(qo_indptr, paged_kv_indptr, paged_kv_last_page_len),
-                   tables=dict(qo_indptr_buf=qo_indptr, paged_kv_indptr_buf=paged_kv_indptr,
-                               paged_kv_indices_buf=paged_kv_indices,
-                               paged_kv_last_page_len_buf=paged_kv_last_page_len),
+        indptrs = (qo_indptr, paged_kv_indptr, paged_kv_last_page_len)
+        tables = dict(qo_indptr_buf=qo_indptr, paged_kv_indptr_buf=paged_kv_indptr,
+                      paged_kv_indices_buf=paged_kv_indices,
+                      paged_kv_last_page_len_buf=paged_kv_last_page_len)
+        signature = (num_qo_heads, num_kv_heads, head_dim_qk, page_size, head_dim_vo, causal,
+                     pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
+                     logits_soft_cap, rope_scale, rope_theta, q_data_type, kv_data_type,
+                     fixed_split_size, disable_split_kv, o_data_type, variant)
+        if custom_mask is None and packed_custom_mask is None and self._gpu is not None:
+            resolved = self._known(signature)
+            if resolved is not None:
+                return self._plan_known(resolved, indptrs, tables, non_blocking)
+        self._plan(indptrs=indptrs, tables=tables, signature=signature,
                    num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
                    head_dim_qk=head_dim_qk, head_dim_vo=head_dim_vo, page_size=page_size,
                    custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
@@ -227,9 +267,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl as for decode. A planned
         variant's scalars come as keyword arguments.
         """
-        if self._gpu is not None:
-            return self._run_gpu(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse,
-                                 return_lse, lse_base, enable_pdl, variant_kwargs)
+        gpu = self._gpu
+        if gpu is not None:
+            return gpu.run(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse,
+                           lse_base, enable_pdl, variant_kwargs)
         variant_arguments(f"{self._name}.run", None, variant_kwargs)
         k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
         self._check_cpu_run(q, k_cache)
@@ -275,8 +316,17 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
              fixed_split_size=None, disable_split_kv=False, o_data_type=None, variant=None):
         """Schedules one batch on host copies of qo_indptr and kv_indptr (see the paged
         wrapper's plan() for when that synchronizes, and for variant)."""
-        self._plan(indptrs=(qo_indptr, kv_indptr, None),
-                   tables=dict(qo_indptr_buf=qo_indptr, kv_indptr_buf=kv_indptr),
+        indptrs = (qo_indptr, kv_indptr, None)
+        tables = dict(qo_indptr_buf=qo_indptr, kv_indptr_buf=kv_indptr)
+        signature = (num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal,
+                     pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
+                     logits_soft_cap, rope_scale, rope_theta, q_data_type, kv_data_type,
+                     fixed_split_size, disable_split_kv, o_data_type, variant)
+        if custom_mask is None and packed_custom_mask is None and self._gpu is not None:
+            resolved = self._known(signature)
+            if resolved is not None:
+                return self._plan_known(resolved, indptrs, tables, non_blocking)
+        self._plan(indptrs=indptrs, tables=tables, signature=signature,
                    num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
                    head_dim_qk=head_dim_qk, head_dim_vo=head_dim_vo, page_size=1,
                    custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,
@@ -296,9 +346,10 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
         kv_indptr[-1] tokens (checked). Returns o [total_q, H_qo, D_vo] (and lse [total_q, H_qo]
         float32 with return_lse). Scales, lse_base, enable_pdl and a variant's scalars as for
         the paged wrapper."""
-        if self._gpu is not None:
-            return self._run_gpu(q, (k, v), q_scale, k_scale, v_scale, out, lse, return_lse,
-                                 lse_base, enable_pdl, variant_kwargs)
+        gpu = self._gpu
+        if gpu is not None:
+            return gpu.run(q, (k, v), q_scale, k_scale, v_scale, out, lse, return_lse, lse_base,
+                           enable_pdl, variant_kwargs)
         variant_arguments(f"{self._name}.run", None, variant_kwargs)
         self._check_cpu_run(q, k)
         base2 = check_lse_base(lse_base)
@@ -399,10 +450,8 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
                   head_dim_vo=v.shape[2], page_size=1, dtype=q_dtype, custom_mask=has_mask,
                   fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs,
                   variant=variant)
-    gpu.plan(hosts=(qo_host, kv_host, None), kv_len=lambda: np.diff(kv_host),
-             sources=dict(qo_indptr_buf=qo_host, kv_indptr_buf=kv_host),
-             mask=(custom_mask, packed_custom_mask) if has_mask else None, config=config,
-             non_blocking=True)
-    return gpu.run(q, (k, v), q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
-                   return_lse=return_lse, lse_base=lse_base, enable_pdl=None,
-                   variant_kwargs=variant_kwargs)
+    gpu.plan((qo_host, kv_host, None), lambda: np.diff(kv_host),
+             dict(qo_indptr_buf=qo_host, kv_indptr_buf=kv_host),
+             (custom_mask, packed_custom_mask) if has_mask else None, config, True)
+    return gpu.run(q, (k, v), None, None, None, None, None, return_lse, lse_base, None,
+                   variant_kwargs)

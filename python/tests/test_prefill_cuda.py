@@ -152,6 +152,29 @@ def test_ragged_prefill_matches_float64(dtype, kv_layout, heads, head_dims, caus
     check(out, lse, expected, dtype)
 
 
+def test_one_wrapper_alternating_configurations_and_lengths():
+    """plan() remembers each configuration it checked: replanning alternates causal and
+    window_left and changes the lengths, and every run matches the float64 reference of its own
+    plan (a stale remembered configuration or capacity would not)."""
+    dtype, num_qo_heads, num_kv_heads, head_dim = torch.bfloat16, 8, 2, 64
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace(), "NHD")
+    steps = [([5, 40], [9, 40], dict(causal=True)),
+             ([3, 1, 64], [30, 1, 64], dict(causal=False)),
+             ([5, 40], [9, 40], dict(causal=True, window_left=7)),
+             ([300, 2], [300, 77], dict(causal=True)),
+             ([3, 1, 64], [30, 1, 64], dict(causal=False))]
+    for seed, (qo_lens, kv_lens, options) in enumerate(steps):
+        k, v = ragged_kv(kv_lens, num_kv_heads, head_dim, head_dim, dtype, seed=100 + seed)
+        q = random_q(sum(qo_lens), num_qo_heads, head_dim, dtype, seed=200 + seed)
+        wrapper.plan(indptr(qo_lens), indptr(kv_lens), num_qo_heads, num_kv_heads, head_dim,
+                     q_data_type=dtype, **options)
+        out, lse = wrapper.run(q, k, v, return_lse=True)
+        expected = reference_attention(q.double().cpu().numpy(), k.double().cpu().numpy(),
+                                       v.double().cpu().numpy(), indptr(qo_lens).numpy(),
+                                       indptr(kv_lens).numpy(), **options)
+        check(out, lse, expected, dtype)
+
+
 def test_ragged_causal_prefill_matches_torch_sdpa_float64():
     """q_len == kv_len, where SDPA's top-left causal mask equals flare's bottom-right one."""
     dtype, num_qo_heads, num_kv_heads, head_dim = torch.bfloat16, 16, 4, 128

@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <tuple>
 
@@ -45,112 +44,79 @@ constexpr int32_t kSlotPending = -2;
 // Fixed-point fraction bits of a cost unit; fewer when a plan's total cost would not fit.
 constexpr int kCostFractionBits = 16;
 
-// The CTA loads as a 3-ary min-heap of 64-bit keys, load << index_bits | CTA index: the
-// lightest CTA, ties to the lower index, is the smallest key, and adding a cost is one integer
-// addition. Three children per node measured fastest for 132 CTAs (fewer levels than binary,
-// fewer comparisons per level than 4-ary). keys[num_ctas ..] are sentinels larger than any
-// key, so every parent has all its children.
+// The CTA loads as a tournament tree (a binary min-tree) over 64-bit keys, load << index_bits |
+// CTA index: the lightest CTA, ties to the lower index, is the smallest key, at the root, and
+// adding a cost is one integer addition to it. nodes[num_ctas + c] is CTA c's key, nodes[p]
+// the smaller of nodes[2p] and nodes[2p + 1]. An update walks the leaf's path to the root once
+// with the siblings' keys, which do not depend on each other: the loads issue together and the
+// chain is one min per level. A 3-ary heap's sift-down chains a load, two compares and the
+// next load per level: the planner took 12-15% longer with it (decode batch 256 on 528 CTAs,
+// interleaved runs of flare plan-latency).
 // While some CTA has no cost yet, the lightest is the lowest such CTA (load 0), so the first
-// positive costs go to CTAs 0, 1, 2, ... in order and the heap is built only once every CTA has
-// one: taken longest first, their keys are non-increasing and reversed form a sorted array,
-// which is a heap (decode batch 64 on 528 CTAs: about two thirds of all assignments).
-class CtaHeap {
+// positive costs go to CTAs 0, 1, 2, ... in order and the tree is built only once every CTA
+// has one (decode batch 64 on 528 CTAs: about two thirds of all assignments).
+class CtaLoads {
  public:
-  static constexpr size_t kArity = 3;
-
-  CtaHeap(int num_ctas, std::vector<uint64_t>& keys)
+  CtaLoads(int num_ctas, std::vector<uint64_t>& nodes)
       : index_bits_(num_ctas > 1 ? std::bit_width(static_cast<uint32_t>(num_ctas - 1)) : 0),
         size_(static_cast<size_t>(num_ctas)),
-        keys_(keys) {
-    keys_.assign(size_ + kArity, std::numeric_limits<uint64_t>::max());
+        nodes_(nodes) {
+    nodes_.assign(2 * size_, std::numeric_limits<uint64_t>::max());
   }
 
   int index_bits() const { return index_bits_; }
   int32_t lightest() const {
-    return static_cast<int32_t>(filling() ? loaded_ : keys_[0] & index_mask());
+    return static_cast<int32_t>(filling() ? loaded_ : root_ & index_mask());
   }
-  uint64_t lightest_load() const { return filling() ? 0 : keys_[0] >> index_bits_; }
+  uint64_t lightest_load() const { return filling() ? 0 : root_ >> index_bits_; }
 
-  // Adds `cost` to the lightest CTA and restores the heap (pop + push in one pass). Longest
-  // first, the new key usually sinks to the bottom and the branches predict well (~4 ns for
-  // decode batch 256); with many small items per CTA they do not (~20 ns at batch 1024).
+  // Adds `cost` to the lightest CTA.
   void add_to_lightest(uint64_t cost) {
+    uint64_t* const nodes = nodes_.data();
     if (filling()) {
       if (cost == 0) return;  // the CTA keeps load 0 and stays the lightest
-      keys_[loaded_] = cost << index_bits_ | loaded_;
+      nodes[size_ + loaded_] = cost << index_bits_ | loaded_;
       if (++loaded_ == size_) build();
       return;
     }
-    replace_top(keys_[0] + (cost << index_bits_));
+    uint64_t key = root_ + (cost << index_bits_);
+    size_t node = size_ + (key & index_mask());
+    nodes[node] = key;
+    for (; node > 1; node >>= 1) {
+      key = std::min(key, nodes[node ^ 1]);
+      nodes[node >> 1] = key;
+    }
+    root_ = key;
   }
 
   // Load of every CTA, in cost units.
   void loads(std::vector<uint64_t>& out) const {
     out.assign(size_, 0);
     const size_t keys = filling() ? loaded_ : size_;
-    for (size_t i = 0; i < keys; ++i) out[keys_[i] & index_mask()] = keys_[i] >> index_bits_;
+    for (size_t c = 0; c < keys; ++c) out[c] = nodes_[size_ + c] >> index_bits_;
   }
 
  private:
   uint64_t index_mask() const { return (uint64_t{1} << index_bits_) - 1; }
   bool filling() const { return loaded_ < size_; }
 
-  // Replaces the smallest key by `key`, a larger one: the hole at the top moves down along the
-  // smaller children to the bottom, then `key` moves up from there to its place. Longest
-  // first, the new key usually belongs near the bottom, so this saves a plain sift-down's
-  // comparison with it at every level (decode batch 256: a third fewer instructions).
-  void replace_top(uint64_t key) {
-    uint64_t* keys = keys_.data();
-    size_t hole = 0;
-    for (size_t child = 1; child < size_; child = kArity * hole + 1) {
-      size_t lightest = keys[child + 1] < keys[child] ? child + 1 : child;
-      if (keys[child + 2] < keys[lightest]) lightest = child + 2;
-      keys[hole] = keys[lightest];
-      hole = lightest;
-    }
-    while (hole > 0) {
-      const size_t parent = (hole - 1) / kArity;
-      if (keys[parent] < key) break;
-      keys[hole] = keys[parent];
-      hole = parent;
-    }
-    keys[hole] = key;
-  }
-
-  // Puts `key` at `hole` and moves it down to its place.
-  void sift_down(size_t hole, uint64_t key) {
-    uint64_t* keys = keys_.data();
-    for (size_t child = kArity * hole + 1; child < size_; child = kArity * hole + 1) {
-      size_t lightest = keys[child + 1] < keys[child] ? child + 1 : child;
-      if (keys[child + 2] < keys[lightest]) lightest = child + 2;
-      if (keys[lightest] >= key) break;
-      keys[hole] = keys[lightest];
-      hole = lightest;
-    }
-    keys[hole] = key;
-  }
-
-  // Makes a heap of the keys of every CTA, in assignment order.
   void build() {
-    const auto keys = keys_.begin();
-    const auto end = keys + static_cast<std::ptrdiff_t>(size_);
-    if (std::is_sorted(keys, end, std::greater<>())) {
-      std::reverse(keys, end);
-      return;
-    }
-    for (size_t parent = (size_ - 1) / kArity + 1; parent-- > 0;) sift_down(parent, keys_[parent]);
+    uint64_t* const nodes = nodes_.data();
+    for (size_t p = size_; p-- > 1;) nodes[p] = std::min(nodes[2 * p], nodes[2 * p + 1]);
+    root_ = nodes[1];
   }
 
   int index_bits_;
   size_t size_;
-  size_t loaded_ = 0;  // CTAs with a cost while filling: 0 .. loaded_ - 1, keys in that order
-  std::vector<uint64_t>& keys_;
+  size_t loaded_ = 0;  // CTAs with a cost while filling: 0 .. loaded_ - 1
+  std::vector<uint64_t>& nodes_;
+  uint64_t root_ = 0;  // nodes_[1], kept out of memory: every update starts from it
 };
 
 class Scheduler {
  public:
   Scheduler(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& scratch)
-      : tiles_(tiles), params_(params), s_(scratch), ctas_(params.num_ctas, scratch.heap_keys) {}
+      : tiles_(tiles), params_(params), s_(scratch), ctas_(params.num_ctas, scratch.cta_tree) {}
 
   // The busiest CTA's cost.
   double run() {
@@ -338,7 +304,7 @@ class Scheduler {
           item.kv_head = head;
           item.reserved = cta;
           ++cta_items[cta];
-          if (item.partial_slot == kSlotPending)
+          if (chunk.item.partial_slot == kSlotPending)
             s_.split_pairs.push_back(chunk.tile * heads + head);
           ctas_.add_to_lightest(chunk.cost);
         }
@@ -401,7 +367,7 @@ class Scheduler {
   std::span<const Tile> tiles_;
   const ScheduleParams& params_;
   ScheduleScratch& s_;
-  CtaHeap ctas_;
+  CtaLoads ctas_;
   int64_t split_chunks_ = 0;  // chunks that belong to split tiles (= partial slots)
   int fraction_bits_ = kCostFractionBits;
   uint64_t alpha_units_ = 0;  // alpha and beta in units of 2^-fraction_bits_

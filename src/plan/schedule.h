@@ -44,7 +44,7 @@ struct ScheduleScratch {
   };
   std::vector<Chunk> chunks;
   std::vector<uint64_t> order;      // chunks sorted: longest first, then generation order
-  std::vector<uint64_t> heap_keys;  // min-heap of CTA keys (load << index bits | index)
+  std::vector<uint64_t> cta_tree;   // tournament tree of CTA keys (load << index bits | index)
   std::vector<uint64_t> loads;      // [num_ctas] final loads, cost units
   std::vector<uint8_t> filled;      // [num_ctas] received a fill split
   std::vector<Piece> tails;         // heap of fill-split remainders, first in order on top

@@ -33,7 +33,7 @@
 namespace {
 
 constexpr const char* kHelp =
-    "usage: flare plan-latency [--runs N] [--num-sms N] [--lengths uniform|zipf]\n"
+    "usage: flare plan-latency [--runs N] [--num-sms N] [--lengths uniform|zipf|constant]\n"
     "                          [--batches 1,64,256,1024] [--kinds decode|prefill|both]\n"
     "                          [--decode-loop cuda-core|tensor-core] [--json]\n\n"
     "Times the host work of BatchDecode::plan() and BatchPrefill::plan() on one core, without\n"
@@ -42,8 +42,8 @@ constexpr const char* kHelp =
     "H100: 4 CTAs per SM on the CUDA-core loop, 2 x 2 waves on the tensor-core loop); prefill:\n"
     "causal, q_len = kv_len, paged (BatchPrefill's tiles and CTAs per SM on an H100). 32 query\n"
     "heads, 8 KV heads, head dim 128, bf16, page size 16, KV lengths of mean 1024 (uniform in\n"
-    "[1, 2047], or Zipf-skewed), --num-sms SMs (default 132). Each run plans one decoding\n"
-    "step: KV lengths grow by one token per run, for 64 runs, then start over.\n"
+    "[1, 2047], Zipf-skewed, or all 1024), --num-sms SMs (default 132). Each run plans one\n"
+    "decoding step: KV lengths grow by one token per run, for 64 runs, then start over.\n"
     "Prints the plan's size (work items, queue entries, partial slots), the median\n"
     "microseconds of each part (validation, planner, staging) and the 10th percentile, median\n"
     "and 90th percentile of the whole over --runs runs (default 2000); with --json, one flat\n"
@@ -63,10 +63,13 @@ constexpr size_t kSharedBytesPerSm = 228 * 1024;
 constexpr size_t kReservedSharedPerCta = 1024;
 constexpr int kMaxPrefillCtasPerSm = 2;  // BatchPrefill's cap
 
-std::vector<int32_t> kv_lengths(int64_t batch, bool zipf, uint64_t seed) {
+enum class Lengths { kUniform, kZipf, kConstant };
+
+std::vector<int32_t> kv_lengths(int64_t batch, Lengths kind, uint64_t seed) {
   std::mt19937_64 engine(seed);
-  std::vector<int32_t> lengths(static_cast<size_t>(batch));
-  if (!zipf) {
+  std::vector<int32_t> lengths(static_cast<size_t>(batch), kMeanLength);
+  if (kind == Lengths::kConstant) return lengths;
+  if (kind == Lengths::kUniform) {
     std::uniform_int_distribution<int32_t> uniform(1, 2 * kMeanLength - 1);
     for (int32_t& length : lengths) length = uniform(engine);
     return lengths;
@@ -181,8 +184,8 @@ void time_runs(int runs, Parts&& parts, Row& row) {
   row.p90_us = at(total_us, 0.9);
 }
 
-std::vector<StepArrays> steps_of(int64_t batch, bool zipf, bool prefill) {
-  const std::vector<int32_t> initial = kv_lengths(batch, zipf, static_cast<uint64_t>(batch));
+std::vector<StepArrays> steps_of(int64_t batch, Lengths lengths, bool prefill) {
+  const std::vector<int32_t> initial = kv_lengths(batch, lengths, static_cast<uint64_t>(batch));
   std::vector<StepArrays> steps;
   for (int step = 0; step < kDecodeSteps; ++step) {
     std::vector<int32_t> kv = initial;
@@ -192,7 +195,7 @@ std::vector<StepArrays> steps_of(int64_t batch, bool zipf, bool prefill) {
   return steps;
 }
 
-Row time_decode(int64_t batch, bool zipf, int runs, int num_sms, bool tensor_cores) {
+Row time_decode(int64_t batch, Lengths lengths, int runs, int num_sms, bool tensor_cores) {
   flare::BatchDecodeConfig config;
   config.max_batch = static_cast<int>(batch);
   config.num_qo_heads = kQoHeads;
@@ -206,7 +209,7 @@ Row time_decode(int64_t batch, bool zipf, int runs, int num_sms, bool tensor_cor
       config, num_sms, ctas_per_sm(kernels.decode_shared_bytes, 16));
   const flare::WorkspaceLayout layout = flare::workspace_layout(setup.bounds);
   const std::unique_ptr<std::byte[]> staging(new std::byte[layout.plan_bytes]);
-  const std::vector<StepArrays> steps = steps_of(batch, zipf, false);
+  const std::vector<StepArrays> steps = steps_of(batch, lengths, false);
 
   flare::api_detail::DecodeHostPlan host;
   Row row;
@@ -227,8 +230,8 @@ Row time_decode(int64_t batch, bool zipf, int runs, int num_sms, bool tensor_cor
   return row;
 }
 
-Row time_prefill(int64_t batch, bool zipf, int runs, int num_sms) {
-  const std::vector<StepArrays> steps = steps_of(batch, zipf, true);
+Row time_prefill(int64_t batch, Lengths lengths, int runs, int num_sms) {
+  const std::vector<StepArrays> steps = steps_of(batch, lengths, true);
   flare::BatchPrefillConfig config;
   config.max_batch = static_cast<int>(batch);
   config.max_total_qo = steps.back().qo_indptr.back();  // the longest step
@@ -321,8 +324,10 @@ int run_plan_latency(int argc, char** argv) {
   }
   const int runs = static_cast<int>(args.integer_or("runs", 2000, 1));
   const int num_sms = static_cast<int>(args.integer_or("num-sms", 132, 1));
-  const std::string lengths = args.choice_or("lengths", {"uniform", "zipf"}, "uniform");
-  const bool zipf = lengths == "zipf";
+  const std::string lengths = args.choice_or("lengths", {"uniform", "zipf", "constant"}, "uniform");
+  const Lengths kind = lengths == "zipf"       ? Lengths::kZipf
+                       : lengths == "constant" ? Lengths::kConstant
+                                               : Lengths::kUniform;
   const std::vector<int64_t> batches = parse_batches(args);
   const std::string kinds = args.choice_or("kinds", {"decode", "prefill", "both"}, "both");
   const bool tensor_cores =
@@ -343,8 +348,8 @@ int run_plan_latency(int argc, char** argv) {
   for (const bool prefill : {false, true}) {
     if (kinds != "both" && (kinds == "prefill") != prefill) continue;
     for (const int64_t batch : batches) {
-      const Row r = prefill ? time_prefill(batch, zipf, runs, num_sms)
-                            : time_decode(batch, zipf, runs, num_sms, tensor_cores);
+      const Row r = prefill ? time_prefill(batch, kind, runs, num_sms)
+                            : time_decode(batch, kind, runs, num_sms, tensor_cores);
       const char* kind = prefill ? "prefill" : "decode";
       if (json) {
         print_json(kind, batch, lengths, runs, r);
