@@ -75,10 +75,13 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
       acc[3] = fmaf(w, part.w, acc[3]);
     }
     const bool empty = denominator == 0.0f;
-    const float norm = empty ? 0.0f : out_scale / denominator;
+    // Without softmax, o is the weighted sum itself and a partial slot's lse is 0 (variant.cuh).
+    const float norm = !Variant::use_softmax ? out_scale : empty ? 0.0f : out_scale / denominator;
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[e] *= norm;
-    const float lse = empty ? negative_infinity() : (m_max + fast_log2(denominator)) * kLn2;
+    const float lse = !Variant::use_softmax ? 0.0f
+                      : empty               ? negative_infinity()
+                                            : (m_max + fast_log2(denominator)) * kLn2;
 
     if (item.partial_slot < 0) {
       store_output(p, item, row, quad, acc, lse);

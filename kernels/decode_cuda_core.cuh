@@ -117,6 +117,16 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
 #pragma unroll
   for (int k = 0; k < T::kRowsPerLane; ++k) {
     constexpr int kPerRow = T::kValuesPerLane < kTokens ? T::kValuesPerLane : kTokens;
+    if constexpr (!Variant::use_softmax) {  // the weights themselves; m stays 0
+#pragma unroll
+      for (int j = k * kPerRow; j < (k + 1) * kPerRow; ++j) {
+        const int token = first_token + ((lane_scores.base + j) % kTokens) * T::kGroups;
+        const bool visible = token < g.kv_hi && variant[k].logits_mask(token);
+        s[j] = visible ? variant[k].logits_transform(p.variant, s[j], token) : 0.0f;
+      }
+      rescale[k] = 1.0f;
+      continue;
+    }
     float tile_max = negative_infinity();
 #pragma unroll
     for (int j = k * kPerRow; j < (k + 1) * kPerRow; ++j) {
@@ -226,7 +236,7 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
     const int r = ls.lane_scores.first_row + k;
     const int packed = item.row_begin + (r < rows ? r : 0);  // padding rows: any valid head
     ls.variant[k].init(p.variant, row_context(p, item, packed, q_pos));
-    st.m[k] = negative_infinity();
+    st.m[k] = row_max_start<Variant>();
     st.d[k] = 0.0f;
   }
 }

@@ -202,7 +202,8 @@ __device__ __forceinline__ void merge_split_tile(const DecodeParams& p, const Wo
     if (r >= rows) continue;
     const SlotSum& s = sums[k];
     const bool empty = s.d == 0.0f;
-    const float norm = empty ? 0.0f : 1.0f / s.d;
+    // Without softmax every slot weighs 1 (lse 0) and the slots add up (variant.cuh).
+    const float norm = !Variant::use_softmax ? 1.0f : empty ? 0.0f : 1.0f / s.d;
     float acc[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[e] = s.acc[e] * norm;

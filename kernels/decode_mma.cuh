@@ -156,7 +156,7 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
     const int r = 2 * t + j;
     const int packed = first_row + (r < rows ? r : 0);  // padding rows: any valid head
     st.variant[j].init(p.variant, row_context(p, item, packed, q_pos));
-    st.m[j] = negative_infinity();
+    st.m[j] = row_max_start<Variant>();
     st.d[j] = 0.0f;
   }
 }
@@ -213,39 +213,50 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
 
   // s[e]: token g + 8 (e / 2) of the slice, row 2t + e % 2.
   const int token = geo.kv_lo + tile * T::kTileTokens + row0 + lane / 4;
-  float tile_max[2] = {negative_infinity(), negative_infinity()};
+  if constexpr (!Variant::use_softmax) {  // the weights themselves; m stays 0, o unscaled
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int position = token + (e >> 1) * 8;
-    const int j = e & 1;
-    const bool visible = position < geo.kv_hi && st.variant[j].logits_mask(position);
-    s[e] = visible ? st.variant[j].logits_transform(p.variant, s[e] * st.q_scale, position)
-                   : negative_infinity();
-    tile_max[j] = fmaxf(tile_max[j], s[e]);
-  }
+    for (int e = 0; e < 4; ++e) {
+      const int position = token + (e >> 1) * 8;
+      const int j = e & 1;
+      const bool visible = position < geo.kv_hi && st.variant[j].logits_mask(position);
+      s[e] = visible ? st.variant[j].logits_transform(p.variant, s[e] * st.q_scale, position)
+                     : 0.0f;
+    }
+  } else {
+    float tile_max[2] = {negative_infinity(), negative_infinity()};
 #pragma unroll
-  for (int offset = 4; offset < 32; offset *= 2) {
+    for (int e = 0; e < 4; ++e) {
+      const int position = token + (e >> 1) * 8;
+      const int j = e & 1;
+      const bool visible = position < geo.kv_hi && st.variant[j].logits_mask(position);
+      s[e] = visible ? st.variant[j].logits_transform(p.variant, s[e] * st.q_scale, position)
+                     : negative_infinity();
+      tile_max[j] = fmaxf(tile_max[j], s[e]);
+    }
+#pragma unroll
+    for (int offset = 4; offset < 32; offset *= 2) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        tile_max[j] = fmaxf(tile_max[j], __shfl_xor_sync(0xffffffffu, tile_max[j], offset));
+      }
+    }
+    float rescale[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      tile_max[j] = fmaxf(tile_max[j], __shfl_xor_sync(0xffffffffu, tile_max[j], offset));
+      const float m_new = fmaxf(st.m[j], tile_max[j]);
+      // Rows that saw no visible key yet keep m = -inf; subtracting 0 then keeps exp2 at 0.
+      const float m_base = m_new == negative_infinity() ? 0.0f : m_new;
+      rescale[j] = fast_exp2(st.m[j] - m_base);
+      st.m[j] = m_new;
+      s[j] = fast_exp2(s[j] - m_base);
+      s[j + 2] = fast_exp2(s[j + 2] - m_base);
+      st.d[j] = st.d[j] * rescale[j] + s[j] + s[j + 2];
     }
-  }
-  float rescale[2];
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const float m_new = fmaxf(st.m[j], tile_max[j]);
-    // Rows that saw no visible key yet keep m = -inf; subtracting 0 then keeps exp2 at 0.
-    const float m_base = m_new == negative_infinity() ? 0.0f : m_new;
-    rescale[j] = fast_exp2(st.m[j] - m_base);
-    st.m[j] = m_new;
-    s[j] = fast_exp2(s[j] - m_base);
-    s[j + 2] = fast_exp2(s[j + 2] - m_base);
-    st.d[j] = st.d[j] * rescale[j] + s[j] + s[j + 2];
-  }
+    for (int mt = 0; mt < kKSteps; ++mt) {
 #pragma unroll
-  for (int mt = 0; mt < kKSteps; ++mt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) st.o[mt][e] *= rescale[e & 1];
+      for (int e = 0; e < 4; ++e) st.o[mt][e] *= rescale[e & 1];
+    }
   }
 
   // P^T as B fragments (tokens x rows): the accumulator's 8x8 blocks, transposed.

@@ -123,6 +123,9 @@ struct MergeParams {
   // Prefill: [batch + 1] query tokens per request (MergeItem.request indexes it); null for
   // decode, where request i is query token i.
   const int32_t* qo_indptr;
+  // Non-zero for a variant without softmax (use_softmax = false): the slots hold unnormalized
+  // sums and add up; there is no lse (kernels/variant.cuh).
+  int32_t sum_partials;
 };
 
 }  // namespace flare

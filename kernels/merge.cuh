@@ -58,7 +58,7 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
     float my_weight = 0.0f;
     if (lane < count) {
       my_row = static_cast<long long>(slots[first + lane]) * p.offsets.partial_rows + r;
-      my_weight = fast_exp2((partial_lse[my_row] - base) * kLog2e);
+      my_weight = p.sum_partials ? 1.0f : fast_exp2((partial_lse[my_row] - base) * kLog2e);
     }
     denominator += my_weight;
     for (int j0 = 0; j0 < count; j0 += kUnroll) {
@@ -86,7 +86,7 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
     denominator += __shfl_xor_sync(kFull, denominator, offset);
   }
   const bool empty = denominator == 0.0f;
-  const float norm = empty ? 0.0f : 1.0f / denominator;
+  const float norm = p.sum_partials ? 1.0f : empty ? 0.0f : 1.0f / denominator;
 
   const int packed = item.row_begin + r;
   // Prefill passes qo_indptr (request -> first token); decode has one token per request.

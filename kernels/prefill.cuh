@@ -88,6 +88,28 @@ __device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemG
                                              float (&s)[T::kMmaQ][T::kTilesS][4], RowStats& st,
                                              RowState& acc) {
   const float q_scale = Variant::query_scale(p.variant);
+  if constexpr (!Variant::use_softmax) {  // the weights themselves; m stays 0, o unscaled
+#pragma unroll
+    for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int nj = 0; nj < T::kTilesS; ++nj) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int pos = first_col + nj * 8 + e;
+            float x = s[mi][nj][2 * h + e] * q_scale;
+            if constexpr (!kLinearLogits) {
+              x = rows.variant[mi][h].logits_transform(p.variant, x, pos);
+            }
+            if (kMasked && !visible(g, rows, mi, h, nj, e, pos)) x = 0.0f;
+            s[mi][nj][2 * h + e] = x;
+          }
+        }
+      }
+    }
+    return;
+  }
   // x (what m tracks) -> log2 units: raw q.k scale for linear logits, else x is log2 already.
   const float to_log2 = kLinearLogits ? q_scale : 1.0f;
   float rescale[T::kMmaQ][2];
@@ -278,7 +300,7 @@ __device__ __forceinline__ void init_state(RowState& acc, RowStats& st) {
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      st.m[mi][h] = negative_infinity();
+      st.m[mi][h] = row_max_start<Variant>();
       st.d[mi][h] = 0.0f;
     }
 #pragma unroll

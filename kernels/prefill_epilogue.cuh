@@ -29,7 +29,8 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
     for (int h = 0; h < 2; ++h) {
       const float d = row_sum(st.d[mi][h]);
       const bool empty = d == 0.0f;
-      const float norm = empty ? 0.0f : p.v_scale / d;
+      // Without softmax, o is the weighted sum itself (kernels/variant.cuh).
+      const float norm = !Variant::use_softmax ? p.v_scale : empty ? 0.0f : p.v_scale / d;
       const int r = local_row(mi, h);
 #pragma unroll
       for (int dn = 0; dn < T::kTilesO; ++dn) {
@@ -122,10 +123,14 @@ __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkIte
       acc[7] = fmaf(weight, hi.w, acc[7]);
     }
     const bool empty = denominator == 0.0f;
-    const float norm = empty ? 0.0f : p.v_scale / denominator;
+    // Without softmax, o is the weighted sum itself and a partial slot's lse is 0, which the
+    // merge kernel adds up under MergeParams::sum_partials (kernels/variant.cuh).
+    const float norm = !Variant::use_softmax ? p.v_scale : empty ? 0.0f : p.v_scale / denominator;
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= norm;
-    const float lse = empty ? negative_infinity() : (m_max + fast_log2(denominator)) * kLn2;
+    const float lse = !Variant::use_softmax ? 0.0f
+                      : empty               ? negative_infinity()
+                                            : (m_max + fast_log2(denominator)) * kLn2;
 
     const int packed = item.row_begin + r;
     if (item.partial_slot < 0) {

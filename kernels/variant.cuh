@@ -5,8 +5,10 @@
 // A variant source defines `struct Variant` (deriving from flare::VariantBase, which gives every
 // hook a default) before the family header is included. Every kernel family (decode on CUDA
 // cores and tensor cores, FA2 prefill paged and ragged) calls, all __device__:
-//   static constexpr bool use_softmax;               false: no normalisation (not supported by
-//                                                    any family yet: a compile error at plan())
+//   static constexpr bool use_softmax;               false: no normalisation (sigmoid attention):
+//                                                    logits_transform then returns the key's
+//                                                    weight w, o = sum_j w_j v_j over the visible
+//                                                    keys, and there is no lse (see below)
 //   static float query_scale(const VariantParams&)  factor applied to q.k before
 //                                                    logits_transform (default sm_scale * log2e)
 //   static int visible_begin(const VariantParams&, int q_pos)  first KV position the query
@@ -28,6 +30,13 @@
 //                                                    that straddle that boundary
 // Hooks no family calls yet (query/key/output transforms) are rejected at compile time rather
 // than ignored (VariantHookCheck below).
+//
+// use_softmax = false in every family: the row state keeps m = 0 (row_max_start) and o
+// accumulates w * v (P is w; the MMA loops round it to the 16-bit P operand as they round
+// probabilities). A row's final write skips the division by d; a split row's partial slot holds
+// its unnormalized o with lse 0, so every merge weight is exp2(0 - 0) = 1 and the merges add the
+// slots: the in-CTA combines and the decode merge as they are, the prefill merge kernel with
+// MergeParams::sum_partials. The hosts refuse an lse output for such a variant.
 #pragma once
 
 #include "decode_params.cuh"
@@ -124,8 +133,6 @@ constexpr bool has_linear_logits = variant_detail::linear_logits<V>::value;
 // than a silent skip. Each family header instantiates it for its Variant.
 template <class V>
 struct VariantHookCheck {
-  static_assert(V::use_softmax,
-                "flare variant: use_softmax = false is not supported by this kernel family yet");
   static_assert(!variant_detail::has_query_transform<V>::value,
                 "flare variant: query_transform is not supported by this kernel family yet");
   static_assert(!variant_detail::has_key_transform<V>::value,
@@ -134,6 +141,12 @@ struct VariantHookCheck {
                 "flare variant: output_transform is not supported by this kernel family yet");
   static constexpr bool ok = true;
 };
+
+// The running max a row starts from: -inf for softmax; 0, fixed, without it (see above).
+template <class V>
+__device__ __forceinline__ float row_max_start() {
+  return V::use_softmax ? negative_infinity() : 0.0f;
+}
 
 // tanh through exp2: absolute error ~1e-7 everywhere (the logit is cap * tanh, so absolute
 // error is what reaches the softmax), saturates to +-1 without NaN for |x| -> inf.

@@ -27,9 +27,13 @@ and declared shape, and the variant must read only inside them. A CUDA graph kee
 tensors' addresses of its capture. The hooks: ``query_scale``, ``visible_begin``,
 ``init(p, RowContext row)`` (row.request, row.qo_head, row.kv_head, row.q_pos),
 ``logits_transform(p, s, kv_pos)`` (s = q.k * query_scale; returns the logit in log2 units),
-``logits_mask(kv_pos)`` and ``kMaskIsWindow``. ``use_softmax = false`` and query / key /
-output transforms are not supported by any kernel family yet: they fail to compile, with the
-message, at plan(). Variants run on CUDA tensors only (the CPU backend cannot run CUDA source).
+``logits_mask(kv_pos)`` and ``kMaskIsWindow``. A variant without softmax (sigmoid attention:
+``static constexpr bool use_softmax = false;`` in the source, and ``use_softmax=False`` here,
+checked against each other when the kernel compiles) has logits_transform return each key's
+weight: o = sum of weight * v over the visible keys, with no normalisation and no lse (run()
+raises for return_lse). Query / key / output transforms are not supported by any kernel family
+yet: they fail to compile, with the message, at plan(). Variants run on CUDA tensors only (the
+CPU backend cannot run CUDA source).
 """
 
 import re
@@ -70,9 +74,9 @@ class AttentionVariant:
     float scalars (at most 8) and its tensors ({name: dtype}, at most 4), both passed to run()
     as keyword arguments."""
 
-    __slots__ = ("name", "source", "scalars", "tensors")
+    __slots__ = ("name", "source", "scalars", "tensors", "use_softmax")
 
-    def __init__(self, source, name, scalars=(), tensors=None):
+    def __init__(self, source, name, scalars=(), tensors=None, use_softmax=True):
         if not isinstance(name, str) or not _IDENTIFIER.match(name):
             raise ValueError(f"AttentionVariant: name must be a C identifier, got {name!r}")
         if not isinstance(source, str) or not source.strip():
@@ -104,17 +108,19 @@ class AttentionVariant:
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "scalars", scalars)
         object.__setattr__(self, "tensors", tensors)
+        object.__setattr__(self, "use_softmax", bool(use_softmax))
 
     def __setattr__(self, key, value):
         raise AttributeError("AttentionVariant is immutable")
 
     def key(self):
         """What identifies the compiled kernels of this variant."""
-        return (self.name, self.source, self.scalars, self.tensors)
+        return (self.name, self.source, self.scalars, self.tensors, self.use_softmax)
 
     def __repr__(self):
+        softmax = "" if self.use_softmax else ", use_softmax=False"
         return (f"AttentionVariant(name={self.name!r}, scalars={self.scalars!r}, "
-                f"tensors={ {n: d for n, d, _ in self.tensors}!r})")
+                f"tensors={ {n: d for n, d, _ in self.tensors}!r}{softmax})")
 
     def arguments(self, where, given):
         """run()'s keyword arguments -> (scalars as floats, tensors) in declared order;

@@ -20,8 +20,8 @@ namespace flare::python {
 
 namespace nb = nanobind;
 
-// An object with name, source, scalars (a sequence of names) and tensors (a sequence of
-// (name, dtype name, shape with -1 for any extent) triples), or None.
+// An object with name, source, scalars (a sequence of names), tensors (a sequence of (name,
+// dtype name, shape with -1 for any extent) triples) and use_softmax, or None.
 inline std::optional<UserVariant> user_variant_arg(nb::handle variant) {
   if (variant.is_none()) return std::nullopt;
   UserVariant v;
@@ -36,6 +36,7 @@ inline std::optional<UserVariant> user_variant_arg(nb::handle variant) {
     for (nb::handle extent : tensor[2]) decl.shape.push_back(nb::cast<int64_t>(extent));
     v.tensors.push_back(std::move(decl));
   }
+  v.use_softmax = nb::cast<bool>(variant.attr("use_softmax"));
   return v;
 }
 

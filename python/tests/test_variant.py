@@ -14,6 +14,10 @@ def test_declarations_are_validated():
     v = flare.AttentionVariant(SOURCE, "plain", scalars=("a", "b"))
     assert v.scalars == ("a", "b") and v.name == "plain"
     assert flare.AttentionVariant(SOURCE, "one", scalars="a").scalars == ("a",)
+    assert v.use_softmax and "use_softmax" not in repr(v)
+    sigmoid = flare.AttentionVariant(SOURCE, "sig", use_softmax=False)
+    assert not sigmoid.use_softmax and "use_softmax=False" in repr(sigmoid)
+    assert sigmoid.key() != flare.AttentionVariant(SOURCE, "sig").key()
     with pytest.raises(ValueError, match="name must be a C identifier, got '2x'"):
         flare.AttentionVariant(SOURCE, "2x")
     with pytest.raises(ValueError, match="source must be non-empty"):

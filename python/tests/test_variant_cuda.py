@@ -221,3 +221,69 @@ struct Variant : flare::VariantBase {
         # The graph-mode plan may split differently (its grid is fixed): equal up to rounding.
         assert torch.isfinite(out).all(), f"step {step}: unwritten outputs"
         assert (out.float() - expected.float()).abs().max().item() <= 2e-2, f"step {step}"
+
+
+SIGMOID = flare.AttentionVariant(name="flash_sigmoid", scalars=("bias",), use_softmax=False,
+                                 source=r"""
+struct Variant : flare::VariantBase {
+  static constexpr bool use_softmax = false;
+  __device__ static float query_scale(const flare::VariantParams& p) { return p.sm_scale; }
+  __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
+    return 1.0f / (1.0f + __expf(-(s + Scalars::bias(p))));
+  }
+};
+""")
+
+
+def sigmoid_reference(q, k, v, qo_lens, kv_lens, bias, causal):
+    """float64 o = sum_j sigmoid(q.k / sqrt(D) + bias) v_j over the visible keys (GQA)."""
+    group = q.shape[1] // k.shape[1]
+    out, q_at, kv_at = [], 0, 0
+    for qo_len, kv_len in zip(qo_lens, kv_lens):
+        qi = q[q_at:q_at + qo_len].double().transpose(0, 1)  # [H, q, D]
+        ki = k[kv_at:kv_at + kv_len].double().repeat_interleave(group, 1).transpose(0, 1)
+        vi = v[kv_at:kv_at + kv_len].double().repeat_interleave(group, 1).transpose(0, 1)
+        w = torch.sigmoid(qi @ ki.transpose(1, 2) / q.shape[2] ** 0.5 + bias)
+        if causal:
+            q_pos = torch.arange(qo_len, device=q.device)[:, None] + kv_len - qo_len
+            w = w * (torch.arange(kv_len, device=q.device)[None, :] <= q_pos)
+        out.append((w @ vi).transpose(0, 1))
+        q_at, kv_at = q_at + qo_len, kv_at + kv_len
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("fixed_split_size", [None, 64])
+def test_sigmoid_attention_without_softmax(fixed_split_size):
+    """FlashSigmoid as a variant without softmax: ragged prefill (split rows added up by the
+    merge) and decode on both loops against float64; no lse exists, so return_lse raises."""
+    qo_lens, kv_lens = [3, 130, 1], [70, 130, 300]
+    generator = torch.Generator().manual_seed(9)
+    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    qo = torch.tensor([0, 3, 133, 134], dtype=torch.int32)
+    kv = torch.tensor([0, 70, 200, 500], dtype=torch.int32)
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+    wrapper.plan(qo, kv, 8, 2, 128, causal=True, q_data_type=torch.bfloat16, variant=SIGMOID,
+                 fixed_split_size=fixed_split_size)
+    out = wrapper.run(q, k, v, bias=-0.5)
+    expected = sigmoid_reference(q, k, v, qo_lens, kv_lens, -0.5, causal=True)
+    scale = max(1.0, expected.abs().max().item())
+    assert (out.double() - expected).abs().max().item() <= 2e-2 * scale
+    with pytest.raises(ValueError, match="use_softmax = false"):
+        wrapper.run(q, k, v, bias=-0.5, return_lse=True)
+
+    cache = GpuPagedCache([1, 33, 700, 4100], 2, 128, 16, "NHD", torch.bfloat16, seed=10)
+    qd = torch.randn(4, 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    ks, vs = zip(*(cache.tokens(b) for b in range(cache.batch)))
+    expected = sigmoid_reference(qd, torch.cat(ks), torch.cat(vs), [1] * 4, cache.kv_lens, 0.25,
+                                 causal=False)
+    scale = max(1.0, expected.abs().max().item())
+    for use_tensor_cores in (False, True):
+        decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
+                                                          use_tensor_cores=use_tensor_cores)
+        decode.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 8, 2, 128, 16,
+                    q_data_type=torch.bfloat16, variant=SIGMOID,
+                    fixed_split_size=fixed_split_size and 256)
+        out = decode.run(qd, cache.cache, bias=0.25)
+        assert (out.double() - expected).abs().max().item() <= 2e-2 * scale, use_tensor_cores

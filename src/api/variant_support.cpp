@@ -59,12 +59,16 @@ ResolvedVariant resolve_variant(const AttentionParams& params,
 }
 
 void check_run_options(const std::optional<UserVariant>& user, const RunOptions& options,
-                       int device, const char* what) {
+                       bool wants_lse, int device, const char* what) {
   FLARE_CHECK(std::isfinite(options.q_scale) && std::isfinite(options.k_scale) &&
                   std::isfinite(options.v_scale),
               ErrorCode::kInvalidArgument, what,
               ": q_scale, k_scale and v_scale must be finite, got ", options.q_scale, ", ",
               options.k_scale, " and ", options.v_scale);
+  FLARE_CHECK(!wants_lse || !user || user->use_softmax, ErrorCode::kInvalidArgument, what,
+              ": lse was given, but variant '", (user ? user->name : std::string()),
+              "' has use_softmax = false: its output is a weighted sum with no softmax "
+              "denominator, so there is no lse; pass none");
   const size_t given = options.variant_scalars.size();
   const size_t tensors = options.variant_tensors.size();
   if (!user) {

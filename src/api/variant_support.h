@@ -27,12 +27,13 @@ ResolvedVariant resolve_variant(const AttentionParams& params,
                                 const std::optional<UserVariant>& user, int num_qo_heads,
                                 const char* what);
 
-// run()'s options: finite q/k/v scales, and variant_scalars and variant_tensors against the
-// config's variant (one finite value per declared scalar; one contiguous tensor per declared
-// tensor, of its dtype and declared shape, on `device`; none without a user variant). Throws
-// kInvalidArgument naming the scale, the variant's scalars or the tensor.
+// run()'s options: finite q/k/v scales, no lse output (`wants_lse`) for a variant with
+// use_softmax = false, and variant_scalars and variant_tensors against the config's variant (one
+// finite value per declared scalar; one contiguous tensor per declared tensor, of its dtype and
+// declared shape, on `device`; none without a user variant). Throws kInvalidArgument naming the
+// scale, lse, the variant's scalars or the tensor.
 void check_run_options(const std::optional<UserVariant>& user, const RunOptions& options,
-                       int device, const char* what);
+                       bool wants_lse, int device, const char* what);
 
 // Copies the checked scalars and tensor pointers into the kernel's parameters.
 void set_variant_arguments(const RunOptions& options, VariantParams& out);

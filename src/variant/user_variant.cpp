@@ -94,6 +94,11 @@ std::string user_variant_source(const UserVariant& variant) {
   }
   source += "};\n#line 1 \"" + variant.name + "\"\n" + variant.source;
   if (source.back() != '\n') source += '\n';
+  const char* declared = variant.use_softmax ? "true" : "false";
+  source += "#line 1 \"" + variant.name + ": use_softmax check\"\n";
+  source += "static_assert(Variant::use_softmax == " + std::string(declared) + ", \"variant '" +
+            variant.name + "' was declared with use_softmax = " + declared +
+            " but its source's struct Variant says otherwise: make them agree\");\n";
   return source;
 }
 

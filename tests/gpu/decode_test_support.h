@@ -99,7 +99,9 @@ inline Reference reference_decode(const TensorView& q, const testing::TestKVCach
   AttentionProblem problem{q, qo_indptr.view(), cache.paged, params};
   ReferenceOptions options;
   options.accumulation = Accumulation::kF64;
-  reference_attention(problem, AttentionOutput{ref.o.view(), ref.lse.view()}, options);
+  AttentionOutput out{ref.o.view(), ref.lse.view()};
+  if (!params.use_softmax) out.lse.reset();  // sigmoid attention has no lse
+  reference_attention(problem, out, options);
   return ref;
 }
 

@@ -3,7 +3,8 @@
 // from RowContext's heads, and a per-request stride mask that is not a window (the prefill
 // kernel checks every key), on decode (CUDA-core and tensor-core loops, whole-page items) and
 // FA2 prefill (paged and ragged, odd lengths, GQA 1/4/8, page sizes 1/3/16). A run() with the
-// wrong scalars throws before anything is written.
+// wrong scalars throws before anything is written. Sigmoid attention (use_softmax = false) on
+// both decode loops and both prefill paths, its split rows added up by the merges, and no lse.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -70,15 +71,22 @@ void check_decode(const DecodeVariantCase& c) {
   RunOptions options;
   options.variant_scalars = c.scalars;
   options.variant_tensors = c.tensors;
-  decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options);
+  const bool softmax = c.reference.use_softmax;  // else no lse exists
+  std::optional<TensorView> lse_out;
+  if (softmax) lse_out = out.lse_view;
+  decode.run(q_device.view, kv.paged, out.o_view, lse_out, nullptr, options);
   cuda::device_synchronize();
   const HostTensor o = out.o_host();
-  const HostTensor lse = out.lse_host();
   const testing::ErrorStats o_err = testing::error_stats(o.view(), ref.o.view());
-  const testing::ErrorStats lse_err = testing::error_stats(lse.view(), ref.lse.view());
   EXPECT_EQ(testing::count_nan(o.view()), 0);
-  EXPECT_LE(o_err.max_abs, c.tensor_cores ? gpu_testing::kOutputToleranceTensorCores : 1e-2)
+  // A weighted sum is not bounded by the values like a softmax average: relative to its size.
+  const double scale = softmax ? 1.0 : std::max(1.0, testing::max_abs(ref.o.view()));
+  EXPECT_LE(o_err.max_abs,
+            scale * (c.tensor_cores ? gpu_testing::kOutputToleranceTensorCores : 1e-2))
       << c.variant.name << " " << o_err;
+  if (!softmax) return;
+  const HostTensor lse = out.lse_host();
+  const testing::ErrorStats lse_err = testing::error_stats(lse.view(), ref.lse.view());
   EXPECT_LE(lse_err.max_abs, 1e-3) << c.variant.name << " " << lse_err;
 }
 
@@ -110,6 +118,27 @@ TEST(UserVariantDecode, AlibiFromTheRowsHeadsMatchesTheReference) {
     c.scalars = {static_cast<float>(qo), static_cast<float>(qo / kv)};
     SCOPED_TRACE(::testing::Message() << "H_qo " << qo << " H_kv " << kv << " tc " << tc
                                       << " heads/item " << heads_per_item);
+    check_decode(c);
+  }
+}
+
+// use_softmax = false: the loops accumulate the weights themselves, the 4099-token request's
+// split chunks add up in the merge inside the decode launch.
+TEST(UserVariantDecode, SigmoidWithoutSoftmaxMatchesTheReference) {
+  FLARE_REQUIRE_GPU();
+  DecodeVariantCase c;
+  c.variant = testing::user_sigmoid();
+  c.scalars = {-1.5f};
+  c.reference.use_softmax = false;
+  c.reference.sigmoid_bias = -1.5f;
+  for (const auto& [qo, kv, tc, page] :
+       {std::tuple{16, 4, false, 3}, std::tuple{32, 8, true, 16}, std::tuple{8, 8, true, 1}}) {
+    c.num_qo_heads = qo;
+    c.num_kv_heads = kv;
+    c.tensor_cores = tc;
+    c.page_size = page;
+    SCOPED_TRACE(::testing::Message() << "H_qo " << qo << " H_kv " << kv << " tc " << tc
+                                      << " page " << page);
     check_decode(c);
   }
 }
@@ -205,6 +234,18 @@ TEST(UserVariantDecode, WrongScalarsThrowBeforeWriting) {
   EXPECT_EQ(testing::count_nan(d.out.o_host().view()), d.out.o_host().numel()) << "o was written";
 }
 
+TEST(UserVariantDecode, AVariantWithoutSoftmaxHasNoLse) {
+  FLARE_REQUIRE_GPU();
+  PlannedDecode d(testing::user_sigmoid());
+  RunOptions options;
+  const float bias[] = {0.0f};
+  options.variant_scalars = bias;
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
+                     "lse was given, but variant 'user_sigmoid' has use_softmax = false");
+  cuda::device_synchronize();
+  EXPECT_EQ(testing::count_nan(d.out.o_host().view()), d.out.o_host().numel()) << "o was written";
+}
+
 TEST(UserVariantDecode, VariantTensorsAreCheckedForDtypeDeviceAndShape) {
   FLARE_REQUIRE_GPU();
   UserVariant variant = testing::user_alibi_slopes();
@@ -279,6 +320,30 @@ TEST(UserVariantPrefill, SlopesFromAVariantTensorMatchTheReference) {
   prefill_testing::check(c);
   c.kv = PrefillKV::kRagged;
   prefill_testing::check(c);
+}
+
+// use_softmax = false: causal paged with the default plan, then ragged with fixed splits, whose
+// partial sums the merge kernel adds (MergeParams::sum_partials).
+TEST(UserVariantPrefill, SigmoidWithoutSoftmaxMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {1, 7, 97, 300};
+  c.kv_lens = {1, 40, 130, 300};
+  c.num_qo_heads = 16;
+  c.num_kv_heads = 4;
+  c.page_size = 3;
+  c.use_softmax = false;
+  c.sigmoid_bias = 0.75f;
+  c.variant = testing::user_sigmoid();
+  c.variant_scalars = {0.75f};
+  prefill_testing::check(c);
+  c.kv = PrefillKV::kRagged;
+  c.mask = MaskMode::kNone;
+  c.fixed_split_size = 64;
+  c.dtype = DType::kF16;
+  prefill_testing::check(c, [](const BatchPrefill& prefill) {
+    EXPECT_GT(prefill.last_plan().num_partial_slots, 0) << "no split: the merge went untested";
+  });
 }
 
 TEST(UserVariantPrefill, AMaskThatIsNotAWindowIsCheckedOnEveryKey) {

@@ -144,6 +144,7 @@ UserVariant variant_named(const std::string& name) {
   if (name == "soft_cap") return testing::user_soft_cap();
   if (name == "alibi") return testing::user_alibi();
   if (name == "alibi_slopes") return testing::user_alibi_slopes();
+  if (name == "sigmoid") return testing::user_sigmoid();
   return testing::user_stride_mask();
 }
 
@@ -158,7 +159,22 @@ TEST_P(UserVariantFamilies, EveryFamilyCompilesWithoutSpills) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, UserVariantFamilies,
-                         ::testing::Values("soft_cap", "alibi", "alibi_slopes", "stride_mask"));
+                         ::testing::Values("soft_cap", "alibi", "alibi_slopes", "stride_mask",
+                                           "sigmoid"));
+
+TEST_F(UserVariantCompile, UseSoftmaxMustMatchTheSource) {
+  UserVariant v = testing::user_sigmoid();
+  v.use_softmax = true;  // declared with softmax, the source has none
+  const jit::KernelSpec spec = batch_decode_kernels(decode_config(v, true)).decode;
+  try {
+    jit::compile_cached(spec, "sm_80");
+    FAIL() << "compiled a variant whose use_softmax disagrees with its declaration";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCompileError);
+    EXPECT_NE(std::string(e.what()).find("was declared with use_softmax = true"), std::string::npos)
+        << e.what();
+  }
+}
 
 TEST_F(UserVariantCompile, ErrorsCiteTheUsersOwnLines) {
   UserVariant v = testing::user_soft_cap();

@@ -120,6 +120,17 @@ inline double relative_l2_error(const TensorView& actual, const std::vector<floa
   return error_stats(actual, expected).relative_l2;
 }
 
+// Largest |element| of a floating CPU view (any strides); NaN if one is NaN.
+inline double max_abs(const TensorView& t) {
+  require_cpu(t, "max_abs input");
+  double largest = 0.0;
+  for_each_element(t, [&](int64_t, int64_t offset) {
+    const double x = std::fabs(element_at(t, offset));
+    largest = std::isnan(x) || std::isnan(largest) ? NAN : std::max(largest, x);
+  });
+  return largest;
+}
+
 // Number of NaN elements of a floating CPU view (any strides).
 inline int64_t count_nan(const TensorView& t) {
   require_cpu(t, "count_nan input");

@@ -56,6 +56,11 @@ struct UserVariant {
   std::string source;                      // defines struct Variant (kernels/variant.cuh hooks)
   std::vector<std::string> scalars;        // float parameters' names, at most kMaxUserScalars
   std::vector<UserVariantTensor> tensors;  // device tensors, at most kMaxUserTensors
+  // Whether the source's Variant::use_softmax is true (the host must know: a variant without
+  // softmax has no lse, so run() refuses an lse output, and its split rows' partial sums add up
+  // in the prefill merge). The compiled source checks that the two agree (a static_assert,
+  // raised at plan() with NVRTC's log).
+  bool use_softmax = true;
 };
 
 inline constexpr int kMaxUserScalars = 8;  // kernels/decode_params.cuh kMaxVariantScalars
@@ -69,7 +74,7 @@ void validate_user_variant(const UserVariant& variant, const char* what);
 
 // The variant source a kernel compiles: kernels/variant.cuh, the `Scalars` and `Tensors`
 // accessors, then the user's source under `#line 1 "<name>"`, so NVRTC's errors cite the user's own
-// lines.
+// lines, then the check of use_softmax against the source's.
 std::string user_variant_source(const UserVariant& variant);
 
 // The position of `scalar` in variant.scalars; throws kInvalidArgument naming `what`, the
