@@ -33,7 +33,7 @@ struct VariantParams {
   float sm_scale;         // resolved softmax scale
   float logits_soft_cap;  // > 0: logits = cap * tanh(logits / cap)
   int32_t window_left;    // >= 0: query at q_pos sees kv j >= q_pos - window_left
-  int32_t reserved;
+  float sigmoid_bias;     // sigmoid attention (use_softmax = false): weight sigmoid(s + bias)
   const float* alibi_slopes;                // float32 [H_qo] on the device, natural-log units
   float scalars[kMaxVariantScalars];        // a user variant's, in its declared order (Scalars::)
   const void* tensors[kMaxVariantTensors];  // its tensors' data, likewise (Tensors::)

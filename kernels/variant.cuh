@@ -51,6 +51,9 @@
 #ifndef FLARE_VARIANT_ALIBI
 #define FLARE_VARIANT_ALIBI 0
 #endif
+#ifndef FLARE_VARIANT_SIGMOID
+#define FLARE_VARIANT_SIGMOID 0
+#endif
 
 namespace flare {
 
@@ -156,7 +159,8 @@ __device__ __forceinline__ float tanh_via_exp2(float x) {
 }
 
 // AttentionParams semantics (include/flare/variant/attention_params.h), in log2 units:
-//   s = q.k * sm_scale;  s += slope * (j - q_pos);  s = cap * tanh(s / cap);  mask window.
+//   s = q.k * sm_scale;  s += slope * (j - q_pos);  s = cap * tanh(s / cap);  mask window;
+//   sigmoid (use_softmax = false): the key's weight is sigmoid(s + sigmoid_bias).
 // With soft-cap, q carries sm_scale / cap and ALiBi slope / cap, so tanh takes its argument
 // directly; otherwise q carries sm_scale * log2e and ALiBi slope * log2e.
 struct StandardVariant : VariantBase {
@@ -164,8 +168,10 @@ struct StandardVariant : VariantBase {
   static constexpr bool kSoftCap = FLARE_VARIANT_SOFT_CAP != 0;
   static constexpr bool kWindow = FLARE_VARIANT_WINDOW != 0;
   static constexpr bool kAlibi = FLARE_VARIANT_ALIBI != 0;
-  static constexpr bool kLinearLogits = !kSoftCap && !kAlibi;  // logits_transform is identity
-  static constexpr bool use_softmax = true;
+  static constexpr bool kSigmoid = FLARE_VARIANT_SIGMOID != 0;
+  // logits_transform is the identity
+  static constexpr bool kLinearLogits = !kSoftCap && !kAlibi && !kSigmoid;
+  static constexpr bool use_softmax = !kSigmoid;
 
   float alibi_step;   // added per KV position, in query_scale units
   int first_visible;  // window: smallest visible KV position
@@ -191,6 +197,8 @@ struct StandardVariant : VariantBase {
   __device__ float logits_transform(const VariantParams& p, float s, int kv_pos) const {
     if (kAlibi) s += alibi_step * static_cast<float>(kv_pos - q_pos);
     if (kSoftCap) s = p.logits_soft_cap * kLog2e * tanh_via_exp2(s);
+    // s is the natural logit times log2 e: sigmoid(x) = 1 / (1 + 2^(-x log2 e)).
+    if (kSigmoid) s = fast_rcp(1.0f + fast_exp2(-fmaf(p.sigmoid_bias, kLog2e, s)));
     return s;
   }
   __device__ bool logits_mask(int kv_pos) const { return !kWindow || kv_pos >= first_visible; }

@@ -226,7 +226,7 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   State& s = *state_;
   const BatchDecodeConfig& c = s.config;
   FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
-  api_detail::check_run_options(c.variant, options, lse.has_value(), c.device, kWhat);
+  api_detail::check_run_options(c.params, c.variant, options, lse.has_value(), c.device, kWhat);
   // A captured run serves every later plan: its tensors are sized for the largest batch.
   const int64_t planned_batch = static_cast<int64_t>(s.kv_len.size());
   const int64_t batch = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : planned_batch;

@@ -312,7 +312,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
                           const std::optional<TensorView>& mask_bits, const RunOptions& options) {
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
-  api_detail::check_run_options(c.variant, options, lse.has_value(), c.device, kWhat);
+  api_detail::check_run_options(c.params, c.variant, options, lse.has_value(), c.device, kWhat);
   // A captured run serves every later plan: its tensors may be sized for larger batches.
   const int64_t total_qo = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : s.total_qo;
   FLARE_CHECK(total_qo >= s.total_qo && total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument,
@@ -397,7 +397,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   m.group_size = p.group_size;
   m.lse_scale = p.lse_scale;
   m.qo_indptr = p.qo_indptr;
-  m.sum_partials = c.variant && !c.variant->use_softmax ? 1 : 0;
+  m.sum_partials = api_detail::uses_softmax(c.params, c.variant) ? 0 : 1;
   void* merge_args[] = {&m};
   cuda::launch(s.merge, static_cast<unsigned>(s.props.num_sms * kMergeBlocksPerSm), 1, 1,
                kMergeThreads, 1, 1, 0, stream, merge_args, pdl);

@@ -11,6 +11,7 @@ VariantParams device_variant(const AttentionParams& p, int head_dim_qk, int num_
   variant.sm_scale = p.resolved_sm_scale(head_dim_qk);
   variant.logits_soft_cap = p.logits_soft_cap;
   variant.window_left = p.window_left;
+  variant.sigmoid_bias = p.sigmoid_bias;
   if (p.pos_encoding == PosEncoding::kAlibi) {
     std::vector<float> slopes(static_cast<size_t>(num_qo_heads));
     for (int h = 0; h < num_qo_heads; ++h) {

@@ -58,17 +58,23 @@ ResolvedVariant resolve_variant(const AttentionParams& params,
   return {user_variant_source(*user), "user:" + user->name};
 }
 
-void check_run_options(const std::optional<UserVariant>& user, const RunOptions& options,
-                       bool wants_lse, int device, const char* what) {
+bool uses_softmax(const AttentionParams& params, const std::optional<UserVariant>& user) {
+  return user ? user->use_softmax : params.use_softmax;
+}
+
+void check_run_options(const AttentionParams& params, const std::optional<UserVariant>& user,
+                       const RunOptions& options, bool wants_lse, int device, const char* what) {
   FLARE_CHECK(std::isfinite(options.q_scale) && std::isfinite(options.k_scale) &&
                   std::isfinite(options.v_scale),
               ErrorCode::kInvalidArgument, what,
               ": q_scale, k_scale and v_scale must be finite, got ", options.q_scale, ", ",
               options.k_scale, " and ", options.v_scale);
-  FLARE_CHECK(!wants_lse || !user || user->use_softmax, ErrorCode::kInvalidArgument, what,
-              ": lse was given, but variant '", (user ? user->name : std::string()),
-              "' has use_softmax = false: its output is a weighted sum with no softmax "
-              "denominator, so there is no lse; pass none");
+  FLARE_CHECK(!wants_lse || uses_softmax(params, user), ErrorCode::kInvalidArgument, what,
+              ": lse was given, but ",
+              user ? "variant '" + user->name + "' has use_softmax = false"
+                   : std::string("params.use_softmax is false (sigmoid attention)"),
+              ": the output is a weighted sum with no softmax denominator, so there is no lse; "
+              "pass none");
   const size_t given = options.variant_scalars.size();
   const size_t tensors = options.variant_tensors.size();
   if (!user) {

@@ -27,13 +27,17 @@ ResolvedVariant resolve_variant(const AttentionParams& params,
                                 const std::optional<UserVariant>& user, int num_qo_heads,
                                 const char* what);
 
-// run()'s options: finite q/k/v scales, no lse output (`wants_lse`) for a variant with
-// use_softmax = false, and variant_scalars and variant_tensors against the config's variant (one
+// Whether the config's variant normalises with softmax: the user variant's use_softmax, else
+// params.use_softmax (the built-in sigmoid).
+bool uses_softmax(const AttentionParams& params, const std::optional<UserVariant>& user);
+
+// run()'s options: finite q/k/v scales, no lse output (`wants_lse`) without softmax
+// (uses_softmax), and variant_scalars and variant_tensors against the config's variant (one
 // finite value per declared scalar; one contiguous tensor per declared tensor, of its dtype and
 // declared shape, on `device`; none without a user variant). Throws kInvalidArgument naming the
 // scale, lse, the variant's scalars or the tensor.
-void check_run_options(const std::optional<UserVariant>& user, const RunOptions& options,
-                       bool wants_lse, int device, const char* what);
+void check_run_options(const AttentionParams& params, const std::optional<UserVariant>& user,
+                       const RunOptions& options, bool wants_lse, int device, const char* what);
 
 // Copies the checked scalars and tensor pointers into the kernel's parameters.
 void set_variant_arguments(const RunOptions& options, VariantParams& out);

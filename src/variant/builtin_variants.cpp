@@ -1,6 +1,7 @@
 // The built-in StandardVariant: its flags from AttentionParams and its source text.
 #include "flare/variant/builtin_variants.h"
 
+#include <cmath>
 #include <utility>
 
 #include "flare/core/error.h"
@@ -8,8 +9,6 @@
 namespace flare {
 
 StandardVariantFlags standard_variant_flags(const AttentionParams& params, const char* what) {
-  FLARE_CHECK(params.use_softmax, ErrorCode::kUnsupported, what,
-              ": use_softmax = false (sigmoid attention) is not supported");
   FLARE_CHECK(params.mask == MaskMode::kNone || params.mask == MaskMode::kCausal,
               ErrorCode::kUnsupported, what, ": custom masks are not supported");
   FLARE_CHECK(params.pos_encoding != PosEncoding::kRopeLlama, ErrorCode::kUnsupported, what,
@@ -18,10 +17,13 @@ StandardVariantFlags standard_variant_flags(const AttentionParams& params, const
               ": logits_soft_cap must be >= 0 (0 = off), got ", params.logits_soft_cap);
   FLARE_CHECK(params.window_left >= -1, ErrorCode::kInvalidArgument, what,
               ": window_left must be -1 (no window) or >= 0, got ", params.window_left);
+  FLARE_CHECK(std::isfinite(params.sigmoid_bias), ErrorCode::kInvalidArgument, what,
+              ": sigmoid_bias must be finite, got ", params.sigmoid_bias);
   StandardVariantFlags flags;
   flags.soft_cap = params.logits_soft_cap > 0.0f;
   flags.sliding_window = params.window_left >= 0;
   flags.alibi = params.pos_encoding == PosEncoding::kAlibi;
+  flags.sigmoid = !params.use_softmax;
   return flags;
 }
 
@@ -30,6 +32,7 @@ std::string standard_variant_source(const StandardVariantFlags& flags) {
   source += "#define FLARE_VARIANT_SOFT_CAP " + std::string(flags.soft_cap ? "1" : "0") + "\n";
   source += "#define FLARE_VARIANT_WINDOW " + std::string(flags.sliding_window ? "1" : "0") + "\n";
   source += "#define FLARE_VARIANT_ALIBI " + std::string(flags.alibi ? "1" : "0") + "\n";
+  source += "#define FLARE_VARIANT_SIGMOID " + std::string(flags.sigmoid ? "1" : "0") + "\n";
   source += "#include \"variant.cuh\"\n";
   source += "struct Variant : flare::StandardVariant {};\n";
   return source;
@@ -39,7 +42,8 @@ std::string standard_variant_name(const StandardVariantFlags& flags) {
   std::string name;
   for (const auto& [on, part] : {std::pair{flags.soft_cap, "soft_cap"},
                                  std::pair{flags.sliding_window, "window"},
-                                 std::pair{flags.alibi, "alibi"}}) {
+                                 std::pair{flags.alibi, "alibi"},
+                                 std::pair{flags.sigmoid, "sigmoid"}}) {
     if (!on) continue;
     if (!name.empty()) name += '+';
     name += part;

@@ -133,6 +133,31 @@ TEST(PrefillGpu, SlidingWindowSoftCapAlibiCausal) {
   check(c);
 }
 
+// The built-in sigmoid attention (params.use_softmax = false): with a window and soft-cap,
+// causal paged; then ragged with fixed splits, whose partial sums the merge kernel adds.
+TEST(PrefillGpu, SigmoidAttentionWithoutSoftmax) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {300, 40, 1, 0};
+  c.kv_lens = {300, 1000, 77, 5};
+  c.num_qo_heads = 8;
+  c.num_kv_heads = 2;
+  c.page_size = 3;
+  c.use_softmax = false;
+  c.sigmoid_bias = -1.0f;
+  c.window_left = 100;
+  c.soft_cap = 30.0f;
+  check(c);
+  c.kv = PrefillKV::kRagged;
+  c.window_left = -1;
+  c.soft_cap = 0.0f;
+  c.fixed_split_size = 128;
+  c.dtype = DType::kF16;
+  check(c, [](const BatchPrefill& prefill) {
+    EXPECT_GT(prefill.last_plan().num_partial_slots, 0) << "no split: the merge went untested";
+  });
+}
+
 TEST(PrefillGpu, EmptyRequestsAndQueriesBeyondTheCache) {
   SKIP_WITHOUT_GPU();
   Case c;

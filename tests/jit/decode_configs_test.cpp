@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -303,8 +304,9 @@ TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
   c.params.pos_encoding = PosEncoding::kRopeLlama;
   expect_code(c, ErrorCode::kUnsupported, "RoPE");
   c = base_config();
-  c.params.use_softmax = false;
-  expect_code(c, ErrorCode::kUnsupported, "use_softmax");
+  c.params.use_softmax = false;  // sigmoid attention runs; its bias must be finite
+  c.params.sigmoid_bias = std::numeric_limits<float>::infinity();
+  expect_code(c, ErrorCode::kInvalidArgument, "sigmoid_bias must be finite");
   c = base_config();
   c.params.mask = MaskMode::kCustom;
   expect_code(c, ErrorCode::kUnsupported, "custom");

@@ -3,6 +3,7 @@
 // packed query length and the device limits; configs no kernel handles are rejected.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -195,8 +196,9 @@ TEST(BatchPrefillKernels, RejectsConfigsNoKernelHandles) {
   c.params.pos_encoding = PosEncoding::kRopeLlama;
   expect_code(c, ErrorCode::kUnsupported, "RoPE");
   c = base_config();
-  c.params.use_softmax = false;
-  expect_code(c, ErrorCode::kUnsupported, "use_softmax");
+  c.params.use_softmax = false;  // sigmoid attention runs; its bias must be finite
+  c.params.sigmoid_bias = std::numeric_limits<float>::infinity();
+  expect_code(c, ErrorCode::kInvalidArgument, "sigmoid_bias must be finite");
   c = base_config();
   c.params.k_scale = 0.5f;
   expect_code(c, ErrorCode::kUnsupported, "k_scale");

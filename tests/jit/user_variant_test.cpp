@@ -2,7 +2,7 @@
 // declaration, compile with NVRTC into the decode kernels (both loops) and the FA2 prefill
 // kernels (paged, ragged) for sm_80 and sm_90a without spills, report errors in their source at
 // the user's line numbers, and refuse hooks no kernel family honours and built-in terms they
-// would silently replace.
+// would silently replace; the built-in sigmoid (use_softmax = false) compiles in every family.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -161,6 +161,35 @@ TEST_P(UserVariantFamilies, EveryFamilyCompilesWithoutSpills) {
 INSTANTIATE_TEST_SUITE_P(Variants, UserVariantFamilies,
                          ::testing::Values("soft_cap", "alibi", "alibi_slopes", "stride_mask",
                                            "sigmoid"));
+
+// The built-in sigmoid attention (params.use_softmax = false, StandardVariant's kSigmoid) takes
+// the same paths as a user variant without softmax, with soft-cap alongside.
+TEST_F(UserVariantCompile, BuiltInSigmoidCompilesInEveryFamilyWithoutSpills) {
+  std::vector<jit::KernelSpec> specs;
+  for (const bool tc : {false, true}) {
+    BatchDecodeConfig d = decode_config(testing::user_sigmoid(), tc);
+    d.variant.reset();
+    d.params.use_softmax = false;
+    d.params.sigmoid_bias = -1.0f;
+    d.params.logits_soft_cap = 30.0f;
+    specs.push_back(batch_decode_kernels(d).decode);
+  }
+  for (const PrefillKV kv : {PrefillKV::kPaged, PrefillKV::kRagged}) {
+    BatchPrefillConfig p = prefill_config(testing::user_sigmoid(), kv);
+    p.variant.reset();
+    p.params.use_softmax = false;
+    specs.push_back(batch_prefill_kernels(p, {128, 64}).prefill);
+  }
+  for (const jit::KernelSpec& spec : specs) {
+    EXPECT_NE(spec.label.find("sigmoid"), std::string::npos) << spec.label;
+  }
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 1);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      flare::testing::expect_shipped_usage(results[i], specs[i].label + " on " + arch);
+    }
+  }
+}
 
 TEST_F(UserVariantCompile, UseSoftmaxMustMatchTheSource) {
   UserVariant v = testing::user_sigmoid();

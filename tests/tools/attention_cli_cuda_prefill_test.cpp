@@ -343,7 +343,6 @@ class AttentionCliCudaPrefillErrors : public ::testing::Test {
 TEST_F(AttentionCliCudaPrefillErrors, UnsupportedOptionsAreNamed) {
   const std::pair<std::vector<std::string>, const char*> cases[] = {
       {{"--dtype", "bf16", "--rope"}, "the GPU prefill does not support RoPE (--rope)"},
-      {{"--dtype", "f16", "--sigmoid"}, "the GPU prefill does not support sigmoid attention"},
       {{"--dtype", "f16", "--kv-dtype", "e4m3"}, "the GPU prefill does not support fp8 KV"},
       {{"--dtype", "bf16", "--kv-dtype", "f16"}, "q, k and v in one dtype"},
       {{}, "float16 or bfloat16"},  // the float32 files' own dtype

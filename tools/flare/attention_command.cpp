@@ -84,7 +84,7 @@ types and backend
                             One query token per request on paged KV runs the decode kernel
                             (KV also e4m3/e5m2; no custom mask); everything else the
                             prefill kernel (paged or ragged KV, any query lengths, causal,
-                            window, custom mask, soft-cap, ALiBi; no RoPE, no sigmoid)
+                            window, custom mask, soft-cap, ALiBi, sigmoid; no RoPE)
   --fp64                    CPU only: accumulate in float64 (the test oracle's mode)
   --threads N               CPU threads (default: all)
   --out-dir DIR             created when missing

@@ -17,7 +17,7 @@ class GpuDecode {
   // and the KV paged (kInvalidArgument otherwise: other batches go to GpuPrefill). Copies q,
   // the pages and the page table to `device`, compiles (or loads from the JIT cache) the
   // kernels. Throws kNoCudaDevice, kUnsupported (what BatchDecode does not run: head dims
-  // other than 64/128/256, float32 q or KV, RoPE, custom masks, sigmoid).
+  // other than 64/128/256, float32 q or KV, RoPE, custom masks).
   GpuDecode(const AttentionProblem& problem, int device);
   ~GpuDecode();
   GpuDecode(const GpuDecode&) = delete;

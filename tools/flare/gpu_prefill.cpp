@@ -24,8 +24,6 @@ void check_supported(const AttentionProblem& problem, DType kv_dtype) {
   FLARE_CHECK(p.pos_encoding != PosEncoding::kRopeLlama, ErrorCode::kUnsupported,
               "the GPU prefill does not support RoPE (--rope): apply it to q and k before the "
               "call, or use --device cpu");
-  FLARE_CHECK(p.use_softmax, ErrorCode::kUnsupported,
-              "the GPU prefill does not support sigmoid attention (--sigmoid); use --device cpu");
   FLARE_CHECK(!is_fp8(kv_dtype), ErrorCode::kUnsupported,
               "the GPU prefill does not support fp8 KV (--kv-dtype e4m3|e5m2, got ",
               dtype_name(kv_dtype),
@@ -127,10 +125,13 @@ void GpuPrefill::plan() {
 void GpuPrefill::run() {
   State& s = *state_;
   if (s.total_q == 0) return;
+  // Sigmoid attention (use_softmax = false) has no lse.
+  const std::optional<TensorView> lse =
+      s.prefill->config().params.use_softmax ? std::optional(s.lse.view) : std::nullopt;
   if (s.pages) {
-    s.prefill->run(s.q.view, *s.pages, s.o.view, s.lse.view, s.stream->get(), s.mask);
+    s.prefill->run(s.q.view, *s.pages, s.o.view, lse, s.stream->get(), s.mask);
   } else {
-    s.prefill->run(s.q.view, s.k.view, s.v.view, s.o.view, s.lse.view, s.stream->get(), s.mask);
+    s.prefill->run(s.q.view, s.k.view, s.v.view, s.o.view, lse, s.stream->get(), s.mask);
   }
 }
 

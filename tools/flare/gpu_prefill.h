@@ -16,8 +16,8 @@ class GpuPrefill {
   // `problem`: contiguous CPU tensors, already validated. Copies q, K/V, the index arrays and
   // a custom mask to `device` and creates the BatchPrefill (the first plan() compiles, or
   // loads from the JIT cache, the kernel of its tiles). Throws kNoCudaDevice; kUnsupported
-  // for what BatchPrefill does not run, naming the option: RoPE (--rope), sigmoid attention
-  // (--sigmoid), fp8 KV (--kv-dtype e4m3|e5m2), q and KV in other dtypes than one of
+  // for what BatchPrefill does not run, naming the option: RoPE (--rope), fp8 KV (--kv-dtype
+  // e4m3|e5m2), q and KV in other dtypes than one of
   // float16/bfloat16, head dims other than 64/128/256 or 192/128.
   GpuPrefill(const AttentionProblem& problem, int device);
   ~GpuPrefill();

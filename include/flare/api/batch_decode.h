@@ -38,9 +38,9 @@ struct BatchDecodeConfig {
 
   // Supported here: sm_scale, logits_soft_cap, window_left, pos_encoding kNone | kAlibi
   // (alibi_slopes: optional float32 [H_qo] on the CPU, copied at creation), k_scale and
-  // v_scale (fp8 KV: the stored value times the scale is the real value). mask kNone or
-  // kCausal (a no-op for one query token). Others (RoPE, custom masks, use_softmax = false)
-  // throw kUnsupported.
+  // v_scale (fp8 KV: the stored value times the scale is the real value), use_softmax = false
+  // with sigmoid_bias (sigmoid attention: run() then takes no lse). mask kNone or kCausal (a
+  // no-op for one query token). Others (RoPE, custom masks) throw kUnsupported.
   AttentionParams params;
 
   // A user-defined variant compiled in place of the built-in (flare/variant/user_variant.h):

@@ -45,8 +45,8 @@ struct BatchPrefillConfig {
 
   // Supported: sm_scale, mask kNone | kCausal | kCustom (the bits are given to run(), on the
   // device), window_left, logits_soft_cap, pos_encoding kNone | kAlibi (alibi_slopes optional,
-  // float32 [H_qo] on the CPU, copied at creation). RoPE, use_softmax = false and fp8 scales
-  // throw kUnsupported.
+  // float32 [H_qo] on the CPU, copied at creation), use_softmax = false with sigmoid_bias
+  // (sigmoid attention: run() then takes no lse). RoPE and fp8 scales throw kUnsupported.
   AttentionParams params;
 
   // A user-defined variant compiled in place of the built-in (flare/variant/user_variant.h):

@@ -1,5 +1,5 @@
 // The variants flare ships: kernels/variant.cuh's StandardVariant with its compile-time flags
-// (soft-cap, sliding window, ALiBi), as variant source text for a jit::KernelSpec.
+// (soft-cap, sliding window, ALiBi, sigmoid), as variant source text for a jit::KernelSpec.
 #pragma once
 
 #include <string>
@@ -14,13 +14,15 @@ struct StandardVariantFlags {
   bool soft_cap = false;        // logits_soft_cap > 0
   bool sliding_window = false;  // window_left >= 0
   bool alibi = false;           // pos_encoding == kAlibi
+  bool sigmoid = false;         // use_softmax == false: weights sigmoid(s + sigmoid_bias)
 
   friend bool operator==(const StandardVariantFlags&, const StandardVariantFlags&) = default;
 };
 
 // The flags `params` needs. Throws kUnsupported for what StandardVariant cannot express
-// (RoPE, custom masks, use_softmax = false); causal masks of one query token see every key and
-// need no flag. `what` names the caller in messages ("BatchDecode").
+// (RoPE, custom masks), kInvalidArgument for a non-finite sigmoid_bias; causal masks of one
+// query token see every key and need no flag. `what` names the caller in messages
+// ("BatchDecode").
 StandardVariantFlags standard_variant_flags(const AttentionParams& params, const char* what);
 
 // Variant source defining `struct Variant` (its flags as #defines, then the struct).
