@@ -7,7 +7,7 @@ backend), passed through DLPack without copies. An argument flare does not suppo
 NotImplementedError naming it.
 """
 
-from . import _flare
+from . import _flare, jit
 from .cascade import merge_state, merge_state_in_place, merge_states
 from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
 from .page import (append_paged_kv_cache, check_append_paged_kv_cache,
@@ -33,6 +33,7 @@ __all__ = [
     "check_append_paged_kv_cache",
     "cuda_available",
     "get_batch_indices_positions",
+    "jit",
     "merge_state",
     "merge_state_in_place",
     "merge_states",

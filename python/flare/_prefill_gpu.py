@@ -249,7 +249,7 @@ class GpuPrefill:
         scratch, scratch_bytes = self._scratch
 
         def make(capacity_batch, capacity_total_qo):
-            return _flare.BatchPrefill(
+            return _flare.BatchPrefill(_flare.PrefillConfig(
                 device=self._device, max_batch=capacity_batch, max_total_qo=capacity_total_qo,
                 num_qo_heads=config["num_qo_heads"], num_kv_heads=config["num_kv_heads"],
                 head_dim_qk=config["head_dim_qk"], head_dim_vo=config["head_dim_vo"],
@@ -259,7 +259,7 @@ class GpuPrefill:
                 fixed_split_size=config["fixed_split_size"],
                 disable_split_kv=config["disable_split_kv"], scratch=scratch,
                 scratch_bytes=scratch_bytes, validate_indices=self._validate,
-                variant=config["variant"])
+                variant=config["variant"]))
 
         return self._prefills.get(key, max_batch, max_total_qo, make)
 

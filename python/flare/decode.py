@@ -215,14 +215,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
         scratch, scratch_bytes = self._scratch
 
         def make(capacity):
-            return _flare.BatchDecode(
+            return _flare.BatchDecode(_flare.DecodeConfig(
                 device=device, max_batch=capacity, num_qo_heads=num_qo_heads,
                 num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=page_size,
                 q_dtype=q_dtype, kv_dtype=kv_dtype, kv_layout=self._kv_layout,
                 params=params, use_cuda_graph=self._use_cuda_graph,
                 fixed_split_size=fixed_split_size, disable_split_kv=bool(disable_split_kv),
                 use_tensor_cores=tensor_cores, scratch=scratch, scratch_bytes=scratch_bytes,
-                validate_indices=self._validate, variant=variant)
+                validate_indices=self._validate, variant=variant))
 
         resolved = (key, q_dtype, kv_dtype, (num_qo_heads, head_dim), variant, make, device)
         if signature is not None:
@@ -423,12 +423,12 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
            tuple(sorted(params_kwargs.items())), tensor_cores,
            None if variant is None else variant.key())
     device = q.device.index or 0
-    decoder = _single_decoders.get(key, 1, lambda capacity: _flare.BatchDecode(
+    decoder = _single_decoders.get(key, 1, lambda capacity: _flare.BatchDecode(_flare.DecodeConfig(
         device=device, max_batch=capacity, num_qo_heads=num_qo_heads,
         num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=1, q_dtype=q_dtype,
         kv_dtype=kv_dtype, kv_layout=kv_layout, params=make_params(**params_kwargs),
         use_cuda_graph=False, fixed_split_size=0, disable_split_kv=False,
-        use_tensor_cores=tensor_cores, variant=variant))
+        use_tensor_cores=tensor_cores, variant=variant)))
     decoder.plan(indptr_host, last_host, _flare.current_stream(device))
     indices = torch.arange(kv_len, dtype=torch.int32, device=q.device)
     out = q.new_empty((1, num_qo_heads, head_dim))

@@ -19,12 +19,15 @@ namespace flare::python {
 
 namespace {
 
-void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, int num_kv_heads,
-               int head_dim, int page_size, const std::string& q_dtype, const std::string& kv_dtype,
-               const std::string& kv_layout, const ParamsArg& params, bool use_cuda_graph,
-               int fixed_split_size, bool disable_split_kv, bool use_tensor_cores,
-               uintptr_t scratch, size_t scratch_bytes, bool validate_indices, nb::handle variant) {
-  BatchDecodeConfig config;
+// DecodeConfig(...): a BatchDecodeConfig from the wrapper's keywords, for BatchDecode and
+// precompile().
+void make_config(BatchDecodeConfig* self, int device, int max_batch, int num_qo_heads,
+                 int num_kv_heads, int head_dim, int page_size, const std::string& q_dtype,
+                 const std::string& kv_dtype, const std::string& kv_layout, const ParamsArg& params,
+                 bool use_cuda_graph, int fixed_split_size, bool disable_split_kv,
+                 bool use_tensor_cores, uintptr_t scratch, size_t scratch_bytes,
+                 bool validate_indices, nb::handle variant) {
+  BatchDecodeConfig& config = *new (self) BatchDecodeConfig();
   config.device = device;
   config.max_batch = max_batch;
   config.num_qo_heads = num_qo_heads;
@@ -43,6 +46,9 @@ void construct(BatchDecode* self, int device, int max_batch, int num_qo_heads, i
   config.scratch_bytes = scratch_bytes;
   config.validate_indices = validate_indices;
   config.variant = user_variant_arg(variant);
+}
+
+void construct(BatchDecode* self, const BatchDecodeConfig& config) {
   // Compiling the kernels can take seconds: let other Python threads run meanwhile.
   nb::gil_scoped_release release;
   new (self) BatchDecode(config);
@@ -73,14 +79,17 @@ void run(BatchDecode& decode, nb::handle q, nb::handle paged_kv_cache, nb::handl
 }  // namespace
 
 void bind_batch_decode(nb::module_& m) {
-  nb::class_<BatchDecode>(m, "BatchDecode", "flare::BatchDecode (internal: GPU batch decode).")
-      .def("__init__", &construct, nb::kw_only(), nb::arg("device"), nb::arg("max_batch"),
+  nb::class_<BatchDecodeConfig>(m, "DecodeConfig",
+                                "flare::BatchDecodeConfig (internal: BatchDecode, precompile).")
+      .def("__init__", &make_config, nb::kw_only(), nb::arg("device"), nb::arg("max_batch"),
            nb::arg("num_qo_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
            nb::arg("page_size"), nb::arg("q_dtype"), nb::arg("kv_dtype"), nb::arg("kv_layout"),
            nb::arg("params"), nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"),
            nb::arg("disable_split_kv"), nb::arg("use_tensor_cores") = false, nb::arg("scratch") = 0,
            nb::arg("scratch_bytes") = 0, nb::arg("validate_indices") = false,
-           nb::arg("variant").none() = nb::none())
+           nb::arg("variant").none() = nb::none());
+  nb::class_<BatchDecode>(m, "BatchDecode", "flare::BatchDecode (internal: GPU batch decode).")
+      .def("__init__", &construct, nb::arg("config"))
       .def("plan", &plan, nb::arg("kv_indptr"), nb::arg("kv_last_page_len"), nb::arg("stream"))
       .def("run", &run, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"), nb::arg("out"),
            nb::arg("lse").none(), nb::arg("q_scale"), nb::arg("k_scale"), nb::arg("v_scale"),

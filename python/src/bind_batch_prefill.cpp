@@ -23,12 +23,15 @@ namespace flare::python {
 namespace {
 
 // `custom_mask`: the mask bits come with every run(); `params` then carries no mask tensors.
-void construct(BatchPrefill* self, int device, int max_batch, int max_total_qo, int num_qo_heads,
-               int num_kv_heads, int head_dim_qk, int head_dim_vo, bool paged, int page_size,
-               const std::string& kv_layout, const std::string& dtype, const ParamsArg& params,
-               bool custom_mask, bool use_cuda_graph, int fixed_split_size, bool disable_split_kv,
-               uintptr_t scratch, size_t scratch_bytes, bool validate_indices, nb::handle variant) {
-  BatchPrefillConfig config;
+// PrefillConfig(...): a BatchPrefillConfig from the wrapper's keywords, for BatchPrefill and
+// precompile().
+void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_total_qo,
+                 int num_qo_heads, int num_kv_heads, int head_dim_qk, int head_dim_vo, bool paged,
+                 int page_size, const std::string& kv_layout, const std::string& dtype,
+                 const ParamsArg& params, bool custom_mask, bool use_cuda_graph,
+                 int fixed_split_size, bool disable_split_kv, uintptr_t scratch,
+                 size_t scratch_bytes, bool validate_indices, nb::handle variant) {
+  BatchPrefillConfig& config = *new (self) BatchPrefillConfig();
   config.device = device;
   config.max_batch = max_batch;
   config.max_total_qo = max_total_qo;
@@ -55,6 +58,9 @@ void construct(BatchPrefill* self, int device, int max_batch, int max_total_qo, 
   config.scratch_bytes = scratch_bytes;
   config.validate_indices = validate_indices;
   config.variant = user_variant_arg(variant);
+}
+
+void construct(BatchPrefill* self, const BatchPrefillConfig& config) {
   // Creation compiles the merge kernel: let other Python threads run meanwhile.
   nb::gil_scoped_release release;
   new (self) BatchPrefill(config);
@@ -118,14 +124,17 @@ void run_ragged(BatchPrefill& prefill, nb::handle q, nb::handle k, nb::handle v,
 }  // namespace
 
 void bind_batch_prefill(nb::module_& m) {
-  nb::class_<BatchPrefill>(m, "BatchPrefill", "flare::BatchPrefill (internal: GPU batch prefill).")
-      .def("__init__", &construct, nb::kw_only(), nb::arg("device"), nb::arg("max_batch"),
+  nb::class_<BatchPrefillConfig>(m, "PrefillConfig",
+                                 "flare::BatchPrefillConfig (internal: BatchPrefill, precompile).")
+      .def("__init__", &make_config, nb::kw_only(), nb::arg("device"), nb::arg("max_batch"),
            nb::arg("max_total_qo"), nb::arg("num_qo_heads"), nb::arg("num_kv_heads"),
            nb::arg("head_dim_qk"), nb::arg("head_dim_vo"), nb::arg("paged"), nb::arg("page_size"),
            nb::arg("kv_layout"), nb::arg("dtype"), nb::arg("params"), nb::arg("custom_mask"),
            nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"), nb::arg("disable_split_kv"),
            nb::arg("scratch") = 0, nb::arg("scratch_bytes") = 0,
-           nb::arg("validate_indices") = false, nb::arg("variant").none() = nb::none())
+           nb::arg("validate_indices") = false, nb::arg("variant").none() = nb::none());
+  nb::class_<BatchPrefill>(m, "BatchPrefill", "flare::BatchPrefill (internal: GPU batch prefill).")
+      .def("__init__", &construct, nb::arg("config"))
       .def("plan", &plan, nb::arg("qo_indptr"), nb::arg("kv_indptr"),
            nb::arg("kv_last_page_len").none(), nb::arg("stream"))
       .def("run_paged", &run_paged, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"),

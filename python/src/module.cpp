@@ -54,4 +54,5 @@ NB_MODULE(_flare, m) {
   flare::python::bind_batch_prefill(m);
   flare::python::bind_merge(m);
   flare::python::bind_append(m);
+  flare::python::bind_precompile(m);
 }

@@ -287,3 +287,21 @@ def test_sigmoid_attention_without_softmax(fixed_split_size):
                     fixed_split_size=fixed_split_size and 256)
         out = decode.run(qd, cache.cache, bias=0.25)
         assert (out.double() - expected).abs().max().item() <= 2e-2 * scale, use_tensor_cores
+
+
+def test_precompile_fills_the_cache_for_each_variant():
+    """flare.jit.precompile compiles every kernel of each variant's wrappers in parallel; a
+    second call finds them all in the cache, and a plan() of those configurations compiles
+    nothing more."""
+    kwargs = dict(num_qo_heads=8, num_kv_heads=2, head_dim=128, dtype=torch.bfloat16)
+    first = flare.jit.precompile([None, SOFT_CAP, SIGMOID], **kwargs)
+    # Per variant: two decode loops, and paged and ragged prefill with four tiles each and the
+    # merge (shared by all).
+    assert first["kernels"] == 3 * (2 + 8) + 1, first
+    assert first["compiled"] + first["from_cache"] == first["kernels"]
+    second = flare.jit.precompile([None, SOFT_CAP, SIGMOID], **kwargs)
+    assert second["compiled"] == 0 and second["from_cache"] == second["kernels"], second
+    with pytest.raises(ValueError, match="unknown kinds"):
+        flare.jit.precompile(kinds=("decode", "encode"), **kwargs)
+    with pytest.raises(TypeError, match="variant must be a flare.AttentionVariant"):
+        flare.jit.precompile(["soft_cap"], **kwargs)

@@ -1,0 +1,112 @@
+// precompile(): the kernels of BatchDecode and BatchPrefill configurations into the JIT disk
+// cache, in parallel (jit::precompile's threads).
+#include "flare/api/precompile.h"
+
+#include <chrono>
+#include <set>
+#include <string>
+
+#include "flare/core/error.h"
+#include "flare/jit/cuda_driver.h"
+#include "src/api/decode_config.h"
+#include "src/api/prefill_config.h"
+
+namespace flare {
+namespace {
+
+constexpr int kQueryTiles[] = {16, 32, 64, 128};  // choose_prefill_tiles' choices
+
+// Adds `spec` unless a spec of the same translation unit is there already.
+void add_distinct(const jit::KernelSpec& spec, std::set<std::string>& seen,
+                  std::vector<jit::KernelSpec>& specs) {
+  if (seen.insert(spec.translation_unit()).second) specs.push_back(spec);
+}
+
+// Rethrows `e` with "<what>[index]: " in front, keeping its code.
+[[noreturn]] void rethrow_naming(const Error& e, const char* what, size_t index) {
+  throw Error(e.code(), std::string(what) + "[" + std::to_string(index) + "]: " + e.what());
+}
+
+}  // namespace
+
+std::vector<jit::KernelSpec> kernels_to_precompile(std::span<const BatchDecodeConfig> decode,
+                                                   std::span<const BatchPrefillConfig> prefill,
+                                                   const PrefillDeviceLimits& limits) {
+  std::vector<jit::KernelSpec> specs;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < decode.size(); ++i) {
+    try {
+      add_distinct(
+          batch_decode_kernels(decode[i], static_cast<size_t>(limits.max_shared_bytes_per_block))
+              .decode,
+          seen, specs);
+    } catch (const Error& e) {
+      rethrow_naming(e, "decode", i);
+    }
+  }
+  for (size_t i = 0; i < prefill.size(); ++i) {
+    const BatchPrefillConfig& c = prefill[i];
+    try {
+      api_detail::validate_prefill_config(c);
+      std::vector<PrefillTiles> tiles;
+      if (const std::optional<PrefillTiles> fixed = api_detail::fixed_prefill_tiles(c, limits)) {
+        tiles.push_back(*fixed);
+      } else {
+        for (const int query_tile : kQueryTiles) {
+          PrefillTiles t =
+              choose_prefill_tiles(query_tile, c.head_dim_qk, c.head_dim_vo, c.params.mask, limits);
+          if (c.kv_tile > 0) t.kv_tile = c.kv_tile;
+          tiles.push_back(t);
+        }
+      }
+      for (const PrefillTiles& t : tiles) {
+        const BatchPrefillKernels k = batch_prefill_kernels(c, t);
+        add_distinct(k.prefill, seen, specs);
+        add_distinct(k.merge, seen, specs);
+      }
+    } catch (const Error& e) {
+      rethrow_naming(e, "prefill", i);
+    }
+  }
+  return specs;
+}
+
+PrecompileReport precompile(std::span<const BatchDecodeConfig> decode,
+                            std::span<const BatchPrefillConfig> prefill, int device,
+                            int num_threads) {
+  const auto start = std::chrono::steady_clock::now();
+  // The configurations first: their errors come before the device's.
+  for (size_t i = 0; i < decode.size(); ++i) {
+    try {
+      api_detail::validate_decode_config(decode[i]);
+    } catch (const Error& e) {
+      rethrow_naming(e, "decode", i);
+    }
+  }
+  for (size_t i = 0; i < prefill.size(); ++i) {
+    try {
+      api_detail::validate_prefill_config(prefill[i]);
+    } catch (const Error& e) {
+      rethrow_naming(e, "prefill", i);
+    }
+  }
+  const cuda::DeviceProperties props = cuda::device_properties(device);
+  PrefillDeviceLimits limits;
+  limits.max_shared_bytes_per_block = props.max_shared_bytes_per_block_optin;
+  limits.shared_bytes_per_sm = props.max_shared_bytes_per_sm;
+  limits.registers_per_sm = props.registers_per_sm;
+  const std::vector<jit::KernelSpec> specs = kernels_to_precompile(decode, prefill, limits);
+  const std::vector<jit::CompiledKernel> results =
+      jit::precompile(specs, jit::arch_for(props.cc_major, props.cc_minor), num_threads);
+  PrecompileReport report;
+  report.kernels = static_cast<int>(specs.size());
+  for (const jit::CompiledKernel& k : results) {
+    (k.from_cache ? report.from_cache : report.compiled) += 1;
+    report.compile_seconds += k.compile_seconds;
+  }
+  report.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace flare
