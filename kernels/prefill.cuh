@@ -69,20 +69,41 @@ __device__ __forceinline__ int mask_bit_index(int mi, int h, int nj, int e) {
   return ((mi * 2 + h) * T::kTilesS + nj) * 2 + e;
 }
 
+// Which of a row's key checks a tile needs: kBegin, the window's start (a variant with
+// kMaskIsWindow: its logits_mask is exactly that); kEnd, everything else: the item's last key,
+// the causal diagonal, the custom bits and a variant mask that is not a window. A tile usually
+// straddles one boundary only: checking just that keeps one value per row live, not two (a
+// causal window at 128x64 tiles spilled 56 bytes with both).
+// Causal kernels of a window variant check the two boundaries apart; elsewhere a tile that needs
+// a check takes both, as one instantiation (splitting there made ptxas spill 64 bytes in the
+// non-causal window kernel at 128x64 tiles).
+constexpr bool kSplitKeyChecks = Variant::kMaskIsWindow && T::kMask == kMaskCausal;
+
+template <bool kBegin, bool kEnd>
 __device__ __forceinline__ bool visible(const ItemGeometry& g, const RowInfo& rows, int mi, int h,
                                         int nj, int e, int pos) {
-  bool seen = pos < g.kv_hi && rows.variant[mi][h].logits_mask(pos);
-  if constexpr (T::kMask == kMaskCausal) seen = seen && pos <= rows.q_pos[mi][h];
-  if constexpr (T::kMask == kMaskCustom) {
-    const int bit = mask_bit_index(mi, h, nj, e);
-    seen = seen && ((rows.custom_bits[bit / 32] >> (bit % 32)) & 1) != 0;
+  // The order of the checks is ptxas's: at 255 registers it decides whether 128x64 tiles
+  // spill (the window first in the causal kernel, the last key first elsewhere: 0 bytes each).
+  bool seen = true;
+  if constexpr (kEnd && !kSplitKeyChecks) seen = pos < g.kv_hi;
+  if constexpr (kBegin && Variant::kMaskIsWindow) {
+    seen = seen && rows.variant[mi][h].logits_mask(pos);
+  }
+  if constexpr (kEnd) {
+    if constexpr (kSplitKeyChecks) seen = seen && pos < g.kv_hi;
+    if constexpr (!Variant::kMaskIsWindow) seen = seen && rows.variant[mi][h].logits_mask(pos);
+    if constexpr (T::kMask == kMaskCausal) seen = seen && pos <= rows.q_pos[mi][h];
+    if constexpr (T::kMask == kMaskCustom) {
+      const int bit = mask_bit_index(mi, h, nj, e);
+      seen = seen && ((rows.custom_bits[bit / 32] >> (bit % 32)) & 1) != 0;
+    }
   }
   return seen;
 }
 
-// Online softmax update over this warp's S tile; s becomes the probabilities. kMasked: some
-// key of the tile may be invisible to some row of the warp (per-key checks); otherwise none is.
-template <bool kMasked>
+// Online softmax update over this warp's S tile; s becomes the probabilities. kBegin / kEnd: the
+// key checks of visible() the tile needs (none: every key is visible to every row of the warp).
+template <bool kBegin, bool kEnd>
 __device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemGeometry& g,
                                              const RowInfo& rows, int first_col,
                                              float (&s)[T::kMmaQ][T::kTilesS][4], RowStats& st,
@@ -102,7 +123,7 @@ __device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemG
             if constexpr (!kLinearLogits) {
               x = rows.variant[mi][h].logits_transform(p.variant, x, pos);
             }
-            if (kMasked && !visible(g, rows, mi, h, nj, e, pos)) x = 0.0f;
+            if (!visible<kBegin, kEnd>(g, rows, mi, h, nj, e, pos)) x = 0.0f;
             s[mi][nj][2 * h + e] = x;
           }
         }
@@ -128,7 +149,7 @@ __device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemG
           if constexpr (!kLinearLogits) {
             x = rows.variant[mi][h].logits_transform(p.variant, x * q_scale, pos);
           }
-          if (kMasked && !visible(g, rows, mi, h, nj, e, pos)) x = negative_infinity();
+          if (!visible<kBegin, kEnd>(g, rows, mi, h, nj, e, pos)) x = negative_infinity();
           s[mi][nj][2 * h + e] = x;
           tile_max = fmaxf(tile_max, x);
         }
@@ -348,7 +369,7 @@ __device__ __forceinline__ unsigned stage_address(const unsigned char* smem, int
 // address, so that nothing but the accumulators and fragments lives across the QK^T peak;
 // `tile` itself arrives in a register (a shared read here would queue behind the copies just
 // issued).
-template <bool kMasked>
+template <bool kBegin, bool kEnd>
 __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned char* smem, int tile,
                                              RowState& acc) {
   ItemShared& shared = item_shared(smem);
@@ -365,10 +386,10 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   const unsigned v_frag = k_frag + T::kKBytes + v_fragment_offset() - k_fragment_offset();
   const int thread_col = first_column(shared, current_tile(shared)) + thread_index() % 4 * 2;
   if constexpr (T::kMask != kMaskCustom) {
-    if (kMasked || !kLinearLogits) rows = row_info(p, shared, thread_col);
+    if (kBegin || kEnd || !kLinearLogits) rows = row_info(p, shared, thread_col);
   }
   RowStats st = load_stats(shared);
-  softmax_tile<kMasked>(p, shared.record.g, rows, thread_col, s, st, acc);
+  softmax_tile<kBegin, kEnd>(p, shared.record.g, rows, thread_col, s, st, acc);
   store_stats(shared, st);
   accumulate_pv(v_frag, s, acc);
 }
@@ -426,10 +447,19 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     // Warp-uniform: columns no row of the warp sees contribute exactly nothing (skipped);
     // per-key masks only where some row may lose a key.
     if (first_col >= span.kv_end) continue;
-    if (first_col >= span.full_begin && first_col + T::kKvPerWarp <= span.full_end) {
-      process_tile<false>(p, smem, tile, acc);
+    const bool end_check = first_col + T::kKvPerWarp > span.full_end;
+    // Only a window variant's tiles may straddle the first visible key (full_begin is 0 else).
+    const bool begin_check = Variant::kMaskIsWindow && first_col < span.full_begin;
+    if (!begin_check && !end_check) {
+      process_tile<false, false>(p, smem, tile, acc);
+    } else if constexpr (!kSplitKeyChecks) {
+      process_tile<Variant::kMaskIsWindow, true>(p, smem, tile, acc);
+    } else if (!begin_check) {
+      process_tile<false, true>(p, smem, tile, acc);
+    } else if (!end_check) {
+      process_tile<true, false>(p, smem, tile, acc);
     } else {
-      process_tile<true>(p, smem, tile, acc);
+      process_tile<true, true>(p, smem, tile, acc);
     }
   }
   cp_async_wait<0>();

@@ -268,6 +268,16 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
     add(qk, vo, 16, PrefillKV::kPaged, DType::kBF16, custom);
   }
   add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
+  // A causal window alone and with soft-cap, at the tiles of long prefills: at 255 registers
+  // these spilled while every flag together did not (docs/perf.md, issue 18).
+  AttentionParams window = causal;
+  window.window_left = 1024;
+  AttentionParams capped_window = window;
+  capped_window.logits_soft_cap = 30.0f;
+  for (const PrefillKV kv : {PrefillKV::kRagged, PrefillKV::kPaged}) {
+    add(128, 128, 128, kv, DType::kBF16, window);
+    add(128, 128, 128, kv, DType::kBF16, capped_window);
+  }
   add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
   add(128, 128, 128, PrefillKV::kPaged, DType::kBF16, custom);  // one m16 tile per warp
   return shipped;

@@ -71,7 +71,8 @@ TEST(ShippedPrefillConfigs, CoverEveryHeadDimQueryTileMaskPathAndDtype) {
   EXPECT_EQ(masks.size(), 3u);  // none, causal, custom
   EXPECT_EQ(paths.size(), 2u);  // ragged, paged
   EXPECT_EQ(dtypes.size(), 2u);
-  EXPECT_EQ(variants.size(), 2u);  // default, soft-cap + window + ALiBi
+  // default, soft-cap + window + ALiBi, window, soft-cap + window
+  EXPECT_EQ(variants.size(), 4u);
 }
 
 TEST(ChoosePrefillTiles, QueryTileIsTheSmallestCoveringTheAveragePackedLength) {
