@@ -7,7 +7,7 @@ backend), passed through DLPack without copies. An argument flare does not suppo
 NotImplementedError naming it.
 """
 
-from . import _flare, jit
+from . import _flare, jit, variants
 from .cascade import merge_state, merge_state_in_place, merge_states
 from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
 from .page import (append_paged_kv_cache, check_append_paged_kv_cache,
@@ -39,4 +39,5 @@ __all__ = [
     "merge_states",
     "single_decode_with_kv_cache",
     "single_prefill_with_kv_cache",
+    "variants",
 ]

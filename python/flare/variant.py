@@ -20,7 +20,9 @@ needs; every hook has a default (plain softmax attention with sm_scale)::
 Scalars are floats passed to run() by keyword (read in the source as ``Scalars::<name>(p)``);
 changing them needs no new plan. Tensors (``tensors={"slopes": "float32"}``, or with the shape
 run() requires, ``{"slopes": ("float32", (16,))}``, None for any extent) are contiguous CUDA
-tensors passed to run() by keyword as well, read through ``Tensors::<name>(p)`` (a
+tensors passed to run() by keyword as well (an extent may be "batch", "num_qo_heads" or
+"num_kv_heads": run() checks it against the plan, so a tensor indexed by the row's request or
+head is never read outside), read through ``Tensors::<name>(p)`` (a
 ``const float*``; ``int`` for int32, ``long long`` for int64, ``unsigned char`` for uint8,
 ``unsigned short`` bits for float16 / bfloat16); run() checks their dtype, device, contiguity
 and declared shape, and the variant must read only inside them. A CUDA graph keeps the
@@ -59,14 +61,28 @@ def _dtype_name(dtype):
         return text
 
 
+# Symbolic extents (include/flare/variant/user_variant.h), resolved by run().
+_SYMBOLIC_EXTENTS = {None: -1, "batch": -2, "num_qo_heads": -3, "num_kv_heads": -4}
+
+
 def _tensor_declaration(variant, name, spec):
-    """(name, dtype name, shape with -1 for any extent) from dtype or (dtype, shape)."""
+    """(name, dtype name, shape with the engine's codes for None and the symbolic extents) from
+    dtype or (dtype, shape)."""
     dtype, shape = spec if isinstance(spec, tuple) else (spec, ())
-    extents = tuple(-1 if e is None else int(e) for e in shape)
-    if any(e < -1 for e in extents):
-        raise ValueError(f"AttentionVariant {variant!r}: tensor {name} declares shape {shape}; "
-                         "extents are >= 0, or None for any")
-    return (str(name), _dtype_name(dtype), extents)
+    extents = []
+    for e in shape:
+        if isinstance(e, str) or e is None:
+            if e not in _SYMBOLIC_EXTENTS:
+                raise ValueError(f"AttentionVariant {variant!r}: tensor {name} declares extent "
+                                 f"{e!r}; extents are ints >= 0, None for any, or "
+                                 f"{[k for k in _SYMBOLIC_EXTENTS if k]}")
+            extents.append(_SYMBOLIC_EXTENTS[e])
+        elif int(e) < 0:
+            raise ValueError(f"AttentionVariant {variant!r}: tensor {name} declares shape "
+                             f"{shape}; extents are >= 0, None for any, or a symbolic extent")
+        else:
+            extents.append(int(e))
+    return (str(name), _dtype_name(dtype), tuple(extents))
 
 
 class AttentionVariant:

@@ -15,5 +15,6 @@ void bind_batch_prefill(nb::module_& m);  // bind_batch_prefill.cpp
 void bind_merge(nb::module_& m);          // bind_merge.cpp
 void bind_append(nb::module_& m);         // bind_append.cpp
 void bind_precompile(nb::module_& m);     // bind_precompile.cpp
+void bind_variants(nb::module_& m);       // bind_variants.cpp
 
 }  // namespace flare::python

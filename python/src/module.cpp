@@ -55,4 +55,5 @@ NB_MODULE(_flare, m) {
   flare::python::bind_merge(m);
   flare::python::bind_append(m);
   flare::python::bind_precompile(m);
+  flare::python::bind_variants(m);
 }

@@ -50,8 +50,13 @@ def test_scalar_keywords_are_checked_by_name():
     assert t.tensors == (("slopes", "float32", ()), ("ids", "int32", ()))
     shaped = flare.AttentionVariant(SOURCE, "shaped", tensors={"table": ("float32", (16, None))})
     assert shaped.tensors == (("table", "float32", (16, -1)),)
-    with pytest.raises(ValueError, match="extents are >= 0, or None for any"):
+    with pytest.raises(ValueError, match="extents are >= 0, None for any"):
         flare.AttentionVariant(SOURCE, "bad", tensors={"table": ("float32", (-2,))})
+    symbolic = flare.AttentionVariant(
+        SOURCE, "symbolic", tensors={"t": ("float32", ("num_qo_heads", "batch", "num_kv_heads"))})
+    assert symbolic.tensors == (("t", "float32", (-3, -2, -4)),)
+    with pytest.raises(ValueError, match="declares extent 'heads'"):
+        flare.AttentionVariant(SOURCE, "bad", tensors={"t": ("float32", ("heads",))})
     slopes, ids = object(), object()
     assert t.arguments("run", {"ids": ids, "a": 1, "slopes": slopes}) == ((1.0,), (slopes, ids))
     with pytest.raises(TypeError, match=r"argument\(s\) \['ids'\]"):
@@ -96,3 +101,12 @@ def test_unknown_run_keywords_are_errors_without_a_variant():
     k = np.zeros((2, 2, 64), dtype=np.float32)
     with pytest.raises(TypeError, match="no variant was planned"):
         prefill.run(np.zeros((2, 4, 64), dtype=np.float32), k, k, temperature=2.0)
+
+
+def test_the_library_variants_declare_their_tensors_symbolically():
+    assert flare.variants.prefix_lm().tensors == (("prefix_len", "int32", (-2,)),)
+    rpb = flare.variants.relative_position_bias()
+    assert rpb.tensors == (("table", "float32", (-3, 32)),) and rpb.scalars == ("max_distance",)
+    sigmoid = flare.variants.sigmoid()
+    assert not sigmoid.use_softmax and sigmoid.scalars == ("bias",)
+    assert flare.variants.sigmoid() is sigmoid  # one object: the wrappers' plan cache keys hit

@@ -4,6 +4,8 @@ come by keyword at run(), a compile error in its source is raised at plan() with
 line, and missing scalars are TypeErrors before any launch. Skipped visibly without PyTorch or
 a CUDA device."""
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -305,3 +307,79 @@ def test_precompile_fills_the_cache_for_each_variant():
         flare.jit.precompile(kinds=("decode", "encode"), **kwargs)
     with pytest.raises(TypeError, match="variant must be a flare.AttentionVariant"):
         flare.jit.precompile(["soft_cap"], **kwargs)
+
+
+def masked_reference(q, k, v, qo_lens, kv_lens, visible, bias=None):
+    """float64 softmax attention with visible(request, q_pos [q, 1], kv_pos [1, kv]) -> bool and
+    an optional bias(request, q_pos, kv_pos) -> [H, q, kv] added to the scaled logits."""
+    group = q.shape[1] // k.shape[1]
+    out, q_at, kv_at = [], 0, 0
+    for r, (qo_len, kv_len) in enumerate(zip(qo_lens, kv_lens)):
+        qi = q[q_at:q_at + qo_len].double().transpose(0, 1)
+        ki = k[kv_at:kv_at + kv_len].double().repeat_interleave(group, 1).transpose(0, 1)
+        vi = v[kv_at:kv_at + kv_len].double().repeat_interleave(group, 1).transpose(0, 1)
+        q_pos = torch.arange(qo_len, device=q.device)[:, None] + kv_len - qo_len
+        kv_pos = torch.arange(kv_len, device=q.device)[None, :]
+        s = qi @ ki.transpose(1, 2) / q.shape[2] ** 0.5
+        if bias is not None:
+            s = s + bias(r, q_pos, kv_pos)
+        s = s.masked_fill(~visible(r, q_pos, kv_pos), float("-inf"))
+        out.append((torch.softmax(s, -1) @ vi).transpose(0, 1))
+        q_at, kv_at = q_at + qo_len, kv_at + kv_len
+    return torch.cat(out)
+
+
+def t5_bucket(n, max_distance):
+    """transformers' _relative_position_bucket(bidirectional=False, 32 buckets) of n = i - j."""
+    n = n.clamp(min=0)
+    large = 16 + (torch.log(n.float().clamp(min=1) / 16) / math.log(max_distance / 16) * 16).long()
+    return torch.where(n < 16, n, large.clamp(max=31))
+
+
+def test_library_prefix_lm_and_relative_position_bias():
+    """flare.variants: prefix-LM (plan without the kernel's causal mask) and T5's relative
+    position bias, ragged prefill and decode on both loops, against float64; their tensors'
+    symbolic extents are checked against the plan."""
+    qo_lens, kv_lens = [3, 130, 1], [70, 130, 300]
+    generator = torch.Generator().manual_seed(11)
+    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    qo = torch.tensor([0, 3, 133, 134], dtype=torch.int32)
+    kv = torch.tensor([0, 70, 200, 500], dtype=torch.int32)
+
+    prefix = torch.tensor([50, 7, 0], dtype=torch.int32, device=DEVICE)
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+    wrapper.plan(qo, kv, 8, 2, 128, causal=False, q_data_type=torch.bfloat16,
+                 variant=flare.variants.prefix_lm())
+    out = wrapper.run(q, k, v, prefix_len=prefix)
+    expected = masked_reference(q, k, v, qo_lens, kv_lens,
+                                lambda r, i, j: (j < int(prefix[r])) | (j <= i))
+    assert (out.double() - expected).abs().max().item() <= 2e-2
+    with pytest.raises(ValueError, match=r"must have shape \[batch=3\], got \[4\]"):
+        wrapper.run(q, k, v, prefix_len=torch.zeros(4, dtype=torch.int32, device=DEVICE))
+
+    table = torch.randn(8, 32, generator=generator).to(DEVICE)
+    rpb = flare.variants.relative_position_bias()
+    wrapper.plan(qo, kv, 8, 2, 128, causal=True, q_data_type=torch.bfloat16, variant=rpb)
+    out = wrapper.run(q, k, v, table=table, max_distance=128.0)
+    expected = masked_reference(
+        q, k, v, qo_lens, kv_lens, lambda r, i, j: j <= i,
+        bias=lambda r, i, j: table.double()[:, t5_bucket(i - j, 128)])
+    assert (out.double() - expected).abs().max().item() <= 2e-2
+    with pytest.raises(ValueError, match=r"must have shape \[num_qo_heads=8, 32\]"):
+        wrapper.run(q, k, v, table=table[:4], max_distance=128.0)
+
+    cache = GpuPagedCache([1, 33, 700, 4100], 2, 128, 16, "NHD", torch.bfloat16, seed=12)
+    qd = torch.randn(4, 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    ks, vs = zip(*(cache.tokens(b) for b in range(cache.batch)))
+    expected = masked_reference(
+        qd, torch.cat(ks), torch.cat(vs), [1] * 4, cache.kv_lens, lambda r, i, j: j <= i,
+        bias=lambda r, i, j: table.double()[:, t5_bucket(i - j, 64)])
+    for use_tensor_cores in (False, True):
+        decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
+                                                          use_tensor_cores=use_tensor_cores)
+        decode.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 8, 2, 128, 16,
+                    q_data_type=torch.bfloat16, variant=rpb)
+        out = decode.run(qd, cache.cache, table=table, max_distance=64.0)
+        assert (out.double() - expected).abs().max().item() <= 2e-2, use_tensor_cores

@@ -226,13 +226,14 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   State& s = *state_;
   const BatchDecodeConfig& c = s.config;
   FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
-  api_detail::check_run_options(c.params, c.variant, options, lse.has_value(), c.device, kWhat);
   // A captured run serves every later plan: its tensors are sized for the largest batch.
   const int64_t planned_batch = static_cast<int64_t>(s.kv_len.size());
   const int64_t batch = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : planned_batch;
   FLARE_CHECK(batch >= planned_batch && batch <= c.max_batch, ErrorCode::kInvalidArgument, kWhat,
               ": q holds ", batch, " requests, the plan has ", planned_batch, " (max_batch ",
               c.max_batch, ")");
+  api_detail::check_run_options(c.params, c.variant, options, lse.has_value(),
+                                {batch, c.num_qo_heads, c.num_kv_heads}, c.device, kWhat);
   const int64_t h_qo = c.num_qo_heads, h_kv = c.num_kv_heads, d = c.head_dim;
   check_device_tensor(kWhat, q, "q", c.device, c.q_dtype, {batch, h_qo, d}, true);
   check_device_tensor(kWhat, o, "o", c.device, c.q_dtype, {batch, h_qo, d}, true);

@@ -312,7 +312,11 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
                           const std::optional<TensorView>& mask_bits, const RunOptions& options) {
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
-  api_detail::check_run_options(c.params, c.variant, options, lse.has_value(), c.device, kWhat);
+  // A captured run serves every later plan, of up to max_batch requests.
+  api_detail::check_run_options(c.params, c.variant, options, lse.has_value(),
+                                {c.use_cuda_graph ? c.max_batch : s.batch, c.num_qo_heads,
+                                 c.num_kv_heads},
+                                c.device, kWhat);
   // A captured run serves every later plan: its tensors may be sized for larger batches.
   const int64_t total_qo = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : s.total_qo;
   FLARE_CHECK(total_qo >= s.total_qo && total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument,

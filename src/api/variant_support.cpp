@@ -13,10 +13,29 @@ namespace flare::api_detail {
 namespace {
 
 // "[16, any]" for a declared shape.
-std::string shape_text(const std::vector<int64_t>& shape) {
+// A declared extent with the symbolic ones resolved (kAnyExtent stays).
+int64_t resolved_extent(int64_t declared, const VariantExtents& extents) {
+  switch (declared) {
+    case kBatchExtent: return extents.batch;
+    case kQoHeadsExtent: return extents.num_qo_heads;
+    case kKvHeadsExtent: return extents.num_kv_heads;
+    default: return declared;
+  }
+}
+
+std::string shape_text(const std::vector<int64_t>& shape, const VariantExtents& extents) {
+  static const char* const kNames[] = {"any", "batch", "num_qo_heads", "num_kv_heads"};
   std::string out = "[";
   for (size_t d = 0; d < shape.size(); ++d) {
-    out += (d ? ", " : "") + (shape[d] < 0 ? std::string("any") : std::to_string(shape[d]));
+    out += d ? ", " : "";
+    if (shape[d] >= 0) {
+      out += std::to_string(shape[d]);
+    } else if (shape[d] == kAnyExtent) {
+      out += kNames[0];
+    } else {
+      out += std::string(kNames[-shape[d] - 1]) + "=" +
+             std::to_string(resolved_extent(shape[d], extents));
+    }
   }
   return out + "]";
 }
@@ -63,7 +82,8 @@ bool uses_softmax(const AttentionParams& params, const std::optional<UserVariant
 }
 
 void check_run_options(const AttentionParams& params, const std::optional<UserVariant>& user,
-                       const RunOptions& options, bool wants_lse, int device, const char* what) {
+                       const RunOptions& options, bool wants_lse, const VariantExtents& extents,
+                       int device, const char* what) {
   FLARE_CHECK(std::isfinite(options.q_scale) && std::isfinite(options.k_scale) &&
                   std::isfinite(options.v_scale),
               ErrorCode::kInvalidArgument, what,
@@ -101,10 +121,12 @@ void check_run_options(const AttentionParams& params, const std::optional<UserVa
                 "' tensor ", decl.name, " must be contiguous (shape ", t.shape_str(), ")");
     bool shape_ok = decl.shape.empty() || static_cast<size_t>(t.ndim) == decl.shape.size();
     for (size_t d = 0; shape_ok && d < decl.shape.size(); ++d) {
-      shape_ok = decl.shape[d] == -1 || decl.shape[d] == t.shape[d];
+      const int64_t extent = resolved_extent(decl.shape[d], extents);
+      shape_ok = extent == kAnyExtent || extent == t.shape[d];
     }
     FLARE_CHECK(shape_ok, ErrorCode::kInvalidArgument, what, ": variant '", user->name, "' tensor ",
-                decl.name, " must have shape ", shape_text(decl.shape), ", got ", t.shape_str());
+                decl.name, " must have shape ", shape_text(decl.shape, extents), ", got ",
+                t.shape_str());
   }
   FLARE_CHECK(given == user->scalars.size(), ErrorCode::kInvalidArgument, what, ": variant '",
               user->name, "' takes ", user->scalars.size(), " scalars (",

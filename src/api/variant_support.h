@@ -31,13 +31,21 @@ ResolvedVariant resolve_variant(const AttentionParams& params,
 // params.use_softmax (the built-in sigmoid).
 bool uses_softmax(const AttentionParams& params, const std::optional<UserVariant>& user);
 
+// The values of a variant tensor's symbolic extents (kBatchExtent, ...) for one run().
+struct VariantExtents {
+  int64_t batch = 0;
+  int64_t num_qo_heads = 0;
+  int64_t num_kv_heads = 0;
+};
+
 // run()'s options: finite q/k/v scales, no lse output (`wants_lse`) without softmax
 // (uses_softmax), and variant_scalars and variant_tensors against the config's variant (one
 // finite value per declared scalar; one contiguous tensor per declared tensor, of its dtype and
-// declared shape, on `device`; none without a user variant). Throws kInvalidArgument naming the
-// scale, lse, the variant's scalars or the tensor.
+// declared shape with `extents` for its symbolic extents, on `device`; none without a user
+// variant). Throws kInvalidArgument naming the scale, lse, the variant's scalars or the tensor.
 void check_run_options(const AttentionParams& params, const std::optional<UserVariant>& user,
-                       const RunOptions& options, bool wants_lse, int device, const char* what);
+                       const RunOptions& options, bool wants_lse, const VariantExtents& extents,
+                       int device, const char* what);
 
 // Copies the checked scalars and tensor pointers into the kernel's parameters.
 void set_variant_arguments(const RunOptions& options, VariantParams& out);

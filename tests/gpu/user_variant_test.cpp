@@ -13,6 +13,7 @@
 
 #include "flare/api/batch_decode.h"
 #include "flare/api/batch_prefill.h"
+#include "flare/variant/library.h"
 #include "gpu/decode_test_support.h"
 #include "gpu/prefill_test_support.h"
 #include "testing/expect_error.h"
@@ -200,6 +201,7 @@ struct PlannedDecode {
     config.num_kv_heads = 2;
     config.head_dim = 128;
     config.page_size = 16;
+    config.kv_dtype = DType::kF16;  // build_kv_cache's default; q is bfloat16 (CUDA-core loop)
     config.variant = variant;
     return config;
   }
@@ -275,6 +277,27 @@ TEST(UserVariantDecode, VariantTensorsAreCheckedForDtypeDeviceAndShape) {
   EXPECT_EQ(testing::count_nan(d.out.o_host().view()), d.out.o_host().numel()) << "o was written";
 }
 
+// Symbolic extents resolve against the plan: the batch (2) and the query heads (8).
+TEST(UserVariantDecode, SymbolicExtentsAreTheBatchAndTheHeads) {
+  FLARE_REQUIRE_GPU();
+  UserVariant variant = testing::user_alibi_slopes();
+  variant.tensors[0].shape = {kQoHeadsExtent};
+  PlannedDecode d(variant);
+  RunOptions options;
+  const Slopes wrong = random_slopes(16);
+  options.variant_tensors = {&wrong.device.view, 1};
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
+                     "tensor slopes must have shape [num_qo_heads=8], got [16]");
+  const Slopes right = random_slopes(8);
+  options.variant_tensors = {&right.device.view, 1};
+  EXPECT_NO_THROW(d.run(options));
+  UserVariant by_request = testing::user_alibi_slopes();
+  by_request.tensors[0].shape = {kBatchExtent};
+  PlannedDecode e(by_request);
+  EXPECT_FLARE_ERROR(e.run(options), ErrorCode::kInvalidArgument,
+                     "tensor slopes must have shape [batch=2], got [8]");
+}
+
 using prefill_testing::Case;
 
 TEST(UserVariantPrefill, SoftCapAsAUserVariantMatchesTheReference) {
@@ -344,6 +367,32 @@ TEST(UserVariantPrefill, SigmoidWithoutSoftmaxMatchesTheReference) {
   prefill_testing::check(c, [](const BatchPrefill& prefill) {
     EXPECT_GT(prefill.last_plan().num_partial_slots, 0) << "no split: the merge went untested";
   });
+}
+
+// The shipped prefix-LM (flare/variant/library.h) against the reference given the same mask as
+// custom bits: each request's prefix seen by all its queries, the rest causally.
+TEST(UserVariantPrefill, LibraryPrefixLmMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  cuda::set_device(0);
+  const std::vector<int32_t> prefix = {5, 0, 200, 64};
+  HostTensor prefix_host(DType::kI32, {4});
+  for (int i = 0; i < 4; ++i) prefix_host.data<int32_t>()[i] = prefix[static_cast<size_t>(i)];
+  const gpu_testing::DeviceCopy prefix_device = gpu_testing::to_device(prefix_host);
+  Case c;
+  c.q_lens = {17, 128, 250, 64};
+  c.kv_lens = {300, 128, 250, 64};
+  c.num_qo_heads = 8;
+  c.num_kv_heads = 2;
+  c.mask = MaskMode::kNone;  // the variant's mask holds the causal part
+  c.variant = variants::prefix_lm();
+  c.variant_tensors = {prefix_device.view};
+  c.mask_rule = [prefix](int64_t request, int64_t q_pos, int64_t kv_pos) {
+    return kv_pos < prefix[static_cast<size_t>(request)] || kv_pos <= q_pos;
+  };
+  prefill_testing::check(c);
+  c.kv = PrefillKV::kRagged;
+  c.query_tile = 16;
+  prefill_testing::check(c);
 }
 
 TEST(UserVariantPrefill, AMaskThatIsNotAWindowIsCheckedOnEveryKey) {

@@ -12,6 +12,7 @@
 #include "flare/api/batch_prefill.h"
 #include "flare/core/error.h"
 #include "flare/jit/compiler.h"
+#include "flare/variant/library.h"
 #include "jit/jit_test_support.h"
 #include "testing/expect_error.h"
 #include "testing/kernel_usage.h"
@@ -92,11 +93,14 @@ TEST(UserVariant, DeclarationsAreValidated) {
   EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
                      "declares 'slopes' twice (scalars and tensors share names)");
   v.scalars = {};
-  v.tensors[0].shape = {16, -2};
+  v.tensors[0].shape = {16, -5};
   EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
-                     "tensor slopes declares extent -2; extents are >= 0, or -1 for any");
-  v.tensors[0].shape = {16, -1};
+                     "tensor slopes declares extent -5; extents are >= 0, kAnyExtent");
+  v.tensors[0].shape = {16, kAnyExtent};
   EXPECT_NO_THROW(validate_user_variant(v, "T"));
+  v.tensors[0].shape = {kBatchExtent, kQoHeadsExtent, kKvHeadsExtent};
+  EXPECT_NO_THROW(validate_user_variant(v, "T"));
+  v.tensors[0].shape = {16, kAnyExtent};
   v.tensors[0].dtype = DType::kE4M3;
   EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
                      "tensor slopes has dtype float8_e4m3; variant tensors are float32");
@@ -145,6 +149,7 @@ UserVariant variant_named(const std::string& name) {
   if (name == "alibi") return testing::user_alibi();
   if (name == "alibi_slopes") return testing::user_alibi_slopes();
   if (name == "sigmoid") return testing::user_sigmoid();
+  if (name.rfind("library:", 0) == 0) return variants::by_name(name.substr(8));
   return testing::user_stride_mask();
 }
 
@@ -160,7 +165,8 @@ TEST_P(UserVariantFamilies, EveryFamilyCompilesWithoutSpills) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, UserVariantFamilies,
                          ::testing::Values("soft_cap", "alibi", "alibi_slopes", "stride_mask",
-                                           "sigmoid"));
+                                           "sigmoid", "library:sigmoid", "library:prefix_lm",
+                                           "library:relative_position_bias"));
 
 // The built-in sigmoid attention (params.use_softmax = false, StandardVariant's kSigmoid) takes
 // the same paths as a user variant without softmax, with soft-cap alongside.

@@ -43,11 +43,19 @@
 
 namespace flare {
 
+// Symbolic extents of a variant tensor's declared shape, resolved by run() from its engine: a
+// tensor indexed by the row's request or head declares them, and run() then guarantees that
+// every index the kernels hand to the variant (RowContext) lies inside it.
+inline constexpr int64_t kAnyExtent = -1;
+inline constexpr int64_t kBatchExtent = -2;      // the plan's batch (CUDA graphs: max_batch)
+inline constexpr int64_t kQoHeadsExtent = -3;    // num_qo_heads
+inline constexpr int64_t kKvHeadsExtent = -4;    // num_kv_heads
+
 struct UserVariantTensor {
   std::string name;           // a C identifier
   DType dtype = DType::kF32;  // kF32 | kF16 | kBF16 | kI32 | kI64 | kU8
-  // The extents run() requires, -1 for any extent of that dimension; empty: any shape. Every
-  // variant tensor must be contiguous (the source indexes a raw pointer).
+  // The extents run() requires: a number, a symbolic extent above, or kAnyExtent; empty: any
+  // shape. Every variant tensor must be contiguous (the source indexes a raw pointer).
   std::vector<int64_t> shape;
 };
 

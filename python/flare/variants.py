@@ -1,0 +1,47 @@
+"""Variants flare ships (include/flare/variant/library.h), as flare.AttentionVariant values for
+the wrappers' plan(variant=...): the same CUDA source the C++ API compiles, in every kernel
+family. Their tensors' shapes are checked against the plan at run() (batch, num_qo_heads), so
+the kernels never read outside them.
+
+    prefix = flare.variants.prefix_lm()
+    wrapper.plan(qo_indptr, kv_indptr, 32, 8, 128, causal=False, variant=prefix)
+    o = wrapper.run(q, k, v, prefix_len=lengths)   # int32 [batch] on the device
+"""
+
+from . import _flare
+from .variant import AttentionVariant
+
+# The engine's codes of the symbolic extents (include/flare/variant/user_variant.h).
+_EXTENT_NAMES = {-1: None, -2: "batch", -3: "num_qo_heads", -4: "num_kv_heads"}
+_CACHE = {}
+
+
+def _library(name):
+    variant = _CACHE.get(name)
+    if variant is None:
+        d = _flare.library_variant(name)
+        tensors = {t_name: (dtype, tuple(_EXTENT_NAMES.get(e, e) for e in shape))
+                   for t_name, dtype, shape in d["tensors"]}
+        variant = _CACHE[name] = AttentionVariant(d["source"], d["name"], scalars=d["scalars"],
+                                                  tensors=tensors, use_softmax=d["use_softmax"])
+    return variant
+
+
+def sigmoid():
+    """Sigmoid attention (FlashSigmoid): o = sum_j sigmoid(q.k * sm_scale + bias) v_j over the
+    visible keys, no softmax and no lse. run() takes bias=."""
+    return _library("sigmoid")
+
+
+def prefix_lm():
+    """Prefix-LM: request r's first prefix_len[r] keys are visible to all its queries, the rest
+    causally. Plan with causal=False (the variant's mask holds the causal part); run() takes
+    prefix_len= (int32 [batch], CUDA)."""
+    return _library("prefix_lm")
+
+
+def relative_position_bias():
+    """T5's relative position bias for causal models: logits += table[h][bucket(i - j)] with 32
+    buckets (16 exact distances, then logarithmic up to max_distance). run() takes table=
+    (float32 [num_qo_heads, 32], CUDA) and max_distance= (T5: 128)."""
+    return _library("relative_position_bias")
