@@ -6,9 +6,11 @@ built-in variants and with a user-defined variant of the same math, next to Flex
 Shapes are the papers' variant tables: batch 16, 16 query and KV heads, head dim 128, bf16,
 causal, ragged layout for flare and FlashInfer ([tokens, heads, D]) and [B, H, S, D] for
 FlexAttention. Variants: causal, logits soft-cap 30, sliding window 1024 (left), ALiBi
-(FlashInfer's default slopes), and user:soft_cap (flare.AttentionVariant with the built-in
-soft-cap's math: the cost of writing a variant oneself). TFLOP/s count the visible (query,
-key) pairs: 4 * D * H * pairs. Times: CUDA events around each eager call, median of --calls.
+(FlashInfer's default slopes), user:soft_cap (flare.AttentionVariant with the built-in
+soft-cap's math: the cost of writing a variant oneself), and flare.variants' prefix-LM (a prefix
+of a quarter of each sequence), T5 relative position bias (causal, 32 buckets, max distance
+128; Flex as a score_mod with the same buckets) and sigmoid (no softmax: flare only, causal
+pairs). TFLOP/s count the visible (query, key) pairs: 4 * D * H * pairs. Times: CUDA events around each eager call, median of --calls.
 Usage: python3 scripts/bench_variants.py [--lengths 1024,4096,16384] [--calls 5] [--json F]
 """
 import argparse
@@ -24,7 +26,12 @@ from bench_python import FLASHINFER, eager_us, flashinfer, guarded
 BATCH, HEADS, HEAD_DIM, DTYPE = 16, 16, 128, torch.bfloat16
 CAP, WINDOW = 30.0, 1024
 WORKSPACE_BYTES = 256 << 20
-VARIANTS = ["causal", "soft_cap", "window", "alibi", "user:soft_cap"]
+VARIANTS = ["causal", "soft_cap", "window", "alibi", "user:soft_cap", "prefix_lm",
+            "relative_bias", "sigmoid"]
+LIBRARY = {"prefix_lm": flare.variants.prefix_lm(),
+           "relative_bias": flare.variants.relative_position_bias(),
+           "sigmoid": flare.variants.sigmoid()}
+MAX_DISTANCE = 128.0
 
 USER_SOFT_CAP = flare.AttentionVariant(name="soft_cap", scalars=("cap",), source=r"""
 struct Variant : flare::VariantBase {
@@ -52,7 +59,21 @@ def alibi_slopes(heads):
                         dtype=torch.float32, device="cuda")
 
 
+def prefix_of(length):
+    return length // 4
+
+
+def t5_bucket(n):
+    """T5's causal bucket (32 buckets, MAX_DISTANCE) of n = q - kv >= 0, as torch ops."""
+    n = n.clamp(min=0)
+    large = 16 + (torch.log(n.float().clamp(min=1) / 16) / math.log(MAX_DISTANCE / 16) * 16).long()
+    return torch.where(n < 16, n, large.clamp(max=31))
+
+
 def visible_pairs(length, variant):
+    if variant == "prefix_lm":
+        p = prefix_of(length)
+        return p * p + (length * (length + 1) - p * (p + 1)) // 2
     if variant == "window":
         w = min(WINDOW, length - 1)
         return length * (w + 1) - w * (w + 1) // 2
@@ -64,33 +85,55 @@ def plan_kwargs(variant):
             "alibi": {"pos_encoding_mode": "ALIBI"}}.get(variant, {})
 
 
+def library_run_kwargs(variant, length):
+    if variant == "prefix_lm":
+        return {"prefix_len": torch.full((BATCH,), prefix_of(length), dtype=torch.int32,
+                                         device="cuda")}
+    if variant == "relative_bias":
+        return {"table": relative_table(), "max_distance": MAX_DISTANCE}
+    return {"bias": -1.0}
+
+
+def relative_table():
+    return torch.linspace(-2, 2, HEADS * 32, device="cuda").view(HEADS, 32)
+
+
 def measure_wrapper(module, backend, variant, q, k, v, indptr, calls):
     kwargs = {} if backend is None else {"backend": backend}
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     wrapper = module.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", **kwargs)
     user = variant == "user:soft_cap"
-    wrapper.plan(indptr, indptr, HEADS, HEADS, HEAD_DIM, causal=True, q_data_type=DTYPE,
-                 kv_data_type=DTYPE, **({"variant": USER_SOFT_CAP} if user else
-                                         plan_kwargs(variant)))
-    run_kwargs = {"cap": CAP} if user else {}
+    if variant in LIBRARY:
+        plan = {"variant": LIBRARY[variant], "causal": variant != "prefix_lm"}
+        run_kwargs = library_run_kwargs(variant, int(indptr[1]))
+    else:
+        plan = {"causal": True, **({"variant": USER_SOFT_CAP} if user else plan_kwargs(variant))}
+        run_kwargs = {"cap": CAP} if user else {}
+    wrapper.plan(indptr, indptr, HEADS, HEADS, HEAD_DIM, q_data_type=DTYPE, kv_data_type=DTYPE,
+                 **plan)
     out = wrapper.run(q, k, v, **run_kwargs)
     return eager_us(lambda: wrapper.run(q, k, v, out=out, **run_kwargs), calls), out
 
 
 def measure_flex(variant, length, q, k, v, calls, compiled):
-    if variant == "user:soft_cap":
+    if variant in ("user:soft_cap", "sigmoid"):
         return None, None
     qb, kb, vb = (x.view(BATCH, length, HEADS, HEAD_DIM).transpose(1, 2) for x in (q, k, v))
+    prefix = prefix_of(length)
 
     def mask(b, h, q_idx, kv_idx):
         visible = q_idx >= kv_idx
+        if variant == "prefix_lm":
+            return visible | (kv_idx < prefix)
         return visible & (q_idx - kv_idx <= WINDOW) if variant == "window" else visible
 
     block_mask = create_block_mask(mask, None, None, length, length, device="cuda")
     slopes = alibi_slopes(HEADS)
+    table = relative_table()
     score_mod = {
         "soft_cap": lambda s, b, h, qi, ki: CAP * torch.tanh(s / CAP),
         "alibi": lambda s, b, h, qi, ki: s + slopes[h] * (ki - qi),
+        "relative_bias": lambda s, b, h, qi, ki: s + table[h, t5_bucket(qi - ki)],
     }.get(variant)
 
     def call():
@@ -132,7 +175,7 @@ def main():
                 if flare_out is not None:
                     row["max_diff_vs_flex"] = (flare_out.float() - flex_out.float()).abs().max().item()
             for backend in ("fa2", "fa3"):
-                if flashinfer is None or variant == "user:soft_cap":
+                if flashinfer is None or variant == "user:soft_cap" or variant in LIBRARY:
                     continue
                 result = guarded(f"flashinfer {backend} {variant} {length}", lambda: measure_wrapper(
                     flashinfer, backend, variant, q, k, v, indptr, args.calls))
@@ -164,6 +207,9 @@ def main():
         if times.get("soft_cap") and times.get("user:soft_cap"):
             print(f"user soft-cap / built-in soft-cap time, length {length}: "
                   f"{times['user:soft_cap'] / times['soft_cap']:.3f}")
+        if times.get("causal") and times.get("relative_bias"):
+            print(f"relative bias / causal time, length {length}: "
+                  f"{times['relative_bias'] / times['causal']:.3f}")
     print("max |flare - Flex| per row:", ", ".join(
         f"{r['variant']}@{r['length']}={r['max_diff_vs_flex']:.3g}"
         for r in rows if "max_diff_vs_flex" in r))
