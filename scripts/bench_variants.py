@@ -12,6 +12,7 @@ of a quarter of each sequence), T5 relative position bias (causal, 32 buckets, m
 128; Flex as a score_mod with the same buckets) and sigmoid (no softmax: flare only, causal
 pairs). TFLOP/s count the visible (query, key) pairs: 4 * D * H * pairs. Times: CUDA events around each eager call, median of --calls.
 Usage: python3 scripts/bench_variants.py [--lengths 1024,4096,16384] [--calls 5] [--json F]
+       [--variants causal,prefix_lm,...]
 """
 import argparse
 import json
@@ -49,6 +50,8 @@ def options():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", default="1024,4096,16384")
     parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="comma list of " + ", ".join(VARIANTS))
     parser.add_argument("--json", help="write every measurement here")
     return parser.parse_args()
 
@@ -160,7 +163,7 @@ def main():
         indptr = torch.arange(0, total + 1, length, dtype=torch.int32)
         q = torch.randn(total, HEADS, HEAD_DIM, device="cuda", dtype=DTYPE)
         k, v = torch.randn_like(q), torch.randn_like(q)
-        for variant in VARIANTS:
+        for variant in args.variants.split(","):
             flops = 4.0 * HEAD_DIM * HEADS * BATCH * visible_pairs(length, variant)
             row = {"length": length, "variant": variant}
             result = guarded(f"flare {variant} {length}", lambda: measure_wrapper(
