@@ -126,7 +126,7 @@ class _PrefillWrapper:
         self._dtypes = (q_dtype, kv_dtype)
 
     def _remember(self, signature, resolved):
-        """Keeps what a configuration resolved to (its checks passed), for _plan_known."""
+        """Keeps what a configuration resolved to (its checks passed), for _plan_remembered."""
         try:
             if len(self._resolved) >= _MAX_REMEMBERED:
                 self._resolved.clear()
@@ -141,9 +141,16 @@ class _PrefillWrapper:
         except TypeError:
             return None
 
-    def _plan_known(self, resolved, indptrs, tables, non_blocking):
-        """plan() of a configuration checked before: only the index arrays are new (the serving
-        loop's case, every step)."""
+    def _plan_remembered(self, signature, custom_mask, packed_custom_mask, indptrs, tables,
+                         non_blocking):
+        """plan() of a configuration checked before, on the GPU without a custom mask: only the
+        index arrays are new (the serving loop's case, every step). False when the
+        configuration is new (or has a mask): _plan() then checks everything."""
+        if custom_mask is not None or packed_custom_mask is not None or self._gpu is None:
+            return False
+        resolved = self._known(signature)
+        if resolved is None:
+            return False
         key, config, dtypes = resolved
         names = self._names
         self._dtypes = None
@@ -154,6 +161,7 @@ class _PrefillWrapper:
         except ValueError as error:
             raise engine_names(error, self._engine_names) from None
         self._dtypes = dtypes
+        return True
 
     def _kv_len(self, indptrs, page_size):
         """KV tokens per request, on the host (numpy), from the caller's arrays."""
@@ -241,10 +249,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
                      pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
                      logits_soft_cap, rope_scale, rope_theta, q_data_type, kv_data_type,
                      fixed_split_size, disable_split_kv, o_data_type, variant)
-        if custom_mask is None and packed_custom_mask is None and self._gpu is not None:
-            resolved = self._known(signature)
-            if resolved is not None:
-                return self._plan_known(resolved, indptrs, tables, non_blocking)
+        if self._plan_remembered(signature, custom_mask, packed_custom_mask, indptrs, tables,
+                                 non_blocking):
+            return
         self._plan(indptrs=indptrs, tables=tables, signature=signature,
                    num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
                    head_dim_qk=head_dim_qk, head_dim_vo=head_dim_vo, page_size=page_size,
@@ -322,10 +329,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
                      pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
                      logits_soft_cap, rope_scale, rope_theta, q_data_type, kv_data_type,
                      fixed_split_size, disable_split_kv, o_data_type, variant)
-        if custom_mask is None and packed_custom_mask is None and self._gpu is not None:
-            resolved = self._known(signature)
-            if resolved is not None:
-                return self._plan_known(resolved, indptrs, tables, non_blocking)
+        if self._plan_remembered(signature, custom_mask, packed_custom_mask, indptrs, tables,
+                                 non_blocking):
+            return
         self._plan(indptrs=indptrs, tables=tables, signature=signature,
                    num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
                    head_dim_qk=head_dim_qk, head_dim_vo=head_dim_vo, page_size=1,

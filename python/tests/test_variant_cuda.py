@@ -225,6 +225,19 @@ struct Variant : flare::VariantBase {
         assert (out.float() - expected.float()).abs().max().item() <= 2e-2, f"step {step}"
 
 
+def ragged_batch(seed):
+    """Three requests (append, prefill, one token) of 8 query / 2 KV heads, D 128, bf16: lengths,
+    q, k, v, host indptrs and the generator for more."""
+    qo_lens, kv_lens = [3, 130, 1], [70, 130, 300]
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    qo = torch.tensor([0, 3, 133, 134], dtype=torch.int32)
+    kv = torch.tensor([0, 70, 200, 500], dtype=torch.int32)
+    return qo_lens, kv_lens, q, k, v, qo, kv, generator
+
+
 SIGMOID = flare.AttentionVariant(name="flash_sigmoid", scalars=("bias",), use_softmax=False,
                                  source=r"""
 struct Variant : flare::VariantBase {
@@ -258,13 +271,7 @@ def sigmoid_reference(q, k, v, qo_lens, kv_lens, bias, causal):
 def test_sigmoid_attention_without_softmax(fixed_split_size):
     """FlashSigmoid as a variant without softmax: ragged prefill (split rows added up by the
     merge) and decode on both loops against float64; no lse exists, so return_lse raises."""
-    qo_lens, kv_lens = [3, 130, 1], [70, 130, 300]
-    generator = torch.Generator().manual_seed(9)
-    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    qo = torch.tensor([0, 3, 133, 134], dtype=torch.int32)
-    kv = torch.tensor([0, 70, 200, 500], dtype=torch.int32)
+    qo_lens, kv_lens, q, k, v, qo, kv, generator = ragged_batch(9)
     wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
     wrapper.plan(qo, kv, 8, 2, 128, causal=True, q_data_type=torch.bfloat16, variant=SIGMOID,
                  fixed_split_size=fixed_split_size)
@@ -340,13 +347,7 @@ def test_library_prefix_lm_and_relative_position_bias():
     """flare.variants: prefix-LM (plan without the kernel's causal mask) and T5's relative
     position bias, ragged prefill and decode on both loops, against float64; their tensors'
     symbolic extents are checked against the plan."""
-    qo_lens, kv_lens = [3, 130, 1], [70, 130, 300]
-    generator = torch.Generator().manual_seed(11)
-    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    qo = torch.tensor([0, 3, 133, 134], dtype=torch.int32)
-    kv = torch.tensor([0, 70, 200, 500], dtype=torch.int32)
+    qo_lens, kv_lens, q, k, v, qo, kv, generator = ragged_batch(11)
 
     prefix = torch.tensor([50, 7, 0], dtype=torch.int32, device=DEVICE)
     wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())

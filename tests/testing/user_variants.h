@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "flare/variant/library.h"
 #include "flare/variant/user_variant.h"
 
 namespace flare::testing {
@@ -93,22 +94,12 @@ inline bool stride_mask_visible(int64_t request, int64_t kv_pos) {
 }
 
 // Sigmoid attention (FlashSigmoid): o = sum_j sigmoid(q.k * sm_scale + bias) v_j over the
-// visible keys, no softmax and no lse; bias a run() scalar. The reference's use_softmax = false
-// with sigmoid_bias.
+// visible keys, no softmax and no lse; bias a run() scalar. The shipped source
+// (flare/variant/library.h) under a user's name: the reference's use_softmax = false with
+// sigmoid_bias.
 inline UserVariant user_sigmoid() {
-  UserVariant v;
+  UserVariant v = variants::sigmoid();
   v.name = "user_sigmoid";
-  v.scalars = {"bias"};
-  v.use_softmax = false;
-  v.source = R"(
-struct Variant : flare::VariantBase {
-  static constexpr bool use_softmax = false;
-  __device__ static float query_scale(const flare::VariantParams& p) { return p.sm_scale; }
-  __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
-    return 1.0f / (1.0f + __expf(-(s + Scalars::bias(p))));
-  }
-};
-)";
   return v;
 }
 
