@@ -70,6 +70,8 @@ ResolvedVariant resolve_variant(const AttentionParams& params,
                          : params.pos_encoding != PosEncoding::kNone ? "pos_encoding"
                          : !params.use_softmax                       ? "use_softmax = false"
                          : params.alibi_slopes.has_value()           ? "alibi_slopes"
+                         : params.prefix_len.has_value()             ? "prefix_len"
+                         : params.relative_bias.has_value()          ? "relative_bias"
                                                                      : nullptr;
   FLARE_CHECK(built_in == nullptr, ErrorCode::kInvalidArgument, what, ": params.", built_in,
               " is a built-in variant term, and variant '", user->name,

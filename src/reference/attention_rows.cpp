@@ -84,6 +84,7 @@ RequestGeometry request_geometry(const AttentionProblem& problem, int64_t reques
   geometry.q_len = ragged_length(problem.qo_indptr, request);
   geometry.kv_len = kv_length(problem.kv, request);
   if (params.rope_offsets) geometry.rope_offset = int32_at(*params.rope_offsets, request);
+  if (params.prefix_len) geometry.prefix_len = int32_at(*params.prefix_len, request);
   if (params.mask == MaskMode::kCustom) {
     geometry.mask_bits =
         params.custom_mask->ptr<const uint8_t>() + ragged_begin(*params.mask_indptr, request);
@@ -203,7 +204,9 @@ void RowAttention<T>::attend_token(const RequestGeometry& request, int64_t kv_he
   // Causal and sliding-window masks leave an interval; the custom mask thins it.
   int64_t first_key = kv.begin;
   int64_t end_key = kv.end;
-  if (params.mask == MaskMode::kCausal) end_key = std::min(end_key, q_pos + 1);
+  if (params.mask == MaskMode::kCausal) {
+    end_key = std::min(end_key, std::max(q_pos + 1, request.prefix_len));  // prefix-LM: the prefix
+  }
   if (params.window_left >= 0) first_key = std::max(first_key, q_pos - params.window_left);
   visible_keys_.clear();
   for (int64_t key = first_key; key < end_key; ++key) {
@@ -225,6 +228,12 @@ void RowAttention<T>::attend_token(const RequestGeometry& request, int64_t kv_he
           dot(&queries_[static_cast<size_t>(r * head_dim_qk)], k_row, head_dim_qk) * sm_scale_;
       if (!alibi_slopes_.empty()) {
         logit += alibi_slopes_[first_head + r] * static_cast<T>(key - q_pos);
+      }
+      if (params.relative_bias) {
+        const TensorView& table = *params.relative_bias;
+        const int bucket = relative_bias_bucket(q_pos - key, params.relative_max_distance);
+        logit += static_cast<T>(table.ptr<const float>()[(first_head + r) * table.strides[0] +
+                                                         bucket * table.strides[1]]);
       }
       if (params.logits_soft_cap > 0.0f) {
         const T cap = static_cast<T>(params.logits_soft_cap);

@@ -162,6 +162,23 @@ void validate_positions(const AttentionProblem& problem, int64_t batch) {
     check_dtype(*params.rope_offsets, "rope_offsets", DType::kI32);
     check_shape(*params.rope_offsets, "rope_offsets", {batch}, "[batch]");
   }
+  if (params.prefix_len) {
+    FLARE_CHECK(params.mask == MaskMode::kCausal, ErrorCode::kInvalidArgument,
+                "prefix_len is given but mask is not MaskMode::kCausal (prefix-LM widens the "
+                "causal mask)");
+    check_host_tensor(*params.prefix_len, "prefix_len", 1, "[batch]");
+    check_dtype(*params.prefix_len, "prefix_len", DType::kI32);
+    check_shape(*params.prefix_len, "prefix_len", {batch}, "[batch]");
+  }
+  if (params.relative_bias) {
+    check_host_tensor(*params.relative_bias, "relative_bias", 2, "[num_qo_heads, 32]");
+    check_dtype(*params.relative_bias, "relative_bias", DType::kF32);
+    check_shape(*params.relative_bias, "relative_bias", {problem.q.shape[1], kRelativeBiasBuckets},
+                "[num_qo_heads, 32]");
+    FLARE_CHECK(std::isfinite(params.relative_max_distance) && params.relative_max_distance > 16.0f,
+                ErrorCode::kInvalidArgument, "relative_max_distance must be finite and > 16, got ",
+                params.relative_max_distance);
+  }
   if (params.alibi_slopes) {
     FLARE_CHECK(params.pos_encoding == PosEncoding::kAlibi, ErrorCode::kInvalidArgument,
                 "alibi_slopes is given but pos_encoding is not PosEncoding::kAlibi");

@@ -1,6 +1,8 @@
-// AttentionParams' derived values: the softmax scale default and the default ALiBi slopes.
+// AttentionParams' derived values: the softmax scale default, the default ALiBi slopes and T5's
+// relative-position buckets.
 #include "flare/variant/attention_params.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "flare/core/error.h"
@@ -28,6 +30,14 @@ float default_alibi_slope(int64_t head, int64_t num_heads) {
       head < n ? -8.0 * static_cast<double>(head + 1) / static_cast<double>(n)
                : -4.0 * static_cast<double>(2 * (head - n) + 1) / static_cast<double>(n);
   return static_cast<float>(std::exp2(exponent));
+}
+
+int relative_bias_bucket(int64_t n, double max_distance) {
+  constexpr int kExact = kRelativeBiasBuckets / 2;
+  if (n < kExact) return n < 0 ? 0 : static_cast<int>(n);
+  const double scaled = std::log(static_cast<double>(n) / kExact) /
+                        std::log(max_distance / kExact) * (kRelativeBiasBuckets - kExact);
+  return kExact + static_cast<int>(std::min(std::max(scaled, 0.0), kExact - 1.0));
 }
 
 }  // namespace flare

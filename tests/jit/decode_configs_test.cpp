@@ -15,6 +15,7 @@
 #include "flare/jit/compiler.h"
 #include "jit/shipped_kernel_shards.h"
 #include "testing/expect_error.h"
+#include "testing/index_arrays.h"
 #include "testing/kernel_usage.h"
 
 namespace flare {
@@ -303,6 +304,10 @@ TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
   c = base_config();
   c.params.pos_encoding = PosEncoding::kRopeLlama;
   expect_code(c, ErrorCode::kUnsupported, "RoPE");
+  c = base_config();
+  HostTensor prefix = testing::int32_tensor({4});
+  c.params.prefix_len = prefix.view();  // the CPU reference's; the GPU takes the variant
+  expect_code(c, ErrorCode::kUnsupported, "flare::variants::prefix_lm()");
   c = base_config();
   c.params.use_softmax = false;  // sigmoid attention runs; its bias must be finite
   c.params.sigmoid_bias = std::numeric_limits<float>::infinity();

@@ -41,6 +41,8 @@ struct AttentionCaseSpec {
   AttentionParams params;       // its tensors are made from the three fields below
   bool give_rope_offsets = false;
   bool give_alibi_slopes = false;
+  bool give_prefix_len = false;     // prefix-LM (with kCausal): random prefixes up to kv_len + 2
+  bool give_relative_bias = false;  // T5's relative bias: a random [H_qo, 32] table
   double mask_density = 0.5;  // kCustom: probability that a bit is set
   bool with_lse = true;
   uint64_t seed = 1;
@@ -86,6 +88,21 @@ class AttentionCase {
         naive_.alibi_slopes.push_back(alibi_slopes_.get(h));
       }
       params_.alibi_slopes = alibi_slopes_.view();
+    }
+    if (spec.give_prefix_len) {
+      for (int64_t r = 0; r < batch; ++r) {
+        naive_.prefix_len.push_back(static_cast<int32_t>(rng.uniform_int(0, spec.kv_lens[r] + 2)));
+      }
+      prefix_len_ = int32_tensor(naive_.prefix_len);
+      params_.prefix_len = prefix_len_.view();
+    }
+    if (spec.give_relative_bias) {
+      relative_bias_ = HostTensor(DType::kF32, {spec.num_qo_heads, kRelativeBiasBuckets});
+      for (int64_t i = 0; i < spec.num_qo_heads * kRelativeBiasBuckets; ++i) {
+        relative_bias_.set(i, static_cast<float>(rng.uniform(-2.0, 2.0)));
+        naive_.relative_bias.push_back(relative_bias_.get(i));
+      }
+      params_.relative_bias = relative_bias_.view();
     }
     if (spec.params.mask == MaskMode::kCustom) make_custom_mask(rng);
   }
@@ -222,7 +239,8 @@ class AttentionCase {
   TestKVCache kv_;
   HostTensor q_storage_, o_storage_, lse_storage_;
   TensorView q_, o_, lse_;
-  HostTensor qo_indptr_, rope_offsets_, alibi_slopes_, custom_mask_, mask_indptr_;
+  HostTensor qo_indptr_, rope_offsets_, alibi_slopes_, prefix_len_, relative_bias_, custom_mask_,
+      mask_indptr_;
   AttentionParams params_;
   NaiveInputs naive_;
 };

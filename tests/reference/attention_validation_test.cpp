@@ -230,6 +230,24 @@ TEST_F(ReferenceAttentionValidation, PositionEncodingTensors) {
   expect_rejected(p, kInvalid, "rope_scale must be finite and > 0, got -1");
 }
 
+TEST_F(ReferenceAttentionValidation, PrefixAndRelativeBiasTensors) {
+  AttentionProblem p = case_.problem();
+  HostTensor prefix = testing::int32_tensor({1, 2, 3});
+  HostTensor prefix_long = testing::int32_tensor({1, 2, 3, 4});
+  p.params.prefix_len = prefix.view();
+  expect_rejected(p, kInvalid, "prefix_len is given but mask is not MaskMode::kCausal");
+  p.params.mask = MaskMode::kCausal;
+  p.params.prefix_len = prefix_long.view();
+  expect_rejected(p, kInvalid, "prefix_len must have shape [3] [batch], got [4]");
+  p = case_.problem();
+  HostTensor table(DType::kF32, {8, 32}), narrow(DType::kF32, {8, 16});
+  p.params.relative_bias = narrow.view();
+  expect_rejected(p, kInvalid, "relative_bias must have shape [8, 32] [num_qo_heads, 32]");
+  p.params.relative_bias = table.view();
+  p.params.relative_max_distance = 16.0f;
+  expect_rejected(p, kInvalid, "relative_max_distance must be finite and > 16, got 16");
+}
+
 TEST_F(ReferenceAttentionValidation, ScalarOptions) {
   AttentionProblem p = case_.problem();
   p.params.window_left = -2;

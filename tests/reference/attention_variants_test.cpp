@@ -143,6 +143,43 @@ TEST(ReferenceAttentionVariants, SigmoidWithBiasAndCausalMask) {
   expect_matches_naive(spec, 2e-4, 0.0);
 }
 
+// Prefix-LM (the CPU side of flare::variants::prefix_lm): prefixes from 0 to past the request,
+// with and without softmax.
+TEST(ReferenceAttentionVariants, PrefixLmWidensTheCausalMask) {
+  AttentionCaseSpec spec = mixed_batch(8, 2);
+  spec.params.mask = MaskMode::kCausal;
+  spec.give_prefix_len = true;
+  expect_matches_naive(spec, kF32Tolerance, kF32Tolerance);
+  spec.params.use_softmax = false;
+  spec.with_lse = false;
+  expect_matches_naive(spec, 2e-4, 0.0);
+}
+
+// T5's relative position bias (the CPU side of flare::variants::relative_position_bias), causal
+// and not, with ALiBi and soft-cap alongside, two max distances.
+TEST(ReferenceAttentionVariants, RelativePositionBiasT5Buckets) {
+  AttentionCaseSpec spec = mixed_batch(8, 2);
+  spec.params.mask = MaskMode::kCausal;
+  spec.give_relative_bias = true;
+  expect_matches_naive(spec, kF32Tolerance, kF32Tolerance);
+  spec.params.mask = MaskMode::kNone;
+  spec.params.relative_max_distance = 40.0f;
+  spec.params.pos_encoding = PosEncoding::kAlibi;
+  spec.params.logits_soft_cap = 20.0f;
+  expect_matches_naive(spec, kF32Tolerance, kF32Tolerance);
+}
+
+TEST(ReferenceAttentionVariants, RelativeBiasBucketsAreT5s) {
+  // transformers' _relative_position_bucket(-n, bidirectional=False, 32, 128) at its edges.
+  EXPECT_EQ(relative_bias_bucket(-5, 128), 0);
+  EXPECT_EQ(relative_bias_bucket(0, 128), 0);
+  EXPECT_EQ(relative_bias_bucket(15, 128), 15);
+  EXPECT_EQ(relative_bias_bucket(16, 128), 16);
+  EXPECT_EQ(relative_bias_bucket(31, 128), 21);  // 16 + floor(ln(31/16) / ln(8) * 16)
+  EXPECT_EQ(relative_bias_bucket(127, 128), 31);
+  EXPECT_EQ(relative_bias_bucket(100000, 128), 31);
+}
+
 TEST(ReferenceAttentionVariants, RopeLlamaDefaultThetaAndOffsets) {
   AttentionCaseSpec spec = mixed_batch(8, 2);
   spec.params.pos_encoding = PosEncoding::kRopeLlama;

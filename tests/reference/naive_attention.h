@@ -27,6 +27,8 @@ struct NaiveInputs {
   AttentionParams params;  // scalar options; the tensors below replace its optional views
   std::vector<int32_t> rope_offsets;       // [batch] or empty (all 0)
   std::vector<double> alibi_slopes;        // [H_qo] or empty (the ALiBi paper's default slopes)
+  std::vector<int32_t> prefix_len;         // [batch] or empty: prefix-LM under kCausal
+  std::vector<double> relative_bias;       // [H_qo * 32] or empty: T5's relative position bias
   std::vector<std::vector<bool>> visible;  // kCustom: per request, q_len * kv_len row-major
 };
 
@@ -107,7 +109,8 @@ inline NaiveOutputs naive_attention(const NaiveInputs& in) {
         std::vector<int64_t> seen;
         std::vector<double> logits;
         for (int64_t j = 0; j < kv_len; ++j) {
-          if (p.mask == MaskMode::kCausal && j > q_pos) continue;
+          const bool in_prefix = !in.prefix_len.empty() && j < in.prefix_len[r];
+          if (p.mask == MaskMode::kCausal && j > q_pos && !in_prefix) continue;
           if (p.window_left >= 0 && j < q_pos - p.window_left) continue;
           if (p.mask == MaskMode::kCustom && !in.visible[r][static_cast<size_t>(i * kv_len + j)]) {
             continue;
@@ -122,6 +125,17 @@ inline NaiveOutputs naive_attention(const NaiveInputs& in) {
                                      ? static_cast<float>(naive_alibi_slope(h, hq))
                                      : in.alibi_slopes[h];
             s += slope * static_cast<double>(j - q_pos);
+          }
+          if (!in.relative_bias.empty()) {
+            // T5's causal buckets, from transformers' _relative_position_bucket.
+            const double n = static_cast<double>(std::max<int64_t>(q_pos - j, 0));
+            int64_t bucket = static_cast<int64_t>(n);
+            if (n >= 16) {
+              bucket = 16 + static_cast<int64_t>(std::log(n / 16) /
+                                                 std::log(p.relative_max_distance / 16.0) * 16);
+              bucket = std::min<int64_t>(bucket, 31);
+            }
+            s += in.relative_bias[static_cast<size_t>(h * 32 + bucket)];
           }
           if (p.logits_soft_cap > 0.0f) s = p.logits_soft_cap * std::tanh(s / p.logits_soft_cap);
           seen.push_back(j);

@@ -25,8 +25,10 @@ enum class PosEncoding : uint8_t {
 // The logits of query row i (position q_pos = kv_len - q_len + i) against key j are, in order:
 //   s = (f_q(q_i) . f_k(k_j)) * sm_scale          f = RoPE when pos == kRopeLlama
 //   s += slope[h] * (j - q_pos)                    when pos == kAlibi
+//   s += relative_bias[h][bucket(q_pos - j)]       when relative_bias is given (T5)
 //   s = cap * tanh(s / cap)                        when logits_soft_cap > 0
-//   masked (causal, window, custom) -> excluded
+//   masked (causal, window, custom) -> excluded; under kCausal with prefix_len, keys
+//   j < prefix_len[request] stay visible (prefix-LM)
 // softmax:  o = sum_j exp(s_j - lse) v_j,  lse = ln sum_j exp(s_j)   (natural log)
 // sigmoid (use_softmax = false): o = sum_j sigmoid(s_j + sigmoid_bias) v_j, no lse.
 // Empty or fully masked rows: o = 0, lse = -inf.
@@ -53,6 +55,16 @@ struct AttentionParams {
   std::optional<TensorView> custom_mask;
   std::optional<TensorView> mask_indptr;  // int32 [batch + 1]
 
+  // Prefix-LM: int32 [batch] (CPU), with kCausal only. The CPU reference's; on the GPU it is
+  // flare::variants::prefix_lm() (flare/variant/library.h), the same rule.
+  std::optional<TensorView> prefix_len;
+  // T5's relative position bias: float32 [H_qo, 32] (CPU), natural-log units, T5's 32 causal
+  // buckets of n = max(q_pos - j, 0): n below 16 exactly, then 16 + floor(ln(n / 16) /
+  // ln(relative_max_distance / 16) * 16), at most 31. The CPU reference's; on the GPU it is
+  // flare::variants::relative_position_bias(), the same rule.
+  std::optional<TensorView> relative_bias;
+  float relative_max_distance = 128.0f;  // > 16
+
   // fp8 KV: the stored value times the scale is the real value (per tensor).
   float k_scale = 1.0f;
   float v_scale = 1.0f;
@@ -62,5 +74,9 @@ struct AttentionParams {
 
 // Default ALiBi slope of head h of num_heads.
 float default_alibi_slope(int64_t head, int64_t num_heads);
+
+inline constexpr int kRelativeBiasBuckets = 32;
+// T5's causal bucket (above) of n = q_pos - j.
+int relative_bias_bucket(int64_t n, double max_distance);
 
 }  // namespace flare
