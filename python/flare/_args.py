@@ -108,3 +108,30 @@ def pdl_flag(enable_pdl):
     that have programmatic dependent launch (the engine ignores it before sm_90)."""
     return True if enable_pdl is None else bool(enable_pdl)
 
+
+class ResolvedConfigs:
+    """What a wrapper's plan() configuration arguments (a tuple, the signature) resolved to once
+    they passed every check, so that a serving loop's plan() of a known configuration checks only
+    its index arrays. A signature with an unhashable argument is never remembered (that
+    configuration is checked every time); past MAX signatures all are forgotten (a caller
+    cycling through more is not a serving loop)."""
+
+    MAX = 32
+
+    def __init__(self):
+        self._by_signature = {}
+
+    def get(self, signature):
+        try:
+            return self._by_signature.get(signature)
+        except TypeError:
+            return None
+
+    def put(self, signature, resolved):
+        try:
+            hash(signature)
+        except TypeError:
+            return
+        if len(self._by_signature) >= self.MAX:
+            self._by_signature.clear()
+        self._by_signature[signature] = resolved

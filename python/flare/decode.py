@@ -13,7 +13,8 @@ import numpy as np
 
 from . import _flare
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
-                    check_pos_encoding_mode, make_params, pdl_flag, scale_or_one)
+                    check_pos_encoding_mode, make_params, pdl_flag, scale_or_one,
+                    ResolvedConfigs)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, index_on_device,
@@ -24,11 +25,6 @@ from .variant import check_variant, variant_arguments
 _WRAPPER = "BatchDecodeWithPagedKVCacheWrapper"
 # The engine's names of plan()'s arguments -> FlashInfer's.
 _ENGINE_NAMES = {"kv_indptr": "indptr", "kv_last_page_len": "last_page_len"}
-
-
-# Configurations a wrapper remembers (its plan() arguments beyond the index arrays); past
-# this many it forgets them all (a caller cycling through more is not a serving loop).
-_MAX_REMEMBERED = 32
 
 
 def _plan_dtypes(q_data_type, kv_data_type, data_type):
@@ -119,7 +115,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._indptr_buf, self._indices_buf, self._last_page_len_buf = buffers
         self._scratch = scratch_of(float_workspace_buffer, _WRAPPER) if self._cuda else None
         self._decoders = _GpuDecoders()
-        self._resolved = {}  # plan()'s configuration arguments -> _resolve()'s result
+        self._resolved = ResolvedConfigs()  # plan()'s configuration arguments -> _resolve()
         self._graph_key = None
         self._planned = None
         # GPU run(): (decoder, page ids on the device, out shape, lse shape), set by plan().
@@ -154,10 +150,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                      sm_scale, rope_scale, rope_theta, fixed_split_size, disable_split_kv,
                      o_data_type, variant)
         if self._cuda:
-            try:
-                resolved = self._resolved.get(signature)
-            except TypeError:  # an unhashable argument: checked every time, never remembered
-                signature, resolved = None, None
+            resolved = self._resolved.get(signature)
             if resolved is None:
                 resolved = self._resolve(signature, num_qo_heads, num_kv_heads, head_dim,
                                          page_size, pos_encoding_mode, window_left,
@@ -192,9 +185,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                  data_type, sm_scale, rope_scale, rope_theta, fixed_split_size, disable_split_kv,
                  o_data_type, variant):
         """Checks plan()'s configuration arguments and resolves them to (key, dtypes, heads and
-        head_dim, make(capacity) -> BatchDecode); kept by `signature` (None: not kept), so that
-        the next plan() of the configuration (every step of a serving loop) checks nothing but
-        the index arrays."""
+        head_dim, make(capacity) -> BatchDecode); kept by `signature`, so that the next plan() of
+        the configuration (every step of a serving loop) checks nothing but the index arrays."""
         where = f"{_WRAPPER}.plan"
         check_pos_encoding_mode(pos_encoding_mode)
         q_dtype, kv_dtype = _plan_dtypes(q_data_type, kv_data_type, data_type)
@@ -225,10 +217,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 validate_indices=self._validate, variant=variant))
 
         resolved = (key, q_dtype, kv_dtype, (num_qo_heads, head_dim), variant, make, device)
-        if signature is not None:
-            if len(self._resolved) >= _MAX_REMEMBERED:
-                self._resolved.clear()
-            self._resolved[signature] = resolved
+        self._resolved.put(signature, resolved)
         return resolved
 
     def _plan_gpu(self, resolved, indptr, indices, last_page_len, non_blocking):

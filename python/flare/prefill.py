@@ -10,18 +10,13 @@ import numpy as np
 
 from . import _flare
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
-                    check_pos_encoding_mode, scale_or_one, unsupported)
+                    check_pos_encoding_mode, scale_or_one, unsupported, ResolvedConfigs)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
 from ._prefill_gpu import GpuPrefill, check_gpu_support, config_key
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, is_cuda,
                        split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
 from .variant import check_variant, variant_arguments
-
-
-# Configurations a wrapper remembers (its plan() arguments beyond the index arrays); past
-# this many it forgets them all (a caller cycling through more is not a serving loop).
-_MAX_REMEMBERED = 32
 
 
 def _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction):
@@ -62,7 +57,7 @@ class _PrefillWrapper:
             raise ValueError(f"{self._name}: the *_buf arguments are for use_cuda_graph=True")
         self._batch = None  # the CPU backend's plan
         self._dtypes = None
-        self._resolved = {}  # plan()'s configuration arguments -> what they resolved to (GPU)
+        self._resolved = ResolvedConfigs()  # plan()'s configuration arguments -> (GPU)
 
     @property
     def is_cuda_graph_enabled(self):
@@ -109,7 +104,7 @@ class _PrefillWrapper:
             except ValueError as error:
                 raise engine_names(error, self._engine_names) from None
             if not has_mask:
-                self._remember(signature, (key, config, (q_dtype, kv_dtype)))
+                self._resolved.put(signature, (key, config, (q_dtype, kv_dtype)))
         else:
             qo_host = host_indptr(indptrs[0], names[0])
             kv_len = self._kv_len(indptrs, page_size)
@@ -125,22 +120,6 @@ class _PrefillWrapper:
                 disable_split_kv=disable_split_kv)
         self._dtypes = (q_dtype, kv_dtype)
 
-    def _remember(self, signature, resolved):
-        """Keeps what a configuration resolved to (its checks passed), for _plan_remembered."""
-        try:
-            if len(self._resolved) >= _MAX_REMEMBERED:
-                self._resolved.clear()
-            self._resolved[signature] = resolved
-        except TypeError:  # an unhashable argument: that configuration is checked every time
-            pass
-
-    def _known(self, signature):
-        """What `signature` resolved to in an earlier plan() without a custom mask, or None."""
-        try:
-            return self._resolved.get(signature)
-        except TypeError:
-            return None
-
     def _plan_remembered(self, signature, custom_mask, packed_custom_mask, indptrs, tables,
                          non_blocking):
         """plan() of a configuration checked before, on the GPU without a custom mask: only the
@@ -148,7 +127,7 @@ class _PrefillWrapper:
         configuration is new (or has a mask): _plan() then checks everything."""
         if custom_mask is not None or packed_custom_mask is not None or self._gpu is None:
             return False
-        resolved = self._known(signature)
+        resolved = self._resolved.get(signature)
         if resolved is None:
             return False
         key, config, dtypes = resolved

@@ -121,9 +121,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   const cuda::DeviceScope scope(config.device);
   s.props = cuda::device_properties(config.device);
   s.arch = jit::arch_for(s.props.cc_major, s.props.cc_minor);
-  s.limits.max_shared_bytes_per_block = s.props.max_shared_bytes_per_block_optin;
-  s.limits.shared_bytes_per_sm = s.props.max_shared_bytes_per_sm;
-  s.limits.registers_per_sm = s.props.registers_per_sm;
+  s.limits = api_detail::prefill_limits_of(s.props);
 
   s.max_query_tile = kPrefillMaxQueryTile;
   s.bound_ctas = s.props.num_sms * kPrefillMaxCtasPerSm;

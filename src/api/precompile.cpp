@@ -22,9 +22,17 @@ void add_distinct(const jit::KernelSpec& spec, std::set<std::string>& seen,
   if (seen.insert(spec.translation_unit()).second) specs.push_back(spec);
 }
 
-// Rethrows `e` with "<what>[index]: " in front, keeping its code.
-[[noreturn]] void rethrow_naming(const Error& e, const char* what, size_t index) {
-  throw Error(e.code(), std::string(what) + "[" + std::to_string(index) + "]: " + e.what());
+// Calls visit(config) for each config; an error comes back with "<what>[index]: " in front of
+// its message, its code kept.
+template <class Config, class Visit>
+void for_each_named(std::span<const Config> configs, const char* what, Visit&& visit) {
+  for (size_t i = 0; i < configs.size(); ++i) {
+    try {
+      visit(configs[i]);
+    } catch (const Error& e) {
+      throw Error(e.code(), std::string(what) + "[" + std::to_string(i) + "]: " + e.what());
+    }
+  }
 }
 
 }  // namespace
@@ -34,40 +42,30 @@ std::vector<jit::KernelSpec> kernels_to_precompile(std::span<const BatchDecodeCo
                                                    const PrefillDeviceLimits& limits) {
   std::vector<jit::KernelSpec> specs;
   std::set<std::string> seen;
-  for (size_t i = 0; i < decode.size(); ++i) {
-    try {
-      add_distinct(
-          batch_decode_kernels(decode[i], static_cast<size_t>(limits.max_shared_bytes_per_block))
-              .decode,
-          seen, specs);
-    } catch (const Error& e) {
-      rethrow_naming(e, "decode", i);
-    }
-  }
-  for (size_t i = 0; i < prefill.size(); ++i) {
-    const BatchPrefillConfig& c = prefill[i];
-    try {
-      api_detail::validate_prefill_config(c);
-      std::vector<PrefillTiles> tiles;
-      if (const std::optional<PrefillTiles> fixed = api_detail::fixed_prefill_tiles(c, limits)) {
-        tiles.push_back(*fixed);
-      } else {
-        for (const int query_tile : kQueryTiles) {
-          PrefillTiles t =
-              choose_prefill_tiles(query_tile, c.head_dim_qk, c.head_dim_vo, c.params.mask, limits);
-          if (c.kv_tile > 0) t.kv_tile = c.kv_tile;
-          tiles.push_back(t);
-        }
+  for_each_named(decode, "decode", [&](const BatchDecodeConfig& c) {
+    add_distinct(
+        batch_decode_kernels(c, static_cast<size_t>(limits.max_shared_bytes_per_block)).decode,
+        seen, specs);
+  });
+  for_each_named(prefill, "prefill", [&](const BatchPrefillConfig& c) {
+    api_detail::validate_prefill_config(c);  // before fixed_prefill_tiles divides by its heads
+    std::vector<PrefillTiles> tiles;
+    if (const std::optional<PrefillTiles> fixed = api_detail::fixed_prefill_tiles(c, limits)) {
+      tiles.push_back(*fixed);
+    } else {
+      for (const int query_tile : kQueryTiles) {
+        PrefillTiles t =
+            choose_prefill_tiles(query_tile, c.head_dim_qk, c.head_dim_vo, c.params.mask, limits);
+        if (c.kv_tile > 0) t.kv_tile = c.kv_tile;
+        tiles.push_back(t);
       }
-      for (const PrefillTiles& t : tiles) {
-        const BatchPrefillKernels k = batch_prefill_kernels(c, t);
-        add_distinct(k.prefill, seen, specs);
-        add_distinct(k.merge, seen, specs);
-      }
-    } catch (const Error& e) {
-      rethrow_naming(e, "prefill", i);
     }
-  }
+    for (const PrefillTiles& t : tiles) {
+      const BatchPrefillKernels k = batch_prefill_kernels(c, t);
+      add_distinct(k.prefill, seen, specs);
+      add_distinct(k.merge, seen, specs);
+    }
+  });
   return specs;
 }
 
@@ -76,26 +74,11 @@ PrecompileReport precompile(std::span<const BatchDecodeConfig> decode,
                             int num_threads) {
   const auto start = std::chrono::steady_clock::now();
   // The configurations first: their errors come before the device's.
-  for (size_t i = 0; i < decode.size(); ++i) {
-    try {
-      api_detail::validate_decode_config(decode[i]);
-    } catch (const Error& e) {
-      rethrow_naming(e, "decode", i);
-    }
-  }
-  for (size_t i = 0; i < prefill.size(); ++i) {
-    try {
-      api_detail::validate_prefill_config(prefill[i]);
-    } catch (const Error& e) {
-      rethrow_naming(e, "prefill", i);
-    }
-  }
+  for_each_named(decode, "decode", api_detail::validate_decode_config);
+  for_each_named(prefill, "prefill", api_detail::validate_prefill_config);
   const cuda::DeviceProperties props = cuda::device_properties(device);
-  PrefillDeviceLimits limits;
-  limits.max_shared_bytes_per_block = props.max_shared_bytes_per_block_optin;
-  limits.shared_bytes_per_sm = props.max_shared_bytes_per_sm;
-  limits.registers_per_sm = props.registers_per_sm;
-  const std::vector<jit::KernelSpec> specs = kernels_to_precompile(decode, prefill, limits);
+  const std::vector<jit::KernelSpec> specs =
+      kernels_to_precompile(decode, prefill, api_detail::prefill_limits_of(props));
   const std::vector<jit::CompiledKernel> results =
       jit::precompile(specs, jit::arch_for(props.cc_major, props.cc_minor), num_threads);
   PrecompileReport report;

@@ -283,6 +283,14 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   return shipped;
 }
 
+PrefillDeviceLimits api_detail::prefill_limits_of(const cuda::DeviceProperties& props) {
+  PrefillDeviceLimits limits;
+  limits.max_shared_bytes_per_block = props.max_shared_bytes_per_block_optin;
+  limits.shared_bytes_per_sm = props.max_shared_bytes_per_sm;
+  limits.registers_per_sm = props.registers_per_sm;
+  return limits;
+}
+
 std::optional<PrefillTiles> api_detail::fixed_prefill_tiles(const BatchPrefillConfig& config,
                                                             const PrefillDeviceLimits& limits) {
   if (!config.use_cuda_graph && config.query_tile == 0 && config.fixed_split_size == 0) {

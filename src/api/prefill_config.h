@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "flare/api/batch_prefill.h"
+#include "flare/jit/cuda_driver.h"
 
 namespace flare::api_detail {
 
@@ -17,6 +18,9 @@ inline constexpr int kPrefillMaxCtasPerSm = 2;
 // Throws kInvalidArgument / kUnsupported for a config no prefill kernel handles.
 void validate_prefill_config(const BatchPrefillConfig& c);
 int prefill_group_size(const BatchPrefillConfig& c);  // H_qo / H_kv
+
+// The limits choose_prefill_tiles reads, of a device.
+PrefillDeviceLimits prefill_limits_of(const cuda::DeviceProperties& props);
 
 // The tiles every plan of `config` uses (CUDA graphs, fixed query tiles, fixed_split_size), or
 // none when each plan picks its own from its batch.
