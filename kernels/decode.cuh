@@ -95,6 +95,20 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
   }
 }
 
+// RoPE on tile `tile`'s K rows in its stage (kernels/rotary.cuh): each KV head's block of
+// kTileTokens rows, row r at KV position kv_lo + tile * kTileTokens + r.
+__device__ __forceinline__ void rotate_k_tile(const DecodeParams& p, const ItemGeometry& g,
+                                              int tile, unsigned char* smem) {
+  static_assert(!(Variant::kRotary && T::kFp8), "fused RoPE with fp8 K/V (the host refuses it)");
+  const int first_pos = g.kv_lo + tile * T::kTileTokens;
+  rotate_shared_rows<Variant, T::kKVCode, T::kHeadDim, T::kItemHeads * T::kTileTokens, T::kThreads>(
+      smem + (tile % T::kStages) * T::kStageBytes, p.variant, threadIdx.x,
+      [](int row, int chunk) {
+        return (row / T::kTileTokens) * T::kHeadTileBytes + stage_offset(row % T::kTileTokens, chunk);
+      },
+      [first_pos](int row) { return first_pos + row % T::kTileTokens; });
+}
+
 // A work item and what it needs of its request and its merge (staged by the plan).
 struct ItemRecord {
   WorkItem item;
@@ -160,6 +174,10 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
       fetch_pages(p, g, next + 1, pages);
     }
     cp_async_commit();
+    if constexpr (Variant::kRotary) {
+      rotate_k_tile(p, g, tile, smem);
+      __syncthreads();  // the rotated K rows are visible
+    }
     compute_tile(p, g, tile, smem, st);
   }
   cp_async_wait<0>();

@@ -204,6 +204,23 @@ struct LoopState {
   __device__ __forceinline__ LoopState() : lane_scores(threadIdx.x % T::kLanes) {}
 };
 
+// RoPE on a query row (kernels/rotary.cuh): a lane's dims pair with the lane kLanes / 2 away.
+__device__ __forceinline__ void rotate_q_row(const DecodeParams& p, int q_pos,
+                                             float (&q)[T::kDimsPerLane]) {
+  constexpr int kHalf = T::kLanes / 2;
+  const int lane = threadIdx.x % T::kLanes;
+  const bool upper = lane >= kHalf;
+#pragma unroll
+  for (int e = 0; e < T::kDimsPerLane; ++e) {
+    const float partner = __shfl_xor_sync(0xffffffffu, q[e], kHalf);
+    float lo = upper ? partner : q[e];
+    float hi = upper ? q[e] : partner;
+    rotate_pair(lo, hi, q_pos,
+                rotary_turns<Variant, T::kHeadDim>(p.variant, (lane % kHalf) * T::kDimsPerLane + e));
+    q[e] = upper ? hi : lo;
+  }
+}
+
 // Loads the item's query rows (scaled) and starts the softmax state.
 __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem& item, int q_pos,
                                            LoopState& ls) {
@@ -222,12 +239,13 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
           static_cast<const unsigned char*>(p.q) +
           ((token * p.q_stride_token + head * p.q_stride_head) + lane * T::kDimsPerLane) * 2;
       load_global_16bit8<T::kQCode>(q, st.q[r]);
-#pragma unroll
-      for (int e = 0; e < T::kDimsPerLane; ++e) st.q[r][e] *= q_scale;
     } else {
 #pragma unroll
       for (int e = 0; e < T::kDimsPerLane; ++e) st.q[r][e] = 0.0f;
     }
+    if constexpr (Variant::kRotary) rotate_q_row(p, q_pos, st.q[r]);
+#pragma unroll
+    for (int e = 0; e < T::kDimsPerLane; ++e) st.q[r][e] *= q_scale;
 #pragma unroll
     for (int e = 0; e < T::kDimsPerLane; ++e) st.o[r][e] = 0.0f;
   }

@@ -103,6 +103,28 @@ __device__ __forceinline__ float load_q_for_fp8(const unsigned short* q_row_t, b
   }
 }
 
+// RoPE on the Q^T fragments (kernels/rotary.cuh): dim i of k-step ks pairs with the same
+// register slot of k-step ks + kKSteps / 2 (D / 2 apart), so each lane rotates its own values.
+__device__ __forceinline__ void rotate_q_fragments(const DecodeParams& p, int q_pos,
+                                                   unsigned (&q)[kKSteps][2]) {
+#pragma unroll
+  for (int ks = 0; ks < kKSteps / 2; ++ks) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float lo[2], hi[2];
+      pair16_to_float2<T::kQCode>(q[ks][h], lo[0], lo[1]);
+      pair16_to_float2<T::kQCode>(q[ks + kKSteps / 2][h], hi[0], hi[1]);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int pair = 16 * ks + 8 * h + 2 * (threadIdx.x % 4) + e;
+        rotate_pair(lo[e], hi[e], q_pos, rotary_turns<Variant, T::kHeadDim>(p.variant, pair));
+      }
+      q[ks][h] = float2_to_16bit2<T::kQCode>(lo[0], lo[1]);
+      q[ks + kKSteps / 2][h] = float2_to_16bit2<T::kQCode>(hi[0], hi[1]);
+    }
+  }
+}
+
 // This warp's KV head within the item (whole-page items: one warp per head).
 __device__ __forceinline__ int warp_head() { return threadIdx.x / 32 / T::kWarpsPerHead; }
 
@@ -132,6 +154,7 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
   const unsigned short* q_row = static_cast<const unsigned short*>(p.q) +
                                 token * p.q_stride_token + head * p.q_stride_head;
   float q_fix = 1.0f;  // undoes what the fragments' conversion scaled q by
+  static_assert(!(Variant::kRotary && T::kFp8), "fused RoPE with fp8 K/V (the host refuses it)");
   if constexpr (T::kFp8) {
     q_fix = load_q_for_fp8(q_row + 4 * t, g < rows, st.q) *
             (T::kKVCode == kCodeE4M3 ? kE4M3ViaF16Scale : 1.0f);
@@ -144,6 +167,7 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
             g < rows ? *reinterpret_cast<const unsigned*>(q_row + 2 * t + 16 * ks + 8 * h) : 0u;
       }
     }
+    if constexpr (Variant::kRotary) rotate_q_fragments(p, q_pos, st.q);
   }
 #pragma unroll
   for (int mt = 0; mt < kKSteps; ++mt) {

@@ -35,6 +35,7 @@ struct VariantParams {
   int32_t window_left;    // >= 0: query at q_pos sees kv j >= q_pos - window_left
   float sigmoid_bias;     // sigmoid attention (use_softmax = false): weight sigmoid(s + bias)
   const float* alibi_slopes;                // float32 [H_qo] on the device, natural-log units
+  const float* rope_turns;  // RoPE: [D_qk / 2][2] turns per position of each pair, as hi + lo
   float scalars[kMaxVariantScalars];        // a user variant's, in its declared order (Scalars::)
   const void* tensors[kMaxVariantTensors];  // its tensors' data, likewise (Tensors::)
 };

@@ -15,6 +15,7 @@
 #include "decode_utils.cuh"
 #include "mma_utils.cuh"
 #include "plan_types.cuh"
+#include "rotary.cuh"
 #include "variant.cuh"
 
 namespace flare::decode {

@@ -11,6 +11,7 @@
 #include "prefill_epilogue.cuh"
 #include "prefill_load.cuh"
 #include "prefill_traits.cuh"
+#include "rotary.cuh"
 
 namespace flare::prefill {
 
@@ -394,6 +395,25 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   accumulate_pv(v_frag, s, acc);
 }
 
+// RoPE (kernels/rotary.cuh) on what landed for tile `tile`: its K rows (KV positions kv_lo +
+// tile * kKvTile + r), and with tile 0 the Q tile (row r at row_q_pos[r]). Rows past the item
+// hold zeros or keys no row sees.
+__device__ __forceinline__ void rotate_landed(const PrefillParams& p, const ItemGeometry& g,
+                                              int tile, unsigned char* smem) {
+  const auto offset = [](int row, int chunk) {
+    return mma::swizzled_offset<T::kQKRowBytes>(row, chunk);
+  };
+  if (tile == 0) {
+    const int* row_q_pos = item_shared(smem).row_q_pos;
+    rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kQueryTile, T::kThreads>(
+        smem, p.variant, thread_index(), offset, [row_q_pos](int row) { return row_q_pos[row]; });
+  }
+  const int first_pos = g.kv_lo + tile * T::kKvTile;
+  rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kKvTile, T::kThreads>(
+      smem + T::kQBytes + (tile % T::kStages) * T::kStageBytes, p.variant, thread_index(), offset,
+      [first_pos](int row) { return first_pos + row; });
+}
+
 __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem& item_in,
                                          unsigned char* smem) {
   ItemShared& shared = item_shared(smem);
@@ -444,6 +464,10 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     // Slot tile % 2 was last read by issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < g.num_tiles) issue_page_ids(p, g, tile + 2, smem);
     cp_async_commit();
+    if constexpr (Variant::kRotary) {
+      rotate_landed(p, g, tile, smem);
+      __syncthreads();  // the rotated rows are visible
+    }
     // Warp-uniform: columns no row of the warp sees contribute exactly nothing (skipped);
     // per-key masks only where some row may lose a key.
     if (first_col >= span.kv_end) continue;

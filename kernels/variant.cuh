@@ -28,8 +28,17 @@
 //                                                    keys before visible_begin(q_pos): the FA2
 //                                                    prefill then checks keys only on the tiles
 //                                                    that straddle that boundary
-// Hooks no family calls yet (query/key/output transforms) are rejected at compile time rather
-// than ignored (VariantHookCheck below).
+//   static constexpr bool kRotary;                   true: q and k rotate before q.k (RoPE,
+//                                                    kernels/rotary.cuh): dims i and i + D/2
+//                                                    turn by pos * rotary_frequency, q at its
+//                                                    q_pos, k at its KV position
+//   static float rotary_frequency(const VariantParams&, int i, int head_dim)
+//                                                    radians per position of pair i < D/2
+//   static float2 rotary_turns(const VariantParams&, int i, int head_dim)
+//                                                    optional, instead: turns (2 pi radians)
+//                                                    per position as x + y, for precision
+// Hooks no family calls (general query/key/output transforms) are rejected at compile time
+// rather than ignored (VariantHookCheck below).
 //
 // use_softmax = false in every family: the row state keeps m = 0 (row_max_start) and o
 // accumulates w * v (P is w; the MMA loops round it to the 16-bit P operand as they round
@@ -54,6 +63,9 @@
 #ifndef FLARE_VARIANT_SIGMOID
 #define FLARE_VARIANT_SIGMOID 0
 #endif
+#ifndef FLARE_VARIANT_ROPE
+#define FLARE_VARIANT_ROPE 0
+#endif
 
 namespace flare {
 
@@ -70,7 +82,9 @@ struct RowContext {
 struct VariantBase {
   static constexpr bool use_softmax = true;
   static constexpr bool kMaskIsWindow = false;
+  static constexpr bool kRotary = false;
   __device__ static float query_scale(const VariantParams& p) { return p.sm_scale * kLog2e; }
+  __device__ static float rotary_frequency(const VariantParams&, int, int) { return 0.0f; }
   __device__ static int visible_begin(const VariantParams&, int) { return 0; }
   __device__ void init(const VariantParams&, const RowContext&) {}
   __device__ float logits_transform(const VariantParams&, float s, int) const { return s; }
@@ -100,6 +114,7 @@ using void_type = void;
 FLARE_VARIANT_HAS_MEMBER(has_query_transform, query_transform);
 FLARE_VARIANT_HAS_MEMBER(has_key_transform, key_transform);
 FLARE_VARIANT_HAS_MEMBER(has_output_transform, output_transform);
+FLARE_VARIANT_HAS_MEMBER(has_rotary_turns, rotary_turns);
 #undef FLARE_VARIANT_HAS_MEMBER
 }  // namespace variant_detail
 
@@ -132,16 +147,18 @@ struct linear_logits<V, void_type<decltype(V::kLinearLogits)>> {
 template <class V>
 constexpr bool has_linear_logits = variant_detail::linear_logits<V>::value;
 
-// Hooks no family honours yet: a compile error (which plan() raises with NVRTC's log) rather
-// than a silent skip. Each family header instantiates it for its Variant.
+// Hooks no family honours: a compile error (which plan() raises with NVRTC's log) rather than a
+// silent skip. Each family header instantiates it for its Variant. The q and k transforms
+// every family runs are the rotary ones (kRotary): a general per-element transform would have
+// to run on every K element once per query row in the MMA loops.
 template <class V>
 struct VariantHookCheck {
   static_assert(!variant_detail::has_query_transform<V>::value,
-                "flare variant: query_transform is not supported by this kernel family yet");
+                "flare variant: query_transform is not supported (kRotary / rotary_frequency are)");
   static_assert(!variant_detail::has_key_transform<V>::value,
-                "flare variant: key_transform is not supported by this kernel family yet");
+                "flare variant: key_transform is not supported (kRotary / rotary_frequency are)");
   static_assert(!variant_detail::has_output_transform<V>::value,
-                "flare variant: output_transform is not supported by this kernel family yet");
+                "flare variant: output_transform is not supported");
   static constexpr bool ok = true;
 };
 
@@ -161,6 +178,7 @@ __device__ __forceinline__ float tanh_via_exp2(float x) {
 // AttentionParams semantics (include/flare/variant/attention_params.h), in log2 units:
 //   s = q.k * sm_scale;  s += slope * (j - q_pos);  s = cap * tanh(s / cap);  mask window;
 //   sigmoid (use_softmax = false): the key's weight is sigmoid(s + sigmoid_bias).
+//   RoPE (Llama): pair i turns by pos / rope_scale * rope_theta^(-2i/D) radians (rope_turns).
 // With soft-cap, q carries sm_scale / cap and ALiBi slope / cap, so tanh takes its argument
 // directly; otherwise q carries sm_scale * log2e and ALiBi slope * log2e.
 struct StandardVariant : VariantBase {
@@ -169,6 +187,7 @@ struct StandardVariant : VariantBase {
   static constexpr bool kWindow = FLARE_VARIANT_WINDOW != 0;
   static constexpr bool kAlibi = FLARE_VARIANT_ALIBI != 0;
   static constexpr bool kSigmoid = FLARE_VARIANT_SIGMOID != 0;
+  static constexpr bool kRotary = FLARE_VARIANT_ROPE != 0;
   // logits_transform is the identity
   static constexpr bool kLinearLogits = !kSoftCap && !kAlibi && !kSigmoid;
   static constexpr bool use_softmax = !kSigmoid;
@@ -179,6 +198,11 @@ struct StandardVariant : VariantBase {
 
   __device__ static float query_scale(const VariantParams& p) {
     return kSoftCap ? p.sm_scale / p.logits_soft_cap : p.sm_scale * kLog2e;
+  }
+  // The host's table (src/api/device_variant.cpp): pos * turns exact to ~1e-7 turns at any
+  // position, where a float frequency would be off by pos * 6e-8 radians.
+  __device__ static float2 rotary_turns(const VariantParams& p, int pair, int) {
+    return *reinterpret_cast<const float2*>(p.rope_turns + 2 * pair);
   }
   __device__ static int visible_begin(const VariantParams& p, int query_pos) {
     if (!kWindow || p.window_left < 0) return 0;

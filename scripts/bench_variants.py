@@ -6,7 +6,8 @@ built-in variants and with a user-defined variant of the same math, next to Flex
 Shapes are the papers' variant tables: batch 16, 16 query and KV heads, head dim 128, bf16,
 causal, ragged layout for flare and FlashInfer ([tokens, heads, D]) and [B, H, S, D] for
 FlexAttention. Variants: causal, logits soft-cap 30, sliding window 1024 (left), ALiBi
-(FlashInfer's default slopes), user:soft_cap (flare.AttentionVariant with the built-in
+(FlashInfer's default slopes), fused RoPE (pos_encoding_mode="ROPE_LLAMA"; no Flex row: Flex
+has no q/k transform), user:soft_cap (flare.AttentionVariant with the built-in
 soft-cap's math: the cost of writing a variant oneself), and flare.variants' prefix-LM (a prefix
 of a quarter of each sequence), T5 relative position bias (causal, 32 buckets, max distance
 128; Flex as a score_mod with the same buckets) and sigmoid (no softmax: flare only, causal
@@ -27,7 +28,7 @@ from bench_python import FLASHINFER, eager_us, flashinfer, guarded
 BATCH, HEADS, HEAD_DIM, DTYPE = 16, 16, 128, torch.bfloat16
 CAP, WINDOW = 30.0, 1024
 WORKSPACE_BYTES = 256 << 20
-VARIANTS = ["causal", "soft_cap", "window", "alibi", "user:soft_cap", "prefix_lm",
+VARIANTS = ["causal", "soft_cap", "window", "alibi", "rope", "user:soft_cap", "prefix_lm",
             "relative_bias", "sigmoid"]
 LIBRARY = {"prefix_lm": flare.variants.prefix_lm(),
            "relative_bias": flare.variants.relative_position_bias(),
@@ -85,7 +86,8 @@ def visible_pairs(length, variant):
 
 def plan_kwargs(variant):
     return {"soft_cap": {"logits_soft_cap": CAP}, "window": {"window_left": WINDOW},
-            "alibi": {"pos_encoding_mode": "ALIBI"}}.get(variant, {})
+            "alibi": {"pos_encoding_mode": "ALIBI"},
+            "rope": {"pos_encoding_mode": "ROPE_LLAMA"}}.get(variant, {})
 
 
 def library_run_kwargs(variant, length):
@@ -119,7 +121,7 @@ def measure_wrapper(module, backend, variant, q, k, v, indptr, calls):
 
 
 def measure_flex(variant, length, q, k, v, calls, compiled):
-    if variant in ("user:soft_cap", "sigmoid"):
+    if variant in ("user:soft_cap", "sigmoid", "rope"):  # Flex has no q/k transform
         return None, None
     qb, kb, vb = (x.view(BATCH, length, HEADS, HEAD_DIM).transpose(1, 2) for x in (q, k, v))
     prefix = prefix_of(length)
@@ -180,6 +182,8 @@ def main():
             for backend in ("fa2", "fa3"):
                 if flashinfer is None or variant == "user:soft_cap" or variant in LIBRARY:
                     continue
+                if variant == "rope" and backend == "fa3":  # FlashInfer's fa3 has no RoPE
+                    continue
                 result = guarded(f"flashinfer {backend} {variant} {length}", lambda: measure_wrapper(
                     flashinfer, backend, variant, q, k, v, indptr, args.calls))
                 if result:
@@ -210,6 +214,9 @@ def main():
         if times.get("soft_cap") and times.get("user:soft_cap"):
             print(f"user soft-cap / built-in soft-cap time, length {length}: "
                   f"{times['user:soft_cap'] / times['soft_cap']:.3f}")
+        if times.get("causal") and times.get("rope"):
+            print(f"fused RoPE / causal time, length {length}: "
+                  f"{times['rope'] / times['causal']:.3f}")
         if times.get("causal") and times.get("relative_bias"):
             print(f"relative bias / causal time, length {length}: "
                   f"{times['relative_bias'] / times['causal']:.3f}")

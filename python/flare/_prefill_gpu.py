@@ -20,11 +20,8 @@ def _next_power_of_two(n):
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def check_gpu_support(where, pos_encoding_mode, q_dtype, kv_dtype):
+def check_gpu_support(where, q_dtype, kv_dtype):
     """NotImplementedError naming the argument BatchPrefill does not run."""
-    if pos_encoding_mode == "ROPE_LLAMA":
-        unsupported(where, "pos_encoding_mode", pos_encoding_mode,
-                    "the GPU prefill has no fused RoPE: apply RoPE to q and k before the call")
     if q_dtype not in _GPU_DTYPES:
         unsupported(where, "q_data_type", q_dtype, "the GPU prefill runs float16 and bfloat16")
     if kv_dtype != q_dtype:

@@ -87,7 +87,7 @@ class _PrefillWrapper:
         self._dtypes = None
         names = self._names
         if self._gpu is not None:
-            check_gpu_support(where, pos_encoding_mode, q_dtype, kv_dtype)
+            check_gpu_support(where, q_dtype, kv_dtype)
             # The engine reads (and checks) the host arrays without a copy.
             hosts = [host_index(x, n) if x is not None else None for x, n in zip(indptrs, names)]
             config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
@@ -419,7 +419,7 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
         raise RuntimeError(f"{where} plans on the host and cannot be captured into a CUDA "
                            "graph: use BatchPrefillWithRaggedKVCacheWrapper(use_cuda_graph=True)")
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
-    check_gpu_support(where, pos_encoding_mode, q_dtype, kv_dtype)
+    check_gpu_support(where, q_dtype, kv_dtype)
     slot = (q.device.index or 0, kv_layout)
     gpu = _single_gpu.get(slot)
     if gpu is None:

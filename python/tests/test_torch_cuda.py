@@ -132,6 +132,26 @@ def test_decode_on_a_side_stream_and_tuple_cache():
 
 
 @pytest.mark.parametrize("use_tensor_cores", [False, True])
+def test_fused_rope_decode_matches_the_cpu_backend(use_tensor_cores):
+    """pos_encoding_mode="ROPE_LLAMA": q at kv_len - 1 and key j at j rotate before q.k; the
+    CPU backend (float64 RoPE) is the oracle."""
+    cache = GpuPagedCache([1, 33, 700, 2500], 2, 128, 16, "NHD", torch.bfloat16, seed=5)
+    q = torch.randn(cache.batch, 8, 128, device=DEVICE).to(torch.bfloat16)
+    rope = dict(pos_encoding_mode="ROPE_LLAMA", rope_theta=5e5, rope_scale=2.0)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
+                                                       use_tensor_cores=use_tensor_cores)
+    plan_decode(wrapper, cache, 8, 128, torch.bfloat16, **rope)
+    out, lse = wrapper.run(q, cache.cache, return_lse=True)
+    oracle = flare.BatchDecodeWithPagedKVCacheWrapper(np.empty(8, np.uint8))
+    oracle.plan(cache.indptr, cache.indices, cache.last_page_len, 8, 2, 128, 16,
+                q_data_type=torch.bfloat16, **rope)
+    expected_o, expected_lse = oracle.run(q.cpu(), cache.cache.cpu(), return_lse=True)
+    assert max_error(out.cpu(), expected_o) <= O_TOLERANCE[torch.bfloat16]
+    # Rotated q and K are rounded to bf16 (test_prefill_cuda.py ROTARY_LSE_TOLERANCE).
+    assert max_error(lse.cpu(), expected_lse) <= 1.2e-2
+
+
+@pytest.mark.parametrize("use_tensor_cores", [False, True])
 def test_decode_fp8_cache_with_scales(use_tensor_cores):
     cache = GpuPagedCache([40, 300], 2, 128, 16, "NHD", torch.float32, seed=3)
     fp8 = cache.cache.nan_to_num().to(torch.float8_e4m3fn)

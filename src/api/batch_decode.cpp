@@ -71,7 +71,7 @@ struct BatchDecode::State {
   // int32 [max merge items]: arrivals of split tiles' chunks, zero between runs (the kernel's
   // last arrival resets its count). Outside the workspace: the plan copy must not touch it.
   cuda::DeviceBuffer merge_counters;
-  cuda::DeviceBuffer alibi_slopes;
+  cuda::DeviceBuffer variant_tables;  // ALiBi slopes, RoPE turns (device_variant)
   IndexErrorRecordBuffer index_errors;
   bool validate_indices = false;
   bool planned = false;
@@ -143,7 +143,7 @@ BatchDecode::BatchDecode(const BatchDecodeConfig& config) : state_(std::make_uni
   s.index_errors = IndexErrorRecordBuffer(config.device);
   s.validate_indices = config.validate_indices || api_detail::validate_from_env();
   s.variant = api_detail::device_variant(config.params, config.head_dim, config.num_qo_heads,
-                                         s.alibi_slopes);
+                                         s.variant_tables);
   // The counters' memset and a pageable copy may still be in flight on the legacy stream, and
   // run() may use a non-blocking stream: finish them here, once.
   cuda::stream_synchronize(nullptr);

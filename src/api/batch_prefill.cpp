@@ -72,7 +72,7 @@ struct BatchPrefill::State {
   int max_query_tile = 0;
   std::optional<PrefillTiles> fixed_tiles;
   api_detail::Workspace workspace;
-  cuda::DeviceBuffer alibi_slopes;
+  cuda::DeviceBuffer variant_tables;  // ALiBi slopes, RoPE turns (device_variant)
   cuda::DeviceBuffer next_work_item;  // int32 [2], the kernel's queue (PrefillParams)
   IndexErrorRecordBuffer index_errors;
   bool validate_indices = false;
@@ -143,7 +143,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.index_errors = IndexErrorRecordBuffer(config.device);
   s.validate_indices = config.validate_indices || api_detail::validate_from_env();
   s.variant = api_detail::device_variant(config.params, config.head_dim_qk, config.num_qo_heads,
-                                         s.alibi_slopes);
+                                         s.variant_tables);
 }
 
 size_t BatchPrefill::scratch_bytes_needed(const BatchPrefillConfig& config) {

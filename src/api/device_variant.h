@@ -1,5 +1,5 @@
 // The kernels' VariantParams for the AttentionParams of a BatchDecode or BatchPrefill config,
-// with the ALiBi slopes uploaded to a device buffer the caller keeps.
+// with the ALiBi slopes and RoPE frequencies uploaded to a device buffer the caller keeps.
 #pragma once
 
 #include "flare/jit/cuda_driver.h"
@@ -8,10 +8,11 @@
 
 namespace flare::api_detail {
 
-// sm_scale resolved for `head_dim_qk`, soft cap and window of `p`; for kAlibi, `alibi_slopes`
-// receives the num_qo_heads slopes (p.alibi_slopes or the default ones, copied synchronously
-// from pageable memory) and the result points at them.
+// sm_scale resolved for `head_dim_qk`, soft cap and window of `p`; `tables` receives (copied
+// synchronously from pageable memory) for kAlibi the num_qo_heads slopes (p.alibi_slopes or
+// the default ones) and for kRopeLlama each pair's turns per position, and the result points
+// at them.
 VariantParams device_variant(const AttentionParams& p, int head_dim_qk, int num_qo_heads,
-                             cuda::DeviceBuffer& alibi_slopes);
+                             cuda::DeviceBuffer& tables);
 
 }  // namespace flare::api_detail

@@ -278,6 +278,15 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
     add(128, 128, 128, kv, DType::kBF16, window);
     add(128, 128, 128, kv, DType::kBF16, capped_window);
   }
+  // Fused RoPE: every head dim, both KV paths, and at the long prefills' tiles with a window.
+  AttentionParams rope = causal;
+  rope.pos_encoding = PosEncoding::kRopeLlama;
+  for (const auto& [qk, vo] : dims) add(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, rope);
+  add(128, 128, 128, PrefillKV::kRagged, DType::kF16, rope);
+  add(128, 128, 64, PrefillKV::kPaged, DType::kBF16, rope);
+  AttentionParams rope_window = rope;
+  rope_window.window_left = 1024;
+  add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
   add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
   add(128, 128, 128, PrefillKV::kPaged, DType::kBF16, custom);  // one m16 tile per warp
   return shipped;

@@ -11,8 +11,17 @@ namespace flare {
 StandardVariantFlags standard_variant_flags(const AttentionParams& params, const char* what) {
   FLARE_CHECK(params.mask == MaskMode::kNone || params.mask == MaskMode::kCausal,
               ErrorCode::kUnsupported, what, ": custom masks are not supported");
-  FLARE_CHECK(params.pos_encoding != PosEncoding::kRopeLlama, ErrorCode::kUnsupported, what,
-              ": fused RoPE is not supported (apply RoPE to q and k before the call)");
+  FLARE_CHECK(!params.rope_offsets, ErrorCode::kUnsupported, what,
+              ": params.rope_offsets is the CPU reference's; the GPU kernels rotate q and k at "
+              "their positions in the request");
+  if (params.pos_encoding == PosEncoding::kRopeLlama) {
+    FLARE_CHECK(std::isfinite(params.rope_theta) && params.rope_theta > 0.0f,
+                ErrorCode::kInvalidArgument, what, ": rope_theta must be finite and > 0, got ",
+                params.rope_theta);
+    FLARE_CHECK(std::isfinite(params.rope_scale) && params.rope_scale > 0.0f,
+                ErrorCode::kInvalidArgument, what, ": rope_scale must be finite and > 0, got ",
+                params.rope_scale);
+  }
   FLARE_CHECK(params.logits_soft_cap >= 0.0f, ErrorCode::kInvalidArgument, what,
               ": logits_soft_cap must be >= 0 (0 = off), got ", params.logits_soft_cap);
   FLARE_CHECK(params.window_left >= -1, ErrorCode::kInvalidArgument, what,
@@ -29,6 +38,7 @@ StandardVariantFlags standard_variant_flags(const AttentionParams& params, const
   flags.sliding_window = params.window_left >= 0;
   flags.alibi = params.pos_encoding == PosEncoding::kAlibi;
   flags.sigmoid = !params.use_softmax;
+  flags.rope = params.pos_encoding == PosEncoding::kRopeLlama;
   return flags;
 }
 
@@ -38,6 +48,7 @@ std::string standard_variant_source(const StandardVariantFlags& flags) {
   source += "#define FLARE_VARIANT_WINDOW " + std::string(flags.sliding_window ? "1" : "0") + "\n";
   source += "#define FLARE_VARIANT_ALIBI " + std::string(flags.alibi ? "1" : "0") + "\n";
   source += "#define FLARE_VARIANT_SIGMOID " + std::string(flags.sigmoid ? "1" : "0") + "\n";
+  source += "#define FLARE_VARIANT_ROPE " + std::string(flags.rope ? "1" : "0") + "\n";
   source += "#include \"variant.cuh\"\n";
   source += "struct Variant : flare::StandardVariant {};\n";
   return source;
@@ -48,7 +59,8 @@ std::string standard_variant_name(const StandardVariantFlags& flags) {
   for (const auto& [on, part] : {std::pair{flags.soft_cap, "soft_cap"},
                                  std::pair{flags.sliding_window, "window"},
                                  std::pair{flags.alibi, "alibi"},
-                                 std::pair{flags.sigmoid, "sigmoid"}}) {
+                                 std::pair{flags.sigmoid, "sigmoid"},
+                                 std::pair{flags.rope, "rope"}}) {
     if (!on) continue;
     if (!name.empty()) name += '+';
     name += part;

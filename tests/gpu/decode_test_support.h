@@ -28,6 +28,14 @@ namespace flare::gpu_testing {
 // measured 0.0105. Its lse keeps issue 4's 1e-3: the softmax sum is over the unrounded values.
 inline constexpr double kOutputToleranceTensorCores = 1.5e-2;
 
+// lse tolerance (natural log) under fused RoPE, decode and prefill: the kernels round rotated q
+// and K back to their 16-bit type (the MMA's operands; FlashInfer does the same), so each logit
+// carries ~2^-9 relative error per element where unrotated 16-bit inputs carry none: RMS ~1.6e-3
+// for unit-variance inputs at sm_scale 1/sqrt(D), and a row dominated by few keys keeps it.
+// Measured on an H200: up to 4.1e-3 (prefill, bf16), 1.6e-3 (decode). o stays within the
+// usual tolerances.
+inline constexpr double kLseToleranceRotary = 8e-3;
+
 #define FLARE_REQUIRE_GPU()                                                   \
   do {                                                                        \
     if (!::flare::cuda::available()) {                                        \

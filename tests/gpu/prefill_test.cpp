@@ -133,6 +133,45 @@ TEST(PrefillGpu, SlidingWindowSoftCapAlibiCausal) {
   check(c);
 }
 
+// Fused RoPE (pos_encoding kRopeLlama): query token i of a request at kv_len - q_len + i and
+// key j at j, on prefill and append, paged (page 1 and 16) and ragged, every head dim, with a
+// window, and split across CTAs (each chunk rotates its own keys).
+TEST(PrefillGpu, FusedRopeEveryPathAndHeadDim) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {1, 7, 97, 300};
+  c.kv_lens = {1, 50, 511, 300};
+  c.rope = true;
+  check(c);
+  c.kv = PrefillKV::kRagged;
+  c.dtype = DType::kF16;
+  c.rope_theta = 5e5f;
+  c.rope_scale = 2.5f;
+  c.window_left = 60;
+  check(c);
+  for (const auto& [qk, vo] : {std::pair{64, 64}, std::pair{256, 256}, std::pair{192, 128}}) {
+    Case d;
+    d.q_lens = {33, 200, 2};
+    d.kv_lens = {100, 200, 1500};
+    d.num_qo_heads = 7;
+    d.num_kv_heads = 1;
+    d.page_size = 1;
+    d.head_dim_qk = qk;
+    d.head_dim_vo = vo;
+    d.rope = true;
+    SCOPED_TRACE(::testing::Message() << "head dims " << qk << "/" << vo);
+    check(d);
+  }
+  Case split;
+  split.q_lens = {5, 16};
+  split.kv_lens = {9000, 3000};
+  split.rope = true;
+  split.fixed_split_size = 512;
+  check(split, [](const BatchPrefill& prefill) {
+    EXPECT_GT(prefill.last_plan().num_partial_slots, 0) << "no split: the merge went untested";
+  });
+}
+
 // The built-in sigmoid attention (params.use_softmax = false): with a window and soft-cap,
 // causal paged; then ragged with fixed splits, whose partial sums the merge kernel adds.
 TEST(PrefillGpu, SigmoidAttentionWithoutSoftmax) {

@@ -18,6 +18,7 @@
 #include "flare/jit/cuda_driver.h"
 #include "flare/jit/cuda_sync.h"
 #include "flare/reference/attention.h"
+#include "gpu/decode_test_support.h"
 #include "testing/compare.h"
 #include "testing/index_arrays.h"
 #include "testing/kv_builder.h"
@@ -45,6 +46,9 @@ struct Case {
   float soft_cap = 0.0f;
   float sm_scale = 0.0f;  // 0: 1 / sqrt(head_dim_qk)
   bool alibi = false;
+  bool rope = false;  // fused RoPE (pos_encoding kRopeLlama) with these:
+  float rope_theta = 1e4f;
+  float rope_scale = 1.0f;
   // Sigmoid attention in the reference (use_softmax = false, o = sum sigmoid(s + bias) v, no
   // lse): the run then passes no lse and o is compared relative to its largest value.
   bool use_softmax = true;
@@ -118,6 +122,9 @@ inline Problem make_problem(const Case& c) {
   p.params.logits_soft_cap = c.soft_cap;
   p.params.sm_scale = c.sm_scale;
   if (c.alibi) p.params.pos_encoding = PosEncoding::kAlibi;
+  if (c.rope) p.params.pos_encoding = PosEncoding::kRopeLlama;
+  p.params.rope_theta = c.rope_theta;
+  p.params.rope_scale = c.rope_scale;
   p.params.alibi_slopes = c.alibi_slopes;
   p.params.use_softmax = c.use_softmax;
   p.params.sigmoid_bias = c.sigmoid_bias;
@@ -298,7 +305,7 @@ inline void expect_matches(const Problem& p, const DeviceProblem& d) {
   EXPECT_LE(o.relative_l2, tolerance_l2(p.c.dtype)) << o;
   if (!p.c.use_softmax) return;
   const testing::ErrorStats lse = testing::error_stats(d.lse_host.view(), p.lse_ref.view());
-  EXPECT_LE(lse.max_abs, kLseTolerance) << lse;
+  EXPECT_LE(lse.max_abs, p.c.rope ? gpu_testing::kLseToleranceRotary : kLseTolerance) << lse;
 }
 
 inline bool skip_without_gpu() { return !cuda::available(); }

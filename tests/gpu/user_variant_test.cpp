@@ -88,7 +88,9 @@ void check_decode(const DecodeVariantCase& c) {
   if (!softmax) return;
   const HostTensor lse = out.lse_host();
   const testing::ErrorStats lse_err = testing::error_stats(lse.view(), ref.lse.view());
-  EXPECT_LE(lse_err.max_abs, 1e-3) << c.variant.name << " " << lse_err;
+  const bool rotary = c.reference.pos_encoding == PosEncoding::kRopeLlama;
+  EXPECT_LE(lse_err.max_abs, rotary ? gpu_testing::kLseToleranceRotary : 1e-3)
+      << c.variant.name << " " << lse_err;
 }
 
 TEST(UserVariantDecode, SoftCapAsAUserVariantMatchesTheReference) {
@@ -140,6 +142,25 @@ TEST(UserVariantDecode, SigmoidWithoutSoftmaxMatchesTheReference) {
     c.page_size = page;
     SCOPED_TRACE(::testing::Message() << "H_qo " << qo << " H_kv " << kv << " tc " << tc
                                       << " page " << page);
+    check_decode(c);
+  }
+}
+
+// The rotary hooks (kRotary, rotary_frequency) of a user's variant: q and K rotated on both
+// loops and whole-page items.
+TEST(UserVariantDecode, RotaryHooksMatchTheReferenceRope) {
+  FLARE_REQUIRE_GPU();
+  DecodeVariantCase c;
+  c.variant = testing::user_rope();
+  c.scalars = {5e5f, 2.0f};
+  c.reference.pos_encoding = PosEncoding::kRopeLlama;
+  c.reference.rope_theta = 5e5f;
+  c.reference.rope_scale = 2.0f;
+  for (const auto& [tc, heads_per_item] : {std::pair{false, 1}, std::pair{true, 1},
+                                           std::pair{true, 4}}) {
+    c.tensor_cores = tc;
+    c.kv_heads_per_item = heads_per_item;
+    SCOPED_TRACE(::testing::Message() << "tc " << tc << " heads/item " << heads_per_item);
     check_decode(c);
   }
 }
@@ -313,6 +334,21 @@ TEST(UserVariantPrefill, SoftCapAsAUserVariantMatchesTheReference) {
   c.num_kv_heads = 8;  // GQA 1
   c.mask = MaskMode::kNone;
   c.dtype = DType::kF16;
+  prefill_testing::check(c);
+}
+
+TEST(UserVariantPrefill, RotaryHooksMatchTheReferenceRope) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {1, 7, 97, 300};
+  c.kv_lens = {1, 60, 130, 300};
+  c.rope = true;
+  c.rope_theta = 5e5f;
+  c.rope_scale = 2.0f;
+  c.variant = testing::user_rope();
+  c.variant_scalars = {5e5f, 2.0f};
+  prefill_testing::check(c);
+  c.kv = PrefillKV::kRagged;
   prefill_testing::check(c);
 }
 

@@ -103,7 +103,7 @@ TEST(ShippedDecodeConfigs, CoverEveryHeadDimRowTileKvDtypeAndVariantFlag) {
   EXPECT_EQ(d.rows, (std::set<std::string>{"1", "2", "4", "8"}));
   EXPECT_EQ(d.kv_dtypes.size(), 4u);  // f16, bf16, e4m3, e5m2
   EXPECT_EQ(d.q_dtypes.size(), 2u);   // f16, bf16
-  EXPECT_EQ(d.variants.size(), 5u);   // default, soft-cap, window, ALiBi, all three
+  EXPECT_EQ(d.variants.size(), 6u);   // default, soft-cap, window, ALiBi, all three, RoPE
   EXPECT_GE(d.pages.size(), 3u);
   EXPECT_EQ(d.loops, (std::set<std::string>{"0", "1"}));
 }
@@ -115,7 +115,7 @@ TEST(ShippedDecodeConfigs, TensorCoreLoopCoversEveryHeadDimRowTileAndVariantFlag
   EXPECT_EQ(d.rows, (std::set<std::string>{"1", "2", "4", "8"}));
   EXPECT_EQ(d.kv_dtypes.size(), 4u);  // f16, bf16 (q of the same type), e4m3, e5m2
   EXPECT_EQ(d.q_dtypes.size(), 2u);
-  EXPECT_EQ(d.variants.size(), 2u);                                      // default, all three flags
+  EXPECT_EQ(d.variants.size(), 3u);  // default, all three flags, RoPE
   EXPECT_EQ(d.item_heads, (std::set<std::string>{"1", "2", "4", "8"}));  // whole-page items
 }
 
@@ -302,8 +302,12 @@ TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
     expect_code(c, ErrorCode::kInvalidArgument, "waves must be in [0, 16]");
   }
   c = base_config();
-  c.params.pos_encoding = PosEncoding::kRopeLlama;
-  expect_code(c, ErrorCode::kUnsupported, "RoPE");
+  c.params.pos_encoding = PosEncoding::kRopeLlama;  // runs on 16-bit KV only
+  c.kv_dtype = DType::kE5M2;
+  expect_code(c, ErrorCode::kUnsupported, "fused RoPE (pos_encoding kRopeLlama) with kv_dtype");
+  c.kv_dtype = DType::kF16;
+  c.params.rope_scale = -1.0f;
+  expect_code(c, ErrorCode::kInvalidArgument, "rope_scale must be finite and > 0");
   c = base_config();
   HostTensor prefix = testing::int32_tensor({4});
   c.params.prefix_len = prefix.view();  // the CPU reference's; the GPU takes the variant

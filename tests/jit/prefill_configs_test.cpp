@@ -13,6 +13,7 @@
 #include "flare/jit/compiler.h"
 #include "jit/shipped_kernel_shards.h"
 #include "testing/expect_error.h"
+#include "testing/index_arrays.h"
 #include "testing/kernel_usage.h"
 
 namespace flare {
@@ -71,8 +72,8 @@ TEST(ShippedPrefillConfigs, CoverEveryHeadDimQueryTileMaskPathAndDtype) {
   EXPECT_EQ(masks.size(), 3u);  // none, causal, custom
   EXPECT_EQ(paths.size(), 2u);  // ragged, paged
   EXPECT_EQ(dtypes.size(), 2u);
-  // default, soft-cap + window + ALiBi, window, soft-cap + window
-  EXPECT_EQ(variants.size(), 4u);
+  // default, soft-cap + window + ALiBi, window, soft-cap + window, RoPE, RoPE + window
+  EXPECT_EQ(variants.size(), 6u);
 }
 
 TEST(ChoosePrefillTiles, QueryTileIsTheSmallestCoveringTheAveragePackedLength) {
@@ -194,8 +195,13 @@ TEST(BatchPrefillKernels, RejectsConfigsNoKernelHandles) {
   c.dtype = DType::kE4M3;
   expect_code(c, ErrorCode::kUnsupported, "dtype");
   c = base_config();
-  c.params.pos_encoding = PosEncoding::kRopeLlama;
-  expect_code(c, ErrorCode::kUnsupported, "RoPE");
+  c.params.pos_encoding = PosEncoding::kRopeLlama;  // runs; its offsets are the reference's
+  HostTensor offsets = testing::int32_tensor({0});
+  c.params.rope_offsets = offsets.view();
+  expect_code(c, ErrorCode::kUnsupported, "rope_offsets");
+  c.params.rope_offsets.reset();
+  c.params.rope_theta = 0.0f;
+  expect_code(c, ErrorCode::kInvalidArgument, "rope_theta must be finite and > 0");
   c = base_config();
   c.params.use_softmax = false;  // sigmoid attention runs; its bias must be finite
   c.params.sigmoid_bias = std::numeric_limits<float>::infinity();

@@ -73,6 +73,22 @@ struct Variant : flare::VariantBase {
   return v;
 }
 
+// Llama RoPE through the rotary hooks, theta and scale run() scalars: the built-in kRopeLlama.
+inline UserVariant user_rope() {
+  UserVariant v;
+  v.name = "user_rope";
+  v.scalars = {"theta", "scale"};
+  v.source = R"(
+struct Variant : flare::VariantBase {
+  static constexpr bool kRotary = true;
+  __device__ static float rotary_frequency(const flare::VariantParams& p, int i, int head_dim) {
+    return powf(Scalars::theta(p), -2.0f * static_cast<float>(i) / head_dim) / Scalars::scale(p);
+  }
+};
+)";
+  return v;
+}
+
 // Keys at positions 1 mod 3 are hidden from requests of odd index: a mask that is not a
 // window (every key checked) and reads RowContext's request.
 inline UserVariant user_stride_mask() {

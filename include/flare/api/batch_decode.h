@@ -37,10 +37,12 @@ struct BatchDecodeConfig {
   KVLayout layout = KVLayout::kNHD;
 
   // Supported here: sm_scale, logits_soft_cap, window_left, pos_encoding kNone | kAlibi
-  // (alibi_slopes: optional float32 [H_qo] on the CPU, copied at creation), k_scale and
-  // v_scale (fp8 KV: the stored value times the scale is the real value), use_softmax = false
-  // with sigmoid_bias (sigmoid attention: run() then takes no lse). mask kNone or kCausal (a
-  // no-op for one query token). Others (RoPE, custom masks) throw kUnsupported.
+  // (alibi_slopes: optional float32 [H_qo] on the CPU, copied at creation) | kRopeLlama
+  // (rope_theta, rope_scale: q at kv_len - 1 and key j at j turn before q.k, 16-bit KV only),
+  // k_scale and v_scale (fp8 KV: the stored value times the scale is the real value),
+  // use_softmax = false with sigmoid_bias (sigmoid attention: run() then takes no lse). mask
+  // kNone or kCausal (a no-op for one query token). Others (custom masks, rope_offsets) throw
+  // kUnsupported.
   AttentionParams params;
 
   // A user-defined variant compiled in place of the built-in (flare/variant/user_variant.h):

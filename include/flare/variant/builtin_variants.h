@@ -1,5 +1,5 @@
 // The variants flare ships: kernels/variant.cuh's StandardVariant with its compile-time flags
-// (soft-cap, sliding window, ALiBi, sigmoid), as variant source text for a jit::KernelSpec.
+// (soft-cap, sliding window, ALiBi, sigmoid, RoPE), as variant source text for a jit::KernelSpec.
 #pragma once
 
 #include <string>
@@ -15,12 +15,14 @@ struct StandardVariantFlags {
   bool sliding_window = false;  // window_left >= 0
   bool alibi = false;           // pos_encoding == kAlibi
   bool sigmoid = false;         // use_softmax == false: weights sigmoid(s + sigmoid_bias)
+  bool rope = false;            // pos_encoding == kRopeLlama: q and k rotate (kernels/rotary.cuh)
 
   friend bool operator==(const StandardVariantFlags&, const StandardVariantFlags&) = default;
 };
 
 // The flags `params` needs. Throws kUnsupported for what StandardVariant cannot express
-// (RoPE, custom masks), kInvalidArgument for a non-finite sigmoid_bias; causal masks of one
+// (custom masks, rope_offsets, the reference-only prefix_len / relative_bias),
+// kInvalidArgument for a non-finite sigmoid_bias or a RoPE theta / scale that is not > 0; causal masks of one
 // query token see every key and need no flag. `what` names the caller in messages
 // ("BatchDecode").
 StandardVariantFlags standard_variant_flags(const AttentionParams& params, const char* what);

@@ -1,0 +1,91 @@
+// Fused rotary position encoding (RoPE, Llama's rotate-half form) for a variant with kRotary
+// (kernels/variant.cuh): dims i and i + D/2 of q and of k turn together by pos * frequency(i)
+// radians (pos * turns(i) turns), q at its query position and k at its KV position, before q.k:
+//   x_i' = x_i cos - x_{i+D/2} sin,   x_{i+D/2}' = x_{i+D/2} cos + x_i sin.
+// The kernels rotate K tiles where they land in shared memory (every thread some rows, then a
+// barrier: one rotation per tile however many query rows read it) and q where they load it.
+// Rotated 16-bit rows are rounded back to their type, as FlashInfer's kernels do.
+#pragma once
+
+#include "decode_utils.cuh"
+#include "variant.cuh"
+
+namespace flare {
+
+constexpr float kTwoPi = 6.283185307179586f;
+
+// Turns (2 pi radians) per position of dim pair `pair` of variant V, as hi + lo: V's
+// rotary_turns where it has one, else its rotary_frequency / 2 pi (lo 0).
+template <class V, int kHeadDim>
+__device__ __forceinline__ float2 rotary_turns(const VariantParams& p, int pair) {
+  if constexpr (variant_detail::has_rotary_turns<V>::value) {
+    return V::rotary_turns(p, pair, kHeadDim);
+  } else {
+    return make_float2(V::rotary_frequency(p, pair, kHeadDim) * (1.0f / kTwoPi), 0.0f);
+  }
+}
+
+// cos and sin of 2 pi * pos * (turns.x + turns.y). pos * turns.x is split into its float and
+// its exact rounding error (fmaf), and whole turns are dropped before the sum, so the angle
+// reaching __sincosf lies in [-pi, pi] (abs error ~1e-6) and is exact to ~1e-7 turns at any
+// position.
+__device__ __forceinline__ void rotary_cos_sin(int pos, float2 turns, float& c, float& s) {
+  const float position = static_cast<float>(pos);  // exact below 2^24
+  const float whole = __fmul_rn(position, turns.x);  // never contracted into the fmaf below
+  const float error = fmaf(position, turns.x, -whole);
+  const float t = (whole - rintf(whole)) + fmaf(position, turns.y, error);
+  __sincosf(t * kTwoPi, &s, &c);
+}
+
+// Rotates (x_lo, x_hi), the values of dims pair and pair + D/2, at position pos.
+__device__ __forceinline__ void rotate_pair(float& x_lo, float& x_hi, int pos, float2 turns) {
+  float c, s;
+  rotary_cos_sin(pos, turns, c, s);
+  const float lo = x_lo * c - x_hi * s;
+  x_hi = x_hi * c + x_lo * s;
+  x_lo = lo;
+}
+
+// Rotates kRows rows of kHeadDim 16-bit elements (kCode) in shared memory at `base`, in place:
+// 16-byte chunk `chunk` of row `row` lies at base + offset(row, chunk), and the row's position
+// is position(row). kThreads threads share the work (this one is `thread`): each keeps one
+// chunk column of the low half (and its partner D/2 on) and takes every (kThreads /
+// kHalfChunks)-th row, so its rows share 8 pairs' turns (loaded where used: held across the
+// rows, they made the 128-register D 64 decode spill on sm_80). The caller synchronises
+// before and after.
+template <class V, int kCode, int kHeadDim, int kRows, int kThreads, class Offset, class Position>
+__device__ __forceinline__ void rotate_shared_rows(unsigned char* base, const VariantParams& p,
+                                                   int thread, Offset offset, Position position) {
+  constexpr int kHalfChunks = kHeadDim / 16;  // chunks of 8 dims in half a row
+  constexpr int kRowStep = kThreads / kHalfChunks;
+  static_assert(kHeadDim % 16 == 0 && kThreads % kHalfChunks == 0 && kRows % kRowStep == 0,
+                "rotary pairs of whole chunks, every thread the same rows");
+  const int chunk = thread % kHalfChunks;
+#pragma unroll
+  for (int row = thread / kHalfChunks; row < kRows; row += kRowStep) {
+    Vec16* lo_chunk = reinterpret_cast<Vec16*>(base + offset(row, chunk));
+    Vec16* hi_chunk = reinterpret_cast<Vec16*>(base + offset(row, chunk + kHalfChunks));
+    const Vec16 lo_in = *lo_chunk;
+    const Vec16 hi_in = *hi_chunk;
+    const unsigned lo_words[4] = {lo_in.x, lo_in.y, lo_in.z, lo_in.w};
+    const unsigned hi_words[4] = {hi_in.x, hi_in.y, hi_in.z, hi_in.w};
+    unsigned lo_out[4], hi_out[4];
+    const int pos = position(row);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      float lo[2], hi[2];
+      pair16_to_float2<kCode>(lo_words[w], lo[0], lo[1]);
+      pair16_to_float2<kCode>(hi_words[w], hi[0], hi[1]);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        rotate_pair(lo[e], hi[e], pos, rotary_turns<V, kHeadDim>(p, chunk * 8 + 2 * w + e));
+      }
+      lo_out[w] = float2_to_16bit2<kCode>(lo[0], lo[1]);
+      hi_out[w] = float2_to_16bit2<kCode>(hi[0], hi[1]);
+    }
+    *lo_chunk = Vec16{lo_out[0], lo_out[1], lo_out[2], lo_out[3]};
+    *hi_chunk = Vec16{hi_out[0], hi_out[1], hi_out[2], hi_out[3]};
+  }
+}
+
+}  // namespace flare
