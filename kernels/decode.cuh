@@ -101,9 +101,7 @@ __device__ __forceinline__ void rotate_k_tile(const DecodeParams& p, const ItemG
                                               int tile, unsigned char* smem) {
   static_assert(!(Variant::kRotary && T::kFp8), "fused RoPE with fp8 K/V (the host refuses it)");
   const int first_pos = g.kv_lo + tile * T::kTileTokens;
-  // Whole-page items hold a block of rows per KV head: positions restart at each block.
-  rotate_shared_rows<Variant, T::kKVCode, T::kHeadDim, T::kItemHeads * T::kTileTokens, T::kThreads,
-                     T::kItemHeads == 1>(
+  rotate_shared_rows<Variant, T::kKVCode, T::kHeadDim, T::kItemHeads * T::kTileTokens, T::kThreads>(
       smem + (tile % T::kStages) * T::kStageBytes, p.variant, threadIdx.x,
       [](int row, int chunk) {
         return (row / T::kTileTokens) * T::kHeadTileBytes + stage_offset(row % T::kTileTokens, chunk);

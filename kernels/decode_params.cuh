@@ -29,17 +29,13 @@ constexpr int kMaxVariantTensors = 4;
 
 // Runtime parameters of the variants (kernels/variant.cuh): the built-ins' resolved from
 // AttentionParams once per BatchDecode / BatchPrefill, a user variant's scalars per run().
-// The built-in RoPE's table, per pair of dims (src/api/device_variant.cpp): its turns per
-// position as hi + lo, then cos and sin of its angle over 8, 16, 32 and 64 positions.
-constexpr int kRopeTableFloats = 10;
-
 struct VariantParams {
   float sm_scale;         // resolved softmax scale
   float logits_soft_cap;  // > 0: logits = cap * tanh(logits / cap)
   int32_t window_left;    // >= 0: query at q_pos sees kv j >= q_pos - window_left
   float sigmoid_bias;     // sigmoid attention (use_softmax = false): weight sigmoid(s + bias)
   const float* alibi_slopes;                // float32 [H_qo] on the device, natural-log units
-  const float* rope_turns;  // RoPE: [D_qk / 2][kRopeTableFloats] (below)
+  const float* rope_turns;  // RoPE: [D_qk / 2][2] turns per position of each pair, as hi + lo
   float scalars[kMaxVariantScalars];        // a user variant's, in its declared order (Scalars::)
   const void* tensors[kMaxVariantTensors];  // its tensors' data, likewise (Tensors::)
 };

@@ -405,11 +405,11 @@ __device__ __forceinline__ void rotate_landed(const PrefillParams& p, const Item
   };
   if (tile == 0) {
     const int* row_q_pos = item_shared(smem).row_q_pos;
-    rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kQueryTile, T::kThreads, false>(
+    rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kQueryTile, T::kThreads>(
         smem, p.variant, thread_index(), offset, [row_q_pos](int row) { return row_q_pos[row]; });
   }
   const int first_pos = g.kv_lo + tile * T::kKvTile;
-  rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kKvTile, T::kThreads, true>(
+  rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kKvTile, T::kThreads>(
       smem + T::kQBytes + (tile % T::kStages) * T::kStageBytes, p.variant, thread_index(), offset,
       [first_pos](int row) { return first_pos + row; });
 }

@@ -37,20 +37,6 @@ __device__ __forceinline__ void rotary_cos_sin(int pos, float2 turns, float& c, 
   __sincosf(t * kTwoPi, &s, &c);
 }
 
-// cos and sin of kStep positions' turn of pair `pair`: V's rotary_step (a host table) where it
-// has one for kStep, else computed.
-template <class V, int kHeadDim, int kStep>
-__device__ __forceinline__ float2 rotary_step(const VariantParams& p, int pair) {
-  constexpr int kLog2 = kStep == 8 ? 3 : kStep == 16 ? 4 : kStep == 32 ? 5 : kStep == 64 ? 6 : 0;
-  if constexpr (variant_detail::has_rotary_step<V>::value && kLog2 != 0) {
-    return V::rotary_step(p, pair, kHeadDim, kLog2);
-  } else {
-    float c, s;
-    rotary_cos_sin(kStep, rotary_turns<V, kHeadDim>(p, pair), c, s);
-    return make_float2(c, s);
-  }
-}
-
 // Rotates the 8 pairs of a 16-byte chunk of the low half (lo) and its partner chunk D/2 on
 // (hi), kCode elements in shared memory, by (c[i], s[i]).
 template <int kCode>
@@ -91,56 +77,37 @@ __device__ __forceinline__ void rotate_pair(float& x_lo, float& x_hi, int pos, f
 
 // Rotates kRows rows of kHeadDim 16-bit elements (kCode) in shared memory at `base`, in place:
 // 16-byte chunk `chunk` of row `row` lies at base + offset(row, chunk), and the row's position
-// is position(row); kLinear: position(row) = position(0) + row. kThreads threads share the
-// work (this one is `thread`). Where the threads divide into the chunk columns of the low half
-// and the rows into whole passes, each thread keeps one chunk column (and its partner D/2 on)
-// and takes every kRowStep-th row: with kLinear its later rows turn the previous row's
-// (cos, sin) by kRowStep positions (4 FMAs a pair, no sincos; rotary_step). Elsewhere every
-// (row, chunk) unit computes its own. The caller synchronises before and after.
-template <class V, int kCode, int kHeadDim, int kRows, int kThreads, bool kLinear, class Offset,
-          class Position>
+// is position(row). kThreads threads share the work (this one is `thread`). Where the threads
+// divide into the chunk columns of the low half and the rows into whole passes, each thread
+// keeps one chunk column (and its partner D/2 on) and takes every kRowStep-th row, its rows
+// independent (turning one row's (cos, sin) into the next one's by a table step made the
+// decode 25% slower: a chain where the rows overlapped). Elsewhere (head dim 192) threads take
+// (row, chunk) units in turn. The caller synchronises before and after.
+template <class V, int kCode, int kHeadDim, int kRows, int kThreads, class Offset, class Position>
 __device__ __forceinline__ void rotate_shared_rows(unsigned char* base, const VariantParams& p,
                                                    int thread, Offset offset, Position position) {
   constexpr int kHalfChunks = kHeadDim / 16;  // chunks of 8 dims in half a row
   static_assert(kHeadDim % 16 == 0, "rotary pairs of whole chunks");
   constexpr int kRowStep = kThreads / kHalfChunks;
-  if constexpr (kThreads % kHalfChunks == 0 && kRows % kRowStep == 0) {
-    const int chunk = thread % kHalfChunks;
-    const int first_row = thread / kHalfChunks;
+  const auto rotate_unit = [&](int row, int chunk) {
+    const int pos = position(row);
     float c[8], s[8];
 #pragma unroll
-    for (int row = first_row; row < kRows; row += kRowStep) {
-      if (!kLinear || row == first_row) {
-        const int pos = position(row);
+    for (int i = 0; i < 8; ++i) {
+      rotary_cos_sin(pos, rotary_turns<V, kHeadDim>(p, chunk * 8 + i), c[i], s[i]);
+    }
+    rotate_chunks<kCode>(reinterpret_cast<Vec16*>(base + offset(row, chunk)),
+                         reinterpret_cast<Vec16*>(base + offset(row, chunk + kHalfChunks)), c, s);
+  };
+  if constexpr (kThreads % kHalfChunks == 0 && kRows % kRowStep == 0) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          rotary_cos_sin(pos, rotary_turns<V, kHeadDim>(p, chunk * 8 + i), c[i], s[i]);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float2 step = rotary_step<V, kHeadDim, kRowStep>(p, chunk * 8 + i);
-          const float next_c = c[i] * step.x - s[i] * step.y;
-          s[i] = s[i] * step.x + c[i] * step.y;
-          c[i] = next_c;
-        }
-      }
-      rotate_chunks<kCode>(reinterpret_cast<Vec16*>(base + offset(row, chunk)),
-                           reinterpret_cast<Vec16*>(base + offset(row, chunk + kHalfChunks)), c, s);
+    for (int row = thread / kHalfChunks; row < kRows; row += kRowStep) {
+      rotate_unit(row, thread % kHalfChunks);
     }
   } else {
 #pragma unroll 1
     for (int unit = thread; unit < kRows * kHalfChunks; unit += kThreads) {
-      const int row = unit / kHalfChunks;
-      const int chunk = unit % kHalfChunks;
-      const int pos = position(row);
-      float c[8], s[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        rotary_cos_sin(pos, rotary_turns<V, kHeadDim>(p, chunk * 8 + i), c[i], s[i]);
-      }
-      rotate_chunks<kCode>(reinterpret_cast<Vec16*>(base + offset(row, chunk)),
-                           reinterpret_cast<Vec16*>(base + offset(row, chunk + kHalfChunks)), c, s);
+      rotate_unit(unit / kHalfChunks, unit % kHalfChunks);
     }
   }
 }

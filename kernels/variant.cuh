@@ -37,9 +37,6 @@
 //   static float2 rotary_turns(const VariantParams&, int i, int head_dim)
 //                                                    optional, instead: turns (2 pi radians)
 //                                                    per position as x + y, for precision
-//   static float2 rotary_step(const VariantParams&, int i, int head_dim, int log2_step)
-//                                                    optional: cos and sin of pair i's angle
-//                                                    over 2^log2_step positions (3..6)
 // Hooks no family calls (general query/key/output transforms) are rejected at compile time
 // rather than ignored (VariantHookCheck below).
 //
@@ -118,7 +115,6 @@ FLARE_VARIANT_HAS_MEMBER(has_query_transform, query_transform);
 FLARE_VARIANT_HAS_MEMBER(has_key_transform, key_transform);
 FLARE_VARIANT_HAS_MEMBER(has_output_transform, output_transform);
 FLARE_VARIANT_HAS_MEMBER(has_rotary_turns, rotary_turns);
-FLARE_VARIANT_HAS_MEMBER(has_rotary_step, rotary_step);
 #undef FLARE_VARIANT_HAS_MEMBER
 }  // namespace variant_detail
 
@@ -205,12 +201,9 @@ struct StandardVariant : VariantBase {
   }
   // The host's table (src/api/device_variant.cpp): pos * turns exact to ~1e-7 turns at any
   // position, where a float frequency would be off by pos * 6e-8 radians.
+  // A read-only load (ld.global.nc): free to move above the rotation's shared-memory stores.
   __device__ static float2 rotary_turns(const VariantParams& p, int pair, int) {
-    return *reinterpret_cast<const float2*>(p.rope_turns + kRopeTableFloats * pair);
-  }
-  __device__ static float2 rotary_step(const VariantParams& p, int pair, int, int log2_step) {
-    return *reinterpret_cast<const float2*>(p.rope_turns + kRopeTableFloats * pair + 2 * log2_step -
-                                            4);
+    return __ldg(reinterpret_cast<const float2*>(p.rope_turns + 2 * pair));
   }
   __device__ static int visible_begin(const VariantParams& p, int query_pos) {
     if (!kWindow || p.window_left < 0) return 0;

@@ -8,27 +8,19 @@
 namespace flare::api_detail {
 namespace {
 
-// The RoPE table (kernels/decode_params.cuh kRopeTableFloats) of pair i < head_dim / 2, whose
-// turns per position are 1 / (2 pi rope_scale) * theta^(-2i/D): computed in double, the turns
-// split into a float and the float of its remainder (hi + lo), so that the kernels form pos *
-// turns to ~1e-7 turns at any position (kernels/rotary.cuh), then cos and sin of 8, 16, 32 and
-// 64 positions' angle.
-std::vector<float> rope_table(const AttentionParams& p, int head_dim_qk) {
-  std::vector<float> table;
+// Turns per position of RoPE pair i < head_dim / 2, 1 / (2 pi rope_scale) * theta^(-2i/D),
+// computed in double and split into a float and the float of its remainder (hi + lo), so that
+// the kernels form pos * turns to ~1e-7 turns at any position (kernels/rotary.cuh).
+std::vector<float> rope_turns(const AttentionParams& p, int head_dim_qk) {
+  std::vector<float> turns;
   for (int i = 0; i < head_dim_qk / 2; ++i) {
-    const double turns = std::pow(static_cast<double>(p.rope_theta), -2.0 * i / head_dim_qk) /
+    const double exact = std::pow(static_cast<double>(p.rope_theta), -2.0 * i / head_dim_qk) /
                          (2.0 * std::numbers::pi * static_cast<double>(p.rope_scale));
-    const float hi = static_cast<float>(turns);
-    table.push_back(hi);
-    table.push_back(static_cast<float>(turns - static_cast<double>(hi)));
-    for (const int step : {8, 16, 32, 64}) {
-      const double angle = 2.0 * std::numbers::pi * std::fmod(step * turns, 1.0);
-      table.push_back(static_cast<float>(std::cos(angle)));
-      table.push_back(static_cast<float>(std::sin(angle)));
-    }
+    const float hi = static_cast<float>(exact);
+    turns.push_back(hi);
+    turns.push_back(static_cast<float>(exact - static_cast<double>(hi)));
   }
-  static_assert(kRopeTableFloats == 10);
-  return table;
+  return turns;
 }
 
 }  // namespace
@@ -40,8 +32,8 @@ VariantParams device_variant(const AttentionParams& p, int head_dim_qk, int num_
   variant.logits_soft_cap = p.logits_soft_cap;
   variant.window_left = p.window_left;
   variant.sigmoid_bias = p.sigmoid_bias;
-  // One upload: the ALiBi slopes (float [H_qo]), then the RoPE table ([D / 2][kRopeTableFloats],
-  // 16-byte aligned).
+  // One upload: the ALiBi slopes (float [H_qo]), then the RoPE turns ([D / 2][2], 16-byte
+  // aligned).
   std::vector<float> host;
   if (p.pos_encoding == PosEncoding::kAlibi) {
     for (int h = 0; h < num_qo_heads; ++h) {
@@ -53,8 +45,8 @@ VariantParams device_variant(const AttentionParams& p, int head_dim_qk, int num_
   const size_t turns_at = (host.size() + 3) / 4 * 4;  // 16-byte aligned
   if (p.pos_encoding == PosEncoding::kRopeLlama) {
     host.resize(turns_at);
-    const std::vector<float> table = rope_table(p, head_dim_qk);
-    host.insert(host.end(), table.begin(), table.end());
+    const std::vector<float> turns = rope_turns(p, head_dim_qk);
+    host.insert(host.end(), turns.begin(), turns.end());
   }
   if (host.empty()) return variant;
   tables = cuda::DeviceBuffer(host.size() * sizeof(float));
