@@ -95,8 +95,8 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
   }
 }
 
-// RoPE on tile `tile`'s K rows in its stage (kernels/rotary.cuh): each KV head's block of
-// kTileTokens rows, row r at KV position kv_lo + tile * kTileTokens + r.
+// RoPE on tile `tile`'s K rows in its stage (kernels/rotary.cuh), for the CUDA-core loop: row
+// r at KV position kv_lo + tile * kTileTokens + r (each KV head's block of kTileTokens rows).
 __device__ __forceinline__ void rotate_k_tile(const DecodeParams& p, const ItemGeometry& g,
                                               int tile, unsigned char* smem) {
   static_assert(!(Variant::kRotary && T::kFp8), "fused RoPE with fp8 K/V (the host refuses it)");
@@ -174,7 +174,7 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
       fetch_pages(p, g, next + 1, pages);
     }
     cp_async_commit();
-    if constexpr (Variant::kRotary) {
+    if constexpr (Variant::kRotary && !T::kMma) {  // the mma loop rotates its fragments
       rotate_k_tile(p, g, tile, smem);
       __syncthreads();  // the rotated K rows are visible
     }

@@ -205,6 +205,29 @@ __device__ __forceinline__ void fp8_a_fragments(unsigned address, unsigned (&a)[
   }
 }
 
+// RoPE on a slice's K A fragments (kernels/rotary.cuh), in registers: no pass over the stage
+// and no barrier, each K element rotated once (a warp's tokens are its own). Register r of
+// k-step ks (`lo`) holds dims 16 ks + 2t (+1) (+8 for r >= 2) of token `token` (+8 for odd r);
+// the same register of k-step ks + kKSteps / 2 (`hi`) holds their pairs, D / 2 on.
+__device__ __forceinline__ void rotate_k_fragments(const DecodeParams& p, int token, int ks,
+                                                   unsigned (&lo_frag)[4], unsigned (&hi_frag)[4]) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    float lo[2], hi[2];
+    pair16_to_float2<T::kKVCode>(lo_frag[r], lo[0], lo[1]);
+    pair16_to_float2<T::kKVCode>(hi_frag[r], hi[0], hi[1]);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int pair = 16 * ks + 8 * (r >> 1) + 2 * t + e;
+      rotate_pair(lo[e], hi[e], token + 8 * (r & 1),
+                  rotary_turns<Variant, T::kHeadDim>(p.variant, pair));
+    }
+    lo_frag[r] = float2_to_16bit2<T::kKVCode>(lo[0], lo[1]);
+    hi_frag[r] = float2_to_16bit2<T::kKVCode>(hi[0], hi[1]);
+  }
+}
+
 // 16 tokens of `tile` from stage row `row0`: scores, online softmax and P.V.
 __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemGeometry& geo,
                                               int tile, int row0, unsigned k_stage,
@@ -225,6 +248,17 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
       for (int h = 0; h < 2; ++h) {
         mma::mma_16816<kMmaCode>(s, a[h], st.q[2 * kk + h][0], st.q[2 * kk + h][1]);
       }
+    }
+  } else if constexpr (Variant::kRotary) {  // k-steps in pairs D / 2 apart
+    const int first_token = geo.kv_lo + tile * T::kTileTokens + row0 + lane / 4;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps / 2; ++ks) {
+      unsigned lo[4], hi[4];
+      mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * ks + (lane >> 4)), lo);
+      mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * (ks + kKSteps / 2) + (lane >> 4)), hi);
+      rotate_k_fragments(p, first_token, ks, lo, hi);
+      mma::mma_16816<kMmaCode>(s, lo, st.q[ks][0], st.q[ks][1]);
+      mma::mma_16816<kMmaCode>(s, hi, st.q[ks + kKSteps / 2][0], st.q[ks + kKSteps / 2][1]);
     }
   } else {
 #pragma unroll
