@@ -33,8 +33,10 @@ tensors' addresses of its capture. The hooks: ``query_scale``, ``visible_begin``
 ``static constexpr bool use_softmax = false;`` in the source, and ``use_softmax=False`` here,
 checked against each other when the kernel compiles) has logits_transform return each key's
 weight: o = sum of weight * v over the visible keys, with no normalisation and no lse (run()
-raises for return_lse). Query / key / output transforms are not supported by any kernel family
-yet: they fail to compile, with the message, at plan(). Variants run on CUDA tensors only (the
+raises for return_lse). Rotary q/k transforms: ``static constexpr bool kRotary = true;`` and
+``rotary_frequency(p, i, head_dim)`` (radians per position of dims i and i + D/2), on every
+kernel family. General query / key / output transforms are not supported: they fail to
+compile, with the message, at plan(). Variants run on CUDA tensors only (the
 CPU backend cannot run CUDA source).
 """
 
