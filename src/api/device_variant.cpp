@@ -8,14 +8,14 @@
 namespace flare::api_detail {
 namespace {
 
-// Turns per position of RoPE pair i < head_dim / 2, 1 / (2 pi rope_scale) * theta^(-2i/D),
-// computed in double and split into a float and the float of its remainder (hi + lo), so that
-// the kernels form pos * turns to ~1e-7 turns at any position (kernels/rotary.cuh).
+// Turns per position of RoPE pair i < head_dim / 2, rope_frequency / (2 pi) (Llama 3.1's
+// scaling included), computed in double and split into a float and the float of its remainder
+// (hi + lo), so that the kernels form pos * turns to ~1e-7 turns at any position
+// (kernels/rotary.cuh).
 std::vector<float> rope_turns(const AttentionParams& p, int head_dim_qk) {
   std::vector<float> turns;
   for (int i = 0; i < head_dim_qk / 2; ++i) {
-    const double exact = std::pow(static_cast<double>(p.rope_theta), -2.0 * i / head_dim_qk) /
-                         (2.0 * std::numbers::pi * static_cast<double>(p.rope_scale));
+    const double exact = rope_frequency(p, i, head_dim_qk) / (2.0 * std::numbers::pi);
     const float hi = static_cast<float>(exact);
     turns.push_back(hi);
     turns.push_back(static_cast<float>(exact - static_cast<double>(hi)));

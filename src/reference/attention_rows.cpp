@@ -138,7 +138,7 @@ void gather_kv_rows(const AttentionProblem& problem, const RequestGeometry& requ
       },
       problem.kv);
   if (params.pos_encoding == PosEncoding::kRopeLlama) {
-    const RopeLlama rope(head_dim_qk, params.rope_theta, params.rope_scale);
+    const RopeLlama rope(head_dim_qk, params);
     for (int64_t pos = begin; pos < end; ++pos) {
       rope.apply(&rows.k[static_cast<size_t>((pos - begin) * head_dim_qk)],
                  pos + request.rope_offset);
@@ -162,7 +162,7 @@ RowAttention<T>::RowAttention(const AttentionProblem& problem)
     }
   }
   if (params.pos_encoding == PosEncoding::kRopeLlama) {
-    rope_.emplace(heads_.head_dim_qk, params.rope_theta, params.rope_scale);
+    rope_.emplace(heads_.head_dim_qk, params);
   }
 }
 

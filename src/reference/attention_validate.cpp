@@ -147,14 +147,10 @@ void validate_custom_mask(const AttentionProblem& problem, int64_t batch) {
 
 void validate_positions(const AttentionProblem& problem, int64_t batch) {
   const AttentionParams& params = problem.params;
-  if (params.pos_encoding == PosEncoding::kRopeLlama) {
-    FLARE_CHECK(std::isfinite(params.rope_theta) && params.rope_theta > 0.0f,
-                ErrorCode::kInvalidArgument, "rope_theta must be finite and > 0, got ",
-                params.rope_theta);
-    FLARE_CHECK(std::isfinite(params.rope_scale) && params.rope_scale > 0.0f,
-                ErrorCode::kInvalidArgument, "rope_scale must be finite and > 0, got ",
-                params.rope_scale);
-  }
+  check_rope_params(params, "");
+  FLARE_CHECK(!params.rope_llama31 || params.pos_encoding == PosEncoding::kRopeLlama,
+              ErrorCode::kInvalidArgument,
+              "rope_llama31 is given but pos_encoding is not PosEncoding::kRopeLlama");
   if (params.rope_offsets) {
     FLARE_CHECK(params.pos_encoding == PosEncoding::kRopeLlama, ErrorCode::kInvalidArgument,
                 "rope_offsets is given but pos_encoding is not PosEncoding::kRopeLlama");

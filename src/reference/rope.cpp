@@ -5,21 +5,15 @@
 
 namespace flare::reference_detail {
 
-RopeLlama::RopeLlama(int64_t head_dim, float rope_theta, float rope_scale)
-    : half_dim_(head_dim / 2),
-      rope_scale_(rope_scale),
-      inverse_frequency_(static_cast<size_t>(head_dim / 2)) {
-  for (int64_t d = 0; d < half_dim_; ++d) {
-    inverse_frequency_[d] = std::pow(static_cast<double>(rope_theta),
-                                     -2.0 * static_cast<double>(d) / static_cast<double>(head_dim));
-  }
+RopeLlama::RopeLlama(int64_t head_dim, const AttentionParams& params)
+    : half_dim_(head_dim / 2), frequency_(static_cast<size_t>(head_dim / 2)) {
+  for (int64_t d = 0; d < half_dim_; ++d) frequency_[d] = rope_frequency(params, d, head_dim);
 }
 
 template <class T>
 void RopeLlama::apply(T* x, int64_t position) const {
-  const double scaled_position = static_cast<double>(position) / rope_scale_;
   for (int64_t d = 0; d < half_dim_; ++d) {
-    const double angle = scaled_position * inverse_frequency_[d];
+    const double angle = static_cast<double>(position) * frequency_[d];
     const double cos_angle = std::cos(angle);
     const double sin_angle = std::sin(angle);
     const double first = static_cast<double>(x[d]);

@@ -1,15 +1,18 @@
 // Llama-style rotary position embedding (rotate-half) for the reference backend: the pairs
-// (d, d + D/2) of a head vector rotate by position / rope_scale * rope_theta^(-2d/D).
+// (d, d + D/2) of a head vector rotate by position * rope_frequency(params, d, D) radians
+// (position / rope_scale * rope_theta^(-2d/D), or Llama 3.1's scaled frequencies).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "flare/variant/attention_params.h"
+
 namespace flare::reference_detail {
 
 class RopeLlama {
  public:
-  RopeLlama(int64_t head_dim, float rope_theta, float rope_scale);
+  RopeLlama(int64_t head_dim, const AttentionParams& params);
 
   // x[0 .. head_dim) rotated in place to `position`. Angles, sines and the rotation are
   // computed in double and rounded to T once, so float results are as exact as floats allow.
@@ -18,8 +21,7 @@ class RopeLlama {
 
  private:
   int64_t half_dim_;
-  double rope_scale_;
-  std::vector<double> inverse_frequency_;  // [half_dim]: theta^(-2d / head_dim)
+  std::vector<double> frequency_;  // [half_dim]: radians per position (rope_frequency)
 };
 
 }  // namespace flare::reference_detail

@@ -1,9 +1,10 @@
-// AttentionParams' derived values: the softmax scale default, the default ALiBi slopes and T5's
-// relative-position buckets.
+// AttentionParams' derived values: the softmax scale default, the default ALiBi slopes, RoPE's
+// frequencies and T5's relative-position buckets.
 #include "flare/variant/attention_params.h"
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "flare/core/error.h"
 
@@ -30,6 +31,40 @@ float default_alibi_slope(int64_t head, int64_t num_heads) {
       head < n ? -8.0 * static_cast<double>(head + 1) / static_cast<double>(n)
                : -4.0 * static_cast<double>(2 * (head - n) + 1) / static_cast<double>(n);
   return static_cast<float>(std::exp2(exponent));
+}
+
+double rope_frequency(const AttentionParams& params, int64_t pair, int64_t head_dim) {
+  const double base = std::pow(static_cast<double>(params.rope_theta),
+                               -2.0 * static_cast<double>(pair) / static_cast<double>(head_dim));
+  const double factor = params.rope_scale;
+  if (!params.rope_llama31) return base / factor;
+  const AttentionParams::Llama31Scaling& l = *params.rope_llama31;
+  const double wavelength = 2.0 * std::numbers::pi / base;
+  const double old_len = l.old_context_len;
+  if (wavelength < old_len / l.high_freq_factor) return base;
+  if (wavelength > old_len / l.low_freq_factor) return base / factor;
+  const double smooth =
+      (old_len / wavelength - l.low_freq_factor) / (l.high_freq_factor - l.low_freq_factor);
+  return (1.0 - smooth) * base / factor + smooth * base;
+}
+
+void check_rope_params(const AttentionParams& params, const char* what) {
+  if (params.pos_encoding != PosEncoding::kRopeLlama) return;
+  FLARE_CHECK(std::isfinite(params.rope_theta) && params.rope_theta > 0.0f,
+              ErrorCode::kInvalidArgument, what, "rope_theta must be finite and > 0, got ",
+              params.rope_theta);
+  FLARE_CHECK(std::isfinite(params.rope_scale) && params.rope_scale > 0.0f,
+              ErrorCode::kInvalidArgument, what, "rope_scale must be finite and > 0, got ",
+              params.rope_scale);
+  if (!params.rope_llama31) return;
+  const AttentionParams::Llama31Scaling& l = *params.rope_llama31;
+  FLARE_CHECK(std::isfinite(l.low_freq_factor) && std::isfinite(l.high_freq_factor) &&
+                  l.low_freq_factor > 0.0f && l.high_freq_factor > l.low_freq_factor &&
+                  std::isfinite(l.old_context_len) && l.old_context_len > 0.0f,
+              ErrorCode::kInvalidArgument, what,
+              "rope_llama31 needs finite 0 < low_freq_factor < high_freq_factor and "
+              "old_context_len > 0, got ",
+              l.low_freq_factor, ", ", l.high_freq_factor, " and ", l.old_context_len);
 }
 
 int relative_bias_bucket(int64_t n, double max_distance) {

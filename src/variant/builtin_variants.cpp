@@ -2,6 +2,7 @@
 #include "flare/variant/builtin_variants.h"
 
 #include <cmath>
+#include <string>
 #include <utility>
 
 #include "flare/core/error.h"
@@ -14,14 +15,10 @@ StandardVariantFlags standard_variant_flags(const AttentionParams& params, const
   FLARE_CHECK(!params.rope_offsets, ErrorCode::kUnsupported, what,
               ": params.rope_offsets is the CPU reference's; the GPU kernels rotate q and k at "
               "their positions in the request");
-  if (params.pos_encoding == PosEncoding::kRopeLlama) {
-    FLARE_CHECK(std::isfinite(params.rope_theta) && params.rope_theta > 0.0f,
-                ErrorCode::kInvalidArgument, what, ": rope_theta must be finite and > 0, got ",
-                params.rope_theta);
-    FLARE_CHECK(std::isfinite(params.rope_scale) && params.rope_scale > 0.0f,
-                ErrorCode::kInvalidArgument, what, ": rope_scale must be finite and > 0, got ",
-                params.rope_scale);
-  }
+  check_rope_params(params, (std::string(what) + ": ").c_str());
+  FLARE_CHECK(!params.rope_llama31 || params.pos_encoding == PosEncoding::kRopeLlama,
+              ErrorCode::kInvalidArgument, what,
+              ": rope_llama31 is given but pos_encoding is not kRopeLlama");
   FLARE_CHECK(params.logits_soft_cap >= 0.0f, ErrorCode::kInvalidArgument, what,
               ": logits_soft_cap must be >= 0 (0 = off), got ", params.logits_soft_cap);
   FLARE_CHECK(params.window_left >= -1, ErrorCode::kInvalidArgument, what,

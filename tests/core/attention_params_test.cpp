@@ -1,10 +1,12 @@
-// AttentionParams::resolved_sm_scale and default_alibi_slope (variant layer; tested here with the
-// rest of the host basics because it has no folder of its own).
+// AttentionParams::resolved_sm_scale, default_alibi_slope, rope_frequency and check_rope_params
+// (variant layer; tested here with the rest of the host basics because it has no folder of its
+// own).
 #include "flare/variant/attention_params.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "flare/core/error.h"
@@ -60,6 +62,68 @@ TEST(AttentionParamsTest, AlibiRejectsBadHeads) {
   EXPECT_THROW(default_alibi_slope(8, 8), Error);
   EXPECT_THROW(default_alibi_slope(-1, 8), Error);
   EXPECT_THROW(default_alibi_slope(0, 0), Error);
+}
+
+// Meta's Llama 3.1 reference (apply_scaling in llama/model.py), transcribed per frequency:
+// wavelengths shorter than old_len / high_freq_factor keep their frequency, longer than old_len
+// / low_freq_factor are divided by the factor, and those between blend the two linearly in
+// old_len / wavelength.
+double llama31_frequency(double base, double factor, double low, double high, double old_len) {
+  const double wavelength = 2 * M_PI / base;
+  if (wavelength < old_len / high) return base;
+  if (wavelength > old_len / low) return base / factor;
+  const double smooth = (old_len / wavelength - low) / (high - low);
+  return (1 - smooth) * base / factor + smooth * base;
+}
+
+TEST(AttentionParamsTest, RopeFrequencyLlamaAndLlama31) {
+  AttentionParams params;
+  params.pos_encoding = PosEncoding::kRopeLlama;
+  params.rope_theta = 5e5f;
+  params.rope_scale = 2.0f;
+  for (const int pair : {0, 1, 17, 63}) {
+    const double base = std::pow(5e5, -2.0 * pair / 128);
+    EXPECT_DOUBLE_EQ(rope_frequency(params, pair, 128), base / 2.0) << pair;
+  }
+  // Llama 3.1 8B: factor 8, low 1, high 4, 8192 original positions; all three regimes occur
+  // across 64 pairs (the high frequencies kept, the low ones divided by 8, a blend between).
+  params.rope_scale = 8.0f;
+  params.rope_llama31 = AttentionParams::Llama31Scaling{1.0f, 4.0f, 8192.0f};
+  int kept = 0, divided = 0, blended = 0;
+  for (int pair = 0; pair < 64; ++pair) {
+    const double base = std::pow(5e5, -2.0 * pair / 128);
+    const double expected = llama31_frequency(base, 8, 1, 4, 8192);
+    EXPECT_NEAR(rope_frequency(params, pair, 128), expected, 1e-15 * base) << pair;
+    kept += expected == base;
+    divided += expected == base / 8;
+    blended += expected != base && expected != base / 8;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+}
+
+TEST(AttentionParamsTest, RopeParamsAreChecked) {
+  AttentionParams params;
+  params.pos_encoding = PosEncoding::kRopeLlama;
+  EXPECT_NO_THROW(check_rope_params(params, "x: "));
+  params.rope_theta = -1.0f;
+  EXPECT_THROW(check_rope_params(params, "x: "), Error);
+  params.rope_theta = 1e4f;
+  params.rope_scale = 0.0f;
+  EXPECT_THROW(check_rope_params(params, "x: "), Error);
+  params.rope_scale = 8.0f;
+  params.rope_llama31 = AttentionParams::Llama31Scaling{4.0f, 1.0f, 8192.0f};  // low > high
+  try {
+    check_rope_params(params, "x: ");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("x: rope_llama31 needs finite 0 < low_freq_factor"),
+              std::string::npos)
+        << e.what();
+  }
+  params.rope_llama31 = AttentionParams::Llama31Scaling{1.0f, 4.0f, 0.0f};
+  EXPECT_THROW(check_rope_params(params, "x: "), Error);
 }
 
 }  // namespace

@@ -174,6 +174,15 @@ std::vector<DecodeCase> cases() {
     add(c);
   }
   {
+    // Llama 3.1's frequency scaling (factor 8, 8192 original positions) past 8192 tokens.
+    DecodeCase c{"rope_llama31_kv20000"};
+    c.kv_lens = {20000, 9000, 5};
+    c.params.pos_encoding = PosEncoding::kRopeLlama;
+    c.params.rope_theta = 5e5f, c.params.rope_scale = 8.0f;
+    c.params.rope_llama31 = AttentionParams::Llama31Scaling{};
+    add(c);
+  }
+  {
     DecodeCase c{"rope_d256_gqa1_hnd_kv40000"};
     c.kv_lens = {40000, 3};
     c.num_qo_heads = 2, c.num_kv_heads = 2, c.head_dim = 256, c.layout = KVLayout::kHND;

@@ -162,10 +162,13 @@ TEST(PrefillGpu, FusedRopeEveryPathAndHeadDim) {
     SCOPED_TRACE(::testing::Message() << "head dims " << qk << "/" << vo);
     check(d);
   }
-  Case split;
+  Case split;  // with Llama 3.1's frequency scaling, past its 8192 original positions
   split.q_lens = {5, 16};
   split.kv_lens = {9000, 3000};
   split.rope = true;
+  split.rope_theta = 5e5f;
+  split.rope_scale = 8.0f;
+  split.rope_llama31 = true;
   split.fixed_split_size = 512;
   check(split, [](const BatchPrefill& prefill) {
     EXPECT_GT(prefill.last_plan().num_partial_slots, 0) << "no split: the merge went untested";

@@ -49,6 +49,7 @@ struct Case {
   bool rope = false;  // fused RoPE (pos_encoding kRopeLlama) with these:
   float rope_theta = 1e4f;
   float rope_scale = 1.0f;
+  bool rope_llama31 = false;  // Llama 3.1's frequency scaling (its defaults)
   // Sigmoid attention in the reference (use_softmax = false, o = sum sigmoid(s + bias) v, no
   // lse): the run then passes no lse and o is compared relative to its largest value.
   bool use_softmax = true;
@@ -125,6 +126,7 @@ inline Problem make_problem(const Case& c) {
   if (c.rope) p.params.pos_encoding = PosEncoding::kRopeLlama;
   p.params.rope_theta = c.rope_theta;
   p.params.rope_scale = c.rope_scale;
+  if (c.rope_llama31) p.params.rope_llama31 = AttentionParams::Llama31Scaling{};
   p.params.alibi_slopes = c.alibi_slopes;
   p.params.use_softmax = c.use_softmax;
   p.params.sigmoid_bias = c.sigmoid_bias;

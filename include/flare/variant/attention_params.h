@@ -42,7 +42,15 @@ struct AttentionParams {
 
   PosEncoding pos_encoding = PosEncoding::kNone;
   float rope_theta = 1e4f;
-  float rope_scale = 1.0f;  // positions are divided by rope_scale
+  float rope_scale = 1.0f;  // positions are divided by rope_scale (Llama 3.1: see below)
+  // kRopeLlama with Llama 3.1's frequency scaling (rope_frequency below): rope_scale is then
+  // its `factor`, which divides the low frequencies only, and positions are not divided.
+  struct Llama31Scaling {
+    float low_freq_factor = 1.0f;
+    float high_freq_factor = 4.0f;
+    float old_context_len = 8192.0f;  // original_max_position_embeddings
+  };
+  std::optional<Llama31Scaling> rope_llama31;
   // int32 [batch] (CPU), optional: added to every q and k position of the request.
   std::optional<TensorView> rope_offsets;
   // float32 [H_qo] (CPU), optional for kAlibi: default slopes default_alibi_slope(h, H_qo),
@@ -74,6 +82,19 @@ struct AttentionParams {
 
 // Default ALiBi slope of head h of num_heads.
 float default_alibi_slope(int64_t head, int64_t num_heads);
+
+// kRopeLlama: radians per position of dims (pair, pair + head_dim / 2), in double:
+// theta^(-2 pair / D) / rope_scale, or with rope_llama31 Llama 3.1's rule on f = theta^(-2 pair /
+// D) with wavelength w = 2 pi / f: f where w < old_context_len / high_freq_factor, f / factor
+// where w > old_context_len / low_freq_factor, else (1 - s) f / factor + s f with s =
+// (old_context_len / w - low_freq_factor) / (high_freq_factor - low_freq_factor). Shared by the
+// CPU reference and the GPU kernels' table.
+double rope_frequency(const AttentionParams& params, int64_t pair, int64_t head_dim);
+
+// kInvalidArgument unless rope_theta and rope_scale are finite and > 0 and rope_llama31's
+// factors are finite with 0 < low_freq_factor < high_freq_factor and old_context_len > 0;
+// `what` prefixes the message. No-op without kRopeLlama.
+void check_rope_params(const AttentionParams& params, const char* what);
 
 inline constexpr int kRelativeBiasBuckets = 32;
 // T5's causal bucket (above) of n = q_pos - j.
