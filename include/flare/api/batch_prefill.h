@@ -46,10 +46,9 @@ struct BatchPrefillConfig {
   // Supported: sm_scale, mask kNone | kCausal | kCustom (the bits are given to run(), on the
   // device), window_left, logits_soft_cap, pos_encoding kNone | kAlibi (alibi_slopes optional,
   // float32 [H_qo] on the CPU, copied at creation) | kRopeLlama (rope_theta, rope_scale,
-  // rope_llama31: query
-  // token i of a request at kv_len - q_len + i and key j at j turn before q.k), use_softmax =
-  // false with sigmoid_bias (sigmoid attention: run() then takes no lse). rope_offsets and fp8
-  // scales throw kUnsupported.
+  // rope_llama31: query token i of a request at kv_len - q_len + i and key j at j turn before
+  // q.k), use_softmax = false with sigmoid_bias (sigmoid attention: run() then takes no lse).
+  // rope_offsets and fp8 scales throw kUnsupported.
   AttentionParams params;
 
   // A user-defined variant compiled in place of the built-in (flare/variant/user_variant.h):
