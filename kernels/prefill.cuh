@@ -395,12 +395,11 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   accumulate_pv(v_frag, s, acc);
 }
 
-// RoPE (kernels/rotary.cuh) on this thread's own copies of tile `tile` (kernels/prefill_load.cuh
-// CopyColumns pairs them: rotate_shared_rows takes the same rows and chunks), so they need no
-// barrier before it: its K rows (KV positions kv_lo + tile * kKvTile + r) and with tile 0 its
-// Q rows (row r at row_q_pos[r]). Rows past the item hold zeros or keys no row sees.
-__device__ __forceinline__ void rotate_own_copies(const PrefillParams& p, const ItemGeometry& g,
-                                                  int tile, unsigned char* smem) {
+// RoPE (kernels/rotary.cuh) on what landed for tile `tile`: its K rows (KV positions kv_lo +
+// tile * kKvTile + r), and with tile 0 the Q tile (row r at row_q_pos[r]). Rows past the item
+// hold zeros or keys no row sees.
+__device__ __forceinline__ void rotate_landed(const PrefillParams& p, const ItemGeometry& g,
+                                              int tile, unsigned char* smem) {
   const auto offset = [](int row, int chunk) {
     return mma::swizzled_offset<T::kQKRowBytes>(row, chunk);
   };
@@ -454,9 +453,6 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     if (tile >= g.num_tiles) break;
     shared.loop_tile[thread_index()] = tile + 1;
     cp_async_wait<0>();
-    // This thread's copies of tile `tile` (and Q) landed: with RoPE it rotates them, while
-    // other warps may still be in tile - 1's MMAs.
-    if constexpr (Variant::kRotary) rotate_own_copies(p, g, tile, smem);
     // Tile `tile` (and Q) landed for every thread; every thread is done with tile - 1, whose
     // stage and page-id slot the next issue and the page-id store overwrite.
     __syncthreads();
@@ -467,6 +463,11 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     if (tile + 1 < g.num_tiles) issue_kv(p, g, tile + 1, smem);
     // Slot tile % 2 was last read by issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < g.num_tiles) issue_page_ids(p, g, tile + 2, smem);
+    cp_async_commit();
+    if constexpr (Variant::kRotary) {
+      rotate_landed(p, g, tile, smem);
+      __syncthreads();  // the rotated rows are visible
+    }
     // Warp-uniform: columns no row of the warp sees contribute exactly nothing (skipped);
     // per-key masks only where some row may lose a key.
     if (first_col >= span.kv_end) continue;

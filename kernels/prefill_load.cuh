@@ -61,48 +61,35 @@ __device__ __forceinline__ long long kv_element(const PrefillParams& p, const It
   }
 }
 
-// Which chunks of a row one thread copies: one, or with kPaired (fused RoPE, Variant::kRotary)
-// chunk c and its partner c + kChunks / 2, D / 2 on, so that each thread can rotate the rows it
-// copied itself once its copies land (kernels/rotary.cuh rotate_shared_rows takes the same
-// rows): no barrier between the copies and the rotation.
-template <int kChunks, bool kPaired>
-struct CopyColumns {
-  static constexpr int kColumns = kPaired ? kChunks / 2 : kChunks;  // threads across a row
-  static constexpr int kPerRow = kPaired ? 2 : 1;                    // copies per row and thread
-};
-constexpr bool kPairedQK = Variant::kRotary;
-
 // Rows [0, kRows) of 16-byte chunks into swizzled shared rows; rows where element(row) < 0
-// are zero-filled (their probabilities are 0, and 0 * NaN would be NaN). When the thread
-// columns of a row (CopyColumns) divide the CTA, each thread copies fixed chunks of every
-// (kThreads / columns)-th row (no division per copy).
-template <int kRows, int kChunks, bool kPaired = false, class ElementOf>
+// are zero-filled (their probabilities are 0, and 0 * NaN would be NaN). When the chunks of a
+// row divide the CTA, each thread copies one fixed chunk of every kThreads / kChunks-th row
+// (no division per copy).
+template <int kRows, int kChunks, class ElementOf>
 __device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int tid,
                                           ElementOf element_of) {
   const unsigned char* src = static_cast<const unsigned char*>(base);
-  using Columns = CopyColumns<kChunks, kPaired>;
-  const auto copy = [&](int row, int column) {
-    const long long element = element_of(row);
-    const bool valid = element >= 0;
-#pragma unroll
-    for (int c = 0; c < Columns::kPerRow; ++c) {
-      const int chunk = column + c * Columns::kColumns;
-      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, chunk),
-                  src + (valid ? element * 2 + chunk * 16 : 0), valid);
-    }
-  };
-  if constexpr (T::kThreads % Columns::kColumns == 0) {
-    constexpr int kRowStep = T::kThreads / Columns::kColumns;
+  if constexpr (T::kThreads % kChunks == 0) {
+    constexpr int kRowStep = T::kThreads / kChunks;
+    const int chunk = tid % kChunks;
     // Not unrolled: the copies run while the O accumulators hold 128 registers, and unrolled
     // address arithmetic tips the QK^T peak that follows into spills (measured with ptxas).
 #pragma unroll 1
-    for (int row = tid / Columns::kColumns; row < kRows; row += kRowStep) {
-      copy(row, tid % Columns::kColumns);
+    for (int row = tid / kChunks; row < kRows; row += kRowStep) {
+      const long long element = element_of(row);
+      const bool valid = element >= 0;
+      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, chunk),
+                  src + (valid ? element * 2 + chunk * 16 : 0), valid);
     }
   } else {
 #pragma unroll 1
-    for (int index = tid; index < kRows * Columns::kColumns; index += T::kThreads) {
-      copy(index / Columns::kColumns, index % Columns::kColumns);
+    for (int index = tid; index < kRows * kChunks; index += T::kThreads) {
+      const int row = index / kChunks;
+      const int chunk = index % kChunks;
+      const long long element = element_of(row);
+      const bool valid = element >= 0;
+      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, chunk),
+                  src + (valid ? element * 2 + chunk * 16 : 0), valid);
     }
   }
 }
@@ -153,23 +140,19 @@ __device__ __forceinline__ void report_tile_pages(const PrefillParams& p, const 
 
 // kv_row: ragged, the tile's first KV token; paged, its first position. kv_head: the item's.
 // pages: paged, load_row_pages' ids (unused for ragged KV).
-// kPaired: two chunks a row (CopyColumns), rows as FullTileRows of half the chunks.
-template <int kChunks, bool kPaired = false,
-          int kColumns = CopyColumns<kChunks, kPaired>::kColumns>
+template <int kChunks>
 __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, long long kv_row,
                                                int kv_head,
-                                               const int (&pages)[FullTileRows<kColumns>::kCopies],
+                                               const int (&pages)[FullTileRows<kChunks>::kCopies],
                                                long long stride_page, long long stride_slot,
                                                long long stride_head) {
-  constexpr int kRowStep = FullTileRows<kColumns>::kRowStep;
-  constexpr int kCopies = FullTileRows<kColumns>::kCopies;
-  constexpr int kPerRow = CopyColumns<kChunks, kPaired>::kPerRow;
-  static_assert(FullTileRows<kColumns>::kExact, "whole rows per pass");
+  constexpr int kRowStep = FullTileRows<kChunks>::kRowStep;
+  constexpr int kCopies = FullTileRows<kChunks>::kCopies;
+  static_assert(FullTileRows<kChunks>::kExact, "whole rows per pass");
   const int tid = thread_index();
-  const int row0 = tid / kColumns;
-  const int column = tid % kColumns;
+  const int row0 = tid / kChunks;
   const unsigned char* head =
-      static_cast<const unsigned char*>(base) + kv_head * stride_head * 2 + column * 16;
+      static_cast<const unsigned char*>(base) + kv_head * stride_head * 2 + (tid % kChunks) * 16;
   if constexpr (T::kPaged) {
     // Byte strides of a page and a slot fit 32 bits (BatchPrefill::run checks), so a row's
     // address is one 32x32->64 multiply-add of its page id on the slot's address.
@@ -191,24 +174,16 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       const int row = row0 + i * kRowStep;
-#pragma unroll
-      for (int c = 0; c < kPerRow; ++c) {
-        cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, column + c * kColumns),
-                    slot_address[i % kSlots] + static_cast<long long>(pages[i]) * page_bytes +
-                        c * kColumns * 16);
-      }
+      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, tid % kChunks),
+                  slot_address[i % kSlots] + static_cast<long long>(pages[i]) * page_bytes);
     }
   } else {
     const unsigned char* src = head + (kv_row + row0) * stride_page * 2;
     const long long step = kRowStep * stride_page * 2;
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
-#pragma unroll
-      for (int c = 0; c < kPerRow; ++c) {
-        cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row0 + i * kRowStep,
-                                                             column + c * kColumns),
-                    src + i * step + c * kColumns * 16);
-      }
+      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row0 + i * kRowStep, tid % kChunks),
+                  src + i * step);
     }
   }
 }
@@ -219,29 +194,27 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
   const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
   const int* page_ids = reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + stage * T::kKvTile;
   const int start = g.kv_lo + tile * T::kKvTile;
-  constexpr int kKColumns = CopyColumns<T::kQKChunks, kPairedQK>::kColumns;
-  if constexpr (T::kThreads % T::kQKChunks == 0 && T::kThreads % T::kVChunks == 0 &&
-                FullTileRows<kKColumns>::kExact) {
+  if constexpr (T::kThreads % T::kQKChunks == 0 && T::kThreads % T::kVChunks == 0) {
     // CTA-uniform: only an item's last tile can hold rows past kv_hi.
     if (start + T::kKvTile <= g.kv_hi) {
       // g and the page ids live in shared memory and the copies' asm clobbers memory: read them
       // once, before the copies (a read after them waits behind them in the memory queue).
       const long long kv_row = T::kPaged ? start : g.kv_base + start;
       const int kv_head = g.kv_head;
-      int k_pages[FullTileRows<kKColumns>::kCopies] = {};
+      int k_pages[FullTileRows<T::kQKChunks>::kCopies] = {};
       int v_pages[FullTileRows<T::kVChunks>::kCopies] = {};
       bool unread = false;
       if constexpr (T::kPaged) {
-        unread = load_row_pages<kKColumns>(p, page_ids, k_pages);
-        if constexpr (T::kVChunks == kKColumns) {
+        unread = load_row_pages<T::kQKChunks>(p, page_ids, k_pages);
+        if constexpr (T::kVChunks == T::kQKChunks) {
 #pragma unroll
           for (int i = 0; i < FullTileRows<T::kVChunks>::kCopies; ++i) v_pages[i] = k_pages[i];
         } else {
           unread |= load_row_pages<T::kVChunks>(p, page_ids, v_pages);
         }
       }
-      copy_full_tile<T::kQKChunks, kPairedQK>(k_dst, p.k, kv_row, kv_head, k_pages,
-                                              p.k_stride_page, p.k_stride_slot, p.k_stride_head);
+      copy_full_tile<T::kQKChunks>(k_dst, p.k, kv_row, kv_head, k_pages, p.k_stride_page,
+                                   p.k_stride_slot, p.k_stride_head);
       copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, kv_row, kv_head, v_pages,
                                   p.v_stride_page, p.v_stride_slot, p.v_stride_head);
       if constexpr (T::kPaged) {
@@ -251,7 +224,7 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
     }
   }
   const int tid = thread_index();
-  copy_rows<T::kKvTile, T::kQKChunks, kPairedQK>(k_dst, p.k, tid, [&](int row) -> long long {
+  copy_rows<T::kKvTile, T::kQKChunks>(k_dst, p.k, tid, [&](int row) -> long long {
     const int pos = start + row;
     return pos < g.kv_hi ? kv_element(p, g, pos, row, page_ids, p.k_stride_page, p.k_stride_slot,
                                       p.k_stride_head)
@@ -270,7 +243,7 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
 __device__ __forceinline__ void issue_q(const PrefillParams& p, const ItemGeometry& g,
                                         const int* row_q_pos, const int* row_qo_head,
                                         unsigned char* smem) {
-  copy_rows<T::kQueryTile, T::kQKChunks, kPairedQK>(
+  copy_rows<T::kQueryTile, T::kQKChunks>(
       shared_address(smem), p.q, thread_index(), [&](int row) -> long long {
         if (row >= g.rows) return -1;
         const long long token = g.qo_begin + (row_q_pos[row] - g.q_offset);

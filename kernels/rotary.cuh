@@ -78,13 +78,11 @@ __device__ __forceinline__ void rotate_pair(float& x_lo, float& x_hi, int pos, f
 // Rotates kRows rows of kHeadDim 16-bit elements (kCode) in shared memory at `base`, in place:
 // 16-byte chunk `chunk` of row `row` lies at base + offset(row, chunk), and the row's position
 // is position(row). kThreads threads share the work (this one is `thread`). Where the threads
-// divide into the chunk columns of the low half, each thread keeps one chunk column (and its
-// partner D/2 on) and takes every kRowStep-th row (the rows the prefill's paired copies give
-// it, kernels/prefill_load.cuh CopyColumns), its rows
+// divide into the chunk columns of the low half and the rows into whole passes, each thread
+// keeps one chunk column (and its partner D/2 on) and takes every kRowStep-th row, its rows
 // independent (turning one row's (cos, sin) into the next one's by a table step made the
 // decode 25% slower: a chain where the rows overlapped). Elsewhere (head dim 192) threads take
-// (row, chunk) units in turn, as the paired copies do. The caller synchronises (or rotates
-// only what it copied itself).
+// (row, chunk) units in turn. The caller synchronises before and after.
 template <class V, int kCode, int kHeadDim, int kRows, int kThreads, class Offset, class Position>
 __device__ __forceinline__ void rotate_shared_rows(unsigned char* base, const VariantParams& p,
                                                    int thread, Offset offset, Position position) {
@@ -101,7 +99,7 @@ __device__ __forceinline__ void rotate_shared_rows(unsigned char* base, const Va
     rotate_chunks<kCode>(reinterpret_cast<Vec16*>(base + offset(row, chunk)),
                          reinterpret_cast<Vec16*>(base + offset(row, chunk + kHalfChunks)), c, s);
   };
-  if constexpr (kThreads % kHalfChunks == 0) {
+  if constexpr (kThreads % kHalfChunks == 0 && kRows % kRowStep == 0) {
 #pragma unroll
     for (int row = thread / kHalfChunks; row < kRows; row += kRowStep) {
       rotate_unit(row, thread % kHalfChunks);
