@@ -9,9 +9,11 @@ NotImplementedError naming it.
 
 from . import _flare, jit, variants
 from .cascade import merge_state, merge_state_in_place, merge_states
-from .decode import BatchDecodeWithPagedKVCacheWrapper, single_decode_with_kv_cache
+from .decode import (BatchDecodeWithPagedKVCacheWrapper,
+                     CUDAGraphBatchDecodeWithPagedKVCacheWrapper, fast_decode_plan,
+                     single_decode_with_kv_cache)
 from .page import (append_paged_kv_cache, check_append_paged_kv_cache,
-                   get_batch_indices_positions)
+                   get_batch_indices_positions, get_seq_lens)
 from .prefill import (BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper,
                       single_prefill_with_kv_cache)
 from .variant import AttentionVariant
@@ -29,10 +31,13 @@ __all__ = [
     "BatchDecodeWithPagedKVCacheWrapper",
     "BatchPrefillWithPagedKVCacheWrapper",
     "BatchPrefillWithRaggedKVCacheWrapper",
+    "CUDAGraphBatchDecodeWithPagedKVCacheWrapper",
     "append_paged_kv_cache",
     "check_append_paged_kv_cache",
     "cuda_available",
+    "fast_decode_plan",
     "get_batch_indices_positions",
+    "get_seq_lens",
     "jit",
     "merge_state",
     "merge_state_in_place",

@@ -28,9 +28,25 @@ def check_kv_layout(kv_layout):
     return kv_layout
 
 
-def check_backend(where, backend):
-    if backend != "auto":
-        unsupported(where, "backend", backend, "flare has one backend per device ('auto')")
+# FlashInfer's attention backends: "fa2" is the design of flare's GPU kernels; the others name
+# kernel families flare does not have (fa3: the Hopper kernels of issue 19, not built yet).
+_OTHER_BACKENDS = ("fa3", "cudnn", "trtllm-gen", "cutlass", "cute-dsl", "cutile")
+
+
+def check_backend(where, backend, cuda=True):
+    """"auto", or "fa2" on CUDA (flare's FA2 kernels, what "auto" runs there); a backend flare
+    does not have raises NotImplementedError naming it, an unknown name ValueError."""
+    if backend == "auto" or (backend == "fa2" and cuda):
+        return backend
+    if backend == "fa2":
+        unsupported(where, "backend", backend,
+                    "fa2 names the GPU kernels; CPU tensors run the CPU backend ('auto')")
+    if backend in _OTHER_BACKENDS:
+        why = ("the Hopper kernels (wgmma, TMA) are not built yet: 'auto' and 'fa2' run the FA2 "
+               "kernels" if backend == "fa3" else "flare's GPU kernels are 'fa2' ('auto')")
+        unsupported(where, "backend", backend, why)
+    raise ValueError(f"{where}: backend must be one of 'auto', 'fa2', "
+                     f"{', '.join(repr(b) for b in _OTHER_BACKENDS)}; got {backend!r}")
 
 
 def check_pos_encoding_mode(pos_encoding_mode):

@@ -14,7 +14,7 @@ import numpy as np
 from . import _flare
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
                     check_pos_encoding_mode, make_params, pdl_flag, scale_or_one,
-                    ResolvedConfigs)
+                    unsupported, ResolvedConfigs)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, index_on_device,
@@ -82,10 +82,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
                  use_tensor_cores=False, paged_kv_indptr_buffer=None,
                  paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
                  backend="auto", validate=None):
-        check_backend(_WRAPPER, backend)
+        self._cuda = is_cuda(float_workspace_buffer)
+        self._backend = check_backend(_WRAPPER, backend, self._cuda)
         self._kv_layout = check_kv_layout(kv_layout)
         self._workspace = float_workspace_buffer
-        self._cuda = is_cuda(float_workspace_buffer)
         self._use_cuda_graph = bool(use_cuda_graph)
         self._use_tensor_cores = bool(use_tensor_cores)
         self._validate = validate_default(validate)
@@ -357,6 +357,43 @@ def _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype):
     sixteen_bit = ("float16", "bfloat16")
     fp8 = kv_dtype in ("e4m3", "e5m2") and q_dtype in sixteen_bit
     return bool(use_tensor_cores) and ((q_dtype == kv_dtype and kv_dtype in sixteen_bit) or fp8)
+
+
+class CUDAGraphBatchDecodeWithPagedKVCacheWrapper(BatchDecodeWithPagedKVCacheWrapper):
+    """FlashInfer's CUDA-graph decode wrapper: BatchDecodeWithPagedKVCacheWrapper with
+    use_cuda_graph=True and its three fixed index buffers given positionally."""
+
+    def __init__(self, workspace_buffer, indptr_buffer, indices_buffer, last_page_len_buffer,
+                 kv_layout="NHD", use_tensor_cores=False):
+        super().__init__(workspace_buffer, kv_layout, use_cuda_graph=True,
+                         use_tensor_cores=use_tensor_cores, paged_kv_indptr_buffer=indptr_buffer,
+                         paged_kv_indices_buffer=indices_buffer,
+                         paged_kv_last_page_len_buffer=last_page_len_buffer)
+
+
+def fast_decode_plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+                     page_size, pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None,
+                     q_data_type=None, kv_data_type=None, data_type=None, sm_scale=None,
+                     rope_scale=None, rope_theta=None, non_blocking=True, fixed_split_size=None,
+                     disable_split_kv=False, q_len_per_req=1, global_override_indptr_cpu=None):
+    """FlashInfer's fast_decode_plan(wrapper, ...) (`wrapper.plan = partial(fast_decode_plan,
+    wrapper)`): wrapper.plan() with the same arguments. FlashInfer's version skips copies its
+    plan() makes; flare's plan() makes none of them (it reads the host lengths in place and puts
+    only the page ids on the device), so the two are one. global_override_indptr_cpu, when
+    given, is the host copy of indptr that plan() reads. q_len_per_req other than 1 raises
+    NotImplementedError (one query token per request)."""
+    if q_len_per_req != 1:
+        unsupported("fast_decode_plan", "q_len_per_req", q_len_per_req,
+                    "decode runs one query token per request")
+    if global_override_indptr_cpu is not None:
+        indptr = global_override_indptr_cpu
+    self.plan(indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+              pos_encoding_mode=pos_encoding_mode, window_left=window_left,
+              logits_soft_cap=logits_soft_cap,
+              q_data_type="float16" if q_data_type is None and data_type is None else q_data_type,
+              kv_data_type=kv_data_type, data_type=data_type, sm_scale=sm_scale,
+              rope_scale=rope_scale, rope_theta=rope_theta, non_blocking=non_blocking,
+              fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv)
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",

@@ -1,5 +1,5 @@
-"""Paged KV cache maintenance with FlashInfer's interface: append_paged_kv_cache and
-get_batch_indices_positions.
+"""Paged KV cache maintenance with FlashInfer's interface: append_paged_kv_cache,
+get_batch_indices_positions and get_seq_lens.
 
 append_paged_kv_cache runs flare's append (api/append_paged_kv.h): a GPU kernel on the
 caller's CUDA stream for CUDA tensors (no synchronization; CUDA-graph safe), the validated CPU
@@ -82,3 +82,22 @@ def get_batch_indices_positions(append_indptr, seq_lens, nnz):
     position = lengths[safe] - appended + (tokens - indptr[safe])
     return (np.where(valid, request, -1).astype(np.int32),
             np.where(valid, position, 0).astype(np.int32))
+
+
+def get_seq_lens(kv_indptr, kv_last_page_len, page_size):
+    """Token count of each request of a paged KV cache: (pages - 1) * page_size + last page's
+    entries, 0 for a request without pages (FlashInfer's page.get_seq_lens). kv_indptr
+    [batch + 1] and kv_last_page_len [batch]: torch tensors (a torch tensor back, on their
+    device) or numpy arrays."""
+    if int(page_size) < 1:
+        raise ValueError(f"get_seq_lens: page_size must be >= 1, got {page_size}")
+    if len(kv_indptr) != len(kv_last_page_len) + 1:
+        raise ValueError(f"get_seq_lens: kv_indptr must have len(kv_last_page_len) + 1 = "
+                         f"{len(kv_last_page_len) + 1} entries, got {len(kv_indptr)}")
+    pages = kv_indptr[1:] - kv_indptr[:-1]
+    if is_torch(kv_indptr):
+        full = torch_module().clamp(pages - 1, min=0)
+    else:
+        full = np.maximum(np.asarray(pages) - 1, 0)
+        kv_last_page_len = np.asarray(kv_last_page_len)
+    return full * int(page_size) + kv_last_page_len

@@ -41,7 +41,7 @@ class _PrefillWrapper:
 
     def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend, validate,
                  **fixed_buffers):
-        check_backend(self._name, backend)
+        self._backend = check_backend(self._name, backend, is_cuda(float_workspace_buffer))
         self._kv_layout = check_kv_layout(kv_layout)
         self._workspace = float_workspace_buffer
         self._use_cuda_graph = bool(use_cuda_graph)
@@ -385,18 +385,20 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
                                  causal=False, kv_layout="NHD", pos_encoding_mode="NONE",
                                  use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
                                  logits_soft_cap=None, rope_scale=None, rope_theta=None,
-                                 return_lse=False, lse_base="log2", variant=None,
+                                 backend="auto", return_lse=False, lse_base="log2", variant=None,
                                  **variant_kwargs):
     """Prefill attention of one request: q [qo_len, H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
     [H_kv, kv_len, D] (HND). Returns o [qo_len, H_qo, D_vo] (and lse [qo_len, H_qo], base 2
     unless lse_base="ln", with return_lse). custom_mask: bool [qo_len, kv_len];
-    packed_custom_mask: its bits, packed little-endian. variant: a flare.AttentionVariant (CUDA
-    tensors), its scalars and tensors as keyword arguments.
+    packed_custom_mask: its bits, packed little-endian. backend: "auto", or "fa2" on CUDA (the
+    same FA2 kernels). variant: a flare.AttentionVariant (CUDA tensors), its scalars and tensors
+    as keyword arguments.
 
     On the GPU this is a batch prefill of one request on ragged K/V (no copy); it plans on the
     host, so it cannot be captured into a CUDA graph.
     """
     where = "single_prefill_with_kv_cache"
+    check_backend(where, backend, is_cuda(q))
     check_kv_layout(kv_layout)
     _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
     _check_mask_args(where, causal, custom_mask, packed_custom_mask)

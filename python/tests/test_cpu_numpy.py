@@ -297,8 +297,18 @@ def plan_paged_prefill(**kwargs):
 
 UNSUPPORTED = [
     ("o_data_type", lambda: plan_paged_prefill(q_data_type="float32", o_data_type="float16")),
-    ("backend", lambda: flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), backend="fa2")),
     ("use_fp16_qk_reduction", lambda: plan_paged_prefill(use_fp16_qk_reduction=True)),
+]
+# FlashInfer's backends: "fa2" names flare's GPU kernels (CPU arrays run the CPU backend), the
+# others are kernel families flare does not have.
+UNSUPPORTED += [
+    (f"backend='{b}'", lambda b=b: flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), backend=b))
+    for b in ("fa2", "fa3", "cudnn", "trtllm-gen")
+] + [
+    ("backend='fa3'", lambda: flare.BatchPrefillWithRaggedKVCacheWrapper(workspace(),
+                                                                         backend="fa3")),
+    ("backend='cutlass'", lambda: flare.single_prefill_with_kv_cache(
+        *(np.zeros((1, 1, 64), np.float32),) * 3, backend="cutlass")),
 ]
 
 
@@ -306,6 +316,43 @@ UNSUPPORTED = [
 def test_unsupported_arguments_raise_not_implemented_naming_them(name, call):
     with pytest.raises(NotImplementedError, match=name):
         call()
+
+
+def test_an_unknown_backend_is_a_value_error_listing_the_known_ones():
+    with pytest.raises(ValueError, match="backend must be one of 'auto', 'fa2', 'fa3'"):
+        flare.BatchPrefillWithPagedKVCacheWrapper(workspace(), backend="fa4")
+
+
+def test_get_seq_lens_matches_the_page_arithmetic():
+    indptr = np.array([0, 0, 1, 4, 9], np.int32)
+    last = np.array([0, 5, 16, 1], np.int32)
+    assert flare.get_seq_lens(indptr, last, 16).tolist() == [0, 5, 48, 65]
+    with pytest.raises(ValueError, match="page_size must be >= 1"):
+        flare.get_seq_lens(indptr, last, 0)
+    with pytest.raises(ValueError, match="len\\(kv_last_page_len\\) \\+ 1 = 5"):
+        flare.get_seq_lens(indptr[:-1], last, 16)
+
+
+def test_fast_decode_plan_is_plan_and_reads_the_host_indptr_override():
+    cache = PagedCache([5, 97, 33], 2, 64, 16, seed=11)
+    q = np.random.default_rng(12).standard_normal((cache.batch, 8, 64)).astype(np.float32)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    # A stale device-side indptr (here: zeros) is ignored when the host copy is given.
+    flare.fast_decode_plan(wrapper, np.zeros_like(cache.indptr), cache.indices,
+                           cache.last_page_len, 8, 2, 64, 16, q_data_type="float32",
+                           global_override_indptr_cpu=cache.indptr)
+    out = wrapper.run(q, cache.cache)
+    expected, _ = decode_reference(cache, q)
+    assert max_abs_error(out, expected) <= TOLERANCE[np.float32]
+    with pytest.raises(NotImplementedError, match="q_len_per_req"):
+        flare.fast_decode_plan(wrapper, cache.indptr, cache.indices, cache.last_page_len, 8, 2,
+                               64, 16, q_data_type="float32", q_len_per_req=2)
+
+
+def test_cuda_graph_decode_wrapper_needs_cuda_buffers():
+    with pytest.raises(ValueError, match="use_cuda_graph=True needs a CUDA"):
+        flare.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(
+            workspace(), np.zeros(3, np.int32), np.zeros(4, np.int32), np.zeros(2, np.int32))
 
 
 # CUDA graphs need a CUDA workspace; the fixed buffers go with use_cuda_graph=True.

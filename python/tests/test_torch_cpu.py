@@ -77,6 +77,13 @@ def test_get_batch_indices_positions_torch_matches_numpy():
     assert got[1].tolist() == expected[1].tolist() == [0, 1, 2, 9, 1, 2, 3, 4, 5, 0, 0]
 
 
+def test_get_seq_lens_on_torch_tensors():
+    indptr = torch.tensor([0, 2, 2, 7], dtype=torch.int32)
+    last = torch.tensor([3, 0, 16], dtype=torch.int32)
+    got = flare.get_seq_lens(indptr, last, 16)
+    assert isinstance(got, torch.Tensor) and got.tolist() == [19, 0, 80]
+
+
 def test_append_on_cpu_torch_bfloat16():
     cache = torch.full((4, 2, 3, 2, 64), float("nan"), dtype=torch.bfloat16)
     key = torch.randn(5, 2, 64).to(torch.bfloat16)

@@ -167,16 +167,22 @@ def test_decode_fp8_cache_with_scales(use_tensor_cores):
     assert max_error(out, expected) <= 4e-2
 
 
-def test_cuda_graph_replay_across_changing_lengths():
-    """Capture one decode step, then plan() new lengths and page tables and replay."""
+@pytest.mark.parametrize("flashinfer_class", [False, True])
+def test_cuda_graph_replay_across_changing_lengths(flashinfer_class):
+    """Capture one decode step, then plan() new lengths and page tables and replay; through
+    use_cuda_graph=True, and through FlashInfer's CUDAGraphBatchDecodeWithPagedKVCacheWrapper."""
     batch, num_qo_heads, num_kv_heads, head_dim, page_size = 4, 16, 4, 128, 16
     max_pages = 256
     indptr_buf = torch.zeros(batch + 1, dtype=torch.int32, device=DEVICE)
     indices_buf = torch.zeros(max_pages, dtype=torch.int32, device=DEVICE)
     last_buf = torch.zeros(batch, dtype=torch.int32, device=DEVICE)
-    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(
-        workspace(), "NHD", use_cuda_graph=True, paged_kv_indptr_buffer=indptr_buf,
-        paged_kv_indices_buffer=indices_buf, paged_kv_last_page_len_buffer=last_buf)
+    if flashinfer_class:
+        wrapper = flare.decode.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(
+            workspace(), indptr_buf, indices_buf, last_buf, "NHD")
+    else:
+        wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(
+            workspace(), "NHD", use_cuda_graph=True, paged_kv_indptr_buffer=indptr_buf,
+            paged_kv_indices_buffer=indices_buf, paged_kv_last_page_len_buffer=last_buf)
     assert wrapper.is_cuda_graph_enabled
     steps = [[5, 17, 1, 33], [300, 2, 0, 1000], [1, 1, 1, 1], [2000, 700, 64, 3]]
     # One cache tensor for every step (its address is captured); each step's tokens are fresh.
