@@ -9,6 +9,8 @@ LSE convention: FlashInfer's, base 2 (log2 of the sum of 2^(scaled logit * log2 
 takes lse_base="ln" for the natural log.
 """
 
+import functools
+
 import numpy as np
 
 from . import _flare
@@ -339,6 +341,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         return (out, lse) if return_lse else out
 
     forward = run
+
+    # FlashInfer's alias: run(..., return_lse=True).
+    run_return_lse = functools.partialmethod(run, return_lse=True)
 
     def check(self):
         """Synchronizes the device and raises IndexError naming the first page id (request,

@@ -6,6 +6,8 @@ CUDA-graph safe); numpy arrays and CPU torch tensors run the CPU backend (plan +
 execute_plan_cpu). The device of a wrapper is the device of its float_workspace_buffer.
 """
 
+import functools
+
 import numpy as np
 
 from . import _flare
@@ -277,6 +279,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
 
     forward = run
 
+    # FlashInfer's alias: run(..., return_lse=True).
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
 
 class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
     """Batch prefill with ragged queries and ragged K/V (kv_indptr); CUDA graphs as for the
@@ -353,6 +358,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
         return (out, lse) if return_lse else out
 
     forward = run
+
+    # FlashInfer's alias: run(..., return_lse=True).
+    run_return_lse = functools.partialmethod(run, return_lse=True)
 
 
 def _single_cpu(where, q, k, v, kv_layout, params_kwargs, scales, custom_mask=None,

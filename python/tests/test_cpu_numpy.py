@@ -349,6 +349,21 @@ def test_fast_decode_plan_is_plan_and_reads_the_host_indptr_override():
                                64, 16, q_data_type="float32", q_len_per_req=2)
 
 
+def test_run_return_lse_is_run_with_return_lse():
+    cache = PagedCache([9, 40], 2, 64, 16, seed=13)
+    q = np.random.default_rng(14).standard_normal((cache.batch, 4, 64)).astype(np.float32)
+    decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    decode.plan(cache.indptr, cache.indices, cache.last_page_len, 4, 2, 64, 16,
+                q_data_type="float32")
+    o, lse = decode.run_return_lse(q, cache.cache)
+    expected_o, expected_lse = decode.run(q, cache.cache, return_lse=True)
+    assert np.array_equal(o, expected_o) and np.array_equal(lse, expected_lse)
+    prefill = plan_paged_prefill(q_data_type="float32")
+    q1 = np.ones((1, 4, 64), np.float32)
+    kv = np.ones((1, 2, 16, 4, 64), np.float32)
+    assert len(prefill.run_return_lse(q1, kv)) == 2
+
+
 def test_cuda_graph_decode_wrapper_needs_cuda_buffers():
     with pytest.raises(ValueError, match="use_cuda_graph=True needs a CUDA"):
         flare.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(
