@@ -132,8 +132,8 @@ void validate_config(const BatchDecodeConfig& c) {
   // Throws for what no kernel expresses.
   api_detail::resolve_variant(p, c.variant, c.num_qo_heads, kWhat);
   FLARE_CHECK(p.pos_encoding != PosEncoding::kRopeLlama || !is_fp8(c.kv_dtype),
-              ErrorCode::kUnsupported, kWhat, ": fused RoPE (pos_encoding kRopeLlama) with kv_dtype ",
-              dtype_name(c.kv_dtype),
+              ErrorCode::kUnsupported, kWhat,
+              ": fused RoPE (pos_encoding kRopeLlama) with kv_dtype ", dtype_name(c.kv_dtype),
               ": the kernels rotate K in its stored type, and fp8 would lose the rotation's "
               "precision; apply RoPE before quantizing K, or use 16-bit KV");
   const int heads = c.kv_heads_per_item;

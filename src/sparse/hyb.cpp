@@ -1,0 +1,134 @@
+// hyb(c, k) decomposition of a CSR matrix and its SpMM reference (flare/sparse/hyb.h).
+#include "flare/sparse/hyb.h"
+
+#include <algorithm>
+#include <string>
+
+#include "flare/core/error.h"
+#include "src/sparse/dense_access.h"
+
+namespace flare::sparse {
+namespace {
+
+int32_t at(const TensorView& t, int64_t i) { return t.ptr<const int32_t>()[i * t.strides[0]]; }
+
+// The bucket (log2 of its width) of a row holding `count` nonzeros of a partition: the smallest
+// i with 2^i >= count; -1 when count exceeds 2^max_log2 (the remainder).
+int bucket_of(int64_t count, int max_log2) {
+  for (int i = 0; i <= max_log2; ++i) {
+    if (count <= (int64_t{1} << i)) return i;
+  }
+  return -1;
+}
+
+// Appends row `row`'s nonzeros [begin, end) of A to `bucket`, padded to its width.
+void append_row(const Csr& a, int32_t row, int64_t begin, int64_t end, EllBucket& bucket) {
+  bucket.rows.push_back(row);
+  for (int64_t s = 0; s < bucket.width; ++s) {
+    const int64_t e = begin + s;
+    if (e < end) {
+      bucket.columns.push_back(at(a.indices, e));
+      bucket.values.push_back(sparse_detail::load(*a.values, e));
+      bucket.source.push_back(e);
+    } else {  // padding: a column the row already reads, weight 0
+      bucket.columns.push_back(at(a.indices, end - 1));
+      bucket.values.push_back(0.0);
+      bucket.source.push_back(-1);
+    }
+  }
+}
+
+}  // namespace
+
+double Hyb::padding_ratio() const {
+  if (nnz == 0) return 1.0;
+  int64_t stored = 0;
+  for (const HybPartition& part : partitions) {
+    for (const EllBucket& bucket : part.buckets)
+      stored += static_cast<int64_t>(bucket.columns.size());
+    stored += static_cast<int64_t>(part.remainder.columns.size());
+  }
+  return static_cast<double>(stored) / static_cast<double>(nnz);
+}
+
+Hyb hyb_from_csr(const Csr& a, int column_parts, int max_log2_width) {
+  validate_csr(a);
+  FLARE_CHECK(a.values.has_value(), ErrorCode::kInvalidArgument,
+              "hyb_from_csr: A.values is required");
+  FLARE_CHECK(column_parts >= 1 && (a.cols == 0 || column_parts <= a.cols),
+              ErrorCode::kInvalidArgument,
+              "hyb_from_csr: column_parts must be in [1, cols = ", a.cols, "], got ", column_parts);
+  FLARE_CHECK(max_log2_width >= 0 && max_log2_width <= 16, ErrorCode::kInvalidArgument,
+              "hyb_from_csr: max_log2_width must be in [0, 16], got ", max_log2_width);
+  Hyb hyb;
+  hyb.rows = a.rows;
+  hyb.cols = a.cols;
+  hyb.nnz = a.nnz();
+  // Partition p holds columns [p * cols / c, (p + 1) * cols / c): equal up to one column.
+  for (int p = 0; p < column_parts; ++p) {
+    HybPartition part;
+    part.col_begin = a.cols * p / column_parts;
+    part.col_end = a.cols * (p + 1) / column_parts;
+    for (int i = 0; i <= max_log2_width; ++i)
+      part.buckets.push_back(EllBucket{1 << i, {}, {}, {}, {}});
+    part.remainder.indptr.push_back(0);
+    hyb.partitions.push_back(std::move(part));
+  }
+  for (int64_t r = 0; r < a.rows; ++r) {
+    int64_t e = at(a.indptr, r);
+    const int64_t row_end = at(a.indptr, r + 1);
+    for (HybPartition& part : hyb.partitions) {
+      // The row's columns are sorted: its nonzeros in this partition are one run.
+      const int64_t begin = e;
+      while (e < row_end && at(a.indices, e) < part.col_end) ++e;
+      if (e == begin) continue;
+      const int bucket = bucket_of(e - begin, max_log2_width);
+      if (bucket >= 0) {
+        append_row(a, static_cast<int32_t>(r), begin, e, part.buckets[static_cast<size_t>(bucket)]);
+        continue;
+      }
+      CsrRemainder& rest = part.remainder;
+      rest.rows.push_back(static_cast<int32_t>(r));
+      for (int64_t i = begin; i < e; ++i) {
+        rest.columns.push_back(at(a.indices, i));
+        rest.values.push_back(sparse_detail::load(*a.values, i));
+        rest.source.push_back(i);
+      }
+      rest.indptr.push_back(static_cast<int64_t>(rest.columns.size()));
+    }
+  }
+  return hyb;
+}
+
+void spmm_reference(const Hyb& a, const TensorView& x, const TensorView& y) {
+  const int64_t d = sparse_detail::check_dense(x, "X", a.cols, -1);
+  sparse_detail::check_dense(y, "Y", a.rows, d);
+  std::vector<double> sum(static_cast<size_t>(a.rows * d), 0.0);
+  const auto add = [&](int32_t row, int32_t col, double value) {
+    for (int64_t f = 0; f < d; ++f)
+      sum[static_cast<size_t>(row * d + f)] += value * sparse_detail::load(x, col, f);
+  };
+  for (const HybPartition& part : a.partitions) {
+    for (const EllBucket& bucket : part.buckets) {
+      for (size_t i = 0; i < bucket.rows.size(); ++i) {
+        for (int s = 0; s < bucket.width; ++s) {
+          const size_t slot = i * static_cast<size_t>(bucket.width) + static_cast<size_t>(s);
+          add(bucket.rows[i], bucket.columns[slot], bucket.values[slot]);
+        }
+      }
+    }
+    const CsrRemainder& rest = part.remainder;
+    for (size_t i = 0; i < rest.rows.size(); ++i) {
+      for (int64_t e = rest.indptr[i]; e < rest.indptr[i + 1]; ++e) {
+        add(rest.rows[i], rest.columns[static_cast<size_t>(e)],
+            rest.values[static_cast<size_t>(e)]);
+      }
+    }
+  }
+  for (int64_t r = 0; r < a.rows; ++r) {
+    for (int64_t f = 0; f < d; ++f)
+      sparse_detail::store(y, r, f, sum[static_cast<size_t>(r * d + f)]);
+  }
+}
+
+}  // namespace flare::sparse
