@@ -7,7 +7,7 @@ backend), passed through DLPack without copies. An argument flare does not suppo
 NotImplementedError naming it.
 """
 
-from . import _flare, jit, variants
+from . import _flare, jit, sparse, variants
 from .cascade import merge_state, merge_state_in_place, merge_states
 from .decode import (BatchDecodeWithPagedKVCacheWrapper,
                      CUDAGraphBatchDecodeWithPagedKVCacheWrapper, fast_decode_plan,
@@ -44,5 +44,6 @@ __all__ = [
     "merge_states",
     "single_decode_with_kv_cache",
     "single_prefill_with_kv_cache",
+    "sparse",
     "variants",
 ]

@@ -16,5 +16,6 @@ void bind_merge(nb::module_& m);          // bind_merge.cpp
 void bind_append(nb::module_& m);         // bind_append.cpp
 void bind_precompile(nb::module_& m);     // bind_precompile.cpp
 void bind_variants(nb::module_& m);       // bind_variants.cpp
+void bind_sparse(nb::module_& m);         // bind_sparse.cpp
 
 }  // namespace flare::python

@@ -56,4 +56,5 @@ NB_MODULE(_flare, m) {
   flare::python::bind_append(m);
   flare::python::bind_precompile(m);
   flare::python::bind_variants(m);
+  flare::python::bind_sparse(m);
 }

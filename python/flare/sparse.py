@@ -1,0 +1,114 @@
+"""General sparse kernels (issue 23, SparseTIR): SpMM, SDDMM and the hyb(c, k) decomposition.
+
+Only the CPU references exist so far (flare/sparse/csr.h, hyb.h: float32 storage, float64
+accumulation); CUDA tensors raise NotImplementedError until the GPU kernels land. A matrix is a
+torch sparse CSR or COO tensor, or an (indptr, indices, values) triple of numpy arrays / CPU
+torch tensors with `shape=(rows, cols)`. Column indices must be sorted and unique within each
+row (torch's CSR and coalesced COO tensors are); anything else raises ValueError naming the
+array and the entry, before anything is written.
+"""
+
+import numpy as np
+
+from . import _flare
+from ._tensors import arg, is_cuda, is_torch, torch_module
+
+_WHERE = "flare.sparse"
+
+
+class _Csr:
+    """rows, cols, and int32 / float32 host arrays of a CSR matrix (no copy where they already
+    are)."""
+
+    def __init__(self, rows, cols, indptr, indices, values, torch_layout=None):
+        self.rows, self.cols = int(rows), int(cols)
+        self.indptr, self.indices, self.values = indptr, indices, values
+        self.torch_layout = torch_layout
+
+
+def _to_host(x, dtype, name, where):
+    if is_cuda(x):
+        raise NotImplementedError(f"{where}: {name} is a CUDA tensor; only the CPU reference of "
+                                  f"flare.sparse exists yet (GPU kernels: issue 23)")
+    if is_torch(x):
+        return x.detach().to(getattr(torch_module(), dtype)).contiguous().numpy()
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
+def _csr_of(a, shape, where):
+    if is_torch(a) and a.layout != torch_module().strided:
+        torch = torch_module()
+        if a.is_cuda:
+            _to_host(a, "float32", "A", where)
+        layout = a.layout
+        if layout == torch.sparse_coo:
+            a = a.coalesce().to_sparse_csr()
+        elif layout != torch.sparse_csr:
+            raise ValueError(f"{where}: A must be a sparse CSR or COO tensor, got {layout}")
+        return _Csr(a.shape[0], a.shape[1], _to_host(a.crow_indices(), "int32", "indptr", where),
+                    _to_host(a.col_indices(), "int32", "indices", where),
+                    _to_host(a.values(), "float32", "values", where), layout)
+    if not isinstance(a, (tuple, list)) or len(a) != 3:
+        raise ValueError(f"{where}: A must be a torch sparse CSR/COO tensor or an "
+                         f"(indptr, indices, values) triple, got {type(a).__name__}")
+    if shape is None or len(shape) != 2:
+        raise ValueError(f"{where}: an (indptr, indices, values) triple needs shape=(rows, cols)")
+    indptr, indices, values = a
+    return _Csr(shape[0], shape[1], _to_host(indptr, "int32", "indptr", where),
+                _to_host(indices, "int32", "indices", where),
+                None if values is None else _to_host(values, "float32", "values", where))
+
+
+def _result(array, like):
+    return torch_module().from_numpy(array) if is_torch(like) else array
+
+
+def spmm(A, X, format="auto", shape=None):
+    """Y = A X: A sparse [rows, cols], X dense [cols, d] -> Y float32 [rows, d]. format: "auto"
+    or "csr" (the CSR reference), "hyb" (the sum over hyb(1, 5)'s sub-matrices: the same
+    values up to summation order)."""
+    where = "flare.sparse.spmm"
+    if format not in ("auto", "csr", "hyb"):
+        raise ValueError(f"{where}: format must be 'auto', 'csr' or 'hyb', got {format!r}")
+    csr = _csr_of(A, shape, where)
+    x = _to_host(X, "float32", "X", where)
+    if csr.values is None:
+        raise ValueError(f"{where}: A needs values")
+    y = np.empty((csr.rows, x.shape[1] if x.ndim == 2 else 0), np.float32)
+    if format == "hyb":
+        _flare.sparse_spmm_hyb(csr.rows, csr.cols, arg(csr.indptr), arg(csr.indices),
+                               arg(csr.values), 1, 5, arg(x), arg(y))
+    else:
+        _flare.sparse_spmm(csr.rows, csr.cols, arg(csr.indptr), arg(csr.indices),
+                           arg(csr.values), arg(x), arg(y))
+    return _result(y, X)
+
+
+def sddmm(A, Q, K, shape=None):
+    """(Q K^T) sampled at A's nonzeros (A's values unused): Q [rows, d], K [cols, d]. Returns
+    the float32 values [nnz] in A's nonzero order; for a torch sparse A, a torch sparse CSR
+    tensor of A's pattern holding them."""
+    where = "flare.sparse.sddmm"
+    csr = _csr_of(A, shape, where)
+    q = _to_host(Q, "float32", "Q", where)
+    k = _to_host(K, "float32", "K", where)
+    out = np.empty(csr.indices.shape[0], np.float32)
+    _flare.sparse_sddmm(csr.rows, csr.cols, arg(csr.indptr), arg(csr.indices), arg(q), arg(k),
+                        arg(out))
+    if csr.torch_layout is None:
+        return out
+    torch = torch_module()
+    return torch.sparse_csr_tensor(torch.from_numpy(csr.indptr), torch.from_numpy(csr.indices),
+                                   torch.from_numpy(out), (csr.rows, csr.cols))
+
+
+def hyb(A, c, k, shape=None):
+    """The hyb(c, k) decomposition (SparseTIR §3.4): a dict with rows, cols, nnz,
+    padding_ratio and per column partition its ELL buckets (widths 1..2^k: rows, columns,
+    values, source = the nonzero's index in A or -1 for padding) and its CSR remainder."""
+    where = "flare.sparse.hyb"
+    csr = _csr_of(A, shape, where)
+    if csr.values is None:
+        raise ValueError(f"{where}: A needs values")
+    return _flare.sparse_hyb(csr.rows, csr.cols, arg(csr.indptr), arg(csr.indices),
+                             arg(csr.values), int(c), int(k))

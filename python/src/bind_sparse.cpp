@@ -1,0 +1,115 @@
+// flare::sparse (issue 23; CPU references so far) for python/flare/sparse.py: SpMM and SDDMM on
+// a CSR matrix given as arrays, and the hyb(c, k) decomposition as plain Python values.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "bindings.h"
+#include "flare/sparse/csr.h"
+#include "flare/sparse/hyb.h"
+#include "tensor_arg.h"
+
+namespace flare::python {
+namespace {
+
+sparse::Csr csr_of(int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,
+                   const std::optional<TensorArg>& values) {
+  sparse::Csr a;
+  a.rows = rows;
+  a.cols = cols;
+  a.indptr = indptr.view();
+  a.indices = indices.view();
+  a.values = view_of(values);
+  return a;
+}
+
+template <class T>
+nb::list list_of(const std::vector<T>& values) {
+  nb::list out;
+  for (const T& v : values) out.append(v);
+  return out;
+}
+
+// {"rows", "cols", "nnz", "padding_ratio", "partitions": [{"col_begin", "col_end", "buckets":
+// [{"width", "rows", "columns", "values", "source"}], "remainder": {...}}]}
+nb::dict hyb_dict(const sparse::Hyb& h) {
+  nb::list partitions;
+  for (const sparse::HybPartition& part : h.partitions) {
+    nb::list buckets;
+    for (const sparse::EllBucket& b : part.buckets) {
+      nb::dict bucket;
+      bucket["width"] = b.width;
+      bucket["rows"] = list_of(b.rows);
+      bucket["columns"] = list_of(b.columns);
+      bucket["values"] = list_of(b.values);
+      bucket["source"] = list_of(b.source);
+      buckets.append(bucket);
+    }
+    nb::dict remainder;
+    remainder["rows"] = list_of(part.remainder.rows);
+    remainder["indptr"] = list_of(part.remainder.indptr);
+    remainder["columns"] = list_of(part.remainder.columns);
+    remainder["values"] = list_of(part.remainder.values);
+    remainder["source"] = list_of(part.remainder.source);
+    nb::dict p;
+    p["col_begin"] = part.col_begin;
+    p["col_end"] = part.col_end;
+    p["buckets"] = buckets;
+    p["remainder"] = remainder;
+    partitions.append(p);
+  }
+  nb::dict out;
+  out["rows"] = h.rows;
+  out["cols"] = h.cols;
+  out["nnz"] = h.nnz;
+  out["padding_ratio"] = h.padding_ratio();
+  out["partitions"] = partitions;
+  return out;
+}
+
+}  // namespace
+
+void bind_sparse(nb::module_& m) {
+  m.def(
+      "sparse_spmm",
+      [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,
+         const TensorArg& values, const TensorArg& x, const TensorArg& y) {
+        sparse::spmm_reference(csr_of(rows, cols, indptr, indices, values), x.view(), y.view());
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
+      nb::arg("x"), nb::arg("y"), "y <- A x (CPU reference, float64 accumulation).");
+  m.def(
+      "sparse_spmm_hyb",
+      [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,
+         const TensorArg& values, int column_parts, int max_log2_width, const TensorArg& x,
+         const TensorArg& y) {
+        const sparse::Hyb h = sparse::hyb_from_csr(csr_of(rows, cols, indptr, indices, values),
+                                                   column_parts, max_log2_width);
+        sparse::spmm_reference(h, x.view(), y.view());
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
+      nb::arg("column_parts"), nb::arg("max_log2_width"), nb::arg("x"), nb::arg("y"),
+      "y <- A x through the hyb(c, k) decomposition (CPU reference).");
+  m.def(
+      "sparse_sddmm",
+      [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,
+         const TensorArg& q, const TensorArg& k, const TensorArg& out) {
+        sparse::sddmm_reference(csr_of(rows, cols, indptr, indices, std::nullopt), q.view(),
+                                k.view(), out.view());
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("q"),
+      nb::arg("k"), nb::arg("out"), "out[e] <- q_i . k_j at A's nonzeros (CPU reference).");
+  m.def(
+      "sparse_hyb",
+      [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,
+         const TensorArg& values, int column_parts, int max_log2_width) {
+        return hyb_dict(sparse::hyb_from_csr(csr_of(rows, cols, indptr, indices, values),
+                                             column_parts, max_log2_width));
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
+      nb::arg("column_parts"), nb::arg("max_log2_width"), "The hyb(c, k) decomposition.");
+}
+
+}  // namespace flare::python
