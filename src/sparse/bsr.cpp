@@ -8,11 +8,10 @@
 
 #include "flare/core/error.h"
 #include "src/sparse/dense_access.h"
+#include "src/sparse/remainder.h"
 
 namespace flare::sparse {
 namespace {
-
-int32_t at(const TensorView& t, int64_t i) { return t.ptr<const int32_t>()[i * t.strides[0]]; }
 
 void check_blocks(const Csr& a, int block_rows, int block_cols, const char* what) {
   validate_csr(a);
@@ -30,8 +29,9 @@ std::map<int32_t, std::vector<int64_t>> blocks_of_row(const Csr& a, int64_t b, i
   std::map<int32_t, std::vector<int64_t>> blocks;
   const int64_t row_end = std::min<int64_t>(a.rows, (b + 1) * block_rows);
   for (int64_t r = b * block_rows; r < row_end; ++r) {
-    for (int64_t e = at(a.indptr, r); e < at(a.indptr, r + 1); ++e) {
-      blocks[static_cast<int32_t>(at(a.indices, e) / block_cols)].push_back(e);
+    for (int64_t e = sparse_detail::index_at(a.indptr, r);
+         e < sparse_detail::index_at(a.indptr, r + 1); ++e) {
+      blocks[static_cast<int32_t>(sparse_detail::index_at(a.indices, e) / block_cols)].push_back(e);
     }
   }
   return blocks;
@@ -42,7 +42,7 @@ int64_t row_of(const Csr& a, int64_t e) {
   int64_t lo = 0, hi = a.rows;  // indptr[lo] <= e < indptr[hi]
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
-    if (at(a.indptr, mid) <= e) {
+    if (sparse_detail::index_at(a.indptr, mid) <= e) {
       lo = mid;
     } else {
       hi = mid;
@@ -59,7 +59,7 @@ void append_block(const Csr& a, int32_t block_col, const std::vector<int64_t>& n
   out.source.resize(base + slots, -1);
   for (const int64_t e : nonzeros) {
     const int64_t r = row_of(a, e) % out.block_rows;
-    const int64_t c = at(a.indices, e) % out.block_cols;
+    const int64_t c = sparse_detail::index_at(a.indices, e) % out.block_cols;
     const size_t slot = base + static_cast<size_t>(r * out.block_cols + c);
     out.values[slot] = sparse_detail::load(*a.values, e);
     out.source[slot] = e;
@@ -117,14 +117,8 @@ BsrWithRemainder bsr_split(const Csr& a, int block_rows, int block_cols, double 
       std::vector<int64_t>& row = rest_of_row[static_cast<size_t>(r)];
       if (row.empty()) continue;
       std::sort(row.begin(), row.end());  // A's order is column order within a row
-      CsrRemainder& rest = out.remainder;
-      rest.rows.push_back(static_cast<int32_t>(b * block_rows + r));
-      for (const int64_t e : row) {
-        rest.columns.push_back(at(a.indices, e));
-        rest.values.push_back(sparse_detail::load(*a.values, e));
-        rest.source.push_back(e);
-      }
-      rest.indptr.push_back(static_cast<int64_t>(rest.columns.size()));
+      sparse_detail::append_remainder_row(a, static_cast<int32_t>(b * block_rows + r), row,
+                                          out.remainder);
     }
   }
   return out;
@@ -160,12 +154,7 @@ void spmm_reference(const BsrWithRemainder& a, const TensorView& x, const Tensor
       }
     }
   }
-  const CsrRemainder& rest = a.remainder;
-  for (size_t i = 0; i < rest.rows.size(); ++i) {
-    for (int64_t e = rest.indptr[i]; e < rest.indptr[i + 1]; ++e) {
-      add(rest.rows[i], rest.columns[static_cast<size_t>(e)], rest.values[static_cast<size_t>(e)]);
-    }
-  }
+  sparse_detail::for_each_remainder_nonzero(a.remainder, add);
   for (int64_t r = 0; r < b.rows; ++r) {
     for (int64_t f = 0; f < d; ++f) {
       sparse_detail::store(y, r, f, sum[static_cast<size_t>(r * d + f)]);

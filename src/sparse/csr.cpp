@@ -22,8 +22,6 @@ void check_index_array(const TensorView& t, const std::string& what, int64_t siz
               " has no data");
 }
 
-int32_t at(const TensorView& t, int64_t i) { return t.ptr<const int32_t>()[i * t.strides[0]]; }
-
 }  // namespace
 
 void validate_csr(const Csr& a, const char* name) {
@@ -36,30 +34,34 @@ void validate_csr(const Csr& a, const char* name) {
   check_index_array(a.indptr, n + ".indptr", a.rows + 1);
   check_index_array(a.indices, n + ".indices", -1);
   const int64_t nnz = a.nnz();
-  FLARE_CHECK(at(a.indptr, 0) == 0, ErrorCode::kInvalidArgument, n, ".indptr[0] must be 0, got ",
-              at(a.indptr, 0));
+  FLARE_CHECK(sparse_detail::index_at(a.indptr, 0) == 0, ErrorCode::kInvalidArgument, n,
+              ".indptr[0] must be 0, got ", sparse_detail::index_at(a.indptr, 0));
   // The row structure first, so that an index error below names a real row.
   for (int64_t r = 0; r < a.rows; ++r) {
-    const int64_t begin = at(a.indptr, r), end = at(a.indptr, r + 1);
+    const int64_t begin = sparse_detail::index_at(a.indptr, r),
+                  end = sparse_detail::index_at(a.indptr, r + 1);
     FLARE_CHECK(end >= begin, ErrorCode::kInvalidArgument, n, ".indptr must be non-decreasing: ", n,
                 ".indptr[", r + 1, "] = ", end, " < ", n, ".indptr[", r, "] = ", begin);
     FLARE_CHECK(end <= nnz, ErrorCode::kInvalidArgument, n, ".indptr[", r + 1, "] = ", end,
                 " exceeds the ", nnz, " entries of ", n, ".indices");
   }
   for (int64_t r = 0; r < a.rows; ++r) {
-    const int64_t begin = at(a.indptr, r), end = at(a.indptr, r + 1);
+    const int64_t begin = sparse_detail::index_at(a.indptr, r),
+                  end = sparse_detail::index_at(a.indptr, r + 1);
     for (int64_t e = begin; e < end; ++e) {
-      const int32_t col = at(a.indices, e);
+      const int32_t col = sparse_detail::index_at(a.indices, e);
       FLARE_CHECK(col >= 0 && col < a.cols, ErrorCode::kInvalidArgument, n, ".indices[", e,
                   "] = ", col, " is outside [0, ", a.cols, ") in row ", r);
-      FLARE_CHECK(e == begin || col > at(a.indices, e - 1), ErrorCode::kInvalidArgument, n,
-                  ".indices[", e, "] = ", col, " is not greater than ", n, ".indices[", e - 1,
-                  "] = ", at(a.indices, e - 1), " in row ", r,
+      FLARE_CHECK(e == begin || col > sparse_detail::index_at(a.indices, e - 1),
+                  ErrorCode::kInvalidArgument, n, ".indices[", e, "] = ", col,
+                  " is not greater than ", n, ".indices[", e - 1,
+                  "] = ", sparse_detail::index_at(a.indices, e - 1), " in row ", r,
                   ": columns must be sorted and unique within a row");
     }
   }
-  FLARE_CHECK(at(a.indptr, a.rows) == nnz, ErrorCode::kInvalidArgument, n, ".indptr[", a.rows,
-              "] = ", at(a.indptr, a.rows), " must equal the ", nnz, " entries of ", n, ".indices");
+  FLARE_CHECK(sparse_detail::index_at(a.indptr, a.rows) == nnz, ErrorCode::kInvalidArgument, n,
+              ".indptr[", a.rows, "] = ", sparse_detail::index_at(a.indptr, a.rows),
+              " must equal the ", nnz, " entries of ", n, ".indices");
   if (a.values) {
     const TensorView& v = *a.values;
     FLARE_CHECK(v.device.is_cpu() && v.ndim == 1 && v.shape[0] == nnz && v.dtype == DType::kF32,
@@ -78,9 +80,10 @@ void spmm_reference(const Csr& a, const TensorView& x, const TensorView& y) {
   std::vector<double> row(static_cast<size_t>(d));
   for (int64_t r = 0; r < a.rows; ++r) {
     std::fill(row.begin(), row.end(), 0.0);
-    for (int64_t e = at(a.indptr, r); e < at(a.indptr, r + 1); ++e) {
+    for (int64_t e = sparse_detail::index_at(a.indptr, r);
+         e < sparse_detail::index_at(a.indptr, r + 1); ++e) {
       const double value = sparse_detail::load(*a.values, e);
-      const int64_t col = at(a.indices, e);
+      const int64_t col = sparse_detail::index_at(a.indices, e);
       for (int64_t f = 0; f < d; ++f) row[f] += value * sparse_detail::load(x, col, f);
     }
     for (int64_t f = 0; f < d; ++f) sparse_detail::store(y, r, f, row[f]);
@@ -97,8 +100,9 @@ void sddmm_reference(const Csr& a, const TensorView& q, const TensorView& k,
       ErrorCode::kInvalidArgument, "out must be float32 [", a.nnz(), "] on the CPU, got ",
       dtype_name(out.dtype), " ", out.shape_str());
   for (int64_t r = 0; r < a.rows; ++r) {
-    for (int64_t e = at(a.indptr, r); e < at(a.indptr, r + 1); ++e) {
-      const int64_t col = at(a.indices, e);
+    for (int64_t e = sparse_detail::index_at(a.indptr, r);
+         e < sparse_detail::index_at(a.indptr, r + 1); ++e) {
+      const int64_t col = sparse_detail::index_at(a.indices, e);
       double dot = 0.0;
       for (int64_t f = 0; f < d; ++f) {
         dot += sparse_detail::load(q, r, f) * sparse_detail::load(k, col, f);

@@ -1,5 +1,5 @@
-// Element access to the CPU float32 tensors of the sparse references (float64 arithmetic):
-// strided reads and writes, and the shape checks of their dense operands.
+// Element access to the CPU tensors of the sparse references (float64 arithmetic): strided
+// reads and writes, and the shape checks of their dense operands.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,11 @@ inline int64_t check_dense(const TensorView& t, const char* name, int64_t rows,
   FLARE_CHECK(t.data != nullptr || t.numel() == 0, ErrorCode::kInvalidArgument, name,
               " has no data");
   return t.shape[1];
+}
+
+// Entry i of a 1-D int32 index array (validated by the caller).
+inline int32_t index_at(const TensorView& t, int64_t i) {
+  return t.ptr<const int32_t>()[i * t.strides[0]];
 }
 
 inline double load(const TensorView& t, int64_t i) {

@@ -6,11 +6,10 @@
 
 #include "flare/core/error.h"
 #include "src/sparse/dense_access.h"
+#include "src/sparse/remainder.h"
 
 namespace flare::sparse {
 namespace {
-
-int32_t at(const TensorView& t, int64_t i) { return t.ptr<const int32_t>()[i * t.strides[0]]; }
 
 // The bucket (log2 of its width) of a row holding `count` nonzeros of a partition: the smallest
 // i with 2^i >= count; -1 when count exceeds 2^max_log2 (the remainder).
@@ -27,11 +26,11 @@ void append_row(const Csr& a, int32_t row, int64_t begin, int64_t end, EllBucket
   for (int64_t s = 0; s < bucket.width; ++s) {
     const int64_t e = begin + s;
     if (e < end) {
-      bucket.columns.push_back(at(a.indices, e));
+      bucket.columns.push_back(sparse_detail::index_at(a.indices, e));
       bucket.values.push_back(sparse_detail::load(*a.values, e));
       bucket.source.push_back(e);
     } else {  // padding: a column the row already reads, weight 0
-      bucket.columns.push_back(at(a.indices, end - 1));
+      bucket.columns.push_back(sparse_detail::index_at(a.indices, end - 1));
       bucket.values.push_back(0.0);
       bucket.source.push_back(-1);
     }
@@ -75,26 +74,21 @@ Hyb hyb_from_csr(const Csr& a, int column_parts, int max_log2_width) {
     hyb.partitions.push_back(std::move(part));
   }
   for (int64_t r = 0; r < a.rows; ++r) {
-    int64_t e = at(a.indptr, r);
-    const int64_t row_end = at(a.indptr, r + 1);
+    int64_t e = sparse_detail::index_at(a.indptr, r);
+    const int64_t row_end = sparse_detail::index_at(a.indptr, r + 1);
     for (HybPartition& part : hyb.partitions) {
       // The row's columns are sorted: its nonzeros in this partition are one run.
       const int64_t begin = e;
-      while (e < row_end && at(a.indices, e) < part.col_end) ++e;
+      while (e < row_end && sparse_detail::index_at(a.indices, e) < part.col_end) ++e;
       if (e == begin) continue;
       const int bucket = bucket_of(e - begin, max_log2_width);
       if (bucket >= 0) {
         append_row(a, static_cast<int32_t>(r), begin, e, part.buckets[static_cast<size_t>(bucket)]);
         continue;
       }
-      CsrRemainder& rest = part.remainder;
-      rest.rows.push_back(static_cast<int32_t>(r));
-      for (int64_t i = begin; i < e; ++i) {
-        rest.columns.push_back(at(a.indices, i));
-        rest.values.push_back(sparse_detail::load(*a.values, i));
-        rest.source.push_back(i);
-      }
-      rest.indptr.push_back(static_cast<int64_t>(rest.columns.size()));
+      std::vector<int64_t> nonzeros(static_cast<size_t>(e - begin));
+      for (int64_t i = begin; i < e; ++i) nonzeros[static_cast<size_t>(i - begin)] = i;
+      sparse_detail::append_remainder_row(a, static_cast<int32_t>(r), nonzeros, part.remainder);
     }
   }
   return hyb;
@@ -117,13 +111,7 @@ void spmm_reference(const Hyb& a, const TensorView& x, const TensorView& y) {
         }
       }
     }
-    const CsrRemainder& rest = part.remainder;
-    for (size_t i = 0; i < rest.rows.size(); ++i) {
-      for (int64_t e = rest.indptr[i]; e < rest.indptr[i + 1]; ++e) {
-        add(rest.rows[i], rest.columns[static_cast<size_t>(e)],
-            rest.values[static_cast<size_t>(e)]);
-      }
-    }
+    sparse_detail::for_each_remainder_nonzero(part.remainder, add);
   }
   for (int64_t r = 0; r < a.rows; ++r) {
     for (int64_t f = 0; f < d; ++f)
