@@ -104,8 +104,7 @@ __device__ __forceinline__ void rotate_k_tile(const DecodeParams& p, const ItemG
   rotate_shared_rows<Variant, T::kKVCode, T::kHeadDim, T::kItemHeads * T::kTileTokens, T::kThreads>(
       smem + (tile % T::kStages) * T::kStageBytes, p.variant, threadIdx.x,
       [](int row, int chunk) {
-        return (row / T::kTileTokens) * T::kHeadTileBytes +
-               stage_offset(row % T::kTileTokens, chunk);
+        return (row / T::kTileTokens) * T::kHeadTileBytes + stage_offset(row % T::kTileTokens, chunk);
       },
       [first_pos](int row) { return first_pos + row % T::kTileTokens; });
 }

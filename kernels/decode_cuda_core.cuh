@@ -215,8 +215,8 @@ __device__ __forceinline__ void rotate_q_row(const DecodeParams& p, int q_pos,
     const float partner = __shfl_xor_sync(0xffffffffu, q[e], kHalf);
     float lo = upper ? partner : q[e];
     float hi = upper ? q[e] : partner;
-    const int pair = (lane % kHalf) * T::kDimsPerLane + e;
-    rotate_pair(lo, hi, q_pos, rotary_turns<Variant, T::kHeadDim>(p.variant, pair));
+    rotate_pair(lo, hi, q_pos,
+                rotary_turns<Variant, T::kHeadDim>(p.variant, (lane % kHalf) * T::kDimsPerLane + e));
     q[e] = upper ? hi : lo;
   }
 }

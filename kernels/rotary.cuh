@@ -30,7 +30,7 @@ __device__ __forceinline__ float2 rotary_turns(const VariantParams& p, int pair)
 // reaching __sincosf lies in [-pi, pi] (abs error ~1e-6) and is exact to ~1e-7 turns at any
 // position.
 __device__ __forceinline__ void rotary_cos_sin(int pos, float2 turns, float& c, float& s) {
-  const float position = static_cast<float>(pos);    // exact below 2^24
+  const float position = static_cast<float>(pos);  // exact below 2^24
   const float whole = __fmul_rn(position, turns.x);  // never contracted into the fmaf below
   const float error = fmaf(position, turns.x, -whole);
   const float t = (whole - rintf(whole)) + fmaf(position, turns.y, error);
