@@ -137,15 +137,16 @@ def decode_inputs(batch, kv_len):
     return cache, indptr, indices, last, q
 
 
-def decode_wrapper(module, workspace, graph, batch, pages):
+def decode_wrapper(module, workspace, graph, batch, pages, use_tensor_cores=True):
     if not graph:
-        return module.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
+        return module.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD",
+                                                         use_tensor_cores=use_tensor_cores)
     buffers = dict(
         paged_kv_indptr_buffer=torch.empty(batch + 1, dtype=torch.int32, device="cuda"),
         paged_kv_indices_buffer=torch.empty(pages, dtype=torch.int32, device="cuda"),
         paged_kv_last_page_len_buffer=torch.empty(batch, dtype=torch.int32, device="cuda"))
     return module.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph=True,
-                                                     use_tensor_cores=True, **buffers)
+                                                     use_tensor_cores=use_tensor_cores, **buffers)
 
 
 def measure_decode_library(module, workspace, batch, kv_len, inputs, args, plan_only=False):

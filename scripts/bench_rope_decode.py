@@ -12,22 +12,17 @@ import json
 import torch
 
 import flare
-from bench_python import FLASHINFER, decode_inputs, flashinfer, graph_us, guarded
+from bench_python import (DTYPE, FLASHINFER, HEAD_DIM, KV_HEADS, PAGE, Q_HEADS, decode_inputs,
+                          decode_wrapper, flashinfer, graph_us, guarded)
 
 SHAPES = [(1, 32768), (16, 4096), (64, 8192), (16, 32768)]
-Q_HEADS, KV_HEADS, HEAD_DIM, PAGE, DTYPE = 32, 8, 128, 16, torch.bfloat16
 WORKSPACE_BYTES = 256 << 20
 
 
 def measure(module, batch, kv_len, inputs, tensor_cores, mode, calls):
     cache, indptr, indices, last, q = inputs
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
-    buffers = dict(
-        paged_kv_indptr_buffer=torch.empty(batch + 1, dtype=torch.int32, device="cuda"),
-        paged_kv_indices_buffer=torch.empty(indices.numel(), dtype=torch.int32, device="cuda"),
-        paged_kv_last_page_len_buffer=torch.empty(batch, dtype=torch.int32, device="cuda"))
-    wrapper = module.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph=True,
-                                                        use_tensor_cores=tensor_cores, **buffers)
+    wrapper = decode_wrapper(module, workspace, True, batch, indices.numel(), tensor_cores)
     wrapper.plan(indptr, indices, last, Q_HEADS, KV_HEADS, HEAD_DIM, PAGE, q_data_type=DTYPE,
                  kv_data_type=DTYPE, pos_encoding_mode=mode)
     out = wrapper.run(q, cache)

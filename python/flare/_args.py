@@ -37,7 +37,7 @@ def check_backend(where, backend, cuda=True):
     """"auto", or "fa2" on CUDA (flare's FA2 kernels, what "auto" runs there); a backend flare
     does not have raises NotImplementedError naming it, an unknown name ValueError."""
     if backend == "auto" or (backend == "fa2" and cuda):
-        return backend
+        return
     if backend == "fa2":
         unsupported(where, "backend", backend,
                     "fa2 names the GPU kernels; CPU tensors run the CPU backend ('auto')")

@@ -85,7 +85,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                  paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
                  backend="auto", validate=None):
         self._cuda = is_cuda(float_workspace_buffer)
-        self._backend = check_backend(_WRAPPER, backend, self._cuda)
+        check_backend(_WRAPPER, backend, self._cuda)
         self._kv_layout = check_kv_layout(kv_layout)
         self._workspace = float_workspace_buffer
         self._use_cuda_graph = bool(use_cuda_graph)
@@ -392,13 +392,13 @@ def fast_decode_plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_
                     "decode runs one query token per request")
     if global_override_indptr_cpu is not None:
         indptr = global_override_indptr_cpu
+    dtypes = {} if q_data_type is None else {"q_data_type": q_data_type}  # else plan()'s default
     self.plan(indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
               pos_encoding_mode=pos_encoding_mode, window_left=window_left,
-              logits_soft_cap=logits_soft_cap,
-              q_data_type="float16" if q_data_type is None and data_type is None else q_data_type,
-              kv_data_type=kv_data_type, data_type=data_type, sm_scale=sm_scale,
-              rope_scale=rope_scale, rope_theta=rope_theta, non_blocking=non_blocking,
-              fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv)
+              logits_soft_cap=logits_soft_cap, kv_data_type=kv_data_type, data_type=data_type,
+              sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta,
+              non_blocking=non_blocking, fixed_split_size=fixed_split_size,
+              disable_split_kv=disable_split_kv, **dtypes)
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",

@@ -43,7 +43,7 @@ class _PrefillWrapper:
 
     def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend, validate,
                  **fixed_buffers):
-        self._backend = check_backend(self._name, backend, is_cuda(float_workspace_buffer))
+        check_backend(self._name, backend, is_cuda(float_workspace_buffer))
         self._kv_layout = check_kv_layout(kv_layout)
         self._workspace = float_workspace_buffer
         self._use_cuda_graph = bool(use_cuda_graph)

@@ -148,9 +148,6 @@ void validate_custom_mask(const AttentionProblem& problem, int64_t batch) {
 void validate_positions(const AttentionProblem& problem, int64_t batch) {
   const AttentionParams& params = problem.params;
   check_rope_params(params, "");
-  FLARE_CHECK(!params.rope_llama31 || params.pos_encoding == PosEncoding::kRopeLlama,
-              ErrorCode::kInvalidArgument,
-              "rope_llama31 is given but pos_encoding is not PosEncoding::kRopeLlama");
   if (params.rope_offsets) {
     FLARE_CHECK(params.pos_encoding == PosEncoding::kRopeLlama, ErrorCode::kInvalidArgument,
                 "rope_offsets is given but pos_encoding is not PosEncoding::kRopeLlama");

@@ -22,43 +22,36 @@ void check_blocks(const Csr& a, int block_rows, int block_cols, const char* what
               block_cols);
 }
 
-// For block row b: block column -> the nonzero indices of A in that block, in row-major order
-// of (row, column) since rows are visited in order and columns are sorted.
-std::map<int32_t, std::vector<int64_t>> blocks_of_row(const Csr& a, int64_t b, int block_rows,
-                                                      int block_cols) {
-  std::map<int32_t, std::vector<int64_t>> blocks;
+// A nonzero of a block row: its row within the block row and its index in A.
+struct BlockNonzero {
+  int32_t row;
+  int64_t e;
+};
+
+// For block row b: block column -> its nonzeros, in row-major order of (row, column) since rows
+// are visited in order and columns are sorted.
+std::map<int32_t, std::vector<BlockNonzero>> blocks_of_row(const Csr& a, int64_t b, int block_rows,
+                                                           int block_cols) {
+  std::map<int32_t, std::vector<BlockNonzero>> blocks;
   const int64_t row_end = std::min<int64_t>(a.rows, (b + 1) * block_rows);
   for (int64_t r = b * block_rows; r < row_end; ++r) {
     for (int64_t e = sparse_detail::index_at(a.indptr, r);
          e < sparse_detail::index_at(a.indptr, r + 1); ++e) {
-      blocks[static_cast<int32_t>(sparse_detail::index_at(a.indices, e) / block_cols)].push_back(e);
+      blocks[static_cast<int32_t>(sparse_detail::index_at(a.indices, e) / block_cols)].push_back(
+          {static_cast<int32_t>(r - b * block_rows), e});
     }
   }
   return blocks;
 }
 
-// The row of A holding nonzero e (binary search of indptr).
-int64_t row_of(const Csr& a, int64_t e) {
-  int64_t lo = 0, hi = a.rows;  // indptr[lo] <= e < indptr[hi]
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (sparse_detail::index_at(a.indptr, mid) <= e) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
-void append_block(const Csr& a, int32_t block_col, const std::vector<int64_t>& nonzeros, Bsr& out) {
+void append_block(const Csr& a, int32_t block_col, const std::vector<BlockNonzero>& nonzeros,
+                  Bsr& out) {
   const size_t base = out.values.size();
   const size_t slots = static_cast<size_t>(out.block_rows) * static_cast<size_t>(out.block_cols);
   out.block_col.push_back(block_col);
   out.values.resize(base + slots, 0.0);
   out.source.resize(base + slots, -1);
-  for (const int64_t e : nonzeros) {
-    const int64_t r = row_of(a, e) % out.block_rows;
+  for (const auto& [r, e] : nonzeros) {
     const int64_t c = sparse_detail::index_at(a.indices, e) % out.block_cols;
     const size_t slot = base + static_cast<size_t>(r * out.block_cols + c);
     out.values[slot] = sparse_detail::load(*a.values, e);
@@ -107,16 +100,15 @@ BsrWithRemainder bsr_split(const Csr& a, int block_rows, int block_cols, double 
         append_block(a, block_col, nonzeros, out.blocks);
         continue;
       }
-      for (const int64_t e : nonzeros) {
-        rest_of_row[static_cast<size_t>(row_of(a, e) - b * block_rows)].push_back(e);
-      }
+      for (const auto& [r, e] : nonzeros) rest_of_row[static_cast<size_t>(r)].push_back(e);
     }
     out.blocks.indptr.push_back(out.blocks.blocks());
     // The remainder's rows in order, each row's nonzeros in column order.
     for (int r = 0; r < block_rows; ++r) {
       std::vector<int64_t>& row = rest_of_row[static_cast<size_t>(r)];
       if (row.empty()) continue;
-      std::sort(row.begin(), row.end());  // A's order is column order within a row
+      // Ascending already: block columns are visited in order, and a row's nonzeros in a block
+      // in column order.
       sparse_detail::append_remainder_row(a, static_cast<int32_t>(b * block_rows + r), row,
                                           out.remainder);
     }
@@ -124,15 +116,11 @@ BsrWithRemainder bsr_split(const Csr& a, int block_rows, int block_cols, double 
   return out;
 }
 
-void spmm_reference(const Bsr& a, const TensorView& x, const TensorView& y) {
-  BsrWithRemainder whole;
-  whole.blocks = a;  // a copy: the reference is for tests, not the hot path
-  whole.remainder.indptr.push_back(0);
-  spmm_reference(whole, x, y);
-}
+namespace {
 
-void spmm_reference(const BsrWithRemainder& a, const TensorView& x, const TensorView& y) {
-  const Bsr& b = a.blocks;
+// Y = A X over the blocks of `b` and, when given, a remainder.
+void spmm_blocks(const Bsr& b, const CsrRemainder* remainder, const TensorView& x,
+                 const TensorView& y) {
   const int64_t d = sparse_detail::check_dense(x, "X", b.cols, -1);
   sparse_detail::check_dense(y, "Y", b.rows, d);
   std::vector<double> sum(static_cast<size_t>(b.rows * d), 0.0);
@@ -154,12 +142,22 @@ void spmm_reference(const BsrWithRemainder& a, const TensorView& x, const Tensor
       }
     }
   }
-  sparse_detail::for_each_remainder_nonzero(a.remainder, add);
+  if (remainder != nullptr) sparse_detail::for_each_remainder_nonzero(*remainder, add);
   for (int64_t r = 0; r < b.rows; ++r) {
     for (int64_t f = 0; f < d; ++f) {
       sparse_detail::store(y, r, f, sum[static_cast<size_t>(r * d + f)]);
     }
   }
+}
+
+}  // namespace
+
+void spmm_reference(const Bsr& a, const TensorView& x, const TensorView& y) {
+  spmm_blocks(a, nullptr, x, y);
+}
+
+void spmm_reference(const BsrWithRemainder& a, const TensorView& x, const TensorView& y) {
+  spmm_blocks(a.blocks, &a.remainder, x, y);
 }
 
 }  // namespace flare::sparse

@@ -49,6 +49,9 @@ double rope_frequency(const AttentionParams& params, int64_t pair, int64_t head_
 }
 
 void check_rope_params(const AttentionParams& params, const char* what) {
+  FLARE_CHECK(!params.rope_llama31 || params.pos_encoding == PosEncoding::kRopeLlama,
+              ErrorCode::kInvalidArgument, what,
+              "rope_llama31 is given but pos_encoding is not PosEncoding::kRopeLlama");
   if (params.pos_encoding != PosEncoding::kRopeLlama) return;
   FLARE_CHECK(std::isfinite(params.rope_theta) && params.rope_theta > 0.0f,
               ErrorCode::kInvalidArgument, what, "rope_theta must be finite and > 0, got ",

@@ -16,9 +16,6 @@ StandardVariantFlags standard_variant_flags(const AttentionParams& params, const
               ": params.rope_offsets is the CPU reference's; the GPU kernels rotate q and k at "
               "their positions in the request");
   check_rope_params(params, (std::string(what) + ": ").c_str());
-  FLARE_CHECK(!params.rope_llama31 || params.pos_encoding == PosEncoding::kRopeLlama,
-              ErrorCode::kInvalidArgument, what,
-              ": rope_llama31 is given but pos_encoding is not kRopeLlama");
   FLARE_CHECK(params.logits_soft_cap >= 0.0f, ErrorCode::kInvalidArgument, what,
               ": logits_soft_cap must be >= 0 (0 = off), got ", params.logits_soft_cap);
   FLARE_CHECK(params.window_left >= -1, ErrorCode::kInvalidArgument, what,

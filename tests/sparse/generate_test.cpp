@@ -7,19 +7,14 @@
 #include <algorithm>
 
 #include "flare/sparse/csr.h"
+#include "sparse/random_csr.h"
 #include "testing/expect_error.h"
 
 namespace flare {
 namespace {
 
 sparse::Csr view_of(const sparse::CsrGraph& g) {
-  sparse::Csr a;
-  a.rows = a.cols = g.nodes;
-  a.indptr = TensorView::contiguous(const_cast<int32_t*>(g.indptr.data()), DType::kI32,
-                                    {static_cast<int64_t>(g.indptr.size())});
-  a.indices = TensorView::contiguous(const_cast<int32_t*>(g.indices.data()), DType::kI32,
-                                     {static_cast<int64_t>(g.indices.size())});
-  return a;
+  return sparse_testing::csr_view(g.nodes, g.nodes, g.indptr, g.indices, nullptr);
 }
 
 int64_t max_degree(const sparse::CsrGraph& g) {

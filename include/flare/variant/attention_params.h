@@ -91,9 +91,9 @@ float default_alibi_slope(int64_t head, int64_t num_heads);
 // CPU reference and the GPU kernels' table.
 double rope_frequency(const AttentionParams& params, int64_t pair, int64_t head_dim);
 
-// kInvalidArgument unless rope_theta and rope_scale are finite and > 0 and rope_llama31's
-// factors are finite with 0 < low_freq_factor < high_freq_factor and old_context_len > 0;
-// `what` prefixes the message. No-op without kRopeLlama.
+// kInvalidArgument for rope_llama31 without kRopeLlama, and under kRopeLlama unless rope_theta
+// and rope_scale are finite and > 0 and rope_llama31's factors are finite with 0 <
+// low_freq_factor < high_freq_factor and old_context_len > 0; `what` prefixes the message.
 void check_rope_params(const AttentionParams& params, const char* what);
 
 inline constexpr int kRelativeBiasBuckets = 32;
