@@ -134,7 +134,7 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
   g.page_base = record.meta.page_begin;
   g.kv_hi = item.kv_end;
   const int q_pos = kv_len - 1;  // one query token per request, bottom-right aligned
-  const int visible = Variant::visible_begin(p.variant, q_pos);
+  const int visible = Variant::visible_begin(p.variant, item.request, q_pos);
   g.kv_lo = item.kv_begin > visible ? item.kv_begin : visible;
   g.num_tiles = g.kv_hi > g.kv_lo ? (g.kv_hi - g.kv_lo + T::kTileTokens - 1) / T::kTileTokens : 0;
 

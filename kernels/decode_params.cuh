@@ -26,6 +26,7 @@ enum DTypeCode : int32_t {
 // A user variant's named float parameters and tensors (include/flare/variant/user_variant.h).
 constexpr int kMaxVariantScalars = 8;
 constexpr int kMaxVariantTensors = 4;
+constexpr int kMaxVariantTensorDims = 4;  // extents a variant can read (Tensors::<name>_extent)
 
 // Runtime parameters of the variants (kernels/variant.cuh): the built-ins' resolved from
 // AttentionParams once per BatchDecode / BatchPrefill, a user variant's scalars per run().
@@ -38,6 +39,9 @@ struct VariantParams {
   const float* rope_turns;  // RoPE: [D_qk / 2][2] turns per position of each pair, as hi + lo
   float scalars[kMaxVariantScalars];        // a user variant's, in its declared order (Scalars::)
   const void* tensors[kMaxVariantTensors];  // its tensors' data, likewise (Tensors::)
+  // Their extents (1 past a tensor's rank), so a source can bound an index that comes from its
+  // data; a graph replay keeps the extents of its capture, like the addresses.
+  int32_t tensor_extents[kMaxVariantTensors][kMaxVariantTensorDims];
 };
 
 // Byte offsets of the plan sections inside the workspace (plan/plan.h WorkspaceLayout), and the

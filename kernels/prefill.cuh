@@ -251,7 +251,7 @@ __device__ __forceinline__ ItemGeometry item_geometry(const PrefillParams& p,
   g.q_pos_first = g.q_offset + item.row_begin / p.group_size;
   g.q_pos_last = g.q_offset + (item.row_end - 1) / p.group_size;
   g.kv_hi = item.kv_end;
-  const int visible_from = Variant::visible_begin(p.variant, g.q_pos_first);
+  const int visible_from = Variant::visible_begin(p.variant, item.request, g.q_pos_first);
   g.kv_lo = item.kv_begin > visible_from ? item.kv_begin : visible_from;
   g.num_tiles = g.kv_hi > g.kv_lo ? (g.kv_hi - g.kv_lo + T::kKvTile - 1) / T::kKvTile : 0;
   g.kv_len = kv_len;
@@ -349,7 +349,7 @@ __device__ __forceinline__ WarpSpan warp_span(const PrefillParams& p, const Work
   // A custom mask, or a variant mask that is not a window: every key is checked.
   if constexpr (T::kMask == kMaskCustom || masks_every_key<Variant>) span.full_end = 0;
   if (last_row < first_row) span.kv_end = 0;  // a warp past the item's rows
-  span.full_begin = Variant::visible_begin(p.variant, last_pos);
+  span.full_begin = Variant::visible_begin(p.variant, item.request, last_pos);
   return span;
 }
 

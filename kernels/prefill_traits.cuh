@@ -5,7 +5,7 @@
 // FLARE_QUERY_TILE (16 | 32 | 64 | 128), FLARE_KV_TILE (32 | 64 | 128), FLARE_Q_DTYPE (q, k, v
 // and o: f16 | bf16), FLARE_KV_PAGED (0 ragged | 1 paged), FLARE_PAGE_SIZE (paged), FLARE_MASK
 // (PrefillMaskCode). `struct Variant` comes from the variant source (kernels/variant.cuh): a
-// Variant whose logits_mask excludes exactly the keys before visible_begin(q_pos)
+// Variant whose logits_mask excludes exactly the keys before visible_begin(request, q_pos)
 // (kMaskIsWindow) lets tiles past every row's window start skip per-key masking, and one with
 // logits linear in q.k (has_linear_logits) has its scale folded into the exp2 argument instead
 // of every score being scaled.

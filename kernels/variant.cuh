@@ -11,10 +11,13 @@
 //                                                    keys, and there is no lse (see below)
 //   static float query_scale(const VariantParams&)  factor applied to q.k before
 //                                                    logits_transform (default sm_scale * log2e)
-//   static int visible_begin(const VariantParams&, int q_pos)  first KV position the query
-//                                                    may see (a speed hint; default 0: kernels
-//                                                    may skip keys before it, so logits_mask
-//                                                    must exclude them too)
+//   static int visible_begin(const VariantParams&, int request, int q_pos)
+//                                                    first KV position the query of `request`
+//                                                    at q_pos may see (a speed hint; default 0:
+//                                                    kernels may skip keys before it, so
+//                                                    logits_mask must exclude them too); never
+//                                                    decreasing in q_pos (a tile's first row
+//                                                    bounds every row's)
 //   void init(const VariantParams&, const RowContext&)  per query row of a work item: the
 //                                                    request, heads and position (keep what the
 //                                                    other hooks need)
@@ -25,7 +28,7 @@
 //   static constexpr bool kLinearLogits;             optional: true when logits_transform returns
 //                                                    s (default: whether it is VariantBase's)
 //   static constexpr bool kMaskIsWindow;             true when logits_mask excludes exactly the
-//                                                    keys before visible_begin(q_pos): the FA2
+//                                                    keys before visible_begin: the FA2
 //                                                    prefill then checks keys only on the tiles
 //                                                    that straddle that boundary
 //   static constexpr bool kRotary;                   true: q and k rotate before q.k (RoPE,
@@ -85,7 +88,7 @@ struct VariantBase {
   static constexpr bool kRotary = false;
   __device__ static float query_scale(const VariantParams& p) { return p.sm_scale * kLog2e; }
   __device__ static float rotary_frequency(const VariantParams&, int, int) { return 0.0f; }
-  __device__ static int visible_begin(const VariantParams&, int) { return 0; }
+  __device__ static int visible_begin(const VariantParams&, int, int) { return 0; }
   __device__ void init(const VariantParams&, const RowContext&) {}
   __device__ float logits_transform(const VariantParams&, float s, int) const { return s; }
   __device__ bool logits_mask(int) const { return true; }
@@ -205,14 +208,14 @@ struct StandardVariant : VariantBase {
   __device__ static float2 rotary_turns(const VariantParams& p, int pair, int) {
     return __ldg(reinterpret_cast<const float2*>(p.rope_turns + 2 * pair));
   }
-  __device__ static int visible_begin(const VariantParams& p, int query_pos) {
+  __device__ static int visible_begin(const VariantParams& p, int, int query_pos) {
     if (!kWindow || p.window_left < 0) return 0;
     const int first = query_pos - p.window_left;
     return first > 0 ? first : 0;
   }
   __device__ void init(const VariantParams& p, const RowContext& row) {
     q_pos = row.q_pos;
-    first_visible = visible_begin(p, row.q_pos);
+    first_visible = visible_begin(p, row.request, row.q_pos);
     alibi_step = 0.0f;
     if (kAlibi) {
       const float slope = p.alibi_slopes[row.qo_head];

@@ -80,7 +80,8 @@ class _PrefillWrapper:
         q_dtype = dtype_name(q_data_type)
         kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
         check_o_data_type(where, o_data_type, q_dtype)
-        variant = check_variant(where, variant, self._gpu is not None)
+        variant = check_variant(where, variant, self._gpu is not None,
+                                causal and custom_mask is None and packed_custom_mask is None)
         head_dim_vo = head_dim_qk if head_dim_vo is None else head_dim_vo
         params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
                              logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
@@ -417,7 +418,8 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
                          logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
                          rope_scale=rope_scale, rope_theta=rope_theta)
-    variant = check_variant(where, variant, is_cuda(q))
+    variant = check_variant(where, variant, is_cuda(q),
+                            causal and custom_mask is None and packed_custom_mask is None)
     variant_arguments(where, variant, variant_kwargs)  # names a missing or unknown one now
     if not is_cuda(q):
         out, lse = _single_cpu(where, q, k, v, kv_layout, params_kwargs, {}, custom_mask,

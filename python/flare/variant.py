@@ -24,12 +24,15 @@ tensors passed to run() by keyword as well (an extent may be "batch", "num_qo_he
 "num_kv_heads": run() checks it against the plan, so a tensor indexed by the row's request or
 head is never read outside), read through ``Tensors::<name>(p)`` (a
 ``const float*``; ``int`` for int32, ``long long`` for int64, ``unsigned char`` for uint8,
-``unsigned short`` bits for float16 / bfloat16); run() checks their dtype, device, contiguity
-and declared shape, and the variant must read only inside them. A CUDA graph keeps the
+``unsigned short`` bits for float16 / bfloat16), their extents through
+``Tensors::<name>_extent(p, d)`` (d < 4; 1 past the rank); run() checks their dtype, device,
+contiguity and declared shape, and the variant must read only inside them. A CUDA graph keeps the
 tensors' addresses of its capture. The hooks: ``query_scale``, ``visible_begin``,
 ``init(p, RowContext row)`` (row.request, row.qo_head, row.kv_head, row.q_pos),
 ``logits_transform(p, s, kv_pos)`` (s = q.k * query_scale; returns the logit in log2 units),
-``logits_mask(kv_pos)`` and ``kMaskIsWindow``. A variant without softmax (sigmoid attention:
+``logits_mask(kv_pos)`` and ``kMaskIsWindow`` (``visible_begin(p, request, q_pos)`` never
+decreasing in q_pos). ``requires_causal=True`` declares a mask that relies on the kernel's
+causal mask for the keys after the query: plan() then refuses causal=False. A variant without softmax (sigmoid attention:
 ``static constexpr bool use_softmax = false;`` in the source, and ``use_softmax=False`` here,
 checked against each other when the kernel compiles) has logits_transform return each key's
 weight: o = sum of weight * v over the visible keys, with no normalisation and no lse (run()
@@ -92,9 +95,10 @@ class AttentionVariant:
     float scalars (at most 8) and its tensors ({name: dtype}, at most 4), both passed to run()
     as keyword arguments."""
 
-    __slots__ = ("name", "source", "scalars", "tensors", "use_softmax")
+    __slots__ = ("name", "source", "scalars", "tensors", "use_softmax", "requires_causal")
 
-    def __init__(self, source, name, scalars=(), tensors=None, use_softmax=True):
+    def __init__(self, source, name, scalars=(), tensors=None, use_softmax=True,
+                 requires_causal=False):
         if not isinstance(name, str) or not _IDENTIFIER.match(name):
             raise ValueError(f"AttentionVariant: name must be a C identifier, got {name!r}")
         if not isinstance(source, str) or not source.strip():
@@ -127,16 +131,20 @@ class AttentionVariant:
         object.__setattr__(self, "scalars", scalars)
         object.__setattr__(self, "tensors", tensors)
         object.__setattr__(self, "use_softmax", bool(use_softmax))
+        object.__setattr__(self, "requires_causal", bool(requires_causal))
 
     def __setattr__(self, key, value):
         raise AttributeError("AttentionVariant is immutable")
 
     def key(self):
         """What identifies the compiled kernels of this variant."""
-        return (self.name, self.source, self.scalars, self.tensors, self.use_softmax)
+        return (self.name, self.source, self.scalars, self.tensors, self.use_softmax,
+                self.requires_causal)
 
     def __repr__(self):
         softmax = "" if self.use_softmax else ", use_softmax=False"
+        if self.requires_causal:
+            softmax += ", requires_causal=True"
         return (f"AttentionVariant(name={self.name!r}, scalars={self.scalars!r}, "
                 f"tensors={ {n: d for n, d, _ in self.tensors}!r}{softmax})")
 
@@ -166,7 +174,10 @@ def variant_arguments(where, variant, given):
     return variant.arguments(where, given)
 
 
-def check_variant(where, variant, cuda):
+def check_variant(where, variant, cuda, causal_mask=True):
+    """variant (None or a flare.AttentionVariant) for CUDA tensors; causal_mask: whether the
+    call applies the causal mask (prefill: causal=True and no custom mask), which a variant with
+    requires_causal needs."""
     if variant is None:
         return None
     if not isinstance(variant, AttentionVariant):
@@ -175,4 +186,8 @@ def check_variant(where, variant, cuda):
     if not cuda:
         raise ValueError(f"{where}: variant {variant.name!r} runs on CUDA tensors only (the "
                          "CPU backend cannot run CUDA source)")
+    if variant.requires_causal and not causal_mask:
+        raise ValueError(f"{where}: variant {variant.name!r} requires the causal mask "
+                         "(causal=True, no custom mask): its mask relies on it for the keys "
+                         "after each query")
     return variant

@@ -23,7 +23,8 @@ def _library(name):
         tensors = {t_name: (dtype, tuple(_EXTENT_NAMES.get(e, e) for e in shape))
                    for t_name, dtype, shape in d["tensors"]}
         variant = _CACHE[name] = AttentionVariant(d["source"], d["name"], scalars=d["scalars"],
-                                                  tensors=tensors, use_softmax=d["use_softmax"])
+                                                  tensors=tensors, use_softmax=d["use_softmax"],
+                                                  requires_causal=d["requires_causal"])
     return variant
 
 
@@ -45,3 +46,29 @@ def relative_position_bias():
     buckets (16 exact distances, then logarithmic up to max_distance). run() takes table=
     (float32 [num_qo_heads, 32], CUDA) and max_distance= (T5: 128)."""
     return _library("relative_position_bias")
+
+
+def document_mask():
+    """Document masking for packed sequences: the query at position i sees key j when j <= i and
+    both lie in one document (a run of positions of its request). Plan with causal=True (the
+    variant requires it); run() takes document_start= (int32 [batch, L], CUDA: each position's
+    document start, from document_starts()); positions >= L are documents of their own. The
+    prefill skips the tiles of earlier documents."""
+    return _library("document_mask")
+
+
+def document_starts(document_id):
+    """document_mask()'s tensor from per-position document ids (an integer tensor [batch, L] or
+    [L], on any device, ids of one document contiguous): each position's first position of its
+    run of equal ids, int32 [batch, L] ([1, L] for a [L] input), on document_id's device. Torch
+    ops only, no synchronization."""
+    import torch
+    ids = document_id if document_id.dim() == 2 else document_id.unsqueeze(0)
+    if ids.dim() != 2 or ids.dtype.is_floating_point or ids.dtype.is_complex:
+        raise ValueError("document_starts: document_id must be an integer tensor [batch, L] or "
+                         f"[L], got {tuple(document_id.shape)} {document_id.dtype}")
+    positions = torch.arange(ids.shape[1], device=ids.device, dtype=torch.int32).expand_as(ids)
+    first = torch.ones_like(ids, dtype=torch.bool)
+    first[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    starts = torch.where(first, positions, torch.zeros_like(positions)).cummax(dim=1).values
+    return starts.to(torch.int32).contiguous()

@@ -13,7 +13,8 @@ namespace flare::python {
 
 namespace {
 
-// {"name", "source", "scalars": tuple, "tensors": tuple of (name, dtype, shape), "use_softmax"},
+// {"name", "source", "scalars": tuple, "tensors": tuple of (name, dtype, shape), "use_softmax",
+// "requires_causal"},
 // shape extents as declared (kAnyExtent and the symbolic extents are negative codes).
 nb::dict library_variant(const std::string& name) {
   const UserVariant v = variants::by_name(name);
@@ -30,6 +31,7 @@ nb::dict library_variant(const std::string& name) {
   out["scalars"] = nb::tuple(scalars);
   out["tensors"] = nb::tuple(tensors);
   out["use_softmax"] = v.use_softmax;
+  out["requires_causal"] = v.requires_causal;
   return out;
 }
 

@@ -21,7 +21,7 @@ namespace flare::python {
 namespace nb = nanobind;
 
 // An object with name, source, scalars (a sequence of names), tensors (a sequence of (name,
-// dtype name, shape with -1 for any extent) triples) and use_softmax, or None.
+// dtype name, shape with -1 for any extent) triples), use_softmax and requires_causal, or None.
 inline std::optional<UserVariant> user_variant_arg(nb::handle variant) {
   if (variant.is_none()) return std::nullopt;
   UserVariant v;
@@ -37,6 +37,7 @@ inline std::optional<UserVariant> user_variant_arg(nb::handle variant) {
     v.tensors.push_back(std::move(decl));
   }
   v.use_softmax = nb::cast<bool>(variant.attr("use_softmax"));
+  v.requires_causal = nb::cast<bool>(variant.attr("requires_causal"));
   return v;
 }
 

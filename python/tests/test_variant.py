@@ -36,6 +36,22 @@ def test_declarations_are_validated():
         flare.AttentionVariant(SOURCE, "plain", scalars=[f"s{i}" for i in range(9)])
     with pytest.raises(AttributeError, match="immutable"):
         v.name = "other"
+    causal_only = flare.AttentionVariant(SOURCE, "docs", requires_causal=True)
+    assert causal_only.requires_causal and "requires_causal=True" in repr(causal_only)
+    assert causal_only.key() != flare.AttentionVariant(SOURCE, "docs").key()
+
+
+def test_library_variants_declare_what_the_engine_declares():
+    doc = flare.variants.document_mask()
+    assert doc.name == "document_mask" and doc.requires_causal
+    assert doc.tensors == (("document_start", "int32", (-2, -1)),)  # batch, any
+    assert not flare.variants.prefix_lm().requires_causal
+    # A variant that needs the causal mask is refused without it before anything else
+    # (checked where the variant is, ahead of the CUDA-only check of a CPU call).
+    from flare.variant import check_variant
+    with pytest.raises(ValueError, match="'document_mask' requires the causal mask"):
+        check_variant("plan", doc, True, causal_mask=False)
+    assert check_variant("plan", doc, True, causal_mask=True) is doc
 
 
 def test_scalar_keywords_are_checked_by_name():

@@ -384,3 +384,53 @@ def test_library_prefix_lm_and_relative_position_bias():
                     q_data_type=torch.bfloat16, variant=rpb)
         out = decode.run(qd, cache.cache, table=table, max_distance=64.0)
         assert (out.double() - expected).abs().max().item() <= 2e-2, use_tensor_cores
+
+
+def test_library_document_mask():
+    """flare.variants.document_mask(): packed documents (runs of 1-200 positions), ragged
+    prefill and decode on both loops against float64, rows shorter than a request (its last
+    positions alone); a plan without the causal mask is refused."""
+    qo_lens, kv_lens, q, k, v, qo, kv, generator = ragged_batch(13)
+    columns = max(kv_lens) - 5
+    lengths = torch.randint(1, 200, (len(kv_lens), columns), generator=generator)
+    ids = torch.stack([torch.repeat_interleave(torch.arange(columns), row)[:columns]
+                       for row in lengths]).to(torch.int32)
+    starts = flare.variants.document_starts(ids.to(DEVICE))
+    assert starts.dtype == torch.int32 and starts.shape == ids.shape
+    assert torch.equal(flare.variants.document_starts(torch.tensor([4, 4, 6, 6, 6, 1])),
+                       torch.tensor([[0, 0, 2, 2, 2, 5]], dtype=torch.int32))
+
+    def same_document(r, i, j):
+        inside = (i < columns) & (j < columns)
+        row = ids[r].to(DEVICE).long()
+        same = row[i.clamp(max=columns - 1)] == row[j.clamp(max=columns - 1)]
+        return (j <= i) & ((inside & same) | (i == j))
+
+    doc = flare.variants.document_mask()
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+    wrapper.plan(qo, kv, 8, 2, 128, causal=True, q_data_type=torch.bfloat16, variant=doc)
+    out = wrapper.run(q, k, v, document_start=starts)
+    expected = masked_reference(q, k, v, qo_lens, kv_lens, same_document)
+    assert (out.double() - expected).abs().max().item() <= 2e-2
+    with pytest.raises(ValueError, match="requires the causal mask"):
+        wrapper.plan(qo, kv, 8, 2, 128, causal=False, q_data_type=torch.bfloat16, variant=doc)
+
+    cache = GpuPagedCache([1, 33, 700, 4100], 2, 128, 16, "NHD", torch.bfloat16, seed=14)
+    decode_ids = torch.repeat_interleave(torch.arange(4000), 7)[:4000].to(torch.int32)
+    decode_ids = decode_ids.expand(4, 4000).contiguous()
+    decode_starts = flare.variants.document_starts(decode_ids.to(DEVICE))
+    qd = torch.randn(4, 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    ks, vs = zip(*(cache.tokens(b) for b in range(cache.batch)))
+    row = decode_ids[0].to(DEVICE).long()
+    expected = masked_reference(
+        qd, torch.cat(ks), torch.cat(vs), [1] * 4, cache.kv_lens,
+        lambda r, i, j: (j <= i) & (((i < 4000) & (j < 4000) & (row[i.clamp(max=3999)] ==
+                                                                row[j.clamp(max=3999)]))
+                                    | (i == j)))
+    for use_tensor_cores in (False, True):
+        decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
+                                                          use_tensor_cores=use_tensor_cores)
+        decode.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 8, 2, 128, 16,
+                    q_data_type=torch.bfloat16, variant=doc)
+        out = decode.run(qd, cache.cache, document_start=decode_starts)
+        assert (out.double() - expected).abs().max().item() <= 2e-2, use_tensor_cores

@@ -88,6 +88,11 @@ void validate_config(const BatchPrefillConfig& c) {
               p.v_scale);
   // Throws for what no kernel expresses.
   api_detail::resolve_variant(variant_params(p), c.variant, c.num_qo_heads, kWhat);
+  FLARE_CHECK(!c.variant || !c.variant->requires_causal || p.mask == MaskMode::kCausal,
+              ErrorCode::kInvalidArgument, kWhat, ": variant '",
+              c.variant ? c.variant->name : std::string(),
+              "' requires the causal mask (UserVariant::requires_causal), but params.mask is not "
+              "MaskMode::kCausal");
 }
 
 int mask_code(MaskMode mask) {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,7 @@ ResolvedVariant resolve_variant(const AttentionParams& params,
                          : params.alibi_slopes.has_value()           ? "alibi_slopes"
                          : params.prefix_len.has_value()             ? "prefix_len"
                          : params.relative_bias.has_value()          ? "relative_bias"
+                         : params.document_id.has_value()            ? "document_id"
                                                                      : nullptr;
   FLARE_CHECK(built_in == nullptr, ErrorCode::kInvalidArgument, what, ": params.", built_in,
               " is a built-in variant term, and variant '", user->name,
@@ -129,6 +131,11 @@ void check_run_options(const AttentionParams& params, const std::optional<UserVa
     FLARE_CHECK(shape_ok, ErrorCode::kInvalidArgument, what, ": variant '", user->name, "' tensor ",
                 decl.name, " must have shape ", shape_text(decl.shape, extents), ", got ",
                 t.shape_str());
+    for (int d = 0; d < t.ndim; ++d) {
+      FLARE_CHECK(t.shape[d] <= std::numeric_limits<int32_t>::max(), ErrorCode::kInvalidArgument,
+                  what, ": variant '", user->name, "' tensor ", decl.name, " has extent ",
+                  t.shape[d], " in dimension ", d, "; variant tensors' extents are at most 2^31 - 1");
+    }
   }
   FLARE_CHECK(given == user->scalars.size(), ErrorCode::kInvalidArgument, what, ": variant '",
               user->name, "' takes ", user->scalars.size(), " scalars (",
@@ -147,7 +154,11 @@ void set_variant_arguments(const RunOptions& options, VariantParams& out) {
                 options.variant_scalars.size() * sizeof(float));
   }
   for (size_t i = 0; i < options.variant_tensors.size(); ++i) {
-    out.tensors[i] = options.variant_tensors[i].data;
+    const TensorView& t = options.variant_tensors[i];
+    out.tensors[i] = t.data;
+    for (int d = 0; d < kMaxVariantTensorDims; ++d) {
+      out.tensor_extents[i][d] = d < t.ndim ? static_cast<int32_t>(t.shape[d]) : 1;
+    }
   }
 }
 

@@ -74,6 +74,14 @@ T resolve_sm_scale(const AttentionParams& params, int64_t head_dim_qk) {
   return static_cast<T>(1.0 / std::sqrt(static_cast<double>(head_dim_qk)));
 }
 
+// Document mask: whether positions a and b lie in one document (a position past the request's
+// row of document_id is a document of its own).
+bool same_document(const RequestGeometry& request, int64_t a, int64_t b) {
+  if (request.document_ids == nullptr || a == b) return true;
+  if (a >= request.document_columns || b >= request.document_columns) return false;
+  return request.document_ids[a] == request.document_ids[b];
+}
+
 }  // namespace
 
 RequestGeometry request_geometry(const AttentionProblem& problem, int64_t request) {
@@ -85,6 +93,11 @@ RequestGeometry request_geometry(const AttentionProblem& problem, int64_t reques
   geometry.kv_len = kv_length(problem.kv, request);
   if (params.rope_offsets) geometry.rope_offset = int32_at(*params.rope_offsets, request);
   if (params.prefix_len) geometry.prefix_len = int32_at(*params.prefix_len, request);
+  if (params.document_id) {
+    geometry.document_ids = params.document_id->ptr<const int32_t>() +
+                            request * params.document_id->strides[0];
+    geometry.document_columns = params.document_id->shape[1];
+  }
   if (params.mask == MaskMode::kCustom) {
     geometry.mask_bits =
         params.custom_mask->ptr<const uint8_t>() + ragged_begin(*params.mask_indptr, request);
@@ -210,8 +223,9 @@ void RowAttention<T>::attend_token(const RequestGeometry& request, int64_t kv_he
   if (params.window_left >= 0) first_key = std::max(first_key, q_pos - params.window_left);
   visible_keys_.clear();
   for (int64_t key = first_key; key < end_key; ++key) {
-    if (params.mask != MaskMode::kCustom ||
-        mask_bit_set(request.mask_bits, token * request.kv_len + key)) {
+    if ((params.mask != MaskMode::kCustom ||
+         mask_bit_set(request.mask_bits, token * request.kv_len + key)) &&
+        same_document(request, q_pos, key)) {
       visible_keys_.push_back(key);
     }
   }

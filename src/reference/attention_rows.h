@@ -20,6 +20,8 @@ struct RequestGeometry {
   int64_t kv_len = 0;
   int64_t rope_offset = 0;             // added to every q and k position under RoPE
   int64_t prefix_len = 0;              // prefix-LM: keys below it are visible under kCausal
+  const int32_t* document_ids = nullptr;  // document mask: this request's row of document_id
+  int64_t document_columns = 0;             // its length (later positions: a document each)
   const uint8_t* mask_bits = nullptr;  // kCustom: q_len x kv_len bits, little bit order
 };
 RequestGeometry request_geometry(const AttentionProblem& problem, int64_t request);

@@ -163,6 +163,13 @@ void validate_positions(const AttentionProblem& problem, int64_t batch) {
     check_dtype(*params.prefix_len, "prefix_len", DType::kI32);
     check_shape(*params.prefix_len, "prefix_len", {batch}, "[batch]");
   }
+  if (params.document_id) {
+    check_host_tensor(*params.document_id, "document_id", 2, "[batch, L]");
+    check_dtype(*params.document_id, "document_id", DType::kI32);
+    FLARE_CHECK(params.document_id->shape[0] == batch && params.document_id->strides[1] == 1,
+                ErrorCode::kInvalidArgument, "document_id must be [batch = ", batch,
+                ", L] with contiguous rows, got ", params.document_id->shape_str());
+  }
   if (params.relative_bias) {
     check_host_tensor(*params.relative_bias, "relative_bias", 2, "[num_qo_heads, 32]");
     check_dtype(*params.relative_bias, "relative_bias", DType::kF32);

@@ -20,10 +20,15 @@ StandardVariantFlags standard_variant_flags(const AttentionParams& params, const
               ": logits_soft_cap must be >= 0 (0 = off), got ", params.logits_soft_cap);
   FLARE_CHECK(params.window_left >= -1, ErrorCode::kInvalidArgument, what,
               ": window_left must be -1 (no window) or >= 0, got ", params.window_left);
-  FLARE_CHECK(!params.prefix_len && !params.relative_bias, ErrorCode::kUnsupported, what,
-              ": params.", params.prefix_len ? "prefix_len" : "relative_bias",
-              " is the CPU reference's; on the GPU pass flare::variants::",
-              params.prefix_len ? "prefix_lm()" : "relative_position_bias()",
+  const char* reference_only = params.prefix_len      ? "prefix_len"
+                               : params.relative_bias ? "relative_bias"
+                               : params.document_id   ? "document_id"
+                                                      : nullptr;
+  FLARE_CHECK(reference_only == nullptr, ErrorCode::kUnsupported, what, ": params.",
+              reference_only, " is the CPU reference's; on the GPU pass flare::variants::",
+              params.prefix_len      ? "prefix_lm()"
+              : params.relative_bias ? "relative_position_bias()"
+                                     : "document_mask()",
               " (flare/variant/library.h) as the config's variant");
   FLARE_CHECK(std::isfinite(params.sigmoid_bias), ErrorCode::kInvalidArgument, what,
               ": sigmoid_bias must be finite, got ", params.sigmoid_bias);

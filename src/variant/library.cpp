@@ -48,40 +48,95 @@ UserVariant relative_position_bias() {
   v.tensors = {{"table", DType::kF32, {kQoHeadsExtent, kRelativePositionBuckets}}};
   // T5's unidirectional buckets (transformers' _relative_position_bucket, bidirectional=False):
   // n = max(i - j, 0); n < 16 exact; else 16 + log(n / 16) / log(max_distance / 16) * 16,
-  // at most 31. The bucket is in [0, 31] whatever max_distance holds.
+  // at most 31, which every n >= max_distance reaches: those keys (all but the nearest
+  // max_distance of a long row) take the row's last bucket from a register, without a
+  // logarithm or a table load. The bucket is in [0, 31] whatever max_distance holds (at most
+  // 16: every n >= 16 takes bucket 31).
   v.source = R"(
 struct Variant : flare::VariantBase {
-  // Two registers per row (the decode loops keep several rows per thread); the scale of the
+  // Three registers per row (the decode loops keep several rows per thread); the scale of the
   // logarithmic buckets depends on the parameters only, one value for every row.
   int row_offset;  // qo_head * 32
   int q_pos;
-  __device__ void init(const flare::VariantParams&, const flare::RowContext& row) {
+  float far_bias;  // table[qo_head][31] in log2 units
+  __device__ void init(const flare::VariantParams& p, const flare::RowContext& row) {
     row_offset = row.qo_head * 32;
     q_pos = row.q_pos;
+    far_bias = __ldg(Tensors::table(p) + row_offset + 31) * flare::kLog2e;
   }
   __device__ float logits_transform(const flare::VariantParams& p, float s, int kv_pos) const {
     const int n = q_pos > kv_pos ? q_pos - kv_pos : 0;
+    if (n >= 16 && static_cast<float>(n) >= Scalars::max_distance(p)) return s + far_bias;
     int bucket = n;
-    if (n >= 16) {  // NaN or negative (max_distance <= 16) clamps to bucket 16
-      const float buckets_per_log = 16.0f / __logf(Scalars::max_distance(p) * 0.0625f);
-      const float scaled = __logf(static_cast<float>(n) * 0.0625f) * buckets_per_log;
+    if (n >= 16) {  // here max_distance > n >= 16: the logarithm below is positive
+      const float buckets_per_log2 = 16.0f / __log2f(Scalars::max_distance(p) * 0.0625f);
+      const float scaled = __log2f(static_cast<float>(n) * 0.0625f) * buckets_per_log2;
       bucket = 16 + static_cast<int>(fminf(fmaxf(scaled, 0.0f), 15.0f));
     }
-    return s + Tensors::table(p)[row_offset + bucket] * flare::kLog2e;
+    return s + __ldg(Tensors::table(p) + row_offset + bucket) * flare::kLog2e;
   }
 };
 )";
   return v;
 }
 
-std::vector<std::string> names() { return {"sigmoid", "prefix_lm", "relative_position_bias"}; }
+UserVariant document_mask() {
+  UserVariant v;
+  v.name = "document_mask";
+  v.tensors = {{"document_start", DType::kI32, {kBatchExtent, kAnyExtent}}};
+  v.requires_causal = true;
+  // A window per query: with the kernel's causal mask, the query at q_pos sees the keys from
+  // its document's start on, so the prefill skips the tiles of earlier documents and checks
+  // keys only on the tiles that straddle a start. The start is clamped into [0, q_pos]
+  // (whatever the tensor holds, the query sees at least itself); positions past the row are
+  // documents of their own.
+  v.source = R"(
+struct Variant : flare::VariantBase {
+  static constexpr bool kMaskIsWindow = true;
+  int first;
+  __device__ static int visible_begin(const flare::VariantParams& p, int request, int q_pos) {
+    const int columns = Tensors::document_start_extent(p, 1);
+    if (q_pos <= 0 || q_pos >= columns) return q_pos > 0 ? q_pos : 0;
+    const int start = __ldg(Tensors::document_start(p) + static_cast<long long>(request) * columns + q_pos);
+    return start < 0 ? 0 : start > q_pos ? q_pos : start;
+  }
+  __device__ void init(const flare::VariantParams& p, const flare::RowContext& row) {
+    first = visible_begin(p, row.request, row.q_pos);
+  }
+  __device__ bool logits_mask(int kv_pos) const { return kv_pos >= first; }
+};
+)";
+  return v;
+}
+
+std::vector<int32_t> document_starts(const std::vector<int32_t>& document_id, int64_t rows,
+                                     int64_t columns) {
+  FLARE_CHECK(rows >= 0 && columns >= 0 &&
+                  static_cast<int64_t>(document_id.size()) == rows * columns,
+              ErrorCode::kInvalidArgument, "flare::variants::document_starts: document_id holds ",
+              document_id.size(), " ids, not rows * columns = ", rows, " * ", columns);
+  std::vector<int32_t> starts(document_id.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* ids = document_id.data() + r * columns;
+    int32_t* out = starts.data() + r * columns;
+    for (int64_t j = 0; j < columns; ++j) {
+      out[j] = j > 0 && ids[j] == ids[j - 1] ? out[j - 1] : static_cast<int32_t>(j);
+    }
+  }
+  return starts;
+}
+
+std::vector<std::string> names() {
+  return {"sigmoid", "prefix_lm", "relative_position_bias", "document_mask"};
+}
 
 UserVariant by_name(const std::string& name) {
   if (name == "sigmoid") return sigmoid();
   if (name == "prefix_lm") return prefix_lm();
   if (name == "relative_position_bias") return relative_position_bias();
+  if (name == "document_mask") return document_mask();
   fail(ErrorCode::kInvalidArgument, "flare::variants: no variant named '", name,
-       "' (sigmoid, prefix_lm, relative_position_bias)");
+       "' (sigmoid, prefix_lm, relative_position_bias, document_mask)");
 }
 
 }  // namespace flare::variants

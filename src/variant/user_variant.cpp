@@ -78,6 +78,14 @@ void validate_user_variant(const UserVariant& variant, const char* what) {
     }
     names.push_back(tensor.name);
   }
+  // Each tensor's extents come as Tensors::<name>_extent: no tensor may take that name.
+  for (const UserVariantTensor& a : variant.tensors) {
+    for (const UserVariantTensor& b : variant.tensors) {
+      FLARE_CHECK(b.name != a.name + "_extent", ErrorCode::kInvalidArgument, what, ": variant '",
+                  variant.name, "' tensor ", b.name, " collides with tensor ", a.name,
+                  "'s extent accessor (Tensors::", a.name, "_extent)");
+    }
+  }
 }
 
 std::string user_variant_source(const UserVariant& variant) {
@@ -92,6 +100,9 @@ std::string user_variant_source(const UserVariant& variant) {
     source += "  __device__ static const " + type + "* " + variant.tensors[i].name +
               "(const flare::VariantParams& p) { return static_cast<const " + type +
               "*>(p.tensors[" + std::to_string(i) + "]); }\n";
+    source += "  __device__ static int " + variant.tensors[i].name +
+              "_extent(const flare::VariantParams& p, int d) { return p.tensor_extents[" +
+              std::to_string(i) + "][d]; }\n";
   }
   source += "};\n#line 1 \"" + variant.name + "\"\n" + variant.source;
   if (source.back() != '\n') source += '\n';

@@ -5,8 +5,10 @@
 // FA2 prefill (paged and ragged, odd lengths, GQA 1/4/8, page sizes 1/3/16). A run() with the
 // wrong scalars throws before anything is written. Sigmoid attention (use_softmax = false) on
 // both decode loops and both prefill paths, its split rows added up by the merges, and no lse.
+// The shipped prefix-LM and document mask against the reference's masks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -429,6 +431,103 @@ TEST(UserVariantPrefill, LibraryPrefixLmMatchesTheReference) {
   c.kv = PrefillKV::kRagged;
   c.query_tile = 16;
   prefill_testing::check(c);
+}
+
+// Packed documents for document_mask(): per request, runs of 1-300 positions with one id
+// each, in rows of `columns` (a request longer than that has positions past the row: documents
+// of their own), the reference's ids and the starts the variant reads, on the device.
+struct Documents {
+  Documents(const std::vector<int32_t>& kv_lens, int64_t columns_in, uint64_t seed)
+      : columns(columns_in),
+        ids(DType::kI32, {static_cast<int64_t>(kv_lens.size()), columns_in}) {
+    std::vector<int32_t> all(static_cast<size_t>(ids.numel()));
+    uint64_t state = seed;
+    for (size_t r = 0; r < kv_lens.size(); ++r) {
+      int32_t id = 0;
+      int64_t left = 0;
+      for (int64_t j = 0; j < columns; ++j) {
+        if (left == 0) {
+          state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+          left = 1 + static_cast<int64_t>((state >> 33) % 300);
+          ++id;
+        }
+        --left;
+        all[r * columns + j] = id;
+      }
+    }
+    std::copy(all.begin(), all.end(), ids.data<int32_t>());
+    const std::vector<int32_t> starts =
+        variants::document_starts(all, static_cast<int64_t>(kv_lens.size()), columns);
+    HostTensor starts_host(DType::kI32, ids.shape());
+    std::copy(starts.begin(), starts.end(), starts_host.data<int32_t>());
+    starts_device = gpu_testing::to_device(starts_host);
+  }
+  // Causal and inside one document (positions past the row: alone).
+  bool visible(int64_t request, int64_t q_pos, int64_t kv_pos) const {
+    if (kv_pos > q_pos) return false;
+    if (kv_pos == q_pos) return true;
+    if (q_pos >= columns) return false;
+    const int32_t* row = ids.data<int32_t>() + request * columns;
+    return row[q_pos] == row[kv_pos];
+  }
+
+  int64_t columns;
+  HostTensor ids;
+  gpu_testing::DeviceCopy starts_device;
+};
+
+TEST(UserVariantDecode, LibraryDocumentMaskMatchesTheReference) {
+  FLARE_REQUIRE_GPU();
+  // check_decode's lengths; 4099 runs past the rows (its last 99 positions alone).
+  const Documents docs({1, 17, 255, 4099, 33, 1000}, 4000, 5);
+  DecodeVariantCase c;
+  c.variant = variants::document_mask();
+  c.tensors = {docs.starts_device.view};
+  c.reference.document_id = docs.ids.view();
+  for (const bool tc : {false, true}) {
+    c.tensor_cores = tc;
+    c.page_size = tc ? 16 : 3;
+    check_decode(c);
+  }
+  c.kv_heads_per_item = 2;  // whole-page items
+  check_decode(c);
+}
+
+// Tiles that skip earlier documents, straddle a start or lie inside one document, on both
+// prefill paths, split and not; a non-causal plan is refused.
+TEST(UserVariantPrefill, LibraryDocumentMaskMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  cuda::set_device(0);
+  Case c;
+  c.q_lens = {17, 600, 250, 1, 64};
+  c.kv_lens = {300, 600, 1200, 77, 64};
+  const Documents docs(c.kv_lens, 1100, 9);
+  c.num_qo_heads = 8;
+  c.num_kv_heads = 2;
+  c.variant = variants::document_mask();
+  c.variant_tensors = {docs.starts_device.view};
+  c.mask_rule = [&docs](int64_t request, int64_t q_pos, int64_t kv_pos) {
+    return docs.visible(request, q_pos, kv_pos);
+  };
+  prefill_testing::check(c);
+  c.kv = PrefillKV::kRagged;
+  c.query_tile = 128;
+  prefill_testing::check(c);
+  c.query_tile = 16;
+  c.fixed_split_size = 64;
+  c.page_size = 1;
+  c.kv = PrefillKV::kPaged;
+  prefill_testing::check(c);
+
+  BatchPrefillConfig config;
+  config.max_batch = 2;
+  config.max_total_qo = 64;
+  config.num_qo_heads = 8;
+  config.num_kv_heads = 2;
+  config.head_dim_qk = config.head_dim_vo = 128;
+  config.variant = variants::document_mask();
+  EXPECT_FLARE_ERROR(BatchPrefill prefill(config), ErrorCode::kInvalidArgument,
+                     "requires the causal mask");
 }
 
 TEST(UserVariantPrefill, AMaskThatIsNotAWindowIsCheckedOnEveryKey) {

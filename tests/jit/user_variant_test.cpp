@@ -104,6 +104,9 @@ TEST(UserVariant, DeclarationsAreValidated) {
   v.tensors[0].dtype = DType::kE4M3;
   EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
                      "tensor slopes has dtype float8_e4m3; variant tensors are float32");
+  v.tensors = {{"slopes", DType::kF32, {}}, {"slopes_extent", DType::kI32, {}}};
+  EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
+                     "tensor slopes_extent collides with tensor slopes's extent accessor");
   v.tensors.assign(kMaxUserTensors + 1, {"t", DType::kU8});
   EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
                      "declares 5 tensors; at most 4");
@@ -124,6 +127,26 @@ TEST(UserVariant, SpecsCarryTheUserSourceAndName) {
                              "return static_cast<const float*>(p.tensors[0]); }"),
             std::string::npos)
       << with_tensor;
+  EXPECT_NE(with_tensor.find("static int slopes_extent(const flare::VariantParams& p, int d) { "
+                             "return p.tensor_extents[0][d]; }"),
+            std::string::npos)
+      << with_tensor;
+}
+
+// document_mask() relies on the kernel's causal mask: a prefill config without it is refused
+// before any kernel is chosen; its tensor comes from per-position ids.
+TEST(UserVariant, DocumentMaskRequiresTheCausalMaskAndReadsDocumentStarts) {
+  BatchPrefillConfig p = prefill_config(variants::document_mask(), PrefillKV::kRagged);
+  EXPECT_TRUE(p.variant->requires_causal);
+  EXPECT_NO_THROW(batch_prefill_kernels(p, {64, 64}));
+  p.params.mask = MaskMode::kNone;
+  EXPECT_FLARE_ERROR(batch_prefill_kernels(p, {64, 64}), ErrorCode::kInvalidArgument,
+                     "variant 'document_mask' requires the causal mask");
+  const std::vector<int32_t> ids = {3, 3, 4, 4, 4, 9, /* row 2 */ 1, 2, 2, 2, 1, 1};
+  EXPECT_EQ(variants::document_starts(ids, 2, 6),
+            (std::vector<int32_t>{0, 0, 2, 2, 2, 5, 0, 1, 1, 1, 4, 4}));
+  EXPECT_FLARE_ERROR(variants::document_starts(ids, 2, 5), ErrorCode::kInvalidArgument,
+                     "document_id holds 12 ids, not rows * columns = 2 * 5");
 }
 
 TEST(UserVariant, BuiltInTermsAlongsideAUserVariantAreErrors) {
@@ -166,7 +189,8 @@ TEST_P(UserVariantFamilies, EveryFamilyCompilesWithoutSpills) {
 INSTANTIATE_TEST_SUITE_P(Variants, UserVariantFamilies,
                          ::testing::Values("soft_cap", "alibi", "alibi_slopes", "stride_mask",
                                            "sigmoid", "library:sigmoid", "library:prefix_lm",
-                                           "library:relative_position_bias"));
+                                           "library:relative_position_bias",
+                                           "library:document_mask"));
 
 // The built-in sigmoid attention (params.use_softmax = false, StandardVariant's kSigmoid) takes
 // the same paths as a user variant without softmax, with soft-cap alongside.

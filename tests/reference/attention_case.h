@@ -43,6 +43,9 @@ struct AttentionCaseSpec {
   bool give_alibi_slopes = false;
   bool give_prefix_len = false;     // prefix-LM (with kCausal): random prefixes up to kv_len + 2
   bool give_relative_bias = false;  // T5's relative bias: a random [H_qo, 32] table
+  // Document mask: random runs of 1-5 positions per request, rows of max kv_len - 2 columns
+  // (the longest request's last positions lie past its row).
+  bool give_document_id = false;
   double mask_density = 0.5;  // kCustom: probability that a bit is set
   bool with_lse = true;
   uint64_t seed = 1;
@@ -103,6 +106,21 @@ class AttentionCase {
         naive_.relative_bias.push_back(relative_bias_.get(i));
       }
       params_.relative_bias = relative_bias_.view();
+    }
+    if (spec.give_document_id) {
+      const int64_t columns =
+          std::max<int64_t>(1, *std::max_element(spec.kv_lens.begin(), spec.kv_lens.end()) - 2);
+      naive_.document_columns = columns;
+      for (int64_t r = 0; r < batch; ++r) {
+        int32_t id = 0;
+        for (int64_t j = 0; j < columns; ++j) {
+          if (j == 0 || rng.uniform_int(0, 3) == 0) ++id;
+          naive_.document_id.push_back(id);
+        }
+      }
+      document_id_ = HostTensor(DType::kI32, {batch, columns});
+      std::copy(naive_.document_id.begin(), naive_.document_id.end(), document_id_.data<int32_t>());
+      params_.document_id = document_id_.view();
     }
     if (spec.params.mask == MaskMode::kCustom) make_custom_mask(rng);
   }
@@ -239,8 +257,8 @@ class AttentionCase {
   TestKVCache kv_;
   HostTensor q_storage_, o_storage_, lse_storage_;
   TensorView q_, o_, lse_;
-  HostTensor qo_indptr_, rope_offsets_, alibi_slopes_, prefix_len_, relative_bias_, custom_mask_,
-      mask_indptr_;
+  HostTensor qo_indptr_, rope_offsets_, alibi_slopes_, prefix_len_, relative_bias_, document_id_,
+      custom_mask_, mask_indptr_;
   AttentionParams params_;
   NaiveInputs naive_;
 };

@@ -155,6 +155,22 @@ TEST(ReferenceAttentionVariants, PrefixLmWidensTheCausalMask) {
   expect_matches_naive(spec, 2e-4, 0.0);
 }
 
+// Document mask (the CPU side of flare::variants::document_mask): short documents, a row
+// shorter than the longest request, causal and not, with softmax and without.
+TEST(ReferenceAttentionVariants, DocumentIdsKeepKeysInTheQuerysDocument) {
+  AttentionCaseSpec spec = mixed_batch(8, 2);
+  spec.params.mask = MaskMode::kCausal;
+  spec.give_document_id = true;
+  expect_matches_naive(spec, kF32Tolerance, kF32Tolerance);
+  expect_matches_naive(spec, kF32Tolerance, kF32Tolerance, KVSource::kRagged);
+  spec.params.mask = MaskMode::kNone;
+  spec.params.window_left = 3;
+  expect_matches_naive(spec, kF32Tolerance, kF32Tolerance);
+  spec.params.use_softmax = false;
+  spec.with_lse = false;
+  expect_matches_naive(spec, 2e-4, 0.0);
+}
+
 // T5's relative position bias (the CPU side of flare::variants::relative_position_bias), causal
 // and not, with ALiBi and soft-cap alongside, two max distances.
 TEST(ReferenceAttentionVariants, RelativePositionBiasT5Buckets) {

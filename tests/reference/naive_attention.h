@@ -29,6 +29,9 @@ struct NaiveInputs {
   std::vector<double> alibi_slopes;        // [H_qo] or empty (the ALiBi paper's default slopes)
   std::vector<int32_t> prefix_len;         // [batch] or empty: prefix-LM under kCausal
   std::vector<double> relative_bias;       // [H_qo * 32] or empty: T5's relative position bias
+  // [batch * document_columns] or empty: the document mask's per-position ids
+  std::vector<int32_t> document_id;
+  int64_t document_columns = 0;
   std::vector<std::vector<bool>> visible;  // kCustom: per request, q_len * kv_len row-major
 };
 
@@ -114,6 +117,11 @@ inline NaiveOutputs naive_attention(const NaiveInputs& in) {
           if (p.window_left >= 0 && j < q_pos - p.window_left) continue;
           if (p.mask == MaskMode::kCustom && !in.visible[r][static_cast<size_t>(i * kv_len + j)]) {
             continue;
+          }
+          if (!in.document_id.empty() && j != q_pos) {
+            const int64_t columns = in.document_columns;
+            const int32_t* row = in.document_id.data() + r * columns;
+            if (j >= columns || q_pos >= columns || row[j] != row[q_pos]) continue;
           }
           double s = 0.0;
           for (int64_t d = 0; d < dqk; ++d)

@@ -27,8 +27,8 @@ enum class PosEncoding : uint8_t {
 //   s += slope[h] * (j - q_pos)                    when pos == kAlibi
 //   s += relative_bias[h][bucket(q_pos - j)]       when relative_bias is given (T5)
 //   s = cap * tanh(s / cap)                        when logits_soft_cap > 0
-//   masked (causal, window, custom) -> excluded; under kCausal with prefix_len, keys
-//   j < prefix_len[request] stay visible (prefix-LM)
+//   masked (causal, window, custom, document_id) -> excluded; under kCausal with prefix_len,
+//   keys j < prefix_len[request] stay visible (prefix-LM)
 // softmax:  o = sum_j exp(s_j - lse) v_j,  lse = ln sum_j exp(s_j)   (natural log)
 // sigmoid (use_softmax = false): o = sum_j sigmoid(s_j + sigmoid_bias) v_j, no lse.
 // Empty or fully masked rows: o = 0, lse = -inf.
@@ -72,6 +72,12 @@ struct AttentionParams {
   // flare::variants::relative_position_bias(), the same rule.
   std::optional<TensorView> relative_bias;
   float relative_max_distance = 128.0f;  // > 16
+  // Document mask: int32 [batch, L] (CPU, rows contiguous); key j is visible to the query at
+  // q_pos only when document_id[request][j] == document_id[request][q_pos] (a position >= L is
+  // a document of its own), on top of the mask mode. The CPU reference's; on the GPU it is
+  // flare::variants::document_mask() (flare/variant/library.h), with kCausal and ids
+  // nondecreasing along each row (contiguous documents).
+  std::optional<TensorView> document_id;
 
   // fp8 KV: the stored value times the scale is the real value (per tensor).
   float k_scale = 1.0f;

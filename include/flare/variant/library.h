@@ -5,6 +5,7 @@
 // read lies inside them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,17 @@ UserVariant prefix_lm();
 // [num_qo_heads, 32]; scalar: max_distance (T5: 128).
 UserVariant relative_position_bias();
 inline constexpr int kRelativePositionBuckets = 32;
+
+// Document masking (packed sequences): the query at position i sees key j when j <= i and both
+// lie in one document, a run of positions [s, e) of its request. Tensor: document_start, int32
+// [batch, L], each position's document start s (document_starts() below builds it from
+// per-position document ids); positions >= L are documents of their own. Needs the causal mask
+// (UserVariant::requires_causal): the prefill skips the tiles of earlier documents.
+UserVariant document_mask();
+// document_mask()'s tensor from document ids, rows x columns row-major: each position's first
+// position of the run of equal ids it belongs to (ids of one document are contiguous).
+std::vector<int32_t> document_starts(const std::vector<int32_t>& document_id, int64_t rows,
+                                     int64_t columns);
 
 // The names above, for bindings.
 std::vector<std::string> names();

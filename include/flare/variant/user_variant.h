@@ -26,7 +26,8 @@
 // captured into a CUDA graph keeps the values, and the tensor addresses, of its capture).
 // Each named tensor is a device tensor of a declared dtype the source reads through the pointer
 // `Tensors::<name>(p)` (const float*, const int*, const long long*, const unsigned char*, or
-// const unsigned short* holding float16 / bfloat16 bits); run() passes them
+// const unsigned short* holding float16 / bfloat16 bits) and its extents as
+// `Tensors::<name>_extent(p, d)` (d < 4; 1 past the tensor's rank); run() passes them
 // (RunOptions::variant_tensors) and checks their dtype, device, contiguity and declared shape.
 // Their shapes are the variant's contract: flare cannot see which elements the source reads, so a
 // variant must index only inside the tensors it is given. The AttentionParams of a config with a
@@ -69,6 +70,11 @@ struct UserVariant {
   // in the prefill merge). The compiled source checks that the two agree (a static_assert,
   // raised at plan() with NVRTC's log).
   bool use_softmax = true;
+  // Whether the source's mask relies on the kernel's causal mask for the keys after the query
+  // (e.g. a kMaskIsWindow mask that bounds only the start, as document_mask() does): a prefill
+  // config without MaskMode::kCausal is then refused. Decode's query is its request's last
+  // position, so decode always qualifies.
+  bool requires_causal = false;
 };
 
 inline constexpr int kMaxUserScalars = 8;  // kernels/decode_params.cuh kMaxVariantScalars
