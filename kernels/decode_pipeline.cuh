@@ -152,7 +152,7 @@ __device__ __forceinline__ RowContext row_context(const DecodeParams& p, const W
                                                   int packed, int q_pos) {
   const int qo_head = item.kv_head * p.group_size + packed % p.group_size;
   return {item.request + packed / p.group_size, qo_head, qo_head / (p.group_size / T::kItemHeads),
-          q_pos};
+          q_pos, q_pos + 1, 1};  // one query per request, at its last position
 }
 
 // The page ids of this thread's copies of `tile`. An id out of range (the table is the

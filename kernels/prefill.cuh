@@ -284,8 +284,10 @@ __device__ __forceinline__ RowInfo row_info(const PrefillParams& p, const ItemSh
       const int r = local_row(mi, h);
       rows.q_pos[mi][h] = shared.row_q_pos[r];
       const int qo_head = shared.row_qo_head[r];
+      const ItemGeometry& g = shared.record.g;
       rows.variant[mi][h].init(p.variant, {shared.record.item.request, qo_head,
-                                           qo_head / p.group_size, rows.q_pos[mi][h]});
+                                           qo_head / p.group_size, rows.q_pos[mi][h], g.kv_len,
+                                           g.kv_len - g.q_offset});
     }
   }
   if constexpr (T::kMask == kMaskCustom) {

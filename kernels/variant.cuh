@@ -78,6 +78,8 @@ struct RowContext {
   int qo_head;  // query head
   int kv_head;  // the KV head it reads
   int q_pos;    // the query token's position (bottom-right aligned: kv_len - q_len + i)
+  int kv_len;   // the request's KV tokens
+  int q_len;    // its query tokens (decode: 1)
 };
 
 // Every hook's default: plain softmax attention with sm_scale. No data members: the kernels

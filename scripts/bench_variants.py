@@ -10,8 +10,9 @@ FlexAttention. Variants: causal, logits soft-cap 30, sliding window 1024 (left),
 has no q/k transform), user:soft_cap (flare.AttentionVariant with the built-in
 soft-cap's math: the cost of writing a variant oneself), and flare.variants' prefix-LM (a prefix
 of a quarter of each sequence), T5 relative position bias (causal, 32 buckets, max distance
-128; Flex as a score_mod with the same buckets) and sigmoid (no softmax: flare only, causal
-pairs). TFLOP/s count the visible (query, key) pairs: 4 * D * H * pairs. Times: CUDA events around each eager call, median of --calls.
+128; Flex as a score_mod with the same buckets), document masking (each sequence packed with
+documents of L/16 to L/4 tokens, causal inside each; Flex as a mask_mod on the same ids) and
+sigmoid (no softmax: flare only, causal pairs). TFLOP/s count the visible (query, key) pairs: 4 * D * H * pairs. Times: CUDA events around each eager call, median of --calls.
 Usage: python3 scripts/bench_variants.py [--lengths 1024,4096,16384] [--calls 5] [--json F]
        [--variants causal,prefix_lm,...]
 """
@@ -29,9 +30,10 @@ BATCH, HEADS, HEAD_DIM, DTYPE = 16, 16, 128, torch.bfloat16
 CAP, WINDOW = 30.0, 1024
 WORKSPACE_BYTES = 256 << 20
 VARIANTS = ["causal", "soft_cap", "window", "alibi", "rope", "user:soft_cap", "prefix_lm",
-            "relative_bias", "sigmoid"]
+            "relative_bias", "document", "sigmoid"]
 LIBRARY = {"prefix_lm": flare.variants.prefix_lm(),
            "relative_bias": flare.variants.relative_position_bias(),
+           "document": flare.variants.document_mask(),
            "sigmoid": flare.variants.sigmoid()}
 MAX_DISTANCE = 128.0
 
@@ -74,7 +76,24 @@ def t5_bucket(n):
     return torch.where(n < 16, n, large.clamp(max=31))
 
 
+def document_ids(length):
+    """[BATCH, length] int32 ids on the GPU: each row packed with documents of length / 16 to
+    length / 4 tokens (seeded by the length)."""
+    generator = torch.Generator().manual_seed(length)
+    rows = []
+    for _ in range(BATCH):
+        sizes = torch.randint(max(1, length // 16), max(2, length // 4) + 1, (length,),
+                              generator=generator)
+        rows.append(torch.repeat_interleave(torch.arange(length), sizes)[:length])
+    return torch.stack(rows).to(torch.int32).cuda()
+
+
 def visible_pairs(length, variant):
+    """Visible (query, key) pairs of one sequence (the batch's mean for documents)."""
+    if variant == "document":
+        _, counts = torch.unique_consecutive(document_ids(length).cpu().flatten(),
+                                             return_counts=True)
+        return int((counts * (counts + 1) // 2).sum()) // BATCH
     if variant == "prefix_lm":
         p = prefix_of(length)
         return p * p + (length * (length + 1) - p * (p + 1)) // 2
@@ -96,6 +115,8 @@ def library_run_kwargs(variant, length):
                                          device="cuda")}
     if variant == "relative_bias":
         return {"table": relative_table(), "max_distance": MAX_DISTANCE}
+    if variant == "document":
+        return {"document_start": flare.variants.document_starts(document_ids(length))}
     return {"bias": -1.0}
 
 
@@ -125,14 +146,18 @@ def measure_flex(variant, length, q, k, v, calls, compiled):
         return None, None
     qb, kb, vb = (x.view(BATCH, length, HEADS, HEAD_DIM).transpose(1, 2) for x in (q, k, v))
     prefix = prefix_of(length)
+    docs = document_ids(length)
 
     def mask(b, h, q_idx, kv_idx):
         visible = q_idx >= kv_idx
         if variant == "prefix_lm":
             return visible | (kv_idx < prefix)
+        if variant == "document":
+            return visible & (docs[b, q_idx] == docs[b, kv_idx])
         return visible & (q_idx - kv_idx <= WINDOW) if variant == "window" else visible
 
-    block_mask = create_block_mask(mask, None, None, length, length, device="cuda")
+    block_mask = create_block_mask(mask, BATCH if variant == "document" else None, None, length,
+                                   length, device="cuda")
     slopes = alibi_slopes(HEADS)
     table = relative_table()
     score_mod = {
@@ -220,6 +245,12 @@ def main():
         if times.get("causal") and times.get("relative_bias"):
             print(f"relative bias / causal time, length {length}: "
                   f"{times['relative_bias'] / times['causal']:.3f}")
+        if times.get("causal") and times.get("document"):
+            # Fewer pairs than causal: the target compares the rate over the visible pairs.
+            rate = (visible_pairs(length, "causal") / times["causal"]) / (
+                visible_pairs(length, "document") / times["document"])
+            print(f"document mask: time {times['document'] / times['causal']:.3f} of causal, "
+                  f"causal's TFLOP/s over document's {rate:.3f}")
     print("max |flare - Flex| per row:", ", ".join(
         f"{r['variant']}@{r['length']}={r['max_diff_vs_flex']:.3g}"
         for r in rows if "max_diff_vs_flex" in r))

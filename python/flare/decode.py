@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from . import _flare
+from . import _flare, _flashinfer_jit
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
                     check_pos_encoding_mode, make_params, pdl_flag, scale_or_one,
                     unsupported, ResolvedConfigs)
@@ -83,9 +83,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  use_tensor_cores=False, paged_kv_indptr_buffer=None,
                  paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
-                 backend="auto", validate=None):
+                 backend="auto", jit_args=None, validate=None):
         self._cuda = is_cuda(float_workspace_buffer)
         check_backend(_WRAPPER, backend, self._cuda)
+        # FlashInfer's customized module (gen_customize_batch_decode_module's arguments): its
+        # variant is what plan() compiles, its extra arguments come positionally to run().
+        self._jit_module = _flashinfer_jit.wrapper_module("batch_decode", backend, jit_args)
         self._kv_layout = check_kv_layout(kv_layout)
         self._workspace = float_workspace_buffer
         self._use_cuda_graph = bool(use_cuda_graph)
@@ -147,6 +150,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         flare.AttentionVariant compiled in place of the built-in terms (pos_encoding_mode,
         window_left and logits_soft_cap must then stay off); its scalars go to run().
         """
+        variant = _flashinfer_jit.plan_variant(f"{_WRAPPER}.plan", self._jit_module, variant)
         signature = (num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode,
                      window_left, logits_soft_cap, q_data_type, kv_data_type, data_type,
                      sm_scale, rope_scale, rope_theta, fixed_split_size, disable_split_kv,
@@ -277,7 +281,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             refill_buffer(buffer, name, source, caller_name, non_blocking)
         return self._indices_buf
 
-    def run(self, q, paged_kv_cache, *, q_scale=None, k_scale=None, v_scale=None, out=None,
+    def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None,
             lse=None, return_lse=False, enable_pdl=None, lse_base="log2", **variant_kwargs):
         """o [batch, H_qo, D] (and lse [batch, H_qo] float32 with return_lse) for the plan.
 
@@ -285,8 +289,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
         inside the kernel. lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl: the
         kernel may start while the previous kernel on the stream ends (sm_90+; None: on
         where the GPU has it, as FlashInfer). A planned variant's scalars come as keyword
-        arguments (cap=30.0).
+        arguments (cap=30.0); with jit_args, the module's tensors and scalars come positionally
+        after paged_kv_cache, as in FlashInfer.
         """
+        if args:
+            variant_kwargs = _flashinfer_jit.run_keywords(f"{_WRAPPER}.run", self._jit_module,
+                                                          args, variant_kwargs)
         gpu = self._gpu
         if gpu is not None:  # the hot path: one extension call, every check O(1)
             decoder, page_ids, out_shape, lse_shape, variant = gpu
@@ -468,3 +476,21 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
                 scale_or_one(k_scale), scale_or_one(v_scale), base2, pdl_flag(enable_pdl), scalars,
                 tensors)
     return (out[0], lse[0]) if return_lse else out[0]
+
+
+def single_decode_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",
+                                                window_left=-1, return_lse=False):
+    """FlashInfer's entry for a customized module (flare.jit.gen_customize_single_decode_module
+    (...).build_and_load()): decode of one request with the module's variant, its tensors and
+    scalars positionally after v. Returns o only, as FlashInfer does (return_lse is accepted
+    and the lse dropped); window_left must stay -1 (write it in the variant)."""
+    where = "single_decode_with_kv_cache_with_jit_module"
+    if not isinstance(jit_module, _flashinfer_jit.CustomizedModule):
+        raise TypeError(f"{where}: jit_module must come from gen_customize_single_decode_module"
+                        f"(...).build_and_load(), got {type(jit_module).__name__}")
+    if window_left != -1:
+        raise NotImplementedError(f"{where}: window_left={window_left} beside a variant_decl: "
+                                  "write the window in the variant's LogitsMask")
+    jit_module.check(where, q, k)
+    return single_decode_with_kv_cache(q, k, v, kv_layout=kv_layout, variant=jit_module.variant,
+                                       **jit_module.arguments(where, args))

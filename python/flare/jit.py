@@ -11,10 +11,20 @@ precompile() once at start::
 which compiles, in parallel, every kernel the wrappers' plan() may need for each variant
 (None: the built-in softmax attention): the decode kernel of each loop and, for prefill, the
 merge kernel and the kernel of every tile pair a plan may choose, paged and ragged.
+
+FlashInfer's customized modules: gen_customize_{single,batch}_{decode,prefill}_module take
+FlashInfer's arguments (uri, dtypes, head dims, additional tensor / scalar names and dtypes,
+variant_name, variant_decl) and return a spec whose build_and_load() gives the module that
+flare.{decode,prefill}.single_*_with_kv_cache_with_jit_module and the wrappers' jit_args take;
+its variant (module.variant) can be precompiled like any other.
 """
 
 from . import _flare
 from ._args import make_params
+from ._flashinfer_jit import (gen_customize_batch_decode_module,  # noqa: F401 (FlashInfer's names)
+                              gen_customize_batch_prefill_module,
+                              gen_customize_single_decode_module,
+                              gen_customize_single_prefill_module)
 from ._tensors import dtype_name
 from .variant import check_variant
 

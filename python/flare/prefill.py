@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 
-from . import _flare
+from . import _flare, _flashinfer_jit
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
                     check_pos_encoding_mode, scale_or_one, unsupported, ResolvedConfigs)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
@@ -42,8 +42,12 @@ class _PrefillWrapper:
     _paged = True
 
     def __init__(self, float_workspace_buffer, kv_layout, use_cuda_graph, backend, validate,
-                 **fixed_buffers):
+                 jit_args, **fixed_buffers):
         check_backend(self._name, backend, is_cuda(float_workspace_buffer))
+        # FlashInfer's customized module (gen_customize_batch_prefill_module's arguments after
+        # backend): its variant is what plan() compiles, its extra arguments come positionally
+        # to run().
+        self._jit_module = _flashinfer_jit.wrapper_module("batch_prefill", backend, jit_args)
         self._kv_layout = check_kv_layout(kv_layout)
         self._workspace = float_workspace_buffer
         self._use_cuda_graph = bool(use_cuda_graph)
@@ -76,6 +80,7 @@ class _PrefillWrapper:
         (_signature), remembered with what they resolve to once they pass every check."""
         where = f"{self._name}.plan"
         _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
+        variant = _flashinfer_jit.plan_variant(where, self._jit_module, variant)
         _check_mask_args(where, causal, custom_mask, packed_custom_mask)
         q_dtype = dtype_name(q_data_type)
         kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
@@ -197,8 +202,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf=None, paged_kv_indptr_buf=None, paged_kv_indices_buf=None,
                  paged_kv_last_page_len_buf=None, custom_mask_buf=None, mask_indptr_buf=None,
-                 backend="auto", validate=None):
+                 backend="auto", jit_args=None, validate=None):
         super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, validate,
+                         jit_args,
                          qo_indptr_buf=qo_indptr_buf, paged_kv_indptr_buf=paged_kv_indptr_buf,
                          paged_kv_indices_buf=paged_kv_indices_buf,
                          paged_kv_last_page_len_buf=paged_kv_last_page_len_buf,
@@ -248,14 +254,18 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
 
     begin_forward = plan
 
-    def run(self, q, paged_kv_cache, *, q_scale=None, k_scale=None, v_scale=None, out=None,
+    def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None,
             lse=None, return_lse=False, enable_pdl=None, lse_base="log2", **variant_kwargs):
         """o [total_q, H_qo, D_vo] (and lse [total_q, H_qo] float32 with return_lse).
 
         q_scale and k_scale multiply the logits and v_scale the output, inside the kernels.
         lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl as for decode. A planned
-        variant's scalars come as keyword arguments.
+        variant's scalars come as keyword arguments; with jit_args, the module's tensors and
+        scalars come positionally after paged_kv_cache, as in FlashInfer.
         """
+        if args:
+            variant_kwargs = _flashinfer_jit.run_keywords(f"{self._name}.run", self._jit_module,
+                                                          args, variant_kwargs)
         gpu = self._gpu
         if gpu is not None:
             return gpu.run(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse,
@@ -295,8 +305,9 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf=None, kv_indptr_buf=None, custom_mask_buf=None,
-                 mask_indptr_buf=None, backend="auto", validate=None):
+                 mask_indptr_buf=None, backend="auto", jit_args=None, validate=None):
         super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, validate,
+                         jit_args,
                          qo_indptr_buf=qo_indptr_buf, kv_indptr_buf=kv_indptr_buf,
                          custom_mask_buf=custom_mask_buf, mask_indptr_buf=mask_indptr_buf)
 
@@ -331,12 +342,15 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
 
     begin_forward = plan
 
-    def run(self, q, k, v, *, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
+    def run(self, q, k, v, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, enable_pdl=None, lse_base="log2", **variant_kwargs):
         """k, v: [kv_indptr[-1], H_kv, D] (NHD) or [H_kv, kv_indptr[-1], D] (HND); at least
         kv_indptr[-1] tokens (checked). Returns o [total_q, H_qo, D_vo] (and lse [total_q, H_qo]
-        float32 with return_lse). Scales, lse_base, enable_pdl and a variant's scalars as for
-        the paged wrapper."""
+        float32 with return_lse). Scales, lse_base, enable_pdl, a variant's scalars and
+        jit_args' positional arguments as for the paged wrapper."""
+        if args:
+            variant_kwargs = _flashinfer_jit.run_keywords(f"{self._name}.run", self._jit_module,
+                                                          args, variant_kwargs)
         gpu = self._gpu
         if gpu is not None:
             return gpu.run(q, (k, v), q_scale, k_scale, v_scale, out, lse, return_lse, lse_base,
@@ -452,3 +466,25 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
              (custom_mask, packed_custom_mask) if has_mask else None, config, True)
     return gpu.run(q, (k, v), None, None, None, None, None, return_lse, lse_base, None,
                    variant_kwargs)
+
+
+def single_prefill_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",
+                                                 mask_mode=0, window_left=-1, return_lse=False):
+    """FlashInfer's entry for a customized module (flare.jit.gen_customize_single_prefill_module
+    (...).build_and_load()): prefill of one request with the module's variant, its tensors and
+    scalars positionally after v; mask_mode FlashInfer's MaskMode value (0 non-causal, 1
+    causal). Returns o, or (o, lse) with return_lse (base 2); window_left must stay -1."""
+    where = "single_prefill_with_kv_cache_with_jit_module"
+    if not isinstance(jit_module, _flashinfer_jit.CustomizedModule):
+        raise TypeError(f"{where}: jit_module must come from gen_customize_single_prefill_"
+                        f"module(...).build_and_load(), got {type(jit_module).__name__}")
+    if mask_mode not in (0, 1):
+        raise NotImplementedError(f"{where}: mask_mode={mask_mode}: flare takes 0 (NON_CAUSAL) "
+                                  "or 1 (CAUSAL) here; a custom mask goes in the variant")
+    if window_left != -1:
+        raise NotImplementedError(f"{where}: window_left={window_left} beside a variant_decl: "
+                                  "write the window in the variant's LogitsMask")
+    jit_module.check(where, q, k)
+    return single_prefill_with_kv_cache(q, k, v, causal=mask_mode == 1, kv_layout=kv_layout,
+                                        return_lse=return_lse, variant=jit_module.variant,
+                                        **jit_module.arguments(where, args))

@@ -28,7 +28,8 @@ head is never read outside), read through ``Tensors::<name>(p)`` (a
 ``Tensors::<name>_extent(p, d)`` (d < 4; 1 past the rank); run() checks their dtype, device,
 contiguity and declared shape, and the variant must read only inside them. A CUDA graph keeps the
 tensors' addresses of its capture. The hooks: ``query_scale``, ``visible_begin``,
-``init(p, RowContext row)`` (row.request, row.qo_head, row.kv_head, row.q_pos),
+``init(p, RowContext row)`` (row.request, row.qo_head, row.kv_head, row.q_pos, row.kv_len,
+row.q_len),
 ``logits_transform(p, s, kv_pos)`` (s = q.k * query_scale; returns the logit in log2 units),
 ``logits_mask(kv_pos)`` and ``kMaskIsWindow`` (``visible_begin(p, request, q_pos)`` never
 decreasing in q_pos). ``requires_causal=True`` declares a mask that relies on the kernel's
