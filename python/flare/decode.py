@@ -414,7 +414,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
                                 v_scale=None, window_left=-1, logits_soft_cap=None,
                                 sm_scale=None, rope_scale=None, rope_theta=None,
                                 return_lse=False, enable_pdl=None, lse_base="log2",
-                                variant=None, **variant_kwargs):
+                                variant=None, _jit_arguments=None, **variant_kwargs):
     """Decode attention of one request: q [H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
     [H_kv, kv_len, D] (HND). Returns o [H_qo, D] (and lse [H_qo], base 2 unless
     lse_base="ln", with return_lse). variant: a flare.AttentionVariant (CUDA tensors), its
@@ -424,6 +424,8 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     (no copy); it plans on the host, so it cannot be captured into a CUDA graph.
     """
     where = "single_decode_with_kv_cache"
+    if _jit_arguments is not None:  # a FlashInfer module's, whose names may be ours (sm_scale)
+        variant_kwargs = _jit_arguments
     check_kv_layout(kv_layout)
     check_pos_encoding_mode(pos_encoding_mode)
     base2 = check_lse_base(lse_base)
@@ -493,4 +495,4 @@ def single_decode_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_l
                                   "write the window in the variant's LogitsMask")
     jit_module.check(where, q, k)
     return single_decode_with_kv_cache(q, k, v, kv_layout=kv_layout, variant=jit_module.variant,
-                                       **jit_module.arguments(where, args))
+                                       _jit_arguments=jit_module.arguments(where, args))

@@ -409,7 +409,7 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
                                  use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
                                  logits_soft_cap=None, rope_scale=None, rope_theta=None,
                                  backend="auto", return_lse=False, lse_base="log2", variant=None,
-                                 **variant_kwargs):
+                                 _jit_arguments=None, **variant_kwargs):
     """Prefill attention of one request: q [qo_len, H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
     [H_kv, kv_len, D] (HND). Returns o [qo_len, H_qo, D_vo] (and lse [qo_len, H_qo], base 2
     unless lse_base="ln", with return_lse). custom_mask: bool [qo_len, kv_len];
@@ -421,6 +421,8 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     host, so it cannot be captured into a CUDA graph.
     """
     where = "single_prefill_with_kv_cache"
+    if _jit_arguments is not None:  # a FlashInfer module's, whose names may be ours (sm_scale)
+        variant_kwargs = _jit_arguments
     check_backend(where, backend, is_cuda(q))
     check_kv_layout(kv_layout)
     _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
@@ -487,4 +489,4 @@ def single_prefill_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_
     jit_module.check(where, q, k)
     return single_prefill_with_kv_cache(q, k, v, causal=mask_mode == 1, kv_layout=kv_layout,
                                         return_lse=return_lse, variant=jit_module.variant,
-                                        **jit_module.arguments(where, args))
+                                        _jit_arguments=jit_module.arguments(where, args))
