@@ -8,7 +8,10 @@ NotImplementedError naming it.
 """
 
 from . import _flare, jit, sparse, variants
-from .cascade import merge_state, merge_state_in_place, merge_states
+from .cascade import (BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
+                      BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
+                      MultiLevelCascadeAttentionWrapper, merge_state, merge_state_in_place,
+                      merge_states)
 from .decode import (BatchDecodeWithPagedKVCacheWrapper,
                      CUDAGraphBatchDecodeWithPagedKVCacheWrapper, fast_decode_plan,
                      single_decode_with_kv_cache)
@@ -16,6 +19,7 @@ from .page import (append_paged_kv_cache, check_append_paged_kv_cache,
                    get_batch_indices_positions, get_seq_lens)
 from .prefill import (BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper,
                       single_prefill_with_kv_cache)
+from .sparse import BlockSparseAttentionWrapper, VariableBlockSparseAttentionWrapper
 from .variant import AttentionVariant
 
 __version__ = "0.1.0"
@@ -29,9 +33,14 @@ def cuda_available():
 __all__ = [
     "AttentionVariant",
     "BatchDecodeWithPagedKVCacheWrapper",
+    "BatchDecodeWithSharedPrefixPagedKVCacheWrapper",
     "BatchPrefillWithPagedKVCacheWrapper",
     "BatchPrefillWithRaggedKVCacheWrapper",
+    "BatchPrefillWithSharedPrefixPagedKVCacheWrapper",
+    "BlockSparseAttentionWrapper",
     "CUDAGraphBatchDecodeWithPagedKVCacheWrapper",
+    "MultiLevelCascadeAttentionWrapper",
+    "VariableBlockSparseAttentionWrapper",
     "append_paged_kv_cache",
     "check_append_paged_kv_cache",
     "cuda_available",

@@ -79,3 +79,9 @@ def merge_states(v, s, *, lse_base="log2"):
     with device_guard(v):
         _flare.merge_states(arg(v), arg(s), arg(v_out), arg(s_out), stream_of(v), base2)
     return v_out, s_out
+
+
+# FlashInfer's cascade wrappers (flare/_cascade_wrappers.py), under flashinfer.cascade's names.
+from ._cascade_wrappers import (  # noqa: E402,F401
+    BatchDecodeWithSharedPrefixPagedKVCacheWrapper, BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
+    MultiLevelCascadeAttentionWrapper)

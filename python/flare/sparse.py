@@ -1,4 +1,6 @@
-"""General sparse kernels (issue 23, SparseTIR): SpMM, SDDMM and the hyb(c, k) decomposition.
+"""General sparse kernels (issue 23, SparseTIR): SpMM, SDDMM and the hyb(c, k) decomposition;
+and, under FlashInfer's module name, block-sparse attention (BlockSparseAttentionWrapper,
+VariableBlockSparseAttentionWrapper: flare/_block_sparse.py, on the paged prefill).
 
 Only the CPU references exist so far (flare/sparse/csr.h, hyb.h: float32 storage, float64
 accumulation); CUDA tensors raise NotImplementedError until the GPU kernels land. A matrix is a
@@ -11,6 +13,8 @@ array and the entry, before anything is written.
 import numpy as np
 
 from . import _flare
+from ._block_sparse import (BlockSparseAttentionWrapper,  # noqa: F401 (FlashInfer's names)
+                            VariableBlockSparseAttentionWrapper)
 from ._tensors import arg, is_cuda, is_torch, torch_module
 
 _WHERE = "flare.sparse"

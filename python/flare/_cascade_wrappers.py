@@ -1,0 +1,197 @@
+"""Cascade attention over shared prefixes with FlashInfer's wrappers (flashinfer.cascade):
+MultiLevelCascadeAttentionWrapper, BatchDecodeWithSharedPrefixPagedKVCacheWrapper and
+BatchPrefillWithSharedPrefixPagedKVCacheWrapper. Each level is a block-sparse KV format of its
+own (a level-0 group's query rows read their shared prefix together, as one request of the
+paged prefill); the levels run one after another on flare's kernels and their attention states
+merge with flare's merge operator (merge_state_in_place), as FlashInfer does. One persistent
+launch over all levels with the merge fused is issue 20's remaining work.
+"""
+
+from . import _tensors
+from .cascade import merge_state_in_place
+from .decode import BatchDecodeWithPagedKVCacheWrapper
+from .prefill import BatchPrefillWithPagedKVCacheWrapper, single_prefill_with_kv_cache
+
+_MULTI = "MultiLevelCascadeAttentionWrapper"
+
+
+def _workspace_slices(buffer, parts, where):
+    """`parts` equal byte slices of the caller's workspace (views): each level's plan and
+    partial states live in its own slice."""
+    flat = buffer.reshape(-1)
+    size = flat.shape[0] // parts
+    if size == 0:
+        raise ValueError(f"{where}: float_workspace_buffer is too small for {parts} levels")
+    return [flat[i * size:(i + 1) * size] for i in range(parts)]
+
+
+def _host_total(indptr, name, where):
+    values = _tensors.host_int32(indptr, name)
+    if values.ndim != 1 or values.shape[0] < 2 or int(values[0]) != 0 or \
+            (values[1:] < values[:-1]).any():
+        raise ValueError(f"{where}: {name} must be a 1-D array starting at 0 and never "
+                         f"decreasing, with at least 2 entries")
+    return int(values[-1])
+
+
+class MultiLevelCascadeAttentionWrapper:
+    """Attention over num_levels paged KV levels per query token (level 0 e.g. a prefix shared
+    by a group of requests, the last level each request's own pages): plan() per level with its
+    qo_indptr grouping the query tokens, run(q, paged_kv_cache) -> o, the levels' states
+    merged."""
+
+    def __init__(self, num_levels, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
+                 qo_indptr_buf_arr=None, paged_kv_indptr_buf_arr=None,
+                 paged_kv_indices_buf_arr=None, paged_kv_last_page_len_buf_arr=None):
+        num_levels = int(num_levels)
+        if num_levels < 1:
+            raise ValueError(f"{_MULTI}: num_levels must be >= 1, got {num_levels}")
+        buffers = dict(qo_indptr_buf=qo_indptr_buf_arr,
+                       paged_kv_indptr_buf=paged_kv_indptr_buf_arr,
+                       paged_kv_indices_buf=paged_kv_indices_buf_arr,
+                       paged_kv_last_page_len_buf=paged_kv_last_page_len_buf_arr)
+        for name, arr in buffers.items():
+            if arr is not None and len(arr) != num_levels:
+                raise ValueError(f"{_MULTI}: {name}_arr must hold num_levels = {num_levels} "
+                                 f"buffers, got {len(arr)}")
+        self._num_levels = num_levels
+        self._wrappers = [
+            BatchPrefillWithPagedKVCacheWrapper(
+                workspace, kv_layout, use_cuda_graph,
+                **{name: None if arr is None else arr[i] for name, arr in buffers.items()})
+            for i, workspace in enumerate(_workspace_slices(float_workspace_buffer, num_levels,
+                                                            _MULTI))]
+
+    @property
+    def is_cuda_graph_enabled(self):
+        return self._wrappers[0].is_cuda_graph_enabled
+
+    def plan(self, qo_indptr_arr, paged_kv_indptr_arr, paged_kv_indices_arr,
+             paged_kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+             causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False, sm_scale=None,
+             window_left=-1, logits_soft_cap=None, rope_scale=None, rope_theta=None,
+             q_data_type="float16", kv_data_type=None, non_blocking=True):
+        """One list entry per level. Every level's qo_indptr must start at 0 and end at the same
+        number of query tokens (each token in one group of each level); causal applies to the
+        last level only (the earlier levels precede every query)."""
+        where = f"{_MULTI}.plan"
+        arrays = dict(qo_indptr_arr=qo_indptr_arr, paged_kv_indptr_arr=paged_kv_indptr_arr,
+                      paged_kv_indices_arr=paged_kv_indices_arr,
+                      paged_kv_last_page_len=paged_kv_last_page_len)
+        for name, arr in arrays.items():
+            if len(arr) != self._num_levels:
+                raise ValueError(f"{where}: {name} must hold num_levels = {self._num_levels} "
+                                 f"entries, got {len(arr)}")
+        totals = [_host_total(x, f"qo_indptr_arr[{i}]", where)
+                  for i, x in enumerate(qo_indptr_arr)]
+        if len(set(totals)) != 1:
+            raise ValueError(f"{where}: every level's qo_indptr must end at the same number of "
+                             f"query tokens (each token in one group per level), got {totals}")
+        last = self._num_levels - 1
+        for i, wrapper in enumerate(self._wrappers):
+            wrapper.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
+                         paged_kv_last_page_len[i], num_qo_heads, num_kv_heads, head_dim,
+                         page_size, causal=causal if i == last else False,
+                         pos_encoding_mode=pos_encoding_mode,
+                         use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale,
+                         window_left=window_left, logits_soft_cap=logits_soft_cap,
+                         rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
+                         kv_data_type=kv_data_type, non_blocking=non_blocking)
+
+    begin_forward = plan
+
+    def run(self, q, paged_kv_cache, return_lse=False):
+        """o [tokens, H_qo, D] of q [tokens, H_qo, D] over every level (and the merged base-2
+        lse with return_lse)."""
+        out, lse = self._wrappers[-1].run(q, paged_kv_cache, return_lse=True)
+        for wrapper in self._wrappers[:-1]:
+            out_i, lse_i = wrapper.run(q, paged_kv_cache, return_lse=True)
+            merge_state_in_place(out, lse, out_i, lse_i)
+        return (out, lse) if return_lse else out
+
+    forward = run
+
+
+class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
+    """Decode with a prefix shared by the whole batch (k_shared / v_shared, contiguous) and each
+    request's own paged suffix: the prefix as one prefill of all queries, the suffixes as a
+    batch decode, merged."""
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD"):
+        self._kv_layout = kv_layout
+        self._decode = BatchDecodeWithPagedKVCacheWrapper(float_workspace_buffer, kv_layout)
+        self._params = {}
+
+    def begin_forward(self, unique_kv_indptr, unique_kv_indices, unique_kv_last_page_len,
+                      num_qo_heads, num_kv_heads, head_dim, page_size, data_type="float16",
+                      q_data_type=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        self._params = dict(sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta)
+        self._decode.plan(unique_kv_indptr, unique_kv_indices, unique_kv_last_page_len,
+                          num_qo_heads, num_kv_heads, head_dim, page_size,
+                          q_data_type=q_data_type or data_type, kv_data_type=data_type,
+                          **self._params)
+
+    plan = begin_forward
+
+    def forward(self, q, k_shared, v_shared, unique_kv_cache, return_lse=False):
+        """o [batch, H_qo, D] (and the merged base-2 lse with return_lse)."""
+        # q [batch, H_qo, D]: the batch's queries are the shared prefix's query tokens.
+        v_s, s_s = single_prefill_with_kv_cache(q, k_shared, v_shared, causal=False,
+                                                kv_layout=self._kv_layout, return_lse=True,
+                                                **self._params)
+        v_u, s_u = self._decode.run(q, unique_kv_cache, return_lse=True)
+        merge_state_in_place(v_s, s_s, v_u, s_u)
+        return (v_s, s_s) if return_lse else v_s
+
+    run = forward
+
+
+class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
+    """Prefill / append with a prefix shared by the whole batch (contiguous k_shared /
+    v_shared) and each request's own paged KV: the prefix non-causally for every query, the
+    requests' pages (causal if asked) as a paged prefill, merged."""
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD"):
+        self._kv_layout = kv_layout
+        self._prefill = BatchPrefillWithPagedKVCacheWrapper(float_workspace_buffer, kv_layout)
+        self._planned = None
+        self._causal = None  # the (causal, reduction, params) key of the suffix plan
+
+    def begin_forward(self, qo_indptr, paged_kv_indptr, paged_kv_indices,
+                      paged_kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+                      q_data_type="float16", kv_data_type=None):
+        self._planned = (qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
+                         num_qo_heads, num_kv_heads, head_dim, page_size, q_data_type,
+                         kv_data_type)
+        self._causal = None
+
+    plan = begin_forward
+
+    def forward(self, q, k_shared, v_shared, unique_kv_cache, causal=False,
+                use_fp16_qk_reduction=False, sm_scale=None, rope_scale=None, rope_theta=None,
+                return_lse=False):
+        """o [tokens, H_qo, D] (and the merged base-2 lse with return_lse). The suffix plan is
+        made on the first forward() of each causal setting (FlashInfer passes causal here)."""
+        if self._planned is None:
+            raise RuntimeError("BatchPrefillWithSharedPrefixPagedKVCacheWrapper.forward() needs "
+                               "begin_forward() first")
+        (qo_indptr, kv_indptr, kv_indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+         page_size, q_data_type, kv_data_type) = self._planned
+        params = dict(sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta)
+        key = (bool(causal), bool(use_fp16_qk_reduction), tuple(params.items()))
+        if self._causal != key:
+            self._prefill.plan(qo_indptr, kv_indptr, kv_indices, last_page_len, num_qo_heads,
+                               num_kv_heads, head_dim, page_size, causal=causal,
+                               use_fp16_qk_reduction=use_fp16_qk_reduction,
+                               q_data_type=q_data_type, kv_data_type=kv_data_type, **params)
+            self._causal = key
+        v_s, s_s = single_prefill_with_kv_cache(q, k_shared, v_shared, causal=False,
+                                                kv_layout=self._kv_layout, return_lse=True,
+                                                use_fp16_qk_reduction=use_fp16_qk_reduction,
+                                                **params)
+        v_u, s_u = self._prefill.run(q, unique_kv_cache, return_lse=True)
+        merge_state_in_place(v_s, s_s, v_u, s_u)
+        return (v_s, s_s) if return_lse else v_s
+
+    run = forward
+

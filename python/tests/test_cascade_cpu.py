@@ -1,0 +1,135 @@
+"""FlashInfer's cascade wrappers on the CPU backend (numpy, float32): two- and three-level
+cascades (a prefix for the whole batch, one per group of requests, each request's own pages;
+odd lengths, page sizes 1 and 5, GQA 4/2), decode and causal append stages, and the
+shared-prefix decode / prefill wrappers, against float64 attention over each request's
+concatenated levels; malformed level structures are errors naming the argument."""
+
+import numpy as np
+import pytest
+
+import flare
+
+H, H_KV, D = 4, 2, 32
+
+
+def attention(q, k, v, visible):
+    """float64 o [q, H, D] and base-2 lse [q, H] of q [q, H, D] over k, v [n, H_kv, D]."""
+    group = H // H_KV
+    kk = np.repeat(k.astype(np.float64), group, axis=1)
+    vv = np.repeat(v.astype(np.float64), group, axis=1)
+    s = np.einsum("qhd,nhd->hqn", q.astype(np.float64), kk) / np.sqrt(D)
+    s = np.where(visible[None], s, -np.inf)
+    peak = s.max(-1, keepdims=True)
+    p = np.exp(s - peak)
+    o = np.einsum("hqn,nhd->qhd", p / p.sum(-1, keepdims=True), vv)
+    return o, (np.log(p.sum(-1)) + peak[..., 0]).T / np.log(2)
+
+
+class Pages:
+    """A paged cache (NHD, k and v) of random tokens, handed out page by page."""
+
+    def __init__(self, rng, num_pages, page_size):
+        self.page_size = page_size
+        self.k = rng.standard_normal((num_pages, page_size, H_KV, D)).astype(np.float32)
+        self.v = rng.standard_normal((num_pages, page_size, H_KV, D)).astype(np.float32)
+        self.next = 0
+
+    def take(self, tokens):
+        """(page ids, last page length) of a new sequence of `tokens` tokens."""
+        count = -(-tokens // self.page_size)
+        ids = list(range(self.next, self.next + count))
+        self.next += count
+        return ids, tokens - (count - 1) * self.page_size
+
+    def tokens(self, ids, last):
+        k = self.k[ids].reshape(-1, H_KV, D)[:(len(ids) - 1) * self.page_size + last]
+        v = self.v[ids].reshape(-1, H_KV, D)[:(len(ids) - 1) * self.page_size + last]
+        return k, v
+
+
+def level_arrays(sequences):
+    """indptr, indices, last_page_len (int32) of [(page ids, last)] per group."""
+    indptr = np.cumsum([0] + [len(ids) for ids, _ in sequences]).astype(np.int32)
+    indices = np.array([i for ids, _ in sequences for i in ids], dtype=np.int32)
+    last = np.array([last for _, last in sequences], dtype=np.int32)
+    return indptr, indices, last
+
+
+@pytest.mark.parametrize("page_size", [1, 5])
+@pytest.mark.parametrize("q_lens", [[1, 1, 1], [3, 1, 5]])
+def test_three_levels_match_attention_over_the_concatenated_levels(page_size, q_lens):
+    rng = np.random.default_rng(page_size * 10 + sum(q_lens))
+    pages = Pages(rng, 200, page_size)
+    top = pages.take(23)                           # the whole batch's prefix
+    groups = [pages.take(7), pages.take(12)]       # requests {0, 1} and {2}
+    group_of = [0, 0, 1]
+    own = [pages.take(n) for n in (q_lens[0] + 4, q_lens[1] + 9, q_lens[2])]
+    total = sum(q_lens)
+    q = rng.standard_normal((total, H, D)).astype(np.float32)
+    qo_top = np.array([0, total], dtype=np.int32)
+    qo_mid = np.array([0, q_lens[0] + q_lens[1], total], dtype=np.int32)
+    qo_own = np.cumsum([0] + q_lens).astype(np.int32)
+    levels = [level_arrays([top]), level_arrays(groups), level_arrays(own)]
+    wrapper = flare.MultiLevelCascadeAttentionWrapper(3, np.zeros(3 << 22, dtype=np.uint8))
+    wrapper.plan([qo_top, qo_mid, qo_own], [x[0] for x in levels], [x[1] for x in levels],
+                 [x[2] for x in levels], H, H_KV, D, page_size, causal=True,
+                 q_data_type="float32")
+    o, lse = wrapper.run(q, (pages.k, pages.v), return_lse=True)
+    for r in range(3):
+        parts = [pages.tokens(*top), pages.tokens(*groups[group_of[r]]), pages.tokens(*own[r])]
+        k = np.concatenate([p[0] for p in parts])
+        v = np.concatenate([p[1] for p in parts])
+        shared = len(k) - len(parts[2][0])
+        own_len = len(parts[2][0])
+        rows = np.arange(q_lens[r])[:, None] + own_len - q_lens[r]
+        cols = np.arange(len(k))[None, :]
+        visible = (cols < shared) | (cols - shared <= rows)
+        rows_of = slice(qo_own[r], qo_own[r + 1])
+        o_ref, lse_ref = attention(q[rows_of], k, v, visible)
+        assert np.abs(o[rows_of] - o_ref).max() < 1e-4, r
+        assert np.abs(lse[rows_of] - lse_ref).max() < 1e-4, r
+
+
+def test_shared_prefix_wrappers_match_the_two_level_cascade():
+    rng = np.random.default_rng(5)
+    page_size = 4
+    pages = Pages(rng, 100, page_size)
+    prefix = pages.take(17)
+    k_shared, v_shared = (np.ascontiguousarray(x) for x in pages.tokens(*prefix))
+    own = [pages.take(n) for n in (6, 9, 1)]
+    indptr, indices, last = level_arrays(own)
+    q = rng.standard_normal((3, H, D)).astype(np.float32)
+
+    decode = flare.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(np.zeros(1 << 22, np.uint8))
+    decode.begin_forward(indptr, indices, last, H, H_KV, D, page_size, data_type="float32")
+    o_decode = decode.forward(q, k_shared, v_shared, (pages.k, pages.v))
+
+    qo = np.arange(4, dtype=np.int32)
+    prefill = flare.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(np.zeros(1 << 22, np.uint8))
+    prefill.begin_forward(qo, indptr, indices, last, H, H_KV, D, page_size,
+                          q_data_type="float32")
+    o_prefill = prefill.forward(q, k_shared, v_shared, (pages.k, pages.v), causal=True)
+
+    for r in range(3):
+        k_own, v_own = pages.tokens(*own[r])
+        k = np.concatenate([k_shared, k_own])
+        v = np.concatenate([v_shared, v_own])
+        o_ref, _ = attention(q[r:r + 1], k, v, np.ones((1, len(k)), dtype=bool))
+        assert np.abs(o_decode[r] - o_ref[0]).max() < 1e-4, r
+        assert np.abs(o_prefill[r] - o_ref[0]).max() < 1e-4, r
+
+
+def test_malformed_levels_are_named():
+    wrapper = flare.MultiLevelCascadeAttentionWrapper(2, np.zeros(1 << 22, dtype=np.uint8))
+    one = np.array([0, 1], dtype=np.int32)
+    with pytest.raises(ValueError, match="qo_indptr_arr must hold num_levels = 2"):
+        wrapper.plan([one], [one, one], [one, one], [one, one], H, H_KV, D, 1)
+    with pytest.raises(ValueError, match=r"must end at the same number of query tokens"):
+        wrapper.plan([np.array([0, 2], np.int32), np.array([0, 1, 3], np.int32)],
+                     [one, np.array([0, 1, 2], np.int32)], [np.zeros(1, np.int32)] * 2,
+                     [one, np.array([1, 1], np.int32)], H, H_KV, D, 1, q_data_type="float32")
+    with pytest.raises(ValueError, match=r"qo_indptr_arr\[1\] must be a 1-D array starting at 0"):
+        wrapper.plan([one, np.array([1, 1], np.int32)], [one, one], [one, one], [one, one],
+                     H, H_KV, D, 1, q_data_type="float32")
+    with pytest.raises(ValueError, match="num_levels must be >= 1"):
+        flare.MultiLevelCascadeAttentionWrapper(0, np.zeros(1 << 20, dtype=np.uint8))

@@ -1,0 +1,149 @@
+"""Block-sparse and cascade attention on the GPU (FlashInfer's BlockSparseAttentionWrapper,
+VariableBlockSparseAttentionWrapper, MultiLevelCascadeAttentionWrapper and the shared-prefix
+wrappers over flare's paged prefill and decode): random masks and block sizes (1x1, 4x16,
+16x16, 64x64), per-block masks, GQA, two-level cascades in the decode and causal append
+stages, against float32 torch attention over the equivalent dense mask. Skipped visibly
+without PyTorch or a CUDA device."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device (torch.cuda.is_available() is False)", allow_module_level=True)
+
+import flare  # noqa: E402
+
+DEVICE = torch.device("cuda:0")
+
+
+def dense_attention(q, k, v, visible):
+    """o [m, H, D] (float32) of q [m, H, D], k, v [n, H_kv, D] and visible [m, n] (or
+    [H, m, n]); fully masked rows give 0."""
+    group = q.shape[1] // k.shape[1]
+    kk = k.float().repeat_interleave(group, 1)
+    vv = v.float().repeat_interleave(group, 1)
+    s = torch.einsum("mhd,nhd->hmn", q.float(), kk) / q.shape[2] ** 0.5
+    s = s.masked_fill(~visible.expand_as(s), float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return torch.einsum("hmn,nhd->mhd", p, vv)
+
+
+def workspace():
+    return torch.zeros(128 << 20, dtype=torch.uint8, device=DEVICE)
+
+
+@pytest.mark.parametrize("R,C", [(1, 1), (4, 16), (16, 16), (64, 64)])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2)])
+@pytest.mark.parametrize("mask_inside_block", [False, True])
+def test_block_sparse_matches_dense_attention(R, C, heads, mask_inside_block):
+    torch.manual_seed(R * 100 + C)
+    H, H_kv = heads
+    M, N = 256, 384
+    MB, NB = M // R, N // C
+    blocks = torch.rand(MB, NB) < 0.3
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int32),
+                        blocks.sum(1).cumsum(0).to(torch.int32)]).to(DEVICE)
+    indices = blocks.nonzero()[:, 1].to(torch.int32).to(DEVICE)
+    nnz = int(indices.numel())
+    block_masks = (torch.rand(nnz, R, C) > 0.5 if mask_inside_block
+                   else torch.ones(nnz, R, C, dtype=torch.bool)).to(DEVICE)
+    q = torch.randn(M, H, 128, dtype=torch.float16, device=DEVICE)
+    k = torch.randn(N, H_kv, 128, dtype=torch.float16, device=DEVICE)
+    v = torch.randn(N, H_kv, 128, dtype=torch.float16, device=DEVICE)
+    visible = torch.zeros(M, N, dtype=torch.bool, device=DEVICE)
+    rows, cols = blocks.nonzero(as_tuple=True)
+    for b, (i, j) in enumerate(zip(rows.tolist(), cols.tolist())):
+        visible[i * R:(i + 1) * R, j * C:(j + 1) * C] = block_masks[b]
+    wrapper = flare.sparse.BlockSparseAttentionWrapper(workspace())
+    wrapper.plan(indptr, indices, M, N, R, C, H, H_kv, 128,
+                 mask=block_masks if mask_inside_block else None)
+    o = wrapper.run(q, k, v)
+    torch.testing.assert_close(o.float(), dense_attention(q, k, v, visible), atol=1e-2,
+                               rtol=1e-3)
+    out = torch.empty_like(o)
+    wrapper.run(q, k, v, out=out)
+    assert torch.equal(out, o)
+
+
+def test_variable_block_sparse_matches_dense_attention():
+    torch.manual_seed(11)
+    H, H_kv, seq = 8, 2, 1000
+
+    def partition(blocks):
+        cuts = torch.randperm(seq - 1)[:blocks - 1].sort().values + 1
+        return torch.diff(torch.cat([torch.tensor([0]), cuts, torch.tensor([seq])]))
+
+    rows = torch.stack([partition(7) for _ in range(H_kv)]).to(torch.int32)
+    cols = torch.stack([partition(13) for _ in range(H_kv)]).to(torch.int32)
+    block_mask = torch.rand(H_kv, 7, 13) > 0.5
+    q = torch.randn(H, seq, 128, dtype=torch.bfloat16, device=DEVICE)
+    k = torch.randn(H_kv, seq, 128, dtype=torch.bfloat16, device=DEVICE)
+    v = torch.randn(H_kv, seq, 128, dtype=torch.bfloat16, device=DEVICE)
+    wrapper = flare.sparse.VariableBlockSparseAttentionWrapper(workspace())
+    wrapper.plan(block_mask.to(DEVICE), rows.to(DEVICE), cols.to(DEVICE), H, H_kv, 128,
+                 q_data_type=torch.bfloat16)
+    o = wrapper.run(q, k, v)
+    group = H // H_kv
+    for h in range(H):
+        g = h // group
+        visible = block_mask[g].repeat_interleave(rows[g].long(), 0).repeat_interleave(
+            cols[g].long(), 1).to(DEVICE)
+        expected = dense_attention(q[h][:, None], k[g][:, None], v[g][:, None], visible)[:, 0]
+        torch.testing.assert_close(o[h].float(), expected, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("stage", ["decode", "append"])
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_two_level_cascade_and_shared_prefix_wrappers(stage, page_size):
+    torch.manual_seed(page_size)
+    H, H_kv, D, batch = 8, 2, 128, 5
+    prefix_len = 301
+    own_lens = [1, 17, 40, 3, 100]
+    q_lens = [1] * batch if stage == "decode" else [1, 5, 9, 3, 7]
+    pages_of = [-(-n // page_size) for n in [prefix_len] + own_lens]
+    cache = torch.randn(sum(pages_of), 2, page_size, H_kv, D, dtype=torch.float16,
+                        device=DEVICE)
+    starts = torch.tensor([0] + pages_of).cumsum(0).tolist()
+    total = sum(q_lens)
+    q = torch.randn(total, H, D, dtype=torch.float16, device=DEVICE)
+
+    def level(seqs):
+        indptr = torch.tensor([0] + [pages_of[s] for s in seqs]).cumsum(0).to(torch.int32)
+        indices = torch.cat([torch.arange(starts[s], starts[s + 1]) for s in seqs])
+        lens = [([prefix_len] + own_lens)[s] for s in seqs]
+        last = torch.tensor([n - (-(-n // page_size) - 1) * page_size for n in lens],
+                            dtype=torch.int32)
+        return indptr, indices.to(torch.int32).to(DEVICE), last
+
+    top, own = level([0]), level(range(1, batch + 1))
+    qo_top = torch.tensor([0, total], dtype=torch.int32)
+    qo_own = torch.tensor([0] + q_lens).cumsum(0).to(torch.int32)
+    wrapper = flare.MultiLevelCascadeAttentionWrapper(2, workspace(), "NHD")
+    wrapper.plan([qo_top, qo_own], [top[0], own[0]], [top[1], own[1]], [top[2], own[2]], H,
+                 H_kv, D, page_size, causal=stage == "append")
+    o = wrapper.run(q, cache)
+
+    def tokens(s, n):
+        rows = cache[starts[s]:starts[s + 1]]
+        return rows[:, 0].reshape(-1, H_kv, D)[:n], rows[:, 1].reshape(-1, H_kv, D)[:n]
+
+    k_shared, v_shared = (x.contiguous() for x in tokens(0, prefix_len))
+    for r in range(batch):
+        k_own, v_own = tokens(r + 1, own_lens[r])
+        k = torch.cat([k_shared, k_own])
+        v = torch.cat([v_shared, v_own])
+        pos = torch.arange(q_lens[r], device=DEVICE)[:, None] + own_lens[r] - q_lens[r]
+        col = torch.arange(len(k), device=DEVICE)[None, :]
+        visible = (col < prefix_len) | (col - prefix_len <= pos)
+        rows = slice(int(qo_own[r]), int(qo_own[r + 1]))
+        torch.testing.assert_close(o[rows].float(), dense_attention(q[rows], k, v, visible),
+                                   atol=1e-2, rtol=1e-3)
+    if stage == "decode":
+        two = flare.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(workspace(), "NHD")
+        two.begin_forward(own[0], own[1], own[2], H, H_kv, D, page_size)
+        o_two = two.forward(q, k_shared, v_shared, cache)
+    else:
+        two = flare.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(workspace(), "NHD")
+        two.begin_forward(qo_own, own[0], own[1], own[2], H, H_kv, D, page_size)
+        o_two = two.forward(q, k_shared, v_shared, cache, causal=True)
+    torch.testing.assert_close(o_two.float(), o.float(), atol=1e-2, rtol=1e-3)
