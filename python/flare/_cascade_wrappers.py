@@ -15,16 +15,6 @@ from .prefill import BatchPrefillWithPagedKVCacheWrapper, single_prefill_with_kv
 _MULTI = "MultiLevelCascadeAttentionWrapper"
 
 
-def _workspace_slices(buffer, parts, where):
-    """`parts` equal byte slices of the caller's workspace (views): each level's plan and
-    partial states live in its own slice."""
-    flat = buffer.reshape(-1)
-    size = flat.shape[0] // parts
-    if size == 0:
-        raise ValueError(f"{where}: float_workspace_buffer is too small for {parts} levels")
-    return [flat[i * size:(i + 1) * size] for i in range(parts)]
-
-
 def _host_total(indptr, name, where):
     values = _tensors.host_int32(indptr, name)
     if values.ndim != 1 or values.shape[0] < 2 or int(values[0]) != 0 or \
@@ -55,12 +45,13 @@ class MultiLevelCascadeAttentionWrapper:
                 raise ValueError(f"{_MULTI}: {name}_arr must hold num_levels = {num_levels} "
                                  f"buffers, got {len(arr)}")
         self._num_levels = num_levels
+        # The levels share the caller's workspace: it holds only partial states during a run,
+        # and run() runs the levels one after another on one stream.
         self._wrappers = [
             BatchPrefillWithPagedKVCacheWrapper(
-                workspace, kv_layout, use_cuda_graph,
+                float_workspace_buffer, kv_layout, use_cuda_graph,
                 **{name: None if arr is None else arr[i] for name, arr in buffers.items()})
-            for i, workspace in enumerate(_workspace_slices(float_workspace_buffer, num_levels,
-                                                            _MULTI))]
+            for i in range(num_levels)]
 
     @property
     def is_cuda_graph_enabled(self):

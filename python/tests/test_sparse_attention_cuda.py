@@ -147,3 +147,27 @@ def test_two_level_cascade_and_shared_prefix_wrappers(stage, page_size):
         two.begin_forward(qo_own, own[0], own[1], own[2], H, H_kv, D, page_size)
         o_two = two.forward(q, k_shared, v_shared, cache, causal=True)
     torch.testing.assert_close(o_two.float(), o.float(), atol=1e-2, rtol=1e-3)
+
+
+def test_a_workspace_below_the_default_bound_plans_over_fewer_sms():
+    """FlashInfer's tests pass 32 MB; flare's default bound at head_dim 128 is ~35 MB: the plan
+    spreads over fewer SMs and stays correct with split KV; a buffer too small for one SM's
+    partial states is an error naming the bytes."""
+    torch.manual_seed(2)
+    q = torch.randn(16, 8, 128, dtype=torch.float16, device=DEVICE)
+    k = torch.randn(30000, 8, 128, dtype=torch.float16, device=DEVICE)
+    v = torch.randn(30000, 8, 128, dtype=torch.float16, device=DEVICE)
+    small = torch.empty(32 << 20, dtype=torch.int8, device=DEVICE)
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(small, "NHD")
+    wrapper.plan(torch.tensor([0, 16], dtype=torch.int32),
+                 torch.tensor([0, 30000], dtype=torch.int32), 8, 8, 128, causal=True)
+    o = wrapper.run(q, k, v)
+    pos = torch.arange(16, device=DEVICE)[:, None] + 30000 - 16
+    visible = torch.arange(30000, device=DEVICE)[None, :] <= pos
+    torch.testing.assert_close(o.float(), dense_attention(q, k, v, visible), atol=1e-2,
+                               rtol=1e-3)
+    tiny = flare.BatchPrefillWithRaggedKVCacheWrapper(
+        torch.empty(4096, dtype=torch.uint8, device=DEVICE), "NHD")
+    with pytest.raises(ValueError, match="the scratch buffer has 4096 bytes"):
+        tiny.plan(torch.tensor([0, 16], dtype=torch.int32),
+                  torch.tensor([0, 30000], dtype=torch.int32), 8, 8, 128, causal=True)

@@ -69,6 +69,9 @@ struct BatchPrefill::State {
   std::map<std::pair<int, int>, PrefillKernel> kernels;  // by (query tile, kv tile)
   cuda::Function merge = nullptr;
   int bound_ctas = 0;  // the workspace's CTA bound (and the grid under use_cuda_graph)
+  // The SMs plans spread over: the device's, or fewer when the caller's scratch holds the
+  // partial states of fewer CTAs (the bound is 2 per CTA, 002 D.3).
+  int plan_sms = 0;
   int max_query_tile = 0;
   std::optional<PrefillTiles> fixed_tiles;
   api_detail::Workspace workspace;
@@ -124,12 +127,25 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.limits = api_detail::prefill_limits_of(s.props);
 
   s.max_query_tile = kPrefillMaxQueryTile;
-  s.bound_ctas = s.props.num_sms * kPrefillMaxCtasPerSm;
+  int ctas_per_sm = kPrefillMaxCtasPerSm;
   s.fixed_tiles = api_detail::fixed_prefill_tiles(config, s.limits);
   if (s.fixed_tiles) {
     s.max_query_tile = s.fixed_tiles->query_tile;
-    s.bound_ctas = s.props.num_sms * s.kernel(*s.fixed_tiles).ctas_per_sm;
+    ctas_per_sm = s.kernel(*s.fixed_tiles).ctas_per_sm;
   }
+  // A caller's scratch below the whole grid's bound (FlashInfer's tests pass 32 MB; D 128 needs
+  // ~35 MB): plans spread over the SMs whose CTAs' partial states it holds. Too small for one
+  // SM: the Workspace below names the bytes needed.
+  s.plan_sms = s.props.num_sms;
+  const auto scratch_for = [&](int sms) {
+    return workspace_layout(prefill_bounds(config, sms * ctas_per_sm, s.max_query_tile))
+        .scratch_bytes();
+  };
+  while (config.scratch != nullptr && s.plan_sms > 1 &&
+         scratch_for(s.plan_sms) > config.scratch_bytes) {
+    --s.plan_sms;
+  }
+  s.bound_ctas = s.plan_sms * ctas_per_sm;
 
   const BatchPrefillKernels specs =
       batch_prefill_kernels(config, s.fixed_tiles.value_or(PrefillTiles{64, 64}));
@@ -186,7 +202,7 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
               next.mask_bytes, " bytes, more than the ", s.captured_mask_bytes,
               " of the mask the captured run() reads");
   const PrefillKernel& kernel = s.kernel(next.tiles);
-  api_detail::plan_prefill(c, s.props.num_sms, kernel.ctas_per_sm, next);
+  api_detail::plan_prefill(c, s.plan_sms, kernel.ctas_per_sm, next);
 
   const cuda::DeviceScope scope(c.device);
   if (next.plan.num_partial_slots > s.workspace.layout().max_partial_slots) {

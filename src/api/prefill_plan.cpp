@@ -149,7 +149,7 @@ void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm, Pre
   options.query_tile = out.tiles.query_tile;
   options.fixed_split_size = c.fixed_split_size;
   options.disable_split_kv = c.disable_split_kv;
-  options.num_sms_to_use = c.num_sms_to_use;
+  options.num_sms_to_use = std::min(c.num_sms_to_use, num_sms);  // num_sms: the plans' SMs
   // The kernel's CTAs take the work items from one queue (kernels/prefill.cuh).
   options.one_queue = true;
   options.kv_tile = out.tiles.kv_tile;

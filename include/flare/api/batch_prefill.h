@@ -70,7 +70,9 @@ struct BatchPrefillConfig {
   bool disable_split_kv = false;
   int num_sms_to_use = 0;  // 0 = all SMs
 
-  // The partial states' scratch and validation mode, as BatchDecodeConfig's.
+  // The partial states' scratch and validation mode, as BatchDecodeConfig's; a scratch below
+  // scratch_bytes_needed() makes plans spread over fewer SMs, as many as it holds the partial
+  // states of (at least one SM's, else the constructor throws naming the bytes needed).
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   bool validate_indices = false;
