@@ -1,6 +1,7 @@
 """General sparse kernels (issue 23, SparseTIR): SpMM, SDDMM and the hyb(c, k) decomposition;
 and, under FlashInfer's module name, block-sparse attention (BlockSparseAttentionWrapper,
-VariableBlockSparseAttentionWrapper: flare/_block_sparse.py, on the paged prefill).
+VariableBlockSparseAttentionWrapper: flare/_block_sparse.py, on the paged prefill) and
+per-head sparse decode (PerHeadSparseDecodeWrapper, Quest: flare/_per_head_decode.py).
 
 Only the CPU references exist so far (flare/sparse/csr.h, hyb.h: float32 storage, float64
 accumulation); CUDA tensors raise NotImplementedError until the GPU kernels land. A matrix is a
@@ -15,6 +16,7 @@ import numpy as np
 from . import _flare
 from ._block_sparse import (BlockSparseAttentionWrapper,  # noqa: F401 (FlashInfer's names)
                             VariableBlockSparseAttentionWrapper)
+from ._per_head_decode import PerHeadSparseDecodeWrapper  # noqa: F401
 from ._tensors import arg, is_cuda, is_torch, torch_module
 
 _WHERE = "flare.sparse"

@@ -171,3 +171,37 @@ def test_a_workspace_below_the_default_bound_plans_over_fewer_sms():
     with pytest.raises(ValueError, match="the scratch buffer has 4096 bytes"):
         tiny.plan(torch.tensor([0, 16], dtype=torch.int32),
                   torch.tensor([0, 30000], dtype=torch.int32), 8, 8, 128, causal=True)
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("use_tensor_cores", [False, True])
+def test_per_head_sparse_decode_matches_attention_over_the_chosen_pages(page_size,
+                                                                       use_tensor_cores):
+    torch.manual_seed(page_size + use_tensor_cores)
+    H, H_kv, D, batch, per_request = 32, 8, 128, 4, 64
+    pages = batch * per_request
+    k_cache = torch.randn(pages, H_kv, page_size, D, dtype=torch.bfloat16, device=DEVICE)
+    v_cache = torch.randn(pages, H_kv, page_size, D, dtype=torch.bfloat16, device=DEVICE)
+    budget = 24
+    picks = [torch.randperm(per_request)[:budget] + r * per_request
+             for r in range(batch) for _ in range(H_kv)]
+    indices = torch.cat(picks).to(torch.int32).to(DEVICE)
+    indptr = torch.arange(0, batch * H_kv * budget + 1, budget, dtype=torch.int32)
+    last = torch.full((batch * H_kv,), page_size, dtype=torch.int32)
+    q = torch.randn(batch, H, D, dtype=torch.bfloat16, device=DEVICE)
+    wrapper = flare.sparse.PerHeadSparseDecodeWrapper(workspace(),
+                                                      use_tensor_cores=use_tensor_cores)
+    wrapper.plan(indptr, indices, last, H, H_kv, D, page_size, q_data_type=torch.bfloat16)
+    o = wrapper.run(q, (k_cache, v_cache))
+    group = H // H_kv
+    for r in range(batch):
+        for h in range(H_kv):
+            chosen = picks[r * H_kv + h].to(DEVICE)
+            k = k_cache[chosen, h].reshape(-1, 1, D)
+            v = v_cache[chosen, h].reshape(-1, 1, D)
+            heads = slice(h * group, (h + 1) * group)
+            visible = torch.ones(1, k.shape[0], dtype=torch.bool, device=DEVICE)
+            expected = torch.cat([dense_attention(q[r:r + 1, g:g + 1], k, v, visible)
+                                  for g in range(heads.start, heads.stop)], dim=1)
+            torch.testing.assert_close(o[r:r + 1, heads].float(), expected, atol=1e-2,
+                                       rtol=1e-3)
