@@ -1,10 +1,11 @@
-"""General sparse kernels (issue 23, SparseTIR): SpMM, SDDMM and the hyb(c, k) decomposition;
-and, under FlashInfer's module name, block-sparse attention (BlockSparseAttentionWrapper,
+"""General sparse kernels (issue 23, SparseTIR): SpMM, SDDMM, and the ELL and hyb(c, k) formats
+(COO, ELL and hyb as SpMM formats); and, under FlashInfer's module name, block-sparse attention (BlockSparseAttentionWrapper,
 VariableBlockSparseAttentionWrapper: flare/_block_sparse.py, on the paged prefill) and
 per-head sparse decode (PerHeadSparseDecodeWrapper, Quest: flare/_per_head_decode.py).
 
-Only the CPU references exist so far (flare/sparse/csr.h, hyb.h: float32 storage, float64
-accumulation); CUDA tensors raise NotImplementedError until the GPU kernels land. A matrix is a
+For SpMM and SDDMM only the CPU references exist so far (flare/sparse/csr.h, coo.h, ell.h,
+hyb.h: float32 storage, float64 accumulation); CUDA tensors raise NotImplementedError until the
+GPU kernels land (the attention wrappers above run on the GPU). A matrix is a
 torch sparse CSR or COO tensor, or an (indptr, indices, values) triple of numpy arrays / CPU
 torch tensors with `shape=(rows, cols)`. Column indices must be sorted and unique within each
 row (torch's CSR and coalesced COO tensors are); anything else raises ValueError naming the
@@ -71,17 +72,21 @@ def _result(array, like):
 
 def spmm(A, X, format="auto", shape=None):
     """Y = A X: A sparse [rows, cols], X dense [cols, d] -> Y float32 [rows, d]. format: "auto"
-    or "csr" (the CSR reference), "hyb" (the sum over hyb(1, 5)'s sub-matrices: the same
-    values up to summation order)."""
+    or "csr" (the CSR reference), "coo", "ell" (through A's COO or ELL form) or "hyb" (the sum
+    over hyb(1, 5)'s sub-matrices): the same values up to summation order."""
     where = "flare.sparse.spmm"
-    if format not in ("auto", "csr", "hyb"):
-        raise ValueError(f"{where}: format must be 'auto', 'csr' or 'hyb', got {format!r}")
+    if format not in ("auto", "csr", "coo", "ell", "hyb"):
+        raise ValueError(f"{where}: format must be 'auto', 'csr', 'coo', 'ell' or 'hyb', got "
+                         f"{format!r}")
     csr = _csr_of(A, shape, where)
     x = _to_host(X, "float32", "X", where)
     if csr.values is None:
         raise ValueError(f"{where}: A needs values")
     y = np.empty((csr.rows, x.shape[1] if x.ndim == 2 else 0), np.float32)
-    if format == "hyb":
+    if format in ("coo", "ell"):
+        _flare.sparse_spmm_format(csr.rows, csr.cols, arg(csr.indptr), arg(csr.indices),
+                                  arg(csr.values), format, arg(x), arg(y))
+    elif format == "hyb":
         _flare.sparse_spmm_hyb(csr.rows, csr.cols, arg(csr.indptr), arg(csr.indices),
                                arg(csr.values), 1, 5, arg(x), arg(y))
     else:
@@ -118,3 +123,15 @@ def hyb(A, c, k, shape=None):
         raise ValueError(f"{where}: A needs values")
     return _flare.sparse_hyb(csr.rows, csr.cols, arg(csr.indptr), arg(csr.indices),
                              arg(csr.values), int(c), int(k))
+
+
+def ell(A, width=0, shape=None):
+    """A's ELL form (every row padded to `width` slots; 0: the longest row's length): a dict
+    with width, rows, columns and values [rows x width], source (the nonzero's index in A, -1
+    for padding), nnz and padding_ratio (slots over nnz)."""
+    where = "flare.sparse.ell"
+    csr = _csr_of(A, shape, where)
+    if csr.values is None:
+        raise ValueError(f"{where}: A needs values")
+    return _flare.sparse_ell(csr.rows, csr.cols, arg(csr.indptr), arg(csr.indices),
+                             arg(csr.values), int(width))

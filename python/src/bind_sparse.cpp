@@ -1,13 +1,19 @@
 // flare::sparse (issue 23; CPU references so far) for python/flare/sparse.py: SpMM and SDDMM on
-// a CSR matrix given as arrays, and the hyb(c, k) decomposition as plain Python values.
+// a CSR matrix given as arrays (directly, or through its COO, ELL or hyb(c, k) form), and the
+// ELL and hyb(c, k) formats as plain Python values.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "bindings.h"
+#include "flare/core/error.h"
+#include "flare/sparse/coo.h"
 #include "flare/sparse/csr.h"
+#include "flare/sparse/ell.h"
 #include "flare/sparse/hyb.h"
 #include "tensor_arg.h"
 
@@ -32,21 +38,24 @@ nb::list list_of(const std::vector<T>& values) {
   return out;
 }
 
+// {"width", "rows", "columns", "values", "source"} of one ELL block.
+nb::dict ell_dict(const sparse::EllBucket& b) {
+  nb::dict bucket;
+  bucket["width"] = b.width;
+  bucket["rows"] = list_of(b.rows);
+  bucket["columns"] = list_of(b.columns);
+  bucket["values"] = list_of(b.values);
+  bucket["source"] = list_of(b.source);
+  return bucket;
+}
+
 // {"rows", "cols", "nnz", "padding_ratio", "partitions": [{"col_begin", "col_end", "buckets":
 // [{"width", "rows", "columns", "values", "source"}], "remainder": {...}}]}
 nb::dict hyb_dict(const sparse::Hyb& h) {
   nb::list partitions;
   for (const sparse::HybPartition& part : h.partitions) {
     nb::list buckets;
-    for (const sparse::EllBucket& b : part.buckets) {
-      nb::dict bucket;
-      bucket["width"] = b.width;
-      bucket["rows"] = list_of(b.rows);
-      bucket["columns"] = list_of(b.columns);
-      bucket["values"] = list_of(b.values);
-      bucket["source"] = list_of(b.source);
-      buckets.append(bucket);
-    }
+    for (const sparse::EllBucket& b : part.buckets) buckets.append(ell_dict(b));
     nb::dict remainder;
     remainder["rows"] = list_of(part.remainder.rows);
     remainder["indptr"] = list_of(part.remainder.indptr);
@@ -92,6 +101,37 @@ void bind_sparse(nb::module_& m) {
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
       nb::arg("column_parts"), nb::arg("max_log2_width"), nb::arg("x"), nb::arg("y"),
       "y <- A x through the hyb(c, k) decomposition (CPU reference).");
+  m.def(
+      "sparse_spmm_format",
+      [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,
+         const TensorArg& values, const std::string& format, const TensorArg& x,
+         const TensorArg& y) {
+        const sparse::Csr a = csr_of(rows, cols, indptr, indices, values);
+        if (format == "coo") {
+          sparse::spmm_reference(sparse::coo_from_csr(a), x.view(), y.view());
+        } else if (format == "ell") {
+          sparse::spmm_reference(sparse::ell_from_csr(a), x.view(), y.view());
+        } else {
+          fail(ErrorCode::kInvalidArgument, "sparse_spmm_format: format must be coo or ell, got ",
+               format);
+        }
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
+      nb::arg("format"), nb::arg("x"), nb::arg("y"),
+      "y <- A x through A's COO or ELL form (CPU reference).");
+  m.def(
+      "sparse_ell",
+      [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,
+         const TensorArg& values, int width) {
+        const sparse::Ell ell =
+            sparse::ell_from_csr(csr_of(rows, cols, indptr, indices, values), width);
+        nb::dict out = ell_dict(ell.slots);
+        out["nnz"] = ell.nnz;
+        out["padding_ratio"] = ell.padding_ratio();
+        return out;
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
+      nb::arg("width"), "A's ELL form.");
   m.def(
       "sparse_sddmm",
       [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,

@@ -27,7 +27,7 @@ def random_csr(rows, cols, density, seed, long_row=False):
 
 @pytest.mark.parametrize("rows,cols,d,long_row", [(120, 90, 16, True), (33, 1, 5, False),
                                                   (64, 300, 1, False)])
-@pytest.mark.parametrize("fmt", ["auto", "hyb"])
+@pytest.mark.parametrize("fmt", ["auto", "coo", "ell", "hyb"])
 def test_spmm_matches_dense_float64(rows, cols, d, long_row, fmt):
     a, dense = random_csr(rows, cols, 0.05, 1, long_row)
     x = np.random.default_rng(2).standard_normal((cols, d)).astype(np.float32)
@@ -59,6 +59,18 @@ def test_hyb_covers_every_nonzero_once():
     assert h["padding_ratio"] >= 1.0
 
 
+def test_ell_pads_every_row_to_one_width():
+    a, dense = random_csr(50, 40, 0.1, 8, long_row=True)
+    longest = int(np.diff(a[0]).max())
+    e = flare.sparse.ell(a, shape=(50, 40))
+    assert e["width"] == longest and e["rows"] == list(range(50))
+    assert sorted(s for s in e["source"] if s >= 0) == list(range(len(a[1])))
+    assert e["padding_ratio"] == pytest.approx(50 * longest / len(a[1]))
+    assert flare.sparse.ell(a, width=longest + 2, shape=(50, 40))["width"] == longest + 2
+    with pytest.raises(ValueError, match="more than width"):
+        flare.sparse.ell(a, width=longest - 1, shape=(50, 40))
+
+
 def test_errors_name_the_array():
     a, _ = random_csr(4, 4, 0.5, 7)
     indptr, indices, values = a
@@ -74,7 +86,7 @@ def test_errors_name_the_array():
     with pytest.raises(ValueError, match="needs shape=\\(rows, cols\\)"):
         flare.sparse.spmm(a, x)
     with pytest.raises(ValueError, match="format must be"):
-        flare.sparse.spmm(a, x, format="ell", shape=(4, 4))
+        flare.sparse.spmm(a, x, format="bsr", shape=(4, 4))
     with pytest.raises(ValueError, match="column_parts must be in"):
         flare.sparse.hyb(a, 0, 2, shape=(4, 4))
 

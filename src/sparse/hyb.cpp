@@ -6,6 +6,7 @@
 
 #include "flare/core/error.h"
 #include "src/sparse/dense_access.h"
+#include "src/sparse/ell_rows.h"
 #include "src/sparse/remainder.h"
 
 namespace flare::sparse {
@@ -18,23 +19,6 @@ int bucket_of(int64_t count, int max_log2) {
     if (count <= (int64_t{1} << i)) return i;
   }
   return -1;
-}
-
-// Appends row `row`'s nonzeros [begin, end) of A to `bucket`, padded to its width.
-void append_row(const Csr& a, int32_t row, int64_t begin, int64_t end, EllBucket& bucket) {
-  bucket.rows.push_back(row);
-  for (int64_t s = 0; s < bucket.width; ++s) {
-    const int64_t e = begin + s;
-    if (e < end) {
-      bucket.columns.push_back(sparse_detail::index_at(a.indices, e));
-      bucket.values.push_back(sparse_detail::load(*a.values, e));
-      bucket.source.push_back(e);
-    } else {  // padding: a column the row already reads, weight 0
-      bucket.columns.push_back(sparse_detail::index_at(a.indices, end - 1));
-      bucket.values.push_back(0.0);
-      bucket.source.push_back(-1);
-    }
-  }
 }
 
 }  // namespace
@@ -83,7 +67,8 @@ Hyb hyb_from_csr(const Csr& a, int column_parts, int max_log2_width) {
       if (e == begin) continue;
       const int bucket = bucket_of(e - begin, max_log2_width);
       if (bucket >= 0) {
-        append_row(a, static_cast<int32_t>(r), begin, e, part.buckets[static_cast<size_t>(bucket)]);
+        sparse_detail::append_ell_row(a, static_cast<int32_t>(r), begin, e,
+                                      part.buckets[static_cast<size_t>(bucket)]);
         continue;
       }
       std::vector<int64_t> nonzeros(static_cast<size_t>(e - begin));
@@ -103,14 +88,7 @@ void spmm_reference(const Hyb& a, const TensorView& x, const TensorView& y) {
       sum[static_cast<size_t>(row * d + f)] += value * sparse_detail::load(x, col, f);
   };
   for (const HybPartition& part : a.partitions) {
-    for (const EllBucket& bucket : part.buckets) {
-      for (size_t i = 0; i < bucket.rows.size(); ++i) {
-        for (int s = 0; s < bucket.width; ++s) {
-          const size_t slot = i * static_cast<size_t>(bucket.width) + static_cast<size_t>(s);
-          add(bucket.rows[i], bucket.columns[slot], bucket.values[slot]);
-        }
-      }
-    }
+    for (const EllBucket& bucket : part.buckets) sparse_detail::for_each_ell_slot(bucket, add);
     sparse_detail::for_each_remainder_nonzero(part.remainder, add);
   }
   for (int64_t r = 0; r < a.rows; ++r) {
