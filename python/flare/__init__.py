@@ -7,7 +7,7 @@ backend), passed through DLPack without copies. An argument flare does not suppo
 NotImplementedError naming it.
 """
 
-from . import _flare, jit, sparse, variants
+from . import _flare, jit, sparse, utils, variants
 from .cascade import (BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
                       BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
                       MultiLevelCascadeAttentionWrapper, merge_state, merge_state_in_place,
@@ -54,5 +54,6 @@ __all__ = [
     "single_decode_with_kv_cache",
     "single_prefill_with_kv_cache",
     "sparse",
+    "utils",
     "variants",
 ]

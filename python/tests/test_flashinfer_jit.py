@@ -88,3 +88,13 @@ def test_wrappers_take_jit_args_and_positional_arguments():
     indptr, indices, last = (np.array(x, dtype=np.int32) for x in ([0, 1], [0], [3]))
     with pytest.raises(ValueError, match="'FlashSigmoid' runs on CUDA tensors only"):
         decode.plan(indptr, indices, last, 8, 8, 128, 16, q_data_type="float16")
+
+
+def test_flashinfer_utils_names():
+    from flare.utils import MaskMode, PosEncodingMode, TensorLayout, get_compute_capability
+    assert MaskMode.CAUSAL.value == 1 and MaskMode.CUSTOM.value == 2
+    assert PosEncodingMode.ROPE_LLAMA.value == 1 and TensorLayout.HND.value == 1
+    assert issubclass(flare.utils.GPUArchitectureError, Exception)
+    pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="must be a cuda device"):
+        get_compute_capability("cpu")
