@@ -106,10 +106,7 @@ void sddmm_reference(const Coo& a, const TensorView& q, const TensorView& k,
                      const TensorView& out) {
   const int64_t d = sparse_detail::check_dense(q, "Q", a.rows, -1);
   sparse_detail::check_dense(k, "K", a.cols, d);
-  FLARE_CHECK(
-      out.device.is_cpu() && out.ndim == 1 && out.shape[0] == a.nnz() && out.dtype == DType::kF32,
-      ErrorCode::kInvalidArgument, "out must be float32 [", a.nnz(), "] on the CPU, got ",
-      dtype_name(out.dtype), " ", out.shape_str());
+  sparse_detail::check_sddmm_out(out, a.nnz());
   for (int64_t e = 0; e < a.nnz(); ++e) {
     const size_t i = static_cast<size_t>(e);
     double dot = 0.0;

@@ -95,10 +95,7 @@ void sddmm_reference(const Csr& a, const TensorView& q, const TensorView& k,
   validate_csr(a);
   const int64_t d = sparse_detail::check_dense(q, "Q", a.rows, -1);
   sparse_detail::check_dense(k, "K", a.cols, d);
-  FLARE_CHECK(
-      out.device.is_cpu() && out.ndim == 1 && out.shape[0] == a.nnz() && out.dtype == DType::kF32,
-      ErrorCode::kInvalidArgument, "out must be float32 [", a.nnz(), "] on the CPU, got ",
-      dtype_name(out.dtype), " ", out.shape_str());
+  sparse_detail::check_sddmm_out(out, a.nnz());
   for (int64_t r = 0; r < a.rows; ++r) {
     for (int64_t e = sparse_detail::index_at(a.indptr, r);
          e < sparse_detail::index_at(a.indptr, r + 1); ++e) {

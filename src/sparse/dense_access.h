@@ -25,6 +25,14 @@ inline int64_t check_dense(const TensorView& t, const char* name, int64_t rows,
   return t.shape[1];
 }
 
+// `out` is SDDMM's output: float32 [nnz] on the CPU.
+inline void check_sddmm_out(const TensorView& out, int64_t nnz) {
+  FLARE_CHECK(out.device.is_cpu() && out.ndim == 1 && out.shape[0] == nnz &&
+                  out.dtype == DType::kF32,
+              ErrorCode::kInvalidArgument, "out must be float32 [", nnz, "] on the CPU, got ",
+              dtype_name(out.dtype), " ", out.shape_str());
+}
+
 // Entry i of a 1-D int32 index array (validated by the caller).
 inline int32_t index_at(const TensorView& t, int64_t i) {
   return t.ptr<const int32_t>()[i * t.strides[0]];

@@ -18,6 +18,7 @@
 #include "flare/variant/library.h"
 #include "gpu/decode_test_support.h"
 #include "gpu/prefill_test_support.h"
+#include "jit/variant_configs.h"
 #include "testing/expect_error.h"
 #include "testing/user_variants.h"
 
@@ -519,13 +520,9 @@ TEST(UserVariantPrefill, LibraryDocumentMaskMatchesTheReference) {
   c.kv = PrefillKV::kPaged;
   prefill_testing::check(c);
 
-  BatchPrefillConfig config;
-  config.max_batch = 2;
-  config.max_total_qo = 64;
-  config.num_qo_heads = 8;
-  config.num_kv_heads = 2;
-  config.head_dim_qk = config.head_dim_vo = 128;
-  config.variant = variants::document_mask();
+  BatchPrefillConfig config =
+      testing::prefill_config(variants::document_mask(), PrefillKV::kRagged);
+  config.params.mask = MaskMode::kNone;
   EXPECT_FLARE_ERROR(BatchPrefill prefill(config), ErrorCode::kInvalidArgument,
                      "requires the causal mask");
 }

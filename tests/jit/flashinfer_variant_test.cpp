@@ -12,6 +12,7 @@
 #include "flare/jit/compiler.h"
 #include "flare/variant/flashinfer_variant.h"
 #include "jit/jit_test_support.h"
+#include "jit/variant_configs.h"
 #include "testing/expect_error.h"
 #include "testing/kernel_usage.h"
 #include "testing/nvrtc.h"
@@ -126,26 +127,11 @@ TEST_P(FlashInferVariantCompile, EveryFamilyCompilesWithoutSpills) {
   const UserVariant variant = flashinfer_variant(GetParam() == 0 ? flash_sigmoid() : custom_mask());
   std::vector<jit::KernelSpec> specs;
   for (const bool tc : {false, true}) {
-    BatchDecodeConfig c;
-    c.max_batch = 16;
-    c.num_qo_heads = 32;
-    c.num_kv_heads = 8;
-    c.head_dim = 128;
-    c.page_size = 16;
-    c.use_tensor_cores = tc;
-    c.variant = variant;
-    specs.push_back(batch_decode_kernels(c).decode);
+    specs.push_back(batch_decode_kernels(testing::decode_config(variant, tc)).decode);
   }
   for (const PrefillKV kv : {PrefillKV::kPaged, PrefillKV::kRagged}) {
-    BatchPrefillConfig c;
-    c.max_batch = 8;
-    c.max_total_qo = 4096;
-    c.num_qo_heads = 32;
-    c.num_kv_heads = 8;
-    c.head_dim_qk = c.head_dim_vo = 128;
-    c.kv = kv;
-    c.page_size = 16;
-    c.variant = variant;
+    BatchPrefillConfig c = testing::prefill_config(variant, kv);
+    c.params.mask = MaskMode::kNone;
     // The custom mask (a decode example) loads a mask byte per key: at 128x64 prefill tiles,
     // with every key checked, its row state spills 32-144 bytes; small tiles hold it.
     specs.push_back(batch_prefill_kernels(c, GetParam() == 0 ? PrefillTiles{128, 64}

@@ -14,6 +14,7 @@
 #include "flare/jit/compiler.h"
 #include "flare/variant/library.h"
 #include "jit/jit_test_support.h"
+#include "jit/variant_configs.h"
 #include "testing/expect_error.h"
 #include "testing/kernel_usage.h"
 #include "testing/nvrtc.h"
@@ -30,31 +31,8 @@ class UserVariantCompile : public jit::testing::JitTest {
   }
 };
 
-BatchDecodeConfig decode_config(const UserVariant& variant, bool tensor_cores) {
-  BatchDecodeConfig c;
-  c.max_batch = 16;
-  c.num_qo_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  c.page_size = 16;
-  c.use_tensor_cores = tensor_cores;
-  c.variant = variant;
-  return c;
-}
-
-BatchPrefillConfig prefill_config(const UserVariant& variant, PrefillKV kv) {
-  BatchPrefillConfig c;
-  c.max_batch = 8;
-  c.max_total_qo = 4096;
-  c.num_qo_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim_qk = c.head_dim_vo = 128;
-  c.kv = kv;
-  c.page_size = 16;
-  c.params.mask = MaskMode::kCausal;
-  c.variant = variant;
-  return c;
-}
+using testing::decode_config;
+using testing::prefill_config;
 
 std::vector<jit::KernelSpec> specs_of(const UserVariant& variant) {
   std::vector<jit::KernelSpec> specs;

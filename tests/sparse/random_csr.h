@@ -7,35 +7,14 @@
 #include <set>
 #include <vector>
 
+#include "flare/sparse/coo.h"
 #include "flare/sparse/csr.h"
 #include "testing/random.h"
 
 namespace flare::sparse_testing {
 
-// A Csr view of host vectors (values: float32, or none).
-inline sparse::Csr csr_view(int64_t rows, int64_t cols, const std::vector<int32_t>& indptr,
-                            const std::vector<int32_t>& indices, const std::vector<float>* values) {
-  sparse::Csr a;
-  a.rows = rows;
-  a.cols = cols;
-  a.indptr = TensorView::contiguous(const_cast<int32_t*>(indptr.data()), DType::kI32,
-                                    {static_cast<int64_t>(indptr.size())});
-  a.indices = TensorView::contiguous(const_cast<int32_t*>(indices.data()), DType::kI32,
-                                     {static_cast<int64_t>(indices.size())});
-  if (values != nullptr) {
-    a.values = TensorView::contiguous(const_cast<float*>(values->data()), DType::kF32,
-                                      {static_cast<int64_t>(values->size())});
-  }
-  return a;
-}
-
-struct OwnedCsr {
-  int64_t rows = 0, cols = 0;
-  std::vector<int32_t> indptr, indices;
-  std::vector<float> values;
-
-  sparse::Csr view() const { return csr_view(rows, cols, indptr, indices, &values); }
-};
+// Host-owned CSR (its view() has values when it holds any, or no nonzeros).
+using OwnedCsr = sparse::CsrStorage;
 
 // rows x cols with about `density` of the entries set; every fourth row empty; when
 // long_row_share > 0, row rows / 2 holds that share of the nonzeros (capped at cols).
