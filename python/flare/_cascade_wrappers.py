@@ -8,6 +8,7 @@ launch over all levels with the merge fused is issue 20's remaining work.
 """
 
 from . import _tensors
+from ._tensors import is_cuda
 from .cascade import merge_state_in_place
 from .decode import BatchDecodeWithPagedKVCacheWrapper
 from .prefill import BatchPrefillWithPagedKVCacheWrapper, single_prefill_with_kv_cache
@@ -22,6 +23,31 @@ def _host_total(indptr, name, where):
         raise ValueError(f"{where}: {name} must be a 1-D array starting at 0 and never "
                          f"decreasing, with at least 2 entries")
     return int(values[-1])
+
+
+def _check_levels_disjoint(where, qo_indptr_arr, kv_indptr_arr, kv_indices_arr):
+    """ValueError when a query token reads one page in two levels (its tokens would count twice:
+    a prefix overlapping a suffix). Checked when every page table is on the host; device page
+    tables are not read (plan() never synchronizes on them)."""
+    if any(is_cuda(x) for x in kv_indices_arr):
+        return
+    import numpy as np
+    groups, pages = [], []
+    for i, (qo, kv, idx) in enumerate(zip(qo_indptr_arr, kv_indptr_arr, kv_indices_arr)):
+        qo_host = _tensors.host_int32(qo, f"qo_indptr_arr[{i}]")
+        groups.append(np.repeat(np.arange(qo_host.shape[0] - 1), np.diff(qo_host)))
+        pages.append((_tensors.host_int32(kv, f"paged_kv_indptr_arr[{i}]"),
+                      _tensors.host_int32(idx, f"paged_kv_indices_arr[{i}]")))
+    for a in range(len(groups)):
+        for b in range(a + 1, len(groups)):
+            for ga, gb in set(zip(groups[a].tolist(), groups[b].tolist())):
+                (ia, xa), (ib, xb) = pages[a], pages[b]
+                shared = np.intersect1d(xa[ia[ga]:ia[ga + 1]], xb[ib[gb]:ib[gb + 1]])
+                if shared.size:
+                    raise ValueError(
+                        f"{where}: page {int(shared[0])} is in level {a}'s group {ga} and level "
+                        f"{b}'s group {gb}, which share query tokens: each token would read it "
+                        "twice (levels must hold disjoint pages)")
 
 
 class MultiLevelCascadeAttentionWrapper:
@@ -64,7 +90,8 @@ class MultiLevelCascadeAttentionWrapper:
              q_data_type="float16", kv_data_type=None, non_blocking=True):
         """One list entry per level. Every level's qo_indptr must start at 0 and end at the same
         number of query tokens (each token in one group of each level); causal applies to the
-        last level only (the earlier levels precede every query)."""
+        last level only (the earlier levels precede every query). With host page tables, a
+        page that two levels give one query token is a ValueError (nothing is planned)."""
         where = f"{_MULTI}.plan"
         arrays = dict(qo_indptr_arr=qo_indptr_arr, paged_kv_indptr_arr=paged_kv_indptr_arr,
                       paged_kv_indices_arr=paged_kv_indices_arr,
@@ -78,6 +105,7 @@ class MultiLevelCascadeAttentionWrapper:
         if len(set(totals)) != 1:
             raise ValueError(f"{where}: every level's qo_indptr must end at the same number of "
                              f"query tokens (each token in one group per level), got {totals}")
+        _check_levels_disjoint(where, qo_indptr_arr, paged_kv_indptr_arr, paged_kv_indices_arr)
         last = self._num_levels - 1
         for i, wrapper in enumerate(self._wrappers):
             wrapper.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],

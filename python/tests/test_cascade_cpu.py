@@ -131,5 +131,11 @@ def test_malformed_levels_are_named():
     with pytest.raises(ValueError, match=r"qo_indptr_arr\[1\] must be a 1-D array starting at 0"):
         wrapper.plan([one, np.array([1, 1], np.int32)], [one, one], [one, one], [one, one],
                      H, H_KV, D, 1, q_data_type="float32")
+    pages = [np.array([0, 1], np.int32), np.array([0, 1, 2], np.int32)]
+    with pytest.raises(ValueError, match="page 1 is in level 0's group 0 and level 1's group 1"):
+        wrapper.plan([np.array([0, 2], np.int32), np.array([0, 1, 2], np.int32)],
+                     [np.array([0, 2], np.int32), np.array([0, 1, 2], np.int32)],
+                     [pages[0], np.array([5, 1], np.int32)],
+                     [one, np.array([1, 1], np.int32)], H, H_KV, D, 1, q_data_type="float32")
     with pytest.raises(ValueError, match="num_levels must be >= 1"):
         flare.MultiLevelCascadeAttentionWrapper(0, np.zeros(1 << 20, dtype=np.uint8))
