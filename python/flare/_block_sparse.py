@@ -104,21 +104,35 @@ class BlockSparseAttentionWrapper:
     def _flat_mask(where, mask, indptr, qo_indptr, R, C):
         """mask [nnz, R, C] -> each block row's q_len x (blocks * C) bits, rows concatenated
         (the paged wrapper's custom_mask layout); a last block row of fewer than R rows keeps
-        its first rows."""
+        its first rows. One scatter on mask's device, no loop over block rows."""
+        import numpy as np
         nnz = int(indptr[-1])
         if tuple(mask.shape) != (nnz, R, C):
             raise ValueError(f"{where}: mask must have shape [nnz, R, C] = [{nnz}, {R}, {C}], "
                              f"got {list(mask.shape)}")
-        parts = []
-        for i in range(len(indptr) - 1):
-            rows = int(qo_indptr[i + 1] - qo_indptr[i])
-            block = mask[int(indptr[i]):int(indptr[i + 1]), :rows]  # [blocks, rows, C]
-            parts.append(block.transpose(0, 1).reshape(-1) if is_torch(block)
-                         else block.swapaxes(0, 1).reshape(-1))
+        counts = np.diff(indptr).astype(np.int64)       # blocks per block row
+        rows = np.diff(qo_indptr).astype(np.int64)      # query rows per block row
+        bits = rows * counts * C
+        base = np.concatenate([[0], np.cumsum(bits)[:-1]]) if bits.size else bits
+        row_of = np.repeat(np.arange(counts.size), counts)   # each block's block row
+        j = np.arange(nnz) - indptr[:-1].astype(np.int64)[row_of]
+        # offset of (block b, row r, column c): base + r * (blocks * C) + j * C + c
+        r = np.arange(R)[None, :, None]
+        c = np.arange(C)[None, None, :]
+        offsets = (base[row_of][:, None, None] + r * (counts[row_of] * C)[:, None, None] +
+                   (j * C)[:, None, None] + c)
+        valid = np.broadcast_to(r < rows[row_of][:, None, None], offsets.shape)
+        total = int(bits.sum())
         if is_torch(mask):
-            return torch_module().cat(parts) if parts else mask.reshape(-1)[:0]
-        import numpy as np
-        return np.concatenate(parts) if parts else mask.reshape(-1)[:0]
+            torch = torch_module()
+            flat = torch.zeros(total, dtype=torch.bool, device=mask.device)
+            keep = torch.from_numpy(np.ascontiguousarray(valid)).to(mask.device)
+            target = torch.from_numpy(offsets[valid]).to(mask.device)
+            flat[target] = mask.to(torch.bool)[keep]
+            return flat
+        flat = np.zeros(total, dtype=bool)
+        flat[offsets[valid]] = np.asarray(mask, dtype=bool)[valid]
+        return flat
 
     def run(self, q, k, v, scale_q=None, scale_k=None, scale_v=None, out=None, lse=None,
             return_lse=False, enable_pdl=None, lse_base="log2"):
