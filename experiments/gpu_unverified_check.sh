@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The first device call of the next session (2026-11-26's third session ended with GPU paths
 # written after its last device call): the Python tests of those paths (Quest per-head decode,
-# the block-sparse mask scatter, the cascade wrappers), the GPU user-variant tests whose config
+# the block-sparse mask scatter, the cascade wrappers, the attention-sink wrapper), the GPU user-variant tests whose config
 # moved to tests/jit/variant_configs.h, then FlashInfer's block-sparse and shared-prefix tests
 # over flare. Carry .fitests (../shared/flashinfer-tests copied) and .anchors-fi.
 # Usage (GPU machine, OUT set): experiments/gpu_unverified_check.sh
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache
 echo "== python $(date +%T)"
-scripts/gpu_check_python.sh $OUT/py -q -k "sparse_attention or block_sparse or cascade or per_head" 2>&1 | tail -8
+scripts/gpu_check_python.sh $OUT/py -q -k "sparse_attention or block_sparse or cascade or per_head or attention_sink" 2>&1 | tail -8
 echo "== gpu user-variant tests $(date +%T)"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLARE_GTEST_SOURCE=/usr/src/googletest >$OUT/cmake.log 2>&1 &&
   cmake --build build-gpu -j16 --target flare_gpu_tests >$OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }

@@ -7,7 +7,8 @@ backend), passed through DLPack without copies. An argument flare does not suppo
 NotImplementedError naming it.
 """
 
-from . import _flare, jit, sparse, utils, variants
+from . import _flare, attention, jit, sparse, utils, variants
+from .attention import BatchAttentionWithAttentionSinkWrapper
 from .cascade import (BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
                       BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
                       MultiLevelCascadeAttentionWrapper, merge_state, merge_state_in_place,
@@ -32,6 +33,7 @@ def cuda_available():
 
 __all__ = [
     "AttentionVariant",
+    "BatchAttentionWithAttentionSinkWrapper",
     "BatchDecodeWithPagedKVCacheWrapper",
     "BatchDecodeWithSharedPrefixPagedKVCacheWrapper",
     "BatchPrefillWithPagedKVCacheWrapper",
@@ -42,6 +44,7 @@ __all__ = [
     "MultiLevelCascadeAttentionWrapper",
     "VariableBlockSparseAttentionWrapper",
     "append_paged_kv_cache",
+    "attention",
     "check_append_paged_kv_cache",
     "cuda_available",
     "fast_decode_plan",

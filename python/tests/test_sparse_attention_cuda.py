@@ -205,3 +205,33 @@ def test_per_head_sparse_decode_matches_attention_over_the_chosen_pages(page_siz
                                   for g in range(heads.start, heads.stop)], dim=1)
             torch.testing.assert_close(o[r:r + 1, heads].float(), expected, atol=1e-2,
                                        rtol=1e-3)
+
+
+def test_attention_sink_wrapper_matches_the_sink_softmax():
+    torch.manual_seed(5)
+    H, H_kv, D, page = 8, 2, 128, 16
+    kv_lens, q_lens = [300, 17, 1000], [1, 17, 4]
+    pages = [-(-n // page) for n in kv_lens]
+    cache = torch.randn(sum(pages), 2, page, H_kv, D, dtype=torch.bfloat16, device=DEVICE)
+    indptr = torch.tensor([0] + pages).cumsum(0).to(torch.int32)
+    indices = torch.arange(sum(pages), dtype=torch.int32, device=DEVICE)
+    last = torch.tensor([n - (p - 1) * page for n, p in zip(kv_lens, pages)], dtype=torch.int32)
+    qo = torch.tensor([0] + q_lens).cumsum(0).to(torch.int32)
+    q = torch.randn(sum(q_lens), H, D, dtype=torch.bfloat16, device=DEVICE)
+    sink = torch.randn(H, device=DEVICE) * 2
+    wrapper = flare.BatchAttentionWithAttentionSinkWrapper(workspace(), "NHD")
+    wrapper.plan(qo, indptr, indices, last, H, H_kv, D, page, causal=True)
+    o = wrapper.run(q, cache, sink, D ** -0.5)
+    for r in range(3):
+        rows = cache[int(indptr[r]):int(indptr[r + 1])]
+        k = rows[:, 0].reshape(-1, H_kv, D)[:kv_lens[r]].float().repeat_interleave(H // H_kv, 1)
+        v = rows[:, 1].reshape(-1, H_kv, D)[:kv_lens[r]].float().repeat_interleave(H // H_kv, 1)
+        qs = q[int(qo[r]):int(qo[r + 1])].float()
+        s = torch.einsum("qhd,nhd->hqn", qs, k) * D ** -0.5
+        pos = torch.arange(q_lens[r], device=DEVICE)[:, None] + kv_lens[r] - q_lens[r]
+        s = s.masked_fill(torch.arange(kv_lens[r], device=DEVICE)[None, :] > pos, float("-inf"))
+        logits = torch.cat([s, sink[:, None, None].expand(H, q_lens[r], 1)], -1)
+        p = torch.softmax(logits, -1)[..., :-1]
+        expected = torch.einsum("hqn,nhd->qhd", p, v)
+        torch.testing.assert_close(o[int(qo[r]):int(qo[r + 1])].float(), expected, atol=1e-2,
+                                   rtol=1e-3)
