@@ -8,27 +8,12 @@ of the paged wrapper), on the GPU and on the CPU backend. Causal masking, as in 
 applies to the positions of the gathered blocks (bottom-right aligned within a block row).
 """
 
-from ._tensors import is_cuda, is_torch, torch_module
+import numpy as np
+
+from ._tensors import host_int32, is_cuda, is_torch, torch_module
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
 _NAME = "BlockSparseAttentionWrapper"
-
-
-def _int_list(x, name):
-    """A 1-D integer index array (numpy, torch on any device, or a list) as Python ints; a CUDA
-    tensor is read once (plan() then synchronizes, as FlashInfer's does)."""
-    if is_torch(x):
-        x = x.detach().cpu().numpy()
-    try:
-        import numpy as np
-        values = np.asarray(x)
-    except TypeError:
-        raise TypeError(f"{_NAME}.plan: {name} must be an integer array, got "
-                        f"{type(x).__name__}") from None
-    if values.ndim != 1 or values.dtype.kind not in "iu":
-        raise ValueError(f"{_NAME}.plan: {name} must be a 1-D integer array, got "
-                         f"{values.dtype} {values.shape}")
-    return values
 
 
 class BlockSparseAttentionWrapper:
@@ -63,8 +48,8 @@ class BlockSparseAttentionWrapper:
                              f"R={R}, C={C}")
         if N % C != 0:
             raise ValueError(f"{where}: N={N} must be a multiple of C={C}")
-        indptr_host = _int_list(indptr, "indptr")
-        indices_host = _int_list(indices, "indices")
+        indptr_host = host_int32(indptr, "indptr")
+        indices_host = host_int32(indices, "indices")
         row_blocks = -(-M // R)
         if indptr_host.shape[0] != row_blocks + 1:
             raise ValueError(f"{where}: indptr must have ceil(M / R) + 1 = {row_blocks + 1} "
@@ -79,15 +64,14 @@ class BlockSparseAttentionWrapper:
             bad = indices_host[(indices_host < 0) | (indices_host >= column_blocks)][0]
             raise ValueError(f"{where}: indices holds column block {int(bad)}; blocks are "
                              f"0..{column_blocks - 1} (N / C)")
-        import numpy as np
         qo_indptr = np.minimum(np.arange(row_blocks + 1, dtype=np.int32) * R, M).astype(np.int32)
         last_page_len = np.full(row_blocks, C, dtype=np.int32)
         custom = None
         if mask is not None and packed_mask is None:
             custom = self._flat_mask(where, mask, indptr_host, qo_indptr, R, C)
         # The page table stays where the caller keeps it (the paged wrapper copies a host one).
-        page_indices = indices if is_cuda(indices) else indices_host.astype(np.int32)
-        self._prefill.plan(qo_indptr, indptr_host.astype(np.int32), page_indices, last_page_len,
+        page_indices = indices if is_cuda(indices) else indices_host
+        self._prefill.plan(qo_indptr, indptr_host, page_indices, last_page_len,
                            num_qo_heads, num_kv_heads, head_dim, C, custom_mask=custom,
                            packed_custom_mask=packed_mask, causal=causal,
                            pos_encoding_mode=pos_encoding_mode,
@@ -105,7 +89,6 @@ class BlockSparseAttentionWrapper:
         """mask [nnz, R, C] -> each block row's q_len x (blocks * C) bits, rows concatenated
         (the paged wrapper's custom_mask layout); a last block row of fewer than R rows keeps
         its first rows. One scatter on mask's device, no loop over block rows."""
-        import numpy as np
         nnz = int(indptr[-1])
         if tuple(mask.shape) != (nnz, R, C):
             raise ValueError(f"{where}: mask must have shape [nnz, R, C] = [{nnz}, {R}, {C}], "
@@ -160,7 +143,6 @@ class BlockSparseAttentionWrapper:
 
 
 def _host_array(x, name, ndim):
-    import numpy as np
     if is_torch(x):
         x = x.detach().cpu().numpy()
     values = np.asarray(x)
@@ -192,7 +174,6 @@ class VariableBlockSparseAttentionWrapper:
         """The masks and block sizes are read on the host (CUDA tensors are copied once, which
         synchronizes, as FlashInfer's plan() does). Every KV head's row sizes must sum to one
         qo_len and its column sizes to one kv_len."""
-        import numpy as np
         where = "VariableBlockSparseAttentionWrapper.plan"
         if causal:
             raise NotImplementedError(f"{where}: causal=True is not supported by flare (block "
@@ -290,5 +271,4 @@ def _regroup(x, axes):
     """x with its axes permuted, contiguous (torch or numpy)."""
     if is_torch(x):
         return x.permute(*axes).contiguous()
-    import numpy as np
     return np.ascontiguousarray(x.transpose(axes))

@@ -7,6 +7,8 @@ merge with flare's merge operator (merge_state_in_place), as FlashInfer does. On
 launch over all levels with the merge fused is issue 20's remaining work.
 """
 
+import numpy as np
+
 from . import _tensors
 from ._tensors import is_cuda
 from .cascade import merge_state_in_place
@@ -16,38 +18,65 @@ from .prefill import BatchPrefillWithPagedKVCacheWrapper, single_prefill_with_kv
 _MULTI = "MultiLevelCascadeAttentionWrapper"
 
 
-def _host_total(indptr, name, where):
+def _host_qo_indptr(indptr, name, where):
+    """indptr as host int32 (converted once: plan() hands it on to the levels), checked."""
     values = _tensors.host_int32(indptr, name)
-    if values.ndim != 1 or values.shape[0] < 2 or int(values[0]) != 0 or \
-            (values[1:] < values[:-1]).any():
+    if values.shape[0] < 2 or int(values[0]) != 0 or (values[1:] < values[:-1]).any():
         raise ValueError(f"{where}: {name} must be a 1-D array starting at 0 and never "
                          f"decreasing, with at least 2 entries")
-    return int(values[-1])
+    return values
 
 
-def _check_levels_disjoint(where, qo_indptr_arr, kv_indptr_arr, kv_indices_arr):
+def _check_levels_disjoint(where, qo_host, kv_indptr_arr, kv_indices_arr):
     """ValueError when a query token reads one page in two levels (its tokens would count twice:
     a prefix overlapping a suffix). Checked when every page table is on the host; device page
-    tables are not read (plan() never synchronizes on them)."""
+    tables are not read (plan() never synchronizes on them). Vectorized: a level-b group nested
+    in one level-a group (the cascade's shape) checks all its pages in one sorted lookup; only a
+    group straddling several level-a groups is checked group by group."""
     if any(is_cuda(x) for x in kv_indices_arr):
         return
-    import numpy as np
-    groups, pages = [], []
-    for i, (qo, kv, idx) in enumerate(zip(qo_indptr_arr, kv_indptr_arr, kv_indices_arr)):
-        qo_host = _tensors.host_int32(qo, f"qo_indptr_arr[{i}]")
-        groups.append(np.repeat(np.arange(qo_host.shape[0] - 1), np.diff(qo_host)))
-        pages.append((_tensors.host_int32(kv, f"paged_kv_indptr_arr[{i}]"),
-                      _tensors.host_int32(idx, f"paged_kv_indices_arr[{i}]")))
-    for a in range(len(groups)):
-        for b in range(a + 1, len(groups)):
-            for ga, gb in set(zip(groups[a].tolist(), groups[b].tolist())):
-                (ia, xa), (ib, xb) = pages[a], pages[b]
-                shared = np.intersect1d(xa[ia[ga]:ia[ga + 1]], xb[ib[gb]:ib[gb + 1]])
-                if shared.size:
-                    raise ValueError(
-                        f"{where}: page {int(shared[0])} is in level {a}'s group {ga} and level "
-                        f"{b}'s group {gb}, which share query tokens: each token would read it "
-                        "twice (levels must hold disjoint pages)")
+    levels = []  # (qo indptr, kv indptr, page ids, group of each page entry)
+    for i, (qo, kv, idx) in enumerate(zip(qo_host, kv_indptr_arr, kv_indices_arr)):
+        kv = _tensors.host_int32(kv, f"paged_kv_indptr_arr[{i}]")
+        idx = _tensors.host_int32(idx, f"paged_kv_indices_arr[{i}]").astype(np.int64)
+        entries = min(int(kv[-1]), idx.shape[0])
+        groups = np.repeat(np.arange(kv.shape[0] - 1), np.diff(kv).clip(min=0))[:entries]
+        levels.append((qo, kv, idx[:groups.shape[0]], groups))
+    pages = np.concatenate([level[2] for level in levels])
+    if pages.size == 0:
+        return
+    low, span = int(pages.min()), int(pages.max() - pages.min()) + 1
+    for a, (qa, _, ia, ga_of) in enumerate(levels[:-1]):
+        if ia.size == 0:
+            continue
+        keys_a = np.sort(ga_of * span + (ia - low))
+        for b in range(a + 1, len(levels)):
+            qb, _, ib, gb_of = levels[b]
+            # The level-a groups holding each level-b group's first and last token.
+            first = np.searchsorted(qa, qb[:-1], side="right") - 1
+            last = np.searchsorted(qa, np.maximum(qb[1:] - 1, qb[:-1]), side="right") - 1
+            tokens = qb[1:] > qb[:-1]
+            nested = tokens & (first == last)
+            entry_nested = nested[gb_of]
+            keys_b = first[gb_of] * span + (ib - low)
+            at = np.searchsorted(keys_a, keys_b)
+            hit = entry_nested & (at < keys_a.size) & \
+                (keys_a[np.minimum(at, keys_a.size - 1)] == keys_b)
+            conflicts = [(int(e), int(first[gb_of[e]])) for e in np.flatnonzero(hit)[:1]]
+            for gb in np.flatnonzero(tokens & ~nested):
+                for ga in range(int(first[gb]), int(last[gb]) + 1):
+                    if qa[ga + 1] == qa[ga]:
+                        continue  # a level-a group of no tokens shares none
+                    mine = np.flatnonzero(gb_of == gb)
+                    shared = np.isin(ib[mine], ia[ga_of == ga])
+                    if shared.any():
+                        conflicts.append((int(mine[np.argmax(shared)]), ga))
+            if conflicts:
+                entry, ga = min(conflicts)
+                raise ValueError(
+                    f"{where}: page {int(ib[entry])} is in level {a}'s group {ga} and level "
+                    f"{b}'s group {int(gb_of[entry])}, which share query tokens: each token "
+                    "would read it twice (levels must hold disjoint pages)")
 
 
 class MultiLevelCascadeAttentionWrapper:
@@ -100,15 +129,16 @@ class MultiLevelCascadeAttentionWrapper:
             if len(arr) != self._num_levels:
                 raise ValueError(f"{where}: {name} must hold num_levels = {self._num_levels} "
                                  f"entries, got {len(arr)}")
-        totals = [_host_total(x, f"qo_indptr_arr[{i}]", where)
-                  for i, x in enumerate(qo_indptr_arr)]
+        qo_host = [_host_qo_indptr(x, f"qo_indptr_arr[{i}]", where)
+                   for i, x in enumerate(qo_indptr_arr)]
+        totals = [int(x[-1]) for x in qo_host]
         if len(set(totals)) != 1:
             raise ValueError(f"{where}: every level's qo_indptr must end at the same number of "
                              f"query tokens (each token in one group per level), got {totals}")
-        _check_levels_disjoint(where, qo_indptr_arr, paged_kv_indptr_arr, paged_kv_indices_arr)
+        _check_levels_disjoint(where, qo_host, paged_kv_indptr_arr, paged_kv_indices_arr)
         last = self._num_levels - 1
         for i, wrapper in enumerate(self._wrappers):
-            wrapper.plan(qo_indptr_arr[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
+            wrapper.plan(qo_host[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
                          paged_kv_last_page_len[i], num_qo_heads, num_kv_heads, head_dim,
                          page_size, causal=causal if i == last else False,
                          pos_encoding_mode=pos_encoding_mode,

@@ -9,6 +9,8 @@ remaining work.
 
 import math
 
+import numpy as np
+
 from ._tensors import is_torch, torch_module
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
@@ -27,7 +29,6 @@ def merge_sink(out, lse, sink):
         out.copy_((out.float() * weight[..., None]).to(out.dtype))
         lse.copy_(torch.logaddexp2(lse, sink2.expand_as(lse)))
         return out, lse
-    import numpy as np
     sink2 = np.asarray(sink, dtype=np.float64) * _LOG2E
     with np.errstate(over="ignore"):
         weight = 1.0 / (1.0 + np.exp2(sink2[None, :] - lse.astype(np.float64)))
