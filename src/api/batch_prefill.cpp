@@ -134,16 +134,13 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
     ctas_per_sm = s.kernel(*s.fixed_tiles).ctas_per_sm;
   }
   // A caller's scratch below the whole grid's bound (FlashInfer's tests pass 32 MB; D 128 needs
-  // ~35 MB): plans spread over the SMs whose CTAs' partial states it holds. Too small for one
-  // SM: the Workspace below names the bytes needed.
+  // ~35 MB): plans spread over the SMs whose CTAs' partial states it holds (the default bound
+  // is 2 slots per CTA). Too small for one SM: the Workspace below names the bytes needed.
   s.plan_sms = s.props.num_sms;
-  const auto scratch_for = [&](int sms) {
-    return workspace_layout(prefill_bounds(config, sms * ctas_per_sm, s.max_query_tile))
-        .scratch_bytes();
-  };
-  while (config.scratch != nullptr && s.plan_sms > 1 &&
-         scratch_for(s.plan_sms) > config.scratch_bytes) {
-    --s.plan_sms;
+  if (config.scratch != nullptr) {
+    const int64_t slots = partial_slots_fitting(
+        prefill_bounds(config, ctas_per_sm, s.max_query_tile), config.scratch_bytes);
+    s.plan_sms = static_cast<int>(std::clamp<int64_t>(slots / (2 * ctas_per_sm), 1, s.plan_sms));
   }
   s.bound_ctas = s.plan_sms * ctas_per_sm;
 
