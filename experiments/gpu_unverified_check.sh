@@ -5,6 +5,10 @@
 # variant's fast reciprocal), the GPU user-variant tests whose config
 # moved to tests/jit/variant_configs.h, then FlashInfer's block-sparse and shared-prefix tests
 # over flare. Carry .fitests (../shared/flashinfer-tests copied) and .anchors-fi.
+# Before it, in its own call: `scripts/gpu_check.sh tests` (every GPU test, memcheck, racecheck),
+# which has not run since RowContext gained kv_len / q_len (kernels/variant.cuh,
+# decode_pipeline.cuh, prefill.cuh; only UserVariant*, PrefillGpu.* and the Python variant
+# tests ran after that change).
 # Usage (GPU machine, OUT set): experiments/gpu_unverified_check.sh
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache
