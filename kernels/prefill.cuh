@@ -227,6 +227,50 @@ __device__ __forceinline__ void accumulate_pv(unsigned v_frag,
   }
 }
 
+// The Hopper family (T::kWarpgroup): the same two products on warpgroup MMAs, each warpgroup
+// for its 64 rows, Q and the K / V stage read by the tensor cores from shared memory. (Templates
+// so that the other family's kernels, whose tiles no warpgroup MMA has, never instantiate them.)
+template <int kMmaQ, int kTilesS>
+__device__ __forceinline__ void score_tile_warpgroup(unsigned q_tile, unsigned k_tile,
+                                                     float (&s)[kMmaQ][kTilesS][4]) {
+  static_assert(kMmaQ == 1, "one m16 tile per warp");
+  const int first_row = thread_index() / 128 * 64;
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < T::kStepsQK; ++ks) {
+    wgmma::mma_ss<T::kCode>(s[0], wgmma::k_major<T::kQueryTile>(q_tile, first_row, ks),
+                            wgmma::k_major<T::kKvTile>(k_tile, 0, ks), ks > 0 ? 1 : 0);
+  }
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::hold(s[0]);
+}
+
+// O += P V: P's fragments are converted before the fence (the MMAs then read them in flight).
+template <int kMmaQ, int kTilesS>
+__device__ __forceinline__ void accumulate_pv_warpgroup(unsigned v_tile,
+                                                        const float (&s)[kMmaQ][kTilesS][4],
+                                                        RowState& st) {
+  static_assert(kMmaQ == 1, "one m16 tile per warp");
+  unsigned a[T::kStepsPV][4];
+#pragma unroll
+  for (int kk = 0; kk < T::kStepsPV; ++kk) {
+    a[kk][0] = float2_to_16bit2<T::kCode>(s[0][2 * kk][0], s[0][2 * kk][1]);
+    a[kk][1] = float2_to_16bit2<T::kCode>(s[0][2 * kk][2], s[0][2 * kk][3]);
+    a[kk][2] = float2_to_16bit2<T::kCode>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+    a[kk][3] = float2_to_16bit2<T::kCode>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+  }
+  wgmma::hold(st.o[0]);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < T::kStepsPV; ++kk) {
+    wgmma::mma_rs<T::kCode>(st.o[0], a[kk], wgmma::mn_major<T::kKvTile>(v_tile, kk), 1);
+  }
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::hold(st.o[0]);
+}
+
 // --- one work item ------------------------------------------------------------------------
 
 __device__ __forceinline__ ItemGeometry item_geometry(const PrefillParams& p,
@@ -337,8 +381,10 @@ __device__ __forceinline__ void init_state(RowState& acc, RowStats& st) {
 
 __device__ __forceinline__ WarpSpan warp_span(const PrefillParams& p, const WorkItem& item,
                                               const ItemGeometry& g) {
-  const int first_row = warp_q() * T::kRowsPerWarp;
-  const int last_row = min(first_row + T::kRowsPerWarp, g.rows) - 1;
+  // The rows of the warp's MMAs: its own, or its warpgroup's (warpgroup-uniform spans keep the
+  // warpgroup's MMAs convergent).
+  const int first_row = warp_q() * T::kRowsPerWarp / T::kSpanRows * T::kSpanRows;
+  const int last_row = min(first_row + T::kSpanRows, g.rows) - 1;
   const int first_pos = g.q_offset + (item.row_begin + first_row) / p.group_size;
   const int last_pos = g.q_offset + (item.row_begin + max(last_row, 0)) / p.group_size;
   WarpSpan span;
@@ -382,11 +428,18 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   if constexpr (T::kMask == kMaskCustom) {
     rows = row_info(p, shared, first_column(shared, tile) + thread_index() % 4 * 2);
   }
-  unsigned k_frag = stage_address(smem, tile) + k_fragment_offset();
   float s[T::kMmaQ][T::kTilesS][4];
-  score_tile(shared_address(smem) + q_fragment_offset(), k_frag, s);
-  asm volatile("" : "+r"(k_frag));  // opaque: the V address below derives from it
-  const unsigned v_frag = k_frag + T::kKBytes + v_fragment_offset() - k_fragment_offset();
+  unsigned v_frag;
+  if constexpr (T::kWarpgroup) {
+    const unsigned k_tile = stage_address(smem, tile);
+    score_tile_warpgroup(shared_address(smem), k_tile, s);
+    v_frag = k_tile + T::kKBytes;
+  } else {
+    unsigned k_frag = stage_address(smem, tile) + k_fragment_offset();
+    score_tile(shared_address(smem) + q_fragment_offset(), k_frag, s);
+    asm volatile("" : "+r"(k_frag));  // opaque: the V address below derives from it
+    v_frag = k_frag + T::kKBytes + v_fragment_offset() - k_fragment_offset();
+  }
   const int thread_col = first_column(shared, current_tile(shared)) + thread_index() % 4 * 2;
   if constexpr (T::kMask != kMaskCustom) {
     if (kBegin || kEnd || !kLinearLogits) rows = row_info(p, shared, thread_col);
@@ -394,7 +447,11 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   RowStats st = load_stats(shared);
   softmax_tile<kBegin, kEnd>(p, shared.record.g, rows, thread_col, s, st, acc);
   store_stats(shared, st);
-  accumulate_pv(v_frag, s, acc);
+  if constexpr (T::kWarpgroup) {
+    accumulate_pv_warpgroup(v_frag, s, acc);
+  } else {
+    accumulate_pv(v_frag, s, acc);
+  }
 }
 
 // RoPE (kernels/rotary.cuh) on what landed for tile `tile`: its K rows (KV positions kv_lo +
@@ -402,17 +459,17 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
 // hold zeros or keys no row sees.
 __device__ __forceinline__ void rotate_landed(const PrefillParams& p, const ItemGeometry& g,
                                               int tile, unsigned char* smem) {
-  const auto offset = [](int row, int chunk) {
-    return mma::swizzled_offset<T::kQKRowBytes>(row, chunk);
-  };
   if (tile == 0) {
     const int* row_q_pos = item_shared(smem).row_q_pos;
     rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kQueryTile, T::kThreads>(
-        smem, p.variant, thread_index(), offset, [row_q_pos](int row) { return row_q_pos[row]; });
+        smem, p.variant, thread_index(),
+        [](int row, int chunk) { return tile_offset<T::kQKRowBytes, T::kQueryTile>(row, chunk); },
+        [row_q_pos](int row) { return row_q_pos[row]; });
   }
   const int first_pos = g.kv_lo + tile * T::kKvTile;
   rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kKvTile, T::kThreads>(
-      smem + T::kQBytes + (tile % T::kStages) * T::kStageBytes, p.variant, thread_index(), offset,
+      smem + T::kQBytes + (tile % T::kStages) * T::kStageBytes, p.variant, thread_index(),
+      [](int row, int chunk) { return tile_offset<T::kQKRowBytes, T::kKvTile>(row, chunk); },
       [first_pos](int row) { return first_pos + row; });
 }
 
@@ -455,6 +512,8 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     if (tile >= g.num_tiles) break;
     shared.loop_tile[thread_index()] = tile + 1;
     cp_async_wait<0>();
+    // The tensor cores read what this thread's copies wrote (Hopper family).
+    if constexpr (T::kWarpgroup) wgmma::fence_async_shared();
     // Tile `tile` (and Q) landed for every thread; every thread is done with tile - 1, whose
     // stage and page-id slot the next issue and the page-id store overwrite.
     __syncthreads();
@@ -468,6 +527,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     cp_async_commit();
     if constexpr (Variant::kRotary) {
       rotate_landed(p, g, tile, smem);
+      if constexpr (T::kWarpgroup) wgmma::fence_async_shared();
       __syncthreads();  // the rotated rows are visible
     }
     // Warp-uniform: columns no row of the warp sees contribute exactly nothing (skipped);
@@ -508,7 +568,13 @@ __device__ __forceinline__ const unsigned char* workspace_of(const flare::Prefil
 // minBlocks 1: without it ptxas caps some small-tile configs at 128 registers and spills.
 extern "C" __global__ void __launch_bounds__(flare::prefill::Traits::kThreads, 1)
     flare_prefill(const flare::PrefillParams params) {
-  extern __shared__ __align__(128) unsigned char flare_prefill_smem[];
+  extern __shared__ __align__(128) unsigned char flare_prefill_smem_base[];
+  unsigned char* flare_prefill_smem = flare_prefill_smem_base;
+  if constexpr (flare::prefill::T::kWarpgroup) {  // tiles start 1024-byte aligned (wgmma.cuh)
+    flare_prefill_smem += (flare::kWarpgroupAlignSlack -
+                           flare::shared_address(flare_prefill_smem_base) % flare::kWarpgroupAlignSlack) %
+                          flare::kWarpgroupAlignSlack;
+  }
   flare::wait_for_prior_grids();
   const auto counts = [&params] {
     return reinterpret_cast<const flare::PlanCounts*>(workspace_of(params) + params.offsets.counts);

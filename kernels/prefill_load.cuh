@@ -78,7 +78,7 @@ __device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int ti
     for (int row = tid / kChunks; row < kRows; row += kRowStep) {
       const long long element = element_of(row);
       const bool valid = element >= 0;
-      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, chunk),
+      cp_async_16(dst + tile_offset<kChunks * 16, kRows>(row, chunk),
                   src + (valid ? element * 2 + chunk * 16 : 0), valid);
     }
   } else {
@@ -88,7 +88,7 @@ __device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int ti
       const int chunk = index % kChunks;
       const long long element = element_of(row);
       const bool valid = element >= 0;
-      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, chunk),
+      cp_async_16(dst + tile_offset<kChunks * 16, kRows>(row, chunk),
                   src + (valid ? element * 2 + chunk * 16 : 0), valid);
     }
   }
@@ -174,7 +174,7 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       const int row = row0 + i * kRowStep;
-      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row, tid % kChunks),
+      cp_async_16(dst + tile_offset<kChunks * 16, T::kKvTile>(row, tid % kChunks),
                   slot_address[i % kSlots] + static_cast<long long>(pages[i]) * page_bytes);
     }
   } else {
@@ -182,7 +182,7 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
     const long long step = kRowStep * stride_page * 2;
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
-      cp_async_16(dst + mma::swizzled_offset<kChunks * 16>(row0 + i * kRowStep, tid % kChunks),
+      cp_async_16(dst + tile_offset<kChunks * 16, T::kKvTile>(row0 + i * kRowStep, tid % kChunks),
                   src + i * step);
     }
   }

@@ -61,6 +61,9 @@ struct PrefillShape {
   int head_dim_qk;
   int head_dim_vo;
   int mask;  // PrefillMaskCode
+  // 1: the Hopper family (sm_90a): warpgroup MMAs (kernels/wgmma.cuh) on 64-row warpgroups,
+  // query and KV tiles of 64 or 128; 0: mma.sync on every GPU.
+  int warpgroup = 0;
 };
 
 // Warp layout. Each warp owns whole m16 tiles of query rows. 128-row tiles with head_dim_vo
@@ -72,7 +75,10 @@ struct PrefillShape {
 // per warp. Tiles of 16 and 32 rows add warps along the KV tile (their partial softmax states
 // are combined at the end of a work item), so every CTA has at least 4 warps to issue loads
 // and MMAs.
+// The Hopper family gives each warp 16 rows of its warpgroup's 64 (one m16 tile: the wgmma
+// accumulator fragment of a warp is the m16n8 C layout, so everything after the MMAs is shared).
 constexpr int prefill_mma_q(const PrefillShape& s) {
+  if (s.warpgroup != 0) return 1;
   return s.query_tile == 128 && s.head_dim_vo <= 128 && s.mask != kMaskCustom ? 2 : 1;
 }
 constexpr int prefill_warps_q(const PrefillShape& s) {
@@ -118,6 +124,12 @@ constexpr int prefill_shared_bytes(const PrefillShape& s) {
   const int bytes = prefill_item_offset(s) + kPrefillItemRecordBytes + 2 * s.query_tile * 4 +
                     row_stats_bytes + loop_tile_bytes + warp_span_bytes;
   return (bytes + 15) / 16 * 16;
+}
+// What a launch asks for: the Hopper family aligns its tiles to 1024 bytes (kernels/wgmma.cuh)
+// from wherever the dynamic shared memory starts.
+constexpr int kWarpgroupAlignSlack = 1024;
+constexpr int prefill_launch_shared_bytes(const PrefillShape& s) {
+  return prefill_shared_bytes(s) + (s.warpgroup != 0 ? kWarpgroupAlignSlack : 0);
 }
 
 }  // namespace flare

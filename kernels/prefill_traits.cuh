@@ -4,7 +4,8 @@
 // Compile-time defines: FLARE_HEAD_DIM_QK, FLARE_HEAD_DIM_VO (64 | 128 | 256, or 192 / 128),
 // FLARE_QUERY_TILE (16 | 32 | 64 | 128), FLARE_KV_TILE (32 | 64 | 128), FLARE_Q_DTYPE (q, k, v
 // and o: f16 | bf16), FLARE_KV_PAGED (0 ragged | 1 paged), FLARE_PAGE_SIZE (paged), FLARE_MASK
-// (PrefillMaskCode). `struct Variant` comes from the variant source (kernels/variant.cuh): a
+// (PrefillMaskCode), FLARE_WARPGROUP (1: the Hopper family, sm_90a; see PrefillShape). `struct
+// Variant` comes from the variant source (kernels/variant.cuh): a
 // Variant whose logits_mask excludes exactly the keys before visible_begin(request, q_pos)
 // (kMaskIsWindow) lets tiles past every row's window start skip per-key masking, and one with
 // logits linear in q.k (has_linear_logits) has its scale folded into the exp2 argument instead
@@ -17,9 +18,13 @@
 #include "plan_types.cuh"
 #include "prefill_params.cuh"
 #include "variant.cuh"
+#include "wgmma.cuh"
 
 #ifndef FLARE_PAGE_SIZE
 #define FLARE_PAGE_SIZE 1
+#endif
+#ifndef FLARE_WARPGROUP
+#define FLARE_WARPGROUP 0
 #endif
 
 namespace flare::prefill {
@@ -33,13 +38,18 @@ struct Traits {
   static constexpr bool kPaged = FLARE_KV_PAGED != 0;
   static constexpr int kPageSize = FLARE_PAGE_SIZE;
   static constexpr int kMask = FLARE_MASK;
+  static constexpr bool kWarpgroup = FLARE_WARPGROUP != 0;
 
-  static constexpr PrefillShape kShape{kQueryTile, kKvTile, kHeadDimQK, kHeadDimVO, kMask};
+  static constexpr PrefillShape kShape{kQueryTile, kKvTile,        kHeadDimQK,
+                                       kHeadDimVO, kMask,          kWarpgroup ? 1 : 0};
   static constexpr int kMmaQ = prefill_mma_q(kShape);  // m16 tiles per warp
   static constexpr int kWarpsQ = prefill_warps_q(kShape);
   static constexpr int kWarpsKV = prefill_warps_kv(kShape);
   static constexpr int kThreads = prefill_threads(kShape);
   static constexpr int kRowsPerWarp = 16 * kMmaQ;
+  // Rows that act together on the MMAs (and so share a tile-skipping decision): a warp's, or a
+  // warpgroup's 64 in the Hopper family.
+  static constexpr int kSpanRows = kWarpgroup ? 64 : kRowsPerWarp;
   static constexpr int kKvPerWarp = kKvTile / kWarpsKV;  // KV columns of S one warp owns
   static constexpr int kTilesS = kKvPerWarp / 8;         // n8 tiles of S per warp
   static constexpr int kTilesO = kHeadDimVO / 8;         // n8 tiles of O per warp
@@ -73,6 +83,9 @@ struct Traits {
   static_assert(kKvPerWarp % 16 == 0, "each KV warp owns whole k16 steps of P.V");
   static_assert(kTilesO % 2 == 0 && kTilesS % 2 == 0, "ldmatrix.x4 loads n8 tiles in pairs");
   static_assert(kThreads >= kKvTile, "one thread per page id of a tile");
+  static_assert(!kWarpgroup || ((kQueryTile == 64 || kQueryTile == 128) &&
+                                (kKvTile == 64 || kKvTile == 128) && kWarpsKV == 1),
+                "the Hopper family: 64-row warpgroups, KV tiles of 64 or 128");
   static_assert(kPageIdsOffset % 16 == 0 && kItemOffset % 16 == 0 && kSharedBytes % 16 == 0,
                 "16-byte alignment");
 };
@@ -194,6 +207,18 @@ __device__ __forceinline__ void store_stats(ItemShared& shared, const RowStats& 
       shared.stats[mi * 4 + h][thread_index()] = st.m[mi][h];
       shared.stats[mi * 4 + 2 + h][thread_index()] = st.d[mi][h];
     }
+  }
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a shared tile of kRows rows of kRowBytes:
+// the mma.sync family's swizzled rows (ldmatrix), or the Hopper family's 128-byte swizzled
+// panels (wgmma descriptors).
+template <int kRowBytes, int kRows>
+__device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
+  if constexpr (T::kWarpgroup) {
+    return wgmma::tile_offset<kRows>(row, chunk);
+  } else {
+    return mma::swizzled_offset<kRowBytes>(row, chunk);
   }
 }
 

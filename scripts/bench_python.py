@@ -280,7 +280,8 @@ def measure_prefill_plan(module, backend, workspace, args):
 
 def bench_prefill(args, workspace):
     results = []
-    libraries = [("flare", flare, None)]
+    # flare's default ("auto": the Hopper family on sm_90) and its FA2 family side by side.
+    libraries = [("flare", flare, None), ("flare fa2", flare, "fa2")]
     if flashinfer is not None:
         libraries += [("flashinfer fa3", flashinfer, "fa3"), ("flashinfer fa2", flashinfer, "fa2")]
     for length in PREFILL_LENGTHS:
@@ -334,7 +335,8 @@ def print_tables(decode, prefill):
               "graph TFLOP/s | eager TFLOP/s |")
         print("|---|---|---|---|---|---|")
         for case in prefill:
-            for name in ("flare", "flashinfer fa3", "flashinfer fa2", "cudnn", "flash"):
+            for name in ("flare", "flare fa2", "flashinfer fa3", "flashinfer fa2", "cudnn",
+                         "flash"):
                 if name not in case:
                     continue
                 row = case[name]

@@ -30,22 +30,24 @@ def check_kv_layout(kv_layout):
 
 # FlashInfer's attention backends: "fa2" is the design of flare's GPU kernels; the others name
 # kernel families flare does not have (fa3: the Hopper kernels of issue 19, not built yet).
-_OTHER_BACKENDS = ("fa3", "cudnn", "trtllm-gen", "cutlass", "cute-dsl", "cutile")
+_OTHER_BACKENDS = ("cudnn", "trtllm-gen", "cutlass", "cute-dsl", "cutile")
 
 
-def check_backend(where, backend, cuda=True):
-    """"auto", or "fa2" on CUDA (flare's FA2 kernels, what "auto" runs there); a backend flare
-    does not have raises NotImplementedError naming it, an unknown name ValueError."""
-    if backend == "auto" or (backend == "fa2" and cuda):
+def check_backend(where, backend, cuda=True, families=("fa2", "fa3")):
+    """"auto", or on CUDA one of `families`: "fa2" (flare's mma.sync kernels, every GPU) or, for
+    prefill, "fa3" (its Hopper kernels, warpgroup MMAs: sm_90 only, query tiles of 64 or 128
+    rows); "auto" takes fa3 on sm_90 for query tiles of 64 rows and more, fa2 elsewhere. A
+    backend flare does not have raises NotImplementedError naming it, an unknown name
+    ValueError."""
+    if backend == "auto" or (backend in families and cuda):
         return
-    if backend == "fa2":
+    if backend in families:
         unsupported(where, "backend", backend,
-                    "fa2 names the GPU kernels; CPU tensors run the CPU backend ('auto')")
-    if backend in _OTHER_BACKENDS:
-        why = ("the Hopper kernels (wgmma, TMA) are not built yet: 'auto' and 'fa2' run the FA2 "
-               "kernels" if backend == "fa3" else "flare's GPU kernels are 'fa2' ('auto')")
-        unsupported(where, "backend", backend, why)
-    raise ValueError(f"{where}: backend must be one of 'auto', 'fa2', "
+                    f"{backend} names GPU kernels; CPU tensors run the CPU backend ('auto')")
+    if backend in ("fa2", "fa3") or backend in _OTHER_BACKENDS:
+        unsupported(where, "backend", backend,
+                    f"flare's GPU kernels here are {' and '.join(map(repr, families))} ('auto')")
+    raise ValueError(f"{where}: backend must be one of 'auto', 'fa2', 'fa3', "
                      f"{', '.join(repr(b) for b in _OTHER_BACKENDS)}; got {backend!r}")
 
 

@@ -142,8 +142,9 @@ class GpuPrefill:
     """
 
     def __init__(self, where, workspace, kv_layout, paged, use_cuda_graph, buffers,
-                 validate=False, scratch=True):
+                 validate=False, scratch=True, backend="auto"):
         self._where = where
+        self._backend = backend
         self._workspace = workspace
         self._device = workspace.device.index or 0
         self._kv_layout = kv_layout
@@ -256,7 +257,7 @@ class GpuPrefill:
                 fixed_split_size=config["fixed_split_size"],
                 disable_split_kv=config["disable_split_kv"], scratch=scratch,
                 scratch_bytes=scratch_bytes, validate_indices=self._validate,
-                variant=config["variant"]))
+                variant=config["variant"], backend=self._backend))
 
         return self._prefills.get(key, max_batch, max_total_qo, make)
 

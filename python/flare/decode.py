@@ -85,7 +85,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                  paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
                  backend="auto", jit_args=None, validate=None):
         self._cuda = is_cuda(float_workspace_buffer)
-        check_backend(_WRAPPER, backend, self._cuda)
+        check_backend(_WRAPPER, backend, self._cuda, families=("fa2",))
         # FlashInfer's customized module (gen_customize_batch_decode_module's arguments): its
         # variant is what plan() compiles, its extra arguments come positionally to run().
         self._jit_module = _flashinfer_jit.wrapper_module("batch_decode", backend, jit_args)

@@ -55,7 +55,7 @@ class _PrefillWrapper:
         if is_cuda(float_workspace_buffer):
             self._gpu = GpuPrefill(self._name, float_workspace_buffer, self._kv_layout,
                                    self._paged, self._use_cuda_graph, fixed_buffers,
-                                   validate=validate_default(validate))
+                                   validate=validate_default(validate), backend=backend)
         elif self._use_cuda_graph:
             raise ValueError(f"{self._name}: use_cuda_graph=True needs a CUDA "
                              "float_workspace_buffer")
@@ -399,7 +399,7 @@ def _single_cpu(where, q, k, v, kv_layout, params_kwargs, scales, custom_mask=No
     return out, lse
 
 
-# One ragged GpuPrefill per CUDA device and KV layout for single_prefill_with_kv_cache: its
+# One ragged GpuPrefill per CUDA device, KV layout and backend for single_prefill_with_kv_cache: its
 # BatchPrefill objects (one per configuration) compile once and are reused across calls.
 _single_gpu = {}
 
@@ -413,8 +413,8 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     """Prefill attention of one request: q [qo_len, H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
     [H_kv, kv_len, D] (HND). Returns o [qo_len, H_qo, D_vo] (and lse [qo_len, H_qo], base 2
     unless lse_base="ln", with return_lse). custom_mask: bool [qo_len, kv_len];
-    packed_custom_mask: its bits, packed little-endian. backend: "auto", or "fa2" on CUDA (the
-    same FA2 kernels). variant: a flare.AttentionVariant (CUDA tensors), its scalars and tensors
+    packed_custom_mask: its bits, packed little-endian. backend: "auto", or on CUDA "fa2" or
+    "fa3" (flare/_args.py check_backend). variant: a flare.AttentionVariant (CUDA tensors), its scalars and tensors
     as keyword arguments.
 
     On the GPU this is a batch prefill of one request on ragged K/V (no copy); it plans on the
@@ -448,12 +448,12 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
                            "graph: use BatchPrefillWithRaggedKVCacheWrapper(use_cuda_graph=True)")
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
     check_gpu_support(where, q_dtype, kv_dtype)
-    slot = (q.device.index or 0, kv_layout)
+    slot = (q.device.index or 0, kv_layout, backend)
     gpu = _single_gpu.get(slot)
     if gpu is None:
         anchor = torch_module().empty(0, device=q.device)  # names the device
         gpu = _single_gpu[slot] = GpuPrefill(where, anchor, kv_layout, False, False, {},
-                                             scratch=False)
+                                             scratch=False, backend=backend)
     kv_len = k.shape[0] if kv_layout == "NHD" else k.shape[1]
     qo_host = np.array([0, q.shape[0]], dtype=np.int32)
     kv_host = np.array([0, kv_len], dtype=np.int32)

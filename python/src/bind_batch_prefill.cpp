@@ -30,7 +30,8 @@ void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_to
                  int page_size, const std::string& kv_layout, const std::string& dtype,
                  const ParamsArg& params, bool custom_mask, bool use_cuda_graph,
                  int fixed_split_size, bool disable_split_kv, uintptr_t scratch,
-                 size_t scratch_bytes, bool validate_indices, nb::handle variant) {
+                 size_t scratch_bytes, bool validate_indices, nb::handle variant,
+                 const std::string& backend) {
   BatchPrefillConfig& config = *new (self) BatchPrefillConfig();
   config.device = device;
   config.max_batch = max_batch;
@@ -58,6 +59,14 @@ void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_to
   config.scratch_bytes = scratch_bytes;
   config.validate_indices = validate_indices;
   config.variant = user_variant_arg(variant);
+  if (backend == "fa2") {
+    config.backend = PrefillBackend::kFA2;
+  } else if (backend == "fa3") {
+    config.backend = PrefillBackend::kFA3;
+  } else {
+    FLARE_CHECK(backend == "auto", ErrorCode::kInvalidArgument,
+                "backend must be 'auto', 'fa2' or 'fa3', got '", backend, "'");
+  }
 }
 
 void construct(BatchPrefill* self, const BatchPrefillConfig& config) {
@@ -132,7 +141,8 @@ void bind_batch_prefill(nb::module_& m) {
            nb::arg("kv_layout"), nb::arg("dtype"), nb::arg("params"), nb::arg("custom_mask"),
            nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"), nb::arg("disable_split_kv"),
            nb::arg("scratch") = 0, nb::arg("scratch_bytes") = 0,
-           nb::arg("validate_indices") = false, nb::arg("variant").none() = nb::none());
+           nb::arg("validate_indices") = false, nb::arg("variant").none() = nb::none(),
+           nb::arg("backend") = "auto");
   nb::class_<BatchPrefill>(m, "BatchPrefill", "flare::BatchPrefill (internal: GPU batch prefill).")
       .def("__init__", &construct, nb::arg("config"))
       .def("plan", &plan, nb::arg("qo_indptr"), nb::arg("kv_indptr"),
@@ -155,6 +165,9 @@ void bind_batch_prefill(nb::module_& m) {
                      const PrefillTiles t = p.last_tiles();
                      return nb::make_tuple(t.query_tile, t.kv_tile);
                    })
+      // The latest plan's kernel family: "fa3" (Hopper, warpgroup MMAs) or "fa2".
+      .def_prop_ro("family",
+                   [](const BatchPrefill& p) { return p.last_tiles().warpgroup ? "fa3" : "fa2"; })
       .def_prop_ro("num_ctas", [](const BatchPrefill& p) { return p.last_plan().num_ctas; })
       .def_prop_ro("max_partial_slots", &BatchPrefill::max_partial_slots)
       .def_prop_ro("workspace_size", &BatchPrefill::workspace_size);

@@ -299,8 +299,8 @@ UNSUPPORTED = [
     ("o_data_type", lambda: plan_paged_prefill(q_data_type="float32", o_data_type="float16")),
     ("use_fp16_qk_reduction", lambda: plan_paged_prefill(use_fp16_qk_reduction=True)),
 ]
-# FlashInfer's backends: "fa2" names flare's GPU kernels (CPU arrays run the CPU backend), the
-# others are kernel families flare does not have.
+# FlashInfer's backends: "fa2" and "fa3" (prefill) name flare's GPU kernels (CPU arrays run the
+# CPU backend), the others are kernel families flare does not have.
 UNSUPPORTED += [
     (f"backend='{b}'", lambda b=b: flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), backend=b))
     for b in ("fa2", "fa3", "cudnn", "trtllm-gen")

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -66,7 +67,7 @@ struct BatchPrefill::State {
   cuda::DeviceProperties props;
   std::string arch;
   PrefillDeviceLimits limits;
-  std::map<std::pair<int, int>, PrefillKernel> kernels;  // by (query tile, kv tile)
+  std::map<std::tuple<int, int, bool>, PrefillKernel> kernels;  // by (query, kv tile, family)
   cuda::Function merge = nullptr;
   int bound_ctas = 0;  // the workspace's CTA bound (and the grid under use_cuda_graph)
   // The SMs plans spread over: the device's, or fewer when the caller's scratch holds the
@@ -97,7 +98,7 @@ struct BatchPrefill::State {
   VariantParams variant{};
 
   const PrefillKernel& kernel(const PrefillTiles& t) {
-    const auto key = std::make_pair(t.query_tile, t.kv_tile);
+    const auto key = std::make_tuple(t.query_tile, t.kv_tile, t.warpgroup);
     auto it = kernels.find(key);
     if (it != kernels.end()) return it->second;
     PrefillKernel k;
@@ -124,7 +125,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   const cuda::DeviceScope scope(config.device);
   s.props = cuda::device_properties(config.device);
   s.arch = jit::arch_for(s.props.cc_major, s.props.cc_minor);
-  s.limits = api_detail::prefill_limits_of(s.props);
+  s.limits = api_detail::limits_under_backend(api_detail::prefill_limits_of(s.props), config);
 
   s.max_query_tile = kPrefillMaxQueryTile;
   int ctas_per_sm = kPrefillMaxCtasPerSm;
@@ -349,7 +350,8 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   FLARE_CHECK(c.use_cuda_graph || !cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
               ": run() on a capturing stream needs a BatchPrefill created with "
               "use_cuda_graph = true");
-  const PrefillKernel& kernel = s.kernels.at({s.tiles.query_tile, s.tiles.kv_tile});
+  const PrefillKernel& kernel =
+      s.kernels.at({s.tiles.query_tile, s.tiles.kv_tile, s.tiles.warpgroup});
   const WorkspaceLayout& layout = s.workspace.layout();
 
   PrefillParams p{};

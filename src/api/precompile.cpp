@@ -49,15 +49,17 @@ std::vector<jit::KernelSpec> kernels_to_precompile(std::span<const BatchDecodeCo
   });
   for_each_named(prefill, "prefill", [&](const BatchPrefillConfig& c) {
     api_detail::validate_prefill_config(c);  // before fixed_prefill_tiles divides by its heads
+    const PrefillDeviceLimits config_limits = api_detail::limits_under_backend(limits, c);
     std::vector<PrefillTiles> tiles;
-    if (const std::optional<PrefillTiles> fixed = api_detail::fixed_prefill_tiles(c, limits)) {
+    if (const std::optional<PrefillTiles> fixed =
+            api_detail::fixed_prefill_tiles(c, config_limits)) {
       tiles.push_back(*fixed);
     } else {
       for (const int query_tile : kQueryTiles) {
-        PrefillTiles t =
-            choose_prefill_tiles(query_tile, c.head_dim_qk, c.head_dim_vo, c.params.mask, limits);
-        if (c.kv_tile > 0) t.kv_tile = c.kv_tile;
-        tiles.push_back(t);
+        tiles.push_back(api_detail::with_config_kv_tile(
+            choose_prefill_tiles(query_tile, c.head_dim_qk, c.head_dim_vo, c.params.mask,
+                                 config_limits),
+            c));
       }
     }
     for (const PrefillTiles& t : tiles) {

@@ -36,6 +36,11 @@ constexpr int kComfortableAccumulatorRegisters[] = {0, 128, 192};
 // Q.K^T: 128 columns spill 8 bytes on sm_80.
 constexpr int kMaxScoreColumns[] = {0, 128, 64};
 constexpr int kMaxCustomMaskColumns = 64;
+// The Hopper family (one m16 tile per warp, 8 warps on 128 rows at 1 CTA per SM): S and O
+// accumulators of D 128 x 128 KV columns (128) or D 256 x 64 (160) leave room for P's
+// fragments and the row state under 255 registers; D 256 x 128 (192) would not.
+constexpr int kMaxWarpgroupAccumulators = 160;
+constexpr int kWarpgroupKvTiles[] = {128, 64};
 // Registers are allocated per warp in units of 256 per thread (255 usable).
 constexpr int kRegistersPerThreadAllocated = 256;
 constexpr int kReservedSharedPerCta = 1024;  // the driver's per-CTA reservation
@@ -75,6 +80,12 @@ void validate_config(const BatchPrefillConfig& c) {
   FLARE_CHECK(c.kv_tile == 0 || std::ranges::count(kKvTiles, c.kv_tile) == 1,
               ErrorCode::kInvalidArgument, kWhat, ": kv_tile must be 0, 32, 64 or 128, got ",
               c.kv_tile);
+  FLARE_CHECK(c.backend != PrefillBackend::kFA3 ||
+                  ((c.query_tile == 0 || c.query_tile >= 64) && c.kv_tile != 32),
+              ErrorCode::kInvalidArgument, kWhat,
+              ": backend kFA3 (the Hopper family) takes query_tile 0, 64 or 128 and kv_tile 0, 64 "
+              "or 128, got query_tile=",
+              c.query_tile, " kv_tile=", c.kv_tile);
   FLARE_CHECK(c.fixed_split_size >= 0 && c.num_sms_to_use >= 0, ErrorCode::kInvalidArgument, kWhat,
               ": fixed_split_size and num_sms_to_use must be >= 0, got ", c.fixed_split_size,
               " and ", c.num_sms_to_use);
@@ -107,9 +118,41 @@ int mask_code(MaskMode mask) {
   return kMaskNone;
 }
 
+// Whether query tiles of this size run the Hopper family under these limits.
+bool uses_warpgroup(int query_tile, const PrefillDeviceLimits& limits) {
+  return limits.warpgroup_mma && query_tile >= 64;
+}
+
+// The Hopper family's KV tile: the one whose accumulators and shared memory fit with the most
+// resident warps per SM, the larger on ties (64-row tiles take 64 KV rows: two CTAs per SM
+// instead of one); 0 if none fits.
+int fitting_warpgroup_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
+                              const PrefillDeviceLimits& limits) {
+  int best_tile = 0;
+  int best_warps = 0;
+  for (const int kv_tile : kWarpgroupKvTiles) {
+    const PrefillShape shape{query_tile, kv_tile, head_dim_qk, head_dim_vo, mask_code(mask), 1};
+    if (4 * (head_dim_vo / 8 + kv_tile / 8) > kMaxWarpgroupAccumulators) continue;
+    const int shared = prefill_launch_shared_bytes(shape);
+    if (shared > limits.max_shared_bytes_per_block) continue;
+    const int threads = prefill_threads(shape);
+    const int by_shared = limits.shared_bytes_per_sm / (shared + kReservedSharedPerCta);
+    const int by_registers = limits.registers_per_sm / (threads * kRegistersPerThreadAllocated);
+    const int warps = std::min(by_shared, by_registers) * threads / 32;
+    if (warps > best_warps) {  // larger tiles come first
+      best_warps = warps;
+      best_tile = kv_tile;
+    }
+  }
+  return best_tile;
+}
+
 // The KV tile rule of choose_prefill_tiles; 0 when no KV tile fits.
 int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                     const PrefillDeviceLimits& limits) {
+  if (uses_warpgroup(query_tile, limits)) {
+    return fitting_warpgroup_kv_tile(query_tile, head_dim_qk, head_dim_vo, mask, limits);
+  }
   int best_tile = 0;
   std::pair<int, int> best_score{0, 0};
   for (const int kv_tile : kKvTiles) {
@@ -147,6 +190,7 @@ int prefill_group_size(const BatchPrefillConfig& c) { return group_size(c); }
 }  // namespace api_detail
 
 using api_detail::fitting_kv_tile;
+using api_detail::uses_warpgroup;
 using api_detail::kKvTiles;
 using api_detail::kQueryTiles;
 using api_detail::kWhat;
@@ -168,7 +212,7 @@ PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, i
                                   MaskMode mask, const PrefillDeviceLimits& limits) {
   size_t index = std::size(kQueryTiles) - 1;
   for (size_t i = 0; i < std::size(kQueryTiles); ++i) {
-    if (kQueryTiles[i] >= average_packed_rows) {
+    if (kQueryTiles[i] >= average_packed_rows && (!limits.warpgroup_only || kQueryTiles[i] >= 64)) {
       index = i;
       break;
     }
@@ -181,6 +225,7 @@ PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, i
   PrefillTiles tiles;
   tiles.query_tile = kQueryTiles[index];
   tiles.kv_tile = choose_prefill_kv_tile(tiles.query_tile, head_dim_qk, head_dim_vo, mask, limits);
+  tiles.warpgroup = uses_warpgroup(tiles.query_tile, limits);
   return tiles;
 }
 
@@ -195,20 +240,22 @@ PrefillDeviceLimits h100_prefill_limits() {
 BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
                                           const PrefillTiles& tiles) {
   validate_config(config);
-  const PrefillShape shape{tiles.query_tile, tiles.kv_tile, config.head_dim_qk, config.head_dim_vo,
-                           mask_code(config.params.mask)};
+  const PrefillShape shape{tiles.query_tile,         tiles.kv_tile,
+                           config.head_dim_qk,        config.head_dim_vo,
+                           mask_code(config.params.mask), tiles.warpgroup ? 1 : 0};
   FLARE_CHECK(std::ranges::count(kQueryTiles, tiles.query_tile) == 1 &&
                   std::ranges::count(kKvTiles, tiles.kv_tile) == 1 &&
-                  tiles.kv_tile / prefill_warps_kv(shape) >= 16,
+                  tiles.kv_tile / prefill_warps_kv(shape) >= 16 &&
+                  (!tiles.warpgroup || (tiles.query_tile >= 64 && tiles.kv_tile >= 64)),
               ErrorCode::kInvalidArgument, kWhat, ": tiles ", tiles.query_tile, "x", tiles.kv_tile,
-              " are not a kernel configuration");
+              tiles.warpgroup ? " (Hopper family)" : "", " are not a kernel configuration");
   const api_detail::ResolvedVariant variant = api_detail::resolve_variant(
       variant_params(config.params), config.variant, config.num_qo_heads, kWhat);
   const bool paged = config.kv == PrefillKV::kPaged;
   const std::string dtype = std::to_string(static_cast<int>(config.dtype));
   BatchPrefillKernels k;
   k.threads = prefill_threads(shape);
-  k.shared_bytes = static_cast<size_t>(prefill_shared_bytes(shape));
+  k.shared_bytes = static_cast<size_t>(prefill_launch_shared_bytes(shape));
 
   k.prefill.family_header = "prefill.cuh";
   k.prefill.entry = "flare_prefill";
@@ -222,13 +269,15 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
       {"FLARE_KV_PAGED", paged ? "1" : "0"},
       {"FLARE_PAGE_SIZE", std::to_string(paged ? config.page_size : 1)},
       {"FLARE_MASK", std::to_string(mask_code(config.params.mask))},
+      {"FLARE_WARPGROUP", tiles.warpgroup ? "1" : "0"},
   };
   k.prefill.label =
       "prefill " + std::string(dtype_name(config.dtype)) +
       " D=" + std::to_string(config.head_dim_qk) + "/" + std::to_string(config.head_dim_vo) +
       " tile=" + std::to_string(tiles.query_tile) + "x" + std::to_string(tiles.kv_tile) +
       (paged ? " page=" + std::to_string(config.page_size) : " ragged") +
-      " mask=" + std::to_string(mask_code(config.params.mask)) + " " + variant.name;
+      " mask=" + std::to_string(mask_code(config.params.mask)) + " " + variant.name +
+      (tiles.warpgroup ? " wgmma" : "");
 
   k.merge.family_header = "merge.cuh";
   k.merge.entry = "flare_merge";
@@ -294,6 +343,29 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
   add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
   add(128, 128, 128, PrefillKV::kPaged, DType::kBF16, custom);  // one m16 tile per warp
+
+  // The Hopper family (sm_90a only): every head-dim pair and query tile, both KV paths, every
+  // mask, and the register-heaviest variants (every flag, RoPE, the capped window) at 128 rows.
+  PrefillDeviceLimits hopper = h100;
+  hopper.warpgroup_mma = true;
+  const auto add_hopper = [&](int qk, int vo, int query_tile, PrefillKV kv, DType dtype,
+                              const AttentionParams& params) {
+    add(qk, vo, query_tile, kv, dtype, params);
+    shipped.back().tiles = {query_tile,
+                            choose_prefill_kv_tile(query_tile, qk, vo, params.mask, hopper), true};
+  };
+  for (const auto& [qk, vo] : dims) {
+    for (const int tile : {64, 128}) {
+      add_hopper(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
+    }
+    add_hopper(qk, vo, 128, PrefillKV::kRagged, DType::kBF16, causal);
+    add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kF16, all);
+    add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, rope);
+    add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, custom);
+  }
+  add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
+  add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, capped_window);
+  add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
   return shipped;
 }
 
@@ -302,7 +374,28 @@ PrefillDeviceLimits api_detail::prefill_limits_of(const cuda::DeviceProperties& 
   limits.max_shared_bytes_per_block = props.max_shared_bytes_per_block_optin;
   limits.shared_bytes_per_sm = props.max_shared_bytes_per_sm;
   limits.registers_per_sm = props.registers_per_sm;
+  limits.warpgroup_mma = props.cc_major == 9 && props.cc_minor == 0;
   return limits;
+}
+
+PrefillDeviceLimits api_detail::limits_under_backend(PrefillDeviceLimits limits,
+                                                     const BatchPrefillConfig& config) {
+  FLARE_CHECK(config.backend != PrefillBackend::kFA3 || limits.warpgroup_mma,
+              ErrorCode::kUnsupported, kWhat,
+              ": backend kFA3 (the Hopper family, warpgroup MMAs) needs an sm_90 GPU, device ",
+              config.device, " is not one");
+  limits.warpgroup_mma = limits.warpgroup_mma && config.backend != PrefillBackend::kFA2;
+  limits.warpgroup_only = config.backend == PrefillBackend::kFA3;
+  return limits;
+}
+
+PrefillTiles api_detail::with_config_kv_tile(PrefillTiles tiles, const BatchPrefillConfig& config) {
+  if (config.kv_tile > 0) {
+    tiles.kv_tile = config.kv_tile;
+    // KV tiles of 32 rows exist in the FA2 family only (kFA3 refuses them at creation).
+    tiles.warpgroup = tiles.warpgroup && config.kv_tile >= 64;
+  }
+  return tiles;
 }
 
 std::optional<PrefillTiles> api_detail::fixed_prefill_tiles(const BatchPrefillConfig& config,
@@ -315,21 +408,18 @@ std::optional<PrefillTiles> api_detail::fixed_prefill_tiles(const BatchPrefillCo
     // Batch invariance: the tiles must not follow the batch's average query length.
     t = choose_prefill_tiles(kPrefillMaxQueryTile, config.head_dim_qk, config.head_dim_vo,
                              config.params.mask, limits);
-    if (config.kv_tile > 0) t.kv_tile = config.kv_tile;
   } else if (config.query_tile > 0) {
     t.query_tile = config.query_tile;
-    t.kv_tile = config.kv_tile > 0
-                    ? config.kv_tile
-                    : choose_prefill_kv_tile(t.query_tile, config.head_dim_qk, config.head_dim_vo,
-                                             config.params.mask, limits);
+    t.kv_tile = choose_prefill_kv_tile(t.query_tile, config.head_dim_qk, config.head_dim_vo,
+                                       config.params.mask, limits);
+    t.warpgroup = uses_warpgroup(t.query_tile, limits);
   } else {
     const double average =
         static_cast<double>(config.max_total_qo) * prefill_group_size(config) / config.max_batch;
     t = choose_prefill_tiles(average, config.head_dim_qk, config.head_dim_vo, config.params.mask,
                              limits);
-    if (config.kv_tile > 0) t.kv_tile = config.kv_tile;
   }
-  return t;
+  return with_config_kv_tile(t, config);
 }
 
 }  // namespace flare

@@ -19,8 +19,15 @@ inline constexpr int kPrefillMaxCtasPerSm = 2;
 void validate_prefill_config(const BatchPrefillConfig& c);
 int prefill_group_size(const BatchPrefillConfig& c);  // H_qo / H_kv
 
-// The limits choose_prefill_tiles reads, of a device.
+// The limits choose_prefill_tiles reads, of a device (warpgroup_mma: sm_90), and under a
+// config's backend (kFA2 turns the Hopper family off, kFA3 makes it the only one and throws
+// kUnsupported off sm_90).
 PrefillDeviceLimits prefill_limits_of(const cuda::DeviceProperties& props);
+PrefillDeviceLimits limits_under_backend(PrefillDeviceLimits limits,
+                                         const BatchPrefillConfig& config);
+
+// The tiles with the config's explicit kv_tile, if any.
+PrefillTiles with_config_kv_tile(PrefillTiles tiles, const BatchPrefillConfig& config);
 
 // The tiles every plan of `config` uses (CUDA graphs, fixed query tiles, fixed_split_size), or
 // none when each plan picks its own from its batch.

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "flare/core/error.h"
+#include "src/api/prefill_config.h"
 
 namespace flare::api_detail {
 namespace {
@@ -126,8 +127,8 @@ void validate_prefill_batch(const BatchPrefillConfig& c,
     const double average = with_queries == 0 ? 1.0
                                              : static_cast<double>(total_qo) * group /
                                                    static_cast<double>(with_queries);
-    out.tiles = choose_prefill_tiles(average, c.head_dim_qk, c.head_dim_vo, c.params.mask, limits);
-    if (c.kv_tile > 0) out.tiles.kv_tile = c.kv_tile;
+    out.tiles = api_detail::with_config_kv_tile(
+        choose_prefill_tiles(average, c.head_dim_qk, c.head_dim_vo, c.params.mask, limits), c);
   }
   out.batch = batch;
   out.total_qo = total_qo;

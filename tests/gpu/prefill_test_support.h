@@ -8,10 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "flare/api/batch_prefill.h"
@@ -55,6 +57,9 @@ struct Case {
   bool use_softmax = true;
   float sigmoid_bias = 0.0f;
   int query_tile = 0;
+  // Unset: FLARE_TEST_PREFILL_BACKEND (auto | fa2 | fa3) when set, else kAuto; scripts/
+  // gpu_check.sh runs the suite under fa2 as well, so both families stay covered on Hopper.
+  std::optional<PrefillBackend> backend;
   int fixed_split_size = 0;
   bool disable_split_kv = false;
   uint64_t seed = 1;
@@ -180,6 +185,18 @@ inline Problem make_problem(const Case& c) {
   return p;
 }
 
+inline PrefillBackend backend_of(const Case& c) {
+  if (c.backend) return *c.backend;
+  const char* name = std::getenv("FLARE_TEST_PREFILL_BACKEND");
+  const std::string value = name != nullptr ? name : "auto";
+  if (value == "fa2") return PrefillBackend::kFA2;
+  if (value == "fa3") return PrefillBackend::kFA3;
+  if (value != "auto") {
+    ADD_FAILURE() << "FLARE_TEST_PREFILL_BACKEND must be auto, fa2 or fa3, got " << value;
+  }
+  return PrefillBackend::kAuto;
+}
+
 inline BatchPrefillConfig config_of(const Problem& p) {
   const Case& c = p.c;
   BatchPrefillConfig config;
@@ -207,6 +224,7 @@ inline BatchPrefillConfig config_of(const Problem& p) {
     config.params.sigmoid_bias = 0.0f;
   }
   config.query_tile = c.query_tile;
+  config.backend = backend_of(c);
   config.fixed_split_size = c.fixed_split_size;
   config.disable_split_kv = c.disable_split_kv;
   return config;

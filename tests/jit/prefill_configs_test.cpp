@@ -21,10 +21,12 @@ namespace {
 
 using testing::define_value;
 
-std::vector<jit::KernelSpec> shipped_prefill_specs() {
+// The shipped units `arch` compiles: the Hopper family's (warpgroup MMAs) on sm_90a only.
+std::vector<jit::KernelSpec> shipped_prefill_specs(const std::string& arch) {
   std::vector<jit::KernelSpec> specs;
   std::set<std::string> seen;
   for (const ShippedPrefillConfig& shipped : shipped_prefill_configs()) {
+    if (shipped.tiles.warpgroup && arch != "sm_90a") continue;
     const jit::KernelSpec spec = batch_prefill_kernels(shipped.config, shipped.tiles).prefill;
     if (seen.insert(spec.translation_unit()).second) specs.push_back(spec);
   }
@@ -39,7 +41,7 @@ class ShippedPrefillKernels : public jit::testing::ShippedKernelShard {};
 TEST_P(ShippedPrefillKernels, CompileWithoutSpillsOrLocalMemory) {
   const std::string arch = GetParam().arch;
   const std::vector<jit::KernelSpec> specs =
-      jit::testing::specs_of_shard(shipped_prefill_specs(), GetParam());
+      jit::testing::specs_of_shard(shipped_prefill_specs(arch), GetParam());
   ASSERT_FALSE(specs.empty()) << "fewer shipped units than shards: lower kPrefillShards";
   // One thread: CTest runs the shards side by side.
   const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 1);
@@ -74,6 +76,75 @@ TEST(ShippedPrefillConfigs, CoverEveryHeadDimQueryTileMaskPathAndDtype) {
   EXPECT_EQ(dtypes.size(), 2u);
   // default, soft-cap + window + ALiBi, window, soft-cap + window, RoPE, RoPE + window
   EXPECT_EQ(variants.size(), 6u);
+}
+
+TEST(ShippedPrefillConfigs, CoverTheHopperFamily) {
+  std::set<std::string> dims, query_tiles, kv_tiles, masks, paths;
+  for (const ShippedPrefillConfig& shipped : shipped_prefill_configs()) {
+    if (!shipped.tiles.warpgroup) continue;
+    const jit::KernelSpec spec = batch_prefill_kernels(shipped.config, shipped.tiles).prefill;
+    EXPECT_EQ(define_value(spec, "FLARE_WARPGROUP"), "1");
+    dims.insert(define_value(spec, "FLARE_HEAD_DIM_QK") + "/" +
+                define_value(spec, "FLARE_HEAD_DIM_VO"));
+    query_tiles.insert(define_value(spec, "FLARE_QUERY_TILE"));
+    kv_tiles.insert(define_value(spec, "FLARE_KV_TILE"));
+    masks.insert(define_value(spec, "FLARE_MASK"));
+    paths.insert(define_value(spec, "FLARE_KV_PAGED"));
+  }
+  EXPECT_EQ(dims, (std::set<std::string>{"64/64", "128/128", "256/256", "192/128"}));
+  EXPECT_EQ(query_tiles, (std::set<std::string>{"64", "128"}));
+  EXPECT_EQ(kv_tiles, (std::set<std::string>{"64", "128"}));
+  EXPECT_EQ(masks.size(), 3u);
+  EXPECT_EQ(paths.size(), 2u);
+}
+
+TEST(ChoosePrefillTiles, HopperFamilyTakesQueryTilesOf64And128) {
+  PrefillDeviceLimits hopper = h100_prefill_limits();
+  hopper.warpgroup_mma = true;
+  const MaskMode causal = MaskMode::kCausal;
+  // 128 rows: 8 warps, one CTA per SM either way, so the larger KV tile.
+  EXPECT_EQ(choose_prefill_tiles(1e6, 128, 128, causal, hopper), (PrefillTiles{128, 128, true}));
+  // 64 rows: 64 KV rows keep two CTAs per SM (128 would hold one).
+  EXPECT_EQ(choose_prefill_tiles(33, 128, 128, causal, hopper), (PrefillTiles{64, 64, true}));
+  // D 256: 128 O accumulators leave room for 64 KV columns only.
+  EXPECT_EQ(choose_prefill_tiles(1e6, 256, 256, causal, hopper), (PrefillTiles{128, 64, true}));
+  EXPECT_EQ(choose_prefill_tiles(1e6, 192, 128, causal, hopper), (PrefillTiles{128, 128, true}));
+  // Short queries stay on the mma.sync family's small tiles.
+  EXPECT_FALSE(choose_prefill_tiles(16, 128, 128, causal, hopper).warpgroup);
+  EXPECT_FALSE(choose_prefill_tiles(32, 128, 128, causal, hopper).warpgroup);
+  // kFA3: at least 64 rows whatever the queries.
+  hopper.warpgroup_only = true;
+  EXPECT_EQ(choose_prefill_tiles(1, 128, 128, causal, hopper), (PrefillTiles{64, 64, true}));
+}
+
+TEST(BatchPrefillKernels, HopperFamilySpecs) {
+  BatchPrefillConfig c;
+  c.max_batch = c.max_total_qo = c.num_qo_heads = c.num_kv_heads = 1;
+  c.head_dim_qk = c.head_dim_vo = 128;
+  c.params.mask = MaskMode::kCausal;
+  const BatchPrefillKernels k = batch_prefill_kernels(c, {128, 128, true});
+  EXPECT_EQ(define_value(k.prefill, "FLARE_WARPGROUP"), "1");
+  EXPECT_EQ(define_value(batch_prefill_kernels(c, {128, 128}).prefill, "FLARE_WARPGROUP"), "0");
+  EXPECT_EQ(k.threads, 256);  // two warpgroups of 64 rows
+  // Q 128 x 256 bytes + 2 stages x 128 rows x 512 bytes, page ids 2 x 128 x 4; the item record
+  // (128), row tables 2 x 128 x 4, per thread (256) 4 floats of statistics and a loop position,
+  // warp spans 8 x 12; then the 1024 bytes that align the tiles wherever shared memory starts.
+  EXPECT_EQ(k.shared_bytes,
+            128u * 256 + 2u * 128 * 512 + 1024 + 128 + 1024 + 4096 + 1024 + 96 + 1024);
+  EXPECT_NE(k.prefill.label.find("wgmma"), std::string::npos);
+  EXPECT_EQ(batch_prefill_kernels(c, {64, 64, true}).threads, 128);
+  EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {32, 64, true}), ErrorCode::kInvalidArgument,
+                     "Hopper family");
+  EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {128, 32, true}), ErrorCode::kInvalidArgument,
+                     "Hopper family");
+  c.backend = PrefillBackend::kFA3;
+  c.query_tile = 16;
+  EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {128, 64, true}), ErrorCode::kInvalidArgument,
+                     "query_tile=16");
+  c.query_tile = 0;
+  c.kv_tile = 32;
+  EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {128, 64, true}), ErrorCode::kInvalidArgument,
+                     "kv_tile=32");
 }
 
 TEST(ChoosePrefillTiles, QueryTileIsTheSmallestCoveringTheAveragePackedLength) {

@@ -29,6 +29,13 @@ enum class PrefillKV : uint8_t {
   kRagged,  // RaggedKV (contiguous rows per request)
 };
 
+// Which kernel family runs the prefill (FlashInfer's `backend`).
+enum class PrefillBackend : uint8_t {
+  kAuto,  // the Hopper family on sm_90 for query tiles of 64 and 128 rows, else FA2
+  kFA2,   // mma.sync on every GPU (paper 001 §3.2)
+  kFA3,   // the Hopper family (warpgroup MMAs, sm_90 only; query tiles of at least 64 rows)
+};
+
 // Everything fixed when a BatchPrefill is created.
 struct BatchPrefillConfig {
   int device = 0;        // CUDA device index
@@ -61,6 +68,9 @@ struct BatchPrefillConfig {
   bool use_cuda_graph = false;
   int query_tile = 0;  // 16 | 32 | 64 | 128; 0 = choose_prefill_tiles per plan
   int kv_tile = 0;     // 32 | 64 | 128; 0 = choose_prefill_tiles
+  // kFA3 on a GPU other than sm_90 throws kUnsupported at creation, as does a query_tile below
+  // 64 with it.
+  PrefillBackend backend = PrefillBackend::kAuto;
 
   // Scheduler knobs (plan/plan.h PlanOptions). fixed_split_size > 0 cuts every request's KV at
   // the same positions whatever the batch and fixes the tiles (query_tile, or the largest the
@@ -83,11 +93,16 @@ struct PrefillDeviceLimits {
   int max_shared_bytes_per_block = 0;  // opt-in maximum
   int shared_bytes_per_sm = 0;
   int registers_per_sm = 0;
+  // The Hopper family may run (sm_90 and the backend allows it); with warpgroup_only it must
+  // (backend kFA3: query tiles of at least 64 rows).
+  bool warpgroup_mma = false;
+  bool warpgroup_only = false;
 };
 
 struct PrefillTiles {
-  int query_tile = 0;  // packed query rows per CTA tile
-  int kv_tile = 0;     // KV rows per pipeline stage
+  int query_tile = 0;      // packed query rows per CTA tile
+  int kv_tile = 0;         // KV rows per pipeline stage
+  bool warpgroup = false;  // the Hopper family (kernels/wgmma.cuh), else mma.sync
   friend bool operator==(const PrefillTiles&, const PrefillTiles&) = default;
 };
 
@@ -210,14 +225,16 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
 
 // The (config, tiles) pairs flare ships: every head-dim pair and query tile with the KV tile
 // the heuristic picks on an H100, both KV paths, both dtypes, every mask and variant flag at
-// the register-heaviest tiles. CI compiles each for sm_80 and sm_90a: zero spills, zero local.
+// the register-heaviest tiles, in both families. CI compiles each for sm_80 and sm_90a (the
+// Hopper family for sm_90a only): zero spills, zero local.
 struct ShippedPrefillConfig {
   BatchPrefillConfig config;
   PrefillTiles tiles;
 };
 std::vector<ShippedPrefillConfig> shipped_prefill_configs();
 
-// The H100's limits, for shipped_prefill_configs and tests.
+// The H100's limits for the mma.sync family (warpgroup_mma off), for shipped_prefill_configs
+// and tests.
 PrefillDeviceLimits h100_prefill_limits();
 
 }  // namespace flare

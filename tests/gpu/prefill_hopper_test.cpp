@@ -1,0 +1,135 @@
+// The Hopper prefill family (backend kFA3: warpgroup MMAs, kernels/wgmma.cuh) against the CPU
+// float64 reference, on sm_90 only: every head-dim pair, both query tiles (64 and 128) and KV
+// tiles (64 and 128), ragged and paged KV at page sizes 1 / 5 / 16, NHD and HND, GQA 1 / 4 / 7
+// / 8, odd lengths, prefill and append, no mask / causal / custom mask, the built-in variant
+// flags and fused RoPE, split-KV through the merge kernel. The rest of tests/gpu/prefill_test.cpp
+// runs on this family too under backend kAuto (FLARE_TEST_PREFILL_BACKEND picks either one).
+// Outputs are NaN-poisoned before each run. Skips without an sm_90 device.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "flare/api/batch_prefill.h"
+#include "gpu/prefill_test_support.h"
+#include "testing/expect_error.h"
+
+namespace flare {
+namespace {
+
+using namespace prefill_testing;
+
+bool hopper() {
+  if (!cuda::available()) return false;
+  const cuda::DeviceProperties props = cuda::device_properties(0);
+  return props.cc_major == 9 && props.cc_minor == 0;
+}
+
+#define SKIP_WITHOUT_HOPPER() \
+  if (!hopper()) GTEST_SKIP() << "needs an sm_90 GPU"
+
+// Checks the case on the Hopper family and that its plan used it.
+void check_hopper(Case c) {
+  c.backend = PrefillBackend::kFA3;
+  check(c, [](const BatchPrefill& prefill) { EXPECT_TRUE(prefill.last_tiles().warpgroup); });
+}
+
+TEST(PrefillHopper, EveryHeadDimBothQueryTilesCausalAndNoMask) {
+  SKIP_WITHOUT_HOPPER();
+  const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
+  for (const auto& [qk, vo] : dims) {
+    for (const int tile : {64, 128}) {
+      for (const MaskMode mask : {MaskMode::kNone, MaskMode::kCausal}) {
+        Case c;
+        c.q_lens = {1, 77, 130, 300};
+        c.kv_lens = {64, 200, 130, 511};
+        c.head_dim_qk = qk;
+        c.head_dim_vo = vo;
+        c.query_tile = tile;
+        c.mask = mask;
+        c.seed = static_cast<uint64_t>(qk + tile + static_cast<int>(mask));
+        SCOPED_TRACE(::testing::Message() << "D " << qk << "/" << vo << " tile " << tile
+                                          << " mask " << static_cast<int>(mask));
+        check_hopper(c);
+      }
+    }
+  }
+}
+
+TEST(PrefillHopper, RaggedF16Gqa8OddLengths) {
+  SKIP_WITHOUT_HOPPER();
+  Case c;
+  c.q_lens = {97, 1, 300, 7, 129};
+  c.kv_lens = {97, 50, 511, 1023, 129};
+  c.num_qo_heads = 16;
+  c.num_kv_heads = 2;
+  c.kv = PrefillKV::kRagged;
+  c.dtype = DType::kF16;
+  check_hopper(c);
+}
+
+TEST(PrefillHopper, PagedPageSizes1And5AppendGqa7Hnd) {
+  SKIP_WITHOUT_HOPPER();
+  for (const int page_size : {1, 5, 16}) {
+    for (const KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      Case c;
+      c.q_lens = {128, 33, 5, 200};
+      c.kv_lens = {2049, 33, 1023, 700};
+      c.num_qo_heads = 7;
+      c.num_kv_heads = 1;
+      c.page_size = page_size;
+      c.layout = layout;
+      c.seed = static_cast<uint64_t>(page_size * 2 + static_cast<int>(layout));
+      SCOPED_TRACE(::testing::Message() << "page " << page_size << " layout "
+                                        << static_cast<int>(layout));
+      check_hopper(c);
+    }
+  }
+}
+
+TEST(PrefillHopper, CustomMaskAndVariantFlags) {
+  SKIP_WITHOUT_HOPPER();
+  Case custom;
+  custom.q_lens = {70, 9, 130};
+  custom.kv_lens = {100, 300, 130};
+  custom.mask = MaskMode::kCustom;
+  custom.num_qo_heads = 4;
+  custom.num_kv_heads = 1;
+  check_hopper(custom);
+
+  Case flags;
+  flags.q_lens = {300, 17, 129};
+  flags.kv_lens = {900, 400, 129};
+  flags.window_left = 127;
+  flags.soft_cap = 30.0f;
+  flags.alibi = true;
+  check_hopper(flags);
+
+  Case rope;
+  rope.q_lens = {150, 64};
+  rope.kv_lens = {400, 64};
+  rope.rope = true;
+  rope.kv = PrefillKV::kRagged;
+  check_hopper(rope);
+}
+
+TEST(PrefillHopper, LongCacheSplitsKvAndMerges) {
+  SKIP_WITHOUT_HOPPER();
+  Case c;
+  c.q_lens = {64, 100};
+  c.kv_lens = {20000, 9000};
+  c.num_qo_heads = 32;
+  c.num_kv_heads = 8;
+  check_hopper(c);
+}
+
+TEST(PrefillHopper, LargeLogitsRescaleMidStream) {
+  SKIP_WITHOUT_HOPPER();
+  Case c;
+  c.q_lens = {300};
+  c.kv_lens = {1000};
+  c.sm_scale = 1.0f;  // logits of tens: the running max moves by more than the threshold
+  check_hopper(c);
+}
+
+}  // namespace
+}  // namespace flare
