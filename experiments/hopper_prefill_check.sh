@@ -4,10 +4,15 @@
 # family for query tiles >= 64) and under fa2, the user variants, compute-sanitizer on a small
 # Hopper case, then the prefill rows of bench_python.py (flare auto and fa2, FlashInfer fa3 and
 # fa2, SDPA cuDNN and flash in one process). Carry .anchors-fi.
-# Usage (GPU machine, OUT set): experiments/hopper_prefill_check.sh tests|python
+# Usage (GPU machine, OUT set): experiments/hopper_prefill_check.sh tests|python|all
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache
-if [ "${1:-tests}" = python ]; then
+STAGE=${1:-tests}
+if [ "$STAGE" = all ]; then
+  bash "$0" tests
+  exec bash "$0" python
+fi
+if [ "$STAGE" = python ]; then
   echo "== python prefill / variant / sparse tests $(date +%T)"
   scripts/gpu_check_python.sh $OUT/py -q -k "prefill or variant or sparse or cascade or attention" 2>&1 | tail -12
   echo "== bench_python prefill $(date +%T)"

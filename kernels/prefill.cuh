@@ -1,5 +1,6 @@
 // The batch prefill/append kernel on tensor cores (the FlashAttention-2 template of paper 001
-// §3.2): Q.K^T, online softmax and P.V per KV tile, the work-item loop, the entry point.
+// §3.2): Q.K^T, online softmax and P.V per KV tile, and the work-item loop of the mma.sync
+// family (the entry point: prefill_kernel.cuh).
 //
 // mma.sync m16n8k16, ldmatrix and cp.async gathers; 002 appendix A head-group fusion. CTAs take
 // the plan's work items from one queue (an atomic counter); a work item is a tile of packed
@@ -461,18 +462,20 @@ __device__ __forceinline__ void rotate_landed(const PrefillParams& p, const Item
                                               int tile, unsigned char* smem) {
   if (tile == 0) {
     const int* row_q_pos = item_shared(smem).row_q_pos;
-    rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kQueryTile, T::kThreads>(
-        smem, p.variant, thread_index(),
+    rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kQueryTile, T::kLoadThreads>(
+        smem, p.variant, load_thread(),
         [](int row, int chunk) { return tile_offset<T::kQKRowBytes, T::kQueryTile>(row, chunk); },
         [row_q_pos](int row) { return row_q_pos[row]; });
   }
   const int first_pos = g.kv_lo + tile * T::kKvTile;
-  rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kKvTile, T::kThreads>(
-      smem + T::kQBytes + (tile % T::kStages) * T::kStageBytes, p.variant, thread_index(),
+  rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kKvTile, T::kLoadThreads>(
+      smem + T::kQBytes + (tile % T::kStages) * T::kStageBytes, p.variant, load_thread(),
       [](int row, int chunk) { return tile_offset<T::kQKRowBytes, T::kKvTile>(row, chunk); },
       [first_pos](int row) { return first_pos + row; });
 }
 
+// One work item by the whole CTA (the mma.sync family; the Hopper family's CTA is
+// prefill_hopper.cuh's).
 __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem& item_in,
                                          unsigned char* smem) {
   ItemShared& shared = item_shared(smem);
@@ -512,8 +515,6 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     if (tile >= g.num_tiles) break;
     shared.loop_tile[thread_index()] = tile + 1;
     cp_async_wait<0>();
-    // The tensor cores read what this thread's copies wrote (Hopper family).
-    if constexpr (T::kWarpgroup) wgmma::fence_async_shared();
     // Tile `tile` (and Q) landed for every thread; every thread is done with tile - 1, whose
     // stage and page-id slot the next issue and the page-id store overwrite.
     __syncthreads();
@@ -527,7 +528,6 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     cp_async_commit();
     if constexpr (Variant::kRotary) {
       rotate_landed(p, g, tile, smem);
-      if constexpr (T::kWarpgroup) wgmma::fence_async_shared();
       __syncthreads();  // the rotated rows are visible
     }
     // Warp-uniform: columns no row of the warp sees contribute exactly nothing (skipped);
@@ -554,55 +554,40 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
   __syncthreads();  // the next item's copies and record overwrite the staging and the record
 }
 
-}  // namespace flare::prefill
-
 // The workspace pointer as a fresh copy of the kernel parameter: pointers derived from it are
 // recomputed per work item instead of living in registers across the KV loop (see
 // thread_index()).
-__device__ __forceinline__ const unsigned char* workspace_of(const flare::PrefillParams& p) {
+__device__ __forceinline__ const unsigned char* workspace_of(const PrefillParams& p) {
   const unsigned char* workspace = p.workspace;
   asm volatile("" : "+l"(workspace));
   return workspace;
 }
-
-// minBlocks 1: without it ptxas caps some small-tile configs at 128 registers and spills.
-extern "C" __global__ void __launch_bounds__(flare::prefill::Traits::kThreads, 1)
-    flare_prefill(const flare::PrefillParams params) {
-  extern __shared__ __align__(128) unsigned char flare_prefill_smem_base[];
-  unsigned char* flare_prefill_smem = flare_prefill_smem_base;
-  if constexpr (flare::prefill::T::kWarpgroup) {  // tiles start 1024-byte aligned (wgmma.cuh)
-    flare_prefill_smem += (flare::kWarpgroupAlignSlack -
-                           flare::shared_address(flare_prefill_smem_base) % flare::kWarpgroupAlignSlack) %
-                          flare::kWarpgroupAlignSlack;
-  }
-  flare::wait_for_prior_grids();
-  const auto counts = [&params] {
-    return reinterpret_cast<const flare::PlanCounts*>(workspace_of(params) + params.offsets.counts);
-  };
-  if (static_cast<int>(blockIdx.x) >= counts()->num_ctas) return;
-  // One queue for all CTAs: the next entry goes to whichever CTA finishes first. Entry e is
-  // work item e / item_heads under its KV head + e % item_heads, writing its partial slot +
-  // e % item_heads when split (plan/plan.h Plan::item_heads). The entry index is re-read from
-  // shared memory per entry rather than carried in a register.
-  flare::prefill::ItemShared& shared = flare::prefill::item_shared(flare_prefill_smem);
-  if (flare::prefill::thread_index() == 0) shared.next_item = atomicAdd(params.next_work_item, 1);
-  __syncthreads();
-  while (shared.next_item < counts()->num_work_items * counts()->item_heads) {
-    const auto* items =
-        reinterpret_cast<const flare::WorkItem*>(workspace_of(params) + params.offsets.work_items);
-    const int heads = counts()->item_heads;
-    const int entry = shared.next_item;
-    flare::WorkItem item = items[entry / heads];
-    const int head = entry % heads;
-    item.kv_head += head;
-    if (item.partial_slot >= 0) item.partial_slot += head;
-    flare::prefill::run_item(params, item, flare_prefill_smem);
-  }
-  // Every CTA has taken its last entry: the last one to finish zeroes the queue for the next
-  // launch (so run() needs no memset before each one; PDL launches wait for this grid first).
-  if (flare::prefill::thread_index() == 0 &&
-      atomicAdd(params.next_work_item + 1, 1) == counts()->num_ctas - 1) {
-    params.next_work_item[0] = 0;
-    params.next_work_item[1] = 0;
-  }
+__device__ __forceinline__ const PlanCounts* plan_counts(const PrefillParams& p) {
+  return reinterpret_cast<const PlanCounts*>(workspace_of(p) + p.offsets.counts);
 }
+// Queue entry `entry`: work item entry / item_heads under its KV head + entry % item_heads,
+// writing its partial slot + entry % item_heads when split (plan/plan.h Plan::item_heads).
+__device__ __forceinline__ WorkItem queue_item(const PrefillParams& p, int entry) {
+  const auto* items = reinterpret_cast<const WorkItem*>(workspace_of(p) + p.offsets.work_items);
+  const int heads = plan_counts(p)->item_heads;
+  WorkItem item = items[entry / heads];
+  const int head = entry % heads;
+  item.kv_head += head;
+  if (item.partial_slot >= 0) item.partial_slot += head;
+  return item;
+}
+__device__ __forceinline__ int queue_entries(const PrefillParams& p) {
+  return plan_counts(p)->num_work_items * plan_counts(p)->item_heads;
+}
+
+// The mma.sync family's CTA: one queue for all CTAs, the next entry goes to whichever CTA
+// finishes first. The entry index is re-read from shared memory per entry rather than carried in
+// a register.
+__device__ __forceinline__ void run_items(const PrefillParams& p, unsigned char* smem) {
+  ItemShared& shared = item_shared(smem);
+  if (thread_index() == 0) shared.next_item = atomicAdd(p.next_work_item, 1);
+  __syncthreads();
+  while (shared.next_item < queue_entries(p)) run_item(p, queue_item(p, shared.next_item), smem);
+}
+
+}  // namespace flare::prefill

@@ -48,7 +48,7 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
       }
     }
   }
-  __syncthreads();
+  math_sync();
   for (int unit = thread_index(); unit < g.rows * T::kVChunks; unit += T::kThreads) {
     const int r = unit / T::kVChunks;
     const int chunk = unit % T::kVChunks;
@@ -68,6 +68,10 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
 __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkItem& item,
                                            const ItemGeometry& g, const RowState& acc,
                                            const RowStats& st, unsigned char* smem) {
+  // The Hopper family's consumer warpgroups reach the epilogue apart: the staging below
+  // overwrites the Q tile and the stages the other one may still be reading (the mma.sync family's
+  // CTA synchronized before the call).
+  if constexpr (T::kWarpgroup) math_sync();
   if constexpr (T::kWarpsKV == 1) {
     if (item.partial_slot < 0) {  // CTA-uniform
       write_item_direct(p, item, g, acc, st, smem);
@@ -95,7 +99,7 @@ __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkIte
       }
     }
   }
-  __syncthreads();
+  math_sync();
 
   for (int unit = thread_index(); unit < g.rows * T::kVChunks; unit += T::kThreads) {
     const int r = unit / T::kVChunks;

@@ -17,12 +17,12 @@ constexpr int kUnreadPage = 0x7fffffff;
 // The ids are the caller's data: readers range-check them (load_row_pages, kv_element).
 __device__ __forceinline__ void issue_page_ids(const PrefillParams& p, const ItemGeometry& g,
                                                int tile, unsigned char* smem) {
-  if (thread_index() < T::kKvTile) {
-    const int pos = g.kv_lo + tile * T::kKvTile + thread_index();
+  if (load_thread() < T::kKvTile) {
+    const int pos = g.kv_lo + tile * T::kKvTile + load_thread();
     const bool valid = pos < g.kv_hi;
     const long long entry = g.kv_base + pos / T::kPageSize;
     const unsigned dst = shared_address(smem + T::kPageIdsOffset) +
-                         ((tile % T::kStages) * T::kKvTile + thread_index()) * 4;
+                         ((tile % T::kStages) * T::kKvTile + load_thread()) * 4;
     if (valid && entry >= p.num_indices) {
       record_index_error(p.index_error, kIndexErrorEntry, g.request, entry, -1);
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(kUnreadPage) : "memory");
@@ -63,14 +63,14 @@ __device__ __forceinline__ long long kv_element(const PrefillParams& p, const It
 
 // Rows [0, kRows) of 16-byte chunks into swizzled shared rows; rows where element(row) < 0
 // are zero-filled (their probabilities are 0, and 0 * NaN would be NaN). When the chunks of a
-// row divide the CTA, each thread copies one fixed chunk of every kThreads / kChunks-th row
+// row divide the CTA, each thread copies one fixed chunk of every kLoadThreads / kChunks-th row
 // (no division per copy).
 template <int kRows, int kChunks, class ElementOf>
 __device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int tid,
                                           ElementOf element_of) {
   const unsigned char* src = static_cast<const unsigned char*>(base);
-  if constexpr (T::kThreads % kChunks == 0) {
-    constexpr int kRowStep = T::kThreads / kChunks;
+  if constexpr (T::kLoadThreads % kChunks == 0) {
+    constexpr int kRowStep = T::kLoadThreads / kChunks;
     const int chunk = tid % kChunks;
     // Not unrolled: the copies run while the O accumulators hold 128 registers, and unrolled
     // address arithmetic tips the QK^T peak that follows into spills (measured with ptxas).
@@ -83,7 +83,7 @@ __device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int ti
     }
   } else {
 #pragma unroll 1
-    for (int index = tid; index < kRows * kChunks; index += T::kThreads) {
+    for (int index = tid; index < kRows * kChunks; index += T::kLoadThreads) {
       const int row = index / kChunks;
       const int chunk = index % kChunks;
       const long long element = element_of(row);
@@ -102,11 +102,11 @@ __device__ __forceinline__ void copy_rows(unsigned dst, const void* base, int ti
 // instructions: ncu, docs/perf.md prefill v3).
 template <int kChunks>
 struct FullTileRows {
-  static constexpr int kRowStep = T::kThreads / kChunks;
+  static constexpr int kRowStep = T::kLoadThreads / kChunks;
   static constexpr int kCopies = T::kKvTile / kRowStep;
   // (Checked where a copy uses it: the type is named for head dims issue_kv never copies this
   // way, e.g. 192 = 24 chunks.)
-  static constexpr bool kExact = T::kThreads % kChunks == 0 && T::kKvTile % kRowStep == 0;
+  static constexpr bool kExact = T::kLoadThreads % kChunks == 0 && T::kKvTile % kRowStep == 0;
 };
 
 // Paged: the page ids of this thread's rows of the tile. An id out of range (the caller's
@@ -117,7 +117,7 @@ struct FullTileRows {
 template <int kChunks>
 __device__ __forceinline__ bool load_row_pages(const PrefillParams& p, const int* page_ids,
                                                int (&pages)[FullTileRows<kChunks>::kCopies]) {
-  const int row0 = thread_index() / kChunks;
+  const int row0 = load_thread() / kChunks;
   bool unread = false;
 #pragma unroll
   for (int i = 0; i < FullTileRows<kChunks>::kCopies; ++i) {
@@ -149,7 +149,7 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
   constexpr int kRowStep = FullTileRows<kChunks>::kRowStep;
   constexpr int kCopies = FullTileRows<kChunks>::kCopies;
   static_assert(FullTileRows<kChunks>::kExact, "whole rows per pass");
-  const int tid = thread_index();
+  const int tid = load_thread();
   const int row0 = tid / kChunks;
   const unsigned char* head =
       static_cast<const unsigned char*>(base) + kv_head * stride_head * 2 + (tid % kChunks) * 16;
@@ -194,7 +194,10 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
   const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
   const int* page_ids = reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + stage * T::kKvTile;
   const int start = g.kv_lo + tile * T::kKvTile;
-  if constexpr (T::kThreads % T::kQKChunks == 0 && T::kThreads % T::kVChunks == 0) {
+  // The Hopper family's producer (56 registers, kernels/prefill_hopper.cuh) copies paged tiles
+  // row by row: the full-tile path's page ids held in registers spill there.
+  if constexpr ((!T::kWarpgroup || !T::kPaged) && T::kLoadThreads % T::kQKChunks == 0 &&
+                T::kLoadThreads % T::kVChunks == 0) {
     // CTA-uniform: only an item's last tile can hold rows past kv_hi.
     if (start + T::kKvTile <= g.kv_hi) {
       // g and the page ids live in shared memory and the copies' asm clobbers memory: read them
@@ -223,7 +226,7 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
       return;
     }
   }
-  const int tid = thread_index();
+  const int tid = load_thread();
   copy_rows<T::kKvTile, T::kQKChunks>(k_dst, p.k, tid, [&](int row) -> long long {
     const int pos = start + row;
     return pos < g.kv_hi ? kv_element(p, g, pos, row, page_ids, p.k_stride_page, p.k_stride_slot,
@@ -244,7 +247,7 @@ __device__ __forceinline__ void issue_q(const PrefillParams& p, const ItemGeomet
                                         const int* row_q_pos, const int* row_qo_head,
                                         unsigned char* smem) {
   copy_rows<T::kQueryTile, T::kQKChunks>(
-      shared_address(smem), p.q, thread_index(), [&](int row) -> long long {
+      shared_address(smem), p.q, load_thread(), [&](int row) -> long long {
         if (row >= g.rows) return -1;
         const long long token = g.qo_begin + (row_q_pos[row] - g.q_offset);
         return token * p.q_stride_token +

@@ -87,8 +87,20 @@ constexpr int prefill_warps_q(const PrefillShape& s) {
 constexpr int prefill_warps_kv(const PrefillShape& s) {
   return prefill_warps_q(s) >= 4 ? 1 : 4 / prefill_warps_q(s);
 }
+// The threads that compute (every thread of the mma.sync family's CTAs).
 constexpr int prefill_threads(const PrefillShape& s) {
   return 32 * prefill_warps_q(s) * prefill_warps_kv(s);
+}
+// The Hopper family adds a producer warpgroup that loads Q and the K/V stages for the consumer
+// warpgroups (warp specialization, kernels/prefill_hopper.cuh).
+constexpr int kPrefillProducerThreads = 128;
+constexpr int prefill_launch_threads(const PrefillShape& s) {
+  return prefill_threads(s) + (s.warpgroup != 0 ? kPrefillProducerThreads : 0);
+}
+// Resident CTAs the Hopper family's register split is made for (setmaxnreg): one of two
+// consumer warpgroups at 128 query rows, two of one at 64.
+constexpr int prefill_warpgroup_ctas_per_sm(const PrefillShape& s) {
+  return s.query_tile == 64 ? 2 : 1;
 }
 
 // fp32 output staging rows are padded by 8 floats (32 bytes) so the float2 stores of the four
@@ -121,8 +133,10 @@ constexpr int prefill_shared_bytes(const PrefillShape& s) {
   const int row_stats_bytes = threads * prefill_mma_q(s) * 4 * 4;
   const int loop_tile_bytes = threads * 4;
   const int warp_span_bytes = threads / 32 * 3 * 4;
-  const int bytes = prefill_item_offset(s) + kPrefillItemRecordBytes + 2 * s.query_tile * 4 +
-                    row_stats_bytes + loop_tile_bytes + warp_span_bytes;
+  // The Hopper family's mbarriers: full / empty per stage, item ready / done.
+  const int pipeline_bytes = s.warpgroup != 0 ? (2 * kPrefillKvStages + 2) * 8 : 0;
+  const int bytes = prefill_item_offset(s) + pipeline_bytes + kPrefillItemRecordBytes +
+                    2 * s.query_tile * 4 + row_stats_bytes + loop_tile_bytes + warp_span_bytes;
   return (bytes + 15) / 16 * 16;
 }
 // What a launch asks for: the Hopper family aligns its tiles to 1024 bytes (kernels/wgmma.cuh)

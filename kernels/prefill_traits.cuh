@@ -45,7 +45,11 @@ struct Traits {
   static constexpr int kMmaQ = prefill_mma_q(kShape);  // m16 tiles per warp
   static constexpr int kWarpsQ = prefill_warps_q(kShape);
   static constexpr int kWarpsKV = prefill_warps_kv(kShape);
-  static constexpr int kThreads = prefill_threads(kShape);
+  static constexpr int kThreads = prefill_threads(kShape);  // the computing threads
+  static constexpr int kLaunchThreads = prefill_launch_threads(kShape);
+  // The threads that load (the producer warpgroup after the consumers, or all) and the first.
+  static constexpr int kLoadThreads = kWarpgroup ? kPrefillProducerThreads : kThreads;
+  static constexpr int kFirstLoadThread = kWarpgroup ? kThreads : 0;
   static constexpr int kRowsPerWarp = 16 * kMmaQ;
   // Rows that act together on the MMAs (and so share a tile-skipping decision): a warp's, or a
   // warpgroup's 64 in the Hopper family.
@@ -82,7 +86,7 @@ struct Traits {
   static_assert(kWarpsQ * kRowsPerWarp == kQueryTile, "warps cover the query tile");
   static_assert(kKvPerWarp % 16 == 0, "each KV warp owns whole k16 steps of P.V");
   static_assert(kTilesO % 2 == 0 && kTilesS % 2 == 0, "ldmatrix.x4 loads n8 tiles in pairs");
-  static_assert(kThreads >= kKvTile, "one thread per page id of a tile");
+  static_assert(kLoadThreads >= kKvTile, "one loading thread per page id of a tile");
   static_assert(!kWarpgroup || ((kQueryTile == 64 || kQueryTile == 128) &&
                                 (kKvTile == 64 || kKvTile == 128) && kWarpsKV == 1),
                 "the Hopper family: 64-row warpgroups, KV tiles of 64 or 128");
@@ -154,7 +158,21 @@ struct ItemRecord {
   ItemGeometry g;
 };
 static_assert(sizeof(ItemRecord) + sizeof(int) <= kPrefillItemRecordBytes, "item record");
-struct ItemShared {
+// The Hopper family's pipeline (kernels/prefill_hopper.cuh): per stage, `full` completes when the
+// producer's copies of the stage landed, `empty` when every consumer warp is done reading it;
+// item_ready completes when the consumers wrote an item's record and row tables, item_done when
+// they wrote its output (the Q tile and the stages are free again).
+template <bool kPipelined>
+struct PipelineBarriers {
+  unsigned long long full[T::kStages];
+  unsigned long long empty[T::kStages];
+  unsigned long long item_ready;
+  unsigned long long item_done;
+};
+template <>
+struct PipelineBarriers<false> {};
+
+struct ItemShared : PipelineBarriers<T::kWarpgroup> {
   ItemRecord record;
   int next_item;  // the work item after this one, taken from the queue during this one
   unsigned char pad[kPrefillItemRecordBytes - sizeof(ItemRecord) - sizeof(int)];
@@ -179,8 +197,19 @@ __device__ __forceinline__ ItemShared& item_shared(unsigned char* smem) {
 __device__ __forceinline__ int thread_index() {
   int index;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(index));
-  __builtin_assume(index >= 0 && index < T::kThreads);  // unsigned arithmetic from here on
+  __builtin_assume(index >= 0 && index < T::kLaunchThreads);  // unsigned arithmetic from here on
   return index;
+}
+// This thread's index among the loading threads (kernels/prefill_load.cuh).
+__device__ __forceinline__ int load_thread() { return thread_index() - T::kFirstLoadThread; }
+// A barrier of the computing threads: the CTA's, or the consumer warpgroups' (named barrier 1)
+// while the Hopper family's producer loads.
+__device__ __forceinline__ void math_sync() {
+  if constexpr (T::kWarpgroup) {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(T::kThreads) : "memory");
+  } else {
+    __syncthreads();
+  }
 }
 __device__ __forceinline__ int warp_q() { return (thread_index() / 32) % T::kWarpsQ; }
 __device__ __forceinline__ int warp_kv() { return (thread_index() / 32) / T::kWarpsQ; }

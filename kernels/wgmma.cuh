@@ -82,4 +82,39 @@ __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// --- warp specialization: mbarriers, named barriers, register reallocation ----------------
+
+__device__ __forceinline__ void barrier_init(unsigned address, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(address), "r"(count) : "memory");
+}
+// One arrival (release: this thread's earlier writes, and what barriers ordered before them, are
+// visible to whoever waits for the phase it completes).
+__device__ __forceinline__ void barrier_arrive(unsigned address) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(address) : "memory");
+}
+// Waits until the phase of parity `parity` completed (acquire).
+__device__ __forceinline__ void barrier_wait(unsigned address, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(address),
+      "r"(parity)
+      : "memory");
+}
+// A barrier among `kThreads` threads of whole warps (ids 1-15; 0 is __syncthreads').
+template <int kId, int kThreads>
+__device__ __forceinline__ void named_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+// This warpgroup's registers per thread from here on (sm_90a; the kernel needs a register cap at
+// entry, and each role one branch of an if/else: HOPPER.md).
+template <int kRegisters>
+__device__ __forceinline__ void grow_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void shrink_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
 }  // namespace flare::wgmma

@@ -57,6 +57,14 @@ AttentionParams variant_params(const AttentionParams& p) {
   return variant;
 }
 
+// The Hopper family's shapes: query tiles of 128 rows, or 64 with head_dim_vo <= 128 (two CTAs
+// per SM then cap the registers at launch to 128 a thread, fewer than an m64n256 MMA needs); at
+// head_dim_vo 256 no custom mask (its per-key bits spill the consumers' 224 registers).
+bool warpgroup_shape(int query_tile, int head_dim_vo, MaskMode mask) {
+  if (head_dim_vo > 128) return query_tile == 128 && mask != MaskMode::kCustom;
+  return query_tile == 128 || query_tile == 64;
+}
+
 void validate_config(const BatchPrefillConfig& c) {
   FLARE_CHECK(c.device >= 0, ErrorCode::kInvalidArgument, kWhat, ": device must be >= 0, got ",
               c.device);
@@ -81,11 +89,14 @@ void validate_config(const BatchPrefillConfig& c) {
               ErrorCode::kInvalidArgument, kWhat, ": kv_tile must be 0, 32, 64 or 128, got ",
               c.kv_tile);
   FLARE_CHECK(c.backend != PrefillBackend::kFA3 ||
-                  ((c.query_tile == 0 || c.query_tile >= 64) && c.kv_tile != 32),
+                  (warpgroup_shape(c.query_tile == 0 ? 128 : c.query_tile, c.head_dim_vo,
+                                   c.params.mask) &&
+                   c.kv_tile != 32),
               ErrorCode::kInvalidArgument, kWhat,
-              ": backend kFA3 (the Hopper family) takes query_tile 0, 64 or 128 and kv_tile 0, 64 "
-              "or 128, got query_tile=",
-              c.query_tile, " kv_tile=", c.kv_tile);
+              ": backend kFA3 (the Hopper family) takes query_tile 0, 64 (head_dim_vo <= 128) or "
+              "128, kv_tile 0, 64 or 128, and no custom mask at head_dim_vo 256; got query_tile=",
+              c.query_tile, " kv_tile=", c.kv_tile, " head_dim_vo=", c.head_dim_vo, " mask ",
+              c.params.mask == MaskMode::kCustom ? "custom" : "not custom");
   FLARE_CHECK(c.fixed_split_size >= 0 && c.num_sms_to_use >= 0, ErrorCode::kInvalidArgument, kWhat,
               ": fixed_split_size and num_sms_to_use must be >= 0, got ", c.fixed_split_size,
               " and ", c.num_sms_to_use);
@@ -119,8 +130,9 @@ int mask_code(MaskMode mask) {
 }
 
 // Whether query tiles of this size run the Hopper family under these limits.
-bool uses_warpgroup(int query_tile, const PrefillDeviceLimits& limits) {
-  return limits.warpgroup_mma && query_tile >= 64;
+bool uses_warpgroup(int query_tile, int head_dim_vo, MaskMode mask,
+                    const PrefillDeviceLimits& limits) {
+  return limits.warpgroup_mma && warpgroup_shape(query_tile, head_dim_vo, mask);
 }
 
 // The Hopper family's KV tile: the one whose accumulators and shared memory fit with the most
@@ -135,10 +147,10 @@ int fitting_warpgroup_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, 
     if (4 * (head_dim_vo / 8 + kv_tile / 8) > kMaxWarpgroupAccumulators) continue;
     const int shared = prefill_launch_shared_bytes(shape);
     if (shared > limits.max_shared_bytes_per_block) continue;
-    const int threads = prefill_threads(shape);
     const int by_shared = limits.shared_bytes_per_sm / (shared + kReservedSharedPerCta);
-    const int by_registers = limits.registers_per_sm / (threads * kRegistersPerThreadAllocated);
-    const int warps = std::min(by_shared, by_registers) * threads / 32;
+    // The register split (setmaxnreg) is made for this many CTAs per SM.
+    const int by_registers = prefill_warpgroup_ctas_per_sm(shape);
+    const int warps = std::min(by_shared, by_registers) * prefill_threads(shape) / 32;
     if (warps > best_warps) {  // larger tiles come first
       best_warps = warps;
       best_tile = kv_tile;
@@ -150,7 +162,7 @@ int fitting_warpgroup_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, 
 // The KV tile rule of choose_prefill_tiles; 0 when no KV tile fits.
 int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                     const PrefillDeviceLimits& limits) {
-  if (uses_warpgroup(query_tile, limits)) {
+  if (uses_warpgroup(query_tile, head_dim_vo, mask, limits)) {
     return fitting_warpgroup_kv_tile(query_tile, head_dim_qk, head_dim_vo, mask, limits);
   }
   int best_tile = 0;
@@ -191,6 +203,7 @@ int prefill_group_size(const BatchPrefillConfig& c) { return group_size(c); }
 
 using api_detail::fitting_kv_tile;
 using api_detail::uses_warpgroup;
+using api_detail::warpgroup_shape;
 using api_detail::kKvTiles;
 using api_detail::kQueryTiles;
 using api_detail::kWhat;
@@ -212,7 +225,8 @@ PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, i
                                   MaskMode mask, const PrefillDeviceLimits& limits) {
   size_t index = std::size(kQueryTiles) - 1;
   for (size_t i = 0; i < std::size(kQueryTiles); ++i) {
-    if (kQueryTiles[i] >= average_packed_rows && (!limits.warpgroup_only || kQueryTiles[i] >= 64)) {
+    if (kQueryTiles[i] >= average_packed_rows &&
+        (!limits.warpgroup_only || warpgroup_shape(kQueryTiles[i], head_dim_vo, mask))) {
       index = i;
       break;
     }
@@ -225,7 +239,7 @@ PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, i
   PrefillTiles tiles;
   tiles.query_tile = kQueryTiles[index];
   tiles.kv_tile = choose_prefill_kv_tile(tiles.query_tile, head_dim_qk, head_dim_vo, mask, limits);
-  tiles.warpgroup = uses_warpgroup(tiles.query_tile, limits);
+  tiles.warpgroup = uses_warpgroup(tiles.query_tile, head_dim_vo, mask, limits);
   return tiles;
 }
 
@@ -246,7 +260,9 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
   FLARE_CHECK(std::ranges::count(kQueryTiles, tiles.query_tile) == 1 &&
                   std::ranges::count(kKvTiles, tiles.kv_tile) == 1 &&
                   tiles.kv_tile / prefill_warps_kv(shape) >= 16 &&
-                  (!tiles.warpgroup || (tiles.query_tile >= 64 && tiles.kv_tile >= 64)),
+                  (!tiles.warpgroup ||
+                   (warpgroup_shape(tiles.query_tile, config.head_dim_vo, config.params.mask) &&
+                    tiles.kv_tile >= 64)),
               ErrorCode::kInvalidArgument, kWhat, ": tiles ", tiles.query_tile, "x", tiles.kv_tile,
               tiles.warpgroup ? " (Hopper family)" : "", " are not a kernel configuration");
   const api_detail::ResolvedVariant variant = api_detail::resolve_variant(
@@ -254,10 +270,10 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
   const bool paged = config.kv == PrefillKV::kPaged;
   const std::string dtype = std::to_string(static_cast<int>(config.dtype));
   BatchPrefillKernels k;
-  k.threads = prefill_threads(shape);
+  k.threads = prefill_launch_threads(shape);
   k.shared_bytes = static_cast<size_t>(prefill_launch_shared_bytes(shape));
 
-  k.prefill.family_header = "prefill.cuh";
+  k.prefill.family_header = "prefill_kernel.cuh";
   k.prefill.entry = "flare_prefill";
   k.prefill.variant_source = variant.source;
   k.prefill.defines = {
@@ -356,12 +372,16 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   };
   for (const auto& [qk, vo] : dims) {
     for (const int tile : {64, 128}) {
-      add_hopper(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
+      if (warpgroup_shape(tile, vo, MaskMode::kCausal)) {
+        add_hopper(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
+      }
     }
     add_hopper(qk, vo, 128, PrefillKV::kRagged, DType::kBF16, causal);
     add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kF16, all);
     add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, rope);
-    add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, custom);
+    if (warpgroup_shape(128, vo, MaskMode::kCustom)) {
+      add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, custom);
+    }
   }
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, capped_window);
@@ -412,7 +432,7 @@ std::optional<PrefillTiles> api_detail::fixed_prefill_tiles(const BatchPrefillCo
     t.query_tile = config.query_tile;
     t.kv_tile = choose_prefill_kv_tile(t.query_tile, config.head_dim_qk, config.head_dim_vo,
                                        config.params.mask, limits);
-    t.warpgroup = uses_warpgroup(t.query_tile, limits);
+    t.warpgroup = uses_warpgroup(t.query_tile, config.head_dim_vo, config.params.mask, limits);
   } else {
     const double average =
         static_cast<double>(config.max_total_qo) * prefill_group_size(config) / config.max_batch;

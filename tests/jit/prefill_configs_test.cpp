@@ -109,12 +109,15 @@ TEST(ChoosePrefillTiles, HopperFamilyTakesQueryTilesOf64And128) {
   // D 256: 128 O accumulators leave room for 64 KV columns only.
   EXPECT_EQ(choose_prefill_tiles(1e6, 256, 256, causal, hopper), (PrefillTiles{128, 64, true}));
   EXPECT_EQ(choose_prefill_tiles(1e6, 192, 128, causal, hopper), (PrefillTiles{128, 128, true}));
+  // 64 rows at D 256 stay on the mma.sync family (two CTAs per SM leave 128 registers at launch).
+  EXPECT_FALSE(choose_prefill_tiles(33, 256, 256, causal, hopper).warpgroup);
   // Short queries stay on the mma.sync family's small tiles.
   EXPECT_FALSE(choose_prefill_tiles(16, 128, 128, causal, hopper).warpgroup);
   EXPECT_FALSE(choose_prefill_tiles(32, 128, 128, causal, hopper).warpgroup);
   // kFA3: at least 64 rows whatever the queries.
   hopper.warpgroup_only = true;
   EXPECT_EQ(choose_prefill_tiles(1, 128, 128, causal, hopper), (PrefillTiles{64, 64, true}));
+  EXPECT_EQ(choose_prefill_tiles(1, 256, 256, causal, hopper), (PrefillTiles{128, 64, true}));
 }
 
 TEST(BatchPrefillKernels, HopperFamilySpecs) {
@@ -125,18 +128,23 @@ TEST(BatchPrefillKernels, HopperFamilySpecs) {
   const BatchPrefillKernels k = batch_prefill_kernels(c, {128, 128, true});
   EXPECT_EQ(define_value(k.prefill, "FLARE_WARPGROUP"), "1");
   EXPECT_EQ(define_value(batch_prefill_kernels(c, {128, 128}).prefill, "FLARE_WARPGROUP"), "0");
-  EXPECT_EQ(k.threads, 256);  // two warpgroups of 64 rows
-  // Q 128 x 256 bytes + 2 stages x 128 rows x 512 bytes, page ids 2 x 128 x 4; the item record
-  // (128), row tables 2 x 128 x 4, per thread (256) 4 floats of statistics and a loop position,
-  // warp spans 8 x 12; then the 1024 bytes that align the tiles wherever shared memory starts.
+  EXPECT_EQ(k.threads, 384);  // two consumer warpgroups of 64 rows and a producer
+  // Q 128 x 256 bytes + 2 stages x 128 rows x 512 bytes, page ids 2 x 128 x 4; the mbarriers
+  // (full / empty per stage, item ready / done: 6 x 8), the item record (128), row tables 2 x 128 x 4, per consumer thread
+  // (256) 4 floats of statistics and a loop position, warp spans 8 x 12; then the 1024 bytes
+  // that align the tiles wherever shared memory starts.
   EXPECT_EQ(k.shared_bytes,
-            128u * 256 + 2u * 128 * 512 + 1024 + 128 + 1024 + 4096 + 1024 + 96 + 1024);
+            128u * 256 + 2u * 128 * 512 + 1024 + 48 + 128 + 1024 + 4096 + 1024 + 96 + 1024);
   EXPECT_NE(k.prefill.label.find("wgmma"), std::string::npos);
-  EXPECT_EQ(batch_prefill_kernels(c, {64, 64, true}).threads, 128);
+  EXPECT_EQ(batch_prefill_kernels(c, {64, 64, true}).threads, 256);
   EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {32, 64, true}), ErrorCode::kInvalidArgument,
                      "Hopper family");
   EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {128, 32, true}), ErrorCode::kInvalidArgument,
                      "Hopper family");
+  c.head_dim_qk = c.head_dim_vo = 256;
+  EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {64, 64, true}), ErrorCode::kInvalidArgument,
+                     "Hopper family");
+  c.head_dim_qk = c.head_dim_vo = 128;
   c.backend = PrefillBackend::kFA3;
   c.query_tile = 16;
   EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {128, 64, true}), ErrorCode::kInvalidArgument,
@@ -214,7 +222,7 @@ TEST(BatchPrefillKernels, SpecsFollowTheConfig) {
   BatchPrefillConfig c = base_config();
   c.params.logits_soft_cap = 50.0f;
   const BatchPrefillKernels k = batch_prefill_kernels(c, {64, 32});
-  EXPECT_EQ(k.prefill.family_header, "prefill.cuh");
+  EXPECT_EQ(k.prefill.family_header, "prefill_kernel.cuh");
   EXPECT_EQ(k.prefill.entry, "flare_prefill");
   EXPECT_EQ(k.merge.family_header, "merge.cuh");
   EXPECT_EQ(define_value(k.prefill, "FLARE_HEAD_DIM_QK"), "192");
