@@ -103,13 +103,39 @@ __device__ __forceinline__ bool visible(const ItemGeometry& g, const RowInfo& ro
   return seen;
 }
 
-// Online softmax update over this warp's S tile; s becomes the probabilities. kBegin / kEnd: the
-// key checks of visible() the tile needs (none: every key is visible to every row of the warp).
+// The factors the O accumulators take when a tile moved a row's running max (any: for some row
+// of the warp; warp-uniform).
+struct OutputRescale {
+  float factor[T::kMmaQ][2];
+  bool any;
+};
+
+__device__ __forceinline__ void rescale_output(RowState& acc, const OutputRescale& r) {
+  if (!r.any) return;  // tiles where no row's max moved skip the multiplies entirely
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int dn = 0; dn < T::kTilesO; ++dn) {
+      acc.o[mi][dn][0] *= r.factor[mi][0];
+      acc.o[mi][dn][1] *= r.factor[mi][0];
+      acc.o[mi][dn][2] *= r.factor[mi][1];
+      acc.o[mi][dn][3] *= r.factor[mi][1];
+    }
+  }
+}
+
+// Online softmax update over this warp's S tile; s becomes the probabilities and the returned
+// factors are what O must be scaled by before this tile's P.V (the Hopper family applies them
+// after the previous tile's P.V finishes). kBegin / kEnd: the key checks of visible() the tile
+// needs (none: every key is visible to every row of the warp).
 template <bool kBegin, bool kEnd>
-__device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemGeometry& g,
-                                             const RowInfo& rows, int first_col,
-                                             float (&s)[T::kMmaQ][T::kTilesS][4], RowStats& st,
-                                             RowState& acc) {
+__device__ __forceinline__ OutputRescale softmax_scores(const PrefillParams& p,
+                                                        const ItemGeometry& g,
+                                                        const RowInfo& rows, int first_col,
+                                                        float (&s)[T::kMmaQ][T::kTilesS][4],
+                                                        RowStats& st) {
+  OutputRescale r;
+  r.any = false;
   const float q_scale = Variant::query_scale(p.variant);
   if constexpr (!Variant::use_softmax) {  // the weights themselves; m stays 0, o unscaled
 #pragma unroll
@@ -131,11 +157,10 @@ __device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemG
         }
       }
     }
-    return;
+    return r;
   }
   // x (what m tracks) -> log2 units: raw q.k scale for linear logits, else x is log2 already.
   const float to_log2 = kLinearLogits ? q_scale : 1.0f;
-  float rescale[T::kMmaQ][2];
   bool any_moved = false;
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
@@ -163,11 +188,11 @@ __device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemG
       // (NaN compares false).
       const float m_old = st.m[mi][h];
       const bool moves = (tile_max - m_old) * to_log2 > kRescaleThreshold;
-      rescale[mi][h] = 1.0f;
+      r.factor[mi][h] = 1.0f;
       if (moves) {
-        rescale[mi][h] = fast_exp2((m_old - tile_max) * to_log2);  // 0 when m_old = -inf
+        r.factor[mi][h] = fast_exp2((m_old - tile_max) * to_log2);  // 0 when m_old = -inf
         st.m[mi][h] = tile_max;
-        st.d[mi][h] *= rescale[mi][h];
+        st.d[mi][h] *= r.factor[mi][h];
       }
       any_moved = any_moved || moves;
       // A row that saw no visible key keeps m = -inf; subtracting 0 keeps exp2 at 0.
@@ -186,19 +211,16 @@ __device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemG
       st.d[mi][h] += tile_sum;
     }
   }
-  // Warp-uniform, so that tiles where no row's max moved skip the multiplies entirely.
-  if (__any_sync(0xffffffffu, any_moved)) {
-#pragma unroll
-    for (int mi = 0; mi < T::kMmaQ; ++mi) {
-#pragma unroll
-      for (int dn = 0; dn < T::kTilesO; ++dn) {
-        acc.o[mi][dn][0] *= rescale[mi][0];
-        acc.o[mi][dn][1] *= rescale[mi][0];
-        acc.o[mi][dn][2] *= rescale[mi][1];
-        acc.o[mi][dn][3] *= rescale[mi][1];
-      }
-    }
-  }
+  r.any = __any_sync(0xffffffffu, any_moved);
+  return r;
+}
+
+template <bool kBegin, bool kEnd>
+__device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemGeometry& g,
+                                             const RowInfo& rows, int first_col,
+                                             float (&s)[T::kMmaQ][T::kTilesS][4], RowStats& st,
+                                             RowState& acc) {
+  rescale_output(acc, softmax_scores<kBegin, kEnd>(p, g, rows, first_col, s, st));
 }
 
 // O += P V: the S accumulators of two adjacent n8 tiles are exactly one m16k16 A fragment.
@@ -226,50 +248,6 @@ __device__ __forceinline__ void accumulate_pv(unsigned v_frag,
       }
     }
   }
-}
-
-// The Hopper family (T::kWarpgroup): the same two products on warpgroup MMAs, each warpgroup
-// for its 64 rows, Q and the K / V stage read by the tensor cores from shared memory. (Templates
-// so that the other family's kernels, whose tiles no warpgroup MMA has, never instantiate them.)
-template <int kMmaQ, int kTilesS>
-__device__ __forceinline__ void score_tile_warpgroup(unsigned q_tile, unsigned k_tile,
-                                                     float (&s)[kMmaQ][kTilesS][4]) {
-  static_assert(kMmaQ == 1, "one m16 tile per warp");
-  const int first_row = thread_index() / 128 * 64;
-  wgmma::fence();
-#pragma unroll
-  for (int ks = 0; ks < T::kStepsQK; ++ks) {
-    wgmma::mma_ss<T::kCode>(s[0], wgmma::k_major<T::kQueryTile>(q_tile, first_row, ks),
-                            wgmma::k_major<T::kKvTile>(k_tile, 0, ks), ks > 0 ? 1 : 0);
-  }
-  wgmma::commit();
-  wgmma::wait<0>();
-  wgmma::hold(s[0]);
-}
-
-// O += P V: P's fragments are converted before the fence (the MMAs then read them in flight).
-template <int kMmaQ, int kTilesS>
-__device__ __forceinline__ void accumulate_pv_warpgroup(unsigned v_tile,
-                                                        const float (&s)[kMmaQ][kTilesS][4],
-                                                        RowState& st) {
-  static_assert(kMmaQ == 1, "one m16 tile per warp");
-  unsigned a[T::kStepsPV][4];
-#pragma unroll
-  for (int kk = 0; kk < T::kStepsPV; ++kk) {
-    a[kk][0] = float2_to_16bit2<T::kCode>(s[0][2 * kk][0], s[0][2 * kk][1]);
-    a[kk][1] = float2_to_16bit2<T::kCode>(s[0][2 * kk][2], s[0][2 * kk][3]);
-    a[kk][2] = float2_to_16bit2<T::kCode>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-    a[kk][3] = float2_to_16bit2<T::kCode>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
-  }
-  wgmma::hold(st.o[0]);
-  wgmma::fence();
-#pragma unroll
-  for (int kk = 0; kk < T::kStepsPV; ++kk) {
-    wgmma::mma_rs<T::kCode>(st.o[0], a[kk], wgmma::mn_major<T::kKvTile>(v_tile, kk), 1);
-  }
-  wgmma::commit();
-  wgmma::wait<0>();
-  wgmma::hold(st.o[0]);
 }
 
 // --- one work item ------------------------------------------------------------------------
@@ -429,18 +407,11 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   if constexpr (T::kMask == kMaskCustom) {
     rows = row_info(p, shared, first_column(shared, tile) + thread_index() % 4 * 2);
   }
+  unsigned k_frag = stage_address(smem, tile) + k_fragment_offset();
   float s[T::kMmaQ][T::kTilesS][4];
-  unsigned v_frag;
-  if constexpr (T::kWarpgroup) {
-    const unsigned k_tile = stage_address(smem, tile);
-    score_tile_warpgroup(shared_address(smem), k_tile, s);
-    v_frag = k_tile + T::kKBytes;
-  } else {
-    unsigned k_frag = stage_address(smem, tile) + k_fragment_offset();
-    score_tile(shared_address(smem) + q_fragment_offset(), k_frag, s);
-    asm volatile("" : "+r"(k_frag));  // opaque: the V address below derives from it
-    v_frag = k_frag + T::kKBytes + v_fragment_offset() - k_fragment_offset();
-  }
+  score_tile(shared_address(smem) + q_fragment_offset(), k_frag, s);
+  asm volatile("" : "+r"(k_frag));  // opaque: the V address below derives from it
+  const unsigned v_frag = k_frag + T::kKBytes + v_fragment_offset() - k_fragment_offset();
   const int thread_col = first_column(shared, current_tile(shared)) + thread_index() % 4 * 2;
   if constexpr (T::kMask != kMaskCustom) {
     if (kBegin || kEnd || !kLinearLogits) rows = row_info(p, shared, thread_col);
@@ -448,11 +419,7 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   RowStats st = load_stats(shared);
   softmax_tile<kBegin, kEnd>(p, shared.record.g, rows, thread_col, s, st, acc);
   store_stats(shared, st);
-  if constexpr (T::kWarpgroup) {
-    accumulate_pv_warpgroup(v_frag, s, acc);
-  } else {
-    accumulate_pv(v_frag, s, acc);
-  }
+  accumulate_pv(v_frag, s, acc);
 }
 
 // RoPE (kernels/rotary.cuh) on what landed for tile `tile`: its K rows (KV positions kv_lo +

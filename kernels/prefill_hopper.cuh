@@ -5,9 +5,9 @@
 // computing threads every shared helper indexes), then one producer. The producer loads Q and
 // the K/V stages with the mma.sync family's gathers (cp.async, any page size and layout),
 // rotates them when the variant has RoPE, and signals each stage's `full` mbarrier; the
-// consumers wait for it, compute S = Q K^T, the online softmax and O += P V on warpgroup MMAs
-// (process_tile), and release the stage through its `empty` mbarrier, so loads run ahead of
-// the math without CTA-wide barriers. setmaxnreg moves registers from the producer to the
+// consumers wait for it, compute S = Q K^T, the online softmax (the mma.sync family's, masks and
+// variants included) and O += P V on warpgroup MMAs, and release the stage through its `empty`
+// mbarrier, so loads run ahead of the math without CTA-wide barriers. setmaxnreg moves registers from the producer to the
 // consumers. Work items are taken from the plan's queue as in the mma.sync family; two more
 // mbarriers per item publish its record and retire it (the epilogue reuses the Q tile).
 #pragma once
@@ -38,15 +38,99 @@ __device__ __forceinline__ unsigned barrier_address(const unsigned long long& ba
   return shared_address(&barrier);
 }
 
+// --- the warpgroup MMAs ---------------------------------------------------------------------
+
+// S = Q K^T for this warpgroup's 64 rows (issued, not waited for).
+__device__ __forceinline__ void issue_scores(const unsigned char* smem, int tile,
+                                             float (&s)[T::kMmaQ][T::kTilesS][4]) {
+  const unsigned q_tile = shared_address(smem);
+  const unsigned k_tile = stage_address(smem, tile);
+  const int first_row = thread_index() / 128 * 64;
+  wgmma::fence();
+#pragma unroll
+  for (int ks = 0; ks < T::kStepsQK; ++ks) {
+    wgmma::mma_ss<T::kCode>(s[0], wgmma::k_major<T::kQueryTile>(q_tile, first_row, ks),
+                            wgmma::k_major<T::kKvTile>(k_tile, 0, ks), ks > 0 ? 1 : 0);
+  }
+  wgmma::commit();
+}
+
+// P of one tile as the A fragments of O += P V: two adjacent n8 tiles of S are one m16k16
+// fragment.
+struct Probabilities {
+  unsigned a[T::kStepsPV][4];
+};
+__device__ __forceinline__ void to_fragments(const float (&s)[T::kMmaQ][T::kTilesS][4],
+                                             Probabilities& p) {
+#pragma unroll
+  for (int kk = 0; kk < T::kStepsPV; ++kk) {
+    p.a[kk][0] = float2_to_16bit2<T::kCode>(s[0][2 * kk][0], s[0][2 * kk][1]);
+    p.a[kk][1] = float2_to_16bit2<T::kCode>(s[0][2 * kk][2], s[0][2 * kk][3]);
+    p.a[kk][2] = float2_to_16bit2<T::kCode>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+    p.a[kk][3] = float2_to_16bit2<T::kCode>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+  }
+}
+
+// O += P V with tile `tile`'s V (issued, not waited for).
+__device__ __forceinline__ void issue_pv(const unsigned char* smem, int tile, const Probabilities& p,
+                                         RowState& acc) {
+  const unsigned v_tile = stage_address(smem, tile) + T::kKBytes;
+  wgmma::hold(acc.o[0]);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < T::kStepsPV; ++kk) {
+    wgmma::mma_rs<T::kCode>(acc.o[0], p.a[kk], wgmma::mn_major<T::kKvTile>(v_tile, kk), 1);
+  }
+  wgmma::commit();
+}
+
+// The online softmax of tile `tile`'s scores (masks and variants as the mma.sync family's
+// process_tile), dispatched on the key checks the tile needs.
+template <bool kBegin, bool kEnd>
+__device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, ItemShared& shared,
+                                                      int first_col,
+                                                      float (&s)[T::kMmaQ][T::kTilesS][4]) {
+  const int thread_col = first_col + thread_index() % 4 * 2;
+  RowInfo rows;
+  if (T::kMask == kMaskCustom || kBegin || kEnd || !kLinearLogits) {
+    rows = row_info(p, shared, thread_col);
+  }
+  RowStats st = load_stats(shared);
+  const OutputRescale r = softmax_scores<kBegin, kEnd>(p, shared.record.g, rows, thread_col, s, st);
+  store_stats(shared, st);
+  return r;
+}
+__device__ __forceinline__ OutputRescale softmax_of(const PrefillParams& p, ItemShared& shared,
+                                                    int first_col, const WarpSpan& span,
+                                                    float (&s)[T::kMmaQ][T::kTilesS][4]) {
+  const bool end_check = first_col + T::kKvTile > span.full_end;
+  const bool begin_check = Variant::kMaskIsWindow && first_col < span.full_begin;
+  if (!begin_check && !end_check) return tile_softmax<false, false>(p, shared, first_col, s);
+  if constexpr (!kSplitKeyChecks) {
+    return tile_softmax<Variant::kMaskIsWindow, true>(p, shared, first_col, s);
+  } else {
+    if (!begin_check) return tile_softmax<false, true>(p, shared, first_col, s);
+    if (!end_check) return tile_softmax<true, false>(p, shared, first_col, s);
+    return tile_softmax<true, true>(p, shared, first_col, s);
+  }
+}
+
+// --- the roles ------------------------------------------------------------------------------
+
+// Waits for the next phase of `barrier`, whose parity is bit `stage` of `bits`, and flips it.
+__device__ __forceinline__ void wait_phase(const unsigned long long& barrier, unsigned& bits,
+                                           int stage) {
+  wgmma::barrier_wait(barrier_address(barrier), (bits >> stage) & 1u);
+  bits ^= 1u << stage;
+}
+
 // The producer's part of an item: Q with the first tile, then every tile into stage
-// tile % kStages once the consumers released it. A stage is published after all of its copies
-// (and, paged, the page ids the next copies read) landed: each producer thread waits for its own
-// copies, fences them for the tensor cores and arrives on `full` (the producer barrier orders the
-// page-id slots and RoPE's rows between the producer threads). empty_parity: bit s is the parity
-// of the next `empty` phase of stage s. Every thread arrives on the mbarriers that publish its
-// own writes, so compute-sanitizer's racecheck sees each ordering.
+// tile % kStages once the consumers released it. A stage is published after every producer
+// thread's copies of it landed: each waits for its own, fences them for the tensor cores and
+// arrives on `full` (the producer barrier orders the page-id slots and RoPE's rows between the
+// producer threads). empty_phases: bit s is the parity of the next `empty` phase of stage s.
 __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned char* smem,
-                                             unsigned& empty_parity) {
+                                             unsigned& empty_phases) {
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = shared.record.g;
   const int num_tiles = g.num_tiles;
@@ -60,8 +144,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
   }
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % T::kStages;
-    wgmma::barrier_wait(barrier_address(shared.empty[stage]), (empty_parity >> stage) & 1u);
-    empty_parity ^= 1u << stage;
+    wait_phase(shared.empty[stage], empty_phases, stage);
     if (tile == 0) issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
     issue_kv(p, g, tile, smem);
     cp_async_commit();
@@ -82,11 +165,14 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
   }
 }
 
-// The consumers' part of an item: each tile once its stage is full (every consumer waits for
-// every tile, also one it skips, so that no warp runs a phase ahead of the others), then the
-// epilogue. full_parity: bit s is the parity of the next `full` phase of stage s.
+// The consumers' part of an item: per tile, once its stage is full, S = Q K^T, the online
+// softmax, O += P V, and the stage's release. The tiles past the warpgroup's span
+// (warpgroup-uniform, warp_span) are the item's last; every consumer warp still waits for and
+// releases their stages, so that no warp runs a phase ahead of the others. Then the epilogue.
+// (Overlapping a tile's softmax with the previous tile's P.V, FA3's intra-warpgroup pipelining
+// with K and V released apart, measured slower on this producer: docs/perf.md.)
 __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned char* smem,
-                                             unsigned& full_parity) {
+                                             unsigned& full_phases) {
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = shared.record.g;
   RowState acc;
@@ -95,33 +181,34 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     init_state(acc, st);
     store_stats(shared, st);
   }
-  const int num_tiles = g.num_tiles;
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    const int stage = tile % T::kStages;
-    wgmma::barrier_wait(barrier_address(shared.full[stage]), (full_parity >> stage) & 1u);
-    full_parity ^= 1u << stage;
-    shared.loop_tile[thread_index()] = tile + 1;  // process_tile's current_tile
-    const int first_col = first_column(shared, tile);
-    const WarpSpan span = shared.spans[thread_index() / 32];
-    // Warpgroup-uniform (warp_span): columns no row of the warpgroup sees are skipped, per-key
-    // masks only where some row may lose a key.
-    if (first_col < span.kv_end) {
-      const bool end_check = first_col + T::kKvTile > span.full_end;
-      const bool begin_check = Variant::kMaskIsWindow && first_col < span.full_begin;
-      if (!begin_check && !end_check) {
-        process_tile<false, false>(p, smem, tile, acc);
-      } else if constexpr (!kSplitKeyChecks) {
-        process_tile<Variant::kMaskIsWindow, true>(p, smem, tile, acc);
-      } else if (!begin_check) {
-        process_tile<false, true>(p, smem, tile, acc);
-      } else if (!end_check) {
-        process_tile<true, false>(p, smem, tile, acc);
-      } else {
-        process_tile<true, true>(p, smem, tile, acc);
-      }
-    }
+  const auto release = [&shared](int stage) {
     __syncwarp();
     if (thread_index() % 32 == 0) wgmma::barrier_arrive(barrier_address(shared.empty[stage]));
+  };
+  const int num_tiles = g.num_tiles;
+  const WarpSpan span = shared.spans[thread_index() / 32];
+  const int computed =
+      max(0, min(num_tiles, (span.kv_end - g.kv_lo + T::kKvTile - 1) / T::kKvTile));
+  for (int tile = 0; tile < computed; ++tile) {
+    const int stage = tile % T::kStages;
+    wait_phase(shared.full[stage], full_phases, stage);
+    float s[T::kMmaQ][T::kTilesS][4];
+    issue_scores(smem, tile, s);
+    wgmma::wait<0>();
+    wgmma::hold(s[0]);
+    const OutputRescale rescale = softmax_of(p, shared, first_column(shared, tile), span, s);
+    rescale_output(acc, rescale);
+    Probabilities probabilities;
+    to_fragments(s, probabilities);
+    issue_pv(smem, tile, probabilities, acc);
+    wgmma::wait<0>();
+    wgmma::hold(acc.o[0]);
+    release(stage);
+  }
+  for (int tile = computed; tile < num_tiles; ++tile) {
+    const int stage = tile % T::kStages;
+    wait_phase(shared.full[stage], full_phases, stage);
+    release(stage);
   }
   write_item(p, shared.record.item, g, acc, load_stats(shared), smem);
 }
@@ -145,12 +232,12 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
   __syncthreads();
   if (thread_index() >= T::kThreads) {
     wgmma::shrink_registers<kProducerRegisters>();
-    unsigned empty_parity = 0;
+    unsigned empty_phases = 0;
     unsigned item_parity = 0;  // of item_ready and item_done alike
     // next_item is read after item_done: thread 0 wrote it before arriving there.
     while (shared.next_item < queue_entries(p)) {
       wgmma::barrier_wait(barrier_address(shared.item_ready), item_parity);
-      produce_item(p, smem, empty_parity);
+      produce_item(p, smem, empty_phases);
       wgmma::barrier_wait(barrier_address(shared.item_done), item_parity);
       item_parity ^= 1u;
     }
@@ -161,7 +248,7 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
 #pragma unroll
       for (int s = 0; s < T::kStages; ++s) wgmma::barrier_arrive(barrier_address(shared.empty[s]));
     }
-    unsigned full_parity = 0;
+    unsigned full_phases = 0;
     while (shared.next_item < queue_entries(p)) {
       {
         const WorkItem item = queue_item(p, shared.next_item);
@@ -172,7 +259,7 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
       wgmma::barrier_arrive(barrier_address(shared.item_ready));
       math_sync();  // every consumer read next_item
       if (thread_index() == 0) shared.next_item = atomicAdd(p.next_work_item, 1);
-      consume_item(p, smem, full_parity);
+      consume_item(p, smem, full_phases);
       math_sync();  // the next entry is visible to every consumer
       wgmma::barrier_arrive(barrier_address(shared.item_done));
     }

@@ -145,6 +145,11 @@ int fitting_warpgroup_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, 
   for (const int kv_tile : kWarpgroupKvTiles) {
     const PrefillShape shape{query_tile, kv_tile, head_dim_qk, head_dim_vo, mask_code(mask), 1};
     if (4 * (head_dim_vo / 8 + kv_tile / 8) > kMaxWarpgroupAccumulators) continue;
+    // The custom mask's per-key bits, gathered while the previous tile's P and the scores are
+    // live, spill 128 KV columns (ptxas, sm_90a).
+    if (mask == MaskMode::kCustom && kv_tile > kMaxCustomMaskColumns) continue;
+    // Q rows of 384 bytes (head_dim_qk 192) with 128 KV columns spill the variants' row state.
+    if (head_dim_qk > 128 && kv_tile > 64) continue;
     const int shared = prefill_launch_shared_bytes(shape);
     if (shared > limits.max_shared_bytes_per_block) continue;
     const int by_shared = limits.shared_bytes_per_sm / (shared + kReservedSharedPerCta);

@@ -108,7 +108,8 @@ TEST(ChoosePrefillTiles, HopperFamilyTakesQueryTilesOf64And128) {
   EXPECT_EQ(choose_prefill_tiles(33, 128, 128, causal, hopper), (PrefillTiles{64, 64, true}));
   // D 256: 128 O accumulators leave room for 64 KV columns only.
   EXPECT_EQ(choose_prefill_tiles(1e6, 256, 256, causal, hopper), (PrefillTiles{128, 64, true}));
-  EXPECT_EQ(choose_prefill_tiles(1e6, 192, 128, causal, hopper), (PrefillTiles{128, 128, true}));
+  // Q rows of 384 bytes (192) take 64 KV columns as well (the variants' row state spills 128).
+  EXPECT_EQ(choose_prefill_tiles(1e6, 192, 128, causal, hopper), (PrefillTiles{128, 64, true}));
   // 64 rows at D 256 stay on the mma.sync family (two CTAs per SM leave 128 registers at launch).
   EXPECT_FALSE(choose_prefill_tiles(33, 256, 256, causal, hopper).warpgroup);
   // Short queries stay on the mma.sync family's small tiles.
