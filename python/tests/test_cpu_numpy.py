@@ -318,6 +318,16 @@ def test_unsupported_arguments_raise_not_implemented_naming_them(name, call):
         call()
 
 
+def test_fa3_names_the_hopper_prefill_family_and_decode_has_only_fa2():
+    from flare._args import check_backend
+    check_backend("prefill", "fa3", cuda=True)  # flare's Hopper family: accepted on CUDA
+    check_backend("prefill", "fa2", cuda=True)
+    with pytest.raises(NotImplementedError, match="backend='fa3'.*here are 'fa2'"):
+        check_backend("decode", "fa3", cuda=True, families=("fa2",))
+    with pytest.raises(NotImplementedError, match="backend='fa3'.*CPU backend"):
+        check_backend("prefill", "fa3", cuda=False)
+
+
 def test_an_unknown_backend_is_a_value_error_listing_the_known_ones():
     with pytest.raises(ValueError, match="backend must be one of 'auto', 'fa2', 'fa3'"):
         flare.BatchPrefillWithPagedKVCacheWrapper(workspace(), backend="fa4")

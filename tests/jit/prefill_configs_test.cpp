@@ -154,6 +154,11 @@ TEST(BatchPrefillKernels, HopperFamilySpecs) {
   c.kv_tile = 32;
   EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {128, 64, true}), ErrorCode::kInvalidArgument,
                      "kv_tile=32");
+  c.kv_tile = 0;
+  c.head_dim_qk = c.head_dim_vo = 256;
+  c.params.mask = MaskMode::kCustom;  // the family keeps no custom mask at head_dim_vo 256
+  EXPECT_FLARE_ERROR(batch_prefill_kernels(c, {128, 64, true}), ErrorCode::kInvalidArgument,
+                     "mask custom");
 }
 
 TEST(ChoosePrefillTiles, QueryTileIsTheSmallestCoveringTheAveragePackedLength) {
