@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU verification of flare on a CUDA machine, in one or two device calls: builds everything,
 # runs every GPU test against the CPU float64 reference (decode, prefill, merge, append, the
-# CLI's cuda round trips, the JIT's device test), compute-sanitizer memcheck + racecheck on
+# CLI's cuda round trips, the JIT's device test; the prefill tests once more on the FA2 family,
+# which the default backend replaces on sm_90), compute-sanitizer memcheck + racecheck on
 # small cases of each kernel family, the Python package's pytest suite with PyTorch CUDA
 # tensors, and the decode and prefill benchmarks next to PyTorch SDPA (cuDNN, flash) on the
 # same shapes in the same run. Short tables print last; full logs go to $OUT.
@@ -107,12 +108,17 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   step "GPU tests vs the float64 reference"
   run_logged gpu_tests "$BUILD/flare_gpu_tests" --gtest_filter="${FLARE_GPU_FILTER:-*}:-DecodeBenchmark.*" \
     --gtest_output="json:$OUT/gpu_tests.json"
+  # On sm_90 the suite above runs the Hopper prefill family wherever it applies: the FA2 family
+  # (every other GPU's) gets the prefill tests again.
+  step "prefill GPU tests again on the FA2 family (backend fa2)"
+  run_logged gpu_tests_fa2 env FLARE_TEST_PREFILL_BACKEND=fa2 "$BUILD/flare_gpu_tests" \
+    --gtest_filter='PrefillGpu.*:UserVariantPrefill.*'
   step "CLI cuda round trips and JIT device test"
   run_logged tools_tests "$BUILD/flare_tools_tests" --gtest_filter='*Cuda*:*Gpu*:*GPU*:*Device*'
   run_logged jit_device_tests "$BUILD/flare_jit_tests" --gtest_filter='*Driver*:*Device*:*Gpu*'
 
   step "compute-sanitizer memcheck + racecheck, small case of each kernel family and bad indices"
-  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:MergeGpu.PairOddShapes:AppendPagedKVGpu.*:*IndexSafety*'
+  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:PrefillHopper.RaggedF16Gqa8OddLengths:MergeGpu.PairOddShapes:AppendPagedKVGpu.*:*IndexSafety*'
 fi
 
 python_bench() {  # the user's path: flare, FlashInfer and SDPA through Python in one process
