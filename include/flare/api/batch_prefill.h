@@ -111,7 +111,10 @@ struct PrefillTiles {
 // queries); the KV tile is the one whose fp32 accumulators fit the register budget and whose
 // shared memory and registers let the most warps reside per SM (ties: the larger tile while
 // registers stay comfortable, else the fewer accumulators). The mask matters only through the
-// warp layout (custom masks keep one m16 tile per warp, kernels/prefill_params.cuh).
+// warp layout (custom masks keep one m16 tile per warp, kernels/prefill_params.cuh). Under
+// limits.warpgroup_mma the tiles of the Hopper family's shapes (128 rows; 64 at head_dim_vo <=
+// 128; no custom mask at 256) take it (tiles.warpgroup) with its own KV tile rule: the most
+// resident warps, then the larger tile, 64 columns for custom masks and head_dim_qk > 128.
 PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, int head_dim_vo,
                                   MaskMode mask, const PrefillDeviceLimits& limits);
 // The KV tile for a given query tile (same rule).
