@@ -81,6 +81,29 @@ __device__ __forceinline__ int mask_bit_index(int mi, int h, int nj, int e) {
 // non-causal window kernel at 128x64 tiles).
 constexpr bool kSplitKeyChecks = Variant::kMaskIsWindow && T::kMask == kMaskCausal;
 
+template <bool kValue>
+struct KeyCheck {
+  static constexpr bool value = kValue;
+};
+
+// Calls tile(KeyCheck<kBegin>{}, KeyCheck<kEnd>{}) with the key checks a tile needs whose first
+// column (this warp's) is first_col, under the warp's span (warp-uniform), and returns what it
+// returns. Only a window variant's tiles may straddle the first visible key (full_begin is 0
+// else). Both families dispatch their tiles here.
+template <class Tile>
+__device__ __forceinline__ auto with_key_checks(int first_col, const WarpSpan& span, Tile&& tile) {
+  const bool end_check = first_col + T::kKvPerWarp > span.full_end;
+  const bool begin_check = Variant::kMaskIsWindow && first_col < span.full_begin;
+  if (!begin_check && !end_check) return tile(KeyCheck<false>{}, KeyCheck<false>{});
+  if constexpr (!kSplitKeyChecks) {
+    return tile(KeyCheck<Variant::kMaskIsWindow>{}, KeyCheck<true>{});
+  } else {
+    if (!begin_check) return tile(KeyCheck<false>{}, KeyCheck<true>{});
+    if (!end_check) return tile(KeyCheck<true>{}, KeyCheck<false>{});
+    return tile(KeyCheck<true>{}, KeyCheck<true>{});
+  }
+}
+
 template <bool kBegin, bool kEnd>
 __device__ __forceinline__ bool visible(const ItemGeometry& g, const RowInfo& rows, int mi, int h,
                                         int nj, int e, int pos) {
@@ -500,20 +523,9 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     // Warp-uniform: columns no row of the warp sees contribute exactly nothing (skipped);
     // per-key masks only where some row may lose a key.
     if (first_col >= span.kv_end) continue;
-    const bool end_check = first_col + T::kKvPerWarp > span.full_end;
-    // Only a window variant's tiles may straddle the first visible key (full_begin is 0 else).
-    const bool begin_check = Variant::kMaskIsWindow && first_col < span.full_begin;
-    if (!begin_check && !end_check) {
-      process_tile<false, false>(p, smem, tile, acc);
-    } else if constexpr (!kSplitKeyChecks) {
-      process_tile<Variant::kMaskIsWindow, true>(p, smem, tile, acc);
-    } else if (!begin_check) {
-      process_tile<false, true>(p, smem, tile, acc);
-    } else if (!end_check) {
-      process_tile<true, false>(p, smem, tile, acc);
-    } else {
-      process_tile<true, true>(p, smem, tile, acc);
-    }
+    with_key_checks(first_col, span, [&](auto begin, auto end) {
+      process_tile<decltype(begin)::value, decltype(end)::value>(p, smem, tile, acc);
+    });
   }
   cp_async_wait<0>();
   __syncthreads();  // the Q tile and the stages become the output staging

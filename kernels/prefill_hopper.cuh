@@ -84,8 +84,8 @@ __device__ __forceinline__ void issue_pv(const unsigned char* smem, int tile, co
   wgmma::commit();
 }
 
-// The online softmax of tile `tile`'s scores (masks and variants as the mma.sync family's
-// process_tile), dispatched on the key checks the tile needs.
+// The online softmax of a tile's scores (masks and variants as the mma.sync family's
+// process_tile), with the key checks with_key_checks picked.
 template <bool kBegin, bool kEnd>
 __device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, ItemShared& shared,
                                                       int first_col,
@@ -99,20 +99,6 @@ __device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, It
   const OutputRescale r = softmax_scores<kBegin, kEnd>(p, shared.record.g, rows, thread_col, s, st);
   store_stats(shared, st);
   return r;
-}
-__device__ __forceinline__ OutputRescale softmax_of(const PrefillParams& p, ItemShared& shared,
-                                                    int first_col, const WarpSpan& span,
-                                                    float (&s)[T::kMmaQ][T::kTilesS][4]) {
-  const bool end_check = first_col + T::kKvTile > span.full_end;
-  const bool begin_check = Variant::kMaskIsWindow && first_col < span.full_begin;
-  if (!begin_check && !end_check) return tile_softmax<false, false>(p, shared, first_col, s);
-  if constexpr (!kSplitKeyChecks) {
-    return tile_softmax<Variant::kMaskIsWindow, true>(p, shared, first_col, s);
-  } else {
-    if (!begin_check) return tile_softmax<false, true>(p, shared, first_col, s);
-    if (!end_check) return tile_softmax<true, false>(p, shared, first_col, s);
-    return tile_softmax<true, true>(p, shared, first_col, s);
-  }
 }
 
 // --- the roles ------------------------------------------------------------------------------
@@ -196,7 +182,10 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     issue_scores(smem, tile, s);
     wgmma::wait<0>();
     wgmma::hold(s[0]);
-    const OutputRescale rescale = softmax_of(p, shared, first_column(shared, tile), span, s);
+    const int first_col = first_column(shared, tile);
+    const OutputRescale rescale = with_key_checks(first_col, span, [&](auto begin, auto end) {
+      return tile_softmax<decltype(begin)::value, decltype(end)::value>(p, shared, first_col, s);
+    });
     rescale_output(acc, rescale);
     Probabilities probabilities;
     to_fragments(s, probabilities);

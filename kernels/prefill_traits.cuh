@@ -206,7 +206,7 @@ __device__ __forceinline__ int load_thread() { return thread_index() - T::kFirst
 // while the Hopper family's producer loads.
 __device__ __forceinline__ void math_sync() {
   if constexpr (T::kWarpgroup) {
-    asm volatile("bar.sync 1, %0;\n" ::"n"(T::kThreads) : "memory");
+    wgmma::named_sync<1, T::kThreads>();
   } else {
     __syncthreads();
   }

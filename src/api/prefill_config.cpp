@@ -135,6 +135,17 @@ bool uses_warpgroup(int query_tile, int head_dim_vo, MaskMode mask,
   return limits.warpgroup_mma && warpgroup_shape(query_tile, head_dim_vo, mask);
 }
 
+// Warps of `shape`'s CTAs resident on one SM: by shared memory, and by registers (255 a thread
+// in the mma.sync family; the Hopper family's setmaxnreg split is made for its CTAs per SM).
+int resident_warps(const PrefillShape& shape, int shared, const PrefillDeviceLimits& limits) {
+  const int threads = prefill_threads(shape);
+  const int by_shared = limits.shared_bytes_per_sm / (shared + kReservedSharedPerCta);
+  const int by_registers = shape.warpgroup != 0
+                               ? prefill_warpgroup_ctas_per_sm(shape)
+                               : limits.registers_per_sm / (threads * kRegistersPerThreadAllocated);
+  return std::min(by_shared, by_registers) * threads / 32;
+}
+
 // The Hopper family's KV tile: the one whose accumulators and shared memory fit with the most
 // resident warps per SM, the larger on ties (64-row tiles take 64 KV rows: two CTAs per SM
 // instead of one); 0 if none fits.
@@ -152,10 +163,7 @@ int fitting_warpgroup_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, 
     if (head_dim_qk > 128 && kv_tile > 64) continue;
     const int shared = prefill_launch_shared_bytes(shape);
     if (shared > limits.max_shared_bytes_per_block) continue;
-    const int by_shared = limits.shared_bytes_per_sm / (shared + kReservedSharedPerCta);
-    // The register split (setmaxnreg) is made for this many CTAs per SM.
-    const int by_registers = prefill_warpgroup_ctas_per_sm(shape);
-    const int warps = std::min(by_shared, by_registers) * prefill_threads(shape) / 32;
+    const int warps = resident_warps(shape, shared, limits);
     if (warps > best_warps) {  // larger tiles come first
       best_warps = warps;
       best_tile = kv_tile;
@@ -175,7 +183,6 @@ int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode m
   for (const int kv_tile : kKvTiles) {
     const PrefillShape shape{query_tile, kv_tile, head_dim_qk, head_dim_vo, mask_code(mask)};
     const int mma_q = prefill_mma_q(shape);
-    const int threads = prefill_threads(shape);
     const int kv_per_warp = kv_tile / prefill_warps_kv(shape);
     if (kv_per_warp < 16) continue;  // a KV warp owns whole k16 steps of P.V
     if (kv_per_warp > kMaxScoreColumns[mma_q]) continue;
@@ -184,9 +191,7 @@ int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode m
     if (accumulators > kMaxAccumulatorRegisters[mma_q]) continue;
     const int shared = prefill_shared_bytes(shape);
     if (shared > limits.max_shared_bytes_per_block) continue;
-    const int by_shared = limits.shared_bytes_per_sm / (shared + kReservedSharedPerCta);
-    const int by_registers = limits.registers_per_sm / (threads * kRegistersPerThreadAllocated);
-    const int warps = std::min(by_shared, by_registers) * threads / 32;
+    const int warps = resident_warps(shape, shared, limits);
     // Most resident warps first; then the larger KV tile within the comfortable register
     // budget, else the fewer accumulators.
     const std::pair<int, int> score{
