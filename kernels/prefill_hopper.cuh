@@ -26,6 +26,19 @@ constexpr int kConsumerRegisters =
     8;
 static_assert(kConsumerRegisters <= 256 && kConsumerRegisters >= kEntryRegisters, "register split");
 
+// Ping-pong (FA3): the two consumer warpgroups take turns on the tensor cores, one's GEMM while
+// the other's softmax, through a pair of named barriers: warpgroup w waits on kTurnBarrier + w
+// before its GEMM and lets the other go after it. Each warpgroup takes two turns per KV tile of
+// an item (Q.K^T, P.V), also for tiles past its span, so the turns stay paired.
+constexpr bool kPingPong = T::kThreads == 256;
+constexpr int kTurnBarrier = 4;  // and 5
+__device__ __forceinline__ void turn_begin() {
+  if constexpr (kPingPong) wgmma::named_sync<T::kThreads>(kTurnBarrier + thread_index() / 128);
+}
+__device__ __forceinline__ void turn_end() {
+  if constexpr (kPingPong) wgmma::named_arrive<T::kThreads>(kTurnBarrier + 1 - thread_index() / 128);
+}
+
 // Named barriers (0 is __syncthreads'; 1 is math_sync's, the consumers'). The roles meet only
 // through mbarriers (a named barrier reached from both roles' code is legal PTX, but
 // compute-sanitizer's racecheck and synccheck take it for divergence).
@@ -110,11 +123,37 @@ __device__ __forceinline__ void wait_phase(const unsigned long long& barrier, un
   bits ^= 1u << stage;
 }
 
+// Ragged K/V without RoPE arrive by bulk tensor copies when run() could encode their maps
+// (p.bulk_kv: 16-byte aligned base and strides): one producer thread per stage, one box per
+// 64-dim panel of K and of V, the stage's bytes counted on its `full` barrier. Rows past the
+// tensor come back as zeros; rows past the item (another request's) are masked by kv_hi like
+// the gathered ones. Paged K/V and RoPE (which rotates the landed rows with ordinary stores)
+// gather with cp.async.
+constexpr bool kBulkKV = !T::kPaged && !Variant::kRotary;
+
+__device__ __forceinline__ void issue_bulk_kv(const PrefillParams& p, const ItemGeometry& g,
+                                              int tile, unsigned char* smem, unsigned full) {
+  const unsigned k_dst = stage_address(smem, tile);
+  const int row = static_cast<int>(g.kv_base) + g.kv_lo + tile * T::kKvTile;
+  wgmma::barrier_arrive_expect(full, T::kStageBytes);
+#pragma unroll
+  for (int panel = 0; panel < T::kHeadDimQK / 64; ++panel) {
+    wgmma::bulk_copy_3d(k_dst + panel * T::kKvTile * wgmma::kPanelBytes, &p.k_map, panel * 64,
+                        g.kv_head, row, full);
+  }
+#pragma unroll
+  for (int panel = 0; panel < T::kHeadDimVO / 64; ++panel) {
+    wgmma::bulk_copy_3d(k_dst + T::kKBytes + panel * T::kKvTile * wgmma::kPanelBytes, &p.v_map,
+                        panel * 64, g.kv_head, row, full);
+  }
+}
+
 // The producer's part of an item: Q with the first tile, then every tile into stage
 // tile % kStages once the consumers released it. A stage is published after every producer
-// thread's copies of it landed: each waits for its own, fences them for the tensor cores and
-// arrives on `full` (the producer barrier orders the page-id slots and RoPE's rows between the
-// producer threads). empty_phases: bit s is the parity of the next `empty` phase of stage s.
+// thread's copies of it landed: each waits for its own and fences them for the tensor cores, the
+// producer barrier joins them (and orders the page-id slots and RoPE's rows), and one thread
+// arrives on `full` (128 arrivals on one word every tile measured ~10% slower at L 4096).
+// empty_phases: bit s is the parity of the next `empty` phase of stage s.
 __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned char* smem,
                                              unsigned& empty_phases) {
   ItemShared& shared = item_shared(smem);
@@ -127,6 +166,21 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
     cp_async_commit();
     cp_async_wait<0>();
     producer_sync();
+  }
+  if (kBulkKV && p.bulk_kv != 0) {
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int stage = tile % T::kStages;
+      wait_phase(shared.empty[stage], empty_phases, stage);
+      if (tile == 0) {  // Q, gathered (packed rows), lands before the first stage is published
+        issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
+        cp_async_commit();
+        cp_async_wait<0>();
+        wgmma::fence_async_shared();
+        producer_sync();
+      }
+      if (load_thread() == 0) issue_bulk_kv(p, g, tile, smem, barrier_address(shared.full[stage]));
+    }
+    return;
   }
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % T::kStages;
@@ -142,7 +196,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
       wgmma::fence_async_shared();
       producer_sync();
     }
-    wgmma::barrier_arrive(barrier_address(shared.full[stage]));
+    if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[stage]));
     // Slot tile % 2 was read by every producer thread's issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < num_tiles) {
       issue_page_ids(p, g, tile + 2, smem);
@@ -179,8 +233,10 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     const int stage = tile % T::kStages;
     wait_phase(shared.full[stage], full_phases, stage);
     float s[T::kMmaQ][T::kTilesS][4];
+    turn_begin();
     issue_scores(smem, tile, s);
     wgmma::wait<0>();
+    turn_end();
     wgmma::hold(s[0]);
     const int first_col = first_column(shared, tile);
     const OutputRescale rescale = with_key_checks(first_col, span, [&](auto begin, auto end) {
@@ -189,14 +245,20 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     rescale_output(acc, rescale);
     Probabilities probabilities;
     to_fragments(s, probabilities);
+    turn_begin();
     issue_pv(smem, tile, probabilities, acc);
     wgmma::wait<0>();
+    turn_end();
     wgmma::hold(acc.o[0]);
     release(stage);
   }
   for (int tile = computed; tile < num_tiles; ++tile) {
     const int stage = tile % T::kStages;
     wait_phase(shared.full[stage], full_phases, stage);
+    turn_begin();
+    turn_end();
+    turn_begin();
+    turn_end();
     release(stage);
   }
   write_item(p, shared.record.item, g, acc, load_stats(shared), smem);
@@ -211,7 +273,7 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
   if (thread_index() == 0) {
 #pragma unroll
     for (int s = 0; s < T::kStages; ++s) {
-      wgmma::barrier_init(barrier_address(shared.full[s]), kPrefillProducerThreads);
+      wgmma::barrier_init(barrier_address(shared.full[s]), 1);
       wgmma::barrier_init(barrier_address(shared.empty[s]), T::kThreads / 32);
     }
     wgmma::barrier_init(barrier_address(shared.item_ready), T::kThreads);
@@ -237,6 +299,7 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
 #pragma unroll
       for (int s = 0; s < T::kStages; ++s) wgmma::barrier_arrive(barrier_address(shared.empty[s]));
     }
+    if (kPingPong && thread_index() >= 128) wgmma::named_arrive<T::kThreads>(kTurnBarrier);
     unsigned full_phases = 0;
     while (shared.next_item < queue_entries(p)) {
       {
@@ -250,6 +313,9 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
       if (thread_index() == 0) shared.next_item = atomicAdd(p.next_work_item, 1);
       consume_item(p, smem, full_phases);
       math_sync();  // the next entry is visible to every consumer
+      // The epilogue's ordinary accesses to the Q tile and the stages come before the next
+      // item's bulk copies into them (another proxy).
+      wgmma::fence_async_shared();
       wgmma::barrier_arrive(barrier_address(shared.item_done));
     }
   }

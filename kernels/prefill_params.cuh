@@ -13,6 +13,11 @@ enum PrefillMaskCode : int32_t {
   kMaskCustom = 2,  // packed bits per request (little bit order), q_len x kv_len row-major
 };
 
+// A CUtensorMap (sm_90 bulk tensor copies): 128 opaque bytes, encoded on the host.
+struct alignas(64) BulkTensorMap {
+  unsigned long long opaque[16];
+};
+
 // Strides are in elements; every pointer stays fixed across plans (CUDA graphs).
 struct PrefillParams {
   const void* q;  // [total_q, H_qo, D_qk]
@@ -49,8 +54,13 @@ struct PrefillParams {
   int32_t group_size;  // H_qo / H_kv
   float v_scale;       // multiplies the output (FlashInfer's v_scale)
   float lse_scale;     // the stored lse is the natural-log lse times this (log2(e): base 2)
-  int32_t reserved;
+  int32_t bulk_kv;  // 1: k_map / v_map are valid (the Hopper family's ragged bulk copies)
   VariantParams variant;
+  // The Hopper family on ragged K/V: maps of k and v as [tokens][H_kv][D] with boxes of one
+  // panel (64 dims) x 1 head x kv_tile tokens (kernels/prefill_hopper.cuh). The kernel takes
+  // its parameters as __grid_constant__, so the copies read them where they are.
+  BulkTensorMap k_map;
+  BulkTensorMap v_map;
 };
 
 // One prefill kernel configuration: what the layout functions below and the kernel's Traits

@@ -101,10 +101,37 @@ __device__ __forceinline__ void barrier_wait(unsigned address, unsigned parity) 
       "r"(parity)
       : "memory");
 }
+// One arrival that also expects `bytes` of bulk copies to complete on the barrier.
+__device__ __forceinline__ void barrier_arrive_expect(unsigned address, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(address),
+               "r"(bytes)
+               : "memory");
+}
+// A 3-D box of `map` (a __grid_constant__ parameter's address) at coordinates (x, y, z),
+// innermost first, into shared memory at `dst`; its bytes complete on `barrier`.
+__device__ __forceinline__ void bulk_copy_3d(unsigned dst, const void* map, int x, int y, int z,
+                                             unsigned barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(z), "r"(barrier)
+      : "memory");
+}
+
 // A barrier among `kThreads` threads of whole warps (ids 1-15; 0 is __syncthreads').
 template <int kId, int kThreads>
 __device__ __forceinline__ void named_sync() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+// The same with the barrier id in a register (ping-pong: a warpgroup's own barrier), and the
+// arrive half: counts toward the barrier's kThreads without waiting.
+template <int kThreads>
+__device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+template <int kThreads>
+__device__ __forceinline__ void named_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
 }
 // This warpgroup's registers per thread from here on (sm_90a; the kernel needs a register cap at
 // entry, and each role one branch of an if/else: HOPPER.md).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -96,6 +97,16 @@ struct BatchPrefill::State {
   int64_t captured_mask_bytes = -1;
   int64_t last_num_pages = -1;  // of the latest paged run, quoted by check()
   VariantParams variant{};
+  // The Hopper family's ragged K/V maps, re-encoded only when a run's k or v differs from the
+  // previous one's (a serving loop's buffers usually do not).
+  struct BulkMaps {
+    const void* k = nullptr;
+    const void* v = nullptr;
+    int64_t k_rows = -1, v_rows = -1, k_page = 0, k_head = 0, v_page = 0, v_head = 0;
+    int kv_tile = 0;
+    bool valid = false;
+    cuda::TensorMap k_map, v_map;
+  } bulk;
 
   const PrefillKernel& kernel(const PrefillTiles& t) {
     const auto key = std::make_tuple(t.query_tile, t.kv_tile, t.warpgroup);
@@ -230,6 +241,7 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
 struct BatchPrefill::KVArgs {
   const void* k = nullptr;
   const void* v = nullptr;
+  int64_t k_rows = 0, v_rows = 0;  // ragged: tokens of k and v
   const int32_t* indices = nullptr;
   int64_t num_indices = 0;
   int64_t num_pages = 0;
@@ -311,12 +323,56 @@ void BatchPrefill::run(const TensorView& q, const TensorView& k, const TensorVie
   KVArgs a;
   a.k = k.data;
   a.v = v.data;
+  a.k_rows = k_rows;
+  a.v_rows = v_rows;
   a.k_page = k.strides[0];
   a.k_head = k.strides[1];
   a.v_page = v.strides[0];
   a.v_head = v.strides[1];
   launch(q, a, o, lse, stream, mask_bits, options);
   if (c.use_cuda_graph) s.captured_kv = std::min(k_rows, v_rows);
+}
+
+// The Hopper family's bulk-copy maps of ragged k and v (kernels/prefill_hopper.cuh): [rows]
+// [H_kv][D] with boxes of 64 dims x 1 head x kv_tile rows. False (the kernel then gathers with
+// cp.async) when a base address or a stride is not a multiple of 16 bytes.
+bool BatchPrefill::bulk_maps(State& s, const KVArgs& a) {
+  const BatchPrefillConfig& c = s.config;
+  State::BulkMaps& m = s.bulk;
+  if (m.k == a.k && m.v == a.v && m.k_rows == a.k_rows && m.v_rows == a.v_rows &&
+      m.k_page == a.k_page && m.k_head == a.k_head && m.v_page == a.v_page &&
+      m.v_head == a.v_head && m.kv_tile == s.tiles.kv_tile) {
+    return m.valid;
+  }
+  m = State::BulkMaps{};
+  m.k = a.k;
+  m.v = a.v;
+  m.k_rows = a.k_rows;
+  m.v_rows = a.v_rows;
+  m.k_page = a.k_page;
+  m.k_head = a.k_head;
+  m.v_page = a.v_page;
+  m.v_head = a.v_head;
+  m.kv_tile = s.tiles.kv_tile;
+  const auto aligned = [](const void* base, int64_t page, int64_t head) {
+    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && page * 2 % 16 == 0 &&
+           head * 2 % 16 == 0 && page > 0 && head > 0;
+  };
+  if (!aligned(a.k, a.k_page, a.k_head) || !aligned(a.v, a.v_page, a.v_head)) return false;
+  const bool bf16 = c.dtype == DType::kBF16;
+  const uint32_t tile = static_cast<uint32_t>(s.tiles.kv_tile);
+  cuda::encode_tensor_map_3d(
+      m.k_map, bf16, a.k,
+      {static_cast<uint64_t>(c.head_dim_qk), static_cast<uint64_t>(c.num_kv_heads),
+       static_cast<uint64_t>(std::max<int64_t>(a.k_rows, 1))},
+      {static_cast<uint64_t>(a.k_head) * 2, static_cast<uint64_t>(a.k_page) * 2}, {64, 1, tile});
+  cuda::encode_tensor_map_3d(
+      m.v_map, bf16, a.v,
+      {static_cast<uint64_t>(c.head_dim_vo), static_cast<uint64_t>(c.num_kv_heads),
+       static_cast<uint64_t>(std::max<int64_t>(a.v_rows, 1))},
+      {static_cast<uint64_t>(a.v_head) * 2, static_cast<uint64_t>(a.v_page) * 2}, {64, 1, tile});
+  m.valid = true;
+  return true;
 }
 
 void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView& o,
@@ -392,6 +448,12 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   p.variant.sm_scale = s.variant.sm_scale * options.q_scale * options.k_scale;
   api_detail::set_variant_arguments(options, p.variant);
   p.next_work_item = static_cast<int32_t*>(s.next_work_item.data());
+  if (c.kv == PrefillKV::kRagged && s.tiles.warpgroup) {
+    p.bulk_kv = bulk_maps(s, a) ? 1 : 0;
+    static_assert(sizeof(p.k_map) == sizeof(cuda::TensorMap), "a CUtensorMap");
+    std::memcpy(&p.k_map, &s.bulk.k_map, sizeof(p.k_map));
+    std::memcpy(&p.v_map, &s.bulk.v_map, sizeof(p.v_map));
+  }
   const unsigned grid = static_cast<unsigned>(c.use_cuda_graph ? s.bound_ctas : s.plan.num_ctas);
   const bool pdl = options.enable_pdl && s.props.cc_major >= 9;
   void* prefill_args[] = {&p};

@@ -40,4 +40,19 @@ int max_active_blocks_per_sm(Function function, int block_size, size_t dynamic_s
   return blocks;
 }
 
+void encode_tensor_map_3d(TensorMap& map, bool bf16, const void* address,
+                          const uint64_t (&dims)[3], const uint64_t (&strides)[2],
+                          const uint32_t (&box)[3]) {
+  // cuda.h: CU_TENSOR_MAP_DATA_TYPE_FLOAT16 6, _BFLOAT16 9; INTERLEAVE_NONE 0; SWIZZLE_128B 3;
+  // L2_PROMOTION_L2_128B 2; FLOAT_OOB_FILL_NONE 0 (zeros).
+  const unsigned long long global_dims[3] = {dims[0], dims[1], dims[2]};
+  const unsigned long long global_strides[2] = {strides[0], strides[1]};
+  const unsigned box_dims[3] = {box[0], box[1], box[2]};
+  const unsigned element_strides[3] = {1, 1, 1};
+  check(driver::api().cuTensorMapEncodeTiled(&map, bf16 ? 9 : 6, 3, const_cast<void*>(address),
+                                             global_dims, global_strides, box_dims,
+                                             element_strides, 0, 3, 2, 0),
+        "cuTensorMapEncodeTiled");
+}
+
 }  // namespace flare::cuda

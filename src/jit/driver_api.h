@@ -90,6 +90,13 @@ struct Api {
   CUresult (*cuFuncSetAttribute)(Function function, int attribute, int value);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int* blocks, Function function,
                                                           int block_size, size_t dynamic_shared);
+  // CUtensorMap* map, CUtensorMapDataType, rank, address, dims, strides (rank - 1, bytes), box,
+  // element strides, interleave, swizzle, L2 promotion, out-of-bounds fill.
+  CUresult (*cuTensorMapEncodeTiled)(void* map, int data_type, unsigned rank, void* address,
+                                     const unsigned long long* dims,
+                                     const unsigned long long* strides, const unsigned* box,
+                                     const unsigned* element_strides, int interleave, int swizzle,
+                                     int l2_promotion, int oob_fill);
 };
 
 // The loaded table after a successful cuInit with at least one device, else nullptr (the

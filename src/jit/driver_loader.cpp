@@ -64,6 +64,7 @@ std::string resolve_all(void* library, Api& t) {
   FLARE_RESOLVE(cuLaunchKernelEx);
   FLARE_RESOLVE(cuFuncSetAttribute);
   FLARE_RESOLVE(cuOccupancyMaxActiveBlocksPerMultiprocessor);
+  FLARE_RESOLVE(cuTensorMapEncodeTiled);
 #undef FLARE_RESOLVE
   return "";
 }

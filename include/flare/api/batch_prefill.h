@@ -209,6 +209,7 @@ class BatchPrefill {
  private:
   struct State;
   struct KVArgs;
+  static bool bulk_maps(State& s, const KVArgs& a);
   void launch(const TensorView& q, const KVArgs& kv, const TensorView& o,
               const std::optional<TensorView>& lse, cuda::Stream stream,
               const std::optional<TensorView>& mask_bits, const RunOptions& options);

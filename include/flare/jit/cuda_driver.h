@@ -127,4 +127,15 @@ void set_max_dynamic_shared(Function function, int bytes);
 // Blocks of `function` that fit on one SM at this block size and dynamic shared memory.
 int max_active_blocks_per_sm(Function function, int block_size, size_t dynamic_shared);
 
+// A tensor map for bulk tensor copies (sm_90): a CUtensorMap's 128 opaque bytes.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+// Encodes a 3-D tiled map of 16-bit elements (bf16 or else f16) at `address`: dims innermost
+// first, the byte strides of dims 1 and 2 (multiples of 16), a box in elements whose innermost
+// extent is 128 bytes, 128-byte swizzle (the layout kernels/wgmma.cuh reads), zeros outside.
+void encode_tensor_map_3d(TensorMap& map, bool bf16, const void* address,
+                          const uint64_t (&dims)[3], const uint64_t (&strides)[2],
+                          const uint32_t (&box)[3]);
+
 }  // namespace flare::cuda
