@@ -53,17 +53,29 @@ __device__ __forceinline__ unsigned barrier_address(const unsigned long long& ba
 
 // --- the warpgroup MMAs ---------------------------------------------------------------------
 
+// A warp-uniform value broadcast from lane 0, so that the compiler knows it is uniform:
+// descriptors derived from such values live in uniform registers, which the MMAs read, instead
+// of being built per thread and moved over before every MMA (docs/perf.md, Hopper v7).
+__device__ __forceinline__ int warp_uniform(int value) {
+  return __shfl_sync(0xffffffffu, value, 0);
+}
+// The shared address of the stage of KV tile `tile`, as a uniform value.
+__device__ __forceinline__ unsigned uniform_stage_address(const unsigned char* smem, int tile) {
+  return shared_address(smem) + T::kQBytes + warp_uniform(tile % T::kStages) * T::kStageBytes;
+}
+
 // S = Q K^T for this warpgroup's 64 rows (issued, not waited for).
 __device__ __forceinline__ void issue_scores(const unsigned char* smem, int tile,
                                              float (&s)[T::kMmaQ][T::kTilesS][4]) {
   const unsigned q_tile = shared_address(smem);
-  const unsigned k_tile = stage_address(smem, tile);
-  const int first_row = thread_index() / 128 * 64;
+  const unsigned long long q_desc =
+      wgmma::k_major_tile(q_tile + warp_uniform(thread_index() / 128) * 64 * wgmma::kPanelBytes);
+  const unsigned long long k_desc = wgmma::k_major_tile(uniform_stage_address(smem, tile));
   wgmma::fence();
 #pragma unroll
   for (int ks = 0; ks < T::kStepsQK; ++ks) {
-    wgmma::mma_ss<T::kCode>(s[0], wgmma::k_major<T::kQueryTile>(q_tile, first_row, ks),
-                            wgmma::k_major<T::kKvTile>(k_tile, 0, ks), ks > 0 ? 1 : 0);
+    wgmma::mma_ss<T::kCode>(s[0], wgmma::k_major<T::kQueryTile>(q_desc, 0, ks),
+                            wgmma::k_major<T::kKvTile>(k_desc, 0, ks), ks > 0 ? 1 : 0);
   }
   wgmma::commit();
 }
@@ -87,12 +99,13 @@ __device__ __forceinline__ void to_fragments(const float (&s)[T::kMmaQ][T::kTile
 // O += P V with tile `tile`'s V (issued, not waited for).
 __device__ __forceinline__ void issue_pv(const unsigned char* smem, int tile, const Probabilities& p,
                                          RowState& acc) {
-  const unsigned v_tile = stage_address(smem, tile) + T::kKBytes;
+  const unsigned long long v_desc =
+      wgmma::mn_major_tile<T::kKvTile>(uniform_stage_address(smem, tile) + T::kKBytes);
   wgmma::hold(acc.o[0]);
   wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < T::kStepsPV; ++kk) {
-    wgmma::mma_rs<T::kCode>(acc.o[0], p.a[kk], wgmma::mn_major<T::kKvTile>(v_tile, kk), 1);
+    wgmma::mma_rs<T::kCode>(acc.o[0], p.a[kk], wgmma::mn_major(v_desc, kk), 1);
   }
   wgmma::commit();
 }

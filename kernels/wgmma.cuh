@@ -34,23 +34,35 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned address, unsig
          static_cast<unsigned long long>(stride_bytes >> 4) << 32 | 1ull << 62;
 }
 
-// K-major operand (rows are M or N, the 16 k-columns of step `k_step` contiguous): 64 rows from
-// `first_row` of a kRows tile at `tile`. The step's two chunks lie in panel k_step / 4 at byte
+// K-major operand (rows are M or N, the 16 k-columns of step `k_step` contiguous) of a kRows
+// tile: the descriptor of its first 64-row block (`tile_desc`, from k_major_tile) advanced to row
+// `first_row` and to step `k_step`. The step's two chunks lie in panel k_step / 4 at byte
 // 32 (k_step % 4) of each row, which the swizzle then permutes as tile_offset does; 8-row groups
 // are kAtomBytes apart (stride byte offset); the leading offset is unused in this mode.
+// Advancing adds offset / 16 to the start-address field (bits 0-13, address / 16): shared
+// addresses stay below 2^18, so the sum never carries out of the field, and a descriptor built
+// once per tile plus compile-time constants is what the MMAs read (uniform registers, no
+// per-MMA encoding).
+__device__ __forceinline__ unsigned long long k_major_tile(unsigned tile) {
+  return descriptor(tile, 16, kAtomBytes);
+}
 template <int kRows>
-__device__ __forceinline__ unsigned long long k_major(unsigned tile, int first_row, int k_step) {
-  return descriptor(tile + (k_step / 4) * (kRows * kPanelBytes) + first_row * kPanelBytes +
-                        (k_step % 4) * 32,
-                    16, kAtomBytes);
+__device__ __forceinline__ unsigned long long k_major(unsigned long long tile_desc, int first_row,
+                                                      int k_step) {
+  return tile_desc + (static_cast<unsigned>((k_step / 4) * (kRows * kPanelBytes) +
+                                            first_row * kPanelBytes + (k_step % 4) * 32) >>
+                      4);
 }
 
 // MN-major operand B (V: rows are k, the N columns contiguous) for k rows [16 k_step, + 16) of
-// a kRows tile: 8-row groups kAtomBytes apart (stride byte offset), 64-column panels
-// kRows * 128 bytes apart (leading byte offset).
+// a kRows tile whose descriptor mn_major_tile built: 8-row groups kAtomBytes apart (stride byte
+// offset), 64-column panels kRows * 128 bytes apart (leading byte offset).
 template <int kRows>
-__device__ __forceinline__ unsigned long long mn_major(unsigned tile, int k_step) {
-  return descriptor(tile + k_step * 16 * kPanelBytes, kRows * kPanelBytes, kAtomBytes);
+__device__ __forceinline__ unsigned long long mn_major_tile(unsigned tile) {
+  return descriptor(tile, kRows * kPanelBytes, kAtomBytes);
+}
+__device__ __forceinline__ unsigned long long mn_major(unsigned long long tile_desc, int k_step) {
+  return tile_desc + (static_cast<unsigned>(k_step * 16 * kPanelBytes) >> 4);
 }
 
 // Orders this warpgroup's register accesses before the MMAs that follow (accumulators or A
