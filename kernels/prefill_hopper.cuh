@@ -17,10 +17,13 @@
 namespace flare::prefill::hopper {
 
 // Registers: the launch gives every thread the same count (the cap of __launch_bounds__ at the
-// family's CTAs per SM); the producer gives most of its share to the consumers.
+// family's CTAs per SM); the producer gives most of its share to the consumers. The consumers
+// hold O, the next tile's S and the previous tile's P at once (consume_item); a producer that
+// rotates landed rows (RoPE) needs 56 registers, the others' 40 (paged gathers included), which
+// leaves 232 to the consumers: at 224, variants with per-row state (ALiBi) spill.
 constexpr int kCtasPerSm = prefill_warpgroup_ctas_per_sm(T::kShape);
 constexpr int kEntryRegisters = 65536 / (kCtasPerSm * T::kLaunchThreads) / 8 * 8;
-constexpr int kProducerRegisters = 56;
+constexpr int kProducerRegisters = Variant::kRotary ? 56 : 40;
 constexpr int kConsumerRegisters =
     (kEntryRegisters * (T::kLaunchThreads / 128) - kProducerRegisters) / (T::kThreads / 128) / 8 *
     8;
@@ -28,8 +31,8 @@ static_assert(kConsumerRegisters <= 256 && kConsumerRegisters >= kEntryRegisters
 
 // Ping-pong (FA3): the two consumer warpgroups take turns on the tensor cores, one's GEMM while
 // the other's softmax, through a pair of named barriers: warpgroup w waits on kTurnBarrier + w
-// before its GEMM and lets the other go after it. Each warpgroup takes two turns per KV tile of
-// an item (Q.K^T, P.V), also for tiles past its span, so the turns stay paired.
+// before issuing its GEMMs and lets the other go once they are issued (consume_item says how
+// many turns each takes).
 constexpr bool kPingPong = T::kThreads == 256;
 constexpr int kTurnBarrier = 4;  // and 5
 __device__ __forceinline__ void turn_begin() {
@@ -129,44 +132,41 @@ __device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, It
 
 // --- the roles ------------------------------------------------------------------------------
 
-// Waits for the next phase of `barrier`, whose parity is bit `stage` of `bits`, and flips it.
+// Waits for the next phase of `barrier`, whose parity is bit `bit` of `bits`, and flips it.
 __device__ __forceinline__ void wait_phase(const unsigned long long& barrier, unsigned& bits,
-                                           int stage) {
-  wgmma::barrier_wait(barrier_address(barrier), (bits >> stage) & 1u);
-  bits ^= 1u << stage;
+                                           int bit) {
+  wgmma::barrier_wait(barrier_address(barrier), (bits >> bit) & 1u);
+  bits ^= 1u << bit;
 }
 
 // Ragged K/V without RoPE arrive by bulk tensor copies when run() could encode their maps
-// (p.bulk_kv: 16-byte aligned base and strides): one producer thread per stage, one box per
-// 64-dim panel of K and of V, the stage's bytes counted on its `full` barrier. Rows past the
-// tensor come back as zeros; rows past the item (another request's) are masked by kv_hi like
-// the gathered ones. Paged K/V and RoPE (which rotates the landed rows with ordinary stores)
-// gather with cp.async.
+// (p.bulk_kv: 16-byte aligned base and strides): one producer thread per half stage, one box per
+// 64-dim panel, the half's bytes counted on its `full` barrier. Rows past the tensor come back as
+// zeros; rows past the item (another request's) are masked by kv_hi like the gathered ones.
+// Paged K/V and RoPE (which rotates the landed rows with ordinary stores) gather with cp.async.
 constexpr bool kBulkKV = !T::kPaged && !Variant::kRotary;
 
-__device__ __forceinline__ void issue_bulk_kv(const PrefillParams& p, const ItemGeometry& g,
-                                              int tile, unsigned char* smem, unsigned full) {
-  const unsigned k_dst = stage_address(smem, tile);
+template <int kHalf>
+__device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const ItemGeometry& g,
+                                                int tile, unsigned char* smem, unsigned full) {
+  constexpr int kDim = kHalf == kHalfK ? T::kHeadDimQK : T::kHeadDimVO;
+  const unsigned dst = stage_address(smem, tile) + (kHalf == kHalfK ? 0 : T::kKBytes);
   const int row = static_cast<int>(g.kv_base) + g.kv_lo + tile * T::kKvTile;
-  wgmma::barrier_arrive_expect(full, T::kStageBytes);
+  wgmma::barrier_arrive_expect(full, T::kKvTile * kDim * 2);
 #pragma unroll
-  for (int panel = 0; panel < T::kHeadDimQK / 64; ++panel) {
-    wgmma::bulk_copy_3d(k_dst + panel * T::kKvTile * wgmma::kPanelBytes, &p.k_map, panel * 64,
-                        g.kv_head, row, full);
-  }
-#pragma unroll
-  for (int panel = 0; panel < T::kHeadDimVO / 64; ++panel) {
-    wgmma::bulk_copy_3d(k_dst + T::kKBytes + panel * T::kKvTile * wgmma::kPanelBytes, &p.v_map,
-                        panel * 64, g.kv_head, row, full);
+  for (int panel = 0; panel < kDim / 64; ++panel) {
+    wgmma::bulk_copy_3d(dst + panel * T::kKvTile * wgmma::kPanelBytes,
+                        kHalf == kHalfK ? &p.k_map : &p.v_map, panel * 64, g.kv_head, row, full);
   }
 }
 
 // The producer's part of an item: Q with the first tile, then every tile into stage
-// tile % kStages once the consumers released it. A stage is published after every producer
+// tile % kStages, K once the consumers released the stage's K half and V once they released its
+// V half (a turn later: consume_item). A gathered half is published after every producer
 // thread's copies of it landed: each waits for its own and fences them for the tensor cores, the
 // producer barrier joins them (and orders the page-id slots and RoPE's rows), and one thread
 // arrives on `full` (128 arrivals on one word every tile measured ~10% slower at L 4096).
-// empty_phases: bit s is the parity of the next `empty` phase of stage s.
+// empty_phases: bit half * kStages + s is the parity of the next `empty` phase of that half.
 __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned char* smem,
                                              unsigned& empty_phases) {
   ItemShared& shared = item_shared(smem);
@@ -180,36 +180,49 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
     cp_async_wait<0>();
     producer_sync();
   }
+  const auto publish = [&shared](int half, int stage) {
+    cp_async_wait<0>();
+    wgmma::fence_async_shared();
+    producer_sync();  // the half (and Q, page ids) landed for every producer thread
+    if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[half][stage]));
+  };
   if (kBulkKV && p.bulk_kv != 0) {
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % T::kStages;
-      wait_phase(shared.empty[stage], empty_phases, stage);
-      if (tile == 0) {  // Q, gathered (packed rows), lands before the first stage is published
+      wait_phase(shared.empty[kHalfK][stage], empty_phases, kHalfK * T::kStages + stage);
+      if (tile == 0) {  // Q, gathered (packed rows), lands before the first K is published
         issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
         cp_async_commit();
         cp_async_wait<0>();
         wgmma::fence_async_shared();
         producer_sync();
       }
-      if (load_thread() == 0) issue_bulk_kv(p, g, tile, smem, barrier_address(shared.full[stage]));
+      if (load_thread() == 0) {
+        issue_bulk_half<kHalfK>(p, g, tile, smem, barrier_address(shared.full[kHalfK][stage]));
+      }
+      wait_phase(shared.empty[kHalfV][stage], empty_phases, kHalfV * T::kStages + stage);
+      if (load_thread() == 0) {
+        issue_bulk_half<kHalfV>(p, g, tile, smem, barrier_address(shared.full[kHalfV][stage]));
+      }
     }
     return;
   }
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % T::kStages;
-    wait_phase(shared.empty[stage], empty_phases, stage);
+    wait_phase(shared.empty[kHalfK][stage], empty_phases, kHalfK * T::kStages + stage);
     if (tile == 0) issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
-    issue_kv(p, g, tile, smem);
+    issue_kv<true, false>(p, g, tile, smem);
     cp_async_commit();
-    cp_async_wait<0>();
-    wgmma::fence_async_shared();
-    producer_sync();  // the stage (and the page ids of tile + 1) landed for every producer thread
     if constexpr (Variant::kRotary) {
-      rotate_landed(p, g, tile, smem);
-      wgmma::fence_async_shared();
+      cp_async_wait<0>();
       producer_sync();
+      rotate_landed(p, g, tile, smem);
     }
-    if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[stage]));
+    publish(kHalfK, stage);
+    wait_phase(shared.empty[kHalfV][stage], empty_phases, kHalfV * T::kStages + stage);
+    issue_kv<false, true>(p, g, tile, smem);
+    cp_async_commit();
+    publish(kHalfV, stage);
     // Slot tile % 2 was read by every producer thread's issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < num_tiles) {
       issue_page_ids(p, g, tile + 2, smem);
@@ -218,12 +231,17 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
   }
 }
 
-// The consumers' part of an item: per tile, once its stage is full, S = Q K^T, the online
-// softmax, O += P V, and the stage's release. The tiles past the warpgroup's span
-// (warpgroup-uniform, warp_span) are the item's last; every consumer warp still waits for and
-// releases their stages, so that no warp runs a phase ahead of the others. Then the epilogue.
-// (Overlapping a tile's softmax with the previous tile's P.V, FA3's intra-warpgroup pipelining
-// with K and V released apart, measured slower on this producer: docs/perf.md.)
+// The consumers' part of an item, in FA3's order: one tensor-core turn per KV tile issues
+// S = Q K^T of this tile and O += P V of the previous one back to back, so that the other
+// warpgroup's whole turn (both GEMMs) covers this one's softmax. Per tile, once its K and the
+// previous tile's V are full: the turn; the wait for S (the older P.V may still run), which
+// releases the K half; the online softmax; the wait for P.V, which releases the previous tile's
+// V half; then O takes the softmax's rescale and P becomes the next turn's A fragments. (K and V
+// released apart: the producer then loads the K of tile + 1 while P.V of tile - 1 still reads
+// its stage's V; with one release per stage after P.V, the load came too late, docs/perf.md.) Every warpgroup takes num_tiles + 1 turns per item
+// (the tiles past its span, warpgroup-uniform and the item's last, take empty turns; every
+// consumer warp still waits for and releases their stages, so that no warp runs a phase ahead
+// of the others), which keeps the two warpgroups' turns paired. Then the epilogue.
 __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned char* smem,
                                              unsigned& full_phases) {
   ItemShared& shared = item_shared(smem);
@@ -234,45 +252,87 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     init_state(acc, st);
     store_stats(shared, st);
   }
-  const auto release = [&shared](int stage) {
+  const auto wait_full = [&](int half, int tile) {
+    const int stage = tile % T::kStages;
+    wait_phase(shared.full[half][stage], full_phases, half * T::kStages + stage);
+  };
+  const auto release = [&shared](int half, int tile) {
     __syncwarp();
-    if (thread_index() % 32 == 0) wgmma::barrier_arrive(barrier_address(shared.empty[stage]));
+    if (thread_index() % 32 == 0) {
+      wgmma::barrier_arrive(barrier_address(shared.empty[half][tile % T::kStages]));
+    }
   };
   const int num_tiles = g.num_tiles;
   const WarpSpan span = shared.spans[thread_index() / 32];
   const int computed =
       max(0, min(num_tiles, (span.kv_end - g.kv_lo + T::kKvTile - 1) / T::kKvTile));
-  for (int tile = 0; tile < computed; ++tile) {
-    const int stage = tile % T::kStages;
-    wait_phase(shared.full[stage], full_phases, stage);
+  // The softmax of tile `tile`, whose S landed; O then takes its rescale and P its fragments.
+  // The key-check dispatch reads its operands as warp-uniform values (re-read from shared
+  // memory, not held across the loop): it then branches uniformly, and the softmax's shuffles
+  // need no divergence fallback, a divergent path that would serialize the MMAs in flight
+  // across it (C7518).
+  const auto softmax = [&](int tile, float(&s)[T::kMmaQ][T::kTilesS][4]) {
+    const int first_col = warp_uniform(first_column(shared, tile));
+    const WarpSpan& shared_span = shared.spans[thread_index() / 32];
+    const WarpSpan uniform_span{warp_uniform(shared_span.kv_end),
+                                warp_uniform(shared_span.full_begin),
+                                warp_uniform(shared_span.full_end)};
+    return with_key_checks(first_col, uniform_span, [&](auto begin, auto end) {
+      return tile_softmax<decltype(begin)::value, decltype(end)::value>(p, shared, first_col, s);
+    });
+  };
+  // The first and the last turn are loops of at most one trip: an MMA issued under an `if`
+  // makes ptxas serialize every MMA of the kernel (C7520).
+  Probabilities probabilities;
+  for (int tile = 0; tile < min(computed, 1); ++tile) {
+    wait_full(kHalfK, tile);
     float s[T::kMmaQ][T::kTilesS][4];
     turn_begin();
     issue_scores(smem, tile, s);
-    wgmma::wait<0>();
     turn_end();
+    wgmma::wait<0>();
     wgmma::hold(s[0]);
-    const int first_col = first_column(shared, tile);
-    const OutputRescale rescale = with_key_checks(first_col, span, [&](auto begin, auto end) {
-      return tile_softmax<decltype(begin)::value, decltype(end)::value>(p, shared, first_col, s);
-    });
-    rescale_output(acc, rescale);
-    Probabilities probabilities;
+    release(kHalfK, tile);
+    softmax(tile, s);  // O is still zero: no rescale
     to_fragments(s, probabilities);
+  }
+  for (int tile = 1; tile < computed; ++tile) {
+    wait_full(kHalfK, tile);
+    wait_full(kHalfV, tile - 1);
+    float s[T::kMmaQ][T::kTilesS][4];
     turn_begin();
-    issue_pv(smem, tile, probabilities, acc);
-    wgmma::wait<0>();
+    issue_scores(smem, tile, s);
+    issue_pv(smem, tile - 1, probabilities, acc);
     turn_end();
+    wgmma::wait<1>();  // S; the previous tile's P.V may still run
+    wgmma::hold(s[0]);
+    release(kHalfK, tile);
+    const OutputRescale rescale = softmax(tile, s);
+    wgmma::wait<0>();
     wgmma::hold(acc.o[0]);
-    release(stage);
+    release(kHalfV, tile - 1);
+    rescale_output(acc, rescale);
+    to_fragments(s, probabilities);
+  }
+  // The last turn: the last tile's P.V, with its wait in the same trip (a P.V the compiler
+  // could see issued twice before a wait would make it insert waits between the MMAs, C7517).
+  turn_begin();
+  if (computed == 0) turn_end();
+  for (int tile = max(computed, 1) - 1; tile < computed; ++tile) {
+    wait_full(kHalfV, tile);
+    issue_pv(smem, tile, probabilities, acc);
+    turn_end();
+    wgmma::wait<0>();
+    wgmma::hold(acc.o[0]);
+    release(kHalfV, tile);
   }
   for (int tile = computed; tile < num_tiles; ++tile) {
-    const int stage = tile % T::kStages;
-    wait_phase(shared.full[stage], full_phases, stage);
+    wait_full(kHalfK, tile);
+    wait_full(kHalfV, tile);
     turn_begin();
     turn_end();
-    turn_begin();
-    turn_end();
-    release(stage);
+    release(kHalfK, tile);
+    release(kHalfV, tile);
   }
   write_item(p, shared.record.item, g, acc, load_stats(shared), smem);
 }
@@ -285,9 +345,12 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
   ItemShared& shared = item_shared(smem);
   if (thread_index() == 0) {
 #pragma unroll
-    for (int s = 0; s < T::kStages; ++s) {
-      wgmma::barrier_init(barrier_address(shared.full[s]), 1);
-      wgmma::barrier_init(barrier_address(shared.empty[s]), T::kThreads / 32);
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int s = 0; s < T::kStages; ++s) {
+        wgmma::barrier_init(barrier_address(shared.full[half][s]), 1);
+        wgmma::barrier_init(barrier_address(shared.empty[half][s]), T::kThreads / 32);
+      }
     }
     wgmma::barrier_init(barrier_address(shared.item_ready), T::kThreads);
     wgmma::barrier_init(barrier_address(shared.item_done), T::kThreads);
@@ -310,7 +373,10 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
     // Every stage starts released: the producer's first wait on each passes.
     if (thread_index() % 32 == 0) {
 #pragma unroll
-      for (int s = 0; s < T::kStages; ++s) wgmma::barrier_arrive(barrier_address(shared.empty[s]));
+      for (int s = 0; s < T::kStages; ++s) {
+        wgmma::barrier_arrive(barrier_address(shared.empty[kHalfK][s]));
+        wgmma::barrier_arrive(barrier_address(shared.empty[kHalfV][s]));
+      }
     }
     if (kPingPong && thread_index() >= 128) wgmma::named_arrive<T::kThreads>(kTurnBarrier);
     unsigned full_phases = 0;

@@ -188,6 +188,8 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
   }
 }
 
+// kCopyK / kCopyV: which halves of the stage (the Hopper family's producer copies them apart).
+template <bool kCopyK = true, bool kCopyV = true>
 __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeometry& g, int tile,
                                          unsigned char* smem) {
   const int stage = tile % T::kStages;
@@ -216,10 +218,14 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
           unread |= load_row_pages<T::kVChunks>(p, page_ids, v_pages);
         }
       }
-      copy_full_tile<T::kQKChunks>(k_dst, p.k, kv_row, kv_head, k_pages, p.k_stride_page,
-                                   p.k_stride_slot, p.k_stride_head);
-      copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, kv_row, kv_head, v_pages,
-                                  p.v_stride_page, p.v_stride_slot, p.v_stride_head);
+      if constexpr (kCopyK) {
+        copy_full_tile<T::kQKChunks>(k_dst, p.k, kv_row, kv_head, k_pages, p.k_stride_page,
+                                     p.k_stride_slot, p.k_stride_head);
+      }
+      if constexpr (kCopyV) {
+        copy_full_tile<T::kVChunks>(k_dst + T::kKBytes, p.v, kv_row, kv_head, v_pages,
+                                    p.v_stride_page, p.v_stride_slot, p.v_stride_head);
+      }
       if constexpr (T::kPaged) {
         if (unread) report_tile_pages(p, g, start, page_ids);
       }
@@ -227,18 +233,22 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
     }
   }
   const int tid = load_thread();
-  copy_rows<T::kKvTile, T::kQKChunks>(k_dst, p.k, tid, [&](int row) -> long long {
-    const int pos = start + row;
-    return pos < g.kv_hi ? kv_element(p, g, pos, row, page_ids, p.k_stride_page, p.k_stride_slot,
-                                      p.k_stride_head)
-                         : -1;
-  });
-  copy_rows<T::kKvTile, T::kVChunks>(k_dst + T::kKBytes, p.v, tid, [&](int row) -> long long {
-    const int pos = start + row;
-    return pos < g.kv_hi ? kv_element(p, g, pos, row, page_ids, p.v_stride_page, p.v_stride_slot,
-                                      p.v_stride_head)
-                         : -1;
-  });
+  if constexpr (kCopyK) {
+    copy_rows<T::kKvTile, T::kQKChunks>(k_dst, p.k, tid, [&](int row) -> long long {
+      const int pos = start + row;
+      return pos < g.kv_hi ? kv_element(p, g, pos, row, page_ids, p.k_stride_page,
+                                        p.k_stride_slot, p.k_stride_head)
+                           : -1;
+    });
+  }
+  if constexpr (kCopyV) {
+    copy_rows<T::kKvTile, T::kVChunks>(k_dst + T::kKBytes, p.v, tid, [&](int row) -> long long {
+      const int pos = start + row;
+      return pos < g.kv_hi ? kv_element(p, g, pos, row, page_ids, p.v_stride_page,
+                                        p.v_stride_slot, p.v_stride_head)
+                           : -1;
+    });
+  }
 }
 
 // The item's query rows; their tokens and heads come from the row tables (row_q_pos,

@@ -143,8 +143,8 @@ constexpr int prefill_shared_bytes(const PrefillShape& s) {
   const int row_stats_bytes = threads * prefill_mma_q(s) * 4 * 4;
   const int loop_tile_bytes = threads * 4;
   const int warp_span_bytes = threads / 32 * 3 * 4;
-  // The Hopper family's mbarriers: full / empty per stage, item ready / done.
-  const int pipeline_bytes = s.warpgroup != 0 ? (2 * kPrefillKvStages + 2) * 8 : 0;
+  // The Hopper family's mbarriers: full / empty per half stage (K, V), item ready / done.
+  const int pipeline_bytes = s.warpgroup != 0 ? (4 * kPrefillKvStages + 2) * 8 : 0;
   const int bytes = prefill_item_offset(s) + pipeline_bytes + kPrefillItemRecordBytes +
                     2 * s.query_tile * 4 + row_stats_bytes + loop_tile_bytes + warp_span_bytes;
   return (bytes + 15) / 16 * 16;

@@ -158,14 +158,16 @@ struct ItemRecord {
   ItemGeometry g;
 };
 static_assert(sizeof(ItemRecord) + sizeof(int) <= kPrefillItemRecordBytes, "item record");
-// The Hopper family's pipeline (kernels/prefill_hopper.cuh): per stage, `full` completes when the
-// producer's copies of the stage landed, `empty` when every consumer warp is done reading it;
-// item_ready completes when the consumers wrote an item's record and row tables, item_done when
-// they wrote its output (the Q tile and the stages are free again).
+// The Hopper family's pipeline (kernels/prefill_hopper.cuh): per half of a stage (kHalfK, kHalfV)
+// `full` completes when the producer's copies of it landed, `empty` when every consumer warp is
+// done reading it (K after S = Q K^T, V after O += P V, a turn later); item_ready completes when
+// the consumers wrote an item's record and row tables, item_done when they wrote its output (the
+// Q tile and the stages are free again).
+constexpr int kHalfK = 0, kHalfV = 1;
 template <bool kPipelined>
 struct PipelineBarriers {
-  unsigned long long full[T::kStages];
-  unsigned long long empty[T::kStages];
+  unsigned long long full[2][T::kStages];
+  unsigned long long empty[2][T::kStages];
   unsigned long long item_ready;
   unsigned long long item_done;
 };
