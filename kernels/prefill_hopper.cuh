@@ -160,6 +160,15 @@ __device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const It
   }
 }
 
+// Publishes a gathered half once this thread's copies but the newest kPending groups landed.
+template <int kPending>
+__device__ __forceinline__ void publish_half(ItemShared& shared, int half, int stage) {
+  cp_async_wait<kPending>();
+  wgmma::fence_async_shared();
+  producer_sync();  // the half (and Q, page ids) landed for every producer thread
+  if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[half][stage]));
+}
+
 // The producer's part of an item: Q with the first tile, then every tile into stage
 // tile % kStages, K once the consumers released the stage's K half and V once they released its
 // V half (a turn later: consume_item). A gathered half is published after every producer
@@ -180,12 +189,6 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
     cp_async_wait<0>();
     producer_sync();
   }
-  const auto publish = [&shared](int half, int stage) {
-    cp_async_wait<0>();
-    wgmma::fence_async_shared();
-    producer_sync();  // the half (and Q, page ids) landed for every producer thread
-    if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[half][stage]));
-  };
   if (kBulkKV && p.bulk_kv != 0) {
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % T::kStages;
@@ -207,6 +210,8 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
     }
     return;
   }
+  // Both halves' copies are in flight before the producer waits for K's (one round trip per
+  // tile, not two).
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % T::kStages;
     wait_phase(shared.empty[kHalfK][stage], empty_phases, kHalfK * T::kStages + stage);
@@ -218,11 +223,11 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
       producer_sync();
       rotate_landed(p, g, tile, smem);
     }
-    publish(kHalfK, stage);
     wait_phase(shared.empty[kHalfV][stage], empty_phases, kHalfV * T::kStages + stage);
     issue_kv<false, true>(p, g, tile, smem);
     cp_async_commit();
-    publish(kHalfV, stage);
+    publish_half<1>(shared, kHalfK, stage);
+    publish_half<0>(shared, kHalfV, stage);
     // Slot tile % 2 was read by every producer thread's issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < num_tiles) {
       issue_page_ids(p, g, tile + 2, smem);

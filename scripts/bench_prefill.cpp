@@ -9,6 +9,7 @@
 // Run: build-gpu/bench_prefill   (the PyTorch side: scripts/bench_prefill_torch.py)
 //   build-gpu/bench_prefill --print-zipf-lengths   prints the Zipf batch and exits (no GPU),
 //   to compare with `python3 scripts/bench_prefill_torch.py --print-zipf-lengths`.
+//   FLARE_BENCH_BACKEND=fa2|fa3 picks the kernel family (default: the backend's auto choice).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -180,6 +181,14 @@ BatchPrefillConfig prefill_config(int max_batch, int64_t max_total_qo) {
   // FLARE_BENCH_QUERY_TILE / FLARE_BENCH_KV_TILE override the heuristic (tile experiments).
   if (const char* tile = std::getenv("FLARE_BENCH_QUERY_TILE")) config.query_tile = std::atoi(tile);
   if (const char* tile = std::getenv("FLARE_BENCH_KV_TILE")) config.kv_tile = std::atoi(tile);
+  if (const char* backend = std::getenv("FLARE_BENCH_BACKEND")) {  // fa2 | fa3 (default auto)
+    const std::string name = backend;
+    if (name != "fa2" && name != "fa3") {
+      std::fprintf(stderr, "FLARE_BENCH_BACKEND must be fa2 or fa3, got '%s'\n", backend);
+      std::exit(2);
+    }
+    config.backend = name == "fa2" ? PrefillBackend::kFA2 : PrefillBackend::kFA3;
+  }
   // FLARE_BENCH_WINDOW_LEFT: a sliding window (the FLOP counts stay the causal ones).
   if (const char* window = std::getenv("FLARE_BENCH_WINDOW_LEFT")) {
     config.params.window_left = std::atoi(window);

@@ -414,7 +414,14 @@ PrefillDeviceLimits api_detail::limits_under_backend(PrefillDeviceLimits limits,
               ErrorCode::kUnsupported, kWhat,
               ": backend kFA3 (the Hopper family, warpgroup MMAs) needs an sm_90 GPU, device ",
               config.device, " is not one");
-  limits.warpgroup_mma = limits.warpgroup_mma && config.backend != PrefillBackend::kFA2;
+  // Under kAuto the Hopper family takes ragged K/V without RoPE only, which its producer loads
+  // by bulk tensor copies. Its cp.async gathers (paged K/V; RoPE, which rotates the landed rows)
+  // measured 0.5x the FA2 family on paged K/V (H200, page 16: docs/perf.md, Hopper v9), so
+  // those stay on FA2 unless kFA3 asks for the Hopper family.
+  const bool gathered =
+      config.kv == PrefillKV::kPaged || config.params.pos_encoding == PosEncoding::kRopeLlama;
+  limits.warpgroup_mma = limits.warpgroup_mma && config.backend != PrefillBackend::kFA2 &&
+                         (config.backend == PrefillBackend::kFA3 || !gathered);
   limits.warpgroup_only = config.backend == PrefillBackend::kFA3;
   return limits;
 }

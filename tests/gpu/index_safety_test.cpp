@@ -78,6 +78,7 @@ struct GuardedBatch {
       : cache(build(kv_lens, kv_heads, head_dim)),
         q_host(gpu_testing::random_query(static_cast<int64_t>(kv_lens.size()), qo_heads, head_dim,
                                          DType::kBF16, false, 5)) {
+    cuda::set_device(0);  // the device allocations below need a current context on their own
     k.emplace(upload_guarded(cache.pages_storage));
     v.emplace(upload_guarded(cache.v_pages_storage));
     indices.emplace(upload_guarded(cache.page_indices));

@@ -12,6 +12,7 @@
 #include "flare/core/error.h"
 #include "flare/jit/compiler.h"
 #include "jit/shipped_kernel_shards.h"
+#include "src/api/prefill_config.h"
 #include "testing/expect_error.h"
 #include "testing/index_arrays.h"
 #include "testing/kernel_usage.h"
@@ -119,6 +120,37 @@ TEST(ChoosePrefillTiles, HopperFamilyTakesQueryTilesOf64And128) {
   hopper.warpgroup_only = true;
   EXPECT_EQ(choose_prefill_tiles(1, 128, 128, causal, hopper), (PrefillTiles{64, 64, true}));
   EXPECT_EQ(choose_prefill_tiles(1, 256, 256, causal, hopper), (PrefillTiles{128, 64, true}));
+}
+
+// kAuto: the Hopper family for ragged K/V without RoPE (its bulk-copy producer); paged K/V and
+// RoPE, which its producer gathers, stay on FA2 unless kFA3 asks (docs/perf.md, Hopper v9).
+TEST(PrefillBackendLimits, AutoTakesTheHopperFamilyForRaggedWithoutRopeOnly) {
+  PrefillDeviceLimits hopper = h100_prefill_limits();
+  hopper.warpgroup_mma = true;
+  BatchPrefillConfig c;
+  c.kv = PrefillKV::kRagged;
+  EXPECT_TRUE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
+  EXPECT_FALSE(api_detail::limits_under_backend(hopper, c).warpgroup_only);
+  c.params.pos_encoding = PosEncoding::kRopeLlama;
+  EXPECT_FALSE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
+  c.params.pos_encoding = PosEncoding::kAlibi;
+  EXPECT_TRUE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
+  c.params.pos_encoding = PosEncoding::kNone;
+  c.kv = PrefillKV::kPaged;
+  EXPECT_FALSE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
+  c.backend = PrefillBackend::kFA3;
+  EXPECT_TRUE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
+  EXPECT_TRUE(api_detail::limits_under_backend(hopper, c).warpgroup_only);
+  c.backend = PrefillBackend::kFA2;
+  c.kv = PrefillKV::kRagged;
+  EXPECT_FALSE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
+  // Off sm_90 kAuto runs FA2; kFA3 is refused.
+  PrefillDeviceLimits ampere = h100_prefill_limits();
+  ampere.warpgroup_mma = false;
+  c.backend = PrefillBackend::kAuto;
+  EXPECT_FALSE(api_detail::limits_under_backend(ampere, c).warpgroup_mma);
+  c.backend = PrefillBackend::kFA3;
+  EXPECT_THROW(api_detail::limits_under_backend(ampere, c), Error);
 }
 
 TEST(BatchPrefillKernels, HopperFamilySpecs) {
