@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # Issue 19's kernel iterations on the GPU, on the tree as it is (apply or reverse a patch from
 # experiments/ first): `tests` runs the Hopper tests, the prefill and user-variant suites under
-# auto, memcheck / racecheck / synccheck on a small case (a hang means the ping-pong turns are
+# auto, memcheck / racecheck / synccheck on a small ragged and a paged case (a hang means the turns are
 # unpaired: the tests have a timeout), then what `bench` runs: the package installed from this
 # tree and bench_python.py's prefill rows next to cuDNN and FlashInfer fa3. Carry .anchors-fi.
 # Usage (GPU machine, OUT set): experiments/hopper_next_check.sh [tests | bench]
+# Prepared for the next session (2026-11-26, fifth session; compiles for every shipped config with
+# 0 spills and no serialized MMA, not run): experiments/hopper_v10_arrive_on_copies.patch, the
+# paged / unaligned gathers without RoPE arriving on `full` when each producer thread's copies
+# land (cp.async.mbarrier.arrive.noinc; the consumers fence after the wait), no round trip in
+# the producer. Prediction: Hopper paged (page 16) from 172 / 190 to >= FA2's 337 / 347 TFLOP/s at
+# 4096 / 16384; if so, `auto` can take paged K/V again (src/api/prefill_config.cpp). One call:
+#   git apply experiments/hopper_v10_arrive_on_copies.patch && OUT=$OUT/v10 \
+#   experiments/hopper_next_check.sh tests && FLARE_BENCH_BACKEND=fa3 build-gpu/bench_prefill
+#   (bench_prefill built as scripts/bench_prefill.cpp says; FLARE_BENCH_BACKEND=fa2 for the anchor).
 set -uo pipefail
 MODE=${1:-tests}
 mkdir -p "$OUT"
@@ -15,9 +24,17 @@ if [ "$MODE" = tests ]; then
   timeout 240 build-gpu/flare_gpu_tests --gtest_filter='PrefillHopper.*:PrefillGpu.*:UserVariant*' >$OUT/tests.log 2>&1
   echo "tests: exit $?"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" $OUT/tests.log | head -20
+  # The prefill suite on the Hopper family alone (auto sends paged K/V and RoPE to FA2), less the
+  # tests that pin FA2's 16-row tiles.
+  FLARE_TEST_PREFILL_BACKEND=fa3 timeout 240 build-gpu/flare_gpu_tests \
+    --gtest_filter='PrefillGpu.*:UserVariantPrefill.*:-PrefillGpu.EveryQueryTile:UserVariantPrefill.LibraryPrefixLm*:UserVariantPrefill.LibraryDocumentMask*:UserVariantPrefill.AMaskThatIsNotAWindow*' \
+    >$OUT/tests_fa3.log 2>&1
+  echo "tests under fa3: exit $?"
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" $OUT/tests_fa3.log | head -20
   for tool in memcheck racecheck synccheck; do
-    timeout 100 compute-sanitizer --tool $tool --error-exitcode 99 build-gpu/flare_gpu_tests \
-      --gtest_filter='PrefillHopper.RaggedF16Gqa8OddLengths' >$OUT/$tool.log 2>&1
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 99 build-gpu/flare_gpu_tests \
+      --gtest_filter='PrefillHopper.RaggedF16Gqa8OddLengths:PrefillHopper.PagedPageSizes1And5AppendGqa7Hnd' \
+      >$OUT/$tool.log 2>&1
     echo "$tool: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $OUT/$tool.log | tail -1)"
   done
 fi
