@@ -2,14 +2,16 @@
 // family's work items (paper 001 §3.2's FA3 template; docs/hopper_prefill_design.md).
 //
 // Three warpgroups on 128 query rows (two on 64): consumers first (threads [0, T::kThreads): the
-// computing threads every shared helper indexes), then one producer. The producer loads Q and
-// the K/V stages with the mma.sync family's gathers (cp.async, any page size and layout),
-// rotates them when the variant has RoPE, and signals each stage's `full` mbarrier; the
-// consumers wait for it, compute S = Q K^T, the online softmax (the mma.sync family's, masks and
-// variants included) and O += P V on warpgroup MMAs, and release the stage through its `empty`
-// mbarrier, so loads run ahead of the math without CTA-wide barriers. setmaxnreg moves registers from the producer to the
-// consumers. Work items are taken from the plan's queue as in the mma.sync family; two more
-// mbarriers per item publish its record and retire it (the epilogue reuses the Q tile).
+// computing threads every shared helper indexes), then one producer. The producer loads Q with
+// the mma.sync family's gathers, and the K and V halves of each stage by bulk tensor copies
+// (ragged K/V without RoPE) or by those gathers (cp.async, any page size and layout; rotated
+// when the variant has RoPE), and signals each half's `full` mbarrier; the consumers wait for
+// it, compute S = Q K^T, the online softmax (the mma.sync family's, masks and variants included)
+// and O += P V on warpgroup MMAs in ping-pong turns, and release each half through its `empty`
+// mbarrier, so loads run ahead of the math without CTA-wide barriers. setmaxnreg moves
+// registers from the producer to the consumers. Work items are taken from the plan's queue as
+// in the mma.sync family; two more mbarriers per item publish its record and retire it (the
+// epilogue reuses the Q tile).
 #pragma once
 
 #include "prefill.cuh"
@@ -62,7 +64,8 @@ __device__ __forceinline__ unsigned barrier_address(const unsigned long long& ba
 __device__ __forceinline__ int warp_uniform(int value) {
   return __shfl_sync(0xffffffffu, value, 0);
 }
-// The shared address of the stage of KV tile `tile`, as a uniform value.
+// stage_address (prefill.cuh) with the stage broadcast: stage_address of a broadcast tile takes
+// the modulo again in the uniform datapath (16 more instructions per kernel, SASS).
 __device__ __forceinline__ unsigned uniform_stage_address(const unsigned char* smem, int tile) {
   return shared_address(smem) + T::kQBytes + warp_uniform(tile % T::kStages) * T::kStageBytes;
 }
@@ -132,10 +135,12 @@ __device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, It
 
 // --- the roles ------------------------------------------------------------------------------
 
-// Waits for the next phase of `barrier`, whose parity is bit `bit` of `bits`, and flips it.
-__device__ __forceinline__ void wait_phase(const unsigned long long& barrier, unsigned& bits,
-                                           int bit) {
-  wgmma::barrier_wait(barrier_address(barrier), (bits >> bit) & 1u);
+// Waits for the next phase of half `half` of tile `tile`'s stage in `barriers` (`full` or
+// `empty`), whose parity is bit half * kStages + stage of `bits`, and flips that bit.
+__device__ __forceinline__ void wait_half(const unsigned long long (&barriers)[2][T::kStages],
+                                          unsigned& bits, int half, int tile) {
+  const int bit = half * T::kStages + tile % T::kStages;
+  wgmma::barrier_wait(barrier_address(barriers[half][tile % T::kStages]), (bits >> bit) & 1u);
   bits ^= 1u << bit;
 }
 
@@ -192,7 +197,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
   if (kBulkKV && p.bulk_kv != 0) {
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = tile % T::kStages;
-      wait_phase(shared.empty[kHalfK][stage], empty_phases, kHalfK * T::kStages + stage);
+      wait_half(shared.empty, empty_phases, kHalfK, tile);
       if (tile == 0) {  // Q, gathered (packed rows), lands before the first K is published
         issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
         cp_async_commit();
@@ -203,7 +208,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
       if (load_thread() == 0) {
         issue_bulk_half<kHalfK>(p, g, tile, smem, barrier_address(shared.full[kHalfK][stage]));
       }
-      wait_phase(shared.empty[kHalfV][stage], empty_phases, kHalfV * T::kStages + stage);
+      wait_half(shared.empty, empty_phases, kHalfV, tile);
       if (load_thread() == 0) {
         issue_bulk_half<kHalfV>(p, g, tile, smem, barrier_address(shared.full[kHalfV][stage]));
       }
@@ -214,7 +219,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
   // tile, not two).
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % T::kStages;
-    wait_phase(shared.empty[kHalfK][stage], empty_phases, kHalfK * T::kStages + stage);
+    wait_half(shared.empty, empty_phases, kHalfK, tile);
     if (tile == 0) issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
     issue_kv<true, false>(p, g, tile, smem);
     cp_async_commit();
@@ -223,7 +228,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
       producer_sync();
       rotate_landed(p, g, tile, smem);
     }
-    wait_phase(shared.empty[kHalfV][stage], empty_phases, kHalfV * T::kStages + stage);
+    wait_half(shared.empty, empty_phases, kHalfV, tile);
     issue_kv<false, true>(p, g, tile, smem);
     cp_async_commit();
     publish_half<1>(shared, kHalfK, stage);
@@ -243,10 +248,11 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
 // releases the K half; the online softmax; the wait for P.V, which releases the previous tile's
 // V half; then O takes the softmax's rescale and P becomes the next turn's A fragments. (K and V
 // released apart: the producer then loads the K of tile + 1 while P.V of tile - 1 still reads
-// its stage's V; with one release per stage after P.V, the load came too late, docs/perf.md.) Every warpgroup takes num_tiles + 1 turns per item
-// (the tiles past its span, warpgroup-uniform and the item's last, take empty turns; every
-// consumer warp still waits for and releases their stages, so that no warp runs a phase ahead
-// of the others), which keeps the two warpgroups' turns paired. Then the epilogue.
+// its stage's V; with one release per stage after P.V, the load came too late, docs/perf.md.)
+// Every warpgroup takes num_tiles + 1 turns per item (the tiles past its span,
+// warpgroup-uniform and the item's last, take empty turns; every consumer warp still waits for
+// and releases their stages, so that no warp runs a phase ahead of the others), which keeps the
+// two warpgroups' turns paired. Then the epilogue.
 __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned char* smem,
                                              unsigned& full_phases) {
   ItemShared& shared = item_shared(smem);
@@ -257,10 +263,6 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     init_state(acc, st);
     store_stats(shared, st);
   }
-  const auto wait_full = [&](int half, int tile) {
-    const int stage = tile % T::kStages;
-    wait_phase(shared.full[half][stage], full_phases, half * T::kStages + stage);
-  };
   const auto release = [&shared](int half, int tile) {
     __syncwarp();
     if (thread_index() % 32 == 0) {
@@ -290,7 +292,7 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
   // makes ptxas serialize every MMA of the kernel (C7520).
   Probabilities probabilities;
   for (int tile = 0; tile < min(computed, 1); ++tile) {
-    wait_full(kHalfK, tile);
+    wait_half(shared.full, full_phases, kHalfK, tile);
     float s[T::kMmaQ][T::kTilesS][4];
     turn_begin();
     issue_scores(smem, tile, s);
@@ -302,8 +304,8 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     to_fragments(s, probabilities);
   }
   for (int tile = 1; tile < computed; ++tile) {
-    wait_full(kHalfK, tile);
-    wait_full(kHalfV, tile - 1);
+    wait_half(shared.full, full_phases, kHalfK, tile);
+    wait_half(shared.full, full_phases, kHalfV, tile - 1);
     float s[T::kMmaQ][T::kTilesS][4];
     turn_begin();
     issue_scores(smem, tile, s);
@@ -324,7 +326,7 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
   turn_begin();
   if (computed == 0) turn_end();
   for (int tile = max(computed, 1) - 1; tile < computed; ++tile) {
-    wait_full(kHalfV, tile);
+    wait_half(shared.full, full_phases, kHalfV, tile);
     issue_pv(smem, tile, probabilities, acc);
     turn_end();
     wgmma::wait<0>();
@@ -332,8 +334,8 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     release(kHalfV, tile);
   }
   for (int tile = computed; tile < num_tiles; ++tile) {
-    wait_full(kHalfK, tile);
-    wait_full(kHalfV, tile);
+    wait_half(shared.full, full_phases, kHalfK, tile);
+    wait_half(shared.full, full_phases, kHalfV, tile);
     turn_begin();
     turn_end();
     release(kHalfK, tile);
