@@ -99,12 +99,16 @@ struct BatchPrefill::State {
   VariantParams variant{};
   // The Hopper family's ragged K/V maps, re-encoded only when a run's k or v differs from the
   // previous one's (a serving loop's buffers usually do not).
-  struct BulkMaps {
+  struct BulkKey {  // what the maps encode
     const void* k = nullptr;
     const void* v = nullptr;
     int64_t k_rows = -1, v_rows = -1, k_page = 0, k_head = 0, v_page = 0, v_head = 0;
     int kv_tile = 0;
-    bool valid = false;
+    bool operator==(const BulkKey&) const = default;
+  };
+  struct BulkMaps {
+    BulkKey key;
+    bool valid = false;  // false: k or v not 16-byte aligned, the kernel gathers
     cuda::TensorMap k_map, v_map;
   } bulk;
 
@@ -339,38 +343,32 @@ void BatchPrefill::run(const TensorView& q, const TensorView& k, const TensorVie
 bool BatchPrefill::bulk_maps(State& s, const KVArgs& a) {
   const BatchPrefillConfig& c = s.config;
   State::BulkMaps& m = s.bulk;
-  if (m.k == a.k && m.v == a.v && m.k_rows == a.k_rows && m.v_rows == a.v_rows &&
-      m.k_page == a.k_page && m.k_head == a.k_head && m.v_page == a.v_page &&
-      m.v_head == a.v_head && m.kv_tile == s.tiles.kv_tile) {
-    return m.valid;
-  }
-  m = State::BulkMaps{};
-  m.k = a.k;
-  m.v = a.v;
-  m.k_rows = a.k_rows;
-  m.v_rows = a.v_rows;
-  m.k_page = a.k_page;
-  m.k_head = a.k_head;
-  m.v_page = a.v_page;
-  m.v_head = a.v_head;
-  m.kv_tile = s.tiles.kv_tile;
+  const State::BulkKey key{a.k,      a.v,      a.k_rows, a.v_rows,       a.k_page,
+                           a.k_head, a.v_page, a.v_head, s.tiles.kv_tile};
+  if (key == m.key) return m.valid;
   const auto aligned = [](const void* base, int64_t page, int64_t head) {
     return reinterpret_cast<uintptr_t>(base) % 16 == 0 && page * 2 % 16 == 0 &&
            head * 2 % 16 == 0 && page > 0 && head > 0;
   };
-  if (!aligned(a.k, a.k_page, a.k_head) || !aligned(a.v, a.v_page, a.v_head)) return false;
-  const bool bf16 = c.dtype == DType::kBF16;
-  const uint32_t tile = static_cast<uint32_t>(s.tiles.kv_tile);
-  cuda::encode_tensor_map_3d(
-      m.k_map, bf16, a.k,
-      {static_cast<uint64_t>(c.head_dim_qk), static_cast<uint64_t>(c.num_kv_heads),
-       static_cast<uint64_t>(std::max<int64_t>(a.k_rows, 1))},
-      {static_cast<uint64_t>(a.k_head) * 2, static_cast<uint64_t>(a.k_page) * 2}, {64, 1, tile});
-  cuda::encode_tensor_map_3d(
-      m.v_map, bf16, a.v,
-      {static_cast<uint64_t>(c.head_dim_vo), static_cast<uint64_t>(c.num_kv_heads),
-       static_cast<uint64_t>(std::max<int64_t>(a.v_rows, 1))},
-      {static_cast<uint64_t>(a.v_head) * 2, static_cast<uint64_t>(a.v_page) * 2}, {64, 1, tile});
+  if (!aligned(a.k, a.k_page, a.k_head) || !aligned(a.v, a.v_page, a.v_head)) {
+    m.key = key;
+    m.valid = false;
+    return false;
+  }
+  // The key is recorded once both maps are encoded: an encoding that throws is retried.
+  m.key = State::BulkKey{};
+  const auto encode = [&](cuda::TensorMap& map, const void* base, int head_dim, int64_t rows,
+                          int64_t row_stride, int64_t head_stride) {
+    cuda::encode_tensor_map_3d(
+        map, c.dtype == DType::kBF16, base,
+        {static_cast<uint64_t>(head_dim), static_cast<uint64_t>(c.num_kv_heads),
+         static_cast<uint64_t>(std::max<int64_t>(rows, 1))},
+        {static_cast<uint64_t>(head_stride) * 2, static_cast<uint64_t>(row_stride) * 2},
+        {64, 1, static_cast<uint32_t>(s.tiles.kv_tile)});
+  };
+  encode(m.k_map, a.k, c.head_dim_qk, a.k_rows, a.k_page, a.k_head);
+  encode(m.v_map, a.v, c.head_dim_vo, a.v_rows, a.v_page, a.v_head);
+  m.key = key;
   m.valid = true;
   return true;
 }
