@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Nsight Compute of flare's Hopper prefill next to FlashInfer's fa3 backend on one shape
-# (causal, 16 x 4096 tokens, 16 heads, D 128, bf16, ragged): the two kernels' limiters side by
-# side (tensor-pipe use, issue stalls, instruction mix, shared-memory wavefronts). Carry
-# .anchors-fi. Usage (GPU machine, OUT set): experiments/ncu_hopper_vs_fa3.sh
+# (causal, 16 x NCU_LEN tokens (default 4096), 16 heads, D 128, bf16, ragged): the two kernels'
+# limiters side by side (tensor-pipe use, issue stalls, instruction mix, shared-memory
+# wavefronts). Carry .anchors-fi. Usage (GPU machine, OUT set): experiments/ncu_hopper_vs_fa3.sh
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache
 mkdir -p "$OUT"
@@ -15,7 +15,7 @@ if lib == "flare":
     import flare as fi
 else:
     import flashinfer as fi
-b, n, h, d = 16, 4096, 16, 128
+b, n, h, d = 16, int(sys.argv[2]), 16, 128
 q = torch.randn(b * n, h, d, device="cuda", dtype=torch.bfloat16)
 k, v = torch.randn_like(q), torch.randn_like(q)
 indptr = torch.arange(0, b + 1, dtype=torch.int32) * n
@@ -30,7 +30,7 @@ M=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__ins
 for lib in ${NCU_LIBS:-flare flashinfer}; do
   PYTHONPATH=/tmp/fi-site timeout 200 ncu -k 'regex:(?i)prefill' --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
-    --section LaunchStats --section InstructionStats --metrics $M python3 $OUT/one.py $lib >$OUT/ncu_$lib.txt 2>&1
+    --section LaunchStats --section InstructionStats --metrics $M python3 $OUT/one.py $lib ${NCU_LEN:-4096} >$OUT/ncu_$lib.txt 2>&1
   echo "--- $lib (exit $?)"
   grep -E "  [a-zA-Z_]*(Prefill|prefill)|Duration|Registers Per|Threads  |Achieved Occupancy|Compute \(SM\) Throughput|Issue Slots Busy|Executed Ipc Active|No Eligible|Warp Cycles Per Issued|Executed Instructions  |Dynamic Shared|gmma|pipe_|wavefronts|inst_executed|cycles_elapsed|Stall" $OUT/ncu_$lib.txt | head -40
 done
@@ -38,7 +38,7 @@ done
 if [ "${NCU_SASS:-0}" = 1 ]; then
   PYTHONPATH=/tmp/fi-site timeout 200 ncu -k 'regex:(?i)prefill' --launch-skip 2 --launch-count 1 \
     --section SourceCounters --section WarpStateStats --import-source no -f -o $OUT/flare \
-    python3 $OUT/one.py flare >$OUT/ncu_sass.log 2>&1
+    python3 $OUT/one.py flare ${NCU_LEN:-4096} >$OUT/ncu_sass.log 2>&1
   ncu -i $OUT/flare.ncu-rep --page source --csv --print-source sass >$OUT/flare_sass.csv 2>&1
   ncu -i $OUT/flare.ncu-rep --page details >$OUT/flare_source_details.txt 2>&1
   echo "sass page: $(wc -l <$OUT/flare_sass.csv) lines"; rm -f $OUT/flare.ncu-rep

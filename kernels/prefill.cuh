@@ -306,17 +306,25 @@ __device__ __forceinline__ ItemGeometry item_geometry(const PrefillParams& p,
   return g;
 }
 
+// The row tables of an item (KV position and query head of each packed row), rows
+// [first, kQueryTile) by `stride`.
+__device__ __forceinline__ void write_row_tables(const PrefillParams& p, const WorkItem& item,
+                                                 const ItemGeometry& g, int* row_q_pos,
+                                                 int* row_qo_head, int first, int stride) {
+  for (int r = first; r < T::kQueryTile; r += stride) {
+    // Rows past the item are computed on zero queries and never written; repeating the last
+    // row keeps their mask reads inside the request's bits.
+    const int packed = item.row_begin + min(r, g.rows - 1);
+    row_q_pos[r] = g.q_offset + packed / p.group_size;
+    row_qo_head[r] = item.kv_head * p.group_size + packed % p.group_size;
+  }
+}
+
 // The item record and row tables; visible to every thread after the next barrier.
 __device__ __forceinline__ void write_item_shared(const PrefillParams& p, const WorkItem& item,
                                                   const ItemGeometry& g, ItemShared& shared) {
   if (thread_index() == 0) shared.record = ItemRecord{item, g};
-  for (int r = thread_index(); r < T::kQueryTile; r += T::kThreads) {
-    // Rows past the item are computed on zero queries and never written; repeating the last
-    // row keeps their mask reads inside the request's bits.
-    const int packed = item.row_begin + min(r, g.rows - 1);
-    shared.row_q_pos[r] = g.q_offset + packed / p.group_size;
-    shared.row_qo_head[r] = item.kv_head * p.group_size + packed % p.group_size;
-  }
+  write_row_tables(p, item, g, shared.row_q_pos, shared.row_qo_head, thread_index(), T::kThreads);
 }
 
 // first_col: this thread's first S column (KV position).
@@ -449,9 +457,9 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
 // tile * kKvTile + r), and with tile 0 the Q tile (row r at row_q_pos[r]). Rows past the item
 // hold zeros or keys no row sees.
 __device__ __forceinline__ void rotate_landed(const PrefillParams& p, const ItemGeometry& g,
-                                              int tile, unsigned char* smem) {
+                                              const int* row_q_pos, int tile,
+                                              unsigned char* smem) {
   if (tile == 0) {
-    const int* row_q_pos = item_shared(smem).row_q_pos;
     rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kQueryTile, T::kLoadThreads>(
         smem, p.variant, load_thread(),
         [](int row, int chunk) { return tile_offset<T::kQKRowBytes, T::kQueryTile>(row, chunk); },
@@ -517,7 +525,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     if (T::kPaged && tile + 2 < g.num_tiles) issue_page_ids(p, g, tile + 2, smem);
     cp_async_commit();
     if constexpr (Variant::kRotary) {
-      rotate_landed(p, g, tile, smem);
+      rotate_landed(p, g, shared.row_q_pos, tile, smem);
       __syncthreads();  // the rotated rows are visible
     }
     // Warp-uniform: columns no row of the warp sees contribute exactly nothing (skipped);

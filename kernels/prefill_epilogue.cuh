@@ -63,15 +63,67 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
   }
 }
 
+// The Hopper family's epilogue (one KV warp per row): each thread stores its own rows from its
+// accumulators, the final o and lse or a float32 partial slot, with no staging and no barrier:
+// by now the Q tile and the stages hold the next item's rows (kernels/prefill_hopper.cuh). A
+// quad's stores of one n8 tile are one contiguous 16 bytes of o (32 of a partial slot); the
+// values and the lse are those write_item computes for a single KV warp.
+template <int kWarpsKV = T::kWarpsKV>  // checked where it is called
+__device__ __forceinline__ void write_item_registers(const PrefillParams& p, const WorkItem& item,
+                                                     const ItemGeometry& g, const RowState& acc,
+                                                     const RowStats& st) {
+  static_assert(kWarpsKV == 1, "one KV warp per row");
+  const int quad_col = (thread_index() % 4) * 2;
+  const float m_scale = kLinearLogits ? Variant::query_scale(p.variant) : 1.0f;
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float d = row_sum(st.d[mi][h]);
+      const int r = local_row(mi, h);
+      if (r >= g.rows) continue;
+      const bool empty = d == 0.0f;
+      // Without softmax, o is the weighted sum itself (kernels/variant.cuh) and a partial slot's
+      // lse is 0, which the merge kernel adds up under MergeParams::sum_partials.
+      const float norm = !Variant::use_softmax ? p.v_scale : empty ? 0.0f : p.v_scale / d;
+      const float lse2 = empty ? negative_infinity() : st.m[mi][h] * m_scale + fast_log2(d);
+      const int packed = item.row_begin + r;
+      if (item.partial_slot < 0) {
+        const long long token = g.qo_begin + packed / p.group_size;
+        const long long head = item.kv_head * p.group_size + packed % p.group_size;
+        unsigned char* row = static_cast<unsigned char*>(p.o) +
+                             (token * p.o_stride_token + head * p.o_stride_head) * 2;
+#pragma unroll
+        for (int dn = 0; dn < T::kTilesO; ++dn) {
+          *reinterpret_cast<unsigned*>(row + (dn * 8 + quad_col) * 2) = float2_to_16bit2<T::kCode>(
+              acc.o[mi][dn][2 * h] * norm, acc.o[mi][dn][2 * h + 1] * norm);
+        }
+        if (p.lse != nullptr && quad_col == 0) {
+          p.lse[token * p.lse_stride_token + head * p.lse_stride_head] =
+              empty ? negative_infinity() : lse2 * kLn2 * p.lse_scale;
+        }
+      } else {
+        const long long slot_row =
+            static_cast<long long>(item.partial_slot) * p.offsets.partial_rows + r;
+        float* dst = p.offsets.partial_o + slot_row * T::kHeadDimVO + quad_col;
+#pragma unroll
+        for (int dn = 0; dn < T::kTilesO; ++dn) {
+          *reinterpret_cast<float2*>(dst + dn * 8) =
+              make_float2(acc.o[mi][dn][2 * h] * norm, acc.o[mi][dn][2 * h + 1] * norm);
+        }
+        if (quad_col == 0) {
+          p.offsets.partial_lse[slot_row] = !Variant::use_softmax ? 0.0f : lse2 * kLn2;
+        }
+      }
+    }
+  }
+}
+
 // Combines the KV warps' states through shared memory and writes the item's rows: the final o
 // and lse (write-through) or a float32 partial slot for the merge kernel.
 __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkItem& item,
                                            const ItemGeometry& g, const RowState& acc,
                                            const RowStats& st, unsigned char* smem) {
-  // The Hopper family's consumer warpgroups reach the epilogue apart: the staging below
-  // overwrites the Q tile and the stages the other one may still be reading (the mma.sync family's
-  // CTA synchronized before the call).
-  if constexpr (T::kWarpgroup) math_sync();
   if constexpr (T::kWarpsKV == 1) {
     if (item.partial_slot < 0) {  // CTA-uniform
       write_item_direct(p, item, g, acc, st, smem);

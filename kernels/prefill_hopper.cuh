@@ -9,9 +9,10 @@
 // it, compute S = Q K^T, the online softmax (the mma.sync family's, masks and variants included)
 // and O += P V on warpgroup MMAs in ping-pong turns, and release each half through its `empty`
 // mbarrier, so loads run ahead of the math without CTA-wide barriers. setmaxnreg moves
-// registers from the producer to the consumers. Work items are taken from the plan's queue as
-// in the mma.sync family; two more mbarriers per item publish its record and retire it (the
-// epilogue reuses the Q tile).
+// registers from the producer to the consumers. The producer takes the work items from the
+// plan's queue one item ahead and hands them over through two slots (run()), so that the next
+// item's Q and first tiles load while the consumers finish this one; the epilogue writes from
+// registers.
 #pragma once
 
 #include "prefill.cuh"
@@ -181,10 +182,10 @@ __device__ __forceinline__ void publish_half(ItemShared& shared, int half, int s
 // producer barrier joins them (and orders the page-id slots and RoPE's rows), and one thread
 // arrives on `full` (128 arrivals on one word every tile measured ~10% slower at L 4096).
 // empty_phases: bit half * kStages + s is the parity of the next `empty` phase of that half.
-__device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned char* smem,
-                                             unsigned& empty_phases) {
+__device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemHandOff& hand,
+                                             unsigned char* smem, unsigned& empty_phases) {
   ItemShared& shared = item_shared(smem);
-  const ItemGeometry& g = shared.record.g;
+  const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
   if (num_tiles == 0) return;
   if constexpr (T::kPaged) {
@@ -199,7 +200,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
       const int stage = tile % T::kStages;
       wait_half(shared.empty, empty_phases, kHalfK, tile);
       if (tile == 0) {  // Q, gathered (packed rows), lands before the first K is published
-        issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
+        issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
         cp_async_commit();
         cp_async_wait<0>();
         wgmma::fence_async_shared();
@@ -220,13 +221,13 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, unsigned ch
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = tile % T::kStages;
     wait_half(shared.empty, empty_phases, kHalfK, tile);
-    if (tile == 0) issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
+    if (tile == 0) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
     issue_kv<true, false>(p, g, tile, smem);
     cp_async_commit();
     if constexpr (Variant::kRotary) {
       cp_async_wait<0>();
       producer_sync();
-      rotate_landed(p, g, tile, smem);
+      rotate_landed(p, g, hand.row_q_pos, tile, smem);
     }
     wait_half(shared.empty, empty_phases, kHalfV, tile);
     issue_kv<false, true>(p, g, tile, smem);
@@ -263,16 +264,21 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     init_state(acc, st);
     store_stats(shared, st);
   }
-  const auto release = [&shared](int half, int tile) {
+  // Releases a half of tile `tile`'s stage, and with `q` the Q tile: once this warp's last
+  // S = Q K^T landed, the producer may load the next item's (one lane's arrivals in one branch:
+  // a second __syncwarp under its own condition made ptxas duplicate the softmax, SASS).
+  const auto release = [&shared](int half, int tile, bool q = false) {
     __syncwarp();
     if (thread_index() % 32 == 0) {
-      wgmma::barrier_arrive(barrier_address(shared.empty[half][tile % T::kStages]));
+      if (half >= 0) wgmma::barrier_arrive(barrier_address(shared.empty[half][tile % T::kStages]));
+      if (q) wgmma::barrier_arrive(barrier_address(shared.q_empty));
     }
   };
   const int num_tiles = g.num_tiles;
   const WarpSpan span = shared.spans[thread_index() / 32];
   const int computed =
       max(0, min(num_tiles, (span.kv_end - g.kv_lo + T::kKvTile - 1) / T::kKvTile));
+  if (computed == 0) release(-1, 0, true);
   // The softmax of tile `tile`, whose S landed; O then takes its rescale and P its fragments.
   // The key-check dispatch reads its operands as warp-uniform values (re-read from shared
   // memory, not held across the loop): it then branches uniformly, and the softmax's shuffles
@@ -299,7 +305,7 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     turn_end();
     wgmma::wait<0>();
     wgmma::hold(s[0]);
-    release(kHalfK, tile);
+    release(kHalfK, tile, computed == 1);
     softmax(tile, s);  // O is still zero: no rescale
     to_fragments(s, probabilities);
   }
@@ -313,7 +319,7 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     turn_end();
     wgmma::wait<1>();  // S; the previous tile's P.V may still run
     wgmma::hold(s[0]);
-    release(kHalfK, tile);
+    release(kHalfK, tile, tile == computed - 1);
     const OutputRescale rescale = softmax(tile, s);
     wgmma::wait<0>();
     wgmma::hold(acc.o[0]);
@@ -341,13 +347,16 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     release(kHalfK, tile);
     release(kHalfV, tile);
   }
-  write_item(p, shared.record.item, g, acc, load_stats(shared), smem);
+  write_item_registers(p, shared.record.item, g, acc, load_stats(shared));
 }
 
-// The CTA: barriers, then each role's loop over the same queue entries. Per entry, the
-// consumers write the item's record and row tables and arrive on item_ready (thread 0 then
-// takes the next entry); the producer loads the item's tiles, then waits for item_done, which
-// the consumers arrive on after its output is written (thread 0 wrote next_item before).
+// The CTA: barriers, then each role's loop over the queue. The producer takes the entries:
+// per entry it writes the hand-off slot (entry n in slot n % 2; -1 once the queue is empty),
+// waits on q_empty for the consumers to be done with the previous item's Q tile, completes the
+// slot's item_ready and loads the item. The consumers copy the slot into their record, compute
+// the item and write its output. A slot is rewritten two entries later, after the producer's
+// q_empty wait of the entry between, which the consumers complete only after copying it; for the
+// same reason neither item_ready nor q_empty can complete twice before its waiter's next wait.
 __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem) {
   ItemShared& shared = item_shared(smem);
   if (thread_index() == 0) {
@@ -358,51 +367,71 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
         wgmma::barrier_init(barrier_address(shared.full[half][s]), 1);
         wgmma::barrier_init(barrier_address(shared.empty[half][s]), T::kThreads / 32);
       }
+      wgmma::barrier_init(barrier_address(shared.item_ready[half]), 1);
     }
-    wgmma::barrier_init(barrier_address(shared.item_ready), T::kThreads);
-    wgmma::barrier_init(barrier_address(shared.item_done), T::kThreads);
-    shared.next_item = atomicAdd(p.next_work_item, 1);
+    wgmma::barrier_init(barrier_address(shared.q_empty), T::kThreads / 32);
   }
   __syncthreads();
   if (thread_index() >= T::kThreads) {
     wgmma::shrink_registers<kProducerRegisters>();
     unsigned empty_phases = 0;
-    unsigned item_parity = 0;  // of item_ready and item_done alike
-    // next_item is read after item_done: thread 0 wrote it before arriving there.
-    while (shared.next_item < queue_entries(p)) {
-      wgmma::barrier_wait(barrier_address(shared.item_ready), item_parity);
-      produce_item(p, smem, empty_phases);
-      wgmma::barrier_wait(barrier_address(shared.item_done), item_parity);
-      item_parity ^= 1u;
+    unsigned q_parity = 0;
+    for (int slot = 0;; slot ^= 1) {
+      ItemHandOff& hand = shared.hand[slot];
+      if (load_thread() == 0) {
+        const int entry = atomicAdd(p.next_work_item, 1);
+        hand.entry = entry < queue_entries(p) ? entry : -1;
+      }
+      producer_sync();
+      const int entry = hand.entry;
+      if (entry >= 0) {
+        const WorkItem item = queue_item(p, entry);
+        const ItemGeometry g = item_geometry(p, item);
+        if (load_thread() == 0) hand.record = ItemRecord{item, g};
+        write_row_tables(p, item, g, hand.row_q_pos, hand.row_qo_head, load_thread(),
+                         kPrefillProducerThreads);
+        producer_sync();  // the record and row tables, for every producer thread
+      }
+      wgmma::barrier_wait(barrier_address(shared.q_empty), q_parity);
+      q_parity ^= 1u;
+      if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.item_ready[slot]));
+      if (entry < 0) break;
+      produce_item(p, hand, smem, empty_phases);
     }
   } else {
     wgmma::grow_registers<kConsumerRegisters>();
-    // Every stage starts released: the producer's first wait on each passes.
+    // Every stage and the Q tile start released: the producer's first waits pass.
     if (thread_index() % 32 == 0) {
 #pragma unroll
       for (int s = 0; s < T::kStages; ++s) {
         wgmma::barrier_arrive(barrier_address(shared.empty[kHalfK][s]));
         wgmma::barrier_arrive(barrier_address(shared.empty[kHalfV][s]));
       }
+      wgmma::barrier_arrive(barrier_address(shared.q_empty));
     }
     if (kPingPong && thread_index() >= 128) wgmma::named_arrive<T::kThreads>(kTurnBarrier);
-    unsigned full_phases = 0;
-    while (shared.next_item < queue_entries(p)) {
-      {
-        const WorkItem item = queue_item(p, shared.next_item);
-        const ItemGeometry g = item_geometry(p, item);
-        write_item_shared(p, item, g, shared);
-        if (thread_index() % 32 == 0) shared.spans[thread_index() / 32] = warp_span(p, item, g);
+    // Bits [0, 2 * kStages): the parities of the `full` phases (wait_half); from kItemCountBit
+    // up: the items taken, whose low bit is the hand-off slot and the next bit its item_ready
+    // parity (one register: a second one live across the item spills at the softmax's peak).
+    constexpr int kItemCountBit = 8;
+    static_assert(2 * T::kStages <= kItemCountBit, "phase bits");
+    for (unsigned phases = 0;; phases += 1u << kItemCountBit) {
+      const unsigned count = phases >> kItemCountBit;
+      const int slot = count & 1u;
+      wgmma::barrier_wait(barrier_address(shared.item_ready[slot]), (count >> 1) & 1u);
+      const ItemHandOff& hand = shared.hand[slot];
+      if (hand.entry < 0) break;
+      math_sync();  // every consumer is done with the previous item's record (its epilogue)
+      if (thread_index() == 0) shared.record = hand.record;
+      for (int r = thread_index(); r < T::kQueryTile; r += T::kThreads) {
+        shared.row_q_pos[r] = hand.row_q_pos[r];
+        shared.row_qo_head[r] = hand.row_qo_head[r];
       }
-      wgmma::barrier_arrive(barrier_address(shared.item_ready));
-      math_sync();  // every consumer read next_item
-      if (thread_index() == 0) shared.next_item = atomicAdd(p.next_work_item, 1);
-      consume_item(p, smem, full_phases);
-      math_sync();  // the next entry is visible to every consumer
-      // The epilogue's ordinary accesses to the Q tile and the stages come before the next
-      // item's bulk copies into them (another proxy).
-      wgmma::fence_async_shared();
-      wgmma::barrier_arrive(barrier_address(shared.item_done));
+      if (thread_index() % 32 == 0) {
+        shared.spans[thread_index() / 32] = warp_span(p, hand.record.item, hand.record.g);
+      }
+      math_sync();  // the record, row tables and spans are visible to every consumer
+      consume_item(p, smem, phases);
     }
   }
 }

@@ -138,13 +138,20 @@ constexpr int prefill_item_offset(const PrefillShape& s) {
                        2 * warps_kv * s.query_tile * 4;
   return main_loop > epilogue ? main_loop : epilogue;
 }
+// One slot of the Hopper family's item hand-off (kernels/prefill_traits.cuh ItemHandOff): a record
+// and the two row tables.
+constexpr int prefill_hand_off_bytes(const PrefillShape& s) {
+  return kPrefillItemRecordBytes + 2 * s.query_tile * 4;
+}
 constexpr int prefill_shared_bytes(const PrefillShape& s) {
   const int threads = prefill_threads(s);
   const int row_stats_bytes = threads * prefill_mma_q(s) * 4 * 4;
   const int loop_tile_bytes = threads * 4;
   const int warp_span_bytes = threads / 32 * 3 * 4;
-  // The Hopper family's mbarriers: full / empty per half stage (K, V), item ready / done.
-  const int pipeline_bytes = s.warpgroup != 0 ? (4 * kPrefillKvStages + 2) * 8 : 0;
+  // The Hopper family's mbarriers (full / empty per half stage, item_ready per hand-off slot,
+  // q_empty) and its two item hand-off slots.
+  const int pipeline_bytes =
+      s.warpgroup != 0 ? (4 * kPrefillKvStages + 3) * 8 + 2 * prefill_hand_off_bytes(s) : 0;
   const int bytes = prefill_item_offset(s) + pipeline_bytes + kPrefillItemRecordBytes +
                     2 * s.query_tile * 4 + row_stats_bytes + loop_tile_bytes + warp_span_bytes;
   return (bytes + 15) / 16 * 16;

@@ -160,19 +160,31 @@ struct ItemRecord {
 static_assert(sizeof(ItemRecord) + sizeof(int) <= kPrefillItemRecordBytes, "item record");
 // The Hopper family's pipeline (kernels/prefill_hopper.cuh): per half of a stage (kHalfK, kHalfV)
 // `full` completes when the producer's copies of it landed, `empty` when every consumer warp is
-// done reading it (K after S = Q K^T, V after O += P V, a turn later); item_ready completes when
-// the consumers wrote an item's record and row tables, item_done when they wrote its output (the
-// Q tile and the stages are free again).
+// done reading it (K after S = Q K^T, V after O += P V, a turn later). Work items travel the other
+// way one item ahead: the producer takes an entry from the queue, writes its record and row
+// tables into hand-off slot n % 2 and completes item_ready[n % 2] once q_empty says the consumers
+// are done with the previous item's Q tile (their last S = Q K^T), then loads the item; the
+// consumers copy the slot into their record, so the next item's loads overlap this item's last
+// tile and its epilogue (which writes from registers and touches no tile).
 constexpr int kHalfK = 0, kHalfV = 1;
+struct ItemHandOff {
+  ItemRecord record;
+  int entry;  // the queue entry, or -1: the queue is empty
+  unsigned char pad[kPrefillItemRecordBytes - sizeof(ItemRecord) - sizeof(int)];
+  int row_q_pos[T::kQueryTile];  // as ItemShared's
+  int row_qo_head[T::kQueryTile];
+};
 template <bool kPipelined>
 struct PipelineBarriers {
   unsigned long long full[2][T::kStages];
   unsigned long long empty[2][T::kStages];
-  unsigned long long item_ready;
-  unsigned long long item_done;
+  unsigned long long item_ready[2];
+  unsigned long long q_empty;
+  ItemHandOff hand[2];
 };
 template <>
 struct PipelineBarriers<false> {};
+static_assert(sizeof(ItemHandOff) == prefill_hand_off_bytes(T::kShape), "hand-off slot size");
 
 struct ItemShared : PipelineBarriers<T::kWarpgroup> {
   ItemRecord record;
