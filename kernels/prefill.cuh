@@ -453,11 +453,11 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   accumulate_pv(v_frag, s, acc);
 }
 
-// RoPE (kernels/rotary.cuh) on what landed for tile `tile`: its K rows (KV positions kv_lo +
-// tile * kKvTile + r), and with tile 0 the Q tile (row r at row_q_pos[r]). Rows past the item
-// hold zeros or keys no row sees.
+// RoPE (kernels/rotary.cuh) on what landed for tile `tile` in stage `stage`: its K rows (KV
+// positions kv_lo + tile * kKvTile + r), and with tile 0 the Q tile (row r at row_q_pos[r]).
+// Rows past the item hold zeros or keys no row sees.
 __device__ __forceinline__ void rotate_landed(const PrefillParams& p, const ItemGeometry& g,
-                                              const int* row_q_pos, int tile,
+                                              const int* row_q_pos, int tile, int stage,
                                               unsigned char* smem) {
   if (tile == 0) {
     rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kQueryTile, T::kLoadThreads>(
@@ -467,7 +467,7 @@ __device__ __forceinline__ void rotate_landed(const PrefillParams& p, const Item
   }
   const int first_pos = g.kv_lo + tile * T::kKvTile;
   rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kKvTile, T::kLoadThreads>(
-      smem + T::kQBytes + (tile % T::kStages) * T::kStageBytes, p.variant, load_thread(),
+      smem + T::kQBytes + stage * T::kStageBytes, p.variant, load_thread(),
       [](int row, int chunk) { return tile_offset<T::kQKRowBytes, T::kKvTile>(row, chunk); },
       [first_pos](int row) { return first_pos + row; });
 }
@@ -493,7 +493,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     // atomic's latency hides behind the item, the barrier at its end publishes the result.
     if (thread_index() == 0) shared.next_item = atomicAdd(p.next_work_item, 1);
     issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
-    if (g.num_tiles > 0) issue_kv(p, g, 0, smem);
+    if (g.num_tiles > 0) issue_kv(p, g, 0, 0, smem);
     cp_async_commit();
   }
   // From here on the item lives in shared memory.
@@ -520,12 +520,12 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     // them waits behind them in the memory queue.
     const int first_col = first_column(shared, tile);
     const WarpSpan span = shared.spans[thread_index() / 32];
-    if (tile + 1 < g.num_tiles) issue_kv(p, g, tile + 1, smem);
+    if (tile + 1 < g.num_tiles) issue_kv(p, g, tile + 1, (tile + 1) % T::kStages, smem);
     // Slot tile % 2 was last read by issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < g.num_tiles) issue_page_ids(p, g, tile + 2, smem);
     cp_async_commit();
     if constexpr (Variant::kRotary) {
-      rotate_landed(p, g, shared.row_q_pos, tile, smem);
+      rotate_landed(p, g, shared.row_q_pos, tile, tile % T::kStages, smem);
       __syncthreads();  // the rotated rows are visible
     }
     // Warp-uniform: columns no row of the warp sees contribute exactly nothing (skipped);

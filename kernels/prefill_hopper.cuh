@@ -65,19 +65,19 @@ __device__ __forceinline__ unsigned barrier_address(const unsigned long long& ba
 __device__ __forceinline__ int warp_uniform(int value) {
   return __shfl_sync(0xffffffffu, value, 0);
 }
-// stage_address (prefill.cuh) with the stage broadcast: stage_address of a broadcast tile takes
-// the modulo again in the uniform datapath (16 more instructions per kernel, SASS).
-__device__ __forceinline__ unsigned uniform_stage_address(const unsigned char* smem, int tile) {
-  return shared_address(smem) + T::kQBytes + warp_uniform(tile % T::kStages) * T::kStageBytes;
+// The address of stage `stage`, broadcast (stage_address of a broadcast tile takes the modulo
+// again in the uniform datapath: 16 more instructions per kernel, SASS).
+__device__ __forceinline__ unsigned uniform_stage_address(const unsigned char* smem, int stage) {
+  return shared_address(smem) + T::kQBytes + warp_uniform(stage) * T::kStageBytes;
 }
 
 // S = Q K^T for this warpgroup's 64 rows (issued, not waited for).
-__device__ __forceinline__ void issue_scores(const unsigned char* smem, int tile,
+__device__ __forceinline__ void issue_scores(const unsigned char* smem, int stage,
                                              float (&s)[T::kMmaQ][T::kTilesS][4]) {
   const unsigned q_tile = shared_address(smem);
   const unsigned long long q_desc =
       wgmma::k_major_tile(q_tile + warp_uniform(thread_index() / 128) * 64 * wgmma::kPanelBytes);
-  const unsigned long long k_desc = wgmma::k_major_tile(uniform_stage_address(smem, tile));
+  const unsigned long long k_desc = wgmma::k_major_tile(uniform_stage_address(smem, stage));
   wgmma::fence();
 #pragma unroll
   for (int ks = 0; ks < T::kStepsQK; ++ks) {
@@ -103,11 +103,11 @@ __device__ __forceinline__ void to_fragments(const float (&s)[T::kMmaQ][T::kTile
   }
 }
 
-// O += P V with tile `tile`'s V (issued, not waited for).
-__device__ __forceinline__ void issue_pv(const unsigned char* smem, int tile, const Probabilities& p,
+// O += P V with the V of stage `stage` (issued, not waited for).
+__device__ __forceinline__ void issue_pv(const unsigned char* smem, int stage, const Probabilities& p,
                                          RowState& acc) {
   const unsigned long long v_desc =
-      wgmma::mn_major_tile<T::kKvTile>(uniform_stage_address(smem, tile) + T::kKBytes);
+      wgmma::mn_major_tile<T::kKvTile>(uniform_stage_address(smem, stage) + T::kKBytes);
   wgmma::hold(acc.o[0]);
   wgmma::fence();
 #pragma unroll
@@ -136,12 +136,30 @@ __device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, It
 
 // --- the roles ------------------------------------------------------------------------------
 
-// Waits for the next phase of half `half` of tile `tile`'s stage in `barriers` (`full` or
-// `empty`), whose parity is bit half * kStages + stage of `bits`, and flips that bit.
+// Each role's phase bits, one register (a second one live across the item spills at the
+// softmax's peak): bits [0, 2 * kStages) are the parities of the next `full` (consumers) or
+// `empty` (producer) phase of each half stage, bit kStageBaseBit the stage of the item's first
+// tile (the stages run on across items, so that the next item's first tile goes to the stage its
+// predecessor's last tile did not use), and the consumers count their items from kItemCountBit
+// up (the low bit: the item's hand-off slot; the next: that slot's item_ready parity).
+constexpr int kStageBaseBit = 2 * T::kStages;
+constexpr int kItemCountBit = 8;
+static_assert(T::kStages == 2, "a stage base of one bit");
+// The stage of the item's tile `tile` (and the argument the stage helpers below take).
+__device__ __forceinline__ int stage_of(unsigned phases, int tile) {
+  return (tile + static_cast<int>(phases >> kStageBaseBit)) & 1;
+}
+// After an item of num_tiles tiles: the next item's first stage.
+__device__ __forceinline__ void advance_stages(unsigned& phases, int num_tiles) {
+  phases ^= static_cast<unsigned>(num_tiles & 1) << kStageBaseBit;
+}
+
+// Waits for the next phase of half `half` of stage `stage` in `barriers` (`full` or `empty`),
+// whose parity is bit half * kStages + stage of `bits`, and flips that bit.
 __device__ __forceinline__ void wait_half(const unsigned long long (&barriers)[2][T::kStages],
-                                          unsigned& bits, int half, int tile) {
-  const int bit = half * T::kStages + tile % T::kStages;
-  wgmma::barrier_wait(barrier_address(barriers[half][tile % T::kStages]), (bits >> bit) & 1u);
+                                          unsigned& bits, int half, int stage) {
+  const int bit = half * T::kStages + stage;
+  wgmma::barrier_wait(barrier_address(barriers[half][stage]), (bits >> bit) & 1u);
   bits ^= 1u << bit;
 }
 
@@ -154,9 +172,10 @@ constexpr bool kBulkKV = !T::kPaged && !Variant::kRotary;
 
 template <int kHalf>
 __device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const ItemGeometry& g,
-                                                int tile, unsigned char* smem, unsigned full) {
+                                                int tile, int stage, unsigned char* smem,
+                                                unsigned full) {
   constexpr int kDim = kHalf == kHalfK ? T::kHeadDimQK : T::kHeadDimVO;
-  const unsigned dst = stage_address(smem, tile) + (kHalf == kHalfK ? 0 : T::kKBytes);
+  const unsigned dst = stage_address(smem, stage) + (kHalf == kHalfK ? 0 : T::kKBytes);
   const int row = static_cast<int>(g.kv_base) + g.kv_lo + tile * T::kKvTile;
   wgmma::barrier_arrive_expect(full, T::kKvTile * kDim * 2);
 #pragma unroll
@@ -187,7 +206,13 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
-  if (num_tiles == 0) return;
+  const auto q_landed = [&shared] {
+    if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.q_full));
+  };
+  if (num_tiles == 0) {
+    q_landed();  // nothing to load, but one q_full phase per item
+    return;
+  }
   if constexpr (T::kPaged) {
     issue_page_ids(p, g, 0, smem);
     issue_page_ids(p, g, 1, smem);
@@ -197,42 +222,47 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
   }
   if (kBulkKV && p.bulk_kv != 0) {
     for (int tile = 0; tile < num_tiles; ++tile) {
-      const int stage = tile % T::kStages;
-      wait_half(shared.empty, empty_phases, kHalfK, tile);
-      if (tile == 0) {  // Q, gathered (packed rows), lands before the first K is published
+      const int stage = stage_of(empty_phases, tile);
+      wait_half(shared.empty, empty_phases, kHalfK, stage);
+      if (load_thread() == 0) {
+        issue_bulk_half<kHalfK>(p, g, tile, stage, smem,
+                                barrier_address(shared.full[kHalfK][stage]));
+      }
+      if (tile == 0) {  // Q, gathered (packed rows), while the first K is in flight
         issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
         cp_async_commit();
         cp_async_wait<0>();
         wgmma::fence_async_shared();
         producer_sync();
+        q_landed();
       }
+      wait_half(shared.empty, empty_phases, kHalfV, stage);
       if (load_thread() == 0) {
-        issue_bulk_half<kHalfK>(p, g, tile, smem, barrier_address(shared.full[kHalfK][stage]));
-      }
-      wait_half(shared.empty, empty_phases, kHalfV, tile);
-      if (load_thread() == 0) {
-        issue_bulk_half<kHalfV>(p, g, tile, smem, barrier_address(shared.full[kHalfV][stage]));
+        issue_bulk_half<kHalfV>(p, g, tile, stage, smem,
+                                barrier_address(shared.full[kHalfV][stage]));
       }
     }
+    advance_stages(empty_phases, num_tiles);
     return;
   }
   // Both halves' copies are in flight before the producer waits for K's (one round trip per
   // tile, not two).
   for (int tile = 0; tile < num_tiles; ++tile) {
-    const int stage = tile % T::kStages;
-    wait_half(shared.empty, empty_phases, kHalfK, tile);
+    const int stage = stage_of(empty_phases, tile);
+    wait_half(shared.empty, empty_phases, kHalfK, stage);
     if (tile == 0) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
-    issue_kv<true, false>(p, g, tile, smem);
+    issue_kv<true, false>(p, g, tile, stage, smem);
     cp_async_commit();
     if constexpr (Variant::kRotary) {
       cp_async_wait<0>();
       producer_sync();
-      rotate_landed(p, g, hand.row_q_pos, tile, smem);
+      rotate_landed(p, g, hand.row_q_pos, tile, stage, smem);
     }
-    wait_half(shared.empty, empty_phases, kHalfV, tile);
-    issue_kv<false, true>(p, g, tile, smem);
+    wait_half(shared.empty, empty_phases, kHalfV, stage);
+    issue_kv<false, true>(p, g, tile, stage, smem);
     cp_async_commit();
-    publish_half<1>(shared, kHalfK, stage);
+    publish_half<1>(shared, kHalfK, stage);  // Q, with tile 0, in the same group as K
+    if (tile == 0) q_landed();
     publish_half<0>(shared, kHalfV, stage);
     // Slot tile % 2 was read by every producer thread's issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < num_tiles) {
@@ -240,6 +270,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
       cp_async_commit();
     }
   }
+  advance_stages(empty_phases, num_tiles);
 }
 
 // The consumers' part of an item, in FA3's order: one tensor-core turn per KV tile issues
@@ -264,13 +295,13 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     init_state(acc, st);
     store_stats(shared, st);
   }
-  // Releases a half of tile `tile`'s stage, and with `q` the Q tile: once this warp's last
+  // Releases a half of stage `stage`, and with `q` the Q tile: once this warp's last
   // S = Q K^T landed, the producer may load the next item's (one lane's arrivals in one branch:
   // a second __syncwarp under its own condition made ptxas duplicate the softmax, SASS).
-  const auto release = [&shared](int half, int tile, bool q = false) {
+  const auto release = [&shared](int half, int stage, bool q = false) {
     __syncwarp();
     if (thread_index() % 32 == 0) {
-      if (half >= 0) wgmma::barrier_arrive(barrier_address(shared.empty[half][tile % T::kStages]));
+      if (half >= 0) wgmma::barrier_arrive(barrier_address(shared.empty[half][stage]));
       if (q) wgmma::barrier_arrive(barrier_address(shared.q_empty));
     }
   };
@@ -298,32 +329,33 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
   // makes ptxas serialize every MMA of the kernel (C7520).
   Probabilities probabilities;
   for (int tile = 0; tile < min(computed, 1); ++tile) {
-    wait_half(shared.full, full_phases, kHalfK, tile);
+    wgmma::barrier_wait(barrier_address(shared.q_full), (full_phases >> kItemCountBit) & 1u);
+    wait_half(shared.full, full_phases, kHalfK, stage_of(full_phases, tile));
     float s[T::kMmaQ][T::kTilesS][4];
     turn_begin();
-    issue_scores(smem, tile, s);
+    issue_scores(smem, stage_of(full_phases, tile), s);
     turn_end();
     wgmma::wait<0>();
     wgmma::hold(s[0]);
-    release(kHalfK, tile, computed == 1);
+    release(kHalfK, stage_of(full_phases, tile), computed == 1);
     softmax(tile, s);  // O is still zero: no rescale
     to_fragments(s, probabilities);
   }
   for (int tile = 1; tile < computed; ++tile) {
-    wait_half(shared.full, full_phases, kHalfK, tile);
-    wait_half(shared.full, full_phases, kHalfV, tile - 1);
+    wait_half(shared.full, full_phases, kHalfK, stage_of(full_phases, tile));
+    wait_half(shared.full, full_phases, kHalfV, stage_of(full_phases, tile - 1));
     float s[T::kMmaQ][T::kTilesS][4];
     turn_begin();
-    issue_scores(smem, tile, s);
-    issue_pv(smem, tile - 1, probabilities, acc);
+    issue_scores(smem, stage_of(full_phases, tile), s);
+    issue_pv(smem, stage_of(full_phases, tile - 1), probabilities, acc);
     turn_end();
     wgmma::wait<1>();  // S; the previous tile's P.V may still run
     wgmma::hold(s[0]);
-    release(kHalfK, tile, tile == computed - 1);
+    release(kHalfK, stage_of(full_phases, tile), tile == computed - 1);
     const OutputRescale rescale = softmax(tile, s);
     wgmma::wait<0>();
     wgmma::hold(acc.o[0]);
-    release(kHalfV, tile - 1);
+    release(kHalfV, stage_of(full_phases, tile - 1));
     rescale_output(acc, rescale);
     to_fragments(s, probabilities);
   }
@@ -332,31 +364,33 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
   turn_begin();
   if (computed == 0) turn_end();
   for (int tile = max(computed, 1) - 1; tile < computed; ++tile) {
-    wait_half(shared.full, full_phases, kHalfV, tile);
-    issue_pv(smem, tile, probabilities, acc);
+    wait_half(shared.full, full_phases, kHalfV, stage_of(full_phases, tile));
+    issue_pv(smem, stage_of(full_phases, tile), probabilities, acc);
     turn_end();
     wgmma::wait<0>();
     wgmma::hold(acc.o[0]);
-    release(kHalfV, tile);
+    release(kHalfV, stage_of(full_phases, tile));
   }
   for (int tile = computed; tile < num_tiles; ++tile) {
-    wait_half(shared.full, full_phases, kHalfK, tile);
-    wait_half(shared.full, full_phases, kHalfV, tile);
+    wait_half(shared.full, full_phases, kHalfK, stage_of(full_phases, tile));
+    wait_half(shared.full, full_phases, kHalfV, stage_of(full_phases, tile));
     turn_begin();
     turn_end();
-    release(kHalfK, tile);
-    release(kHalfV, tile);
+    release(kHalfK, stage_of(full_phases, tile));
+    release(kHalfV, stage_of(full_phases, tile));
   }
+  advance_stages(full_phases, num_tiles);
   write_item_registers(p, shared.record.item, g, acc, load_stats(shared));
 }
 
 // The CTA: barriers, then each role's loop over the queue. The producer takes the entries:
 // per entry it writes the hand-off slot (entry n in slot n % 2; -1 once the queue is empty),
 // waits on q_empty for the consumers to be done with the previous item's Q tile, completes the
-// slot's item_ready and loads the item. The consumers copy the slot into their record, compute
-// the item and write its output. A slot is rewritten two entries later, after the producer's
-// q_empty wait of the entry between, which the consumers complete only after copying it; for the
-// same reason neither item_ready nor q_empty can complete twice before its waiter's next wait.
+// slot's item_ready and loads the item (q_full once per item: its Q tile landed, or it has no
+// tiles). The consumers copy the slot into their record, compute the item and write its output.
+// A slot is rewritten two entries later, after the producer's q_empty wait of the entry between,
+// which the consumers complete only after copying it; for the same reason none of item_ready,
+// q_full and q_empty can complete twice before its waiter's next wait.
 __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem) {
   ItemShared& shared = item_shared(smem);
   if (thread_index() == 0) {
@@ -369,6 +403,7 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
       }
       wgmma::barrier_init(barrier_address(shared.item_ready[half]), 1);
     }
+    wgmma::barrier_init(barrier_address(shared.q_full), 1);
     wgmma::barrier_init(barrier_address(shared.q_empty), T::kThreads / 32);
   }
   __syncthreads();
@@ -410,11 +445,7 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
       wgmma::barrier_arrive(barrier_address(shared.q_empty));
     }
     if (kPingPong && thread_index() >= 128) wgmma::named_arrive<T::kThreads>(kTurnBarrier);
-    // Bits [0, 2 * kStages): the parities of the `full` phases (wait_half); from kItemCountBit
-    // up: the items taken, whose low bit is the hand-off slot and the next bit its item_ready
-    // parity (one register: a second one live across the item spills at the softmax's peak).
-    constexpr int kItemCountBit = 8;
-    static_assert(2 * T::kStages <= kItemCountBit, "phase bits");
+    // The phase bits (stage_of) with the item count.
     for (unsigned phases = 0;; phases += 1u << kItemCountBit) {
       const unsigned count = phases >> kItemCountBit;
       const int slot = count & 1u;

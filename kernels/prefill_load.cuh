@@ -188,13 +188,15 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
   }
 }
 
-// kCopyK / kCopyV: which halves of the stage (the Hopper family's producer copies them apart).
+// Tile `tile` of the item into stage `stage` (the mma.sync family's tile % kStages; the Hopper
+// family's stages run on across items), its page ids from slot tile % kStages. kCopyK / kCopyV:
+// which halves of the stage (the Hopper family's producer copies them apart).
 template <bool kCopyK = true, bool kCopyV = true>
 __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeometry& g, int tile,
-                                         unsigned char* smem) {
-  const int stage = tile % T::kStages;
+                                         int stage, unsigned char* smem) {
   const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
-  const int* page_ids = reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + stage * T::kKvTile;
+  const int* page_ids =
+      reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + (tile % T::kStages) * T::kKvTile;
   const int start = g.kv_lo + tile * T::kKvTile;
   // The Hopper family's producer (56 registers, kernels/prefill_hopper.cuh) copies paged tiles
   // row by row: the full-tile path's page ids held in registers spill there.

@@ -149,9 +149,9 @@ constexpr int prefill_shared_bytes(const PrefillShape& s) {
   const int loop_tile_bytes = threads * 4;
   const int warp_span_bytes = threads / 32 * 3 * 4;
   // The Hopper family's mbarriers (full / empty per half stage, item_ready per hand-off slot,
-  // q_empty) and its two item hand-off slots.
+  // q_full, q_empty) and its two item hand-off slots.
   const int pipeline_bytes =
-      s.warpgroup != 0 ? (4 * kPrefillKvStages + 3) * 8 + 2 * prefill_hand_off_bytes(s) : 0;
+      s.warpgroup != 0 ? (4 * kPrefillKvStages + 4) * 8 + 2 * prefill_hand_off_bytes(s) : 0;
   const int bytes = prefill_item_offset(s) + pipeline_bytes + kPrefillItemRecordBytes +
                     2 * s.query_tile * 4 + row_stats_bytes + loop_tile_bytes + warp_span_bytes;
   return (bytes + 15) / 16 * 16;

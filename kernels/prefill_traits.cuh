@@ -163,7 +163,8 @@ static_assert(sizeof(ItemRecord) + sizeof(int) <= kPrefillItemRecordBytes, "item
 // done reading it (K after S = Q K^T, V after O += P V, a turn later). Work items travel the other
 // way one item ahead: the producer takes an entry from the queue, writes its record and row
 // tables into hand-off slot n % 2 and completes item_ready[n % 2] once q_empty says the consumers
-// are done with the previous item's Q tile (their last S = Q K^T), then loads the item; the
+// are done with the previous item's Q tile (their last S = Q K^T), then loads the item (q_full
+// once its Q tile landed); the
 // consumers copy the slot into their record, so the next item's loads overlap this item's last
 // tile and its epilogue (which writes from registers and touches no tile).
 constexpr int kHalfK = 0, kHalfV = 1;
@@ -179,6 +180,7 @@ struct PipelineBarriers {
   unsigned long long full[2][T::kStages];
   unsigned long long empty[2][T::kStages];
   unsigned long long item_ready[2];
+  unsigned long long q_full;  // the item's Q tile landed (and is rotated)
   unsigned long long q_empty;
   ItemHandOff hand[2];
 };
