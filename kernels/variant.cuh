@@ -174,10 +174,25 @@ __device__ __forceinline__ float row_max_start() {
 }
 
 // tanh through exp2: absolute error ~1e-7 everywhere (the logit is cap * tanh, so absolute
-// error is what reaches the softmax), saturates to +-1 without NaN for |x| -> inf.
+// error is what reaches the softmax), saturates to +-1 without NaN for |x| -> inf. Two
+// special-function operations (ex2, rcp) per logit.
 __device__ __forceinline__ float tanh_via_exp2(float x) {
   const float e = fast_exp2(2.0f * kLog2e * x);
   return 1.0f - 2.0f * fast_rcp(1.0f + e);
+}
+// tanh on the special-function unit (tanh.approx.f32, sm_75 and later): one operation, error
+// ~2^-11 relative (a logit near the cap of 30 moves by up to ~0.015), the tanh of FlashInfer's
+// and FlashAttention-3's soft-cap. With the softmax's exp2 a soft-capped logit takes two
+// special-function operations instead of three: that unit, a quarter of the FMA rate, bounds
+// the soft-cap kernels (docs/perf.md, variants on the Hopper family).
+__device__ __forceinline__ float fast_tanh(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 750
+  return tanh_via_exp2(x);
+#else
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
 }
 
 // AttentionParams semantics (include/flare/variant/attention_params.h), in log2 units:
@@ -226,7 +241,7 @@ struct StandardVariant : VariantBase {
   }
   __device__ float logits_transform(const VariantParams& p, float s, int kv_pos) const {
     if (kAlibi) s += alibi_step * static_cast<float>(kv_pos - q_pos);
-    if (kSoftCap) s = p.logits_soft_cap * kLog2e * tanh_via_exp2(s);
+    if (kSoftCap) s = p.logits_soft_cap * kLog2e * fast_tanh(s);
     // s is the natural logit times log2 e: sigmoid(x) = 1 / (1 + 2^(-x log2 e)).
     if (kSigmoid) s = fast_rcp(1.0f + fast_exp2(-fmaf(p.sigmoid_bias, kLog2e, s)));
     return s;

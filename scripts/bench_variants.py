@@ -43,7 +43,7 @@ struct Variant : flare::VariantBase {
     return p.sm_scale / Scalars::cap(p);
   }
   __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
-    return Scalars::cap(p) * flare::kLog2e * flare::tanh_via_exp2(s);
+    return Scalars::cap(p) * flare::kLog2e * flare::fast_tanh(s);
   }
 };
 """)

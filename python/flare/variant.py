@@ -11,7 +11,7 @@ needs; every hook has a default (plain softmax attention with sm_scale)::
         return p.sm_scale / Scalars::cap(p);
       }
       __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
-        return Scalars::cap(p) * flare::kLog2e * flare::tanh_via_exp2(s);
+        return Scalars::cap(p) * flare::kLog2e * flare::fast_tanh(s);
       }
     };''')
     wrapper.plan(..., variant=soft_cap)

@@ -45,7 +45,7 @@ __device__ __forceinline__ float ptx_log2(float x) {
   asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ float tanh(float x) { return flare::tanh_via_exp2(x); }
+__device__ __forceinline__ float tanh(float x) { return flare::fast_tanh(x); }  // as FlashInfer's
 }  // namespace math
 #define REGISTER_LOGITS_TRANSFORM(params, logits, batch_idx, qo_idx, kv_idx, qo_head_idx,      \
                                   kv_head_idx, ...)                                            \
