@@ -5,15 +5,10 @@
 # unpaired: the tests have a timeout), then what `bench` runs: the package installed from this
 # tree and bench_python.py's prefill rows next to cuDNN and FlashInfer fa3. Carry .anchors-fi.
 # Usage (GPU machine, OUT set): experiments/hopper_next_check.sh [tests | bench]
-# Prepared for the next session (2026-11-26, fifth session; compiles for every shipped config with
-# 0 spills and no serialized MMA, not run): experiments/hopper_v10_arrive_on_copies.patch, the
-# paged / unaligned gathers without RoPE arriving on `full` when each producer thread's copies
-# land (cp.async.mbarrier.arrive.noinc; the consumers fence after the wait), no round trip in
-# the producer. Prediction: Hopper paged (page 16) from 172 / 190 to >= FA2's 337 / 347 TFLOP/s at
-# 4096 / 16384; if so, `auto` can take paged K/V again (src/api/prefill_config.cpp). One call:
-#   git apply experiments/hopper_v10_arrive_on_copies.patch && OUT=$OUT/v10 \
-#   experiments/hopper_next_check.sh tests && FLARE_BENCH_BACKEND=fa3 build-gpu/bench_prefill
-#   (bench_prefill built as scripts/bench_prefill.cpp says; FLARE_BENCH_BACKEND=fa2 for the anchor).
+# The C++ bench on the same build: g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill.cpp
+#   -Lbuild-gpu -lflare -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_prefill, then
+#   FLARE_BENCH_BACKEND=fa3 (or fa2) build-gpu/bench_prefill. (The sixth session's v10 patch, the
+#   gathers arriving on `full` by themselves, ran here and was not kept: docs/perf.md.)
 set -uo pipefail
 MODE=${1:-tests}
 mkdir -p "$OUT"
