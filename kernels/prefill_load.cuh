@@ -188,6 +188,54 @@ __device__ __forceinline__ void copy_full_tile(unsigned dst, const void* base, l
   }
 }
 
+// The Hopper family's producer (40 registers) on a paged tile whose rows are all visible: each
+// thread copies chunk tid % kChunks of rows tid / kChunks + i * kRowStep in groups of up to 8
+// rows, the group's page ids read from shared memory before its copies are issued (one round
+// trip a group: copy_rows reads an id and computes a row's address before each copy, a shared
+// load's latency per 16 bytes). Ids out of range read page 0 (load_row_pages' rule); the return
+// says whether one was. kv_pos: the tile's first KV position.
+template <int kChunks>
+__device__ __forceinline__ bool copy_paged_tile_grouped(const PrefillParams& p, unsigned dst,
+                                                        const void* base, int kv_pos,
+                                                        int kv_head, const int* page_ids,
+                                                        long long stride_page,
+                                                        long long stride_slot,
+                                                        long long stride_head) {
+  using Rows = FullTileRows<kChunks>;
+  constexpr int kGroup = Rows::kCopies < 8 ? Rows::kCopies : 8;
+  static_assert(Rows::kExact && Rows::kCopies % kGroup == 0, "whole groups of whole rows");
+  const int tid = load_thread();
+  const int row0 = tid / kChunks;
+  const unsigned char* head =
+      static_cast<const unsigned char*>(base) + kv_head * stride_head * 2 + (tid % kChunks) * 16;
+  // Byte strides of a page and a slot fit 32 bits (BatchPrefill::run checks), ids in range are
+  // below num_pages and positions are not negative: unsigned 32-bit products, one wide
+  // multiply-add per copy.
+  const unsigned page_bytes = static_cast<unsigned>(stride_page) * 2u;
+  const unsigned slot_bytes = static_cast<unsigned>(stride_slot) * 2u;
+  bool unread = false;
+#pragma unroll
+  for (int first = 0; first < Rows::kCopies; first += kGroup) {
+    unsigned pages[kGroup];
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      const unsigned page = page_ids[row0 + (first + j) * Rows::kRowStep];
+      const bool out = page >= static_cast<unsigned>(p.num_pages);
+      unread |= out;
+      pages[j] = out ? 0u : page;
+    }
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      const int row = row0 + (first + j) * Rows::kRowStep;
+      const unsigned slot = static_cast<unsigned>(kv_pos + row) % T::kPageSize;
+      const unsigned long long offset =
+          static_cast<unsigned long long>(pages[j]) * page_bytes + slot * slot_bytes;
+      cp_async_16(dst + tile_offset<kChunks * 16, T::kKvTile>(row, tid % kChunks), head + offset);
+    }
+  }
+  return unread;
+}
+
 // Tile `tile` of the item into stage `stage` (the mma.sync family's tile % kStages; the Hopper
 // family's stages run on across items), its page ids from slot tile % kStages. kCopyK / kCopyV:
 // which halves of the stage (the Hopper family's producer copies them apart).
@@ -198,8 +246,27 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
   const int* page_ids =
       reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + (tile % T::kStages) * T::kKvTile;
   const int start = g.kv_lo + tile * T::kKvTile;
-  // The Hopper family's producer (56 registers, kernels/prefill_hopper.cuh) copies paged tiles
-  // row by row: the full-tile path's page ids held in registers spill there.
+  // The Hopper family's producer (40 registers, kernels/prefill_hopper.cuh) copies paged tiles
+  // a group of rows at a time: the full-tile path's page ids held in registers spill there.
+  if constexpr (T::kWarpgroup && T::kPaged && FullTileRows<T::kQKChunks>::kExact &&
+                FullTileRows<T::kVChunks>::kExact) {
+    if (start + T::kKvTile <= g.kv_hi) {  // CTA-uniform, as below
+      const int kv_head = g.kv_head;
+      bool unread = false;
+      if constexpr (kCopyK) {
+        unread |= copy_paged_tile_grouped<T::kQKChunks>(p, k_dst, p.k, start, kv_head, page_ids,
+                                                        p.k_stride_page, p.k_stride_slot,
+                                                        p.k_stride_head);
+      }
+      if constexpr (kCopyV) {
+        unread |= copy_paged_tile_grouped<T::kVChunks>(p, k_dst + T::kKBytes, p.v, start,
+                                                       kv_head, page_ids, p.v_stride_page,
+                                                       p.v_stride_slot, p.v_stride_head);
+      }
+      if (unread) report_tile_pages(p, g, start, page_ids);
+      return;
+    }
+  }
   if constexpr ((!T::kWarpgroup || !T::kPaged) && T::kLoadThreads % T::kQKChunks == 0 &&
                 T::kLoadThreads % T::kVChunks == 0) {
     // CTA-uniform: only an item's last tile can hold rows past kv_hi.

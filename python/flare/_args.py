@@ -36,8 +36,8 @@ _OTHER_BACKENDS = ("cudnn", "trtllm-gen", "cutlass", "cute-dsl", "cutile")
 def check_backend(where, backend, cuda=True, families=("fa2", "fa3")):
     """"auto", or on CUDA one of `families`: "fa2" (flare's mma.sync kernels, every GPU) or, for
     prefill, "fa3" (its Hopper kernels, warpgroup MMAs: sm_90 only, query tiles of 64 or 128
-    rows); "auto" takes fa3 on sm_90 for ragged K/V without RoPE at query tiles of 64 rows and
-    more (paged K/V and RoPE run faster on fa2 there: docs/perf.md), fa2 elsewhere. A
+    rows); "auto" takes fa3 on sm_90 for K/V without RoPE (ragged or paged) at query tiles of 64
+    rows and more (RoPE runs faster on fa2 there: docs/perf.md), fa2 elsewhere. A
     backend flare does not have raises NotImplementedError naming it, an unknown name
     ValueError."""
     if backend == "auto" or (backend in families and cuda):

@@ -414,14 +414,14 @@ PrefillDeviceLimits api_detail::limits_under_backend(PrefillDeviceLimits limits,
               ErrorCode::kUnsupported, kWhat,
               ": backend kFA3 (the Hopper family, warpgroup MMAs) needs an sm_90 GPU, device ",
               config.device, " is not one");
-  // Under kAuto the Hopper family takes ragged K/V without RoPE only, which its producer loads
-  // by bulk tensor copies. Its cp.async gathers (paged K/V; RoPE, which rotates the landed rows)
-  // measured 0.5x the FA2 family on paged K/V (H200, page 16: docs/perf.md, Hopper v9), so
-  // those stay on FA2 unless kFA3 asks for the Hopper family.
-  const bool gathered =
-      config.kv == PrefillKV::kPaged || config.params.pos_encoding == PosEncoding::kRopeLlama;
+  // Under kAuto the Hopper family takes K/V without RoPE, ragged (bulk tensor copies) or paged
+  // (the producer's gathers in groups of rows: 1.03-1.13x the FA2 family on causal prefill at
+  // page 16, 0.98x on append; H200, docs/perf.md, Hopper v14). RoPE, whose producer rotates
+  // the landed rows, has not been measured on it since v9 (0.5x then) and stays on FA2 unless
+  // kFA3 asks for the Hopper family.
+  const bool rotated = config.params.pos_encoding == PosEncoding::kRopeLlama;
   limits.warpgroup_mma = limits.warpgroup_mma && config.backend != PrefillBackend::kFA2 &&
-                         (config.backend == PrefillBackend::kFA3 || !gathered);
+                         (config.backend == PrefillBackend::kFA3 || !rotated);
   limits.warpgroup_only = config.backend == PrefillBackend::kFA3;
   return limits;
 }

@@ -21,7 +21,7 @@ int prefill_group_size(const BatchPrefillConfig& c);  // H_qo / H_kv
 
 // The limits choose_prefill_tiles reads, of a device (warpgroup_mma: sm_90), and under a
 // config's backend (kFA2 turns the Hopper family off, kFA3 makes it the only one and throws
-// kUnsupported off sm_90; kAuto keeps it for ragged K/V without RoPE only).
+// kUnsupported off sm_90; kAuto keeps it for K/V without RoPE only).
 PrefillDeviceLimits prefill_limits_of(const cuda::DeviceProperties& props);
 PrefillDeviceLimits limits_under_backend(PrefillDeviceLimits limits,
                                          const BatchPrefillConfig& config);

@@ -122,9 +122,9 @@ TEST(ChoosePrefillTiles, HopperFamilyTakesQueryTilesOf64And128) {
   EXPECT_EQ(choose_prefill_tiles(1, 256, 256, causal, hopper), (PrefillTiles{128, 64, true}));
 }
 
-// kAuto: the Hopper family for ragged K/V without RoPE (its bulk-copy producer); paged K/V and
-// RoPE, which its producer gathers, stay on FA2 unless kFA3 asks (docs/perf.md, Hopper v9).
-TEST(PrefillBackendLimits, AutoTakesTheHopperFamilyForRaggedWithoutRopeOnly) {
+// kAuto: the Hopper family for K/V without RoPE, ragged or paged; RoPE, whose producer rotates
+// the landed rows, stays on FA2 unless kFA3 asks (docs/perf.md, Hopper v9 and v14).
+TEST(PrefillBackendLimits, AutoTakesTheHopperFamilyWithoutRopeOnly) {
   PrefillDeviceLimits hopper = h100_prefill_limits();
   hopper.warpgroup_mma = true;
   BatchPrefillConfig c;
@@ -137,6 +137,8 @@ TEST(PrefillBackendLimits, AutoTakesTheHopperFamilyForRaggedWithoutRopeOnly) {
   EXPECT_TRUE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
   c.params.pos_encoding = PosEncoding::kNone;
   c.kv = PrefillKV::kPaged;
+  EXPECT_TRUE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
+  c.params.pos_encoding = PosEncoding::kRopeLlama;
   EXPECT_FALSE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
   c.backend = PrefillBackend::kFA3;
   EXPECT_TRUE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
