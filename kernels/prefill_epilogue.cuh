@@ -12,20 +12,6 @@ __device__ __forceinline__ float row_sum(float d) {
   return d + __shfl_xor_sync(0xffffffffu, d, 2);
 }
 
-// A row's softmax denominator (its quad's parts summed), whether the row saw no key, and the
-// factor that normalizes its o (without softmax, o is the weighted sum itself:
-// kernels/variant.cuh).
-struct RowNorm {
-  float d;
-  bool empty;
-  float norm;
-};
-__device__ __forceinline__ RowNorm row_norm(const PrefillParams& p, float d_part) {
-  const float d = row_sum(d_part);
-  const bool empty = d == 0.0f;
-  return {d, empty, !Variant::use_softmax ? p.v_scale : empty ? 0.0f : p.v_scale / d};
-}
-
 // Write-through of an item computed by one KV warp per row (kWarpsKV == 1): each thread
 // normalizes its own accumulators, stages them in o's 16-bit type in the swizzled rows of the
 // Q tile (its ldmatrix layout: a warp's 4-byte stores hit 32 distinct banks), and the CTA then
@@ -41,7 +27,10 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const auto [d, empty, norm] = row_norm(p, st.d[mi][h]);
+      const float d = row_sum(st.d[mi][h]);
+      const bool empty = d == 0.0f;
+      // Without softmax, o is the weighted sum itself (kernels/variant.cuh).
+      const float norm = !Variant::use_softmax ? p.v_scale : empty ? 0.0f : p.v_scale / d;
       const int r = local_row(mi, h);
 #pragma unroll
       for (int dn = 0; dn < T::kTilesO; ++dn) {
@@ -90,11 +79,13 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const auto [d, empty, norm] = row_norm(p, st.d[mi][h]);  // every lane: shuffles
+      const float d = row_sum(st.d[mi][h]);
       const int r = local_row(mi, h);
       if (r >= g.rows) continue;
-      // A partial slot's lse without softmax is 0, which the merge kernel adds up under
-      // MergeParams::sum_partials.
+      const bool empty = d == 0.0f;
+      // Without softmax, o is the weighted sum itself (kernels/variant.cuh) and a partial slot's
+      // lse is 0, which the merge kernel adds up under MergeParams::sum_partials.
+      const float norm = !Variant::use_softmax ? p.v_scale : empty ? 0.0f : p.v_scale / d;
       const float lse2 = empty ? negative_infinity() : st.m[mi][h] * m_scale + fast_log2(d);
       const int packed = item.row_begin + r;
       if (item.partial_slot < 0) {
