@@ -28,6 +28,11 @@ constexpr int kMaxVariantScalars = 8;
 constexpr int kMaxVariantTensors = 4;
 constexpr int kMaxVariantTensorDims = 4;  // extents a variant can read (Tensors::<name>_extent)
 
+// The built-in ALiBi converts KV positions to float exactly on the FMA pipe (kernels/variant.cuh,
+// StandardVariant), exact for distances below 2^22: the hosts refuse ALiBi for requests of more
+// query or KV tokens at plan().
+constexpr int kAlibiMaxKvLen = 1 << 22;
+
 // Runtime parameters of the variants (kernels/variant.cuh): the built-ins' resolved from
 // AttentionParams once per BatchDecode / BatchPrefill, a user variant's scalars per run().
 struct VariantParams {

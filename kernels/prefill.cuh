@@ -296,7 +296,8 @@ __device__ __forceinline__ ItemGeometry item_geometry(const PrefillParams& p,
   g.q_offset = kv_len - q_len;
   g.q_pos_first = g.q_offset + item.row_begin / p.group_size;
   g.q_pos_last = g.q_offset + (item.row_end - 1) / p.group_size;
-  g.kv_hi = item.kv_end;
+  // Keys past the variant's visible end for the item's last row are invisible to every row.
+  g.kv_hi = min(item.kv_end, Variant::visible_end(p.variant, item.request, g.q_pos_last));
   const int visible_from = Variant::visible_begin(p.variant, item.request, g.q_pos_first);
   g.kv_lo = item.kv_begin > visible_from ? item.kv_begin : visible_from;
   g.num_tiles = g.kv_hi > g.kv_lo ? (g.kv_hi - g.kv_lo + T::kKvTile - 1) / T::kKvTile : 0;
@@ -398,7 +399,7 @@ __device__ __forceinline__ WarpSpan warp_span(const PrefillParams& p, const Work
   const int first_pos = g.q_offset + (item.row_begin + first_row) / p.group_size;
   const int last_pos = g.q_offset + (item.row_begin + max(last_row, 0)) / p.group_size;
   WarpSpan span;
-  span.kv_end = g.kv_hi;
+  span.kv_end = min(g.kv_hi, Variant::visible_end(p.variant, item.request, last_pos));
   span.full_end = g.kv_hi;
   if constexpr (T::kMask == kMaskCausal) {
     span.kv_end = min(span.kv_end, last_pos + 1);

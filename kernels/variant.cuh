@@ -18,6 +18,17 @@
 //                                                    logits_mask must exclude them too); never
 //                                                    decreasing in q_pos (a tile's first row
 //                                                    bounds every row's)
+//   static int visible_end(const VariantParams&, int request, int q_pos)
+//                                                    one past the last KV position that query
+//                                                    may see (a speed hint; default: no bound,
+//                                                    the kernels' own causal limit applies;
+//                                                    logits_mask must exclude the keys past
+//                                                    it); never decreasing in q_pos (a tile's
+//                                                    last row bounds every row's). The prefill
+//                                                    families skip the tiles past it; decode
+//                                                    (one row at kv_len - 1) reads every key.
+//                                                    A kMaskIsWindow variant keeps the default
+//                                                    (its mask is checked at the start only)
 //   void init(const VariantParams&, const RowContext&)  per query row of a work item: the
 //                                                    request, heads and position (keep what the
 //                                                    other hooks need)
@@ -91,6 +102,7 @@ struct VariantBase {
   __device__ static float query_scale(const VariantParams& p) { return p.sm_scale * kLog2e; }
   __device__ static float rotary_frequency(const VariantParams&, int, int) { return 0.0f; }
   __device__ static int visible_begin(const VariantParams&, int, int) { return 0; }
+  __device__ static int visible_end(const VariantParams&, int, int) { return 0x7fffffff; }
   __device__ void init(const VariantParams&, const RowContext&) {}
   __device__ float logits_transform(const VariantParams&, float s, int) const { return s; }
   __device__ bool logits_mask(int) const { return true; }
@@ -212,9 +224,9 @@ struct StandardVariant : VariantBase {
   static constexpr bool kLinearLogits = !kSoftCap && !kAlibi && !kSigmoid;
   static constexpr bool use_softmax = !kSigmoid;
 
-  float alibi_step;   // added per KV position, in query_scale units
-  int first_visible;  // window: smallest visible KV position
-  int q_pos;
+  float alibi_step;    // added per KV position, in query_scale units
+  int alibi_origin;    // 0x4B400000 - q_pos: see logits_transform
+  int first_visible;   // window: smallest visible KV position
 
   __device__ static float query_scale(const VariantParams& p) {
     return kSoftCap ? p.sm_scale / p.logits_soft_cap : p.sm_scale * kLog2e;
@@ -231,16 +243,28 @@ struct StandardVariant : VariantBase {
     return first > 0 ? first : 0;
   }
   __device__ void init(const VariantParams& p, const RowContext& row) {
-    q_pos = row.q_pos;
     first_visible = visible_begin(p, row.request, row.q_pos);
     alibi_step = 0.0f;
+    alibi_origin = 0;
     if (kAlibi) {
       const float slope = p.alibi_slopes[row.qo_head];
       alibi_step = kSoftCap ? slope / p.logits_soft_cap : slope * kLog2e;
+      alibi_origin = 0x4B400000 - row.q_pos;
     }
   }
   __device__ float logits_transform(const VariantParams& p, float s, int kv_pos) const {
-    if (kAlibi) s += alibi_step * static_cast<float>(kv_pos - q_pos);
+    // kv_pos - q_pos without an int-to-float conversion per logit: that conversion runs on the
+    // special-function pipe beside the softmax's exp2 and halved the ALiBi kernels' rate (SASS:
+    // one I2F per EX2; docs/perf.md). The bits 0x4B400000 + d are the float 1.5 * 2^23 + d for
+    // -2^22 <= d < 2^22, which every visible key's d = kv_pos - q_pos is (requests of at most
+    // kAlibiMaxKvLen = 2^22 query and KV tokens, checked at plan()); one integer add, one float
+    // add. Keys past the request (a tile's padding) get some finite value and are masked.
+    // (Per column, 2^23 + kv_pos shared by a thread's rows was CSE'd into 32 live registers and
+    // spilled.)
+    if (kAlibi) {
+      const float distance = __int_as_float(alibi_origin + kv_pos) - 12582912.0f;
+      s += alibi_step * distance;
+    }
     if (kSoftCap) s = p.logits_soft_cap * kLog2e * fast_tanh(s);
     // s is the natural logit times log2 e: sigmoid(x) = 1 / (1 + 2^(-x log2 e)).
     if (kSigmoid) s = fast_rcp(1.0f + fast_exp2(-fmaf(p.sigmoid_bias, kLog2e, s)));

@@ -294,6 +294,7 @@ DecodePlanSetup decode_plan_setup(const BatchDecodeConfig& config, int num_sms, 
       plan_kv_heads(config) * ((group + options.query_tile - 1) / options.query_tile);
   setup.max_batch = config.max_batch;
   setup.may_halve_grid = !config.use_cuda_graph && config.fixed_split_size == 0;
+  setup.alibi = config.params.pos_encoding == PosEncoding::kAlibi;
   setup.bounds = bounds_of(config, num_sms * ctas_per_sm * setup.waves);
   return setup;
 }

@@ -42,6 +42,9 @@ void validate_decode_batch(const DecodePlanSetup& setup, std::span<const int32_t
     const int64_t len = pages == 0 ? 0 : (pages - 1) * page_size + last;
     FLARE_CHECK(len <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported, kWhat,
                 ": request ", i, " has ", len, " KV tokens, more than int32 holds");
+    FLARE_CHECK(!setup.alibi || len <= kAlibiMaxKvLen, ErrorCode::kUnsupported, kWhat,
+                ": request ", i, " has ", len, " KV tokens; ALiBi on the GPU takes at most ",
+                kAlibiMaxKvLen, " (its distances convert to float exactly below 2^22)");
     out.kv_len[static_cast<size_t>(i)] = static_cast<int32_t>(len);
   }
 }

@@ -23,6 +23,7 @@ struct DecodePlanSetup {
   int64_t tiles_per_request = 0;  // (request, KV head, row tile) tiles of one request
   int max_batch = 0;
   bool may_halve_grid = false;  // few tiles may be planned on half the CTAs per SM
+  bool alibi = false;           // requests longer than kAlibiMaxKvLen are refused
   WorkspaceBounds bounds;       // of the grid, at the default partial-slot bound
 };
 

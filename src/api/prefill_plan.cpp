@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "flare/core/error.h"
+#include "kernels/decode_params.cuh"
 #include "src/api/prefill_config.h"
 
 namespace flare::api_detail {
@@ -82,6 +83,11 @@ void validate_prefill_batch(const BatchPrefillConfig& c,
     }
     FLARE_CHECK(kv_len <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported, kWhat,
                 ": request ", i, " has ", kv_len, " KV tokens, more than int32 holds");
+    FLARE_CHECK(c.params.pos_encoding != PosEncoding::kAlibi ||
+                    (kv_len <= kAlibiMaxKvLen && q_len <= kAlibiMaxKvLen),
+                ErrorCode::kUnsupported, kWhat, ": request ", i, " has ", q_len,
+                " query and ", kv_len, " KV tokens; ALiBi on the GPU takes at most ",
+                kAlibiMaxKvLen, " of each (its distances convert to float exactly below 2^22)");
     out.qo_len[static_cast<size_t>(i)] = static_cast<int32_t>(q_len);
     out.kv_len[static_cast<size_t>(i)] = static_cast<int32_t>(kv_len);
   }

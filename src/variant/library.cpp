@@ -31,6 +31,12 @@ UserVariant prefix_lm() {
 struct Variant : flare::VariantBase {
   int prefix;
   int q_pos;
+  // The query at q_pos sees no key at or past max(q_pos + 1, prefix): the prefill skips the
+  // tiles past that of the tile's last row (the kernel is planned without its causal mask).
+  __device__ static int visible_end(const flare::VariantParams& p, int request, int q_pos) {
+    const int prefix = Tensors::prefix_len(p)[request];
+    return prefix > q_pos + 1 ? prefix : q_pos + 1;
+  }
   __device__ void init(const flare::VariantParams& p, const flare::RowContext& row) {
     prefix = Tensors::prefix_len(p)[row.request];
     q_pos = row.q_pos;
