@@ -149,6 +149,27 @@ def test_two_level_cascade_and_shared_prefix_wrappers(stage, page_size):
     torch.testing.assert_close(o_two.float(), o.float(), atol=1e-2, rtol=1e-3)
 
 
+def test_an_empty_prefix_level_equals_plain_decode():
+    """Level 0 with no pages (an empty kv_indices, which torch allocates without storage) adds
+    nothing: the cascade equals the batch decode of the suffixes."""
+    torch.manual_seed(3)
+    H, H_kv, D, page, batch = 8, 2, 128, 16, 3
+    cache = torch.randn(7, 2, page, H_kv, D, dtype=torch.float16, device=DEVICE)
+    q = torch.randn(batch, H, D, dtype=torch.float16, device=DEVICE)
+    indptr = torch.tensor([0, 2, 3, 7], dtype=torch.int32)
+    indices = torch.tensor([4, 0, 6, 1, 2, 3, 5], dtype=torch.int32, device=DEVICE)
+    last = torch.tensor([16, 9, 1], dtype=torch.int32)
+    wrapper = flare.MultiLevelCascadeAttentionWrapper(2, workspace(), "NHD")
+    wrapper.plan([torch.tensor([0, batch], dtype=torch.int32), torch.arange(batch + 1, dtype=torch.int32)],
+                 [torch.tensor([0, 0], dtype=torch.int32), indptr],
+                 [torch.empty(0, dtype=torch.int32, device=DEVICE), indices],
+                 [torch.tensor([0], dtype=torch.int32), last], H, H_kv, D, page)
+    decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+    decode.plan(indptr, indices, last, H, H_kv, D, page)
+    torch.testing.assert_close(wrapper.run(q, cache).float(), decode.run(q, cache).float(),
+                               atol=2e-3, rtol=1e-3)
+
+
 def test_a_workspace_below_the_default_bound_plans_over_fewer_sms():
     """FlashInfer's tests pass 32 MB; flare's default bound at head_dim 128 is ~35 MB: the plan
     spreads over fewer SMs and stays correct with split KV; a buffer too small for one SM's

@@ -34,7 +34,8 @@ const char* const kWhat = "BatchDecode";
 
 void check_index_array(const TensorView& t, const char* name, int device, int64_t min_size,
                        int64_t exact_size) {
-  FLARE_CHECK(t.data != nullptr && t.device == Device::cuda(device) && t.dtype == DType::kI32 &&
+  // An empty array may have no storage (torch's empty tensors): nothing reads it.
+  FLARE_CHECK((t.data != nullptr || t.shape[0] == 0) && t.device == Device::cuda(device) && t.dtype == DType::kI32 &&
                   t.ndim == 1 &&
                   (t.shape[0] == exact_size || (exact_size < 0 && t.shape[0] >= min_size)) &&
                   (t.shape[0] <= 1 || t.strides[0] == 1),

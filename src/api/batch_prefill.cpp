@@ -50,7 +50,8 @@ struct PrefillKernel {
 
 void check_index_array(const TensorView& t, const char* name, int device, DType dtype,
                        int64_t min_size, int64_t exact_size) {
-  FLARE_CHECK(t.data != nullptr && t.device == Device::cuda(device) && t.dtype == dtype &&
+  // An empty array may have no storage (torch's empty tensors): nothing reads it.
+  FLARE_CHECK((t.data != nullptr || t.shape[0] == 0) && t.device == Device::cuda(device) && t.dtype == dtype &&
                   t.ndim == 1 &&
                   (exact_size >= 0 ? t.shape[0] == exact_size : t.shape[0] >= min_size) &&
                   (t.shape[0] <= 1 || t.strides[0] == 1),
