@@ -10,8 +10,9 @@ Shapes: decode (one query token per request), unique suffix 128 tokens per reque
 32 KV heads, head dim 128, bf16, page 16; prefix 1024 / 8192 / 32768; batch 16 and 64. Also the
 cascade with an empty prefix level against plain decode (issue 20: <= 5% over it).
 
-Per case: eager GPU time (CUDA events around each run(), median of --calls) and host time of
-run() (wall time, back-to-back calls, median). SDPA's dense K/V (batch x (prefix + suffix)
+Per case: GPU time from a CUDA-graph replay (the wrappers' use_cuda_graph mode), eager GPU time
+(CUDA events around each run(), median of --calls) and host time of run() (wall time,
+back-to-back calls, median). SDPA's dense K/V (batch x (prefix + suffix)
 tokens, materialized) is skipped where it would exceed --sdpa-gib.
 Usage: python3 scripts/bench_cascade.py [--prefixes 1024,8192,32768] [--batches 16,64]
        [--calls 20] [--json F]
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flare
-from bench_python import FLASHINFER, eager_us, flashinfer, guarded, host_us
+from bench_python import FLASHINFER, eager_us, flashinfer, graph_us, guarded, host_us
 
 HEADS, HEAD_DIM, PAGE, SUFFIX, DTYPE = 32, 128, 16, 128, torch.bfloat16
 WORKSPACE_BYTES = 256 << 20
@@ -69,26 +70,58 @@ class Case:
              torch.full((batch,), PAGE, dtype=torch.int32)])
 
 
-def measure(run, calls):
+def measure(run, calls, graphed_run=None):
     run()
     torch.cuda.synchronize()
-    return {"eager_us": eager_us(run, calls), "run_us": host_us(run, calls)[0]}
+    timing = {"eager_us": eager_us(run, calls), "run_us": host_us(run, calls)[0]}
+    if graphed_run is not None:
+        timing["graph_us"] = guarded("graph", lambda: graph_us(graphed_run, 5))
+    return timing
+
+
+def device_like(x):
+    return torch.empty_like(x, device="cuda")
 
 
 def cascade(module, workspace, case, calls):
-    wrapper = module.MultiLevelCascadeAttentionWrapper(2, workspace, "NHD")
     qo, kv_indptr, kv_indices, last = case.levels
-    wrapper.plan(qo, kv_indptr, kv_indices, last, HEADS, HEADS, HEAD_DIM, PAGE,
-                 q_data_type=DTYPE, kv_data_type=DTYPE)
-    return measure(lambda: wrapper.run(case.q, case.cache), calls), wrapper.run(case.q, case.cache)
+
+    def planned(graph):
+        buffers = {} if not graph else dict(
+            qo_indptr_buf_arr=[device_like(x) for x in qo],
+            paged_kv_indptr_buf_arr=[device_like(x) for x in kv_indptr],
+            paged_kv_indices_buf_arr=[device_like(x) for x in kv_indices],
+            paged_kv_last_page_len_buf_arr=[device_like(x) for x in last])
+        wrapper = module.MultiLevelCascadeAttentionWrapper(2, workspace, "NHD",
+                                                           use_cuda_graph=graph, **buffers)
+        wrapper.plan(qo, kv_indptr, kv_indices, last, HEADS, HEADS, HEAD_DIM, PAGE,
+                     q_data_type=DTYPE, kv_data_type=DTYPE)
+        return wrapper
+
+    wrapper, graphed = planned(False), guarded("cascade graph mode", lambda: planned(True))
+    graphed_run = (lambda: graphed.run(case.q, case.cache)) if graphed else None
+    return (measure(lambda: wrapper.run(case.q, case.cache), calls, graphed_run),
+            wrapper.run(case.q, case.cache))
 
 
 def single(module, workspace, case, calls):
-    wrapper = module.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
     indptr, indices, last = case.single
-    wrapper.plan(indptr, indices, last, HEADS, HEADS, HEAD_DIM, PAGE, q_data_type=DTYPE,
-                 kv_data_type=DTYPE)
-    return measure(lambda: wrapper.run(case.q, case.cache), calls), wrapper.run(case.q, case.cache)
+
+    def planned(graph):
+        buffers = {} if not graph else dict(
+            paged_kv_indptr_buffer=device_like(indptr), paged_kv_indices_buffer=device_like(indices),
+            paged_kv_last_page_len_buffer=device_like(last))
+        wrapper = module.BatchDecodeWithPagedKVCacheWrapper(
+            workspace, "NHD", use_tensor_cores=True, use_cuda_graph=graph, **buffers)
+        wrapper.plan(indptr, indices, last, HEADS, HEADS, HEAD_DIM, PAGE, q_data_type=DTYPE,
+                     kv_data_type=DTYPE)
+        return wrapper
+
+    wrapper, graphed = planned(False), planned(True)
+    out = wrapper.run(case.q, case.cache)
+    return (measure(lambda: wrapper.run(case.q, case.cache, out=out), calls,
+                    lambda: graphed.run(case.q, case.cache, out=out)),
+            wrapper.run(case.q, case.cache))
 
 
 def sdpa(case, calls, max_gib):
@@ -110,7 +143,16 @@ def sdpa(case, calls, max_gib):
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(q, k, v)
 
-    return measure(run, calls), run().squeeze(2)
+    return measure(run, calls, run), run().squeeze(2)
+
+
+def ratio_of(row, other):
+    """other's time over flare cascade's: graph time where both have one, else eager."""
+    a, b = row.get(other), row.get("flare cascade")
+    if not a or not b:
+        return "n/a"
+    key = "graph_us" if a.get("graph_us") and b.get("graph_us") else "eager_us"
+    return f"{a[key] / b[key]:.2f} ({key[:-3]})"
 
 
 def main():
@@ -151,18 +193,18 @@ def main():
             torch.cuda.empty_cache()
     names = ["flare cascade", "flare single", "flashinfer cascade", "flashinfer single",
              "sdpa cudnn"]
-    print("\nShared-prefix decode, eager GPU us (host run() us); suffix 128, 32/32 heads, D 128")
-    print("| batch | prefix | " + " | ".join(names) + " | cascade / FI cascade | single / cascade |")
+    print("\nShared-prefix decode, GPU us in a CUDA graph / eager (host run() us); suffix 128, "
+          "32/32 heads, D 128")
+    print("| batch | prefix | " + " | ".join(names) +
+          " | FI cascade / flare cascade | flare single / flare cascade |")
     print("|---|---|" + "---|" * (len(names) + 2))
     for row in rows:
         cells = []
         for name in names:
             t = row.get(name)
-            cells.append(f"{t['eager_us']:.1f} ({t['run_us']:.0f})" if t else "n/a")
-        ratio = (f"{row['flashinfer cascade']['eager_us'] / row['flare cascade']['eager_us']:.2f}"
-                 if row.get("flashinfer cascade") and row.get("flare cascade") else "n/a")
-        gain = (f"{row['flare single']['eager_us'] / row['flare cascade']['eager_us']:.2f}"
-                if row.get("flare single") and row.get("flare cascade") else "n/a")
+            graph = f"{t['graph_us']:.1f}" if t and t.get("graph_us") else "n/a"
+            cells.append(f"{graph} / {t['eager_us']:.1f} ({t['run_us']:.0f})" if t else "n/a")
+        ratio, gain = ratio_of(row, "flashinfer cascade"), ratio_of(row, "flare single")
         print(f"| {row['batch']} | {row['prefix']} | " + " | ".join(cells) + f" | {ratio} | {gain} |")
     diffs = ", ".join(f"{name}@b{row['batch']}p{row['prefix']}={row[name]['max_diff']:.2g}"
                       for row in rows for name in names

@@ -5,6 +5,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "flare/core/error.h"
@@ -29,10 +31,41 @@ std::shared_ptr<LoadedModule> module_slot(const std::string& key, int device) {
   return slot;
 }
 
-}  // namespace
+// What identifies a loaded function without hashing: the spec's fields, the entry and the
+// device (one architecture per device). cache_key() hashes the translation unit and the
+// compiler options (tens of microseconds: the Python merge_state_in_place spent 30 us of host
+// time a call there, H200); launches that resolve their kernel per call (merge_state,
+// append_paged_kv_cache) find it here instead. The JIT's environment (FLARE_JIT_LINEINFO) is
+// read once per kernel, at its first load.
+std::string loaded_key(const KernelSpec& spec, const std::string& entry, int device) {
+  std::string key = std::to_string(device);
+  const auto add = [&key](const std::string& field) {  // length-prefixed: no two keys collide
+    key += ' ';
+    key += std::to_string(field.size());
+    key += ':';
+    key += field;
+  };
+  for (const std::string* field : {&spec.family_header, &spec.entry, &entry, &spec.variant_source}) {
+    add(*field);
+  }
+  for (const auto& [name, value] : spec.defines) {
+    add(name);
+    add(value);
+  }
+  return key;
+}
 
-cuda::Function get_kernel(const KernelSpec& spec, const std::string& entry, int device) {
-  cuda::set_device(device);  // throws kNoCudaDevice without a driver or device
+struct LoadedFunctions {
+  std::mutex mutex;
+  std::unordered_map<std::string, cuda::Function> functions;
+};
+
+LoadedFunctions& loaded_functions() {
+  static LoadedFunctions loaded;  // for the life of the process, like the modules
+  return loaded;
+}
+
+cuda::Function load_function(const KernelSpec& spec, const std::string& entry, int device) {
   const cuda::DeviceProperties props = cuda::device_properties(device);
   const std::string arch = arch_for(props.cc_major, props.cc_minor);
   const std::shared_ptr<LoadedModule> slot = module_slot(cache_key(spec, arch), device);
@@ -52,6 +85,23 @@ cuda::Function get_kernel(const KernelSpec& spec, const std::string& entry, int 
   cuda::check(cuda::driver::api().cuModuleGetFunction(&function, slot->module, entry.c_str()),
               what.c_str());
   slot->functions.emplace(entry, function);
+  return function;
+}
+
+}  // namespace
+
+cuda::Function get_kernel(const KernelSpec& spec, const std::string& entry, int device) {
+  cuda::set_device(device);  // throws kNoCudaDevice without a driver or device
+  const std::string key = loaded_key(spec, entry, device);
+  LoadedFunctions& loaded = loaded_functions();
+  {
+    std::lock_guard<std::mutex> lock(loaded.mutex);
+    const auto found = loaded.functions.find(key);
+    if (found != loaded.functions.end()) return found->second;
+  }
+  const cuda::Function function = load_function(spec, entry, device);
+  std::lock_guard<std::mutex> lock(loaded.mutex);
+  loaded.functions.emplace(key, function);
   return function;
 }
 
