@@ -3,8 +3,11 @@ MultiLevelCascadeAttentionWrapper, BatchDecodeWithSharedPrefixPagedKVCacheWrappe
 BatchPrefillWithSharedPrefixPagedKVCacheWrapper. Each level is a block-sparse KV format of its
 own (a level-0 group's query rows read their shared prefix together, as one request of the
 paged prefill); the levels run one after another on flare's kernels and their attention states
-merge with flare's merge operator (merge_state_in_place), as FlashInfer does. One persistent
-launch over all levels with the merge fused is issue 20's remaining work.
+merge with flare's merge operator (merge_state_in_place), as FlashInfer does. Outside CUDA-graph
+mode, plan() picks each level's kernel from its host-side tables: a level whose groups are all
+one query token (a decode level) runs flare's tensor-core batch decode, and a level other than
+the last whose groups hold no KV at all is skipped (it would add the identity state). One
+persistent launch over all levels with the merge fused is issue 20's remaining work.
 """
 
 import numpy as np
@@ -79,6 +82,19 @@ def _check_levels_disjoint(where, qo_host, kv_indptr_arr, kv_indices_arr):
                     "would read it twice (levels must hold disjoint pages)")
 
 
+def _level_kernel(qo_host, kv_indptr, last):
+    """A level's kernel outside CUDA-graph mode: "skip" for a level before the last whose
+    groups hold no page (host-side kv indptr), "decode" when every group is one query token,
+    else "prefill". Device-side kv indptr is not read (no synchronization in plan())."""
+    if not last and not is_cuda(kv_indptr):
+        kv = _tensors.host_int32(kv_indptr, "paged_kv_indptr")
+        if kv.shape[0] > 0 and int(kv[-1]) == int(kv[0]):
+            return "skip"
+    if qo_host.shape[0] > 1 and bool((np.diff(qo_host) == 1).all()):
+        return "decode"
+    return "prefill"
+
+
 class MultiLevelCascadeAttentionWrapper:
     """Attention over num_levels paged KV levels per query token (level 0 e.g. a prefix shared
     by a group of requests, the last level each request's own pages): plan() per level with its
@@ -100,6 +116,10 @@ class MultiLevelCascadeAttentionWrapper:
                 raise ValueError(f"{_MULTI}: {name}_arr must hold num_levels = {num_levels} "
                                  f"buffers, got {len(arr)}")
         self._num_levels = num_levels
+        self._workspace, self._kv_layout = float_workspace_buffer, kv_layout
+        # Per level: "prefill", "decode" or "skip" (plan()); decode wrappers made on first use.
+        self._kernels = ["prefill"] * num_levels
+        self._decoders = [None] * num_levels
         # The levels share the caller's workspace: it holds only partial states during a run,
         # and run() runs the levels one after another on one stream.
         self._wrappers = [
@@ -137,7 +157,24 @@ class MultiLevelCascadeAttentionWrapper:
                              f"query tokens (each token in one group per level), got {totals}")
         _check_levels_disjoint(where, qo_host, paged_kv_indptr_arr, paged_kv_indices_arr)
         last = self._num_levels - 1
+        graph = self.is_cuda_graph_enabled
         for i, wrapper in enumerate(self._wrappers):
+            self._kernels[i] = "prefill" if graph else _level_kernel(
+                qo_host[i], paged_kv_indptr_arr[i], i == last)
+            if self._kernels[i] == "skip":
+                continue
+            if self._kernels[i] == "decode":
+                if self._decoders[i] is None:
+                    self._decoders[i] = BatchDecodeWithPagedKVCacheWrapper(
+                        self._workspace, self._kv_layout, use_tensor_cores=True)
+                self._decoders[i].plan(
+                    paged_kv_indptr_arr[i], paged_kv_indices_arr[i], paged_kv_last_page_len[i],
+                    num_qo_heads, num_kv_heads, head_dim, page_size,
+                    pos_encoding_mode=pos_encoding_mode, window_left=window_left,
+                    logits_soft_cap=logits_soft_cap, q_data_type=q_data_type,
+                    kv_data_type=kv_data_type, sm_scale=sm_scale, rope_scale=rope_scale,
+                    rope_theta=rope_theta, non_blocking=non_blocking)
+                continue
             wrapper.plan(qo_host[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
                          paged_kv_last_page_len[i], num_qo_heads, num_kv_heads, head_dim,
                          page_size, causal=causal if i == last else False,
@@ -152,11 +189,16 @@ class MultiLevelCascadeAttentionWrapper:
     def run(self, q, paged_kv_cache, return_lse=False):
         """o [tokens, H_qo, D] of q [tokens, H_qo, D] over every level (and the merged base-2
         lse with return_lse)."""
-        out, lse = self._wrappers[-1].run(q, paged_kv_cache, return_lse=True)
-        for wrapper in self._wrappers[:-1]:
-            out_i, lse_i = wrapper.run(q, paged_kv_cache, return_lse=True)
-            merge_state_in_place(out, lse, out_i, lse_i)
+        out, lse = self._run_level(self._num_levels - 1, q, paged_kv_cache)
+        for i in range(self._num_levels - 1):
+            if self._kernels[i] != "skip":
+                out_i, lse_i = self._run_level(i, q, paged_kv_cache)
+                merge_state_in_place(out, lse, out_i, lse_i)
         return (out, lse) if return_lse else out
+
+    def _run_level(self, i, q, paged_kv_cache):
+        wrapper = self._decoders[i] if self._kernels[i] == "decode" else self._wrappers[i]
+        return wrapper.run(q, paged_kv_cache, return_lse=True)
 
     forward = run
 

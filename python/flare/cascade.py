@@ -57,6 +57,11 @@ def merge_state_in_place(v, s, v_other, s_other, mask=None, *, lse_base="log2"):
     """(v, s) <- (v, s) merged with (v_other, s_other), for the rows where mask [seq] (bool)
     is set (all rows without a mask)."""
     base2 = check_lse_base(lse_base)
+    if mask is None and is_torch(v) and v.is_cuda:
+        # One extension call reading the tensors in place (the cascade wrappers merge per level
+        # and run: ~3 us of host time instead of ~28); it checks what the lines below do.
+        _flare.merge_state_in_place_objects(v, s, v_other, s_other, base2)
+        return
     _check_float32("s", s)
     _check_float32("s_other", s_other)
     with device_guard(v):

@@ -7,6 +7,7 @@
 
 #include "bindings.h"
 #include "flare/api/merge_state.h"
+#include "flare/core/error.h"
 #include "object_view.h"
 #include "tensor_arg.h"
 
@@ -33,6 +34,23 @@ void bind_merge(nb::module_& m) {
       nb::arg("v"), nb::arg("s"), nb::arg("v_other"), nb::arg("s_other"), nb::arg("mask").none(),
       nb::arg("stream"), nb::arg("lse_base2"),
       "(v, s) <- (v, s) merged with (v_other, s_other) where mask is set.");
+  // The cascade wrappers' per-level merge: CUDA torch tensors read in place (object_view), on
+  // torch's current stream of v's device, no mask. The TensorArg path above builds a DLPack
+  // capsule per tensor (~25 us of host time a call, H200).
+  m.def(
+      "merge_state_in_place_objects",
+      [](nb::handle v, nb::handle s, nb::handle v_other, nb::handle s_other, bool lse_base2) {
+        const TensorView v_view = object_view(v, "v");
+        FLARE_CHECK(v_view.device.is_cuda(), ErrorCode::kInvalidArgument,
+                    "merge_state_in_place_objects takes CUDA tensors, got v on ",
+                    v_view.device.str());
+        merge_state_in_place(v_view, object_view(s, "s"), object_view(v_other, "v_other"),
+                             object_view(s_other, "s_other"), std::nullopt,
+                             reinterpret_cast<cuda::Stream>(torch_current_stream(v_view.device.index)),
+                             lse_base_of(lse_base2));
+      },
+      nb::arg("v"), nb::arg("s"), nb::arg("v_other"), nb::arg("s_other"), nb::arg("lse_base2"),
+      "(v, s) <- (v, s) merged with (v_other, s_other): CUDA torch tensors, torch's stream.");
   m.def(
       "merge_states",
       [](const TensorArg& v, const TensorArg& s, const TensorArg& v_out, const TensorArg& s_out,

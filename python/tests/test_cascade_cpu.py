@@ -75,6 +75,9 @@ def test_three_levels_match_attention_over_the_concatenated_levels(page_size, q_
                  [x[2] for x in levels], H, H_KV, D, page_size, causal=True,
                  q_data_type="float32")
     o, lse = wrapper.run(q, (pages.k, pages.v), return_lse=True)
+    # A level of one-token groups runs the batch decode (the decode stage's last level).
+    assert wrapper._kernels == ["prefill", "prefill",
+                                "decode" if q_lens == [1, 1, 1] else "prefill"]
     for r in range(3):
         parts = [pages.tokens(*top), pages.tokens(*groups[group_of[r]]), pages.tokens(*own[r])]
         k = np.concatenate([p[0] for p in parts])
@@ -88,6 +91,27 @@ def test_three_levels_match_attention_over_the_concatenated_levels(page_size, q_
         o_ref, lse_ref = attention(q[rows_of], k, v, visible)
         assert np.abs(o[rows_of] - o_ref).max() < 1e-4, r
         assert np.abs(lse[rows_of] - lse_ref).max() < 1e-4, r
+
+
+def test_a_level_without_pages_is_skipped_and_changes_nothing():
+    rng = np.random.default_rng(7)
+    pages = Pages(rng, 40, 4)
+    own = [pages.take(n) for n in (5, 9, 2)]
+    q = rng.standard_normal((3, H, D)).astype(np.float32)
+    empty = (np.zeros(3, dtype=np.int32), np.zeros(0, dtype=np.int32), np.ones(2, dtype=np.int32))
+    mine = level_arrays(own)
+    qo_pairs = np.array([0, 2, 3], dtype=np.int32)
+    qo_own = np.arange(4, dtype=np.int32)
+    three = flare.MultiLevelCascadeAttentionWrapper(2, np.zeros(3 << 22, dtype=np.uint8))
+    three.plan([qo_pairs, qo_own], [empty[0], mine[0]], [empty[1], mine[1]],
+               [empty[2], mine[2]], H, H_KV, D, 4, q_data_type="float32")
+    assert three._kernels == ["skip", "decode"]
+    o, lse = three.run(q, (pages.k, pages.v), return_lse=True)
+    for r in range(3):
+        k, v = pages.tokens(*own[r])
+        o_ref, lse_ref = attention(q[r:r + 1], k, v, np.ones((1, len(k)), dtype=bool))
+        assert np.abs(o[r:r + 1] - o_ref).max() < 1e-4, r
+        assert np.abs(lse[r:r + 1] - lse_ref).max() < 1e-4, r
 
 
 def test_shared_prefix_wrappers_match_the_two_level_cascade():

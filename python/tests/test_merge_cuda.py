@@ -225,6 +225,17 @@ def test_mismatched_devices_and_dtypes_raise():
         flare.merge_states(v, s.half())
     with pytest.raises(ValueError, match="v dtype must be float32, float16 or bfloat16"):
         flare.merge_states(v.to(torch.float8_e4m3fn), s)
+    # merge_state_in_place on CUDA tensors (one extension call reading them in place): the
+    # same checks, nothing written on a bad call.
+    target_v, target_s = v[:, 0].clone(), s[:, 0].clone()
+    with pytest.raises(ValueError, match="s_other must be on cuda:0"):
+        flare.merge_state_in_place(target_v, target_s, v[:, 1], s[:, 1].cpu())
+    with pytest.raises(ValueError, match="s dtype must be float32"):
+        flare.merge_state_in_place(target_v, target_s.half(), v[:, 1], s[:, 1])
+    with pytest.raises(ValueError, match="v_other must have the shape of v"):
+        flare.merge_state_in_place(target_v, target_s, v[:4, 1], s[:4, 1])
+    torch.cuda.synchronize()
+    assert torch.equal(target_v, v[:, 0]) and torch.equal(target_s, s[:, 0])
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
