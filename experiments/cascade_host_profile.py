@@ -19,13 +19,12 @@ qo, kv_indptr, kv_indices, last = case.levels
 w.plan(qo, kv_indptr, kv_indices, last, HEADS, HEADS, HEAD_DIM, PAGE,
        q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
 w.run(case.q, case.cache)
-lv0, lv1 = w._wrappers
-o1, s1 = lv1.run(case.q, case.cache, return_lse=True)
-o0, s0 = lv0.run(case.q, case.cache, return_lse=True)
+print("level kernels   ", w._kernels)
+o1, s1 = w._run_level(1, case.q, case.cache)
+o0, s0 = w._run_level(0, case.q, case.cache)
 print("cascade run      %.1f us" % host_us(lambda: w.run(case.q, case.cache), 300)[0])
-print("level 1 run+lse  %.1f us" % host_us(lambda: lv1.run(case.q, case.cache, return_lse=True), 300)[0])
-print("level 1 run      %.1f us" % host_us(lambda: lv1.run(case.q, case.cache), 300)[0])
-print("level 0 run+lse  %.1f us" % host_us(lambda: lv0.run(case.q, case.cache, return_lse=True), 300)[0])
+print("level 1 run+lse  %.1f us" % host_us(lambda: w._run_level(1, case.q, case.cache), 300)[0])
+print("level 0 run+lse  %.1f us" % host_us(lambda: w._run_level(0, case.q, case.cache), 300)[0])
 print("merge in place   %.1f us" % host_us(lambda: flare.merge_state_in_place(o1, s1, o0, s0), 300)[0])
 print("torch.empty x2   %.1f us" % host_us(lambda: (torch.empty_like(o1), torch.empty_like(s1)), 300)[0])
 prof = cProfile.Profile()
