@@ -74,8 +74,11 @@ def measure_flex(compiled, rows, q, k, v, calls):
                                     table.view(1, 1, blocks, blocks).cuda(), BLOCK_SIZE=BLOCK)
     qb, kb, vb = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
 
+    # Flex's kernel tiles must divide the 64-token blocks (its default BLOCK_M is 128).
+    tiles = {"BLOCK_M": BLOCK, "BLOCK_N": BLOCK}
+
     def call():
-        return compiled(qb, kb, vb, block_mask=mask)
+        return compiled(qb, kb, vb, block_mask=mask, kernel_options=tiles)
 
     out = call()
     return eager_us(call, calls), out.squeeze(0).transpose(0, 1)
