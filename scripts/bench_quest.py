@@ -46,7 +46,7 @@ def measure_flare(k_cache, v_cache, q, chosen, calls):
     indptr = torch.arange(0, HEADS * budget + 1, budget, dtype=torch.int32)
     indices = chosen.flatten().to(torch.int32).cuda()
     last = torch.full((HEADS,), PAGE, dtype=torch.int32)
-    wrapper = flare.PerHeadSparseDecodeWrapper(
+    wrapper = flare.sparse.PerHeadSparseDecodeWrapper(
         torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda"), use_tensor_cores=True)
     wrapper.plan(indptr, indices, last, HEADS, HEADS, HEAD_DIM, PAGE, q_data_type=DTYPE,
                  kv_data_type=DTYPE)
