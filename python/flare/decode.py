@@ -401,12 +401,14 @@ def fast_decode_plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_
     if global_override_indptr_cpu is not None:
         indptr = global_override_indptr_cpu
     dtypes = {} if q_data_type is None else {"q_data_type": q_data_type}  # else plan()'s default
-    self.plan(indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
-              pos_encoding_mode=pos_encoding_mode, window_left=window_left,
-              logits_soft_cap=logits_soft_cap, kv_data_type=kv_data_type, data_type=data_type,
-              sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta,
-              non_blocking=non_blocking, fixed_split_size=fixed_split_size,
-              disable_split_kv=disable_split_kv, **dtypes)
+    # The class's plan(), not self.plan: FlashInfer's idiom `wrapper.plan =
+    # partial(fast_decode_plan, wrapper)` replaces the instance's attribute with this function.
+    type(self).plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+                    page_size, pos_encoding_mode=pos_encoding_mode, window_left=window_left,
+                    logits_soft_cap=logits_soft_cap, kv_data_type=kv_data_type,
+                    data_type=data_type, sm_scale=sm_scale, rope_scale=rope_scale,
+                    rope_theta=rope_theta, non_blocking=non_blocking,
+                    fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv, **dtypes)
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",

@@ -4,6 +4,7 @@ Each output is compared with a float64 numpy oracle (attention_reference.py) and
 NaN-poisoned where the API takes an output, so an unwritten element fails.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -357,6 +358,12 @@ def test_fast_decode_plan_is_plan_and_reads_the_host_indptr_override():
     with pytest.raises(NotImplementedError, match="q_len_per_req"):
         flare.fast_decode_plan(wrapper, cache.indptr, cache.indices, cache.last_page_len, 8, 2,
                                64, 16, q_data_type="float32", q_len_per_req=2)
+    # FlashInfer's idiom: the instance's plan replaced by fast_decode_plan bound to it.
+    patched = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    patched.plan = functools.partial(flare.fast_decode_plan, patched)
+    patched.plan(cache.indptr, cache.indices, cache.last_page_len, 8, 2, 64, 16,
+                 q_data_type="float32")
+    assert max_abs_error(patched.run(q, cache.cache), expected) <= TOLERANCE[np.float32]
 
 
 def test_run_return_lse_is_run_with_return_lse():
