@@ -167,8 +167,14 @@ __device__ __forceinline__ void wait_half(const unsigned long long (&barriers)[2
 // (p.bulk_kv: 16-byte aligned base and strides): one producer thread per half stage, one box per
 // 64-dim panel, the half's bytes counted on its `full` barrier. Rows past the tensor come back as
 // zeros; rows past the item (another request's) are masked by kv_hi like the gathered ones.
-// Paged K/V and RoPE (which rotates the landed rows with ordinary stores) gather with cp.async.
-constexpr bool kBulkKV = !T::kPaged && !Variant::kRotary;
+// RoPE (which rotates the landed rows with ordinary stores) gathers with cp.async.
+constexpr bool kBulkRagged = !T::kPaged && !Variant::kRotary;
+// Paged K/V of pages of at least 64 rows likewise, box by box (kBoxRows rows of one page, page
+// ids read by the issuing thread), for the tiles wholly inside the item whose first row starts
+// a box (items starting mid-box, a window's or a split's, gather): see produce_paged_bulk.
+constexpr int kBoxRows = T::kPaged ? prefill_paged_box_rows(T::kPageSize, T::kKvTile) : 0;
+constexpr bool kBulkPaged = kBoxRows > 0 && !Variant::kRotary;
+constexpr int kBoxesPerTile = kBulkPaged ? T::kKvTile / kBoxRows : 1;
 
 template <int kHalf>
 __device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const ItemGeometry& g,
@@ -185,6 +191,52 @@ __device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const It
   }
 }
 
+// The page ids of tile `tile`'s boxes (issuing thread only). An entry past kv_indices or an id
+// outside the cache is recorded and read as page -1, outside the map: its box lands as zeros.
+__device__ __forceinline__ void bulk_tile_pages(const PrefillParams& p, const ItemGeometry& g,
+                                                int tile, int (&pages)[kBoxesPerTile]) {
+#pragma unroll
+  for (int b = 0; b < kBoxesPerTile; ++b) {
+    const int pos = g.kv_lo + tile * T::kKvTile + b * kBoxRows;
+    const long long entry = g.kv_base + pos / T::kPageSize;
+    int page = -1;
+    if (entry < p.num_indices) {
+      page = __ldg(p.kv_indices + entry);
+      if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) {
+        record_index_error(p.index_error, kIndexErrorPageId, g.request, entry, page);
+        page = -1;
+      }
+    } else {
+      record_index_error(p.index_error, kIndexErrorEntry, g.request, entry, -1);
+    }
+    pages[b] = page;
+  }
+}
+
+// One half of a paged tile by bulk copies: every box of every 64-dim panel, the half's bytes
+// counted on its `full` barrier (issuing thread only).
+template <int kHalf>
+__device__ __forceinline__ void issue_bulk_paged_half(const PrefillParams& p, const ItemGeometry& g,
+                                                      int tile, int stage, unsigned char* smem,
+                                                      unsigned full,
+                                                      const int (&pages)[kBoxesPerTile]) {
+  constexpr int kDim = kHalf == kHalfK ? T::kHeadDimQK : T::kHeadDimVO;
+  const unsigned dst = stage_address(smem, stage) + (kHalf == kHalfK ? 0 : T::kKBytes);
+  const int first_slot = (g.kv_lo + tile * T::kKvTile) % T::kPageSize;
+  wgmma::barrier_arrive_expect(full, T::kKvTile * kDim * 2);
+#pragma unroll
+  for (int panel = 0; panel < kDim / 64; ++panel) {
+#pragma unroll
+    for (int b = 0; b < kBoxesPerTile; ++b) {
+      // Box b fills rows [b * kBoxRows, (b + 1) * kBoxRows) of the panel: the 128-byte swizzle
+      // follows the shared address, whole 8-row groups here, as one box of the tile would.
+      wgmma::bulk_copy_4d(dst + (panel * T::kKvTile + b * kBoxRows) * wgmma::kPanelBytes,
+                          kHalf == kHalfK ? &p.k_map : &p.v_map, panel * 64, g.kv_head,
+                          kBoxesPerTile > 1 ? 0 : first_slot, pages[b], full);
+    }
+  }
+}
+
 // Publishes a gathered half once this thread's copies but the newest kPending groups landed.
 template <int kPending>
 __device__ __forceinline__ void publish_half(ItemShared& shared, int half, int stage) {
@@ -192,6 +244,62 @@ __device__ __forceinline__ void publish_half(ItemShared& shared, int half, int s
   wgmma::fence_async_shared();
   producer_sync();  // the half (and Q, page ids) landed for every producer thread
   if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[half][stage]));
+}
+
+// produce_item for paged K/V in boxes (kBulkPaged, p.bulk_kv, the item's first row starts a
+// box): the tiles wholly inside the item by bulk copies, the page ids of the next read by the
+// issuing thread while this one lands; the last tile, past kv_hi in part, gathered (its rows
+// past kv_hi zero-filled: a page's stale tail could hold NaNs, and 0 * NaN is NaN in P.V).
+template <class QLanded>
+__device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const ItemHandOff& hand,
+                                                   unsigned char* smem, unsigned& empty_phases,
+                                                   QLanded q_landed) {
+  ItemShared& shared = item_shared(smem);
+  const ItemGeometry& g = hand.record.g;
+  const int num_tiles = g.num_tiles;
+  const int bulk_tiles = (g.kv_hi - g.kv_lo) / T::kKvTile;
+  int pages[kBoxesPerTile];
+  if (load_thread() == 0 && bulk_tiles > 0) bulk_tile_pages(p, g, 0, pages);
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = stage_of(empty_phases, tile);
+    if (tile < bulk_tiles) {
+      wait_half(shared.empty, empty_phases, kHalfK, stage);
+      if (load_thread() == 0) {
+        issue_bulk_paged_half<kHalfK>(p, g, tile, stage, smem,
+                                      barrier_address(shared.full[kHalfK][stage]), pages);
+      }
+      if (tile == 0) {  // Q, gathered (packed rows), while the first K is in flight
+        issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
+        cp_async_commit();
+        cp_async_wait<0>();
+        wgmma::fence_async_shared();
+        producer_sync();
+        q_landed();
+      }
+      wait_half(shared.empty, empty_phases, kHalfV, stage);
+      if (load_thread() == 0) {
+        issue_bulk_paged_half<kHalfV>(p, g, tile, stage, smem,
+                                      barrier_address(shared.full[kHalfV][stage]), pages);
+        if (tile + 1 < bulk_tiles) bulk_tile_pages(p, g, tile + 1, pages);
+      }
+      continue;
+    }
+    issue_page_ids(p, g, tile, smem);
+    cp_async_commit();
+    cp_async_wait<0>();
+    producer_sync();  // the tile's page ids landed for every producer thread
+    wait_half(shared.empty, empty_phases, kHalfK, stage);
+    if (tile == 0) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
+    issue_kv<true, false>(p, g, tile, stage, smem);
+    cp_async_commit();
+    wait_half(shared.empty, empty_phases, kHalfV, stage);
+    issue_kv<false, true>(p, g, tile, stage, smem);
+    cp_async_commit();
+    publish_half<1>(shared, kHalfK, stage);
+    if (tile == 0) q_landed();
+    publish_half<0>(shared, kHalfV, stage);
+  }
+  advance_stages(empty_phases, num_tiles);
 }
 
 // The producer's part of an item: Q with the first tile, then every tile into stage
@@ -213,6 +321,12 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
     q_landed();  // nothing to load, but one q_full phase per item
     return;
   }
+  if constexpr (kBulkPaged) {
+    if (p.bulk_kv != 0 && g.kv_lo % kBoxRows == 0) {
+      produce_paged_bulk(p, hand, smem, empty_phases, q_landed);
+      return;
+    }
+  }
   if constexpr (T::kPaged) {
     issue_page_ids(p, g, 0, smem);
     issue_page_ids(p, g, 1, smem);
@@ -220,7 +334,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
     cp_async_wait<0>();
     producer_sync();
   }
-  if (kBulkKV && p.bulk_kv != 0) {
+  if (kBulkRagged && p.bulk_kv != 0) {
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int stage = stage_of(empty_phases, tile);
       wait_half(shared.empty, empty_phases, kHalfK, stage);

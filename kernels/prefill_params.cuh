@@ -54,14 +54,26 @@ struct PrefillParams {
   int32_t group_size;  // H_qo / H_kv
   float v_scale;       // multiplies the output (FlashInfer's v_scale)
   float lse_scale;     // the stored lse is the natural-log lse times this (log2(e): base 2)
-  int32_t bulk_kv;  // 1: k_map / v_map are valid (the Hopper family's ragged bulk copies)
+  int32_t bulk_kv;  // 1: k_map / v_map are valid (the Hopper family's bulk copies)
   VariantParams variant;
-  // The Hopper family on ragged K/V: maps of k and v as [tokens][H_kv][D] with boxes of one
-  // panel (64 dims) x 1 head x kv_tile tokens (kernels/prefill_hopper.cuh). The kernel takes
-  // its parameters as __grid_constant__, so the copies read them where they are.
+  // The Hopper family's maps of k and v (kernels/prefill_hopper.cuh; encoded by
+  // src/api/prefill_bulk_maps.cpp): ragged K/V as [tokens][H_kv][D] with boxes of one panel
+  // (64 dims) x 1 head x kv_tile tokens; paged K/V (prefill_paged_box_rows > 0) as
+  // [pages][page_size][H_kv][D] with boxes of 64 dims x 1 head x box rows x 1 page. The kernel
+  // takes its parameters as __grid_constant__, so the copies read them where they are.
   BulkTensorMap k_map;
   BulkTensorMap v_map;
 };
+
+// Rows of one box of the Hopper family's bulk copies of paged K/V: a KV tile is whole boxes,
+// each inside one page (min(page_size, kv_tile) rows). 0: pages of this size are gathered
+// with cp.async (under 64 rows a box would copy less than a swizzle panel's worth per
+// instruction, and a tile must not straddle a page's end).
+constexpr int prefill_paged_box_rows(int page_size, int kv_tile) {
+  return page_size >= 64 && (page_size % kv_tile == 0 || kv_tile % page_size == 0)
+             ? (page_size < kv_tile ? page_size : kv_tile)
+             : 0;
+}
 
 // One prefill kernel configuration: what the layout functions below and the kernel's Traits
 // derive every warp count and shared-memory offset from.

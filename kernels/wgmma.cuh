@@ -130,6 +130,17 @@ __device__ __forceinline__ void bulk_copy_3d(unsigned dst, const void* map, int 
       : "memory");
 }
 
+// The same for a 4-D box at (x, y, z, w).
+__device__ __forceinline__ void bulk_copy_4d(unsigned dst, const void* map, int x, int y, int z,
+                                             int w, unsigned barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(z), "r"(w),
+      "r"(barrier)
+      : "memory");
+}
+
 // A barrier among `kThreads` threads of whole warps (ids 1-15; 0 is __syncthreads').
 template <int kId, int kThreads>
 __device__ __forceinline__ void named_sync() {

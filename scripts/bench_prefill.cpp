@@ -1,5 +1,5 @@
 // Prefill benchmark of BatchPrefill on the GPU: bf16, causal, batch x seq x heads x head_dim,
-// ragged KV and paged KV (page 16, randomly permuted pages), plus variable-length (uniform and
+// ragged KV and paged KV (page 16 or FLARE_BENCH_PAGE, randomly permuted pages), plus variable-length (uniform and
 // Zipf) and append batches; prints TFLOP/s (causal FLOPs, as shared/bench/torch_baselines.py
 // counts them). Last, the append batch against 128 BatchDecode steps on the same paged cache.
 //
@@ -9,7 +9,8 @@
 // Run: build-gpu/bench_prefill   (the PyTorch side: scripts/bench_prefill_torch.py)
 //   build-gpu/bench_prefill --print-zipf-lengths   prints the Zipf batch and exits (no GPU),
 //   to compare with `python3 scripts/bench_prefill_torch.py --print-zipf-lengths`.
-//   FLARE_BENCH_BACKEND=fa2|fa3 picks the kernel family (default: the backend's auto choice).
+//   FLARE_BENCH_BACKEND=fa2|fa3 picks the kernel family (default: the backend's auto choice);
+//   FLARE_BENCH_PAGE=<rows> the page size of the paged cases (default 16).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,7 +36,17 @@ using namespace flare;
 
 constexpr int kHeads = 16;
 constexpr int kHeadDim = 128;
-constexpr int kPageSize = 16;
+// FLARE_BENCH_PAGE: the paged cases' page size (default 16; a divisor of 32768).
+int bench_page_size() {
+  const char* page = std::getenv("FLARE_BENCH_PAGE");
+  const int size = page != nullptr ? std::atoi(page) : 16;
+  if (size < 1 || 32768 % size != 0) {
+    std::fprintf(stderr, "FLARE_BENCH_PAGE must divide 32768, got '%s'\n", page);
+    std::exit(2);
+  }
+  return size;
+}
+const int kPageSize = bench_page_size();
 constexpr int kWarmup = 3;
 constexpr int kIterations = 10;
 
@@ -305,7 +316,6 @@ BenchResult bench(const std::vector<int32_t>& q_lens, const std::vector<int32_t>
 // kAppendCache - (kAppendNew - 1) + t tokens (what token t sees under the bottom-right causal
 // mask), so its output must equal the append's row t.
 constexpr int kAppendBatch = 8, kAppendNew = 128, kAppendCache = 32768;
-static_assert(kAppendCache % kPageSize == 0);
 
 struct AppendVsDecode {
   double append_ms = 0;       // paged BatchPrefill run(), median

@@ -19,6 +19,7 @@
 #include "src/api/device_checks.h"
 #include "src/api/device_variant.h"
 #include "src/api/plan_staging.h"
+#include "src/api/prefill_bulk_maps.h"
 #include "src/api/prefill_config.h"
 #include "src/api/prefill_plan.h"
 #include "src/api/run_support.h"
@@ -100,16 +101,10 @@ struct BatchPrefill::State {
   VariantParams variant{};
   // The Hopper family's ragged K/V maps, re-encoded only when a run's k or v differs from the
   // previous one's (a serving loop's buffers usually do not).
-  struct BulkKey {  // what the maps encode
-    const void* k = nullptr;
-    const void* v = nullptr;
-    int64_t k_rows = -1, v_rows = -1, k_page = 0, k_head = 0, v_page = 0, v_head = 0;
-    int kv_tile = 0;
-    bool operator==(const BulkKey&) const = default;
-  };
-  struct BulkMaps {
-    BulkKey key;
-    bool valid = false;  // false: k or v not 16-byte aligned, the kernel gathers
+  struct BulkMaps {  // the Hopper family's maps (prefill_bulk_maps.h), kept while unchanged
+    api_detail::BulkSource source;
+    bool encoded = false;  // source was tried (valid: it could be encoded)
+    bool valid = false;    // false: the kernel gathers
     cuda::TensorMap k_map, v_map;
   } bulk;
 
@@ -338,40 +333,37 @@ void BatchPrefill::run(const TensorView& q, const TensorView& k, const TensorVie
   if (c.use_cuda_graph) s.captured_kv = std::min(k_rows, v_rows);
 }
 
-// The Hopper family's bulk-copy maps of ragged k and v (kernels/prefill_hopper.cuh): [rows]
-// [H_kv][D] with boxes of 64 dims x 1 head x kv_tile rows. False (the kernel then gathers with
-// cp.async) when a base address or a stride is not a multiple of 16 bytes.
+// The Hopper family's bulk-copy maps of k and v for this run (prefill_bulk_maps.h), encoded
+// when what they describe changed. False: the kernel gathers.
 bool BatchPrefill::bulk_maps(State& s, const KVArgs& a) {
   const BatchPrefillConfig& c = s.config;
+  api_detail::BulkSource source;
+  source.paged = c.kv == PrefillKV::kPaged;
+  source.bf16 = c.dtype == DType::kBF16;
+  source.k = a.k;
+  source.v = a.v;
+  source.k_rows = a.k_rows;
+  source.v_rows = a.v_rows;
+  source.num_pages = a.num_pages;
+  source.k_page = a.k_page;
+  source.k_slot = a.k_slot;
+  source.k_head = a.k_head;
+  source.v_page = a.v_page;
+  source.v_slot = a.v_slot;
+  source.v_head = a.v_head;
+  source.page_size = source.paged ? c.page_size : 0;
+  source.kv_tile = s.tiles.kv_tile;
+  source.head_dim_qk = c.head_dim_qk;
+  source.head_dim_vo = c.head_dim_vo;
+  source.num_kv_heads = c.num_kv_heads;
   State::BulkMaps& m = s.bulk;
-  const State::BulkKey key{a.k,      a.v,      a.k_rows, a.v_rows,       a.k_page,
-                           a.k_head, a.v_page, a.v_head, s.tiles.kv_tile};
-  if (key == m.key) return m.valid;
-  const auto aligned = [](const void* base, int64_t page, int64_t head) {
-    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && page * 2 % 16 == 0 &&
-           head * 2 % 16 == 0 && page > 0 && head > 0;
-  };
-  if (!aligned(a.k, a.k_page, a.k_head) || !aligned(a.v, a.v_page, a.v_head)) {
-    m.key = key;
-    m.valid = false;
-    return false;
-  }
-  // The key is recorded once both maps are encoded: an encoding that throws is retried.
-  m.key = State::BulkKey{};
-  const auto encode = [&](cuda::TensorMap& map, const void* base, int head_dim, int64_t rows,
-                          int64_t row_stride, int64_t head_stride) {
-    cuda::encode_tensor_map_3d(
-        map, c.dtype == DType::kBF16, base,
-        {static_cast<uint64_t>(head_dim), static_cast<uint64_t>(c.num_kv_heads),
-         static_cast<uint64_t>(std::max<int64_t>(rows, 1))},
-        {static_cast<uint64_t>(head_stride) * 2, static_cast<uint64_t>(row_stride) * 2},
-        {64, 1, static_cast<uint32_t>(s.tiles.kv_tile)});
-  };
-  encode(m.k_map, a.k, c.head_dim_qk, a.k_rows, a.k_page, a.k_head);
-  encode(m.v_map, a.v, c.head_dim_vo, a.v_rows, a.v_page, a.v_head);
-  m.key = key;
-  m.valid = true;
-  return true;
+  if (m.encoded && source == m.source) return m.valid;
+  // Recorded once encoded: an encoding that throws is retried.
+  m.encoded = false;
+  m.valid = api_detail::encode_bulk_maps(source, m.k_map, m.v_map);
+  m.source = source;
+  m.encoded = true;
+  return m.valid;
 }
 
 void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView& o,
@@ -447,7 +439,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   p.variant.sm_scale = s.variant.sm_scale * options.q_scale * options.k_scale;
   api_detail::set_variant_arguments(options, p.variant);
   p.next_work_item = static_cast<int32_t*>(s.next_work_item.data());
-  if (c.kv == PrefillKV::kRagged && s.tiles.warpgroup) {
+  if (s.tiles.warpgroup) {
     p.bulk_kv = bulk_maps(s, a) ? 1 : 0;
     static_assert(sizeof(p.k_map) == sizeof(cuda::TensorMap), "a CUtensorMap");
     std::memcpy(&p.k_map, &s.bulk.k_map, sizeof(p.k_map));

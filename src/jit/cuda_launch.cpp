@@ -40,19 +40,42 @@ int max_active_blocks_per_sm(Function function, int block_size, size_t dynamic_s
   return blocks;
 }
 
+namespace {
+
+// cuda.h: CU_TENSOR_MAP_DATA_TYPE_FLOAT16 6, _BFLOAT16 9; INTERLEAVE_NONE 0; SWIZZLE_128B 3;
+// L2_PROMOTION_L2_128B 2; FLOAT_OOB_FILL_NONE 0 (zeros).
+template <int kRank>
+void encode_tiled(TensorMap& map, bool bf16, const void* address, const uint64_t (&dims)[kRank],
+                  const uint64_t (&strides)[kRank - 1], const uint32_t (&box)[kRank]) {
+  unsigned long long global_dims[kRank];
+  unsigned long long global_strides[kRank - 1];
+  unsigned box_dims[kRank];
+  unsigned element_strides[kRank];
+  for (int d = 0; d < kRank; ++d) {
+    global_dims[d] = dims[d];
+    box_dims[d] = box[d];
+    element_strides[d] = 1;
+    if (d + 1 < kRank) global_strides[d] = strides[d];
+  }
+  check(driver::api().cuTensorMapEncodeTiled(&map, bf16 ? 9 : 6, kRank,
+                                             const_cast<void*>(address), global_dims,
+                                             global_strides, box_dims, element_strides, 0, 3, 2,
+                                             0),
+        "cuTensorMapEncodeTiled");
+}
+
+}  // namespace
+
 void encode_tensor_map_3d(TensorMap& map, bool bf16, const void* address,
                           const uint64_t (&dims)[3], const uint64_t (&strides)[2],
                           const uint32_t (&box)[3]) {
-  // cuda.h: CU_TENSOR_MAP_DATA_TYPE_FLOAT16 6, _BFLOAT16 9; INTERLEAVE_NONE 0; SWIZZLE_128B 3;
-  // L2_PROMOTION_L2_128B 2; FLOAT_OOB_FILL_NONE 0 (zeros).
-  const unsigned long long global_dims[3] = {dims[0], dims[1], dims[2]};
-  const unsigned long long global_strides[2] = {strides[0], strides[1]};
-  const unsigned box_dims[3] = {box[0], box[1], box[2]};
-  const unsigned element_strides[3] = {1, 1, 1};
-  check(driver::api().cuTensorMapEncodeTiled(&map, bf16 ? 9 : 6, 3, const_cast<void*>(address),
-                                             global_dims, global_strides, box_dims,
-                                             element_strides, 0, 3, 2, 0),
-        "cuTensorMapEncodeTiled");
+  encode_tiled<3>(map, bf16, address, dims, strides, box);
+}
+
+void encode_tensor_map_4d(TensorMap& map, bool bf16, const void* address,
+                          const uint64_t (&dims)[4], const uint64_t (&strides)[3],
+                          const uint32_t (&box)[4]) {
+  encode_tiled<4>(map, bf16, address, dims, strides, box);
 }
 
 }  // namespace flare::cuda

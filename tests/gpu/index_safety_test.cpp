@@ -74,8 +74,8 @@ struct GuardedBatch {
   TensorView q_view, o_view, lse_view;
 
   GuardedBatch(const std::vector<int32_t>& kv_lens, int64_t qo_heads, int64_t kv_heads,
-               int64_t head_dim)
-      : cache(build(kv_lens, kv_heads, head_dim)),
+               int64_t head_dim, int page_size = 16)
+      : cache(build(kv_lens, kv_heads, head_dim, page_size)),
         q_host(gpu_testing::random_query(static_cast<int64_t>(kv_lens.size()), qo_heads, head_dim,
                                          DType::kBF16, false, 5)) {
     cuda::set_device(0);  // the device allocations below need a current context on their own
@@ -96,13 +96,13 @@ struct GuardedBatch {
   }
 
   static testing::TestKVCache build(const std::vector<int32_t>& kv_lens, int64_t kv_heads,
-                                    int64_t head_dim) {
+                                    int64_t head_dim, int page_size) {
     testing::KVCacheSpec spec;
     spec.kv_lens = kv_lens;
     spec.num_kv_heads = kv_heads;
     spec.head_dim_qk = spec.head_dim_vo = head_dim;
     spec.dtype = DType::kBF16;
-    spec.page_size = 16;
+    spec.page_size = page_size;
     return testing::build_kv_cache(spec);
   }
 
@@ -221,6 +221,46 @@ TEST(IndexSafetyPrefillGpu, PagedPrefillSkipsOutOfRangePageIdsAndReportsThem) {
   const int64_t pages = b.cache.num_pages();
   for (const auto& [entry, bad, request] : {std::tuple{int64_t{3}, static_cast<int32_t>(pages), 0},
                                             std::tuple{int64_t{b.indptr()[1] + 2}, -100, 1}}) {
+    b.corrupt(entry, bad);
+    b.poison_outputs();
+    prefill.run(b.q_view, b.pages, b.o_view, b.lse_view, nullptr);
+    cuda::device_synchronize();
+    EXPECT_TRUE(b.all_guards_intact()) << "page id " << bad;
+    EXPECT_FLARE_ERROR(prefill.check(), ErrorCode::kIndexOutOfRange,
+                       "kv_indices[" + std::to_string(entry) + "] = " + std::to_string(bad) +
+                           " (request " + std::to_string(request) + ")");
+    b.restore();
+  }
+  b.poison_outputs();
+  prefill.run(b.q_view, b.pages, b.o_view, b.lse_view, nullptr);
+  cuda::device_synchronize();
+  const gpu_testing::Reference ref = reference_decode(b.q_host.view, b.cache, {});
+  const testing::ErrorStats err = testing::error_stats(b.o_host().view(), ref.o.view());
+  EXPECT_LE(err.max_abs, 1e-2) << err;
+  EXPECT_NO_THROW(prefill.check());
+}
+
+// The Hopper family's bulk copies of pages of 64 rows: a bad id in a tile wholly inside the
+// request (copied by boxes) and in a tail tile (gathered) is skipped and recorded alike.
+TEST(IndexSafetyPrefillGpu, HopperBulkPagesSkipOutOfRangeIdsAndReportThem) {
+  FLARE_REQUIRE_GPU();
+  const cuda::DeviceProperties props = cuda::device_properties(0);
+  if (props.cc_major != 9 || props.cc_minor != 0) GTEST_SKIP() << "needs an sm_90 GPU";
+  const GuardedBatch b({300, 35, 0}, 8, 2, 64, 64);
+  BatchPrefillConfig config = prefill_config(PrefillKV::kPaged, 3, 3);
+  config.page_size = 64;
+  config.backend = PrefillBackend::kFA3;
+  BatchPrefill prefill(config);
+  const std::vector<int32_t> qo = {0, 1, 2, 3};
+  prefill.plan(qo, b.indptr(), b.last(), nullptr);
+  ASSERT_TRUE(prefill.last_tiles().warpgroup);
+  const int64_t pages = b.cache.num_pages();
+  // Entry 1: rows 64-127 of request 0, a whole tile's second box; entry 4: its tail tile;
+  // request 1's only page: a tail tile.
+  for (const auto& [entry, bad, request] :
+       {std::tuple{int64_t{1}, static_cast<int32_t>(pages), 0},
+        std::tuple{int64_t{4}, -7, 0},
+        std::tuple{int64_t{b.indptr()[1]}, -100, 1}}) {
     b.corrupt(entry, bad);
     b.poison_outputs();
     prefill.run(b.q_view, b.pages, b.o_view, b.lse_view, nullptr);

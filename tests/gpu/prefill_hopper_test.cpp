@@ -1,6 +1,7 @@
 // The Hopper prefill family (backend kFA3: warpgroup MMAs, kernels/wgmma.cuh) against the CPU
 // float64 reference, on sm_90 only: every head-dim pair, both query tiles (64 and 128; 128 only
-// at head_dim_vo 256) and KV tiles (64 and 128), ragged and paged KV at page sizes 1 / 5 / 16, NHD and HND, GQA 1 / 4 / 7
+// at head_dim_vo 256) and KV tiles (64 and 128), ragged and paged KV at page sizes 1 / 5 / 16 (gathered) and 64 / 128 / 256 (bulk copies), NHD
+// and HND, GQA 1 / 4 / 7
 // / 8, odd lengths, prefill and append, no mask / causal / custom mask, the built-in variant
 // flags and fused RoPE, split-KV through the merge kernel. The rest of tests/gpu/prefill_test.cpp
 // runs on this family too under backend kAuto (FLARE_TEST_PREFILL_BACKEND picks either one).
@@ -85,6 +86,55 @@ TEST(PrefillHopper, PagedPageSizes1And5AppendGqa7Hnd) {
       check_hopper(c);
     }
   }
+}
+
+// Pages of 64 rows and more arrive by bulk tensor copies, box by box (one page's rows each),
+// except an item's last, partial tile and items that start mid-box (a window's), which gather.
+TEST(PrefillHopper, PagesOf64To256RowsByBulkCopies) {
+  SKIP_WITHOUT_HOPPER();
+  for (const int page_size : {64, 128, 256}) {
+    for (const KVLayout layout : {KVLayout::kNHD, KVLayout::kHND}) {
+      Case c;
+      c.q_lens = {128, 33, 5, 200, 1};
+      c.kv_lens = {2049, 33, 1023, 700, 4096};
+      c.num_qo_heads = 8;
+      c.num_kv_heads = 2;
+      c.page_size = page_size;
+      c.layout = layout;
+      c.seed = static_cast<uint64_t>(page_size + static_cast<int>(layout));
+      SCOPED_TRACE(::testing::Message() << "page " << page_size << " layout "
+                                        << static_cast<int>(layout));
+      check_hopper(c);
+    }
+  }
+  Case small;  // 64-row query tiles, fp16, padded page strides, no mask
+  small.q_lens = {64, 70, 3};
+  small.kv_lens = {640, 1000, 65};
+  small.page_size = 64;
+  small.query_tile = 64;
+  small.dtype = DType::kF16;
+  small.strided = true;
+  small.mask = MaskMode::kNone;
+  check_hopper(small);
+  Case window;  // items start mid-box: gathered
+  window.q_lens = {300, 17};
+  window.kv_lens = {2000, 900};
+  window.page_size = 64;
+  window.window_left = 200;
+  check_hopper(window);
+  Case split;  // long requests split into chunks of whole pages, merged
+  split.q_lens = {64, 100};
+  split.kv_lens = {20000, 9000};
+  split.num_qo_heads = 32;
+  split.num_kv_heads = 8;
+  split.page_size = 128;
+  check_hopper(split);
+  Case wide;  // head dim 256: KV tiles of 64 rows, two per page of 128
+  wide.q_lens = {100, 7};
+  wide.kv_lens = {1000, 130};
+  wide.head_dim_qk = wide.head_dim_vo = 256;
+  wide.page_size = 128;
+  check_hopper(wide);
 }
 
 TEST(PrefillHopper, CustomMaskAndVariantFlags) {

@@ -137,5 +137,9 @@ struct alignas(64) TensorMap {
 void encode_tensor_map_3d(TensorMap& map, bool bf16, const void* address,
                           const uint64_t (&dims)[3], const uint64_t (&strides)[2],
                           const uint32_t (&box)[3]);
+// The same in 4-D (strides of dims 1 to 3).
+void encode_tensor_map_4d(TensorMap& map, bool bf16, const void* address,
+                          const uint64_t (&dims)[4], const uint64_t (&strides)[3],
+                          const uint32_t (&box)[4]);
 
 }  // namespace flare::cuda

@@ -1,0 +1,34 @@
+// The tensor maps of the Hopper prefill family's bulk copies of K and V
+// (kernels/prefill_hopper.cuh; PrefillParams::k_map / v_map): what run() encodes for ragged
+// rows and for pages, and when it cannot (the kernel then gathers with cp.async).
+#pragma once
+
+#include <cstdint>
+
+#include "flare/jit/cuda_driver.h"
+
+namespace flare::api_detail {
+
+// What the maps describe; equal sources give equal maps (run() re-encodes only on a change).
+struct BulkSource {
+  bool paged = false;
+  bool bf16 = false;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_rows = 0, v_rows = 0;  // ragged: tokens of k and v
+  int64_t num_pages = 0;           // paged: pages of the cache
+  // Element strides: ragged k_page / v_page are the token strides (slots unused).
+  int64_t k_page = 0, k_slot = 0, k_head = 0;
+  int64_t v_page = 0, v_slot = 0, v_head = 0;
+  int page_size = 0, kv_tile = 0;
+  int head_dim_qk = 0, head_dim_vo = 0, num_kv_heads = 0;
+  bool operator==(const BulkSource&) const = default;
+};
+
+// Encodes k_map and v_map of `source`: ragged [tokens][H_kv][D] in boxes of 64 dims x 1 head x
+// kv_tile tokens; paged [pages][page_size][H_kv][D] in boxes of 64 x 1 x
+// prefill_paged_box_rows(page_size, kv_tile) x 1. False (nothing encoded) when a base address
+// or a stride is not a multiple of 16 bytes, or pages of this size are gathered.
+bool encode_bulk_maps(const BulkSource& source, cuda::TensorMap& k_map, cuda::TensorMap& v_map);
+
+}  // namespace flare::api_detail

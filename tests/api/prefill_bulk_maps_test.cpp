@@ -1,0 +1,63 @@
+// The Hopper prefill family's bulk-copy maps (src/api/prefill_bulk_maps.h): which page sizes
+// are copied in boxes, and the sources run() must leave to the gather (nothing encoded, so no
+// GPU or driver needed: those return before encoding).
+#include "src/api/prefill_bulk_maps.h"
+
+#include <gtest/gtest.h>
+
+#include "kernels/prefill_params.cuh"
+
+namespace flare::api_detail {
+namespace {
+
+TEST(PrefillBulkMaps, BoxRowsKeepATileWholeBoxesOfOnePage) {
+  EXPECT_EQ(prefill_paged_box_rows(64, 128), 64);    // two pages a tile
+  EXPECT_EQ(prefill_paged_box_rows(128, 128), 128);  // one
+  EXPECT_EQ(prefill_paged_box_rows(256, 128), 128);  // half a page
+  EXPECT_EQ(prefill_paged_box_rows(128, 64), 64);
+  EXPECT_EQ(prefill_paged_box_rows(16, 128), 0);   // under 64 rows: gathered
+  EXPECT_EQ(prefill_paged_box_rows(1, 64), 0);
+  EXPECT_EQ(prefill_paged_box_rows(96, 128), 0);   // a tile would straddle a page's end
+  EXPECT_EQ(prefill_paged_box_rows(192, 128), 0);
+}
+
+BulkSource paged_source() {
+  BulkSource s;
+  s.paged = true;
+  s.bf16 = true;
+  alignas(16) static unsigned char storage[64];
+  s.k = storage;
+  s.v = storage;
+  s.num_pages = 10;
+  s.k_page = s.v_page = 64 * 2 * 128;
+  s.k_slot = s.v_slot = 2 * 128;
+  s.k_head = s.v_head = 128;
+  s.page_size = 64;
+  s.kv_tile = 128;
+  s.head_dim_qk = s.head_dim_vo = 128;
+  s.num_kv_heads = 2;
+  return s;
+}
+
+TEST(PrefillBulkMaps, SourcesTheKernelMustGatherEncodeNothing) {
+  cuda::TensorMap k, v;
+  BulkSource small = paged_source();
+  small.page_size = 16;
+  EXPECT_FALSE(encode_bulk_maps(small, k, v));
+  BulkSource odd_stride = paged_source();
+  odd_stride.v_slot = 2 * 128 + 1;  // a row stride of 514 bytes
+  EXPECT_FALSE(encode_bulk_maps(odd_stride, k, v));
+  BulkSource misaligned = paged_source();
+  misaligned.k = static_cast<const unsigned char*>(misaligned.k) + 2;
+  EXPECT_FALSE(encode_bulk_maps(misaligned, k, v));
+  BulkSource empty = paged_source();
+  empty.num_pages = 0;
+  EXPECT_FALSE(encode_bulk_maps(empty, k, v));
+  BulkSource ragged = paged_source();
+  ragged.paged = false;
+  ragged.k_head = 7;  // 14 bytes
+  EXPECT_FALSE(encode_bulk_maps(ragged, k, v));
+}
+
+}  // namespace
+}  // namespace flare::api_detail
