@@ -432,6 +432,12 @@ TEST(UserVariantPrefill, LibraryPrefixLmMatchesTheReference) {
   c.kv = PrefillKV::kRagged;
   c.query_tile = 16;
   prefill_testing::check(c);
+  // KV chunks of 64: the chunks past a tile's visible end (visible_end: max(q_pos + 1, prefix))
+  // become items of no tiles, whose empty states merge with the others.
+  c.fixed_split_size = 64;
+  prefill_testing::check(c);
+  c.query_tile = 0;  // the default tiles (the Hopper family on sm_90)
+  prefill_testing::check(c);
 }
 
 // Packed documents for document_mask(): per request, runs of 1-300 positions with one id
