@@ -19,7 +19,8 @@ enum class MaskMode : uint8_t {
 enum class PosEncoding : uint8_t {
   kNone,
   kRopeLlama,  // rotate-half RoPE applied to q and k at their positions
-  kAlibi,      // logits += slope[h] * (j - q_pos)
+  kAlibi,      // logits += slope[h] * (j - q_pos); on the GPU requests of at most 2^22 query
+               // and KV tokens (kernels/decode_params.cuh kAlibiMaxKvLen, checked at plan())
 };
 
 // The logits of query row i (position q_pos = kv_len - q_len + i) against key j are, in order:
