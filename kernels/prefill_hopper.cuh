@@ -246,6 +246,20 @@ __device__ __forceinline__ void publish_half(ItemShared& shared, int half, int s
   if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[half][stage]));
 }
 
+// Q, gathered (packed rows) by every producer thread while the first K's bulk copy is in
+// flight, then published on q_full.
+template <class QLanded>
+__device__ __forceinline__ void load_q_beside_bulk_k(const PrefillParams& p,
+                                                     const ItemHandOff& hand, unsigned char* smem,
+                                                     QLanded q_landed) {
+  issue_q(p, hand.record.g, hand.row_q_pos, hand.row_qo_head, smem);
+  cp_async_commit();
+  cp_async_wait<0>();
+  wgmma::fence_async_shared();
+  producer_sync();
+  q_landed();
+}
+
 // produce_item for paged K/V in boxes (kBulkPaged, p.bulk_kv, the item's first row starts a
 // box): the tiles wholly inside the item by bulk copies, the page ids of the next read by the
 // issuing thread while this one lands; the last tile, past kv_hi in part, gathered (its rows
@@ -268,14 +282,7 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
         issue_bulk_paged_half<kHalfK>(p, g, tile, stage, smem,
                                       barrier_address(shared.full[kHalfK][stage]), pages);
       }
-      if (tile == 0) {  // Q, gathered (packed rows), while the first K is in flight
-        issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
-        cp_async_commit();
-        cp_async_wait<0>();
-        wgmma::fence_async_shared();
-        producer_sync();
-        q_landed();
-      }
+      if (tile == 0) load_q_beside_bulk_k(p, hand, smem, q_landed);
       wait_half(shared.empty, empty_phases, kHalfV, stage);
       if (load_thread() == 0) {
         issue_bulk_paged_half<kHalfV>(p, g, tile, stage, smem,
@@ -342,14 +349,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
         issue_bulk_half<kHalfK>(p, g, tile, stage, smem,
                                 barrier_address(shared.full[kHalfK][stage]));
       }
-      if (tile == 0) {  // Q, gathered (packed rows), while the first K is in flight
-        issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
-        cp_async_commit();
-        cp_async_wait<0>();
-        wgmma::fence_async_shared();
-        producer_sync();
-        q_landed();
-      }
+      if (tile == 0) load_q_beside_bulk_k(p, hand, smem, q_landed);
       wait_half(shared.empty, empty_phases, kHalfV, stage);
       if (load_thread() == 0) {
         issue_bulk_half<kHalfV>(p, g, tile, stage, smem,

@@ -16,10 +16,11 @@ import argparse
 import json
 
 import torch
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask
 
 import flare
 from bench_python import FLASHINFER, eager_us, flashinfer, guarded
+from bench_variants import compiled_flex_attention
 
 HEADS, HEAD_DIM, BLOCK, DTYPE = 32, 128, 64, torch.bfloat16
 WORKSPACE_BYTES = 512 << 20
@@ -87,10 +88,7 @@ def measure_flex(compiled, rows, q, k, v, calls):
 def main():
     args = options()
     torch.manual_seed(0)
-    for limit in ("recompile_limit", "cache_size_limit"):
-        if hasattr(torch._dynamo.config, limit):
-            setattr(torch._dynamo.config, limit, 64)
-    compiled = torch.compile(flex_attention, dynamic=False)
+    compiled = compiled_flex_attention()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"flashinfer {FLASHINFER}")
     rows_out = []

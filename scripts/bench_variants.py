@@ -173,15 +173,20 @@ def measure_flex(variant, length, q, k, v, calls, compiled):
     return eager_us(call, calls), out.transpose(1, 2).reshape(-1, HEADS, HEAD_DIM)
 
 
-def main():
-    args = options()
-    torch.manual_seed(0)
-    # One compiled graph per (variant, length): more than dynamo's default of 8, past which it
-    # falls back to eager flex_attention (which materializes the scores: out of memory).
+def compiled_flex_attention():
+    """torch.compile'd flex_attention, allowed one compiled graph per shape and mask function:
+    more than dynamo's default of 8, past which it falls back to eager flex_attention (which
+    materializes the scores: out of memory)."""
     for limit in ("recompile_limit", "cache_size_limit"):
         if hasattr(torch._dynamo.config, limit):
             setattr(torch._dynamo.config, limit, 64)
-    compiled = torch.compile(flex_attention, dynamic=False)
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def main():
+    args = options()
+    torch.manual_seed(0)
+    compiled = compiled_flex_attention()
     device = torch.cuda.get_device_name()
     print(f"device: {device}, torch {torch.__version__}, flashinfer {FLASHINFER}")
     rows = []

@@ -210,25 +210,28 @@ BatchPrefillConfig prefill_config(PrefillKV kv, int max_batch, int max_total_qo)
   return config;
 }
 
-TEST(IndexSafetyPrefillGpu, PagedPrefillSkipsOutOfRangePageIdsAndReportsThem) {
-  FLARE_REQUIRE_GPU();
-  // One query token per request (decode-shaped) keeps the float64 reference small; the
-  // prefill kernel's full-tile and tail-tile copies both see the bad ids.
-  const GuardedBatch b({200, 35, 0}, 8, 2, 64);
-  BatchPrefill prefill(prefill_config(PrefillKV::kPaged, 3, 3));
-  const std::vector<int32_t> qo = {0, 1, 2, 3};
-  prefill.plan(qo, b.indptr(), b.last(), nullptr);
-  const int64_t pages = b.cache.num_pages();
-  for (const auto& [entry, bad, request] : {std::tuple{int64_t{3}, static_cast<int32_t>(pages), 0},
-                                            std::tuple{int64_t{b.indptr()[1] + 2}, -100, 1}}) {
-    b.corrupt(entry, bad);
+// One bad page id: its kv_indices entry, the id, the request that reads it.
+struct BadPageId {
+  int64_t entry;
+  int32_t id;
+  int request;
+};
+
+// Each bad id in turn: the run writes nothing outside its tensors and check() names the entry,
+// the id and the request; with the ids restored, the output matches the reference and check()
+// passes.
+void expect_bad_page_ids_skipped(BatchPrefill& prefill, const GuardedBatch& b,
+                                 const std::vector<BadPageId>& bad_ids) {
+  for (const BadPageId& bad : bad_ids) {
+    b.corrupt(bad.entry, bad.id);
     b.poison_outputs();
     prefill.run(b.q_view, b.pages, b.o_view, b.lse_view, nullptr);
     cuda::device_synchronize();
-    EXPECT_TRUE(b.all_guards_intact()) << "page id " << bad;
+    EXPECT_TRUE(b.all_guards_intact()) << "page id " << bad.id;
     EXPECT_FLARE_ERROR(prefill.check(), ErrorCode::kIndexOutOfRange,
-                       "kv_indices[" + std::to_string(entry) + "] = " + std::to_string(bad) +
-                           " (request " + std::to_string(request) + ")");
+                       "kv_indices[" + std::to_string(bad.entry) + "] = " +
+                           std::to_string(bad.id) + " (request " + std::to_string(bad.request) +
+                           ")");
     b.restore();
   }
   b.poison_outputs();
@@ -238,6 +241,18 @@ TEST(IndexSafetyPrefillGpu, PagedPrefillSkipsOutOfRangePageIdsAndReportsThem) {
   const testing::ErrorStats err = testing::error_stats(b.o_host().view(), ref.o.view());
   EXPECT_LE(err.max_abs, 1e-2) << err;
   EXPECT_NO_THROW(prefill.check());
+}
+
+TEST(IndexSafetyPrefillGpu, PagedPrefillSkipsOutOfRangePageIdsAndReportsThem) {
+  FLARE_REQUIRE_GPU();
+  // One query token per request (decode-shaped) keeps the float64 reference small; the
+  // prefill kernel's full-tile and tail-tile copies both see the bad ids.
+  const GuardedBatch b({200, 35, 0}, 8, 2, 64);
+  BatchPrefill prefill(prefill_config(PrefillKV::kPaged, 3, 3));
+  const std::vector<int32_t> qo = {0, 1, 2, 3};
+  prefill.plan(qo, b.indptr(), b.last(), nullptr);
+  const auto pages = static_cast<int32_t>(b.cache.num_pages());
+  expect_bad_page_ids_skipped(prefill, b, {{3, pages, 0}, {b.indptr()[1] + 2, -100, 1}});
 }
 
 // The Hopper family's bulk copies of pages of 64 rows: a bad id in a tile wholly inside the
@@ -254,30 +269,10 @@ TEST(IndexSafetyPrefillGpu, HopperBulkPagesSkipOutOfRangeIdsAndReportThem) {
   const std::vector<int32_t> qo = {0, 1, 2, 3};
   prefill.plan(qo, b.indptr(), b.last(), nullptr);
   ASSERT_TRUE(prefill.last_tiles().warpgroup);
-  const int64_t pages = b.cache.num_pages();
+  const auto pages = static_cast<int32_t>(b.cache.num_pages());
   // Entry 1: rows 64-127 of request 0, a whole tile's second box; entry 4: its tail tile;
   // request 1's only page: a tail tile.
-  for (const auto& [entry, bad, request] :
-       {std::tuple{int64_t{1}, static_cast<int32_t>(pages), 0},
-        std::tuple{int64_t{4}, -7, 0},
-        std::tuple{int64_t{b.indptr()[1]}, -100, 1}}) {
-    b.corrupt(entry, bad);
-    b.poison_outputs();
-    prefill.run(b.q_view, b.pages, b.o_view, b.lse_view, nullptr);
-    cuda::device_synchronize();
-    EXPECT_TRUE(b.all_guards_intact()) << "page id " << bad;
-    EXPECT_FLARE_ERROR(prefill.check(), ErrorCode::kIndexOutOfRange,
-                       "kv_indices[" + std::to_string(entry) + "] = " + std::to_string(bad) +
-                           " (request " + std::to_string(request) + ")");
-    b.restore();
-  }
-  b.poison_outputs();
-  prefill.run(b.q_view, b.pages, b.o_view, b.lse_view, nullptr);
-  cuda::device_synchronize();
-  const gpu_testing::Reference ref = reference_decode(b.q_host.view, b.cache, {});
-  const testing::ErrorStats err = testing::error_stats(b.o_host().view(), ref.o.view());
-  EXPECT_LE(err.max_abs, 1e-2) << err;
-  EXPECT_NO_THROW(prefill.check());
+  expect_bad_page_ids_skipped(prefill, b, {{1, pages, 0}, {4, -7, 0}, {b.indptr()[1], -100, 1}});
 }
 
 TEST(IndexSafetyPrefillGpu, RaggedRowsShortOfTheIndptrAreRejectedBeforeLaunching) {
