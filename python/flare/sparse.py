@@ -70,14 +70,74 @@ def _result(array, like):
     return torch_module().from_numpy(array) if is_torch(like) else array
 
 
+def _device_csr(A, shape, device, where):
+    """(rows, cols, indptr, indices, values) of A as contiguous int32 / float32 CUDA tensors on
+    `device` (a torch sparse CSR / COO tensor or an (indptr, indices, values) triple)."""
+    torch = torch_module()
+    if is_torch(A) and A.layout != torch.strided:
+        if A.layout == torch.sparse_coo:
+            A = A.coalesce().to_sparse_csr()
+        elif A.layout != torch.sparse_csr:
+            raise ValueError(f"{where}: A must be a sparse CSR or COO tensor, got {A.layout}")
+        rows, cols = A.shape
+        arrays = (A.crow_indices(), A.col_indices(), A.values())
+    else:
+        if not isinstance(A, (tuple, list)) or len(A) != 3:
+            raise ValueError(f"{where}: A must be a torch sparse CSR/COO tensor or an "
+                             f"(indptr, indices, values) triple, got {type(A).__name__}")
+        if shape is None or len(shape) != 2:
+            raise ValueError(f"{where}: an (indptr, indices, values) triple needs "
+                             "shape=(rows, cols)")
+        rows, cols = shape
+        arrays = A
+    if arrays[2] is None:
+        raise ValueError(f"{where}: A needs values")
+    indptr, indices, values = (
+        torch.as_tensor(x).to(device=device, dtype=dtype).contiguous()
+        for x, dtype in zip(arrays, (torch.int32, torch.int32, torch.float32)))
+    return int(rows), int(cols), indptr, indices, values
+
+
+def _spmm_cuda(A, X, format, shape, where):
+    """The GPU path: the CSR kernel (a warp per row, float32)."""
+    if format not in ("auto", "csr"):
+        raise NotImplementedError(f"{where}: format {format!r} runs on the CPU backend only; on "
+                                  "CUDA tensors the GPU has 'csr' (or 'auto')")
+    torch = torch_module()
+    rows, cols, indptr, indices, values = _device_csr(A, shape, X.device, where)
+    if X.ndim != 2 or X.shape[0] != cols:
+        raise ValueError(f"{where}: X must have shape [cols = {cols}, d], got {list(X.shape)}")
+    if X.shape[1] % 32 != 0 or X.shape[1] == 0:
+        raise NotImplementedError(f"{where}: on the GPU X's feature size d must be a positive "
+                                  f"multiple of 32, got {X.shape[1]}")
+    x = X if X.dtype == torch.float32 else X.float()
+    y = torch.empty((rows, x.shape[1] if x.ndim == 2 else 0), dtype=torch.float32,
+                    device=X.device)
+    _flare.sparse_spmm_cuda(rows, cols, indptr, indices, values, x, y)
+    return y
+
+
+def graph(kind, nodes, edges, seed=0):
+    """A seeded synthetic graph as (indptr, indices) int32 numpy arrays of its CSR adjacency
+    (flare/sparse/generate.h): kind "rmat" (R-MAT, power-law degrees like arxiv and reddit) or
+    "uniform" (near-uniform degrees like ogbn-proteins); `edges` distinct edges."""
+    indptr, indices = _flare.sparse_graph(str(kind), int(nodes), int(edges), int(seed))
+    return (np.frombuffer(indptr, dtype=np.int32).copy(),
+            np.frombuffer(indices, dtype=np.int32).copy())
+
+
 def spmm(A, X, format="auto", shape=None):
     """Y = A X: A sparse [rows, cols], X dense [cols, d] -> Y float32 [rows, d]. format: "auto"
     or "csr" (the CSR reference), "coo", "ell" (through A's COO or ELL form) or "hyb" (the sum
-    over hyb(1, 5)'s sub-matrices): the same values up to summation order."""
+    over hyb(1, 5)'s sub-matrices): the same values up to summation order. X a CUDA tensor:
+    the GPU kernel (flare/sparse/spmm_gpu.h; d a multiple of 32, "auto" / "csr"), on torch's
+    current stream, A's arrays moved to X's device as int32 / float32."""
     where = "flare.sparse.spmm"
     if format not in ("auto", "csr", "coo", "ell", "hyb"):
         raise ValueError(f"{where}: format must be 'auto', 'csr', 'coo', 'ell' or 'hyb', got "
                          f"{format!r}")
+    if is_cuda(X):
+        return _spmm_cuda(A, X, format, shape, where)
     csr = _csr_of(A, shape, where)
     x = _to_host(X, "float32", "X", where)
     if csr.values is None:

@@ -1,4 +1,4 @@
-// flare::sparse (issue 23; CPU references so far) for python/flare/sparse.py: SpMM and SDDMM on
+// flare::sparse (issue 23) for python/flare/sparse.py: SpMM (CPU reference and the GPU kernel) and SDDMM on
 // a CSR matrix given as arrays (directly, or through its COO, ELL or hyb(c, k) form), and the
 // ELL and hyb(c, k) formats as plain Python values.
 #include <nanobind/nanobind.h>
@@ -15,6 +15,9 @@
 #include "flare/sparse/csr.h"
 #include "flare/sparse/ell.h"
 #include "flare/sparse/hyb.h"
+#include "flare/sparse/generate.h"
+#include "flare/sparse/spmm_gpu.h"
+#include "object_view.h"
 #include "tensor_arg.h"
 
 namespace flare::python {
@@ -81,6 +84,38 @@ nb::dict hyb_dict(const sparse::Hyb& h) {
 }  // namespace
 
 void bind_sparse(nb::module_& m) {
+  m.def(
+      "sparse_graph",
+      [](const std::string& kind, int64_t nodes, int64_t edges, uint64_t seed) {
+        FLARE_CHECK(kind == "rmat" || kind == "uniform", ErrorCode::kInvalidArgument,
+                    "flare.sparse.graph: kind must be 'rmat' or 'uniform', got '", kind, "'");
+        const sparse::CsrGraph g = kind == "rmat" ? sparse::rmat_graph(nodes, edges, seed)
+                                                  : sparse::uniform_graph(nodes, edges, seed);
+        // The arrays as bytes (int32, native order): numpy views them without a list.
+        return nb::make_tuple(
+            nb::bytes(reinterpret_cast<const char*>(g.indptr.data()), g.indptr.size() * 4),
+            nb::bytes(reinterpret_cast<const char*>(g.indices.data()), g.indices.size() * 4));
+      },
+      nb::arg("kind"), nb::arg("nodes"), nb::arg("edges"), nb::arg("seed"),
+      "(indptr, indices) int32 bytes of a seeded synthetic graph (flare/sparse/generate.h).");
+  m.def(
+      "sparse_spmm_cuda",
+      [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle values,
+         nb::handle x, nb::handle y) {
+        sparse::Csr a;
+        a.rows = rows;
+        a.cols = cols;
+        a.indptr = object_view(indptr, "indptr");
+        a.indices = object_view(indices, "indices");
+        a.values = object_view(values, "values");
+        const TensorView x_view = object_view(x, "X");
+        FLARE_CHECK(x_view.device.is_cuda(), ErrorCode::kInvalidArgument,
+                    "flare.sparse.spmm: X must be a CUDA tensor here, got ", x_view.device.str());
+        sparse::spmm(a, x_view, object_view(y, "y"),
+                     reinterpret_cast<cuda::Stream>(torch_current_stream(x_view.device.index)));
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
+      nb::arg("x"), nb::arg("y"), "y <- A x on the GPU (CUDA torch tensors, torch's stream).");
   m.def(
       "sparse_spmm",
       [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,

@@ -106,3 +106,17 @@ def test_torch_sparse_tensors_match_torch():
     sampled = flare.sparse.sddmm(csr, q, k)
     expected = torch.sparse.sampled_addmm(csr, q, k.T, beta=0.0)
     torch.testing.assert_close(sampled.values(), expected.values(), rtol=1e-5, atol=1e-5)
+
+
+def test_graph_is_seeded_csr_with_sorted_unique_columns():
+    indptr, indices = flare.sparse.graph("rmat", 1000, 5000, seed=3)
+    again, again_indices = flare.sparse.graph("rmat", 1000, 5000, seed=3)
+    assert np.array_equal(indptr, again) and np.array_equal(indices, again_indices)
+    assert indptr.dtype == np.int32 and indptr.shape == (1001,) and indptr[-1] == 5000
+    for r in range(1000):
+        row = indices[indptr[r]:indptr[r + 1]]
+        assert (np.diff(row) > 0).all() and (row >= 0).all() and (row < 1000).all()
+    other, _ = flare.sparse.graph("uniform", 1000, 5000, seed=3)
+    assert np.diff(other).max() < np.diff(indptr).max()  # R-MAT's hubs
+    with pytest.raises(ValueError, match="kind must be 'rmat' or 'uniform'"):
+        flare.sparse.graph("kronecker", 10, 10)

@@ -1,0 +1,67 @@
+"""flare.sparse.spmm on CUDA tensors (the GPU CSR kernel) against torch.sparse.mm in float64:
+torch sparse CSR and COO inputs and (indptr, indices, values) triples, feature sizes 32-512, a
+power-law graph with a long row, non-contiguous X; formats the GPU lacks and feature sizes
+that are not multiples of 32 raise. Skipped visibly without PyTorch or a CUDA device."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device (torch.cuda.is_available() is False)", allow_module_level=True)
+
+import flare  # noqa: E402
+
+DEVICE = torch.device("cuda:0")
+
+
+def random_csr(rows, cols, nnz, seed):
+    g = torch.Generator().manual_seed(seed)
+    flat = torch.randperm(rows * cols, generator=g)[:nnz].sort().values
+    values = torch.randn(nnz, generator=g)
+    coo = torch.sparse_coo_tensor(torch.stack([flat // cols, flat % cols]), values, (rows, cols))
+    return coo.coalesce().to_sparse_csr()
+
+
+def expected(a, x):
+    return torch.sparse.mm(a.to(torch.float64).cpu(), x.to(torch.float64).cpu())
+
+
+@pytest.mark.parametrize("d", [32, 64, 128, 256, 512])
+def test_spmm_matches_float64_on_csr_coo_and_triples(d):
+    a = random_csr(300, 257, 4000, seed=d)
+    x = torch.randn(257, d, device=DEVICE)
+    want = expected(a, x)
+    for given in (a.to(DEVICE), a.to_sparse_coo().to(DEVICE)):
+        y = flare.sparse.spmm(given, x)
+        assert y.device == x.device and y.dtype == torch.float32 and y.shape == (300, d)
+        torch.testing.assert_close(y.cpu().double(), want, atol=1e-4, rtol=1e-4)
+    triple = (a.crow_indices().to(DEVICE), a.col_indices().to(DEVICE), a.values().to(DEVICE))
+    y = flare.sparse.spmm(triple, x, shape=(300, 257))
+    torch.testing.assert_close(y.cpu().double(), want, atol=1e-4, rtol=1e-4)
+
+
+def test_spmm_on_a_power_law_graph_with_a_strided_x():
+    indptr, indices = flare.sparse.graph("rmat", 5000, 60000, seed=1)
+    a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
+                                torch.randn(indices.shape[0]), (5000, 5000))
+    x = torch.randn(5000, 160, device=DEVICE)[:, 16:144]  # rows 160 floats apart
+    y = flare.sparse.spmm(a.to(DEVICE), x)
+    torch.testing.assert_close(y.cpu().double(), expected(a, x), atol=1e-4, rtol=1e-4)
+
+
+def test_what_the_gpu_kernel_lacks_raises():
+    a = random_csr(10, 10, 20, seed=0).to(DEVICE)
+    with pytest.raises(NotImplementedError, match="format 'hyb' runs on the CPU backend only"):
+        flare.sparse.spmm(a, torch.randn(10, 32, device=DEVICE), format="hyb")
+    with pytest.raises(NotImplementedError, match="multiple of 32, got 48"):
+        flare.sparse.spmm(a, torch.randn(10, 48, device=DEVICE))
+    with pytest.raises(ValueError, match="X must have shape \\[cols = 10, d\\], got \\[11, 32\\]"):
+        flare.sparse.spmm(a, torch.randn(11, 32, device=DEVICE))
+    # Column ids outside the matrix (a triple is not validated on the device): no read outside
+    # X, those entries contribute nothing.
+    indptr = torch.tensor([0, 2, 3], dtype=torch.int32, device=DEVICE)
+    indices = torch.tensor([1, 99, -4], dtype=torch.int32, device=DEVICE)
+    values = torch.tensor([2.0, 5.0, 7.0], device=DEVICE)
+    x = torch.randn(3, 32, device=DEVICE)
+    y = flare.sparse.spmm((indptr, indices, values), x, shape=(2, 3))
+    torch.testing.assert_close(y, torch.stack([2.0 * x[1], torch.zeros(32, device=DEVICE)]))

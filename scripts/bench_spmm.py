@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""SpMM through the public Python API (issue 23): flare.sparse.spmm on CUDA tensors (the CSR
+kernel, a warp per row, no decomposition yet) next to cuSPARSE through torch.sparse.mm on the
+same CSR tensor, float32, in one process.
+
+Graphs: seeded synthetic graphs from flare.sparse.graph, named as such (no real graph is read
+here): R-MAT of arxiv's size (169,343 nodes, 1.89M edges) and of a quarter of reddit's edges
+(232,965 nodes, 23.2M edges), and a near-uniform graph of ogbn-proteins' node count (132,534
+nodes, 9.9M edges: a quarter of its edges). Values are random normals.
+
+Per graph and feature size d: GPU time from a CUDA-graph replay and eager time of each call;
+the achieved rate against the minimum traffic (A's indptr, indices and values read once, X read
+once, Y written once) and that traffic over the device's copy bandwidth measured in the same
+process (a device-to-device copy of 1 GiB).
+Usage: python3 scripts/bench_spmm.py [--features 32,128,512] [--graphs arxiv,proteins,reddit]
+       [--calls 20] [--json F]
+"""
+import argparse
+import json
+
+import torch
+
+import flare
+from bench_python import eager_us, graph_us, guarded
+
+GRAPHS = {"arxiv": ("rmat", 169343, 1890000), "reddit": ("rmat", 232965, 23200000),
+          "proteins": ("uniform", 132534, 9890000)}
+
+
+def options():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--features", default="32,128,512")
+    parser.add_argument("--graphs", default="arxiv,proteins,reddit")
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--json", help="write every measurement here")
+    return parser.parse_args()
+
+
+def copy_bandwidth():
+    """Device copy bandwidth (bytes read + written per second) of a 1 GiB copy."""
+    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    us = eager_us(lambda: dst.copy_(src), 10)
+    return 2 * src.numel() * 4 / (us * 1e-6)
+
+
+def main():
+    args = options()
+    torch.manual_seed(0)
+    bandwidth = copy_bandwidth()
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, copy bandwidth "
+          f"{bandwidth / 1e12:.2f} TB/s")
+    rows = []
+    for name in args.graphs.split(","):
+        kind, nodes, edges = GRAPHS[name]
+        indptr, indices = flare.sparse.graph(kind, nodes, edges, seed=1)
+        a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
+                                    torch.randn(indices.shape[0]), (nodes, nodes)).cuda()
+        # flare's own arrays once (int32 on the device), as a serving loop would keep them.
+        triple = (a.crow_indices().to(torch.int32), a.col_indices().to(torch.int32), a.values())
+        for d in (int(x) for x in args.features.split(",")):
+            x = torch.randn(nodes, d, device="cuda")
+            row = {"graph": f"{name} (synthetic {kind})", "nodes": nodes, "nnz": int(edges),
+                   "d": d, "max_degree": int((indptr[1:] - indptr[:-1]).max())}
+            traffic = edges * 8 + (nodes + 1) * 4 + 2 * nodes * d * 4
+            flare_call = lambda: flare.sparse.spmm(triple, x, shape=(nodes, nodes))  # noqa: E731
+            torch_call = lambda: torch.sparse.mm(a, x)  # noqa: E731
+            want = torch_call()
+            got = flare_call()
+            row["max_rel_diff"] = ((got - want).abs().max() / want.abs().max()).item()
+            for label, call in (("flare", flare_call), ("cusparse", torch_call)):
+                row[f"{label}_eager_us"] = eager_us(call, args.calls)
+                row[f"{label}_graph_us"] = guarded(f"{label} graph", lambda: graph_us(call, 5))
+            best = row["flare_graph_us"] or row["flare_eager_us"]
+            row["flare_traffic_fraction"] = traffic / (best * 1e-6) / bandwidth
+            rows.append(row)
+            del x
+        del a, triple
+        torch.cuda.empty_cache()
+    print("\n| graph | d | flare us (graph / eager) | cuSPARSE us (graph / eager) | speedup | "
+          "flare: minimum traffic / copy bandwidth |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        def cell(label):
+            graph = r[f"{label}_graph_us"]
+            return f"{graph:.1f} / {r[f'{label}_eager_us']:.1f}" if graph else \
+                f"n/a / {r[f'{label}_eager_us']:.1f}"
+
+        key = "graph_us" if r["flare_graph_us"] and r["cusparse_graph_us"] else "eager_us"
+        speedup = r[f"cusparse_{key}"] / r[f"flare_{key}"]
+        print(f"| {r['graph']}, {r['nnz']:,} nnz, max degree {r['max_degree']:,} | {r['d']} | "
+              f"{cell('flare')} | {cell('cusparse')} | {speedup:.2f} | "
+              f"{r['flare_traffic_fraction']:.2f} |")
+    print("max |flare - cuSPARSE| / max |cuSPARSE|: " +
+          ", ".join(f"{r['graph'].split()[0]}@{r['d']}={r['max_rel_diff']:.1e}" for r in rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

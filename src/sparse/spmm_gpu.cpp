@@ -1,0 +1,120 @@
+// SpMM on the GPU (flare/sparse/spmm_gpu.h): argument checks, the kernel's vector width, the
+// launch of kernels/spmm_csr.cuh.
+#include "flare/sparse/spmm_gpu.h"
+
+#include <algorithm>
+#include <string>
+
+#include "flare/core/error.h"
+#include "flare/jit/module.h"
+#include "kernels/spmm_csr.cuh"
+
+namespace flare::sparse {
+namespace {
+
+constexpr const char* kWhat = "flare::sparse::spmm";
+
+void check_array(const TensorView& t, const char* name, DType dtype, int64_t size,
+                 const Device& device) {
+  FLARE_CHECK(t.ndim == 1 && t.shape[0] == size && t.dtype == dtype && t.device == device &&
+                  (size <= 1 || t.strides[0] == 1) && (size == 0 || t.data != nullptr),
+              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous ",
+              dtype_name(dtype), " [", size, "] tensor on ", device.str(), ", got ",
+              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+}
+
+void check_dense(const TensorView& t, const char* name, int64_t rows, int64_t d,
+                 const Device& device) {
+  FLARE_CHECK(t.ndim == 2 && t.shape[0] == rows && t.shape[1] == d && t.dtype == DType::kF32 &&
+                  t.device == device && (d <= 1 || t.strides[1] == 1) &&
+                  (rows <= 1 || t.strides[0] >= d),
+              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a float32 [", rows, ", ",
+              d, "] tensor on ", device.str(), " with unit stride along its last dimension, got ",
+              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+}
+
+// The widest vector (4, 2, 1 floats) that d / 32 and both tensors' alignment allow.
+int vector_width(int64_t d, const TensorView& x, const TensorView& y) {
+  for (int vec : {4, 2, 1}) {
+    const auto aligned = [vec](const TensorView& t) {
+      const int64_t bytes = vec * 4;
+      return reinterpret_cast<uintptr_t>(t.data) % bytes == 0 &&
+             (t.shape[0] <= 1 || t.strides[0] * 4 % bytes == 0);
+    };
+    if (d % (32 * vec) == 0 && aligned(x) && aligned(y)) return vec;
+  }
+  return 1;
+}
+
+}  // namespace
+
+jit::KernelSpec spmm_csr_kernel_spec(int features, int vec) {
+  FLARE_CHECK(features > 0 && features % 32 == 0, ErrorCode::kUnsupported, kWhat,
+              ": the GPU kernel takes feature sizes that are positive multiples of 32, got ",
+              features);
+  FLARE_CHECK((vec == 1 || vec == 2 || vec == 4) && features % (32 * vec) == 0,
+              ErrorCode::kInvalidArgument, kWhat, ": vector width ", vec,
+              " must be 1, 2 or 4 and divide d / 32 = ", features / 32);
+  jit::KernelSpec spec;
+  spec.family_header = "spmm_csr.cuh";
+  spec.entry = "flare_spmm_csr";
+  spec.defines = {{"FLARE_SPMM_FEATURES", std::to_string(features)},
+                  {"FLARE_SPMM_VEC", std::to_string(vec)}};
+  spec.label = "spmm csr f32 d=" + std::to_string(features) + " vec=" + std::to_string(vec);
+  return spec;
+}
+
+std::vector<jit::KernelSpec> shipped_spmm_kernel_specs() {
+  std::vector<jit::KernelSpec> specs;
+  for (int d : {32, 64, 128, 256, 512}) specs.push_back(spmm_csr_kernel_spec(d, d >= 128 ? 4 : d / 32));
+  return specs;
+}
+
+void spmm(const Csr& a, const TensorView& x, const TensorView& y, cuda::Stream stream) {
+  FLARE_CHECK(x.device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
+              ": x must be a CUDA tensor (the CPU operator is spmm_reference), got x on ",
+              x.device.str());
+  FLARE_CHECK(a.rows >= 0 && a.cols >= 0, ErrorCode::kInvalidArgument, kWhat,
+              ": rows and cols must be >= 0, got ", a.rows, " x ", a.cols);
+  FLARE_CHECK(a.values.has_value(), ErrorCode::kInvalidArgument, kWhat, ": A needs values");
+  const int64_t nnz = a.nnz();
+  const int64_t d = x.ndim == 2 ? x.shape[1] : -1;
+  check_array(a.indptr, "A.indptr", DType::kI32, a.rows + 1, x.device);
+  check_array(a.indices, "A.indices", DType::kI32, nnz, x.device);
+  check_array(*a.values, "A.values", DType::kF32, nnz, x.device);
+  check_dense(x, "x", a.cols, d, x.device);
+  check_dense(y, "y", a.rows, d, x.device);
+  FLARE_CHECK(d > 0 && d % 32 == 0, ErrorCode::kUnsupported, kWhat,
+              ": the GPU kernel takes feature sizes (x's last dimension) that are positive "
+              "multiples of 32, got ", d);
+  FLARE_CHECK(a.rows < (int64_t{1} << 31) && nnz < (int64_t{1} << 31), ErrorCode::kUnsupported,
+              kWhat, ": rows and nnz must be below 2^31, got ", a.rows, " and ", nnz);
+  if (a.rows == 0) return;
+
+  SpmmCsrParams p{};
+  p.indptr = a.indptr.ptr<const int32_t>();
+  p.indices = a.indices.ptr<const int32_t>();
+  p.values = a.values->ptr<const float>();
+  p.x = x.ptr<const float>();
+  p.y = y.ptr<float>();
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.nnz = nnz;
+  p.x_stride = a.cols > 1 ? x.strides[0] : d;
+  p.y_stride = a.rows > 1 ? y.strides[0] : d;
+
+  const cuda::DeviceScope scope(x.device.index);
+  const cuda::Function function =
+      jit::get_kernel(spmm_csr_kernel_spec(static_cast<int>(d), vector_width(d, x, y)),
+                      "flare_spmm_csr", x.device.index);
+  constexpr int64_t kWarpsPerBlock = kSpmmThreads / 32;
+  const cuda::DeviceProperties props = cuda::device_properties(x.device.index);
+  // Enough warps to fill every SM several times; the loop strides over the rest.
+  const int64_t max_blocks = int64_t{props.num_sms} * 16;
+  const auto blocks = static_cast<unsigned>(
+      std::min(max_blocks, (a.rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  void* args[] = {&p};
+  cuda::launch(function, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
+}
+
+}  // namespace flare::sparse

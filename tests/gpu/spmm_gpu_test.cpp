@@ -1,0 +1,118 @@
+// The GPU SpMM (flare/sparse/spmm_gpu.h, kernels/spmm_csr.cuh) against the float64 CPU
+// reference: random CSR matrices with empty rows and one row holding 30% of the nonzeros, a
+// single-column matrix, feature sizes 32-512, padded row strides (every vector width), and
+// column indices outside [0, cols) (they contribute nothing, nothing is read outside the
+// tensors). Outputs are NaN-poisoned first. Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "flare/jit/cuda_sync.h"
+#include "flare/sparse/spmm_gpu.h"
+#include "gpu/decode_test_support.h"
+#include "sparse/random_csr.h"
+#include "testing/random.h"
+
+namespace flare {
+namespace {
+
+using gpu_testing::DeviceCopy;
+using gpu_testing::to_device;
+
+// A [rows, d] float32 view of `data` with rows `stride` elements apart.
+TensorView rows_view(void* data, int64_t rows, int64_t d, int64_t stride, Device device) {
+  TensorView t = TensorView::contiguous(data, DType::kF32, {rows, d}, device);
+  t.strides[0] = stride;
+  return t;
+}
+
+HostTensor int32_tensor(const std::vector<int32_t>& values) {
+  HostTensor t(DType::kI32, {static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.data<int32_t>());
+  return t;
+}
+
+HostTensor float_tensor(const std::vector<float>& values) {
+  HostTensor t(DType::kF32, {static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), t.data<float>());
+  return t;
+}
+
+// y = A x on the GPU (x and y with rows of `stride` floats, d used) against the reference run on
+// `reference` (A with the same pattern; its values zero where a column was corrupted).
+void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference, int64_t d,
+                int64_t stride, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << a.rows << " x " << a.cols << " nnz " << a.indices.size()
+                                    << " d " << d << " stride " << stride);
+  HostTensor x_storage(DType::kF32, {std::max<int64_t>(a.cols, 1), stride});
+  testing::fill_random(x_storage.view(), seed);
+  HostTensor y_storage(DType::kF32, {std::max<int64_t>(a.rows, 1), stride});
+  y_storage.fill(std::nanf(""));
+  const TensorView x_host = rows_view(x_storage.data<float>(), a.cols, d, stride, Device::cpu());
+  HostTensor expected(DType::kF32, {a.rows, d});
+  sparse::spmm_reference(reference.view(), x_host, expected.view());
+
+  const HostTensor indptr = int32_tensor(a.indptr), indices = int32_tensor(a.indices);
+  const HostTensor values = float_tensor(a.values);
+  const DeviceCopy indptr_d = to_device(indptr), indices_d = to_device(indices);
+  const DeviceCopy values_d = to_device(values);
+  const DeviceCopy x_d = to_device(x_storage), y_d = to_device(y_storage);
+  sparse::Csr a_d;
+  a_d.rows = a.rows;
+  a_d.cols = a.cols;
+  a_d.indptr = indptr_d.view;
+  a_d.indices = indices_d.view;
+  a_d.values = values_d.view;
+  const TensorView x_view = rows_view(x_d.buffer.data(), a.cols, d, stride, Device::cuda(0));
+  const TensorView y_view = rows_view(y_d.buffer.data(), a.rows, d, stride, Device::cuda(0));
+  sparse::spmm(a_d, x_view, y_view, nullptr);
+  cuda::device_synchronize();
+  HostTensor y_back(DType::kF32, {std::max<int64_t>(a.rows, 1), stride});
+  cuda::memcpy_dtoh(y_back.data<float>(), y_d.buffer.data(),
+                    static_cast<size_t>(y_back.numel()) * 4);
+  double worst = 0.0;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    for (int64_t f = 0; f < stride; ++f) {
+      const float got = y_back.data<float>()[r * stride + f];
+      if (f >= d) {  // the padding stays poisoned: nothing written past d
+        ASSERT_TRUE(std::isnan(got)) << "row " << r << " padding " << f;
+        continue;
+      }
+      const double want = expected.data<float>()[r * d + f];
+      ASSERT_FALSE(std::isnan(got)) << "row " << r << " feature " << f << " unwritten";
+      worst = std::max(worst, std::abs(got - want) / (1.0 + std::abs(want)));
+    }
+  }
+  EXPECT_LE(worst, 2e-5);
+}
+
+TEST(SpmmGpu, MatchesTheFloat64ReferenceAtEveryFeatureSizeAndStride) {
+  FLARE_REQUIRE_GPU();
+  cuda::set_device(0);
+  const sparse::CsrStorage a = sparse_testing::random_csr(300, 257, 0.05, 0.3, 11);
+  for (const int64_t d : {32, 64, 128, 256, 512}) check_spmm(a, a, d, d, static_cast<uint64_t>(d));
+  check_spmm(a, a, 128, 132, 3);  // padded rows: 16-byte vectors still
+  check_spmm(a, a, 64, 66, 4);    // 8-byte vectors
+  check_spmm(a, a, 32, 33, 5);    // single floats
+  const sparse::CsrStorage column = sparse_testing::random_csr(1000, 1, 0.5, 0.0, 12);
+  check_spmm(column, column, 64, 64, 6);
+  const sparse::CsrStorage wide = sparse_testing::random_csr(40, 5000, 0.2, 0.3, 13);
+  check_spmm(wide, wide, 512, 512, 7);
+}
+
+TEST(SpmmGpu, ColumnsOutsideTheMatrixContributeNothing) {
+  FLARE_REQUIRE_GPU();
+  cuda::set_device(0);
+  sparse::CsrStorage a = sparse_testing::random_csr(64, 100, 0.2, 0.0, 21);
+  ASSERT_GE(a.indices.size(), 3u);
+  sparse::CsrStorage reference = a;
+  for (const size_t e : {size_t{0}, a.indices.size() / 2, a.indices.size() - 1}) {
+    a.indices[e] = e == 0 ? -5 : static_cast<int32_t>(a.cols + 1000 * e);
+    reference.values[e] = 0.0f;  // the reference keeps a valid column, with no weight
+  }
+  check_spmm(a, reference, 128, 128, 22);
+}
+
+}  // namespace
+}  // namespace flare

@@ -1,0 +1,73 @@
+// The GPU SpMM's host side without a GPU (flare/sparse/spmm_gpu.h): its kernel specs, their
+// compile for sm_80 and sm_90a (0 spills, no local memory), and the argument errors raised
+// before any launch (CPU tensors in place of device ones are refused first by device).
+#include "flare/sparse/spmm_gpu.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "flare/jit/compiler.h"
+#include "jit/jit_test_support.h"
+#include "kernels/spmm_csr.cuh"
+#include "testing/expect_error.h"
+#include "testing/kernel_usage.h"
+#include "testing/nvrtc.h"
+#include "testing/print.h"
+
+namespace flare::sparse {
+namespace {
+
+TEST(SpmmKernelSpec, FeatureSizesAndVectorWidthsAreChecked) {
+  std::set<std::string> units;
+  for (const jit::KernelSpec& spec : shipped_spmm_kernel_specs()) {
+    EXPECT_EQ(spec.family_header, "spmm_csr.cuh");
+    EXPECT_EQ(spec.entry, "flare_spmm_csr");
+    units.insert(spec.translation_unit());
+  }
+  EXPECT_EQ(units.size(), 5u);
+  EXPECT_FLARE_ERROR(spmm_csr_kernel_spec(48, 1), ErrorCode::kUnsupported, "multiples of 32, got 48");
+  EXPECT_FLARE_ERROR(spmm_csr_kernel_spec(32, 2), ErrorCode::kInvalidArgument,
+                     "must be 1, 2 or 4 and divide d / 32 = 1");
+}
+
+TEST(SpmmGpuArguments, CpuTensorsAreRefusedNamingTheArgument) {
+  std::vector<int32_t> indptr{0, 1, 1};
+  std::vector<int32_t> indices{0};
+  std::vector<float> values{1.0f}, x(2 * 32), y(2 * 32);
+  Csr a;
+  a.rows = 2;
+  a.cols = 2;
+  a.indptr = TensorView::contiguous(indptr.data(), DType::kI32, {3}, Device::cpu());
+  a.indices = TensorView::contiguous(indices.data(), DType::kI32, {1}, Device::cpu());
+  a.values = TensorView::contiguous(values.data(), DType::kF32, {1}, Device::cpu());
+  const TensorView xv = TensorView::contiguous(x.data(), DType::kF32, {2, 32}, Device::cpu());
+  const TensorView yv = TensorView::contiguous(y.data(), DType::kF32, {2, 32}, Device::cpu());
+  EXPECT_FLARE_ERROR(spmm(a, xv, yv, nullptr), ErrorCode::kInvalidArgument,
+                     "x must be a CUDA tensor (the CPU operator is spmm_reference)");
+}
+
+class ShippedSpmmKernels : public jit::testing::JitTest,
+                           public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ShippedSpmmKernels, CompileWithoutSpillsOrLocalMemory) {
+  FLARE_SKIP_WITHOUT_NVRTC();
+  const std::string arch = GetParam();
+  // A memory-bound kernel: at most 64 registers keep 32 warps an SM; d 512 holds 16 floats a
+  // lane.
+  constexpr int kMaxRegisters = 64;
+  for (const jit::KernelSpec& spec : shipped_spmm_kernel_specs()) {
+    const jit::CompiledKernel compiled = jit::compile(spec, arch);
+    ASSERT_EQ(compiled.usage.size(), 1u) << spec.label;
+    testing::expect_shipped_usage(compiled, spec.label + " on " + arch, kMaxRegisters);
+    EXPECT_EQ(compiled.usage[0].max_threads, kSpmmThreads) << spec.label;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ShippedSpmmKernels, ::testing::Values("sm_80", "sm_90a"),
+                         testing::ArchName());
+
+}  // namespace
+}  // namespace flare::sparse
