@@ -2,11 +2,13 @@
 // sparse [rows, cols] (int32 indptr / indices, float32 values) and X [cols, d], Y [rows, d]
 // float32, row-major with any row stride.
 //
-// One warp per row, rows strided over the grid. The warp reads 32 of the row's nonzeros at a
-// time (one per lane, coalesced), then broadcasts each by shuffle; every lane accumulates
-// kVec consecutive features of each 32 * kVec chunk of the row of X it names, in float32
-// registers, and writes its features of Y once. The order of the sum is the row's nonzero
-// order: deterministic, no atomics.
+// A warp per row, rows in groups of 8 per CTA, strided over the grid. The warp reads 32 of the
+// row's nonzeros at a time (one per lane, coalesced), then broadcasts them by shuffle, a batch
+// at a time: the batch's rows of X load together, then every lane accumulates kVec
+// consecutive features of each 32 * kVec chunk, in float32 registers, and writes its features
+// of Y once. Rows of more than kLongRow nonzeros are shared by the CTA's 8 warps and their
+// partial rows added in shared memory in warp order. Every sum has a fixed order:
+// deterministic, no atomics.
 //
 // Memory safety whatever the index arrays hold: a row's range is clamped into [0, nnz], and a
 // column outside [0, cols) contributes nothing (its X row is not read).
@@ -84,51 +86,128 @@ __device__ __forceinline__ void store_vec(float* dst, const float (&values)[kN])
   }
 }
 
-}  // namespace flare::spmm_csr
+constexpr int kWarps = flare::kSpmmThreads / 32;
+// Rows of more nonzeros are shared by the CTA's warps (a power-law graph's hubs: one warp
+// would hold the grid's tail for the whole row).
+constexpr int kLongRow = 256;
+// Nonzeros whose X rows are loaded before any is summed: the loads of a batch are in flight
+// together (one warp per row otherwise waits a memory latency per nonzero). About 16 floats
+// of registers a lane (32 took 71 registers at d 128 on sm_90a: 24 warps an SM instead of 32).
+constexpr int kBatchRaw = 16 / (kChunks * kVec);
+constexpr int kBatch = kBatchRaw < 1 ? 1 : kBatchRaw > 8 ? 8 : kBatchRaw;
 
-extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads)
-    flare_spmm_csr(const __grid_constant__ flare::SpmmCsrParams p) {
-  using namespace flare::spmm_csr;
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (flare::kSpmmThreads / 32);
-  for (int64_t row = (static_cast<int64_t>(blockIdx.x) * flare::kSpmmThreads + threadIdx.x) / 32;
-       row < p.rows; row += warps) {
-    int64_t begin = __ldg(p.indptr + row);
-    int64_t end = __ldg(p.indptr + row + 1);
-    begin = begin < 0 ? 0 : begin > p.nnz ? p.nnz : begin;
-    end = end < begin ? begin : end > p.nnz ? p.nnz : end;
-    float acc[kChunks][kVec];
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[c][i] = 0.0f;
+// The nonzero range of `row`, clamped into [0, nnz].
+__device__ __forceinline__ void row_range(const flare::SpmmCsrParams& p, int64_t row,
+                                          int64_t& begin, int64_t& end) {
+  begin = __ldg(p.indptr + row);
+  end = __ldg(p.indptr + row + 1);
+  begin = begin < 0 ? 0 : begin > p.nnz ? p.nnz : begin;
+  end = end < begin ? begin : end > p.nnz ? p.nnz : end;
+}
+
+// acc += the row's nonzeros in chunks of 32: chunk `first_chunk`, then every `chunk_step`-th.
+__device__ __forceinline__ void accumulate(const flare::SpmmCsrParams& p, int64_t begin,
+                                           int64_t end, int first_chunk, int chunk_step,
+                                           int lane, float (&acc)[kChunks][kVec]) {
+  for (int64_t first = begin + int64_t{first_chunk} * 32; first < end;
+       first += int64_t{chunk_step} * 32) {
+    const int64_t e = first + lane;
+    int col = -1;
+    float value = 0.0f;
+    if (e < end) {
+      col = __ldg(p.indices + e);
+      value = __ldg(p.values + e);
     }
-    for (int64_t first = begin; first < end; first += 32) {
-      const int64_t e = first + lane;
-      int col = -1;
-      float value = 0.0f;
-      if (e < end) {
-        col = __ldg(p.indices + e);
-        value = __ldg(p.values + e);
-      }
-      if (static_cast<unsigned>(col) >= static_cast<unsigned long long>(p.cols)) col = -1;
-      const int count = end - first < 32 ? static_cast<int>(end - first) : 32;
-      for (int j = 0; j < count; ++j) {
-        const int c_j = __shfl_sync(0xffffffffu, col, j);
-        const float v_j = __shfl_sync(0xffffffffu, value, j);
-        if (c_j < 0) continue;  // warp-uniform: the same j for every lane
-        const float* x_row = p.x + static_cast<int64_t>(c_j) * p.x_stride + lane * kVec;
+    if (static_cast<unsigned>(col) >= static_cast<unsigned long long>(p.cols)) col = -1;
+    const int count = end - first < 32 ? static_cast<int>(end - first) : 32;
+    for (int j0 = 0; j0 < count; j0 += kBatch) {
+      FloatVec<kVec> x[kBatch][kChunks];
+      float v[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        // Lanes past the row hold column -1: their batch slots load nothing and weigh 0.
+        const int c_b = __shfl_sync(0xffffffffu, col, (j0 + b) & 31);
+        v[b] = __shfl_sync(0xffffffffu, value, (j0 + b) & 31);
+        const bool valid = j0 + b < count && c_b >= 0;
+        if (!valid) v[b] = 0.0f;
+        const float* x_row = p.x + static_cast<int64_t>(valid ? c_b : 0) * p.x_stride + lane * kVec;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
-          const FloatVec<kVec> x = load_vec<kVec>(x_row + c * 32 * kVec);
+          if (valid) {
+            x[b][c] = load_vec<kVec>(x_row + c * 32 * kVec);
+          } else {
 #pragma unroll
-          for (int i = 0; i < kVec; ++i) acc[c][i] = fmaf(v_j, x.v[i], acc[c][i]);
+            for (int i = 0; i < kVec; ++i) x[b][c].v[i] = 0.0f;
+          }
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+          for (int i = 0; i < kVec; ++i) acc[c][i] = fmaf(v[b], x[b][c].v[i], acc[c][i]);
         }
       }
     }
-    float* y_row = p.y + row * p.y_stride + lane * kVec;
+  }
+}
+
+__device__ __forceinline__ void clear(float (&acc)[kChunks][kVec]) {
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) store_vec<kVec>(y_row + c * 32 * kVec, acc[c]);
+  for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) acc[c][i] = 0.0f;
+  }
+}
+
+}  // namespace flare::spmm_csr
+
+// Each CTA takes groups of kWarps consecutive rows: a warp sums each short row of the group by
+// itself, then the CTA's warps share each long row (warp w its chunks w, w + kWarps, ...) and
+// add their partial rows in shared memory in warp order: the same order for every run.
+extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads)
+    flare_spmm_csr(const __grid_constant__ flare::SpmmCsrParams p) {
+  using namespace flare::spmm_csr;
+  __shared__ float partial[kWarps][kFeatures];
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  for (int64_t group = static_cast<int64_t>(blockIdx.x) * kWarps; group < p.rows;
+       group += static_cast<int64_t>(gridDim.x) * kWarps) {
+    float acc[kChunks][kVec];
+    const int64_t row = group + warp;
+    if (row < p.rows) {
+      int64_t begin, end;
+      row_range(p, row, begin, end);
+      if (end - begin <= kLongRow) {
+        clear(acc);
+        accumulate(p, begin, end, 0, 1, lane, acc);
+        float* y_row = p.y + row * p.y_stride + lane * kVec;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) store_vec<kVec>(y_row + c * 32 * kVec, acc[c]);
+      }
+    }
+    for (int w = 0; w < kWarps && group + w < p.rows; ++w) {  // CTA-uniform
+      int64_t begin, end;
+      row_range(p, group + w, begin, end);
+      if (end - begin <= kLongRow) continue;
+      clear(acc);
+      accumulate(p, begin, end, warp, kWarps, lane, acc);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) partial[warp][c * 32 * kVec + lane * kVec + i] = acc[c][i];
+      }
+      __syncthreads();
+      float* y_row = p.y + (group + w) * p.y_stride;
+      for (int f = threadIdx.x; f < kFeatures; f += flare::kSpmmThreads) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kWarps; ++k) sum += partial[k][f];
+        y_row[f] = sum;
+      }
+      __syncthreads();  // the partial rows are rewritten by the next long row
+    }
   }
 }
 
