@@ -3,11 +3,12 @@
 VariableBlockSparseAttentionWrapper: flare/_block_sparse.py, on the paged prefill) and
 per-head sparse decode (PerHeadSparseDecodeWrapper, Quest: flare/_per_head_decode.py).
 
-For SpMM and SDDMM only the CPU references exist so far (flare/sparse/csr.h, coo.h, ell.h,
-hyb.h: float32 storage, float64 accumulation); CUDA tensors raise NotImplementedError until the
-GPU kernels land (the attention wrappers above run on the GPU). A matrix is a
-torch sparse CSR or COO tensor, or an (indptr, indices, values) triple of numpy arrays / CPU
-torch tensors with `shape=(rows, cols)`. Column indices must be sorted and unique within each
+SpMM and SDDMM have CPU references (flare/sparse/csr.h, coo.h, ell.h, hyb.h: float32 storage,
+float64 accumulation); SpMM with a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h,
+float32, d a multiple of 32); SDDMM on CUDA tensors raises NotImplementedError until its kernel
+lands (the attention wrappers above run on the GPU). A matrix is a torch sparse CSR or COO
+tensor, or an (indptr, indices, values) triple of numpy arrays / torch tensors with
+`shape=(rows, cols)`. Column indices must be sorted and unique within each
 row (torch's CSR and coalesced COO tensors are); anything else raises ValueError naming the
 array and the entry, before anything is written.
 """
