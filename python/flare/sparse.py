@@ -10,7 +10,9 @@ lands (the attention wrappers above run on the GPU). A matrix is a torch sparse 
 tensor, or an (indptr, indices, values) triple of numpy arrays / torch tensors with
 `shape=(rows, cols)`. Column indices must be sorted and unique within each
 row (torch's CSR and coalesced COO tensors are); anything else raises ValueError naming the
-array and the entry, before anything is written.
+array and the entry, before anything is written. The GPU SpMM does not check A on the device
+(that would synchronize): there a column outside [0, cols) contributes nothing and no read
+leaves the tensors, and unsorted or repeated columns are summed as given.
 """
 
 import numpy as np
