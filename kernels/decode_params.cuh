@@ -2,12 +2,7 @@
 // (src/api/batch_decode.cpp fills them) and the device: plain structs, no CUDA headers.
 #pragma once
 
-#ifdef __CUDACC_RTC__
-typedef long long int64_t;
-typedef int int32_t;
-#else
-#include <cstdint>
-#endif
+#include "fixed_width_ints.cuh"
 
 #include "index_check.cuh"
 #include "plan_types.cuh"

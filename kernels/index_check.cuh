@@ -2,12 +2,7 @@
 // error record a kernel fills on the first out-of-range index, shared bit for bit with the host.
 #pragma once
 
-#ifdef __CUDACC_RTC__
-typedef int int32_t;
-typedef long long int64_t;
-#else
-#include <cstdint>
-#endif
+#include "fixed_width_ints.cuh"
 
 namespace flare {
 

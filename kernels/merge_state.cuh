@@ -10,12 +10,7 @@
 // FLARE_MERGE_VEC_BYTES (16, or the element size for rows that cannot take 16-byte vectors).
 #pragma once
 
-#ifdef __CUDACC_RTC__
-typedef int int32_t;
-typedef long long int64_t;
-#else
-#include <cstdint>
-#endif
+#include "fixed_width_ints.cuh"
 
 namespace flare {
 

@@ -2,11 +2,7 @@
 // of int32 (no CUDA headers), copied in one block into the workspace.
 #pragma once
 
-#ifdef __CUDACC_RTC__
-typedef int int32_t;
-#else
-#include <cstdint>
-#endif
+#include "fixed_width_ints.cuh"
 
 namespace flare {
 

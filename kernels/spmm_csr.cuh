@@ -18,12 +18,7 @@
 // alignment allow).
 #pragma once
 
-#ifdef __CUDACC_RTC__
-typedef int int32_t;
-typedef long long int64_t;
-#else
-#include <cstdint>
-#endif
+#include "fixed_width_ints.cuh"
 
 namespace flare {
 
