@@ -38,35 +38,40 @@ class _Csr:
 
 def _to_host(x, dtype, name, where):
     if is_cuda(x):
-        raise NotImplementedError(f"{where}: {name} is a CUDA tensor; only the CPU reference of "
-                                  f"flare.sparse exists yet (GPU kernels: issue 23)")
+        raise NotImplementedError(f"{where}: {name} is a CUDA tensor; this operation runs on the "
+                                  f"CPU backend (the GPU has spmm with a CUDA X: issue 23)")
     if is_torch(x):
         return x.detach().to(getattr(torch_module(), dtype)).contiguous().numpy()
     return np.ascontiguousarray(x, dtype=dtype)
 
 
-def _csr_of(a, shape, where):
+def _csr_arrays(a, shape, where):
+    """(rows, cols, (indptr, indices, values), torch layout or None) of A, a torch sparse CSR /
+    COO tensor (COO coalesced into CSR, on its device) or an (indptr, indices, values) triple
+    with shape=(rows, cols); the arrays as given (values may be None)."""
     if is_torch(a) and a.layout != torch_module().strided:
         torch = torch_module()
-        if a.is_cuda:
-            _to_host(a, "float32", "A", where)
         layout = a.layout
         if layout == torch.sparse_coo:
             a = a.coalesce().to_sparse_csr()
         elif layout != torch.sparse_csr:
             raise ValueError(f"{where}: A must be a sparse CSR or COO tensor, got {layout}")
-        return _Csr(a.shape[0], a.shape[1], _to_host(a.crow_indices(), "int32", "indptr", where),
-                    _to_host(a.col_indices(), "int32", "indices", where),
-                    _to_host(a.values(), "float32", "values", where), layout)
+        return a.shape[0], a.shape[1], (a.crow_indices(), a.col_indices(), a.values()), layout
     if not isinstance(a, (tuple, list)) or len(a) != 3:
         raise ValueError(f"{where}: A must be a torch sparse CSR/COO tensor or an "
                          f"(indptr, indices, values) triple, got {type(a).__name__}")
     if shape is None or len(shape) != 2:
         raise ValueError(f"{where}: an (indptr, indices, values) triple needs shape=(rows, cols)")
-    indptr, indices, values = a
-    return _Csr(shape[0], shape[1], _to_host(indptr, "int32", "indptr", where),
+    return shape[0], shape[1], tuple(a), None
+
+
+def _csr_of(a, shape, where):
+    if is_torch(a) and a.layout != torch_module().strided and a.is_cuda:
+        _to_host(a, "float32", "A", where)
+    rows, cols, (indptr, indices, values), layout = _csr_arrays(a, shape, where)
+    return _Csr(rows, cols, _to_host(indptr, "int32", "indptr", where),
                 _to_host(indices, "int32", "indices", where),
-                None if values is None else _to_host(values, "float32", "values", where))
+                None if values is None else _to_host(values, "float32", "values", where), layout)
 
 
 def _result(array, like):
@@ -74,25 +79,10 @@ def _result(array, like):
 
 
 def _device_csr(A, shape, device, where):
-    """(rows, cols, indptr, indices, values) of A as contiguous int32 / float32 CUDA tensors on
-    `device` (a torch sparse CSR / COO tensor or an (indptr, indices, values) triple)."""
+    """(rows, cols, indptr, indices, values) of A as contiguous int32 / float32 tensors on
+    `device`."""
     torch = torch_module()
-    if is_torch(A) and A.layout != torch.strided:
-        if A.layout == torch.sparse_coo:
-            A = A.coalesce().to_sparse_csr()
-        elif A.layout != torch.sparse_csr:
-            raise ValueError(f"{where}: A must be a sparse CSR or COO tensor, got {A.layout}")
-        rows, cols = A.shape
-        arrays = (A.crow_indices(), A.col_indices(), A.values())
-    else:
-        if not isinstance(A, (tuple, list)) or len(A) != 3:
-            raise ValueError(f"{where}: A must be a torch sparse CSR/COO tensor or an "
-                             f"(indptr, indices, values) triple, got {type(A).__name__}")
-        if shape is None or len(shape) != 2:
-            raise ValueError(f"{where}: an (indptr, indices, values) triple needs "
-                             "shape=(rows, cols)")
-        rows, cols = shape
-        arrays = A
+    rows, cols, arrays, _ = _csr_arrays(A, shape, where)
     if arrays[2] is None:
         raise ValueError(f"{where}: A needs values")
     indptr, indices, values = (
