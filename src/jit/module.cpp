@@ -18,6 +18,7 @@ namespace {
 struct LoadedModule {
   std::mutex mutex;  // held while compiling and loading: one load per (key, device)
   cuda::Module module = nullptr;
+  std::map<std::string, cuda::Function> functions;
 };
 
 std::shared_ptr<LoadedModule> module_slot(const std::string& key, int device) {
@@ -77,11 +78,13 @@ cuda::Function load_function(const KernelSpec& spec, const std::string& entry, i
                 "cuModuleLoadData");
     slot->module = module;
   }
-  // Once per (spec, entry, device): get_kernel keeps the function.
+  const auto found = slot->functions.find(entry);
+  if (found != slot->functions.end()) return found->second;
   cuda::Function function = nullptr;
   const std::string what = "cuModuleGetFunction(" + entry + ")";
   cuda::check(cuda::driver::api().cuModuleGetFunction(&function, slot->module, entry.c_str()),
               what.c_str());
+  slot->functions.emplace(entry, function);
   return function;
 }
 
