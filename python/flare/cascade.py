@@ -55,18 +55,15 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2"):
 
 def merge_state_in_place(v, s, v_other, s_other, mask=None, *, lse_base="log2"):
     """(v, s) <- (v, s) merged with (v_other, s_other), for the rows where mask [seq] (bool)
-    is set (all rows without a mask)."""
+    is set (all rows without a mask). One extension call reading the tensors in place (the
+    cascade wrappers merge per level and run()); it checks shapes, dtypes and devices."""
     base2 = check_lse_base(lse_base)
-    if mask is None and is_torch(v) and v.is_cuda:
-        # One extension call reading the tensors in place (the cascade wrappers merge per level
-        # and run: ~3 us of host time instead of ~28); it checks what the lines below do.
-        _flare.merge_state_in_place_objects(v, s, v_other, s_other, base2)
-        return
-    _check_float32("s", s)
-    _check_float32("s_other", s_other)
-    with device_guard(v):
-        _flare.merge_state_in_place(arg(v), arg(s), arg(v_other), arg(s_other),
-                                    arg(_mask_for(mask, v)), stream_of(v), base2)
+    # The LSE dtype first (the extension's own check reads only dtypes it can view: a float64
+    # array would be refused without its name).
+    for name, lse in (("s", s), ("s_other", s_other)):
+        if str(lse.dtype) not in ("float32", "torch.float32"):
+            raise ValueError(f"{name} dtype must be float32, got {lse.dtype}")
+    _flare.merge_state_in_place(v, s, v_other, s_other, arg(_mask_for(mask, v)), base2)
 
 
 def merge_states(v, s, *, lse_base="log2"):

@@ -24,33 +24,25 @@ void bind_merge(nb::module_& m) {
       nb::arg("v_a"), nb::arg("s_a"), nb::arg("v_b"), nb::arg("s_b"), nb::arg("v_out"),
       nb::arg("s_out"), nb::arg("stream"), nb::arg("lse_base2"),
       "(v_out, s_out) <- (v_a, s_a) merged with (v_b, s_b).");
+  // Reads the caller's objects in place (object_view: a torch tensor's attributes, no DLPack
+  // capsule, which cost ~25 us of host time a call on an H200; numpy and flare.Tensor through
+  // TensorArg), on torch's current stream of v's device for CUDA tensors: the cascade wrappers
+  // merge once per level and run().
   m.def(
       "merge_state_in_place",
-      [](const TensorArg& v, const TensorArg& s, const TensorArg& v_other, const TensorArg& s_other,
-         const std::optional<TensorArg>& mask, uintptr_t stream, bool lse_base2) {
-        merge_state_in_place(v.view(), s.view(), v_other.view(), s_other.view(), view_of(mask),
-                             reinterpret_cast<cuda::Stream>(stream), lse_base_of(lse_base2));
+      [](nb::handle v, nb::handle s, nb::handle v_other, nb::handle s_other, nb::handle mask,
+         bool lse_base2) {
+        const TensorView v_view = object_view(v, "v");
+        const cuda::Stream stream =
+            v_view.device.is_cuda()
+                ? reinterpret_cast<cuda::Stream>(torch_current_stream(v_view.device.index))
+                : nullptr;
+        merge_state_in_place(v_view, object_view(s, "s"), object_view(v_other, "v_other"),
+                             object_view(s_other, "s_other"), optional_object_view(mask, "mask"),
+                             stream, lse_base_of(lse_base2));
       },
       nb::arg("v"), nb::arg("s"), nb::arg("v_other"), nb::arg("s_other"), nb::arg("mask").none(),
-      nb::arg("stream"), nb::arg("lse_base2"),
-      "(v, s) <- (v, s) merged with (v_other, s_other) where mask is set.");
-  // The cascade wrappers' per-level merge: CUDA torch tensors read in place (object_view), on
-  // torch's current stream of v's device, no mask. The TensorArg path above builds a DLPack
-  // capsule per tensor (~25 us of host time a call, H200).
-  m.def(
-      "merge_state_in_place_objects",
-      [](nb::handle v, nb::handle s, nb::handle v_other, nb::handle s_other, bool lse_base2) {
-        const TensorView v_view = object_view(v, "v");
-        FLARE_CHECK(v_view.device.is_cuda(), ErrorCode::kInvalidArgument,
-                    "merge_state_in_place_objects takes CUDA tensors, got v on ",
-                    v_view.device.str());
-        merge_state_in_place(v_view, object_view(s, "s"), object_view(v_other, "v_other"),
-                             object_view(s_other, "s_other"), std::nullopt,
-                             reinterpret_cast<cuda::Stream>(torch_current_stream(v_view.device.index)),
-                             lse_base_of(lse_base2));
-      },
-      nb::arg("v"), nb::arg("s"), nb::arg("v_other"), nb::arg("s_other"), nb::arg("lse_base2"),
-      "(v, s) <- (v, s) merged with (v_other, s_other): CUDA torch tensors, torch's stream.");
+      nb::arg("lse_base2"), "(v, s) <- (v, s) merged with (v_other, s_other) where mask is set.");
   m.def(
       "merge_states",
       [](const TensorArg& v, const TensorArg& s, const TensorArg& v_out, const TensorArg& s_out,
