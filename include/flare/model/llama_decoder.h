@@ -1,0 +1,101 @@
+// flare::model::LlamaDecoder (issue 22): a Llama decode step as one persistent kernel launch
+// (kernels/llama_decode.cuh, FlashFormer's design: paper 004), over weights used in place and
+// flare's paged KV cache.
+//
+// Weights are the caller's tensors, Hugging Face's names and layouts (nn.Linear: [out, in]),
+// bf16, contiguous, 16-byte aligned, on one CUDA device of compute capability 9.0 (the weight
+// pipeline uses bulk async copies). The KV cache is one K and one V tensor per layer,
+// [num_pages, page_size, kv_heads, head_dim] bf16 (NHD), shared page table across layers.
+//
+// step() writes the input tokens' K and V into the cache at their positions, and produces the
+// logits (float32) and the greedy next token of each request. It launches one memset (the
+// step's device counters) and one kernel on the caller's stream: no allocation, no host
+// synchronization, nothing read back; a step can be captured in a CUDA graph and replayed with
+// new tokens, positions and page tables in the same buffers.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "flare/core/tensor.h"
+#include "flare/jit/compiler.h"
+#include "flare/jit/cuda_driver.h"
+#include "flare/model/llama_config.h"
+
+namespace flare::model {
+
+struct LlamaLayerTensors {
+  TensorView q_proj, k_proj, v_proj, o_proj;       // [heads*d | kv*d | kv*d, hidden], [hidden, heads*d]
+  TensorView gate_proj, up_proj, down_proj;        // [inter, hidden] x2, [hidden, inter]
+  TensorView input_layernorm, post_attention_layernorm;  // [hidden]
+};
+
+struct LlamaWeights {
+  TensorView embed_tokens;  // [vocab, hidden]
+  std::vector<LlamaLayerTensors> layers;
+  TensorView norm;          // [hidden]
+  TensorView lm_head;       // [vocab, hidden]; the embedding when the config ties them
+};
+
+struct LlamaKvCache {
+  std::vector<TensorView> k, v;  // per layer: [num_pages, page_size, kv_heads, head_dim] bf16
+};
+
+// Device-side errors of a step (index data is on the device: checked there, reported here).
+enum class DecodeError : int {
+  kNone = 0,
+  kTokenOutOfRange = 1,  // a token id outside [0, vocab): its embedding read as zeros
+  kPageOutOfRange = 2,   // a position its page table does not cover, or a page id outside
+                         // [0, num_pages): that K/V write and those reads were skipped
+  kTimeout = 3,          // a CTA waited 10 s for another (the step trapped)
+};
+
+// The kernel of a head size, query group and pipeline depth, as a JIT spec; the specs CI
+// compiles (the presets at the depth an H100's shared memory allows).
+jit::KernelSpec llama_decode_kernel_spec(int head_dim, int group, int stages);
+std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs();
+
+class LlamaDecoder {
+ public:
+  // Checks every tensor (names the one that is wrong), compiles the kernel for the device
+  // (NVRTC, disk-cached) and allocates the step's scratch. Throws kInvalidArgument,
+  // kUnsupported (a device below sm_90, too little shared memory), kNoCudaDevice.
+  LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCache cache);
+  ~LlamaDecoder();
+  LlamaDecoder(const LlamaDecoder&) = delete;
+  LlamaDecoder& operator=(const LlamaDecoder&) = delete;
+
+  // One step for batch = tokens.shape[0] requests (1..8), all int32 on the decoder's device:
+  //   tokens [batch], positions [batch] (the position of the input token: the number of tokens
+  //   already in that request's cache), kv_indptr [batch + 1], kv_indices [nnz] (request b's
+  //   pages kv_indices[kv_indptr[b] .. kv_indptr[b + 1]) hold its positions[b] + 1 tokens);
+  //   next_tokens int32 [batch] and logits float32 [batch, vocab] (contiguous) are written.
+  void step(const TensorView& tokens, const TensorView& positions, const TensorView& kv_indptr,
+            const TensorView& kv_indices, const TensorView& next_tokens, const TensorView& logits,
+            cuda::Stream stream);
+
+  // Synchronizes the device, returns the first error any step since the last call recorded,
+  // and clears it.
+  DecodeError take_error();
+
+  const LlamaConfig& config() const { return config_; }
+  // The schedule of a batch (attention splits depend on it; the rest does not).
+  DecodeSchedule schedule(int batch) const;
+  int device() const { return device_; }
+
+ private:
+  struct Scratch;
+  LlamaConfig config_;
+  LlamaWeights weights_;
+  LlamaKvCache cache_;
+  int device_ = 0;
+  int num_ctas_ = 0;
+  int max_shared_ = 0;
+  int num_pages_ = 0;
+  int page_size_ = 0;
+  DecodeSchedule schedule_;  // at batch 1
+  cuda::Function kernel_ = nullptr;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace flare::model

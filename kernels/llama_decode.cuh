@@ -1,0 +1,350 @@
+// The whole-model decode megakernel (issue 22): one persistent launch per decode step of a
+// Llama model. The design, the parameter block and the counters are described in
+// kernels/llama_decode_params.cuh; the weight pipeline and the tensor-core product in
+// llama_decode_matvec.cuh; attention in llama_decode_attention.cuh. This file holds the stages
+// in order and their epilogues.
+//
+// Numerics (the reference in python/flare/_llama_reference.py follows the same rules): the
+// residual stream is float32; a normalized input is bf16(gamma * bf16(x * rsqrt(mean(x^2) + eps)))
+// as in Hugging Face's LlamaRMSNorm; products accumulate in float32; q stays float32 after
+// RoPE (float32 cos / sin), K and V are rounded to bf16 into the cache, the attention output and
+// SiLU(gate) * up to bf16 (the inputs of the next products); logits are float32.
+//
+// Compile-time defines: FLARE_LLAMA_HEAD_DIM (64 or 128), FLARE_LLAMA_GROUP (query heads per KV
+// head), FLARE_LLAMA_STAGES (pipeline depth).
+#pragma once
+
+#include "llama_decode_params.cuh"
+
+#ifdef __CUDACC_RTC__
+
+#include "llama_decode_attention.cuh"
+#include "llama_decode_matvec.cuh"
+
+namespace flare::llama::dev {
+
+__device__ __forceinline__ unsigned* stage_counter(const DecodeParams& p, int layer, int stage) {
+  return p.counters + kCounterLayerBase + layer * kStagesPerLayer + stage;
+}
+
+// The input of QKV, gate/up and the LM head: request g's residual row normalized (RMSNorm with
+// `gamma`), 8 columns from `column`, as packed bf16 pairs.
+struct NormalizedInput {
+  const float* x;
+  const unsigned short* gamma;
+  const float* inv_rms;  // shared, per request
+  int hidden;
+  __device__ __forceinline__ uint4 operator()(int g, int column) const {
+    const float* src = x + static_cast<long long>(g) * hidden + column;
+    const float4 lo = __ldcg(reinterpret_cast<const float4*>(src));
+    const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + 4));
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(gamma + column));
+    const float r = inv_rms[g];
+    const auto norm = [r](float v, float gamma_v) {
+      return gamma_v * bf16_to_float(float_to_bf16(v * r));
+    };
+    return make_uint4(pack_bf16x2(norm(lo.x, bf16_lo(w.x)), norm(lo.y, bf16_hi(w.x))),
+                      pack_bf16x2(norm(lo.z, bf16_lo(w.y)), norm(lo.w, bf16_hi(w.y))),
+                      pack_bf16x2(norm(hi.x, bf16_lo(w.z)), norm(hi.y, bf16_hi(w.z))),
+                      pack_bf16x2(norm(hi.z, bf16_lo(w.w)), norm(hi.w, bf16_hi(w.w))));
+  }
+};
+
+// The input of O and down: a bf16 activation written earlier in the step.
+struct Bf16Input {
+  const unsigned short* a;
+  int cols;
+  __device__ __forceinline__ uint4 operator()(int g, int column) const {
+    return load_cg(a + static_cast<long long>(g) * cols + column);
+  }
+};
+
+// inv_rms[b] = rsqrt(mean(x_b^2) + eps) from the CTAs' partial sums of version `version`, added
+// in CTA order by warp b (deterministic).
+__device__ __forceinline__ void compute_inv_rms(const DecodeParams& p, int version,
+                                                float* inv_rms) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp < p.batch) {
+    const float* partials = p.norm_partials + static_cast<long long>(version) * gridDim.x * kMaxBatch;
+    float s = 0.f;
+    for (int c = lane; c < static_cast<int>(gridDim.x); c += 32) s += __ldcg(partials + c * kMaxBatch + warp);
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) inv_rms[warp] = rsqrtf(s / p.hidden + p.rms_eps);
+  }
+  consumers_sync();
+}
+
+// Sum of `v` over the 8 consumer threads of one request (threads 8g..8g+7), to thread 8g.
+__device__ __forceinline__ float sum_over_rows(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  return v;
+}
+
+// Stage 0: x = embedding rows of the tokens (this CTA's column range), with its partial sums.
+__device__ __forceinline__ void embed_stage(const DecodeParams& p, float* scratch) {
+  int begin, end;
+  partition_range(p.hidden / 8, gridDim.x, blockIdx.x, begin, end);
+  for (int b = 0; b < kMaxBatch; ++b) {
+    float s = 0.f;
+    if (b < p.batch) {
+      const int token = p.tokens[b];
+      const bool ok = token >= 0 && token < p.vocab;
+      if (!ok && threadIdx.x == 0) atomicExch(p.error, 1);
+      for (int u = begin + threadIdx.x; u < end; u += kConsumerWarps * 32) {
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (ok) {
+          const uint4 e = __ldg(reinterpret_cast<const uint4*>(p.embed + static_cast<long long>(token) * p.hidden) + u);
+          const float f[8] = {bf16_lo(e.x), bf16_hi(e.x), bf16_lo(e.y), bf16_hi(e.y),
+                              bf16_lo(e.z), bf16_hi(e.z), bf16_lo(e.w), bf16_hi(e.w)};
+#pragma unroll
+          for (int i = 0; i < 8; ++i) v[i] = f[i];
+        }
+        float* dst = p.x + static_cast<long long>(b) * p.hidden + 8 * u;
+        *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s += v[i] * v[i];
+      }
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = s;
+    consumers_sync();
+    if (threadIdx.x == 0) {
+      float total = 0.f;
+      for (int w = 0; w < kConsumerWarps; ++w) total += scratch[w];
+      p.norm_partials[blockIdx.x * kMaxBatch + b] = total;
+    }
+    consumers_sync();
+  }
+  consumers_signal(p.counters + kCounterEmbed);
+}
+
+// A residual projection (O or down): x += W a for this CTA's blocks, and the partial sums of
+// squares of the new rows into norm_partials[version].
+template <class LoadA>
+__device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring& ring, int op,
+                                               int version, const LoadA& load_a, unsigned& it,
+                                               float* reduce, unsigned& parity) {
+  int begin, end;
+  partition_range(op_blocks(p, op), gridDim.x, blockIdx.x, begin, end);
+  const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
+  float squares = 0.f;
+  for (int block = begin; block < end; ++block) {
+    float d[4];
+    block_product(ring, op_cols(p, op), it, p.batch, load_a, d);
+    const float v = reduce_block(reduce, parity, d);
+    if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch) {
+      float* x = p.x + static_cast<long long>(g) * p.hidden + block * kBlockRows + n;
+      const float updated = __ldcg(x) + v;
+      *x = updated;
+      squares += updated * updated;
+    }
+  }
+  if (threadIdx.x < kMaxBatch * kBlockRows) {
+    squares = sum_over_rows(squares);
+    if (n == 0) {
+      p.norm_partials[(static_cast<long long>(version) * gridDim.x + blockIdx.x) * kMaxBatch + g] =
+          squares;
+    }
+  }
+}
+
+// QKV with RoPE: q to p.q (float32), k and v into the cache slot of the request's position.
+__device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& ring, int layer,
+                                          unsigned& it, float* reduce, unsigned& parity,
+                                          const float* inv_rms) {
+  const LayerWeights& w = p.layers[layer];
+  const NormalizedInput load_a{p.x, w.attn_norm, inv_rms, p.hidden};
+  int begin, end;
+  partition_range(op_blocks(p, kOpQkv), gridDim.x, blockIdx.x, begin, end);
+  const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
+  const int q_rows = p.heads * kHeadDim, kv_rows = p.kv_heads * kHeadDim;
+  for (int block = begin; block < end; ++block) {
+    float d[4];
+    block_product(ring, p.hidden, it, p.batch, load_a, d);
+    const float v = reduce_block(reduce, parity, d);
+    const float partner = __shfl_xor_sync(0xffffffffu, v, 1);
+    if (threadIdx.x >= kMaxBatch * kBlockRows || g >= p.batch) continue;
+    const int row = qkv_block_row(block, n, kHeadDim);
+    const int pos = p.positions[g];
+    float out = v;
+    if (row < q_rows + kv_rows) {  // q or k: rotate the pair (d, d + head_dim / 2)
+      const int pair = (row % kHeadDim) % (kHeadDim / 2);
+      // The angle is float32 (pos * inv_freq rounded, as the reference forms it); its turns
+      // are reduced in double and sincospif needs no Payne-Hanek table (local memory).
+      const float angle = static_cast<float>(pos) * p.rope_inv_freq[pair];
+      const double turns = static_cast<double>(angle) * 0.15915494309189535;
+      float s, c;
+      sincospif(static_cast<float>(2.0 * (turns - rint(turns))), &s, &c);
+      out = n % 2 == 0 ? v * c - partner * s : v * c + partner * s;
+    }
+    if (row < q_rows) {
+      p.q[static_cast<long long>(g) * q_rows + row] = out;
+      continue;
+    }
+    const long long slot = kv_slot(p, g, pos);
+    if (slot < 0) continue;
+    const bool is_k = row < q_rows + kv_rows;
+    const int r = row - q_rows - (is_k ? 0 : kv_rows);  // kv_head * 128 + d
+    (is_k ? w.k_cache : w.v_cache)[slot * kv_rows + r] = float_to_bf16(out);
+  }
+}
+
+// Gate/up: SiLU(gate) * up to mlp_act (bf16).
+__device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring& ring, int layer,
+                                              unsigned& it, float* reduce, unsigned& parity,
+                                              const float* inv_rms) {
+  const NormalizedInput load_a{p.x, p.layers[layer].mlp_norm, inv_rms, p.hidden};
+  int begin, end;
+  partition_range(op_blocks(p, kOpGateUp), gridDim.x, blockIdx.x, begin, end);
+  const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
+  for (int block = begin; block < end; ++block) {
+    float d[4];
+    block_product(ring, p.hidden, it, p.batch, load_a, d);
+    const float gate = reduce_block(reduce, parity, d);
+    block_product(ring, p.hidden, it, p.batch, load_a, d);
+    const float up = reduce_block(reduce, parity, d);
+    if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch) {
+      const float silu = gate / (1.f + __expf(-gate));
+      p.mlp_act[static_cast<long long>(g) * p.intermediate + block * kBlockRows + n] =
+          float_to_bf16(silu * up);
+    }
+  }
+}
+
+// LM head: logits, this CTA's best (logit, id) per request, and the last CTA's argmax.
+__device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring,
+                                              unsigned& it, float* reduce, unsigned& parity,
+                                              const float* inv_rms) {
+  const NormalizedInput load_a{p.x, p.final_norm, inv_rms, p.hidden};
+  int begin, end;
+  partition_range(op_blocks(p, kOpLmHead), gridDim.x, blockIdx.x, begin, end);
+  const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
+  float best = kNegInf;
+  int best_id = 0x7fffffff;
+  for (int block = begin; block < end; ++block) {
+    float d[4];
+    block_product(ring, p.hidden, it, p.batch, load_a, d);
+    const float v = reduce_block(reduce, parity, d);
+    const int row = block * kBlockRows + n;
+    if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch && row < p.vocab) {
+      p.logits[static_cast<long long>(g) * p.vocab + row] = v;
+      if (v > best) {  // rows rise within a thread: ties keep the lower id; NaN never wins
+        best = v;
+        best_id = row;
+      }
+    }
+  }
+  if (threadIdx.x < kMaxBatch * kBlockRows) {
+#pragma unroll
+    for (int o = 1; o < kBlockRows; o *= 2) {
+      const float other = __shfl_xor_sync(0xffffffffu, best, o);
+      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, o);
+      if (other > best || (other == best && other_id < best_id)) {
+        best = other;
+        best_id = other_id;
+      }
+    }
+    if (n == 0) {
+      float* slot = p.argmax_partials + (static_cast<long long>(blockIdx.x) * kMaxBatch + g) * 2;
+      slot[0] = best;
+      slot[1] = __int_as_float(best_id);
+    }
+  }
+  __threadfence();
+  consumers_sync();
+  __shared__ int last;
+  unsigned* counter = p.counters + counter_count(p.num_layers, p.kv_heads) - 1;
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __threadfence();
+  }
+  consumers_sync();
+  if (!last || threadIdx.x >= p.batch) return;
+  float top = kNegInf;
+  int top_id = 0x7fffffff;
+  for (int c = 0; c < static_cast<int>(gridDim.x); ++c) {
+    const float* slot = p.argmax_partials + (static_cast<long long>(c) * kMaxBatch + threadIdx.x) * 2;
+    const float v = __ldcg(slot);
+    const int id = __float_as_int(__ldcg(slot + 1));
+    if (v > top || (v == top && id < top_id)) {
+      top = v;
+      top_id = id;
+    }
+  }
+  p.next_tokens[threadIdx.x] = top_id == 0x7fffffff ? -1 : top_id;  // -1: every logit NaN
+}
+
+__device__ __forceinline__ void consume_all(const DecodeParams& p, const Ring& ring,
+                                            float* attention_shared, float* reduce,
+                                            float* inv_rms) {
+  unsigned it = 0, parity = 0;
+  const unsigned grid = gridDim.x;
+  embed_stage(p, reduce);
+  for (int layer = 0; layer < p.num_layers; ++layer) {
+    const LayerWeights& w = p.layers[layer];
+    consumers_wait(layer == 0 ? p.counters + kCounterEmbed : stage_counter(p, layer - 1, kStageDown),
+                   grid, p.error);
+    compute_inv_rms(p, 2 * layer, inv_rms);
+    qkv_stage(p, ring, layer, it, reduce, parity, inv_rms);
+    consumers_signal(stage_counter(p, layer, kStageQkv));
+
+    consumers_wait(stage_counter(p, layer, kStageQkv), grid, p.error);
+    attention_stage(p, layer, attention_shared);
+    consumers_signal(stage_counter(p, layer, kStageAttention));
+
+    consumers_wait(stage_counter(p, layer, kStageAttention), grid, p.error);
+    residual_stage(p, ring, kOpO, 2 * layer + 1, Bf16Input{p.attn_out, p.heads * kHeadDim}, it,
+                   reduce, parity);
+    consumers_signal(stage_counter(p, layer, kStageO));
+
+    consumers_wait(stage_counter(p, layer, kStageO), grid, p.error);
+    compute_inv_rms(p, 2 * layer + 1, inv_rms);
+    gate_up_stage(p, ring, layer, it, reduce, parity, inv_rms);
+    consumers_signal(stage_counter(p, layer, kStageGateUp));
+
+    consumers_wait(stage_counter(p, layer, kStageGateUp), grid, p.error);
+    residual_stage(p, ring, kOpDown, 2 * layer + 2, Bf16Input{p.mlp_act, p.intermediate}, it,
+                   reduce, parity);
+    consumers_signal(stage_counter(p, layer, kStageDown));
+    (void)w;
+  }
+  consumers_wait(stage_counter(p, p.num_layers - 1, kStageDown), grid, p.error);
+  compute_inv_rms(p, 2 * p.num_layers, inv_rms);
+  lm_head_stage(p, ring, it, reduce, parity, inv_rms);
+}
+
+}  // namespace flare::llama::dev
+
+extern "C" __global__ void __launch_bounds__(flare::llama::kThreads, 1)
+    flare_llama_decode(const flare::llama::DecodeParams p) {
+  using namespace flare::llama;
+  extern __shared__ __align__(128) unsigned char shared[];
+  constexpr int kStages = dev::kStages;
+  const int attention_bytes = attention_shared_bytes(dev::kGroup, dev::kHeadDim);
+  float* attention_area = reinterpret_cast<float*>(shared + kStages * stage_bytes());
+  float* reduce = attention_area + attention_bytes / 4;
+  float* inv_rms = reduce + 2 * kConsumerWarps * kMaxBatch * kBlockRows;
+  const unsigned barriers = dev::shared_address(shared) +
+                            static_cast<unsigned>(shared_bytes(kStages, dev::kGroup, dev::kHeadDim) - 2 * kStages * 8);
+  const dev::Ring ring{dev::shared_address(shared), barriers, barriers + 8 * kStages};
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      dev::mbar_init(ring.full + 8 * i, 1);
+      dev::mbar_init(ring.empty + 8 * i, kConsumerWarps);
+    }
+    dev::mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x / 32 == kConsumerWarps) {
+    dev::produce_all(p, ring);
+  } else {
+    dev::consume_all(p, ring, attention_area, reduce, inv_rms);
+  }
+}
+
+#endif  // __CUDACC_RTC__

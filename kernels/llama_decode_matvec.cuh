@@ -1,0 +1,168 @@
+// The megakernel's weight stream (kernels/llama_decode_params.cuh): the producer warp's loop of
+// bulk copies and the consumers' tensor-core product of a weight block with the batch.
+//
+// Both sides walk the same sequence: for each layer, the CTA's blocks of QKV, O, gate/up (a gate
+// block, then the up block of the same rows) and down; then its blocks of the LM head. Each
+// block is cut into chunks, one chunk a stage. Stage i of the ring is used by chunks i,
+// i + kStages, ...: `full` completes when a chunk's bytes land, `empty` when the 8 consumer
+// warps are done reading it.
+//
+// The product. mma.m16n8k16 with the batch as A (rows 0-7, rows 8-15 zero) and the 8 weight
+// rows as B: lane (g = lane / 4, t = lane % 4) reads 16 contiguous bytes (columns 8t..8t+7 of a
+// 32-column step) of weight row g from shared memory and of request g's activation from global
+// memory, and feeds them as two k16 products whose k order is permuted the same way on both
+// sides (the sum over k does not care): physical columns 8t + 4j + {0, 1} are logical
+// 2t + {0, 1} and 8t + 4j + {2, 3} are 2t + 8 + {0, 1} of product j. Lane (g, t) ends with the
+// dot products of request g with rows 2t and 2t + 1. Warps split a chunk's 32-column steps;
+// the 8 partial sums of each output are added in warp order once per block.
+#pragma once
+
+#include "llama_decode_sync.cuh"
+
+namespace flare::llama::dev {
+
+constexpr int kStages = FLARE_LLAMA_STAGES;
+constexpr int kStepsPerWarp = kChunkCols / 32 / kConsumerWarps;
+
+// The shared-memory ring: stage buffers and their barriers.
+struct Ring {
+  unsigned stages;  // shared address of stage 0
+  unsigned full;    // shared address of the kStages `full` barriers (8 bytes each)
+  unsigned empty;   // then the kStages `empty` barriers
+};
+
+// The rows of block `block` of `op` in layer `layer` (`half` 1: the up projection's block):
+// row n starts at first + (n / 2) * pair_step + (n % 2) * odd_offset elements. A QKV block's
+// rows lie in one head of one matrix (qkv_block_row); the others are 8 consecutive rows.
+struct BlockRows {
+  const unsigned short* first;
+  long long pair_step, odd_offset;
+};
+__device__ __forceinline__ BlockRows block_rows(const DecodeParams& p, int op, int layer,
+                                                int block, int half) {
+  const long long cols = op_cols(p, op);
+  BlockRows r{nullptr, 2 * cols, cols};
+  if (op == kOpLmHead) {
+    r.first = p.lm_head + block * kBlockRows * cols;
+    return r;
+  }
+  const LayerWeights& w = p.layers[layer];
+  if (op == kOpQkv) {
+    int row = qkv_block_row(block, 0, kHeadDim);
+    const int q_rows = p.heads * kHeadDim, kv_rows = p.kv_heads * kHeadDim;
+    const unsigned short* matrix = w.wq;
+    if (row >= q_rows + kv_rows) {
+      matrix = w.wv;
+      row -= q_rows + kv_rows;
+    } else if (row >= q_rows) {
+      matrix = w.wk;
+      row -= q_rows;
+    }
+    return BlockRows{matrix + row * cols, cols, (kHeadDim / 2) * cols};
+  }
+  const unsigned short* matrix =
+      op == kOpO ? w.wo : op == kOpDown ? w.w_down : half == 0 ? w.w_gate : w.w_up;
+  r.first = matrix + block * kBlockRows * cols;
+  return r;
+}
+
+// The producer (one lane): every chunk of this CTA's blocks of `op`, in the consumers' order.
+__device__ __forceinline__ void produce_op(const DecodeParams& p, const Ring& ring, int op,
+                                           int layer, unsigned& it,
+                                           unsigned long long policy) {
+  const int cols = op_cols(p, op), chunk = op_chunk_cols(cols), chunks = op_chunks(cols);
+  const unsigned row_stride = static_cast<unsigned>(chunk * 2 + kRowPadBytes);
+  int begin, end;
+  partition_range(op_blocks(p, op), gridDim.x, blockIdx.x, begin, end);
+  const int halves = op == kOpGateUp ? 2 : 1;
+  for (int block = begin; block < end; ++block) {
+    for (int half = 0; half < halves; ++half) {
+      const BlockRows rows = block_rows(p, op, layer, block, half);
+      for (int c = 0; c < chunks; ++c, ++it) {
+        const unsigned stage = it % kStages;
+        if (it >= kStages) mbar_wait(ring.empty + 8 * stage, (it / kStages - 1) & 1);
+        const int width = min(chunk, cols - c * chunk);
+        const unsigned bytes = static_cast<unsigned>(width * 2);
+        const unsigned full = ring.full + 8 * stage;
+        mbar_expect_tx(full, bytes * kBlockRows);
+        const unsigned dst = ring.stages + stage * static_cast<unsigned>(stage_bytes());
+#pragma unroll
+        for (int n = 0; n < kBlockRows; ++n) {
+          const unsigned short* src =
+              rows.first + (n / 2) * rows.pair_step + (n % 2) * rows.odd_offset + c * chunk;
+          bulk_load(dst + n * row_stride, src, bytes, full, policy);
+        }
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void produce_all(const DecodeParams& p, const Ring& ring) {
+  if (threadIdx.x % 32 != 0) return;
+  const unsigned long long policy = evict_first_policy();
+  unsigned it = 0;
+  for (int layer = 0; layer < p.num_layers; ++layer) {
+    for (int op = kOpQkv; op <= kOpDown; ++op) produce_op(p, ring, op, layer, it, policy);
+  }
+  produce_op(p, ring, kOpLmHead, 0, it, policy);
+}
+
+// One block's products in the consumers: for each chunk, the activation fragments load (before
+// the chunk's wait, so their latency overlaps it), then the tensor-core steps, then the stage is
+// released. Returns lane (g, t)'s sums for rows 2t, 2t + 1 of request g (d[0], d[1]).
+// `load_a(g, column)` gives request g's 8 activations at `column` as 4 packed bf16 pairs.
+template <class LoadA>
+__device__ __forceinline__ void block_product(const Ring& ring, int cols, unsigned& it,
+                                              int batch, const LoadA& load_a, float (&d)[4]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int chunk = op_chunk_cols(cols), chunks = op_chunks(cols);
+  const unsigned row_stride = static_cast<unsigned>(chunk * 2 + kRowPadBytes);
+  d[0] = d[1] = d[2] = d[3] = 0.f;
+  for (int c = 0; c < chunks; ++c, ++it) {
+    const int steps = min(chunk, cols - c * chunk) / 32;
+    uint4 a[kStepsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kStepsPerWarp; ++i) {
+      const int s = warp + kConsumerWarps * i;
+      a[i] = s < steps && g < batch ? load_a(g, c * chunk + 32 * s + 8 * t) : make_uint4(0, 0, 0, 0);
+    }
+    const unsigned stage = it % kStages;
+    mbar_wait(ring.full + 8 * stage, (it / kStages) & 1);
+    const unsigned base = ring.stages + stage * static_cast<unsigned>(stage_bytes()) +
+                          g * row_stride + 16 * t;
+#pragma unroll
+    for (int i = 0; i < kStepsPerWarp; ++i) {
+      const int s = warp + kConsumerWarps * i;
+      if (s < steps) {
+        uint4 w;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                     : "r"(base + 64 * s));
+        mma_bf16(d, a[i].x, 0u, a[i].y, 0u, w.x, w.y);
+        mma_bf16(d, a[i].z, 0u, a[i].w, 0u, w.z, w.w);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(ring.empty + 8 * stage);
+  }
+}
+
+// The 8 warps' partial sums of a block, added in warp order: consumer thread i < 64 gets the
+// dot product of request i / 8 with block row i % 8 (0 elsewhere). `reduce` holds two buffers of
+// [8 warps][8 requests][8 rows] floats, alternated by block so one barrier suffices.
+__device__ __forceinline__ float reduce_block(float* reduce, unsigned& parity, const float (&d)[4]) {
+  float* buffer = reduce + (parity & 1) * (kConsumerWarps * kMaxBatch * kBlockRows);
+  ++parity;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  *reinterpret_cast<float2*>(buffer + (warp * kMaxBatch + g) * kBlockRows + 2 * t) =
+      make_float2(d[0], d[1]);
+  consumers_sync();
+  float v = 0.f;
+  if (threadIdx.x < kMaxBatch * kBlockRows) {
+#pragma unroll
+    for (int w = 0; w < kConsumerWarps; ++w) v += buffer[w * kMaxBatch * kBlockRows + threadIdx.x];
+  }
+  return v;
+}
+
+}  // namespace flare::llama::dev

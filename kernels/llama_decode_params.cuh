@@ -1,0 +1,183 @@
+// The whole-model decode megakernel's interface (issue 22, FlashFormer: paper 004), shared by
+// the host (src/model/) and NVRTC (kernels/llama_decode.cuh): the parameter block, the row
+// blocks every weight matrix is cut into, and the partition of those blocks over the CTAs.
+//
+// One decode step of a Llama model is one persistent launch: a CTA per SM, each with one
+// producer warp streaming weight chunks through a ring of shared-memory stages (bulk async
+// copies completing on mbarriers) and 8 consumer warps doing the math. Per layer:
+//   QKV (RMSNorm folded into the input read, RoPE and the KV-cache append in the epilogue)
+//   -> attention over the paged cache (split by request, KV head and KV chunk; the last CTA to
+//      finish a head merges the splits) -> O projection + residual -> gate/up (RMSNorm folded,
+//   SiLU(gate) * up in the epilogue) -> down projection + residual;
+// then the final RMSNorm, the LM head and a deterministic greedy argmax. Each of these stages
+// ends in a device counter that the next one waits for (every stage reads the whole output of
+// the one before, except attention, which is per head); weights carry no dependency, so the
+// producer keeps loading the next operator's (and the next layer's) chunks across the waits.
+//
+// A matrix [N, K] (row-major bf16, nn.Linear's layout, used in place) is cut into blocks of
+// kBlockRows = 8 rows (the n dimension of mma.m16n8k16; the batch of at most 8 requests is the
+// m dimension), and each block into chunks of at most kChunkCols columns: one chunk is one
+// pipeline stage (8 bulk copies, one per row, into rows padded so tensor-core operand reads hit
+// distinct banks). The blocks of each operator are split evenly over the CTAs (contiguous
+// ranges, sizes differing by at most one); a CTA owns whole rows, so every dot product is summed
+// in one CTA in a fixed order: the step is deterministic.
+#pragma once
+
+#include "fixed_width_ints.cuh"
+
+#ifdef __CUDACC_RTC__
+#define FLARE_LLAMA_HD __host__ __device__
+#else
+#define FLARE_LLAMA_HD
+#endif
+
+namespace flare::llama {
+
+constexpr int kBlockRows = 8;         // rows of a weight block (mma n)
+constexpr int kMaxBatch = 8;          // requests per step (mma m, rows 8-15 unused)
+constexpr int kChunkCols = 2048;      // columns of a chunk at most (bf16: 4 KiB a row)
+constexpr int kRowPadBytes = 64;      // shared row stride = chunk bytes + 64: rows g and g + 1
+                                      // start half a 128-byte line apart (conflict-free reads)
+constexpr int kConsumerWarps = 8;
+constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
+
+// The operators whose weights stream through the pipeline, in the order of one layer.
+enum Op : int { kOpQkv = 0, kOpO = 1, kOpGateUp = 2, kOpDown = 3, kOpLmHead = 4, kNumOps = 5 };
+
+// Device counters, zeroed before each step (one memset); stage s of layer l is
+// counters[kCounterLayerBase + l * kStagesPerLayer + s], each incremented once by every CTA.
+enum Counter : int {
+  kCounterEmbed = 0,
+  kCounterLayerBase = 1,
+};
+enum LayerStage : int {
+  kStageQkv = 0, kStageAttention = 1, kStageO = 2, kStageGateUp = 3, kStageDown = 4,
+  kStagesPerLayer = 5,
+};
+
+// Per-layer weights (device pointers, bf16 as unsigned short bits).
+struct LayerWeights {
+  const unsigned short* wq;         // [heads * head_dim, hidden]
+  const unsigned short* wk;         // [kv_heads * head_dim, hidden]
+  const unsigned short* wv;         // [kv_heads * head_dim, hidden]
+  const unsigned short* wo;         // [hidden, heads * head_dim]
+  const unsigned short* w_gate;     // [intermediate, hidden]
+  const unsigned short* w_up;       // [intermediate, hidden]
+  const unsigned short* w_down;     // [hidden, intermediate]
+  const unsigned short* attn_norm;  // [hidden]
+  const unsigned short* mlp_norm;   // [hidden]
+  unsigned short* k_cache;          // [num_pages, page_size, kv_heads, head_dim] (NHD)
+  unsigned short* v_cache;          // same
+};
+
+struct DecodeParams {
+  // model
+  const LayerWeights* layers;  // [num_layers], device memory
+  const unsigned short* embed;       // [vocab, hidden]
+  const unsigned short* final_norm;  // [hidden]
+  const unsigned short* lm_head;     // [vocab, hidden] (the embedding when tied)
+  const float* rope_inv_freq;        // [head_dim / 2], Llama-3.1 scaling applied on the host
+  int num_layers;
+  int head_dim;                      // 64 or 128 (FLARE_LLAMA_HEAD_DIM)
+  int hidden;
+  int intermediate;
+  int heads;
+  int kv_heads;
+  int vocab;
+  float rms_eps;
+  float sm_scale_log2;  // softmax scale * log2(e)
+
+  // the step
+  int batch;                   // 1..kMaxBatch
+  const int32_t* tokens;       // [batch] input token ids
+  const int32_t* positions;    // [batch] position of the input token = KV length before it
+  const int32_t* kv_indptr;    // [batch + 1] into kv_indices
+  const int32_t* kv_indices;   // page ids; request b's pages cover positions[b] + 1 tokens
+  int num_kv_indices;
+  int num_pages;
+  int page_size;
+  int attention_splits;        // KV chunks per (request, KV head)
+
+  // outputs
+  float* logits;               // [batch, vocab] float32
+  int32_t* next_tokens;        // [batch] greedy argmax of the logits (lowest id on ties)
+
+  // scratch (LlamaDecoder owns it)
+  float* x;                    // [kMaxBatch, hidden] residual stream, float32
+  float* norm_partials;        // [(2 * num_layers + 1), gridDim.x, kMaxBatch] sums of squares
+  float* q;                    // [kMaxBatch, heads, head_dim] roped queries
+  float* attn_partials;        // [batch * kv_heads * splits, group, head_dim + 1]: o, lse
+  unsigned short* attn_out;    // [kMaxBatch, heads * head_dim] bf16
+  unsigned short* mlp_act;     // [kMaxBatch, intermediate] bf16: SiLU(gate) * up
+  float* argmax_partials;      // [gridDim.x, kMaxBatch, 2]: best logit, its id (as float bits)
+  unsigned* counters;          // stage counters, then attention arrivals, then the LM-head one
+  int32_t* error;              // set (never cleared by the kernel) on an invalid index: 1 token
+                               // id, 2 a page table that does not cover the position
+};
+
+// Blocks and columns of each operator.
+FLARE_LLAMA_HD inline int op_rows(const DecodeParams& p, int op) {
+  switch (op) {
+    case kOpQkv: return (p.heads + 2 * p.kv_heads) * p.head_dim;
+    case kOpO: return p.hidden;
+    case kOpGateUp: return p.intermediate;  // a block is 8 gate rows, then the same 8 up rows
+    case kOpDown: return p.hidden;
+    default: return p.vocab;
+  }
+}
+FLARE_LLAMA_HD inline int op_cols(const DecodeParams& p, int op) {
+  switch (op) {
+    case kOpO: return p.heads * p.head_dim;
+    case kOpDown: return p.intermediate;
+    default: return p.hidden;
+  }
+}
+FLARE_LLAMA_HD inline int op_blocks(const DecodeParams& p, int op) {
+  return (op_rows(p, op) + kBlockRows - 1) / kBlockRows;
+}
+// Chunks per block row: equal widths (multiples of 64 columns) of at most kChunkCols.
+FLARE_LLAMA_HD inline int op_chunks(int cols) { return (cols + kChunkCols - 1) / kChunkCols; }
+FLARE_LLAMA_HD inline int op_chunk_cols(int cols) {
+  const int n = op_chunks(cols);
+  return ((cols + n - 1) / n + 63) / 64 * 64;
+}
+
+// The contiguous range [begin, end) of `count` items that part `part` of `parts` owns.
+FLARE_LLAMA_HD inline void partition_range(int count, int parts, int part, int& begin,
+                                                int& end) {
+  const int base = count / parts, extra = count % parts;
+  begin = part * base + (part < extra ? part : extra);
+  end = begin + base + (part < extra ? 1 : 0);
+}
+
+// Row n (0..7) of QKV block `block`: a block holds 4 RoPE pairs of one head, row d and row
+// d + head_dim / 2 for d = 4 (block % (head_dim / 8)) + n / 2, so the epilogue rotates a pair in one place.
+FLARE_LLAMA_HD inline int qkv_block_row(int block, int n, int head_dim) {
+  const int head = block / (head_dim / kBlockRows);
+  const int d = (block % (head_dim / kBlockRows)) * 4 + n / 2;
+  return head * head_dim + d + (n % 2) * (head_dim / 2);
+}
+
+// Dynamic shared memory: the stages, then the consumers' reduction and attention areas.
+FLARE_LLAMA_HD inline int stage_bytes() {
+  return kBlockRows * (kChunkCols * 2 + kRowPadBytes);
+}
+FLARE_LLAMA_HD inline int attention_shared_bytes(int group, int head_dim) {
+  return kConsumerWarps * group * (head_dim + 2) * 4;
+}
+// Two alternating [warp][request][row] float buffers of block sums, then inv_rms[kMaxBatch].
+FLARE_LLAMA_HD inline int reduction_shared_bytes() {
+  return 2 * kConsumerWarps * kMaxBatch * kBlockRows * 4 + 128;
+}
+FLARE_LLAMA_HD inline int shared_bytes(int stages, int group, int head_dim) {
+  return stages * stage_bytes() + attention_shared_bytes(group, head_dim) + reduction_shared_bytes() +
+         2 * stages * 8;
+}
+
+// Counters: stage counters, then one arrival counter per (layer, request, KV head), then one
+// for the LM head's argmax.
+FLARE_LLAMA_HD inline int counter_count(int num_layers, int kv_heads) {
+  return kCounterLayerBase + num_layers * kStagesPerLayer + num_layers * kMaxBatch * kv_heads + 1;
+}
+
+}  // namespace flare::llama

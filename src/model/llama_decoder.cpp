@@ -1,0 +1,264 @@
+// flare::model::LlamaDecoder (flare/model/llama_decoder.h): tensor checks, the kernel's
+// compile-time shape, scratch, and the step's launch.
+#include "flare/model/llama_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "flare/core/error.h"
+#include "flare/jit/module.h"
+#include "kernels/llama_decode_params.cuh"
+
+namespace flare::model {
+namespace {
+
+constexpr const char* kWhat = "LlamaDecoder";
+constexpr int kSharedMargin = 1024;  // the kernel's static shared memory (two flags) and slack
+
+void check_tensor(const TensorView& t, const std::string& name, DType dtype,
+                  std::vector<int64_t> shape, const Device& device) {
+  bool ok = t.ndim == static_cast<int>(shape.size()) && t.dtype == dtype && t.device == device &&
+            t.is_contiguous() && t.data != nullptr &&
+            reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  for (size_t i = 0; ok && i < shape.size(); ++i) ok = t.shape[i] == shape[i];
+  std::string expected = "[";
+  for (size_t i = 0; i < shape.size(); ++i) expected += (i ? ", " : "") + std::to_string(shape[i]);
+  expected += "]";
+  FLARE_CHECK(ok, ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous, 16-byte "
+              "aligned ", dtype_name(dtype), " ", expected, " tensor on ", device.str(), ", got ",
+              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str(),
+              t.is_contiguous() ? "" : " (not contiguous)");
+}
+
+void check_step_array(const TensorView& t, const char* name, int64_t size, const Device& device) {
+  FLARE_CHECK(t.ndim == 1 && (size < 0 || t.shape[0] == size) && t.dtype == DType::kI32 &&
+                  t.device == device && (t.shape[0] <= 1 || t.strides[0] == 1) &&
+                  (t.shape[0] == 0 || t.data != nullptr),
+              ErrorCode::kInvalidArgument, kWhat, ".step: ", name, " must be a contiguous int32 [",
+              size < 0 ? std::string("n") : std::to_string(size), "] tensor on ", device.str(),
+              ", got ", dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+}
+
+const uint16_t* bf16_ptr(const TensorView& t) { return static_cast<const uint16_t*>(t.data); }
+
+}  // namespace
+
+jit::KernelSpec llama_decode_kernel_spec(int head_dim, int group, int stages) {
+  FLARE_CHECK((head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8 && stages >= 2,
+              ErrorCode::kInvalidArgument, kWhat, ": no kernel for head_dim ", head_dim,
+              ", group ", group, ", ", stages, " stages");
+  jit::KernelSpec spec;
+  spec.family_header = "llama_decode.cuh";
+  spec.entry = "flare_llama_decode";
+  spec.defines = {{"FLARE_LLAMA_HEAD_DIM", std::to_string(head_dim)},
+                  {"FLARE_LLAMA_GROUP", std::to_string(group)},
+                  {"FLARE_LLAMA_STAGES", std::to_string(stages)}};
+  spec.label = "llama decode d=" + std::to_string(head_dim) + " g=" + std::to_string(group) +
+               " stages=" + std::to_string(stages);
+  return spec;
+}
+
+std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs() {
+  constexpr int kH100SharedOptin = 232448;  // 227 KiB
+  std::vector<jit::KernelSpec> specs;
+  // Not yet llama-3.1-70b: its groups of 8 query heads spill in the attention stage (it also
+  // needs the 4-bit weights to fit one GPU).
+  for (const char* name : {"llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"}) {
+    const LlamaConfig c = llama_preset(name);
+    const DecodeSchedule s = build_decode_schedule(c, 1, 132, kH100SharedOptin - kSharedMargin);
+    specs.push_back(llama_decode_kernel_spec(c.head_dim, c.heads / c.kv_heads, s.stages));
+  }
+  return specs;
+}
+
+struct LlamaDecoder::Scratch {
+  cuda::DeviceBuffer layers, inv_freq, x, norm_partials, q, attn_partials, attn_out, mlp_act,
+      argmax_partials, counters, error;
+  int counter_count = 0;
+};
+
+LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCache cache)
+    : config_(std::move(config)), weights_(std::move(weights)), cache_(std::move(cache)) {
+  validate(config_);
+  const LlamaConfig& c = config_;
+  const Device device = weights_.embed_tokens.device;
+  FLARE_CHECK(device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
+              ": weights must be CUDA tensors, got embed_tokens on ", device.str());
+  device_ = device.index;
+  const int64_t h = c.hidden, qd = int64_t{c.heads} * c.head_dim,
+                kvd = int64_t{c.kv_heads} * c.head_dim;
+  check_tensor(weights_.embed_tokens, "embed_tokens", DType::kBF16, {c.vocab, h}, device);
+  check_tensor(weights_.norm, "norm", DType::kBF16, {h}, device);
+  check_tensor(weights_.lm_head, "lm_head", DType::kBF16, {c.vocab, h}, device);
+  FLARE_CHECK(static_cast<int>(weights_.layers.size()) == c.num_layers,
+              ErrorCode::kInvalidArgument, kWhat, ": ", c.num_layers, " layers of weights expected, got ",
+              weights_.layers.size());
+  FLARE_CHECK(static_cast<int>(cache_.k.size()) == c.num_layers &&
+                  static_cast<int>(cache_.v.size()) == c.num_layers,
+              ErrorCode::kInvalidArgument, kWhat, ": ", c.num_layers,
+              " K and V cache tensors expected, got ", cache_.k.size(), " and ", cache_.v.size());
+  FLARE_CHECK(cache_.k[0].ndim == 4, ErrorCode::kInvalidArgument, kWhat,
+              ": k_cache[0] must be [num_pages, page_size, kv_heads, head_dim], got ",
+              cache_.k[0].shape_str());
+  num_pages_ = static_cast<int>(cache_.k[0].shape[0]);
+  page_size_ = static_cast<int>(cache_.k[0].shape[1]);
+  FLARE_CHECK(num_pages_ > 0 && page_size_ > 0 && cache_.k[0].shape[0] < (int64_t{1} << 31),
+              ErrorCode::kInvalidArgument, kWhat, ": k_cache[0] must have pages, got ",
+              cache_.k[0].shape_str());
+  std::vector<llama::LayerWeights> layers(static_cast<size_t>(c.num_layers));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string at = "layers." + std::to_string(l) + ".";
+    const LlamaLayerTensors& t = weights_.layers[static_cast<size_t>(l)];
+    check_tensor(t.q_proj, at + "self_attn.q_proj.weight", DType::kBF16, {qd, h}, device);
+    check_tensor(t.k_proj, at + "self_attn.k_proj.weight", DType::kBF16, {kvd, h}, device);
+    check_tensor(t.v_proj, at + "self_attn.v_proj.weight", DType::kBF16, {kvd, h}, device);
+    check_tensor(t.o_proj, at + "self_attn.o_proj.weight", DType::kBF16, {h, qd}, device);
+    check_tensor(t.gate_proj, at + "mlp.gate_proj.weight", DType::kBF16, {c.intermediate, h}, device);
+    check_tensor(t.up_proj, at + "mlp.up_proj.weight", DType::kBF16, {c.intermediate, h}, device);
+    check_tensor(t.down_proj, at + "mlp.down_proj.weight", DType::kBF16, {h, c.intermediate}, device);
+    check_tensor(t.input_layernorm, at + "input_layernorm.weight", DType::kBF16, {h}, device);
+    check_tensor(t.post_attention_layernorm, at + "post_attention_layernorm.weight", DType::kBF16,
+                 {h}, device);
+    const std::vector<int64_t> cache_shape = {num_pages_, page_size_, c.kv_heads, c.head_dim};
+    check_tensor(cache_.k[static_cast<size_t>(l)], "k_cache[" + std::to_string(l) + "]",
+                 DType::kBF16, cache_shape, device);
+    check_tensor(cache_.v[static_cast<size_t>(l)], "v_cache[" + std::to_string(l) + "]",
+                 DType::kBF16, cache_shape, device);
+    llama::LayerWeights& w = layers[static_cast<size_t>(l)];
+    w.wq = bf16_ptr(t.q_proj);
+    w.wk = bf16_ptr(t.k_proj);
+    w.wv = bf16_ptr(t.v_proj);
+    w.wo = bf16_ptr(t.o_proj);
+    w.w_gate = bf16_ptr(t.gate_proj);
+    w.w_up = bf16_ptr(t.up_proj);
+    w.w_down = bf16_ptr(t.down_proj);
+    w.attn_norm = bf16_ptr(t.input_layernorm);
+    w.mlp_norm = bf16_ptr(t.post_attention_layernorm);
+    w.k_cache = static_cast<uint16_t*>(cache_.k[static_cast<size_t>(l)].data);
+    w.v_cache = static_cast<uint16_t*>(cache_.v[static_cast<size_t>(l)].data);
+  }
+
+  const cuda::DeviceScope scope(device_);
+  const cuda::DeviceProperties props = cuda::device_properties(device_);
+  FLARE_CHECK(props.cc_major >= 9, ErrorCode::kUnsupported, kWhat,
+              ": the decode megakernel streams weights with bulk async copies (sm_90); ",
+              props.name, " is sm_", props.cc_major, props.cc_minor);
+  num_ctas_ = props.num_sms;
+  max_shared_ = props.max_shared_bytes_per_block_optin - kSharedMargin;
+  schedule_ = build_decode_schedule(c, 1, num_ctas_, max_shared_);
+  const int group = c.heads / c.kv_heads;
+  kernel_ = jit::get_kernel(llama_decode_kernel_spec(c.head_dim, group, schedule_.stages),
+                            "flare_llama_decode", device_);
+  cuda::set_max_dynamic_shared(kernel_, schedule_.shared_bytes);
+  FLARE_CHECK(cuda::max_active_blocks_per_sm(kernel_, llama::kThreads,
+                                             static_cast<size_t>(schedule_.shared_bytes)) >= 1,
+              ErrorCode::kUnsupported, kWhat, ": one block of ", llama::kThreads, " threads and ",
+              schedule_.shared_bytes, " bytes of shared memory does not fit an SM of ", props.name);
+
+  scratch_ = std::make_unique<Scratch>();
+  Scratch& s = *scratch_;
+  const auto floats = [](int64_t n) { return static_cast<size_t>(n) * 4; };
+  const int64_t max_items = std::max<int64_t>(num_ctas_, int64_t{llama::kMaxBatch} * c.kv_heads);
+  s.layers = cuda::DeviceBuffer(layers.size() * sizeof(llama::LayerWeights));
+  cuda::memcpy_htod(s.layers.data(), layers.data(), s.layers.bytes());
+  const std::vector<float> inv_freq = rope_inv_freq(c);
+  s.inv_freq = cuda::DeviceBuffer(floats(static_cast<int64_t>(inv_freq.size())));
+  cuda::memcpy_htod(s.inv_freq.data(), inv_freq.data(), s.inv_freq.bytes());
+  s.x = cuda::DeviceBuffer(floats(llama::kMaxBatch * h));
+  s.norm_partials = cuda::DeviceBuffer(floats((2 * int64_t{c.num_layers} + 1) * num_ctas_ * llama::kMaxBatch));
+  s.q = cuda::DeviceBuffer(floats(llama::kMaxBatch * qd));
+  s.attn_partials = cuda::DeviceBuffer(floats(max_items * group * (c.head_dim + 1)));
+  s.attn_out = cuda::DeviceBuffer(static_cast<size_t>(llama::kMaxBatch * qd) * 2);
+  s.mlp_act = cuda::DeviceBuffer(static_cast<size_t>(int64_t{llama::kMaxBatch} * c.intermediate) * 2);
+  s.argmax_partials = cuda::DeviceBuffer(floats(int64_t{num_ctas_} * llama::kMaxBatch * 2));
+  s.counter_count = llama::counter_count(c.num_layers, c.kv_heads);
+  s.counters = cuda::DeviceBuffer(static_cast<size_t>(s.counter_count) * 4);
+  s.error = cuda::DeviceBuffer(4);
+  const int32_t zero = 0;
+  cuda::memcpy_htod(s.error.data(), &zero, 4);
+}
+
+LlamaDecoder::~LlamaDecoder() = default;
+
+DecodeSchedule LlamaDecoder::schedule(int batch) const {
+  return build_decode_schedule(config_, batch, num_ctas_, max_shared_);
+}
+
+void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
+                        const TensorView& kv_indptr, const TensorView& kv_indices,
+                        const TensorView& next_tokens, const TensorView& logits,
+                        cuda::Stream stream) {
+  const Device device = Device::cuda(device_);
+  FLARE_CHECK(tokens.ndim == 1 && tokens.shape[0] >= 1 && tokens.shape[0] <= llama::kMaxBatch,
+              ErrorCode::kInvalidArgument, kWhat, ".step: tokens must be [batch] with batch in [1, ",
+              llama::kMaxBatch, "], got ", tokens.shape_str());
+  const int batch = static_cast<int>(tokens.shape[0]);
+  check_step_array(tokens, "tokens", batch, device);
+  check_step_array(positions, "positions", batch, device);
+  check_step_array(kv_indptr, "kv_indptr", batch + 1, device);
+  check_step_array(kv_indices, "kv_indices", -1, device);
+  check_step_array(next_tokens, "next_tokens", batch, device);
+  FLARE_CHECK(kv_indices.shape[0] < (int64_t{1} << 31), ErrorCode::kInvalidArgument, kWhat,
+              ".step: kv_indices must have fewer than 2^31 entries, got ", kv_indices.shape[0]);
+  FLARE_CHECK(logits.ndim == 2 && logits.shape[0] == batch && logits.shape[1] == config_.vocab &&
+                  logits.dtype == DType::kF32 && logits.device == device && logits.is_contiguous(),
+              ErrorCode::kInvalidArgument, kWhat, ".step: logits must be a contiguous float32 [",
+              batch, ", ", config_.vocab, "] tensor on ", device.str(), ", got ",
+              dtype_name(logits.dtype), " ", logits.shape_str(), " on ", logits.device.str());
+
+  Scratch& s = *scratch_;
+  llama::DecodeParams p{};
+  p.layers = static_cast<const llama::LayerWeights*>(s.layers.data());
+  p.embed = bf16_ptr(weights_.embed_tokens);
+  p.final_norm = bf16_ptr(weights_.norm);
+  p.lm_head = bf16_ptr(weights_.lm_head);
+  p.rope_inv_freq = static_cast<const float*>(s.inv_freq.data());
+  p.num_layers = config_.num_layers;
+  p.head_dim = config_.head_dim;
+  p.hidden = config_.hidden;
+  p.intermediate = config_.intermediate;
+  p.heads = config_.heads;
+  p.kv_heads = config_.kv_heads;
+  p.vocab = config_.vocab;
+  p.rms_eps = static_cast<float>(config_.rms_eps);
+  p.sm_scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)) * M_LOG2E);
+  p.batch = batch;
+  p.tokens = tokens.ptr<const int32_t>();
+  p.positions = positions.ptr<const int32_t>();
+  p.kv_indptr = kv_indptr.ptr<const int32_t>();
+  p.kv_indices = kv_indices.ptr<const int32_t>();
+  p.num_kv_indices = static_cast<int>(kv_indices.shape[0]);
+  p.num_pages = num_pages_;
+  p.page_size = page_size_;
+  p.attention_splits = std::max(1, num_ctas_ / (batch * config_.kv_heads));
+  p.logits = logits.ptr<float>();
+  p.next_tokens = next_tokens.ptr<int32_t>();
+  p.x = static_cast<float*>(s.x.data());
+  p.norm_partials = static_cast<float*>(s.norm_partials.data());
+  p.q = static_cast<float*>(s.q.data());
+  p.attn_partials = static_cast<float*>(s.attn_partials.data());
+  p.attn_out = static_cast<uint16_t*>(s.attn_out.data());
+  p.mlp_act = static_cast<uint16_t*>(s.mlp_act.data());
+  p.argmax_partials = static_cast<float*>(s.argmax_partials.data());
+  p.counters = static_cast<unsigned*>(s.counters.data());
+  p.error = static_cast<int32_t*>(s.error.data());
+
+  const cuda::DeviceScope scope(device_);
+  cuda::memset_d8_async(s.counters.data(), 0, s.counters.bytes(), stream);
+  void* args[] = {&p};
+  cuda::launch(kernel_, static_cast<unsigned>(num_ctas_), 1, 1, llama::kThreads, 1, 1,
+               static_cast<unsigned>(schedule_.shared_bytes), stream, args);
+}
+
+DecodeError LlamaDecoder::take_error() {
+  const cuda::DeviceScope scope(device_);
+  cuda::device_synchronize();
+  int32_t value = 0;
+  cuda::memcpy_dtoh(&value, scratch_->error.data(), 4);
+  const int32_t zero = 0;
+  cuda::memcpy_htod(scratch_->error.data(), &zero, 4);
+  return static_cast<DecodeError>(value);
+}
+
+}  // namespace flare::model

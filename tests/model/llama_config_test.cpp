@@ -1,0 +1,182 @@
+// The decode megakernel's host side without a GPU (flare/model/llama_config.h,
+// llama_decoder.h): presets, validation messages, the RoPE table against Hugging Face's
+// Llama-3 formula, the partition of every operator's blocks over the CTAs, the QKV row order,
+// the shared-memory budget, the kernel's compile for sm_90a (no spills, no local memory), and
+// the decoder's refusal of CPU tensors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "flare/model/llama_config.h"
+#include "flare/model/llama_decoder.h"
+#include "jit/jit_test_support.h"
+#include "kernels/llama_decode_params.cuh"
+#include "testing/expect_error.h"
+#include "testing/kernel_usage.h"
+#include "testing/nvrtc.h"
+
+namespace flare::model {
+namespace {
+
+constexpr int kH100Shared = 232448 - 1024;
+
+TEST(LlamaPreset, ShapesOfTheNamedModels) {
+  const LlamaConfig c8 = llama_preset("llama-3.1-8b");
+  EXPECT_EQ(c8.num_layers, 32);
+  EXPECT_EQ(c8.hidden, 4096);
+  EXPECT_EQ(c8.intermediate, 14336);
+  EXPECT_EQ(c8.heads / c8.kv_heads, 4);
+  EXPECT_NEAR(static_cast<double>(c8.parameter_count()), 8.03e9, 0.01e9);
+  EXPECT_NEAR(static_cast<double>(llama_preset("llama-3.1-70b").parameter_count()), 70.55e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(llama_preset("llama-3.2-1b").parameter_count()), 1.236e9, 0.01e9);
+  EXPECT_NEAR(static_cast<double>(llama_preset("llama-3.2-3b").parameter_count()), 3.213e9, 0.01e9);
+  EXPECT_EQ(llama_preset("llama-3.2-1b").head_dim, 64);
+  EXPECT_TRUE(llama_preset("llama-3.2-3b").tie_embeddings);
+  EXPECT_FLARE_ERROR(llama_preset("llama-2-7b"), ErrorCode::kInvalidArgument,
+                     "unknown model 'llama-2-7b'; the presets are llama-3.1-8b");
+  for (const std::string& name : llama_preset_names()) EXPECT_NO_THROW(validate(llama_preset(name)));
+}
+
+TEST(LlamaConfigValidate, NamesTheField) {
+  LlamaConfig c = llama_preset("llama-3.1-8b");
+  c.head_dim = 96;
+  EXPECT_FLARE_ERROR(validate(c), ErrorCode::kInvalidArgument, "head_dim must be 64 or 128, got 96");
+  c = llama_preset("llama-3.1-8b");
+  c.kv_heads = 3;
+  EXPECT_FLARE_ERROR(validate(c), ErrorCode::kInvalidArgument, "got 32 heads and 3 kv_heads");
+  c = llama_preset("llama-3.1-8b");
+  c.intermediate = 1000;
+  EXPECT_FLARE_ERROR(validate(c), ErrorCode::kInvalidArgument,
+                     "intermediate must be a multiple of 64");
+  c = llama_preset("llama-3.1-8b");
+  c.num_layers = 0;
+  EXPECT_FLARE_ERROR(validate(c), ErrorCode::kInvalidArgument, "num_layers must be positive, got 0");
+}
+
+// Hugging Face's _compute_llama3_parameters, written out independently (float64).
+TEST(RopeInvFreq, MatchesTheLlama3Formula) {
+  const LlamaConfig c = llama_preset("llama-3.1-8b");
+  const std::vector<float> f = rope_inv_freq(c);
+  ASSERT_EQ(f.size(), 64u);
+  int low = 0, mid = 0, high = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double base = std::pow(500000.0, -2.0 * i / 128);
+    const double wavelen = 2 * std::numbers::pi / base;
+    double expected = base;
+    if (wavelen > 8192.0 / 1.0) {
+      expected = base / 8, ++low;
+    } else if (wavelen < 8192.0 / 4.0) {
+      ++high;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      expected = (1 - smooth) * base / 8 + smooth * base;
+      ++mid;
+    }
+    EXPECT_FLOAT_EQ(f[static_cast<size_t>(i)], static_cast<float>(expected)) << i;
+  }
+  EXPECT_GT(low, 0);
+  EXPECT_GT(mid, 0);
+  EXPECT_GT(high, 0);
+  LlamaConfig plain = c;
+  plain.rope_scaling.enabled = false;
+  EXPECT_FLOAT_EQ(rope_inv_freq(plain)[63], static_cast<float>(std::pow(500000.0, -126.0 / 128)));
+}
+
+TEST(QkvBlockRows, EveryRowOnceWithItsRopePartnerInTheNextColumn) {
+  for (int head_dim : {64, 128}) {
+    const int heads = 6, rows = heads * head_dim;
+    std::vector<int> seen(static_cast<size_t>(rows), 0);
+    for (int block = 0; block < rows / llama::kBlockRows; ++block) {
+      for (int n = 0; n < llama::kBlockRows; n += 2) {
+        const int row = llama::qkv_block_row(block, n, head_dim);
+        const int partner = llama::qkv_block_row(block, n + 1, head_dim);
+        EXPECT_EQ(partner, row + head_dim / 2);
+        EXPECT_EQ(row / head_dim, block / (head_dim / llama::kBlockRows));
+        EXPECT_LT(row % head_dim, head_dim / 2);
+        ++seen[static_cast<size_t>(row)];
+        ++seen[static_cast<size_t>(partner)];
+      }
+    }
+    for (int r = 0; r < rows; ++r) EXPECT_EQ(seen[static_cast<size_t>(r)], 1) << head_dim << " " << r;
+  }
+}
+
+TEST(PartitionRange, ContiguousBalancedAndComplete) {
+  for (int count : {0, 1, 7, 256, 16032}) {
+    for (int parts : {1, 3, 132}) {
+      int next = 0, smallest = count, largest = 0;
+      for (int part = 0; part < parts; ++part) {
+        int begin = 0, end = 0;
+        llama::partition_range(count, parts, part, begin, end);
+        EXPECT_EQ(begin, next);
+        next = end;
+        smallest = std::min(smallest, end - begin);
+        largest = std::max(largest, end - begin);
+      }
+      EXPECT_EQ(next, count);
+      EXPECT_LE(largest - smallest, 1);
+    }
+  }
+}
+
+TEST(DecodeSchedule, EightBOnAnH100) {
+  const LlamaConfig c = llama_preset("llama-3.1-8b");
+  const DecodeSchedule s = build_decode_schedule(c, 1, 132, kH100Shared);
+  EXPECT_EQ(s.stages, 6);
+  EXPECT_LE(s.shared_bytes, kH100Shared);
+  EXPECT_EQ(s.attention_splits, 16);  // 132 CTAs over 8 KV heads
+  ASSERT_EQ(s.operators.size(), 5u);
+  EXPECT_EQ(s.operators[0].blocks, 6144 / 8);
+  EXPECT_EQ(s.operators[0].chunks_per_block, 2);
+  EXPECT_EQ(s.operators[0].chunk_cols, 2048);
+  EXPECT_EQ(s.operators[3].chunks_per_block, 7);  // down: 14336 columns
+  EXPECT_EQ(s.operators[4].blocks, 128256 / 8);
+  // Every chunk of the step is streamed by exactly one CTA.
+  int64_t total = 0;
+  for (int64_t n : s.chunks_per_cta) total += n;
+  const int64_t per_layer = 768 * 2 + 512 * 2 + 1792 * 2 * 2 + 512 * 7;
+  EXPECT_EQ(total, 32 * per_layer + 16032 * 2);
+  // The 3B's 3072 columns: two equal chunks of 1536.
+  const DecodeSchedule s3 = build_decode_schedule(llama_preset("llama-3.2-3b"), 4, 132, kH100Shared);
+  EXPECT_EQ(s3.operators[0].chunk_cols, 1536);
+  EXPECT_EQ(s3.attention_splits, 4);
+  // 70B: groups of 8 heads need a larger attention area.
+  const DecodeSchedule s70 = build_decode_schedule(llama_preset("llama-3.1-70b"), 1, 132, kH100Shared);
+  EXPECT_GE(s70.stages, 5);
+  EXPECT_FLARE_ERROR(build_decode_schedule(c, 1, 132, 48 * 1024), ErrorCode::kUnsupported,
+                     "the device allows 49152");
+  EXPECT_FLARE_ERROR(build_decode_schedule(c, 9, 132, kH100Shared), ErrorCode::kInvalidArgument,
+                     "batch must be in [1, 8], got 9");
+}
+
+TEST(LlamaDecoderArguments, CpuWeightsAreRefusedNamingTheTensor) {
+  LlamaConfig c = llama_preset("llama-3.2-1b");
+  c.num_layers = 1;
+  std::vector<uint16_t> storage(16);
+  LlamaWeights w;
+  w.embed_tokens = TensorView::contiguous(storage.data(), DType::kBF16, {4, 4}, Device::cpu());
+  EXPECT_FLARE_ERROR(LlamaDecoder(c, w, LlamaKvCache{}), ErrorCode::kInvalidArgument,
+                     "weights must be CUDA tensors, got embed_tokens on cpu");
+}
+
+class ShippedLlamaKernels : public jit::testing::JitTest {};
+
+TEST_F(ShippedLlamaKernels, CompileForSm90WithoutSpillsOrLocalMemory) {
+  FLARE_SKIP_WITHOUT_NVRTC();
+  std::set<std::string> units;
+  for (const jit::KernelSpec& spec : shipped_llama_decode_kernel_specs()) {
+    if (!units.insert(spec.translation_unit()).second) continue;
+    const jit::CompiledKernel compiled = jit::compile(spec, "sm_90a");
+    ASSERT_EQ(compiled.usage.size(), 1u) << spec.label;
+    testing::expect_shipped_usage(compiled, spec.label, 224);
+    EXPECT_EQ(compiled.usage[0].max_threads, llama::kThreads) << spec.label;
+  }
+  EXPECT_EQ(units.size(), 3u);  // d 128 g 4 (8B), d 64 g 4 (1B), d 128 g 3 (3B)
+}
+
+}  // namespace
+}  // namespace flare::model
