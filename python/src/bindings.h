@@ -17,5 +17,6 @@ void bind_append(nb::module_& m);         // bind_append.cpp
 void bind_precompile(nb::module_& m);     // bind_precompile.cpp
 void bind_variants(nb::module_& m);       // bind_variants.cpp
 void bind_sparse(nb::module_& m);         // bind_sparse.cpp
+void bind_model(nb::module_& m);          // bind_model.cpp
 
 }  // namespace flare::python

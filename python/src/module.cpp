@@ -57,4 +57,5 @@ NB_MODULE(_flare, m) {
   flare::python::bind_precompile(m);
   flare::python::bind_variants(m);
   flare::python::bind_sparse(m);
+  flare::python::bind_model(m);
 }

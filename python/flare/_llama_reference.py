@@ -1,0 +1,77 @@
+"""A plain PyTorch Llama (the reference of flare.models.LlamaDecoder's tests and benchmark).
+
+Same weights, bf16 storage, float32 accumulation, and the kernel's rounding points
+(kernels/llama_decode.cuh): a float32 residual stream; RMSNorm as Hugging Face's,
+bf16(gamma * bf16(x * rsqrt(mean(x^2) + eps))); float32 products of bf16 inputs; RoPE on the
+float32 q / k with the float32 angle position * inv_freq (inv_freq with Llama 3's scaling, the
+decoder's table); K and V rounded to bf16 (the cache), the attention output and
+SiLU(gate) * up rounded to bf16; float32 logits. K/V live in dense per-request tensors.
+"""
+
+import torch
+
+
+class LlamaReference:
+    def __init__(self, config, state_dict):
+        from .models import weight_list
+
+        self.config = config
+        w = weight_list(config, state_dict)
+        self.embed, self.final_norm = w[0], w[1]
+        self.lm_head = w[2].float()
+        self.layers = []
+        for layer in range(config.num_layers):
+            t = w[3 + 9 * layer: 12 + 9 * layer]
+            self.layers.append({"q": t[0].float(), "k": t[1].float(), "v": t[2].float(),
+                                "o": t[3].float(), "gate": t[4].float(), "up": t[5].float(),
+                                "down": t[6].float(), "attn_norm": t[7], "mlp_norm": t[8]})
+        self.inv_freq = torch.tensor(config.rope_inv_freq(), dtype=torch.float32,
+                                     device=self.embed.device)
+
+    def norm(self, x, gamma):
+        eps = self.config.rms_eps
+        t = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(torch.bfloat16)
+        return gamma * t  # bf16 * bf16: computed in float32, rounded to bf16
+
+    def rope(self, x, positions):
+        angle = positions.float()[:, None] * self.inv_freq[None, :]  # float32, as the kernel
+        cos, sin = torch.cos(angle)[:, None, :], torch.sin(angle)[:, None, :]
+        half = x.shape[-1] // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+    def new_cache(self, max_len, device=None):
+        c = self.config
+        shape = (max_len, c.kv_heads, c.head_dim)
+        device = device or self.embed.device
+        return ([torch.zeros(shape, dtype=torch.bfloat16, device=device) for _ in range(c.num_layers)],
+                [torch.zeros(shape, dtype=torch.bfloat16, device=device) for _ in range(c.num_layers)])
+
+    @torch.no_grad()
+    def forward(self, tokens, start, cache):
+        """One request's tokens [T] at positions start..start+T-1 (causal); K/V into `cache`
+        (from new_cache) at those positions. Returns float32 logits [T, vocab]."""
+        c = self.config
+        k_cache, v_cache = cache
+        T, D, G = tokens.shape[0], c.head_dim, c.heads // c.kv_heads
+        positions = torch.arange(start, start + T, device=tokens.device)
+        x = self.embed[tokens.long()].float()
+        for layer, w in enumerate(self.layers):
+            xn = self.norm(x, w["attn_norm"]).float()
+            q = self.rope((xn @ w["q"].T).view(T, c.heads, D), positions)
+            k = self.rope((xn @ w["k"].T).view(T, c.kv_heads, D), positions)
+            v = (xn @ w["v"].T).view(T, c.kv_heads, D)
+            k_cache[layer][start:start + T] = k.to(torch.bfloat16)
+            v_cache[layer][start:start + T] = v.to(torch.bfloat16)
+            keys = k_cache[layer][:start + T].float().repeat_interleave(G, dim=1)    # [S, H, D]
+            values = v_cache[layer][:start + T].float().repeat_interleave(G, dim=1)
+            scores = torch.einsum("thd,shd->hts", q, keys) / D ** 0.5
+            visible = torch.arange(start + T, device=tokens.device)[None, :] <= positions[:, None]
+            scores = scores.masked_fill(~visible[None], float("-inf"))
+            o = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), values)
+            x = x + o.reshape(T, c.heads * D).to(torch.bfloat16).float() @ w["o"].T
+            xn = self.norm(x, w["mlp_norm"]).float()
+            gate, up = xn @ w["gate"].T, xn @ w["up"].T
+            h = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16).float()
+            x = x + h @ w["down"].T
+        return self.norm(x, self.final_norm).float() @ self.lm_head.T

@@ -1,0 +1,202 @@
+"""Whole-model decoding (issue 22): a Llama decode step as one persistent CUDA kernel.
+
+``LlamaDecoder`` takes a Hugging Face Llama state dict (bf16 CUDA tensors, used in place, no
+copy) and owns a paged KV cache: one K and one V tensor per layer,
+``[num_pages, page_size, kv_heads, head_dim]`` bf16 (flare's NHD paged layout, one page table
+shared by all layers). ``step()`` runs the whole model for one token per request (1 to 8
+requests): it appends the tokens' K and V at their positions and returns float32 logits and the
+greedy next tokens. A step launches one memset and one kernel on torch's current stream and can
+be captured in a CUDA graph (static input tensors, new values each replay).
+
+Needs an sm_90 GPU (the weight pipeline uses bulk async copies). Index data is on the device
+and checked there: a token id outside the vocabulary or a position the page table does not
+cover is skipped and reported by ``take_error()`` (which synchronizes).
+"""
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from . import _flare
+
+__all__ = ["LlamaConfig", "LlamaDecoder", "random_llama_state_dict", "DECODE_ERRORS"]
+
+DECODE_ERRORS = {
+    0: None,
+    1: "a token id outside [0, vocab): its embedding was read as zeros",
+    2: "a position its page table does not cover, or a page id outside [0, num_pages): that "
+       "K/V write and those reads were skipped",
+    3: "a CTA waited 10 s for another: the step trapped",
+}
+
+
+@dataclass
+class LlamaConfig:
+    """A Llama model's shape (the fields of Hugging Face's LlamaConfig that decoding uses)."""
+
+    name: str
+    num_layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    rope_theta: float = 500000.0
+    rms_eps: float = 1e-5
+    tie_embeddings: bool = False
+    rope_scaling: Optional[dict] = field(default=None)  # llama3: factor, low/high_freq_factor,
+    #                                                     original_max_position
+
+    @staticmethod
+    def preset(name):
+        """"llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b" or "llama-3.2-3b"."""
+        return LlamaConfig(**_flare.llama_preset(name))
+
+    @staticmethod
+    def preset_names():
+        return list(_flare.llama_preset_names())
+
+    @staticmethod
+    def from_hf(hf_config, name="hf"):
+        """From a transformers LlamaConfig (or its dict)."""
+        c = hf_config if isinstance(hf_config, dict) else hf_config.to_dict()
+        scaling = c.get("rope_scaling")
+        if scaling is not None:
+            if scaling.get("rope_type", scaling.get("type")) != "llama3":
+                raise NotImplementedError(f"LlamaConfig.from_hf: rope_scaling {scaling} (only llama3)")
+            scaling = {"factor": scaling["factor"], "low_freq_factor": scaling["low_freq_factor"],
+                       "high_freq_factor": scaling["high_freq_factor"],
+                       "original_max_position": scaling["original_max_position_embeddings"]}
+        heads = c["num_attention_heads"]
+        return LlamaConfig(
+            name=name, num_layers=c["num_hidden_layers"], hidden=c["hidden_size"],
+            intermediate=c["intermediate_size"], heads=heads,
+            kv_heads=c.get("num_key_value_heads", heads),
+            head_dim=c.get("head_dim") or c["hidden_size"] // heads, vocab=c["vocab_size"],
+            rope_theta=c.get("rope_theta", 10000.0), rms_eps=c.get("rms_norm_eps", 1e-6),
+            tie_embeddings=c.get("tie_word_embeddings", False), rope_scaling=scaling)
+
+    def validate(self):
+        _flare.llama_validate(asdict(self))
+
+    def rope_inv_freq(self):
+        """inv_freq [head_dim / 2] (float32 values) with Llama 3's scaling, as the kernel uses."""
+        return list(_flare.llama_rope_inv_freq(asdict(self)))
+
+
+_LAYER_NAMES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
+                "post_attention_layernorm")
+
+
+def _state_tensor(state_dict, key):
+    for k in (key, key[len("model."):] if key.startswith("model.") else "model." + key):
+        if k in state_dict:
+            return state_dict[k]
+    raise KeyError(f"LlamaDecoder: the state dict has no '{key}'")
+
+
+def weight_list(config, state_dict):
+    """The state dict's tensors in the order the extension takes them."""
+    embed = _state_tensor(state_dict, "model.embed_tokens.weight")
+    if config.tie_embeddings or "lm_head.weight" not in state_dict:
+        if not config.tie_embeddings:
+            raise KeyError("LlamaDecoder: the state dict has no 'lm_head.weight' and the config "
+                           "does not tie embeddings")
+        lm_head = embed
+    else:
+        lm_head = state_dict["lm_head.weight"]
+    out = [embed, _state_tensor(state_dict, "model.norm.weight"), lm_head]
+    for layer in range(config.num_layers):
+        for name in _LAYER_NAMES:
+            out.append(_state_tensor(state_dict, f"model.layers.{layer}.{name}.weight"))
+    return out
+
+
+class LlamaDecoder:
+    """One decode step of a Llama model per call, as one persistent kernel (FlashFormer).
+
+    Args:
+      config: LlamaConfig.
+      state_dict: Hugging Face names (``model.layers.0.self_attn.q_proj.weight``, ...), bf16
+        contiguous CUDA tensors on one sm_90 device; kept referenced, never copied.
+      num_pages, page_size: the paged KV cache this decoder allocates (zeros), per layer
+        ``k_caches[l]`` / ``v_caches[l]`` of shape [num_pages, page_size, kv_heads, head_dim].
+    """
+
+    def __init__(self, config, state_dict, *, num_pages, page_size=16):
+        import torch
+
+        config.validate()
+        self.config = config
+        self._weights = weight_list(config, state_dict)
+        device = self._weights[0].device
+        if device.type != "cuda":
+            raise ValueError(f"LlamaDecoder: weights must be CUDA tensors, got {device}")
+        shape = (num_pages, page_size, config.kv_heads, config.head_dim)
+        self.k_caches = [torch.zeros(shape, dtype=torch.bfloat16, device=device)
+                         for _ in range(config.num_layers)]
+        self.v_caches = [torch.zeros(shape, dtype=torch.bfloat16, device=device)
+                         for _ in range(config.num_layers)]
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.device = device
+        with torch.cuda.device(device):
+            self._impl = _flare.LlamaDecoder(asdict(config), self._weights, self.k_caches,
+                                             self.v_caches)
+
+    def step(self, tokens, positions, kv_indptr, kv_indices, *, next_tokens=None, logits=None):
+        """Runs the model on one token per request; returns (next_tokens, logits).
+
+        tokens, positions: int32 [batch] CUDA tensors (positions[b]: the tokens already in
+        request b's cache); kv_indptr int32 [batch + 1] and kv_indices int32 [nnz]: request b's
+        pages, covering positions[b] + 1 tokens. next_tokens (int32 [batch]) and logits (float32
+        [batch, vocab]) are written in place when given (CUDA-graph capture), else allocated.
+        """
+        import torch
+
+        batch = tokens.shape[0] if tokens.dim() == 1 else -1
+        if next_tokens is None:
+            next_tokens = torch.empty(max(batch, 0), dtype=torch.int32, device=self.device)
+        if logits is None:
+            logits = torch.empty((max(batch, 0), self.config.vocab), dtype=torch.float32,
+                                 device=self.device)
+        self._impl.step(tokens, positions, kv_indptr, kv_indices, next_tokens, logits)
+        return next_tokens, logits
+
+    def take_error(self):
+        """Synchronizes; the first device-side error since the last call (a message) or None."""
+        return DECODE_ERRORS[self._impl.take_error()]
+
+    def schedule(self, batch=1):
+        """How the step's work is split over the SMs (blocks, chunks, stages, KV splits)."""
+        return self._impl.schedule(batch)
+
+
+def random_llama_state_dict(config, device="cuda", seed=0, std=0.02):
+    """Random bf16 weights of the exact shapes (Hugging Face names), norms near 1."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def normal(*shape, mean=0.0, s=std):
+        t = torch.empty(shape, dtype=torch.bfloat16, device=device)
+        return t.normal_(mean, s, generator=gen)
+
+    h, d = config.hidden, config.head_dim
+    sd = {"model.embed_tokens.weight": normal(config.vocab, h, s=1.0),
+          "model.norm.weight": normal(h, mean=1.0, s=0.05)}
+    if not config.tie_embeddings:
+        sd["lm_head.weight"] = normal(config.vocab, h)
+    for layer in range(config.num_layers):
+        p = f"model.layers.{layer}."
+        sd[p + "self_attn.q_proj.weight"] = normal(config.heads * d, h)
+        sd[p + "self_attn.k_proj.weight"] = normal(config.kv_heads * d, h)
+        sd[p + "self_attn.v_proj.weight"] = normal(config.kv_heads * d, h)
+        sd[p + "self_attn.o_proj.weight"] = normal(h, config.heads * d)
+        sd[p + "mlp.gate_proj.weight"] = normal(config.intermediate, h)
+        sd[p + "mlp.up_proj.weight"] = normal(config.intermediate, h)
+        sd[p + "mlp.down_proj.weight"] = normal(h, config.intermediate)
+        sd[p + "input_layernorm.weight"] = normal(h, mean=1.0, s=0.05)
+        sd[p + "post_attention_layernorm.weight"] = normal(h, mean=1.0, s=0.05)
+    return sd
