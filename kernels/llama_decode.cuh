@@ -23,34 +23,23 @@
 
 namespace flare::llama::dev {
 
+__device__ __forceinline__ void trace_mark(const DecodeParams& p, int event) {
+  if (p.trace != nullptr && threadIdx.x == 0) {
+    p.trace[static_cast<long long>(blockIdx.x) * trace_events(p.num_layers) + event] =
+        static_cast<long long>(global_time_ns());
+  }
+}
+// Trace event of layer `layer`'s stage `stage`: 0 its wait done, 1 its signal.
+__device__ __forceinline__ int trace_event(int layer, int stage, int signalled) {
+  return 2 + 2 * (layer * kStagesPerLayer + stage) + signalled;
+}
+
 __device__ __forceinline__ unsigned* stage_counter(const DecodeParams& p, int layer, int stage) {
   return p.counters + kCounterLayerBase + layer * kStagesPerLayer + stage;
 }
 
-// The input of QKV, gate/up and the LM head: request g's residual row normalized (RMSNorm with
-// `gamma`), 8 columns from `column`, as packed bf16 pairs.
-struct NormalizedInput {
-  const float* x;
-  const unsigned short* gamma;
-  const float* inv_rms;  // shared, per request
-  int hidden;
-  __device__ __forceinline__ uint4 operator()(int g, int column) const {
-    const float* src = x + static_cast<long long>(g) * hidden + column;
-    const float4 lo = __ldcg(reinterpret_cast<const float4*>(src));
-    const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + 4));
-    const uint4 w = __ldg(reinterpret_cast<const uint4*>(gamma + column));
-    const float r = inv_rms[g];
-    const auto norm = [r](float v, float gamma_v) {
-      return gamma_v * bf16_to_float(float_to_bf16(v * r));
-    };
-    return make_uint4(pack_bf16x2(norm(lo.x, bf16_lo(w.x)), norm(lo.y, bf16_hi(w.x))),
-                      pack_bf16x2(norm(lo.z, bf16_lo(w.y)), norm(lo.w, bf16_hi(w.y))),
-                      pack_bf16x2(norm(hi.x, bf16_lo(w.z)), norm(hi.y, bf16_hi(w.z))),
-                      pack_bf16x2(norm(hi.z, bf16_lo(w.w)), norm(hi.w, bf16_hi(w.w))));
-  }
-};
-
-// The input of O and down: a bf16 activation written earlier in the step.
+// A product's input: bf16 activations [request][cols] written earlier in the step (by other
+// CTAs: attention, gate/up; or by this one: the normalized residual).
 struct Bf16Input {
   const unsigned short* a;
   int cols;
@@ -59,10 +48,13 @@ struct Bf16Input {
   }
 };
 
-// inv_rms[b] = rsqrt(mean(x_b^2) + eps) from the CTAs' partial sums of version `version`, added
-// in CTA order by warp b (deterministic).
-__device__ __forceinline__ void compute_inv_rms(const DecodeParams& p, int version,
-                                                float* inv_rms) {
+// The input of QKV, gate/up and the LM head, made once per stage in this CTA's own slice of
+// p.normalized: bf16(gamma * bf16(x_b * inv_rms_b)) (Hugging Face's LlamaRMSNorm), with
+// inv_rms_b = rsqrt(mean(x_b^2) + eps) from the CTAs' partial sums of `version`, added in CTA
+// order by warp b (deterministic). Products then read 16 bytes a fragment, like the other
+// inputs, instead of 32 bytes of x and 16 of gamma with the arithmetic in between.
+__device__ __forceinline__ Bf16Input normalize(const DecodeParams& p, int version,
+                                               const unsigned short* gamma, float* inv_rms) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (warp < p.batch) {
     const float* partials = p.norm_partials + static_cast<long long>(version) * gridDim.x * kMaxBatch;
@@ -73,6 +65,27 @@ __device__ __forceinline__ void compute_inv_rms(const DecodeParams& p, int versi
     if (lane == 0) inv_rms[warp] = rsqrtf(s / p.hidden + p.rms_eps);
   }
   consumers_sync();
+  unsigned short* out = p.normalized + static_cast<long long>(blockIdx.x) * kMaxBatch * p.hidden;
+  const int units = p.hidden / 8;
+  for (int i = threadIdx.x; i < p.batch * units; i += kConsumerWarps * 32) {
+    const int b = i / units, u = i % units;
+    const float* src = p.x + static_cast<long long>(b) * p.hidden + 8 * u;
+    const float4 lo = __ldcg(reinterpret_cast<const float4*>(src));
+    const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + 4));
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(gamma) + u);
+    const float r = inv_rms[b];
+    const auto norm = [r](float v, float gamma_v) {
+      return gamma_v * bf16_to_float(float_to_bf16(v * r));
+    };
+    *reinterpret_cast<uint4*>(out + static_cast<long long>(b) * p.hidden + 8 * u) =
+        make_uint4(pack_bf16x2(norm(lo.x, bf16_lo(w.x)), norm(lo.y, bf16_hi(w.x))),
+                   pack_bf16x2(norm(lo.z, bf16_lo(w.y)), norm(lo.w, bf16_hi(w.y))),
+                   pack_bf16x2(norm(hi.x, bf16_lo(w.z)), norm(hi.y, bf16_hi(w.z))),
+                   pack_bf16x2(norm(hi.z, bf16_lo(w.w)), norm(hi.w, bf16_hi(w.w))));
+  }
+  __threadfence_block();
+  consumers_sync();
+  return Bf16Input{out, p.hidden};
 }
 
 // Sum of `v` over the 8 consumer threads of one request (threads 8g..8g+7), to thread 8g.
@@ -127,15 +140,16 @@ __device__ __forceinline__ void embed_stage(const DecodeParams& p, float* scratc
 // squares of the new rows into norm_partials[version].
 template <class LoadA>
 __device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring& ring, int op,
-                                               int version, const LoadA& load_a, unsigned& it,
+                                               int version, const LoadA& input, unsigned& it,
                                                float* reduce, unsigned& parity) {
+  const Activations<LoadA> load_a{input, op_cols(p, op), p.batch};
   int begin, end;
   partition_range(op_blocks(p, op), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
   float squares = 0.f;
   for (int block = begin; block < end; ++block) {
     float d[4];
-    block_product(ring, op_cols(p, op), it, p.batch, load_a, d);
+    block_product(ring, load_a, it, d);
     const float v = reduce_block(reduce, parity, d);
     if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch) {
       float* x = p.x + static_cast<long long>(g) * p.hidden + block * kBlockRows + n;
@@ -156,16 +170,16 @@ __device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring
 // QKV with RoPE: q to p.q (float32), k and v into the cache slot of the request's position.
 __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& ring, int layer,
                                           unsigned& it, float* reduce, unsigned& parity,
-                                          const float* inv_rms) {
+                                          const Bf16Input& input) {
   const LayerWeights& w = p.layers[layer];
-  const NormalizedInput load_a{p.x, w.attn_norm, inv_rms, p.hidden};
+  const Activations<Bf16Input> load_a{input, p.hidden, p.batch};
   int begin, end;
   partition_range(op_blocks(p, kOpQkv), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
   const int q_rows = p.heads * kHeadDim, kv_rows = p.kv_heads * kHeadDim;
   for (int block = begin; block < end; ++block) {
     float d[4];
-    block_product(ring, p.hidden, it, p.batch, load_a, d);
+    block_product(ring, load_a, it, d);
     const float v = reduce_block(reduce, parity, d);
     const float partner = __shfl_xor_sync(0xffffffffu, v, 1);
     if (threadIdx.x >= kMaxBatch * kBlockRows || g >= p.batch) continue;
@@ -195,18 +209,18 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
 }
 
 // Gate/up: SiLU(gate) * up to mlp_act (bf16).
-__device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring& ring, int layer,
+__device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring& ring,
                                               unsigned& it, float* reduce, unsigned& parity,
-                                              const float* inv_rms) {
-  const NormalizedInput load_a{p.x, p.layers[layer].mlp_norm, inv_rms, p.hidden};
+                                              const Bf16Input& input) {
+  const Activations<Bf16Input> load_a{input, p.hidden, p.batch};
   int begin, end;
   partition_range(op_blocks(p, kOpGateUp), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
   for (int block = begin; block < end; ++block) {
     float d[4];
-    block_product(ring, p.hidden, it, p.batch, load_a, d);
+    block_product(ring, load_a, it, d);
     const float gate = reduce_block(reduce, parity, d);
-    block_product(ring, p.hidden, it, p.batch, load_a, d);
+    block_product(ring, load_a, it, d);
     const float up = reduce_block(reduce, parity, d);
     if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch) {
       const float silu = gate / (1.f + __expf(-gate));
@@ -219,8 +233,8 @@ __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring&
 // LM head: logits, this CTA's best (logit, id) per request, and the last CTA's argmax.
 __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring,
                                               unsigned& it, float* reduce, unsigned& parity,
-                                              const float* inv_rms) {
-  const NormalizedInput load_a{p.x, p.final_norm, inv_rms, p.hidden};
+                                              const Bf16Input& input) {
+  const Activations<Bf16Input> load_a{input, p.hidden, p.batch};
   int begin, end;
   partition_range(op_blocks(p, kOpLmHead), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -228,7 +242,7 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
   int best_id = 0x7fffffff;
   for (int block = begin; block < end; ++block) {
     float d[4];
-    block_product(ring, p.hidden, it, p.batch, load_a, d);
+    block_product(ring, load_a, it, d);
     const float v = reduce_block(reduce, parity, d);
     const int row = block * kBlockRows + n;
     if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch && row < p.vocab) {
@@ -284,38 +298,49 @@ __device__ __forceinline__ void consume_all(const DecodeParams& p, const Ring& r
                                             float* inv_rms) {
   unsigned it = 0, parity = 0;
   const unsigned grid = gridDim.x;
+  trace_mark(p, 0);
   embed_stage(p, reduce);
+  trace_mark(p, 1);
+  // Each stage waits for the whole previous one (its counter reaching the grid size), runs, and
+  // signals its own counter.
+  const auto wait = [&](const unsigned* counter, int layer, int stage) {
+    consumers_wait(counter, grid, p.error);
+    trace_mark(p, trace_event(layer, stage, 0));
+  };
+  const auto signal = [&](int layer, int stage) {
+    consumers_signal(stage_counter(p, layer, stage));
+    trace_mark(p, trace_event(layer, stage, 1));
+  };
   for (int layer = 0; layer < p.num_layers; ++layer) {
-    const LayerWeights& w = p.layers[layer];
-    consumers_wait(layer == 0 ? p.counters + kCounterEmbed : stage_counter(p, layer - 1, kStageDown),
-                   grid, p.error);
-    compute_inv_rms(p, 2 * layer, inv_rms);
-    qkv_stage(p, ring, layer, it, reduce, parity, inv_rms);
-    consumers_signal(stage_counter(p, layer, kStageQkv));
+    wait(layer == 0 ? p.counters + kCounterEmbed : stage_counter(p, layer - 1, kStageDown), layer,
+         kStageQkv);
+    qkv_stage(p, ring, layer, it, reduce, parity,
+              normalize(p, 2 * layer, p.layers[layer].attn_norm, inv_rms));
+    signal(layer, kStageQkv);
 
-    consumers_wait(stage_counter(p, layer, kStageQkv), grid, p.error);
+    wait(stage_counter(p, layer, kStageQkv), layer, kStageAttention);
     attention_stage(p, layer, attention_shared);
-    consumers_signal(stage_counter(p, layer, kStageAttention));
+    signal(layer, kStageAttention);
 
-    consumers_wait(stage_counter(p, layer, kStageAttention), grid, p.error);
-    residual_stage(p, ring, kOpO, 2 * layer + 1, Bf16Input{p.attn_out, p.heads * kHeadDim}, it,
-                   reduce, parity);
-    consumers_signal(stage_counter(p, layer, kStageO));
+    wait(stage_counter(p, layer, kStageAttention), layer, kStageO);
+    residual_stage(p, ring, kOpO, 2 * layer + 1,
+                                Bf16Input{p.attn_out, p.heads * kHeadDim}, it, reduce, parity);
+    signal(layer, kStageO);
 
-    consumers_wait(stage_counter(p, layer, kStageO), grid, p.error);
-    compute_inv_rms(p, 2 * layer + 1, inv_rms);
-    gate_up_stage(p, ring, layer, it, reduce, parity, inv_rms);
-    consumers_signal(stage_counter(p, layer, kStageGateUp));
+    wait(stage_counter(p, layer, kStageO), layer, kStageGateUp);
+    gate_up_stage(p, ring, it, reduce, parity,
+                  normalize(p, 2 * layer + 1, p.layers[layer].mlp_norm, inv_rms));
+    signal(layer, kStageGateUp);
 
-    consumers_wait(stage_counter(p, layer, kStageGateUp), grid, p.error);
-    residual_stage(p, ring, kOpDown, 2 * layer + 2, Bf16Input{p.mlp_act, p.intermediate}, it,
-                   reduce, parity);
-    consumers_signal(stage_counter(p, layer, kStageDown));
-    (void)w;
+    wait(stage_counter(p, layer, kStageGateUp), layer, kStageDown);
+    residual_stage(p, ring, kOpDown, 2 * layer + 2, Bf16Input{p.mlp_act, p.intermediate},
+                          it, reduce, parity);
+    signal(layer, kStageDown);
   }
   consumers_wait(stage_counter(p, p.num_layers - 1, kStageDown), grid, p.error);
-  compute_inv_rms(p, 2 * p.num_layers, inv_rms);
-  lm_head_stage(p, ring, it, reduce, parity, inv_rms);
+  trace_mark(p, trace_events(p.num_layers) - 2);
+  lm_head_stage(p, ring, it, reduce, parity, normalize(p, 2 * p.num_layers, p.final_norm, inv_rms));
+  trace_mark(p, trace_events(p.num_layers) - 1);
 }
 
 }  // namespace flare::llama::dev

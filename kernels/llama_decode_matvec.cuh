@@ -107,44 +107,74 @@ __device__ __forceinline__ void produce_all(const DecodeParams& p, const Ring& r
   produce_op(p, ring, kOpLmHead, 0, it, policy);
 }
 
-// One block's products in the consumers: for each chunk, the activation fragments load (before
-// the chunk's wait, so their latency overlaps it), then the tensor-core steps, then the stage is
-// released. Returns lane (g, t)'s sums for rows 2t, 2t + 1 of request g (d[0], d[1]).
-// `load_a(g, column)` gives request g's 8 activations at `column` as 4 packed bf16 pairs.
+// The activation fragments: lane (g, t) of warp w needs, for chunk c and each of its steps
+// s = w + 8 i, request g's 8 activations at column c * chunk + 32 s + 8 t. They are loaded a
+// chunk ahead of their use (L2 latency hidden behind the current chunk's products). Keeping
+// them across blocks (they are the same for every block) would hold 32 more registers through
+// the epilogues: the kernel is at its 168-register limit (9 warps), and they spilled.
 template <class LoadA>
-__device__ __forceinline__ void block_product(const Ring& ring, int cols, unsigned& it,
-                                              int batch, const LoadA& load_a, float (&d)[4]) {
+__device__ __forceinline__ void load_fragments(const LoadA& load_a, int cols, int batch, int c,
+                                               uint4 (&a)[kStepsPerWarp]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int chunk = op_chunk_cols(cols), chunks = op_chunks(cols);
-  const unsigned row_stride = static_cast<unsigned>(chunk * 2 + kRowPadBytes);
-  d[0] = d[1] = d[2] = d[3] = 0.f;
-  for (int c = 0; c < chunks; ++c, ++it) {
-    const int steps = min(chunk, cols - c * chunk) / 32;
-    uint4 a[kStepsPerWarp];
+  const int chunk = op_chunk_cols(cols);
+  const int steps = min(chunk, cols - c * chunk) / 32;
 #pragma unroll
-    for (int i = 0; i < kStepsPerWarp; ++i) {
-      const int s = warp + kConsumerWarps * i;
-      a[i] = s < steps && g < batch ? load_a(g, c * chunk + 32 * s + 8 * t) : make_uint4(0, 0, 0, 0);
-    }
-    const unsigned stage = it % kStages;
-    mbar_wait(ring.full + 8 * stage, (it / kStages) & 1);
-    const unsigned base = ring.stages + stage * static_cast<unsigned>(stage_bytes()) +
-                          g * row_stride + 16 * t;
-#pragma unroll
-    for (int i = 0; i < kStepsPerWarp; ++i) {
-      const int s = warp + kConsumerWarps * i;
-      if (s < steps) {
-        uint4 w;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                     : "r"(base + 64 * s));
-        mma_bf16(d, a[i].x, 0u, a[i].y, 0u, w.x, w.y);
-        mma_bf16(d, a[i].z, 0u, a[i].w, 0u, w.z, w.w);
-      }
-    }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(ring.empty + 8 * stage);
+  for (int i = 0; i < kStepsPerWarp; ++i) {
+    const int s = warp + kConsumerWarps * i;
+    a[i] = s < steps && g < batch ? load_a(g, c * chunk + 32 * s + 8 * t) : make_uint4(0, 0, 0, 0);
   }
+}
+
+template <class LoadA>
+struct Activations {
+  LoadA load;
+  int cols, batch;
+};
+
+// One chunk's tensor-core steps: wait for its stage, multiply, release the stage. Four
+// accumulators (step parity x the two k16 halves) keep four independent mma chains.
+__device__ __forceinline__ void chunk_product(const Ring& ring, unsigned row_stride, int steps,
+                                              unsigned it, const uint4 (&a)[kStepsPerWarp],
+                                              float (&acc)[4][4]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const unsigned stage = it % kStages;
+  mbar_wait(ring.full + 8 * stage, (it / kStages) & 1);
+  const unsigned base =
+      ring.stages + stage * static_cast<unsigned>(stage_bytes()) + g * row_stride + 16 * t;
+#pragma unroll
+  for (int i = 0; i < kStepsPerWarp; ++i) {
+    const int s = warp + kConsumerWarps * i;
+    if (s < steps) {
+      uint4 w;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                   : "r"(base + 64 * s));
+      mma_bf16(acc[2 * (i % 2)], a[i].x, 0u, a[i].y, 0u, w.x, w.y);
+      mma_bf16(acc[2 * (i % 2) + 1], a[i].z, 0u, a[i].w, 0u, w.z, w.w);
+    }
+  }
+  __syncwarp();
+  if (lane == 0) mbar_arrive(ring.empty + 8 * stage);
+}
+
+// One block's products in the consumers. Returns lane (g, t)'s sums for rows 2t, 2t + 1 of
+// request g (d[0], d[1]).
+template <class LoadA>
+__device__ __forceinline__ void block_product(const Ring& ring, const Activations<LoadA>& x,
+                                              unsigned& it, float (&d)[4]) {
+  const int chunk = op_chunk_cols(x.cols), chunks = op_chunks(x.cols);
+  const unsigned row_stride = static_cast<unsigned>(chunk * 2 + kRowPadBytes);
+  float acc[4][4] = {};
+  uint4 current[kStepsPerWarp], next[kStepsPerWarp];
+  load_fragments(x.load, x.cols, x.batch, 0, current);
+  for (int c = 0; c < chunks; ++c) {
+    if (c + 1 < chunks) load_fragments(x.load, x.cols, x.batch, c + 1, next);
+    chunk_product(ring, row_stride, min(chunk, x.cols - c * chunk) / 32, it++, current, acc);
+#pragma unroll
+    for (int i = 0; i < kStepsPerWarp; ++i) current[i] = next[i];
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) d[r] = (acc[0][r] + acc[1][r]) + (acc[2][r] + acc[3][r]);
 }
 
 // The 8 warps' partial sums of a block, added in warp order: consumer thread i < 64 gets the

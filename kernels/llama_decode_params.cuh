@@ -109,11 +109,18 @@ struct DecodeParams {
   float* attn_partials;        // [batch * kv_heads * splits, group, head_dim + 1]: o, lse
   unsigned short* attn_out;    // [kMaxBatch, heads * head_dim] bf16
   unsigned short* mlp_act;     // [kMaxBatch, intermediate] bf16: SiLU(gate) * up
+  unsigned short* normalized;  // [gridDim.x, kMaxBatch, hidden] bf16: each CTA's RMSNorm output
   float* argmax_partials;      // [gridDim.x, kMaxBatch, 2]: best logit, its id (as float bits)
   unsigned* counters;          // stage counters, then attention arrivals, then the LM-head one
   int32_t* error;              // set (never cleared by the kernel) on an invalid index: 1 token
                                // id, 2 a page table that does not cover the position
+  // Profiling (null normally): [gridDim.x][trace_events(num_layers)] globaltimer ns of each
+  // CTA's stage boundaries: kernel start, embedding signalled, per layer (wait done, signalled)
+  // for QKV, attention, O, gate/up, down; the LM head's wait done, the end.
+  long long* trace;
 };
+
+FLARE_LLAMA_HD inline int trace_events(int num_layers) { return 4 + 2 * kStagesPerLayer * num_layers; }
 
 // Blocks and columns of each operator.
 FLARE_LLAMA_HD inline int op_rows(const DecodeParams& p, int op) {

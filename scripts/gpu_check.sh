@@ -124,7 +124,7 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   run_logged jit_device_tests "$BUILD/flare_jit_tests" --gtest_filter='*Driver*:*Device*:*Gpu*'
 
   step "compute-sanitizer memcheck + racecheck, small case of each kernel family and bad indices"
-  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:PrefillHopper.RaggedF16Gqa8OddLengths:MergeGpu.PairOddShapes:AppendPagedKVGpu.*:*IndexSafety*'
+  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:PrefillHopper.RaggedF16Gqa8OddLengths:MergeGpu.PairOddShapes:AppendPagedKVGpu.*:*IndexSafety*:LlamaDecoderGpu.*'
 fi
 
 python_bench() {  # the user's path: flare, FlashInfer and SDPA through Python in one process

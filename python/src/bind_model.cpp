@@ -156,6 +156,14 @@ void bind_model(nb::module_& m) {
           nb::arg("tokens"), nb::arg("positions"), nb::arg("kv_indptr"), nb::arg("kv_indices"),
           nb::arg("next_tokens"), nb::arg("logits"))
       .def("take_error", [](model::LlamaDecoder& d) { return static_cast<int>(d.take_error()); })
+      .def(
+          "set_trace",
+          [](model::LlamaDecoder& d, nb::handle trace) {
+            d.set_trace(trace.is_none() ? TensorView{} : object_view(trace, "trace"));
+          },
+          nb::arg("trace").none(), "Profiling: int64 [num_ctas, trace_events] CUDA tensor, or None.")
+      .def_prop_ro("trace_events", &model::LlamaDecoder::trace_events)
+      .def_prop_ro("num_ctas", &model::LlamaDecoder::num_ctas)
       .def("schedule", [](const model::LlamaDecoder& d, int batch) { return schedule_dict(d.schedule(batch)); },
            nb::arg("batch"))
       .def_prop_ro("device", &model::LlamaDecoder::device);

@@ -44,17 +44,18 @@ const uint16_t* bf16_ptr(const TensorView& t) { return static_cast<const uint16_
 
 }  // namespace
 
-jit::KernelSpec llama_decode_kernel_spec(int head_dim, int group, int stages) {
-  FLARE_CHECK((head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8 && stages >= 2,
-              ErrorCode::kInvalidArgument, kWhat, ": no kernel for head_dim ", head_dim,
-              ", group ", group, ", ", stages, " stages");
+jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config, int stages) {
+  validate(config);
+  FLARE_CHECK(stages >= 2, ErrorCode::kInvalidArgument, kWhat, ": stages must be >= 2, got ",
+              stages);
+  const int group = config.heads / config.kv_heads;
   jit::KernelSpec spec;
   spec.family_header = "llama_decode.cuh";
   spec.entry = "flare_llama_decode";
-  spec.defines = {{"FLARE_LLAMA_HEAD_DIM", std::to_string(head_dim)},
+  spec.defines = {{"FLARE_LLAMA_HEAD_DIM", std::to_string(config.head_dim)},
                   {"FLARE_LLAMA_GROUP", std::to_string(group)},
                   {"FLARE_LLAMA_STAGES", std::to_string(stages)}};
-  spec.label = "llama decode d=" + std::to_string(head_dim) + " g=" + std::to_string(group) +
+  spec.label = "llama decode d=" + std::to_string(config.head_dim) + " g=" + std::to_string(group) +
                " stages=" + std::to_string(stages);
   return spec;
 }
@@ -67,14 +68,14 @@ std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs() {
   for (const char* name : {"llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"}) {
     const LlamaConfig c = llama_preset(name);
     const DecodeSchedule s = build_decode_schedule(c, 1, 132, kH100SharedOptin - kSharedMargin);
-    specs.push_back(llama_decode_kernel_spec(c.head_dim, c.heads / c.kv_heads, s.stages));
+    specs.push_back(llama_decode_kernel_spec(c, s.stages));
   }
   return specs;
 }
 
 struct LlamaDecoder::Scratch {
   cuda::DeviceBuffer layers, inv_freq, x, norm_partials, q, attn_partials, attn_out, mlp_act,
-      argmax_partials, counters, error;
+      normalized, argmax_partials, counters, error;
   int counter_count = 0;
 };
 
@@ -148,8 +149,8 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
   max_shared_ = props.max_shared_bytes_per_block_optin - kSharedMargin;
   schedule_ = build_decode_schedule(c, 1, num_ctas_, max_shared_);
   const int group = c.heads / c.kv_heads;
-  kernel_ = jit::get_kernel(llama_decode_kernel_spec(c.head_dim, group, schedule_.stages),
-                            "flare_llama_decode", device_);
+  kernel_ = jit::get_kernel(llama_decode_kernel_spec(c, schedule_.stages), "flare_llama_decode",
+                            device_);
   cuda::set_max_dynamic_shared(kernel_, schedule_.shared_bytes);
   FLARE_CHECK(cuda::max_active_blocks_per_sm(kernel_, llama::kThreads,
                                              static_cast<size_t>(schedule_.shared_bytes)) >= 1,
@@ -171,6 +172,7 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
   s.attn_partials = cuda::DeviceBuffer(floats(max_items * group * (c.head_dim + 1)));
   s.attn_out = cuda::DeviceBuffer(static_cast<size_t>(llama::kMaxBatch * qd) * 2);
   s.mlp_act = cuda::DeviceBuffer(static_cast<size_t>(int64_t{llama::kMaxBatch} * c.intermediate) * 2);
+  s.normalized = cuda::DeviceBuffer(static_cast<size_t>(num_ctas_) * llama::kMaxBatch * h * 2);
   s.argmax_partials = cuda::DeviceBuffer(floats(int64_t{num_ctas_} * llama::kMaxBatch * 2));
   s.counter_count = llama::counter_count(c.num_layers, c.kv_heads);
   s.counters = cuda::DeviceBuffer(static_cast<size_t>(s.counter_count) * 4);
@@ -240,15 +242,33 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
   p.attn_partials = static_cast<float*>(s.attn_partials.data());
   p.attn_out = static_cast<uint16_t*>(s.attn_out.data());
   p.mlp_act = static_cast<uint16_t*>(s.mlp_act.data());
+  p.normalized = static_cast<uint16_t*>(s.normalized.data());
   p.argmax_partials = static_cast<float*>(s.argmax_partials.data());
   p.counters = static_cast<unsigned*>(s.counters.data());
   p.error = static_cast<int32_t*>(s.error.data());
+  p.trace = trace_;
 
   const cuda::DeviceScope scope(device_);
   cuda::memset_d8_async(s.counters.data(), 0, s.counters.bytes(), stream);
   void* args[] = {&p};
   cuda::launch(kernel_, static_cast<unsigned>(num_ctas_), 1, 1, llama::kThreads, 1, 1,
                static_cast<unsigned>(schedule_.shared_bytes), stream, args);
+}
+
+int LlamaDecoder::trace_events() const { return llama::trace_events(config_.num_layers); }
+
+void LlamaDecoder::set_trace(const TensorView& trace) {
+  if (trace.data == nullptr) {
+    trace_ = nullptr;
+    return;
+  }
+  FLARE_CHECK(trace.ndim == 2 && trace.shape[0] == num_ctas_ && trace.shape[1] == trace_events() &&
+                  trace.dtype == DType::kI64 && trace.device == Device::cuda(device_) &&
+                  trace.is_contiguous(),
+              ErrorCode::kInvalidArgument, kWhat, ".set_trace: trace must be a contiguous int64 [",
+              num_ctas_, ", ", trace_events(), "] tensor on cuda:", device_, ", got ",
+              dtype_name(trace.dtype), " ", trace.shape_str());
+  trace_ = static_cast<long long*>(trace.data);
 }
 
 DecodeError LlamaDecoder::take_error() {

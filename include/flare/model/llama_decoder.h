@@ -52,7 +52,7 @@ enum class DecodeError : int {
 
 // The kernel of a head size, query group and pipeline depth, as a JIT spec; the specs CI
 // compiles (the presets at the depth an H100's shared memory allows).
-jit::KernelSpec llama_decode_kernel_spec(int head_dim, int group, int stages);
+jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config, int stages);
 std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs();
 
 class LlamaDecoder {
@@ -78,6 +78,13 @@ class LlamaDecoder {
   // and clears it.
   DecodeError take_error();
 
+  // Profiling: later steps record each CTA's stage boundaries (globaltimer ns) into `trace`,
+  // int64 [num_ctas, trace_events] on the decoder's device (kernels/llama_decode_params.cuh);
+  // an empty view turns it off.
+  void set_trace(const TensorView& trace);
+  int trace_events() const;
+  int num_ctas() const { return num_ctas_; }
+
   const LlamaConfig& config() const { return config_; }
   // The schedule of a batch (attention splits depend on it; the rest does not).
   DecodeSchedule schedule(int batch) const;
@@ -95,6 +102,7 @@ class LlamaDecoder {
   int page_size_ = 0;
   DecodeSchedule schedule_;  // at batch 1
   cuda::Function kernel_ = nullptr;
+  long long* trace_ = nullptr;
   std::unique_ptr<Scratch> scratch_;
 };
 
