@@ -5,8 +5,10 @@
 // in order and their epilogues.
 //
 // Numerics (the reference in python/flare/_llama_reference.py follows the same rules): the
-// residual stream is float32; a normalized input is bf16(gamma * bf16(x * rsqrt(mean(x^2) + eps)))
-// as in Hugging Face's LlamaRMSNorm; products accumulate in float32; q stays float32 after
+// residual stream is float32; RMSNorm(x) W^T is rsqrt(mean(x^2) + eps) * (bf16(gamma * x) W^T)
+// (Hugging Face rounds x * rsqrt(...) to bf16 before gamma: the same math, one rounding fewer,
+// and the stage that writes x can write the bf16 input of the next product); products
+// accumulate in float32; q stays float32 after
 // RoPE (float32 cos / sin), K and V are rounded to bf16 into the cache, the attention output and
 // SiLU(gate) * up to bf16 (the inputs of the next products); logits are float32.
 //
@@ -38,8 +40,8 @@ __device__ __forceinline__ unsigned* stage_counter(const DecodeParams& p, int la
   return p.counters + kCounterLayerBase + layer * kStagesPerLayer + stage;
 }
 
-// A product's input: bf16 activations [request][cols] written earlier in the step (by other
-// CTAs: attention, gate/up; or by this one: the normalized residual).
+// A product's input: bf16 activations [request][cols] written earlier in the step by other
+// CTAs (gamma * x by the residual stages, the attention output, SiLU(gate) * up).
 struct Bf16Input {
   const unsigned short* a;
   int cols;
@@ -48,13 +50,13 @@ struct Bf16Input {
   }
 };
 
-// The input of QKV, gate/up and the LM head, made once per stage in this CTA's own slice of
-// p.normalized: bf16(gamma * bf16(x_b * inv_rms_b)) (Hugging Face's LlamaRMSNorm), with
-// inv_rms_b = rsqrt(mean(x_b^2) + eps) from the CTAs' partial sums of `version`, added in CTA
-// order by warp b (deterministic). Products then read 16 bytes a fragment, like the other
-// inputs, instead of 32 bytes of x and 16 of gamma with the arithmetic in between.
-__device__ __forceinline__ Bf16Input normalize(const DecodeParams& p, int version,
-                                               const unsigned short* gamma, float* inv_rms) {
+// RMSNorm's per-request scale: inv_rms[b] = rsqrt(mean(x_b^2) + eps) from the CTAs' partial
+// sums of squares of `version`, added in CTA order by warp b (deterministic). The normed
+// stages multiply by bf16(gamma * x) (written with x) and apply this scale to their outputs:
+// RMSNorm(x) W^T = inv_rms * ((gamma * x) W^T). Called after a stage's first block of products
+// (the partial sums' latency overlaps them), before the reduction's barrier publishes it.
+__device__ __forceinline__ void compute_inv_rms(const DecodeParams& p, int version,
+                                                float* inv_rms) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (warp < p.batch) {
     const float* partials = p.norm_partials + static_cast<long long>(version) * gridDim.x * kMaxBatch;
@@ -64,28 +66,6 @@ __device__ __forceinline__ Bf16Input normalize(const DecodeParams& p, int versio
     for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) inv_rms[warp] = rsqrtf(s / p.hidden + p.rms_eps);
   }
-  consumers_sync();
-  unsigned short* out = p.normalized + static_cast<long long>(blockIdx.x) * kMaxBatch * p.hidden;
-  const int units = p.hidden / 8;
-  for (int i = threadIdx.x; i < p.batch * units; i += kConsumerWarps * 32) {
-    const int b = i / units, u = i % units;
-    const float* src = p.x + static_cast<long long>(b) * p.hidden + 8 * u;
-    const float4 lo = __ldcg(reinterpret_cast<const float4*>(src));
-    const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + 4));
-    const uint4 w = __ldg(reinterpret_cast<const uint4*>(gamma) + u);
-    const float r = inv_rms[b];
-    const auto norm = [r](float v, float gamma_v) {
-      return gamma_v * bf16_to_float(float_to_bf16(v * r));
-    };
-    *reinterpret_cast<uint4*>(out + static_cast<long long>(b) * p.hidden + 8 * u) =
-        make_uint4(pack_bf16x2(norm(lo.x, bf16_lo(w.x)), norm(lo.y, bf16_hi(w.x))),
-                   pack_bf16x2(norm(lo.z, bf16_lo(w.y)), norm(lo.w, bf16_hi(w.y))),
-                   pack_bf16x2(norm(hi.x, bf16_lo(w.z)), norm(hi.y, bf16_hi(w.z))),
-                   pack_bf16x2(norm(hi.z, bf16_lo(w.w)), norm(hi.w, bf16_hi(w.w))));
-  }
-  __threadfence_block();
-  consumers_sync();
-  return Bf16Input{out, p.hidden};
 }
 
 // Sum of `v` over the 8 consumer threads of one request (threads 8g..8g+7), to thread 8g.
@@ -96,7 +76,8 @@ __device__ __forceinline__ float sum_over_rows(float v) {
   return v;
 }
 
-// Stage 0: x = embedding rows of the tokens (this CTA's column range), with its partial sums.
+// Stage 0: x = embedding rows of the tokens (this CTA's column range), bf16(gamma * x) for the
+// first layer's RMSNorm, and the partial sums of squares.
 __device__ __forceinline__ void embed_stage(const DecodeParams& p, float* scratch) {
   int begin, end;
   partition_range(p.hidden / 8, gridDim.x, blockIdx.x, begin, end);
@@ -118,6 +99,12 @@ __device__ __forceinline__ void embed_stage(const DecodeParams& p, float* scratc
         float* dst = p.x + static_cast<long long>(b) * p.hidden + 8 * u;
         *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
         *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
+        const uint4 gm = __ldg(reinterpret_cast<const uint4*>(p.layers[0].attn_norm) + u);
+        *reinterpret_cast<uint4*>(p.xg + static_cast<long long>(b) * p.hidden + 8 * u) =
+            make_uint4(pack_bf16x2(bf16_lo(gm.x) * v[0], bf16_hi(gm.x) * v[1]),
+                       pack_bf16x2(bf16_lo(gm.y) * v[2], bf16_hi(gm.y) * v[3]),
+                       pack_bf16x2(bf16_lo(gm.z) * v[4], bf16_hi(gm.z) * v[5]),
+                       pack_bf16x2(bf16_lo(gm.w) * v[6], bf16_hi(gm.w) * v[7]));
 #pragma unroll
         for (int i = 0; i < 8; ++i) s += v[i] * v[i];
       }
@@ -136,11 +123,12 @@ __device__ __forceinline__ void embed_stage(const DecodeParams& p, float* scratc
   consumers_signal(p.counters + kCounterEmbed);
 }
 
-// A residual projection (O or down): x += W a for this CTA's blocks, and the partial sums of
-// squares of the new rows into norm_partials[version].
+// A residual projection (O or down): x += W a for this CTA's blocks, bf16(gamma_next * x) for
+// the next RMSNorm, and the partial sums of squares of the new rows into norm_partials[version].
 template <class LoadA>
 __device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring& ring, int op,
-                                               int version, const LoadA& input, unsigned& it,
+                                               int version, const LoadA& input,
+                                               const unsigned short* gamma_next, unsigned& it,
                                                float* reduce, unsigned& parity) {
   const Activations<LoadA> load_a{input, op_cols(p, op), p.batch};
   int begin, end;
@@ -152,9 +140,10 @@ __device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring
     block_product(ring, load_a, it, d);
     const float v = reduce_block(reduce, parity, d);
     if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch) {
-      float* x = p.x + static_cast<long long>(g) * p.hidden + block * kBlockRows + n;
-      const float updated = __ldcg(x) + v;
-      *x = updated;
+      const long long at = static_cast<long long>(g) * p.hidden + block * kBlockRows + n;
+      const float updated = __ldcg(p.x + at) + v;
+      p.x[at] = updated;
+      p.xg[at] = float_to_bf16(bf16_to_float(gamma_next[block * kBlockRows + n]) * updated);
       squares += updated * updated;
     }
   }
@@ -170,9 +159,9 @@ __device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring
 // QKV with RoPE: q to p.q (float32), k and v into the cache slot of the request's position.
 __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& ring, int layer,
                                           unsigned& it, float* reduce, unsigned& parity,
-                                          const Bf16Input& input) {
+                                          float* inv_rms) {
   const LayerWeights& w = p.layers[layer];
-  const Activations<Bf16Input> load_a{input, p.hidden, p.batch};
+  const Activations<Bf16Input> load_a{Bf16Input{p.xg, p.hidden}, p.hidden, p.batch};
   int begin, end;
   partition_range(op_blocks(p, kOpQkv), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -180,7 +169,8 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
   for (int block = begin; block < end; ++block) {
     float d[4];
     block_product(ring, load_a, it, d);
-    const float v = reduce_block(reduce, parity, d);
+    if (block == begin) compute_inv_rms(p, 2 * layer, inv_rms);
+    const float v = reduce_block(reduce, parity, d) * inv_rms[g % kMaxBatch];
     const float partner = __shfl_xor_sync(0xffffffffu, v, 1);
     if (threadIdx.x >= kMaxBatch * kBlockRows || g >= p.batch) continue;
     const int row = qkv_block_row(block, n, kHeadDim);
@@ -209,19 +199,21 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
 }
 
 // Gate/up: SiLU(gate) * up to mlp_act (bf16).
-__device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring& ring,
+__device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring& ring, int layer,
                                               unsigned& it, float* reduce, unsigned& parity,
-                                              const Bf16Input& input) {
-  const Activations<Bf16Input> load_a{input, p.hidden, p.batch};
+                                              float* inv_rms) {
+  const Activations<Bf16Input> load_a{Bf16Input{p.xg, p.hidden}, p.hidden, p.batch};
   int begin, end;
   partition_range(op_blocks(p, kOpGateUp), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
   for (int block = begin; block < end; ++block) {
     float d[4];
     block_product(ring, load_a, it, d);
-    const float gate = reduce_block(reduce, parity, d);
+    if (block == begin) compute_inv_rms(p, 2 * layer + 1, inv_rms);
+    const float r = inv_rms[g % kMaxBatch];
+    const float gate = reduce_block(reduce, parity, d) * r;
     block_product(ring, load_a, it, d);
-    const float up = reduce_block(reduce, parity, d);
+    const float up = reduce_block(reduce, parity, d) * r;
     if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch) {
       const float silu = gate / (1.f + __expf(-gate));
       p.mlp_act[static_cast<long long>(g) * p.intermediate + block * kBlockRows + n] =
@@ -233,8 +225,8 @@ __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring&
 // LM head: logits, this CTA's best (logit, id) per request, and the last CTA's argmax.
 __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring,
                                               unsigned& it, float* reduce, unsigned& parity,
-                                              const Bf16Input& input) {
-  const Activations<Bf16Input> load_a{input, p.hidden, p.batch};
+                                              float* inv_rms) {
+  const Activations<Bf16Input> load_a{Bf16Input{p.xg, p.hidden}, p.hidden, p.batch};
   int begin, end;
   partition_range(op_blocks(p, kOpLmHead), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -243,7 +235,8 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
   for (int block = begin; block < end; ++block) {
     float d[4];
     block_product(ring, load_a, it, d);
-    const float v = reduce_block(reduce, parity, d);
+    if (block == begin) compute_inv_rms(p, 2 * p.num_layers, inv_rms);
+    const float v = reduce_block(reduce, parity, d) * inv_rms[g % kMaxBatch];
     const int row = block * kBlockRows + n;
     if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch && row < p.vocab) {
       p.logits[static_cast<long long>(g) * p.vocab + row] = v;
@@ -314,8 +307,7 @@ __device__ __forceinline__ void consume_all(const DecodeParams& p, const Ring& r
   for (int layer = 0; layer < p.num_layers; ++layer) {
     wait(layer == 0 ? p.counters + kCounterEmbed : stage_counter(p, layer - 1, kStageDown), layer,
          kStageQkv);
-    qkv_stage(p, ring, layer, it, reduce, parity,
-              normalize(p, 2 * layer, p.layers[layer].attn_norm, inv_rms));
+    qkv_stage(p, ring, layer, it, reduce, parity, inv_rms);
     signal(layer, kStageQkv);
 
     wait(stage_counter(p, layer, kStageQkv), layer, kStageAttention);
@@ -323,23 +315,23 @@ __device__ __forceinline__ void consume_all(const DecodeParams& p, const Ring& r
     signal(layer, kStageAttention);
 
     wait(stage_counter(p, layer, kStageAttention), layer, kStageO);
-    residual_stage(p, ring, kOpO, 2 * layer + 1,
-                                Bf16Input{p.attn_out, p.heads * kHeadDim}, it, reduce, parity);
+    residual_stage(p, ring, kOpO, 2 * layer + 1, Bf16Input{p.attn_out, p.heads * kHeadDim},
+                   p.layers[layer].mlp_norm, it, reduce, parity);
     signal(layer, kStageO);
 
     wait(stage_counter(p, layer, kStageO), layer, kStageGateUp);
-    gate_up_stage(p, ring, it, reduce, parity,
-                  normalize(p, 2 * layer + 1, p.layers[layer].mlp_norm, inv_rms));
+    gate_up_stage(p, ring, layer, it, reduce, parity, inv_rms);
     signal(layer, kStageGateUp);
 
     wait(stage_counter(p, layer, kStageGateUp), layer, kStageDown);
     residual_stage(p, ring, kOpDown, 2 * layer + 2, Bf16Input{p.mlp_act, p.intermediate},
-                          it, reduce, parity);
+                   layer + 1 < p.num_layers ? p.layers[layer + 1].attn_norm : p.final_norm, it,
+                   reduce, parity);
     signal(layer, kStageDown);
   }
   consumers_wait(stage_counter(p, p.num_layers - 1, kStageDown), grid, p.error);
   trace_mark(p, trace_events(p.num_layers) - 2);
-  lm_head_stage(p, ring, it, reduce, parity, normalize(p, 2 * p.num_layers, p.final_norm, inv_rms));
+  lm_head_stage(p, ring, it, reduce, parity, inv_rms);
   trace_mark(p, trace_events(p.num_layers) - 1);
 }
 

@@ -35,7 +35,7 @@ namespace flare::llama {
 
 constexpr int kBlockRows = 8;         // rows of a weight block (mma n)
 constexpr int kMaxBatch = 8;          // requests per step (mma m, rows 8-15 unused)
-constexpr int kChunkCols = 2048;      // columns of a chunk at most (bf16: 4 KiB a row)
+constexpr int kChunkCols = 1024;      // columns of a chunk at most (bf16: 2 KiB a row)
 constexpr int kRowPadBytes = 64;      // shared row stride = chunk bytes + 64: rows g and g + 1
                                       // start half a 128-byte line apart (conflict-free reads)
 constexpr int kConsumerWarps = 8;
@@ -109,7 +109,8 @@ struct DecodeParams {
   float* attn_partials;        // [batch * kv_heads * splits, group, head_dim + 1]: o, lse
   unsigned short* attn_out;    // [kMaxBatch, heads * head_dim] bf16
   unsigned short* mlp_act;     // [kMaxBatch, intermediate] bf16: SiLU(gate) * up
-  unsigned short* normalized;  // [gridDim.x, kMaxBatch, hidden] bf16: each CTA's RMSNorm output
+  unsigned short* xg;          // [kMaxBatch, hidden] bf16(gamma * x): the next RMSNorm's input
+                               // before its per-request scale (written with x)
   float* argmax_partials;      // [gridDim.x, kMaxBatch, 2]: best logit, its id (as float bits)
   unsigned* counters;          // stage counters, then attention arrivals, then the LM-head one
   int32_t* error;              // set (never cleared by the kernel) on an invalid index: 1 token

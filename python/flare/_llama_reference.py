@@ -1,8 +1,10 @@
 """A plain PyTorch Llama (the reference of flare.models.LlamaDecoder's tests and benchmark).
 
 Same weights, bf16 storage, float32 accumulation, and the kernel's rounding points
-(kernels/llama_decode.cuh): a float32 residual stream; RMSNorm as Hugging Face's,
-bf16(gamma * bf16(x * rsqrt(mean(x^2) + eps))); float32 products of bf16 inputs; RoPE on the
+(kernels/llama_decode.cuh): a float32 residual stream; RMSNorm(x) W^T computed as
+rsqrt(mean(x^2) + eps) * (bf16(gamma * x) W^T) (Hugging Face's LlamaRMSNorm rounds
+x * rsqrt(...) to bf16 before gamma: the same math, one rounding fewer); float32 products of
+bf16 inputs; RoPE on the
 float32 q / k with the float32 angle position * inv_freq (inv_freq with Llama 3's scaling, the
 decoder's table); K and V rounded to bf16 (the cache), the attention output and
 SiLU(gate) * up rounded to bf16; float32 logits. K/V live in dense per-request tensors.
@@ -28,10 +30,10 @@ class LlamaReference:
         self.inv_freq = torch.tensor(config.rope_inv_freq(), dtype=torch.float32,
                                      device=self.embed.device)
 
-    def norm(self, x, gamma):
-        eps = self.config.rms_eps
-        t = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(torch.bfloat16)
-        return gamma * t  # bf16 * bf16: computed in float32, rounded to bf16
+    def normed_product(self, x, gamma, weights):
+        """RMSNorm(x) @ weights.T as the kernel forms it (float32 [T, out])."""
+        scale = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.config.rms_eps)
+        return scale * ((gamma.float() * x).to(torch.bfloat16).float() @ weights.T)
 
     def rope(self, x, positions):
         angle = positions.float()[:, None] * self.inv_freq[None, :]  # float32, as the kernel
@@ -57,10 +59,9 @@ class LlamaReference:
         positions = torch.arange(start, start + T, device=tokens.device)
         x = self.embed[tokens.long()].float()
         for layer, w in enumerate(self.layers):
-            xn = self.norm(x, w["attn_norm"]).float()
-            q = self.rope((xn @ w["q"].T).view(T, c.heads, D), positions)
-            k = self.rope((xn @ w["k"].T).view(T, c.kv_heads, D), positions)
-            v = (xn @ w["v"].T).view(T, c.kv_heads, D)
+            q = self.rope(self.normed_product(x, w["attn_norm"], w["q"]).view(T, c.heads, D), positions)
+            k = self.rope(self.normed_product(x, w["attn_norm"], w["k"]).view(T, c.kv_heads, D), positions)
+            v = self.normed_product(x, w["attn_norm"], w["v"]).view(T, c.kv_heads, D)
             k_cache[layer][start:start + T] = k.to(torch.bfloat16)
             v_cache[layer][start:start + T] = v.to(torch.bfloat16)
             keys = k_cache[layer][:start + T].float().repeat_interleave(G, dim=1)    # [S, H, D]
@@ -70,8 +71,8 @@ class LlamaReference:
             scores = scores.masked_fill(~visible[None], float("-inf"))
             o = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), values)
             x = x + o.reshape(T, c.heads * D).to(torch.bfloat16).float() @ w["o"].T
-            xn = self.norm(x, w["mlp_norm"]).float()
-            gate, up = xn @ w["gate"].T, xn @ w["up"].T
+            gate = self.normed_product(x, w["mlp_norm"], w["gate"])
+            up = self.normed_product(x, w["mlp_norm"], w["up"])
             h = (torch.nn.functional.silu(gate) * up).to(torch.bfloat16).float()
             x = x + h @ w["down"].T
-        return self.norm(x, self.final_norm).float() @ self.lm_head.T
+        return self.normed_product(x, self.final_norm, self.lm_head)

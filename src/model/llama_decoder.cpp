@@ -75,7 +75,7 @@ std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs() {
 
 struct LlamaDecoder::Scratch {
   cuda::DeviceBuffer layers, inv_freq, x, norm_partials, q, attn_partials, attn_out, mlp_act,
-      normalized, argmax_partials, counters, error;
+      xg, argmax_partials, counters, error;
   int counter_count = 0;
 };
 
@@ -172,7 +172,7 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
   s.attn_partials = cuda::DeviceBuffer(floats(max_items * group * (c.head_dim + 1)));
   s.attn_out = cuda::DeviceBuffer(static_cast<size_t>(llama::kMaxBatch * qd) * 2);
   s.mlp_act = cuda::DeviceBuffer(static_cast<size_t>(int64_t{llama::kMaxBatch} * c.intermediate) * 2);
-  s.normalized = cuda::DeviceBuffer(static_cast<size_t>(num_ctas_) * llama::kMaxBatch * h * 2);
+  s.xg = cuda::DeviceBuffer(static_cast<size_t>(llama::kMaxBatch * h) * 2);
   s.argmax_partials = cuda::DeviceBuffer(floats(int64_t{num_ctas_} * llama::kMaxBatch * 2));
   s.counter_count = llama::counter_count(c.num_layers, c.kv_heads);
   s.counters = cuda::DeviceBuffer(static_cast<size_t>(s.counter_count) * 4);
@@ -242,7 +242,7 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
   p.attn_partials = static_cast<float*>(s.attn_partials.data());
   p.attn_out = static_cast<uint16_t*>(s.attn_out.data());
   p.mlp_act = static_cast<uint16_t*>(s.mlp_act.data());
-  p.normalized = static_cast<uint16_t*>(s.normalized.data());
+  p.xg = static_cast<uint16_t*>(s.xg.data());
   p.argmax_partials = static_cast<float*>(s.argmax_partials.data());
   p.counters = static_cast<unsigned*>(s.counters.data());
   p.error = static_cast<int32_t*>(s.error.data());

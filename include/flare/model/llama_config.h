@@ -77,6 +77,6 @@ struct DecodeSchedule {
 };
 // Throws kUnsupported when even 2 stages do not fit in `max_shared_bytes`.
 DecodeSchedule build_decode_schedule(const LlamaConfig& config, int batch, int num_ctas,
-                                     int max_shared_bytes, int max_stages = 6);
+                                     int max_shared_bytes, int max_stages = 12);
 
 }  // namespace flare::model
