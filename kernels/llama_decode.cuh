@@ -130,7 +130,7 @@ __device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring
                                                int version, const LoadA& input,
                                                const unsigned short* gamma_next, unsigned& it,
                                                float* reduce, unsigned& parity) {
-  const Activations<LoadA> load_a{input, op_cols(p, op), p.batch};
+  Activations<LoadA> load_a(input, op_cols(p, op), p.batch);
   int begin, end;
   partition_range(op_blocks(p, op), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -161,7 +161,7 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
                                           unsigned& it, float* reduce, unsigned& parity,
                                           float* inv_rms) {
   const LayerWeights& w = p.layers[layer];
-  const Activations<Bf16Input> load_a{Bf16Input{p.xg, p.hidden}, p.hidden, p.batch};
+  Activations<Bf16Input> load_a(Bf16Input{p.xg, p.hidden}, p.hidden, p.batch);
   int begin, end;
   partition_range(op_blocks(p, kOpQkv), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -170,7 +170,9 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
     float d[4];
     block_product(ring, load_a, it, d);
     if (block == begin) compute_inv_rms(p, 2 * layer, inv_rms);
-    const float v = reduce_block(reduce, parity, d) * inv_rms[g % kMaxBatch];
+    // inv_rms is read after reduce_block's barrier, which publishes it.
+    const float sum = reduce_block(reduce, parity, d);
+    const float v = sum * inv_rms[g % kMaxBatch];
     const float partner = __shfl_xor_sync(0xffffffffu, v, 1);
     if (threadIdx.x >= kMaxBatch * kBlockRows || g >= p.batch) continue;
     const int row = qkv_block_row(block, n, kHeadDim);
@@ -202,7 +204,7 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
 __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring& ring, int layer,
                                               unsigned& it, float* reduce, unsigned& parity,
                                               float* inv_rms) {
-  const Activations<Bf16Input> load_a{Bf16Input{p.xg, p.hidden}, p.hidden, p.batch};
+  Activations<Bf16Input> load_a(Bf16Input{p.xg, p.hidden}, p.hidden, p.batch);
   int begin, end;
   partition_range(op_blocks(p, kOpGateUp), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -210,8 +212,9 @@ __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring&
     float d[4];
     block_product(ring, load_a, it, d);
     if (block == begin) compute_inv_rms(p, 2 * layer + 1, inv_rms);
+    const float gate_sum = reduce_block(reduce, parity, d);  // its barrier publishes inv_rms
     const float r = inv_rms[g % kMaxBatch];
-    const float gate = reduce_block(reduce, parity, d) * r;
+    const float gate = gate_sum * r;
     block_product(ring, load_a, it, d);
     const float up = reduce_block(reduce, parity, d) * r;
     if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch) {
@@ -226,7 +229,7 @@ __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring&
 __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring,
                                               unsigned& it, float* reduce, unsigned& parity,
                                               float* inv_rms) {
-  const Activations<Bf16Input> load_a{Bf16Input{p.xg, p.hidden}, p.hidden, p.batch};
+  Activations<Bf16Input> load_a(Bf16Input{p.xg, p.hidden}, p.hidden, p.batch);
   int begin, end;
   partition_range(op_blocks(p, kOpLmHead), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -236,7 +239,8 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
     float d[4];
     block_product(ring, load_a, it, d);
     if (block == begin) compute_inv_rms(p, 2 * p.num_layers, inv_rms);
-    const float v = reduce_block(reduce, parity, d) * inv_rms[g % kMaxBatch];
+    const float sum = reduce_block(reduce, parity, d);  // its barrier publishes inv_rms
+    const float v = sum * inv_rms[g % kMaxBatch];
     const int row = block * kBlockRows + n;
     if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch && row < p.vocab) {
       p.logits[static_cast<long long>(g) * p.vocab + row] = v;

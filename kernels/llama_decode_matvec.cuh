@@ -109,9 +109,9 @@ __device__ __forceinline__ void produce_all(const DecodeParams& p, const Ring& r
 
 // The activation fragments: lane (g, t) of warp w needs, for chunk c and each of its steps
 // s = w + 8 i, request g's 8 activations at column c * chunk + 32 s + 8 t. They are loaded a
-// chunk ahead of their use (L2 latency hidden behind the current chunk's products). Keeping
-// them across blocks (they are the same for every block) would hold 32 more registers through
-// the epilogues: the kernel is at its 168-register limit (9 warps), and they spilled.
+// chunk ahead of their use (L2 latency hidden behind the current chunk's products); a block's
+// last chunk loads the first chunk of the next block (the same activations for every block),
+// so no block starts with a wait on L2.
 template <class LoadA>
 __device__ __forceinline__ void load_fragments(const LoadA& load_a, int cols, int batch, int c,
                                                uint4 (&a)[kStepsPerWarp]) {
@@ -129,6 +129,12 @@ template <class LoadA>
 struct Activations {
   LoadA load;
   int cols, batch;
+  uint4 pending[kStepsPerWarp];  // the next chunk's fragments
+
+  __device__ __forceinline__ Activations(const LoadA& load_a, int cols_, int batch_)
+      : load(load_a), cols(cols_), batch(batch_) {
+    load_fragments(load, cols, batch, 0, pending);
+  }
 };
 
 // One chunk's tensor-core steps: wait for its stage, multiply, release the stage. Four
@@ -160,18 +166,17 @@ __device__ __forceinline__ void chunk_product(const Ring& ring, unsigned row_str
 // One block's products in the consumers. Returns lane (g, t)'s sums for rows 2t, 2t + 1 of
 // request g (d[0], d[1]).
 template <class LoadA>
-__device__ __forceinline__ void block_product(const Ring& ring, const Activations<LoadA>& x,
+__device__ __forceinline__ void block_product(const Ring& ring, Activations<LoadA>& x,
                                               unsigned& it, float (&d)[4]) {
   const int chunk = op_chunk_cols(x.cols), chunks = op_chunks(x.cols);
   const unsigned row_stride = static_cast<unsigned>(chunk * 2 + kRowPadBytes);
   float acc[4][4] = {};
-  uint4 current[kStepsPerWarp], next[kStepsPerWarp];
-  load_fragments(x.load, x.cols, x.batch, 0, current);
   for (int c = 0; c < chunks; ++c) {
-    if (c + 1 < chunks) load_fragments(x.load, x.cols, x.batch, c + 1, next);
-    chunk_product(ring, row_stride, min(chunk, x.cols - c * chunk) / 32, it++, current, acc);
+    uint4 current[kStepsPerWarp];
 #pragma unroll
-    for (int i = 0; i < kStepsPerWarp; ++i) current[i] = next[i];
+    for (int i = 0; i < kStepsPerWarp; ++i) current[i] = x.pending[i];
+    load_fragments(x.load, x.cols, x.batch, c + 1 < chunks ? c + 1 : 0, x.pending);
+    chunk_product(ring, row_stride, min(chunk, x.cols - c * chunk) / 32, it++, current, acc);
   }
 #pragma unroll
   for (int r = 0; r < 4; ++r) d[r] = (acc[0][r] + acc[1][r]) + (acc[2][r] + acc[3][r]);
