@@ -13,7 +13,8 @@
 // SiLU(gate) * up to bf16 (the inputs of the next products); logits are float32.
 //
 // Compile-time defines: FLARE_LLAMA_HEAD_DIM (64 or 128), FLARE_LLAMA_GROUP (query heads per KV
-// head), FLARE_LLAMA_STAGES (pipeline depth).
+// head), FLARE_LLAMA_STAGES (pipeline depth), FLARE_LLAMA_ACT_ROWS and FLARE_LLAMA_ACT_COLS (the
+// shared activation area: the batch capacity, 0 for none, and the widest input).
 #pragma once
 
 #include "llama_decode_params.cuh"
@@ -41,7 +42,14 @@ __device__ __forceinline__ unsigned* stage_counter(const DecodeParams& p, int la
 }
 
 // A product's input: bf16 activations [request][cols] written earlier in the step by other
-// CTAs (gamma * x by the residual stages, the attention output, SiLU(gate) * up).
+// CTAs (gamma * x by the residual stages, the attention output, SiLU(gate) * up). With
+// FLARE_LLAMA_ACT_ROWS > 0 each stage first copies them into shared memory (one L2 round trip
+// a stage: SharedInput); otherwise every chunk's fragments come from L2 (Bf16Input), whose
+// latency under the weight stream bounds each chunk (measured: 195 against 233 tok/s, 8B
+// batch 1, H200).
+constexpr int kActRows = FLARE_LLAMA_ACT_ROWS;
+static_assert(kActRows == 0 || (kActRows >= 1 && kActRows <= kMaxBatch), "activation rows");
+
 struct Bf16Input {
   const unsigned short* a;
   int cols;
@@ -49,6 +57,38 @@ struct Bf16Input {
     return load_cg(a + static_cast<long long>(g) * cols + column);
   }
 };
+
+struct SharedInput {
+  unsigned base;        // shared address of request 0's row
+  unsigned row_stride;  // cols * 2 + kRowPadBytes: rows g and g + 1 half a line apart
+  __device__ __forceinline__ uint4 operator()(int g, int column) const {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(base + g * row_stride + column * 2));
+    return v;
+  }
+};
+
+// The input of a stage that multiplies `cols` columns of `src` (bf16 [batch][cols], global).
+__device__ __forceinline__ auto stage_input(const DecodeParams& p, const unsigned short* src,
+                                            int cols, unsigned activation_area) {
+  if constexpr (kActRows > 0) {
+    const unsigned row_stride = static_cast<unsigned>(cols * 2 + kRowPadBytes);
+    const int units = cols / 8;
+    for (int i = threadIdx.x; i < p.batch * units; i += kConsumerWarps * 32) {
+      const int b = i / units, u = i % units;
+      const uint4 v = load_cg(src + static_cast<long long>(b) * cols + 8 * u);
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(activation_area + b * row_stride + 16 * u),
+                   "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                   : "memory");
+    }
+    consumers_sync();
+    return SharedInput{activation_area, row_stride};
+  } else {
+    return Bf16Input{src, cols};
+  }
+}
 
 // RMSNorm's per-request scale: inv_rms[b] = rsqrt(mean(x_b^2) + eps) from the CTAs' partial
 // sums of squares of `version`, added in CTA order by warp b (deterministic). The normed
@@ -125,12 +165,13 @@ __device__ __forceinline__ void embed_stage(const DecodeParams& p, float* scratc
 
 // A residual projection (O or down): x += W a for this CTA's blocks, bf16(gamma_next * x) for
 // the next RMSNorm, and the partial sums of squares of the new rows into norm_partials[version].
-template <class LoadA>
 __device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring& ring, int op,
-                                               int version, const LoadA& input,
+                                               int version, const unsigned short* src,
                                                const unsigned short* gamma_next, unsigned& it,
-                                               float* reduce, unsigned& parity) {
-  Activations<LoadA> load_a(input, op_cols(p, op), p.batch);
+                                               float* reduce, unsigned& parity,
+                                               unsigned activation_area) {
+  const int cols = op_cols(p, op);
+  Activations load_a(stage_input(p, src, cols, activation_area), cols, p.batch);
   int begin, end;
   partition_range(op_blocks(p, op), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -159,9 +200,9 @@ __device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring
 // QKV with RoPE: q to p.q (float32), k and v into the cache slot of the request's position.
 __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& ring, int layer,
                                           unsigned& it, float* reduce, unsigned& parity,
-                                          float* inv_rms) {
+                                          float* inv_rms, unsigned activation_area) {
   const LayerWeights& w = p.layers[layer];
-  Activations<Bf16Input> load_a(Bf16Input{p.xg, p.hidden}, p.hidden, p.batch);
+  Activations load_a(stage_input(p, p.xg, p.hidden, activation_area), p.hidden, p.batch);
   int begin, end;
   partition_range(op_blocks(p, kOpQkv), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -203,8 +244,8 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
 // Gate/up: SiLU(gate) * up to mlp_act (bf16).
 __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring& ring, int layer,
                                               unsigned& it, float* reduce, unsigned& parity,
-                                              float* inv_rms) {
-  Activations<Bf16Input> load_a(Bf16Input{p.xg, p.hidden}, p.hidden, p.batch);
+                                              float* inv_rms, unsigned activation_area) {
+  Activations load_a(stage_input(p, p.xg, p.hidden, activation_area), p.hidden, p.batch);
   int begin, end;
   partition_range(op_blocks(p, kOpGateUp), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -228,8 +269,8 @@ __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring&
 // LM head: logits, this CTA's best (logit, id) per request, and the last CTA's argmax.
 __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring,
                                               unsigned& it, float* reduce, unsigned& parity,
-                                              float* inv_rms) {
-  Activations<Bf16Input> load_a(Bf16Input{p.xg, p.hidden}, p.hidden, p.batch);
+                                              float* inv_rms, unsigned activation_area) {
+  Activations load_a(stage_input(p, p.xg, p.hidden, activation_area), p.hidden, p.batch);
   int begin, end;
   partition_range(op_blocks(p, kOpLmHead), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -293,6 +334,7 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
 __device__ __forceinline__ void consume_all(const DecodeParams& p, const Ring& ring,
                                             float* attention_shared, float* reduce,
                                             float* inv_rms) {
+  const unsigned activation_area = shared_address(attention_shared);  // shared with attention
   unsigned it = 0, parity = 0;
   const unsigned grid = gridDim.x;
   trace_mark(p, 0);
@@ -311,7 +353,7 @@ __device__ __forceinline__ void consume_all(const DecodeParams& p, const Ring& r
   for (int layer = 0; layer < p.num_layers; ++layer) {
     wait(layer == 0 ? p.counters + kCounterEmbed : stage_counter(p, layer - 1, kStageDown), layer,
          kStageQkv);
-    qkv_stage(p, ring, layer, it, reduce, parity, inv_rms);
+    qkv_stage(p, ring, layer, it, reduce, parity, inv_rms, activation_area);
     signal(layer, kStageQkv);
 
     wait(stage_counter(p, layer, kStageQkv), layer, kStageAttention);
@@ -319,23 +361,23 @@ __device__ __forceinline__ void consume_all(const DecodeParams& p, const Ring& r
     signal(layer, kStageAttention);
 
     wait(stage_counter(p, layer, kStageAttention), layer, kStageO);
-    residual_stage(p, ring, kOpO, 2 * layer + 1, Bf16Input{p.attn_out, p.heads * kHeadDim},
-                   p.layers[layer].mlp_norm, it, reduce, parity);
+    residual_stage(p, ring, kOpO, 2 * layer + 1, p.attn_out, p.layers[layer].mlp_norm, it, reduce,
+                   parity, activation_area);
     signal(layer, kStageO);
 
     wait(stage_counter(p, layer, kStageO), layer, kStageGateUp);
-    gate_up_stage(p, ring, layer, it, reduce, parity, inv_rms);
+    gate_up_stage(p, ring, layer, it, reduce, parity, inv_rms, activation_area);
     signal(layer, kStageGateUp);
 
     wait(stage_counter(p, layer, kStageGateUp), layer, kStageDown);
-    residual_stage(p, ring, kOpDown, 2 * layer + 2, Bf16Input{p.mlp_act, p.intermediate},
+    residual_stage(p, ring, kOpDown, 2 * layer + 2, p.mlp_act,
                    layer + 1 < p.num_layers ? p.layers[layer + 1].attn_norm : p.final_norm, it,
-                   reduce, parity);
+                   reduce, parity, activation_area);
     signal(layer, kStageDown);
   }
   consumers_wait(stage_counter(p, p.num_layers - 1, kStageDown), grid, p.error);
   trace_mark(p, trace_events(p.num_layers) - 2);
-  lm_head_stage(p, ring, it, reduce, parity, inv_rms);
+  lm_head_stage(p, ring, it, reduce, parity, inv_rms, activation_area);
   trace_mark(p, trace_events(p.num_layers) - 1);
 }
 
@@ -346,12 +388,15 @@ extern "C" __global__ void __launch_bounds__(flare::llama::kThreads, 1)
   using namespace flare::llama;
   extern __shared__ __align__(128) unsigned char shared[];
   constexpr int kStages = dev::kStages;
-  const int attention_bytes = attention_shared_bytes(dev::kGroup, dev::kHeadDim);
+  const int area_bytes =
+      union_shared_bytes(dev::kGroup, dev::kHeadDim, dev::kActRows, FLARE_LLAMA_ACT_COLS);
   float* attention_area = reinterpret_cast<float*>(shared + kStages * stage_bytes());
-  float* reduce = attention_area + attention_bytes / 4;
+  float* reduce = attention_area + area_bytes / 4;
   float* inv_rms = reduce + 2 * kConsumerWarps * kMaxBatch * kBlockRows;
   const unsigned barriers = dev::shared_address(shared) +
-                            static_cast<unsigned>(shared_bytes(kStages, dev::kGroup, dev::kHeadDim) - 2 * kStages * 8);
+                            static_cast<unsigned>(shared_bytes(kStages, dev::kGroup, dev::kHeadDim, dev::kActRows,
+                                                         FLARE_LLAMA_ACT_COLS) -
+                                            2 * kStages * 8);
   const dev::Ring ring{dev::shared_address(shared), barriers, barriers + 8 * kStages};
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {

@@ -166,7 +166,10 @@ FLARE_LLAMA_HD inline int qkv_block_row(int block, int n, int head_dim) {
   return head * head_dim + d + (n % 2) * (head_dim / 2);
 }
 
-// Dynamic shared memory: the stages, then the consumers' reduction and attention areas.
+// Dynamic shared memory: the stages; one area that holds attention's per-warp states during the
+// attention stage and, in the other stages, the stage's activations (act_rows > 0: [act_rows]
+// rows of act_cols bf16, padded like the weight rows; act_rows 0: products read them from L2);
+// the consumers' reduction area; the barriers.
 FLARE_LLAMA_HD inline int stage_bytes() {
   return kBlockRows * (kChunkCols * 2 + kRowPadBytes);
 }
@@ -177,9 +180,17 @@ FLARE_LLAMA_HD inline int attention_shared_bytes(int group, int head_dim) {
 FLARE_LLAMA_HD inline int reduction_shared_bytes() {
   return 2 * kConsumerWarps * kMaxBatch * kBlockRows * 4 + 128;
 }
-FLARE_LLAMA_HD inline int shared_bytes(int stages, int group, int head_dim) {
-  return stages * stage_bytes() + attention_shared_bytes(group, head_dim) + reduction_shared_bytes() +
-         2 * stages * 8;
+FLARE_LLAMA_HD inline int activation_shared_bytes(int act_rows, int act_cols) {
+  return act_rows * (act_cols * 2 + kRowPadBytes);
+}
+FLARE_LLAMA_HD inline int union_shared_bytes(int group, int head_dim, int act_rows, int act_cols) {
+  const int a = attention_shared_bytes(group, head_dim), b = activation_shared_bytes(act_rows, act_cols);
+  return a > b ? a : b;
+}
+FLARE_LLAMA_HD inline int shared_bytes(int stages, int group, int head_dim, int act_rows,
+                                       int act_cols) {
+  return stages * stage_bytes() + union_shared_bytes(group, head_dim, act_rows, act_cols) +
+         reduction_shared_bytes() + 2 * stages * 8;
 }
 
 // Counters: stage counters, then one arrival counter per (layer, request, KV head), then one

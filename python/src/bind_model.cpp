@@ -81,6 +81,8 @@ nb::dict schedule_dict(const model::DecodeSchedule& s) {
   d["stages"] = s.stages;
   d["shared_bytes"] = s.shared_bytes;
   d["attention_splits"] = s.attention_splits;
+  d["activation_rows"] = s.activation_rows;
+  d["activation_cols"] = s.activation_cols;
   nb::list ops;
   for (const model::OperatorShare& o : s.operators) {
     nb::dict op;

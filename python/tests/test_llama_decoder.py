@@ -54,7 +54,7 @@ def test_schedule_without_a_gpu():
     c = LlamaConfig.preset("llama-3.1-8b")
     from dataclasses import asdict
     s = flare._flare.llama_decode_schedule(asdict(c), 1, 132, 232448 - 1024)
-    assert s["stages"] == 12 and s["attention_splits"] == 16
+    assert s["stages"] == 11 and s["attention_splits"] == 16
     assert [o["name"] for o in s["operators"]] == ["qkv", "o", "gate_up", "down", "lm_head"]
     # Shares differ by at most one block of each operator: per layer 4 + 4 + 2 * 4 + 14 chunks
     # (qkv, o, gate and up, down), then 4 of the LM head.

@@ -154,19 +154,31 @@ DecodeSchedule build_decode_schedule(const LlamaConfig& config, int batch, int n
 
   DecodeSchedule s;
   s.num_ctas = num_ctas;
+  s.activation_cols = std::max({config.hidden, config.heads * config.head_dim, config.intermediate});
+  s.activation_rows = 1;
+  while (s.activation_rows < batch) s.activation_rows *= 2;
+  // Fewer than 4 stages would starve the stream: then the activations stay in L2.
+  if (llama::activation_shared_bytes(s.activation_rows, s.activation_cols) > kMaxActivationShared ||
+      llama::shared_bytes(4, group, config.head_dim, s.activation_rows, s.activation_cols) >
+          max_shared_bytes) {
+    s.activation_rows = 0;
+  }
+  const auto bytes = [&](int stages) {
+    return llama::shared_bytes(stages, group, config.head_dim, s.activation_rows,
+                               s.activation_cols);
+  };
   s.stages = 0;
   for (int stages = std::max(2, max_stages); stages >= 2; --stages) {
-    if (llama::shared_bytes(stages, group, config.head_dim) <= max_shared_bytes) {
+    if (bytes(stages) <= max_shared_bytes) {
       s.stages = stages;
       break;
     }
   }
   FLARE_CHECK(s.stages >= 2, ErrorCode::kUnsupported,
-              "LlamaDecoder: the weight pipeline needs ",
-              llama::shared_bytes(2, group, config.head_dim),
+              "LlamaDecoder: the weight pipeline needs ", bytes(2),
               " bytes of shared memory a block (2 stages of ", llama::stage_bytes(),
               "), the device allows ", max_shared_bytes);
-  s.shared_bytes = llama::shared_bytes(s.stages, group, config.head_dim);
+  s.shared_bytes = bytes(s.stages);
   s.attention_splits = std::max(1, num_ctas / (batch * config.kv_heads));
 
   static const char* const names[] = {"qkv", "o", "gate_up", "down", "lm_head"};

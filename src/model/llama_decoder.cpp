@@ -44,19 +44,26 @@ const uint16_t* bf16_ptr(const TensorView& t) { return static_cast<const uint16_
 
 }  // namespace
 
-jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config, int stages) {
+jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config,
+                                         const DecodeSchedule& schedule) {
   validate(config);
-  FLARE_CHECK(stages >= 2, ErrorCode::kInvalidArgument, kWhat, ": stages must be >= 2, got ",
-              stages);
+  FLARE_CHECK(schedule.stages >= 2 && schedule.activation_rows >= 0 &&
+                  schedule.activation_rows <= llama::kMaxBatch,
+              ErrorCode::kInvalidArgument, kWhat, ": no kernel for ", schedule.stages,
+              " stages and ", schedule.activation_rows, " activation rows");
   const int group = config.heads / config.kv_heads;
   jit::KernelSpec spec;
   spec.family_header = "llama_decode.cuh";
   spec.entry = "flare_llama_decode";
   spec.defines = {{"FLARE_LLAMA_HEAD_DIM", std::to_string(config.head_dim)},
                   {"FLARE_LLAMA_GROUP", std::to_string(group)},
-                  {"FLARE_LLAMA_STAGES", std::to_string(stages)}};
+                  {"FLARE_LLAMA_STAGES", std::to_string(schedule.stages)},
+                  {"FLARE_LLAMA_ACT_ROWS", std::to_string(schedule.activation_rows)},
+                  {"FLARE_LLAMA_ACT_COLS", std::to_string(schedule.activation_cols)}};
   spec.label = "llama decode d=" + std::to_string(config.head_dim) + " g=" + std::to_string(group) +
-               " stages=" + std::to_string(stages);
+               " stages=" + std::to_string(schedule.stages) + " act=" +
+               std::to_string(schedule.activation_rows) + "x" +
+               std::to_string(schedule.activation_cols);
   return spec;
 }
 
@@ -67,8 +74,11 @@ std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs() {
   // needs the 4-bit weights to fit one GPU).
   for (const char* name : {"llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"}) {
     const LlamaConfig c = llama_preset(name);
-    const DecodeSchedule s = build_decode_schedule(c, 1, 132, kH100SharedOptin - kSharedMargin);
-    specs.push_back(llama_decode_kernel_spec(c, s.stages));
+    for (int batch : name == std::string("llama-3.1-8b") ? std::vector<int>{1, 2, 4, 8}
+                                                         : std::vector<int>{1}) {
+      const DecodeSchedule s = build_decode_schedule(c, batch, 132, kH100SharedOptin - kSharedMargin);
+      specs.push_back(llama_decode_kernel_spec(c, s));
+    }
   }
   return specs;
 }
@@ -147,15 +157,8 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
               props.name, " is sm_", props.cc_major, props.cc_minor);
   num_ctas_ = props.num_sms;
   max_shared_ = props.max_shared_bytes_per_block_optin - kSharedMargin;
-  schedule_ = build_decode_schedule(c, 1, num_ctas_, max_shared_);
+  variant(1);  // compiles the batch-1 kernel; checks that it fits
   const int group = c.heads / c.kv_heads;
-  kernel_ = jit::get_kernel(llama_decode_kernel_spec(c, schedule_.stages), "flare_llama_decode",
-                            device_);
-  cuda::set_max_dynamic_shared(kernel_, schedule_.shared_bytes);
-  FLARE_CHECK(cuda::max_active_blocks_per_sm(kernel_, llama::kThreads,
-                                             static_cast<size_t>(schedule_.shared_bytes)) >= 1,
-              ErrorCode::kUnsupported, kWhat, ": one block of ", llama::kThreads, " threads and ",
-              schedule_.shared_bytes, " bytes of shared memory does not fit an SM of ", props.name);
 
   scratch_ = std::make_unique<Scratch>();
   Scratch& s = *scratch_;
@@ -185,6 +188,23 @@ LlamaDecoder::~LlamaDecoder() = default;
 
 DecodeSchedule LlamaDecoder::schedule(int batch) const {
   return build_decode_schedule(config_, batch, num_ctas_, max_shared_);
+}
+
+const LlamaDecoder::Variant& LlamaDecoder::variant(int batch) {
+  DecodeSchedule s = schedule(batch);
+  for (const Variant& v : variants_) {
+    if (v.schedule.activation_rows == s.activation_rows && v.schedule.stages == s.stages) return v;
+  }
+  Variant v;
+  v.kernel = jit::get_kernel(llama_decode_kernel_spec(config_, s), "flare_llama_decode", device_);
+  cuda::set_max_dynamic_shared(v.kernel, s.shared_bytes);
+  FLARE_CHECK(cuda::max_active_blocks_per_sm(v.kernel, llama::kThreads,
+                                             static_cast<size_t>(s.shared_bytes)) >= 1,
+              ErrorCode::kUnsupported, kWhat, ": one block of ", llama::kThreads, " threads and ",
+              s.shared_bytes, " bytes of shared memory does not fit an SM of device ", device_);
+  v.schedule = std::move(s);
+  variants_.push_back(std::move(v));
+  return variants_.back();
 }
 
 void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
@@ -233,7 +253,9 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
   p.num_kv_indices = static_cast<int>(kv_indices.shape[0]);
   p.num_pages = num_pages_;
   p.page_size = page_size_;
-  p.attention_splits = std::max(1, num_ctas_ / (batch * config_.kv_heads));
+  const cuda::DeviceScope scope(device_);
+  const Variant& v = variant(batch);
+  p.attention_splits = v.schedule.attention_splits;
   p.logits = logits.ptr<float>();
   p.next_tokens = next_tokens.ptr<int32_t>();
   p.x = static_cast<float*>(s.x.data());
@@ -248,11 +270,10 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
   p.error = static_cast<int32_t*>(s.error.data());
   p.trace = trace_;
 
-  const cuda::DeviceScope scope(device_);
   cuda::memset_d8_async(s.counters.data(), 0, s.counters.bytes(), stream);
   void* args[] = {&p};
-  cuda::launch(kernel_, static_cast<unsigned>(num_ctas_), 1, 1, llama::kThreads, 1, 1,
-               static_cast<unsigned>(schedule_.shared_bytes), stream, args);
+  cuda::launch(v.kernel, static_cast<unsigned>(num_ctas_), 1, 1, llama::kThreads, 1, 1,
+               static_cast<unsigned>(v.schedule.shared_bytes), stream, args);
 }
 
 int LlamaDecoder::trace_events() const { return llama::trace_events(config_.num_layers); }

@@ -126,8 +126,17 @@ TEST(PartitionRange, ContiguousBalancedAndComplete) {
 TEST(DecodeSchedule, EightBOnAnH100) {
   const LlamaConfig c = llama_preset("llama-3.1-8b");
   const DecodeSchedule s = build_decode_schedule(c, 1, 132, kH100Shared);
-  EXPECT_EQ(s.stages, 12);
+  // Batch 1: the activations (one row of the widest input, 14336 columns) in shared memory.
+  EXPECT_EQ(s.activation_rows, 1);
+  EXPECT_EQ(s.activation_cols, 14336);
+  EXPECT_EQ(s.stages, 11);
   EXPECT_LE(s.shared_bytes, kH100Shared);
+  const DecodeSchedule s4 = build_decode_schedule(c, 3, 132, kH100Shared);
+  EXPECT_EQ(s4.activation_rows, 4);
+  EXPECT_EQ(s4.stages, 6);
+  const DecodeSchedule s8 = build_decode_schedule(c, 8, 132, kH100Shared);
+  EXPECT_EQ(s8.activation_rows, 0);  // 224 KiB of activations: products read them from L2
+  EXPECT_EQ(s8.stages, 12);
   EXPECT_EQ(s.attention_splits, 16);  // 132 CTAs over 8 KV heads
   ASSERT_EQ(s.operators.size(), 5u);
   EXPECT_EQ(s.operators[0].blocks, 6144 / 8);
@@ -179,7 +188,7 @@ TEST_F(ShippedLlamaKernels, CompileForSm90WithoutSpillsOrLocalMemory) {
     testing::expect_shipped_usage(compiled, spec.label, 168);
     EXPECT_EQ(compiled.usage[0].max_threads, llama::kThreads) << spec.label;
   }
-  EXPECT_EQ(units.size(), 3u);  // d 128 g 4 (8B), d 64 g 4 (1B), d 128 g 3 (3B)
+  EXPECT_EQ(units.size(), 6u);  // the 8B at 4 batch capacities, the 1B, the 3B
 }
 
 }  // namespace

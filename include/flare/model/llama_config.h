@@ -57,7 +57,9 @@ std::vector<float> rope_inv_freq(const LlamaConfig& config);
 
 // The decode step's work split over `num_ctas` CTAs (one per SM): per operator, the number of
 // 8-row blocks, chunks a block, and the largest and smallest share of a CTA; the KV splits of
-// attention; the pipeline depth and shared memory for a device's per-block limit.
+// attention; the activation area (each stage's inputs in shared memory for a batch capacity of
+// the next power of two, when that takes at most kMaxActivationShared bytes; else none: the
+// products read them from L2); the pipeline depth the rest of a device's per-block limit allows.
 struct OperatorShare {
   std::string name;
   int blocks = 0;
@@ -66,10 +68,13 @@ struct OperatorShare {
   int max_blocks_per_cta = 0;
   int min_blocks_per_cta = 0;
 };
+inline constexpr int kMaxActivationShared = 120 * 1024;
 struct DecodeSchedule {
   int num_ctas = 0;
   int stages = 0;
   int shared_bytes = 0;
+  int activation_rows = 0;  // the batch capacity of the shared activation area (0: none)
+  int activation_cols = 0;  // its row width: the widest product input
   int attention_splits = 0;
   std::vector<OperatorShare> operators;  // qkv, o, gate_up, down, lm_head
   // [cta] -> the stage chunks the CTA streams per step, in order (the producer's sequence).

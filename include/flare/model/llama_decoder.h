@@ -50,9 +50,10 @@ enum class DecodeError : int {
   kTimeout = 3,          // a CTA waited 10 s for another (the step trapped)
 };
 
-// The kernel of a head size, query group and pipeline depth, as a JIT spec; the specs CI
-// compiles (the presets at the depth an H100's shared memory allows).
-jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config, int stages);
+// The kernel of a model and schedule (pipeline depth, activation area), as a JIT spec; the
+// specs CI compiles (on an H100's shared memory: the 8B at batch 1, 2, 4 and 8, the 1B and 3B at
+// batch 1).
+jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config, const DecodeSchedule& schedule);
 std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs();
 
 class LlamaDecoder {
@@ -86,7 +87,8 @@ class LlamaDecoder {
   int num_ctas() const { return num_ctas_; }
 
   const LlamaConfig& config() const { return config_; }
-  // The schedule of a batch (attention splits depend on it; the rest does not).
+  // The schedule of a batch (the attention splits and the activation area depend on it). The
+  // first step of each batch capacity (1, 2, 4, 8) compiles its kernel (NVRTC, disk-cached).
   DecodeSchedule schedule(int batch) const;
   int device() const { return device_; }
 
@@ -100,8 +102,12 @@ class LlamaDecoder {
   int max_shared_ = 0;
   int num_pages_ = 0;
   int page_size_ = 0;
-  DecodeSchedule schedule_;  // at batch 1
-  cuda::Function kernel_ = nullptr;
+  struct Variant {
+    DecodeSchedule schedule;
+    cuda::Function kernel = nullptr;
+  };
+  const Variant& variant(int batch);  // compiled on first use
+  std::vector<Variant> variants_;
   long long* trace_ = nullptr;
   std::unique_ptr<Scratch> scratch_;
 };
