@@ -47,6 +47,7 @@ struct TinyModel {
   int num_pages = 40, page_size = 16;
 
   TinyModel() {
+    cuda::set_device(0);
     config.name = "tiny";
     config.num_layers = 2;
     config.hidden = 256;
