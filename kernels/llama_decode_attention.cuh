@@ -23,12 +23,12 @@ constexpr int kLanesPerToken = kHeadDim / 8;
 constexpr int kTokenGroups = kConsumerWarps * 32 / kLanesPerToken;
 #define kNegInf __int_as_float(0xff800000u)  // -inf (NVRTC has no constexpr bit cast)
 
-// The shared slot of `token` in request `b`'s pages, or -1 (error 2 set) when the page table
-// does not hold it.
+// The slot of `token` in request `b`'s pages, or -1 (error 2 set) when the page table does not
+// hold it (a negative token position included).
 __device__ __forceinline__ long long kv_slot(const DecodeParams& p, int b, int token) {
   const int first = max(0, min(p.kv_indptr[b], p.num_kv_indices));
   const int last = max(first, min(p.kv_indptr[b + 1], p.num_kv_indices));
-  const int index = first + token / p.page_size;
+  const int index = token >= 0 ? first + token / p.page_size : last;  // a negative position too
   const int page = index < last ? p.kv_indices[index] : -1;
   if (page < 0 || page >= p.num_pages) {
     atomicExch(p.error, 2);
