@@ -28,7 +28,8 @@ constexpr int kTokenGroups = kConsumerWarps * 32 / kLanesPerToken;
 __device__ __forceinline__ long long kv_slot(const DecodeParams& p, int b, int token) {
   const int first = max(0, min(p.kv_indptr[b], p.num_kv_indices));
   const int last = max(first, min(p.kv_indptr[b + 1], p.num_kv_indices));
-  const int index = token >= 0 ? first + token / p.page_size : last;  // a negative position too
+  const long long index = token >= 0 ? first + static_cast<long long>(token / p.page_size)
+                                     : last;  // a negative position is not held either
   const int page = index < last ? p.kv_indices[index] : -1;
   if (page < 0 || page >= p.num_pages) {
     atomicExch(p.error, 2);
