@@ -18,7 +18,8 @@
 namespace flare::llama::dev {
 
 constexpr int kGroup = FLARE_LLAMA_GROUP;  // query heads per KV head
-constexpr int kTokensInFlight = kGroup <= 4 ? 2 : 1;  // tokens a lane group loads before use
+constexpr int kTokensInFlight = kGroup <= 4 ? 3 : 1;  // tokens a lane group loads before use
+                                                      // (4 spills at the 168-register limit)
 constexpr int kLanesPerToken = kHeadDim / 8;
 constexpr int kTokenGroups = kConsumerWarps * 32 / kLanesPerToken;
 #define kNegInf __int_as_float(0xff800000u)  // -inf (NVRTC has no constexpr bit cast)
