@@ -79,7 +79,8 @@ __device__ __forceinline__ auto stage_input(const DecodeParams& p, const unsigne
     for (int i = threadIdx.x; i < p.batch * units; i += kConsumerWarps * 32) {
       const int b = i / units, u = i % units;
       const uint4 v = load_cg(src + static_cast<long long>(b) * cols + 8 * u);
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(activation_area + b * row_stride + 16 * u),
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(activation_area +
+                                                                      b * row_stride + 16 * u),
                    "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                    : "memory");
     }
@@ -99,9 +100,11 @@ __device__ __forceinline__ void compute_inv_rms(const DecodeParams& p, int versi
                                                 float* inv_rms) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (warp < p.batch) {
-    const float* partials = p.norm_partials + static_cast<long long>(version) * gridDim.x * kMaxBatch;
+    const float* partials =
+        p.norm_partials + static_cast<long long>(version) * gridDim.x * kMaxBatch;
     float s = 0.f;
-    for (int c = lane; c < static_cast<int>(gridDim.x); c += 32) s += __ldcg(partials + c * kMaxBatch + warp);
+    for (int c = lane; c < static_cast<int>(gridDim.x); c += 32)
+      s += __ldcg(partials + c * kMaxBatch + warp);
 #pragma unroll
     for (int o = 16; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) inv_rms[warp] = rsqrtf(s / p.hidden + p.rms_eps);
@@ -130,7 +133,9 @@ __device__ __forceinline__ void embed_stage(const DecodeParams& p, float* scratc
       for (int u = begin + threadIdx.x; u < end; u += kConsumerWarps * 32) {
         float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (ok) {
-          const uint4 e = __ldg(reinterpret_cast<const uint4*>(p.embed + static_cast<long long>(token) * p.hidden) + u);
+          const uint4 e = __ldg(
+              reinterpret_cast<const uint4*>(p.embed + static_cast<long long>(token) * p.hidden) +
+              u);
           const float f[8] = {bf16_lo(e.x), bf16_hi(e.x), bf16_lo(e.y), bf16_hi(e.y),
                               bf16_lo(e.z), bf16_hi(e.z), bf16_lo(e.w), bf16_hi(e.w)};
 #pragma unroll
@@ -267,9 +272,9 @@ __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring&
 }
 
 // LM head: logits, this CTA's best (logit, id) per request, and the last CTA's argmax.
-__device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring,
-                                              unsigned& it, float* reduce, unsigned& parity,
-                                              float* inv_rms, unsigned activation_area) {
+__device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring, unsigned& it,
+                                              float* reduce, unsigned& parity, float* inv_rms,
+                                              unsigned activation_area) {
   Activations load_a(stage_input(p, p.xg, p.hidden, activation_area), p.hidden, p.batch);
   int begin, end;
   partition_range(op_blocks(p, kOpLmHead), gridDim.x, blockIdx.x, begin, end);
@@ -320,7 +325,8 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
   float top = kNegInf;
   int top_id = 0x7fffffff;
   for (int c = 0; c < static_cast<int>(gridDim.x); ++c) {
-    const float* slot = p.argmax_partials + (static_cast<long long>(c) * kMaxBatch + threadIdx.x) * 2;
+    const float* slot =
+        p.argmax_partials + (static_cast<long long>(c) * kMaxBatch + threadIdx.x) * 2;
     const float v = __ldcg(slot);
     const int id = __float_as_int(__ldcg(slot + 1));
     if (v > top || (v == top && id < top_id)) {
@@ -393,10 +399,11 @@ extern "C" __global__ void __launch_bounds__(flare::llama::kThreads, 1)
   float* attention_area = reinterpret_cast<float*>(shared + kStages * stage_bytes());
   float* reduce = attention_area + area_bytes / 4;
   float* inv_rms = reduce + 2 * kConsumerWarps * kMaxBatch * kBlockRows;
-  const unsigned barriers = dev::shared_address(shared) +
-                            static_cast<unsigned>(shared_bytes(kStages, dev::kGroup, dev::kHeadDim, dev::kActRows,
-                                                         FLARE_LLAMA_ACT_COLS) -
-                                            2 * kStages * 8);
+  const unsigned barriers =
+      dev::shared_address(shared) +
+      static_cast<unsigned>(
+          shared_bytes(kStages, dev::kGroup, dev::kHeadDim, dev::kActRows, FLARE_LLAMA_ACT_COLS) -
+          2 * kStages * 8);
   const dev::Ring ring{dev::shared_address(shared), barriers, barriers + 8 * kStages};
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {

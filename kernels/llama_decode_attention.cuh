@@ -5,9 +5,10 @@
 // [s * ceil(n / S), ...). Item i goes to CTA i mod grid. In an item, lane group h (head_dim / 8
 // lanes, 8 dimensions each: 16 or 32 groups in the CTA) takes tokens h, h + groups, ...: the
 // group's logits for a token are summed over its lanes by shuffles and folded into an online
-// softmax (log2 domain). Lane groups of a warp merge by shuffle, warps in shared memory, and the item's normalized output and log-sum-exp go to
-// global memory; the last CTA to finish an (request, KV head) merges its S partial states in
-// split order (deterministic) into the bf16 attention output.
+// softmax (log2 domain). Lane groups of a warp merge by shuffle, warps in shared memory, and the
+// item's normalized output and log-sum-exp go to global memory; the last CTA to finish an (request,
+// KV head) merges its S partial states in split order (deterministic) into the bf16 attention
+// output.
 //
 // Index safety: a page slot outside the request's kv_indptr range or a page id outside
 // [0, num_pages) is skipped (nothing read) and sets error 2.
@@ -17,7 +18,7 @@
 
 namespace flare::llama::dev {
 
-constexpr int kGroup = FLARE_LLAMA_GROUP;  // query heads per KV head
+constexpr int kGroup = FLARE_LLAMA_GROUP;             // query heads per KV head
 constexpr int kTokensInFlight = kGroup <= 4 ? 3 : 1;  // tokens a lane group loads before use
                                                       // (4 spills at the 168-register limit)
 constexpr int kLanesPerToken = kHeadDim / 8;
@@ -59,7 +60,8 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
   float q[kGroup][8];
 #pragma unroll
   for (int h = 0; h < kGroup; ++h) {
-    const float* src = p.q + (static_cast<long long>(b) * p.heads + kv_head * kGroup + h) * kHeadDim + dim;
+    const float* src =
+        p.q + (static_cast<long long>(b) * p.heads + kv_head * kGroup + h) * kHeadDim + dim;
     const float4 lo = __ldcg(reinterpret_cast<const float4*>(src));
     const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + 4));
     const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
@@ -118,20 +120,20 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
 #pragma unroll
   for (int xor_lanes = kLanesPerToken; xor_lanes < 32; xor_lanes *= 2) {
 #pragma unroll
-  for (int h = 0; h < kGroup; ++h) {
-    const float m_other = __shfl_xor_sync(0xffffffffu, st.m[h], xor_lanes);
-    const float l_other = __shfl_xor_sync(0xffffffffu, st.l[h], xor_lanes);
-    const float m = fmaxf(st.m[h], m_other);
-    const float a = m == kNegInf ? 0.f : exp2f(st.m[h] - m);
-    const float c = m == kNegInf ? 0.f : exp2f(m_other - m);
-    st.l[h] = st.l[h] * a + l_other * c;
+    for (int h = 0; h < kGroup; ++h) {
+      const float m_other = __shfl_xor_sync(0xffffffffu, st.m[h], xor_lanes);
+      const float l_other = __shfl_xor_sync(0xffffffffu, st.l[h], xor_lanes);
+      const float m = fmaxf(st.m[h], m_other);
+      const float a = m == kNegInf ? 0.f : exp2f(st.m[h] - m);
+      const float c = m == kNegInf ? 0.f : exp2f(m_other - m);
+      st.l[h] = st.l[h] * a + l_other * c;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float o_other = __shfl_xor_sync(0xffffffffu, st.o[h][i], xor_lanes);
-      st.o[h][i] = st.o[h][i] * a + o_other * c;
+      for (int i = 0; i < 8; ++i) {
+        const float o_other = __shfl_xor_sync(0xffffffffu, st.o[h][i], xor_lanes);
+        st.o[h][i] = st.o[h][i] * a + o_other * c;
+      }
+      st.m[h] = m;
     }
-    st.m[h] = m;
-  }
   }
   // Warps through shared memory: [warp][group][128 outputs, m, l].
   consumers_sync();  // the previous item's readers are done with `shared`
@@ -173,8 +175,8 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
 // The last CTA of (b, kv_head) merges the splits' states into attn_out (bf16).
 __device__ __forceinline__ void attention_merge(const DecodeParams& p, int b, int kv_head) {
   const int splits = p.attention_splits;
-  const float* in = p.attn_partials +
-                    static_cast<long long>((b * p.kv_heads + kv_head) * splits) * kGroup * (kHeadDim + 1);
+  const float* in = p.attn_partials + static_cast<long long>((b * p.kv_heads + kv_head) * splits) *
+                                          kGroup * (kHeadDim + 1);
   for (int i = threadIdx.x; i < kGroup * kHeadDim; i += kConsumerWarps * 32) {
     const int h = i / kHeadDim, d = i % kHeadDim;
     float m = kNegInf;
@@ -189,8 +191,8 @@ __device__ __forceinline__ void attention_merge(const DecodeParams& p, int b, in
         o += __ldcg(row + d) * scale;
       }
     }
-    p.attn_out[static_cast<long long>(b) * p.heads * kHeadDim + (kv_head * kGroup + h) * kHeadDim + d] =
-        float_to_bf16(l > 0.f ? o / l : 0.f);
+    p.attn_out[static_cast<long long>(b) * p.heads * kHeadDim + (kv_head * kGroup + h) * kHeadDim +
+               d] = float_to_bf16(l > 0.f ? o / l : 0.f);
   }
 }
 
@@ -207,7 +209,8 @@ __device__ __forceinline__ void attention_stage(const DecodeParams& p, int layer
     __threadfence();
     consumers_sync();
     if (threadIdx.x == 0) {
-      last_arrival = atomicAdd(arrivals + head_index, 1u) == static_cast<unsigned>(p.attention_splits - 1);
+      last_arrival =
+          atomicAdd(arrivals + head_index, 1u) == static_cast<unsigned>(p.attention_splits - 1);
       __threadfence();
     }
     consumers_sync();

@@ -38,8 +38,8 @@ struct BlockRows {
   const unsigned short* first;
   long long pair_step, odd_offset;
 };
-__device__ __forceinline__ BlockRows block_rows(const DecodeParams& p, int op, int layer,
-                                                int block, int half) {
+__device__ __forceinline__ BlockRows block_rows(const DecodeParams& p, int op, int layer, int block,
+                                                int half) {
   const long long cols = op_cols(p, op);
   BlockRows r{nullptr, 2 * cols, cols};
   if (op == kOpLmHead) {
@@ -60,16 +60,17 @@ __device__ __forceinline__ BlockRows block_rows(const DecodeParams& p, int op, i
     }
     return BlockRows{matrix + row * cols, cols, (kHeadDim / 2) * cols};
   }
-  const unsigned short* matrix =
-      op == kOpO ? w.wo : op == kOpDown ? w.w_down : half == 0 ? w.w_gate : w.w_up;
+  const unsigned short* matrix = op == kOpO      ? w.wo
+                                 : op == kOpDown ? w.w_down
+                                 : half == 0     ? w.w_gate
+                                                 : w.w_up;
   r.first = matrix + block * kBlockRows * cols;
   return r;
 }
 
 // The producer (one lane): every chunk of this CTA's blocks of `op`, in the consumers' order.
 __device__ __forceinline__ void produce_op(const DecodeParams& p, const Ring& ring, int op,
-                                           int layer, unsigned& it,
-                                           unsigned long long policy) {
+                                           int layer, unsigned& it, unsigned long long policy) {
   const int cols = op_cols(p, op), chunk = op_chunk_cols(cols), chunks = op_chunks(cols);
   const unsigned row_stride = static_cast<unsigned>(chunk * 2 + kRowPadBytes);
   int begin, end;
@@ -166,8 +167,8 @@ __device__ __forceinline__ void chunk_product(const Ring& ring, unsigned row_str
 // One block's products in the consumers. Returns lane (g, t)'s sums for rows 2t, 2t + 1 of
 // request g (d[0], d[1]).
 template <class LoadA>
-__device__ __forceinline__ void block_product(const Ring& ring, Activations<LoadA>& x,
-                                              unsigned& it, float (&d)[4]) {
+__device__ __forceinline__ void block_product(const Ring& ring, Activations<LoadA>& x, unsigned& it,
+                                              float (&d)[4]) {
   const int chunk = op_chunk_cols(x.cols), chunks = op_chunks(x.cols);
   const unsigned row_stride = static_cast<unsigned>(chunk * 2 + kRowPadBytes);
   float acc[4][4] = {};
@@ -185,7 +186,8 @@ __device__ __forceinline__ void block_product(const Ring& ring, Activations<Load
 // The 8 warps' partial sums of a block, added in warp order: consumer thread i < 64 gets the
 // dot product of request i / 8 with block row i % 8 (0 elsewhere). `reduce` holds two buffers of
 // [8 warps][8 requests][8 rows] floats, alternated by block so one barrier suffices.
-__device__ __forceinline__ float reduce_block(float* reduce, unsigned& parity, const float (&d)[4]) {
+__device__ __forceinline__ float reduce_block(float* reduce, unsigned& parity,
+                                              const float (&d)[4]) {
   float* buffer = reduce + (parity & 1) * (kConsumerWarps * kMaxBatch * kBlockRows);
   ++parity;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;

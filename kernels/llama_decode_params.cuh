@@ -33,11 +33,11 @@
 
 namespace flare::llama {
 
-constexpr int kBlockRows = 8;         // rows of a weight block (mma n)
-constexpr int kMaxBatch = 8;          // requests per step (mma m, rows 8-15 unused)
-constexpr int kChunkCols = 1024;      // columns of a chunk at most (bf16: 2 KiB a row)
-constexpr int kRowPadBytes = 64;      // shared row stride = chunk bytes + 64: rows g and g + 1
-                                      // start half a 128-byte line apart (conflict-free reads)
+constexpr int kBlockRows = 8;     // rows of a weight block (mma n)
+constexpr int kMaxBatch = 8;      // requests per step (mma m, rows 8-15 unused)
+constexpr int kChunkCols = 1024;  // columns of a chunk at most (bf16: 2 KiB a row)
+constexpr int kRowPadBytes = 64;  // shared row stride = chunk bytes + 64: rows g and g + 1
+                                  // start half a 128-byte line apart (conflict-free reads)
 constexpr int kConsumerWarps = 8;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
 
@@ -51,7 +51,11 @@ enum Counter : int {
   kCounterLayerBase = 1,
 };
 enum LayerStage : int {
-  kStageQkv = 0, kStageAttention = 1, kStageO = 2, kStageGateUp = 3, kStageDown = 4,
+  kStageQkv = 0,
+  kStageAttention = 1,
+  kStageO = 2,
+  kStageGateUp = 3,
+  kStageDown = 4,
   kStagesPerLayer = 5,
 };
 
@@ -72,13 +76,13 @@ struct LayerWeights {
 
 struct DecodeParams {
   // model
-  const LayerWeights* layers;  // [num_layers], device memory
+  const LayerWeights* layers;        // [num_layers], device memory
   const unsigned short* embed;       // [vocab, hidden]
   const unsigned short* final_norm;  // [hidden]
   const unsigned short* lm_head;     // [vocab, hidden] (the embedding when tied)
   const float* rope_inv_freq;        // [head_dim / 2], Llama-3.1 scaling applied on the host
   int num_layers;
-  int head_dim;                      // 64 or 128 (FLARE_LLAMA_HEAD_DIM)
+  int head_dim;  // 64 or 128 (FLARE_LLAMA_HEAD_DIM)
   int hidden;
   int intermediate;
   int heads;
@@ -88,56 +92,66 @@ struct DecodeParams {
   float sm_scale_log2;  // softmax scale * log2(e)
 
   // the step
-  int batch;                   // 1..kMaxBatch
-  const int32_t* tokens;       // [batch] input token ids
-  const int32_t* positions;    // [batch] position of the input token = KV length before it
-  const int32_t* kv_indptr;    // [batch + 1] into kv_indices
-  const int32_t* kv_indices;   // page ids; request b's pages cover positions[b] + 1 tokens
+  int batch;                  // 1..kMaxBatch
+  const int32_t* tokens;      // [batch] input token ids
+  const int32_t* positions;   // [batch] position of the input token = KV length before it
+  const int32_t* kv_indptr;   // [batch + 1] into kv_indices
+  const int32_t* kv_indices;  // page ids; request b's pages cover positions[b] + 1 tokens
   int num_kv_indices;
   int num_pages;
   int page_size;
-  int attention_splits;        // KV chunks per (request, KV head)
+  int attention_splits;  // KV chunks per (request, KV head)
 
   // outputs
-  float* logits;               // [batch, vocab] float32
-  int32_t* next_tokens;        // [batch] greedy argmax of the logits (lowest id on ties)
+  float* logits;         // [batch, vocab] float32
+  int32_t* next_tokens;  // [batch] greedy argmax of the logits (lowest id on ties)
 
   // scratch (LlamaDecoder owns it)
-  float* x;                    // [kMaxBatch, hidden] residual stream, float32
-  float* norm_partials;        // [(2 * num_layers + 1), gridDim.x, kMaxBatch] sums of squares
-  float* q;                    // [kMaxBatch, heads, head_dim] roped queries
-  float* attn_partials;        // [batch * kv_heads * splits, group, head_dim + 1]: o, lse
-  unsigned short* attn_out;    // [kMaxBatch, heads * head_dim] bf16
-  unsigned short* mlp_act;     // [kMaxBatch, intermediate] bf16: SiLU(gate) * up
-  unsigned short* xg;          // [kMaxBatch, hidden] bf16(gamma * x): the next RMSNorm's input
-                               // before its per-request scale (written with x)
-  float* argmax_partials;      // [gridDim.x, kMaxBatch, 2]: best logit, its id (as float bits)
-  unsigned* counters;          // stage counters, then attention arrivals, then the LM-head one
-  int32_t* error;              // set (never cleared by the kernel) on an invalid index: 1 token
-                               // id, 2 a page table that does not cover the position
+  float* x;                  // [kMaxBatch, hidden] residual stream, float32
+  float* norm_partials;      // [(2 * num_layers + 1), gridDim.x, kMaxBatch] sums of squares
+  float* q;                  // [kMaxBatch, heads, head_dim] roped queries
+  float* attn_partials;      // [batch * kv_heads * splits, group, head_dim + 1]: o, lse
+  unsigned short* attn_out;  // [kMaxBatch, heads * head_dim] bf16
+  unsigned short* mlp_act;   // [kMaxBatch, intermediate] bf16: SiLU(gate) * up
+  unsigned short* xg;        // [kMaxBatch, hidden] bf16(gamma * x): the next RMSNorm's input
+                             // before its per-request scale (written with x)
+  float* argmax_partials;    // [gridDim.x, kMaxBatch, 2]: best logit, its id (as float bits)
+  unsigned* counters;        // stage counters, then attention arrivals, then the LM-head one
+  int32_t* error;            // set (never cleared by the kernel) on an invalid index: 1 token
+                             // id, 2 a page table that does not cover the position
   // Profiling (null normally): [gridDim.x][trace_events(num_layers)] globaltimer ns of each
   // CTA's stage boundaries: kernel start, embedding signalled, per layer (wait done, signalled)
   // for QKV, attention, O, gate/up, down; the LM head's wait done, the end.
   long long* trace;
 };
 
-FLARE_LLAMA_HD inline int trace_events(int num_layers) { return 4 + 2 * kStagesPerLayer * num_layers; }
+FLARE_LLAMA_HD inline int trace_events(int num_layers) {
+  return 4 + 2 * kStagesPerLayer * num_layers;
+}
 
 // Blocks and columns of each operator.
 FLARE_LLAMA_HD inline int op_rows(const DecodeParams& p, int op) {
   switch (op) {
-    case kOpQkv: return (p.heads + 2 * p.kv_heads) * p.head_dim;
-    case kOpO: return p.hidden;
-    case kOpGateUp: return p.intermediate;  // a block is 8 gate rows, then the same 8 up rows
-    case kOpDown: return p.hidden;
-    default: return p.vocab;
+    case kOpQkv:
+      return (p.heads + 2 * p.kv_heads) * p.head_dim;
+    case kOpO:
+      return p.hidden;
+    case kOpGateUp:
+      return p.intermediate;  // a block is 8 gate rows, then the same 8 up rows
+    case kOpDown:
+      return p.hidden;
+    default:
+      return p.vocab;
   }
 }
 FLARE_LLAMA_HD inline int op_cols(const DecodeParams& p, int op) {
   switch (op) {
-    case kOpO: return p.heads * p.head_dim;
-    case kOpDown: return p.intermediate;
-    default: return p.hidden;
+    case kOpO:
+      return p.heads * p.head_dim;
+    case kOpDown:
+      return p.intermediate;
+    default:
+      return p.hidden;
   }
 }
 FLARE_LLAMA_HD inline int op_blocks(const DecodeParams& p, int op) {
@@ -151,15 +165,15 @@ FLARE_LLAMA_HD inline int op_chunk_cols(int cols) {
 }
 
 // The contiguous range [begin, end) of `count` items that part `part` of `parts` owns.
-FLARE_LLAMA_HD inline void partition_range(int count, int parts, int part, int& begin,
-                                                int& end) {
+FLARE_LLAMA_HD inline void partition_range(int count, int parts, int part, int& begin, int& end) {
   const int base = count / parts, extra = count % parts;
   begin = part * base + (part < extra ? part : extra);
   end = begin + base + (part < extra ? 1 : 0);
 }
 
 // Row n (0..7) of QKV block `block`: a block holds 4 RoPE pairs of one head, row d and row
-// d + head_dim / 2 for d = 4 (block % (head_dim / 8)) + n / 2, so the epilogue rotates a pair in one place.
+// d + head_dim / 2 for d = 4 (block % (head_dim / 8)) + n / 2, so the epilogue rotates a pair in
+// one place.
 FLARE_LLAMA_HD inline int qkv_block_row(int block, int n, int head_dim) {
   const int head = block / (head_dim / kBlockRows);
   const int d = (block % (head_dim / kBlockRows)) * 4 + n / 2;
@@ -170,9 +184,7 @@ FLARE_LLAMA_HD inline int qkv_block_row(int block, int n, int head_dim) {
 // attention stage and, in the other stages, the stage's activations (act_rows > 0: [act_rows]
 // rows of act_cols bf16, padded like the weight rows; act_rows 0: products read them from L2);
 // the consumers' reduction area; the barriers.
-FLARE_LLAMA_HD inline int stage_bytes() {
-  return kBlockRows * (kChunkCols * 2 + kRowPadBytes);
-}
+FLARE_LLAMA_HD inline int stage_bytes() { return kBlockRows * (kChunkCols * 2 + kRowPadBytes); }
 FLARE_LLAMA_HD inline int attention_shared_bytes(int group, int head_dim) {
   return kConsumerWarps * group * (head_dim + 2) * 4;
 }
@@ -184,7 +196,8 @@ FLARE_LLAMA_HD inline int activation_shared_bytes(int act_rows, int act_cols) {
   return act_rows * (act_cols * 2 + kRowPadBytes);
 }
 FLARE_LLAMA_HD inline int union_shared_bytes(int group, int head_dim, int act_rows, int act_cols) {
-  const int a = attention_shared_bytes(group, head_dim), b = activation_shared_bytes(act_rows, act_cols);
+  const int a = attention_shared_bytes(group, head_dim),
+            b = activation_shared_bytes(act_rows, act_cols);
   return a > b ? a : b;
 }
 FLARE_LLAMA_HD inline int shared_bytes(int stages, int group, int head_dim, int act_rows,

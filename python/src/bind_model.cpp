@@ -106,8 +106,8 @@ void construct(model::LlamaDecoder* self, const nb::dict& config, const nb::list
   const LlamaConfig c = config_of(config);
   model::validate(c);
   const size_t expected = 3 + 9 * static_cast<size_t>(c.num_layers);
-  FLARE_CHECK(nb::len(weights) == expected, ErrorCode::kInvalidArgument,
-              "LlamaDecoder: ", expected, " weight tensors expected, got ", nb::len(weights));
+  FLARE_CHECK(nb::len(weights) == expected, ErrorCode::kInvalidArgument, "LlamaDecoder: ", expected,
+              " weight tensors expected, got ", nb::len(weights));
   model::LlamaWeights w;
   w.embed_tokens = object_view(weights[0], "embed_tokens");
   w.norm = object_view(weights[1], "norm");
@@ -115,15 +115,17 @@ void construct(model::LlamaDecoder* self, const nb::dict& config, const nb::list
   for (int l = 0; l < c.num_layers; ++l) {
     const size_t at = 3 + 9 * static_cast<size_t>(l);
     model::LlamaLayerTensors t;
-    TensorView* fields[] = {&t.q_proj,  &t.k_proj,    &t.v_proj,
-                            &t.o_proj,  &t.gate_proj, &t.up_proj,
+    TensorView* fields[] = {&t.q_proj,    &t.k_proj,          &t.v_proj,
+                            &t.o_proj,    &t.gate_proj,       &t.up_proj,
                             &t.down_proj, &t.input_layernorm, &t.post_attention_layernorm};
     for (size_t i = 0; i < 9; ++i) *fields[i] = object_view(weights[at + i], "layer weight");
     w.layers.push_back(t);
   }
   model::LlamaKvCache cache;
-  for (size_t l = 0; l < nb::len(k_caches); ++l) cache.k.push_back(object_view(k_caches[l], "k_cache"));
-  for (size_t l = 0; l < nb::len(v_caches); ++l) cache.v.push_back(object_view(v_caches[l], "v_cache"));
+  for (size_t l = 0; l < nb::len(k_caches); ++l)
+    cache.k.push_back(object_view(k_caches[l], "k_cache"));
+  for (size_t l = 0; l < nb::len(v_caches); ++l)
+    cache.v.push_back(object_view(v_caches[l], "v_cache"));
   nb::gil_scoped_release release;  // compiling the kernel can take seconds
   new (self) model::LlamaDecoder(c, std::move(w), std::move(cache));
 }
@@ -131,16 +133,22 @@ void construct(model::LlamaDecoder* self, const nb::dict& config, const nb::list
 }  // namespace
 
 void bind_model(nb::module_& m) {
-  m.def("llama_preset", [](const std::string& name) { return config_dict(model::llama_preset(name)); },
-        nb::arg("name"), "A named Llama shape as a dict (flare/model/llama_config.h).");
+  m.def(
+      "llama_preset",
+      [](const std::string& name) { return config_dict(model::llama_preset(name)); },
+      nb::arg("name"), "A named Llama shape as a dict (flare/model/llama_config.h).");
   m.def("llama_preset_names", &model::llama_preset_names);
-  m.def("llama_validate", [](const nb::dict& d) { model::validate(config_of(d)); }, nb::arg("config"));
-  m.def("llama_rope_inv_freq", [](const nb::dict& d) { return model::rope_inv_freq(config_of(d)); },
-        nb::arg("config"), "inv_freq [head_dim / 2] with Llama 3's scaling (float32 values).");
+  m.def(
+      "llama_validate", [](const nb::dict& d) { model::validate(config_of(d)); },
+      nb::arg("config"));
+  m.def(
+      "llama_rope_inv_freq", [](const nb::dict& d) { return model::rope_inv_freq(config_of(d)); },
+      nb::arg("config"), "inv_freq [head_dim / 2] with Llama 3's scaling (float32 values).");
   m.def(
       "llama_decode_schedule",
       [](const nb::dict& d, int batch, int num_ctas, int max_shared_bytes) {
-        return schedule_dict(model::build_decode_schedule(config_of(d), batch, num_ctas, max_shared_bytes));
+        return schedule_dict(
+            model::build_decode_schedule(config_of(d), batch, num_ctas, max_shared_bytes));
       },
       nb::arg("config"), nb::arg("batch"), nb::arg("num_ctas"), nb::arg("max_shared_bytes"));
   nb::class_<model::LlamaDecoder>(m, "LlamaDecoder", "flare::model::LlamaDecoder (internal).")
@@ -163,11 +171,14 @@ void bind_model(nb::module_& m) {
           [](model::LlamaDecoder& d, nb::handle trace) {
             d.set_trace(trace.is_none() ? TensorView{} : object_view(trace, "trace"));
           },
-          nb::arg("trace").none(), "Profiling: int64 [num_ctas, trace_events] CUDA tensor, or None.")
+          nb::arg("trace").none(),
+          "Profiling: int64 [num_ctas, trace_events] CUDA tensor, or None.")
       .def_prop_ro("trace_events", &model::LlamaDecoder::trace_events)
       .def_prop_ro("num_ctas", &model::LlamaDecoder::num_ctas)
-      .def("schedule", [](const model::LlamaDecoder& d, int batch) { return schedule_dict(d.schedule(batch)); },
-           nb::arg("batch"))
+      .def(
+          "schedule",
+          [](const model::LlamaDecoder& d, int batch) { return schedule_dict(d.schedule(batch)); },
+          nb::arg("batch"))
       .def_prop_ro("device", &model::LlamaDecoder::device);
 }
 

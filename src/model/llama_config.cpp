@@ -45,15 +45,15 @@ const std::vector<LlamaConfig>& presets() {
 
 int64_t LlamaConfig::parameter_count() const {
   const int64_t h = hidden, d = head_dim;
-  const int64_t per_layer = h * (heads + 2 * kv_heads) * d + heads * d * h +
-                            3 * h * intermediate + 2 * h;
+  const int64_t per_layer =
+      h * (heads + 2 * kv_heads) * d + heads * d * h + 3 * h * intermediate + 2 * h;
   return num_layers * per_layer + int64_t{vocab} * h * (tie_embeddings ? 1 : 2) + h;
 }
 
 int64_t LlamaConfig::step_weight_bytes(int batch) const {
   const int64_t h = hidden, d = head_dim;
-  const int64_t per_layer = h * (heads + 2 * kv_heads) * d + heads * d * h +
-                            3 * h * intermediate + 2 * h;
+  const int64_t per_layer =
+      h * (heads + 2 * kv_heads) * d + heads * d * h + 3 * h * intermediate + 2 * h;
   return 2 * (num_layers * per_layer + int64_t{vocab} * h + h + int64_t{batch} * h);
 }
 
@@ -63,8 +63,8 @@ LlamaConfig llama_preset(const std::string& name) {
   }
   std::string names;
   for (const LlamaConfig& c : presets()) names += (names.empty() ? "" : ", ") + c.name;
-  fail(ErrorCode::kInvalidArgument, "llama_preset: unknown model '", name,
-              "'; the presets are ", names);
+  fail(ErrorCode::kInvalidArgument, "llama_preset: unknown model '", name, "'; the presets are ",
+       names);
 }
 
 std::vector<std::string> llama_preset_names() {
@@ -86,10 +86,11 @@ void validate(const LlamaConfig& c) {
   positive(c.vocab, "vocab");
   FLARE_CHECK(c.head_dim == 64 || c.head_dim == 128, ErrorCode::kInvalidArgument, "LlamaConfig '",
               c.name, "': head_dim must be 64 or 128, got ", c.head_dim);
-  FLARE_CHECK(c.heads % c.kv_heads == 0 && c.heads / c.kv_heads <= 8,
-              ErrorCode::kInvalidArgument, "LlamaConfig '", c.name,
-              "': heads must be a multiple of kv_heads with at most 8 query heads per KV head, got ",
-              c.heads, " heads and ", c.kv_heads, " kv_heads");
+  FLARE_CHECK(
+      c.heads % c.kv_heads == 0 && c.heads / c.kv_heads <= 8, ErrorCode::kInvalidArgument,
+      "LlamaConfig '", c.name,
+      "': heads must be a multiple of kv_heads with at most 8 query heads per KV head, got ",
+      c.heads, " heads and ", c.kv_heads, " kv_heads");
   const auto multiple_of_64 = [&](int64_t v, const char* field) {
     FLARE_CHECK(v % 64 == 0, ErrorCode::kInvalidArgument, "LlamaConfig '", c.name, "': ", field,
                 " must be a multiple of 64 (weight rows are copied in 128-byte units), got ", v);
@@ -109,8 +110,9 @@ void validate(const LlamaConfig& c) {
                     s.original_max_position > 0,
                 ErrorCode::kInvalidArgument, "LlamaConfig '", c.name,
                 "': rope_scaling needs factor >= 1, high_freq_factor > low_freq_factor > 0 and "
-                "original_max_position > 0, got ", s.factor, ", ", s.high_freq_factor, ", ",
-                s.low_freq_factor, ", ", s.original_max_position);
+                "original_max_position > 0, got ",
+                s.factor, ", ", s.high_freq_factor, ", ", s.low_freq_factor, ", ",
+                s.original_max_position);
   }
 }
 
@@ -154,7 +156,8 @@ DecodeSchedule build_decode_schedule(const LlamaConfig& config, int batch, int n
 
   DecodeSchedule s;
   s.num_ctas = num_ctas;
-  s.activation_cols = std::max({config.hidden, config.heads * config.head_dim, config.intermediate});
+  s.activation_cols =
+      std::max({config.hidden, config.heads * config.head_dim, config.intermediate});
   s.activation_rows = 1;
   while (s.activation_rows < batch) s.activation_rows *= 2;
   // Fewer than 4 stages would starve the stream: then the activations stay in L2.
@@ -174,9 +177,8 @@ DecodeSchedule build_decode_schedule(const LlamaConfig& config, int batch, int n
       break;
     }
   }
-  FLARE_CHECK(s.stages >= 2, ErrorCode::kUnsupported,
-              "LlamaDecoder: the weight pipeline needs ", bytes(2),
-              " bytes of shared memory a block (2 stages of ", llama::stage_bytes(),
+  FLARE_CHECK(s.stages >= 2, ErrorCode::kUnsupported, "LlamaDecoder: the weight pipeline needs ",
+              bytes(2), " bytes of shared memory a block (2 stages of ", llama::stage_bytes(),
               "), the device allows ", max_shared_bytes);
   s.shared_bytes = bytes(s.stages);
   s.attention_splits = std::max(1, num_ctas / (batch * config.kv_heads));

@@ -19,14 +19,15 @@ constexpr int kSharedMargin = 1024;  // the kernel's static shared memory (two f
 void check_tensor(const TensorView& t, const std::string& name, DType dtype,
                   std::vector<int64_t> shape, const Device& device) {
   bool ok = t.ndim == static_cast<int>(shape.size()) && t.dtype == dtype && t.device == device &&
-            t.is_contiguous() && t.data != nullptr &&
-            reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+            t.is_contiguous() && t.data != nullptr && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
   for (size_t i = 0; ok && i < shape.size(); ++i) ok = t.shape[i] == shape[i];
   std::string expected = "[";
   for (size_t i = 0; i < shape.size(); ++i) expected += (i ? ", " : "") + std::to_string(shape[i]);
   expected += "]";
-  FLARE_CHECK(ok, ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous, 16-byte "
-              "aligned ", dtype_name(dtype), " ", expected, " tensor on ", device.str(), ", got ",
+  FLARE_CHECK(ok, ErrorCode::kInvalidArgument, kWhat, ": ", name,
+              " must be a contiguous, 16-byte "
+              "aligned ",
+              dtype_name(dtype), " ", expected, " tensor on ", device.str(), ", got ",
               dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str(),
               t.is_contiguous() ? "" : " (not contiguous)");
 }
@@ -61,8 +62,8 @@ jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config,
                   {"FLARE_LLAMA_ACT_ROWS", std::to_string(schedule.activation_rows)},
                   {"FLARE_LLAMA_ACT_COLS", std::to_string(schedule.activation_cols)}};
   spec.label = "llama decode d=" + std::to_string(config.head_dim) + " g=" + std::to_string(group) +
-               " stages=" + std::to_string(schedule.stages) + " act=" +
-               std::to_string(schedule.activation_rows) + "x" +
+               " stages=" + std::to_string(schedule.stages) +
+               " act=" + std::to_string(schedule.activation_rows) + "x" +
                std::to_string(schedule.activation_cols);
   return spec;
 }
@@ -74,9 +75,10 @@ std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs() {
   // needs the 4-bit weights to fit one GPU).
   for (const char* name : {"llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"}) {
     const LlamaConfig c = llama_preset(name);
-    for (int batch : name == std::string("llama-3.1-8b") ? std::vector<int>{1, 2, 4, 8}
-                                                         : std::vector<int>{1}) {
-      const DecodeSchedule s = build_decode_schedule(c, batch, 132, kH100SharedOptin - kSharedMargin);
+    for (int batch :
+         name == std::string("llama-3.1-8b") ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1}) {
+      const DecodeSchedule s =
+          build_decode_schedule(c, batch, 132, kH100SharedOptin - kSharedMargin);
       specs.push_back(llama_decode_kernel_spec(c, s));
     }
   }
@@ -84,8 +86,8 @@ std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs() {
 }
 
 struct LlamaDecoder::Scratch {
-  cuda::DeviceBuffer layers, inv_freq, x, norm_partials, q, attn_partials, attn_out, mlp_act,
-      xg, argmax_partials, counters, error;
+  cuda::DeviceBuffer layers, inv_freq, x, norm_partials, q, attn_partials, attn_out, mlp_act, xg,
+      argmax_partials, counters, error;
   int counter_count = 0;
 };
 
@@ -102,8 +104,8 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
   check_tensor(weights_.embed_tokens, "embed_tokens", DType::kBF16, {c.vocab, h}, device);
   check_tensor(weights_.norm, "norm", DType::kBF16, {h}, device);
   check_tensor(weights_.lm_head, "lm_head", DType::kBF16, {c.vocab, h}, device);
-  FLARE_CHECK(static_cast<int>(weights_.layers.size()) == c.num_layers,
-              ErrorCode::kInvalidArgument, kWhat, ": ", c.num_layers, " layers of weights expected, got ",
+  FLARE_CHECK(static_cast<int>(weights_.layers.size()) == c.num_layers, ErrorCode::kInvalidArgument,
+              kWhat, ": ", c.num_layers, " layers of weights expected, got ",
               weights_.layers.size());
   FLARE_CHECK(static_cast<int>(cache_.k.size()) == c.num_layers &&
                   static_cast<int>(cache_.v.size()) == c.num_layers,
@@ -125,9 +127,11 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
     check_tensor(t.k_proj, at + "self_attn.k_proj.weight", DType::kBF16, {kvd, h}, device);
     check_tensor(t.v_proj, at + "self_attn.v_proj.weight", DType::kBF16, {kvd, h}, device);
     check_tensor(t.o_proj, at + "self_attn.o_proj.weight", DType::kBF16, {h, qd}, device);
-    check_tensor(t.gate_proj, at + "mlp.gate_proj.weight", DType::kBF16, {c.intermediate, h}, device);
+    check_tensor(t.gate_proj, at + "mlp.gate_proj.weight", DType::kBF16, {c.intermediate, h},
+                 device);
     check_tensor(t.up_proj, at + "mlp.up_proj.weight", DType::kBF16, {c.intermediate, h}, device);
-    check_tensor(t.down_proj, at + "mlp.down_proj.weight", DType::kBF16, {h, c.intermediate}, device);
+    check_tensor(t.down_proj, at + "mlp.down_proj.weight", DType::kBF16, {h, c.intermediate},
+                 device);
     check_tensor(t.input_layernorm, at + "input_layernorm.weight", DType::kBF16, {h}, device);
     check_tensor(t.post_attention_layernorm, at + "post_attention_layernorm.weight", DType::kBF16,
                  {h}, device);
@@ -170,11 +174,13 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
   s.inv_freq = cuda::DeviceBuffer(floats(static_cast<int64_t>(inv_freq.size())));
   cuda::memcpy_htod(s.inv_freq.data(), inv_freq.data(), s.inv_freq.bytes());
   s.x = cuda::DeviceBuffer(floats(llama::kMaxBatch * h));
-  s.norm_partials = cuda::DeviceBuffer(floats((2 * int64_t{c.num_layers} + 1) * num_ctas_ * llama::kMaxBatch));
+  s.norm_partials =
+      cuda::DeviceBuffer(floats((2 * int64_t{c.num_layers} + 1) * num_ctas_ * llama::kMaxBatch));
   s.q = cuda::DeviceBuffer(floats(llama::kMaxBatch * qd));
   s.attn_partials = cuda::DeviceBuffer(floats(max_items * group * (c.head_dim + 1)));
   s.attn_out = cuda::DeviceBuffer(static_cast<size_t>(llama::kMaxBatch * qd) * 2);
-  s.mlp_act = cuda::DeviceBuffer(static_cast<size_t>(int64_t{llama::kMaxBatch} * c.intermediate) * 2);
+  s.mlp_act =
+      cuda::DeviceBuffer(static_cast<size_t>(int64_t{llama::kMaxBatch} * c.intermediate) * 2);
   s.xg = cuda::DeviceBuffer(static_cast<size_t>(llama::kMaxBatch * h) * 2);
   s.argmax_partials = cuda::DeviceBuffer(floats(int64_t{num_ctas_} * llama::kMaxBatch * 2));
   s.counter_count = llama::counter_count(c.num_layers, c.kv_heads);
@@ -213,8 +219,9 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
                         cuda::Stream stream) {
   const Device device = Device::cuda(device_);
   FLARE_CHECK(tokens.ndim == 1 && tokens.shape[0] >= 1 && tokens.shape[0] <= llama::kMaxBatch,
-              ErrorCode::kInvalidArgument, kWhat, ".step: tokens must be [batch] with batch in [1, ",
-              llama::kMaxBatch, "], got ", tokens.shape_str());
+              ErrorCode::kInvalidArgument, kWhat,
+              ".step: tokens must be [batch] with batch in [1, ", llama::kMaxBatch, "], got ",
+              tokens.shape_str());
   const int batch = static_cast<int>(tokens.shape[0]);
   check_step_array(tokens, "tokens", batch, device);
   check_step_array(positions, "positions", batch, device);
@@ -244,7 +251,8 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
   p.kv_heads = config_.kv_heads;
   p.vocab = config_.vocab;
   p.rms_eps = static_cast<float>(config_.rms_eps);
-  p.sm_scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)) * M_LOG2E);
+  p.sm_scale_log2 =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)) * M_LOG2E);
   p.batch = batch;
   p.tokens = tokens.ptr<const int32_t>();
   p.positions = positions.ptr<const int32_t>();

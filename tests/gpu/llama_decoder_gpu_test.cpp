@@ -112,9 +112,7 @@ StepOutputs run_step(LlamaDecoder& decoder, const std::vector<int32_t>& tokens,
   return out;
 }
 
-bool sm90() {
-  return cuda::available() && cuda::device_properties(0).cc_major >= 9;
-}
+bool sm90() { return cuda::available() && cuda::device_properties(0).cc_major >= 9; }
 
 std::vector<float> download(const TensorView& t) {
   std::vector<float> out(static_cast<size_t>(t.numel() / 2));

@@ -3,6 +3,8 @@
 // Llama-3 formula, the partition of every operator's blocks over the CTAs, the QKV row order,
 // the shared-memory budget, the kernel's compile for sm_90a (no spills, no local memory), and
 // the decoder's refusal of CPU tensors.
+#include "flare/model/llama_config.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "flare/model/llama_config.h"
 #include "flare/model/llama_decoder.h"
 #include "jit/jit_test_support.h"
 #include "kernels/llama_decode_params.cuh"
@@ -31,20 +32,23 @@ TEST(LlamaPreset, ShapesOfTheNamedModels) {
   EXPECT_EQ(c8.intermediate, 14336);
   EXPECT_EQ(c8.heads / c8.kv_heads, 4);
   EXPECT_NEAR(static_cast<double>(c8.parameter_count()), 8.03e9, 0.01e9);
-  EXPECT_NEAR(static_cast<double>(llama_preset("llama-3.1-70b").parameter_count()), 70.55e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(llama_preset("llama-3.1-70b").parameter_count()), 70.55e9,
+              0.05e9);
   EXPECT_NEAR(static_cast<double>(llama_preset("llama-3.2-1b").parameter_count()), 1.236e9, 0.01e9);
   EXPECT_NEAR(static_cast<double>(llama_preset("llama-3.2-3b").parameter_count()), 3.213e9, 0.01e9);
   EXPECT_EQ(llama_preset("llama-3.2-1b").head_dim, 64);
   EXPECT_TRUE(llama_preset("llama-3.2-3b").tie_embeddings);
   EXPECT_FLARE_ERROR(llama_preset("llama-2-7b"), ErrorCode::kInvalidArgument,
                      "unknown model 'llama-2-7b'; the presets are llama-3.1-8b");
-  for (const std::string& name : llama_preset_names()) EXPECT_NO_THROW(validate(llama_preset(name)));
+  for (const std::string& name : llama_preset_names())
+    EXPECT_NO_THROW(validate(llama_preset(name)));
 }
 
 TEST(LlamaConfigValidate, NamesTheField) {
   LlamaConfig c = llama_preset("llama-3.1-8b");
   c.head_dim = 96;
-  EXPECT_FLARE_ERROR(validate(c), ErrorCode::kInvalidArgument, "head_dim must be 64 or 128, got 96");
+  EXPECT_FLARE_ERROR(validate(c), ErrorCode::kInvalidArgument,
+                     "head_dim must be 64 or 128, got 96");
   c = llama_preset("llama-3.1-8b");
   c.kv_heads = 3;
   EXPECT_FLARE_ERROR(validate(c), ErrorCode::kInvalidArgument, "got 32 heads and 3 kv_heads");
@@ -54,7 +58,8 @@ TEST(LlamaConfigValidate, NamesTheField) {
                      "intermediate must be a multiple of 64");
   c = llama_preset("llama-3.1-8b");
   c.num_layers = 0;
-  EXPECT_FLARE_ERROR(validate(c), ErrorCode::kInvalidArgument, "num_layers must be positive, got 0");
+  EXPECT_FLARE_ERROR(validate(c), ErrorCode::kInvalidArgument,
+                     "num_layers must be positive, got 0");
 }
 
 // Hugging Face's _compute_llama3_parameters, written out independently (float64).
@@ -101,7 +106,8 @@ TEST(QkvBlockRows, EveryRowOnceWithItsRopePartnerInTheNextColumn) {
         ++seen[static_cast<size_t>(partner)];
       }
     }
-    for (int r = 0; r < rows; ++r) EXPECT_EQ(seen[static_cast<size_t>(r)], 1) << head_dim << " " << r;
+    for (int r = 0; r < rows; ++r)
+      EXPECT_EQ(seen[static_cast<size_t>(r)], 1) << head_dim << " " << r;
   }
 }
 
@@ -150,14 +156,17 @@ TEST(DecodeSchedule, EightBOnAnH100) {
   const int64_t per_layer = 768 * 4 + 512 * 4 + 1792 * 2 * 4 + 512 * 14;
   EXPECT_EQ(total, 32 * per_layer + 16032 * 4);
   // The 1B's 8192-column down projection and the 70B's 28672: equal chunks of 1024.
-  const DecodeSchedule s1 = build_decode_schedule(llama_preset("llama-3.2-1b"), 4, 132, kH100Shared);
+  const DecodeSchedule s1 =
+      build_decode_schedule(llama_preset("llama-3.2-1b"), 4, 132, kH100Shared);
   EXPECT_EQ(s1.operators[3].chunks_per_block, 8);
   EXPECT_EQ(s1.operators[3].chunk_cols, 1024);
-  const DecodeSchedule s3 = build_decode_schedule(llama_preset("llama-3.2-3b"), 4, 132, kH100Shared);
+  const DecodeSchedule s3 =
+      build_decode_schedule(llama_preset("llama-3.2-3b"), 4, 132, kH100Shared);
   EXPECT_EQ(s3.operators[0].chunk_cols, 1024);
   EXPECT_EQ(s3.attention_splits, 4);
   // 70B: groups of 8 heads need a larger attention area.
-  const DecodeSchedule s70 = build_decode_schedule(llama_preset("llama-3.1-70b"), 1, 132, kH100Shared);
+  const DecodeSchedule s70 =
+      build_decode_schedule(llama_preset("llama-3.1-70b"), 1, 132, kH100Shared);
   EXPECT_GE(s70.stages, 10);
   EXPECT_FLARE_ERROR(build_decode_schedule(c, 1, 132, 48 * 1024), ErrorCode::kUnsupported,
                      "the device allows 49152");

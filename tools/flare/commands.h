@@ -8,5 +8,6 @@ namespace flare::cli {
 int run_attention(int argc, char** argv);  // attention_command.cpp
 int run_bench(int argc, char** argv);      // bench_command.cpp
 int run_info(int argc, char** argv);       // info_command.cpp
+int run_generate(int argc, char** argv);   // generate_command.cpp
 
 }  // namespace flare::cli

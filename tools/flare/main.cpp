@@ -22,6 +22,8 @@ constexpr Command kCommands[] = {
     {"attention", flare::cli::run_attention,
      "batch attention on tensors from .npy files; writes o.npy and lse.npy"},
     {"bench", flare::cli::run_bench, "benchmark a synthetic serving workload (decode or prefill)"},
+    {"generate", flare::cli::run_generate,
+     "greedy decoding of a Llama preset (random weights) on the whole-model megakernel"},
     {"info", flare::cli::run_info, "version, CUDA devices, JIT cache location, CPU threads"},
     {"plan-latency", run_plan_latency, "time the host planner on serving-sized batches"},
 };

@@ -25,16 +25,16 @@
 namespace flare::model {
 
 struct LlamaLayerTensors {
-  TensorView q_proj, k_proj, v_proj, o_proj;       // [heads*d | kv*d | kv*d, hidden], [hidden, heads*d]
-  TensorView gate_proj, up_proj, down_proj;        // [inter, hidden] x2, [hidden, inter]
+  TensorView q_proj, k_proj, v_proj, o_proj;  // [heads*d | kv*d | kv*d, hidden], [hidden, heads*d]
+  TensorView gate_proj, up_proj, down_proj;   // [inter, hidden] x2, [hidden, inter]
   TensorView input_layernorm, post_attention_layernorm;  // [hidden]
 };
 
 struct LlamaWeights {
   TensorView embed_tokens;  // [vocab, hidden]
   std::vector<LlamaLayerTensors> layers;
-  TensorView norm;          // [hidden]
-  TensorView lm_head;       // [vocab, hidden]; the embedding when the config ties them
+  TensorView norm;     // [hidden]
+  TensorView lm_head;  // [vocab, hidden]; the embedding when the config ties them
 };
 
 struct LlamaKvCache {

@@ -1,0 +1,61 @@
+// `flare generate` (tools/flare/generate_command.cpp): its help, usage errors (exit 2), an
+// unknown model and a machine without a GPU (exit 1, named); on an sm_90 GPU, four greedy
+// tokens of the 1B preset with random weights.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "flare/jit/cuda_driver.h"
+#include "tools/cli_test_support.h"
+
+namespace flare::cli {
+namespace {
+
+using testing::run_cli;
+using testing::ScratchDir;
+
+TEST(GenerateCli, HelpAndUsageErrors) {
+  const ScratchDir scratch;
+  const auto help = run_cli({"generate", "--help"}, scratch);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("--random-weights"), std::string::npos);
+  EXPECT_NE(help.out.find("llama-3.1-8b"), std::string::npos);
+
+  const auto no_source = run_cli({"generate", "--model", "llama-3.2-1b"}, scratch);
+  EXPECT_EQ(no_source.exit_code, 2);
+  EXPECT_NE(no_source.err.find("--random-weights is required"), std::string::npos) << no_source.err;
+
+  const auto batch =
+      run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights", "--batch", "9"}, scratch);
+  EXPECT_EQ(batch.exit_code, 2);
+  EXPECT_NE(batch.err.find("--batch must be at most 8, got 9"), std::string::npos) << batch.err;
+
+  const auto unknown = run_cli({"generate", "--model", "llama-2-7b", "--random-weights"}, scratch);
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("unknown model 'llama-2-7b'; the presets are"), std::string::npos)
+      << unknown.err;
+}
+
+TEST(GenerateCli, WithoutAGpuSaysWhy) {
+  if (cuda::available()) GTEST_SKIP() << "a CUDA device is present";
+  const ScratchDir scratch;
+  const auto r = run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights"}, scratch);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no usable CUDA device"), std::string::npos) << r.err;
+}
+
+TEST(GenerateCliCuda, FourTokensOfTheOneBModel) {
+  if (!cuda::available() || cuda::device_properties(0).cc_major < 9) {
+    GTEST_SKIP() << "needs an sm_90 device";
+  }
+  const ScratchDir scratch;
+  const auto r = run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights", "--prompt-len",
+                          "16", "--new-tokens", "4", "--batch", "2"},
+                         scratch);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("last generated tokens:"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace flare::cli

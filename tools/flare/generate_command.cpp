@@ -1,0 +1,237 @@
+// `flare generate`: greedy decoding of a Llama preset with random weights on the whole-model
+// decode megakernel (issue 22; flare/model/llama_decoder.h), printing tokens/s.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flare/core/error.h"
+#include "flare/jit/cuda_driver.h"
+#include "flare/model/llama_decoder.h"
+#include "tools/flare/args.h"
+#include "tools/flare/commands.h"
+#include "tools/flare/device_tensor.h"
+#include "tools/flare/progress.h"
+
+namespace flare::cli {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: flare generate --model NAME --random-weights [--prompt-len N] [--new-tokens N]\n"
+    "                      [--batch N] [--page-size N] [--seed N] [--device cuda[:N]]\n\n"
+    "Greedy decoding of a Llama model with the whole-model decode megakernel: one persistent\n"
+    "kernel a step (flare::model::LlamaDecoder; needs an sm_90 GPU).\n\n"
+    "  --model NAME       llama-3.1-8b, llama-3.1-70b, llama-3.2-1b or llama-3.2-3b (shapes of\n"
+    "                     Hugging Face's configs; bf16 weights)\n"
+    "  --random-weights   random bf16 weights of the exact shapes (required: checkpoints load\n"
+    "                     through the Python API, flare.models.LlamaDecoder)\n"
+    "  --prompt-len N     tokens already in each request's cache (default 1024; their K/V are\n"
+    "                     random: every cached row is read, the values do not change the time)\n"
+    "  --new-tokens N     tokens generated per request (default 128)\n"
+    "  --batch N          requests, 1 to 8 (default 1)\n"
+    "  --page-size N      KV-cache page size (default 16)\n"
+    "  --seed N           random seed of the weights and the first tokens (default 0)\n"
+    "  --device cuda[:N]  the GPU (default cuda)\n\n"
+    "Prints the tokens/s of all requests together (host loop, one step() call a token), the\n"
+    "time of a step and each request's last generated token. Progress goes to stderr.\n";
+
+// Random bf16 values for the weights: a pool of normal samples (std 0.02; norms near 1) whose
+// slices, at rotating offsets, fill every tensor.
+class RandomPool {
+ public:
+  RandomPool(uint64_t seed, float mean, float stddev) : data_(kValues) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(mean, stddev);
+    for (uint16_t& v : data_) {
+      float f = normal(rng);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      v = static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >>
+                                16);  // round to nearest even
+    }
+  }
+  // Fills `count` bf16 values at `device_ptr` from the pool (synchronous copies).
+  void fill(void* device_ptr, int64_t count) {
+    auto* dst = static_cast<uint16_t*>(device_ptr);
+    for (int64_t done = 0; done < count;) {
+      const int64_t n = std::min<int64_t>(count - done, kValues - offset_);
+      cuda::memcpy_htod(dst + done, data_.data() + offset_, static_cast<size_t>(n) * 2);
+      done += n;
+      offset_ = (offset_ + n + 4099) % (kValues / 2);  // another slice for the next tensor
+    }
+  }
+
+ private:
+  static constexpr int64_t kValues = int64_t{1} << 25;  // 64 MiB of bf16
+  std::vector<uint16_t> data_;
+  int64_t offset_ = 0;
+};
+
+struct DeviceWeights {
+  std::vector<cuda::DeviceBuffer> buffers;
+  model::LlamaWeights weights;
+  model::LlamaKvCache cache;
+};
+
+TensorView bf16_view(cuda::DeviceBuffer& buffer, std::vector<int64_t> shape, int device) {
+  return TensorView::contiguous(buffer.data(), DType::kBF16, std::move(shape),
+                                Device::cuda(device));
+}
+
+DeviceWeights make_random_model(const model::LlamaConfig& c, int num_pages, int page_size,
+                                uint64_t seed, int device, Progress& progress) {
+  RandomPool weights(seed, 0.f, 0.02f), norms(seed + 1, 1.f, 0.05f), kv(seed + 2, 0.f, 1.f);
+  DeviceWeights m;
+  m.buffers.reserve(static_cast<size_t>(3 + 11 * c.num_layers));
+  const auto tensor = [&](std::vector<int64_t> shape, RandomPool& pool) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    m.buffers.emplace_back(static_cast<size_t>(count) * 2);
+    pool.fill(m.buffers.back().data(), count);
+    return bf16_view(m.buffers.back(), std::move(shape), device);
+  };
+  const int64_t h = c.hidden, qd = int64_t{c.heads} * c.head_dim,
+                kvd = int64_t{c.kv_heads} * c.head_dim, f = c.intermediate;
+  progress.step("random weights: embedding");
+  m.weights.embed_tokens = tensor({c.vocab, h}, weights);
+  m.weights.norm = tensor({h}, norms);
+  m.weights.lm_head = c.tie_embeddings ? m.weights.embed_tokens : tensor({c.vocab, h}, weights);
+  for (int l = 0; l < c.num_layers; ++l) {
+    progress.bar("random weights and KV", l, c.num_layers);
+    model::LlamaLayerTensors t;
+    t.q_proj = tensor({qd, h}, weights);
+    t.k_proj = tensor({kvd, h}, weights);
+    t.v_proj = tensor({kvd, h}, weights);
+    t.o_proj = tensor({h, qd}, weights);
+    t.gate_proj = tensor({f, h}, weights);
+    t.up_proj = tensor({f, h}, weights);
+    t.down_proj = tensor({h, f}, weights);
+    t.input_layernorm = tensor({h}, norms);
+    t.post_attention_layernorm = tensor({h}, norms);
+    m.weights.layers.push_back(t);
+    m.cache.k.push_back(tensor({num_pages, page_size, c.kv_heads, c.head_dim}, kv));
+    m.cache.v.push_back(tensor({num_pages, page_size, c.kv_heads, c.head_dim}, kv));
+  }
+  return m;
+}
+
+DeviceTensor int32_device(const std::vector<int32_t>& values, int device) {
+  HostTensor host(DType::kI32, {static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), host.data<int32_t>());
+  return upload(host.view(), device, "int32 array");
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv) {
+  const Args args("generate", argc, argv,
+                  {{"model", true},
+                   {"random-weights", false},
+                   {"prompt-len", true},
+                   {"new-tokens", true},
+                   {"batch", true},
+                   {"page-size", true},
+                   {"seed", true},
+                   {"device", true}});
+  if (args.help()) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  const std::string model_name = args.required("model");
+  if (!args.has("random-weights")) {
+    args.usage_error(
+        "--random-weights is required: this command generates from random weights "
+        "of the model's shapes (checkpoints load through flare.models.LlamaDecoder)");
+  }
+  const int prompt = static_cast<int>(args.integer_or("prompt-len", 1024, 0));
+  const int new_tokens = static_cast<int>(args.integer_or("new-tokens", 128, 1));
+  const int batch = static_cast<int>(args.integer_or("batch", 1, 1));
+  const int page_size = static_cast<int>(args.integer_or("page-size", 16, 1));
+  const auto seed = static_cast<uint64_t>(args.integer_or("seed", 0, 0));
+  const Device device = args.device_or("device", "cuda");
+  if (batch > 8) args.usage_error("--batch must be at most 8, got " + std::to_string(batch));
+  if (!device.is_cuda())
+    args.usage_error("--device must be a CUDA device (the megakernel is GPU only)");
+  const model::LlamaConfig config = model::llama_preset(model_name);
+  model::validate(config);
+
+  use_cuda_device(device.index);
+  const cuda::DeviceProperties props = cuda::device_properties(device.index);
+  const int pages_per_request = (prompt + new_tokens + page_size) / page_size;
+  const int num_pages = batch * pages_per_request;
+  const int64_t kv_bytes = int64_t{2} * config.num_layers * num_pages * page_size *
+                           config.kv_heads * config.head_dim * 2;
+  const int64_t weight_bytes = config.parameter_count() * 2;
+  FLARE_CHECK(weight_bytes + kv_bytes < props.global_bytes, ErrorCode::kUnsupported,
+              "flare generate: ", model_name, " needs ", weight_bytes / 1e9,
+              " GB of bf16 weights and ", kv_bytes / 1e9, " GB of KV cache; ",
+              cuda_device_label(device.index), " has ", props.global_bytes / 1e9,
+              " GB (4-bit weights are not built yet)");
+
+  Progress progress("generate");
+  DeviceWeights m = make_random_model(config, num_pages, page_size, seed, device.index, progress);
+  progress.step("compiling the kernel");
+  model::LlamaDecoder decoder(config, m.weights, m.cache);
+
+  std::vector<int32_t> indptr(static_cast<size_t>(batch) + 1),
+      indices(static_cast<size_t>(num_pages));
+  for (int b = 0; b <= batch; ++b) indptr[static_cast<size_t>(b)] = b * pages_per_request;
+  for (int i = 0; i < num_pages; ++i) indices[static_cast<size_t>(i)] = i;
+  std::vector<int32_t> first(static_cast<size_t>(batch));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (int32_t& t : first) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(config.vocab));
+  const DeviceTensor d_indptr = int32_device(indptr, device.index);
+  const DeviceTensor d_indices = int32_device(indices, device.index);
+  // Tokens ping-pong between two buffers: step i reads one and writes its greedy tokens into
+  // the other, which step i + 1 reads. Positions come from one pinned table, a row a step.
+  DeviceTensor tokens[2] = {int32_device(first, device.index), int32_device(first, device.index)};
+  cuda::PinnedBuffer positions_host(static_cast<size_t>(new_tokens + 1) * batch * 4);
+  auto* pos = reinterpret_cast<int32_t*>(positions_host.data());
+  for (int s = 0; s <= new_tokens; ++s) {
+    for (int b = 0; b < batch; ++b) pos[s * batch + b] = prompt + s;
+  }
+  const DeviceTensor positions =
+      int32_device(std::vector<int32_t>(static_cast<size_t>(batch), prompt), device.index);
+  const DeviceTensor logits = allocate_poisoned(DType::kF32, {batch, config.vocab}, device.index);
+  cuda::Stream stream = nullptr;
+
+  const auto step = [&](int s) {
+    cuda::memcpy_htod_async(positions.buffer.data(), pos + s * batch,
+                            static_cast<size_t>(batch) * 4, stream);
+    decoder.step(tokens[s % 2].view, positions.view, d_indptr.view, d_indices.view,
+                 tokens[(s + 1) % 2].view, logits.view, stream);
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < new_tokens; ++s) {
+    step(s);
+    if (s % 16 == 15 || s + 1 == new_tokens) {  // the progress line follows the GPU
+      cuda::stream_synchronize(stream);
+      progress.bar("decoding", s + 1, new_tokens);
+    }
+  }
+  cuda::stream_synchronize(stream);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  progress.finish();
+  const model::DecodeError error = decoder.take_error();
+  FLARE_CHECK(error == model::DecodeError::kNone, ErrorCode::kInternal,
+              "flare generate: the decode step reported error ", static_cast<int>(error));
+
+  std::printf("%s (random bf16 weights, %.2f GB), batch %d, prompt %d, %d new tokens on %s\n",
+              model_name.c_str(), weight_bytes / 1e9, batch, prompt, new_tokens,
+              cuda_device_label(device.index).c_str());
+  std::printf("%.1f tokens/s (%.3f ms a step, host loop)\n", batch * new_tokens / seconds,
+              seconds * 1e3 / new_tokens);
+  std::vector<int32_t> last(static_cast<size_t>(batch));
+  cuda::memcpy_dtoh(last.data(), tokens[new_tokens % 2].buffer.data(), last.size() * 4);
+  std::printf("last generated tokens:");
+  for (int32_t t : last) std::printf(" %d", t);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace flare::cli
