@@ -18,7 +18,8 @@ from typing import Optional
 
 from . import _flare
 
-__all__ = ["LlamaConfig", "LlamaDecoder", "random_llama_state_dict", "DECODE_ERRORS"]
+__all__ = ["LlamaConfig", "LlamaDecoder", "random_llama_state_dict", "DECODE_ERRORS",
+           "quantize_int4", "dequantize_int4"]
 
 DECODE_ERRORS = {
     0: None,
@@ -200,3 +201,45 @@ def random_llama_state_dict(config, device="cuda", seed=0, std=0.02):
         sd[p + "input_layernorm.weight"] = normal(h, mean=1.0, s=0.05)
         sd[p + "post_attention_layernorm.weight"] = normal(h, mean=1.0, s=0.05)
     return sd
+
+
+INT4_GROUP_SIZE = 128
+
+
+def quantize_int4(weight):
+    """4-bit weight-only quantization of a [N, K] weight (flare/model/int4_weights.h's format).
+
+    Symmetric, group size 128 along K, bf16 scales, round to nearest: scale = bf16(max|w| / 7)
+    per row and group, code = clamp(round_half_even(w / scale), -8, 7) + 8. Returns (codes uint8
+    [N, K / 2]: column 2j in the low nibble of byte j, 2j + 1 in the high one; scales bf16
+    [N, K / 128]) on the weight's device. The decode megakernel does not run 4-bit weights yet
+    (issue 22); this fixes the format, and dequantize_int4 gives the reference's weights.
+    """
+    import torch
+
+    if weight.dim() != 2 or weight.shape[1] % INT4_GROUP_SIZE != 0 or weight.shape[1] == 0:
+        raise ValueError(f"quantize_int4: weight must be [N, K] with K a positive multiple of "
+                         f"{INT4_GROUP_SIZE}, got {list(weight.shape)}")
+    w = weight.float()
+    if not torch.isfinite(w).all():
+        raise ValueError("quantize_int4: the weight has non-finite values")
+    rows, cols = w.shape
+    groups = w.view(rows, cols // INT4_GROUP_SIZE, INT4_GROUP_SIZE)
+    scales = (groups.abs().amax(dim=-1) / 7).to(torch.bfloat16)
+    s = scales.float()[..., None]
+    q = torch.where(s > 0, torch.round(groups / s), torch.zeros_like(groups))
+    code = (q.clamp(-8, 7) + 8).to(torch.uint8).view(rows, cols)
+    codes = code[:, 0::2] | (code[:, 1::2] << 4)
+    return codes.contiguous(), scales.contiguous()
+
+
+def dequantize_int4(codes, scales):
+    """float32 [N, K] weights of a 4-bit weight (exact: scale * (code - 8))."""
+    import torch
+
+    rows = codes.shape[0]
+    low = (codes & 0x0F).to(torch.int32)
+    high = (codes >> 4).to(torch.int32)
+    code = torch.stack([low, high], dim=-1).view(rows, -1)
+    scale = scales.float().repeat_interleave(INT4_GROUP_SIZE, dim=1)
+    return scale * (code - 8).float()

@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "flare/core/error.h"
+#include "flare/model/int4_weights.h"
 #include "flare/model/llama_config.h"
 #include "flare/model/llama_decoder.h"
 #include "object_view.h"
@@ -133,6 +134,21 @@ void construct(model::LlamaDecoder* self, const nb::dict& config, const nb::list
 }  // namespace
 
 void bind_model(nb::module_& m) {
+  m.def(
+      "quantize_int4",
+      [](nb::bytes weight, int64_t rows, int64_t cols) {
+        FLARE_CHECK(static_cast<int64_t>(weight.size()) == rows * cols * 4,
+                    ErrorCode::kInvalidArgument, "quantize_int4: ", rows * cols * 4,
+                    " bytes of float32 expected, got ", weight.size());
+        const model::Int4Weight q =
+            model::quantize_int4(reinterpret_cast<const float*>(weight.c_str()), rows, cols);
+        return nb::make_tuple(
+            nb::bytes(reinterpret_cast<const char*>(q.codes.data()), q.codes.size()),
+            nb::bytes(reinterpret_cast<const char*>(q.scales.data()), q.scales.size() * 2));
+      },
+      nb::arg("weight"), nb::arg("rows"), nb::arg("cols"),
+      "The C++ reference of the 4-bit format (flare/model/int4_weights.h): float32 bytes in, "
+      "(codes uint8, scales bf16) bytes out.");
   m.def(
       "llama_preset",
       [](const std::string& name) { return config_dict(model::llama_preset(name)); },

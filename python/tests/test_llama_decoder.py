@@ -257,3 +257,22 @@ def test_llama_3_2_1b_shape_64_teacher_forced_steps():
         s.lens = [n + 1 for n in s.lens]
     assert s.dec.take_error() is None
     assert worst < 2e-2, worst
+
+
+def test_int4_quantizer_matches_the_cpp_reference_bit_for_bit():
+    from flare.models import dequantize_int4, quantize_int4
+
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn((7, 384), generator=gen) * 0.02
+    w[0, :128] = 0.0        # a zero group: scale 0
+    w[1, 3] = 0.5           # an outlier
+    w[2, :128] = torch.arange(128) * 0.001 - 0.064  # halves to round (even)
+    codes, scales = quantize_int4(w)
+    ref_codes, ref_scales = flare._flare.quantize_int4(w.numpy().tobytes(), 7, 384)
+    assert codes.numpy().tobytes() == ref_codes
+    assert scales.view(torch.int16).numpy().tobytes() == ref_scales
+    back = dequantize_int4(codes, scales)
+    step = scales.float().repeat_interleave(128, dim=1)
+    assert ((back - w).abs() <= 0.5 * step * (1 + 1 / 64)).all()
+    with pytest.raises(ValueError, match="K a positive multiple of 128"):
+        quantize_int4(torch.zeros(2, 100))
