@@ -7,6 +7,9 @@
 // pipeline uses bulk async copies). The KV cache is one K and one V tensor per layer,
 // [num_pages, page_size, kv_heads, head_dim] bf16 (NHD), shared page table across layers.
 //
+// The decoder keeps views of the weights and caches: the caller keeps them alive. One decoder
+// is used from one thread at a time (step() compiles a batch capacity's kernel on first use).
+//
 // step() writes the input tokens' K and V into the cache at their positions, and produces the
 // logits (float32) and the greedy next token of each request. It launches one memset (the
 // step's device counters) and one kernel on the caller's stream: no allocation, no host
