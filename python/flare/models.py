@@ -151,7 +151,8 @@ class LlamaDecoder:
 
         tokens, positions: int32 [batch] CUDA tensors (positions[b]: the tokens already in
         request b's cache); kv_indptr int32 [batch + 1] and kv_indices int32 [nnz]: request b's
-        pages, covering positions[b] + 1 tokens. next_tokens (int32 [batch]) and logits (float32
+        pages, covering positions[b] + 1 tokens. next_tokens (int32 [batch]: the argmax of each
+        request's logits, the lowest id on ties, -1 when every logit is NaN) and logits (float32
         [batch, vocab]) are written in place when given (CUDA-graph capture), else allocated.
         """
         import torch

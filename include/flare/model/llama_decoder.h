@@ -73,7 +73,8 @@ class LlamaDecoder {
   //   tokens [batch], positions [batch] (the position of the input token: the number of tokens
   //   already in that request's cache), kv_indptr [batch + 1], kv_indices [nnz] (request b's
   //   pages kv_indices[kv_indptr[b] .. kv_indptr[b + 1]) hold its positions[b] + 1 tokens);
-  //   next_tokens int32 [batch] and logits float32 [batch, vocab] (contiguous) are written.
+  //   next_tokens int32 [batch] (the argmax of the request's logits, the lowest id on ties, -1
+  //   when every logit is NaN) and logits float32 [batch, vocab] (contiguous) are written.
   void step(const TensorView& tokens, const TensorView& positions, const TensorView& kv_indptr,
             const TensorView& kv_indices, const TensorView& next_tokens, const TensorView& logits,
             cuda::Stream stream);
