@@ -136,20 +136,18 @@ __device__ __forceinline__ void embed_stage(const DecodeParams& p, float* scratc
           const uint4 e = __ldg(
               reinterpret_cast<const uint4*>(p.embed + static_cast<long long>(token) * p.hidden) +
               u);
-          const float f[8] = {bf16_lo(e.x), bf16_hi(e.x), bf16_lo(e.y), bf16_hi(e.y),
-                              bf16_lo(e.z), bf16_hi(e.z), bf16_lo(e.w), bf16_hi(e.w)};
-#pragma unroll
-          for (int i = 0; i < 8; ++i) v[i] = f[i];
+          bf16x8_to_float(e, v);
         }
         float* dst = p.x + static_cast<long long>(b) * p.hidden + 8 * u;
         *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
         *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
-        const uint4 gm = __ldg(reinterpret_cast<const uint4*>(p.layers[0].attn_norm) + u);
+        float gamma[8];
+        bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(p.layers[0].attn_norm) + u), gamma);
         *reinterpret_cast<uint4*>(p.xg + static_cast<long long>(b) * p.hidden + 8 * u) =
-            make_uint4(pack_bf16x2(bf16_lo(gm.x) * v[0], bf16_hi(gm.x) * v[1]),
-                       pack_bf16x2(bf16_lo(gm.y) * v[2], bf16_hi(gm.y) * v[3]),
-                       pack_bf16x2(bf16_lo(gm.z) * v[4], bf16_hi(gm.z) * v[5]),
-                       pack_bf16x2(bf16_lo(gm.w) * v[6], bf16_hi(gm.w) * v[7]));
+            make_uint4(float2_to_16bit2<kCodeBF16>(gamma[0] * v[0], gamma[1] * v[1]),
+                       float2_to_16bit2<kCodeBF16>(gamma[2] * v[2], gamma[3] * v[3]),
+                       float2_to_16bit2<kCodeBF16>(gamma[4] * v[4], gamma[5] * v[5]),
+                       float2_to_16bit2<kCodeBF16>(gamma[6] * v[6], gamma[7] * v[7]));
 #pragma unroll
         for (int i = 0; i < 8; ++i) s += v[i] * v[i];
       }
@@ -279,7 +277,7 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
   int begin, end;
   partition_range(op_blocks(p, kOpLmHead), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
-  float best = kNegInf;
+  float best = negative_infinity();
   int best_id = 0x7fffffff;
   for (int block = begin; block < end; ++block) {
     float d[4];
@@ -322,7 +320,7 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
   }
   consumers_sync();
   if (!last || threadIdx.x >= p.batch) return;
-  float top = kNegInf;
+  float top = negative_infinity();
   int top_id = 0x7fffffff;
   for (int c = 0; c < static_cast<int>(gridDim.x); ++c) {
     const float* slot =
@@ -407,10 +405,10 @@ extern "C" __global__ void __launch_bounds__(flare::llama::kThreads, 1)
   const dev::Ring ring{dev::shared_address(shared), barriers, barriers + 8 * kStages};
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      dev::mbar_init(ring.full + 8 * i, 1);
-      dev::mbar_init(ring.empty + 8 * i, kConsumerWarps);
+      flare::sm90::barrier_init(ring.full + 8 * i, 1);
+      flare::sm90::barrier_init(ring.empty + 8 * i, kConsumerWarps);
     }
-    dev::mbar_init_fence();
+    flare::sm90::barrier_init_fence();
   }
   __syncthreads();
   if (threadIdx.x / 32 == kConsumerWarps) {

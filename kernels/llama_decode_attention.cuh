@@ -23,7 +23,6 @@ constexpr int kTokensInFlight = kGroup <= 4 ? 3 : 1;  // tokens a lane group loa
                                                       // (4 spills at the 168-register limit)
 constexpr int kLanesPerToken = kHeadDim / 8;
 constexpr int kTokenGroups = kConsumerWarps * 32 / kLanesPerToken;
-#define kNegInf __int_as_float(0xff800000u)  // -inf (NVRTC has no constexpr bit cast)
 
 // The slot of `token` in request `b`'s pages, or -1 (error 2 set) when the page table does not
 // hold it (a negative token position included).
@@ -71,7 +70,7 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
   SoftmaxState st;
 #pragma unroll
   for (int h = 0; h < kGroup; ++h) {
-    st.m[h] = kNegInf;
+    st.m[h] = negative_infinity();
     st.l[h] = 0.f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) st.o[h][i] = 0.f;
@@ -96,10 +95,9 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
     for (int j = 0; j < kTokensInFlight; ++j) {
       // Uniform across the lane group (same token), so the shuffles below stay within it.
       if (!valid[j]) continue;
-      const float kf[8] = {bf16_lo(k[j].x), bf16_hi(k[j].x), bf16_lo(k[j].y), bf16_hi(k[j].y),
-                           bf16_lo(k[j].z), bf16_hi(k[j].z), bf16_lo(k[j].w), bf16_hi(k[j].w)};
-      const float vf[8] = {bf16_lo(v[j].x), bf16_hi(v[j].x), bf16_lo(v[j].y), bf16_hi(v[j].y),
-                           bf16_lo(v[j].z), bf16_hi(v[j].z), bf16_lo(v[j].w), bf16_hi(v[j].w)};
+      float kf[8], vf[8];
+      bf16x8_to_float(k[j], kf);
+      bf16x8_to_float(v[j], vf);
 #pragma unroll
       for (int h = 0; h < kGroup; ++h) {
         float s = 0.f;
@@ -124,8 +122,8 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
       const float m_other = __shfl_xor_sync(0xffffffffu, st.m[h], xor_lanes);
       const float l_other = __shfl_xor_sync(0xffffffffu, st.l[h], xor_lanes);
       const float m = fmaxf(st.m[h], m_other);
-      const float a = m == kNegInf ? 0.f : exp2f(st.m[h] - m);
-      const float c = m == kNegInf ? 0.f : exp2f(m_other - m);
+      const float a = m == negative_infinity() ? 0.f : exp2f(st.m[h] - m);
+      const float c = m == negative_infinity() ? 0.f : exp2f(m_other - m);
       st.l[h] = st.l[h] * a + l_other * c;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -153,12 +151,12 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
   float* out = p.attn_partials + static_cast<long long>(item) * kGroup * (kHeadDim + 1);
   for (int i = threadIdx.x; i < kGroup * kHeadDim; i += kConsumerWarps * 32) {
     const int h = i / kHeadDim, d = i % kHeadDim;
-    float m = kNegInf;
+    float m = negative_infinity();
 #pragma unroll
     for (int wi = 0; wi < kConsumerWarps; ++wi)
       m = fmaxf(m, shared[(wi * kGroup + h) * (kHeadDim + 2) + kHeadDim]);
     float l = 0.f, o = 0.f;
-    if (m != kNegInf) {
+    if (m != negative_infinity()) {
 #pragma unroll
       for (int wi = 0; wi < kConsumerWarps; ++wi) {
         const float* row = shared + (wi * kGroup + h) * (kHeadDim + 2);
@@ -168,7 +166,7 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
       }
     }
     out[h * (kHeadDim + 1) + d] = l > 0.f ? o / l : 0.f;
-    if (d == 0) out[h * (kHeadDim + 1) + kHeadDim] = l > 0.f ? m + __log2f(l) : kNegInf;
+    if (d == 0) out[h * (kHeadDim + 1) + kHeadDim] = l > 0.f ? m + __log2f(l) : negative_infinity();
   }
 }
 
@@ -179,11 +177,11 @@ __device__ __forceinline__ void attention_merge(const DecodeParams& p, int b, in
                                           kGroup * (kHeadDim + 1);
   for (int i = threadIdx.x; i < kGroup * kHeadDim; i += kConsumerWarps * 32) {
     const int h = i / kHeadDim, d = i % kHeadDim;
-    float m = kNegInf;
+    float m = negative_infinity();
     for (int s = 0; s < splits; ++s)
       m = fmaxf(m, __ldcg(in + (s * kGroup + h) * (kHeadDim + 1) + kHeadDim));
     float l = 0.f, o = 0.f;
-    if (m != kNegInf) {
+    if (m != negative_infinity()) {
       for (int s = 0; s < splits; ++s) {
         const float* row = in + (s * kGroup + h) * (kHeadDim + 1);
         const float scale = exp2f(__ldcg(row + kHeadDim) - m);

@@ -81,11 +81,11 @@ __device__ __forceinline__ void produce_op(const DecodeParams& p, const Ring& ri
       const BlockRows rows = block_rows(p, op, layer, block, half);
       for (int c = 0; c < chunks; ++c, ++it) {
         const unsigned stage = it % kStages;
-        if (it >= kStages) mbar_wait(ring.empty + 8 * stage, (it / kStages - 1) & 1);
+        if (it >= kStages) sm90::barrier_wait(ring.empty + 8 * stage, (it / kStages - 1) & 1);
         const int width = min(chunk, cols - c * chunk);
         const unsigned bytes = static_cast<unsigned>(width * 2);
         const unsigned full = ring.full + 8 * stage;
-        mbar_expect_tx(full, bytes * kBlockRows);
+        sm90::barrier_arrive_expect(full, bytes * kBlockRows);
         const unsigned dst = ring.stages + stage * static_cast<unsigned>(stage_bytes());
 #pragma unroll
         for (int n = 0; n < kBlockRows; ++n) {
@@ -145,7 +145,7 @@ __device__ __forceinline__ void chunk_product(const Ring& ring, unsigned row_str
                                               float (&acc)[4][4]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const unsigned stage = it % kStages;
-  mbar_wait(ring.full + 8 * stage, (it / kStages) & 1);
+  sm90::barrier_wait(ring.full + 8 * stage, (it / kStages) & 1);
   const unsigned base =
       ring.stages + stage * static_cast<unsigned>(stage_bytes()) + g * row_stride + 16 * t;
 #pragma unroll
@@ -156,12 +156,12 @@ __device__ __forceinline__ void chunk_product(const Ring& ring, unsigned row_str
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
                    : "r"(base + 64 * s));
-      mma_bf16(acc[2 * (i % 2)], a[i].x, 0u, a[i].y, 0u, w.x, w.y);
-      mma_bf16(acc[2 * (i % 2) + 1], a[i].z, 0u, a[i].w, 0u, w.z, w.w);
+      mma::mma_16816<kCodeBF16>(acc[2 * (i % 2)], {a[i].x, 0u, a[i].y, 0u}, w.x, w.y);
+      mma::mma_16816<kCodeBF16>(acc[2 * (i % 2) + 1], {a[i].z, 0u, a[i].w, 0u}, w.z, w.w);
     }
   }
   __syncwarp();
-  if (lane == 0) mbar_arrive(ring.empty + 8 * stage);
+  if (lane == 0) sm90::barrier_arrive(ring.empty + 8 * stage);
 }
 
 // One block's products in the consumers. Returns lane (g, t)'s sums for rows 2t, 2t + 1 of

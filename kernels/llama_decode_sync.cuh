@@ -1,9 +1,13 @@
-// The megakernel's synchronization and memory primitives (sm_90): mbarriers and 1-D bulk async
-// copies for the weight pipeline, device counters between CTAs, loads that bypass L1 for data
-// other CTAs wrote during the launch, bf16 packing and the warp-level tensor-core product.
+// The megakernel's synchronization and memory primitives (sm_90): 1-D bulk async copies for the
+// weight pipeline (on kernels/mbarrier.cuh's barriers), the consumer warps' named barrier,
+// device counters between CTAs, loads that bypass L1 for data other CTAs wrote during the
+// launch, and scalar bf16 conversions. Pair conversions, -inf and the tensor-core product are
+// decode_utils.cuh's and mma_utils.cuh's.
 #pragma once
 
 #include "llama_decode_params.cuh"
+#include "mbarrier.cuh"
+#include "mma_utils.cuh"
 
 namespace flare::llama::dev {
 
@@ -14,29 +18,7 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// --- mbarriers and bulk copies (the producer warp fills stages; consumers release them)
-__device__ __forceinline__ void mbar_init(unsigned bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "WAIT_%=:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
+// --- bulk copies (the producer warp fills stages; consumers release them)
 // Weights are read once per step: evict them first so the KV cache and activations stay in L2.
 __device__ __forceinline__ unsigned long long evict_first_policy() {
   unsigned long long policy;
@@ -53,9 +35,7 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
 }
 
 // --- the 8 consumer warps' own barrier (the producer warp never joins it)
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerWarps * 32) : "memory");
-}
+__device__ __forceinline__ void consumers_sync() { sm90::named_sync<1, kConsumerWarps * 32>(); }
 
 // --- device counters between CTAs
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
@@ -112,21 +92,11 @@ __device__ __forceinline__ unsigned short float_to_bf16(float v) {
   asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(out) : "f"(v));
   return out;
 }
-__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
-  unsigned packed;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
-  return packed;
-}
-__device__ __forceinline__ float bf16_lo(unsigned v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float bf16_hi(unsigned v) { return __uint_as_float(v & 0xffff0000u); }
-
-// d += a (16x16 row) * b (16x8 col), bf16 in, float32 accumulators (mma.m16n8k16).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
-                                         unsigned a3, unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+// Eight bf16 (one 16-byte vector) -> float32.
+__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&out)[8]) {
+  const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) bf16x2_to_float2(words[i], out[2 * i], out[2 * i + 1]);
 }
 
 }  // namespace flare::llama::dev

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "decode_params.cuh"
+#include "mbarrier.cuh"
 #include "wgmma_ops.cuh"
 
 namespace flare::wgmma {
@@ -96,29 +97,11 @@ __device__ __forceinline__ void fence_async_shared() {
 
 // --- warp specialization: mbarriers, named barriers, register reallocation ----------------
 
-__device__ __forceinline__ void barrier_init(unsigned address, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(address), "r"(count) : "memory");
-}
-// One arrival (release: this thread's earlier writes, and what barriers ordered before them, are
-// visible to whoever waits for the phase it completes).
-__device__ __forceinline__ void barrier_arrive(unsigned address) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(address) : "memory");
-}
-// Waits until the phase of parity `parity` completed (acquire).
-__device__ __forceinline__ void barrier_wait(unsigned address, unsigned parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n}\n" ::"r"(address),
-      "r"(parity)
-      : "memory");
-}
-// One arrival that also expects `bytes` of bulk copies to complete on the barrier.
-__device__ __forceinline__ void barrier_arrive_expect(unsigned address, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(address),
-               "r"(bytes)
-               : "memory");
-}
+using sm90::barrier_arrive;  // kernels/mbarrier.cuh
+using sm90::barrier_arrive_expect;
+using sm90::barrier_init;
+using sm90::barrier_wait;
+
 // A 3-D box of `map` (a __grid_constant__ parameter's address) at coordinates (x, y, z),
 // innermost first, into shared memory at `dst`; its bytes complete on `barrier`.
 __device__ __forceinline__ void bulk_copy_3d(unsigned dst, const void* map, int x, int y, int z,
@@ -141,21 +124,9 @@ __device__ __forceinline__ void bulk_copy_4d(unsigned dst, const void* map, int 
       : "memory");
 }
 
-// A barrier among `kThreads` threads of whole warps (ids 1-15; 0 is __syncthreads').
-template <int kId, int kThreads>
-__device__ __forceinline__ void named_sync() {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
-}
-// The same with the barrier id in a register (ping-pong: a warpgroup's own barrier), and the
-// arrive half: counts toward the barrier's kThreads without waiting.
-template <int kThreads>
-__device__ __forceinline__ void named_sync(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
-}
-template <int kThreads>
-__device__ __forceinline__ void named_arrive(int id) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
-}
+using sm90::named_arrive;
+using sm90::named_sync;
+
 // This warpgroup's registers per thread from here on (sm_90a; the kernel needs a register cap at
 // entry, and each role one branch of an if/else: HOPPER.md).
 template <int kRegisters>
