@@ -3,28 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
+#include "flare/core/dtype.h"
 #include "flare/core/error.h"
 
 namespace flare::model {
-namespace {
-
-// float32 -> bf16 bits, round to nearest even (finite inputs).
-uint16_t to_bf16(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
-
-float from_bf16(uint16_t v) {
-  const uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-}  // namespace
 
 Int4Weight quantize_int4(const float* weight, int64_t rows, int64_t cols) {
   FLARE_CHECK(rows > 0 && cols > 0 && cols % kInt4GroupSize == 0, ErrorCode::kInvalidArgument,
@@ -44,9 +27,9 @@ Int4Weight quantize_int4(const float* weight, int64_t rows, int64_t cols) {
                     n, "][", g * kInt4GroupSize + i, "] is not finite");
         largest = std::max(largest, std::fabs(group[i]));
       }
-      const uint16_t scale_bits = to_bf16(largest / 7.f);
+      const uint16_t scale_bits = float_to_bf16_bits(largest / 7.f);
       w.scales[static_cast<size_t>(n * (cols / kInt4GroupSize) + g)] = scale_bits;
-      const float scale = from_bf16(scale_bits);
+      const float scale = bf16_bits_to_float(scale_bits);
       for (int i = 0; i < kInt4GroupSize; ++i) {
         const float q = scale > 0.f ? std::nearbyint(group[i] / scale) : 0.f;  // half to even
         const auto code = static_cast<uint8_t>(std::clamp(q, -8.f, 7.f) + 8.f);
@@ -67,7 +50,8 @@ std::vector<float> dequantize_int4(const Int4Weight& w) {
     for (int64_t k = 0; k < w.cols; ++k) {
       const uint8_t byte = w.codes[static_cast<size_t>(n * w.cols / 2 + k / 2)];
       const int code = k % 2 == 0 ? byte & 0x0F : byte >> 4;
-      const float scale = from_bf16(w.scales[static_cast<size_t>(n * groups + k / kInt4GroupSize)]);
+      const float scale =
+          bf16_bits_to_float(w.scales[static_cast<size_t>(n * groups + k / kInt4GroupSize)]);
       out[static_cast<size_t>(n * w.cols + k)] = scale * static_cast<float>(code - 8);
     }
   }

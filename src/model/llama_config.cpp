@@ -50,13 +50,6 @@ int64_t LlamaConfig::parameter_count() const {
   return num_layers * per_layer + int64_t{vocab} * h * (tie_embeddings ? 1 : 2) + h;
 }
 
-int64_t LlamaConfig::step_weight_bytes(int batch) const {
-  const int64_t h = hidden, d = head_dim;
-  const int64_t per_layer =
-      h * (heads + 2 * kv_heads) * d + heads * d * h + 3 * h * intermediate + 2 * h;
-  return 2 * (num_layers * per_layer + int64_t{vocab} * h + h + int64_t{batch} * h);
-}
-
 LlamaConfig llama_preset(const std::string& name) {
   for (const LlamaConfig& c : presets()) {
     if (c.name == name) return c;

@@ -14,6 +14,7 @@ namespace flare::model {
 namespace {
 
 constexpr const char* kWhat = "LlamaDecoder";
+static_assert(kMaxDecodeBatch == llama::kMaxBatch);
 constexpr int kSharedMargin = 1024;  // the kernel's static shared memory (two flags) and slack
 
 void check_tensor(const TensorView& t, const std::string& name, DType dtype,
@@ -92,7 +93,7 @@ struct LlamaDecoder::Scratch {
 };
 
 LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCache cache)
-    : config_(std::move(config)), weights_(std::move(weights)), cache_(std::move(cache)) {
+    : config_(std::move(config)), weights_(std::move(weights)) {
   validate(config_);
   const LlamaConfig& c = config_;
   const Device device = weights_.embed_tokens.device;
@@ -107,18 +108,18 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
   FLARE_CHECK(static_cast<int>(weights_.layers.size()) == c.num_layers, ErrorCode::kInvalidArgument,
               kWhat, ": ", c.num_layers, " layers of weights expected, got ",
               weights_.layers.size());
-  FLARE_CHECK(static_cast<int>(cache_.k.size()) == c.num_layers &&
-                  static_cast<int>(cache_.v.size()) == c.num_layers,
+  FLARE_CHECK(static_cast<int>(cache.k.size()) == c.num_layers &&
+                  static_cast<int>(cache.v.size()) == c.num_layers,
               ErrorCode::kInvalidArgument, kWhat, ": ", c.num_layers,
-              " K and V cache tensors expected, got ", cache_.k.size(), " and ", cache_.v.size());
-  FLARE_CHECK(cache_.k[0].ndim == 4, ErrorCode::kInvalidArgument, kWhat,
+              " K and V cache tensors expected, got ", cache.k.size(), " and ", cache.v.size());
+  FLARE_CHECK(cache.k[0].ndim == 4, ErrorCode::kInvalidArgument, kWhat,
               ": k_cache[0] must be [num_pages, page_size, kv_heads, head_dim], got ",
-              cache_.k[0].shape_str());
-  num_pages_ = static_cast<int>(cache_.k[0].shape[0]);
-  page_size_ = static_cast<int>(cache_.k[0].shape[1]);
-  FLARE_CHECK(num_pages_ > 0 && page_size_ > 0 && cache_.k[0].shape[0] < (int64_t{1} << 31),
+              cache.k[0].shape_str());
+  num_pages_ = static_cast<int>(cache.k[0].shape[0]);
+  page_size_ = static_cast<int>(cache.k[0].shape[1]);
+  FLARE_CHECK(num_pages_ > 0 && page_size_ > 0 && cache.k[0].shape[0] < (int64_t{1} << 31),
               ErrorCode::kInvalidArgument, kWhat, ": k_cache[0] must have pages, got ",
-              cache_.k[0].shape_str());
+              cache.k[0].shape_str());
   std::vector<llama::LayerWeights> layers(static_cast<size_t>(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string at = "layers." + std::to_string(l) + ".";
@@ -136,9 +137,9 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
     check_tensor(t.post_attention_layernorm, at + "post_attention_layernorm.weight", DType::kBF16,
                  {h}, device);
     const std::vector<int64_t> cache_shape = {num_pages_, page_size_, c.kv_heads, c.head_dim};
-    check_tensor(cache_.k[static_cast<size_t>(l)], "k_cache[" + std::to_string(l) + "]",
+    check_tensor(cache.k[static_cast<size_t>(l)], "k_cache[" + std::to_string(l) + "]",
                  DType::kBF16, cache_shape, device);
-    check_tensor(cache_.v[static_cast<size_t>(l)], "v_cache[" + std::to_string(l) + "]",
+    check_tensor(cache.v[static_cast<size_t>(l)], "v_cache[" + std::to_string(l) + "]",
                  DType::kBF16, cache_shape, device);
     llama::LayerWeights& w = layers[static_cast<size_t>(l)];
     w.wq = bf16_ptr(t.q_proj);
@@ -150,8 +151,8 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
     w.w_down = bf16_ptr(t.down_proj);
     w.attn_norm = bf16_ptr(t.input_layernorm);
     w.mlp_norm = bf16_ptr(t.post_attention_layernorm);
-    w.k_cache = static_cast<uint16_t*>(cache_.k[static_cast<size_t>(l)].data);
-    w.v_cache = static_cast<uint16_t*>(cache_.v[static_cast<size_t>(l)].data);
+    w.k_cache = static_cast<uint16_t*>(cache.k[static_cast<size_t>(l)].data);
+    w.v_cache = static_cast<uint16_t*>(cache.v[static_cast<size_t>(l)].data);
   }
 
   const cuda::DeviceScope scope(device_);
@@ -197,10 +198,9 @@ DecodeSchedule LlamaDecoder::schedule(int batch) const {
 }
 
 const LlamaDecoder::Variant& LlamaDecoder::variant(int batch) {
+  std::optional<Variant>& slot = by_batch_[static_cast<size_t>(batch)];
+  if (slot.has_value()) return *slot;
   DecodeSchedule s = schedule(batch);
-  for (const Variant& v : variants_) {
-    if (v.schedule.activation_rows == s.activation_rows && v.schedule.stages == s.stages) return v;
-  }
   Variant v;
   v.kernel = jit::get_kernel(llama_decode_kernel_spec(config_, s), "flare_llama_decode", device_);
   cuda::set_max_dynamic_shared(v.kernel, s.shared_bytes);
@@ -209,8 +209,7 @@ const LlamaDecoder::Variant& LlamaDecoder::variant(int batch) {
               ErrorCode::kUnsupported, kWhat, ": one block of ", llama::kThreads, " threads and ",
               s.shared_bytes, " bytes of shared memory does not fit an SM of device ", device_);
   v.schedule = std::move(s);
-  variants_.push_back(std::move(v));
-  return variants_.back();
+  return slot.emplace(std::move(v));
 }
 
 void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,

@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
+#include "flare/core/dtype.h"
 #include "testing/expect_error.h"
 
 namespace flare::model {
@@ -48,9 +48,7 @@ TEST(Int4Weights, RandomWeightsWithinHalfAStep) {
   const std::vector<float> back = dequantize_int4(q);
   for (int64_t n = 0; n < rows; ++n) {
     for (int64_t k = 0; k < cols; ++k) {
-      uint32_t bits = static_cast<uint32_t>(q.scales[static_cast<size_t>(n * 3 + k / 128)]) << 16;
-      float scale;
-      std::memcpy(&scale, &bits, 4);
+      const float scale = bf16_bits_to_float(q.scales[static_cast<size_t>(n * 3 + k / 128)]);
       const size_t i = static_cast<size_t>(n * cols + k);
       EXPECT_LE(std::fabs(back[i] - w[i]), 0.5f * scale * (1.f + 1.f / 64)) << n << " " << k;
     }

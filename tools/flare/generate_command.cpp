@@ -4,11 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "flare/core/dtype.h"
 #include "flare/core/error.h"
 #include "flare/jit/cuda_driver.h"
 #include "flare/model/llama_decoder.h"
@@ -46,13 +46,7 @@ class RandomPool {
   RandomPool(uint64_t seed, float mean, float stddev) : data_(kValues) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> normal(mean, stddev);
-    for (uint16_t& v : data_) {
-      float f = normal(rng);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      v = static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >>
-                                16);  // round to nearest even
-    }
+    for (uint16_t& v : data_) v = float_to_bf16_bits(normal(rng));
   }
   // Fills `count` bf16 values at `device_ptr` from the pool (synchronous copies).
   void fill(void* device_ptr, int64_t count) {

@@ -34,9 +34,6 @@ struct LlamaConfig {
   bool tie_embeddings = false;
 
   int64_t parameter_count() const;  // every weight, the embedding once when tied
-  // Bytes one decode step reads (bf16): every layer's matrices and norms, the final norm, the
-  // LM head, one embedding row per request.
-  int64_t step_weight_bytes(int batch) const;
 };
 
 // "llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b", "llama-3.2-3b" (Hugging Face's configs).
@@ -69,6 +66,7 @@ struct OperatorShare {
   int min_blocks_per_cta = 0;
 };
 inline constexpr int kMaxActivationShared = 120 * 1024;
+inline constexpr int kMaxDecodeBatch = 8;  // requests per step (the kernel's mma m rows used)
 struct DecodeSchedule {
   int num_ctas = 0;
   int stages = 0;

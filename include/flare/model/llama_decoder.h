@@ -17,7 +17,9 @@
 // new tokens, positions and page tables in the same buffers.
 #pragma once
 
+#include <array>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "flare/core/tensor.h"
@@ -100,7 +102,6 @@ class LlamaDecoder {
   struct Scratch;
   LlamaConfig config_;
   LlamaWeights weights_;
-  LlamaKvCache cache_;
   int device_ = 0;
   int num_ctas_ = 0;
   int max_shared_ = 0;
@@ -110,8 +111,11 @@ class LlamaDecoder {
     DecodeSchedule schedule;
     cuda::Function kernel = nullptr;
   };
-  const Variant& variant(int batch);  // compiled on first use
-  std::vector<Variant> variants_;
+  // The schedule and kernel of each batch size, made on its first step (batches of one
+  // capacity share the loaded kernel through jit::get_kernel's table): step() builds no
+  // schedule.
+  const Variant& variant(int batch);
+  std::array<std::optional<Variant>, kMaxDecodeBatch + 1> by_batch_;
   long long* trace_ = nullptr;
   std::unique_ptr<Scratch> scratch_;
 };
