@@ -14,7 +14,8 @@
 //
 // Compile-time defines: FLARE_LLAMA_HEAD_DIM (64 or 128), FLARE_LLAMA_GROUP (query heads per KV
 // head), FLARE_LLAMA_STAGES (pipeline depth), FLARE_LLAMA_ACT_ROWS and FLARE_LLAMA_ACT_COLS (the
-// shared activation area: the batch capacity, 0 for none, and the widest input).
+// shared activation area: the batch capacity, 0 for none, and the widest input),
+// FLARE_LLAMA_WEIGHT_BITS (the layers' projections: 16 for bf16, 4 for 4-bit codes and scales).
 #pragma once
 
 #include "llama_decode_params.cuh"
@@ -88,6 +89,78 @@ __device__ __forceinline__ auto stage_input(const DecodeParams& p, const unsigne
     return SharedInput{activation_area, row_stride};
   } else {
     return Bf16Input{src, cols};
+  }
+}
+
+// The 4-bit products' input (llama_decode_matvec.cuh): each 8-column unit in the 4-bit order.
+// In shared memory, rows are cols * 2 + 32 bytes and unit u of a row sits at u ^ ((u >> 3) & 1):
+// of the 8 lanes of a quarter warp (2 requests x 4 lanes t reading units 4t + j of a step),
+// lanes t and t + 2 would otherwise hit the same banks. Needs cols % 1024 == 0 (4-bit models).
+struct SharedInt4Input {
+  unsigned base, row_stride;
+  __device__ __forceinline__ uint4 operator()(int g, int unit) const {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(base + g * row_stride + 16 * (unit ^ ((unit >> 3) & 1))));
+    return v;
+  }
+};
+struct L2Int4Input {
+  const unsigned short* a;
+  int cols;
+  __device__ __forceinline__ uint4 operator()(int g, int unit) const {
+    return int4_unit_order(load_cg(a + static_cast<long long>(g) * cols + 8 * unit));
+  }
+};
+__device__ __forceinline__ auto stage_input_int4(const DecodeParams& p, const unsigned short* src,
+                                                 int cols, unsigned activation_area) {
+  if constexpr (kActRows > 0) {
+    const unsigned row_stride = static_cast<unsigned>(cols * 2 + 32);
+    const int units = cols / 8;
+    for (int i = threadIdx.x; i < p.batch * units; i += kConsumerWarps * 32) {
+      const int b = i / units, u = i % units;
+      const uint4 v = int4_unit_order(load_cg(src + static_cast<long long>(b) * cols + 8 * u));
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                       activation_area + b * row_stride + 16 * (u ^ ((u >> 3) & 1))),
+                   "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                   : "memory");
+    }
+    consumers_sync();
+    return SharedInt4Input{activation_area, row_stride};
+  } else {
+    return L2Int4Input{src, cols};
+  }
+}
+
+// A stage's products, block by block: bf16 weights (the LM head, and the layers of a bf16
+// model) with fragments prefetched a chunk ahead; 4-bit weights with the 4-bit input.
+template <class LoadA>
+struct Bf16Products {
+  Activations<LoadA> x;
+  __device__ __forceinline__ Bf16Products(const LoadA& load, int cols, int batch)
+      : x(load, cols, batch) {}
+  __device__ __forceinline__ void block(const Ring& ring, unsigned& it, float (&d)[4]) {
+    block_product(ring, x, it, d);
+  }
+};
+template <class Input>
+struct Int4Products {
+  Input input;
+  int cols, batch;
+  __device__ __forceinline__ void block(const Ring& ring, unsigned& it, float (&d)[4]) {
+    block_product_int4(ring, input, cols, batch, it, d);
+  }
+};
+template <int kBits>
+__device__ __forceinline__ auto stage_products(const DecodeParams& p, const unsigned short* src,
+                                               int cols, unsigned activation_area) {
+  if constexpr (kBits == 4) {
+    const auto input = stage_input_int4(p, src, cols, activation_area);
+    return Int4Products<decltype(input)>{input, cols, p.batch};
+  } else {
+    const auto input = stage_input(p, src, cols, activation_area);
+    return Bf16Products<decltype(input)>(input, cols, p.batch);
   }
 }
 
@@ -173,15 +246,14 @@ __device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring
                                                const unsigned short* gamma_next, unsigned& it,
                                                float* reduce, unsigned& parity,
                                                unsigned activation_area) {
-  const int cols = op_cols(p, op);
-  Activations load_a(stage_input(p, src, cols, activation_area), cols, p.batch);
+  auto products = stage_products<kWeightBits>(p, src, op_cols(p, op), activation_area);
   int begin, end;
   partition_range(op_blocks(p, op), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
   float squares = 0.f;
   for (int block = begin; block < end; ++block) {
     float d[4];
-    block_product(ring, load_a, it, d);
+    products.block(ring, it, d);
     const float v = reduce_block(reduce, parity, d);
     if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch) {
       const long long at = static_cast<long long>(g) * p.hidden + block * kBlockRows + n;
@@ -205,14 +277,14 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
                                           unsigned& it, float* reduce, unsigned& parity,
                                           float* inv_rms, unsigned activation_area) {
   const LayerWeights& w = p.layers[layer];
-  Activations load_a(stage_input(p, p.xg, p.hidden, activation_area), p.hidden, p.batch);
+  auto products = stage_products<kWeightBits>(p, p.xg, p.hidden, activation_area);
   int begin, end;
   partition_range(op_blocks(p, kOpQkv), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
   const int q_rows = p.heads * kHeadDim, kv_rows = p.kv_heads * kHeadDim;
   for (int block = begin; block < end; ++block) {
     float d[4];
-    block_product(ring, load_a, it, d);
+    products.block(ring, it, d);
     if (block == begin) compute_inv_rms(p, 2 * layer, inv_rms);
     // inv_rms is read after reduce_block's barrier, which publishes it.
     const float sum = reduce_block(reduce, parity, d);
@@ -248,18 +320,18 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
 __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring& ring, int layer,
                                               unsigned& it, float* reduce, unsigned& parity,
                                               float* inv_rms, unsigned activation_area) {
-  Activations load_a(stage_input(p, p.xg, p.hidden, activation_area), p.hidden, p.batch);
+  auto products = stage_products<kWeightBits>(p, p.xg, p.hidden, activation_area);
   int begin, end;
   partition_range(op_blocks(p, kOpGateUp), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
   for (int block = begin; block < end; ++block) {
     float d[4];
-    block_product(ring, load_a, it, d);
+    products.block(ring, it, d);
     if (block == begin) compute_inv_rms(p, 2 * layer + 1, inv_rms);
     const float gate_sum = reduce_block(reduce, parity, d);  // its barrier publishes inv_rms
     const float r = inv_rms[g % kMaxBatch];
     const float gate = gate_sum * r;
-    block_product(ring, load_a, it, d);
+    products.block(ring, it, d);
     const float up = reduce_block(reduce, parity, d) * r;
     if (threadIdx.x < kMaxBatch * kBlockRows && g < p.batch) {
       const float silu = gate / (1.f + __expf(-gate));
@@ -273,7 +345,7 @@ __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring&
 __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring, unsigned& it,
                                               float* reduce, unsigned& parity, float* inv_rms,
                                               unsigned activation_area) {
-  Activations load_a(stage_input(p, p.xg, p.hidden, activation_area), p.hidden, p.batch);
+  auto products = stage_products<16>(p, p.xg, p.hidden, activation_area);
   int begin, end;
   partition_range(op_blocks(p, kOpLmHead), gridDim.x, blockIdx.x, begin, end);
   const int g = threadIdx.x / kBlockRows, n = threadIdx.x % kBlockRows;
@@ -281,7 +353,7 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
   int best_id = 0x7fffffff;
   for (int block = begin; block < end; ++block) {
     float d[4];
-    block_product(ring, load_a, it, d);
+    products.block(ring, it, d);
     if (block == begin) compute_inv_rms(p, 2 * p.num_layers, inv_rms);
     const float sum = reduce_block(reduce, parity, d);  // its barrier publishes inv_rms
     const float v = sum * inv_rms[g % kMaxBatch];
@@ -394,13 +466,15 @@ extern "C" __global__ void __launch_bounds__(flare::llama::kThreads, 1)
   constexpr int kStages = dev::kStages;
   const int area_bytes =
       union_shared_bytes(dev::kGroup, dev::kHeadDim, dev::kActRows, FLARE_LLAMA_ACT_COLS);
-  float* attention_area = reinterpret_cast<float*>(shared + kStages * stage_bytes());
+  float* attention_area =
+      reinterpret_cast<float*>(shared + kStages * stage_bytes(dev::kWeightBits));
   float* reduce = attention_area + area_bytes / 4;
   float* inv_rms = reduce + 2 * kConsumerWarps * kMaxBatch * kBlockRows;
   const unsigned barriers =
       dev::shared_address(shared) +
       static_cast<unsigned>(
-          shared_bytes(kStages, dev::kGroup, dev::kHeadDim, dev::kActRows, FLARE_LLAMA_ACT_COLS) -
+          shared_bytes(kStages, dev::kGroup, dev::kHeadDim, dev::kActRows, FLARE_LLAMA_ACT_COLS,
+                       dev::kWeightBits) -
           2 * kStages * 8);
   const dev::Ring ring{dev::shared_address(shared), barriers, barriers + 8 * kStages};
   if (threadIdx.x == 0) {

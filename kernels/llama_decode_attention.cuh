@@ -3,7 +3,9 @@
 //
 // Work items are (request, KV head, split): split s of a request of length n covers tokens
 // [s * ceil(n / S), ...). Item i goes to CTA i mod grid. In an item, lane group h (head_dim / 8
-// lanes, 8 dimensions each: 16 or 32 groups in the CTA) takes tokens h, h + groups, ...: the
+// lanes, 8 dimensions each: 16 or 32 groups in the CTA; for groups of more than 4 query heads
+// head_dim / 4 lanes of 4 dimensions, which keeps the 8 heads' states in registers) takes
+// tokens h, h + groups, ...: the
 // group's logits for a token are summed over its lanes by shuffles and folded into an online
 // softmax (log2 domain). Lane groups of a warp merge by shuffle, warps in shared memory, and the
 // item's normalized output and log-sum-exp go to global memory; the last CTA to finish an (request,
@@ -19,10 +21,32 @@
 namespace flare::llama::dev {
 
 constexpr int kGroup = FLARE_LLAMA_GROUP;             // query heads per KV head
-constexpr int kTokensInFlight = kGroup <= 4 ? 3 : 1;  // tokens a lane group loads before use
+constexpr int kTokensInFlight = kGroup <= 4 ? 3 : 2;  // tokens a lane group loads before use
                                                       // (4 spills at the 168-register limit)
-constexpr int kLanesPerToken = kHeadDim / 8;
+constexpr int kDimsPerLane = kGroup <= 4 ? 8 : 4;
+constexpr int kLanesPerToken = kHeadDim / kDimsPerLane;
 constexpr int kTokenGroups = kConsumerWarps * 32 / kLanesPerToken;
+
+// A lane's kDimsPerLane bf16 of a K or V row.
+template <int kDims>
+struct KvVector;
+template <>
+struct KvVector<8> {
+  uint4 bits;
+  __device__ __forceinline__ void load(const unsigned short* p) { bits = load_cg(p); }
+  __device__ __forceinline__ void to_float(float (&out)[8]) const { bf16x8_to_float(bits, out); }
+};
+template <>
+struct KvVector<4> {
+  uint2 bits;
+  __device__ __forceinline__ void load(const unsigned short* p) {
+    bits = __ldcg(reinterpret_cast<const uint2*>(p));
+  }
+  __device__ __forceinline__ void to_float(float (&out)[4]) const {
+    bf16x2_to_float2(bits.x, out[0], out[1]);
+    bf16x2_to_float2(bits.y, out[2], out[3]);
+  }
+};
 
 // The slot of `token` in request `b`'s pages, or -1 (error 2 set) when the page table does not
 // hold it (a negative token position included).
@@ -40,7 +64,7 @@ __device__ __forceinline__ long long kv_slot(const DecodeParams& p, int b, int t
 }
 
 struct SoftmaxState {
-  float m[kGroup], l[kGroup], o[kGroup][8];
+  float m[kGroup], l[kGroup], o[kGroup][kDimsPerLane];
 };
 
 // One item's partial state into attn_partials[item]: [group][128 outputs, lse] floats.
@@ -53,19 +77,25 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
   const int per_split = (length + splits - 1) / splits;
   const int begin = split * per_split, end = min(length, begin + per_split);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32,
-            token_group = threadIdx.x / kLanesPerToken, dim = (lane % kLanesPerToken) * 8;
-  const unsigned group_mask = ((1u << kLanesPerToken) - 1u) << (lane & ~(kLanesPerToken - 1));
+            token_group = threadIdx.x / kLanesPerToken,
+            dim = (lane % kLanesPerToken) * kDimsPerLane;
+  const unsigned group_mask =
+      kLanesPerToken == 32 ? 0xffffffffu
+                           : ((1u << (kLanesPerToken % 32)) - 1u) << (lane & ~(kLanesPerToken - 1));
 
-  float q[kGroup][8];
+  float q[kGroup][kDimsPerLane];
 #pragma unroll
   for (int h = 0; h < kGroup; ++h) {
     const float* src =
         p.q + (static_cast<long long>(b) * p.heads + kv_head * kGroup + h) * kHeadDim + dim;
-    const float4 lo = __ldcg(reinterpret_cast<const float4*>(src));
-    const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + 4));
-    const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) q[h][i] = v[i] * p.sm_scale_log2;
+    for (int i4 = 0; i4 < kDimsPerLane / 4; ++i4) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(src) + i4);
+      q[h][4 * i4] = v.x * p.sm_scale_log2;
+      q[h][4 * i4 + 1] = v.y * p.sm_scale_log2;
+      q[h][4 * i4 + 2] = v.z * p.sm_scale_log2;
+      q[h][4 * i4 + 3] = v.w * p.sm_scale_log2;
+    }
   }
   SoftmaxState st;
 #pragma unroll
@@ -73,13 +103,13 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
     st.m[h] = negative_infinity();
     st.l[h] = 0.f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) st.o[h][i] = 0.f;
+    for (int i = 0; i < kDimsPerLane; ++i) st.o[h][i] = 0.f;
   }
 
   const long long head_offset = static_cast<long long>(kv_head) * kHeadDim + dim;
   const long long row_elems = static_cast<long long>(p.kv_heads) * kHeadDim;
   for (int base = begin + token_group; base < end; base += kTokenGroups * kTokensInFlight) {
-    uint4 k[kTokensInFlight], v[kTokensInFlight];
+    KvVector<kDimsPerLane> k[kTokensInFlight], v[kTokensInFlight];
     bool valid[kTokensInFlight];
 #pragma unroll
     for (int j = 0; j < kTokensInFlight; ++j) {
@@ -87,22 +117,22 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
       const long long slot = token < end ? kv_slot(p, b, token) : -1;
       valid[j] = slot >= 0;
       if (valid[j]) {
-        k[j] = load_cg(w.k_cache + slot * row_elems + head_offset);
-        v[j] = load_cg(w.v_cache + slot * row_elems + head_offset);
+        k[j].load(w.k_cache + slot * row_elems + head_offset);
+        v[j].load(w.v_cache + slot * row_elems + head_offset);
       }
     }
 #pragma unroll
     for (int j = 0; j < kTokensInFlight; ++j) {
       // Uniform across the lane group (same token), so the shuffles below stay within it.
       if (!valid[j]) continue;
-      float kf[8], vf[8];
-      bf16x8_to_float(k[j], kf);
-      bf16x8_to_float(v[j], vf);
+      float kf[kDimsPerLane], vf[kDimsPerLane];
+      k[j].to_float(kf);
+      v[j].to_float(vf);
 #pragma unroll
       for (int h = 0; h < kGroup; ++h) {
         float s = 0.f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s = fmaf(q[h][i], kf[i], s);
+        for (int i = 0; i < kDimsPerLane; ++i) s = fmaf(q[h][i], kf[i], s);
 #pragma unroll
         for (int o = kLanesPerToken / 2; o >= 1; o /= 2) s += __shfl_xor_sync(group_mask, s, o);
         const float m = fmaxf(st.m[h], s);
@@ -110,7 +140,7 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
         st.m[h] = m;
         st.l[h] = st.l[h] * scale + e;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) st.o[h][i] = fmaf(st.o[h][i], scale, e * vf[i]);
+        for (int i = 0; i < kDimsPerLane; ++i) st.o[h][i] = fmaf(st.o[h][i], scale, e * vf[i]);
       }
     }
   }
@@ -126,7 +156,7 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
       const float c = m == negative_infinity() ? 0.f : exp2f(m_other - m);
       st.l[h] = st.l[h] * a + l_other * c;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < kDimsPerLane; ++i) {
         const float o_other = __shfl_xor_sync(0xffffffffu, st.o[h][i], xor_lanes);
         st.o[h][i] = st.o[h][i] * a + o_other * c;
       }
@@ -140,7 +170,7 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
     for (int h = 0; h < kGroup; ++h) {
       float* row = shared + (warp * kGroup + h) * (kHeadDim + 2);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) row[dim + i] = st.o[h][i];
+      for (int i = 0; i < kDimsPerLane; ++i) row[dim + i] = st.o[h][i];
       if (lane == 0) {
         row[kHeadDim] = st.m[h];
         row[kHeadDim + 1] = st.l[h];

@@ -31,48 +31,66 @@ struct Ring {
   unsigned empty;   // then the kStages `empty` barriers
 };
 
-// The rows of block `block` of `op` in layer `layer` (`half` 1: the up projection's block):
-// row n starts at first + (n / 2) * pair_step + (n % 2) * odd_offset elements. A QKV block's
-// rows lie in one head of one matrix (qkv_block_row); the others are 8 consecutive rows.
+// The rows of block `block` of `op` in layer `layer` (`half` 1: the up projection's block), as
+// byte addresses: row n starts at first + (n / 2) * pair_step + (n % 2) * odd_offset, and its
+// 4-bit scales likewise from scales_first. A QKV block's rows lie in one head of one matrix
+// (qkv_block_row); the others are 8 consecutive rows.
 struct BlockRows {
-  const unsigned short* first;
-  long long pair_step, odd_offset;
+  const unsigned char* first;
+  const unsigned char* scales_first;  // 4-bit only
+  long long pair_step, odd_offset;    // in rows
+  long long row_bytes, scale_row_bytes;
+  __device__ __forceinline__ long long row(int n) const {
+    return (n / 2) * pair_step + (n % 2) * odd_offset;
+  }
 };
 __device__ __forceinline__ BlockRows block_rows(const DecodeParams& p, int op, int layer, int block,
                                                 int half) {
   const long long cols = op_cols(p, op);
-  BlockRows r{nullptr, 2 * cols, cols};
+  BlockRows r{nullptr, nullptr, 2, 1, cols * op_weight_bits(kWeightBits, op) / 8,
+              cols / kInt4GroupCols * 2};
+  long long first_row = static_cast<long long>(block) * kBlockRows;
+  int matrix = op == kOpO      ? kWo
+               : op == kOpDown ? kWDown
+               : half == 0     ? kWGate
+                               : kWUp;
   if (op == kOpLmHead) {
-    r.first = p.lm_head + block * kBlockRows * cols;
+    r.first = reinterpret_cast<const unsigned char*>(p.lm_head) + first_row * r.row_bytes;
     return r;
   }
-  const LayerWeights& w = p.layers[layer];
   if (op == kOpQkv) {
     int row = qkv_block_row(block, 0, kHeadDim);
     const int q_rows = p.heads * kHeadDim, kv_rows = p.kv_heads * kHeadDim;
-    const unsigned short* matrix = w.wq;
+    matrix = kWq;
     if (row >= q_rows + kv_rows) {
-      matrix = w.wv;
+      matrix = kWv;
       row -= q_rows + kv_rows;
     } else if (row >= q_rows) {
-      matrix = w.wk;
+      matrix = kWk;
       row -= q_rows;
     }
-    return BlockRows{matrix + row * cols, cols, (kHeadDim / 2) * cols};
+    first_row = row;
+    r.pair_step = 1;
+    r.odd_offset = kHeadDim / 2;
   }
-  const unsigned short* matrix = op == kOpO      ? w.wo
-                                 : op == kOpDown ? w.w_down
-                                 : half == 0     ? w.w_gate
-                                                 : w.w_up;
-  r.first = matrix + block * kBlockRows * cols;
+  const LayerWeights& w = p.layers[layer];
+  r.first = static_cast<const unsigned char*>(w.w[matrix]) + first_row * r.row_bytes;
+  if constexpr (kWeightBits == 4) {
+    r.scales_first =
+        reinterpret_cast<const unsigned char*>(w.scales[matrix]) + first_row * r.scale_row_bytes;
+  }
   return r;
 }
 
 // The producer (one lane): every chunk of this CTA's blocks of `op`, in the consumers' order.
+// A chunk is 8 row copies of its weight bytes and, for 4-bit weights, 8 copies of the rows'
+// scales of its groups into the stage's tail.
 __device__ __forceinline__ void produce_op(const DecodeParams& p, const Ring& ring, int op,
                                            int layer, unsigned& it, unsigned long long policy) {
-  const int cols = op_cols(p, op), chunk = op_chunk_cols(cols), chunks = op_chunks(cols);
-  const unsigned row_stride = static_cast<unsigned>(chunk * 2 + kRowPadBytes);
+  const int bits = op_weight_bits(kWeightBits, op);
+  const int cols = op_cols(p, op), chunk = op_chunk_cols(cols, bits),
+            chunks = op_chunks(cols, bits);
+  const unsigned row_stride = static_cast<unsigned>(chunk_row_stride(chunk, bits));
   int begin, end;
   partition_range(op_blocks(p, op), gridDim.x, blockIdx.x, begin, end);
   const int halves = op == kOpGateUp ? 2 : 1;
@@ -83,15 +101,25 @@ __device__ __forceinline__ void produce_op(const DecodeParams& p, const Ring& ri
         const unsigned stage = it % kStages;
         if (it >= kStages) sm90::barrier_wait(ring.empty + 8 * stage, (it / kStages - 1) & 1);
         const int width = min(chunk, cols - c * chunk);
-        const unsigned bytes = static_cast<unsigned>(width * 2);
+        const unsigned bytes = static_cast<unsigned>(width * bits / 8);
+        const unsigned scale_bytes = bits == 4 ? static_cast<unsigned>(width / kInt4GroupCols * 2) : 0u;
         const unsigned full = ring.full + 8 * stage;
-        sm90::barrier_arrive_expect(full, bytes * kBlockRows);
-        const unsigned dst = ring.stages + stage * static_cast<unsigned>(stage_bytes());
+        sm90::barrier_arrive_expect(full, (bytes + scale_bytes) * kBlockRows);
+        const unsigned dst = ring.stages + stage * static_cast<unsigned>(stage_bytes(kWeightBits));
+        const long long offset = static_cast<long long>(c) * chunk * bits / 8;
 #pragma unroll
         for (int n = 0; n < kBlockRows; ++n) {
-          const unsigned short* src =
-              rows.first + (n / 2) * rows.pair_step + (n % 2) * rows.odd_offset + c * chunk;
-          bulk_load(dst + n * row_stride, src, bytes, full, policy);
+          bulk_load(dst + n * row_stride, rows.first + rows.row(n) * rows.row_bytes + offset, bytes,
+                    full, policy);
+        }
+        if (bits == 4) {
+          const long long scale_offset = static_cast<long long>(c) * chunk / kInt4GroupCols * 2;
+#pragma unroll
+          for (int n = 0; n < kBlockRows; ++n) {
+            bulk_load(dst + stage_scale_offset() + n * kScaleRowBytes,
+                      rows.scales_first + rows.row(n) * rows.scale_row_bytes + scale_offset,
+                      scale_bytes, full, policy);
+          }
         }
       }
     }
@@ -117,7 +145,7 @@ template <class LoadA>
 __device__ __forceinline__ void load_fragments(const LoadA& load_a, int cols, int batch, int c,
                                                uint4 (&a)[kStepsPerWarp]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int chunk = op_chunk_cols(cols);
+  const int chunk = op_chunk_cols(cols, 16);
   const int steps = min(chunk, cols - c * chunk) / 32;
 #pragma unroll
   for (int i = 0; i < kStepsPerWarp; ++i) {
@@ -146,8 +174,8 @@ __device__ __forceinline__ void chunk_product(const Ring& ring, unsigned row_str
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const unsigned stage = it % kStages;
   sm90::barrier_wait(ring.full + 8 * stage, (it / kStages) & 1);
-  const unsigned base =
-      ring.stages + stage * static_cast<unsigned>(stage_bytes()) + g * row_stride + 16 * t;
+  const unsigned base = ring.stages + stage * static_cast<unsigned>(stage_bytes(kWeightBits)) +
+                        g * row_stride + 16 * t;
 #pragma unroll
   for (int i = 0; i < kStepsPerWarp; ++i) {
     const int s = warp + kConsumerWarps * i;
@@ -169,8 +197,8 @@ __device__ __forceinline__ void chunk_product(const Ring& ring, unsigned row_str
 template <class LoadA>
 __device__ __forceinline__ void block_product(const Ring& ring, Activations<LoadA>& x, unsigned& it,
                                               float (&d)[4]) {
-  const int chunk = op_chunk_cols(x.cols), chunks = op_chunks(x.cols);
-  const unsigned row_stride = static_cast<unsigned>(chunk * 2 + kRowPadBytes);
+  const int chunk = op_chunk_cols(x.cols, 16), chunks = op_chunks(x.cols, 16);
+  const unsigned row_stride = static_cast<unsigned>(chunk_row_stride(chunk, 16));
   float acc[4][4] = {};
   for (int c = 0; c < chunks; ++c) {
     uint4 current[kStepsPerWarp];
@@ -178,6 +206,100 @@ __device__ __forceinline__ void block_product(const Ring& ring, Activations<Load
     for (int i = 0; i < kStepsPerWarp; ++i) current[i] = x.pending[i];
     load_fragments(x.load, x.cols, x.batch, c + 1 < chunks ? c + 1 : 0, x.pending);
     chunk_product(ring, row_stride, min(chunk, x.cols - c * chunk) / 32, it++, current, acc);
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) d[r] = (acc[0][r] + acc[1][r]) + (acc[2][r] + acc[3][r]);
+}
+
+// --- 4-bit weights (flare/model/int4_weights.h: column 2j in the low nibble of byte j, code q
+// standing for q - 8, one bf16 scale per row and 128 columns).
+//
+// A warp step is 128 columns (one scale group): lane (g, t) reads 16 bytes of row g, the 32
+// codes of columns 32t .. 32t + 31, and request g's 32 activations of the same columns (64
+// bytes), and feeds them as 8 k16 products. Within each 8-column unit the k order is permuted
+// the same way on both sides: the 32-bit code word w of a unit holds columns 0..7 in nibbles
+// 0..7, and (w >> 4j) & 0x000F000F is the pair (column j, column j + 4) for j = 0..3, so the
+// activations of a unit are laid out as the bf16 pairs (0, 4), (1, 5), (2, 6), (3, 7)
+// (Int4Activations). Dequantization is exact to the reference's rounding:
+// bf16(0x4300 | q) = 128 + q, minus 136 is q - 8 (exact), times the scale rounds once:
+// bf16(scale * (q - 8)).
+constexpr unsigned kBf16x2Minus136 = 0xC308C308u;
+
+__device__ __forceinline__ unsigned bf16x2_add(unsigned a, unsigned b) {
+  unsigned d;
+  asm("add.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
+  unsigned d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// The 8 weights of a code word as 4 bf16 pairs (column j, column j + 4) times the scale pair.
+__device__ __forceinline__ void dequantize_unit(unsigned word, unsigned scale2, unsigned (&b)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const unsigned biased = ((word >> (4 * j)) & 0x000F000Fu) | 0x43004300u;  // 128 + q
+    b[j] = bf16x2_mul(bf16x2_add(biased, kBf16x2Minus136), scale2);
+  }
+}
+// Eight bf16 of natural order (pairs (0, 1), (2, 3), (4, 5), (6, 7)) -> the 4-bit order.
+__device__ __forceinline__ uint4 int4_unit_order(const uint4& v) {
+  return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632),
+                    __byte_perm(v.y, v.w, 0x5410), __byte_perm(v.y, v.w, 0x7632));
+}
+
+// One 4-bit chunk's steps. `input(g, unit)` returns request g's 8 activations of 8-column unit
+// `unit` of the product's input in the 4-bit order; `unit0` is the chunk's first unit.
+template <class Input>
+__device__ __forceinline__ void chunk_product_int4(const Ring& ring, unsigned row_stride, int steps,
+                                                   unsigned it, const Input& input, int unit0,
+                                                   int batch, float (&acc)[4][4]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const unsigned stage = it % kStages;
+  sm90::barrier_wait(ring.full + 8 * stage, (it / kStages) & 1);
+  const unsigned stage_base = ring.stages + stage * static_cast<unsigned>(stage_bytes(kWeightBits));
+  const unsigned codes = stage_base + g * row_stride + 16 * t;
+  const unsigned scales = stage_base + stage_scale_offset() + g * kScaleRowBytes;
+#pragma unroll
+  for (int i = 0; i < kInt4ChunkCols / kInt4GroupCols / kConsumerWarps; ++i) {
+    const int s = warp + kConsumerWarps * i;
+    if (s < steps) {
+      uint4 w;
+      unsigned short scale;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                   : "r"(codes + 64 * s));
+      asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(scale) : "r"(scales + 2 * s));
+      const unsigned scale2 = static_cast<unsigned>(scale) * 0x10001u;
+      const unsigned words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const uint4 a = g < batch ? input(g, unit0 + 16 * s + 4 * t + u) : make_uint4(0, 0, 0, 0);
+        unsigned b[4];
+        dequantize_unit(words[u], scale2, b);
+        mma::mma_16816<kCodeBF16>(acc[u], {a.x, 0u, a.y, 0u}, b[0], b[1]);
+        mma::mma_16816<kCodeBF16>(acc[u], {a.z, 0u, a.w, 0u}, b[2], b[3]);
+      }
+    }
+  }
+  __syncwarp();
+  if (lane == 0) sm90::barrier_arrive(ring.empty + 8 * stage);
+}
+
+// One block's 4-bit products (as block_product: lane (g, t) ends with rows 2t, 2t + 1 of
+// request g in d[0], d[1]). The activations are read when used (no prefetch: a chunk's are 64
+// registers a lane).
+template <class Input>
+__device__ __forceinline__ void block_product_int4(const Ring& ring, const Input& input, int cols,
+                                                   int batch, unsigned& it, float (&d)[4]) {
+  const int chunk = op_chunk_cols(cols, 4), chunks = op_chunks(cols, 4);
+  const unsigned row_stride = static_cast<unsigned>(chunk_row_stride(chunk, 4));
+  float acc[4][4] = {};
+  for (int c = 0; c < chunks; ++c) {
+    const int width = min(chunk, cols - c * chunk);
+    chunk_product_int4(ring, row_stride, width / kInt4GroupCols, it++, input, c * chunk / 8, batch,
+                       acc);
   }
 #pragma unroll
   for (int r = 0; r < 4; ++r) d[r] = (acc[0][r] + acc[1][r]) + (acc[2][r] + acc[3][r]);

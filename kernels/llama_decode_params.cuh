@@ -14,11 +14,14 @@
 // the one before, except attention, which is per head); weights carry no dependency, so the
 // producer keeps loading the next operator's (and the next layer's) chunks across the waits.
 //
-// A matrix [N, K] (row-major bf16, nn.Linear's layout, used in place) is cut into blocks of
+// A matrix [N, K] (row-major, nn.Linear's layout, used in place) is cut into blocks of
 // kBlockRows = 8 rows (the n dimension of mma.m16n8k16; the batch of at most 8 requests is the
-// m dimension), and each block into chunks of at most kChunkCols columns: one chunk is one
-// pipeline stage (8 bulk copies, one per row, into rows padded so tensor-core operand reads hit
-// distinct banks). The blocks of each operator are split evenly over the CTAs (contiguous
+// m dimension), and each block into chunks of at most 2 KiB a row: one chunk is one pipeline
+// stage (8 bulk copies, one per row, into rows padded so tensor-core operand reads hit distinct
+// banks). A chunk is 1024 columns of bf16 weights, or 4096 columns of 4-bit weights
+// (flare/model/int4_weights.h's format; the layers' projections of a model are all bf16 or all
+// 4-bit, FLARE_LLAMA_WEIGHT_BITS, and the LM head is bf16 in both), whose stage also holds the
+// chunk's 32 scales of each row. The blocks of each operator are split evenly over the CTAs (contiguous
 // ranges, sizes differing by at most one); a CTA owns whole rows, so every dot product is summed
 // in one CTA in a fixed order: the step is deterministic.
 #pragma once
@@ -35,7 +38,12 @@ namespace flare::llama {
 
 constexpr int kBlockRows = 8;     // rows of a weight block (mma n)
 constexpr int kMaxBatch = 8;      // requests per step (mma m, rows 8-15 unused)
-constexpr int kChunkCols = 1024;  // columns of a chunk at most (bf16: 2 KiB a row)
+constexpr int kChunkCols = 1024;  // columns of a bf16 chunk at most (2 KiB a row)
+constexpr int kInt4ChunkCols = 4096;  // columns of a 4-bit chunk at most (2 KiB of codes a row)
+constexpr int kInt4GroupCols = 128;   // columns sharing one bf16 scale
+constexpr int kChunkRowBytes = 2048;  // a stage row's weight bytes at most
+constexpr int kScaleRowBytes = 80;    // a 4-bit stage row's 32 scales, padded: rows 20 words
+                                      // apart, so 8 lanes reading 8 rows hit distinct banks
 constexpr int kRowPadBytes = 64;  // shared row stride = chunk bytes + 64: rows g and g + 1
                                   // start half a 128-byte line apart (conflict-free reads)
 constexpr int kConsumerWarps = 8;
@@ -59,15 +67,14 @@ enum LayerStage : int {
   kStagesPerLayer = 5,
 };
 
-// Per-layer weights (device pointers, bf16 as unsigned short bits).
+// Per-layer weights (device pointers). A projection [N, K] is bf16 (unsigned short bits) or,
+// in a 4-bit model, uint8 codes [N, K / 2] with bf16 scales [N, K / 128].
+enum Projection : int { kWq, kWk, kWv, kWo, kWGate, kWUp, kWDown, kNumProjections };
 struct LayerWeights {
-  const unsigned short* wq;         // [heads * head_dim, hidden]
-  const unsigned short* wk;         // [kv_heads * head_dim, hidden]
-  const unsigned short* wv;         // [kv_heads * head_dim, hidden]
-  const unsigned short* wo;         // [hidden, heads * head_dim]
-  const unsigned short* w_gate;     // [intermediate, hidden]
-  const unsigned short* w_up;       // [intermediate, hidden]
-  const unsigned short* w_down;     // [hidden, intermediate]
+  // q [heads * head_dim, hidden], k and v [kv_heads * head_dim, hidden], o [hidden, heads *
+  // head_dim], gate and up [intermediate, hidden], down [hidden, intermediate]
+  const void* w[kNumProjections];
+  const unsigned short* scales[kNumProjections];  // 4-bit only (null for bf16)
   const unsigned short* attn_norm;  // [hidden]
   const unsigned short* mlp_norm;   // [hidden]
   unsigned short* k_cache;          // [num_pages, page_size, kv_heads, head_dim] (NHD)
@@ -129,6 +136,12 @@ FLARE_LLAMA_HD inline int trace_events(int num_layers) {
   return 4 + 2 * kStagesPerLayer * num_layers;
 }
 
+// The weight format of an operator: the model's (16 or 4 bits) for the layers' projections;
+// the LM head is bf16 in both.
+FLARE_LLAMA_HD inline int op_weight_bits(int model_bits, int op) {
+  return op == kOpLmHead ? 16 : model_bits;
+}
+
 // Blocks and columns of each operator.
 FLARE_LLAMA_HD inline int op_rows(const DecodeParams& p, int op) {
   switch (op) {
@@ -157,11 +170,22 @@ FLARE_LLAMA_HD inline int op_cols(const DecodeParams& p, int op) {
 FLARE_LLAMA_HD inline int op_blocks(const DecodeParams& p, int op) {
   return (op_rows(p, op) + kBlockRows - 1) / kBlockRows;
 }
-// Chunks per block row: equal widths (multiples of 64 columns) of at most kChunkCols.
-FLARE_LLAMA_HD inline int op_chunks(int cols) { return (cols + kChunkCols - 1) / kChunkCols; }
-FLARE_LLAMA_HD inline int op_chunk_cols(int cols) {
-  const int n = op_chunks(cols);
+// Chunks per block row. bf16: equal widths (multiples of 64 columns) of at most kChunkCols.
+// 4-bit: kInt4ChunkCols wide, the last one what is left (K is a multiple of 1024, so each
+// chunk's scales are whole 16-byte copies).
+FLARE_LLAMA_HD inline int op_chunks(int cols, int bits) {
+  const int most = bits == 4 ? kInt4ChunkCols : kChunkCols;
+  return (cols + most - 1) / most;
+}
+FLARE_LLAMA_HD inline int op_chunk_cols(int cols, int bits) {
+  if (bits == 4) return cols < kInt4ChunkCols ? cols : kInt4ChunkCols;
+  const int n = op_chunks(cols, bits);
   return ((cols + n - 1) / n + 63) / 64 * 64;
+}
+// A stage row's stride: the chunk's bytes + 64, so rows g and g + 1 start half a 128-byte line
+// apart (chunk bytes are a multiple of 128).
+FLARE_LLAMA_HD inline int chunk_row_stride(int chunk_cols, int bits) {
+  return chunk_cols * bits / 8 + kRowPadBytes;
 }
 
 // The contiguous range [begin, end) of `count` items that part `part` of `parts` owns.
@@ -184,7 +208,11 @@ FLARE_LLAMA_HD inline int qkv_block_row(int block, int n, int head_dim) {
 // attention stage and, in the other stages, the stage's activations (act_rows > 0: [act_rows]
 // rows of act_cols bf16, padded like the weight rows; act_rows 0: products read them from L2);
 // the consumers' reduction area; the barriers.
-FLARE_LLAMA_HD inline int stage_bytes() { return kBlockRows * (kChunkCols * 2 + kRowPadBytes); }
+// A stage: 8 weight rows, then (4-bit) the 8 rows' scales.
+FLARE_LLAMA_HD inline int stage_scale_offset() { return kBlockRows * (kChunkRowBytes + kRowPadBytes); }
+FLARE_LLAMA_HD inline int stage_bytes(int bits) {
+  return stage_scale_offset() + (bits == 4 ? kBlockRows * kScaleRowBytes : 0);
+}
 FLARE_LLAMA_HD inline int attention_shared_bytes(int group, int head_dim) {
   return kConsumerWarps * group * (head_dim + 2) * 4;
 }
@@ -192,6 +220,7 @@ FLARE_LLAMA_HD inline int attention_shared_bytes(int group, int head_dim) {
 FLARE_LLAMA_HD inline int reduction_shared_bytes() {
   return 2 * kConsumerWarps * kMaxBatch * kBlockRows * 4 + 128;
 }
+// Rows are act_cols bf16 + 64 bytes (the 4-bit products' layout pads 32: llama_decode.cuh).
 FLARE_LLAMA_HD inline int activation_shared_bytes(int act_rows, int act_cols) {
   return act_rows * (act_cols * 2 + kRowPadBytes);
 }
@@ -201,8 +230,8 @@ FLARE_LLAMA_HD inline int union_shared_bytes(int group, int head_dim, int act_ro
   return a > b ? a : b;
 }
 FLARE_LLAMA_HD inline int shared_bytes(int stages, int group, int head_dim, int act_rows,
-                                       int act_cols) {
-  return stages * stage_bytes() + union_shared_bytes(group, head_dim, act_rows, act_cols) +
+                                       int act_cols, int bits) {
+  return stages * stage_bytes(bits) + union_shared_bytes(group, head_dim, act_rows, act_cols) +
          reduction_shared_bytes() + 2 * stages * 8;
 }
 

@@ -13,6 +13,8 @@ namespace flare::llama::dev {
 
 constexpr int kHeadDim = FLARE_LLAMA_HEAD_DIM;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+constexpr int kWeightBits = FLARE_LLAMA_WEIGHT_BITS;  // the layers' projections: 16 or 4
+static_assert(kWeightBits == 16 || kWeightBits == 4, "bf16 or 4-bit weights");
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));

@@ -3,7 +3,8 @@ the same model in PyTorch, gpt-fast's way, in the same process.
 
 Both decode `--new-tokens` tokens per request after a prompt of `--prompt` tokens whose K/V are
 random bf16 values (the kernels read every cached row; values do not change the time). Weights
-are random bf16 of the model's exact shapes. Each side runs one CUDA graph per step that also
+are random, of the model's exact shapes: bf16, or with --weights int4 4-bit projections (group
+128, bf16 scales) and a bf16 LM head. Each side runs one CUDA graph per step that also
 feeds the step's greedy tokens back and advances the positions, replayed back to back; the time
 is CUDA events around the replays. Also printed: the eager step (Python call per step), the host
 time of one step() call, and the bytes a step reads (weights + KV) per second as a fraction of
@@ -11,7 +12,8 @@ this device's copy bandwidth (a 2 GiB device-to-device copy, read + write bytes)
 
 The baseline: a Llama in plain PyTorch with a static dense KV cache [batch, kv_heads, max_len,
 128] and SDPA over it with a mask (gpt-fast's model), torch.compile(mode=--compile-mode), then
-captured in a CUDA graph per step.
+captured in a CUDA graph per step. With 4-bit weights its projections are gpt-fast's int4 path,
+torch's tinygemm kernel (aten._weight_int4pack_mm) on the same codes and scales (zero points 0).
 
 Usage: python scripts/bench_llama_decode.py --model llama-3.1-8b --prompt 1024 6144 --batch 1 4
 """
@@ -64,15 +66,38 @@ def capture(fn):
     return graph
 
 
+class Int4Linear:
+    """gpt-fast's 4-bit linear: tinygemm's packed codes, [K / 128, N, 2] scales and zeros."""
+
+    def __init__(self, codes, scales, inner_k_tiles=8):
+        swapped = ((codes & 0x0F) << 4) | (codes >> 4)  # tinygemm: even column in the high nibble
+        self.packed = torch.ops.aten._convert_weight_to_int4pack(swapped.contiguous(), inner_k_tiles)
+        self.scales_and_zeros = torch.stack(
+            [scales.t(), torch.zeros_like(scales.t())], dim=-1).contiguous()
+        self.out_features = codes.shape[0]
+
+    def __call__(self, x):
+        return torch.ops.aten._weight_int4pack_mm(x, self.packed, 128, self.scales_and_zeros)
+
+
 class TorchLlama:
-    """gpt-fast's decode step: bf16 everywhere, static dense KV cache, SDPA with a mask."""
+    """gpt-fast's decode step: bf16 activations, static dense KV cache, SDPA with a mask;
+    bf16 weights through F.linear, 4-bit ones through tinygemm (Int4Linear)."""
 
     def __init__(self, config, sd, batch, max_len):
         from flare.models import weight_list
 
-        w = weight_list(config, sd)
+        w, scales = weight_list(config, sd)
         self.c, self.embed, self.final_norm, self.lm_head = config, w[0], w[1], w[2]
-        self.layers = [w[3 + 9 * l: 12 + 9 * l] for l in range(config.num_layers)]
+        self.layers = []
+        for l in range(config.num_layers):
+            t = w[3 + 9 * l: 12 + 9 * l]
+            if scales:
+                s = scales[7 * l: 7 * l + 7]
+                proj = [Int4Linear(t[i], s[i]) for i in range(7)]
+            else:
+                proj = [lambda x, wt=t[i]: F.linear(x, wt) for i in range(7)]
+            self.layers.append(proj + list(t[7:9]))
         shape = (batch, config.kv_heads, max_len, config.head_dim)
         self.k = [torch.randn(shape, dtype=torch.bfloat16, device="cuda") for _ in self.layers]
         self.v = [torch.randn(shape, dtype=torch.bfloat16, device="cuda") for _ in self.layers]
@@ -97,16 +122,16 @@ class TorchLlama:
         x = self.embed[tokens]
         for l, (wq, wk, wv, wo, wg, wu, wd, g1, g2) in enumerate(self.layers):
             h = self.norm(x, g1)
-            q = self.rope(F.linear(h, wq).view(B, c.heads, c.head_dim), cos, sin)
-            k = self.rope(F.linear(h, wk).view(B, c.kv_heads, c.head_dim), cos, sin)
-            v = F.linear(h, wv).view(B, c.kv_heads, c.head_dim)
+            q = self.rope(wq(h).view(B, c.heads, c.head_dim), cos, sin)
+            k = self.rope(wk(h).view(B, c.kv_heads, c.head_dim), cos, sin)
+            v = wv(h).view(B, c.kv_heads, c.head_dim)
             self.k[l][rows, :, pos] = k
             self.v[l][rows, :, pos] = v
             o = F.scaled_dot_product_attention(q[:, :, None, :], self.k[l], self.v[l],
                                                attn_mask=mask, enable_gqa=True)
-            x = x + F.linear(o.reshape(B, c.heads * c.head_dim), wo)
+            x = x + wo(o.reshape(B, c.heads * c.head_dim))
             h = self.norm(x, g2)
-            x = x + F.linear(F.silu(F.linear(h, wg)) * F.linear(h, wu), wd)
+            x = x + wd(F.silu(wg(h)) * wu(h))
         logits = F.linear(self.norm(x, self.final_norm), self.lm_head)
         return logits.argmax(-1)
 
@@ -180,15 +205,18 @@ def main():
     ap.add_argument("--prompt", type=int, nargs="+", default=[1024])
     ap.add_argument("--batch", type=int, nargs="+", default=[1])
     ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--weights", choices=["bf16", "int4"], default="bf16")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode of the baseline; 'eager' skips compiling, 'none' "
                          "skips the baseline")
     args = ap.parse_args()
     config = LlamaConfig.preset(args.model)
+    config.weight_format = args.weights
     sd = random_llama_state_dict(config)
     copy_bw = copy_bandwidth()
     print(f"device {torch.cuda.get_device_name()}, copy bandwidth {copy_bw / 1e12:.2f} TB/s, "
-          f"torch {torch.__version__}, baseline torch.compile mode {args.compile_mode}")
+          f"torch {torch.__version__}, baseline torch.compile mode {args.compile_mode}, "
+          f"weights {args.weights} ({config.step_weight_bytes() / 1e9:.2f} GB a step)")
     print("| model | batch | prompt | flare tok/s (graph) | flare eager tok/s | step() host us "
           "| bytes/s vs copy | baseline tok/s | flare / baseline |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -197,19 +225,18 @@ def main():
             graph_s, eager_s, host_s = bench_flare(config, sd, batch, prompt, args.new_tokens)
             avg_len = prompt + args.new_tokens / 2
             kv_bytes = batch * config.num_layers * 2 * avg_len * config.kv_heads * config.head_dim * 2
-            c = config
-            per_layer = (c.hidden * (c.heads + 2 * c.kv_heads) * c.head_dim
-                         + c.heads * c.head_dim * c.hidden + 3 * c.hidden * c.intermediate)
-            weight_bytes = 2 * (c.num_layers * per_layer + c.vocab * c.hidden)
-            fraction = (weight_bytes + kv_bytes) / graph_s / copy_bw
+            fraction = (config.step_weight_bytes() + kv_bytes) / graph_s / copy_bw
             base = "-"
             ratio = "-"
             if args.compile_mode != "none":
-                base_s, compile_s = bench_torch(config, sd, batch, prompt, args.new_tokens,
-                                                args.compile_mode)
-                base = f"{batch / base_s:.1f} (compile {compile_s:.0f} s)"
-                ratio = f"{base_s / graph_s:.2f}x"
-            print(f"| {args.model} | {batch} | {prompt} | {batch / graph_s:.1f} | "
+                try:
+                    base_s, compile_s = bench_torch(config, sd, batch, prompt, args.new_tokens,
+                                                    args.compile_mode)
+                    base = f"{batch / base_s:.1f} (compile {compile_s:.0f} s)"
+                    ratio = f"{base_s / graph_s:.2f}x"
+                except (RuntimeError, NotImplementedError) as e:  # an int4 op this torch lacks
+                    base = f"failed: {str(e).splitlines()[0][:120]}"
+            print(f"| {args.model} {args.weights} | {batch} | {prompt} | {batch / graph_s:.1f} | "
                   f"{batch / eager_s:.1f} | {host_s * 1e6:.0f} | {fraction:.2f} | {base} | {ratio} |",
                   flush=True)
 

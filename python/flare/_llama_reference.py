@@ -1,6 +1,7 @@
 """A plain PyTorch Llama (the reference of flare.models.LlamaDecoder's tests and benchmark).
 
-Same weights, bf16 storage, float32 accumulation, and the kernel's rounding points
+Same weights (4-bit ones dequantized and rounded to bf16, as the kernel does), bf16 storage,
+float32 accumulation, and the kernel's rounding points
 (kernels/llama_decode.cuh): a float32 residual stream; RMSNorm(x) W^T computed as
 rsqrt(mean(x^2) + eps) * (bf16(gamma * x) W^T) (Hugging Face's LlamaRMSNorm rounds
 x * rsqrt(...) to bf16 before gamma: the same math, one rounding fewer); float32 products of
@@ -15,18 +16,23 @@ import torch
 
 class LlamaReference:
     def __init__(self, config, state_dict):
-        from .models import weight_list
+        from .models import dequantize_int4, weight_list
 
         self.config = config
-        w = weight_list(config, state_dict)
+        w, scales = weight_list(config, state_dict)
         self.embed, self.final_norm = w[0], w[1]
         self.lm_head = w[2].float()
         self.layers = []
         for layer in range(config.num_layers):
             t = w[3 + 9 * layer: 12 + 9 * layer]
-            self.layers.append({"q": t[0].float(), "k": t[1].float(), "v": t[2].float(),
-                                "o": t[3].float(), "gate": t[4].float(), "up": t[5].float(),
-                                "down": t[6].float(), "attn_norm": t[7], "mlp_norm": t[8]})
+            if scales:  # 4-bit: the dequantized weights rounded to bf16, as the kernel does
+                s = scales[7 * layer: 7 * layer + 7]
+                proj = [dequantize_int4(t[i], s[i]).to(torch.bfloat16).float() for i in range(7)]
+            else:
+                proj = [t[i].float() for i in range(7)]
+            self.layers.append({"q": proj[0], "k": proj[1], "v": proj[2], "o": proj[3],
+                                "gate": proj[4], "up": proj[5], "down": proj[6],
+                                "attn_norm": t[7], "mlp_norm": t[8]})
         self.inv_freq = torch.tensor(config.rope_inv_freq(), dtype=torch.float32,
                                      device=self.embed.device)
 

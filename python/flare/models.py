@@ -1,7 +1,7 @@
 """Whole-model decoding (issue 22): a Llama decode step as one persistent CUDA kernel.
 
 ``LlamaDecoder`` takes a Hugging Face Llama state dict (bf16 CUDA tensors, used in place, no
-copy) and owns a paged KV cache: one K and one V tensor per layer,
+copy; or with 4-bit projection weights, ``quantize_llama_int4``) and owns a paged KV cache: one K and one V tensor per layer,
 ``[num_pages, page_size, kv_heads, head_dim]`` bf16 (flare's NHD paged layout, one page table
 shared by all layers). ``step()`` runs the whole model for one token per request (1 to 8
 requests): it appends the tokens' K and V at their positions and returns float32 logits and the
@@ -19,7 +19,7 @@ from typing import Optional
 from . import _flare
 
 __all__ = ["LlamaConfig", "LlamaDecoder", "random_llama_state_dict", "DECODE_ERRORS",
-           "quantize_int4", "dequantize_int4"]
+           "quantize_int4", "dequantize_int4", "quantize_llama_int4"]
 
 DECODE_ERRORS = {
     0: None,
@@ -47,6 +47,8 @@ class LlamaConfig:
     tie_embeddings: bool = False
     rope_scaling: Optional[dict] = field(default=None)  # llama3: factor, low/high_freq_factor,
     #                                                     original_max_position
+    weight_format: str = "bf16"  # the layers' projections: "bf16", or "int4" (4-bit codes and
+    #                              bf16 scales per 128 columns: quantize_int4's format)
 
     @staticmethod
     def preset(name):
@@ -80,14 +82,19 @@ class LlamaConfig:
     def validate(self):
         _flare.llama_validate(asdict(self))
 
+    def step_weight_bytes(self):
+        """Bytes of weights one decode step reads (projections, norms, LM head; not the
+        embedding, of which a step reads one row per request)."""
+        return _flare.llama_step_weight_bytes(asdict(self))
+
     def rope_inv_freq(self):
         """inv_freq [head_dim / 2] (float32 values) with Llama 3's scaling, as the kernel uses."""
         return list(_flare.llama_rope_inv_freq(asdict(self)))
 
 
-_LAYER_NAMES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
-                "post_attention_layernorm")
+_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+_LAYER_NAMES = _PROJECTIONS + ("input_layernorm", "post_attention_layernorm")
 
 
 def _state_tensor(state_dict, key):
@@ -98,7 +105,12 @@ def _state_tensor(state_dict, key):
 
 
 def weight_list(config, state_dict):
-    """The state dict's tensors in the order the extension takes them."""
+    """The state dict's tensors in the order the extension takes them: (weights, scales).
+
+    weights: embed, norm, lm_head, then per layer the 7 projections (bf16 ``.weight``, or for
+    weight_format "int4" the uint8 ``.weight_codes``) and the 2 norms; scales: for "int4" the 7
+    projections' bf16 ``.weight_scales`` per layer, else empty.
+    """
     embed = _state_tensor(state_dict, "model.embed_tokens.weight")
     if config.tie_embeddings or "lm_head.weight" not in state_dict:
         if not config.tie_embeddings:
@@ -107,11 +119,26 @@ def weight_list(config, state_dict):
         lm_head = embed
     else:
         lm_head = state_dict["lm_head.weight"]
+    if config.weight_format not in ("bf16", "int4"):
+        raise ValueError(f"LlamaDecoder: weight_format must be 'bf16' or 'int4', got "
+                         f"{config.weight_format!r}")
+    int4 = config.weight_format == "int4"
     out = [embed, _state_tensor(state_dict, "model.norm.weight"), lm_head]
+    scales = []
     for layer in range(config.num_layers):
         for name in _LAYER_NAMES:
-            out.append(_state_tensor(state_dict, f"model.layers.{layer}.{name}.weight"))
-    return out
+            key = f"model.layers.{layer}.{name}."
+            if int4 and name in _PROJECTIONS:
+                try:
+                    out.append(_state_tensor(state_dict, key + "weight_codes"))
+                except KeyError:
+                    raise KeyError(f"LlamaDecoder: the config's weight_format is 'int4' and the "
+                                   f"state dict has no '{key}weight_codes' (quantize_llama_int4 "
+                                   f"makes one)") from None
+                scales.append(_state_tensor(state_dict, key + "weight_scales"))
+            else:
+                out.append(_state_tensor(state_dict, key + "weight"))
+    return out, scales
 
 
 class LlamaDecoder:
@@ -120,7 +147,11 @@ class LlamaDecoder:
     Args:
       config: LlamaConfig.
       state_dict: Hugging Face names (``model.layers.0.self_attn.q_proj.weight``, ...), bf16
-        contiguous CUDA tensors on one sm_90 device; kept referenced, never copied.
+        contiguous CUDA tensors on one sm_90 device; kept referenced, never copied. With
+        ``config.weight_format == "int4"`` each projection is ``<name>.weight_codes`` (uint8
+        [out, in / 2]) and ``<name>.weight_scales`` (bf16 [out, in / 128]) instead of
+        ``<name>.weight`` (quantize_llama_int4; hidden, intermediate and heads * head_dim must
+        be multiples of 1024).
       num_pages, page_size: the paged KV cache this decoder allocates (zeros), per layer
         ``k_caches[l]`` / ``v_caches[l]`` of shape [num_pages, page_size, kv_heads, head_dim].
     """
@@ -130,7 +161,7 @@ class LlamaDecoder:
 
         config.validate()
         self.config = config
-        self._weights = weight_list(config, state_dict)
+        self._weights, self._scales = weight_list(config, state_dict)
         device = self._weights[0].device
         if device.type != "cuda":
             raise ValueError(f"LlamaDecoder: weights must be CUDA tensors, got {device}")
@@ -143,8 +174,8 @@ class LlamaDecoder:
         self.num_pages = num_pages
         self.device = device
         with torch.cuda.device(device):
-            self._impl = _flare.LlamaDecoder(asdict(config), self._weights, self.k_caches,
-                                             self.v_caches)
+            self._impl = _flare.LlamaDecoder(asdict(config), self._weights, self._scales,
+                                             self.k_caches, self.v_caches)
 
     def step(self, tokens, positions, kv_indptr, kv_indices, *, next_tokens=None, logits=None):
         """Runs the model on one token per request; returns (next_tokens, logits).
@@ -176,7 +207,9 @@ class LlamaDecoder:
 
 
 def random_llama_state_dict(config, device="cuda", seed=0, std=0.02):
-    """Random bf16 weights of the exact shapes (Hugging Face names), norms near 1."""
+    """Random weights of the exact shapes (Hugging Face names), norms near 1: bf16, or for
+    ``config.weight_format == "int4"`` random 4-bit codes with scales of the same spread
+    (made directly: the 70B's bf16 weights would not fit one GPU)."""
     import torch
 
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -185,6 +218,16 @@ def random_llama_state_dict(config, device="cuda", seed=0, std=0.02):
         t = torch.empty(shape, dtype=torch.bfloat16, device=device)
         return t.normal_(mean, s, generator=gen)
 
+    def projection(sd, key, rows, cols):
+        if config.weight_format != "int4":
+            sd[key + "weight"] = normal(rows, cols)
+            return
+        codes = torch.randint(0, 256, (rows, cols // 2), dtype=torch.uint8, device=device,
+                              generator=gen)
+        # uniform codes: std(q - 8) = 4.61; scales spread 20% around std / 4.61
+        scales = normal(rows, cols // INT4_GROUP_SIZE, mean=std / 4.61, s=0.2 * std / 4.61)
+        sd[key + "weight_codes"], sd[key + "weight_scales"] = codes, scales
+
     h, d = config.hidden, config.head_dim
     sd = {"model.embed_tokens.weight": normal(config.vocab, h, s=1.0),
           "model.norm.weight": normal(h, mean=1.0, s=0.05)}
@@ -192,13 +235,13 @@ def random_llama_state_dict(config, device="cuda", seed=0, std=0.02):
         sd["lm_head.weight"] = normal(config.vocab, h)
     for layer in range(config.num_layers):
         p = f"model.layers.{layer}."
-        sd[p + "self_attn.q_proj.weight"] = normal(config.heads * d, h)
-        sd[p + "self_attn.k_proj.weight"] = normal(config.kv_heads * d, h)
-        sd[p + "self_attn.v_proj.weight"] = normal(config.kv_heads * d, h)
-        sd[p + "self_attn.o_proj.weight"] = normal(h, config.heads * d)
-        sd[p + "mlp.gate_proj.weight"] = normal(config.intermediate, h)
-        sd[p + "mlp.up_proj.weight"] = normal(config.intermediate, h)
-        sd[p + "mlp.down_proj.weight"] = normal(h, config.intermediate)
+        projection(sd, p + "self_attn.q_proj.", config.heads * d, h)
+        projection(sd, p + "self_attn.k_proj.", config.kv_heads * d, h)
+        projection(sd, p + "self_attn.v_proj.", config.kv_heads * d, h)
+        projection(sd, p + "self_attn.o_proj.", h, config.heads * d)
+        projection(sd, p + "mlp.gate_proj.", config.intermediate, h)
+        projection(sd, p + "mlp.up_proj.", config.intermediate, h)
+        projection(sd, p + "mlp.down_proj.", h, config.intermediate)
         sd[p + "input_layernorm.weight"] = normal(h, mean=1.0, s=0.05)
         sd[p + "post_attention_layernorm.weight"] = normal(h, mean=1.0, s=0.05)
     return sd
@@ -213,8 +256,7 @@ def quantize_int4(weight):
     Symmetric, group size 128 along K, bf16 scales, round to nearest: scale = bf16(max|w| / 7)
     per row and group, code = clamp(round_half_even(w / scale), -8, 7) + 8. Returns (codes uint8
     [N, K / 2]: column 2j in the low nibble of byte j, 2j + 1 in the high one; scales bf16
-    [N, K / 128]) on the weight's device. The decode megakernel does not run 4-bit weights yet
-    (issue 22); this fixes the format, and dequantize_int4 gives the reference's weights.
+    [N, K / 128]) on the weight's device; dequantize_int4 gives the reference's weights.
     """
     import torch
 
@@ -244,3 +286,26 @@ def dequantize_int4(codes, scales):
     code = torch.stack([low, high], dim=-1).view(rows, -1)
     scale = scales.float().repeat_interleave(INT4_GROUP_SIZE, dim=1)
     return scale * (code - 8).float()
+
+
+def quantize_llama_int4(config, state_dict):
+    """A 4-bit copy of a bf16 Llama state dict: (config with weight_format "int4", state dict).
+
+    Each layer's 7 projections become ``<name>.weight_codes`` and ``<name>.weight_scales``
+    (quantize_int4); the embedding, the norms and the LM head are the same tensors (not copied).
+    """
+    from dataclasses import replace
+
+    if config.weight_format != "bf16":
+        raise ValueError(f"quantize_llama_int4: the config's weights are already "
+                         f"{config.weight_format!r}")
+    int4_config = replace(config, weight_format="int4")
+    int4_config.validate()
+    out = {}
+    for key, tensor in state_dict.items():
+        name = key[:-len(".weight")] if key.endswith(".weight") else None
+        if name is not None and any(name.endswith(p) for p in _PROJECTIONS) and ".layers." in key:
+            out[name + ".weight_codes"], out[name + ".weight_scales"] = quantize_int4(tensor)
+        else:
+            out[key] = tensor
+    return int4_config, out

@@ -32,6 +32,7 @@ nb::dict config_dict(const LlamaConfig& c) {
   d["rope_theta"] = c.rope_theta;
   d["rms_eps"] = c.rms_eps;
   d["tie_embeddings"] = c.tie_embeddings;
+  d["weight_format"] = model::weight_format_name(c.weight_format);
   if (c.rope_scaling.enabled) {
     nb::dict s;
     s["factor"] = c.rope_scaling.factor;
@@ -65,6 +66,8 @@ LlamaConfig config_of(const nb::dict& d) {
   c.rope_theta = field<double>(d, "rope_theta");
   c.rms_eps = field<double>(d, "rms_eps");
   c.tie_embeddings = field<bool>(d, "tie_embeddings");
+  if (d.contains("weight_format"))
+    c.weight_format = model::parse_weight_format(nb::cast<std::string>(d["weight_format"]));
   if (d.contains("rope_scaling") && !d["rope_scaling"].is_none()) {
     const nb::dict s = nb::cast<nb::dict>(d["rope_scaling"]);
     c.rope_scaling.enabled = true;
@@ -100,15 +103,21 @@ nb::dict schedule_dict(const model::DecodeSchedule& s) {
   return d;
 }
 
-// weights: embed_tokens, norm, lm_head, then per layer q, k, v, o, gate, up, down,
-// input_layernorm, post_attention_layernorm (9 a layer).
+// weights: embed_tokens, norm, lm_head, then per layer q, k, v, o, gate, up, down (bf16, or
+// 4-bit codes), input_layernorm, post_attention_layernorm (9 a layer); scales: for 4-bit
+// weights, the 7 projections' scales of each layer in the same order (else empty).
 void construct(model::LlamaDecoder* self, const nb::dict& config, const nb::list& weights,
-               const nb::list& k_caches, const nb::list& v_caches) {
+               const nb::list& scales, const nb::list& k_caches, const nb::list& v_caches) {
   const LlamaConfig c = config_of(config);
   model::validate(c);
   const size_t expected = 3 + 9 * static_cast<size_t>(c.num_layers);
   FLARE_CHECK(nb::len(weights) == expected, ErrorCode::kInvalidArgument, "LlamaDecoder: ", expected,
               " weight tensors expected, got ", nb::len(weights));
+  const bool int4 = c.weight_format == model::WeightFormat::kInt4;
+  const size_t expected_scales = int4 ? 7 * static_cast<size_t>(c.num_layers) : 0;
+  FLARE_CHECK(nb::len(scales) == expected_scales, ErrorCode::kInvalidArgument, "LlamaDecoder: ",
+              expected_scales, " scale tensors expected for ", model::weight_format_name(c.weight_format),
+              " weights, got ", nb::len(scales));
   model::LlamaWeights w;
   w.embed_tokens = object_view(weights[0], "embed_tokens");
   w.norm = object_view(weights[1], "norm");
@@ -120,6 +129,12 @@ void construct(model::LlamaDecoder* self, const nb::dict& config, const nb::list
                             &t.o_proj,    &t.gate_proj,       &t.up_proj,
                             &t.down_proj, &t.input_layernorm, &t.post_attention_layernorm};
     for (size_t i = 0; i < 9; ++i) *fields[i] = object_view(weights[at + i], "layer weight");
+    if (int4) {
+      TensorView* scale_fields[] = {&t.q_scales,    &t.k_scales,  &t.v_scales,  &t.o_scales,
+                                    &t.gate_scales, &t.up_scales, &t.down_scales};
+      for (size_t i = 0; i < 7; ++i)
+        *scale_fields[i] = object_view(scales[7 * static_cast<size_t>(l) + i], "weight scales");
+    }
     w.layers.push_back(t);
   }
   model::LlamaKvCache cache;
@@ -155,6 +170,10 @@ void bind_model(nb::module_& m) {
       nb::arg("name"), "A named Llama shape as a dict (flare/model/llama_config.h).");
   m.def("llama_preset_names", &model::llama_preset_names);
   m.def(
+      "llama_step_weight_bytes",
+      [](const nb::dict& d) { return config_of(d).step_weight_bytes(); }, nb::arg("config"),
+      "Bytes of weights a decode step reads (flare/model/llama_config.h).");
+  m.def(
       "llama_validate", [](const nb::dict& d) { model::validate(config_of(d)); },
       nb::arg("config"));
   m.def(
@@ -168,8 +187,8 @@ void bind_model(nb::module_& m) {
       },
       nb::arg("config"), nb::arg("batch"), nb::arg("num_ctas"), nb::arg("max_shared_bytes"));
   nb::class_<model::LlamaDecoder>(m, "LlamaDecoder", "flare::model::LlamaDecoder (internal).")
-      .def("__init__", &construct, nb::arg("config"), nb::arg("weights"), nb::arg("k_caches"),
-           nb::arg("v_caches"))
+      .def("__init__", &construct, nb::arg("config"), nb::arg("weights"), nb::arg("scales"),
+           nb::arg("k_caches"), nb::arg("v_caches"))
       .def(
           "step",
           [](model::LlamaDecoder& d, nb::handle tokens, nb::handle positions, nb::handle kv_indptr,

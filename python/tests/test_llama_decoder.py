@@ -1,7 +1,8 @@
 """flare.models.LlamaDecoder (issue 22): configs and the RoPE table without a GPU; on an sm_90
 GPU, teacher-forced decode steps against the PyTorch reference (flare/_llama_reference.py,
 same weights and rounding points) for several head sizes, GQA ratios, page sizes and ragged
-prompt lengths, the K/V the kernel writes, CUDA-graph replay, and the device-side index checks.
+prompt lengths, the K/V the kernel writes, CUDA-graph replay, and the device-side index checks;
+the same with 4-bit weights against the reference over the dequantized weights.
 """
 
 import math
@@ -74,11 +75,19 @@ def _sm90():
 gpu = pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
 
 
-def tiny_config(head_dim, heads, kv_heads, layers=2, hidden=512, vocab=1000):
-    return LlamaConfig(name="tiny", num_layers=layers, hidden=hidden, intermediate=1408,
+def tiny_config(head_dim, heads, kv_heads, layers=2, hidden=512, vocab=1000, intermediate=1408,
+                weight_format="bf16"):
+    return LlamaConfig(name="tiny", num_layers=layers, hidden=hidden, intermediate=intermediate,
                        heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=vocab,
                        rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                     "original_max_position": 64})
+                                     "original_max_position": 64},
+                       weight_format=weight_format)
+
+
+def tiny_int4_config(head_dim, heads, kv_heads, intermediate=2048):
+    """4-bit weights need hidden, intermediate and heads * head_dim multiples of 1024."""
+    return tiny_config(head_dim, heads, kv_heads, hidden=1024, intermediate=intermediate,
+                       weight_format="int4")
 
 
 class Session:
@@ -131,15 +140,28 @@ def rel_l2(a, b):
     return ((a - b).norm() / b.norm()).item()
 
 
+TEACHER_FORCED_CASES = [
+    # config, page size, prompt lengths
+    (tiny_config(128, 8, 2), 16, [5, 37, 100]),
+    (tiny_config(64, 8, 2), 1, [1, 64]),
+    (tiny_config(128, 6, 2), 7, [300]),
+    (tiny_config(128, 4, 4), 16, [3, 17, 29, 33, 40, 51, 70, 90]),
+    (tiny_config(128, 8, 1), 16, [50, 3]),  # groups of 8: 4 dimensions a lane
+    # 4-bit weights
+    (tiny_int4_config(128, 8, 2), 16, [5, 37, 100]),
+    (tiny_int4_config(64, 16, 2), 1, [1, 64]),  # head_dim 64, groups of 8
+    (tiny_int4_config(128, 8, 1), 7, [130]),
+    # batch 6 of an 8192-wide input: activations read from L2, not shared memory
+    (tiny_int4_config(128, 8, 2, intermediate=8192), 16, [3, 17, 29, 33, 40, 51]),
+]
+
+
 @gpu
-@pytest.mark.parametrize("head_dim,heads,kv_heads,page_size,prompt_lens", [
-    (128, 8, 2, 16, [5, 37, 100]),
-    (64, 8, 2, 1, [1, 64]),
-    (128, 6, 2, 7, [300]),
-    (128, 4, 4, 16, [3, 17, 29, 33, 40, 51, 70, 90]),
-])
-def test_teacher_forced_steps_match_the_reference(head_dim, heads, kv_heads, page_size, prompt_lens):
-    config = tiny_config(head_dim, heads, kv_heads)
+@pytest.mark.parametrize("config,page_size,prompt_lens", TEACHER_FORCED_CASES,
+                         ids=lambda v: f"{v.weight_format}-d{v.head_dim}-g{v.heads // v.kv_heads}-"
+                                       f"i{v.intermediate}" if isinstance(v, LlamaConfig) else None)
+def test_teacher_forced_steps_match_the_reference(config, page_size, prompt_lens):
+    head_dim, kv_heads = config.head_dim, config.kv_heads
     steps = 12
     s = Session(config, prompt_lens, steps, page_size)
     indptr, indices = s.device_tables()
@@ -246,8 +268,10 @@ def test_argument_errors_name_the_argument():
 
 
 @gpu
-def test_llama_3_2_1b_shape_64_teacher_forced_steps():
+@pytest.mark.parametrize("weight_format", ["bf16", "int4"])
+def test_llama_3_2_1b_shape_64_teacher_forced_steps(weight_format):
     config = LlamaConfig.preset("llama-3.2-1b")
+    config.weight_format = weight_format
     steps = 64
     s = Session(config, [40], steps, 16)
     indptr, indices = s.device_tables()
@@ -282,3 +306,46 @@ def test_int4_quantizer_matches_the_cpp_reference_bit_for_bit():
     assert ((back - w).abs() <= 0.5 * step * (1 + 1 / 64)).all()
     with pytest.raises(ValueError, match="K a positive multiple of 128"):
         quantize_int4(torch.zeros(2, 100))
+
+
+@needs_torch
+def test_int4_state_dicts_configs_and_errors_without_a_gpu():
+    from dataclasses import asdict
+
+    from flare.models import (dequantize_int4, quantize_llama_int4, random_llama_state_dict,
+                              weight_list)
+
+    config = tiny_config(128, 8, 2, layers=1, hidden=1024, intermediate=2048, vocab=64)
+    sd = random_llama_state_dict(config, device="cpu")
+    int4_config, int4_sd = quantize_llama_int4(config, sd)
+    assert int4_config.weight_format == "int4" and config.weight_format == "bf16"
+    codes = int4_sd["model.layers.0.mlp.down_proj.weight_codes"]
+    scales = int4_sd["model.layers.0.mlp.down_proj.weight_scales"]
+    assert codes.dtype == torch.uint8 and list(codes.shape) == [1024, 1024]
+    assert scales.dtype == torch.bfloat16 and list(scales.shape) == [1024, 16]
+    assert "model.layers.0.mlp.down_proj.weight" not in int4_sd
+    assert int4_sd["model.embed_tokens.weight"] is sd["model.embed_tokens.weight"]
+    err = dequantize_int4(codes, scales) - sd["model.layers.0.mlp.down_proj.weight"].float()
+    assert (err.abs() <= 0.5 * scales.float().repeat_interleave(128, 1) * 1.02).all()
+    weights, scale_list = weight_list(int4_config, int4_sd)
+    assert len(weights) == 3 + 9 and len(scale_list) == 7
+    assert weights[3].dtype == torch.uint8 and weights[10].dtype == torch.bfloat16  # q; a norm
+    # Random 4-bit weights made directly, with the spread of the bf16 ones.
+    rnd = random_llama_state_dict(int4_config, device="cpu")
+    w = dequantize_int4(rnd["model.layers.0.mlp.gate_proj.weight_codes"],
+                        rnd["model.layers.0.mlp.gate_proj.weight_scales"])
+    assert 0.015 < w.std().item() < 0.025
+    # The format travels in the config; its shapes are checked.
+    assert flare._flare.llama_validate(asdict(int4_config)) is None
+    with pytest.raises(ValueError, match="hidden must be a multiple of 1024 for 4-bit"):
+        tiny_config(128, 8, 2, weight_format="int4").validate()
+    with pytest.raises(ValueError, match="weight format must be 'bf16' or 'int4', got 'int8'"):
+        tiny_config(128, 8, 2, weight_format="int8").validate()
+    with pytest.raises(KeyError, match="weight_format is 'int4' and the state dict has no"):
+        weight_list(int4_config, sd)
+    with pytest.raises(ValueError, match="already 'int4'"):
+        quantize_llama_int4(int4_config, int4_sd)
+    # A step reads 4.125 bits a projection weight (codes and scales) and the bf16 LM head.
+    c8 = LlamaConfig.preset("llama-3.1-8b")
+    c8.weight_format = "int4"
+    assert abs(c8.step_weight_bytes() / 1e9 - 4.65) < 0.01

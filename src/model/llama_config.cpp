@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "flare/core/error.h"
+#include "flare/model/int4_weights.h"
 #include "kernels/llama_decode_params.cuh"
 
 namespace flare::model {
@@ -50,6 +51,26 @@ int64_t LlamaConfig::parameter_count() const {
   return num_layers * per_layer + int64_t{vocab} * h * (tie_embeddings ? 1 : 2) + h;
 }
 
+const char* weight_format_name(WeightFormat format) {
+  return format == WeightFormat::kInt4 ? "int4" : "bf16";
+}
+
+WeightFormat parse_weight_format(const std::string& name) {
+  if (name == "bf16") return WeightFormat::kBf16;
+  if (name == "int4") return WeightFormat::kInt4;
+  fail(ErrorCode::kInvalidArgument, "weight format must be 'bf16' or 'int4', got '", name, "'");
+}
+
+int64_t LlamaConfig::step_weight_bytes() const {
+  const int64_t h = hidden, qd = int64_t{heads} * head_dim, kvd = int64_t{kv_heads} * head_dim;
+  const auto projection = [&](int64_t rows, int64_t cols) {
+    return weight_format == WeightFormat::kInt4 ? int4_bytes(rows, cols) : rows * cols * 2;
+  };
+  const int64_t per_layer = projection(qd + 2 * kvd, h) + projection(h, qd) +
+                            2 * projection(intermediate, h) + projection(h, intermediate) + 4 * h;
+  return num_layers * per_layer + int64_t{vocab} * h * 2 + 2 * h;
+}
+
 LlamaConfig llama_preset(const std::string& name) {
   for (const LlamaConfig& c : presets()) {
     if (c.name == name) return c;
@@ -91,6 +112,17 @@ void validate(const LlamaConfig& c) {
   multiple_of_64(c.hidden, "hidden");
   multiple_of_64(c.intermediate, "intermediate");
   multiple_of_64(int64_t{c.heads} * c.head_dim, "heads * head_dim");
+  if (c.weight_format == WeightFormat::kInt4) {
+    const auto multiple_of_1024 = [&](int64_t v, const char* field) {
+      FLARE_CHECK(v % 1024 == 0, ErrorCode::kInvalidArgument, "LlamaConfig '", c.name, "': ", field,
+                  " must be a multiple of 1024 for 4-bit weights (each chunk's scales are whole "
+                  "16-byte copies), got ",
+                  v);
+    };
+    multiple_of_1024(c.hidden, "hidden");
+    multiple_of_1024(c.intermediate, "intermediate");
+    multiple_of_1024(int64_t{c.heads} * c.head_dim, "heads * head_dim");
+  }
   FLARE_CHECK(c.vocab % 8 == 0, ErrorCode::kInvalidArgument, "LlamaConfig '", c.name,
               "': vocab must be a multiple of 8 (LM-head blocks of 8 rows), got ", c.vocab);
   FLARE_CHECK(c.rms_eps > 0, ErrorCode::kInvalidArgument, "LlamaConfig '", c.name,
@@ -146,6 +178,7 @@ DecodeSchedule build_decode_schedule(const LlamaConfig& config, int batch, int n
   p.head_dim = config.head_dim;
   p.vocab = config.vocab;
   const int group = config.heads / config.kv_heads;
+  const int bits = config.weight_bits();
 
   DecodeSchedule s;
   s.num_ctas = num_ctas;
@@ -155,13 +188,13 @@ DecodeSchedule build_decode_schedule(const LlamaConfig& config, int batch, int n
   while (s.activation_rows < batch) s.activation_rows *= 2;
   // Fewer than 4 stages would starve the stream: then the activations stay in L2.
   if (llama::activation_shared_bytes(s.activation_rows, s.activation_cols) > kMaxActivationShared ||
-      llama::shared_bytes(4, group, config.head_dim, s.activation_rows, s.activation_cols) >
+      llama::shared_bytes(4, group, config.head_dim, s.activation_rows, s.activation_cols, bits) >
           max_shared_bytes) {
     s.activation_rows = 0;
   }
   const auto bytes = [&](int stages) {
     return llama::shared_bytes(stages, group, config.head_dim, s.activation_rows,
-                               s.activation_cols);
+                               s.activation_cols, bits);
   };
   s.stages = 0;
   for (int stages = std::max(2, max_stages); stages >= 2; --stages) {
@@ -171,7 +204,7 @@ DecodeSchedule build_decode_schedule(const LlamaConfig& config, int batch, int n
     }
   }
   FLARE_CHECK(s.stages >= 2, ErrorCode::kUnsupported, "LlamaDecoder: the weight pipeline needs ",
-              bytes(2), " bytes of shared memory a block (2 stages of ", llama::stage_bytes(),
+              bytes(2), " bytes of shared memory a block (2 stages of ", llama::stage_bytes(bits),
               "), the device allows ", max_shared_bytes);
   s.shared_bytes = bytes(s.stages);
   s.attention_splits = std::max(1, num_ctas / (batch * config.kv_heads));
@@ -183,8 +216,9 @@ DecodeSchedule build_decode_schedule(const LlamaConfig& config, int batch, int n
     share.name = names[op];
     share.blocks = llama::op_blocks(p, op);
     const int cols = llama::op_cols(p, op);
-    share.chunks_per_block = llama::op_chunks(cols);
-    share.chunk_cols = llama::op_chunk_cols(cols);
+    const int op_bits = llama::op_weight_bits(bits, op);
+    share.chunks_per_block = llama::op_chunks(cols, op_bits);
+    share.chunk_cols = llama::op_chunk_cols(cols, op_bits);
     share.min_blocks_per_cta = share.blocks;
     const int64_t repeats = op == llama::kOpLmHead ? 1 : config.num_layers;
     const int halves = op == llama::kOpGateUp ? 2 : 1;

@@ -8,6 +8,7 @@
 
 #include "flare/core/error.h"
 #include "flare/jit/module.h"
+#include "flare/model/int4_weights.h"
 #include "kernels/llama_decode_params.cuh"
 
 namespace flare::model {
@@ -44,6 +45,25 @@ void check_step_array(const TensorView& t, const char* name, int64_t size, const
 
 const uint16_t* bf16_ptr(const TensorView& t) { return static_cast<const uint16_t*>(t.data); }
 
+// A projection [rows, cols]: bf16, or 4-bit codes and scales; into the kernel's pointers.
+void check_projection(const TensorView& weight, const TensorView& scales, const std::string& name,
+                      WeightFormat format, int64_t rows, int64_t cols, const Device& device,
+                      const void*& w, const unsigned short*& s) {
+  if (format == WeightFormat::kBf16) {
+    check_tensor(weight, name + ".weight", DType::kBF16, {rows, cols}, device);
+    FLARE_CHECK(scales.data == nullptr, ErrorCode::kInvalidArgument, kWhat, ": ", name,
+                " has scales but the config's weight_format is bf16");
+    w = weight.data;
+    s = nullptr;
+    return;
+  }
+  check_tensor(weight, name + ".weight_codes", DType::kU8, {rows, cols / 2}, device);
+  check_tensor(scales, name + ".weight_scales", DType::kBF16, {rows, cols / kInt4GroupSize},
+               device);
+  w = weight.data;
+  s = bf16_ptr(scales);
+}
+
 }  // namespace
 
 jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config,
@@ -61,8 +81,10 @@ jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config,
                   {"FLARE_LLAMA_GROUP", std::to_string(group)},
                   {"FLARE_LLAMA_STAGES", std::to_string(schedule.stages)},
                   {"FLARE_LLAMA_ACT_ROWS", std::to_string(schedule.activation_rows)},
-                  {"FLARE_LLAMA_ACT_COLS", std::to_string(schedule.activation_cols)}};
-  spec.label = "llama decode d=" + std::to_string(config.head_dim) + " g=" + std::to_string(group) +
+                  {"FLARE_LLAMA_ACT_COLS", std::to_string(schedule.activation_cols)},
+                  {"FLARE_LLAMA_WEIGHT_BITS", std::to_string(config.weight_bits())}};
+  spec.label = "llama decode " + std::string(weight_format_name(config.weight_format)) +
+               " d=" + std::to_string(config.head_dim) + " g=" + std::to_string(group) +
                " stages=" + std::to_string(schedule.stages) +
                " act=" + std::to_string(schedule.activation_rows) + "x" +
                std::to_string(schedule.activation_cols);
@@ -72,12 +94,21 @@ jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config,
 std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs() {
   constexpr int kH100SharedOptin = 232448;  // 227 KiB
   std::vector<jit::KernelSpec> specs;
-  // Not yet llama-3.1-70b: its groups of 8 query heads spill in the attention stage (it also
-  // needs the 4-bit weights to fit one GPU).
-  for (const char* name : {"llama-3.1-8b", "llama-3.2-1b", "llama-3.2-3b"}) {
-    const LlamaConfig c = llama_preset(name);
-    for (int batch :
-         name == std::string("llama-3.1-8b") ? std::vector<int>{1, 2, 4, 8} : std::vector<int>{1}) {
+  // The 70B only with 4-bit weights: in bf16 it does not fit one GPU.
+  struct Shipped {
+    const char* name;
+    WeightFormat format;
+    std::vector<int> batches;
+  };
+  const Shipped shipped[] = {{"llama-3.1-8b", WeightFormat::kBf16, {1, 2, 4, 8}},
+                             {"llama-3.2-1b", WeightFormat::kBf16, {1}},
+                             {"llama-3.2-3b", WeightFormat::kBf16, {1}},
+                             {"llama-3.1-8b", WeightFormat::kInt4, {1, 4}},
+                             {"llama-3.1-70b", WeightFormat::kInt4, {1}}};
+  for (const Shipped& m : shipped) {
+    LlamaConfig c = llama_preset(m.name);
+    c.weight_format = m.format;
+    for (int batch : m.batches) {
       const DecodeSchedule s =
           build_decode_schedule(c, batch, 132, kH100SharedOptin - kSharedMargin);
       specs.push_back(llama_decode_kernel_spec(c, s));
@@ -124,15 +155,24 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string at = "layers." + std::to_string(l) + ".";
     const LlamaLayerTensors& t = weights_.layers[static_cast<size_t>(l)];
-    check_tensor(t.q_proj, at + "self_attn.q_proj.weight", DType::kBF16, {qd, h}, device);
-    check_tensor(t.k_proj, at + "self_attn.k_proj.weight", DType::kBF16, {kvd, h}, device);
-    check_tensor(t.v_proj, at + "self_attn.v_proj.weight", DType::kBF16, {kvd, h}, device);
-    check_tensor(t.o_proj, at + "self_attn.o_proj.weight", DType::kBF16, {h, qd}, device);
-    check_tensor(t.gate_proj, at + "mlp.gate_proj.weight", DType::kBF16, {c.intermediate, h},
-                 device);
-    check_tensor(t.up_proj, at + "mlp.up_proj.weight", DType::kBF16, {c.intermediate, h}, device);
-    check_tensor(t.down_proj, at + "mlp.down_proj.weight", DType::kBF16, {h, c.intermediate},
-                 device);
+    llama::LayerWeights& w = layers[static_cast<size_t>(l)];
+    const struct {
+      const TensorView &weight, &scales;
+      const char* name;
+      int64_t rows, cols;
+    } projections[llama::kNumProjections] = {
+        {t.q_proj, t.q_scales, "self_attn.q_proj", qd, h},
+        {t.k_proj, t.k_scales, "self_attn.k_proj", kvd, h},
+        {t.v_proj, t.v_scales, "self_attn.v_proj", kvd, h},
+        {t.o_proj, t.o_scales, "self_attn.o_proj", h, qd},
+        {t.gate_proj, t.gate_scales, "mlp.gate_proj", c.intermediate, h},
+        {t.up_proj, t.up_scales, "mlp.up_proj", c.intermediate, h},
+        {t.down_proj, t.down_scales, "mlp.down_proj", h, c.intermediate}};
+    for (int i = 0; i < llama::kNumProjections; ++i) {
+      check_projection(projections[i].weight, projections[i].scales, at + projections[i].name,
+                       c.weight_format, projections[i].rows, projections[i].cols, device, w.w[i],
+                       w.scales[i]);
+    }
     check_tensor(t.input_layernorm, at + "input_layernorm.weight", DType::kBF16, {h}, device);
     check_tensor(t.post_attention_layernorm, at + "post_attention_layernorm.weight", DType::kBF16,
                  {h}, device);
@@ -141,14 +181,6 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
                  DType::kBF16, cache_shape, device);
     check_tensor(cache.v[static_cast<size_t>(l)], "v_cache[" + std::to_string(l) + "]",
                  DType::kBF16, cache_shape, device);
-    llama::LayerWeights& w = layers[static_cast<size_t>(l)];
-    w.wq = bf16_ptr(t.q_proj);
-    w.wk = bf16_ptr(t.k_proj);
-    w.wv = bf16_ptr(t.v_proj);
-    w.wo = bf16_ptr(t.o_proj);
-    w.w_gate = bf16_ptr(t.gate_proj);
-    w.w_up = bf16_ptr(t.up_proj);
-    w.w_down = bf16_ptr(t.down_proj);
     w.attn_norm = bf16_ptr(t.input_layernorm);
     w.mlp_norm = bf16_ptr(t.post_attention_layernorm);
     w.k_cache = static_cast<uint16_t*>(cache.k[static_cast<size_t>(l)].data);

@@ -4,7 +4,10 @@
 // logits, the greedy token is their argmax, two runs are bit-identical (deterministic), and
 // bad index data (a token outside the vocabulary, a page id outside the cache, a position the
 // page table does not cover) is reported with nothing written outside the tensors. The small
-// case compute-sanitizer runs (scripts/gpu_check.sh). Skips without an sm_90 device.
+// case compute-sanitizer runs (scripts/gpu_check.sh). The 4-bit path: a model of 4-bit
+// projections gives the logits of the same model with the dequantized weights in bf16 (the
+// kernel rounds each weight to the same bf16; only the order of the sums differs). Skips
+// without an sm_90 device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "flare/model/int4_weights.h"
 #include "flare/model/llama_decoder.h"
 #include "gpu/decode_test_support.h"
 #include "testing/random.h"
@@ -38,6 +42,9 @@ HostTensor int32s(const std::vector<int32_t>& values) {
   return t;
 }
 
+// How a TinyModel holds its projections: bf16, 4-bit, or bf16 of the 4-bit ones dequantized.
+enum class Projections { kBf16, kInt4, kInt4Dequantized };
+
 struct TinyModel {
   LlamaConfig config;
   std::vector<HostTensor> host;    // kept alive for the device copies' views
@@ -46,35 +53,66 @@ struct TinyModel {
   LlamaKvCache cache;
   int num_pages = 40, page_size = 16;
 
-  TinyModel() {
+  explicit TinyModel(Projections projections = Projections::kBf16) {
     cuda::set_device(0);
+    const bool four_bit = projections != Projections::kBf16;
     config.name = "tiny";
     config.num_layers = 2;
-    config.hidden = 256;
-    config.intermediate = 512;
-    config.heads = 4;
+    config.hidden = four_bit ? 1024 : 256;  // 4-bit: multiples of 1024
+    config.intermediate = four_bit ? 2048 : 512;
+    config.heads = four_bit ? 8 : 4;
     config.kv_heads = 2;
     config.head_dim = 128;
     config.vocab = 512;
+    if (projections == Projections::kInt4) config.weight_format = WeightFormat::kInt4;
     uint64_t seed = 1;
-    const auto add = [&](std::vector<int64_t> shape, float scale, float mean = 0.f) {
-      host.push_back(random_bf16(std::move(shape), seed++, scale, mean));
+    const auto upload = [&](HostTensor t) {
+      host.push_back(std::move(t));
       device.push_back(to_device(host.back()));
       return device.back().view;
     };
-    const int64_t h = config.hidden, qd = 512, kvd = 256, inter = config.intermediate;
+    const auto add = [&](std::vector<int64_t> shape, float scale, float mean = 0.f) {
+      return upload(random_bf16(std::move(shape), seed++, scale, mean));
+    };
+    // A projection [rows, cols]: bf16 normal(0, 0.05), or those values quantized to 4 bits.
+    const auto projection = [&](int64_t rows, int64_t cols, TensorView& weight,
+                                TensorView& scales) {
+      HostTensor w = random_bf16({rows, cols}, seed++, 0.05f);
+      if (!four_bit) {
+        weight = upload(std::move(w));
+        return;
+      }
+      std::vector<float> values(static_cast<size_t>(rows * cols));
+      for (int64_t i = 0; i < rows * cols; ++i) values[static_cast<size_t>(i)] = w.get(i);
+      const Int4Weight q = quantize_int4(values.data(), rows, cols);
+      if (projections == Projections::kInt4Dequantized) {
+        const std::vector<float> back = dequantize_int4(q);
+        HostTensor d(DType::kBF16, {rows, cols});
+        for (int64_t i = 0; i < rows * cols; ++i) d.set(i, back[static_cast<size_t>(i)]);
+        weight = upload(std::move(d));
+        return;
+      }
+      HostTensor codes(DType::kU8, {rows, cols / 2});
+      std::copy(q.codes.begin(), q.codes.end(), codes.data<uint8_t>());
+      HostTensor scale(DType::kBF16, {rows, cols / kInt4GroupSize});
+      std::copy(q.scales.begin(), q.scales.end(), scale.data<uint16_t>());
+      weight = upload(std::move(codes));
+      scales = upload(std::move(scale));
+    };
+    const int64_t h = config.hidden, qd = int64_t{config.heads} * config.head_dim,
+                  kvd = int64_t{config.kv_heads} * config.head_dim, inter = config.intermediate;
     weights.embed_tokens = add({config.vocab, h}, 1.f);
     weights.norm = add({h}, 0.05f, 1.f);
     weights.lm_head = add({config.vocab, h}, 0.05f);
     for (int l = 0; l < config.num_layers; ++l) {
       LlamaLayerTensors t;
-      t.q_proj = add({qd, h}, 0.05f);
-      t.k_proj = add({kvd, h}, 0.05f);
-      t.v_proj = add({kvd, h}, 0.05f);
-      t.o_proj = add({h, qd}, 0.05f);
-      t.gate_proj = add({inter, h}, 0.05f);
-      t.up_proj = add({inter, h}, 0.05f);
-      t.down_proj = add({h, inter}, 0.05f);
+      projection(qd, h, t.q_proj, t.q_scales);
+      projection(kvd, h, t.k_proj, t.k_scales);
+      projection(kvd, h, t.v_proj, t.v_scales);
+      projection(h, qd, t.o_proj, t.o_scales);
+      projection(inter, h, t.gate_proj, t.gate_scales);
+      projection(inter, h, t.up_proj, t.up_scales);
+      projection(h, inter, t.down_proj, t.down_scales);
       t.input_layernorm = add({h}, 0.05f, 1.f);
       t.post_attention_layernorm = add({h}, 0.05f, 1.f);
       weights.layers.push_back(t);
@@ -168,6 +206,57 @@ TEST(LlamaDecoderGpu, RaggedBatchIsFiniteDeterministicAndGreedy) {
     if (slot_row == static_cast<size_t>(pages[0] * m.page_size + 5)) continue;
     ASSERT_EQ(std::memcmp(&k_after[i], &k_before[i], 4), 0) << i;
   }
+}
+
+// Requests of the given cached lengths on permuted pages: (indptr, indices).
+std::pair<std::vector<int32_t>, std::vector<int32_t>> permuted_pages(
+    const TinyModel& m, const std::vector<int32_t>& positions) {
+  std::vector<int32_t> pages(static_cast<size_t>(m.num_pages));
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
+  std::vector<int32_t> indptr = {0}, indices;
+  for (int32_t pos : positions) {
+    const int n = pos / m.page_size + 1;
+    indices.insert(indices.end(), pages.begin() + indptr.back(), pages.begin() + indptr.back() + n);
+    indptr.push_back(indptr.back() + n);
+  }
+  return {indptr, indices};
+}
+
+TEST(LlamaDecoderGpu, FourBitWeightsGiveTheDequantizedModelsLogits) {
+  if (!sm90()) GTEST_SKIP() << "needs an sm_90 device";
+  TinyModel four_bit(Projections::kInt4), dequantized(Projections::kInt4Dequantized);
+  LlamaDecoder int4_decoder(four_bit.config, four_bit.weights, four_bit.cache);
+  LlamaDecoder bf16_decoder(dequantized.config, dequantized.weights, dequantized.cache);
+  // Batch 3 (the 4-row activation area) and batch 1, two steps each (the second reads the
+  // first's K/V).
+  for (const std::vector<int32_t>& start : {std::vector<int32_t>{1, 37, 200},
+                                            std::vector<int32_t>{95}}) {
+    std::vector<int32_t> positions = start, tokens = {3, 511, 100};
+    tokens.resize(start.size());
+    for (int step = 0; step < 2; ++step) {
+      const auto [indptr, indices] = permuted_pages(four_bit, positions);
+      const StepOutputs a = run_step(int4_decoder, tokens, positions, indptr, indices);
+      const StepOutputs b = run_step(bf16_decoder, tokens, positions, indptr, indices);
+      EXPECT_EQ(int4_decoder.take_error(), DecodeError::kNone);
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < a.logits.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(a.logits[i])) << i;
+        diff += (a.logits[i] - b.logits[i]) * double(a.logits[i] - b.logits[i]);
+        norm += double(b.logits[i]) * b.logits[i];
+      }
+      EXPECT_LT(std::sqrt(diff / norm), 1e-3) << "batch " << start.size() << " step " << step;
+      for (auto& p : positions) ++p;
+      tokens = a.next;
+    }
+  }
+  // The K/V both wrote are the same to bf16 rounding of equal sums in another order.
+  const std::vector<float> k4 = download(four_bit.cache.k[1]),
+                           k16 = download(dequantized.cache.k[1]);
+  ASSERT_EQ(k4.size(), k16.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < k4.size(); ++i) differ += std::memcmp(&k4[i], &k16[i], 4) != 0;
+  EXPECT_LT(differ, k4.size() / 100);
 }
 
 TEST(LlamaDecoderGpu, StepArgumentsAreCheckedBeforeLaunch) {

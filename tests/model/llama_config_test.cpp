@@ -174,6 +174,64 @@ TEST(DecodeSchedule, EightBOnAnH100) {
                      "batch must be in [1, 8], got 9");
 }
 
+TEST(DecodeSchedule, FourBitEightB) {
+  LlamaConfig c = llama_preset("llama-3.1-8b");
+  c.weight_format = WeightFormat::kInt4;
+  const DecodeSchedule s = build_decode_schedule(c, 1, 132, kH100Shared);
+  // 4-bit chunks: 4096 columns (2 KiB of codes a row); a stage also holds 8 x 80 bytes of scales.
+  EXPECT_EQ(llama::stage_bytes(4), 8 * (2048 + 64) + 8 * 80);
+  EXPECT_EQ(s.activation_rows, 1);
+  EXPECT_EQ(s.shared_bytes, llama::shared_bytes(s.stages, 4, 128, 1, 14336, 4));
+  EXPECT_LE(s.shared_bytes, kH100Shared);
+  EXPECT_GE(s.stages, 10);
+  ASSERT_EQ(s.operators.size(), 5u);
+  EXPECT_EQ(s.operators[0].chunk_cols, 4096);  // qkv: the hidden size in one chunk
+  EXPECT_EQ(s.operators[0].chunks_per_block, 1);
+  EXPECT_EQ(s.operators[3].chunk_cols, 4096);  // down: 14336 = 3 x 4096 + 2048
+  EXPECT_EQ(s.operators[3].chunks_per_block, 4);
+  EXPECT_EQ(s.operators[4].chunk_cols, 1024);  // the LM head stays bf16
+  EXPECT_EQ(s.operators[4].chunks_per_block, 4);
+  int64_t total = 0;
+  for (int64_t n : s.chunks_per_cta) total += n;
+  EXPECT_EQ(total, 32 * (768 + 512 + 1792 * 2 + 512 * 4) + 16032 * 4);
+  // The last chunk's columns and scales are whole 16-byte copies.
+  EXPECT_EQ(14336 - 3 * 4096, 2048);
+  EXPECT_EQ(2048 / llama::kInt4GroupCols * 2 % 16, 0);
+  // Batch 4: four rows of 14336 activations still fit.
+  const DecodeSchedule s4 = build_decode_schedule(c, 4, 132, kH100Shared);
+  EXPECT_EQ(s4.activation_rows, 4);
+  EXPECT_GE(s4.stages, 4);
+}
+
+TEST(LlamaConfigValidate, FourBitShapesAndFormatNames) {
+  LlamaConfig c = llama_preset("llama-3.2-1b");
+  c.weight_format = WeightFormat::kInt4;
+  validate(c);  // 2048 / 8192 / 2048: multiples of 1024
+  c.intermediate = 8192 + 512;
+  EXPECT_FLARE_ERROR(validate(c), ErrorCode::kInvalidArgument,
+                     "intermediate must be a multiple of 1024 for 4-bit weights");
+  c.intermediate = 8192 + 512;
+  c.weight_format = WeightFormat::kBf16;
+  validate(c);  // bf16 takes multiples of 64
+  EXPECT_EQ(parse_weight_format("int4"), WeightFormat::kInt4);
+  EXPECT_EQ(parse_weight_format("bf16"), WeightFormat::kBf16);
+  EXPECT_STREQ(weight_format_name(WeightFormat::kInt4), "int4");
+  EXPECT_FLARE_ERROR(parse_weight_format("int8"), ErrorCode::kInvalidArgument,
+                     "weight format must be 'bf16' or 'int4', got 'int8'");
+}
+
+TEST(LlamaConfig, StepWeightBytes) {
+  LlamaConfig c = llama_preset("llama-3.1-8b");
+  // bf16: every parameter but the embedding, 2 bytes each.
+  EXPECT_EQ(c.step_weight_bytes(), 2 * (c.parameter_count() - int64_t{128256} * 4096));
+  c.weight_format = WeightFormat::kInt4;
+  const int64_t per_layer_projections = int64_t{6144} * 4096 + int64_t{4096} * 4096 +
+                                        3 * int64_t{14336} * 4096;  // weights a layer
+  const int64_t int4 = per_layer_projections / 2 + per_layer_projections / 128 * 2;
+  EXPECT_EQ(c.step_weight_bytes(),
+            32 * (int4 + 4 * 4096) + int64_t{128256} * 4096 * 2 + 2 * 4096);
+}
+
 TEST(LlamaDecoderArguments, CpuWeightsAreRefusedNamingTheTensor) {
   LlamaConfig c = llama_preset("llama-3.2-1b");
   c.num_layers = 1;
@@ -197,7 +255,8 @@ TEST_F(ShippedLlamaKernels, CompileForSm90WithoutSpillsOrLocalMemory) {
     testing::expect_shipped_usage(compiled, spec.label, 168);
     EXPECT_EQ(compiled.usage[0].max_threads, llama::kThreads) << spec.label;
   }
-  EXPECT_EQ(units.size(), 6u);  // the 8B at 4 batch capacities, the 1B, the 3B
+  // The 8B at 4 batch capacities, the 1B, the 3B; the 4-bit 8B at 2 and the 4-bit 70B.
+  EXPECT_EQ(units.size(), 9u);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "flare/core/dtype.h"
 #include "flare/core/error.h"
 #include "flare/jit/cuda_driver.h"
+#include "flare/model/int4_weights.h"
 #include "flare/model/llama_decoder.h"
 #include "tools/flare/args.h"
 #include "tools/flare/commands.h"
@@ -22,25 +23,29 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: flare generate --model NAME --random-weights [--prompt-len N] [--new-tokens N]\n"
-    "                      [--batch N] [--page-size N] [--seed N] [--device cuda[:N]]\n\n"
+    "                      [--batch N] [--page-size N] [--weights bf16|int4] [--seed N]\n"
+    "                      [--device cuda[:N]]\n\n"
     "Greedy decoding of a Llama model with the whole-model decode megakernel: one persistent\n"
     "kernel a step (flare::model::LlamaDecoder; needs an sm_90 GPU).\n\n"
     "  --model NAME       llama-3.1-8b, llama-3.1-70b, llama-3.2-1b or llama-3.2-3b (shapes of\n"
-    "                     Hugging Face's configs; bf16 weights)\n"
-    "  --random-weights   random bf16 weights of the exact shapes (required: checkpoints load\n"
+    "                     Hugging Face's configs)\n"
+    "  --random-weights   random weights of the exact shapes (required: checkpoints load\n"
     "                     through the Python API, flare.models.LlamaDecoder)\n"
     "  --prompt-len N     tokens already in each request's cache (default 1024; their K/V are\n"
     "                     random: every cached row is read, the values do not change the time)\n"
     "  --new-tokens N     tokens generated per request (default 128)\n"
     "  --batch N          requests, 1 to 8 (default 1)\n"
     "  --page-size N      KV-cache page size (default 16)\n"
+    "  --weights FORMAT   bf16 (default), or int4: the layers' projections as 4-bit codes with\n"
+    "                     a bf16 scale per 128 columns (the embedding and LM head stay bf16)\n"
     "  --seed N           random seed of the weights and the first tokens (default 0)\n"
     "  --device cuda[:N]  the GPU (default cuda)\n\n"
     "Prints the tokens/s of all requests together (host loop, one step() call a token), the\n"
     "time of a step and each request's last generated token. Progress goes to stderr.\n";
 
-// Random bf16 values for the weights: a pool of normal samples (std 0.02; norms near 1) whose
-// slices, at rotating offsets, fill every tensor.
+// Random 16-bit values for the weights: a pool of bf16 normal samples (std 0.02; norms near
+// 1), or of uniform random bits (4-bit codes), whose slices, at rotating offsets, fill every
+// tensor.
 class RandomPool {
  public:
   RandomPool(uint64_t seed, float mean, float stddev) : data_(kValues) {
@@ -48,7 +53,11 @@ class RandomPool {
     std::normal_distribution<float> normal(mean, stddev);
     for (uint16_t& v : data_) v = float_to_bf16_bits(normal(rng));
   }
-  // Fills `count` bf16 values at `device_ptr` from the pool (synchronous copies).
+  explicit RandomPool(uint64_t seed) : data_(kValues) {  // uniform bits
+    std::mt19937_64 rng(seed);
+    for (uint16_t& v : data_) v = static_cast<uint16_t>(rng());
+  }
+  // Fills `count` 16-bit values at `device_ptr` from the pool (synchronous copies).
   void fill(void* device_ptr, int64_t count) {
     auto* dst = static_cast<uint16_t*>(device_ptr);
     for (int64_t done = 0; done < count;) {
@@ -79,14 +88,27 @@ TensorView bf16_view(cuda::DeviceBuffer& buffer, std::vector<int64_t> shape, int
 DeviceWeights make_random_model(const model::LlamaConfig& c, int num_pages, int page_size,
                                 uint64_t seed, int device, Progress& progress) {
   RandomPool weights(seed, 0.f, 0.02f), norms(seed + 1, 1.f, 0.05f), kv(seed + 2, 0.f, 1.f);
+  // 4-bit: uniform codes (std of q - 8: 4.61) and scales spread 20% around 0.02 / 4.61.
+  RandomPool codes(seed + 3), scales(seed + 4, 0.02f / 4.61f, 0.2f * 0.02f / 4.61f);
   DeviceWeights m;
-  m.buffers.reserve(static_cast<size_t>(3 + 11 * c.num_layers));
+  m.buffers.reserve(static_cast<size_t>(3 + 18 * c.num_layers));
   const auto tensor = [&](std::vector<int64_t> shape, RandomPool& pool) {
     int64_t count = 1;
     for (int64_t d : shape) count *= d;
     m.buffers.emplace_back(static_cast<size_t>(count) * 2);
     pool.fill(m.buffers.back().data(), count);
     return bf16_view(m.buffers.back(), std::move(shape), device);
+  };
+  // A projection [rows, cols]: bf16, or uint8 codes [rows, cols / 2] and bf16 scales.
+  const auto projection = [&](int64_t rows, int64_t cols, TensorView& weight, TensorView& scale) {
+    if (c.weight_format == model::WeightFormat::kBf16) {
+      weight = tensor({rows, cols}, weights);
+      return;
+    }
+    tensor({rows, cols / 4}, codes);  // filled as 16-bit pairs of code bytes
+    weight = TensorView::contiguous(m.buffers.back().data(), DType::kU8, {rows, cols / 2},
+                                    Device::cuda(device));
+    scale = tensor({rows, cols / model::kInt4GroupSize}, scales);
   };
   const int64_t h = c.hidden, qd = int64_t{c.heads} * c.head_dim,
                 kvd = int64_t{c.kv_heads} * c.head_dim, f = c.intermediate;
@@ -97,13 +119,13 @@ DeviceWeights make_random_model(const model::LlamaConfig& c, int num_pages, int 
   for (int l = 0; l < c.num_layers; ++l) {
     progress.bar("random weights and KV", l, c.num_layers);
     model::LlamaLayerTensors t;
-    t.q_proj = tensor({qd, h}, weights);
-    t.k_proj = tensor({kvd, h}, weights);
-    t.v_proj = tensor({kvd, h}, weights);
-    t.o_proj = tensor({h, qd}, weights);
-    t.gate_proj = tensor({f, h}, weights);
-    t.up_proj = tensor({f, h}, weights);
-    t.down_proj = tensor({h, f}, weights);
+    projection(qd, h, t.q_proj, t.q_scales);
+    projection(kvd, h, t.k_proj, t.k_scales);
+    projection(kvd, h, t.v_proj, t.v_scales);
+    projection(h, qd, t.o_proj, t.o_scales);
+    projection(f, h, t.gate_proj, t.gate_scales);
+    projection(f, h, t.up_proj, t.up_scales);
+    projection(h, f, t.down_proj, t.down_scales);
     t.input_layernorm = tensor({h}, norms);
     t.post_attention_layernorm = tensor({h}, norms);
     m.weights.layers.push_back(t);
@@ -130,6 +152,7 @@ int run_generate(int argc, char** argv) {
                    {"batch", true},
                    {"page-size", true},
                    {"seed", true},
+                   {"weights", true},
                    {"device", true}});
   if (args.help()) {
     std::fputs(kHelp, stdout);
@@ -150,7 +173,8 @@ int run_generate(int argc, char** argv) {
   if (batch > 8) args.usage_error("--batch must be at most 8, got " + std::to_string(batch));
   if (!device.is_cuda())
     args.usage_error("--device must be a CUDA device (the megakernel is GPU only)");
-  const model::LlamaConfig config = model::llama_preset(model_name);
+  model::LlamaConfig config = model::llama_preset(model_name);
+  config.weight_format = model::parse_weight_format(args.choice_or("weights", {"bf16", "int4"}, "bf16"));
   model::validate(config);
 
   use_cuda_device(device.index);
@@ -159,12 +183,13 @@ int run_generate(int argc, char** argv) {
   const int num_pages = batch * pages_per_request;
   const int64_t kv_bytes = int64_t{2} * config.num_layers * num_pages * page_size *
                            config.kv_heads * config.head_dim * 2;
-  const int64_t weight_bytes = config.parameter_count() * 2;
+  const char* format = model::weight_format_name(config.weight_format);
+  const int64_t weight_bytes = config.step_weight_bytes() +
+                               (config.tie_embeddings ? 0 : int64_t{config.vocab} * config.hidden * 2);
   FLARE_CHECK(weight_bytes + kv_bytes < props.global_bytes, ErrorCode::kUnsupported,
-              "flare generate: ", model_name, " needs ", weight_bytes / 1e9,
-              " GB of bf16 weights and ", kv_bytes / 1e9, " GB of KV cache; ",
-              cuda_device_label(device.index), " has ", props.global_bytes / 1e9,
-              " GB (4-bit weights are not built yet)");
+              "flare generate: ", model_name, " needs ", weight_bytes / 1e9, " GB of ", format,
+              " weights and ", kv_bytes / 1e9, " GB of KV cache; ", cuda_device_label(device.index),
+              " has ", props.global_bytes / 1e9, " GB");
 
   Progress progress("generate");
   DeviceWeights m = make_random_model(config, num_pages, page_size, seed, device.index, progress);
@@ -215,11 +240,14 @@ int run_generate(int argc, char** argv) {
   FLARE_CHECK(error == model::DecodeError::kNone, ErrorCode::kInternal,
               "flare generate: the decode step reported error ", static_cast<int>(error));
 
-  std::printf("%s (random bf16 weights, %.2f GB), batch %d, prompt %d, %d new tokens on %s\n",
-              model_name.c_str(), weight_bytes / 1e9, batch, prompt, new_tokens,
+  std::printf("%s (random %s weights, %.2f GB), batch %d, prompt %d, %d new tokens on %s\n",
+              model_name.c_str(), format, weight_bytes / 1e9, batch, prompt, new_tokens,
               cuda_device_label(device.index).c_str());
-  std::printf("%.1f tokens/s (%.3f ms a step, host loop)\n", batch * new_tokens / seconds,
-              seconds * 1e3 / new_tokens);
+  const double step_bytes = static_cast<double>(config.step_weight_bytes()) +
+                            kv_bytes / double(num_pages * page_size) * batch * (prompt + new_tokens / 2.0);
+  std::printf("%.1f tokens/s (%.3f ms a step, host loop; %.2f TB/s of weights and KV)\n",
+              batch * new_tokens / seconds, seconds * 1e3 / new_tokens,
+              step_bytes * new_tokens / seconds / 1e12);
   std::vector<int32_t> last(static_cast<size_t>(batch));
   cuda::memcpy_dtoh(last.data(), tokens[new_tokens % 2].buffer.data(), last.size() * 4);
   std::printf("last generated tokens:");

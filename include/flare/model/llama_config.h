@@ -19,6 +19,13 @@ struct RopeScaling {
   int original_max_position = 8192;
 };
 
+// The layers' projection weights: bf16, or 4-bit codes with bf16 scales per 128 columns
+// (flare/model/int4_weights.h). The embedding, the norms and the LM head are bf16 in both.
+enum class WeightFormat { kBf16, kInt4 };
+const char* weight_format_name(WeightFormat format);  // "bf16", "int4"
+// Throws kInvalidArgument naming the accepted names for another.
+WeightFormat parse_weight_format(const std::string& name);
+
 struct LlamaConfig {
   std::string name;
   int num_layers = 0;
@@ -32,8 +39,13 @@ struct LlamaConfig {
   RopeScaling rope_scaling;
   double rms_eps = 1e-5;
   bool tie_embeddings = false;
+  WeightFormat weight_format = WeightFormat::kBf16;
 
   int64_t parameter_count() const;  // every weight, the embedding once when tied
+  int weight_bits() const { return weight_format == WeightFormat::kInt4 ? 4 : 16; }
+  // Bytes of weights one decode step reads: the layers' projections (codes and scales when
+  // 4-bit), the norms and the LM head (not the embedding, of which a step reads one row).
+  int64_t step_weight_bytes() const;
 };
 
 // "llama-3.1-8b", "llama-3.1-70b", "llama-3.2-1b", "llama-3.2-3b" (Hugging Face's configs).
@@ -44,7 +56,8 @@ std::vector<std::string> llama_preset_names();
 // Throws kInvalidArgument naming the field for a shape the megakernel does not take: positive
 // sizes; head_dim 64 or 128; heads a multiple of kv_heads with at most 8 per group; hidden,
 // intermediate and heads * head_dim multiples of 64 (whole 128-byte copies); vocab a multiple
-// of 8; rms_eps > 0.
+// of 8; rms_eps > 0; for 4-bit weights, hidden, intermediate and heads * head_dim multiples of
+// 1024 (each 4-bit chunk's scales are whole 16-byte copies).
 void validate(const LlamaConfig& config);
 
 // inv_freq[i] = theta^(-2i / head_dim) for i < head_dim / 2, with Llama 3's scaling when

@@ -4,7 +4,9 @@
 //
 // Weights are the caller's tensors, Hugging Face's names and layouts (nn.Linear: [out, in]),
 // bf16, contiguous, 16-byte aligned, on one CUDA device of compute capability 9.0 (the weight
-// pipeline uses bulk async copies). The KV cache is one K and one V tensor per layer,
+// pipeline uses bulk async copies). With config.weight_format kInt4, the layers' seven
+// projections are 4-bit instead (flare/model/int4_weights.h: uint8 codes [out, in / 2] and bf16
+// scales [out, in / 128]); the embedding, the norms and the LM head stay bf16. The KV cache is one K and one V tensor per layer,
 // [num_pages, page_size, kv_heads, head_dim] bf16 (NHD), shared page table across layers.
 //
 // The decoder keeps views of the weights and caches: the caller keeps them alive. One decoder
@@ -30,8 +32,11 @@
 namespace flare::model {
 
 struct LlamaLayerTensors {
+  // bf16 [out, in]; 4-bit: uint8 codes [out, in / 2]
   TensorView q_proj, k_proj, v_proj, o_proj;  // [heads*d | kv*d | kv*d, hidden], [hidden, heads*d]
   TensorView gate_proj, up_proj, down_proj;   // [inter, hidden] x2, [hidden, inter]
+  // 4-bit only: bf16 scales [out, in / 128] of the projection of the same name
+  TensorView q_scales, k_scales, v_scales, o_scales, gate_scales, up_scales, down_scales;
   TensorView input_layernorm, post_attention_layernorm;  // [hidden]
 };
 
@@ -57,7 +62,7 @@ enum class DecodeError : int {
 
 // The kernel of a model and schedule (pipeline depth, activation area), as a JIT spec; the
 // specs CI compiles (on an H100's shared memory: the 8B at batch 1, 2, 4 and 8, the 1B and 3B at
-// batch 1).
+// batch 1, the 8B with 4-bit weights at batch 1 and 4, the 70B with 4-bit weights at batch 1).
 jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config, const DecodeSchedule& schedule);
 std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs();
 
