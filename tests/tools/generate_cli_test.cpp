@@ -1,6 +1,6 @@
 // `flare generate` (tools/flare/generate_command.cpp): its help, usage errors (exit 2), an
 // unknown model and a machine without a GPU (exit 1, named); on an sm_90 GPU, four greedy
-// tokens of the 1B preset with random weights.
+// tokens of the 1B preset with random weights, and three with random 4-bit weights.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -30,6 +30,11 @@ TEST(GenerateCli, HelpAndUsageErrors) {
   EXPECT_EQ(batch.exit_code, 2);
   EXPECT_NE(batch.err.find("--batch must be at most 8, got 9"), std::string::npos) << batch.err;
 
+  const auto format = run_cli(
+      {"generate", "--model", "llama-3.2-1b", "--random-weights", "--weights", "int8"}, scratch);
+  EXPECT_EQ(format.exit_code, 2);
+  EXPECT_NE(format.err.find("int8"), std::string::npos) << format.err;
+
   const auto unknown = run_cli({"generate", "--model", "llama-2-7b", "--random-weights"}, scratch);
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_NE(unknown.err.find("unknown model 'llama-2-7b'; the presets are"), std::string::npos)
@@ -55,6 +60,19 @@ TEST(GenerateCliCuda, FourTokensOfTheOneBModel) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("last generated tokens:"), std::string::npos) << r.out;
+}
+
+TEST(GenerateCliCuda, FourBitWeights) {
+  if (!cuda::available() || cuda::device_properties(0).cc_major < 9) {
+    GTEST_SKIP() << "needs an sm_90 device";
+  }
+  const ScratchDir scratch;
+  const auto r = run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights", "--weights",
+                          "int4", "--prompt-len", "40", "--new-tokens", "3"},
+                         scratch);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("random int4 weights"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
 }
 
 }  // namespace
