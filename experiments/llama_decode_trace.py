@@ -20,8 +20,10 @@ def main():
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt", type=int, default=1024)
+    ap.add_argument("--weights", choices=["bf16", "int4"], default="bf16")
     args = ap.parse_args()
     config = LlamaConfig.preset(args.model)
+    config.weight_format = args.weights
     sd = random_llama_state_dict(config)
     pages = -(-(args.prompt + 8) // 16)
     dec = LlamaDecoder(config, sd, num_pages=args.batch * pages)

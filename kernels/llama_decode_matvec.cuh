@@ -220,9 +220,9 @@ __device__ __forceinline__ void block_product(const Ring& ring, Activations<Load
 // the same way on both sides: the 32-bit code word w of a unit holds columns 0..7 in nibbles
 // 0..7, and (w >> 4j) & 0x000F000F is the pair (column j, column j + 4) for j = 0..3, so the
 // activations of a unit are laid out as the bf16 pairs (0, 4), (1, 5), (2, 6), (3, 7)
-// (Int4Activations). Dequantization is exact to the reference's rounding:
-// bf16(0x4300 | q) = 128 + q, minus 136 is q - 8 (exact), times the scale rounds once:
-// bf16(scale * (q - 8)).
+// (int4_unit_order). The tensor cores multiply by q - 8 itself (bf16(0x4300 | q) = 128 + q,
+// minus 136, exact) and each step's sums are scaled in float32 by the group's scale: the
+// products use the 4-bit weights scale * (q - 8) unrounded, as float32 dequantization does.
 constexpr unsigned kBf16x2Minus136 = 0xC308C308u;
 
 __device__ __forceinline__ unsigned bf16x2_add(unsigned a, unsigned b) {
@@ -230,17 +230,12 @@ __device__ __forceinline__ unsigned bf16x2_add(unsigned a, unsigned b) {
   asm("add.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
-__device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
-  unsigned d;
-  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-// The 8 weights of a code word as 4 bf16 pairs (column j, column j + 4) times the scale pair.
-__device__ __forceinline__ void dequantize_unit(unsigned word, unsigned scale2, unsigned (&b)[4]) {
+// The 8 codes of a word as 4 bf16 pairs (q - 8 of column j, of column j + 4).
+__device__ __forceinline__ void unbias_unit(unsigned word, unsigned (&b)[4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const unsigned biased = ((word >> (4 * j)) & 0x000F000Fu) | 0x43004300u;  // 128 + q
-    b[j] = bf16x2_mul(bf16x2_add(biased, kBf16x2Minus136), scale2);
+    b[j] = bf16x2_add(biased, kBf16x2Minus136);
   }
 }
 // Eight bf16 of natural order (pairs (0, 1), (2, 3), (4, 5), (6, 7)) -> the 4-bit order.
@@ -248,39 +243,46 @@ __device__ __forceinline__ uint4 int4_unit_order(const uint4& v) {
   return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632),
                     __byte_perm(v.y, v.w, 0x5410), __byte_perm(v.y, v.w, 0x7632));
 }
+__device__ __forceinline__ float shared_bf16(unsigned address) {
+  unsigned short bits;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(bits) : "r"(address));
+  return bf16_to_float(bits);
+}
 
 // One 4-bit chunk's steps. `input(g, unit)` returns request g's 8 activations of 8-column unit
-// `unit` of the product's input in the 4-bit order; `unit0` is the chunk's first unit.
+// `unit` of the product's input in the 4-bit order; `unit0` is the chunk's first unit. Adds
+// lane (g, t)'s sums of request g with rows 2t, 2t + 1 to acc[0], acc[1].
 template <class Input>
 __device__ __forceinline__ void chunk_product_int4(const Ring& ring, unsigned row_stride, int steps,
                                                    unsigned it, const Input& input, int unit0,
-                                                   int batch, float (&acc)[4][4]) {
+                                                   int batch, float (&acc)[2]) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const unsigned stage = it % kStages;
   sm90::barrier_wait(ring.full + 8 * stage, (it / kStages) & 1);
   const unsigned stage_base = ring.stages + stage * static_cast<unsigned>(stage_bytes(kWeightBits));
   const unsigned codes = stage_base + g * row_stride + 16 * t;
-  const unsigned scales = stage_base + stage_scale_offset() + g * kScaleRowBytes;
+  // Rows 2t and 2t + 1's scales: 4 lanes t read 4 rows 40 words apart (distinct banks).
+  const unsigned scales = stage_base + stage_scale_offset() + 2 * t * kScaleRowBytes;
 #pragma unroll
   for (int i = 0; i < kInt4ChunkCols / kInt4GroupCols / kConsumerWarps; ++i) {
     const int s = warp + kConsumerWarps * i;
     if (s < steps) {
       uint4 w;
-      unsigned short scale;
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
                    : "r"(codes + 64 * s));
-      asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(scale) : "r"(scales + 2 * s));
-      const unsigned scale2 = static_cast<unsigned>(scale) * 0x10001u;
       const unsigned words[4] = {w.x, w.y, w.z, w.w};
+      float sums[2][4] = {};  // two mma chains of this group
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const uint4 a = g < batch ? input(g, unit0 + 16 * s + 4 * t + u) : make_uint4(0, 0, 0, 0);
         unsigned b[4];
-        dequantize_unit(words[u], scale2, b);
-        mma::mma_16816<kCodeBF16>(acc[u], {a.x, 0u, a.y, 0u}, b[0], b[1]);
-        mma::mma_16816<kCodeBF16>(acc[u], {a.z, 0u, a.w, 0u}, b[2], b[3]);
+        unbias_unit(words[u], b);
+        mma::mma_16816<kCodeBF16>(sums[u % 2], {a.x, 0u, a.y, 0u}, b[0], b[1]);
+        mma::mma_16816<kCodeBF16>(sums[u % 2], {a.z, 0u, a.w, 0u}, b[2], b[3]);
       }
+      acc[0] = fmaf(sums[0][0] + sums[1][0], shared_bf16(scales + 2 * s), acc[0]);
+      acc[1] = fmaf(sums[0][1] + sums[1][1], shared_bf16(scales + kScaleRowBytes + 2 * s), acc[1]);
     }
   }
   __syncwarp();
@@ -295,14 +297,15 @@ __device__ __forceinline__ void block_product_int4(const Ring& ring, const Input
                                                    int batch, unsigned& it, float (&d)[4]) {
   const int chunk = op_chunk_cols(cols, 4), chunks = op_chunks(cols, 4);
   const unsigned row_stride = static_cast<unsigned>(chunk_row_stride(chunk, 4));
-  float acc[4][4] = {};
+  float acc[2] = {0.f, 0.f};
   for (int c = 0; c < chunks; ++c) {
     const int width = min(chunk, cols - c * chunk);
     chunk_product_int4(ring, row_stride, width / kInt4GroupCols, it++, input, c * chunk / 8, batch,
                        acc);
   }
-#pragma unroll
-  for (int r = 0; r < 4; ++r) d[r] = (acc[0][r] + acc[1][r]) + (acc[2][r] + acc[3][r]);
+  d[0] = acc[0];
+  d[1] = acc[1];
+  d[2] = d[3] = 0.f;
 }
 
 // The 8 warps' partial sums of a block, added in warp order: consumer thread i < 64 gets the

@@ -43,7 +43,8 @@ constexpr int kInt4ChunkCols = 4096;  // columns of a 4-bit chunk at most (2 KiB
 constexpr int kInt4GroupCols = 128;   // columns sharing one bf16 scale
 constexpr int kChunkRowBytes = 2048;  // a stage row's weight bytes at most
 constexpr int kScaleRowBytes = 80;    // a 4-bit stage row's 32 scales, padded: rows 20 words
-                                      // apart, so 8 lanes reading 8 rows hit distinct banks
+                                      // apart, so 4 lanes reading rows 2t (or 2t + 1) of a
+                                      // group hit distinct banks
 constexpr int kRowPadBytes = 64;  // shared row stride = chunk bytes + 64: rows g and g + 1
                                   // start half a 128-byte line apart (conflict-free reads)
 constexpr int kConsumerWarps = 8;

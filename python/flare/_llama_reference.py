@@ -1,7 +1,7 @@
 """A plain PyTorch Llama (the reference of flare.models.LlamaDecoder's tests and benchmark).
 
-Same weights (4-bit ones dequantized and rounded to bf16, as the kernel does), bf16 storage,
-float32 accumulation, and the kernel's rounding points
+Same weights (4-bit ones dequantized to float32, unrounded, as the kernel uses them), bf16
+storage, float32 accumulation, and the kernel's rounding points
 (kernels/llama_decode.cuh): a float32 residual stream; RMSNorm(x) W^T computed as
 rsqrt(mean(x^2) + eps) * (bf16(gamma * x) W^T) (Hugging Face's LlamaRMSNorm rounds
 x * rsqrt(...) to bf16 before gamma: the same math, one rounding fewer); float32 products of
@@ -25,9 +25,9 @@ class LlamaReference:
         self.layers = []
         for layer in range(config.num_layers):
             t = w[3 + 9 * layer: 12 + 9 * layer]
-            if scales:  # 4-bit: the dequantized weights rounded to bf16, as the kernel does
+            if scales:  # 4-bit: scale * (q - 8) in float32, unrounded, as the kernel uses them
                 s = scales[7 * layer: 7 * layer + 7]
-                proj = [dequantize_int4(t[i], s[i]).to(torch.bfloat16).float() for i in range(7)]
+                proj = [dequantize_int4(t[i], s[i]) for i in range(7)]
             else:
                 proj = [t[i].float() for i in range(7)]
             self.layers.append({"q": proj[0], "k": proj[1], "v": proj[2], "o": proj[3],

@@ -197,6 +197,11 @@ class LlamaDecoder:
         self._impl.step(tokens, positions, kv_indptr, kv_indices, next_tokens, logits)
         return next_tokens, logits
 
+    def prepare(self, batch):
+        """Compiles and loads the kernel of this batch size now (a batch's first step does it
+        otherwise; the constructor does batch 1)."""
+        self._impl.prepare(batch)
+
     def take_error(self):
         """Synchronizes; the first device-side error since the last call (a message) or None."""
         return DECODE_ERRORS[self._impl.take_error()]

@@ -202,6 +202,13 @@ void bind_model(nb::module_& m) {
           nb::arg("next_tokens"), nb::arg("logits"))
       .def("take_error", [](model::LlamaDecoder& d) { return static_cast<int>(d.take_error()); })
       .def(
+          "prepare",
+          [](model::LlamaDecoder& d, int batch) {
+            nb::gil_scoped_release release;
+            d.prepare(batch);
+          },
+          nb::arg("batch"))
+      .def(
           "set_trace",
           [](model::LlamaDecoder& d, nb::handle trace) {
             d.set_trace(trace.is_none() ? TensorView{} : object_view(trace, "trace"));

@@ -225,6 +225,13 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
 
 LlamaDecoder::~LlamaDecoder() = default;
 
+void LlamaDecoder::prepare(int batch) {
+  FLARE_CHECK(batch >= 1 && batch <= llama::kMaxBatch, ErrorCode::kInvalidArgument, kWhat,
+              ".prepare: batch must be in [1, ", llama::kMaxBatch, "], got ", batch);
+  const cuda::DeviceScope scope(device_);
+  variant(batch);
+}
+
 DecodeSchedule LlamaDecoder::schedule(int batch) const {
   return build_decode_schedule(config_, batch, num_ctas_, max_shared_);
 }

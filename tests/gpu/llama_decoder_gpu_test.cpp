@@ -5,9 +5,9 @@
 // bad index data (a token outside the vocabulary, a page id outside the cache, a position the
 // page table does not cover) is reported with nothing written outside the tensors. The small
 // case compute-sanitizer runs (scripts/gpu_check.sh). The 4-bit path: a model of 4-bit
-// projections gives the logits of the same model with the dequantized weights in bf16 (the
-// kernel rounds each weight to the same bf16; only the order of the sums differs). Skips
-// without an sm_90 device.
+// projections whose scales are powers of two (so every dequantized weight is a bf16) gives the
+// logits of the same model with those weights in bf16; only the order of the sums differs.
+// Skips without an sm_90 device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,7 +84,10 @@ struct TinyModel {
       }
       std::vector<float> values(static_cast<size_t>(rows * cols));
       for (int64_t i = 0; i < rows * cols; ++i) values[static_cast<size_t>(i)] = w.get(i);
-      const Int4Weight q = quantize_int4(values.data(), rows, cols);
+      Int4Weight q = quantize_int4(values.data(), rows, cols);
+      // Scales rounded down to powers of two: scale * (q - 8) is then exact in bf16, and the
+      // bf16 twin holds the 4-bit model's weights exactly.
+      for (uint16_t& scale : q.scales) scale &= 0xFF80u;
       if (projections == Projections::kInt4Dequantized) {
         const std::vector<float> back = dequantize_int4(q);
         HostTensor d(DType::kBF16, {rows, cols});
@@ -223,40 +226,79 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> permuted_pages(
   return {indptr, indices};
 }
 
+// The bf16 values of `cache` at the slots of `positions` (request b's position in its pages).
+std::vector<uint16_t> slot_values(const TensorView& cache, const TinyModel& m,
+                                  const std::vector<int32_t>& positions,
+                                  const std::vector<int32_t>& indptr,
+                                  const std::vector<int32_t>& indices) {
+  std::vector<uint16_t> all(static_cast<size_t>(cache.numel()));
+  cuda::memcpy_dtoh(all.data(), cache.data, all.size() * 2);
+  const size_t row = static_cast<size_t>(m.config.kv_heads * m.config.head_dim);
+  std::vector<uint16_t> out;
+  for (size_t b = 0; b < positions.size(); ++b) {
+    const int32_t pos = positions[b];
+    const size_t slot = static_cast<size_t>(indices[static_cast<size_t>(indptr[b] + pos / m.page_size)]) *
+                            static_cast<size_t>(m.page_size) +
+                        static_cast<size_t>(pos % m.page_size);
+    out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(slot * row),
+               all.begin() + static_cast<std::ptrdiff_t>((slot + 1) * row));
+  }
+  return out;
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * double(a[i] - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
 TEST(LlamaDecoderGpu, FourBitWeightsGiveTheDequantizedModelsLogits) {
   if (!sm90()) GTEST_SKIP() << "needs an sm_90 device";
   TinyModel four_bit(Projections::kInt4), dequantized(Projections::kInt4Dequantized);
   LlamaDecoder int4_decoder(four_bit.config, four_bit.weights, four_bit.cache);
   LlamaDecoder bf16_decoder(dequantized.config, dequantized.weights, dequantized.cache);
   // Batch 3 (the 4-row activation area) and batch 1, two steps each (the second reads the
-  // first's K/V).
+  // first's K/V). Each step runs twice on the 4-bit model (it rewrites the same slots):
+  // deterministic.
   for (const std::vector<int32_t>& start : {std::vector<int32_t>{1, 37, 200},
                                             std::vector<int32_t>{95}}) {
     std::vector<int32_t> positions = start, tokens = {3, 511, 100};
     tokens.resize(start.size());
     for (int step = 0; step < 2; ++step) {
+      SCOPED_TRACE("batch " + std::to_string(start.size()) + " step " + std::to_string(step));
       const auto [indptr, indices] = permuted_pages(four_bit, positions);
       const StepOutputs a = run_step(int4_decoder, tokens, positions, indptr, indices);
+      const StepOutputs again = run_step(int4_decoder, tokens, positions, indptr, indices);
       const StepOutputs b = run_step(bf16_decoder, tokens, positions, indptr, indices);
       EXPECT_EQ(int4_decoder.take_error(), DecodeError::kNone);
-      double diff = 0, norm = 0;
-      for (size_t i = 0; i < a.logits.size(); ++i) {
-        ASSERT_TRUE(std::isfinite(a.logits[i])) << i;
-        diff += (a.logits[i] - b.logits[i]) * double(a.logits[i] - b.logits[i]);
-        norm += double(b.logits[i]) * b.logits[i];
+      EXPECT_EQ(bf16_decoder.take_error(), DecodeError::kNone);
+      for (float v : a.logits) ASSERT_TRUE(std::isfinite(v));
+      EXPECT_EQ(a.logits, again.logits);
+      // Sums in another order: the logits agree to ~1e-7 until a bf16 rounding of an
+      // activation or K/V flips (measured: 1 step in 3 of this tiny random model, then ~1e-3).
+      EXPECT_LT(relative_l2(a.logits, b.logits), step == 0 ? 2e-4 : 5e-3);
+      // The K and V each layer wrote: equal but for rare bf16 rounding flips of equal sums in
+      // another order.
+      for (int l = 0; l < four_bit.config.num_layers; ++l) {
+        for (int kv = 0; kv < 2; ++kv) {
+          const auto& c4 = kv == 0 ? four_bit.cache.k : four_bit.cache.v;
+          const auto& c16 = kv == 0 ? dequantized.cache.k : dequantized.cache.v;
+          const std::vector<uint16_t> x = slot_values(c4[static_cast<size_t>(l)], four_bit,
+                                                      positions, indptr, indices),
+                                      y = slot_values(c16[static_cast<size_t>(l)], dequantized,
+                                                      positions, indptr, indices);
+          size_t differ = 0;
+          for (size_t i = 0; i < x.size(); ++i) differ += x[i] != y[i];
+          EXPECT_LE(differ, x.size() / 50) << "layer " << l << (kv == 0 ? " K" : " V");
+        }
       }
-      EXPECT_LT(std::sqrt(diff / norm), 1e-3) << "batch " << start.size() << " step " << step;
       for (auto& p : positions) ++p;
       tokens = a.next;
     }
   }
-  // The K/V both wrote are the same to bf16 rounding of equal sums in another order.
-  const std::vector<float> k4 = download(four_bit.cache.k[1]),
-                           k16 = download(dequantized.cache.k[1]);
-  ASSERT_EQ(k4.size(), k16.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < k4.size(); ++i) differ += std::memcmp(&k4[i], &k16[i], 4) != 0;
-  EXPECT_LT(differ, k4.size() / 100);
 }
 
 TEST(LlamaDecoderGpu, StepArgumentsAreCheckedBeforeLaunch) {

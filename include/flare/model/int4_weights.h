@@ -1,5 +1,4 @@
-// 4-bit weight-only quantization for the decode megakernel (issue 22; the kernel path is not
-// built yet): the storage format, round-to-nearest quantization and the exact dequantization the
+// 4-bit weight-only quantization for the decode megakernel (issue 22): the storage format, round-to-nearest quantization and the exact dequantization the
 // kernel and the PyTorch reference share.
 //
 // Format (GPTQ-style, symmetric, group size 128 along the input dimension), for a weight
@@ -8,8 +7,8 @@
 //          in its high nibble; a code q in [0, 15] stands for q - 8;
 //   scales bf16 [N, K / 128]: one per row and group of 128 columns;
 //   W'[n][k] = float(scales[n][k / 128]) * (code(n, k) - 8), exactly (a product of a bf16 and a
-//   small integer is exact in float32; the kernel rounds it to bf16 for the tensor cores, as
-//   the reference does).
+//   small integer is exact in float32; the kernel multiplies by code - 8 on the tensor cores
+//   and by the scale in float32, so it uses W' unrounded).
 // Round-to-nearest quantization: scale = bf16(max |W| over the group / 7) (a zero group gets
 // scale 0), q = clamp(round_half_even(W / scale), -8, 7) + 8. A GPTQ-calibrated checkpoint in
 // this layout (symmetric, no zero points, no activation reordering) loads the same way.

@@ -86,6 +86,10 @@ class LlamaDecoder {
             const TensorView& kv_indices, const TensorView& next_tokens, const TensorView& logits,
             cuda::Stream stream);
 
+  // Compiles (NVRTC, disk-cached) and loads the kernel of this batch size now, so that its first
+  // step does not (the constructor does it for batch 1). Throws kInvalidArgument outside 1..8.
+  void prepare(int batch);
+
   // Synchronizes the device, returns the first error any step since the last call recorded,
   // and clears it.
   DecodeError take_error();
