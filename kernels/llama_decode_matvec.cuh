@@ -263,26 +263,32 @@ __device__ __forceinline__ void chunk_product_int4(const Ring& ring, unsigned ro
   const unsigned codes = stage_base + g * row_stride + 16 * t;
   // Rows 2t and 2t + 1's scales: 4 lanes t read 4 rows 40 words apart (distinct banks).
   const unsigned scales = stage_base + stage_scale_offset() + 2 * t * kScaleRowBytes;
+  const auto step = [&](int s) {
+    uint4 w;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                 : "r"(codes + 64 * s));
+    const unsigned words[4] = {w.x, w.y, w.z, w.w};
+    float sums[2][4] = {};  // two mma chains of this group
 #pragma unroll
-  for (int i = 0; i < kInt4ChunkCols / kInt4GroupCols / kConsumerWarps; ++i) {
-    const int s = warp + kConsumerWarps * i;
-    if (s < steps) {
-      uint4 w;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                   : "r"(codes + 64 * s));
-      const unsigned words[4] = {w.x, w.y, w.z, w.w};
-      float sums[2][4] = {};  // two mma chains of this group
+    for (int u = 0; u < 4; ++u) {
+      const uint4 a = g < batch ? input(g, unit0 + 16 * s + 4 * t + u) : make_uint4(0, 0, 0, 0);
+      unsigned b[4];
+      unbias_unit(words[u], b);
+      mma::mma_16816<kCodeBF16>(sums[u % 2], {a.x, 0u, a.y, 0u}, b[0], b[1]);
+      mma::mma_16816<kCodeBF16>(sums[u % 2], {a.z, 0u, a.w, 0u}, b[2], b[3]);
+    }
+    acc[0] = fmaf(sums[0][0] + sums[1][0], shared_bf16(scales + 2 * s), acc[0]);
+    acc[1] = fmaf(sums[0][1] + sums[1][1], shared_bf16(scales + kScaleRowBytes + 2 * s), acc[1]);
+  };
+  constexpr int kSteps = kInt4ChunkCols / kInt4GroupCols / kConsumerWarps;
+  if (steps == kSteps * kConsumerWarps) {  // a whole chunk: no branches, the steps interleave
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const uint4 a = g < batch ? input(g, unit0 + 16 * s + 4 * t + u) : make_uint4(0, 0, 0, 0);
-        unsigned b[4];
-        unbias_unit(words[u], b);
-        mma::mma_16816<kCodeBF16>(sums[u % 2], {a.x, 0u, a.y, 0u}, b[0], b[1]);
-        mma::mma_16816<kCodeBF16>(sums[u % 2], {a.z, 0u, a.w, 0u}, b[2], b[3]);
-      }
-      acc[0] = fmaf(sums[0][0] + sums[1][0], shared_bf16(scales + 2 * s), acc[0]);
-      acc[1] = fmaf(sums[0][1] + sums[1][1], shared_bf16(scales + kScaleRowBytes + 2 * s), acc[1]);
+    for (int i = 0; i < kSteps; ++i) step(warp + kConsumerWarps * i);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+      if (warp + kConsumerWarps * i < steps) step(warp + kConsumerWarps * i);
     }
   }
   __syncwarp();
