@@ -289,7 +289,7 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
     // inv_rms is read after reduce_block's barrier, which publishes it.
     const float sum = reduce_block(reduce, parity, d);
     const float v = sum * inv_rms[g % kMaxBatch];
-    const float partner = __shfl_xor_sync(0xffffffffu, v, 4);  // qkv_block_row: n ^ 4
+    const float partner = __shfl_xor_sync(0xffffffffu, v, 1);
     if (threadIdx.x >= kMaxBatch * kBlockRows || g >= p.batch) continue;
     const int row = qkv_block_row(block, n, kHeadDim);
     const int pos = p.positions[g];
@@ -302,7 +302,7 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
       const double turns = static_cast<double>(angle) * 0.15915494309189535;
       float s, c;
       sincospif(static_cast<float>(2.0 * (turns - rint(turns))), &s, &c);
-      out = n < 4 ? v * c - partner * s : v * c + partner * s;
+      out = n % 2 == 0 ? v * c - partner * s : v * c + partner * s;
     }
     if (row < q_rows) {
       p.q[static_cast<long long>(g) * q_rows + row] = out;

@@ -32,22 +32,22 @@ struct Ring {
 };
 
 // The rows of block `block` of `op` in layer `layer` (`half` 1: the up projection's block), as
-// byte addresses: runs of `run` consecutive rows, run r starting run_step rows after run r - 1;
-// row n is row(n) rows after `first`, and its 4-bit scales likewise from scales_first. A QKV
-// block is two runs of 4 rows in one head of one matrix (qkv_block_row); the others one run of
-// 8.
+// byte addresses: row n starts at first + (n / 2) * pair_step + (n % 2) * odd_offset, and its
+// 4-bit scales likewise from scales_first. A QKV block's rows lie in one head of one matrix
+// (qkv_block_row); the others are 8 consecutive rows.
 struct BlockRows {
   const unsigned char* first;
   const unsigned char* scales_first;  // 4-bit only
-  int run;
-  long long run_step;  // in rows
+  long long pair_step, odd_offset;    // in rows
   long long row_bytes, scale_row_bytes;
-  __device__ __forceinline__ long long row(int n) const { return (n / run) * run_step + n % run; }
+  __device__ __forceinline__ long long row(int n) const {
+    return (n / 2) * pair_step + (n % 2) * odd_offset;
+  }
 };
 __device__ __forceinline__ BlockRows block_rows(const DecodeParams& p, int op, int layer, int block,
                                                 int half) {
   const long long cols = op_cols(p, op);
-  BlockRows r{nullptr, nullptr, kBlockRows, 0, cols * op_weight_bits(kWeightBits, op) / 8,
+  BlockRows r{nullptr, nullptr, 2, 1, cols * op_weight_bits(kWeightBits, op) / 8,
               cols / kInt4GroupCols * 2};
   long long first_row = static_cast<long long>(block) * kBlockRows;
   int matrix = op == kOpO      ? kWo
@@ -70,8 +70,8 @@ __device__ __forceinline__ BlockRows block_rows(const DecodeParams& p, int op, i
       row -= q_rows;
     }
     first_row = row;
-    r.run = 4;
-    r.run_step = kHeadDim / 2;
+    r.pair_step = 1;
+    r.odd_offset = kHeadDim / 2;
   }
   const LayerWeights& w = p.layers[layer];
   r.first = static_cast<const unsigned char*>(w.w[matrix]) + first_row * r.row_bytes;
@@ -83,10 +83,8 @@ __device__ __forceinline__ BlockRows block_rows(const DecodeParams& p, int op, i
 }
 
 // The producer (one lane): every chunk of this CTA's blocks of `op`, in the consumers' order.
-// A chunk is 8 row copies of its weight bytes and, for 4-bit weights, the rows' scales of its
-// groups into the stage's tail (dense). A 4-bit block whose rows are one chunk each lands with
-// one copy of codes and one of scales per run of consecutive rows: each bulk copy has a fixed
-// cost in the copy engine, measured to bound 16-copy chunks.
+// A chunk is 8 row copies of its weight bytes and, for 4-bit weights, 8 copies of the rows'
+// scales of its groups into the stage's tail.
 __device__ __forceinline__ void produce_op(const DecodeParams& p, const Ring& ring, int op,
                                            int layer, unsigned& it, unsigned long long policy) {
   const int bits = op_weight_bits(kWeightBits, op);
@@ -109,16 +107,6 @@ __device__ __forceinline__ void produce_op(const DecodeParams& p, const Ring& ri
         sm90::barrier_arrive_expect(full, (bytes + scale_bytes) * kBlockRows);
         const unsigned dst = ring.stages + stage * static_cast<unsigned>(stage_bytes(kWeightBits));
         const long long offset = static_cast<long long>(c) * chunk * bits / 8;
-        if (bits == 4 && chunks == 1) {  // whole rows: one copy of each run
-          for (int n = 0; n < kBlockRows; n += rows.run) {
-            bulk_load(dst + n * bytes, rows.first + rows.row(n) * rows.row_bytes, bytes * rows.run,
-                      full, policy);
-            bulk_load(dst + stage_scale_offset() + n * scale_bytes,
-                      rows.scales_first + rows.row(n) * rows.scale_row_bytes,
-                      scale_bytes * rows.run, full, policy);
-          }
-          continue;
-        }
 #pragma unroll
         for (int n = 0; n < kBlockRows; ++n) {
           bulk_load(dst + n * row_stride, rows.first + rows.row(n) * rows.row_bytes + offset, bytes,
@@ -128,7 +116,7 @@ __device__ __forceinline__ void produce_op(const DecodeParams& p, const Ring& ri
           const long long scale_offset = static_cast<long long>(c) * chunk / kInt4GroupCols * 2;
 #pragma unroll
           for (int n = 0; n < kBlockRows; ++n) {
-            bulk_load(dst + stage_scale_offset() + n * scale_bytes,
+            bulk_load(dst + stage_scale_offset() + n * kScaleRowBytes,
                       rows.scales_first + rows.row(n) * rows.scale_row_bytes + scale_offset,
                       scale_bytes, full, policy);
           }
@@ -273,9 +261,8 @@ __device__ __forceinline__ void chunk_product_int4(const Ring& ring, unsigned ro
   sm90::barrier_wait(ring.full + 8 * stage, (it / kStages) & 1);
   const unsigned stage_base = ring.stages + stage * static_cast<unsigned>(stage_bytes(kWeightBits));
   const unsigned codes = stage_base + g * row_stride + 16 * t;
-  // Rows 2t and 2t + 1's scales (dense: steps scales a row).
-  const unsigned scale_row = 2 * static_cast<unsigned>(steps);
-  const unsigned scales = stage_base + stage_scale_offset() + 2 * t * scale_row;
+  // Rows 2t and 2t + 1's scales: 4 lanes t read 4 rows 40 words apart (distinct banks).
+  const unsigned scales = stage_base + stage_scale_offset() + 2 * t * kScaleRowBytes;
   const auto step = [&](int s) {
     uint4 w;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -292,7 +279,7 @@ __device__ __forceinline__ void chunk_product_int4(const Ring& ring, unsigned ro
       mma::mma_16816<kCodeBF16>(sums[u % 2], {a.z, 0u, a.w, 0u}, b[2], b[3]);
     }
     acc[0] = fmaf(sums[0][0] + sums[1][0], shared_bf16(scales + 2 * s), acc[0]);
-    acc[1] = fmaf(sums[0][1] + sums[1][1], shared_bf16(scales + scale_row + 2 * s), acc[1]);
+    acc[1] = fmaf(sums[0][1] + sums[1][1], shared_bf16(scales + kScaleRowBytes + 2 * s), acc[1]);
   };
   constexpr int kSteps = kInt4ChunkCols / kInt4GroupCols / kConsumerWarps;
   if (steps == kSteps * kConsumerWarps) {  // a whole chunk: no branches, the steps interleave

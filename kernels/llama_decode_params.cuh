@@ -42,7 +42,9 @@ constexpr int kChunkCols = 1024;  // columns of a bf16 chunk at most (2 KiB a ro
 constexpr int kInt4ChunkCols = 4096;  // columns of a 4-bit chunk at most (2 KiB of codes a row)
 constexpr int kInt4GroupCols = 128;   // columns sharing one bf16 scale
 constexpr int kChunkRowBytes = 2048;  // a stage row's weight bytes at most
-constexpr int kScaleRowBytes = 64;    // a 4-bit stage row's scales at most (32 groups)
+constexpr int kScaleRowBytes = 80;    // a 4-bit stage row's 32 scales, padded: rows 20 words
+                                      // apart, so 4 lanes reading rows 2t (or 2t + 1) of a
+                                      // group hit distinct banks
 constexpr int kRowPadBytes = 64;  // shared row stride = chunk bytes + 64: rows g and g + 1
                                   // start half a 128-byte line apart (conflict-free reads)
 constexpr int kConsumerWarps = 8;
@@ -181,11 +183,10 @@ FLARE_LLAMA_HD inline int op_chunk_cols(int cols, int bits) {
   const int n = op_chunks(cols, bits);
   return ((cols + n - 1) / n + 63) / 64 * 64;
 }
-// A stage row's stride. bf16: the chunk's bytes + 64, so rows g and g + 1 start half a 128-byte
-// line apart (chunk bytes are a multiple of 128). 4-bit: dense, so a block of whole rows lands
-// with one copy per run of consecutive rows (the codes' 16-byte reads then conflict 2-way).
+// A stage row's stride: the chunk's bytes + 64, so rows g and g + 1 start half a 128-byte line
+// apart (chunk bytes are a multiple of 128).
 FLARE_LLAMA_HD inline int chunk_row_stride(int chunk_cols, int bits) {
-  return bits == 4 ? chunk_cols / 2 : chunk_cols * 2 + kRowPadBytes;
+  return chunk_cols * bits / 8 + kRowPadBytes;
 }
 
 // The contiguous range [begin, end) of `count` items that part `part` of `parts` owns.
@@ -195,14 +196,13 @@ FLARE_LLAMA_HD inline void partition_range(int count, int parts, int part, int& 
   end = begin + base + (part < extra ? 1 : 0);
 }
 
-// Row n (0..7) of QKV block `block`: a block holds 4 RoPE pairs of one head, rows d .. d + 3
-// (n < 4) and their partners d + head_dim / 2 .. (n >= 4; partner of n is n ^ 4), d = 4 (block %
-// (head_dim / 8)): the epilogue rotates a pair in one CTA, and the block is two runs of 4
-// consecutive rows.
+// Row n (0..7) of QKV block `block`: a block holds 4 RoPE pairs of one head, row d and row
+// d + head_dim / 2 for d = 4 (block % (head_dim / 8)) + n / 2, so the epilogue rotates a pair in
+// one place.
 FLARE_LLAMA_HD inline int qkv_block_row(int block, int n, int head_dim) {
   const int head = block / (head_dim / kBlockRows);
-  const int d = (block % (head_dim / kBlockRows)) * 4 + n % 4;
-  return head * head_dim + d + (n / 4) * (head_dim / 2);
+  const int d = (block % (head_dim / kBlockRows)) * 4 + n / 2;
+  return head * head_dim + d + (n % 2) * (head_dim / 2);
 }
 
 // Dynamic shared memory: the stages; one area that holds attention's per-warp states during the

@@ -91,15 +91,14 @@ TEST(RopeInvFreq, MatchesTheLlama3Formula) {
   EXPECT_FLOAT_EQ(rope_inv_freq(plain)[63], static_cast<float>(std::pow(500000.0, -126.0 / 128)));
 }
 
-TEST(QkvBlockRows, EveryRowOnceAsTwoRunsOfFourWithTheirRopePartners) {
+TEST(QkvBlockRows, EveryRowOnceWithItsRopePartnerInTheNextColumn) {
   for (int head_dim : {64, 128}) {
     const int heads = 6, rows = heads * head_dim;
     std::vector<int> seen(static_cast<size_t>(rows), 0);
     for (int block = 0; block < rows / llama::kBlockRows; ++block) {
-      for (int n = 0; n < 4; ++n) {
+      for (int n = 0; n < llama::kBlockRows; n += 2) {
         const int row = llama::qkv_block_row(block, n, head_dim);
-        const int partner = llama::qkv_block_row(block, n + 4, head_dim);
-        EXPECT_EQ(row, llama::qkv_block_row(block, 0, head_dim) + n);  // consecutive
+        const int partner = llama::qkv_block_row(block, n + 1, head_dim);
         EXPECT_EQ(partner, row + head_dim / 2);
         EXPECT_EQ(row / head_dim, block / (head_dim / llama::kBlockRows));
         EXPECT_LT(row % head_dim, head_dim / 2);
@@ -179,8 +178,8 @@ TEST(DecodeSchedule, FourBitEightB) {
   LlamaConfig c = llama_preset("llama-3.1-8b");
   c.weight_format = WeightFormat::kInt4;
   const DecodeSchedule s = build_decode_schedule(c, 1, 132, kH100Shared);
-  // 4-bit chunks: 4096 columns (2 KiB of codes a row); a stage also holds 8 x 64 bytes of scales.
-  EXPECT_EQ(llama::stage_bytes(4), 8 * (2048 + 64) + 8 * 64);
+  // 4-bit chunks: 4096 columns (2 KiB of codes a row); a stage also holds 8 x 80 bytes of scales.
+  EXPECT_EQ(llama::stage_bytes(4), 8 * (2048 + 64) + 8 * 80);
   EXPECT_EQ(s.activation_rows, 1);
   EXPECT_EQ(s.shared_bytes, llama::shared_bytes(s.stages, 4, 128, 1, 14336, 4));
   EXPECT_LE(s.shared_bytes, kH100Shared);
