@@ -7,13 +7,15 @@
 // i + kStages, ...: `full` completes when a chunk's bytes land, `empty` when the 8 consumer
 // warps are done reading it.
 //
-// The product. mma.m16n8k16 with the batch as A (rows 0-7, rows 8-15 zero) and the 8 weight
-// rows as B: lane (g = lane / 4, t = lane % 4) reads 16 contiguous bytes (columns 8t..8t+7 of a
-// 32-column step) of weight row g from shared memory and of request g's activation from global
-// memory, and feeds them as two k16 products whose k order is permuted the same way on both
-// sides (the sum over k does not care): physical columns 8t + 4j + {0, 1} are logical
-// 2t + {0, 1} and 8t + 4j + {2, 3} are 2t + 8 + {0, 1} of product j. Lane (g, t) ends with the
-// dot products of request g with rows 2t and 2t + 1. Warps split a chunk's 32-column steps;
+// The product. mma.m16n8k16 with the batch as A and the 8 weight rows as B: lane (g = lane / 4,
+// t = lane % 4) reads 16 contiguous bytes (columns 8t..8t+7 of a 32-column step) of weight row g
+// and of request g's activations, and feeds them as two k16 products whose k order is permuted
+// the same way on both sides (the sum over k does not care). The activation vector as loaded is
+// the A operand of both products: A rows g hold columns 8t + {0, 1} (k 2t + {0, 1}) and
+// 8t + {4, 5} (k 2t + 8 + {0, 1}), multiplied by the weights of those columns in the first
+// product; A rows g + 8 hold 8t + {2, 3} and 8t + {6, 7}, against theirs in the second; the
+// other half of each product's C is ignored. Lane (g, t) ends with the dot products of request
+// g with rows 2t and 2t + 1. Warps split a chunk's 32-column steps;
 // the 8 partial sums of each output are added in warp order once per block.
 #pragma once
 
@@ -184,8 +186,12 @@ __device__ __forceinline__ void chunk_product(const Ring& ring, unsigned row_str
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
                    : "r"(base + 64 * s));
-      mma::mma_16816<kCodeBF16>(acc[2 * (i % 2)], {a[i].x, 0u, a[i].y, 0u}, w.x, w.y);
-      mma::mma_16816<kCodeBF16>(acc[2 * (i % 2) + 1], {a[i].z, 0u, a[i].w, 0u}, w.z, w.w);
+      // The fragment as loaded is the A operand (no register moves): rows g take columns
+      // (8t + {0, 1}, 8t + {4, 5}) against (w.x, w.z), rows g + 8 (8t + {2, 3}, 8t + {6, 7})
+      // against (w.y, w.w); each product's other 8 rows are ignored.
+      const unsigned fragment[4] = {a[i].x, a[i].y, a[i].z, a[i].w};
+      mma::mma_16816<kCodeBF16>(acc[2 * (i % 2)], fragment, w.x, w.z);
+      mma::mma_16816<kCodeBF16>(acc[2 * (i % 2) + 1], fragment, w.y, w.w);
     }
   }
   __syncwarp();
@@ -207,8 +213,10 @@ __device__ __forceinline__ void block_product(const Ring& ring, Activations<Load
     load_fragments(x.load, x.cols, x.batch, c + 1 < chunks ? c + 1 : 0, x.pending);
     chunk_product(ring, row_stride, min(chunk, x.cols - c * chunk) / 32, it++, current, acc);
   }
-#pragma unroll
-  for (int r = 0; r < 4; ++r) d[r] = (acc[0][r] + acc[1][r]) + (acc[2][r] + acc[3][r]);
+  // Chains 0 and 2 hold rows g (C elements 0, 1), chains 1 and 3 rows g + 8 (elements 2, 3).
+  d[0] = (acc[0][0] + acc[1][2]) + (acc[2][0] + acc[3][2]);
+  d[1] = (acc[0][1] + acc[1][3]) + (acc[2][1] + acc[3][3]);
+  d[2] = d[3] = 0.f;
 }
 
 // --- 4-bit weights (flare/model/int4_weights.h: column 2j in the low nibble of byte j, code q
@@ -234,7 +242,11 @@ __device__ __forceinline__ unsigned bf16x2_add(unsigned a, unsigned b) {
 __device__ __forceinline__ void unbias_unit(unsigned word, unsigned (&b)[4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const unsigned biased = ((word >> (4 * j)) & 0x000F000Fu) | 0x43004300u;  // 128 + q
+    // (w >> 4j) & 0x000F000F | 0x43004300 = 128 + q as one lop3 (the compiler makes two)
+    unsigned biased;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n"
+        : "=r"(biased)
+        : "r"(word >> (4 * j)), "r"(0x000F000Fu), "r"(0x43004300u));
     b[j] = bf16x2_add(biased, kBf16x2Minus136);
   }
 }
@@ -269,17 +281,22 @@ __device__ __forceinline__ void chunk_product_int4(const Ring& ring, unsigned ro
                  : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
                  : "r"(codes + 64 * s));
     const unsigned words[4] = {w.x, w.y, w.z, w.w};
-    float sums[2][4] = {};  // two mma chains of this group
+    // Two mma chains of this group. The fragment as loaded is the A operand (no register
+    // moves): rows g take pairs (0, 4), (2, 6) of the unit against b[0], b[2] (chain 0, C
+    // elements 0, 1), rows g + 8 pairs (1, 5), (3, 7) against b[1], b[3] (chain 1, C elements
+    // 2, 3); each product's other 8 rows are ignored.
+    float sums[2][4] = {};
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const uint4 a = g < batch ? input(g, unit0 + 16 * s + 4 * t + u) : make_uint4(0, 0, 0, 0);
       unsigned b[4];
       unbias_unit(words[u], b);
-      mma::mma_16816<kCodeBF16>(sums[u % 2], {a.x, 0u, a.y, 0u}, b[0], b[1]);
-      mma::mma_16816<kCodeBF16>(sums[u % 2], {a.z, 0u, a.w, 0u}, b[2], b[3]);
+      const unsigned fragment[4] = {a.x, a.y, a.z, a.w};
+      mma::mma_16816<kCodeBF16>(sums[0], fragment, b[0], b[2]);
+      mma::mma_16816<kCodeBF16>(sums[1], fragment, b[1], b[3]);
     }
-    acc[0] = fmaf(sums[0][0] + sums[1][0], shared_bf16(scales + 2 * s), acc[0]);
-    acc[1] = fmaf(sums[0][1] + sums[1][1], shared_bf16(scales + kScaleRowBytes + 2 * s), acc[1]);
+    acc[0] = fmaf(sums[0][0] + sums[1][2], shared_bf16(scales + 2 * s), acc[0]);
+    acc[1] = fmaf(sums[0][1] + sums[1][3], shared_bf16(scales + kScaleRowBytes + 2 * s), acc[1]);
   };
   constexpr int kSteps = kInt4ChunkCols / kInt4GroupCols / kConsumerWarps;
   if (steps == kSteps * kConsumerWarps) {  // a whole chunk: no branches, the steps interleave
