@@ -63,11 +63,7 @@ struct SharedInput {
   unsigned base;        // shared address of request 0's row
   unsigned row_stride;  // cols * 2 + kRowPadBytes: rows g and g + 1 half a line apart
   __device__ __forceinline__ uint4 operator()(int g, int column) const {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(base + g * row_stride + column * 2));
-    return v;
+    return shared_load_v4(base + g * row_stride + column * 2);
   }
 };
 
@@ -80,10 +76,7 @@ __device__ __forceinline__ auto stage_input(const DecodeParams& p, const unsigne
     for (int i = threadIdx.x; i < p.batch * units; i += kConsumerWarps * 32) {
       const int b = i / units, u = i % units;
       const uint4 v = load_cg(src + static_cast<long long>(b) * cols + 8 * u);
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(activation_area +
-                                                                      b * row_stride + 16 * u),
-                   "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                   : "memory");
+      shared_store_v4(activation_area + b * row_stride + 16 * u, v);
     }
     consumers_sync();
     return SharedInput{activation_area, row_stride};
@@ -99,11 +92,7 @@ __device__ __forceinline__ auto stage_input(const DecodeParams& p, const unsigne
 struct SharedInt4Input {
   unsigned base, row_stride;
   __device__ __forceinline__ uint4 operator()(int g, int unit) const {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(base + g * row_stride + 16 * (unit ^ ((unit >> 3) & 1))));
-    return v;
+    return shared_load_v4(base + g * row_stride + 16 * (unit ^ ((unit >> 3) & 1)));
   }
 };
 struct L2Int4Input {
@@ -121,10 +110,7 @@ __device__ __forceinline__ auto stage_input_int4(const DecodeParams& p, const un
     for (int i = threadIdx.x; i < p.batch * units; i += kConsumerWarps * 32) {
       const int b = i / units, u = i % units;
       const uint4 v = int4_unit_order(load_cg(src + static_cast<long long>(b) * cols + 8 * u));
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                       activation_area + b * row_stride + 16 * (u ^ ((u >> 3) & 1))),
-                   "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                   : "memory");
+      shared_store_v4(activation_area + b * row_stride + 16 * (u ^ ((u >> 3) & 1)), v);
     }
     consumers_sync();
     return SharedInt4Input{activation_area, row_stride};

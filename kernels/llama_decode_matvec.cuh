@@ -182,10 +182,7 @@ __device__ __forceinline__ void chunk_product(const Ring& ring, unsigned row_str
   for (int i = 0; i < kStepsPerWarp; ++i) {
     const int s = warp + kConsumerWarps * i;
     if (s < steps) {
-      uint4 w;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                   : "r"(base + 64 * s));
+      const uint4 w = shared_load_v4(base + 64 * s);
       // The fragment as loaded is the A operand (no register moves): rows g take columns
       // (8t + {0, 1}, 8t + {4, 5}) against (w.x, w.z), rows g + 8 (8t + {2, 3}, 8t + {6, 7})
       // against (w.y, w.w); each product's other 8 rows are ignored.
@@ -276,10 +273,7 @@ __device__ __forceinline__ void chunk_product_int4(const Ring& ring, unsigned ro
   // Rows 2t and 2t + 1's scales: 4 lanes t read 4 rows 40 words apart (distinct banks).
   const unsigned scales = stage_base + stage_scale_offset() + 2 * t * kScaleRowBytes;
   const auto step = [&](int s) {
-    uint4 w;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
-                 : "r"(codes + 64 * s));
+    const uint4 w = shared_load_v4(codes + 64 * s);
     const unsigned words[4] = {w.x, w.y, w.z, w.w};
     // Two mma chains of this group. The fragment as loaded is the A operand (no register
     // moves): rows g take pairs (0, 4), (2, 6) of the unit against b[0], b[2] (chain 0, C

@@ -80,6 +80,20 @@ __device__ __forceinline__ void consumers_wait(const unsigned* counter, unsigned
   consumers_sync();
 }
 
+// --- 16-byte shared-memory accesses by address (the weight stages and activation rows)
+__device__ __forceinline__ uint4 shared_load_v4(unsigned address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address));
+  return v;
+}
+__device__ __forceinline__ void shared_store_v4(unsigned address, const uint4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 // --- 16-byte loads of data written during the launch (L2, never a stale L1 line)
 __device__ __forceinline__ uint4 load_cg(const void* p) {
   return __ldcg(reinterpret_cast<const uint4*>(p));

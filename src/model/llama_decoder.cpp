@@ -66,6 +66,19 @@ void check_projection(const TensorView& weight, const TensorView& scales, const 
 
 }  // namespace
 
+std::array<ProjectionSlot, 7> projection_slots(const LlamaConfig& c, LlamaLayerTensors& t) {
+  static_assert(llama::kNumProjections == 7);
+  const int64_t h = c.hidden, qd = int64_t{c.heads} * c.head_dim,
+                kvd = int64_t{c.kv_heads} * c.head_dim, f = c.intermediate;
+  return {{{"self_attn.q_proj", qd, h, &t.q_proj, &t.q_scales},
+           {"self_attn.k_proj", kvd, h, &t.k_proj, &t.k_scales},
+           {"self_attn.v_proj", kvd, h, &t.v_proj, &t.v_scales},
+           {"self_attn.o_proj", h, qd, &t.o_proj, &t.o_scales},
+           {"mlp.gate_proj", f, h, &t.gate_proj, &t.gate_scales},
+           {"mlp.up_proj", f, h, &t.up_proj, &t.up_scales},
+           {"mlp.down_proj", h, f, &t.down_proj, &t.down_scales}}};
+}
+
 jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config,
                                          const DecodeSchedule& schedule) {
   validate(config);
@@ -131,8 +144,7 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
   FLARE_CHECK(device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
               ": weights must be CUDA tensors, got embed_tokens on ", device.str());
   device_ = device.index;
-  const int64_t h = c.hidden, qd = int64_t{c.heads} * c.head_dim,
-                kvd = int64_t{c.kv_heads} * c.head_dim;
+  const int64_t h = c.hidden, qd = int64_t{c.heads} * c.head_dim;
   check_tensor(weights_.embed_tokens, "embed_tokens", DType::kBF16, {c.vocab, h}, device);
   check_tensor(weights_.norm, "norm", DType::kBF16, {h}, device);
   check_tensor(weights_.lm_head, "lm_head", DType::kBF16, {c.vocab, h}, device);
@@ -154,24 +166,13 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
   std::vector<llama::LayerWeights> layers(static_cast<size_t>(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l) {
     const std::string at = "layers." + std::to_string(l) + ".";
-    const LlamaLayerTensors& t = weights_.layers[static_cast<size_t>(l)];
+    LlamaLayerTensors& t = weights_.layers[static_cast<size_t>(l)];
     llama::LayerWeights& w = layers[static_cast<size_t>(l)];
-    const struct {
-      const TensorView &weight, &scales;
-      const char* name;
-      int64_t rows, cols;
-    } projections[llama::kNumProjections] = {
-        {t.q_proj, t.q_scales, "self_attn.q_proj", qd, h},
-        {t.k_proj, t.k_scales, "self_attn.k_proj", kvd, h},
-        {t.v_proj, t.v_scales, "self_attn.v_proj", kvd, h},
-        {t.o_proj, t.o_scales, "self_attn.o_proj", h, qd},
-        {t.gate_proj, t.gate_scales, "mlp.gate_proj", c.intermediate, h},
-        {t.up_proj, t.up_scales, "mlp.up_proj", c.intermediate, h},
-        {t.down_proj, t.down_scales, "mlp.down_proj", h, c.intermediate}};
-    for (int i = 0; i < llama::kNumProjections; ++i) {
-      check_projection(projections[i].weight, projections[i].scales, at + projections[i].name,
-                       c.weight_format, projections[i].rows, projections[i].cols, device, w.w[i],
-                       w.scales[i]);
+    int i = 0;
+    for (const ProjectionSlot& slot : projection_slots(c, t)) {
+      check_projection(*slot.weight, *slot.scales, at + slot.name, c.weight_format, slot.rows,
+                       slot.cols, device, w.w[i], w.scales[i]);
+      ++i;
     }
     check_tensor(t.input_layernorm, at + "input_layernorm.weight", DType::kBF16, {h}, device);
     check_tensor(t.post_attention_layernorm, at + "post_attention_layernorm.weight", DType::kBF16,

@@ -102,20 +102,14 @@ struct TinyModel {
       weight = upload(std::move(codes));
       scales = upload(std::move(scale));
     };
-    const int64_t h = config.hidden, qd = int64_t{config.heads} * config.head_dim,
-                  kvd = int64_t{config.kv_heads} * config.head_dim, inter = config.intermediate;
+    const int64_t h = config.hidden;
     weights.embed_tokens = add({config.vocab, h}, 1.f);
     weights.norm = add({h}, 0.05f, 1.f);
     weights.lm_head = add({config.vocab, h}, 0.05f);
     for (int l = 0; l < config.num_layers; ++l) {
       LlamaLayerTensors t;
-      projection(qd, h, t.q_proj, t.q_scales);
-      projection(kvd, h, t.k_proj, t.k_scales);
-      projection(kvd, h, t.v_proj, t.v_scales);
-      projection(h, qd, t.o_proj, t.o_scales);
-      projection(inter, h, t.gate_proj, t.gate_scales);
-      projection(inter, h, t.up_proj, t.up_scales);
-      projection(h, inter, t.down_proj, t.down_scales);
+      for (const ProjectionSlot& slot : projection_slots(config, t))
+        projection(slot.rows, slot.cols, *slot.weight, *slot.scales);
       t.input_layernorm = add({h}, 0.05f, 1.f);
       t.post_attention_layernorm = add({h}, 0.05f, 1.f);
       weights.layers.push_back(t);

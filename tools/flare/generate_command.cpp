@@ -110,8 +110,7 @@ DeviceWeights make_random_model(const model::LlamaConfig& c, int num_pages, int 
                                     Device::cuda(device));
     scale = tensor({rows, cols / model::kInt4GroupSize}, scales);
   };
-  const int64_t h = c.hidden, qd = int64_t{c.heads} * c.head_dim,
-                kvd = int64_t{c.kv_heads} * c.head_dim, f = c.intermediate;
+  const int64_t h = c.hidden;
   progress.step("random weights: embedding");
   m.weights.embed_tokens = tensor({c.vocab, h}, weights);
   m.weights.norm = tensor({h}, norms);
@@ -119,13 +118,8 @@ DeviceWeights make_random_model(const model::LlamaConfig& c, int num_pages, int 
   for (int l = 0; l < c.num_layers; ++l) {
     progress.bar("random weights and KV", l, c.num_layers);
     model::LlamaLayerTensors t;
-    projection(qd, h, t.q_proj, t.q_scales);
-    projection(kvd, h, t.k_proj, t.k_scales);
-    projection(kvd, h, t.v_proj, t.v_scales);
-    projection(h, qd, t.o_proj, t.o_scales);
-    projection(f, h, t.gate_proj, t.gate_scales);
-    projection(f, h, t.up_proj, t.up_scales);
-    projection(h, f, t.down_proj, t.down_scales);
+    for (const model::ProjectionSlot& slot : model::projection_slots(c, t))
+      projection(slot.rows, slot.cols, *slot.weight, *slot.scales);
     t.input_layernorm = tensor({h}, norms);
     t.post_attention_layernorm = tensor({h}, norms);
     m.weights.layers.push_back(t);

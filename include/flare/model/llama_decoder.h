@@ -40,6 +40,16 @@ struct LlamaLayerTensors {
   TensorView input_layernorm, post_attention_layernorm;  // [hidden]
 };
 
+// A layer's seven projections in the kernel's order (q, k, v, o, gate, up, down): Hugging Face's
+// name, the weight's [rows, cols] (4-bit codes are [rows, cols / 2]) and the tensors to fill.
+struct ProjectionSlot {
+  const char* name;  // "self_attn.q_proj", ...
+  int64_t rows, cols;
+  TensorView* weight;
+  TensorView* scales;  // 4-bit only
+};
+std::array<ProjectionSlot, 7> projection_slots(const LlamaConfig& config, LlamaLayerTensors& layer);
+
 struct LlamaWeights {
   TensorView embed_tokens;  // [vocab, hidden]
   std::vector<LlamaLayerTensors> layers;
