@@ -458,10 +458,9 @@ extern "C" __global__ void __launch_bounds__(flare::llama::kThreads, 1)
   float* inv_rms = reduce + 2 * kConsumerWarps * kMaxBatch * kBlockRows;
   const unsigned barriers =
       dev::shared_address(shared) +
-      static_cast<unsigned>(
-          shared_bytes(kStages, dev::kGroup, dev::kHeadDim, dev::kActRows, FLARE_LLAMA_ACT_COLS,
-                       dev::kWeightBits) -
-          2 * kStages * 8);
+      static_cast<unsigned>(shared_bytes(kStages, dev::kGroup, dev::kHeadDim, dev::kActRows,
+                                         FLARE_LLAMA_ACT_COLS, dev::kWeightBits) -
+                            2 * kStages * 8);
   const dev::Ring ring{dev::shared_address(shared), barriers, barriers + 8 * kStages};
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {

@@ -79,9 +79,9 @@ __device__ __forceinline__ void attention_item(const DecodeParams& p, const Laye
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32,
             token_group = threadIdx.x / kLanesPerToken,
             dim = (lane % kLanesPerToken) * kDimsPerLane;
-  const unsigned group_mask =
-      kLanesPerToken == 32 ? 0xffffffffu
-                           : ((1u << (kLanesPerToken % 32)) - 1u) << (lane & ~(kLanesPerToken - 1));
+  const unsigned group_mask = kLanesPerToken == 32 ? 0xffffffffu
+                                                   : ((1u << (kLanesPerToken % 32)) - 1u)
+                                                         << (lane & ~(kLanesPerToken - 1));
 
   float q[kGroup][kDimsPerLane];
 #pragma unroll

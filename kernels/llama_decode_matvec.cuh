@@ -49,13 +49,14 @@ struct BlockRows {
 __device__ __forceinline__ BlockRows block_rows(const DecodeParams& p, int op, int layer, int block,
                                                 int half) {
   const long long cols = op_cols(p, op);
-  BlockRows r{nullptr, nullptr, 2, 1, cols * op_weight_bits(kWeightBits, op) / 8,
+  BlockRows r{nullptr,
+              nullptr,
+              2,
+              1,
+              cols * op_weight_bits(kWeightBits, op) / 8,
               cols / kInt4GroupCols * 2};
   long long first_row = static_cast<long long>(block) * kBlockRows;
-  int matrix = op == kOpO      ? kWo
-               : op == kOpDown ? kWDown
-               : half == 0     ? kWGate
-                               : kWUp;
+  int matrix = op == kOpO ? kWo : op == kOpDown ? kWDown : half == 0 ? kWGate : kWUp;
   if (op == kOpLmHead) {
     r.first = reinterpret_cast<const unsigned char*>(p.lm_head) + first_row * r.row_bytes;
     return r;
@@ -104,7 +105,8 @@ __device__ __forceinline__ void produce_op(const DecodeParams& p, const Ring& ri
         if (it >= kStages) sm90::barrier_wait(ring.empty + 8 * stage, (it / kStages - 1) & 1);
         const int width = min(chunk, cols - c * chunk);
         const unsigned bytes = static_cast<unsigned>(width * bits / 8);
-        const unsigned scale_bytes = bits == 4 ? static_cast<unsigned>(width / kInt4GroupCols * 2) : 0u;
+        const unsigned scale_bytes =
+            bits == 4 ? static_cast<unsigned>(width / kInt4GroupCols * 2) : 0u;
         const unsigned full = ring.full + 8 * stage;
         sm90::barrier_arrive_expect(full, (bytes + scale_bytes) * kBlockRows);
         const unsigned dst = ring.stages + stage * static_cast<unsigned>(stage_bytes(kWeightBits));

@@ -21,9 +21,9 @@
 // banks). A chunk is 1024 columns of bf16 weights, or 4096 columns of 4-bit weights
 // (flare/model/int4_weights.h's format; the layers' projections of a model are all bf16 or all
 // 4-bit, FLARE_LLAMA_WEIGHT_BITS, and the LM head is bf16 in both), whose stage also holds the
-// chunk's 32 scales of each row. The blocks of each operator are split evenly over the CTAs (contiguous
-// ranges, sizes differing by at most one); a CTA owns whole rows, so every dot product is summed
-// in one CTA in a fixed order: the step is deterministic.
+// chunk's 32 scales of each row. The blocks of each operator are split evenly over the CTAs
+// (contiguous ranges, sizes differing by at most one); a CTA owns whole rows, so every dot product
+// is summed in one CTA in a fixed order: the step is deterministic.
 #pragma once
 
 #include "fixed_width_ints.cuh"
@@ -210,7 +210,9 @@ FLARE_LLAMA_HD inline int qkv_block_row(int block, int n, int head_dim) {
 // rows of act_cols bf16, padded like the weight rows; act_rows 0: products read them from L2);
 // the consumers' reduction area; the barriers.
 // A stage: 8 weight rows, then (4-bit) the 8 rows' scales.
-FLARE_LLAMA_HD inline int stage_scale_offset() { return kBlockRows * (kChunkRowBytes + kRowPadBytes); }
+FLARE_LLAMA_HD inline int stage_scale_offset() {
+  return kBlockRows * (kChunkRowBytes + kRowPadBytes);
+}
 FLARE_LLAMA_HD inline int stage_bytes(int bits) {
   return stage_scale_offset() + (bits == 4 ? kBlockRows * kScaleRowBytes : 0);
 }

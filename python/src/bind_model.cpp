@@ -115,9 +115,9 @@ void construct(model::LlamaDecoder* self, const nb::dict& config, const nb::list
               " weight tensors expected, got ", nb::len(weights));
   const bool int4 = c.weight_format == model::WeightFormat::kInt4;
   const size_t expected_scales = int4 ? 7 * static_cast<size_t>(c.num_layers) : 0;
-  FLARE_CHECK(nb::len(scales) == expected_scales, ErrorCode::kInvalidArgument, "LlamaDecoder: ",
-              expected_scales, " scale tensors expected for ", model::weight_format_name(c.weight_format),
-              " weights, got ", nb::len(scales));
+  FLARE_CHECK(nb::len(scales) == expected_scales, ErrorCode::kInvalidArgument,
+              "LlamaDecoder: ", expected_scales, " scale tensors expected for ",
+              model::weight_format_name(c.weight_format), " weights, got ", nb::len(scales));
   model::LlamaWeights w;
   w.embed_tokens = object_view(weights[0], "embed_tokens");
   w.norm = object_view(weights[1], "norm");
@@ -125,16 +125,14 @@ void construct(model::LlamaDecoder* self, const nb::dict& config, const nb::list
   for (int l = 0; l < c.num_layers; ++l) {
     const size_t at = 3 + 9 * static_cast<size_t>(l);
     model::LlamaLayerTensors t;
-    TensorView* fields[] = {&t.q_proj,    &t.k_proj,          &t.v_proj,
-                            &t.o_proj,    &t.gate_proj,       &t.up_proj,
-                            &t.down_proj, &t.input_layernorm, &t.post_attention_layernorm};
-    for (size_t i = 0; i < 9; ++i) *fields[i] = object_view(weights[at + i], "layer weight");
-    if (int4) {
-      TensorView* scale_fields[] = {&t.q_scales,    &t.k_scales,  &t.v_scales,  &t.o_scales,
-                                    &t.gate_scales, &t.up_scales, &t.down_scales};
-      for (size_t i = 0; i < 7; ++i)
-        *scale_fields[i] = object_view(scales[7 * static_cast<size_t>(l) + i], "weight scales");
+    size_t i = 0;
+    for (const model::ProjectionSlot& slot : model::projection_slots(c, t)) {
+      *slot.weight = object_view(weights[at + i], "layer weight");
+      if (int4) *slot.scales = object_view(scales[7 * static_cast<size_t>(l) + i], "weight scales");
+      ++i;
     }
+    t.input_layernorm = object_view(weights[at + 7], "input_layernorm");
+    t.post_attention_layernorm = object_view(weights[at + 8], "post_attention_layernorm");
     w.layers.push_back(t);
   }
   model::LlamaKvCache cache;
@@ -170,9 +168,8 @@ void bind_model(nb::module_& m) {
       nb::arg("name"), "A named Llama shape as a dict (flare/model/llama_config.h).");
   m.def("llama_preset_names", &model::llama_preset_names);
   m.def(
-      "llama_step_weight_bytes",
-      [](const nb::dict& d) { return config_of(d).step_weight_bytes(); }, nb::arg("config"),
-      "Bytes of weights a decode step reads (flare/model/llama_config.h).");
+      "llama_step_weight_bytes", [](const nb::dict& d) { return config_of(d).step_weight_bytes(); },
+      nb::arg("config"), "Bytes of weights a decode step reads (flare/model/llama_config.h).");
   m.def(
       "llama_validate", [](const nb::dict& d) { model::validate(config_of(d)); },
       nb::arg("config"));

@@ -193,8 +193,8 @@ DecodeSchedule build_decode_schedule(const LlamaConfig& config, int batch, int n
     s.activation_rows = 0;
   }
   const auto bytes = [&](int stages) {
-    return llama::shared_bytes(stages, group, config.head_dim, s.activation_rows,
-                               s.activation_cols, bits);
+    return llama::shared_bytes(stages, group, config.head_dim, s.activation_rows, s.activation_cols,
+                               bits);
   };
   s.stages = 0;
   for (int stages = std::max(2, max_stages); stages >= 2; --stages) {

@@ -20,6 +20,7 @@
 #include "flare/model/int4_weights.h"
 #include "flare/model/llama_decoder.h"
 #include "gpu/decode_test_support.h"
+#include "testing/compare.h"
 #include "testing/random.h"
 
 namespace flare::model {
@@ -231,22 +232,14 @@ std::vector<uint16_t> slot_values(const TensorView& cache, const TinyModel& m,
   std::vector<uint16_t> out;
   for (size_t b = 0; b < positions.size(); ++b) {
     const int32_t pos = positions[b];
-    const size_t slot = static_cast<size_t>(indices[static_cast<size_t>(indptr[b] + pos / m.page_size)]) *
-                            static_cast<size_t>(m.page_size) +
-                        static_cast<size_t>(pos % m.page_size);
+    const size_t slot =
+        static_cast<size_t>(indices[static_cast<size_t>(indptr[b] + pos / m.page_size)]) *
+            static_cast<size_t>(m.page_size) +
+        static_cast<size_t>(pos % m.page_size);
     out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(slot * row),
                all.begin() + static_cast<std::ptrdiff_t>((slot + 1) * row));
   }
   return out;
-}
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (a[i] - b[i]) * double(a[i] - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
 }
 
 TEST(LlamaDecoderGpu, FourBitWeightsGiveTheDequantizedModelsLogits) {
@@ -257,8 +250,8 @@ TEST(LlamaDecoderGpu, FourBitWeightsGiveTheDequantizedModelsLogits) {
   // Batch 3 (the 4-row activation area) and batch 1, two steps each (the second reads the
   // first's K/V). Each step runs twice on the 4-bit model (it rewrites the same slots):
   // deterministic.
-  for (const std::vector<int32_t>& start : {std::vector<int32_t>{1, 37, 200},
-                                            std::vector<int32_t>{95}}) {
+  for (const std::vector<int32_t>& start :
+       {std::vector<int32_t>{1, 37, 200}, std::vector<int32_t>{95}}) {
     std::vector<int32_t> positions = start, tokens = {3, 511, 100};
     tokens.resize(start.size());
     for (int step = 0; step < 2; ++step) {
@@ -273,7 +266,10 @@ TEST(LlamaDecoderGpu, FourBitWeightsGiveTheDequantizedModelsLogits) {
       EXPECT_EQ(a.logits, again.logits);
       // Sums in another order: the logits agree to ~1e-7 until a bf16 rounding of an
       // activation or K/V flips (measured: 1 step in 3 of this tiny random model, then ~1e-3).
-      EXPECT_LT(relative_l2(a.logits, b.logits), step == 0 ? 2e-4 : 5e-3);
+      const TensorView logits =
+          TensorView::contiguous(const_cast<float*>(a.logits.data()), DType::kF32,
+                                 {static_cast<int64_t>(a.logits.size())}, Device::cpu());
+      EXPECT_LT(testing::relative_l2_error(logits, b.logits), step == 0 ? 2e-4 : 5e-3);
       // The K and V each layer wrote: equal but for rare bf16 rounding flips of equal sums in
       // another order.
       for (int l = 0; l < four_bit.config.num_layers; ++l) {

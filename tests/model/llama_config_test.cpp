@@ -225,11 +225,10 @@ TEST(LlamaConfig, StepWeightBytes) {
   // bf16: every parameter but the embedding, 2 bytes each.
   EXPECT_EQ(c.step_weight_bytes(), 2 * (c.parameter_count() - int64_t{128256} * 4096));
   c.weight_format = WeightFormat::kInt4;
-  const int64_t per_layer_projections = int64_t{6144} * 4096 + int64_t{4096} * 4096 +
-                                        3 * int64_t{14336} * 4096;  // weights a layer
+  const int64_t per_layer_projections =
+      int64_t{6144} * 4096 + int64_t{4096} * 4096 + 3 * int64_t{14336} * 4096;  // weights a layer
   const int64_t int4 = per_layer_projections / 2 + per_layer_projections / 128 * 2;
-  EXPECT_EQ(c.step_weight_bytes(),
-            32 * (int4 + 4 * 4096) + int64_t{128256} * 4096 * 2 + 2 * 4096);
+  EXPECT_EQ(c.step_weight_bytes(), 32 * (int4 + 4 * 4096) + int64_t{128256} * 4096 * 2 + 2 * 4096);
 }
 
 TEST(LlamaDecoderArguments, CpuWeightsAreRefusedNamingTheTensor) {

@@ -168,7 +168,8 @@ int run_generate(int argc, char** argv) {
   if (!device.is_cuda())
     args.usage_error("--device must be a CUDA device (the megakernel is GPU only)");
   model::LlamaConfig config = model::llama_preset(model_name);
-  config.weight_format = model::parse_weight_format(args.choice_or("weights", {"bf16", "int4"}, "bf16"));
+  config.weight_format =
+      model::parse_weight_format(args.choice_or("weights", {"bf16", "int4"}, "bf16"));
   model::validate(config);
 
   use_cuda_device(device.index);
@@ -178,8 +179,9 @@ int run_generate(int argc, char** argv) {
   const int64_t kv_bytes = int64_t{2} * config.num_layers * num_pages * page_size *
                            config.kv_heads * config.head_dim * 2;
   const char* format = model::weight_format_name(config.weight_format);
-  const int64_t weight_bytes = config.step_weight_bytes() +
-                               (config.tie_embeddings ? 0 : int64_t{config.vocab} * config.hidden * 2);
+  const int64_t weight_bytes =
+      config.step_weight_bytes() +
+      (config.tie_embeddings ? 0 : int64_t{config.vocab} * config.hidden * 2);
   FLARE_CHECK(weight_bytes + kv_bytes < props.global_bytes, ErrorCode::kUnsupported,
               "flare generate: ", model_name, " needs ", weight_bytes / 1e9, " GB of ", format,
               " weights and ", kv_bytes / 1e9, " GB of KV cache; ", cuda_device_label(device.index),
@@ -238,8 +240,9 @@ int run_generate(int argc, char** argv) {
   std::printf("%s (random %s weights, %.2f GB), batch %d, prompt %d, %d new tokens on %s\n",
               model_name.c_str(), format, weight_bytes / 1e9, batch, prompt, new_tokens,
               cuda_device_label(device.index).c_str());
-  const double step_bytes = static_cast<double>(config.step_weight_bytes()) +
-                            kv_bytes / double(num_pages * page_size) * batch * (prompt + new_tokens / 2.0);
+  const double step_bytes =
+      static_cast<double>(config.step_weight_bytes()) +
+      kv_bytes / double(num_pages * page_size) * batch * (prompt + new_tokens / 2.0);
   std::printf("%.1f tokens/s (%.3f ms a step, host loop; %.2f TB/s of weights and KV)\n",
               batch * new_tokens / seconds, seconds * 1e3 / new_tokens,
               step_bytes * new_tokens / seconds / 1e12);

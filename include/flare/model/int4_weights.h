@@ -1,5 +1,6 @@
-// 4-bit weight-only quantization for the decode megakernel (issue 22): the storage format, round-to-nearest quantization and the exact dequantization the
-// kernel and the PyTorch reference share.
+// 4-bit weight-only quantization for the decode megakernel (issue 22): the storage format,
+// round-to-nearest quantization and the exact dequantization the kernel and the PyTorch reference
+// share.
 //
 // Format (GPTQ-style, symmetric, group size 128 along the input dimension), for a weight
 // W [N, K] (nn.Linear's [out, in]) with K a multiple of 128:

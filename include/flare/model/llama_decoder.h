@@ -6,8 +6,9 @@
 // bf16, contiguous, 16-byte aligned, on one CUDA device of compute capability 9.0 (the weight
 // pipeline uses bulk async copies). With config.weight_format kInt4, the layers' seven
 // projections are 4-bit instead (flare/model/int4_weights.h: uint8 codes [out, in / 2] and bf16
-// scales [out, in / 128]); the embedding, the norms and the LM head stay bf16. The KV cache is one K and one V tensor per layer,
-// [num_pages, page_size, kv_heads, head_dim] bf16 (NHD), shared page table across layers.
+// scales [out, in / 128]); the embedding, the norms and the LM head stay bf16. The KV cache is one
+// K and one V tensor per layer, [num_pages, page_size, kv_heads, head_dim] bf16 (NHD), shared page
+// table across layers.
 //
 // The decoder keeps views of the weights and caches: the caller keeps them alive. One decoder
 // is used from one thread at a time (step() compiles a batch capacity's kernel on first use).
