@@ -71,10 +71,10 @@ class Int4Linear:
 
     def __init__(self, codes, scales, inner_k_tiles=8):
         swapped = ((codes & 0x0F) << 4) | (codes >> 4)  # tinygemm: even column in the high nibble
-        self.packed = torch.ops.aten._convert_weight_to_int4pack(swapped.contiguous(), inner_k_tiles)
+        self.packed = torch.ops.aten._convert_weight_to_int4pack(swapped.contiguous(),
+                                                                 inner_k_tiles)
         self.scales_and_zeros = torch.stack(
             [scales.t(), torch.zeros_like(scales.t())], dim=-1).contiguous()
-        self.out_features = codes.shape[0]
 
     def __call__(self, x):
         return torch.ops.aten._weight_int4pack_mm(x, self.packed, 128, self.scales_and_zeros)

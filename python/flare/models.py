@@ -1,8 +1,8 @@
 """Whole-model decoding (issue 22): a Llama decode step as one persistent CUDA kernel.
 
 ``LlamaDecoder`` takes a Hugging Face Llama state dict (bf16 CUDA tensors, used in place, no
-copy; or with 4-bit projection weights, ``quantize_llama_int4``) and owns a paged KV cache: one K and one V tensor per layer,
-``[num_pages, page_size, kv_heads, head_dim]`` bf16 (flare's NHD paged layout, one page table
+copy; or with 4-bit projection weights, ``quantize_llama_int4``) and owns a paged KV cache:
+one K and one V tensor per layer, ``[num_pages, page_size, kv_heads, head_dim]`` bf16 (flare's NHD paged layout, one page table
 shared by all layers). ``step()`` runs the whole model for one token per request (1 to 8
 requests): it appends the tokens' K and V at their positions and returns float32 logits and the
 greedy next tokens. A step launches one memset and one kernel on torch's current stream and can
