@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -88,8 +89,12 @@ TensorView bf16_view(cuda::DeviceBuffer& buffer, std::vector<int64_t> shape, int
 DeviceWeights make_random_model(const model::LlamaConfig& c, int num_pages, int page_size,
                                 uint64_t seed, int device, Progress& progress) {
   RandomPool weights(seed, 0.f, 0.02f), norms(seed + 1, 1.f, 0.05f), kv(seed + 2, 0.f, 1.f);
-  // 4-bit: uniform codes (std of q - 8: 4.61) and scales spread 20% around 0.02 / 4.61.
-  RandomPool codes(seed + 3), scales(seed + 4, 0.02f / 4.61f, 0.2f * 0.02f / 4.61f);
+  // 4-bit only: uniform codes (std of q - 8: 4.61) and scales spread 20% around 0.02 / 4.61.
+  std::optional<RandomPool> codes, scales;
+  if (c.weight_format == model::WeightFormat::kInt4) {
+    codes.emplace(seed + 3);
+    scales.emplace(seed + 4, 0.02f / 4.61f, 0.2f * 0.02f / 4.61f);
+  }
   DeviceWeights m;
   m.buffers.reserve(static_cast<size_t>(3 + 18 * c.num_layers));
   const auto tensor = [&](std::vector<int64_t> shape, RandomPool& pool) {
@@ -105,10 +110,10 @@ DeviceWeights make_random_model(const model::LlamaConfig& c, int num_pages, int 
       weight = tensor({rows, cols}, weights);
       return;
     }
-    tensor({rows, cols / 4}, codes);  // filled as 16-bit pairs of code bytes
+    tensor({rows, cols / 4}, *codes);  // filled as 16-bit pairs of code bytes
     weight = TensorView::contiguous(m.buffers.back().data(), DType::kU8, {rows, cols / 2},
                                     Device::cuda(device));
-    scale = tensor({rows, cols / model::kInt4GroupSize}, scales);
+    scale = tensor({rows, cols / model::kInt4GroupSize}, *scales);
   };
   const int64_t h = c.hidden;
   progress.step("random weights: embedding");
