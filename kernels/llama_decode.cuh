@@ -24,6 +24,7 @@
 
 #include "llama_decode_attention.cuh"
 #include "llama_decode_matvec.cuh"
+#include "llama_decode_sampling.cuh"
 
 namespace flare::llama::dev {
 
@@ -327,7 +328,8 @@ __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring&
   }
 }
 
-// LM head: logits, this CTA's best (logit, id) per request, and the last CTA's argmax.
+// LM head: logits, then the next tokens: this CTA's best (logit, id) per request and the last
+// CTA's argmax, or with a temperature the sampler's rounds.
 __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring, unsigned& it,
                                               float* reduce, unsigned& parity, float* inv_rms,
                                               unsigned activation_area) {
@@ -351,6 +353,11 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
         best_id = row;
       }
     }
+  }
+  if (p.temperature > 0.f) {  // sampled: every CTA takes part (llama_decode_sampling.cuh)
+    consumers_sync();         // this CTA's logits are written
+    sample_tokens(p, reduce);
+    return;
   }
   if (threadIdx.x < kMaxBatch * kBlockRows) {
 #pragma unroll

@@ -9,9 +9,9 @@
 //   -> attention over the paged cache (split by request, KV head and KV chunk; the last CTA to
 //      finish a head merges the splits) -> O projection + residual -> gate/up (RMSNorm folded,
 //   SiLU(gate) * up in the epilogue) -> down projection + residual;
-// then the final RMSNorm, the LM head and a deterministic greedy argmax. Each of these stages
-// ends in a device counter that the next one waits for (every stage reads the whole output of
-// the one before, except attention, which is per head); weights carry no dependency, so the
+// then the final RMSNorm, the LM head and a deterministic greedy argmax or sample. Each of these
+// stages ends in a device counter that the next one waits for (every stage reads the whole output
+// of the one before, except attention, which is per head); weights carry no dependency, so the
 // producer keeps loading the next operator's (and the next layer's) chunks across the waits.
 //
 // A matrix [N, K] (row-major, nn.Linear's layout, used in place) is cut into blocks of
@@ -36,17 +36,17 @@
 
 namespace flare::llama {
 
-constexpr int kBlockRows = 8;     // rows of a weight block (mma n)
-constexpr int kMaxBatch = 8;      // requests per step (mma m, rows 8-15 unused)
-constexpr int kChunkCols = 1024;  // columns of a bf16 chunk at most (2 KiB a row)
+constexpr int kBlockRows = 8;         // rows of a weight block (mma n)
+constexpr int kMaxBatch = 8;          // requests per step (mma m, rows 8-15 unused)
+constexpr int kChunkCols = 1024;      // columns of a bf16 chunk at most (2 KiB a row)
 constexpr int kInt4ChunkCols = 4096;  // columns of a 4-bit chunk at most (2 KiB of codes a row)
 constexpr int kInt4GroupCols = 128;   // columns sharing one bf16 scale
 constexpr int kChunkRowBytes = 2048;  // a stage row's weight bytes at most
 constexpr int kScaleRowBytes = 80;    // a 4-bit stage row's 32 scales, padded: rows 20 words
                                       // apart, so 4 lanes reading rows 2t (or 2t + 1) of a
                                       // group hit distinct banks
-constexpr int kRowPadBytes = 64;  // shared row stride = chunk bytes + 64: rows g and g + 1
-                                  // start half a 128-byte line apart (conflict-free reads)
+constexpr int kRowPadBytes = 64;      // shared row stride = chunk bytes + 64: rows g and g + 1
+                                      // start half a 128-byte line apart (conflict-free reads)
 constexpr int kConsumerWarps = 8;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
 
@@ -76,10 +76,10 @@ struct LayerWeights {
   // head_dim], gate and up [intermediate, hidden], down [hidden, intermediate]
   const void* w[kNumProjections];
   const unsigned short* scales[kNumProjections];  // 4-bit only (null for bf16)
-  const unsigned short* attn_norm;  // [hidden]
-  const unsigned short* mlp_norm;   // [hidden]
-  unsigned short* k_cache;          // [num_pages, page_size, kv_heads, head_dim] (NHD)
-  unsigned short* v_cache;          // same
+  const unsigned short* attn_norm;                // [hidden]
+  const unsigned short* mlp_norm;                 // [hidden]
+  unsigned short* k_cache;  // [num_pages, page_size, kv_heads, head_dim] (NHD)
+  unsigned short* v_cache;  // same
 };
 
 struct DecodeParams {
@@ -110,9 +110,15 @@ struct DecodeParams {
   int page_size;
   int attention_splits;  // KV chunks per (request, KV head)
 
+  // sampling (kernels/llama_decode_sampling.cuh): temperature 0 is the greedy argmax
+  float temperature;
+  int top_k;                // 0: off
+  float top_p;              // 1: off
+  unsigned long long seed;  // the draws' key (kernels/sampling_noise.cuh)
+
   // outputs
   float* logits;         // [batch, vocab] float32
-  int32_t* next_tokens;  // [batch] greedy argmax of the logits (lowest id on ties)
+  int32_t* next_tokens;  // [batch] the argmax of the logits (lowest id on ties), or the sample
 
   // scratch (LlamaDecoder owns it)
   float* x;                  // [kMaxBatch, hidden] residual stream, float32
@@ -124,6 +130,7 @@ struct DecodeParams {
   unsigned short* xg;        // [kMaxBatch, hidden] bf16(gamma * x): the next RMSNorm's input
                              // before its per-request scale (written with x)
   float* argmax_partials;    // [gridDim.x, kMaxBatch, 2]: best logit, its id (as float bits)
+  float* sample_partials;    // [gridDim.x, kMaxBatch, 8]: the sampler's per-CTA partials
   unsigned* counters;        // stage counters, then attention arrivals, then the LM-head one
   int32_t* error;            // set (never cleared by the kernel) on an invalid index: 1 token
                              // id, 2 a page table that does not cover the position
@@ -239,7 +246,7 @@ FLARE_LLAMA_HD inline int shared_bytes(int stages, int group, int head_dim, int 
 }
 
 // Counters: stage counters, then one arrival counter per (layer, request, KV head), then one
-// for the LM head's argmax.
+// for the LM head's argmax (the sampler's phase counter).
 FLARE_LLAMA_HD inline int counter_count(int num_layers, int kv_heads) {
   return kCounterLayerBase + num_layers * kStagesPerLayer + num_layers * kMaxBatch * kv_heads + 1;
 }

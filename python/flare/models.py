@@ -177,16 +177,26 @@ class LlamaDecoder:
             self._impl = _flare.LlamaDecoder(asdict(config), self._weights, self._scales,
                                              self.k_caches, self.v_caches)
 
-    def step(self, tokens, positions, kv_indptr, kv_indices, *, next_tokens=None, logits=None):
+    def step(self, tokens, positions, kv_indptr, kv_indices, *, next_tokens=None, logits=None,
+             temperature=0.0, top_k=0, top_p=1.0, seed=0):
         """Runs the model on one token per request; returns (next_tokens, logits).
 
         tokens, positions: int32 [batch] CUDA tensors (positions[b]: the tokens already in
         request b's cache); kv_indptr int32 [batch + 1] and kv_indices int32 [nnz]: request b's
-        pages, covering positions[b] + 1 tokens. next_tokens (int32 [batch]: the argmax of each
-        request's logits, the lowest id on ties, -1 when every logit is NaN) and logits (float32
+        pages, covering positions[b] + 1 tokens. next_tokens (int32 [batch]) and logits (float32
         [batch, vocab]) are written in place when given (CUDA-graph capture), else allocated.
+
+        next_tokens: with temperature 0 the argmax of each request's logits (the lowest id on
+        ties); with temperature > 0 a sample of softmax(logits / temperature) restricted to the
+        top_k most likely tokens (0: all) and the smallest most-likely set of mass top_p (1: all),
+        drawn in the same kernel launch (flare/model/sampling.h). The draws are a function of
+        (seed, the request's slot, its position, the token id), so a step is deterministic and a
+        replayed CUDA graph draws anew as the positions advance. -1 when every logit is NaN.
         """
         import torch
+
+        if not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise ValueError(f"LlamaDecoder.step: seed must be an int in [0, 2**64), got {seed!r}")
 
         batch = tokens.shape[0] if tokens.dim() == 1 else -1
         if next_tokens is None:
@@ -194,7 +204,8 @@ class LlamaDecoder:
         if logits is None:
             logits = torch.empty((max(batch, 0), self.config.vocab), dtype=torch.float32,
                                  device=self.device)
-        self._impl.step(tokens, positions, kv_indptr, kv_indices, next_tokens, logits)
+        self._impl.step(tokens, positions, kv_indptr, kv_indices, next_tokens, logits,
+                        float(temperature), int(top_k), float(top_p), seed)
         return next_tokens, logits
 
     def prepare(self, batch):

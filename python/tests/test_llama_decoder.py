@@ -223,6 +223,46 @@ def test_cuda_graph_replay_equals_eager():
 
 
 @gpu
+def test_sampling_in_the_kernel_and_in_a_graph():
+    config = tiny_config(128, 8, 2)
+    s = Session(config, [20, 9], 4, 16)
+    indptr, indices = s.device_tables()
+    tokens = torch.tensor([3, 4], dtype=torch.int32, device="cuda")
+    positions = torch.tensor(s.lens, dtype=torch.int32, device="cuda")
+    next_tokens = torch.empty(2, dtype=torch.int32, device="cuda")
+    logits = torch.empty((2, config.vocab), device="cuda")
+    sampling = dict(temperature=5.0, top_k=5, seed=2026)
+    s.dec.step(tokens, positions, indptr, indices, next_tokens=next_tokens, logits=logits,
+               **sampling)
+    first = next_tokens.clone()
+    s.dec.step(tokens, positions, indptr, indices, next_tokens=next_tokens, logits=logits,
+               **sampling)
+    assert torch.equal(next_tokens, first)  # deterministic for a seed and position
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            s.dec.step(tokens, positions, indptr, indices, next_tokens=next_tokens,
+                       logits=logits, **sampling)
+    seen = set()
+    for _ in range(16):  # the replays draw anew as the positions advance
+        graph.replay()
+        top5 = logits.topk(5, dim=-1).indices
+        for b in range(2):
+            assert next_tokens[b].item() in top5[b].tolist()
+            seen.add((b, next_tokens[b].item()))
+        positions += 1
+    assert len(seen) > 2  # at temperature 5 the top 5 are near uniform
+    assert s.dec.take_error() is None
+    with pytest.raises(ValueError, match="temperature 0 is the greedy argmax"):
+        s.dec.step(tokens, positions, indptr, indices, top_p=0.9)
+    with pytest.raises(ValueError, match="top_p must be in \\(0, 1\\]"):
+        s.dec.step(tokens, positions, indptr, indices, temperature=1.0, top_p=1.5)
+    with pytest.raises(ValueError, match="seed must be an int"):
+        s.dec.step(tokens, positions, indptr, indices, temperature=1.0, seed=-1)
+
+
+@gpu
 def test_bad_indices_are_reported_and_nothing_is_written_outside():
     config = tiny_config(128, 8, 2)
     s = Session(config, [10], 2, 16)

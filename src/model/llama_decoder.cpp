@@ -132,7 +132,7 @@ std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs() {
 
 struct LlamaDecoder::Scratch {
   cuda::DeviceBuffer layers, inv_freq, x, norm_partials, q, attn_partials, attn_out, mlp_act, xg,
-      argmax_partials, counters, error;
+      argmax_partials, sample_partials, counters, error;
   int counter_count = 0;
 };
 
@@ -217,6 +217,7 @@ LlamaDecoder::LlamaDecoder(LlamaConfig config, LlamaWeights weights, LlamaKvCach
       cuda::DeviceBuffer(static_cast<size_t>(int64_t{llama::kMaxBatch} * c.intermediate) * 2);
   s.xg = cuda::DeviceBuffer(static_cast<size_t>(llama::kMaxBatch * h) * 2);
   s.argmax_partials = cuda::DeviceBuffer(floats(int64_t{num_ctas_} * llama::kMaxBatch * 2));
+  s.sample_partials = cuda::DeviceBuffer(floats(int64_t{num_ctas_} * llama::kMaxBatch * 8));
   s.counter_count = llama::counter_count(c.num_layers, c.kv_heads);
   s.counters = cuda::DeviceBuffer(static_cast<size_t>(s.counter_count) * 4);
   s.error = cuda::DeviceBuffer(4);
@@ -255,8 +256,9 @@ const LlamaDecoder::Variant& LlamaDecoder::variant(int batch) {
 void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
                         const TensorView& kv_indptr, const TensorView& kv_indices,
                         const TensorView& next_tokens, const TensorView& logits,
-                        cuda::Stream stream) {
+                        cuda::Stream stream, const SamplingParams& sampling) {
   const Device device = Device::cuda(device_);
+  check_sampling(sampling, "LlamaDecoder.step");
   FLARE_CHECK(tokens.ndim == 1 && tokens.shape[0] >= 1 && tokens.shape[0] <= llama::kMaxBatch,
               ErrorCode::kInvalidArgument, kWhat,
               ".step: tokens must be [batch] with batch in [1, ", llama::kMaxBatch, "], got ",
@@ -313,6 +315,11 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
   p.mlp_act = static_cast<uint16_t*>(s.mlp_act.data());
   p.xg = static_cast<uint16_t*>(s.xg.data());
   p.argmax_partials = static_cast<float*>(s.argmax_partials.data());
+  p.sample_partials = static_cast<float*>(s.sample_partials.data());
+  p.temperature = sampling.temperature;
+  p.top_k = sampling.top_k >= config_.vocab ? 0 : sampling.top_k;  // all tokens: off
+  p.top_p = sampling.top_p;
+  p.seed = sampling.seed;
   p.counters = static_cast<unsigned*>(s.counters.data());
   p.error = static_cast<int32_t*>(s.error.data());
   p.trace = trace_;

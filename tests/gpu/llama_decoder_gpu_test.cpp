@@ -3,7 +3,8 @@
 // checked against the PyTorch reference in python/tests/test_llama_decoder.py; here: finite
 // logits, the greedy token is their argmax, two runs are bit-identical (deterministic), and
 // bad index data (a token outside the vocabulary, a page id outside the cache, a position the
-// page table does not cover) is reported with nothing written outside the tensors. The small
+// page table does not cover) is reported with nothing written outside the tensors; sampled tokens
+// are the CPU reference sampler's draws from the kernel's logits. The small
 // case compute-sanitizer runs (scripts/gpu_check.sh). The 4-bit path: a model of 4-bit
 // projections whose scales are powers of two (so every dequantized weight is a bf16) gives the
 // logits of the same model with those weights in bf16; only the order of the sums differs.
@@ -19,6 +20,7 @@
 
 #include "flare/model/int4_weights.h"
 #include "flare/model/llama_decoder.h"
+#include "flare/model/sampling.h"
 #include "gpu/decode_test_support.h"
 #include "testing/compare.h"
 #include "testing/random.h"
@@ -129,7 +131,7 @@ struct StepOutputs {
 
 StepOutputs run_step(LlamaDecoder& decoder, const std::vector<int32_t>& tokens,
                      const std::vector<int32_t>& positions, const std::vector<int32_t>& indptr,
-                     const std::vector<int32_t>& indices) {
+                     const std::vector<int32_t>& indices, const SamplingParams& sampling = {}) {
   const int batch = static_cast<int>(tokens.size());
   const HostTensor t = int32s(tokens), p = int32s(positions), ip = int32s(indptr),
                    ix = int32s(indices);
@@ -138,7 +140,7 @@ StepOutputs run_step(LlamaDecoder& decoder, const std::vector<int32_t>& tokens,
   logits.fill(std::nanf(""));
   HostTensor next = int32s(std::vector<int32_t>(static_cast<size_t>(batch), -7));
   const DeviceCopy dl = to_device(logits), dn = to_device(next);
-  decoder.step(dt.view, dp.view, dip.view, dix.view, dn.view, dl.view, nullptr);
+  decoder.step(dt.view, dp.view, dip.view, dix.view, dn.view, dl.view, nullptr, sampling);
   cuda::device_synchronize();
   StepOutputs out;
   out.logits.resize(static_cast<size_t>(logits.numel()));
@@ -156,21 +158,30 @@ std::vector<float> download(const TensorView& t) {
   return out;
 }
 
-TEST(LlamaDecoderGpu, RaggedBatchIsFiniteDeterministicAndGreedy) {
-  if (!sm90()) GTEST_SKIP() << "needs an sm_90 device";
-  TinyModel m;
-  LlamaDecoder decoder(m.config, m.weights, m.cache);
-  // Requests of 1, 37 and 200 cached tokens on permuted pages.
+// Requests at `positions` on permuted pages: (indptr, indices).
+std::pair<std::vector<int32_t>, std::vector<int32_t>> permuted_pages(
+    const TinyModel& m, const std::vector<int32_t>& positions, std::vector<int32_t>* order) {
   std::vector<int32_t> pages(static_cast<size_t>(m.num_pages));
   std::iota(pages.begin(), pages.end(), 0);
   std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
-  const std::vector<int32_t> positions = {1, 37, 200};
   std::vector<int32_t> indptr = {0}, indices;
   for (int32_t pos : positions) {
     const int n = pos / m.page_size + 1;
     indices.insert(indices.end(), pages.begin() + indptr.back(), pages.begin() + indptr.back() + n);
     indptr.push_back(indptr.back() + n);
   }
+  if (order != nullptr) *order = pages;
+  return {indptr, indices};
+}
+
+TEST(LlamaDecoderGpu, RaggedBatchIsFiniteDeterministicAndGreedy) {
+  if (!sm90()) GTEST_SKIP() << "needs an sm_90 device";
+  TinyModel m;
+  LlamaDecoder decoder(m.config, m.weights, m.cache);
+  // Requests of 1, 37 and 200 cached tokens on permuted pages.
+  const std::vector<int32_t> positions = {1, 37, 200};
+  std::vector<int32_t> pages;
+  const auto [indptr, indices] = permuted_pages(m, positions, &pages);
   const std::vector<int32_t> tokens = {3, 511, 100};
   const StepOutputs first = run_step(decoder, tokens, positions, indptr, indices);
   EXPECT_EQ(decoder.take_error(), DecodeError::kNone);
@@ -289,6 +300,50 @@ TEST(LlamaDecoderGpu, FourBitWeightsGiveTheDequantizedModelsLogits) {
       tokens = a.next;
     }
   }
+}
+
+// Sampling in the kernel draws what the CPU reference sampler draws from the kernel's logits
+// (same Philox draws, same rejection rounds), for temperature alone and with top-k / top-p,
+// deterministically; bad sampling arguments are refused before launch.
+TEST(LlamaDecoderGpu, SampledTokensAreTheReferenceSamplersDraws) {
+  if (!sm90()) GTEST_SKIP() << "needs an sm_90 device";
+  TinyModel m;
+  LlamaDecoder decoder(m.config, m.weights, m.cache);
+  const std::vector<int32_t> positions = {1, 37, 200}, tokens = {3, 511, 100};
+  const auto [indptr, indices] = permuted_pages(m, positions, nullptr);
+  const SamplingParams cases[] = {{1.f, 0, 1.f, 11},    {0.7f, 0, 0.9f, 12}, {1.3f, 5, 1.f, 13},
+                                  {0.6f, 20, 0.5f, 14}, {1.f, 0, 0.05f, 15}, {2.f, 2, 1.f, 16},
+                                  {0.8f, 3, 0.7f, 17},  {1.f, 600, 1.f, 18}};
+  int most_rounds = 0;
+  for (const SamplingParams& s : cases) {
+    SCOPED_TRACE("temperature " + std::to_string(s.temperature) + " top_k " +
+                 std::to_string(s.top_k) + " top_p " + std::to_string(s.top_p));
+    const StepOutputs out = run_step(decoder, tokens, positions, indptr, indices, s);
+    EXPECT_EQ(decoder.take_error(), DecodeError::kNone);
+    for (size_t b = 0; b < tokens.size(); ++b) {
+      int rounds = 0;
+      const int expected =
+          sample_reference(out.logits.data() + b * static_cast<size_t>(m.config.vocab),
+                           m.config.vocab, s, static_cast<int>(b), positions[b], &rounds);
+      EXPECT_EQ(out.next[b], expected) << "request " << b << " (" << rounds << " rounds)";
+      most_rounds = std::max(most_rounds, rounds);
+    }
+    EXPECT_EQ(run_step(decoder, tokens, positions, indptr, indices, s).next, out.next);
+  }
+  EXPECT_GT(most_rounds, 1);  // the rejection rounds ran on the GPU
+
+  // Seeds change the draws (8 seeds at temperature 2 give more than one token set).
+  std::vector<std::vector<int32_t>> seen;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    seen.push_back(run_step(decoder, tokens, positions, indptr, indices,
+                            {2.f, 0, 1.f, seed * 0x9E3779B97F4A7C15ull})
+                       .next);
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_GT(std::unique(seen.begin(), seen.end()) - seen.begin(), 1);
+
+  EXPECT_THROW(run_step(decoder, tokens, positions, indptr, indices, {0.f, 0, 0.9f, 0}), Error);
+  EXPECT_THROW(run_step(decoder, tokens, positions, indptr, indices, {-1.f, 0, 1.f, 0}), Error);
 }
 
 TEST(LlamaDecoderGpu, StepArgumentsAreCheckedBeforeLaunch) {

@@ -1,6 +1,6 @@
 // `flare generate` (tools/flare/generate_command.cpp): its help, usage errors (exit 2), an
 // unknown model and a machine without a GPU (exit 1, named); on an sm_90 GPU, four greedy
-// tokens of the 1B preset with random weights, and three with random 4-bit weights.
+// tokens of the 1B preset with random weights, three with random 4-bit weights, and sampled ones.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -34,6 +34,23 @@ TEST(GenerateCli, HelpAndUsageErrors) {
       {"generate", "--model", "llama-3.2-1b", "--random-weights", "--weights", "int8"}, scratch);
   EXPECT_EQ(format.exit_code, 2);
   EXPECT_NE(format.err.find("int8"), std::string::npos) << format.err;
+
+  const auto temperature = run_cli(
+      {"generate", "--model", "llama-3.2-1b", "--random-weights", "--temperature", "-1"}, scratch);
+  EXPECT_EQ(temperature.exit_code, 2);
+  EXPECT_NE(temperature.err.find("--temperature must be finite and >= 0 (0: greedy), got -1"),
+            std::string::npos)
+      << temperature.err;
+  const auto top_p = run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights",
+                              "--temperature", "1", "--top-p", "0"},
+                             scratch);
+  EXPECT_EQ(top_p.exit_code, 2);
+  EXPECT_NE(top_p.err.find("--top-p must be in (0, 1], got 0"), std::string::npos) << top_p.err;
+  const auto greedy_filter =
+      run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights", "--top-k", "5"}, scratch);
+  EXPECT_EQ(greedy_filter.exit_code, 2);
+  EXPECT_NE(greedy_filter.err.find("need --temperature > 0"), std::string::npos)
+      << greedy_filter.err;
 
   const auto unknown = run_cli({"generate", "--model", "llama-2-7b", "--random-weights"}, scratch);
   EXPECT_EQ(unknown.exit_code, 1);
@@ -73,6 +90,21 @@ TEST(GenerateCliCuda, FourBitWeights) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("random int4 weights"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+}
+
+TEST(GenerateCliCuda, SampledTokens) {
+  if (!cuda::available() || cuda::device_properties(0).cc_major < 9) {
+    GTEST_SKIP() << "needs an sm_90 device";
+  }
+  const ScratchDir scratch;
+  const auto r = run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights", "--prompt-len",
+                          "16", "--new-tokens", "4", "--batch", "2", "--temperature", "0.8",
+                          "--top-k", "40", "--top-p", "0.9", "--seed", "5"},
+                         scratch);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("sampled: temperature 0.8, top-k 40, top-p 0.9, seed 5"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("last generated tokens:"), std::string::npos) << r.out;
 }
 
 }  // namespace

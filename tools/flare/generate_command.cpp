@@ -25,9 +25,10 @@ namespace {
 constexpr const char* kHelp =
     "usage: flare generate --model NAME --random-weights [--prompt-len N] [--new-tokens N]\n"
     "                      [--batch N] [--page-size N] [--weights bf16|int4] [--seed N]\n"
-    "                      [--device cuda[:N]]\n\n"
-    "Greedy decoding of a Llama model with the whole-model decode megakernel: one persistent\n"
-    "kernel a step (flare::model::LlamaDecoder; needs an sm_90 GPU).\n\n"
+    "                      [--temperature T [--top-k K] [--top-p P]] [--device cuda[:N]]\n\n"
+    "Decoding of a Llama model with the whole-model decode megakernel: one persistent kernel a\n"
+    "step, greedy or sampled in the same launch (flare::model::LlamaDecoder; needs an sm_90\n"
+    "GPU).\n\n"
     "  --model NAME       llama-3.1-8b, llama-3.1-70b, llama-3.2-1b or llama-3.2-3b (shapes of\n"
     "                     Hugging Face's configs)\n"
     "  --random-weights   random weights of the exact shapes (required: checkpoints load\n"
@@ -39,7 +40,11 @@ constexpr const char* kHelp =
     "  --page-size N      KV-cache page size (default 16)\n"
     "  --weights FORMAT   bf16 (default), or int4: the layers' projections as 4-bit codes with\n"
     "                     a bf16 scale per 128 columns (the embedding and LM head stay bf16)\n"
-    "  --seed N           random seed of the weights and the first tokens (default 0)\n"
+    "  --seed N           random seed of the weights, the first tokens and the sampler's draws\n"
+    "                     (default 0)\n"
+    "  --temperature T    0: greedy (default); > 0: sample from softmax(logits / T)\n"
+    "  --top-k K          with --temperature: only the K most likely tokens (default 0: all)\n"
+    "  --top-p P          with --temperature: only the most likely tokens of mass P (default 1)\n"
     "  --device cuda[:N]  the GPU (default cuda)\n\n"
     "Prints the tokens/s of all requests together (host loop, one step() call a token), the\n"
     "time of a step and each request's last generated token. Progress goes to stderr.\n";
@@ -151,6 +156,9 @@ int run_generate(int argc, char** argv) {
                    {"batch", true},
                    {"page-size", true},
                    {"seed", true},
+                   {"temperature", true},
+                   {"top-k", true},
+                   {"top-p", true},
                    {"weights", true},
                    {"device", true}});
   if (args.help()) {
@@ -169,6 +177,21 @@ int run_generate(int argc, char** argv) {
   const int page_size = static_cast<int>(args.integer_or("page-size", 16, 1));
   const auto seed = static_cast<uint64_t>(args.integer_or("seed", 0, 0));
   const Device device = args.device_or("device", "cuda");
+  model::SamplingParams sampling;
+  sampling.temperature = static_cast<float>(args.number_or("temperature", 0.0));
+  sampling.top_k = static_cast<int>(args.integer_or("top-k", 0, 0));
+  sampling.top_p = static_cast<float>(args.number_or("top-p", 1.0));
+  sampling.seed = seed;
+  if (!std::isfinite(sampling.temperature) || sampling.temperature < 0.f) {
+    args.usage_error("--temperature must be finite and >= 0 (0: greedy), got " +
+                     std::string(*args.text("temperature")));
+  }
+  if (!(sampling.top_p > 0.f && sampling.top_p <= 1.f)) {
+    args.usage_error("--top-p must be in (0, 1], got " + std::string(*args.text("top-p")));
+  }
+  if (sampling.temperature == 0.f && (args.has("top-k") || args.has("top-p"))) {
+    args.usage_error("--top-k and --top-p filter a sample: they need --temperature > 0");
+  }
   if (batch > 8) args.usage_error("--batch must be at most 8, got " + std::to_string(batch));
   if (!device.is_cuda())
     args.usage_error("--device must be a CUDA device (the megakernel is GPU only)");
@@ -207,7 +230,7 @@ int run_generate(int argc, char** argv) {
   for (int32_t& t : first) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(config.vocab));
   const DeviceTensor d_indptr = int32_device(indptr, device.index);
   const DeviceTensor d_indices = int32_device(indices, device.index);
-  // Tokens ping-pong between two buffers: step i reads one and writes its greedy tokens into
+  // Tokens ping-pong between two buffers: step i reads one and writes its next tokens into
   // the other, which step i + 1 reads. Positions come from one pinned table, a row a step.
   DeviceTensor tokens[2] = {int32_device(first, device.index), int32_device(first, device.index)};
   cuda::PinnedBuffer positions_host(static_cast<size_t>(new_tokens + 1) * batch * 4);
@@ -224,7 +247,7 @@ int run_generate(int argc, char** argv) {
     cuda::memcpy_htod_async(positions.buffer.data(), pos + s * batch,
                             static_cast<size_t>(batch) * 4, stream);
     decoder.step(tokens[s % 2].view, positions.view, d_indptr.view, d_indices.view,
-                 tokens[(s + 1) % 2].view, logits.view, stream);
+                 tokens[(s + 1) % 2].view, logits.view, stream, sampling);
   };
   const auto start = std::chrono::steady_clock::now();
   for (int s = 0; s < new_tokens; ++s) {
@@ -245,6 +268,12 @@ int run_generate(int argc, char** argv) {
   std::printf("%s (random %s weights, %.2f GB), batch %d, prompt %d, %d new tokens on %s\n",
               model_name.c_str(), format, weight_bytes / 1e9, batch, prompt, new_tokens,
               cuda_device_label(device.index).c_str());
+  if (sampling.temperature > 0.f) {
+    std::printf("sampled: temperature %g, top-k %d, top-p %g, seed %llu\n", sampling.temperature,
+                sampling.top_k, sampling.top_p, static_cast<unsigned long long>(seed));
+  } else {
+    std::printf("greedy\n");
+  }
   const double step_bytes =
       static_cast<double>(config.step_weight_bytes()) +
       kv_bytes / double(num_pages * page_size) * batch * (prompt + new_tokens / 2.0);

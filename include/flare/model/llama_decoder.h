@@ -14,9 +14,9 @@
 // is used from one thread at a time (step() compiles a batch capacity's kernel on first use).
 //
 // step() writes the input tokens' K and V into the cache at their positions, and produces the
-// logits (float32) and the greedy next token of each request. It launches one memset (the
-// step's device counters) and one kernel on the caller's stream: no allocation, no host
-// synchronization, nothing read back; a step can be captured in a CUDA graph and replayed with
+// logits (float32) and the next token of each request (greedy, or sampled: sampling.h). It launches
+// one memset (the step's device counters) and one kernel on the caller's stream: no allocation, no
+// host synchronization, nothing read back; a step can be captured in a CUDA graph and replayed with
 // new tokens, positions and page tables in the same buffers.
 #pragma once
 
@@ -29,6 +29,7 @@
 #include "flare/jit/compiler.h"
 #include "flare/jit/cuda_driver.h"
 #include "flare/model/llama_config.h"
+#include "flare/model/sampling.h"
 
 namespace flare::model {
 
@@ -91,11 +92,14 @@ class LlamaDecoder {
   //   tokens [batch], positions [batch] (the position of the input token: the number of tokens
   //   already in that request's cache), kv_indptr [batch + 1], kv_indices [nnz] (request b's
   //   pages kv_indices[kv_indptr[b] .. kv_indptr[b + 1]) hold its positions[b] + 1 tokens);
-  //   next_tokens int32 [batch] (the argmax of the request's logits, the lowest id on ties, -1
-  //   when every logit is NaN) and logits float32 [batch, vocab] (contiguous) are written.
+  //   next_tokens int32 [batch] (the argmax of the request's logits, the lowest id on ties, or
+  //   with sampling.temperature > 0 a sample (flare/model/sampling.h: the kernel draws it in the
+  //   same launch); -1 when every logit is NaN) and logits float32 [batch, vocab] (contiguous)
+  //   are written. Sampling costs one grid-wide wait (temperature alone) or two a rejection
+  //   round (top-k / top-p; rounds end when a draw falls in the set, usually the first).
   void step(const TensorView& tokens, const TensorView& positions, const TensorView& kv_indptr,
             const TensorView& kv_indices, const TensorView& next_tokens, const TensorView& logits,
-            cuda::Stream stream);
+            cuda::Stream stream, const SamplingParams& sampling = {});
 
   // Compiles (NVRTC, disk-cached) and loads the kernel of this batch size now, so that its first
   // step does not (the constructor does it for batch 1). Throws kInvalidArgument outside 1..8.
