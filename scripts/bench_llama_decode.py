@@ -8,7 +8,9 @@ are random, of the model's exact shapes: bf16, or with --weights int4 4-bit proj
 feeds the step's greedy tokens back and advances the positions, replayed back to back; the time
 is CUDA events around the replays. Also printed: the eager step (Python call per step), the host
 time of one step() call, and the bytes a step reads (weights + KV) per second as a fraction of
-this device's copy bandwidth (a 2 GiB device-to-device copy, read + write bytes).
+this device's copy bandwidth (a 2 GiB device-to-device copy, read + write bytes). With
+--temperature the flare side also runs sampled in its kernel (--top-k, --top-p; the baseline
+stays greedy): the last column.
 
 The baseline: a Llama in plain PyTorch with a static dense KV cache [batch, kv_heads, max_len,
 128] and SDPA over it with a mask (gpt-fast's model), torch.compile(mode=--compile-mode), then
@@ -136,7 +138,7 @@ class TorchLlama:
         return logits.argmax(-1)
 
 
-def bench_flare(config, sd, batch, prompt, new_tokens, page_size=16):
+def bench_flare(config, sd, batch, prompt, new_tokens, page_size=16, sampling=None):
     pages_per_request = -(-(prompt + new_tokens + 2) // page_size)
     dec = LlamaDecoder(config, sd, num_pages=batch * pages_per_request, page_size=page_size)
     for k, v in zip(dec.k_caches, dec.v_caches):
@@ -150,8 +152,11 @@ def bench_flare(config, sd, batch, prompt, new_tokens, page_size=16):
     next_tokens = torch.empty(batch, dtype=torch.int32, device="cuda")
     logits = torch.empty((batch, config.vocab), device="cuda")
 
+    sampling = sampling or {}
+
     def one_step():
-        dec.step(tokens, positions, indptr, indices, next_tokens=next_tokens, logits=logits)
+        dec.step(tokens, positions, indptr, indices, next_tokens=next_tokens, logits=logits,
+                 **sampling)
         tokens.copy_(next_tokens)
         positions.add_(1)
 
@@ -169,7 +174,8 @@ def bench_flare(config, sd, batch, prompt, new_tokens, page_size=16):
     host = []
     for _ in range(20):
         t0 = time.perf_counter()
-        dec.step(tokens, positions, indptr, indices, next_tokens=next_tokens, logits=logits)
+        dec.step(tokens, positions, indptr, indices, next_tokens=next_tokens, logits=logits,
+                 **sampling)
         host.append(time.perf_counter() - t0)
         torch.cuda.synchronize()
     error = dec.take_error()
@@ -209,7 +215,12 @@ def main():
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode of the baseline; 'eager' skips compiling, 'none' "
                          "skips the baseline")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="> 0: also time flare sampling in its kernel (the baseline stays greedy)")
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0)
     args = ap.parse_args()
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=1)
     config = LlamaConfig.preset(args.model)
     config.weight_format = args.weights
     sd = random_llama_state_dict(config)
@@ -218,8 +229,8 @@ def main():
           f"torch {torch.__version__}, baseline torch.compile mode {args.compile_mode}, "
           f"weights {args.weights} ({config.step_weight_bytes() / 1e9:.2f} GB a step)")
     print("| model | batch | prompt | flare tok/s (graph) | flare eager tok/s | step() host us "
-          "| bytes/s vs copy | baseline tok/s | flare / baseline |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| bytes/s vs copy | baseline tok/s | flare / baseline | flare sampled tok/s (graph) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for batch in args.batch:
         for prompt in args.prompt:
             graph_s, eager_s, host_s = bench_flare(config, sd, batch, prompt, args.new_tokens)
@@ -228,6 +239,12 @@ def main():
             fraction = (config.step_weight_bytes() + kv_bytes) / graph_s / copy_bw
             base = "-"
             ratio = "-"
+            sampled = "-"
+            if args.temperature > 0:
+                sampled_s = bench_flare(config, sd, batch, prompt, args.new_tokens,
+                                        sampling=sampling)[0]
+                sampled = f"{batch / sampled_s:.1f} (T {args.temperature:g}, top-k {args.top_k}, " \
+                          f"top-p {args.top_p:g})"
             if args.compile_mode != "none":
                 try:
                     base_s, compile_s = bench_torch(config, sd, batch, prompt, args.new_tokens,
@@ -237,7 +254,8 @@ def main():
                 except (RuntimeError, NotImplementedError) as e:  # an int4 op this torch lacks
                     base = f"failed: {str(e).splitlines()[0][:120]}"
             print(f"| {args.model} {args.weights} | {batch} | {prompt} | {batch / graph_s:.1f} | "
-                  f"{batch / eager_s:.1f} | {host_s * 1e6:.0f} | {fraction:.2f} | {base} | {ratio} |",
+                  f"{batch / eager_s:.1f} | {host_s * 1e6:.0f} | {fraction:.2f} | {base} | {ratio} | "
+                  f"{sampled} |",
                   flush=True)
 
 

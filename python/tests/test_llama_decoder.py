@@ -225,7 +225,7 @@ def test_cuda_graph_replay_equals_eager():
 @gpu
 def test_sampling_in_the_kernel_and_in_a_graph():
     config = tiny_config(128, 8, 2)
-    s = Session(config, [20, 9], 4, 16)
+    s = Session(config, [20, 9], 18, 16)  # pages for the 16 replays
     indptr, indices = s.device_tables()
     tokens = torch.tensor([3, 4], dtype=torch.int32, device="cuda")
     positions = torch.tensor(s.lens, dtype=torch.int32, device="cuda")
