@@ -187,7 +187,7 @@ class LlamaDecoder:
         [batch, vocab]) are written in place when given (CUDA-graph capture), else allocated.
 
         next_tokens: with temperature 0 the argmax of each request's logits (the lowest id on
-        ties); with temperature > 0 a sample of softmax(logits / temperature) restricted to the
+        ties); with temperature >= 1e-5 a sample of softmax(logits / temperature) restricted to the
         top_k most likely tokens (0: all) and the smallest most-likely set of mass top_p (1: all),
         drawn in the same kernel launch (flare/model/sampling.h). The draws are a function of
         (seed, the request's slot, its position, the token id), so a step is deterministic and a

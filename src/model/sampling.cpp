@@ -11,8 +11,11 @@
 namespace flare::model {
 
 void check_sampling(const SamplingParams& s, const char* what) {
-  FLARE_CHECK(std::isfinite(s.temperature) && s.temperature >= 0.f, ErrorCode::kInvalidArgument,
-              what, ": temperature must be finite and >= 0 (0: greedy), got ", s.temperature);
+  FLARE_CHECK(s.temperature == 0.f ||
+                  (std::isfinite(s.temperature) && s.temperature >= kMinSamplingTemperature),
+              ErrorCode::kInvalidArgument, what,
+              ": temperature must be 0 (greedy) or finite and >= ", kMinSamplingTemperature,
+              ", got ", s.temperature);
   FLARE_CHECK(s.top_k >= 0, ErrorCode::kInvalidArgument, what,
               ": top_k must be >= 0 (0: off), got ", s.top_k);
   FLARE_CHECK(s.top_p > 0.f && s.top_p <= 1.f, ErrorCode::kInvalidArgument, what,

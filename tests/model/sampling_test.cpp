@@ -69,10 +69,14 @@ TEST(SampleReference, GreedyTakesTheLowestIdOfTheLargestAndSkipsNaN) {
 TEST(SampleReference, ChecksItsParametersNamingThem) {
   const float logits[2] = {0.f, 1.f};
   EXPECT_FLARE_ERROR(sample_reference(logits, 2, {-1.f, 0, 1.f, 0}, 0, 0),
-                     ErrorCode::kInvalidArgument, "temperature must be finite and >= 0");
+                     ErrorCode::kInvalidArgument,
+                     "temperature must be 0 (greedy) or finite and >= 1e-05, got -1");
+  EXPECT_FLARE_ERROR(sample_reference(logits, 2, {1e-7f, 0, 1.f, 0}, 0, 0),
+                     ErrorCode::kInvalidArgument, "temperature must be 0 (greedy) or finite");
   EXPECT_FLARE_ERROR(
       sample_reference(logits, 2, {std::numeric_limits<float>::infinity(), 0, 1.f, 0}, 0, 0),
-      ErrorCode::kInvalidArgument, "temperature must be finite");
+      ErrorCode::kInvalidArgument, "temperature must be 0 (greedy) or finite");
+  EXPECT_EQ(sample_reference(logits, 2, {kMinSamplingTemperature, 0, 1.f, 0}, 0, 0), 1);
   EXPECT_FLARE_ERROR(sample_reference(logits, 2, {1.f, -3, 1.f, 0}, 0, 0),
                      ErrorCode::kInvalidArgument, "top_k must be >= 0 (0: off), got -3");
   EXPECT_FLARE_ERROR(sample_reference(logits, 2, {1.f, 0, 0.f, 0}, 0, 0),

@@ -38,7 +38,7 @@ TEST(GenerateCli, HelpAndUsageErrors) {
   const auto temperature = run_cli(
       {"generate", "--model", "llama-3.2-1b", "--random-weights", "--temperature", "-1"}, scratch);
   EXPECT_EQ(temperature.exit_code, 2);
-  EXPECT_NE(temperature.err.find("--temperature must be finite and >= 0 (0: greedy), got -1"),
+  EXPECT_NE(temperature.err.find("--temperature must be 0 (greedy) or finite and >= 1e-05, got -1"),
             std::string::npos)
       << temperature.err;
   const auto top_p = run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights",

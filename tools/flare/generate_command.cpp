@@ -182,8 +182,9 @@ int run_generate(int argc, char** argv) {
   sampling.top_k = static_cast<int>(args.integer_or("top-k", 0, 0));
   sampling.top_p = static_cast<float>(args.number_or("top-p", 1.0));
   sampling.seed = seed;
-  if (!std::isfinite(sampling.temperature) || sampling.temperature < 0.f) {
-    args.usage_error("--temperature must be finite and >= 0 (0: greedy), got " +
+  if (sampling.temperature != 0.f && !(std::isfinite(sampling.temperature) &&
+                                       sampling.temperature >= model::kMinSamplingTemperature)) {
+    args.usage_error("--temperature must be 0 (greedy) or finite and >= 1e-05, got " +
                      std::string(*args.text("temperature")));
   }
   if (!(sampling.top_p > 0.f && sampling.top_p <= 1.f)) {

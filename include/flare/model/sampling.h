@@ -17,14 +17,19 @@
 
 namespace flare::model {
 
+// The smallest temperature that samples (logits / T stays finite, and below it the draw is
+// the argmax anyway); 0 is greedy.
+constexpr float kMinSamplingTemperature = 1e-5f;
+
 struct SamplingParams {
-  float temperature = 0.f;  // >= 0, finite
+  float temperature = 0.f;  // 0, or finite and >= kMinSamplingTemperature
   int top_k = 0;            // >= 0; 0: off
   float top_p = 1.f;        // (0, 1]; 1: off
   uint64_t seed = 0;
 };
 
-// Throws kInvalidArgument naming the field: temperature negative or not finite, top_k negative,
+// Throws kInvalidArgument naming the field: temperature not 0 and below kMinSamplingTemperature
+// or not finite, top_k negative,
 // top_p outside (0, 1], or top_k / top_p set with temperature 0 (greedy has no filter).
 void check_sampling(const SamplingParams& sampling, const char* what);
 
