@@ -254,9 +254,8 @@ def main():
                 except (RuntimeError, NotImplementedError) as e:  # an int4 op this torch lacks
                     base = f"failed: {str(e).splitlines()[0][:120]}"
             print(f"| {args.model} {args.weights} | {batch} | {prompt} | {batch / graph_s:.1f} | "
-                  f"{batch / eager_s:.1f} | {host_s * 1e6:.0f} | {fraction:.2f} | {base} | {ratio} | "
-                  f"{sampled} |",
-                  flush=True)
+                  f"{batch / eager_s:.1f} | {host_s * 1e6:.0f} | {fraction:.2f} | {base} | "
+                  f"{ratio} | {sampled} |", flush=True)
 
 
 if __name__ == "__main__":
