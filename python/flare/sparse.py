@@ -3,8 +3,8 @@
 VariableBlockSparseAttentionWrapper: flare/_block_sparse.py, on the paged prefill) and
 per-head sparse decode (PerHeadSparseDecodeWrapper, Quest: flare/_per_head_decode.py).
 
-SpMM and SDDMM have CPU references (flare/sparse/csr.h, coo.h, ell.h, hyb.h: float32 storage,
-float64 accumulation); SpMM with a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h,
+SpMM and SDDMM have CPU references (flare/sparse/csr.h, coo.h, ell.h, hyb.h: float32, float16
+or bfloat16 operands, float64 accumulation, the result in the dense operands' dtype); SpMM with a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h,
 float32, d a multiple of 32); SDDMM on CUDA tensors raises NotImplementedError until its kernel
 lands (the attention wrappers above run on the GPU). A matrix is a torch sparse CSR or COO
 tensor, or an (indptr, indices, values) triple of numpy arrays / torch tensors with
@@ -45,6 +45,28 @@ def _to_host(x, dtype, name, where):
     return np.ascontiguousarray(x, dtype=dtype)
 
 
+def _dense_host(x, name, where):
+    """x as a contiguous host array the references take: float16 / bfloat16 kept (a torch
+    tensor stays one: numpy has no bfloat16), anything else as float32."""
+    if is_cuda(x):
+        return _to_host(x, "float32", name, where)  # raises
+    if is_torch(x):
+        torch = torch_module()
+        if x.dtype in (torch.float16, torch.bfloat16):
+            return x.detach().contiguous()
+        return _to_host(x, "float32", name, where)
+    if isinstance(x, np.ndarray) and x.dtype == np.float16:
+        return np.ascontiguousarray(x)
+    return _to_host(x, "float32", name, where)
+
+
+def _empty_like_dtype(x, shape):
+    """An uninitialized host array of x's dtype (a torch tensor for torch inputs)."""
+    if is_torch(x):
+        return torch_module().empty(shape, dtype=x.dtype)
+    return np.empty(shape, x.dtype)
+
+
 def _csr_arrays(a, shape, where):
     """(rows, cols, (indptr, indices, values), torch layout or None) of A, a torch sparse CSR /
     COO tensor (COO coalesced into CSR, on its device) or an (indptr, indices, values) triple
@@ -75,6 +97,8 @@ def _csr_of(a, shape, where):
 
 
 def _result(array, like):
+    if is_torch(array):
+        return array
     return torch_module().from_numpy(array) if is_torch(like) else array
 
 
@@ -120,7 +144,8 @@ def graph(kind, nodes, edges, seed=0):
 
 
 def spmm(A, X, format="auto", shape=None):
-    """Y = A X: A sparse [rows, cols], X dense [cols, d] -> Y float32 [rows, d]. format: "auto"
+    """Y = A X: A sparse [rows, cols], X dense [cols, d] -> Y [rows, d] in X's dtype (float16 or
+    bfloat16 kept, anything else float32; accumulated in float64 on the CPU). format: "auto"
     or "csr" (the CSR reference), "coo", "ell" (through A's COO or ELL form) or "hyb" (the sum
     over hyb(1, 5)'s sub-matrices): the same values up to summation order. X a CUDA tensor:
     the GPU kernel (flare/sparse/spmm_gpu.h; d a multiple of 32, "auto" / "csr"), on torch's
@@ -132,10 +157,10 @@ def spmm(A, X, format="auto", shape=None):
     if is_cuda(X):
         return _spmm_cuda(A, X, format, shape, where)
     csr = _csr_of(A, shape, where)
-    x = _to_host(X, "float32", "X", where)
+    x = _dense_host(X, "X", where)
     if csr.values is None:
         raise ValueError(f"{where}: A needs values")
-    y = np.empty((csr.rows, x.shape[1] if x.ndim == 2 else 0), np.float32)
+    y = _empty_like_dtype(x, (csr.rows, x.shape[1] if x.ndim == 2 else 0))
     if format in ("coo", "ell"):
         _flare.sparse_spmm_format(csr.rows, csr.cols, arg(csr.indptr), arg(csr.indices),
                                   arg(csr.values), format, arg(x), arg(y))
@@ -149,21 +174,23 @@ def spmm(A, X, format="auto", shape=None):
 
 
 def sddmm(A, Q, K, shape=None):
-    """(Q K^T) sampled at A's nonzeros (A's values unused): Q [rows, d], K [cols, d]. Returns
-    the float32 values [nnz] in A's nonzero order; for a torch sparse A, a torch sparse CSR
-    tensor of A's pattern holding them."""
+    """(Q K^T) sampled at A's nonzeros (A's values unused): Q [rows, d], K [cols, d], one dtype
+    (float16 or bfloat16 kept, anything else float32). Returns the values [nnz] in Q's dtype
+    in A's nonzero order; for a torch sparse A, a torch sparse CSR tensor of A's pattern
+    holding them."""
     where = "flare.sparse.sddmm"
     csr = _csr_of(A, shape, where)
-    q = _to_host(Q, "float32", "Q", where)
-    k = _to_host(K, "float32", "K", where)
-    out = np.empty(csr.indices.shape[0], np.float32)
+    q = _dense_host(Q, "Q", where)
+    k = _dense_host(K, "K", where)
+    out = _empty_like_dtype(q, (csr.indices.shape[0],))
     _flare.sparse_sddmm(csr.rows, csr.cols, arg(csr.indptr), arg(csr.indices), arg(q), arg(k),
                         arg(out))
     if csr.torch_layout is None:
         return out
     torch = torch_module()
+    values = out if is_torch(out) else torch.from_numpy(out)
     return torch.sparse_csr_tensor(torch.from_numpy(csr.indptr), torch.from_numpy(csr.indices),
-                                   torch.from_numpy(out), (csr.rows, csr.cols))
+                                   values, (csr.rows, csr.cols))
 
 
 def hyb(A, c, k, shape=None):

@@ -46,6 +46,41 @@ def test_sddmm_matches_dense_float64():
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("fmt", ["auto", "coo", "ell", "hyb"])
+def test_float16_operands_give_float16_results(fmt):
+    a, dense = random_csr(70, 60, 0.1, 11, long_row=True)
+    x = np.random.default_rng(12).standard_normal((60, 8)).astype(np.float16)
+    y = flare.sparse.spmm(a, x, format=fmt, shape=(70, 60))
+    assert y.dtype == np.float16 and y.shape == (70, 8)
+    exact = dense @ x.astype(np.float64)
+    # One rounding of the float64 sum (through float32) to float16: within half an ulp.
+    np.testing.assert_array_equal(y, exact.astype(np.float32).astype(np.float16))
+    q = np.random.default_rng(13).standard_normal((70, 4)).astype(np.float16)
+    k = np.random.default_rng(14).standard_normal((60, 4)).astype(np.float16)
+    out = flare.sparse.sddmm(a, q, k, shape=(70, 60))
+    rows, cols = np.nonzero(dense)
+    expected = (q.astype(np.float64) @ k.astype(np.float64).T)[rows, cols]
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, expected.astype(np.float32).astype(np.float16))
+    with pytest.raises(ValueError, match="K must have Q's dtype float16, got float32"):
+        flare.sparse.sddmm(a, q, k.astype(np.float32), shape=(70, 60))
+
+
+def test_torch_bfloat16_operands():
+    torch = pytest.importorskip("torch")
+    a, dense = random_csr(50, 40, 0.1, 15)
+    csr = torch.sparse_csr_tensor(torch.from_numpy(a[0]), torch.from_numpy(a[1]),
+                                  torch.from_numpy(a[2]), (50, 40))
+    x = torch.randn(40, 6).to(torch.bfloat16)
+    y = flare.sparse.spmm(csr, x)
+    assert y.dtype == torch.bfloat16
+    exact = torch.from_numpy(dense) @ x.double()
+    torch.testing.assert_close(y, exact.float().bfloat16(), rtol=0, atol=0)
+    q, k = torch.randn(50, 4).bfloat16(), torch.randn(40, 4).bfloat16()
+    sampled = flare.sparse.sddmm(csr, q, k)
+    assert sampled.values().dtype == torch.bfloat16
+
+
 def test_hyb_covers_every_nonzero_once():
     a, _ = random_csr(100, 64, 0.1, 6, long_row=True)
     h = flare.sparse.hyb(a, 4, 2, shape=(100, 64))

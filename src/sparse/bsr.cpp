@@ -122,7 +122,7 @@ namespace {
 void spmm_blocks(const Bsr& b, const CsrRemainder* remainder, const TensorView& x,
                  const TensorView& y) {
   const int64_t d = sparse_detail::check_dense(x, "X", b.cols, -1);
-  sparse_detail::check_dense(y, "Y", b.rows, d);
+  sparse_detail::check_dense(y, "Y", b.rows, d, &x, "X");
   std::vector<double> sum(static_cast<size_t>(b.rows * d), 0.0);
   const auto add = [&](int64_t row, int64_t col, double value) {
     for (int64_t f = 0; f < d; ++f) {

@@ -89,7 +89,7 @@ void spmm_reference(const Coo& a, const TensorView& x, const TensorView& y) {
   FLARE_CHECK(static_cast<int64_t>(a.values.size()) == a.nnz(), ErrorCode::kInvalidArgument,
               "spmm_reference: the COO matrix has no values");
   const int64_t d = sparse_detail::check_dense(x, "X", a.cols, -1);
-  sparse_detail::check_dense(y, "Y", a.rows, d);
+  sparse_detail::check_dense(y, "Y", a.rows, d, &x, "X");
   std::vector<double> sum(static_cast<size_t>(a.rows * d), 0.0);
   for (int64_t e = 0; e < a.nnz(); ++e) {
     const size_t i = static_cast<size_t>(e);
@@ -105,8 +105,8 @@ void spmm_reference(const Coo& a, const TensorView& x, const TensorView& y) {
 void sddmm_reference(const Coo& a, const TensorView& q, const TensorView& k,
                      const TensorView& out) {
   const int64_t d = sparse_detail::check_dense(q, "Q", a.rows, -1);
-  sparse_detail::check_dense(k, "K", a.cols, d);
-  sparse_detail::check_sddmm_out(out, a.nnz());
+  sparse_detail::check_dense(k, "K", a.cols, d, &q, "Q");
+  sparse_detail::check_sddmm_out(out, a.nnz(), q);
   for (int64_t e = 0; e < a.nnz(); ++e) {
     const size_t i = static_cast<size_t>(e);
     double dot = 0.0;

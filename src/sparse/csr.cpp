@@ -64,9 +64,10 @@ void validate_csr(const Csr& a, const char* name) {
               " must equal the ", nnz, " entries of ", n, ".indices");
   if (a.values) {
     const TensorView& v = *a.values;
-    FLARE_CHECK(v.device.is_cpu() && v.ndim == 1 && v.shape[0] == nnz && v.dtype == DType::kF32,
-                ErrorCode::kInvalidArgument, n, ".values must be float32 [", nnz,
-                "] on the CPU, got ", dtype_name(v.dtype), " ", v.shape_str(), " on ",
+    FLARE_CHECK(v.device.is_cpu() && v.ndim == 1 && v.shape[0] == nnz &&
+                    sparse_detail::reference_dtype(v.dtype),
+                ErrorCode::kInvalidArgument, n, ".values must be float32, float16 or bfloat16 [",
+                nnz, "] on the CPU, got ", dtype_name(v.dtype), " ", v.shape_str(), " on ",
                 v.device.str());
   }
 }
@@ -76,7 +77,7 @@ void spmm_reference(const Csr& a, const TensorView& x, const TensorView& y) {
   FLARE_CHECK(a.values.has_value(), ErrorCode::kInvalidArgument,
               "spmm_reference: A.values is required");
   const int64_t d = sparse_detail::check_dense(x, "X", a.cols, -1);
-  sparse_detail::check_dense(y, "Y", a.rows, d);
+  sparse_detail::check_dense(y, "Y", a.rows, d, &x, "X");
   std::vector<double> row(static_cast<size_t>(d));
   for (int64_t r = 0; r < a.rows; ++r) {
     std::fill(row.begin(), row.end(), 0.0);
@@ -94,8 +95,8 @@ void sddmm_reference(const Csr& a, const TensorView& q, const TensorView& k,
                      const TensorView& out) {
   validate_csr(a);
   const int64_t d = sparse_detail::check_dense(q, "Q", a.rows, -1);
-  sparse_detail::check_dense(k, "K", a.cols, d);
-  sparse_detail::check_sddmm_out(out, a.nnz());
+  sparse_detail::check_dense(k, "K", a.cols, d, &q, "Q");
+  sparse_detail::check_sddmm_out(out, a.nnz(), q);
   for (int64_t r = 0; r < a.rows; ++r) {
     for (int64_t e = sparse_detail::index_at(a.indptr, r);
          e < sparse_detail::index_at(a.indptr, r + 1); ++e) {

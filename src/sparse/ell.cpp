@@ -47,7 +47,7 @@ Ell ell_from_csr(const Csr& a, int width) {
 
 void spmm_reference(const Ell& a, const TensorView& x, const TensorView& y) {
   const int64_t d = sparse_detail::check_dense(x, "X", a.cols, -1);
-  sparse_detail::check_dense(y, "Y", a.rows, d);
+  sparse_detail::check_dense(y, "Y", a.rows, d, &x, "X");
   std::vector<double> sum(static_cast<size_t>(a.rows * d), 0.0);
   sparse_detail::for_each_ell_slot(a.slots, [&](int32_t row, int32_t col, double value) {
     for (int64_t f = 0; f < d; ++f)

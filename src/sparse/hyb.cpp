@@ -81,7 +81,7 @@ Hyb hyb_from_csr(const Csr& a, int column_parts, int max_log2_width) {
 
 void spmm_reference(const Hyb& a, const TensorView& x, const TensorView& y) {
   const int64_t d = sparse_detail::check_dense(x, "X", a.cols, -1);
-  sparse_detail::check_dense(y, "Y", a.rows, d);
+  sparse_detail::check_dense(y, "Y", a.rows, d, &x, "X");
   std::vector<double> sum(static_cast<size_t>(a.rows * d), 0.0);
   const auto add = [&](int32_t row, int32_t col, double value) {
     for (int64_t f = 0; f < d; ++f)

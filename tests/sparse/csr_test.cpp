@@ -72,7 +72,7 @@ TEST(SparseCsr, ErrorsNameTheArrayAndTheEntry) {
   bad = a;
   bad.values.pop_back();
   EXPECT_FLARE_ERROR(sparse::validate_csr(bad.view()), ErrorCode::kInvalidArgument,
-                     "A.values must be float32 [4]");
+                     "A.values must be float32, float16 or bfloat16 [4]");
 }
 
 TEST(SparseCsr, SpmmAndSddmmMatchDenseFloat64) {

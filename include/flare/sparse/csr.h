@@ -15,7 +15,7 @@
 namespace flare::sparse {
 
 // A CSR view (nothing owned). Index arrays are int32 on the CPU for the host functions here;
-// values float32.
+// values float32, float16 or bfloat16 (the references read them as float64).
 struct Csr {
   int64_t rows = 0;
   int64_t cols = 0;
@@ -29,17 +29,20 @@ struct Csr {
 // Throws kInvalidArgument, naming `name` and the array (e.g. "A.indices[7] = 3 is not greater
 // than A.indices[6] = 3 in row 2: columns must be sorted and unique"), unless: rows, cols >= 0;
 // indptr is int32 [rows + 1] on the CPU, starts at 0, never decreases and ends at nnz; indices
-// int32 [nnz] in [0, cols), strictly increasing within each row; values, when given, float32
-// [nnz].
+// int32 [nnz] in [0, cols), strictly increasing within each row; values, when given, float32,
+// float16 or bfloat16 [nnz].
 void validate_csr(const Csr& a, const char* name = "A");
 
-// Y = A X accumulated in float64, written to y (float32). x [cols, d] and y [rows, d]
-// float32 on the CPU, any strides; A validated first (needs values). Nothing is written on
-// error.
+// Y = A X accumulated in float64, written to y rounded once to float32 and then, for 16-bit
+// dtypes, to y's dtype (as a float32-accumulating kernel rounds). x [cols, d] and y [rows, d]
+// on the CPU, any strides, one dtype: float32, float16 or bfloat16 (A's values may be any of
+// the three). A validated first (needs values). Nothing is written on error. Every format's
+// spmm_reference (coo.h, ell.h, hyb.h, bsr.h) takes the same operands.
 void spmm_reference(const Csr& a, const TensorView& x, const TensorView& y);
 
-// out[e] = q_i . k_j for nonzero e = (i, j), accumulated in float64. q [rows, d], k [cols, d],
-// out [nnz], float32 on the CPU. Nothing is written on error.
+// out[e] = q_i . k_j for nonzero e = (i, j), accumulated in float64 (rounded as spmm_reference's
+// y). q [rows, d], k [cols, d], out [nnz] on the CPU, one dtype: float32, float16 or bfloat16.
+// Nothing is written on error.
 void sddmm_reference(const Csr& a, const TensorView& q, const TensorView& k, const TensorView& out);
 
 }  // namespace flare::sparse
