@@ -4,9 +4,10 @@ VariableBlockSparseAttentionWrapper: flare/_block_sparse.py, on the paged prefil
 per-head sparse decode (PerHeadSparseDecodeWrapper, Quest: flare/_per_head_decode.py).
 
 SpMM and SDDMM have CPU references (flare/sparse/csr.h, coo.h, ell.h, hyb.h: float32, float16
-or bfloat16 operands, float64 accumulation, the result in the dense operands' dtype); SpMM with a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h,
-float32, d a multiple of 32); SDDMM on CUDA tensors raises NotImplementedError until its kernel
-lands (the attention wrappers above run on the GPU). A matrix is a torch sparse CSR or COO
+or bfloat16 operands, float64 accumulation, the result in the dense operands' dtype); SpMM with
+a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h, float32, d a multiple of 32); SDDMM
+on CUDA tensors raises NotImplementedError until its kernel lands (the attention wrappers above
+run on the GPU). A matrix is a torch sparse CSR or COO
 tensor, or an (indptr, indices, values) triple of numpy arrays / torch tensors with
 `shape=(rows, cols)`. Column indices must be sorted and unique within each
 row (torch's CSR and coalesced COO tensors are); anything else raises ValueError naming the
@@ -48,15 +49,11 @@ def _to_host(x, dtype, name, where):
 def _dense_host(x, name, where):
     """x as a contiguous host array the references take: float16 / bfloat16 kept (a torch
     tensor stays one: numpy has no bfloat16), anything else as float32."""
-    if is_cuda(x):
-        return _to_host(x, "float32", name, where)  # raises
-    if is_torch(x):
-        torch = torch_module()
-        if x.dtype in (torch.float16, torch.bfloat16):
+    if not is_cuda(x):  # _to_host refuses CUDA tensors
+        if is_torch(x) and x.dtype in (torch_module().float16, torch_module().bfloat16):
             return x.detach().contiguous()
-        return _to_host(x, "float32", name, where)
-    if isinstance(x, np.ndarray) and x.dtype == np.float16:
-        return np.ascontiguousarray(x)
+        if isinstance(x, np.ndarray) and x.dtype == np.float16:
+            return np.ascontiguousarray(x)
     return _to_host(x, "float32", name, where)
 
 

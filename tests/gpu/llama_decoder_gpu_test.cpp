@@ -158,9 +158,11 @@ std::vector<float> download(const TensorView& t) {
   return out;
 }
 
-// Requests at `positions` on permuted pages: (indptr, indices).
+// Requests at `positions` on permuted pages: (indptr, indices); `order`, when given, receives
+// the page permutation.
 std::pair<std::vector<int32_t>, std::vector<int32_t>> permuted_pages(
-    const TinyModel& m, const std::vector<int32_t>& positions, std::vector<int32_t>* order) {
+    const TinyModel& m, const std::vector<int32_t>& positions,
+    std::vector<int32_t>* order = nullptr) {
   std::vector<int32_t> pages(static_cast<size_t>(m.num_pages));
   std::iota(pages.begin(), pages.end(), 0);
   std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
@@ -215,21 +217,6 @@ TEST(LlamaDecoderGpu, RaggedBatchIsFiniteDeterministicAndGreedy) {
     if (slot_row == static_cast<size_t>(pages[0] * m.page_size + 5)) continue;
     ASSERT_EQ(std::memcmp(&k_after[i], &k_before[i], 4), 0) << i;
   }
-}
-
-// Requests of the given cached lengths on permuted pages: (indptr, indices).
-std::pair<std::vector<int32_t>, std::vector<int32_t>> permuted_pages(
-    const TinyModel& m, const std::vector<int32_t>& positions) {
-  std::vector<int32_t> pages(static_cast<size_t>(m.num_pages));
-  std::iota(pages.begin(), pages.end(), 0);
-  std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
-  std::vector<int32_t> indptr = {0}, indices;
-  for (int32_t pos : positions) {
-    const int n = pos / m.page_size + 1;
-    indices.insert(indices.end(), pages.begin() + indptr.back(), pages.begin() + indptr.back() + n);
-    indptr.push_back(indptr.back() + n);
-  }
-  return {indptr, indices};
 }
 
 // The bf16 values of `cache` at the slots of `positions` (request b's position in its pages).
@@ -310,7 +297,7 @@ TEST(LlamaDecoderGpu, SampledTokensAreTheReferenceSamplersDraws) {
   TinyModel m;
   LlamaDecoder decoder(m.config, m.weights, m.cache);
   const std::vector<int32_t> positions = {1, 37, 200}, tokens = {3, 511, 100};
-  const auto [indptr, indices] = permuted_pages(m, positions, nullptr);
+  const auto [indptr, indices] = permuted_pages(m, positions);
   const SamplingParams cases[] = {{1.f, 0, 1.f, 11},    {0.7f, 0, 0.9f, 12}, {1.3f, 5, 1.f, 13},
                                   {0.6f, 20, 0.5f, 14}, {1.f, 0, 0.05f, 15}, {2.f, 2, 1.f, 16},
                                   {0.8f, 3, 0.7f, 17},  {1.f, 600, 1.f, 18}};

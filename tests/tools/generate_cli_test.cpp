@@ -14,6 +14,8 @@ namespace {
 using testing::run_cli;
 using testing::ScratchDir;
 
+bool sm90() { return cuda::available() && cuda::device_properties(0).cc_major >= 9; }
+
 TEST(GenerateCli, HelpAndUsageErrors) {
   const ScratchDir scratch;
   const auto help = run_cli({"generate", "--help"}, scratch);
@@ -67,9 +69,7 @@ TEST(GenerateCli, WithoutAGpuSaysWhy) {
 }
 
 TEST(GenerateCliCuda, FourTokensOfTheOneBModel) {
-  if (!cuda::available() || cuda::device_properties(0).cc_major < 9) {
-    GTEST_SKIP() << "needs an sm_90 device";
-  }
+  if (!sm90()) GTEST_SKIP() << "needs an sm_90 device";
   const ScratchDir scratch;
   const auto r = run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights", "--prompt-len",
                           "16", "--new-tokens", "4", "--batch", "2"},
@@ -80,9 +80,7 @@ TEST(GenerateCliCuda, FourTokensOfTheOneBModel) {
 }
 
 TEST(GenerateCliCuda, FourBitWeights) {
-  if (!cuda::available() || cuda::device_properties(0).cc_major < 9) {
-    GTEST_SKIP() << "needs an sm_90 device";
-  }
+  if (!sm90()) GTEST_SKIP() << "needs an sm_90 device";
   const ScratchDir scratch;
   const auto r = run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights", "--weights",
                           "int4", "--prompt-len", "40", "--new-tokens", "3"},
@@ -93,9 +91,7 @@ TEST(GenerateCliCuda, FourBitWeights) {
 }
 
 TEST(GenerateCliCuda, SampledTokens) {
-  if (!cuda::available() || cuda::device_properties(0).cc_major < 9) {
-    GTEST_SKIP() << "needs an sm_90 device";
-  }
+  if (!sm90()) GTEST_SKIP() << "needs an sm_90 device";
   const ScratchDir scratch;
   const auto r = run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights", "--prompt-len",
                           "16", "--new-tokens", "4", "--batch", "2", "--temperature", "0.8",

@@ -29,8 +29,8 @@ struct SamplingParams {
 };
 
 // Throws kInvalidArgument naming the field: temperature not 0 and below kMinSamplingTemperature
-// or not finite, top_k negative,
-// top_p outside (0, 1], or top_k / top_p set with temperature 0 (greedy has no filter).
+// or not finite, top_k negative, top_p outside (0, 1], or top_k / top_p set with temperature 0
+// (greedy has no filter).
 void check_sampling(const SamplingParams& sampling, const char* what);
 
 // The token the megakernel samples for one request's logits [vocab] in slot `request` at
