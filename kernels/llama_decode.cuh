@@ -15,7 +15,10 @@
 // Compile-time defines: FLARE_LLAMA_HEAD_DIM (64 or 128), FLARE_LLAMA_GROUP (query heads per KV
 // head), FLARE_LLAMA_STAGES (pipeline depth), FLARE_LLAMA_ACT_ROWS and FLARE_LLAMA_ACT_COLS (the
 // shared activation area: the batch capacity, 0 for none, and the widest input),
-// FLARE_LLAMA_WEIGHT_BITS (the layers' projections: 16 for bf16, 4 for 4-bit codes and scales).
+// FLARE_LLAMA_WEIGHT_BITS (the layers' projections: 16 for bf16, 4 for 4-bit codes and scales),
+// FLARE_LLAMA_MULTI_STEP (1: the generate() kernel, whose stages loop over p.num_steps steps; 0:
+// one step, the step() kernel. The loop keeps a few values live across every stage, which
+// spills 16-104 bytes: the one-step kernel, whose loop folds away, has no spills).
 #pragma once
 
 #include "llama_decode_params.cuh"
@@ -180,14 +183,15 @@ __device__ __forceinline__ float sum_over_rows(float v) {
 }
 
 // Stage 0: x = embedding rows of the tokens (this CTA's column range), bf16(gamma * x) for the
-// first layer's RMSNorm, and the partial sums of squares.
-__device__ __forceinline__ void embed_stage(const DecodeParams& p, float* scratch) {
+// first layer's RMSNorm, and the partial sums of squares. Step i > 0 of a launch embeds step
+// i - 1's next tokens.
+__device__ __forceinline__ void embed_stage(const DecodeParams& p, float* scratch, int step) {
   int begin, end;
   partition_range(p.hidden / 8, gridDim.x, blockIdx.x, begin, end);
   for (int b = 0; b < kMaxBatch; ++b) {
     float s = 0.f;
     if (b < p.batch) {
-      const int token = p.tokens[b];
+      const int token = step == 0 ? p.tokens[b] : __ldcg(p.next_tokens + (step - 1) * p.batch + b);
       const bool ok = token >= 0 && token < p.vocab;
       if (!ok && threadIdx.x == 0) atomicExch(p.error, 1);
       for (int u = begin + threadIdx.x; u < end; u += kConsumerWarps * 32) {
@@ -261,7 +265,7 @@ __device__ __forceinline__ void residual_stage(const DecodeParams& p, const Ring
 
 // QKV with RoPE: q to p.q (float32), k and v into the cache slot of the request's position.
 __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& ring, int layer,
-                                          unsigned& it, float* reduce, unsigned& parity,
+                                          int step, unsigned& it, float* reduce, unsigned& parity,
                                           float* inv_rms, unsigned activation_area) {
   const LayerWeights& w = p.layers[layer];
   auto products = stage_products<kWeightBits>(p, p.xg, p.hidden, activation_area);
@@ -279,7 +283,7 @@ __device__ __forceinline__ void qkv_stage(const DecodeParams& p, const Ring& rin
     const float partner = __shfl_xor_sync(0xffffffffu, v, 1);
     if (threadIdx.x >= kMaxBatch * kBlockRows || g >= p.batch) continue;
     const int row = qkv_block_row(block, n, kHeadDim);
-    const int pos = p.positions[g];
+    const int pos = p.positions[g] + step;
     float out = v;
     if (row < q_rows + kv_rows) {  // q or k: rotate the pair (d, d + head_dim / 2)
       const int pair = (row % kHeadDim) % (kHeadDim / 2);
@@ -330,8 +334,9 @@ __device__ __forceinline__ void gate_up_stage(const DecodeParams& p, const Ring&
 
 // LM head: logits, then the next tokens: this CTA's best (logit, id) per request and the last
 // CTA's argmax, or with a temperature the sampler's rounds.
-__device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring, unsigned& it,
-                                              float* reduce, unsigned& parity, float* inv_rms,
+__device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring& ring, int step,
+                                              unsigned& phase, unsigned& it, float* reduce,
+                                              unsigned& parity, float* inv_rms,
                                               unsigned activation_area) {
   auto products = stage_products<16>(p, p.xg, p.hidden, activation_area);
   int begin, end;
@@ -356,7 +361,7 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
   }
   if (p.temperature > 0.f) {  // sampled: every CTA takes part (llama_decode_sampling.cuh)
     consumers_sync();         // this CTA's logits are written
-    sample_tokens(p, reduce);
+    sample_tokens(p, reduce, step, phase);
     return;
   }
   if (threadIdx.x < kMaxBatch * kBlockRows) {
@@ -378,76 +383,84 @@ __device__ __forceinline__ void lm_head_stage(const DecodeParams& p, const Ring&
   __threadfence();
   consumers_sync();
   __shared__ int last;
-  unsigned* counter = p.counters + counter_count(p.num_layers, p.kv_heads) - 1;
   if (threadIdx.x == 0) {
-    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    last = atomicAdd(lm_head_counter(p), 1u) == gridDim.x * (step + 1) - 1;
     __threadfence();
   }
   consumers_sync();
-  if (!last || threadIdx.x >= p.batch) return;
-  float top = negative_infinity();
-  int top_id = 0x7fffffff;
-  for (int c = 0; c < static_cast<int>(gridDim.x); ++c) {
-    const float* slot =
-        p.argmax_partials + (static_cast<long long>(c) * kMaxBatch + threadIdx.x) * 2;
-    const float v = __ldcg(slot);
-    const int id = __float_as_int(__ldcg(slot + 1));
-    if (v > top || (v == top && id < top_id)) {
-      top = v;
-      top_id = id;
+  if (!last) return;
+  if (threadIdx.x < p.batch) {
+    float top = negative_infinity();
+    int top_id = 0x7fffffff;
+    for (int c = 0; c < static_cast<int>(gridDim.x); ++c) {
+      const float* slot =
+          p.argmax_partials + (static_cast<long long>(c) * kMaxBatch + threadIdx.x) * 2;
+      const float v = __ldcg(slot);
+      const int id = __float_as_int(__ldcg(slot + 1));
+      if (v > top || (v == top && id < top_id)) {
+        top = v;
+        top_id = id;
+      }
     }
+    p.next_tokens[step * p.batch + threadIdx.x] =
+        top_id == 0x7fffffff ? -1 : top_id;  // -1: every logit NaN
   }
-  p.next_tokens[threadIdx.x] = top_id == 0x7fffffff ? -1 : top_id;  // -1: every logit NaN
+  consumers_signal(step_counter(p));  // the next step's embedding reads them
 }
 
 __device__ __forceinline__ void consume_all(const DecodeParams& p, const Ring& ring,
                                             float* attention_shared, float* reduce,
                                             float* inv_rms) {
   const unsigned activation_area = shared_address(attention_shared);  // shared with attention
-  unsigned it = 0, parity = 0;
+  unsigned it = 0, parity = 0, phase = 0;
   const unsigned grid = gridDim.x;
-  trace_mark(p, 0);
-  embed_stage(p, reduce);
-  trace_mark(p, 1);
-  // Each stage waits for the whole previous one (its counter reaching the grid size), runs, and
-  // signals its own counter.
-  const auto wait = [&](const unsigned* counter, int layer, int stage) {
-    consumers_wait(counter, grid, p.error);
-    trace_mark(p, trace_event(layer, stage, 0));
-  };
-  const auto signal = [&](int layer, int stage) {
-    consumers_signal(stage_counter(p, layer, stage));
-    trace_mark(p, trace_event(layer, stage, 1));
-  };
-  for (int layer = 0; layer < p.num_layers; ++layer) {
-    wait(layer == 0 ? p.counters + kCounterEmbed : stage_counter(p, layer - 1, kStageDown), layer,
-         kStageQkv);
-    qkv_stage(p, ring, layer, it, reduce, parity, inv_rms, activation_area);
-    signal(layer, kStageQkv);
+  for (int step = 0; step < launch_steps(p); ++step) {
+    // Step i > 0 embeds step i - 1's tokens, once they are written.
+    if (step > 0) consumers_wait(step_counter(p), static_cast<unsigned>(step), p.error);
+    trace_mark(p, 0);
+    embed_stage(p, reduce, step);
+    trace_mark(p, 1);
+    // Each stage waits for the whole previous one (its counter reaching the grid size once per
+    // step so far), runs, and signals its own counter.
+    const unsigned target = grid * (step + 1);
+    const auto wait = [&](const unsigned* counter, int layer, int stage) {
+      consumers_wait(counter, target, p.error);
+      trace_mark(p, trace_event(layer, stage, 0));
+    };
+    const auto signal = [&](int layer, int stage) {
+      consumers_signal(stage_counter(p, layer, stage));
+      trace_mark(p, trace_event(layer, stage, 1));
+    };
+    for (int layer = 0; layer < p.num_layers; ++layer) {
+      wait(layer == 0 ? p.counters + kCounterEmbed : stage_counter(p, layer - 1, kStageDown), layer,
+           kStageQkv);
+      qkv_stage(p, ring, layer, step, it, reduce, parity, inv_rms, activation_area);
+      signal(layer, kStageQkv);
 
-    wait(stage_counter(p, layer, kStageQkv), layer, kStageAttention);
-    attention_stage(p, layer, attention_shared);
-    signal(layer, kStageAttention);
+      wait(stage_counter(p, layer, kStageQkv), layer, kStageAttention);
+      attention_stage(p, layer, step, attention_shared);
+      signal(layer, kStageAttention);
 
-    wait(stage_counter(p, layer, kStageAttention), layer, kStageO);
-    residual_stage(p, ring, kOpO, 2 * layer + 1, p.attn_out, p.layers[layer].mlp_norm, it, reduce,
-                   parity, activation_area);
-    signal(layer, kStageO);
+      wait(stage_counter(p, layer, kStageAttention), layer, kStageO);
+      residual_stage(p, ring, kOpO, 2 * layer + 1, p.attn_out, p.layers[layer].mlp_norm, it, reduce,
+                     parity, activation_area);
+      signal(layer, kStageO);
 
-    wait(stage_counter(p, layer, kStageO), layer, kStageGateUp);
-    gate_up_stage(p, ring, layer, it, reduce, parity, inv_rms, activation_area);
-    signal(layer, kStageGateUp);
+      wait(stage_counter(p, layer, kStageO), layer, kStageGateUp);
+      gate_up_stage(p, ring, layer, it, reduce, parity, inv_rms, activation_area);
+      signal(layer, kStageGateUp);
 
-    wait(stage_counter(p, layer, kStageGateUp), layer, kStageDown);
-    residual_stage(p, ring, kOpDown, 2 * layer + 2, p.mlp_act,
-                   layer + 1 < p.num_layers ? p.layers[layer + 1].attn_norm : p.final_norm, it,
-                   reduce, parity, activation_area);
-    signal(layer, kStageDown);
+      wait(stage_counter(p, layer, kStageGateUp), layer, kStageDown);
+      residual_stage(p, ring, kOpDown, 2 * layer + 2, p.mlp_act,
+                     layer + 1 < p.num_layers ? p.layers[layer + 1].attn_norm : p.final_norm, it,
+                     reduce, parity, activation_area);
+      signal(layer, kStageDown);
+    }
+    consumers_wait(stage_counter(p, p.num_layers - 1, kStageDown), target, p.error);
+    trace_mark(p, trace_events(p.num_layers) - 2);
+    lm_head_stage(p, ring, step, phase, it, reduce, parity, inv_rms, activation_area);
+    trace_mark(p, trace_events(p.num_layers) - 1);
   }
-  consumers_wait(stage_counter(p, p.num_layers - 1, kStageDown), grid, p.error);
-  trace_mark(p, trace_events(p.num_layers) - 2);
-  lm_head_stage(p, ring, it, reduce, parity, inv_rms, activation_area);
-  trace_mark(p, trace_events(p.num_layers) - 1);
 }
 
 }  // namespace flare::llama::dev

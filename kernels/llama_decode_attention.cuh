@@ -69,11 +69,11 @@ struct SoftmaxState {
 
 // One item's partial state into attn_partials[item]: [group][128 outputs, lse] floats.
 __device__ __forceinline__ void attention_item(const DecodeParams& p, const LayerWeights& w,
-                                               int item, float* shared) {
+                                               int item, int step, float* shared) {
   const int splits = p.attention_splits;
   const int b = item / (p.kv_heads * splits), kv_head = item / splits % p.kv_heads,
             split = item % splits;
-  const int length = p.positions[b] + 1;
+  const int length = p.positions[b] + step + 1;
   const int per_split = (length + splits - 1) / splits;
   const int begin = split * per_split, end = min(length, begin + per_split);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32,
@@ -225,20 +225,21 @@ __device__ __forceinline__ void attention_merge(const DecodeParams& p, int b, in
 }
 
 // This CTA's items of layer `layer`, each followed by the merge when it completes its head.
-__device__ __forceinline__ void attention_stage(const DecodeParams& p, int layer, float* shared) {
+__device__ __forceinline__ void attention_stage(const DecodeParams& p, int layer, int step,
+                                                float* shared) {
   const LayerWeights& w = p.layers[layer];
   const int items = p.batch * p.kv_heads * p.attention_splits;
   unsigned* arrivals = p.counters + kCounterLayerBase + p.num_layers * kStagesPerLayer +
                        layer * kMaxBatch * p.kv_heads;
   __shared__ int last_arrival;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
-    attention_item(p, w, item, shared);
+    attention_item(p, w, item, step, shared);
     const int head_index = item / p.attention_splits;  // b * kv_heads + kv_head
     __threadfence();
     consumers_sync();
     if (threadIdx.x == 0) {
-      last_arrival =
-          atomicAdd(arrivals + head_index, 1u) == static_cast<unsigned>(p.attention_splits - 1);
+      last_arrival = atomicAdd(arrivals + head_index, 1u) ==
+                     static_cast<unsigned>(p.attention_splits * (step + 1) - 1);
       __threadfence();
     }
     consumers_sync();

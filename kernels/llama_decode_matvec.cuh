@@ -134,10 +134,12 @@ __device__ __forceinline__ void produce_all(const DecodeParams& p, const Ring& r
   if (threadIdx.x % 32 != 0) return;
   const unsigned long long policy = evict_first_policy();
   unsigned it = 0;
-  for (int layer = 0; layer < p.num_layers; ++layer) {
-    for (int op = kOpQkv; op <= kOpDown; ++op) produce_op(p, ring, op, layer, it, policy);
+  for (int step = 0; step < launch_steps(p); ++step) {  // weights carry no step dependency
+    for (int layer = 0; layer < p.num_layers; ++layer) {
+      for (int op = kOpQkv; op <= kOpDown; ++op) produce_op(p, ring, op, layer, it, policy);
+    }
+    produce_op(p, ring, kOpLmHead, 0, it, policy);
   }
-  produce_op(p, ring, kOpLmHead, 0, it, policy);
 }
 
 // The activation fragments: lane (g, t) of warp w needs, for chunk c and each of its steps

@@ -53,8 +53,9 @@ constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
 // The operators whose weights stream through the pipeline, in the order of one layer.
 enum Op : int { kOpQkv = 0, kOpO = 1, kOpGateUp = 2, kOpDown = 3, kOpLmHead = 4, kNumOps = 5 };
 
-// Device counters, zeroed before each step (one memset); stage s of layer l is
-// counters[kCounterLayerBase + l * kStagesPerLayer + s], each incremented once by every CTA.
+// Device counters, zeroed before each launch (one memset); stage s of layer l is
+// counters[kCounterLayerBase + l * kStagesPerLayer + s], incremented once by every CTA in each
+// step of the launch (step i waits for it to reach (i + 1) x gridDim.x).
 enum Counter : int {
   kCounterEmbed = 0,
   kCounterLayerBase = 1,
@@ -109,6 +110,8 @@ struct DecodeParams {
   int num_pages;
   int page_size;
   int attention_splits;  // KV chunks per (request, KV head)
+  int num_steps;         // decode steps this launch runs: step i takes the previous step's
+                         // tokens (tokens for i = 0) at positions[b] + i
 
   // sampling (kernels/llama_decode_sampling.cuh): temperature 0 is the greedy argmax
   float temperature;
@@ -118,7 +121,8 @@ struct DecodeParams {
 
   // outputs
   float* logits;         // [batch, vocab] float32
-  int32_t* next_tokens;  // [batch] the argmax of the logits (lowest id on ties), or the sample
+  int32_t* next_tokens;  // [num_steps, batch] the argmax of the logits (lowest id on ties), or
+                         // the sample; logits are the last step's
 
   // scratch (LlamaDecoder owns it)
   float* x;                  // [kMaxBatch, hidden] residual stream, float32
@@ -246,9 +250,16 @@ FLARE_LLAMA_HD inline int shared_bytes(int stages, int group, int head_dim, int 
 }
 
 // Counters: stage counters, then one arrival counter per (layer, request, KV head), then one
-// for the LM head's argmax (the sampler's phase counter).
+// for the LM head's argmax (the sampler's phase counter), then the step counter (a step's next
+// tokens written: the next step's embedding may read them).
 FLARE_LLAMA_HD inline int counter_count(int num_layers, int kv_heads) {
-  return kCounterLayerBase + num_layers * kStagesPerLayer + num_layers * kMaxBatch * kv_heads + 1;
+  return kCounterLayerBase + num_layers * kStagesPerLayer + num_layers * kMaxBatch * kv_heads + 2;
+}
+FLARE_LLAMA_HD inline unsigned* lm_head_counter(const DecodeParams& p) {
+  return p.counters + counter_count(p.num_layers, p.kv_heads) - 2;
+}
+FLARE_LLAMA_HD inline unsigned* step_counter(const DecodeParams& p) {
+  return p.counters + counter_count(p.num_layers, p.kv_heads) - 1;
 }
 
 }  // namespace flare::llama

@@ -87,10 +87,11 @@ struct CombineSums {
   }
 };
 
-// The rounds for every request of the step; writes next_tokens. `shared` holds at least
-// 4 * kConsumerWarps floats. The LM head counter is the phase counter: phase n is complete when
-// it reaches n * gridDim.x.
-__device__ __forceinline__ void sample_tokens(const DecodeParams& p, float* shared) {
+// The rounds for every request of step `step`; writes its row of next_tokens. `shared` holds at
+// least 4 * kConsumerWarps floats. The LM head counter is the phase counter: phase n of the
+// launch (counted across its steps in `phase`) is complete when it reaches n * gridDim.x.
+__device__ __forceinline__ void sample_tokens(const DecodeParams& p, float* shared, int step,
+                                              unsigned& phase) {
   __shared__ float pivot[kMaxBatch], logit_max[kMaxBatch], total[kMaxBatch], drawn_logit[kMaxBatch];
   __shared__ int drawn[kMaxBatch], token[kMaxBatch], pending;
   int begin, end;
@@ -98,8 +99,7 @@ __device__ __forceinline__ void sample_tokens(const DecodeParams& p, float* shar
   const int row_begin = begin * kBlockRows, row_end = min(end * kBlockRows, p.vocab);
   const float inv_t = 1.f / p.temperature;
   const bool filtered = p.top_k > 0 || p.top_p < 1.f;
-  unsigned* counter = p.counters + counter_count(p.num_layers, p.kv_heads) - 1;
-  unsigned phase = 0;
+  unsigned* counter = lm_head_counter(p);
   const auto grid_exchange = [&]() {  // publishes this CTA's partials, waits for all CTAs'
     consumers_signal(counter);
     ++phase;
@@ -115,7 +115,7 @@ __device__ __forceinline__ void sample_tokens(const DecodeParams& p, float* shar
     for (int b = 0; b < p.batch; ++b) {
       if (token[b] != -2) continue;  // uniform: shared, written before the last sync
       const float* logits = p.logits + static_cast<long long>(b) * p.vocab;
-      const int position = p.positions[b];
+      const int position = p.positions[b] + step;
       Candidate best{negative_infinity(), 0x7fffffff};
       float m = negative_infinity(), z = 0.f;
       for (int row = row_begin + static_cast<int>(threadIdx.x); row < row_end;
@@ -216,7 +216,9 @@ __device__ __forceinline__ void sample_tokens(const DecodeParams& p, float* shar
     consumers_sync();
     if (pending == 0) break;
   }
-  if (blockIdx.x == 0 && threadIdx.x < p.batch) p.next_tokens[threadIdx.x] = token[threadIdx.x];
+  if (blockIdx.x != 0) return;
+  if (threadIdx.x < p.batch) p.next_tokens[step * p.batch + threadIdx.x] = token[threadIdx.x];
+  consumers_signal(step_counter(p));  // the next step's embedding reads them
 }
 
 }  // namespace flare::llama::dev

@@ -14,6 +14,11 @@ namespace flare::llama::dev {
 constexpr int kHeadDim = FLARE_LLAMA_HEAD_DIM;
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
 constexpr int kWeightBits = FLARE_LLAMA_WEIGHT_BITS;  // the layers' projections: 16 or 4
+// Steps this launch runs: p.num_steps in the generate() kernel, 1 (a constant: no loop) in
+// step()'s.
+__device__ __forceinline__ int launch_steps(const DecodeParams& p) {
+  return FLARE_LLAMA_MULTI_STEP ? p.num_steps : 1;
+}
 static_assert(kWeightBits == 16 || kWeightBits == 4, "bf16 or 4-bit weights");
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {

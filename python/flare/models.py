@@ -208,6 +208,36 @@ class LlamaDecoder:
                         float(temperature), int(top_k), float(top_p), seed)
         return next_tokens, logits
 
+    def generate(self, tokens, positions, kv_indptr, kv_indices, num_steps, *, step_tokens=None,
+                 logits=None, temperature=0.0, top_k=0, top_p=1.0, seed=0):
+        """Runs num_steps decode steps in one kernel launch (the GPU-side loop); returns
+        (step_tokens, logits).
+
+        Step i feeds step i - 1's next tokens (tokens for i = 0) at positions[b] + i, so each
+        request's pages (kv_indptr / kv_indices) must cover positions[b] + num_steps tokens.
+        step_tokens int32 [num_steps, batch] receives every step's next tokens, greedy or sampled
+        as in step() (the same draws: the tokens equal num_steps step() calls); logits float32
+        [batch, vocab] the last step's. Both are written in place when given, else allocated.
+        """
+        import torch
+
+        if not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise ValueError(f"LlamaDecoder.generate: seed must be an int in [0, 2**64), got "
+                             f"{seed!r}")
+        if not isinstance(num_steps, int) or num_steps < 1:
+            raise ValueError(f"LlamaDecoder.generate: num_steps must be an int >= 1, got "
+                             f"{num_steps!r}")
+        batch = tokens.shape[0] if tokens.dim() == 1 else -1
+        if step_tokens is None:
+            step_tokens = torch.empty((num_steps, max(batch, 0)), dtype=torch.int32,
+                                      device=self.device)
+        if logits is None:
+            logits = torch.empty((max(batch, 0), self.config.vocab), dtype=torch.float32,
+                                 device=self.device)
+        self._impl.generate(tokens, positions, kv_indptr, kv_indices, num_steps, step_tokens,
+                            logits, float(temperature), int(top_k), float(top_p), seed)
+        return step_tokens, logits
+
     def prepare(self, batch):
         """Compiles and loads the kernel of this batch size now (a batch's first step does it
         otherwise; the constructor does batch 1)."""

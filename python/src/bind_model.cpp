@@ -200,6 +200,22 @@ void bind_model(nb::module_& m) {
           nb::arg("tokens"), nb::arg("positions"), nb::arg("kv_indptr"), nb::arg("kv_indices"),
           nb::arg("next_tokens"), nb::arg("logits"), nb::arg("temperature") = 0.f,
           nb::arg("top_k") = 0, nb::arg("top_p") = 1.f, nb::arg("seed") = 0)
+      .def(
+          "generate",
+          [](model::LlamaDecoder& d, nb::handle tokens, nb::handle positions, nb::handle kv_indptr,
+             nb::handle kv_indices, int num_steps, nb::handle step_tokens, nb::handle logits,
+             float temperature, int top_k, float top_p, uint64_t seed) {
+            d.generate(object_view(tokens, "tokens"), object_view(positions, "positions"),
+                       object_view(kv_indptr, "kv_indptr"), object_view(kv_indices, "kv_indices"),
+                       num_steps, object_view(step_tokens, "step_tokens"),
+                       object_view(logits, "logits"),
+                       reinterpret_cast<cuda::Stream>(torch_current_stream(d.device())),
+                       model::SamplingParams{temperature, top_k, top_p, seed});
+          },
+          nb::arg("tokens"), nb::arg("positions"), nb::arg("kv_indptr"), nb::arg("kv_indices"),
+          nb::arg("num_steps"), nb::arg("step_tokens"), nb::arg("logits"),
+          nb::arg("temperature") = 0.f, nb::arg("top_k") = 0, nb::arg("top_p") = 1.f,
+          nb::arg("seed") = 0)
       .def("take_error", [](model::LlamaDecoder& d) { return static_cast<int>(d.take_error()); })
       .def(
           "prepare",

@@ -263,6 +263,28 @@ def test_sampling_in_the_kernel_and_in_a_graph():
 
 
 @gpu
+@pytest.mark.parametrize("sampling", [{}, dict(temperature=0.9, top_p=0.8, seed=5)])
+def test_generate_equals_repeated_steps(sampling):
+    config = tiny_config(128, 8, 2)
+    s = Session(config, [20, 9], 6, 16)
+    indptr, indices = s.device_tables()
+    tokens = torch.tensor([3, 4], dtype=torch.int32, device="cuda")
+    positions = torch.tensor(s.lens, dtype=torch.int32, device="cuda")
+    looped, last_logits = s.dec.generate(tokens, positions, indptr, indices, 5, **sampling)
+    assert looped.shape == (5, 2)
+    steps = []
+    for i in range(5):
+        nxt, logits = s.dec.step(tokens, positions + i, indptr, indices, **sampling)
+        steps.append(nxt.clone())
+        tokens = nxt.clone()
+    assert torch.equal(looped, torch.stack(steps))
+    assert torch.equal(last_logits, logits)
+    assert s.dec.take_error() is None
+    with pytest.raises(ValueError, match="num_steps must be an int >= 1"):
+        s.dec.generate(tokens, positions, indptr, indices, 0)
+
+
+@gpu
 def test_bad_indices_are_reported_and_nothing_is_written_outside():
     config = tiny_config(128, 8, 2)
     s = Session(config, [10], 2, 16)

@@ -34,13 +34,15 @@ void check_tensor(const TensorView& t, const std::string& name, DType dtype,
               t.is_contiguous() ? "" : " (not contiguous)");
 }
 
-void check_step_array(const TensorView& t, const char* name, int64_t size, const Device& device) {
+void check_step_array(const char* method, const TensorView& t, const char* name, int64_t size,
+                      const Device& device) {
   FLARE_CHECK(t.ndim == 1 && (size < 0 || t.shape[0] == size) && t.dtype == DType::kI32 &&
                   t.device == device && (t.shape[0] <= 1 || t.strides[0] == 1) &&
                   (t.shape[0] == 0 || t.data != nullptr),
-              ErrorCode::kInvalidArgument, kWhat, ".step: ", name, " must be a contiguous int32 [",
-              size < 0 ? std::string("n") : std::to_string(size), "] tensor on ", device.str(),
-              ", got ", dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+              ErrorCode::kInvalidArgument, kWhat, ".", method, ": ", name,
+              " must be a contiguous int32 [", size < 0 ? std::string("n") : std::to_string(size),
+              "] tensor on ", device.str(), ", got ", dtype_name(t.dtype), " ", t.shape_str(),
+              " on ", t.device.str());
 }
 
 const uint16_t* bf16_ptr(const TensorView& t) { return static_cast<const uint16_t*>(t.data); }
@@ -79,8 +81,8 @@ std::array<ProjectionSlot, 7> projection_slots(const LlamaConfig& c, LlamaLayerT
            {"mlp.down_proj", h, f, &t.down_proj, &t.down_scales}}};
 }
 
-jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config,
-                                         const DecodeSchedule& schedule) {
+jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config, const DecodeSchedule& schedule,
+                                         bool multi_step) {
   validate(config);
   FLARE_CHECK(schedule.stages >= 2 && schedule.activation_rows >= 0 &&
                   schedule.activation_rows <= llama::kMaxBatch,
@@ -95,12 +97,13 @@ jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config,
                   {"FLARE_LLAMA_STAGES", std::to_string(schedule.stages)},
                   {"FLARE_LLAMA_ACT_ROWS", std::to_string(schedule.activation_rows)},
                   {"FLARE_LLAMA_ACT_COLS", std::to_string(schedule.activation_cols)},
-                  {"FLARE_LLAMA_WEIGHT_BITS", std::to_string(config.weight_bits())}};
+                  {"FLARE_LLAMA_WEIGHT_BITS", std::to_string(config.weight_bits())},
+                  {"FLARE_LLAMA_MULTI_STEP", multi_step ? "1" : "0"}};
   spec.label = "llama decode " + std::string(weight_format_name(config.weight_format)) +
                " d=" + std::to_string(config.head_dim) + " g=" + std::to_string(group) +
                " stages=" + std::to_string(schedule.stages) +
                " act=" + std::to_string(schedule.activation_rows) + "x" +
-               std::to_string(schedule.activation_cols);
+               std::to_string(schedule.activation_cols) + (multi_step ? " multi-step" : "");
   return spec;
 }
 
@@ -257,25 +260,55 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
                         const TensorView& kv_indptr, const TensorView& kv_indices,
                         const TensorView& next_tokens, const TensorView& logits,
                         cuda::Stream stream, const SamplingParams& sampling) {
+  launch("step", tokens, positions, kv_indptr, kv_indices, 1, next_tokens, logits, stream,
+         sampling);
+}
+
+void LlamaDecoder::generate(const TensorView& tokens, const TensorView& positions,
+                            const TensorView& kv_indptr, const TensorView& kv_indices,
+                            int num_steps, const TensorView& step_tokens, const TensorView& logits,
+                            cuda::Stream stream, const SamplingParams& sampling) {
+  launch("generate", tokens, positions, kv_indptr, kv_indices, num_steps, step_tokens, logits,
+         stream, sampling);
+}
+
+void LlamaDecoder::launch(const char* method, const TensorView& tokens, const TensorView& positions,
+                          const TensorView& kv_indptr, const TensorView& kv_indices, int num_steps,
+                          const TensorView& next_tokens, const TensorView& logits,
+                          cuda::Stream stream, const SamplingParams& sampling) {
   const Device device = Device::cuda(device_);
-  check_sampling(sampling, "LlamaDecoder.step");
+  check_sampling(sampling, (std::string("LlamaDecoder.") + method).c_str());
   FLARE_CHECK(tokens.ndim == 1 && tokens.shape[0] >= 1 && tokens.shape[0] <= llama::kMaxBatch,
-              ErrorCode::kInvalidArgument, kWhat,
-              ".step: tokens must be [batch] with batch in [1, ", llama::kMaxBatch, "], got ",
+              ErrorCode::kInvalidArgument, kWhat, ".", method,
+              ": tokens must be [batch] with batch in [1, ", llama::kMaxBatch, "], got ",
               tokens.shape_str());
   const int batch = static_cast<int>(tokens.shape[0]);
-  check_step_array(tokens, "tokens", batch, device);
-  check_step_array(positions, "positions", batch, device);
-  check_step_array(kv_indptr, "kv_indptr", batch + 1, device);
-  check_step_array(kv_indices, "kv_indices", -1, device);
-  check_step_array(next_tokens, "next_tokens", batch, device);
-  FLARE_CHECK(kv_indices.shape[0] < (int64_t{1} << 31), ErrorCode::kInvalidArgument, kWhat,
-              ".step: kv_indices must have fewer than 2^31 entries, got ", kv_indices.shape[0]);
+  FLARE_CHECK(num_steps >= 1, ErrorCode::kInvalidArgument, kWhat, ".", method,
+              ": num_steps must be >= 1, got ", num_steps);
+  check_step_array(method, tokens, "tokens", batch, device);
+  check_step_array(method, positions, "positions", batch, device);
+  check_step_array(method, kv_indptr, "kv_indptr", batch + 1, device);
+  check_step_array(method, kv_indices, "kv_indices", -1, device);
+  if (std::string(method) == "step") {
+    check_step_array(method, next_tokens, "next_tokens", batch, device);
+  } else {
+    FLARE_CHECK(next_tokens.ndim == 2 && next_tokens.shape[0] == num_steps &&
+                    next_tokens.shape[1] == batch && next_tokens.dtype == DType::kI32 &&
+                    next_tokens.device == device && next_tokens.is_contiguous() &&
+                    next_tokens.data != nullptr,
+                ErrorCode::kInvalidArgument, kWhat, ".", method,
+                ": step_tokens must be a contiguous int32 [", num_steps, ", ", batch,
+                "] tensor on ", device.str(), ", got ", dtype_name(next_tokens.dtype), " ",
+                next_tokens.shape_str(), " on ", next_tokens.device.str());
+  }
+  FLARE_CHECK(kv_indices.shape[0] < (int64_t{1} << 31), ErrorCode::kInvalidArgument, kWhat, ".",
+              method, ": kv_indices must have fewer than 2^31 entries, got ", kv_indices.shape[0]);
   FLARE_CHECK(logits.ndim == 2 && logits.shape[0] == batch && logits.shape[1] == config_.vocab &&
                   logits.dtype == DType::kF32 && logits.device == device && logits.is_contiguous(),
-              ErrorCode::kInvalidArgument, kWhat, ".step: logits must be a contiguous float32 [",
-              batch, ", ", config_.vocab, "] tensor on ", device.str(), ", got ",
-              dtype_name(logits.dtype), " ", logits.shape_str(), " on ", logits.device.str());
+              ErrorCode::kInvalidArgument, kWhat, ".", method,
+              ": logits must be a contiguous float32 [", batch, ", ", config_.vocab, "] tensor on ",
+              device.str(), ", got ", dtype_name(logits.dtype), " ", logits.shape_str(), " on ",
+              logits.device.str());
 
   Scratch& s = *scratch_;
   llama::DecodeParams p{};
@@ -305,6 +338,7 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
   const cuda::DeviceScope scope(device_);
   const Variant& v = variant(batch);
   p.attention_splits = v.schedule.attention_splits;
+  p.num_steps = num_steps;
   p.logits = logits.ptr<float>();
   p.next_tokens = next_tokens.ptr<int32_t>();
   p.x = static_cast<float*>(s.x.data());
@@ -326,7 +360,17 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
 
   cuda::memset_d8_async(s.counters.data(), 0, s.counters.bytes(), stream);
   void* args[] = {&p};
-  cuda::launch(v.kernel, static_cast<unsigned>(num_ctas_), 1, 1, llama::kThreads, 1, 1,
+  cuda::Function kernel = v.kernel;
+  if (num_steps > 1) {  // the generate() kernel, compiled on the batch's first multi-step launch
+    Variant& mv = *by_batch_[static_cast<size_t>(batch)];
+    if (mv.multi_step_kernel == nullptr) {
+      mv.multi_step_kernel = jit::get_kernel(llama_decode_kernel_spec(config_, v.schedule, true),
+                                             "flare_llama_decode", device_);
+      cuda::set_max_dynamic_shared(mv.multi_step_kernel, v.schedule.shared_bytes);
+    }
+    kernel = mv.multi_step_kernel;
+  }
+  cuda::launch(kernel, static_cast<unsigned>(num_ctas_), 1, 1, llama::kThreads, 1, 1,
                static_cast<unsigned>(v.schedule.shared_bytes), stream, args);
 }
 

@@ -150,6 +150,32 @@ StepOutputs run_step(LlamaDecoder& decoder, const std::vector<int32_t>& tokens,
   return out;
 }
 
+// generate(): num_steps steps in one launch; every step's tokens [num_steps, batch] and the last
+// step's logits.
+StepOutputs run_generate(LlamaDecoder& decoder, const std::vector<int32_t>& tokens,
+                         const std::vector<int32_t>& positions, const std::vector<int32_t>& indptr,
+                         const std::vector<int32_t>& indices, int num_steps,
+                         const SamplingParams& sampling = {}) {
+  const int batch = static_cast<int>(tokens.size());
+  const HostTensor t = int32s(tokens), p = int32s(positions), ip = int32s(indptr),
+                   ix = int32s(indices);
+  const DeviceCopy dt = to_device(t), dp = to_device(p), dip = to_device(ip), dix = to_device(ix);
+  HostTensor logits(DType::kF32, {batch, decoder.config().vocab});
+  logits.fill(std::nanf(""));
+  HostTensor next(DType::kI32, {num_steps, batch});
+  std::fill_n(next.data<int32_t>(), num_steps * batch, -7);
+  const DeviceCopy dl = to_device(logits), dn = to_device(next);
+  decoder.generate(dt.view, dp.view, dip.view, dix.view, num_steps, dn.view, dl.view, nullptr,
+                   sampling);
+  cuda::device_synchronize();
+  StepOutputs out;
+  out.logits.resize(static_cast<size_t>(logits.numel()));
+  out.next.resize(static_cast<size_t>(num_steps) * batch);
+  cuda::memcpy_dtoh(out.logits.data(), dl.buffer.data(), out.logits.size() * 4);
+  cuda::memcpy_dtoh(out.next.data(), dn.buffer.data(), out.next.size() * 4);
+  return out;
+}
+
 bool sm90() { return cuda::available() && cuda::device_properties(0).cc_major >= 9; }
 
 std::vector<float> download(const TensorView& t) {
@@ -333,11 +359,43 @@ TEST(LlamaDecoderGpu, SampledTokensAreTheReferenceSamplersDraws) {
   EXPECT_THROW(run_step(decoder, tokens, positions, indptr, indices, {-1.f, 0, 1.f, 0}), Error);
 }
 
+// generate() (the GPU-side loop) gives the tokens, logits and cache of as many step() calls,
+// greedy and sampled: the same launch-independent draws, K/V rows, and rounding.
+TEST(LlamaDecoderGpu, GenerateEqualsRepeatedSteps) {
+  if (!sm90()) GTEST_SKIP() << "needs an sm_90 device";
+  TinyModel m;
+  LlamaDecoder decoder(m.config, m.weights, m.cache);
+  constexpr int kSteps = 6;
+  const std::vector<int32_t> positions = {1, 37, 200}, tokens = {3, 511, 100};
+  std::vector<int32_t> last = positions;
+  for (int32_t& pos : last) pos += kSteps;  // pages for every step's position
+  const auto [indptr, indices] = permuted_pages(m, last, nullptr);
+  for (const SamplingParams& s : {SamplingParams{}, SamplingParams{0.9f, 0, 0.8f, 3}}) {
+    SCOPED_TRACE("temperature " + std::to_string(s.temperature));
+    const StepOutputs looped = run_generate(decoder, tokens, positions, indptr, indices, kSteps, s);
+    EXPECT_EQ(decoder.take_error(), DecodeError::kNone);
+    const std::vector<float> k_looped = download(m.cache.k[1]);
+    std::vector<int32_t> step_tokens = tokens, step_positions = positions, all;
+    StepOutputs one;
+    for (int i = 0; i < kSteps; ++i) {
+      one = run_step(decoder, step_tokens, step_positions, indptr, indices, s);
+      all.insert(all.end(), one.next.begin(), one.next.end());
+      step_tokens = one.next;
+      for (int32_t& pos : step_positions) ++pos;
+    }
+    EXPECT_EQ(decoder.take_error(), DecodeError::kNone);
+    EXPECT_EQ(looped.next, all);
+    EXPECT_EQ(looped.logits, one.logits);
+    EXPECT_EQ(download(m.cache.k[1]), k_looped);
+  }
+}
+
 TEST(LlamaDecoderGpu, StepArgumentsAreCheckedBeforeLaunch) {
   if (!sm90()) GTEST_SKIP() << "needs an sm_90 device";
   TinyModel m;
   LlamaDecoder decoder(m.config, m.weights, m.cache);
   EXPECT_THROW(run_step(decoder, {1, 2}, {3}, {0, 1, 2}, {0, 1}), Error);
+  EXPECT_THROW(run_generate(decoder, {1}, {3}, {0, 1}, {0}, 0), Error);
 }
 
 }  // namespace

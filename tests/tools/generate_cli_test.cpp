@@ -101,6 +101,16 @@ TEST(GenerateCliCuda, SampledTokens) {
   EXPECT_NE(r.out.find("sampled: temperature 0.8, top-k 40, top-p 0.9, seed 5"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("last generated tokens:"), std::string::npos) << r.out;
+  // The GPU loop draws the same tokens.
+  const auto looped =
+      run_cli({"generate", "--model", "llama-3.2-1b", "--random-weights", "--prompt-len", "16",
+               "--new-tokens", "4", "--batch", "2", "--temperature", "0.8", "--top-k", "40",
+               "--top-p", "0.9", "--seed", "5", "--gpu-loop"},
+              scratch);
+  EXPECT_EQ(looped.exit_code, 0) << looped.err;
+  EXPECT_NE(looped.out.find("GPU loop, one launch"), std::string::npos) << looped.out;
+  const auto tail = [](const std::string& out) { return out.substr(out.find("last generated")); };
+  EXPECT_EQ(tail(looped.out), tail(r.out));
 }
 
 }  // namespace

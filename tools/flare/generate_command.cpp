@@ -25,7 +25,8 @@ namespace {
 constexpr const char* kHelp =
     "usage: flare generate --model NAME --random-weights [--prompt-len N] [--new-tokens N]\n"
     "                      [--batch N] [--page-size N] [--weights bf16|int4] [--seed N]\n"
-    "                      [--temperature T [--top-k K] [--top-p P]] [--device cuda[:N]]\n\n"
+    "                      [--temperature T [--top-k K] [--top-p P]] [--gpu-loop]\n"
+    "                      [--device cuda[:N]]\n\n"
     "Decoding of a Llama model with the whole-model decode megakernel: one persistent kernel a\n"
     "step, greedy or sampled in the same launch (flare::model::LlamaDecoder; needs an sm_90\n"
     "GPU).\n\n"
@@ -45,8 +46,10 @@ constexpr const char* kHelp =
     "  --temperature T    0: greedy (default); > 0: sample from softmax(logits / T)\n"
     "  --top-k K          with --temperature: only the K most likely tokens (default 0: all)\n"
     "  --top-p P          with --temperature: only the most likely tokens of mass P (default 1)\n"
+    "  --gpu-loop         all new tokens in one launch (LlamaDecoder::generate: the GPU-side\n"
+    "                     loop) instead of one step() call a token\n"
     "  --device cuda[:N]  the GPU (default cuda)\n\n"
-    "Prints the tokens/s of all requests together (host loop, one step() call a token), the\n"
+    "Prints the tokens/s of all requests together (host loop or GPU loop), the\n"
     "time of a step and each request's last generated token. Progress goes to stderr.\n";
 
 // Random 16-bit values for the weights: a pool of bf16 normal samples (std 0.02; norms near
@@ -159,6 +162,7 @@ int run_generate(int argc, char** argv) {
                    {"temperature", true},
                    {"top-k", true},
                    {"top-p", true},
+                   {"gpu-loop", false},
                    {"weights", true},
                    {"device", true}});
   if (args.help()) {
@@ -250,12 +254,28 @@ int run_generate(int argc, char** argv) {
     decoder.step(tokens[s % 2].view, positions.view, d_indptr.view, d_indices.view,
                  tokens[(s + 1) % 2].view, logits.view, stream, sampling);
   };
+  const bool gpu_loop = args.has("gpu-loop");
+  const DeviceTensor all_tokens =
+      allocate_poisoned(DType::kI32, {gpu_loop ? new_tokens : 1, batch}, device.index);
+  const auto loop = [&]() {
+    decoder.generate(tokens[0].view, positions.view, d_indptr.view, d_indices.view, new_tokens,
+                     all_tokens.view, logits.view, stream, sampling);
+  };
+  if (gpu_loop) {  // compiles the generate() kernel and warms up outside the timed launch
+    progress.step("compiling the GPU-loop kernel");
+    loop();
+    cuda::stream_synchronize(stream);
+  }
   const auto start = std::chrono::steady_clock::now();
-  for (int s = 0; s < new_tokens; ++s) {
-    step(s);
-    if (s % 16 == 15 || s + 1 == new_tokens) {  // the progress line follows the GPU
-      cuda::stream_synchronize(stream);
-      progress.bar("decoding", s + 1, new_tokens);
+  if (gpu_loop) {
+    loop();
+  } else {
+    for (int s = 0; s < new_tokens; ++s) {
+      step(s);
+      if (s % 16 == 15 || s + 1 == new_tokens) {  // the progress line follows the GPU
+        cuda::stream_synchronize(stream);
+        progress.bar("decoding", s + 1, new_tokens);
+      }
     }
   }
   cuda::stream_synchronize(stream);
@@ -278,11 +298,16 @@ int run_generate(int argc, char** argv) {
   const double step_bytes =
       static_cast<double>(config.step_weight_bytes()) +
       kv_bytes / double(num_pages * page_size) * batch * (prompt + new_tokens / 2.0);
-  std::printf("%.1f tokens/s (%.3f ms a step, host loop; %.2f TB/s of weights and KV)\n",
+  std::printf("%.1f tokens/s (%.3f ms a step, %s; %.2f TB/s of weights and KV)\n",
               batch * new_tokens / seconds, seconds * 1e3 / new_tokens,
+              gpu_loop ? "GPU loop, one launch" : "host loop",
               step_bytes * new_tokens / seconds / 1e12);
   std::vector<int32_t> last(static_cast<size_t>(batch));
-  cuda::memcpy_dtoh(last.data(), tokens[new_tokens % 2].buffer.data(), last.size() * 4);
+  cuda::memcpy_dtoh(last.data(),
+                    gpu_loop ? static_cast<const int32_t*>(all_tokens.buffer.data()) +
+                                   static_cast<size_t>(new_tokens - 1) * batch
+                             : tokens[new_tokens % 2].buffer.data(),
+                    last.size() * 4);
   std::printf("last generated tokens:");
   for (int32_t t : last) std::printf(" %d", t);
   std::printf("\n");

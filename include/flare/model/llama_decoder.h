@@ -75,7 +75,9 @@ enum class DecodeError : int {
 // The kernel of a model and schedule (pipeline depth, activation area), as a JIT spec; the
 // specs CI compiles (on an H100's shared memory: the 8B at batch 1, 2, 4 and 8, the 1B and 3B at
 // batch 1, the 8B with 4-bit weights at batch 1 and 4, the 70B with 4-bit weights at batch 1).
-jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config, const DecodeSchedule& schedule);
+// multi_step: the generate() kernel (a loop over the launch's steps), else step()'s.
+jit::KernelSpec llama_decode_kernel_spec(const LlamaConfig& config, const DecodeSchedule& schedule,
+                                         bool multi_step = false);
 std::vector<jit::KernelSpec> shipped_llama_decode_kernel_specs();
 
 class LlamaDecoder {
@@ -100,6 +102,17 @@ class LlamaDecoder {
   void step(const TensorView& tokens, const TensorView& positions, const TensorView& kv_indptr,
             const TensorView& kv_indices, const TensorView& next_tokens, const TensorView& logits,
             cuda::Stream stream, const SamplingParams& sampling = {});
+
+  // num_steps decode steps in one launch, without the host between them (the GPU-side loop):
+  // step i feeds step i - 1's next tokens at positions[b] + i (step 0: tokens at positions), so
+  // each request's pages must cover positions[b] + num_steps tokens. step_tokens int32
+  // [num_steps, batch] receives every step's next tokens (greedy or sampled as in step(); the
+  // draws of step i use position positions[b] + i, so the tokens equal num_steps step() calls'),
+  // logits the last step's. The weight stream runs on across the steps' boundaries. Throws
+  // kInvalidArgument as step() does, and for num_steps < 1.
+  void generate(const TensorView& tokens, const TensorView& positions, const TensorView& kv_indptr,
+                const TensorView& kv_indices, int num_steps, const TensorView& step_tokens,
+                const TensorView& logits, cuda::Stream stream, const SamplingParams& sampling = {});
 
   // Compiles (NVRTC, disk-cached) and loads the kernel of this batch size now, so that its first
   // step does not (the constructor does it for batch 1). Throws kInvalidArgument outside 1..8.
@@ -134,11 +147,16 @@ class LlamaDecoder {
   struct Variant {
     DecodeSchedule schedule;
     cuda::Function kernel = nullptr;
+    cuda::Function multi_step_kernel = nullptr;  // made on the batch's first generate()
   };
   // The schedule and kernel of each batch size, made on its first step (batches of one
   // capacity share the loaded kernel through jit::get_kernel's table): step() builds no
   // schedule.
   const Variant& variant(int batch);
+  void launch(const char* method, const TensorView& tokens, const TensorView& positions,
+              const TensorView& kv_indptr, const TensorView& kv_indices, int num_steps,
+              const TensorView& next_tokens, const TensorView& logits, cuda::Stream stream,
+              const SamplingParams& sampling);
   std::array<std::optional<Variant>, kMaxDecodeBatch + 1> by_batch_;
   long long* trace_ = nullptr;
   std::unique_ptr<Scratch> scratch_;
