@@ -369,7 +369,7 @@ TEST(LlamaDecoderGpu, GenerateEqualsRepeatedSteps) {
   const std::vector<int32_t> positions = {1, 37, 200}, tokens = {3, 511, 100};
   std::vector<int32_t> last = positions;
   for (int32_t& pos : last) pos += kSteps;  // pages for every step's position
-  const auto [indptr, indices] = permuted_pages(m, last, nullptr);
+  const auto [indptr, indices] = permuted_pages(m, last);
   for (const SamplingParams& s : {SamplingParams{}, SamplingParams{0.9f, 0, 0.8f, 3}}) {
     SCOPED_TRACE("temperature " + std::to_string(s.temperature));
     const StepOutputs looped = run_generate(decoder, tokens, positions, indptr, indices, kSteps, s);
