@@ -5,9 +5,8 @@ per-head sparse decode (PerHeadSparseDecodeWrapper, Quest: flare/_per_head_decod
 
 SpMM and SDDMM have CPU references (flare/sparse/csr.h, coo.h, ell.h, hyb.h: float32, float16
 or bfloat16 operands, float64 accumulation, the result in the dense operands' dtype); SpMM with
-a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h, float32, d a multiple of 32); SDDMM
-on CUDA tensors raises NotImplementedError until its kernel lands (the attention wrappers above
-run on the GPU). A matrix is a torch sparse CSR or COO
+a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h) and SDDMM with a CUDA Q its GPU kernel
+(flare/sparse/sddmm_gpu.h), both float32 with d a multiple of 32. A matrix is a torch sparse CSR or COO
 tensor, or an (indptr, indices, values) triple of numpy arrays / torch tensors with
 `shape=(rows, cols)`. Column indices must be sorted and unique within each
 row (torch's CSR and coalesced COO tensors are); anything else raises ValueError naming the
@@ -112,6 +111,31 @@ def _device_csr(A, shape, device, where):
     return int(rows), int(cols), indptr, indices, values
 
 
+def _sddmm_cuda(A, Q, K, shape, where):
+    """The GPU path: the nonzero-balanced CSR kernel (float32)."""
+    torch = torch_module()
+    rows, cols, arrays, layout = _csr_arrays(A, shape, where)
+    indptr, indices = (torch.as_tensor(x).to(device=Q.device, dtype=torch.int32).contiguous()
+                       for x in arrays[:2])
+    if Q.ndim != 2 or Q.shape[0] != rows:
+        raise ValueError(f"{where}: Q must have shape [rows = {rows}, d], got {list(Q.shape)}")
+    if not is_cuda(K) or K.device != Q.device:
+        raise ValueError(f"{where}: K must be a CUDA tensor on Q's device {Q.device}")
+    if K.ndim != 2 or K.shape[0] != cols or K.shape[1] != Q.shape[1]:
+        raise ValueError(f"{where}: K must have shape [cols = {cols}, d = {Q.shape[1]}], got "
+                         f"{list(K.shape)}")
+    if Q.shape[1] % 32 != 0 or Q.shape[1] == 0:
+        raise NotImplementedError(f"{where}: on the GPU the feature size d must be a positive "
+                                  f"multiple of 32, got {Q.shape[1]}")
+    q = Q if Q.dtype == torch.float32 else Q.float()
+    k = K if K.dtype == torch.float32 else K.float()
+    out = torch.empty(indices.shape[0], dtype=torch.float32, device=Q.device)
+    _flare.sparse_sddmm_cuda(rows, cols, indptr, indices, q, k, out)
+    if layout is None:
+        return out
+    return torch.sparse_csr_tensor(indptr, indices, out, (rows, cols))
+
+
 def _spmm_cuda(A, X, format, shape, where):
     """The GPU path: the CSR kernel (a warp per row, float32)."""
     if format not in ("auto", "csr"):
@@ -176,6 +200,8 @@ def sddmm(A, Q, K, shape=None):
     in A's nonzero order; for a torch sparse A, a torch sparse CSR tensor of A's pattern
     holding them."""
     where = "flare.sparse.sddmm"
+    if is_cuda(Q):
+        return _sddmm_cuda(A, Q, K, shape, where)
     csr = _csr_of(A, shape, where)
     q = _dense_host(Q, "Q", where)
     k = _dense_host(K, "K", where)

@@ -1,6 +1,6 @@
-// flare::sparse (issue 23) for python/flare/sparse.py: SpMM (CPU reference and the GPU kernel) and SDDMM on
-// a CSR matrix given as arrays (directly, or through its COO, ELL or hyb(c, k) form), and the
-// ELL and hyb(c, k) formats as plain Python values.
+// flare::sparse (issue 23) for python/flare/sparse.py: SpMM (CPU reference and the GPU kernel) and
+// SDDMM on a CSR matrix given as arrays (directly, or through its COO, ELL or hyb(c, k) form), and
+// the ELL and hyb(c, k) formats as plain Python values.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -14,8 +14,9 @@
 #include "flare/sparse/coo.h"
 #include "flare/sparse/csr.h"
 #include "flare/sparse/ell.h"
-#include "flare/sparse/hyb.h"
 #include "flare/sparse/generate.h"
+#include "flare/sparse/hyb.h"
+#include "flare/sparse/sddmm_gpu.h"
 #include "flare/sparse/spmm_gpu.h"
 #include "object_view.h"
 #include "tensor_arg.h"
@@ -116,6 +117,24 @@ void bind_sparse(nb::module_& m) {
       },
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
       nb::arg("x"), nb::arg("y"), "y <- A x on the GPU (CUDA torch tensors, torch's stream).");
+  m.def(
+      "sparse_sddmm_cuda",
+      [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle q,
+         nb::handle k, nb::handle out) {
+        sparse::Csr a;
+        a.rows = rows;
+        a.cols = cols;
+        a.indptr = object_view(indptr, "indptr");
+        a.indices = object_view(indices, "indices");
+        const TensorView q_view = object_view(q, "Q");
+        FLARE_CHECK(q_view.device.is_cuda(), ErrorCode::kInvalidArgument,
+                    "flare.sparse.sddmm: Q must be a CUDA tensor here, got ", q_view.device.str());
+        sparse::sddmm(a, q_view, object_view(k, "K"), object_view(out, "out"),
+                      reinterpret_cast<cuda::Stream>(torch_current_stream(q_view.device.index)));
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("q"),
+      nb::arg("k"), nb::arg("out"),
+      "out <- (Q K^T) at A's nonzeros on the GPU (CUDA torch tensors, torch's stream).");
   m.def(
       "sparse_spmm",
       [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,

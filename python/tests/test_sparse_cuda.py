@@ -1,7 +1,7 @@
-"""flare.sparse.spmm on CUDA tensors (the GPU CSR kernel) against torch.sparse.mm in float64:
+"""flare.sparse.spmm and sddmm on CUDA tensors (the GPU CSR kernels) against float64 torch:
 torch sparse CSR and COO inputs and (indptr, indices, values) triples, feature sizes 32-512, a
-power-law graph with a long row, non-contiguous X; formats the GPU lacks and feature sizes
-that are not multiples of 32 raise. Skipped visibly without PyTorch or a CUDA device."""
+power-law graph with a long row, non-contiguous operands; formats the GPU lacks and feature
+sizes that are not multiples of 32 raise. Skipped visibly without PyTorch or a CUDA device."""
 
 import pytest
 
@@ -65,3 +65,42 @@ def test_what_the_gpu_kernel_lacks_raises():
     x = torch.randn(3, 32, device=DEVICE)
     y = flare.sparse.spmm((indptr, indices, values), x, shape=(2, 3))
     torch.testing.assert_close(y, torch.stack([2.0 * x[1], torch.zeros(32, device=DEVICE)]))
+
+
+@pytest.mark.parametrize("d", [32, 128, 512])
+def test_sddmm_matches_float64_on_csr_coo_and_triples(d):
+    a = random_csr(300, 257, 4000, seed=d)
+    q = torch.randn(300, d, device=DEVICE)
+    k = torch.randn(257, d, device=DEVICE)
+    dense = q.double().cpu() @ k.double().cpu().T
+    rows = torch.repeat_interleave(torch.arange(300), a.crow_indices().diff())
+    want = dense[rows, a.col_indices()]
+    for given in (a.to(DEVICE), a.to_sparse_coo().to(DEVICE)):
+        out = flare.sparse.sddmm(given, q, k)
+        assert out.layout == torch.sparse_csr and out.device == q.device
+        torch.testing.assert_close(out.values().cpu().double(), want, atol=1e-4, rtol=1e-4)
+    pattern = (a.crow_indices().to(DEVICE), a.col_indices().to(DEVICE), None)
+    out = flare.sparse.sddmm(pattern, q, k, shape=(300, 257))
+    assert out.dtype == torch.float32 and out.shape == (4000,)
+    torch.testing.assert_close(out.cpu().double(), want, atol=1e-4, rtol=1e-4)
+
+
+def test_sddmm_on_a_power_law_graph_with_strided_operands():
+    indptr, indices = flare.sparse.graph("rmat", 5000, 60000, seed=2)
+    a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
+                                torch.ones(indices.shape[0]), (5000, 5000))
+    q = torch.randn(5000, 160, device=DEVICE)[:, 16:144]
+    k = torch.randn(5000, 160, device=DEVICE)[:, 8:136]
+    out = flare.sparse.sddmm(a.to(DEVICE), q, k)
+    want = torch.sparse.sampled_addmm(a.to(DEVICE), q.contiguous(), k.T.contiguous(), beta=0.0)
+    torch.testing.assert_close(out.values(), want.values(), atol=1e-4, rtol=1e-4)
+    with pytest.raises(NotImplementedError, match="multiple of 32, got 48"):
+        flare.sparse.sddmm(a.to(DEVICE), torch.randn(5000, 48, device=DEVICE),
+                           torch.randn(5000, 48, device=DEVICE))
+    # Column ids outside the matrix: no read outside K, those entries are 0.
+    pattern = (torch.tensor([0, 2, 3], dtype=torch.int32, device=DEVICE),
+               torch.tensor([1, 99, -4], dtype=torch.int32, device=DEVICE), None)
+    q2, k2 = torch.randn(2, 32, device=DEVICE), torch.randn(3, 32, device=DEVICE)
+    out = flare.sparse.sddmm(pattern, q2, k2, shape=(2, 3))
+    torch.testing.assert_close(out, torch.stack([q2[0] @ k2[1], torch.tensor(0.0, device=DEVICE),
+                                                 torch.tensor(0.0, device=DEVICE)]))

@@ -1,15 +1,18 @@
-// The GPU SpMM (flare/sparse/spmm_gpu.h, kernels/spmm_csr.cuh) against the float64 CPU
-// reference: random CSR matrices with empty rows and one row holding 30% of the nonzeros, a
-// single-column matrix, feature sizes 32-512, padded row strides (every vector width), and
-// column indices outside [0, cols) (they contribute nothing, nothing is read outside the
-// tensors). Outputs are NaN-poisoned first. Skips without a CUDA device.
+// The GPU SpMM and SDDMM (flare/sparse/spmm_gpu.h, sddmm_gpu.h; kernels/spmm_csr.cuh,
+// sddmm_csr.cuh) against the float64 CPU references: random CSR matrices with empty rows and one
+// row holding 30% of the nonzeros, a single-column matrix, feature sizes 32-512, padded row
+// strides (every vector width), and column indices outside [0, cols) (they contribute nothing,
+// nothing is read outside the tensors). Outputs are NaN-poisoned first. Skips without a CUDA
+// device.
+#include "flare/sparse/spmm_gpu.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "flare/jit/cuda_sync.h"
-#include "flare/sparse/spmm_gpu.h"
+#include "flare/sparse/sddmm_gpu.h"
 #include "gpu/decode_test_support.h"
 #include "sparse/random_csr.h"
 #include "testing/random.h"
@@ -57,9 +60,11 @@ void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference
   sparse::CsrStorage magnitude = reference;
   for (float& v : magnitude.values) v = std::abs(v);
   HostTensor x_abs(DType::kF32, {std::max<int64_t>(a.cols, 1), stride});
-  for (int64_t i = 0; i < x_abs.numel(); ++i) x_abs.data<float>()[i] = std::abs(x_storage.data<float>()[i]);
+  for (int64_t i = 0; i < x_abs.numel(); ++i)
+    x_abs.data<float>()[i] = std::abs(x_storage.data<float>()[i]);
   HostTensor l1(DType::kF32, {a.rows, d});
-  sparse::spmm_reference(magnitude.view(), rows_view(x_abs.data<float>(), a.cols, d, stride, Device::cpu()),
+  sparse::spmm_reference(magnitude.view(),
+                         rows_view(x_abs.data<float>(), a.cols, d, stride, Device::cpu()),
                          l1.view());
 
   const HostTensor indptr = int32_tensor(a.indptr), indices = int32_tensor(a.indices);
@@ -123,6 +128,95 @@ TEST(SpmmGpu, ColumnsOutsideTheMatrixContributeNothing) {
     reference.values[e] = 0.0f;  // the reference keeps a valid column, with no weight
   }
   check_spmm(a, reference, 128, 128, 22);
+}
+
+// out = (Q K^T) at A's pattern on the GPU (Q and K with rows of `stride` floats, d used)
+// against the float64 reference; nonzeros listed in `outside` hold a column outside the matrix
+// and must give 0.
+void check_sddmm(const sparse::CsrStorage& a, int64_t d, int64_t stride, uint64_t seed,
+                 const std::vector<size_t>& outside = {}) {
+  SCOPED_TRACE(::testing::Message() << a.rows << " x " << a.cols << " nnz " << a.indices.size()
+                                    << " d " << d << " stride " << stride);
+  const auto nnz = static_cast<int64_t>(a.indices.size());
+  HostTensor q_storage(DType::kF32, {std::max<int64_t>(a.rows, 1), stride});
+  HostTensor k_storage(DType::kF32, {std::max<int64_t>(a.cols, 1), stride});
+  testing::fill_random(q_storage.view(), seed);
+  testing::fill_random(k_storage.view(), seed + 1);
+  // The reference on a copy of A whose outside columns point at column 0 (their results are
+  // checked to be 0 instead).
+  sparse::CsrStorage valid = a;
+  for (const size_t e : outside) valid.indices[e] = 0;
+  HostTensor expected(DType::kF32, {nnz}), l1(DType::kF32, {nnz});
+  sparse::sddmm_reference(
+      valid.view(), rows_view(q_storage.data<float>(), a.rows, d, stride, Device::cpu()),
+      rows_view(k_storage.data<float>(), a.cols, d, stride, Device::cpu()), expected.view());
+  const auto absolute = [](const HostTensor& t) {
+    HostTensor out(DType::kF32, {t.view().shape[0], t.view().shape[1]});
+    for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = std::abs(t.data<float>()[i]);
+    return out;
+  };
+  const HostTensor q_abs = absolute(q_storage), k_abs = absolute(k_storage);
+  sparse::sddmm_reference(
+      valid.view(), rows_view(q_abs.data<float>(), a.rows, d, stride, Device::cpu()),
+      rows_view(k_abs.data<float>(), a.cols, d, stride, Device::cpu()), l1.view());
+
+  const HostTensor indptr = int32_tensor(a.indptr), indices = int32_tensor(a.indices);
+  HostTensor out(DType::kF32, {std::max<int64_t>(nnz, 1)});
+  out.fill(std::nanf(""));
+  const DeviceCopy indptr_d = to_device(indptr), indices_d = to_device(indices);
+  const DeviceCopy q_d = to_device(q_storage), k_d = to_device(k_storage), out_d = to_device(out);
+  sparse::Csr a_d;
+  a_d.rows = a.rows;
+  a_d.cols = a.cols;
+  a_d.indptr = indptr_d.view;
+  a_d.indices = indices_d.view;
+  TensorView out_view = out_d.view;
+  out_view.shape[0] = nnz;
+  sparse::sddmm(a_d, rows_view(q_d.buffer.data(), a.rows, d, stride, Device::cuda(0)),
+                rows_view(k_d.buffer.data(), a.cols, d, stride, Device::cuda(0)), out_view,
+                nullptr);
+  cuda::device_synchronize();
+  HostTensor back(DType::kF32, {std::max<int64_t>(nnz, 1)});
+  cuda::memcpy_dtoh(back.data<float>(), out_d.buffer.data(), static_cast<size_t>(back.numel()) * 4);
+  double worst = 0.0;
+  for (int64_t e = 0; e < nnz; ++e) {
+    const float got = back.data<float>()[e];
+    ASSERT_FALSE(std::isnan(got)) << "nonzero " << e << " unwritten";
+    if (std::find(outside.begin(), outside.end(), static_cast<size_t>(e)) != outside.end()) {
+      EXPECT_EQ(got, 0.0f) << "nonzero " << e << " has a column outside the matrix";
+      continue;
+    }
+    // float32 dot products of d terms (fma chains, then a shuffle tree): (d + 8) roundoffs.
+    const double bound = (static_cast<double>(d) + 8.0) * 0x1p-24 * l1.data<float>()[e] + 1e-30;
+    worst = std::max(worst, std::abs(got - static_cast<double>(expected.data<float>()[e])) / bound);
+  }
+  EXPECT_LE(worst, 1.0);
+}
+
+TEST(SddmmGpu, MatchesTheFloat64ReferenceAtEveryFeatureSizeAndStride) {
+  FLARE_REQUIRE_GPU();
+  cuda::set_device(0);
+  const sparse::CsrStorage a = sparse_testing::random_csr(300, 257, 0.05, 0.3, 31);
+  for (const int64_t d : {32, 64, 128, 256, 512}) check_sddmm(a, d, d, static_cast<uint64_t>(d));
+  check_sddmm(a, 128, 132, 3);  // padded rows: 16-byte vectors still
+  check_sddmm(a, 64, 66, 4);    // 8-byte vectors
+  check_sddmm(a, 32, 33, 5);    // single floats
+  const sparse::CsrStorage column = sparse_testing::random_csr(1000, 1, 0.5, 0.0, 32);
+  check_sddmm(column, 64, 64, 6);
+  const sparse::CsrStorage wide = sparse_testing::random_csr(40, 5000, 0.2, 0.3, 33);
+  check_sddmm(wide, 512, 512, 7);
+}
+
+TEST(SddmmGpu, ColumnsOutsideTheMatrixGiveZeroAndReadNothing) {
+  FLARE_REQUIRE_GPU();
+  cuda::set_device(0);
+  sparse::CsrStorage a = sparse_testing::random_csr(64, 100, 0.2, 0.0, 41);
+  ASSERT_GE(a.indices.size(), 3u);
+  const std::vector<size_t> outside = {0, a.indices.size() / 2, a.indices.size() - 1};
+  for (const size_t e : outside) {
+    a.indices[e] = e == 0 ? -5 : static_cast<int32_t>(a.cols + 1000 * e);
+  }
+  check_sddmm(a, 128, 128, 42, outside);
 }
 
 }  // namespace

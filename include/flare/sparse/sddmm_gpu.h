@@ -1,0 +1,34 @@
+// SDDMM on the GPU (issue 23): out[e] = q_i . k_j at every nonzero e = (i, j) of a CSR A whose
+// arrays are on a CUDA device, with the kernel of kernels/sddmm_csr.cuh (nonzero-balanced warps,
+// float32). The CPU reference is flare/sparse/csr.h's sddmm_reference.
+#pragma once
+
+#include <vector>
+
+#include "flare/jit/compiler.h"
+#include "flare/jit/cuda_driver.h"
+#include "flare/sparse/csr.h"
+
+namespace flare::sparse {
+
+// out = (Q K^T) sampled at A's pattern, on `stream`, without synchronizing or allocating
+// (CUDA-graph safe after the first call per feature size, which compiles the kernel: NVRTC,
+// disk-cached).
+//   a: indptr int32 [rows + 1], indices int32 [nnz] on q's device (contiguous; values unused);
+//      not validated on the device: an indptr entry outside [0, nnz] is clamped and a column
+//      outside [0, cols) gives 0 (no read outside the tensors), so only a well-formed CSR
+//      (validate_csr on a host copy) gives Q K^T at its pattern.
+//   q: float32 [rows, d], k: float32 [cols, d], CUDA, unit stride along d, rows any stride; d a
+//      positive multiple of 32. out: float32 [nnz], contiguous, same device.
+// Errors (before anything is launched): kInvalidArgument naming the argument (shape, dtype,
+// device, stride; nonzeros without rows), kUnsupported for d not a multiple of 32 or rows / nnz
+// of 2^31 and more.
+void sddmm(const Csr& a, const TensorView& q, const TensorView& k, const TensorView& out,
+           cuda::Stream stream);
+
+// The kernel of d features with `vec` floats per lane load (4, 2 or 1), as a JIT spec.
+jit::KernelSpec sddmm_csr_kernel_spec(int features, int vec);
+// The specs CI compiles: d = 32, 64, 128, 256, 512 at the widest vector.
+std::vector<jit::KernelSpec> shipped_sddmm_kernel_specs();
+
+}  // namespace flare::sparse

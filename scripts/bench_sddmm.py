@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""SDDMM through the public Python API (issue 23): flare.sparse.sddmm on CUDA tensors (the CSR
+kernel, nonzero-balanced warps, no decomposition yet) next to torch.sparse.sampled_addmm on the
+same CSR tensor, float32, in one process; and Q K^T computed dense then gathered at the pattern
+where that product fits in memory (it does not for these graphs' node counts).
+
+Graphs: bench_spmm.py's seeded synthetic graphs (named as such). Per graph and feature size d:
+GPU time from a CUDA-graph replay and eager time of each call; the achieved rate against the
+minimum traffic (A's indptr and indices read once, Q and K once, the output written once) over
+the device's copy bandwidth measured in the same process.
+Usage: python3 scripts/bench_sddmm.py [--features 32,128,512] [--graphs arxiv,proteins,reddit]
+       [--calls 20] [--json F]
+"""
+import argparse
+import json
+
+import torch
+
+import flare
+from bench_python import eager_us, graph_us, guarded
+from bench_spmm import GRAPHS, copy_bandwidth
+
+DENSE_LIMIT_BYTES = 20 << 30  # Q K^T must fit next to everything else
+
+
+def options():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--features", default="32,128,512")
+    parser.add_argument("--graphs", default="arxiv,proteins,reddit")
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--json", help="write every measurement here")
+    return parser.parse_args()
+
+
+def main():
+    args = options()
+    torch.manual_seed(0)
+    bandwidth = copy_bandwidth()
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, copy bandwidth "
+          f"{bandwidth / 1e12:.2f} TB/s")
+    rows = []
+    for name in args.graphs.split(","):
+        kind, nodes, edges = GRAPHS[name]
+        indptr, indices = flare.sparse.graph(kind, nodes, edges, seed=1)
+        a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
+                                    torch.ones(indices.shape[0]), (nodes, nodes)).cuda()
+        pattern = (a.crow_indices().to(torch.int32), a.col_indices().to(torch.int32), None)
+        for d in (int(x) for x in args.features.split(",")):
+            q = torch.randn(nodes, d, device="cuda")
+            k = torch.randn(nodes, d, device="cuda")
+            row = {"graph": f"{name} (synthetic {kind})", "nodes": nodes, "nnz": int(edges),
+                   "d": d}
+            traffic = edges * 8 + (nodes + 1) * 4 + 2 * nodes * d * 4
+            flare_call = lambda: flare.sparse.sddmm(pattern, q, k, shape=(nodes, nodes))  # noqa: E731
+            torch_call = lambda: torch.sparse.sampled_addmm(a, q, k.T, beta=0.0)  # noqa: E731
+            want = torch_call().values()
+            got = flare_call()
+            row["max_rel_diff"] = ((got - want).abs().max() / want.abs().max()).item()
+            calls = [("flare", flare_call), ("sampled_addmm", torch_call)]
+            if nodes * nodes * 4 <= DENSE_LIMIT_BYTES:
+                r_idx = torch.repeat_interleave(torch.arange(nodes, device="cuda"),
+                                                a.crow_indices().diff())
+                c_idx = a.col_indices()
+                calls.append(("dense", lambda: (q @ k.T)[r_idx, c_idx]))
+            for label, call in calls:
+                row[f"{label}_eager_us"] = eager_us(call, args.calls)
+                row[f"{label}_graph_us"] = guarded(f"{label} graph", lambda: graph_us(call, 5))
+            best = row["flare_graph_us"] or row["flare_eager_us"]
+            row["flare_traffic_fraction"] = traffic / (best * 1e-6) / bandwidth
+            rows.append(row)
+            del q, k
+        del a, pattern
+        torch.cuda.empty_cache()
+    print("\n| graph | d | flare us (graph / eager) | sampled_addmm us (graph / eager) | speedup "
+          "| dense then gather us | flare: minimum traffic / copy bandwidth |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        def cell(label):
+            if f"{label}_eager_us" not in r:
+                return "does not fit"
+            graph = r[f"{label}_graph_us"]
+            return f"{graph:.1f} / {r[f'{label}_eager_us']:.1f}" if graph else \
+                f"n/a / {r[f'{label}_eager_us']:.1f}"
+
+        key = "graph_us" if r["flare_graph_us"] and r["sampled_addmm_graph_us"] else "eager_us"
+        speedup = r[f"sampled_addmm_{key}"] / r[f"flare_{key}"]
+        print(f"| {r['graph']}, {r['nnz']:,} nnz | {r['d']} | {cell('flare')} | "
+              f"{cell('sampled_addmm')} | {speedup:.1f} | {cell('dense')} | "
+              f"{r['flare_traffic_fraction']:.2f} |")
+    print("max |flare - sampled_addmm| / max |sampled_addmm|: " +
+          ", ".join(f"{r['graph'].split()[0]}@{r['d']}={r['max_rel_diff']:.1e}" for r in rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+// SDDMM on the GPU (flare/sparse/sddmm_gpu.h): argument checks, the kernel's vector width, the
+// launch of kernels/sddmm_csr.cuh.
+#include "flare/sparse/sddmm_gpu.h"
+
+#include <algorithm>
+#include <string>
+
+#include "flare/core/error.h"
+#include "flare/jit/module.h"
+#include "kernels/sddmm_csr.cuh"
+
+namespace flare::sparse {
+namespace {
+
+constexpr const char* kWhat = "flare::sparse::sddmm";
+
+void check_array(const TensorView& t, const char* name, DType dtype, int64_t size,
+                 const Device& device) {
+  FLARE_CHECK(t.ndim == 1 && t.shape[0] == size && t.dtype == dtype && t.device == device &&
+                  (size <= 1 || t.strides[0] == 1) && (size == 0 || t.data != nullptr),
+              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous ",
+              dtype_name(dtype), " [", size, "] tensor on ", device.str(), ", got ",
+              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+}
+
+void check_dense(const TensorView& t, const char* name, int64_t rows, int64_t d,
+                 const Device& device) {
+  FLARE_CHECK(t.ndim == 2 && t.shape[0] == rows && t.shape[1] == d && t.dtype == DType::kF32 &&
+                  t.device == device && (d <= 1 || t.strides[1] == 1) &&
+                  (rows <= 1 || t.strides[0] >= d),
+              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a float32 [", rows, ", ", d,
+              "] tensor on ", device.str(), " with unit stride along its last dimension, got ",
+              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+}
+
+// The widest load (4, 2, 1 floats) that d and both tensors' alignment allow.
+int vector_width(int64_t d, const TensorView& q, const TensorView& k) {
+  for (int vec : {4, 2, 1}) {
+    const auto aligned = [vec](const TensorView& t) {
+      const int64_t bytes = vec * 4;
+      return reinterpret_cast<uintptr_t>(t.data) % bytes == 0 &&
+             (t.shape[0] <= 1 || t.strides[0] * 4 % bytes == 0);
+    };
+    if (d % vec == 0 && aligned(q) && aligned(k)) return vec;
+  }
+  return 1;
+}
+
+}  // namespace
+
+jit::KernelSpec sddmm_csr_kernel_spec(int features, int vec) {
+  FLARE_CHECK(features > 0 && features % 32 == 0, ErrorCode::kUnsupported, kWhat,
+              ": the GPU kernel takes feature sizes that are positive multiples of 32, got ",
+              features);
+  FLARE_CHECK(vec == 1 || vec == 2 || vec == 4, ErrorCode::kInvalidArgument, kWhat,
+              ": vector width ", vec, " must be 1, 2 or 4");
+  jit::KernelSpec spec;
+  spec.family_header = "sddmm_csr.cuh";
+  spec.entry = "flare_sddmm_csr";
+  spec.defines = {{"FLARE_SDDMM_FEATURES", std::to_string(features)},
+                  {"FLARE_SDDMM_VEC", std::to_string(vec)}};
+  spec.label = "sddmm csr f32 d=" + std::to_string(features) + " vec=" + std::to_string(vec);
+  return spec;
+}
+
+std::vector<jit::KernelSpec> shipped_sddmm_kernel_specs() {
+  std::vector<jit::KernelSpec> specs;
+  for (int d : {32, 64, 128, 256, 512}) specs.push_back(sddmm_csr_kernel_spec(d, 4));
+  return specs;
+}
+
+void sddmm(const Csr& a, const TensorView& q, const TensorView& k, const TensorView& out,
+           cuda::Stream stream) {
+  FLARE_CHECK(q.device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
+              ": q must be a CUDA tensor (the CPU operator is sddmm_reference), got q on ",
+              q.device.str());
+  FLARE_CHECK(a.rows >= 0 && a.cols >= 0, ErrorCode::kInvalidArgument, kWhat,
+              ": rows and cols must be >= 0, got ", a.rows, " x ", a.cols);
+  const int64_t nnz = a.nnz();
+  const int64_t d = q.ndim == 2 ? q.shape[1] : -1;
+  check_array(a.indptr, "A.indptr", DType::kI32, a.rows + 1, q.device);
+  check_array(a.indices, "A.indices", DType::kI32, nnz, q.device);
+  check_dense(q, "q", a.rows, d, q.device);
+  check_dense(k, "k", a.cols, d, q.device);
+  check_array(out, "out", DType::kF32, nnz, q.device);
+  FLARE_CHECK(d > 0 && d % 32 == 0, ErrorCode::kUnsupported, kWhat,
+              ": the GPU kernel takes feature sizes (q's last dimension) that are positive "
+              "multiples of 32, got ",
+              d);
+  FLARE_CHECK(a.rows < (int64_t{1} << 31) && nnz < (int64_t{1} << 31), ErrorCode::kUnsupported,
+              kWhat, ": rows and nnz must be below 2^31, got ", a.rows, " and ", nnz);
+  FLARE_CHECK(a.rows > 0 || nnz == 0, ErrorCode::kInvalidArgument, kWhat, ": A has ", nnz,
+              " nonzeros but no rows");
+  if (nnz == 0) return;
+
+  SddmmCsrParams p{};
+  p.indptr = a.indptr.ptr<const int32_t>();
+  p.indices = a.indices.ptr<const int32_t>();
+  p.q = q.ptr<const float>();
+  p.k = k.ptr<const float>();
+  p.out = out.ptr<float>();
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.nnz = nnz;
+  p.q_stride = a.rows > 1 ? q.strides[0] : d;
+  p.k_stride = a.cols > 1 ? k.strides[0] : d;
+
+  const cuda::DeviceScope scope(q.device.index);
+  const cuda::Function function =
+      jit::get_kernel(sddmm_csr_kernel_spec(static_cast<int>(d), vector_width(d, q, k)),
+                      "flare_sddmm_csr", q.device.index);
+  constexpr int64_t kWarpsPerBlock = kSddmmThreads / 32;
+  const cuda::DeviceProperties props = cuda::device_properties(q.device.index);
+  const int64_t tasks = (nnz + kSddmmChunk - 1) / kSddmmChunk;
+  // Enough warps to fill every SM several times; the loop strides over the rest.
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(
+      int64_t{props.num_sms} * 16, (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  void* args[] = {&p};
+  cuda::launch(function, blocks, 1, 1, kSddmmThreads, 1, 1, 0, stream, args);
+}
+
+}  // namespace flare::sparse
