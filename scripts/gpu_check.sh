@@ -129,7 +129,7 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   # Racecheck skips the megakernel test whose CTAs reuse pipeline stages: it reports every
   # reuse as a WAR hazard between the consumers' reads and the producer's next bulk copy,
   # which the stage's `empty` mbarrier orders (docs/megakernel_design.md, "Verification").
-  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:PrefillHopper.RaggedF16Gqa8OddLengths:MergeGpu.PairOddShapes:AppendPagedKVGpu.*:*IndexSafety*:LlamaDecoderGpu.*' \
+  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:PrefillHopper.RaggedF16Gqa8OddLengths:MergeGpu.PairOddShapes:AppendPagedKVGpu.*:*IndexSafety*:LlamaDecoderGpu.*:SpmmGpu.ColumnsOutside*:SddmmGpu.ColumnsOutside*' \
     'LlamaDecoderGpu.FourBit*'
 fi
 
