@@ -61,6 +61,21 @@ if ! { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   exit 1
 fi
 
+run_sharded() {  # name, gtest filter: the GPU test binary in parallel shards (the JIT compiles
+  # of a cold cache dominate a serial run: ~9 minutes for half the suite), one log per shard
+  local name=$1 filter=$2 shards=${FLARE_GPU_SHARDS:-8} i rc=0
+  for ((i = 0; i < shards; i++)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$BUILD/flare_gpu_tests" \
+      --gtest_filter="$filter" --gtest_output="json:$OUT/${name}_$i.json" >"$OUT/${name}_$i.log" 2>&1 &
+  done
+  for ((i = 0; i < shards; i++)); do wait -n || rc=1; done
+  cat "$OUT/${name}"_*.log >"$OUT/$name.log"
+  grep -E "^\[  FAILED  \]" "$OUT/$name.log" | sort -u | tail -n 25
+  echo "$name: $(grep -hE '^\[  PASSED  \]' "$OUT/${name}"_*.log | awk '{n += $4} END {print n + 0}') passed" \
+    "in $shards shards; exit $rc"
+  [ "$rc" -eq 0 ] || status=1
+}
+
 sanitize() {  # filter [racecheck exclusions]: compute-sanitizer memcheck and racecheck
   for tool in memcheck racecheck; do
     local filter=$1
@@ -108,8 +123,7 @@ fi
 
 if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   step "GPU tests vs the float64 reference"
-  run_logged gpu_tests "$BUILD/flare_gpu_tests" --gtest_filter="${FLARE_GPU_FILTER:-*}:-DecodeBenchmark.*" \
-    --gtest_output="json:$OUT/gpu_tests.json"
+  run_sharded gpu_tests "${FLARE_GPU_FILTER:-*}:-DecodeBenchmark.*"
   # On sm_90 the suite above runs the Hopper prefill family where auto picks it (ragged K/V
   # without RoPE) and FA2 elsewhere: the prefill tests run again on each family alone (under fa3
   # less the four that pin the FA2 family's 16-row query tiles, which kFA3 refuses).
@@ -118,8 +132,8 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
     only_fa2=""
     [ "$family" = fa3 ] && only_fa2="-PrefillGpu.EveryQueryTile:UserVariantPrefill.LibraryPrefixLm*"\
 ":UserVariantPrefill.LibraryDocumentMask*:UserVariantPrefill.AMaskThatIsNotAWindow*"
-    run_logged "gpu_tests_$family" env FLARE_TEST_PREFILL_BACKEND=$family "$BUILD/flare_gpu_tests" \
-      --gtest_filter="PrefillGpu.*:UserVariantPrefill.*${only_fa2:+:$only_fa2}"
+    FLARE_TEST_PREFILL_BACKEND=$family run_sharded "gpu_tests_$family" \
+      "PrefillGpu.*:UserVariantPrefill.*${only_fa2:+:$only_fa2}"
   done
   step "CLI cuda round trips and JIT device test"
   run_logged tools_tests "$BUILD/flare_tools_tests" --gtest_filter='*Cuda*:*Gpu*:*GPU*:*Device*'
