@@ -436,6 +436,7 @@ BatchDecodeConfig planner_test_config(int max_batch) {
 // Long single requests must be split across CTAs (that is what makes batch 1 fast) and merged.
 TEST(BatchDecodePlan, LongRequestsAreSplitAndMerged) {
   FLARE_REQUIRE_GPU();
+  cuda::set_device(0);  // current context for the closing synchronize (run alone: sharded)
   BatchDecodeConfig config = planner_test_config(4);
   BatchDecode decode(config);
   const std::vector<int32_t> indptr = {0, 2048};
@@ -454,6 +455,7 @@ TEST(BatchDecodePlan, LongRequestsAreSplitAndMerged) {
 // CUDA-graph wrapper (whose captured grid is fixed), use every CTA.
 TEST(BatchDecodePlan, FewTilesPlanTwoOfFourCtasPerSmOutsideGraphs) {
   FLARE_REQUIRE_GPU();
+  cuda::set_device(0);  // current context for the closing synchronize (run alone: sharded)
   BatchDecodeConfig config = planner_test_config(64);
   const int num_sms = cuda::device_properties(0).num_sms;
   for (const bool graph : {false, true}) {
