@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """SpMM through the public Python API (issue 23): flare.sparse.spmm on CUDA tensors (the CSR
-kernel, a warp per row, no decomposition yet) next to cuSPARSE through torch.sparse.mm on the
+kernels: merge-based, no decomposition yet) next to cuSPARSE through torch.sparse.mm on the
 same CSR tensor, float32, in one process.
 
 Graphs: seeded synthetic graphs from flare.sparse.graph, named as such (no real graph is read

@@ -137,7 +137,7 @@ def _sddmm_cuda(A, Q, K, shape, where):
 
 
 def _spmm_cuda(A, X, format, shape, where):
-    """The GPU path: the CSR kernel (a warp per row, float32)."""
+    """The GPU path: the CSR kernels (merge-based, float32)."""
     if format not in ("auto", "csr"):
         raise NotImplementedError(f"{where}: format {format!r} runs on the CPU backend only; on "
                                   "CUDA tensors the GPU has 'csr' (or 'auto')")
@@ -151,7 +151,11 @@ def _spmm_cuda(A, X, format, shape, where):
     x = X if X.dtype == torch.float32 else X.float()
     y = torch.empty((rows, x.shape[1] if x.ndim == 2 else 0), dtype=torch.float32,
                     device=X.device)
-    _flare.sparse_spmm_cuda(rows, cols, indptr, indices, values, x, y)
+    # The split rows' partial sums (a few bytes a nonzero), from torch's caching allocator: a
+    # CUDA graph captures it from its pool.
+    workspace = torch.empty(_flare.sparse_spmm_workspace_bytes(indices.shape[0], x.shape[1]),
+                            dtype=torch.uint8, device=X.device)
+    _flare.sparse_spmm_cuda(rows, cols, indptr, indices, values, x, y, workspace)
     return y
 
 

@@ -102,7 +102,7 @@ void bind_sparse(nb::module_& m) {
   m.def(
       "sparse_spmm_cuda",
       [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle values,
-         nb::handle x, nb::handle y) {
+         nb::handle x, nb::handle y, nb::handle workspace) {
         sparse::Csr a;
         a.rows = rows;
         a.cols = cols;
@@ -112,11 +112,17 @@ void bind_sparse(nb::module_& m) {
         const TensorView x_view = object_view(x, "X");
         FLARE_CHECK(x_view.device.is_cuda(), ErrorCode::kInvalidArgument,
                     "flare.sparse.spmm: X must be a CUDA tensor here, got ", x_view.device.str());
-        sparse::spmm(a, x_view, object_view(y, "y"),
+        sparse::spmm(a, x_view, object_view(y, "y"), object_view(workspace, "workspace"),
                      reinterpret_cast<cuda::Stream>(torch_current_stream(x_view.device.index)));
       },
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
-      nb::arg("x"), nb::arg("y"), "y <- A x on the GPU (CUDA torch tensors, torch's stream).");
+      nb::arg("x"), nb::arg("y"), nb::arg("workspace"),
+      "y <- A x on the GPU (CUDA torch tensors, torch's stream; workspace of "
+      "sparse_spmm_workspace_bytes bytes).");
+  m.def(
+      "sparse_spmm_workspace_bytes",
+      [](int64_t nnz, int64_t d) { return sparse::spmm_workspace_bytes(nnz, d); }, nb::arg("nnz"),
+      nb::arg("d"), "Device bytes of the GPU SpMM's workspace (flare/sparse/spmm_gpu.h).");
   m.def(
       "sparse_sddmm_cuda",
       [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle q,

@@ -48,6 +48,28 @@ int vector_width(int64_t d, const TensorView& x, const TensorView& y) {
 
 }  // namespace
 
+int64_t spmm_chunk_nonzeros(int64_t d) { return std::max<int64_t>(128, d); }
+
+namespace {
+
+int64_t chunk_count(int64_t nnz, int64_t d) {
+  const int64_t chunk = spmm_chunk_nonzeros(d);
+  return std::max<int64_t>(1, (nnz + chunk - 1) / chunk);
+}
+
+// The carry rows first (16-byte aligned as the workspace), then their row indices.
+size_t carry_row_offset(int64_t nnz, int64_t d) {
+  return (static_cast<size_t>(chunk_count(nnz, d)) * static_cast<size_t>(d) * 4 + 15) / 16 * 16;
+}
+
+}  // namespace
+
+size_t spmm_workspace_bytes(int64_t nnz, int64_t d) {
+  FLARE_CHECK(nnz >= 0 && d > 0, ErrorCode::kInvalidArgument, kWhat,
+              "_workspace_bytes: nnz must be >= 0 and d > 0, got ", nnz, " and ", d);
+  return carry_row_offset(nnz, d) + static_cast<size_t>(chunk_count(nnz, d)) * 4;
+}
+
 jit::KernelSpec spmm_csr_kernel_spec(int features, int vec) {
   FLARE_CHECK(features > 0 && features % 32 == 0, ErrorCode::kUnsupported, kWhat,
               ": the GPU kernel takes feature sizes that are positive multiples of 32, got ",
@@ -57,7 +79,7 @@ jit::KernelSpec spmm_csr_kernel_spec(int features, int vec) {
               " must be 1, 2 or 4 and divide d / 32 = ", features / 32);
   jit::KernelSpec spec;
   spec.family_header = "spmm_csr.cuh";
-  spec.entry = "flare_spmm_csr";
+  spec.entry = "flare_spmm_csr;flare_spmm_csr_carries";
   spec.defines = {{"FLARE_SPMM_FEATURES", std::to_string(features)},
                   {"FLARE_SPMM_VEC", std::to_string(vec)}};
   spec.label = "spmm csr f32 d=" + std::to_string(features) + " vec=" + std::to_string(vec);
@@ -70,7 +92,8 @@ std::vector<jit::KernelSpec> shipped_spmm_kernel_specs() {
   return specs;
 }
 
-void spmm(const Csr& a, const TensorView& x, const TensorView& y, cuda::Stream stream) {
+void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
+          cuda::Stream stream) {
   FLARE_CHECK(x.device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
               ": x must be a CUDA tensor (the CPU operator is spmm_reference), got x on ",
               x.device.str());
@@ -89,6 +112,17 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, cuda::Stream s
               "multiples of 32, got ", d);
   FLARE_CHECK(a.rows < (int64_t{1} << 31) && nnz < (int64_t{1} << 31), ErrorCode::kUnsupported,
               kWhat, ": rows and nnz must be below 2^31, got ", a.rows, " and ", nnz);
+  const size_t workspace_bytes = spmm_workspace_bytes(nnz, d);
+  const int64_t workspace_size = workspace.ndim == 1 ? workspace.shape[0] * static_cast<int64_t>(dtype_bytes(workspace.dtype)) : 0;
+  FLARE_CHECK(workspace.ndim == 1 && workspace.device == x.device &&
+                  (workspace.shape[0] <= 1 || workspace.strides[0] == 1) &&
+                  workspace_size >= static_cast<int64_t>(workspace_bytes) &&
+                  reinterpret_cast<uintptr_t>(workspace.data) % 16 == 0,
+              ErrorCode::kInvalidArgument, kWhat, ": workspace must be a contiguous 1-D tensor on ",
+              x.device.str(), " of at least spmm_workspace_bytes(nnz = ", nnz, ", d = ", d,
+              ") = ", workspace_bytes, " bytes, 16-byte aligned; got ", dtype_name(workspace.dtype),
+              " ", workspace.shape_str(), " (", workspace_size, " bytes) on ",
+              workspace.device.str());
   if (a.rows == 0) return;
 
   SpmmCsrParams p{};
@@ -102,19 +136,21 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, cuda::Stream s
   p.nnz = nnz;
   p.x_stride = a.cols > 1 ? x.strides[0] : d;
   p.y_stride = a.rows > 1 ? y.strides[0] : d;
+  p.chunks = chunk_count(nnz, d);
+  p.chunk = static_cast<int32_t>(spmm_chunk_nonzeros(d));
+  p.carry = static_cast<float*>(workspace.data);
+  p.carry_row = reinterpret_cast<int32_t*>(static_cast<char*>(workspace.data) +
+                                           carry_row_offset(nnz, d));
 
   const cuda::DeviceScope scope(x.device.index);
-  const cuda::Function function =
-      jit::get_kernel(spmm_csr_kernel_spec(static_cast<int>(d), vector_width(d, x, y)),
-                      "flare_spmm_csr", x.device.index);
+  const jit::KernelSpec spec = spmm_csr_kernel_spec(static_cast<int>(d), vector_width(d, x, y));
+  const cuda::Function chunks = jit::get_kernel(spec, "flare_spmm_csr", x.device.index);
+  const cuda::Function carries = jit::get_kernel(spec, "flare_spmm_csr_carries", x.device.index);
   constexpr int64_t kWarpsPerBlock = kSpmmThreads / 32;
-  const cuda::DeviceProperties props = cuda::device_properties(x.device.index);
-  // Enough warps to fill every SM several times; the loop strides over the rest.
-  const int64_t max_blocks = int64_t{props.num_sms} * 16;
-  const auto blocks = static_cast<unsigned>(
-      std::min(max_blocks, (a.rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  const auto blocks = static_cast<unsigned>((p.chunks + kWarpsPerBlock - 1) / kWarpsPerBlock);
   void* args[] = {&p};
-  cuda::launch(function, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
+  cuda::launch(chunks, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
+  cuda::launch(carries, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
 }
 
 }  // namespace flare::sparse

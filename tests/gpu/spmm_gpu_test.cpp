@@ -80,7 +80,12 @@ void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference
   a_d.values = values_d.view;
   const TensorView x_view = rows_view(x_d.buffer.data(), a.cols, d, stride, Device::cuda(0));
   const TensorView y_view = rows_view(y_d.buffer.data(), a.rows, d, stride, Device::cuda(0));
-  sparse::spmm(a_d, x_view, y_view, nullptr);
+  // The workspace poisoned too: the carries kernel must read only what the chunks wrote.
+  HostTensor scratch(DType::kU8,
+                     {static_cast<int64_t>(sparse::spmm_workspace_bytes(static_cast<int64_t>(a.indices.size()), d))});
+  std::fill_n(scratch.data<uint8_t>(), scratch.numel(), uint8_t{0xff});
+  const DeviceCopy workspace = to_device(scratch);
+  sparse::spmm(a_d, x_view, y_view, workspace.view, nullptr);
   cuda::device_synchronize();
   HostTensor y_back(DType::kF32, {std::max<int64_t>(a.rows, 1), stride});
   cuda::memcpy_dtoh(y_back.data<float>(), y_d.buffer.data(),
@@ -115,6 +120,45 @@ TEST(SpmmGpu, MatchesTheFloat64ReferenceAtEveryFeatureSizeAndStride) {
   check_spmm(column, column, 64, 64, 6);
   const sparse::CsrStorage wide = sparse_testing::random_csr(40, 5000, 0.2, 0.3, 13);
   check_spmm(wide, wide, 512, 512, 7);
+}
+
+// A CSR of the given row lengths (columns 0, 1, ...; random values).
+sparse::CsrStorage rows_of_lengths(const std::vector<int64_t>& lengths, int64_t cols, uint64_t seed) {
+  testing::Rng rng(seed);
+  sparse::CsrStorage a;
+  a.rows = static_cast<int64_t>(lengths.size());
+  a.cols = cols;
+  a.indptr.push_back(0);
+  for (const int64_t length : lengths) {
+    for (int64_t c = 0; c < length; ++c) {
+      a.indices.push_back(static_cast<int32_t>(c));
+      a.values.push_back(static_cast<float>(rng.normal()));
+    }
+    a.indptr.push_back(static_cast<int32_t>(a.indices.size()));
+  }
+  return a;
+}
+
+// The chunk walk's edges (chunks of 128 nonzeros at d <= 128, d above): leading and trailing
+// empty rows, rows ending exactly at a chunk's end, a row spanning many chunks, empty rows at a
+// chunk boundary, fewer nonzeros than a chunk, and no nonzeros at all.
+TEST(SpmmGpu, RowsAroundChunkBoundaries) {
+  FLARE_REQUIRE_GPU();
+  cuda::set_device(0);
+  const std::vector<std::vector<int64_t>> patterns = {
+      {0, 0, 128, 0, 128, 0, 0, 256, 1, 127, 0, 0},
+      {5, 1000, 0, 3, 2000, 120, 8, 0},
+      {0, 3000},
+      {3000, 0, 0},
+      {7},
+      {0, 0, 0},
+      {511, 1, 0, 512, 513, 0, 1},
+  };
+  uint64_t seed = 100;
+  for (const auto& lengths : patterns) {
+    const sparse::CsrStorage a = rows_of_lengths(lengths, 3000, seed++);
+    for (const int64_t d : {32, 128, 512}) check_spmm(a, a, d, d, seed++);
+  }
 }
 
 TEST(SpmmGpu, ColumnsOutsideTheMatrixContributeNothing) {

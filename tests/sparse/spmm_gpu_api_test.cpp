@@ -24,7 +24,7 @@ TEST(SpmmKernelSpec, FeatureSizesAndVectorWidthsAreChecked) {
   std::set<std::string> units;
   for (const jit::KernelSpec& spec : shipped_spmm_kernel_specs()) {
     EXPECT_EQ(spec.family_header, "spmm_csr.cuh");
-    EXPECT_EQ(spec.entry, "flare_spmm_csr");
+    EXPECT_EQ(spec.entry, "flare_spmm_csr;flare_spmm_csr_carries");
     units.insert(spec.translation_unit());
   }
   EXPECT_EQ(units.size(), 5u);
@@ -45,8 +45,23 @@ TEST(SpmmGpuArguments, CpuTensorsAreRefusedNamingTheArgument) {
   a.values = TensorView::contiguous(values.data(), DType::kF32, {1}, Device::cpu());
   const TensorView xv = TensorView::contiguous(x.data(), DType::kF32, {2, 32}, Device::cpu());
   const TensorView yv = TensorView::contiguous(y.data(), DType::kF32, {2, 32}, Device::cpu());
-  EXPECT_FLARE_ERROR(spmm(a, xv, yv, nullptr), ErrorCode::kInvalidArgument,
+  std::vector<uint8_t> scratch(spmm_workspace_bytes(1, 32));
+  const TensorView workspace = TensorView::contiguous(
+      scratch.data(), DType::kU8, {static_cast<int64_t>(scratch.size())}, Device::cpu());
+  EXPECT_FLARE_ERROR(spmm(a, xv, yv, workspace, nullptr), ErrorCode::kInvalidArgument,
                      "x must be a CUDA tensor (the CPU operator is spmm_reference)");
+}
+
+TEST(SpmmGpuWorkspace, APartialRowAndARowIndexForEachChunk) {
+  EXPECT_EQ(spmm_chunk_nonzeros(32), 128);
+  EXPECT_EQ(spmm_chunk_nonzeros(128), 128);
+  EXPECT_EQ(spmm_chunk_nonzeros(512), 512);
+  EXPECT_EQ(spmm_workspace_bytes(0, 32), 128u + 4u);         // one empty chunk
+  EXPECT_EQ(spmm_workspace_bytes(129, 32), 2 * 128u + 2 * 4u);
+  EXPECT_EQ(spmm_workspace_bytes(1024, 512), 2 * 2048u + 2 * 4u);
+  EXPECT_EQ(spmm_workspace_bytes(3 * 128, 96), 3 * 384u + 3 * 4u);
+  EXPECT_FLARE_ERROR(spmm_workspace_bytes(-1, 32), ErrorCode::kInvalidArgument,
+                     "nnz must be >= 0 and d > 0, got -1 and 32");
 }
 
 class ShippedSpmmKernels : public jit::testing::JitTest,
@@ -60,9 +75,11 @@ TEST_P(ShippedSpmmKernels, CompileWithoutSpillsOrLocalMemory) {
   constexpr int kMaxRegisters = 64;
   for (const jit::KernelSpec& spec : shipped_spmm_kernel_specs()) {
     const jit::CompiledKernel compiled = jit::compile(spec, arch);
-    ASSERT_EQ(compiled.usage.size(), 1u) << spec.label;
+    ASSERT_EQ(compiled.usage.size(), 2u) << spec.label;
     testing::expect_shipped_usage(compiled, spec.label + " on " + arch, kMaxRegisters);
-    EXPECT_EQ(compiled.usage[0].max_threads, kSpmmThreads) << spec.label;
+    for (const jit::ResourceUsage& usage : compiled.usage) {
+      EXPECT_EQ(usage.max_threads, kSpmmThreads) << spec.label << " " << usage.entry;
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // SpMM on the GPU (issue 23): Y = A X for a CSR A whose arrays are on a CUDA device, with the
-// kernel of kernels/spmm_csr.cuh (a warp per row, float32; no decomposition yet: the hyb(c, k)
-// and ELL schedules are the next step). The CPU reference is flare/sparse/csr.h's
+// kernels of kernels/spmm_csr.cuh (merge-based: warps take equal runs of nonzeros, a row split
+// between warps is summed by a second, deterministic pass; float32; no decomposition yet: the
+// hyb(c, k) and ELL schedules are the next step). The CPU reference is flare/sparse/csr.h's
 // spmm_reference.
 #pragma once
 
@@ -12,19 +13,31 @@
 
 namespace flare::sparse {
 
-// Y = A X on `stream`, without synchronizing or allocating (CUDA-graph safe after the first call
-// per feature size, which compiles the kernel: NVRTC, disk-cached).
+// Nonzeros a warp takes (a chunk) at feature size d: 128, or d above 128 (the carry workspace
+// then stays at most 4 bytes a nonzero).
+int64_t spmm_chunk_nonzeros(int64_t d);
+// Device bytes of spmm's workspace for nnz nonzeros and d features: a partial row of d floats
+// and a row index for each chunk (one chunk when nnz is 0).
+size_t spmm_workspace_bytes(int64_t nnz, int64_t d);
+
+// Y = A X on `stream`, two launches, without synchronizing or allocating (CUDA-graph safe after
+// the first call per feature size, which compiles the kernels: NVRTC, disk-cached).
 //   a: indptr int32 [rows + 1], indices int32 [nnz], values float32 [nnz], on x's device
 //      (contiguous); the arrays are not validated on the device: a row range outside [0, nnz]
 //      is clamped and a column outside [0, cols) contributes nothing (no read outside the
 //      tensors), so only well-formed CSR (validate_csr on a host copy) gives A X.
 //   x: float32 [cols, d], y: float32 [rows, d], CUDA, unit stride along d, rows any stride;
 //      d a positive multiple of 32.
+//   workspace: contiguous 1-D, any dtype, on x's device, 16-byte aligned, of at least
+//      spmm_workspace_bytes(nnz, d) bytes; scratch for this call only (not shared with a call
+//      running at the same time).
 // Errors (before anything is launched): kInvalidArgument naming the argument (shape, dtype,
 // device, stride), kUnsupported for d not a multiple of 32 or rows / nnz of 2^31 and more.
-void spmm(const Csr& a, const TensorView& x, const TensorView& y, cuda::Stream stream);
+void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
+          cuda::Stream stream);
 
-// The kernel of d features with `vec` floats per lane (4, 2 or 1), as a JIT spec.
+// The kernels of d features with `vec` floats per lane (4, 2 or 1), as a JIT spec: entries
+// flare_spmm_csr (the chunks) and flare_spmm_csr_carries (the split rows' sums).
 jit::KernelSpec spmm_csr_kernel_spec(int features, int vec);
 // The specs CI compiles: d = 32, 64, 128, 256, 512 at the widest vector.
 std::vector<jit::KernelSpec> shipped_spmm_kernel_specs();
