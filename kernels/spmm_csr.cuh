@@ -2,24 +2,24 @@
 // sparse [rows, cols] (int32 indptr / indices, float32 values) and X [cols, d], Y [rows, d]
 // float32, row-major with any row stride.
 //
-// Work is split by nonzeros, not rows (merge-based, as Merrill and Garland's CSR SpMV): a warp
-// takes `chunk` consecutive nonzeros, finds the row of the first by a binary search of indptr,
-// then walks forward. A power-law graph's hub row is spread over as many warps as it has
-// chunks, so no warp holds the grid's tail (a warp or a CTA a row, v1 and v2, left the hubs to
-// a few warps: 0.2-0.3x cuSPARSE). The warp reads 32 of its nonzeros at a time (one a lane,
-// coalesced) and broadcasts them by shuffle, a batch at a time: the batch's rows of X load
-// together, then every lane accumulates kVec consecutive features of each 32 * kVec chunk of d
-// in float32 registers. Rows that end inside the chunk are written to Y (with `=`); the row
-// that continues past the chunk's end leaves its partial row in the carry workspace
-// (carry_row[c], carry[c]). A second kernel adds each row's carries, in chunk order, to the
-// part its last chunk wrote. Every sum has a fixed order: deterministic, no atomics.
-//
-// Which chunk writes a row: the one whose nonzero range (first, last] holds the row's end
-// indptr[r + 1] (chunk 0 also every leading row that ends at 0), so empty rows are written 0
-// by exactly one chunk, and a matrix without nonzeros runs as one empty chunk.
+// Work is split evenly over the merge of A's row ends and its nonzeros (merge-based, as
+// Merrill and Garland's CSR SpMV): a warp takes `chunk` consecutive items of that merged list
+// (a nonzero or a row's end each), found by a binary search along the merge path, so neither a
+// power-law graph's hub row (its nonzeros are spread over as many warps as it has chunks) nor a
+// run of empty rows (their ends count as items) holds one warp for the grid's tail. (A warp or
+// a CTA a row, v1 and v2, left the hubs to a few warps: 0.2-0.3x cuSPARSE; chunks of nonzeros
+// alone, v3's first cut, left a walk of up to 1,020 rows to one warp.) The warp reads 32 of its
+// nonzeros at a time (one a lane, coalesced) and broadcasts them by shuffle, a batch at a time:
+// the batch's rows of X load together, then every lane accumulates kVec consecutive features
+// of each 32 * kVec chunk of d in float32 registers. Rows whose end falls in the chunk are
+// written to Y (with `=`, empty rows as 0); the row open at the chunk's end leaves its partial
+// row in the carry workspace (carry_row[c], carry[c]). A second kernel adds each row's carries,
+// in chunk order, to the part of the row its last chunk wrote. Every sum has a fixed order:
+// deterministic, no atomics.
 //
 // Memory safety whatever the index arrays hold: indptr is read only in [0, rows], its entries
-// clamped into [0, nnz]; row walks stop at rows; a column outside [0, cols) contributes nothing
+// clamped into [0, nnz]; a chunk writes only rows below its split's row (at most rows) and
+// reads only nonzeros between its splits (within [0, nnz]); a column outside [0, cols) contributes nothing
 // (its X row is not read); carries are written only for rows in [0, rows). Only well-formed CSR
 // (validate_csr) gives A X.
 //
@@ -45,8 +45,8 @@ struct SpmmCsrParams {
   int64_t nnz;
   int64_t x_stride;
   int64_t y_stride;
-  int64_t chunks;  // max(1, ceil(nnz / chunk))
-  int32_t chunk;   // nonzeros a warp takes
+  int64_t chunks;  // ceil((rows + nnz) / chunk)
+  int32_t chunk;   // merge items (nonzeros and row ends) a warp takes
 };
 
 constexpr int kSpmmThreads = 256;  // 8 warps, a chunk each
@@ -111,15 +111,19 @@ __device__ __forceinline__ int row_start(const flare::SpmmCsrParams& p, int i) {
   return v < 0 ? 0 : v > nnz ? nnz : v;
 }
 
-// The row holding nonzero e: the last row r in [0, rows) with indptr[r] <= e (0 if none).
-__device__ __forceinline__ int row_of(const flare::SpmmCsrParams& p, int e) {
-  int lo = 0, hi = static_cast<int>(p.rows) - 1;
+// The merge path's split at diagonal k of the merged list of row ends (indptr[1..rows]) and
+// nonzeros (0..nnz - 1), row ends first on ties: the number of rows whose end comes before it
+// (the nonzeros before it are k minus that). rows + nnz < 2^31 (checked on the host).
+__device__ __forceinline__ int merge_split(const flare::SpmmCsrParams& p, int k) {
+  const int nnz = static_cast<int>(p.nnz);
+  int lo = k - nnz > 0 ? k - nnz : 0;
+  int hi = k < p.rows ? k : static_cast<int>(p.rows);
   while (lo < hi) {
-    const int mid = lo + (hi - lo + 1) / 2;
-    if (row_start(p, mid) <= e) {
-      lo = mid;
+    const int mid = lo + (hi - lo) / 2;
+    if (row_start(p, mid + 1) <= k - mid - 1) {
+      lo = mid + 1;
     } else {
-      hi = mid - 1;
+      hi = mid;
     }
   }
   return lo;
@@ -147,14 +151,15 @@ struct RowCursor {
 };
 
 __device__ __forceinline__ int row_end(const flare::SpmmCsrParams& p, int row) {
-  return row + 1 < static_cast<int>(p.rows) ? row_start(p, row + 1) : static_cast<int>(p.nnz);
+  return row < static_cast<int>(p.rows) ? row_start(p, row + 1) : static_cast<int>(p.nnz);
 }
 
 // Writes the current row (acc, then zeros for the empty rows after it) while the row ends at or
-// before `e`, and moves to the next; stops at the last row.
-__device__ __forceinline__ void finish_rows_before(const flare::SpmmCsrParams& p, int e, int lane,
-                                                   RowCursor& at, Row& acc) {
-  while (at.end <= e && at.row + 1 < static_cast<int>(p.rows)) {
+// before `e`, and moves to the next; stops at `open_row` (the chunk's last, open row).
+__device__ __forceinline__ void finish_rows_before(const flare::SpmmCsrParams& p, int e,
+                                                   int open_row, int lane, RowCursor& at,
+                                                   Row& acc) {
+  while (at.row < open_row && at.end <= e) {
     store_row(p.y + int64_t{at.row} * p.y_stride, lane, acc);
     clear(acc);
     ++at.row;
@@ -164,35 +169,39 @@ __device__ __forceinline__ void finish_rows_before(const flare::SpmmCsrParams& p
 
 }  // namespace flare::spmm_csr
 
-// One warp a chunk of nonzeros [first, last): rows that end in (first, last] are written to Y;
-// the row that runs on past `last` leaves its partial in carry[chunk].
+// One warp a chunk of merge items [k0, k1): between its splits (row0, e0) and (row1, e1) it
+// reads nonzeros [e0, e1) and writes rows [row0, row1); row1's nonzeros in the chunk (when
+// row1 < rows) are its carry.
 extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
     flare_spmm_csr(const __grid_constant__ flare::SpmmCsrParams p) {
   using namespace flare::spmm_csr;
   const int lane = threadIdx.x % 32;
   const int64_t chunk_id = int64_t{blockIdx.x} * (flare::kSpmmThreads / 32) + threadIdx.x / 32;
   if (chunk_id >= p.chunks) return;
-  const int nnz = static_cast<int>(p.nnz);
-  // 64-bit products: chunk_id * chunk may pass 2^31 for the grid's last warps.
-  const int first = static_cast<int>(chunk_id * p.chunk < nnz ? chunk_id * p.chunk : nnz);
-  const int last = static_cast<int>((chunk_id + 1) * p.chunk < nnz ? (chunk_id + 1) * p.chunk : nnz);
-  // Chunk 0 starts at row 0 (the leading rows that end at 0 are its own); the others at the
-  // row holding their first nonzero (rows before it end at or before `first`).
+  const int64_t total = p.rows + p.nnz;
+  const int k0 = static_cast<int>(chunk_id * p.chunk < total ? chunk_id * p.chunk : total);
+  const int k1 = static_cast<int>((chunk_id + 1) * p.chunk < total ? (chunk_id + 1) * p.chunk : total);
+  // Lanes 0 and 1 search the two splits at once.
+  int split = 0;
+  if (lane < 2) split = merge_split(p, lane == 0 ? k0 : k1);
+  const int row0 = __shfl_sync(0xffffffffu, split, 0);
+  const int row1 = __shfl_sync(0xffffffffu, split, 1);
+  const int e0 = k0 - row0, e1 = k1 - row1;
   RowCursor at;
-  at.row = chunk_id == 0 ? 0 : row_of(p, first);
-  at.end = row_end(p, at.row);
+  at.row = row0;
+  at.end = row_end(p, row0);
   Row acc;
   clear(acc);
-  for (int base = first; base < last; base += 32) {
+  for (int base = e0; base < e1; base += 32) {
     const int e = base + lane;
     int col = -1;
     float value = 0.0f;
-    if (e < last) {
+    if (e < e1) {
       col = __ldg(p.indices + e);
       value = __ldg(p.values + e);
     }
     if (static_cast<unsigned>(col) >= static_cast<unsigned long long>(p.cols)) col = -1;
-    const int count = last - base < 32 ? last - base : 32;
+    const int count = e1 - base < 32 ? e1 - base : 32;
     for (int j0 = 0; j0 < count; j0 += kBatch) {
       FloatVec<kVec> x[kBatch][kChunks];
       float v[kBatch];
@@ -217,12 +226,13 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
       // The batch's slots [s, n) are summed a row at a time: slots [s, stop) are the current
       // row's, then the row is written and the walk moves on (one pass over the batch's
       // registers a row that ends in it; a select, not a zero weight, so that an inf in X stays
-      // in its row).
+      // in its row). Every pass takes at least one slot, whatever indptr holds.
       const int at_batch = base + j0;
       const int n = count - j0 < kBatch ? count - j0 : kBatch;
-      finish_rows_before(p, at_batch, lane, at, acc);
+      finish_rows_before(p, at_batch, row1, lane, at, acc);
       for (int s = 0; s < n;) {
-        const int stop = at.end - at_batch < n ? at.end - at_batch : n;
+        int stop = at.row == row1 ? n : at.end - at_batch;
+        stop = stop < s + 1 ? s + 1 : stop > n ? n : stop;
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           if (b >= s && b < stop) {
@@ -234,22 +244,19 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
           }
         }
         s = stop;
-        if (s < n) finish_rows_before(p, at_batch + s, lane, at, acc);
+        if (s < n) finish_rows_before(p, at_batch + s, row1, lane, at, acc);
       }
     }
   }
-  // Rows ending at `last` are this chunk's (empty rows there included); a row still open that
-  // started before `last` carries its partial to the next chunk's fix-up.
-  finish_rows_before(p, last, lane, at, acc);
-  if (at.end <= last) {  // the last row of the matrix, ending here
+  // Every row before row1 ends in this chunk; row1's nonzeros here (if any) are its carry.
+  while (at.row < row1) {
     store_row(p.y + int64_t{at.row} * p.y_stride, lane, acc);
-    if (lane == 0) p.carry_row[chunk_id] = -1;
-  } else if (row_start(p, at.row) < last) {
-    store_row(p.carry + chunk_id * kFeatures, lane, acc);
-    if (lane == 0) p.carry_row[chunk_id] = at.row;
-  } else if (lane == 0) {
-    p.carry_row[chunk_id] = -1;  // the open row starts in the next chunk
+    clear(acc);
+    ++at.row;
   }
+  const bool carries = row1 < p.rows && e1 > e0 && e1 > row_start(p, row1);
+  if (carries) store_row(p.carry + chunk_id * kFeatures, lane, acc);
+  if (lane == 0) p.carry_row[chunk_id] = carries ? row1 : -1;
 }
 
 // One warp a chunk: the first chunk of each run of chunks carrying the same row adds their
@@ -262,15 +269,36 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads)
   if (chunk_id >= p.chunks) return;
   const int row = p.carry_row[chunk_id];
   if (row < 0 || row >= p.rows || (chunk_id > 0 && p.carry_row[chunk_id - 1] == row)) return;
+  // The run's chunks 32 at a time (a lane each reads whether its chunk carries the row), their
+  // partial rows loaded 4 at a time and added in chunk order.
+  constexpr int kInFlight = 4;
   Row sum;
   clear(sum);
-  for (int64_t c = chunk_id; c < p.chunks && p.carry_row[c] == row; ++c) {
+  for (int64_t base = chunk_id;; base += 32) {
+    const int64_t mine = base + lane;
+    const bool same = mine < p.chunks && p.carry_row[mine] == row;
+    const unsigned run = __ballot_sync(0xffffffffu, same);
+    const int length = run == 0xffffffffu ? 32 : __ffs(~run) - 1;  // lane 0's is the run's
+    for (int j = 0; j < length; j += kInFlight) {
+      FloatVec<kVec> part[kInFlight][kChunks];
 #pragma unroll
-    for (int k = 0; k < kChunks; ++k) {
-      const FloatVec<kVec> part = load_vec<kVec>(p.carry + c * kFeatures + k * 32 * kVec + lane * kVec);
+      for (int u = 0; u < kInFlight; ++u) {
+        const float* carry = p.carry + (base + j + (j + u < length ? u : 0)) * kFeatures;
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) sum[k][i] += part.v[i];
+        for (int k = 0; k < kChunks; ++k) part[u][k] = load_vec<kVec>(carry + k * 32 * kVec + lane * kVec);
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (j + u < length) {
+#pragma unroll
+          for (int k = 0; k < kChunks; ++k) {
+#pragma unroll
+            for (int i = 0; i < kVec; ++i) sum[k][i] += part[u][k].v[i];
+          }
+        }
+      }
     }
+    if (length < 32) break;
   }
   float* y_row = p.y + int64_t{row} * p.y_stride;
 #pragma unroll

@@ -153,7 +153,8 @@ def _spmm_cuda(A, X, format, shape, where):
                     device=X.device)
     # The split rows' partial sums (a few bytes a nonzero), from torch's caching allocator: a
     # CUDA graph captures it from its pool.
-    workspace = torch.empty(_flare.sparse_spmm_workspace_bytes(indices.shape[0], x.shape[1]),
+    workspace = torch.empty(_flare.sparse_spmm_workspace_bytes(rows, indices.shape[0],
+                                                                 x.shape[1]),
                             dtype=torch.uint8, device=X.device)
     _flare.sparse_spmm_cuda(rows, cols, indptr, indices, values, x, y, workspace)
     return y

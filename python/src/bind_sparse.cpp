@@ -121,8 +121,11 @@ void bind_sparse(nb::module_& m) {
       "sparse_spmm_workspace_bytes bytes).");
   m.def(
       "sparse_spmm_workspace_bytes",
-      [](int64_t nnz, int64_t d) { return sparse::spmm_workspace_bytes(nnz, d); }, nb::arg("nnz"),
-      nb::arg("d"), "Device bytes of the GPU SpMM's workspace (flare/sparse/spmm_gpu.h).");
+      [](int64_t rows, int64_t nnz, int64_t d) {
+        return sparse::spmm_workspace_bytes(rows, nnz, d);
+      },
+      nb::arg("rows"), nb::arg("nnz"), nb::arg("d"),
+      "Device bytes of the GPU SpMM's workspace (flare/sparse/spmm_gpu.h).");
   m.def(
       "sparse_sddmm_cuda",
       [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle q,

@@ -28,8 +28,8 @@ void check_dense(const TensorView& t, const char* name, int64_t rows, int64_t d,
   FLARE_CHECK(t.ndim == 2 && t.shape[0] == rows && t.shape[1] == d && t.dtype == DType::kF32 &&
                   t.device == device && (d <= 1 || t.strides[1] == 1) &&
                   (rows <= 1 || t.strides[0] >= d),
-              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a float32 [", rows, ", ",
-              d, "] tensor on ", device.str(), " with unit stride along its last dimension, got ",
+              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a float32 [", rows, ", ", d,
+              "] tensor on ", device.str(), " with unit stride along its last dimension, got ",
               dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
 }
 
@@ -48,26 +48,28 @@ int vector_width(int64_t d, const TensorView& x, const TensorView& y) {
 
 }  // namespace
 
-int64_t spmm_chunk_nonzeros(int64_t d) { return std::max<int64_t>(128, d); }
+int64_t spmm_chunk_items(int64_t d) { return std::max<int64_t>(128, d); }
 
 namespace {
 
-int64_t chunk_count(int64_t nnz, int64_t d) {
-  const int64_t chunk = spmm_chunk_nonzeros(d);
-  return std::max<int64_t>(1, (nnz + chunk - 1) / chunk);
+int64_t chunk_count(int64_t rows, int64_t nnz, int64_t d) {
+  const int64_t chunk = spmm_chunk_items(d);
+  return (rows + nnz + chunk - 1) / chunk;
 }
 
-// The carry rows first (16-byte aligned as the workspace), then their row indices.
-size_t carry_row_offset(int64_t nnz, int64_t d) {
-  return (static_cast<size_t>(chunk_count(nnz, d)) * static_cast<size_t>(d) * 4 + 15) / 16 * 16;
+// The carry rows first (d floats each: 16-byte aligned as the workspace), then their row
+// indices.
+size_t carry_row_offset(int64_t rows, int64_t nnz, int64_t d) {
+  return static_cast<size_t>(chunk_count(rows, nnz, d)) * static_cast<size_t>(d) * 4;
 }
 
 }  // namespace
 
-size_t spmm_workspace_bytes(int64_t nnz, int64_t d) {
-  FLARE_CHECK(nnz >= 0 && d > 0, ErrorCode::kInvalidArgument, kWhat,
-              "_workspace_bytes: nnz must be >= 0 and d > 0, got ", nnz, " and ", d);
-  return carry_row_offset(nnz, d) + static_cast<size_t>(chunk_count(nnz, d)) * 4;
+size_t spmm_workspace_bytes(int64_t rows, int64_t nnz, int64_t d) {
+  FLARE_CHECK(rows >= 0 && nnz >= 0 && d > 0 && d % 4 == 0, ErrorCode::kInvalidArgument, kWhat,
+              "_workspace_bytes: rows and nnz must be >= 0 and d a positive multiple of 4, got ",
+              rows, ", ", nnz, " and ", d);
+  return carry_row_offset(rows, nnz, d) + static_cast<size_t>(chunk_count(rows, nnz, d)) * 4;
 }
 
 jit::KernelSpec spmm_csr_kernel_spec(int features, int vec) {
@@ -88,7 +90,8 @@ jit::KernelSpec spmm_csr_kernel_spec(int features, int vec) {
 
 std::vector<jit::KernelSpec> shipped_spmm_kernel_specs() {
   std::vector<jit::KernelSpec> specs;
-  for (int d : {32, 64, 128, 256, 512}) specs.push_back(spmm_csr_kernel_spec(d, d >= 128 ? 4 : d / 32));
+  for (int d : {32, 64, 128, 256, 512})
+    specs.push_back(spmm_csr_kernel_spec(d, d >= 128 ? 4 : d / 32));
   return specs;
 }
 
@@ -109,20 +112,23 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   check_dense(y, "y", a.rows, d, x.device);
   FLARE_CHECK(d > 0 && d % 32 == 0, ErrorCode::kUnsupported, kWhat,
               ": the GPU kernel takes feature sizes (x's last dimension) that are positive "
-              "multiples of 32, got ", d);
-  FLARE_CHECK(a.rows < (int64_t{1} << 31) && nnz < (int64_t{1} << 31), ErrorCode::kUnsupported,
-              kWhat, ": rows and nnz must be below 2^31, got ", a.rows, " and ", nnz);
-  const size_t workspace_bytes = spmm_workspace_bytes(nnz, d);
-  const int64_t workspace_size = workspace.ndim == 1 ? workspace.shape[0] * static_cast<int64_t>(dtype_bytes(workspace.dtype)) : 0;
+              "multiples of 32, got ",
+              d);
+  FLARE_CHECK(a.rows + nnz < (int64_t{1} << 31), ErrorCode::kUnsupported, kWhat,
+              ": rows + nnz must be below 2^31, got ", a.rows, " + ", nnz);
+  const size_t workspace_bytes = spmm_workspace_bytes(a.rows, nnz, d);
+  const int64_t workspace_size =
+      workspace.ndim == 1 ? workspace.shape[0] * static_cast<int64_t>(dtype_bytes(workspace.dtype))
+                          : 0;
   FLARE_CHECK(workspace.ndim == 1 && workspace.device == x.device &&
                   (workspace.shape[0] <= 1 || workspace.strides[0] == 1) &&
                   workspace_size >= static_cast<int64_t>(workspace_bytes) &&
                   reinterpret_cast<uintptr_t>(workspace.data) % 16 == 0,
               ErrorCode::kInvalidArgument, kWhat, ": workspace must be a contiguous 1-D tensor on ",
-              x.device.str(), " of at least spmm_workspace_bytes(nnz = ", nnz, ", d = ", d,
-              ") = ", workspace_bytes, " bytes, 16-byte aligned; got ", dtype_name(workspace.dtype),
-              " ", workspace.shape_str(), " (", workspace_size, " bytes) on ",
-              workspace.device.str());
+              x.device.str(), " of at least spmm_workspace_bytes(rows = ", a.rows, ", nnz = ", nnz,
+              ", d = ", d, ") = ", workspace_bytes, " bytes, 16-byte aligned; got ",
+              dtype_name(workspace.dtype), " ", workspace.shape_str(), " (", workspace_size,
+              " bytes) on ", workspace.device.str());
   if (a.rows == 0) return;
 
   SpmmCsrParams p{};
@@ -136,11 +142,11 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   p.nnz = nnz;
   p.x_stride = a.cols > 1 ? x.strides[0] : d;
   p.y_stride = a.rows > 1 ? y.strides[0] : d;
-  p.chunks = chunk_count(nnz, d);
-  p.chunk = static_cast<int32_t>(spmm_chunk_nonzeros(d));
+  p.chunks = chunk_count(a.rows, nnz, d);
+  p.chunk = static_cast<int32_t>(spmm_chunk_items(d));
   p.carry = static_cast<float*>(workspace.data);
   p.carry_row = reinterpret_cast<int32_t*>(static_cast<char*>(workspace.data) +
-                                           carry_row_offset(nnz, d));
+                                           carry_row_offset(a.rows, nnz, d));
 
   const cuda::DeviceScope scope(x.device.index);
   const jit::KernelSpec spec = spmm_csr_kernel_spec(static_cast<int>(d), vector_width(d, x, y));

@@ -81,8 +81,8 @@ void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference
   const TensorView x_view = rows_view(x_d.buffer.data(), a.cols, d, stride, Device::cuda(0));
   const TensorView y_view = rows_view(y_d.buffer.data(), a.rows, d, stride, Device::cuda(0));
   // The workspace poisoned too: the carries kernel must read only what the chunks wrote.
-  HostTensor scratch(DType::kU8,
-                     {static_cast<int64_t>(sparse::spmm_workspace_bytes(static_cast<int64_t>(a.indices.size()), d))});
+  HostTensor scratch(DType::kU8, {static_cast<int64_t>(sparse::spmm_workspace_bytes(
+                                     a.rows, static_cast<int64_t>(a.indices.size()), d))});
   std::fill_n(scratch.data<uint8_t>(), scratch.numel(), uint8_t{0xff});
   const DeviceCopy workspace = to_device(scratch);
   sparse::spmm(a_d, x_view, y_view, workspace.view, nullptr);
@@ -123,7 +123,8 @@ TEST(SpmmGpu, MatchesTheFloat64ReferenceAtEveryFeatureSizeAndStride) {
 }
 
 // A CSR of the given row lengths (columns 0, 1, ...; random values).
-sparse::CsrStorage rows_of_lengths(const std::vector<int64_t>& lengths, int64_t cols, uint64_t seed) {
+sparse::CsrStorage rows_of_lengths(const std::vector<int64_t>& lengths, int64_t cols,
+                                   uint64_t seed) {
   testing::Rng rng(seed);
   sparse::CsrStorage a;
   a.rows = static_cast<int64_t>(lengths.size());
@@ -139,13 +140,13 @@ sparse::CsrStorage rows_of_lengths(const std::vector<int64_t>& lengths, int64_t 
   return a;
 }
 
-// The chunk walk's edges (chunks of 128 nonzeros at d <= 128, d above): leading and trailing
-// empty rows, rows ending exactly at a chunk's end, a row spanning many chunks, empty rows at a
-// chunk boundary, fewer nonzeros than a chunk, and no nonzeros at all.
+// The chunk walk's edges (chunks of 128 merge items at d <= 128, d above): leading and trailing
+// empty rows, rows ending at a chunk's end, a row spanning many chunks, runs of empty rows
+// longer than a chunk, fewer items than a chunk, and no nonzeros at all.
 TEST(SpmmGpu, RowsAroundChunkBoundaries) {
   FLARE_REQUIRE_GPU();
   cuda::set_device(0);
-  const std::vector<std::vector<int64_t>> patterns = {
+  std::vector<std::vector<int64_t>> patterns = {
       {0, 0, 128, 0, 128, 0, 0, 256, 1, 127, 0, 0},
       {5, 1000, 0, 3, 2000, 120, 8, 0},
       {0, 3000},
@@ -154,6 +155,11 @@ TEST(SpmmGpu, RowsAroundChunkBoundaries) {
       {0, 0, 0},
       {511, 1, 0, 512, 513, 0, 1},
   };
+  std::vector<int64_t> sparse_tail(1500, 0);  // 1,500 rows, a few nonzeros among them
+  for (size_t r = 0; r < sparse_tail.size(); r += 97)
+    sparse_tail[r] = 1 + static_cast<int64_t>(r % 5);
+  sparse_tail[700] = 900;
+  patterns.push_back(sparse_tail);
   uint64_t seed = 100;
   for (const auto& lengths : patterns) {
     const sparse::CsrStorage a = rows_of_lengths(lengths, 3000, seed++);

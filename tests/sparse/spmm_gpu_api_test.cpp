@@ -1,8 +1,6 @@
 // The GPU SpMM's host side without a GPU (flare/sparse/spmm_gpu.h): its kernel specs, their
 // compile for sm_80 and sm_90a (0 spills, no local memory), and the argument errors raised
 // before any launch (CPU tensors in place of device ones are refused first by device).
-#include "flare/sparse/spmm_gpu.h"
-
 #include <gtest/gtest.h>
 
 #include <set>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "flare/jit/compiler.h"
+#include "flare/sparse/spmm_gpu.h"
 #include "jit/jit_test_support.h"
 #include "kernels/spmm_csr.cuh"
 #include "testing/expect_error.h"
@@ -28,7 +27,8 @@ TEST(SpmmKernelSpec, FeatureSizesAndVectorWidthsAreChecked) {
     units.insert(spec.translation_unit());
   }
   EXPECT_EQ(units.size(), 5u);
-  EXPECT_FLARE_ERROR(spmm_csr_kernel_spec(48, 1), ErrorCode::kUnsupported, "multiples of 32, got 48");
+  EXPECT_FLARE_ERROR(spmm_csr_kernel_spec(48, 1), ErrorCode::kUnsupported,
+                     "multiples of 32, got 48");
   EXPECT_FLARE_ERROR(spmm_csr_kernel_spec(32, 2), ErrorCode::kInvalidArgument,
                      "must be 1, 2 or 4 and divide d / 32 = 1");
 }
@@ -45,23 +45,25 @@ TEST(SpmmGpuArguments, CpuTensorsAreRefusedNamingTheArgument) {
   a.values = TensorView::contiguous(values.data(), DType::kF32, {1}, Device::cpu());
   const TensorView xv = TensorView::contiguous(x.data(), DType::kF32, {2, 32}, Device::cpu());
   const TensorView yv = TensorView::contiguous(y.data(), DType::kF32, {2, 32}, Device::cpu());
-  std::vector<uint8_t> scratch(spmm_workspace_bytes(1, 32));
+  std::vector<uint8_t> scratch(spmm_workspace_bytes(2, 1, 32));
   const TensorView workspace = TensorView::contiguous(
       scratch.data(), DType::kU8, {static_cast<int64_t>(scratch.size())}, Device::cpu());
   EXPECT_FLARE_ERROR(spmm(a, xv, yv, workspace, nullptr), ErrorCode::kInvalidArgument,
                      "x must be a CUDA tensor (the CPU operator is spmm_reference)");
 }
 
-TEST(SpmmGpuWorkspace, APartialRowAndARowIndexForEachChunk) {
-  EXPECT_EQ(spmm_chunk_nonzeros(32), 128);
-  EXPECT_EQ(spmm_chunk_nonzeros(128), 128);
-  EXPECT_EQ(spmm_chunk_nonzeros(512), 512);
-  EXPECT_EQ(spmm_workspace_bytes(0, 32), 128u + 4u);         // one empty chunk
-  EXPECT_EQ(spmm_workspace_bytes(129, 32), 2 * 128u + 2 * 4u);
-  EXPECT_EQ(spmm_workspace_bytes(1024, 512), 2 * 2048u + 2 * 4u);
-  EXPECT_EQ(spmm_workspace_bytes(3 * 128, 96), 3 * 384u + 3 * 4u);
-  EXPECT_FLARE_ERROR(spmm_workspace_bytes(-1, 32), ErrorCode::kInvalidArgument,
-                     "nnz must be >= 0 and d > 0, got -1 and 32");
+TEST(SpmmGpuWorkspace, APartialRowAndARowIndexForEachChunkOfRowsAndNonzeros) {
+  EXPECT_EQ(spmm_chunk_items(32), 128);
+  EXPECT_EQ(spmm_chunk_items(128), 128);
+  EXPECT_EQ(spmm_chunk_items(512), 512);
+  EXPECT_EQ(spmm_workspace_bytes(0, 0, 32), 0u);
+  EXPECT_EQ(spmm_workspace_bytes(1, 0, 32), 128u + 4u);  // one chunk
+  EXPECT_EQ(spmm_workspace_bytes(28, 100, 32), 128u + 4u);
+  EXPECT_EQ(spmm_workspace_bytes(29, 100, 32), 2 * 128u + 2 * 4u);
+  EXPECT_EQ(spmm_workspace_bytes(24, 1000, 512), 2 * 2048u + 2 * 4u);
+  EXPECT_EQ(spmm_workspace_bytes(100, 284, 96), 3 * 384u + 3 * 4u);
+  EXPECT_FLARE_ERROR(spmm_workspace_bytes(1, -1, 32), ErrorCode::kInvalidArgument,
+                     "rows and nnz must be >= 0 and d a positive multiple of 4, got 1, -1 and 32");
 }
 
 class ShippedSpmmKernels : public jit::testing::JitTest,

@@ -1,8 +1,8 @@
 // SpMM on the GPU (issue 23): Y = A X for a CSR A whose arrays are on a CUDA device, with the
-// kernels of kernels/spmm_csr.cuh (merge-based: warps take equal runs of nonzeros, a row split
-// between warps is summed by a second, deterministic pass; float32; no decomposition yet: the
-// hyb(c, k) and ELL schedules are the next step). The CPU reference is flare/sparse/csr.h's
-// spmm_reference.
+// kernels of kernels/spmm_csr.cuh (merge-based: warps take equal runs of the merged row ends
+// and nonzeros, a row split between warps is summed by a second, deterministic pass; float32; no
+// decomposition yet: the hyb(c, k) and ELL schedules are the next step). The CPU reference is
+// flare/sparse/csr.h's spmm_reference.
 #pragma once
 
 #include <vector>
@@ -13,12 +13,12 @@
 
 namespace flare::sparse {
 
-// Nonzeros a warp takes (a chunk) at feature size d: 128, or d above 128 (the carry workspace
-// then stays at most 4 bytes a nonzero).
-int64_t spmm_chunk_nonzeros(int64_t d);
-// Device bytes of spmm's workspace for nnz nonzeros and d features: a partial row of d floats
-// and a row index for each chunk (one chunk when nnz is 0).
-size_t spmm_workspace_bytes(int64_t nnz, int64_t d);
+// Merge items (nonzeros and row ends) a warp takes, a chunk, at feature size d: 128, or d above
+// 128 (the carry workspace then stays at most 4 bytes an item).
+int64_t spmm_chunk_items(int64_t d);
+// Device bytes of spmm's workspace for rows, nnz nonzeros and d features: a partial row of d
+// floats and a row index for each chunk, ceil((rows + nnz) / spmm_chunk_items(d)) chunks.
+size_t spmm_workspace_bytes(int64_t rows, int64_t nnz, int64_t d);
 
 // Y = A X on `stream`, two launches, without synchronizing or allocating (CUDA-graph safe after
 // the first call per feature size, which compiles the kernels: NVRTC, disk-cached).
@@ -29,10 +29,10 @@ size_t spmm_workspace_bytes(int64_t nnz, int64_t d);
 //   x: float32 [cols, d], y: float32 [rows, d], CUDA, unit stride along d, rows any stride;
 //      d a positive multiple of 32.
 //   workspace: contiguous 1-D, any dtype, on x's device, 16-byte aligned, of at least
-//      spmm_workspace_bytes(nnz, d) bytes; scratch for this call only (not shared with a call
+//      spmm_workspace_bytes(rows, nnz, d) bytes; scratch for this call only (not shared with a call
 //      running at the same time).
 // Errors (before anything is launched): kInvalidArgument naming the argument (shape, dtype,
-// device, stride), kUnsupported for d not a multiple of 32 or rows / nnz of 2^31 and more.
+// device, stride), kUnsupported for d not a multiple of 32 or rows + nnz of 2^31 and more.
 void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
           cuda::Stream stream);
 
