@@ -8,43 +8,12 @@
 #include "flare/core/error.h"
 #include "flare/jit/module.h"
 #include "kernels/sddmm_csr.cuh"
+#include "src/sparse/gpu_operands.h"
 
 namespace flare::sparse {
 namespace {
 
 constexpr const char* kWhat = "flare::sparse::sddmm";
-
-void check_array(const TensorView& t, const char* name, DType dtype, int64_t size,
-                 const Device& device) {
-  FLARE_CHECK(t.ndim == 1 && t.shape[0] == size && t.dtype == dtype && t.device == device &&
-                  (size <= 1 || t.strides[0] == 1) && (size == 0 || t.data != nullptr),
-              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous ",
-              dtype_name(dtype), " [", size, "] tensor on ", device.str(), ", got ",
-              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
-}
-
-void check_dense(const TensorView& t, const char* name, int64_t rows, int64_t d,
-                 const Device& device) {
-  FLARE_CHECK(t.ndim == 2 && t.shape[0] == rows && t.shape[1] == d && t.dtype == DType::kF32 &&
-                  t.device == device && (d <= 1 || t.strides[1] == 1) &&
-                  (rows <= 1 || t.strides[0] >= d),
-              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a float32 [", rows, ", ", d,
-              "] tensor on ", device.str(), " with unit stride along its last dimension, got ",
-              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
-}
-
-// The widest load (4, 2, 1 floats) that d and both tensors' alignment allow.
-int vector_width(int64_t d, const TensorView& q, const TensorView& k) {
-  for (int vec : {4, 2, 1}) {
-    const auto aligned = [vec](const TensorView& t) {
-      const int64_t bytes = vec * 4;
-      return reinterpret_cast<uintptr_t>(t.data) % bytes == 0 &&
-             (t.shape[0] <= 1 || t.strides[0] * 4 % bytes == 0);
-    };
-    if (d % vec == 0 && aligned(q) && aligned(k)) return vec;
-  }
-  return 1;
-}
 
 }  // namespace
 
@@ -78,11 +47,11 @@ void sddmm(const Csr& a, const TensorView& q, const TensorView& k, const TensorV
               ": rows and cols must be >= 0, got ", a.rows, " x ", a.cols);
   const int64_t nnz = a.nnz();
   const int64_t d = q.ndim == 2 ? q.shape[1] : -1;
-  check_array(a.indptr, "A.indptr", DType::kI32, a.rows + 1, q.device);
-  check_array(a.indices, "A.indices", DType::kI32, nnz, q.device);
-  check_dense(q, "q", a.rows, d, q.device);
-  check_dense(k, "k", a.cols, d, q.device);
-  check_array(out, "out", DType::kF32, nnz, q.device);
+  gpu_operands::check_array(kWhat, a.indptr, "A.indptr", DType::kI32, a.rows + 1, q.device);
+  gpu_operands::check_array(kWhat, a.indices, "A.indices", DType::kI32, nnz, q.device);
+  gpu_operands::check_dense(kWhat, q, "q", a.rows, d, q.device);
+  gpu_operands::check_dense(kWhat, k, "k", a.cols, d, q.device);
+  gpu_operands::check_array(kWhat, out, "out", DType::kF32, nnz, q.device);
   FLARE_CHECK(d > 0 && d % 32 == 0, ErrorCode::kUnsupported, kWhat,
               ": the GPU kernel takes feature sizes (q's last dimension) that are positive "
               "multiples of 32, got ",
@@ -106,9 +75,9 @@ void sddmm(const Csr& a, const TensorView& q, const TensorView& k, const TensorV
   p.k_stride = a.cols > 1 ? k.strides[0] : d;
 
   const cuda::DeviceScope scope(q.device.index);
-  const cuda::Function function =
-      jit::get_kernel(sddmm_csr_kernel_spec(static_cast<int>(d), vector_width(d, q, k)),
-                      "flare_sddmm_csr", q.device.index);
+  const cuda::Function function = jit::get_kernel(
+      sddmm_csr_kernel_spec(static_cast<int>(d), gpu_operands::vector_width(d, q, k)),
+      "flare_sddmm_csr", q.device.index);
   constexpr int64_t kWarpsPerBlock = kSddmmThreads / 32;
   const cuda::DeviceProperties props = cuda::device_properties(q.device.index);
   const int64_t tasks = (nnz + kSddmmChunk - 1) / kSddmmChunk;

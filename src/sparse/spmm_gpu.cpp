@@ -8,49 +8,14 @@
 #include "flare/core/error.h"
 #include "flare/jit/module.h"
 #include "kernels/spmm_csr.cuh"
+#include "src/sparse/gpu_operands.h"
 
 namespace flare::sparse {
-namespace {
-
-constexpr const char* kWhat = "flare::sparse::spmm";
-
-void check_array(const TensorView& t, const char* name, DType dtype, int64_t size,
-                 const Device& device) {
-  FLARE_CHECK(t.ndim == 1 && t.shape[0] == size && t.dtype == dtype && t.device == device &&
-                  (size <= 1 || t.strides[0] == 1) && (size == 0 || t.data != nullptr),
-              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous ",
-              dtype_name(dtype), " [", size, "] tensor on ", device.str(), ", got ",
-              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
-}
-
-void check_dense(const TensorView& t, const char* name, int64_t rows, int64_t d,
-                 const Device& device) {
-  FLARE_CHECK(t.ndim == 2 && t.shape[0] == rows && t.shape[1] == d && t.dtype == DType::kF32 &&
-                  t.device == device && (d <= 1 || t.strides[1] == 1) &&
-                  (rows <= 1 || t.strides[0] >= d),
-              ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a float32 [", rows, ", ", d,
-              "] tensor on ", device.str(), " with unit stride along its last dimension, got ",
-              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
-}
-
-// The widest vector (4, 2, 1 floats) that d / 32 and both tensors' alignment allow.
-int vector_width(int64_t d, const TensorView& x, const TensorView& y) {
-  for (int vec : {4, 2, 1}) {
-    const auto aligned = [vec](const TensorView& t) {
-      const int64_t bytes = vec * 4;
-      return reinterpret_cast<uintptr_t>(t.data) % bytes == 0 &&
-             (t.shape[0] <= 1 || t.strides[0] * 4 % bytes == 0);
-    };
-    if (d % (32 * vec) == 0 && aligned(x) && aligned(y)) return vec;
-  }
-  return 1;
-}
-
-}  // namespace
-
 int64_t spmm_chunk_items(int64_t d) { return std::max<int64_t>(128, d); }
 
 namespace {
+
+constexpr const char* kWhat = "flare::sparse::spmm";
 
 int64_t chunk_count(int64_t rows, int64_t nnz, int64_t d) {
   const int64_t chunk = spmm_chunk_items(d);
@@ -105,11 +70,11 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   FLARE_CHECK(a.values.has_value(), ErrorCode::kInvalidArgument, kWhat, ": A needs values");
   const int64_t nnz = a.nnz();
   const int64_t d = x.ndim == 2 ? x.shape[1] : -1;
-  check_array(a.indptr, "A.indptr", DType::kI32, a.rows + 1, x.device);
-  check_array(a.indices, "A.indices", DType::kI32, nnz, x.device);
-  check_array(*a.values, "A.values", DType::kF32, nnz, x.device);
-  check_dense(x, "x", a.cols, d, x.device);
-  check_dense(y, "y", a.rows, d, x.device);
+  gpu_operands::check_array(kWhat, a.indptr, "A.indptr", DType::kI32, a.rows + 1, x.device);
+  gpu_operands::check_array(kWhat, a.indices, "A.indices", DType::kI32, nnz, x.device);
+  gpu_operands::check_array(kWhat, *a.values, "A.values", DType::kF32, nnz, x.device);
+  gpu_operands::check_dense(kWhat, x, "x", a.cols, d, x.device);
+  gpu_operands::check_dense(kWhat, y, "y", a.rows, d, x.device);
   FLARE_CHECK(d > 0 && d % 32 == 0, ErrorCode::kUnsupported, kWhat,
               ": the GPU kernel takes feature sizes (x's last dimension) that are positive "
               "multiples of 32, got ",
@@ -149,7 +114,8 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
                                            carry_row_offset(a.rows, nnz, d));
 
   const cuda::DeviceScope scope(x.device.index);
-  const jit::KernelSpec spec = spmm_csr_kernel_spec(static_cast<int>(d), vector_width(d, x, y));
+  const jit::KernelSpec spec =
+      spmm_csr_kernel_spec(static_cast<int>(d), gpu_operands::vector_width(d / 32, x, y));
   const cuda::Function chunks = jit::get_kernel(spec, "flare_spmm_csr", x.device.index);
   const cuda::Function carries = jit::get_kernel(spec, "flare_spmm_csr_carries", x.device.index);
   constexpr int64_t kWarpsPerBlock = kSpmmThreads / 32;
