@@ -129,51 +129,44 @@ struct StepOutputs {
   std::vector<int32_t> next;
 };
 
-StepOutputs run_step(LlamaDecoder& decoder, const std::vector<int32_t>& tokens,
-                     const std::vector<int32_t>& positions, const std::vector<int32_t>& indptr,
-                     const std::vector<int32_t>& indices, const SamplingParams& sampling = {}) {
+constexpr int kOneStep = -1;
+
+// num_steps kOneStep: one step() (tokens [batch]); otherwise generate(): num_steps steps in one
+// launch (every step's tokens [num_steps, batch]). The last step's logits either way.
+StepOutputs run_steps(LlamaDecoder& decoder, const std::vector<int32_t>& tokens,
+                      const std::vector<int32_t>& positions, const std::vector<int32_t>& indptr,
+                      const std::vector<int32_t>& indices, int num_steps,
+                      const SamplingParams& sampling) {
   const int batch = static_cast<int>(tokens.size());
+  const int token_rows = num_steps == kOneStep ? 1 : num_steps;
   const HostTensor t = int32s(tokens), p = int32s(positions), ip = int32s(indptr),
                    ix = int32s(indices);
   const DeviceCopy dt = to_device(t), dp = to_device(p), dip = to_device(ip), dix = to_device(ix);
   HostTensor logits(DType::kF32, {batch, decoder.config().vocab});
   logits.fill(std::nanf(""));
-  HostTensor next = int32s(std::vector<int32_t>(static_cast<size_t>(batch), -7));
+  HostTensor next = num_steps == kOneStep ? HostTensor(DType::kI32, {batch})
+                                          : HostTensor(DType::kI32, {num_steps, batch});
+  std::fill_n(next.data<int32_t>(), token_rows * batch, -7);
   const DeviceCopy dl = to_device(logits), dn = to_device(next);
-  decoder.step(dt.view, dp.view, dip.view, dix.view, dn.view, dl.view, nullptr, sampling);
+  if (num_steps == kOneStep) {
+    decoder.step(dt.view, dp.view, dip.view, dix.view, dn.view, dl.view, nullptr, sampling);
+  } else {
+    decoder.generate(dt.view, dp.view, dip.view, dix.view, num_steps, dn.view, dl.view, nullptr,
+                     sampling);
+  }
   cuda::device_synchronize();
   StepOutputs out;
   out.logits.resize(static_cast<size_t>(logits.numel()));
-  out.next.resize(static_cast<size_t>(batch));
+  out.next.resize(static_cast<size_t>(token_rows) * batch);
   cuda::memcpy_dtoh(out.logits.data(), dl.buffer.data(), out.logits.size() * 4);
   cuda::memcpy_dtoh(out.next.data(), dn.buffer.data(), out.next.size() * 4);
   return out;
 }
 
-// generate(): num_steps steps in one launch; every step's tokens [num_steps, batch] and the last
-// step's logits.
-StepOutputs run_generate(LlamaDecoder& decoder, const std::vector<int32_t>& tokens,
-                         const std::vector<int32_t>& positions, const std::vector<int32_t>& indptr,
-                         const std::vector<int32_t>& indices, int num_steps,
-                         const SamplingParams& sampling = {}) {
-  const int batch = static_cast<int>(tokens.size());
-  const HostTensor t = int32s(tokens), p = int32s(positions), ip = int32s(indptr),
-                   ix = int32s(indices);
-  const DeviceCopy dt = to_device(t), dp = to_device(p), dip = to_device(ip), dix = to_device(ix);
-  HostTensor logits(DType::kF32, {batch, decoder.config().vocab});
-  logits.fill(std::nanf(""));
-  HostTensor next(DType::kI32, {num_steps, batch});
-  std::fill_n(next.data<int32_t>(), num_steps * batch, -7);
-  const DeviceCopy dl = to_device(logits), dn = to_device(next);
-  decoder.generate(dt.view, dp.view, dip.view, dix.view, num_steps, dn.view, dl.view, nullptr,
-                   sampling);
-  cuda::device_synchronize();
-  StepOutputs out;
-  out.logits.resize(static_cast<size_t>(logits.numel()));
-  out.next.resize(static_cast<size_t>(num_steps) * batch);
-  cuda::memcpy_dtoh(out.logits.data(), dl.buffer.data(), out.logits.size() * 4);
-  cuda::memcpy_dtoh(out.next.data(), dn.buffer.data(), out.next.size() * 4);
-  return out;
+StepOutputs run_step(LlamaDecoder& decoder, const std::vector<int32_t>& tokens,
+                     const std::vector<int32_t>& positions, const std::vector<int32_t>& indptr,
+                     const std::vector<int32_t>& indices, const SamplingParams& sampling = {}) {
+  return run_steps(decoder, tokens, positions, indptr, indices, kOneStep, sampling);
 }
 
 bool sm90() { return cuda::available() && cuda::device_properties(0).cc_major >= 9; }
@@ -372,7 +365,7 @@ TEST(LlamaDecoderGpu, GenerateEqualsRepeatedSteps) {
   const auto [indptr, indices] = permuted_pages(m, last);
   for (const SamplingParams& s : {SamplingParams{}, SamplingParams{0.9f, 0, 0.8f, 3}}) {
     SCOPED_TRACE("temperature " + std::to_string(s.temperature));
-    const StepOutputs looped = run_generate(decoder, tokens, positions, indptr, indices, kSteps, s);
+    const StepOutputs looped = run_steps(decoder, tokens, positions, indptr, indices, kSteps, s);
     EXPECT_EQ(decoder.take_error(), DecodeError::kNone);
     const std::vector<float> k_looped = download(m.cache.k[1]);
     std::vector<int32_t> step_tokens = tokens, step_positions = positions, all;
@@ -395,7 +388,7 @@ TEST(LlamaDecoderGpu, StepArgumentsAreCheckedBeforeLaunch) {
   TinyModel m;
   LlamaDecoder decoder(m.config, m.weights, m.cache);
   EXPECT_THROW(run_step(decoder, {1, 2}, {3}, {0, 1, 2}, {0, 1}), Error);
-  EXPECT_THROW(run_generate(decoder, {1}, {3}, {0, 1}, {0}, 0), Error);
+  EXPECT_THROW(run_steps(decoder, {1}, {3}, {0, 1}, {0}, 0, {}), Error);  // generate(0 steps)
 }
 
 }  // namespace
