@@ -12,13 +12,12 @@ Usage: python3 scripts/bench_sddmm.py [--features 32,128,512] [--graphs arxiv,pr
        [--calls 20] [--json F]
 """
 import argparse
-import json
 
 import torch
 
 import flare
 from bench_python import eager_us, graph_us, guarded
-from bench_spmm import GRAPHS, copy_bandwidth
+from bench_spmm import GRAPHS, copy_bandwidth, finish, speedup, time_cell
 
 DENSE_LIMIT_BYTES = 20 << 30  # Q K^T must fit next to everything else
 
@@ -75,23 +74,10 @@ def main():
           "| dense then gather us | flare: minimum traffic / copy bandwidth |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        def cell(label):
-            if f"{label}_eager_us" not in r:
-                return "does not fit"
-            graph = r[f"{label}_graph_us"]
-            return f"{graph:.1f} / {r[f'{label}_eager_us']:.1f}" if graph else \
-                f"n/a / {r[f'{label}_eager_us']:.1f}"
-
-        key = "graph_us" if r["flare_graph_us"] and r["sampled_addmm_graph_us"] else "eager_us"
-        speedup = r[f"sampled_addmm_{key}"] / r[f"flare_{key}"]
-        print(f"| {r['graph']}, {r['nnz']:,} nnz | {r['d']} | {cell('flare')} | "
-              f"{cell('sampled_addmm')} | {speedup:.1f} | {cell('dense')} | "
-              f"{r['flare_traffic_fraction']:.2f} |")
-    print("max |flare - sampled_addmm| / max |sampled_addmm|: " +
-          ", ".join(f"{r['graph'].split()[0]}@{r['d']}={r['max_rel_diff']:.1e}" for r in rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        print(f"| {r['graph']}, {r['nnz']:,} nnz | {r['d']} | {time_cell(r, 'flare')} | "
+              f"{time_cell(r, 'sampled_addmm')} | {speedup(r, 'sampled_addmm'):.1f} | "
+              f"{time_cell(r, 'dense')} | {r['flare_traffic_fraction']:.2f} |")
+    finish(rows, "sampled_addmm", args.json)
 
 
 if __name__ == "__main__":

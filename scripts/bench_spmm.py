@@ -81,20 +81,32 @@ def main():
           "flare: minimum traffic / copy bandwidth |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        def cell(label):
-            graph = r[f"{label}_graph_us"]
-            return f"{graph:.1f} / {r[f'{label}_eager_us']:.1f}" if graph else \
-                f"n/a / {r[f'{label}_eager_us']:.1f}"
-
-        key = "graph_us" if r["flare_graph_us"] and r["cusparse_graph_us"] else "eager_us"
-        speedup = r[f"cusparse_{key}"] / r[f"flare_{key}"]
         print(f"| {r['graph']}, {r['nnz']:,} nnz, max degree {r['max_degree']:,} | {r['d']} | "
-              f"{cell('flare')} | {cell('cusparse')} | {speedup:.2f} | "
-              f"{r['flare_traffic_fraction']:.2f} |")
-    print("max |flare - cuSPARSE| / max |cuSPARSE|: " +
+              f"{time_cell(r, 'flare')} | {time_cell(r, 'cusparse')} | "
+              f"{speedup(r, 'cusparse'):.2f} | {r['flare_traffic_fraction']:.2f} |")
+    finish(rows, "cuSPARSE", args.json)
+
+
+def time_cell(r, label):
+    """"graph / eager" microseconds of one call in row r ("does not fit" when it did not run)."""
+    if f"{label}_eager_us" not in r:
+        return "does not fit"
+    graph, eager = r[f"{label}_graph_us"], r[f"{label}_eager_us"]
+    return f"{graph:.1f} / {eager:.1f}" if graph else f"n/a / {eager:.1f}"
+
+
+def speedup(r, anchor):
+    """The anchor's time over flare's: CUDA-graph times where both captured, else eager."""
+    key = "graph_us" if r["flare_graph_us"] and r[f"{anchor}_graph_us"] else "eager_us"
+    return r[f"{anchor}_{key}"] / r[f"flare_{key}"]
+
+
+def finish(rows, anchor_name, json_path):
+    """The largest relative difference per case, then every measurement to json_path."""
+    print(f"max |flare - {anchor_name}| / max |{anchor_name}|: " +
           ", ".join(f"{r['graph'].split()[0]}@{r['d']}={r['max_rel_diff']:.1e}" for r in rows))
-    if args.json:
-        with open(args.json, "w") as f:
+    if json_path:
+        with open(json_path, "w") as f:
             json.dump(rows, f, indent=1)
 
 
