@@ -241,7 +241,7 @@ DecodeSchedule LlamaDecoder::schedule(int batch) const {
   return build_decode_schedule(config_, batch, num_ctas_, max_shared_);
 }
 
-const LlamaDecoder::Variant& LlamaDecoder::variant(int batch) {
+LlamaDecoder::Variant& LlamaDecoder::variant(int batch) {
   std::optional<Variant>& slot = by_batch_[static_cast<size_t>(batch)];
   if (slot.has_value()) return *slot;
   DecodeSchedule s = schedule(batch);
@@ -260,24 +260,24 @@ void LlamaDecoder::step(const TensorView& tokens, const TensorView& positions,
                         const TensorView& kv_indptr, const TensorView& kv_indices,
                         const TensorView& next_tokens, const TensorView& logits,
                         cuda::Stream stream, const SamplingParams& sampling) {
-  launch("step", tokens, positions, kv_indptr, kv_indices, 1, next_tokens, logits, stream,
-         sampling);
+  launch(false, tokens, positions, kv_indptr, kv_indices, 1, next_tokens, logits, stream, sampling);
 }
 
 void LlamaDecoder::generate(const TensorView& tokens, const TensorView& positions,
                             const TensorView& kv_indptr, const TensorView& kv_indices,
                             int num_steps, const TensorView& step_tokens, const TensorView& logits,
                             cuda::Stream stream, const SamplingParams& sampling) {
-  launch("generate", tokens, positions, kv_indptr, kv_indices, num_steps, step_tokens, logits,
-         stream, sampling);
+  launch(true, tokens, positions, kv_indptr, kv_indices, num_steps, step_tokens, logits, stream,
+         sampling);
 }
 
-void LlamaDecoder::launch(const char* method, const TensorView& tokens, const TensorView& positions,
+void LlamaDecoder::launch(bool generate, const TensorView& tokens, const TensorView& positions,
                           const TensorView& kv_indptr, const TensorView& kv_indices, int num_steps,
                           const TensorView& next_tokens, const TensorView& logits,
                           cuda::Stream stream, const SamplingParams& sampling) {
   const Device device = Device::cuda(device_);
-  check_sampling(sampling, (std::string("LlamaDecoder.") + method).c_str());
+  const char* method = generate ? "generate" : "step";
+  check_sampling(sampling, generate ? "LlamaDecoder.generate" : "LlamaDecoder.step");
   FLARE_CHECK(tokens.ndim == 1 && tokens.shape[0] >= 1 && tokens.shape[0] <= llama::kMaxBatch,
               ErrorCode::kInvalidArgument, kWhat, ".", method,
               ": tokens must be [batch] with batch in [1, ", llama::kMaxBatch, "], got ",
@@ -289,7 +289,7 @@ void LlamaDecoder::launch(const char* method, const TensorView& tokens, const Te
   check_step_array(method, positions, "positions", batch, device);
   check_step_array(method, kv_indptr, "kv_indptr", batch + 1, device);
   check_step_array(method, kv_indices, "kv_indices", -1, device);
-  if (std::string(method) == "step") {
+  if (!generate) {
     check_step_array(method, next_tokens, "next_tokens", batch, device);
   } else {
     FLARE_CHECK(next_tokens.ndim == 2 && next_tokens.shape[0] == num_steps &&
@@ -336,7 +336,7 @@ void LlamaDecoder::launch(const char* method, const TensorView& tokens, const Te
   p.num_pages = num_pages_;
   p.page_size = page_size_;
   const cuda::DeviceScope scope(device_);
-  const Variant& v = variant(batch);
+  Variant& v = variant(batch);
   p.attention_splits = v.schedule.attention_splits;
   p.num_steps = num_steps;
   p.logits = logits.ptr<float>();
@@ -360,18 +360,15 @@ void LlamaDecoder::launch(const char* method, const TensorView& tokens, const Te
 
   cuda::memset_d8_async(s.counters.data(), 0, s.counters.bytes(), stream);
   void* args[] = {&p};
-  cuda::Function kernel = v.kernel;
-  if (num_steps > 1) {  // the generate() kernel, compiled on the batch's first multi-step launch
-    Variant& mv = *by_batch_[static_cast<size_t>(batch)];
-    if (mv.multi_step_kernel == nullptr) {
-      mv.multi_step_kernel = jit::get_kernel(llama_decode_kernel_spec(config_, v.schedule, true),
-                                             "flare_llama_decode", device_);
-      cuda::set_max_dynamic_shared(mv.multi_step_kernel, v.schedule.shared_bytes);
-    }
-    kernel = mv.multi_step_kernel;
+  // More than one step: the generate() kernel, compiled on the batch's first multi-step launch.
+  if (num_steps > 1 && v.multi_step_kernel == nullptr) {
+    v.multi_step_kernel = jit::get_kernel(llama_decode_kernel_spec(config_, v.schedule, true),
+                                          "flare_llama_decode", device_);
+    cuda::set_max_dynamic_shared(v.multi_step_kernel, v.schedule.shared_bytes);
   }
-  cuda::launch(kernel, static_cast<unsigned>(num_ctas_), 1, 1, llama::kThreads, 1, 1,
-               static_cast<unsigned>(v.schedule.shared_bytes), stream, args);
+  cuda::launch(num_steps > 1 ? v.multi_step_kernel : v.kernel, static_cast<unsigned>(num_ctas_), 1,
+               1, llama::kThreads, 1, 1, static_cast<unsigned>(v.schedule.shared_bytes), stream,
+               args);
 }
 
 int LlamaDecoder::trace_events() const { return llama::trace_events(config_.num_layers); }

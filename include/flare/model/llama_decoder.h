@@ -152,8 +152,9 @@ class LlamaDecoder {
   // The schedule and kernel of each batch size, made on its first step (batches of one
   // capacity share the loaded kernel through jit::get_kernel's table): step() builds no
   // schedule.
-  const Variant& variant(int batch);
-  void launch(const char* method, const TensorView& tokens, const TensorView& positions,
+  Variant& variant(int batch);
+  // step() (generate false: next_tokens [batch]) and generate() (next_tokens [num_steps, batch]).
+  void launch(bool generate, const TensorView& tokens, const TensorView& positions,
               const TensorView& kv_indptr, const TensorView& kv_indices, int num_steps,
               const TensorView& next_tokens, const TensorView& logits, cuda::Stream stream,
               const SamplingParams& sampling);
