@@ -98,25 +98,23 @@ def _result(array, like):
     return torch_module().from_numpy(array) if is_torch(like) else array
 
 
-def _device_csr(A, shape, device, where):
-    """(rows, cols, indptr, indices, values) of A as contiguous int32 / float32 tensors on
-    `device`."""
+def _device_csr(A, shape, device, where, values=True):
+    """(rows, cols, indptr, indices, values, torch layout or None) of A as contiguous int32 /
+    float32 tensors on `device`; values None when not asked for (SDDMM reads the pattern)."""
     torch = torch_module()
-    rows, cols, arrays, _ = _csr_arrays(A, shape, where)
-    if arrays[2] is None:
+    rows, cols, arrays, layout = _csr_arrays(A, shape, where)
+    if values and arrays[2] is None:
         raise ValueError(f"{where}: A needs values")
-    indptr, indices, values = (
-        torch.as_tensor(x).to(device=device, dtype=dtype).contiguous()
-        for x, dtype in zip(arrays, (torch.int32, torch.int32, torch.float32)))
-    return int(rows), int(cols), indptr, indices, values
+    moved = [torch.as_tensor(x).to(device=device, dtype=dtype).contiguous()
+             for x, dtype in zip(arrays[:3 if values else 2],
+                                 (torch.int32, torch.int32, torch.float32))]
+    return (int(rows), int(cols), *moved, *([] if values else [None]), layout)
 
 
 def _sddmm_cuda(A, Q, K, shape, where):
     """The GPU path: the nonzero-balanced CSR kernel (float32)."""
     torch = torch_module()
-    rows, cols, arrays, layout = _csr_arrays(A, shape, where)
-    indptr, indices = (torch.as_tensor(x).to(device=Q.device, dtype=torch.int32).contiguous()
-                       for x in arrays[:2])
+    rows, cols, indptr, indices, _, layout = _device_csr(A, shape, Q.device, where, values=False)
     if Q.ndim != 2 or Q.shape[0] != rows:
         raise ValueError(f"{where}: Q must have shape [rows = {rows}, d], got {list(Q.shape)}")
     if not is_cuda(K) or K.device != Q.device:
@@ -142,7 +140,7 @@ def _spmm_cuda(A, X, format, shape, where):
         raise NotImplementedError(f"{where}: format {format!r} runs on the CPU backend only; on "
                                   "CUDA tensors the GPU has 'csr' (or 'auto')")
     torch = torch_module()
-    rows, cols, indptr, indices, values = _device_csr(A, shape, X.device, where)
+    rows, cols, indptr, indices, values, _ = _device_csr(A, shape, X.device, where)
     if X.ndim != 2 or X.shape[0] != cols:
         raise ValueError(f"{where}: X must have shape [cols = {cols}, d], got {list(X.shape)}")
     if X.shape[1] % 32 != 0 or X.shape[1] == 0:

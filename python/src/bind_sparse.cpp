@@ -35,6 +35,16 @@ sparse::Csr csr_of(int64_t rows, int64_t cols, const TensorArg& indptr, const Te
   return a;
 }
 
+// A CSR over CUDA torch tensors (viewed in place: the GPU operators check them).
+sparse::Csr device_csr_of(int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices) {
+  sparse::Csr a;
+  a.rows = rows;
+  a.cols = cols;
+  a.indptr = object_view(indptr, "indptr");
+  a.indices = object_view(indices, "indices");
+  return a;
+}
+
 template <class T>
 nb::list list_of(const std::vector<T>& values) {
   nb::list out;
@@ -103,11 +113,7 @@ void bind_sparse(nb::module_& m) {
       "sparse_spmm_cuda",
       [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle values,
          nb::handle x, nb::handle y, nb::handle workspace) {
-        sparse::Csr a;
-        a.rows = rows;
-        a.cols = cols;
-        a.indptr = object_view(indptr, "indptr");
-        a.indices = object_view(indices, "indices");
+        sparse::Csr a = device_csr_of(rows, cols, indptr, indices);
         a.values = object_view(values, "values");
         const TensorView x_view = object_view(x, "X");
         FLARE_CHECK(x_view.device.is_cuda(), ErrorCode::kInvalidArgument,
@@ -130,11 +136,7 @@ void bind_sparse(nb::module_& m) {
       "sparse_sddmm_cuda",
       [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle q,
          nb::handle k, nb::handle out) {
-        sparse::Csr a;
-        a.rows = rows;
-        a.cols = cols;
-        a.indptr = object_view(indptr, "indptr");
-        a.indices = object_view(indices, "indices");
+        const sparse::Csr a = device_csr_of(rows, cols, indptr, indices);
         const TensorView q_view = object_view(q, "Q");
         FLARE_CHECK(q_view.device.is_cuda(), ErrorCode::kInvalidArgument,
                     "flare.sparse.sddmm: Q must be a CUDA tensor here, got ", q_view.device.str());
