@@ -4,8 +4,9 @@
 # CLI's cuda round trips, the JIT's device test; the prefill tests once more on each kernel
 # family, between which the default backend chooses on sm_90), compute-sanitizer memcheck + racecheck on
 # small cases of each kernel family, the Python package's pytest suite with PyTorch CUDA
-# tensors, and the decode and prefill benchmarks next to PyTorch SDPA (cuDNN, flash) on the
-# same shapes in the same run. Short tables print last; full logs go to $OUT.
+# tensors, the decode and prefill benchmarks next to PyTorch SDPA (cuDNN, flash) on the same
+# shapes in the same run, and SpMM / SDDMM next to cuSPARSE from C++ (scripts/bench_sparse.cpp)
+# and next to torch.sparse through Python. Short tables print last; full logs go to $OUT.
 # Usage: scripts/gpu_check.sh [all|tests|bench|decode|python]   (default all; `tests` then
 #   `bench` splits the work across two calls of a 10-minute limit: the build is reused; `decode`
 #   builds the GPU tests only and runs the decode tests, their sanitizer case and the decode
@@ -49,7 +50,10 @@ if [ "$STAGE" = decode ] || [ "$STAGE" = python ]; then
 else
   build_extra() {
     g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill.cpp -L"$BUILD" -lflare \
-      -Wl,-rpath,"$PWD/$BUILD" -o "$BUILD/bench_prefill"
+      -Wl,-rpath,"$PWD/$BUILD" -o "$BUILD/bench_prefill" &&
+      g++ -O2 -std=c++20 -Iinclude -I. -I/usr/local/cuda/include scripts/bench_sparse.cpp \
+        -L"$BUILD" -lflare -L/usr/local/cuda/lib64 -lcusparse -lcudart \
+        -Wl,-rpath,"$PWD/$BUILD" -o "$BUILD/bench_sparse"
   }
   targets=(flare_gpu_tests flare_cli flare_tools_tests flare_jit_tests)
 fi
@@ -180,8 +184,14 @@ if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
     >"$OUT/prefill_bench.log" 2>&1 || status=1
   echo "-- decode (TB/s of KV read; ratios against SDPA in this run)"
   cat "$OUT/decode_table.txt"
+  step "SpMM / SDDMM from C++ next to cuSPARSE, then through Python next to torch.sparse (log: $OUT/sparse_bench.log)"
+  { "$BUILD/bench_sparse" && (cd /tmp && PYTHONUNBUFFERED=1 python3 "$OLDPWD/scripts/bench_spmm.py" &&
+      PYTHONUNBUFFERED=1 python3 "$OLDPWD/scripts/bench_sddmm.py"); } >"$OUT/sparse_bench.log" 2>&1 ||
+    status=1
   echo "-- prefill (TFLOP/s)"
   cat "$OUT/prefill_bench.log"
+  echo "-- SpMM / SDDMM (us; ratios against the anchor in this run)"
+  grep -E "^\||^max|^device" "$OUT/sparse_bench.log"
 fi
 step "done: status $status"
 exit "$status"

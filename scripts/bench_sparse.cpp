@@ -1,0 +1,299 @@
+// SpMM and SDDMM from C++ (issue 23), next to cuSPARSE called the same way in the same process:
+// flare::sparse::spmm / sddmm against cusparseSpMM (CSR algorithms 1, 2 and 3; the best that
+// runs) and cusparseSDDMM, float32, on bench_spmm.py's seeded synthetic graphs (R-MAT of
+// arxiv's size and of a quarter of reddit's edges, uniform of ogbn-proteins' node count; named
+// as synthetic). Per graph and feature size: GPU time of a CUDA-graph replay, eager time (events
+// around the call), and the host time of one enqueue; medians. Inputs are random normals,
+// outputs poisoned with NaN before the first call and checked finite after.
+//
+// Build (after the library, from the repository root; one line):
+//   g++ -O2 -std=c++20 -Iinclude -I. -I/usr/local/cuda/include scripts/bench_sparse.cpp
+//       -Lbuild-gpu -lflare -L/usr/local/cuda/lib64 -lcusparse -lcudart
+//       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_sparse
+// Run: build-gpu/bench_sparse [--features 32,128,512] [--graphs arxiv,proteins,reddit]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flare/jit/cuda_driver.h"
+#include "flare/jit/cuda_sync.h"
+#include "flare/sparse/generate.h"
+#include "flare/sparse/sddmm_gpu.h"
+#include "flare/sparse/spmm_gpu.h"
+
+// After flare's headers: they name the driver's stream type in namespace flare::cuda (no CUDA
+// header needed), which the runtime's own declaration would otherwise replace.
+#include <cuda_runtime.h>
+#include <cusparse.h>
+
+namespace {
+
+using namespace flare;
+
+constexpr int kWarmup = 3;
+constexpr int kIterations = 20;
+
+struct GraphShape {
+  const char* name;
+  const char* kind;  // "rmat" or "uniform"
+  int64_t nodes, edges;
+};
+constexpr GraphShape kGraphs[] = {{"arxiv", "rmat", 169343, 1890000},
+                                  {"proteins", "uniform", 132534, 9890000},
+                                  {"reddit", "rmat", 232965, 23200000}};
+
+void check_cusparse(cusparseStatus_t status, const char* what) {
+  if (status != CUSPARSE_STATUS_SUCCESS) {
+    std::fprintf(stderr, "%s failed: %s\n", what, cusparseGetErrorString(status));
+    std::exit(1);
+  }
+}
+
+cuda::DeviceBuffer upload(const void* data, size_t bytes) {
+  cuda::DeviceBuffer buffer(std::max<size_t>(bytes, 16));
+  cuda::memcpy_htod(buffer.data(), data, bytes);
+  return buffer;
+}
+
+cuda::DeviceBuffer random_floats(int64_t n, uint32_t seed) {
+  std::vector<float> host(static_cast<size_t>(n));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (float& x : host) x = normal(rng);
+  return upload(host.data(), host.size() * 4);
+}
+
+cuda::DeviceBuffer nan_floats(int64_t n) {
+  const std::vector<float> host(static_cast<size_t>(n), std::nanf(""));
+  return upload(host.data(), host.size() * 4);
+}
+
+bool all_finite(const cuda::DeviceBuffer& buffer, int64_t n) {
+  std::vector<float> host(static_cast<size_t>(n));
+  cuda::memcpy_dtoh(host.data(), buffer.data(), host.size() * 4);
+  return std::all_of(host.begin(), host.end(), [](float x) { return std::isfinite(x); });
+}
+
+struct Timing {
+  double graph_us = 0, eager_us = 0, host_us = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// GPU time of `call` replayed from a CUDA graph, eager GPU time, and the host time of an enqueue.
+Timing time_call(cuda::Stream stream, const std::function<void()>& call) {
+  for (int i = 0; i < kWarmup; ++i) call();
+  cuda::stream_synchronize(stream);
+  Timing t;
+  std::vector<double> eager, host;
+  for (int i = 0; i < kIterations; ++i) {
+    cuda::Event start(true), stop(true);
+    start.record(stream);
+    const auto h0 = std::chrono::steady_clock::now();
+    call();
+    const auto h1 = std::chrono::steady_clock::now();
+    stop.record(stream);
+    stop.synchronize();
+    eager.push_back(1e3 * stop.elapsed_ms_since(start));
+    host.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count());
+  }
+  t.eager_us = median(eager);
+  t.host_us = median(host);
+  const cuda::Graph graph(stream, call);
+  std::vector<double> replay;
+  for (int i = 0; i < kIterations + kWarmup; ++i) {
+    cuda::Event start(true), stop(true);
+    start.record(stream);
+    graph.launch(stream);
+    stop.record(stream);
+    stop.synchronize();
+    if (i >= kWarmup) replay.push_back(1e3 * stop.elapsed_ms_since(start));
+  }
+  t.graph_us = median(replay);
+  return t;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');) parts.push_back(part);
+  return parts;
+}
+
+std::string cell(const Timing& t) {
+  char text[96];
+  std::snprintf(text, sizeof(text), "%.1f / %.1f / %.1f", t.graph_us, t.eager_us, t.host_us);
+  return text;
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  std::string features = "32,128,512", graphs = "arxiv,proteins,reddit";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--features")
+      features = argv[i + 1];
+    else if (flag == "--graphs")
+      graphs = argv[i + 1];
+    else {
+      std::fprintf(stderr, "usage: bench_sparse [--features 32,128,512] [--graphs a,b]\n");
+      return 2;
+    }
+  }
+  cuda::set_device(0);
+  const cuda::OwnedStream owned;
+  const cuda::Stream stream = owned.get();
+  cusparseHandle_t handle;
+  check_cusparse(cusparseCreate(&handle), "cusparseCreate");
+  check_cusparse(cusparseSetStream(handle, reinterpret_cast<cudaStream_t>(stream)),
+                 "cusparseSetStream");
+  const float alpha = 1.f, beta = 0.f;
+  std::printf(
+      "| op | graph | d | flare us (graph / eager / host) | cuSPARSE us (graph / eager / "
+      "host) | cuSPARSE / flare (graph) |\n|---|---|---|---|---|---|\n");
+  for (const std::string& name : split(graphs)) {
+    const GraphShape* shape = nullptr;
+    for (const GraphShape& g : kGraphs) {
+      if (name == g.name) shape = &g;
+    }
+    if (shape == nullptr) {
+      std::fprintf(stderr, "unknown graph %s\n", name.c_str());
+      return 2;
+    }
+    const sparse::CsrGraph g = std::string(shape->kind) == "rmat"
+                                   ? sparse::rmat_graph(shape->nodes, shape->edges, 1)
+                                   : sparse::uniform_graph(shape->nodes, shape->edges, 1);
+    const int64_t n = g.nodes, nnz = static_cast<int64_t>(g.indices.size());
+    const cuda::DeviceBuffer indptr = upload(g.indptr.data(), g.indptr.size() * 4);
+    const cuda::DeviceBuffer indices = upload(g.indices.data(), g.indices.size() * 4);
+    const cuda::DeviceBuffer values = random_floats(nnz, 7);
+    sparse::Csr a;
+    a.rows = a.cols = n;
+    a.indptr = TensorView::contiguous(indptr.data(), DType::kI32, {n + 1}, Device::cuda(0));
+    a.indices = TensorView::contiguous(indices.data(), DType::kI32, {nnz}, Device::cuda(0));
+    a.values = TensorView::contiguous(values.data(), DType::kF32, {nnz}, Device::cuda(0));
+    const std::string label = std::string(shape->name) + " (synthetic " + shape->kind + "), " +
+                              std::to_string(nnz) + " nnz";
+    for (const std::string& f : split(features)) {
+      const int64_t d = std::stoll(f);
+      const cuda::DeviceBuffer x = random_floats(n * d, 11), q = random_floats(n * d, 12);
+      const cuda::DeviceBuffer y = nan_floats(n * d), out = nan_floats(nnz);
+      const cuda::DeviceBuffer workspace(
+          std::max<size_t>(sparse::spmm_workspace_bytes(n, nnz, d), 16));
+      const TensorView xv = TensorView::contiguous(x.data(), DType::kF32, {n, d}, Device::cuda(0));
+      const TensorView qv = TensorView::contiguous(q.data(), DType::kF32, {n, d}, Device::cuda(0));
+      const TensorView yv = TensorView::contiguous(y.data(), DType::kF32, {n, d}, Device::cuda(0));
+      const TensorView ov = TensorView::contiguous(out.data(), DType::kF32, {nnz}, Device::cuda(0));
+      const TensorView wv = TensorView::contiguous(
+          workspace.data(), DType::kU8, {static_cast<int64_t>(workspace.bytes())}, Device::cuda(0));
+
+      // cuSPARSE descriptors over the same arrays.
+      cusparseSpMatDescr_t ad;
+      cusparseDnMatDescr_t xd, yd, qd, kd;
+      check_cusparse(cusparseCreateCsr(&ad, n, n, nnz, indptr.data(), indices.data(), values.data(),
+                                       CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
+                                       CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F),
+                     "cusparseCreateCsr");
+      check_cusparse(cusparseCreateDnMat(&xd, n, d, d, x.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW),
+                     "cusparseCreateDnMat");
+      check_cusparse(cusparseCreateDnMat(&yd, n, d, d, y.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW),
+                     "cusparseCreateDnMat");
+
+      const Timing flare_spmm = time_call(stream, [&] { sparse::spmm(a, xv, yv, wv, stream); });
+      const bool spmm_ok = all_finite(y, n * d);
+      Timing best{};
+      const char* best_alg = "none ran";
+      const std::pair<cusparseSpMMAlg_t, const char*> algs[] = {{CUSPARSE_SPMM_CSR_ALG1, "alg1"},
+                                                                {CUSPARSE_SPMM_CSR_ALG2, "alg2"},
+                                                                {CUSPARSE_SPMM_CSR_ALG3, "alg3"}};
+      for (const auto& [alg, alg_name] : algs) {
+        size_t bytes = 0;
+        if (cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                    CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, ad, xd, &beta, yd,
+                                    CUDA_R_32F, alg, &bytes) != CUSPARSE_STATUS_SUCCESS) {
+          continue;
+        }
+        const cuda::DeviceBuffer buffer(std::max<size_t>(bytes, 16));
+        if (cusparseSpMM_preprocess(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                    CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, ad, xd, &beta, yd,
+                                    CUDA_R_32F, alg, buffer.data()) != CUSPARSE_STATUS_SUCCESS) {
+          continue;
+        }
+        const Timing t = time_call(stream, [&] {
+          check_cusparse(cusparseSpMM(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                      CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, ad, xd, &beta, yd,
+                                      CUDA_R_32F, alg, buffer.data()),
+                         "cusparseSpMM");
+        });
+        if (best.graph_us == 0 || t.graph_us < best.graph_us) {
+          best = t;
+          best_alg = alg_name;
+        }
+      }
+      std::printf("| spmm%s | %s | %lld | %s | %s (%s) | %.2f |\n", spmm_ok ? "" : " (NOT FINITE)",
+                  label.c_str(), static_cast<long long>(d), cell(flare_spmm).c_str(),
+                  cell(best).c_str(), best_alg,
+                  best.graph_us > 0 ? best.graph_us / flare_spmm.graph_us : 0.0);
+
+      // SDDMM: out = (Q K^T) at A's pattern, K = X here; cuSPARSE writes a CSR copy of A's pattern.
+      const cuda::DeviceBuffer anchor_out = nan_floats(nnz);
+      cusparseSpMatDescr_t cd;
+      check_cusparse(cusparseCreateCsr(&cd, n, n, nnz, indptr.data(), indices.data(),
+                                       anchor_out.data(), CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
+                                       CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F),
+                     "cusparseCreateCsr");
+      check_cusparse(cusparseCreateDnMat(&qd, n, d, d, q.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW),
+                     "cusparseCreateDnMat");
+      check_cusparse(cusparseCreateDnMat(&kd, n, d, d, x.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW),
+                     "cusparseCreateDnMat");
+      const Timing flare_sddmm = time_call(stream, [&] { sparse::sddmm(a, qv, xv, ov, stream); });
+      const bool sddmm_ok = all_finite(out, nnz);
+      size_t bytes = 0;
+      check_cusparse(cusparseSDDMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                              CUSPARSE_OPERATION_TRANSPOSE, &alpha, qd, kd, &beta,
+                                              cd, CUDA_R_32F, CUSPARSE_SDDMM_ALG_DEFAULT, &bytes),
+                     "cusparseSDDMM_bufferSize");
+      const cuda::DeviceBuffer buffer(std::max<size_t>(bytes, 16));
+      check_cusparse(
+          cusparseSDDMM_preprocess(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                   CUSPARSE_OPERATION_TRANSPOSE, &alpha, qd, kd, &beta, cd,
+                                   CUDA_R_32F, CUSPARSE_SDDMM_ALG_DEFAULT, buffer.data()),
+          "cusparseSDDMM_preprocess");
+      const Timing anchor_sddmm = time_call(stream, [&] {
+        check_cusparse(cusparseSDDMM(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                     CUSPARSE_OPERATION_TRANSPOSE, &alpha, qd, kd, &beta, cd,
+                                     CUDA_R_32F, CUSPARSE_SDDMM_ALG_DEFAULT, buffer.data()),
+                       "cusparseSDDMM");
+      });
+      std::printf("| sddmm%s | %s | %lld | %s | %s | %.2f |\n", sddmm_ok ? "" : " (NOT FINITE)",
+                  label.c_str(), static_cast<long long>(d), cell(flare_sddmm).c_str(),
+                  cell(anchor_sddmm).c_str(), anchor_sddmm.graph_us / flare_sddmm.graph_us);
+      std::fflush(stdout);
+      cusparseDestroySpMat(ad);
+      cusparseDestroySpMat(cd);
+      for (cusparseDnMatDescr_t m : {xd, yd, qd, kd}) cusparseDestroyDnMat(m);
+    }
+  }
+  cusparseDestroy(handle);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_sparse: %s\n", e.what());
+    return 1;
+  }
+}
