@@ -1,7 +1,7 @@
 // SDDMM on a CSR pattern (issue 23, SparseTIR's sddmm without decomposition): out[e] = q_i . k_j
 // for every nonzero e = (i, j) of A (int32 indptr / indices; A's values unused), with Q
-// [rows, d] and K [cols, d] float32, row-major with any row stride, out float32 [nnz] in A's
-// nonzero order.
+// [rows, d] and K [cols, d] of one dtype (float32, float16 or bfloat16), row-major with any row
+// stride, out [nnz] in A's nonzero order and Q's dtype (float32 dot products, rounded once).
 //
 // Work is split by nonzeros, not rows, so a power-law graph's hub rows do not hold one warp for
 // the grid's tail: a warp takes kChunk consecutive nonzeros, finds the row of each by a binary
@@ -15,21 +15,23 @@
 // searches are clamped into [0, rows), and a column outside [0, cols) reads no K row and gives
 // out[e] = 0. Only a well-formed CSR (validate_csr) gives Q K^T sampled at its pattern.
 //
-// Compile-time defines: FLARE_SDDMM_FEATURES (d, a positive multiple of 32), FLARE_SDDMM_VEC
-// (floats per lane per load: 4, 2 or 1; the host picks the widest that Q's and K's alignment
-// allow).
+// Compile-time defines: FLARE_SDDMM_FEATURES (d: a multiple of 32, or a power of two below 32),
+// FLARE_SDDMM_VEC (elements a lane loads at once: at most 16 bytes, d / kVec a multiple or a
+// divisor of 32; the host picks the widest that Q's and K's alignment allow), FLARE_SDDMM_DTYPE
+// (kSparseF32, kCodeF16 or kCodeBF16).
 #pragma once
 
 #include "fixed_width_ints.cuh"
+#include "sparse_vec.cuh"
 
 namespace flare {
 
 struct SddmmCsrParams {
   const int32_t* indptr;   // [rows + 1]
   const int32_t* indices;  // [nnz]
-  const float* q;          // [rows, d], row stride q_stride elements
-  const float* k;          // [cols, d], row stride k_stride elements
-  float* out;              // [nnz]
+  const void* q;           // [rows, d], row stride q_stride elements
+  const void* k;           // [cols, d], row stride k_stride elements, q's dtype
+  void* out;               // [nnz], q's dtype
   int64_t rows;
   int64_t cols;
   int64_t nnz;
@@ -46,26 +48,22 @@ constexpr int kSddmmChunk = 128;  // nonzeros a warp takes at a time
 
 namespace flare::sddmm_csr {
 
+constexpr int kDType = FLARE_SDDMM_DTYPE;
 constexpr int kFeatures = FLARE_SDDMM_FEATURES;
 constexpr int kVec = FLARE_SDDMM_VEC;
-static_assert(kFeatures % 32 == 0 && kFeatures > 0, "d must be a positive multiple of 32");
-static_assert(kVec == 1 || kVec == 2 || kVec == 4, "vector of 1, 2 or 4 floats");
+constexpr int kElementBytes = sparse_vec::element_bytes<kDType>();
+static_assert(kVec * kElementBytes <= 16, "a vector of at most 16 bytes");
 constexpr int kLanes = kFeatures / kVec < 32 ? kFeatures / kVec : 32;  // lanes a nonzero
 constexpr int kSlices = kFeatures / (kVec * kLanes);                   // vectors a lane
 constexpr int kPerWarp = 32 / kLanes;                                  // nonzeros at once
-static_assert(kSlices * kVec * kLanes == kFeatures, "the lanes must tile d");
+static_assert(kSlices * kVec * kLanes == kFeatures && kLanes * kPerWarp == 32,
+              "the lanes must tile d: d / kVec a multiple or a divisor of 32");
 
-// kVec floats at `src` (the tensor's alignment was checked on the host).
-__device__ __forceinline__ void load_vec(const float* src, float (&out)[kVec]) {
-  if constexpr (kVec == 4) {
-    const float4 f = __ldg(reinterpret_cast<const float4*>(src));
-    out[0] = f.x, out[1] = f.y, out[2] = f.z, out[3] = f.w;
-  } else if constexpr (kVec == 2) {
-    const float2 f = __ldg(reinterpret_cast<const float2*>(src));
-    out[0] = f.x, out[1] = f.y;
-  } else {
-    out[0] = __ldg(src);
-  }
+// kVec elements of row `row` (stride `stride` elements) at vector `slot` of a lane, widened.
+__device__ __forceinline__ void load_vec(const void* base, int64_t row, int64_t stride, int slot,
+                                         float (&out)[kVec]) {
+  const char* src = static_cast<const char*>(base) + (row * stride + slot * kVec) * kElementBytes;
+  sparse_vec::to_float<kDType, kVec>(sparse_vec::load<kDType, kVec>(src), out);
 }
 
 // Rows and nonzeros are below 2^31 (checked on the host): 32-bit indices.
@@ -126,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(flare::kSddmmThreads)
       if (row != loaded) {
 #pragma unroll
         for (int s = 0; s < kSlices; ++s) {
-          load_vec(p.q + int64_t{row} * p.q_stride + (s * kLanes + member) * kVec, q[s]);
+          load_vec(p.q, row, p.q_stride, s * kLanes + member, q[s]);
         }
         loaded = row;
       }
@@ -136,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(flare::kSddmmThreads)
         float k[kSlices][kVec];
 #pragma unroll
         for (int s = 0; s < kSlices; ++s) {
-          load_vec(p.k + int64_t{col} * p.k_stride + (s * kLanes + member) * kVec, k[s]);
+          load_vec(p.k, col, p.k_stride, s * kLanes + member, k[s]);
         }
 #pragma unroll
         for (int s = 0; s < kSlices; ++s) {
@@ -146,7 +144,10 @@ extern "C" __global__ void __launch_bounds__(flare::kSddmmThreads)
       }
 #pragma unroll
       for (int o = kLanes / 2; o >= 1; o /= 2) dot += __shfl_xor_sync(group_mask, dot, o);
-      if (member == 0) p.out[e] = dot;
+      if (member == 0) {
+        const float out[1] = {dot};
+        flare::sparse_vec::store<kDType, 1>(static_cast<char*>(p.out) + e * kElementBytes, out);
+      }
     }
   }
 }

@@ -1,6 +1,6 @@
 // SpMM on a CSR matrix (issue 23, SparseTIR's csrmm without decomposition): Y = A X with A
-// sparse [rows, cols] (int32 indptr / indices, float32 values) and X [cols, d], Y [rows, d]
-// float32, row-major with any row stride.
+// sparse [rows, cols] (int32 indptr / indices, values in X's dtype) and X [cols, d], Y [rows, d]
+// of one dtype (float32, float16 or bfloat16; sums in float32), row-major with any row stride.
 //
 // Work is split evenly over the merge of A's row ends and its nonzeros (merge-based, as
 // Merrill and Garland's CSR SpMV): a warp takes `chunk` consecutive items of that merged list
@@ -9,37 +9,45 @@
 // run of empty rows (their ends count as items) holds one warp for the grid's tail. (A warp or
 // a CTA a row, v1 and v2, left the hubs to a few warps: 0.2-0.3x cuSPARSE; chunks of nonzeros
 // alone, v3's first cut, left a walk of up to 1,020 rows to one warp.) The warp reads 32 of its
-// nonzeros at a time (one a lane, coalesced) and broadcasts them by shuffle, a batch at a time:
-// the batch's rows of X load together, then every lane accumulates kVec consecutive features
-// of each 32 * kVec chunk of d in float32 registers. Rows whose end falls in the chunk are
-// written to Y (with `=`, empty rows as 0); the row open at the chunk's end leaves its partial
-// row in the carry workspace (carry_row[c], carry[c]). A second kernel adds each row's carries,
-// in chunk order, to the part of the row its last chunk wrote. Every sum has a fixed order:
-// deterministic, no atomics.
+// nonzeros at a time (one a lane, coalesced) and broadcasts them by shuffle, a batch at a time.
+// A row of X is kRowLanes lanes' vectors of kVec elements (16 bytes where alignment allows);
+// when that is fewer than 32 lanes (d below 128 in float32) the warp's kGroups lane groups
+// take different nonzeros of the batch and their partial rows are summed by shuffles when a
+// row ends (v4: at d 32, a lane a float and one nonzero a load left the warp issue-bound).
+// Rows whose end falls in the chunk are written to Y (with `=`, empty rows as 0), except a first
+// row that began in an earlier chunk: its part goes to the head workspace (head_row[c],
+// head[c]); the row open at the chunk's end leaves its part in the carry workspace
+// (carry_row[c], carry[c]). A second kernel sums a split row's carries, in chunk order, and
+// the head of the chunk where it ends, in float32, and writes the row once. Every sum has a
+// fixed order: deterministic, no atomics.
 //
 // Memory safety whatever the index arrays hold: indptr is read only in [0, rows], its entries
 // clamped into [0, nnz]; a chunk writes only rows below its split's row (at most rows) and
 // reads only nonzeros between its splits (within [0, nnz]); a column outside [0, cols) contributes nothing
-// (its X row is not read); carries are written only for rows in [0, rows). Only well-formed CSR
-// (validate_csr) gives A X.
+// (its X row is not read); carries and heads are written only for rows in [0, rows). Only
+// well-formed CSR (validate_csr) gives A X.
 //
-// Compile-time defines: FLARE_SPMM_FEATURES (d, a multiple of 32), FLARE_SPMM_VEC (features
-// per lane per chunk of d: 4, 2 or 1, dividing d / 32; the host picks the widest that X's and
-// Y's alignment allow).
+// Compile-time defines: FLARE_SPMM_FEATURES (d: a multiple of 32, or a power of two below 32),
+// FLARE_SPMM_VEC (elements a lane loads at once: at most 16 bytes, d / kVec a multiple or a
+// divisor of 32; the host picks the widest that X's and Y's alignment allow), FLARE_SPMM_DTYPE
+// (kSparseF32, kCodeF16 or kCodeBF16).
 #pragma once
 
 #include "fixed_width_ints.cuh"
+#include "sparse_vec.cuh"
 
 namespace flare {
 
 struct SpmmCsrParams {
-  const int32_t* indptr;   // [rows + 1]
-  const int32_t* indices;  // [nnz]
-  const float* values;     // [nnz]
-  const float* x;          // [cols, d], row stride x_stride elements
-  float* y;                // [rows, d], row stride y_stride elements
-  float* carry;            // [chunks, d]: the partial row a chunk leaves for its last row
-  int32_t* carry_row;      // [chunks]: that row, or -1 when the chunk's last row ends in it
+  const int32_t* indptr;  // [rows + 1]
+  const int32_t* indices; // [nnz]
+  const void* values;     // [nnz], X's dtype
+  const void* x;          // [cols, d], row stride x_stride elements
+  void* y;                // [rows, d], row stride y_stride elements
+  float* carry;           // [chunks, d]: the partial row a chunk leaves for its last row
+  float* head;            // [chunks, d]: a chunk's part of its first row, begun in an earlier chunk
+  int32_t* carry_row;     // [chunks]: that row, or -1 when the chunk's last row ends in it
+  int32_t* head_row;      // [chunks]: that row, or -1 when the chunk's first row begins in it
   int64_t rows;
   int64_t cols;
   int64_t nnz;
@@ -57,49 +65,26 @@ constexpr int kSpmmThreads = 256;  // 8 warps, a chunk each
 
 namespace flare::spmm_csr {
 
+constexpr int kDType = FLARE_SPMM_DTYPE;
 constexpr int kFeatures = FLARE_SPMM_FEATURES;
 constexpr int kVec = FLARE_SPMM_VEC;
-constexpr int kChunks = kFeatures / (32 * kVec);
-static_assert(kFeatures % 32 == 0 && kFeatures > 0, "d must be a positive multiple of 32");
-static_assert(kVec == 1 || kVec == 2 || kVec == 4, "vector of 1, 2 or 4 floats");
-static_assert(kFeatures % (32 * kVec) == 0, "the vector must divide d / 32");
+constexpr int kElementBytes = sparse_vec::element_bytes<kDType>();
+constexpr int kRowLanes = kFeatures / kVec < 32 ? kFeatures / kVec : 32;  // lanes a row of X
+constexpr int kGroups = 32 / kRowLanes;                                  // nonzeros a load
+constexpr int kChunks = kFeatures / (kRowLanes * kVec);                  // vectors a lane
+static_assert(kVec * kElementBytes <= 16, "a vector of at most 16 bytes");
+static_assert(kRowLanes * kGroups == 32 && kChunks * kRowLanes * kVec == kFeatures,
+              "the lanes must tile d: d / kVec a multiple or a divisor of 32");
 
-template <int kN>
-struct FloatVec {
-  float v[kN];
-};
+using Stored = sparse_vec::Stored<kDType, kVec>;
 
-template <int kN>
-__device__ __forceinline__ FloatVec<kN> load_vec(const float* src) {
-  FloatVec<kN> out;
-  if constexpr (kN == 4) {
-    const float4 f = __ldg(reinterpret_cast<const float4*>(src));
-    out.v[0] = f.x, out.v[1] = f.y, out.v[2] = f.z, out.v[3] = f.w;
-  } else if constexpr (kN == 2) {
-    const float2 f = __ldg(reinterpret_cast<const float2*>(src));
-    out.v[0] = f.x, out.v[1] = f.y;
-  } else {
-    out.v[0] = __ldg(src);
-  }
-  return out;
-}
-
-template <int kN>
-__device__ __forceinline__ void store_vec(float* dst, const float (&values)[kN]) {
-  if constexpr (kN == 4) {
-    *reinterpret_cast<float4*>(dst) = make_float4(values[0], values[1], values[2], values[3]);
-  } else if constexpr (kN == 2) {
-    *reinterpret_cast<float2*>(dst) = make_float2(values[0], values[1]);
-  } else {
-    *dst = values[0];
-  }
-}
-
-// Nonzeros whose X rows are loaded before any is summed: the loads of a batch are in flight
-// together (a warp otherwise waits a memory latency per nonzero). About 16 floats of registers
-// a lane (32 took 71 registers at d 128 on sm_90a: 24 warps an SM instead of 32).
-constexpr int kBatchRaw = 16 / (kChunks * kVec);
-constexpr int kBatch = kBatchRaw < 1 ? 1 : kBatchRaw > 8 ? 8 : kBatchRaw;
+// Loads of X a lane keeps in flight before any is summed (a warp otherwise waits a memory
+// latency per batch): about 16 words of registers a lane (32 took 71 registers at d 128 on
+// sm_90a: 24 warps an SM instead of 32), and a batch of at most 32 nonzeros.
+constexpr int kBatchRaw = 16 / (kChunks * Stored::kWords);
+constexpr int kBatchMax = 32 / kGroups < 8 ? 32 / kGroups : 8;
+constexpr int kBatch = kBatchRaw < 1 ? 1 : kBatchRaw > kBatchMax ? kBatchMax : kBatchRaw;
+constexpr int kSlots = kBatch * kGroups;  // nonzeros a batch
 
 using Row = float[kChunks][kVec];
 
@@ -137,34 +122,70 @@ __device__ __forceinline__ void clear(Row& acc) {
   }
 }
 
-// The lane's features of a row of d floats at `row`.
-__device__ __forceinline__ void store_row(float* row, int lane, const Row& acc) {
+// Every lane group's partial row summed into every lane (a fixed butterfly: deterministic).
+__device__ __forceinline__ void sum_groups(Row& acc) {
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) store_vec<kVec>(row + c * 32 * kVec + lane * kVec, acc[c]);
+  for (int o = kRowLanes; o < 32; o *= 2) {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) acc[c][i] += __shfl_xor_sync(0xffffffffu, acc[c][i], o);
+    }
+  }
+}
+
+// The element offset of a lane's vector c within a row of d.
+__device__ __forceinline__ int feature_of(int c, int row_lane) {
+  return (c * kRowLanes + row_lane) * kVec;
+}
+
+// A row of d floats of a workspace, from the first lane group (whose lanes hold the row).
+__device__ __forceinline__ void store_partial(float* row, int lane, const Row& acc) {
+  if (lane >= kRowLanes) return;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) sparse_vec::store_floats<kVec>(row + feature_of(c, lane), acc[c]);
 }
 
 // The walk's position: the current row and where it ends (indptr[row + 1] clamped; nnz for the
-// last row).
+// last row); whether the row is the chunk's head (begun in an earlier chunk) and whether any
+// lane group added to it since it was last written.
 struct RowCursor {
   int row;
   int end;
+  bool head;
+  bool touched;
 };
 
 __device__ __forceinline__ int row_end(const flare::SpmmCsrParams& p, int row) {
   return row < static_cast<int>(p.rows) ? row_start(p, row + 1) : static_cast<int>(p.nnz);
 }
 
-// Writes the current row (acc, then zeros for the empty rows after it) while the row ends at or
-// before `e`, and moves to the next; stops at `open_row` (the chunk's last, open row).
-__device__ __forceinline__ void finish_rows_before(const flare::SpmmCsrParams& p, int e,
-                                                   int open_row, int lane, RowCursor& at,
-                                                   Row& acc) {
-  while (at.row < open_row && at.end <= e) {
-    store_row(p.y + int64_t{at.row} * p.y_stride, lane, acc);
-    clear(acc);
-    ++at.row;
-    at.end = row_end(p, at.row);
+// Writes the current row, to the head workspace when it is the chunk's head, else to Y, and
+// moves to the next. Warp-uniform (the shuffles of sum_groups).
+__device__ __forceinline__ void finish_row(const flare::SpmmCsrParams& p, int64_t chunk_id,
+                                           int lane, RowCursor& at, Row& acc) {
+  if (kGroups > 1 && at.touched) sum_groups(acc);
+  if (at.head) {
+    store_partial(p.head + chunk_id * kFeatures, lane, acc);
+  } else if (lane < kRowLanes) {
+    char* y_row = static_cast<char*>(p.y) + int64_t{at.row} * p.y_stride * kElementBytes;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+      sparse_vec::store<kDType, kVec>(y_row + feature_of(c, lane) * kElementBytes, acc[c]);
   }
+  clear(acc);
+  at.head = false;
+  at.touched = false;
+  ++at.row;
+  at.end = row_end(p, at.row);
+}
+
+// Finishes rows while the current one ends at or before `e`; stops at `open_row` (the chunk's
+// last, open row).
+__device__ __forceinline__ void finish_rows_before(const flare::SpmmCsrParams& p, int64_t chunk_id,
+                                                   int e, int open_row, int lane, RowCursor& at,
+                                                   Row& acc) {
+  while (at.row < open_row && at.end <= e) finish_row(p, chunk_id, lane, at, acc);
 }
 
 }  // namespace flare::spmm_csr
@@ -175,7 +196,8 @@ __device__ __forceinline__ void finish_rows_before(const flare::SpmmCsrParams& p
 extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
     flare_spmm_csr(const __grid_constant__ flare::SpmmCsrParams p) {
   using namespace flare::spmm_csr;
-  const int lane = threadIdx.x % 32;
+  namespace vec = flare::sparse_vec;
+  const int lane = threadIdx.x % 32, group = lane / kRowLanes, row_lane = lane % kRowLanes;
   const int64_t chunk_id = int64_t{blockIdx.x} * (flare::kSpmmThreads / 32) + threadIdx.x / 32;
   if (chunk_id >= p.chunks) return;
   const int64_t total = p.rows + p.nnz;
@@ -190,37 +212,40 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
   RowCursor at;
   at.row = row0;
   at.end = row_end(p, row0);
+  at.head = row0 < row1 && row_start(p, row0) < e0;
+  at.touched = false;
+  if (lane == 0) p.head_row[chunk_id] = at.head ? row0 : -1;
   Row acc;
   clear(acc);
+  const char* x = static_cast<const char*>(p.x);
   for (int base = e0; base < e1; base += 32) {
     const int e = base + lane;
     int col = -1;
     float value = 0.0f;
     if (e < e1) {
       col = __ldg(p.indices + e);
-      value = __ldg(p.values + e);
+      value = vec::load_scalar<kDType>(static_cast<const char*>(p.values) + int64_t{e} * kElementBytes);
     }
     if (static_cast<unsigned>(col) >= static_cast<unsigned long long>(p.cols)) col = -1;
     const int count = e1 - base < 32 ? e1 - base : 32;
-    for (int j0 = 0; j0 < count; j0 += kBatch) {
-      FloatVec<kVec> x[kBatch][kChunks];
+    for (int j0 = 0; j0 < count; j0 += kSlots) {
+      // Lane group g takes the batch's slots g, g + kGroups, ...: one load a lane brings
+      // kGroups nonzeros' rows.
+      Stored xs[kBatch][kChunks];
       float v[kBatch];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         // Slots past the chunk and columns outside the matrix load nothing and weigh 0.
-        const int c_b = __shfl_sync(0xffffffffu, col, (j0 + b) & 31);
-        v[b] = __shfl_sync(0xffffffffu, value, (j0 + b) & 31);
-        const bool valid = j0 + b < count && c_b >= 0;
+        const int slot = j0 + b * kGroups + group;
+        const int c_b = __shfl_sync(0xffffffffu, col, slot & 31);
+        v[b] = __shfl_sync(0xffffffffu, value, slot & 31);
+        const bool valid = slot < count && c_b >= 0;
         if (!valid) v[b] = 0.0f;
-        const float* x_row = p.x + static_cast<int64_t>(valid ? c_b : 0) * p.x_stride + lane * kVec;
+        const char* x_row = x + static_cast<int64_t>(valid ? c_b : 0) * p.x_stride * kElementBytes;
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
-          if (valid) {
-            x[b][c] = load_vec<kVec>(x_row + c * 32 * kVec);
-          } else {
-#pragma unroll
-            for (int i = 0; i < kVec; ++i) x[b][c].v[i] = 0.0f;
-          }
+          xs[b][c] = valid ? vec::load<kDType, kVec>(x_row + feature_of(c, row_lane) * kElementBytes)
+                           : vec::zeros<kDType, kVec>();
         }
       }
       // The batch's slots [s, n) are summed a row at a time: slots [s, stop) are the current
@@ -228,86 +253,104 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
       // registers a row that ends in it; a select, not a zero weight, so that an inf in X stays
       // in its row). Every pass takes at least one slot, whatever indptr holds.
       const int at_batch = base + j0;
-      const int n = count - j0 < kBatch ? count - j0 : kBatch;
-      finish_rows_before(p, at_batch, row1, lane, at, acc);
+      const int n = count - j0 < kSlots ? count - j0 : kSlots;
+      finish_rows_before(p, chunk_id, at_batch, row1, lane, at, acc);
       for (int s = 0; s < n;) {
         int stop = at.row == row1 ? n : at.end - at_batch;
         stop = stop < s + 1 ? s + 1 : stop > n ? n : stop;
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
-          if (b >= s && b < stop) {
+          const int slot = b * kGroups + group;
+          if (slot >= s && slot < stop) {
 #pragma unroll
             for (int c = 0; c < kChunks; ++c) {
+              float xf[kVec];
+              vec::to_float<kDType, kVec>(xs[b][c], xf);
 #pragma unroll
-              for (int i = 0; i < kVec; ++i) acc[c][i] = fmaf(v[b], x[b][c].v[i], acc[c][i]);
+              for (int i = 0; i < kVec; ++i) acc[c][i] = fmaf(v[b], xf[i], acc[c][i]);
             }
           }
         }
+        at.touched = true;
         s = stop;
-        if (s < n) finish_rows_before(p, at_batch + s, row1, lane, at, acc);
+        if (s < n) finish_rows_before(p, chunk_id, at_batch + s, row1, lane, at, acc);
       }
     }
   }
   // Every row before row1 ends in this chunk; row1's nonzeros here (if any) are its carry.
-  while (at.row < row1) {
-    store_row(p.y + int64_t{at.row} * p.y_stride, lane, acc);
-    clear(acc);
-    ++at.row;
-  }
+  while (at.row < row1) finish_row(p, chunk_id, lane, at, acc);
   const bool carries = row1 < p.rows && e1 > e0 && e1 > row_start(p, row1);
-  if (carries) store_row(p.carry + chunk_id * kFeatures, lane, acc);
+  if (carries) {
+    if (kGroups > 1 && at.touched) sum_groups(acc);
+    store_partial(p.carry + chunk_id * kFeatures, lane, acc);
+  }
   if (lane == 0) p.carry_row[chunk_id] = carries ? row1 : -1;
 }
 
-// One warp a chunk: the first chunk of each run of chunks carrying the same row adds their
-// partials, in chunk order, to the part of the row its last chunk wrote.
-extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads)
+// One warp a chunk: the first chunk of each run of chunks carrying the same row sums their
+// partials in chunk order (lane group g the run's chunks g, g + kGroups, ..., then the groups'
+// sums), adds the head of the chunk where the row ends, and writes the row.
+// (Bounds of 256 threads alone made ptxas stop at 32 registers and spill on sm_80.)
+extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
     flare_spmm_csr_carries(const __grid_constant__ flare::SpmmCsrParams p) {
   using namespace flare::spmm_csr;
-  const int lane = threadIdx.x % 32;
+  namespace vec = flare::sparse_vec;
+  const int lane = threadIdx.x % 32, group = lane / kRowLanes, row_lane = lane % kRowLanes;
   const int64_t chunk_id = int64_t{blockIdx.x} * (flare::kSpmmThreads / 32) + threadIdx.x / 32;
   if (chunk_id >= p.chunks) return;
   const int row = p.carry_row[chunk_id];
   if (row < 0 || row >= p.rows || (chunk_id > 0 && p.carry_row[chunk_id - 1] == row)) return;
   // The run's chunks 32 at a time (a lane each reads whether its chunk carries the row), their
-  // partial rows loaded 4 at a time and added in chunk order.
-  constexpr int kInFlight = 4;
+  // partial rows loaded up to 4 a lane at a time (32 floats of registers).
+  constexpr int kInFlightRaw = 32 / (kChunks * kVec);
+  constexpr int kInFlight = kInFlightRaw < 1 ? 1 : kInFlightRaw > 4 ? 4 : kInFlightRaw;
   Row sum;
   clear(sum);
+  int64_t end = chunk_id;  // the chunk after the run
   for (int64_t base = chunk_id;; base += 32) {
     const int64_t mine = base + lane;
     const bool same = mine < p.chunks && p.carry_row[mine] == row;
     const unsigned run = __ballot_sync(0xffffffffu, same);
     const int length = run == 0xffffffffu ? 32 : __ffs(~run) - 1;  // lane 0's is the run's
-    for (int j = 0; j < length; j += kInFlight) {
-      FloatVec<kVec> part[kInFlight][kChunks];
+    end = base + length;
+    for (int j = 0; j < length; j += kInFlight * kGroups) {
+      float part[kInFlight][kChunks][kVec];
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) {
-        const float* carry = p.carry + (base + j + (j + u < length ? u : 0)) * kFeatures;
+        const int at = j + u * kGroups + group;
+        const float* carry = p.carry + (base + (at < length ? at : 0)) * kFeatures;
 #pragma unroll
-        for (int k = 0; k < kChunks; ++k) part[u][k] = load_vec<kVec>(carry + k * 32 * kVec + lane * kVec);
+        for (int c = 0; c < kChunks; ++c) vec::load_floats<kVec>(carry + feature_of(c, row_lane), part[u][c]);
       }
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) {
-        if (j + u < length) {
+        if (j + u * kGroups + group < length) {
 #pragma unroll
-          for (int k = 0; k < kChunks; ++k) {
+          for (int c = 0; c < kChunks; ++c) {
 #pragma unroll
-            for (int i = 0; i < kVec; ++i) sum[k][i] += part[u][k].v[i];
+            for (int i = 0; i < kVec; ++i) sum[c][i] += part[u][c][i];
           }
         }
       }
     }
     if (length < 32) break;
   }
-  float* y_row = p.y + int64_t{row} * p.y_stride;
+  if (kGroups > 1) sum_groups(sum);
+  if (lane >= kRowLanes) return;
+  // The row's last part: the head of the chunk where it ends (there for a well-formed CSR).
+  if (end < p.chunks && p.head_row[end] == row) {
 #pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    float out[kVec];
+    for (int c = 0; c < kChunks; ++c) {
+      float head[kVec];
+      vec::load_floats<kVec>(p.head + end * kFeatures + feature_of(c, row_lane), head);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) out[i] = y_row[k * 32 * kVec + lane * kVec + i] + sum[k][i];
-    store_vec<kVec>(y_row + k * 32 * kVec + lane * kVec, out);
+      for (int i = 0; i < kVec; ++i) sum[c][i] += head[i];
+    }
   }
+  char* y_row = static_cast<char*>(p.y) + int64_t{row} * p.y_stride * kElementBytes;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c)
+    vec::store<kDType, kVec>(y_row + feature_of(c, row_lane) * kElementBytes, sum[c]);
 }
 
 #endif  // __CUDACC_RTC__

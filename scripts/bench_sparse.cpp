@@ -1,6 +1,7 @@
 // SpMM and SDDMM from C++ (issue 23), next to cuSPARSE called the same way in the same process:
 // flare::sparse::spmm / sddmm against cusparseSpMM (CSR algorithms 1, 2 and 3; the best that
-// runs) and cusparseSDDMM, float32, on bench_spmm.py's seeded synthetic graphs (R-MAT of
+// runs) and cusparseSDDMM, float32 or (--dtype) float16 / bfloat16 with float32 sums, on
+// bench_spmm.py's seeded synthetic graphs (R-MAT of
 // arxiv's size and of a quarter of reddit's edges, uniform of ogbn-proteins' node count; named
 // as synthetic). Per graph and feature size: GPU time of a CUDA-graph replay, eager time (events
 // around the call), and the host time of one enqueue; medians. Inputs are random normals,
@@ -11,6 +12,7 @@
 //       -Lbuild-gpu -lflare -L/usr/local/cuda/lib64 -lcusparse -lcudart
 //       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_sparse
 // Run: build-gpu/bench_sparse [--features 32,128,512] [--graphs arxiv,proteins,reddit]
+//        [--dtype float32|float16|bfloat16]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -62,23 +64,32 @@ cuda::DeviceBuffer upload(const void* data, size_t bytes) {
   return buffer;
 }
 
-cuda::DeviceBuffer random_floats(int64_t n, uint32_t seed) {
-  std::vector<float> host(static_cast<size_t>(n));
+// n random normals (or n NaNs) of `dtype` on the device.
+cuda::DeviceBuffer random_values(int64_t n, uint32_t seed, DType dtype) {
+  std::vector<std::byte> host(static_cast<size_t>(n) * dtype_bytes(dtype));
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  for (float& x : host) x = normal(rng);
-  return upload(host.data(), host.size() * 4);
+  for (int64_t i = 0; i < n; ++i) store_float(host.data(), dtype, i, normal(rng));
+  return upload(host.data(), host.size());
 }
 
-cuda::DeviceBuffer nan_floats(int64_t n) {
-  const std::vector<float> host(static_cast<size_t>(n), std::nanf(""));
-  return upload(host.data(), host.size() * 4);
+cuda::DeviceBuffer nan_values(int64_t n, DType dtype) {
+  std::vector<std::byte> host(static_cast<size_t>(n) * dtype_bytes(dtype));
+  for (int64_t i = 0; i < n; ++i) store_float(host.data(), dtype, i, std::nanf(""));
+  return upload(host.data(), host.size());
 }
 
-bool all_finite(const cuda::DeviceBuffer& buffer, int64_t n) {
-  std::vector<float> host(static_cast<size_t>(n));
-  cuda::memcpy_dtoh(host.data(), buffer.data(), host.size() * 4);
-  return std::all_of(host.begin(), host.end(), [](float x) { return std::isfinite(x); });
+bool all_finite(const cuda::DeviceBuffer& buffer, int64_t n, DType dtype) {
+  std::vector<std::byte> host(static_cast<size_t>(n) * dtype_bytes(dtype));
+  cuda::memcpy_dtoh(host.data(), buffer.data(), host.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(load_float(host.data(), dtype, i))) return false;
+  }
+  return true;
+}
+
+cudaDataType cuda_type(DType dtype) {
+  return dtype == DType::kF16 ? CUDA_R_16F : dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
 struct Timing {
@@ -139,18 +150,23 @@ std::string cell(const Timing& t) {
 }  // namespace
 
 int run(int argc, char** argv) {
-  std::string features = "32,128,512", graphs = "arxiv,proteins,reddit";
+  std::string features = "32,128,512", graphs = "arxiv,proteins,reddit", dtype_flag = "float32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--features")
       features = argv[i + 1];
     else if (flag == "--graphs")
       graphs = argv[i + 1];
+    else if (flag == "--dtype")
+      dtype_flag = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: bench_sparse [--features 32,128,512] [--graphs a,b]\n");
+      std::fprintf(stderr,
+                   "usage: bench_sparse [--features 32,128,512] [--graphs a,b] [--dtype d]\n");
       return 2;
     }
   }
+  const DType dtype = parse_dtype(dtype_flag);
+  const cudaDataType type = cuda_type(dtype);
   cuda::set_device(0);
   const cuda::OwnedStream owned;
   const cuda::Stream stream = owned.get();
@@ -160,8 +176,9 @@ int run(int argc, char** argv) {
                  "cusparseSetStream");
   const float alpha = 1.f, beta = 0.f;
   std::printf(
-      "| op | graph | d | flare us (graph / eager / host) | cuSPARSE us (graph / eager / "
-      "host) | cuSPARSE / flare (graph) |\n|---|---|---|---|---|---|\n");
+      "%s\n\n| op | graph | d | flare us (graph / eager / host) | cuSPARSE us (graph / eager / "
+      "host) | cuSPARSE / flare (graph) |\n|---|---|---|---|---|---|\n",
+      std::string(dtype_name(dtype)).c_str());
   for (const std::string& name : split(graphs)) {
     const GraphShape* shape = nullptr;
     for (const GraphShape& g : kGraphs) {
@@ -177,24 +194,25 @@ int run(int argc, char** argv) {
     const int64_t n = g.nodes, nnz = static_cast<int64_t>(g.indices.size());
     const cuda::DeviceBuffer indptr = upload(g.indptr.data(), g.indptr.size() * 4);
     const cuda::DeviceBuffer indices = upload(g.indices.data(), g.indices.size() * 4);
-    const cuda::DeviceBuffer values = random_floats(nnz, 7);
+    const cuda::DeviceBuffer values = random_values(nnz, 7, dtype);
     sparse::Csr a;
     a.rows = a.cols = n;
     a.indptr = TensorView::contiguous(indptr.data(), DType::kI32, {n + 1}, Device::cuda(0));
     a.indices = TensorView::contiguous(indices.data(), DType::kI32, {nnz}, Device::cuda(0));
-    a.values = TensorView::contiguous(values.data(), DType::kF32, {nnz}, Device::cuda(0));
+    a.values = TensorView::contiguous(values.data(), dtype, {nnz}, Device::cuda(0));
     const std::string label = std::string(shape->name) + " (synthetic " + shape->kind + "), " +
                               std::to_string(nnz) + " nnz";
     for (const std::string& f : split(features)) {
       const int64_t d = std::stoll(f);
-      const cuda::DeviceBuffer x = random_floats(n * d, 11), q = random_floats(n * d, 12);
-      const cuda::DeviceBuffer y = nan_floats(n * d), out = nan_floats(nnz);
+      const cuda::DeviceBuffer x = random_values(n * d, 11, dtype);
+      const cuda::DeviceBuffer q = random_values(n * d, 12, dtype);
+      const cuda::DeviceBuffer y = nan_values(n * d, dtype), out = nan_values(nnz, dtype);
       const cuda::DeviceBuffer workspace(
           std::max<size_t>(sparse::spmm_workspace_bytes(n, nnz, d), 16));
-      const TensorView xv = TensorView::contiguous(x.data(), DType::kF32, {n, d}, Device::cuda(0));
-      const TensorView qv = TensorView::contiguous(q.data(), DType::kF32, {n, d}, Device::cuda(0));
-      const TensorView yv = TensorView::contiguous(y.data(), DType::kF32, {n, d}, Device::cuda(0));
-      const TensorView ov = TensorView::contiguous(out.data(), DType::kF32, {nnz}, Device::cuda(0));
+      const TensorView xv = TensorView::contiguous(x.data(), dtype, {n, d}, Device::cuda(0));
+      const TensorView qv = TensorView::contiguous(q.data(), dtype, {n, d}, Device::cuda(0));
+      const TensorView yv = TensorView::contiguous(y.data(), dtype, {n, d}, Device::cuda(0));
+      const TensorView ov = TensorView::contiguous(out.data(), dtype, {nnz}, Device::cuda(0));
       const TensorView wv = TensorView::contiguous(
           workspace.data(), DType::kU8, {static_cast<int64_t>(workspace.bytes())}, Device::cuda(0));
 
@@ -203,15 +221,15 @@ int run(int argc, char** argv) {
       cusparseDnMatDescr_t xd, yd, qd, kd;
       check_cusparse(cusparseCreateCsr(&ad, n, n, nnz, indptr.data(), indices.data(), values.data(),
                                        CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
-                                       CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F),
+                                       CUSPARSE_INDEX_BASE_ZERO, type),
                      "cusparseCreateCsr");
-      check_cusparse(cusparseCreateDnMat(&xd, n, d, d, x.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW),
+      check_cusparse(cusparseCreateDnMat(&xd, n, d, d, x.data(), type, CUSPARSE_ORDER_ROW),
                      "cusparseCreateDnMat");
-      check_cusparse(cusparseCreateDnMat(&yd, n, d, d, y.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW),
+      check_cusparse(cusparseCreateDnMat(&yd, n, d, d, y.data(), type, CUSPARSE_ORDER_ROW),
                      "cusparseCreateDnMat");
 
       const Timing flare_spmm = time_call(stream, [&] { sparse::spmm(a, xv, yv, wv, stream); });
-      const bool spmm_ok = all_finite(y, n * d);
+      const bool spmm_ok = all_finite(y, n * d, dtype);
       Timing best{};
       const char* best_alg = "none ran";
       const std::pair<cusparseSpMMAlg_t, const char*> algs[] = {{CUSPARSE_SPMM_CSR_ALG1, "alg1"},
@@ -247,23 +265,35 @@ int run(int argc, char** argv) {
                   best.graph_us > 0 ? best.graph_us / flare_spmm.graph_us : 0.0);
 
       // SDDMM: out = (Q K^T) at A's pattern, K = X here; cuSPARSE writes a CSR copy of A's pattern.
-      const cuda::DeviceBuffer anchor_out = nan_floats(nnz);
+      const cuda::DeviceBuffer anchor_out = nan_values(nnz, dtype);
       cusparseSpMatDescr_t cd;
       check_cusparse(cusparseCreateCsr(&cd, n, n, nnz, indptr.data(), indices.data(),
                                        anchor_out.data(), CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
-                                       CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F),
+                                       CUSPARSE_INDEX_BASE_ZERO, type),
                      "cusparseCreateCsr");
-      check_cusparse(cusparseCreateDnMat(&qd, n, d, d, q.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW),
+      check_cusparse(cusparseCreateDnMat(&qd, n, d, d, q.data(), type, CUSPARSE_ORDER_ROW),
                      "cusparseCreateDnMat");
-      check_cusparse(cusparseCreateDnMat(&kd, n, d, d, x.data(), CUDA_R_32F, CUSPARSE_ORDER_ROW),
+      check_cusparse(cusparseCreateDnMat(&kd, n, d, d, x.data(), type, CUSPARSE_ORDER_ROW),
                      "cusparseCreateDnMat");
+      const auto destroy_descriptors = [&] {
+        cusparseDestroySpMat(ad);
+        cusparseDestroySpMat(cd);
+        for (cusparseDnMatDescr_t m : {xd, yd, qd, kd}) cusparseDestroyDnMat(m);
+      };
       const Timing flare_sddmm = time_call(stream, [&] { sparse::sddmm(a, qv, xv, ov, stream); });
-      const bool sddmm_ok = all_finite(out, nnz);
+      const bool sddmm_ok = all_finite(out, nnz, dtype);
       size_t bytes = 0;
-      check_cusparse(cusparseSDDMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                              CUSPARSE_OPERATION_TRANSPOSE, &alpha, qd, kd, &beta,
-                                              cd, CUDA_R_32F, CUSPARSE_SDDMM_ALG_DEFAULT, &bytes),
-                     "cusparseSDDMM_bufferSize");
+      // cuSPARSE's SDDMM may lack a 16-bit form: flare's row alone then.
+      if (cusparseSDDMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                   CUSPARSE_OPERATION_TRANSPOSE, &alpha, qd, kd, &beta, cd,
+                                   CUDA_R_32F, CUSPARSE_SDDMM_ALG_DEFAULT,
+                                   &bytes) != CUSPARSE_STATUS_SUCCESS) {
+        std::printf("| sddmm%s | %s | %lld | %s | not supported | - |\n",
+                    sddmm_ok ? "" : " (NOT FINITE)", label.c_str(), static_cast<long long>(d),
+                    cell(flare_sddmm).c_str());
+        destroy_descriptors();
+        continue;
+      }
       const cuda::DeviceBuffer buffer(std::max<size_t>(bytes, 16));
       check_cusparse(
           cusparseSDDMM_preprocess(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
@@ -280,9 +310,7 @@ int run(int argc, char** argv) {
                   label.c_str(), static_cast<long long>(d), cell(flare_sddmm).c_str(),
                   cell(anchor_sddmm).c_str(), anchor_sddmm.graph_us / flare_sddmm.graph_us);
       std::fflush(stdout);
-      cusparseDestroySpMat(ad);
-      cusparseDestroySpMat(cd);
-      for (cusparseDnMatDescr_t m : {xd, yd, qd, kd}) cusparseDestroyDnMat(m);
+      destroy_descriptors();
     }
   }
   cusparseDestroy(handle);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """SpMM through the public Python API (issue 23): flare.sparse.spmm on CUDA tensors (the CSR
 kernels: merge-based, no decomposition yet) next to cuSPARSE through torch.sparse.mm on the
-same CSR tensor, float32, in one process.
+same CSR tensor, in one process: float32, or --dtype float16 / bfloat16 (A's values and X in
+that dtype, float32 sums in both libraries).
 
 Graphs: seeded synthetic graphs from flare.sparse.graph, named as such (no real graph is read
 here): R-MAT of arxiv's size (169,343 nodes, 1.89M edges) and of a quarter of reddit's edges
@@ -13,7 +14,7 @@ the achieved rate against the minimum traffic (A's indptr, indices and values re
 once, Y written once) and that traffic over the device's copy bandwidth measured in the same
 process (a device-to-device copy of 1 GiB).
 Usage: python3 scripts/bench_spmm.py [--features 32,128,512] [--graphs arxiv,proteins,reddit]
-       [--calls 20] [--json F]
+       [--dtype float32] [--calls 20] [--json F]
 """
 import argparse
 import json
@@ -31,6 +32,7 @@ def options():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--features", default="32,128,512")
     parser.add_argument("--graphs", default="arxiv,proteins,reddit")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--json", help="write every measurement here")
     return parser.parse_args()
@@ -48,27 +50,37 @@ def main():
     args = options()
     torch.manual_seed(0)
     bandwidth = copy_bandwidth()
+    dtype = getattr(torch, args.dtype)
+    element = torch.empty((), dtype=dtype).element_size()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, copy bandwidth "
-          f"{bandwidth / 1e12:.2f} TB/s")
+          f"{bandwidth / 1e12:.2f} TB/s, {args.dtype}")
     rows = []
     for name in args.graphs.split(","):
         kind, nodes, edges = GRAPHS[name]
         indptr, indices = flare.sparse.graph(kind, nodes, edges, seed=1)
         a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
-                                    torch.randn(indices.shape[0]), (nodes, nodes)).cuda()
+                                    torch.randn(indices.shape[0], dtype=dtype),
+                                    (nodes, nodes)).cuda()
         # flare's own arrays once (int32 on the device), as a serving loop would keep them.
         triple = (a.crow_indices().to(torch.int32), a.col_indices().to(torch.int32), a.values())
         for d in (int(x) for x in args.features.split(",")):
-            x = torch.randn(nodes, d, device="cuda")
+            x = torch.randn(nodes, d, device="cuda", dtype=dtype)
             row = {"graph": f"{name} (synthetic {kind})", "nodes": nodes, "nnz": int(edges),
-                   "d": d, "max_degree": int((indptr[1:] - indptr[:-1]).max())}
-            traffic = edges * 8 + (nodes + 1) * 4 + 2 * nodes * d * 4
+                   "d": d, "dtype": args.dtype,
+                   "max_degree": int((indptr[1:] - indptr[:-1]).max())}
+            traffic = edges * (4 + element) + (nodes + 1) * 4 + 2 * nodes * d * element
             flare_call = lambda: flare.sparse.spmm(triple, x, shape=(nodes, nodes))  # noqa: E731
             torch_call = lambda: torch.sparse.mm(a, x)  # noqa: E731
-            want = torch_call()
+            # torch may lack cuSPARSE's 16-bit SpMM: then flare alone, checked against float32.
+            want = guarded("cusparse", torch_call)
+            labels = (("flare", flare_call), ("cusparse", torch_call))
+            if want is None:
+                want = torch.sparse.mm(a.float(), x.float())
+                labels = labels[:1]
             got = flare_call()
-            row["max_rel_diff"] = ((got - want).abs().max() / want.abs().max()).item()
-            for label, call in (("flare", flare_call), ("cusparse", torch_call)):
+            row["max_rel_diff"] = ((got.float() - want.float()).abs().max() /
+                                   want.float().abs().max()).item()
+            for label, call in labels:
                 row[f"{label}_eager_us"] = eager_us(call, args.calls)
                 row[f"{label}_graph_us"] = guarded(f"{label} graph", lambda: graph_us(call, 5))
             best = row["flare_graph_us"] or row["flare_eager_us"]
@@ -96,7 +108,10 @@ def time_cell(r, label):
 
 
 def speedup(r, anchor):
-    """The anchor's time over flare's: CUDA-graph times where both captured, else eager."""
+    """The anchor's time over flare's: CUDA-graph times where both captured, else eager (nan
+    when the anchor did not run)."""
+    if f"{anchor}_eager_us" not in r:
+        return float("nan")
     key = "graph_us" if r["flare_graph_us"] and r[f"{anchor}_graph_us"] else "eager_us"
     return r[f"{anchor}_{key}"] / r[f"flare_{key}"]
 

@@ -6,7 +6,8 @@ per-head sparse decode (PerHeadSparseDecodeWrapper, Quest: flare/_per_head_decod
 SpMM and SDDMM have CPU references (flare/sparse/csr.h, coo.h, ell.h, hyb.h: float32, float16
 or bfloat16 operands, float64 accumulation, the result in the dense operands' dtype); SpMM with
 a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h) and SDDMM with a CUDA Q its GPU kernel
-(flare/sparse/sddmm_gpu.h), both float32 with d a multiple of 32. A matrix is a torch sparse CSR or COO
+(flare/sparse/sddmm_gpu.h): float32, float16 or bfloat16 operands, float32 sums, the result in
+the dense operands' dtype; d a multiple of 32 or a power of two below 32. A matrix is a torch sparse CSR or COO
 tensor, or an (indptr, indices, values) triple of numpy arrays / torch tensors with
 `shape=(rows, cols)`. Column indices must be sorted and unique within each
 row (torch's CSR and coalesced COO tensors are); anything else raises ValueError naming the
@@ -98,23 +99,36 @@ def _result(array, like):
     return torch_module().from_numpy(array) if is_torch(like) else array
 
 
-def _device_csr(A, shape, device, where, values=True):
-    """(rows, cols, indptr, indices, values, torch layout or None) of A as contiguous int32 /
-    float32 tensors on `device`; values None when not asked for (SDDMM reads the pattern)."""
+def _device_csr(A, shape, device, where, values_dtype=None):
+    """(rows, cols, indptr, indices, values, torch layout or None) of A as contiguous int32
+    tensors and values of `values_dtype` on `device`; values None when no dtype is asked for
+    (SDDMM reads the pattern)."""
     torch = torch_module()
     rows, cols, arrays, layout = _csr_arrays(A, shape, where)
-    if values and arrays[2] is None:
+    if values_dtype is not None and arrays[2] is None:
         raise ValueError(f"{where}: A needs values")
+    dtypes = (torch.int32, torch.int32, values_dtype)
     moved = [torch.as_tensor(x).to(device=device, dtype=dtype).contiguous()
-             for x, dtype in zip(arrays[:3 if values else 2],
-                                 (torch.int32, torch.int32, torch.float32))]
-    return (int(rows), int(cols), *moved, *([] if values else [None]), layout)
+             for x, dtype in zip(arrays[:2 if values_dtype is None else 3], dtypes)]
+    return (int(rows), int(cols), *moved, *([None] if values_dtype is None else []), layout)
+
+
+def _gpu_operand(x, name, where):
+    """x as the GPU kernels take it: float16 / bfloat16 / float32 kept, other dtypes as float32;
+    checks the feature size."""
+    torch = torch_module()
+    d = x.shape[1]
+    if d == 0 or (d % 32 != 0 and 32 % d != 0):
+        raise NotImplementedError(f"{where}: on the GPU the feature size d ({name}'s last "
+                                  f"dimension) must be a positive multiple of 32 or a power of "
+                                  f"two below 32, got {d}")
+    return x if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else x.float()
 
 
 def _sddmm_cuda(A, Q, K, shape, where):
-    """The GPU path: the nonzero-balanced CSR kernel (float32)."""
+    """The GPU path: the nonzero-balanced CSR kernel in Q's dtype."""
     torch = torch_module()
-    rows, cols, indptr, indices, _, layout = _device_csr(A, shape, Q.device, where, values=False)
+    rows, cols, indptr, indices, _, layout = _device_csr(A, shape, Q.device, where)
     if Q.ndim != 2 or Q.shape[0] != rows:
         raise ValueError(f"{where}: Q must have shape [rows = {rows}, d], got {list(Q.shape)}")
     if not is_cuda(K) or K.device != Q.device:
@@ -122,12 +136,11 @@ def _sddmm_cuda(A, Q, K, shape, where):
     if K.ndim != 2 or K.shape[0] != cols or K.shape[1] != Q.shape[1]:
         raise ValueError(f"{where}: K must have shape [cols = {cols}, d = {Q.shape[1]}], got "
                          f"{list(K.shape)}")
-    if Q.shape[1] % 32 != 0 or Q.shape[1] == 0:
-        raise NotImplementedError(f"{where}: on the GPU the feature size d must be a positive "
-                                  f"multiple of 32, got {Q.shape[1]}")
-    q = Q if Q.dtype == torch.float32 else Q.float()
-    k = K if K.dtype == torch.float32 else K.float()
-    out = torch.empty(indices.shape[0], dtype=torch.float32, device=Q.device)
+    if K.dtype != Q.dtype:
+        raise ValueError(f"{where}: K must have Q's dtype {Q.dtype}, got {K.dtype}")
+    q = _gpu_operand(Q, "Q", where)
+    k = K.to(q.dtype)
+    out = torch.empty(indices.shape[0], dtype=q.dtype, device=Q.device)
     _flare.sparse_sddmm_cuda(rows, cols, indptr, indices, q, k, out)
     if layout is None:
         return out
@@ -135,20 +148,18 @@ def _sddmm_cuda(A, Q, K, shape, where):
 
 
 def _spmm_cuda(A, X, format, shape, where):
-    """The GPU path: the CSR kernels (merge-based, float32)."""
+    """The GPU path: the CSR kernels (merge-based) in X's dtype."""
     if format not in ("auto", "csr"):
         raise NotImplementedError(f"{where}: format {format!r} runs on the CPU backend only; on "
                                   "CUDA tensors the GPU has 'csr' (or 'auto')")
     torch = torch_module()
-    rows, cols, indptr, indices, values, _ = _device_csr(A, shape, X.device, where)
-    if X.ndim != 2 or X.shape[0] != cols:
+    if X.ndim != 2:
+        raise ValueError(f"{where}: X must be 2-D [cols, d], got {list(X.shape)}")
+    x = _gpu_operand(X, "X", where)
+    rows, cols, indptr, indices, values, _ = _device_csr(A, shape, X.device, where, x.dtype)
+    if X.shape[0] != cols:
         raise ValueError(f"{where}: X must have shape [cols = {cols}, d], got {list(X.shape)}")
-    if X.shape[1] % 32 != 0 or X.shape[1] == 0:
-        raise NotImplementedError(f"{where}: on the GPU X's feature size d must be a positive "
-                                  f"multiple of 32, got {X.shape[1]}")
-    x = X if X.dtype == torch.float32 else X.float()
-    y = torch.empty((rows, x.shape[1] if x.ndim == 2 else 0), dtype=torch.float32,
-                    device=X.device)
+    y = torch.empty((rows, x.shape[1]), dtype=x.dtype, device=X.device)
     # The split rows' partial sums (a few bytes a nonzero), from torch's caching allocator: a
     # CUDA graph captures it from its pool.
     workspace = torch.empty(_flare.sparse_spmm_workspace_bytes(rows, indices.shape[0],
@@ -172,8 +183,9 @@ def spmm(A, X, format="auto", shape=None):
     bfloat16 kept, anything else float32; accumulated in float64 on the CPU). format: "auto"
     or "csr" (the CSR reference), "coo", "ell" (through A's COO or ELL form) or "hyb" (the sum
     over hyb(1, 5)'s sub-matrices): the same values up to summation order. X a CUDA tensor:
-    the GPU kernel (flare/sparse/spmm_gpu.h; d a multiple of 32, "auto" / "csr"), on torch's
-    current stream, A's arrays moved to X's device as int32 / float32."""
+    the GPU kernel (flare/sparse/spmm_gpu.h; float32 sums; d a multiple of 32 or a power of two
+    below 32; "auto" / "csr"), on torch's current stream, A's arrays moved to X's device as
+    int32 and its values in X's dtype."""
     where = "flare.sparse.spmm"
     if format not in ("auto", "csr", "coo", "ell", "hyb"):
         raise ValueError(f"{where}: format must be 'auto', 'csr', 'coo', 'ell' or 'hyb', got "

@@ -1,7 +1,7 @@
 """flare.sparse.spmm and sddmm on CUDA tensors (the GPU CSR kernels) against float64 torch:
 torch sparse CSR and COO inputs and (indptr, indices, values) triples, feature sizes 32-512, a
-power-law graph with a long row, non-contiguous operands; formats the GPU lacks and feature
-sizes that are not multiples of 32 raise. Skipped visibly without PyTorch or a CUDA device."""
+power-law graph with a long row, non-contiguous operands, float16 and bfloat16 operands and
+feature sizes below 32; formats the GPU lacks and other feature sizes raise. Skipped visibly without PyTorch or a CUDA device."""
 
 import pytest
 
@@ -40,6 +40,29 @@ def test_spmm_matches_float64_on_csr_coo_and_triples(d):
     torch.testing.assert_close(y.cpu().double(), want, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [8, 32, 128, 512])
+def test_sixteen_bit_operands_keep_their_dtype_with_float32_sums(dtype, d):
+    a = random_csr(300, 257, 4000, seed=d + 1)
+    x = torch.randn(257, d, device=DEVICE, dtype=dtype)
+    y = flare.sparse.spmm(a.to(DEVICE), x)
+    assert y.dtype == dtype and y.shape == (300, d)
+    # A's values are rounded to X's dtype; the float32 sum is rounded once.
+    want = expected(a.to(dtype), x)
+    tolerance = 2 ** -7 if dtype == torch.bfloat16 else 2 ** -10
+    torch.testing.assert_close(y.cpu().double(), want, atol=tolerance, rtol=tolerance)
+    q = torch.randn(300, d, device=DEVICE, dtype=dtype)
+    k = torch.randn(257, d, device=DEVICE, dtype=dtype)
+    out = flare.sparse.sddmm(a.to(DEVICE), q, k)
+    assert out.values().dtype == dtype
+    rows = torch.repeat_interleave(torch.arange(300), a.crow_indices().diff())
+    dense = q.double().cpu() @ k.double().cpu().T
+    torch.testing.assert_close(out.values().cpu().double(), dense[rows, a.col_indices()],
+                               atol=tolerance * d ** 0.5, rtol=tolerance)
+    with pytest.raises(ValueError, match="K must have Q's dtype"):
+        flare.sparse.sddmm(a.to(DEVICE), q, k.float())
+
+
 def test_spmm_on_a_power_law_graph_with_a_strided_x():
     indptr, indices = flare.sparse.graph("rmat", 5000, 60000, seed=1)
     a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
@@ -53,7 +76,7 @@ def test_what_the_gpu_kernel_lacks_raises():
     a = random_csr(10, 10, 20, seed=0).to(DEVICE)
     with pytest.raises(NotImplementedError, match="format 'hyb' runs on the CPU backend only"):
         flare.sparse.spmm(a, torch.randn(10, 32, device=DEVICE), format="hyb")
-    with pytest.raises(NotImplementedError, match="multiple of 32, got 48"):
+    with pytest.raises(NotImplementedError, match="multiple of 32 or a power of two below 32, got 48"):
         flare.sparse.spmm(a, torch.randn(10, 48, device=DEVICE))
     with pytest.raises(ValueError, match="X must have shape \\[cols = 10, d\\], got \\[11, 32\\]"):
         flare.sparse.spmm(a, torch.randn(11, 32, device=DEVICE))
@@ -94,7 +117,7 @@ def test_sddmm_on_a_power_law_graph_with_strided_operands():
     out = flare.sparse.sddmm(a.to(DEVICE), q, k)
     want = torch.sparse.sampled_addmm(a.to(DEVICE), q.contiguous(), k.T.contiguous(), beta=0.0)
     torch.testing.assert_close(out.values(), want.values(), atol=1e-4, rtol=1e-4)
-    with pytest.raises(NotImplementedError, match="multiple of 32, got 48"):
+    with pytest.raises(NotImplementedError, match="multiple of 32 or a power of two below 32, got 48"):
         flare.sparse.sddmm(a.to(DEVICE), torch.randn(5000, 48, device=DEVICE),
                            torch.randn(5000, 48, device=DEVICE))
     # Column ids outside the matrix: no read outside K, those entries are 0.

@@ -1,6 +1,7 @@
 // The GPU sparse operators' shared argument checks (spmm_gpu.cpp, sddmm_gpu.cpp): index and value
-// arrays, float32 dense operands, and the widest vector load their alignment allows. Errors name
-// the operator (`what`) and the argument.
+// arrays, dense operands (float32, float16 or bfloat16), the feature sizes the kernels take and
+// the widest vector load the operands' alignment allows. Errors name the operator (`what`) and
+// the argument.
 #pragma once
 
 #include <cstdint>
@@ -20,27 +21,42 @@ inline void check_array(const char* what, const TensorView& t, const char* name,
               dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
 }
 
-// A float32 [rows, d] tensor on `device`, unit stride along d, rows any stride of at least d.
+// A float32 / float16 / bfloat16 [rows, d] tensor on `device`, unit stride along d, rows any
+// stride of at least d.
 inline void check_dense(const char* what, const TensorView& t, const char* name, int64_t rows,
                         int64_t d, const Device& device) {
-  FLARE_CHECK(t.ndim == 2 && t.shape[0] == rows && t.shape[1] == d && t.dtype == DType::kF32 &&
+  FLARE_CHECK(t.ndim == 2 && t.shape[0] == rows && t.shape[1] == d &&
+                  (t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16) &&
                   t.device == device && (d <= 1 || t.strides[1] == 1) &&
                   (rows <= 1 || t.strides[0] >= d),
-              ErrorCode::kInvalidArgument, what, ": ", name, " must be a float32 [", rows, ", ", d,
-              "] tensor on ", device.str(), " with unit stride along its last dimension, got ",
+              ErrorCode::kInvalidArgument, what, ": ", name,
+              " must be a float32, float16 or bfloat16 [", rows, ", ", d, "] tensor on ",
+              device.str(), " with unit stride along its last dimension, got ",
               dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
 }
 
-// The widest vector of 4, 2 or 1 floats that divides `floats` (a lane's share of a row) and that
-// both float32 row-major tensors' addresses and row strides are aligned to.
-inline int vector_width(int64_t floats, const TensorView& a, const TensorView& b) {
-  for (int vec : {4, 2, 1}) {
-    const auto aligned = [vec](const TensorView& t) {
-      const int64_t bytes = vec * 4;
+// Whether the kernels' lanes tile a row of d elements in vectors of `vec`: d / vec lanes, a
+// multiple of 32 (a lane takes several vectors) or a divisor of 32 (a warp takes several rows).
+inline bool lanes_tile(int64_t d, int vec) {
+  if (d % vec != 0) return false;
+  const int64_t lanes = d / vec;
+  return lanes % 32 == 0 || 32 % lanes == 0;
+}
+
+// Feature sizes the kernels take: a positive multiple of 32 or a power of two below 32.
+inline bool feature_size_supported(int64_t d) { return d > 0 && lanes_tile(d, 1); }
+
+// The widest vector (at most 16 bytes) of elements of the two tensors' dtype whose lanes tile d
+// and that both tensors' addresses and row strides are aligned to.
+inline int vector_width(int64_t d, const TensorView& a, const TensorView& b) {
+  const int element = static_cast<int>(dtype_bytes(a.dtype));
+  for (int vec = 16 / element; vec > 1; vec /= 2) {
+    const int64_t bytes = int64_t{vec} * element;
+    const auto aligned = [bytes](const TensorView& t) {
       return reinterpret_cast<uintptr_t>(t.data) % bytes == 0 &&
-             (t.shape[0] <= 1 || t.strides[0] * 4 % bytes == 0);
+             (t.shape[0] <= 1 || t.strides[0] * static_cast<int64_t>(dtype_bytes(t.dtype)) % bytes == 0);
     };
-    if (floats % vec == 0 && aligned(a) && aligned(b)) return vec;
+    if (lanes_tile(d, vec) && aligned(a) && aligned(b)) return vec;
   }
   return 1;
 }

@@ -17,24 +17,35 @@ constexpr const char* kWhat = "flare::sparse::sddmm";
 
 }  // namespace
 
-jit::KernelSpec sddmm_csr_kernel_spec(int features, int vec) {
-  FLARE_CHECK(features > 0 && features % 32 == 0, ErrorCode::kUnsupported, kWhat,
-              ": the GPU kernel takes feature sizes that are positive multiples of 32, got ",
+jit::KernelSpec sddmm_csr_kernel_spec(int features, int vec, DType dtype) {
+  FLARE_CHECK(gpu_operands::feature_size_supported(features), ErrorCode::kUnsupported, kWhat,
+              ": the GPU kernel takes feature sizes that are positive multiples of 32 or powers "
+              "of two below 32, got ",
               features);
-  FLARE_CHECK(vec == 1 || vec == 2 || vec == 4, ErrorCode::kInvalidArgument, kWhat,
-              ": vector width ", vec, " must be 1, 2 or 4");
+  FLARE_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16,
+              ErrorCode::kUnsupported, kWhat, ": the GPU kernel takes float32, float16 or bfloat16, got ",
+              dtype_name(dtype));
+  FLARE_CHECK(vec >= 1 && vec * dtype_bytes(dtype) <= 16 && (vec & (vec - 1)) == 0 &&
+                  gpu_operands::lanes_tile(features, vec),
+              ErrorCode::kInvalidArgument, kWhat, ": vector width ", vec,
+              " must be a power of two of at most 16 bytes whose lanes tile d = ", features);
   jit::KernelSpec spec;
   spec.family_header = "sddmm_csr.cuh";
   spec.entry = "flare_sddmm_csr";
   spec.defines = {{"FLARE_SDDMM_FEATURES", std::to_string(features)},
-                  {"FLARE_SDDMM_VEC", std::to_string(vec)}};
-  spec.label = "sddmm csr f32 d=" + std::to_string(features) + " vec=" + std::to_string(vec);
+                  {"FLARE_SDDMM_VEC", std::to_string(vec)},
+                  {"FLARE_SDDMM_DTYPE", std::to_string(static_cast<int>(dtype))}};
+  spec.label = "sddmm csr " + std::string(dtype_name(dtype)) + " d=" + std::to_string(features) +
+               " vec=" + std::to_string(vec);
   return spec;
 }
 
 std::vector<jit::KernelSpec> shipped_sddmm_kernel_specs() {
   std::vector<jit::KernelSpec> specs;
-  for (int d : {32, 64, 128, 256, 512}) specs.push_back(sddmm_csr_kernel_spec(d, 4));
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int d : {32, 64, 128, 256, 512})
+      specs.push_back(sddmm_csr_kernel_spec(d, 16 / static_cast<int>(dtype_bytes(dtype)), dtype));
+  }
   return specs;
 }
 
@@ -51,10 +62,12 @@ void sddmm(const Csr& a, const TensorView& q, const TensorView& k, const TensorV
   gpu_operands::check_array(kWhat, a.indices, "A.indices", DType::kI32, nnz, q.device);
   gpu_operands::check_dense(kWhat, q, "q", a.rows, d, q.device);
   gpu_operands::check_dense(kWhat, k, "k", a.cols, d, q.device);
-  gpu_operands::check_array(kWhat, out, "out", DType::kF32, nnz, q.device);
-  FLARE_CHECK(d > 0 && d % 32 == 0, ErrorCode::kUnsupported, kWhat,
+  FLARE_CHECK(k.dtype == q.dtype, ErrorCode::kInvalidArgument, kWhat, ": k must have q's dtype ",
+              dtype_name(q.dtype), ", got ", dtype_name(k.dtype));
+  gpu_operands::check_array(kWhat, out, "out", q.dtype, nnz, q.device);
+  FLARE_CHECK(gpu_operands::feature_size_supported(d), ErrorCode::kUnsupported, kWhat,
               ": the GPU kernel takes feature sizes (q's last dimension) that are positive "
-              "multiples of 32, got ",
+              "multiples of 32 or powers of two below 32, got ",
               d);
   FLARE_CHECK(a.rows < (int64_t{1} << 31) && nnz < (int64_t{1} << 31), ErrorCode::kUnsupported,
               kWhat, ": rows and nnz must be below 2^31, got ", a.rows, " and ", nnz);
@@ -65,9 +78,9 @@ void sddmm(const Csr& a, const TensorView& q, const TensorView& k, const TensorV
   SddmmCsrParams p{};
   p.indptr = a.indptr.ptr<const int32_t>();
   p.indices = a.indices.ptr<const int32_t>();
-  p.q = q.ptr<const float>();
-  p.k = k.ptr<const float>();
-  p.out = out.ptr<float>();
+  p.q = q.data;
+  p.k = k.data;
+  p.out = out.data;
   p.rows = a.rows;
   p.cols = a.cols;
   p.nnz = nnz;
@@ -76,7 +89,7 @@ void sddmm(const Csr& a, const TensorView& q, const TensorView& k, const TensorV
 
   const cuda::DeviceScope scope(q.device.index);
   const cuda::Function function = jit::get_kernel(
-      sddmm_csr_kernel_spec(static_cast<int>(d), gpu_operands::vector_width(d, q, k)),
+      sddmm_csr_kernel_spec(static_cast<int>(d), gpu_operands::vector_width(d, q, k), q.dtype),
       "flare_sddmm_csr", q.device.index);
   constexpr int64_t kWarpsPerBlock = kSddmmThreads / 32;
   const cuda::DeviceProperties props = cuda::device_properties(q.device.index);

@@ -22,41 +22,60 @@ int64_t chunk_count(int64_t rows, int64_t nnz, int64_t d) {
   return (rows + nnz + chunk - 1) / chunk;
 }
 
-// The carry rows first (d floats each: 16-byte aligned as the workspace), then their row
-// indices.
-size_t carry_row_offset(int64_t rows, int64_t nnz, int64_t d) {
-  return static_cast<size_t>(chunk_count(rows, nnz, d)) * static_cast<size_t>(d) * 4;
+// The workspace: the carry rows, the head rows (d float32 each: aligned as the workspace, to the
+// kernels' vectors of at most 16 bytes), then the carry and the head row indices.
+struct WorkspaceLayout {
+  size_t head = 0, carry_row = 0, head_row = 0, bytes = 0;
+};
+
+WorkspaceLayout workspace_layout(int64_t rows, int64_t nnz, int64_t d) {
+  const auto chunks = static_cast<size_t>(chunk_count(rows, nnz, d));
+  WorkspaceLayout layout;
+  layout.head = chunks * static_cast<size_t>(d) * 4;
+  layout.carry_row = 2 * layout.head;
+  layout.head_row = layout.carry_row + chunks * 4;
+  layout.bytes = layout.head_row + chunks * 4;
+  return layout;
 }
 
 }  // namespace
 
 size_t spmm_workspace_bytes(int64_t rows, int64_t nnz, int64_t d) {
-  FLARE_CHECK(rows >= 0 && nnz >= 0 && d > 0 && d % 4 == 0, ErrorCode::kInvalidArgument, kWhat,
-              "_workspace_bytes: rows and nnz must be >= 0 and d a positive multiple of 4, got ",
-              rows, ", ", nnz, " and ", d);
-  return carry_row_offset(rows, nnz, d) + static_cast<size_t>(chunk_count(rows, nnz, d)) * 4;
+  FLARE_CHECK(rows >= 0 && nnz >= 0 && d > 0, ErrorCode::kInvalidArgument, kWhat,
+              "_workspace_bytes: rows and nnz must be >= 0 and d positive, got ", rows, ", ", nnz,
+              " and ", d);
+  return workspace_layout(rows, nnz, d).bytes;
 }
 
-jit::KernelSpec spmm_csr_kernel_spec(int features, int vec) {
-  FLARE_CHECK(features > 0 && features % 32 == 0, ErrorCode::kUnsupported, kWhat,
-              ": the GPU kernel takes feature sizes that are positive multiples of 32, got ",
+jit::KernelSpec spmm_csr_kernel_spec(int features, int vec, DType dtype) {
+  FLARE_CHECK(gpu_operands::feature_size_supported(features), ErrorCode::kUnsupported, kWhat,
+              ": the GPU kernel takes feature sizes that are positive multiples of 32 or powers "
+              "of two below 32, got ",
               features);
-  FLARE_CHECK((vec == 1 || vec == 2 || vec == 4) && features % (32 * vec) == 0,
+  FLARE_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16,
+              ErrorCode::kUnsupported, kWhat, ": the GPU kernel takes float32, float16 or bfloat16, got ",
+              dtype_name(dtype));
+  FLARE_CHECK(vec >= 1 && vec * dtype_bytes(dtype) <= 16 && (vec & (vec - 1)) == 0 &&
+                  gpu_operands::lanes_tile(features, vec),
               ErrorCode::kInvalidArgument, kWhat, ": vector width ", vec,
-              " must be 1, 2 or 4 and divide d / 32 = ", features / 32);
+              " must be a power of two of at most 16 bytes whose lanes tile d = ", features);
   jit::KernelSpec spec;
   spec.family_header = "spmm_csr.cuh";
   spec.entry = "flare_spmm_csr;flare_spmm_csr_carries";
   spec.defines = {{"FLARE_SPMM_FEATURES", std::to_string(features)},
-                  {"FLARE_SPMM_VEC", std::to_string(vec)}};
-  spec.label = "spmm csr f32 d=" + std::to_string(features) + " vec=" + std::to_string(vec);
+                  {"FLARE_SPMM_VEC", std::to_string(vec)},
+                  {"FLARE_SPMM_DTYPE", std::to_string(static_cast<int>(dtype))}};
+  spec.label = "spmm csr " + std::string(dtype_name(dtype)) + " d=" + std::to_string(features) +
+               " vec=" + std::to_string(vec);
   return spec;
 }
 
 std::vector<jit::KernelSpec> shipped_spmm_kernel_specs() {
   std::vector<jit::KernelSpec> specs;
-  for (int d : {32, 64, 128, 256, 512})
-    specs.push_back(spmm_csr_kernel_spec(d, d >= 128 ? 4 : d / 32));
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int d : {32, 64, 128, 256, 512})
+      specs.push_back(spmm_csr_kernel_spec(d, 16 / static_cast<int>(dtype_bytes(dtype)), dtype));
+  }
   return specs;
 }
 
@@ -72,16 +91,19 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   const int64_t d = x.ndim == 2 ? x.shape[1] : -1;
   gpu_operands::check_array(kWhat, a.indptr, "A.indptr", DType::kI32, a.rows + 1, x.device);
   gpu_operands::check_array(kWhat, a.indices, "A.indices", DType::kI32, nnz, x.device);
-  gpu_operands::check_array(kWhat, *a.values, "A.values", DType::kF32, nnz, x.device);
   gpu_operands::check_dense(kWhat, x, "x", a.cols, d, x.device);
+  gpu_operands::check_array(kWhat, *a.values, "A.values", x.dtype, nnz, x.device);
   gpu_operands::check_dense(kWhat, y, "y", a.rows, d, x.device);
-  FLARE_CHECK(d > 0 && d % 32 == 0, ErrorCode::kUnsupported, kWhat,
+  FLARE_CHECK(y.dtype == x.dtype, ErrorCode::kInvalidArgument, kWhat, ": y must have x's dtype ",
+              dtype_name(x.dtype), ", got ", dtype_name(y.dtype));
+  FLARE_CHECK(gpu_operands::feature_size_supported(d), ErrorCode::kUnsupported, kWhat,
               ": the GPU kernel takes feature sizes (x's last dimension) that are positive "
-              "multiples of 32, got ",
+              "multiples of 32 or powers of two below 32, got ",
               d);
   FLARE_CHECK(a.rows + nnz < (int64_t{1} << 31), ErrorCode::kUnsupported, kWhat,
               ": rows + nnz must be below 2^31, got ", a.rows, " + ", nnz);
-  const size_t workspace_bytes = spmm_workspace_bytes(a.rows, nnz, d);
+  const WorkspaceLayout layout = workspace_layout(a.rows, nnz, d);
+  const size_t workspace_bytes = layout.bytes;
   const int64_t workspace_size =
       workspace.ndim == 1 ? workspace.shape[0] * static_cast<int64_t>(dtype_bytes(workspace.dtype))
                           : 0;
@@ -99,9 +121,9 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   SpmmCsrParams p{};
   p.indptr = a.indptr.ptr<const int32_t>();
   p.indices = a.indices.ptr<const int32_t>();
-  p.values = a.values->ptr<const float>();
-  p.x = x.ptr<const float>();
-  p.y = y.ptr<float>();
+  p.values = a.values->data;
+  p.x = x.data;
+  p.y = y.data;
   p.rows = a.rows;
   p.cols = a.cols;
   p.nnz = nnz;
@@ -109,13 +131,15 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   p.y_stride = a.rows > 1 ? y.strides[0] : d;
   p.chunks = chunk_count(a.rows, nnz, d);
   p.chunk = static_cast<int32_t>(spmm_chunk_items(d));
-  p.carry = static_cast<float*>(workspace.data);
-  p.carry_row = reinterpret_cast<int32_t*>(static_cast<char*>(workspace.data) +
-                                           carry_row_offset(a.rows, nnz, d));
+  char* scratch = static_cast<char*>(workspace.data);
+  p.carry = reinterpret_cast<float*>(scratch);
+  p.head = reinterpret_cast<float*>(scratch + layout.head);
+  p.carry_row = reinterpret_cast<int32_t*>(scratch + layout.carry_row);
+  p.head_row = reinterpret_cast<int32_t*>(scratch + layout.head_row);
 
   const cuda::DeviceScope scope(x.device.index);
   const jit::KernelSpec spec =
-      spmm_csr_kernel_spec(static_cast<int>(d), gpu_operands::vector_width(d / 32, x, y));
+      spmm_csr_kernel_spec(static_cast<int>(d), gpu_operands::vector_width(d, x, y), x.dtype);
   const cuda::Function chunks = jit::get_kernel(spec, "flare_spmm_csr", x.device.index);
   const cuda::Function carries = jit::get_kernel(spec, "flare_spmm_csr_carries", x.device.index);
   constexpr int64_t kWarpsPerBlock = kSpmmThreads / 32;

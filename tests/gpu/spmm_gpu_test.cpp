@@ -42,22 +42,45 @@ HostTensor float_tensor(const std::vector<float>& values) {
   return t;
 }
 
-// y = A x on the GPU (x and y with rows of `stride` floats, d used) against the reference run on
-// `reference` (A with the same pattern; its values zero where a column was corrupted).
+// `t`'s elements rounded to `dtype` (nearest even), as a tensor of that dtype.
+HostTensor rounded_to(const HostTensor& t, DType dtype) {
+  HostTensor out(dtype, t.view().ndim == 2 ? std::vector<int64_t>{t.view().shape[0], t.view().shape[1]}
+                                           : std::vector<int64_t>{t.view().shape[0]});
+  for (int64_t i = 0; i < t.numel(); ++i) out.set(i, t.get(i));
+  return out;
+}
+
+// `t`'s elements (any floating dtype) as float32.
+HostTensor widened(const HostTensor& t) { return rounded_to(t, DType::kF32); }
+
+// The unit roundoff of the result's dtype: the GPU rounds its float32 sum once.
+double output_roundoff(DType dtype) {
+  return dtype == DType::kBF16 ? 0x1p-8 : dtype == DType::kF16 ? 0x1p-11 : 0.0;
+}
+
+// y = A x on the GPU in `dtype` (x and y with rows of `stride` elements, d used; A's values and
+// x rounded to dtype first) against the reference run on `reference` (A with the same pattern;
+// its values zero where a column was corrupted) with the same rounded operands.
 void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference, int64_t d,
-                int64_t stride, uint64_t seed) {
+                int64_t stride, uint64_t seed, DType dtype = DType::kF32) {
   SCOPED_TRACE(::testing::Message() << a.rows << " x " << a.cols << " nnz " << a.indices.size()
-                                    << " d " << d << " stride " << stride);
-  HostTensor x_storage(DType::kF32, {std::max<int64_t>(a.cols, 1), stride});
-  testing::fill_random(x_storage.view(), seed);
-  HostTensor y_storage(DType::kF32, {std::max<int64_t>(a.rows, 1), stride});
-  y_storage.fill(std::nanf(""));
+                                    << " d " << d << " stride " << stride << " "
+                                    << dtype_name(dtype));
+  HostTensor x_random(DType::kF32, {std::max<int64_t>(a.cols, 1), stride});
+  testing::fill_random(x_random.view(), seed);
+  const HostTensor x_stored = rounded_to(x_random, dtype);
+  HostTensor x_storage = widened(x_stored);  // the operand the GPU sees, as float32
+  const HostTensor values_stored = rounded_to(float_tensor(a.values), dtype);
+  sparse::CsrStorage rounded = reference;
+  for (size_t e = 0; e < rounded.values.size(); ++e) {
+    rounded.values[e] = reference.values[e] == 0.0f ? 0.0f : values_stored.get(static_cast<int64_t>(e));
+  }
   const TensorView x_host = rows_view(x_storage.data<float>(), a.cols, d, stride, Device::cpu());
   HostTensor expected(DType::kF32, {a.rows, d});
-  sparse::spmm_reference(reference.view(), x_host, expected.view());
+  sparse::spmm_reference(rounded.view(), x_host, expected.view());
   // The float32 sums' error bound: (terms + 8) unit roundoffs of sum |a_ij x_jf| (the long
-  // rows' 8 partial sums add 8 roundings).
-  sparse::CsrStorage magnitude = reference;
+  // rows' 8 partial sums add 8 roundings), then the output's rounding.
+  sparse::CsrStorage magnitude = rounded;
   for (float& v : magnitude.values) v = std::abs(v);
   HostTensor x_abs(DType::kF32, {std::max<int64_t>(a.cols, 1), stride});
   for (int64_t i = 0; i < x_abs.numel(); ++i)
@@ -68,18 +91,20 @@ void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference
                          l1.view());
 
   const HostTensor indptr = int32_tensor(a.indptr), indices = int32_tensor(a.indices);
-  const HostTensor values = float_tensor(a.values);
+  HostTensor y_storage(dtype, {std::max<int64_t>(a.rows, 1), stride});
+  y_storage.fill(std::nanf(""));
   const DeviceCopy indptr_d = to_device(indptr), indices_d = to_device(indices);
-  const DeviceCopy values_d = to_device(values);
-  const DeviceCopy x_d = to_device(x_storage), y_d = to_device(y_storage);
+  const DeviceCopy values_d = to_device(values_stored);
+  const DeviceCopy x_d = to_device(x_stored), y_d = to_device(y_storage);
   sparse::Csr a_d;
   a_d.rows = a.rows;
   a_d.cols = a.cols;
   a_d.indptr = indptr_d.view;
   a_d.indices = indices_d.view;
   a_d.values = values_d.view;
-  const TensorView x_view = rows_view(x_d.buffer.data(), a.cols, d, stride, Device::cuda(0));
-  const TensorView y_view = rows_view(y_d.buffer.data(), a.rows, d, stride, Device::cuda(0));
+  TensorView x_view = rows_view(x_d.buffer.data(), a.cols, d, stride, Device::cuda(0));
+  TensorView y_view = rows_view(y_d.buffer.data(), a.rows, d, stride, Device::cuda(0));
+  x_view.dtype = y_view.dtype = dtype;
   // The workspace poisoned too: the carries kernel must read only what the chunks wrote.
   HostTensor scratch(DType::kU8, {static_cast<int64_t>(sparse::spmm_workspace_bytes(
                                      a.rows, static_cast<int64_t>(a.indices.size()), d))});
@@ -87,21 +112,22 @@ void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference
   const DeviceCopy workspace = to_device(scratch);
   sparse::spmm(a_d, x_view, y_view, workspace.view, nullptr);
   cuda::device_synchronize();
-  HostTensor y_back(DType::kF32, {std::max<int64_t>(a.rows, 1), stride});
-  cuda::memcpy_dtoh(y_back.data<float>(), y_d.buffer.data(),
-                    static_cast<size_t>(y_back.numel()) * 4);
+  HostTensor y_back(dtype, {std::max<int64_t>(a.rows, 1), stride});
+  cuda::memcpy_dtoh(y_back.data<std::byte>(), y_d.buffer.data(),
+                    static_cast<size_t>(y_back.numel()) * dtype_bytes(dtype));
   double worst = 0.0;  // the largest error over its bound
   for (int64_t r = 0; r < a.rows; ++r) {
     const double terms = a.indptr[static_cast<size_t>(r) + 1] - a.indptr[static_cast<size_t>(r)];
     for (int64_t f = 0; f < stride; ++f) {
-      const float got = y_back.data<float>()[r * stride + f];
+      const float got = y_back.get(r * stride + f);
       if (f >= d) {  // the padding stays poisoned: nothing written past d
         ASSERT_TRUE(std::isnan(got)) << "row " << r << " padding " << f;
         continue;
       }
       const double want = expected.data<float>()[r * d + f];
       ASSERT_FALSE(std::isnan(got)) << "row " << r << " feature " << f << " unwritten";
-      const double bound = (terms + 8.0) * 0x1p-24 * l1.data<float>()[r * d + f] + 1e-30;
+      const double bound = (terms + 8.0) * 0x1p-24 * l1.data<float>()[r * d + f] +
+                           output_roundoff(dtype) * std::abs(want) + 1e-30;
       worst = std::max(worst, std::abs(got - want) / bound);
     }
   }
@@ -120,6 +146,22 @@ TEST(SpmmGpu, MatchesTheFloat64ReferenceAtEveryFeatureSizeAndStride) {
   check_spmm(column, column, 64, 64, 6);
   const sparse::CsrStorage wide = sparse_testing::random_csr(40, 5000, 0.2, 0.3, 13);
   check_spmm(wide, wide, 512, 512, 7);
+  // Feature sizes below 32: a warp takes 32 / (d / vec) nonzeros a load.
+  for (const int64_t d : {1, 2, 4, 8, 16}) check_spmm(a, a, d, d, static_cast<uint64_t>(40 + d));
+  check_spmm(a, a, 16, 18, 8);  // 8-byte vectors, 8 lanes a row
+}
+
+TEST(SpmmGpu, SixteenBitOperandsMatchTheReferenceWithOneRounding) {
+  FLARE_REQUIRE_GPU();
+  cuda::set_device(0);
+  const sparse::CsrStorage a = sparse_testing::random_csr(300, 257, 0.05, 0.3, 14);
+  uint64_t seed = 60;
+  for (const DType dtype : {DType::kF16, DType::kBF16}) {
+    for (const int64_t d : {8, 32, 64, 128, 256, 512}) check_spmm(a, a, d, d, seed++, dtype);
+    check_spmm(a, a, 128, 132, seed++, dtype);  // 8-byte vectors
+    check_spmm(a, a, 64, 66, seed++, dtype);    // 4-byte vectors
+    check_spmm(a, a, 32, 33, seed++, dtype);    // single elements
+  }
 }
 
 // A CSR of the given row lengths (columns 0, 1, ...; random values).
@@ -164,6 +206,8 @@ TEST(SpmmGpu, RowsAroundChunkBoundaries) {
   for (const auto& lengths : patterns) {
     const sparse::CsrStorage a = rows_of_lengths(lengths, 3000, seed++);
     for (const int64_t d : {32, 128, 512}) check_spmm(a, a, d, d, seed++);
+    check_spmm(a, a, 32, 32, seed++, DType::kBF16);  // heads and carries of 16-bit rows
+    check_spmm(a, a, 512, 512, seed++, DType::kF16);
   }
 }
 
@@ -184,14 +228,19 @@ TEST(SpmmGpu, ColumnsOutsideTheMatrixContributeNothing) {
 // against the float64 reference; nonzeros listed in `outside` hold a column outside the matrix
 // and must give 0.
 void check_sddmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference, int64_t d,
-                 int64_t stride, uint64_t seed, const std::vector<size_t>& outside = {}) {
+                 int64_t stride, uint64_t seed, const std::vector<size_t>& outside = {},
+                 DType dtype = DType::kF32) {
   SCOPED_TRACE(::testing::Message() << a.rows << " x " << a.cols << " nnz " << a.indices.size()
-                                    << " d " << d << " stride " << stride);
+                                    << " d " << d << " stride " << stride << " "
+                                    << dtype_name(dtype));
   const auto nnz = static_cast<int64_t>(a.indices.size());
-  HostTensor q_storage(DType::kF32, {std::max<int64_t>(a.rows, 1), stride});
-  HostTensor k_storage(DType::kF32, {std::max<int64_t>(a.cols, 1), stride});
-  testing::fill_random(q_storage.view(), seed);
-  testing::fill_random(k_storage.view(), seed + 1);
+  HostTensor q_random(DType::kF32, {std::max<int64_t>(a.rows, 1), stride});
+  HostTensor k_random(DType::kF32, {std::max<int64_t>(a.cols, 1), stride});
+  testing::fill_random(q_random.view(), seed);
+  testing::fill_random(k_random.view(), seed + 1);
+  // The operands rounded to dtype (what the GPU reads) and, as float32, the reference's.
+  const HostTensor q_stored = rounded_to(q_random, dtype), k_stored = rounded_to(k_random, dtype);
+  const HostTensor q_storage = widened(q_stored), k_storage = widened(k_stored);
   // The reference runs on `reference`: A's pattern before its `outside` columns were moved out
   // of the matrix (their results are checked to be 0 instead).
   const sparse::CsrStorage& valid = reference;
@@ -210,10 +259,10 @@ void check_sddmm(const sparse::CsrStorage& a, const sparse::CsrStorage& referenc
       rows_view(k_abs.data<float>(), a.cols, d, stride, Device::cpu()), l1.view());
 
   const HostTensor indptr = int32_tensor(a.indptr), indices = int32_tensor(a.indices);
-  HostTensor out(DType::kF32, {std::max<int64_t>(nnz, 1)});
+  HostTensor out(dtype, {std::max<int64_t>(nnz, 1)});
   out.fill(std::nanf(""));
   const DeviceCopy indptr_d = to_device(indptr), indices_d = to_device(indices);
-  const DeviceCopy q_d = to_device(q_storage), k_d = to_device(k_storage), out_d = to_device(out);
+  const DeviceCopy q_d = to_device(q_stored), k_d = to_device(k_stored), out_d = to_device(out);
   sparse::Csr a_d;
   a_d.rows = a.rows;
   a_d.cols = a.cols;
@@ -221,23 +270,28 @@ void check_sddmm(const sparse::CsrStorage& a, const sparse::CsrStorage& referenc
   a_d.indices = indices_d.view;
   TensorView out_view = out_d.view;
   out_view.shape[0] = nnz;
-  sparse::sddmm(a_d, rows_view(q_d.buffer.data(), a.rows, d, stride, Device::cuda(0)),
-                rows_view(k_d.buffer.data(), a.cols, d, stride, Device::cuda(0)), out_view,
-                nullptr);
+  TensorView q_view = rows_view(q_d.buffer.data(), a.rows, d, stride, Device::cuda(0));
+  TensorView k_view = rows_view(k_d.buffer.data(), a.cols, d, stride, Device::cuda(0));
+  q_view.dtype = k_view.dtype = dtype;
+  sparse::sddmm(a_d, q_view, k_view, out_view, nullptr);
   cuda::device_synchronize();
-  HostTensor back(DType::kF32, {std::max<int64_t>(nnz, 1)});
-  cuda::memcpy_dtoh(back.data<float>(), out_d.buffer.data(), static_cast<size_t>(back.numel()) * 4);
+  HostTensor back(dtype, {std::max<int64_t>(nnz, 1)});
+  cuda::memcpy_dtoh(back.data<std::byte>(), out_d.buffer.data(),
+                    static_cast<size_t>(back.numel()) * dtype_bytes(dtype));
   double worst = 0.0;
   for (int64_t e = 0; e < nnz; ++e) {
-    const float got = back.data<float>()[e];
+    const float got = back.get(e);
     ASSERT_FALSE(std::isnan(got)) << "nonzero " << e << " unwritten";
     if (std::find(outside.begin(), outside.end(), static_cast<size_t>(e)) != outside.end()) {
       EXPECT_EQ(got, 0.0f) << "nonzero " << e << " has a column outside the matrix";
       continue;
     }
-    // float32 dot products of d terms (fma chains, then a shuffle tree): (d + 8) roundoffs.
-    const double bound = (static_cast<double>(d) + 8.0) * 0x1p-24 * l1.data<float>()[e] + 1e-30;
-    worst = std::max(worst, std::abs(got - static_cast<double>(expected.data<float>()[e])) / bound);
+    // float32 dot products of d terms (fma chains, then a shuffle tree): (d + 8) roundoffs,
+    // then the output's rounding.
+    const double want = expected.data<float>()[e];
+    const double bound = (static_cast<double>(d) + 8.0) * 0x1p-24 * l1.data<float>()[e] +
+                         output_roundoff(dtype) * std::abs(want) + 1e-30;
+    worst = std::max(worst, std::abs(got - want) / bound);
   }
   EXPECT_LE(worst, 1.0);
 }
@@ -254,6 +308,19 @@ TEST(SddmmGpu, MatchesTheFloat64ReferenceAtEveryFeatureSizeAndStride) {
   check_sddmm(column, column, 64, 64, 6);
   const sparse::CsrStorage wide = sparse_testing::random_csr(40, 5000, 0.2, 0.3, 33);
   check_sddmm(wide, wide, 512, 512, 7);
+  for (const int64_t d : {1, 2, 4, 8, 16}) check_sddmm(a, a, d, d, static_cast<uint64_t>(40 + d));
+}
+
+TEST(SddmmGpu, SixteenBitOperandsMatchTheReferenceWithOneRounding) {
+  FLARE_REQUIRE_GPU();
+  cuda::set_device(0);
+  const sparse::CsrStorage a = sparse_testing::random_csr(300, 257, 0.05, 0.3, 34);
+  uint64_t seed = 70;
+  for (const DType dtype : {DType::kF16, DType::kBF16}) {
+    for (const int64_t d : {8, 32, 64, 128, 256, 512}) check_sddmm(a, a, d, d, seed++, {}, dtype);
+    check_sddmm(a, a, 128, 132, seed++, {}, dtype);  // 8-byte vectors
+    check_sddmm(a, a, 32, 33, seed++, {}, dtype);    // single elements
+  }
 }
 
 TEST(SddmmGpu, ColumnsOutsideTheMatrixGiveZeroAndReadNothing) {

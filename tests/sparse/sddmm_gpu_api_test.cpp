@@ -26,11 +26,17 @@ TEST(SddmmKernelSpec, FeatureSizesAndVectorWidthsAreChecked) {
     EXPECT_EQ(spec.entry, "flare_sddmm_csr");
     units.insert(spec.translation_unit());
   }
-  EXPECT_EQ(units.size(), 5u);
+  EXPECT_EQ(units.size(), 15u);  // d 32-512 in float32, float16 and bfloat16
   EXPECT_FLARE_ERROR(sddmm_csr_kernel_spec(48, 1), ErrorCode::kUnsupported,
-                     "multiples of 32, got 48");
+                     "multiples of 32 or powers of two below 32, got 48");
+  EXPECT_FLARE_ERROR(sddmm_csr_kernel_spec(32, 4, DType::kI32), ErrorCode::kUnsupported,
+                     "float32, float16 or bfloat16, got int32");
+  EXPECT_FLARE_ERROR(sddmm_csr_kernel_spec(32, 8, DType::kF32), ErrorCode::kInvalidArgument,
+                     "vector width 8 must be a power of two of at most 16 bytes");
+  // Eight lanes of eight float16 a row of 64: four rows a warp.
+  EXPECT_EQ(sddmm_csr_kernel_spec(64, 8, DType::kF16).label, "sddmm csr float16 d=64 vec=8");
   EXPECT_FLARE_ERROR(sddmm_csr_kernel_spec(32, 3), ErrorCode::kInvalidArgument,
-                     "vector width 3 must be 1, 2 or 4");
+                     "vector width 3 must be a power of two");
 }
 
 TEST(SddmmGpuArguments, CpuTensorsAreRefusedNamingTheArgument) {

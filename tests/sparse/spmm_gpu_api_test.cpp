@@ -26,11 +26,17 @@ TEST(SpmmKernelSpec, FeatureSizesAndVectorWidthsAreChecked) {
     EXPECT_EQ(spec.entry, "flare_spmm_csr;flare_spmm_csr_carries");
     units.insert(spec.translation_unit());
   }
-  EXPECT_EQ(units.size(), 5u);
+  EXPECT_EQ(units.size(), 15u);  // d 32-512 in float32, float16 and bfloat16
   EXPECT_FLARE_ERROR(spmm_csr_kernel_spec(48, 1), ErrorCode::kUnsupported,
-                     "multiples of 32, got 48");
-  EXPECT_FLARE_ERROR(spmm_csr_kernel_spec(32, 2), ErrorCode::kInvalidArgument,
-                     "must be 1, 2 or 4 and divide d / 32 = 1");
+                     "multiples of 32 or powers of two below 32, got 48");
+  EXPECT_FLARE_ERROR(spmm_csr_kernel_spec(32, 4, DType::kI32), ErrorCode::kUnsupported,
+                     "float32, float16 or bfloat16, got int32");
+  EXPECT_FLARE_ERROR(spmm_csr_kernel_spec(32, 8, DType::kF32), ErrorCode::kInvalidArgument,
+                     "vector width 8 must be a power of two of at most 16 bytes");
+  // Eight lanes of eight float16 a row of 64: four rows a warp.
+  EXPECT_EQ(spmm_csr_kernel_spec(64, 8, DType::kF16).label, "spmm csr float16 d=64 vec=8");
+  EXPECT_FLARE_ERROR(spmm_csr_kernel_spec(96, 4), ErrorCode::kInvalidArgument,
+                     "whose lanes tile d = 96");
 }
 
 TEST(SpmmGpuArguments, CpuTensorsAreRefusedNamingTheArgument) {
@@ -52,18 +58,19 @@ TEST(SpmmGpuArguments, CpuTensorsAreRefusedNamingTheArgument) {
                      "x must be a CUDA tensor (the CPU operator is spmm_reference)");
 }
 
-TEST(SpmmGpuWorkspace, APartialRowAndARowIndexForEachChunkOfRowsAndNonzeros) {
+TEST(SpmmGpuWorkspace, TwoPartialRowsAndTwoRowIndicesForEachChunkOfRowsAndNonzeros) {
   EXPECT_EQ(spmm_chunk_items(32), 128);
   EXPECT_EQ(spmm_chunk_items(128), 128);
   EXPECT_EQ(spmm_chunk_items(512), 512);
   EXPECT_EQ(spmm_workspace_bytes(0, 0, 32), 0u);
-  EXPECT_EQ(spmm_workspace_bytes(1, 0, 32), 128u + 4u);  // one chunk
-  EXPECT_EQ(spmm_workspace_bytes(28, 100, 32), 128u + 4u);
-  EXPECT_EQ(spmm_workspace_bytes(29, 100, 32), 2 * 128u + 2 * 4u);
-  EXPECT_EQ(spmm_workspace_bytes(24, 1000, 512), 2 * 2048u + 2 * 4u);
-  EXPECT_EQ(spmm_workspace_bytes(100, 284, 96), 3 * 384u + 3 * 4u);
+  EXPECT_EQ(spmm_workspace_bytes(1, 0, 32), 2 * 128u + 2 * 4u);  // one chunk
+  EXPECT_EQ(spmm_workspace_bytes(28, 100, 32), 2 * 128u + 2 * 4u);
+  EXPECT_EQ(spmm_workspace_bytes(29, 100, 32), 2 * (2 * 128u + 2 * 4u));
+  EXPECT_EQ(spmm_workspace_bytes(24, 1000, 512), 2 * (2 * 2048u + 2 * 4u));
+  EXPECT_EQ(spmm_workspace_bytes(100, 284, 96), 3 * (2 * 384u + 2 * 4u));
+  EXPECT_EQ(spmm_workspace_bytes(3, 5, 8), 2 * 32u + 2 * 4u);
   EXPECT_FLARE_ERROR(spmm_workspace_bytes(1, -1, 32), ErrorCode::kInvalidArgument,
-                     "rows and nnz must be >= 0 and d a positive multiple of 4, got 1, -1 and 32");
+                     "rows and nnz must be >= 0 and d positive, got 1, -1 and 32");
 }
 
 class ShippedSpmmKernels : public jit::testing::JitTest,

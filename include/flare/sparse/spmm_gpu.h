@@ -1,8 +1,8 @@
 // SpMM on the GPU (issue 23): Y = A X for a CSR A whose arrays are on a CUDA device, with the
 // kernels of kernels/spmm_csr.cuh (merge-based: warps take equal runs of the merged row ends
-// and nonzeros, a row split between warps is summed by a second, deterministic pass; float32; no
-// decomposition yet: the hyb(c, k) and ELL schedules are the next step). The CPU reference is
-// flare/sparse/csr.h's spmm_reference.
+// and nonzeros, a row split between warps is summed by a second, deterministic pass; float32,
+// float16 or bfloat16 with float32 sums; no decomposition yet: the hyb(c, k) and ELL schedules
+// are the next step). The CPU reference is flare/sparse/csr.h's spmm_reference.
 #pragma once
 
 #include <vector>
@@ -16,30 +16,33 @@ namespace flare::sparse {
 // Merge items (nonzeros and row ends) a warp takes, a chunk, at feature size d: 128, or d above
 // 128 (the carry workspace then stays at most 4 bytes an item).
 int64_t spmm_chunk_items(int64_t d);
-// Device bytes of spmm's workspace for rows, nnz nonzeros and d features: a partial row of d
-// floats and a row index for each chunk, ceil((rows + nnz) / spmm_chunk_items(d)) chunks.
+// Device bytes of spmm's workspace for rows, nnz nonzeros and d features: two partial rows of d
+// float32 (a split row's part at the chunk's end and at its start) and two row indices for each
+// chunk, ceil((rows + nnz) / spmm_chunk_items(d)) chunks; the same for every dtype.
 size_t spmm_workspace_bytes(int64_t rows, int64_t nnz, int64_t d);
 
 // Y = A X on `stream`, two launches, without synchronizing or allocating (CUDA-graph safe after
 // the first call per feature size, which compiles the kernels: NVRTC, disk-cached).
-//   a: indptr int32 [rows + 1], indices int32 [nnz], values float32 [nnz], on x's device
+//   a: indptr int32 [rows + 1], indices int32 [nnz], values [nnz] in x's dtype, on x's device
 //      (contiguous); the arrays are not validated on the device: a row range outside [0, nnz]
 //      is clamped and a column outside [0, cols) contributes nothing (no read outside the
 //      tensors), so only well-formed CSR (validate_csr on a host copy) gives A X.
-//   x: float32 [cols, d], y: float32 [rows, d], CUDA, unit stride along d, rows any stride;
-//      d a positive multiple of 32.
+//   x: [cols, d], y: [rows, d], one dtype: float32, float16 or bfloat16 (sums in float32, y
+//      rounded to nearest even); CUDA, unit stride along d, rows any stride; d a positive
+//      multiple of 32 or a power of two below 32.
 //   workspace: contiguous 1-D, any dtype, on x's device, 16-byte aligned, of at least
 //      spmm_workspace_bytes(rows, nnz, d) bytes; scratch for this call only (not shared with a call
 //      running at the same time).
 // Errors (before anything is launched): kInvalidArgument naming the argument (shape, dtype,
-// device, stride), kUnsupported for d not a multiple of 32 or rows + nnz of 2^31 and more.
+// device, stride), kUnsupported for another d or rows + nnz of 2^31 and more.
 void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
           cuda::Stream stream);
 
-// The kernels of d features with `vec` floats per lane (4, 2 or 1), as a JIT spec: entries
-// flare_spmm_csr (the chunks) and flare_spmm_csr_carries (the split rows' sums).
-jit::KernelSpec spmm_csr_kernel_spec(int features, int vec);
-// The specs CI compiles: d = 32, 64, 128, 256, 512 at the widest vector.
+// The kernels of d features of `dtype` (float32, float16 or bfloat16) with vectors of `vec`
+// elements a lane (at most 16 bytes; d / vec a multiple or a divisor of 32), as a JIT spec:
+// entries flare_spmm_csr (the chunks) and flare_spmm_csr_carries (the split rows' sums).
+jit::KernelSpec spmm_csr_kernel_spec(int features, int vec, DType dtype = DType::kF32);
+// The specs CI compiles: d = 32, 64, 128, 256, 512 in each dtype at the widest vector.
 std::vector<jit::KernelSpec> shipped_spmm_kernel_specs();
 
 }  // namespace flare::sparse
