@@ -85,6 +85,7 @@ constexpr int kBatchRaw = 16 / (kChunks * Stored::kWords);
 constexpr int kBatchMax = 32 / kGroups < 8 ? 32 / kGroups : 8;
 constexpr int kBatch = kBatchRaw < 1 ? 1 : kBatchRaw > kBatchMax ? kBatchMax : kBatchRaw;
 constexpr int kSlots = kBatch * kGroups;  // nonzeros a batch
+static_assert(32 % kSlots == 0, "a batch's slots divide the 32 nonzeros read at a time");
 
 using Row = float[kChunks][kVec];
 
@@ -192,8 +193,8 @@ __device__ __forceinline__ void finish_rows_before(const flare::SpmmCsrParams& p
 
 // One warp a chunk of merge items [k0, k1): between its splits (row0, e0) and (row1, e1) it
 // reads nonzeros [e0, e1) and writes rows [row0, row1); row1's nonzeros in the chunk (when
-// row1 < rows) are its carry.
-extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
+// row1 < rows) are its carry. At most 64 registers: 4 CTAs (32 warps) an SM.
+extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 4)
     flare_spmm_csr(const __grid_constant__ flare::SpmmCsrParams p) {
   using namespace flare::spmm_csr;
   namespace vec = flare::sparse_vec;
@@ -217,7 +218,10 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
   if (lane == 0) p.head_row[chunk_id] = at.head ? row0 : -1;
   Row acc;
   clear(acc);
-  const char* x = static_cast<const char*>(p.x);
+  // The lane's first element of X's row 0; rows are x_row_bytes apart (below 2^32, checked on
+  // the host): a row's address is one 32 x 32 -> 64-bit multiply-add.
+  const char* x_lane = static_cast<const char*>(p.x) + feature_of(0, row_lane) * kElementBytes;
+  const unsigned x_row_bytes = static_cast<unsigned>(p.x_stride) * kElementBytes;
   for (int base = e0; base < e1; base += 32) {
     const int e = base + lane;
     int col = -1;
@@ -230,23 +234,25 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
     const int count = e1 - base < 32 ? e1 - base : 32;
     for (int j0 = 0; j0 < count; j0 += kSlots) {
       // Lane group g takes the batch's slots g, g + kGroups, ...: one load a lane brings
-      // kGroups nonzeros' rows.
+      // kGroups nonzeros' rows. A batch of kSlots (dividing 32) starting at a multiple of
+      // kSlots stays within the 32 slots read above, so a slot past the chunk holds column -1:
+      // it and a column outside the matrix load X's row 0 (there: the host passes no nonzeros
+      // for a matrix without columns) and add nothing (the sums below skip them, so an inf in
+      // row 0 stays out of other rows).
       Stored xs[kBatch][kChunks];
       float v[kBatch];
+      bool valid[kBatch];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        // Slots past the chunk and columns outside the matrix load nothing and weigh 0.
         const int slot = j0 + b * kGroups + group;
-        const int c_b = __shfl_sync(0xffffffffu, col, slot & 31);
-        v[b] = __shfl_sync(0xffffffffu, value, slot & 31);
-        const bool valid = slot < count && c_b >= 0;
-        if (!valid) v[b] = 0.0f;
-        const char* x_row = x + static_cast<int64_t>(valid ? c_b : 0) * p.x_stride * kElementBytes;
+        const int c_b = __shfl_sync(0xffffffffu, col, slot);
+        v[b] = __shfl_sync(0xffffffffu, value, slot);
+        valid[b] = c_b >= 0;
+        const unsigned row = valid[b] ? static_cast<unsigned>(c_b) : 0u;
+        const char* x_row = x_lane + static_cast<unsigned long long>(row) * x_row_bytes;
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          xs[b][c] = valid ? vec::load<kDType, kVec>(x_row + feature_of(c, row_lane) * kElementBytes)
-                           : vec::zeros<kDType, kVec>();
-        }
+        for (int c = 0; c < kChunks; ++c)
+          xs[b][c] = vec::load<kDType, kVec>(x_row + c * kRowLanes * kVec * kElementBytes);
       }
       // The batch's slots [s, n) are summed a row at a time: slots [s, stop) are the current
       // row's, then the row is written and the walk moves on (one pass over the batch's
@@ -261,7 +267,7 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           const int slot = b * kGroups + group;
-          if (slot >= s && slot < stop) {
+          if (valid[b] && slot >= s && slot < stop) {
 #pragma unroll
             for (int c = 0; c < kChunks; ++c) {
               float xf[kVec];

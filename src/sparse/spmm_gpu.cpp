@@ -116,6 +116,11 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
               ", d = ", d, ") = ", workspace_bytes, " bytes, 16-byte aligned; got ",
               dtype_name(workspace.dtype), " ", workspace.shape_str(), " (", workspace_size,
               " bytes) on ", workspace.device.str());
+  const int64_t x_row_bytes =
+      (a.cols > 1 ? x.strides[0] : d) * static_cast<int64_t>(dtype_bytes(x.dtype));
+  FLARE_CHECK(x_row_bytes < (int64_t{1} << 32), ErrorCode::kUnsupported, kWhat,
+              ": x's rows must be less than 4 GiB apart, got a row stride of ", x_row_bytes,
+              " bytes");
   if (a.rows == 0) return;
 
   SpmmCsrParams p{};
@@ -126,10 +131,12 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   p.y = y.data;
   p.rows = a.rows;
   p.cols = a.cols;
-  p.nnz = nnz;
-  p.x_stride = a.cols > 1 ? x.strides[0] : d;
+  // Without columns every nonzero lies outside the matrix: no nonzeros, Y = 0 (and the kernel
+  // never reads X, which it otherwise does at row 0 for a column outside the matrix).
+  p.nnz = a.cols > 0 ? nnz : 0;
+  p.x_stride = x_row_bytes / static_cast<int64_t>(dtype_bytes(x.dtype));
   p.y_stride = a.rows > 1 ? y.strides[0] : d;
-  p.chunks = chunk_count(a.rows, nnz, d);
+  p.chunks = chunk_count(a.rows, p.nnz, d);
   p.chunk = static_cast<int32_t>(spmm_chunk_items(d));
   char* scratch = static_cast<char*>(workspace.data);
   p.carry = reinterpret_cast<float*>(scratch);
