@@ -70,7 +70,8 @@ __device__ __forceinline__ void to_float(const Stored<kDType, kVec>& in, float (
     pair16_to_float2<kDType>(in.words[0], out[0], high_unused);
   } else {
 #pragma unroll
-    for (int w = 0; w < kVec / 2; ++w) pair16_to_float2<kDType>(in.words[w], out[2 * w], out[2 * w + 1]);
+    for (int w = 0; w < kVec / 2; ++w)
+      pair16_to_float2<kDType>(in.words[w], out[2 * w], out[2 * w + 1]);
   }
 }
 
@@ -94,7 +95,8 @@ __device__ __forceinline__ void store(void* dst, const float (&in)[kVec]) {
     words[0] = float2_to_16bit2<kDType>(in[0], 0.0f);
   } else {
 #pragma unroll
-    for (int w = 0; w < kVec / 2; ++w) words[w] = float2_to_16bit2<kDType>(in[2 * w], in[2 * w + 1]);
+    for (int w = 0; w < kVec / 2; ++w)
+      words[w] = float2_to_16bit2<kDType>(in[2 * w], in[2 * w + 1]);
   }
   if constexpr (S::kBytes == 16) {
     *static_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);

@@ -23,8 +23,8 @@
 //
 // Memory safety whatever the index arrays hold: indptr is read only in [0, rows], its entries
 // clamped into [0, nnz]; a chunk writes only rows below its split's row (at most rows) and
-// reads only nonzeros between its splits (within [0, nnz]); a column outside [0, cols) contributes nothing
-// (its X row is not read); carries and heads are written only for rows in [0, rows). Only
+// reads only nonzeros between its splits (within [0, nnz]); a column outside [0, cols) contributes
+// nothing (its X row is not read); carries and heads are written only for rows in [0, rows). Only
 // well-formed CSR (validate_csr) gives A X.
 //
 // Compile-time defines: FLARE_SPMM_FEATURES (d: a multiple of 32, or a power of two below 32),
@@ -39,15 +39,15 @@
 namespace flare {
 
 struct SpmmCsrParams {
-  const int32_t* indptr;  // [rows + 1]
-  const int32_t* indices; // [nnz]
-  const void* values;     // [nnz], X's dtype
-  const void* x;          // [cols, d], row stride x_stride elements
-  void* y;                // [rows, d], row stride y_stride elements
-  float* carry;           // [chunks, d]: the partial row a chunk leaves for its last row
-  float* head;            // [chunks, d]: a chunk's part of its first row, begun in an earlier chunk
-  int32_t* carry_row;     // [chunks]: that row, or -1 when the chunk's last row ends in it
-  int32_t* head_row;      // [chunks]: that row, or -1 when the chunk's first row begins in it
+  const int32_t* indptr;   // [rows + 1]
+  const int32_t* indices;  // [nnz]
+  const void* values;      // [nnz], X's dtype
+  const void* x;           // [cols, d], row stride x_stride elements
+  void* y;                 // [rows, d], row stride y_stride elements
+  float* carry;            // [chunks, d]: the partial row a chunk leaves for its last row
+  float* head;         // [chunks, d]: a chunk's part of its first row, begun in an earlier chunk
+  int32_t* carry_row;  // [chunks]: that row, or -1 when the chunk's last row ends in it
+  int32_t* head_row;   // [chunks]: that row, or -1 when the chunk's first row begins in it
   int64_t rows;
   int64_t cols;
   int64_t nnz;
@@ -70,8 +70,8 @@ constexpr int kFeatures = FLARE_SPMM_FEATURES;
 constexpr int kVec = FLARE_SPMM_VEC;
 constexpr int kElementBytes = sparse_vec::element_bytes<kDType>();
 constexpr int kRowLanes = kFeatures / kVec < 32 ? kFeatures / kVec : 32;  // lanes a row of X
-constexpr int kGroups = 32 / kRowLanes;                                  // nonzeros a load
-constexpr int kChunks = kFeatures / (kRowLanes * kVec);                  // vectors a lane
+constexpr int kGroups = 32 / kRowLanes;                                   // nonzeros a load
+constexpr int kChunks = kFeatures / (kRowLanes * kVec);                   // vectors a lane
 static_assert(kVec * kElementBytes <= 16, "a vector of at most 16 bytes");
 static_assert(kRowLanes * kGroups == 32 && kChunks * kRowLanes * kVec == kFeatures,
               "the lanes must tile d: d / kVec a multiple or a divisor of 32");
@@ -144,7 +144,8 @@ __device__ __forceinline__ int feature_of(int c, int row_lane) {
 __device__ __forceinline__ void store_partial(float* row, int lane, const Row& acc) {
   if (lane >= kRowLanes) return;
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) sparse_vec::store_floats<kVec>(row + feature_of(c, lane), acc[c]);
+  for (int c = 0; c < kChunks; ++c)
+    sparse_vec::store_floats<kVec>(row + feature_of(c, lane), acc[c]);
 }
 
 // The walk's position: the current row and where it ends (indptr[row + 1] clamped; nnz for the
@@ -203,7 +204,8 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 4)
   if (chunk_id >= p.chunks) return;
   const int64_t total = p.rows + p.nnz;
   const int k0 = static_cast<int>(chunk_id * p.chunk < total ? chunk_id * p.chunk : total);
-  const int k1 = static_cast<int>((chunk_id + 1) * p.chunk < total ? (chunk_id + 1) * p.chunk : total);
+  const int k1 =
+      static_cast<int>((chunk_id + 1) * p.chunk < total ? (chunk_id + 1) * p.chunk : total);
   // Lanes 0 and 1 search the two splits at once.
   int split = 0;
   if (lane < 2) split = merge_split(p, lane == 0 ? k0 : k1);
@@ -228,7 +230,8 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 4)
     float value = 0.0f;
     if (e < e1) {
       col = __ldg(p.indices + e);
-      value = vec::load_scalar<kDType>(static_cast<const char*>(p.values) + int64_t{e} * kElementBytes);
+      value =
+          vec::load_scalar<kDType>(static_cast<const char*>(p.values) + int64_t{e} * kElementBytes);
     }
     if (static_cast<unsigned>(col) >= static_cast<unsigned long long>(p.cols)) col = -1;
     const int count = e1 - base < 32 ? e1 - base : 32;
@@ -326,7 +329,8 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
         const int at = j + u * kGroups + group;
         const float* carry = p.carry + (base + (at < length ? at : 0)) * kFeatures;
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) vec::load_floats<kVec>(carry + feature_of(c, row_lane), part[u][c]);
+        for (int c = 0; c < kChunks; ++c)
+          vec::load_floats<kVec>(carry + feature_of(c, row_lane), part[u][c]);
       }
 #pragma unroll
       for (int u = 0; u < kInFlight; ++u) {

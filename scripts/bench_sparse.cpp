@@ -219,10 +219,10 @@ int run(int argc, char** argv) {
       // cuSPARSE descriptors over the same arrays.
       cusparseSpMatDescr_t ad;
       cusparseDnMatDescr_t xd, yd, qd, kd;
-      check_cusparse(cusparseCreateCsr(&ad, n, n, nnz, indptr.data(), indices.data(), values.data(),
-                                       CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
-                                       CUSPARSE_INDEX_BASE_ZERO, type),
-                     "cusparseCreateCsr");
+      check_cusparse(
+          cusparseCreateCsr(&ad, n, n, nnz, indptr.data(), indices.data(), values.data(),
+                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, type),
+          "cusparseCreateCsr");
       check_cusparse(cusparseCreateDnMat(&xd, n, d, d, x.data(), type, CUSPARSE_ORDER_ROW),
                      "cusparseCreateDnMat");
       check_cusparse(cusparseCreateDnMat(&yd, n, d, d, y.data(), type, CUSPARSE_ORDER_ROW),
@@ -267,10 +267,10 @@ int run(int argc, char** argv) {
       // SDDMM: out = (Q K^T) at A's pattern, K = X here; cuSPARSE writes a CSR copy of A's pattern.
       const cuda::DeviceBuffer anchor_out = nan_values(nnz, dtype);
       cusparseSpMatDescr_t cd;
-      check_cusparse(cusparseCreateCsr(&cd, n, n, nnz, indptr.data(), indices.data(),
-                                       anchor_out.data(), CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
-                                       CUSPARSE_INDEX_BASE_ZERO, type),
-                     "cusparseCreateCsr");
+      check_cusparse(
+          cusparseCreateCsr(&cd, n, n, nnz, indptr.data(), indices.data(), anchor_out.data(),
+                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, type),
+          "cusparseCreateCsr");
       check_cusparse(cusparseCreateDnMat(&qd, n, d, d, q.data(), type, CUSPARSE_ORDER_ROW),
                      "cusparseCreateDnMat");
       check_cusparse(cusparseCreateDnMat(&kd, n, d, d, x.data(), type, CUSPARSE_ORDER_ROW),

@@ -31,8 +31,8 @@ inline void check_dense(const char* what, const TensorView& t, const char* name,
                   (rows <= 1 || t.strides[0] >= d),
               ErrorCode::kInvalidArgument, what, ": ", name,
               " must be a float32, float16 or bfloat16 [", rows, ", ", d, "] tensor on ",
-              device.str(), " with unit stride along its last dimension, got ",
-              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
+              device.str(), " with unit stride along its last dimension, got ", dtype_name(t.dtype),
+              " ", t.shape_str(), " on ", t.device.str());
 }
 
 // Whether the kernels' lanes tile a row of d elements in vectors of `vec`: d / vec lanes, a
@@ -54,7 +54,8 @@ inline int vector_width(int64_t d, const TensorView& a, const TensorView& b) {
     const int64_t bytes = int64_t{vec} * element;
     const auto aligned = [bytes](const TensorView& t) {
       return reinterpret_cast<uintptr_t>(t.data) % bytes == 0 &&
-             (t.shape[0] <= 1 || t.strides[0] * static_cast<int64_t>(dtype_bytes(t.dtype)) % bytes == 0);
+             (t.shape[0] <= 1 ||
+              t.strides[0] * static_cast<int64_t>(dtype_bytes(t.dtype)) % bytes == 0);
     };
     if (lanes_tile(d, vec) && aligned(a) && aligned(b)) return vec;
   }

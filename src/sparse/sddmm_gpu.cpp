@@ -23,8 +23,8 @@ jit::KernelSpec sddmm_csr_kernel_spec(int features, int vec, DType dtype) {
               "of two below 32, got ",
               features);
   FLARE_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16,
-              ErrorCode::kUnsupported, kWhat, ": the GPU kernel takes float32, float16 or bfloat16, got ",
-              dtype_name(dtype));
+              ErrorCode::kUnsupported, kWhat,
+              ": the GPU kernel takes float32, float16 or bfloat16, got ", dtype_name(dtype));
   FLARE_CHECK(vec >= 1 && vec * dtype_bytes(dtype) <= 16 && (vec & (vec - 1)) == 0 &&
                   gpu_operands::lanes_tile(features, vec),
               ErrorCode::kInvalidArgument, kWhat, ": vector width ", vec,

@@ -44,8 +44,9 @@ HostTensor float_tensor(const std::vector<float>& values) {
 
 // `t`'s elements rounded to `dtype` (nearest even), as a tensor of that dtype.
 HostTensor rounded_to(const HostTensor& t, DType dtype) {
-  HostTensor out(dtype, t.view().ndim == 2 ? std::vector<int64_t>{t.view().shape[0], t.view().shape[1]}
-                                           : std::vector<int64_t>{t.view().shape[0]});
+  HostTensor out(dtype, t.view().ndim == 2
+                            ? std::vector<int64_t>{t.view().shape[0], t.view().shape[1]}
+                            : std::vector<int64_t>{t.view().shape[0]});
   for (int64_t i = 0; i < t.numel(); ++i) out.set(i, t.get(i));
   return out;
 }
@@ -63,9 +64,9 @@ double output_roundoff(DType dtype) {
 // its values zero where a column was corrupted) with the same rounded operands.
 void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference, int64_t d,
                 int64_t stride, uint64_t seed, DType dtype = DType::kF32) {
-  SCOPED_TRACE(::testing::Message() << a.rows << " x " << a.cols << " nnz " << a.indices.size()
-                                    << " d " << d << " stride " << stride << " "
-                                    << dtype_name(dtype));
+  SCOPED_TRACE(::testing::Message()
+               << a.rows << " x " << a.cols << " nnz " << a.indices.size() << " d " << d
+               << " stride " << stride << " " << dtype_name(dtype));
   HostTensor x_random(DType::kF32, {std::max<int64_t>(a.cols, 1), stride});
   testing::fill_random(x_random.view(), seed);
   const HostTensor x_stored = rounded_to(x_random, dtype);
@@ -73,7 +74,8 @@ void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference
   const HostTensor values_stored = rounded_to(float_tensor(a.values), dtype);
   sparse::CsrStorage rounded = reference;
   for (size_t e = 0; e < rounded.values.size(); ++e) {
-    rounded.values[e] = reference.values[e] == 0.0f ? 0.0f : values_stored.get(static_cast<int64_t>(e));
+    rounded.values[e] =
+        reference.values[e] == 0.0f ? 0.0f : values_stored.get(static_cast<int64_t>(e));
   }
   const TensorView x_host = rows_view(x_storage.data<float>(), a.cols, d, stride, Device::cpu());
   HostTensor expected(DType::kF32, {a.rows, d});
@@ -230,9 +232,9 @@ TEST(SpmmGpu, ColumnsOutsideTheMatrixContributeNothing) {
 void check_sddmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference, int64_t d,
                  int64_t stride, uint64_t seed, const std::vector<size_t>& outside = {},
                  DType dtype = DType::kF32) {
-  SCOPED_TRACE(::testing::Message() << a.rows << " x " << a.cols << " nnz " << a.indices.size()
-                                    << " d " << d << " stride " << stride << " "
-                                    << dtype_name(dtype));
+  SCOPED_TRACE(::testing::Message()
+               << a.rows << " x " << a.cols << " nnz " << a.indices.size() << " d " << d
+               << " stride " << stride << " " << dtype_name(dtype));
   const auto nnz = static_cast<int64_t>(a.indices.size());
   HostTensor q_random(DType::kF32, {std::max<int64_t>(a.rows, 1), stride});
   HostTensor k_random(DType::kF32, {std::max<int64_t>(a.cols, 1), stride});

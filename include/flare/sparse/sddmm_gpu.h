@@ -1,6 +1,7 @@
 // SDDMM on the GPU (issue 23): out[e] = q_i . k_j at every nonzero e = (i, j) of a CSR A whose
 // arrays are on a CUDA device, with the kernel of kernels/sddmm_csr.cuh (nonzero-balanced warps,
-// float32, float16 or bfloat16 with float32 dot products). The CPU reference is flare/sparse/csr.h's sddmm_reference.
+// float32, float16 or bfloat16 with float32 dot products). The CPU reference is
+// flare/sparse/csr.h's sddmm_reference.
 #pragma once
 
 #include <vector>
