@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""SpMM through the public Python API (issue 23): flare.sparse.spmm on CUDA tensors (the CSR
-kernels: merge-based, no decomposition yet) next to cuSPARSE through torch.sparse.mm on the
-same CSR tensor, in one process: float32, or --dtype float16 / bfloat16 (A's values and X in
+"""SpMM through the public Python API (issue 23): flare.sparse.SpmmPlan on CUDA tensors (the CSR
+kernels: merge-based, no decomposition yet), with the auto-tuner's schedule and with the default
+one, next to cuSPARSE through torch.sparse.mm on the same CSR tensor, in one process: float32, or --dtype float16 / bfloat16 (A's values and X in
 that dtype, float32 sums in both libraries).
 
 Graphs: seeded synthetic graphs from flare.sparse.graph, named as such (no real graph is read
@@ -9,7 +9,9 @@ here): R-MAT of arxiv's size (169,343 nodes, 1.89M edges) and of a quarter of re
 (232,965 nodes, 23.2M edges), and a near-uniform graph of ogbn-proteins' node count (132,534
 nodes, 9.9M edges: a quarter of its edges). Values are random normals.
 
-Per graph and feature size d: GPU time from a CUDA-graph replay and eager time of each call;
+Per graph and feature size d: the tuner's choice (feature tile, chunk items) and search time
+(the plan's first run; a fresh FLARE_CACHE_DIR searches, a warm one reads the choice), then GPU
+time from a CUDA-graph replay and eager time of each call;
 the achieved rate against the minimum traffic (A's indptr, indices and values read once, X read
 once, Y written once) and that traffic over the device's copy bandwidth measured in the same
 process (a device-to-device copy of 1 GiB).
@@ -61,29 +63,35 @@ def main():
         a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
                                     torch.randn(indices.shape[0], dtype=dtype),
                                     (nodes, nodes)).cuda()
-        # flare's own arrays once (int32 on the device), as a serving loop would keep them.
+        # flare's plans once (A's arrays on the device), as a serving loop would keep them.
         triple = (a.crow_indices().to(torch.int32), a.col_indices().to(torch.int32), a.values())
+        plan = flare.sparse.SpmmPlan(triple, shape=(nodes, nodes))
+        default_plan = flare.sparse.SpmmPlan(triple, shape=(nodes, nodes), tune=False)
         for d in (int(x) for x in args.features.split(",")):
             x = torch.randn(nodes, d, device="cuda", dtype=dtype)
             row = {"graph": f"{name} (synthetic {kind})", "nodes": nodes, "nnz": int(edges),
                    "d": d, "dtype": args.dtype,
                    "max_degree": int((indptr[1:] - indptr[:-1]).max())}
             traffic = edges * (4 + element) + (nodes + 1) * 4 + 2 * nodes * d * element
-            flare_call = lambda: flare.sparse.spmm(triple, x, shape=(nodes, nodes))  # noqa: E731
+            got = plan.run(x)  # the search (or the cached choice)
+            chosen = plan.schedule(d, dtype)
+            row["schedule"] = (chosen["feature_tile"], chosen["chunk_items"])
+            row["search_ms"], row["from_cache"] = chosen["search_ms"], chosen["from_cache"]
+            flare_call = lambda: plan.run(x)  # noqa: E731
+            default_call = lambda: default_plan.run(x)  # noqa: E731
             torch_call = lambda: torch.sparse.mm(a, x)  # noqa: E731
             # torch may lack cuSPARSE's 16-bit SpMM: then flare alone, checked against float32.
             want = guarded("cusparse", torch_call)
-            labels = (("flare", flare_call), ("cusparse", torch_call))
+            labels = (("flare", flare_call), ("default", default_call), ("cusparse", torch_call))
             if want is None:
                 want = torch.sparse.mm(a.float(), x.float())
-                labels = labels[:1]
-            got = flare_call()
+                labels = labels[:2]
             row["max_rel_diff"] = relative_error(got, want)
             if dtype != torch.float32:
                 # Each library's error against float32 sums of the same 16-bit operands.
                 exact = torch.sparse.mm(a.float(), x.float())
                 row["flare_error"] = relative_error(got, exact)
-                if len(labels) > 1:
+                if len(labels) > 2:
                     row["cusparse_error"] = relative_error(want, exact)
             for label, call in labels:
                 row[f"{label}_eager_us"] = eager_us(call, args.calls)
@@ -92,15 +100,20 @@ def main():
             row["flare_traffic_fraction"] = traffic / (best * 1e-6) / bandwidth
             rows.append(row)
             del x
-        del a, triple
+        del a, triple, plan, default_plan
         torch.cuda.empty_cache()
-    print("\n| graph | d | flare us (graph / eager) | cuSPARSE us (graph / eager) | speedup | "
+    print("\n| graph | d | flare tuned us (graph / eager) | schedule: tile, chunk (search ms) | "
+          "flare default us | cuSPARSE us (graph / eager) | speedup tuned / default | "
           "flare: minimum traffic / copy bandwidth |")
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
+        tile, chunk = r["schedule"]
+        search = "cached" if r["from_cache"] else f"{r['search_ms']:.0f} ms"
         print(f"| {r['graph']}, {r['nnz']:,} nnz, max degree {r['max_degree']:,} | {r['d']} | "
-              f"{time_cell(r, 'flare')} | {time_cell(r, 'cusparse')} | "
-              f"{speedup(r, 'cusparse'):.2f} | {r['flare_traffic_fraction']:.2f} |")
+              f"{time_cell(r, 'flare')} | {tile}, {chunk} ({search}) | "
+              f"{time_cell(r, 'default')} | {time_cell(r, 'cusparse')} | "
+              f"{speedup(r, 'cusparse'):.2f} / {speedup(r, 'cusparse', 'default'):.2f} | "
+              f"{r['flare_traffic_fraction']:.2f} |")
     if args.dtype != "float32":
         print("max |error| / max |float32 sums of the same operands|: " + ", ".join(
             f"{r['graph'].split()[0]}@{r['d']} flare {r['flare_error']:.1e} cuSPARSE "
@@ -121,13 +134,13 @@ def time_cell(r, label):
     return f"{graph:.1f} / {eager:.1f}" if graph else f"n/a / {eager:.1f}"
 
 
-def speedup(r, anchor):
-    """The anchor's time over flare's: CUDA-graph times where both captured, else eager (nan
+def speedup(r, anchor, label="flare"):
+    """The anchor's time over `label`'s: CUDA-graph times where both captured, else eager (nan
     when the anchor did not run)."""
     if f"{anchor}_eager_us" not in r:
         return float("nan")
-    key = "graph_us" if r["flare_graph_us"] and r[f"{anchor}_graph_us"] else "eager_us"
-    return r[f"{anchor}_{key}"] / r[f"flare_{key}"]
+    key = "graph_us" if r[f"{label}_graph_us"] and r[f"{anchor}_graph_us"] else "eager_us"
+    return r[f"{anchor}_{key}"] / r[f"{label}_{key}"]
 
 
 def finish(rows, anchor_name, json_path):

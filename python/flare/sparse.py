@@ -99,18 +99,14 @@ def _result(array, like):
     return torch_module().from_numpy(array) if is_torch(like) else array
 
 
-def _device_csr(A, shape, device, where, values_dtype=None):
-    """(rows, cols, indptr, indices, values, torch layout or None) of A as contiguous int32
-    tensors and values of `values_dtype` on `device`; values None when no dtype is asked for
-    (SDDMM reads the pattern)."""
+def _device_pattern(A, shape, device, where):
+    """(rows, cols, indptr, indices, torch layout or None) of A, the arrays as contiguous int32
+    tensors on `device` (SDDMM reads the pattern only)."""
     torch = torch_module()
     rows, cols, arrays, layout = _csr_arrays(A, shape, where)
-    if values_dtype is not None and arrays[2] is None:
-        raise ValueError(f"{where}: A needs values")
-    dtypes = (torch.int32, torch.int32, values_dtype)
-    moved = [torch.as_tensor(x).to(device=device, dtype=dtype).contiguous()
-             for x, dtype in zip(arrays[:2 if values_dtype is None else 3], dtypes)]
-    return (int(rows), int(cols), *moved, *([None] if values_dtype is None else []), layout)
+    indptr, indices = (torch.as_tensor(x).to(device=device, dtype=torch.int32).contiguous()
+                       for x in arrays[:2])
+    return int(rows), int(cols), indptr, indices, layout
 
 
 def _gpu_operand(x, name, where):
@@ -128,7 +124,7 @@ def _gpu_operand(x, name, where):
 def _sddmm_cuda(A, Q, K, shape, where):
     """The GPU path: the nonzero-balanced CSR kernel in Q's dtype."""
     torch = torch_module()
-    rows, cols, indptr, indices, _, layout = _device_csr(A, shape, Q.device, where)
+    rows, cols, indptr, indices, layout = _device_pattern(A, shape, Q.device, where)
     if Q.ndim != 2 or Q.shape[0] != rows:
         raise ValueError(f"{where}: Q must have shape [rows = {rows}, d], got {list(Q.shape)}")
     if not is_cuda(K) or K.device != Q.device:
@@ -148,25 +144,97 @@ def _sddmm_cuda(A, Q, K, shape, where):
 
 
 def _spmm_cuda(A, X, format, shape, where):
-    """The GPU path: the CSR kernels (merge-based) in X's dtype."""
+    """The GPU path: a one-call SpmmPlan (tuned for "auto", the default schedule for "csr")."""
     if format not in ("auto", "csr"):
         raise NotImplementedError(f"{where}: format {format!r} runs on the CPU backend only; on "
                                   "CUDA tensors the GPU has 'csr' (or 'auto')")
-    torch = torch_module()
     if X.ndim != 2:
         raise ValueError(f"{where}: X must be 2-D [cols, d], got {list(X.shape)}")
-    x = _gpu_operand(X, "X", where)
-    rows, cols, indptr, indices, values, _ = _device_csr(A, shape, X.device, where, x.dtype)
-    if X.shape[0] != cols:
-        raise ValueError(f"{where}: X must have shape [cols = {cols}, d], got {list(X.shape)}")
-    y = torch.empty((rows, x.shape[1]), dtype=x.dtype, device=X.device)
-    # The split rows' partial sums (a few bytes a nonzero), from torch's caching allocator: a
-    # CUDA graph captures it from its pool.
-    workspace = torch.empty(_flare.sparse_spmm_workspace_bytes(rows, indices.shape[0],
-                                                                 x.shape[1]),
-                            dtype=torch.uint8, device=X.device)
-    _flare.sparse_spmm_cuda(rows, cols, indptr, indices, values, x, y, workspace)
-    return y
+    plan = SpmmPlan(A, device=X.device, shape=shape, tune=format == "auto", where=where)
+    return plan.run(X)
+
+
+class SpmmPlan:
+    """Y = A X on the GPU for one sparse matrix A and any number of X (flare/sparse/spmm_gpu.h,
+    spmm_tune.h): A's arrays are moved to `device` once (int32 indices; values in each X's
+    dtype, converted once per dtype), and each feature size and dtype gets a schedule (feature
+    tiles, chunk size) at its first run(): with tune=True the auto-tuner's (every candidate timed
+    on the device, the choice cached on disk under the JIT cache directory by A's structure, d,
+    dtype and GPU; that first run synchronizes and cannot be captured in a CUDA graph: run once
+    before capturing), else the default schedule. Later runs only launch (CUDA-graph safe). A
+    plan keeps one workspace per feature size: one run at a time (not from two streams at once).
+    A: as flare.sparse.spmm's (torch sparse CSR / COO or a triple with `shape`); cache=False
+    skips the disk cache (always search)."""
+
+    def __init__(self, A, device=None, shape=None, tune=True, cache=True,
+                 where="flare.sparse.SpmmPlan"):
+        torch = torch_module()
+        self.device = torch.device(device) if device is not None else torch.device(
+            "cuda", torch.cuda.current_device())
+        if self.device.type != "cuda":
+            raise ValueError(f"{where}: device must be a CUDA device, got {self.device}")
+        rows, cols, arrays, _ = _csr_arrays(A, shape, where)
+        if arrays[2] is None:
+            raise ValueError(f"{where}: A needs values")
+        self.rows, self.cols = int(rows), int(cols)
+        self._indptr, self._indices = (
+            torch.as_tensor(x).to(device=self.device, dtype=torch.int32).contiguous()
+            for x in arrays[:2])
+        self._values_given = torch.as_tensor(arrays[2]).to(device=self.device)
+        self._values, self._workspaces, self._schedules = {}, {}, {}
+        self.tune, self.cache, self._where = bool(tune), bool(cache), where
+
+    def schedule(self, d, dtype):
+        """The schedule of feature size d and dtype (a dict: feature_tile, chunk_items, and for a
+        tuned one from_cache, search_ms and timings_us as (tile, chunk, us)), None before its
+        first run."""
+        return self._schedules.get((int(d), dtype))
+
+    def run(self, X, out=None):
+        """Y = A X in X's dtype (float16 / bfloat16 / float32 kept, others as float32) on torch's
+        current stream; into `out` ([rows, d], X's kernel dtype, unit stride along d) when
+        given."""
+        torch = torch_module()
+        where = f"{self._where}.run" if self._where.endswith("Plan") else self._where
+        if not is_cuda(X) or X.device != self.device:
+            raise ValueError(f"{where}: X must be a CUDA tensor on {self.device}, got "
+                             f"{getattr(X, 'device', type(X).__name__)}")
+        if X.ndim != 2 or X.shape[0] != self.cols:
+            raise ValueError(f"{where}: X must have shape [cols = {self.cols}, d], got "
+                             f"{list(X.shape)}")
+        x = _gpu_operand(X, "X", where)
+        d = x.shape[1]
+        if out is None:
+            out = torch.empty((self.rows, d), dtype=x.dtype, device=self.device)
+        elif (not is_cuda(out) or out.device != self.device or out.dtype != x.dtype
+              or tuple(out.shape) != (self.rows, d)):
+            raise ValueError(f"{where}: out must be a {x.dtype} [{self.rows}, {d}] tensor on "
+                             f"{self.device}, got {getattr(out, 'dtype', None)} "
+                             f"{list(getattr(out, 'shape', []))}")
+        values = self._values.get(x.dtype)
+        if values is None:
+            values = self._values[x.dtype] = self._values_given.to(x.dtype).contiguous()
+        workspace = self._workspaces.get(d)
+        if workspace is None:
+            # From torch's caching allocator: a graph captured later keeps this buffer.
+            workspace = self._workspaces[d] = torch.empty(
+                _flare.sparse_spmm_workspace_bytes(self.rows, self._indices.shape[0], d),
+                dtype=torch.uint8, device=self.device)
+        arrays = (self.rows, self.cols, self._indptr, self._indices, values, x, out, workspace)
+        key = (d, x.dtype)
+        schedule = self._schedules.get(key)
+        if schedule is None and self.tune:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(f"{where}: the first run of feature size {d} in {x.dtype} "
+                                   "tunes the schedule on the device and cannot be captured in "
+                                   "a CUDA graph: run once before capturing (or tune=False)")
+            self._schedules[key] = _flare.sparse_spmm_tune(*arrays, use_cache=self.cache)
+            return out  # the search left A X from the chosen schedule in out
+        if schedule is None:
+            tile, chunk = _flare.sparse_spmm_schedules(d)[0]
+            schedule = self._schedules[key] = {"feature_tile": tile, "chunk_items": chunk}
+        _flare.sparse_spmm_cuda(*arrays, schedule["feature_tile"], schedule["chunk_items"])
+        return out
 
 
 def graph(kind, nodes, edges, seed=0):
@@ -183,9 +251,12 @@ def spmm(A, X, format="auto", shape=None):
     bfloat16 kept, anything else float32; accumulated in float64 on the CPU). format: "auto"
     or "csr" (the CSR reference), "coo", "ell" (through A's COO or ELL form) or "hyb" (the sum
     over hyb(1, 5)'s sub-matrices): the same values up to summation order. X a CUDA tensor:
-    the GPU kernel (flare/sparse/spmm_gpu.h; float32 sums; d a multiple of 32 or a power of two
-    below 32; "auto" / "csr"), on torch's current stream, A's arrays moved to X's device as
-    int32 and its values in X's dtype."""
+    the GPU kernels (flare/sparse/spmm_gpu.h; float32 sums; d a multiple of 32 or a power of two
+    below 32) on torch's current stream, A's arrays moved to X's device as int32 and its values
+    in X's dtype: "auto" with the auto-tuner's schedule (a SpmmPlan for this call: A's structure
+    hashed, the disk cache read or the candidates timed; it synchronizes and cannot be captured
+    in a CUDA graph: keep a SpmmPlan to do this once), "csr" with the default schedule (no
+    synchronization, capturable)."""
     where = "flare.sparse.spmm"
     if format not in ("auto", "csr", "coo", "ell", "hyb"):
         raise ValueError(f"{where}: format must be 'auto', 'csr', 'coo', 'ell' or 'hyb', got "

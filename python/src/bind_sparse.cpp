@@ -18,6 +18,7 @@
 #include "flare/sparse/hyb.h"
 #include "flare/sparse/sddmm_gpu.h"
 #include "flare/sparse/spmm_gpu.h"
+#include "flare/sparse/spmm_tune.h"
 #include "object_view.h"
 #include "tensor_arg.h"
 
@@ -112,19 +113,65 @@ void bind_sparse(nb::module_& m) {
   m.def(
       "sparse_spmm_cuda",
       [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle values,
-         nb::handle x, nb::handle y, nb::handle workspace) {
+         nb::handle x, nb::handle y, nb::handle workspace, int64_t feature_tile,
+         int64_t chunk_items) {
         sparse::Csr a = device_csr_of(rows, cols, indptr, indices);
         a.values = object_view(values, "values");
         const TensorView x_view = object_view(x, "X");
         FLARE_CHECK(x_view.device.is_cuda(), ErrorCode::kInvalidArgument,
                     "flare.sparse.spmm: X must be a CUDA tensor here, got ", x_view.device.str());
+        const sparse::SpmmSchedule schedule =
+            feature_tile > 0
+                ? sparse::SpmmSchedule{feature_tile, chunk_items}
+                : sparse::default_spmm_schedule(x_view.ndim == 2 ? x_view.shape[1] : 1);
         sparse::spmm(a, x_view, object_view(y, "y"), object_view(workspace, "workspace"),
-                     reinterpret_cast<cuda::Stream>(torch_current_stream(x_view.device.index)));
+                     reinterpret_cast<cuda::Stream>(torch_current_stream(x_view.device.index)),
+                     schedule);
       },
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
-      nb::arg("x"), nb::arg("y"), nb::arg("workspace"),
+      nb::arg("x"), nb::arg("y"), nb::arg("workspace"), nb::arg("feature_tile") = 0,
+      nb::arg("chunk_items") = 0,
       "y <- A x on the GPU (CUDA torch tensors, torch's stream; workspace of "
-      "sparse_spmm_workspace_bytes bytes).");
+      "sparse_spmm_workspace_bytes bytes), with a schedule (feature_tile 0: the default).");
+  m.def(
+      "sparse_spmm_schedules",
+      [](int64_t d) {
+        nb::list out;
+        for (const sparse::SpmmSchedule& schedule : sparse::spmm_schedules(d))
+          out.append(nb::make_tuple(schedule.feature_tile, schedule.chunk_items));
+        return out;
+      },
+      nb::arg("d"), "The SpMM schedules the tuner times for d, the default first: (tile, chunk).");
+  m.def(
+      "sparse_spmm_tune",
+      [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle values,
+         nb::handle x, nb::handle y, nb::handle workspace, bool use_cache) {
+        sparse::Csr a = device_csr_of(rows, cols, indptr, indices);
+        a.values = object_view(values, "values");
+        const TensorView x_view = object_view(x, "X");
+        FLARE_CHECK(x_view.device.is_cuda(), ErrorCode::kInvalidArgument,
+                    "flare.sparse.SpmmPlan: X must be a CUDA tensor here, got ",
+                    x_view.device.str());
+        sparse::SpmmTuneOptions options;
+        options.use_cache = use_cache;
+        const sparse::SpmmTuning tuning = sparse::tune_spmm(
+            a, x_view, object_view(y, "y"), object_view(workspace, "workspace"),
+            reinterpret_cast<cuda::Stream>(torch_current_stream(x_view.device.index)), options);
+        nb::list timings;
+        for (const auto& [schedule, us] : tuning.timings)
+          timings.append(nb::make_tuple(schedule.feature_tile, schedule.chunk_items, us));
+        nb::dict out;
+        out["feature_tile"] = tuning.schedule.feature_tile;
+        out["chunk_items"] = tuning.schedule.chunk_items;
+        out["from_cache"] = tuning.from_cache;
+        out["search_ms"] = tuning.search_ms;
+        out["timings_us"] = timings;
+        return out;
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
+      nb::arg("x"), nb::arg("y"), nb::arg("workspace"), nb::arg("use_cache") = true,
+      "Times the SpMM schedules on the device (flare/sparse/spmm_tune.h), y <- A x by the "
+      "chosen one; returns it with the search's figures. Synchronizes.");
   m.def(
       "sparse_spmm_workspace_bytes",
       [](int64_t rows, int64_t nnz, int64_t d) {

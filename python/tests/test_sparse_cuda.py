@@ -63,6 +63,50 @@ def test_sixteen_bit_operands_keep_their_dtype_with_float32_sums(dtype, d):
         flare.sparse.sddmm(a.to(DEVICE), q, k.float())
 
 
+def test_spmm_plan_tunes_once_then_replays_in_a_cuda_graph(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLARE_CACHE_DIR", str(tmp_path))
+    indptr, indices = flare.sparse.graph("uniform", 3000, 60000, seed=3)
+    a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
+                                torch.randn(indices.shape[0]), (3000, 3000))
+    x = torch.randn(3000, 256, device=DEVICE)
+    want = expected(a, x)
+    plan = flare.sparse.SpmmPlan(a, device=DEVICE)
+    assert plan.schedule(256, torch.float32) is None
+    y = plan.run(x)  # the search: every candidate timed, A X left in y
+    torch.testing.assert_close(y.cpu().double(), want, atol=1e-4, rtol=1e-4)
+    chosen = plan.schedule(256, torch.float32)
+    candidates = flare._flare.sparse_spmm_schedules(256)
+    assert not chosen["from_cache"] and len(chosen["timings_us"]) == len(candidates)
+    assert (chosen["feature_tile"], chosen["chunk_items"]) in [tuple(c) for c in candidates]
+    # A second plan of the same structure reads the disk cache.
+    again = flare.sparse.SpmmPlan(a, device=DEVICE)
+    torch.testing.assert_close(again.run(x).cpu().double(), want, atol=1e-4, rtol=1e-4)
+    assert again.schedule(256, torch.float32)["from_cache"]
+    # Tuned runs replay from a CUDA graph; a first run cannot be captured.
+    out = torch.full((3000, 256), float("nan"), device=DEVICE)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        plan.run(x, out=out)  # warm-up off the graph
+        with torch.cuda.graph(graph, stream=stream):
+            plan.run(x, out=out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.cpu().double(), want, atol=1e-4, rtol=1e-4)
+    fresh = flare.sparse.SpmmPlan(a, device=DEVICE, cache=False)
+    with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
+        with torch.cuda.stream(stream):
+            with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream):
+                fresh.run(x)
+    untuned = flare.sparse.SpmmPlan(a, device=DEVICE, tune=False)
+    torch.testing.assert_close(untuned.run(x).cpu().double(), want, atol=1e-4, rtol=1e-4)
+    assert untuned.schedule(256, torch.float32) == {"feature_tile": 256, "chunk_items": 256}
+    with pytest.raises(ValueError, match="out must be a torch.float32 \\[3000, 256\\] tensor"):
+        plan.run(x, out=torch.empty(3000, 128, device=DEVICE))
+
+
 def test_spmm_on_a_power_law_graph_with_a_strided_x():
     indptr, indices = flare.sparse.graph("rmat", 5000, 60000, seed=1)
     a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),

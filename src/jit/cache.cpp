@@ -115,45 +115,6 @@ std::string decode_entry(std::string_view file, CompiledKernel& kernel) {
   return "";
 }
 
-// Reads the whole file; false when it does not exist or cannot be opened.
-bool read_file(const fs::path& path, std::string& contents) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  contents = buffer.str();
-  return true;
-}
-
-// Writes to a unique temp file in the cache directory, then renames it over the entry: readers
-// in other processes see either no entry or a complete one. Failures only cost the caching.
-void write_entry(const fs::path& path, const std::string& contents) {
-  static std::atomic<uint64_t> counter{0};
-  const fs::path temp = path.parent_path() /
-                        (path.filename().string() + ".tmp." + std::to_string(getpid()) + "." +
-                         std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) +
-                         "." + std::to_string(counter++));
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.close();
-    if (!out) {
-      std::error_code ignored;
-      fs::remove(temp, ignored);
-      log_info("cannot write JIT cache entry " + temp.string() + "; continuing without caching it");
-      return;
-    }
-  }
-  std::error_code error;
-  fs::rename(temp, path, error);
-  if (error) {
-    std::error_code ignored;
-    fs::remove(temp, ignored);
-    log_info("cannot rename JIT cache entry into " + path.string() + ": " + error.message() +
-             "; continuing without caching it");
-  }
-}
-
 // One lock per key within this process: threads asking for the same kernel wait for the first
 // compile instead of repeating it. (Other processes may compile it too; rename keeps that safe.)
 std::shared_ptr<std::mutex> key_lock(const std::string& key) {
@@ -166,6 +127,46 @@ std::shared_ptr<std::mutex> key_lock(const std::string& key) {
 }
 
 }  // namespace
+
+// Reads the whole file; false when it does not exist or cannot be opened.
+bool read_cache_file(const std::string& path, std::string& contents) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  contents = buffer.str();
+  return true;
+}
+
+// Writes to a unique temp file in the cache directory, then renames it over the entry: readers
+// in other processes see either no entry or a complete one. Failures only cost the caching.
+void write_cache_file(const std::string& path_name, const std::string& contents) {
+  const fs::path path = path_name;
+  static std::atomic<uint64_t> counter{0};
+  const fs::path temp = path.parent_path() /
+                        (path.filename().string() + ".tmp." + std::to_string(getpid()) + "." +
+                         std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())) +
+                         "." + std::to_string(counter++));
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+    out.close();
+    if (!out) {
+      std::error_code ignored;
+      fs::remove(temp, ignored);
+      log_info("cannot write cache entry " + temp.string() + "; continuing without caching it");
+      return;
+    }
+  }
+  std::error_code error;
+  fs::rename(temp, path, error);
+  if (error) {
+    std::error_code ignored;
+    fs::remove(temp, ignored);
+    log_info("cannot rename cache entry into " + path.string() + ": " + error.message() +
+             "; continuing without caching it");
+  }
+}
 
 std::string cache_key(const KernelSpec& spec, const std::string& arch) {
   Sha256 hash;
@@ -202,7 +203,7 @@ CompiledKernel compile_cached(const KernelSpec& spec, const std::string& arch) {
   std::lock_guard<std::mutex> lock(*lock_for_key);
 
   std::string contents;
-  if (read_file(path, contents)) {
+  if (read_cache_file(path.string(), contents)) {
     CompiledKernel cached;
     const std::string problem = decode_entry(contents, cached);
     if (problem.empty()) {
@@ -222,7 +223,7 @@ CompiledKernel compile_cached(const KernelSpec& spec, const std::string& arch) {
              "; continuing without caching");
     return compiled;
   }
-  write_entry(path, encode_entry(compiled));
+  write_cache_file(path.string(), encode_entry(compiled));
   return compiled;
 }
 

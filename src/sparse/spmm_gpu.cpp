@@ -3,6 +3,7 @@
 #include "flare/sparse/spmm_gpu.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "flare/core/error.h"
@@ -17,34 +18,62 @@ namespace {
 
 constexpr const char* kWhat = "flare::sparse::spmm";
 
-int64_t chunk_count(int64_t rows, int64_t nnz, int64_t d) {
-  const int64_t chunk = spmm_chunk_items(d);
-  return (rows + nnz + chunk - 1) / chunk;
+int64_t chunk_count(int64_t rows, int64_t nnz, int64_t chunk_items) {
+  return (rows + nnz + chunk_items - 1) / chunk_items;
 }
 
-// The workspace: the carry rows, the head rows (d float32 each: aligned as the workspace, to the
-// kernels' vectors of at most 16 bytes), then the carry and the head row indices.
+// The workspace of one feature tile: the carry rows, the head rows (`tile` float32 each:
+// aligned as the workspace, to the kernels' vectors of at most 16 bytes), then the carry and the
+// head row indices.
 struct WorkspaceLayout {
   size_t head = 0, carry_row = 0, head_row = 0, bytes = 0;
 };
 
-WorkspaceLayout workspace_layout(int64_t rows, int64_t nnz, int64_t d) {
-  const auto chunks = static_cast<size_t>(chunk_count(rows, nnz, d));
+WorkspaceLayout workspace_layout(int64_t rows, int64_t nnz, const SpmmSchedule& schedule) {
+  const auto chunks = static_cast<size_t>(chunk_count(rows, nnz, schedule.chunk_items));
   WorkspaceLayout layout;
-  layout.head = chunks * static_cast<size_t>(d) * 4;
+  layout.head = chunks * static_cast<size_t>(schedule.feature_tile) * 4;
   layout.carry_row = 2 * layout.head;
   layout.head_row = layout.carry_row + chunks * 4;
   layout.bytes = layout.head_row + chunks * 4;
   return layout;
 }
 
+// X's or Y's columns [first, first + tile) as a [rows, tile] view with the same row stride.
+TensorView column_tile(const TensorView& t, int64_t first, int64_t tile) {
+  TensorView view = t;
+  view.data = static_cast<char*>(t.data) + first * static_cast<int64_t>(dtype_bytes(t.dtype));
+  view.shape[1] = tile;
+  return view;
+}
+
 }  // namespace
+
+SpmmSchedule default_spmm_schedule(int64_t d) { return {d, spmm_chunk_items(d)}; }
+
+std::vector<SpmmSchedule> spmm_schedules(int64_t d) {
+  FLARE_CHECK(d > 0, ErrorCode::kInvalidArgument, kWhat, "_schedules: d must be positive, got ", d);
+  std::vector<int64_t> tiles = {d};
+  for (int64_t tile = 32; tile < d; tile *= 2) {
+    if (d % tile == 0) tiles.push_back(tile);
+  }
+  std::sort(tiles.begin() + 1, tiles.end(), std::greater<>());
+  std::vector<SpmmSchedule> schedules;
+  for (const int64_t tile : tiles) {
+    for (const int64_t factor : {1, 2})
+      schedules.push_back({tile, factor * spmm_chunk_items(tile)});
+  }
+  return schedules;
+}
 
 size_t spmm_workspace_bytes(int64_t rows, int64_t nnz, int64_t d) {
   FLARE_CHECK(rows >= 0 && nnz >= 0 && d > 0, ErrorCode::kInvalidArgument, kWhat,
               "_workspace_bytes: rows and nnz must be >= 0 and d positive, got ", rows, ", ", nnz,
               " and ", d);
-  return workspace_layout(rows, nnz, d).bytes;
+  size_t bytes = 0;
+  for (const SpmmSchedule& schedule : spmm_schedules(d))
+    bytes = std::max(bytes, workspace_layout(rows, nnz, schedule).bytes);
+  return bytes;
 }
 
 jit::KernelSpec spmm_csr_kernel_spec(int features, int vec, DType dtype) {
@@ -81,6 +110,11 @@ std::vector<jit::KernelSpec> shipped_spmm_kernel_specs() {
 
 void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
           cuda::Stream stream) {
+  spmm(a, x, y, workspace, stream, default_spmm_schedule(x.ndim == 2 ? x.shape[1] : 1));
+}
+
+void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
+          cuda::Stream stream, const SpmmSchedule& schedule) {
   FLARE_CHECK(x.device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
               ": x must be a CUDA tensor (the CPU operator is spmm_reference), got x on ",
               x.device.str());
@@ -102,7 +136,14 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
               d);
   FLARE_CHECK(a.rows + nnz < (int64_t{1} << 31), ErrorCode::kUnsupported, kWhat,
               ": rows + nnz must be below 2^31, got ", a.rows, " + ", nnz);
-  const WorkspaceLayout layout = workspace_layout(a.rows, nnz, d);
+  const int64_t tile = schedule.feature_tile;
+  FLARE_CHECK(
+      tile > 0 && tile <= d && d % tile == 0 && gpu_operands::feature_size_supported(tile) &&
+          schedule.chunk_items >= 32 && schedule.chunk_items <= (int64_t{1} << 20),
+      ErrorCode::kInvalidArgument, kWhat, ": schedule must have a feature_tile dividing d = ", d,
+      " (d, or a multiple of 32) and chunk_items in [32, 2^20], got feature_tile ", tile,
+      " and chunk_items ", schedule.chunk_items);
+  const WorkspaceLayout layout = workspace_layout(a.rows, nnz, schedule);
   const size_t workspace_bytes = layout.bytes;
   const int64_t workspace_size =
       workspace.ndim == 1 ? workspace.shape[0] * static_cast<int64_t>(dtype_bytes(workspace.dtype))
@@ -112,10 +153,10 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
                   workspace_size >= static_cast<int64_t>(workspace_bytes) &&
                   reinterpret_cast<uintptr_t>(workspace.data) % 16 == 0,
               ErrorCode::kInvalidArgument, kWhat, ": workspace must be a contiguous 1-D tensor on ",
-              x.device.str(), " of at least spmm_workspace_bytes(rows = ", a.rows, ", nnz = ", nnz,
-              ", d = ", d, ") = ", workspace_bytes, " bytes, 16-byte aligned; got ",
-              dtype_name(workspace.dtype), " ", workspace.shape_str(), " (", workspace_size,
-              " bytes) on ", workspace.device.str());
+              x.device.str(), " of at least ", workspace_bytes,
+              " bytes (spmm_workspace_bytes(rows = ", a.rows, ", nnz = ", nnz, ", d = ", d,
+              ") covers every schedule), 16-byte aligned; got ", dtype_name(workspace.dtype), " ",
+              workspace.shape_str(), " (", workspace_size, " bytes) on ", workspace.device.str());
   const int64_t x_row_bytes =
       (a.cols > 1 ? x.strides[0] : d) * static_cast<int64_t>(dtype_bytes(x.dtype));
   FLARE_CHECK(x_row_bytes < (int64_t{1} << 32), ErrorCode::kUnsupported, kWhat,
@@ -127,8 +168,6 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   p.indptr = a.indptr.ptr<const int32_t>();
   p.indices = a.indices.ptr<const int32_t>();
   p.values = a.values->data;
-  p.x = x.data;
-  p.y = y.data;
   p.rows = a.rows;
   p.cols = a.cols;
   // Without columns every nonzero lies outside the matrix: no nonzeros, Y = 0 (and the kernel
@@ -136,8 +175,8 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   p.nnz = a.cols > 0 ? nnz : 0;
   p.x_stride = x_row_bytes / static_cast<int64_t>(dtype_bytes(x.dtype));
   p.y_stride = a.rows > 1 ? y.strides[0] : d;
-  p.chunks = chunk_count(a.rows, p.nnz, d);
-  p.chunk = static_cast<int32_t>(spmm_chunk_items(d));
+  p.chunks = chunk_count(a.rows, p.nnz, schedule.chunk_items);
+  p.chunk = static_cast<int32_t>(schedule.chunk_items);
   char* scratch = static_cast<char*>(workspace.data);
   p.carry = reinterpret_cast<float*>(scratch);
   p.head = reinterpret_cast<float*>(scratch + layout.head);
@@ -145,15 +184,22 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   p.head_row = reinterpret_cast<int32_t*>(scratch + layout.head_row);
 
   const cuda::DeviceScope scope(x.device.index);
-  const jit::KernelSpec spec =
-      spmm_csr_kernel_spec(static_cast<int>(d), gpu_operands::vector_width(d, x, y), x.dtype);
-  const cuda::Function chunks = jit::get_kernel(spec, "flare_spmm_csr", x.device.index);
-  const cuda::Function carries = jit::get_kernel(spec, "flare_spmm_csr_carries", x.device.index);
   constexpr int64_t kWarpsPerBlock = kSpmmThreads / 32;
   const auto blocks = static_cast<unsigned>((p.chunks + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  void* args[] = {&p};
-  cuda::launch(chunks, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
-  cuda::launch(carries, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
+  // Feature tiles one after another on the stream (they share the workspace): each pair of
+  // launches gathers only its tile of X's rows.
+  for (int64_t first = 0; first < d; first += tile) {
+    const TensorView x_tile = column_tile(x, first, tile), y_tile = column_tile(y, first, tile);
+    const jit::KernelSpec spec = spmm_csr_kernel_spec(
+        static_cast<int>(tile), gpu_operands::vector_width(tile, x_tile, y_tile), x.dtype);
+    const cuda::Function chunks = jit::get_kernel(spec, "flare_spmm_csr", x.device.index);
+    const cuda::Function carries = jit::get_kernel(spec, "flare_spmm_csr_carries", x.device.index);
+    p.x = x_tile.data;
+    p.y = y_tile.data;
+    void* args[] = {&p};
+    cuda::launch(chunks, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
+    cuda::launch(carries, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
+  }
 }
 
 }  // namespace flare::sparse

@@ -8,13 +8,19 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <tuple>
 #include <vector>
 
 #include "flare/jit/cuda_sync.h"
 #include "flare/sparse/sddmm_gpu.h"
+#include "flare/sparse/spmm_tune.h"
 #include "gpu/decode_test_support.h"
+#include "jit/jit_test_support.h"
 #include "sparse/random_csr.h"
+#include "testing/expect_error.h"
 #include "testing/random.h"
 
 namespace flare {
@@ -59,11 +65,16 @@ double output_roundoff(DType dtype) {
   return dtype == DType::kBF16 ? 0x1p-8 : dtype == DType::kF16 ? 0x1p-11 : 0.0;
 }
 
+// Computes y = A x on the device (the default: sparse::spmm with its default schedule).
+using SpmmRunner = std::function<void(const sparse::Csr& a, const TensorView& x,
+                                      const TensorView& y, const TensorView& workspace)>;
+
 // y = A x on the GPU in `dtype` (x and y with rows of `stride` elements, d used; A's values and
-// x rounded to dtype first) against the reference run on `reference` (A with the same pattern;
-// its values zero where a column was corrupted) with the same rounded operands.
+// x rounded to dtype first) by `run` against the reference run on `reference` (A with the same
+// pattern; its values zero where a column was corrupted) with the same rounded operands.
 void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference, int64_t d,
-                int64_t stride, uint64_t seed, DType dtype = DType::kF32) {
+                int64_t stride, uint64_t seed, DType dtype = DType::kF32,
+                const SpmmRunner& run = {}) {
   SCOPED_TRACE(::testing::Message()
                << a.rows << " x " << a.cols << " nnz " << a.indices.size() << " d " << d
                << " stride " << stride << " " << dtype_name(dtype));
@@ -112,7 +123,11 @@ void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& reference
                                      a.rows, static_cast<int64_t>(a.indices.size()), d))});
   std::fill_n(scratch.data<uint8_t>(), scratch.numel(), uint8_t{0xff});
   const DeviceCopy workspace = to_device(scratch);
-  sparse::spmm(a_d, x_view, y_view, workspace.view, nullptr);
+  if (run) {
+    run(a_d, x_view, y_view, workspace.view);
+  } else {
+    sparse::spmm(a_d, x_view, y_view, workspace.view, nullptr);
+  }
   cuda::device_synchronize();
   HostTensor y_back(dtype, {std::max<int64_t>(a.rows, 1), stride});
   cuda::memcpy_dtoh(y_back.data<std::byte>(), y_d.buffer.data(),
@@ -211,6 +226,65 @@ TEST(SpmmGpu, RowsAroundChunkBoundaries) {
     check_spmm(a, a, 32, 32, seed++, DType::kBF16);  // heads and carries of 16-bit rows
     check_spmm(a, a, 512, 512, seed++, DType::kF16);
   }
+}
+
+// Every candidate schedule (feature tiles, chunk sizes) gives A X, on padded rows too.
+TEST(SpmmGpu, EveryScheduleMatchesTheReference) {
+  FLARE_REQUIRE_GPU();
+  cuda::set_device(0);
+  const sparse::CsrStorage a = sparse_testing::random_csr(300, 257, 0.05, 0.3, 15);
+  uint64_t seed = 80;
+  for (const auto& [d, stride, dtype] : {std::tuple<int64_t, int64_t, DType>{512, 520, DType::kF32},
+                                         {96, 96, DType::kF32},
+                                         {256, 256, DType::kBF16}}) {
+    for (const sparse::SpmmSchedule& schedule : sparse::spmm_schedules(d)) {
+      SCOPED_TRACE(::testing::Message()
+                   << "tile " << schedule.feature_tile << " chunk " << schedule.chunk_items);
+      check_spmm(a, a, d, stride, seed++, dtype,
+                 [&](const sparse::Csr& m, const TensorView& x, const TensorView& y,
+                     const TensorView& w) { sparse::spmm(m, x, y, w, nullptr, schedule); });
+    }
+  }
+}
+
+class SpmmGpuTune : public jit::testing::JitTest {};
+
+// The search times every candidate, leaves A X in y and caches its choice; the second call reads
+// the cache. Schedules outside the ranges and tuning under capture are refused.
+TEST_F(SpmmGpuTune, TimesEveryCandidateThenReadsTheCache) {
+  FLARE_REQUIRE_GPU();
+  cuda::set_device(0);
+  const sparse::CsrStorage a = sparse_testing::random_csr(3000, 2000, 0.02, 0.3, 16);
+  const int64_t d = 128;
+  sparse::SpmmTuning first, second;
+  check_spmm(a, a, d, d, 90, DType::kF32,
+             [&](const sparse::Csr& m, const TensorView& x, const TensorView& y,
+                 const TensorView& w) { first = sparse::tune_spmm(m, x, y, w, nullptr); });
+  EXPECT_FALSE(first.from_cache);
+  const std::vector<sparse::SpmmSchedule> candidates = sparse::spmm_schedules(d);
+  ASSERT_EQ(first.timings.size(), candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    EXPECT_EQ(first.timings[i].first, candidates[i]);
+    EXPECT_GT(first.timings[i].second, 0.0);
+  }
+  EXPECT_NE(std::find(candidates.begin(), candidates.end(), first.schedule), candidates.end());
+  check_spmm(
+      a, a, d, d, 91, DType::kF32,
+      [&](const sparse::Csr& m, const TensorView& x, const TensorView& y, const TensorView& w) {
+        second = sparse::tune_spmm(m, x, y, w, nullptr);
+        EXPECT_FLARE_ERROR(sparse::spmm(m, x, y, w, nullptr, {48, 128}),
+                           ErrorCode::kInvalidArgument,
+                           "schedule must have a feature_tile dividing d = 128");
+        EXPECT_FLARE_ERROR(sparse::spmm(m, x, y, w, nullptr, {128, 16}),
+                           ErrorCode::kInvalidArgument, "chunk_items in [32, 2^20]");
+        const cuda::OwnedStream owned;
+        EXPECT_FLARE_ERROR(
+            cuda::Graph(owned.get(), [&] { sparse::tune_spmm(m, x, y, w, owned.get()); }),
+            ErrorCode::kInvalidArgument, "cannot run while `stream` is captured");
+      });
+  EXPECT_TRUE(second.from_cache);
+  EXPECT_TRUE(second.timings.empty());
+  EXPECT_EQ(second.schedule, first.schedule);
 }
 
 TEST(SpmmGpu, ColumnsOutsideTheMatrixContributeNothing) {

@@ -58,7 +58,7 @@ TEST(SpmmGpuArguments, CpuTensorsAreRefusedNamingTheArgument) {
                      "x must be a CUDA tensor (the CPU operator is spmm_reference)");
 }
 
-TEST(SpmmGpuWorkspace, TwoPartialRowsAndTwoRowIndicesForEachChunkOfRowsAndNonzeros) {
+TEST(SpmmGpuWorkspace, TwoPartialRowsAndTwoRowIndicesForEachChunkOfTheLargestSchedule) {
   EXPECT_EQ(spmm_chunk_items(32), 128);
   EXPECT_EQ(spmm_chunk_items(128), 128);
   EXPECT_EQ(spmm_chunk_items(512), 512);
@@ -66,7 +66,9 @@ TEST(SpmmGpuWorkspace, TwoPartialRowsAndTwoRowIndicesForEachChunkOfRowsAndNonzer
   EXPECT_EQ(spmm_workspace_bytes(1, 0, 32), 2 * 128u + 2 * 4u);  // one chunk
   EXPECT_EQ(spmm_workspace_bytes(28, 100, 32), 2 * 128u + 2 * 4u);
   EXPECT_EQ(spmm_workspace_bytes(29, 100, 32), 2 * (2 * 128u + 2 * 4u));
-  EXPECT_EQ(spmm_workspace_bytes(24, 1000, 512), 2 * (2 * 2048u + 2 * 4u));
+  // The largest over spmm_schedules(512): tiles of 128 in chunks of 128, 8 chunks of 1,032 bytes
+  // (d 512 in one pass: 2 chunks of 4,104).
+  EXPECT_EQ(spmm_workspace_bytes(24, 1000, 512), 8 * (2 * 512u + 2 * 4u));
   EXPECT_EQ(spmm_workspace_bytes(100, 284, 96), 3 * (2 * 384u + 2 * 4u));
   EXPECT_EQ(spmm_workspace_bytes(3, 5, 8), 2 * 32u + 2 * 4u);
   EXPECT_FLARE_ERROR(spmm_workspace_bytes(1, -1, 32), ErrorCode::kInvalidArgument,

@@ -61,6 +61,11 @@ CompiledKernel compile(const KernelSpec& spec, const std::string& arch);
 // (spec, arch), compiling and writing it atomically on a miss; a corrupt entry is rebuilt.
 CompiledKernel compile_cached(const KernelSpec& spec, const std::string& arch);
 std::string cache_directory();
+// A cache file's contents (false when it cannot be read), and writing one atomically (a unique
+// temporary file renamed over it: readers in other processes see no entry or a whole one;
+// failures are logged and only cost the caching). Also the SpMM tuner's (flare/sparse/spmm_tune.h).
+bool read_cache_file(const std::string& path, std::string& contents);
+void write_cache_file(const std::string& path, const std::string& contents);
 
 // Compiles several specs in parallel (threads), filling the cache. Returns per-spec results
 // in order; the first failure is rethrown after all finish.

@@ -13,16 +13,35 @@
 
 namespace flare::sparse {
 
-// Merge items (nonzeros and row ends) a warp takes, a chunk, at feature size d: 128, or d above
-// 128 (the carry workspace then stays at most 4 bytes an item).
+// Merge items (nonzeros and row ends) a warp takes, a chunk, at feature size d by default: 128,
+// or d above 128 (the workspace then stays about 8 bytes an item).
 int64_t spmm_chunk_items(int64_t d);
-// Device bytes of spmm's workspace for rows, nnz nonzeros and d features: two partial rows of d
-// float32 (a split row's part at the chunk's end and at its start) and two row indices for each
-// chunk, ceil((rows + nnz) / spmm_chunk_items(d)) chunks; the same for every dtype.
+
+// How the kernels cover Y = A X (what flare/sparse/spmm_tune.h chooses per matrix): features
+// [0, d) in tiles of feature_tile, one pair of launches a tile, one after another (a tile gathers
+// only its columns of X's rows: a working set that can stay in L2 where all of X does not),
+// warps taking chunk_items merge items each. Every schedule gives A X; the summation order,
+// and so the last bits, depend on chunk_items.
+struct SpmmSchedule {
+  int64_t feature_tile = 0;  // d, or a multiple of 32 dividing d
+  int64_t chunk_items = 0;   // in [32, 2^20]
+  bool operator==(const SpmmSchedule&) const = default;
+};
+// {d, spmm_chunk_items(d)}: one pass.
+SpmmSchedule default_spmm_schedule(int64_t d);
+// The schedules the tuner times for d, the default first: tiles d and every power of two times
+// 32 below d that divides it (largest first), each with spmm_chunk_items(tile) and twice that.
+std::vector<SpmmSchedule> spmm_schedules(int64_t d);
+
+// Device bytes of spmm's workspace for rows, nnz nonzeros and d features, enough for every
+// schedule of spmm_schedules(d): per chunk of a schedule, two partial rows of its feature_tile
+// float32 (a split row's part at the chunk's end and at its start) and two row indices; the
+// same for every dtype.
 size_t spmm_workspace_bytes(int64_t rows, int64_t nnz, int64_t d);
 
-// Y = A X on `stream`, two launches, without synchronizing or allocating (CUDA-graph safe after
-// the first call per feature size, which compiles the kernels: NVRTC, disk-cached).
+// Y = A X on `stream`, two launches a feature tile, without synchronizing or allocating
+// (CUDA-graph safe after the first call per feature size, which compiles the kernels: NVRTC,
+// disk-cached).
 //   a: indptr int32 [rows + 1], indices int32 [nnz], values [nnz] in x's dtype, on x's device
 //      (contiguous); the arrays are not validated on the device: a row range outside [0, nnz]
 //      is clamped and a column outside [0, cols) contributes nothing (no read outside the
@@ -37,6 +56,10 @@ size_t spmm_workspace_bytes(int64_t rows, int64_t nnz, int64_t d);
 // device, stride), kUnsupported for another d or rows + nnz of 2^31 and more.
 void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
           cuda::Stream stream);
+// The same with a schedule (default_spmm_schedule(d) above): kInvalidArgument for a schedule
+// outside SpmmSchedule's ranges or one whose workspace exceeds `workspace`.
+void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
+          cuda::Stream stream, const SpmmSchedule& schedule);
 
 // The kernels of d features of `dtype` (float32, float16 or bfloat16) with vectors of `vec`
 // elements a lane (at most 16 bytes; d / vec a multiple or a divisor of 32), as a JIT spec:

@@ -1,0 +1,179 @@
+// The SpMM auto-tuner (flare/sparse/spmm_tune.h): structure hash, disk cache, timed search.
+#include "flare/sparse/spmm_tune.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "flare/core/error.h"
+#include "flare/jit/compiler.h"
+#include "flare/jit/cuda_sync.h"
+
+namespace flare::sparse {
+namespace {
+
+constexpr const char* kWhat = "flare::sparse::tune_spmm";
+// Bumped when the kernels or the candidates change what a cached choice means.
+constexpr const char* kTuningVersion = "spmm-tuning v1";
+
+// A word-at-a-time 64-bit hash (a multiply-xorshift mix per 8 bytes, position-dependent):
+// fast enough for arrays of hundreds of megabytes, not cryptographic.
+struct StructureHash {
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  uint64_t position = 0;
+
+  static uint64_t mix(uint64_t x) {
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ull;
+    x ^= x >> 27;
+    x *= 0x81dadef4bc2dd44dull;
+    return x ^ (x >> 33);
+  }
+  void word(uint64_t w) { state = mix(state ^ mix(w + 0x9e3779b97f4a7c15ull * ++position)); }
+  void bytes(const void* data, size_t size) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    size_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      word(w);
+    }
+    uint64_t tail = 0;
+    std::memcpy(&tail, p + i, size - i);
+    word(tail ^ (uint64_t{size - i} << 56));
+  }
+};
+
+// The contiguous int32 array `t` (host or device) as host bytes.
+std::vector<int32_t> host_int32(const TensorView& t, const char* name) {
+  FLARE_CHECK(t.ndim == 1 && t.dtype == DType::kI32 && (t.shape[0] <= 1 || t.strides[0] == 1),
+              ErrorCode::kInvalidArgument, "flare::sparse::csr_structure_hash: ", name,
+              " must be a contiguous int32 1-D tensor, got ", dtype_name(t.dtype), " ",
+              t.shape_str());
+  std::vector<int32_t> out(static_cast<size_t>(t.shape[0]));
+  if (out.empty()) return out;
+  if (t.device.is_cuda()) {
+    const cuda::DeviceScope scope(t.device.index);
+    cuda::memcpy_dtoh(out.data(), t.data, out.size() * 4);
+  } else {
+    std::memcpy(out.data(), t.data, out.size() * 4);
+  }
+  return out;
+}
+
+std::filesystem::path tuning_path(const std::string& key) {
+  return std::filesystem::path(jit::cache_directory()) / "spmm-tuning" / key;
+}
+
+}  // namespace
+
+uint64_t csr_structure_hash(const Csr& a) {
+  StructureHash hash;
+  hash.word(static_cast<uint64_t>(a.rows));
+  hash.word(static_cast<uint64_t>(a.cols));
+  const std::vector<int32_t> indptr = host_int32(a.indptr, "A.indptr");
+  const std::vector<int32_t> indices = host_int32(a.indices, "A.indices");
+  hash.word(indptr.size());
+  hash.bytes(indptr.data(), indptr.size() * 4);
+  hash.word(indices.size());
+  hash.bytes(indices.data(), indices.size() * 4);
+  return hash.state;
+}
+
+std::string spmm_tuning_key(uint64_t structure_hash, int64_t d, DType dtype,
+                            const std::string& device_name) {
+  StructureHash name_hash;
+  name_hash.bytes(device_name.data(), device_name.size());
+  name_hash.bytes(kTuningVersion, std::strlen(kTuningVersion));
+  char key[128];
+  std::snprintf(key, sizeof(key), "%016llx-d%lld-%s-%016llx",
+                static_cast<unsigned long long>(structure_hash), static_cast<long long>(d),
+                std::string(dtype_name(dtype)).c_str(),
+                static_cast<unsigned long long>(name_hash.state));
+  return key;
+}
+
+std::optional<SpmmSchedule> read_spmm_tuning(const std::string& key) {
+  std::string contents;
+  if (!jit::read_cache_file(tuning_path(key).string(), contents)) return std::nullopt;
+  std::istringstream in(contents);
+  std::string version_a, version_b;
+  SpmmSchedule schedule;
+  // "spmm-tuning v1 <feature_tile> <chunk_items>"
+  if (!(in >> version_a >> version_b >> schedule.feature_tile >> schedule.chunk_items) ||
+      version_a + " " + version_b != kTuningVersion || schedule.feature_tile <= 0 ||
+      schedule.chunk_items <= 0) {
+    return std::nullopt;
+  }
+  return schedule;
+}
+
+void write_spmm_tuning(const std::string& key, const SpmmSchedule& schedule) {
+  const std::filesystem::path path = tuning_path(key);
+  std::error_code error;
+  std::filesystem::create_directories(path.parent_path(), error);
+  jit::write_cache_file(path.string(), std::string(kTuningVersion) + " " +
+                                           std::to_string(schedule.feature_tile) + " " +
+                                           std::to_string(schedule.chunk_items) + "\n");
+}
+
+SpmmTuning tune_spmm(const Csr& a, const TensorView& x, const TensorView& y,
+                     const TensorView& workspace, cuda::Stream stream,
+                     const SpmmTuneOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  FLARE_CHECK(x.device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
+              ": x must be a CUDA tensor, got x on ", x.device.str());
+  FLARE_CHECK(options.repetitions >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": options.repetitions must be >= 1, got ", options.repetitions);
+  const cuda::DeviceScope scope(x.device.index);
+  FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
+              ": the search times the candidates on the device and cannot run while `stream` is "
+              "captured into a CUDA graph: tune before capturing, then pass the schedule to spmm");
+  const int64_t d = x.ndim == 2 ? x.shape[1] : -1;
+  // The default schedule first: its checks are spmm's, before any hashing or timing.
+  spmm(a, x, y, workspace, stream, default_spmm_schedule(d));
+  SpmmTuning result;
+  const std::string key = spmm_tuning_key(csr_structure_hash(a), d, x.dtype,
+                                          cuda::device_properties(x.device.index).name);
+  const auto finish = [&] {
+    result.search_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  };
+  if (options.use_cache) {
+    if (const std::optional<SpmmSchedule> cached = read_spmm_tuning(key)) {
+      const std::vector<SpmmSchedule> candidates = spmm_schedules(d);
+      if (std::find(candidates.begin(), candidates.end(), *cached) != candidates.end()) {
+        result.schedule = *cached;
+        result.from_cache = true;
+        spmm(a, x, y, workspace, stream, result.schedule);
+        cuda::stream_synchronize(stream);
+        return finish();
+      }
+    }
+  }
+  double best_us = 0.0;
+  for (const SpmmSchedule& schedule : spmm_schedules(d)) {
+    spmm(a, x, y, workspace, stream, schedule);  // compiles its kernels, warms the caches
+    cuda::Event begin(true), end(true);
+    begin.record(stream);
+    for (int i = 0; i < options.repetitions; ++i) spmm(a, x, y, workspace, stream, schedule);
+    end.record(stream);
+    end.synchronize();
+    const double us = 1e3 * end.elapsed_ms_since(begin) / options.repetitions;
+    result.timings.emplace_back(schedule, us);
+    if (result.timings.size() == 1 || us < best_us) {  // ties keep the earlier (default first)
+      best_us = us;
+      result.schedule = schedule;
+    }
+  }
+  spmm(a, x, y, workspace, stream, result.schedule);  // y from the chosen schedule
+  cuda::stream_synchronize(stream);
+  if (options.use_cache) write_spmm_tuning(key, result.schedule);
+  return finish();
+}
+
+}  // namespace flare::sparse
