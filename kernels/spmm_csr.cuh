@@ -83,7 +83,9 @@ using Stored = sparse_vec::Stored<kDType, kVec>;
 // sm_90a: 24 warps an SM instead of 32), and a batch of at most 32 nonzeros.
 constexpr int kBatchRaw = 16 / (kChunks * Stored::kWords);
 constexpr int kBatchMax = 32 / kGroups < 8 ? 32 / kGroups : 8;
-constexpr int kBatch = kBatchRaw < 1 ? 1 : kBatchRaw > kBatchMax ? kBatchMax : kBatchRaw;
+constexpr int kBatchClamped = kBatchRaw < 1 ? 1 : kBatchRaw > kBatchMax ? kBatchMax : kBatchRaw;
+// A power of two (kSlots must divide 32): d 96 in float32 holds 3 vectors a lane, 5 would fit.
+constexpr int kBatch = kBatchClamped >= 8 ? 8 : kBatchClamped >= 4 ? 4 : kBatchClamped >= 2 ? 2 : 1;
 constexpr int kSlots = kBatch * kGroups;  // nonzeros a batch
 static_assert(32 % kSlots == 0, "a batch's slots divide the 32 nonzeros read at a time");
 

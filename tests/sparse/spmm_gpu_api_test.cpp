@@ -84,7 +84,10 @@ TEST_P(ShippedSpmmKernels, CompileWithoutSpillsOrLocalMemory) {
   // A memory-bound kernel: at most 64 registers keep 32 warps an SM; d 512 holds 16 floats a
   // lane.
   constexpr int kMaxRegisters = 64;
-  for (const jit::KernelSpec& spec : shipped_spmm_kernel_specs()) {
+  // And d 96 (three vectors of one float a lane: a batch rounded down to a power of two).
+  std::vector<jit::KernelSpec> specs = shipped_spmm_kernel_specs();
+  specs.push_back(spmm_csr_kernel_spec(96, 1));
+  for (const jit::KernelSpec& spec : specs) {
     const jit::CompiledKernel compiled = jit::compile(spec, arch);
     ASSERT_EQ(compiled.usage.size(), 2u) << spec.label;
     testing::expect_shipped_usage(compiled, spec.label + " on " + arch, kMaxRegisters);
