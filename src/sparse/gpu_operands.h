@@ -46,6 +46,23 @@ inline bool lanes_tile(int64_t d, int vec) {
 // Feature sizes the kernels take: a positive multiple of 32 or a power of two below 32.
 inline bool feature_size_supported(int64_t d) { return d > 0 && lanes_tile(d, 1); }
 
+// A kernel configuration the sparse kernels compile: a supported feature size (kUnsupported
+// otherwise), float32 / float16 / bfloat16 (kUnsupported), and a vector of `vec` elements, a
+// power of two of at most 16 bytes whose lanes tile d (kInvalidArgument).
+inline void check_kernel_spec(const char* what, int features, int vec, DType dtype) {
+  FLARE_CHECK(feature_size_supported(features), ErrorCode::kUnsupported, what,
+              ": the GPU kernel takes feature sizes that are positive multiples of 32 or powers "
+              "of two below 32, got ",
+              features);
+  FLARE_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16,
+              ErrorCode::kUnsupported, what,
+              ": the GPU kernel takes float32, float16 or bfloat16, got ", dtype_name(dtype));
+  FLARE_CHECK(vec >= 1 && vec * static_cast<int>(dtype_bytes(dtype)) <= 16 &&
+                  (vec & (vec - 1)) == 0 && lanes_tile(features, vec),
+              ErrorCode::kInvalidArgument, what, ": vector width ", vec,
+              " must be a power of two of at most 16 bytes whose lanes tile d = ", features);
+}
+
 // The widest vector (at most 16 bytes) of elements of the two tensors' dtype whose lanes tile d
 // and that both tensors' addresses and row strides are aligned to.
 inline int vector_width(int64_t d, const TensorView& a, const TensorView& b) {

@@ -77,17 +77,7 @@ size_t spmm_workspace_bytes(int64_t rows, int64_t nnz, int64_t d) {
 }
 
 jit::KernelSpec spmm_csr_kernel_spec(int features, int vec, DType dtype) {
-  FLARE_CHECK(gpu_operands::feature_size_supported(features), ErrorCode::kUnsupported, kWhat,
-              ": the GPU kernel takes feature sizes that are positive multiples of 32 or powers "
-              "of two below 32, got ",
-              features);
-  FLARE_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16,
-              ErrorCode::kUnsupported, kWhat,
-              ": the GPU kernel takes float32, float16 or bfloat16, got ", dtype_name(dtype));
-  FLARE_CHECK(vec >= 1 && vec * dtype_bytes(dtype) <= 16 && (vec & (vec - 1)) == 0 &&
-                  gpu_operands::lanes_tile(features, vec),
-              ErrorCode::kInvalidArgument, kWhat, ": vector width ", vec,
-              " must be a power of two of at most 16 bytes whose lanes tile d = ", features);
+  gpu_operands::check_kernel_spec(kWhat, features, vec, dtype);
   jit::KernelSpec spec;
   spec.family_header = "spmm_csr.cuh";
   spec.entry = "flare_spmm_csr;flare_spmm_csr_carries";

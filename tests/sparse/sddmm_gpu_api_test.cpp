@@ -27,16 +27,10 @@ TEST(SddmmKernelSpec, FeatureSizesAndVectorWidthsAreChecked) {
     units.insert(spec.translation_unit());
   }
   EXPECT_EQ(units.size(), 15u);  // d 32-512 in float32, float16 and bfloat16
-  EXPECT_FLARE_ERROR(sddmm_csr_kernel_spec(48, 1), ErrorCode::kUnsupported,
-                     "multiples of 32 or powers of two below 32, got 48");
-  EXPECT_FLARE_ERROR(sddmm_csr_kernel_spec(32, 4, DType::kI32), ErrorCode::kUnsupported,
-                     "float32, float16 or bfloat16, got int32");
-  EXPECT_FLARE_ERROR(sddmm_csr_kernel_spec(32, 8, DType::kF32), ErrorCode::kInvalidArgument,
-                     "vector width 8 must be a power of two of at most 16 bytes");
-  // Eight lanes of eight float16 a row of 64: four rows a warp.
-  EXPECT_EQ(sddmm_csr_kernel_spec(64, 8, DType::kF16).label, "sddmm csr float16 d=64 vec=8");
+  // The checks are SpMM's (gpu_operands::check_kernel_spec, tested with spmm_csr_kernel_spec).
   EXPECT_FLARE_ERROR(sddmm_csr_kernel_spec(32, 3), ErrorCode::kInvalidArgument,
                      "vector width 3 must be a power of two");
+  EXPECT_EQ(sddmm_csr_kernel_spec(64, 8, DType::kF16).label, "sddmm csr float16 d=64 vec=8");
 }
 
 TEST(SddmmGpuArguments, CpuTensorsAreRefusedNamingTheArgument) {
