@@ -60,7 +60,7 @@ std::vector<SpmmSchedule> spmm_schedules(int64_t d) {
   std::sort(tiles.begin() + 1, tiles.end(), std::greater<>());
   std::vector<SpmmSchedule> schedules;
   for (const int64_t tile : tiles) {
-    for (const int64_t factor : {1, 2})
+    for (const int64_t factor : {1, 2, 4})
       schedules.push_back({tile, factor * spmm_chunk_items(tile)});
   }
   return schedules;

@@ -19,22 +19,17 @@ namespace {
 
 using Schedules = std::vector<SpmmSchedule>;
 
-TEST(SpmmSchedules, TilesOfPowersOfTwoTimes32ThatDivideDEachWithTwoChunkSizes) {
+TEST(SpmmSchedules, TilesOfPowersOfTwoTimes32ThatDivideDEachWithThreeChunkSizes) {
   EXPECT_EQ(default_spmm_schedule(512), (SpmmSchedule{512, 512}));
   EXPECT_EQ(default_spmm_schedule(32), (SpmmSchedule{32, 128}));
-  EXPECT_EQ(spmm_schedules(512), (Schedules{{512, 512},
-                                            {512, 1024},
-                                            {256, 256},
-                                            {256, 512},
-                                            {128, 128},
-                                            {128, 256},
-                                            {64, 128},
-                                            {64, 256},
-                                            {32, 128},
-                                            {32, 256}}));
-  EXPECT_EQ(spmm_schedules(96), (Schedules{{96, 128}, {96, 256}, {32, 128}, {32, 256}}));
-  EXPECT_EQ(spmm_schedules(32), (Schedules{{32, 128}, {32, 256}}));
-  EXPECT_EQ(spmm_schedules(8), (Schedules{{8, 128}, {8, 256}}));
+  EXPECT_EQ(spmm_schedules(512),
+            (Schedules{{512, 512}, {512, 1024}, {512, 2048}, {256, 256}, {256, 512}, {256, 1024},
+                       {128, 128}, {128, 256}, {128, 512}, {64, 128}, {64, 256}, {64, 512},
+                       {32, 128}, {32, 256}, {32, 512}}));
+  EXPECT_EQ(spmm_schedules(96),
+            (Schedules{{96, 128}, {96, 256}, {96, 512}, {32, 128}, {32, 256}, {32, 512}}));
+  EXPECT_EQ(spmm_schedules(32), (Schedules{{32, 128}, {32, 256}, {32, 512}}));
+  EXPECT_EQ(spmm_schedules(8), (Schedules{{8, 128}, {8, 256}, {8, 512}}));
   EXPECT_FLARE_ERROR(spmm_schedules(0), ErrorCode::kInvalidArgument, "d must be positive, got 0");
 }
 

@@ -30,7 +30,7 @@ struct SpmmSchedule {
 // {d, spmm_chunk_items(d)}: one pass.
 SpmmSchedule default_spmm_schedule(int64_t d);
 // The schedules the tuner times for d, the default first: tiles d and every power of two times
-// 32 below d that divides it (largest first), each with spmm_chunk_items(tile) and twice that.
+// 32 below d that divides it (largest first), each with spmm_chunk_items(tile) times 1, 2, 4.
 std::vector<SpmmSchedule> spmm_schedules(int64_t d);
 
 // Device bytes of spmm's workspace for rows, nnz nonzeros and d features, enough for every
