@@ -52,9 +52,8 @@ CsrStorage csr_from_coo(int64_t rows, int64_t cols, std::span<const int32_t> row
               rows, " x ", cols);
   const size_t nnz = row.size();
   FLARE_CHECK(col.size() == nnz && (values.empty() || values.size() == nnz),
-              ErrorCode::kInvalidArgument, "csr_from_coo: coo.row has ", nnz,
-              " entries, coo.col ", col.size(), " and coo.values ", values.size(),
-              " (values may be empty)");
+              ErrorCode::kInvalidArgument, "csr_from_coo: coo.row has ", nnz, " entries, coo.col ",
+              col.size(), " and coo.values ", values.size(), " (values may be empty)");
   FLARE_CHECK(nnz < (size_t{1} << 31), ErrorCode::kInvalidArgument,
               "csr_from_coo: nnz must fit int32, got ", nnz);
   CsrStorage out;
@@ -94,11 +93,13 @@ void spmm_reference(const Coo& a, const TensorView& x, const TensorView& y) {
   for (int64_t e = 0; e < a.nnz(); ++e) {
     const size_t i = static_cast<size_t>(e);
     for (int64_t f = 0; f < d; ++f) {
-      sum[static_cast<size_t>(a.row[i] * d + f)] += a.values[i] * sparse_detail::load(x, a.col[i], f);
+      sum[static_cast<size_t>(a.row[i] * d + f)] +=
+          a.values[i] * sparse_detail::load(x, a.col[i], f);
     }
   }
   for (int64_t r = 0; r < a.rows; ++r) {
-    for (int64_t f = 0; f < d; ++f) sparse_detail::store(y, r, f, sum[static_cast<size_t>(r * d + f)]);
+    for (int64_t f = 0; f < d; ++f)
+      sparse_detail::store(y, r, f, sum[static_cast<size_t>(r * d + f)]);
   }
 }
 

@@ -65,7 +65,7 @@ void validate_csr(const Csr& a, const char* name) {
   if (a.values) {
     const TensorView& v = *a.values;
     FLARE_CHECK(v.device.is_cpu() && v.ndim == 1 && v.shape[0] == nnz &&
-                    sparse_detail::reference_dtype(v.dtype),
+                    sparse_detail::value_dtype(v.dtype),
                 ErrorCode::kInvalidArgument, n, ".values must be float32, float16 or bfloat16 [",
                 nnz, "] on the CPU, got ", dtype_name(v.dtype), " ", v.shape_str(), " on ",
                 v.device.str());

@@ -12,8 +12,9 @@
 
 namespace flare::sparse_detail {
 
-// The element types the references read and write.
-inline bool reference_dtype(DType dtype) {
+// The element types of sparse values and dense operands, on the CPU and the GPU: float32,
+// float16 and bfloat16.
+inline bool value_dtype(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
 }
 
@@ -22,10 +23,9 @@ inline bool reference_dtype(DType dtype) {
 // named `like_name`); returns d.
 inline int64_t check_dense(const TensorView& t, const char* name, int64_t rows, int64_t expected_d,
                            const TensorView* like = nullptr, const char* like_name = nullptr) {
-  FLARE_CHECK(t.device.is_cpu() && t.ndim == 2 && reference_dtype(t.dtype),
-              ErrorCode::kInvalidArgument, name,
-              " must be a 2-D float32, float16 or bfloat16 CPU tensor, got ", dtype_name(t.dtype),
-              " ", t.shape_str(), " on ", t.device.str());
+  FLARE_CHECK(t.device.is_cpu() && t.ndim == 2 && value_dtype(t.dtype), ErrorCode::kInvalidArgument,
+              name, " must be a 2-D float32, float16 or bfloat16 CPU tensor, got ",
+              dtype_name(t.dtype), " ", t.shape_str(), " on ", t.device.str());
   FLARE_CHECK(like == nullptr || t.dtype == like->dtype, ErrorCode::kInvalidArgument, name,
               " must have ", like_name, "'s dtype ",
               dtype_name(like != nullptr ? like->dtype : t.dtype), ", got ", dtype_name(t.dtype));

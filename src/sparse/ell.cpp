@@ -23,12 +23,12 @@ Ell ell_from_csr(const Csr& a, int width) {
   for (int64_t r = 0; r < a.rows; ++r) {
     const int64_t length =
         sparse_detail::index_at(a.indptr, r + 1) - sparse_detail::index_at(a.indptr, r);
-    FLARE_CHECK(width == 0 || length <= width, ErrorCode::kInvalidArgument,
-                "ell_from_csr: row ", r, " holds ", length, " nonzeros, more than width = ", width);
+    FLARE_CHECK(width == 0 || length <= width, ErrorCode::kInvalidArgument, "ell_from_csr: row ", r,
+                " holds ", length, " nonzeros, more than width = ", width);
     longest = std::max(longest, length);
   }
-  FLARE_CHECK(width == 0 || a.cols > 0, ErrorCode::kInvalidArgument, "ell_from_csr: width = ",
-              width, " needs a column to pad with, and A has none");
+  FLARE_CHECK(width == 0 || a.cols > 0, ErrorCode::kInvalidArgument,
+              "ell_from_csr: width = ", width, " needs a column to pad with, and A has none");
   Ell ell;
   ell.rows = a.rows;
   ell.cols = a.cols;
@@ -54,7 +54,8 @@ void spmm_reference(const Ell& a, const TensorView& x, const TensorView& y) {
       sum[static_cast<size_t>(row * d + f)] += value * sparse_detail::load(x, col, f);
   });
   for (int64_t r = 0; r < a.rows; ++r) {
-    for (int64_t f = 0; f < d; ++f) sparse_detail::store(y, r, f, sum[static_cast<size_t>(r * d + f)]);
+    for (int64_t f = 0; f < d; ++f)
+      sparse_detail::store(y, r, f, sum[static_cast<size_t>(r * d + f)]);
   }
 }
 

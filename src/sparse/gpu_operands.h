@@ -8,6 +8,7 @@
 
 #include "flare/core/error.h"
 #include "flare/core/tensor.h"
+#include "src/sparse/dense_access.h"
 
 namespace flare::sparse::gpu_operands {
 
@@ -26,9 +27,8 @@ inline void check_array(const char* what, const TensorView& t, const char* name,
 inline void check_dense(const char* what, const TensorView& t, const char* name, int64_t rows,
                         int64_t d, const Device& device) {
   FLARE_CHECK(t.ndim == 2 && t.shape[0] == rows && t.shape[1] == d &&
-                  (t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16) &&
-                  t.device == device && (d <= 1 || t.strides[1] == 1) &&
-                  (rows <= 1 || t.strides[0] >= d),
+                  sparse_detail::value_dtype(t.dtype) && t.device == device &&
+                  (d <= 1 || t.strides[1] == 1) && (rows <= 1 || t.strides[0] >= d),
               ErrorCode::kInvalidArgument, what, ": ", name,
               " must be a float32, float16 or bfloat16 [", rows, ", ", d, "] tensor on ",
               device.str(), " with unit stride along its last dimension, got ", dtype_name(t.dtype),
@@ -54,8 +54,7 @@ inline void check_kernel_spec(const char* what, int features, int vec, DType dty
               ": the GPU kernel takes feature sizes that are positive multiples of 32 or powers "
               "of two below 32, got ",
               features);
-  FLARE_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16,
-              ErrorCode::kUnsupported, what,
+  FLARE_CHECK(sparse_detail::value_dtype(dtype), ErrorCode::kUnsupported, what,
               ": the GPU kernel takes float32, float16 or bfloat16, got ", dtype_name(dtype));
   FLARE_CHECK(vec >= 1 && vec * static_cast<int>(dtype_bytes(dtype)) <= 16 &&
                   (vec & (vec - 1)) == 0 && lanes_tile(features, vec),

@@ -103,8 +103,8 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   spmm(a, x, y, workspace, stream, default_spmm_schedule(x.ndim == 2 ? x.shape[1] : 1));
 }
 
-void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
-          cuda::Stream stream, const SpmmSchedule& schedule) {
+void check_spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
+                const SpmmSchedule& schedule) {
   FLARE_CHECK(x.device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
               ": x must be a CUDA tensor (the CPU operator is spmm_reference), got x on ",
               x.device.str());
@@ -133,8 +133,7 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
       ErrorCode::kInvalidArgument, kWhat, ": schedule must have a feature_tile dividing d = ", d,
       " (d, or a multiple of 32) and chunk_items in [32, 2^20], got feature_tile ", tile,
       " and chunk_items ", schedule.chunk_items);
-  const WorkspaceLayout layout = workspace_layout(a.rows, nnz, schedule);
-  const size_t workspace_bytes = layout.bytes;
+  const size_t workspace_bytes = workspace_layout(a.rows, nnz, schedule).bytes;
   const int64_t workspace_size =
       workspace.ndim == 1 ? workspace.shape[0] * static_cast<int64_t>(dtype_bytes(workspace.dtype))
                           : 0;
@@ -152,7 +151,16 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   FLARE_CHECK(x_row_bytes < (int64_t{1} << 32), ErrorCode::kUnsupported, kWhat,
               ": x's rows must be less than 4 GiB apart, got a row stride of ", x_row_bytes,
               " bytes");
+}
+
+void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
+          cuda::Stream stream, const SpmmSchedule& schedule) {
+  check_spmm(a, x, y, workspace, schedule);
   if (a.rows == 0) return;
+  const int64_t nnz = a.nnz();
+  const int64_t d = x.shape[1];
+  const int64_t tile = schedule.feature_tile;
+  const WorkspaceLayout layout = workspace_layout(a.rows, nnz, schedule);
 
   SpmmCsrParams p{};
   p.indptr = a.indptr.ptr<const int32_t>();
@@ -163,7 +171,7 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   // Without columns every nonzero lies outside the matrix: no nonzeros, Y = 0 (and the kernel
   // never reads X, which it otherwise does at row 0 for a column outside the matrix).
   p.nnz = a.cols > 0 ? nnz : 0;
-  p.x_stride = x_row_bytes / static_cast<int64_t>(dtype_bytes(x.dtype));
+  p.x_stride = a.cols > 1 ? x.strides[0] : d;
   p.y_stride = a.rows > 1 ? y.strides[0] : d;
   p.chunks = chunk_count(a.rows, p.nnz, schedule.chunk_items);
   p.chunk = static_cast<int32_t>(schedule.chunk_items);

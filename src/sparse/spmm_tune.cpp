@@ -133,8 +133,9 @@ SpmmTuning tune_spmm(const Csr& a, const TensorView& x, const TensorView& y,
               ": the search times the candidates on the device and cannot run while `stream` is "
               "captured into a CUDA graph: tune before capturing, then pass the schedule to spmm");
   const int64_t d = x.ndim == 2 ? x.shape[1] : -1;
-  // The default schedule first: its checks are spmm's, before any hashing or timing.
-  spmm(a, x, y, workspace, stream, default_spmm_schedule(d));
+  // spmm's argument checks before any hashing or timing.
+  check_spmm(a, x, y, workspace, default_spmm_schedule(d));
+  const std::vector<SpmmSchedule> candidates = spmm_schedules(d);
   SpmmTuning result;
   const std::string key = spmm_tuning_key(csr_structure_hash(a), d, x.dtype,
                                           cuda::device_properties(x.device.index).name);
@@ -145,7 +146,6 @@ SpmmTuning tune_spmm(const Csr& a, const TensorView& x, const TensorView& y,
   };
   if (options.use_cache) {
     if (const std::optional<SpmmSchedule> cached = read_spmm_tuning(key)) {
-      const std::vector<SpmmSchedule> candidates = spmm_schedules(d);
       if (std::find(candidates.begin(), candidates.end(), *cached) != candidates.end()) {
         result.schedule = *cached;
         result.from_cache = true;
@@ -156,7 +156,7 @@ SpmmTuning tune_spmm(const Csr& a, const TensorView& x, const TensorView& y,
     }
   }
   double best_us = 0.0;
-  for (const SpmmSchedule& schedule : spmm_schedules(d)) {
+  for (const SpmmSchedule& schedule : candidates) {
     spmm(a, x, y, workspace, stream, schedule);  // compiles its kernels, warms the caches
     cuda::Event begin(true), end(true);
     begin.record(stream);

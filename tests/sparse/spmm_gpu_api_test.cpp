@@ -56,6 +56,9 @@ TEST(SpmmGpuArguments, CpuTensorsAreRefusedNamingTheArgument) {
       scratch.data(), DType::kU8, {static_cast<int64_t>(scratch.size())}, Device::cpu());
   EXPECT_FLARE_ERROR(spmm(a, xv, yv, workspace, nullptr), ErrorCode::kInvalidArgument,
                      "x must be a CUDA tensor (the CPU operator is spmm_reference)");
+  EXPECT_FLARE_ERROR(check_spmm(a, xv, yv, workspace, default_spmm_schedule(32)),
+                     ErrorCode::kInvalidArgument,
+                     "x must be a CUDA tensor (the CPU operator is spmm_reference)");
 }
 
 TEST(SpmmGpuWorkspace, TwoPartialRowsAndTwoRowIndicesForEachChunkOfTheLargestSchedule) {

@@ -60,6 +60,9 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
 // outside SpmmSchedule's ranges or one whose workspace exceeds `workspace`.
 void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
           cuda::Stream stream, const SpmmSchedule& schedule);
+// spmm's argument checks alone (the errors above), launching nothing.
+void check_spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorView& workspace,
+                const SpmmSchedule& schedule);
 
 // The kernels of d features of `dtype` (float32, float16 or bfloat16) with vectors of `vec`
 // elements a lane (at most 16 bytes; d / vec a multiple or a divisor of 32), as a JIT spec:
