@@ -36,14 +36,29 @@ sparse::Csr csr_of(int64_t rows, int64_t cols, const TensorArg& indptr, const Te
   return a;
 }
 
-// A CSR over CUDA torch tensors (viewed in place: the GPU operators check them).
-sparse::Csr device_csr_of(int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices) {
+// A CSR over CUDA torch tensors (viewed in place: the GPU operators check them); values when
+// given.
+sparse::Csr device_csr_of(int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices,
+                          nb::handle values = nb::none()) {
   sparse::Csr a;
   a.rows = rows;
   a.cols = cols;
   a.indptr = object_view(indptr, "indptr");
   a.indices = object_view(indices, "indices");
+  if (!values.is_none()) a.values = object_view(values, "values");
   return a;
+}
+
+// The dense operand `x` (named `name` in `what`'s errors), which must be a CUDA tensor here.
+TensorView cuda_operand(nb::handle x, const char* name, const char* what) {
+  const TensorView view = object_view(x, name);
+  FLARE_CHECK(view.device.is_cuda(), ErrorCode::kInvalidArgument, what, ": ", name,
+              " must be a CUDA tensor here, got ", view.device.str());
+  return view;
+}
+
+cuda::Stream stream_of(const TensorView& view) {
+  return reinterpret_cast<cuda::Stream>(torch_current_stream(view.device.index));
 }
 
 template <class T>
@@ -115,18 +130,14 @@ void bind_sparse(nb::module_& m) {
       [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle values,
          nb::handle x, nb::handle y, nb::handle workspace, int64_t feature_tile,
          int64_t chunk_items) {
-        sparse::Csr a = device_csr_of(rows, cols, indptr, indices);
-        a.values = object_view(values, "values");
-        const TensorView x_view = object_view(x, "X");
-        FLARE_CHECK(x_view.device.is_cuda(), ErrorCode::kInvalidArgument,
-                    "flare.sparse.spmm: X must be a CUDA tensor here, got ", x_view.device.str());
+        const sparse::Csr a = device_csr_of(rows, cols, indptr, indices, values);
+        const TensorView x_view = cuda_operand(x, "X", "flare.sparse.spmm");
         const sparse::SpmmSchedule schedule =
             feature_tile > 0
                 ? sparse::SpmmSchedule{feature_tile, chunk_items}
                 : sparse::default_spmm_schedule(x_view.ndim == 2 ? x_view.shape[1] : 1);
         sparse::spmm(a, x_view, object_view(y, "y"), object_view(workspace, "workspace"),
-                     reinterpret_cast<cuda::Stream>(torch_current_stream(x_view.device.index)),
-                     schedule);
+                     stream_of(x_view), schedule);
       },
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
       nb::arg("x"), nb::arg("y"), nb::arg("workspace"), nb::arg("feature_tile") = 0,
@@ -146,17 +157,13 @@ void bind_sparse(nb::module_& m) {
       "sparse_spmm_tune",
       [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle values,
          nb::handle x, nb::handle y, nb::handle workspace, bool use_cache) {
-        sparse::Csr a = device_csr_of(rows, cols, indptr, indices);
-        a.values = object_view(values, "values");
-        const TensorView x_view = object_view(x, "X");
-        FLARE_CHECK(x_view.device.is_cuda(), ErrorCode::kInvalidArgument,
-                    "flare.sparse.SpmmPlan: X must be a CUDA tensor here, got ",
-                    x_view.device.str());
+        const sparse::Csr a = device_csr_of(rows, cols, indptr, indices, values);
+        const TensorView x_view = cuda_operand(x, "X", "flare.sparse.SpmmPlan");
         sparse::SpmmTuneOptions options;
         options.use_cache = use_cache;
-        const sparse::SpmmTuning tuning = sparse::tune_spmm(
-            a, x_view, object_view(y, "y"), object_view(workspace, "workspace"),
-            reinterpret_cast<cuda::Stream>(torch_current_stream(x_view.device.index)), options);
+        const sparse::SpmmTuning tuning =
+            sparse::tune_spmm(a, x_view, object_view(y, "y"), object_view(workspace, "workspace"),
+                              stream_of(x_view), options);
         nb::list timings;
         for (const auto& [schedule, us] : tuning.timings)
           timings.append(nb::make_tuple(schedule.feature_tile, schedule.chunk_items, us));
@@ -184,11 +191,8 @@ void bind_sparse(nb::module_& m) {
       [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices, nb::handle q,
          nb::handle k, nb::handle out) {
         const sparse::Csr a = device_csr_of(rows, cols, indptr, indices);
-        const TensorView q_view = object_view(q, "Q");
-        FLARE_CHECK(q_view.device.is_cuda(), ErrorCode::kInvalidArgument,
-                    "flare.sparse.sddmm: Q must be a CUDA tensor here, got ", q_view.device.str());
-        sparse::sddmm(a, q_view, object_view(k, "K"), object_view(out, "out"),
-                      reinterpret_cast<cuda::Stream>(torch_current_stream(q_view.device.index)));
+        const TensorView q_view = cuda_operand(q, "Q", "flare.sparse.sddmm");
+        sparse::sddmm(a, q_view, object_view(k, "K"), object_view(out, "out"), stream_of(q_view));
       },
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("q"),
       nb::arg("k"), nb::arg("out"),
