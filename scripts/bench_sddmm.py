@@ -11,24 +11,18 @@ the device's copy bandwidth measured in the same process.
 Usage: python3 scripts/bench_sddmm.py [--features 32,128,512] [--graphs arxiv,proteins,reddit]
        [--calls 20] [--json F]
 """
-import argparse
 
 import torch
 
 import flare
 from bench_python import eager_us, graph_us, guarded
-from bench_spmm import GRAPHS, copy_bandwidth, finish, speedup, time_cell
+from bench_spmm import copy_bandwidth, finish, graph_parser, speedup, synthetic_graph, time_cell
 
 DENSE_LIMIT_BYTES = 20 << 30  # Q K^T must fit next to everything else
 
 
 def options():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--features", default="32,128,512")
-    parser.add_argument("--graphs", default="arxiv,proteins,reddit")
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--json", help="write every measurement here")
-    return parser.parse_args()
+    return graph_parser(__doc__.splitlines()[0]).parse_args()
 
 
 def main():
@@ -39,10 +33,7 @@ def main():
           f"{bandwidth / 1e12:.2f} TB/s")
     rows = []
     for name in args.graphs.split(","):
-        kind, nodes, edges = GRAPHS[name]
-        indptr, indices = flare.sparse.graph(kind, nodes, edges, seed=1)
-        a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
-                                    torch.ones(indices.shape[0]), (nodes, nodes)).cuda()
+        kind, nodes, edges, _, a = synthetic_graph(name, torch.ones)
         pattern = (a.crow_indices().to(torch.int32), a.col_indices().to(torch.int32), None)
         for d in (int(x) for x in args.features.split(",")):
             q = torch.randn(nodes, d, device="cuda")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """SpMM through the public Python API (issue 23): flare.sparse.SpmmPlan on CUDA tensors (the CSR
 kernels: merge-based, no decomposition yet), with the auto-tuner's schedule and with the default
-one, next to cuSPARSE through torch.sparse.mm on the same CSR tensor, in one process: float32, or --dtype float16 / bfloat16 (A's values and X in
-that dtype, float32 sums in both libraries).
+one, next to cuSPARSE through torch.sparse.mm on the same CSR tensor, in one process: float32,
+or --dtype float16 / bfloat16 (A's values and X in that dtype, float32 sums in both libraries).
 
 Graphs: seeded synthetic graphs from flare.sparse.graph, named as such (no real graph is read
 here): R-MAT of arxiv's size (169,343 nodes, 1.89M edges) and of a quarter of reddit's edges
@@ -30,13 +30,29 @@ GRAPHS = {"arxiv": ("rmat", 169343, 1890000), "reddit": ("rmat", 232965, 2320000
           "proteins": ("uniform", 132534, 9890000)}
 
 
-def options():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def graph_parser(description):
+    """The options both sparse benchmarks take: feature sizes, graphs, calls, a JSON file."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--features", default="32,128,512")
     parser.add_argument("--graphs", default="arxiv,proteins,reddit")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--json", help="write every measurement here")
+    return parser
+
+
+def synthetic_graph(name, values):
+    """(kind, nodes, edges, host indptr, A as a CUDA torch CSR tensor holding `values(nnz)`) of
+    the seeded synthetic graph `name`."""
+    kind, nodes, edges = GRAPHS[name]
+    indptr, indices = flare.sparse.graph(kind, nodes, edges, seed=1)
+    a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
+                                values(indices.shape[0]), (nodes, nodes)).cuda()
+    return kind, nodes, edges, indptr, a
+
+
+def options():
+    parser = graph_parser(__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     return parser.parse_args()
 
 
@@ -58,11 +74,8 @@ def main():
           f"{bandwidth / 1e12:.2f} TB/s, {args.dtype}")
     rows = []
     for name in args.graphs.split(","):
-        kind, nodes, edges = GRAPHS[name]
-        indptr, indices = flare.sparse.graph(kind, nodes, edges, seed=1)
-        a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
-                                    torch.randn(indices.shape[0], dtype=dtype),
-                                    (nodes, nodes)).cuda()
+        kind, nodes, edges, indptr, a = synthetic_graph(
+            name, lambda nnz: torch.randn(nnz, dtype=dtype))
         # flare's plans once (A's arrays on the device), as a serving loop would keep them.
         triple = (a.crow_indices().to(torch.int32), a.col_indices().to(torch.int32), a.values())
         plan = flare.sparse.SpmmPlan(triple, shape=(nodes, nodes))

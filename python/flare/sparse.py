@@ -7,10 +7,9 @@ SpMM and SDDMM have CPU references (flare/sparse/csr.h, coo.h, ell.h, hyb.h: flo
 or bfloat16 operands, float64 accumulation, the result in the dense operands' dtype); SpMM with
 a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h) and SDDMM with a CUDA Q its GPU kernel
 (flare/sparse/sddmm_gpu.h): float32, float16 or bfloat16 operands, float32 sums, the result in
-the dense operands' dtype; d a multiple of 32 or a power of two below 32. A matrix is a torch sparse CSR or COO
-tensor, or an (indptr, indices, values) triple of numpy arrays / torch tensors with
-`shape=(rows, cols)`. Column indices must be sorted and unique within each
-row (torch's CSR and coalesced COO tensors are); anything else raises ValueError naming the
+the dense operands' dtype; d a multiple of 32 or a power of two below 32. A matrix is a torch
+sparse CSR or COO tensor, or an (indptr, indices, values) triple of numpy arrays / torch tensors
+with `shape=(rows, cols)`. Column indices must be sorted and unique within each row (torch's CSR and coalesced COO tensors are); anything else raises ValueError naming the
 array and the entry, before anything is written. The GPU SpMM does not check A on the device
 (that would synchronize): there a column outside [0, cols) contributes nothing and no read
 leaves the tensors, and unsorted or repeated columns are summed as given.
@@ -182,7 +181,9 @@ class SpmmPlan:
             for x in arrays[:2])
         self._values_given = torch.as_tensor(arrays[2]).to(device=self.device)
         self._values, self._workspaces, self._schedules = {}, {}, {}
-        self.tune, self.cache, self._where = bool(tune), bool(cache), where
+        self.tune, self.cache = bool(tune), bool(cache)
+        # run()'s errors: the plan's method, or the caller's name for a one-call plan (spmm).
+        self._run_where = f"{where}.run" if where == "flare.sparse.SpmmPlan" else where
 
     def schedule(self, d, dtype):
         """The schedule of feature size d and dtype (a dict: feature_tile, chunk_items, and for a
@@ -195,7 +196,7 @@ class SpmmPlan:
         current stream; into `out` ([rows, d], X's kernel dtype, unit stride along d) when
         given."""
         torch = torch_module()
-        where = f"{self._where}.run" if self._where.endswith("Plan") else self._where
+        where = self._run_where
         if not is_cuda(X) or X.device != self.device:
             raise ValueError(f"{where}: X must be a CUDA tensor on {self.device}, got "
                              f"{getattr(X, 'device', type(X).__name__)}")
