@@ -9,8 +9,9 @@ a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h) and SDDMM with a CUDA
 (flare/sparse/sddmm_gpu.h): float32, float16 or bfloat16 operands, float32 sums, the result in
 the dense operands' dtype; d a multiple of 32 or a power of two below 32. A matrix is a torch
 sparse CSR or COO tensor, or an (indptr, indices, values) triple of numpy arrays / torch tensors
-with `shape=(rows, cols)`. Column indices must be sorted and unique within each row (torch's CSR and coalesced COO tensors are); anything else raises ValueError naming the
-array and the entry, before anything is written. The GPU SpMM does not check A on the device
+with `shape=(rows, cols)`. Column indices must be sorted and unique within each row (torch's
+CSR and coalesced COO tensors are); anything else raises ValueError naming the array and the
+entry, before anything is written. The GPU SpMM does not check A on the device
 (that would synchronize): there a column outside [0, cols) contributes nothing and no read
 leaves the tensors, and unsorted or repeated columns are summed as given.
 """
