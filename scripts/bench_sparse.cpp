@@ -89,6 +89,26 @@ bool all_finite(const cuda::DeviceBuffer& buffer, int64_t n, DType dtype) {
   return true;
 }
 
+// cuSPARSE descriptors over flare's arrays: A's n x n CSR (values or the SDDMM output) and a
+// row-major [n, d] dense matrix.
+cusparseSpMatDescr_t csr_descriptor(int64_t n, int64_t nnz, const cuda::DeviceBuffer& indptr,
+                                    const cuda::DeviceBuffer& indices, void* values,
+                                    cudaDataType type) {
+  cusparseSpMatDescr_t descriptor;
+  check_cusparse(
+      cusparseCreateCsr(&descriptor, n, n, nnz, indptr.data(), indices.data(), values,
+                        CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, type),
+      "cusparseCreateCsr");
+  return descriptor;
+}
+
+cusparseDnMatDescr_t dense_descriptor(int64_t n, int64_t d, void* data, cudaDataType type) {
+  cusparseDnMatDescr_t descriptor;
+  check_cusparse(cusparseCreateDnMat(&descriptor, n, d, d, data, type, CUSPARSE_ORDER_ROW),
+                 "cusparseCreateDnMat");
+  return descriptor;
+}
+
 cudaDataType cuda_type(DType dtype) {
   return dtype == DType::kF16 ? CUDA_R_16F : dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
@@ -218,16 +238,9 @@ int run(int argc, char** argv) {
           workspace.data(), DType::kU8, {static_cast<int64_t>(workspace.bytes())}, Device::cuda(0));
 
       // cuSPARSE descriptors over the same arrays.
-      cusparseSpMatDescr_t ad;
-      cusparseDnMatDescr_t xd, yd, qd, kd;
-      check_cusparse(
-          cusparseCreateCsr(&ad, n, n, nnz, indptr.data(), indices.data(), values.data(),
-                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, type),
-          "cusparseCreateCsr");
-      check_cusparse(cusparseCreateDnMat(&xd, n, d, d, x.data(), type, CUSPARSE_ORDER_ROW),
-                     "cusparseCreateDnMat");
-      check_cusparse(cusparseCreateDnMat(&yd, n, d, d, y.data(), type, CUSPARSE_ORDER_ROW),
-                     "cusparseCreateDnMat");
+      const cusparseSpMatDescr_t ad = csr_descriptor(n, nnz, indptr, indices, values.data(), type);
+      const cusparseDnMatDescr_t xd = dense_descriptor(n, d, x.data(), type);
+      const cusparseDnMatDescr_t yd = dense_descriptor(n, d, y.data(), type);
 
       const Timing flare_spmm = time_call(stream, [&] { sparse::spmm(a, xv, yv, wv, stream); });
       // The auto-tuner's search (no disk cache: its full cost), then its schedule timed alike.
@@ -279,15 +292,10 @@ int run(int argc, char** argv) {
 
       // SDDMM: out = (Q K^T) at A's pattern, K = X here; cuSPARSE writes a CSR copy of A's pattern.
       const cuda::DeviceBuffer anchor_out = nan_values(nnz, dtype);
-      cusparseSpMatDescr_t cd;
-      check_cusparse(
-          cusparseCreateCsr(&cd, n, n, nnz, indptr.data(), indices.data(), anchor_out.data(),
-                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, type),
-          "cusparseCreateCsr");
-      check_cusparse(cusparseCreateDnMat(&qd, n, d, d, q.data(), type, CUSPARSE_ORDER_ROW),
-                     "cusparseCreateDnMat");
-      check_cusparse(cusparseCreateDnMat(&kd, n, d, d, x.data(), type, CUSPARSE_ORDER_ROW),
-                     "cusparseCreateDnMat");
+      const cusparseSpMatDescr_t cd =
+          csr_descriptor(n, nnz, indptr, indices, anchor_out.data(), type);
+      const cusparseDnMatDescr_t qd = dense_descriptor(n, d, q.data(), type);
+      const cusparseDnMatDescr_t kd = dense_descriptor(n, d, x.data(), type);
       const auto destroy_descriptors = [&] {
         cusparseDestroySpMat(ad);
         cusparseDestroySpMat(cd);
