@@ -52,6 +52,25 @@ __device__ __forceinline__ Stored<kDType, kVec> load(const void* src) {
   return out;
 }
 
+// The same through the coherent path: for memory the kernel itself writes (an accumulated Y).
+template <int kDType, int kVec>
+__device__ __forceinline__ Stored<kDType, kVec> load_coherent(const void* src) {
+  using S = Stored<kDType, kVec>;
+  S out;
+  if constexpr (S::kBytes == 16) {
+    const uint4 raw = *static_cast<const uint4*>(src);
+    out.words[0] = raw.x, out.words[1] = raw.y, out.words[2] = raw.z, out.words[3] = raw.w;
+  } else if constexpr (S::kBytes == 8) {
+    const uint2 raw = *static_cast<const uint2*>(src);
+    out.words[0] = raw.x, out.words[1] = raw.y;
+  } else if constexpr (S::kBytes == 4) {
+    out.words[0] = *static_cast<const unsigned*>(src);
+  } else {
+    out.words[0] = *static_cast<const unsigned short*>(src);
+  }
+  return out;
+}
+
 template <int kDType, int kVec>
 __device__ __forceinline__ Stored<kDType, kVec> zeros() {
   Stored<kDType, kVec> out;

@@ -30,7 +30,9 @@
 // Compile-time defines: FLARE_SPMM_FEATURES (d: a multiple of 32, or a power of two below 32),
 // FLARE_SPMM_VEC (elements a lane loads at once: at most 16 bytes, d / kVec a multiple or a
 // divisor of 32; the host picks the widest that X's and Y's alignment allow), FLARE_SPMM_DTYPE
-// (kSparseF32, kCodeF16 or kCodeBF16).
+// (kSparseF32, kCodeF16 or kCodeBF16); FLARE_SPMM_ROWS_MAPPED (default 0): 1 for a sub-matrix
+// of a decomposition (spmm_hyb.cuh: hyb's CSR remainder), whose row i is Y's row row_ids[i]
+// (one outside [0, y_rows) is not written) and, with `accumulate`, is added to Y's row.
 #pragma once
 
 #include "fixed_width_ints.cuh"
@@ -55,6 +57,10 @@ struct SpmmCsrParams {
   int64_t y_stride;
   int64_t chunks;  // ceil((rows + nnz) / chunk)
   int32_t chunk;   // merge items (nonzeros and row ends) a warp takes
+  // FLARE_SPMM_ROWS_MAPPED only (ignored otherwise):
+  const int32_t* row_ids;  // [rows]: Y's row of each row
+  int64_t y_rows;          // Y's rows
+  int32_t accumulate;      // nonzero: Y's rows += the sums (else =)
 };
 
 constexpr int kSpmmThreads = 256;  // 8 warps, a chunk each
@@ -65,7 +71,12 @@ constexpr int kSpmmThreads = 256;  // 8 warps, a chunk each
 
 namespace flare::spmm_csr {
 
+#ifndef FLARE_SPMM_ROWS_MAPPED
+#define FLARE_SPMM_ROWS_MAPPED 0
+#endif
+
 constexpr int kDType = FLARE_SPMM_DTYPE;
+constexpr bool kRowsMapped = FLARE_SPMM_ROWS_MAPPED != 0;
 constexpr int kFeatures = FLARE_SPMM_FEATURES;
 constexpr int kVec = FLARE_SPMM_VEC;
 constexpr int kElementBytes = sparse_vec::element_bytes<kDType>();
@@ -161,6 +172,38 @@ __device__ __forceinline__ int feature_of(int c, int row_lane) {
   return (c * kRowLanes + row_lane) * kVec;
 }
 
+// Writes a lane's part of a row of Y (at `y_row`, a row of Y: checked by the caller), rounded
+// to Y's dtype; added to what Y holds when `accumulate` (a decomposition's later parts).
+__device__ __forceinline__ void write_y_row(const void* y, int64_t y_stride, int64_t y_row,
+                                            int row_lane, bool accumulate, const Row& acc) {
+  char* y_bytes = static_cast<char*>(const_cast<void*>(y)) + y_row * y_stride * kElementBytes;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    char* at = y_bytes + feature_of(c, row_lane) * kElementBytes;
+    float out[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) out[i] = acc[c][i];
+    if (accumulate) {
+      float old[kVec];
+      sparse_vec::to_float<kDType, kVec>(sparse_vec::load_coherent<kDType, kVec>(at), old);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) out[i] += old[i];
+    }
+    sparse_vec::store<kDType, kVec>(at, out);
+  }
+}
+
+// Y's row of the walk's row `row` (in [0, rows)): itself, or for a mapped sub-matrix
+// row_ids[row], -1 when that lies outside Y.
+__device__ __forceinline__ int64_t y_row_of(const flare::SpmmCsrParams& p, int row) {
+  if constexpr (!kRowsMapped) {
+    return row;
+  } else {
+    const int mapped = __ldg(p.row_ids + row);
+    return static_cast<unsigned>(mapped) < static_cast<unsigned long long>(p.y_rows) ? mapped : -1;
+  }
+}
+
 // A row of d floats of a workspace, from the first lane group (whose lanes hold the row).
 __device__ __forceinline__ void store_partial(float* row, int lane, const Row& acc) {
   if (lane >= kRowLanes) return;
@@ -191,10 +234,8 @@ __device__ __forceinline__ void finish_row(const flare::SpmmCsrParams& p, int64_
   if (at.head) {
     store_partial(p.head + chunk_id * kFeatures, lane, acc);
   } else if (lane < kRowLanes) {
-    char* y_row = static_cast<char*>(p.y) + int64_t{at.row} * p.y_stride * kElementBytes;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c)
-      sparse_vec::store<kDType, kVec>(y_row + feature_of(c, lane) * kElementBytes, acc[c]);
+    const int64_t y_row = y_row_of(p, at.row);
+    if (y_row >= 0) write_y_row(p.y, p.y_stride, y_row, lane, kRowsMapped && p.accumulate, acc);
   }
   clear(acc);
   at.head = false;
@@ -376,10 +417,8 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 1)
       for (int i = 0; i < kVec; ++i) sum[c][i] += head[i];
     }
   }
-  char* y_row = static_cast<char*>(p.y) + int64_t{row} * p.y_stride * kElementBytes;
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c)
-    vec::store<kDType, kVec>(y_row + feature_of(c, row_lane) * kElementBytes, sum[c]);
+  const int64_t y_row = y_row_of(p, row);
+  if (y_row >= 0) write_y_row(p.y, p.y_stride, y_row, row_lane, kRowsMapped && p.accumulate, sum);
 }
 
 #endif  // __CUDACC_RTC__

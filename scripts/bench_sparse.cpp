@@ -12,7 +12,10 @@
 //       -Lbuild-gpu -lflare -L/usr/local/cuda/lib64 -lcusparse -lcudart
 //       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_sparse
 // Run: build-gpu/bench_sparse [--features 32,128,512] [--graphs arxiv,proteins,reddit]
-//        [--dtype float32|float16|bfloat16]
+//        [--dtype float32|float16|bfloat16] [--hyb 1:4,1:6,1:9,4:6 | none]
+// --hyb: SpMM over hyb(c, k) decompositions too (flare/sparse/hyb_gpu.h: its padding, the host
+// time of the decomposition, its default and tuned schedules; the ratios are cuSPARSE's best
+// over each, with flare's tuned CSR for comparison).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +30,7 @@
 #include "flare/jit/cuda_driver.h"
 #include "flare/jit/cuda_sync.h"
 #include "flare/sparse/generate.h"
+#include "flare/sparse/hyb_gpu.h"
 #include "flare/sparse/sddmm_gpu.h"
 #include "flare/sparse/spmm_gpu.h"
 #include "flare/sparse/spmm_tune.h"
@@ -65,12 +69,17 @@ cuda::DeviceBuffer upload(const void* data, size_t bytes) {
   return buffer;
 }
 
-// n random normals (or n NaNs) of `dtype` on the device.
-cuda::DeviceBuffer random_values(int64_t n, uint32_t seed, DType dtype) {
+// n random normals (or n NaNs) of `dtype` on the host and on the device.
+std::vector<std::byte> random_host_values(int64_t n, uint32_t seed, DType dtype) {
   std::vector<std::byte> host(static_cast<size_t>(n) * dtype_bytes(dtype));
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
   for (int64_t i = 0; i < n; ++i) store_float(host.data(), dtype, i, normal(rng));
+  return host;
+}
+
+cuda::DeviceBuffer random_values(int64_t n, uint32_t seed, DType dtype) {
+  const std::vector<std::byte> host = random_host_values(n, seed, dtype);
   return upload(host.data(), host.size());
 }
 
@@ -111,6 +120,72 @@ cusparseDnMatDescr_t dense_descriptor(int64_t n, int64_t d, void* data, cudaData
 
 cudaDataType cuda_type(DType dtype) {
   return dtype == DType::kF16 ? CUDA_R_16F : dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+// A graph's hyb(c, k) on the device (flare/sparse/hyb_gpu.h), its values gathered from A's.
+struct DeviceHyb {
+  int c = 1, k = 0;
+  double layout_ms = 0;  // hyb_from_csr + hyb_gpu_layout on the host
+  sparse::HybGpuLayout layout;
+  cuda::DeviceBuffer ell_rows, ell_columns, ell_values, rest_rows, rest_indptr, rest_columns,
+      rest_values;
+
+  sparse::HybGpu view(DType dtype) const {
+    const auto array = [](const cuda::DeviceBuffer& b, DType t, size_t n) {
+      return TensorView::contiguous(b.data(), t, {static_cast<int64_t>(n)}, Device::cuda(0));
+    };
+    const size_t slots = layout.ell_columns.size(), rest = layout.rest_columns.size();
+    return {&layout,
+            array(ell_rows, DType::kI32, layout.ell_rows.size()),
+            array(ell_columns, DType::kI32, slots),
+            array(ell_values, dtype, slots),
+            array(rest_rows, DType::kI32, layout.rest_rows.size()),
+            array(rest_indptr, DType::kI32, layout.rest_indptr.size()),
+            array(rest_columns, DType::kI32, rest),
+            array(rest_values, dtype, rest)};
+  }
+};
+
+// values[source[s]] (0 where source is -1) on the device.
+cuda::DeviceBuffer gathered(const std::vector<int64_t>& source,
+                            const std::vector<std::byte>& values, DType dtype) {
+  const size_t element = dtype_bytes(dtype);
+  std::vector<std::byte> host(source.size() * element, std::byte{0});
+  for (size_t s = 0; s < source.size(); ++s) {
+    if (source[s] >= 0)
+      std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(source[s] * element), element,
+                  host.begin() + static_cast<std::ptrdiff_t>(s * element));
+  }
+  return upload(host.data(), host.size());
+}
+
+DeviceHyb device_hyb(const sparse::CsrGraph& g, const std::vector<std::byte>& values, DType dtype,
+                     int c, int k) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto nnz = static_cast<int64_t>(g.indices.size());
+  std::vector<float> unused(g.indices.size(), 0.0f);  // hyb_from_csr wants values: gathered below
+  sparse::Csr host;
+  host.rows = host.cols = g.nodes;
+  host.indptr = TensorView::contiguous(const_cast<int32_t*>(g.indptr.data()), DType::kI32,
+                                       {g.nodes + 1}, Device::cpu());
+  host.indices = TensorView::contiguous(const_cast<int32_t*>(g.indices.data()), DType::kI32, {nnz},
+                                        Device::cpu());
+  host.values = TensorView::contiguous(unused.data(), DType::kF32, {nnz}, Device::cpu());
+  DeviceHyb d;
+  d.c = c;
+  d.k = k;
+  d.layout = sparse::hyb_gpu_layout(sparse::hyb_from_csr(host, c, k));
+  d.layout_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const auto ints = [](const std::vector<int32_t>& v) { return upload(v.data(), v.size() * 4); };
+  d.ell_rows = ints(d.layout.ell_rows);
+  d.ell_columns = ints(d.layout.ell_columns);
+  d.ell_values = gathered(d.layout.ell_source, values, dtype);
+  d.rest_rows = ints(d.layout.rest_rows);
+  d.rest_indptr = ints(d.layout.rest_indptr);
+  d.rest_columns = ints(d.layout.rest_columns);
+  d.rest_values = gathered(d.layout.rest_source, values, dtype);
+  return d;
 }
 
 struct Timing {
@@ -172,6 +247,7 @@ std::string cell(const Timing& t) {
 
 int run(int argc, char** argv) {
   std::string features = "32,128,512", graphs = "arxiv,proteins,reddit", dtype_flag = "float32";
+  std::string hyb_configs = "1:4,1:6,1:9,4:6";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--features")
@@ -180,9 +256,12 @@ int run(int argc, char** argv) {
       graphs = argv[i + 1];
     else if (flag == "--dtype")
       dtype_flag = argv[i + 1];
+    else if (flag == "--hyb")
+      hyb_configs = argv[i + 1];
     else {
       std::fprintf(stderr,
-                   "usage: bench_sparse [--features 32,128,512] [--graphs a,b] [--dtype d]\n");
+                   "usage: bench_sparse [--features 32,128,512] [--graphs a,b] [--dtype d] "
+                   "[--hyb c:k,c:k | none]\n");
       return 2;
     }
   }
@@ -215,7 +294,14 @@ int run(int argc, char** argv) {
     const int64_t n = g.nodes, nnz = static_cast<int64_t>(g.indices.size());
     const cuda::DeviceBuffer indptr = upload(g.indptr.data(), g.indptr.size() * 4);
     const cuda::DeviceBuffer indices = upload(g.indices.data(), g.indices.size() * 4);
-    const cuda::DeviceBuffer values = random_values(nnz, 7, dtype);
+    const std::vector<std::byte> host_values = random_host_values(nnz, 7, dtype);
+    const cuda::DeviceBuffer values = upload(host_values.data(), host_values.size());
+    std::vector<DeviceHyb> hybs;
+    for (const std::string& config : split(hyb_configs == "none" ? "" : hyb_configs)) {
+      const size_t colon = config.find(':');
+      hybs.push_back(device_hyb(g, host_values, dtype, std::stoi(config.substr(0, colon)),
+                                std::stoi(config.substr(colon + 1))));
+    }
     sparse::Csr a;
     a.rows = a.cols = n;
     a.indptr = TensorView::contiguous(indptr.data(), DType::kI32, {n + 1}, Device::cuda(0));
@@ -289,6 +375,32 @@ int run(int argc, char** argv) {
           static_cast<long long>(tuning.schedule.chunk_items), tuning.search_ms, label.c_str(),
           static_cast<long long>(d), cell(flare_tuned).c_str(),
           best.graph_us > 0 ? best.graph_us / flare_tuned.graph_us : 0.0);
+      for (const DeviceHyb& h : hybs) {
+        const sparse::HybGpu hv = h.view(dtype);
+        const cuda::DeviceBuffer hyb_workspace(
+            std::max<size_t>(sparse::hyb_spmm_workspace_bytes(h.layout, d), 16));
+        const TensorView hw =
+            TensorView::contiguous(hyb_workspace.data(), DType::kU8,
+                                   {static_cast<int64_t>(hyb_workspace.bytes())}, Device::cuda(0));
+        const cuda::DeviceBuffer y_hyb = nan_values(n * d, dtype);
+        const TensorView yh = TensorView::contiguous(y_hyb.data(), dtype, {n, d}, Device::cuda(0));
+        const Timing t = time_call(stream, [&] { sparse::spmm(hv, xv, yh, hw, stream); });
+        const sparse::HybTuning hyb_tuning = sparse::tune_spmm(hv, xv, yh, hw, stream, search);
+        const Timing tuned =
+            time_call(stream, [&] { sparse::spmm(hv, xv, yh, hw, stream, hyb_tuning.schedule); });
+        std::printf(
+            "| spmm hyb(%d, %d)%s: padding %.2f, layout %.0f ms; tuned: tile %lld, slots %lld "
+            "(search %.0f ms) | %s | %lld | %s; tuned %s | | %.2f; tuned %.2f (flare csr tuned "
+            "%.2f) |\n",
+            h.c, h.k, all_finite(y_hyb, n * d, dtype) ? "" : " (NOT FINITE)",
+            h.layout.padding_ratio(), h.layout_ms,
+            static_cast<long long>(hyb_tuning.schedule.feature_tile),
+            static_cast<long long>(hyb_tuning.schedule.slots_per_warp), hyb_tuning.search_ms,
+            label.c_str(), static_cast<long long>(d), cell(t).c_str(), cell(tuned).c_str(),
+            best.graph_us > 0 ? best.graph_us / t.graph_us : 0.0,
+            best.graph_us > 0 ? best.graph_us / tuned.graph_us : 0.0,
+            best.graph_us > 0 ? best.graph_us / flare_tuned.graph_us : 0.0);
+      }
 
       // SDDMM: out = (Q K^T) at A's pattern, K = X here; cuSPARSE writes a CSR copy of A's pattern.
       const cuda::DeviceBuffer anchor_out = nan_values(nnz, dtype);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """SpMM through the public Python API (issue 23): flare.sparse.SpmmPlan on CUDA tensors (the CSR
-kernels: merge-based, no decomposition yet), with the auto-tuner's schedule and with the default
-one, next to cuSPARSE through torch.sparse.mm on the same CSR tensor, in one process: float32,
+kernels: merge-based) with the auto-tuner's schedule and with the default one, and with
+format="auto" (CSR and the hyb(c, k) decompositions of flare/_spmm_plan.py's AUTO_HYB, each tuned,
+the fastest kept), next to cuSPARSE through torch.sparse.mm on the same CSR tensor, in one process: float32,
 or --dtype float16 / bfloat16 (A's values and X in that dtype, float32 sums in both libraries).
 
 Graphs: seeded synthetic graphs from flare.sparse.graph, named as such (no real graph is read
@@ -24,7 +25,7 @@ import json
 import torch
 
 import flare
-from bench_python import eager_us, graph_us, guarded
+from bench_python import eager_us, graph_us, guarded, host_us
 
 GRAPHS = {"arxiv": ("rmat", 169343, 1890000), "reddit": ("rmat", 232965, 23200000),
           "proteins": ("uniform", 132534, 9890000)}
@@ -80,6 +81,7 @@ def main():
         triple = (a.crow_indices().to(torch.int32), a.col_indices().to(torch.int32), a.values())
         plan = flare.sparse.SpmmPlan(triple, shape=(nodes, nodes))
         default_plan = flare.sparse.SpmmPlan(triple, shape=(nodes, nodes), tune=False)
+        auto_plan = flare.sparse.SpmmPlan(triple, shape=(nodes, nodes), format="auto")
         for d in (int(x) for x in args.features.split(",")):
             x = torch.randn(nodes, d, device="cuda", dtype=dtype)
             row = {"graph": f"{name} (synthetic {kind})", "nodes": nodes, "nnz": int(edges),
@@ -92,14 +94,19 @@ def main():
             row["search_ms"], row["from_cache"] = chosen["search_ms"], chosen["from_cache"]
             flare_call = lambda: plan.run(x)  # noqa: E731
             default_call = lambda: default_plan.run(x)  # noqa: E731
+            auto_got = auto_plan.run(x)  # the search across formats
+            auto = auto_plan.schedule(d, dtype)
+            row["auto_format"], row["auto_formats_us"] = auto["format"], auto["format_timings_us"]
+            auto_call = lambda: auto_plan.run(x)  # noqa: E731
             torch_call = lambda: torch.sparse.mm(a, x)  # noqa: E731
             # torch may lack cuSPARSE's 16-bit SpMM: then flare alone, checked against float32.
             want = guarded("cusparse", torch_call)
-            labels = (("flare", flare_call), ("default", default_call), ("cusparse", torch_call))
+            labels = (("flare", flare_call), ("default", default_call), ("auto", auto_call),
+                      ("cusparse", torch_call))
             if want is None:
                 want = torch.sparse.mm(a.float(), x.float())
-                labels = labels[:2]
-            row["max_rel_diff"] = relative_error(got, want)
+                labels = labels[:3]
+            row["max_rel_diff"] = max(relative_error(got, want), relative_error(auto_got, want))
             if dtype != torch.float32:
                 # Each library's error against float32 sums of the same 16-bit operands.
                 exact = torch.sparse.mm(a.float(), x.float())
@@ -109,24 +116,31 @@ def main():
             for label, call in labels:
                 row[f"{label}_eager_us"] = eager_us(call, args.calls)
                 row[f"{label}_graph_us"] = guarded(f"{label} graph", lambda: graph_us(call, 5))
-            best = row["flare_graph_us"] or row["flare_eager_us"]
+            best = min(row[f"{label}_graph_us"] or row[f"{label}_eager_us"]
+                       for label in ("flare", "auto"))
+            row["auto_host_us"] = host_us(auto_call, 200)
+            row["cusparse_host_us"] = guarded("cusparse host", lambda: host_us(torch_call, 200))
             row["flare_traffic_fraction"] = traffic / (best * 1e-6) / bandwidth
             rows.append(row)
             del x
-        del a, triple, plan, default_plan
+        del a, triple, plan, default_plan, auto_plan
         torch.cuda.empty_cache()
     print("\n| graph | d | flare tuned us (graph / eager) | schedule: tile, chunk (search ms) | "
-          "flare default us | cuSPARSE us (graph / eager) | speedup tuned / default | "
-          "flare: minimum traffic / copy bandwidth |")
-    print("|---|---|---|---|---|---|---|---|")
+          "flare default us | flare format=\"auto\" us (format chosen) | cuSPARSE us (graph / "
+          "eager) | speedup tuned / default / auto | flare: minimum traffic / copy bandwidth | "
+          "host us of run(): auto / torch.sparse.mm |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         tile, chunk = r["schedule"]
         search = "cached" if r["from_cache"] else f"{r['search_ms']:.0f} ms"
         print(f"| {r['graph']}, {r['nnz']:,} nnz, max degree {r['max_degree']:,} | {r['d']} | "
               f"{time_cell(r, 'flare')} | {tile}, {chunk} ({search}) | "
-              f"{time_cell(r, 'default')} | {time_cell(r, 'cusparse')} | "
-              f"{speedup(r, 'cusparse'):.2f} / {speedup(r, 'cusparse', 'default'):.2f} | "
-              f"{r['flare_traffic_fraction']:.2f} |")
+              f"{time_cell(r, 'default')} | {time_cell(r, 'auto')} ({r['auto_format']}) | "
+              f"{time_cell(r, 'cusparse')} | "
+              f"{speedup(r, 'cusparse'):.2f} / {speedup(r, 'cusparse', 'default'):.2f} / "
+              f"{speedup(r, 'cusparse', 'auto'):.2f} | "
+              f"{r['flare_traffic_fraction']:.2f} | {r['auto_host_us'][0]:.1f} / "
+              f"{(r['cusparse_host_us'] or [float('nan')])[0]:.1f} |")
     if args.dtype != "float32":
         print("max |error| / max |float32 sums of the same operands|: " + ", ".join(
             f"{r['graph'].split()[0]}@{r['d']} flare {r['flare_error']:.1e} cuSPARSE "

@@ -5,7 +5,8 @@ per-head sparse decode (PerHeadSparseDecodeWrapper, Quest: flare/_per_head_decod
 
 SpMM and SDDMM have CPU references (flare/sparse/csr.h, coo.h, ell.h, hyb.h: float32, float16
 or bfloat16 operands, float64 accumulation, the result in the dense operands' dtype); SpMM with
-a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h) and SDDMM with a CUDA Q its GPU kernel
+a CUDA X runs the GPU CSR kernel (flare/sparse/spmm_gpu.h; format="hyb": the hyb(c, k) kernels of
+flare/sparse/hyb_gpu.h) and SDDMM with a CUDA Q its GPU kernel
 (flare/sparse/sddmm_gpu.h): float32, float16 or bfloat16 operands, float32 sums, the result in
 the dense operands' dtype; d a multiple of 32 or a power of two below 32. A matrix is a torch
 sparse CSR or COO tensor, or an (indptr, indices, values) triple of numpy arrays / torch tensors
@@ -22,6 +23,8 @@ from . import _flare
 from ._block_sparse import (BlockSparseAttentionWrapper,  # noqa: F401 (FlashInfer's names)
                             VariableBlockSparseAttentionWrapper)
 from ._per_head_decode import PerHeadSparseDecodeWrapper  # noqa: F401
+from ._sparse_args import _csr_arrays, _gpu_operand
+from ._spmm_plan import SpmmPlan
 from ._tensors import arg, is_cuda, is_torch, torch_module
 
 _WHERE = "flare.sparse"
@@ -64,26 +67,6 @@ def _empty_like_dtype(x, shape):
     return np.empty(shape, x.dtype)
 
 
-def _csr_arrays(a, shape, where):
-    """(rows, cols, (indptr, indices, values), torch layout or None) of A, a torch sparse CSR /
-    COO tensor (COO coalesced into CSR, on its device) or an (indptr, indices, values) triple
-    with shape=(rows, cols); the arrays as given (values may be None)."""
-    if is_torch(a) and a.layout != torch_module().strided:
-        torch = torch_module()
-        layout = a.layout
-        if layout == torch.sparse_coo:
-            a = a.coalesce().to_sparse_csr()
-        elif layout != torch.sparse_csr:
-            raise ValueError(f"{where}: A must be a sparse CSR or COO tensor, got {layout}")
-        return a.shape[0], a.shape[1], (a.crow_indices(), a.col_indices(), a.values()), layout
-    if not isinstance(a, (tuple, list)) or len(a) != 3:
-        raise ValueError(f"{where}: A must be a torch sparse CSR/COO tensor or an "
-                         f"(indptr, indices, values) triple, got {type(a).__name__}")
-    if shape is None or len(shape) != 2:
-        raise ValueError(f"{where}: an (indptr, indices, values) triple needs shape=(rows, cols)")
-    return shape[0], shape[1], tuple(a), None
-
-
 def _csr_of(a, shape, where):
     if is_torch(a) and a.layout != torch_module().strided and a.is_cuda:
         _to_host(a, "float32", "A", where)
@@ -109,18 +92,6 @@ def _device_pattern(A, shape, device, where):
     return int(rows), int(cols), indptr, indices, layout
 
 
-def _gpu_operand(x, name, where):
-    """x as the GPU kernels take it: float16 / bfloat16 / float32 kept, other dtypes as float32;
-    checks the feature size."""
-    torch = torch_module()
-    d = x.shape[1]
-    if d == 0 or (d % 32 != 0 and 32 % d != 0):
-        raise NotImplementedError(f"{where}: on the GPU the feature size d ({name}'s last "
-                                  f"dimension) must be a positive multiple of 32 or a power of "
-                                  f"two below 32, got {d}")
-    return x if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else x.float()
-
-
 def _sddmm_cuda(A, Q, K, shape, where):
     """The GPU path: the nonzero-balanced CSR kernel in Q's dtype."""
     torch = torch_module()
@@ -144,99 +115,16 @@ def _sddmm_cuda(A, Q, K, shape, where):
 
 
 def _spmm_cuda(A, X, format, shape, where):
-    """The GPU path: a one-call SpmmPlan (tuned for "auto", the default schedule for "csr")."""
-    if format not in ("auto", "csr"):
+    """The GPU path: a one-call SpmmPlan (tuned for "auto", the default schedule for "csr",
+    hyb(1, 5) for "hyb")."""
+    if format not in ("auto", "csr", "hyb"):
         raise NotImplementedError(f"{where}: format {format!r} runs on the CPU backend only; on "
-                                  "CUDA tensors the GPU has 'csr' (or 'auto')")
+                                  "CUDA tensors the GPU has 'csr', 'hyb' (or 'auto')")
     if X.ndim != 2:
         raise ValueError(f"{where}: X must be 2-D [cols, d], got {list(X.shape)}")
-    plan = SpmmPlan(A, device=X.device, shape=shape, tune=format == "auto", where=where)
+    plan = SpmmPlan(A, device=X.device, shape=shape, tune=format == "auto",
+                    format="hyb" if format == "hyb" else "csr", where=where)
     return plan.run(X)
-
-
-class SpmmPlan:
-    """Y = A X on the GPU for one sparse matrix A and any number of X (flare/sparse/spmm_gpu.h,
-    spmm_tune.h): A's arrays are moved to `device` once (int32 indices; values in each X's
-    dtype, converted once per dtype), and each feature size and dtype gets a schedule (feature
-    tiles, chunk size) at its first run(): with tune=True the auto-tuner's (every candidate timed
-    on the device, the choice cached on disk under the JIT cache directory by A's structure, d,
-    dtype and GPU; that first run synchronizes and cannot be captured in a CUDA graph: run once
-    before capturing), else the default schedule. Later runs only launch (CUDA-graph safe). A
-    plan keeps one workspace per feature size: one run at a time (not from two streams at once).
-    A: as flare.sparse.spmm's (torch sparse CSR / COO or a triple with `shape`); cache=False
-    skips the disk cache (always search)."""
-
-    def __init__(self, A, device=None, shape=None, tune=True, cache=True,
-                 where="flare.sparse.SpmmPlan"):
-        torch = torch_module()
-        self.device = torch.device(device) if device is not None else torch.device(
-            "cuda", torch.cuda.current_device())
-        if self.device.type != "cuda":
-            raise ValueError(f"{where}: device must be a CUDA device, got {self.device}")
-        rows, cols, arrays, _ = _csr_arrays(A, shape, where)
-        if arrays[2] is None:
-            raise ValueError(f"{where}: A needs values")
-        self.rows, self.cols = int(rows), int(cols)
-        self._indptr, self._indices = (
-            torch.as_tensor(x).to(device=self.device, dtype=torch.int32).contiguous()
-            for x in arrays[:2])
-        self._values_given = torch.as_tensor(arrays[2]).to(device=self.device)
-        self._values, self._workspaces, self._schedules = {}, {}, {}
-        self.tune, self.cache = bool(tune), bool(cache)
-        # run()'s errors: the plan's method, or the caller's name for a one-call plan (spmm).
-        self._run_where = f"{where}.run" if where == "flare.sparse.SpmmPlan" else where
-
-    def schedule(self, d, dtype):
-        """The schedule of feature size d and dtype (a dict: feature_tile, chunk_items, and for a
-        tuned one from_cache, search_ms and timings_us as (tile, chunk, us)), None before its
-        first run."""
-        return self._schedules.get((int(d), dtype))
-
-    def run(self, X, out=None):
-        """Y = A X in X's dtype (float16 / bfloat16 / float32 kept, others as float32) on torch's
-        current stream; into `out` ([rows, d], X's kernel dtype, unit stride along d) when
-        given."""
-        torch = torch_module()
-        where = self._run_where
-        if not is_cuda(X) or X.device != self.device:
-            raise ValueError(f"{where}: X must be a CUDA tensor on {self.device}, got "
-                             f"{getattr(X, 'device', type(X).__name__)}")
-        if X.ndim != 2 or X.shape[0] != self.cols:
-            raise ValueError(f"{where}: X must have shape [cols = {self.cols}, d], got "
-                             f"{list(X.shape)}")
-        x = _gpu_operand(X, "X", where)
-        d = x.shape[1]
-        if out is None:
-            out = torch.empty((self.rows, d), dtype=x.dtype, device=self.device)
-        elif (not is_cuda(out) or out.device != self.device or out.dtype != x.dtype
-              or tuple(out.shape) != (self.rows, d)):
-            raise ValueError(f"{where}: out must be a {x.dtype} [{self.rows}, {d}] tensor on "
-                             f"{self.device}, got {getattr(out, 'dtype', None)} "
-                             f"{list(getattr(out, 'shape', []))}")
-        values = self._values.get(x.dtype)
-        if values is None:
-            values = self._values[x.dtype] = self._values_given.to(x.dtype).contiguous()
-        workspace = self._workspaces.get(d)
-        if workspace is None:
-            # From torch's caching allocator: a graph captured later keeps this buffer.
-            workspace = self._workspaces[d] = torch.empty(
-                _flare.sparse_spmm_workspace_bytes(self.rows, self._indices.shape[0], d),
-                dtype=torch.uint8, device=self.device)
-        arrays = (self.rows, self.cols, self._indptr, self._indices, values, x, out, workspace)
-        key = (d, x.dtype)
-        schedule = self._schedules.get(key)
-        if schedule is None and self.tune:
-            if torch.cuda.is_current_stream_capturing():
-                raise RuntimeError(f"{where}: the first run of feature size {d} in {x.dtype} "
-                                   "tunes the schedule on the device and cannot be captured in "
-                                   "a CUDA graph: run once before capturing (or tune=False)")
-            self._schedules[key] = _flare.sparse_spmm_tune(*arrays, use_cache=self.cache)
-            return out  # the search left A X from the chosen schedule in out
-        if schedule is None:
-            tile, chunk = _flare.sparse_spmm_schedules(d)[0]
-            schedule = self._schedules[key] = {"feature_tile": tile, "chunk_items": chunk}
-        _flare.sparse_spmm_cuda(*arrays, schedule["feature_tile"], schedule["chunk_items"])
-        return out
 
 
 def graph(kind, nodes, edges, seed=0):
@@ -258,7 +146,8 @@ def spmm(A, X, format="auto", shape=None):
     in X's dtype: "auto" with the auto-tuner's schedule (a SpmmPlan for this call: A's structure
     hashed, the disk cache read or the candidates timed; it synchronizes and cannot be captured
     in a CUDA graph: keep a SpmmPlan to do this once), "csr" with the default schedule (no
-    synchronization, capturable)."""
+    synchronization, capturable), "hyb" over hyb(1, 5) (decomposed on the host for this call;
+    SpmmPlan(A, format="hyb", hyb=(c, k)) keeps it)."""
     where = "flare.sparse.spmm"
     if format not in ("auto", "csr", "coo", "ell", "hyb"):
         raise ValueError(f"{where}: format must be 'auto', 'csr', 'coo', 'ell' or 'hyb', got "

@@ -16,6 +16,7 @@
 #include "flare/sparse/ell.h"
 #include "flare/sparse/generate.h"
 #include "flare/sparse/hyb.h"
+#include "flare/sparse/hyb_gpu.h"
 #include "flare/sparse/sddmm_gpu.h"
 #include "flare/sparse/spmm_gpu.h"
 #include "flare/sparse/spmm_tune.h"
@@ -108,6 +109,29 @@ nb::dict hyb_dict(const sparse::Hyb& h) {
   return out;
 }
 
+// A decomposition on the device: `layout` and its arrays (CUDA torch tensors) by name.
+sparse::HybGpu device_hyb_of(const sparse::HybGpuLayout& layout, const nb::dict& arrays) {
+  const auto array = [&arrays](const char* name) {
+    FLARE_CHECK(arrays.contains(name), ErrorCode::kInvalidArgument,
+                "flare.sparse: the hyb arrays lack '", name, "'");
+    return object_view(arrays[name], name);
+  };
+  return {&layout,
+          array("ell_rows"),
+          array("ell_columns"),
+          array("ell_values"),
+          array("rest_rows"),
+          array("rest_indptr"),
+          array("rest_columns"),
+          array("rest_values")};
+}
+
+// A vector's bytes (native order): numpy views them without a list.
+template <class T>
+nb::bytes bytes_of(const std::vector<T>& v) {
+  return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
 }  // namespace
 
 void bind_sparse(nb::module_& m) {
@@ -119,9 +143,7 @@ void bind_sparse(nb::module_& m) {
         const sparse::CsrGraph g = kind == "rmat" ? sparse::rmat_graph(nodes, edges, seed)
                                                   : sparse::uniform_graph(nodes, edges, seed);
         // The arrays as bytes (int32, native order): numpy views them without a list.
-        return nb::make_tuple(
-            nb::bytes(reinterpret_cast<const char*>(g.indptr.data()), g.indptr.size() * 4),
-            nb::bytes(reinterpret_cast<const char*>(g.indices.data()), g.indices.size() * 4));
+        return nb::make_tuple(bytes_of(g.indptr), bytes_of(g.indices));
       },
       nb::arg("kind"), nb::arg("nodes"), nb::arg("edges"), nb::arg("seed"),
       "(indptr, indices) int32 bytes of a seeded synthetic graph (flare/sparse/generate.h).");
@@ -266,6 +288,84 @@ void bind_sparse(nb::module_& m) {
       },
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
       nb::arg("column_parts"), nb::arg("max_log2_width"), "The hyb(c, k) decomposition.");
+
+  nb::class_<sparse::HybGpuLayout>(m, "HybGpuLayout",
+                                   "flare::sparse::HybGpuLayout (internal: hyb(c, k) for the GPU).")
+      .def_prop_ro("padding_ratio", &sparse::HybGpuLayout::padding_ratio)
+      .def_prop_ro("partitions", [](const sparse::HybGpuLayout& l) { return l.partitions.size(); })
+      .def(
+          "arrays",
+          [](const sparse::HybGpuLayout& l) {
+            nb::dict out;  // int32 bytes; the sources int64 (-1 for padding)
+            out["ell_rows"] = bytes_of(l.ell_rows);
+            out["ell_columns"] = bytes_of(l.ell_columns);
+            out["ell_source"] = bytes_of(l.ell_source);
+            out["rest_rows"] = bytes_of(l.rest_rows);
+            out["rest_indptr"] = bytes_of(l.rest_indptr);
+            out["rest_columns"] = bytes_of(l.rest_columns);
+            out["rest_source"] = bytes_of(l.rest_source);
+            return out;
+          },
+          "The device arrays' contents as native-order bytes.")
+      .def("workspace_bytes", &sparse::hyb_spmm_workspace_bytes, nb::arg("d"));
+  m.def(
+      "sparse_hyb_gpu_layout",
+      [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,
+         const TensorArg& values, int column_parts, int max_log2_width) {
+        return sparse::hyb_gpu_layout(sparse::hyb_from_csr(
+            csr_of(rows, cols, indptr, indices, values), column_parts, max_log2_width));
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
+      nb::arg("column_parts"), nb::arg("max_log2_width"),
+      "The device layout of hyb(c, k) (flare/sparse/hyb_gpu.h), built on the host.");
+  m.def(
+      "sparse_spmm_hyb_cuda",
+      [](const sparse::HybGpuLayout& layout, const nb::dict& arrays, nb::handle x, nb::handle y,
+         nb::handle workspace, int64_t feature_tile, int64_t slots_per_warp) {
+        const TensorView x_view = cuda_operand(x, "X", "flare.sparse.spmm");
+        const sparse::HybSchedule schedule =
+            feature_tile > 0 ? sparse::HybSchedule{feature_tile, slots_per_warp}
+                             : sparse::default_hyb_schedule(x_view.ndim == 2 ? x_view.shape[1] : 1);
+        sparse::spmm(device_hyb_of(layout, arrays), x_view, object_view(y, "y"),
+                     object_view(workspace, "workspace"), stream_of(x_view), schedule);
+      },
+      nb::arg("layout"), nb::arg("arrays"), nb::arg("x"), nb::arg("y"), nb::arg("workspace"),
+      nb::arg("feature_tile") = 0, nb::arg("slots_per_warp") = 0,
+      "y <- A x over hyb(c, k) on the GPU: `arrays` maps ell_rows, ell_columns, ell_values, "
+      "rest_rows, rest_indptr, rest_columns, rest_values to CUDA torch tensors (torch's stream); "
+      "a schedule (feature_tile 0: the default).");
+  m.def(
+      "sparse_spmm_hyb_tune",
+      [](const sparse::HybGpuLayout& layout, const nb::dict& arrays, nb::handle x, nb::handle y,
+         nb::handle workspace, bool use_cache) {
+        const TensorView x_view = cuda_operand(x, "X", "flare.sparse.SpmmPlan");
+        sparse::SpmmTuneOptions options;
+        options.use_cache = use_cache;
+        const sparse::HybTuning tuning =
+            sparse::tune_spmm(device_hyb_of(layout, arrays), x_view, object_view(y, "y"),
+                              object_view(workspace, "workspace"), stream_of(x_view), options);
+        nb::list timings;
+        for (const auto& [schedule, us] : tuning.timings)
+          timings.append(nb::make_tuple(schedule.feature_tile, schedule.slots_per_warp, us));
+        nb::dict out;
+        out["feature_tile"] = tuning.schedule.feature_tile;
+        out["slots_per_warp"] = tuning.schedule.slots_per_warp;
+        out["from_cache"] = tuning.from_cache;
+        out["search_ms"] = tuning.search_ms;
+        out["timings_us"] = timings;
+        return out;
+      },
+      nb::arg("layout"), nb::arg("arrays"), nb::arg("x"), nb::arg("y"), nb::arg("workspace"),
+      nb::arg("use_cache") = true,
+      "Times the hyb schedules on the device (flare/sparse/spmm_tune.h), y <- A x by the chosen "
+      "one; returns it with the search's figures. Synchronizes.");
+  m.def(
+      "sparse_hyb_default_schedule",
+      [](int64_t d) {
+        const sparse::HybSchedule s = sparse::default_hyb_schedule(d);
+        return nb::make_tuple(s.feature_tile, s.slots_per_warp);
+      },
+      nb::arg("d"), "hyb's default schedule at feature size d: (feature_tile, slots_per_warp).");
 }
 
 }  // namespace flare::python

@@ -1,7 +1,7 @@
 """flare.sparse.spmm and sddmm on CUDA tensors (the GPU CSR kernels) against float64 torch:
 torch sparse CSR and COO inputs and (indptr, indices, values) triples, feature sizes 32-512, a
 power-law graph with a long row, non-contiguous operands, float16 and bfloat16 operands and
-feature sizes below 32; formats the GPU lacks and other feature sizes raise. Skipped visibly without PyTorch or a CUDA device."""
+feature sizes below 32; the hyb(c, k) kernels (plans, graph replay); formats the GPU lacks and other feature sizes raise. Skipped visibly without PyTorch or a CUDA device."""
 
 import pytest
 
@@ -102,9 +102,98 @@ def test_spmm_plan_tunes_once_then_replays_in_a_cuda_graph(tmp_path, monkeypatch
                 fresh.run(x)
     untuned = flare.sparse.SpmmPlan(a, device=DEVICE, tune=False)
     torch.testing.assert_close(untuned.run(x).cpu().double(), want, atol=1e-4, rtol=1e-4)
-    assert untuned.schedule(256, torch.float32) == {"feature_tile": 256, "chunk_items": 256}
+    assert untuned.schedule(256, torch.float32) == {"format": "csr", "feature_tile": 256,
+                                                     "chunk_items": 256}
     with pytest.raises(ValueError, match="out must be a torch.float32 \\[3000, 256\\] tensor"):
         plan.run(x, out=torch.empty(3000, 128, device=DEVICE))
+
+
+@pytest.mark.parametrize("c,k", [(1, 5), (1, 0), (3, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_spmm_over_hyb_matches_float64(c, k, dtype):
+    indptr, indices = flare.sparse.graph("rmat", 3000, 40000, seed=c + k)
+    a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
+                                torch.randn(indices.shape[0]), (3000, 3000))
+    plan = flare.sparse.SpmmPlan(a.to(DEVICE), device=DEVICE, format="hyb", hyb=(c, k))
+    for d in (8, 32, 128, 512):
+        x = torch.randn(3000, d, device=DEVICE, dtype=dtype)
+        y = plan.run(x)
+        assert y.dtype == dtype and y.shape == (3000, d)
+        want = expected(a.to(dtype), x)
+        if dtype == torch.float32:
+            torch.testing.assert_close(y.cpu().double(), want, atol=1e-4, rtol=1e-4)
+        else:
+            # One rounding to bfloat16 per partition, each of at most the row's L1 sum.
+            magnitude = torch.sparse_csr_tensor(a.crow_indices(), a.col_indices(),
+                                                a.values().to(dtype).abs(), a.shape)
+            l1 = expected(magnitude, x.abs())
+            assert ((y.cpu().double() - want).abs() <= c * 2 ** -8 * l1 + 1e-30).all()
+    if (c, k) == (1, 5):  # spmm(format="hyb") is hyb(1, 5) for one call
+        x = torch.randn(3000, 64, device=DEVICE, dtype=dtype)
+        tolerance = 1e-4 if dtype == torch.float32 else 2 ** -7
+        torch.testing.assert_close(flare.sparse.spmm(a.to(DEVICE), x, format="hyb").cpu().double(),
+                                   expected(a.to(dtype), x), atol=tolerance, rtol=tolerance)
+
+
+def test_spmm_over_hyb_replays_in_a_cuda_graph_and_checks_a():
+    a = random_csr(500, 400, 6000, seed=9)
+    x = torch.randn(400, 128, device=DEVICE)
+    plan = flare.sparse.SpmmPlan(a, device=DEVICE, format="hyb", hyb=(2, 3))
+    out = torch.full((500, 128), float("nan"), device=DEVICE)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        plan.run(x, out=out)  # warm-up off the graph: compiles, gathers the float32 values
+        with torch.cuda.graph(graph, stream=stream):
+            plan.run(x, out=out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.cpu().double(), expected(a, x), atol=1e-4, rtol=1e-4)
+    chosen = plan.schedule(128, torch.float32)  # tuned at the warm-up
+    assert len(chosen["timings_us"]) == 6 or chosen["from_cache"]
+    assert (chosen["feature_tile"], chosen["slots_per_warp"]) in [
+        (128, 128), (128, 512), (64, 128), (64, 512), (32, 128), (32, 512)]
+    untuned = flare.sparse.SpmmPlan(a, device=DEVICE, format="hyb", hyb=(2, 3), tune=False)
+    torch.testing.assert_close(untuned.run(x).cpu().double(), expected(a, x), atol=1e-4,
+                               rtol=1e-4)
+    assert untuned.schedule(128, torch.float32) == {"format": "hyb(2, 3)", "feature_tile": 128,
+                                                     "slots_per_warp": 128}
+    with pytest.raises(ValueError, match="format must be 'csr', 'hyb' or 'auto', got 'ell'"):
+        flare.sparse.SpmmPlan(a, device=DEVICE, format="ell")
+    # The decomposition is built on the host, which validates A: an unsorted row raises.
+    indptr = torch.tensor([0, 2], dtype=torch.int32)
+    with pytest.raises(ValueError, match="indices"):
+        flare.sparse.SpmmPlan((indptr, torch.tensor([3, 1], dtype=torch.int32),
+                               torch.ones(2)), device=DEVICE, shape=(1, 4), format="hyb")
+
+
+def test_format_auto_times_csr_and_each_hyb_then_keeps_the_fastest(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLARE_CACHE_DIR", str(tmp_path))
+    indptr, indices = flare.sparse.graph("rmat", 4000, 50000, seed=5)
+    a = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
+                                torch.randn(indices.shape[0]), (4000, 4000))
+    plan = flare.sparse.SpmmPlan(a, device=DEVICE, format="auto", auto_hyb=((1, 4), (2, 6)))
+    for d in (32, 128):
+        x = torch.randn(4000, d, device=DEVICE)
+        out = torch.full((4000, d), float("nan"), device=DEVICE)
+        plan.run(x, out=out)  # the search leaves A X from the chosen format in out
+        torch.testing.assert_close(out.cpu().double(), expected(a, x), atol=1e-4, rtol=1e-4)
+        chosen = plan.schedule(d, torch.float32)
+        times = chosen["format_timings_us"]
+        assert set(times) == {"csr", "hyb(1, 4)", "hyb(2, 6)"}
+        assert chosen["format"] == min(times, key=times.get)
+        out.fill_(float("nan"))
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            with torch.cuda.graph(graph, stream=stream):
+                plan.run(x, out=out)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.cpu().double(), expected(a, x), atol=1e-4, rtol=1e-4)
 
 
 def test_spmm_on_a_power_law_graph_with_a_strided_x():
@@ -118,8 +207,8 @@ def test_spmm_on_a_power_law_graph_with_a_strided_x():
 
 def test_what_the_gpu_kernel_lacks_raises():
     a = random_csr(10, 10, 20, seed=0).to(DEVICE)
-    with pytest.raises(NotImplementedError, match="format 'hyb' runs on the CPU backend only"):
-        flare.sparse.spmm(a, torch.randn(10, 32, device=DEVICE), format="hyb")
+    with pytest.raises(NotImplementedError, match="format 'ell' runs on the CPU backend only"):
+        flare.sparse.spmm(a, torch.randn(10, 32, device=DEVICE), format="ell")
     with pytest.raises(NotImplementedError, match="multiple of 32 or a power of two below 32, got 48"):
         flare.sparse.spmm(a, torch.randn(10, 48, device=DEVICE))
     with pytest.raises(ValueError, match="X must have shape \\[cols = 10, d\\], got \\[11, 32\\]"):

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "flare/core/error.h"
-#include "flare/jit/module.h"
 #include "kernels/sddmm_csr.cuh"
 #include "src/sparse/gpu_operands.h"
+#include "src/sparse/spmm_launch.h"
 
 namespace flare::sparse {
 namespace {
@@ -78,9 +78,10 @@ void sddmm(const Csr& a, const TensorView& q, const TensorView& k, const TensorV
   p.k_stride = a.cols > 1 ? k.strides[0] : d;
 
   const cuda::DeviceScope scope(q.device.index);
-  const cuda::Function function = jit::get_kernel(
-      sddmm_csr_kernel_spec(static_cast<int>(d), gpu_operands::vector_width(d, q, k), q.dtype),
-      "flare_sddmm_csr", q.device.index);
+  const spmm_launch::KernelKey key{spmm_launch::KernelKey::kSddmm, static_cast<int>(d),
+                                   gpu_operands::vector_width(d, q, k), q.dtype, q.device.index};
+  const cuda::Function function =
+      spmm_launch::cached_kernels(key, sddmm_csr_kernel_spec, {"flare_sddmm_csr"})[0];
   constexpr int64_t kWarpsPerBlock = kSddmmThreads / 32;
   const cuda::DeviceProperties props = cuda::device_properties(q.device.index);
   const int64_t tasks = (nnz + kSddmmChunk - 1) / kSddmmChunk;

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "flare/core/error.h"
-#include "flare/jit/module.h"
 #include "kernels/spmm_csr.cuh"
 #include "src/sparse/gpu_operands.h"
+#include "src/sparse/spmm_launch.h"
 
 namespace flare::sparse {
 int64_t spmm_chunk_items(int64_t d) { return std::max<int64_t>(128, d); }
@@ -18,34 +18,8 @@ namespace {
 
 constexpr const char* kWhat = "flare::sparse::spmm";
 
-int64_t chunk_count(int64_t rows, int64_t nnz, int64_t chunk_items) {
-  return (rows + nnz + chunk_items - 1) / chunk_items;
-}
-
-// The workspace of one feature tile: the carry rows, the head rows (`tile` float32 each:
-// aligned as the workspace, to the kernels' vectors of at most 16 bytes), then the carry and the
-// head row indices.
-struct WorkspaceLayout {
-  size_t head = 0, carry_row = 0, head_row = 0, bytes = 0;
-};
-
-WorkspaceLayout workspace_layout(int64_t rows, int64_t nnz, const SpmmSchedule& schedule) {
-  const auto chunks = static_cast<size_t>(chunk_count(rows, nnz, schedule.chunk_items));
-  WorkspaceLayout layout;
-  layout.head = chunks * static_cast<size_t>(schedule.feature_tile) * 4;
-  layout.carry_row = 2 * layout.head;
-  layout.head_row = layout.carry_row + chunks * 4;
-  layout.bytes = layout.head_row + chunks * 4;
-  return layout;
-}
-
-// X's or Y's columns [first, first + tile) as a [rows, tile] view with the same row stride.
-TensorView column_tile(const TensorView& t, int64_t first, int64_t tile) {
-  TensorView view = t;
-  view.data = static_cast<char*>(t.data) + first * static_cast<int64_t>(dtype_bytes(t.dtype));
-  view.shape[1] = tile;
-  return view;
-}
+using spmm_launch::column_tile;
+using spmm_launch::workspace_layout;
 
 }  // namespace
 
@@ -157,10 +131,8 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
           cuda::Stream stream, const SpmmSchedule& schedule) {
   check_spmm(a, x, y, workspace, schedule);
   if (a.rows == 0) return;
-  const int64_t nnz = a.nnz();
   const int64_t d = x.shape[1];
   const int64_t tile = schedule.feature_tile;
-  const WorkspaceLayout layout = workspace_layout(a.rows, nnz, schedule);
 
   SpmmCsrParams p{};
   p.indptr = a.indptr.ptr<const int32_t>();
@@ -170,33 +142,23 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   p.cols = a.cols;
   // Without columns every nonzero lies outside the matrix: no nonzeros, Y = 0 (and the kernel
   // never reads X, which it otherwise does at row 0 for a column outside the matrix).
-  p.nnz = a.cols > 0 ? nnz : 0;
+  p.nnz = a.cols > 0 ? a.nnz() : 0;
   p.x_stride = a.cols > 1 ? x.strides[0] : d;
   p.y_stride = a.rows > 1 ? y.strides[0] : d;
-  p.chunks = chunk_count(a.rows, p.nnz, schedule.chunk_items);
-  p.chunk = static_cast<int32_t>(schedule.chunk_items);
-  char* scratch = static_cast<char*>(workspace.data);
-  p.carry = reinterpret_cast<float*>(scratch);
-  p.head = reinterpret_cast<float*>(scratch + layout.head);
-  p.carry_row = reinterpret_cast<int32_t*>(scratch + layout.carry_row);
-  p.head_row = reinterpret_cast<int32_t*>(scratch + layout.head_row);
 
   const cuda::DeviceScope scope(x.device.index);
-  constexpr int64_t kWarpsPerBlock = kSpmmThreads / 32;
-  const auto blocks = static_cast<unsigned>((p.chunks + kWarpsPerBlock - 1) / kWarpsPerBlock);
   // Feature tiles one after another on the stream (they share the workspace): each pair of
   // launches gathers only its tile of X's rows.
   for (int64_t first = 0; first < d; first += tile) {
     const TensorView x_tile = column_tile(x, first, tile), y_tile = column_tile(y, first, tile);
-    const jit::KernelSpec spec = spmm_csr_kernel_spec(
-        static_cast<int>(tile), gpu_operands::vector_width(tile, x_tile, y_tile), x.dtype);
-    const cuda::Function chunks = jit::get_kernel(spec, "flare_spmm_csr", x.device.index);
-    const cuda::Function carries = jit::get_kernel(spec, "flare_spmm_csr_carries", x.device.index);
+    const spmm_launch::KernelKey key{spmm_launch::KernelKey::kCsr, static_cast<int>(tile),
+                                     gpu_operands::vector_width(tile, x_tile, y_tile), x.dtype,
+                                     x.device.index};
+    const std::vector<cuda::Function>& kernels = spmm_launch::cached_kernels(
+        key, spmm_csr_kernel_spec, {"flare_spmm_csr", "flare_spmm_csr_carries"});
     p.x = x_tile.data;
     p.y = y_tile.data;
-    void* args[] = {&p};
-    cuda::launch(chunks, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
-    cuda::launch(carries, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
+    spmm_launch::launch_csr(p, workspace.data, schedule, kernels[0], kernels[1], stream);
   }
 }
 

@@ -68,6 +68,83 @@ std::filesystem::path tuning_path(const std::string& key) {
   return std::filesystem::path(jit::cache_directory()) / "spmm-tuning" / key;
 }
 
+// A cached choice: "spmm-tuning v1 <first> <second>" (a schedule's two numbers), both positive.
+std::optional<std::pair<int64_t, int64_t>> read_choice(const std::string& key) {
+  std::string contents;
+  if (!jit::read_cache_file(tuning_path(key).string(), contents)) return std::nullopt;
+  std::istringstream in(contents);
+  std::string version_a, version_b;
+  std::pair<int64_t, int64_t> choice;
+  if (!(in >> version_a >> version_b >> choice.first >> choice.second) ||
+      version_a + " " + version_b != kTuningVersion || choice.first <= 0 || choice.second <= 0) {
+    return std::nullopt;
+  }
+  return choice;
+}
+
+void write_choice(const std::string& key, int64_t first, int64_t second) {
+  const std::filesystem::path path = tuning_path(key);
+  std::error_code error;
+  std::filesystem::create_directories(path.parent_path(), error);
+  jit::write_cache_file(path.string(), std::string(kTuningVersion) + " " + std::to_string(first) +
+                                           " " + std::to_string(second) + "\n");
+}
+
+// The search both tuners share: the operands' checks (`check`), then the cached choice when it is
+// among the candidates, else every candidate timed (one untimed run, then `repetitions`), then
+// y from the chosen one. `run(schedule)` enqueues the SpMM; a schedule is two numbers.
+template <class Schedule, class Tuning, class Run>
+Tuning search(const TensorView& x, cuda::Stream stream, const SpmmTuneOptions& options,
+              const std::vector<Schedule>& candidates, uint64_t structure_hash, const Run& run) {
+  const auto start = std::chrono::steady_clock::now();
+  FLARE_CHECK(options.repetitions >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": options.repetitions must be >= 1, got ", options.repetitions);
+  const cuda::DeviceScope scope(x.device.index);
+  FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
+              ": the search times the candidates on the device and cannot run while `stream` is "
+              "captured into a CUDA graph: tune before capturing, then pass the schedule to spmm");
+  Tuning result;
+  const std::string key = spmm_tuning_key(structure_hash, x.shape[1], x.dtype,
+                                          cuda::device_properties(x.device.index).name);
+  const auto finish = [&] {
+    run(result.schedule);  // y from the chosen schedule
+    cuda::stream_synchronize(stream);
+    result.search_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  };
+  if (options.use_cache) {
+    if (const auto cached = read_choice(key)) {
+      const Schedule schedule{cached->first, cached->second};
+      if (std::find(candidates.begin(), candidates.end(), schedule) != candidates.end()) {
+        result.schedule = schedule;
+        result.from_cache = true;
+        return finish();
+      }
+    }
+  }
+  double best_us = 0.0;
+  for (const Schedule& schedule : candidates) {
+    run(schedule);  // compiles its kernels, warms the caches
+    cuda::Event begin(true), end(true);
+    begin.record(stream);
+    for (int i = 0; i < options.repetitions; ++i) run(schedule);
+    end.record(stream);
+    end.synchronize();
+    const double us = 1e3 * end.elapsed_ms_since(begin) / options.repetitions;
+    result.timings.emplace_back(schedule, us);
+    if (result.timings.size() == 1 || us < best_us) {  // ties keep the earlier (default first)
+      best_us = us;
+      result.schedule = schedule;
+    }
+  }
+  if (options.use_cache) {
+    const auto [first, second] = result.schedule;
+    write_choice(key, first, second);
+  }
+  return finish();
+}
+
 }  // namespace
 
 uint64_t csr_structure_hash(const Csr& a) {
@@ -97,83 +174,62 @@ std::string spmm_tuning_key(uint64_t structure_hash, int64_t d, DType dtype,
 }
 
 std::optional<SpmmSchedule> read_spmm_tuning(const std::string& key) {
-  std::string contents;
-  if (!jit::read_cache_file(tuning_path(key).string(), contents)) return std::nullopt;
-  std::istringstream in(contents);
-  std::string version_a, version_b;
-  SpmmSchedule schedule;
-  // "spmm-tuning v1 <feature_tile> <chunk_items>"
-  if (!(in >> version_a >> version_b >> schedule.feature_tile >> schedule.chunk_items) ||
-      version_a + " " + version_b != kTuningVersion || schedule.feature_tile <= 0 ||
-      schedule.chunk_items <= 0) {
-    return std::nullopt;
-  }
-  return schedule;
+  const auto choice = read_choice(key);
+  if (!choice) return std::nullopt;
+  return SpmmSchedule{choice->first, choice->second};
 }
 
 void write_spmm_tuning(const std::string& key, const SpmmSchedule& schedule) {
-  const std::filesystem::path path = tuning_path(key);
-  std::error_code error;
-  std::filesystem::create_directories(path.parent_path(), error);
-  jit::write_cache_file(path.string(), std::string(kTuningVersion) + " " +
-                                           std::to_string(schedule.feature_tile) + " " +
-                                           std::to_string(schedule.chunk_items) + "\n");
+  write_choice(key, schedule.feature_tile, schedule.chunk_items);
 }
 
 SpmmTuning tune_spmm(const Csr& a, const TensorView& x, const TensorView& y,
                      const TensorView& workspace, cuda::Stream stream,
                      const SpmmTuneOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
   FLARE_CHECK(x.device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
               ": x must be a CUDA tensor, got x on ", x.device.str());
-  FLARE_CHECK(options.repetitions >= 1, ErrorCode::kInvalidArgument, kWhat,
-              ": options.repetitions must be >= 1, got ", options.repetitions);
-  const cuda::DeviceScope scope(x.device.index);
-  FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
-              ": the search times the candidates on the device and cannot run while `stream` is "
-              "captured into a CUDA graph: tune before capturing, then pass the schedule to spmm");
   const int64_t d = x.ndim == 2 ? x.shape[1] : -1;
   // spmm's argument checks before any hashing or timing.
   check_spmm(a, x, y, workspace, default_spmm_schedule(d));
-  const std::vector<SpmmSchedule> candidates = spmm_schedules(d);
-  SpmmTuning result;
-  const std::string key = spmm_tuning_key(csr_structure_hash(a), d, x.dtype,
-                                          cuda::device_properties(x.device.index).name);
-  const auto finish = [&] {
-    result.search_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    return result;
-  };
-  if (options.use_cache) {
-    if (const std::optional<SpmmSchedule> cached = read_spmm_tuning(key)) {
-      if (std::find(candidates.begin(), candidates.end(), *cached) != candidates.end()) {
-        result.schedule = *cached;
-        result.from_cache = true;
-        spmm(a, x, y, workspace, stream, result.schedule);
-        cuda::stream_synchronize(stream);
-        return finish();
-      }
+  return search<SpmmSchedule, SpmmTuning>(
+      x, stream, options, spmm_schedules(d), csr_structure_hash(a),
+      [&](const SpmmSchedule& schedule) { spmm(a, x, y, workspace, stream, schedule); });
+}
+
+uint64_t hyb_structure_hash(const HybGpuLayout& layout) {
+  StructureHash hash;
+  hash.bytes("hyb", 3);
+  for (const int64_t v : {layout.rows, layout.cols, layout.nnz})
+    hash.word(static_cast<uint64_t>(v));
+  for (const HybGpuLayout::Partition& part : layout.partitions) {
+    hash.word(part.buckets.size());
+    for (const HybGpuLayout::Bucket& b : part.buckets) {
+      for (const int64_t v : {b.row_offset, b.rows, b.slot_offset, int64_t{b.log2_width}})
+        hash.word(static_cast<uint64_t>(v));
     }
+    const HybGpuLayout::Remainder& r = part.remainder;
+    for (const int64_t v : {r.row_offset, r.rows, r.indptr_offset, r.nnz_offset, r.nnz})
+      hash.word(static_cast<uint64_t>(v));
   }
-  double best_us = 0.0;
-  for (const SpmmSchedule& schedule : candidates) {
-    spmm(a, x, y, workspace, stream, schedule);  // compiles its kernels, warms the caches
-    cuda::Event begin(true), end(true);
-    begin.record(stream);
-    for (int i = 0; i < options.repetitions; ++i) spmm(a, x, y, workspace, stream, schedule);
-    end.record(stream);
-    end.synchronize();
-    const double us = 1e3 * end.elapsed_ms_since(begin) / options.repetitions;
-    result.timings.emplace_back(schedule, us);
-    if (result.timings.size() == 1 || us < best_us) {  // ties keep the earlier (default first)
-      best_us = us;
-      result.schedule = schedule;
-    }
+  for (const std::vector<int32_t>* array :
+       {&layout.ell_rows, &layout.ell_columns, &layout.rest_rows, &layout.rest_indptr,
+        &layout.rest_columns}) {
+    hash.word(array->size());
+    hash.bytes(array->data(), array->size() * 4);
   }
-  spmm(a, x, y, workspace, stream, result.schedule);  // y from the chosen schedule
-  cuda::stream_synchronize(stream);
-  if (options.use_cache) write_spmm_tuning(key, result.schedule);
-  return finish();
+  return hash.state;
+}
+
+HybTuning tune_spmm(const HybGpu& a, const TensorView& x, const TensorView& y,
+                    const TensorView& workspace, cuda::Stream stream,
+                    const SpmmTuneOptions& options) {
+  FLARE_CHECK(x.device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
+              ": x must be a CUDA tensor, got x on ", x.device.str());
+  const int64_t d = x.ndim == 2 ? x.shape[1] : -1;
+  check_spmm(a, x, y, workspace, default_hyb_schedule(d > 0 ? d : 1));
+  return search<HybSchedule, HybTuning>(
+      x, stream, options, hyb_schedules(d), hyb_structure_hash(*a.layout),
+      [&](const HybSchedule& schedule) { spmm(a, x, y, workspace, stream, schedule); });
 }
 
 }  // namespace flare::sparse

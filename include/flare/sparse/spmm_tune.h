@@ -2,7 +2,8 @@
 // every schedule of spmm_schedules(d) on the device and keep the fastest, cached on disk under
 // the JIT cache directory (flare/jit/compiler.h's cache_directory(), "spmm-tuning/") keyed by a
 // hash of A's structure. The kernels are flare/sparse/spmm_gpu.h's; only their schedule
-// (feature tiles, chunk size) is chosen here.
+// (feature tiles, chunk size) is chosen here. The same for a hyb(c, k) decomposition
+// (flare/sparse/hyb_gpu.h: feature tiles, slots a warp), keyed by its layout's hash.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "flare/sparse/hyb_gpu.h"
 #include "flare/sparse/spmm_gpu.h"
 
 namespace flare::sparse {
@@ -49,5 +51,23 @@ struct SpmmTuning {
 SpmmTuning tune_spmm(const Csr& a, const TensorView& x, const TensorView& y,
                      const TensorView& workspace, cuda::Stream stream,
                      const SpmmTuneOptions& options = {});
+
+// A 64-bit hash of a decomposition's structure (its partition table and index arrays: host
+// data, no synchronization), distinct from every csr_structure_hash.
+uint64_t hyb_structure_hash(const HybGpuLayout& layout);
+
+struct HybTuning {
+  HybSchedule schedule;
+  bool from_cache = false;
+  double search_ms = 0.0;
+  std::vector<std::pair<HybSchedule, double>> timings;  // in hyb_schedules(d)'s order
+};
+
+// tune_spmm over a decomposition: times hyb_schedules(d) (spmm(HybGpu)'s arguments and checks),
+// cached by the layout's hash, d, dtype and GPU; y holds A X on return. Synchronizes; refused
+// under capture as above.
+HybTuning tune_spmm(const HybGpu& a, const TensorView& x, const TensorView& y,
+                    const TensorView& workspace, cuda::Stream stream,
+                    const SpmmTuneOptions& options = {});
 
 }  // namespace flare::sparse

@@ -1,0 +1,240 @@
+"""flare.sparse.SpmmPlan: Y = A X on the GPU for one sparse matrix A and any number of X, over
+A's CSR form (flare/sparse/spmm_gpu.h), a hyb(c, k) decomposition (flare/sparse/hyb_gpu.h), or
+whichever of those runs fastest (format="auto"); schedules from the auto-tuner
+(flare/sparse/spmm_tune.h)."""
+
+import numpy as np
+
+from . import _flare
+from ._sparse_args import _csr_arrays, _gpu_operand
+from ._tensors import arg, is_cuda, is_torch, torch_module
+
+# The decompositions format="auto" times next to CSR: hyb(1, 4) won on the power-law graphs at
+# d 32 and hyb(4, 6) on the uniform one at d >= 128 (H100, docs/perf.md).
+AUTO_HYB = ((1, 4), (4, 6))
+
+
+def _host_array(x, dtype):
+    """A numpy copy (or view) of an index / value array given as numpy or torch (any device)."""
+    if is_torch(x):
+        x = x.detach().cpu().numpy()
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
+class _DeviceHyb:
+    """hyb(c, k) of A on the GPU (flare/sparse/hyb_gpu.h): the layout built on the host, its
+    index arrays on `device`, and per dtype its values gathered from A's by source."""
+
+    def __init__(self, rows, cols, arrays, device, c, k):
+        torch = torch_module()
+        indptr, indices = (_host_array(x, np.int32) for x in arrays[:2])
+        self.layout = _flare.sparse_hyb_gpu_layout(
+            rows, cols, arg(indptr), arg(indices),
+            arg(_host_array(arrays[2], np.float32)), int(c), int(k))
+        raw = self.layout.arrays()
+
+        def on_device(name, dtype):
+            host = np.frombuffer(raw[name], dtype=dtype).copy()
+            return torch.from_numpy(host).to(device)
+
+        self.arrays = {name: on_device(name, np.int32) for name in (
+            "ell_rows", "ell_columns", "rest_rows", "rest_indptr", "rest_columns")}
+        self._sources = (on_device("ell_source", np.int64), on_device("rest_source", np.int64))
+        self._values = {}
+
+    def arrays_for(self, values):
+        """The device arrays with the values of `values` (A's, in one dtype)."""
+        key = values.dtype
+        if key not in self._values:
+            torch = torch_module()
+            gathered = []
+            for source in self._sources:
+                if values.numel() == 0:
+                    gathered.append(torch.zeros(source.shape, dtype=values.dtype,
+                                                device=values.device))
+                else:
+                    picked = values[source.clamp(min=0)]
+                    gathered.append(torch.where(source >= 0, picked, torch.zeros_like(picked)))
+            self._values[key] = {**self.arrays, "ell_values": gathered[0].contiguous(),
+                                 "rest_values": gathered[1].contiguous()}
+        return self._values[key]
+
+
+class SpmmPlan:
+    """Y = A X on the GPU for one sparse matrix A and any number of X. A's arrays are moved to
+    `device` once (int32 indices; values in each X's dtype, converted once per dtype), and each
+    feature size and dtype gets a schedule at its first run(): with tune=True the auto-tuner's
+    (every candidate timed on the device, the choice cached on disk under the JIT cache
+    directory by A's structure, d, dtype and GPU; that first run synchronizes and cannot be
+    captured in a CUDA graph: run once before capturing), else the default. Later runs only
+    launch (CUDA-graph safe). A plan keeps one workspace per format and feature size: one run at
+    a time (not from two streams at once).
+
+    A: as flare.sparse.spmm's (torch sparse CSR / COO or a triple with `shape`); cache=False
+    skips the disk cache (always search). format:
+      "csr": the merge-path kernels on A's CSR arrays (schedules: feature tiles, chunk size);
+      "hyb": over the hyb(c, k) decomposition `hyb` = (c, k) (built on the host here, which
+        validates A; per column partition one launch over its ELL buckets plus its CSR
+        remainder; 16-bit results rounded once per partition; schedules: feature tiles, slots
+        an ELL warp takes);
+      "auto": the first run of each (d, dtype) tunes "csr" and each hyb of `auto_hyb` (default
+        AUTO_HYB: their decompositions built then, on the host: up to about a second each for
+        23M nonzeros) and keeps the fastest (format_timings_us in schedule()); with tune=False,
+        "csr" with its default schedule."""
+
+    def __init__(self, A, device=None, shape=None, tune=True, cache=True, format="csr",
+                 hyb=(1, 5), auto_hyb=AUTO_HYB, where="flare.sparse.SpmmPlan"):
+        torch = torch_module()
+        self.device = torch.device(device) if device is not None else torch.device(
+            "cuda", torch.cuda.current_device())
+        if self.device.type != "cuda":
+            raise ValueError(f"{where}: device must be a CUDA device, got {self.device}")
+        if format not in ("csr", "hyb", "auto"):
+            raise ValueError(f"{where}: format must be 'csr', 'hyb' or 'auto', got {format!r}")
+        rows, cols, arrays, _ = _csr_arrays(A, shape, where)
+        if arrays[2] is None:
+            raise ValueError(f"{where}: A needs values")
+        self.rows, self.cols = int(rows), int(cols)
+        self.format = format
+        self.tune, self.cache = bool(tune), bool(cache)
+        self._arrays = arrays  # for the decompositions format="auto" builds at its first run
+        # The formats this plan runs: "csr" and (c, k) of each hyb.
+        self._formats = {"csr": ["csr"], "hyb": [tuple(int(v) for v in hyb)],
+                         "auto": ["csr"] + [tuple(int(v) for v in h) for h in auto_hyb]}[format]
+        self._hybs = {}
+        if format == "hyb":
+            self._hybs[self._formats[0]] = _DeviceHyb(self.rows, self.cols, arrays, self.device,
+                                                      *self._formats[0])
+        self._indptr, self._indices = (
+            torch.as_tensor(x).to(device=self.device, dtype=torch.int32).contiguous()
+            for x in arrays[:2])
+        self._values_given = torch.as_tensor(arrays[2]).to(device=self.device)
+        self._values, self._workspaces, self._schedules, self._chosen = {}, {}, {}, {}
+        # run()'s errors: the plan's method, or the caller's name for a one-call plan (spmm).
+        self._run_where = f"{where}.run" if where == "flare.sparse.SpmmPlan" else where
+
+    def schedule(self, d, dtype):
+        """The schedule of feature size d and dtype, None before its first run: a dict with
+        format ("csr" or "hyb(c, k)"), feature_tile, and chunk_items ("csr") or slots_per_warp
+        ("hyb"); for a tuned one from_cache, search_ms and timings_us as (tile, chunk or slots,
+        us); for format="auto" also format_timings_us (each format's tuned time)."""
+        key = (int(d), dtype)
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            return None
+        return self._schedules[(chosen,) + key]
+
+    def run(self, X, out=None):
+        """Y = A X in X's dtype (float16 / bfloat16 / float32 kept, others as float32) on torch's
+        current stream; into `out` ([rows, d], X's kernel dtype, unit stride along d) when
+        given."""
+        torch = torch_module()
+        where = self._run_where
+        if not is_cuda(X) or X.device != self.device:
+            raise ValueError(f"{where}: X must be a CUDA tensor on {self.device}, got "
+                             f"{getattr(X, 'device', type(X).__name__)}")
+        if X.ndim != 2 or X.shape[0] != self.cols:
+            raise ValueError(f"{where}: X must have shape [cols = {self.cols}, d], got "
+                             f"{list(X.shape)}")
+        x = _gpu_operand(X, "X", where)
+        d = x.shape[1]
+        if out is None:
+            out = torch.empty((self.rows, d), dtype=x.dtype, device=self.device)
+        elif (not is_cuda(out) or out.device != self.device or out.dtype != x.dtype
+              or tuple(out.shape) != (self.rows, d)):
+            raise ValueError(f"{where}: out must be a {x.dtype} [{self.rows}, {d}] tensor on "
+                             f"{self.device}, got {getattr(out, 'dtype', None)} "
+                             f"{list(getattr(out, 'shape', []))}")
+        values = self._values.get(x.dtype)
+        if values is None:
+            values = self._values[x.dtype] = self._values_given.to(x.dtype).contiguous()
+        key = (d, x.dtype)
+        chosen = self._chosen.get(key)
+        if chosen is not None:
+            self._launch(chosen, x, values, out)
+            return out
+        if self.tune:
+            self._refuse_capture(d, x.dtype)
+        if len(self._formats) == 1 or not self.tune:
+            chosen = self._formats[0]
+            self._launch(chosen, x, values, out)  # a tuned first run searches
+        else:
+            chosen = self._choose_format(x, values, out)
+        self._chosen[key] = chosen
+        return out
+
+    def _choose_format(self, x, values, out):
+        """format="auto": each format tuned, then timed (3 runs after one), the fastest kept;
+        out holds A X from it."""
+        torch = torch_module()
+        times = {}
+        for name in self._formats:
+            self._launch(name, x, values, out)  # the format's schedule search
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(3):
+                self._launch(name, x, values, out)
+            end.record()
+            end.synchronize()
+            times[name] = 1e3 * start.elapsed_time(end) / 3
+        chosen = min(times, key=times.get)
+        key = (x.shape[1], x.dtype)
+        self._schedules[(chosen,) + key]["format_timings_us"] = {
+            _format_name(name): us for name, us in times.items()}
+        for name in self._formats:  # the decompositions not chosen free their device arrays
+            if name != chosen and name in self._hybs and not any(
+                    c == name for c in self._chosen.values()):
+                del self._hybs[name]
+        self._launch(chosen, x, values, out)
+        return chosen
+
+    def _launch(self, name, x, values, out):
+        """out <- A x by format `name` with its schedule of (d, dtype), searched (or read from the
+        disk cache) at the first launch when tuning."""
+        torch = torch_module()
+        d = x.shape[1]
+        key = (name, d, x.dtype)
+        workspace = self._workspaces.get((name, d))
+        if name == "csr":
+            if workspace is None:  # torch's caching allocator: a later graph keeps it
+                workspace = self._workspaces[(name, d)] = torch.empty(
+                    _flare.sparse_spmm_workspace_bytes(self.rows, self._indices.shape[0], d),
+                    dtype=torch.uint8, device=self.device)
+            arrays = (self.rows, self.cols, self._indptr, self._indices, values, x, out,
+                      workspace)
+            tune, launch, default = (_flare.sparse_spmm_tune, _flare.sparse_spmm_cuda,
+                                     lambda: _flare.sparse_spmm_schedules(d)[0])
+            second = "chunk_items"
+        else:
+            hyb = self._hybs.get(name)
+            if hyb is None:
+                hyb = self._hybs[name] = _DeviceHyb(self.rows, self.cols, self._arrays,
+                                                    self.device, *name)
+            if workspace is None:
+                workspace = self._workspaces[(name, d)] = torch.empty(
+                    max(hyb.layout.workspace_bytes(d), 16), dtype=torch.uint8,
+                    device=self.device)
+            arrays = (hyb.layout, hyb.arrays_for(values), x, out, workspace)
+            tune, launch, default = (_flare.sparse_spmm_hyb_tune, _flare.sparse_spmm_hyb_cuda,
+                                     lambda: _flare.sparse_hyb_default_schedule(d))
+            second = "slots_per_warp"
+        schedule = self._schedules.get(key)
+        if schedule is None and self.tune:
+            schedule = self._schedules[key] = tune(*arrays, use_cache=self.cache)
+            schedule["format"] = _format_name(name)
+            return  # the search left A X from the chosen schedule in out
+        if schedule is None:
+            tile, number = default()
+            schedule = self._schedules[key] = {"format": _format_name(name),
+                                               "feature_tile": tile, second: number}
+        launch(*arrays, schedule["feature_tile"], schedule[second])
+
+    def _refuse_capture(self, d, dtype):
+        if torch_module().cuda.is_current_stream_capturing():
+            raise RuntimeError(f"{self._run_where}: the first run of feature size {d} in {dtype} "
+                               "tunes the schedule on the device and cannot be captured in a "
+                               "CUDA graph: run once before capturing (or tune=False)")
+
+
+def _format_name(name):
+    return "csr" if name == "csr" else f"hyb({name[0]}, {name[1]})"
