@@ -79,8 +79,10 @@ class SpmmPlan:
         an ELL warp takes);
       "auto": the first run of each (d, dtype) tunes "csr" and each hyb of `auto_hyb` (default
         AUTO_HYB: their decompositions built then, on the host: up to about a second each for
-        23M nonzeros) and keeps the fastest (format_timings_us in schedule()); with tune=False,
-        "csr" with its default schedule."""
+        23M nonzeros) and keeps the fastest (format_timings_us in schedule()), the choice
+        cached on disk by A's structure, d, dtype and GPU like the schedules (a later plan
+        builds and tunes only the chosen format: format_from_cache in schedule()); with
+        tune=False, "csr" with its default schedule."""
 
     def __init__(self, A, device=None, shape=None, tune=True, cache=True, format="csr",
                  hyb=(1, 5), auto_hyb=AUTO_HYB, where="flare.sparse.SpmmPlan"):
@@ -110,6 +112,7 @@ class SpmmPlan:
             for x in arrays[:2])
         self._values_given = torch.as_tensor(arrays[2]).to(device=self.device)
         self._values, self._workspaces, self._schedules, self._chosen = {}, {}, {}, {}
+        self._structure_hash = None
         # run()'s errors: the plan's method, or the caller's name for a one-call plan (spmm).
         self._run_where = f"{where}.run" if where == "flare.sparse.SpmmPlan" else where
 
@@ -117,7 +120,8 @@ class SpmmPlan:
         """The schedule of feature size d and dtype, None before its first run: a dict with
         format ("csr" or "hyb(c, k)"), feature_tile, and chunk_items ("csr") or slots_per_warp
         ("hyb"); for a tuned one from_cache, search_ms and timings_us as (tile, chunk or slots,
-        us); for format="auto" also format_timings_us (each format's tuned time)."""
+        us); for format="auto" also format_timings_us (each format's tuned time) or
+        format_from_cache."""
         key = (int(d), dtype)
         chosen = self._chosen.get(key)
         if chosen is None:
@@ -159,9 +163,32 @@ class SpmmPlan:
             chosen = self._formats[0]
             self._launch(chosen, x, values, out)  # a tuned first run searches
         else:
-            chosen = self._choose_format(x, values, out)
+            chosen = self._cached_format(x)
+            if chosen is None:
+                chosen = self._choose_format(x, values, out)
+            else:
+                self._launch(chosen, x, values, out)  # its schedule: cached or searched
+                self._schedules[(chosen,) + key]["format_from_cache"] = True
         self._chosen[key] = chosen
         return out
+
+    def _format_key(self, x):
+        """The disk cache's key of the format choice for x's d and dtype (A's structure hash is
+        computed once: a copy of its index arrays, which synchronizes)."""
+        if self._structure_hash is None:
+            self._structure_hash = _flare.sparse_csr_structure_hash(
+                self.rows, self.cols, self._indptr, self._indices)
+        return _flare.sparse_spmm_format_key(self._structure_hash, x)
+
+    def _cached_format(self, x):
+        """The cached format choice for x's d and dtype when it is among this plan's formats."""
+        if not self.cache:
+            return None
+        name = _flare.sparse_read_spmm_format(self._format_key(x))
+        for candidate in self._formats:
+            if _format_file_name(candidate) == name:
+                return candidate
+        return None
 
     def _choose_format(self, x, values, out):
         """format="auto": each format tuned, then timed (3 runs after one), the fastest kept;
@@ -181,6 +208,8 @@ class SpmmPlan:
         key = (x.shape[1], x.dtype)
         self._schedules[(chosen,) + key]["format_timings_us"] = {
             _format_name(name): us for name, us in times.items()}
+        if self.cache:
+            _flare.sparse_write_spmm_format(self._format_key(x), _format_file_name(chosen))
         for name in self._formats:  # the decompositions not chosen free their device arrays
             if name != chosen and name in self._hybs and not any(
                     c == name for c in self._chosen.values()):
@@ -238,3 +267,8 @@ class SpmmPlan:
 
 def _format_name(name):
     return "csr" if name == "csr" else f"hyb({name[0]}, {name[1]})"
+
+
+def _format_file_name(name):
+    """A format as the disk cache stores it (flare/sparse/spmm_tune.h's read_spmm_format)."""
+    return "csr" if name == "csr" else f"hyb:{name[0]}:{name[1]}"

@@ -360,6 +360,28 @@ void bind_sparse(nb::module_& m) {
       "Times the hyb schedules on the device (flare/sparse/spmm_tune.h), y <- A x by the chosen "
       "one; returns it with the search's figures. Synchronizes.");
   m.def(
+      "sparse_csr_structure_hash",
+      [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices) {
+        return sparse::csr_structure_hash(device_csr_of(rows, cols, indptr, indices));
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"),
+      "A's structure hash (flare/sparse/spmm_tune.h; device arrays are copied: synchronizes).");
+  m.def(
+      "sparse_spmm_format_key",
+      [](uint64_t structure_hash, nb::handle x) {
+        const TensorView view = cuda_operand(x, "X", "flare.sparse.SpmmPlan");
+        return sparse::spmm_tuning_key(structure_hash, view.ndim == 2 ? view.shape[1] : 0,
+                                       view.dtype, cuda::device_properties(view.device.index).name);
+      },
+      nb::arg("structure_hash"), nb::arg("x"),
+      "The cache key of a format choice for A (its structure hash) and X's d, dtype and GPU.");
+  m.def(
+      "sparse_read_spmm_format",
+      [](const std::string& key) { return sparse::read_spmm_format(key); }, nb::arg("key"),
+      "The cached format choice of `key`, or None.");
+  m.def("sparse_write_spmm_format", &sparse::write_spmm_format, nb::arg("key"), nb::arg("format"),
+        "Caches a format choice (atomically; a failed write is logged).");
+  m.def(
       "sparse_hyb_default_schedule",
       [](int64_t d) {
         const sparse::HybSchedule s = sparse::default_hyb_schedule(d);

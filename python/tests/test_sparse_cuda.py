@@ -194,6 +194,13 @@ def test_format_auto_times_csr_and_each_hyb_then_keeps_the_fastest(tmp_path, mon
         graph.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(out.cpu().double(), expected(a, x), atol=1e-4, rtol=1e-4)
+        # A second plan of the same structure reads the choice and builds only that format.
+        again = flare.sparse.SpmmPlan(a, device=DEVICE, format="auto", auto_hyb=((1, 4), (2, 6)))
+        torch.testing.assert_close(again.run(x).cpu().double(), expected(a, x), atol=1e-4,
+                                   rtol=1e-4)
+        cached = again.schedule(d, torch.float32)
+        assert cached["format"] == chosen["format"] and cached["format_from_cache"]
+        assert len(again._hybs) == (0 if chosen["format"] == "csr" else 1)
 
 
 def test_spmm_on_a_power_law_graph_with_a_strided_x():

@@ -2,6 +2,7 @@
 #include "flare/sparse/spmm_tune.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -181,6 +182,41 @@ std::optional<SpmmSchedule> read_spmm_tuning(const std::string& key) {
 
 void write_spmm_tuning(const std::string& key, const SpmmSchedule& schedule) {
   write_choice(key, schedule.feature_tile, schedule.chunk_items);
+}
+
+namespace {
+
+constexpr const char* kFormatVersion = "spmm-format v1";
+
+bool format_name_ok(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == ':' || c == '_';
+  });
+}
+
+}  // namespace
+
+std::optional<std::string> read_spmm_format(const std::string& key) {
+  std::string contents;
+  if (!jit::read_cache_file(tuning_path("format-" + key).string(), contents)) return std::nullopt;
+  std::istringstream in(contents);
+  std::string version_a, version_b, name;
+  if (!(in >> version_a >> version_b >> name) || version_a + " " + version_b != kFormatVersion ||
+      !format_name_ok(name)) {
+    return std::nullopt;
+  }
+  return name;
+}
+
+void write_spmm_format(const std::string& key, const std::string& format) {
+  FLARE_CHECK(format_name_ok(format), ErrorCode::kInvalidArgument,
+              "flare::sparse::write_spmm_format: the format name must be 1-64 letters, digits, "
+              "':' or '_', got '",
+              format, "'");
+  const std::filesystem::path path = tuning_path("format-" + key);
+  std::error_code error;
+  std::filesystem::create_directories(path.parent_path(), error);
+  jit::write_cache_file(path.string(), std::string(kFormatVersion) + " " + format + "\n");
 }
 
 SpmmTuning tune_spmm(const Csr& a, const TensorView& x, const TensorView& y,

@@ -80,6 +80,25 @@ TEST_F(SpmmTuningCache, RoundTripsAndRejectsMalformedOrStaleEntries) {
   }
 }
 
+TEST_F(SpmmTuningCache, FormatChoicesRoundTripApartFromSchedules) {
+  const std::string key = spmm_tuning_key(42, 512, DType::kF32, "test gpu");
+  EXPECT_FALSE(read_spmm_format(key).has_value());
+  write_spmm_tuning(key, {128, 256});  // a schedule under the same key: another file
+  EXPECT_FALSE(read_spmm_format(key).has_value());
+  write_spmm_format(key, "hyb:4:6");
+  EXPECT_EQ(read_spmm_format(key).value_or(""), "hyb:4:6");
+  EXPECT_EQ(*read_spmm_tuning(key), (SpmmSchedule{128, 256}));
+  EXPECT_FLARE_ERROR(write_spmm_format(key, "hyb(4, 6)"), ErrorCode::kInvalidArgument,
+                     "the format name must be 1-64 letters, digits, ':' or '_', got 'hyb(4, 6)'");
+  const std::filesystem::path path =
+      std::filesystem::path(cache_dir()) / "spmm-tuning" / ("format-" + key);
+  for (const char* contents : {"garbage", "spmm-format v0 csr\n", "spmm-format v1\n",
+                               "spmm-format v1 ../x\n"}) {
+    std::ofstream(path) << contents;
+    EXPECT_FALSE(read_spmm_format(key).has_value()) << contents;
+  }
+}
+
 TEST_F(SpmmTuningCache, TuningNeedsCudaTensors) {
   const sparse::CsrStorage a = sparse_testing::random_csr(4, 4, 0.5, 0.0, 1);
   std::vector<float> x(4 * 32), y(4 * 32);

@@ -30,6 +30,13 @@ std::string spmm_tuning_key(uint64_t structure_hash, int64_t d, DType dtype,
 std::optional<SpmmSchedule> read_spmm_tuning(const std::string& key);
 void write_spmm_tuning(const std::string& key, const SpmmSchedule& schedule);
 
+// The format a search across formats chose (Python's SpmmPlan(format="auto")), cached like a
+// schedule under "format-" + spmm_tuning_key(csr_structure_hash(A), d, dtype, GPU): a name of
+// letters, digits, ':' and '_' ("csr", "hyb:1:4"); an unreadable, malformed or other-version
+// entry reads as none; a failure to write is logged, not thrown.
+std::optional<std::string> read_spmm_format(const std::string& key);
+void write_spmm_format(const std::string& key, const std::string& format);
+
 struct SpmmTuneOptions {
   bool use_cache = true;  // read and write the disk cache
   int repetitions = 3;    // timed runs a candidate (after one untimed run)
