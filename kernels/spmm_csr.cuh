@@ -204,6 +204,45 @@ __device__ __forceinline__ int64_t y_row_of(const flare::SpmmCsrParams& p, int r
   }
 }
 
+// A batch of kBatch loads of X's rows a lane: load i reads the row of the nonzero in slot
+// slot_of(i) of the 32 the warp read (its column in `col`, -1 for none or one outside the
+// matrix, and its value in `value`, in that slot's lane). A slot without a column loads X's
+// row 0 and is marked invalid, so the sums skip it (an inf in row 0 stays out of other rows).
+// x_lane is the lane's first element of X's row 0; rows are x_row_bytes apart (< 2^32).
+struct Batch {
+  Stored xs[kBatch][kChunks];
+  float v[kBatch];
+  bool valid[kBatch];
+};
+
+template <class SlotOf>
+__device__ __forceinline__ void load_batch(int col, float value, const char* x_lane,
+                                           unsigned x_row_bytes, SlotOf slot_of, Batch& batch) {
+#pragma unroll
+  for (int i = 0; i < kBatch; ++i) {
+    const int slot = slot_of(i);
+    const int c_i = __shfl_sync(0xffffffffu, col, slot);
+    batch.v[i] = __shfl_sync(0xffffffffu, value, slot);
+    batch.valid[i] = c_i >= 0;
+    const unsigned row = batch.valid[i] ? static_cast<unsigned>(c_i) : 0u;
+    const char* x_row = x_lane + static_cast<unsigned long long>(row) * x_row_bytes;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+      batch.xs[i][c] = sparse_vec::load<kDType, kVec>(x_row + c * kRowLanes * kVec * kElementBytes);
+  }
+}
+
+// acc += load i's weighted row of X (a valid one).
+__device__ __forceinline__ void add_load(const Batch& batch, int i, Row& acc) {
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    float xf[kVec];
+    sparse_vec::to_float<kDType, kVec>(batch.xs[i][c], xf);
+#pragma unroll
+    for (int f = 0; f < kVec; ++f) acc[c][f] = fmaf(batch.v[i], xf[f], acc[c][f]);
+  }
+}
+
 // A row of d floats of a workspace, from the first lane group (whose lanes hold the row).
 __device__ __forceinline__ void store_partial(float* row, int lane, const Row& acc) {
   if (lane >= kRowLanes) return;
@@ -298,25 +337,12 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 4)
     for (int j0 = 0; j0 < count; j0 += kSlots) {
       // Lane group g takes the batch's slots g, g + kGroups, ...: one load a lane brings
       // kGroups nonzeros' rows. A batch of kSlots (dividing 32) starting at a multiple of
-      // kSlots stays within the 32 slots read above, so a slot past the chunk holds column -1:
-      // it and a column outside the matrix load X's row 0 (there: the host passes no nonzeros
-      // for a matrix without columns) and add nothing (the sums below skip them, so an inf in
-      // row 0 stays out of other rows).
-      Stored xs[kBatch][kChunks];
-      float v[kBatch];
-      bool valid[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int slot = j0 + b * kGroups + group;
-        const int c_b = __shfl_sync(0xffffffffu, col, slot);
-        v[b] = __shfl_sync(0xffffffffu, value, slot);
-        valid[b] = c_b >= 0;
-        const unsigned row = valid[b] ? static_cast<unsigned>(c_b) : 0u;
-        const char* x_row = x_lane + static_cast<unsigned long long>(row) * x_row_bytes;
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          xs[b][c] = vec::load<kDType, kVec>(x_row + c * kRowLanes * kVec * kElementBytes);
-      }
+      // kSlots stays within the 32 slots read above, so a slot past the chunk holds column -1
+      // (as does a column outside the matrix; the host passes no nonzeros for a matrix without
+      // columns, whose row 0 does not exist).
+      Batch batch;
+      load_batch(
+          col, value, x_lane, x_row_bytes, [&](int b) { return j0 + b * kGroups + group; }, batch);
       // The batch's slots [s, n) are summed a row at a time: slots [s, stop) are the current
       // row's, then the row is written and the walk moves on (one pass over the batch's
       // registers a row that ends in it; a select, not a zero weight, so that an inf in X stays
@@ -330,15 +356,7 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, 4)
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
           const int slot = b * kGroups + group;
-          if (valid[b] && slot >= s && slot < stop) {
-#pragma unroll
-            for (int c = 0; c < kChunks; ++c) {
-              float xf[kVec];
-              vec::to_float<kDType, kVec>(xs[b][c], xf);
-#pragma unroll
-              for (int i = 0; i < kVec; ++i) acc[c][i] = fmaf(v[b], xf[i], acc[c][i]);
-            }
-          }
+          if (batch.valid[b] && slot >= s && slot < stop) add_load(batch, b, acc);
         }
         at.touched = true;
         s = stop;

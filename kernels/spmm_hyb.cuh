@@ -122,32 +122,12 @@ extern "C" __global__ void __launch_bounds__(flare::kSpmmThreads, flare::spmm_hy
         lane < rows_starting && row_in_block < rows_here ? __ldg(row_ids + row_in_block) : -1;
     const int count = slots - base < 32 ? slots - base : 32;
     for (int j0 = 0; j0 < count; j0 += kSlots) {
-      Stored xs[kBatch][kChunks];
-      float v[kBatch];
-      bool valid[kBatch];
+      Batch batch;
+      load_batch(
+          col, value, x_lane, x_row_bytes, [&](int i) { return j0 + group * kBatch + i; }, batch);
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) {
-        const int slot = j0 + group * kBatch + i;
-        const int c_i = __shfl_sync(0xffffffffu, col, slot);
-        v[i] = __shfl_sync(0xffffffffu, value, slot);
-        valid[i] = c_i >= 0;
-        const unsigned row = valid[i] ? static_cast<unsigned>(c_i) : 0u;
-        const char* x_row = x_lane + static_cast<unsigned long long>(row) * x_row_bytes;
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          xs[i][c] = vec::load<kDType, kVec>(x_row + c * kRowLanes * kVec * kElementBytes);
-      }
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i) {
-        if (valid[i]) {
-#pragma unroll
-          for (int c = 0; c < kChunks; ++c) {
-            float xf[kVec];
-            vec::to_float<kDType, kVec>(xs[i][c], xf);
-#pragma unroll
-            for (int f = 0; f < kVec; ++f) acc[c][f] = fmaf(v[i], xf[f], acc[c][f]);
-          }
-        }
+        if (batch.valid[i]) add_load(batch, i, acc);
         // Rows of at most kBatch slots end inside a group's slots (at the same i in every
         // group: warp-uniform, so the row id's shuffle is too).
         if (width <= kBatch && ((i + 1) & (width - 1)) == 0) {

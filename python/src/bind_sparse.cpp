@@ -126,6 +126,26 @@ sparse::HybGpu device_hyb_of(const sparse::HybGpuLayout& layout, const nb::dict&
           array("rest_values")};
 }
 
+// A tuner's result for Python: {"feature_tile", <second>, "from_cache", "search_ms",
+// "timings_us": [(feature_tile, <second>, us)]}, <second> naming the schedule's second number
+// (chunk_items for CSR, slots_per_warp for hyb).
+template <class Tuning>
+nb::dict tuning_dict(const Tuning& tuning, const char* second) {
+  nb::list timings;
+  for (const auto& [schedule, us] : tuning.timings) {
+    const auto [tile, number] = schedule;
+    timings.append(nb::make_tuple(tile, number, us));
+  }
+  const auto [tile, number] = tuning.schedule;
+  nb::dict out;
+  out["feature_tile"] = tile;
+  out[second] = number;
+  out["from_cache"] = tuning.from_cache;
+  out["search_ms"] = tuning.search_ms;
+  out["timings_us"] = timings;
+  return out;
+}
+
 // A vector's bytes (native order): numpy views them without a list.
 template <class T>
 nb::bytes bytes_of(const std::vector<T>& v) {
@@ -186,16 +206,7 @@ void bind_sparse(nb::module_& m) {
         const sparse::SpmmTuning tuning =
             sparse::tune_spmm(a, x_view, object_view(y, "y"), object_view(workspace, "workspace"),
                               stream_of(x_view), options);
-        nb::list timings;
-        for (const auto& [schedule, us] : tuning.timings)
-          timings.append(nb::make_tuple(schedule.feature_tile, schedule.chunk_items, us));
-        nb::dict out;
-        out["feature_tile"] = tuning.schedule.feature_tile;
-        out["chunk_items"] = tuning.schedule.chunk_items;
-        out["from_cache"] = tuning.from_cache;
-        out["search_ms"] = tuning.search_ms;
-        out["timings_us"] = timings;
-        return out;
+        return tuning_dict(tuning, "chunk_items");
       },
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
       nb::arg("x"), nb::arg("y"), nb::arg("workspace"), nb::arg("use_cache") = true,
@@ -344,16 +355,7 @@ void bind_sparse(nb::module_& m) {
         const sparse::HybTuning tuning =
             sparse::tune_spmm(device_hyb_of(layout, arrays), x_view, object_view(y, "y"),
                               object_view(workspace, "workspace"), stream_of(x_view), options);
-        nb::list timings;
-        for (const auto& [schedule, us] : tuning.timings)
-          timings.append(nb::make_tuple(schedule.feature_tile, schedule.slots_per_warp, us));
-        nb::dict out;
-        out["feature_tile"] = tuning.schedule.feature_tile;
-        out["slots_per_warp"] = tuning.schedule.slots_per_warp;
-        out["from_cache"] = tuning.from_cache;
-        out["search_ms"] = tuning.search_ms;
-        out["timings_us"] = timings;
-        return out;
+        return tuning_dict(tuning, "slots_per_warp");
       },
       nb::arg("layout"), nb::arg("arrays"), nb::arg("x"), nb::arg("y"), nb::arg("workspace"),
       nb::arg("use_cache") = true,
