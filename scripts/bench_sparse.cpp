@@ -125,7 +125,7 @@ cudaDataType cuda_type(DType dtype) {
 // A graph's hyb(c, k) on the device (flare/sparse/hyb_gpu.h), its values gathered from A's.
 struct DeviceHyb {
   int c = 1, k = 0;
-  double layout_ms = 0;  // hyb_from_csr + hyb_gpu_layout on the host
+  double layout_ms = 0;  // hyb_gpu_layout on the host
   sparse::HybGpuLayout layout;
   cuda::DeviceBuffer ell_rows, ell_columns, ell_values, rest_rows, rest_indptr, rest_columns,
       rest_values;
@@ -163,18 +163,16 @@ DeviceHyb device_hyb(const sparse::CsrGraph& g, const std::vector<std::byte>& va
                      int c, int k) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto nnz = static_cast<int64_t>(g.indices.size());
-  std::vector<float> unused(g.indices.size(), 0.0f);  // hyb_from_csr wants values: gathered below
-  sparse::Csr host;
+  sparse::Csr host;  // no values: the layout holds each slot's source, gathered below
   host.rows = host.cols = g.nodes;
   host.indptr = TensorView::contiguous(const_cast<int32_t*>(g.indptr.data()), DType::kI32,
                                        {g.nodes + 1}, Device::cpu());
   host.indices = TensorView::contiguous(const_cast<int32_t*>(g.indices.data()), DType::kI32, {nnz},
                                         Device::cpu());
-  host.values = TensorView::contiguous(unused.data(), DType::kF32, {nnz}, Device::cpu());
   DeviceHyb d;
   d.c = c;
   d.k = k;
-  d.layout = sparse::hyb_gpu_layout(sparse::hyb_from_csr(host, c, k));
+  d.layout = sparse::hyb_gpu_layout(host, c, k);
   d.layout_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const auto ints = [](const std::vector<int32_t>& v) { return upload(v.data(), v.size() * 4); };

@@ -28,9 +28,8 @@ class _DeviceHyb:
     def __init__(self, rows, cols, arrays, device, c, k):
         torch = torch_module()
         indptr, indices = (_host_array(x, np.int32) for x in arrays[:2])
-        self.layout = _flare.sparse_hyb_gpu_layout(
-            rows, cols, arg(indptr), arg(indices),
-            arg(_host_array(arrays[2], np.float32)), int(c), int(k))
+        self.layout = _flare.sparse_hyb_gpu_layout(rows, cols, arg(indptr), arg(indices), int(c),
+                                                   int(k))
         raw = self.layout.arrays()
 
         def on_device(name, dtype):

@@ -322,13 +322,14 @@ void bind_sparse(nb::module_& m) {
   m.def(
       "sparse_hyb_gpu_layout",
       [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,
-         const TensorArg& values, int column_parts, int max_log2_width) {
-        return sparse::hyb_gpu_layout(sparse::hyb_from_csr(
-            csr_of(rows, cols, indptr, indices, values), column_parts, max_log2_width));
+         int column_parts, int max_log2_width) {
+        return sparse::hyb_gpu_layout(csr_of(rows, cols, indptr, indices, std::nullopt),
+                                      column_parts, max_log2_width);
       },
-      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"),
       nb::arg("column_parts"), nb::arg("max_log2_width"),
-      "The device layout of hyb(c, k) (flare/sparse/hyb_gpu.h), built on the host.");
+      "The device layout of hyb(c, k) (flare/sparse/hyb_gpu.h), built on the host from A's "
+      "CSR arrays (validated).");
   m.def(
       "sparse_spmm_hyb_cuda",
       [](const sparse::HybGpuLayout& layout, const nb::dict& arrays, nb::handle x, nb::handle y,

@@ -91,6 +91,60 @@ TEST(HybGpuLayout, EveryNonzeroLiesInOneSlotForAnyPartitionsAndWidths) {
   }
 }
 
+void expect_same_layout(const HybGpuLayout& got, const HybGpuLayout& want) {
+  EXPECT_EQ(got.rows, want.rows);
+  EXPECT_EQ(got.cols, want.cols);
+  EXPECT_EQ(got.nnz, want.nnz);
+  ASSERT_EQ(got.partitions.size(), want.partitions.size());
+  for (size_t p = 0; p < want.partitions.size(); ++p) {
+    const HybGpuLayout::Partition &g = got.partitions[p], &w = want.partitions[p];
+    ASSERT_EQ(g.buckets.size(), w.buckets.size()) << "partition " << p;
+    for (size_t b = 0; b < w.buckets.size(); ++b) {
+      EXPECT_EQ(g.buckets[b].row_offset, w.buckets[b].row_offset) << p << " " << b;
+      EXPECT_EQ(g.buckets[b].rows, w.buckets[b].rows) << p << " " << b;
+      EXPECT_EQ(g.buckets[b].slot_offset, w.buckets[b].slot_offset) << p << " " << b;
+      EXPECT_EQ(g.buckets[b].log2_width, w.buckets[b].log2_width) << p << " " << b;
+    }
+    EXPECT_EQ(g.remainder.row_offset, w.remainder.row_offset) << p;
+    EXPECT_EQ(g.remainder.rows, w.remainder.rows) << p;
+    EXPECT_EQ(g.remainder.indptr_offset, w.remainder.indptr_offset) << p;
+    EXPECT_EQ(g.remainder.nnz_offset, w.remainder.nnz_offset) << p;
+    EXPECT_EQ(g.remainder.nnz, w.remainder.nnz) << p;
+  }
+  EXPECT_EQ(got.ell_rows, want.ell_rows);
+  EXPECT_EQ(got.ell_columns, want.ell_columns);
+  EXPECT_EQ(got.ell_source, want.ell_source);
+  EXPECT_EQ(got.rest_rows, want.rest_rows);
+  EXPECT_EQ(got.rest_indptr, want.rest_indptr);
+  EXPECT_EQ(got.rest_columns, want.rest_columns);
+  EXPECT_EQ(got.rest_source, want.rest_source);
+}
+
+TEST(HybGpuLayout, BuiltFromTheCsrMatrixEqualsTheHybPath) {
+  std::vector<CsrStorage> matrices = {small_matrix(),
+                                      sparse_testing::random_csr(300, 257, 0.05, 0.3, 42),
+                                      sparse_testing::random_csr(40, 3, 0.6, 0.0, 43),
+                                      sparse_testing::random_csr(0, 7, 0.1, 0.0, 44)};
+  for (size_t m = 0; m < matrices.size(); ++m) {
+    const CsrStorage& a = matrices[m];
+    for (const auto& [c, k] : {std::pair{1, 0}, {1, 2}, {1, 5}, {2, 1}, {3, 4}, {3, 16}}) {
+      if (c > a.cols) continue;
+      SCOPED_TRACE(::testing::Message() << "matrix " << m << " hyb(" << c << ", " << k << ")");
+      expect_same_layout(hyb_gpu_layout(a.view(), c, k),
+                         hyb_gpu_layout(hyb_from_csr(a.view(), c, k)));
+    }
+  }
+  const CsrStorage kept = small_matrix();
+  Csr without_values = kept.view();
+  without_values.values.reset();  // the layout holds sources: values are not needed
+  expect_same_layout(hyb_gpu_layout(without_values, 1, 2),
+                     hyb_gpu_layout(hyb_from_csr(kept.view(), 1, 2)));
+  EXPECT_FLARE_ERROR(hyb_gpu_layout(kept.view(), 0, 2), ErrorCode::kInvalidArgument,
+                     "flare::sparse::hyb_gpu_layout: column_parts must be in [1, cols = 5], got 0");
+  EXPECT_FLARE_ERROR(hyb_gpu_layout(kept.view(), 1, 17), ErrorCode::kInvalidArgument,
+                     "max_log2_width must be in [0, 16], got 17");
+}
+
 TEST(HybGpuLayout, SchedulesAndWorkspace) {
   using Schedules = std::vector<HybSchedule>;
   EXPECT_EQ(default_hyb_schedule(32), (HybSchedule{32, 128}));
