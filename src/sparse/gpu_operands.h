@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "flare/core/error.h"
 #include "flare/core/tensor.h"
@@ -33,6 +34,23 @@ inline void check_dense(const char* what, const TensorView& t, const char* name,
               " must be a float32, float16 or bfloat16 [", rows, ", ", d, "] tensor on ",
               device.str(), " with unit stride along its last dimension, got ", dtype_name(t.dtype),
               " ", t.shape_str(), " on ", t.device.str());
+}
+
+// A workspace of at least `bytes` bytes (any when 0): a contiguous 1-D tensor of any dtype on
+// `device`, 16-byte aligned; `sized_by` says which function sizes it, for the error.
+inline void check_workspace(const char* what, const TensorView& workspace, size_t bytes,
+                            const Device& device, const std::string& sized_by) {
+  const int64_t size = workspace.ndim == 1
+                           ? workspace.shape[0] * static_cast<int64_t>(dtype_bytes(workspace.dtype))
+                           : 0;
+  FLARE_CHECK(bytes == 0 || (workspace.ndim == 1 && workspace.device == device &&
+                             (workspace.shape[0] <= 1 || workspace.strides[0] == 1) &&
+                             size >= static_cast<int64_t>(bytes) &&
+                             reinterpret_cast<uintptr_t>(workspace.data) % 16 == 0),
+              ErrorCode::kInvalidArgument, what, ": workspace must be a contiguous 1-D tensor on ",
+              device.str(), " of at least ", bytes, " bytes (", sized_by,
+              "), 16-byte aligned; got ", dtype_name(workspace.dtype), " ", workspace.shape_str(),
+              " (", size, " bytes) on ", workspace.device.str());
 }
 
 // Whether the kernels' lanes tile a row of d elements in vectors of `vec`: d / vec lanes, a

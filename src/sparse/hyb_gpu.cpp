@@ -164,19 +164,8 @@ void check_spmm(const HybGpu& a, const TensorView& x, const TensorView& y,
               " (d, or a multiple of 32) and slots_per_warp a power of two in [32, 65536], got "
               "feature_tile ",
               tile, " and slots_per_warp ", slots_per_warp);
-  const size_t workspace_bytes = hyb_spmm_workspace_bytes(layout, d);
-  const int64_t workspace_size =
-      workspace.ndim == 1 ? workspace.shape[0] * static_cast<int64_t>(dtype_bytes(workspace.dtype))
-                          : 0;
-  FLARE_CHECK(workspace_bytes == 0 || (workspace.ndim == 1 && workspace.device == x.device &&
-                                       (workspace.shape[0] <= 1 || workspace.strides[0] == 1) &&
-                                       workspace_size >= static_cast<int64_t>(workspace_bytes) &&
-                                       reinterpret_cast<uintptr_t>(workspace.data) % 16 == 0),
-              ErrorCode::kInvalidArgument, kWhat, ": workspace must be a contiguous 1-D tensor on ",
-              x.device.str(), " of at least ", workspace_bytes,
-              " bytes (hyb_spmm_workspace_bytes), 16-byte aligned; got ",
-              dtype_name(workspace.dtype), " ", workspace.shape_str(), " (", workspace_size,
-              " bytes) on ", workspace.device.str());
+  gpu_operands::check_workspace(kWhat, workspace, hyb_spmm_workspace_bytes(layout, d), x.device,
+                                "hyb_spmm_workspace_bytes");
   const int64_t x_row_bytes =
       (layout.cols > 1 ? x.strides[0] : d) * static_cast<int64_t>(dtype_bytes(x.dtype));
   FLARE_CHECK(x_row_bytes < (int64_t{1} << 32), ErrorCode::kUnsupported, kWhat,

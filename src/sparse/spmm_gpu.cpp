@@ -107,19 +107,10 @@ void check_spmm(const Csr& a, const TensorView& x, const TensorView& y, const Te
       ErrorCode::kInvalidArgument, kWhat, ": schedule must have a feature_tile dividing d = ", d,
       " (d, or a multiple of 32) and chunk_items in [32, 2^20], got feature_tile ", tile,
       " and chunk_items ", schedule.chunk_items);
-  const size_t workspace_bytes = workspace_layout(a.rows, nnz, schedule).bytes;
-  const int64_t workspace_size =
-      workspace.ndim == 1 ? workspace.shape[0] * static_cast<int64_t>(dtype_bytes(workspace.dtype))
-                          : 0;
-  FLARE_CHECK(workspace.ndim == 1 && workspace.device == x.device &&
-                  (workspace.shape[0] <= 1 || workspace.strides[0] == 1) &&
-                  workspace_size >= static_cast<int64_t>(workspace_bytes) &&
-                  reinterpret_cast<uintptr_t>(workspace.data) % 16 == 0,
-              ErrorCode::kInvalidArgument, kWhat, ": workspace must be a contiguous 1-D tensor on ",
-              x.device.str(), " of at least ", workspace_bytes,
-              " bytes (spmm_workspace_bytes(rows = ", a.rows, ", nnz = ", nnz, ", d = ", d,
-              ") covers every schedule), 16-byte aligned; got ", dtype_name(workspace.dtype), " ",
-              workspace.shape_str(), " (", workspace_size, " bytes) on ", workspace.device.str());
+  gpu_operands::check_workspace(
+      kWhat, workspace, workspace_layout(a.rows, nnz, schedule).bytes, x.device,
+      "spmm_workspace_bytes(rows = " + std::to_string(a.rows) + ", nnz = " + std::to_string(nnz) +
+          ", d = " + std::to_string(d) + ") covers every schedule");
   const int64_t x_row_bytes =
       (a.cols > 1 ? x.strides[0] : d) * static_cast<int64_t>(dtype_bytes(x.dtype));
   FLARE_CHECK(x_row_bytes < (int64_t{1} << 32), ErrorCode::kUnsupported, kWhat,
