@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """SDDMM through the public Python API (issue 23): flare.sparse.sddmm on CUDA tensors (the CSR
-kernel, nonzero-balanced warps, no decomposition yet) next to torch.sparse.sampled_addmm on the
+kernel, nonzero-balanced warps) next to torch.sparse.sampled_addmm on the
 same CSR tensor, float32, in one process; and Q K^T computed dense then gathered at the pattern
 where that product fits in memory (it does not for these graphs' node counts).
 

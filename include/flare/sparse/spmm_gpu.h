@@ -1,8 +1,8 @@
 // SpMM on the GPU (issue 23): Y = A X for a CSR A whose arrays are on a CUDA device, with the
 // kernels of kernels/spmm_csr.cuh (merge-based: warps take equal runs of the merged row ends
 // and nonzeros, a row split between warps is summed by a second, deterministic pass; float32,
-// float16 or bfloat16 with float32 sums; no decomposition yet: the hyb(c, k) and ELL schedules
-// are the next step). The CPU reference is flare/sparse/csr.h's spmm_reference.
+// float16 or bfloat16 with float32 sums; the hyb(c, k) decomposition's kernels: hyb_gpu.h).
+// The CPU reference is flare/sparse/csr.h's spmm_reference.
 #pragma once
 
 #include <vector>
