@@ -33,49 +33,33 @@ struct Stored {
   unsigned words[kWords];
 };
 
-// The vector at `src` (aligned to its size: checked on the host), through the read-only path.
-template <int kDType, int kVec>
+// A T at `src`: through the read-only path, or (kCoherent) a plain load, for memory the kernel
+// itself writes (an accumulated Y).
+template <class T, bool kCoherent>
+__device__ __forceinline__ T load_raw(const void* src) {
+  if constexpr (kCoherent) {
+    return *static_cast<const T*>(src);
+  } else {
+    return __ldg(static_cast<const T*>(src));
+  }
+}
+
+// The vector at `src` (aligned to its size: checked on the host), read-only by default.
+template <int kDType, int kVec, bool kCoherent = false>
 __device__ __forceinline__ Stored<kDType, kVec> load(const void* src) {
   using S = Stored<kDType, kVec>;
   S out;
   if constexpr (S::kBytes == 16) {
-    const uint4 raw = __ldg(static_cast<const uint4*>(src));
+    const uint4 raw = load_raw<uint4, kCoherent>(src);
     out.words[0] = raw.x, out.words[1] = raw.y, out.words[2] = raw.z, out.words[3] = raw.w;
   } else if constexpr (S::kBytes == 8) {
-    const uint2 raw = __ldg(static_cast<const uint2*>(src));
+    const uint2 raw = load_raw<uint2, kCoherent>(src);
     out.words[0] = raw.x, out.words[1] = raw.y;
   } else if constexpr (S::kBytes == 4) {
-    out.words[0] = __ldg(static_cast<const unsigned*>(src));
+    out.words[0] = load_raw<unsigned, kCoherent>(src);
   } else {
-    out.words[0] = __ldg(static_cast<const unsigned short*>(src));
+    out.words[0] = load_raw<unsigned short, kCoherent>(src);
   }
-  return out;
-}
-
-// The same through the coherent path: for memory the kernel itself writes (an accumulated Y).
-template <int kDType, int kVec>
-__device__ __forceinline__ Stored<kDType, kVec> load_coherent(const void* src) {
-  using S = Stored<kDType, kVec>;
-  S out;
-  if constexpr (S::kBytes == 16) {
-    const uint4 raw = *static_cast<const uint4*>(src);
-    out.words[0] = raw.x, out.words[1] = raw.y, out.words[2] = raw.z, out.words[3] = raw.w;
-  } else if constexpr (S::kBytes == 8) {
-    const uint2 raw = *static_cast<const uint2*>(src);
-    out.words[0] = raw.x, out.words[1] = raw.y;
-  } else if constexpr (S::kBytes == 4) {
-    out.words[0] = *static_cast<const unsigned*>(src);
-  } else {
-    out.words[0] = *static_cast<const unsigned short*>(src);
-  }
-  return out;
-}
-
-template <int kDType, int kVec>
-__device__ __forceinline__ Stored<kDType, kVec> zeros() {
-  Stored<kDType, kVec> out;
-#pragma unroll
-  for (int w = 0; w < Stored<kDType, kVec>::kWords; ++w) out.words[w] = 0u;
   return out;
 }
 

@@ -185,7 +185,7 @@ __device__ __forceinline__ void write_y_row(const void* y, int64_t y_stride, int
     for (int i = 0; i < kVec; ++i) out[i] = acc[c][i];
     if (accumulate) {
       float old[kVec];
-      sparse_vec::to_float<kDType, kVec>(sparse_vec::load_coherent<kDType, kVec>(at), old);
+      sparse_vec::to_float<kDType, kVec>(sparse_vec::load<kDType, kVec, true>(at), old);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) out[i] += old[i];
     }
