@@ -55,6 +55,19 @@ int64_t default_slots(int64_t tile) {
 // The remainders' schedule for a feature tile.
 SpmmSchedule remainder_schedule(int64_t tile) { return {tile, spmm_chunk_items(tile)}; }
 
+// Workspace bytes the remainders need at a feature tile (they run one after another, sharing it).
+size_t remainder_workspace_bytes(const HybGpuLayout& layout, int64_t tile) {
+  size_t bytes = 0;
+  for (const HybGpuLayout::Partition& part : layout.partitions) {
+    const HybGpuLayout::Remainder& r = part.remainder;
+    if (r.rows > 0) {
+      bytes = std::max(
+          bytes, spmm_launch::workspace_layout(r.rows, r.nnz, remainder_schedule(tile)).bytes);
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
 
 HybSchedule default_hyb_schedule(int64_t d) {
@@ -85,15 +98,8 @@ size_t hyb_spmm_workspace_bytes(const HybGpuLayout& layout, int64_t d) {
   FLARE_CHECK(d > 0, ErrorCode::kInvalidArgument, "flare::sparse::hyb_spmm_workspace_bytes",
               ": d must be positive, got ", d);
   size_t bytes = 0;
-  for (const HybSchedule& schedule : hyb_schedules(d)) {
-    for (const HybGpuLayout::Partition& part : layout.partitions) {
-      const HybGpuLayout::Remainder& r = part.remainder;
-      if (r.rows == 0) continue;
-      bytes = std::max(bytes, spmm_launch::workspace_layout(
-                                  r.rows, r.nnz, remainder_schedule(schedule.feature_tile))
-                                  .bytes);
-    }
-  }
+  for (const HybSchedule& schedule : hyb_schedules(d))
+    bytes = std::max(bytes, remainder_workspace_bytes(layout, schedule.feature_tile));
   return bytes;
 }
 
@@ -164,8 +170,9 @@ void check_spmm(const HybGpu& a, const TensorView& x, const TensorView& y,
               " (d, or a multiple of 32) and slots_per_warp a power of two in [32, 65536], got "
               "feature_tile ",
               tile, " and slots_per_warp ", slots_per_warp);
-  gpu_operands::check_workspace(kWhat, workspace, hyb_spmm_workspace_bytes(layout, d), x.device,
-                                "hyb_spmm_workspace_bytes");
+  // This schedule's need (no list of every schedule on each call, as the CSR check).
+  gpu_operands::check_workspace(kWhat, workspace, remainder_workspace_bytes(layout, tile), x.device,
+                                "hyb_spmm_workspace_bytes covers every schedule");
   const int64_t x_row_bytes =
       (layout.cols > 1 ? x.strides[0] : d) * static_cast<int64_t>(dtype_bytes(x.dtype));
   FLARE_CHECK(x_row_bytes < (int64_t{1} << 32), ErrorCode::kUnsupported, kWhat,
