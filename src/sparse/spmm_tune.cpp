@@ -69,31 +69,43 @@ std::filesystem::path tuning_path(const std::string& key) {
   return std::filesystem::path(jit::cache_directory()) / "spmm-tuning" / key;
 }
 
-// A cached choice: "spmm-tuning v1 <first> <second>" (a schedule's two numbers), both positive.
-std::optional<std::pair<int64_t, int64_t>> read_choice(const std::string& key) {
+// A cache entry "<version> <payload>" (the version two words): a stream positioned at the
+// payload when the file reads and carries `version`.
+std::optional<std::istringstream> read_entry(const std::string& name, const std::string& version) {
   std::string contents;
-  if (!jit::read_cache_file(tuning_path(key).string(), contents)) return std::nullopt;
+  if (!jit::read_cache_file(tuning_path(name).string(), contents)) return std::nullopt;
   std::istringstream in(contents);
   std::string version_a, version_b;
+  if (!(in >> version_a >> version_b) || version_a + " " + version_b != version) {
+    return std::nullopt;
+  }
+  return in;
+}
+
+void write_entry(const std::string& name, const std::string& version, const std::string& payload) {
+  const std::filesystem::path path = tuning_path(name);
+  std::error_code error;
+  std::filesystem::create_directories(path.parent_path(), error);
+  jit::write_cache_file(path.string(), version + " " + payload + "\n");
+}
+
+// A cached choice: "spmm-tuning v1 <first> <second>" (a schedule's two numbers), both positive.
+std::optional<std::pair<int64_t, int64_t>> read_choice(const std::string& key) {
+  std::optional<std::istringstream> in = read_entry(key, kTuningVersion);
   std::pair<int64_t, int64_t> choice;
-  if (!(in >> version_a >> version_b >> choice.first >> choice.second) ||
-      version_a + " " + version_b != kTuningVersion || choice.first <= 0 || choice.second <= 0) {
+  if (!in || !(*in >> choice.first >> choice.second) || choice.first <= 0 || choice.second <= 0) {
     return std::nullopt;
   }
   return choice;
 }
 
 void write_choice(const std::string& key, int64_t first, int64_t second) {
-  const std::filesystem::path path = tuning_path(key);
-  std::error_code error;
-  std::filesystem::create_directories(path.parent_path(), error);
-  jit::write_cache_file(path.string(), std::string(kTuningVersion) + " " + std::to_string(first) +
-                                           " " + std::to_string(second) + "\n");
+  write_entry(key, kTuningVersion, std::to_string(first) + " " + std::to_string(second));
 }
 
-// The search both tuners share: the operands' checks (`check`), then the cached choice when it is
-// among the candidates, else every candidate timed (one untimed run, then `repetitions`), then
-// y from the chosen one. `run(schedule)` enqueues the SpMM; a schedule is two numbers.
+// The search both tuners share (after the caller's argument checks): the cached choice when it
+// is among the candidates, else every candidate timed (one untimed run, then `repetitions`),
+// then y from the chosen one. `run(schedule)` enqueues the SpMM; a schedule is two numbers.
 template <class Schedule, class Tuning, class Run>
 Tuning search(const TensorView& x, cuda::Stream stream, const SpmmTuneOptions& options,
               const std::vector<Schedule>& candidates, uint64_t structure_hash, const Run& run) {
@@ -197,14 +209,9 @@ bool format_name_ok(const std::string& name) {
 }  // namespace
 
 std::optional<std::string> read_spmm_format(const std::string& key) {
-  std::string contents;
-  if (!jit::read_cache_file(tuning_path("format-" + key).string(), contents)) return std::nullopt;
-  std::istringstream in(contents);
-  std::string version_a, version_b, name;
-  if (!(in >> version_a >> version_b >> name) || version_a + " " + version_b != kFormatVersion ||
-      !format_name_ok(name)) {
-    return std::nullopt;
-  }
+  std::optional<std::istringstream> in = read_entry("format-" + key, kFormatVersion);
+  std::string name;
+  if (!in || !(*in >> name) || !format_name_ok(name)) return std::nullopt;
   return name;
 }
 
@@ -213,10 +220,7 @@ void write_spmm_format(const std::string& key, const std::string& format) {
               "flare::sparse::write_spmm_format: the format name must be 1-64 letters, digits, "
               "':' or '_', got '",
               format, "'");
-  const std::filesystem::path path = tuning_path("format-" + key);
-  std::error_code error;
-  std::filesystem::create_directories(path.parent_path(), error);
-  jit::write_cache_file(path.string(), std::string(kFormatVersion) + " " + format + "\n");
+  write_entry("format-" + key, kFormatVersion, format);
 }
 
 SpmmTuning tune_spmm(const Csr& a, const TensorView& x, const TensorView& y,
