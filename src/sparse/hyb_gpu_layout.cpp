@@ -1,6 +1,6 @@
-// The device layout of a hyb(c, k) decomposition (flare/sparse/hyb_gpu.h): from a Hyb (hyb.h),
-// or straight from the CSR matrix in two passes over it (no Hyb in between: the host cost of
-// SpmmPlan(format="hyb" / "auto")).
+// The device layout of a hyb(c, k) decomposition (flare/sparse/hyb_gpu.h), straight from the CSR
+// matrix in two passes over it (no Hyb in between: the host cost of SpmmPlan(format="hyb" /
+// "auto")).
 #include <algorithm>
 #include <string>
 
@@ -12,18 +12,6 @@ namespace flare::sparse {
 namespace {
 
 constexpr const char* kWhat = "flare::sparse::hyb_gpu_layout";
-
-// Appends one ELL row to the layout's arrays: `columns` / `source` of a bucket row, or (empty)
-// `width` padding slots.
-void append_slots(HybGpuLayout& out, int32_t row, const int32_t* columns, const int64_t* source,
-                  int width) {
-  out.ell_rows.push_back(row);
-  for (int s = 0; s < width; ++s) {
-    const bool real = source != nullptr && source[s] >= 0;
-    out.ell_columns.push_back(real ? columns[s] : -1);
-    out.ell_source.push_back(real ? source[s] : -1);
-  }
-}
 
 // The remainder's limit of the kernels: rows + nonzeros of a partition's remainder below 2^31.
 void check_remainder(size_t p, int64_t rows, int64_t nnz) {
@@ -37,65 +25,6 @@ void check_remainder(size_t p, int64_t rows, int64_t nnz) {
 double HybGpuLayout::padding_ratio() const {
   if (nnz == 0) return 1.0;
   return static_cast<double>(ell_columns.size() + rest_columns.size()) / static_cast<double>(nnz);
-}
-
-HybGpuLayout hyb_gpu_layout(const Hyb& hyb) {
-  HybGpuLayout out;
-  out.rows = hyb.rows;
-  out.cols = hyb.cols;
-  out.nnz = hyb.nnz;
-  for (size_t p = 0; p < hyb.partitions.size(); ++p) {
-    const HybPartition& part = hyb.partitions[p];
-    // Partition 0's rows of A without a nonzero in it, which its width-1 bucket takes as padding.
-    std::vector<int32_t> absent;
-    if (p == 0) {
-      std::vector<bool> held(static_cast<size_t>(hyb.rows), false);
-      for (const EllBucket& bucket : part.buckets) {
-        for (const int32_t r : bucket.rows) held[static_cast<size_t>(r)] = true;
-      }
-      for (const int32_t r : part.remainder.rows) held[static_cast<size_t>(r)] = true;
-      for (int64_t r = 0; r < hyb.rows; ++r) {
-        if (!held[static_cast<size_t>(r)]) absent.push_back(static_cast<int32_t>(r));
-      }
-    }
-    HybGpuLayout::Partition laid;
-    for (const EllBucket& bucket : part.buckets) {
-      const bool takes_absent = bucket.width == 1 && !absent.empty();
-      if (bucket.rows.empty() && !takes_absent) continue;
-      HybGpuLayout::Bucket b;
-      b.row_offset = static_cast<int64_t>(out.ell_rows.size());
-      b.slot_offset = static_cast<int64_t>(out.ell_columns.size());
-      b.log2_width = 0;
-      while ((1 << b.log2_width) < bucket.width) ++b.log2_width;
-      // The bucket's rows merged with the absent rows (both increasing): Y's rows in order.
-      size_t next_absent = takes_absent ? 0 : absent.size();
-      for (size_t i = 0; i < bucket.rows.size(); ++i) {
-        for (; next_absent < absent.size() && absent[next_absent] < bucket.rows[i]; ++next_absent)
-          append_slots(out, absent[next_absent], nullptr, nullptr, bucket.width);
-        const size_t slot = i * static_cast<size_t>(bucket.width);
-        append_slots(out, bucket.rows[i], bucket.columns.data() + slot, bucket.source.data() + slot,
-                     bucket.width);
-      }
-      for (; next_absent < absent.size(); ++next_absent)
-        append_slots(out, absent[next_absent], nullptr, nullptr, bucket.width);
-      b.rows = static_cast<int64_t>(out.ell_rows.size()) - b.row_offset;
-      laid.buckets.push_back(b);
-    }
-    const CsrRemainder& rest = part.remainder;
-    HybGpuLayout::Remainder& r = laid.remainder;
-    r.row_offset = static_cast<int64_t>(out.rest_rows.size());
-    r.rows = static_cast<int64_t>(rest.rows.size());
-    r.indptr_offset = static_cast<int64_t>(out.rest_indptr.size());
-    r.nnz_offset = static_cast<int64_t>(out.rest_columns.size());
-    r.nnz = static_cast<int64_t>(rest.columns.size());
-    check_remainder(p, r.rows, r.nnz);
-    out.rest_rows.insert(out.rest_rows.end(), rest.rows.begin(), rest.rows.end());
-    for (const int64_t e : rest.indptr) out.rest_indptr.push_back(static_cast<int32_t>(e));
-    out.rest_columns.insert(out.rest_columns.end(), rest.columns.begin(), rest.columns.end());
-    out.rest_source.insert(out.rest_source.end(), rest.source.begin(), rest.source.end());
-    out.partitions.push_back(std::move(laid));
-  }
-  return out;
 }
 
 HybGpuLayout hyb_gpu_layout(const Csr& a, int column_parts, int max_log2_width) {
@@ -182,7 +111,7 @@ HybGpuLayout hyb_gpu_layout(const Csr& a, int column_parts, int max_log2_width) 
   out.rest_source.resize(static_cast<size_t>(rest_columns));
 
   // Pass 2: rows in increasing order, so every bucket and remainder lists its rows in order
-  // (partition 0's padding rows among its width-1 rows), as hyb_gpu_layout(hyb_from_csr(...)).
+  // (partition 0's padding rows among its width-1 rows).
   for (int64_t r = 0; r < a.rows; ++r) {
     for_each_run(r, [&](size_t p, int64_t begin, int64_t end) {
       const int b = bucket_of(p, end - begin);

@@ -65,7 +65,7 @@ SpmmRunner hyb_runner(const sparse::CsrStorage& a, int c, int k, DType dtype,
                       sparse::HybSchedule schedule = {}, const LayoutEdit& edit = {}) {
   return [&a, c, k, dtype, schedule, edit](const sparse::Csr&, const TensorView& x,
                                            const TensorView& y, const TensorView& w) {
-    sparse::HybGpuLayout layout = sparse::hyb_gpu_layout(sparse::hyb_from_csr(a.view(), c, k));
+    sparse::HybGpuLayout layout = sparse::hyb_gpu_layout(a.view(), c, k);
     if (edit) edit(layout);
     const DeviceHyb d = upload(std::move(layout), rounded_to(float_tensor(a.values), dtype));
     if (schedule.feature_tile == 0) {
@@ -163,8 +163,7 @@ TEST_F(HybGpuTune, TimesEveryCandidateThenReadsTheCache) {
   const auto tuner = [&](sparse::HybTuning& out) {
     return [&a, &out](const sparse::Csr&, const TensorView& x, const TensorView& y,
                       const TensorView& w) {
-      const DeviceHyb h = upload(sparse::hyb_gpu_layout(sparse::hyb_from_csr(a.view(), 1, 4)),
-                                 float_tensor(a.values));
+      const DeviceHyb h = upload(sparse::hyb_gpu_layout(a.view(), 1, 4), float_tensor(a.values));
       out = sparse::tune_spmm(h.view(), x, y, w, nullptr);
       const cuda::OwnedStream owned;
       EXPECT_FLARE_ERROR(
@@ -193,7 +192,7 @@ TEST(HybGpu, CorruptedIdsContributeNothingAndStayInsideTheTensors) {
   const sparse::CsrStorage a = sparse_testing::random_csr(64, 100, 0.3, 0.3, 34);
   sparse::CsrStorage reference = a;
   // hyb(2, 2): rows of more than 4 nonzeros in a partition go to its remainder.
-  const sparse::HybGpuLayout clean = sparse::hyb_gpu_layout(sparse::hyb_from_csr(a.view(), 2, 2));
+  const sparse::HybGpuLayout clean = sparse::hyb_gpu_layout(a.view(), 2, 2);
   ASSERT_EQ(clean.partitions.size(), 2u);
   ASSERT_FALSE(clean.partitions[1].buckets.empty());
   ASSERT_GT(clean.partitions[0].remainder.rows, 0);

@@ -1,5 +1,6 @@
 // The GPU hyb SpMM's host side without a GPU (flare/sparse/hyb_gpu.h): the device layout of a
-// decomposition (every nonzero in exactly one slot, padding -1, partition 0 covering every row),
+// decomposition (every nonzero in exactly one slot, padding -1, partition 0 covering every row;
+// the same arrays as tests/sparse/hyb_layout_oracle.h's, built from hyb_from_csr's Hyb),
 // the argument errors raised before any launch, and the shipped kernels' compile for sm_80 and
 // sm_90a (0 spills).
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include "flare/sparse/hyb_gpu.h"
 #include "jit/jit_test_support.h"
 #include "kernels/spmm_hyb.cuh"
+#include "sparse/hyb_layout_oracle.h"
 #include "sparse/random_csr.h"
 #include "testing/expect_error.h"
 #include "testing/kernel_usage.h"
@@ -31,7 +33,7 @@ CsrStorage small_matrix() {
 }
 
 TEST(HybGpuLayout, BucketsPadWithMinusOneAndPartitionZeroTakesEveryRow) {
-  const HybGpuLayout layout = hyb_gpu_layout(hyb_from_csr(small_matrix().view(), 1, 2));
+  const HybGpuLayout layout = hyb_gpu_layout(small_matrix().view(), 1, 2);
   ASSERT_EQ(layout.partitions.size(), 1u);
   const HybGpuLayout::Partition& part = layout.partitions[0];
   // Width 1: row 0 and the empty row 1 (padding); width 2 is empty and left out; width 4: row 2.
@@ -59,7 +61,7 @@ TEST(HybGpuLayout, EveryNonzeroLiesInOneSlotForAnyPartitionsAndWidths) {
   const CsrStorage a = sparse_testing::random_csr(300, 257, 0.05, 0.3, 41);
   for (const auto& [c, k] : {std::pair{1, 0}, {1, 5}, {3, 2}, {4, 16}}) {
     SCOPED_TRACE(::testing::Message() << "hyb(" << c << ", " << k << ")");
-    const HybGpuLayout layout = hyb_gpu_layout(hyb_from_csr(a.view(), c, k));
+    const HybGpuLayout layout = hyb_gpu_layout(a.view(), c, k);
     std::vector<int> seen(a.indices.size(), 0);
     for (size_t s = 0; s < layout.ell_columns.size(); ++s) {
       const int64_t e = layout.ell_source[s];
@@ -131,14 +133,14 @@ TEST(HybGpuLayout, BuiltFromTheCsrMatrixEqualsTheHybPath) {
       if (c > a.cols) continue;
       SCOPED_TRACE(::testing::Message() << "matrix " << m << " hyb(" << c << ", " << k << ")");
       expect_same_layout(hyb_gpu_layout(a.view(), c, k),
-                         hyb_gpu_layout(hyb_from_csr(a.view(), c, k)));
+                         sparse_testing::layout_via_hyb(hyb_from_csr(a.view(), c, k)));
     }
   }
   const CsrStorage kept = small_matrix();
   Csr without_values = kept.view();
   without_values.values.reset();  // the layout holds sources: values are not needed
   expect_same_layout(hyb_gpu_layout(without_values, 1, 2),
-                     hyb_gpu_layout(hyb_from_csr(kept.view(), 1, 2)));
+                     sparse_testing::layout_via_hyb(hyb_from_csr(kept.view(), 1, 2)));
   EXPECT_FLARE_ERROR(hyb_gpu_layout(kept.view(), 0, 2), ErrorCode::kInvalidArgument,
                      "flare::sparse::hyb_gpu_layout: column_parts must be in [1, cols = 5], got 0");
   EXPECT_FLARE_ERROR(hyb_gpu_layout(kept.view(), 1, 17), ErrorCode::kInvalidArgument,
@@ -158,9 +160,9 @@ TEST(HybGpuLayout, SchedulesAndWorkspace) {
   EXPECT_EQ(hyb_schedules(8), (Schedules{{8, 128}, {8, 512}}));
   EXPECT_EQ(hyb_schedules(1024).front(), (HybSchedule{512, 512}));
   EXPECT_EQ(hyb_schedules(1024).size(), 10u);  // tiles 512 .. 32, two slot counts each
-  const HybGpuLayout without_rest = hyb_gpu_layout(hyb_from_csr(small_matrix().view(), 1, 3));
+  const HybGpuLayout without_rest = hyb_gpu_layout(small_matrix().view(), 1, 3);
   EXPECT_EQ(hyb_spmm_workspace_bytes(without_rest, 128), 0u);
-  const HybGpuLayout with_rest = hyb_gpu_layout(hyb_from_csr(small_matrix().view(), 1, 1));
+  const HybGpuLayout with_rest = hyb_gpu_layout(small_matrix().view(), 1, 1);
   EXPECT_GT(hyb_spmm_workspace_bytes(with_rest, 128), 0u);
   EXPECT_FLARE_ERROR(hyb_spmm_workspace_bytes(with_rest, 0), ErrorCode::kInvalidArgument,
                      "d must be positive, got 0");
@@ -169,7 +171,7 @@ TEST(HybGpuLayout, SchedulesAndWorkspace) {
 // Views of host memory labelled as on CUDA device 0: the checks read only their metadata and
 // throw before anything is launched.
 struct FakeDeviceHyb {
-  HybGpuLayout layout = hyb_gpu_layout(hyb_from_csr(small_matrix().view(), 1, 1));
+  HybGpuLayout layout = hyb_gpu_layout(small_matrix().view(), 1, 1);
   std::vector<int32_t> ints = std::vector<int32_t>(64, 0);
   std::vector<float> floats = std::vector<float>(4 * 1024, 0.0f);
 

@@ -53,13 +53,11 @@ struct HybGpuLayout {
   double padding_ratio() const;
 };
 
-// The device layout of `hyb` (from hyb_from_csr). Throws kUnsupported when a partition's
-// remainder holds 2^31 or more rows + nonzeros.
-HybGpuLayout hyb_gpu_layout(const Hyb& hyb);
-// The same layout as hyb_gpu_layout(hyb_from_csr(a, column_parts, max_log2_width)), built
+// The device layout of hyb_from_csr(a, column_parts, max_log2_width)'s decomposition, built
 // straight from `a` (validated first; values not needed: the layout holds each slot's source)
-// in two passes, without the Hyb in between (several times faster). kInvalidArgument as
-// hyb_from_csr's, naming hyb_gpu_layout; kUnsupported as above.
+// in two passes, without the Hyb in between. kInvalidArgument as hyb_from_csr's, naming
+// hyb_gpu_layout; kUnsupported when a partition's remainder holds 2^31 or more rows +
+// nonzeros.
 HybGpuLayout hyb_gpu_layout(const Csr& a, int column_parts, int max_log2_width);
 
 // A decomposition on one CUDA device: `layout`'s arrays, each a contiguous 1-D tensor of the
