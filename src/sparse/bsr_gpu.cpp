@@ -126,19 +126,8 @@ void spmm(const BsrGpu& a, const TensorView& x, const TensorView& y, const Tenso
       "rest_indptr of rest_rows + 1)");
   FLARE_CHECK(layout.rows < (int64_t{1} << 31) && layout.cols < (int64_t{1} << 31),
               ErrorCode::kUnsupported, kWhat, ": rows and cols must be below 2^31");
-  const size_t workspace_bytes = bsr_spmm_workspace_bytes(layout, d);
-  const int64_t workspace_size =
-      workspace.ndim == 1 ? workspace.shape[0] * static_cast<int64_t>(dtype_bytes(workspace.dtype))
-                          : 0;
-  FLARE_CHECK(workspace_bytes == 0 || (workspace.ndim == 1 && workspace.device == x.device &&
-                                       (workspace.shape[0] <= 1 || workspace.strides[0] == 1) &&
-                                       workspace_size >= static_cast<int64_t>(workspace_bytes) &&
-                                       reinterpret_cast<uintptr_t>(workspace.data) % 16 == 0),
-              ErrorCode::kInvalidArgument, kWhat, ": workspace must be a contiguous 1-D tensor on ",
-              x.device.str(), " of at least ", workspace_bytes,
-              " bytes (bsr_spmm_workspace_bytes), 16-byte aligned; got ",
-              dtype_name(workspace.dtype), " ", workspace.shape_str(), " (", workspace_size,
-              " bytes) on ", workspace.device.str());
+  gpu_operands::check_workspace(kWhat, workspace, bsr_spmm_workspace_bytes(layout, d), x.device,
+                                "bsr_spmm_workspace_bytes");
   if (layout.rows == 0) return;
 
   const cuda::DeviceScope scope(x.device.index);
