@@ -160,7 +160,7 @@ def test_spmm_over_hyb_replays_in_a_cuda_graph_and_checks_a():
                                rtol=1e-4)
     assert untuned.schedule(128, torch.float32) == {"format": "hyb(2, 3)", "feature_tile": 128,
                                                      "slots_per_warp": 128}
-    with pytest.raises(ValueError, match="format must be 'csr', 'hyb' or 'auto', got 'ell'"):
+    with pytest.raises(ValueError, match="format must be 'csr', 'hyb', 'bsr' or 'auto', got 'ell'"):
         flare.sparse.SpmmPlan(a, device=DEVICE, format="ell")
     # The decomposition is built on the host, which validates A: an unsorted row raises.
     indptr = torch.tensor([0, 2], dtype=torch.int32)
