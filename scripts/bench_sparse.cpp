@@ -16,19 +16,11 @@
 // --hyb: SpMM over hyb(c, k) decompositions too (flare/sparse/hyb_gpu.h: its padding, the host
 // time of the decomposition, its default and tuned schedules; the ratios are cuSPARSE's best
 // over each, with flare's tuned CSR for comparison).
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <functional>
-#include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "flare/jit/cuda_driver.h"
-#include "flare/jit/cuda_sync.h"
 #include "flare/sparse/generate.h"
 #include "flare/sparse/hyb_gpu.h"
 #include "flare/sparse/sddmm_gpu.h"
@@ -37,15 +29,12 @@
 
 // After flare's headers: they name the driver's stream type in namespace flare::cuda (no CUDA
 // header needed), which the runtime's own declaration would otherwise replace.
-#include <cuda_runtime.h>
-#include <cusparse.h>
+#include "scripts/bench_sparse_util.h"
 
 namespace {
 
 using namespace flare;
-
-constexpr int kWarmup = 3;
-constexpr int kIterations = 20;
+using namespace bench_sparse;
 
 struct GraphShape {
   const char* name;
@@ -55,72 +44,6 @@ struct GraphShape {
 constexpr GraphShape kGraphs[] = {{"arxiv", "rmat", 169343, 1890000},
                                   {"proteins", "uniform", 132534, 9890000},
                                   {"reddit", "rmat", 232965, 23200000}};
-
-void check_cusparse(cusparseStatus_t status, const char* what) {
-  if (status != CUSPARSE_STATUS_SUCCESS) {
-    std::fprintf(stderr, "%s failed: %s\n", what, cusparseGetErrorString(status));
-    std::exit(1);
-  }
-}
-
-cuda::DeviceBuffer upload(const void* data, size_t bytes) {
-  cuda::DeviceBuffer buffer(std::max<size_t>(bytes, 16));
-  cuda::memcpy_htod(buffer.data(), data, bytes);
-  return buffer;
-}
-
-// n random normals (or n NaNs) of `dtype` on the host and on the device.
-std::vector<std::byte> random_host_values(int64_t n, uint32_t seed, DType dtype) {
-  std::vector<std::byte> host(static_cast<size_t>(n) * dtype_bytes(dtype));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  for (int64_t i = 0; i < n; ++i) store_float(host.data(), dtype, i, normal(rng));
-  return host;
-}
-
-cuda::DeviceBuffer random_values(int64_t n, uint32_t seed, DType dtype) {
-  const std::vector<std::byte> host = random_host_values(n, seed, dtype);
-  return upload(host.data(), host.size());
-}
-
-cuda::DeviceBuffer nan_values(int64_t n, DType dtype) {
-  std::vector<std::byte> host(static_cast<size_t>(n) * dtype_bytes(dtype));
-  for (int64_t i = 0; i < n; ++i) store_float(host.data(), dtype, i, std::nanf(""));
-  return upload(host.data(), host.size());
-}
-
-bool all_finite(const cuda::DeviceBuffer& buffer, int64_t n, DType dtype) {
-  std::vector<std::byte> host(static_cast<size_t>(n) * dtype_bytes(dtype));
-  cuda::memcpy_dtoh(host.data(), buffer.data(), host.size());
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(load_float(host.data(), dtype, i))) return false;
-  }
-  return true;
-}
-
-// cuSPARSE descriptors over flare's arrays: A's n x n CSR (values or the SDDMM output) and a
-// row-major [n, d] dense matrix.
-cusparseSpMatDescr_t csr_descriptor(int64_t n, int64_t nnz, const cuda::DeviceBuffer& indptr,
-                                    const cuda::DeviceBuffer& indices, void* values,
-                                    cudaDataType type) {
-  cusparseSpMatDescr_t descriptor;
-  check_cusparse(
-      cusparseCreateCsr(&descriptor, n, n, nnz, indptr.data(), indices.data(), values,
-                        CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, type),
-      "cusparseCreateCsr");
-  return descriptor;
-}
-
-cusparseDnMatDescr_t dense_descriptor(int64_t n, int64_t d, void* data, cudaDataType type) {
-  cusparseDnMatDescr_t descriptor;
-  check_cusparse(cusparseCreateDnMat(&descriptor, n, d, d, data, type, CUSPARSE_ORDER_ROW),
-                 "cusparseCreateDnMat");
-  return descriptor;
-}
-
-cudaDataType cuda_type(DType dtype) {
-  return dtype == DType::kF16 ? CUDA_R_16F : dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
-}
 
 // A graph's hyb(c, k) on the device (flare/sparse/hyb_gpu.h), its values gathered from A's.
 struct DeviceHyb {
@@ -145,19 +68,6 @@ struct DeviceHyb {
             array(rest_values, dtype, rest)};
   }
 };
-
-// values[source[s]] (0 where source is -1) on the device.
-cuda::DeviceBuffer gathered(const std::vector<int64_t>& source,
-                            const std::vector<std::byte>& values, DType dtype) {
-  const size_t element = dtype_bytes(dtype);
-  std::vector<std::byte> host(source.size() * element, std::byte{0});
-  for (size_t s = 0; s < source.size(); ++s) {
-    if (source[s] >= 0)
-      std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(source[s] * element), element,
-                  host.begin() + static_cast<std::ptrdiff_t>(s * element));
-  }
-  return upload(host.data(), host.size());
-}
 
 DeviceHyb device_hyb(const sparse::CsrGraph& g, const std::vector<std::byte>& values, DType dtype,
                      int c, int k) {
@@ -184,61 +94,6 @@ DeviceHyb device_hyb(const sparse::CsrGraph& g, const std::vector<std::byte>& va
   d.rest_columns = ints(d.layout.rest_columns);
   d.rest_values = gathered(d.layout.rest_source, values, dtype);
   return d;
-}
-
-struct Timing {
-  double graph_us = 0, eager_us = 0, host_us = 0;
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// GPU time of `call` replayed from a CUDA graph, eager GPU time, and the host time of an enqueue.
-Timing time_call(cuda::Stream stream, const std::function<void()>& call) {
-  for (int i = 0; i < kWarmup; ++i) call();
-  cuda::stream_synchronize(stream);
-  Timing t;
-  std::vector<double> eager, host;
-  for (int i = 0; i < kIterations; ++i) {
-    cuda::Event start(true), stop(true);
-    start.record(stream);
-    const auto h0 = std::chrono::steady_clock::now();
-    call();
-    const auto h1 = std::chrono::steady_clock::now();
-    stop.record(stream);
-    stop.synchronize();
-    eager.push_back(1e3 * stop.elapsed_ms_since(start));
-    host.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count());
-  }
-  t.eager_us = median(eager);
-  t.host_us = median(host);
-  const cuda::Graph graph(stream, call);
-  std::vector<double> replay;
-  for (int i = 0; i < kIterations + kWarmup; ++i) {
-    cuda::Event start(true), stop(true);
-    start.record(stream);
-    graph.launch(stream);
-    stop.record(stream);
-    stop.synchronize();
-    if (i >= kWarmup) replay.push_back(1e3 * stop.elapsed_ms_since(start));
-  }
-  t.graph_us = median(replay);
-  return t;
-}
-
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) parts.push_back(part);
-  return parts;
-}
-
-std::string cell(const Timing& t) {
-  char text[96];
-  std::snprintf(text, sizeof(text), "%.1f / %.1f / %.1f", t.graph_us, t.eager_us, t.host_us);
-  return text;
 }
 
 }  // namespace
@@ -334,35 +189,7 @@ int run(int argc, char** argv) {
       const Timing flare_tuned =
           time_call(stream, [&] { sparse::spmm(a, xv, yv, wv, stream, tuning.schedule); });
       const bool spmm_ok = all_finite(y, n * d, dtype);
-      Timing best{};
-      const char* best_alg = "none ran";
-      const std::pair<cusparseSpMMAlg_t, const char*> algs[] = {{CUSPARSE_SPMM_CSR_ALG1, "alg1"},
-                                                                {CUSPARSE_SPMM_CSR_ALG2, "alg2"},
-                                                                {CUSPARSE_SPMM_CSR_ALG3, "alg3"}};
-      for (const auto& [alg, alg_name] : algs) {
-        size_t bytes = 0;
-        if (cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                    CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, ad, xd, &beta, yd,
-                                    CUDA_R_32F, alg, &bytes) != CUSPARSE_STATUS_SUCCESS) {
-          continue;
-        }
-        const cuda::DeviceBuffer buffer(std::max<size_t>(bytes, 16));
-        if (cusparseSpMM_preprocess(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                    CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, ad, xd, &beta, yd,
-                                    CUDA_R_32F, alg, buffer.data()) != CUSPARSE_STATUS_SUCCESS) {
-          continue;
-        }
-        const Timing t = time_call(stream, [&] {
-          check_cusparse(cusparseSpMM(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                      CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, ad, xd, &beta, yd,
-                                      CUDA_R_32F, alg, buffer.data()),
-                         "cusparseSpMM");
-        });
-        if (best.graph_us == 0 || t.graph_us < best.graph_us) {
-          best = t;
-          best_alg = alg_name;
-        }
-      }
+      const auto [best, best_alg] = best_spmm(handle, ad, xd, yd, stream, csr_spmm_algorithms());
       std::printf("| spmm%s | %s | %lld | %s | %s (%s) | %.2f |\n", spmm_ok ? "" : " (NOT FINITE)",
                   label.c_str(), static_cast<long long>(d), cell(flare_spmm).c_str(),
                   cell(best).c_str(), best_alg,

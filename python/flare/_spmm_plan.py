@@ -21,24 +21,24 @@ def _host_array(x, dtype):
     return np.ascontiguousarray(x, dtype=dtype)
 
 
-class _DeviceHyb:
-    """hyb(c, k) of A on the GPU (flare/sparse/hyb_gpu.h): the layout built on the host, its
-    index arrays on `device`, and per dtype its values gathered from A's by source."""
+class _DeviceLayout:
+    """A decomposition on the GPU (flare/sparse/hyb_gpu.h, bsr_gpu.h): its layout, built on the
+    host, with the layout's index arrays on `device` and, per dtype, its value arrays gathered
+    from A's values by the layout's source arrays (`sources`: value array name -> source array
+    name; -1 gives 0)."""
 
-    def __init__(self, rows, cols, arrays, device, c, k):
+    def __init__(self, layout, device, sources):
         torch = torch_module()
-        indptr, indices = (_host_array(x, np.int32) for x in arrays[:2])
-        self.layout = _flare.sparse_hyb_gpu_layout(rows, cols, arg(indptr), arg(indices), int(c),
-                                                   int(k))
-        raw = self.layout.arrays()
+        self.layout = layout
+        raw = layout.arrays()
 
         def on_device(name, dtype):
             host = np.frombuffer(raw[name], dtype=dtype).copy()
             return torch.from_numpy(host).to(device)
 
-        self.arrays = {name: on_device(name, np.int32) for name in (
-            "ell_rows", "ell_columns", "rest_rows", "rest_indptr", "rest_columns")}
-        self._sources = (on_device("ell_source", np.int64), on_device("rest_source", np.int64))
+        self.arrays = {name: on_device(name, np.int32) for name in raw
+                       if name not in sources.values()}
+        self._sources = {value: on_device(source, np.int64) for value, source in sources.items()}
         self._values = {}
 
     def arrays_for(self, values):
@@ -46,17 +46,32 @@ class _DeviceHyb:
         key = values.dtype
         if key not in self._values:
             torch = torch_module()
-            gathered = []
-            for source in self._sources:
+            gathered = {}
+            for name, source in self._sources.items():
                 if values.numel() == 0:
-                    gathered.append(torch.zeros(source.shape, dtype=values.dtype,
-                                                device=values.device))
+                    gathered[name] = torch.zeros(source.shape, dtype=values.dtype,
+                                                 device=values.device)
                 else:
                     picked = values[source.clamp(min=0)]
-                    gathered.append(torch.where(source >= 0, picked, torch.zeros_like(picked)))
-            self._values[key] = {**self.arrays, "ell_values": gathered[0].contiguous(),
-                                 "rest_values": gathered[1].contiguous()}
+                    gathered[name] = torch.where(source >= 0, picked,
+                                                 torch.zeros_like(picked)).contiguous()
+            self._values[key] = {**self.arrays, **gathered}
         return self._values[key]
+
+
+def _device_hyb(rows, cols, arrays, device, c, k):
+    indptr, indices = (_host_array(x, np.int32) for x in arrays[:2])
+    layout = _flare.sparse_hyb_gpu_layout(rows, cols, arg(indptr), arg(indices), int(c), int(k))
+    return _DeviceLayout(layout, device, {"ell_values": "ell_source",
+                                          "rest_values": "rest_source"})
+
+
+def _device_bsr(rows, cols, arrays, device, min_fill):
+    indptr, indices = (_host_array(x, np.int32) for x in arrays[:2])
+    layout = _flare.sparse_bsr_gpu_layout(rows, cols, arg(indptr), arg(indices),
+                                          arg(_host_array(arrays[2], np.float32)),
+                                          float(min_fill))
+    return _DeviceLayout(layout, device, {"values": "source", "rest_values": "rest_source"})
 
 
 class SpmmPlan:
@@ -76,6 +91,10 @@ class SpmmPlan:
         validates A; per column partition one launch over its ELL buckets plus its CSR
         remainder; 16-bit results rounded once per partition; schedules: feature tiles, slots
         an ELL warp takes);
+      "bsr": blocks of 16 x 16 holding at least `bsr_min_fill` of their slots on tensor cores,
+        the other nonzeros through a CSR remainder (flare/sparse/bsr_gpu.h: float16 / bfloat16
+        X, d a multiple of 32, X and out 16-byte aligned; decomposed on the host here; no
+        schedule to tune);
       "auto": the first run of each (d, dtype) tunes "csr" and each hyb of `auto_hyb` (default
         AUTO_HYB: their decompositions built then, on the host: up to about a second each for
         23M nonzeros) and keeps the fastest (format_timings_us in schedule()), the choice
@@ -84,14 +103,15 @@ class SpmmPlan:
         tune=False, "csr" with its default schedule."""
 
     def __init__(self, A, device=None, shape=None, tune=True, cache=True, format="csr",
-                 hyb=(1, 5), auto_hyb=AUTO_HYB, where="flare.sparse.SpmmPlan"):
+                 hyb=(1, 5), auto_hyb=AUTO_HYB, bsr_min_fill=0.5, where="flare.sparse.SpmmPlan"):
         torch = torch_module()
         self.device = torch.device(device) if device is not None else torch.device(
             "cuda", torch.cuda.current_device())
         if self.device.type != "cuda":
             raise ValueError(f"{where}: device must be a CUDA device, got {self.device}")
-        if format not in ("csr", "hyb", "auto"):
-            raise ValueError(f"{where}: format must be 'csr', 'hyb' or 'auto', got {format!r}")
+        if format not in ("csr", "hyb", "bsr", "auto"):
+            raise ValueError(f"{where}: format must be 'csr', 'hyb', 'bsr' or 'auto', got "
+                             f"{format!r}")
         rows, cols, arrays, _ = _csr_arrays(A, shape, where)
         if arrays[2] is None:
             raise ValueError(f"{where}: A needs values")
@@ -100,12 +120,14 @@ class SpmmPlan:
         self.tune, self.cache = bool(tune), bool(cache)
         self._arrays = arrays  # for the decompositions format="auto" builds at its first run
         # The formats this plan runs: "csr" and (c, k) of each hyb.
-        self._formats = {"csr": ["csr"], "hyb": [tuple(int(v) for v in hyb)],
+        self._formats = {"csr": ["csr"], "hyb": [tuple(int(v) for v in hyb)], "bsr": ["bsr"],
                          "auto": ["csr"] + [tuple(int(v) for v in h) for h in auto_hyb]}[format]
         self._hybs = {}
         if format == "hyb":
-            self._hybs[self._formats[0]] = _DeviceHyb(self.rows, self.cols, arrays, self.device,
-                                                      *self._formats[0])
+            self._hybs[self._formats[0]] = _device_hyb(self.rows, self.cols, arrays, self.device,
+                                                       *self._formats[0])
+        self._bsr = (_device_bsr(self.rows, self.cols, arrays, self.device, bsr_min_fill)
+                     if format == "bsr" else None)
         self._indptr, self._indices = (
             torch.as_tensor(x).to(device=self.device, dtype=torch.int32).contiguous()
             for x in arrays[:2])
@@ -223,6 +245,16 @@ class SpmmPlan:
         d = x.shape[1]
         key = (name, d, x.dtype)
         workspace = self._workspaces.get((name, d))
+        if name == "bsr":  # one schedule: nothing to tune
+            if workspace is None:
+                workspace = self._workspaces[(name, d)] = torch.empty(
+                    max(self._bsr.layout.workspace_bytes(d), 16), dtype=torch.uint8,
+                    device=self.device)
+            self._schedules.setdefault(key, {"format": "bsr", "blocks": self._bsr.layout.blocks,
+                                             "padding_ratio": self._bsr.layout.padding_ratio})
+            _flare.sparse_spmm_bsr_cuda(self._bsr.layout, self._bsr.arrays_for(values), x, out,
+                                        workspace)
+            return
         if name == "csr":
             if workspace is None:  # torch's caching allocator: a later graph keeps it
                 workspace = self._workspaces[(name, d)] = torch.empty(
@@ -236,8 +268,8 @@ class SpmmPlan:
         else:
             hyb = self._hybs.get(name)
             if hyb is None:
-                hyb = self._hybs[name] = _DeviceHyb(self.rows, self.cols, self._arrays,
-                                                    self.device, *name)
+                hyb = self._hybs[name] = _device_hyb(self.rows, self.cols, self._arrays,
+                                                     self.device, *name)
             if workspace is None:
                 workspace = self._workspaces[(name, d)] = torch.empty(
                     max(hyb.layout.workspace_bytes(d), 16), dtype=torch.uint8,
@@ -265,9 +297,9 @@ class SpmmPlan:
 
 
 def _format_name(name):
-    return "csr" if name == "csr" else f"hyb({name[0]}, {name[1]})"
+    return name if isinstance(name, str) else f"hyb({name[0]}, {name[1]})"
 
 
 def _format_file_name(name):
     """A format as the disk cache stores it (flare/sparse/spmm_tune.h's read_spmm_format)."""
-    return "csr" if name == "csr" else f"hyb:{name[0]}:{name[1]}"
+    return name if isinstance(name, str) else f"hyb:{name[0]}:{name[1]}"

@@ -11,6 +11,7 @@
 
 #include "bindings.h"
 #include "flare/core/error.h"
+#include "flare/sparse/bsr_gpu.h"
 #include "flare/sparse/coo.h"
 #include "flare/sparse/csr.h"
 #include "flare/sparse/ell.h"
@@ -144,6 +145,23 @@ nb::dict tuning_dict(const Tuning& tuning, const char* second) {
   out["search_ms"] = tuning.search_ms;
   out["timings_us"] = timings;
   return out;
+}
+
+// A BSR decomposition on the device: `layout` and its arrays (CUDA torch tensors) by name.
+sparse::BsrGpu device_bsr_of(const sparse::BsrGpuLayout& layout, const nb::dict& arrays) {
+  const auto array = [&arrays](const char* name) {
+    FLARE_CHECK(arrays.contains(name), ErrorCode::kInvalidArgument,
+                "flare.sparse: the bsr arrays lack '", name, "'");
+    return object_view(arrays[name], name);
+  };
+  return {&layout,
+          array("indptr"),
+          array("block_col"),
+          array("values"),
+          array("rest_rows"),
+          array("rest_indptr"),
+          array("rest_columns"),
+          array("rest_values")};
 }
 
 // A vector's bytes (native order): numpy views them without a list.
@@ -362,6 +380,44 @@ void bind_sparse(nb::module_& m) {
       nb::arg("use_cache") = true,
       "Times the hyb schedules on the device (flare/sparse/spmm_tune.h), y <- A x by the chosen "
       "one; returns it with the search's figures. Synchronizes.");
+  nb::class_<sparse::BsrGpuLayout>(
+      m, "BsrGpuLayout", "flare::sparse::BsrGpuLayout (internal: BSR 16x16 + CSR for the GPU).")
+      .def_prop_ro("padding_ratio", &sparse::BsrGpuLayout::padding_ratio)
+      .def_prop_ro("blocks", &sparse::BsrGpuLayout::blocks)
+      .def(
+          "arrays",
+          [](const sparse::BsrGpuLayout& l) {
+            nb::dict out;  // int32 bytes; the sources int64 (-1 for padding)
+            out["indptr"] = bytes_of(l.indptr);
+            out["block_col"] = bytes_of(l.block_col);
+            out["source"] = bytes_of(l.source);
+            out["rest_rows"] = bytes_of(l.rest_rows);
+            out["rest_indptr"] = bytes_of(l.rest_indptr);
+            out["rest_columns"] = bytes_of(l.rest_columns);
+            out["rest_source"] = bytes_of(l.rest_source);
+            return out;
+          },
+          "The device arrays' contents as native-order bytes.")
+      .def("workspace_bytes", &sparse::bsr_spmm_workspace_bytes, nb::arg("d"));
+  m.def(
+      "sparse_bsr_gpu_layout",
+      [](int64_t rows, int64_t cols, const TensorArg& indptr, const TensorArg& indices,
+         const TensorArg& values, double min_fill) {
+        return sparse::bsr_gpu_layout(csr_of(rows, cols, indptr, indices, values), min_fill);
+      },
+      nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
+      nb::arg("min_fill"),
+      "The device layout of BSR 16x16 + CSR remainder (flare/sparse/bsr_gpu.h), on the host.");
+  m.def(
+      "sparse_spmm_bsr_cuda",
+      [](const sparse::BsrGpuLayout& layout, const nb::dict& arrays, nb::handle x, nb::handle y,
+         nb::handle workspace) {
+        const TensorView x_view = cuda_operand(x, "X", "flare.sparse.spmm");
+        sparse::spmm(device_bsr_of(layout, arrays), x_view, object_view(y, "y"),
+                     object_view(workspace, "workspace"), stream_of(x_view));
+      },
+      nb::arg("layout"), nb::arg("arrays"), nb::arg("x"), nb::arg("y"), nb::arg("workspace"),
+      "y <- A x over BSR + CSR remainder with tensor cores (CUDA torch tensors, torch's stream).");
   m.def(
       "sparse_csr_structure_hash",
       [](int64_t rows, int64_t cols, nb::handle indptr, nb::handle indices) {

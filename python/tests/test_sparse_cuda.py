@@ -160,7 +160,7 @@ def test_spmm_over_hyb_replays_in_a_cuda_graph_and_checks_a():
                                rtol=1e-4)
     assert untuned.schedule(128, torch.float32) == {"format": "hyb(2, 3)", "feature_tile": 128,
                                                      "slots_per_warp": 128}
-    with pytest.raises(ValueError, match="format must be 'csr', 'hyb' or 'auto', got 'ell'"):
+    with pytest.raises(ValueError, match="format must be 'csr', 'hyb', 'bsr' or 'auto', got 'ell'"):
         flare.sparse.SpmmPlan(a, device=DEVICE, format="ell")
     # The decomposition is built on the host, which validates A: an unsorted row raises.
     indptr = torch.tensor([0, 2], dtype=torch.int32)
@@ -201,6 +201,40 @@ def test_format_auto_times_csr_and_each_hyb_then_keeps_the_fastest(tmp_path, mon
         cached = again.schedule(d, torch.float32)
         assert cached["format"] == chosen["format"] and cached["format_from_cache"]
         assert len(again._hybs) == (0 if chosen["format"] == "csr" else 1)
+
+
+def block_structured(rows, cols, block_share, seed):
+    """rows x cols with block_share of its 16 x 16 block positions 80% full, about 1% of the
+    other entries set, as a torch sparse CSR tensor."""
+    g = torch.Generator().manual_seed(seed)
+    blocks = torch.rand((rows + 15) // 16, (cols + 15) // 16, generator=g) < block_share
+    dense_blocks = blocks.repeat_interleave(16, 0).repeat_interleave(16, 1)[:rows, :cols]
+    keep = torch.rand(rows, cols, generator=g) < torch.where(dense_blocks, 0.8, 0.01)
+    return (torch.randn(rows, cols, generator=g) * keep).to_sparse_csr()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_spmm_over_bsr_blocks_on_tensor_cores(dtype):
+    a = block_structured(300, 257, 0.3, seed=7)
+    plan = flare.sparse.SpmmPlan(a, device=DEVICE, format="bsr", bsr_min_fill=0.5)
+    for d in (32, 128, 512):
+        x = torch.randn(257, d, device=DEVICE, dtype=dtype)
+        y = plan.run(x)
+        assert y.dtype == dtype and y.shape == (300, d)
+        want = expected(a.to(dtype), x)
+        magnitude = torch.sparse_csr_tensor(a.crow_indices(), a.col_indices(),
+                                            a.values().to(dtype).abs(), a.shape)
+        # The block kernel's 16-bit Y, then the remainder's rounding: two, each at most the
+        # row's L1 sum in the dtype's unit roundoff.
+        unit = 2 ** -8 if dtype == torch.bfloat16 else 2 ** -11
+        l1 = expected(magnitude, x.abs())
+        assert ((y.cpu().double() - want).abs() <= 2 * unit * l1 + 1e-6).all()
+    chosen = plan.schedule(128, dtype)
+    assert chosen["format"] == "bsr" and chosen["blocks"] > 0
+    with pytest.raises(NotImplementedError, match="takes float16 or bfloat16 x, got float32"):
+        plan.run(torch.randn(257, 32, device=DEVICE))
+    with pytest.raises(NotImplementedError, match="positive multiples of 32, got 16"):
+        plan.run(torch.randn(257, 16, device=DEVICE, dtype=dtype))
 
 
 def test_spmm_on_a_power_law_graph_with_a_strided_x():

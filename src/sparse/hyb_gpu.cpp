@@ -228,24 +228,17 @@ void launch_buckets(const TileLaunch& t, const HybGpuLayout::Partition& part, bo
 
 // A partition's remainder through the merge-path pair, its rows mapped to Y's.
 void launch_remainder(const TileLaunch& t, const HybGpuLayout::Remainder& r, bool accumulate,
-                      int64_t tile, cuda::Function chunks, cuda::Function carries) {
+                      cuda::Function chunks, cuda::Function carries) {
   const HybGpuLayout& layout = *t.a.layout;
-  SpmmCsrParams c{};
-  c.indptr = t.a.rest_indptr.ptr<const int32_t>() + r.indptr_offset;
-  c.indices = t.a.rest_columns.ptr<const int32_t>() + r.nnz_offset;
-  c.values = static_cast<const char*>(t.a.rest_values.data) +
-             r.nnz_offset * static_cast<int64_t>(dtype_bytes(t.x.dtype));
-  c.x = t.x.data;
-  c.y = t.y.data;
-  c.rows = r.rows;
-  c.cols = layout.cols;
-  c.nnz = layout.cols > 0 ? r.nnz : 0;
-  c.x_stride = t.x_stride;
-  c.y_stride = t.y_stride;
-  c.row_ids = t.a.rest_rows.ptr<const int32_t>() + r.row_offset;
-  c.y_rows = layout.rows;
-  c.accumulate = accumulate ? 1 : 0;
-  spmm_launch::launch_csr(c, t.workspace, remainder_schedule(tile), chunks, carries, t.stream);
+  const spmm_launch::MappedCsr m{t.a.rest_indptr.ptr<const int32_t>() + r.indptr_offset,
+                                 t.a.rest_columns.ptr<const int32_t>() + r.nnz_offset,
+                                 static_cast<const char*>(t.a.rest_values.data) +
+                                     r.nnz_offset * static_cast<int64_t>(dtype_bytes(t.x.dtype)),
+                                 t.a.rest_rows.ptr<const int32_t>() + r.row_offset,
+                                 r.rows,
+                                 r.nnz};
+  spmm_launch::launch_mapped_csr(m, layout.cols, layout.rows, t.x, t.y, t.x_stride, t.y_stride,
+                                 accumulate, t.workspace, chunks, carries, t.stream);
 }
 
 }  // namespace
@@ -281,7 +274,7 @@ void spmm(const HybGpu& a, const TensorView& x, const TensorView& y, const Tenso
       const HybGpuLayout::Partition& part = layout.partitions[p];
       if (!part.buckets.empty()) launch_buckets(launch, part, p > 0, log2_slots, kernels[0]);
       if (part.remainder.rows > 0)
-        launch_remainder(launch, part.remainder, p > 0, tile, kernels[1], kernels[2]);
+        launch_remainder(launch, part.remainder, p > 0, kernels[1], kernels[2]);
     }
   }
 }

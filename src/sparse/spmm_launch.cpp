@@ -41,6 +41,28 @@ void launch_csr(SpmmCsrParams& p, void* workspace, const SpmmSchedule& schedule,
   cuda::launch(carries, blocks, 1, 1, kSpmmThreads, 1, 1, 0, stream, args);
 }
 
+void launch_mapped_csr(const MappedCsr& m, int64_t cols, int64_t y_rows, const TensorView& x_tile,
+                       const TensorView& y_tile, int64_t x_stride, int64_t y_stride,
+                       bool accumulate, void* workspace, cuda::Function chunks,
+                       cuda::Function carries, cuda::Stream stream) {
+  SpmmCsrParams c{};
+  c.indptr = m.indptr;
+  c.indices = m.indices;
+  c.values = m.values;
+  c.x = x_tile.data;
+  c.y = y_tile.data;
+  c.rows = m.rows;
+  c.cols = cols;
+  c.nnz = cols > 0 ? m.nnz : 0;  // without columns no nonzero may read X
+  c.x_stride = x_stride;
+  c.y_stride = y_stride;
+  c.row_ids = m.row_ids;
+  c.y_rows = y_rows;
+  c.accumulate = accumulate ? 1 : 0;
+  const int64_t tile = x_tile.shape[1];
+  launch_csr(c, workspace, {tile, spmm_chunk_items(tile)}, chunks, carries, stream);
+}
+
 namespace {
 
 struct KeyHash {

@@ -37,9 +37,28 @@ inline TensorView column_tile(const TensorView& t, int64_t first, int64_t tile) 
 void launch_csr(SpmmCsrParams& p, void* workspace, const SpmmSchedule& schedule,
                 cuda::Function chunks, cuda::Function carries, cuda::Stream stream);
 
+// A CSR sub-matrix of a decomposition (hyb's or BSR's remainder) whose row i is Y's row
+// row_ids[i]: its arrays on the device (indptr from 0, indices and values from its first nonzero).
+struct MappedCsr {
+  const int32_t* indptr;
+  const int32_t* indices;
+  const void* values;
+  const int32_t* row_ids;
+  int64_t rows;
+  int64_t nnz;
+};
+
+// One feature tile of y (+)= M x through the mapped merge-path pair (spmm_hyb_kernel_spec's
+// flare_spmm_csr / flare_spmm_csr_carries) at chunk spmm_chunk_items(tile): x_tile [cols, tile]
+// and y_tile [y_rows, tile] with their row strides; accumulate adds to Y's rows.
+void launch_mapped_csr(const MappedCsr& m, int64_t cols, int64_t y_rows, const TensorView& x_tile,
+                       const TensorView& y_tile, int64_t x_stride, int64_t y_stride,
+                       bool accumulate, void* workspace, cuda::Function chunks,
+                       cuda::Function carries, cuda::Stream stream);
+
 // A sparse kernel configuration: its family and the numbers its spec is made of.
 struct KernelKey {
-  enum Family { kCsr, kHyb, kSddmm } family;
+  enum Family { kCsr, kHyb, kSddmm, kBsr } family;
   int features;
   int vec;
   DType dtype;

@@ -36,13 +36,6 @@ struct DeviceHyb {
   }
 };
 
-DeviceCopy gathered(const std::vector<int64_t>& source, const HostTensor& values) {
-  HostTensor out(values.dtype(), {static_cast<int64_t>(source.size())});
-  for (size_t s = 0; s < source.size(); ++s)
-    out.set(static_cast<int64_t>(s), source[s] >= 0 ? values.get(source[s]) : 0.0);
-  return to_device(out);
-}
-
 DeviceHyb upload(sparse::HybGpuLayout layout, const HostTensor& values) {
   DeviceHyb d;
   d.ell_rows = to_device(int32_tensor(layout.ell_rows));

@@ -165,6 +165,15 @@ inline void check_spmm(const sparse::CsrStorage& a, const sparse::CsrStorage& re
   EXPECT_LE(worst, 1.0) << worst_at;
 }
 
+// values[source[s]] (0 where source is -1) on the device, in values' dtype: a decomposition's
+// slots.
+inline DeviceCopy gathered(const std::vector<int64_t>& source, const HostTensor& values) {
+  HostTensor out(values.dtype(), {static_cast<int64_t>(source.size())});
+  for (size_t s = 0; s < source.size(); ++s)
+    out.set(static_cast<int64_t>(s), source[s] >= 0 ? values.get(source[s]) : 0.0);
+  return to_device(out);
+}
+
 // A matrix whose rows hold `lengths` nonzeros each (columns 0, 1, ...), normal values.
 inline sparse::CsrStorage rows_of_lengths(const std::vector<int64_t>& lengths, int64_t cols,
                                           uint64_t seed) {
