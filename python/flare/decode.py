@@ -14,9 +14,10 @@ import functools
 import numpy as np
 
 from . import _flare, _flashinfer_jit
+from ._multi_token_decode import MultiTokenDecode, check_q_len_per_req
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
                     check_pos_encoding_mode, make_params, pdl_flag, scale_or_one,
-                    unsupported, ResolvedConfigs)
+                    ResolvedConfigs)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, index_on_device,
@@ -75,7 +76,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
     float16 / bfloat16 type, and fp8 KV with either q, through the tensor-core loop of the
     decode kernel (mma.sync; faster at large head groups); mixed float16 / bfloat16 pairs run
     on CUDA cores. Both loops fuse the query heads of a KV head; their results differ by
-    rounding. validate=True (or FLARE_VALIDATE=1) checks every page id on the host before each
+    rounding. With use_tensor_cores=True, plan(q_len_per_req=n > 1) takes n query tokens per
+    request (speculative-decoding verification: q [batch * n, H_qo, D], causal within a
+    request's rows) and backend="fa3" runs on the Hopper family: both, as in FlashInfer, through
+    the paged prefill kernels (flare/_multi_token_decode.py). validate=True (or FLARE_VALIDATE=1) checks every page id on the host before each
     run() (a synchronizing debug mode); otherwise out-of-range ids are skipped by the kernel and
     check() raises for them.
     """
@@ -85,7 +89,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
                  paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
                  backend="auto", jit_args=None, validate=None):
         self._cuda = is_cuda(float_workspace_buffer)
-        check_backend(_WRAPPER, backend, self._cuda, families=("fa2",))
+        # fa3: FlashInfer's tensor-core decode on its Hopper prefill kernels (flare's likewise).
+        check_backend(_WRAPPER, backend, self._cuda,
+                      families=("fa2", "fa3") if use_tensor_cores else ("fa2",))
+        self._backend = backend
         # FlashInfer's customized module (gen_customize_batch_decode_module's arguments): its
         # variant is what plan() compiles, its extra arguments come positionally to run().
         self._jit_module = _flashinfer_jit.wrapper_module("batch_decode", backend, jit_args)
@@ -123,6 +130,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._resolved = ResolvedConfigs()  # plan()'s configuration arguments -> _resolve()
         self._graph_key = None
         self._planned = None
+        # The paged prefill behind q_len_per_req > 1 and backend="fa3" plans (MultiTokenDecode),
+        # created at the first of them; set while the last plan() was one of them.
+        self._multi = None
+        self._multi_planned = None
+        self._graph_q_len = None  # a use_cuda_graph wrapper's q_len_per_req, fixed by plan()
+        self._planned_once = False  # a plan() succeeded (fast_decode_plan's prior plan)
         # GPU run(): (decoder, page ids on the device, out shape, lse shape), set by plan().
         self._gpu = None
 
@@ -138,7 +151,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
              page_size, pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None,
              q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
              rope_scale=None, rope_theta=None, non_blocking=True, fixed_split_size=None,
-             disable_split_kv=False, o_data_type=None, variant=None):
+             disable_split_kv=False, o_data_type=None, variant=None, q_len_per_req=1):
         """Schedules one decode step on host-side lengths.
 
         indptr and last_page_len are read on the host: pass CPU tensors (as serving loops
@@ -149,8 +162,31 @@ class BatchDecodeWithPagedKVCacheWrapper:
         lse are then bitwise identical alone or in any batch (batch invariance). variant: a
         flare.AttentionVariant compiled in place of the built-in terms (pos_encoding_mode,
         window_left and logits_soft_cap must then stay off); its scalars go to run().
+        q_len_per_req > 1 (use_tensor_cores=True, not fa3): that many query tokens per request,
+        every request's KV holding at least that many; a use_cuda_graph wrapper keeps the value
+        of its first plan().
         """
+        q_len = check_q_len_per_req(f"{_WRAPPER}.plan", q_len_per_req, self._use_tensor_cores,
+                                    self._backend)
+        if self._use_cuda_graph:
+            if self._graph_q_len is not None and q_len != self._graph_q_len:
+                raise ValueError(
+                    f"{_WRAPPER}.plan: q_len_per_req is part of the frozen CUDA-graph shape: "
+                    f"this wrapper was planned with {self._graph_q_len}, got {q_len}; use a "
+                    "separate wrapper per q_len_per_req")
         variant = _flashinfer_jit.plan_variant(f"{_WRAPPER}.plan", self._jit_module, variant)
+        if q_len > 1 or self._backend == "fa3":
+            self._plan_multi_token(q_len, indptr, indices, last_page_len, num_qo_heads,
+                                   num_kv_heads, head_dim, page_size, q_data_type, kv_data_type,
+                                   data_type, non_blocking, variant,
+                                   dict(pos_encoding_mode=pos_encoding_mode,
+                                        window_left=window_left, logits_soft_cap=logits_soft_cap,
+                                        sm_scale=sm_scale, rope_scale=rope_scale,
+                                        rope_theta=rope_theta, fixed_split_size=fixed_split_size,
+                                        disable_split_kv=disable_split_kv,
+                                        o_data_type=o_data_type))
+            return
+        self._multi_planned = None
         signature = (num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode,
                      window_left, logits_soft_cap, q_data_type, kv_data_type, data_type,
                      sm_scale, rope_scale, rope_theta, fixed_split_size, disable_split_kv,
@@ -185,6 +221,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                          params_kwargs=params_kwargs, fixed_split_size=fixed_split_size,
                          disable_split_kv=disable_split_kv),
             tables=(indptr_host, host_int32(indices, "indices"), last_host))
+        self._planned_once = True
 
     def _resolve(self, signature, num_qo_heads, num_kv_heads, head_dim, page_size,
                  pos_encoding_mode, window_left, logits_soft_cap, q_data_type, kv_data_type,
@@ -256,11 +293,35 @@ class BatchDecodeWithPagedKVCacheWrapper:
         page_ids = self._device_indices(indices, indptr_host, last_host, non_blocking)
         if self._use_cuda_graph:
             self._graph_key = key
+            self._graph_q_len = 1
         self._planned = dict(batch=batch, q_dtype=q_dtype, kv_dtype=kv_dtype)
         self._gpu = (decoder, page_ids, (batch, num_qo_heads, head_dim), (batch, num_qo_heads),
                      variant)
+        self._planned_once = True
 
     begin_forward = plan
+
+    def _plan_multi_token(self, q_len, indptr, indices, last_page_len, num_qo_heads,
+                          num_kv_heads, head_dim, page_size, q_data_type, kv_data_type,
+                          data_type, non_blocking, variant, options):
+        self._gpu = None
+        self._planned = None
+        self._multi_planned = None
+        q_dtype, kv_dtype = _plan_dtypes(q_data_type, kv_data_type, data_type)
+        if self._multi is None:
+            graph_buffers = ((self._indptr_buf, self._indices_buf, self._last_page_len_buf)
+                             if self._use_cuda_graph else None)
+            # FlashInfer's tensor-core decode runs its fa2 prefill unless fa3 is named.
+            backend = self._backend if self._backend == "fa3" else "fa2" if self._cuda else "auto"
+            self._multi = MultiTokenDecode(self._workspace, self._kv_layout, backend,
+                                           self._validate, graph_buffers)
+        self._multi.plan(q_len, indptr, indices, last_page_len, num_qo_heads, num_kv_heads,
+                         head_dim, page_size, q_dtype=q_dtype, kv_dtype=kv_dtype,
+                         non_blocking=non_blocking, variant=variant, **options)
+        self._multi_planned = self._multi
+        self._planned_once = True
+        if self._use_cuda_graph:
+            self._graph_q_len = q_len
 
     def _device_indices(self, indices, indptr_host, last_host, non_blocking):
         """The page ids run() reads, on the device: the fixed buffer under CUDA graphs (the
@@ -282,8 +343,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
         return self._indices_buf
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None,
-            lse=None, return_lse=False, enable_pdl=None, lse_base="log2", **variant_kwargs):
-        """o [batch, H_qo, D] (and lse [batch, H_qo] float32 with return_lse) for the plan.
+            lse=None, return_lse=False, enable_pdl=None, lse_base="log2", q_len_per_req=None,
+            **variant_kwargs):
+        """o [batch, H_qo, D] (and lse [batch, H_qo] float32 with return_lse) for the plan
+        ([batch * q_len_per_req, ...] for a plan of several tokens per request; q_len_per_req
+        given here must be the plan's, FlashInfer's deprecated spelling).
 
         q_scale and k_scale multiply the logits, v_scale the output (fp8 calibration scales),
         inside the kernel. lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl: the
@@ -317,6 +381,17 @@ class BatchDecodeWithPagedKVCacheWrapper:
                         True if lse_base == "log2" else check_lse_base(lse_base),
                         True if enable_pdl is None else bool(enable_pdl), scalars, tensors)
             return (out, lse) if return_lse else out
+        multi = self._multi_planned
+        if multi is not None or q_len_per_req is not None:
+            planned_q_len = 1 if multi is None else multi.q_len
+            if q_len_per_req is not None and q_len_per_req != planned_q_len:
+                raise ValueError(f"{_WRAPPER}.run: q_len_per_req={q_len_per_req} but plan() used "
+                                 f"{planned_q_len}; re-plan with the matching q_len_per_req")
+            if multi is not None:
+                return multi.run(q, paged_kv_cache, args, dict(
+                    q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
+                    return_lse=return_lse, enable_pdl=enable_pdl, lse_base=lse_base,
+                    **variant_kwargs))
         if variant_kwargs:
             variant_arguments(f"{_WRAPPER}.run", None, variant_kwargs)  # raises
         planned = self._planned
@@ -359,6 +434,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         check(); clears it. Nothing to check on the CPU backend (it validates up front)."""
         for decoder in self._decoders.values():
             decoder.check(_WRAPPER, "indices")
+        if self._multi is not None:
+            self._multi.check()
 
 
 _single_decoders = _GpuDecoders()
@@ -393,11 +470,11 @@ def fast_decode_plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_
     wrapper)`): wrapper.plan() with the same arguments. FlashInfer's version skips copies its
     plan() makes; flare's plan() makes none of them (it reads the host lengths in place and puts
     only the page ids on the device), so the two are one. global_override_indptr_cpu, when
-    given, is the host copy of indptr that plan() reads. q_len_per_req other than 1 raises
-    NotImplementedError (one query token per request)."""
-    if q_len_per_req != 1:
-        unsupported("fast_decode_plan", "q_len_per_req", q_len_per_req,
-                    "decode runs one query token per request")
+    given, is the host copy of indptr that plan() reads. q_len_per_req > 1 needs a prior plan()
+    of the wrapper (FlashInfer's rule: that plan resolves the backend)."""
+    if q_len_per_req != 1 and not self._planned_once:
+        raise ValueError("fast_decode_plan with q_len_per_req > 1 needs a prior plan() of the "
+                         "wrapper (it resolves the backend, as in FlashInfer)")
     if global_override_indptr_cpu is not None:
         indptr = global_override_indptr_cpu
     dtypes = {} if q_data_type is None else {"q_data_type": q_data_type}  # else plan()'s default
@@ -408,7 +485,8 @@ def fast_decode_plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_
                     logits_soft_cap=logits_soft_cap, kv_data_type=kv_data_type,
                     data_type=data_type, sm_scale=sm_scale, rope_scale=rope_scale,
                     rope_theta=rope_theta, non_blocking=non_blocking,
-                    fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv, **dtypes)
+                    fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv,
+                    q_len_per_req=q_len_per_req, **dtypes)
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",

@@ -355,7 +355,8 @@ def test_fast_decode_plan_is_plan_and_reads_the_host_indptr_override():
     out = wrapper.run(q, cache.cache)
     expected, _ = decode_reference(cache, q)
     assert max_abs_error(out, expected) <= TOLERANCE[np.float32]
-    with pytest.raises(NotImplementedError, match="q_len_per_req"):
+    # Several tokens a request need the tensor-core path (FlashInfer's rule).
+    with pytest.raises(ValueError, match="q_len_per_req=2 needs use_tensor_cores=True"):
         flare.fast_decode_plan(wrapper, cache.indptr, cache.indices, cache.last_page_len, 8, 2,
                                64, 16, q_data_type="float32", q_len_per_req=2)
     # FlashInfer's idiom: the instance's plan replaced by fast_decode_plan bound to it.
@@ -364,6 +365,67 @@ def test_fast_decode_plan_is_plan_and_reads_the_host_indptr_override():
     patched.plan(cache.indptr, cache.indices, cache.last_page_len, 8, 2, 64, 16,
                  q_data_type="float32")
     assert max_abs_error(patched.run(q, cache.cache), expected) <= TOLERANCE[np.float32]
+
+
+@pytest.mark.parametrize("q_len", [2, 3])
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_decode_of_several_tokens_per_request_is_causal_within_the_request(q_len, layout):
+    kv_lens = [3, 40, 17, 64]
+    cache = PagedCache(kv_lens, 2, 64, 16, layout, seed=21)
+    q = np.random.default_rng(22).standard_normal(
+        (cache.batch * q_len, 8, 64)).astype(np.float32)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), layout, use_tensor_cores=True)
+    wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, 8, 2, 64, 16,
+                 q_data_type="float32", q_len_per_req=q_len)
+    out = np.full((cache.batch * q_len, 8, 64), np.nan, dtype=np.float32)
+    lse = np.full((cache.batch * q_len, 8), np.nan, dtype=np.float32)
+    wrapper.run(q, cache.cache, out=out, lse=lse, return_lse=True)
+    qo_indptr = np.arange(cache.batch + 1) * q_len
+    expected_o, expected_lse = reference_attention(q, cache.k, cache.v, qo_indptr,
+                                                   cache.kv_indptr, causal=True)
+    assert max_abs_error(out, expected_o) <= TOLERANCE[np.float32]
+    assert max_abs_error(lse, expected_lse) <= TOLERANCE[np.float32]
+    # FlashInfer's deprecated run(q_len_per_req=) must agree with the plan.
+    with pytest.raises(ValueError, match="q_len_per_req=1 but plan\\(\\) used"):
+        wrapper.run(q, cache.cache, q_len_per_req=1)
+    # A single-token plan of the same wrapper runs the decode loop again.
+    wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, 8, 2, 64, 16,
+                 q_data_type="float32")
+    single = wrapper.run(q[q_len - 1::q_len].copy(), cache.cache)
+    expected_single, _ = decode_reference(cache, q[q_len - 1::q_len])
+    assert max_abs_error(single, expected_single) <= TOLERANCE[np.float32]
+
+
+def test_several_tokens_per_request_errors_name_q_len_per_req():
+    cache = PagedCache([16, 16, 16, 16], 2, 64, 16, seed=23)
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    plan = functools.partial(wrapper.plan, cache.indptr, cache.indices, cache.last_page_len, 8,
+                             2, 64, 16, q_data_type="float32")
+    plan(q_len_per_req=2)
+    q = np.zeros((cache.batch * 3, 8, 64), np.float32)
+    with pytest.raises(ValueError, match="q must have batch \\* q_len_per_req = 4 \\* 2 = 8 rows"):
+        wrapper.run(q, cache.cache)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="q_len_per_req must be an int >= 1"):
+            plan(q_len_per_req=bad)
+    with pytest.raises(TypeError, match="q_len_per_req must be an int"):
+        plan(q_len_per_req="2")
+    # A request whose KV is shorter than its tokens: FlashInfer's "empty KV range".
+    short = PagedCache([16, 1, 16, 16], 2, 64, 16, seed=24)
+    with pytest.raises(ValueError, match="request 1 has kv_len=1: .*empty KV range"):
+        wrapper.plan(short.indptr, short.indices, short.last_page_len, 8, 2, 64, 16,
+                     q_data_type="float32", q_len_per_req=2)
+    cuda_cores = flare.BatchDecodeWithPagedKVCacheWrapper(workspace())
+    with pytest.raises(ValueError, match="needs use_tensor_cores=True"):
+        cuda_cores.plan(cache.indptr, cache.indices, cache.last_page_len, 8, 2, 64, 16,
+                        q_data_type="float32", q_len_per_req=2)
+    unplanned = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), use_tensor_cores=True)
+    with pytest.raises(ValueError, match="needs a prior plan\\(\\)"):
+        flare.fast_decode_plan(unplanned, cache.indptr, cache.indices, cache.last_page_len, 8, 2,
+                               64, 16, q_data_type="float32", q_len_per_req=2)
+    flare.fast_decode_plan(wrapper, cache.indptr, cache.indices, cache.last_page_len, 8, 2, 64,
+                           16, q_data_type="float32", q_len_per_req=2)
+    assert wrapper.run(np.zeros((8, 8, 64), np.float32), cache.cache).shape == (8, 8, 64)
 
 
 def test_run_return_lse_is_run_with_return_lse():
