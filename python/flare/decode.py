@@ -31,11 +31,13 @@ _ENGINE_NAMES = {"kv_indptr": "indptr", "kv_last_page_len": "last_page_len"}
 
 
 def _plan_dtypes(q_data_type, kv_data_type, data_type):
-    """flare's names of q's and the KV cache's dtypes from plan()'s arguments."""
-    if data_type is not None:  # FlashInfer's deprecated alias of q_data_type and kv_data_type
-        q_data_type = data_type
+    """flare's names of q's and the KV cache's dtypes from plan()'s arguments, as FlashInfer
+    resolves them: data_type (its deprecated alias) fills q_data_type and kv_data_type where they
+    were not given; q defaults to float16, the KV cache to q's dtype."""
+    if data_type is not None:
+        q_data_type = data_type if q_data_type is None else q_data_type
         kv_data_type = data_type if kv_data_type is None else kv_data_type
-    q_dtype = dtype_name(q_data_type)
+    q_dtype = dtype_name("float16" if q_data_type is None else q_data_type)
     return q_dtype, dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
 
 
@@ -149,7 +151,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
              page_size, pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None,
-             q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
+             q_data_type=None, kv_data_type=None, data_type=None, sm_scale=None,
              rope_scale=None, rope_theta=None, non_blocking=True, fixed_split_size=None,
              disable_split_kv=False, o_data_type=None, variant=None, q_len_per_req=1):
         """Schedules one decode step on host-side lengths.
@@ -477,16 +479,16 @@ def fast_decode_plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_
                          "wrapper (it resolves the backend, as in FlashInfer)")
     if global_override_indptr_cpu is not None:
         indptr = global_override_indptr_cpu
-    dtypes = {} if q_data_type is None else {"q_data_type": q_data_type}  # else plan()'s default
     # The class's plan(), not self.plan: FlashInfer's idiom `wrapper.plan =
     # partial(fast_decode_plan, wrapper)` replaces the instance's attribute with this function.
     type(self).plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
                     page_size, pos_encoding_mode=pos_encoding_mode, window_left=window_left,
-                    logits_soft_cap=logits_soft_cap, kv_data_type=kv_data_type,
+                    logits_soft_cap=logits_soft_cap, q_data_type=q_data_type,
+                    kv_data_type=kv_data_type,
                     data_type=data_type, sm_scale=sm_scale, rope_scale=rope_scale,
                     rope_theta=rope_theta, non_blocking=non_blocking,
                     fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv,
-                    q_len_per_req=q_len_per_req, **dtypes)
+                    q_len_per_req=q_len_per_req)
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",

@@ -428,6 +428,16 @@ def test_several_tokens_per_request_errors_name_q_len_per_req():
     assert wrapper.run(np.zeros((8, 8, 64), np.float32), cache.cache).shape == (8, 8, 64)
 
 
+def test_data_type_fills_only_the_dtypes_not_given_as_flashinfer_does():
+    from flare.decode import _plan_dtypes
+    assert _plan_dtypes(None, None, None) == ("float16", "float16")
+    assert _plan_dtypes("bfloat16", None, None) == ("bfloat16", "bfloat16")
+    assert _plan_dtypes(None, None, "bfloat16") == ("bfloat16", "bfloat16")
+    # FlashInfer's tests: plan(data_type=kv_dtype, q_data_type=q_dtype) with fp8 KV, fp16 q.
+    assert _plan_dtypes("float16", None, "float8_e4m3fn") == ("float16", "e4m3")
+    assert _plan_dtypes("float32", "float16", "bfloat16") == ("float32", "float16")
+
+
 def test_run_return_lse_is_run_with_return_lse():
     cache = PagedCache([9, 40], 2, 64, 16, seed=13)
     q = np.random.default_rng(14).standard_normal((cache.batch, 4, 64)).astype(np.float32)
