@@ -11,6 +11,7 @@ import functools
 import numpy as np
 
 from . import _flare, _flashinfer_jit
+from ._multi_item_mask import is_multi_item, multi_item_mask
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
                     check_pos_encoding_mode, scale_or_one, unsupported, ResolvedConfigs)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
@@ -28,10 +29,10 @@ def _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction):
                     "flare accumulates q.k in float32")
 
 
-def _check_mask_args(where, causal, custom_mask, packed_custom_mask):
-    if causal and (custom_mask is not None or packed_custom_mask is not None):
-        raise ValueError(f"{where}: causal=True and a custom mask exclude each other (FlashInfer "
-                         "ignores causal then; flare asks for one of them)")
+def _mask_causal(causal, custom_mask, packed_custom_mask):
+    """Whether the causal mask applies: FlashInfer's convention, a custom mask replaces it
+    (`causal` is read only without one)."""
+    return bool(causal) and custom_mask is None and packed_custom_mask is None
 
 
 class _PrefillWrapper:
@@ -81,12 +82,11 @@ class _PrefillWrapper:
         where = f"{self._name}.plan"
         _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
         variant = _flashinfer_jit.plan_variant(where, self._jit_module, variant)
-        _check_mask_args(where, causal, custom_mask, packed_custom_mask)
+        causal = _mask_causal(causal, custom_mask, packed_custom_mask)
         q_dtype = dtype_name(q_data_type)
         kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
         check_o_data_type(where, o_data_type, q_dtype)
-        variant = check_variant(where, variant, self._gpu is not None,
-                                causal and custom_mask is None and packed_custom_mask is None)
+        variant = check_variant(where, variant, self._gpu is not None, causal)
         head_dim_vo = head_dim_qk if head_dim_vo is None else head_dim_vo
         params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
                              logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
@@ -149,6 +149,18 @@ class _PrefillWrapper:
             raise engine_names(error, self._engine_names) from None
         self._dtypes = dtypes
         return True
+
+    def _multi_item(self, indptrs, page_size, custom_mask, packed_custom_mask, prefix_len_ptr,
+                    token_pos_in_items_ptr, token_pos_in_items_len):
+        """(custom_mask, packed_custom_mask, causal) of the multi-item arguments."""
+        where = f"{self._name}.plan"
+        if custom_mask is not None or packed_custom_mask is not None:
+            raise ValueError(f"{where}: the multi-item arguments (prefix_len_ptr, ...) describe "
+                             "a mask: pass them or a custom mask, not both")
+        qo_host = host_indptr(indptrs[0], self._names[0])
+        mask = multi_item_mask(where, qo_host, self._kv_len(indptrs, page_size), prefix_len_ptr,
+                               token_pos_in_items_ptr, token_pos_in_items_len)
+        return mask, None, False
 
     def _kv_len(self, indptrs, page_size):
         """KV tokens per request, on the host (numpy), from the caller's arrays."""
@@ -216,7 +228,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
              use_fp16_qk_reduction=False, sm_scale=None, window_left=-1, logits_soft_cap=None,
              rope_scale=None, rope_theta=None, q_data_type="float16", kv_data_type=None,
              non_blocking=True, fixed_split_size=None, disable_split_kv=False,
-             o_data_type=None, variant=None):
+             o_data_type=None, variant=None, prefix_len_ptr=None, token_pos_in_items_ptr=None,
+             token_pos_in_items_len=0, max_item_len_ptr=None):
         """Schedules one batch on host-side lengths.
 
         qo_indptr, paged_kv_indptr and paged_kv_last_page_len are read on the host: pass CPU
@@ -227,9 +240,16 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         output and lse bitwise identical alone or in any batch (fixed tiles and KV splits).
         variant: a flare.AttentionVariant compiled in place of the built-in terms (window_left,
         logits_soft_cap and pos_encoding_mode must then stay off; causal and custom masks
-        stay); its scalars go to run() as keyword arguments.
+        stay); its scalars go to run() as keyword arguments. A custom mask replaces causal (as in
+        FlashInfer). prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len and
+        max_item_len_ptr: FlashInfer's multi-item scoring, run as the custom mask they describe
+        (flare/_multi_item_mask.py; in place of causal and a custom mask).
         """
         indptrs = (qo_indptr, paged_kv_indptr, paged_kv_last_page_len)
+        if is_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr):
+            custom_mask, packed_custom_mask, causal = self._multi_item(
+                indptrs, page_size, custom_mask, packed_custom_mask, prefix_len_ptr,
+                token_pos_in_items_ptr, token_pos_in_items_len)
         tables = dict(qo_indptr_buf=qo_indptr, paged_kv_indptr_buf=paged_kv_indptr,
                       paged_kv_indices_buf=paged_kv_indices,
                       paged_kv_last_page_len_buf=paged_kv_last_page_len)
@@ -316,10 +336,17 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
              pos_encoding_mode="NONE", use_fp16_qk_reduction=False, window_left=-1,
              logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None,
              q_data_type="float16", kv_data_type=None, non_blocking=True,
-             fixed_split_size=None, disable_split_kv=False, o_data_type=None, variant=None):
+             fixed_split_size=None, disable_split_kv=False, o_data_type=None, variant=None,
+             prefix_len_ptr=None, token_pos_in_items_ptr=None, token_pos_in_items_len=0,
+             max_item_len_ptr=None):
         """Schedules one batch on host copies of qo_indptr and kv_indptr (see the paged
-        wrapper's plan() for when that synchronizes, and for variant)."""
+        wrapper's plan() for when that synchronizes, for variant, the custom mask and the
+        multi-item arguments)."""
         indptrs = (qo_indptr, kv_indptr, None)
+        if is_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr):
+            custom_mask, packed_custom_mask, causal = self._multi_item(
+                indptrs, 1, custom_mask, packed_custom_mask, prefix_len_ptr,
+                token_pos_in_items_ptr, token_pos_in_items_len)
         tables = dict(qo_indptr_buf=qo_indptr, kv_indptr_buf=kv_indptr)
         signature = (num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal,
                      pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
@@ -426,7 +453,7 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     check_backend(where, backend, is_cuda(q))
     check_kv_layout(kv_layout)
     _check_common_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
-    _check_mask_args(where, causal, custom_mask, packed_custom_mask)
+    causal = _mask_causal(causal, custom_mask, packed_custom_mask)
     base2 = check_lse_base(lse_base)
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
         raise ValueError(f"{where}: q, k, v must be 3-D, got shapes {tuple(q.shape)}, "
@@ -434,8 +461,7 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
                          logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
                          rope_scale=rope_scale, rope_theta=rope_theta)
-    variant = check_variant(where, variant, is_cuda(q),
-                            causal and custom_mask is None and packed_custom_mask is None)
+    variant = check_variant(where, variant, is_cuda(q), causal)
     variant_arguments(where, variant, variant_kwargs)  # names a missing or unknown one now
     if not is_cuda(q):
         out, lse = _single_cpu(where, q, k, v, kv_layout, params_kwargs, {}, custom_mask,

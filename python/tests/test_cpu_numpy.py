@@ -469,8 +469,11 @@ GRAPH_ARGUMENT_ERRORS = [
         workspace(), qo_indptr_buf=np.zeros(2, np.int32))),
     ("_buf arguments are for use_cuda_graph", lambda: flare.BatchPrefillWithPagedKVCacheWrapper(
         workspace(), custom_mask_buf=np.zeros(2, np.uint8))),
-    ("causal=True and a custom mask", lambda: plan_paged_prefill(
-        causal=True, custom_mask=np.ones(1, bool))),
+    ("pass them or a custom mask, not both", lambda: plan_paged_prefill(
+        custom_mask=np.ones(1, bool), prefix_len_ptr=np.zeros(1, np.uint32),
+        token_pos_in_items_ptr=np.zeros(1, np.uint16))),
+    ("needs prefix_len_ptr and token_pos_in_items_ptr", lambda: plan_paged_prefill(
+        max_item_len_ptr=np.zeros(1, np.uint16))),
 ]
 
 
@@ -478,6 +481,92 @@ GRAPH_ARGUMENT_ERRORS = [
 def test_prefill_argument_errors(message, call):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_a_custom_mask_replaces_causal_as_in_flashinfer():
+    qo_lens, kv_lens = [5, 9], [12, 9]
+    cache = PagedCache(kv_lens, 2, 64, 4, seed=31)
+    qo_indptr = np.array([0, 5, 14], np.int32)
+    q = np.random.default_rng(32).standard_normal((14, 4, 64)).astype(np.float32)
+    masks = [np.random.default_rng(33 + b).random((qo, kv)) < 0.6
+             for b, (qo, kv) in enumerate(zip(qo_lens, kv_lens))]
+    flat = np.concatenate([m.reshape(-1) for m in masks])
+    outs = []
+    for causal in (False, True):
+        wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(workspace())
+        wrapper.plan(qo_indptr, cache.indptr, cache.indices, cache.last_page_len, 4, 2, 64, 4,
+                     custom_mask=flat, causal=causal, q_data_type="float32")
+        outs.append(wrapper.run(q, cache.cache))
+    expected, _ = reference_attention(q, cache.k, cache.v, qo_indptr, cache.kv_indptr,
+                                      custom_mask=masks)
+    assert np.array_equal(outs[0], outs[1])
+    assert max_abs_error(outs[1], expected) <= TOLERANCE[np.float32]
+
+
+def multi_item_reference_mask(token_pos, prefix_len):
+    """FlashInfer's test's mask (create_2D_multi_item_mask_dense) for qo_len == kv_len -
+    prefix_len: groups split at delimiters (position 0), causal within a group, none to or
+    from delimiters, everything to the prefix."""
+    is_delimiter = np.asarray(token_pos) == 0
+    pos = np.arange(len(is_delimiter))
+    groups = np.cumsum(is_delimiter)
+    first = int(np.nonzero(is_delimiter)[0][0])
+    within = (groups[:, None] == groups[None, :]) & (pos[None, :] <= pos[:, None])
+    mask = ((within | ((pos >= first)[:, None] & (pos < first)[None, :]))
+            & ~is_delimiter[None, :] & ~is_delimiter[:, None])
+    return np.concatenate([np.ones((len(pos), prefix_len), bool), mask], axis=1)
+
+
+@pytest.mark.parametrize("paged", [True, False])
+def test_multi_item_scoring_is_flashinfers_mask(paged):
+    # FlashInfer's two cases (batch 1), then a batch of 2 with a stride of 40 entries.
+    cases = [(54, 37, [17], list(range(17)) + list(range(19)) + [0], 100),
+             (97, 81, [16], list(range(80)) + [0], 97),
+             (None, None, [5, 3], (list(range(4)) * 3 + [0]) + [0] * 27 + [0, 1, 2, 0, 1, 0]
+              + [0] * 34, 40)]
+    for kv_len, qo_len, prefix, token_pos, stride in cases:
+        if kv_len is None:  # request lengths of the batched case
+            kv_lens, qo_lens = [5 + 13, 3 + 6], [13, 6]
+        else:
+            kv_lens, qo_lens = [kv_len], [qo_len]
+        cache = PagedCache(kv_lens, 4, 64, 5, seed=len(token_pos))
+        qo_indptr = np.concatenate([[0], np.cumsum(qo_lens)]).astype(np.int32)
+        q = np.random.default_rng(41).standard_normal((qo_indptr[-1], 4, 64)).astype(np.float32)
+        items = dict(prefix_len_ptr=np.array(prefix, np.uint32),
+                     token_pos_in_items_ptr=np.array(token_pos, np.uint16),
+                     token_pos_in_items_len=stride, max_item_len_ptr=np.array([19], np.uint16))
+        if paged:
+            wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(workspace())
+            wrapper.plan(qo_indptr, cache.indptr, cache.indices, cache.last_page_len, 4, 4, 64,
+                         5, causal=True, q_data_type="float32", **items)
+            out = wrapper.run(q, cache.cache)
+        else:
+            wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+            wrapper.plan(qo_indptr, cache.kv_indptr.astype(np.int32), 4, 4, 64, causal=True,
+                         q_data_type="float32", **items)
+            out = wrapper.run(q, cache.k, cache.v)
+        masks = [multi_item_reference_mask(token_pos[b * stride:b * stride + qo_lens[b]],
+                                           prefix[b]) for b in range(len(qo_lens))]
+        expected, _ = reference_attention(q, cache.k, cache.v, qo_indptr, cache.kv_indptr,
+                                          custom_mask=masks)
+        assert max_abs_error(out, expected) <= TOLERANCE[np.float32], (kv_len, qo_len)
+
+
+def test_multi_item_scoring_errors_name_the_argument():
+    cache = PagedCache([10], 2, 64, 4, seed=51)
+    wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(workspace())
+    plan = functools.partial(wrapper.plan, np.array([0, 6], np.int32), cache.indptr,
+                             cache.indices, cache.last_page_len, 4, 2, 64, 4,
+                             q_data_type="float32")
+    with pytest.raises(ValueError, match="prefix_len_ptr\\[0\\]=11 must lie in \\[0, kv_len=10\\]"):
+        plan(prefix_len_ptr=np.array([11], np.uint32),
+             token_pos_in_items_ptr=np.zeros(6, np.uint16))
+    with pytest.raises(ValueError, match="read token_pos_in_items_ptr\\[0:6\\], past its 5"):
+        plan(prefix_len_ptr=np.array([4], np.uint32),
+             token_pos_in_items_ptr=np.zeros(5, np.uint16))
+    with pytest.raises(ValueError, match="prefix_len_ptr must have one entry a request"):
+        plan(prefix_len_ptr=np.array([4, 4], np.uint32),
+             token_pos_in_items_ptr=np.zeros(6, np.uint16))
 
 
 def test_prefill_run_before_plan_and_dtype_mismatch():

@@ -315,6 +315,35 @@ def graph_buffers(batch, max_pages):
                 paged_kv_indices_buf=zeros(max_pages), paged_kv_last_page_len_buf=zeros(batch))
 
 
+def test_multi_item_scoring_on_the_device_with_flashinfers_unsigned_arrays():
+    """prefix_len_ptr (uint32) and token_pos_in_items_ptr (uint16) on the GPU, as FlashInfer's
+    test passes them: the mask is built on the device and equals the dense one."""
+    qo_lens, prefix = [13, 6], [5, 3]
+    kv_lens = [p + q for p, q in zip(prefix, qo_lens)]
+    stride = 40
+    token_pos = (list(range(4)) * 3 + [0]) + [0] * 27 + [0, 1, 2, 0, 1, 0] + [0] * 34
+    cache = GpuPagedCache(kv_lens, 4, 128, 16, "NHD", torch.float16, seed=61)
+    q = random_q(sum(qo_lens), 16, 128, torch.float16, seed=62)
+    wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD")
+    wrapper.plan(indptr(qo_lens).to(DEVICE), cache.indptr.to(DEVICE), cache.indices.to(DEVICE),
+                 cache.last_page_len.to(DEVICE), 16, 4, 128, 16, causal=True,
+                 pos_encoding_mode="ROPE_LLAMA", q_data_type=torch.float16,
+                 prefix_len_ptr=torch.tensor(prefix).to(torch.uint32).to(DEVICE),
+                 token_pos_in_items_ptr=torch.tensor(token_pos).to(torch.uint16).to(DEVICE),
+                 token_pos_in_items_len=stride,
+                 max_item_len_ptr=torch.tensor([4, 3]).to(torch.uint16).to(DEVICE))
+    out = wrapper.run(q, cache.cache)
+    masks = []
+    for b, (qo, p) in enumerate(zip(qo_lens, prefix)):
+        pos = np.array(token_pos[b * stride:b * stride + qo])
+        s = np.arange(qo) + p
+        j = np.arange(p + qo)
+        masks.append((j[None, :] <= s[:, None]) & ((j[None, :] < p) | (s[:, None] < j[None, :] +
+                                                                          pos[:, None])))
+    expected_o, _ = paged_reference(cache, q, qo_lens, custom_mask=masks, rope_theta=1e4)
+    assert max_error(out, expected_o) <= O_TOLERANCE[torch.float16]
+
+
 def test_paged_cuda_graph_replay_with_new_lengths():
     """Capture one prefill step, then plan() new lengths and page tables and replay; the first
     plan is the largest (FlashInfer's rule for the token count)."""
