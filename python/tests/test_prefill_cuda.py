@@ -543,9 +543,6 @@ def test_run_errors():
     q = random_q(5, 4, 64, torch.float16, seed=20)
     with pytest.raises(RuntimeError, match="plan"):
         wrapper.run(q, q, q)
-    with pytest.raises(ValueError, match="causal=True and a custom mask"):
-        wrapper.plan(indptr([5]), indptr([5]), 4, 4, 64, causal=True, q_data_type=torch.float16,
-                     custom_mask=torch.ones(25, dtype=torch.bool, device=DEVICE))
     wrapper.plan(indptr([5]), indptr([5]), 4, 4, 64, q_data_type=torch.float16)
     with pytest.raises(ValueError, match=r"q must have shape \[5, 4, 64\]"):
         wrapper.run(q[:4], q, q)
