@@ -21,6 +21,8 @@ def _host_ints(x, where, name):
     if is_torch(x):  # uint16 / uint32 (FlashInfer's) widened by a copy: few ops take them
         x = x.detach().to("cpu").to(torch_module().int64).numpy()
     x = np.asarray(x)
+    if x.ndim == 0:  # one request's value as a scalar tensor (FlashInfer's tests pass that)
+        x = x.reshape(1)
     if x.ndim != 1 or not np.issubdtype(x.dtype, np.integer):
         raise ValueError(f"{where}: {name} must be a 1-D integer array, got "
                          f"{x.dtype} of shape {x.shape}")

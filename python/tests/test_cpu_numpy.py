@@ -532,7 +532,9 @@ def test_multi_item_scoring_is_flashinfers_mask(paged):
         cache = PagedCache(kv_lens, 4, 64, 5, seed=len(token_pos))
         qo_indptr = np.concatenate([[0], np.cumsum(qo_lens)]).astype(np.int32)
         q = np.random.default_rng(41).standard_normal((qo_indptr[-1], 4, 64)).astype(np.float32)
-        items = dict(prefix_len_ptr=np.array(prefix, np.uint32),
+        # One request's prefix as a scalar, as FlashInfer's test passes it.
+        items = dict(prefix_len_ptr=np.array(prefix[0] if len(prefix) == 1 else prefix,
+                                             np.uint32),
                      token_pos_in_items_ptr=np.array(token_pos, np.uint16),
                      token_pos_in_items_len=stride, max_item_len_ptr=np.array([19], np.uint16))
         if paged:
