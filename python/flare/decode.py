@@ -14,53 +14,26 @@ import functools
 import numpy as np
 
 from . import _flare, _flashinfer_jit
+from ._decode_common import _GpuDecoders, _next_power_of_two, _plan_dtypes, _tensor_core_loop
 from ._multi_token_decode import MultiTokenDecode, check_q_len_per_req
+from ._single_decode import single_decode_with_kv_cache, single_decode_with_kv_cache_with_jit_module
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
-                    check_pos_encoding_mode, make_params, pdl_flag, scale_or_one,
-                    ResolvedConfigs)
+                    check_pos_encoding_mode, make_params, scale_or_one, ResolvedConfigs)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
-from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, index_on_device,
+from ._tensors import (arg, engine_names, host_index, host_int32, index_on_device,
                        is_cuda, refill_buffer, scratch_of, split_paged_kv_cache, tensor_dtype,
                        torch_module, validate_default)
 from .variant import check_variant, variant_arguments
 
+# FlashInfer's flashinfer.decode names that flare has.
+__all__ = ["BatchDecodeWithPagedKVCacheWrapper", "CUDAGraphBatchDecodeWithPagedKVCacheWrapper",
+           "fast_decode_plan", "single_decode_with_kv_cache",
+           "single_decode_with_kv_cache_with_jit_module"]
+
 _WRAPPER = "BatchDecodeWithPagedKVCacheWrapper"
 # The engine's names of plan()'s arguments -> FlashInfer's.
 _ENGINE_NAMES = {"kv_indptr": "indptr", "kv_last_page_len": "last_page_len"}
-
-
-def _plan_dtypes(q_data_type, kv_data_type, data_type):
-    """flare's names of q's and the KV cache's dtypes from plan()'s arguments, as FlashInfer
-    resolves them: data_type (its deprecated alias) fills q_data_type and kv_data_type where they
-    were not given; q defaults to float16, the KV cache to q's dtype."""
-    if data_type is not None:
-        q_data_type = data_type if q_data_type is None else q_data_type
-        kv_data_type = data_type if kv_data_type is None else kv_data_type
-    q_dtype = dtype_name("float16" if q_data_type is None else q_data_type)
-    return q_dtype, dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
-
-
-def _next_power_of_two(n):
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
-class _GpuDecoders:
-    """flare BatchDecode objects by configuration: each compiles its kernels once and keeps its
-    plan region at a fixed address (what a captured CUDA graph replays against)."""
-
-    def __init__(self):
-        self._by_key = {}
-
-    def values(self):
-        return self._by_key.values()
-
-    def get(self, key, max_batch, make):
-        decoder = self._by_key.get(key)
-        if decoder is None or decoder.max_batch < max_batch:
-            decoder = make(max_batch)
-            self._by_key[key] = decoder
-        return decoder
 
 
 class BatchDecodeWithPagedKVCacheWrapper:
@@ -81,9 +54,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
     rounding. With use_tensor_cores=True, plan(q_len_per_req=n > 1) takes n query tokens per
     request (speculative-decoding verification: q [batch * n, H_qo, D], causal within a
     request's rows) and backend="fa3" runs on the Hopper family: both, as in FlashInfer, through
-    the paged prefill kernels (flare/_multi_token_decode.py). validate=True (or FLARE_VALIDATE=1) checks every page id on the host before each
-    run() (a synchronizing debug mode); otherwise out-of-range ids are skipped by the kernel and
-    check() raises for them.
+    the paged prefill kernels (flare/_multi_token_decode.py). validate=True (or
+    FLARE_VALIDATE=1) checks every page id on the host before each run() (a synchronizing debug
+    mode); otherwise out-of-range ids are skipped by the kernel and check() raises for them.
     """
 
     def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
@@ -440,17 +413,6 @@ class BatchDecodeWithPagedKVCacheWrapper:
             self._multi.check()
 
 
-_single_decoders = _GpuDecoders()
-
-
-def _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype):
-    """Whether the use_tensor_cores hint selects the tensor-core loop: it takes q and KV of one
-    float16 / bfloat16 type, and fp8 KV with either q; mixed 16-bit pairs run on CUDA cores."""
-    sixteen_bit = ("float16", "bfloat16")
-    fp8 = kv_dtype in ("e4m3", "e5m2") and q_dtype in sixteen_bit
-    return bool(use_tensor_cores) and ((q_dtype == kv_dtype and kv_dtype in sixteen_bit) or fp8)
-
-
 class CUDAGraphBatchDecodeWithPagedKVCacheWrapper(BatchDecodeWithPagedKVCacheWrapper):
     """FlashInfer's CUDA-graph decode wrapper: BatchDecodeWithPagedKVCacheWrapper with
     use_cuda_graph=True and its three fixed index buffers given positionally."""
@@ -489,92 +451,3 @@ def fast_decode_plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_
                     rope_theta=rope_theta, non_blocking=non_blocking,
                     fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv,
                     q_len_per_req=q_len_per_req)
-
-
-def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",
-                                use_tensor_cores=False, q_scale=None, k_scale=None,
-                                v_scale=None, window_left=-1, logits_soft_cap=None,
-                                sm_scale=None, rope_scale=None, rope_theta=None,
-                                return_lse=False, enable_pdl=None, lse_base="log2",
-                                variant=None, _jit_arguments=None, **variant_kwargs):
-    """Decode attention of one request: q [H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
-    [H_kv, kv_len, D] (HND). Returns o [H_qo, D] (and lse [H_qo], base 2 unless
-    lse_base="ln", with return_lse). variant: a flare.AttentionVariant (CUDA tensors), its
-    scalars and tensors as keyword arguments.
-
-    On the GPU this is a batch decode of one request viewing k and v as pages of one token
-    (no copy); it plans on the host, so it cannot be captured into a CUDA graph.
-    """
-    where = "single_decode_with_kv_cache"
-    if _jit_arguments is not None:  # a FlashInfer module's, whose names may be ours (sm_scale)
-        variant_kwargs = _jit_arguments
-    check_kv_layout(kv_layout)
-    check_pos_encoding_mode(pos_encoding_mode)
-    base2 = check_lse_base(lse_base)
-    if q.ndim != 2 or k.ndim != 3 or v.ndim != 3:
-        raise ValueError(f"{where}: q must be [H_qo, D] and k, v 3-D, got shapes "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    kv_len = k.shape[0] if kv_layout == "NHD" else k.shape[1]
-    num_kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
-    num_qo_heads, head_dim = q.shape
-    params_kwargs = dict(sm_scale=sm_scale, window_left=window_left,
-                         logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
-                         rope_scale=rope_scale, rope_theta=rope_theta)
-    q_batch = q[None]
-    variant = check_variant(where, variant, is_cuda(q))
-    scalars, tensors = variant_arguments(where, variant, variant_kwargs)
-    if not is_cuda(q):
-        from .prefill import _single_cpu
-
-        out, lse = _single_cpu(where, q_batch, k, v, kv_layout, params_kwargs,
-                               dict(k_scale=scale_or_one(q_scale) * scale_or_one(k_scale),
-                                    v_scale=v_scale))
-        to_lse_base(lse, base2)
-        return (out[0], lse[0]) if return_lse else out[0]
-
-    torch = torch_module()
-    # Pages of one token: NHD [kv_len, 1, H_kv, D], HND [kv_len, H_kv, 1, D]; views, no copy.
-    if kv_layout == "NHD":
-        k_pages, v_pages = k.unsqueeze(1), v.unsqueeze(1)
-    else:
-        k_pages, v_pages = k.transpose(0, 1).unsqueeze(2), v.transpose(0, 1).unsqueeze(2)
-    indptr_host = np.array([0, kv_len], dtype=np.int32)
-    last_host = np.array([1] if kv_len > 0 else [0], dtype=np.int32)
-    q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
-    tensor_cores = _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype)
-    key = (q.device.index, q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, kv_layout,
-           tuple(sorted(params_kwargs.items())), tensor_cores,
-           None if variant is None else variant.key())
-    device = q.device.index or 0
-    decoder = _single_decoders.get(key, 1, lambda capacity: _flare.BatchDecode(_flare.DecodeConfig(
-        device=device, max_batch=capacity, num_qo_heads=num_qo_heads,
-        num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=1, q_dtype=q_dtype,
-        kv_dtype=kv_dtype, kv_layout=kv_layout, params=make_params(**params_kwargs),
-        use_cuda_graph=False, fixed_split_size=0, disable_split_kv=False,
-        use_tensor_cores=tensor_cores, variant=variant)))
-    decoder.plan(indptr_host, last_host, _flare.current_stream(device))
-    indices = torch.arange(kv_len, dtype=torch.int32, device=q.device)
-    out = q.new_empty((1, num_qo_heads, head_dim))
-    lse = q.new_empty((1, num_qo_heads), dtype=torch.float32) if return_lse else None
-    decoder.run(q_batch, (k_pages, v_pages), indices, out, lse, scale_or_one(q_scale),
-                scale_or_one(k_scale), scale_or_one(v_scale), base2, pdl_flag(enable_pdl), scalars,
-                tensors)
-    return (out[0], lse[0]) if return_lse else out[0]
-
-
-def single_decode_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",
-                                                window_left=-1, return_lse=False):
-    """FlashInfer's entry for a customized module (flare.jit.gen_customize_single_decode_module
-    (...).build_and_load()): decode of one request with the module's variant, its tensors and
-    scalars positionally after v. Returns o only, as FlashInfer does (return_lse is accepted
-    and the lse dropped); window_left must stay -1 (write it in the variant)."""
-    where = "single_decode_with_kv_cache_with_jit_module"
-    if not isinstance(jit_module, _flashinfer_jit.CustomizedModule):
-        raise TypeError(f"{where}: jit_module must come from gen_customize_single_decode_module"
-                        f"(...).build_and_load(), got {type(jit_module).__name__}")
-    if window_left != -1:
-        raise NotImplementedError(f"{where}: window_left={window_left} beside a variant_decl: "
-                                  "write the window in the variant's LogitsMask")
-    jit_module.check(where, q, k)
-    return single_decode_with_kv_cache(q, k, v, kv_layout=kv_layout, variant=jit_module.variant,
-                                       _jit_arguments=jit_module.arguments(where, args))

@@ -440,9 +440,10 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     """Prefill attention of one request: q [qo_len, H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
     [H_kv, kv_len, D] (HND). Returns o [qo_len, H_qo, D_vo] (and lse [qo_len, H_qo], base 2
     unless lse_base="ln", with return_lse). custom_mask: bool [qo_len, kv_len];
-    packed_custom_mask: its bits, packed little-endian. backend: "auto", or on CUDA "fa2" or
-    "fa3" (flare/_args.py check_backend). variant: a flare.AttentionVariant (CUDA tensors), its scalars and tensors
-    as keyword arguments.
+    packed_custom_mask: its bits, packed little-endian (either replaces causal, as in
+    FlashInfer). backend: "auto", or on CUDA "fa2" or "fa3" (flare/_args.py check_backend).
+    variant: a flare.AttentionVariant (CUDA tensors), its scalars and tensors as keyword
+    arguments.
 
     On the GPU this is a batch prefill of one request on ragged K/V (no copy); it plans on the
     host, so it cannot be captured into a CUDA graph.
