@@ -87,14 +87,7 @@ void spmm(const BsrGpu& a, const TensorView& x, const TensorView& y, const Tenso
           cuda::Stream stream) {
   FLARE_CHECK(a.layout != nullptr, ErrorCode::kInvalidArgument, kWhat, ": A.layout is null");
   const BsrGpuLayout& layout = *a.layout;
-  FLARE_CHECK(x.device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
-              ": x must be a CUDA tensor (the CPU operator is spmm_reference), got x on ",
-              x.device.str());
-  const int64_t d = x.ndim == 2 ? x.shape[1] : -1;
-  gpu_operands::check_dense(kWhat, x, "x", layout.cols, d, x.device);
-  gpu_operands::check_dense(kWhat, y, "y", layout.rows, d, x.device);
-  FLARE_CHECK(y.dtype == x.dtype, ErrorCode::kInvalidArgument, kWhat, ": y must have x's dtype ",
-              dtype_name(x.dtype), ", got ", dtype_name(y.dtype));
+  const int64_t d = gpu_operands::check_spmm_operands(kWhat, x, y, layout.rows, layout.cols);
   FLARE_CHECK(x.dtype == DType::kF16 || x.dtype == DType::kBF16, ErrorCode::kUnsupported, kWhat,
               ": the tensor-core block kernel takes float16 or bfloat16 x, got ",
               dtype_name(x.dtype));

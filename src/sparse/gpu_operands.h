@@ -36,6 +36,21 @@ inline void check_dense(const char* what, const TensorView& t, const char* name,
               " ", t.shape_str(), " on ", t.device.str());
 }
 
+// SpMM's dense operands: x [cols, d] on a CUDA device and y [rows, d] there, one float32 /
+// float16 / bfloat16 dtype, unit stride along d (check_dense); returns d.
+inline int64_t check_spmm_operands(const char* what, const TensorView& x, const TensorView& y,
+                                   int64_t rows, int64_t cols) {
+  FLARE_CHECK(x.device.is_cuda(), ErrorCode::kInvalidArgument, what,
+              ": x must be a CUDA tensor (the CPU operator is spmm_reference), got x on ",
+              x.device.str());
+  const int64_t d = x.ndim == 2 ? x.shape[1] : -1;
+  check_dense(what, x, "x", cols, d, x.device);
+  check_dense(what, y, "y", rows, d, x.device);
+  FLARE_CHECK(y.dtype == x.dtype, ErrorCode::kInvalidArgument, what, ": y must have x's dtype ",
+              dtype_name(x.dtype), ", got ", dtype_name(y.dtype));
+  return d;
+}
+
 // A workspace of at least `bytes` bytes (any when 0): a contiguous 1-D tensor of any dtype on
 // `device`, 16-byte aligned; `sized_by` says which function sizes it, for the error.
 inline void check_workspace(const char* what, const TensorView& workspace, size_t bytes,

@@ -131,14 +131,7 @@ void check_spmm(const HybGpu& a, const TensorView& x, const TensorView& y,
                 const TensorView& workspace, const HybSchedule& schedule) {
   FLARE_CHECK(a.layout != nullptr, ErrorCode::kInvalidArgument, kWhat, ": A.layout is null");
   const HybGpuLayout& layout = *a.layout;
-  FLARE_CHECK(x.device.is_cuda(), ErrorCode::kInvalidArgument, kWhat,
-              ": x must be a CUDA tensor (the CPU operator is spmm_reference), got x on ",
-              x.device.str());
-  const int64_t d = x.ndim == 2 ? x.shape[1] : -1;
-  gpu_operands::check_dense(kWhat, x, "x", layout.cols, d, x.device);
-  gpu_operands::check_dense(kWhat, y, "y", layout.rows, d, x.device);
-  FLARE_CHECK(y.dtype == x.dtype, ErrorCode::kInvalidArgument, kWhat, ": y must have x's dtype ",
-              dtype_name(x.dtype), ", got ", dtype_name(y.dtype));
+  const int64_t d = gpu_operands::check_spmm_operands(kWhat, x, y, layout.rows, layout.cols);
   const auto size = [](const auto& v) { return static_cast<int64_t>(v.size()); };
   gpu_operands::check_array(kWhat, a.ell_rows, "A.ell_rows", DType::kI32, size(layout.ell_rows),
                             x.device);
