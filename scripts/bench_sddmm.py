@@ -2,13 +2,13 @@
 """SDDMM through the public Python API (issue 23): flare.sparse.sddmm on CUDA tensors (the CSR
 kernel, nonzero-balanced warps) next to torch.sparse.sampled_addmm on the
 same CSR tensor, float32, in one process; and Q K^T computed dense then gathered at the pattern
-where that product fits in memory (it does not for these graphs' node counts).
+where that product fits in memory (the graphs up to ppi's size; not arxiv's and larger).
 
 Graphs: bench_spmm.py's seeded synthetic graphs (named as such). Per graph and feature size d:
 GPU time from a CUDA-graph replay and eager time of each call; the achieved rate against the
 minimum traffic (A's indptr and indices read once, Q and K once, the output written once) over
 the device's copy bandwidth measured in the same process.
-Usage: python3 scripts/bench_sddmm.py [--features 32,128,512] [--graphs arxiv,proteins,reddit]
+Usage: python3 scripts/bench_sddmm.py [--features 32,128,512] [--graphs cora,...,reddit]
        [--calls 20] [--json F]
 """
 

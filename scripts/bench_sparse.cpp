@@ -1,9 +1,9 @@
 // SpMM and SDDMM from C++ (issue 23), next to cuSPARSE called the same way in the same process:
 // flare::sparse::spmm / sddmm against cusparseSpMM (CSR algorithms 1, 2 and 3; the best that
 // runs) and cusparseSDDMM, float32 or (--dtype) float16 / bfloat16 with float32 sums, on
-// bench_spmm.py's seeded synthetic graphs (R-MAT of
-// arxiv's size and of a quarter of reddit's edges, uniform of ogbn-proteins' node count; named
-// as synthetic). Per graph and feature size: GPU time of a CUDA-graph replay, eager time (events
+// bench_spmm.py's seeded synthetic graphs of the dissertation's graph set (R-MAT of cora's,
+// citeseer's, pubmed's, ppi's and arxiv's sizes and of a quarter of reddit's edges, uniform of
+// ogbn-proteins' node count; named as synthetic). Per graph and feature size: GPU time of a CUDA-graph replay, eager time (events
 // around the call), and the host time of one enqueue; medians. Inputs are random normals,
 // outputs poisoned with NaN before the first call and checked finite after.
 //
@@ -11,7 +11,7 @@
 //   g++ -O2 -std=c++20 -Iinclude -I. -I/usr/local/cuda/include scripts/bench_sparse.cpp
 //       -Lbuild-gpu -lflare -L/usr/local/cuda/lib64 -lcusparse -lcudart
 //       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_sparse
-// Run: build-gpu/bench_sparse [--features 32,128,512] [--graphs arxiv,proteins,reddit]
+// Run: build-gpu/bench_sparse [--features 32,128,512] [--graphs cora,...,reddit (all seven)]
 //        [--dtype float32|float16|bfloat16] [--hyb 1:4,1:6,1:9,4:6 | none]
 // --hyb: SpMM over hyb(c, k) decompositions too (flare/sparse/hyb_gpu.h: its padding, the host
 // time of the decomposition, its default and tuned schedules; the ratios are cuSPARSE's best
@@ -41,7 +41,12 @@ struct GraphShape {
   const char* kind;  // "rmat" or "uniform"
   int64_t nodes, edges;
 };
-constexpr GraphShape kGraphs[] = {{"arxiv", "rmat", 169343, 1890000},
+// The dissertation's graph set (its table of node and edge counts; synthetic, seeded).
+constexpr GraphShape kGraphs[] = {{"cora", "rmat", 2708, 10556},
+                                  {"citeseer", "rmat", 3327, 9228},
+                                  {"pubmed", "rmat", 19717, 88651},
+                                  {"ppi", "rmat", 44906, 1271274},
+                                  {"arxiv", "rmat", 169343, 1890000},
                                   {"proteins", "uniform", 132534, 9890000},
                                   {"reddit", "rmat", 232965, 23200000}};
 
@@ -99,7 +104,7 @@ DeviceHyb device_hyb(const sparse::CsrGraph& g, const std::vector<std::byte>& va
 }  // namespace
 
 int run(int argc, char** argv) {
-  std::string features = "32,128,512", graphs = "arxiv,proteins,reddit", dtype_flag = "float32";
+  std::string features = "32,128,512", graphs = "cora,citeseer,pubmed,ppi,arxiv,proteins,reddit", dtype_flag = "float32";
   std::string hyb_configs = "1:4,1:6,1:9,4:6";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];

@@ -6,9 +6,11 @@ the fastest kept), next to cuSPARSE through torch.sparse.mm on the same CSR tens
 or --dtype float16 / bfloat16 (A's values and X in that dtype, float32 sums in both libraries).
 
 Graphs: seeded synthetic graphs from flare.sparse.graph, named as such (no real graph is read
-here): R-MAT of arxiv's size (169,343 nodes, 1.89M edges) and of a quarter of reddit's edges
-(232,965 nodes, 23.2M edges), and a near-uniform graph of ogbn-proteins' node count (132,534
-nodes, 9.9M edges: a quarter of its edges). Values are random normals.
+here), of the dissertation's graph set: R-MAT of cora's, citeseer's, pubmed's and ppi's sizes
+(2,708 / 3,327 / 19,717 / 44,906 nodes, 10,556 / 9,228 / 88,651 / 1,271,274 edges), of arxiv's
+(169,343 nodes, 1.89M edges) and of a quarter of reddit's edges (232,965 nodes, 23.2M edges),
+and a near-uniform graph of ogbn-proteins' node count (132,534 nodes, 9.9M edges: a quarter of
+its edges). Values are random normals.
 
 Per graph and feature size d: the tuner's choice (feature tile, chunk items) and search time
 (the plan's first run; a fresh FLARE_CACHE_DIR searches, a warm one reads the choice), then GPU
@@ -16,7 +18,7 @@ time from a CUDA-graph replay and eager time of each call;
 the achieved rate against the minimum traffic (A's indptr, indices and values read once, X read
 once, Y written once) and that traffic over the device's copy bandwidth measured in the same
 process (a device-to-device copy of 1 GiB).
-Usage: python3 scripts/bench_spmm.py [--features 32,128,512] [--graphs arxiv,proteins,reddit]
+Usage: python3 scripts/bench_spmm.py [--features 32,128,512] [--graphs cora,...,reddit]
        [--dtype float32] [--calls 20] [--json F]
 """
 import argparse
@@ -27,7 +29,10 @@ import torch
 import flare
 from bench_python import eager_us, graph_us, guarded, host_us
 
-GRAPHS = {"arxiv": ("rmat", 169343, 1890000), "reddit": ("rmat", 232965, 23200000),
+# The dissertation's graph set (its table of node and edge counts), synthetic and seeded.
+GRAPHS = {"cora": ("rmat", 2708, 10556), "citeseer": ("rmat", 3327, 9228),
+          "pubmed": ("rmat", 19717, 88651), "ppi": ("rmat", 44906, 1271274),
+          "arxiv": ("rmat", 169343, 1890000), "reddit": ("rmat", 232965, 23200000),
           "proteins": ("uniform", 132534, 9890000)}
 
 
@@ -35,7 +40,7 @@ def graph_parser(description):
     """The options both sparse benchmarks take: feature sizes, graphs, calls, a JSON file."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--features", default="32,128,512")
-    parser.add_argument("--graphs", default="arxiv,proteins,reddit")
+    parser.add_argument("--graphs", default="cora,citeseer,pubmed,ppi,arxiv,proteins,reddit")
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--json", help="write every measurement here")
     return parser
