@@ -101,14 +101,7 @@ void spmm(const BsrGpu& a, const TensorView& x, const TensorView& y, const Tenso
   gpu_operands::check_array(kWhat, a.block_col, "A.block_col", DType::kI32, size(layout.block_col),
                             x.device);
   gpu_operands::check_array(kWhat, a.values, "A.values", x.dtype, size(layout.source), x.device);
-  gpu_operands::check_array(kWhat, a.rest_rows, "A.rest_rows", DType::kI32, size(layout.rest_rows),
-                            x.device);
-  gpu_operands::check_array(kWhat, a.rest_indptr, "A.rest_indptr", DType::kI32,
-                            size(layout.rest_indptr), x.device);
-  gpu_operands::check_array(kWhat, a.rest_columns, "A.rest_columns", DType::kI32,
-                            size(layout.rest_columns), x.device);
-  gpu_operands::check_array(kWhat, a.rest_values, "A.rest_values", x.dtype,
-                            size(layout.rest_columns), x.device);
+  gpu_operands::check_remainder_arrays(kWhat, a, layout, x.dtype, x.device);
   FLARE_CHECK(
       size(layout.indptr) == layout.block_rows + 1 &&
           size(layout.source) == layout.blocks() * kBlock * kBlock &&

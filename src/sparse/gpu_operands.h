@@ -51,6 +51,19 @@ inline int64_t check_spmm_operands(const char* what, const TensorView& x, const 
   return d;
 }
 
+// A decomposition's CSR remainder on the device (HybGpu's, BsrGpu's rest_* views) against its
+// layout's host arrays: int32 rows, indptr and columns, values in `dtype`, on `device`.
+template <class DeviceArrays, class Layout>
+void check_remainder_arrays(const char* what, const DeviceArrays& a, const Layout& layout,
+                            DType dtype, const Device& device) {
+  const auto size = [](const auto& v) { return static_cast<int64_t>(v.size()); };
+  check_array(what, a.rest_rows, "A.rest_rows", DType::kI32, size(layout.rest_rows), device);
+  check_array(what, a.rest_indptr, "A.rest_indptr", DType::kI32, size(layout.rest_indptr), device);
+  check_array(what, a.rest_columns, "A.rest_columns", DType::kI32, size(layout.rest_columns),
+              device);
+  check_array(what, a.rest_values, "A.rest_values", dtype, size(layout.rest_columns), device);
+}
+
 // A workspace of at least `bytes` bytes (any when 0): a contiguous 1-D tensor of any dtype on
 // `device`, 16-byte aligned; `sized_by` says which function sizes it, for the error.
 inline void check_workspace(const char* what, const TensorView& workspace, size_t bytes,

@@ -139,14 +139,7 @@ void check_spmm(const HybGpu& a, const TensorView& x, const TensorView& y,
                             size(layout.ell_columns), x.device);
   gpu_operands::check_array(kWhat, a.ell_values, "A.ell_values", x.dtype, size(layout.ell_columns),
                             x.device);
-  gpu_operands::check_array(kWhat, a.rest_rows, "A.rest_rows", DType::kI32, size(layout.rest_rows),
-                            x.device);
-  gpu_operands::check_array(kWhat, a.rest_indptr, "A.rest_indptr", DType::kI32,
-                            size(layout.rest_indptr), x.device);
-  gpu_operands::check_array(kWhat, a.rest_columns, "A.rest_columns", DType::kI32,
-                            size(layout.rest_columns), x.device);
-  gpu_operands::check_array(kWhat, a.rest_values, "A.rest_values", x.dtype,
-                            size(layout.rest_columns), x.device);
+  gpu_operands::check_remainder_arrays(kWhat, a, layout, x.dtype, x.device);
   FLARE_CHECK(gpu_operands::feature_size_supported(d), ErrorCode::kUnsupported, kWhat,
               ": the GPU kernel takes feature sizes (x's last dimension) that are positive "
               "multiples of 32 or powers of two below 32, got ",
