@@ -48,13 +48,19 @@ def multi_item_mask(where, qo_indptr, kv_len, prefix_len_ptr, token_pos_in_items
         raise ValueError(f"{where}: prefix_len_ptr must have one entry a request ({batch}), got "
                          f"{prefix.shape[0]}")
     entries = token_pos_in_items_ptr.shape[0]
-    on_torch = is_torch(token_pos_in_items_ptr)
-    torch = torch_module() if on_torch else None
-    if on_torch:
-        positions = token_pos_in_items_ptr.to(torch.int32)  # on its device
+    if is_torch(token_pos_in_items_ptr):  # the mask is built on the positions' device
+        torch = torch_module()
+        device = token_pos_in_items_ptr.device
+        positions = token_pos_in_items_ptr.to(torch.int32)
+
+        def arange(n):
+            return torch.arange(n, device=device)
+
+        concatenate = torch.cat
     else:
         positions = _host_ints(token_pos_in_items_ptr, where, "token_pos_in_items_ptr")
-    masks = []
+        arange, concatenate = np.arange, np.concatenate
+    masks = [arange(0) > 0]  # bool, so that an empty batch concatenates
     for b in range(batch):
         qo_len = int(qo_indptr[b + 1] - qo_indptr[b])
         kv = int(kv_len[b])
@@ -62,34 +68,22 @@ def multi_item_mask(where, qo_indptr, kv_len, prefix_len_ptr, token_pos_in_items
         if not 0 <= p <= kv:
             raise ValueError(f"{where}: prefix_len_ptr[{b}]={p} must lie in [0, kv_len={kv}] "
                              f"of request {b}")
-        s = np.arange(qo_len) + kv - qo_len  # the rows' positions in the sequence
-        after = s >= p
-        first, last = b * stride + (s[after] - p).min(initial=0), b * stride + (
-            s[after] - p).max(initial=-1)
-        if after.any() and (first < 0 or last >= entries):
-            raise ValueError(
-                f"{where}: request {b}'s rows after its prefix read token_pos_in_items_ptr"
-                f"[{first}:{last + 1}], past its {entries} entries")
-        index = np.where(after, b * stride + s - p, 0)
-        j = np.arange(kv)
-        if on_torch:
-            device = token_pos_in_items_ptr.device
-            pos = positions[torch.from_numpy(index).to(device)] if qo_len else \
-                torch.zeros(0, dtype=torch.int32, device=device)
-            s_t = torch.from_numpy(s).to(device)[:, None]
-            j_t = torch.from_numpy(j).to(device)[None, :]
-            in_item = (j_t < p) | (s_t < j_t + pos[:, None])
-            keep = (j_t <= s_t) & (torch.from_numpy(~after).to(device)[:, None] | in_item)
-            masks.append(keep.reshape(-1))
+        s = arange(qo_len) + (kv - qo_len)  # the rows' positions in the sequence
+        j = arange(kv)
+        if qo_len > 0 and kv - 1 >= p:  # rows after the prefix: entries [first, last] read
+            first = max(kv - qo_len - p, 0)
+            last = kv - 1 - p
+            if b * stride + last >= entries:
+                raise ValueError(
+                    f"{where}: request {b}'s rows after its prefix read token_pos_in_items_ptr"
+                    f"[{b * stride + first}:{b * stride + last + 1}], past its {entries} "
+                    "entries")
+            pos = positions[(s - p).clip(first) + b * stride]  # prefix rows: any entry read
         else:
-            pos = positions[index] if qo_len else np.zeros(0, np.int64)
-            in_item = (j[None, :] < p) | (s[:, None] < j[None, :] + pos[:, None])
-            keep = (j[None, :] <= s[:, None]) & ((~after)[:, None] | in_item)
-            masks.append(keep.reshape(-1))
-    if on_torch:
-        return torch.cat(masks) if masks else torch.zeros(0, dtype=torch.bool,
-                                                          device=token_pos_in_items_ptr.device)
-    return np.concatenate(masks) if masks else np.zeros(0, bool)
+            pos = s * 0
+        visible = (s[:, None] < p) | (j[None, :] < p) | (s[:, None] < j[None, :] + pos[:, None])
+        masks.append(((j[None, :] <= s[:, None]) & visible).reshape(-1))
+    return concatenate(masks)
 
 
 def is_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr):

@@ -152,15 +152,19 @@ class _PrefillWrapper:
 
     def _multi_item(self, indptrs, page_size, custom_mask, packed_custom_mask, prefix_len_ptr,
                     token_pos_in_items_ptr, token_pos_in_items_len):
-        """(custom_mask, packed_custom_mask, causal) of the multi-item arguments."""
+        """(indptrs on the host, custom_mask, packed_custom_mask, causal) of the multi-item
+        arguments: the index arrays come to the host once (a CUDA one is copied), then the
+        mask and the plan read those copies."""
         where = f"{self._name}.plan"
         if custom_mask is not None or packed_custom_mask is not None:
             raise ValueError(f"{where}: the multi-item arguments (prefix_len_ptr, ...) describe "
                              "a mask: pass them or a custom mask, not both")
-        qo_host = host_indptr(indptrs[0], self._names[0])
-        mask = multi_item_mask(where, qo_host, self._kv_len(indptrs, page_size), prefix_len_ptr,
+        indptrs = tuple(None if x is None else host_index(x, name)
+                        for x, name in zip(indptrs, self._names))
+        mask = multi_item_mask(where, host_indptr(indptrs[0], self._names[0]),
+                               self._kv_len(indptrs, page_size), prefix_len_ptr,
                                token_pos_in_items_ptr, token_pos_in_items_len)
-        return mask, None, False
+        return indptrs, mask, None, False
 
     def _kv_len(self, indptrs, page_size):
         """KV tokens per request, on the host (numpy), from the caller's arrays."""
@@ -247,7 +251,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         """
         indptrs = (qo_indptr, paged_kv_indptr, paged_kv_last_page_len)
         if is_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr):
-            custom_mask, packed_custom_mask, causal = self._multi_item(
+            indptrs, custom_mask, packed_custom_mask, causal = self._multi_item(
                 indptrs, page_size, custom_mask, packed_custom_mask, prefix_len_ptr,
                 token_pos_in_items_ptr, token_pos_in_items_len)
         tables = dict(qo_indptr_buf=qo_indptr, paged_kv_indptr_buf=paged_kv_indptr,
@@ -344,7 +348,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
         multi-item arguments)."""
         indptrs = (qo_indptr, kv_indptr, None)
         if is_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr):
-            custom_mask, packed_custom_mask, causal = self._multi_item(
+            indptrs, custom_mask, packed_custom_mask, causal = self._multi_item(
                 indptrs, 1, custom_mask, packed_custom_mask, prefix_len_ptr,
                 token_pos_in_items_ptr, token_pos_in_items_len)
         tables = dict(qo_indptr_buf=qo_indptr, kv_indptr_buf=kv_indptr)
