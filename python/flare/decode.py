@@ -334,6 +334,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if args:
             variant_kwargs = _flashinfer_jit.run_keywords(f"{_WRAPPER}.run", self._jit_module,
                                                           args, variant_kwargs)
+        if q_len_per_req is not None:  # FlashInfer's deprecated spelling: must be the plan's
+            planned_q_len = 1 if self._multi_planned is None else self._multi_planned.q_len
+            if q_len_per_req != planned_q_len:
+                raise ValueError(f"{_WRAPPER}.run: q_len_per_req={q_len_per_req} but plan() used "
+                                 f"{planned_q_len}; re-plan with the matching q_len_per_req")
         gpu = self._gpu
         if gpu is not None:  # the hot path: one extension call, every check O(1)
             decoder, page_ids, out_shape, lse_shape, variant = gpu
@@ -357,16 +362,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
                         True if enable_pdl is None else bool(enable_pdl), scalars, tensors)
             return (out, lse) if return_lse else out
         multi = self._multi_planned
-        if multi is not None or q_len_per_req is not None:
-            planned_q_len = 1 if multi is None else multi.q_len
-            if q_len_per_req is not None and q_len_per_req != planned_q_len:
-                raise ValueError(f"{_WRAPPER}.run: q_len_per_req={q_len_per_req} but plan() used "
-                                 f"{planned_q_len}; re-plan with the matching q_len_per_req")
-            if multi is not None:
-                return multi.run(q, paged_kv_cache, args, dict(
-                    q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
-                    return_lse=return_lse, enable_pdl=enable_pdl, lse_base=lse_base,
-                    **variant_kwargs))
+        if multi is not None:
+            return multi.run(q, paged_kv_cache, args, dict(
+                q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
+                return_lse=return_lse, enable_pdl=enable_pdl, lse_base=lse_base,
+                **variant_kwargs))
         if variant_kwargs:
             variant_arguments(f"{_WRAPPER}.run", None, variant_kwargs)  # raises
         planned = self._planned

@@ -55,6 +55,11 @@ def test_several_tokens_per_request_eagerly(q_len, heads):
     out = torch.full_like(q, float("nan"))
     wrapper.run(q, cache.cache, out=out)
     assert max_error(out, expected(cache, q, q_len)) <= TOLERANCE
+    # A single-token plan's GPU run checks FlashInfer's deprecated run(q_len_per_req=) too.
+    wrapper.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, num_qo_heads,
+                 num_kv_heads, 128, 16, q_data_type=torch.bfloat16)
+    with pytest.raises(ValueError, match=f"q_len_per_req={q_len} but plan\\(\\) used 1"):
+        wrapper.run(q[::q_len].contiguous(), cache.cache, q_len_per_req=q_len)
 
 
 def test_several_tokens_per_request_replay_in_a_cuda_graph_across_new_lengths():
