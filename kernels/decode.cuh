@@ -95,16 +95,18 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
   }
 }
 
-// RoPE on tile `tile`'s K rows in its stage (kernels/rotary.cuh), for the CUDA-core loop: row
-// r at KV position kv_lo + tile * kTileTokens + r (each KV head's block of kTileTokens rows).
+// RoPE on tile `tile`'s K rows in its stage (kernels/rotary.cuh), for the CUDA-core loop over
+// 16-bit K: row r at KV position kv_lo + tile * kTileTokens + r (each KV head's block of
+// kTileTokens rows). fp8 K rotates in registers after its conversion (decode_cuda_core.cuh):
+// rotated and stored back as fp8 it would lose the rotation's precision.
 __device__ __forceinline__ void rotate_k_tile(const DecodeParams& p, const ItemGeometry& g,
                                               int tile, unsigned char* smem) {
-  static_assert(!(Variant::kRotary && T::kFp8), "fused RoPE with fp8 K/V (the host refuses it)");
   const int first_pos = g.kv_lo + tile * T::kTileTokens;
   rotate_shared_rows<Variant, T::kKVCode, T::kHeadDim, T::kItemHeads * T::kTileTokens, T::kThreads>(
       smem + (tile % T::kStages) * T::kStageBytes, p.variant, threadIdx.x,
       [](int row, int chunk) {
-        return (row / T::kTileTokens) * T::kHeadTileBytes + stage_offset(row % T::kTileTokens, chunk);
+        return (row / T::kTileTokens) * T::kHeadTileBytes +
+               stage_offset(row % T::kTileTokens, chunk);
       },
       [first_pos](int row) { return first_pos + row % T::kTileTokens; });
 }
@@ -174,7 +176,8 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
       fetch_pages(p, g, next + 1, pages);
     }
     cp_async_commit();
-    if constexpr (Variant::kRotary && !T::kMma) {  // the mma loop rotates its fragments
+    // The mma loop rotates its fragments, the CUDA-core loop fp8 K as it converts it.
+    if constexpr (Variant::kRotary && !T::kMma && !T::kFp8) {
       rotate_k_tile(p, g, tile, smem);
       __syncthreads();  // the rotated K rows are visible
     }

@@ -84,6 +84,26 @@ __device__ __forceinline__ void reduce_scatter(float (&s)[T::kValues], int lane)
   }
 }
 
+// RoPE on a row of q or fp8 K (kernels/rotary.cuh) at position `pos`, as the group's lanes
+// hold it (lane l: dims l * kDimsPerLane ..): a lane's dims pair with the lane kLanes / 2 away.
+// Warp-uniform (shuffles).
+__device__ __forceinline__ void rotate_lane_dims(const DecodeParams& p, int pos,
+                                                 float (&q)[T::kDimsPerLane]) {
+  constexpr int kHalf = T::kLanes / 2;
+  const int lane = threadIdx.x % T::kLanes;
+  const bool upper = lane >= kHalf;
+#pragma unroll
+  for (int e = 0; e < T::kDimsPerLane; ++e) {
+    const float partner = __shfl_xor_sync(0xffffffffu, q[e], kHalf);
+    float lo = upper ? partner : q[e];
+    float hi = upper ? q[e] : partner;
+    rotate_pair(
+        lo, hi, pos,
+        rotary_turns<Variant, T::kHeadDim>(p.variant, (lane % kHalf) * T::kDimsPerLane + e));
+    q[e] = upper ? hi : lo;
+  }
+}
+
 // Scores, online softmax and P.V of one tile for this thread's group.
 __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& g, int tile,
                                              const unsigned char* smem, float* exchange,
@@ -96,11 +116,15 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
   const unsigned char* stage = smem + (tile % T::kStages) * T::kStageBytes;
   const int lane_offset = lane * T::kDimsPerLane * T::kKVBytes;
 
+  // Token slot i of this group is KV position first_token + i * kGroups.
+  const int first_token = g.kv_lo + tile * T::kTileTokens + group;
   float s[T::kValues];  // [row][token slot]
 #pragma unroll
   for (int i = 0; i < kTokens; ++i) {
     float k[T::kDimsPerLane];
     load_kv8<T::kKVCode>(stage + (i * T::kGroups + group) * T::kRowBytes + lane_offset, k);
+    // fp8 K rotates here, in float32 (16-bit K was rotated in its stage: rotate_k_tile).
+    if constexpr (Variant::kRotary && T::kFp8) rotate_lane_dims(p, first_token + i * T::kGroups, k);
 #pragma unroll
     for (int r = 0; r < T::kRows; ++r) {
       float acc = 0.0f;
@@ -112,7 +136,6 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
   reduce_scatter<0>(s, lane);
 
   // Softmax of this lane's finished scores.
-  const int first_token = g.kv_lo + tile * T::kTileTokens + group;
   float rescale[T::kRowsPerLane];
 #pragma unroll
   for (int k = 0; k < T::kRowsPerLane; ++k) {
@@ -204,23 +227,6 @@ struct LoopState {
   __device__ __forceinline__ LoopState() : lane_scores(threadIdx.x % T::kLanes) {}
 };
 
-// RoPE on a query row (kernels/rotary.cuh): a lane's dims pair with the lane kLanes / 2 away.
-__device__ __forceinline__ void rotate_q_row(const DecodeParams& p, int q_pos,
-                                             float (&q)[T::kDimsPerLane]) {
-  constexpr int kHalf = T::kLanes / 2;
-  const int lane = threadIdx.x % T::kLanes;
-  const bool upper = lane >= kHalf;
-#pragma unroll
-  for (int e = 0; e < T::kDimsPerLane; ++e) {
-    const float partner = __shfl_xor_sync(0xffffffffu, q[e], kHalf);
-    float lo = upper ? partner : q[e];
-    float hi = upper ? q[e] : partner;
-    rotate_pair(lo, hi, q_pos,
-                rotary_turns<Variant, T::kHeadDim>(p.variant, (lane % kHalf) * T::kDimsPerLane + e));
-    q[e] = upper ? hi : lo;
-  }
-}
-
 // Loads the item's query rows (scaled) and starts the softmax state.
 __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem& item, int q_pos,
                                            LoopState& ls) {
@@ -243,7 +249,7 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
 #pragma unroll
       for (int e = 0; e < T::kDimsPerLane; ++e) st.q[r][e] = 0.0f;
     }
-    if constexpr (Variant::kRotary) rotate_q_row(p, q_pos, st.q[r]);
+    if constexpr (Variant::kRotary) rotate_lane_dims(p, q_pos, st.q[r]);
 #pragma unroll
     for (int e = 0; e < T::kDimsPerLane; ++e) st.q[r][e] *= q_scale;
 #pragma unroll
@@ -262,8 +268,8 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
 // One tile of the pipeline for this thread's group (the exchange follows the stages).
 __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& g, int tile,
                                              unsigned char* smem, LoopState& ls) {
-  compute_tile(p, g, tile, smem, reinterpret_cast<float*>(smem + T::kPipelineBytes),
-               ls.lane_scores, ls.variant, ls.rows);
+  compute_tile(p, g, tile, smem, reinterpret_cast<float*>(smem + T::kPipelineBytes), ls.lane_scores,
+               ls.variant, ls.rows);
 }
 
 // Writes this group's unnormalized o rows, running max and sum into the combine scratch:
@@ -277,14 +283,15 @@ __device__ __forceinline__ void publish_state(const LoopState& st, float* s_o, f
     float* dst = s_o + (group * T::kRows + r) * T::kHeadDim + lane * T::kDimsPerLane;
 #pragma unroll
     for (int e = 0; e < T::kDimsPerLane; e += 4) {
-      *reinterpret_cast<float4*>(dst + e) =
-          make_float4(st.rows.o[r][e], st.rows.o[r][e + 1], st.rows.o[r][e + 2], st.rows.o[r][e + 3]);
+      *reinterpret_cast<float4*>(dst + e) = make_float4(st.rows.o[r][e], st.rows.o[r][e + 1],
+                                                        st.rows.o[r][e + 2], st.rows.o[r][e + 3]);
     }
   }
 #pragma unroll
   for (int k = 0; k < T::kRowsPerLane; ++k) {
-    const float d =
-        T::kValuesPerLane < T::kTokensPerGroup ? across_token_lanes(st.rows.d[k], AddOp()) : st.rows.d[k];
+    const float d = T::kValuesPerLane < T::kTokensPerGroup
+                        ? across_token_lanes(st.rows.d[k], AddOp())
+                        : st.rows.d[k];
     if (st.lane_scores.publishes_row) {
       s_m[group * T::kRows + st.lane_scores.first_row + k] = st.rows.m[k];
       s_d[group * T::kRows + st.lane_scores.first_row + k] = d;

@@ -40,7 +40,7 @@ static_assert(T::kMma && T::kRows <= 8 && T::kThreads % 32 == 0, "decode_mma.cuh
 static_assert(T::kFp8 || T::kQCode == T::kKVCode,
               "mma operands: q and 16-bit K/V of one type, or fp8 K/V (run in f16)");
 
-constexpr int kKSteps = T::kHeadDim / 16;  // S^T k-steps = O^T m-tiles
+constexpr int kKSteps = T::kHeadDim / 16;                  // S^T k-steps = O^T m-tiles
 constexpr int kMmaCode = T::kFp8 ? kCodeF16 : T::kKVCode;  // the mma's operand type
 
 // e such that x * 2^e lies in [2^14, 2^15) for a finite x > 0, within [-126, 126] (2^e and
@@ -103,8 +103,20 @@ __device__ __forceinline__ float load_q_for_fp8(const unsigned short* q_row_t, b
   }
 }
 
-// RoPE on the Q^T fragments (kernels/rotary.cuh): dim i of k-step ks pairs with the same
-// register slot of k-step ks + kKSteps / 2 (D / 2 apart), so each lane rotates its own values.
+// The head dim (below D / 2) of value e of fragment register r in k-step ks of this lane (t =
+// lane % 4): 16-bit operands hold mma k-columns 2t + e (r < 2) and 2t + 8 + e in dim order;
+// fp8 items (kFp8Order) their permuted order, dims 4t + e and 4t + 2 + e (see the top). The
+// same slot of k-step ks + kKSteps / 2 holds the dim D / 2 on: RoPE's pair.
+template <bool kFp8Order>
+__device__ __forceinline__ int rotary_pair(int ks, int r, int e) {
+  const int t = threadIdx.x % 4;
+  return kFp8Order ? 16 * ks + 4 * t + 2 * (r >> 1) + e : 16 * ks + 8 * (r >> 1) + 2 * t + e;
+}
+
+// RoPE on the Q^T fragments (kernels/rotary.cuh): each lane rotates its own values (B fragment
+// h of k-step ks holds the k-columns of A register 2h). kCode: the fragments' type (f16 for
+// fp8 items, whose q was converted and scaled by a power of two: the rotation is linear).
+template <bool kFp8Order, int kCode>
 __device__ __forceinline__ void rotate_q_fragments(const DecodeParams& p, int q_pos,
                                                    unsigned (&q)[kKSteps][2]) {
 #pragma unroll
@@ -112,15 +124,16 @@ __device__ __forceinline__ void rotate_q_fragments(const DecodeParams& p, int q_
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float lo[2], hi[2];
-      pair16_to_float2<T::kQCode>(q[ks][h], lo[0], lo[1]);
-      pair16_to_float2<T::kQCode>(q[ks + kKSteps / 2][h], hi[0], hi[1]);
+      pair16_to_float2<kCode>(q[ks][h], lo[0], lo[1]);
+      pair16_to_float2<kCode>(q[ks + kKSteps / 2][h], hi[0], hi[1]);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int pair = 16 * ks + 8 * h + 2 * (threadIdx.x % 4) + e;
-        rotate_pair(lo[e], hi[e], q_pos, rotary_turns<Variant, T::kHeadDim>(p.variant, pair));
+        rotate_pair(
+            lo[e], hi[e], q_pos,
+            rotary_turns<Variant, T::kHeadDim>(p.variant, rotary_pair<kFp8Order>(ks, 2 * h, e)));
       }
-      q[ks][h] = float2_to_16bit2<T::kQCode>(lo[0], lo[1]);
-      q[ks + kKSteps / 2][h] = float2_to_16bit2<T::kQCode>(hi[0], hi[1]);
+      q[ks][h] = float2_to_16bit2<kCode>(lo[0], lo[1]);
+      q[ks + kKSteps / 2][h] = float2_to_16bit2<kCode>(hi[0], hi[1]);
     }
   }
 }
@@ -151,13 +164,13 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
   const int packed_g = first_row + g;
   const long long token = item.request + packed_g / p.group_size;
   const long long head = item.kv_head * p.group_size + packed_g % p.group_size;
-  const unsigned short* q_row = static_cast<const unsigned short*>(p.q) +
-                                token * p.q_stride_token + head * p.q_stride_head;
+  const unsigned short* q_row =
+      static_cast<const unsigned short*>(p.q) + token * p.q_stride_token + head * p.q_stride_head;
   float q_fix = 1.0f;  // undoes what the fragments' conversion scaled q by
-  static_assert(!(Variant::kRotary && T::kFp8), "fused RoPE with fp8 K/V (the host refuses it)");
   if constexpr (T::kFp8) {
     q_fix = load_q_for_fp8(q_row + 4 * t, g < rows, st.q) *
             (T::kKVCode == kCodeE4M3 ? kE4M3ViaF16Scale : 1.0f);
+    if constexpr (Variant::kRotary) rotate_q_fragments<true, kCodeF16>(p, q_pos, st.q);
   } else {
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
@@ -167,7 +180,7 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
             g < rows ? *reinterpret_cast<const unsigned*>(q_row + 2 * t + 16 * ks + 8 * h) : 0u;
       }
     }
-    if constexpr (Variant::kRotary) rotate_q_fragments(p, q_pos, st.q);
+    if constexpr (Variant::kRotary) rotate_q_fragments<false, T::kQCode>(p, q_pos, st.q);
   }
 #pragma unroll
   for (int mt = 0; mt < kKSteps; ++mt) {
@@ -190,6 +203,12 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
 // transposed): a lane's bytes 0-1 are a[0] / a[1], bytes 2-3 a[2] / a[3]. V^T (transposed):
 // bytes 0 and 2 (dim 2g of tokens 2t, 2t + 1) are m-tile row g, bytes 1 and 3 row g + 8.
 template <bool kTransposed>
+__device__ __forceinline__ void fp8_a_fragment(const unsigned (&r)[4], int h, unsigned (&a)[4]) {
+  constexpr int kSecond = kTransposed ? 1 : 2;  // where a lane's second pair goes
+  fp8x4_to_f16x2_pairs<T::kKVCode, !kTransposed>(r[2 * h], a[0], a[kSecond]);
+  fp8x4_to_f16x2_pairs<T::kKVCode, !kTransposed>(r[2 * h + 1], a[3 - kSecond], a[3]);
+}
+template <bool kTransposed>
 __device__ __forceinline__ void fp8_a_fragments(unsigned address, unsigned (&a)[2][4]) {
   unsigned r[4];
   if constexpr (kTransposed) {
@@ -198,33 +217,29 @@ __device__ __forceinline__ void fp8_a_fragments(unsigned address, unsigned (&a)[
     mma::ldmatrix_x4(address, r);
   }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    constexpr int kSecond = kTransposed ? 1 : 2;  // where a lane's second pair goes
-    fp8x4_to_f16x2_pairs<T::kKVCode, !kTransposed>(r[2 * h], a[h][0], a[h][kSecond]);
-    fp8x4_to_f16x2_pairs<T::kKVCode, !kTransposed>(r[2 * h + 1], a[h][3 - kSecond], a[h][3]);
-  }
+  for (int h = 0; h < 2; ++h) fp8_a_fragment<kTransposed>(r, h, a[h]);
 }
 
 // RoPE on a slice's K A fragments (kernels/rotary.cuh), in registers: no pass over the stage
 // and no barrier, each K element rotated once (a warp's tokens are its own). Register r of
-// k-step ks (`lo`) holds dims 16 ks + 2t (+1) (+8 for r >= 2) of token `token` (+8 for odd r);
-// the same register of k-step ks + kKSteps / 2 (`hi`) holds their pairs, D / 2 on.
+// k-step ks (`lo`) holds dims rotary_pair(ks, r, 0..1) of token `token` (+8 for odd r); the
+// same register of k-step ks + kKSteps / 2 (`hi`) holds their pairs, D / 2 on. kCode: the
+// fragments' type (fp8 K rotates after its conversion to f16: rounded once, as 16-bit K).
+template <bool kFp8Order, int kCode>
 __device__ __forceinline__ void rotate_k_fragments(const DecodeParams& p, int token, int ks,
                                                    unsigned (&lo_frag)[4], unsigned (&hi_frag)[4]) {
-  const int t = threadIdx.x % 4;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     float lo[2], hi[2];
-    pair16_to_float2<T::kKVCode>(lo_frag[r], lo[0], lo[1]);
-    pair16_to_float2<T::kKVCode>(hi_frag[r], hi[0], hi[1]);
+    pair16_to_float2<kCode>(lo_frag[r], lo[0], lo[1]);
+    pair16_to_float2<kCode>(hi_frag[r], hi[0], hi[1]);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int pair = 16 * ks + 8 * (r >> 1) + 2 * t + e;
       rotate_pair(lo[e], hi[e], token + 8 * (r & 1),
-                  rotary_turns<Variant, T::kHeadDim>(p.variant, pair));
+                  rotary_turns<Variant, T::kHeadDim>(p.variant, rotary_pair<kFp8Order>(ks, r, e)));
     }
-    lo_frag[r] = float2_to_16bit2<T::kKVCode>(lo[0], lo[1]);
-    hi_frag[r] = float2_to_16bit2<T::kKVCode>(hi[0], hi[1]);
+    lo_frag[r] = float2_to_16bit2<kCode>(lo[0], lo[1]);
+    hi_frag[r] = float2_to_16bit2<kCode>(hi[0], hi[1]);
   }
 }
 
@@ -239,7 +254,27 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
   // k-step (fp8).
   const int k_row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
   float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if constexpr (T::kFp8) {
+  if constexpr (T::kFp8 && Variant::kRotary) {  // ldmatrix pairs D / 2 apart, rotated in f16
+    static_assert(kKSteps % 4 == 0, "fp8 RoPE: whole ldmatrix pairs in each half of D");
+    constexpr int kHalf = kKSteps / 4;  // fp8 ldmatrix.x4 (two k-steps each) per half of D
+    const int first_token = geo.kv_lo + tile * T::kTileTokens + row0 + lane / 4;
+#pragma unroll
+    for (int kk = 0; kk < kHalf; ++kk) {
+      unsigned raw_lo[4], raw_hi[4];  // converted a k-step at a time (registers at D 256)
+      mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * kk + (lane >> 4)), raw_lo);
+      mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * (kk + kHalf) + (lane >> 4)), raw_hi);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        unsigned lo[4], hi[4];
+        fp8_a_fragment<false>(raw_lo, h, lo);
+        fp8_a_fragment<false>(raw_hi, h, hi);
+        rotate_k_fragments<true, kCodeF16>(p, first_token, 2 * kk + h, lo, hi);
+        mma::mma_16816<kMmaCode>(s, lo, st.q[2 * kk + h][0], st.q[2 * kk + h][1]);
+        mma::mma_16816<kMmaCode>(s, hi, st.q[2 * (kk + kHalf) + h][0],
+                                 st.q[2 * (kk + kHalf) + h][1]);
+      }
+    }
+  } else if constexpr (T::kFp8) {
 #pragma unroll
     for (int kk = 0; kk < kKSteps / 2; ++kk) {
       unsigned a[2][4];
@@ -256,7 +291,7 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
       unsigned lo[4], hi[4];
       mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * ks + (lane >> 4)), lo);
       mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * (ks + kKSteps / 2) + (lane >> 4)), hi);
-      rotate_k_fragments(p, first_token, ks, lo, hi);
+      rotate_k_fragments<false, T::kKVCode>(p, first_token, ks, lo, hi);
       mma::mma_16816<kMmaCode>(s, lo, st.q[ks][0], st.q[ks][1]);
       mma::mma_16816<kMmaCode>(s, hi, st.q[ks + kKSteps / 2][0], st.q[ks + kKSteps / 2][1]);
     }
@@ -277,8 +312,8 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
       const int position = token + (e >> 1) * 8;
       const int j = e & 1;
       const bool visible = position < geo.kv_hi && st.variant[j].logits_mask(position);
-      s[e] = visible ? st.variant[j].logits_transform(p.variant, s[e] * st.q_scale, position)
-                     : 0.0f;
+      s[e] =
+          visible ? st.variant[j].logits_transform(p.variant, s[e] * st.q_scale, position) : 0.0f;
     }
   } else {
     float tile_max[2] = {negative_infinity(), negative_infinity()};
@@ -351,8 +386,8 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
 __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& geo,
                                              int tile, unsigned char* smem, LoopState& st) {
   const int warp_in_head = threadIdx.x / 32 % T::kWarpsPerHead;
-  const unsigned k_stage = shared_address(smem + (tile % T::kStages) * T::kStageBytes) +
-                           warp_head() * T::kHeadTileBytes;
+  const unsigned k_stage =
+      shared_address(smem + (tile % T::kStages) * T::kStageBytes) + warp_head() * T::kHeadTileBytes;
   const unsigned v_stage = k_stage + T::kTileBytes;
 #pragma unroll
   for (int slice = 0; slice < T::kWarpTokens / T::kSliceTokens; ++slice) {

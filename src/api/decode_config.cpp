@@ -131,11 +131,6 @@ void validate_config(const BatchDecodeConfig& c) {
               p.sm_scale, ", ", p.k_scale, ", ", p.v_scale, ", ", p.logits_soft_cap);
   // Throws for what no kernel expresses.
   api_detail::resolve_variant(p, c.variant, c.num_qo_heads, kWhat);
-  FLARE_CHECK(p.pos_encoding != PosEncoding::kRopeLlama || !is_fp8(c.kv_dtype),
-              ErrorCode::kUnsupported, kWhat,
-              ": fused RoPE (pos_encoding kRopeLlama) with kv_dtype ", dtype_name(c.kv_dtype),
-              ": the kernels rotate K in its stored type, and fp8 would lose the rotation's "
-              "precision; apply RoPE before quantizing K, or use 16-bit KV");
   const int heads = c.kv_heads_per_item;
   FLARE_CHECK(heads == 1 || heads == 2 || heads == 4 || heads == 8, ErrorCode::kInvalidArgument,
               kWhat, ": kv_heads_per_item must be 1, 2, 4 or 8, got ", heads);
@@ -386,7 +381,10 @@ std::vector<BatchDecodeConfig> shipped_decode_configs() {
   for (const AttentionParams* params : {&soft_cap, &window, &alibi}) {
     add(128, 8, DType::kBF16, DType::kBF16, 16, *params);
   }
-  for (int head_dim : {64, 128, 256}) add(head_dim, 4, DType::kBF16, DType::kBF16, 16, rope);
+  for (int head_dim : {64, 128, 256}) {
+    add(head_dim, 4, DType::kBF16, DType::kBF16, 16, rope);
+    add(head_dim, 4, DType::kF16, DType::kE4M3, 16, rope);  // fp8 K rotated in registers
+  }
   for (int page_size : {1, 3, 64}) add(128, 4, DType::kBF16, DType::kBF16, page_size, plain);
   // The tensor-core loop: every row tile and head dim on bf16, f16, fp8 KV with either q, and
   // every variant flag.
@@ -402,6 +400,7 @@ std::vector<BatchDecodeConfig> shipped_decode_configs() {
     add(head_dim, 4, DType::kBF16, DType::kE5M2, 16, all);
     add(head_dim, 4, DType::kBF16, DType::kBF16, 16, rope);
     add(head_dim, 8, DType::kF16, DType::kF16, 16, rope);
+    add(head_dim, 8, DType::kBF16, DType::kE4M3, 16, rope);
   }
   // Whole-page items (kv_heads_per_item > 1): the same dtype pairs and variants at the widest
   // items each head dim allows (8 heads up to D 128 and for fp8, 4 at D 256 16-bit), and the
@@ -425,6 +424,7 @@ std::vector<BatchDecodeConfig> shipped_decode_configs() {
   }
   for (int heads : {2, 4}) add_heads(heads, 128, 4, DType::kBF16, DType::kBF16, plain);
   add_heads(8, 128, 4, DType::kBF16, DType::kBF16, rope);
+  add_heads(8, 128, 4, DType::kF16, DType::kE5M2, rope);
   for (size_t i = cuda_core_configs; i < configs.size(); ++i) configs[i].use_tensor_cores = true;
   return configs;
 }

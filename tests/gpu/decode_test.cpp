@@ -190,6 +190,32 @@ std::vector<DecodeCase> cases() {
     add(c);
   }
   {
+    // Fused RoPE on fp8 K: rotated after its conversion (in registers on both loops).
+    DecodeCase c{"rope_e4m3_split"};
+    c.kv_lens = {1, 97, 1023, 5000, 0};
+    c.kv_dtype = DType::kE4M3;
+    c.params.pos_encoding = PosEncoding::kRopeLlama;
+    add(c);
+  }
+  {
+    DecodeCase c{"rope_theta5e5_d64_gqa8_page3_e5m2_f16q"};
+    c.kv_lens = {2, 333, 2049};
+    c.num_qo_heads = 16, c.num_kv_heads = 2, c.head_dim = 64, c.page_size = 3;
+    c.q_dtype = DType::kF16, c.kv_dtype = DType::kE5M2;
+    c.params.pos_encoding = PosEncoding::kRopeLlama;
+    c.params.rope_theta = 5e5f;
+    add(c);
+  }
+  {
+    DecodeCase c{"rope_d256_gqa4_hnd_e4m3_scaled"};
+    c.kv_lens = {1023, 1, 2500};
+    c.num_qo_heads = 8, c.num_kv_heads = 2, c.head_dim = 256, c.layout = KVLayout::kHND;
+    c.kv_dtype = DType::kE4M3;
+    c.params.pos_encoding = PosEncoding::kRopeLlama;
+    c.params.k_scale = 0.5f;
+    add(c);
+  }
+  {
     DecodeCase c{"all_variants_gqa16_e4m3"};
     c.kv_lens = {1, 500, 4000, 0};
     c.num_qo_heads = 64, c.num_kv_heads = 4, c.kv_dtype = DType::kE4M3;
@@ -389,8 +415,8 @@ TEST_P(BatchDecodeVsReference, MatchesFloat64ReferenceAndRerunsBitwise) {
       const double scale =
           c.params.use_softmax ? 1.0 : std::max(1.0, testing::max_abs(ref.o.view()));
       const double tolerance = scale * (is_fp8(c.kv_dtype) ? kOutputToleranceFp8
-                                        : c.tensor_cores  ? gpu_testing::kOutputToleranceTensorCores
-                                                          : kOutputTolerance16);
+                                        : c.tensor_cores ? gpu_testing::kOutputToleranceTensorCores
+                                                         : kOutputTolerance16);
       EXPECT_EQ(testing::count_nan(o.view()), 0) << "unwritten or NaN outputs";
       EXPECT_LE(o_err.max_abs, tolerance) << o_err;
       if (c.with_lse) {
@@ -510,8 +536,8 @@ TEST(BatchDecodePlan, FullBatchesArePlannedInWaves) {
   std::vector<int32_t> indptr = {0}, last(256, 16);
   for (int i = 0; i < 256; ++i) indptr.push_back(indptr.back() + 2048 / 16);
   decode.plan(indptr, last, nullptr);
-  EXPECT_EQ(decode.last_plan().num_ctas, 100 * decode.num_ctas() / 2 /
-                                             cuda::device_properties(0).num_sms);
+  EXPECT_EQ(decode.last_plan().num_ctas,
+            100 * decode.num_ctas() / 2 / cuda::device_properties(0).num_sms);
   cuda::stream_synchronize(nullptr);
 }
 
