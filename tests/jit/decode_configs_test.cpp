@@ -46,19 +46,13 @@ class ShippedDecodeKernels : public jit::testing::ShippedKernelShard {};
 // whole-page fp8 items (8 KV heads, D 64, every variant flag, sm_90a), ptxas keeps the score
 // scale, a product of two parameters it hoists out of the item loop, in local memory between
 // items: one 4-byte store when the CTA starts and one load per work item, outside the tile loop
-// (SASS read with experiments/dump_decode_cubin.cpp). Likewise fp8 K with RoPE at D 256 and 8
-// rows (sm_90a, 255 registers): one value stored when the CTA starts and again (predicated) in
-// the item's q rotation, loaded once per work item at the item loop's head; 12 bytes, none in
-// the tile loop. Every other configuration: none.
+// (SASS read with experiments/dump_decode_cubin.cpp). Every other configuration: none.
 int allowed_spill_bytes(const std::string& label, const std::string& arch) {
-  if (arch != "sm_90a") return 0;
-  if (label ==
-      "decode-mma q=bfloat16 kv=float8_e5m2 D=64 rows=4 page=16 heads=8 "
-      "soft_cap+window+alibi") {
-    return 8;
-  }
-  if (label == "decode-mma q=bfloat16 kv=float8_e4m3 D=256 rows=8 page=16 rope") return 12;
-  return 0;
+  const bool known =
+      arch == "sm_90a" && label ==
+                              "decode-mma q=bfloat16 kv=float8_e5m2 D=64 rows=4 page=16 heads=8 "
+                              "soft_cap+window+alibi";
+  return known ? 8 : 0;
 }
 
 TEST_P(ShippedDecodeKernels, CompileWithoutSpillsOrLocalMemory) {
