@@ -12,8 +12,19 @@
 
 namespace flare::decode {
 
-// Per-thread state of one work item: kRows query rows x this lane's 8 dims, and the softmax
-// state of the rows whose scores this lane finishes (see LaneScores).
+// A lane's dims: kChunksPerLane chunks of 8, chunk c of lane l being dims (c * kLanes + l) * 8
+// .. + 8 (Traits), element e of a lane's registers in chunk e / 8.
+__device__ __forceinline__ int lane_chunk_dim(int lane, int chunk) {
+  return (chunk * T::kLanes + lane) * 8;
+}
+template <int N>
+__device__ __forceinline__ float (&chunk8(float (&x)[N], int chunk))[8] {
+  static_assert(N % 8 == 0, "whole chunks");
+  return *reinterpret_cast<float(*)[8]>(x + chunk * 8);
+}
+
+// Per-thread state of one work item: kRows query rows x this lane's kDimsPerLane dims, and the
+// softmax state of the rows whose scores this lane finishes (see LaneScores).
 struct RowState {
   float q[T::kRows][T::kDimsPerLane];
   float o[T::kRows][T::kDimsPerLane];
@@ -85,22 +96,32 @@ __device__ __forceinline__ void reduce_scatter(float (&s)[T::kValues], int lane)
 }
 
 // RoPE on a row of q or fp8 K (kernels/rotary.cuh) at position `pos`, as the group's lanes
-// hold it (lane l: dims l * kDimsPerLane ..): a lane's dims pair with the lane kLanes / 2 away.
-// Warp-uniform (shuffles).
+// hold it (lane_chunk_dim): with one chunk a lane's dims pair with the lane kLanes / 2 away
+// (warp-uniform: shuffles); with two (D 512) chunk 0's dims pair with chunk 1's, D / 2 apart,
+// in the same lane.
 __device__ __forceinline__ void rotate_lane_dims(const DecodeParams& p, int pos,
                                                  float (&q)[T::kDimsPerLane]) {
-  constexpr int kHalf = T::kLanes / 2;
+  static_assert(T::kChunksPerLane == 1 || T::kChunksPerLane == 2, "one or two chunks a lane");
   const int lane = threadIdx.x % T::kLanes;
-  const bool upper = lane >= kHalf;
+  if constexpr (T::kChunksPerLane == 2) {
 #pragma unroll
-  for (int e = 0; e < T::kDimsPerLane; ++e) {
-    const float partner = __shfl_xor_sync(0xffffffffu, q[e], kHalf);
-    float lo = upper ? partner : q[e];
-    float hi = upper ? q[e] : partner;
-    rotate_pair(
-        lo, hi, pos,
-        rotary_turns<Variant, T::kHeadDim>(p.variant, (lane % kHalf) * T::kDimsPerLane + e));
-    q[e] = upper ? hi : lo;
+    for (int e = 0; e < 8; ++e) {
+      rotate_pair(q[e], q[8 + e], pos,
+                  rotary_turns<Variant, T::kHeadDim>(p.variant, lane_chunk_dim(lane, 0) + e));
+    }
+  } else {
+    constexpr int kHalf = T::kLanes / 2;
+    const bool upper = lane >= kHalf;
+#pragma unroll
+    for (int e = 0; e < T::kDimsPerLane; ++e) {
+      const float partner = __shfl_xor_sync(0xffffffffu, q[e], kHalf);
+      float lo = upper ? partner : q[e];
+      float hi = upper ? q[e] : partner;
+      rotate_pair(
+          lo, hi, pos,
+          rotary_turns<Variant, T::kHeadDim>(p.variant, (lane % kHalf) * T::kDimsPerLane + e));
+      q[e] = upper ? hi : lo;
+    }
   }
 }
 
@@ -114,7 +135,6 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
   const int lane = threadIdx.x % T::kLanes;
   const int group = threadIdx.x / T::kLanes;
   const unsigned char* stage = smem + (tile % T::kStages) * T::kStageBytes;
-  const int lane_offset = lane * T::kDimsPerLane * T::kKVBytes;
 
   // Token slot i of this group is KV position first_token + i * kGroups.
   const int first_token = g.kv_lo + tile * T::kTileTokens + group;
@@ -122,7 +142,11 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
 #pragma unroll
   for (int i = 0; i < kTokens; ++i) {
     float k[T::kDimsPerLane];
-    load_kv8<T::kKVCode>(stage + (i * T::kGroups + group) * T::kRowBytes + lane_offset, k);
+    const unsigned char* k_row = stage + (i * T::kGroups + group) * T::kRowBytes;
+#pragma unroll
+    for (int c = 0; c < T::kChunksPerLane; ++c) {
+      load_kv8<T::kKVCode>(k_row + lane_chunk_dim(lane, c) * T::kKVBytes, chunk8(k, c));
+    }
     // fp8 K rotates here, in float32 (16-bit K was rotated in its stage: rotate_k_tile).
     if constexpr (Variant::kRotary && T::kFp8) rotate_lane_dims(p, first_token + i * T::kGroups, k);
 #pragma unroll
@@ -208,7 +232,11 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
 #pragma unroll
   for (int i = 0; i < kTokens; ++i) {
     float v[T::kDimsPerLane];
-    load_kv8<T::kKVCode>(v_tile + (i * T::kGroups + group) * T::kRowBytes + lane_offset, v);
+    const unsigned char* v_row = v_tile + (i * T::kGroups + group) * T::kRowBytes;
+#pragma unroll
+    for (int c = 0; c < T::kChunksPerLane; ++c) {
+      load_kv8<T::kKVCode>(v_row + lane_chunk_dim(lane, c) * T::kKVBytes, chunk8(v, c));
+    }
 #pragma unroll
     for (int r = 0; r < T::kRows; ++r) {
 #pragma unroll
@@ -241,10 +269,12 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
     const long long token = item.request + packed / p.group_size;
     const int head = item.kv_head * p.group_size + packed % p.group_size;
     if (r < rows) {
-      const unsigned char* q =
-          static_cast<const unsigned char*>(p.q) +
-          ((token * p.q_stride_token + head * p.q_stride_head) + lane * T::kDimsPerLane) * 2;
-      load_global_16bit8<T::kQCode>(q, st.q[r]);
+      const unsigned char* q = static_cast<const unsigned char*>(p.q) +
+                               (token * p.q_stride_token + head * p.q_stride_head) * 2;
+#pragma unroll
+      for (int c = 0; c < T::kChunksPerLane; ++c) {
+        load_global_16bit8<T::kQCode>(q + lane_chunk_dim(lane, c) * 2, chunk8(st.q[r], c));
+      }
     } else {
 #pragma unroll
       for (int e = 0; e < T::kDimsPerLane; ++e) st.q[r][e] = 0.0f;
@@ -280,11 +310,12 @@ __device__ __forceinline__ void publish_state(const LoopState& st, float* s_o, f
   const int group = threadIdx.x / T::kLanes;
 #pragma unroll
   for (int r = 0; r < T::kRows; ++r) {
-    float* dst = s_o + (group * T::kRows + r) * T::kHeadDim + lane * T::kDimsPerLane;
+    float* row = s_o + (group * T::kRows + r) * T::kHeadDim;
 #pragma unroll
     for (int e = 0; e < T::kDimsPerLane; e += 4) {
-      *reinterpret_cast<float4*>(dst + e) = make_float4(st.rows.o[r][e], st.rows.o[r][e + 1],
-                                                        st.rows.o[r][e + 2], st.rows.o[r][e + 3]);
+      float* dst = row + lane_chunk_dim(lane, e / 8) + e % 8;
+      *reinterpret_cast<float4*>(dst) = make_float4(st.rows.o[r][e], st.rows.o[r][e + 1],
+                                                    st.rows.o[r][e + 2], st.rows.o[r][e + 3]);
     }
   }
 #pragma unroll

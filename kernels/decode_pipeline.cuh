@@ -1,7 +1,7 @@
 // Shared by the decode kernel's two compute loops (kernels/decode.cuh): the compile-time
 // geometry and the paged K/V gather into the cp.async pipeline stages.
 //
-// Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256), FLARE_ROWS (1 | 2 | 4 | 8),
+// Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256, or 512 on the CUDA-core loop), FLARE_ROWS (1 | 2 | 4 | 8),
 // FLARE_PAGE_SIZE (>= 1), FLARE_Q_DTYPE / FLARE_KV_DTYPE (DTypeCode), FLARE_DECODE_MMA (0: the
 // CUDA-core loop, 1: the tensor-core loop), FLARE_ITEM_HEADS (KV heads per work item: 1, or 2,
 // 4, 8 on the tensor-core loop, see Traits) and the tuning the host chose
@@ -25,8 +25,9 @@ static_assert(VariantHookCheck<Variant>::ok, "the variant's hooks");
 constexpr int log2_exact(int x) { return x <= 1 ? 0 : 1 + log2_exact(x / 2); }
 
 // Compile-time geometry of both loops. The CUDA-core loop (FLARE_DECODE_MMA 0): kLanes lanes
-// share one token row (8 head dims each) and the CTA's kGroups token groups take different
-// tokens of a tile (kernels/decode_cuda_core.cuh). The tensor-core loop (FLARE_DECODE_MMA 1):
+// share one token row (kChunksPerLane chunks of 8 head dims each: one up to D 256, two at D
+// 512, lane l holding chunks l and l + 32 so that a warp's 16-byte reads stay contiguous) and
+// the CTA's kGroups token groups take different tokens of a tile (kernels/decode_cuda_core.cuh). The tensor-core loop (FLARE_DECODE_MMA 1):
 // each warp takes kWarpTokens tokens of a tile (kernels/decode_mma.cuh). Either way each of
 // kStateGroups thread groups keeps its own online-softmax state, combined through shared
 // memory at the end of a work item.
@@ -53,7 +54,8 @@ struct Traits {
   static constexpr int kWarpsPerHead = kItemHeads == 1 ? 4 : 1;
   static constexpr int kThreads = 32 * kWarpsPerHead * kItemHeads;
   static constexpr int kMinCtasPerSm = FLARE_MIN_CTAS_PER_SM;
-  static constexpr int kDimsPerLane = 8;
+  static constexpr int kDimsPerLane = kHeadDim <= 256 ? 8 : 16;
+  static constexpr int kChunksPerLane = kDimsPerLane / 8;
   static constexpr int kLanes = kHeadDim / kDimsPerLane;  // 8, 16 or 32: inside one warp
   static constexpr int kGroups = kThreads / kLanes;
   // Tokens one state group (a lane group, or a warp in the mma loop) handles per tile, as the
@@ -109,7 +111,9 @@ struct Traits {
   static_assert(kMinCtasPerSm >= 1 && kMinCtasPerSm <= 4, "register cap");
   static_assert((kTokensPerGroup & (kTokensPerGroup - 1)) == 0, "tokens per group");
 
-  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256 ||
+                    (kHeadDim == 512 && !kMma && kRows <= 4),
+                "head dim: 64, 128, 256, or 512 on the CUDA-core loop with at most 4 rows");
   static_assert(kRows == 1 || kRows == 2 || kRows == 4 || kRows == 8, "rows per item");
   static_assert(kPageSize >= 1, "page size");
   static_assert(kQCode == kCodeF16 || kQCode == kCodeBF16, "q dtype");

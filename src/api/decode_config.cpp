@@ -25,8 +25,14 @@ static_assert(static_cast<int>(DType::kF16) == kCodeF16 &&
 
 // Decode kernel geometry (kernels/decode.cuh Traits reads these defines and checks them).
 constexpr int kDecodeThreads = 128;
+// A CUDA-core lane holds 8 dims of a row, 16 at D 512 (two chunks: kernels/decode_pipeline.cuh).
 constexpr int kDimsPerLane = 8;
+constexpr int kDimsPerLaneWide = 16;
+constexpr int kWideHeadDim = 512;
 constexpr int kMaxRowsPerItem = 8;
+// At D 512 a lane keeps 16 dims of q and o per row: 4 rows (128 registers of them) a work item,
+// larger head groups split into items of 4 rows.
+constexpr int kMaxRowsPerItemWide = 4;
 // Shared memory the K/V pipeline aims at per CTA ((stages - 1) / stages of it in flight). Tiles
 // of up to 4 rows with 16-bit KV fit 128 registers: 4 CTAs per SM of 48 KiB (128 KiB in flight
 // per SM on an H100, 16 warps to hide the latency of a loop at ~55% of issue; decode v7).
@@ -81,7 +87,10 @@ int group_size(const BatchDecodeConfig& c) { return c.num_qo_heads / c.num_kv_he
 
 // Packed rows of one KV head in a work item: the whole head group up to 8 rows (padded to a
 // power of two in the kernel, whose register tiles are compiled per row count).
-int head_rows(const BatchDecodeConfig& c) { return std::min(group_size(c), kMaxRowsPerItem); }
+int head_rows(const BatchDecodeConfig& c) {
+  return std::min(group_size(c),
+                  c.head_dim == kWideHeadDim ? kMaxRowsPerItemWide : kMaxRowsPerItem);
+}
 int kernel_rows(const BatchDecodeConfig& c) { return next_power_of_two(head_rows(c)); }
 
 // Whole-page items (kv_heads_per_item > 1) are planned as num_kv_heads / kv_heads_per_item
@@ -104,8 +113,12 @@ void validate_config(const BatchDecodeConfig& c) {
               ErrorCode::kInvalidArgument, kWhat,
               ": num_kv_heads must be >= 1 and divide num_qo_heads, got num_qo_heads=",
               c.num_qo_heads, " num_kv_heads=", c.num_kv_heads);
-  FLARE_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256, ErrorCode::kUnsupported,
-              kWhat, ": head_dim must be 64, 128 or 256, got ", c.head_dim);
+  FLARE_CHECK(
+      c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256 || c.head_dim == kWideHeadDim,
+      ErrorCode::kUnsupported, kWhat, ": head_dim must be 64, 128, 256 or 512, got ", c.head_dim);
+  FLARE_CHECK(c.head_dim != kWideHeadDim || !c.use_tensor_cores, ErrorCode::kUnsupported, kWhat,
+              ": head_dim 512 runs on the CUDA-core loop only (its tensor-core loop would keep "
+              "128 accumulators of o a thread): pass use_tensor_cores = false");
   FLARE_CHECK(c.page_size >= 1, ErrorCode::kInvalidArgument, kWhat,
               ": page_size must be >= 1, got ", c.page_size);
   FLARE_CHECK(c.q_dtype == DType::kF16 || c.q_dtype == DType::kBF16, ErrorCode::kUnsupported, kWhat,
@@ -204,12 +217,15 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
   // Scores of one tile live in registers (tokens x rows): 8-row tiles take 2 tokens a group.
   // fp8 KV is instruction-bound rather than memory-bound: 8 tokens a group halve the per-tile
   // fixed work (barrier, copies, probability exchange) per token, within 168 registers.
+  // At D 512 (16 dims a lane, up to 4 rows: 128 registers of q and o) 2 tokens a group and one
+  // CTA's register cap (255).
   const bool fp8 = is_fp8(c.kv_dtype);
-  g.tokens_per_group = g.rows >= 8 ? 2 : (fp8 && g.rows >= 4 ? 8 : 4);
-  const int lanes = c.head_dim / kDimsPerLane;
+  const bool wide = c.head_dim == kWideHeadDim;
+  g.tokens_per_group = wide || g.rows >= 8 ? 2 : (fp8 && g.rows >= 4 ? 8 : 4);
+  const int lanes = c.head_dim / (wide ? kDimsPerLaneWide : kDimsPerLane);
   const int groups = kDecodeThreads / lanes;
   const int stage_bytes = 2 * groups * g.tokens_per_group * row_bytes;
-  g.min_ctas_per_sm = g.rows <= 4 && !fp8 ? kFourCtas : 1;
+  g.min_ctas_per_sm = g.rows <= 4 && !fp8 && !wide ? kFourCtas : 1;
   const int target =
       g.min_ctas_per_sm == kFourCtas ? kPipelineTargetBytesFourCtas : kPipelineTargetBytes;
   g.stages = std::clamp(target / stage_bytes, kMinStages, kMaxStages);
@@ -301,6 +317,7 @@ using api_detail::dtype_code;
 using api_detail::Geometry;
 using api_detail::kernel_rows;
 using api_detail::kWhat;
+using api_detail::kWideHeadDim;
 using api_detail::validate_config;
 
 BatchDecodeKernels batch_decode_kernels(const BatchDecodeConfig& config,
@@ -386,6 +403,13 @@ std::vector<BatchDecodeConfig> shipped_decode_configs() {
     add(head_dim, 4, DType::kF16, DType::kE4M3, 16, rope);  // fp8 K rotated in registers
   }
   for (int page_size : {1, 3, 64}) add(128, 4, DType::kBF16, DType::kBF16, page_size, plain);
+  // D 512 (CUDA cores only): every row tile, fp8 KV, every variant flag, RoPE on both KV types.
+  for (int group : {1, 2, 4}) add(kWideHeadDim, group, DType::kBF16, DType::kBF16, 16, plain);
+  add(kWideHeadDim, 8, DType::kF16, DType::kF16, 16, plain);
+  add(kWideHeadDim, 4, DType::kBF16, DType::kE4M3, 16, plain);
+  add(kWideHeadDim, 4, DType::kF16, DType::kF16, 16, all);
+  add(kWideHeadDim, 4, DType::kF16, DType::kF16, 16, rope);
+  add(kWideHeadDim, 4, DType::kF16, DType::kE5M2, 16, rope);
   // The tensor-core loop: every row tile and head dim on bf16, f16, fp8 KV with either q, and
   // every variant flag.
   const size_t cuda_core_configs = configs.size();

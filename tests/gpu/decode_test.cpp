@@ -334,6 +334,41 @@ std::vector<DecodeCase> cases() {
     c.name = "pages" + std::to_string(c.kv_heads_per_item) + "_" + c.name;
     all.push_back(std::move(c));
   }
+  // D 512: the CUDA-core loop only (two 8-dim chunks a lane, items of at most 4 rows).
+  {
+    DecodeCase c{"d512_gqa8_page3_rope_split"};  // 8 rows a KV head: two items of 4
+    c.kv_lens = {1, 97, 1023, 5000, 0};
+    c.num_qo_heads = 16, c.num_kv_heads = 2, c.head_dim = 512, c.page_size = 3;
+    c.q_dtype = DType::kF16, c.kv_dtype = DType::kF16;
+    c.params.pos_encoding = PosEncoding::kRopeLlama;
+    add(c);
+  }
+  {
+    DecodeCase c{"d512_gqa1_hnd_window_soft_cap"};
+    c.kv_lens = {3, 1999, 54, 16384};
+    c.num_qo_heads = 4, c.num_kv_heads = 4, c.head_dim = 512, c.layout = KVLayout::kHND;
+    c.params.window_left = 533;
+    c.params.logits_soft_cap = 30.0f;
+    add(c);
+  }
+  {
+    DecodeCase c{"d512_gqa3_e4m3_rope_scaled"};  // rows padded to 4; fp8 K rotated in registers
+    c.kv_lens = {1, 300, 2049};
+    c.num_qo_heads = 6, c.num_kv_heads = 2, c.head_dim = 512, c.page_size = 16;
+    c.kv_dtype = DType::kE4M3;
+    c.params.pos_encoding = PosEncoding::kRopeLlama;
+    c.params.k_scale = 0.5f;
+    add(c);
+  }
+  {
+    DecodeCase c{"d512_gqa2_strided_alibi_fixed_split"};
+    c.kv_lens = {1, 1023, 4097};
+    c.num_qo_heads = 4, c.num_kv_heads = 2, c.head_dim = 512, c.page_size = 8;
+    c.strided = true;
+    c.params.pos_encoding = PosEncoding::kAlibi;
+    c.fixed_split_size = 256;
+    add(c);
+  }
   {
     // Two super heads of 4 KV heads each, split and merged, HND pages.
     DecodeCase c{"pages4_of_8_hnd_split"};

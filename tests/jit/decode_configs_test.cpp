@@ -99,7 +99,7 @@ ShippedDefines shipped_defines(bool tensor_cores_only) {
 
 TEST(ShippedDecodeConfigs, CoverEveryHeadDimRowTileKvDtypeAndVariantFlag) {
   const ShippedDefines d = shipped_defines(false);
-  EXPECT_EQ(d.head_dims, (std::set<std::string>{"64", "128", "256"}));
+  EXPECT_EQ(d.head_dims, (std::set<std::string>{"64", "128", "256", "512"}));
   EXPECT_EQ(d.rows, (std::set<std::string>{"1", "2", "4", "8"}));
   EXPECT_EQ(d.kv_dtypes.size(), 4u);  // f16, bf16, e4m3, e5m2
   EXPECT_EQ(d.q_dtypes.size(), 2u);   // f16, bf16
@@ -273,6 +273,12 @@ TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
   BatchDecodeConfig c = base_config();
   c.head_dim = 96;
   expect_code(c, ErrorCode::kUnsupported, "head_dim");
+  c = base_config();  // D 512: the CUDA-core loop, head groups in items of at most 4 rows
+  c.head_dim = 512;
+  EXPECT_EQ(define_value(batch_decode_kernels(c).decode, "FLARE_ROWS"), "4");
+  EXPECT_EQ(batch_decode_kernels(c).rows_per_item, 4);
+  c.use_tensor_cores = true;
+  expect_code(c, ErrorCode::kUnsupported, "head_dim 512");
   c = base_config();
   c.num_qo_heads = 30;
   expect_code(c, ErrorCode::kInvalidArgument, "num_kv_heads");

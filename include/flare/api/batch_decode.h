@@ -30,7 +30,7 @@ struct BatchDecodeConfig {
   int max_batch = 0;              // upper bound on the requests of one plan (>= 1)
   int num_qo_heads = 0;           // H_qo, a multiple of num_kv_heads
   int num_kv_heads = 0;           // H_kv
-  int head_dim = 0;               // D (for q, k, v and o): 64, 128 or 256
+  int head_dim = 0;               // D (for q, k, v and o): 64, 128, 256, or 512 (CUDA cores)
   int page_size = 0;              // tokens per page, >= 1 (compiled into the kernel)
   DType q_dtype = DType::kBF16;   // q and o: kF16 | kBF16
   DType kv_dtype = DType::kBF16;  // k and v: kF16 | kBF16 | kE4M3 | kE5M2
