@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kNoCuts = std::numeric_limits<int64_t>::max();
 constexpr int kMinHeadDim = 8;
-constexpr int kMaxHeadDim = 256;
+constexpr int kMaxHeadDim = 512;
 // Costs are fixed point with 16 fraction bits (src/plan/schedule.cpp).
 constexpr float kMinCostCoefficient = 1.0f / 65536;
 constexpr float kMaxCostCoefficient = 1 << 20;

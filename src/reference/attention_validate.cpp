@@ -14,7 +14,7 @@ namespace flare {
 namespace {
 
 constexpr int64_t kMinHeadDim = 8;
-constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kMaxHeadDim = 512;
 constexpr int64_t kHeadDimMultiple = 8;  // the reference's dot product and every GPU tile
 
 std::string shape_text(std::initializer_list<int64_t> dims) {

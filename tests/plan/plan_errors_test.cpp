@@ -35,7 +35,7 @@ TEST(PlanErrors, Heads) {
 }
 
 TEST(PlanErrors, HeadDims) {
-  for (const int bad : {0, 4, 12, 264, 512}) {
+  for (const int bad : {0, 4, 12, 520, 1024}) {
     LengthProblem p({1}, {10}, 4, 4, bad);
     p.problem.head_dim_vo = 64;
     expect_error([&] { plan(p.problem, {}); }, ErrorCode::kUnsupported, "head_dim_qk");

@@ -98,13 +98,13 @@ TEST_F(ReferenceAttentionValidation, Heads) {
 }
 
 TEST_F(ReferenceAttentionValidation, HeadDims) {
-  for (int64_t head_dim : {4, 12, 264}) {
+  for (int64_t head_dim : {4, 12, 520}) {
     AttentionCaseSpec spec = valid_spec();
     spec.head_dim_qk = spec.head_dim_vo = head_dim;
     AttentionCase dims_case(spec);
     expect_rejected(
         dims_case.problem(), dims_case.output(), kUnsupported,
-        "q head_dim_qk must be a multiple of 8 in [8, 256], got " + std::to_string(head_dim));
+        "q head_dim_qk must be a multiple of 8 in [8, 512], got " + std::to_string(head_dim));
   }
   AttentionCaseSpec spec = valid_spec();
   spec.head_dim_vo = 20;

@@ -29,7 +29,7 @@ struct ReferenceOptions {
 //   kv          paged or ragged; K/V dtypes f32 | f16 | bf16 | e4m3 | e5m2 (both the same)
 //   o           [total_q, H_qo, D_vo]  f32 | f16 | bf16, CPU
 //   lse         float32 [total_q, H_qo], optional (not with use_softmax = false)
-// H_qo must be a multiple of H_kv; D_qk, D_vo multiples of 8 in [8, 256].
+// H_qo must be a multiple of H_kv; D_qk, D_vo multiples of 8 in [8, 512].
 struct AttentionProblem {
   TensorView q;
   TensorView qo_indptr;
