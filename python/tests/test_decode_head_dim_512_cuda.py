@@ -1,0 +1,79 @@
+"""Decode at head_dim 512 (the CUDA-core loop, two 8-dim chunks a lane, items of at most 4 rows)
+on PyTorch CUDA tensors against float64 attention over the gathered pages: batch decode with
+head groups of 1, 4 and 8, pages of 1 and 16, RoPE, a sliding window and soft-cap; single
+decode; the tensor-core loop refused by name. Skipped visibly without PyTorch or a CUDA
+device."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device (torch.cuda.is_available() is False)", allow_module_level=True)
+
+import flare  # noqa: E402
+from attention_reference import reference_attention  # noqa: E402
+from gpu_paged_cache import GpuPagedCache  # noqa: E402
+
+DEVICE = torch.device("cuda:0")
+D = 512
+TOLERANCE = 1e-2  # float16 output rounding over float32 sums
+LSE_TOLERANCE = 2e-3
+
+
+def expected(cache, q, **variant):
+    kv = cache.cache.float().cpu().numpy()
+    ks, vs = [], []
+    for b, n in enumerate(cache.kv_lens):
+        pages = cache.indices[int(cache.indptr[b]):int(cache.indptr[b + 1])].numpy()
+        ks.append(kv[pages, 0].reshape(-1, *kv.shape[3:])[:n])
+        vs.append(kv[pages, 1].reshape(-1, *kv.shape[3:])[:n])
+    kv_indptr = np.concatenate([[0], np.cumsum(cache.kv_lens)])
+    o, lse = reference_attention(q.float().cpu().numpy(), np.concatenate(ks), np.concatenate(vs),
+                                 np.arange(cache.batch + 1), kv_indptr, **variant)
+    return torch.from_numpy(o), torch.from_numpy(lse)
+
+
+@pytest.mark.parametrize("heads", [(4, 4), (16, 4), (32, 4)])
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("variant", ["plain", "rope", "window_soft_cap"])
+def test_batch_decode_head_dim_512(heads, page_size, variant):
+    num_qo_heads, num_kv_heads = heads
+    cache = GpuPagedCache([1, 54, 97, 1999], num_kv_heads, D, page_size, "NHD", torch.float16,
+                          seed=page_size + num_qo_heads)
+    q = torch.randn(cache.batch, num_qo_heads, D, device=DEVICE).to(torch.float16)
+    kwargs, reference = {}, {}
+    if variant == "rope":
+        kwargs, reference = {"pos_encoding_mode": "ROPE_LLAMA"}, {"rope_theta": 1e4}
+    elif variant == "window_soft_cap":
+        kwargs = {"window_left": 33, "logits_soft_cap": 30.0}
+        reference = {"window_left": 33, "logits_soft_cap": 30.0}
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(
+        torch.empty(128 << 20, dtype=torch.uint8, device=DEVICE), "NHD")
+    wrapper.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, num_qo_heads,
+                 num_kv_heads, D, page_size, q_data_type=torch.float16, **kwargs)
+    out = torch.full_like(q, float("nan"))
+    _, lse = wrapper.run(q, cache.cache, out=out, return_lse=True)
+    want_o, want_lse = expected(cache, q, **reference)
+    assert (out.double().cpu() - want_o).abs().max().item() <= TOLERANCE
+    assert (lse.double().cpu() - want_lse).abs().max().item() <= LSE_TOLERANCE
+
+
+def test_single_decode_head_dim_512_window():
+    k = torch.randn(1177, 4, D, device=DEVICE).to(torch.float16)
+    v = torch.randn_like(k)
+    q = torch.randn(8, D, device=DEVICE).to(torch.float16)
+    out = flare.single_decode_with_kv_cache(q, k, v, window_left=37)
+    want = flare.single_decode_with_kv_cache(q, k[-38:], v[-38:])
+    assert torch.isfinite(out).all()
+    assert (out - want).abs().max().item() <= 2e-3
+
+
+def test_tensor_core_loop_at_head_dim_512_is_refused_by_name():
+    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(
+        torch.empty(16 << 20, dtype=torch.uint8, device=DEVICE), "NHD", use_tensor_cores=True)
+    with pytest.raises(NotImplementedError, match="head_dim 512"):
+        wrapper.plan(torch.tensor([0, 1], dtype=torch.int32),
+                     torch.zeros(1, dtype=torch.int32, device=DEVICE),
+                     torch.tensor([1], dtype=torch.int32), 4, 4, D, 16,
+                     q_data_type=torch.float16)
