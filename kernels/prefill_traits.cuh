@@ -1,7 +1,8 @@
 // The prefill kernel's compile-time configuration (Traits from the FLARE_* defines), the
 // per-thread and per-item state it keeps, and the thread/row index helpers.
 //
-// Compile-time defines: FLARE_HEAD_DIM_QK, FLARE_HEAD_DIM_VO (64 | 128 | 256, or 192 / 128),
+// Compile-time defines: FLARE_HEAD_DIM_QK, FLARE_HEAD_DIM_VO (64 | 128 | 256, 192 / 128, or
+// 512 / 256: a pass of head dim 512),
 // FLARE_QUERY_TILE (16 | 32 | 64 | 128), FLARE_KV_TILE (32 | 64 | 128), FLARE_Q_DTYPE (q, k, v
 // and o: f16 | bf16), FLARE_KV_PAGED (0 ragged | 1 paged), FLARE_PAGE_SIZE (paged), FLARE_MASK
 // (PrefillMaskCode), FLARE_WARPGROUP (1: the Hopper family, sm_90a; see PrefillShape). `struct
@@ -76,9 +77,10 @@ struct Traits {
   static_assert(kQueryTile == 16 || kQueryTile == 32 || kQueryTile == 64 || kQueryTile == 128,
                 "query tile");
   static_assert(kKvTile == 32 || kKvTile == 64 || kKvTile == 128, "kv tile");
-  static_assert(kHeadDimQK % 64 == 0 && kHeadDimQK <= 256 && kHeadDimVO % 64 == 0 &&
-                    kHeadDimVO <= 256,
-                "head dims: multiples of 64 up to 256");
+  // Head dim 512 runs as two passes of qk 512 / vo 256 (src/api/prefill_config.h).
+  static_assert(kHeadDimVO % 64 == 0 && kHeadDimVO <= 256 && kHeadDimQK % 64 == 0 &&
+                    (kHeadDimQK <= 256 || (kHeadDimQK == 512 && !kWarpgroup)),
+                "head dims: multiples of 64 up to 256, or qk 512 on the FA2 family");
   static_assert(kCode == kCodeF16 || kCode == kCodeBF16, "dtype");
   static_assert(kPageSize >= 1, "page size");
   static_assert(kMask == kMaskNone || kMask == kMaskCausal || kMask == kMaskCustom, "mask");

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "flare/core/error.h"
@@ -52,8 +52,8 @@ struct PrefillKernel {
 void check_index_array(const TensorView& t, const char* name, int device, DType dtype,
                        int64_t min_size, int64_t exact_size) {
   // An empty array may have no storage (torch's empty tensors): nothing reads it.
-  FLARE_CHECK((t.data != nullptr || t.shape[0] == 0) && t.device == Device::cuda(device) && t.dtype == dtype &&
-                  t.ndim == 1 &&
+  FLARE_CHECK((t.data != nullptr || t.shape[0] == 0) && t.device == Device::cuda(device) &&
+                  t.dtype == dtype && t.ndim == 1 &&
                   (exact_size >= 0 ? t.shape[0] == exact_size : t.shape[0] >= min_size) &&
                   (t.shape[0] <= 1 || t.strides[0] == 1),
               ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous ",
@@ -372,10 +372,9 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
   // A captured run serves every later plan, of up to max_batch requests.
-  api_detail::check_run_options(c.params, c.variant, options, lse.has_value(),
-                                {c.use_cuda_graph ? c.max_batch : s.batch, c.num_qo_heads,
-                                 c.num_kv_heads},
-                                c.device, kWhat);
+  api_detail::check_run_options(
+      c.params, c.variant, options, lse.has_value(),
+      {c.use_cuda_graph ? c.max_batch : s.batch, c.num_qo_heads, c.num_kv_heads}, c.device, kWhat);
   // A captured run serves every later plan: its tensors may be sized for larger batches.
   const int64_t total_qo = c.use_cuda_graph && q.ndim == 3 ? q.shape[0] : s.total_qo;
   FLARE_CHECK(total_qo >= s.total_qo && total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument,
@@ -447,16 +446,11 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   }
   const unsigned grid = static_cast<unsigned>(c.use_cuda_graph ? s.bound_ctas : s.plan.num_ctas);
   const bool pdl = options.enable_pdl && s.props.cc_major >= 9;
-  void* prefill_args[] = {&p};
-  cuda::launch(kernel.function, grid, 1, 1, static_cast<unsigned>(kernel.specs.threads), 1, 1,
-               static_cast<unsigned>(kernel.specs.shared_bytes), stream, prefill_args, pdl);
-
   if (c.use_cuda_graph && mask_bits) s.captured_mask_bytes = mask_bits->shape[0];
   // Eager runs skip the merge launch when nothing was split; a captured run always launches it
   // (a later plan may split).
-  if (!c.use_cuda_graph && s.plan.merge_items.empty()) return;
+  const bool merge = c.use_cuda_graph || !s.plan.merge_items.empty();
   MergeParams m{};
-  m.o = o.data;
   m.lse = p.lse;
   m.workspace = p.workspace;
   m.offsets = p.offsets;
@@ -468,9 +462,23 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   m.lse_scale = p.lse_scale;
   m.qo_indptr = p.qo_indptr;
   m.sum_partials = api_detail::uses_softmax(c.params, c.variant) ? 0 : 1;
-  void* merge_args[] = {&m};
-  cuda::launch(s.merge, static_cast<unsigned>(s.props.num_sms * kMergeBlocksPerSm), 1, 1,
-               kMergeThreads, 1, 1, 0, stream, merge_args, pdl);
+  // Head dim 512: one pass per half of v and o (prefill_config.h prefill_kernel_head_dim_vo),
+  // each writing the same lse; a pass's merge reads the workspace before the next pass writes
+  // it (stream order; under PDL each kernel waits for its predecessor before touching it).
+  const int passes = api_detail::prefill_vo_passes(c);
+  const size_t pass_bytes = static_cast<size_t>(c.head_dim_vo / passes) * dtype_bytes(c.dtype);
+  for (int pass = 0; pass < passes; ++pass) {
+    p.v = static_cast<const unsigned char*>(a.v) + pass * pass_bytes;
+    p.o = static_cast<unsigned char*>(o.data) + pass * pass_bytes;
+    void* prefill_args[] = {&p};
+    cuda::launch(kernel.function, grid, 1, 1, static_cast<unsigned>(kernel.specs.threads), 1, 1,
+                 static_cast<unsigned>(kernel.specs.shared_bytes), stream, prefill_args, pdl);
+    if (!merge) continue;
+    m.o = p.o;
+    void* merge_args[] = {&m};
+    cuda::launch(s.merge, static_cast<unsigned>(s.props.num_sms * kMergeBlocksPerSm), 1, 1,
+                 kMergeThreads, 1, 1, 0, stream, merge_args, pdl);
+  }
 }
 
 void BatchPrefill::check(const IndexNames& names) const {

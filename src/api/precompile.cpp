@@ -57,7 +57,8 @@ std::vector<jit::KernelSpec> kernels_to_precompile(std::span<const BatchDecodeCo
     } else {
       for (const int query_tile : kQueryTiles) {
         tiles.push_back(api_detail::with_config_kv_tile(
-            choose_prefill_tiles(query_tile, c.head_dim_qk, c.head_dim_vo, c.params.mask,
+            choose_prefill_tiles(query_tile, c.head_dim_qk,
+                                 api_detail::prefill_kernel_head_dim_vo(c), c.params.mask,
                                  config_limits),
             c));
       }

@@ -48,7 +48,8 @@ constexpr int kReservedSharedPerCta = 1024;  // the driver's per-CTA reservation
 int group_size(const BatchPrefillConfig& c) { return c.num_qo_heads / c.num_kv_heads; }
 
 bool valid_head_dims(int qk, int vo) {
-  return (qk == vo && (qk == 64 || qk == 128 || qk == 256)) || (qk == 192 && vo == 128);
+  return (qk == vo && (qk == 64 || qk == 128 || qk == 256 || qk == kPrefillWideHeadDim)) ||
+         (qk == 192 && vo == 128);
 }
 
 AttentionParams variant_params(const AttentionParams& p) {
@@ -76,8 +77,12 @@ void validate_config(const BatchPrefillConfig& c) {
               ": num_kv_heads must be >= 1 and divide num_qo_heads, got num_qo_heads=",
               c.num_qo_heads, " num_kv_heads=", c.num_kv_heads);
   FLARE_CHECK(valid_head_dims(c.head_dim_qk, c.head_dim_vo), ErrorCode::kUnsupported, kWhat,
-              ": head dims must be 64, 128 or 256 (qk == vo) or 192/128, got head_dim_qk=",
+              ": head dims must be 64, 128, 256 or 512 (qk == vo) or 192/128, got head_dim_qk=",
               c.head_dim_qk, " head_dim_vo=", c.head_dim_vo);
+  FLARE_CHECK(c.head_dim_qk != kPrefillWideHeadDim || c.backend != PrefillBackend::kFA3,
+              ErrorCode::kUnsupported, kWhat,
+              ": head dim 512 runs on the FA2 family only (two passes over halves of the output); "
+              "backend kFA3 was asked for");
   FLARE_CHECK(c.kv == PrefillKV::kRagged || c.page_size >= 1, ErrorCode::kInvalidArgument, kWhat,
               ": page_size must be >= 1, got ", c.page_size);
   FLARE_CHECK(c.dtype == DType::kF16 || c.dtype == DType::kBF16, ErrorCode::kUnsupported, kWhat,
@@ -89,8 +94,8 @@ void validate_config(const BatchPrefillConfig& c) {
               ErrorCode::kInvalidArgument, kWhat, ": kv_tile must be 0, 32, 64 or 128, got ",
               c.kv_tile);
   FLARE_CHECK(c.backend != PrefillBackend::kFA3 ||
-                  (warpgroup_shape(c.query_tile == 0 ? 128 : c.query_tile, c.head_dim_vo,
-                                   c.params.mask) &&
+                  (warpgroup_shape(c.query_tile == 0 ? 128 : c.query_tile,
+                                   prefill_kernel_head_dim_vo(c), c.params.mask) &&
                    c.kv_tile != 32),
               ErrorCode::kInvalidArgument, kWhat,
               ": backend kFA3 (the Hopper family) takes query_tile 0, 64 (head_dim_vo <= 128) or "
@@ -207,20 +212,28 @@ int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode m
 }  // namespace
 
 void validate_prefill_config(const BatchPrefillConfig& c) { validate_config(c); }
+int prefill_kernel_head_dim_vo(const BatchPrefillConfig& c) {
+  return c.head_dim_vo == kPrefillWideHeadDim ? kPrefillWideHeadDim / 2 : c.head_dim_vo;
+}
+int prefill_vo_passes(const BatchPrefillConfig& c) {
+  return c.head_dim_vo / prefill_kernel_head_dim_vo(c);
+}
 int prefill_group_size(const BatchPrefillConfig& c) { return group_size(c); }
 
 }  // namespace api_detail
 
 using api_detail::fitting_kv_tile;
-using api_detail::uses_warpgroup;
-using api_detail::warpgroup_shape;
 using api_detail::kKvTiles;
+using api_detail::kPrefillWideHeadDim;
 using api_detail::kQueryTiles;
 using api_detail::kWhat;
 using api_detail::mask_code;
+using api_detail::prefill_kernel_head_dim_vo;
+using api_detail::uses_warpgroup;
 using api_detail::valid_head_dims;
 using api_detail::validate_config;
 using api_detail::variant_params;
+using api_detail::warpgroup_shape;
 
 int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                            const PrefillDeviceLimits& limits) {
@@ -264,14 +277,19 @@ PrefillDeviceLimits h100_prefill_limits() {
 BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
                                           const PrefillTiles& tiles) {
   validate_config(config);
-  const PrefillShape shape{tiles.query_tile,         tiles.kv_tile,
-                           config.head_dim_qk,        config.head_dim_vo,
-                           mask_code(config.params.mask), tiles.warpgroup ? 1 : 0};
+  const int head_dim_vo = prefill_kernel_head_dim_vo(config);
+  const PrefillShape shape{tiles.query_tile,
+                           tiles.kv_tile,
+                           config.head_dim_qk,
+                           head_dim_vo,
+                           mask_code(config.params.mask),
+                           tiles.warpgroup ? 1 : 0};
   FLARE_CHECK(std::ranges::count(kQueryTiles, tiles.query_tile) == 1 &&
                   std::ranges::count(kKvTiles, tiles.kv_tile) == 1 &&
                   tiles.kv_tile / prefill_warps_kv(shape) >= 16 &&
                   (!tiles.warpgroup ||
-                   (warpgroup_shape(tiles.query_tile, config.head_dim_vo, config.params.mask) &&
+                   (config.head_dim_qk <= 256 &&
+                    warpgroup_shape(tiles.query_tile, head_dim_vo, config.params.mask) &&
                     tiles.kv_tile >= 64)),
               ErrorCode::kInvalidArgument, kWhat, ": tiles ", tiles.query_tile, "x", tiles.kv_tile,
               tiles.warpgroup ? " (Hopper family)" : "", " are not a kernel configuration");
@@ -288,7 +306,7 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
   k.prefill.variant_source = variant.source;
   k.prefill.defines = {
       {"FLARE_HEAD_DIM_QK", std::to_string(config.head_dim_qk)},
-      {"FLARE_HEAD_DIM_VO", std::to_string(config.head_dim_vo)},
+      {"FLARE_HEAD_DIM_VO", std::to_string(head_dim_vo)},
       {"FLARE_QUERY_TILE", std::to_string(tiles.query_tile)},
       {"FLARE_KV_TILE", std::to_string(tiles.kv_tile)},
       {"FLARE_Q_DTYPE", dtype},
@@ -297,20 +315,19 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
       {"FLARE_MASK", std::to_string(mask_code(config.params.mask))},
       {"FLARE_WARPGROUP", tiles.warpgroup ? "1" : "0"},
   };
-  k.prefill.label =
-      "prefill " + std::string(dtype_name(config.dtype)) +
-      " D=" + std::to_string(config.head_dim_qk) + "/" + std::to_string(config.head_dim_vo) +
-      " tile=" + std::to_string(tiles.query_tile) + "x" + std::to_string(tiles.kv_tile) +
-      (paged ? " page=" + std::to_string(config.page_size) : " ragged") +
-      " mask=" + std::to_string(mask_code(config.params.mask)) + " " + variant.name +
-      (tiles.warpgroup ? " wgmma" : "");
+  k.prefill.label = "prefill " + std::string(dtype_name(config.dtype)) +
+                    " D=" + std::to_string(config.head_dim_qk) + "/" + std::to_string(head_dim_vo) +
+                    " tile=" + std::to_string(tiles.query_tile) + "x" +
+                    std::to_string(tiles.kv_tile) +
+                    (paged ? " page=" + std::to_string(config.page_size) : " ragged") +
+                    " mask=" + std::to_string(mask_code(config.params.mask)) + " " + variant.name +
+                    (tiles.warpgroup ? " wgmma" : "");
 
   k.merge.family_header = "merge.cuh";
   k.merge.entry = "flare_merge";
-  k.merge.defines = {{"FLARE_HEAD_DIM", std::to_string(config.head_dim_vo)},
-                     {"FLARE_Q_DTYPE", dtype}};
-  k.merge.label = "merge o=" + std::string(dtype_name(config.dtype)) +
-                  " D=" + std::to_string(config.head_dim_vo);
+  k.merge.defines = {{"FLARE_HEAD_DIM", std::to_string(head_dim_vo)}, {"FLARE_Q_DTYPE", dtype}};
+  k.merge.label =
+      "merge o=" + std::string(dtype_name(config.dtype)) + " D=" + std::to_string(head_dim_vo);
   return k;
 }
 
@@ -329,7 +346,9 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
     s.config.kv = kv;
     s.config.dtype = dtype;
     s.config.params = params;
-    s.tiles = {query_tile, choose_prefill_kv_tile(query_tile, qk, vo, params.mask, h100)};
+    s.tiles = {query_tile,
+               choose_prefill_kv_tile(query_tile, qk, prefill_kernel_head_dim_vo(s.config),
+                                      params.mask, h100)};
     shipped.push_back(s);
   };
   AttentionParams causal;
@@ -369,6 +388,16 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
   add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
   add(128, 128, 128, PrefillKV::kPaged, DType::kBF16, custom);  // one m16 tile per warp
+  // Head dim 512 (two passes of kernels 512 / 256, the FA2 family): every query tile that fits
+  // (128 rows of 1 KiB Q rows leave no room for K/V stages), both KV paths, every flag, the
+  // custom mask, RoPE and a capped window.
+  for (const int tile : {16, 32, 64}) {
+    add(kPrefillWideHeadDim, kPrefillWideHeadDim, tile, PrefillKV::kPaged, DType::kBF16, causal);
+  }
+  add(kPrefillWideHeadDim, kPrefillWideHeadDim, 64, PrefillKV::kRagged, DType::kF16, all);
+  add(kPrefillWideHeadDim, kPrefillWideHeadDim, 16, PrefillKV::kPaged, DType::kBF16, custom);
+  add(kPrefillWideHeadDim, kPrefillWideHeadDim, 64, PrefillKV::kRagged, DType::kBF16, rope);
+  add(kPrefillWideHeadDim, kPrefillWideHeadDim, 64, PrefillKV::kPaged, DType::kF16, capped_window);
 
   // The Hopper family (sm_90a only): every head-dim pair and query tile, both KV paths, every
   // mask, and the register-heaviest variants (every flag, RoPE, the capped window) at 128 rows.
@@ -419,9 +448,11 @@ PrefillDeviceLimits api_detail::limits_under_backend(PrefillDeviceLimits limits,
   // page 16, 0.98x on append; H200, docs/perf.md, Hopper v14). RoPE, whose producer rotates
   // the landed rows, has not been measured on it since v9 (0.5x then) and stays on FA2 unless
   // kFA3 asks for the Hopper family.
+  // Head dim 512 runs the FA2 family only (prefill_kernel_head_dim_vo).
   const bool rotated = config.params.pos_encoding == PosEncoding::kRopeLlama;
   limits.warpgroup_mma = limits.warpgroup_mma && config.backend != PrefillBackend::kFA2 &&
-                         (config.backend == PrefillBackend::kFA3 || !rotated);
+                         (config.backend == PrefillBackend::kFA3 || !rotated) &&
+                         config.head_dim_qk != kPrefillWideHeadDim;
   limits.warpgroup_only = config.backend == PrefillBackend::kFA3;
   return limits;
 }
@@ -441,20 +472,20 @@ std::optional<PrefillTiles> api_detail::fixed_prefill_tiles(const BatchPrefillCo
     return std::nullopt;
   }
   PrefillTiles t;
+  const int head_dim_vo = prefill_kernel_head_dim_vo(config);
   if (config.fixed_split_size > 0 && config.query_tile == 0) {
     // Batch invariance: the tiles must not follow the batch's average query length.
-    t = choose_prefill_tiles(kPrefillMaxQueryTile, config.head_dim_qk, config.head_dim_vo,
+    t = choose_prefill_tiles(kPrefillMaxQueryTile, config.head_dim_qk, head_dim_vo,
                              config.params.mask, limits);
   } else if (config.query_tile > 0) {
     t.query_tile = config.query_tile;
-    t.kv_tile = choose_prefill_kv_tile(t.query_tile, config.head_dim_qk, config.head_dim_vo,
+    t.kv_tile = choose_prefill_kv_tile(t.query_tile, config.head_dim_qk, head_dim_vo,
                                        config.params.mask, limits);
-    t.warpgroup = uses_warpgroup(t.query_tile, config.head_dim_vo, config.params.mask, limits);
+    t.warpgroup = uses_warpgroup(t.query_tile, head_dim_vo, config.params.mask, limits);
   } else {
     const double average =
         static_cast<double>(config.max_total_qo) * prefill_group_size(config) / config.max_batch;
-    t = choose_prefill_tiles(average, config.head_dim_qk, config.head_dim_vo, config.params.mask,
-                             limits);
+    t = choose_prefill_tiles(average, config.head_dim_qk, head_dim_vo, config.params.mask, limits);
   }
   return with_config_kv_tile(t, config);
 }

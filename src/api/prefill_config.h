@@ -15,6 +15,14 @@ inline constexpr int kPrefillMaxQueryTile = 128;
 // workspace (2 slots per CTA, 002 D.3).
 inline constexpr int kPrefillMaxCtasPerSm = 2;
 
+// Head dim 512 (qk == vo) runs the FA2 family in two passes, one a half of the output: kernels of
+// head dims 512 / 256 (the scores in full each pass, P.V over half of V's columns), since 512
+// columns of O would keep 256 accumulators a thread. The kernels, tiles, plan and workspace
+// follow the kernel's head_dim_vo; run() launches each pass on its half of v and o.
+inline constexpr int kPrefillWideHeadDim = 512;
+int prefill_kernel_head_dim_vo(const BatchPrefillConfig& c);
+int prefill_vo_passes(const BatchPrefillConfig& c);  // head_dim_vo / the kernel's
+
 // Throws kInvalidArgument / kUnsupported for a config no prefill kernel handles.
 void validate_prefill_config(const BatchPrefillConfig& c);
 int prefill_group_size(const BatchPrefillConfig& c);  // H_qo / H_kv

@@ -37,7 +37,7 @@ WorkspaceBounds prefill_bounds(const BatchPrefillConfig& config, int num_ctas, i
   b.max_query_tile = max_query_tile;
   b.num_qo_heads = config.num_qo_heads;
   b.num_kv_heads = config.num_kv_heads;
-  b.head_dim_vo = config.head_dim_vo;
+  b.head_dim_vo = api_detail::prefill_kernel_head_dim_vo(config);  // one pass's partial rows
   b.executor_request_bytes = kRequestTables * sizeof(int32_t);
   return b;
 }
@@ -85,9 +85,9 @@ void validate_prefill_batch(const BatchPrefillConfig& c,
                 ": request ", i, " has ", kv_len, " KV tokens, more than int32 holds");
     FLARE_CHECK(c.params.pos_encoding != PosEncoding::kAlibi ||
                     (kv_len <= kAlibiMaxKvLen && q_len <= kAlibiMaxKvLen),
-                ErrorCode::kUnsupported, kWhat, ": request ", i, " has ", q_len,
-                " query and ", kv_len, " KV tokens; ALiBi on the GPU takes at most ",
-                kAlibiMaxKvLen, " of each (its distances convert to float exactly below 2^22)");
+                ErrorCode::kUnsupported, kWhat, ": request ", i, " has ", q_len, " query and ",
+                kv_len, " KV tokens; ALiBi on the GPU takes at most ", kAlibiMaxKvLen,
+                " of each (its distances convert to float exactly below 2^22)");
     out.qo_len[static_cast<size_t>(i)] = static_cast<int32_t>(q_len);
     out.kv_len[static_cast<size_t>(i)] = static_cast<int32_t>(kv_len);
   }
@@ -134,7 +134,9 @@ void validate_prefill_batch(const BatchPrefillConfig& c,
                                              : static_cast<double>(total_qo) * group /
                                                    static_cast<double>(with_queries);
     out.tiles = api_detail::with_config_kv_tile(
-        choose_prefill_tiles(average, c.head_dim_qk, c.head_dim_vo, c.params.mask, limits), c);
+        choose_prefill_tiles(average, c.head_dim_qk, api_detail::prefill_kernel_head_dim_vo(c),
+                             c.params.mask, limits),
+        c);
   }
   out.batch = batch;
   out.total_qo = total_qo;
@@ -148,7 +150,7 @@ void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm, Pre
   problem.num_qo_heads = c.num_qo_heads;
   problem.num_kv_heads = c.num_kv_heads;
   problem.head_dim_qk = c.head_dim_qk;
-  problem.head_dim_vo = c.head_dim_vo;
+  problem.head_dim_vo = api_detail::prefill_kernel_head_dim_vo(c);  // each pass's
   problem.page_size = c.kv == PrefillKV::kPaged ? c.page_size : 1;
   problem.causal = c.params.mask == MaskMode::kCausal;
   problem.window_left = c.params.window_left;

@@ -1,6 +1,6 @@
 // BatchPrefill on the GPU against the CPU float64 reference: paged (page sizes 1/16, NHD/HND,
 // strided) and ragged KV, prefill (q_len = kv_len) and append (q_len < kv_len), odd and mixed
-// lengths, empty requests, GQA 1/4/7/8, head dims 64/128/256/192-128, f16/bf16, every mask and
+// lengths, empty requests, GQA 1/4/7/8, head dims 64/128/256/512/192-128, f16/bf16, every mask and
 // variant flag, every query tile, split-KV through the merge kernel, determinism, CUDA graphs,
 // logits large enough that the lazily rescaled running max moves mid-stream.
 // Outputs are NaN-poisoned before each run. Skips without a CUDA device.
@@ -75,6 +75,60 @@ TEST(PrefillGpu, HeadDim192To128RaggedAndPaged) {
     c.kv = kv;
     check(c);
   }
+}
+
+// Head dim 512: two passes of kernels 512 / 256 over halves of v and o (src/api/prefill_config.h),
+// on the FA2 family under any test backend (kAuto picks it).
+TEST(PrefillGpu, HeadDim512CausalPagedGqa4SplitAndMerged) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {1, 97, 300, 0};
+  c.kv_lens = {1, 1023, 2049, 17};
+  c.head_dim_qk = c.head_dim_vo = 512;
+  c.backend = PrefillBackend::kAuto;
+  c.fixed_split_size = 256;  // split KV: each pass merges its own partial rows
+  check(c);
+  c.fixed_split_size = 0;
+  c.layout = KVLayout::kHND;
+  c.page_size = 3;
+  c.query_tile = 16;
+  check(c);
+}
+
+TEST(PrefillGpu, HeadDim512RaggedWindowSoftCapF16) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {199, 1, 64};
+  c.kv_lens = {199, 1999, 64};
+  c.num_qo_heads = c.num_kv_heads = 4;
+  c.head_dim_qk = c.head_dim_vo = 512;
+  c.kv = PrefillKV::kRagged;
+  c.dtype = DType::kF16;
+  c.window_left = 37;
+  c.soft_cap = 30.0f;
+  c.backend = PrefillBackend::kAuto;
+  check(c);
+  c.mask = MaskMode::kNone;
+  c.window_left = -1;
+  c.strided = true;
+  check(c);
+}
+
+TEST(PrefillGpu, HeadDim512CustomMaskAndRope) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {5, 33, 64};
+  c.kv_lens = {70, 100, 64};
+  c.num_qo_heads = 8;
+  c.num_kv_heads = 1;
+  c.head_dim_qk = c.head_dim_vo = 512;
+  c.mask = MaskMode::kCustom;
+  c.backend = PrefillBackend::kAuto;
+  check(c);
+  c.mask = MaskMode::kCausal;
+  c.rope = true;
+  c.query_tile = 64;
+  check(c);
 }
 
 TEST(PrefillGpu, CustomMaskTreeAttention) {

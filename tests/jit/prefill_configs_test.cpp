@@ -70,7 +70,7 @@ TEST(ShippedPrefillConfigs, CoverEveryHeadDimQueryTileMaskPathAndDtype) {
     dtypes.insert(define_value(spec, "FLARE_Q_DTYPE"));
     variants.insert(spec.variant_source);
   }
-  EXPECT_EQ(dims, (std::set<std::string>{"64/64", "128/128", "256/256", "192/128"}));
+  EXPECT_EQ(dims, (std::set<std::string>{"64/64", "128/128", "256/256", "192/128", "512/256"}));
   EXPECT_EQ(query_tiles, (std::set<std::string>{"16", "32", "64", "128"}));
   EXPECT_EQ(masks.size(), 3u);  // none, causal, custom
   EXPECT_EQ(paths.size(), 2u);  // ragged, paged
@@ -146,6 +146,12 @@ TEST(PrefillBackendLimits, AutoTakesTheHopperFamilyWithoutRopeOnly) {
   c.backend = PrefillBackend::kFA2;
   c.kv = PrefillKV::kRagged;
   EXPECT_FALSE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
+  // Head dim 512 runs the FA2 family only.
+  c.backend = PrefillBackend::kAuto;
+  c.params.pos_encoding = PosEncoding::kNone;
+  c.head_dim_qk = c.head_dim_vo = 512;
+  EXPECT_FALSE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
+  c.head_dim_qk = c.head_dim_vo = 128;
   // Off sm_90 kAuto runs FA2; kFA3 is refused.
   PrefillDeviceLimits ampere = h100_prefill_limits();
   ampere.warpgroup_mma = false;
@@ -290,6 +296,14 @@ TEST(BatchPrefillKernels, SpecsFollowTheConfig) {
   c.params.mask = MaskMode::kCausal;
   c.head_dim_qk = c.head_dim_vo = 256;
   EXPECT_EQ(batch_prefill_kernels(c, {128, 64}).threads, 256);  // 8 warps x 1 m16 tile
+  // Head dim 512: passes of kernels 512 / 256 (prefill_config.h), the merge at 256.
+  c.head_dim_qk = c.head_dim_vo = 512;
+  EXPECT_EQ(api_detail::prefill_vo_passes(c), 2);
+  const BatchPrefillKernels wide = batch_prefill_kernels(c, {16, 64});
+  EXPECT_EQ(define_value(wide.prefill, "FLARE_HEAD_DIM_QK"), "512");
+  EXPECT_EQ(define_value(wide.prefill, "FLARE_HEAD_DIM_VO"), "256");
+  EXPECT_EQ(define_value(wide.merge, "FLARE_HEAD_DIM"), "256");
+  EXPECT_EQ(define_value(wide.prefill, "FLARE_WARPGROUP"), "0");
 }
 
 TEST(BatchPrefillKernels, RejectsConfigsNoKernelHandles) {
@@ -299,6 +313,12 @@ TEST(BatchPrefillKernels, RejectsConfigsNoKernelHandles) {
   BatchPrefillConfig c = base_config();
   c.head_dim_qk = 96;
   expect_code(c, ErrorCode::kUnsupported, "head dims");
+  c = base_config();
+  c.head_dim_qk = 512;  // 512 with vo 128
+  expect_code(c, ErrorCode::kUnsupported, "head dims");
+  c.head_dim_vo = 512;
+  c.backend = PrefillBackend::kFA3;
+  expect_code(c, ErrorCode::kUnsupported, "head dim 512 runs on the FA2 family");
   c = base_config();
   c.head_dim_qk = c.head_dim_vo = 32;
   expect_code(c, ErrorCode::kUnsupported, "head dims");

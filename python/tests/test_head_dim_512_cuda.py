@@ -1,8 +1,9 @@
-"""Decode at head_dim 512 (the CUDA-core loop, two 8-dim chunks a lane, items of at most 4 rows)
-on PyTorch CUDA tensors against float64 attention over the gathered pages: batch decode with
-head groups of 1, 4 and 8, pages of 1 and 16, RoPE, a sliding window and soft-cap; single
-decode; the tensor-core loop refused by name. Skipped visibly without PyTorch or a CUDA
-device."""
+"""Head dim 512 on PyTorch CUDA tensors against float64 attention. Decode (the CUDA-core loop,
+two 8-dim chunks a lane, items of at most 4 rows): batch decode with head groups of 1, 4 and 8,
+pages of 1 and 16, RoPE, a sliding window and soft-cap; single decode; the tensor-core loop
+refused by name. Prefill (two passes over halves of the output, the FA2 family): ragged and
+paged, causal and windowed; backend="fa3" refused by name. Skipped visibly without PyTorch or a
+CUDA device."""
 
 import numpy as np
 import pytest
@@ -77,3 +78,42 @@ def test_tensor_core_loop_at_head_dim_512_is_refused_by_name():
                      torch.zeros(1, dtype=torch.int32, device=DEVICE),
                      torch.tensor([1], dtype=torch.int32), 4, 4, D, 16,
                      q_data_type=torch.float16)
+
+
+@pytest.mark.parametrize("kv_kind", ["ragged", "paged"])
+@pytest.mark.parametrize("window_left", [-1, 37])
+def test_prefill_head_dim_512(kv_kind, window_left):
+    q_lens, kv_lens, heads = [1, 97, 300], [1, 1023, 300], (8, 2)
+    generator = torch.Generator().manual_seed(7)
+    q = torch.randn(sum(q_lens), heads[0], D, generator=generator).to(torch.float16).to(DEVICE)
+    k = torch.randn(sum(kv_lens), heads[1], D, generator=generator).to(torch.float16).to(DEVICE)
+    v = torch.randn_like(k)
+    qo_indptr = torch.tensor(np.concatenate([[0], np.cumsum(q_lens)]), dtype=torch.int32)
+    kv_indptr = torch.tensor(np.concatenate([[0], np.cumsum(kv_lens)]), dtype=torch.int32)
+    workspace = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
+    if kv_kind == "ragged":
+        wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD")
+        wrapper.plan(qo_indptr, kv_indptr, heads[0], heads[1], D, causal=True,
+                     window_left=window_left, q_data_type=torch.float16)
+        out = wrapper.run(q, k, v)
+    else:  # pages of one token: the ragged rows in order
+        cache = torch.stack([k, v], dim=1).unsqueeze(2)  # [tokens, 2, 1, H_kv, D]
+        wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+        wrapper.plan(qo_indptr, kv_indptr,
+                     torch.arange(sum(kv_lens), dtype=torch.int32, device=DEVICE),
+                     torch.ones(len(kv_lens), dtype=torch.int32), heads[0], heads[1], D, 1,
+                     causal=True, window_left=window_left, q_data_type=torch.float16)
+        out = wrapper.run(q, cache)
+    want, _ = reference_attention(q.float().cpu().numpy(), k.float().cpu().numpy(),
+                                  v.float().cpu().numpy(), qo_indptr.numpy(), kv_indptr.numpy(),
+                                  causal=True, window_left=window_left)
+    assert (out.double().cpu() - torch.from_numpy(want)).abs().max().item() <= TOLERANCE
+
+
+def test_prefill_head_dim_512_on_fa3_is_refused_by_name():
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(
+        torch.empty(16 << 20, dtype=torch.uint8, device=DEVICE), "NHD", backend="fa3")
+    indptr = torch.tensor([0, 4], dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match="head dim 512"):
+        wrapper.plan(indptr, indptr, 4, 4, D, causal=True, q_data_type=torch.float16)
+        wrapper.run(*(torch.zeros(4, 4, D, dtype=torch.float16, device=DEVICE),) * 3)
