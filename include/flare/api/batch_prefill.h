@@ -44,7 +44,8 @@ struct BatchPrefillConfig {
   int max_total_qo = 0;  // upper bound on the query tokens of one plan (>= 1)
   int num_qo_heads = 0;  // H_qo, a multiple of num_kv_heads
   int num_kv_heads = 0;  // H_kv
-  int head_dim_qk = 0;   // 64, 128 or 256 (== head_dim_vo), or 192 with head_dim_vo 128
+  int head_dim_qk = 0;   // 64, 128, 256 or 512 (== head_dim_vo; 512 on the FA2 family, two
+                         // passes over halves of o), or 192 with head_dim_vo 128
   int head_dim_vo = 0;
   PrefillKV kv = PrefillKV::kPaged;
   int page_size = 16;                // kPaged: tokens per page, >= 1 (compiled into the kernel)
