@@ -14,6 +14,8 @@ enum IndexErrorKind : int32_t {
   kIndexErrorPosition = 3,   // append: a position past the request's pages
   kIndexErrorRequest = 4,    // append: a batch index past the batch
   kIndexErrorPageRange = 5,  // append: a request's page range outside the indices tensor
+  kIndexErrorSlot = 6,       // slot-mapped append: a slot past the cache (pages x page size)
+  kIndexErrorScale = 7,      // NVFP4 append: a global scale not positive and finite (its bits)
 };
 
 // Zero while no error happened. The first thread to find an out-of-range index fills the

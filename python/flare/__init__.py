@@ -7,7 +7,7 @@ backend), passed through DLPack without copies. An argument flare does not suppo
 NotImplementedError naming it.
 """
 
-from . import _flare, attention, jit, sparse, utils, variants
+from . import _flare, attention, fp4_quantization, jit, sparse, utils, variants
 from .attention import BatchAttentionWithAttentionSinkWrapper
 from .cascade import (BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
                       BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
@@ -17,7 +17,9 @@ from .decode import (BatchDecodeWithPagedKVCacheWrapper,
                      CUDAGraphBatchDecodeWithPagedKVCacheWrapper, fast_decode_plan,
                      single_decode_with_kv_cache)
 from .page import (append_paged_kv_cache, check_append_paged_kv_cache,
-                   get_batch_indices_positions, get_seq_lens)
+                   get_batch_indices_positions, get_seq_lens,
+                   nvfp4_quantize_append_paged_kv_cache,
+                   nvfp4_quantize_append_paged_kv_cache_with_slot_mapping)
 from .prefill import (BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper,
                       single_prefill_with_kv_cache)
 from .sparse import BlockSparseAttentionWrapper, VariableBlockSparseAttentionWrapper
@@ -48,12 +50,15 @@ __all__ = [
     "check_append_paged_kv_cache",
     "cuda_available",
     "fast_decode_plan",
+    "fp4_quantization",
     "get_batch_indices_positions",
     "get_seq_lens",
     "jit",
     "merge_state",
     "merge_state_in_place",
     "merge_states",
+    "nvfp4_quantize_append_paged_kv_cache",
+    "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
     "single_decode_with_kv_cache",
     "single_prefill_with_kv_cache",
     "sparse",

@@ -1,5 +1,6 @@
 """Paged KV cache maintenance with FlashInfer's interface: append_paged_kv_cache,
-get_batch_indices_positions and get_seq_lens.
+get_batch_indices_positions, get_seq_lens and the NVFP4 quantizing appends
+(nvfp4_quantize_append_paged_kv_cache, ..._with_slot_mapping: flare/_nvfp4_append.py).
 
 append_paged_kv_cache runs flare's append (api/append_paged_kv.h): a GPU kernel on the
 caller's CUDA stream for CUDA tensors (no synchronization; CUDA-graph safe), the validated CPU
@@ -10,7 +11,13 @@ import numpy as np
 
 from . import _flare
 from ._args import check_kv_layout
+from ._nvfp4_append import (nvfp4_quantize_append_paged_kv_cache,
+                            nvfp4_quantize_append_paged_kv_cache_with_slot_mapping)
 from ._tensors import arg, is_torch, split_paged_kv_cache, stream_of, torch_module
+
+__all__ = ["append_paged_kv_cache", "check_append_paged_kv_cache", "get_batch_indices_positions",
+           "get_seq_lens", "nvfp4_quantize_append_paged_kv_cache",
+           "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping"]
 
 
 def append_paged_kv_cache(append_key, append_value, batch_indices, positions, paged_kv_cache,

@@ -7,6 +7,7 @@
 
 #include "bindings.h"
 #include "flare/api/append_paged_kv.h"
+#include "flare/api/append_paged_kv_nvfp4.h"
 #include "tensor_arg.h"
 
 namespace flare::python {
@@ -30,6 +31,43 @@ void bind_append(nb::module_& m) {
       nb::arg("positions"), nb::arg("k_pages"), nb::arg("v_pages"), nb::arg("kv_layout"),
       nb::arg("kv_indptr"), nb::arg("kv_indices"), nb::arg("kv_last_page_len"),
       nb::arg("stream"), "Writes each appended token into its page slot.");
+  m.def(
+      "append_paged_kv_nvfp4",
+      [](const TensorArg& append_key, const TensorArg& append_value,
+         const TensorArg& batch_indices, const TensorArg& positions, const TensorArg& k_codes,
+         const TensorArg& v_codes, const TensorArg& k_scales, const TensorArg& v_scales,
+         const std::string& kv_layout, const TensorArg& kv_indptr, const TensorArg& kv_indices,
+         const TensorArg& kv_last_page_len, int64_t page_size, const TensorArg& k_scale,
+         const TensorArg& v_scale, uintptr_t stream) {
+        const BlockSparseIndex table{page_size, kv_indptr.view(), kv_indices.view(),
+                                     kv_last_page_len.view()};
+        append_paged_kv_nvfp4(
+            {append_key.view(), append_value.view(), batch_indices.view(), positions.view()},
+            {k_codes.view(), v_codes.view(), k_scales.view(), v_scales.view(),
+             parse_kv_layout(kv_layout.c_str())},
+            table, {k_scale.view(), v_scale.view()}, reinterpret_cast<cuda::Stream>(stream));
+      },
+      nb::arg("append_key"), nb::arg("append_value"), nb::arg("batch_indices"),
+      nb::arg("positions"), nb::arg("k_codes"), nb::arg("v_codes"), nb::arg("k_scales"),
+      nb::arg("v_scales"), nb::arg("kv_layout"), nb::arg("kv_indptr"), nb::arg("kv_indices"),
+      nb::arg("kv_last_page_len"), nb::arg("page_size"), nb::arg("k_scale"), nb::arg("v_scale"),
+      nb::arg("stream"), "Quantizes each appended token into its NVFP4 page slot.");
+  m.def(
+      "append_paged_kv_nvfp4_by_slot",
+      [](const TensorArg& append_key, const TensorArg& append_value,
+         const TensorArg& slot_mapping, const TensorArg& k_codes, const TensorArg& v_codes,
+         const TensorArg& k_scales, const TensorArg& v_scales, const std::string& kv_layout,
+         const TensorArg& k_scale, const TensorArg& v_scale, uintptr_t stream) {
+        append_paged_kv_nvfp4_by_slot(
+            {append_key.view(), append_value.view(), slot_mapping.view()},
+            {k_codes.view(), v_codes.view(), k_scales.view(), v_scales.view(),
+             parse_kv_layout(kv_layout.c_str())},
+            {k_scale.view(), v_scale.view()}, reinterpret_cast<cuda::Stream>(stream));
+      },
+      nb::arg("append_key"), nb::arg("append_value"), nb::arg("slot_mapping"),
+      nb::arg("k_codes"), nb::arg("v_codes"), nb::arg("k_scales"), nb::arg("v_scales"),
+      nb::arg("kv_layout"), nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("stream"),
+      "Quantizes each appended token into the NVFP4 page slot slot_mapping names.");
   m.def(
       "check_append_paged_kv",
       [](int device) {

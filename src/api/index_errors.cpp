@@ -2,6 +2,7 @@
 // names the caller's argument.
 #include "flare/api/index_errors.h"
 
+#include <cstring>
 #include <sstream>
 
 #include "flare/core/error.h"
@@ -79,6 +80,18 @@ std::string describe_index_error(const IndexError& error, const IndexNames& name
       m << names.indptr << "[" << error.request << "] = " << error.value << " and " << names.indptr
         << "[" << error.request + 1 << "] give a page range outside " << names.indices;
       break;
+    case kIndexErrorSlot:
+      m << names.slots << "[" << error.entry << "] = " << error.value
+        << " is past the KV cache's slots (pages x page size)";
+      break;
+    case kIndexErrorScale: {
+      const auto bits = static_cast<uint32_t>(error.value);
+      float scale;
+      std::memcpy(&scale, &bits, sizeof(scale));
+      m << (error.entry == 0 ? "k_scale" : "v_scale") << " = " << scale
+        << " is not a positive finite global decode scale (nothing was written)";
+      break;
+    }
     default:
       m << "unknown index error kind " << static_cast<int>(error.kind);
       break;

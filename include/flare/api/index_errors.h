@@ -31,6 +31,7 @@ struct IndexNames {
   const char* indptr = "kv_indptr";     // pages per request
   const char* positions = "positions";  // append: the token positions
   const char* batch = "batch_indices";  // append: the tokens' requests
+  const char* slots = "slot_mapping";   // slot-mapped append: the tokens' cache slots
 };
 
 // One record in device memory (32 bytes), zeroed at creation. Owned by each BatchDecode and

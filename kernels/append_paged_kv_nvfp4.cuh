@@ -1,0 +1,219 @@
+// The NVFP4 quantizing append (include/flare/api/append_paged_kv_nvfp4.h): one thread per block
+// of 16 values of a token's K or V row of one head, quantized as include/flare/format/nvfp4.h
+// defines it (bit for bit) into its page slot: 8 bytes of E2M1 pairs and one e4m3 scale.
+// Tokens are placed by (batch index, position) through the page table, or by a flat slot.
+#pragma once
+
+#include "index_check.cuh"
+
+namespace flare {
+
+// Shared bit for bit with the host (src/api/append_paged_kv_nvfp4.cpp). Strides in bytes (the
+// host folds NHD / HND into the slot and head strides).
+struct AppendNvfp4Params {
+  unsigned char* k_codes;  // [pages][..][D_qk / 2] bytes
+  unsigned char* v_codes;
+  unsigned char* k_scales;  // [pages][..][D_qk / 16] e4m3
+  unsigned char* v_scales;
+  const unsigned char* append_k;  // f16 / bf16 [nnz][H][D]
+  const unsigned char* append_v;
+  const float* k_global;  // one float each, read on the device (CUDA graphs); null: the value
+  const float* v_global;  // below, given by the host
+  float k_global_value;
+  float v_global_value;
+  // Placement: slot_mapping != null: token i goes to flat slot slot_mapping[i] (page * page
+  // size + slot; negative: padding); else through batch_indices / positions and the table.
+  const void* slot_mapping;  // int32 or int64 [nnz] (slot_mapping_64)
+  const int32_t* batch_indices;
+  const int32_t* positions;
+  const int32_t* kv_indptr;
+  const int32_t* kv_indices;
+  IndexErrorRecord* index_error;
+  int64_t num_indices;
+  int64_t k_code_stride[3];  // page, slot, head
+  int64_t v_code_stride[3];
+  int64_t k_scale_stride[3];
+  int64_t v_scale_stride[3];
+  int64_t append_k_stride[2];  // token, head
+  int64_t append_v_stride[2];
+  int64_t nnz;
+  int32_t k_blocks;  // D_qk / 16
+  int32_t v_blocks;
+  int32_t num_heads;
+  int32_t page_size;
+  int32_t batch;
+  int32_t num_pages;
+  int32_t slot_mapping_64;
+  int32_t bf16;  // append_k / append_v are bfloat16 (else float16)
+};
+
+constexpr int kAppendNvfp4Threads = 256;
+
+}  // namespace flare
+
+#ifdef __CUDACC_RTC__
+
+namespace flare::append_nvfp4 {
+
+__device__ __forceinline__ float load_16bit(const unsigned char* p, bool bf16) {
+  const unsigned short bits = *reinterpret_cast<const unsigned short*>(p);
+  if (bf16) return __uint_as_float(static_cast<unsigned>(bits) << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+  return f;
+}
+
+// include/flare/format/nvfp4.h float_to_e2m1.
+__device__ __forceinline__ unsigned e2m1_code(float x) {
+  const unsigned sign = signbit(x) ? 8u : 0u;
+  const float m = fabsf(x);
+  unsigned code;
+  if (!(m > 0.25f)) {
+    code = 0;
+  } else if (m < 0.75f) {
+    code = 1;
+  } else if (m <= 1.25f) {
+    code = 2;
+  } else if (m < 1.75f) {
+    code = 3;
+  } else if (m <= 2.5f) {
+    code = 4;
+  } else if (m < 3.5f) {
+    code = 5;
+  } else if (m <= 5.0f) {
+    code = 6;
+  } else {
+    code = 7;
+  }
+  return isnan(x) ? 0u : (sign | code);
+}
+
+// float -> e4m3 bits for x >= 0 and finite: round to nearest even, saturating to 448 (as the
+// host's float_to_e4m3_bits with Fp8Overflow::kSaturate); in integer steps, so every GPU
+// (sm_80 has no fp8 conversion instruction) computes the same bits.
+__device__ __forceinline__ unsigned e4m3_bits(float x) {
+  constexpr float kMinNormal = 0.015625f;  // 2^-6
+  if (x >= 448.0f) return 0x7Eu;
+  if (x < kMinNormal) return static_cast<unsigned>(__float2int_rn(x * 512.0f));  // 2^-9 steps
+  int exponent = static_cast<int>((__float_as_uint(x) >> 23) & 0xFFu) - 127;
+  const float mantissa = __uint_as_float((__float_as_uint(x) & 0x807FFFFFu) | 0x3F800000u);
+  int fraction = __float2int_rn((mantissa - 1.0f) * 8.0f);  // exact product; ties to even
+  if (fraction == 8) {
+    fraction = 0;
+    ++exponent;
+  }
+  const unsigned bits = static_cast<unsigned>(((exponent + 7) << 3) | fraction);
+  return bits > 0x7Eu ? 0x7Eu : bits;
+}
+__device__ __forceinline__ float e4m3_value(unsigned bits) {
+  const int exponent = static_cast<int>((bits >> 3) & 0xFu);
+  const int fraction = static_cast<int>(bits & 7u);
+  return exponent == 0 ? ldexpf(static_cast<float>(fraction), -9)
+                       : ldexpf(static_cast<float>(8 + fraction), exponent - 10);
+}
+
+// The page and slot of token `token`, or -1 (padding, or out of range: recorded).
+__device__ __forceinline__ long long place(const AppendNvfp4Params& p, long long token,
+                                           long long* slot) {
+  if (p.slot_mapping != nullptr) {
+    const long long flat = p.slot_mapping_64
+                               ? static_cast<const long long*>(p.slot_mapping)[token]
+                               : static_cast<const int32_t*>(p.slot_mapping)[token];
+    if (flat < 0) return -1;  // padding
+    if (flat >= static_cast<long long>(p.num_pages) * p.page_size) {
+      record_index_error(p.index_error, kIndexErrorSlot, -1, token, flat);
+      return -1;
+    }
+    *slot = flat % p.page_size;
+    return flat / p.page_size;
+  }
+  const int32_t request = p.batch_indices[token];
+  if (request < 0) return -1;
+  if (request >= p.batch) {
+    record_index_error(p.index_error, kIndexErrorRequest, request, token, request);
+    return -1;
+  }
+  const int32_t pos = p.positions[token];
+  const long long first_page = p.kv_indptr[request];
+  const long long pages = p.kv_indptr[request + 1] - first_page;
+  if (first_page < 0 || pages < 0 || first_page + pages > p.num_indices) {
+    record_index_error(p.index_error, kIndexErrorPageRange, request, request, first_page);
+    return -1;
+  }
+  if (pos < 0 || pos >= pages * p.page_size) {
+    record_index_error(p.index_error, kIndexErrorPosition, request, token, pos);
+    return -1;
+  }
+  const long long entry = first_page + pos / p.page_size;
+  const int32_t page = p.kv_indices[entry];
+  if (page < 0 || page >= p.num_pages) {
+    record_index_error(p.index_error, kIndexErrorPageId, request, entry, page);
+    return -1;
+  }
+  *slot = pos % p.page_size;
+  return page;
+}
+
+__device__ __forceinline__ bool positive_finite(float x) { return isfinite(x) && x > 0.0f; }
+
+}  // namespace flare::append_nvfp4
+
+// Grid-stride over (token, head, block) with K's blocks first: the grid depends on nnz alone.
+extern "C" __global__ void __launch_bounds__(flare::kAppendNvfp4Threads)
+    flare_append_paged_kv_nvfp4(const flare::AppendNvfp4Params p) {
+  using namespace flare::append_nvfp4;
+  const float k_global = p.k_global != nullptr ? *p.k_global : p.k_global_value;
+  const float v_global = p.v_global != nullptr ? *p.v_global : p.v_global_value;
+  const bool scales_ok = positive_finite(k_global) && positive_finite(v_global);
+  const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (!scales_ok) {  // nothing is written; one thread records it
+    if (first == 0) {
+      const bool k_bad = !positive_finite(k_global);
+      record_index_error(p.index_error, flare::kIndexErrorScale, -1, k_bad ? 0 : 1,
+                         __float_as_uint(k_bad ? k_global : v_global));
+    }
+    return;
+  }
+  const int row_blocks = p.k_blocks + p.v_blocks;
+  const long long total = p.nnz * p.num_heads * row_blocks;
+  const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
+  for (long long item = first; item < total; item += step) {
+    const int block = static_cast<int>(item % row_blocks);
+    const long long token_head = item / row_blocks;
+    const long long head = token_head % p.num_heads;
+    const long long token = token_head / p.num_heads;
+    long long slot = 0;
+    const long long page = place(p, token, &slot);
+    if (page < 0) continue;
+    const bool is_k = block < p.k_blocks;
+    const int b = is_k ? block : block - p.k_blocks;
+    const long long* as = is_k ? p.append_k_stride : p.append_v_stride;
+    const long long* cs = is_k ? p.k_code_stride : p.v_code_stride;
+    const long long* ss = is_k ? p.k_scale_stride : p.v_scale_stride;
+    const unsigned char* src =
+        (is_k ? p.append_k : p.append_v) + token * as[0] + head * as[1] + b * 16 * 2;
+    const float global = is_k ? k_global : v_global;
+    float x[16];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      x[i] = load_16bit(src + 2 * i, p.bf16 != 0);
+      amax = fmaxf(amax, fabsf(x[i]));
+    }
+    const unsigned scale = e4m3_bits(amax > 0.0f ? __fdiv_rn(amax, 6.0f * global) : 0.0f);
+    const float rounded = e4m3_value(scale);
+    const float inverse =
+        amax > 0.0f && rounded > 0.0f ? __fdiv_rn(1.0f, rounded * global) : 0.0f;
+    unsigned words[2] = {0u, 0u};
+#pragma unroll
+    for (int i = 0; i < 16; ++i) words[i / 8] |= e2m1_code(x[i] * inverse) << (4 * (i % 8));
+    unsigned char* codes = (is_k ? p.k_codes : p.v_codes) + page * cs[0] + slot * cs[1] +
+                           head * cs[2] + b * 8;
+    // 8 bytes of codes: the host checks 8-byte alignment of the pointers and strides.
+    *reinterpret_cast<uint2*>(codes) = make_uint2(words[0], words[1]);
+    (is_k ? p.k_scales : p.v_scales)[page * ss[0] + slot * ss[1] + head * ss[2] + b] =
+        static_cast<unsigned char>(scale);
+  }
+}
+
+#endif  // __CUDACC_RTC__

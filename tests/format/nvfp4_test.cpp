@@ -1,0 +1,95 @@
+// NVFP4 element conversions (include/flare/format/nvfp4.h): every E2M1 code, rounding at and
+// between the grid points (ties to even), signs, NaN, and block quantization: the scale that
+// maps the block's largest magnitude to 6, zero blocks, the round trip's error bound.
+#include "flare/format/nvfp4.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "flare/core/dtype.h"
+
+namespace flare {
+namespace {
+
+TEST(Nvfp4, EveryCodeDecodes) {
+  const float magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (uint8_t code = 0; code < 16; ++code) {
+    const float want = (code & 8) ? -magnitudes[code & 7] : magnitudes[code & 7];
+    EXPECT_EQ(e2m1_to_float(code), want) << int(code);
+    if (code != 8) {  // -0 codes 8, checked below
+      EXPECT_EQ(float_to_e2m1(want), code) << want;
+    }
+  }
+  EXPECT_EQ(float_to_e2m1(-0.0f), 8);
+}
+
+TEST(Nvfp4, RoundsToNearestTiesToEven) {
+  // Ties go to the value with an even code (0, 1, 2, 4 and 6 of the grid's magnitudes).
+  EXPECT_EQ(float_to_e2m1(0.25f), 0);  // 0 | 0.5: to 0
+  EXPECT_EQ(float_to_e2m1(0.75f), 2);  // 0.5 | 1: to 1
+  EXPECT_EQ(float_to_e2m1(1.25f), 2);  // 1 | 1.5: to 1
+  EXPECT_EQ(float_to_e2m1(1.75f), 4);  // 1.5 | 2: to 2
+  EXPECT_EQ(float_to_e2m1(2.5f), 4);   // 2 | 3: to 2
+  EXPECT_EQ(float_to_e2m1(3.5f), 6);   // 3 | 4: to 4
+  EXPECT_EQ(float_to_e2m1(5.0f), 6);   // 4 | 6: to 4
+  EXPECT_EQ(float_to_e2m1(5.01f), 7);
+  EXPECT_EQ(float_to_e2m1(1e30f), 7);  // saturates
+  EXPECT_EQ(float_to_e2m1(0.26f), 1);
+  EXPECT_EQ(float_to_e2m1(-1.3f), 8 | 3);
+  EXPECT_EQ(float_to_e2m1(std::numeric_limits<float>::quiet_NaN()), 0);
+  EXPECT_EQ(float_to_e2m1(-std::numeric_limits<float>::infinity()), 8 | 7);
+}
+
+TEST(Nvfp4, BlockScaleMapsTheLargestMagnitudeToSix) {
+  float x[16] = {};
+  x[3] = -12.0f;  // amax 12, global 0.5: scale 12 / (6 * 0.5) = 4 (exact in e4m3)
+  x[4] = 3.0f;    // 3 / (4 * 0.5) = 1.5
+  x[15] = 0.9f;   // 0.45: to 0.5
+  uint8_t packed[8], scale;
+  nvfp4_quantize_block(x, 0.5f, packed, &scale);
+  EXPECT_EQ(e4m3_bits_to_float(scale), 4.0f);
+  EXPECT_EQ(packed[1] >> 4, 8 | 7);  // element 3: -6
+  EXPECT_EQ(packed[2] & 0xF, 3);     // element 4: 1.5
+  EXPECT_EQ(packed[7] >> 4, 1);      // element 15: 0.5
+  float back[16];
+  nvfp4_dequantize_block(packed, scale, 0.5f, back);
+  EXPECT_EQ(back[3], -12.0f);
+  EXPECT_EQ(back[4], 3.0f);
+  EXPECT_EQ(back[15], 1.0f);
+  EXPECT_EQ(back[0], 0.0f);
+}
+
+TEST(Nvfp4, ZeroBlockStoresZeros) {
+  float x[16] = {};
+  uint8_t packed[8], scale = 0xAA;
+  nvfp4_quantize_block(x, 1.0f, packed, &scale);
+  EXPECT_EQ(scale, 0);
+  for (uint8_t b : packed) EXPECT_EQ(b, 0);
+}
+
+TEST(Nvfp4, RoundTripErrorWithinHalfAStepOfTheScaledGrid) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int block = 0; block < 2000; ++block) {
+    float x[16], back[16];
+    for (float& v : x) v = normal(rng);
+    const float global = block % 2 ? 1.0f : 0.01f;
+    uint8_t packed[8], scale;
+    nvfp4_quantize_block(x, global, packed, &scale);
+    nvfp4_dequantize_block(packed, scale, global, back);
+    const float step = e4m3_bits_to_float(scale) * global;  // the grid's unit
+    float amax = 0;
+    for (float v : x) amax = std::fmax(amax, std::fabs(v));
+    for (int i = 0; i < 16; ++i) {
+      // Grid spacing is at most 2 units (between 4 and 6); the e4m3 rounding of the scale can
+      // push the largest value past 6 units (saturated): at most amax / 6 * 2^-3 relative.
+      EXPECT_LE(std::fabs(back[i] - x[i]), step * 1.0f + amax * 0.0625f) << block << " " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flare
