@@ -34,6 +34,13 @@ def _caches(paged_kv_cache, kv_cache_sf):
     return k_codes, v_codes, k_scales, v_scales
 
 
+def _int32(x):
+    """Index arrays as the kernel reads them: int64 tensors (FlashInfer accepts them, e.g. an
+    indptr built with torch.cumsum) narrowed to int32, a copy on their device."""
+    torch = torch_module()
+    return x.to(torch.int32) if isinstance(x, torch.Tensor) and x.dtype == torch.int64 else x
+
+
 def _host_scale(name, value):
     value = float(value)
     if not math.isfinite(value) or value <= 0.0:
@@ -49,7 +56,8 @@ def nvfp4_quantize_append_paged_kv_cache(append_key, append_value, batch_indices
     cache: paged_kv_cache (k, v) uint8 [pages, page_size, H_kv, D / 2] (NHD; HND [pages, H_kv,
     page_size, D / 2]) or stacked [pages, 2, ...]; kv_cache_sf the same in float8_e4m3fn with D
     / 16. k_scale, v_scale: positive finite global decode scales (floats: passed by value, so a
-    captured append keeps them). Out-of-range indices are skipped on the GPU and recorded
+    captured append keeps them). Index arrays int32, or int64 (narrowed to int32 on their
+    device). Out-of-range indices are skipped on the GPU and recorded
     (check_append_paged_kv_cache raises); on the CPU they raise ValueError, nothing written."""
     check_kv_layout(kv_layout)
     _check_rows(append_key, append_value)
@@ -57,9 +65,10 @@ def nvfp4_quantize_append_paged_kv_cache(append_key, append_value, batch_indices
     k_value, v_value = _host_scale("k_scale", k_scale), _host_scale("v_scale", v_scale)
     page_size = k_codes.shape[1] if kv_layout == "NHD" else k_codes.shape[2]
     _flare.append_paged_kv_nvfp4(
-        arg(append_key), arg(append_value), arg(batch_indices), arg(positions), arg(k_codes),
-        arg(v_codes), arg(k_scales), arg(v_scales), kv_layout, arg(kv_indptr), arg(kv_indices),
-        arg(kv_last_page_len), int(page_size), arg(k_value), arg(v_value), stream_of(k_codes))
+        arg(append_key), arg(append_value), arg(_int32(batch_indices)), arg(_int32(positions)),
+        arg(k_codes), arg(v_codes), arg(k_scales), arg(v_scales), kv_layout,
+        arg(_int32(kv_indptr)), arg(_int32(kv_indices)), arg(_int32(kv_last_page_len)),
+        int(page_size), arg(k_value), arg(v_value), stream_of(k_codes))
 
 
 def _scale_tensor(name, value, device):

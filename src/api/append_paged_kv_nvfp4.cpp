@@ -131,8 +131,9 @@ void check_gpu_layout(const Nvfp4Pages& c, const TensorView& key, const TensorVi
        {std::pair{c.k_codes, "k_cache"}, std::pair{c.v_codes, "v_cache"},
         std::pair{c.k_scales, "k_scale_cache"}, std::pair{c.v_scales, "v_scale_cache"},
         std::pair{key, "append_key"}, std::pair{value, "append_value"}}) {
-    FLARE_CHECK(t.strides[3] == 1, kInvalid, name,
-                " must have a contiguous last dimension on the GPU, got stride ", t.strides[3]);
+    FLARE_CHECK(t.strides[t.ndim - 1] == 1, kInvalid, name,
+                " must have a contiguous last dimension on the GPU, got stride ",
+                t.strides[t.ndim - 1]);
   }
   for (const auto& [t, name] : {std::pair{c.k_codes, "k_cache"}, std::pair{c.v_codes, "v_cache"}}) {
     const bool aligned = reinterpret_cast<uintptr_t>(t.data) % 8 == 0 && t.strides[0] % 8 == 0 &&
