@@ -5,6 +5,7 @@
 #pragma once
 
 #include "index_check.cuh"
+#include "nvfp4_codes.cuh"
 
 namespace flare {
 
@@ -61,31 +62,6 @@ __device__ __forceinline__ float load_16bit(const unsigned char* p, bool bf16) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
   return f;
-}
-
-// include/flare/format/nvfp4.h float_to_e2m1.
-__device__ __forceinline__ unsigned e2m1_code(float x) {
-  const unsigned sign = signbit(x) ? 8u : 0u;
-  const float m = fabsf(x);
-  unsigned code;
-  if (!(m > 0.25f)) {
-    code = 0;
-  } else if (m < 0.75f) {
-    code = 1;
-  } else if (m <= 1.25f) {
-    code = 2;
-  } else if (m < 1.75f) {
-    code = 3;
-  } else if (m <= 2.5f) {
-    code = 4;
-  } else if (m < 3.5f) {
-    code = 5;
-  } else if (m <= 5.0f) {
-    code = 6;
-  } else {
-    code = 7;
-  }
-  return isnan(x) ? 0u : (sign | code);
 }
 
 // float -> e4m3 bits for x >= 0 and finite: round to nearest even, saturating to 448 (as the
@@ -206,7 +182,7 @@ extern "C" __global__ void __launch_bounds__(flare::kAppendNvfp4Threads)
         amax > 0.0f && rounded > 0.0f ? __fdiv_rn(1.0f, rounded * global) : 0.0f;
     unsigned words[2] = {0u, 0u};
 #pragma unroll
-    for (int i = 0; i < 16; ++i) words[i / 8] |= e2m1_code(x[i] * inverse) << (4 * (i % 8));
+    for (int i = 0; i < 16; ++i) words[i / 8] |= flare::nvfp4::e2m1_code(x[i] * inverse) << (4 * (i % 8));
     unsigned char* codes = (is_k ? p.k_codes : p.v_codes) + page * cs[0] + slot * cs[1] +
                            head * cs[2] + b * 8;
     // 8 bytes of codes: the host checks 8-byte alignment of the pointers and strides.

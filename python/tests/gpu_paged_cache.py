@@ -49,3 +49,17 @@ class GpuPagedCache:
         else:
             k, v = self.cache[pages, 0, :, slots], self.cache[pages, 1, :, slots]
         return k.double(), v.double()
+
+    def ragged(self, kv_cache=None):
+        """(k, v, kv_indptr): each request's tokens gathered from its pages, as float64-ready
+        numpy [total_kv, H_kv, D] arrays (NHD order), of this cache or of kv_cache laid out
+        like it."""
+        kv = (self.cache if kv_cache is None else kv_cache).float().cpu().numpy()
+        if self.layout == "HND":
+            kv = kv.transpose(0, 1, 3, 2, 4)
+        ks, vs = [], []
+        for b, n in enumerate(self.kv_lens):
+            pages = self.indices[int(self.indptr[b]):int(self.indptr[b + 1])].numpy()
+            ks.append(kv[pages, 0].reshape(-1, *kv.shape[3:])[:n])
+            vs.append(kv[pages, 1].reshape(-1, *kv.shape[3:])[:n])
+        return np.concatenate(ks), np.concatenate(vs), np.concatenate([[0], np.cumsum(self.kv_lens)])

@@ -25,16 +25,10 @@ def workspace():
 
 def expected(cache, q, q_len, kv_cache=None):
     """o float64 [batch * q_len, H_qo, D]: causal within each request (bottom-right)."""
-    kv = (cache.cache if kv_cache is None else kv_cache).float().cpu().numpy()
-    ks, vs = [], []
-    for b, n in enumerate(cache.kv_lens):
-        pages = cache.indices[int(cache.indptr[b]):int(cache.indptr[b + 1])].numpy()
-        ks.append(kv[pages, 0].reshape(-1, *kv.shape[3:])[:n])
-        vs.append(kv[pages, 1].reshape(-1, *kv.shape[3:])[:n])
-    kv_indptr = np.concatenate([[0], np.cumsum(cache.kv_lens)])
+    k, v, kv_indptr = cache.ragged(kv_cache)
     qo_indptr = np.arange(cache.batch + 1) * q_len
-    o, _ = reference_attention(q.float().cpu().numpy(), np.concatenate(ks), np.concatenate(vs),
-                               qo_indptr, kv_indptr, causal=q_len > 1)
+    o, _ = reference_attention(q.float().cpu().numpy(), k, v, qo_indptr, kv_indptr,
+                               causal=q_len > 1)
     return torch.from_numpy(o)
 
 

@@ -23,15 +23,9 @@ LSE_TOLERANCE = 2e-3
 
 
 def expected(cache, q, **variant):
-    kv = cache.cache.float().cpu().numpy()
-    ks, vs = [], []
-    for b, n in enumerate(cache.kv_lens):
-        pages = cache.indices[int(cache.indptr[b]):int(cache.indptr[b + 1])].numpy()
-        ks.append(kv[pages, 0].reshape(-1, *kv.shape[3:])[:n])
-        vs.append(kv[pages, 1].reshape(-1, *kv.shape[3:])[:n])
-    kv_indptr = np.concatenate([[0], np.cumsum(cache.kv_lens)])
-    o, lse = reference_attention(q.float().cpu().numpy(), np.concatenate(ks), np.concatenate(vs),
-                                 np.arange(cache.batch + 1), kv_indptr, **variant)
+    k, v, kv_indptr = cache.ragged()
+    o, lse = reference_attention(q.float().cpu().numpy(), k, v, np.arange(cache.batch + 1),
+                                 kv_indptr, **variant)
     return torch.from_numpy(o), torch.from_numpy(lse)
 
 

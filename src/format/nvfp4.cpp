@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "flare/core/dtype.h"
+#include "kernels/nvfp4_codes.cuh"
 
 namespace flare {
 
@@ -17,29 +18,7 @@ float e2m1_to_float(uint8_t code) {
   return (code & 8) != 0 ? -magnitude : magnitude;
 }
 
-uint8_t float_to_e2m1(float x) {
-  const uint8_t sign = std::signbit(x) ? 8 : 0;
-  const float m = std::fabs(x);
-  uint8_t code;
-  if (!(m > 0.25f)) {  // NaN lands here
-    code = 0;
-  } else if (m < 0.75f) {
-    code = 1;
-  } else if (m <= 1.25f) {
-    code = 2;
-  } else if (m < 1.75f) {
-    code = 3;
-  } else if (m <= 2.5f) {
-    code = 4;
-  } else if (m < 3.5f) {
-    code = 5;
-  } else if (m <= 5.0f) {
-    code = 6;
-  } else {
-    code = 7;
-  }
-  return std::isnan(x) ? 0 : static_cast<uint8_t>(sign | code);
-}
+uint8_t float_to_e2m1(float x) { return static_cast<uint8_t>(nvfp4::e2m1_code(x)); }
 
 void nvfp4_quantize_block(const float* x, float global_scale, uint8_t* packed, uint8_t* scale) {
   float amax = 0.0f;

@@ -4,6 +4,7 @@
 // recorded (check_append_paged_kv) and write nothing. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -71,6 +72,19 @@ void expect_same_bytes(const HostTensor& a, const HostTensor& b, const char* wha
                            << (first >= 0 ? int(y[first]) : 0);
 }
 
+// Copies the device cache (k codes, v codes, k scales, v scales) into `gpu` and compares every
+// byte with `cpu`.
+void expect_same_cache(const std::array<const OnDevice*, 4>& device, const Cache& gpu,
+                       const Cache& cpu) {
+  const HostTensor* gpu_parts[] = {&gpu.k_codes, &gpu.v_codes, &gpu.k_scales, &gpu.v_scales};
+  const HostTensor* cpu_parts[] = {&cpu.k_codes, &cpu.v_codes, &cpu.k_scales, &cpu.v_scales};
+  const char* names[] = {"k codes", "v codes", "k scales", "v scales"};
+  for (int i = 0; i < 4; ++i) {
+    device[i]->copy_back(*gpu_parts[i]);
+    expect_same_bytes(*gpu_parts[i], *cpu_parts[i], names[i]);
+  }
+}
+
 HostTensor scalar(float x) {
   HostTensor t(DType::kF32, {1});
   *static_cast<float*>(t.view().data) = x;
@@ -129,14 +143,7 @@ TEST_P(Nvfp4AppendGpu, PageTableMatchesTheCpuBitForBit) {
   append_paged_kv_nvfp4({dkey.view, dvalue.view, dbatch.view, dpos.view},
                         {kc.view, vc.view, ks.view, vs.view, layout}, table, {dkg.view, dvg.view});
   check_append_paged_kv(0);
-  kc.copy_back(gpu.k_codes);
-  vc.copy_back(gpu.v_codes);
-  ks.copy_back(gpu.k_scales);
-  vs.copy_back(gpu.v_scales);
-  expect_same_bytes(gpu.k_codes, cpu.k_codes, "k codes");
-  expect_same_bytes(gpu.v_codes, cpu.v_codes, "v codes");
-  expect_same_bytes(gpu.k_scales, cpu.k_scales, "k scales");
-  expect_same_bytes(gpu.v_scales, cpu.v_scales, "v scales");
+  expect_same_cache({&kc, &vc, &ks, &vs}, gpu, cpu);
 }
 
 TEST_P(Nvfp4AppendGpu, SlotsMatchTheCpuAndBadInputWritesNothing) {
@@ -170,14 +177,7 @@ TEST_P(Nvfp4AppendGpu, SlotsMatchTheCpuAndBadInputWritesNothing) {
     append_paged_kv_nvfp4_by_slot({dkey.view, dvalue.view, dbad.view}, pages, {dk.view, dv.view});
     EXPECT_FLARE_ERROR(check_append_paged_kv(0), ErrorCode::kIndexOutOfRange,
                        "slot_mapping[1] = 15");
-    kc.copy_back(gpu.k_codes);
-    vc.copy_back(gpu.v_codes);
-    ks.copy_back(gpu.k_scales);
-    vs.copy_back(gpu.v_scales);
-    expect_same_bytes(gpu.k_codes, cpu.k_codes, "k codes");
-    expect_same_bytes(gpu.v_codes, cpu.v_codes, "v codes");
-    expect_same_bytes(gpu.k_scales, cpu.k_scales, "k scales");
-    expect_same_bytes(gpu.v_scales, cpu.v_scales, "v scales");
+    expect_same_cache({&kc, &vc, &ks, &vs}, gpu, cpu);
   }
 }
 
