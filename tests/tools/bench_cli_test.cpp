@@ -253,12 +253,12 @@ TEST(BenchCli, BadWorkloadsAreErrors) {
   EXPECT_NE(result.err.find("flare: error: --heads-qo must be a multiple of --heads-kv"),
             std::string::npos)
       << result.err;
-  for (const char* head_dim : {"12", "100", "264"}) {
+  for (const char* head_dim : {"12", "100", "520"}) {
     result = testing::run_cli({"bench", "--device", "cpu", "--head-dim", head_dim, "--iters", "1"},
                               scratch);
-    EXPECT_EQ(result.exit_code, 1) << "head dims are multiples of 8 up to 256";
+    EXPECT_EQ(result.exit_code, 1) << "head dims are multiples of 8 up to 512";
     EXPECT_NE(result.err.find(std::string("flare: error: --head-dim must be a multiple of 8 in "
-                                          "[8, 256], got ") +
+                                          "[8, 512], got ") +
                               head_dim),
               std::string::npos)
         << result.err;

@@ -80,7 +80,8 @@ types and backend
                             value / scale
   --k-scale X, --v-scale X  fp8 per-tensor scales: real value = stored value * scale
   --device cpu|cuda|cuda:N  (default cpu) the CPU reference backend, or the GPU: q and KV
-                            in f16/bf16, head dims 64, 128 or 256 (prefill also 192/128).
+                            in f16/bf16, head dims 64, 128, 256 or 512 (decode on CUDA
+                            cores; prefill also 192/128).
                             One query token per request on paged KV runs the decode kernel
                             (KV also e4m3/e5m2; no custom mask); everything else the
                             prefill kernel (paged or ragged KV, any query lengths, causal,

@@ -183,8 +183,8 @@ Workload make_workload(const WorkloadSpec& spec) {
   FLARE_CHECK(spec.heads_kv >= 1 && spec.heads_qo % spec.heads_kv == 0, ErrorCode::kInvalidArgument,
               "--heads-qo must be a multiple of --heads-kv, got ", spec.heads_qo, " and ",
               spec.heads_kv);
-  FLARE_CHECK(spec.head_dim % 8 == 0 && spec.head_dim <= 256, ErrorCode::kInvalidArgument,
-              "--head-dim must be a multiple of 8 in [8, 256], got ", spec.head_dim);
+  FLARE_CHECK(spec.head_dim % 8 == 0 && spec.head_dim <= 512, ErrorCode::kInvalidArgument,
+              "--head-dim must be a multiple of 8 in [8, 512], got ", spec.head_dim);
   FLARE_CHECK(spec.page_size >= 1, ErrorCode::kInvalidArgument, "--page-size must be >= 1, got ",
               spec.page_size);
   FLARE_CHECK(is_floating(spec.dtype) && !is_fp8(spec.dtype), ErrorCode::kInvalidArgument,
