@@ -151,17 +151,16 @@ void spmm(const BsrGpu& a, const TensorView& x, const TensorView& y, const Tenso
                                     size(layout.rest_rows),
                                     size(layout.rest_columns)};
   const int64_t tile = remainder_tile(d);
-  for (int64_t first = 0; first < d; first += tile) {
-    const TensorView x_tile = spmm_launch::column_tile(x, first, tile),
-                     y_tile = spmm_launch::column_tile(y, first, tile);
-    const spmm_launch::KernelKey key{spmm_launch::KernelKey::kHyb, static_cast<int>(tile),
-                                     gpu_operands::vector_width(tile, x_tile, y_tile), x.dtype,
-                                     x.device.index};
-    const std::vector<cuda::Function>& kernels = spmm_launch::cached_kernels(
-        key, spmm_hyb_kernel_spec, {"flare_spmm_ell", "flare_spmm_csr", "flare_spmm_csr_carries"});
-    spmm_launch::launch_mapped_csr(rest, layout.cols, layout.rows, x_tile, y_tile, x_stride,
-                                   y_stride, true, workspace.data, kernels[1], kernels[2], stream);
-  }
+  // The hyb family's CSR kernels (kernels 1 and 2), as hyb's remainder runs them.
+  spmm_launch::for_each_feature_tile(x, y, tile, spmm_launch::KernelKey::kHyb, spmm_hyb_kernel_spec,
+                                     {"flare_spmm_ell", "flare_spmm_csr", "flare_spmm_csr_carries"},
+                                     [&](const TensorView& x_tile, const TensorView& y_tile,
+                                         const std::vector<cuda::Function>& kernels) {
+                                       spmm_launch::launch_mapped_csr(
+                                           rest, layout.cols, layout.rows, x_tile, y_tile, x_stride,
+                                           y_stride, true, workspace.data, kernels[1], kernels[2],
+                                           stream);
+                                     });
 }
 
 }  // namespace flare::sparse

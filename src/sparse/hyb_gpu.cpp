@@ -241,28 +241,25 @@ void spmm(const HybGpu& a, const TensorView& x, const TensorView& y, const Tenso
   const cuda::DeviceScope scope(x.device.index);
   // Feature tiles one after another, each every partition in order; partition 0 writes every
   // row of Y, the later ones add to it.
-  for (int64_t first = 0; first < d; first += tile) {
-    const TensorView x_tile = spmm_launch::column_tile(x, first, tile),
-                     y_tile = spmm_launch::column_tile(y, first, tile);
-    const spmm_launch::KernelKey key{spmm_launch::KernelKey::kHyb, static_cast<int>(tile),
-                                     gpu_operands::vector_width(tile, x_tile, y_tile), x.dtype,
-                                     x.device.index};
-    const std::vector<cuda::Function>& kernels = spmm_launch::cached_kernels(
-        key, spmm_hyb_kernel_spec, {"flare_spmm_ell", "flare_spmm_csr", "flare_spmm_csr_carries"});
-    const TileLaunch launch{a,
-                            x_tile,
-                            y_tile,
-                            layout.cols > 1 ? x.strides[0] : d,
-                            layout.rows > 1 ? y.strides[0] : d,
-                            workspace.data,
-                            stream};
-    for (size_t p = 0; p < layout.partitions.size(); ++p) {
-      const HybGpuLayout::Partition& part = layout.partitions[p];
-      if (!part.buckets.empty()) launch_buckets(launch, part, p > 0, log2_slots, kernels[0]);
-      if (part.remainder.rows > 0)
-        launch_remainder(launch, part.remainder, p > 0, kernels[1], kernels[2]);
-    }
-  }
+  spmm_launch::for_each_feature_tile(
+      x, y, tile, spmm_launch::KernelKey::kHyb, spmm_hyb_kernel_spec,
+      {"flare_spmm_ell", "flare_spmm_csr", "flare_spmm_csr_carries"},
+      [&](const TensorView& x_tile, const TensorView& y_tile,
+          const std::vector<cuda::Function>& kernels) {
+        const TileLaunch launch{a,
+                                x_tile,
+                                y_tile,
+                                layout.cols > 1 ? x.strides[0] : d,
+                                layout.rows > 1 ? y.strides[0] : d,
+                                workspace.data,
+                                stream};
+        for (size_t p = 0; p < layout.partitions.size(); ++p) {
+          const HybGpuLayout::Partition& part = layout.partitions[p];
+          if (!part.buckets.empty()) launch_buckets(launch, part, p > 0, log2_slots, kernels[0]);
+          if (part.remainder.rows > 0)
+            launch_remainder(launch, part.remainder, p > 0, kernels[1], kernels[2]);
+        }
+      });
 }
 
 }  // namespace flare::sparse

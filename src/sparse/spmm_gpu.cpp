@@ -140,17 +140,15 @@ void spmm(const Csr& a, const TensorView& x, const TensorView& y, const TensorVi
   const cuda::DeviceScope scope(x.device.index);
   // Feature tiles one after another on the stream (they share the workspace): each pair of
   // launches gathers only its tile of X's rows.
-  for (int64_t first = 0; first < d; first += tile) {
-    const TensorView x_tile = column_tile(x, first, tile), y_tile = column_tile(y, first, tile);
-    const spmm_launch::KernelKey key{spmm_launch::KernelKey::kCsr, static_cast<int>(tile),
-                                     gpu_operands::vector_width(tile, x_tile, y_tile), x.dtype,
-                                     x.device.index};
-    const std::vector<cuda::Function>& kernels = spmm_launch::cached_kernels(
-        key, spmm_csr_kernel_spec, {"flare_spmm_csr", "flare_spmm_csr_carries"});
-    p.x = x_tile.data;
-    p.y = y_tile.data;
-    spmm_launch::launch_csr(p, workspace.data, schedule, kernels[0], kernels[1], stream);
-  }
+  spmm_launch::for_each_feature_tile(x, y, tile, spmm_launch::KernelKey::kCsr, spmm_csr_kernel_spec,
+                                     {"flare_spmm_csr", "flare_spmm_csr_carries"},
+                                     [&](const TensorView& x_tile, const TensorView& y_tile,
+                                         const std::vector<cuda::Function>& kernels) {
+                                       p.x = x_tile.data;
+                                       p.y = y_tile.data;
+                                       spmm_launch::launch_csr(p, workspace.data, schedule,
+                                                               kernels[0], kernels[1], stream);
+                                     });
 }
 
 }  // namespace flare::sparse

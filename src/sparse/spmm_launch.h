@@ -11,6 +11,7 @@
 #include "flare/jit/cuda_driver.h"
 #include "flare/sparse/spmm_gpu.h"
 #include "kernels/spmm_csr.cuh"
+#include "src/sparse/gpu_operands.h"
 
 namespace flare::sparse::spmm_launch {
 
@@ -73,5 +74,21 @@ struct KernelKey {
 const std::vector<cuda::Function>& cached_kernels(const KernelKey& key,
                                                   jit::KernelSpec (*make_spec)(int, int, DType),
                                                   std::initializer_list<const char*> entries);
+
+// The sparse launchers' feature-tile loop: for each tile [first, first + tile) of x's and y's
+// columns, one after another (the tiles share the workspace), calls
+// launch_tile(x_tile, y_tile, kernels) with the family's kernels for the tile's width and the
+// widest vector its columns allow.
+template <class LaunchTile>
+void for_each_feature_tile(const TensorView& x, const TensorView& y, int64_t tile,
+                           KernelKey::Family family, jit::KernelSpec (*make_spec)(int, int, DType),
+                           std::initializer_list<const char*> entries, LaunchTile&& launch_tile) {
+  for (int64_t first = 0; first < x.shape[1]; first += tile) {
+    const TensorView x_tile = column_tile(x, first, tile), y_tile = column_tile(y, first, tile);
+    const KernelKey key{family, static_cast<int>(tile),
+                        gpu_operands::vector_width(tile, x_tile, y_tile), x.dtype, x.device.index};
+    launch_tile(x_tile, y_tile, cached_kernels(key, make_spec, entries));
+  }
+}
 
 }  // namespace flare::sparse::spmm_launch
