@@ -37,9 +37,11 @@ class _GpuDecoders:
         return decoder
 
 
-def _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype):
+def _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype, head_dim):
     """Whether the use_tensor_cores hint selects the tensor-core loop: it takes q and KV of one
-    float16 / bfloat16 type, and fp8 KV with either q; mixed 16-bit pairs run on CUDA cores."""
+    float16 / bfloat16 type, and fp8 KV with either q, at head dims up to 256; mixed 16-bit pairs
+    and head dim 512 run on CUDA cores (FlashInfer's flag selects kernels, not results)."""
     sixteen_bit = ("float16", "bfloat16")
     fp8 = kv_dtype in ("e4m3", "e5m2") and q_dtype in sixteen_bit
-    return bool(use_tensor_cores) and ((q_dtype == kv_dtype and kv_dtype in sixteen_bit) or fp8)
+    return (bool(use_tensor_cores) and int(head_dim) <= 256 and
+            ((q_dtype == kv_dtype and kv_dtype in sixteen_bit) or fp8))

@@ -64,7 +64,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     indptr_host = np.array([0, kv_len], dtype=np.int32)
     last_host = np.array([1] if kv_len > 0 else [0], dtype=np.int32)
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
-    tensor_cores = _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype)
+    tensor_cores = _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype, head_dim)
     key = (q.device.index, q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, kv_layout,
            tuple(sorted(params_kwargs.items())), tensor_cores,
            None if variant is None else variant.key())

@@ -216,7 +216,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                              logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
                              rope_scale=rope_scale, rope_theta=rope_theta)
         fixed_split_size = 0 if fixed_split_size is None else int(fixed_split_size)
-        tensor_cores = _tensor_core_loop(self._use_tensor_cores, q_dtype, kv_dtype)
+        tensor_cores = _tensor_core_loop(self._use_tensor_cores, q_dtype, kv_dtype, head_dim)
         key = (q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, page_size,
                sm_scale, window_left, logits_soft_cap, pos_encoding_mode, rope_scale, rope_theta,
                fixed_split_size, bool(disable_split_kv), tensor_cores,

@@ -1,7 +1,7 @@
 """Head dim 512 on PyTorch CUDA tensors against float64 attention. Decode (the CUDA-core loop,
 two 8-dim chunks a lane, items of at most 4 rows): batch decode with head groups of 1, 4 and 8,
-pages of 1 and 16, RoPE, a sliding window and soft-cap; single decode; the tensor-core loop
-refused by name. Prefill (two passes over halves of the output, the FA2 family): ragged and
+pages of 1 and 16, RoPE, a sliding window and soft-cap; single decode; use_tensor_cores runs
+the CUDA-core loop. Prefill (two passes over halves of the output, the FA2 family): ragged and
 paged, causal and windowed; backend="fa3" refused by name. Skipped visibly without PyTorch or a
 CUDA device."""
 
@@ -64,14 +64,21 @@ def test_single_decode_head_dim_512_window():
     assert (out - want).abs().max().item() <= 2e-3
 
 
-def test_tensor_core_loop_at_head_dim_512_is_refused_by_name():
-    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(
-        torch.empty(16 << 20, dtype=torch.uint8, device=DEVICE), "NHD", use_tensor_cores=True)
-    with pytest.raises(NotImplementedError, match="head_dim 512"):
-        wrapper.plan(torch.tensor([0, 1], dtype=torch.int32),
-                     torch.zeros(1, dtype=torch.int32, device=DEVICE),
-                     torch.tensor([1], dtype=torch.int32), 4, 4, D, 16,
+def test_use_tensor_cores_at_head_dim_512_runs_the_cuda_core_loop():
+    """FlashInfer's use_tensor_cores picks kernels, not results: at D 512 (no tensor-core loop)
+    the plan runs on CUDA cores, bit for bit what use_tensor_cores=False gives."""
+    cache = GpuPagedCache([1, 97, 530], 4, D, 16, "NHD", torch.float16, seed=5)
+    q = torch.randn(cache.batch, 16, D, device=DEVICE).to(torch.float16)
+    outputs = []
+    for flag in (False, True):
+        wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(
+            torch.empty(64 << 20, dtype=torch.uint8, device=DEVICE), "NHD", use_tensor_cores=flag)
+        wrapper.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 16, 4, D, 16,
                      q_data_type=torch.float16)
+        outputs.append(wrapper.run(q, cache.cache))
+    assert torch.equal(outputs[0], outputs[1])
+    want, _ = expected(cache, q)
+    assert (outputs[1].double().cpu() - want).abs().max().item() <= TOLERANCE
 
 
 @pytest.mark.parametrize("kv_kind", ["ragged", "paged"])
