@@ -112,8 +112,10 @@ def test_single_decode_nhd_and_hnd():
     ("float32", "float32", False)])
 def test_use_tensor_cores_selects_the_loops_dtype_pairs(q_dtype, kv_dtype, expected):
     from flare.decode import _tensor_core_loop
-    assert _tensor_core_loop(True, q_dtype, kv_dtype) is expected
-    assert _tensor_core_loop(False, q_dtype, kv_dtype) is False
+    assert _tensor_core_loop(True, q_dtype, kv_dtype, 128) is expected
+    assert _tensor_core_loop(False, q_dtype, kv_dtype, 128) is False
+    # Head dim 512 has no tensor-core loop: the hint runs the CUDA-core loop.
+    assert _tensor_core_loop(True, q_dtype, kv_dtype, 512) is False
 
 
 @pytest.mark.parametrize("causal", [False, True])
