@@ -2,30 +2,25 @@
 // launch of kernels/append_paged_kv.cuh (vector width chosen from pointer and stride alignment).
 #include "flare/api/append_paged_kv.h"
 
-#include <map>
-#include <memory>
-#include <mutex>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "flare/core/error.h"
 #include "flare/format/validate.h"
 #include "flare/jit/module.h"
 #include "kernels/append_paged_kv.cuh"
+#include "src/api/append_checks.h"
 
 namespace flare {
 
 namespace {
 
 constexpr auto kInvalid = ErrorCode::kInvalidArgument;
-
-// Entry i of a 1-D int32 host array (any stride).
-int64_t host_entry(const TensorView& array, int64_t i) {
-  return array.ptr<const int32_t>()[i * array.strides[0]];
-}
 
 void check_index_array(const TensorView& array, const char* name, int64_t expected_size) {
   validate_dtype(array, name, DType::kI32);
@@ -55,7 +50,8 @@ void check_shapes(const AppendPagedKVInput& input, const PagedKV& cache) {
 
   const bool nhd = cache.layout == KVLayout::kNHD;
   const int64_t heads = cache.num_kv_heads();
-  FLARE_CHECK(cache.v.shape[0] == cache.k.shape[0] && cache.v.shape[nhd ? 1 : 2] == cache.page_size() &&
+  FLARE_CHECK(cache.v.shape[0] == cache.k.shape[0] &&
+                  cache.v.shape[nhd ? 1 : 2] == cache.page_size() &&
                   cache.v.shape[nhd ? 2 : 1] == heads,
               kInvalid, "v_cache must have the pages, page size and heads of k_cache (",
               cache.k.shape_str(), "), got ", cache.v.shape_str());
@@ -88,8 +84,9 @@ struct PageStrides {
 };
 
 PageStrides page_strides(const TensorView& pages, KVLayout layout) {
-  return layout == KVLayout::kNHD ? PageStrides{pages.strides[0], pages.strides[1], pages.strides[2]}
-                                  : PageStrides{pages.strides[0], pages.strides[2], pages.strides[1]};
+  return layout == KVLayout::kNHD
+             ? PageStrides{pages.strides[0], pages.strides[1], pages.strides[2]}
+             : PageStrides{pages.strides[0], pages.strides[2], pages.strides[1]};
 }
 
 void copy_row(const TensorView& src, int64_t token, int64_t head, const TensorView& pages,
@@ -113,24 +110,23 @@ int vector_bytes(const AppendPagedKVInput& input, const PagedKV& cache) {
       static_cast<int64_t>(reinterpret_cast<uintptr_t>(cache.v.data)),
       static_cast<int64_t>(reinterpret_cast<uintptr_t>(input.append_key.data)),
       static_cast<int64_t>(reinterpret_cast<uintptr_t>(input.append_value.data)),
-      k.page * element, k.slot * element, k.head * element,
-      v.page * element, v.slot * element, v.head * element,
-      input.append_key.strides[0] * element, input.append_key.strides[1] * element,
-      input.append_value.strides[0] * element, input.append_value.strides[1] * element,
-      cache.head_dim_qk() * element, cache.head_dim_vo() * element};
+      k.page * element,
+      k.slot * element,
+      k.head * element,
+      v.page * element,
+      v.slot * element,
+      v.head * element,
+      input.append_key.strides[0] * element,
+      input.append_key.strides[1] * element,
+      input.append_value.strides[0] * element,
+      input.append_value.strides[1] * element,
+      cache.head_dim_qk() * element,
+      cache.head_dim_vo() * element};
   int bytes = 16;
   for (int64_t q : quantities) {
     while (q % bytes != 0) bytes /= 2;
   }
   return bytes;
-}
-
-// The kernel reads index arrays as plain contiguous int32 device arrays.
-void check_contiguous_index(const TensorView& array, const char* name) {
-  validate_dtype(array, name, DType::kI32);
-  FLARE_CHECK(array.ndim == 1, kInvalid, name, " must be 1-D, got shape ", array.shape_str());
-  FLARE_CHECK(array.shape[0] <= 1 || array.strides[0] == 1, kInvalid, name,
-              " must be contiguous (stride 1) on the GPU, got stride ", array.strides[0]);
 }
 
 }  // namespace
@@ -142,27 +138,15 @@ void append_paged_kv_cpu(const AppendPagedKVInput& input, const PagedKV& cache) 
   validate_paged_kv(cache);
 
   const int64_t nnz = input.append_key.shape[0];
-  const int64_t batch = cache.batch();
   const int64_t page_size = cache.page_size();
-  for (int64_t i = 0; i < nnz; ++i) {
-    const int64_t request = host_entry(input.batch_indices, i);
-    if (request < 0) continue;
-    FLARE_CHECK(request < batch, kInvalid, "batch_indices[", i, "]=", request,
-                " is out of range [0, ", batch, ") (the batch size)");
-    const int64_t pos = host_entry(input.positions, i);
-    const int64_t capacity = cache.table.num_blocks(request) * page_size;
-    FLARE_CHECK(pos >= 0 && pos < capacity, kInvalid, "positions[", i, "]=", pos,
-                " is outside request ", request, "'s pages: must be in [0, ", capacity, ") (",
-                cache.table.num_blocks(request), " pages of ", page_size, ")");
-  }
+  api_detail::check_append_tokens(input.batch_indices, input.positions, cache.table, page_size);
 
   const int64_t heads = cache.num_kv_heads();
   for (int64_t i = 0; i < nnz; ++i) {
-    const int64_t request = host_entry(input.batch_indices, i);
+    const int64_t request = api_detail::host_index_entry(input.batch_indices, i);
     if (request < 0) continue;
-    const int64_t pos = host_entry(input.positions, i);
-    const int64_t page = host_entry(cache.table.indices,
-                                    host_entry(cache.table.indptr, request) + pos / page_size);
+    const int64_t pos = api_detail::host_index_entry(input.positions, i);
+    const int64_t page = api_detail::append_page(cache.table, request, pos, page_size);
     for (int64_t head = 0; head < heads; ++head) {
       copy_row(input.append_key, i, head, cache.k, cache.layout, page, pos % page_size);
       copy_row(input.append_value, i, head, cache.v, cache.layout, page, pos % page_size);
@@ -176,10 +160,10 @@ void append_paged_kv_cuda(const AppendPagedKVInput& input, const PagedKV& cache,
   FLARE_CHECK(device.is_cuda(), kInvalid,
               "append_paged_kv_cuda needs the KV cache on a CUDA device, got ", device.str());
   check_shapes(input, cache);
-  check_contiguous_index(input.batch_indices, "batch_indices");
-  check_contiguous_index(input.positions, "positions");
-  check_contiguous_index(cache.table.indptr, "kv_indptr");
-  check_contiguous_index(cache.table.indices, "kv_indices");
+  api_detail::check_contiguous_index(input.batch_indices, "batch_indices");
+  api_detail::check_contiguous_index(input.positions, "positions");
+  api_detail::check_contiguous_index(cache.table.indptr, "kv_indptr");
+  api_detail::check_contiguous_index(cache.table.indices, "kv_indices");
   FLARE_CHECK(cache.table.indptr.shape[0] >= 1, kInvalid,
               "kv_indptr must have at least 1 entry (batch + 1), got 0");
 

@@ -13,6 +13,7 @@
 #include "flare/format/validate.h"
 #include "flare/jit/module.h"
 #include "kernels/append_paged_kv_nvfp4.cuh"
+#include "src/api/append_checks.h"
 
 namespace flare {
 
@@ -89,8 +90,8 @@ int64_t check_cache(const Nvfp4Pages& c, const TensorView& key, const TensorView
 void check_scale_tensor(const TensorView& t, const char* name, const Device& device) {
   validate_dtype(t, name, DType::kF32);
   FLARE_CHECK(t.numel() == 1, kInvalid, name, " must hold one float32, got shape ", t.shape_str());
-  FLARE_CHECK(t.device == device || t.device.is_cpu(), kInvalid, name, " must be on ",
-              device.str(), " (the device of k_cache) or the CPU, got ", t.device.str());
+  FLARE_CHECK(t.device == device || t.device.is_cpu(), kInvalid, name, " must be on ", device.str(),
+              " (the device of k_cache) or the CPU, got ", t.device.str());
 }
 
 float host_scale(const TensorView& t, const char* name) {
@@ -230,39 +231,16 @@ void append_paged_kv_nvfp4(const AppendPagedKVInput& input, const Nvfp4Pages& ca
   check_scale_tensor(scales.k, "k_scale", device);
   check_scale_tensor(scales.v, "v_scale", device);
   if (device.is_cpu()) {
-    const auto entry = [](const TensorView& a, int64_t i) {
-      return static_cast<int64_t>(a.ptr<const int32_t>()[i * a.strides[0]]);
-    };
-    // The page table (its last_page_len is not needed to find a slot).
-    validate_indptr(table.indptr, "kv_indptr");
-    const int64_t batch = table.num_rows();
-    const int64_t used = entry(table.indptr, batch);
-    validate_dtype(table.indices, "kv_indices", DType::kI32);
-    FLARE_CHECK(table.indices.ndim == 1 && table.indices.shape[0] >= used, kInvalid,
-                "kv_indices must be 1-D with at least ", used, " entries (kv_indptr[", batch,
-                "]), got shape ", table.indices.shape_str());
-    for (int64_t i = 0; i < used; ++i) {
-      FLARE_CHECK(entry(table.indices, i) >= 0 && entry(table.indices, i) < cache.k_codes.shape[0],
-                  kInvalid, "kv_indices[", i, "]=", entry(table.indices, i),
-                  " is out of range [0, ", cache.k_codes.shape[0], ") (the number of pages)");
-    }
+    // Every index first (as append_paged_kv_cpu): nothing written on bad input.
+    validate_page_table(table, cache.k_codes.shape[0], page_size);
+    api_detail::check_append_tokens(input.batch_indices, input.positions, table, page_size);
     const float k_global = host_scale(scales.k, "k_scale");
     const float v_global = host_scale(scales.v, "v_scale");
-    for (int64_t i = 0; i < nnz; ++i) {  // every index first: nothing written on bad input
-      const int64_t request = entry(input.batch_indices, i);
-      if (request < 0) continue;
-      FLARE_CHECK(request < batch, kInvalid, "batch_indices[", i, "]=", request,
-                  " is out of range [0, ", batch, ") (the batch size)");
-      const int64_t pos = entry(input.positions, i);
-      const int64_t capacity = table.num_blocks(request) * page_size;
-      FLARE_CHECK(pos >= 0 && pos < capacity, kInvalid, "positions[", i, "]=", pos,
-                  " is outside request ", request, "'s pages: must be in [0, ", capacity, ")");
-    }
     for (int64_t i = 0; i < nnz; ++i) {
-      const int64_t request = entry(input.batch_indices, i);
+      const int64_t request = api_detail::host_index_entry(input.batch_indices, i);
       if (request < 0) continue;
-      const int64_t pos = entry(input.positions, i);
-      const int64_t page = entry(table.indices, entry(table.indptr, request) + pos / page_size);
+      const int64_t pos = api_detail::host_index_entry(input.positions, i);
+      const int64_t page = api_detail::append_page(table, request, pos, page_size);
       for (int64_t head = 0; head < input.append_key.shape[1]; ++head) {
         quantize_row(input.append_key, i, head, cache.k_codes, cache.k_scales, cache.layout, page,
                      pos % page_size, k_global);
@@ -278,11 +256,9 @@ void append_paged_kv_nvfp4(const AppendPagedKVInput& input, const Nvfp4Pages& ca
   for (const auto& [t, name] :
        {std::pair{input.batch_indices, "batch_indices"}, std::pair{input.positions, "positions"},
         std::pair{table.indptr, "kv_indptr"}, std::pair{table.indices, "kv_indices"}}) {
-    validate_dtype(t, name, DType::kI32);
+    api_detail::check_contiguous_index(t, name);
     FLARE_CHECK(t.device == device, kInvalid, name, " must be on ", device.str(), ", got ",
                 t.device.str());
-    FLARE_CHECK(t.ndim == 1 && (t.shape[0] <= 1 || t.strides[0] == 1), kInvalid, name,
-                " must be a contiguous 1-D array on the GPU, got shape ", t.shape_str());
   }
   FLARE_CHECK(table.indptr.shape[0] >= 1, kInvalid,
               "kv_indptr must have at least 1 entry (batch + 1), got 0");

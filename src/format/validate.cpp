@@ -107,14 +107,18 @@ void validate_paged_kv(const PagedKV& kv) {
   const int64_t num_pages = kv.num_pages();
   FLARE_CHECK(page_size >= 1, kInvalid, "page size must be >= 1, got ", page_size,
               " (k_cache shape ", kv.k.shape_str(), ", layout ", kv_layout_name(kv.layout), ")");
-  FLARE_CHECK(kv.table.block_size == page_size, kInvalid, "page table block_size must equal the ",
-              "page size ", page_size, ", got ", kv.table.block_size);
+  validate_page_table(kv.table, num_pages, page_size);
+}
 
-  validate_indptr(kv.table.indptr, "kv_indptr");
-  const int64_t batch = kv.table.indptr.shape[0] - 1;
-  const int64_t used_pages = entry(kv.table.indptr, batch);
+void validate_page_table(const BlockSparseIndex& table, int64_t num_pages, int64_t page_size) {
+  FLARE_CHECK(table.block_size == page_size, kInvalid, "page table block_size must equal the ",
+              "page size ", page_size, ", got ", table.block_size);
 
-  const TensorView& indices = kv.table.indices;
+  validate_indptr(table.indptr, "kv_indptr");
+  const int64_t batch = table.indptr.shape[0] - 1;
+  const int64_t used_pages = entry(table.indptr, batch);
+
+  const TensorView& indices = table.indices;
   check_int32_array(indices, "kv_indices");
   FLARE_CHECK(indices.shape[0] >= used_pages, kInvalid, "kv_indices must have at least ",
               used_pages, " entries (kv_indptr[", batch, "]), got ", indices.shape[0]);
@@ -124,12 +128,12 @@ void validate_paged_kv(const PagedKV& kv) {
                 " is out of range [0, ", num_pages, ") (the number of pages)");
   }
 
-  const TensorView& last_page_len = kv.table.last_block_len;
+  const TensorView& last_page_len = table.last_block_len;
   check_int32_array(last_page_len, "kv_last_page_len");
   FLARE_CHECK(last_page_len.shape[0] == batch, kInvalid, "kv_last_page_len must have ", batch,
               " entries (batch), got ", last_page_len.shape[0]);
   for (int64_t r = 0; r < batch; ++r) {
-    const int64_t pages = entry(kv.table.indptr, r + 1) - entry(kv.table.indptr, r);
+    const int64_t pages = entry(table.indptr, r + 1) - entry(table.indptr, r);
     if (pages == 0) continue;  // an empty request's last_page_len is ignored
     const int64_t last = entry(last_page_len, r);
     FLARE_CHECK(last >= 1 && last <= page_size, kInvalid, "kv_last_page_len[", r, "]=", last,

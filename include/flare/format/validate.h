@@ -26,6 +26,9 @@ void validate_dtype(const TensorView& t, const char* name, DType expected);
 // Shapes agree between k and v, page size >= 1, indptr/indices/last_page_len consistent:
 // indices in [0, num_pages), last_page_len in [1, page_size] for requests with pages.
 void validate_paged_kv(const PagedKV& kv);
+// The page-table half of validate_paged_kv, for caches whose pages are not float tensors (NVFP4
+// codes): block_size == page_size, indptr, indices in [0, num_pages), last_page_len.
+void validate_page_table(const BlockSparseIndex& table, int64_t num_pages, int64_t page_size);
 void validate_ragged_kv(const RaggedKV& kv);
 
 }  // namespace flare
