@@ -2,6 +2,7 @@
 // FLARE_APPEND_VEC_BYTES-wide loads and stores (16 when pointers and strides allow it).
 #pragma once
 
+#include "append_placement.cuh"
 #include "index_check.cuh"
 
 namespace flare {
@@ -62,37 +63,6 @@ static_assert(kVecBytes == 1 || kVecBytes == 2 || kVecBytes == 4 || kVecBytes ==
 struct alignas(kVecBytes) Vec {
   unsigned char bytes[kVecBytes];
 };
-
-// The page of token `token` (and its slot), or -1 when the token is padding or its indices are
-// out of range (recorded: bad input must never write outside the cache, nor vanish silently).
-__device__ __forceinline__ int64_t slot_of(const AppendPagedKVParams& p, int64_t token,
-                                           int64_t* slot) {
-  const int32_t request = p.batch_indices[token];
-  if (request < 0) return -1;  // padding
-  if (request >= p.batch) {
-    record_index_error(p.index_error, kIndexErrorRequest, request, token, request);
-    return -1;
-  }
-  const int32_t pos = p.positions[token];
-  const int64_t first_page = p.kv_indptr[request];
-  const int64_t pages = p.kv_indptr[request + 1] - first_page;
-  if (first_page < 0 || pages < 0 || first_page + pages > p.num_indices) {
-    record_index_error(p.index_error, kIndexErrorPageRange, request, request, first_page);
-    return -1;
-  }
-  if (pos < 0 || pos >= pages * p.page_size) {
-    record_index_error(p.index_error, kIndexErrorPosition, request, token, pos);
-    return -1;
-  }
-  const int64_t entry = first_page + pos / p.page_size;
-  const int32_t page = p.kv_indices[entry];
-  if (page < 0 || page >= p.num_pages) {
-    record_index_error(p.index_error, kIndexErrorPageId, request, entry, page);
-    return -1;
-  }
-  *slot = pos % p.page_size;
-  return page;
-}
 
 }  // namespace flare::append_kernel
 

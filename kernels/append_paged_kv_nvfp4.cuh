@@ -4,6 +4,7 @@
 // Tokens are placed by (batch index, position) through the page table, or by a flat slot.
 #pragma once
 
+#include "append_placement.cuh"
 #include "index_check.cuh"
 #include "nvfp4_codes.cuh"
 
@@ -89,12 +90,10 @@ __device__ __forceinline__ float e4m3_value(unsigned bits) {
 }
 
 // The page and slot of token `token`, or -1 (padding, or out of range: recorded).
-__device__ __forceinline__ long long place(const AppendNvfp4Params& p, long long token,
-                                           long long* slot) {
+__device__ __forceinline__ int64_t place(const AppendNvfp4Params& p, int64_t token, int64_t* slot) {
   if (p.slot_mapping != nullptr) {
-    const long long flat = p.slot_mapping_64
-                               ? static_cast<const long long*>(p.slot_mapping)[token]
-                               : static_cast<const int32_t*>(p.slot_mapping)[token];
+    const long long flat = p.slot_mapping_64 ? static_cast<const long long*>(p.slot_mapping)[token]
+                                             : static_cast<const int32_t*>(p.slot_mapping)[token];
     if (flat < 0) return -1;  // padding
     if (flat >= static_cast<long long>(p.num_pages) * p.page_size) {
       record_index_error(p.index_error, kIndexErrorSlot, -1, token, flat);
@@ -103,31 +102,7 @@ __device__ __forceinline__ long long place(const AppendNvfp4Params& p, long long
     *slot = flat % p.page_size;
     return flat / p.page_size;
   }
-  const int32_t request = p.batch_indices[token];
-  if (request < 0) return -1;
-  if (request >= p.batch) {
-    record_index_error(p.index_error, kIndexErrorRequest, request, token, request);
-    return -1;
-  }
-  const int32_t pos = p.positions[token];
-  const long long first_page = p.kv_indptr[request];
-  const long long pages = p.kv_indptr[request + 1] - first_page;
-  if (first_page < 0 || pages < 0 || first_page + pages > p.num_indices) {
-    record_index_error(p.index_error, kIndexErrorPageRange, request, request, first_page);
-    return -1;
-  }
-  if (pos < 0 || pos >= pages * p.page_size) {
-    record_index_error(p.index_error, kIndexErrorPosition, request, token, pos);
-    return -1;
-  }
-  const long long entry = first_page + pos / p.page_size;
-  const int32_t page = p.kv_indices[entry];
-  if (page < 0 || page >= p.num_pages) {
-    record_index_error(p.index_error, kIndexErrorPageId, request, entry, page);
-    return -1;
-  }
-  *slot = pos % p.page_size;
-  return page;
+  return append_kernel::slot_of(p, token, slot);  // through the page table
 }
 
 __device__ __forceinline__ bool positive_finite(float x) { return isfinite(x) && x > 0.0f; }
@@ -178,13 +153,13 @@ extern "C" __global__ void __launch_bounds__(flare::kAppendNvfp4Threads)
     }
     const unsigned scale = e4m3_bits(amax > 0.0f ? __fdiv_rn(amax, 6.0f * global) : 0.0f);
     const float rounded = e4m3_value(scale);
-    const float inverse =
-        amax > 0.0f && rounded > 0.0f ? __fdiv_rn(1.0f, rounded * global) : 0.0f;
+    const float inverse = amax > 0.0f && rounded > 0.0f ? __fdiv_rn(1.0f, rounded * global) : 0.0f;
     unsigned words[2] = {0u, 0u};
 #pragma unroll
-    for (int i = 0; i < 16; ++i) words[i / 8] |= flare::nvfp4::e2m1_code(x[i] * inverse) << (4 * (i % 8));
-    unsigned char* codes = (is_k ? p.k_codes : p.v_codes) + page * cs[0] + slot * cs[1] +
-                           head * cs[2] + b * 8;
+    for (int i = 0; i < 16; ++i)
+      words[i / 8] |= flare::nvfp4::e2m1_code(x[i] * inverse) << (4 * (i % 8));
+    unsigned char* codes =
+        (is_k ? p.k_codes : p.v_codes) + page * cs[0] + slot * cs[1] + head * cs[2] + b * 8;
     // 8 bytes of codes: the host checks 8-byte alignment of the pointers and strides.
     *reinterpret_cast<uint2*>(codes) = make_uint2(words[0], words[1]);
     (is_k ? p.k_scales : p.v_scales)[page * ss[0] + slot * ss[1] + head * ss[2] + b] =
