@@ -170,6 +170,17 @@ nb::bytes bytes_of(const std::vector<T>& v) {
   return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
+// The CSR remainder's arrays of a decomposition's device layout (HybGpuLayout, BsrGpuLayout)
+// added to `out` as bytes.
+template <class Layout>
+nb::dict with_remainder_bytes(nb::dict out, const Layout& l) {
+  out["rest_rows"] = bytes_of(l.rest_rows);
+  out["rest_indptr"] = bytes_of(l.rest_indptr);
+  out["rest_columns"] = bytes_of(l.rest_columns);
+  out["rest_source"] = bytes_of(l.rest_source);
+  return out;
+}
+
 }  // namespace
 
 void bind_sparse(nb::module_& m) {
@@ -329,11 +340,7 @@ void bind_sparse(nb::module_& m) {
             out["ell_rows"] = bytes_of(l.ell_rows);
             out["ell_columns"] = bytes_of(l.ell_columns);
             out["ell_source"] = bytes_of(l.ell_source);
-            out["rest_rows"] = bytes_of(l.rest_rows);
-            out["rest_indptr"] = bytes_of(l.rest_indptr);
-            out["rest_columns"] = bytes_of(l.rest_columns);
-            out["rest_source"] = bytes_of(l.rest_source);
-            return out;
+            return with_remainder_bytes(out, l);
           },
           "The device arrays' contents as native-order bytes.")
       .def("workspace_bytes", &sparse::hyb_spmm_workspace_bytes, nb::arg("d"));
@@ -391,11 +398,7 @@ void bind_sparse(nb::module_& m) {
             out["indptr"] = bytes_of(l.indptr);
             out["block_col"] = bytes_of(l.block_col);
             out["source"] = bytes_of(l.source);
-            out["rest_rows"] = bytes_of(l.rest_rows);
-            out["rest_indptr"] = bytes_of(l.rest_indptr);
-            out["rest_columns"] = bytes_of(l.rest_columns);
-            out["rest_source"] = bytes_of(l.rest_source);
-            return out;
+            return with_remainder_bytes(out, l);
           },
           "The device arrays' contents as native-order bytes.")
       .def("workspace_bytes", &sparse::bsr_spmm_workspace_bytes, nb::arg("d"));
