@@ -112,10 +112,7 @@ int run(int argc, char** argv) {
   cuda::set_device(0);
   const cuda::OwnedStream owned;
   const cuda::Stream stream = owned.get();
-  cusparseHandle_t handle;
-  check_cusparse(cusparseCreate(&handle), "cusparseCreate");
-  check_cusparse(cusparseSetStream(handle, reinterpret_cast<cudaStream_t>(stream)),
-                 "cusparseSetStream");
+  const cusparseHandle_t handle = cusparse_on(stream);
   std::printf(
       "%s, n %lld\n\n| op | block density | d | flare us (graph / eager / host) | cuSPARSE us "
       "(graph / eager / host) | cuSPARSE / flare (graph) |\n|---|---|---|---|---|---|\n",

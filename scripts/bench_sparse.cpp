@@ -128,10 +128,7 @@ int run(int argc, char** argv) {
   cuda::set_device(0);
   const cuda::OwnedStream owned;
   const cuda::Stream stream = owned.get();
-  cusparseHandle_t handle;
-  check_cusparse(cusparseCreate(&handle), "cusparseCreate");
-  check_cusparse(cusparseSetStream(handle, reinterpret_cast<cudaStream_t>(stream)),
-                 "cusparseSetStream");
+  const cusparseHandle_t handle = cusparse_on(stream);
   const float alpha = 1.f, beta = 0.f;
   std::printf(
       "%s\n\n| op | graph | d | flare us (graph / eager / host) | cuSPARSE us (graph / eager / "
