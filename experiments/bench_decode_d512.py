@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flare
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/scripts")
-from bench_python import graph_us  # noqa: E402
+from bench_python import decode_wrapper, graph_us  # noqa: E402
 
 PAGE, DTYPE, GROUP = 16, torch.bfloat16, 4
 CASES = [(1, 32768), (16, 4096), (64, 2048)]
@@ -28,12 +28,7 @@ def flare_decode(batch, kv_len, kv_heads, head_dim, workspace):
     pages = batch * pages_per
     cache = torch.randn(pages, 2, PAGE, kv_heads, head_dim, device="cuda", dtype=DTYPE)
     q = torch.randn(batch, kv_heads * GROUP, head_dim, device="cuda", dtype=DTYPE)
-    buffers = dict(
-        paged_kv_indptr_buffer=torch.empty(batch + 1, dtype=torch.int32, device="cuda"),
-        paged_kv_indices_buffer=torch.empty(pages, dtype=torch.int32, device="cuda"),
-        paged_kv_last_page_len_buffer=torch.empty(batch, dtype=torch.int32, device="cuda"))
-    wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_cuda_graph=True,
-                                                       use_tensor_cores=False, **buffers)
+    wrapper = decode_wrapper(flare, workspace, True, batch, pages, use_tensor_cores=False)
     wrapper.plan(torch.arange(0, pages + 1, pages_per, dtype=torch.int32),
                  torch.arange(pages, dtype=torch.int32, device="cuda"),
                  torch.full((batch,), PAGE, dtype=torch.int32), kv_heads * GROUP, kv_heads,
