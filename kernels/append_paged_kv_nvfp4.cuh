@@ -82,13 +82,6 @@ __device__ __forceinline__ unsigned e4m3_bits(float x) {
   const unsigned bits = static_cast<unsigned>(((exponent + 7) << 3) | fraction);
   return bits > 0x7Eu ? 0x7Eu : bits;
 }
-__device__ __forceinline__ float e4m3_value(unsigned bits) {
-  const int exponent = static_cast<int>((bits >> 3) & 0xFu);
-  const int fraction = static_cast<int>(bits & 7u);
-  return exponent == 0 ? ldexpf(static_cast<float>(fraction), -9)
-                       : ldexpf(static_cast<float>(8 + fraction), exponent - 10);
-}
-
 // The page and slot of token `token`, or -1 (padding, or out of range: recorded).
 __device__ __forceinline__ int64_t place(const AppendNvfp4Params& p, int64_t token, int64_t* slot) {
   if (p.slot_mapping != nullptr) {
@@ -152,8 +145,9 @@ extern "C" __global__ void __launch_bounds__(flare::kAppendNvfp4Threads)
       amax = fmaxf(amax, fabsf(x[i]));
     }
     const unsigned scale = e4m3_bits(amax > 0.0f ? __fdiv_rn(amax, 6.0f * global) : 0.0f);
-    const float rounded = e4m3_value(scale);
-    const float inverse = amax > 0.0f && rounded > 0.0f ? __fdiv_rn(1.0f, rounded * global) : 0.0f;
+    const float rounded = flare::nvfp4::e4m3_value(scale);
+    const float inverse =
+        amax > 0.0f && rounded > 0.0f ? __fdiv_rn(1.0f, rounded * global) : 0.0f;
     unsigned words[2] = {0u, 0u};
 #pragma unroll
     for (int i = 0; i < 16; ++i)

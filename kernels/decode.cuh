@@ -177,7 +177,7 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     }
     cp_async_commit();
     // The mma loop rotates its fragments, the CUDA-core loop fp8 K as it converts it.
-    if constexpr (Variant::kRotary && !T::kMma && !T::kFp8) {
+    if constexpr (Variant::kRotary && !T::kMma && !T::kConvertsInRegisters) {
       rotate_k_tile(p, g, tile, smem);
       __syncthreads();  // the rotated K rows are visible
     }

@@ -23,6 +23,20 @@ __device__ __forceinline__ float (&chunk8(float (&x)[N], int chunk))[8] {
   return *reinterpret_cast<float(*)[8]>(x + chunk * 8);
 }
 
+// The 8 values of chunk `chunk` of this lane in row `row` of a stage's K (or V) tile: 16-bit and
+// fp8 rows are contiguous elements; NVFP4 rows 4 bytes of codes a chunk, with the scale of its
+// block from the tile's scale rows (decode_pipeline.cuh Traits).
+__device__ __forceinline__ void load_row_chunk(const unsigned char* tile, const unsigned char* scales,
+                                               int row, int lane, int chunk, float (&out)[8]) {
+  const int dim = lane_chunk_dim(lane, chunk);
+  if constexpr (T::kNvfp4) {
+    load_nvfp4_8(tile + row * T::kRowBytes + dim / 2, scales[row * T::kScaleRowBytes + dim / 16],
+                 out);
+  } else {
+    load_kv8<T::kKVCode>(tile + row * T::kRowBytes + dim * T::kKVBytes, out);
+  }
+}
+
 // Per-thread state of one work item: kRows query rows x this lane's kDimsPerLane dims, and the
 // softmax state of the rows whose scores this lane finishes (see LaneScores).
 struct RowState {
@@ -135,6 +149,8 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
   const int lane = threadIdx.x % T::kLanes;
   const int group = threadIdx.x / T::kLanes;
   const unsigned char* stage = smem + (tile % T::kStages) * T::kStageBytes;
+  const unsigned char* k_scales = stage + 2 * T::kTileBytes;  // NVFP4 only
+  const unsigned char* v_scales = k_scales + T::kScaleTileBytes;
 
   // Token slot i of this group is KV position first_token + i * kGroups.
   const int first_token = g.kv_lo + tile * T::kTileTokens + group;
@@ -142,13 +158,14 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
 #pragma unroll
   for (int i = 0; i < kTokens; ++i) {
     float k[T::kDimsPerLane];
-    const unsigned char* k_row = stage + (i * T::kGroups + group) * T::kRowBytes;
 #pragma unroll
     for (int c = 0; c < T::kChunksPerLane; ++c) {
-      load_kv8<T::kKVCode>(k_row + lane_chunk_dim(lane, c) * T::kKVBytes, chunk8(k, c));
+      load_row_chunk(stage, k_scales, i * T::kGroups + group, lane, c, chunk8(k, c));
     }
-    // fp8 K rotates here, in float32 (16-bit K was rotated in its stage: rotate_k_tile).
-    if constexpr (Variant::kRotary && T::kFp8) rotate_lane_dims(p, first_token + i * T::kGroups, k);
+    // fp8 / NVFP4 K rotates here, in float32 (16-bit K was rotated in its stage: rotate_k_tile).
+    if constexpr (Variant::kRotary && T::kConvertsInRegisters) {
+      rotate_lane_dims(p, first_token + i * T::kGroups, k);
+    }
 #pragma unroll
     for (int r = 0; r < T::kRows; ++r) {
       float acc = 0.0f;
@@ -232,10 +249,9 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
 #pragma unroll
   for (int i = 0; i < kTokens; ++i) {
     float v[T::kDimsPerLane];
-    const unsigned char* v_row = v_tile + (i * T::kGroups + group) * T::kRowBytes;
 #pragma unroll
     for (int c = 0; c < T::kChunksPerLane; ++c) {
-      load_kv8<T::kKVCode>(v_row + lane_chunk_dim(lane, c) * T::kKVBytes, chunk8(v, c));
+      load_row_chunk(v_tile, v_scales, i * T::kGroups + group, lane, c, chunk8(v, c));
     }
 #pragma unroll
     for (int r = 0; r < T::kRows; ++r) {

@@ -16,6 +16,9 @@ enum DTypeCode : int32_t {
   kCodeBF16 = 2,
   kCodeE4M3 = 3,
   kCodeE5M2 = 4,
+  // NVFP4 KV (the host's DType::kU8 KV: include/flare/format/nvfp4.h): E2M1 pairs, D / 2 bytes
+  // a row, with one e4m3 scale a block of 16 in the DecodeParams' scale pages.
+  kCodeE2M1 = 7,
 };
 
 // A user variant's named float parameters and tensors (include/flare/variant/user_variant.h).
@@ -112,6 +115,12 @@ struct DecodeParams {
   float v_scale;       // real V = stored V * v_scale
   float lse_scale;     // the stored lse is the natural-log lse times this (log2(e): base 2)
   VariantParams variant;
+  // NVFP4 KV only: the e4m3 block scales, pages like k / v with D / 16 bytes a row; strides in
+  // bytes (k_scale / v_scale above are then the global decode scales).
+  const unsigned char* k_sf;
+  const unsigned char* v_sf;
+  int64_t k_sf_stride_page, k_sf_stride_slot, k_sf_stride_head;
+  int64_t v_sf_stride_page, v_sf_stride_slot, v_sf_stride_head;
 };
 
 // The standalone merge kernel's (kernels/merge.cuh; batch prefill launches it, batch decode

@@ -48,7 +48,11 @@ struct Traits {
   static constexpr int kQCode = FLARE_Q_DTYPE;
   static constexpr int kKVCode = FLARE_KV_DTYPE;
   static constexpr bool kFp8 = kKVCode == kCodeE4M3 || kKVCode == kCodeE5M2;
-  static constexpr int kKVBytes = kFp8 ? 1 : 2;
+  // NVFP4 KV: 4-bit codes (two a byte) and an e4m3 scale a block of 16, both gathered into the
+  // stage; converted in registers like fp8 (CUDA-core loop, one KV head an item).
+  static constexpr bool kNvfp4 = kKVCode == kCodeE2M1;
+  static constexpr bool kConvertsInRegisters = kFp8 || kNvfp4;
+  static constexpr int kKVBytes = kFp8 || kNvfp4 ? 1 : 2;  // bytes a stride unit of the pages
 
   static constexpr int kItemHeads = FLARE_ITEM_HEADS;
   static constexpr int kWarpsPerHead = kItemHeads == 1 ? 4 : 1;
@@ -85,14 +89,20 @@ struct Traits {
   // consecutive threads read consecutive bytes of NHD pages. The mma loop's ldmatrix reads 8
   // rows of one chunk column: its stages XOR the chunk index with the row (mod 8) so those 8
   // reads hit different banks.
-  static constexpr int kRowBytes = kHeadDim * kKVBytes;
+  static constexpr int kRowBytes = kNvfp4 ? kHeadDim / 2 : kHeadDim * kKVBytes;
   static constexpr int kChunksPerRow = kRowBytes / 16;
   static constexpr int kCopyRowStride = kThreads / kChunksPerRow;
   static constexpr int kCopyTokenStride = kCopyRowStride / kItemHeads;
   static constexpr int kCopiesPerThread = kTileTokens / kCopyTokenStride;
   static constexpr int kHeadTileBytes = kTileTokens * kRowBytes;  // K or V of one head's tile
   static constexpr int kTileBytes = kItemHeads * kHeadTileBytes;  // K or V of one tile
-  static constexpr int kStageBytes = 2 * kTileBytes;
+  // NVFP4: the K and V scale tiles after the code tiles, D / 16 bytes a row, each row copied by
+  // its codes' column-0 thread in kScaleCopies pieces of kScaleCopyBytes (4, 8 or 16).
+  static constexpr int kScaleRowBytes = kNvfp4 ? kHeadDim / 16 : 0;
+  static constexpr int kScaleTileBytes = kTileTokens * kScaleRowBytes;
+  static constexpr int kScaleCopyBytes = kScaleRowBytes < 16 ? kScaleRowBytes : 16;
+  static constexpr int kScaleCopies = kNvfp4 ? kScaleRowBytes / kScaleCopyBytes : 0;
+  static constexpr int kStageBytes = 2 * kTileBytes + 2 * kScaleTileBytes;
   // (kStages - 1) stages in flight per CTA (48 KiB with 16-bit KV and 4-token groups).
   static constexpr int kStages = FLARE_STAGES;
 
@@ -100,6 +110,8 @@ struct Traits {
   static_assert(kItemHeads == 1 ||
                     (kMma && (kItemHeads == 2 || kItemHeads == 4 || kItemHeads == 8)),
                 "whole-page items: 2, 4 or 8 KV heads, on the tensor-core loop");
+  static_assert(!kNvfp4 || (!kMma && kItemHeads == 1 && kChunksPerRow >= 1),
+                "NVFP4 KV: the CUDA-core loop, one KV head an item, rows of whole 16-byte chunks");
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   static constexpr int kLoopBytes = kPipelineBytes + kExchangeFloats * 4;
   static constexpr int kSharedBytes =
@@ -233,6 +245,25 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeom
                 k + slot * k_slot_bytes + static_cast<long long>(pages[i]) * k_page_bytes, valid);
     cp_async_16(stage + T::kTileBytes + offset,
                 v + slot * v_slot_bytes + static_cast<long long>(pages[i]) * v_page_bytes, valid);
+    if constexpr (T::kNvfp4) {  // the row's block scales, by its column-0 thread
+      if (column == 0) {
+        const long long page = pages[i];
+        const unsigned row = (first_row + i * T::kCopyTokenStride) * T::kScaleRowBytes;
+        const unsigned char* k_sf = p.k_sf + head * p.k_sf_stride_head +
+                                    slot * p.k_sf_stride_slot + page * p.k_sf_stride_page;
+        const unsigned char* v_sf = p.v_sf + head * p.v_sf_stride_head +
+                                    slot * p.v_sf_stride_slot + page * p.v_sf_stride_page;
+        const unsigned scales = stage + 2 * T::kTileBytes;
+#pragma unroll
+        for (int c = 0; c < T::kScaleCopies; ++c) {
+          cp_async_ca<T::kScaleCopyBytes>(scales + row + c * T::kScaleCopyBytes,
+                                          k_sf + c * T::kScaleCopyBytes, valid);
+          cp_async_ca<T::kScaleCopyBytes>(scales + T::kScaleTileBytes + row +
+                                              c * T::kScaleCopyBytes,
+                                          v_sf + c * T::kScaleCopyBytes, valid);
+        }
+      }
+    }
   }
 }
 

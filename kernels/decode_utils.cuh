@@ -4,6 +4,7 @@
 #pragma once
 
 #include "decode_params.cuh"
+#include "nvfp4_codes.cuh"
 
 namespace flare {
 
@@ -56,6 +57,17 @@ __device__ __forceinline__ void cp_async_16(unsigned shared_dst, const void* glo
 // 16 bytes global -> shared, bypassing L1, all of them read.
 __device__ __forceinline__ void cp_async_16(unsigned shared_dst, const void* global_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_dst), "l"(global_src)
+               : "memory");
+}
+// kBytes (4, 8 or 16) global -> shared through L1 (.ca: the only form below 16 bytes); zeros
+// when !valid.
+template <int kBytes>
+__device__ __forceinline__ void cp_async_ca(unsigned shared_dst, const void* global_src,
+                                            bool valid) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async sizes");
+  const int source_bytes = valid ? kBytes : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_dst),
+               "l"(global_src), "n"(kBytes), "r"(source_bytes)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
@@ -162,6 +174,21 @@ __device__ __forceinline__ void fp8x4_to_f16x2_pairs(unsigned bytes, unsigned& f
 
 // Eight stored KV elements of type kCode at `src` (shared memory) -> float32, unscaled
 // (e4m3 values come out divided by kE4M3ViaF16Scale).
+// 8 NVFP4 values: 4 bytes of E2M1 pairs (the even element in the low nibble) times their block's
+// e4m3 scale (kernels/nvfp4_codes.cuh): exact in float32.
+__device__ __forceinline__ void load_nvfp4_8(const unsigned char* codes, unsigned char scale_bits,
+                                             float (&out)[8]) {
+  const unsigned word = *reinterpret_cast<const unsigned*>(codes);
+  const float half_scale = 0.5f * nvfp4::e4m3_value(scale_bits);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const unsigned code = (word >> (4 * i)) & 0xFu;
+    const float magnitude =
+        static_cast<float>(nvfp4::e2m1_twice_magnitude(code)) * half_scale;
+    out[i] = (code & 8u) != 0 ? -magnitude : magnitude;
+  }
+}
+
 template <int kCode>
 __device__ __forceinline__ void load_kv8(const unsigned char* src, float (&out)[8]) {
   if constexpr (kCode == kCodeE4M3 && FLARE_FP8_HARDWARE_CVT) {

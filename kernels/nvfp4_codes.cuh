@@ -1,6 +1,8 @@
-// The E2M1 rounding of NVFP4 (include/flare/format/nvfp4.h), one definition for the host
-// quantizer (src/format/nvfp4.cpp) and the GPU append kernel (kernels/append_paged_kv_nvfp4.cuh),
-// so both compute the same codes.
+// NVFP4's element conversions (include/flare/format/nvfp4.h) in integer and float steps every
+// GPU has (sm_80 has no fp8 or fp4 conversion instruction): the E2M1 rounding, one definition
+// for the host quantizer (src/format/nvfp4.cpp) and the GPU append
+// (kernels/append_paged_kv_nvfp4.cuh); decoding codes and e4m3 block scales for the decode
+// kernel's NVFP4 loads (kernels/decode_utils.cuh load_nvfp4_8).
 #pragma once
 
 #ifdef __CUDACC_RTC__
@@ -37,6 +39,21 @@ FLARE_NVFP4_FN unsigned e2m1_code(float x) {
     code = 7;
   }
   return sign | code;
+}
+
+// Twice the magnitude of E2M1 code c & 7 (0, 1, 2, 3, 4, 6, 8, 12), from a 32-bit table of
+// nibbles: an integer shift instead of a lookup in memory.
+FLARE_NVFP4_FN unsigned e2m1_twice_magnitude(unsigned code) {
+  return (0xC8643210u >> (4u * (code & 7u))) & 0xFu;
+}
+
+// The value of e4m3 bits (finite: 0x7F / 0xFF, NaN, are not produced by the appends).
+FLARE_NVFP4_FN float e4m3_value(unsigned bits) {
+  const int exponent = static_cast<int>((bits >> 3) & 0xFu);
+  const int fraction = static_cast<int>(bits & 7u);
+  const float magnitude = exponent == 0 ? ldexpf(static_cast<float>(fraction), -9)
+                                        : ldexpf(static_cast<float>(8 + fraction), exponent - 10);
+  return (bits & 0x80u) != 0 ? -magnitude : magnitude;
 }
 
 }  // namespace flare::nvfp4

@@ -20,8 +20,9 @@ namespace {
 static_assert(static_cast<int>(DType::kF16) == kCodeF16 &&
                   static_cast<int>(DType::kBF16) == kCodeBF16 &&
                   static_cast<int>(DType::kE4M3) == kCodeE4M3 &&
-                  static_cast<int>(DType::kE5M2) == kCodeE5M2,
-              "kernels/decode_params.cuh DTypeCode must equal flare::DType");
+                  static_cast<int>(DType::kE5M2) == kCodeE5M2 &&
+                  static_cast<int>(DType::kU8) == kCodeE2M1,
+              "kernels/decode_params.cuh DTypeCode must equal flare::DType (kU8 KV: NVFP4)");
 
 // Decode kernel geometry (kernels/decode.cuh Traits reads these defines and checks them).
 constexpr int kDecodeThreads = 128;
@@ -85,11 +86,21 @@ int next_power_of_two(int x) {
 
 int group_size(const BatchDecodeConfig& c) { return c.num_qo_heads / c.num_kv_heads; }
 
+bool is_nvfp4(const BatchDecodeConfig& c) { return c.kv_dtype == DType::kU8; }
+
+// Bytes of one token's K (or V) row of one head in a pipeline stage: NVFP4 codes and scales.
+int kv_row_bytes(const BatchDecodeConfig& c) {
+  return is_nvfp4(c) ? c.head_dim / 2 + c.head_dim / 16
+                     : c.head_dim * static_cast<int>(dtype_bytes(c.kv_dtype));
+}
+
 // Packed rows of one KV head in a work item: the whole head group up to 8 rows (padded to a
 // power of two in the kernel, whose register tiles are compiled per row count).
 int head_rows(const BatchDecodeConfig& c) {
-  return std::min(group_size(c),
-                  c.head_dim == kWideHeadDim ? kMaxRowsPerItemWide : kMaxRowsPerItem);
+  // NVFP4 rows are half an fp8 row's bytes: with 8 rows' 2 tokens a group a tile would hold
+  // fewer rows than one pass of the copies covers, so its items take 4 rows (8 tokens a group).
+  const bool four_rows = c.head_dim == kWideHeadDim || c.kv_dtype == DType::kU8;
+  return std::min(group_size(c), four_rows ? kMaxRowsPerItemWide : kMaxRowsPerItem);
 }
 int kernel_rows(const BatchDecodeConfig& c) { return next_power_of_two(head_rows(c)); }
 
@@ -124,10 +135,15 @@ void validate_config(const BatchDecodeConfig& c) {
   FLARE_CHECK(c.q_dtype == DType::kF16 || c.q_dtype == DType::kBF16, ErrorCode::kUnsupported, kWhat,
               ": q_dtype must be float16 or bfloat16, got ", dtype_name(c.q_dtype));
   FLARE_CHECK(c.kv_dtype == DType::kF16 || c.kv_dtype == DType::kBF16 ||
-                  c.kv_dtype == DType::kE4M3 || c.kv_dtype == DType::kE5M2,
+                  c.kv_dtype == DType::kE4M3 || c.kv_dtype == DType::kE5M2 || is_nvfp4(c),
               ErrorCode::kUnsupported, kWhat,
-              ": kv_dtype must be float16, bfloat16, float8_e4m3 or float8_e5m2, got ",
+              ": kv_dtype must be float16, bfloat16, float8_e4m3, float8_e5m2 or uint8 (NVFP4), "
+              "got ",
               dtype_name(c.kv_dtype));
+  FLARE_CHECK(!is_nvfp4(c) || (!c.use_tensor_cores && c.kv_heads_per_item == 1),
+              ErrorCode::kUnsupported, kWhat,
+              ": NVFP4 KV (kv_dtype uint8) runs on the CUDA-core loop, one KV head an item: pass "
+              "use_tensor_cores = false and kv_heads_per_item = 1");
   FLARE_CHECK(c.fixed_split_size >= 0 && c.num_sms_to_use >= 0 && c.ctas_per_sm >= 0,
               ErrorCode::kInvalidArgument, kWhat,
               ": fixed_split_size, num_sms_to_use and ctas_per_sm must be >= 0, got ",
@@ -219,12 +235,13 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
   // fixed work (barrier, copies, probability exchange) per token, within 168 registers.
   // At D 512 (16 dims a lane, up to 4 rows: 128 registers of q and o) 2 tokens a group and one
   // CTA's register cap (255).
-  const bool fp8 = is_fp8(c.kv_dtype);
+  // NVFP4 converts in registers like fp8, with more work an element: fp8's groups.
+  const bool fp8 = is_fp8(c.kv_dtype) || is_nvfp4(c);
   const bool wide = c.head_dim == kWideHeadDim;
   g.tokens_per_group = wide || g.rows >= 8 ? 2 : (fp8 && g.rows >= 4 ? 8 : 4);
   const int lanes = c.head_dim / (wide ? kDimsPerLaneWide : kDimsPerLane);
   const int groups = kDecodeThreads / lanes;
-  const int stage_bytes = 2 * groups * g.tokens_per_group * row_bytes;
+  const int stage_bytes = 2 * groups * g.tokens_per_group * kv_row_bytes(c);
   g.min_ctas_per_sm = g.rows <= 4 && !fp8 && !wide ? kFourCtas : 1;
   const int target =
       g.min_ctas_per_sm == kFourCtas ? kPipelineTargetBytesFourCtas : kPipelineTargetBytes;
@@ -284,14 +301,14 @@ DecodePlanSetup decode_plan_setup(const BatchDecodeConfig& config, int num_sms, 
   PlanOptions& options = setup.options;
   options.query_tile = query_tile(config);
   // K and V bytes of one token of an item (every KV head of a whole-page item).
-  const double token_bytes =
-      2.0 * config.head_dim * dtype_bytes(config.kv_dtype) * config.kv_heads_per_item;
+  const double token_bytes = 2.0 * kv_row_bytes(config) * config.kv_heads_per_item;
   // An item's fixed cost is time (round trips): in bytes it grows with the CTA's share of its
   // SM's bandwidth, one CTA per SM for whole-page items of 8 warps against the loop's
   // 128-thread CTAs.
   const int threads = decode_geometry(config, kSm80SharedBytesPerBlock).threads;
   const double overhead =
-      (is_fp8(config.kv_dtype) && !config.use_tensor_cores ? kItemOverheadBytesFp8
+      ((is_fp8(config.kv_dtype) || is_nvfp4(config)) && !config.use_tensor_cores
+           ? kItemOverheadBytesFp8
                                                            : kItemOverheadBytes16Bit) *
       threads / kDecodeThreads;
   options.alpha = static_cast<float>(overhead / token_bytes / options.query_tile);
@@ -410,6 +427,13 @@ std::vector<BatchDecodeConfig> shipped_decode_configs() {
   add(kWideHeadDim, 4, DType::kF16, DType::kF16, 16, all);
   add(kWideHeadDim, 4, DType::kF16, DType::kF16, 16, rope);
   add(kWideHeadDim, 4, DType::kF16, DType::kE5M2, 16, rope);
+  // NVFP4 KV (uint8 codes + e4m3 scales), CUDA cores: every head dim, the widest row tiles,
+  // every flag and RoPE.
+  for (int head_dim : {64, 128, 256, kWideHeadDim}) {
+    for (int group : {1, 4, 8}) add(head_dim, group, DType::kF16, DType::kU8, 16, plain);
+    add(head_dim, 8, DType::kBF16, DType::kU8, 16, all);
+    add(head_dim, 4, DType::kF16, DType::kU8, 16, rope);
+  }
   // The tensor-core loop: every row tile and head dim on bf16, f16, fp8 KV with either q, and
   // every variant flag.
   const size_t cuda_core_configs = configs.size();

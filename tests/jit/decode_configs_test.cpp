@@ -101,7 +101,7 @@ TEST(ShippedDecodeConfigs, CoverEveryHeadDimRowTileKvDtypeAndVariantFlag) {
   const ShippedDefines d = shipped_defines(false);
   EXPECT_EQ(d.head_dims, (std::set<std::string>{"64", "128", "256", "512"}));
   EXPECT_EQ(d.rows, (std::set<std::string>{"1", "2", "4", "8"}));
-  EXPECT_EQ(d.kv_dtypes.size(), 4u);  // f16, bf16, e4m3, e5m2
+  EXPECT_EQ(d.kv_dtypes.size(), 5u);  // f16, bf16, e4m3, e5m2, NVFP4 (uint8)
   EXPECT_EQ(d.q_dtypes.size(), 2u);   // f16, bf16
   EXPECT_EQ(d.variants.size(), 6u);   // default, soft-cap, window, ALiBi, all three, RoPE
   EXPECT_GE(d.pages.size(), 3u);
@@ -279,6 +279,12 @@ TEST(BatchDecodeKernels, RejectsConfigsNoKernelHandles) {
   EXPECT_EQ(batch_decode_kernels(c).rows_per_item, 4);
   c.use_tensor_cores = true;
   expect_code(c, ErrorCode::kUnsupported, "head_dim 512");
+  c = base_config();  // NVFP4 KV: the CUDA-core loop, items of at most 4 rows
+  c.kv_dtype = DType::kU8;
+  EXPECT_EQ(define_value(batch_decode_kernels(c).decode, "FLARE_KV_DTYPE"), "7");
+  EXPECT_EQ(define_value(batch_decode_kernels(c).decode, "FLARE_ROWS"), "4");
+  c.use_tensor_cores = true;
+  expect_code(c, ErrorCode::kUnsupported, "NVFP4");
   c = base_config();
   c.num_qo_heads = 30;
   expect_code(c, ErrorCode::kInvalidArgument, "num_kv_heads");
