@@ -26,8 +26,9 @@ __device__ __forceinline__ float (&chunk8(float (&x)[N], int chunk))[8] {
 // The 8 values of chunk `chunk` of this lane in row `row` of a stage's K (or V) tile: 16-bit and
 // fp8 rows are contiguous elements; NVFP4 rows 4 bytes of codes a chunk, with the scale of its
 // block from the tile's scale rows (decode_pipeline.cuh Traits).
-__device__ __forceinline__ void load_row_chunk(const unsigned char* tile, const unsigned char* scales,
-                                               int row, int lane, int chunk, float (&out)[8]) {
+__device__ __forceinline__ void load_row_chunk(const unsigned char* tile,
+                                               const unsigned char* scales, int row, int lane,
+                                               int chunk, float (&out)[8]) {
   const int dim = lane_chunk_dim(lane, chunk);
   if constexpr (T::kNvfp4) {
     load_nvfp4_8(tile + row * T::kRowBytes + dim / 2, scales[row * T::kScaleRowBytes + dim / 16],

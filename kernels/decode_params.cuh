@@ -3,7 +3,6 @@
 #pragma once
 
 #include "fixed_width_ints.cuh"
-
 #include "index_check.cuh"
 #include "plan_types.cuh"
 
@@ -34,12 +33,12 @@ constexpr int kAlibiMaxKvLen = 1 << 22;
 // Runtime parameters of the variants (kernels/variant.cuh): the built-ins' resolved from
 // AttentionParams once per BatchDecode / BatchPrefill, a user variant's scalars per run().
 struct VariantParams {
-  float sm_scale;         // resolved softmax scale
-  float logits_soft_cap;  // > 0: logits = cap * tanh(logits / cap)
-  int32_t window_left;    // >= 0: query at q_pos sees kv j >= q_pos - window_left
-  float sigmoid_bias;     // sigmoid attention (use_softmax = false): weight sigmoid(s + bias)
-  const float* alibi_slopes;                // float32 [H_qo] on the device, natural-log units
-  const float* rope_turns;  // RoPE: [D_qk / 2][2] turns per position of each pair, as hi + lo
+  float sm_scale;             // resolved softmax scale
+  float logits_soft_cap;      // > 0: logits = cap * tanh(logits / cap)
+  int32_t window_left;        // >= 0: query at q_pos sees kv j >= q_pos - window_left
+  float sigmoid_bias;         // sigmoid attention (use_softmax = false): weight sigmoid(s + bias)
+  const float* alibi_slopes;  // float32 [H_qo] on the device, natural-log units
+  const float* rope_turns;    // RoPE: [D_qk / 2][2] turns per position of each pair, as hi + lo
   float scalars[kMaxVariantScalars];        // a user variant's, in its declared order (Scalars::)
   const void* tensors[kMaxVariantTensors];  // its tensors' data, likewise (Tensors::)
   // Their extents (1 past a tensor's rank), so a source can bound an index that comes from its

@@ -1,10 +1,10 @@
 // Shared by the decode kernel's two compute loops (kernels/decode.cuh): the compile-time
 // geometry and the paged K/V gather into the cp.async pipeline stages.
 //
-// Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256, or 512 on the CUDA-core loop), FLARE_ROWS (1 | 2 | 4 | 8),
-// FLARE_PAGE_SIZE (>= 1), FLARE_Q_DTYPE / FLARE_KV_DTYPE (DTypeCode), FLARE_DECODE_MMA (0: the
-// CUDA-core loop, 1: the tensor-core loop), FLARE_ITEM_HEADS (KV heads per work item: 1, or 2,
-// 4, 8 on the tensor-core loop, see Traits) and the tuning the host chose
+// Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256, or 512 on the CUDA-core loop), FLARE_ROWS
+// (1 | 2 | 4 | 8), FLARE_PAGE_SIZE (>= 1), FLARE_Q_DTYPE / FLARE_KV_DTYPE (DTypeCode),
+// FLARE_DECODE_MMA (0: the CUDA-core loop, 1: the tensor-core loop), FLARE_ITEM_HEADS (KV heads per
+// work item: 1, or 2, 4, 8 on the tensor-core loop, see Traits) and the tuning the host chose
 // (src/api/batch_decode.cpp decode_geometry): FLARE_TOKENS_PER_GROUP, FLARE_STAGES,
 // FLARE_MIN_CTAS_PER_SM (the register cap) and FLARE_SHARED_BYTES (the dynamic shared memory it
 // launches with). `struct Variant` comes from the variant source (kernels/variant.cuh describes
@@ -27,10 +27,10 @@ constexpr int log2_exact(int x) { return x <= 1 ? 0 : 1 + log2_exact(x / 2); }
 // Compile-time geometry of both loops. The CUDA-core loop (FLARE_DECODE_MMA 0): kLanes lanes
 // share one token row (kChunksPerLane chunks of 8 head dims each: one up to D 256, two at D
 // 512, lane l holding chunks l and l + 32 so that a warp's 16-byte reads stay contiguous) and
-// the CTA's kGroups token groups take different tokens of a tile (kernels/decode_cuda_core.cuh). The tensor-core loop (FLARE_DECODE_MMA 1):
-// each warp takes kWarpTokens tokens of a tile (kernels/decode_mma.cuh). Either way each of
-// kStateGroups thread groups keeps its own online-softmax state, combined through shared
-// memory at the end of a work item.
+// the CTA's kGroups token groups take different tokens of a tile (kernels/decode_cuda_core.cuh).
+// The tensor-core loop (FLARE_DECODE_MMA 1): each warp takes kWarpTokens tokens of a tile
+// (kernels/decode_mma.cuh). Either way each of kStateGroups thread groups keeps its own
+// online-softmax state, combined through shared memory at the end of a work item.
 //
 // Whole-page items (kItemHeads > 1, tensor-core loop only): a work item covers kItemHeads
 // consecutive KV heads of its tokens, one warp per head, so a CTA's copies read every head of
@@ -167,8 +167,12 @@ __device__ __forceinline__ int copy_head() {
 __device__ __forceinline__ RowContext row_context(const DecodeParams& p, const WorkItem& item,
                                                   int packed, int q_pos) {
   const int qo_head = item.kv_head * p.group_size + packed % p.group_size;
-  return {item.request + packed / p.group_size, qo_head, qo_head / (p.group_size / T::kItemHeads),
-          q_pos, q_pos + 1, 1};  // one query per request, at its last position
+  return {item.request + packed / p.group_size,
+          qo_head,
+          qo_head / (p.group_size / T::kItemHeads),
+          q_pos,
+          q_pos + 1,
+          1};  // one query per request, at its last position
 }
 
 // The page ids of this thread's copies of `tile`. An id out of range (the table is the
@@ -249,18 +253,18 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, const ItemGeom
       if (column == 0) {
         const long long page = pages[i];
         const unsigned row = (first_row + i * T::kCopyTokenStride) * T::kScaleRowBytes;
-        const unsigned char* k_sf = p.k_sf + head * p.k_sf_stride_head +
-                                    slot * p.k_sf_stride_slot + page * p.k_sf_stride_page;
-        const unsigned char* v_sf = p.v_sf + head * p.v_sf_stride_head +
-                                    slot * p.v_sf_stride_slot + page * p.v_sf_stride_page;
+        const unsigned char* k_sf = p.k_sf + head * p.k_sf_stride_head + slot * p.k_sf_stride_slot +
+                                    page * p.k_sf_stride_page;
+        const unsigned char* v_sf = p.v_sf + head * p.v_sf_stride_head + slot * p.v_sf_stride_slot +
+                                    page * p.v_sf_stride_page;
         const unsigned scales = stage + 2 * T::kTileBytes;
 #pragma unroll
         for (int c = 0; c < T::kScaleCopies; ++c) {
           cp_async_ca<T::kScaleCopyBytes>(scales + row + c * T::kScaleCopyBytes,
                                           k_sf + c * T::kScaleCopyBytes, valid);
-          cp_async_ca<T::kScaleCopyBytes>(scales + T::kScaleTileBytes + row +
-                                              c * T::kScaleCopyBytes,
-                                          v_sf + c * T::kScaleCopyBytes, valid);
+          cp_async_ca<T::kScaleCopyBytes>(
+              scales + T::kScaleTileBytes + row + c * T::kScaleCopyBytes,
+              v_sf + c * T::kScaleCopyBytes, valid);
         }
       }
     }

@@ -66,8 +66,8 @@ __device__ __forceinline__ void cp_async_ca(unsigned shared_dst, const void* glo
                                             bool valid) {
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async sizes");
   const int source_bytes = valid ? kBytes : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_dst),
-               "l"(global_src), "n"(kBytes), "r"(source_bytes)
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_dst), "l"(global_src),
+               "n"(kBytes), "r"(source_bytes)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
@@ -183,8 +183,7 @@ __device__ __forceinline__ void load_nvfp4_8(const unsigned char* codes, unsigne
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const unsigned code = (word >> (4 * i)) & 0xFu;
-    const float magnitude =
-        static_cast<float>(nvfp4::e2m1_twice_magnitude(code)) * half_scale;
+    const float magnitude = static_cast<float>(nvfp4::e2m1_twice_magnitude(code)) * half_scale;
     out[i] = (code & 8u) != 0 ? -magnitude : magnitude;
   }
 }

@@ -30,6 +30,7 @@ _DTYPE_NAMES = {
     "e4m3": "e4m3",
     "float8_e5m2": "e5m2",
     "e5m2": "e5m2",
+    "uint8": "uint8",  # KV: NVFP4 codes (include/flare/format/nvfp4.h), with kv_cache_sf
 }
 
 
@@ -76,7 +77,7 @@ def _dtype_name(dtype):
     if name is None:
         raise ValueError(
             f"unsupported data type {dtype!r}: flare takes float16, bfloat16, float32, "
-            "float8_e4m3fn, float8_e5m2")
+            "float8_e4m3fn, float8_e5m2, uint8 (NVFP4 KV)")
     return name
 
 

@@ -319,7 +319,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None,
             lse=None, return_lse=False, enable_pdl=None, lse_base="log2", q_len_per_req=None,
-            **variant_kwargs):
+            kv_cache_sf=None, **variant_kwargs):
         """o [batch, H_qo, D] (and lse [batch, H_qo] float32 with return_lse) for the plan
         ([batch * q_len_per_req, ...] for a plan of several tokens per request; q_len_per_req
         given here must be the plan's, FlashInfer's deprecated spelling).
@@ -329,7 +329,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
         kernel may start while the previous kernel on the stream ends (sm_90+; None: on
         where the GPU has it, as FlashInfer). A planned variant's scalars come as keyword
         arguments (cap=30.0); with jit_args, the module's tensors and scalars come positionally
-        after paged_kv_cache, as in FlashInfer.
+        after paged_kv_cache, as in FlashInfer. NVFP4 KV (plan(kv_data_type=torch.uint8)):
+        paged_kv_cache holds the E2M1 codes (uint8, D / 2 a row), kv_cache_sf their
+        float8_e4m3fn block scales (D / 16 a row; a (k, v) pair or one [pages, 2, ...] tensor),
+        k_scale / v_scale the global decode scales; it runs on the CUDA-core loop whatever
+        use_tensor_cores says (a hint in FlashInfer too: the results agree).
         """
         if args:
             variant_kwargs = _flashinfer_jit.run_keywords(f"{_WRAPPER}.run", self._jit_module,
@@ -359,10 +363,14 @@ class BatchDecodeWithPagedKVCacheWrapper:
                         1.0 if k_scale is None else float(k_scale),
                         1.0 if v_scale is None else float(v_scale),
                         True if lse_base == "log2" else check_lse_base(lse_base),
-                        True if enable_pdl is None else bool(enable_pdl), scalars, tensors)
+                        True if enable_pdl is None else bool(enable_pdl), scalars, tensors,
+                        kv_cache_sf)
             return (out, lse) if return_lse else out
         multi = self._multi_planned
         if multi is not None:
+            if kv_cache_sf is not None:
+                raise NotImplementedError(f"{_WRAPPER}.run: kv_cache_sf (NVFP4 KV) with several "
+                                          "query tokens per request (q_len_per_req > 1)")
             return multi.run(q, paged_kv_cache, args, dict(
                 q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
                 return_lse=return_lse, enable_pdl=enable_pdl, lse_base=lse_base,
@@ -381,6 +389,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if tensor_dtype(q) != planned["q_dtype"]:
             raise ValueError(f"q has dtype {tensor_dtype(q)} but plan() was given "
                              f"q_data_type={planned['q_dtype']}")
+        if planned["kv_dtype"] == "uint8" or kv_cache_sf is not None:
+            raise NotImplementedError(f"{_WRAPPER}.run: NVFP4 KV (kv_data_type uint8, "
+                                      "kv_cache_sf) runs on CUDA devices only")
         if tensor_dtype(k_cache) != planned["kv_dtype"]:
             raise ValueError(f"paged_kv_cache has dtype {tensor_dtype(k_cache)} but plan() was "
                              f"given kv_data_type={planned['kv_dtype']}")

@@ -67,9 +67,11 @@ void plan(BatchDecode& decode, nb::handle kv_indptr, nb::handle kv_last_page_len
 // page ids and the outputs as the caller's objects, on torch's current stream.
 void run(BatchDecode& decode, nb::handle q, nb::handle paged_kv_cache, nb::handle indices,
          nb::handle out, nb::handle lse, float q_scale, float k_scale, float v_scale,
-         bool lse_base2, bool enable_pdl, nb::handle variant_scalars, nb::handle variant_tensors) {
+         bool lse_base2, bool enable_pdl, nb::handle variant_scalars, nb::handle variant_tensors,
+         nb::handle kv_cache_sf) {
   const BatchDecodeConfig& c = decode.config();
-  const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "indices");
+  const PagedKVPages pages =
+      paged_kv_pages(paged_kv_cache, c.layout, indices, "indices", kv_cache_sf);
   const RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
                           variant_tensors);
   decode.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
@@ -95,7 +97,8 @@ void bind_batch_decode(nb::module_& m) {
            nb::arg("lse").none(), nb::arg("q_scale"), nb::arg("k_scale"), nb::arg("v_scale"),
            nb::arg("lse_base2"), nb::arg("enable_pdl"),
            nb::arg("variant_scalars").none() = nb::none(),
-           nb::arg("variant_tensors").none() = nb::none())
+           nb::arg("variant_tensors").none() = nb::none(),
+           nb::arg("kv_cache_sf").none() = nb::none())
       .def("check", &check_page_ids<BatchDecode>, nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchDecode& d) { return d.config().max_batch; })
       .def_prop_ro("num_ctas", &BatchDecode::num_ctas)

@@ -3,6 +3,8 @@
 
 #include <array>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "flare/core/error.h"
 #include "tensor_arg.h"
@@ -130,27 +132,36 @@ std::optional<TensorView> optional_object_view(nb::handle object, const char* na
   return object_view(object, name);
 }
 
+namespace {
+
+// K and V pages from a (k, v) pair or one [pages, 2, ...] tensor named `name`.
+std::pair<TensorView, TensorView> kv_pair(nb::handle cache, const std::string& name) {
+  if (PyTuple_Check(cache.ptr()) || PyList_Check(cache.ptr())) {
+    const nb::sequence pair = nb::borrow<nb::sequence>(cache);
+    FLARE_CHECK(nb::len(pair) == 2, ErrorCode::kInvalidArgument, name,
+                " as a tuple must be (k, v), got ", nb::len(pair), " tensors");
+    return {object_view(pair[0], (name + "[0]").c_str()),
+            object_view(pair[1], (name + "[1]").c_str())};
+  }
+  const TensorView both = object_view(cache, name.c_str());
+  FLARE_CHECK(both.ndim == 5 && both.shape[1] == 2, ErrorCode::kInvalidArgument, name,
+              " must be [pages, 2, page_size, H_kv, D] (NHD) or [pages, 2, H_kv, page_size, D] "
+              "(HND), or a (k, v) tuple; got shape ",
+              both.shape_str());
+  return {both.select(1, 0), both.select(1, 1)};
+}
+
+}  // namespace
+
 PagedKVPages paged_kv_pages(nb::handle paged_kv_cache, KVLayout layout, nb::handle indices,
-                            const char* indices_name) {
+                            const char* indices_name, nb::handle kv_cache_sf) {
   PagedKVPages pages;
   pages.layout = layout;
   pages.indices = object_view(indices, indices_name);
-  if (PyTuple_Check(paged_kv_cache.ptr()) || PyList_Check(paged_kv_cache.ptr())) {
-    const nb::sequence pair = nb::borrow<nb::sequence>(paged_kv_cache);
-    FLARE_CHECK(nb::len(pair) == 2, ErrorCode::kInvalidArgument,
-                "paged_kv_cache as a tuple must be (k_cache, v_cache), got ", nb::len(pair),
-                " tensors");
-    pages.k = object_view(pair[0], "paged_kv_cache[0] (k_cache)");
-    pages.v = object_view(pair[1], "paged_kv_cache[1] (v_cache)");
-    return pages;
+  std::tie(pages.k, pages.v) = kv_pair(paged_kv_cache, "paged_kv_cache");
+  if (!kv_cache_sf.is_none()) {
+    std::tie(pages.k_scales, pages.v_scales) = kv_pair(kv_cache_sf, "kv_cache_sf");
   }
-  const TensorView both = object_view(paged_kv_cache, "paged_kv_cache");
-  FLARE_CHECK(both.ndim == 5 && both.shape[1] == 2, ErrorCode::kInvalidArgument,
-              "paged_kv_cache must be [pages, 2, page_size, H_kv, D] (NHD) or [pages, 2, H_kv, "
-              "page_size, D] (HND), or a (k_cache, v_cache) tuple; got shape ",
-              both.shape_str());
-  pages.k = both.select(1, 0);
-  pages.v = both.select(1, 1);
   return pages;
 }
 

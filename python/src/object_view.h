@@ -27,9 +27,10 @@ TensorView object_view(nb::handle object, const char* name);
 std::optional<TensorView> optional_object_view(nb::handle object, const char* name);
 
 // K and V pages from FlashInfer's paged_kv_cache argument: a (k, v) tuple or list, or one
-// [pages, 2, ...] tensor whose dimension 1 holds K then V. `layout` is the wrapper's.
+// [pages, 2, ...] tensor whose dimension 1 holds K then V. `layout` is the wrapper's. NVFP4
+// caches' block scales (kv_cache_sf, None otherwise) come the same way.
 PagedKVPages paged_kv_pages(nb::handle paged_kv_cache, KVLayout layout, nb::handle indices,
-                            const char* indices_name);
+                            const char* indices_name, nb::handle kv_cache_sf = nb::none());
 
 // PyTorch's current stream on CUDA device `device` (torch._C._cuda_getCurrentRawStream), the
 // stream every flare kernel of a torch call runs on.

@@ -35,8 +35,8 @@ const char* const kWhat = "BatchDecode";
 void check_index_array(const TensorView& t, const char* name, int device, int64_t min_size,
                        int64_t exact_size) {
   // An empty array may have no storage (torch's empty tensors): nothing reads it.
-  FLARE_CHECK((t.data != nullptr || t.shape[0] == 0) && t.device == Device::cuda(device) && t.dtype == DType::kI32 &&
-                  t.ndim == 1 &&
+  FLARE_CHECK((t.data != nullptr || t.shape[0] == 0) && t.device == Device::cuda(device) &&
+                  t.dtype == DType::kI32 && t.ndim == 1 &&
                   (t.shape[0] == exact_size || (exact_size < 0 && t.shape[0] >= min_size)) &&
                   (t.shape[0] <= 1 || t.strides[0] == 1),
               ErrorCode::kInvalidArgument, kWhat, ": ", name, " must be a contiguous int32 1-D ",
@@ -245,12 +245,40 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   const int64_t ps = c.page_size;
   const int64_t k_pages = kv.k.ndim == 4 ? kv.k.shape[0] : -1;
   const int64_t v_pages = kv.v.ndim == 4 ? kv.v.shape[0] : -1;
+  // NVFP4 (kv_dtype uint8): D / 2 bytes of codes a row, and scale pages of D / 16 e4m3 bytes.
+  const bool nvfp4 = c.kv_dtype == DType::kU8;
+  const int64_t row = nvfp4 ? d / 2 : d;
   for (const auto& [t, name, pages] :
        {std::tuple{&kv.k, "k", k_pages}, std::tuple{&kv.v, "v", v_pages}}) {
     if (nhd) {
-      check_device_tensor(kWhat, *t, name, c.device, c.kv_dtype, {pages, ps, h_kv, d}, true);
+      check_device_tensor(kWhat, *t, name, c.device, c.kv_dtype, {pages, ps, h_kv, row}, true);
     } else {
-      check_device_tensor(kWhat, *t, name, c.device, c.kv_dtype, {pages, h_kv, ps, d}, true);
+      check_device_tensor(kWhat, *t, name, c.device, c.kv_dtype, {pages, h_kv, ps, row}, true);
+    }
+  }
+  FLARE_CHECK(nvfp4 == (kv.k_scales.ndim != 0 || kv.v_scales.ndim != 0),
+              ErrorCode::kInvalidArgument, kWhat,
+              nvfp4 ? ": NVFP4 KV (kv_dtype uint8) needs its block scales (kv_cache_sf)"
+                    : ": block scales (kv_cache_sf) were given for KV that is not NVFP4");
+  if (nvfp4) {
+    for (const auto& [given, name, pages] : {std::tuple{&kv.k_scales, "k scales", k_pages},
+                                             std::tuple{&kv.v_scales, "v scales", v_pages}}) {
+      const std::vector<int64_t> shape = nhd ? std::vector<int64_t>{pages, ps, h_kv, d / 16}
+                                             : std::vector<int64_t>{pages, h_kv, ps, d / 16};
+      // e4m3 bytes, typed float8_e4m3 or uint8 (FlashInfer's tests pass raw bytes).
+      TensorView scale_view = *given;
+      if (scale_view.dtype == DType::kU8) scale_view.dtype = DType::kE4M3;
+      const TensorView* t = &scale_view;
+      check_device_tensor(kWhat, *t, name, c.device, DType::kE4M3, shape, false);
+      // The kernel copies a row of scales in pieces of min(16, D / 16) bytes.
+      const int64_t piece = std::min<int64_t>(16, d / 16);
+      const bool aligned =
+          t->strides[3] == 1 && reinterpret_cast<uintptr_t>(t->data) % piece == 0 &&
+          t->strides[0] % piece == 0 && t->strides[1] % piece == 0 && t->strides[2] % piece == 0;
+      FLARE_CHECK(aligned, ErrorCode::kInvalidArgument, kWhat, ": ", name,
+                  " rows must be contiguous and ", piece,
+                  "-byte aligned (address and strides), got strides ", t->strides[0], ", ",
+                  t->strides[1], ", ", t->strides[2], ", ", t->strides[3]);
     }
   }
   const int64_t planned_pages = s.kv_indptr.back();
@@ -302,6 +330,20 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   p.v_stride_page = kv.v.strides[0];
   p.v_stride_slot = nhd ? kv.v.strides[1] : kv.v.strides[2];
   p.v_stride_head = nhd ? kv.v.strides[2] : kv.v.strides[1];
+  if (nvfp4) {
+    p.k_sf = static_cast<const unsigned char*>(kv.k_scales.data);
+    p.v_sf = static_cast<const unsigned char*>(kv.v_scales.data);
+    p.k_sf_stride_page = kv.k_scales.strides[0];
+    p.k_sf_stride_slot = nhd ? kv.k_scales.strides[1] : kv.k_scales.strides[2];
+    p.k_sf_stride_head = nhd ? kv.k_scales.strides[2] : kv.k_scales.strides[1];
+    p.v_sf_stride_page = kv.v_scales.strides[0];
+    p.v_sf_stride_slot = nhd ? kv.v_scales.strides[1] : kv.v_scales.strides[2];
+    p.v_sf_stride_head = nhd ? kv.v_scales.strides[2] : kv.v_scales.strides[1];
+    FLARE_CHECK(kv.k_scales.shape[0] >= std::min(k_pages, v_pages) &&
+                    kv.v_scales.shape[0] >= std::min(k_pages, v_pages),
+                ErrorCode::kInvalidArgument, kWhat,
+                ": k scales and v scales must have the pages of k and v");
+  }
   const int64_t kv_bytes = static_cast<int64_t>(dtype_bytes(c.kv_dtype));
   check_page_strides_fit_int32(kWhat, "k", p.k_stride_page, p.k_stride_slot, c.page_size, kv_bytes);
   check_page_strides_fit_int32(kWhat, "v", p.v_stride_page, p.v_stride_slot, c.page_size, kv_bytes);

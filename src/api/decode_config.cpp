@@ -306,11 +306,10 @@ DecodePlanSetup decode_plan_setup(const BatchDecodeConfig& config, int num_sms, 
   // SM's bandwidth, one CTA per SM for whole-page items of 8 warps against the loop's
   // 128-thread CTAs.
   const int threads = decode_geometry(config, kSm80SharedBytesPerBlock).threads;
-  const double overhead =
-      ((is_fp8(config.kv_dtype) || is_nvfp4(config)) && !config.use_tensor_cores
-           ? kItemOverheadBytesFp8
-                                                           : kItemOverheadBytes16Bit) *
-      threads / kDecodeThreads;
+  const double overhead = ((is_fp8(config.kv_dtype) || is_nvfp4(config)) && !config.use_tensor_cores
+                               ? kItemOverheadBytesFp8
+                               : kItemOverheadBytes16Bit) *
+                          threads / kDecodeThreads;
   options.alpha = static_cast<float>(overhead / token_bytes / options.query_tile);
   options.fixed_split_size = config.fixed_split_size;
   options.disable_split_kv = config.disable_split_kv;

@@ -48,6 +48,10 @@ struct PagedKVPages {
   TensorView v;  // as PagedKV::v
   KVLayout layout = KVLayout::kNHD;
   TensorView indices;  // int32 [>= the plan's page count] on the device
+  // NVFP4 KV only (k and v uint8 codes, D / 2 a row: include/flare/format/nvfp4.h): the e4m3
+  // block scales, pages like k / v with D / 16 a row; empty (ndim 0) otherwise.
+  TensorView k_scales;
+  TensorView v_scales;
 
   static PagedKVPages of(const PagedKV& kv) { return {kv.k, kv.v, kv.layout, kv.table.indices}; }
 };
