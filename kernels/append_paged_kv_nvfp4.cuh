@@ -65,23 +65,6 @@ __device__ __forceinline__ float load_16bit(const unsigned char* p, bool bf16) {
   return f;
 }
 
-// float -> e4m3 bits for x >= 0 and finite: round to nearest even, saturating to 448 (as the
-// host's float_to_e4m3_bits with Fp8Overflow::kSaturate); in integer steps, so every GPU
-// (sm_80 has no fp8 conversion instruction) computes the same bits.
-__device__ __forceinline__ unsigned e4m3_bits(float x) {
-  constexpr float kMinNormal = 0.015625f;  // 2^-6
-  if (x >= 448.0f) return 0x7Eu;
-  if (x < kMinNormal) return static_cast<unsigned>(__float2int_rn(x * 512.0f));  // 2^-9 steps
-  int exponent = static_cast<int>((__float_as_uint(x) >> 23) & 0xFFu) - 127;
-  const float mantissa = __uint_as_float((__float_as_uint(x) & 0x807FFFFFu) | 0x3F800000u);
-  int fraction = __float2int_rn((mantissa - 1.0f) * 8.0f);  // exact product; ties to even
-  if (fraction == 8) {
-    fraction = 0;
-    ++exponent;
-  }
-  const unsigned bits = static_cast<unsigned>(((exponent + 7) << 3) | fraction);
-  return bits > 0x7Eu ? 0x7Eu : bits;
-}
 // The page and slot of token `token`, or -1 (padding, or out of range: recorded).
 __device__ __forceinline__ int64_t place(const AppendNvfp4Params& p, int64_t token, int64_t* slot) {
   if (p.slot_mapping != nullptr) {
@@ -144,10 +127,10 @@ extern "C" __global__ void __launch_bounds__(flare::kAppendNvfp4Threads)
       x[i] = load_16bit(src + 2 * i, p.bf16 != 0);
       amax = fmaxf(amax, fabsf(x[i]));
     }
-    const unsigned scale = e4m3_bits(amax > 0.0f ? __fdiv_rn(amax, 6.0f * global) : 0.0f);
+    const unsigned scale =
+        flare::nvfp4::e4m3_bits(amax > 0.0f ? __fdiv_rn(amax, 6.0f * global) : 0.0f);
     const float rounded = flare::nvfp4::e4m3_value(scale);
-    const float inverse =
-        amax > 0.0f && rounded > 0.0f ? __fdiv_rn(1.0f, rounded * global) : 0.0f;
+    const float inverse = amax > 0.0f && rounded > 0.0f ? __fdiv_rn(1.0f, rounded * global) : 0.0f;
     unsigned words[2] = {0u, 0u};
 #pragma unroll
     for (int i = 0; i < 16; ++i)

@@ -9,10 +9,31 @@
 #define FLARE_NVFP4_FN __device__ __forceinline__
 #else
 #include <math.h>
+#include <string.h>
 #define FLARE_NVFP4_FN inline
 #endif
 
 namespace flare::nvfp4 {
+
+// The float operations the conversions need, as device intrinsics or their host equivalents
+// (the host rounds in the default round-to-nearest-even mode).
+#ifdef __CUDACC_RTC__
+FLARE_NVFP4_FN unsigned float_bits(float x) { return __float_as_uint(x); }
+FLARE_NVFP4_FN float bits_float(unsigned b) { return __uint_as_float(b); }
+FLARE_NVFP4_FN int round_to_int(float x) { return __float2int_rn(x); }
+#else
+inline unsigned float_bits(float x) {
+  unsigned b;
+  memcpy(&b, &x, sizeof(b));
+  return b;
+}
+inline float bits_float(unsigned b) {
+  float x;
+  memcpy(&x, &b, sizeof(x));
+  return x;
+}
+inline int round_to_int(float x) { return static_cast<int>(nearbyintf(x)); }
+#endif
 
 // Round to the nearest E2M1 magnitude (0, 0.5, 1, 1.5, 2, 3, 4, 6), ties to even, saturating;
 // bit 3 the sign (-0 codes 8); NaN codes 0.
@@ -39,6 +60,24 @@ FLARE_NVFP4_FN unsigned e2m1_code(float x) {
     code = 7;
   }
   return sign | code;
+}
+
+// float -> e4m3 bits for x >= 0 and finite: round to nearest even, saturating to 448 (as the
+// host's float_to_e4m3_bits with Fp8Overflow::kSaturate, which the host tests check it
+// against); in integer steps, so every GPU (sm_80 has no fp8 conversion) computes the same bits.
+FLARE_NVFP4_FN unsigned e4m3_bits(float x) {
+  constexpr float kMinNormal = 0.015625f;  // 2^-6
+  if (x >= 448.0f) return 0x7Eu;
+  if (x < kMinNormal) return static_cast<unsigned>(round_to_int(x * 512.0f));  // 2^-9 steps
+  int exponent = static_cast<int>((float_bits(x) >> 23) & 0xFFu) - 127;
+  const float mantissa = bits_float((float_bits(x) & 0x807FFFFFu) | 0x3F800000u);
+  int fraction = round_to_int((mantissa - 1.0f) * 8.0f);  // an exact product; ties to even
+  if (fraction == 8) {
+    fraction = 0;
+    ++exponent;
+  }
+  const unsigned bits = static_cast<unsigned>(((exponent + 7) << 3) | fraction);
+  return bits > 0x7Eu ? 0x7Eu : bits;
 }
 
 // Twice the magnitude of E2M1 code c & 7 (0, 1, 2, 3, 4, 6, 8, 12), from a 32-bit table of

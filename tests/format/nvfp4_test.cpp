@@ -10,6 +10,7 @@
 #include <random>
 
 #include "flare/core/dtype.h"
+#include "kernels/nvfp4_codes.cuh"
 
 namespace flare {
 namespace {
@@ -88,6 +89,40 @@ TEST(Nvfp4, RoundTripErrorWithinHalfAStepOfTheScaledGrid) {
       // push the largest value past 6 units (saturated): at most amax / 6 * 2^-3 relative.
       EXPECT_LE(std::fabs(back[i] - x[i]), step * 1.0f + amax * 0.0625f) << block << " " << i;
     }
+  }
+}
+
+// The kernels' integer-step conversions (kernels/nvfp4_codes.cuh, compiled here for the host)
+// against the host's definitions: e4m3 encoding on every float of a dense grid, the midpoints
+// between e4m3 values and one float either side, and random floats; decoding on every finite
+// e4m3 byte and E2M1 code.
+TEST(Nvfp4, KernelConversionsMatchTheHostFormats) {
+  int64_t checked = 0;
+  const auto check = [&](float x) {
+    ASSERT_EQ(nvfp4::e4m3_bits(x), float_to_e4m3_bits(x, Fp8Overflow::kSaturate)) << x;
+    ++checked;
+  };
+  for (int i = 0; i <= 1 << 20; ++i) check(static_cast<float>(i) * (1.0f / 2048));      // [0, 512]
+  for (int i = 0; i < 1 << 16; ++i) check(static_cast<float>(i) * (1.0f / (1 << 24)));  // tiny
+  for (uint8_t bits = 0; bits < 0x7E; ++bits) {
+    const float lo = e4m3_bits_to_float(bits), hi = e4m3_bits_to_float(bits + 1);
+    const float mid = 0.5f * (lo + hi);
+    check(mid);
+    check(std::nextafter(mid, 0.0f));
+    check(std::nextafter(mid, 1e9f));
+  }
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> exponent(-30.0f, 10.0f);
+  for (int i = 0; i < 200000; ++i) check(std::exp2(exponent(rng)));
+  EXPECT_GT(checked, 1000000);
+  for (unsigned bits = 0; bits < 256; ++bits) {
+    if ((bits & 0x7F) == 0x7F) continue;  // NaN
+    EXPECT_EQ(nvfp4::e4m3_value(bits), e4m3_bits_to_float(static_cast<uint8_t>(bits))) << bits;
+  }
+  for (uint8_t code = 0; code < 16; ++code) {
+    EXPECT_EQ(0.5f * static_cast<float>(nvfp4::e2m1_twice_magnitude(code)),
+              std::fabs(e2m1_to_float(code)))
+        << int(code);
   }
 }
 
