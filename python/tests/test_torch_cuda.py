@@ -25,6 +25,12 @@ LOG2E = 1.0 / math.log(2.0)
 LSE_TOLERANCE = 2e-3
 
 
+@pytest.fixture(autouse=True)
+def seeded_torch():
+    """Every test draws the same q, k, v on every run: a failure reproduces."""
+    torch.manual_seed(1234)
+
+
 def workspace(device=DEVICE):
     return torch.empty(128 << 20, dtype=torch.uint8, device=device)  # FlashInfer's size
 
@@ -128,7 +134,11 @@ def test_decode_on_a_side_stream_and_tuple_cache():
     capped.plan(cache.indptr, cache.indices, cache.last_page_len, 16, 2, 128, 16,
                 q_data_type=torch.bfloat16, logits_soft_cap=30.0)
     expected = capped.run(q.cpu(), cache.cache.cpu())
-    assert max_error(out.cpu(), expected) <= O_TOLERANCE[torch.bfloat16]
+    # Both sides are rounded to bfloat16, so two results on either side of a rounding boundary
+    # differ by one bfloat16 step of the output's magnitude (2^-7 relative at most) on top of
+    # the accumulation error that O_TOLERANCE bounds against a float64 reference.
+    one_step = 2.0**-7 * float(expected.double().abs().max())
+    assert max_error(out.cpu(), expected) <= O_TOLERANCE[torch.bfloat16] + one_step
 
 
 @pytest.mark.parametrize("use_tensor_cores", [False, True])
