@@ -21,12 +21,14 @@ def _next_power_of_two(n):
 
 
 def check_gpu_support(where, q_dtype, kv_dtype):
-    """NotImplementedError naming the argument BatchPrefill does not run."""
+    """NotImplementedError naming the argument BatchPrefill does not run. kv_dtype "uint8" is
+    NVFP4 (codes with kv_cache_sf block scales), dequantized by run() into a staged copy."""
     if q_dtype not in _GPU_DTYPES:
         unsupported(where, "q_data_type", q_dtype, "the GPU prefill runs float16 and bfloat16")
-    if kv_dtype != q_dtype:
+    if kv_dtype != q_dtype and kv_dtype != "uint8":
         unsupported(where, "kv_data_type", kv_dtype,
-                    f"the GPU prefill reads K/V in q's dtype ({q_dtype}); no fp8 KV")
+                    f"the GPU prefill reads K/V in q's dtype ({q_dtype}) or NVFP4 (uint8); no "
+                    "fp8 KV")
 
 
 class _Prefills:
@@ -40,22 +42,24 @@ class _Prefills:
     def values(self):
         return self._by_key.values()
 
-    def fitting(self, key, max_batch, max_total_qo):
-        """The prefill of `key` when it holds these capacities, else None."""
+    def fitting(self, key, max_batch, max_total_qo, max_total_kv=0):
+        """The prefill of `key` when it holds these capacities, else None (max_total_kv: the
+        staged pages or rows of NVFP4 KV, 0 otherwise)."""
         prefill = self._by_key.get(key)
         if (prefill is None or prefill.max_batch < max_batch or
-                prefill.max_total_qo < max_total_qo):
+                prefill.max_total_qo < max_total_qo or prefill.max_total_kv < max_total_kv):
             return None
         return prefill
 
-    def get(self, key, max_batch, max_total_qo, make):
+    def get(self, key, max_batch, max_total_qo, max_total_kv, make):
         prefill = self._by_key.get(key)
         if (prefill is None or prefill.max_batch < max_batch or
-                prefill.max_total_qo < max_total_qo):
+                prefill.max_total_qo < max_total_qo or prefill.max_total_kv < max_total_kv):
             if prefill is not None:  # keep what the old one held, grow what it lacked
                 max_batch = max(max_batch, prefill.max_batch)
                 max_total_qo = max(max_total_qo, prefill.max_total_qo)
-            prefill = make(max_batch, max_total_qo)
+                max_total_kv = max(max_total_kv, prefill.max_total_kv)
+            prefill = make(max_batch, max_total_qo, max_total_kv)
             self._by_key[key] = prefill
         return prefill
 
@@ -116,7 +120,8 @@ def config_key(config):
     params = config["params_kwargs"]
     variant = config["variant"]
     return (config["num_qo_heads"], config["num_kv_heads"], config["head_dim_qk"],
-            config["head_dim_vo"], config["page_size"], config["dtype"], config["custom_mask"],
+            config["head_dim_vo"], config["page_size"], config["dtype"],
+            config.get("kv_dtype", config["dtype"]), config["custom_mask"],
             config["fixed_split_size"], config["disable_split_kv"], params["sm_scale"],
             params["causal"], params["window_left"], params["logits_soft_cap"],
             params["pos_encoding_mode"], params["rope_scale"], params["rope_theta"],
@@ -157,6 +162,7 @@ class GpuPrefill:
         self._prefills = _Prefills()
         self._graph_key = None
         self._graph_max_total_qo = None
+        self._graph_max_total_kv = None
         # run(): (prefill or None, page ids, mask bits, out shape, lse shape), set by plan().
         self.planned = None
         if not use_cuda_graph:
@@ -202,6 +208,8 @@ class GpuPrefill:
         total_qo = int(qo_host[-1]) if batch >= 0 else 0
         if key is None:
             key = config_key(config)
+        total_kv = int(kv_host[-1]) if batch >= 0 else 0
+        nvfp4 = config.get("kv_dtype") == "uint8"
         if self._use_cuda_graph:
             if batch != self._fixed_batch:
                 raise ValueError(f"the batch size of a use_cuda_graph wrapper is fixed at "
@@ -213,6 +221,12 @@ class GpuPrefill:
                     f"a use_cuda_graph {self._where} keeps the heads, head dims, page size, "
                     "dtype, mask kind and attention options of its first plan(); create "
                     "another wrapper for a different configuration")
+            elif nvfp4 and total_kv > self._graph_max_total_kv:
+                raise ValueError(
+                    f"kv_indptr[-1]={total_kv} exceeds the {self._graph_max_total_kv} "
+                    f"{'pages' if self._paged else 'tokens'} of NVFP4 KV the first plan() of "
+                    "this use_cuda_graph wrapper staged room for (paged: the length of "
+                    "paged_kv_indices_buf; ragged: plan the largest KV first)")
             elif total_qo > self._graph_max_total_qo:
                 raise ValueError(
                     f"qo_indptr[-1]={total_qo} query tokens exceed the "
@@ -222,6 +236,16 @@ class GpuPrefill:
                 capacity = (self._fixed_batch, self._graph_max_total_qo)
         else:
             capacity = (_next_power_of_two(batch), _next_power_of_two(total_qo))
+        if not nvfp4:
+            capacity += (0,)
+        elif not self._use_cuda_graph:
+            capacity += (_next_power_of_two(max(total_kv, 1)),)
+        elif self._graph_key is not None:
+            capacity += (self._graph_max_total_kv,)
+        elif self._paged:  # every later plan's pages fit the fixed page-id buffer
+            capacity += (max(int(self._buffers["paged_kv_indices_buf"].shape[0]), total_kv, 1),)
+        else:
+            capacity += (_next_power_of_two(max(total_kv, 1)),)
         mask_bits = None
         if mask is not None:
             qo_len = np.diff(np.asarray(qo_host, dtype=np.int64))
@@ -235,18 +259,19 @@ class GpuPrefill:
             prefill.plan(qo_host, kv_host, last_host, _flare.current_stream(self._device))
         if self._use_cuda_graph and self._graph_key is None:  # the first plan() succeeded
             self._graph_key, self._graph_max_total_qo = key, capacity[1]
+            self._graph_max_total_kv = capacity[2]
         # Under CUDA graphs the outputs follow q's rows (a captured q is sized for the largest
         # batch); otherwise the plan's.
         rows = None if self._use_cuda_graph else total_qo
         self.planned = (prefill, page_ids, mask_bits[0] if mask_bits is not None else None,
                         rows, (config["num_qo_heads"], config["head_dim_vo"]), config["variant"])
 
-    def _prefill(self, key, config, max_batch, max_total_qo):
+    def _prefill(self, key, config, max_batch, max_total_qo, max_total_kv):
         params_kwargs = dict(config["params_kwargs"])
         custom = config["custom_mask"]
         scratch, scratch_bytes = self._scratch
 
-        def make(capacity_batch, capacity_total_qo):
+        def make(capacity_batch, capacity_total_qo, capacity_total_kv):
             return _flare.BatchPrefill(_flare.PrefillConfig(
                 device=self._device, max_batch=capacity_batch, max_total_qo=capacity_total_qo,
                 num_qo_heads=config["num_qo_heads"], num_kv_heads=config["num_kv_heads"],
@@ -257,9 +282,11 @@ class GpuPrefill:
                 fixed_split_size=config["fixed_split_size"],
                 disable_split_kv=config["disable_split_kv"], scratch=scratch,
                 scratch_bytes=scratch_bytes, validate_indices=self._validate,
-                variant=config["variant"], backend=self._backend))
+                variant=config["variant"], backend=self._backend,
+                kv_dtype=config.get("kv_dtype", config["dtype"]),
+                max_total_kv=capacity_total_kv))
 
-        return self._prefills.get(key, max_batch, max_total_qo, make)
+        return self._prefills.get(key, max_batch, max_total_qo, max_total_kv, make)
 
     def _device_tables(self, sources, mask_bits, non_blocking):
         """The page ids (paged KV) and the mask bits on the device for run(): the fixed buffers
@@ -289,11 +316,13 @@ class GpuPrefill:
         return page_ids, (bits_buf, indptr_buf)
 
     def run(self, q, kv, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base, enable_pdl,
-            variant_kwargs):
+            variant_kwargs, kv_cache_sf=None):
         """o [total_q, H_qo, D_vo] (and lse) for the plan: one extension call. kv is the
         paged_kv_cache argument, or the (k, v) pair of ragged rows; variant_kwargs: run()'s
         keyword arguments beyond FlashInfer's (a planned variant's scalars). Positional, and
-        the defaults spelled out: each keyword or helper call costs ~0.1 us on this path."""
+        the defaults spelled out: each keyword or helper call costs ~0.1 us on this path.
+        kv_cache_sf: NVFP4 KV's block scales (paged: a (k, v) pair or one [pages, 2, ...]
+        tensor; ragged: a (k, v) pair), None otherwise."""
         planned = self.planned
         if planned is None:
             raise RuntimeError(f"{self._where}.run() needs a plan(): call plan() first")
@@ -319,10 +348,11 @@ class GpuPrefill:
         pdl = True if enable_pdl is None else bool(enable_pdl)
         if self._paged:
             prefill.run_paged(q, kv, page_ids, out, lse, mask_bits, q_scale, k_scale, v_scale,
-                              base2, pdl, scalars, tensors)
+                              base2, pdl, scalars, tensors, kv_cache_sf)
         else:
             prefill.run_ragged(q, kv[0], kv[1], self._kv_layout == "HND", out, lse, mask_bits,
-                               q_scale, k_scale, v_scale, base2, pdl, scalars, tensors)
+                               q_scale, k_scale, v_scale, base2, pdl, scalars, tensors,
+                               kv_cache_sf)
         return (out, lse) if return_lse else out
 
     def check(self):

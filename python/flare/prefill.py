@@ -103,7 +103,7 @@ class _PrefillWrapper:
                           page_size=int(page_size), dtype=q_dtype, custom_mask=has_mask,
                           fixed_split_size=0 if fixed_split_size is None else
                           int(fixed_split_size), disable_split_kv=bool(disable_split_kv),
-                          params_kwargs=params_kwargs, variant=variant)
+                          params_kwargs=params_kwargs, variant=variant, kv_dtype=kv_dtype)
             key = config_key(config)
             try:
                 self._gpu.plan(hosts, lambda: self._kv_len(indptrs, page_size), tables,
@@ -279,10 +279,15 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
     begin_forward = plan
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None,
-            lse=None, return_lse=False, enable_pdl=None, lse_base="log2", **variant_kwargs):
+            lse=None, return_lse=False, enable_pdl=None, lse_base="log2", kv_cache_sf=None,
+            **variant_kwargs):
         """o [total_q, H_qo, D_vo] (and lse [total_q, H_qo] float32 with return_lse).
 
         q_scale and k_scale multiply the logits and v_scale the output, inside the kernels.
+        NVFP4 KV (plan(kv_data_type=torch.uint8), CUDA): paged_kv_cache holds the E2M1 codes
+        (uint8, D / 2 a row), kv_cache_sf their float8_e4m3fn (or uint8) block scales (D / 16
+        a row; a (k, v) pair or one [pages, 2, ...] tensor), k_scale / v_scale the global
+        scales; run() dequantizes the planned pages into a staged 16-bit copy first.
         lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl as for decode. A planned
         variant's scalars come as keyword arguments; with jit_args, the module's tensors and
         scalars come positionally after paged_kv_cache, as in FlashInfer.
@@ -293,7 +298,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         gpu = self._gpu
         if gpu is not None:
             return gpu.run(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse,
-                           lse_base, enable_pdl, variant_kwargs)
+                           lse_base, enable_pdl, variant_kwargs, kv_cache_sf)
+        _refuse_cpu_nvfp4(f"{self._name}.run", self._dtypes, kv_cache_sf)
         variant_arguments(f"{self._name}.run", None, variant_kwargs)
         k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
         self._check_cpu_run(q, k_cache)
@@ -374,18 +380,22 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
     begin_forward = plan
 
     def run(self, q, k, v, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
-            return_lse=False, enable_pdl=None, lse_base="log2", **variant_kwargs):
+            return_lse=False, enable_pdl=None, lse_base="log2", kv_cache_sf=None,
+            **variant_kwargs):
         """k, v: [kv_indptr[-1], H_kv, D] (NHD) or [H_kv, kv_indptr[-1], D] (HND); at least
         kv_indptr[-1] tokens (checked). Returns o [total_q, H_qo, D_vo] (and lse [total_q, H_qo]
         float32 with return_lse). Scales, lse_base, enable_pdl, a variant's scalars and
-        jit_args' positional arguments as for the paged wrapper."""
+        jit_args' positional arguments as for the paged wrapper. NVFP4 K/V (kv_data_type
+        torch.uint8, CUDA): k, v the codes and kv_cache_sf the (k, v) block scales, rows like
+        k / v with D / 16 a row."""
         if args:
             variant_kwargs = _flashinfer_jit.run_keywords(f"{self._name}.run", self._jit_module,
                                                           args, variant_kwargs)
         gpu = self._gpu
         if gpu is not None:
             return gpu.run(q, (k, v), q_scale, k_scale, v_scale, out, lse, return_lse, lse_base,
-                           enable_pdl, variant_kwargs)
+                           enable_pdl, variant_kwargs, kv_cache_sf)
+        _refuse_cpu_nvfp4(f"{self._name}.run", self._dtypes, kv_cache_sf)
         variant_arguments(f"{self._name}.run", None, variant_kwargs)
         self._check_cpu_run(q, k)
         base2 = check_lse_base(lse_base)
@@ -435,12 +445,20 @@ def _single_cpu(where, q, k, v, kv_layout, params_kwargs, scales, custom_mask=No
 _single_gpu = {}
 
 
+def _refuse_cpu_nvfp4(where, dtypes, kv_cache_sf):
+    """NotImplementedError for NVFP4 KV on the CPU backend (the GPU stages it to 16 bits)."""
+    if kv_cache_sf is not None or (dtypes is not None and dtypes[1] == "uint8"):
+        raise NotImplementedError(f"{where}: NVFP4 KV (kv_data_type uint8, kv_cache_sf) runs on "
+                                  "CUDA devices only")
+
+
 def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=None,
                                  causal=False, kv_layout="NHD", pos_encoding_mode="NONE",
                                  use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
                                  logits_soft_cap=None, rope_scale=None, rope_theta=None,
                                  backend="auto", return_lse=False, lse_base="log2", variant=None,
-                                 _jit_arguments=None, **variant_kwargs):
+                                 _jit_arguments=None, k_scale=None, v_scale=None,
+                                 kv_cache_sf=None, **variant_kwargs):
     """Prefill attention of one request: q [qo_len, H_qo, D], k/v [kv_len, H_kv, D] (NHD) or
     [H_kv, kv_len, D] (HND). Returns o [qo_len, H_qo, D_vo] (and lse [qo_len, H_qo], base 2
     unless lse_base="ln", with return_lse). custom_mask: bool [qo_len, kv_len];
@@ -448,6 +466,10 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     FlashInfer). backend: "auto", or on CUDA "fa2" or "fa3" (flare/_args.py check_backend).
     variant: a flare.AttentionVariant (CUDA tensors), its scalars and tensors as keyword
     arguments.
+
+    k_scale multiplies the logits and v_scale the output (CUDA). NVFP4 K/V (CUDA): k and v
+    uint8 E2M1 codes [kv_len, H_kv, D / 2], kv_cache_sf the (k, v) float8_e4m3fn (or uint8)
+    block scales [kv_len, H_kv, D / 16], k_scale / v_scale the global scales.
 
     On the GPU this is a batch prefill of one request on ragged K/V (no copy); it plans on the
     host, so it cannot be captured into a CUDA graph.
@@ -469,6 +491,10 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     variant = check_variant(where, variant, is_cuda(q), causal)
     variant_arguments(where, variant, variant_kwargs)  # names a missing or unknown one now
     if not is_cuda(q):
+        _refuse_cpu_nvfp4(where, (None, tensor_dtype(k)), kv_cache_sf)
+        if k_scale is not None or v_scale is not None:
+            unsupported(where, "k_scale / v_scale", (k_scale, v_scale),
+                        "the CPU single prefill takes no fp8 calibration scales")
         out, lse = _single_cpu(where, q, k, v, kv_layout, params_kwargs, {}, custom_mask,
                                packed_custom_mask)
         to_lse_base(lse, base2)
@@ -479,6 +505,10 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
                            "graph: use BatchPrefillWithRaggedKVCacheWrapper(use_cuda_graph=True)")
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
     check_gpu_support(where, q_dtype, kv_dtype)
+    nvfp4 = kv_dtype == "uint8"
+    if nvfp4 != (kv_cache_sf is not None):
+        raise ValueError(f"{where}: uint8 (NVFP4) k and v come with kv_cache_sf (their block "
+                         "scales), and only they do")
     slot = (q.device.index or 0, kv_layout, backend)
     gpu = _single_gpu.get(slot)
     if gpu is None:
@@ -490,15 +520,17 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     kv_host = np.array([0, kv_len], dtype=np.int32)
     has_mask = custom_mask is not None or packed_custom_mask is not None
     num_kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
-    config = dict(num_qo_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim_qk=q.shape[2],
-                  head_dim_vo=v.shape[2], page_size=1, dtype=q_dtype, custom_mask=has_mask,
+    # NVFP4 codes hold two values a byte: the head dims are twice their last dimension.
+    dims = (q.shape[2], 2 * v.shape[2]) if nvfp4 else (q.shape[2], v.shape[2])
+    config = dict(num_qo_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim_qk=dims[0],
+                  head_dim_vo=dims[1], page_size=1, dtype=q_dtype, custom_mask=has_mask,
                   fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs,
-                  variant=variant)
+                  variant=variant, kv_dtype=kv_dtype)
     gpu.plan((qo_host, kv_host, None), lambda: np.diff(kv_host),
              dict(qo_indptr_buf=qo_host, kv_indptr_buf=kv_host),
              (custom_mask, packed_custom_mask) if has_mask else None, config, True)
-    return gpu.run(q, (k, v), None, None, None, None, None, return_lse, lse_base, None,
-                   variant_kwargs)
+    return gpu.run(q, (k, v), None, k_scale, v_scale, None, None, return_lse, lse_base, None,
+                   variant_kwargs, kv_cache_sf)
 
 
 def single_prefill_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",

@@ -31,7 +31,7 @@ void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_to
                  const ParamsArg& params, bool custom_mask, bool use_cuda_graph,
                  int fixed_split_size, bool disable_split_kv, uintptr_t scratch,
                  size_t scratch_bytes, bool validate_indices, nb::handle variant,
-                 const std::string& backend) {
+                 const std::string& backend, const std::string& kv_dtype, int64_t max_total_kv) {
   BatchPrefillConfig& config = *new (self) BatchPrefillConfig();
   config.device = device;
   config.max_batch = max_batch;
@@ -44,6 +44,9 @@ void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_to
   config.page_size = page_size;
   config.layout = parse_kv_layout(kv_layout.c_str());
   config.dtype = parse_dtype(dtype);
+  // "uint8": NVFP4 K/V (codes with kv_cache_sf block scales), staged in max_total_kv units.
+  if (!kv_dtype.empty() && kv_dtype != dtype) config.kv_dtype = parse_dtype(kv_dtype);
+  config.max_total_kv = max_total_kv;
   config.params = params.resolved();
   FLARE_CHECK(!config.params.custom_mask, ErrorCode::kInvalidArgument,
               "BatchPrefill takes its custom mask in run(), not in params");
@@ -96,38 +99,57 @@ void plan(BatchPrefill& prefill, nb::handle qo_indptr, nb::handle kv_indptr,
 void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache, nb::handle indices,
                nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
                float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars,
-               nb::handle variant_tensors) {
+               nb::handle variant_tensors, nb::handle kv_cache_sf) {
   const BatchPrefillConfig& c = prefill.config();
   const RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
                           variant_tensors);
-  const PagedKVPages pages = paged_kv_pages(paged_kv_cache, c.layout, indices, "paged_kv_indices");
+  const PagedKVPages pages =
+      paged_kv_pages(paged_kv_cache, c.layout, indices, "paged_kv_indices", kv_cache_sf);
   prefill.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
               reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
               optional_object_view(mask_bits, "custom_mask"), args.options());
 }
 
-// k, v: [tokens, H_kv, D] (NHD) or [H_kv, tokens, D] (HND, viewed as NHD without a copy).
+// k, v: [tokens, H_kv, D] (NHD) or [H_kv, tokens, D] (HND, viewed as NHD without a copy);
+// NVFP4: the codes, with kv_cache_sf the (k, v) block scales laid out alike.
 void run_ragged(BatchPrefill& prefill, nb::handle q, nb::handle k, nb::handle v, bool hnd,
                 nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
                 float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars,
-                nb::handle variant_tensors) {
+                nb::handle variant_tensors, nb::handle kv_cache_sf) {
   const BatchPrefillConfig& c = prefill.config();
   const RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
                           variant_tensors);
-  TensorView k_view = object_view(k, "k");
-  TensorView v_view = object_view(v, "v");
+  Nvfp4Rows rows{object_view(k, "k"), object_view(v, "v"), {}, {}};
+  if (!kv_cache_sf.is_none()) {
+    FLARE_CHECK(PyTuple_Check(kv_cache_sf.ptr()) || PyList_Check(kv_cache_sf.ptr()),
+                ErrorCode::kInvalidArgument,
+                "kv_cache_sf for ragged K/V must be a (k_scales, v_scales) tuple");
+    const nb::sequence pair = nb::borrow<nb::sequence>(kv_cache_sf);
+    FLARE_CHECK(nb::len(pair) == 2, ErrorCode::kInvalidArgument,
+                "kv_cache_sf must be (k_scales, v_scales), got ", nb::len(pair), " tensors");
+    rows.k_scales = object_view(pair[0], "kv_cache_sf[0]");
+    rows.v_scales = object_view(pair[1], "kv_cache_sf[1]");
+  }
   if (hnd) {
-    for (TensorView* t : {&k_view, &v_view}) {
+    for (TensorView* t : {&rows.k, &rows.v, &rows.k_scales, &rows.v_scales}) {
       if (t->ndim == 3) {
         std::swap(t->shape[0], t->shape[1]);
         std::swap(t->strides[0], t->strides[1]);
       }
     }
   }
-  prefill.run(object_view(q, "q"), k_view, v_view, object_view(out, "out"),
-              optional_object_view(lse, "lse"),
-              reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)),
-              optional_object_view(mask_bits, "custom_mask"), args.options());
+  const TensorView qv = object_view(q, "q");
+  const TensorView ov = object_view(out, "out");
+  const std::optional<TensorView> lv = optional_object_view(lse, "lse");
+  const auto stream = reinterpret_cast<cuda::Stream>(torch_current_stream(c.device));
+  const std::optional<TensorView> mask = optional_object_view(mask_bits, "custom_mask");
+  if (c.kv_dtype == DType::kU8) {
+    prefill.run(qv, rows, ov, lv, stream, mask, args.options());
+  } else {
+    FLARE_CHECK(kv_cache_sf.is_none(), ErrorCode::kInvalidArgument,
+                "kv_cache_sf (NVFP4 block scales) given for ", dtype_name(c.dtype), " K/V");
+    prefill.run(qv, rows.k, rows.v, ov, lv, stream, mask, args.options());
+  }
 }
 
 }  // namespace
@@ -142,7 +164,7 @@ void bind_batch_prefill(nb::module_& m) {
            nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"), nb::arg("disable_split_kv"),
            nb::arg("scratch") = 0, nb::arg("scratch_bytes") = 0,
            nb::arg("validate_indices") = false, nb::arg("variant").none() = nb::none(),
-           nb::arg("backend") = "auto");
+           nb::arg("backend") = "auto", nb::arg("kv_dtype") = "", nb::arg("max_total_kv") = 0);
   nb::class_<BatchPrefill>(m, "BatchPrefill", "flare::BatchPrefill (internal: GPU batch prefill).")
       .def("__init__", &construct, nb::arg("config"))
       .def("plan", &plan, nb::arg("qo_indptr"), nb::arg("kv_indptr"),
@@ -151,15 +173,18 @@ void bind_batch_prefill(nb::module_& m) {
            nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
            nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"),
            nb::arg("variant_scalars").none() = nb::none(),
-           nb::arg("variant_tensors").none() = nb::none())
+           nb::arg("variant_tensors").none() = nb::none(),
+           nb::arg("kv_cache_sf").none() = nb::none())
       .def("run_ragged", &run_ragged, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("hnd"),
            nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
            nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"),
            nb::arg("variant_scalars").none() = nb::none(),
-           nb::arg("variant_tensors").none() = nb::none())
+           nb::arg("variant_tensors").none() = nb::none(),
+           nb::arg("kv_cache_sf").none() = nb::none())
       .def("check", &check_page_ids<BatchPrefill>, nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchPrefill& p) { return p.config().max_batch; })
       .def_prop_ro("max_total_qo", [](const BatchPrefill& p) { return p.config().max_total_qo; })
+      .def_prop_ro("max_total_kv", [](const BatchPrefill& p) { return p.config().max_total_kv; })
       .def_prop_ro("tiles",
                    [](const BatchPrefill& p) {
                      const PrefillTiles t = p.last_tiles();

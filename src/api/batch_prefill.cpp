@@ -21,6 +21,7 @@
 #include "src/api/plan_staging.h"
 #include "src/api/prefill_bulk_maps.h"
 #include "src/api/prefill_config.h"
+#include "src/api/prefill_nvfp4.h"
 #include "src/api/prefill_plan.h"
 #include "src/api/run_support.h"
 #include "src/api/variant_support.h"
@@ -99,6 +100,15 @@ struct BatchPrefill::State {
   int64_t captured_mask_bytes = -1;
   int64_t last_num_pages = -1;  // of the latest paged run, quoted by check()
   VariantParams variant{};
+  api_detail::Nvfp4PrefillStaging nvfp4;  // NVFP4 KV only (kv_dtype kU8)
+  api_detail::Nvfp4PrefillStaging::Plan staging_plan() {
+    api_detail::Nvfp4PrefillStaging::Plan p;
+    p.planned_units = kv_indptr.back();
+    p.kv_indptr_table = request_table(workspace.device(), workspace.layout(), config.max_batch,
+                                      kKvIndptr);
+    p.index_error = index_errors.device_record();
+    return p;
+  }
   // The Hopper family's ragged K/V maps, re-encoded only when a run's k or v differs from the
   // previous one's (a serving loop's buffers usually do not).
   struct BulkMaps {  // the Hopper family's maps (prefill_bulk_maps.h), kept while unchanged
@@ -169,6 +179,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.validate_indices = config.validate_indices || api_detail::validate_from_env();
   s.variant = api_detail::device_variant(config.params, config.head_dim_qk, config.num_qo_heads,
                                          s.variant_tables);
+  if (api_detail::is_nvfp4_prefill(config)) s.nvfp4 = api_detail::Nvfp4PrefillStaging(config);
 }
 
 size_t BatchPrefill::scratch_bytes_needed(const BatchPrefillConfig& config) {
@@ -210,6 +221,10 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
               ErrorCode::kInvalidArgument, kWhat, ": the packed custom mask of this plan has ",
               next.mask_bytes, " bytes, more than the ", s.captured_mask_bytes,
               " of the mask the captured run() reads");
+  FLARE_CHECK(!api_detail::is_nvfp4_prefill(c) || kv_indptr[batch] <= c.max_total_kv,
+              ErrorCode::kInvalidArgument, kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
+              paged ? " pages" : " tokens", " exceed max_total_kv=", c.max_total_kv,
+              " (the staged copy of NVFP4 KV, sized at creation)");
   const PrefillKernel& kernel = s.kernel(next.tiles);
   api_detail::plan_prefill(c, s.plan_sms, kernel.ctas_per_sm, next);
 
@@ -249,9 +264,58 @@ struct BatchPrefill::KVArgs {
   int64_t v_page = 0, v_slot = 0, v_head = 0;
 };
 
+// NVFP4 KV: the caller's codes and scales are dequantized into the staged copy, which the
+// 16-bit path reads (src/api/prefill_nvfp4.h).
 void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
                        const std::optional<TensorView>& lse, cuda::Stream stream,
                        const std::optional<TensorView>& mask_bits, const RunOptions& options) {
+  State& s = *state_;
+  const BatchPrefillConfig& c = s.config;
+  if (!api_detail::is_nvfp4_prefill(c)) {
+    FLARE_CHECK(kv.k_scales.ndim == 0 && kv.v_scales.ndim == 0, ErrorCode::kInvalidArgument,
+                kWhat, ": block scales (kv_cache_sf) were given for KV that is not NVFP4");
+    run_16bit(q, kv, o, lse, stream, mask_bits, options);
+    return;
+  }
+  FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
+  FLARE_CHECK(c.kv == PrefillKV::kPaged, ErrorCode::kInvalidArgument, kWhat,
+              ": run() with paged KV on a BatchPrefill created for ragged KV");
+  const api_detail::Nvfp4PrefillStaging::Plan plan = s.staging_plan();
+  const PagedKVPages staged = s.nvfp4.stage(kv, plan, stream);
+  const int64_t num_pages = std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0],
+                                      kv.v_scales.shape[0]});
+  if (s.validate_indices) {
+    const cuda::DeviceScope scope(c.device);
+    api_detail::validate_page_ids(kv.indices, s.kv_indptr, num_pages, {kWhat, "kv_indices"},
+                                  stream);
+  }
+  run_16bit(q, staged, o, lse, stream, mask_bits, options);
+  if (c.use_cuda_graph) s.captured_kv = std::min(kv.indices.shape[0], s.nvfp4.capacity());
+  s.last_num_pages = num_pages;
+}
+
+void BatchPrefill::run(const TensorView& q, const Nvfp4Rows& kv, const TensorView& o,
+                       const std::optional<TensorView>& lse, cuda::Stream stream,
+                       const std::optional<TensorView>& mask_bits, const RunOptions& options) {
+  State& s = *state_;
+  const BatchPrefillConfig& c = s.config;
+  FLARE_CHECK(api_detail::is_nvfp4_prefill(c), ErrorCode::kInvalidArgument, kWhat,
+              ": NVFP4 rows given to a BatchPrefill created for ", dtype_name(c.dtype), " KV");
+  FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
+  FLARE_CHECK(c.kv == PrefillKV::kRagged, ErrorCode::kInvalidArgument, kWhat,
+              ": run() with ragged K/V on a BatchPrefill created for paged KV");
+  const auto [k, v] = s.nvfp4.stage(kv, s.staging_plan(), stream);
+  run_16bit(q, k, v, o, lse, stream, mask_bits, options);
+  if (c.use_cuda_graph) {
+    s.captured_kv = std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0],
+                              kv.v_scales.shape[0], s.nvfp4.capacity()});
+  }
+}
+
+void BatchPrefill::run_16bit(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
+                             const std::optional<TensorView>& lse, cuda::Stream stream,
+                             const std::optional<TensorView>& mask_bits,
+                             const RunOptions& options) {
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
   FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
@@ -304,6 +368,15 @@ void BatchPrefill::run(const TensorView& q, const TensorView& k, const TensorVie
                        const TensorView& o, const std::optional<TensorView>& lse,
                        cuda::Stream stream, const std::optional<TensorView>& mask_bits,
                        const RunOptions& options) {
+  FLARE_CHECK(!api_detail::is_nvfp4_prefill(state_->config), ErrorCode::kInvalidArgument, kWhat,
+              ": NVFP4 K/V (kv_dtype uint8) come with their block scales: run(q, Nvfp4Rows, ...)");
+  run_16bit(q, k, v, o, lse, stream, mask_bits, options);
+}
+
+void BatchPrefill::run_16bit(const TensorView& q, const TensorView& k, const TensorView& v,
+                             const TensorView& o, const std::optional<TensorView>& lse,
+                             cuda::Stream stream, const std::optional<TensorView>& mask_bits,
+                             const RunOptions& options) {
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
   FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");

@@ -87,6 +87,13 @@ void validate_config(const BatchPrefillConfig& c) {
               ": page_size must be >= 1, got ", c.page_size);
   FLARE_CHECK(c.dtype == DType::kF16 || c.dtype == DType::kBF16, ErrorCode::kUnsupported, kWhat,
               ": dtype must be float16 or bfloat16, got ", dtype_name(c.dtype));
+  FLARE_CHECK(!c.kv_dtype || *c.kv_dtype == c.dtype || *c.kv_dtype == DType::kU8,
+              ErrorCode::kUnsupported, kWhat, ": kv_dtype must be dtype (",
+              dtype_name(c.dtype), ") or uint8 (NVFP4), got ",
+              c.kv_dtype ? dtype_name(*c.kv_dtype) : "");
+  FLARE_CHECK(c.kv_dtype != DType::kU8 || c.max_total_kv >= 1, ErrorCode::kInvalidArgument, kWhat,
+              ": NVFP4 KV (kv_dtype uint8) needs max_total_kv >= 1 (the staged copy's ",
+              c.kv == PrefillKV::kPaged ? "pages" : "rows", "), got ", c.max_total_kv);
   FLARE_CHECK(c.query_tile == 0 || std::ranges::count(kQueryTiles, c.query_tile) == 1,
               ErrorCode::kInvalidArgument, kWhat, ": query_tile must be 0, 16, 32, 64 or 128, got ",
               c.query_tile);

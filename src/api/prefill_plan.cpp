@@ -171,8 +171,12 @@ void stage_prefill(const PrefillHostPlan& planned, const WorkspaceLayout& layout
   write_plan_region(planned.plan, layout, staging);
   std::copy(qo_indptr.begin(), qo_indptr.end(),
             request_table(staging, layout, max_batch, kQoIndptr));
-  std::copy(kv_indptr.begin(), kv_indptr.end(),
-            request_table(staging, layout, max_batch, kKvIndptr));
+  // Padded past the batch with the total: a captured NVFP4 staging launch reads its count at
+  // entry max_batch (kernels/prefill_nvfp4_stage.cuh).
+  int32_t* kv_table = request_table(staging, layout, max_batch, kKvIndptr);
+  std::copy(kv_indptr.begin(), kv_indptr.end(), kv_table);
+  std::fill(kv_table + kv_indptr.size(), kv_table + max_batch + 1,
+            kv_indptr.empty() ? 0 : kv_indptr.back());
   std::copy(kv_last_page_len.begin(), kv_last_page_len.end(),
             request_table(staging, layout, max_batch, kLastPageLen));
   std::copy(planned.mask_indptr.begin(), planned.mask_indptr.end(),

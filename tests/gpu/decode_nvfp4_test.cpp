@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "decode_test_support.h"
+#include "nvfp4_test_support.h"
 #include "flare/api/batch_decode.h"
 #include "flare/format/nvfp4.h"
 #include "flare/jit/cuda_sync.h"
@@ -74,54 +75,16 @@ std::vector<Nvfp4Case> cases() {
   return all;
 }
 
-// The NVFP4 pages of a float32 test cache: each K / V row quantized with its global scale,
-// codes and scales in the cache's layout; the cache's own values replaced by the dequantized
-// ones, so the reference reads exactly what the kernel decodes.
+// The NVFP4 pages of a float32 test cache, K and V each with its global scale; the cache's
+// values become the dequantized ones.
 struct Nvfp4Pages {
   HostTensor k_codes, v_codes, k_scales, v_scales;
 };
 
 Nvfp4Pages quantize_cache(testing::TestKVCache& cache, float k_global, float v_global) {
-  const PagedKV& kv = cache.paged;
-  const bool nhd = kv.layout == KVLayout::kNHD;
-  const int64_t pages = kv.num_pages(), ps = kv.page_size(), heads = kv.num_kv_heads();
-  const int64_t d = kv.head_dim_qk();
-  const auto shape = [&](int64_t last) {
-    return nhd ? std::vector<int64_t>{pages, ps, heads, last}
-               : std::vector<int64_t>{pages, heads, ps, last};
-  };
-  Nvfp4Pages out{HostTensor(DType::kU8, shape(d / 2)), HostTensor(DType::kU8, shape(d / 2)),
-                 HostTensor(DType::kE4M3, shape(d / 16)), HostTensor(DType::kE4M3, shape(d / 16))};
-  for (const bool is_k : {true, false}) {
-    const TensorView& values = is_k ? kv.k : kv.v;
-    const float global = is_k ? k_global : v_global;
-    const TensorView codes = (is_k ? out.k_codes : out.v_codes).view();
-    const TensorView scales = (is_k ? out.k_scales : out.v_scales).view();
-    for (int64_t page = 0; page < pages; ++page) {
-      for (int64_t slot = 0; slot < ps; ++slot) {
-        for (int64_t head = 0; head < heads; ++head) {
-          const int64_t base = page_element_offset(values, kv.layout, page, slot, head);
-          auto* row = static_cast<float*>(values.data) + base;
-          auto* code_row = static_cast<uint8_t*>(codes.data) +
-                           page_element_offset(codes, kv.layout, page, slot, head);
-          auto* scale_row = static_cast<uint8_t*>(scales.data) +
-                            page_element_offset(scales, kv.layout, page, slot, head);
-          for (int64_t b = 0; b < d / kNvfp4BlockSize; ++b) {
-            float block[kNvfp4BlockSize];
-            for (int i = 0; i < kNvfp4BlockSize; ++i) {
-              block[i] = row[(b * kNvfp4BlockSize + i) * values.strides[3]];
-            }
-            nvfp4_quantize_block(block, global, code_row + b * 8, scale_row + b);
-            nvfp4_dequantize_block(code_row + b * 8, scale_row[b], global, block);
-            for (int i = 0; i < kNvfp4BlockSize; ++i) {
-              row[(b * kNvfp4BlockSize + i) * values.strides[3]] = block[i];
-            }
-          }
-        }
-      }
-    }
-  }
-  return out;
+  gpu_testing::Nvfp4Tensors k = gpu_testing::quantize_rows(cache.paged.k, k_global);
+  gpu_testing::Nvfp4Tensors v = gpu_testing::quantize_rows(cache.paged.v, v_global);
+  return {std::move(k.codes), std::move(v.codes), std::move(k.scales), std::move(v.scales)};
 }
 
 class BatchDecodeNvfp4 : public ::testing::TestWithParam<Nvfp4Case> {};

@@ -13,9 +13,12 @@
 #include "flare/jit/compiler.h"
 #include "jit/shipped_kernel_shards.h"
 #include "src/api/prefill_config.h"
+#include "src/api/prefill_nvfp4.h"
 #include "testing/expect_error.h"
 #include "testing/index_arrays.h"
 #include "testing/kernel_usage.h"
+#include "testing/nvrtc.h"
+#include "testing/print.h"
 
 namespace flare {
 namespace {
@@ -354,6 +357,34 @@ TEST(BatchPrefillKernels, RejectsConfigsNoKernelHandles) {
   expect_code(c, ErrorCode::kInvalidArgument, "query_tile");
   EXPECT_FLARE_ERROR(batch_prefill_kernels(base_config(), {16, 32}), ErrorCode::kInvalidArgument,
                      "not a kernel configuration");
+}
+
+// NVFP4 KV's dequantization into the staged 16-bit copy (src/api/prefill_nvfp4.h).
+class Nvfp4PrefillStageKernel : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Nvfp4PrefillStageKernel, CompilesWithoutSpills) {
+  FLARE_SKIP_WITHOUT_NVRTC();
+  const jit::KernelSpec spec = api_detail::prefill_nvfp4_stage_kernel_spec();
+  const jit::CompiledKernel compiled = jit::compile(spec, GetParam());
+  ASSERT_EQ(compiled.usage.size(), 1u) << spec.label;
+  testing::expect_shipped_usage(compiled, spec.label + " on " + GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, Nvfp4PrefillStageKernel, ::testing::Values("sm_80", "sm_90a"),
+                         testing::ArchName());
+
+TEST(BatchPrefillConfigNvfp4, KvDtypeAndCapacityChecked) {
+  BatchPrefillConfig c;
+  c.max_batch = 1, c.max_total_qo = 1, c.num_qo_heads = 1, c.num_kv_heads = 1;
+  c.head_dim_qk = c.head_dim_vo = 128;
+  c.kv_dtype = DType::kE4M3;
+  EXPECT_FLARE_ERROR(api_detail::validate_prefill_config(c), ErrorCode::kUnsupported,
+                     "kv_dtype must be dtype (bfloat16) or uint8 (NVFP4), got float8_e4m3");
+  c.kv_dtype = DType::kU8;
+  EXPECT_FLARE_ERROR(api_detail::validate_prefill_config(c), ErrorCode::kInvalidArgument,
+                     "needs max_total_kv >= 1");
+  c.max_total_kv = 4;
+  api_detail::validate_prefill_config(c);
 }
 
 }  // namespace

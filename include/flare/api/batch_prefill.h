@@ -51,6 +51,15 @@ struct BatchPrefillConfig {
   int page_size = 16;                // kPaged: tokens per page, >= 1 (compiled into the kernel)
   KVLayout layout = KVLayout::kNHD;  // kPaged
   DType dtype = DType::kBF16;        // q, k, v and o: kF16 | kBF16
+  // k and v when they differ from dtype: kU8 = NVFP4 (E2M1 codes, D / 2 bytes a row, with e4m3
+  // block scales of D / 16 bytes a row: flare/format/nvfp4.h). run() first dequantizes the
+  // plan's pages (or rows) to code x block scale in dtype (exact) into a staged copy of
+  // max_total_kv pages (kPaged) or rows (kRagged) allocated at creation; the 16-bit kernels
+  // read that, so every family, mask and variant runs as for dtype KV, and the global scales
+  // are run()'s k_scale / v_scale. Costs a pass over the batch's KV and
+  // max_total_kv x (page_size) x H_kv x (D_qk + D_vo) x 2 bytes of device memory.
+  std::optional<DType> kv_dtype;
+  int64_t max_total_kv = 0;  // NVFP4: upper bound on kv_indptr[batch] of every plan (>= 1)
 
   // Supported: sm_scale, mask kNone | kCausal | kCustom (the bits are given to run(), on the
   // device), window_left, logits_soft_cap, pos_encoding kNone | kAlibi (alibi_slopes optional,
@@ -123,6 +132,13 @@ PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, i
 int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                            const PrefillDeviceLimits& limits);
 
+// NVFP4 ragged K/V rows (BatchPrefillConfig::kv_dtype kU8): codes k [>= kv_indptr[batch], H_kv,
+// D_qk / 2] and v [..., D_vo / 2] uint8, 8-byte aligned rows with a unit innermost stride; their
+// block scales k_scales / v_scales [..., D / 16] e4m3 (or uint8 bytes), unit innermost stride.
+struct Nvfp4Rows {
+  TensorView k, v, k_scales, v_scales;
+};
+
 // Batch prefill on one CUDA device:
 //   BatchPrefill prefill(config);                       // validates, compiles the merge kernel
 //   prefill.plan(qo_indptr, kv_indptr, last_page_len, s); // host arrays; one async copy on s
@@ -170,7 +186,11 @@ class BatchPrefill {
 
   // Attention of the planned batch; every tensor on this prefill's device.
   //   q          [total_q, H_qo, D_qk] dtype, unit innermost stride, 16-byte aligned rows
-  //   kv         kPaged: pages in config.layout ([pages, page_size, H_kv, D] NHD or
+  //   kv         NVFP4 (config.kv_dtype kU8): kv.k / kv.v the uint8 codes (D / 2 a row, 8-byte
+  //              aligned rows), kv.k_scales / kv.v_scales their e4m3 (or uint8) block scales,
+  //              pages like k / v with D / 16 a row; an out-of-range page id is recorded and
+  //              its page reads as zeros. Otherwise:
+  //              kPaged: pages in config.layout ([pages, page_size, H_kv, D] NHD or
   //              [pages, H_kv, page_size, D] HND, k with D_qk, v with D_vo) and the page ids
   //              (int32 [>= kv_indptr[batch]] on the device), each range-checked by the kernel
   //              as in BatchDecode::run, except that an out-of-range id reads page 0 (rows
@@ -194,6 +214,10 @@ class BatchPrefill {
            const std::optional<TensorView>& lse, cuda::Stream stream,
            const std::optional<TensorView>& mask_bits = std::nullopt,
            const RunOptions& options = {});
+  void run(const TensorView& q, const Nvfp4Rows& kv, const TensorView& o,
+           const std::optional<TensorView>& lse, cuda::Stream stream,
+           const std::optional<TensorView>& mask_bits = std::nullopt,
+           const RunOptions& options = {});
 
   // As BatchDecode::check().
   void check(const IndexNames& names = {"BatchPrefill", "kv_indices"}) const;
@@ -212,6 +236,12 @@ class BatchPrefill {
   struct State;
   struct KVArgs;
   static bool bulk_maps(State& s, const KVArgs& a);
+  void run_16bit(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
+                 const std::optional<TensorView>& lse, cuda::Stream stream,
+                 const std::optional<TensorView>& mask_bits, const RunOptions& options);
+  void run_16bit(const TensorView& q, const TensorView& k, const TensorView& v,
+                 const TensorView& o, const std::optional<TensorView>& lse, cuda::Stream stream,
+                 const std::optional<TensorView>& mask_bits, const RunOptions& options);
   void launch(const TensorView& q, const KVArgs& kv, const TensorView& o,
               const std::optional<TensorView>& lse, cuda::Stream stream,
               const std::optional<TensorView>& mask_bits, const RunOptions& options);

@@ -1,0 +1,53 @@
+// NVFP4 KV for BatchPrefill (BatchPrefillConfig::kv_dtype kU8): the staged 16-bit copy run()
+// dequantizes the plan's KV into (kernels/prefill_nvfp4_stage.cuh) before the 16-bit kernels
+// read it. Paged KV is staged page by page in the order of the plan's page-table entries and
+// read back through an identity page table; ragged rows stay where they are.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "flare/api/batch_prefill.h"
+#include "flare/jit/compiler.h"
+#include "flare/jit/cuda_driver.h"
+#include "kernels/prefill_nvfp4_stage.cuh"
+
+namespace flare::api_detail {
+
+bool is_nvfp4_prefill(const BatchPrefillConfig& c);
+// The dequantization kernel (what CI compiles without a GPU).
+jit::KernelSpec prefill_nvfp4_stage_kernel_spec();
+
+class Nvfp4PrefillStaging {
+ public:
+  Nvfp4PrefillStaging() = default;
+  // Allocates the staged copy (config.max_total_kv units) and the identity page ids, and
+  // compiles the dequantization kernel. On the config's device.
+  explicit Nvfp4PrefillStaging(const BatchPrefillConfig& config);
+
+  // What a staging run needs of the plan: its KV units (kv_indptr[batch]), the request table
+  // on the device (max_batch + 1 entries, padded past the batch with the total: the kernel
+  // reads its count there) and the error record.
+  struct Plan {
+    int64_t planned_units = 0;
+    const int32_t* kv_indptr_table = nullptr;
+    IndexErrorRecord* index_error = nullptr;
+  };
+
+  // Checks the caller's NVFP4 pages, launches their dequantization on `stream` and returns
+  // the staged pages (dtype, identity page ids). Throws kInvalidArgument naming the tensor.
+  PagedKVPages stage(const PagedKVPages& kv, const Plan& plan, cuda::Stream stream) const;
+  // Ragged rows: the staged k and v, [capacity, H_kv, D] in dtype.
+  std::pair<TensorView, TensorView> stage(const Nvfp4Rows& kv, const Plan& plan,
+                                          cuda::Stream stream) const;
+  int64_t capacity() const { return config_.max_total_kv; }
+
+ private:
+  void launch(Nvfp4StageParams& p, const Plan& plan, cuda::Stream stream) const;
+  BatchPrefillConfig config_;
+  cuda::DeviceBuffer staged_k_, staged_v_, identity_ids_;
+  cuda::Function kernel_ = nullptr;
+  int num_sms_ = 0;
+};
+
+}  // namespace flare::api_detail

@@ -1,0 +1,263 @@
+// BatchPrefill over NVFP4 KV (kv_dtype uint8: E2M1 codes with e4m3 block scales, staged to 16
+// bits by run(): src/api/prefill_nvfp4.h) against the CPU float64 reference on the dequantized
+// values: paged NHD / HND and ragged, pages of 1, 3 and 16, head dims 64-512 (512: two passes),
+// GQA 1-8, causal / custom mask / soft cap / RoPE, global scales as run()'s k_scale / v_scale;
+// outputs NaN-poisoned, reruns bitwise; a captured run replayed after a plan with more pages;
+// an out-of-range page id recorded and read as zeros; the scales refused by name. Skips without
+// a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "flare/api/batch_prefill.h"
+#include "gpu/nvfp4_test_support.h"
+#include "gpu/prefill_test_support.h"
+#include "testing/expect_error.h"
+
+namespace flare {
+namespace {
+
+using prefill_testing::Case;
+using prefill_testing::DeviceCopy;
+
+struct Nvfp4PrefillCase {
+  std::string name;
+  Case c;
+  float k_global = 1.0f;
+  float v_global = 1.0f;
+};
+std::ostream& operator<<(std::ostream& os, const Nvfp4PrefillCase& c) { return os << c.name; }
+
+std::vector<Nvfp4PrefillCase> cases() {
+  std::vector<Nvfp4PrefillCase> all;
+  {
+    Nvfp4PrefillCase n{"paged_nhd_f16_gqa4_page16_causal_scaled"};
+    n.c.q_lens = {1, 17, 64, 0};
+    n.c.kv_lens = {33, 100, 64, 5};
+    n.c.dtype = DType::kF16;
+    n.k_global = 0.5f, n.v_global = 2.0f;
+    all.push_back(n);
+  }
+  {
+    Nvfp4PrefillCase n{"paged_hnd_bf16_gqa1_page3_custom_mask_soft_cap"};
+    n.c.q_lens = {5, 31};
+    n.c.kv_lens = {40, 31};
+    n.c.num_qo_heads = n.c.num_kv_heads = 4;
+    n.c.head_dim_qk = n.c.head_dim_vo = 64;
+    n.c.page_size = 3, n.c.layout = KVLayout::kHND;
+    n.c.mask = MaskMode::kCustom, n.c.soft_cap = 30.0f;
+    all.push_back(n);
+  }
+  {
+    Nvfp4PrefillCase n{"ragged_bf16_d256_gqa8_causal_rope"};
+    n.c.q_lens = {7, 128};
+    n.c.kv_lens = {70, 300};
+    n.c.num_qo_heads = 8, n.c.num_kv_heads = 1;
+    n.c.head_dim_qk = n.c.head_dim_vo = 256;
+    n.c.kv = PrefillKV::kRagged, n.c.rope = true;
+    n.k_global = 0.25f;
+    all.push_back(n);
+  }
+  {
+    Nvfp4PrefillCase n{"paged_f16_d512_gqa2_page1_noncausal"};
+    n.c.q_lens = {64, 3};
+    n.c.kv_lens = {128, 77};
+    n.c.num_qo_heads = 4, n.c.num_kv_heads = 2;
+    n.c.head_dim_qk = n.c.head_dim_vo = 512;
+    n.c.page_size = 1, n.c.mask = MaskMode::kNone, n.c.dtype = DType::kF16;
+    all.push_back(n);
+  }
+  return all;
+}
+
+// The case's problem with its cache quantized (K and V each with its global scale; the float32
+// cache then holds the dequantized values, which the reference reads).
+struct Nvfp4Problem {
+  prefill_testing::Problem p;
+  gpu_testing::Nvfp4Tensors k, v;
+};
+
+Nvfp4Problem make_nvfp4_problem(const Nvfp4PrefillCase& n) {
+  Case c = n.c;
+  const DType dtype = c.dtype;
+  c.dtype = DType::kF32;  // the cache in float32, quantized below; q in dtype
+  prefill_testing::Problem p = prefill_testing::make_problem(c);
+  const bool paged = c.kv == PrefillKV::kPaged;
+  Nvfp4Problem out{std::move(p), {}, {}};
+  prefill_testing::Problem& q = out.p;
+  out.k = gpu_testing::quantize_rows(paged ? q.cache.paged.k : q.cache.ragged.k, n.k_global);
+  out.v = gpu_testing::quantize_rows(paged ? q.cache.paged.v : q.cache.ragged.v, n.v_global);
+  // q in the kernel's dtype, and the reference again on the dequantized cache.
+  q.c.dtype = dtype;
+  q.q = testing::random_tensor(dtype, {q.total_q, c.num_qo_heads, c.head_dim_qk}, c.seed + 10);
+  AttentionProblem problem;
+  problem.q = q.q.view();
+  problem.qo_indptr = q.qo_indptr.view();
+  if (paged) {
+    problem.kv = q.cache.paged;
+  } else {
+    problem.kv = q.cache.ragged;
+  }
+  problem.params = q.params;
+  ReferenceOptions options;
+  options.accumulation = Accumulation::kF64;
+  AttentionOutput result{q.o_ref.view(), q.lse_ref.view()};
+  reference_attention(problem, result, options);
+  return out;
+}
+
+BatchPrefillConfig nvfp4_config(const prefill_testing::Problem& p, int64_t max_total_kv) {
+  BatchPrefillConfig config = prefill_testing::config_of(p);
+  config.kv_dtype = DType::kU8;
+  config.max_total_kv = max_total_kv;
+  return config;
+}
+
+// The NVFP4 tensors on the device and the run() they feed.
+struct DeviceNvfp4 {
+  DeviceCopy k_codes, v_codes, k_scales, v_scales;
+  explicit DeviceNvfp4(const Nvfp4Problem& n)
+      : k_codes(n.k.codes), v_codes(n.v.codes), k_scales(n.k.scales), v_scales(n.v.scales) {}
+  TensorView view(const DeviceCopy& d, const HostTensor& h) const { return d.view(h.view()); }
+
+  void run(BatchPrefill& prefill, const Nvfp4Problem& n, prefill_testing::DeviceProblem& d,
+           const TensorView& indices, const RunOptions& options, cuda::Stream stream) const {
+    const prefill_testing::Problem& p = n.p;
+    const TensorView qv = d.q.view(p.q.view());
+    const TensorView ov = d.o.view(d.o_host.view());
+    const TensorView lv = d.lse.view(d.lse_host.view());
+    if (p.c.kv == PrefillKV::kPaged) {
+      PagedKVPages pages{view(k_codes, n.k.codes), view(v_codes, n.v.codes), p.c.layout, indices};
+      pages.k_scales = view(k_scales, n.k.scales);
+      pages.v_scales = view(v_scales, n.v.scales);
+      prefill.run(qv, pages, ov, lv, stream, d.mask, options);
+    } else {
+      const Nvfp4Rows rows{view(k_codes, n.k.codes), view(v_codes, n.v.codes),
+                           view(k_scales, n.k.scales), view(v_scales, n.v.scales)};
+      prefill.run(qv, rows, ov, lv, stream, d.mask, options);
+    }
+  }
+};
+
+int64_t planned_units(const prefill_testing::Problem& p) {
+  const HostTensor& indptr =
+      p.c.kv == PrefillKV::kPaged ? p.cache.page_indptr : p.cache.ragged_indptr;
+  return indptr.data<int32_t>()[p.c.q_lens.size()];
+}
+
+class BatchPrefillNvfp4 : public ::testing::TestWithParam<Nvfp4PrefillCase> {};
+
+TEST_P(BatchPrefillNvfp4, MatchesTheReferenceOnDequantizedValues) {
+  SKIP_WITHOUT_GPU();
+  const Nvfp4PrefillCase& n = GetParam();
+  const Nvfp4Problem problem = make_nvfp4_problem(n);
+  const prefill_testing::Problem& p = problem.p;
+  BatchPrefill prefill(nvfp4_config(p, planned_units(p) + 3));
+  prefill_testing::DeviceProblem d(p);
+  const DeviceNvfp4 nv(problem);
+  RunOptions options;
+  options.k_scale = n.k_global;
+  options.v_scale = n.v_global;
+  prefill_testing::plan(prefill, p, nullptr);
+  std::optional<HostTensor> first_o;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    d.poison();
+    nv.run(prefill, problem, d, d.paged.table.indices, options, nullptr);
+    d.download();
+    if (attempt == 0) {
+      prefill_testing::expect_matches(p, d);
+      first_o.emplace(HostTensor(d.o_host.dtype(), d.o_host.shape()));
+      std::memcpy(first_o->data<std::byte>(), d.o_host.data<std::byte>(),
+                  static_cast<size_t>(d.o_host.numel()) * dtype_bytes(d.o_host.dtype()));
+    } else {
+      EXPECT_TRUE(gpu_testing::bytes_equal(d.o_host, *first_o)) << n.name << ": o differs";
+    }
+  }
+  prefill.check();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BatchPrefillNvfp4, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Nvfp4PrefillCase>& info) {
+                           return info.param.name;
+                         });
+
+// The staged copy's count is read on the device: a run captured after a small plan, replayed
+// after a plan of more pages (within max_total_kv), computes the larger batch.
+TEST(BatchPrefillNvfp4Graph, ReplayAfterALargerPlan) {
+  SKIP_WITHOUT_GPU();
+  Nvfp4PrefillCase big{"graph"};
+  big.c.q_lens = {9, 40};
+  big.c.kv_lens = {200, 90};
+  big.c.dtype = DType::kBF16;
+  big.v_global = 1.5f;
+  const Nvfp4Problem problem = make_nvfp4_problem(big);
+  const prefill_testing::Problem& p = problem.p;
+  BatchPrefillConfig config = nvfp4_config(p, planned_units(p));
+  config.use_cuda_graph = true;
+  BatchPrefill prefill(config);
+  prefill_testing::DeviceProblem d(p);
+  const DeviceNvfp4 nv(problem);
+  RunOptions options;
+  options.v_scale = big.v_global;
+  const cuda::OwnedStream stream;
+  // First plan: the same requests cut to 1 page each (fewer pages, fewer query tokens).
+  const std::vector<int32_t> small_qo = {0, 1, 2};
+  const std::vector<int32_t> small_kv = {0, 1, 2};
+  const std::vector<int32_t> small_last = {16, 16};
+  prefill.plan(small_qo, small_kv, small_last, stream.get());
+  std::optional<cuda::Graph> graph;
+  graph.emplace(stream.get(), [&] {
+    nv.run(prefill, problem, d, d.paged.table.indices, options, stream.get());
+  });
+  prefill_testing::plan(prefill, p, stream.get());
+  d.poison();
+  graph->launch(stream.get());
+  d.download();
+  prefill_testing::expect_matches(p, d);
+  prefill.check();
+}
+
+TEST(BatchPrefillNvfp4Errors, BadPageIdRecordedAndScalesRefusedByName) {
+  SKIP_WITHOUT_GPU();
+  Nvfp4PrefillCase n{"errors"};
+  n.c.q_lens = {4, 4};
+  n.c.kv_lens = {40, 20};
+  const Nvfp4Problem problem = make_nvfp4_problem(n);
+  const prefill_testing::Problem& p = problem.p;
+  BatchPrefill prefill(nvfp4_config(p, planned_units(p)));
+  prefill_testing::DeviceProblem d(p);
+  const DeviceNvfp4 nv(problem);
+  prefill_testing::plan(prefill, p, nullptr);
+  // Entry 1 (request 0) points far outside the cache: recorded, its page read as zeros.
+  HostTensor bad = HostTensor(DType::kI32, p.cache.page_indices.shape());
+  std::memcpy(bad.data<std::byte>(), p.cache.page_indices.data<std::byte>(),
+              static_cast<size_t>(bad.numel()) * sizeof(int32_t));
+  bad.data<int32_t>()[1] = 1 << 30;
+  const DeviceCopy bad_device(bad);
+  d.poison();
+  nv.run(prefill, problem, d, bad_device.view(bad.view()), {}, nullptr);
+  d.download();
+  EXPECT_EQ(testing::count_nan(d.o_host.view()), 0);
+  EXPECT_FLARE_ERROR(prefill.check(), ErrorCode::kIndexOutOfRange, "1073741824");
+
+  // Missing scales, and 16-bit ragged run() on an NVFP4 prefill: refused by name.
+  PagedKVPages without{nv.view(nv.k_codes, problem.k.codes), nv.view(nv.v_codes, problem.v.codes),
+                       p.c.layout, d.paged.table.indices};
+  EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), without, d.o.view(d.o_host.view()),
+                                 std::nullopt, nullptr),
+                     ErrorCode::kInvalidArgument, "block scales (kv_cache_sf)");
+  PagedKVPages strided = without;
+  strided.k_scales = nv.view(nv.k_scales, problem.k.scales);
+  strided.v_scales = strided.k_scales;
+  strided.v_scales.strides[3] = 2;
+  EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), strided, d.o.view(d.o_host.view()),
+                                 std::nullopt, nullptr),
+                     ErrorCode::kInvalidArgument, "innermost stride must be 1");
+}
+
+}  // namespace
+}  // namespace flare
