@@ -67,6 +67,12 @@ Nvfp4PrefillStaging::Nvfp4PrefillStaging(const BatchPrefillConfig& config) : con
   const size_t element = dtype_bytes(config.dtype);
   staged_k_ = cuda::DeviceBuffer(static_cast<size_t>(rows * config.head_dim_qk) * element);
   staged_v_ = cuda::DeviceBuffer(static_cast<size_t>(rows * config.head_dim_vo) * element);
+  // Zeroed once: rows past a plan's count may still be read (the Hopper family's bulk copies
+  // of a ragged tile end at the staged tensor's bounds) and must be finite, as every value the
+  // dequantization writes is (0 x NaN would poison P.V).
+  cuda::memset_d8_async(staged_k_.data(), 0, staged_k_.bytes(), nullptr);
+  cuda::memset_d8_async(staged_v_.data(), 0, staged_v_.bytes(), nullptr);
+  cuda::stream_synchronize(nullptr);
   if (paged) {
     std::vector<int32_t> ids(static_cast<size_t>(config.max_total_kv));
     std::iota(ids.begin(), ids.end(), 0);
