@@ -56,7 +56,10 @@ __device__ __forceinline__ int request_of(const Nvfp4StageParams& p, long long e
   int lo = 0, hi = p.max_batch;  // kv_indptr[lo] <= entry < kv_indptr[hi]
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (p.kv_indptr[mid] <= entry) lo = mid; else hi = mid;
+    if (p.kv_indptr[mid] <= entry)
+      lo = mid;
+    else
+      hi = mid;
   }
   return lo;
 }
@@ -85,16 +88,16 @@ extern "C" __global__ void __launch_bounds__(flare::kNvfp4StageThreads)
       source = p.indices[unit];
       valid = source >= 0 && source < p.num_pages;
       if (!valid && slot == 0 && head == 0 && block == 0 && which == 0) {
-        record_index_error(p.index_error, kIndexErrorPageId, nvfp4_stage::request_of(p, unit),
-                           unit, source);
+        record_index_error(p.index_error, kIndexErrorPageId, nvfp4_stage::request_of(p, unit), unit,
+                           source);
       }
     }
     uint4 out[2] = {};
     if (valid) {
       const long long* cs = p.code_stride[which];
       const long long* ss = p.scale_stride[which];
-      const uint2 word = *reinterpret_cast<const uint2*>(
-          p.codes[which] + source * cs[0] + slot * cs[1] + head * cs[2] + block * 8);
+      const uint2 word = *reinterpret_cast<const uint2*>(p.codes[which] + source * cs[0] +
+                                                         slot * cs[1] + head * cs[2] + block * 8);
       const unsigned scale_bits =
           p.scales[which][source * ss[0] + slot * ss[1] + head * ss[2] + block];
       const float half_scale = 0.5f * nvfp4::e4m3_value(scale_bits);
@@ -116,9 +119,8 @@ extern "C" __global__ void __launch_bounds__(flare::kNvfp4StageThreads)
       out[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
     }
     const long long* ds = p.staged_stride[which];
-    uint4* dst = reinterpret_cast<uint4*>(p.staged[which] +
-                                          2 * (unit * ds[0] + slot * ds[1] + head * ds[2] +
-                                               block * 16));
+    uint4* dst = reinterpret_cast<uint4*>(
+        p.staged[which] + 2 * (unit * ds[0] + slot * ds[1] + head * ds[2] + block * 16));
     dst[0] = out[0];
     dst[1] = out[1];
   }

@@ -104,8 +104,8 @@ struct BatchPrefill::State {
   api_detail::Nvfp4PrefillStaging::Plan staging_plan() {
     api_detail::Nvfp4PrefillStaging::Plan p;
     p.planned_units = kv_indptr.back();
-    p.kv_indptr_table = request_table(workspace.device(), workspace.layout(), config.max_batch,
-                                      kKvIndptr);
+    p.kv_indptr_table =
+        request_table(workspace.device(), workspace.layout(), config.max_batch, kKvIndptr);
     p.index_error = index_errors.device_record();
     return p;
   }
@@ -272,8 +272,8 @@ void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const Tensor
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
   if (!api_detail::is_nvfp4_prefill(c)) {
-    FLARE_CHECK(kv.k_scales.ndim == 0 && kv.v_scales.ndim == 0, ErrorCode::kInvalidArgument,
-                kWhat, ": block scales (kv_cache_sf) were given for KV that is not NVFP4");
+    FLARE_CHECK(kv.k_scales.ndim == 0 && kv.v_scales.ndim == 0, ErrorCode::kInvalidArgument, kWhat,
+                ": block scales (kv_cache_sf) were given for KV that is not NVFP4");
     run_16bit(q, kv, o, lse, stream, mask_bits, options);
     return;
   }
@@ -282,8 +282,8 @@ void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const Tensor
               ": run() with paged KV on a BatchPrefill created for ragged KV");
   const api_detail::Nvfp4PrefillStaging::Plan plan = s.staging_plan();
   const PagedKVPages staged = s.nvfp4.stage(kv, plan, stream);
-  const int64_t num_pages = std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0],
-                                      kv.v_scales.shape[0]});
+  const int64_t num_pages =
+      std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0], kv.v_scales.shape[0]});
   if (s.validate_indices) {
     const cuda::DeviceScope scope(c.device);
     api_detail::validate_page_ids(kv.indices, s.kv_indptr, num_pages, {kWhat, "kv_indices"},

@@ -88,9 +88,8 @@ void validate_config(const BatchPrefillConfig& c) {
   FLARE_CHECK(c.dtype == DType::kF16 || c.dtype == DType::kBF16, ErrorCode::kUnsupported, kWhat,
               ": dtype must be float16 or bfloat16, got ", dtype_name(c.dtype));
   FLARE_CHECK(!c.kv_dtype || *c.kv_dtype == c.dtype || *c.kv_dtype == DType::kU8,
-              ErrorCode::kUnsupported, kWhat, ": kv_dtype must be dtype (",
-              dtype_name(c.dtype), ") or uint8 (NVFP4), got ",
-              c.kv_dtype ? dtype_name(*c.kv_dtype) : "");
+              ErrorCode::kUnsupported, kWhat, ": kv_dtype must be dtype (", dtype_name(c.dtype),
+              ") or uint8 (NVFP4), got ", c.kv_dtype ? dtype_name(*c.kv_dtype) : "");
   FLARE_CHECK(c.kv_dtype != DType::kU8 || c.max_total_kv >= 1, ErrorCode::kInvalidArgument, kWhat,
               ": NVFP4 KV (kv_dtype uint8) needs max_total_kv >= 1 (the staged copy's ",
               c.kv == PrefillKV::kPaged ? "pages" : "rows", "), got ", c.max_total_kv);

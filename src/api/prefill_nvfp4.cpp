@@ -23,8 +23,8 @@ void check_nvfp4_tensor(const TensorView& t, const std::string& name, int device
                         const std::vector<int64_t>& shape) {
   TensorView view = t;
   if (!codes && view.dtype == DType::kU8) view.dtype = DType::kE4M3;
-  FLARE_CHECK(view.ndim == static_cast<int>(shape.size()) && view.ndim >= 1, kInvalid, kWhat,
-              ": ", name, " must have ", shape.size(), " dimensions, got ", view.shape_str());
+  FLARE_CHECK(view.ndim == static_cast<int>(shape.size()) && view.ndim >= 1, kInvalid, kWhat, ": ",
+              name, " must have ", shape.size(), " dimensions, got ", view.shape_str());
   FLARE_CHECK(view.strides[view.ndim - 1] == 1, kInvalid, kWhat, ": ", name,
               ": the innermost stride must be 1, got ", view.strides[view.ndim - 1]);
   check_device_tensor(kWhat, view, name.c_str(), device, codes ? DType::kU8 : DType::kE4M3, shape,
@@ -106,16 +106,17 @@ PagedKVPages Nvfp4PrefillStaging::stage(const PagedKVPages& kv, const Plan& plan
                      shape(kv.v_scales, c.head_dim_vo / 16));
   const TensorView& ids = kv.indices;
   FLARE_CHECK((ids.data != nullptr || ids.shape[0] == 0) && ids.device == Device::cuda(c.device) &&
-                  ids.dtype == DType::kI32 && ids.ndim == 1 &&
-                  ids.shape[0] >= plan.planned_units && (ids.shape[0] <= 1 || ids.strides[0] == 1),
-              kInvalid, kWhat, ": kv indices must be a contiguous int32 1-D tensor on cuda:",
-              c.device, " with at least ", plan.planned_units, " entries, got ",
-              dtype_name(ids.dtype), " ", ids.shape_str(), " on ", ids.device.str());
+                  ids.dtype == DType::kI32 && ids.ndim == 1 && ids.shape[0] >= plan.planned_units &&
+                  (ids.shape[0] <= 1 || ids.strides[0] == 1),
+              kInvalid, kWhat,
+              ": kv indices must be a contiguous int32 1-D tensor on cuda:", c.device,
+              " with at least ", plan.planned_units, " entries, got ", dtype_name(ids.dtype), " ",
+              ids.shape_str(), " on ", ids.device.str());
   Nvfp4StageParams p{};
   const TensorView* codes[2] = {&kv.k, &kv.v};
   const TensorView* scales[2] = {&kv.k_scales, &kv.v_scales};
-  p.num_pages = std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0],
-                          kv.v_scales.shape[0]});
+  p.num_pages =
+      std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0], kv.v_scales.shape[0]});
   FLARE_CHECK(plan.planned_units == 0 || p.num_pages >= 1, kInvalid, kWhat, ": the plan reads ",
               plan.planned_units, " pages but the cache has none");
   for (int which = 0; which < 2; ++which) {
@@ -135,13 +136,12 @@ PagedKVPages Nvfp4PrefillStaging::stage(const PagedKVPages& kv, const Plan& plan
   const Device device = Device::cuda(c.device);
   staged.k = TensorView::contiguous(staged_k_.data(), c.dtype, staged_shape(c.head_dim_qk), device);
   staged.v = TensorView::contiguous(staged_v_.data(), c.dtype, staged_shape(c.head_dim_vo), device);
-  staged.indices = TensorView::contiguous(identity_ids_.data(), DType::kI32, {c.max_total_kv},
-                                          device);
+  staged.indices =
+      TensorView::contiguous(identity_ids_.data(), DType::kI32, {c.max_total_kv}, device);
   return staged;
 }
 
-std::pair<TensorView, TensorView> Nvfp4PrefillStaging::stage(const Nvfp4Rows& kv,
-                                                             const Plan& plan,
+std::pair<TensorView, TensorView> Nvfp4PrefillStaging::stage(const Nvfp4Rows& kv, const Plan& plan,
                                                              cuda::Stream stream) const {
   const BatchPrefillConfig& c = config_;
   FLARE_CHECK(kv.k_scales.ndim != 0 && kv.v_scales.ndim != 0, kInvalid, kWhat,
@@ -173,14 +173,13 @@ std::pair<TensorView, TensorView> Nvfp4PrefillStaging::stage(const Nvfp4Rows& kv
   }
   launch(p, plan, stream);
   const Device device = Device::cuda(c.device);
-  return {TensorView::contiguous(staged_k_.data(), c.dtype, {c.max_total_kv, h, c.head_dim_qk},
-                                 device),
-          TensorView::contiguous(staged_v_.data(), c.dtype, {c.max_total_kv, h, c.head_dim_vo},
-                                 device)};
+  return {
+      TensorView::contiguous(staged_k_.data(), c.dtype, {c.max_total_kv, h, c.head_dim_qk}, device),
+      TensorView::contiguous(staged_v_.data(), c.dtype, {c.max_total_kv, h, c.head_dim_vo},
+                             device)};
 }
 
-void Nvfp4PrefillStaging::launch(Nvfp4StageParams& p, const Plan& plan,
-                                 cuda::Stream stream) const {
+void Nvfp4PrefillStaging::launch(Nvfp4StageParams& p, const Plan& plan, cuda::Stream stream) const {
   const BatchPrefillConfig& c = config_;
   const bool paged = c.kv == PrefillKV::kPaged;
   const bool nhd = !paged || c.layout == KVLayout::kNHD;
@@ -204,8 +203,9 @@ void Nvfp4PrefillStaging::launch(Nvfp4StageParams& p, const Plan& plan,
   // A captured launch serves later plans of up to capacity units; an eager one this plan's.
   const int64_t units = c.use_cuda_graph ? c.max_total_kv : plan.planned_units;
   const int64_t threads = units * ps * h * (p.blocks[0] + p.blocks[1]);
-  const int64_t blocks = std::clamp<int64_t>((threads + kNvfp4StageThreads - 1) / kNvfp4StageThreads,
-                                             1, static_cast<int64_t>(num_sms_) * 16);
+  const int64_t blocks =
+      std::clamp<int64_t>((threads + kNvfp4StageThreads - 1) / kNvfp4StageThreads, 1,
+                          static_cast<int64_t>(num_sms_) * 16);
   void* args[] = {&p};
   cuda::launch(kernel_, static_cast<unsigned>(blocks), 1, 1, kNvfp4StageThreads, 1, 1, 0, stream,
                args, false);

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "decode_test_support.h"
-#include "nvfp4_test_support.h"
 #include "flare/api/batch_decode.h"
 #include "flare/format/nvfp4.h"
 #include "flare/jit/cuda_sync.h"
+#include "nvfp4_test_support.h"
 #include "testing/expect_error.h"
 
 namespace flare {

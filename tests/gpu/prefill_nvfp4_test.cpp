@@ -210,9 +210,8 @@ TEST(BatchPrefillNvfp4Graph, ReplayAfterALargerPlan) {
   const std::vector<int32_t> small_last = {16, 16};
   prefill.plan(small_qo, small_kv, small_last, stream.get());
   std::optional<cuda::Graph> graph;
-  graph.emplace(stream.get(), [&] {
-    nv.run(prefill, problem, d, d.paged.table.indices, options, stream.get());
-  });
+  graph.emplace(stream.get(),
+                [&] { nv.run(prefill, problem, d, d.paged.table.indices, options, stream.get()); });
   prefill_testing::plan(prefill, p, stream.get());
   d.poison();
   graph->launch(stream.get());
@@ -247,16 +246,16 @@ TEST(BatchPrefillNvfp4Errors, BadPageIdRecordedAndScalesRefusedByName) {
   // Missing scales, and 16-bit ragged run() on an NVFP4 prefill: refused by name.
   PagedKVPages without{nv.view(nv.k_codes, problem.k.codes), nv.view(nv.v_codes, problem.v.codes),
                        p.c.layout, d.paged.table.indices};
-  EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), without, d.o.view(d.o_host.view()),
-                                 std::nullopt, nullptr),
-                     ErrorCode::kInvalidArgument, "block scales (kv_cache_sf)");
+  EXPECT_FLARE_ERROR(
+      prefill.run(d.q.view(p.q.view()), without, d.o.view(d.o_host.view()), std::nullopt, nullptr),
+      ErrorCode::kInvalidArgument, "block scales (kv_cache_sf)");
   PagedKVPages strided = without;
   strided.k_scales = nv.view(nv.k_scales, problem.k.scales);
   strided.v_scales = strided.k_scales;
   strided.v_scales.strides[3] = 2;
-  EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), strided, d.o.view(d.o_host.view()),
-                                 std::nullopt, nullptr),
-                     ErrorCode::kInvalidArgument, "innermost stride must be 1");
+  EXPECT_FLARE_ERROR(
+      prefill.run(d.q.view(p.q.view()), strided, d.o.view(d.o_host.view()), std::nullopt, nullptr),
+      ErrorCode::kInvalidArgument, "innermost stride must be 1");
 }
 
 }  // namespace

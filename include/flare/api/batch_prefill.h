@@ -239,8 +239,8 @@ class BatchPrefill {
   void run_16bit(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
                  const std::optional<TensorView>& lse, cuda::Stream stream,
                  const std::optional<TensorView>& mask_bits, const RunOptions& options);
-  void run_16bit(const TensorView& q, const TensorView& k, const TensorView& v,
-                 const TensorView& o, const std::optional<TensorView>& lse, cuda::Stream stream,
+  void run_16bit(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                 const std::optional<TensorView>& lse, cuda::Stream stream,
                  const std::optional<TensorView>& mask_bits, const RunOptions& options);
   void launch(const TensorView& q, const KVArgs& kv, const TensorView& o,
               const std::optional<TensorView>& lse, cuda::Stream stream,
