@@ -14,17 +14,9 @@ if not torch.cuda.is_available():
 
 import flare  # noqa: E402
 from attention_reference import reference_attention  # noqa: E402
-from flare.fp4_quantization import e2m1_and_ufp8sf_scale_to_float  # noqa: E402
+from nvfp4_cache import K_SCALE, V_SCALE, dequantize, nvfp4_cache  # noqa: E402
 
 DEVICE = torch.device("cuda:0")
-
-
-def dequantize(codes, scales, global_scale):
-    flat = e2m1_and_ufp8sf_scale_to_float(codes.reshape(-1, codes.shape[-1]),
-                                          scales.reshape(-1, scales.shape[-1]),
-                                          torch.tensor([global_scale], device=DEVICE),
-                                          is_sf_swizzled_layout=False)
-    return flat.reshape(*codes.shape[:-1], codes.shape[-1] * 2)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
@@ -33,25 +25,9 @@ def dequantize(codes, scales, global_scale):
 def test_decode_over_an_appended_nvfp4_cache(head_dim, heads, use_tensor_cores):
     num_qo_heads, num_kv_heads = heads
     page_size, kv_lens = 16, [1, 97, 600, 33]
-    pages = [(n + page_size - 1) // page_size for n in kv_lens]
-    indptr = torch.tensor(np.concatenate([[0], np.cumsum(pages)]), dtype=torch.int32)
-    total_pages = int(indptr[-1])
-    indices = torch.randperm(total_pages + 3)[:total_pages].to(torch.int32)
-    last = torch.tensor([(n - 1) % page_size + 1 for n in kv_lens], dtype=torch.int32)
-    shape = (total_pages + 3, 2, page_size, num_kv_heads)
-    codes = torch.zeros(*shape, head_dim // 2, dtype=torch.uint8, device=DEVICE)
-    scales = torch.zeros(*shape, head_dim // 16, dtype=torch.uint8,
-                         device=DEVICE).view(torch.float8_e4m3fn)
-    k = torch.randn(sum(kv_lens), num_kv_heads, head_dim, dtype=torch.float16, device=DEVICE)
-    v = torch.randn_like(k) * 3
-    append_indptr = torch.tensor(np.concatenate([[0], np.cumsum(kv_lens)]), dtype=torch.int32,
-                                 device=DEVICE)
-    seq_lens = torch.tensor(kv_lens, dtype=torch.int32, device=DEVICE)
-    batch, positions = flare.get_batch_indices_positions(append_indptr, seq_lens, sum(kv_lens))
-    k_scale, v_scale = 0.5, 2.0
-    flare.nvfp4_quantize_append_paged_kv_cache(
-        k, v, batch, positions, codes, scales, indices.to(DEVICE), indptr.to(DEVICE),
-        last.to(DEVICE), k_scale, v_scale)
+    codes, scales, indptr, indices, last = nvfp4_cache(kv_lens, num_kv_heads, head_dim,
+                                                       page_size)
+    k_scale, v_scale = K_SCALE, V_SCALE
 
     q = torch.randn(len(kv_lens), num_qo_heads, head_dim, dtype=torch.float16, device=DEVICE)
     wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(

@@ -49,6 +49,29 @@ void unit_strides(const TensorView& t, bool nhd, int64_t (&out)[3]) {
   }
 }
 
+// The caller's codes and scales (k, v, k scales, v scales), each checked against shape_of(t,
+// width) with D / 2 or D / 16, into the params' source fields.
+template <class ShapeOf>
+void check_sources(const BatchPrefillConfig& c, const TensorView* const (&t)[4], bool nhd,
+                   ShapeOf shape_of, Nvfp4StageParams& p) {
+  FLARE_CHECK(t[2]->ndim != 0 && t[3]->ndim != 0, kInvalid, kWhat,
+              ": NVFP4 KV (kv_dtype uint8) needs its block scales (kv_cache_sf)");
+  const char* const names[4] = {"k (NVFP4 codes)", "v (NVFP4 codes)", "k scales (kv_cache_sf)",
+                                "v scales (kv_cache_sf)"};
+  const int dims[2] = {c.head_dim_qk, c.head_dim_vo};
+  for (int i = 0; i < 4; ++i) {
+    const bool codes = i < 2;
+    const int64_t width = dims[i % 2] / (codes ? 2 : 16);
+    check_nvfp4_tensor(*t[i], names[i], c.device, codes, shape_of(*t[i], width));
+  }
+  for (int which = 0; which < 2; ++which) {
+    p.codes[which] = static_cast<const unsigned char*>(t[which]->data);
+    p.scales[which] = static_cast<const unsigned char*>(t[which + 2]->data);
+    unit_strides(*t[which], nhd, p.code_stride[which]);
+    unit_strides(*t[which + 2], nhd, p.scale_stride[which]);
+  }
+}
+
 }  // namespace
 
 bool is_nvfp4_prefill(const BatchPrefillConfig& c) { return c.kv_dtype == DType::kU8; }
@@ -89,8 +112,6 @@ PagedKVPages Nvfp4PrefillStaging::stage(const PagedKVPages& kv, const Plan& plan
   const BatchPrefillConfig& c = config_;
   FLARE_CHECK(kv.layout == c.layout, kInvalid, kWhat, ": kv layout must be ",
               kv_layout_name(c.layout), ", got ", kv_layout_name(kv.layout));
-  FLARE_CHECK(kv.k_scales.ndim != 0 && kv.v_scales.ndim != 0, kInvalid, kWhat,
-              ": NVFP4 KV (kv_dtype uint8) needs its block scales (kv_cache_sf)");
   const bool nhd = c.layout == KVLayout::kNHD;
   const int64_t ps = c.page_size, h = c.num_kv_heads;
   const auto shape = [&](const TensorView& t, int64_t width) {
@@ -98,12 +119,8 @@ PagedKVPages Nvfp4PrefillStaging::stage(const PagedKVPages& kv, const Plan& plan
     return nhd ? std::vector<int64_t>{pages, ps, h, width}
                : std::vector<int64_t>{pages, h, ps, width};
   };
-  check_nvfp4_tensor(kv.k, "k (NVFP4 codes)", c.device, true, shape(kv.k, c.head_dim_qk / 2));
-  check_nvfp4_tensor(kv.v, "v (NVFP4 codes)", c.device, true, shape(kv.v, c.head_dim_vo / 2));
-  check_nvfp4_tensor(kv.k_scales, "k scales (kv_cache_sf)", c.device, false,
-                     shape(kv.k_scales, c.head_dim_qk / 16));
-  check_nvfp4_tensor(kv.v_scales, "v scales (kv_cache_sf)", c.device, false,
-                     shape(kv.v_scales, c.head_dim_vo / 16));
+  Nvfp4StageParams p{};
+  check_sources(c, {&kv.k, &kv.v, &kv.k_scales, &kv.v_scales}, nhd, shape, p);
   const TensorView& ids = kv.indices;
   FLARE_CHECK((ids.data != nullptr || ids.shape[0] == 0) && ids.device == Device::cuda(c.device) &&
                   ids.dtype == DType::kI32 && ids.ndim == 1 && ids.shape[0] >= plan.planned_units &&
@@ -112,19 +129,10 @@ PagedKVPages Nvfp4PrefillStaging::stage(const PagedKVPages& kv, const Plan& plan
               ": kv indices must be a contiguous int32 1-D tensor on cuda:", c.device,
               " with at least ", plan.planned_units, " entries, got ", dtype_name(ids.dtype), " ",
               ids.shape_str(), " on ", ids.device.str());
-  Nvfp4StageParams p{};
-  const TensorView* codes[2] = {&kv.k, &kv.v};
-  const TensorView* scales[2] = {&kv.k_scales, &kv.v_scales};
   p.num_pages =
       std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0], kv.v_scales.shape[0]});
   FLARE_CHECK(plan.planned_units == 0 || p.num_pages >= 1, kInvalid, kWhat, ": the plan reads ",
               plan.planned_units, " pages but the cache has none");
-  for (int which = 0; which < 2; ++which) {
-    p.codes[which] = static_cast<const unsigned char*>(codes[which]->data);
-    p.scales[which] = static_cast<const unsigned char*>(scales[which]->data);
-    unit_strides(*codes[which], nhd, p.code_stride[which]);
-    unit_strides(*scales[which], nhd, p.scale_stride[which]);
-  }
   p.indices = ids.ptr<const int32_t>();
   launch(p, plan, stream);
   PagedKVPages staged;
@@ -144,33 +152,18 @@ PagedKVPages Nvfp4PrefillStaging::stage(const PagedKVPages& kv, const Plan& plan
 std::pair<TensorView, TensorView> Nvfp4PrefillStaging::stage(const Nvfp4Rows& kv, const Plan& plan,
                                                              cuda::Stream stream) const {
   const BatchPrefillConfig& c = config_;
-  FLARE_CHECK(kv.k_scales.ndim != 0 && kv.v_scales.ndim != 0, kInvalid, kWhat,
-              ": NVFP4 KV (kv_dtype uint8) needs its block scales (kv_cache_sf)");
   const int64_t h = c.num_kv_heads;
   const auto shape = [&](const TensorView& t, int64_t width) {
     return std::vector<int64_t>{t.ndim == 3 ? t.shape[0] : -1, h, width};
   };
-  check_nvfp4_tensor(kv.k, "k (NVFP4 codes)", c.device, true, shape(kv.k, c.head_dim_qk / 2));
-  check_nvfp4_tensor(kv.v, "v (NVFP4 codes)", c.device, true, shape(kv.v, c.head_dim_vo / 2));
-  check_nvfp4_tensor(kv.k_scales, "k scales (kv_cache_sf)", c.device, false,
-                     shape(kv.k_scales, c.head_dim_qk / 16));
-  check_nvfp4_tensor(kv.v_scales, "v scales (kv_cache_sf)", c.device, false,
-                     shape(kv.v_scales, c.head_dim_vo / 16));
+  Nvfp4StageParams p{};
+  check_sources(c, {&kv.k, &kv.v, &kv.k_scales, &kv.v_scales}, true, shape, p);
   const int64_t rows =
       std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0], kv.v_scales.shape[0]});
   FLARE_CHECK(rows >= plan.planned_units, kInvalid, kWhat,
               ": k, v and their scales must hold kv_indptr[batch]=", plan.planned_units,
               " tokens, got ", kv.k.shape[0], ", ", kv.v.shape[0], ", ", kv.k_scales.shape[0],
               " and ", kv.v_scales.shape[0]);
-  Nvfp4StageParams p{};
-  const TensorView* codes[2] = {&kv.k, &kv.v};
-  const TensorView* scales[2] = {&kv.k_scales, &kv.v_scales};
-  for (int which = 0; which < 2; ++which) {
-    p.codes[which] = static_cast<const unsigned char*>(codes[which]->data);
-    p.scales[which] = static_cast<const unsigned char*>(scales[which]->data);
-    unit_strides(*codes[which], true, p.code_stride[which]);
-    unit_strides(*scales[which], true, p.scale_stride[which]);
-  }
   launch(p, plan, stream);
   const Device device = Device::cuda(c.device);
   return {
