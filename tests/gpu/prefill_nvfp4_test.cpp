@@ -94,19 +94,7 @@ Nvfp4Problem make_nvfp4_problem(const Nvfp4PrefillCase& n) {
   // q in the kernel's dtype, and the reference again on the dequantized cache.
   q.c.dtype = dtype;
   q.q = testing::random_tensor(dtype, {q.total_q, c.num_qo_heads, c.head_dim_qk}, c.seed + 10);
-  AttentionProblem problem;
-  problem.q = q.q.view();
-  problem.qo_indptr = q.qo_indptr.view();
-  if (paged) {
-    problem.kv = q.cache.paged;
-  } else {
-    problem.kv = q.cache.ragged;
-  }
-  problem.params = q.params;
-  ReferenceOptions options;
-  options.accumulation = Accumulation::kF64;
-  AttentionOutput result{q.o_ref.view(), q.lse_ref.view()};
-  reference_attention(problem, result, options);
+  prefill_testing::compute_reference(q);
   return out;
 }
 

@@ -105,6 +105,24 @@ struct Problem {
   int64_t total_q = 0;
 };
 
+// The float64-accumulated reference of p's q, cache and params into p.o_ref / p.lse_ref.
+inline void compute_reference(Problem& p) {
+  AttentionProblem problem;
+  problem.q = p.q.view();
+  problem.qo_indptr = p.qo_indptr.view();
+  if (p.c.kv == PrefillKV::kPaged) {
+    problem.kv = p.cache.paged;
+  } else {
+    problem.kv = p.cache.ragged;
+  }
+  problem.params = p.params;
+  ReferenceOptions options;
+  options.accumulation = Accumulation::kF64;
+  AttentionOutput out{p.o_ref.view(), p.lse_ref.view()};
+  if (!p.c.use_softmax) out.lse.reset();
+  reference_attention(problem, out, options);
+}
+
 inline Problem make_problem(const Case& c) {
   Problem p;
   p.c = c;
@@ -168,20 +186,7 @@ inline Problem make_problem(const Case& c) {
 
   p.o_ref = HostTensor(DType::kF32, {p.total_q, c.num_qo_heads, c.head_dim_vo});
   p.lse_ref = HostTensor(DType::kF32, {p.total_q, c.num_qo_heads});
-  AttentionProblem problem;
-  problem.q = p.q.view();
-  problem.qo_indptr = p.qo_indptr.view();
-  if (c.kv == PrefillKV::kPaged) {
-    problem.kv = p.cache.paged;
-  } else {
-    problem.kv = p.cache.ragged;
-  }
-  problem.params = p.params;
-  ReferenceOptions options;
-  options.accumulation = Accumulation::kF64;
-  AttentionOutput out{p.o_ref.view(), p.lse_ref.view()};
-  if (!c.use_softmax) out.lse.reset();
-  reference_attention(problem, out, options);
+  compute_reference(p);
   return p;
 }
 
