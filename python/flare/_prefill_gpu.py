@@ -136,6 +136,44 @@ def _check_buffer(name, buffer, workspace, dtype):
         raise ValueError(f"{name} must be a 1-D {dtype} tensor")
 
 
+def new_batch_prefill(device, config, kv_layout, paged, use_cuda_graph, scratch, validate,
+                      backend, capacities):
+    """A flare BatchPrefill of `config` (GpuPrefill.plan's configuration); scratch: the
+    caller's (device pointer, bytes) for partial states, (0, 0) for a workspace of its own;
+    capacities: (max_batch, max_total_qo, max_total_kv)."""
+    max_batch, max_total_qo, max_total_kv = capacities
+    return _flare.BatchPrefill(_flare.PrefillConfig(
+        device=device, max_batch=max_batch, max_total_qo=max_total_qo,
+        num_qo_heads=config["num_qo_heads"], num_kv_heads=config["num_kv_heads"],
+        head_dim_qk=config["head_dim_qk"], head_dim_vo=config["head_dim_vo"], paged=paged,
+        page_size=config["page_size"], kv_layout=kv_layout, dtype=config["dtype"],
+        params=make_params(**config["params_kwargs"]), custom_mask=config["custom_mask"],
+        use_cuda_graph=use_cuda_graph, fixed_split_size=config["fixed_split_size"],
+        disable_split_kv=config["disable_split_kv"], scratch=scratch[0],
+        scratch_bytes=scratch[1], validate_indices=validate, variant=config["variant"],
+        backend=backend, kv_dtype=config.get("kv_dtype", config["dtype"]),
+        max_total_kv=max_total_kv))
+
+
+def launch(prefill, q, kv, page_ids, hnd, out, lse, mask_bits, scales, lse_base, enable_pdl,
+           scalars, tensors, kv_cache_sf):
+    """One planned BatchPrefill's run: kv the paged cache (page_ids set) or the (k, v) pair of
+    ragged rows (hnd: [H_kv, rows, D]); scales (q_scale, k_scale, v_scale), None meaning 1.
+    Positional, and the defaults spelled out: each keyword or helper call costs ~0.1 us."""
+    q_scale, k_scale, v_scale = scales
+    q_scale = 1.0 if q_scale is None else float(q_scale)
+    k_scale = 1.0 if k_scale is None else float(k_scale)
+    v_scale = 1.0 if v_scale is None else float(v_scale)
+    base2 = True if lse_base == "log2" else check_lse_base(lse_base)
+    pdl = True if enable_pdl is None else bool(enable_pdl)
+    if page_ids is not None:
+        prefill.run_paged(q, kv, page_ids, out, lse, mask_bits, q_scale, k_scale, v_scale, base2,
+                          pdl, scalars, tensors, kv_cache_sf)
+    else:
+        prefill.run_ragged(q, kv[0], kv[1], hnd, out, lse, mask_bits, q_scale, k_scale, v_scale,
+                           base2, pdl, scalars, tensors, kv_cache_sf)
+
+
 class GpuPrefill:
     """One prefill wrapper's GPU state: plan() picks (or creates) the BatchPrefill of the
     configuration, schedules it and puts the page ids and the mask bits on the device; run()
@@ -267,24 +305,11 @@ class GpuPrefill:
                         rows, (config["num_qo_heads"], config["head_dim_vo"]), config["variant"])
 
     def _prefill(self, key, config, max_batch, max_total_qo, max_total_kv):
-        params_kwargs = dict(config["params_kwargs"])
-        custom = config["custom_mask"]
-        scratch, scratch_bytes = self._scratch
-
         def make(capacity_batch, capacity_total_qo, capacity_total_kv):
-            return _flare.BatchPrefill(_flare.PrefillConfig(
-                device=self._device, max_batch=capacity_batch, max_total_qo=capacity_total_qo,
-                num_qo_heads=config["num_qo_heads"], num_kv_heads=config["num_kv_heads"],
-                head_dim_qk=config["head_dim_qk"], head_dim_vo=config["head_dim_vo"],
-                paged=self._paged, page_size=config["page_size"], kv_layout=self._kv_layout,
-                dtype=config["dtype"], params=make_params(**params_kwargs), custom_mask=custom,
-                use_cuda_graph=self._use_cuda_graph,
-                fixed_split_size=config["fixed_split_size"],
-                disable_split_kv=config["disable_split_kv"], scratch=scratch,
-                scratch_bytes=scratch_bytes, validate_indices=self._validate,
-                variant=config["variant"], backend=self._backend,
-                kv_dtype=config.get("kv_dtype", config["dtype"]),
-                max_total_kv=capacity_total_kv))
+            return new_batch_prefill(self._device, config, self._kv_layout, self._paged,
+                                     self._use_cuda_graph, self._scratch, self._validate,
+                                     self._backend,
+                                     (capacity_batch, capacity_total_qo, capacity_total_kv))
 
         return self._prefills.get(key, max_batch, max_total_qo, max_total_kv, make)
 
@@ -341,18 +366,8 @@ class GpuPrefill:
                             else variant_arguments(f"{self._where}.run", variant, variant_kwargs))
         if prefill is None:  # no query token: nothing to compute
             return (out, lse) if return_lse else out
-        q_scale = 1.0 if q_scale is None else float(q_scale)
-        k_scale = 1.0 if k_scale is None else float(k_scale)
-        v_scale = 1.0 if v_scale is None else float(v_scale)
-        base2 = True if lse_base == "log2" else check_lse_base(lse_base)
-        pdl = True if enable_pdl is None else bool(enable_pdl)
-        if self._paged:
-            prefill.run_paged(q, kv, page_ids, out, lse, mask_bits, q_scale, k_scale, v_scale,
-                              base2, pdl, scalars, tensors, kv_cache_sf)
-        else:
-            prefill.run_ragged(q, kv[0], kv[1], self._kv_layout == "HND", out, lse, mask_bits,
-                               q_scale, k_scale, v_scale, base2, pdl, scalars, tensors,
-                               kv_cache_sf)
+        launch(prefill, q, kv, page_ids, self._kv_layout == "HND", out, lse, mask_bits,
+               (q_scale, k_scale, v_scale), lse_base, enable_pdl, scalars, tensors, kv_cache_sf)
         return (out, lse) if return_lse else out
 
     def check(self):

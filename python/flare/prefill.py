@@ -17,8 +17,9 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
 from ._prefill_gpu import GpuPrefill, check_gpu_support, config_key
+from ._single_prefill import single_prefill_gpu
 from ._tensors import (arg, dtype_name, engine_names, host_index, host_int32, is_cuda,
-                       split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
+                       split_paged_kv_cache, tensor_dtype, validate_default)
 from .variant import check_variant, variant_arguments
 
 
@@ -440,11 +441,6 @@ def _single_cpu(where, q, k, v, kv_layout, params_kwargs, scales, custom_mask=No
     return out, lse
 
 
-# One ragged GpuPrefill per CUDA device, KV layout and backend for single_prefill_with_kv_cache: its
-# BatchPrefill objects (one per configuration) compile once and are reused across calls.
-_single_gpu = {}
-
-
 def _refuse_cpu_nvfp4(where, dtypes, kv_cache_sf):
     """NotImplementedError for NVFP4 KV on the CPU backend (the GPU stages it to 16 bits)."""
     if kv_cache_sf is not None or (dtypes is not None and dtypes[1] == "uint8"):
@@ -471,8 +467,10 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     uint8 E2M1 codes [kv_len, H_kv, D / 2], kv_cache_sf the (k, v) float8_e4m3fn (or uint8)
     block scales [kv_len, H_kv, D / 16], k_scale / v_scale the global scales.
 
-    On the GPU this is a batch prefill of one request on ragged K/V (no copy); it plans on the
-    host, so it cannot be captured into a CUDA graph.
+    On the GPU this is a batch prefill of one request on ragged K/V (no copy), planned on the
+    host at the first call of each (qo_len, kv_len) and configuration: a CUDA graph can capture
+    a later call (torch.compile(mode="reduce-overhead") warms up first). A custom mask inside a
+    capture must be a CUDA tensor (packed on the device at every call).
     """
     where = "single_prefill_with_kv_cache"
     if _jit_arguments is not None:  # a FlashInfer module's, whose names may be ours (sm_scale)
@@ -500,24 +498,12 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
         to_lse_base(lse, base2)
         return (out, lse) if return_lse else out
 
-    if torch_module().cuda.is_current_stream_capturing():
-        raise RuntimeError(f"{where} plans on the host and cannot be captured into a CUDA "
-                           "graph: use BatchPrefillWithRaggedKVCacheWrapper(use_cuda_graph=True)")
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
     check_gpu_support(where, q_dtype, kv_dtype)
     nvfp4 = kv_dtype == "uint8"
     if nvfp4 != (kv_cache_sf is not None):
         raise ValueError(f"{where}: uint8 (NVFP4) k and v come with kv_cache_sf (their block "
                          "scales), and only they do")
-    slot = (q.device.index or 0, kv_layout, backend)
-    gpu = _single_gpu.get(slot)
-    if gpu is None:
-        anchor = torch_module().empty(0, device=q.device)  # names the device
-        gpu = _single_gpu[slot] = GpuPrefill(where, anchor, kv_layout, False, False, {},
-                                             scratch=False, backend=backend)
-    kv_len = k.shape[0] if kv_layout == "NHD" else k.shape[1]
-    qo_host = np.array([0, q.shape[0]], dtype=np.int32)
-    kv_host = np.array([0, kv_len], dtype=np.int32)
     has_mask = custom_mask is not None or packed_custom_mask is not None
     num_kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
     # NVFP4 codes hold two values a byte: the head dims are twice their last dimension.
@@ -526,11 +512,10 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
                   head_dim_vo=dims[1], page_size=1, dtype=q_dtype, custom_mask=has_mask,
                   fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs,
                   variant=variant, kv_dtype=kv_dtype)
-    gpu.plan((qo_host, kv_host, None), lambda: np.diff(kv_host),
-             dict(qo_indptr_buf=qo_host, kv_indptr_buf=kv_host),
-             (custom_mask, packed_custom_mask) if has_mask else None, config, True)
-    return gpu.run(q, (k, v), None, k_scale, v_scale, None, None, return_lse, lse_base, None,
-                   variant_kwargs, kv_cache_sf)
+    return single_prefill_gpu(
+        where, q, k, v, kv_layout, backend, config,
+        (custom_mask, packed_custom_mask) if has_mask else None, (None, k_scale, v_scale),
+        return_lse, lse_base, variant_kwargs, kv_cache_sf)
 
 
 def single_prefill_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",

@@ -1,7 +1,8 @@
-"""single_decode_with_kv_cache inside a CUDA graph (FlashInfer issue #541: torch.compile
-(mode="reduce-overhead") captures it after a warm-up): a captured call replays with new q, k, v
-values, matching eager calls bitwise; under torch.compile; the first call of a shape inside a
-capture refused by name. Skipped visibly without PyTorch or a CUDA device."""
+"""single_decode_with_kv_cache and single_prefill_with_kv_cache inside a CUDA graph (FlashInfer
+issue #541: torch.compile(mode="reduce-overhead") captures them after a warm-up): a captured call
+replays with new q, k, v values (and a new custom mask), matching eager calls bitwise; under
+torch.compile; the first call of a shape inside a capture refused by name. Skipped visibly
+without PyTorch or a CUDA device."""
 
 import os
 import subprocess
@@ -81,6 +82,115 @@ def test_single_decode_under_torch_compile_reduce_overhead():
         """)
     env = dict(os.environ)
     env.setdefault("USER", "flare-tests")  # inductor's cache directory needs a user name
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0 and "PASS" in result.stdout, result.stderr[-2000:]
+
+
+def prefill_inputs(qo_len, kv_len, seed):
+    generator = torch.Generator(device=DEVICE).manual_seed(seed)
+    q = torch.randn(qo_len, 8, 128, device=DEVICE, generator=generator).half()
+    k = torch.randn(kv_len, 2, 128, device=DEVICE, generator=generator).half()
+    v = torch.randn(kv_len, 2, 128, device=DEVICE, generator=generator).half()
+    mask = torch.rand(qo_len, kv_len, device=DEVICE, generator=generator) < 0.7
+    return q, k, v, mask
+
+
+def capture(call):
+    """(graph, its output) of call() captured on a side stream."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        out = call()
+    return graph, out
+
+
+@pytest.mark.parametrize("qo_len,kv_len,causal", [(1, 1, False), (128, 128, True),
+                                                  (37, 1000, True), (300, 5000, False)])
+def test_a_captured_single_prefill_replays_with_new_values(qo_len, kv_len, causal):
+    q, k, v, _ = prefill_inputs(qo_len, kv_len, 1)
+    flare.single_prefill_with_kv_cache(q, k, v, causal=causal)  # warm-up: plans this shape
+    graph, (out, lse) = capture(lambda: flare.single_prefill_with_kv_cache(
+        q, k, v, causal=causal, return_lse=True))
+    for seed in (2, 3):
+        q2, k2, v2, _ = prefill_inputs(qo_len, kv_len, seed)
+        q.copy_(q2), k.copy_(k2), v.copy_(v2)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want, want_lse = flare.single_prefill_with_kv_cache(q2, k2, v2, causal=causal,
+                                                            return_lse=True)
+        assert torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
+def test_a_captured_single_prefill_reads_each_replays_custom_mask():
+    q, k, v, mask = prefill_inputs(45, 301, 5)
+    flare.single_prefill_with_kv_cache(q, k, v, custom_mask=mask)  # warm-up
+    graph, out = capture(lambda: flare.single_prefill_with_kv_cache(q, k, v, custom_mask=mask))
+    for seed in (6, 7):
+        _, _, _, mask2 = prefill_inputs(45, 301, seed)
+        mask.copy_(mask2)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = flare.single_prefill_with_kv_cache(q, k, v, custom_mask=mask2)
+        assert torch.equal(out, want)
+        # the masked-out keys matter: a different mask gives a different answer
+        assert not torch.equal(out, flare.single_prefill_with_kv_cache(q, k, v))
+
+
+def test_first_single_prefill_of_a_shape_inside_a_capture_is_refused_by_name(monkeypatch):
+    q, k, v, _ = prefill_inputs(13, 777, 4)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="qo_len=13, kv_len=777"):
+        flare.single_prefill_with_kv_cache(q, k, v)
+
+
+def test_a_host_custom_mask_inside_a_capture_is_refused_by_name(monkeypatch):
+    q, k, v, mask = prefill_inputs(9, 40, 8)
+    flare.single_prefill_with_kv_cache(q, k, v, custom_mask=mask)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="custom_mask is on the host"):
+        flare.single_prefill_with_kv_cache(q, k, v, custom_mask=mask.cpu())
+
+
+def test_a_wrong_sized_custom_mask_is_refused_by_name():
+    q, k, v, mask = prefill_inputs(9, 40, 9)
+    flare.single_prefill_with_kv_cache(q, k, v, custom_mask=mask)
+    with pytest.raises(ValueError, match="custom_mask must have qo_len x kv_len = 360"):
+        flare.single_prefill_with_kv_cache(q, k, v, custom_mask=mask[:, :39])
+
+
+def test_single_prefill_under_torch_compile_reduce_overhead():
+    """FlashInfer's issue #541 prefill test, with each output checked against an eager call."""
+    script = textwrap.dedent("""\
+        import torch
+        import flare
+
+        torch.library.define("flare_test::single_prefill",
+                             "(Tensor q, Tensor k, Tensor v) -> Tensor")
+
+        @torch.library.impl("flare_test::single_prefill", "cuda")
+        def _impl(q, k, v):
+            return flare.single_prefill_with_kv_cache(q, k, v, causal=True)
+
+        @torch.library.register_fake("flare_test::single_prefill")
+        def _fake(q, k, v):
+            return torch.empty_like(q)
+
+        compiled = torch.compile(lambda q, k, v: torch.ops.flare_test.single_prefill(q, k, v),
+                                 mode="reduce-overhead", fullgraph=True)
+        for i in range(4):
+            q = torch.randn(128, 8, 128, device="cuda", dtype=torch.float16)
+            k = torch.randn(128, 8, 128, device="cuda", dtype=torch.float16)
+            v = torch.randn(128, 8, 128, device="cuda", dtype=torch.float16)
+            got = compiled(q, k, v).clone()
+            assert torch.equal(got, flare.single_prefill_with_kv_cache(q, k, v, causal=True)), i
+        torch.cuda.synchronize()
+        print("PASS")
+        """)
+    env = dict(os.environ)
+    env.setdefault("USER", "flare-tests")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=300, env=env)
     assert result.returncode == 0 and "PASS" in result.stdout, result.stderr[-2000:]

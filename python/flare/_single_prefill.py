@@ -1,0 +1,115 @@
+"""single_prefill_with_kv_cache on the GPU: one request as a ragged batch prefill, planned once
+per shape so that later calls only run() and a CUDA graph can capture them (FlashInfer issue
+#541: torch.compile(mode="reduce-overhead") captures after an eager warm-up).
+
+Each (configuration, qo_len, kv_len) gets its own use_cuda_graph BatchPrefill, planned at its
+first call: a captured graph replays that plan for the life of the process, so no other shape
+may replan it. A custom mask is packed on the device at every call (device operations only,
+which a capture records).
+"""
+
+import collections
+
+import numpy as np
+
+from . import _flare
+from ._cpu import pack_custom_mask
+from ._prefill_gpu import config_key, launch, new_batch_prefill
+from ._tensors import is_cuda, torch_module
+from .variant import variant_arguments
+
+# At most _MAX_SINGLE_PREFILLS shapes are kept, the least recently used leaving first, except
+# those a capture used (a replay reads their plan and workspace). Each owns a workspace of
+# partial states for two CTAs a resident slot (~35 MB at head_dim 128 on an H100).
+_MAX_SINGLE_PREFILLS = 8
+_prefills = collections.OrderedDict()
+_captured = set()
+
+
+def _mask_bits(where, custom_mask, packed_custom_mask, qo_len, kv_len, device, capturing):
+    """The request's mask bits (uint8, FlashInfer's packed layout, little bit order) on the
+    device: packed there from a CUDA mask (capturable), else on the host (not inside a
+    capture)."""
+    torch = torch_module()
+    num_bits = qo_len * kv_len
+    num_bytes = (num_bits + 7) // 8
+    source = packed_custom_mask if packed_custom_mask is not None else custom_mask
+    name = "packed_custom_mask" if packed_custom_mask is not None else "custom_mask"
+    if not is_cuda(source):
+        if capturing:
+            raise RuntimeError(f"{where}: {name} is on the host; inside a CUDA graph capture it "
+                               "must be a CUDA tensor")
+        bits, _ = pack_custom_mask(custom_mask, packed_custom_mask, np.array([qo_len]),
+                                   np.array([kv_len]))
+        return torch.from_numpy(bits[:num_bytes]).to(device)
+    if packed_custom_mask is not None:
+        packed = packed_custom_mask.reshape(-1)
+        if packed.dtype != torch.uint8 or packed.shape[0] < num_bytes:
+            raise ValueError(f"{where}: packed_custom_mask must be uint8 with at least "
+                             f"{num_bytes} bytes (qo_len x kv_len bits), got {packed.dtype} "
+                             f"with {packed.shape[0]}")
+        return packed[:num_bytes]
+    flat = custom_mask.reshape(-1)
+    if flat.shape[0] != num_bits:
+        raise ValueError(f"{where}: custom_mask must have qo_len x kv_len = {num_bits} entries, "
+                         f"got {flat.shape[0]} (shape {tuple(custom_mask.shape)})")
+    padded = torch.zeros(8 * num_bytes, dtype=torch.uint8, device=device)
+    padded[:num_bits] = flat != 0
+    shifts = torch.arange(8, dtype=torch.int32, device=device)
+    return (padded.view(-1, 8).to(torch.int32) << shifts).sum(1).to(torch.uint8)
+
+
+def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales, return_lse,
+                       lse_base, variant_kwargs, kv_cache_sf):
+    """o (and lse) of one request: q [qo_len, H_qo, D], k / v ragged rows in kv_layout.
+    config: GpuPrefill.plan's configuration; mask: (custom_mask, packed_custom_mask) or None;
+    scales: (q_scale, k_scale, v_scale), None meaning 1."""
+    torch = torch_module()
+    capturing = torch.cuda.is_current_stream_capturing()
+    qo_len = q.shape[0]
+    kv_len = k.shape[0] if kv_layout == "NHD" else k.shape[1]
+    heads, head_dim_vo = config["num_qo_heads"], config["head_dim_vo"]
+    if qo_len == 0:  # nothing to compute
+        out = q.new_empty((0, heads, head_dim_vo))
+        lse = q.new_empty((0, heads), dtype=torch.float32)
+        return (out, lse) if return_lse else out
+    entry = (q.device.index or 0, kv_layout, backend, config_key(config), qo_len, kv_len)
+    prefill = _prefills.get(entry)
+    if prefill is not None:
+        _prefills.move_to_end(entry)
+    else:
+        if capturing:
+            raise RuntimeError(
+                f"{where}: the first call with qo_len={qo_len}, kv_len={kv_len} (and these "
+                "heads, head dims, dtypes, mask kind and options) is inside a CUDA graph "
+                "capture; it plans on the host when first called: call it once with these "
+                "shapes before capturing (torch.compile's warm-up runs do)")
+        # Device memory of its own (C++), no torch tensor that outlives the call: a warm-up
+        # under torch.compile allocates torch tensors from the graph's pool.
+        staged_kv = max(kv_len, 1) if config["kv_dtype"] == "uint8" else 0  # NVFP4's copy
+        prefill = new_batch_prefill(q.device.index or 0, config, kv_layout, False, True, (0, 0),
+                                    False, backend, (1, qo_len, staged_kv))
+        prefill.plan(np.array([0, qo_len], dtype=np.int32),
+                     np.array([0, kv_len], dtype=np.int32), None,
+                     _flare.current_stream(q.device.index or 0))
+        _prefills[entry] = prefill
+        for old in list(_prefills):
+            if len(_prefills) <= _MAX_SINGLE_PREFILLS:
+                break
+            if old not in _captured:
+                del _prefills[old]
+    if capturing:
+        _captured.add(entry)
+    # The mask bits live for the call: a capture keeps them in its pool for the replays.
+    bits = None if mask is None else _mask_bits(where, *mask, qo_len, kv_len, q.device,
+                                                capturing)
+    if bits is not None and bits.shape[0] == 0:  # the kernel takes a non-null pointer
+        bits = torch.zeros(1, dtype=torch.uint8, device=q.device)
+    variant = config["variant"]
+    scalars, tensors = ((None, None) if variant is None and not variant_kwargs
+                        else variant_arguments(where, variant, variant_kwargs))
+    out = q.new_empty((qo_len, heads, head_dim_vo))
+    lse = q.new_empty((qo_len, heads), dtype=torch.float32) if return_lse else None
+    launch(prefill, q, (k, v), None, kv_layout == "HND", out, lse, bits, scales, lse_base, None,
+           scalars, tensors, kv_cache_sf)
+    return (out, lse) if return_lse else out
