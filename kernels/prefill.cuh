@@ -328,7 +328,41 @@ __device__ __forceinline__ void write_item_shared(const PrefillParams& p, const 
   write_row_tables(p, item, g, shared.row_q_pos, shared.row_qo_head, thread_index(), T::kThreads);
 }
 
-// first_col: this thread's first S column (KV position).
+// The custom mask's bits of this thread's S elements (first_col: its first S column), gathered
+// from the request's packed bits by the rows' positions in the item's row table.
+__device__ __forceinline__ void gather_mask_bits(const PrefillParams& p, const ItemShared& shared,
+                                                 int first_col,
+                                                 unsigned (&bits)[RowInfo::kMaskWords]) {
+  const ItemGeometry& g = shared.record.g;
+#pragma unroll
+  for (int w = 0; w < RowInfo::kMaskWords; ++w) bits[w] = 0;
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long row_bit =
+          g.mask_base +
+          static_cast<long long>(shared.row_q_pos[local_row(mi, h)] - g.q_offset) * g.kv_len;
+#pragma unroll
+      for (int nj = 0; nj < T::kTilesS; ++nj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int pos = first_col + nj * 8 + e;
+          const long long bit = row_bit + pos;
+          // Columns past kv_hi may lie past the request's bits; visible() drops them anyway.
+          const unsigned set =
+              pos < g.kv_hi ? (__ldg(p.custom_mask + (bit >> 3)) >> (bit & 7)) & 1u : 0u;
+          const int index = mask_bit_index(mi, h, nj, e);
+          bits[index / 32] |= set << (index % 32);
+        }
+      }
+    }
+  }
+}
+
+// first_col: this thread's first S column (KV position). kMaskBits: gather the custom mask's
+// bits too (the Hopper family gathers them earlier, outside the softmax's register peak).
+template <bool kMaskBits = true>
 __device__ __forceinline__ RowInfo row_info(const PrefillParams& p, const ItemShared& shared,
                                             int first_col) {
   RowInfo rows;
@@ -345,31 +379,8 @@ __device__ __forceinline__ RowInfo row_info(const PrefillParams& p, const ItemSh
                                            g.kv_len - g.q_offset});
     }
   }
-  if constexpr (T::kMask == kMaskCustom) {
-    const ItemGeometry& g = shared.record.g;
-#pragma unroll
-    for (int w = 0; w < (RowInfo::kMaskBits + 31) / 32; ++w) rows.custom_bits[w] = 0;
-#pragma unroll
-    for (int mi = 0; mi < T::kMmaQ; ++mi) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const long long row_bit =
-            g.mask_base + static_cast<long long>(rows.q_pos[mi][h] - g.q_offset) * g.kv_len;
-#pragma unroll
-        for (int nj = 0; nj < T::kTilesS; ++nj) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int pos = first_col + nj * 8 + e;
-            const long long bit = row_bit + pos;
-            // Columns past kv_hi may lie past the request's bits; visible() drops them anyway.
-            const unsigned set =
-                pos < g.kv_hi ? (__ldg(p.custom_mask + (bit >> 3)) >> (bit & 7)) & 1u : 0u;
-            const int index = mask_bit_index(mi, h, nj, e);
-            rows.custom_bits[index / 32] |= set << (index % 32);
-          }
-        }
-      }
-    }
+  if constexpr (T::kMask == kMaskCustom && kMaskBits) {
+    gather_mask_bits(p, shared, first_col, rows.custom_bits);
   }
   return rows;
 }

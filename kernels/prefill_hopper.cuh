@@ -117,16 +117,36 @@ __device__ __forceinline__ void issue_pv(const unsigned char* smem, int stage, c
   wgmma::commit();
 }
 
+// The custom mask's bits of tile `tile` for this thread (none without a custom mask): gathered
+// before the tile's S = Q K^T is issued, while only O and the previous tile's P are live (in the
+// softmax, beside S, the gather's addresses spill at head dim 256).
+struct TileMaskBits {
+  unsigned w[RowInfo::kMaskWords];  // unused (and dropped) without a custom mask
+};
+__device__ __forceinline__ TileMaskBits tile_mask_bits(const PrefillParams& p,
+                                                       const ItemShared& shared, int tile) {
+  TileMaskBits bits;
+  if constexpr (T::kMask == kMaskCustom) {
+    const int first_col = warp_uniform(first_column(shared, tile)) + thread_index() % 4 * 2;
+    gather_mask_bits(p, shared, first_col, bits.w);
+  }
+  return bits;
+}
+
 // The online softmax of a tile's scores (masks and variants as the mma.sync family's
 // process_tile), with the key checks with_key_checks picked.
 template <bool kBegin, bool kEnd>
 __device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, ItemShared& shared,
-                                                      int first_col,
+                                                      int first_col, const TileMaskBits& bits,
                                                       float (&s)[T::kMmaQ][T::kTilesS][4]) {
   const int thread_col = first_col + thread_index() % 4 * 2;
   RowInfo rows;
   if (T::kMask == kMaskCustom || kBegin || kEnd || !kLinearLogits) {
-    rows = row_info(p, shared, thread_col);
+    rows = row_info<false>(p, shared, thread_col);
+  }
+  if constexpr (T::kMask == kMaskCustom) {
+#pragma unroll
+    for (int w = 0; w < RowInfo::kMaskWords; ++w) rows.custom_bits[w] = bits.w[w];
   }
   RowStats st = load_stats(shared);
   const OutputRescale r = softmax_scores<kBegin, kEnd>(p, shared.record.g, rows, thread_col, s, st);
@@ -429,14 +449,15 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
   // memory, not held across the loop): it then branches uniformly, and the softmax's shuffles
   // need no divergence fallback, a divergent path that would serialize the MMAs in flight
   // across it (C7518).
-  const auto softmax = [&](int tile, float(&s)[T::kMmaQ][T::kTilesS][4]) {
+  const auto softmax = [&](int tile, const TileMaskBits& bits, float(&s)[T::kMmaQ][T::kTilesS][4]) {
     const int first_col = warp_uniform(first_column(shared, tile));
     const WarpSpan& shared_span = shared.spans[thread_index() / 32];
     const WarpSpan uniform_span{warp_uniform(shared_span.kv_end),
                                 warp_uniform(shared_span.full_begin),
                                 warp_uniform(shared_span.full_end)};
     return with_key_checks(first_col, uniform_span, [&](auto begin, auto end) {
-      return tile_softmax<decltype(begin)::value, decltype(end)::value>(p, shared, first_col, s);
+      return tile_softmax<decltype(begin)::value, decltype(end)::value>(p, shared, first_col, bits,
+                                                                        s);
     });
   };
   // The first and the last turn are loops of at most one trip: an MMA issued under an `if`
@@ -445,6 +466,7 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
   for (int tile = 0; tile < min(computed, 1); ++tile) {
     wgmma::barrier_wait(barrier_address(shared.q_full), (full_phases >> kItemCountBit) & 1u);
     wait_half(shared.full, full_phases, kHalfK, stage_of(full_phases, tile));
+    const TileMaskBits bits = tile_mask_bits(p, shared, tile);
     float s[T::kMmaQ][T::kTilesS][4];
     turn_begin();
     issue_scores(smem, stage_of(full_phases, tile), s);
@@ -452,12 +474,13 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     wgmma::wait<0>();
     wgmma::hold(s[0]);
     release(kHalfK, stage_of(full_phases, tile), computed == 1);
-    softmax(tile, s);  // O is still zero: no rescale
+    softmax(tile, bits, s);  // O is still zero: no rescale
     to_fragments(s, probabilities);
   }
   for (int tile = 1; tile < computed; ++tile) {
     wait_half(shared.full, full_phases, kHalfK, stage_of(full_phases, tile));
     wait_half(shared.full, full_phases, kHalfV, stage_of(full_phases, tile - 1));
+    const TileMaskBits bits = tile_mask_bits(p, shared, tile);
     float s[T::kMmaQ][T::kTilesS][4];
     turn_begin();
     issue_scores(smem, stage_of(full_phases, tile), s);
@@ -466,7 +489,7 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     wgmma::wait<1>();  // S; the previous tile's P.V may still run
     wgmma::hold(s[0]);
     release(kHalfK, stage_of(full_phases, tile), tile == computed - 1);
-    const OutputRescale rescale = softmax(tile, s);
+    const OutputRescale rescale = softmax(tile, bits, s);
     wgmma::wait<0>();
     wgmma::hold(acc.o[0]);
     release(kHalfV, stage_of(full_phases, tile - 1));

@@ -126,10 +126,11 @@ struct RowState {
 // tile from the item's row tables (registers are the scarce resource across the KV loop).
 struct RowInfo {
   static constexpr int kMaskBits = T::kMmaQ * 2 * T::kTilesS * 2;  // one per S element
+  static constexpr int kMaskWords = (kMaskBits + 31) / 32;
   int q_pos[T::kMmaQ][2];  // KV position of the row's token (causal)
   Variant variant[T::kMmaQ][2];
   // Custom mask: bit ((mi * 2 + h) * kTilesS + nj) * 2 + e for element (mi, nj, 2 h + e).
-  unsigned custom_bits[(kMaskBits + 31) / 32];
+  unsigned custom_bits[kMaskWords];
 };
 // The KV positions this warp's rows can see, warp-uniform: columns at or past kv_end are
 // invisible to every row of the warp (the tile is skipped), columns in [full_begin, full_end)

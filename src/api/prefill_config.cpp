@@ -59,10 +59,11 @@ AttentionParams variant_params(const AttentionParams& p) {
 }
 
 // The Hopper family's shapes: query tiles of 128 rows, or 64 with head_dim_vo <= 128 (two CTAs
-// per SM then cap the registers at launch to 128 a thread, fewer than an m64n256 MMA needs); at
-// head_dim_vo 256 no custom mask (its per-key bits spill the consumers' 224 registers).
-bool warpgroup_shape(int query_tile, int head_dim_vo, MaskMode mask) {
-  if (head_dim_vo > 128) return query_tile == 128 && mask != MaskMode::kCustom;
+// per SM then cap the registers at launch to 128 a thread, fewer than an m64n256 MMA needs).
+// Every mask: the custom mask's bits are gathered before S = Q K^T is issued (prefill_hopper.cuh
+// tile_mask_bits), outside the softmax's register peak, which spilled at head_dim_vo 256.
+bool warpgroup_shape(int query_tile, int head_dim_vo) {
+  if (head_dim_vo > 128) return query_tile == 128;
   return query_tile == 128 || query_tile == 64;
 }
 
@@ -99,15 +100,14 @@ void validate_config(const BatchPrefillConfig& c) {
   FLARE_CHECK(c.kv_tile == 0 || std::ranges::count(kKvTiles, c.kv_tile) == 1,
               ErrorCode::kInvalidArgument, kWhat, ": kv_tile must be 0, 32, 64 or 128, got ",
               c.kv_tile);
-  FLARE_CHECK(c.backend != PrefillBackend::kFA3 ||
-                  (warpgroup_shape(c.query_tile == 0 ? 128 : c.query_tile,
-                                   prefill_kernel_head_dim_vo(c), c.params.mask) &&
-                   c.kv_tile != 32),
-              ErrorCode::kInvalidArgument, kWhat,
-              ": backend kFA3 (the Hopper family) takes query_tile 0, 64 (head_dim_vo <= 128) or "
-              "128, kv_tile 0, 64 or 128, and no custom mask at head_dim_vo 256; got query_tile=",
-              c.query_tile, " kv_tile=", c.kv_tile, " head_dim_vo=", c.head_dim_vo, " mask ",
-              c.params.mask == MaskMode::kCustom ? "custom" : "not custom");
+  FLARE_CHECK(
+      c.backend != PrefillBackend::kFA3 ||
+          (warpgroup_shape(c.query_tile == 0 ? 128 : c.query_tile, prefill_kernel_head_dim_vo(c)) &&
+           c.kv_tile != 32),
+      ErrorCode::kInvalidArgument, kWhat,
+      ": backend kFA3 (the Hopper family) takes query_tile 0, 64 (head_dim_vo <= 128) or "
+      "128, and kv_tile 0, 64 or 128; got query_tile=",
+      c.query_tile, " kv_tile=", c.kv_tile, " head_dim_vo=", c.head_dim_vo);
   FLARE_CHECK(c.fixed_split_size >= 0 && c.num_sms_to_use >= 0, ErrorCode::kInvalidArgument, kWhat,
               ": fixed_split_size and num_sms_to_use must be >= 0, got ", c.fixed_split_size,
               " and ", c.num_sms_to_use);
@@ -141,9 +141,8 @@ int mask_code(MaskMode mask) {
 }
 
 // Whether query tiles of this size run the Hopper family under these limits.
-bool uses_warpgroup(int query_tile, int head_dim_vo, MaskMode mask,
-                    const PrefillDeviceLimits& limits) {
-  return limits.warpgroup_mma && warpgroup_shape(query_tile, head_dim_vo, mask);
+bool uses_warpgroup(int query_tile, int head_dim_vo, const PrefillDeviceLimits& limits) {
+  return limits.warpgroup_mma && warpgroup_shape(query_tile, head_dim_vo);
 }
 
 // Warps of `shape`'s CTAs resident on one SM: by shared memory, and by registers (255 a thread
@@ -186,7 +185,7 @@ int fitting_warpgroup_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, 
 // The KV tile rule of choose_prefill_tiles; 0 when no KV tile fits.
 int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                     const PrefillDeviceLimits& limits) {
-  if (uses_warpgroup(query_tile, head_dim_vo, mask, limits)) {
+  if (uses_warpgroup(query_tile, head_dim_vo, limits)) {
     return fitting_warpgroup_kv_tile(query_tile, head_dim_qk, head_dim_vo, mask, limits);
   }
   int best_tile = 0;
@@ -255,7 +254,7 @@ PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, i
   size_t index = std::size(kQueryTiles) - 1;
   for (size_t i = 0; i < std::size(kQueryTiles); ++i) {
     if (kQueryTiles[i] >= average_packed_rows &&
-        (!limits.warpgroup_only || warpgroup_shape(kQueryTiles[i], head_dim_vo, mask))) {
+        (!limits.warpgroup_only || warpgroup_shape(kQueryTiles[i], head_dim_vo))) {
       index = i;
       break;
     }
@@ -268,7 +267,7 @@ PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, i
   PrefillTiles tiles;
   tiles.query_tile = kQueryTiles[index];
   tiles.kv_tile = choose_prefill_kv_tile(tiles.query_tile, head_dim_qk, head_dim_vo, mask, limits);
-  tiles.warpgroup = uses_warpgroup(tiles.query_tile, head_dim_vo, mask, limits);
+  tiles.warpgroup = uses_warpgroup(tiles.query_tile, head_dim_vo, limits);
   return tiles;
 }
 
@@ -294,8 +293,7 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
                   std::ranges::count(kKvTiles, tiles.kv_tile) == 1 &&
                   tiles.kv_tile / prefill_warps_kv(shape) >= 16 &&
                   (!tiles.warpgroup ||
-                   (config.head_dim_qk <= 256 &&
-                    warpgroup_shape(tiles.query_tile, head_dim_vo, config.params.mask) &&
+                   (config.head_dim_qk <= 256 && warpgroup_shape(tiles.query_tile, head_dim_vo) &&
                     tiles.kv_tile >= 64)),
               ErrorCode::kInvalidArgument, kWhat, ": tiles ", tiles.query_tile, "x", tiles.kv_tile,
               tiles.warpgroup ? " (Hopper family)" : "", " are not a kernel configuration");
@@ -417,17 +415,16 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   };
   for (const auto& [qk, vo] : dims) {
     for (const int tile : {64, 128}) {
-      if (warpgroup_shape(tile, vo, MaskMode::kCausal)) {
+      if (warpgroup_shape(tile, vo)) {
         add_hopper(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
       }
     }
     add_hopper(qk, vo, 128, PrefillKV::kRagged, DType::kBF16, causal);
     add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kF16, all);
     add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, rope);
-    if (warpgroup_shape(128, vo, MaskMode::kCustom)) {
-      add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, custom);
-    }
+    add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, custom);
   }
+  add_hopper(256, 256, 128, PrefillKV::kRagged, DType::kF16, custom);
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, capped_window);
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
@@ -487,7 +484,7 @@ std::optional<PrefillTiles> api_detail::fixed_prefill_tiles(const BatchPrefillCo
     t.query_tile = config.query_tile;
     t.kv_tile = choose_prefill_kv_tile(t.query_tile, config.head_dim_qk, head_dim_vo,
                                        config.params.mask, limits);
-    t.warpgroup = uses_warpgroup(t.query_tile, head_dim_vo, config.params.mask, limits);
+    t.warpgroup = uses_warpgroup(t.query_tile, head_dim_vo, limits);
   } else {
     const double average =
         static_cast<double>(config.max_total_qo) * prefill_group_size(config) / config.max_batch;

@@ -147,6 +147,23 @@ TEST(PrefillHopper, CustomMaskAndVariantFlags) {
   custom.num_kv_heads = 1;
   check_hopper(custom);
 
+  // Head dim 256 (the mask bits gathered before S = Q K^T is issued): paged at 128-token pages,
+  // and ragged fp16 with ALiBi and a soft cap (FlashInfer's custom-mask test shape).
+  Case wide = custom;
+  wide.q_lens = {130, 9, 77, 200};
+  wide.kv_lens = {500, 300, 77, 1000};
+  wide.head_dim_qk = wide.head_dim_vo = 256;
+  wide.num_qo_heads = 8;
+  wide.num_kv_heads = 2;
+  wide.page_size = 128;
+  check_hopper(wide);
+  wide.kv = PrefillKV::kRagged;
+  wide.dtype = DType::kF16;
+  wide.alibi = true;
+  wide.soft_cap = 30.0f;
+  wide.seed = 7;
+  check_hopper(wide);
+
   Case flags;
   flags.q_lens = {300, 17, 129};
   flags.kv_lens = {900, 400, 129};

@@ -124,7 +124,7 @@ struct PrefillTiles {
 // registers stay comfortable, else the fewer accumulators). The mask matters only through the
 // warp layout (custom masks keep one m16 tile per warp, kernels/prefill_params.cuh). Under
 // limits.warpgroup_mma the tiles of the Hopper family's shapes (128 rows; 64 at head_dim_vo <=
-// 128; no custom mask at 256) take it (tiles.warpgroup) with its own KV tile rule: the most
+// 128; every mask) take it (tiles.warpgroup) with its own KV tile rule: the most
 // resident warps, then the larger tile, 64 columns for custom masks and head_dim_qk > 128.
 PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, int head_dim_vo,
                                   MaskMode mask, const PrefillDeviceLimits& limits);
