@@ -172,22 +172,35 @@ __device__ __forceinline__ void fp8x4_to_f16x2_pairs(unsigned bytes, unsigned& f
   }
 }
 
-// Eight stored KV elements of type kCode at `src` (shared memory) -> float32, unscaled
-// (e4m3 values come out divided by kE4M3ViaF16Scale).
 // 8 NVFP4 values: 4 bytes of E2M1 pairs (the even element in the low nibble) times their block's
 // e4m3 scale (kernels/nvfp4_codes.cuh): exact in float32.
 __device__ __forceinline__ void load_nvfp4_8(const unsigned char* codes, unsigned char scale_bits,
                                              float (&out)[8]) {
   const unsigned word = *reinterpret_cast<const unsigned*>(codes);
-  const float half_scale = 0.5f * nvfp4::e4m3_value(scale_bits);
+  // Codes and scale as fp16 bits (nvfp4_codes.cuh: bit placements, exact), converted by cvt; the
+  // two placements' powers of two and the scale fold into one factor. Bytes 0 / 1 of the word
+  // (codes 0-3) spread to bytes 0 / 2, then bytes 2 / 3 (codes 4-7): each spread word gives
+  // codes (0, 2) at shift 0 and (1, 3) at shift 4 of its four.
+  float scale;
+  asm("cvt.f32.f16 %0, %1;"
+      : "=f"(scale)
+      : "h"(static_cast<unsigned short>(nvfp4::e4m3_as_f16(scale_bits))));
+  const float factor = scale * (nvfp4::kE4M3AsF16Scale * nvfp4::kE2M1AsF16Scale);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const unsigned code = (word >> (4 * i)) & 0xFu;
-    const float magnitude = static_cast<float>(nvfp4::e2m1_twice_magnitude(code)) * half_scale;
-    out[i] = (code & 8u) != 0 ? -magnitude : magnitude;
+  for (int half = 0; half < 2; ++half) {
+    const unsigned spread = __byte_perm(word, 0u, half == 0 ? 0x4140u : 0x4342u);
+    float even[2], odd[2];
+    f16x2_to_float2(nvfp4::e2m1x2_as_f16x2(spread, 0), even[0], even[1]);
+    f16x2_to_float2(nvfp4::e2m1x2_as_f16x2(spread, 4), odd[0], odd[1]);
+    out[4 * half + 0] = even[0] * factor;
+    out[4 * half + 1] = odd[0] * factor;
+    out[4 * half + 2] = even[1] * factor;
+    out[4 * half + 3] = odd[1] * factor;
   }
 }
 
+// Eight stored KV elements of type kCode at `src` (shared memory) -> float32, unscaled
+// (e4m3 values come out divided by kE4M3ViaF16Scale).
 template <int kCode>
 __device__ __forceinline__ void load_kv8(const unsigned char* src, float (&out)[8]) {
   if constexpr (kCode == kCodeE4M3 && FLARE_FP8_HARDWARE_CVT) {

@@ -86,6 +86,24 @@ FLARE_NVFP4_FN unsigned e2m1_twice_magnitude(unsigned code) {
   return (0xC8643210u >> (4u * (code & 7u))) & 0xFu;
 }
 
+// E2M1 codes as fp16 bits, for decoding without a per-value lookup or conversion: a code's
+// magnitude bits in fp16's two lowest exponent bits and top mantissa bit, its sign in the sign
+// bit, are its value x 2^-14 exactly (exponent field 0: fp16's subnormal 0.5 x 2^-14; 1..3:
+// 2^(e - 15) (1 + m / 2)). Two codes a word: the nibbles at bits 0-3 and 16-19 of x >> shift
+// go to the low and the high half.
+constexpr float kE2M1AsF16Scale = 16384.0f;  // 2^14
+FLARE_NVFP4_FN unsigned e2m1x2_as_f16x2(unsigned x, int shift) {
+  x >>= shift;
+  return ((x << 9) & 0x0E000E00u) | ((x << 12) & 0x80008000u);
+}
+
+// e4m3 bits as fp16 bits: the value x 2^-8 exactly (exponent biases 7 and 15; e4m3's subnormals
+// land on fp16's).
+constexpr float kE4M3AsF16Scale = 256.0f;  // 2^8
+FLARE_NVFP4_FN unsigned e4m3_as_f16(unsigned bits) {
+  return ((bits & 0x80u) << 8) | ((bits & 0x7Fu) << 7);
+}
+
 // The value of e4m3 bits (finite: 0x7F / 0xFF, NaN, are not produced by the appends).
 FLARE_NVFP4_FN float e4m3_value(unsigned bits) {
   const int exponent = static_cast<int>((bits >> 3) & 0xFu);

@@ -126,5 +126,35 @@ TEST(Nvfp4, KernelConversionsMatchTheHostFormats) {
   }
 }
 
+// The decode kernel's bit placements (kernels/decode_utils.cuh load_nvfp4_8): every E2M1 code in
+// each of the four nibble positions a word decodes, with any neighbours, and every finite e4m3
+// byte, exactly.
+TEST(Nvfp4KernelCodes, BitPlacementsAsFp16AreExact) {
+  std::mt19937 rng(5);
+  for (unsigned code = 0; code < 16; ++code) {
+    const float want = e2m1_to_float(static_cast<uint8_t>(code));
+    for (int trial = 0; trial < 64; ++trial) {
+      const unsigned noise = static_cast<unsigned>(rng());
+      for (const int shift : {0, 4}) {
+        for (const int half : {0, 1}) {
+          const int nibble = shift + 16 * half;
+          const unsigned word = (noise & ~(0xFu << nibble)) | (code << nibble);
+          const unsigned f16x2 = nvfp4::e2m1x2_as_f16x2(word, shift);
+          const auto bits = static_cast<uint16_t>(f16x2 >> (16 * half));
+          ASSERT_EQ(f16_bits_to_float(bits) * nvfp4::kE2M1AsF16Scale, want)
+              << "code " << code << " nibble " << nibble << " word " << word;
+        }
+      }
+    }
+  }
+  for (unsigned bits = 0; bits < 256; ++bits) {
+    if ((bits & 0x7F) == 0x7F) continue;  // NaN
+    EXPECT_EQ(
+        f16_bits_to_float(static_cast<uint16_t>(nvfp4::e4m3_as_f16(bits))) * nvfp4::kE4M3AsF16Scale,
+        e4m3_bits_to_float(static_cast<uint8_t>(bits)))
+        << bits;
+  }
+}
+
 }  // namespace
 }  // namespace flare
