@@ -5,28 +5,12 @@ allowed: the mask bits gathered before S = Q K^T) next to the FA2 family (backen
 GPU time per run() from CUDA events around 20 back-to-back eager runs (median of 5).
 Usage (GPU machine, flare installed): python3 this_file.py"""
 
-import statistics
-
 import torch
 
 import flare
+from eager_timing import time_runs
 
 DEVICE = torch.device("cuda:0")
-
-
-def time_runs(fn, repeats=20, rounds=5):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / repeats)
-    return statistics.median(times)
 
 
 def case(batch, q_len, kv_len, mode):

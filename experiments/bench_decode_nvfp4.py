@@ -1,38 +1,23 @@
 """NVFP4 KV decode (codes + e4m3 block scales decoded in the CUDA-core loop's gather) next to
 bf16 KV decode (the CUDA-core and the tensor-core loop) on the same shapes, through flare's
 Python wrapper in one process: GPU time per run() from a CUDA graph of 20 captured runs
-(use_cuda_graph wrappers), median of 5 replays; bf16 q, 32 / 8 heads, D 128, page 16. Issue 21
-predicts NVFP4 faster at long KV (a quarter of bf16's bytes, plus 1/16 for the scales).
+(use_cuda_graph wrappers; scripts/bench_python.py graph_us, median of 5 replays); bf16 q,
+32 / 8 heads, D 128, page 16. Issue 21 predicts NVFP4 faster at long KV (a quarter of bf16's
+bytes, plus 1/16 for the scales).
 Usage (GPU machine, flare installed): python3 this_file.py"""
 
-import statistics
+import sys
+from pathlib import Path
 
 import torch
 
 import flare
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from bench_python import graph_us  # noqa: E402
+
 DEVICE = torch.device("cuda:0")
 HQ, HK, D, PS = 32, 8, 128, 16
-
-
-def graph_time(run, repeats=20, rounds=5):
-    run()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(repeats):
-            run()
-    times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / repeats)
-    return statistics.median(times)
 
 
 def case(batch, kv_len):
@@ -60,10 +45,10 @@ def case(batch, kv_len):
                kv_data_type=kv_dtype)
         out = torch.empty_like(q)
         if kv_dtype == torch.uint8:
-            times[name] = graph_time(lambda: w.run(q, codes, out=out, kv_cache_sf=scales,
-                                                   k_scale=0.5, v_scale=2.0))
+            times[name] = graph_us(lambda: w.run(q, codes, out=out, kv_cache_sf=scales,
+                                                 k_scale=0.5, v_scale=2.0), 20)
         else:
-            times[name] = graph_time(lambda: w.run(q, kv16, out=out))
+            times[name] = graph_us(lambda: w.run(q, kv16, out=out), 20)
     best16 = min(times["bf16 cuda-core"], times["bf16 tensor-core"])
     bf16_gb = batch * kv_len * HK * D * 2 * 2 / 1e9
     print(f"| b{batch} kv{kv_len} | {times['bf16 cuda-core']:.1f} | "

@@ -2,8 +2,9 @@
 test_batch_prefill_with_ragged_kv_cache_custom_mask shapes (custom mask = the causal triangle),
 and how far each is from an exact float64 reference, next to the error of an ideal one-pass
 kernel that rounds P to fp16 once against the final row max and its output to fp16 (the floor
-any fp16-P kernel shares). FlashInfer's test asserts |custom - causal| <= 1e-3 + 1e-3 |causal|; its plan does not
-depend on the mask, so its two runs round identically; flare's plans are mask-aware.
+any fp16-P kernel shares). FlashInfer's test asserts |custom - causal| <= 1e-3 + 1e-3 |causal|;
+its plan does not depend on the mask, so its two runs round identically; flare's plans are
+mask-aware.
 
 Usage (GPU, flare installed: scripts/gpu_check_python.sh): python3 custom_vs_causal_rounding.py
 """

@@ -1,8 +1,6 @@
 """single_decode_with_kv_cache (and its FlashInfer customized-module entry): decode of one
 request, on the GPU a batch decode of one request over k and v viewed as pages of one token."""
 
-import collections
-
 import numpy as np
 
 from . import _flare, _flashinfer_jit
@@ -10,44 +8,13 @@ from ._args import (check_kv_layout, check_lse_base, check_pos_encoding_mode, ma
                     pdl_flag, scale_or_one)
 from ._cpu import to_lse_base
 from ._decode_common import _tensor_core_loop
+from ._shape_cache import PlannedByShape
 from ._tensors import is_cuda, tensor_dtype, torch_module
 from .variant import check_variant, variant_arguments
 
 # Decoders of single calls by (configuration, kv_len): use_cuda_graph BatchDecode objects planned
-# once, when created, so that a call does not plan: run() alone, which a CUDA graph (e.g.
-# torch.compile(mode="reduce-overhead"), FlashInfer issue #541) can capture after an eager call
-# of the same shapes (torch.compile's warm-up makes one). At most _MAX_SINGLE_DECODERS are kept,
-# the least recently used leaving first, except those a capture used: a replay reads their
-# plan for the life of the process.
-_MAX_SINGLE_DECODERS = 16
-_single_decoders = collections.OrderedDict()
-_captured = set()
-
-
-def _single_decoder(where, key, kv_len, make, capturing, stream):
-    entry = (key, kv_len)
-    decoder = _single_decoders.get(entry)
-    if decoder is not None:
-        _single_decoders.move_to_end(entry)
-    else:
-        if capturing:
-            raise RuntimeError(
-                f"{where}: the first call with kv_len={kv_len} (and these heads, head_dim, "
-                "dtypes and options) is inside a CUDA graph capture; it plans on the host when "
-                "first called: call it once with these shapes before capturing (torch.compile's "
-                "warm-up runs do)")
-        decoder = make()
-        decoder.plan(np.array([0, kv_len], dtype=np.int32),
-                     np.array([1] if kv_len > 0 else [0], dtype=np.int32), stream)
-        _single_decoders[entry] = decoder
-        for old in list(_single_decoders):
-            if len(_single_decoders) <= _MAX_SINGLE_DECODERS:
-                break
-            if old not in _captured:
-                del _single_decoders[old]
-    if capturing:
-        _captured.add(entry)
-    return decoder
+# once, when created (flare/_shape_cache.py).
+_single_decoders = PlannedByShape(16)
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",
@@ -104,14 +71,21 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
            tuple(sorted(params_kwargs.items())), tensor_cores,
            None if variant is None else variant.key())
     device = q.device.index or 0
-    decoder = _single_decoder(
-        where, key, kv_len, lambda: _flare.BatchDecode(_flare.DecodeConfig(
+
+    def make():
+        decoder = _flare.BatchDecode(_flare.DecodeConfig(
             device=device, max_batch=1, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
             head_dim=head_dim, page_size=1, q_dtype=q_dtype, kv_dtype=kv_dtype,
             kv_layout=kv_layout, params=make_params(**params_kwargs), use_cuda_graph=True,
             fixed_split_size=0, disable_split_kv=False, use_tensor_cores=tensor_cores,
-            variant=variant)),
-        torch.cuda.is_current_stream_capturing(), _flare.current_stream(device))
+            variant=variant))
+        decoder.plan(np.array([0, kv_len], dtype=np.int32),
+                     np.array([1] if kv_len > 0 else [0], dtype=np.int32),
+                     _flare.current_stream(device))
+        return decoder
+
+    decoder = _single_decoders.get(where, (key, kv_len), f"kv_len={kv_len}", make,
+                                   torch.cuda.is_current_stream_capturing())
     indices = torch.arange(kv_len, dtype=torch.int32, device=q.device)
     out = q.new_empty((1, num_qo_heads, head_dim))
     lse = q.new_empty((1, num_qo_heads), dtype=torch.float32) if return_lse else None

@@ -8,22 +8,18 @@ may replan it. A custom mask is packed on the device at every call (device opera
 which a capture records).
 """
 
-import collections
-
 import numpy as np
 
 from . import _flare
 from ._cpu import pack_custom_mask
 from ._prefill_gpu import config_key, launch, new_batch_prefill
+from ._shape_cache import PlannedByShape
 from ._tensors import is_cuda, torch_module
 from .variant import variant_arguments
 
-# At most _MAX_SINGLE_PREFILLS shapes are kept, the least recently used leaving first, except
-# those a capture used (a replay reads their plan and workspace). Each owns a workspace of
-# partial states for two CTAs a resident slot (~35 MB at head_dim 128 on an H100).
-_MAX_SINGLE_PREFILLS = 8
-_prefills = collections.OrderedDict()
-_captured = set()
+# At most 8 shapes (flare/_shape_cache.py): each owns a workspace of partial states for two CTAs
+# a resident slot (~35 MB at head_dim 128 on an H100).
+_prefills = PlannedByShape(8)
 
 
 def _mask_bits(where, custom_mask, packed_custom_mask, qo_len, kv_len, device, capturing):
@@ -73,33 +69,20 @@ def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales,
         out = q.new_empty((0, heads, head_dim_vo))
         lse = q.new_empty((0, heads), dtype=torch.float32)
         return (out, lse) if return_lse else out
-    entry = (q.device.index or 0, kv_layout, backend, config_key(config), qo_len, kv_len)
-    prefill = _prefills.get(entry)
-    if prefill is not None:
-        _prefills.move_to_end(entry)
-    else:
-        if capturing:
-            raise RuntimeError(
-                f"{where}: the first call with qo_len={qo_len}, kv_len={kv_len} (and these "
-                "heads, head dims, dtypes, mask kind and options) is inside a CUDA graph "
-                "capture; it plans on the host when first called: call it once with these "
-                "shapes before capturing (torch.compile's warm-up runs do)")
+    device = q.device.index or 0
+
+    def make():
         # Device memory of its own (C++), no torch tensor that outlives the call: a warm-up
         # under torch.compile allocates torch tensors from the graph's pool.
         staged_kv = max(kv_len, 1) if config["kv_dtype"] == "uint8" else 0  # NVFP4's copy
-        prefill = new_batch_prefill(q.device.index or 0, config, kv_layout, False, True, (0, 0),
-                                    False, backend, (1, qo_len, staged_kv))
+        prefill = new_batch_prefill(device, config, kv_layout, False, True, (0, 0), False,
+                                    backend, (1, qo_len, staged_kv))
         prefill.plan(np.array([0, qo_len], dtype=np.int32),
-                     np.array([0, kv_len], dtype=np.int32), None,
-                     _flare.current_stream(q.device.index or 0))
-        _prefills[entry] = prefill
-        for old in list(_prefills):
-            if len(_prefills) <= _MAX_SINGLE_PREFILLS:
-                break
-            if old not in _captured:
-                del _prefills[old]
-    if capturing:
-        _captured.add(entry)
+                     np.array([0, kv_len], dtype=np.int32), None, _flare.current_stream(device))
+        return prefill
+
+    prefill = _prefills.get(where, (device, kv_layout, backend, config_key(config), qo_len,
+                                    kv_len), f"qo_len={qo_len}, kv_len={kv_len}", make, capturing)
     # The mask bits live for the call: a capture keeps them in its pool for the replays.
     bits = None if mask is None else _mask_bits(where, *mask, qo_len, kv_len, q.device,
                                                 capturing)

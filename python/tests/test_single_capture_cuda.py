@@ -28,6 +28,43 @@ def inputs(kv_len, seed):
     return q, k, v
 
 
+def check_under_torch_compile(name, call, q_shape, kv_shape, calls):
+    """As FlashInfer's issue #541 tests: `call` (an expression of q, k, v) registered as the torch
+    op flare_test::<name>, compiled with mode="reduce-overhead" and called `calls` times on new
+    fp16 inputs, each output equal to an eager call's. In a subprocess: torch.library
+    registration must happen at module level for dynamo."""
+    script = textwrap.dedent(f"""\
+        import torch
+        import flare
+
+        torch.library.define("flare_test::{name}", "(Tensor q, Tensor k, Tensor v) -> Tensor")
+
+        @torch.library.impl("flare_test::{name}", "cuda")
+        def _impl(q, k, v):
+            return {call}
+
+        @torch.library.register_fake("flare_test::{name}")
+        def _fake(q, k, v):
+            return torch.empty_like(q)
+
+        compiled = torch.compile(lambda q, k, v: torch.ops.flare_test.{name}(q, k, v),
+                                 mode="reduce-overhead", fullgraph=True)
+        for i in range({calls}):
+            q = torch.randn({q_shape}, device="cuda", dtype=torch.float16)
+            k = torch.randn({kv_shape}, device="cuda", dtype=torch.float16)
+            v = torch.randn({kv_shape}, device="cuda", dtype=torch.float16)
+            got = compiled(q, k, v).clone()
+            assert torch.equal(got, {call}), i
+        torch.cuda.synchronize()
+        print("PASS")
+        """)
+    env = dict(os.environ)
+    env.setdefault("USER", "flare-tests")  # inductor's cache directory needs a user name
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0 and "PASS" in result.stdout, result.stderr[-2000:]
+
+
 @pytest.mark.parametrize("kv_len", [1, 300, 5000])
 def test_a_captured_single_decode_replays_with_new_values(kv_len):
     q, k, v = inputs(kv_len, 1)
@@ -53,38 +90,8 @@ def test_first_call_of_a_shape_inside_a_capture_is_refused_by_name(monkeypatch):
 
 
 def test_single_decode_under_torch_compile_reduce_overhead():
-    """As FlashInfer's issue #541 test: in a subprocess (torch.library registration must happen
-    at module level for dynamo)."""
-    script = textwrap.dedent("""\
-        import torch
-        import flare
-
-        torch.library.define("flare_test::single_decode", "(Tensor q, Tensor k, Tensor v) -> Tensor")
-
-        @torch.library.impl("flare_test::single_decode", "cuda")
-        def _impl(q, k, v):
-            return flare.single_decode_with_kv_cache(q, k, v)
-
-        @torch.library.register_fake("flare_test::single_decode")
-        def _fake(q, k, v):
-            return torch.empty_like(q)
-
-        compiled = torch.compile(lambda q, k, v: torch.ops.flare_test.single_decode(q, k, v),
-                                 mode="reduce-overhead", fullgraph=True)
-        for i in range(3):
-            q = torch.randn(8, 128, device="cuda", dtype=torch.float16)
-            k = torch.randn(256, 2, 128, device="cuda", dtype=torch.float16)
-            v = torch.randn(256, 2, 128, device="cuda", dtype=torch.float16)
-            got = compiled(q, k, v).clone()
-            assert torch.equal(got, flare.single_decode_with_kv_cache(q, k, v)), i
-        torch.cuda.synchronize()
-        print("PASS")
-        """)
-    env = dict(os.environ)
-    env.setdefault("USER", "flare-tests")  # inductor's cache directory needs a user name
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=300, env=env)
-    assert result.returncode == 0 and "PASS" in result.stdout, result.stderr[-2000:]
+    check_under_torch_compile("single_decode", "flare.single_decode_with_kv_cache(q, k, v)",
+                              "8, 128", "256, 2, 128", 3)
 
 
 def prefill_inputs(qo_len, kv_len, seed):
@@ -163,34 +170,6 @@ def test_a_wrong_sized_custom_mask_is_refused_by_name():
 
 def test_single_prefill_under_torch_compile_reduce_overhead():
     """FlashInfer's issue #541 prefill test, with each output checked against an eager call."""
-    script = textwrap.dedent("""\
-        import torch
-        import flare
-
-        torch.library.define("flare_test::single_prefill",
-                             "(Tensor q, Tensor k, Tensor v) -> Tensor")
-
-        @torch.library.impl("flare_test::single_prefill", "cuda")
-        def _impl(q, k, v):
-            return flare.single_prefill_with_kv_cache(q, k, v, causal=True)
-
-        @torch.library.register_fake("flare_test::single_prefill")
-        def _fake(q, k, v):
-            return torch.empty_like(q)
-
-        compiled = torch.compile(lambda q, k, v: torch.ops.flare_test.single_prefill(q, k, v),
-                                 mode="reduce-overhead", fullgraph=True)
-        for i in range(4):
-            q = torch.randn(128, 8, 128, device="cuda", dtype=torch.float16)
-            k = torch.randn(128, 8, 128, device="cuda", dtype=torch.float16)
-            v = torch.randn(128, 8, 128, device="cuda", dtype=torch.float16)
-            got = compiled(q, k, v).clone()
-            assert torch.equal(got, flare.single_prefill_with_kv_cache(q, k, v, causal=True)), i
-        torch.cuda.synchronize()
-        print("PASS")
-        """)
-    env = dict(os.environ)
-    env.setdefault("USER", "flare-tests")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=300, env=env)
-    assert result.returncode == 0 and "PASS" in result.stdout, result.stderr[-2000:]
+    check_under_torch_compile(
+        "single_prefill", "flare.single_prefill_with_kv_cache(q, k, v, causal=True)",
+        "128, 8, 128", "128, 8, 128", 4)
