@@ -324,21 +324,17 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   p.merge_counters = static_cast<int32_t*>(s.merge_counters.data());
   p.q_stride_token = q.strides[0];
   p.q_stride_head = q.strides[1];
-  p.k_stride_page = kv.k.strides[0];
-  p.k_stride_slot = nhd ? kv.k.strides[1] : kv.k.strides[2];
-  p.k_stride_head = nhd ? kv.k.strides[2] : kv.k.strides[1];
-  p.v_stride_page = kv.v.strides[0];
-  p.v_stride_slot = nhd ? kv.v.strides[1] : kv.v.strides[2];
-  p.v_stride_head = nhd ? kv.v.strides[2] : kv.v.strides[1];
+  const api_detail::KVStrides ks = api_detail::kv_strides(kv.k, c.layout);
+  const api_detail::KVStrides vs = api_detail::kv_strides(kv.v, c.layout);
+  p.k_stride_page = ks.unit, p.k_stride_slot = ks.slot, p.k_stride_head = ks.head;
+  p.v_stride_page = vs.unit, p.v_stride_slot = vs.slot, p.v_stride_head = vs.head;
   if (nvfp4) {
     p.k_sf = static_cast<const unsigned char*>(kv.k_scales.data);
     p.v_sf = static_cast<const unsigned char*>(kv.v_scales.data);
-    p.k_sf_stride_page = kv.k_scales.strides[0];
-    p.k_sf_stride_slot = nhd ? kv.k_scales.strides[1] : kv.k_scales.strides[2];
-    p.k_sf_stride_head = nhd ? kv.k_scales.strides[2] : kv.k_scales.strides[1];
-    p.v_sf_stride_page = kv.v_scales.strides[0];
-    p.v_sf_stride_slot = nhd ? kv.v_scales.strides[1] : kv.v_scales.strides[2];
-    p.v_sf_stride_head = nhd ? kv.v_scales.strides[2] : kv.v_scales.strides[1];
+    const api_detail::KVStrides kss = api_detail::kv_strides(kv.k_scales, c.layout);
+    const api_detail::KVStrides vss = api_detail::kv_strides(kv.v_scales, c.layout);
+    p.k_sf_stride_page = kss.unit, p.k_sf_stride_slot = kss.slot, p.k_sf_stride_head = kss.head;
+    p.v_sf_stride_page = vss.unit, p.v_sf_stride_slot = vss.slot, p.v_sf_stride_head = vss.head;
     FLARE_CHECK(kv.k_scales.shape[0] >= std::min(k_pages, v_pages) &&
                     kv.v_scales.shape[0] >= std::min(k_pages, v_pages),
                 ErrorCode::kInvalidArgument, kWhat,

@@ -344,12 +344,10 @@ void BatchPrefill::run_16bit(const TensorView& q, const PagedKVPages& kv, const 
   // An out-of-range page id is read from page 0 (kernels/prefill_load.cuh load_row_pages).
   FLARE_CHECK(planned_pages == 0 || a.num_pages >= 1, ErrorCode::kInvalidArgument, kWhat,
               ": the plan reads ", planned_pages, " pages but the cache has none");
-  a.k_page = kv.k.strides[0];
-  a.k_slot = nhd ? kv.k.strides[1] : kv.k.strides[2];
-  a.k_head = nhd ? kv.k.strides[2] : kv.k.strides[1];
-  a.v_page = kv.v.strides[0];
-  a.v_slot = nhd ? kv.v.strides[1] : kv.v.strides[2];
-  a.v_head = nhd ? kv.v.strides[2] : kv.v.strides[1];
+  const api_detail::KVStrides ks = api_detail::kv_strides(kv.k, c.layout);
+  const api_detail::KVStrides vs = api_detail::kv_strides(kv.v, c.layout);
+  a.k_page = ks.unit, a.k_slot = ks.slot, a.k_head = ks.head;
+  a.v_page = vs.unit, a.v_slot = vs.slot, a.v_head = vs.head;
   check_page_strides_fit_int32(kWhat, "k", a.k_page, a.k_slot, ps, 2);
   check_page_strides_fit_int32(kWhat, "v", a.v_page, a.v_slot, ps, 2);
   if (s.validate_indices) {

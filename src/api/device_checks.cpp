@@ -47,6 +47,12 @@ void check_device_tensor(const char* what, const TensorView& t, const char* name
   }
 }
 
+KVStrides kv_strides(const TensorView& t, KVLayout layout) {
+  if (t.ndim == 3) return {t.strides[0], 0, t.strides[1]};
+  const bool nhd = layout == KVLayout::kNHD;
+  return {t.strides[0], nhd ? t.strides[1] : t.strides[2], nhd ? t.strides[2] : t.strides[1]};
+}
+
 void check_page_strides_fit_int32(const char* what, const char* name, int64_t page_stride,
                                   int64_t slot_stride, int64_t page_size, int64_t element_bytes) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();

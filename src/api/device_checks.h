@@ -8,6 +8,7 @@
 
 #include "flare/core/dtype.h"
 #include "flare/core/tensor.h"
+#include "flare/format/paged_kv.h"
 
 namespace flare::api_detail {
 
@@ -30,6 +31,14 @@ inline void check_device_tensor(const char* what, const TensorView& t, const cha
   check_device_tensor(what, t, name, device, dtype,
                       std::span<const int64_t>(shape.begin(), shape.size()), vectorized);
 }
+
+// The page (or row), slot and head strides, in elements, of a K/V tensor the kernels address:
+// 4-D pages in `layout` (NHD [pages, page_size, H, D], HND [pages, H, page_size, D]), or 3-D
+// rows [rows, H, D] (slot 0).
+struct KVStrides {
+  int64_t unit = 0, slot = 0, head = 0;
+};
+KVStrides kv_strides(const TensorView& t, KVLayout layout);
 
 // Throws kUnsupported unless a page's byte stride and the last slot's byte offset of a paged
 // K or V tensor (`name`) fit int32: the kernels form them with 32-bit multiplies (the page id

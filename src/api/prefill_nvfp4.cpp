@@ -38,22 +38,16 @@ void check_nvfp4_tensor(const TensorView& t, const std::string& name, int device
               view.ndim > 3 ? std::to_string(view.strides[2]) : "");
 }
 
-// Unit (page or row), slot, head strides of a 4-D page tensor in `layout` or a 3-D row tensor.
-void unit_strides(const TensorView& t, bool nhd, int64_t (&out)[3]) {
-  if (t.ndim == 3) {
-    out[0] = t.strides[0], out[1] = 0, out[2] = t.strides[1];
-  } else {
-    out[0] = t.strides[0];
-    out[1] = nhd ? t.strides[1] : t.strides[2];
-    out[2] = nhd ? t.strides[2] : t.strides[1];
-  }
+void set_strides(const TensorView& t, KVLayout layout, int64_t (&out)[3]) {
+  const KVStrides strides = kv_strides(t, layout);
+  out[0] = strides.unit, out[1] = strides.slot, out[2] = strides.head;
 }
 
 // The caller's codes and scales (k, v, k scales, v scales), each checked against shape_of(t,
 // width) with D / 2 or D / 16, into the params' source fields.
 template <class ShapeOf>
-void check_sources(const BatchPrefillConfig& c, const TensorView* const (&t)[4], bool nhd,
-                   ShapeOf shape_of, Nvfp4StageParams& p) {
+void check_sources(const BatchPrefillConfig& c, const TensorView* const (&t)[4], ShapeOf shape_of,
+                   Nvfp4StageParams& p) {
   FLARE_CHECK(t[2]->ndim != 0 && t[3]->ndim != 0, kInvalid, kWhat,
               ": NVFP4 KV (kv_dtype uint8) needs its block scales (kv_cache_sf)");
   const char* const names[4] = {"k (NVFP4 codes)", "v (NVFP4 codes)", "k scales (kv_cache_sf)",
@@ -67,8 +61,8 @@ void check_sources(const BatchPrefillConfig& c, const TensorView* const (&t)[4],
   for (int which = 0; which < 2; ++which) {
     p.codes[which] = static_cast<const unsigned char*>(t[which]->data);
     p.scales[which] = static_cast<const unsigned char*>(t[which + 2]->data);
-    unit_strides(*t[which], nhd, p.code_stride[which]);
-    unit_strides(*t[which + 2], nhd, p.scale_stride[which]);
+    set_strides(*t[which], c.layout, p.code_stride[which]);
+    set_strides(*t[which + 2], c.layout, p.scale_stride[which]);
   }
 }
 
@@ -120,7 +114,7 @@ PagedKVPages Nvfp4PrefillStaging::stage(const PagedKVPages& kv, const Plan& plan
                : std::vector<int64_t>{pages, h, ps, width};
   };
   Nvfp4StageParams p{};
-  check_sources(c, {&kv.k, &kv.v, &kv.k_scales, &kv.v_scales}, nhd, shape, p);
+  check_sources(c, {&kv.k, &kv.v, &kv.k_scales, &kv.v_scales}, shape, p);
   const TensorView& ids = kv.indices;
   FLARE_CHECK((ids.data != nullptr || ids.shape[0] == 0) && ids.device == Device::cuda(c.device) &&
                   ids.dtype == DType::kI32 && ids.ndim == 1 && ids.shape[0] >= plan.planned_units &&
@@ -157,7 +151,7 @@ std::pair<TensorView, TensorView> Nvfp4PrefillStaging::stage(const Nvfp4Rows& kv
     return std::vector<int64_t>{t.ndim == 3 ? t.shape[0] : -1, h, width};
   };
   Nvfp4StageParams p{};
-  check_sources(c, {&kv.k, &kv.v, &kv.k_scales, &kv.v_scales}, true, shape, p);
+  check_sources(c, {&kv.k, &kv.v, &kv.k_scales, &kv.v_scales}, shape, p);
   const int64_t rows =
       std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0], kv.v_scales.shape[0]});
   FLARE_CHECK(rows >= plan.planned_units, kInvalid, kWhat,
