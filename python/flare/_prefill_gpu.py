@@ -64,6 +64,37 @@ class _Prefills:
         return prefill
 
 
+def pack_bits_on_device(bits, num_bytes, positions=None):
+    """uint8 [max(num_bytes, 1)] on bits' device: the nonzero entries of `bits` (a CUDA tensor)
+    as set bits, little bit order, entry i at bit positions[i] (default i). Device operations
+    only: a CUDA graph can capture it."""
+    torch = torch_module()
+    device = bits.device
+    padded = torch.zeros(8 * max(num_bytes, 1), dtype=torch.uint8, device=device)
+    if positions is None:
+        padded[:bits.shape[0]] = bits != 0
+    else:
+        padded[positions] = (bits != 0).to(torch.uint8)
+    shifts = torch.arange(8, dtype=torch.int32, device=device)
+    return (padded.view(-1, 8).to(torch.int32) << shifts).sum(1).to(torch.uint8)
+
+
+def checked_packed_mask(packed_custom_mask, num_bytes):
+    """packed_custom_mask (torch or numpy) as a flat uint8 tensor where it is; ValueError unless
+    it holds num_bytes."""
+    torch = torch_module()
+    packed = packed_custom_mask if is_torch(packed_custom_mask) else torch.from_numpy(
+        np.ascontiguousarray(packed_custom_mask, dtype=np.uint8))
+    packed = packed.reshape(-1)
+    if packed.dtype != torch.uint8:
+        raise ValueError(f"packed_custom_mask must be uint8, got {packed.dtype}")
+    if packed.shape[0] < num_bytes:
+        raise ValueError(
+            f"packed_custom_mask must have at least {num_bytes} bytes (the requests' "
+            f"qo_len x kv_len bits, padded per request), got {packed.shape[0]}")
+    return packed
+
+
 def mask_on_device(custom_mask, packed_custom_mask, qo_len, kv_len, like):
     """(bits uint8, mask_indptr int32) on like's device in FlashInfer's segment_packbits layout:
     request i's qo_len x kv_len row-major bits, little bit order, from byte mask_indptr[i],
@@ -79,15 +110,7 @@ def mask_on_device(custom_mask, packed_custom_mask, qo_len, kv_len, like):
     total_bytes = int(byte_indptr[-1])
     indptr = torch.from_numpy(byte_indptr.astype(np.int32)).to(device, non_blocking=True)
     if packed_custom_mask is not None:
-        packed = packed_custom_mask if is_torch(packed_custom_mask) else torch.from_numpy(
-            np.ascontiguousarray(packed_custom_mask, dtype=np.uint8))
-        packed = packed.reshape(-1)
-        if packed.dtype != torch.uint8:
-            raise ValueError(f"packed_custom_mask must be uint8, got {packed.dtype}")
-        if packed.shape[0] < total_bytes:
-            raise ValueError(
-                f"packed_custom_mask must have at least {total_bytes} bytes (the requests' "
-                f"qo_len x kv_len bits, padded per request), got {packed.shape[0]}")
+        packed = checked_packed_mask(packed_custom_mask, total_bytes)
         if packed.shape[0] == 0:  # the kernel takes a non-null pointer
             packed = torch.zeros(1, dtype=torch.uint8)
         return packed.to(device, non_blocking=True).contiguous(), indptr
@@ -107,11 +130,7 @@ def mask_on_device(custom_mask, packed_custom_mask, qo_len, kv_len, like):
     shift = torch.from_numpy(8 * byte_indptr[:-1] - bit_indptr[:-1]).to(device)
     positions = torch.arange(total_bits, device=device) + torch.repeat_interleave(
         shift, torch.from_numpy(sizes).to(device), output_size=total_bits)
-    padded = torch.zeros(8 * max(total_bytes, 1), dtype=torch.uint8, device=device)
-    padded[positions] = (flat != 0).to(torch.uint8)
-    weights = torch.tensor([1 << b for b in range(8)], dtype=torch.int32, device=device)
-    packed = (padded.view(-1, 8).to(torch.int32) * weights).sum(dim=1).to(torch.uint8)
-    return packed, indptr
+    return pack_bits_on_device(flat, total_bytes, positions), indptr
 
 
 def config_key(config):

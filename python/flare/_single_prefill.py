@@ -12,7 +12,8 @@ import numpy as np
 
 from . import _flare
 from ._cpu import pack_custom_mask
-from ._prefill_gpu import config_key, launch, new_batch_prefill
+from ._prefill_gpu import (checked_packed_mask, config_key, launch, new_batch_prefill,
+                           pack_bits_on_device)
 from ._shape_cache import PlannedByShape
 from ._tensors import is_cuda, torch_module
 from .variant import variant_arguments
@@ -23,9 +24,9 @@ _prefills = PlannedByShape(8)
 
 
 def _mask_bits(where, custom_mask, packed_custom_mask, qo_len, kv_len, device, capturing):
-    """The request's mask bits (uint8, FlashInfer's packed layout, little bit order) on the
-    device: packed there from a CUDA mask (capturable), else on the host (not inside a
-    capture)."""
+    """The request's mask bits (uint8, at least one byte, FlashInfer's packed layout, little bit
+    order) on the device: packed there from a CUDA mask (capturable), else on the host (not
+    inside a capture)."""
     torch = torch_module()
     num_bits = qo_len * kv_len
     num_bytes = (num_bits + 7) // 8
@@ -37,22 +38,17 @@ def _mask_bits(where, custom_mask, packed_custom_mask, qo_len, kv_len, device, c
                                "must be a CUDA tensor")
         bits, _ = pack_custom_mask(custom_mask, packed_custom_mask, np.array([qo_len]),
                                    np.array([kv_len]))
-        return torch.from_numpy(bits[:num_bytes]).to(device)
-    if packed_custom_mask is not None:
-        packed = packed_custom_mask.reshape(-1)
-        if packed.dtype != torch.uint8 or packed.shape[0] < num_bytes:
-            raise ValueError(f"{where}: packed_custom_mask must be uint8 with at least "
-                             f"{num_bytes} bytes (qo_len x kv_len bits), got {packed.dtype} "
-                             f"with {packed.shape[0]}")
-        return packed[:num_bytes]
-    flat = custom_mask.reshape(-1)
-    if flat.shape[0] != num_bits:
-        raise ValueError(f"{where}: custom_mask must have qo_len x kv_len = {num_bits} entries, "
-                         f"got {flat.shape[0]} (shape {tuple(custom_mask.shape)})")
-    padded = torch.zeros(8 * num_bytes, dtype=torch.uint8, device=device)
-    padded[:num_bits] = flat != 0
-    shifts = torch.arange(8, dtype=torch.int32, device=device)
-    return (padded.view(-1, 8).to(torch.int32) << shifts).sum(1).to(torch.uint8)
+        packed = torch.from_numpy(bits[:num_bytes]).to(device)
+    elif packed_custom_mask is not None:
+        packed = checked_packed_mask(packed_custom_mask, num_bytes)[:num_bytes]
+    else:
+        flat = custom_mask.reshape(-1)
+        if flat.shape[0] != num_bits:
+            raise ValueError(f"{where}: custom_mask must have qo_len x kv_len = {num_bits} "
+                             f"entries, got {flat.shape[0]} (shape {tuple(custom_mask.shape)})")
+        return pack_bits_on_device(flat, num_bytes)
+    # The kernel takes a non-null pointer: a mask of no bits is one zero byte.
+    return packed if num_bytes > 0 else torch.zeros(1, dtype=torch.uint8, device=device)
 
 
 def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales, return_lse,
@@ -86,8 +82,6 @@ def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales,
     # The mask bits live for the call: a capture keeps them in its pool for the replays.
     bits = None if mask is None else _mask_bits(where, *mask, qo_len, kv_len, q.device,
                                                 capturing)
-    if bits is not None and bits.shape[0] == 0:  # the kernel takes a non-null pointer
-        bits = torch.zeros(1, dtype=torch.uint8, device=q.device)
     variant = config["variant"]
     scalars, tensors = ((None, None) if variant is None and not variant_kwargs
                         else variant_arguments(where, variant, variant_kwargs))
