@@ -16,7 +16,6 @@ from ._prefill_gpu import (checked_packed_mask, config_key, launch, new_batch_pr
                            pack_bits_on_device)
 from ._shape_cache import PlannedByShape
 from ._tensors import is_cuda, torch_module
-from .variant import variant_arguments
 
 # At most 8 shapes (flare/_shape_cache.py): each owns a workspace of partial states for two CTAs
 # a resident slot (~35 MB at head_dim 128 on an H100).
@@ -52,10 +51,11 @@ def _mask_bits(where, custom_mask, packed_custom_mask, qo_len, kv_len, device, c
 
 
 def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales, return_lse,
-                       lse_base, variant_kwargs, kv_cache_sf):
+                       lse_base, variant_args, kv_cache_sf):
     """o (and lse) of one request: q [qo_len, H_qo, D], k / v ragged rows in kv_layout.
     config: GpuPrefill.plan's configuration; mask: (custom_mask, packed_custom_mask) or None;
-    scales: (q_scale, k_scale, v_scale), None meaning 1."""
+    scales: (q_scale, k_scale, v_scale), None meaning 1; variant_args: variant_arguments()'s
+    (scalars, tensors)."""
     torch = torch_module()
     capturing = torch.cuda.is_current_stream_capturing()
     qo_len = q.shape[0]
@@ -82,11 +82,8 @@ def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales,
     # The mask bits live for the call: a capture keeps them in its pool for the replays.
     bits = None if mask is None else _mask_bits(where, *mask, qo_len, kv_len, q.device,
                                                 capturing)
-    variant = config["variant"]
-    scalars, tensors = ((None, None) if variant is None and not variant_kwargs
-                        else variant_arguments(where, variant, variant_kwargs))
     out = q.new_empty((qo_len, heads, head_dim_vo))
     lse = q.new_empty((qo_len, heads), dtype=torch.float32) if return_lse else None
     launch(prefill, q, (k, v), None, kv_layout == "HND", out, lse, bits, scales, lse_base, None,
-           scalars, tensors, kv_cache_sf)
+           *variant_args, kv_cache_sf)
     return (out, lse) if return_lse else out

@@ -487,7 +487,8 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
                          logits_soft_cap=logits_soft_cap, pos_encoding_mode=pos_encoding_mode,
                          rope_scale=rope_scale, rope_theta=rope_theta)
     variant = check_variant(where, variant, is_cuda(q), causal)
-    variant_arguments(where, variant, variant_kwargs)  # names a missing or unknown one now
+    # Names a missing or unknown argument now (on the CPU too); the GPU run takes them.
+    variant_args = variant_arguments(where, variant, variant_kwargs)
     if not is_cuda(q):
         _refuse_cpu_nvfp4(where, (None, tensor_dtype(k)), kv_cache_sf)
         if k_scale is not None or v_scale is not None:
@@ -515,7 +516,7 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     return single_prefill_gpu(
         where, q, k, v, kv_layout, backend, config,
         (custom_mask, packed_custom_mask) if has_mask else None, (None, k_scale, v_scale),
-        return_lse, lse_base, variant_kwargs, kv_cache_sf)
+        return_lse, lse_base, variant_args, kv_cache_sf)
 
 
 def single_prefill_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",
