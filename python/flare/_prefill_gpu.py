@@ -293,16 +293,16 @@ class GpuPrefill:
                 capacity = (self._fixed_batch, self._graph_max_total_qo)
         else:
             capacity = (_next_power_of_two(batch), _next_power_of_two(total_qo))
-        if not nvfp4:
-            capacity += (0,)
-        elif not self._use_cuda_graph:
-            capacity += (_next_power_of_two(max(total_kv, 1)),)
-        elif self._graph_key is not None:
-            capacity += (self._graph_max_total_kv,)
-        elif self._paged:  # every later plan's pages fit the fixed page-id buffer
-            capacity += (max(int(self._buffers["paged_kv_indices_buf"].shape[0]), total_kv, 1),)
-        else:
-            capacity += (_next_power_of_two(max(total_kv, 1)),)
+        # NVFP4's staged KV: the first graph plan's room for every later one (paged: the fixed
+        # page-id buffer's pages), else powers of two.
+        staged_kv = 0
+        if nvfp4 and self._use_cuda_graph and self._graph_key is not None:
+            staged_kv = self._graph_max_total_kv
+        elif nvfp4 and self._use_cuda_graph and self._paged:
+            staged_kv = max(int(self._buffers["paged_kv_indices_buf"].shape[0]), total_kv, 1)
+        elif nvfp4:
+            staged_kv = _next_power_of_two(max(total_kv, 1))
+        capacity += (staged_kv,)
         mask_bits = None
         if mask is not None:
             qo_len = np.diff(np.asarray(qo_host, dtype=np.int64))
