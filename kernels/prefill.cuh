@@ -536,6 +536,10 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     // Slot tile % 2 was last read by issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < g.num_tiles) issue_page_ids(p, g, tile + 2, smem);
     cp_async_commit();
+    if constexpr (T::kNvfp4) {
+      convert_landed_nvfp4(tile % T::kStages, smem);
+      __syncthreads();  // the converted rows are visible
+    }
     if constexpr (Variant::kRotary) {
       rotate_landed(p, g, shared.row_q_pos, tile, tile % T::kStages, smem);
       __syncthreads();  // the rotated rows are visible

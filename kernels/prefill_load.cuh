@@ -236,12 +236,103 @@ __device__ __forceinline__ bool copy_paged_tile_grouped(const PrefillParams& p, 
   return unread;
 }
 
+// NVFP4 K/V (T::kNvfp4): tile `tile`'s code rows (D / 2 bytes) and scale rows (D / 16 bytes) of K
+// and V into raw stage `stage` as they are, rows past the item (and rows of out-of-range page
+// ids) zero-filled: zero codes decode to 0. Copies of 16 bytes, else 8 or 4 where a row is not
+// whole 16-byte pieces (scale rows of 4, 8 or 12 bytes; run() checks the alignments).
+template <int kRowBytes>
+struct Nvfp4RowCopies {
+  static constexpr int kBytes = kRowBytes % 16 == 0 ? 16 : kRowBytes % 8 == 0 ? 8 : 4;
+  static constexpr int kCopies = kRowBytes / kBytes;
+  static_assert(kRowBytes % kBytes == 0 && (kBytes == 4 || kBytes == 8 || kBytes == 16),
+                "whole copies of 4, 8 or 16 bytes");
+};
+template <int kRowBytes>
+__device__ __forceinline__ void copy_nvfp4_rows(const PrefillParams& p, const ItemGeometry& g,
+                                                int start, const int* page_ids, unsigned dst,
+                                                const unsigned char* base, long long stride_page,
+                                                long long stride_slot, long long stride_head) {
+  using Copies = Nvfp4RowCopies<kRowBytes>;
+#pragma unroll 1
+  for (int index = load_thread(); index < T::kKvTile * Copies::kCopies;
+       index += T::kLoadThreads) {
+    const int row = index / Copies::kCopies;
+    const int part = index % Copies::kCopies;
+    const int pos = start + row;
+    const long long element =
+        pos < g.kv_hi
+            ? kv_element(p, g, pos, row, page_ids, stride_page, stride_slot, stride_head)
+            : -1;
+    const bool valid = element >= 0;
+    cp_async_ca<Copies::kBytes>(dst + row * kRowBytes + part * Copies::kBytes,
+                                base + (valid ? element + part * Copies::kBytes : 0), valid);
+  }
+}
+__device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const ItemGeometry& g,
+                                               int tile, int stage, unsigned char* smem) {
+  const unsigned raw = shared_address(smem + T::kRawOffset + stage * T::kRawStageBytes);
+  const int* page_ids =
+      reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + (tile % T::kStages) * T::kKvTile;
+  const int start = g.kv_lo + tile * T::kKvTile;
+  const auto* k = static_cast<const unsigned char*>(p.k);
+  const auto* v = static_cast<const unsigned char*>(p.v);
+  copy_nvfp4_rows<T::kHeadDimQK / 2>(p, g, start, page_ids, raw, k, p.k_stride_page,
+                                     p.k_stride_slot, p.k_stride_head);
+  copy_nvfp4_rows<T::kHeadDimQK / 16>(p, g, start, page_ids, raw + T::kRawKScales, p.k_scales,
+                                      p.k_scale_stride_page, p.k_scale_stride_slot,
+                                      p.k_scale_stride_head);
+  copy_nvfp4_rows<T::kHeadDimVO / 2>(p, g, start, page_ids, raw + T::kRawVCodes, v,
+                                     p.v_stride_page, p.v_stride_slot, p.v_stride_head);
+  copy_nvfp4_rows<T::kHeadDimVO / 16>(p, g, start, page_ids, raw + T::kRawVScales, p.v_scales,
+                                      p.v_scale_stride_page, p.v_scale_stride_slot,
+                                      p.v_scale_stride_head);
+}
+
+// NVFP4: raw stage `stage` (landed) into the 16-bit stage `stage` in the swizzled layout the MMAs
+// read: 8 values (4 code bytes and their block's scale, kernels/decode_utils.cuh load_nvfp4_8,
+// exact) to one 16-byte chunk, every computing thread a share of the chunks. code x scale is
+// exact in fp16 and bf16 (at most 6 significant bits, within both ranges); the global scales
+// are run()'s k_scale / v_scale, as for 16-bit K/V.
+template <int kHeadDim, int kRowBytes16>
+__device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
+                                                   const unsigned char* scales, unsigned dst) {
+  constexpr int kChunks = kHeadDim / 8;
+#pragma unroll 1
+  for (int index = thread_index(); index < T::kKvTile * kChunks; index += T::kThreads) {
+    const int row = index / kChunks;
+    const int chunk = index % kChunks;
+    float values[8];
+    load_nvfp4_8(codes + row * (kHeadDim / 2) + chunk * 4,
+                 scales[row * (kHeadDim / 16) + chunk / 2], values);
+    unsigned packed[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      packed[i] = float2_to_16bit2<T::kCode>(values[2 * i], values[2 * i + 1]);
+    }
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     dst + tile_offset<kRowBytes16, T::kKvTile>(row, chunk)),
+                 "r"(packed[0]), "r"(packed[1]), "r"(packed[2]), "r"(packed[3])
+                 : "memory");
+  }
+}
+__device__ __forceinline__ void convert_landed_nvfp4(int stage, unsigned char* smem) {
+  const unsigned char* raw = smem + T::kRawOffset + stage * T::kRawStageBytes;
+  const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
+  convert_nvfp4_rows<T::kHeadDimQK, T::kQKRowBytes>(raw, raw + T::kRawKScales, k_dst);
+  convert_nvfp4_rows<T::kHeadDimVO, T::kVRowBytes>(raw + T::kRawVCodes, raw + T::kRawVScales,
+                                                   k_dst + T::kKBytes);
+}
+
 // Tile `tile` of the item into stage `stage` (the mma.sync family's tile % kStages; the Hopper
 // family's stages run on across items), its page ids from slot tile % kStages. kCopyK / kCopyV:
 // which halves of the stage (the Hopper family's producer copies them apart).
 template <bool kCopyK = true, bool kCopyV = true>
 __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeometry& g, int tile,
                                          int stage, unsigned char* smem) {
+  if constexpr (T::kNvfp4) {  // raw rows; convert_landed_nvfp4 makes the stage once they land
+    issue_kv_nvfp4(p, g, tile, stage, smem);
+    return;
+  }
   const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
   const int* page_ids =
       reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + (tile % T::kStages) * T::kKvTile;
