@@ -1,4 +1,5 @@
-"""NVFP4 paged prefill (run() stages the planned pages to 16 bits, then the 16-bit kernels) next
+"""NVFP4 paged prefill (the FA2 family's NVFP4 kernels convert codes and scales in shared memory;
+for the Hopper family run() stages the planned pages to 16 bits, then the 16-bit kernels) next
 to the 16-bit paged prefill on the same shapes, through flare's Python wrapper in one process:
 GPU time per run() from CUDA events around 20 back-to-back eager runs (median of 5), fp16,
 32 / 8 heads, D 128, page 16. Usage (GPU machine, flare installed): python3 this_file.py"""
