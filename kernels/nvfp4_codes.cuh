@@ -1,8 +1,8 @@
 // NVFP4's element conversions (include/flare/format/nvfp4.h) in integer and float steps every
 // GPU has (sm_80 has no fp8 or fp4 conversion instruction): the E2M1 rounding, one definition
 // for the host quantizer (src/format/nvfp4.cpp) and the GPU append
-// (kernels/append_paged_kv_nvfp4.cuh); decoding codes and e4m3 block scales for the decode
-// kernel's NVFP4 loads (kernels/decode_utils.cuh load_nvfp4_8).
+// (kernels/append_paged_kv_nvfp4.cuh); decoding codes and e4m3 block scales for every NVFP4
+// load (kernels/decode_utils.cuh load_nvfp4_8: decode, the prefill's conversion and staging).
 #pragma once
 
 #ifdef __CUDACC_RTC__
@@ -78,12 +78,6 @@ FLARE_NVFP4_FN unsigned e4m3_bits(float x) {
   }
   const unsigned bits = static_cast<unsigned>(((exponent + 7) << 3) | fraction);
   return bits > 0x7Eu ? 0x7Eu : bits;
-}
-
-// Twice the magnitude of E2M1 code c & 7 (0, 1, 2, 3, 4, 6, 8, 12), from a 32-bit table of
-// nibbles: an integer shift instead of a lookup in memory.
-FLARE_NVFP4_FN unsigned e2m1_twice_magnitude(unsigned code) {
-  return (0xC8643210u >> (4u * (code & 7u))) & 0xFu;
 }
 
 // E2M1 codes as fp16 bits, for decoding without a per-value lookup or conversion: a code's
