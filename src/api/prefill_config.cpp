@@ -392,6 +392,8 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
   add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
   add(128, 128, 128, PrefillKV::kPaged, DType::kBF16, custom);  // one m16 tile per warp
+  add(256, 256, 128, PrefillKV::kRagged, DType::kF16, custom);
+  add(256, 256, 64, PrefillKV::kRagged, DType::kF16, custom);
   // Head dim 512 (two passes of kernels 512 / 256, the FA2 family): every query tile that fits
   // (128 rows of 1 KiB Q rows leave no room for K/V stages), both KV paths, every flag, the
   // custom mask, RoPE and a capped window.
