@@ -445,9 +445,16 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
                                              RowState& acc) {
   ItemShared& shared = item_shared(smem);
   // Row data only where something reads it: masks, or logits that are not linear. Custom-mask
-  // bits are gathered before Q.K^T, while the S accumulators are not yet live; the rest after.
+  // rows are gathered before Q.K^T, while the S accumulators are not yet live; the rest after.
+  // Except at head_dim_vo 256 on sm_90, where ptxas spills the early gather's state across Q.K^T
+  // (32 bytes at 64- and 128-row tiles) and not the late one (which sm_80 spills: 8 bytes).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kMaskRowsFirst = T::kMask == kMaskCustom && T::kHeadDimVO <= 128;
+#else
+  constexpr bool kMaskRowsFirst = T::kMask == kMaskCustom;
+#endif
   RowInfo rows;
-  if constexpr (T::kMask == kMaskCustom) {
+  if constexpr (kMaskRowsFirst) {
     rows = row_info(p, shared, first_column(shared, tile) + thread_index() % 4 * 2);
   }
   unsigned k_frag = stage_address(smem, tile) + k_fragment_offset();
@@ -456,8 +463,10 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   asm volatile("" : "+r"(k_frag));  // opaque: the V address below derives from it
   const unsigned v_frag = k_frag + T::kKBytes + v_fragment_offset() - k_fragment_offset();
   const int thread_col = first_column(shared, current_tile(shared)) + thread_index() % 4 * 2;
-  if constexpr (T::kMask != kMaskCustom) {
-    if (kBegin || kEnd || !kLinearLogits) rows = row_info(p, shared, thread_col);
+  if constexpr (!kMaskRowsFirst) {
+    if (T::kMask == kMaskCustom || kBegin || kEnd || !kLinearLogits) {
+      rows = row_info(p, shared, thread_col);
+    }
   }
   RowStats st = load_stats(shared);
   softmax_tile<kBegin, kEnd>(p, shared.record.g, rows, thread_col, s, st, acc);

@@ -398,6 +398,8 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
   add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
   add(128, 128, 128, PrefillKV::kPaged, DType::kBF16, custom);  // one m16 tile per warp
+  add(256, 256, 128, PrefillKV::kRagged, DType::kF16, custom);
+  add(256, 256, 64, PrefillKV::kRagged, DType::kF16, custom);
   // NVFP4 K/V on the mma.sync family (codes and scales converted in shared memory): every head
   // dim below 512, both KV paths, the short query tiles that read long KV, and 128 rows.
   const auto add_nvfp4 = [&](int qk, int vo, int query_tile, PrefillKV kv, DType dtype,
