@@ -253,6 +253,49 @@ __device__ __forceinline__ unsigned float2_to_16bit2(float lo, float hi) {
   return packed;
 }
 
+// Eight NVFP4 values (the code word's nibbles, lowest first) times `scale2` (their block scale
+// in both 16-bit halves) as four kCode pairs in order, in 16-bit arithmetic: each pair of codes
+// placed as 16-bit bits (nvfp4_codes.cuh), times the placement's power of two, times the scale;
+// both products exact (code x scale has at most 6 significant bits and lies within fp16's and
+// bf16's normal range), the fma's -0 addend keeps -0 codes' sign. Pairs (v_i, v_i+4) come from
+// shifts 4i of the word and are interleaved last.
+template <int kCode>
+__device__ __forceinline__ void nvfp4_word_to_16bit(unsigned word, unsigned scale2,
+                                                    unsigned (&out)[4]) {
+  unsigned pairs[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kCode == kCodeBF16) {
+      const unsigned placed = nvfp4::e2m1x2_as_bf16x2(word, 4 * i);
+      asm("fma.rn.bf16x2 %0, %1, %2, %3;"
+          : "=r"(pairs[i])
+          : "r"(placed), "r"(nvfp4::kE2M1AsBF16ScaleBits), "r"(0x80008000u));
+      asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(pairs[i]) : "r"(pairs[i]), "r"(scale2), "r"(0x80008000u));
+    } else {
+      const unsigned placed = nvfp4::e2m1x2_as_f16x2(word, 4 * i);
+      asm("fma.rn.f16x2 %0, %1, %2, %3;"
+          : "=r"(pairs[i])
+          : "r"(placed), "r"(nvfp4::kE2M1AsF16ScaleBits), "r"(0x80008000u));
+      asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(pairs[i]) : "r"(pairs[i]), "r"(scale2), "r"(0x80008000u));
+    }
+  }
+  out[0] = __byte_perm(pairs[0], pairs[1], 0x5410);
+  out[1] = __byte_perm(pairs[2], pairs[3], 0x5410);
+  out[2] = __byte_perm(pairs[0], pairs[1], 0x7632);
+  out[3] = __byte_perm(pairs[2], pairs[3], 0x7632);
+}
+
+// An e4m3 block scale as kCode in both halves (exact: e4m3 values are fp16 and bf16 values).
+template <int kCode>
+__device__ __forceinline__ unsigned nvfp4_scale2(unsigned char scale_bits) {
+  float scale;
+  asm("cvt.f32.f16 %0, %1;"
+      : "=f"(scale)
+      : "h"(static_cast<unsigned short>(nvfp4::e4m3_as_f16(scale_bits))));
+  scale *= nvfp4::kE4M3AsF16Scale;
+  return float2_to_16bit2<kCode>(scale, scale);
+}
+
 // Four float32 -> four 16-bit elements at `dst` (8-byte aligned).
 template <int kCode>
 __device__ __forceinline__ void store_16bit4(void* dst, const float (&in)[4]) {

@@ -240,19 +240,19 @@ __device__ __forceinline__ bool copy_paged_tile_grouped(const PrefillParams& p, 
 // and V into raw stage `stage` as they are, rows past the item (and rows of out-of-range page
 // ids) zero-filled: zero codes decode to 0. Copies of 16 bytes, else 8 or 4 where a row is not
 // whole 16-byte pieces (scale rows of 4, 8 or 12 bytes; run() checks the alignments).
-template <int kRowBytes>
+template <int kRowBytes, int kWidest>
 struct Nvfp4RowCopies {
-  static constexpr int kBytes = kRowBytes % 16 == 0 ? 16 : kRowBytes % 8 == 0 ? 8 : 4;
+  static constexpr int kBytes = kRowBytes % kWidest == 0 ? kWidest : kRowBytes % 8 == 0 ? 8 : 4;
   static constexpr int kCopies = kRowBytes / kBytes;
   static_assert(kRowBytes % kBytes == 0 && (kBytes == 4 || kBytes == 8 || kBytes == 16),
                 "whole copies of 4, 8 or 16 bytes");
 };
-template <int kRowBytes>
+template <int kRowBytes, int kWidest = 16>
 __device__ __forceinline__ void copy_nvfp4_rows(const PrefillParams& p, const ItemGeometry& g,
                                                 int start, const int* page_ids, unsigned dst,
                                                 const unsigned char* base, long long stride_page,
                                                 long long stride_slot, long long stride_head) {
-  using Copies = Nvfp4RowCopies<kRowBytes>;
+  using Copies = Nvfp4RowCopies<kRowBytes, kWidest>;
 #pragma unroll 1
   for (int index = load_thread(); index < T::kKvTile * Copies::kCopies;
        index += T::kLoadThreads) {
@@ -268,6 +268,21 @@ __device__ __forceinline__ void copy_nvfp4_rows(const PrefillParams& p, const It
                                 base + (valid ? element + part * Copies::kBytes : 0), valid);
   }
 }
+// Code rows of 16-byte copies, or of 8 where run() found a code row only 8-byte aligned
+// (p.nvfp4_narrow_codes: rows packed with their scales, as FlashInfer's strided views are).
+template <int kRowBytes>
+__device__ __forceinline__ void copy_nvfp4_codes(const PrefillParams& p, const ItemGeometry& g,
+                                                 int start, const int* page_ids, unsigned dst,
+                                                 const unsigned char* base, long long stride_page,
+                                                 long long stride_slot, long long stride_head) {
+  if (p.nvfp4_narrow_codes != 0) {
+    copy_nvfp4_rows<kRowBytes, 8>(p, g, start, page_ids, dst, base, stride_page, stride_slot,
+                                  stride_head);
+  } else {
+    copy_nvfp4_rows<kRowBytes, 16>(p, g, start, page_ids, dst, base, stride_page, stride_slot,
+                                   stride_head);
+  }
+}
 __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const ItemGeometry& g,
                                                int tile, int stage, unsigned char* smem) {
   const unsigned raw = shared_address(smem + T::kRawOffset + stage * T::kRawStageBytes);
@@ -276,12 +291,12 @@ __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const Ite
   const int start = g.kv_lo + tile * T::kKvTile;
   const auto* k = static_cast<const unsigned char*>(p.k);
   const auto* v = static_cast<const unsigned char*>(p.v);
-  copy_nvfp4_rows<T::kHeadDimQK / 2>(p, g, start, page_ids, raw, k, p.k_stride_page,
+  copy_nvfp4_codes<T::kHeadDimQK / 2>(p, g, start, page_ids, raw, k, p.k_stride_page,
                                      p.k_stride_slot, p.k_stride_head);
   copy_nvfp4_rows<T::kHeadDimQK / 16>(p, g, start, page_ids, raw + T::kRawKScales, p.k_scales,
                                       p.k_scale_stride_page, p.k_scale_stride_slot,
                                       p.k_scale_stride_head);
-  copy_nvfp4_rows<T::kHeadDimVO / 2>(p, g, start, page_ids, raw + T::kRawVCodes, v,
+  copy_nvfp4_codes<T::kHeadDimVO / 2>(p, g, start, page_ids, raw + T::kRawVCodes, v,
                                      p.v_stride_page, p.v_stride_slot, p.v_stride_head);
   copy_nvfp4_rows<T::kHeadDimVO / 16>(p, g, start, page_ids, raw + T::kRawVScales, p.v_scales,
                                       p.v_scale_stride_page, p.v_scale_stride_slot,
@@ -289,29 +304,29 @@ __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const Ite
 }
 
 // NVFP4: raw stage `stage` (landed) into the 16-bit stage `stage` in the swizzled layout the MMAs
-// read: 8 values (4 code bytes and their block's scale, kernels/decode_utils.cuh load_nvfp4_8,
-// exact) to one 16-byte chunk, every computing thread a share of the chunks. code x scale is
-// exact in fp16 and bf16 (at most 6 significant bits, within both ranges); the global scales
-// are run()'s k_scale / v_scale, as for 16-bit K/V.
+// read: a 16-value block (8 code bytes, one e4m3 scale) to two 16-byte chunks per step, in
+// 16-bit arithmetic (decode_utils.cuh nvfp4_word_to_16bit, exact), every computing thread a
+// share of the blocks. The global scales are run()'s k_scale / v_scale, as for 16-bit K/V.
 template <int kHeadDim, int kRowBytes16>
 __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
                                                    const unsigned char* scales, unsigned dst) {
-  constexpr int kChunks = kHeadDim / 8;
+  constexpr int kBlocks = kHeadDim / 16;
 #pragma unroll 1
-  for (int index = thread_index(); index < T::kKvTile * kChunks; index += T::kThreads) {
-    const int row = index / kChunks;
-    const int chunk = index % kChunks;
-    float values[8];
-    load_nvfp4_8(codes + row * (kHeadDim / 2) + chunk * 4,
-                 scales[row * (kHeadDim / 16) + chunk / 2], values);
-    unsigned packed[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      packed[i] = float2_to_16bit2<T::kCode>(values[2 * i], values[2 * i + 1]);
-    }
+  for (int index = thread_index(); index < T::kKvTile * kBlocks; index += T::kThreads) {
+    const int row = index / kBlocks;
+    const int block = index % kBlocks;
+    const uint2 word = *reinterpret_cast<const uint2*>(codes + row * (kHeadDim / 2) + block * 8);
+    const unsigned scale2 = nvfp4_scale2<T::kCode>(scales[row * kBlocks + block]);
+    unsigned lo[4], hi[4];
+    nvfp4_word_to_16bit<T::kCode>(word.x, scale2, lo);
+    nvfp4_word_to_16bit<T::kCode>(word.y, scale2, hi);
     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                     dst + tile_offset<kRowBytes16, T::kKvTile>(row, chunk)),
-                 "r"(packed[0]), "r"(packed[1]), "r"(packed[2]), "r"(packed[3])
+                     dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block)),
+                 "r"(lo[0]), "r"(lo[1]), "r"(lo[2]), "r"(lo[3])
+                 : "memory");
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block + 1)),
+                 "r"(hi[0]), "r"(hi[1]), "r"(hi[2]), "r"(hi[3])
                  : "memory");
   }
 }

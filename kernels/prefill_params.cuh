@@ -61,6 +61,7 @@ struct PrefillParams {
   const unsigned char* v_scales;
   int64_t k_scale_stride_page, k_scale_stride_slot, k_scale_stride_head;
   int64_t v_scale_stride_page, v_scale_stride_slot, v_scale_stride_head;
+  int32_t nvfp4_narrow_codes;  // 1: a code row is only 8-byte aligned (8-byte copies), 0: 16
   VariantParams variant;
   // The Hopper family's maps of k and v (kernels/prefill_hopper.cuh; encoded by
   // src/api/prefill_bulk_maps.cpp): ragged K/V as [tokens][H_kv][D] with boxes of one panel

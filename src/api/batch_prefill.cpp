@@ -267,6 +267,7 @@ struct BatchPrefill::KVArgs {
   const unsigned char* v_scales = nullptr;
   int64_t ks_page = 0, ks_slot = 0, ks_head = 0;
   int64_t vs_page = 0, vs_slot = 0, vs_head = 0;
+  bool narrow_codes = false;  // a code row only 8-byte aligned (checked: at least 8)
 
   // The FA2 family's NVFP4 kernels read the checked sources directly (prefill_load.cuh).
   void set_nvfp4_sources(const Nvfp4StageParams& src) {
@@ -278,6 +279,13 @@ struct BatchPrefill::KVArgs {
     ks_head = src.scale_stride[0][2];
     vs_page = src.scale_stride[1][0], vs_slot = src.scale_stride[1][1];
     vs_head = src.scale_stride[1][2];
+    narrow_codes = false;
+    for (int which = 0; which < 2; ++which) {
+      narrow_codes = narrow_codes || reinterpret_cast<uintptr_t>(src.codes[which]) % 16 != 0;
+      for (const int64_t stride : src.code_stride[which]) {
+        narrow_codes = narrow_codes || stride % 16 != 0;
+      }
+    }
   }
 };
 
@@ -543,6 +551,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   p.v_scale_stride_page = a.vs_page;
   p.v_scale_stride_slot = a.vs_slot;
   p.v_scale_stride_head = a.vs_head;
+  p.nvfp4_narrow_codes = a.narrow_codes ? 1 : 0;
   p.o_stride_token = o.strides[0];
   p.o_stride_head = o.strides[1];
   p.lse_stride_token = lse ? lse->strides[0] : 0;

@@ -140,8 +140,12 @@ int mask_code(MaskMode mask) {
   return kMaskNone;
 }
 
-// Whether query tiles of this size run the Hopper family under these limits.
+// Whether query tiles of this size run the Hopper family under these limits. NVFP4 K/V under
+// kAuto keeps tiles below 128 rows (short queries over long KV, memory-bound) on the FA2
+// family's NVFP4 kernels, which read 4.5 bits a value where the Hopper family reads run()'s
+// staged 16-bit copy (docs/perf.md, NVFP4 prefill).
 bool uses_warpgroup(int query_tile, int head_dim_vo, const PrefillDeviceLimits& limits) {
+  if (limits.nvfp4_raw_stages && !limits.warpgroup_only && query_tile < 128) return false;
   return limits.warpgroup_mma && warpgroup_shape(query_tile, head_dim_vo);
 }
 

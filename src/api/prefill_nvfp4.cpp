@@ -29,10 +29,11 @@ void check_nvfp4_tensor(const TensorView& t, const std::string& name, int device
               ": the innermost stride must be 1, got ", view.strides[view.ndim - 1]);
   check_device_tensor(kWhat, view, name.c_str(), device, codes ? DType::kU8 : DType::kE4M3, shape,
                       false);
-  // The FA2 family's NVFP4 kernels copy 16-byte pieces of code rows and 16-, 8- or 4-byte
-  // pieces of scale rows (their widths' alignment; kernels/prefill_load.cuh Nvfp4RowCopies).
+  // The FA2 family's NVFP4 kernels copy 16- or 8-byte pieces of code rows (16 where every code
+  // row is 16-byte aligned) and 16-, 8- or 4-byte pieces of scale rows (their widths'
+  // alignment; kernels/prefill_load.cuh Nvfp4RowCopies); the staging reads 8-byte code words.
   const int64_t width = shape.back();
-  const int64_t alignment = codes ? 16 : width % 16 == 0 ? 16 : width % 8 == 0 ? 8 : 4;
+  const int64_t alignment = codes ? 8 : width % 16 == 0 ? 16 : width % 8 == 0 ? 8 : 4;
   bool aligned = reinterpret_cast<uintptr_t>(view.data) % alignment == 0;
   for (int d = 0; d + 1 < view.ndim; ++d) aligned = aligned && view.strides[d] % alignment == 0;
   FLARE_CHECK(aligned, kInvalid, kWhat, ": ", name, " rows must be ", alignment,

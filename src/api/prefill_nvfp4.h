@@ -39,7 +39,8 @@ class Nvfp4PrefillStaging {
   // The caller's NVFP4 pages or rows checked (shapes, dtypes, device, alignment: throws
   // kInvalidArgument naming the tensor), as the FA2 family's NVFP4 kernels read them directly:
   // their pointers, strides (in bytes; paged: page, slot, head; ragged: row, 0, head) and
-  // pages or rows. Those kernels copy 16-byte pieces of code rows and pieces of the scale row's
+  // pages or rows. Those kernels copy 16- or 8-byte pieces of code rows (8 where a code row is
+  // only 8-byte aligned) and pieces of the scale row's
   // alignment (4, 8 or 16 bytes), which the check asks of pointers and strides.
   Nvfp4StageParams checked(const PagedKVPages& kv, const Plan& plan) const;
   Nvfp4StageParams checked(const Nvfp4Rows& kv, const Plan& plan) const;

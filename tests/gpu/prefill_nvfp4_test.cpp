@@ -4,8 +4,8 @@
 // dequantized values, under backends auto and fa2: paged NHD / HND and ragged, pages of 1, 3 and
 // 16, head dims 64-512 (512: two passes), GQA 1-8, causal / custom mask / soft cap / RoPE, global
 // scales as run()'s k_scale / v_scale; outputs NaN-poisoned, reruns bitwise; a captured run
-// replayed after a plan with more pages; an out-of-range page id recorded and read as zeros; the
-// scales refused by name. Skips without a CUDA device.
+// replayed after a plan with more pages; code rows only 8-byte aligned; an out-of-range page id
+// recorded and read as zeros; the scales refused by name. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -272,14 +272,66 @@ TEST(BatchPrefillNvfp4Errors, BadPageIdRecordedAndScalesRefusedByName) {
   EXPECT_FLARE_ERROR(
       prefill.run(d.q.view(p.q.view()), strided, d.o.view(d.o_host.view()), std::nullopt, nullptr),
       ErrorCode::kInvalidArgument, "innermost stride must be 1");
-  // Code rows are copied in 16-byte pieces: a view 8 bytes in is refused before any launch.
+  // Code rows are copied in 8- or 16-byte pieces: a view 4 bytes in is refused before any launch.
   PagedKVPages misaligned = without;
   misaligned.k_scales = nv.view(nv.k_scales, problem.k.scales);
   misaligned.v_scales = nv.view(nv.v_scales, problem.v.scales);
-  misaligned.k.data = static_cast<unsigned char*>(misaligned.k.data) + 8;
+  misaligned.k.data = static_cast<unsigned char*>(misaligned.k.data) + 4;
   EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), misaligned, d.o.view(d.o_host.view()),
                                  std::nullopt, nullptr),
-                     ErrorCode::kInvalidArgument, "16-byte aligned");
+                     ErrorCode::kInvalidArgument, "8-byte aligned");
+}
+
+// `codes` with each row followed by 8 spare bytes (rows of D / 2 + 8 bytes: only 8-byte aligned,
+// as code rows packed with their scales are in FlashInfer's strided views).
+HostTensor with_padded_rows(const HostTensor& codes) {
+  std::vector<int64_t> shape = codes.shape();
+  const int64_t width = shape.back();
+  shape.back() = width + 8;
+  HostTensor padded(DType::kU8, shape);
+  std::memset(padded.data<std::byte>(), 0xEE, static_cast<size_t>(padded.numel()));
+  for (int64_t row = 0; row < codes.numel() / width; ++row) {
+    std::memcpy(padded.data<unsigned char>() + row * (width + 8),
+                codes.data<unsigned char>() + row * width, static_cast<size_t>(width));
+  }
+  return padded;
+}
+
+// Code rows only 8-byte aligned: the FA2 family's NVFP4 kernels copy them in 8-byte pieces (and
+// the bytes between rows are never read as codes).
+TEST(BatchPrefillNvfp4Layouts, CodeRowsAlignedTo8Bytes) {
+  SKIP_WITHOUT_GPU();
+  Nvfp4PrefillCase n{"narrow"};
+  n.c.q_lens = {3, 33};
+  n.c.kv_lens = {100, 41};
+  n.c.dtype = DType::kF16;
+  const Nvfp4Problem problem = make_nvfp4_problem(n);
+  const prefill_testing::Problem& p = problem.p;
+  for (const PrefillBackend backend : {PrefillBackend::kAuto, PrefillBackend::kFA2}) {
+    SCOPED_TRACE(backend == PrefillBackend::kFA2 ? "backend fa2" : "backend auto");
+    BatchPrefillConfig config = nvfp4_config(p, planned_units(p));
+    config.backend = backend;
+    BatchPrefill prefill(config);
+    prefill_testing::DeviceProblem d(p);
+    const DeviceNvfp4 nv(problem);
+    const HostTensor k_padded = with_padded_rows(problem.k.codes);
+    const HostTensor v_padded = with_padded_rows(problem.v.codes);
+    const DeviceCopy k_device(k_padded), v_device(v_padded);
+    TensorView k = k_device.view(k_padded.view());
+    TensorView v = v_device.view(v_padded.view());
+    k.shape[k.ndim - 1] = p.c.head_dim_qk / 2;
+    v.shape[v.ndim - 1] = p.c.head_dim_vo / 2;
+    PagedKVPages pages{k, v, p.c.layout, d.paged.table.indices};
+    pages.k_scales = nv.view(nv.k_scales, problem.k.scales);
+    pages.v_scales = nv.view(nv.v_scales, problem.v.scales);
+    prefill_testing::plan(prefill, p, nullptr);
+    d.poison();
+    prefill.run(d.q.view(p.q.view()), pages, d.o.view(d.o_host.view()),
+                d.lse.view(d.lse_host.view()), nullptr, d.mask, {});
+    d.download();
+    prefill_testing::expect_matches(p, d);
+    prefill.check();
+  }
 }
 
 }  // namespace
