@@ -97,9 +97,6 @@ FLARE_NVFP4_FN unsigned e2m1x2_as_bf16x2(unsigned x, int shift) {
   x >>= shift;
   return ((x << 6) & 0x01C001C0u) | ((x << 12) & 0x80008000u);
 }
-// The two placements' powers of two as 16-bit bits, both halves: fp16 2^14, bf16 2^126.
-constexpr unsigned kE2M1AsF16ScaleBits = 0x74007400u;
-constexpr unsigned kE2M1AsBF16ScaleBits = 0x7E807E80u;
 
 // e4m3 bits as fp16 bits: the value x 2^-8 exactly (exponent biases 7 and 15; e4m3's subnormals
 // land on fp16's).

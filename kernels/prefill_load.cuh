@@ -304,30 +304,61 @@ __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const Ite
 }
 
 // NVFP4: raw stage `stage` (landed) into the 16-bit stage `stage` in the swizzled layout the MMAs
-// read: a 16-value block (8 code bytes, one e4m3 scale) to two 16-byte chunks per step, in
-// 16-bit arithmetic (decode_utils.cuh nvfp4_word_to_16bit, exact), every computing thread a
-// share of the blocks. The global scales are run()'s k_scale / v_scale, as for 16-bit K/V.
+// read, at 2^-8 of the values (decode_utils.cuh nvfp4_word_to_16bit: one exact product a pair;
+// process_tile and output_scale take the 2^8 back): a 16-value block (8 code bytes, one e4m3
+// scale) to two 16-byte chunks per step. Each thread keeps one block column where the CTA's
+// threads cover whole rows 8 at a time (the swizzle repeats every 8 rows: addresses advance by a
+// constant), and stores its two chunks in the order that puts a quarter warp's stores in 8
+// distinct bank groups (blocks 4-7 of every 8 high chunk first). The global scales are run()'s
+// k_scale / v_scale, as for 16-bit K/V.
+template <int kHeadDim, int kRowBytes16>
+__device__ __forceinline__ void convert_nvfp4_block(const unsigned char* codes,
+                                                    const unsigned char* scales, bool high_first,
+                                                    unsigned first, unsigned second) {
+  const uint2 word = *reinterpret_cast<const uint2*>(codes);
+  const unsigned factor2 = nvfp4_scale2<T::kCode>(*scales);
+  unsigned a[4], b[4];
+  nvfp4_word_to_16bit<T::kCode>(high_first ? word.y : word.x, factor2, a);
+  nvfp4_word_to_16bit<T::kCode>(high_first ? word.x : word.y, factor2, b);
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(first), "r"(a[0]), "r"(a[1]),
+               "r"(a[2]), "r"(a[3])
+               : "memory");
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(second), "r"(b[0]), "r"(b[1]),
+               "r"(b[2]), "r"(b[3])
+               : "memory");
+}
 template <int kHeadDim, int kRowBytes16>
 __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
                                                    const unsigned char* scales, unsigned dst) {
   constexpr int kBlocks = kHeadDim / 16;
+  constexpr int kCodeBytes = kHeadDim / 2;
+  if constexpr (T::kThreads % kBlocks == 0 && (T::kThreads / kBlocks) % 8 == 0) {
+    constexpr int kRowStep = T::kThreads / kBlocks;
+    static_assert(kRowBytes16 % 128 == 0, "mma::swizzled_offset repeats every 8 rows");
+    const int block = thread_index() % kBlocks;
+    const int row0 = thread_index() / kBlocks;
+    const bool high_first = (block & 4) != 0;
+    const unsigned lo = dst + tile_offset<kRowBytes16, T::kKvTile>(row0, 2 * block);
+    const unsigned hi = dst + tile_offset<kRowBytes16, T::kKvTile>(row0, 2 * block + 1);
+    const unsigned first = high_first ? hi : lo;
+    const unsigned second = high_first ? lo : hi;
 #pragma unroll 1
-  for (int index = thread_index(); index < T::kKvTile * kBlocks; index += T::kThreads) {
-    const int row = index / kBlocks;
-    const int block = index % kBlocks;
-    const uint2 word = *reinterpret_cast<const uint2*>(codes + row * (kHeadDim / 2) + block * 8);
-    const unsigned scale2 = nvfp4_scale2<T::kCode>(scales[row * kBlocks + block]);
-    unsigned lo[4], hi[4];
-    nvfp4_word_to_16bit<T::kCode>(word.x, scale2, lo);
-    nvfp4_word_to_16bit<T::kCode>(word.y, scale2, hi);
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                     dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block)),
-                 "r"(lo[0]), "r"(lo[1]), "r"(lo[2]), "r"(lo[3])
-                 : "memory");
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                     dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block + 1)),
-                 "r"(hi[0]), "r"(hi[1]), "r"(hi[2]), "r"(hi[3])
-                 : "memory");
+    for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
+      const int row = row0 + i * kRowStep;
+      convert_nvfp4_block<kHeadDim, kRowBytes16>(
+          codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block, high_first,
+          first + i * kRowStep * kRowBytes16, second + i * kRowStep * kRowBytes16);
+    }
+  } else {
+#pragma unroll 1
+    for (int index = thread_index(); index < T::kKvTile * kBlocks; index += T::kThreads) {
+      const int row = index / kBlocks;
+      const int block = index % kBlocks;
+      convert_nvfp4_block<kHeadDim, kRowBytes16>(
+          codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block, false,
+          dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block),
+          dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block + 1));
+    }
   }
 }
 __device__ __forceinline__ void convert_landed_nvfp4(int stage, unsigned char* smem) {
