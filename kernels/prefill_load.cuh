@@ -254,15 +254,13 @@ __device__ __forceinline__ void copy_nvfp4_rows(const PrefillParams& p, const It
                                                 long long stride_slot, long long stride_head) {
   using Copies = Nvfp4RowCopies<kRowBytes, kWidest>;
 #pragma unroll 1
-  for (int index = load_thread(); index < T::kKvTile * Copies::kCopies;
-       index += T::kLoadThreads) {
+  for (int index = load_thread(); index < T::kKvTile * Copies::kCopies; index += T::kLoadThreads) {
     const int row = index / Copies::kCopies;
     const int part = index % Copies::kCopies;
     const int pos = start + row;
     const long long element =
-        pos < g.kv_hi
-            ? kv_element(p, g, pos, row, page_ids, stride_page, stride_slot, stride_head)
-            : -1;
+        pos < g.kv_hi ? kv_element(p, g, pos, row, page_ids, stride_page, stride_slot, stride_head)
+                      : -1;
     const bool valid = element >= 0;
     cp_async_ca<Copies::kBytes>(dst + row * kRowBytes + part * Copies::kBytes,
                                 base + (valid ? element + part * Copies::kBytes : 0), valid);
@@ -292,12 +290,12 @@ __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const Ite
   const auto* k = static_cast<const unsigned char*>(p.k);
   const auto* v = static_cast<const unsigned char*>(p.v);
   copy_nvfp4_codes<T::kHeadDimQK / 2>(p, g, start, page_ids, raw, k, p.k_stride_page,
-                                     p.k_stride_slot, p.k_stride_head);
+                                      p.k_stride_slot, p.k_stride_head);
   copy_nvfp4_rows<T::kHeadDimQK / 16>(p, g, start, page_ids, raw + T::kRawKScales, p.k_scales,
                                       p.k_scale_stride_page, p.k_scale_stride_slot,
                                       p.k_scale_stride_head);
   copy_nvfp4_codes<T::kHeadDimVO / 2>(p, g, start, page_ids, raw + T::kRawVCodes, v,
-                                     p.v_stride_page, p.v_stride_slot, p.v_stride_head);
+                                      p.v_stride_page, p.v_stride_slot, p.v_stride_head);
   copy_nvfp4_rows<T::kHeadDimVO / 16>(p, g, start, page_ids, raw + T::kRawVScales, p.v_scales,
                                       p.v_scale_stride_page, p.v_scale_stride_slot,
                                       p.v_scale_stride_head);

@@ -158,10 +158,10 @@ constexpr int kPrefillKvStages = 2;
 constexpr int kPrefillItemRecordBytes = 128;
 
 // Dynamic shared memory of one CTA: the Q tile, kPrefillKvStages K/V stages and their page ids
-// (and with NVFP4 the raw stages) while the main loop runs, the fp32 output staging (per KV warp) and row statistics after it;
-// then, live throughout, the item record, two int tables per packed row (KV position, query
-// head), each thread's softmax statistics (running max and sum of its rows) and KV loop
-// position, and each warp's visible KV span.
+// (and with NVFP4 the raw stages) while the main loop runs, the fp32 output staging (per KV warp)
+// and row statistics after it; then, live throughout, the item record, two int tables per packed
+// row (KV position, query head), each thread's softmax statistics (running max and sum of its rows)
+// and KV loop position, and each warp's visible KV span.
 constexpr int prefill_item_offset(const PrefillShape& s) {
   // Shared rows are swizzled, not padded (kernels/mma_utils.cuh).
   const int q_bytes = s.query_tile * s.head_dim_qk * 2;

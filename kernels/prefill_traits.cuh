@@ -45,8 +45,8 @@ struct Traits {
   static constexpr bool kWarpgroup = FLARE_WARPGROUP != 0;
   static constexpr bool kNvfp4 = FLARE_KV_NVFP4 != 0;
 
-  static constexpr PrefillShape kShape{kQueryTile, kKvTile, kHeadDimQK,         kHeadDimVO,
-                                       kMask,      kWarpgroup ? 1 : 0, kNvfp4 ? 1 : 0};
+  static constexpr PrefillShape kShape{
+      kQueryTile, kKvTile, kHeadDimQK, kHeadDimVO, kMask, kWarpgroup ? 1 : 0, kNvfp4 ? 1 : 0};
   static constexpr int kMmaQ = prefill_mma_q(kShape);  // m16 tiles per warp
   static constexpr int kWarpsQ = prefill_warps_q(kShape);
   static constexpr int kWarpsKV = prefill_warps_kv(kShape);
@@ -77,7 +77,8 @@ struct Traits {
   // NVFP4: raw stages after the page ids, each K codes, K scales, V codes, V scales.
   static constexpr int kRawOffset = kPageIdsOffset + kStages * kKvTile * 4;
   static constexpr int kRawKScales = prefill_nvfp4_part_bytes(kKvTile, kHeadDimQK / 2);
-  static constexpr int kRawVCodes = kRawKScales + prefill_nvfp4_part_bytes(kKvTile, kHeadDimQK / 16);
+  static constexpr int kRawVCodes =
+      kRawKScales + prefill_nvfp4_part_bytes(kKvTile, kHeadDimQK / 16);
   static constexpr int kRawVScales = kRawVCodes + prefill_nvfp4_part_bytes(kKvTile, kHeadDimVO / 2);
   static constexpr int kRawStageBytes = prefill_nvfp4_raw_stage_bytes(kShape);
   static constexpr int kStageRowFloats = kHeadDimVO + kPrefillStagePad;

@@ -195,8 +195,13 @@ int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode m
   int best_tile = 0;
   std::pair<int, int> best_score{0, 0};
   for (const int kv_tile : kKvTiles) {
-    const PrefillShape shape{query_tile,      kv_tile, head_dim_qk, head_dim_vo,
-                             mask_code(mask), 0,       limits.nvfp4_raw_stages ? 1 : 0};
+    const PrefillShape shape{query_tile,
+                             kv_tile,
+                             head_dim_qk,
+                             head_dim_vo,
+                             mask_code(mask),
+                             0,
+                             limits.nvfp4_raw_stages ? 1 : 0};
     const int mma_q = prefill_mma_q(shape);
     const int kv_per_warp = kv_tile / prefill_warps_kv(shape);
     if (kv_per_warp < 16) continue;  // a KV warp owns whole k16 steps of P.V

@@ -194,8 +194,8 @@ class BatchPrefill {
   //   q          [total_q, H_qo, D_qk] dtype, unit innermost stride, 16-byte aligned rows
   //   kv         NVFP4 (config.kv_dtype kU8): kv.k / kv.v the uint8 codes (D / 2 a row, 8-byte
   //              aligned rows), kv.k_scales / kv.v_scales their e4m3 (or uint8) block scales,
-  //              pages like k / v with D / 16 a row (aligned as Nvfp4Rows'); an out-of-range page id is recorded and
-  //              its page reads as zeros. Otherwise:
+  //              pages like k / v with D / 16 a row (aligned as Nvfp4Rows'); an out-of-range
+  //              page id is recorded and its page reads as zeros. Otherwise:
   //              kPaged: pages in config.layout ([pages, page_size, H_kv, D] NHD or
   //              [pages, H_kv, page_size, D] HND, k with D_qk, v with D_vo) and the page ids
   //              (int32 [>= kv_indptr[batch]] on the device), each range-checked by the kernel
