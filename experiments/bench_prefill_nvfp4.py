@@ -1,5 +1,7 @@
-"""NVFP4 paged prefill (run() stages the planned pages to 16 bits, then the 16-bit kernels) next
-to the 16-bit paged prefill on the same shapes, through flare's Python wrapper in one process:
+"""NVFP4 paged prefill (the FA2 family's NVFP4 kernels convert codes and scales in shared memory;
+for the Hopper family run() stages the planned pages to 16 bits, then the 16-bit kernels) under
+backends auto, fa2 and fa3, next to the 16-bit paged prefill (auto) on the same shapes, through
+flare's Python wrapper in one process:
 GPU time per run() from CUDA events around 20 back-to-back eager runs (median of 5), fp16,
 32 / 8 heads, D 128, page 16. Usage (GPU machine, flare installed): python3 this_file.py"""
 
@@ -27,8 +29,11 @@ def case(batch, q_len, kv_len, causal):
                            device=DEVICE)
     ws = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
     results = {}
-    for name, kv_dtype in (("f16", torch.float16), ("nvfp4", torch.uint8)):
-        w = flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
+    for name, kv_dtype, backend in (("f16", torch.float16, "auto"),
+                                    ("nvfp4", torch.uint8, "auto"),
+                                    ("nvfp4 fa2", torch.uint8, "fa2"),
+                                    ("nvfp4 fa3", torch.uint8, "fa3")):
+        w = flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=backend)
         w.plan(qo_indptr, indptr, indices, last, hq, hk, d, ps, causal=causal,
                q_data_type=torch.float16, kv_data_type=kv_dtype)
         if name == "f16":
@@ -37,15 +42,18 @@ def case(batch, q_len, kv_len, causal):
             results[name] = time_runs(lambda: w.run(q, codes, kv_cache_sf=scales, k_scale=0.5,
                                                     v_scale=2.0))
     kv_gb = batch * kv_len * hk * d * 2 * 2 / 1e9
-    print(f"| b{batch} q{q_len} kv{kv_len} {'causal' if causal else 'full'} | "
-          f"{results['f16']:.1f} | {results['nvfp4']:.1f} | "
-          f"{results['nvfp4'] / results['f16']:.2f} | {kv_gb * 1e3:.0f} MB |")
+    f16 = results["f16"]
+    print(f"| b{batch} q{q_len} kv{kv_len} {'causal' if causal else 'full'} | {f16:.1f} | "
+          + " | ".join(f"{results[k]:.1f} ({results[k] / f16:.2f})"
+                       for k in ("nvfp4", "nvfp4 fa2", "nvfp4 fa3"))
+          + f" | {kv_gb * 1e3:.0f} MB |")
 
 
 def main():
     print(f"device: {torch.cuda.get_device_name(0)}")
-    print("| shape | f16 KV us | NVFP4 KV us | NVFP4 / f16 | 16-bit KV bytes |")
-    print("|---|---|---|---|---|")
+    print("| shape | f16 KV us (auto) | NVFP4 auto us (/ f16) | NVFP4 fa2 | NVFP4 fa3 (staged) |"
+          " 16-bit KV bytes |")
+    print("|---|---|---|---|---|---|")
     for args in ((1, 4096, 4096, True), (4, 1024, 1024, True), (16, 16, 4096, False),
                  (64, 1, 2048, False)):
         case(*args)

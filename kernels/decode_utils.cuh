@@ -253,6 +253,53 @@ __device__ __forceinline__ unsigned float2_to_16bit2(float lo, float hi) {
   return packed;
 }
 
+// Eight NVFP4 values (the code word's nibbles, lowest first) times `factor2` as four kCode pairs
+// in order, in 16-bit arithmetic: each pair of codes placed as 16-bit bits (nvfp4_codes.cuh:
+// the value x 2^-14 in fp16, x 2^-126 in bf16) times factor2 (both halves; with
+// nvfp4_scale2's factor the block scale x 2^-8 after the placement's power of two). Exact: code x
+// scale x 2^-8 has at most 6 significant bits, its lowest at 2^-18 or above (fp16 keeps bits
+// to 2^-24) and magnitude at most 10.5; the fma's -0 addend keeps -0 codes' sign. Pairs
+// (v_i, v_i+4) come from shifts 4i of the word and are interleaved last.
+template <int kCode>
+__device__ __forceinline__ void nvfp4_word_to_16bit(unsigned word, unsigned factor2,
+                                                    unsigned (&out)[4]) {
+  unsigned pairs[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kCode == kCodeBF16) {
+      asm("fma.rn.bf16x2 %0, %1, %2, %3;"
+          : "=r"(pairs[i])
+          : "r"(nvfp4::e2m1x2_as_bf16x2(word, 4 * i)), "r"(factor2), "r"(0x80008000u));
+    } else {
+      asm("fma.rn.f16x2 %0, %1, %2, %3;"
+          : "=r"(pairs[i])
+          : "r"(nvfp4::e2m1x2_as_f16x2(word, 4 * i)), "r"(factor2), "r"(0x80008000u));
+    }
+  }
+  out[0] = __byte_perm(pairs[0], pairs[1], 0x5410);
+  out[1] = __byte_perm(pairs[2], pairs[3], 0x5410);
+  out[2] = __byte_perm(pairs[0], pairs[1], 0x7632);
+  out[3] = __byte_perm(pairs[2], pairs[3], 0x7632);
+}
+
+// NVFP4 values converted by nvfp4_word_to_16bit are 2^-8 of code x block scale: whoever reads
+// them takes this factor back (exact, a power of two).
+constexpr float kNvfp4ConvertedInverse = 256.0f;
+
+// An e4m3 block scale as nvfp4_word_to_16bit's factor in both kCode halves: the scale x 2^-8
+// divided by the placement's power of two (fp16: scale x 2^6 <= 28672; bf16: scale x 2^118 <
+// 2^127), exact (e4m3 values are fp16 and bf16 values; powers of two within range).
+template <int kCode>
+__device__ __forceinline__ unsigned nvfp4_scale2(unsigned char scale_bits) {
+  float scale;
+  asm("cvt.f32.f16 %0, %1;"
+      : "=f"(scale)
+      : "h"(static_cast<unsigned short>(nvfp4::e4m3_as_f16(scale_bits))));
+  // e4m3_as_f16 is the scale x 2^-8: times 2^14 (fp16: 2^6 after 2^-8) or 2^126 (bf16: 2^118).
+  scale *= kCode == kCodeBF16 ? 8.507059173023462e37f /* 2^126 */ : 16384.0f /* 2^14 */;
+  return float2_to_16bit2<kCode>(scale, scale);
+}
+
 // Four float32 -> four 16-bit elements at `dst` (8-byte aligned).
 template <int kCode>
 __device__ __forceinline__ void store_16bit4(void* dst, const float (&in)[4]) {

@@ -1,8 +1,8 @@
 // NVFP4's element conversions (include/flare/format/nvfp4.h) in integer and float steps every
 // GPU has (sm_80 has no fp8 or fp4 conversion instruction): the E2M1 rounding, one definition
 // for the host quantizer (src/format/nvfp4.cpp) and the GPU append
-// (kernels/append_paged_kv_nvfp4.cuh); decoding codes and e4m3 block scales for the decode
-// kernel's NVFP4 loads (kernels/decode_utils.cuh load_nvfp4_8).
+// (kernels/append_paged_kv_nvfp4.cuh); decoding codes and e4m3 block scales for every NVFP4
+// load (kernels/decode_utils.cuh load_nvfp4_8: decode, the prefill's conversion and staging).
 #pragma once
 
 #ifdef __CUDACC_RTC__
@@ -80,12 +80,6 @@ FLARE_NVFP4_FN unsigned e4m3_bits(float x) {
   return bits > 0x7Eu ? 0x7Eu : bits;
 }
 
-// Twice the magnitude of E2M1 code c & 7 (0, 1, 2, 3, 4, 6, 8, 12), from a 32-bit table of
-// nibbles: an integer shift instead of a lookup in memory.
-FLARE_NVFP4_FN unsigned e2m1_twice_magnitude(unsigned code) {
-  return (0xC8643210u >> (4u * (code & 7u))) & 0xFu;
-}
-
 // E2M1 codes as fp16 bits, for decoding without a per-value lookup or conversion: a code's
 // magnitude bits in fp16's two lowest exponent bits and top mantissa bit, its sign in the sign
 // bit, are its value x 2^-14 exactly (exponent field 0: fp16's subnormal 0.5 x 2^-14; 1..3:
@@ -95,6 +89,13 @@ constexpr float kE2M1AsF16Scale = 16384.0f;  // 2^14
 FLARE_NVFP4_FN unsigned e2m1x2_as_f16x2(unsigned x, int shift) {
   x >>= shift;
   return ((x << 9) & 0x0E000E00u) | ((x << 12) & 0x80008000u);
+}
+
+// The same for bf16: the magnitude bits in bf16's two lowest exponent bits and top mantissa
+// bit give the value x 2^-126 exactly (exponent field 0: bf16's subnormal 0.5 x 2^-126).
+FLARE_NVFP4_FN unsigned e2m1x2_as_bf16x2(unsigned x, int shift) {
+  x >>= shift;
+  return ((x << 6) & 0x01C001C0u) | ((x << 12) & 0x80008000u);
 }
 
 // e4m3 bits as fp16 bits: the value x 2^-8 exactly (exponent biases 7 and 15; e4m3's subnormals

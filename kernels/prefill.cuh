@@ -445,19 +445,38 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
                                              RowState& acc) {
   ItemShared& shared = item_shared(smem);
   // Row data only where something reads it: masks, or logits that are not linear. Custom-mask
-  // bits are gathered before Q.K^T, while the S accumulators are not yet live; the rest after.
+  // rows are gathered before Q.K^T, while the S accumulators are not yet live; the rest after.
+  // Except at head_dim_vo 256 on sm_90, where ptxas spills the early gather's state across Q.K^T
+  // (32 bytes at 64- and 128-row tiles) and not the late one (which sm_80 spills: 8 bytes).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kMaskRowsFirst = T::kMask == kMaskCustom && T::kHeadDimVO <= 128;
+#else
+  constexpr bool kMaskRowsFirst = T::kMask == kMaskCustom;
+#endif
   RowInfo rows;
-  if constexpr (T::kMask == kMaskCustom) {
+  if constexpr (kMaskRowsFirst) {
     rows = row_info(p, shared, first_column(shared, tile) + thread_index() % 4 * 2);
   }
   unsigned k_frag = stage_address(smem, tile) + k_fragment_offset();
   float s[T::kMmaQ][T::kTilesS][4];
   score_tile(shared_address(smem) + q_fragment_offset(), k_frag, s);
+  if constexpr (T::kNvfp4) {  // K converted at 2^-8 of its values (convert_nvfp4_rows)
+#pragma unroll
+    for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+      for (int nt = 0; nt < T::kTilesS; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][nt][e] *= kNvfp4ConvertedInverse;
+      }
+    }
+  }
   asm volatile("" : "+r"(k_frag));  // opaque: the V address below derives from it
   const unsigned v_frag = k_frag + T::kKBytes + v_fragment_offset() - k_fragment_offset();
   const int thread_col = first_column(shared, current_tile(shared)) + thread_index() % 4 * 2;
-  if constexpr (T::kMask != kMaskCustom) {
-    if (kBegin || kEnd || !kLinearLogits) rows = row_info(p, shared, thread_col);
+  if constexpr (!kMaskRowsFirst) {
+    if (T::kMask == kMaskCustom || kBegin || kEnd || !kLinearLogits) {
+      rows = row_info(p, shared, thread_col);
+    }
   }
   RowStats st = load_stats(shared);
   softmax_tile<kBegin, kEnd>(p, shared.record.g, rows, thread_col, s, st, acc);
@@ -536,6 +555,10 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     // Slot tile % 2 was last read by issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < g.num_tiles) issue_page_ids(p, g, tile + 2, smem);
     cp_async_commit();
+    if constexpr (T::kNvfp4) {
+      convert_landed_nvfp4(tile % T::kStages, smem);
+      __syncthreads();  // the converted rows are visible
+    }
     if constexpr (Variant::kRotary) {
       rotate_landed(p, g, shared.row_q_pos, tile, tile % T::kStages, smem);
       __syncthreads();  // the rotated rows are visible

@@ -6,6 +6,12 @@
 
 namespace flare::prefill {
 
+// The output's factor: run()'s v_scale, and with NVFP4 V the 2^8 its conversion left out
+// (prefill_load.cuh convert_nvfp4_rows).
+__device__ __forceinline__ float output_scale(const PrefillParams& p) {
+  return T::kNvfp4 ? p.v_scale * kNvfp4ConvertedInverse : p.v_scale;
+}
+
 // A row's softmax denominator: the four threads of a quad hold parts of one row.
 __device__ __forceinline__ float row_sum(float d) {
   d += __shfl_xor_sync(0xffffffffu, d, 1);
@@ -30,7 +36,9 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
       const float d = row_sum(st.d[mi][h]);
       const bool empty = d == 0.0f;
       // Without softmax, o is the weighted sum itself (kernels/variant.cuh).
-      const float norm = !Variant::use_softmax ? p.v_scale : empty ? 0.0f : p.v_scale / d;
+      const float norm = !Variant::use_softmax ? output_scale(p)
+                         : empty               ? 0.0f
+                                               : output_scale(p) / d;
       const int r = local_row(mi, h);
 #pragma unroll
       for (int dn = 0; dn < T::kTilesO; ++dn) {
@@ -85,7 +93,9 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
       const bool empty = d == 0.0f;
       // Without softmax, o is the weighted sum itself (kernels/variant.cuh) and a partial slot's
       // lse is 0, which the merge kernel adds up under MergeParams::sum_partials.
-      const float norm = !Variant::use_softmax ? p.v_scale : empty ? 0.0f : p.v_scale / d;
+      const float norm = !Variant::use_softmax ? output_scale(p)
+                         : empty               ? 0.0f
+                                               : output_scale(p) / d;
       const float lse2 = empty ? negative_infinity() : st.m[mi][h] * m_scale + fast_log2(d);
       const int packed = item.row_begin + r;
       if (item.partial_slot < 0) {
@@ -181,7 +191,9 @@ __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkIte
     const bool empty = denominator == 0.0f;
     // Without softmax, o is the weighted sum itself and a partial slot's lse is 0, which the
     // merge kernel adds up under MergeParams::sum_partials (kernels/variant.cuh).
-    const float norm = !Variant::use_softmax ? p.v_scale : empty ? 0.0f : p.v_scale / denominator;
+    const float norm = !Variant::use_softmax ? output_scale(p)
+                       : empty               ? 0.0f
+                                             : output_scale(p) / denominator;
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= norm;
     const float lse = !Variant::use_softmax ? 0.0f

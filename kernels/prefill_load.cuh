@@ -236,12 +236,147 @@ __device__ __forceinline__ bool copy_paged_tile_grouped(const PrefillParams& p, 
   return unread;
 }
 
+// NVFP4 K/V (T::kNvfp4): tile `tile`'s code rows (D / 2 bytes) and scale rows (D / 16 bytes) of K
+// and V into raw stage `stage` as they are, rows past the item (and rows of out-of-range page
+// ids) zero-filled: zero codes decode to 0. Copies of 16 bytes, else 8 or 4 where a row is not
+// whole 16-byte pieces (scale rows of 4, 8 or 12 bytes; run() checks the alignments).
+template <int kRowBytes, int kWidest>
+struct Nvfp4RowCopies {
+  static constexpr int kBytes = kRowBytes % kWidest == 0 ? kWidest : kRowBytes % 8 == 0 ? 8 : 4;
+  static constexpr int kCopies = kRowBytes / kBytes;
+  static_assert(kRowBytes % kBytes == 0 && (kBytes == 4 || kBytes == 8 || kBytes == 16),
+                "whole copies of 4, 8 or 16 bytes");
+};
+template <int kRowBytes, int kWidest = 16>
+__device__ __forceinline__ void copy_nvfp4_rows(const PrefillParams& p, const ItemGeometry& g,
+                                                int start, const int* page_ids, unsigned dst,
+                                                const unsigned char* base, long long stride_page,
+                                                long long stride_slot, long long stride_head) {
+  using Copies = Nvfp4RowCopies<kRowBytes, kWidest>;
+#pragma unroll 1
+  for (int index = load_thread(); index < T::kKvTile * Copies::kCopies; index += T::kLoadThreads) {
+    const int row = index / Copies::kCopies;
+    const int part = index % Copies::kCopies;
+    const int pos = start + row;
+    const long long element =
+        pos < g.kv_hi ? kv_element(p, g, pos, row, page_ids, stride_page, stride_slot, stride_head)
+                      : -1;
+    const bool valid = element >= 0;
+    cp_async_ca<Copies::kBytes>(dst + row * kRowBytes + part * Copies::kBytes,
+                                base + (valid ? element + part * Copies::kBytes : 0), valid);
+  }
+}
+// Code rows of 16-byte copies, or of 8 where run() found a code row only 8-byte aligned
+// (p.nvfp4_narrow_codes: rows packed with their scales, as FlashInfer's strided views are).
+template <int kRowBytes>
+__device__ __forceinline__ void copy_nvfp4_codes(const PrefillParams& p, const ItemGeometry& g,
+                                                 int start, const int* page_ids, unsigned dst,
+                                                 const unsigned char* base, long long stride_page,
+                                                 long long stride_slot, long long stride_head) {
+  if (p.nvfp4_narrow_codes != 0) {
+    copy_nvfp4_rows<kRowBytes, 8>(p, g, start, page_ids, dst, base, stride_page, stride_slot,
+                                  stride_head);
+  } else {
+    copy_nvfp4_rows<kRowBytes, 16>(p, g, start, page_ids, dst, base, stride_page, stride_slot,
+                                   stride_head);
+  }
+}
+__device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const ItemGeometry& g,
+                                               int tile, int stage, unsigned char* smem) {
+  const unsigned raw = shared_address(smem + T::kRawOffset + stage * T::kRawStageBytes);
+  const int* page_ids =
+      reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + (tile % T::kStages) * T::kKvTile;
+  const int start = g.kv_lo + tile * T::kKvTile;
+  const auto* k = static_cast<const unsigned char*>(p.k);
+  const auto* v = static_cast<const unsigned char*>(p.v);
+  copy_nvfp4_codes<T::kHeadDimQK / 2>(p, g, start, page_ids, raw, k, p.k_stride_page,
+                                      p.k_stride_slot, p.k_stride_head);
+  copy_nvfp4_rows<T::kHeadDimQK / 16>(p, g, start, page_ids, raw + T::kRawKScales, p.k_scales,
+                                      p.k_scale_stride_page, p.k_scale_stride_slot,
+                                      p.k_scale_stride_head);
+  copy_nvfp4_codes<T::kHeadDimVO / 2>(p, g, start, page_ids, raw + T::kRawVCodes, v,
+                                      p.v_stride_page, p.v_stride_slot, p.v_stride_head);
+  copy_nvfp4_rows<T::kHeadDimVO / 16>(p, g, start, page_ids, raw + T::kRawVScales, p.v_scales,
+                                      p.v_scale_stride_page, p.v_scale_stride_slot,
+                                      p.v_scale_stride_head);
+}
+
+// NVFP4: raw stage `stage` (landed) into the 16-bit stage `stage` in the swizzled layout the MMAs
+// read, at 2^-8 of the values (decode_utils.cuh nvfp4_word_to_16bit: one exact product a pair;
+// process_tile and output_scale take the 2^8 back): a 16-value block (8 code bytes, one e4m3
+// scale) to two 16-byte chunks per step. Each thread keeps one block column where the CTA's
+// threads cover whole rows 8 at a time (the swizzle repeats every 8 rows: addresses advance by a
+// constant), and stores its two chunks in the order that puts a quarter warp's stores in 8
+// distinct bank groups (blocks 4-7 of every 8 high chunk first). The global scales are run()'s
+// k_scale / v_scale, as for 16-bit K/V.
+template <int kHeadDim, int kRowBytes16>
+__device__ __forceinline__ void convert_nvfp4_block(const unsigned char* codes,
+                                                    const unsigned char* scales, bool high_first,
+                                                    unsigned first, unsigned second) {
+  const uint2 word = *reinterpret_cast<const uint2*>(codes);
+  const unsigned factor2 = nvfp4_scale2<T::kCode>(*scales);
+  unsigned a[4], b[4];
+  nvfp4_word_to_16bit<T::kCode>(high_first ? word.y : word.x, factor2, a);
+  nvfp4_word_to_16bit<T::kCode>(high_first ? word.x : word.y, factor2, b);
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(first), "r"(a[0]), "r"(a[1]),
+               "r"(a[2]), "r"(a[3])
+               : "memory");
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(second), "r"(b[0]), "r"(b[1]),
+               "r"(b[2]), "r"(b[3])
+               : "memory");
+}
+template <int kHeadDim, int kRowBytes16>
+__device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
+                                                   const unsigned char* scales, unsigned dst) {
+  constexpr int kBlocks = kHeadDim / 16;
+  constexpr int kCodeBytes = kHeadDim / 2;
+  if constexpr (T::kThreads % kBlocks == 0 && (T::kThreads / kBlocks) % 8 == 0) {
+    constexpr int kRowStep = T::kThreads / kBlocks;
+    static_assert(kRowBytes16 % 128 == 0, "mma::swizzled_offset repeats every 8 rows");
+    const int block = thread_index() % kBlocks;
+    const int row0 = thread_index() / kBlocks;
+    const bool high_first = (block & 4) != 0;
+    const unsigned lo = dst + tile_offset<kRowBytes16, T::kKvTile>(row0, 2 * block);
+    const unsigned hi = dst + tile_offset<kRowBytes16, T::kKvTile>(row0, 2 * block + 1);
+    const unsigned first = high_first ? hi : lo;
+    const unsigned second = high_first ? lo : hi;
+#pragma unroll 1
+    for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
+      const int row = row0 + i * kRowStep;
+      convert_nvfp4_block<kHeadDim, kRowBytes16>(
+          codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block, high_first,
+          first + i * kRowStep * kRowBytes16, second + i * kRowStep * kRowBytes16);
+    }
+  } else {
+#pragma unroll 1
+    for (int index = thread_index(); index < T::kKvTile * kBlocks; index += T::kThreads) {
+      const int row = index / kBlocks;
+      const int block = index % kBlocks;
+      convert_nvfp4_block<kHeadDim, kRowBytes16>(
+          codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block, false,
+          dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block),
+          dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block + 1));
+    }
+  }
+}
+__device__ __forceinline__ void convert_landed_nvfp4(int stage, unsigned char* smem) {
+  const unsigned char* raw = smem + T::kRawOffset + stage * T::kRawStageBytes;
+  const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
+  convert_nvfp4_rows<T::kHeadDimQK, T::kQKRowBytes>(raw, raw + T::kRawKScales, k_dst);
+  convert_nvfp4_rows<T::kHeadDimVO, T::kVRowBytes>(raw + T::kRawVCodes, raw + T::kRawVScales,
+                                                   k_dst + T::kKBytes);
+}
+
 // Tile `tile` of the item into stage `stage` (the mma.sync family's tile % kStages; the Hopper
 // family's stages run on across items), its page ids from slot tile % kStages. kCopyK / kCopyV:
 // which halves of the stage (the Hopper family's producer copies them apart).
 template <bool kCopyK = true, bool kCopyV = true>
 __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeometry& g, int tile,
                                          int stage, unsigned char* smem) {
+  if constexpr (T::kNvfp4) {  // raw rows; convert_landed_nvfp4 makes the stage once they land
+    issue_kv_nvfp4(p, g, tile, stage, smem);
+    return;
+  }
   const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
   const int* page_ids =
       reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + (tile % T::kStages) * T::kKvTile;

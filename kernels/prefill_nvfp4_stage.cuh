@@ -39,6 +39,8 @@ constexpr int kNvfp4StageThreads = 256;
 
 #ifdef __CUDACC_RTC__
 
+#include "decode_utils.cuh"
+
 namespace flare::nvfp4_stage {
 
 __device__ __forceinline__ unsigned pack_16bit(float lo, float hi, bool bf16) {
@@ -96,24 +98,18 @@ extern "C" __global__ void __launch_bounds__(flare::kNvfp4StageThreads)
     if (valid) {
       const long long* cs = p.code_stride[which];
       const long long* ss = p.scale_stride[which];
-      const uint2 word = *reinterpret_cast<const uint2*>(p.codes[which] + source * cs[0] +
-                                                         slot * cs[1] + head * cs[2] + block * 8);
-      const unsigned scale_bits =
+      const unsigned char* codes =
+          p.codes[which] + source * cs[0] + slot * cs[1] + head * cs[2] + block * 8;
+      const unsigned char scale_bits =
           p.scales[which][source * ss[0] + slot * ss[1] + head * ss[2] + block];
-      const float half_scale = 0.5f * nvfp4::e4m3_value(scale_bits);
+      // The decode kernel's conversion (exact), 8 values a call.
+      float value[16];
+      load_nvfp4_8(codes, scale_bits, *reinterpret_cast<float(*)[8]>(value));
+      load_nvfp4_8(codes + 4, scale_bits, *reinterpret_cast<float(*)[8]>(value + 8));
       unsigned packed[8];
 #pragma unroll
       for (int pair = 0; pair < 8; ++pair) {
-        const unsigned byte = ((pair < 4 ? word.x : word.y) >> (8 * (pair % 4))) & 0xFFu;
-        float value[2];
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const unsigned code = (byte >> (4 * n)) & 0xFu;
-          const float magnitude =
-              static_cast<float>(nvfp4::e2m1_twice_magnitude(code)) * half_scale;
-          value[n] = (code & 8u) != 0 ? -magnitude : magnitude;
-        }
-        packed[pair] = nvfp4_stage::pack_16bit(value[0], value[1], p.bf16 != 0);
+        packed[pair] = nvfp4_stage::pack_16bit(value[2 * pair], value[2 * pair + 1], p.bf16 != 0);
       }
       out[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
       out[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);

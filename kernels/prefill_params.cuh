@@ -55,6 +55,13 @@ struct PrefillParams {
   float v_scale;       // multiplies the output (FlashInfer's v_scale)
   float lse_scale;     // the stored lse is the natural-log lse times this (log2(e): base 2)
   int32_t bulk_kv;  // 1: k_map / v_map are valid (the Hopper family's bulk copies)
+  // NVFP4 K/V (PrefillShape::nvfp4): k / v are E2M1 code rows (D / 2 bytes, strides above in
+  // bytes) and these their e4m3 block scales (D / 16 bytes a row, strides in bytes).
+  const unsigned char* k_scales;
+  const unsigned char* v_scales;
+  int64_t k_scale_stride_page, k_scale_stride_slot, k_scale_stride_head;
+  int64_t v_scale_stride_page, v_scale_stride_slot, v_scale_stride_head;
+  int32_t nvfp4_narrow_codes;  // 1: a code row is only 8-byte aligned (8-byte copies), 0: 16
   VariantParams variant;
   // The Hopper family's maps of k and v (kernels/prefill_hopper.cuh; encoded by
   // src/api/prefill_bulk_maps.cpp): ragged K/V as [tokens][H_kv][D] with boxes of one panel
@@ -86,7 +93,23 @@ struct PrefillShape {
   // 1: the Hopper family (sm_90a): warpgroup MMAs (kernels/wgmma.cuh) on 64-row warpgroups,
   // query and KV tiles of 64 or 128; 0: mma.sync on every GPU.
   int warpgroup = 0;
+  // 1: NVFP4 K/V (the mma.sync family only): code and scale rows are copied as they are into
+  // raw stages and converted to 16 bits in shared memory once they land (prefill_load.cuh).
+  int nvfp4 = 0;
 };
+
+// Bytes of one raw NVFP4 stage: a KV tile's K and V code rows (D / 2 bytes) and scale rows
+// (D / 16 bytes), each part 16-byte aligned; 0 without NVFP4.
+constexpr int prefill_nvfp4_part_bytes(int rows, int row_bytes) {
+  return (rows * row_bytes + 15) / 16 * 16;
+}
+constexpr int prefill_nvfp4_raw_stage_bytes(const PrefillShape& s) {
+  if (s.nvfp4 == 0) return 0;
+  return prefill_nvfp4_part_bytes(s.kv_tile, s.head_dim_qk / 2) +
+         prefill_nvfp4_part_bytes(s.kv_tile, s.head_dim_qk / 16) +
+         prefill_nvfp4_part_bytes(s.kv_tile, s.head_dim_vo / 2) +
+         prefill_nvfp4_part_bytes(s.kv_tile, s.head_dim_vo / 16);
+}
 
 // Warp layout. Each warp owns whole m16 tiles of query rows. 128-row tiles with head_dim_vo
 // <= 128 give each of 4 warps two m16 tiles (32 rows, FA2's layout): every K/V fragment a warp
@@ -135,16 +158,17 @@ constexpr int kPrefillKvStages = 2;
 constexpr int kPrefillItemRecordBytes = 128;
 
 // Dynamic shared memory of one CTA: the Q tile, kPrefillKvStages K/V stages and their page ids
-// while the main loop runs, the fp32 output staging (per KV warp) and row statistics after it;
-// then, live throughout, the item record, two int tables per packed row (KV position, query
-// head), each thread's softmax statistics (running max and sum of its rows) and KV loop
-// position, and each warp's visible KV span.
+// (and with NVFP4 the raw stages) while the main loop runs, the fp32 output staging (per KV warp)
+// and row statistics after it; then, live throughout, the item record, two int tables per packed
+// row (KV position, query head), each thread's softmax statistics (running max and sum of its rows)
+// and KV loop position, and each warp's visible KV span.
 constexpr int prefill_item_offset(const PrefillShape& s) {
   // Shared rows are swizzled, not padded (kernels/mma_utils.cuh).
   const int q_bytes = s.query_tile * s.head_dim_qk * 2;
   const int stage_bytes = s.kv_tile * (s.head_dim_qk * 2 + s.head_dim_vo * 2);
   const int page_id_bytes = kPrefillKvStages * s.kv_tile * 4;
-  const int main_loop = q_bytes + kPrefillKvStages * stage_bytes + page_id_bytes;
+  const int main_loop = q_bytes + kPrefillKvStages * stage_bytes + page_id_bytes +
+                        kPrefillKvStages * prefill_nvfp4_raw_stage_bytes(s);
   const int warps_kv = prefill_warps_kv(s);
   const int epilogue = warps_kv * s.query_tile * (s.head_dim_vo + kPrefillStagePad) * 4 +
                        2 * warps_kv * s.query_tile * 4;

@@ -27,6 +27,9 @@
 #ifndef FLARE_WARPGROUP
 #define FLARE_WARPGROUP 0
 #endif
+#ifndef FLARE_KV_NVFP4
+#define FLARE_KV_NVFP4 0
+#endif
 
 namespace flare::prefill {
 
@@ -40,9 +43,10 @@ struct Traits {
   static constexpr int kPageSize = FLARE_PAGE_SIZE;
   static constexpr int kMask = FLARE_MASK;
   static constexpr bool kWarpgroup = FLARE_WARPGROUP != 0;
+  static constexpr bool kNvfp4 = FLARE_KV_NVFP4 != 0;
 
-  static constexpr PrefillShape kShape{kQueryTile, kKvTile,        kHeadDimQK,
-                                       kHeadDimVO, kMask,          kWarpgroup ? 1 : 0};
+  static constexpr PrefillShape kShape{
+      kQueryTile, kKvTile, kHeadDimQK, kHeadDimVO, kMask, kWarpgroup ? 1 : 0, kNvfp4 ? 1 : 0};
   static constexpr int kMmaQ = prefill_mma_q(kShape);  // m16 tiles per warp
   static constexpr int kWarpsQ = prefill_warps_q(kShape);
   static constexpr int kWarpsKV = prefill_warps_kv(kShape);
@@ -70,6 +74,13 @@ struct Traits {
   static constexpr int kKBytes = kKvTile * kQKRowBytes;
   static constexpr int kStageBytes = kKBytes + kKvTile * kVRowBytes;
   static constexpr int kPageIdsOffset = kQBytes + kStages * kStageBytes;
+  // NVFP4: raw stages after the page ids, each K codes, K scales, V codes, V scales.
+  static constexpr int kRawOffset = kPageIdsOffset + kStages * kKvTile * 4;
+  static constexpr int kRawKScales = prefill_nvfp4_part_bytes(kKvTile, kHeadDimQK / 2);
+  static constexpr int kRawVCodes =
+      kRawKScales + prefill_nvfp4_part_bytes(kKvTile, kHeadDimQK / 16);
+  static constexpr int kRawVScales = kRawVCodes + prefill_nvfp4_part_bytes(kKvTile, kHeadDimVO / 2);
+  static constexpr int kRawStageBytes = prefill_nvfp4_raw_stage_bytes(kShape);
   static constexpr int kStageRowFloats = kHeadDimVO + kPrefillStagePad;
   static constexpr int kItemOffset = prefill_item_offset(kShape);
   static constexpr int kSharedBytes = prefill_shared_bytes(kShape);
@@ -94,6 +105,8 @@ struct Traits {
                 "the Hopper family: 64-row warpgroups, KV tiles of 64 or 128");
   static_assert(kPageIdsOffset % 16 == 0 && kItemOffset % 16 == 0 && kSharedBytes % 16 == 0,
                 "16-byte alignment");
+  static_assert(!kNvfp4 || (!kWarpgroup && kRawOffset % 16 == 0),
+                "NVFP4 K/V: the mma.sync family (the Hopper family reads a staged 16-bit copy)");
 };
 
 using T = Traits;

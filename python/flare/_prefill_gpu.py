@@ -22,7 +22,8 @@ def _next_power_of_two(n):
 
 def check_gpu_support(where, q_dtype, kv_dtype):
     """NotImplementedError naming the argument BatchPrefill does not run. kv_dtype "uint8" is
-    NVFP4 (codes with kv_cache_sf block scales), dequantized by run() into a staged copy."""
+    NVFP4 (codes with kv_cache_sf block scales: converted in shared memory by the FA2 family's
+    kernels, or staged to 16 bits by run() for the Hopper family)."""
     if q_dtype not in _GPU_DTYPES:
         unsupported(where, "q_data_type", q_dtype, "the GPU prefill runs float16 and bfloat16")
     if kv_dtype != q_dtype and kv_dtype != "uint8":

@@ -288,7 +288,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_PrefillWrapper):
         NVFP4 KV (plan(kv_data_type=torch.uint8), CUDA): paged_kv_cache holds the E2M1 codes
         (uint8, D / 2 a row), kv_cache_sf their float8_e4m3fn (or uint8) block scales (D / 16
         a row; a (k, v) pair or one [pages, 2, ...] tensor), k_scale / v_scale the global
-        scales; run() dequantizes the planned pages into a staged 16-bit copy first.
+        scales; the FA2 family's kernels convert codes and scales in shared memory (query tiles
+        below 128 rows under backend "auto"), for the Hopper family run() first dequantizes the
+        planned pages into a staged 16-bit copy.
         lse is base 2 (FlashInfer's) unless lse_base="ln". enable_pdl as for decode. A planned
         variant's scalars come as keyword arguments; with jit_args, the module's tensors and
         scalars come positionally after paged_kv_cache, as in FlashInfer.

@@ -262,6 +262,31 @@ struct BatchPrefill::KVArgs {
   int64_t num_pages = 0;
   int64_t k_page = 0, k_slot = 0, k_head = 0;
   int64_t v_page = 0, v_slot = 0, v_head = 0;
+  // NVFP4 on the FA2 family: k / v are code rows (strides above in bytes), these their scales.
+  const unsigned char* k_scales = nullptr;
+  const unsigned char* v_scales = nullptr;
+  int64_t ks_page = 0, ks_slot = 0, ks_head = 0;
+  int64_t vs_page = 0, vs_slot = 0, vs_head = 0;
+  bool narrow_codes = false;  // a code row only 8-byte aligned (checked: at least 8)
+
+  // The FA2 family's NVFP4 kernels read the checked sources directly (prefill_load.cuh).
+  void set_nvfp4_sources(const Nvfp4StageParams& src) {
+    k = src.codes[0], v = src.codes[1];
+    k_scales = src.scales[0], v_scales = src.scales[1];
+    k_page = src.code_stride[0][0], k_slot = src.code_stride[0][1], k_head = src.code_stride[0][2];
+    v_page = src.code_stride[1][0], v_slot = src.code_stride[1][1], v_head = src.code_stride[1][2];
+    ks_page = src.scale_stride[0][0], ks_slot = src.scale_stride[0][1];
+    ks_head = src.scale_stride[0][2];
+    vs_page = src.scale_stride[1][0], vs_slot = src.scale_stride[1][1];
+    vs_head = src.scale_stride[1][2];
+    narrow_codes = false;
+    for (int which = 0; which < 2; ++which) {
+      narrow_codes = narrow_codes || reinterpret_cast<uintptr_t>(src.codes[which]) % 16 != 0;
+      for (const int64_t stride : src.code_stride[which]) {
+        narrow_codes = narrow_codes || stride % 16 != 0;
+      }
+    }
+  }
 };
 
 // NVFP4 KV: the caller's codes and scales are dequantized into the staged copy, which the
@@ -281,16 +306,29 @@ void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const Tensor
   FLARE_CHECK(c.kv == PrefillKV::kPaged, ErrorCode::kInvalidArgument, kWhat,
               ": run() with paged KV on a BatchPrefill created for ragged KV");
   const api_detail::Nvfp4PrefillStaging::Plan plan = s.staging_plan();
-  const PagedKVPages staged = s.nvfp4.stage(kv, plan, stream);
+  const bool fused = api_detail::prefill_fused_nvfp4(c, s.tiles);
+  const Nvfp4StageParams sources = s.nvfp4.checked(kv, plan);  // throws naming the tensor
   const int64_t num_pages =
       std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0], kv.v_scales.shape[0]});
   if (s.validate_indices) {
+    FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
+                ": validation mode (validate_indices, FLARE_VALIDATE) cannot be captured");
     const cuda::DeviceScope scope(c.device);
     api_detail::validate_page_ids(kv.indices, s.kv_indptr, num_pages, {kWhat, "kv_indices"},
                                   stream);
   }
-  run_16bit(q, staged, o, lse, stream, mask_bits, options);
-  if (c.use_cuda_graph) s.captured_kv = std::min(kv.indices.shape[0], s.nvfp4.capacity());
+  if (fused) {
+    KVArgs a;
+    a.set_nvfp4_sources(sources);
+    a.indices = kv.indices.ptr<const int32_t>();
+    a.num_indices = kv.indices.shape[0];
+    a.num_pages = num_pages;
+    launch(q, a, o, lse, stream, mask_bits, options);
+    if (c.use_cuda_graph) s.captured_kv = a.num_indices;
+  } else {
+    run_16bit(q, s.nvfp4.stage(kv, plan, stream), o, lse, stream, mask_bits, options);
+    if (c.use_cuda_graph) s.captured_kv = std::min(kv.indices.shape[0], s.nvfp4.capacity());
+  }
   s.last_num_pages = num_pages;
 }
 
@@ -304,12 +342,19 @@ void BatchPrefill::run(const TensorView& q, const Nvfp4Rows& kv, const TensorVie
   FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
   FLARE_CHECK(c.kv == PrefillKV::kRagged, ErrorCode::kInvalidArgument, kWhat,
               ": run() with ragged K/V on a BatchPrefill created for paged KV");
+  const int64_t rows =
+      std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0], kv.v_scales.shape[0]});
+  if (api_detail::prefill_fused_nvfp4(c, s.tiles)) {
+    KVArgs a;
+    a.set_nvfp4_sources(s.nvfp4.checked(kv, s.staging_plan()));  // throws naming the tensor
+    a.k_rows = a.v_rows = rows;
+    launch(q, a, o, lse, stream, mask_bits, options);
+    if (c.use_cuda_graph) s.captured_kv = rows;
+    return;
+  }
   const auto [k, v] = s.nvfp4.stage(kv, s.staging_plan(), stream);
   run_16bit(q, k, v, o, lse, stream, mask_bits, options);
-  if (c.use_cuda_graph) {
-    s.captured_kv = std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0],
-                              kv.v_scales.shape[0], s.nvfp4.capacity()});
-  }
+  if (c.use_cuda_graph) s.captured_kv = std::min(rows, s.nvfp4.capacity());
 }
 
 void BatchPrefill::run_16bit(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
@@ -498,6 +543,15 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   p.v_stride_page = a.v_page;
   p.v_stride_slot = a.v_slot;
   p.v_stride_head = a.v_head;
+  p.k_scales = a.k_scales;
+  p.v_scales = a.v_scales;
+  p.k_scale_stride_page = a.ks_page;
+  p.k_scale_stride_slot = a.ks_slot;
+  p.k_scale_stride_head = a.ks_head;
+  p.v_scale_stride_page = a.vs_page;
+  p.v_scale_stride_slot = a.vs_slot;
+  p.v_scale_stride_head = a.vs_head;
+  p.nvfp4_narrow_codes = a.narrow_codes ? 1 : 0;
   p.o_stride_token = o.strides[0];
   p.o_stride_head = o.strides[1];
   p.lse_stride_token = lse ? lse->strides[0] : 0;

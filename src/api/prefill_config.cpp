@@ -140,8 +140,12 @@ int mask_code(MaskMode mask) {
   return kMaskNone;
 }
 
-// Whether query tiles of this size run the Hopper family under these limits.
+// Whether query tiles of this size run the Hopper family under these limits. NVFP4 K/V under
+// kAuto keeps tiles below 128 rows (short queries over long KV, memory-bound) on the FA2
+// family's NVFP4 kernels, which read 4.5 bits a value where the Hopper family reads run()'s
+// staged 16-bit copy (docs/perf.md, NVFP4 prefill).
 bool uses_warpgroup(int query_tile, int head_dim_vo, const PrefillDeviceLimits& limits) {
+  if (limits.nvfp4_raw_stages && !limits.warpgroup_only && query_tile < 128) return false;
   return limits.warpgroup_mma && warpgroup_shape(query_tile, head_dim_vo);
 }
 
@@ -191,7 +195,13 @@ int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode m
   int best_tile = 0;
   std::pair<int, int> best_score{0, 0};
   for (const int kv_tile : kKvTiles) {
-    const PrefillShape shape{query_tile, kv_tile, head_dim_qk, head_dim_vo, mask_code(mask)};
+    const PrefillShape shape{query_tile,
+                             kv_tile,
+                             head_dim_qk,
+                             head_dim_vo,
+                             mask_code(mask),
+                             0,
+                             limits.nvfp4_raw_stages ? 1 : 0};
     const int mma_q = prefill_mma_q(shape);
     const int kv_per_warp = kv_tile / prefill_warps_kv(shape);
     if (kv_per_warp < 16) continue;  // a KV warp owns whole k16 steps of P.V
@@ -283,12 +293,16 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
                                           const PrefillTiles& tiles) {
   validate_config(config);
   const int head_dim_vo = prefill_kernel_head_dim_vo(config);
+  // NVFP4 K/V: the mma.sync family converts in shared memory; the Hopper family (and head dim
+  // 512's two passes) read run()'s staged 16-bit copy.
+  const bool nvfp4 = api_detail::prefill_fused_nvfp4(config, tiles);
   const PrefillShape shape{tiles.query_tile,
                            tiles.kv_tile,
                            config.head_dim_qk,
                            head_dim_vo,
                            mask_code(config.params.mask),
-                           tiles.warpgroup ? 1 : 0};
+                           tiles.warpgroup ? 1 : 0,
+                           nvfp4 ? 1 : 0};
   FLARE_CHECK(std::ranges::count(kQueryTiles, tiles.query_tile) == 1 &&
                   std::ranges::count(kKvTiles, tiles.kv_tile) == 1 &&
                   tiles.kv_tile / prefill_warps_kv(shape) >= 16 &&
@@ -318,6 +332,7 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
       {"FLARE_PAGE_SIZE", std::to_string(paged ? config.page_size : 1)},
       {"FLARE_MASK", std::to_string(mask_code(config.params.mask))},
       {"FLARE_WARPGROUP", tiles.warpgroup ? "1" : "0"},
+      {"FLARE_KV_NVFP4", nvfp4 ? "1" : "0"},
   };
   k.prefill.label = "prefill " + std::string(dtype_name(config.dtype)) +
                     " D=" + std::to_string(config.head_dim_qk) + "/" + std::to_string(head_dim_vo) +
@@ -325,7 +340,7 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
                     std::to_string(tiles.kv_tile) +
                     (paged ? " page=" + std::to_string(config.page_size) : " ragged") +
                     " mask=" + std::to_string(mask_code(config.params.mask)) + " " + variant.name +
-                    (tiles.warpgroup ? " wgmma" : "");
+                    (tiles.warpgroup ? " wgmma" : "") + (nvfp4 ? " nvfp4" : "");
 
   k.merge.family_header = "merge.cuh";
   k.merge.entry = "flare_merge";
@@ -392,6 +407,26 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
   add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
   add(128, 128, 128, PrefillKV::kPaged, DType::kBF16, custom);  // one m16 tile per warp
+  add(256, 256, 128, PrefillKV::kRagged, DType::kF16, custom);
+  add(256, 256, 64, PrefillKV::kRagged, DType::kF16, custom);
+  // NVFP4 K/V on the mma.sync family (codes and scales converted in shared memory): every head
+  // dim below 512, both KV paths, the short query tiles that read long KV, and 128 rows.
+  const auto add_nvfp4 = [&](int qk, int vo, int query_tile, PrefillKV kv, DType dtype,
+                             const AttentionParams& params) {
+    add(qk, vo, query_tile, kv, dtype, params);
+    PrefillDeviceLimits limits = h100;
+    limits.nvfp4_raw_stages = true;
+    shipped.back().config.kv_dtype = DType::kU8;
+    shipped.back().config.max_total_kv = 1;
+    shipped.back().tiles.kv_tile = choose_prefill_kv_tile(query_tile, qk, vo, params.mask, limits);
+  };
+  for (const auto& [qk, vo] : dims) {
+    add_nvfp4(qk, vo, 16, PrefillKV::kPaged, DType::kBF16, causal);
+    add_nvfp4(qk, vo, 64, PrefillKV::kRagged, DType::kF16, all);
+  }
+  add_nvfp4(128, 128, 128, PrefillKV::kPaged, DType::kF16, causal);
+  add_nvfp4(128, 128, 32, PrefillKV::kPaged, DType::kBF16, rope);
+  add_nvfp4(128, 128, 16, PrefillKV::kRagged, DType::kBF16, custom);
   // Head dim 512 (two passes of kernels 512 / 256, the FA2 family): every query tile that fits
   // (128 rows of 1 KiB Q rows leave no room for K/V stages), both KV paths, every flag, the
   // custom mask, RoPE and a capped window.
@@ -457,7 +492,14 @@ PrefillDeviceLimits api_detail::limits_under_backend(PrefillDeviceLimits limits,
                          (config.backend == PrefillBackend::kFA3 || !rotated) &&
                          config.head_dim_qk != kPrefillWideHeadDim;
   limits.warpgroup_only = config.backend == PrefillBackend::kFA3;
+  limits.nvfp4_raw_stages =
+      config.kv_dtype == DType::kU8 && config.head_dim_qk != kPrefillWideHeadDim;
   return limits;
+}
+
+bool api_detail::prefill_fused_nvfp4(const BatchPrefillConfig& config, const PrefillTiles& tiles) {
+  return config.kv_dtype == DType::kU8 && !tiles.warpgroup &&
+         config.head_dim_qk != kPrefillWideHeadDim;
 }
 
 PrefillTiles api_detail::with_config_kv_tile(PrefillTiles tiles, const BatchPrefillConfig& config) {

@@ -18,7 +18,7 @@ const char* const kWhat = "BatchPrefill";
 constexpr auto kInvalid = ErrorCode::kInvalidArgument;
 
 // A code or scale tensor of `shape`: uint8 (scales: e4m3 or uint8 bytes, FlashInfer's tests
-// pass raw bytes), on the device, a unit innermost stride; code rows are read as 8-byte words.
+// pass raw bytes), on the device, a unit innermost stride, rows aligned as below.
 void check_nvfp4_tensor(const TensorView& t, const std::string& name, int device, bool codes,
                         const std::vector<int64_t>& shape) {
   TensorView view = t;
@@ -29,12 +29,16 @@ void check_nvfp4_tensor(const TensorView& t, const std::string& name, int device
               ": the innermost stride must be 1, got ", view.strides[view.ndim - 1]);
   check_device_tensor(kWhat, view, name.c_str(), device, codes ? DType::kU8 : DType::kE4M3, shape,
                       false);
-  if (!codes) return;
-  bool aligned = reinterpret_cast<uintptr_t>(view.data) % 8 == 0;
-  for (int d = 0; d + 1 < view.ndim; ++d) aligned = aligned && view.strides[d] % 8 == 0;
-  FLARE_CHECK(aligned, kInvalid, kWhat, ": ", name,
-              " rows must be 8-byte aligned (data pointer and strides), got strides ",
-              view.strides[0], ", ", view.strides[1], view.ndim > 3 ? ", " : "",
+  // The FA2 family's NVFP4 kernels copy 16- or 8-byte pieces of code rows (16 where every code
+  // row is 16-byte aligned) and 16-, 8- or 4-byte pieces of scale rows (their widths'
+  // alignment; kernels/prefill_load.cuh Nvfp4RowCopies); the staging reads 8-byte code words.
+  const int64_t width = shape.back();
+  const int64_t alignment = codes ? 8 : width % 16 == 0 ? 16 : width % 8 == 0 ? 8 : 4;
+  bool aligned = reinterpret_cast<uintptr_t>(view.data) % alignment == 0;
+  for (int d = 0; d + 1 < view.ndim; ++d) aligned = aligned && view.strides[d] % alignment == 0;
+  FLARE_CHECK(aligned, kInvalid, kWhat, ": ", name, " rows must be ", alignment,
+              "-byte aligned (data pointer and strides), got strides ", view.strides[0], ", ",
+              view.strides[1], view.ndim > 3 ? ", " : "",
               view.ndim > 3 ? std::to_string(view.strides[2]) : "");
 }
 
@@ -103,6 +107,26 @@ Nvfp4PrefillStaging::Nvfp4PrefillStaging(const BatchPrefillConfig& config) : con
 
 PagedKVPages Nvfp4PrefillStaging::stage(const PagedKVPages& kv, const Plan& plan,
                                         cuda::Stream stream) const {
+  Nvfp4StageParams p = checked(kv, plan);
+  launch(p, plan, stream);
+  const BatchPrefillConfig& c = config_;
+  const bool nhd = c.layout == KVLayout::kNHD;
+  const int64_t ps = c.page_size, h = c.num_kv_heads;
+  PagedKVPages staged;
+  staged.layout = c.layout;
+  const auto staged_shape = [&](int64_t d) {
+    return nhd ? std::vector<int64_t>{c.max_total_kv, ps, h, d}
+               : std::vector<int64_t>{c.max_total_kv, h, ps, d};
+  };
+  const Device device = Device::cuda(c.device);
+  staged.k = TensorView::contiguous(staged_k_.data(), c.dtype, staged_shape(c.head_dim_qk), device);
+  staged.v = TensorView::contiguous(staged_v_.data(), c.dtype, staged_shape(c.head_dim_vo), device);
+  staged.indices =
+      TensorView::contiguous(identity_ids_.data(), DType::kI32, {c.max_total_kv}, device);
+  return staged;
+}
+
+Nvfp4StageParams Nvfp4PrefillStaging::checked(const PagedKVPages& kv, const Plan& plan) const {
   const BatchPrefillConfig& c = config_;
   FLARE_CHECK(kv.layout == c.layout, kInvalid, kWhat, ": kv layout must be ",
               kv_layout_name(c.layout), ", got ", kv_layout_name(kv.layout));
@@ -128,23 +152,23 @@ PagedKVPages Nvfp4PrefillStaging::stage(const PagedKVPages& kv, const Plan& plan
   FLARE_CHECK(plan.planned_units == 0 || p.num_pages >= 1, kInvalid, kWhat, ": the plan reads ",
               plan.planned_units, " pages but the cache has none");
   p.indices = ids.ptr<const int32_t>();
-  launch(p, plan, stream);
-  PagedKVPages staged;
-  staged.layout = c.layout;
-  const auto staged_shape = [&](int64_t d) {
-    return nhd ? std::vector<int64_t>{c.max_total_kv, ps, h, d}
-               : std::vector<int64_t>{c.max_total_kv, h, ps, d};
-  };
-  const Device device = Device::cuda(c.device);
-  staged.k = TensorView::contiguous(staged_k_.data(), c.dtype, staged_shape(c.head_dim_qk), device);
-  staged.v = TensorView::contiguous(staged_v_.data(), c.dtype, staged_shape(c.head_dim_vo), device);
-  staged.indices =
-      TensorView::contiguous(identity_ids_.data(), DType::kI32, {c.max_total_kv}, device);
-  return staged;
+  return p;
 }
 
 std::pair<TensorView, TensorView> Nvfp4PrefillStaging::stage(const Nvfp4Rows& kv, const Plan& plan,
                                                              cuda::Stream stream) const {
+  Nvfp4StageParams p = checked(kv, plan);
+  launch(p, plan, stream);
+  const BatchPrefillConfig& c = config_;
+  const int64_t h = c.num_kv_heads;
+  const Device device = Device::cuda(c.device);
+  return {
+      TensorView::contiguous(staged_k_.data(), c.dtype, {c.max_total_kv, h, c.head_dim_qk}, device),
+      TensorView::contiguous(staged_v_.data(), c.dtype, {c.max_total_kv, h, c.head_dim_vo},
+                             device)};
+}
+
+Nvfp4StageParams Nvfp4PrefillStaging::checked(const Nvfp4Rows& kv, const Plan& plan) const {
   const BatchPrefillConfig& c = config_;
   const int64_t h = c.num_kv_heads;
   const auto shape = [&](const TensorView& t, int64_t width) {
@@ -158,12 +182,7 @@ std::pair<TensorView, TensorView> Nvfp4PrefillStaging::stage(const Nvfp4Rows& kv
               ": k, v and their scales must hold kv_indptr[batch]=", plan.planned_units,
               " tokens, got ", kv.k.shape[0], ", ", kv.v.shape[0], ", ", kv.k_scales.shape[0],
               " and ", kv.v_scales.shape[0]);
-  launch(p, plan, stream);
-  const Device device = Device::cuda(c.device);
-  return {
-      TensorView::contiguous(staged_k_.data(), c.dtype, {c.max_total_kv, h, c.head_dim_qk}, device),
-      TensorView::contiguous(staged_v_.data(), c.dtype, {c.max_total_kv, h, c.head_dim_vo},
-                             device)};
+  return p;
 }
 
 void Nvfp4PrefillStaging::launch(Nvfp4StageParams& p, const Plan& plan, cuda::Stream stream) const {

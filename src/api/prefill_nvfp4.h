@@ -1,7 +1,9 @@
-// NVFP4 KV for BatchPrefill (BatchPrefillConfig::kv_dtype kU8): the staged 16-bit copy run()
-// dequantizes the plan's KV into (kernels/prefill_nvfp4_stage.cuh) before the 16-bit kernels
-// read it. Paged KV is staged page by page in the order of the plan's page-table entries and
-// read back through an identity page table; ragged rows stay where they are.
+// NVFP4 KV for BatchPrefill (BatchPrefillConfig::kv_dtype kU8): the FA2 family's NVFP4 kernels
+// read the codes and scales and convert them in shared memory (kernels/prefill_load.cuh); for
+// the Hopper family and head dim 512 (prefill_fused_nvfp4) run() first dequantizes the plan's KV
+// into a staged 16-bit copy (kernels/prefill_nvfp4_stage.cuh) the 16-bit kernels read. Paged KV is
+// staged page by page in the order of the plan's page-table entries and read back through an
+// identity page table; ragged rows stay where they are.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,15 @@ class Nvfp4PrefillStaging {
     const int32_t* kv_indptr_table = nullptr;
     IndexErrorRecord* index_error = nullptr;
   };
+
+  // The caller's NVFP4 pages or rows checked (shapes, dtypes, device, alignment: throws
+  // kInvalidArgument naming the tensor), as the FA2 family's NVFP4 kernels read them directly:
+  // their pointers, strides (in bytes; paged: page, slot, head; ragged: row, 0, head) and
+  // pages or rows. Those kernels copy 16- or 8-byte pieces of code rows (8 where a code row is
+  // only 8-byte aligned) and pieces of the scale row's
+  // alignment (4, 8 or 16 bytes), which the check asks of pointers and strides.
+  Nvfp4StageParams checked(const PagedKVPages& kv, const Plan& plan) const;
+  Nvfp4StageParams checked(const Nvfp4Rows& kv, const Plan& plan) const;
 
   // Checks the caller's NVFP4 pages, launches their dequantization on `stream` and returns
   // the staged pages (dtype, identity page ids). Throws kInvalidArgument naming the tensor.

@@ -119,11 +119,6 @@ TEST(Nvfp4, KernelConversionsMatchTheHostFormats) {
     if ((bits & 0x7F) == 0x7F) continue;  // NaN
     EXPECT_EQ(nvfp4::e4m3_value(bits), e4m3_bits_to_float(static_cast<uint8_t>(bits))) << bits;
   }
-  for (uint8_t code = 0; code < 16; ++code) {
-    EXPECT_EQ(0.5f * static_cast<float>(nvfp4::e2m1_twice_magnitude(code)),
-              std::fabs(e2m1_to_float(code)))
-        << int(code);
-  }
 }
 
 // The decode kernel's bit placements (kernels/decode_utils.cuh load_nvfp4_8): every E2M1 code in

@@ -1,10 +1,11 @@
-// BatchPrefill over NVFP4 KV (kv_dtype uint8: E2M1 codes with e4m3 block scales, staged to 16
-// bits by run(): src/api/prefill_nvfp4.h) against the CPU float64 reference on the dequantized
-// values: paged NHD / HND and ragged, pages of 1, 3 and 16, head dims 64-512 (512: two passes),
-// GQA 1-8, causal / custom mask / soft cap / RoPE, global scales as run()'s k_scale / v_scale;
-// outputs NaN-poisoned, reruns bitwise; a captured run replayed after a plan with more pages;
-// an out-of-range page id recorded and read as zeros; the scales refused by name. Skips without
-// a CUDA device.
+// BatchPrefill over NVFP4 KV (kv_dtype uint8: E2M1 codes with e4m3 block scales; converted in
+// shared memory by the FA2 family's NVFP4 kernels, staged to 16 bits by run() for the Hopper
+// family and head dim 512: src/api/prefill_nvfp4.h) against the CPU float64 reference on the
+// dequantized values, under backends auto and fa2: paged NHD / HND and ragged, pages of 1, 3 and
+// 16, head dims 64-512 (512: two passes), GQA 1-8, causal / custom mask / soft cap / RoPE, global
+// scales as run()'s k_scale / v_scale; outputs NaN-poisoned, reruns bitwise; a captured run
+// replayed after a plan with more pages; code rows only 8-byte aligned; an out-of-range page id
+// recorded and read as zeros; the scales refused by name. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -60,6 +61,16 @@ std::vector<Nvfp4PrefillCase> cases() {
     n.c.head_dim_qk = n.c.head_dim_vo = 256;
     n.c.kv = PrefillKV::kRagged, n.c.rope = true;
     n.k_global = 0.25f;
+    all.push_back(n);
+  }
+  {
+    // Scale rows of 12 bytes (head dim 192: 4-byte copies), pages of 5, a window.
+    Nvfp4PrefillCase n{"paged_nhd_bf16_d192_128_gqa4_page5_causal_window"};
+    n.c.q_lens = {3, 70, 16};
+    n.c.kv_lens = {90, 200, 16};
+    n.c.head_dim_qk = 192, n.c.head_dim_vo = 128;
+    n.c.page_size = 5, n.c.window_left = 50;
+    n.v_global = 0.75f;
     all.push_back(n);
   }
   {
@@ -137,14 +148,31 @@ int64_t planned_units(const prefill_testing::Problem& p) {
   return indptr.data<int32_t>()[p.c.q_lens.size()];
 }
 
+void run_and_check(const Nvfp4PrefillCase& n, const Nvfp4Problem& problem,
+                   const BatchPrefillConfig& config);
+
 class BatchPrefillNvfp4 : public ::testing::TestWithParam<Nvfp4PrefillCase> {};
 
+// Under kAuto (on sm_90 the Hopper family, reading the staged copy, takes query tiles of 64 rows
+// and more) and kFA2 (the FA2 family's NVFP4 kernels read codes and scales, but at head dim
+// 512, whose two passes read the staged copy).
 TEST_P(BatchPrefillNvfp4, MatchesTheReferenceOnDequantizedValues) {
   SKIP_WITHOUT_GPU();
   const Nvfp4PrefillCase& n = GetParam();
   const Nvfp4Problem problem = make_nvfp4_problem(n);
   const prefill_testing::Problem& p = problem.p;
-  BatchPrefill prefill(nvfp4_config(p, planned_units(p) + 3));
+  for (const PrefillBackend backend : {PrefillBackend::kAuto, PrefillBackend::kFA2}) {
+    SCOPED_TRACE(backend == PrefillBackend::kFA2 ? "backend fa2" : "backend auto");
+    BatchPrefillConfig config = nvfp4_config(p, planned_units(p) + 3);
+    config.backend = backend;
+    run_and_check(n, problem, config);
+  }
+}
+
+void run_and_check(const Nvfp4PrefillCase& n, const Nvfp4Problem& problem,
+                   const BatchPrefillConfig& config) {
+  const prefill_testing::Problem& p = problem.p;
+  BatchPrefill prefill(config);
   prefill_testing::DeviceProblem d(p);
   const DeviceNvfp4 nv(problem);
   RunOptions options;
@@ -244,6 +272,66 @@ TEST(BatchPrefillNvfp4Errors, BadPageIdRecordedAndScalesRefusedByName) {
   EXPECT_FLARE_ERROR(
       prefill.run(d.q.view(p.q.view()), strided, d.o.view(d.o_host.view()), std::nullopt, nullptr),
       ErrorCode::kInvalidArgument, "innermost stride must be 1");
+  // Code rows are copied in 8- or 16-byte pieces: a view 4 bytes in is refused before any launch.
+  PagedKVPages misaligned = without;
+  misaligned.k_scales = nv.view(nv.k_scales, problem.k.scales);
+  misaligned.v_scales = nv.view(nv.v_scales, problem.v.scales);
+  misaligned.k.data = static_cast<unsigned char*>(misaligned.k.data) + 4;
+  EXPECT_FLARE_ERROR(prefill.run(d.q.view(p.q.view()), misaligned, d.o.view(d.o_host.view()),
+                                 std::nullopt, nullptr),
+                     ErrorCode::kInvalidArgument, "8-byte aligned");
+}
+
+// `codes` with each row followed by 8 spare bytes (rows of D / 2 + 8 bytes: only 8-byte aligned,
+// as code rows packed with their scales are in FlashInfer's strided views).
+HostTensor with_padded_rows(const HostTensor& codes) {
+  std::vector<int64_t> shape = codes.shape();
+  const int64_t width = shape.back();
+  shape.back() = width + 8;
+  HostTensor padded(DType::kU8, shape);
+  std::memset(padded.data<std::byte>(), 0xEE, static_cast<size_t>(padded.numel()));
+  for (int64_t row = 0; row < codes.numel() / width; ++row) {
+    std::memcpy(padded.data<unsigned char>() + row * (width + 8),
+                codes.data<unsigned char>() + row * width, static_cast<size_t>(width));
+  }
+  return padded;
+}
+
+// Code rows only 8-byte aligned: the FA2 family's NVFP4 kernels copy them in 8-byte pieces (and
+// the bytes between rows are never read as codes).
+TEST(BatchPrefillNvfp4Layouts, CodeRowsAlignedTo8Bytes) {
+  SKIP_WITHOUT_GPU();
+  Nvfp4PrefillCase n{"narrow"};
+  n.c.q_lens = {3, 33};
+  n.c.kv_lens = {100, 41};
+  n.c.dtype = DType::kF16;
+  const Nvfp4Problem problem = make_nvfp4_problem(n);
+  const prefill_testing::Problem& p = problem.p;
+  for (const PrefillBackend backend : {PrefillBackend::kAuto, PrefillBackend::kFA2}) {
+    SCOPED_TRACE(backend == PrefillBackend::kFA2 ? "backend fa2" : "backend auto");
+    BatchPrefillConfig config = nvfp4_config(p, planned_units(p));
+    config.backend = backend;
+    BatchPrefill prefill(config);
+    prefill_testing::DeviceProblem d(p);
+    const DeviceNvfp4 nv(problem);
+    const HostTensor k_padded = with_padded_rows(problem.k.codes);
+    const HostTensor v_padded = with_padded_rows(problem.v.codes);
+    const DeviceCopy k_device(k_padded), v_device(v_padded);
+    TensorView k = k_device.view(k_padded.view());
+    TensorView v = v_device.view(v_padded.view());
+    k.shape[k.ndim - 1] = p.c.head_dim_qk / 2;
+    v.shape[v.ndim - 1] = p.c.head_dim_vo / 2;
+    PagedKVPages pages{k, v, p.c.layout, d.paged.table.indices};
+    pages.k_scales = nv.view(nv.k_scales, problem.k.scales);
+    pages.v_scales = nv.view(nv.v_scales, problem.v.scales);
+    prefill_testing::plan(prefill, p, nullptr);
+    d.poison();
+    prefill.run(d.q.view(p.q.view()), pages, d.o.view(d.o_host.view()),
+                d.lse.view(d.lse_host.view()), nullptr, d.mask, {});
+    d.download();
+    prefill_testing::expect_matches(p, d);
+    prefill.check();
+  }
 }
 
 }  // namespace

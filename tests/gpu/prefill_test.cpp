@@ -154,6 +154,30 @@ TEST(PrefillGpu, CustomMaskQueryTile128) {
   check(c);
 }
 
+// Head dim 256 with a custom mask on the FA2 family at 64- and 128-row tiles (on sm_90 its mask
+// rows are gathered after Q.K^T: kernels/prefill.cuh process_tile), ALiBi and a soft cap.
+TEST(PrefillGpu, CustomMaskHeadDim256Fa2) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.q_lens = {130, 9, 77};
+  c.kv_lens = {500, 300, 77};
+  c.head_dim_qk = c.head_dim_vo = 256;
+  c.num_qo_heads = 8;
+  c.num_kv_heads = 2;
+  c.mask = MaskMode::kCustom;
+  c.backend = PrefillBackend::kFA2;
+  c.kv = PrefillKV::kRagged;
+  c.dtype = DType::kF16;
+  c.alibi = true;
+  c.soft_cap = 30.0f;
+  for (const int tile : {64, 128}) {
+    c.query_tile = tile;
+    c.seed = static_cast<uint64_t>(tile);
+    SCOPED_TRACE(::testing::Message() << "query tile " << tile);
+    check(c);
+  }
+}
+
 // Unit-scale logits (sm_scale 1 on unit-variance q, k: standard deviation sqrt(D)) make the
 // running row max climb by more than the lazy-rescale threshold long after the first tile, so
 // the O rescale runs mid-stream on every query tile shape.

@@ -125,6 +125,34 @@ TEST(ChoosePrefillTiles, HopperFamilyTakesQueryTilesOf64And128) {
   EXPECT_EQ(choose_prefill_tiles(1, 256, 256, causal, hopper), (PrefillTiles{128, 64, true}));
 }
 
+// NVFP4 K/V under kAuto: tiles below 128 rows (short queries over long KV) on the FA2 family's
+// NVFP4 kernels (4.5 bits read a value), 128 on the Hopper family's staged copy; kFA3 keeps
+// the Hopper family for every tile.
+TEST(ChoosePrefillTiles, Nvfp4UnderAutoKeepsShortQueriesOnTheFusedKernels) {
+  PrefillDeviceLimits hopper = h100_prefill_limits();
+  hopper.warpgroup_mma = true;
+  BatchPrefillConfig c;
+  c.kv_dtype = DType::kU8;
+  const PrefillDeviceLimits nvfp4 = api_detail::limits_under_backend(hopper, c);
+  EXPECT_TRUE(nvfp4.nvfp4_raw_stages);
+  const MaskMode causal = MaskMode::kCausal;
+  const PrefillTiles rows64 = choose_prefill_tiles(64, 128, 128, causal, nvfp4);
+  EXPECT_EQ(rows64.query_tile, 64);
+  EXPECT_FALSE(rows64.warpgroup);
+  EXPECT_TRUE(api_detail::prefill_fused_nvfp4(c, rows64));
+  const PrefillTiles rows128 = choose_prefill_tiles(1e6, 128, 128, causal, nvfp4);
+  EXPECT_EQ(rows128.query_tile, 128);
+  EXPECT_TRUE(rows128.warpgroup);
+  EXPECT_FALSE(api_detail::prefill_fused_nvfp4(c, rows128));
+  // 16-bit K/V at 64 rows: the Hopper family as before.
+  EXPECT_TRUE(choose_prefill_tiles(64, 128, 128, causal, hopper).warpgroup);
+  c.backend = PrefillBackend::kFA3;
+  const PrefillTiles fa3 =
+      choose_prefill_tiles(64, 128, 128, causal, api_detail::limits_under_backend(hopper, c));
+  EXPECT_TRUE(fa3.warpgroup);
+  EXPECT_FALSE(api_detail::prefill_fused_nvfp4(c, fa3));
+}
+
 // kAuto: the Hopper family for K/V without RoPE, ragged or paged; RoPE, whose producer rotates
 // the landed rows, stays on FA2 unless kFA3 asks (docs/perf.md, Hopper v9 and v14).
 TEST(PrefillBackendLimits, AutoTakesTheHopperFamilyWithoutRopeOnly) {

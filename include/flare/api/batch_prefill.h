@@ -52,12 +52,14 @@ struct BatchPrefillConfig {
   KVLayout layout = KVLayout::kNHD;  // kPaged
   DType dtype = DType::kBF16;        // q, k, v and o: kF16 | kBF16
   // k and v when they differ from dtype: kU8 = NVFP4 (E2M1 codes, D / 2 bytes a row, with e4m3
-  // block scales of D / 16 bytes a row: flare/format/nvfp4.h). run() first dequantizes the
-  // plan's pages (or rows) to code x block scale in dtype (exact) into a staged copy of
-  // max_total_kv pages (kPaged) or rows (kRagged) allocated at creation; the 16-bit kernels
-  // read that, so every family, mask and variant runs as for dtype KV, and the global scales
-  // are run()'s k_scale / v_scale. Costs a pass over the batch's KV and
-  // max_total_kv x (page_size) x H_kv x (D_qk + D_vo) x 2 bytes of device memory.
+  // block scales of D / 16 bytes a row: flare/format/nvfp4.h), code x block scale exact in
+  // dtype, the global scales run()'s k_scale / v_scale. The FA2 family's NVFP4 kernels read the
+  // codes and scales and convert them in shared memory; under kAuto they take every query tile
+  // below 128 rows (short queries over long KV: 4.5 bits read a value, not 16). The Hopper family
+  // (128-row tiles on sm_90, or backend kFA3) and head dim 512 read a staged 16-bit copy run()
+  // first dequantizes the plan's pages (or rows) into: max_total_kv pages (kPaged) or rows
+  // (kRagged) allocated at creation, max_total_kv x (page_size) x H_kv x (D_qk + D_vo) x 2 bytes
+  // of device memory, and a pass over the batch's KV per run().
   std::optional<DType> kv_dtype;
   int64_t max_total_kv = 0;  // NVFP4: upper bound on kv_indptr[batch] of every plan (>= 1)
 
@@ -108,6 +110,9 @@ struct PrefillDeviceLimits {
   // (backend kFA3: query tiles of at least 64 rows).
   bool warpgroup_mma = false;
   bool warpgroup_only = false;
+  // NVFP4 K/V (kv_dtype kU8): the mma.sync family's kernels keep raw code and scale stages
+  // beside the 16-bit ones, which count in its tile choice.
+  bool nvfp4_raw_stages = false;
 };
 
 struct PrefillTiles {
@@ -134,7 +139,8 @@ int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, Mas
 
 // NVFP4 ragged K/V rows (BatchPrefillConfig::kv_dtype kU8): codes k [>= kv_indptr[batch], H_kv,
 // D_qk / 2] and v [..., D_vo / 2] uint8, 8-byte aligned rows with a unit innermost stride; their
-// block scales k_scales / v_scales [..., D / 16] e4m3 (or uint8 bytes), unit innermost stride.
+// block scales k_scales / v_scales [..., D / 16] e4m3 (or uint8 bytes), unit innermost stride,
+// rows aligned to 16, 8 or 4 bytes as D / 16 is a multiple of them.
 struct Nvfp4Rows {
   TensorView k, v, k_scales, v_scales;
 };
@@ -188,8 +194,8 @@ class BatchPrefill {
   //   q          [total_q, H_qo, D_qk] dtype, unit innermost stride, 16-byte aligned rows
   //   kv         NVFP4 (config.kv_dtype kU8): kv.k / kv.v the uint8 codes (D / 2 a row, 8-byte
   //              aligned rows), kv.k_scales / kv.v_scales their e4m3 (or uint8) block scales,
-  //              pages like k / v with D / 16 a row; an out-of-range page id is recorded and
-  //              its page reads as zeros. Otherwise:
+  //              pages like k / v with D / 16 a row (aligned as Nvfp4Rows'); an out-of-range
+  //              page id is recorded and its page reads as zeros. Otherwise:
   //              kPaged: pages in config.layout ([pages, page_size, H_kv, D] NHD or
   //              [pages, H_kv, page_size, D] HND, k with D_qk, v with D_vo) and the page ids
   //              (int32 [>= kv_indptr[batch]] on the device), each range-checked by the kernel
