@@ -289,8 +289,8 @@ struct BatchPrefill::KVArgs {
   }
 };
 
-// NVFP4 KV: the caller's codes and scales are dequantized into the staged copy, which the
-// 16-bit path reads (src/api/prefill_nvfp4.h).
+// NVFP4 KV: the FA2 family's NVFP4 kernels read the caller's codes and scales; otherwise they
+// are dequantized into the staged copy, which the 16-bit path reads (src/api/prefill_nvfp4.h).
 void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
                        const std::optional<TensorView>& lse, cuda::Stream stream,
                        const std::optional<TensorView>& mask_bits, const RunOptions& options) {
@@ -306,10 +306,8 @@ void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const Tensor
   FLARE_CHECK(c.kv == PrefillKV::kPaged, ErrorCode::kInvalidArgument, kWhat,
               ": run() with paged KV on a BatchPrefill created for ragged KV");
   const api_detail::Nvfp4PrefillStaging::Plan plan = s.staging_plan();
-  const bool fused = api_detail::prefill_fused_nvfp4(c, s.tiles);
   const Nvfp4StageParams sources = s.nvfp4.checked(kv, plan);  // throws naming the tensor
-  const int64_t num_pages =
-      std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0], kv.v_scales.shape[0]});
+  const int64_t num_pages = sources.num_pages;
   if (s.validate_indices) {
     FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
                 ": validation mode (validate_indices, FLARE_VALIDATE) cannot be captured");
@@ -317,7 +315,7 @@ void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const Tensor
     api_detail::validate_page_ids(kv.indices, s.kv_indptr, num_pages, {kWhat, "kv_indices"},
                                   stream);
   }
-  if (fused) {
+  if (api_detail::prefill_fused_nvfp4(c, s.tiles)) {
     KVArgs a;
     a.set_nvfp4_sources(sources);
     a.indices = kv.indices.ptr<const int32_t>();
@@ -326,7 +324,7 @@ void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const Tensor
     launch(q, a, o, lse, stream, mask_bits, options);
     if (c.use_cuda_graph) s.captured_kv = a.num_indices;
   } else {
-    run_16bit(q, s.nvfp4.stage(kv, plan, stream), o, lse, stream, mask_bits, options);
+    run_16bit(q, s.nvfp4.stage_pages(sources, plan, stream), o, lse, stream, mask_bits, options);
     if (c.use_cuda_graph) s.captured_kv = std::min(kv.indices.shape[0], s.nvfp4.capacity());
   }
   s.last_num_pages = num_pages;
@@ -342,17 +340,19 @@ void BatchPrefill::run(const TensorView& q, const Nvfp4Rows& kv, const TensorVie
   FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
   FLARE_CHECK(c.kv == PrefillKV::kRagged, ErrorCode::kInvalidArgument, kWhat,
               ": run() with ragged K/V on a BatchPrefill created for paged KV");
+  const api_detail::Nvfp4PrefillStaging::Plan plan = s.staging_plan();
+  const Nvfp4StageParams sources = s.nvfp4.checked(kv, plan);  // throws naming the tensor
   const int64_t rows =
       std::min({kv.k.shape[0], kv.v.shape[0], kv.k_scales.shape[0], kv.v_scales.shape[0]});
   if (api_detail::prefill_fused_nvfp4(c, s.tiles)) {
     KVArgs a;
-    a.set_nvfp4_sources(s.nvfp4.checked(kv, s.staging_plan()));  // throws naming the tensor
+    a.set_nvfp4_sources(sources);
     a.k_rows = a.v_rows = rows;
     launch(q, a, o, lse, stream, mask_bits, options);
     if (c.use_cuda_graph) s.captured_kv = rows;
     return;
   }
-  const auto [k, v] = s.nvfp4.stage(kv, s.staging_plan(), stream);
+  const auto [k, v] = s.nvfp4.stage_rows(sources, plan, stream);
   run_16bit(q, k, v, o, lse, stream, mask_bits, options);
   if (c.use_cuda_graph) s.captured_kv = std::min(rows, s.nvfp4.capacity());
 }

@@ -105,10 +105,9 @@ Nvfp4PrefillStaging::Nvfp4PrefillStaging(const BatchPrefillConfig& config) : con
   num_sms_ = cuda::device_properties(config.device).num_sms;
 }
 
-PagedKVPages Nvfp4PrefillStaging::stage(const PagedKVPages& kv, const Plan& plan,
-                                        cuda::Stream stream) const {
-  Nvfp4StageParams p = checked(kv, plan);
-  launch(p, plan, stream);
+PagedKVPages Nvfp4PrefillStaging::stage_pages(Nvfp4StageParams checked_pages, const Plan& plan,
+                                              cuda::Stream stream) const {
+  launch(checked_pages, plan, stream);
   const BatchPrefillConfig& c = config_;
   const bool nhd = c.layout == KVLayout::kNHD;
   const int64_t ps = c.page_size, h = c.num_kv_heads;
@@ -155,10 +154,10 @@ Nvfp4StageParams Nvfp4PrefillStaging::checked(const PagedKVPages& kv, const Plan
   return p;
 }
 
-std::pair<TensorView, TensorView> Nvfp4PrefillStaging::stage(const Nvfp4Rows& kv, const Plan& plan,
-                                                             cuda::Stream stream) const {
-  Nvfp4StageParams p = checked(kv, plan);
-  launch(p, plan, stream);
+std::pair<TensorView, TensorView> Nvfp4PrefillStaging::stage_rows(Nvfp4StageParams checked_rows,
+                                                                  const Plan& plan,
+                                                                  cuda::Stream stream) const {
+  launch(checked_rows, plan, stream);
   const BatchPrefillConfig& c = config_;
   const int64_t h = c.num_kv_heads;
   const Device device = Device::cuda(c.device);

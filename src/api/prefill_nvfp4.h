@@ -37,20 +37,21 @@ class Nvfp4PrefillStaging {
   };
 
   // The caller's NVFP4 pages or rows checked (shapes, dtypes, device, alignment: throws
-  // kInvalidArgument naming the tensor), as the FA2 family's NVFP4 kernels read them directly:
-  // their pointers, strides (in bytes; paged: page, slot, head; ragged: row, 0, head) and
-  // pages or rows. Those kernels copy 16- or 8-byte pieces of code rows (8 where a code row is
-  // only 8-byte aligned) and pieces of the scale row's
-  // alignment (4, 8 or 16 bytes), which the check asks of pointers and strides.
+  // kInvalidArgument naming the tensor): their pointers, strides (in bytes; paged: page, slot,
+  // head; ragged: row, 0, head) and pages, as the FA2 family's NVFP4 kernels and the staging
+  // read them. Those kernels copy 16- or 8-byte pieces of code rows (8 where a code row is only
+  // 8-byte aligned) and pieces of the scale row's alignment (4, 8 or 16 bytes), which the check
+  // asks of pointers and strides.
   Nvfp4StageParams checked(const PagedKVPages& kv, const Plan& plan) const;
   Nvfp4StageParams checked(const Nvfp4Rows& kv, const Plan& plan) const;
 
-  // Checks the caller's NVFP4 pages, launches their dequantization on `stream` and returns
-  // the staged pages (dtype, identity page ids). Throws kInvalidArgument naming the tensor.
-  PagedKVPages stage(const PagedKVPages& kv, const Plan& plan, cuda::Stream stream) const;
+  // Launches the dequantization of checked() pages on `stream` and returns the staged pages
+  // (dtype, identity page ids).
+  PagedKVPages stage_pages(Nvfp4StageParams checked_pages, const Plan& plan,
+                           cuda::Stream stream) const;
   // Ragged rows: the staged k and v, [capacity, H_kv, D] in dtype.
-  std::pair<TensorView, TensorView> stage(const Nvfp4Rows& kv, const Plan& plan,
-                                          cuda::Stream stream) const;
+  std::pair<TensorView, TensorView> stage_rows(Nvfp4StageParams checked_rows, const Plan& plan,
+                                               cuda::Stream stream) const;
   int64_t capacity() const { return config_.max_total_kv; }
 
  private:
