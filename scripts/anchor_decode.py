@@ -37,6 +37,8 @@ SHAPES = {  # case -> (batch, kv_len); the same names as the flare benchmark
 # cases are the same batches on the tensor-core loop (use_tensor_cores).
 # "_wp" cases run whole-page items (kv_heads_per_item = 8, decode v16), "_wp4" items of 4 heads.
 ANCHOR_OF = {"b64_kv8192_pages_in_order": "b64_kv8192",
+             "b16_kv4096_pages_in_order": "b16_kv4096",
+             "b16_kv4096_pages_in_order_tc": "b16_kv4096",
              "b64_kv8192_pages_in_order_tc": "b64_kv8192",
              "b64_kv8192_pages_in_order_wp": "b64_kv8192",
              "b64_kv8192_wp4": "b64_kv8192",

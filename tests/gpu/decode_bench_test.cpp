@@ -125,6 +125,9 @@ std::vector<BenchCase> bench_cases() {
   cases.push_back({"b16_kv4096_page1", constant(16, 4096), 1});
   cases.push_back(
       {"b64_kv8192_pages_in_order", constant(64, 8192), 16, DType::kBF16, KVLayout::kNHD, true});
+  // Issue 17's eager shape as bench_python.py lays it out (pages in allocation order).
+  cases.push_back(
+      {"b16_kv4096_pages_in_order", constant(16, 4096), 16, DType::kBF16, KVLayout::kNHD, true});
   // Other shapes of b64 kv8192's bytes (head group 1 and 8, head dims 64 and 256, f16): which
   // loop is faster beyond the issue's shape.
   const auto shape = [](const char* name, int batch, int len, int qo_heads, int kv_heads,
@@ -144,7 +147,7 @@ std::vector<BenchCase> bench_cases() {
   for (const char* name :
        {"b64_kv8192", "b16_kv32768", "b1_kv32768", "b16_kv4096", "b128_kv4096", "b256_kv2048",
         "b64_zipf_mean2048", "b64_uniform_same_total", "b64_kv8192_pages_in_order",
-        "b64_kv2048_gqa1", "b64_kv8192_gqa8", "b64_kv16384_d64", "b64_kv4096_d256",
+        "b16_kv4096_pages_in_order", "b64_kv2048_gqa1", "b64_kv8192_gqa8", "b64_kv16384_d64", "b64_kv4096_d256",
         "b64_kv8192_f16", "b1_kv32768_d256", "b64_kv8192_e4m3", "b1_kv32768_e4m3",
         "b16_kv4096_e4m3"}) {
     BenchCase c = *std::find_if(cases.begin(), cases.end(),
