@@ -172,6 +172,16 @@ __device__ __forceinline__ void fp8x4_to_f16x2_pairs(unsigned bytes, unsigned& f
   }
 }
 
+// An e4m3 block scale x 2^-8 in float32: its bits placed as fp16 (nvfp4_codes.cuh
+// e4m3_as_f16), converted by cvt. Exact.
+__device__ __forceinline__ float nvfp4_block_scale_over_256(unsigned char scale_bits) {
+  float scale;
+  asm("cvt.f32.f16 %0, %1;"
+      : "=f"(scale)
+      : "h"(static_cast<unsigned short>(nvfp4::e4m3_as_f16(scale_bits))));
+  return scale;
+}
+
 // 8 NVFP4 values: 4 bytes of E2M1 pairs (the even element in the low nibble) times their block's
 // e4m3 scale (kernels/nvfp4_codes.cuh): exact in float32.
 __device__ __forceinline__ void load_nvfp4_8(const unsigned char* codes, unsigned char scale_bits,
@@ -181,11 +191,8 @@ __device__ __forceinline__ void load_nvfp4_8(const unsigned char* codes, unsigne
   // two placements' powers of two and the scale fold into one factor. Bytes 0 / 1 of the word
   // (codes 0-3) spread to bytes 0 / 2, then bytes 2 / 3 (codes 4-7): each spread word gives
   // codes (0, 2) at shift 0 and (1, 3) at shift 4 of its four.
-  float scale;
-  asm("cvt.f32.f16 %0, %1;"
-      : "=f"(scale)
-      : "h"(static_cast<unsigned short>(nvfp4::e4m3_as_f16(scale_bits))));
-  const float factor = scale * (nvfp4::kE4M3AsF16Scale * nvfp4::kE2M1AsF16Scale);
+  const float factor = nvfp4_block_scale_over_256(scale_bits) *
+                       (nvfp4::kE4M3AsF16Scale * nvfp4::kE2M1AsF16Scale);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const unsigned spread = __byte_perm(word, 0u, half == 0 ? 0x4140u : 0x4342u);
@@ -291,12 +298,10 @@ constexpr float kNvfp4ConvertedInverse = 256.0f;
 // 2^127), exact (e4m3 values are fp16 and bf16 values; powers of two within range).
 template <int kCode>
 __device__ __forceinline__ unsigned nvfp4_scale2(unsigned char scale_bits) {
-  float scale;
-  asm("cvt.f32.f16 %0, %1;"
-      : "=f"(scale)
-      : "h"(static_cast<unsigned short>(nvfp4::e4m3_as_f16(scale_bits))));
-  // e4m3_as_f16 is the scale x 2^-8: times 2^14 (fp16: 2^6 after 2^-8) or 2^126 (bf16: 2^118).
-  scale *= kCode == kCodeBF16 ? 8.507059173023462e37f /* 2^126 */ : 16384.0f /* 2^14 */;
+  // The scale x 2^-8, times 2^14 (fp16: 2^6 after 2^-8) or 2^126 (bf16: 2^118).
+  const float scale =
+      nvfp4_block_scale_over_256(scale_bits) *
+      (kCode == kCodeBF16 ? 8.507059173023462e37f /* 2^126 */ : 16384.0f /* 2^14 */);
   return float2_to_16bit2<kCode>(scale, scale);
 }
 

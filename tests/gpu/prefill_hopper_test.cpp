@@ -190,6 +190,29 @@ TEST(PrefillHopper, LongCacheSplitsKvAndMerges) {
   check_hopper(c);
 }
 
+// Two CTAs take every work item in turn (dozens each; with the window some warpgroups see no
+// tile of an item): the producer's two hand-off slots, the Q tile and the stages that run on
+// across items are each reused many times, ragged and paged, at both query tiles.
+TEST(PrefillHopper, FewCtasTakeManyItemsInTurn) {
+  SKIP_WITHOUT_HOPPER();
+  for (const int tile : {128, 64}) {
+    for (const PrefillKV kv : {PrefillKV::kRagged, PrefillKV::kPaged}) {
+      Case c;
+      c.q_lens = {300, 1, 517, 129, 64, 1000};
+      c.kv_lens = {300, 90, 700, 129, 2000, 1000};
+      c.num_qo_heads = 8;
+      c.num_kv_heads = 2;
+      c.kv = kv;
+      c.query_tile = tile;
+      c.window_left = 150;
+      c.num_sms_to_use = 2;
+      c.seed = static_cast<uint64_t>(tile + static_cast<int>(kv));
+      SCOPED_TRACE(::testing::Message() << "tile " << tile << " kv " << static_cast<int>(kv));
+      check_hopper(c);
+    }
+  }
+}
+
 TEST(PrefillHopper, LargeLogitsRescaleMidStream) {
   SKIP_WITHOUT_HOPPER();
   Case c;

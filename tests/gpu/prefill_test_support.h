@@ -62,6 +62,7 @@ struct Case {
   std::optional<PrefillBackend> backend;
   int fixed_split_size = 0;
   bool disable_split_kv = false;
+  int num_sms_to_use = 0;  // 0: every SM (fewer: each CTA takes more work items in turn)
   uint64_t seed = 1;
   // A user variant compiled in place of the built-in (soft_cap, window and alibi above then
   // describe the reference only), its run() scalars, and a mask the variant applies: the
@@ -232,6 +233,7 @@ inline BatchPrefillConfig config_of(const Problem& p) {
   config.backend = backend_of(c);
   config.fixed_split_size = c.fixed_split_size;
   config.disable_split_kv = c.disable_split_kv;
+  config.num_sms_to_use = c.num_sms_to_use;
   return config;
 }
 
