@@ -1,0 +1,114 @@
+// BatchPrefill's state, shared by its creation and plan() (batch_prefill.cpp) and its run()
+// (batch_prefill_run.cpp): the config and device, the kernels compiled so far, the workspace and
+// the latest plan.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "flare/api/batch_prefill.h"
+#include "flare/core/error.h"
+#include "flare/jit/module.h"
+#include "src/api/plan_staging.h"
+#include "src/api/prefill_bulk_maps.h"
+#include "src/api/prefill_config.h"
+#include "src/api/prefill_nvfp4.h"
+#include "src/api/prefill_plan.h"
+#include "src/api/run_support.h"
+
+namespace flare {
+namespace api_detail {
+
+inline constexpr const char* kBatchPrefillWhat = "BatchPrefill";
+
+// One compiled prefill kernel and the CTAs it keeps resident.
+struct PrefillKernel {
+  BatchPrefillKernels specs;
+  cuda::Function function = nullptr;
+  int ctas_per_sm = 0;
+};
+
+}  // namespace api_detail
+
+struct BatchPrefill::State {
+  using PrefillKernel = api_detail::PrefillKernel;
+  static constexpr const char* kWhat = api_detail::kBatchPrefillWhat;
+
+  BatchPrefillConfig config;
+  cuda::DeviceProperties props;
+  std::string arch;
+  PrefillDeviceLimits limits;
+  std::map<std::tuple<int, int, bool>, PrefillKernel> kernels;  // by (query, kv tile, family)
+  cuda::Function merge = nullptr;
+  int bound_ctas = 0;  // the workspace's CTA bound (and the grid under use_cuda_graph)
+  // The SMs plans spread over: the device's, or fewer when the caller's scratch holds the
+  // partial states of fewer CTAs (the bound is 2 per CTA, 002 D.3).
+  int plan_sms = 0;
+  int max_query_tile = 0;
+  std::optional<PrefillTiles> fixed_tiles;
+  api_detail::Workspace workspace;
+  cuda::DeviceBuffer variant_tables;  // ALiBi slopes, RoPE turns (device_variant)
+  cuda::DeviceBuffer next_work_item;  // int32 [2], the kernel's queue (PrefillParams)
+  IndexErrorRecordBuffer index_errors;
+  bool validate_indices = false;
+  bool planned = false;
+  Plan plan;
+  PrefillTiles tiles;
+  int64_t batch = 0;
+  int64_t total_qo = 0;
+  int64_t mask_bytes = 0;            // packed custom-mask bytes of the plan
+  std::vector<int32_t> kv_indptr;    // the latest plan's
+  std::vector<int32_t> mask_indptr;  // the latest plan's custom-mask byte offsets
+  // plan()'s work, swapped into the fields above when it succeeds.
+  api_detail::PrefillHostPlan next;
+  // KV a captured run reads (-1 before one): page ids (paged) or K/V rows (ragged); later
+  // plans must not need more. And the mask bytes it reads.
+  int64_t captured_kv = -1;
+  int64_t captured_mask_bytes = -1;
+  int64_t last_num_pages = -1;  // of the latest paged run, quoted by check()
+  VariantParams variant{};
+  api_detail::Nvfp4PrefillStaging nvfp4;  // NVFP4 KV only (kv_dtype kU8)
+  api_detail::Nvfp4PrefillStaging::Plan staging_plan() {
+    api_detail::Nvfp4PrefillStaging::Plan p;
+    p.planned_units = kv_indptr.back();
+    p.kv_indptr_table =
+        api_detail::request_table(workspace.device(), workspace.layout(), config.max_batch,
+                                  api_detail::RequestTable::kKvIndptr);
+    p.index_error = index_errors.device_record();
+    return p;
+  }
+  // The Hopper family's ragged K/V maps, re-encoded only when a run's k or v differs from the
+  // previous one's (a serving loop's buffers usually do not).
+  struct BulkMaps {  // the Hopper family's maps (prefill_bulk_maps.h), kept while unchanged
+    api_detail::BulkSource source;
+    bool encoded = false;  // source was tried (valid: it could be encoded)
+    bool valid = false;    // false: the kernel gathers
+    cuda::TensorMap k_map, v_map;
+  } bulk;
+
+  const PrefillKernel& kernel(const PrefillTiles& t) {
+    const auto key = std::make_tuple(t.query_tile, t.kv_tile, t.warpgroup);
+    auto it = kernels.find(key);
+    if (it != kernels.end()) return it->second;
+    PrefillKernel k;
+    k.specs = batch_prefill_kernels(config, t);
+    FLARE_CHECK(static_cast<int>(k.specs.shared_bytes) <= props.max_shared_bytes_per_block_optin,
+                ErrorCode::kUnsupported, kWhat, ": the prefill kernel needs ", k.specs.shared_bytes,
+                " bytes of shared memory, device ", config.device, " allows ",
+                props.max_shared_bytes_per_block_optin);
+    k.function = jit::get_kernel(k.specs.prefill, "flare_prefill", config.device);
+    cuda::set_max_dynamic_shared(k.function, static_cast<int>(k.specs.shared_bytes));
+    const int fit =
+        cuda::max_active_blocks_per_sm(k.function, k.specs.threads, k.specs.shared_bytes);
+    FLARE_CHECK(fit >= 1, ErrorCode::kUnsupported, kWhat, ": the prefill kernel (",
+                k.specs.shared_bytes, " bytes of shared memory) does not fit one SM");
+    k.ctas_per_sm = std::min(fit, api_detail::kPrefillMaxCtasPerSm);
+    return kernels.emplace(key, k).first->second;
+  }
+};
+
+}  // namespace flare
