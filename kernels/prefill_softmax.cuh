@@ -1,0 +1,190 @@
+// The online softmax of a prefill tile, shared by both families (prefill.cuh's mma.sync CTA,
+// prefill_hopper.cuh's warpgroups): which keys of a tile each row sees (masks, windows, custom
+// bits, variants' masks), the key checks a tile needs, and the running max / sum update with the
+// factor O takes.
+#pragma once
+
+#include "prefill_traits.cuh"
+
+namespace flare::prefill {
+
+__device__ __forceinline__ int mask_bit_index(int mi, int h, int nj, int e) {
+  return ((mi * 2 + h) * T::kTilesS + nj) * 2 + e;
+}
+
+// Which of a row's key checks a tile needs: kBegin, the window's start (a variant with
+// kMaskIsWindow: its logits_mask is exactly that); kEnd, everything else: the item's last key,
+// the causal diagonal, the custom bits and a variant mask that is not a window. A tile usually
+// straddles one boundary only: checking just that keeps one value per row live, not two (a
+// causal window at 128x64 tiles spilled 56 bytes with both).
+// Causal kernels of a window variant check the two boundaries apart; elsewhere a tile that needs
+// a check takes both, as one instantiation (splitting there made ptxas spill 64 bytes in the
+// non-causal window kernel at 128x64 tiles).
+constexpr bool kSplitKeyChecks = Variant::kMaskIsWindow && T::kMask == kMaskCausal;
+
+template <bool kValue>
+struct KeyCheck {
+  static constexpr bool value = kValue;
+};
+
+// Calls tile(KeyCheck<kBegin>{}, KeyCheck<kEnd>{}) with the key checks a tile needs whose first
+// column (this warp's) is first_col, under the warp's span (warp-uniform), and returns what it
+// returns. Only a window variant's tiles may straddle the first visible key (full_begin is 0
+// else). Both families dispatch their tiles here.
+template <class Tile>
+__device__ __forceinline__ auto with_key_checks(int first_col, const WarpSpan& span, Tile&& tile) {
+  const bool end_check = first_col + T::kKvPerWarp > span.full_end;
+  const bool begin_check = Variant::kMaskIsWindow && first_col < span.full_begin;
+  if (!begin_check && !end_check) return tile(KeyCheck<false>{}, KeyCheck<false>{});
+  if constexpr (!kSplitKeyChecks) {
+    return tile(KeyCheck<Variant::kMaskIsWindow>{}, KeyCheck<true>{});
+  } else {
+    if (!begin_check) return tile(KeyCheck<false>{}, KeyCheck<true>{});
+    if (!end_check) return tile(KeyCheck<true>{}, KeyCheck<false>{});
+    return tile(KeyCheck<true>{}, KeyCheck<true>{});
+  }
+}
+
+template <bool kBegin, bool kEnd>
+__device__ __forceinline__ bool visible(const ItemGeometry& g, const RowInfo& rows, int mi, int h,
+                                        int nj, int e, int pos) {
+  // The order of the checks is ptxas's: at 255 registers it decides whether 128x64 tiles
+  // spill (the window first in the causal kernel, the last key first elsewhere: 0 bytes each).
+  bool seen = true;
+  if constexpr (kEnd && !kSplitKeyChecks) seen = pos < g.kv_hi;
+  if constexpr (kBegin && Variant::kMaskIsWindow) {
+    seen = seen && rows.variant[mi][h].logits_mask(pos);
+  }
+  if constexpr (kEnd) {
+    if constexpr (kSplitKeyChecks) seen = seen && pos < g.kv_hi;
+    if constexpr (!Variant::kMaskIsWindow) seen = seen && rows.variant[mi][h].logits_mask(pos);
+    if constexpr (T::kMask == kMaskCausal) seen = seen && pos <= rows.q_pos[mi][h];
+    if constexpr (T::kMask == kMaskCustom) {
+      const int bit = mask_bit_index(mi, h, nj, e);
+      seen = seen && ((rows.custom_bits[bit / 32] >> (bit % 32)) & 1) != 0;
+    }
+  }
+  return seen;
+}
+
+// The factors the O accumulators take when a tile moved a row's running max (any: for some row
+// of the warp; warp-uniform).
+struct OutputRescale {
+  float factor[T::kMmaQ][2];
+  bool any;
+};
+
+__device__ __forceinline__ void rescale_output(RowState& acc, const OutputRescale& r) {
+  if (!r.any) return;  // tiles where no row's max moved skip the multiplies entirely
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int dn = 0; dn < T::kTilesO; ++dn) {
+      acc.o[mi][dn][0] *= r.factor[mi][0];
+      acc.o[mi][dn][1] *= r.factor[mi][0];
+      acc.o[mi][dn][2] *= r.factor[mi][1];
+      acc.o[mi][dn][3] *= r.factor[mi][1];
+    }
+  }
+}
+
+// Online softmax update over this warp's S tile; s becomes the probabilities and the returned
+// factors are what O must be scaled by before this tile's P.V (the Hopper family applies them
+// after the previous tile's P.V finishes). kBegin / kEnd: the key checks of visible() the tile
+// needs (none: every key is visible to every row of the warp).
+template <bool kBegin, bool kEnd>
+__device__ __forceinline__ OutputRescale softmax_scores(const PrefillParams& p,
+                                                        const ItemGeometry& g,
+                                                        const RowInfo& rows, int first_col,
+                                                        float (&s)[T::kMmaQ][T::kTilesS][4],
+                                                        RowStats& st) {
+  OutputRescale r;
+  r.any = false;
+  const float q_scale = Variant::query_scale(p.variant);
+  if constexpr (!Variant::use_softmax) {  // the weights themselves; m stays 0, o unscaled
+#pragma unroll
+    for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int nj = 0; nj < T::kTilesS; ++nj) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int pos = first_col + nj * 8 + e;
+            float x = s[mi][nj][2 * h + e] * q_scale;
+            if constexpr (!kLinearLogits) {
+              x = rows.variant[mi][h].logits_transform(p.variant, x, pos);
+            }
+            if (!visible<kBegin, kEnd>(g, rows, mi, h, nj, e, pos)) x = 0.0f;
+            s[mi][nj][2 * h + e] = x;
+          }
+        }
+      }
+    }
+    return r;
+  }
+  // x (what m tracks) -> log2 units: raw q.k scale for linear logits, else x is log2 already.
+  const float to_log2 = kLinearLogits ? q_scale : 1.0f;
+  bool any_moved = false;
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = negative_infinity();
+#pragma unroll
+      for (int nj = 0; nj < T::kTilesS; ++nj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int pos = first_col + nj * 8 + e;
+          float x = s[mi][nj][2 * h + e];
+          if constexpr (!kLinearLogits) {
+            x = rows.variant[mi][h].logits_transform(p.variant, x * q_scale, pos);
+          }
+          if (!visible<kBegin, kEnd>(g, rows, mi, h, nj, e, pos)) x = negative_infinity();
+          s[mi][nj][2 * h + e] = x;
+          tile_max = fmaxf(tile_max, x);
+        }
+      }
+      // The four threads of a quad hold one row.
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      // -inf before any visible key: then any finite max moves (inf > threshold), -inf does not
+      // (NaN compares false).
+      const float m_old = st.m[mi][h];
+      const bool moves = (tile_max - m_old) * to_log2 > kRescaleThreshold;
+      r.factor[mi][h] = 1.0f;
+      if (moves) {
+        r.factor[mi][h] = fast_exp2((m_old - tile_max) * to_log2);  // 0 when m_old = -inf
+        st.m[mi][h] = tile_max;
+        st.d[mi][h] *= r.factor[mi][h];
+      }
+      any_moved = any_moved || moves;
+      // A row that saw no visible key keeps m = -inf; subtracting 0 keeps exp2 at 0.
+      const float m_base = st.m[mi][h] == negative_infinity() ? 0.0f : st.m[mi][h];
+      const float offset = -m_base * to_log2;
+      float tile_sum = 0.0f;
+#pragma unroll
+      for (int nj = 0; nj < T::kTilesS; ++nj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float prob = fast_exp2(fmaf(s[mi][nj][2 * h + e], to_log2, offset));
+          s[mi][nj][2 * h + e] = prob;
+          tile_sum += prob;
+        }
+      }
+      st.d[mi][h] += tile_sum;
+    }
+  }
+  r.any = __any_sync(0xffffffffu, any_moved);
+  return r;
+}
+
+template <bool kBegin, bool kEnd>
+__device__ __forceinline__ void softmax_tile(const PrefillParams& p, const ItemGeometry& g,
+                                             const RowInfo& rows, int first_col,
+                                             float (&s)[T::kMmaQ][T::kTilesS][4], RowStats& st,
+                                             RowState& acc) {
+  rescale_output(acc, softmax_scores<kBegin, kEnd>(p, g, rows, first_col, s, st));
+}
+
+}  // namespace flare::prefill
