@@ -1,5 +1,5 @@
 // The prefill kernel's parameter record and its tile geometry, shared bit for bit by the host
-// (src/api/batch_prefill.cpp) and the device (kernels/prefill.cuh): plain structs, constexpr.
+// (src/api/batch_prefill_run.cpp) and the device (kernels/prefill.cuh): plain structs, constexpr.
 #pragma once
 
 #include "decode_params.cuh"
