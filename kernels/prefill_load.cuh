@@ -309,7 +309,6 @@ __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const Ite
 // constant), and stores its two chunks in the order that puts a quarter warp's stores in 8
 // distinct bank groups (blocks 4-7 of every 8 high chunk first). The global scales are run()'s
 // k_scale / v_scale, as for 16-bit K/V.
-template <int kHeadDim, int kRowBytes16>
 __device__ __forceinline__ void convert_nvfp4_block(const unsigned char* codes,
                                                     const unsigned char* scales, bool high_first,
                                                     unsigned first, unsigned second) {
@@ -343,7 +342,7 @@ __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
 #pragma unroll 1
     for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
       const int row = row0 + i * kRowStep;
-      convert_nvfp4_block<kHeadDim, kRowBytes16>(
+      convert_nvfp4_block(
           codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block, high_first,
           first + i * kRowStep * kRowBytes16, second + i * kRowStep * kRowBytes16);
     }
@@ -352,7 +351,7 @@ __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
     for (int index = thread_index(); index < T::kKvTile * kBlocks; index += T::kThreads) {
       const int row = index / kBlocks;
       const int block = index % kBlocks;
-      convert_nvfp4_block<kHeadDim, kRowBytes16>(
+      convert_nvfp4_block(
           codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block, false,
           dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block),
           dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block + 1));

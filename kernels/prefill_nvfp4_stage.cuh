@@ -43,16 +43,6 @@ constexpr int kNvfp4StageThreads = 256;
 
 namespace flare::nvfp4_stage {
 
-__device__ __forceinline__ unsigned pack_16bit(float lo, float hi, bool bf16) {
-  unsigned packed;
-  if (bf16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
-  }
-  return packed;
-}
-
 // The request of page-table entry `entry` (an error message's), from the plan's table.
 __device__ __forceinline__ int request_of(const Nvfp4StageParams& p, long long entry) {
   int lo = 0, hi = p.max_batch;  // kv_indptr[lo] <= entry < kv_indptr[hi]
@@ -103,13 +93,15 @@ extern "C" __global__ void __launch_bounds__(flare::kNvfp4StageThreads)
       const unsigned char scale_bits =
           p.scales[which][source * ss[0] + slot * ss[1] + head * ss[2] + block];
       // The decode kernel's conversion (exact), 8 values a call.
-      float value[16];
-      load_nvfp4_8(codes, scale_bits, *reinterpret_cast<float(*)[8]>(value));
-      load_nvfp4_8(codes + 4, scale_bits, *reinterpret_cast<float(*)[8]>(value + 8));
+      float value[2][8];
+      load_nvfp4_8(codes, scale_bits, value[0]);
+      load_nvfp4_8(codes + 4, scale_bits, value[1]);
       unsigned packed[8];
 #pragma unroll
       for (int pair = 0; pair < 8; ++pair) {
-        packed[pair] = nvfp4_stage::pack_16bit(value[2 * pair], value[2 * pair + 1], p.bf16 != 0);
+        const float lo = value[pair / 4][2 * (pair % 4)], hi = value[pair / 4][2 * (pair % 4) + 1];
+        packed[pair] = p.bf16 != 0 ? float2_to_16bit2<kCodeBF16>(lo, hi)
+                                   : float2_to_16bit2<kCodeF16>(lo, hi);
       }
       out[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
       out[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
