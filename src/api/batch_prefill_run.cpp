@@ -105,9 +105,7 @@ void BatchPrefill::run(const TensorView& q, const PagedKVPages& kv, const Tensor
     run_16bit(q, kv, o, lse, stream, mask_bits, options);
     return;
   }
-  FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
-  FLARE_CHECK(c.kv == PrefillKV::kPaged, ErrorCode::kInvalidArgument, kWhat,
-              ": run() with paged KV on a BatchPrefill created for ragged KV");
+  s.check_runnable(PrefillKV::kPaged);
   const api_detail::Nvfp4PrefillStaging::Plan plan = s.staging_plan();
   const Nvfp4StageParams sources = s.nvfp4.checked(kv, plan);  // throws naming the tensor
   const int64_t num_pages = sources.num_pages;
@@ -140,9 +138,7 @@ void BatchPrefill::run(const TensorView& q, const Nvfp4Rows& kv, const TensorVie
   const BatchPrefillConfig& c = s.config;
   FLARE_CHECK(api_detail::is_nvfp4_prefill(c), ErrorCode::kInvalidArgument, kWhat,
               ": NVFP4 rows given to a BatchPrefill created for ", dtype_name(c.dtype), " KV");
-  FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
-  FLARE_CHECK(c.kv == PrefillKV::kRagged, ErrorCode::kInvalidArgument, kWhat,
-              ": run() with ragged K/V on a BatchPrefill created for paged KV");
+  s.check_runnable(PrefillKV::kRagged);
   const api_detail::Nvfp4PrefillStaging::Plan plan = s.staging_plan();
   const Nvfp4StageParams sources = s.nvfp4.checked(kv, plan);  // throws naming the tensor
   const int64_t rows =
@@ -166,9 +162,7 @@ void BatchPrefill::run_16bit(const TensorView& q, const PagedKVPages& kv, const 
                              const RunOptions& options) {
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
-  FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
-  FLARE_CHECK(c.kv == PrefillKV::kPaged, ErrorCode::kInvalidArgument, kWhat,
-              ": run() with paged KV on a BatchPrefill created for ragged KV");
+  s.check_runnable(PrefillKV::kPaged);
   FLARE_CHECK(kv.layout == c.layout, ErrorCode::kInvalidArgument, kWhat, ": kv layout must be ",
               kv_layout_name(c.layout), ", got ", kv_layout_name(kv.layout));
   const int64_t k_pages = kv.k.ndim == 4 ? kv.k.shape[0] : -1;
@@ -225,9 +219,7 @@ void BatchPrefill::run_16bit(const TensorView& q, const TensorView& k, const Ten
                              const RunOptions& options) {
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
-  FLARE_CHECK(s.planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
-  FLARE_CHECK(c.kv == PrefillKV::kRagged, ErrorCode::kInvalidArgument, kWhat,
-              ": run() with ragged K/V on a BatchPrefill created for paged KV");
+  s.check_runnable(PrefillKV::kRagged);
   const int64_t k_rows = k.ndim == 3 ? k.shape[0] : -1;
   const int64_t v_rows = v.ndim == 3 ? v.shape[0] : -1;
   check_device_tensor(kWhat, k, "k", c.device, c.dtype, {k_rows, c.num_kv_heads, c.head_dim_qk},

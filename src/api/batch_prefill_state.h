@@ -90,6 +90,15 @@ struct BatchPrefill::State {
     cuda::TensorMap k_map, v_map;
   } bulk;
 
+  // run()'s first checks: a plan exists, and the KV kind given is the one created for.
+  void check_runnable(PrefillKV given) const {
+    FLARE_CHECK(planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");
+    FLARE_CHECK(config.kv == given, ErrorCode::kInvalidArgument, kWhat,
+                given == PrefillKV::kPaged
+                    ? ": run() with paged KV on a BatchPrefill created for ragged KV"
+                    : ": run() with ragged K/V on a BatchPrefill created for paged KV");
+  }
+
   const PrefillKernel& kernel(const PrefillTiles& t) {
     const auto key = std::make_tuple(t.query_tile, t.kv_tile, t.warpgroup);
     auto it = kernels.find(key);
