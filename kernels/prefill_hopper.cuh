@@ -548,14 +548,19 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
     wgmma::shrink_registers<kProducerRegisters>();
     unsigned empty_phases = 0;
     unsigned q_parity = 0;
+    // The queue entry after this one is taken (thread 0) as soon as this one is known, so that
+    // the atomic's round trip overlaps this item's record and loads instead of heading the next
+    // item's chain (entry, work item, request tables, row tables, then its Q), on which the
+    // consumers waited at every item at L 1024 (q_full; docs/perf.md, nineteenth session). The
+    // mma.sync family takes its next item likewise (prefill.cuh).
+    int next_entry = 0;
+    if (load_thread() == 0) next_entry = atomicAdd(p.next_work_item, 1);
     for (int slot = 0;; slot ^= 1) {
       ItemHandOff& hand = shared.hand[slot];
-      if (load_thread() == 0) {
-        const int entry = atomicAdd(p.next_work_item, 1);
-        hand.entry = entry < queue_entries(p) ? entry : -1;
-      }
+      if (load_thread() == 0) hand.entry = next_entry < queue_entries(p) ? next_entry : -1;
       producer_sync();
       const int entry = hand.entry;
+      if (load_thread() == 0 && entry >= 0) next_entry = atomicAdd(p.next_work_item, 1);
       if (entry >= 0) {
         const WorkItem item = queue_item(p, entry);
         const ItemGeometry g = item_geometry(p, item);
