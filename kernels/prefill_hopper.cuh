@@ -284,16 +284,17 @@ __device__ __forceinline__ void load_q_beside_bulk_k(const PrefillParams& p,
 // box): the tiles wholly inside the item by bulk copies, the page ids of the next read by the
 // issuing thread while this one lands; the last tile, past kv_hi in part, gathered (its rows
 // past kv_hi zero-filled: a page's stale tail could hold NaNs, and 0 * NaN is NaN in P.V).
-template <class QLanded>
+template <class QLanded, class PrepareNext>
 __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const ItemHandOff& hand,
                                                    unsigned char* smem, unsigned& empty_phases,
-                                                   QLanded q_landed) {
+                                                   QLanded q_landed, PrepareNext prepare_next) {
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
   const int bulk_tiles = (g.kv_hi - g.kv_lo) / T::kKvTile;
   int pages[kBoxesPerTile];
   if (load_thread() == 0 && bulk_tiles > 0) bulk_tile_pages(p, g, 0, pages);
+  const int prepare_tile = min(num_tiles, 2) - 1;
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = stage_of(empty_phases, tile);
     if (tile < bulk_tiles) {
@@ -309,6 +310,7 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
                                       barrier_address(shared.full[kHalfV][stage]), pages);
         if (tile + 1 < bulk_tiles) bulk_tile_pages(p, g, tile + 1, pages);
       }
+      if (tile == prepare_tile) prepare_next();
       continue;
     }
     issue_page_ids(p, g, tile, smem);
@@ -325,6 +327,7 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
     publish_half<1>(shared, kHalfK, stage);
     if (tile == 0) q_landed();
     publish_half<0>(shared, kHalfV, stage);
+    if (tile == prepare_tile) prepare_next();
   }
   advance_stages(empty_phases, num_tiles);
 }
@@ -336,8 +339,13 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
 // producer barrier joins them (and orders the page-id slots and RoPE's rows), and one thread
 // arrives on `full` (128 arrivals on one word every tile measured ~10% slower at L 4096).
 // empty_phases: bit half * kStages + s is the parity of the next `empty` phase of that half.
+// prepare_next() (every producer thread, once per item) writes the next item's hand-off slot:
+// called once the item's first two tiles are issued (the producer then waits for the consumers to
+// free a stage anyway), so that the next item's record is ready long before its Q may load.
+template <class PrepareNext>
 __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemHandOff& hand,
-                                             unsigned char* smem, unsigned& empty_phases) {
+                                             unsigned char* smem, unsigned& empty_phases,
+                                             PrepareNext prepare_next) {
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
@@ -346,11 +354,13 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
   };
   if (num_tiles == 0) {
     q_landed();  // nothing to load, but one q_full phase per item
+    prepare_next();
     return;
   }
+  const int prepare_tile = min(num_tiles, 2) - 1;
   if constexpr (kBulkPaged) {
     if (p.bulk_kv != 0 && g.kv_lo % kBoxRows == 0) {
-      produce_paged_bulk(p, hand, smem, empty_phases, q_landed);
+      produce_paged_bulk(p, hand, smem, empty_phases, q_landed, prepare_next);
       return;
     }
   }
@@ -375,6 +385,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
         issue_bulk_half<kHalfV>(p, g, tile, stage, smem,
                                 barrier_address(shared.full[kHalfV][stage]));
       }
+      if (tile == prepare_tile) prepare_next();
     }
     advance_stages(empty_phases, num_tiles);
     return;
@@ -398,6 +409,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
     publish_half<1>(shared, kHalfK, stage);  // Q, with tile 0, in the same group as K
     if (tile == 0) q_landed();
     publish_half<0>(shared, kHalfV, stage);
+    if (tile == prepare_tile) prepare_next();
     // Slot tile % 2 was read by every producer thread's issue_kv(tile), before the barrier.
     if (T::kPaged && tile + 2 < num_tiles) {
       issue_page_ids(p, g, tile + 2, smem);
@@ -521,13 +533,14 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
 }
 
 // The CTA: barriers, then each role's loop over the queue. The producer takes the entries:
-// per entry it writes the hand-off slot (entry n in slot n % 2; -1 once the queue is empty),
-// waits on q_empty for the consumers to be done with the previous item's Q tile, completes the
-// slot's item_ready and loads the item (q_full once per item: its Q tile landed, or it has no
-// tiles). The consumers copy the slot into their record, compute the item and write its output.
-// A slot is rewritten two entries later, after the producer's q_empty wait of the entry between,
-// which the consumers complete only after copying it; for the same reason none of item_ready,
-// q_full and q_empty can complete twice before its waiter's next wait.
+// it writes entry n's hand-off slot n % 2 (-1 once the queue is empty) while item n - 1 loads,
+// waits on q_empty for the consumers to be done with item n - 1's Q tile, completes the slot's
+// item_ready and loads item n (q_full once per item: its Q tile landed, or it has no tiles). The
+// consumers copy the slot into their record, compute the item and write its output. A slot is
+// rewritten two entries later, during the load of the entry between, which starts after the
+// producer's q_empty wait for the item before it: the consumers complete that release only
+// after copying the slot. For the same reason none of item_ready, q_full and q_empty can
+// complete twice before its waiter's next wait.
 __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem) {
   ItemShared& shared = item_shared(smem);
   if (thread_index() == 0) {
@@ -548,32 +561,38 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
     wgmma::shrink_registers<kProducerRegisters>();
     unsigned empty_phases = 0;
     unsigned q_parity = 0;
-    // The queue entry after this one is taken (thread 0) as soon as this one is known, so that
-    // the atomic's round trip overlaps this item's record and loads instead of heading the next
-    // item's chain (entry, work item, request tables, row tables, then its Q), on which the
-    // consumers waited at every item at L 1024 (q_full; docs/perf.md, nineteenth session). The
-    // mma.sync family takes its next item likewise (prefill.cuh).
-    int next_entry = 0;
-    if (load_thread() == 0) next_entry = atomicAdd(p.next_work_item, 1);
-    for (int slot = 0;; slot ^= 1) {
-      ItemHandOff& hand = shared.hand[slot];
-      if (load_thread() == 0) hand.entry = next_entry < queue_entries(p) ? next_entry : -1;
+    // Item n + 1's hand-off slot is written while item n loads (produce_item's prepare_next,
+    // once n's first two tiles are issued): the chain ahead of an item's Q load (queue atomic,
+    // work item, request tables, row tables), on which the consumers waited at every item at
+    // L 1024 (q_full; docs/perf.md, nineteenth session), then runs while the item before
+    // computes. A CTA holds at most the item after the one it loads, as the mma.sync family
+    // does (taken during the current one), so the queue still balances its tail. The slot of
+    // n + 1 is free then: its last reader, the consumers' copy for item n - 1, came before their
+    // release of item n - 1's Q, which the producer waited for before loading item n.
+    const auto prepare = [&](ItemHandOff& hand) {
+      if (load_thread() == 0) {
+        const int entry = atomicAdd(p.next_work_item, 1);
+        hand.entry = entry < queue_entries(p) ? entry : -1;
+      }
       producer_sync();
       const int entry = hand.entry;
-      if (load_thread() == 0 && entry >= 0) next_entry = atomicAdd(p.next_work_item, 1);
-      if (entry >= 0) {
-        const WorkItem item = queue_item(p, entry);
-        const ItemGeometry g = item_geometry(p, item);
-        if (load_thread() == 0) hand.record = ItemRecord{item, g};
-        write_row_tables(p, item, g, hand.row_q_pos, hand.row_qo_head, load_thread(),
-                         kPrefillProducerThreads);
-        producer_sync();  // the record and row tables, for every producer thread
-      }
+      if (entry < 0) return;
+      const WorkItem item = queue_item(p, entry);
+      const ItemGeometry g = item_geometry(p, item);
+      if (load_thread() == 0) hand.record = ItemRecord{item, g};
+      write_row_tables(p, item, g, hand.row_q_pos, hand.row_qo_head, load_thread(),
+                       kPrefillProducerThreads);
+      producer_sync();  // the record and row tables, for every producer thread
+    };
+    prepare(shared.hand[0]);
+    for (int slot = 0;; slot ^= 1) {
+      ItemHandOff& hand = shared.hand[slot];
+      const int entry = hand.entry;
       wgmma::barrier_wait(barrier_address(shared.q_empty), q_parity);
       q_parity ^= 1u;
       if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.item_ready[slot]));
       if (entry < 0) break;
-      produce_item(p, hand, smem, empty_phases);
+      produce_item(p, hand, smem, empty_phases, [&] { prepare(shared.hand[slot ^ 1]); });
     }
   } else {
     wgmma::grow_registers<kConsumerRegisters>();
