@@ -325,6 +325,37 @@ __device__ __forceinline__ void rotate_landed(const PrefillParams& p, const Item
       [first_pos](int row) { return first_pos + row; });
 }
 
+// An item's first kPageIdSlots tiles' page ids (slot t % kPageIdSlots), before any of its copies
+// is issued; the loop issues the rest kPageIdSlots tiles ahead. The 16-bit kernels' two are two
+// calls: written as the loop, ptxas allocates their registers differently (SASS compared).
+__device__ __forceinline__ void issue_first_page_ids(const PrefillParams& p, const ItemGeometry& g,
+                                                     unsigned char* smem) {
+  if constexpr (T::kPageIdSlots == 2) {
+    issue_page_ids(p, g, 0, smem);
+    issue_page_ids(p, g, 1, smem);
+  } else {
+#pragma unroll
+    for (int t = 0; t < T::kPageIdSlots; ++t) issue_page_ids(p, g, t, smem);
+  }
+}
+
+// An item's tiles [0, kTileLead) in flight (with Q, issued before), one copy group each (empty
+// past the item) for the loop's wait count. NVFP4's loop is not unrolled: three inlined copies
+// of issue_kv spill its 128-row tile.
+__device__ __forceinline__ void issue_first_tiles(const PrefillParams& p, const ItemGeometry& g,
+                                                  unsigned char* smem) {
+  if constexpr (T::kTileLead == 1) {
+    if (g.num_tiles > 0) issue_kv(p, g, 0, 0, smem);
+    cp_async_commit();
+  } else {
+#pragma unroll 1
+    for (int t = 0; t < T::kTileLead; ++t) {
+      if (t < g.num_tiles) issue_kv(p, g, t, t % T::kRawStages, smem);
+      cp_async_commit();
+    }
+  }
+}
+
 // One work item by the whole CTA (the mma.sync family; the Hopper family's CTA is
 // prefill_hopper.cuh's).
 __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem& item_in,
@@ -335,9 +366,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     write_item_shared(p, item_in, g, shared);
     if (thread_index() % 32 == 0) shared.spans[thread_index() / 32] = warp_span(p, item_in, g);
     if constexpr (T::kPaged) {
-      // Page-id slot t % 2 holds tile t's ids from one iteration before its copies are issued.
-      issue_page_ids(p, g, 0, smem);
-      issue_page_ids(p, g, 1, smem);
+      issue_first_page_ids(p, g, smem);
       cp_async_commit();
       cp_async_wait<0>();
     }
@@ -346,8 +375,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     // atomic's latency hides behind the item, the barrier at its end publishes the result.
     if (thread_index() == 0) shared.next_item = atomicAdd(p.next_work_item, 1);
     issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
-    if (g.num_tiles > 0) issue_kv(p, g, 0, 0, smem);
-    cp_async_commit();
+    issue_first_tiles(p, g, smem);
   }
   // From here on the item lives in shared memory.
   const ItemGeometry& g = shared.record.g;
@@ -365,20 +393,25 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     const int tile = shared.loop_tile[thread_index()];
     if (tile >= g.num_tiles) break;
     shared.loop_tile[thread_index()] = tile + 1;
-    cp_async_wait<0>();
+    cp_async_wait<T::kTileLead - 1>();
     // Tile `tile` (and Q) landed for every thread; every thread is done with tile - 1, whose
-    // stage and page-id slot the next issue and the page-id store overwrite.
+    // stage (NVFP4: raw stage) the next issue overwrites, and with the page ids of tile
+    // `tile` (read when its copies were issued), whose slot the page-id store overwrites.
     __syncthreads();
     // Read before the copies are issued: their asm clobbers memory, and a shared load after
     // them waits behind them in the memory queue.
     const int first_col = first_column(shared, tile);
     const WarpSpan span = shared.spans[thread_index() / 32];
-    if (tile + 1 < g.num_tiles) issue_kv(p, g, tile + 1, (tile + 1) % T::kStages, smem);
-    // Slot tile % 2 was last read by issue_kv(tile), before the barrier.
-    if (T::kPaged && tile + 2 < g.num_tiles) issue_page_ids(p, g, tile + 2, smem);
+    const int next = tile + T::kTileLead;
+    if (next < g.num_tiles) {
+      issue_kv(p, g, next, next % (T::kNvfp4 ? T::kRawStages : T::kStages), smem);
+    }
+    if (T::kPaged && tile + T::kPageIdSlots < g.num_tiles) {
+      issue_page_ids(p, g, tile + T::kPageIdSlots, smem);
+    }
     cp_async_commit();
     if constexpr (T::kNvfp4) {
-      convert_landed_nvfp4(tile % T::kStages, smem);
+      convert_landed_nvfp4(tile % T::kRawStages, smem);
       __syncthreads();  // the converted rows are visible
     }
     if constexpr (Variant::kRotary) {

@@ -11,9 +11,10 @@ namespace flare::prefill {
 // entry).
 constexpr int kUnreadPage = 0x7fffffff;
 
-// Page ids of tile `tile`, one per KV row, into page-id slot tile % kStages with 4-byte
+// Page ids of tile `tile`, one per KV row, into page-id slot tile % kPageIdSlots with 4-byte
 // cp.async (rows past the item read nothing and get 0): they land with the copy group they are
-// committed in, a tile before the copies that read them, and occupy no register meanwhile.
+// committed in, before the copies that read them are issued (prefill_tile_lead), and occupy no
+// register meanwhile.
 // The ids are the caller's data: readers range-check them (load_row_pages, kv_element).
 __device__ __forceinline__ void issue_page_ids(const PrefillParams& p, const ItemGeometry& g,
                                                int tile, unsigned char* smem) {
@@ -22,7 +23,7 @@ __device__ __forceinline__ void issue_page_ids(const PrefillParams& p, const Ite
     const bool valid = pos < g.kv_hi;
     const long long entry = g.kv_base + pos / T::kPageSize;
     const unsigned dst = shared_address(smem + T::kPageIdsOffset) +
-                         ((tile % T::kStages) * T::kKvTile + load_thread()) * 4;
+                         ((tile % T::kPageIdSlots) * T::kKvTile + load_thread()) * 4;
     if (valid && entry >= p.num_indices) {
       record_index_error(p.index_error, kIndexErrorEntry, g.request, entry, -1);
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(kUnreadPage) : "memory");
@@ -282,10 +283,10 @@ __device__ __forceinline__ void copy_nvfp4_codes(const PrefillParams& p, const I
   }
 }
 __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const ItemGeometry& g,
-                                               int tile, int stage, unsigned char* smem) {
-  const unsigned raw = shared_address(smem + T::kRawOffset + stage * T::kRawStageBytes);
-  const int* page_ids =
-      reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + (tile % T::kStages) * T::kKvTile;
+                                               int tile, int raw_stage, unsigned char* smem) {
+  const unsigned raw = shared_address(smem + T::kRawOffset + raw_stage * T::kRawStageBytes);
+  const int* page_ids = reinterpret_cast<const int*>(smem + T::kPageIdsOffset) +
+                        (tile % T::kPageIdSlots) * T::kKvTile;
   const int start = g.kv_lo + tile * T::kKvTile;
   const auto* k = static_cast<const unsigned char*>(p.k);
   const auto* v = static_cast<const unsigned char*>(p.v);
@@ -301,8 +302,8 @@ __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const Ite
                                       p.v_scale_stride_head);
 }
 
-// NVFP4: raw stage `stage` (landed) into the 16-bit stage `stage` in the swizzled layout the MMAs
-// read, at 2^-8 of the values (decode_utils.cuh nvfp4_word_to_16bit: one exact product a pair;
+// NVFP4: raw stage `raw_stage` (landed) into the 16-bit stage (T::kStages is 1) in the swizzled
+// layout the MMAs read, at 2^-8 of the values (decode_utils.cuh nvfp4_word_to_16bit: one exact product a pair;
 // process_tile and output_scale take the 2^8 back): a 16-value block (8 code bytes, one e4m3
 // scale) to two 16-byte chunks per step. Each thread keeps one block column where the CTA's
 // threads cover whole rows 8 at a time (the swizzle repeats every 8 rows: addresses advance by a
@@ -358,16 +359,18 @@ __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
     }
   }
 }
-__device__ __forceinline__ void convert_landed_nvfp4(int stage, unsigned char* smem) {
-  const unsigned char* raw = smem + T::kRawOffset + stage * T::kRawStageBytes;
-  const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
+__device__ __forceinline__ void convert_landed_nvfp4(int raw_stage, unsigned char* smem) {
+  static_assert(!T::kNvfp4 || T::kStages == 1, "NVFP4: one 16-bit stage");
+  const unsigned char* raw = smem + T::kRawOffset + raw_stage * T::kRawStageBytes;
+  const unsigned k_dst = shared_address(smem + T::kQBytes);
   convert_nvfp4_rows<T::kHeadDimQK, T::kQKRowBytes>(raw, raw + T::kRawKScales, k_dst);
   convert_nvfp4_rows<T::kHeadDimVO, T::kVRowBytes>(raw + T::kRawVCodes, raw + T::kRawVScales,
                                                    k_dst + T::kKBytes);
 }
 
-// Tile `tile` of the item into stage `stage` (the mma.sync family's tile % kStages; the Hopper
-// family's stages run on across items), its page ids from slot tile % kStages. kCopyK / kCopyV:
+// Tile `tile` of the item into stage `stage` (the mma.sync family's tile % kStages, with NVFP4
+// raw stage tile % kRawStages; the Hopper family's stages run on across items), its page ids
+// from slot tile % kPageIdSlots. kCopyK / kCopyV:
 // which halves of the stage (the Hopper family's producer copies them apart).
 template <bool kCopyK = true, bool kCopyV = true>
 __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeometry& g, int tile,
@@ -378,7 +381,7 @@ __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeome
   }
   const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
   const int* page_ids =
-      reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + (tile % T::kStages) * T::kKvTile;
+      reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + (tile % T::kPageIdSlots) * T::kKvTile;
   const int start = g.kv_lo + tile * T::kKvTile;
   // The Hopper family's producer (40 registers, kernels/prefill_hopper.cuh) copies paged tiles
   // a group of rows at a time: the full-tile path's page ids held in registers spill there.

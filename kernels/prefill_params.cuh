@@ -153,12 +153,31 @@ constexpr int prefill_warpgroup_ctas_per_sm(const PrefillShape& s) {
 constexpr int kPrefillStagePad = 8;
 constexpr int kPrefillKvStages = 2;
 
+// NVFP4 K/V keeps kPrefillNvfp4RawStages raw stages (9 KB each at D 128, 64-row KV tiles) in a
+// ring, kPrefillNvfp4RawStages - 1 tiles in flight while one is converted into a single 16-bit
+// stage: a tile's 4.5 bits a value are too few bytes for one tile in flight to cover the memory
+// latency (docs/perf.md, NVFP4 prefill v4). 16-bit K/V: two stages, one tile in flight.
+constexpr int kPrefillNvfp4RawStages = 4;
+constexpr int prefill_kv_stages(const PrefillShape& s) {
+  return s.nvfp4 != 0 ? 1 : kPrefillKvStages;
+}
+constexpr int prefill_raw_stages(const PrefillShape& s) {
+  return s.nvfp4 != 0 ? kPrefillNvfp4RawStages : 0;
+}
+// Tiles whose copies are issued ahead of the one being computed, and how far ahead their page
+// ids are (one slot each): ids land with the copy group they are committed in, which the wait
+// before their tile's issue must cover, so twice the copy lead.
+constexpr int prefill_tile_lead(const PrefillShape& s) {
+  return s.nvfp4 != 0 ? kPrefillNvfp4RawStages - 1 : 1;
+}
+constexpr int prefill_page_id_slots(const PrefillShape& s) { return 2 * prefill_tile_lead(s); }
+
 // Bytes reserved for the work item's record (item, geometry, mask scalars; see prefill.cuh),
 // which the main loop and the epilogue read from shared memory instead of holding registers.
 constexpr int kPrefillItemRecordBytes = 128;
 
-// Dynamic shared memory of one CTA: the Q tile, kPrefillKvStages K/V stages and their page ids
-// (and with NVFP4 the raw stages) while the main loop runs, the fp32 output staging (per KV warp)
+// Dynamic shared memory of one CTA: the Q tile, the K/V stages and the page-id slots (and with
+// NVFP4 the raw stages) while the main loop runs, the fp32 output staging (per KV warp)
 // and row statistics after it; then, live throughout, the item record, two int tables per packed
 // row (KV position, query head), each thread's softmax statistics (running max and sum of its rows)
 // and KV loop position, and each warp's visible KV span.
@@ -166,9 +185,9 @@ constexpr int prefill_item_offset(const PrefillShape& s) {
   // Shared rows are swizzled, not padded (kernels/mma_utils.cuh).
   const int q_bytes = s.query_tile * s.head_dim_qk * 2;
   const int stage_bytes = s.kv_tile * (s.head_dim_qk * 2 + s.head_dim_vo * 2);
-  const int page_id_bytes = kPrefillKvStages * s.kv_tile * 4;
-  const int main_loop = q_bytes + kPrefillKvStages * stage_bytes + page_id_bytes +
-                        kPrefillKvStages * prefill_nvfp4_raw_stage_bytes(s);
+  const int page_id_bytes = prefill_page_id_slots(s) * s.kv_tile * 4;
+  const int main_loop = q_bytes + prefill_kv_stages(s) * stage_bytes + page_id_bytes +
+                        prefill_raw_stages(s) * prefill_nvfp4_raw_stage_bytes(s);
   const int warps_kv = prefill_warps_kv(s);
   const int epilogue = warps_kv * s.query_tile * (s.head_dim_vo + kPrefillStagePad) * 4 +
                        2 * warps_kv * s.query_tile * 4;

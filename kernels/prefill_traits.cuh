@@ -69,13 +69,16 @@ struct Traits {
   static constexpr int kVRowBytes = kHeadDimVO * 2;
   static constexpr int kQKChunks = kHeadDimQK / 8;  // 16-byte chunks per row
   static constexpr int kVChunks = kHeadDimVO / 8;
-  static constexpr int kStages = kPrefillKvStages;
+  static constexpr int kStages = prefill_kv_stages(kShape);  // 16-bit K/V stages
+  static constexpr int kRawStages = prefill_raw_stages(kShape);
+  static constexpr int kTileLead = prefill_tile_lead(kShape);
+  static constexpr int kPageIdSlots = prefill_page_id_slots(kShape);
   static constexpr int kQBytes = kQueryTile * kQKRowBytes;
   static constexpr int kKBytes = kKvTile * kQKRowBytes;
   static constexpr int kStageBytes = kKBytes + kKvTile * kVRowBytes;
   static constexpr int kPageIdsOffset = kQBytes + kStages * kStageBytes;
   // NVFP4: raw stages after the page ids, each K codes, K scales, V codes, V scales.
-  static constexpr int kRawOffset = kPageIdsOffset + kStages * kKvTile * 4;
+  static constexpr int kRawOffset = kPageIdsOffset + kPageIdSlots * kKvTile * 4;
   static constexpr int kRawKScales = prefill_nvfp4_part_bytes(kKvTile, kHeadDimQK / 2);
   static constexpr int kRawVCodes =
       kRawKScales + prefill_nvfp4_part_bytes(kKvTile, kHeadDimQK / 16);

@@ -74,6 +74,16 @@ std::vector<Nvfp4PrefillCase> cases() {
     all.push_back(n);
   }
   {
+    // Long KV under short queries (the memory-bound shapes): items of many tiles, so the raw
+    // stage ring and the page-id slots wrap many times, and one item of a single tile.
+    Nvfp4PrefillCase n{"paged_nhd_bf16_gqa4_page7_long_kv"};
+    n.c.q_lens = {16, 1, 9, 4};
+    n.c.kv_lens = {1500, 777, 2049, 40};
+    n.c.page_size = 7, n.c.mask = MaskMode::kNone;
+    n.k_global = 0.5f;
+    all.push_back(n);
+  }
+  {
     Nvfp4PrefillCase n{"paged_f16_d512_gqa2_page1_noncausal"};
     n.c.q_lens = {64, 3};
     n.c.kv_lens = {128, 77};
