@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One device call for a change to the FA2 family's NVFP4 prefill kernels (issue 21: NVFP4 prefill
-# faster than 16-bit KV where it is memory-bound): the NVFP4 prefill GPU tests and every prefill
-# case (NVFP4_FILTER narrows them, e.g. '*Nvfp4*:*IndexSafety*'), compute-sanitizer memcheck,
-# racecheck and synccheck on the NVFP4 cases, then scripts/bench_prefill_nvfp4.cpp (NVFP4 / 16-bit
+# faster than 16-bit KV where it is memory-bound): scripts/bench_prefill_nvfp4.cpp (NVFP4 / 16-bit
 # time, C++) of this tree and of each tree named after it, alternately for `ROUNDS` rounds (an
-# A/B: e.g. `git archive main | tar -x -C .scratch/base`, carried), then the Python NVFP4 tests
-# and experiments/bench_prefill_nvfp4.py through the package (pip-installed from this tree).
+# A/B: e.g. `git archive main | tar -x -C .scratch/base`, carried), then the NVFP4 prefill GPU
+# tests and every prefill case (NVFP4_FILTER narrows them, e.g. '*Nvfp4*:*IndexSafety*'),
+# compute-sanitizer memcheck, racecheck and synccheck on the NVFP4 cases, then the Python NVFP4
+# tests and experiments/bench_prefill_nvfp4.py through the package (pip-installed from this tree).
 # Logs in $OUT.
 # Usage (GPU machine): bash experiments/nvfp4_prefill_check.sh [other tree ...]
 set -uo pipefail
@@ -21,6 +21,20 @@ gs=""; [ -f /usr/lib/x86_64-linux-gnu/libgtest.a ] || gs="-DFLARE_GTEST_SOURCE=/
 { cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release $gs &&
   cmake --build $B -j16 --target flare_gpu_tests; } > "$OUT/build.log" 2>&1 ||
   { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
+trees=("$PWD" "$@")
+for tree in "${trees[@]}"; do
+  (cd "$tree" && cmake -S . -B build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLARE_BUILD_TESTS=OFF \
+     >/dev/null && cmake --build build-ab -j16 --target flare >/dev/null &&
+   g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill_nvfp4.cpp -Lbuild-ab -lflare \
+     -Wl,-rpath,"$PWD/build-ab" -o build-ab/bench_prefill_nvfp4) || { echo "build of $tree failed"; exit 1; }
+done
+for round in $(seq "$ROUNDS"); do
+  for tree in "${trees[@]}"; do
+    echo "== round $round: $tree"
+    FLARE_CACHE_DIR="$tree/build-ab/jit-cache" "$tree/build-ab/bench_prefill_nvfp4"
+  done
+done
+echo "t $(( $(date +%s) - t0 )) s"
 for i in 0 1 2 3 4 5 6 7; do
   GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 240 $B/flare_gpu_tests \
     --gtest_filter="${NVFP4_FILTER:-*Prefill*:*IndexSafety*}" > "$OUT/t_$i.log" 2>&1 &
@@ -35,19 +49,6 @@ for tool in memcheck racecheck synccheck; do
     --gtest_filter='*BatchPrefillNvfp4*page5*:*BatchPrefillNvfp4*page7*:*BatchPrefillNvfp4Errors*:*BatchPrefillNvfp4Layouts*' \
     > "$OUT/$tool.log" 2>&1
   echo "$tool rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
-done
-trees=("$PWD" "$@")
-for tree in "${trees[@]}"; do
-  (cd "$tree" && cmake -S . -B build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLARE_BUILD_TESTS=OFF \
-     >/dev/null && cmake --build build-ab -j16 --target flare >/dev/null &&
-   g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill_nvfp4.cpp -Lbuild-ab -lflare \
-     -Wl,-rpath,"$PWD/build-ab" -o build-ab/bench_prefill_nvfp4) || { echo "build of $tree failed"; exit 1; }
-done
-for round in $(seq "$ROUNDS"); do
-  for tree in "${trees[@]}"; do
-    echo "== round $round: $tree"
-    FLARE_CACHE_DIR="$tree/build-ab/jit-cache" "$tree/build-ab/bench_prefill_nvfp4"
-  done
 done
 echo "t $(( $(date +%s) - t0 )) s"
 timeout 200 bash scripts/gpu_check_python.sh "$OUT/py" -q -k "nvfp4" 2>&1 | tail -3
