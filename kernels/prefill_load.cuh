@@ -340,7 +340,9 @@ __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
     const unsigned hi = dst + tile_offset<kRowBytes16, T::kKvTile>(row0, 2 * block + 1);
     const unsigned first = high_first ? hi : lo;
     const unsigned second = high_first ? lo : hi;
-#pragma unroll 1
+    // Unrolled where registers allow (one m16 tile a warp): the steps' shared loads and
+    // conversions interleave instead of each waiting for the one before.
+#pragma unroll(T::kMmaQ == 1 ? 4 : 1)
     for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
       const int row = row0 + i * kRowStep;
       convert_nvfp4_block(

@@ -9,10 +9,11 @@
 // Build (after the library, from the repository root):
 //   g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill_nvfp4.cpp -Lbuild-gpu -lflare
 //       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_prefill_nvfp4   (one line)
-// Run: build-gpu/bench_prefill_nvfp4
+// Run: build-gpu/bench_prefill_nvfp4   (FLARE_BENCH_KV_TILE=<rows>: the NVFP4 kernels' KV tile)
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -153,6 +154,8 @@ void bench(int batch, int q_len, int kv_len, bool causal) {
     if (nvfp4 != 0) {
       c.kv_dtype = DType::kU8;
       c.max_total_kv = num_pages;
+      // FLARE_BENCH_KV_TILE: the NVFP4 kernels' KV tile instead of the heuristic's (experiments).
+      if (const char* tile = std::getenv("FLARE_BENCH_KV_TILE")) c.kv_tile = std::atoi(tile);
     }
     BatchPrefill prefill(c);
     prefill.plan(qo_indptr, page_indptr, last, stream.get());
@@ -187,6 +190,7 @@ void bench(int batch, int q_len, int kv_len, bool causal) {
 }  // namespace
 
 int main() {
+  flare::cuda::set_device(0);
   std::printf("| shape | 16-bit KV us (tiles) | NVFP4 KV us (tiles) | NVFP4 / 16-bit |\n");
   std::printf("|---|---|---|---|\n");
   bench(1, 4096, 4096, true);
