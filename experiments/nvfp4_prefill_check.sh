@@ -6,7 +6,7 @@
 # tests and every prefill case (NVFP4_FILTER narrows them, e.g. '*Nvfp4*:*IndexSafety*'),
 # compute-sanitizer memcheck, racecheck and synccheck on the NVFP4 cases, then the Python NVFP4
 # tests and experiments/bench_prefill_nvfp4.py through the package (pip-installed from this tree).
-# Logs in $OUT.
+# Logs in $OUT. AB_ONLY=1 stops after the A/B.
 # Usage (GPU machine): bash experiments/nvfp4_prefill_check.sh [other tree ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +35,7 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 echo "t $(( $(date +%s) - t0 )) s"
+[ "${AB_ONLY:-0}" = 1 ] && exit 0  # AB_ONLY=1: the A/B alone
 for i in 0 1 2 3 4 5 6 7; do
   GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 240 $B/flare_gpu_tests \
     --gtest_filter="${NVFP4_FILTER:-*Prefill*:*IndexSafety*}" > "$OUT/t_$i.log" 2>&1 &

@@ -168,6 +168,7 @@ void bench(int batch, int q_len, int kv_len, bool causal) {
       pages.v_scales = page_view(v_scales, DType::kU8, kHeadDim / 16);
     }
     cuda::memset_d8_async(o.data(), 0xFF, static_cast<size_t>(o_elements) * 2, stream.get());
+    std::fflush(stdout);
     ms[nvfp4] = run_ms(stream.get(), [&] {
       prefill.run(qv, pages, ov, std::nullopt, stream.get(), std::nullopt, options);
     });
@@ -180,7 +181,8 @@ void bench(int batch, int q_len, int kv_len, bool causal) {
     }
     const PrefillTiles t = prefill.last_tiles();
     tiles[nvfp4] = std::to_string(t.query_tile) + "x" + std::to_string(t.kv_tile) +
-                   (t.warpgroup ? " wgmma" : "");
+                   (t.warpgroup ? " wgmma" : "") + ", " +
+                   std::to_string(prefill.last_plan().num_ctas) + " CTAs";
   }
   std::printf("| b%d q%d kv%d %s | %.1f (%s) | %.1f (%s) | %.2f |\n", batch, q_len, kv_len,
               causal ? "causal" : "full", ms[0] * 1e3, tiles[0].c_str(), ms[1] * 1e3,
@@ -191,7 +193,7 @@ void bench(int batch, int q_len, int kv_len, bool causal) {
 
 int main() {
   flare::cuda::set_device(0);
-  std::printf("| shape | 16-bit KV us (tiles) | NVFP4 KV us (tiles) | NVFP4 / 16-bit |\n");
+  std::printf("| shape | 16-bit KV us (tiles, CTAs) | NVFP4 KV us (tiles, CTAs) | NVFP4 / 16-bit |\n");
   std::printf("|---|---|---|---|\n");
   bench(1, 4096, 4096, true);
   bench(4, 1024, 1024, true);
