@@ -154,8 +154,10 @@ void bench(int batch, int q_len, int kv_len, bool causal) {
     if (nvfp4 != 0) {
       c.kv_dtype = DType::kU8;
       c.max_total_kv = num_pages;
-      // FLARE_BENCH_KV_TILE: the NVFP4 kernels' KV tile instead of the heuristic's (experiments).
-      if (const char* tile = std::getenv("FLARE_BENCH_KV_TILE")) c.kv_tile = std::atoi(tile);
+      // FLARE_BENCH_KV_TILE: the NVFP4 kernels' KV tile instead of the heuristic's where the
+      // packed rows fill 32 (experiments; 16-row tiles take 64 KV rows at least).
+      const char* tile = std::getenv("FLARE_BENCH_KV_TILE");
+      if (tile != nullptr && q_len * (kQoHeads / kKvHeads) >= 32) c.kv_tile = std::atoi(tile);
     }
     BatchPrefill prefill(c);
     prefill.plan(qo_indptr, page_indptr, last, stream.get());
