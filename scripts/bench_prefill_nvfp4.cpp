@@ -9,7 +9,8 @@
 // Build (after the library, from the repository root):
 //   g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill_nvfp4.cpp -Lbuild-gpu -lflare
 //       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_prefill_nvfp4   (one line)
-// Run: build-gpu/bench_prefill_nvfp4   (FLARE_BENCH_KV_TILE=<rows>: the NVFP4 kernels' KV tile)
+// Run: build-gpu/bench_prefill_nvfp4   (FLARE_BENCH_KV_TILE=<rows>: the NVFP4 kernels' KV tile;
+//   FLARE_BENCH_ONLY=<text>: the shapes whose name contains it)
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -101,6 +102,11 @@ bool all_finite_f16(const cuda::DeviceBuffer& buffer, int64_t n) {
 }
 
 void bench(int batch, int q_len, int kv_len, bool causal) {
+  // FLARE_BENCH_ONLY=<text>: only the shapes whose name ("b16 q16 kv4096") contains it.
+  const std::string name = "b" + std::to_string(batch) + " q" + std::to_string(q_len) + " kv" +
+                           std::to_string(kv_len);
+  const char* only = std::getenv("FLARE_BENCH_ONLY");
+  if (only != nullptr && name.find(only) == std::string::npos) return;
   const int pages_per = (kv_len + kPageSize - 1) / kPageSize;
   const int64_t num_pages = int64_t{batch} * pages_per;
   const int64_t total_q = int64_t{batch} * q_len;
