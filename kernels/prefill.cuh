@@ -11,6 +11,7 @@
 
 #include "prefill_epilogue.cuh"
 #include "prefill_load.cuh"
+#include "prefill_nvfp4_load.cuh"
 #include "prefill_softmax.cuh"
 #include "prefill_traits.cuh"
 #include "rotary.cuh"
@@ -325,6 +326,17 @@ __device__ __forceinline__ void rotate_landed(const PrefillParams& p, const Item
       [first_pos](int row) { return first_pos + row; });
 }
 
+// Tile `tile` into stage `stage`: 16-bit K/V (prefill_load.cuh), or NVFP4 rows into raw stage
+// `stage` (prefill_nvfp4_load.cuh).
+__device__ __forceinline__ void issue_tile(const PrefillParams& p, const ItemGeometry& g, int tile,
+                                           int stage, unsigned char* smem) {
+  if constexpr (T::kNvfp4) {
+    issue_kv_nvfp4(p, g, tile, stage, smem);
+  } else {
+    issue_kv(p, g, tile, stage, smem);
+  }
+}
+
 // An item's first kPageIdSlots tiles' page ids (slot t % kPageIdSlots), before any of its copies
 // is issued; the loop issues the rest kPageIdSlots tiles ahead. The 16-bit kernels' two are two
 // calls: written as the loop, ptxas allocates their registers differently (SASS compared).
@@ -345,12 +357,12 @@ __device__ __forceinline__ void issue_first_page_ids(const PrefillParams& p, con
 __device__ __forceinline__ void issue_first_tiles(const PrefillParams& p, const ItemGeometry& g,
                                                   unsigned char* smem) {
   if constexpr (T::kTileLead == 1) {
-    if (g.num_tiles > 0) issue_kv(p, g, 0, 0, smem);
+    if (g.num_tiles > 0) issue_tile(p, g, 0, 0, smem);
     cp_async_commit();
   } else {
 #pragma unroll 1
     for (int t = 0; t < T::kTileLead; ++t) {
-      if (t < g.num_tiles) issue_kv(p, g, t, t % T::kRawStages, smem);
+      if (t < g.num_tiles) issue_tile(p, g, t, t % T::kRawStages, smem);
       cp_async_commit();
     }
   }
@@ -404,7 +416,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     const WarpSpan span = shared.spans[thread_index() / 32];
     const int next = tile + T::kTileLead;
     if (next < g.num_tiles) {
-      issue_kv(p, g, next, next % (T::kNvfp4 ? T::kRawStages : T::kStages), smem);
+      issue_tile(p, g, next, next % (T::kNvfp4 ? T::kRawStages : T::kStages), smem);
     }
     if (T::kPaged && tile + T::kPageIdSlots < g.num_tiles) {
       issue_page_ids(p, g, tile + T::kPageIdSlots, smem);

@@ -155,9 +155,10 @@ constexpr int kPrefillKvStages = 2;
 
 // NVFP4 K/V keeps kPrefillNvfp4RawStages raw stages (9 KB each at D 128, 64-row KV tiles) in a
 // ring, kPrefillNvfp4RawStages - 1 tiles in flight while one is converted into a single 16-bit
-// stage: a tile's 4.5 bits a value are too few bytes for one tile in flight to cover the memory
-// latency (docs/perf.md, NVFP4 prefill v4). 16-bit K/V: two stages, one tile in flight.
-constexpr int kPrefillNvfp4RawStages = 4;
+// stage (a tile's 4.5 bits a value are few bytes in flight); three, not four, leave 16-row tiles
+// at 68 KB, three CTAs an SM (docs/perf.md, NVFP4 prefill v4-v5). 16-bit K/V: two stages, one
+// tile in flight.
+constexpr int kPrefillNvfp4RawStages = 3;
 constexpr int prefill_kv_stages(const PrefillShape& s) {
   return s.nvfp4 != 0 ? 1 : kPrefillKvStages;
 }

@@ -22,7 +22,7 @@
 namespace flare {
 namespace {
 
-using api_detail::kPrefillMaxCtasPerSm;
+using api_detail::prefill_max_ctas_per_sm;
 using api_detail::kPrefillMaxQueryTile;
 using api_detail::prefill_bounds;
 using api_detail::validate_prefill_config;
@@ -41,7 +41,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.limits = api_detail::limits_under_backend(api_detail::prefill_limits_of(s.props), config);
 
   s.max_query_tile = kPrefillMaxQueryTile;
-  int ctas_per_sm = kPrefillMaxCtasPerSm;
+  int ctas_per_sm = prefill_max_ctas_per_sm(config);
   s.fixed_tiles = api_detail::fixed_prefill_tiles(config, s.limits);
   if (s.fixed_tiles) {
     s.max_query_tile = s.fixed_tiles->query_tile;
@@ -79,7 +79,7 @@ size_t BatchPrefill::scratch_bytes_needed(const BatchPrefillConfig& config) {
   const cuda::DeviceProperties props = cuda::device_properties(config.device);
   // The largest grid and query tile any plan of this config may use.
   return workspace_layout(
-             prefill_bounds(config, props.num_sms * kPrefillMaxCtasPerSm, kPrefillMaxQueryTile))
+             prefill_bounds(config, props.num_sms * prefill_max_ctas_per_sm(config), kPrefillMaxQueryTile))
       .scratch_bytes();
 }
 

@@ -115,7 +115,7 @@ struct BatchPrefill::State {
         cuda::max_active_blocks_per_sm(k.function, k.specs.threads, k.specs.shared_bytes);
     FLARE_CHECK(fit >= 1, ErrorCode::kUnsupported, kWhat, ": the prefill kernel (",
                 k.specs.shared_bytes, " bytes of shared memory) does not fit one SM");
-    k.ctas_per_sm = std::min(fit, api_detail::kPrefillMaxCtasPerSm);
+    k.ctas_per_sm = std::min(fit, api_detail::prefill_max_ctas_per_sm(config));
     return kernels.emplace(key, k).first->second;
   }
 };

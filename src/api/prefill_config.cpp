@@ -497,6 +497,10 @@ PrefillDeviceLimits api_detail::limits_under_backend(PrefillDeviceLimits limits,
   return limits;
 }
 
+int api_detail::prefill_max_ctas_per_sm(const BatchPrefillConfig& c) {
+  return c.kv_dtype == DType::kU8 ? 3 : 2;
+}
+
 bool api_detail::prefill_fused_nvfp4(const BatchPrefillConfig& config, const PrefillTiles& tiles) {
   return config.kv_dtype == DType::kU8 && !tiles.warpgroup &&
          config.head_dim_qk != kPrefillWideHeadDim;

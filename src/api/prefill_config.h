@@ -12,8 +12,10 @@ namespace flare::api_detail {
 
 inline constexpr int kPrefillMaxQueryTile = 128;
 // Persistent CTAs per SM: two 4-warp CTAs already give 8 warps; more only grows the partial
-// workspace (2 slots per CTA, 002 D.3).
-inline constexpr int kPrefillMaxCtasPerSm = 2;
+// workspace (2 slots per CTA, 002 D.3). NVFP4 K/V takes up to three: its 16-row tiles fit three
+// (68 KB of shared memory, 118 registers) and their conversion in shared memory is latency-bound
+// at 8 warps (b64 q1 kv2048: 0.78x the time at two; docs/perf.md, NVFP4 prefill v5).
+int prefill_max_ctas_per_sm(const BatchPrefillConfig& c);
 
 // Head dim 512 (qk == vo) runs the FA2 family in two passes, one a half of the output: kernels of
 // head dims 512 / 256 (the scores in full each pass, P.V over half of V's columns), since 512
