@@ -283,16 +283,6 @@ __device__ __forceinline__ void process_tile(const PrefillParams& p, unsigned ch
   unsigned k_frag = stage_address(smem, tile) + k_fragment_offset();
   float s[T::kMmaQ][T::kTilesS][4];
   score_tile(shared_address(smem) + q_fragment_offset(), k_frag, s);
-  if constexpr (T::kNvfp4) {  // K converted at 2^-8 of its values (convert_nvfp4_rows)
-#pragma unroll
-    for (int mi = 0; mi < T::kMmaQ; ++mi) {
-#pragma unroll
-      for (int nt = 0; nt < T::kTilesS; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mi][nt][e] *= kNvfp4ConvertedInverse;
-      }
-    }
-  }
   asm volatile("" : "+r"(k_frag));  // opaque: the V address below derives from it
   const unsigned v_frag = k_frag + T::kKBytes + v_fragment_offset() - k_fragment_offset();
   const int thread_col = first_column(shared, current_tile(shared)) + thread_index() % 4 * 2;

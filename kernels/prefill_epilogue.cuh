@@ -28,7 +28,7 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
                                                   const RowStats& st, unsigned char* smem) {
   static_assert(T::kQueryTile * T::kVRowBytes <= T::kQBytes, "o staging fits the Q tile");
   const int lane = thread_index() % 32;
-  const float m_scale = kLinearLogits ? Variant::query_scale(p.variant) : 1.0f;
+  const float m_scale = kLinearLogits ? score_scale(p) : 1.0f;
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
@@ -82,7 +82,7 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
                                                      const RowStats& st) {
   static_assert(kWarpsKV == 1, "one KV warp per row");
   const int quad_col = (thread_index() % 4) * 2;
-  const float m_scale = kLinearLogits ? Variant::query_scale(p.variant) : 1.0f;
+  const float m_scale = kLinearLogits ? score_scale(p) : 1.0f;
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
@@ -151,7 +151,7 @@ __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkIte
       const float d = row_sum(st.d[mi][h]);
       const int row = warp_kv() * T::kQueryTile + local_row(mi, h);
       if (lane % 4 == 0) {
-        stage_m[row] = kLinearLogits ? st.m[mi][h] * Variant::query_scale(p.variant) : st.m[mi][h];
+        stage_m[row] = kLinearLogits ? st.m[mi][h] * score_scale(p) : st.m[mi][h];
         stage_d[row] = d;
       }
 #pragma unroll

@@ -100,7 +100,7 @@ __device__ __forceinline__ OutputRescale softmax_scores(const PrefillParams& p,
                                                         RowStats& st) {
   OutputRescale r;
   r.any = false;
-  const float q_scale = Variant::query_scale(p.variant);
+  const float q_scale = score_scale(p);
   if constexpr (!Variant::use_softmax) {  // the weights themselves; m stays 0, o unscaled
 #pragma unroll
     for (int mi = 0; mi < T::kMmaQ; ++mi) {

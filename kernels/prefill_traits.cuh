@@ -126,6 +126,14 @@ static_assert(VariantHookCheck<Variant>::ok, "the variant's hooks");
 // exp2 argument; any other Variant takes the general logits_transform path.
 constexpr bool kLinearLogits = has_linear_logits<Variant>;
 
+// The factor of q.k in the logits: the variant's query_scale, times 2^8 where the NVFP4 kernels'
+// K holds 2^-8 of its values (prefill_nvfp4_load.cuh convert_nvfp4_rows). Exact (a power of two),
+// and it costs nothing per score: every use already multiplies by the scale.
+__device__ __forceinline__ float score_scale(const PrefillParams& p) {
+  const float q_scale = Variant::query_scale(p.variant);
+  return T::kNvfp4 ? q_scale * kNvfp4ConvertedInverse : q_scale;
+}
+
 // Per-thread softmax state: kMmaQ m16 tiles, each with two rows (g and g + 8) per thread. With
 // linear logits m is in raw q.k units (the scale applies inside exp2), else in log2 units. The
 // statistics are read and written once per tile and wait in shared memory between tiles: at 255

@@ -41,20 +41,29 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.limits = api_detail::limits_under_backend(api_detail::prefill_limits_of(s.props), config);
 
   s.max_query_tile = kPrefillMaxQueryTile;
-  int ctas_per_sm = prefill_max_ctas_per_sm(config);
   s.fixed_tiles = api_detail::fixed_prefill_tiles(config, s.limits);
-  if (s.fixed_tiles) {
-    s.max_query_tile = s.fixed_tiles->query_tile;
-    ctas_per_sm = s.kernel(*s.fixed_tiles).ctas_per_sm;
+  if (s.fixed_tiles) s.max_query_tile = s.fixed_tiles->query_tile;
+  // Partial-state slots a caller's scratch holds (the default bound is 2 per CTA).
+  const auto slots_fitting = [&](int ctas_per_sm) {
+    return partial_slots_fitting(prefill_bounds(config, ctas_per_sm, s.max_query_tile),
+                                 config.scratch_bytes);
+  };
+  // NVFP4's third CTA an SM only where the scratch holds every SM's: spreading a plan over fewer
+  // SMs would cost more than the third CTA gains.
+  s.max_ctas_per_sm = prefill_max_ctas_per_sm(config);
+  while (config.scratch != nullptr && s.max_ctas_per_sm > 2 &&
+         slots_fitting(s.max_ctas_per_sm) < int64_t{2} * s.max_ctas_per_sm * s.props.num_sms) {
+    --s.max_ctas_per_sm;
   }
+  const int ctas_per_sm =
+      s.fixed_tiles ? s.kernel(*s.fixed_tiles).ctas_per_sm : s.max_ctas_per_sm;
   // A caller's scratch below the whole grid's bound (FlashInfer's tests pass 32 MB; D 128 needs
-  // ~35 MB): plans spread over the SMs whose CTAs' partial states it holds (the default bound
-  // is 2 slots per CTA). Too small for one SM: the Workspace below names the bytes needed.
+  // ~35 MB): plans spread over the SMs whose CTAs' partial states it holds. Too small for one
+  // SM: the Workspace below names the bytes needed.
   s.plan_sms = s.props.num_sms;
   if (config.scratch != nullptr) {
-    const int64_t slots = partial_slots_fitting(
-        prefill_bounds(config, ctas_per_sm, s.max_query_tile), config.scratch_bytes);
-    s.plan_sms = static_cast<int>(std::clamp<int64_t>(slots / (2 * ctas_per_sm), 1, s.plan_sms));
+    s.plan_sms = static_cast<int>(
+        std::clamp<int64_t>(slots_fitting(ctas_per_sm) / (2 * ctas_per_sm), 1, s.plan_sms));
   }
   s.bound_ctas = s.plan_sms * ctas_per_sm;
 

@@ -48,6 +48,9 @@ struct BatchPrefill::State {
   // The SMs plans spread over: the device's, or fewer when the caller's scratch holds the
   // partial states of fewer CTAs (the bound is 2 per CTA, 002 D.3).
   int plan_sms = 0;
+  // Persistent CTAs an SM a plan may use (prefill_max_ctas_per_sm, fewer where the caller's
+  // scratch would otherwise spread plans over fewer SMs).
+  int max_ctas_per_sm = 0;
   int max_query_tile = 0;
   std::optional<PrefillTiles> fixed_tiles;
   api_detail::Workspace workspace;
@@ -115,7 +118,7 @@ struct BatchPrefill::State {
         cuda::max_active_blocks_per_sm(k.function, k.specs.threads, k.specs.shared_bytes);
     FLARE_CHECK(fit >= 1, ErrorCode::kUnsupported, kWhat, ": the prefill kernel (",
                 k.specs.shared_bytes, " bytes of shared memory) does not fit one SM");
-    k.ctas_per_sm = std::min(fit, api_detail::prefill_max_ctas_per_sm(config));
+    k.ctas_per_sm = std::min(fit, max_ctas_per_sm);
     return kernels.emplace(key, k).first->second;
   }
 };
