@@ -29,6 +29,7 @@
 #include "flare/core/error.h"
 #include "flare/jit/cuda_driver.h"
 #include "flare/jit/cuda_sync.h"
+#include "scripts/bench_random_16bit.h"
 
 namespace {
 
@@ -52,23 +53,7 @@ constexpr int kIterations = 10;
 
 // Device bf16 buffer of n elements with pseudo-random unit-scale values (never zeros).
 cuda::DeviceBuffer random_bf16(int64_t n, uint32_t seed) {
-  constexpr int64_t kChunk = int64_t{1} << 22;
-  std::vector<uint16_t> host(static_cast<size_t>(std::min(n, kChunk)));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  for (uint16_t& x : host) {
-    const float f = normal(rng);
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    x = static_cast<uint16_t>(bits >> 16);
-  }
-  cuda::DeviceBuffer buffer(static_cast<size_t>(n) * 2);
-  for (int64_t offset = 0; offset < n; offset += kChunk) {
-    const int64_t count = std::min(kChunk, n - offset);
-    cuda::memcpy_htod(static_cast<uint16_t*>(buffer.data()) + offset, host.data(),
-                      static_cast<size_t>(count) * 2);
-  }
-  return buffer;
+  return bench_inputs::random_16bit(n, seed, /*fp16=*/false);
 }
 
 TensorView view(void* data, DType dtype, std::vector<int64_t> shape) {

@@ -24,6 +24,7 @@
 #include "flare/api/batch_prefill.h"
 #include "flare/jit/cuda_driver.h"
 #include "flare/jit/cuda_sync.h"
+#include "scripts/bench_random_16bit.h"
 
 namespace {
 
@@ -43,31 +44,6 @@ cuda::DeviceBuffer device_bytes(size_t bytes, Draw draw) {
   for (uint8_t& b : host) b = draw();
   cuda::DeviceBuffer buffer(std::max<size_t>(bytes, 1));
   cuda::memcpy_htod(buffer.data(), host.data(), bytes);
-  return buffer;
-}
-
-// fp16 values of a unit normal (never all zeros): one chunk of 2^22 drawn, repeated.
-cuda::DeviceBuffer random_f16(int64_t n, uint32_t seed) {
-  constexpr int64_t kChunk = int64_t{1} << 22;
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<uint16_t> host(static_cast<size_t>(std::min(n, kChunk)));
-  for (uint16_t& h : host) {
-    // float -> fp16 by truncating the mantissa (|x| < 8, subnormals flushed): exact enough.
-    const float f = std::clamp(normal(rng), -7.9f, 7.9f);
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    const uint32_t sign = (bits >> 16) & 0x8000u;
-    const int exponent = static_cast<int>((bits >> 23) & 0xFF) - 127 + 15;
-    h = exponent <= 0 ? static_cast<uint16_t>(sign)
-                      : static_cast<uint16_t>(sign | (exponent << 10) | ((bits >> 13) & 0x3FF));
-  }
-  cuda::DeviceBuffer buffer(static_cast<size_t>(n) * 2);
-  for (int64_t offset = 0; offset < n; offset += kChunk) {
-    const int64_t count = std::min(kChunk, n - offset);
-    cuda::memcpy_htod(static_cast<uint16_t*>(buffer.data()) + offset, host.data(),
-                      static_cast<size_t>(count) * 2);
-  }
   return buffer;
 }
 
@@ -121,8 +97,10 @@ void bench(int batch, int q_len, int kv_len, bool causal) {
 
   std::mt19937 rng(11);
   const int64_t slots = num_pages * kPageSize * kKvHeads;
-  cuda::DeviceBuffer q = random_f16(total_q * kQoHeads * kHeadDim, 1);
-  cuda::DeviceBuffer k16 = random_f16(slots * kHeadDim, 2), v16 = random_f16(slots * kHeadDim, 3);
+  cuda::DeviceBuffer q =
+      bench_inputs::random_16bit(total_q * kQoHeads * kHeadDim, 1, /*fp16=*/true);
+  cuda::DeviceBuffer k16 = bench_inputs::random_16bit(slots * kHeadDim, 2, true),
+                     v16 = bench_inputs::random_16bit(slots * kHeadDim, 3, true);
   const auto code = [&rng] { return static_cast<uint8_t>(rng() & 0xFF); };
   const auto scale = [&rng] { return static_cast<uint8_t>(0x30 + rng() % 16); };
   cuda::DeviceBuffer k_codes = device_bytes(static_cast<size_t>(slots * kHeadDim / 2), code);
