@@ -238,15 +238,15 @@ __device__ __forceinline__ bool copy_paged_tile_grouped(const PrefillParams& p, 
 }
 
 // Tile `tile` of the item into stage `stage` (the mma.sync family's tile % kStages; the Hopper
-// family's stages run on across items), its page ids from slot tile % kPageIdSlots. kCopyK / kCopyV:
-// which halves of the stage (the Hopper family's producer copies them apart).
+// family's stages run on across items), its page ids from slot tile % kPageIdSlots. kCopyK /
+// kCopyV: which halves of the stage (the Hopper family's producer copies them apart).
 template <bool kCopyK = true, bool kCopyV = true>
 __device__ __forceinline__ void issue_kv(const PrefillParams& p, const ItemGeometry& g, int tile,
                                          int stage, unsigned char* smem) {
   static_assert(!T::kNvfp4, "NVFP4 tiles: prefill_nvfp4_load.cuh issue_kv_nvfp4");
   const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
-  const int* page_ids =
-      reinterpret_cast<const int*>(smem + T::kPageIdsOffset) + (tile % T::kPageIdSlots) * T::kKvTile;
+  const int* page_ids = reinterpret_cast<const int*>(smem + T::kPageIdsOffset) +
+                        (tile % T::kPageIdSlots) * T::kKvTile;
   const int start = g.kv_lo + tile * T::kKvTile;
   // The Hopper family's producer (40 registers, kernels/prefill_hopper.cuh) copies paged tiles
   // a group of rows at a time: the full-tile path's page ids held in registers spill there.

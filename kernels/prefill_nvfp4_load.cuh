@@ -116,8 +116,7 @@ __device__ __forceinline__ bool copy_nvfp4_unit(const PrefillParams& p, const It
 
 template <int kCodeBytes>
 __device__ __forceinline__ void copy_nvfp4_full_tile(const PrefillParams& p, const ItemGeometry& g,
-                                                     int start, const int* page_ids,
-                                                     unsigned raw) {
+                                                     int start, const int* page_ids, unsigned raw) {
   using Tile = Nvfp4FullTile<kCodeBytes>;
   constexpr int kTpu = Tile::kThreadsPerUnit;
   const int tid = load_thread();
@@ -138,9 +137,8 @@ __device__ __forceinline__ void copy_nvfp4_full_tile(const PrefillParams& p, con
     } else {
       unread |= copy_nvfp4_unit<T::kHeadDimVO, kCodeBytes, kTpu>(
           p, g, start + row, page, sub, raw + T::kRawVCodes + row * (T::kHeadDimVO / 2),
-          raw + T::kRawVScales + row * (T::kHeadDimVO / 16),
-          static_cast<const unsigned char*>(p.v), p.v_scales,
-          {p.v_stride_page, p.v_stride_slot, p.v_stride_head},
+          raw + T::kRawVScales + row * (T::kHeadDimVO / 16), static_cast<const unsigned char*>(p.v),
+          p.v_scales, {p.v_stride_page, p.v_stride_slot, p.v_stride_head},
           {p.v_scale_stride_page, p.v_scale_stride_slot, p.v_scale_stride_head});
     }
   }
@@ -182,11 +180,11 @@ __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const Ite
 }
 
 // NVFP4: raw stage `raw_stage` (landed) into the 16-bit stage (T::kStages is 1) in the swizzled
-// layout the MMAs read, at 2^-8 of the values (decode_utils.cuh nvfp4_word_to_16bit: one exact product a pair;
-// process_tile and output_scale take the 2^8 back): a 16-value block (8 code bytes, one e4m3
-// scale) to two 16-byte chunks per step. Each thread keeps one block column where the CTA's
-// threads cover whole rows 8 at a time (the swizzle repeats every 8 rows: addresses advance by a
-// constant), and stores its two chunks in the order that puts a quarter warp's stores in 8
+// layout the MMAs read, at 2^-8 of the values (decode_utils.cuh nvfp4_word_to_16bit: one exact
+// product a pair; process_tile and output_scale take the 2^8 back): a 16-value block (8 code bytes,
+// one e4m3 scale) to two 16-byte chunks per step. Each thread keeps one block column where the
+// CTA's threads cover whole rows 8 at a time (the swizzle repeats every 8 rows: addresses advance
+// by a constant), and stores its two chunks in the order that puts a quarter warp's stores in 8
 // distinct bank groups (blocks 4-7 of every 8 high chunk first). The global scales are run()'s
 // k_scale / v_scale, as for 16-bit K/V.
 __device__ __forceinline__ void convert_nvfp4_block(const unsigned char* codes,
@@ -224,19 +222,18 @@ __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
 #pragma unroll(T::kMmaQ == 1 ? 4 : 1)
     for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
       const int row = row0 + i * kRowStep;
-      convert_nvfp4_block(
-          codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block, high_first,
-          first + i * kRowStep * kRowBytes16, second + i * kRowStep * kRowBytes16);
+      convert_nvfp4_block(codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block,
+                          high_first, first + i * kRowStep * kRowBytes16,
+                          second + i * kRowStep * kRowBytes16);
     }
   } else {
 #pragma unroll 1
     for (int index = thread_index(); index < T::kKvTile * kBlocks; index += T::kThreads) {
       const int row = index / kBlocks;
       const int block = index % kBlocks;
-      convert_nvfp4_block(
-          codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block, false,
-          dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block),
-          dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block + 1));
+      convert_nvfp4_block(codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block,
+                          false, dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block),
+                          dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block + 1));
     }
   }
 }
@@ -248,6 +245,5 @@ __device__ __forceinline__ void convert_landed_nvfp4(int raw_stage, unsigned cha
   convert_nvfp4_rows<T::kHeadDimVO, T::kVRowBytes>(raw + T::kRawVCodes, raw + T::kRawVScales,
                                                    k_dst + T::kKBytes);
 }
-
 
 }  // namespace flare::prefill

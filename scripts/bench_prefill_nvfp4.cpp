@@ -79,8 +79,8 @@ bool all_finite_f16(const cuda::DeviceBuffer& buffer, int64_t n) {
 
 void bench(int batch, int q_len, int kv_len, bool causal) {
   // FLARE_BENCH_ONLY=<text>: only the shapes whose name ("b16 q16 kv4096") contains it.
-  const std::string name = "b" + std::to_string(batch) + " q" + std::to_string(q_len) + " kv" +
-                           std::to_string(kv_len);
+  const std::string name =
+      "b" + std::to_string(batch) + " q" + std::to_string(q_len) + " kv" + std::to_string(kv_len);
   const char* only = std::getenv("FLARE_BENCH_ONLY");
   if (only != nullptr && name.find(only) == std::string::npos) return;
   const int pages_per = (kv_len + kPageSize - 1) / kPageSize;
@@ -179,7 +179,8 @@ void bench(int batch, int q_len, int kv_len, bool causal) {
 
 int main() {
   flare::cuda::set_device(0);
-  std::printf("| shape | 16-bit KV us (tiles, CTAs) | NVFP4 KV us (tiles, CTAs) | NVFP4 / 16-bit |\n");
+  std::printf(
+      "| shape | 16-bit KV us (tiles, CTAs) | NVFP4 KV us (tiles, CTAs) | NVFP4 / 16-bit |\n");
   std::printf("|---|---|---|---|\n");
   bench(1, 4096, 4096, true);
   bench(4, 1024, 1024, true);

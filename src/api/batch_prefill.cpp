@@ -22,9 +22,9 @@
 namespace flare {
 namespace {
 
-using api_detail::prefill_max_ctas_per_sm;
 using api_detail::kPrefillMaxQueryTile;
 using api_detail::prefill_bounds;
+using api_detail::prefill_max_ctas_per_sm;
 using api_detail::validate_prefill_config;
 
 const char* const kWhat = api_detail::kBatchPrefillWhat;
@@ -55,8 +55,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
          slots_fitting(s.max_ctas_per_sm) < int64_t{2} * s.max_ctas_per_sm * s.props.num_sms) {
     --s.max_ctas_per_sm;
   }
-  const int ctas_per_sm =
-      s.fixed_tiles ? s.kernel(*s.fixed_tiles).ctas_per_sm : s.max_ctas_per_sm;
+  const int ctas_per_sm = s.fixed_tiles ? s.kernel(*s.fixed_tiles).ctas_per_sm : s.max_ctas_per_sm;
   // A caller's scratch below the whole grid's bound (FlashInfer's tests pass 32 MB; D 128 needs
   // ~35 MB): plans spread over the SMs whose CTAs' partial states it holds. Too small for one
   // SM: the Workspace below names the bytes needed.
@@ -87,8 +86,8 @@ size_t BatchPrefill::scratch_bytes_needed(const BatchPrefillConfig& config) {
   validate_prefill_config(config);
   const cuda::DeviceProperties props = cuda::device_properties(config.device);
   // The largest grid and query tile any plan of this config may use.
-  return workspace_layout(
-             prefill_bounds(config, props.num_sms * prefill_max_ctas_per_sm(config), kPrefillMaxQueryTile))
+  return workspace_layout(prefill_bounds(config, props.num_sms * prefill_max_ctas_per_sm(config),
+                                         kPrefillMaxQueryTile))
       .scratch_bytes();
 }
 
