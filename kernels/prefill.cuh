@@ -413,7 +413,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     }
     cp_async_commit();
     if constexpr (T::kNvfp4) {
-      convert_landed_nvfp4(tile % T::kRawStages, smem);
+      convert_landed_nvfp4(tile % T::kRawStages, 0, smem);  // one 16-bit stage (T::kStages)
       __syncthreads();  // the converted rows are visible
     }
     if constexpr (Variant::kRotary) {

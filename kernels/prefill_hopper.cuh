@@ -22,11 +22,11 @@ namespace flare::prefill::hopper {
 // Registers: the launch gives every thread the same count (the cap of __launch_bounds__ at the
 // family's CTAs per SM); the producer gives most of its share to the consumers. The consumers
 // hold O, the next tile's S and the previous tile's P at once (consume_item); a producer that
-// rotates landed rows (RoPE) needs 56 registers, the others' 40 (paged gathers included), which
+// rotates landed rows (RoPE) or converts NVFP4 ones needs 56 registers, the others' 40 (paged gathers included), which
 // leaves 232 to the consumers: at 224, variants with per-row state (ALiBi) spill.
 constexpr int kCtasPerSm = prefill_warpgroup_ctas_per_sm(T::kShape);
 constexpr int kEntryRegisters = 65536 / (kCtasPerSm * T::kLaunchThreads) / 8 * 8;
-constexpr int kProducerRegisters = Variant::kRotary ? 56 : 40;
+constexpr int kProducerRegisters = Variant::kRotary || T::kNvfp4 ? 56 : 40;
 constexpr int kConsumerRegisters =
     (kEntryRegisters * (T::kLaunchThreads / 128) - kProducerRegisters) / (T::kThreads / 128) / 8 *
     8;
@@ -188,12 +188,12 @@ __device__ __forceinline__ void wait_half(const unsigned long long (&barriers)[2
 // 64-dim panel, the half's bytes counted on its `full` barrier. Rows past the tensor come back as
 // zeros; rows past the item (another request's) are masked by kv_hi like the gathered ones.
 // RoPE (which rotates the landed rows with ordinary stores) gathers with cp.async.
-constexpr bool kBulkRagged = !T::kPaged && !Variant::kRotary;
+constexpr bool kBulkRagged = !T::kPaged && !Variant::kRotary && !T::kNvfp4;
 // Paged K/V of pages of at least 64 rows likewise, box by box (kBoxRows rows of one page, page
 // ids read by the issuing thread), for the tiles wholly inside the item whose first row starts
 // a box (items starting mid-box, a window's or a split's, gather): see produce_paged_bulk.
 constexpr int kBoxRows = T::kPaged ? prefill_paged_box_rows(T::kPageSize, T::kKvTile) : 0;
-constexpr bool kBulkPaged = kBoxRows > 0 && !Variant::kRotary;
+constexpr bool kBulkPaged = kBoxRows > 0 && !Variant::kRotary && !T::kNvfp4;
 constexpr int kBoxesPerTile = kBulkPaged ? T::kKvTile / kBoxRows : 1;
 
 template <int kHalf>
@@ -332,31 +332,21 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
   advance_stages(empty_phases, num_tiles);
 }
 
-// The producer's part of an item: Q with the first tile, then every tile into stage
-// tile % kStages, K once the consumers released the stage's K half and V once they released its
-// V half (a turn later: consume_item). A gathered half is published after every producer
-// thread's copies of it landed: each waits for its own and fences them for the tensor cores, the
-// producer barrier joins them (and orders the page-id slots and RoPE's rows), and one thread
-// arrives on `full` (128 arrivals on one word every tile measured ~10% slower at L 4096).
-// empty_phases: bit half * kStages + s is the parity of the next `empty` phase of that half.
-// prepare_next() (every producer thread, once per item) writes the next item's hand-off slot:
-// called once the item's first two tiles are issued (the producer then waits for the consumers to
-// free a stage anyway), so that the next item's record is ready long before its Q may load.
-template <class PrepareNext>
-__device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemHandOff& hand,
-                                             unsigned char* smem, unsigned& empty_phases,
-                                             PrepareNext prepare_next) {
+}  // namespace flare::prefill::hopper
+
+// NVFP4: the producer converts (after the stage helpers above, before produce_item).
+#include "prefill_hopper_nvfp4.cuh"
+
+namespace flare::prefill::hopper {
+
+// produce_item for 16-bit K/V (num_tiles > 0): bulk copies or gathers, as produce_item says.
+template <class QLanded, class PrepareNext>
+__device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const ItemHandOff& hand,
+                                                   unsigned char* smem, unsigned& empty_phases,
+                                                   QLanded q_landed, PrepareNext prepare_next) {
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
-  const auto q_landed = [&shared] {
-    if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.q_full));
-  };
-  if (num_tiles == 0) {
-    q_landed();  // nothing to load, but one q_full phase per item
-    prepare_next();
-    return;
-  }
   const int prepare_tile = min(num_tiles, 2) - 1;
   if constexpr (kBulkPaged) {
     if (p.bulk_kv != 0 && g.kv_lo % kBoxRows == 0) {
@@ -417,6 +407,38 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
     }
   }
   advance_stages(empty_phases, num_tiles);
+}
+
+// The producer's part of an item: Q with the first tile, then every tile into stage
+// tile % kStages, K once the consumers released the stage's K half and V once they released its
+// V half (a turn later: consume_item). A gathered half is published after every producer
+// thread's copies of it landed: each waits for its own and fences them for the tensor cores, the
+// producer barrier joins them (and orders the page-id slots and RoPE's rows), and one thread
+// arrives on `full` (128 arrivals on one word every tile measured ~10% slower at L 4096).
+// empty_phases: bit half * kStages + s is the parity of the next `empty` phase of that half.
+// prepare_next() (every producer thread, once per item) writes the next item's hand-off slot:
+// called once the item's first two tiles are issued (the producer then waits for the consumers to
+// free a stage anyway), so that the next item's record is ready long before its Q may load.
+template <class PrepareNext>
+__device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemHandOff& hand,
+                                             unsigned char* smem, unsigned& empty_phases,
+                                             PrepareNext prepare_next) {
+  ItemShared& shared = item_shared(smem);
+  const ItemGeometry& g = hand.record.g;
+  const int num_tiles = g.num_tiles;
+  const auto q_landed = [&shared] {
+    if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.q_full));
+  };
+  if (num_tiles == 0) {
+    q_landed();  // nothing to load, but one q_full phase per item
+    prepare_next();
+    return;
+  }
+  if constexpr (T::kNvfp4) {
+    produce_item_nvfp4(p, hand, smem, empty_phases, q_landed, prepare_next);
+  } else {
+    produce_item_16bit(p, hand, smem, empty_phases, q_landed, prepare_next);
+  }
 }
 
 // The consumers' part of an item, in FA3's order: one tensor-core turn per KV tile issues

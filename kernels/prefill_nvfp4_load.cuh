@@ -179,14 +179,15 @@ __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const Ite
                                       p.v_scale_stride_head);
 }
 
-// NVFP4: raw stage `raw_stage` (landed) into the 16-bit stage (T::kStages is 1) in the swizzled
-// layout the MMAs read, at 2^-8 of the values (decode_utils.cuh nvfp4_word_to_16bit: one exact
-// product a pair; process_tile and output_scale take the 2^8 back): a 16-value block (8 code bytes,
-// one e4m3 scale) to two 16-byte chunks per step. Each thread keeps one block column where the
-// CTA's threads cover whole rows 8 at a time (the swizzle repeats every 8 rows: addresses advance
-// by a constant), and stores its two chunks in the order that puts a quarter warp's stores in 8
-// distinct bank groups (blocks 4-7 of every 8 high chunk first). The global scales are run()'s
-// k_scale / v_scale, as for 16-bit K/V.
+// NVFP4: a landed raw stage into a 16-bit stage in the swizzled layout the MMAs read, at 2^-8
+// of the values (decode_utils.cuh nvfp4_word_to_16bit: one exact product a pair; score_scale and
+// output_scale take the 2^8 back): a 16-value block (8 code bytes, one e4m3 scale) to two
+// 16-byte chunks per step, by the loading threads (the CTA, or the Hopper family's producer).
+// Each thread keeps one block column where the threads cover whole rows 8 at a time (the
+// swizzles repeat every 8 rows: addresses advance by a constant), and stores its two chunks in
+// the order that puts a quarter warp's stores in 8 distinct bank groups of the mma.sync layout
+// (blocks 4-7 of every 8 high chunk first). The global scales are run()'s k_scale / v_scale, as
+// for 16-bit K/V.
 __device__ __forceinline__ void convert_nvfp4_block(const unsigned char* codes,
                                                     const unsigned char* scales, bool high_first,
                                                     unsigned first, unsigned second) {
@@ -207,28 +208,31 @@ __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
                                                    const unsigned char* scales, unsigned dst) {
   constexpr int kBlocks = kHeadDim / 16;
   constexpr int kCodeBytes = kHeadDim / 2;
-  if constexpr (T::kThreads % kBlocks == 0 && (T::kThreads / kBlocks) % 8 == 0) {
-    constexpr int kRowStep = T::kThreads / kBlocks;
-    static_assert(kRowBytes16 % 128 == 0, "mma::swizzled_offset repeats every 8 rows");
-    const int block = thread_index() % kBlocks;
-    const int row0 = thread_index() / kBlocks;
+  if constexpr (T::kLoadThreads % kBlocks == 0 && (T::kLoadThreads / kBlocks) % 8 == 0) {
+    constexpr int kRowStep = T::kLoadThreads / kBlocks;
+    static_assert(T::kWarpgroup || kRowBytes16 % 128 == 0,
+                  "mma::swizzled_offset repeats every 8 rows");
+    const int block = load_thread() % kBlocks;
+    const int row0 = load_thread() / kBlocks;
     const bool high_first = (block & 4) != 0;
     const unsigned lo = dst + tile_offset<kRowBytes16, T::kKvTile>(row0, 2 * block);
     const unsigned hi = dst + tile_offset<kRowBytes16, T::kKvTile>(row0, 2 * block + 1);
     const unsigned first = high_first ? hi : lo;
     const unsigned second = high_first ? lo : hi;
-    // Unrolled where registers allow (one m16 tile a warp): the steps' shared loads and
-    // conversions interleave instead of each waiting for the one before.
-#pragma unroll(T::kMmaQ == 1 ? 4 : 1)
+    // Both layouts' swizzles repeat every 8 rows: kRowStep rows on is a constant offset.
+    const unsigned step = tile_offset<kRowBytes16, T::kKvTile>(kRowStep, 0) -
+                          tile_offset<kRowBytes16, T::kKvTile>(0, 0);
+    // Unrolled where registers allow (one m16 tile a warp; not the Hopper family's producer):
+    // the steps' shared loads and conversions interleave instead of each waiting for the last.
+#pragma unroll(T::kMmaQ == 1 && !T::kWarpgroup ? 4 : 1)
     for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
       const int row = row0 + i * kRowStep;
       convert_nvfp4_block(codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block,
-                          high_first, first + i * kRowStep * kRowBytes16,
-                          second + i * kRowStep * kRowBytes16);
+                          high_first, first + i * step, second + i * step);
     }
   } else {
 #pragma unroll 1
-    for (int index = thread_index(); index < T::kKvTile * kBlocks; index += T::kThreads) {
+    for (int index = load_thread(); index < T::kKvTile * kBlocks; index += T::kLoadThreads) {
       const int row = index / kBlocks;
       const int block = index % kBlocks;
       convert_nvfp4_block(codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block,
@@ -237,13 +241,17 @@ __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
     }
   }
 }
-__device__ __forceinline__ void convert_landed_nvfp4(int raw_stage, unsigned char* smem) {
-  static_assert(!T::kNvfp4 || T::kStages == 1, "NVFP4: one 16-bit stage");
+// Raw stage `raw_stage` (landed) into 16-bit stage `stage`: its K half (kK) and V half (kV).
+template <bool kK = true, bool kV = true>
+__device__ __forceinline__ void convert_landed_nvfp4(int raw_stage, int stage,
+                                                     unsigned char* smem) {
   const unsigned char* raw = smem + T::kRawOffset + raw_stage * T::kRawStageBytes;
-  const unsigned k_dst = shared_address(smem + T::kQBytes);
-  convert_nvfp4_rows<T::kHeadDimQK, T::kQKRowBytes>(raw, raw + T::kRawKScales, k_dst);
-  convert_nvfp4_rows<T::kHeadDimVO, T::kVRowBytes>(raw + T::kRawVCodes, raw + T::kRawVScales,
-                                                   k_dst + T::kKBytes);
+  const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
+  if constexpr (kK) convert_nvfp4_rows<T::kHeadDimQK, T::kQKRowBytes>(raw, raw + T::kRawKScales, k_dst);
+  if constexpr (kV) {
+    convert_nvfp4_rows<T::kHeadDimVO, T::kVRowBytes>(raw + T::kRawVCodes, raw + T::kRawVScales,
+                                                     k_dst + T::kKBytes);
+  }
 }
 
 }  // namespace flare::prefill

@@ -93,8 +93,9 @@ struct PrefillShape {
   // 1: the Hopper family (sm_90a): warpgroup MMAs (kernels/wgmma.cuh) on 64-row warpgroups,
   // query and KV tiles of 64 or 128; 0: mma.sync on every GPU.
   int warpgroup = 0;
-  // 1: NVFP4 K/V (the mma.sync family only): code and scale rows are copied as they are into
-  // raw stages and converted to 16 bits in shared memory once they land (prefill_load.cuh).
+  // 1: NVFP4 K/V: code and scale rows are copied as they are into raw stages and converted to
+  // 16 bits in shared memory once they land (prefill_nvfp4_load.cuh; in the Hopper family by
+  // the producer warpgroup, prefill_hopper_nvfp4.cuh).
   int nvfp4 = 0;
 };
 
@@ -159,17 +160,19 @@ constexpr int kPrefillKvStages = 2;
 // at 68 KB, three CTAs an SM (docs/perf.md, NVFP4 prefill v4-v5). 16-bit K/V: two stages, one
 // tile in flight.
 constexpr int kPrefillNvfp4RawStages = 3;
+// The Hopper family's producer converts NVFP4 tile t while tile t + 1's raw rows land, into its
+// two 16-bit stages (kernels/prefill_hopper_nvfp4.cuh): two raw stages, one tile ahead.
 constexpr int prefill_kv_stages(const PrefillShape& s) {
-  return s.nvfp4 != 0 ? 1 : kPrefillKvStages;
+  return s.nvfp4 != 0 && s.warpgroup == 0 ? 1 : kPrefillKvStages;
 }
 constexpr int prefill_raw_stages(const PrefillShape& s) {
-  return s.nvfp4 != 0 ? kPrefillNvfp4RawStages : 0;
+  return s.nvfp4 == 0 ? 0 : s.warpgroup != 0 ? 2 : kPrefillNvfp4RawStages;
 }
 // Tiles whose copies are issued ahead of the one being computed, and how far ahead their page
 // ids are (one slot each): ids land with the copy group they are committed in, which the wait
 // before their tile's issue must cover, so twice the copy lead.
 constexpr int prefill_tile_lead(const PrefillShape& s) {
-  return s.nvfp4 != 0 ? kPrefillNvfp4RawStages - 1 : 1;
+  return s.nvfp4 != 0 && s.warpgroup == 0 ? kPrefillNvfp4RawStages - 1 : 1;
 }
 constexpr int prefill_page_id_slots(const PrefillShape& s) { return 2 * prefill_tile_lead(s); }
 

@@ -108,8 +108,7 @@ struct Traits {
                 "the Hopper family: 64-row warpgroups, KV tiles of 64 or 128");
   static_assert(kPageIdsOffset % 16 == 0 && kItemOffset % 16 == 0 && kSharedBytes % 16 == 0,
                 "16-byte alignment");
-  static_assert(!kNvfp4 || (!kWarpgroup && kRawOffset % 16 == 0),
-                "NVFP4 K/V: the mma.sync family (the Hopper family reads a staged 16-bit copy)");
+  static_assert(!kNvfp4 || kRawOffset % 16 == 0, "NVFP4 raw stages: 16-byte aligned");
 };
 
 using T = Traits;

@@ -10,7 +10,8 @@
 //   g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill_nvfp4.cpp -Lbuild-gpu -lflare
 //       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_prefill_nvfp4   (one line)
 // Run: build-gpu/bench_prefill_nvfp4   (FLARE_BENCH_KV_TILE=<rows>: the NVFP4 kernels' KV tile;
-//   FLARE_BENCH_ONLY=<text>: the shapes whose name contains it)
+//   FLARE_BENCH_ONLY=<text>: the shapes whose name contains it; FLARE_BENCH_BACKEND=fa2|fa3: the
+//   NVFP4 prefill's backend)
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -140,6 +141,13 @@ void bench(int batch, int q_len, int kv_len, bool causal) {
       c.max_total_kv = num_pages;
       // FLARE_BENCH_KV_TILE: the NVFP4 kernels' KV tile instead of the heuristic's where the
       // packed rows fill 32 (experiments; 16-row tiles take 64 KV rows at least).
+      // FLARE_BENCH_BACKEND=fa2|fa3: the NVFP4 prefill's backend (default auto).
+      if (const char* backend = std::getenv("FLARE_BENCH_BACKEND")) {
+        const std::string name = backend;
+        c.backend = name == "fa3" ? PrefillBackend::kFA3
+                    : name == "fa2" ? PrefillBackend::kFA2
+                                    : PrefillBackend::kAuto;
+      }
       const char* tile = std::getenv("FLARE_BENCH_KV_TILE");
       if (tile != nullptr && q_len * (kQoHeads / kKvHeads) >= 32) c.kv_tile = std::atoi(tile);
     }

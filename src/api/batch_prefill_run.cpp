@@ -359,7 +359,8 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   api_detail::set_variant_arguments(options, p.variant);
   p.next_work_item = static_cast<int32_t*>(s.next_work_item.data());
   if (s.tiles.warpgroup) {
-    p.bulk_kv = bulk_maps(s, a) ? 1 : 0;
+    // NVFP4 codes are gathered and converted by the producer, never bulk-copied.
+    p.bulk_kv = a.k_scales == nullptr && bulk_maps(s, a) ? 1 : 0;
     static_assert(sizeof(p.k_map) == sizeof(cuda::TensorMap), "a CUtensorMap");
     std::memcpy(&p.k_map, &s.bulk.k_map, sizeof(p.k_map));
     std::memcpy(&p.v_map, &s.bulk.v_map, sizeof(p.v_map));

@@ -164,11 +164,12 @@ int resident_warps(const PrefillShape& shape, int shared, const PrefillDeviceLim
 // resident warps per SM, the larger on ties (64-row tiles take 64 KV rows: two CTAs per SM
 // instead of one); 0 if none fits.
 int fitting_warpgroup_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
-                              const PrefillDeviceLimits& limits) {
+                              const PrefillDeviceLimits& limits, bool nvfp4) {
   int best_tile = 0;
   int best_warps = 0;
   for (const int kv_tile : kWarpgroupKvTiles) {
-    const PrefillShape shape{query_tile, kv_tile, head_dim_qk, head_dim_vo, mask_code(mask), 1};
+    const PrefillShape shape{
+        query_tile, kv_tile, head_dim_qk, head_dim_vo, mask_code(mask), 1, nvfp4 ? 1 : 0};
     if (4 * (head_dim_vo / 8 + kv_tile / 8) > kMaxWarpgroupAccumulators) continue;
     // The custom mask's per-key bits, gathered while the previous tile's P and the scores are
     // live, spill 128 KV columns (ptxas, sm_90a).
@@ -190,7 +191,15 @@ int fitting_warpgroup_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, 
 int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                     const PrefillDeviceLimits& limits) {
   if (uses_warpgroup(query_tile, head_dim_vo, limits)) {
-    return fitting_warpgroup_kv_tile(query_tile, head_dim_qk, head_dim_vo, mask, limits);
+    // NVFP4: the tiles whose raw stages fit too (the producer converts), else the staged copy's
+    // (prefill_fused_nvfp4 decides by the same fit).
+    const int tile = limits.nvfp4_raw_stages ? fitting_warpgroup_kv_tile(query_tile, head_dim_qk,
+                                                                         head_dim_vo, mask, limits,
+                                                                         true)
+                                             : 0;
+    return tile > 0 ? tile
+                    : fitting_warpgroup_kv_tile(query_tile, head_dim_qk, head_dim_vo, mask, limits,
+                                                false);
   }
   int best_tile = 0;
   std::pair<int, int> best_score{0, 0};
@@ -293,8 +302,8 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
                                           const PrefillTiles& tiles) {
   validate_config(config);
   const int head_dim_vo = prefill_kernel_head_dim_vo(config);
-  // NVFP4 K/V: the mma.sync family converts in shared memory; the Hopper family (and head dim
-  // 512's two passes) read run()'s staged 16-bit copy.
+  // NVFP4 K/V: both families convert in shared memory (prefill_fused_nvfp4); head dim 512's two
+  // passes and the Hopper family with RoPE read run()'s staged 16-bit copy.
   const bool nvfp4 = api_detail::prefill_fused_nvfp4(config, tiles);
   const PrefillShape shape{tiles.query_tile,
                            tiles.kv_tile,
@@ -463,6 +472,26 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, capped_window);
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
+  // NVFP4 K/V converted by the Hopper family's producer: every head-dim pair, both tiles, both
+  // KV paths, every flag.
+  PrefillDeviceLimits hopper_nvfp4 = hopper;
+  hopper_nvfp4.nvfp4_raw_stages = true;
+  const auto add_hopper_nvfp4 = [&](int qk, int vo, int query_tile, PrefillKV kv, DType dtype,
+                                    const AttentionParams& params) {
+    add(qk, vo, query_tile, kv, dtype, params);
+    shipped.back().config.kv_dtype = DType::kU8;
+    shipped.back().config.max_total_kv = 1;
+    shipped.back().tiles = {
+        query_tile, choose_prefill_kv_tile(query_tile, qk, vo, params.mask, hopper_nvfp4), true};
+  };
+  for (const auto& [qk, vo] : dims) {
+    for (const int tile : {64, 128}) {
+      if (warpgroup_shape(tile, vo)) {
+        add_hopper_nvfp4(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
+      }
+    }
+    add_hopper_nvfp4(qk, vo, 128, PrefillKV::kRagged, DType::kF16, all);
+  }
   return shipped;
 }
 
@@ -501,9 +530,19 @@ int api_detail::prefill_max_ctas_per_sm(const BatchPrefillConfig& c) {
   return c.kv_dtype == DType::kU8 ? 3 : 2;
 }
 
+// sm_90's opt-in shared memory per block (the Hopper family runs on sm_90 only).
+constexpr int kHopperMaxSharedBytesPerBlock = 227 * 1024;
+
 bool api_detail::prefill_fused_nvfp4(const BatchPrefillConfig& config, const PrefillTiles& tiles) {
-  return config.kv_dtype == DType::kU8 && !tiles.warpgroup &&
-         config.head_dim_qk != kPrefillWideHeadDim;
+  if (config.kv_dtype != DType::kU8 || config.head_dim_qk == kPrefillWideHeadDim) return false;
+  if (!tiles.warpgroup) return true;
+  // The Hopper family converts in its producer where its raw stages fit beside its 16-bit ones
+  // (not D 256 at 128 rows) and without RoPE (the producer rotates 16-bit rows); otherwise it
+  // reads the staged copy, as head dim 512 does.
+  const PrefillShape shape{tiles.query_tile, tiles.kv_tile, config.head_dim_qk,
+                           prefill_kernel_head_dim_vo(config), mask_code(config.params.mask), 1, 1};
+  return config.params.pos_encoding != PosEncoding::kRopeLlama &&
+         prefill_launch_shared_bytes(shape) <= kHopperMaxSharedBytesPerBlock;
 }
 
 PrefillTiles api_detail::with_config_kv_tile(PrefillTiles tiles, const BatchPrefillConfig& config) {

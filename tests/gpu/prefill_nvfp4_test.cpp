@@ -171,8 +171,16 @@ TEST_P(BatchPrefillNvfp4, MatchesTheReferenceOnDequantizedValues) {
   const Nvfp4PrefillCase& n = GetParam();
   const Nvfp4Problem problem = make_nvfp4_problem(n);
   const prefill_testing::Problem& p = problem.p;
-  for (const PrefillBackend backend : {PrefillBackend::kAuto, PrefillBackend::kFA2}) {
-    SCOPED_TRACE(backend == PrefillBackend::kFA2 ? "backend fa2" : "backend auto");
+  // kFA3 on sm_90: the Hopper family's producer converts (the staged copy with RoPE).
+  std::vector<PrefillBackend> backends = {PrefillBackend::kAuto, PrefillBackend::kFA2};
+  const cuda::DeviceProperties props = cuda::device_properties(0);
+  if (props.cc_major == 9 && props.cc_minor == 0 && p.c.head_dim_qk != 512) {
+    backends.push_back(PrefillBackend::kFA3);
+  }
+  for (const PrefillBackend backend : backends) {
+    SCOPED_TRACE(backend == PrefillBackend::kFA2   ? "backend fa2"
+                 : backend == PrefillBackend::kFA3 ? "backend fa3"
+                                                   : "backend auto");
     BatchPrefillConfig config = nvfp4_config(p, planned_units(p) + 3);
     config.backend = backend;
     run_and_check(n, problem, config);
@@ -317,8 +325,16 @@ TEST(BatchPrefillNvfp4Layouts, CodeRowsAlignedTo8Bytes) {
   n.c.dtype = DType::kF16;
   const Nvfp4Problem problem = make_nvfp4_problem(n);
   const prefill_testing::Problem& p = problem.p;
-  for (const PrefillBackend backend : {PrefillBackend::kAuto, PrefillBackend::kFA2}) {
-    SCOPED_TRACE(backend == PrefillBackend::kFA2 ? "backend fa2" : "backend auto");
+  // kFA3 on sm_90: the Hopper family's producer converts (the staged copy with RoPE).
+  std::vector<PrefillBackend> backends = {PrefillBackend::kAuto, PrefillBackend::kFA2};
+  const cuda::DeviceProperties props = cuda::device_properties(0);
+  if (props.cc_major == 9 && props.cc_minor == 0 && p.c.head_dim_qk != 512) {
+    backends.push_back(PrefillBackend::kFA3);
+  }
+  for (const PrefillBackend backend : backends) {
+    SCOPED_TRACE(backend == PrefillBackend::kFA2   ? "backend fa2"
+                 : backend == PrefillBackend::kFA3 ? "backend fa3"
+                                                   : "backend auto");
     BatchPrefillConfig config = nvfp4_config(p, planned_units(p));
     config.backend = backend;
     BatchPrefill prefill(config);
