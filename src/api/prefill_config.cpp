@@ -141,11 +141,12 @@ int mask_code(MaskMode mask) {
 }
 
 // Whether query tiles of this size run the Hopper family under these limits. NVFP4 K/V under
-// kAuto keeps tiles below 128 rows (short queries over long KV, memory-bound) on the FA2
-// family's NVFP4 kernels, which read 4.5 bits a value where the Hopper family reads run()'s
-// staged 16-bit copy (docs/perf.md, NVFP4 prefill).
+// kAuto keeps tiles below 64 rows on the FA2 family's NVFP4 kernels (at 16 rows: 1.07x the
+// 16-bit time, the Hopper family's 64-row tile 1.37x); at 64 rows the Hopper family's producer
+// converts (1.21x, the FA2 family 1.38x), at 128 it reads run()'s staged 16-bit copy (1.03x, the
+// producer's conversion 1.28x): docs/perf.md, NVFP4 prefill v7.
 bool uses_warpgroup(int query_tile, int head_dim_vo, const PrefillDeviceLimits& limits) {
-  if (limits.nvfp4_raw_stages && !limits.warpgroup_only && query_tile < 128) return false;
+  if (limits.nvfp4_raw_stages && !limits.warpgroup_only && query_tile < 64) return false;
   return limits.warpgroup_mma && warpgroup_shape(query_tile, head_dim_vo);
 }
 
@@ -193,10 +194,10 @@ int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode m
   if (uses_warpgroup(query_tile, head_dim_vo, limits)) {
     // NVFP4: the tiles whose raw stages fit too (the producer converts), else the staged copy's
     // (prefill_fused_nvfp4 decides by the same fit).
-    const int tile = limits.nvfp4_raw_stages ? fitting_warpgroup_kv_tile(query_tile, head_dim_qk,
-                                                                         head_dim_vo, mask, limits,
-                                                                         true)
-                                             : 0;
+    const int tile =
+        limits.nvfp4_raw_stages && query_tile == api_detail::kHopperNvfp4QueryTile
+            ? fitting_warpgroup_kv_tile(query_tile, head_dim_qk, head_dim_vo, mask, limits, true)
+            : 0;
     return tile > 0 ? tile
                     : fitting_warpgroup_kv_tile(query_tile, head_dim_qk, head_dim_vo, mask, limits,
                                                 false);
@@ -472,7 +473,7 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, capped_window);
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
-  // NVFP4 K/V converted by the Hopper family's producer: every head-dim pair, both tiles, both
+  // NVFP4 K/V converted by the Hopper family's producer (64-row tiles, head_dim_vo <= 128): both
   // KV paths, every flag.
   PrefillDeviceLimits hopper_nvfp4 = hopper;
   hopper_nvfp4.nvfp4_raw_stages = true;
@@ -485,12 +486,9 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
         query_tile, choose_prefill_kv_tile(query_tile, qk, vo, params.mask, hopper_nvfp4), true};
   };
   for (const auto& [qk, vo] : dims) {
-    for (const int tile : {64, 128}) {
-      if (warpgroup_shape(tile, vo)) {
-        add_hopper_nvfp4(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
-      }
-    }
-    add_hopper_nvfp4(qk, vo, 128, PrefillKV::kRagged, DType::kF16, all);
+    if (!warpgroup_shape(api_detail::kHopperNvfp4QueryTile, vo)) continue;
+    add_hopper_nvfp4(qk, vo, api_detail::kHopperNvfp4QueryTile, PrefillKV::kPaged, DType::kBF16, causal);
+    add_hopper_nvfp4(qk, vo, api_detail::kHopperNvfp4QueryTile, PrefillKV::kRagged, DType::kF16, all);
   }
   return shipped;
 }
@@ -536,12 +534,13 @@ constexpr int kHopperMaxSharedBytesPerBlock = 227 * 1024;
 bool api_detail::prefill_fused_nvfp4(const BatchPrefillConfig& config, const PrefillTiles& tiles) {
   if (config.kv_dtype != DType::kU8 || config.head_dim_qk == kPrefillWideHeadDim) return false;
   if (!tiles.warpgroup) return true;
-  // The Hopper family converts in its producer where its raw stages fit beside its 16-bit ones
-  // (not D 256 at 128 rows) and without RoPE (the producer rotates 16-bit rows); otherwise it
-  // reads the staged copy, as head dim 512 does.
+  // The Hopper family converts in its producer at 64-row tiles (uses_warpgroup says why) where
+  // its raw stages fit and without RoPE (the producer rotates 16-bit rows); otherwise it reads
+  // the staged copy, as head dim 512 does.
   const PrefillShape shape{tiles.query_tile, tiles.kv_tile, config.head_dim_qk,
                            prefill_kernel_head_dim_vo(config), mask_code(config.params.mask), 1, 1};
-  return config.params.pos_encoding != PosEncoding::kRopeLlama &&
+  return tiles.query_tile == api_detail::kHopperNvfp4QueryTile &&
+         config.params.pos_encoding != PosEncoding::kRopeLlama &&
          prefill_launch_shared_bytes(shape) <= kHopperMaxSharedBytesPerBlock;
 }
 

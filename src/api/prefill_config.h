@@ -11,6 +11,8 @@
 namespace flare::api_detail {
 
 inline constexpr int kPrefillMaxQueryTile = 128;
+// The query tile at which the Hopper family's producer converts NVFP4 K/V (prefill_fused_nvfp4).
+inline constexpr int kHopperNvfp4QueryTile = 64;
 // Persistent CTAs per SM: two 4-warp CTAs already give 8 warps; more only grows the partial
 // workspace (2 slots per CTA, 002 D.3). NVFP4 K/V takes up to three: its 16-row tiles fit three
 // (68 KB of shared memory, 118 registers) and their conversion in shared memory is latency-bound

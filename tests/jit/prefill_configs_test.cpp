@@ -128,7 +128,10 @@ TEST(ChoosePrefillTiles, HopperFamilyTakesQueryTilesOf64And128) {
 // NVFP4 K/V under kAuto: tiles below 128 rows (short queries over long KV) on the FA2 family's
 // NVFP4 kernels (4.5 bits read a value), 128 on the Hopper family's staged copy; kFA3 keeps
 // the Hopper family for every tile.
-TEST(ChoosePrefillTiles, Nvfp4UnderAutoKeepsShortQueriesOnTheFusedKernels) {
+// NVFP4 under kAuto on sm_90: below 64 rows the FA2 family's NVFP4 kernels, at 64 the Hopper
+// family's producer converts, at 128 the Hopper family reads the staged copy; kFA3 at 64 rows
+// converts in the producer too, except with RoPE (docs/perf.md, NVFP4 prefill v7).
+TEST(ChoosePrefillTiles, Nvfp4TilesChooseWhereTheConversionRuns) {
   PrefillDeviceLimits hopper = h100_prefill_limits();
   hopper.warpgroup_mma = true;
   BatchPrefillConfig c;
@@ -136,9 +139,13 @@ TEST(ChoosePrefillTiles, Nvfp4UnderAutoKeepsShortQueriesOnTheFusedKernels) {
   const PrefillDeviceLimits nvfp4 = api_detail::limits_under_backend(hopper, c);
   EXPECT_TRUE(nvfp4.nvfp4_raw_stages);
   const MaskMode causal = MaskMode::kCausal;
+  const PrefillTiles rows16 = choose_prefill_tiles(4, 128, 128, causal, nvfp4);
+  EXPECT_EQ(rows16.query_tile, 16);
+  EXPECT_FALSE(rows16.warpgroup);
+  EXPECT_TRUE(api_detail::prefill_fused_nvfp4(c, rows16));
   const PrefillTiles rows64 = choose_prefill_tiles(64, 128, 128, causal, nvfp4);
   EXPECT_EQ(rows64.query_tile, 64);
-  EXPECT_FALSE(rows64.warpgroup);
+  EXPECT_TRUE(rows64.warpgroup);
   EXPECT_TRUE(api_detail::prefill_fused_nvfp4(c, rows64));
   const PrefillTiles rows128 = choose_prefill_tiles(1e6, 128, 128, causal, nvfp4);
   EXPECT_EQ(rows128.query_tile, 128);
@@ -150,6 +157,8 @@ TEST(ChoosePrefillTiles, Nvfp4UnderAutoKeepsShortQueriesOnTheFusedKernels) {
   const PrefillTiles fa3 =
       choose_prefill_tiles(64, 128, 128, causal, api_detail::limits_under_backend(hopper, c));
   EXPECT_TRUE(fa3.warpgroup);
+  EXPECT_TRUE(api_detail::prefill_fused_nvfp4(c, fa3));
+  c.params.pos_encoding = PosEncoding::kRopeLlama;  // the producer rotates 16-bit rows
   EXPECT_FALSE(api_detail::prefill_fused_nvfp4(c, fa3));
 }
 
