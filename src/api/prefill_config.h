@@ -38,9 +38,11 @@ PrefillDeviceLimits prefill_limits_of(const cuda::DeviceProperties& props);
 PrefillDeviceLimits limits_under_backend(PrefillDeviceLimits limits,
                                          const BatchPrefillConfig& config);
 
-// Whether NVFP4 K/V (kv_dtype kU8) on these tiles run the mma.sync family's NVFP4 kernels,
-// which read the codes and scales and convert them in shared memory; otherwise (the Hopper
-// family, head dim 512's two passes) run() stages a 16-bit copy first (prefill_nvfp4.h).
+// Whether NVFP4 K/V (kv_dtype kU8) on these tiles run kernels that read the codes and scales
+// and convert them in shared memory (the mma.sync family's; the Hopper family's at
+// kHopperNvfp4QueryTile rows where its raw stages fit, without RoPE); otherwise (the Hopper
+// family's other tiles, head dim 512's two passes) run() stages a 16-bit copy first
+// (prefill_nvfp4.h).
 bool prefill_fused_nvfp4(const BatchPrefillConfig& config, const PrefillTiles& tiles);
 
 // The tiles with the config's explicit kv_tile, if any.

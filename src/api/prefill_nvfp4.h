@@ -1,7 +1,9 @@
 // NVFP4 KV for BatchPrefill (BatchPrefillConfig::kv_dtype kU8): the FA2 family's NVFP4 kernels
-// read the codes and scales and convert them in shared memory (kernels/prefill_load.cuh); for
-// the Hopper family and head dim 512 (prefill_fused_nvfp4) run() first dequantizes the plan's KV
-// into a staged 16-bit copy (kernels/prefill_nvfp4_stage.cuh) the 16-bit kernels read. Paged KV is
+// and the Hopper family's at 64-row tiles read the codes and scales and convert them in shared
+// memory (kernels/prefill_nvfp4_load.cuh; the Hopper family's producer,
+// kernels/prefill_hopper_nvfp4.cuh); for the Hopper family's other tiles, RoPE on it, and head
+// dim 512 (prefill_fused_nvfp4) run() first dequantizes the plan's KV into a staged 16-bit copy
+// (kernels/prefill_nvfp4_stage.cuh) the 16-bit kernels read. Paged KV is
 // staged page by page in the order of the plan's page-table entries and read back through an
 // identity page table; ragged rows stay where they are.
 #pragma once

@@ -110,8 +110,9 @@ struct PrefillDeviceLimits {
   // (backend kFA3: query tiles of at least 64 rows).
   bool warpgroup_mma = false;
   bool warpgroup_only = false;
-  // NVFP4 K/V (kv_dtype kU8): the mma.sync family's kernels keep raw code and scale stages
-  // beside the 16-bit ones, which count in its tile choice.
+  // NVFP4 K/V (kv_dtype kU8): the kernels that convert NVFP4 (the mma.sync family's, the Hopper
+  // family's at 64-row tiles) keep raw code and scale stages beside the 16-bit ones, which
+  // count in the tile choice.
   bool nvfp4_raw_stages = false;
 };
 
