@@ -22,8 +22,9 @@ namespace flare::prefill::hopper {
 // Registers: the launch gives every thread the same count (the cap of __launch_bounds__ at the
 // family's CTAs per SM); the producer gives most of its share to the consumers. The consumers
 // hold O, the next tile's S and the previous tile's P at once (consume_item); a producer that
-// rotates landed rows (RoPE) or converts NVFP4 ones needs 56 registers, the others' 40 (paged gathers included), which
-// leaves 232 to the consumers: at 224, variants with per-row state (ALiBi) spill.
+// rotates landed rows (RoPE) or converts NVFP4 ones needs 56 registers, the others' 40 (paged
+// gathers included), which leaves 232 to the consumers: at 224, variants with per-row state (ALiBi)
+// spill.
 constexpr int kCtasPerSm = prefill_warpgroup_ctas_per_sm(T::kShape);
 constexpr int kEntryRegisters = 65536 / (kCtasPerSm * T::kLaunchThreads) / 8 * 8;
 constexpr int kProducerRegisters = Variant::kRotary || T::kNvfp4 ? 56 : 40;

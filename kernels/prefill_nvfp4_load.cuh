@@ -247,7 +247,8 @@ __device__ __forceinline__ void convert_landed_nvfp4(int raw_stage, int stage,
                                                      unsigned char* smem) {
   const unsigned char* raw = smem + T::kRawOffset + raw_stage * T::kRawStageBytes;
   const unsigned k_dst = shared_address(smem + T::kQBytes + stage * T::kStageBytes);
-  if constexpr (kK) convert_nvfp4_rows<T::kHeadDimQK, T::kQKRowBytes>(raw, raw + T::kRawKScales, k_dst);
+  if constexpr (kK)
+    convert_nvfp4_rows<T::kHeadDimQK, T::kQKRowBytes>(raw, raw + T::kRawKScales, k_dst);
   if constexpr (kV) {
     convert_nvfp4_rows<T::kHeadDimVO, T::kVRowBytes>(raw + T::kRawVCodes, raw + T::kRawVScales,
                                                      k_dst + T::kKBytes);

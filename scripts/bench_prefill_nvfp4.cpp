@@ -144,7 +144,7 @@ void bench(int batch, int q_len, int kv_len, bool causal) {
       // FLARE_BENCH_BACKEND=fa2|fa3: the NVFP4 prefill's backend (default auto).
       if (const char* backend = std::getenv("FLARE_BENCH_BACKEND")) {
         const std::string name = backend;
-        c.backend = name == "fa3" ? PrefillBackend::kFA3
+        c.backend = name == "fa3"   ? PrefillBackend::kFA3
                     : name == "fa2" ? PrefillBackend::kFA2
                                     : PrefillBackend::kAuto;
       }

@@ -169,8 +169,8 @@ int fitting_warpgroup_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, 
   int best_tile = 0;
   int best_warps = 0;
   for (const int kv_tile : kWarpgroupKvTiles) {
-    const PrefillShape shape{
-        query_tile, kv_tile, head_dim_qk, head_dim_vo, mask_code(mask), 1, nvfp4 ? 1 : 0};
+    const PrefillShape shape{query_tile,      kv_tile, head_dim_qk,  head_dim_vo,
+                             mask_code(mask), 1,       nvfp4 ? 1 : 0};
     if (4 * (head_dim_vo / 8 + kv_tile / 8) > kMaxWarpgroupAccumulators) continue;
     // The custom mask's per-key bits, gathered while the previous tile's P and the scores are
     // live, spill 128 KV columns (ptxas, sm_90a).
@@ -487,8 +487,10 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   };
   for (const auto& [qk, vo] : dims) {
     if (!warpgroup_shape(api_detail::kHopperNvfp4QueryTile, vo)) continue;
-    add_hopper_nvfp4(qk, vo, api_detail::kHopperNvfp4QueryTile, PrefillKV::kPaged, DType::kBF16, causal);
-    add_hopper_nvfp4(qk, vo, api_detail::kHopperNvfp4QueryTile, PrefillKV::kRagged, DType::kF16, all);
+    add_hopper_nvfp4(qk, vo, api_detail::kHopperNvfp4QueryTile, PrefillKV::kPaged, DType::kBF16,
+                     causal);
+    add_hopper_nvfp4(qk, vo, api_detail::kHopperNvfp4QueryTile, PrefillKV::kRagged, DType::kF16,
+                     all);
   }
   return shipped;
 }
@@ -537,8 +539,13 @@ bool api_detail::prefill_fused_nvfp4(const BatchPrefillConfig& config, const Pre
   // The Hopper family converts in its producer at 64-row tiles (uses_warpgroup says why) where
   // its raw stages fit and without RoPE (the producer rotates 16-bit rows); otherwise it reads
   // the staged copy, as head dim 512 does.
-  const PrefillShape shape{tiles.query_tile, tiles.kv_tile, config.head_dim_qk,
-                           prefill_kernel_head_dim_vo(config), mask_code(config.params.mask), 1, 1};
+  const PrefillShape shape{tiles.query_tile,
+                           tiles.kv_tile,
+                           config.head_dim_qk,
+                           prefill_kernel_head_dim_vo(config),
+                           mask_code(config.params.mask),
+                           1,
+                           1};
   return tiles.query_tile == api_detail::kHopperNvfp4QueryTile &&
          config.params.pos_encoding != PosEncoding::kRopeLlama &&
          prefill_launch_shared_bytes(shape) <= kHopperMaxSharedBytesPerBlock;

@@ -152,6 +152,23 @@ struct DeviceNvfp4 {
   }
 };
 
+// The backends every NVFP4 case runs under: auto, fa2, and on sm_90 fa3 (the Hopper family's
+// producer converts at 64-row tiles; the staged copy at 128 and with RoPE). Head dim 512 runs
+// the FA2 family only.
+std::vector<PrefillBackend> nvfp4_backends(const prefill_testing::Problem& p) {
+  std::vector<PrefillBackend> backends = {PrefillBackend::kAuto, PrefillBackend::kFA2};
+  const cuda::DeviceProperties props = cuda::device_properties(0);
+  if (props.cc_major == 9 && props.cc_minor == 0 && p.c.head_dim_qk != 512) {
+    backends.push_back(PrefillBackend::kFA3);
+  }
+  return backends;
+}
+const char* backend_name(PrefillBackend backend) {
+  return backend == PrefillBackend::kFA2   ? "backend fa2"
+         : backend == PrefillBackend::kFA3 ? "backend fa3"
+                                           : "backend auto";
+}
+
 int64_t planned_units(const prefill_testing::Problem& p) {
   const HostTensor& indptr =
       p.c.kv == PrefillKV::kPaged ? p.cache.page_indptr : p.cache.ragged_indptr;
@@ -171,16 +188,8 @@ TEST_P(BatchPrefillNvfp4, MatchesTheReferenceOnDequantizedValues) {
   const Nvfp4PrefillCase& n = GetParam();
   const Nvfp4Problem problem = make_nvfp4_problem(n);
   const prefill_testing::Problem& p = problem.p;
-  // kFA3 on sm_90: the Hopper family's producer converts (the staged copy with RoPE).
-  std::vector<PrefillBackend> backends = {PrefillBackend::kAuto, PrefillBackend::kFA2};
-  const cuda::DeviceProperties props = cuda::device_properties(0);
-  if (props.cc_major == 9 && props.cc_minor == 0 && p.c.head_dim_qk != 512) {
-    backends.push_back(PrefillBackend::kFA3);
-  }
-  for (const PrefillBackend backend : backends) {
-    SCOPED_TRACE(backend == PrefillBackend::kFA2   ? "backend fa2"
-                 : backend == PrefillBackend::kFA3 ? "backend fa3"
-                                                   : "backend auto");
+  for (const PrefillBackend backend : nvfp4_backends(p)) {
+    SCOPED_TRACE(backend_name(backend));
     BatchPrefillConfig config = nvfp4_config(p, planned_units(p) + 3);
     config.backend = backend;
     run_and_check(n, problem, config);
@@ -325,16 +334,8 @@ TEST(BatchPrefillNvfp4Layouts, CodeRowsAlignedTo8Bytes) {
   n.c.dtype = DType::kF16;
   const Nvfp4Problem problem = make_nvfp4_problem(n);
   const prefill_testing::Problem& p = problem.p;
-  // kFA3 on sm_90: the Hopper family's producer converts (the staged copy with RoPE).
-  std::vector<PrefillBackend> backends = {PrefillBackend::kAuto, PrefillBackend::kFA2};
-  const cuda::DeviceProperties props = cuda::device_properties(0);
-  if (props.cc_major == 9 && props.cc_minor == 0 && p.c.head_dim_qk != 512) {
-    backends.push_back(PrefillBackend::kFA3);
-  }
-  for (const PrefillBackend backend : backends) {
-    SCOPED_TRACE(backend == PrefillBackend::kFA2   ? "backend fa2"
-                 : backend == PrefillBackend::kFA3 ? "backend fa3"
-                                                   : "backend auto");
+  for (const PrefillBackend backend : nvfp4_backends(p)) {
+    SCOPED_TRACE(backend_name(backend));
     BatchPrefillConfig config = nvfp4_config(p, planned_units(p));
     config.backend = backend;
     BatchPrefill prefill(config);
