@@ -1,5 +1,6 @@
 // BatchPrefill's configuration: validation, the tile heuristic (paper 001 §3.2.2), the prefill
-// and merge kernel specs, the shipped configurations CI compiles, and the tiles a config fixes.
+// and merge kernel specs, and the tiles a config fixes (the shipped configurations CI compiles:
+// prefill_shipped_configs.cpp).
 #include "src/api/prefill_config.h"
 
 #include <algorithm>
@@ -18,9 +19,8 @@ namespace api_detail {
 namespace {
 
 const char* const kWhat = "BatchPrefill";
-constexpr int kQueryTiles[] = {16, 32, 64, 128};
 constexpr int kKvTiles[] = {128, 64, 32};  // larger first: ties keep the larger tile
-static_assert(kQueryTiles[std::size(kQueryTiles) - 1] == kPrefillMaxQueryTile,
+static_assert(kPrefillQueryTiles[std::size(kPrefillQueryTiles) - 1] == kPrefillMaxQueryTile,
               "prefill_config.h: the largest query tile");
 // fp32 accumulators (O and S fragments) per thread, by m16 tiles per warp: above the hard cap
 // ptxas spills (measured: one m16 tile, 160 spills with the custom mask or the full variant on
@@ -58,15 +58,6 @@ AttentionParams variant_params(const AttentionParams& p) {
   return variant;
 }
 
-// The Hopper family's shapes: query tiles of 128 rows, or 64 with head_dim_vo <= 128 (two CTAs
-// per SM then cap the registers at launch to 128 a thread, fewer than an m64n256 MMA needs).
-// Every mask: the custom mask's bits are gathered before S = Q K^T is issued (prefill_hopper.cuh
-// tile_mask_bits), outside the softmax's register peak, which spilled at head_dim_vo 256.
-bool warpgroup_shape(int query_tile, int head_dim_vo) {
-  if (head_dim_vo > 128) return query_tile == 128;
-  return query_tile == 128 || query_tile == 64;
-}
-
 void validate_config(const BatchPrefillConfig& c) {
   FLARE_CHECK(c.device >= 0, ErrorCode::kInvalidArgument, kWhat, ": device must be >= 0, got ",
               c.device);
@@ -94,7 +85,7 @@ void validate_config(const BatchPrefillConfig& c) {
   FLARE_CHECK(c.kv_dtype != DType::kU8 || c.max_total_kv >= 1, ErrorCode::kInvalidArgument, kWhat,
               ": NVFP4 KV (kv_dtype uint8) needs max_total_kv >= 1 (the staged copy's ",
               c.kv == PrefillKV::kPaged ? "pages" : "rows", "), got ", c.max_total_kv);
-  FLARE_CHECK(c.query_tile == 0 || std::ranges::count(kQueryTiles, c.query_tile) == 1,
+  FLARE_CHECK(c.query_tile == 0 || std::ranges::count(kPrefillQueryTiles, c.query_tile) == 1,
               ErrorCode::kInvalidArgument, kWhat, ": query_tile must be 0, 16, 32, 64 or 128, got ",
               c.query_tile);
   FLARE_CHECK(c.kv_tile == 0 || std::ranges::count(kKvTiles, c.kv_tile) == 1,
@@ -236,6 +227,15 @@ int fitting_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode m
 
 }  // namespace
 
+// The Hopper family's shapes: query tiles of 128 rows, or 64 with head_dim_vo <= 128 (two CTAs
+// per SM then cap the registers at launch to 128 a thread, fewer than an m64n256 MMA needs).
+// Every mask: the custom mask's bits are gathered before S = Q K^T is issued (prefill_hopper.cuh
+// tile_mask_bits), outside the softmax's register peak, which spilled at head_dim_vo 256.
+bool warpgroup_shape(int query_tile, int head_dim_vo) {
+  if (head_dim_vo > 128) return query_tile == 128;
+  return query_tile == 128 || query_tile == 64;
+}
+
 void validate_prefill_config(const BatchPrefillConfig& c) { validate_config(c); }
 int prefill_kernel_head_dim_vo(const BatchPrefillConfig& c) {
   return c.head_dim_vo == kPrefillWideHeadDim ? kPrefillWideHeadDim / 2 : c.head_dim_vo;
@@ -250,7 +250,7 @@ int prefill_group_size(const BatchPrefillConfig& c) { return group_size(c); }
 using api_detail::fitting_kv_tile;
 using api_detail::kKvTiles;
 using api_detail::kPrefillWideHeadDim;
-using api_detail::kQueryTiles;
+using api_detail::kPrefillQueryTiles;
 using api_detail::kWhat;
 using api_detail::mask_code;
 using api_detail::prefill_kernel_head_dim_vo;
@@ -271,21 +271,21 @@ int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, Mas
 
 PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, int head_dim_vo,
                                   MaskMode mask, const PrefillDeviceLimits& limits) {
-  size_t index = std::size(kQueryTiles) - 1;
-  for (size_t i = 0; i < std::size(kQueryTiles); ++i) {
-    if (kQueryTiles[i] >= average_packed_rows &&
-        (!limits.warpgroup_only || warpgroup_shape(kQueryTiles[i], head_dim_vo))) {
+  size_t index = std::size(kPrefillQueryTiles) - 1;
+  for (size_t i = 0; i < std::size(kPrefillQueryTiles); ++i) {
+    if (kPrefillQueryTiles[i] >= average_packed_rows &&
+        (!limits.warpgroup_only || warpgroup_shape(kPrefillQueryTiles[i], head_dim_vo))) {
       index = i;
       break;
     }
   }
   // A device with little shared memory takes the largest smaller query tile that fits.
   while (index > 0 &&
-         fitting_kv_tile(kQueryTiles[index], head_dim_qk, head_dim_vo, mask, limits) == 0) {
+         fitting_kv_tile(kPrefillQueryTiles[index], head_dim_qk, head_dim_vo, mask, limits) == 0) {
     --index;
   }
   PrefillTiles tiles;
-  tiles.query_tile = kQueryTiles[index];
+  tiles.query_tile = kPrefillQueryTiles[index];
   tiles.kv_tile = choose_prefill_kv_tile(tiles.query_tile, head_dim_qk, head_dim_vo, mask, limits);
   tiles.warpgroup = uses_warpgroup(tiles.query_tile, head_dim_vo, limits);
   return tiles;
@@ -313,7 +313,7 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
                            mask_code(config.params.mask),
                            tiles.warpgroup ? 1 : 0,
                            nvfp4 ? 1 : 0};
-  FLARE_CHECK(std::ranges::count(kQueryTiles, tiles.query_tile) == 1 &&
+  FLARE_CHECK(std::ranges::count(kPrefillQueryTiles, tiles.query_tile) == 1 &&
                   std::ranges::count(kKvTiles, tiles.kv_tile) == 1 &&
                   tiles.kv_tile / prefill_warps_kv(shape) >= 16 &&
                   (!tiles.warpgroup ||
@@ -358,141 +358,6 @@ BatchPrefillKernels batch_prefill_kernels(const BatchPrefillConfig& config,
   k.merge.label =
       "merge o=" + std::string(dtype_name(config.dtype)) + " D=" + std::to_string(head_dim_vo);
   return k;
-}
-
-std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
-  const PrefillDeviceLimits h100 = h100_prefill_limits();
-  std::vector<ShippedPrefillConfig> shipped;
-  const auto add = [&](int qk, int vo, int query_tile, PrefillKV kv, DType dtype,
-                       const AttentionParams& params) {
-    ShippedPrefillConfig s;
-    s.config.max_batch = 1;
-    s.config.max_total_qo = 1;
-    s.config.num_qo_heads = 1;
-    s.config.num_kv_heads = 1;
-    s.config.head_dim_qk = qk;
-    s.config.head_dim_vo = vo;
-    s.config.kv = kv;
-    s.config.dtype = dtype;
-    s.config.params = params;
-    s.tiles = {query_tile,
-               choose_prefill_kv_tile(query_tile, qk, prefill_kernel_head_dim_vo(s.config),
-                                      params.mask, h100)};
-    shipped.push_back(s);
-  };
-  AttentionParams causal;
-  causal.mask = MaskMode::kCausal;
-  AttentionParams custom;
-  custom.mask = MaskMode::kCustom;
-  AttentionParams all = causal;
-  all.logits_soft_cap = 30.0f;
-  all.window_left = 127;
-  all.pos_encoding = PosEncoding::kAlibi;
-  const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
-  for (const auto& [qk, vo] : dims) {
-    for (const int tile : kQueryTiles) add(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
-    add(qk, vo, 128, PrefillKV::kRagged, DType::kBF16, causal);
-    add(qk, vo, 128, PrefillKV::kPaged, DType::kF16, all);
-    add(qk, vo, 16, PrefillKV::kPaged, DType::kBF16, custom);
-  }
-  add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
-  // A causal window alone and with soft-cap, at the tiles of long prefills: at 255 registers
-  // these spilled while every flag together did not (docs/perf.md, issue 18).
-  AttentionParams window = causal;
-  window.window_left = 1024;
-  AttentionParams capped_window = window;
-  capped_window.logits_soft_cap = 30.0f;
-  for (const PrefillKV kv : {PrefillKV::kRagged, PrefillKV::kPaged}) {
-    add(128, 128, 128, kv, DType::kBF16, window);
-    add(128, 128, 128, kv, DType::kBF16, capped_window);
-  }
-  // Fused RoPE: every head dim, both KV paths, and at the long prefills' tiles with a window.
-  AttentionParams rope = causal;
-  rope.pos_encoding = PosEncoding::kRopeLlama;
-  for (const auto& [qk, vo] : dims) add(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, rope);
-  add(128, 128, 128, PrefillKV::kRagged, DType::kF16, rope);
-  add(128, 128, 64, PrefillKV::kPaged, DType::kBF16, rope);
-  AttentionParams rope_window = rope;
-  rope_window.window_left = 1024;
-  add(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
-  add(128, 128, 64, PrefillKV::kRagged, DType::kF16, custom);
-  add(128, 128, 128, PrefillKV::kPaged, DType::kBF16, custom);  // one m16 tile per warp
-  add(256, 256, 128, PrefillKV::kRagged, DType::kF16, custom);
-  add(256, 256, 64, PrefillKV::kRagged, DType::kF16, custom);
-  // NVFP4 K/V on the mma.sync family (codes and scales converted in shared memory): every head
-  // dim below 512, both KV paths, the short query tiles that read long KV, and 128 rows.
-  const auto add_nvfp4 = [&](int qk, int vo, int query_tile, PrefillKV kv, DType dtype,
-                             const AttentionParams& params) {
-    add(qk, vo, query_tile, kv, dtype, params);
-    PrefillDeviceLimits limits = h100;
-    limits.nvfp4_raw_stages = true;
-    shipped.back().config.kv_dtype = DType::kU8;
-    shipped.back().config.max_total_kv = 1;
-    shipped.back().tiles.kv_tile = choose_prefill_kv_tile(query_tile, qk, vo, params.mask, limits);
-  };
-  for (const auto& [qk, vo] : dims) {
-    add_nvfp4(qk, vo, 16, PrefillKV::kPaged, DType::kBF16, causal);
-    add_nvfp4(qk, vo, 64, PrefillKV::kRagged, DType::kF16, all);
-  }
-  add_nvfp4(128, 128, 128, PrefillKV::kPaged, DType::kF16, causal);
-  add_nvfp4(128, 128, 32, PrefillKV::kPaged, DType::kBF16, rope);
-  add_nvfp4(128, 128, 16, PrefillKV::kRagged, DType::kBF16, custom);
-  // Head dim 512 (two passes of kernels 512 / 256, the FA2 family): every query tile that fits
-  // (128 rows of 1 KiB Q rows leave no room for K/V stages), both KV paths, every flag, the
-  // custom mask, RoPE and a capped window.
-  for (const int tile : {16, 32, 64}) {
-    add(kPrefillWideHeadDim, kPrefillWideHeadDim, tile, PrefillKV::kPaged, DType::kBF16, causal);
-  }
-  add(kPrefillWideHeadDim, kPrefillWideHeadDim, 64, PrefillKV::kRagged, DType::kF16, all);
-  add(kPrefillWideHeadDim, kPrefillWideHeadDim, 16, PrefillKV::kPaged, DType::kBF16, custom);
-  add(kPrefillWideHeadDim, kPrefillWideHeadDim, 64, PrefillKV::kRagged, DType::kBF16, rope);
-  add(kPrefillWideHeadDim, kPrefillWideHeadDim, 64, PrefillKV::kPaged, DType::kF16, capped_window);
-
-  // The Hopper family (sm_90a only): every head-dim pair and query tile, both KV paths, every
-  // mask, and the register-heaviest variants (every flag, RoPE, the capped window) at 128 rows.
-  PrefillDeviceLimits hopper = h100;
-  hopper.warpgroup_mma = true;
-  const auto add_hopper = [&](int qk, int vo, int query_tile, PrefillKV kv, DType dtype,
-                              const AttentionParams& params) {
-    add(qk, vo, query_tile, kv, dtype, params);
-    shipped.back().tiles = {query_tile,
-                            choose_prefill_kv_tile(query_tile, qk, vo, params.mask, hopper), true};
-  };
-  for (const auto& [qk, vo] : dims) {
-    for (const int tile : {64, 128}) {
-      if (warpgroup_shape(tile, vo)) {
-        add_hopper(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
-      }
-    }
-    add_hopper(qk, vo, 128, PrefillKV::kRagged, DType::kBF16, causal);
-    add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kF16, all);
-    add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, rope);
-    add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, custom);
-  }
-  add_hopper(256, 256, 128, PrefillKV::kRagged, DType::kF16, custom);
-  add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
-  add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, capped_window);
-  add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
-  // NVFP4 K/V converted by the Hopper family's producer (64-row tiles, head_dim_vo <= 128): both
-  // KV paths, every flag.
-  PrefillDeviceLimits hopper_nvfp4 = hopper;
-  hopper_nvfp4.nvfp4_raw_stages = true;
-  const auto add_hopper_nvfp4 = [&](int qk, int vo, int query_tile, PrefillKV kv, DType dtype,
-                                    const AttentionParams& params) {
-    add(qk, vo, query_tile, kv, dtype, params);
-    shipped.back().config.kv_dtype = DType::kU8;
-    shipped.back().config.max_total_kv = 1;
-    shipped.back().tiles = {
-        query_tile, choose_prefill_kv_tile(query_tile, qk, vo, params.mask, hopper_nvfp4), true};
-  };
-  for (const auto& [qk, vo] : dims) {
-    if (!warpgroup_shape(api_detail::kHopperNvfp4QueryTile, vo)) continue;
-    add_hopper_nvfp4(qk, vo, api_detail::kHopperNvfp4QueryTile, PrefillKV::kPaged, DType::kBF16,
-                     causal);
-    add_hopper_nvfp4(qk, vo, api_detail::kHopperNvfp4QueryTile, PrefillKV::kRagged, DType::kF16,
-                     all);
-  }
-  return shipped;
 }
 
 PrefillDeviceLimits api_detail::prefill_limits_of(const cuda::DeviceProperties& props) {

@@ -10,6 +10,8 @@
 
 namespace flare::api_detail {
 
+// Query tiles (packed rows) of both families, smaller first.
+inline constexpr int kPrefillQueryTiles[] = {16, 32, 64, 128};
 inline constexpr int kPrefillMaxQueryTile = 128;
 // The query tile at which the Hopper family's producer converts NVFP4 K/V (prefill_fused_nvfp4).
 inline constexpr int kHopperNvfp4QueryTile = 64;
@@ -37,6 +39,9 @@ int prefill_group_size(const BatchPrefillConfig& c);  // H_qo / H_kv
 PrefillDeviceLimits prefill_limits_of(const cuda::DeviceProperties& props);
 PrefillDeviceLimits limits_under_backend(PrefillDeviceLimits limits,
                                          const BatchPrefillConfig& config);
+
+// The Hopper family's query tiles for this head_dim_vo: 128, and 64 at head_dim_vo <= 128.
+bool warpgroup_shape(int query_tile, int head_dim_vo);
 
 // Whether NVFP4 K/V (kv_dtype kU8) on these tiles run kernels that read the codes and scales
 // and convert them in shared memory (the mma.sync family's; the Hopper family's at
