@@ -1,0 +1,263 @@
+// The Hopper family's producer warpgroup (kernels/prefill_hopper.cuh): per work item, Q and the
+// K / V halves of every tile into the stages, by bulk tensor copies or gathers (16-bit K/V), or
+// converted from NVFP4 raw rows (prefill_hopper_nvfp4.cuh); each half published on its `full`
+// mbarrier once the consumers released the stage.
+#pragma once
+
+#include "prefill_hopper_nvfp4.cuh"
+#include "prefill_hopper_sync.cuh"
+
+namespace flare::prefill::hopper {
+
+// Ragged K/V without RoPE arrive by bulk tensor copies when run() could encode their maps
+// (p.bulk_kv: 16-byte aligned base and strides): one producer thread per half stage, one box per
+// 64-dim panel, the half's bytes counted on its `full` barrier. Rows past the tensor come back as
+// zeros; rows past the item (another request's) are masked by kv_hi like the gathered ones.
+// RoPE (which rotates the landed rows with ordinary stores) gathers with cp.async.
+constexpr bool kBulkRagged = !T::kPaged && !Variant::kRotary && !T::kNvfp4;
+// Paged K/V of pages of at least 64 rows likewise, box by box (kBoxRows rows of one page, page
+// ids read by the issuing thread), for the tiles wholly inside the item whose first row starts
+// a box (items starting mid-box, a window's or a split's, gather): see produce_paged_bulk.
+constexpr int kBoxRows = T::kPaged ? prefill_paged_box_rows(T::kPageSize, T::kKvTile) : 0;
+constexpr bool kBulkPaged = kBoxRows > 0 && !Variant::kRotary && !T::kNvfp4;
+constexpr int kBoxesPerTile = kBulkPaged ? T::kKvTile / kBoxRows : 1;
+
+template <int kHalf>
+__device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const ItemGeometry& g,
+                                                int tile, int stage, unsigned char* smem,
+                                                unsigned full) {
+  constexpr int kDim = kHalf == kHalfK ? T::kHeadDimQK : T::kHeadDimVO;
+  const unsigned dst = stage_address(smem, stage) + (kHalf == kHalfK ? 0 : T::kKBytes);
+  const int row = static_cast<int>(g.kv_base) + g.kv_lo + tile * T::kKvTile;
+  wgmma::barrier_arrive_expect(full, T::kKvTile * kDim * 2);
+#pragma unroll
+  for (int panel = 0; panel < kDim / 64; ++panel) {
+    wgmma::bulk_copy_3d(dst + panel * T::kKvTile * wgmma::kPanelBytes,
+                        kHalf == kHalfK ? &p.k_map : &p.v_map, panel * 64, g.kv_head, row, full);
+  }
+}
+
+// The page ids of tile `tile`'s boxes (issuing thread only). An entry past kv_indices or an id
+// outside the cache is recorded and read as page -1, outside the map: its box lands as zeros.
+__device__ __forceinline__ void bulk_tile_pages(const PrefillParams& p, const ItemGeometry& g,
+                                                int tile, int (&pages)[kBoxesPerTile]) {
+#pragma unroll
+  for (int b = 0; b < kBoxesPerTile; ++b) {
+    const int pos = g.kv_lo + tile * T::kKvTile + b * kBoxRows;
+    const long long entry = g.kv_base + pos / T::kPageSize;
+    int page = -1;
+    if (entry < p.num_indices) {
+      page = __ldg(p.kv_indices + entry);
+      if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) {
+        record_index_error(p.index_error, kIndexErrorPageId, g.request, entry, page);
+        page = -1;
+      }
+    } else {
+      record_index_error(p.index_error, kIndexErrorEntry, g.request, entry, -1);
+    }
+    pages[b] = page;
+  }
+}
+
+// One half of a paged tile by bulk copies: every box of every 64-dim panel, the half's bytes
+// counted on its `full` barrier (issuing thread only).
+template <int kHalf>
+__device__ __forceinline__ void issue_bulk_paged_half(const PrefillParams& p, const ItemGeometry& g,
+                                                      int tile, int stage, unsigned char* smem,
+                                                      unsigned full,
+                                                      const int (&pages)[kBoxesPerTile]) {
+  constexpr int kDim = kHalf == kHalfK ? T::kHeadDimQK : T::kHeadDimVO;
+  const unsigned dst = stage_address(smem, stage) + (kHalf == kHalfK ? 0 : T::kKBytes);
+  const int first_slot = (g.kv_lo + tile * T::kKvTile) % T::kPageSize;
+  wgmma::barrier_arrive_expect(full, T::kKvTile * kDim * 2);
+#pragma unroll
+  for (int panel = 0; panel < kDim / 64; ++panel) {
+#pragma unroll
+    for (int b = 0; b < kBoxesPerTile; ++b) {
+      // Box b fills rows [b * kBoxRows, (b + 1) * kBoxRows) of the panel: the 128-byte swizzle
+      // follows the shared address, whole 8-row groups here, as one box of the tile would.
+      wgmma::bulk_copy_4d(dst + (panel * T::kKvTile + b * kBoxRows) * wgmma::kPanelBytes,
+                          kHalf == kHalfK ? &p.k_map : &p.v_map, panel * 64, g.kv_head,
+                          kBoxesPerTile > 1 ? 0 : first_slot, pages[b], full);
+    }
+  }
+}
+
+// Publishes a gathered half once this thread's copies but the newest kPending groups landed.
+template <int kPending>
+__device__ __forceinline__ void publish_half(ItemShared& shared, int half, int stage) {
+  cp_async_wait<kPending>();
+  wgmma::fence_async_shared();
+  producer_sync();  // the half (and Q, page ids) landed for every producer thread
+  if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[half][stage]));
+}
+
+// Q, gathered (packed rows) by every producer thread while the first K's bulk copy is in
+// flight, then published on q_full.
+template <class QLanded>
+__device__ __forceinline__ void load_q_beside_bulk_k(const PrefillParams& p,
+                                                     const ItemHandOff& hand, unsigned char* smem,
+                                                     QLanded q_landed) {
+  issue_q(p, hand.record.g, hand.row_q_pos, hand.row_qo_head, smem);
+  cp_async_commit();
+  cp_async_wait<0>();
+  wgmma::fence_async_shared();
+  producer_sync();
+  q_landed();
+}
+
+// produce_item for paged K/V in boxes (kBulkPaged, p.bulk_kv, the item's first row starts a
+// box): the tiles wholly inside the item by bulk copies, the page ids of the next read by the
+// issuing thread while this one lands; the last tile, past kv_hi in part, gathered (its rows
+// past kv_hi zero-filled: a page's stale tail could hold NaNs, and 0 * NaN is NaN in P.V).
+template <class QLanded, class PrepareNext>
+__device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const ItemHandOff& hand,
+                                                   unsigned char* smem, unsigned& empty_phases,
+                                                   QLanded q_landed, PrepareNext prepare_next) {
+  ItemShared& shared = item_shared(smem);
+  const ItemGeometry& g = hand.record.g;
+  const int num_tiles = g.num_tiles;
+  const int bulk_tiles = (g.kv_hi - g.kv_lo) / T::kKvTile;
+  int pages[kBoxesPerTile];
+  if (load_thread() == 0 && bulk_tiles > 0) bulk_tile_pages(p, g, 0, pages);
+  const int prepare_tile = min(num_tiles, 2) - 1;
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = stage_of(empty_phases, tile);
+    if (tile < bulk_tiles) {
+      wait_half(shared.empty, empty_phases, kHalfK, stage);
+      if (load_thread() == 0) {
+        issue_bulk_paged_half<kHalfK>(p, g, tile, stage, smem,
+                                      barrier_address(shared.full[kHalfK][stage]), pages);
+      }
+      if (tile == 0) load_q_beside_bulk_k(p, hand, smem, q_landed);
+      wait_half(shared.empty, empty_phases, kHalfV, stage);
+      if (load_thread() == 0) {
+        issue_bulk_paged_half<kHalfV>(p, g, tile, stage, smem,
+                                      barrier_address(shared.full[kHalfV][stage]), pages);
+        if (tile + 1 < bulk_tiles) bulk_tile_pages(p, g, tile + 1, pages);
+      }
+      if (tile == prepare_tile) prepare_next();
+      continue;
+    }
+    issue_page_ids(p, g, tile, smem);
+    cp_async_commit();
+    cp_async_wait<0>();
+    producer_sync();  // the tile's page ids landed for every producer thread
+    wait_half(shared.empty, empty_phases, kHalfK, stage);
+    if (tile == 0) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
+    issue_kv<true, false>(p, g, tile, stage, smem);
+    cp_async_commit();
+    wait_half(shared.empty, empty_phases, kHalfV, stage);
+    issue_kv<false, true>(p, g, tile, stage, smem);
+    cp_async_commit();
+    publish_half<1>(shared, kHalfK, stage);
+    if (tile == 0) q_landed();
+    publish_half<0>(shared, kHalfV, stage);
+    if (tile == prepare_tile) prepare_next();
+  }
+  advance_stages(empty_phases, num_tiles);
+}
+
+// produce_item for 16-bit K/V (num_tiles > 0): bulk copies or gathers, as produce_item says.
+template <class QLanded, class PrepareNext>
+__device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const ItemHandOff& hand,
+                                                   unsigned char* smem, unsigned& empty_phases,
+                                                   QLanded q_landed, PrepareNext prepare_next) {
+  ItemShared& shared = item_shared(smem);
+  const ItemGeometry& g = hand.record.g;
+  const int num_tiles = g.num_tiles;
+  const int prepare_tile = min(num_tiles, 2) - 1;
+  if constexpr (kBulkPaged) {
+    if (p.bulk_kv != 0 && g.kv_lo % kBoxRows == 0) {
+      produce_paged_bulk(p, hand, smem, empty_phases, q_landed, prepare_next);
+      return;
+    }
+  }
+  if constexpr (T::kPaged) {
+    issue_page_ids(p, g, 0, smem);
+    issue_page_ids(p, g, 1, smem);
+    cp_async_commit();
+    cp_async_wait<0>();
+    producer_sync();
+  }
+  if (kBulkRagged && p.bulk_kv != 0) {
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int stage = stage_of(empty_phases, tile);
+      wait_half(shared.empty, empty_phases, kHalfK, stage);
+      if (load_thread() == 0) {
+        issue_bulk_half<kHalfK>(p, g, tile, stage, smem,
+                                barrier_address(shared.full[kHalfK][stage]));
+      }
+      if (tile == 0) load_q_beside_bulk_k(p, hand, smem, q_landed);
+      wait_half(shared.empty, empty_phases, kHalfV, stage);
+      if (load_thread() == 0) {
+        issue_bulk_half<kHalfV>(p, g, tile, stage, smem,
+                                barrier_address(shared.full[kHalfV][stage]));
+      }
+      if (tile == prepare_tile) prepare_next();
+    }
+    advance_stages(empty_phases, num_tiles);
+    return;
+  }
+  // Both halves' copies are in flight before the producer waits for K's (one round trip per
+  // tile, not two).
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int stage = stage_of(empty_phases, tile);
+    wait_half(shared.empty, empty_phases, kHalfK, stage);
+    if (tile == 0) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
+    issue_kv<true, false>(p, g, tile, stage, smem);
+    cp_async_commit();
+    if constexpr (Variant::kRotary) {
+      cp_async_wait<0>();
+      producer_sync();
+      rotate_landed(p, g, hand.row_q_pos, tile, stage, smem);
+    }
+    wait_half(shared.empty, empty_phases, kHalfV, stage);
+    issue_kv<false, true>(p, g, tile, stage, smem);
+    cp_async_commit();
+    publish_half<1>(shared, kHalfK, stage);  // Q, with tile 0, in the same group as K
+    if (tile == 0) q_landed();
+    publish_half<0>(shared, kHalfV, stage);
+    if (tile == prepare_tile) prepare_next();
+    // Slot tile % 2 was read by every producer thread's issue_kv(tile), before the barrier.
+    if (T::kPaged && tile + 2 < num_tiles) {
+      issue_page_ids(p, g, tile + 2, smem);
+      cp_async_commit();
+    }
+  }
+  advance_stages(empty_phases, num_tiles);
+}
+
+// The producer's part of an item: Q with the first tile, then every tile into stage
+// tile % kStages, K once the consumers released the stage's K half and V once they released its
+// V half (a turn later: consume_item). A gathered half is published after every producer
+// thread's copies of it landed: each waits for its own and fences them for the tensor cores, the
+// producer barrier joins them (and orders the page-id slots and RoPE's rows), and one thread
+// arrives on `full` (128 arrivals on one word every tile measured ~10% slower at L 4096).
+// empty_phases: bit half * kStages + s is the parity of the next `empty` phase of that half.
+// prepare_next() (every producer thread, once per item) writes the next item's hand-off slot:
+// called once the item's first two tiles are issued (the producer then waits for the consumers to
+// free a stage anyway), so that the next item's record is ready long before its Q may load.
+template <class PrepareNext>
+__device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemHandOff& hand,
+                                             unsigned char* smem, unsigned& empty_phases,
+                                             PrepareNext prepare_next) {
+  ItemShared& shared = item_shared(smem);
+  const ItemGeometry& g = hand.record.g;
+  const int num_tiles = g.num_tiles;
+  const auto q_landed = [&shared] {
+    if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.q_full));
+  };
+  if (num_tiles == 0) {
+    q_landed();  // nothing to load, but one q_full phase per item
+    prepare_next();
+    return;
+  }
+  if constexpr (T::kNvfp4) {
+    produce_item_nvfp4(p, hand, smem, empty_phases, q_landed, prepare_next);
+  } else {
+    produce_item_16bit(p, hand, smem, empty_phases, q_landed, prepare_next);
+  }
+}
+
+}  // namespace flare::prefill::hopper
