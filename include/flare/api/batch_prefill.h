@@ -54,12 +54,13 @@ struct BatchPrefillConfig {
   // k and v when they differ from dtype: kU8 = NVFP4 (E2M1 codes, D / 2 bytes a row, with e4m3
   // block scales of D / 16 bytes a row: flare/format/nvfp4.h), code x block scale exact in
   // dtype, the global scales run()'s k_scale / v_scale. The FA2 family's NVFP4 kernels read the
-  // codes and scales and convert them in shared memory; under kAuto they take every query tile
-  // below 128 rows (short queries over long KV: 4.5 bits read a value, not 16). The Hopper family
-  // (128-row tiles on sm_90, or backend kFA3) and head dim 512 read a staged 16-bit copy run()
-  // first dequantizes the plan's pages (or rows) into: max_total_kv pages (kPaged) or rows
-  // (kRagged) allocated at creation, max_total_kv x (page_size) x H_kv x (D_qk + D_vo) x 2 bytes
-  // of device memory, and a pass over the batch's KV per run().
+  // codes and scales and convert them in shared memory; under kAuto on sm_90 they take the query
+  // tiles below 64 rows (short queries over long KV: 4.5 bits read a value, not 16), and the
+  // Hopper family's producer warpgroup converts at 64-row tiles (head_dim_vo <= 128, without
+  // RoPE). The Hopper family's 128-row tiles, RoPE on it, and head dim 512 read a staged 16-bit
+  // copy run() first dequantizes the plan's pages (or rows) into: max_total_kv pages (kPaged) or
+  // rows (kRagged) allocated at creation, max_total_kv x (page_size) x H_kv x (D_qk + D_vo) x 2
+  // bytes of device memory, and a pass over the batch's KV per run().
   std::optional<DType> kv_dtype;
   int64_t max_total_kv = 0;  // NVFP4: upper bound on kv_indptr[batch] of every plan (>= 1)
 
