@@ -352,7 +352,7 @@ __device__ __forceinline__ void issue_first_tiles(const PrefillParams& p, const 
   } else {
 #pragma unroll 1
     for (int t = 0; t < T::kTileLead; ++t) {
-      if (t < g.num_tiles) issue_tile(p, g, t, t % T::kRawStages, smem);
+      if (t < g.num_tiles) issue_tile(p, g, t, t % T::kCopyStages, smem);
       cp_async_commit();
     }
   }
@@ -406,7 +406,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     const WarpSpan span = shared.spans[thread_index() / 32];
     const int next = tile + T::kTileLead;
     if (next < g.num_tiles) {
-      issue_tile(p, g, next, next % (T::kNvfp4 ? T::kRawStages : T::kStages), smem);
+      issue_tile(p, g, next, next % T::kCopyStages, smem);
     }
     if (T::kPaged && tile + T::kPageIdSlots < g.num_tiles) {
       issue_page_ids(p, g, tile + T::kPageIdSlots, smem);

@@ -10,20 +10,12 @@
 
 namespace flare::prefill::hopper {
 
-// Publishes a half the producer wrote with ordinary stores: each thread fences its stores for
-// the tensor cores, the producer barrier joins them, one thread arrives on `full`.
-__device__ __forceinline__ void publish_converted(ItemShared& shared, int half, int stage) {
-  wgmma::fence_async_shared();
-  producer_sync();
-  if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[half][stage]));
-}
-
 // produce_item for NVFP4 K/V (num_tiles > 0). Copy groups: the page ids of tiles 0 and 1, then
 // per tile t one group with tile t + 1's raw rows and tile t + 2's page ids (Q with tile 0's
 // rows). At the top of iteration t the producer waits for all of them: tile t's rows landed a
 // conversion earlier, and the ids of tile t + 1 with them, before its copies are issued. Raw
 // stage t % 2 is rewritten at iteration t + 1, after every producer thread's conversion of tile
-// t (the barrier in publish_converted); page-id slot t % 2 at iteration t, after the issue of
+// t (the barrier in publish_written_half); page-id slot t % 2 at iteration t, after the issue of
 // tile t's copies at iteration t - 1 and the barrier at the top of iteration t.
 template <class QLanded, class PrepareNext>
 __device__ __forceinline__ void produce_item_nvfp4(const PrefillParams& p, const ItemHandOff& hand,
@@ -53,11 +45,11 @@ __device__ __forceinline__ void produce_item_nvfp4(const PrefillParams& p, const
     cp_async_commit();
     wait_half(shared.empty, empty_phases, kHalfK, stage);
     convert_landed_nvfp4<true, false>(tile % 2, stage, smem);
-    publish_converted(shared, kHalfK, stage);
+    publish_written_half(shared, kHalfK, stage);
     if (tile == 0) q_landed();  // Q landed with tile 0's rows, fenced above
     wait_half(shared.empty, empty_phases, kHalfV, stage);
     convert_landed_nvfp4<false, true>(tile % 2, stage, smem);
-    publish_converted(shared, kHalfV, stage);
+    publish_written_half(shared, kHalfV, stage);
     if (tile == prepare_tile) prepare_next();
   }
   advance_stages(empty_phases, num_tiles);

@@ -87,9 +87,7 @@ __device__ __forceinline__ void issue_bulk_paged_half(const PrefillParams& p, co
 template <int kPending>
 __device__ __forceinline__ void publish_half(ItemShared& shared, int half, int stage) {
   cp_async_wait<kPending>();
-  wgmma::fence_async_shared();
-  producer_sync();  // the half (and Q, page ids) landed for every producer thread
-  if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[half][stage]));
+  publish_written_half(shared, half, stage);  // the half (and Q, page ids) for every thread
 }
 
 // Q, gathered (packed rows) by every producer thread while the first K's bulk copy is in

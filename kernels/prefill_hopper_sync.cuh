@@ -60,4 +60,13 @@ __device__ __forceinline__ void wait_half(const unsigned long long (&barriers)[2
   bits ^= 1u << bit;
 }
 
+// Publishes half `half` of stage `stage` once this producer thread's writes to it (its copies,
+// landed, or its stores) are done: each thread fences them for the tensor cores, the producer
+// barrier joins the threads, one thread arrives on `full`.
+__device__ __forceinline__ void publish_written_half(ItemShared& shared, int half, int stage) {
+  wgmma::fence_async_shared();
+  producer_sync();
+  if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.full[half][stage]));
+}
+
 }  // namespace flare::prefill::hopper

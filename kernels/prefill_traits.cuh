@@ -73,6 +73,8 @@ struct Traits {
   static constexpr int kRawStages = prefill_raw_stages(kShape);
   static constexpr int kTileLead = prefill_tile_lead(kShape);
   static constexpr int kPageIdSlots = prefill_page_id_slots(kShape);
+  // The stages a tile's copies land in: NVFP4's raw stages, else the 16-bit ones.
+  static constexpr int kCopyStages = kNvfp4 ? kRawStages : kStages;
   static constexpr int kQBytes = kQueryTile * kQKRowBytes;
   static constexpr int kKBytes = kKvTile * kQKRowBytes;
   static constexpr int kStageBytes = kKBytes + kKvTile * kVRowBytes;

@@ -51,9 +51,9 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   // NVFP4's third CTA an SM only where the scratch holds every SM's: spreading a plan over fewer
   // SMs would cost more than the third CTA gains.
   s.max_ctas_per_sm = prefill_max_ctas_per_sm(config);
-  while (config.scratch != nullptr && s.max_ctas_per_sm > 2 &&
-         slots_fitting(s.max_ctas_per_sm) < int64_t{2} * s.max_ctas_per_sm * s.props.num_sms) {
-    --s.max_ctas_per_sm;
+  if (config.scratch != nullptr && s.max_ctas_per_sm > 2 &&
+      slots_fitting(s.max_ctas_per_sm) < int64_t{2} * s.max_ctas_per_sm * s.props.num_sms) {
+    s.max_ctas_per_sm = 2;
   }
   const int ctas_per_sm = s.fixed_tiles ? s.kernel(*s.fixed_tiles).ctas_per_sm : s.max_ctas_per_sm;
   // A caller's scratch below the whole grid's bound (FlashInfer's tests pass 32 MB; D 128 needs
