@@ -160,19 +160,19 @@ constexpr int kPrefillKvStages = 2;
 // at 68 KB, three CTAs an SM (docs/perf.md, NVFP4 prefill v4-v5). 16-bit K/V: two stages, one
 // tile in flight.
 constexpr int kPrefillNvfp4RawStages = 3;
-// The Hopper family's producer converts NVFP4 tile t while tile t + 1's raw rows land, into its
-// two 16-bit stages (kernels/prefill_hopper_nvfp4.cuh): two raw stages, one tile ahead.
+// The Hopper family's producer converts NVFP4 tile t into its two 16-bit stages while the raw
+// rows of tiles t + 1 and t + 2 land (kernels/prefill_hopper_nvfp4.cuh): the same ring.
 constexpr int prefill_kv_stages(const PrefillShape& s) {
   return s.nvfp4 != 0 && s.warpgroup == 0 ? 1 : kPrefillKvStages;
 }
 constexpr int prefill_raw_stages(const PrefillShape& s) {
-  return s.nvfp4 == 0 ? 0 : s.warpgroup != 0 ? 2 : kPrefillNvfp4RawStages;
+  return s.nvfp4 == 0 ? 0 : kPrefillNvfp4RawStages;
 }
 // Tiles whose copies are issued ahead of the one being computed, and how far ahead their page
 // ids are (one slot each): ids land with the copy group they are committed in, which the wait
 // before their tile's issue must cover, so twice the copy lead.
 constexpr int prefill_tile_lead(const PrefillShape& s) {
-  return s.nvfp4 != 0 && s.warpgroup == 0 ? kPrefillNvfp4RawStages - 1 : 1;
+  return s.nvfp4 != 0 ? kPrefillNvfp4RawStages - 1 : 1;
 }
 constexpr int prefill_page_id_slots(const PrefillShape& s) { return 2 * prefill_tile_lead(s); }
 
@@ -205,7 +205,7 @@ constexpr int prefill_hand_off_bytes(const PrefillShape& s) {
 constexpr int prefill_shared_bytes(const PrefillShape& s) {
   const int threads = prefill_threads(s);
   const int row_stats_bytes = threads * prefill_mma_q(s) * 4 * 4;
-  const int loop_tile_bytes = threads * 4;
+  const int loop_tile_bytes = (s.warpgroup != 0 ? 1 : threads) * 4;  // the mma.sync family's
   const int warp_span_bytes = threads / 32 * 3 * 4;
   // The Hopper family's mbarriers (full / empty per half stage, item_ready per hand-off slot,
   // q_full, q_empty) and its two item hand-off slots.
@@ -216,8 +216,11 @@ constexpr int prefill_shared_bytes(const PrefillShape& s) {
   return (bytes + 15) / 16 * 16;
 }
 // What a launch asks for: the Hopper family aligns its tiles to 1024 bytes (kernels/wgmma.cuh)
-// from wherever the dynamic shared memory starts.
-constexpr int kWarpgroupAlignSlack = 1024;
+// from wherever the dynamic shared memory starts, which its declaration aligns to 128 bytes
+// (kernels/prefill_kernel.cuh), so at most 896 bytes on.
+constexpr int kPrefillSharedBaseAlign = 128;
+constexpr int kWarpgroupTileAlign = 1024;
+constexpr int kWarpgroupAlignSlack = kWarpgroupTileAlign - kPrefillSharedBaseAlign;
 constexpr int prefill_launch_shared_bytes(const PrefillShape& s) {
   return prefill_shared_bytes(s) + (s.warpgroup != 0 ? kWarpgroupAlignSlack : 0);
 }

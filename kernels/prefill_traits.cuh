@@ -226,7 +226,8 @@ struct ItemShared : PipelineBarriers<T::kWarpgroup> {
   // Each thread's softmax statistics, one float of all threads per row after another
   // (consecutive threads, consecutive banks): see load_stats / store_stats.
   float stats[T::kMmaQ * 4][T::kThreads];
-  int loop_tile[T::kThreads];  // each thread's next KV tile (see run_item)
+  // The mma.sync family's: each thread's next KV tile (see run_item); none in the Hopper family.
+  int loop_tile[T::kWarpgroup ? 1 : T::kThreads];
   WarpSpan spans[T::kThreads / 32];
 };
 static_assert(sizeof(ItemShared) == T::kSharedBytes - T::kItemOffset, "item region size");
