@@ -188,11 +188,10 @@ __device__ __forceinline__ void issue_kv_nvfp4(const PrefillParams& p, const Ite
 // the order that puts a quarter warp's stores in 8 distinct bank groups of the mma.sync layout
 // (blocks 4-7 of every 8 high chunk first). The global scales are run()'s k_scale / v_scale, as
 // for 16-bit K/V.
-__device__ __forceinline__ void convert_nvfp4_block(const unsigned char* codes,
-                                                    const unsigned char* scales, bool high_first,
-                                                    unsigned first, unsigned second) {
-  const uint2 word = *reinterpret_cast<const uint2*>(codes);
-  const unsigned factor2 = nvfp4_scale2<T::kCode>(*scales);
+__device__ __forceinline__ void convert_nvfp4_block(uint2 word, unsigned char scale_bits,
+                                                    bool high_first, unsigned first,
+                                                    unsigned second) {
+  const unsigned factor2 = nvfp4_scale2<T::kCode>(scale_bits);
   unsigned a[4], b[4];
   nvfp4_word_to_16bit<T::kCode>(high_first ? word.y : word.x, factor2, a);
   nvfp4_word_to_16bit<T::kCode>(high_first ? word.x : word.y, factor2, b);
@@ -202,6 +201,11 @@ __device__ __forceinline__ void convert_nvfp4_block(const unsigned char* codes,
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(second), "r"(b[0]), "r"(b[1]),
                "r"(b[2]), "r"(b[3])
                : "memory");
+}
+// A block's code word and scale byte (read before the stores of the blocks converted ahead of
+// it: the stores' "memory" clobber keeps later loads from moving above them).
+__device__ __forceinline__ uint2 nvfp4_block_word(const unsigned char* codes) {
+  return *reinterpret_cast<const uint2*>(codes);
 }
 template <int kHeadDim, int kRowBytes16>
 __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
@@ -222,21 +226,36 @@ __device__ __forceinline__ void convert_nvfp4_rows(const unsigned char* codes,
     // Both layouts' swizzles repeat every 8 rows: kRowStep rows on is a constant offset.
     const unsigned step = tile_offset<kRowBytes16, T::kKvTile>(kRowStep, 0) -
                           tile_offset<kRowBytes16, T::kKvTile>(0, 0);
-    // Unrolled where registers allow (one m16 tile a warp; not the Hopper family's producer):
-    // the steps' shared loads and conversions interleave instead of each waiting for the last.
-#pragma unroll(T::kMmaQ == 1 && !T::kWarpgroup ? 4 : 1)
-    for (int i = 0; i < T::kKvTile / kRowStep; ++i) {
-      const int row = row0 + i * kRowStep;
-      convert_nvfp4_block(codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block,
-                          high_first, first + i * step, second + i * step);
+    // Batches of steps where registers allow (one m16 tile a warp): a batch's shared loads are
+    // issued together, then its blocks converted and stored, so the loads' latency is paid once
+    // a batch instead of once a step (ncu: the scale byte's load was the producer's top stall).
+    constexpr int kSteps = T::kKvTile / kRowStep;
+    constexpr int kBatch = T::kMmaQ == 1 ? (kSteps < 4 ? kSteps : 4) : 1;
+    static_assert(kSteps % kBatch == 0, "whole batches");
+#pragma unroll 1
+    for (int i0 = 0; i0 < kSteps; i0 += kBatch) {
+      uint2 words[kBatch];
+      unsigned char scale_bits[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int row = row0 + (i0 + j) * kRowStep;
+        words[j] = nvfp4_block_word(codes + row * kCodeBytes + block * 8);
+        scale_bits[j] = scales[row * kBlocks + block];
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        convert_nvfp4_block(words[j], scale_bits[j], high_first, first + (i0 + j) * step,
+                            second + (i0 + j) * step);
+      }
     }
   } else {
 #pragma unroll 1
     for (int index = load_thread(); index < T::kKvTile * kBlocks; index += T::kLoadThreads) {
       const int row = index / kBlocks;
       const int block = index % kBlocks;
-      convert_nvfp4_block(codes + row * kCodeBytes + block * 8, scales + row * kBlocks + block,
-                          false, dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block),
+      convert_nvfp4_block(nvfp4_block_word(codes + row * kCodeBytes + block * 8),
+                          scales[row * kBlocks + block], false,
+                          dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block),
                           dst + tile_offset<kRowBytes16, T::kKvTile>(row, 2 * block + 1));
     }
   }
