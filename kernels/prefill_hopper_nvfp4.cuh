@@ -1,9 +1,9 @@
 // The Hopper family's producer on NVFP4 K/V (T::kNvfp4; prefill_hopper_producer.cuh takes it
 // at 64-row tiles). The producer warpgroup copies tiles t + 1 and t + 2's code and scale rows
-// into a ring of raw stages while it converts tile t's into the 16-bit stage the consumers' warpgroup
-// MMAs read (prefill_nvfp4_load.cuh convert_landed_nvfp4), K half then V half, each published
-// on its `full` mbarrier like a gathered half: the conversion runs beside the consumers' MMAs
-// instead of between them (the mma.sync family converts with the warps that then compute).
+// into a ring of raw stages while it converts tile t's into the 16-bit stage the consumers'
+// warpgroup MMAs read (prefill_nvfp4_load.cuh convert_landed_nvfp4), K half then V half, each
+// published on its `full` mbarrier like a gathered half: the conversion runs beside the consumers'
+// MMAs instead of between them (the mma.sync family converts with the warps that then compute).
 #pragma once
 
 #include "prefill_hopper_sync.cuh"

@@ -24,7 +24,8 @@ constexpr int kMinCtasPerSm = 1;
 extern "C" __global__ void __launch_bounds__(flare::prefill::T::kLaunchThreads,
                                              flare::prefill::kMinCtasPerSm)
     flare_prefill(const __grid_constant__ flare::PrefillParams params) {
-  extern __shared__ __align__(flare::kPrefillSharedBaseAlign) unsigned char flare_prefill_smem_base[];
+  extern __shared__ __align__(
+      flare::kPrefillSharedBaseAlign) unsigned char flare_prefill_smem_base[];
   unsigned char* smem = flare_prefill_smem_base;
   if constexpr (flare::prefill::T::kWarpgroup) {  // tiles start 1024-byte aligned (wgmma.cuh)
     constexpr unsigned kAlign = flare::kWarpgroupTileAlign;

@@ -270,21 +270,29 @@ TEST(BatchPrefillNvfp4Errors, BadPageIdRecordedAndScalesRefusedByName) {
   n.c.kv_lens = {40, 20};
   const Nvfp4Problem problem = make_nvfp4_problem(n);
   const prefill_testing::Problem& p = problem.p;
-  BatchPrefill prefill(nvfp4_config(p, planned_units(p)));
   prefill_testing::DeviceProblem d(p);
   const DeviceNvfp4 nv(problem);
-  prefill_testing::plan(prefill, p, nullptr);
-  // Entry 1 (request 0) points far outside the cache: recorded, its page read as zeros.
+  // Entry 1 (request 0) points far outside the cache: recorded, its page read as zeros, by each
+  // family's copies (fa3: the Hopper producer's, which converts at 64-row tiles).
   HostTensor bad = HostTensor(DType::kI32, p.cache.page_indices.shape());
   std::memcpy(bad.data<std::byte>(), p.cache.page_indices.data<std::byte>(),
               static_cast<size_t>(bad.numel()) * sizeof(int32_t));
   bad.data<int32_t>()[1] = 1 << 30;
   const DeviceCopy bad_device(bad);
-  d.poison();
-  nv.run(prefill, problem, d, bad_device.view(bad.view()), {}, nullptr);
-  d.download();
-  EXPECT_EQ(testing::count_nan(d.o_host.view()), 0);
-  EXPECT_FLARE_ERROR(prefill.check(), ErrorCode::kIndexOutOfRange, "1073741824");
+  for (const PrefillBackend backend : nvfp4_backends(p)) {
+    SCOPED_TRACE(backend_name(backend));
+    BatchPrefillConfig config = nvfp4_config(p, planned_units(p));
+    config.backend = backend;
+    BatchPrefill with_backend(config);
+    prefill_testing::plan(with_backend, p, nullptr);
+    d.poison();
+    nv.run(with_backend, problem, d, bad_device.view(bad.view()), {}, nullptr);
+    d.download();
+    EXPECT_EQ(testing::count_nan(d.o_host.view()), 0);
+    EXPECT_FLARE_ERROR(with_backend.check(), ErrorCode::kIndexOutOfRange, "1073741824");
+  }
+  BatchPrefill prefill(nvfp4_config(p, planned_units(p)));
+  prefill_testing::plan(prefill, p, nullptr);
 
   // Missing scales, and 16-bit ragged run() on an NVFP4 prefill: refused by name.
   PagedKVPages without{nv.view(nv.k_codes, problem.k.codes), nv.view(nv.v_codes, problem.v.codes),
