@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <climits>
+#include <cstdint>
+#include <vector>
 
 #include "src/plan/schedule.h"
 
@@ -136,17 +139,38 @@ void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
 }
 
 void order_for_queue(int kv_tile, Plan& plan) {
-  const LengthClass length_class(kv_tile);
-  const auto goes_before = [&length_class](const WorkItem& a, const WorkItem& b) {
-    const int class_a = length_class(a.kv_end - a.kv_begin);
-    const int class_b = length_class(b.kv_end - b.kv_begin);
-    if (class_a != class_b) return class_a > class_b;
-    if (a.request != b.request) return a.request < b.request;
-    if (a.kv_head != b.kv_head) return a.kv_head < b.kv_head;
-    if (a.row_begin != b.row_begin) return a.row_begin > b.row_begin;
-    return a.kv_begin < b.kv_begin;
+  // The queue order as a key per item (length class descending, request, KV head, row_begin
+  // descending, kv_begin; every field >= 0), sorted with the item's index, then the items
+  // permuted: comparing keys is three integer compares where deriving each item's class in
+  // the comparison took half the planning time of a thousand-item plan (perf).
+  struct Keyed {
+    uint64_t class_request;  // (32 - class) << 32 | request
+    uint64_t head_row;       // kv_head << 32 | (INT32_MAX - row_begin)
+    uint32_t kv_begin;
+    uint32_t index;
   };
-  std::sort(plan.work_items.begin(), plan.work_items.end(), goes_before);
+  const LengthClass length_class(kv_tile);
+  thread_local std::vector<Keyed> keyed;
+  thread_local std::vector<WorkItem> sorted;
+  const size_t n = plan.work_items.size();
+  keyed.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const WorkItem& w = plan.work_items[i];
+    const auto inverse_class =
+        static_cast<uint64_t>(kLengthClasses - 1 - length_class(w.kv_end - w.kv_begin));
+    keyed[i] = {inverse_class << 32 | static_cast<uint32_t>(w.request),
+                static_cast<uint64_t>(static_cast<uint32_t>(w.kv_head)) << 32 |
+                    static_cast<uint32_t>(INT32_MAX - w.row_begin),
+                static_cast<uint32_t>(w.kv_begin), static_cast<uint32_t>(i)};
+  }
+  std::sort(keyed.begin(), keyed.end(), [](const Keyed& a, const Keyed& b) {
+    if (a.class_request != b.class_request) return a.class_request < b.class_request;
+    if (a.head_row != b.head_row) return a.head_row < b.head_row;
+    return a.kv_begin < b.kv_begin;
+  });
+  sorted.resize(n);
+  for (size_t i = 0; i < n; ++i) sorted[i] = plan.work_items[keyed[i].index];
+  plan.work_items.swap(sorted);
   split_evenly(plan.num_ctas, plan);
 }
 
