@@ -30,18 +30,13 @@ __device__ __forceinline__ void produce_item_nvfp4(const PrefillParams& p, const
   const int num_tiles = g.num_tiles;
   const int prepare_tile = min(num_tiles, 2) - 1;
   if constexpr (T::kPaged) {
-#pragma unroll
-    for (int t = 0; t < T::kPageIdSlots; ++t) issue_page_ids(p, g, t, smem);
+    issue_first_page_ids(p, g, smem);
     cp_async_commit();
     cp_async_wait<0>();
     producer_sync();  // the first tiles' page ids, for every producer thread
   }
   issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
-#pragma unroll
-  for (int t = 0; t < kLead; ++t) {
-    if (t < num_tiles) issue_kv_nvfp4(p, g, t, t, smem);
-    cp_async_commit();
-  }
+  issue_first_tiles(p, g, smem);
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = stage_of(empty_phases, tile);
     cp_async_wait<kLead - 1>();

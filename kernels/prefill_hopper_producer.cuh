@@ -172,8 +172,7 @@ __device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const
     }
   }
   if constexpr (T::kPaged) {
-    issue_page_ids(p, g, 0, smem);
-    issue_page_ids(p, g, 1, smem);
+    issue_first_page_ids(p, g, smem);
     cp_async_commit();
     cp_async_wait<0>();
     producer_sync();
