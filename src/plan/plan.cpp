@@ -282,7 +282,7 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   }
   result.kv_chunk = params.kv_chunk == kNoCuts ? summary.longest : params.kv_chunk;
   plan_detail::emit_schedule(tiles, params, *chosen, result);
-  if (options.one_queue) plan_detail::order_for_queue(options.kv_tile, result);
+  if (options.one_queue) plan_detail::order_for_queue(tiles, options.kv_tile, result);
 }
 
 }  // namespace flare

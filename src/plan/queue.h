@@ -24,8 +24,8 @@ struct QueueParams {
 void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
                 std::vector<uint8_t>& tile_class, Plan& plan);
 
-// Puts the work items of a plan from schedule() in queue order, cta_indptr to the even split
-// of them and cta_cost to empty.
-void order_for_queue(int kv_tile, Plan& plan);
+// Puts the work items of a plan from schedule() of `tiles` in queue order, cta_indptr to the
+// even split of them and cta_cost to empty. plan.query_tile and num_kv_heads are the tiles'.
+void order_for_queue(std::span<const Tile> tiles, int kv_tile, Plan& plan);
 
 }  // namespace flare::plan_detail
