@@ -184,6 +184,7 @@ struct PlannerScratch {
   plan_detail::ScheduleScratch schedule;
   plan_detail::ScheduleScratch alternative;  // the even-chunk schedule plan() compares
   std::vector<uint8_t> tile_class;           // of one-queue plans
+  plan_detail::QueueScratch queue;
 };
 
 }  // namespace
@@ -281,8 +282,11 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     }
   }
   result.kv_chunk = params.kv_chunk == kNoCuts ? summary.longest : params.kv_chunk;
-  plan_detail::emit_schedule(tiles, params, *chosen, result);
-  if (options.one_queue) plan_detail::order_for_queue(tiles, options.kv_tile, result);
+  if (options.one_queue) {
+    plan_detail::emit_queue(tiles, options.kv_tile, *chosen, scratch.queue, result);
+  } else {
+    plan_detail::emit_schedule(tiles, params, *chosen, result);
+  }
 }
 
 }  // namespace flare

@@ -19,24 +19,37 @@ namespace {
 // bit_width of a tile count of an int32 length: 0 (no keys) to 32.
 constexpr int kLengthClasses = 33;
 
-// The length class of a KV length: the bit width of the KV tiles it spans. kv_tile is a
-// power of two in practice: a shift instead of a division per chunk.
-class LengthClass {
+// x / divisor for x >= 0: a shift when the divisor is a power of two (every auto tile size),
+// where a 64-bit division per item was a third of ordering a thousand items (perf).
+class Divider {
  public:
-  explicit LengthClass(int kv_tile)
-      : tile_(kv_tile),
-        shift_(std::has_single_bit(static_cast<uint32_t>(kv_tile))
-                   ? std::countr_zero(static_cast<uint32_t>(kv_tile))
+  explicit Divider(int64_t divisor)
+      : divisor_(divisor),
+        shift_(std::has_single_bit(static_cast<uint64_t>(divisor))
+                   ? std::countr_zero(static_cast<uint64_t>(divisor))
                    : -1) {}
 
+  uint64_t operator()(uint64_t x) const {
+    return shift_ >= 0 ? x >> shift_ : x / static_cast<uint64_t>(divisor_);
+  }
+
+ private:
+  int64_t divisor_;
+  int shift_;
+};
+
+// The length class of a KV length: the bit width of the KV tiles it spans.
+class LengthClass {
+ public:
+  explicit LengthClass(int kv_tile) : tile_(kv_tile), tiles_(kv_tile) {}
+
   int operator()(int64_t length) const {
-    const auto rounded = static_cast<uint64_t>(length + tile_ - 1);
-    return std::bit_width(shift_ >= 0 ? rounded >> shift_ : rounded / tile_);
+    return std::bit_width(tiles_(static_cast<uint64_t>(length + tile_ - 1)));
   }
 
  private:
   int64_t tile_;
-  int shift_;
+  Divider tiles_;
 };
 
 // cta_indptr: num_ctas near-equal ranges of the items in queue order, for executors that run
@@ -44,8 +57,19 @@ class LengthClass {
 void split_evenly(int num_ctas, Plan& plan) {
   const auto items = static_cast<int64_t>(plan.work_items.size());
   plan.cta_indptr.resize(static_cast<size_t>(num_ctas) + 1);
+  // items * c / num_ctas as a running quotient and remainder: no division per CTA.
+  const int64_t step = items / num_ctas;
+  const int64_t step_remainder = items % num_ctas;
+  int64_t quotient = 0;
+  int64_t remainder = 0;
   for (int c = 0; c <= num_ctas; ++c) {
-    plan.cta_indptr[static_cast<size_t>(c)] = static_cast<int32_t>(items * c / num_ctas);
+    plan.cta_indptr[static_cast<size_t>(c)] = static_cast<int32_t>(quotient);
+    quotient += step;
+    remainder += step_remainder;
+    if (remainder >= num_ctas) {
+      remainder -= num_ctas;
+      ++quotient;
+    }
   }
   plan.cta_cost.clear();
 }
@@ -137,24 +161,31 @@ void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
   split_evenly(params.num_ctas, plan);
 }
 
-void order_for_queue(std::span<const Tile> tiles, int kv_tile, Plan& plan) {
-  // The queue order without comparisons: the items of one (tile, KV head) pair are the pieces
-  // of one tile's KV range, so a counting sort by pair rank, in (request, KV head, row
-  // descending) order, with the few pieces of a split pair put in KV order, then a stable
-  // counting sort by length class gives it in O(items + pairs). A comparison sort of packed
-  // keys took ~40% of a thousand-item plan (perf, b64 q1 kv2048).
-  const size_t n = plan.work_items.size();
+void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch& scratch,
+                QueueScratch& q, Plan& plan) {
+  // Without comparisons: the items of one (tile, KV head) pair are the pieces of one tile's KV
+  // range, so a counting sort by pair rank, in (request, KV head, row descending) order, with
+  // the few pieces of a split pair put in KV order, then a stable counting sort by length
+  // class gives the queue order in O(items + pairs). A comparison sort of packed keys took ~40%
+  // of a thousand-item plan, emit_schedule's grouping by CTA (discarded here) another 20% (perf,
+  // b64 q1 kv2048).
+  const size_t n = scratch.assigned_count;
+  const WorkItem* const items = scratch.assigned.data();
+  plan.merge_items.clear();
+  plan.merge_indptr.assign(1, 0);
+  plan.merge_slots.clear();
+  plan.num_partial_slots = 0;
+  plan.work_items.resize(n);
   if (n == 0) {
     split_evenly(plan.num_ctas, plan);
     return;
   }
   const auto heads = static_cast<int64_t>(plan.num_kv_heads);
-  const int64_t query_tile = plan.query_tile;
-  thread_local std::vector<int32_t> first_tile;  // [requests + 1] each request's first tile
-  thread_local std::vector<int32_t> pair_next;   // [pairs + 1] counts, then next positions
-  thread_local std::vector<int32_t> pair_of;     // [items] each item's pair rank
-  thread_local std::vector<int32_t> by_pair;     // [items] item indices in pair order
-  thread_local std::vector<WorkItem> sorted;
+  const Divider tile_of_row(plan.query_tile);
+  std::vector<int32_t>& first_tile = q.first_tile;
+  std::vector<int32_t>& pair_end = q.pair_end;
+  std::vector<int32_t>& key = q.key;
+  std::vector<int32_t>& by_pair = q.by_pair;
   const auto requests = static_cast<size_t>(tiles.back().request) + 1;
   first_tile.resize(requests + 1);
   size_t request = 0;
@@ -165,31 +196,33 @@ void order_for_queue(std::span<const Tile> tiles, int kv_tile, Plan& plan) {
   }
   while (request <= requests) first_tile[request++] = static_cast<int32_t>(tiles.size());
 
-  // Pair rank of request r's tile i (of m) under head h: first * heads + h * m + (m - 1 - i),
-  // dense over [0, tiles * heads) and increasing in (request, KV head, row descending).
+  // Pair rank of request r's tile i (of m, the first at index f) under head h:
+  // f * heads + h * m + (m - 1 - i), dense over [0, tiles * heads) and increasing in
+  // (request, KV head, row descending).
   const size_t pairs = tiles.size() * static_cast<size_t>(heads);
-  pair_next.assign(pairs + 1, 0);
-  pair_of.resize(n);
-  const WorkItem* const items = plan.work_items.data();
+  pair_end.assign(pairs + 1, 0);
+  key.resize(n);
+  bool any_split = false;
   for (size_t i = 0; i < n; ++i) {
     const WorkItem& w = items[i];
     const int64_t first = first_tile[static_cast<size_t>(w.request)];
     const int64_t count = first_tile[static_cast<size_t>(w.request) + 1] - first;
-    const int64_t tile = w.row_begin / query_tile;
+    const auto tile = static_cast<int64_t>(tile_of_row(static_cast<uint64_t>(w.row_begin)));
     const auto rank = static_cast<int32_t>(first * heads + w.kv_head * count + (count - 1 - tile));
-    pair_of[i] = rank;
-    ++pair_next[static_cast<size_t>(rank) + 1];
+    key[i] = rank;
+    ++pair_end[static_cast<size_t>(rank) + 1];
+    any_split |= w.partial_slot == kSlotPending;
   }
-  for (size_t p = 0; p < pairs; ++p) pair_next[p + 1] += pair_next[p];
+  for (size_t p = 0; p < pairs; ++p) pair_end[p + 1] += pair_end[p];
   by_pair.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    by_pair[static_cast<size_t>(pair_next[static_cast<size_t>(pair_of[i])]++)] =
-        static_cast<int32_t>(i);
+    by_pair[static_cast<size_t>(pair_end[static_cast<size_t>(key[i])]++)] = static_cast<int32_t>(i);
   }
-  // pair_next[p] is now pair p's end. A split pair holds a few pieces: insertion sort by KV.
+  // pair_end[p] is now pair p's end (and pair p + 1's begin from index p). A split pair holds
+  // a few pieces: insertion sort by KV position.
   int32_t begin = 0;
   for (size_t p = 0; p < pairs; ++p) {
-    const int32_t end = pair_next[p];
+    const int32_t end = pair_end[p];
     for (int32_t i = begin + 1; i < end; ++i) {
       const int32_t piece = by_pair[static_cast<size_t>(i)];
       int32_t j = i;
@@ -203,13 +236,44 @@ void order_for_queue(std::span<const Tile> tiles, int kv_tile, Plan& plan) {
     begin = end;
   }
 
+  // Partial slots as emit_schedule numbers them: the pairs of split tiles in (tile, KV head)
+  // order, a pair's pieces consecutive in KV order; one merge item per such pair.
+  int32_t slots = 0;
+  if (any_split) {
+    for (size_t r = 0; r < requests; ++r) {
+      const int64_t first = first_tile[r];
+      const int64_t count = first_tile[r + 1] - first;
+      for (int64_t i = 0; i < count; ++i) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const auto rank = static_cast<size_t>(first * heads + h * count + (count - 1 - i));
+          const int32_t pair_begin = rank == 0 ? 0 : pair_end[rank - 1];
+          const int32_t end = pair_end[rank];
+          if (items[by_pair[static_cast<size_t>(pair_begin)]].partial_slot != kSlotPending) {
+            continue;
+          }
+          for (int32_t k = pair_begin; k < end; ++k) {
+            key[static_cast<size_t>(by_pair[static_cast<size_t>(k)])] = slots;
+            plan.merge_slots.push_back(slots++);
+          }
+          const Tile& tile = tiles[static_cast<size_t>(first + i)];
+          plan.merge_items.push_back(
+              {tile.request, static_cast<int32_t>(h), tile.row_begin, tile.row_end});
+          plan.merge_indptr.push_back(slots);
+        }
+      }
+    }
+  }
+  plan.num_partial_slots = slots;
+
   // Stable counting sort by length class, longest first.
   const LengthClass length_class(kv_tile);
+  std::vector<uint8_t>& item_class = q.item_class;
+  item_class.resize(n);
   std::array<int32_t, kLengthClasses> next{};
   for (size_t i = 0; i < n; ++i) {
     const WorkItem& w = items[i];
-    pair_of[i] = length_class(w.kv_end - w.kv_begin);  // pair ranks are no longer needed
-    ++next[static_cast<size_t>(pair_of[i])];
+    item_class[i] = static_cast<uint8_t>(length_class(w.kv_end - w.kv_begin));
+    ++next[item_class[i]];
   }
   int32_t position = 0;
   for (int c = kLengthClasses - 1; c >= 0; --c) {
@@ -217,12 +281,14 @@ void order_for_queue(std::span<const Tile> tiles, int kv_tile, Plan& plan) {
     next[static_cast<size_t>(c)] = position;
     position += count;
   }
-  sorted.resize(n);
+  WorkItem* const out = plan.work_items.data();
   for (size_t k = 0; k < n; ++k) {
     const auto i = static_cast<size_t>(by_pair[k]);
-    sorted[static_cast<size_t>(next[static_cast<size_t>(pair_of[i])]++)] = items[i];
+    WorkItem item = items[i];
+    item.reserved = 0;
+    if (item.partial_slot == kSlotPending) item.partial_slot = key[i];
+    out[next[item_class[i]]++] = item;
   }
-  plan.work_items.swap(sorted);
   split_evenly(plan.num_ctas, plan);
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "flare/plan/plan.h"
+#include "src/plan/schedule.h"
 #include "src/plan/tiles.h"
 
 namespace flare::plan_detail {
@@ -24,8 +25,21 @@ struct QueueParams {
 void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
                 std::vector<uint8_t>& tile_class, Plan& plan);
 
-// Puts the work items of a plan from schedule() of `tiles` in queue order, cta_indptr to the
-// even split of them and cta_cost to empty. plan.query_tile and num_kv_heads are the tiles'.
-void order_for_queue(std::span<const Tile> tiles, int kv_tile, Plan& plan);
+// emit_queue's buffers, reused from plan to plan (members, not thread_locals: in a shared
+// library every access to a thread_local was a __tls_get_addr call, 7% of a plan).
+struct QueueScratch {
+  std::vector<int32_t> first_tile;  // [requests + 1] each request's first tile
+  std::vector<int32_t> pair_end;    // [pairs + 1] counts, then each pair's end
+  std::vector<int32_t> key;         // [items] pair rank, then partial slot
+  std::vector<int32_t> by_pair;     // [items] item indices in pair order
+  std::vector<uint8_t> item_class;  // [items] length class
+};
+
+// Fills every field emit_schedule() fills from the assignment in `scratch` (assign_chunks of
+// `tiles`), the work items in queue order, cta_indptr their even split and cta_cost empty;
+// partial slots and merge items are emit_schedule's. plan.query_tile and num_kv_heads are the
+// tiles'.
+void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch& scratch,
+                QueueScratch& queue_scratch, Plan& plan);
 
 }  // namespace flare::plan_detail

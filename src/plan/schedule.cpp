@@ -38,8 +38,6 @@ using Piece = ScheduleScratch::Piece;
 // (docs/perf.md, "Planner").
 constexpr uint64_t kFillToleranceInverse = 50;
 constexpr uint64_t kMaxLength = std::numeric_limits<int32_t>::max();
-// partial_slot of an assigned chunk of a split tile until slots are numbered.
-constexpr int32_t kSlotPending = -2;
 
 // Fixed-point fraction bits of a cost unit; fewer when a plan's total cost would not fit.
 constexpr int kCostFractionBits = 16;

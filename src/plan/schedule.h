@@ -11,6 +11,9 @@
 
 namespace flare::plan_detail {
 
+// partial_slot of an assigned chunk of a split tile until slots are numbered.
+inline constexpr int32_t kSlotPending = -2;
+
 struct ScheduleParams {
   int num_kv_heads = 0;
   int num_ctas = 0;
