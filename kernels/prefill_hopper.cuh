@@ -23,12 +23,12 @@ namespace flare::prefill::hopper {
 // Registers: the launch gives every thread the same count (the cap of __launch_bounds__ at the
 // family's CTAs per SM); the producer gives most of its share to the consumers. The consumers
 // hold O, the next tile's S and the previous tile's P at once (consume_item); a producer that
-// rotates landed rows (RoPE) or converts NVFP4 ones needs 56 registers, the others' 40 (paged
-// gathers included), which leaves 232 to the consumers: at 224, variants with per-row state (ALiBi)
-// spill.
+// rotates landed rows (RoPE) or converts NVFP4 ones needs 56 registers, one that copies paged
+// boxes 48 (its lanes' page ids beside the gathers of Q and the last tile: 28-140 bytes spilled
+// at 40), the others 40, which leaves 232 to the consumers of 128-row tiles (224 beside 48).
 constexpr int kCtasPerSm = prefill_warpgroup_ctas_per_sm(T::kShape);
 constexpr int kEntryRegisters = 65536 / (kCtasPerSm * T::kLaunchThreads) / 8 * 8;
-constexpr int kProducerRegisters = Variant::kRotary || T::kNvfp4 ? 56 : 40;
+constexpr int kProducerRegisters = Variant::kRotary || T::kNvfp4 ? 56 : kBulkPaged ? 48 : 40;
 constexpr int kConsumerRegisters =
     (kEntryRegisters * (T::kLaunchThreads / 128) - kProducerRegisters) / (T::kThreads / 128) / 8 *
     8;

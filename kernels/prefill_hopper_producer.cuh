@@ -15,12 +15,15 @@ namespace flare::prefill::hopper {
 // zeros; rows past the item (another request's) are masked by kv_hi like the gathered ones.
 // RoPE (which rotates the landed rows with ordinary stores) gathers with cp.async.
 constexpr bool kBulkRagged = !T::kPaged && !Variant::kRotary && !T::kNvfp4;
-// Paged K/V of pages of at least 64 rows likewise, box by box (kBoxRows rows of one page, page
-// ids read by the issuing thread), for the tiles wholly inside the item whose first row starts
-// a box (items starting mid-box, a window's or a split's, gather): see produce_paged_bulk.
+// Paged K/V of pages of 16, 32, 64, ... rows likewise, box by box (kBoxRows rows of one page),
+// for the tiles wholly inside the item whose first row starts a box (items starting mid-box, a
+// window's or a split's, gather): see produce_paged_bulk. Producer lane b < kBoxesPerTile reads
+// box b's page id and issues its copies, so that the ids of a tile of many small pages load at
+// once and no thread holds more than one.
 constexpr int kBoxRows = T::kPaged ? prefill_paged_box_rows(T::kPageSize, T::kKvTile) : 0;
 constexpr bool kBulkPaged = kBoxRows > 0 && !Variant::kRotary && !T::kNvfp4;
 constexpr int kBoxesPerTile = kBulkPaged ? T::kKvTile / kBoxRows : 1;
+static_assert(kBoxesPerTile <= 32, "one producer lane a box");
 
 template <int kHalf>
 __device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const ItemGeometry& g,
@@ -37,49 +40,46 @@ __device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const It
   }
 }
 
-// The page ids of tile `tile`'s boxes (issuing thread only). An entry past kv_indices or an id
-// outside the cache is recorded and read as page -1, outside the map: its box lands as zeros.
-__device__ __forceinline__ void bulk_tile_pages(const PrefillParams& p, const ItemGeometry& g,
-                                                int tile, int (&pages)[kBoxesPerTile]) {
-#pragma unroll
-  for (int b = 0; b < kBoxesPerTile; ++b) {
-    const int pos = g.kv_lo + tile * T::kKvTile + b * kBoxRows;
-    const long long entry = g.kv_base + pos / T::kPageSize;
-    int page = -1;
-    if (entry < p.num_indices) {
-      page = __ldg(p.kv_indices + entry);
-      if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) {
-        record_index_error(p.index_error, kIndexErrorPageId, g.request, entry, page);
-        page = -1;
-      }
-    } else {
-      record_index_error(p.index_error, kIndexErrorEntry, g.request, entry, -1);
-    }
-    pages[b] = page;
+// The page id of box load_thread() of tile `tile` (producer lanes b < kBoxesPerTile). An entry
+// past kv_indices or an id outside the cache is recorded and read as page -1, outside the map:
+// its box lands as zeros.
+__device__ __forceinline__ int bulk_box_page(const PrefillParams& p, const ItemGeometry& g,
+                                             int tile) {
+  const int pos = g.kv_lo + tile * T::kKvTile + load_thread() * kBoxRows;
+  const long long entry = g.kv_base + pos / T::kPageSize;
+  if (entry >= p.num_indices) {
+    record_index_error(p.index_error, kIndexErrorEntry, g.request, entry, -1);
+    return -1;
   }
+  const int page = __ldg(p.kv_indices + entry);
+  if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) {
+    record_index_error(p.index_error, kIndexErrorPageId, g.request, entry, page);
+    return -1;
+  }
+  return page;
 }
 
-// One half of a paged tile by bulk copies: every box of every 64-dim panel, the half's bytes
-// counted on its `full` barrier (issuing thread only).
+// One half of a paged tile by bulk copies (the producer's first warp, converged): lane 0 counts
+// the half's bytes on its `full` barrier, then lane b < kBoxesPerTile copies box b (page `page`)
+// of every 64-dim panel.
 template <int kHalf>
 __device__ __forceinline__ void issue_bulk_paged_half(const PrefillParams& p, const ItemGeometry& g,
                                                       int tile, int stage, unsigned char* smem,
-                                                      unsigned full,
-                                                      const int (&pages)[kBoxesPerTile]) {
+                                                      unsigned full, int page) {
   constexpr int kDim = kHalf == kHalfK ? T::kHeadDimQK : T::kHeadDimVO;
   const unsigned dst = stage_address(smem, stage) + (kHalf == kHalfK ? 0 : T::kKBytes);
   const int first_slot = (g.kv_lo + tile * T::kKvTile) % T::kPageSize;
-  wgmma::barrier_arrive_expect(full, T::kKvTile * kDim * 2);
+  const int box = load_thread();
+  if (box == 0) wgmma::barrier_arrive_expect(full, T::kKvTile * kDim * 2);
+  __syncwarp();  // the bytes are expected before any box's completion counts them
+  if (box >= kBoxesPerTile) return;
 #pragma unroll
   for (int panel = 0; panel < kDim / 64; ++panel) {
-#pragma unroll
-    for (int b = 0; b < kBoxesPerTile; ++b) {
-      // Box b fills rows [b * kBoxRows, (b + 1) * kBoxRows) of the panel: the 128-byte swizzle
-      // follows the shared address, whole 8-row groups here, as one box of the tile would.
-      wgmma::bulk_copy_4d(dst + (panel * T::kKvTile + b * kBoxRows) * wgmma::kPanelBytes,
-                          kHalf == kHalfK ? &p.k_map : &p.v_map, panel * 64, g.kv_head,
-                          kBoxesPerTile > 1 ? 0 : first_slot, pages[b], full);
-    }
+    // Box b fills rows [b * kBoxRows, (b + 1) * kBoxRows) of the panel: the 128-byte swizzle
+    // follows the shared address, whole 8-row groups here, as one box of the tile would.
+    wgmma::bulk_copy_4d(dst + (panel * T::kKvTile + box * kBoxRows) * wgmma::kPanelBytes,
+                        kHalf == kHalfK ? &p.k_map : &p.v_map, panel * 64, g.kv_head,
+                        kBoxesPerTile > 1 ? 0 : first_slot, page, full);
   }
 }
 
@@ -106,7 +106,7 @@ __device__ __forceinline__ void load_q_beside_bulk_k(const PrefillParams& p,
 
 // produce_item for paged K/V in boxes (kBulkPaged, p.bulk_kv, the item's first row starts a
 // box): the tiles wholly inside the item by bulk copies, the page ids of the next read by the
-// issuing thread while this one lands; the last tile, past kv_hi in part, gathered (its rows
+// box lanes while this one lands; the last tile, past kv_hi in part, gathered (its rows
 // past kv_hi zero-filled: a page's stale tail could hold NaNs, and 0 * NaN is NaN in P.V).
 template <class QLanded, class PrepareNext>
 __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const ItemHandOff& hand,
@@ -116,23 +116,24 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
   const int bulk_tiles = (g.kv_hi - g.kv_lo) / T::kKvTile;
-  int pages[kBoxesPerTile];
-  if (load_thread() == 0 && bulk_tiles > 0) bulk_tile_pages(p, g, 0, pages);
+  const bool box_lane = load_thread() < kBoxesPerTile;
+  int page = -1;  // of box load_thread() of the next tile (box lanes)
+  if (box_lane && bulk_tiles > 0) page = bulk_box_page(p, g, 0);
   const int prepare_tile = min(num_tiles, 2) - 1;
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = stage_of(empty_phases, tile);
     if (tile < bulk_tiles) {
       wait_half(shared.empty, empty_phases, kHalfK, stage);
-      if (load_thread() == 0) {
+      if (load_thread() < 32) {
         issue_bulk_paged_half<kHalfK>(p, g, tile, stage, smem,
-                                      barrier_address(shared.full[kHalfK][stage]), pages);
+                                      barrier_address(shared.full[kHalfK][stage]), page);
       }
       if (tile == 0) load_q_beside_bulk_k(p, hand, smem, q_landed);
       wait_half(shared.empty, empty_phases, kHalfV, stage);
-      if (load_thread() == 0) {
+      if (load_thread() < 32) {
         issue_bulk_paged_half<kHalfV>(p, g, tile, stage, smem,
-                                      barrier_address(shared.full[kHalfV][stage]), pages);
-        if (tile + 1 < bulk_tiles) bulk_tile_pages(p, g, tile + 1, pages);
+                                      barrier_address(shared.full[kHalfV][stage]), page);
+        if (box_lane && tile + 1 < bulk_tiles) page = bulk_box_page(p, g, tile + 1);
       }
       if (tile == prepare_tile) prepare_next();
       continue;

@@ -73,11 +73,13 @@ struct PrefillParams {
 };
 
 // Rows of one box of the Hopper family's bulk copies of paged K/V: a KV tile is whole boxes,
-// each inside one page (min(page_size, kv_tile) rows). 0: pages of this size are gathered
-// with cp.async (under 64 rows a box would copy less than a swizzle panel's worth per
-// instruction, and a tile must not straddle a page's end).
+// each inside one page (min(page_size, kv_tile) rows). Boxes are whole 8-row groups of the
+// 128-byte swizzle (page_size a multiple of 8) and at least 16 rows (a box of 2 KiB a 64-dim
+// panel: up to 8 boxes a tile, each issued by its own producer lane). 0: pages of this size are
+// gathered with cp.async (a tile must not straddle a page's end, nor a box a swizzle group).
 constexpr int prefill_paged_box_rows(int page_size, int kv_tile) {
-  return page_size >= 64 && (page_size % kv_tile == 0 || kv_tile % page_size == 0)
+  return page_size >= 16 && page_size % 8 == 0 &&
+                 (page_size % kv_tile == 0 || kv_tile % page_size == 0)
              ? (page_size < kv_tile ? page_size : kv_tile)
              : 0;
 }
