@@ -1,0 +1,37 @@
+"""Where a paged prefill plan() spends its host time through Python (issue 17): the whole
+wrapper call, the extension's BatchPrefill.plan alone and the index conversions, medians of 300
+back-to-back calls, on the NVFP4 bench's shapes with 16-bit K/V and CPU index tensors.
+GPU machine, flare installed: python3 experiments/plan_py_split.py"""
+import statistics
+import time
+
+import torch
+
+import flare
+from flare._tensors import host_index
+from flare import _prefill_gpu
+D = torch.device("cuda:0")
+
+def med(f, n=300):
+    f(); torch.cuda.synchronize(); ts = []
+    for _ in range(n):
+        t = time.perf_counter_ns(); f(); ts.append((time.perf_counter_ns() - t) / 1e3)
+    return statistics.median(ts)
+
+for batch, q_len, kv_len, causal in ((1, 4096, 4096, True), (4, 1024, 1024, True), (64, 1, 2048, False), (16, 16, 4096, False)):
+    hq, hk, d, ps = 32, 8, 128, 16
+    pages_per = (kv_len + ps - 1) // ps
+    indptr = torch.arange(batch + 1, dtype=torch.int32) * pages_per
+    indices = torch.randperm(batch * pages_per).to(torch.int32).to(D)
+    last = torch.full((batch,), (kv_len - 1) % ps + 1, dtype=torch.int32)
+    qo = torch.arange(batch + 1, dtype=torch.int32) * q_len
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device=D)
+    w = flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
+    f = lambda: w.plan(qo, indptr, indices, last, hq, hk, d, ps, causal=causal, q_data_type=torch.float16, kv_data_type=torch.float16)
+    whole = med(f)
+    prefill = w._gpu.planned[0]
+    hosts = (host_index(qo, "qo"), host_index(indptr, "kv"), host_index(last, "last"))
+    stream = _prefill_gpu._flare.current_stream(0)
+    ext = med(lambda: prefill.plan(*hosts, stream))
+    conv = med(lambda: (host_index(qo, "qo"), host_index(indptr, "kv"), host_index(last, "last")))
+    print(f"b{batch} q{q_len} kv{kv_len}: plan() {whole:.1f} us, extension plan {ext:.1f}, host_index x3 {conv:.1f}")
