@@ -15,8 +15,12 @@ TEST(PrefillBulkMaps, BoxRowsKeepATileWholeBoxesOfOnePage) {
   EXPECT_EQ(prefill_paged_box_rows(128, 128), 128);  // one
   EXPECT_EQ(prefill_paged_box_rows(256, 128), 128);  // half a page
   EXPECT_EQ(prefill_paged_box_rows(128, 64), 64);
-  EXPECT_EQ(prefill_paged_box_rows(16, 128), 0);   // under 64 rows: gathered
+  EXPECT_EQ(prefill_paged_box_rows(16, 128), 16);  // eight pages a tile, a box each
+  EXPECT_EQ(prefill_paged_box_rows(32, 64), 32);
+  EXPECT_EQ(prefill_paged_box_rows(8, 128), 0);  // under 16 rows: gathered
   EXPECT_EQ(prefill_paged_box_rows(1, 64), 0);
+  EXPECT_EQ(prefill_paged_box_rows(24, 128), 0);  // a tile would straddle a page's end
+  EXPECT_EQ(prefill_paged_box_rows(20, 80), 0);  // not a multiple of 8
   EXPECT_EQ(prefill_paged_box_rows(96, 128), 0);   // a tile would straddle a page's end
   EXPECT_EQ(prefill_paged_box_rows(192, 128), 0);
 }
@@ -42,7 +46,7 @@ BulkSource paged_source() {
 TEST(PrefillBulkMaps, SourcesTheKernelMustGatherEncodeNothing) {
   cuda::TensorMap k, v;
   BulkSource small = paged_source();
-  small.page_size = 16;
+  small.page_size = 8;
   EXPECT_FALSE(encode_bulk_maps(small, k, v));
   BulkSource odd_stride = paged_source();
   odd_stride.v_slot = 2 * 128 + 1;  // a row stride of 514 bytes
