@@ -52,6 +52,19 @@ class LengthClass {
   Divider tiles_;
 };
 
+// Turns counts per length class into each class's first queue position, longest class first;
+// returns the total.
+template <typename Count>
+Count longest_first_positions(std::array<Count, kLengthClasses>& counts) {
+  Count position = 0;
+  for (int c = kLengthClasses - 1; c >= 0; --c) {
+    const Count count = counts[static_cast<size_t>(c)];
+    counts[static_cast<size_t>(c)] = position;
+    position += count;
+  }
+  return position;
+}
+
 // cta_indptr: num_ctas near-equal ranges of the items in queue order, for executors that run
 // CTAs (the kernel takes entries from the queue and ignores it).
 void split_evenly(int num_ctas, Plan& plan) {
@@ -111,12 +124,7 @@ void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
       ++next[static_cast<size_t>(length_class(kv_end - kv_begin))];
     });
   }
-  int64_t position = 0;
-  for (int c = kLengthClasses - 1; c >= 0; --c) {
-    const int64_t count = next[static_cast<size_t>(c)];
-    next[static_cast<size_t>(c)] = position;
-    position += count;
-  }
+  const int64_t position = longest_first_positions(next);
 
   // Pass 2: requests in order, a request's tiles last row first, chunks in KV order, each to
   // the next position of its class. A split tile's chunk c holds the partial slots
@@ -199,18 +207,22 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   // Pair rank of request r's tile i (of m, the first at index f) under head h:
   // f * heads + h * m + (m - 1 - i), dense over [0, tiles * heads) and increasing in
   // (request, KV head, row descending).
+  const auto pair_rank = [&first_tile, heads](size_t r, int64_t i, int64_t h) {
+    const int64_t first = first_tile[r];
+    const int64_t count = first_tile[r + 1] - first;
+    return static_cast<size_t>(first * heads + h * count + (count - 1 - i));
+  };
   const size_t pairs = tiles.size() * static_cast<size_t>(heads);
   pair_end.assign(pairs + 1, 0);
   key.resize(n);
   bool any_split = false;
   for (size_t i = 0; i < n; ++i) {
     const WorkItem& w = items[i];
-    const int64_t first = first_tile[static_cast<size_t>(w.request)];
-    const int64_t count = first_tile[static_cast<size_t>(w.request) + 1] - first;
-    const auto tile = static_cast<int64_t>(tile_of_row(static_cast<uint64_t>(w.row_begin)));
-    const auto rank = static_cast<int32_t>(first * heads + w.kv_head * count + (count - 1 - tile));
-    key[i] = rank;
-    ++pair_end[static_cast<size_t>(rank) + 1];
+    const size_t rank =
+        pair_rank(static_cast<size_t>(w.request),
+                  static_cast<int64_t>(tile_of_row(static_cast<uint64_t>(w.row_begin))), w.kv_head);
+    key[i] = static_cast<int32_t>(rank);
+    ++pair_end[rank + 1];
     any_split |= w.partial_slot == kSlotPending;
   }
   for (size_t p = 0; p < pairs; ++p) pair_end[p + 1] += pair_end[p];
@@ -218,22 +230,11 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   for (size_t i = 0; i < n; ++i) {
     by_pair[static_cast<size_t>(pair_end[static_cast<size_t>(key[i])]++)] = static_cast<int32_t>(i);
   }
-  // pair_end[p] is now pair p's end (and pair p + 1's begin from index p). A split pair holds
-  // a few pieces: insertion sort by KV position.
+  // pair_end[p] is now pair p's end (and pair p + 1's begin from index p).
   int32_t begin = 0;
   for (size_t p = 0; p < pairs; ++p) {
-    const int32_t end = pair_end[p];
-    for (int32_t i = begin + 1; i < end; ++i) {
-      const int32_t piece = by_pair[static_cast<size_t>(i)];
-      int32_t j = i;
-      for (;
-           j > begin && items[by_pair[static_cast<size_t>(j) - 1]].kv_begin > items[piece].kv_begin;
-           --j) {
-        by_pair[static_cast<size_t>(j)] = by_pair[static_cast<size_t>(j) - 1];
-      }
-      by_pair[static_cast<size_t>(j)] = piece;
-    }
-    begin = end;
+    sort_pieces_by_kv(by_pair.data(), begin, pair_end[p], items);
+    begin = pair_end[p];
   }
 
   // Partial slots as emit_schedule numbers them: the pairs of split tiles in (tile, KV head)
@@ -242,10 +243,9 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   if (any_split) {
     for (size_t r = 0; r < requests; ++r) {
       const int64_t first = first_tile[r];
-      const int64_t count = first_tile[r + 1] - first;
-      for (int64_t i = 0; i < count; ++i) {
+      for (int64_t i = 0; i < first_tile[r + 1] - first; ++i) {
         for (int64_t h = 0; h < heads; ++h) {
-          const auto rank = static_cast<size_t>(first * heads + h * count + (count - 1 - i));
+          const size_t rank = pair_rank(r, i, h);
           const int32_t pair_begin = rank == 0 ? 0 : pair_end[rank - 1];
           const int32_t end = pair_end[rank];
           if (items[by_pair[static_cast<size_t>(pair_begin)]].partial_slot != kSlotPending) {
@@ -275,12 +275,7 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
     item_class[i] = static_cast<uint8_t>(length_class(w.kv_end - w.kv_begin));
     ++next[item_class[i]];
   }
-  int32_t position = 0;
-  for (int c = kLengthClasses - 1; c >= 0; --c) {
-    const int32_t count = next[static_cast<size_t>(c)];
-    next[static_cast<size_t>(c)] = position;
-    position += count;
-  }
+  longest_first_positions(next);
   WorkItem* const out = plan.work_items.data();
   for (size_t k = 0; k < n; ++k) {
     const auto i = static_cast<size_t>(by_pair[k]);

@@ -431,15 +431,7 @@ void emit_schedule(std::span<const Tile> tiles, const ScheduleParams& params, Sc
     const int32_t end =
         p + 1 < pairs ? s.pair_begin[p + 2] : static_cast<int32_t>(s.split_items.size());
     if (begin == end) continue;
-    // A pair has a few pieces (its chunks and fill splits): insertion sort by KV position.
-    for (int32_t i = begin + 1; i < end; ++i) {
-      const int32_t piece = slots[i];
-      int32_t j = i;
-      for (; j > begin && work_items[slots[j - 1]].kv_begin > work_items[piece].kv_begin; --j) {
-        slots[j] = slots[j - 1];
-      }
-      slots[j] = piece;
-    }
+    sort_pieces_by_kv(slots, begin, end, work_items);
     for (int32_t slot = begin; slot < end; ++slot) {
       work_items[slots[slot]].partial_slot = slot;
       plan.merge_slots[static_cast<size_t>(slot)] = slot;

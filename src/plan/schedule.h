@@ -69,6 +69,19 @@ inline int64_t chunk_count(int64_t kv_begin, int64_t kv_end, int64_t kv_chunk) {
   return (kv_end + kv_chunk - 1) / kv_chunk - kv_begin / kv_chunk;
 }
 
+// Puts pieces[begin, end), indices into `items` of one (tile, KV head) pair (its chunks and fill
+// splits: a few), in KV order: an insertion sort by kv_begin.
+inline void sort_pieces_by_kv(int32_t* pieces, int32_t begin, int32_t end, const WorkItem* items) {
+  for (int32_t i = begin + 1; i < end; ++i) {
+    const int32_t piece = pieces[i];
+    int32_t j = i;
+    for (; j > begin && items[pieces[j - 1]].kv_begin > items[piece].kv_begin; --j) {
+      pieces[j] = pieces[j - 1];
+    }
+    pieces[j] = piece;
+  }
+}
+
 // Assigns every chunk (and fill split) to a CTA, into `scratch`; returns the busiest CTA's
 // cost, alpha * rows + beta * kv (Plan::cta_cost). The caller has checked that every count fits
 // int32.
