@@ -17,13 +17,24 @@ namespace flare::prefill::hopper {
 constexpr bool kBulkRagged = !T::kPaged && !Variant::kRotary && !T::kNvfp4;
 // Paged K/V of pages of 16, 32, 64, ... rows likewise, box by box (kBoxRows rows of one page),
 // for the tiles wholly inside the item whose first row starts a box (items starting mid-box, a
-// window's or a split's, gather): see produce_paged_bulk. Producer lane b < kBoxesPerTile reads
-// box b's page id and issues its copies, so that the ids of a tile of many small pages load at
-// once and no thread holds more than one.
+// window's or a split's, gather): see produce_paged_bulk. The boxes of a tile are spread over the
+// producer's four warps, kBoxesPerWarp lanes each: a lane reads its box's page id and issues the
+// box's copies. A warp issues its lanes' copies one after another (each lane's page id moves to
+// uniform registers first): from one warp, the 32 copies of a tile of 16-row pages took ~45% of
+// that warp's time and delayed V's arrival (ncu, docs/perf.md twenty-third session).
 constexpr int kBoxRows = T::kPaged ? prefill_paged_box_rows(T::kPageSize, T::kKvTile) : 0;
 constexpr bool kBulkPaged = kBoxRows > 0 && !Variant::kRotary && !T::kNvfp4;
 constexpr int kBoxesPerTile = kBulkPaged ? T::kKvTile / kBoxRows : 1;
-static_assert(kBoxesPerTile <= 32, "one producer lane a box");
+constexpr int kProducerWarps = 4;
+constexpr int kBoxesPerWarp = (kBoxesPerTile + kProducerWarps - 1) / kProducerWarps;
+static_assert(kBoxesPerWarp <= 32, "one producer lane a box");
+
+// The box this producer thread copies, or -1 for none.
+__device__ __forceinline__ int box_of_thread() {
+  const int lane = load_thread() % 32;
+  const int box = load_thread() / 32 * kBoxesPerWarp + lane;
+  return lane < kBoxesPerWarp && box < kBoxesPerTile ? box : -1;
+}
 
 template <int kHalf>
 __device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const ItemGeometry& g,
@@ -40,12 +51,11 @@ __device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const It
   }
 }
 
-// The page id of box load_thread() of tile `tile` (producer lanes b < kBoxesPerTile). An entry
-// past kv_indices or an id outside the cache is recorded and read as page -1, outside the map:
-// its box lands as zeros.
+// The page id of box `box` of tile `tile`. An entry past kv_indices or an id outside the cache
+// is recorded and read as page -1, outside the map: its box lands as zeros.
 __device__ __forceinline__ int bulk_box_page(const PrefillParams& p, const ItemGeometry& g,
-                                             int tile) {
-  const int pos = g.kv_lo + tile * T::kKvTile + load_thread() * kBoxRows;
+                                             int tile, int box) {
+  const int pos = g.kv_lo + tile * T::kKvTile + box * kBoxRows;
   const long long entry = g.kv_base + pos / T::kPageSize;
   if (entry >= p.num_indices) {
     record_index_error(p.index_error, kIndexErrorEntry, g.request, entry, -1);
@@ -59,20 +69,20 @@ __device__ __forceinline__ int bulk_box_page(const PrefillParams& p, const ItemG
   return page;
 }
 
-// One half of a paged tile by bulk copies (the producer's first warp, converged): lane 0 counts
-// the half's bytes on its `full` barrier, then lane b < kBoxesPerTile copies box b (page `page`)
-// of every 64-dim panel.
+// One half of a paged tile by bulk copies (every producer thread): the first counts the half's
+// bytes on its `full` barrier, and the thread of box `box` (box_of_thread(), -1 for none) copies
+// it (page `page`) for every 64-dim panel. A box of another warp may complete before the bytes
+// are expected: the barrier's transaction count then goes below zero for a while, and its phase
+// still waits for the one arrival that comes with the expectation.
 template <int kHalf>
 __device__ __forceinline__ void issue_bulk_paged_half(const PrefillParams& p, const ItemGeometry& g,
                                                       int tile, int stage, unsigned char* smem,
-                                                      unsigned full, int page) {
+                                                      unsigned full, int box, int page) {
   constexpr int kDim = kHalf == kHalfK ? T::kHeadDimQK : T::kHeadDimVO;
   const unsigned dst = stage_address(smem, stage) + (kHalf == kHalfK ? 0 : T::kKBytes);
   const int first_slot = (g.kv_lo + tile * T::kKvTile) % T::kPageSize;
-  const int box = load_thread();
-  if (box == 0) wgmma::barrier_arrive_expect(full, T::kKvTile * kDim * 2);
-  __syncwarp();  // the bytes are expected before any box's completion counts them
-  if (box >= kBoxesPerTile) return;
+  if (load_thread() == 0) wgmma::barrier_arrive_expect(full, T::kKvTile * kDim * 2);
+  if (box < 0) return;
 #pragma unroll
   for (int panel = 0; panel < kDim / 64; ++panel) {
     // Box b fills rows [b * kBoxRows, (b + 1) * kBoxRows) of the panel: the 128-byte swizzle
@@ -116,25 +126,21 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
   const int bulk_tiles = (g.kv_hi - g.kv_lo) / T::kKvTile;
-  const bool box_lane = load_thread() < kBoxesPerTile;
-  int page = -1;  // of box load_thread() of the next tile (box lanes)
-  if (box_lane && bulk_tiles > 0) page = bulk_box_page(p, g, 0);
+  const int box = box_of_thread();
+  int page = -1;  // of this thread's box of the next tile
+  if (box >= 0 && bulk_tiles > 0) page = bulk_box_page(p, g, 0, box);
   const int prepare_tile = min(num_tiles, 2) - 1;
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = stage_of(empty_phases, tile);
     if (tile < bulk_tiles) {
       wait_half(shared.empty, empty_phases, kHalfK, stage);
-      if (load_thread() < 32) {
-        issue_bulk_paged_half<kHalfK>(p, g, tile, stage, smem,
-                                      barrier_address(shared.full[kHalfK][stage]), page);
-      }
+      issue_bulk_paged_half<kHalfK>(p, g, tile, stage, smem,
+                                    barrier_address(shared.full[kHalfK][stage]), box, page);
       if (tile == 0) load_q_beside_bulk_k(p, hand, smem, q_landed);
       wait_half(shared.empty, empty_phases, kHalfV, stage);
-      if (load_thread() < 32) {
-        issue_bulk_paged_half<kHalfV>(p, g, tile, stage, smem,
-                                      barrier_address(shared.full[kHalfV][stage]), page);
-        if (box_lane && tile + 1 < bulk_tiles) page = bulk_box_page(p, g, tile + 1);
-      }
+      issue_bulk_paged_half<kHalfV>(p, g, tile, stage, smem,
+                                    barrier_address(shared.full[kHalfV][stage]), box, page);
+      if (box >= 0 && tile + 1 < bulk_tiles) page = bulk_box_page(p, g, tile + 1, box);
       if (tile == prepare_tile) prepare_next();
       continue;
     }
