@@ -115,9 +115,11 @@ __device__ __forceinline__ void load_q_beside_bulk_k(const PrefillParams& p,
 }
 
 // produce_item for paged K/V in boxes (kBulkPaged, p.bulk_kv, the item's first row starts a
-// box): the tiles wholly inside the item by bulk copies, the page ids of the next read by the
-// box lanes while this one lands; the last tile, past kv_hi in part, gathered (its rows
-// past kv_hi zero-filled: a page's stale tail could hold NaNs, and 0 * NaN is NaN in P.V).
+// box): the tiles wholly inside the item by bulk copies, K of tile + 1 before V of tile (its
+// stage frees when S of tile - 1 lands, before P.V of tile - 2 frees V's: the consumers' turn
+// tile + 1 then waits for the later of two copies issued at once, not for K issued behind V),
+// each page id read a tile before its copies; the last tile, past kv_hi in part, gathered (its
+// rows past kv_hi zero-filled: a page's stale tail could hold NaNs, and 0 * NaN is NaN in P.V).
 template <class QLanded, class PrepareNext>
 __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const ItemHandOff& hand,
                                                    unsigned char* smem, unsigned& empty_phases,
@@ -127,20 +129,36 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
   const int num_tiles = g.num_tiles;
   const int bulk_tiles = (g.kv_hi - g.kv_lo) / T::kKvTile;
   const int box = box_of_thread();
-  int page = -1;  // of this thread's box of the next tile
+  // This thread's box pages: of the tile whose V is next, and of the one after (its K next).
+  int page = -1;
+  int next_page = -1;
   if (box >= 0 && bulk_tiles > 0) page = bulk_box_page(p, g, 0, box);
+  if (bulk_tiles > 0) {
+    const int stage = stage_of(empty_phases, 0);
+    wait_half(shared.empty, empty_phases, kHalfK, stage);
+    issue_bulk_paged_half<kHalfK>(p, g, 0, stage, smem, barrier_address(shared.full[kHalfK][stage]),
+                                  box, page);
+    if (box >= 0 && bulk_tiles > 1) next_page = bulk_box_page(p, g, 1, box);
+    load_q_beside_bulk_k(p, hand, smem, q_landed);
+  }
   const int prepare_tile = min(num_tiles, 2) - 1;
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = stage_of(empty_phases, tile);
     if (tile < bulk_tiles) {
-      wait_half(shared.empty, empty_phases, kHalfK, stage);
-      issue_bulk_paged_half<kHalfK>(p, g, tile, stage, smem,
-                                    barrier_address(shared.full[kHalfK][stage]), box, page);
-      if (tile == 0) load_q_beside_bulk_k(p, hand, smem, q_landed);
+      if (tile + 1 < bulk_tiles) {
+        const int next_stage = stage_of(empty_phases, tile + 1);
+        wait_half(shared.empty, empty_phases, kHalfK, next_stage);
+        issue_bulk_paged_half<kHalfK>(p, g, tile + 1, next_stage, smem,
+                                      barrier_address(shared.full[kHalfK][next_stage]), box,
+                                      next_page);
+      }
+      const int after_next =
+          box >= 0 && tile + 2 < bulk_tiles ? bulk_box_page(p, g, tile + 2, box) : -1;
       wait_half(shared.empty, empty_phases, kHalfV, stage);
       issue_bulk_paged_half<kHalfV>(p, g, tile, stage, smem,
                                     barrier_address(shared.full[kHalfV][stage]), box, page);
-      if (box >= 0 && tile + 1 < bulk_tiles) page = bulk_box_page(p, g, tile + 1, box);
+      page = next_page;
+      next_page = after_next;
       if (tile == prepare_tile) prepare_next();
       continue;
     }
