@@ -1,8 +1,8 @@
 // The Hopper prefill family (backend kFA3: warpgroup MMAs, kernels/wgmma.cuh) against the CPU
 // float64 reference, on sm_90 only: every head-dim pair, both query tiles (64 and 128; 128 only
-// at head_dim_vo 256) and KV tiles (64 and 128), ragged and paged KV at page sizes 1 / 5 / 16 (gathered) and 64 / 128 / 256 (bulk copies), NHD
-// and HND, GQA 1 / 4 / 7
-// / 8, odd lengths, prefill and append, no mask / causal / custom mask, the built-in variant
+// at head_dim_vo 256) and KV tiles (64 and 128), ragged and paged KV at page sizes 1 / 5
+// (gathered) and 16 / 64 / 128 / 256 (bulk copies, box by box), NHD and HND, GQA 1 / 4 / 7 / 8,
+// odd lengths, prefill and append, no mask / causal / custom mask, the built-in variant
 // flags and fused RoPE, split-KV through the merge kernel. The rest of tests/gpu/prefill_test.cpp
 // runs on this family too under backend kAuto (FLARE_TEST_PREFILL_BACKEND picks either one).
 // Outputs are NaN-poisoned before each run. Skips without an sm_90 device.
@@ -49,8 +49,8 @@ TEST(PrefillHopper, EveryHeadDimBothQueryTilesCausalAndNoMask) {
         c.query_tile = tile;
         c.mask = mask;
         c.seed = static_cast<uint64_t>(qk + tile + static_cast<int>(mask));
-        SCOPED_TRACE(::testing::Message() << "D " << qk << "/" << vo << " tile " << tile
-                                          << " mask " << static_cast<int>(mask));
+        SCOPED_TRACE(::testing::Message() << "D " << qk << "/" << vo << " tile " << tile << " mask "
+                                          << static_cast<int>(mask));
         check_hopper(c);
       }
     }
@@ -81,8 +81,8 @@ TEST(PrefillHopper, PagedPageSizes1And5AppendGqa7Hnd) {
       c.page_size = page_size;
       c.layout = layout;
       c.seed = static_cast<uint64_t>(page_size * 2 + static_cast<int>(layout));
-      SCOPED_TRACE(::testing::Message() << "page " << page_size << " layout "
-                                        << static_cast<int>(layout));
+      SCOPED_TRACE(::testing::Message()
+                   << "page " << page_size << " layout " << static_cast<int>(layout));
       check_hopper(c);
     }
   }
@@ -102,8 +102,8 @@ TEST(PrefillHopper, PagesOf64To256RowsByBulkCopies) {
       c.page_size = page_size;
       c.layout = layout;
       c.seed = static_cast<uint64_t>(page_size + static_cast<int>(layout));
-      SCOPED_TRACE(::testing::Message() << "page " << page_size << " layout "
-                                        << static_cast<int>(layout));
+      SCOPED_TRACE(::testing::Message()
+                   << "page " << page_size << " layout " << static_cast<int>(layout));
       check_hopper(c);
     }
   }
