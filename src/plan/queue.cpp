@@ -19,25 +19,6 @@ namespace {
 // bit_width of a tile count of an int32 length: 0 (no keys) to 32.
 constexpr int kLengthClasses = 33;
 
-// x / divisor for x >= 0: a shift when the divisor is a power of two (every auto tile size),
-// where a 64-bit division per item was a third of ordering a thousand items (perf).
-class Divider {
- public:
-  explicit Divider(int64_t divisor)
-      : divisor_(divisor),
-        shift_(std::has_single_bit(static_cast<uint64_t>(divisor))
-                   ? std::countr_zero(static_cast<uint64_t>(divisor))
-                   : -1) {}
-
-  uint64_t operator()(uint64_t x) const {
-    return shift_ >= 0 ? x >> shift_ : x / static_cast<uint64_t>(divisor_);
-  }
-
- private:
-  int64_t divisor_;
-  int shift_;
-};
-
 // The length class of a KV length: the bit width of the KV tiles it spans.
 class LengthClass {
  public:

@@ -114,7 +114,11 @@ class CtaLoads {
 class Scheduler {
  public:
   Scheduler(std::span<const Tile> tiles, const ScheduleParams& params, ScheduleScratch& scratch)
-      : tiles_(tiles), params_(params), s_(scratch), ctas_(params.num_ctas, scratch.cta_tree) {}
+      : tiles_(tiles),
+        params_(params),
+        s_(scratch),
+        ctas_(params.num_ctas, scratch.cta_tree),
+        page_(params.page_size) {}
 
   // The busiest CTA's cost.
   double run() {
@@ -190,6 +194,7 @@ class Scheduler {
         fraction_bits_ = bits;
         alpha_units_ = static_cast<uint64_t>(alpha);
         beta_units_ = static_cast<uint64_t>(beta);
+        per_token_ = Divider(static_cast<int64_t>(beta_units_));
         return;
       }
     }
@@ -357,9 +362,9 @@ class Scheduler {
   int64_t fill_cut(uint64_t load, int64_t rows, int64_t kv_begin) const {
     const uint64_t used = load + alpha_units_ * static_cast<uint64_t>(rows);
     if (beta_units_ == 0 || used >= fill_target_) return kv_begin;
-    const auto room = static_cast<int64_t>((fill_target_ - used) / beta_units_);
+    const auto room = static_cast<int64_t>(per_token_(fill_target_ - used));
     const int64_t page = params_.page_size;
-    return (kv_begin + room + page / 2) / page * page;
+    return static_cast<int64_t>(page_(static_cast<uint64_t>(kv_begin + room + page / 2))) * page;
   }
 
   std::span<const Tile> tiles_;
@@ -371,6 +376,8 @@ class Scheduler {
   uint64_t alpha_units_ = 0;  // alpha and beta in units of 2^-fraction_bits_
   uint64_t beta_units_ = 0;
   uint64_t fill_target_ = 0;
+  Divider per_token_{1};  // by beta_units_ (fill_cut)
+  Divider page_;          // by the page size
   size_t assigned_count_ = 0;
 };
 
