@@ -196,6 +196,11 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   const size_t pairs = tiles.size() * static_cast<size_t>(heads);
   pair_end.assign(pairs + 1, 0);
   key.resize(n);
+  // With the pair ranks, each item's length class for the last sort (one pass over the items).
+  const LengthClass length_class(kv_tile);
+  std::vector<uint8_t>& item_class = q.item_class;
+  item_class.resize(n);
+  std::array<int32_t, kLengthClasses> next{};
   bool any_split = false;
   for (size_t i = 0; i < n; ++i) {
     const WorkItem& w = items[i];
@@ -205,6 +210,8 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
     key[i] = static_cast<int32_t>(rank);
     ++pair_end[rank + 1];
     any_split |= w.partial_slot == kSlotPending;
+    item_class[i] = static_cast<uint8_t>(length_class(w.kv_end - w.kv_begin));
+    ++next[item_class[i]];
   }
   for (size_t p = 0; p < pairs; ++p) pair_end[p + 1] += pair_end[p];
   by_pair.resize(n);
@@ -247,15 +254,6 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   plan.num_partial_slots = slots;
 
   // Stable counting sort by length class, longest first.
-  const LengthClass length_class(kv_tile);
-  std::vector<uint8_t>& item_class = q.item_class;
-  item_class.resize(n);
-  std::array<int32_t, kLengthClasses> next{};
-  for (size_t i = 0; i < n; ++i) {
-    const WorkItem& w = items[i];
-    item_class[i] = static_cast<uint8_t>(length_class(w.kv_end - w.kv_begin));
-    ++next[item_class[i]];
-  }
   longest_first_positions(next);
   WorkItem* const out = plan.work_items.data();
   for (size_t k = 0; k < n; ++k) {
