@@ -218,9 +218,10 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   for (size_t i = 0; i < n; ++i) {
     by_pair[static_cast<size_t>(pair_end[static_cast<size_t>(key[i])]++)] = static_cast<int32_t>(i);
   }
-  // pair_end[p] is now pair p's end (and pair p + 1's begin from index p).
+  // pair_end[p] is now pair p's end (and pair p + 1's begin from index p). Only a split pair
+  // has more than one piece.
   int32_t begin = 0;
-  for (size_t p = 0; p < pairs; ++p) {
+  for (size_t p = 0; any_split && p < pairs; ++p) {
     sort_pieces_by_kv(by_pair.data(), begin, pair_end[p], items);
     begin = pair_end[p];
   }
