@@ -188,9 +188,12 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   // Pair rank of request r's tile i (of m, the first at index f) under head h:
   // f * heads + h * m + (m - 1 - i), dense over [0, tiles * heads) and increasing in
   // (request, KV head, row descending).
-  const auto pair_rank = [&first_tile, heads](size_t r, int64_t i, int64_t h) {
-    const int64_t first = first_tile[r];
-    const int64_t count = first_tile[r + 1] - first;
+  // The buffers through raw pointers from here on: item_class's byte stores may alias anything,
+  // and the vectors' data pointers were reloaded from memory after each one (perf, SASS of x86).
+  const int32_t* const first_of = first_tile.data();
+  const auto pair_rank = [first_of, heads](size_t r, int64_t i, int64_t h) {
+    const int64_t first = first_of[r];
+    const int64_t count = first_of[r + 1] - first;
     return static_cast<size_t>(first * heads + h * count + (count - 1 - i));
   };
   const size_t pairs = tiles.size() * static_cast<size_t>(heads);
@@ -200,6 +203,11 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   const LengthClass length_class(kv_tile);
   std::vector<uint8_t>& item_class = q.item_class;
   item_class.resize(n);
+  by_pair.resize(n);
+  int32_t* const key_of = key.data();
+  int32_t* const pair_counts = pair_end.data();
+  uint8_t* const class_of = item_class.data();
+  int32_t* const in_pair_order = by_pair.data();
   std::array<int32_t, kLengthClasses> next{};
   bool any_split = false;
   for (size_t i = 0; i < n; ++i) {
@@ -207,16 +215,16 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
     const size_t rank =
         pair_rank(static_cast<size_t>(w.request),
                   static_cast<int64_t>(tile_of_row(static_cast<uint64_t>(w.row_begin))), w.kv_head);
-    key[i] = static_cast<int32_t>(rank);
-    ++pair_end[rank + 1];
+    key_of[i] = static_cast<int32_t>(rank);
+    ++pair_counts[rank + 1];
     any_split |= w.partial_slot == kSlotPending;
-    item_class[i] = static_cast<uint8_t>(length_class(w.kv_end - w.kv_begin));
-    ++next[item_class[i]];
+    const int length_class_of_item = length_class(w.kv_end - w.kv_begin);
+    class_of[i] = static_cast<uint8_t>(length_class_of_item);
+    ++next[static_cast<size_t>(length_class_of_item)];
   }
-  for (size_t p = 0; p < pairs; ++p) pair_end[p + 1] += pair_end[p];
-  by_pair.resize(n);
+  for (size_t p = 0; p < pairs; ++p) pair_counts[p + 1] += pair_counts[p];
   for (size_t i = 0; i < n; ++i) {
-    by_pair[static_cast<size_t>(pair_end[static_cast<size_t>(key[i])]++)] = static_cast<int32_t>(i);
+    in_pair_order[pair_counts[key_of[i]]++] = static_cast<int32_t>(i);
   }
   // pair_end[p] is now pair p's end (and pair p + 1's begin from index p). Only a split pair
   // has more than one piece.
@@ -258,11 +266,11 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   longest_first_positions(next);
   WorkItem* const out = plan.work_items.data();
   for (size_t k = 0; k < n; ++k) {
-    const auto i = static_cast<size_t>(by_pair[k]);
+    const auto i = static_cast<size_t>(in_pair_order[k]);
     WorkItem item = items[i];
     item.reserved = 0;
-    if (item.partial_slot == kSlotPending) item.partial_slot = key[i];
-    out[next[item_class[i]]++] = item;
+    if (item.partial_slot == kSlotPending) item.partial_slot = key_of[i];
+    out[next[class_of[i]]++] = item;
   }
   split_evenly(plan.num_ctas, plan);
 }
