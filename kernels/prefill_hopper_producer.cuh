@@ -25,7 +25,7 @@ constexpr bool kBulkRagged = !T::kPaged && !Variant::kRotary && !T::kNvfp4;
 constexpr int kBoxRows = T::kPaged ? prefill_paged_box_rows(T::kPageSize, T::kKvTile) : 0;
 constexpr bool kBulkPaged = kBoxRows > 0 && !Variant::kRotary && !T::kNvfp4;
 constexpr int kBoxesPerTile = kBulkPaged ? T::kKvTile / kBoxRows : 1;
-constexpr int kProducerWarps = 4;
+constexpr int kProducerWarps = kPrefillProducerThreads / 32;
 constexpr int kBoxesPerWarp = (kBoxesPerTile + kProducerWarps - 1) / kProducerWarps;
 static_assert(kBoxesPerWarp <= 32, "one producer lane a box");
 
