@@ -171,12 +171,21 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   }
   const auto heads = static_cast<int64_t>(plan.num_kv_heads);
   const Divider tile_of_row(plan.query_tile);
-  std::vector<int32_t>& first_tile = q.first_tile;
-  std::vector<int32_t>& pair_end = q.pair_end;
-  std::vector<int32_t>& key = q.key;
-  std::vector<int32_t>& by_pair = q.by_pair;
+  const LengthClass length_class(kv_tile);
   const auto requests = static_cast<size_t>(tiles.back().request) + 1;
-  first_tile.resize(requests + 1);
+  const size_t pairs = tiles.size() * static_cast<size_t>(heads);
+  q.first_tile.resize(requests + 1);
+  q.pair_end.assign(pairs + 1, 0);
+  q.key.resize(n);
+  q.by_pair.resize(n);
+  q.item_class.resize(n);
+  // The buffers through raw pointers: item_class's byte stores may alias anything, and the
+  // vectors' data pointers were reloaded from memory after each one (perf, x86 code).
+  int32_t* const first_tile = q.first_tile.data();
+  int32_t* const pair_end = q.pair_end.data();
+  int32_t* const key = q.key.data();
+  int32_t* const by_pair = q.by_pair.data();
+  uint8_t* const item_class = q.item_class.data();
   size_t request = 0;
   for (size_t t = 0; t < tiles.size(); ++t) {
     while (request <= static_cast<size_t>(tiles[t].request)) {
@@ -188,26 +197,12 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   // Pair rank of request r's tile i (of m, the first at index f) under head h:
   // f * heads + h * m + (m - 1 - i), dense over [0, tiles * heads) and increasing in
   // (request, KV head, row descending).
-  // The buffers through raw pointers from here on: item_class's byte stores may alias anything,
-  // and the vectors' data pointers were reloaded from memory after each one (perf, SASS of x86).
-  const int32_t* const first_of = first_tile.data();
-  const auto pair_rank = [first_of, heads](size_t r, int64_t i, int64_t h) {
-    const int64_t first = first_of[r];
-    const int64_t count = first_of[r + 1] - first;
+  const auto pair_rank = [first_tile, heads](size_t r, int64_t i, int64_t h) {
+    const int64_t first = first_tile[r];
+    const int64_t count = first_tile[r + 1] - first;
     return static_cast<size_t>(first * heads + h * count + (count - 1 - i));
   };
-  const size_t pairs = tiles.size() * static_cast<size_t>(heads);
-  pair_end.assign(pairs + 1, 0);
-  key.resize(n);
-  // With the pair ranks, each item's length class for the last sort (one pass over the items).
-  const LengthClass length_class(kv_tile);
-  std::vector<uint8_t>& item_class = q.item_class;
-  item_class.resize(n);
-  by_pair.resize(n);
-  int32_t* const key_of = key.data();
-  int32_t* const pair_counts = pair_end.data();
-  uint8_t* const class_of = item_class.data();
-  int32_t* const in_pair_order = by_pair.data();
+  // Each item's pair rank (counted per pair) and length class (counted per class).
   std::array<int32_t, kLengthClasses> next{};
   bool any_split = false;
   for (size_t i = 0; i < n; ++i) {
@@ -215,29 +210,27 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
     const size_t rank =
         pair_rank(static_cast<size_t>(w.request),
                   static_cast<int64_t>(tile_of_row(static_cast<uint64_t>(w.row_begin))), w.kv_head);
-    key_of[i] = static_cast<int32_t>(rank);
-    ++pair_counts[rank + 1];
+    key[i] = static_cast<int32_t>(rank);
+    ++pair_end[rank + 1];
     any_split |= w.partial_slot == kSlotPending;
-    const int length_class_of_item = length_class(w.kv_end - w.kv_begin);
-    class_of[i] = static_cast<uint8_t>(length_class_of_item);
-    ++next[static_cast<size_t>(length_class_of_item)];
+    const int length = length_class(w.kv_end - w.kv_begin);
+    item_class[i] = static_cast<uint8_t>(length);
+    ++next[static_cast<size_t>(length)];
   }
-  for (size_t p = 0; p < pairs; ++p) pair_counts[p + 1] += pair_counts[p];
-  for (size_t i = 0; i < n; ++i) {
-    in_pair_order[pair_counts[key_of[i]]++] = static_cast<int32_t>(i);
-  }
-  // pair_end[p] is now pair p's end (and pair p + 1's begin from index p). Only a split pair
-  // has more than one piece.
-  int32_t begin = 0;
-  for (size_t p = 0; any_split && p < pairs; ++p) {
-    sort_pieces_by_kv(by_pair.data(), begin, pair_end[p], items);
-    begin = pair_end[p];
-  }
+  for (size_t p = 0; p < pairs; ++p) pair_end[p + 1] += pair_end[p];
+  for (size_t i = 0; i < n; ++i) by_pair[pair_end[key[i]]++] = static_cast<int32_t>(i);
+  // pair_end[p] is now pair p's end (and pair p + 1's begin from index p).
 
-  // Partial slots as emit_schedule numbers them: the pairs of split tiles in (tile, KV head)
-  // order, a pair's pieces consecutive in KV order; one merge item per such pair.
   int32_t slots = 0;
   if (any_split) {
+    // Only a split pair has more than one piece: each in KV order.
+    int32_t begin = 0;
+    for (size_t p = 0; p < pairs; ++p) {
+      sort_pieces_by_kv(by_pair, begin, pair_end[p], items);
+      begin = pair_end[p];
+    }
+    // Partial slots as emit_schedule numbers them: the pairs of split tiles in (tile, KV head)
+    // order, a pair's pieces consecutive in KV order; one merge item per such pair.
     for (size_t r = 0; r < requests; ++r) {
       const int64_t first = first_tile[r];
       for (int64_t i = 0; i < first_tile[r + 1] - first; ++i) {
@@ -245,11 +238,9 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
           const size_t rank = pair_rank(r, i, h);
           const int32_t pair_begin = rank == 0 ? 0 : pair_end[rank - 1];
           const int32_t end = pair_end[rank];
-          if (items[by_pair[static_cast<size_t>(pair_begin)]].partial_slot != kSlotPending) {
-            continue;
-          }
+          if (items[by_pair[pair_begin]].partial_slot != kSlotPending) continue;
           for (int32_t k = pair_begin; k < end; ++k) {
-            key[static_cast<size_t>(by_pair[static_cast<size_t>(k)])] = slots;
+            key[by_pair[k]] = slots;
             plan.merge_slots.push_back(slots++);
           }
           const Tile& tile = tiles[static_cast<size_t>(first + i)];
@@ -266,11 +257,11 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   longest_first_positions(next);
   WorkItem* const out = plan.work_items.data();
   for (size_t k = 0; k < n; ++k) {
-    const auto i = static_cast<size_t>(in_pair_order[k]);
+    const auto i = static_cast<size_t>(by_pair[k]);
     WorkItem item = items[i];
     item.reserved = 0;
-    if (item.partial_slot == kSlotPending) item.partial_slot = key_of[i];
-    out[next[class_of[i]]++] = item;
+    if (item.partial_slot == kSlotPending) item.partial_slot = key[i];
+    out[next[item_class[i]]++] = item;
   }
   split_evenly(plan.num_ctas, plan);
 }
