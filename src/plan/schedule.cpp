@@ -33,10 +33,6 @@ namespace {
 using Chunk = ScheduleScratch::Chunk;
 using Piece = ScheduleScratch::Piece;
 
-// A fill split aims for mean + mean / 50 (2% above the mean): enough slack that page rounding
-// and the row cost of the extra chunks rarely push the last chunks onto a full CTA
-// (docs/perf.md, "Planner").
-constexpr uint64_t kFillToleranceInverse = 50;
 constexpr uint64_t kMaxLength = std::numeric_limits<int32_t>::max();
 
 // Fixed-point fraction bits of a cost unit; fewer when a plan's total cost would not fit.

@@ -32,6 +32,11 @@ class Divider {
   int shift_;
 };
 
+// A fill split aims for mean + mean / 50 (2% above the mean): enough slack that page rounding
+// and the row cost of the extra chunks rarely push the last chunks onto a full CTA
+// (docs/perf.md, "Planner"). One-queue plans skip Algorithm 1 when the queue ends within it.
+inline constexpr uint64_t kFillToleranceInverse = 50;
+
 // partial_slot of an assigned chunk of a split tile until slots are numbered.
 inline constexpr int32_t kSlotPending = -2;
 

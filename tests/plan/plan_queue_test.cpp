@@ -3,10 +3,12 @@
 // invariance under fixed_split_size; determinism; item_heads in the plan region.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "flare/core/error.h"
@@ -98,6 +100,51 @@ TEST(OneQueue, FewTilesKeepAlgorithmOnesPiecesInQueueOrder) {
   };
   EXPECT_EQ(pieces(result), pieces(reference));
   EXPECT_EQ(result.num_partial_slots, reference.num_partial_slots);
+}
+
+// The dynamic queue under the cost model: each of `ctas` CTAs takes the next entry when it
+// ends the last; returns the latest end over the mean load.
+double queue_end_over_mean(const Plan& plan, const PlanOptions& options, int ctas) {
+  std::vector<double> ends(static_cast<size_t>(ctas), 0.0);
+  double total = 0;
+  for (const WorkItem& item : plan.work_items) {
+    const double cost = options.alpha * (item.row_end - item.row_begin) +
+                        options.beta * (item.kv_end - item.kv_begin);
+    for (int h = 0; h < plan.item_heads; ++h) {
+      *std::min_element(ends.begin(), ends.end()) += cost;
+      total += cost;
+    }
+  }
+  return *std::max_element(ends.begin(), ends.end()) / (total / ctas);
+}
+
+TEST(OneQueue, LongCausalRequestsWhoseQueueEndsNearTheMeanSkipAlgorithmOne) {
+  // 1,024 tiles x KV heads on 132 CTAs: the longest entry is a quarter of a CTA's mean load
+  // (more than the 1/8 that needs no check), yet longest class first ends within 2% of it.
+  const DeviceSpec hopper{132, 1};
+  PlanOptions options = one_queue(128);
+  options.query_tile = 128;
+  for (const auto& [batch, length] : {std::pair{1, 4096}, std::pair{4, 1024}}) {
+    const std::vector<int32_t> lengths(static_cast<size_t>(batch), length);
+    LengthProblem p(lengths, lengths, 32, 8, 128, 16, /*causal=*/true);
+    const Plan result = plan(p.problem, hopper, options);
+    ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, 132));
+    EXPECT_EQ(result.item_heads, 8) << "batch " << batch;
+    EXPECT_EQ(result.num_partial_slots, 0);
+    EXPECT_LE(queue_end_over_mean(result, options, 132), 1.02 + 128.0 / 4096) << "batch " << batch;
+    ASSERT_NO_FATAL_FAILURE(expect_queue_order(result, 128));
+  }
+  // 64 one-row requests on 264 CTAs: two entries a CTA end 3% past the mean, so Algorithm 1
+  // cuts fill splits, and its plan ends closer to the mean.
+  const std::vector<int32_t> rows(64, 1);
+  const std::vector<int32_t> kv(64, 2048);
+  LengthProblem decode_like(rows, kv, 32, 8, 128, 16, /*causal=*/false);
+  PlanOptions small = one_queue(64);
+  const Plan split = plan(decode_like.problem, kH100Prefill, small);
+  ASSERT_NO_FATAL_FAILURE(check_plan(split, decode_like.problem, small, 264));
+  EXPECT_EQ(split.item_heads, 1);
+  EXPECT_GT(split.num_partial_slots, 0);
+  EXPECT_LT(queue_end_over_mean(split, small, 264), 1.03);
 }
 
 TEST(OneQueue, FixedSplitSizeSlotsAreHeadMinorAndBatchInvariant) {
