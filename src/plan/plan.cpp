@@ -204,6 +204,23 @@ bool queue_ends_near_mean(const Plan& queue, const PlanOptions& options, int64_t
   return latest <= mean + mean / plan_detail::kFillToleranceInverse + alpha * queue.query_tile;
 }
 
+// Whether queue_ends_near_mean must fail, known without building the queue: the last entry
+// starts no earlier than when the others' cost is spread over every CTA, so the latest end is
+// at least the mean plus (1 - 1 / CTAs) of the cheapest entry's cost, which is at least beta x
+// the shortest tile when no tile is cut. Spares Algorithm-1 plans of uncut tiles the queue
+// they would discard (b64 q1 kv2048: two entries a CTA end 3% past the mean).
+bool queue_cannot_end_near_mean(const plan_detail::TileSummary& summary, const PlanProblem& problem,
+                                const PlanOptions& options, int query_tile, int64_t kv_chunk,
+                                int64_t resident_ctas) {
+  if (summary.max_kv_end > kv_chunk || summary.shortest <= 0) return false;
+  const double ctas = static_cast<double>(resident_ctas);
+  const double mean = (options.alpha * static_cast<double>(summary.total_rows) +
+                       options.beta * static_cast<double>(summary.total_kv)) *
+                      problem.num_kv_heads / ctas;
+  const double cheapest_end = options.beta * summary.shortest * (1 - 1 / ctas);
+  return cheapest_end > mean / plan_detail::kFillToleranceInverse + options.alpha * query_tile;
+}
+
 // Scratch kept per thread: planning each decode step reuses it and allocates nothing.
 struct PlannerScratch {
   std::vector<plan_detail::Tile> tiles;
@@ -281,11 +298,14 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
     const bool short_entries =
         queue_balances(summary, problem, options, result.query_tile, kv_chunk, resident_ctas);
-    plan_detail::plan_queue(tiles,
-                            {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
-                            scratch.tile_class, result);
-    if (short_entries || queue_ends_near_mean(result, options, resident_ctas)) return;
-    result.item_heads = 1;  // Algorithm 1's pieces, one KV head each
+    if (short_entries || !queue_cannot_end_near_mean(summary, problem, options, result.query_tile,
+                                                     kv_chunk, resident_ctas)) {
+      plan_detail::plan_queue(tiles,
+                              {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
+                              scratch.tile_class, result);
+      if (short_entries || queue_ends_near_mean(result, options, resident_ctas)) return;
+      result.item_heads = 1;  // Algorithm 1's pieces, one KV head each
+    }
   }
 
   plan_detail::ScheduleParams params;

@@ -46,6 +46,36 @@ Count longest_first_positions(std::array<Count, kLengthClasses>& counts) {
   return position;
 }
 
+// A count or next queue position per length class, the current class's held in a register:
+// consecutive tiles mostly share a class (a causal request's tiles, last row first, shorten one
+// tile at a time), and an increment through the array waited on the store of the one before
+// (store-to-load forwarding: ~30% of a 2,000-tile plan, perf). flush() before reading `counts`.
+template <typename Count>
+class ClassCursor {
+ public:
+  explicit ClassCursor(std::array<Count, kLengthClasses>& counts) : counts_(counts) {}
+
+  // Returns the class's value, then increments it.
+  Count take(int length_class) {
+    if (length_class != class_) switch_to(length_class);
+    return value_++;
+  }
+  void flush() {
+    if (class_ >= 0) counts_[static_cast<size_t>(class_)] = value_;
+  }
+
+ private:
+  void switch_to(int length_class) {
+    flush();
+    class_ = length_class;
+    value_ = counts_[static_cast<size_t>(length_class)];
+  }
+
+  std::array<Count, kLengthClasses>& counts_;
+  int class_ = -1;
+  Count value_ = 0;
+};
+
 // cta_indptr: num_ctas near-equal ranges of the items in queue order, for executors that run
 // CTAs (the kernel takes entries from the queue and ignores it).
 void split_evenly(int num_ctas, Plan& plan) {
@@ -93,18 +123,21 @@ void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
   // case), then each class's first queue position, longest first.
   std::array<int64_t, kLengthClasses> next{};
   tile_class.resize(tiles.size());
+  uint8_t* const classes = tile_class.data();
+  ClassCursor<int64_t> counted(next);
   for (size_t t = 0; t < tiles.size(); ++t) {
     const Tile& tile = tiles[t];
     if (tile.kv_end <= params.kv_chunk) {
       const int length = length_class(tile.kv_end - tile.kv_begin);
-      tile_class[t] = static_cast<uint8_t>(length);
-      ++next[static_cast<size_t>(length)];
+      classes[t] = static_cast<uint8_t>(length);
+      counted.take(length);
       continue;
     }
     for_each_chunk(tile, params.kv_chunk, [&](int32_t kv_begin, int32_t kv_end) {
-      ++next[static_cast<size_t>(length_class(kv_end - kv_begin))];
+      counted.take(length_class(kv_end - kv_begin));
     });
   }
+  counted.flush();
   const int64_t position = longest_first_positions(next);
 
   // Pass 2: requests in order, a request's tiles last row first, chunks in KV order, each to
@@ -115,6 +148,7 @@ void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
   plan.merge_indptr.assign(1, 0);
   plan.merge_slots.clear();
   WorkItem* const items = plan.work_items.data();
+  ClassCursor<int64_t> at(next);
   int32_t slots = 0;
   for (size_t first = 0; first < tiles.size();) {
     size_t end = first + 1;
@@ -122,16 +156,16 @@ void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
     for (size_t t = end; t-- > first;) {
       const Tile& tile = tiles[t];
       if (tile.kv_end <= params.kv_chunk) {
-        items[next[tile_class[t]]++] = tile;
+        items[at.take(classes[t])] = tile;
         continue;
       }
       const bool split = chunk_count(tile.kv_begin, tile.kv_end, params.kv_chunk) > 1;
       const int32_t base = slots;
       const int64_t count =
           for_each_chunk(tile, params.kv_chunk, [&](int32_t kv_begin, int32_t kv_end) {
-            int64_t& at = next[static_cast<size_t>(length_class(kv_end - kv_begin))];
-            items[at++] = {tile.request, 0,      tile.row_begin,     tile.row_end,
-                           kv_begin,     kv_end, split ? slots : -1, 0};
+            items[at.take(length_class(kv_end - kv_begin))] = {
+                tile.request, 0,      tile.row_begin,     tile.row_end,
+                kv_begin,     kv_end, split ? slots : -1, 0};
             if (split) slots += heads;
           });
       if (!split) continue;
@@ -204,6 +238,7 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   };
   // Each item's pair rank (counted per pair) and length class (counted per class).
   std::array<int32_t, kLengthClasses> next{};
+  ClassCursor<int32_t> counted(next);
   bool any_split = false;
   for (size_t i = 0; i < n; ++i) {
     const WorkItem& w = items[i];
@@ -215,8 +250,9 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
     any_split |= w.partial_slot == kSlotPending;
     const int length = length_class(w.kv_end - w.kv_begin);
     item_class[i] = static_cast<uint8_t>(length);
-    ++next[static_cast<size_t>(length)];
+    counted.take(length);
   }
+  counted.flush();
   for (size_t p = 0; p < pairs; ++p) pair_end[p + 1] += pair_end[p];
   for (size_t i = 0; i < n; ++i) by_pair[pair_end[key[i]]++] = static_cast<int32_t>(i);
   // pair_end[p] is now pair p's end (and pair p + 1's begin from index p).
@@ -256,12 +292,13 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   // Stable counting sort by length class, longest first.
   longest_first_positions(next);
   WorkItem* const out = plan.work_items.data();
+  ClassCursor<int32_t> at(next);
   for (size_t k = 0; k < n; ++k) {
     const auto i = static_cast<size_t>(by_pair[k]);
     WorkItem item = items[i];
     item.reserved = 0;
     if (item.partial_slot == kSlotPending) item.partial_slot = key[i];
-    out[next[item_class[i]]++] = item;
+    out[at.take(item_class[i])] = item;
   }
   split_evenly(plan.num_ctas, plan);
 }
