@@ -1,6 +1,6 @@
 // plan(): checks that some kernel can run the problem, picks the query tile and L_kv, and runs
-// the scheduler (src/plan/schedule.cpp), or for one-queue plans the queue alone balances the
-// queue order (src/plan/queue.cpp), into a typed Plan.
+// the scheduler (src/plan/schedule.cpp), or for one-queue plans whose queue order alone ends
+// near the mean load writes that order (src/plan/queue.cpp), into a typed Plan.
 #include "flare/plan/plan.h"
 
 #include <algorithm>
@@ -179,40 +179,45 @@ bool queue_balances(const plan_detail::TileSummary& summary, const PlanProblem& 
 }
 
 // Whether the dynamic queue of a one-queue plan (item_heads entries an item, in queue order)
-// ends within Algorithm 1's fill target of its mean load: entry j starts when a CTA frees, and
-// since every CTA is busy until the first one frees, no later than (the cost of the entries
-// before j) / resident CTAs; it ends that plus its own cost after the launch. When the latest
-// such end stays within 2% above the mean plus the row cost of one item (the slack Algorithm 1
-// allows before a fill split), Algorithm 1 cannot balance better by more than that. One pass
-// over the items: a long causal request (b1 q4096, 1,024 entries) plans in a tenth of the time
-// Algorithm 1 takes (docs/perf.md, "Planner").
+// ends within Algorithm 1's fill target of its mean load. Entry j starts when a CTA frees:
+// at the launch while j < resident CTAs, else no later than (the cost of the entries before j)
+// / resident CTAs, since every CTA is busy until the first one frees; it ends its own cost
+// later. When the latest such end stays within 2% above the mean plus the row cost of one item
+// (the slack Algorithm 1 allows before a fill split), Algorithm 1 cannot balance better by
+// more than that. One pass over the items: a long causal request (b1 q4096, 1,024 entries)
+// plans in a tenth of the time Algorithm 1 takes (docs/perf.md, "Planner").
 bool queue_ends_near_mean(const Plan& queue, const PlanOptions& options, int64_t resident_ctas) {
   const double alpha = options.alpha;
   const double beta = options.beta;
   const double heads_after_first = queue.item_heads - 1;
   const double ctas = static_cast<double>(resident_ctas);
-  double before = 0;  // cost of the entries before this one
-  double latest = 0;  // bound on the latest end so far
+  double before = 0;    // cost of the entries before this one
+  double latest = 0;    // bound on the latest end so far
+  int64_t entries = 0;  // through this item's last head
   for (const WorkItem& item : queue.work_items) {
     const double cost =
         alpha * (item.row_end - item.row_begin) + beta * (item.kv_end - item.kv_begin);
     before += heads_after_first * cost;  // the item's last head ends last
-    latest = std::max(latest, before / ctas + cost);
+    entries += queue.item_heads;
+    latest = std::max(latest, (entries > resident_ctas ? before / ctas : 0.0) + cost);
     before += cost;
   }
   const double mean = before / ctas;
   return latest <= mean + mean / plan_detail::kFillToleranceInverse + alpha * queue.query_tile;
 }
 
-// Whether queue_ends_near_mean must fail, known without building the queue: the last entry
-// starts no earlier than when the others' cost is spread over every CTA, so the latest end is
-// at least the mean plus (1 - 1 / CTAs) of the cheapest entry's cost, which is at least beta x
-// the shortest tile when no tile is cut. Spares Algorithm-1 plans of uncut tiles the queue
-// they would discard (b64 q1 kv2048: two entries a CTA end 3% past the mean).
+// Whether queue_ends_near_mean must fail, known without building the queue: with more entries
+// than CTAs, its bound on the last entry's end is the mean plus (1 - 1 / CTAs) of that entry's
+// cost, which is at least beta x the shortest tile when no tile is cut. Spares Algorithm-1
+// plans of uncut tiles the queue they would discard (b64 q1 kv2048: two entries a CTA end 3%
+// past the mean).
 bool queue_cannot_end_near_mean(const plan_detail::TileSummary& summary, const PlanProblem& problem,
-                                const PlanOptions& options, int query_tile, int64_t kv_chunk,
-                                int64_t resident_ctas) {
-  if (summary.max_kv_end > kv_chunk || summary.shortest <= 0) return false;
+                                const PlanOptions& options, int64_t tile_count, int query_tile,
+                                int64_t kv_chunk, int64_t resident_ctas) {
+  if (summary.max_kv_end > kv_chunk || summary.shortest <= 0 ||
+      tile_count * problem.num_kv_heads <= resident_ctas) {
+    return false;
+  }
   const double ctas = static_cast<double>(resident_ctas);
   const double mean = (options.alpha * static_cast<double>(summary.total_rows) +
                        options.beta * static_cast<double>(summary.total_kv)) *
@@ -298,8 +303,8 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
     const bool short_entries =
         queue_balances(summary, problem, options, result.query_tile, kv_chunk, resident_ctas);
-    if (short_entries || !queue_cannot_end_near_mean(summary, problem, options, result.query_tile,
-                                                     kv_chunk, resident_ctas)) {
+    if (short_entries || !queue_cannot_end_near_mean(summary, problem, options, tile_count,
+                                                     result.query_tile, kv_chunk, resident_ctas)) {
       plan_detail::plan_queue(tiles,
                               {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
                               scratch.tile_class, result);

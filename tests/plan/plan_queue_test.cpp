@@ -118,7 +118,7 @@ double queue_end_over_mean(const Plan& plan, const PlanOptions& options, int cta
   return *std::max_element(ends.begin(), ends.end()) / (total / ctas);
 }
 
-TEST(OneQueue, LongCausalRequestsWhoseQueueEndsNearTheMeanSkipAlgorithmOne) {
+TEST(OneQueue, QueueOrdersEndingNearTheMeanSkipAlgorithmOne) {
   // 1,024 tiles x KV heads on 132 CTAs: the longest entry is a quarter of a CTA's mean load
   // (more than the 1/8 that needs no check), yet longest class first ends within 2% of it.
   const DeviceSpec hopper{132, 1};
@@ -134,6 +134,15 @@ TEST(OneQueue, LongCausalRequestsWhoseQueueEndsNearTheMeanSkipAlgorithmOne) {
     EXPECT_LE(queue_end_over_mean(result, options, 132), 1.02 + 128.0 / 4096) << "batch " << batch;
     ASSERT_NO_FATAL_FAILURE(expect_queue_order(result, 128));
   }
+  // As many entries as CTAs: all start at the launch and end together (no fill split needed).
+  const std::vector<int32_t> one_tile_rows(33, 32);  // x group 4: one 128-row tile each
+  const std::vector<int32_t> equal_kv(33, 2048);
+  LengthProblem one_round(one_tile_rows, equal_kv, 32, 8, 128, 16, /*causal=*/false);
+  const Plan round = plan(one_round.problem, kH100Prefill, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(round, one_round.problem, options, 264));
+  EXPECT_EQ(round.item_heads, 8);
+  EXPECT_EQ(round.num_partial_slots, 0);
+  EXPECT_LE(queue_end_over_mean(round, options, 264), 1.0 + 1e-9);
   // 64 one-row requests on 264 CTAs: two entries a CTA end 3% past the mean, so Algorithm 1
   // cuts fill splits, and its plan ends closer to the mean.
   const std::vector<int32_t> rows(64, 1);
