@@ -206,24 +206,38 @@ bool queue_ends_near_mean(const Plan& queue, const PlanOptions& options, int64_t
   return latest <= mean + mean / plan_detail::kFillToleranceInverse + alpha * queue.query_tile;
 }
 
-// Whether queue_ends_near_mean must fail, known without building the queue: with more entries
-// than CTAs, its bound on the last entry's end is the mean plus (1 - 1 / CTAs) of that entry's
-// cost, which is at least beta x the shortest tile when no tile is cut. Spares Algorithm-1
-// plans of uncut tiles the queue they would discard (b64 q1 kv2048: two entries a CTA end 3%
-// past the mean).
-bool queue_cannot_end_near_mean(const plan_detail::TileSummary& summary, const PlanProblem& problem,
-                                const PlanOptions& options, int64_t tile_count, int query_tile,
-                                int64_t kv_chunk, int64_t resident_ctas) {
-  if (summary.max_kv_end > kv_chunk || summary.shortest <= 0 ||
-      tile_count * problem.num_kv_heads <= resident_ctas) {
-    return false;
+// Whether queue_ends_near_mean must fail, known from the tiles without building the queue: with
+// more entries than CTAs, its bound on the last entry's end is the mean plus (1 - 1 / CTAs) of
+// that entry's cost, which is at least the cheapest chunk's (alpha x its tile's rows + beta x
+// the tile's first or last chunk: those between are kv_chunk long). Spares Algorithm-1 plans
+// the queue they would discard (b64 q1 kv2048: two entries a CTA end 3% past the mean; b16 q16
+// kv4096: the tiles' 96-token tails).
+bool queue_cannot_end_near_mean(std::span<const plan_detail::Tile> tiles,
+                                const PlanProblem& problem, const PlanOptions& options,
+                                int query_tile, int64_t kv_chunk, int64_t chunks,
+                                int64_t resident_ctas) {
+  if (chunks * problem.num_kv_heads <= resident_ctas) return false;
+  const double alpha = options.alpha;
+  const double beta = options.beta;
+  double total = 0;  // cost of every chunk, one KV head
+  double cheapest = std::numeric_limits<double>::max();
+  for (const plan_detail::Tile& tile : tiles) {
+    const int64_t length = tile.kv_end - tile.kv_begin;
+    const double rows = tile.row_end - tile.row_begin;
+    int64_t count = 1;
+    int64_t shortest = length;
+    if (tile.kv_end > kv_chunk) {  // the rare cut tile: divisions
+      const int64_t first_end = (tile.kv_begin / kv_chunk + 1) * kv_chunk;
+      const int64_t last_begin = (tile.kv_end - 1) / kv_chunk * kv_chunk;
+      count = plan_detail::chunk_count(tile.kv_begin, tile.kv_end, kv_chunk);
+      shortest = std::min(first_end - tile.kv_begin, tile.kv_end - last_begin);
+    }
+    cheapest = std::min(cheapest, alpha * rows + beta * static_cast<double>(shortest));
+    total += alpha * rows * static_cast<double>(count) + beta * static_cast<double>(length);
   }
   const double ctas = static_cast<double>(resident_ctas);
-  const double mean = (options.alpha * static_cast<double>(summary.total_rows) +
-                       options.beta * static_cast<double>(summary.total_kv)) *
-                      problem.num_kv_heads / ctas;
-  const double cheapest_end = options.beta * summary.shortest * (1 - 1 / ctas);
-  return cheapest_end > mean / plan_detail::kFillToleranceInverse + options.alpha * query_tile;
+  const double mean = total * problem.num_kv_heads / ctas;
+  return cheapest * (1 - 1 / ctas) > mean / plan_detail::kFillToleranceInverse + alpha * query_tile;
 }
 
 // Scratch kept per thread: planning each decode step reuses it and allocates nothing.
@@ -303,8 +317,8 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
     const bool short_entries =
         queue_balances(summary, problem, options, result.query_tile, kv_chunk, resident_ctas);
-    if (short_entries || !queue_cannot_end_near_mean(summary, problem, options, tile_count,
-                                                     result.query_tile, kv_chunk, resident_ctas)) {
+    if (short_entries || !queue_cannot_end_near_mean(tiles, problem, options, result.query_tile,
+                                                     kv_chunk, chunks, resident_ctas)) {
       plan_detail::plan_queue(tiles,
                               {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
                               scratch.tile_class, result);

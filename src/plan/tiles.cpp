@@ -65,7 +65,6 @@ TileSummary build_tiles(const PlanProblem& problem, int group, int query_tile, i
       summary.total_kv += kv_end - kv_begin;
       summary.max_kv_end = std::max(summary.max_kv_end, static_cast<int32_t>(kv_end));
       summary.longest = std::max(summary.longest, static_cast<int32_t>(kv_end - kv_begin));
-      summary.shortest = std::min(summary.shortest, static_cast<int32_t>(kv_end - kv_begin));
       first_token = end_token;
       first_row = end_row;
     }

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "flare/plan/plan.h"
@@ -28,8 +27,7 @@ struct TileSummary {
   int64_t total_rows = 0;  // packed rows of all tiles
   int64_t total_kv = 0;    // sum of the ranges' lengths
   int32_t max_kv_end = 0;
-  int32_t longest = 0;                                     // the longest range
-  int32_t shortest = std::numeric_limits<int32_t>::max();  // the shortest range (of any tile)
+  int32_t longest = 0;  // the longest range
 };
 
 // Replaces `tiles` with the tile_count tiles of every request (ceil(q_len * group /
