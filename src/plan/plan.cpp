@@ -185,7 +185,7 @@ bool queue_balances(const plan_detail::TileSummary& summary, const PlanProblem& 
 // later. When the latest such end stays within 2% above the mean plus the row cost of one item
 // (the slack Algorithm 1 allows before a fill split), Algorithm 1 cannot balance better by
 // more than that. One pass over the items: a long causal request (b1 q4096, 1,024 entries)
-// plans in a tenth of the time Algorithm 1 takes (docs/perf.md, "Planner").
+// plans in a tenth of the time Algorithm 1 takes (docs/perf.md, twenty-fourth session).
 bool queue_ends_near_mean(const Plan& queue, const PlanOptions& options, int64_t resident_ctas) {
   const double alpha = options.alpha;
   const double beta = options.beta;
