@@ -323,7 +323,6 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
                               {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
                               scratch.tile_class, result);
       if (short_entries || queue_ends_near_mean(result, options, resident_ctas)) return;
-      result.item_heads = 1;  // Algorithm 1's pieces, one KV head each
     }
   }
 

@@ -36,9 +36,9 @@ struct QueueScratch {
 };
 
 // Fills every field emit_schedule() fills from the assignment in `scratch` (assign_chunks of
-// `tiles`), the work items in queue order, cta_indptr their even split and cta_cost empty;
-// partial slots and merge items are emit_schedule's. plan.query_tile and num_kv_heads are the
-// tiles'.
+// `tiles`), the work items in queue order (one KV head each: item_heads 1, whatever a plan
+// built before in `plan` held), cta_indptr their even split and cta_cost empty; partial slots
+// and merge items are emit_schedule's. plan.query_tile and num_kv_heads are the tiles'.
 void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch& scratch,
                 QueueScratch& queue_scratch, Plan& plan);
 
