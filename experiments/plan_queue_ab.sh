@@ -8,12 +8,8 @@ set -euo pipefail
 export PATH="/usr/local/cuda/bin:$PATH" FLARE_LOG=quiet
 ROUNDS=${3:-2}
 for tree in "$1" "$2"; do
-  (cd "$tree" && cmake -S . -B build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLARE_BUILD_TESTS=OFF \
-     >/dev/null && cmake --build build-ab -j"$(nproc)" --target flare >/dev/null &&
-   for tool in scripts/bench_prefill_nvfp4.cpp experiments/plan_host_split.cpp; do
-     g++ -O2 -std=c++20 -Iinclude -I. "$tool" -Lbuild-ab -lflare -Wl,-rpath,"$PWD/build-ab" \
-       -o "build-ab/$(basename "$tool" .cpp)"
-   done)
+  bash "$(dirname "$0")/build_ab.sh" "$tree" scripts/bench_prefill_nvfp4.cpp \
+    experiments/plan_host_split.cpp
 done
 for round in $(seq "$ROUNDS"); do
   for tree in "$1" "$2"; do
