@@ -194,6 +194,14 @@ void bind_batch_prefill(nb::module_& m) {
       .def_prop_ro("family",
                    [](const BatchPrefill& p) { return p.last_tiles().warpgroup ? "fa3" : "fa2"; })
       .def_prop_ro("num_ctas", [](const BatchPrefill& p) { return p.last_plan().num_ctas; })
+      // The latest plan's size: (work items, KV heads an item covers, merge items, partial
+      // slots), for inspecting what the planner chose.
+      .def_prop_ro("plan_counts",
+                   [](const BatchPrefill& p) {
+                     const Plan& plan = p.last_plan();
+                     return nb::make_tuple(plan.work_items.size(), plan.item_heads,
+                                           plan.merge_items.size(), plan.num_partial_slots);
+                   })
       .def_prop_ro("max_partial_slots", &BatchPrefill::max_partial_slots)
       .def_prop_ro("workspace_size", &BatchPrefill::workspace_size);
 }

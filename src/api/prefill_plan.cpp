@@ -15,6 +15,15 @@ namespace {
 
 const char* const kWhat = "BatchPrefill";
 
+// What a work item costs beyond its rows and KV, in the KV bytes (16-bit K and V of one KV
+// head) one CTA streams meanwhile: page ids, the first KV tile and the partial state's write
+// are round trips the item's own KV cannot hide. Priced at one row per packed row alone (4
+// tokens for a q1 item of 32 / 8 heads), fill splits cut each chunk a few pages short and left
+// the short tails to the CTAs that had one chunk: b64 q1 kv1024 ran 104.1 us against 87.6
+// without any split, ~3.7 us a tail (docs/perf.md, twenty-fifth session). As in the decode
+// planner (src/api/decode_config.cpp); 128 tokens at head_dim 128.
+constexpr double kItemOverheadBytes = 64 * 1024;
+
 }  // namespace
 
 int32_t* request_table(std::byte* region, const WorkspaceLayout& layout, int max_batch,
@@ -162,6 +171,8 @@ void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm, Pre
   // The kernel's CTAs take the work items from one queue (kernels/prefill.cuh).
   options.one_queue = true;
   options.kv_tile = out.tiles.kv_tile;
+  options.item_cost = static_cast<float>(
+      kItemOverheadBytes / (2.0 * (c.head_dim_qk + problem.head_dim_vo)));  // beta = 1 a token
   plan(problem, {num_sms, ctas_per_sm}, options, out.plan);
 }
 

@@ -93,11 +93,12 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
   const auto in_range = [](float coefficient) {
     return coefficient >= 0.0f && coefficient <= kMaxCostCoefficient;  // false for NaN
   };
-  FLARE_CHECK(in_range(options.alpha) && in_range(options.beta) &&
+  FLARE_CHECK(in_range(options.alpha) && in_range(options.beta) && in_range(options.item_cost) &&
                   std::max(options.alpha, options.beta) >= kMinCostCoefficient,
               ErrorCode::kInvalidArgument, "plan: cost coefficients must lie in [0, ",
-              kMaxCostCoefficient, "] with at least one >= ", kMinCostCoefficient,
-              " (costs use 1/65536 units), got alpha=", options.alpha, " beta=", options.beta);
+              kMaxCostCoefficient, "] with alpha or beta >= ", kMinCostCoefficient,
+              " (costs use 1/65536 units), got alpha=", options.alpha, " beta=", options.beta,
+              " item_cost=", options.item_cost);
 }
 
 int64_t round_up(int64_t value, int64_t multiple) {
@@ -164,16 +165,19 @@ int64_t even_kv_chunk(std::span<const plan_detail::Tile> tiles,
 }
 
 // Whether a one-queue plan's chunks need no Algorithm 1 (kQueueEntriesPerCta). A chunk has at
-// most query_tile rows; the mean load counts each tile's rows once (a lower bound).
-bool queue_balances(const plan_detail::TileSummary& summary, const PlanProblem& problem,
-                    const PlanOptions& options, int query_tile, int64_t kv_chunk,
-                    int64_t resident_ctas) {
+// most query_tile rows; the mean load counts each tile's rows and item cost once (a lower
+// bound).
+bool queue_balances(const plan_detail::TileSummary& summary, int64_t tile_count,
+                    const PlanProblem& problem, const PlanOptions& options, int query_tile,
+                    int64_t kv_chunk, int64_t resident_ctas) {
   const double alpha = options.alpha;
   const double beta = options.beta;
-  const double longest =
-      alpha * query_tile + beta * static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk));
+  const double longest = alpha * query_tile +
+                         beta * static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk)) +
+                         options.item_cost;
   const double total = (alpha * static_cast<double>(summary.total_rows) +
-                        beta * static_cast<double>(summary.total_kv)) *
+                        beta * static_cast<double>(summary.total_kv) +
+                        options.item_cost * static_cast<double>(tile_count)) *
                        problem.num_kv_heads;
   return longest * static_cast<double>(kQueueEntriesPerCta * resident_ctas) <= total;
 }
@@ -182,7 +186,7 @@ bool queue_balances(const plan_detail::TileSummary& summary, const PlanProblem& 
 // ends within Algorithm 1's fill target of its mean load. Entry j starts when a CTA frees:
 // at the launch while j < resident CTAs, else no later than (the cost of the entries before j)
 // / resident CTAs, since every CTA is busy until the first one frees; it ends its own cost
-// later. When the latest such end stays within 2% above the mean plus the row cost of one item
+// later. When the latest such end stays within 2% above the mean plus the fixed cost of one item
 // (the slack Algorithm 1 allows before a fill split), Algorithm 1 cannot balance better by
 // more than that. One pass over the items: a long causal request (b1 q4096, 1,024 entries)
 // plans in a tenth of the time Algorithm 1 takes (docs/perf.md, twenty-fourth session).
@@ -195,15 +199,16 @@ bool queue_ends_near_mean(const Plan& queue, const PlanOptions& options, int64_t
   double latest = 0;    // bound on the latest end so far
   int64_t entries = 0;  // through this item's last head
   for (const WorkItem& item : queue.work_items) {
-    const double cost =
-        alpha * (item.row_end - item.row_begin) + beta * (item.kv_end - item.kv_begin);
+    const double cost = alpha * (item.row_end - item.row_begin) +
+                        beta * (item.kv_end - item.kv_begin) + options.item_cost;
     before += heads_after_first * cost;  // the item's last head ends last
     entries += queue.item_heads;
     latest = std::max(latest, (entries > resident_ctas ? before / ctas : 0.0) + cost);
     before += cost;
   }
   const double mean = before / ctas;
-  return latest <= mean + mean / plan_detail::kFillToleranceInverse + alpha * queue.query_tile;
+  return latest <= mean + mean / plan_detail::kFillToleranceInverse + alpha * queue.query_tile +
+                       options.item_cost;
 }
 
 // Whether queue_ends_near_mean must fail, known from the tiles without building the queue: with
@@ -232,12 +237,15 @@ bool queue_cannot_end_near_mean(std::span<const plan_detail::Tile> tiles,
       count = plan_detail::chunk_count(tile.kv_begin, tile.kv_end, kv_chunk);
       shortest = std::min(first_end - tile.kv_begin, tile.kv_end - last_begin);
     }
-    cheapest = std::min(cheapest, alpha * rows + beta * static_cast<double>(shortest));
-    total += alpha * rows * static_cast<double>(count) + beta * static_cast<double>(length);
+    cheapest =
+        std::min(cheapest, alpha * rows + beta * static_cast<double>(shortest) + options.item_cost);
+    total += (alpha * rows + options.item_cost) * static_cast<double>(count) +
+             beta * static_cast<double>(length);
   }
   const double ctas = static_cast<double>(resident_ctas);
   const double mean = total * problem.num_kv_heads / ctas;
-  return cheapest * (1 - 1 / ctas) > mean / plan_detail::kFillToleranceInverse + alpha * query_tile;
+  return cheapest * (1 - 1 / ctas) >
+         mean / plan_detail::kFillToleranceInverse + alpha * query_tile + options.item_cost;
 }
 
 // Scratch kept per thread: planning each decode step reuses it and allocates nothing.
@@ -315,8 +323,8 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     // The queue alone when its longest entry is short against the mean load (no check needed)
     // or the queue's own order ends near the mean (few or skewed tiles: one pass to check).
     result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
-    const bool short_entries =
-        queue_balances(summary, problem, options, result.query_tile, kv_chunk, resident_ctas);
+    const bool short_entries = queue_balances(summary, tile_count, problem, options,
+                                              result.query_tile, kv_chunk, resident_ctas);
     if (short_entries || !queue_cannot_end_near_mean(tiles, problem, options, result.query_tile,
                                                      kv_chunk, chunks, resident_ctas)) {
       plan_detail::plan_queue(tiles,
@@ -335,6 +343,7 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   params.max_split_chunks = int64_t{2} * num_ctas;
   params.alpha = options.alpha;
   params.beta = options.beta;
+  params.item_cost = options.item_cost;
   params.kv_chunk = kv_chunk;
   const double busiest = plan_detail::assign_chunks(tiles, params, scratch.schedule);
   plan_detail::ScheduleScratch* chosen = &scratch.schedule;
@@ -351,7 +360,15 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   }
   result.kv_chunk = params.kv_chunk == kNoCuts ? summary.longest : params.kv_chunk;
   if (options.one_queue) {
-    plan_detail::emit_queue(tiles, options.kv_tile, *chosen, scratch.queue, result);
+    const bool fill_splits =
+        chosen->assigned_count != chosen->chunks.size() * static_cast<size_t>(problem.num_kv_heads);
+    if (fill_splits) {
+      plan_detail::emit_queue(tiles, options.kv_tile, *chosen, scratch.queue, result);
+    } else {  // the chunks as they are: the queue of them, an item for all KV heads
+      plan_detail::plan_queue(
+          tiles, {params.kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
+          scratch.tile_class, result);
+    }
   } else {
     plan_detail::emit_schedule(tiles, params, *chosen, result);
   }

@@ -1,13 +1,13 @@
 // Algorithm 1 of paper 001 with one refinement, the fill split.
 //
 // Algorithm 1: cut every tile's KV range into chunks of at most L_kv, take the chunks longest
-// first and give each to the least-loaded CTA (cost alpha * rows + beta * kv). Alone it can
-// leave the busiest CTA far above the mean: chunks are about as long as the mean load, so a
-// CTA that gets a second medium chunk ends up to ~2x the others (wave quantization; 1.43x for
-// a Zipf batch of 64 on 132 CTAs, docs/perf.md "Planner").
+// first and give each to the least-loaded CTA (cost alpha * rows + beta * kv + item_cost). Alone it
+// can leave the busiest CTA far above the mean: chunks are about as long as the mean load, so a CTA
+// that gets a second medium chunk ends up to ~2x the others (wave quantization; 1.43x for a Zipf
+// batch of 64 on 132 CTAs, docs/perf.md "Planner").
 //
 // Fill split (Stream-K's idea, which the paper credits): when the least-loaded CTA would go
-// past 1.02 x the mean load, plus the cost of one more item, by taking the next chunk, the
+// past 1.02 x the mean load, plus the fixed cost of one more item, by taking the next chunk, the
 // chunk is cut at the page boundary nearest to where that CTA reaches 1.02 x the mean; the
 // rest re-enters the longest-first order. A CTA takes at most one fill split, and a split
 // happens only while the chunks of split tiles stay within the budget of partial slots, so
@@ -163,13 +163,15 @@ class Scheduler {
       total_rows += rows * count;
       if (count > 1) split_chunks_ += count * params_.num_kv_heads;
     }
-    choose_cost_units(total_rows, total_kv, max_rows);
+    const auto chunks = static_cast<int64_t>(s_.chunks.size());
+    choose_cost_units(total_rows, total_kv, max_rows, chunks);
     for (Chunk& chunk : s_.chunks) {
       chunk.cost =
           cost(chunk.item.row_end - chunk.item.row_begin, chunk.item.kv_end - chunk.item.kv_begin);
     }
     const uint64_t total_cost = (alpha_units_ * static_cast<uint64_t>(total_rows) +
-                                 beta_units_ * static_cast<uint64_t>(total_kv)) *
+                                 beta_units_ * static_cast<uint64_t>(total_kv) +
+                                 item_units_ * static_cast<uint64_t>(chunks)) *
                                 static_cast<uint64_t>(params_.num_kv_heads);
     const uint64_t mean = total_cost / static_cast<uint64_t>(params_.num_ctas);
     fill_target_ = mean + mean / kFillToleranceInverse;
@@ -177,32 +179,38 @@ class Scheduler {
 
   // The finest cost unit 2^-f (f <= kCostFractionBits) at which every load, fill splits
   // included, fits the heap keys beside the CTA index.
-  void choose_cost_units(int64_t total_rows, int64_t total_kv, int64_t max_rows) {
+  void choose_cost_units(int64_t total_rows, int64_t total_kv, int64_t max_rows, int64_t chunks) {
     const double limit = std::ldexp(1.0, 63 - ctas_.index_bits());
     for (int bits = kCostFractionBits; bits >= 0; --bits) {
       const double alpha = std::round(std::ldexp(params_.alpha, bits));
       const double beta = std::round(std::ldexp(params_.beta, bits));
+      const double item = std::round(std::ldexp(params_.item_cost, bits));
       const double total =
-          (alpha * static_cast<double>(total_rows) + beta * static_cast<double>(total_kv)) *
+          (alpha * static_cast<double>(total_rows) + beta * static_cast<double>(total_kv) +
+           item * static_cast<double>(chunks)) *
               params_.num_kv_heads +
-          alpha * static_cast<double>(max_rows) * params_.num_ctas;
+          (alpha * static_cast<double>(max_rows) + item) * params_.num_ctas;
       if (total < limit) {
         fraction_bits_ = bits;
         alpha_units_ = static_cast<uint64_t>(alpha);
         beta_units_ = static_cast<uint64_t>(beta);
+        item_units_ = static_cast<uint64_t>(item);
         per_token_ = Divider(static_cast<int64_t>(beta_units_));
         return;
       }
     }
-    fail(ErrorCode::kUnsupported, "plan: the total cost alpha * rows + beta * kv of this batch (",
+    fail(ErrorCode::kUnsupported,
+         "plan: the total cost alpha * rows + beta * kv + item_cost * chunks of this batch (",
          params_.alpha * static_cast<double>(total_rows) +
-             params_.beta * static_cast<double>(total_kv),
+             params_.beta * static_cast<double>(total_kv) +
+             params_.item_cost * static_cast<double>(chunks),
          " per KV head) does not fit the 64-bit loads of ", params_.num_ctas,
-         " CTAs; lower alpha and beta");
+         " CTAs; lower alpha, beta and item_cost");
   }
 
   uint64_t cost(int64_t rows, int64_t kv) const {
-    return alpha_units_ * static_cast<uint64_t>(rows) + beta_units_ * static_cast<uint64_t>(kv);
+    return alpha_units_ * static_cast<uint64_t>(rows) + beta_units_ * static_cast<uint64_t>(kv) +
+           item_units_;
   }
 
   // Longest first; ties in generation order, i.e. (request, tile, chunk): one sort of packed
@@ -320,9 +328,9 @@ class Scheduler {
     const Tile& tile = tiles_[static_cast<size_t>(piece.tile)];
     const int64_t rows = tile.row_end - tile.row_begin;
     uint64_t piece_cost = cost(rows, piece.kv_end - piece.kv_begin);
-    // A split adds an item (alpha * rows more work): only worth it when the CTA would end
-    // more than that above the target.
-    const uint64_t item_cost = alpha_units_ * static_cast<uint64_t>(rows);
+    // A split adds an item (alpha * rows + item_cost more work): only worth it when the CTA
+    // would end more than that above the target.
+    const uint64_t item_cost = alpha_units_ * static_cast<uint64_t>(rows) + item_units_;
     if (params_.fill_split && load + piece_cost > fill_target_ + item_cost &&
         !s_.filled[static_cast<size_t>(cta)]) {
       const int64_t cut = fill_cut(load, rows, piece.kv_begin);
@@ -356,7 +364,7 @@ class Scheduler {
   // The page boundary nearest to where a CTA at `load` reaches the fill target with a chunk
   // of `rows` rows starting at kv_begin (at most kv_begin when it is already there).
   int64_t fill_cut(uint64_t load, int64_t rows, int64_t kv_begin) const {
-    const uint64_t used = load + alpha_units_ * static_cast<uint64_t>(rows);
+    const uint64_t used = load + alpha_units_ * static_cast<uint64_t>(rows) + item_units_;
     if (beta_units_ == 0 || used >= fill_target_) return kv_begin;
     const auto room = static_cast<int64_t>(per_token_(fill_target_ - used));
     const int64_t page = params_.page_size;
@@ -369,8 +377,9 @@ class Scheduler {
   CtaLoads ctas_;
   int64_t split_chunks_ = 0;  // chunks that belong to split tiles (= partial slots)
   int fraction_bits_ = kCostFractionBits;
-  uint64_t alpha_units_ = 0;  // alpha and beta in units of 2^-fraction_bits_
+  uint64_t alpha_units_ = 0;  // alpha, beta and item_cost in units of 2^-fraction_bits_
   uint64_t beta_units_ = 0;
+  uint64_t item_units_ = 0;
   uint64_t fill_target_ = 0;
   Divider per_token_{1};  // by beta_units_ (fill_cut)
   Divider page_;          // by the page size

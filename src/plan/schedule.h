@@ -54,6 +54,7 @@ struct ScheduleParams {
   int64_t max_split_chunks = 0;
   double alpha = 1.0;  // cost per row and per KV token of a chunk, each in [0, 2^20]
   double beta = 1.0;
+  double item_cost = 0.0;  // fixed cost of each work item, in [0, 2^20]
 };
 
 // Reusable buffers, so that planning every decode step allocates nothing but the Plan.
@@ -109,8 +110,8 @@ inline void sort_pieces_by_kv(int32_t* pieces, int32_t begin, int32_t end, const
 }
 
 // Assigns every chunk (and fill split) to a CTA, into `scratch`; returns the busiest CTA's
-// cost, alpha * rows + beta * kv (Plan::cta_cost). The caller has checked that every count fits
-// int32.
+// cost, alpha * rows + beta * kv + item_cost per item (Plan::cta_cost). The caller has checked that
+// every count fits int32.
 double assign_chunks(std::span<const Tile> tiles, const ScheduleParams& params,
                      ScheduleScratch& scratch);
 

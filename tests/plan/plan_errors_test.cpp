@@ -127,6 +127,15 @@ TEST(PlanErrors, DeviceAndOptions) {
         },
         ErrorCode::kInvalidArgument, "cost coefficients");
   }
+  for (const float item_cost : {-1.0f, 2e6f, std::numeric_limits<float>::quiet_NaN()}) {
+    options = {};
+    options.item_cost = item_cost;
+    expect_error(
+        [&] {
+          plan(p.problem, {8, 1}, options);
+        },
+        ErrorCode::kInvalidArgument, "item_cost=");
+  }
 }
 
 TEST(PlanErrors, WorkItemsBeyondInt32) {

@@ -77,9 +77,25 @@ TEST(OneQueue, ManyTilesGiveItemsCoveringEveryKvHeadInQueueOrder) {
   expect_even_split(result);
 }
 
-TEST(OneQueue, FewTilesKeepAlgorithmOnesPiecesInQueueOrder) {
-  // One append of 16 tokens on 32768: 8 tiles on 264 CTAs need cuts and fill splits.
-  LengthProblem p({16, 16}, {32768, 4096}, 32, 8, 128, 16, /*causal=*/true);
+// Every queue entry (an item under each of its item_heads KV heads) as (request, KV head,
+// rows, KV range).
+std::multiset<std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>> entries(
+    const Plan& plan) {
+  std::multiset<std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>> set;
+  for (const WorkItem& item : plan.work_items) {
+    for (int32_t h = 0; h < plan.item_heads; ++h) {
+      set.insert({item.request, item.kv_head + h, item.row_begin, item.row_end, item.kv_begin,
+                  item.kv_end});
+    }
+  }
+  return set;
+}
+
+TEST(OneQueue, FillSplitsKeepAlgorithmOnesPiecesInQueueOrder) {
+  // 64 one-row requests of 2048 tokens x 8 KV heads on 264 CTAs: two entries a CTA end 3% past
+  // the mean, and at item_cost 0 Algorithm 1 cuts fill splits.
+  LengthProblem p(std::vector<int32_t>(64, 1), std::vector<int32_t>(64, 2048), 32, 8, 128, 16,
+                  /*causal=*/false);
   const PlanOptions options = one_queue();
   const Plan result = plan(p.problem, kH100Prefill, options);
   ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, 264));
@@ -88,17 +104,24 @@ TEST(OneQueue, FewTilesKeepAlgorithmOnesPiecesInQueueOrder) {
   ASSERT_NO_FATAL_FAILURE(expect_queue_order(result, kKvTile));
   expect_even_split(result);
   // The same pieces as the per-CTA plan, in another order.
-  PlanOptions per_cta;
-  const Plan reference = plan(p.problem, kH100Prefill, per_cta);
-  const auto pieces = [](const Plan& plan) {
-    std::multiset<std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>> set;
-    for (const WorkItem& item : plan.work_items) {
-      set.insert(
-          {item.request, item.kv_head, item.row_begin, item.row_end, item.kv_begin, item.kv_end});
-    }
-    return set;
-  };
-  EXPECT_EQ(pieces(result), pieces(reference));
+  const Plan reference = plan(p.problem, kH100Prefill, PlanOptions{});
+  EXPECT_GT(reference.work_items.size(), 64u * 8) << "fill splits";
+  EXPECT_EQ(entries(result), entries(reference));
+  EXPECT_EQ(result.num_partial_slots, reference.num_partial_slots);
+}
+
+TEST(OneQueue, AlgorithmOnesChunksWithoutFillSplitsGiveItemsCoveringEveryKvHead) {
+  // The same append at the default costs: the cuts alone balance, no fill split is made, and
+  // the queue holds each chunk once for all 8 KV heads (8x fewer items to write and read).
+  LengthProblem p({16, 16}, {32768, 4096}, 32, 8, 128, 16, /*causal=*/true);
+  const PlanOptions options = one_queue();
+  const Plan result = plan(p.problem, kH100Prefill, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, 264));
+  EXPECT_EQ(result.item_heads, 8);
+  EXPECT_GT(result.merge_items.size(), 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_queue_order(result, kKvTile));
+  const Plan reference = plan(p.problem, kH100Prefill, PlanOptions{});
+  EXPECT_EQ(entries(result), entries(reference));
   EXPECT_EQ(result.num_partial_slots, reference.num_partial_slots);
 }
 
@@ -108,8 +131,7 @@ double queue_end_over_mean(const Plan& plan, const PlanOptions& options, int cta
   std::vector<double> ends(static_cast<size_t>(ctas), 0.0);
   double total = 0;
   for (const WorkItem& item : plan.work_items) {
-    const double cost = options.alpha * (item.row_end - item.row_begin) +
-                        options.beta * (item.kv_end - item.kv_begin);
+    const double cost = plan_testing::item_cost(item, options);
     for (int h = 0; h < plan.item_heads; ++h) {
       *std::min_element(ends.begin(), ends.end()) += cost;
       total += cost;
@@ -156,6 +178,37 @@ TEST(OneQueue, QueueOrdersEndingNearTheMeanSkipAlgorithmOne) {
   EXPECT_LT(queue_end_over_mean(split, small, 264), 1.03);
 }
 
+TEST(OneQueue, AnItemsFixedCostKeepsFillSplitsFromPilingTails) {
+  // The same 64 one-row requests as above. With an item's fixed cost at 128 tokens (the prefill
+  // wrapper's at head_dim 128), a fill split would leave a CTA a 48-token tail that costs more
+  // than the 3% it saves: the plan is the queue of whole tiles, an item for all 8 KV heads,
+  // and it ends within the fill tolerance plus one item under that cost.
+  LengthProblem p(std::vector<int32_t>(64, 1), std::vector<int32_t>(64, 2048), 32, 8, 128, 16,
+                  /*causal=*/false);
+  PlanOptions options = one_queue();
+  options.item_cost = 128;
+  const Plan result = plan(p.problem, kH100Prefill, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, 264));
+  EXPECT_EQ(result.item_heads, 8);
+  EXPECT_EQ(result.work_items.size(), 64u);
+  EXPECT_EQ(result.num_partial_slots, 0);
+  const double item = options.alpha * 4 + options.item_cost;
+  EXPECT_LE(queue_end_over_mean(result, options, 264), 1.02 + item / (2048 + item) / 1.94);
+  // At 8192 tokens the same 3% is worth a tail: fill splits, and the model's end improves.
+  LengthProblem longer(std::vector<int32_t>(64, 1), std::vector<int32_t>(64, 8192), 32, 8, 128, 16,
+                       /*causal=*/false);
+  const Plan split = plan(longer.problem, kH100Prefill, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(split, longer.problem, options, 264));
+  EXPECT_EQ(split.item_heads, 1);
+  EXPECT_GT(split.num_partial_slots, 0);
+  EXPECT_LT(queue_end_over_mean(split, options, 264), 1.025);
+  // The per-CTA plan records item_cost in each CTA's cost (check_plan sums it per item).
+  PlanOptions per_cta;
+  per_cta.item_cost = 128;
+  const Plan static_plan = plan(longer.problem, kH100Prefill, per_cta);
+  ASSERT_NO_FATAL_FAILURE(check_plan(static_plan, longer.problem, per_cta, 264));
+}
+
 TEST(OneQueue, FixedSplitSizeSlotsAreHeadMinorAndBatchInvariant) {
   PlanOptions options = one_queue();
   options.fixed_split_size = 100;  // rounded up to 112 (page 16)
@@ -174,11 +227,12 @@ TEST(OneQueue, FixedSplitSizeSlotsAreHeadMinorAndBatchInvariant) {
     }
   }
 
-  // Request 7 alone is a few tiles (Algorithm 1, item_heads 1): the same chunks.
+  // Request 7 alone is a few tiles (Algorithm 1, which makes no fill split under
+  // fixed_split_size: its chunks, an item for both KV heads): the same chunks.
   LengthProblem alone({4}, {1000}, 8, 2, 64, 16, /*causal=*/true);
   const Plan a = plan(alone.problem, {7, 1}, options);
   ASSERT_NO_FATAL_FAILURE(check_plan(a, alone.problem, options, 7));
-  EXPECT_EQ(a.item_heads, 1);
+  EXPECT_EQ(a.item_heads, 2);
   std::set<std::tuple<int32_t, int32_t, int32_t>> chunks_a;
   std::set<std::tuple<int32_t, int32_t, int32_t>> chunks_b;
   for (const WorkItem& item : a.work_items) {

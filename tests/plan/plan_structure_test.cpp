@@ -189,8 +189,8 @@ TEST(Ctas, MoreCtasThanWorkLeavesEmptyQueues) {
 // over all CTAs of the grid (the lowest CTAs, which the hardware starts first, get the longest),
 // and no fill split (every cut at a multiple of L_kv).
 TEST(Waves, ChunksAreCutForTheResidentCtasAndHandedOutLongestFirst) {
-  LengthProblem p(std::vector<int32_t>(64, 1), plan_testing::zipf_lengths(64, 2048, 5), 32, 8,
-                  128, 16);
+  LengthProblem p(std::vector<int32_t>(64, 1), plan_testing::zipf_lengths(64, 2048, 5), 32, 8, 128,
+                  16);
   PlanOptions one_wave;
   one_wave.alpha = 40.0f;  // the decode wrapper's per-item cost at D = 128, bf16 KV
   PlanOptions waves = one_wave;

@@ -98,7 +98,7 @@ inline std::vector<ExpectedTile> expected_tiles(const PlanProblem& problem, int 
 inline double item_cost(const WorkItem& item, const PlanOptions& options) {
   const double row_cost = static_cast<double>(options.alpha) * (item.row_end - item.row_begin);
   const double kv_cost = static_cast<double>(options.beta) * (item.kv_end - item.kv_begin);
-  return row_cost + kv_cost;
+  return row_cost + kv_cost + static_cast<double>(options.item_cost);
 }
 
 // Everything a plan from plan() promises (ASSERTs; call via ASSERT_NO_FATAL_FAILURE):
@@ -106,7 +106,8 @@ inline double item_cost(const WorkItem& item, const PlanOptions& options) {
 // chunks are disjoint and tile the tile's KV range, interior cuts are page aligned and chunks
 // at most kv_chunk long, unsplit tiles write through, split tiles have slots merged in KV
 // order (consecutive ones for item_heads 1), and the recorded CTA costs are the sums of their
-// items' costs (to the planner's 2^-16 rounding of alpha and beta; none for one-queue plans).
+// items' costs (to the planner's 2^-16 rounding of alpha, beta and item_cost; none for
+// one-queue plans).
 inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanOptions& options,
                        int expected_ctas) {
   ASSERT_EQ(plan.num_ctas, expected_ctas);

@@ -47,10 +47,13 @@ struct PlanOptions {
   // first. Meant for batches whose tiles outnumber the resident CTAs: fewer tiles are better
   // cut by a single wave's fill splits.
   int waves = 1;
-  // Cost of a chunk: alpha * rows + beta * KV tokens, in fixed point with 16 fraction bits
-  // (so loads add exactly). Each in [0, 2^20], at least one >= 2^-16.
-  float alpha = 1.0f;  // cost per query row of a chunk
-  float beta = 1.0f;   // cost per KV token of a chunk
+  // Cost of a chunk: alpha * rows + beta * KV tokens + item_cost, in fixed point with 16
+  // fraction bits (so loads add exactly). Each in [0, 2^20], alpha or beta >= 2^-16.
+  float alpha = 1.0f;      // cost per query row of a chunk
+  float beta = 1.0f;       // cost per KV token of a chunk
+  float item_cost = 0.0f;  // fixed cost of every work item (queue entry), whatever its size:
+                           // what a kernel pays per item in memory round trips its KV cannot
+                           // hide; it keeps fill splits from piling short tails on a CTA
   // Plan for a kernel whose CTAs take the work items from one queue in array order (BatchPrefill)
   // instead of from per-CTA lists; see "One-queue plans" at Plan. kv_tile (>= 1): the KV rows
   // the kernel loads per step, the unit of the queue order's length classes.
