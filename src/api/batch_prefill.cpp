@@ -31,6 +31,25 @@ const char* const kWhat = api_detail::kBatchPrefillWhat;
 
 }  // namespace
 
+size_t api_detail::shared_bytes_for_occupancy(cuda::Function function, int threads,
+                                              size_t shared_bytes, int ctas_per_sm,
+                                              size_t sm_shared_bytes,
+                                              size_t max_shared_bytes_per_block) {
+  // ctas_per_sm + 1 CTAs of sm_shared_bytes / (ctas_per_sm + 1) each, with the 1 KiB the
+  // hardware reserves per CTA, overflow the SM; then up in 1 KiB steps while more still fit
+  // (the reserve differs between GPUs). The function's dynamic shared memory limit is the
+  // device's (State::kernel), so any size up to it launches.
+  constexpr size_t kStep = 1024;
+  size_t padded = std::max(shared_bytes, sm_shared_bytes / static_cast<size_t>(ctas_per_sm + 1));
+  padded = (padded + kStep - 1) / kStep * kStep;
+  for (; padded <= max_shared_bytes_per_block; padded += kStep) {
+    const int fit = cuda::max_active_blocks_per_sm(function, threads, padded);
+    if (fit == ctas_per_sm) return padded;
+    if (fit < ctas_per_sm) break;
+  }
+  return shared_bytes;
+}
+
 BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_unique<State>()) {
   validate_prefill_config(config);
   State& s = *state_;

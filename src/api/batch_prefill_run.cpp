@@ -393,7 +393,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
     p.o = static_cast<unsigned char*>(o.data) + pass * pass_bytes;
     void* prefill_args[] = {&p};
     cuda::launch(kernel.function, grid, 1, 1, static_cast<unsigned>(kernel.specs.threads), 1, 1,
-                 static_cast<unsigned>(kernel.specs.shared_bytes), stream, prefill_args, pdl);
+                 static_cast<unsigned>(kernel.launch_shared_bytes), stream, prefill_args, pdl);
     if (!merge) continue;
     m.o = p.o;
     void* merge_args[] = {&m};

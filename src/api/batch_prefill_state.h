@@ -30,7 +30,21 @@ struct PrefillKernel {
   BatchPrefillKernels specs;
   cuda::Function function = nullptr;
   int ctas_per_sm = 0;
+  // Dynamic shared memory a launch asks for: specs.shared_bytes, padded where more than
+  // ctas_per_sm CTAs would fit an SM, so that no more do. Under programmatic dependent launch
+  // the next launch's CTAs become resident in whatever room the running grid leaves and wait
+  // there; where an SM had room for a third CTA, the next grid's first CTAs took one on every
+  // SM and its later ones piled where the running grid ended first, three on some SMs and one
+  // on others: b64 q1 kv2048 (16 x 64 tiles, 2 CTAs an SM planned, more fitting) ran 166 us
+  // back to back with PDL and 131 without (docs/perf.md, twenty-fifth session).
+  size_t launch_shared_bytes = 0;
 };
+
+// The dynamic shared memory at which `function` keeps exactly ctas_per_sm CTAs on an SM of
+// sm_shared_bytes (at least `shared_bytes`; `shared_bytes` itself when no padding does it).
+size_t shared_bytes_for_occupancy(cuda::Function function, int threads, size_t shared_bytes,
+                                  int ctas_per_sm, size_t sm_shared_bytes,
+                                  size_t max_shared_bytes_per_block);
 
 }  // namespace api_detail
 
@@ -113,12 +127,21 @@ struct BatchPrefill::State {
                 " bytes of shared memory, device ", config.device, " allows ",
                 props.max_shared_bytes_per_block_optin);
     k.function = jit::get_kernel(k.specs.prefill, "flare_prefill", config.device);
-    cuda::set_max_dynamic_shared(k.function, static_cast<int>(k.specs.shared_bytes));
+    // The device's limit, not the kernel's size: the function is shared by every BatchPrefill
+    // of its spec, and a launch may pad its shared memory (launch_shared_bytes).
+    cuda::set_max_dynamic_shared(k.function, props.max_shared_bytes_per_block_optin);
     const int fit =
         cuda::max_active_blocks_per_sm(k.function, k.specs.threads, k.specs.shared_bytes);
     FLARE_CHECK(fit >= 1, ErrorCode::kUnsupported, kWhat, ": the prefill kernel (",
                 k.specs.shared_bytes, " bytes of shared memory) does not fit one SM");
     k.ctas_per_sm = std::min(fit, max_ctas_per_sm);
+    k.launch_shared_bytes = k.specs.shared_bytes;
+    if (fit > k.ctas_per_sm) {
+      k.launch_shared_bytes = api_detail::shared_bytes_for_occupancy(
+          k.function, k.specs.threads, k.specs.shared_bytes, k.ctas_per_sm,
+          static_cast<size_t>(props.max_shared_bytes_per_sm),
+          static_cast<size_t>(props.max_shared_bytes_per_block_optin));
+    }
     return kernels.emplace(key, k).first->second;
   }
 };
