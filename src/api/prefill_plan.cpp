@@ -20,8 +20,10 @@ const char* const kWhat = "BatchPrefill";
 // are round trips the item's own KV cannot hide. Priced at one row per packed row alone (4
 // tokens for a q1 item of 32 / 8 heads), fill splits cut each chunk a few pages short and left
 // the short tails to the CTAs that had one chunk: b64 q1 kv1024 ran 104.1 us against 87.6
-// without any split, ~3.7 us a tail (docs/perf.md, twenty-fifth session). As in the decode
-// planner (src/api/decode_config.cpp); 128 tokens at head_dim 128.
+// without any split, ~3.7 us a tail. 96 KiB fixed b64 kv8192 (518.7 -> 493.1 us, the plan
+// without splits) but cost more elsewhere: b32 q8 kv2048 71.7 -> 106.7 (cut in two), b100 q1
+// kv2048 206.4 -> 230.0 (docs/perf.md, twenty-fifth session). As in the decode planner
+// (src/api/decode_config.cpp); 128 tokens at head_dim 128.
 constexpr double kItemOverheadBytes = 64 * 1024;
 
 }  // namespace
