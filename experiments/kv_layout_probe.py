@@ -6,28 +6,15 @@ cache layout at a time: K and V interleaved per page or as two tensors, pages sh
 order, programmatic dependent launch on or off (FLARE_PROBE_PDL=0 / 1 / both, default both).
 GPU machine, flare installed: python3 experiments/kv_layout_probe.py"""
 import os
-import statistics
 
 import torch
 
 import flare
+from eager_timing import time_runs
 
 D = torch.device("cuda:0")
 HQ, HK, DIM, PS = 32, 8, 128, 16
 PDL = {"0": (False,), "1": (True,)}.get(os.environ.get("FLARE_PROBE_PDL", ""), (False, True))
-
-
-def eager_us(w, q, kv, out, pdl):
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(50):
-            w.run(q, kv, out=out, enable_pdl=pdl)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / 50)
-    return statistics.median(times)
 
 
 ws = torch.empty(256 << 20, dtype=torch.uint8, device=D)
@@ -56,7 +43,8 @@ for batch, q_len, kv_len in ((64, 1, 2048), (64, 1, 8192), (16, 16, 4096)):
             assert torch.isfinite(out).all()
             results[label] = out.clone()
             for pdl in PDL:
-                t = min(eager_us(w, q, kv, out, pdl) for _ in range(2))
+                t = min(time_runs(lambda: w.run(q, kv, out=out, enable_pdl=pdl), 50)
+                        for _ in range(2))
                 print(f"| {batch} x {q_len} x {kv_len} | {label} | {order} | {pdl} | {t:.1f} |",
                       flush=True)
         assert torch.equal(results["interleaved"], results["two tensors"])

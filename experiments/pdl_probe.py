@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flare
+from eager_timing import time_runs
 
 HQ, HK, DIM, PAGE = 32, 8, 128, 16
 DTYPE = torch.bfloat16
@@ -27,19 +28,6 @@ def per_call_us(call, calls=200):
         stop.record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, stops)) * 1e3
-
-
-def back_to_back_us(call, calls=50):
-    times = []
-    for _ in range(5):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            call()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop) * 1e3 / calls)
-    return statistics.median(times)
 
 
 ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -59,7 +47,7 @@ for batch, kv_len in ((1, 32768), (16, 4096), (64, 8192)):
     cells = []
     for pdl in (False, True):
         call = lambda: w.run(q, cache, out=out, enable_pdl=pdl)  # noqa: E731
-        cells.append(f"{per_call_us(call):.1f} / {back_to_back_us(call):.1f}")
+        cells.append(f"{per_call_us(call):.1f} / {time_runs(call, 50):.1f}")
     cache = None
     sq = torch.randn(batch, HQ, 1, DIM, device="cuda", dtype=DTYPE)
     k = torch.randn(batch, HK, kv_len, DIM, device="cuda", dtype=DTYPE)
@@ -69,7 +57,7 @@ for batch, kv_len in ((1, 32768), (16, 4096), (64, 8192)):
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             return F.scaled_dot_product_attention(sq, k, v, enable_gqa=True)
 
-    cells.append(f"{per_call_us(sdpa):.1f} / {back_to_back_us(sdpa):.1f}")
+    cells.append(f"{per_call_us(sdpa):.1f} / {time_runs(sdpa, 50):.1f}")
     print(f"| decode b{batch} kv{kv_len} | " + " | ".join(cells) + " |", flush=True)
     k = v = None
     torch.cuda.empty_cache()
@@ -85,12 +73,12 @@ for length in (1024, 4096):
     cells = []
     for pdl in (False, True):
         call = lambda: w.run(q, k, v, out=out, enable_pdl=pdl)  # noqa: E731
-        cells.append(f"{per_call_us(call, 50):.1f} / {back_to_back_us(call, 20):.1f}")
+        cells.append(f"{per_call_us(call, 50):.1f} / {time_runs(call, 20):.1f}")
     sq, sk, sv = (t.view(16, length, 16, DIM).transpose(1, 2) for t in (q, k, v))
 
     def sdpa():
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             return F.scaled_dot_product_attention(sq, sk, sv, is_causal=True)
 
-    cells.append(f"{per_call_us(sdpa, 50):.1f} / {back_to_back_us(sdpa, 20):.1f}")
+    cells.append(f"{per_call_us(sdpa, 50):.1f} / {time_runs(sdpa, 20):.1f}")
     print(f"| prefill ragged causal b16 L{length} | " + " | ".join(cells) + " |", flush=True)

@@ -6,30 +6,17 @@ runs, median of 5) and the GPU time of each kernel it launches (torch.profiler, 
 Separates the attention kernel's time from the merge's and prices an extra item.
 GPU machine, flare installed: python3 experiments/split_cost_profile.py"""
 import collections
-import statistics
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import flare
+from eager_timing import time_runs
 
 D = torch.device("cuda:0")
 HQ, HK, DIM, PS = 32, 8, 128, 16
 SHAPES = [(64, 1, 1024), (64, 1, 2048), (64, 1, 8192), (100, 1, 2048), (150, 1, 8192),
           (16, 16, 4096), (8, 1, 8192)]
-
-
-def eager_us(w, q, kv, out):
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(50):
-            w.run(q, kv, out=out)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / 50)
-    return statistics.median(times)
 
 
 def kernel_us(w, q, kv, out, runs=20):
@@ -71,7 +58,7 @@ for batch, q_len, kv_len in SHAPES:
         torch.cuda.synchronize()
         assert torch.isfinite(out).all()
         items, heads, merges, slots = w._gpu.planned[0].plan_counts
-        t = min(eager_us(w, q, kv, out) for _ in range(2))
+        t = min(time_runs(lambda: w.run(q, kv, out=out), 50) for _ in range(2))
         kernels = kernel_us(w, q, kv, out)
         ks = ", ".join(f"{k} {v:.1f}" for k, v in sorted(kernels.items(), key=lambda x: -x[1]))
         print(f"| {batch} x {q_len} x {kv_len} | {label} | {items} x {heads} / {merges} / {slots} "

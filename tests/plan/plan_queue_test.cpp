@@ -111,8 +111,9 @@ TEST(OneQueue, FillSplitsKeepAlgorithmOnesPiecesInQueueOrder) {
 }
 
 TEST(OneQueue, AlgorithmOnesChunksWithoutFillSplitsGiveItemsCoveringEveryKvHead) {
-  // The same append at the default costs: the cuts alone balance, no fill split is made, and
-  // the queue holds each chunk once for all 8 KV heads (8x fewer items to write and read).
+  // One append of 16 tokens on 32768 and one on 4096: 8 tiles on 264 CTAs need cuts, after
+  // which no fill split is made, and the queue holds each chunk once for all 8 KV heads (8x
+  // fewer items to write and read than Algorithm 1's pieces).
   LengthProblem p({16, 16}, {32768, 4096}, 32, 8, 128, 16, /*causal=*/true);
   const PlanOptions options = one_queue();
   const Plan result = plan(p.problem, kH100Prefill, options);

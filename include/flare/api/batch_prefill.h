@@ -185,8 +185,10 @@ class BatchPrefill {
   // (`flare plan-latency`: causal, q_len = kv_len uniform in [1, 2047], 32 / 8 heads, D 128,
   // page 16, 128 x 64 tiles on an H100's 264 CTAs; one core of a 2-core AMD EPYC VM): batch 1
   // ~1 us, batch 64 ~16 us (2304 items), batch 256 ~58 us; O(batch + tiles). Few or skewed
-  // tiles whose queue order would end past the mean take Algorithm 1 and a sort of its pieces
-  // instead (batch 1, some steps: ~9 us, 240 items).
+  // tiles whose queue order would end past the mean take Algorithm 1 (an item priced at 64 KiB
+  // of KV beyond its rows and tokens, so that fill splits do not pile short tails on a CTA) and,
+  // where it made fill splits, a sort of its pieces (batch 1, some steps: ~9 us, 240 items);
+  // without fill splits the queue of its chunks (b64 q1 kv2048: ~7 us, 64 items).
   // Throws kInvalidArgument (malformed arrays naming them, bounds, more KV than a captured
   // run's tensors hold), kWorkspaceTooSmall.
   void plan(std::span<const int32_t> qo_indptr, std::span<const int32_t> kv_indptr,
