@@ -139,7 +139,7 @@ struct Plan {
   // tile's partial states as one contiguous range); not with item_heads > 1, see below.
   std::vector<int32_t> merge_slots;
   int32_t num_partial_slots = 0;
-  std::vector<double> cta_cost;  // alpha * rows + beta * kv per CTA (for balance checks)
+  std::vector<double> cta_cost;  // alpha * rows + beta * kv + item_cost per CTA (balance)
   // KV heads one work item covers: item i stands for the queue entries i * item_heads + h,
   // h < item_heads, each the item under KV head kv_head + h writing partial slot
   // partial_slot + h when split. 1 except in one-queue plans of many items.
@@ -164,10 +164,11 @@ struct Plan {
 // batch of many tiles plans and copies num_kv_heads times fewer items. Split chunks then number
 // their slots head minor (merge_slots is no longer the identity). Otherwise (few or skewed
 // tiles) the queue is still taken when, under the cost model, its own order ends within
-// Algorithm 1's fill target (2% above the mean load plus one item's row cost): each entry
-// starts no later than the cost before it spread over the CTAs, one pass bounds the latest end
-// (a long causal request, b1 q4096 on 132 CTAs: 17 -> 1.5 us). Else Algorithm 1 with fill
-// splits cuts the pieces, which the queue order then sorts.
+// Algorithm 1's fill target (2% above the mean load plus one item's rows and item_cost): each
+// entry starts no later than the cost before it spread over the CTAs, one pass bounds the
+// latest end (a long causal request, b1 q4096 on 132 CTAs: 17 -> 1.5 us). Else Algorithm 1
+// runs: where it makes fill splits, its pieces (one KV head each) in the queue order; where it
+// makes none, the queue of its chunks as above (b64 q1 kv2048 on 264 CTAs: 64 items).
 //
 // Throws kUnsupported / kInvalidArgument with a message for problems no kernel handles.
 Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options = {});
