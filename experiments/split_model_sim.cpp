@@ -1,0 +1,203 @@
+// Issue 17 experiment: does a bandwidth-sharing model of the dynamic queue explain the GPU times
+// of split_vs_queue_sweep.py (q1 paged prefill, 16-bit, 32 / 8 heads, D 128, page 16, 264 CTAs)
+// where the planner's cost model (a fixed rate a CTA) does not? Each queue entry costs a fixed
+// time t_item, then streams its K/V (512 bytes a token) at min(r_max, BW / busy CTAs); a plan with
+// partial slots adds t_merge. Fits (r_max, BW, t_item, t_merge, t_launch) by grid search to the
+// measured default / no-split times and prints prediction against measurement.
+// Build (this machine): g++ -O2 -std=c++20 -Iinclude -I. experiments/split_model_sim.cpp
+//   -Lbuild -lflare -Wl,-rpath,$PWD/build -o /tmp/split_model_sim
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <vector>
+
+#include "flare/plan/plan.h"
+
+using namespace flare;
+
+namespace {
+
+struct Measured {
+  int batch, kv;
+  double split_us, no_split_us;  // twenty-fifth session, H200, call 10
+};
+
+const Measured kSweep[] = {
+    {40, 1024, 63.5, 59.7},    {40, 2048, 98.2, 107.8},   {40, 8192, 327.1, 399.0},
+    {64, 1024, 71.4, 71.3},    {64, 2048, 130.1, 130.0},  {64, 8192, 518.7, 491.7},
+    {100, 1024, 119.2, 118.9}, {100, 2048, 206.4, 226.0}, {100, 8192, 771.3, 862.2},
+    {150, 1024, 177.4, 158.8}, {150, 2048, 317.2, 302.9}, {150, 8192, 1182.5, 1172.9},
+    {200, 1024, 214.7, 215.1}, {200, 2048, 399.8, 416.1}, {200, 8192, 1528.7, 1606.3},
+    {300, 1024, 308.5, 308.3}, {300, 2048, 600.8, 607.1}, {300, 8192, 2370.9, 2374.9}};
+
+constexpr int kCtas = 264;
+constexpr double kTokenBytes = 512;
+
+struct Model {
+  double r_max;     // bytes / us one CTA streams alone
+  double bw;        // bytes / us all CTAs together
+  double t_item;    // us an entry costs besides its bytes
+  double t_merge;   // us a plan with partial slots adds
+  double t_launch;  // us every run costs
+};
+
+// Entry lengths in queue order.
+std::vector<double> entries(const Plan& plan) {
+  std::vector<double> out;
+  for (const WorkItem& item : plan.work_items) {
+    for (int h = 0; h < plan.item_heads; ++h) out.push_back(item.kv_end - item.kv_begin);
+  }
+  return out;
+}
+
+// The dynamic queue under the model: event-driven, every busy CTA at the shared rate.
+double simulate(const std::vector<double>& lengths, bool merges, const Model& m) {
+  std::vector<double> fixed(kCtas, 0), bytes(kCtas, 0);
+  std::vector<bool> busy(kCtas, false);
+  size_t next = 0;
+  const auto take = [&](int c) {
+    if (next < lengths.size()) {
+      fixed[c] = m.t_item;
+      bytes[c] = lengths[next++] * kTokenBytes;
+      busy[c] = true;
+    } else {
+      busy[c] = false;
+    }
+  };
+  for (int c = 0; c < kCtas; ++c) take(c);
+  double now = 0;
+  for (;;) {
+    int streaming = 0;
+    int active = 0;
+    for (int c = 0; c < kCtas; ++c) {
+      active += busy[c];
+      streaming += busy[c] && fixed[c] <= 0;
+    }
+    if (active == 0) break;
+    const double rate = streaming ? std::min(m.r_max, m.bw / streaming) : 0;
+    double step = std::numeric_limits<double>::max();
+    for (int c = 0; c < kCtas; ++c) {
+      if (!busy[c]) continue;
+      step = std::min(step, fixed[c] > 0 ? fixed[c] : bytes[c] / rate);
+    }
+    now += step;
+    for (int c = 0; c < kCtas; ++c) {
+      if (!busy[c]) continue;
+      if (fixed[c] > 0) {
+        fixed[c] -= step;
+        if (fixed[c] < 1e-9) fixed[c] = 0;
+      } else {
+        bytes[c] -= step * rate;
+        if (bytes[c] < 1e-6) take(c);
+      }
+    }
+  }
+  return now + m.t_launch + (merges ? m.t_merge : 0);
+}
+
+struct Case {
+  std::vector<double> split, no_split;
+  bool split_merges;
+};
+
+}  // namespace
+
+int main() {
+  std::vector<Case> cases;
+  for (const Measured& s : kSweep) {
+    std::vector<int32_t> q(static_cast<size_t>(s.batch), 1), kv(static_cast<size_t>(s.batch), s.kv);
+    PlanProblem p;
+    p.qo_len = q;
+    p.kv_len = kv;
+    p.num_qo_heads = 32;
+    p.num_kv_heads = 8;
+    p.head_dim_qk = p.head_dim_vo = 128;
+    p.page_size = 16;
+    PlanOptions o;
+    o.one_queue = true;
+    o.kv_tile = 64;
+    o.query_tile = 16;
+    o.item_cost = 128;  // BatchPrefill's at D 128
+    const Plan split = plan(p, {132, 2}, o);
+    o.disable_split_kv = true;
+    const Plan whole = plan(p, {132, 2}, o);
+    cases.push_back({entries(split), entries(whole), split.num_partial_slots > 0});
+  }
+  Model best{};
+  double best_error = std::numeric_limits<double>::max();
+  for (double r_max : {24e3, 28e3, 32e3, 36e3, 40e3, 48e3})
+    for (double bw : {4.0e6, 4.2e6, 4.4e6, 4.6e6, 4.8e6})
+      for (double t_item : {1.0, 1.5, 2.0, 2.5, 3.0})
+        for (double t_merge : {4.0, 8.0, 12.0, 16.0})
+          for (double t_launch : {2.0, 4.0, 6.0, 8.0, 10.0}) {
+            const Model m{r_max, bw, t_item, t_merge, t_launch};
+            double error = 0;
+            for (size_t i = 0; i < cases.size(); ++i) {
+              const double a = simulate(cases[i].split, cases[i].split_merges, m);
+              const double b = simulate(cases[i].no_split, false, m);
+              error += std::pow(std::log(a / kSweep[i].split_us), 2) +
+                       std::pow(std::log(b / kSweep[i].no_split_us), 2);
+            }
+            if (error < best_error) {
+              best_error = error;
+              best = m;
+            }
+          }
+  std::printf(
+      "fit: r_max %.1f GB/s, BW %.2f TB/s, t_item %.1f us, t_merge %.1f us, "
+      "t_launch %.1f us (rms log error %.3f)\n",
+      best.r_max / 1e3, best.bw / 1e6, best.t_item, best.t_merge, best.t_launch,
+      std::sqrt(best_error / (2 * cases.size())));
+  std::printf(
+      "| b x kv | split: model / measured us | no split: model / measured | model "
+      "picks | faster measured |\n|---|---|---|---|---|\n");
+  int right = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const double a = simulate(cases[i].split, cases[i].split_merges, best);
+    const double b = simulate(cases[i].no_split, false, best);
+    const bool model_split = a < b;
+    const double gap = kSweep[i].no_split_us / kSweep[i].split_us;
+    const bool measured_split = gap > 1;
+    const bool tie = std::abs(gap - 1) < 0.02;
+    right += tie || model_split == measured_split;
+    std::printf("| %d x %d | %.1f / %.1f | %.1f / %.1f | %s | %s |\n", kSweep[i].batch,
+                kSweep[i].kv, a, kSweep[i].split_us, b, kSweep[i].no_split_us,
+                model_split ? "split" : "no split",
+                tie ? "tie" : (measured_split ? "split" : "no split"));
+  }
+  std::printf("model right (or within 2%%) on %d of %zu\n", right, cases.size());
+
+  // Out of sample: q16 / q8 batches (the Hopper family's 64 x 64 tiles, the mma.sync family's
+  // 32 x 64), the same model parameters.
+  const struct {
+    int batch, q, kv, tile;
+    double split_us, no_split_us;
+  } others[] = {{16, 16, 4096, 64, 91.9, 88.7},
+                {8, 16, 4096, 64, 52.4, 78.2},
+                {24, 16, 4096, 64, 150.1, 115.7},
+                {32, 8, 2048, 32, 71.7, 71.3}};
+  std::printf("| b x q x kv | split: model / measured us | no split: model / measured |\n");
+  for (const auto& s : others) {
+    std::vector<int32_t> q(static_cast<size_t>(s.batch), s.q),
+        kv(static_cast<size_t>(s.batch), s.kv);
+    PlanProblem p;
+    p.qo_len = q;
+    p.kv_len = kv;
+    p.num_qo_heads = 32;
+    p.num_kv_heads = 8;
+    p.head_dim_qk = p.head_dim_vo = 128;
+    p.page_size = 16;
+    PlanOptions o;
+    o.one_queue = true;
+    o.kv_tile = 64;
+    o.query_tile = s.tile;
+    o.item_cost = 128;
+    const Plan split = plan(p, {132, 2}, o);
+    o.disable_split_kv = true;
+    const Plan whole = plan(p, {132, 2}, o);
+    std::printf("| %d x %d x %d | %.1f / %.1f | %.1f / %.1f |\n", s.batch, s.q, s.kv,
+                simulate(entries(split), split.num_partial_slots > 0, best), s.split_us,
+                simulate(entries(whole), false, best), s.no_split_us);
+  }
+}
