@@ -101,28 +101,35 @@ struct Case {
   bool split_merges;
 };
 
+// BatchPrefill's default plan and its disable_split_kv plan of `batch` requests of q x kv
+// (paged 16-bit, 32 / 8 heads, D 128, page 16, query_tile x 64 tiles, 264 CTAs).
+Case plans_of(int batch, int q_len, int kv_len, int query_tile) {
+  const std::vector<int32_t> q(static_cast<size_t>(batch), q_len);
+  const std::vector<int32_t> kv(static_cast<size_t>(batch), kv_len);
+  PlanProblem p;
+  p.qo_len = q;
+  p.kv_len = kv;
+  p.num_qo_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim_qk = p.head_dim_vo = 128;
+  p.page_size = 16;
+  PlanOptions o;
+  o.one_queue = true;
+  o.kv_tile = 64;
+  o.query_tile = query_tile;
+  o.item_cost = 128;  // BatchPrefill's at D 128
+  const Plan split = plan(p, {132, 2}, o);
+  o.disable_split_kv = true;
+  const Plan whole = plan(p, {132, 2}, o);
+  return {entries(split), entries(whole), split.num_partial_slots > 0};
+}
+
 }  // namespace
 
 int main() {
   std::vector<Case> cases;
   for (const Measured& s : kSweep) {
-    std::vector<int32_t> q(static_cast<size_t>(s.batch), 1), kv(static_cast<size_t>(s.batch), s.kv);
-    PlanProblem p;
-    p.qo_len = q;
-    p.kv_len = kv;
-    p.num_qo_heads = 32;
-    p.num_kv_heads = 8;
-    p.head_dim_qk = p.head_dim_vo = 128;
-    p.page_size = 16;
-    PlanOptions o;
-    o.one_queue = true;
-    o.kv_tile = 64;
-    o.query_tile = 16;
-    o.item_cost = 128;  // BatchPrefill's at D 128
-    const Plan split = plan(p, {132, 2}, o);
-    o.disable_split_kv = true;
-    const Plan whole = plan(p, {132, 2}, o);
-    cases.push_back({entries(split), entries(whole), split.num_partial_slots > 0});
+    cases.push_back(plans_of(s.batch, 1, s.kv, 16));
   }
   Model best{};
   double best_error = std::numeric_limits<double>::max();
@@ -179,25 +186,9 @@ int main() {
                 {32, 8, 2048, 32, 71.7, 71.3}};
   std::printf("| b x q x kv | split: model / measured us | no split: model / measured |\n");
   for (const auto& s : others) {
-    std::vector<int32_t> q(static_cast<size_t>(s.batch), s.q),
-        kv(static_cast<size_t>(s.batch), s.kv);
-    PlanProblem p;
-    p.qo_len = q;
-    p.kv_len = kv;
-    p.num_qo_heads = 32;
-    p.num_kv_heads = 8;
-    p.head_dim_qk = p.head_dim_vo = 128;
-    p.page_size = 16;
-    PlanOptions o;
-    o.one_queue = true;
-    o.kv_tile = 64;
-    o.query_tile = s.tile;
-    o.item_cost = 128;
-    const Plan split = plan(p, {132, 2}, o);
-    o.disable_split_kv = true;
-    const Plan whole = plan(p, {132, 2}, o);
+    const Case c = plans_of(s.batch, s.q, s.kv, s.tile);
     std::printf("| %d x %d x %d | %.1f / %.1f | %.1f / %.1f |\n", s.batch, s.q, s.kv,
-                simulate(entries(split), split.num_partial_slots > 0, best), s.split_us,
-                simulate(entries(whole), false, best), s.no_split_us);
+                simulate(c.split, c.split_merges, best), s.split_us,
+                simulate(c.no_split, false, best), s.no_split_us);
   }
 }
