@@ -99,7 +99,27 @@ double simulate(const std::vector<double>& lengths, bool merges, const Model& m)
 struct Case {
   std::vector<double> split, no_split;
   bool split_merges;
+  // Per-CTA loads of the same two plans as Algorithm 1 assigns them (cost units: tokens, plus
+  // alpha x rows and item_cost an item), for the tail replay below.
+  std::vector<double> split_loads, no_split_loads;
 };
+
+// The cheap variant plan() could afford: the CTAs' final loads under the fixed-rate model,
+// replayed under rate sharing (between consecutive CTA ends the n still busy stream at
+// min(r_max, BW / n)): O(CTAs log CTAs) instead of an event per entry.
+double replay(std::vector<double> loads, bool merges, const Model& m) {
+  std::sort(loads.begin(), loads.end());
+  double now = 0;
+  double done = 0;  // tokens every still-busy CTA has streamed
+  const auto n = static_cast<double>(loads.size());
+  for (size_t i = 0; i < loads.size(); ++i) {
+    const double busy = n - static_cast<double>(i);
+    const double rate = std::min(m.r_max, m.bw / busy) / kTokenBytes;  // tokens / us
+    now += (loads[i] - done) / rate;
+    done = loads[i];
+  }
+  return now + m.t_launch + (merges ? m.t_merge : 0);
+}
 
 // BatchPrefill's default plan and its disable_split_kv plan of `batch` requests of q x kv
 // (paged 16-bit, 32 / 8 heads, D 128, page 16, query_tile x 64 tiles, 264 CTAs).
@@ -119,9 +139,15 @@ Case plans_of(int batch, int q_len, int kv_len, int query_tile) {
   o.query_tile = query_tile;
   o.item_cost = 128;  // BatchPrefill's at D 128
   const Plan split = plan(p, {132, 2}, o);
+  PlanOptions per_cta = o;
+  per_cta.one_queue = false;
+  const Plan split_static = plan(p, {132, 2}, per_cta);
   o.disable_split_kv = true;
+  per_cta.disable_split_kv = true;
   const Plan whole = plan(p, {132, 2}, o);
-  return {entries(split), entries(whole), split.num_partial_slots > 0};
+  const Plan whole_static = plan(p, {132, 2}, per_cta);
+  return {entries(split), entries(whole), split.num_partial_slots > 0, split_static.cta_cost,
+          whole_static.cta_cost};
 }
 
 }  // namespace
@@ -175,6 +201,41 @@ int main() {
   }
   std::printf("model right (or within 2%%) on %d of %zu\n", right, cases.size());
 
+  // The replay: its own fit (t_item is in the loads as item_cost tokens).
+  Model replay_best{};
+  double replay_error = std::numeric_limits<double>::max();
+  for (double r_max = 16e3; r_max <= 64e3; r_max += 2e3)
+    for (double bw = 3.6e6; bw <= 5.0e6; bw += 0.1e6)
+      for (double t_merge : {0.0, 4.0, 8.0, 12.0, 16.0})
+        for (double t_launch : {0.0, 2.0, 4.0, 6.0, 8.0, 10.0}) {
+          const Model m{r_max, bw, 0, t_merge, t_launch};
+          double error = 0;
+          for (size_t i = 0; i < cases.size(); ++i) {
+            error +=
+                std::pow(std::log(replay(cases[i].split_loads, cases[i].split_merges, m) /
+                                  kSweep[i].split_us),
+                         2) +
+                std::pow(
+                    std::log(replay(cases[i].no_split_loads, false, m) / kSweep[i].no_split_us), 2);
+          }
+          if (error < replay_error) {
+            replay_error = error;
+            replay_best = m;
+          }
+        }
+  int replay_right = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const bool model_split = replay(cases[i].split_loads, cases[i].split_merges, replay_best) <
+                             replay(cases[i].no_split_loads, false, replay_best);
+    const double gap = kSweep[i].no_split_us / kSweep[i].split_us;
+    replay_right += std::abs(gap - 1) < 0.02 || model_split == (gap > 1);
+  }
+  std::printf(
+      "replay of the static loads: r_max %.1f GB/s, BW %.2f TB/s, t_merge %.1f us, "
+      "t_launch %.1f us (rms log error %.3f); right (or within 2%%) on %d of %zu\n",
+      replay_best.r_max / 1e3, replay_best.bw / 1e6, replay_best.t_merge, replay_best.t_launch,
+      std::sqrt(replay_error / (2 * cases.size())), replay_right, cases.size());
+
   // Out of sample: q16 / q8 batches (the Hopper family's 64 x 64 tiles, the mma.sync family's
   // 32 x 64), the same model parameters.
   const struct {
@@ -187,8 +248,10 @@ int main() {
   std::printf("| b x q x kv | split: model / measured us | no split: model / measured |\n");
   for (const auto& s : others) {
     const Case c = plans_of(s.batch, s.q, s.kv, s.tile);
-    std::printf("| %d x %d x %d | %.1f / %.1f | %.1f / %.1f |\n", s.batch, s.q, s.kv,
-                simulate(c.split, c.split_merges, best), s.split_us,
-                simulate(c.no_split, false, best), s.no_split_us);
+    std::printf("| %d x %d x %d | %.1f / %.1f | %.1f / %.1f | replay %.1f / %.1f |\n", s.batch, s.q,
+                s.kv, simulate(c.split, c.split_merges, best), s.split_us,
+                simulate(c.no_split, false, best), s.no_split_us,
+                replay(c.split_loads, c.split_merges, replay_best),
+                replay(c.no_split_loads, false, replay_best));
   }
 }
