@@ -33,10 +33,10 @@ struct PrefillKernel {
   // Dynamic shared memory a launch asks for: specs.shared_bytes, padded where more than
   // ctas_per_sm CTAs would fit an SM, so that no more do. Under programmatic dependent launch
   // the next launch's CTAs become resident in whatever room the running grid leaves and wait
-  // there; where an SM had room for a third CTA, the next grid's first CTAs took one on every
-  // SM and its later ones piled where the running grid ended first, three on some SMs and one
-  // on others: b64 q1 kv2048 (16 x 64 tiles, 2 CTAs an SM planned, more fitting) ran 166 us
-  // back to back with PDL and 131 without (docs/perf.md, twenty-fifth session).
+  // there, so with room for a third CTA an SM the next grid can start unevenly spread (three
+  // CTAs on some SMs, one on others): b64 q1 kv2048 (16 x 64 tiles, 2 CTAs an SM planned, more
+  // fitting) ran 166 us back to back with PDL and 131 without; padded, 130 with PDL
+  // (docs/perf.md, twenty-fifth session).
   size_t launch_shared_bytes = 0;
 };
 
