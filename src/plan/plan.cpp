@@ -164,20 +164,36 @@ int64_t even_kv_chunk(std::span<const plan_detail::Tile> tiles,
   return kv_chunk;
 }
 
+// PlanOptions' cost model in doubles, for the one-queue checks below.
+struct QueueCost {
+  explicit QueueCost(const PlanOptions& options)
+      : alpha(options.alpha), beta(options.beta), item(options.item_cost) {}
+
+  // A chunk's (a queue entry's) cost.
+  double chunk(double rows, double kv) const { return alpha * rows + beta * kv + item; }
+  // How far above the mean load Algorithm 1 lets a CTA end before a fill split: 2% of the mean
+  // plus one item's fixed cost (a whole tile's rows and item_cost).
+  double fill_slack(double mean, int query_tile) const {
+    return mean / plan_detail::kFillToleranceInverse + alpha * query_tile + item;
+  }
+
+  double alpha;
+  double beta;
+  double item;
+};
+
 // Whether a one-queue plan's chunks need no Algorithm 1 (kQueueEntriesPerCta). A chunk has at
 // most query_tile rows; the mean load counts each tile's rows and item cost once (a lower
 // bound).
 bool queue_balances(const plan_detail::TileSummary& summary, int64_t tile_count,
                     const PlanProblem& problem, const PlanOptions& options, int query_tile,
                     int64_t kv_chunk, int64_t resident_ctas) {
-  const double alpha = options.alpha;
-  const double beta = options.beta;
-  const double longest = alpha * query_tile +
-                         beta * static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk)) +
-                         options.item_cost;
-  const double total = (alpha * static_cast<double>(summary.total_rows) +
-                        beta * static_cast<double>(summary.total_kv) +
-                        options.item_cost * static_cast<double>(tile_count)) *
+  const QueueCost cost(options);
+  const double longest =
+      cost.chunk(query_tile, static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk)));
+  const double total = (cost.alpha * static_cast<double>(summary.total_rows) +
+                        cost.beta * static_cast<double>(summary.total_kv) +
+                        cost.item * static_cast<double>(tile_count)) *
                        problem.num_kv_heads;
   return longest * static_cast<double>(kQueueEntriesPerCta * resident_ctas) <= total;
 }
@@ -191,24 +207,21 @@ bool queue_balances(const plan_detail::TileSummary& summary, int64_t tile_count,
 // more than that. One pass over the items: a long causal request (b1 q4096, 1,024 entries)
 // plans in a tenth of the time Algorithm 1 takes (docs/perf.md, twenty-fourth session).
 bool queue_ends_near_mean(const Plan& queue, const PlanOptions& options, int64_t resident_ctas) {
-  const double alpha = options.alpha;
-  const double beta = options.beta;
+  const QueueCost costs(options);
   const double heads_after_first = queue.item_heads - 1;
   const double ctas = static_cast<double>(resident_ctas);
   double before = 0;    // cost of the entries before this one
   double latest = 0;    // bound on the latest end so far
   int64_t entries = 0;  // through this item's last head
   for (const WorkItem& item : queue.work_items) {
-    const double cost = alpha * (item.row_end - item.row_begin) +
-                        beta * (item.kv_end - item.kv_begin) + options.item_cost;
+    const double cost = costs.chunk(item.row_end - item.row_begin, item.kv_end - item.kv_begin);
     before += heads_after_first * cost;  // the item's last head ends last
     entries += queue.item_heads;
     latest = std::max(latest, (entries > resident_ctas ? before / ctas : 0.0) + cost);
     before += cost;
   }
   const double mean = before / ctas;
-  return latest <= mean + mean / plan_detail::kFillToleranceInverse + alpha * queue.query_tile +
-                       options.item_cost;
+  return latest <= mean + costs.fill_slack(mean, queue.query_tile);
 }
 
 // Whether queue_ends_near_mean must fail, known from the tiles without building the queue: with
@@ -222,8 +235,7 @@ bool queue_cannot_end_near_mean(std::span<const plan_detail::Tile> tiles,
                                 int query_tile, int64_t kv_chunk, int64_t chunks,
                                 int64_t resident_ctas) {
   if (chunks * problem.num_kv_heads <= resident_ctas) return false;
-  const double alpha = options.alpha;
-  const double beta = options.beta;
+  const QueueCost cost(options);
   double total = 0;  // cost of every chunk, one KV head
   double cheapest = std::numeric_limits<double>::max();
   for (const plan_detail::Tile& tile : tiles) {
@@ -237,15 +249,13 @@ bool queue_cannot_end_near_mean(std::span<const plan_detail::Tile> tiles,
       count = plan_detail::chunk_count(tile.kv_begin, tile.kv_end, kv_chunk);
       shortest = std::min(first_end - tile.kv_begin, tile.kv_end - last_begin);
     }
-    cheapest =
-        std::min(cheapest, alpha * rows + beta * static_cast<double>(shortest) + options.item_cost);
-    total += (alpha * rows + options.item_cost) * static_cast<double>(count) +
-             beta * static_cast<double>(length);
+    cheapest = std::min(cheapest, cost.chunk(rows, static_cast<double>(shortest)));
+    total += (cost.alpha * rows + cost.item) * static_cast<double>(count) +
+             cost.beta * static_cast<double>(length);
   }
   const double ctas = static_cast<double>(resident_ctas);
   const double mean = total * problem.num_kv_heads / ctas;
-  return cheapest * (1 - 1 / ctas) >
-         mean / plan_detail::kFillToleranceInverse + alpha * query_tile + options.item_cost;
+  return cheapest * (1 - 1 / ctas) > cost.fill_slack(mean, query_tile);
 }
 
 // Scratch kept per thread: planning each decode step reuses it and allocates nothing.
