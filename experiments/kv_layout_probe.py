@@ -10,10 +10,10 @@ import os
 import torch
 
 import flare
+from paged_batch import DIM, HK, HQ, PS, paged_indices
 from eager_timing import time_runs
 
 D = torch.device("cuda:0")
-HQ, HK, DIM, PS = 32, 8, 128, 16
 PDL = {"0": (False,), "1": (True,)}.get(os.environ.get("FLARE_PROBE_PDL", ""), (False, True))
 
 
@@ -21,17 +21,12 @@ ws = torch.empty(256 << 20, dtype=torch.uint8, device=D)
 print("| b x q x kv | K/V | pages | PDL | run() us |")
 print("|---|---|---|---|---|")
 for batch, q_len, kv_len in ((64, 1, 2048), (64, 1, 8192), (16, 16, 4096)):
-    pages_per = (kv_len + PS - 1) // PS
-    num_pages = batch * pages_per
-    indptr = torch.arange(batch + 1, dtype=torch.int32) * pages_per
-    last = torch.full((batch,), (kv_len - 1) % PS + 1, dtype=torch.int32)
-    qo = torch.arange(batch + 1, dtype=torch.int32) * q_len
+    num_pages = batch * ((kv_len + PS - 1) // PS)
     q = torch.randn(batch * q_len, HQ, DIM, dtype=torch.float16, device=D)
     combined = torch.randn(num_pages, 2, PS, HK, DIM, dtype=torch.float16, device=D)
     separate = (combined[:, 0].contiguous(), combined[:, 1].contiguous())
     for order in ("shuffled", "in order"):
-        perm = torch.randperm(num_pages) if order == "shuffled" else torch.arange(num_pages)
-        indices = perm.to(torch.int32).to(D)
+        qo, indptr, indices, last = paged_indices(batch, q_len, kv_len, order == "shuffled")
         w = flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
         w.plan(qo, indptr, indices, last, HQ, HK, DIM, PS, causal=False,
                q_data_type=torch.float16, kv_data_type=torch.float16)

@@ -4,7 +4,8 @@ shapes (bf16, decode 32 / 8 heads page 16 pages in allocation order, tensor-core
 causal b16 h16). Per call: median of 200 calls with events around each (bench_python's eager);
 back to back: 50 calls between two events, median of 5.
 GPU machine, flare installed: python3 experiments/pdl_probe.py"""
-import statistics
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -13,21 +14,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flare
 from eager_timing import time_runs
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from bench_python import eager_us  # noqa: E402
+
 HQ, HK, DIM, PAGE = 32, 8, 128, 16
 DTYPE = torch.bfloat16
-
-
-def per_call_us(call, calls=200):
-    for _ in range(3):
-        call()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    stops = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    for start, stop in zip(starts, stops):
-        start.record()
-        call()
-        stop.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, stops)) * 1e3
 
 
 ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -47,7 +38,7 @@ for batch, kv_len in ((1, 32768), (16, 4096), (64, 8192)):
     cells = []
     for pdl in (False, True):
         call = lambda: w.run(q, cache, out=out, enable_pdl=pdl)  # noqa: E731
-        cells.append(f"{per_call_us(call):.1f} / {time_runs(call, 50):.1f}")
+        cells.append(f"{eager_us(call, 200):.1f} / {time_runs(call, 50):.1f}")
     cache = None
     sq = torch.randn(batch, HQ, 1, DIM, device="cuda", dtype=DTYPE)
     k = torch.randn(batch, HK, kv_len, DIM, device="cuda", dtype=DTYPE)
@@ -57,7 +48,7 @@ for batch, kv_len in ((1, 32768), (16, 4096), (64, 8192)):
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             return F.scaled_dot_product_attention(sq, k, v, enable_gqa=True)
 
-    cells.append(f"{per_call_us(sdpa):.1f} / {time_runs(sdpa, 50):.1f}")
+    cells.append(f"{eager_us(sdpa, 200):.1f} / {time_runs(sdpa, 50):.1f}")
     print(f"| decode b{batch} kv{kv_len} | " + " | ".join(cells) + " |", flush=True)
     k = v = None
     torch.cuda.empty_cache()
@@ -73,12 +64,12 @@ for length in (1024, 4096):
     cells = []
     for pdl in (False, True):
         call = lambda: w.run(q, k, v, out=out, enable_pdl=pdl)  # noqa: E731
-        cells.append(f"{per_call_us(call, 50):.1f} / {time_runs(call, 20):.1f}")
+        cells.append(f"{eager_us(call, 50):.1f} / {time_runs(call, 20):.1f}")
     sq, sk, sv = (t.view(16, length, 16, DIM).transpose(1, 2) for t in (q, k, v))
 
     def sdpa():
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             return F.scaled_dot_product_attention(sq, sk, sv, is_causal=True)
 
-    cells.append(f"{per_call_us(sdpa, 50):.1f} / {time_runs(sdpa, 20):.1f}")
+    cells.append(f"{eager_us(sdpa, 50):.1f} / {time_runs(sdpa, 20):.1f}")
     print(f"| prefill ragged causal b16 L{length} | " + " | ".join(cells) + " |", flush=True)

@@ -9,19 +9,15 @@ import pstats
 import torch
 
 import flare
+from paged_batch import DIM, HK, HQ, PS, paged_indices
 
 D = torch.device("cuda:0")
-HQ, HK, DIM, PS = 32, 8, 128, 16
 
 
 def wrapper_and_args(batch, q_len, kv_len):
-    pages_per = (kv_len + PS - 1) // PS
-    indptr = torch.arange(batch + 1, dtype=torch.int32) * pages_per
-    indices = torch.randperm(batch * pages_per).to(torch.int32).to(D)
-    last = torch.full((batch,), (kv_len - 1) % PS + 1, dtype=torch.int32)
-    qo = torch.arange(batch + 1, dtype=torch.int32) * q_len
     ws = torch.empty(256 << 20, dtype=torch.uint8, device=D)
-    return flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD"), (qo, indptr, indices, last)
+    return (flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD"),
+            paged_indices(batch, q_len, kv_len))
 
 
 for batch, q_len, kv_len, causal in ((1, 4096, 4096, True), (64, 1, 2048, False)):

@@ -10,6 +10,7 @@ import torch
 import flare
 from flare._tensors import host_index
 from flare import _prefill_gpu
+from paged_batch import DIM, HK, HQ, PS, paged_indices
 D = torch.device("cuda:0")
 
 def med(f, n=300):
@@ -19,15 +20,10 @@ def med(f, n=300):
     return statistics.median(ts)
 
 for batch, q_len, kv_len, causal in ((1, 4096, 4096, True), (4, 1024, 1024, True), (64, 1, 2048, False), (16, 16, 4096, False)):
-    hq, hk, d, ps = 32, 8, 128, 16
-    pages_per = (kv_len + ps - 1) // ps
-    indptr = torch.arange(batch + 1, dtype=torch.int32) * pages_per
-    indices = torch.randperm(batch * pages_per).to(torch.int32).to(D)
-    last = torch.full((batch,), (kv_len - 1) % ps + 1, dtype=torch.int32)
-    qo = torch.arange(batch + 1, dtype=torch.int32) * q_len
+    qo, indptr, indices, last = paged_indices(batch, q_len, kv_len)
     ws = torch.empty(256 << 20, dtype=torch.uint8, device=D)
     w = flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
-    f = lambda: w.plan(qo, indptr, indices, last, hq, hk, d, ps, causal=causal, q_data_type=torch.float16, kv_data_type=torch.float16)
+    f = lambda: w.plan(qo, indptr, indices, last, HQ, HK, DIM, PS, causal=causal, q_data_type=torch.float16, kv_data_type=torch.float16)
     whole = med(f)
     prefill = w._gpu.planned[0]
     hosts = (host_index(qo, "qo"), host_index(indptr, "kv"), host_index(last, "last"))

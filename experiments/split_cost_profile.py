@@ -11,10 +11,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import flare
+from paged_batch import DIM, HK, HQ, PS, paged_indices
 from eager_timing import time_runs
 
 D = torch.device("cuda:0")
-HQ, HK, DIM, PS = 32, 8, 128, 16
 SHAPES = [(64, 1, 1024), (64, 1, 2048), (64, 1, 8192), (100, 1, 2048), (150, 1, 8192),
           (16, 16, 4096), (8, 1, 8192)]
 
@@ -37,12 +37,8 @@ ws = torch.empty(256 << 20, dtype=torch.uint8, device=D)
 print("| b x q x kv | plan | items x heads / merges / slots | run() us | kernels (us) |")
 print("|---|---|---|---|---|")
 for batch, q_len, kv_len in SHAPES:
-    pages_per = (kv_len + PS - 1) // PS
-    indptr = torch.arange(batch + 1, dtype=torch.int32) * pages_per
-    indices = torch.randperm(batch * pages_per).to(torch.int32).to(D)
-    last = torch.full((batch,), (kv_len - 1) % PS + 1, dtype=torch.int32)
-    qo = torch.arange(batch + 1, dtype=torch.int32) * q_len
-    kv = torch.randn(batch * pages_per, 2, PS, HK, DIM, dtype=torch.float16, device=D)
+    qo, indptr, indices, last = paged_indices(batch, q_len, kv_len)
+    kv = torch.randn(indices.shape[0], 2, PS, HK, DIM, dtype=torch.float16, device=D)
     q = torch.randn(batch * q_len, HQ, DIM, dtype=torch.float16, device=D)
     w = flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
     modes = [("default", {}), ("no split", {"disable_split_kv": True}),

@@ -8,9 +8,9 @@ import statistics
 import torch
 
 import flare
+from paged_batch import DIM, HK, HQ, PS, paged_indices
 
 D = torch.device("cuda:0")
-HQ, HK, DIM, PS = 32, 8, 128, 16
 SHAPES = [(b, 1, kv) for b in (40, 64, 100, 150, 200, 300) for kv in (1024, 2048, 8192)]
 SHAPES += [(16, 16, 4096), (8, 16, 4096), (24, 16, 4096), (32, 8, 2048)]
 
@@ -32,12 +32,8 @@ ws = torch.empty(256 << 20, dtype=torch.uint8, device=D)
 print("| batch | q | kv | default us | no split us | no split / default |")
 print("|---|---|---|---|---|---|")
 for batch, q_len, kv_len in SHAPES:
-    pages_per = (kv_len + PS - 1) // PS
-    indptr = torch.arange(batch + 1, dtype=torch.int32) * pages_per
-    indices = torch.randperm(batch * pages_per).to(torch.int32).to(D)
-    last = torch.full((batch,), (kv_len - 1) % PS + 1, dtype=torch.int32)
-    qo = torch.arange(batch + 1, dtype=torch.int32) * q_len
-    kv = torch.randn(batch * pages_per, 2, PS, HK, DIM, dtype=torch.float16, device=D)
+    qo, indptr, indices, last = paged_indices(batch, q_len, kv_len)
+    kv = torch.randn(indices.shape[0], 2, PS, HK, DIM, dtype=torch.float16, device=D)
     q = torch.randn(batch * q_len, HQ, DIM, dtype=torch.float16, device=D)
     w = flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
     figures = {False: [], True: []}
