@@ -4,6 +4,7 @@
 #include "flare/plan/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "flare/core/error.h"
@@ -93,6 +94,15 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
   const auto in_range = [](float coefficient) {
     return coefficient >= 0.0f && coefficient <= kMaxCostCoefficient;  // false for NaN
   };
+  const PlanOptions::QueueRates& rates = options.queue_rates;
+  const bool rates_off = rates.cta == 0 && rates.device == 0 && rates.merge_us == 0;
+  FLARE_CHECK(rates_off || (rates.cta > 0 && rates.device > 0 && rates.merge_us >= 0 &&
+                            std::isfinite(rates.cta) && std::isfinite(rates.device) &&
+                            std::isfinite(rates.merge_us)),
+              ErrorCode::kInvalidArgument,
+              "plan: queue_rates must be all 0 (off) or cta > 0, device > 0 and merge_us >= 0, "
+              "finite, got cta=",
+              rates.cta, " device=", rates.device, " merge_us=", rates.merge_us);
   FLARE_CHECK(in_range(options.alpha) && in_range(options.beta) && in_range(options.item_cost) &&
                   std::max(options.alpha, options.beta) >= kMinCostCoefficient,
               ErrorCode::kInvalidArgument, "plan: cost coefficients must lie in [0, ",
@@ -263,6 +273,7 @@ struct PlannerScratch {
   std::vector<plan_detail::Tile> tiles;
   plan_detail::ScheduleScratch schedule;
   plan_detail::ScheduleScratch alternative;  // the even-chunk schedule plan() compares
+  plan_detail::ScheduleScratch whole;        // the whole-tile schedule (queue_rates)
   std::vector<uint8_t> tile_class;           // of one-queue plans
   plan_detail::QueueScratch queue;
 };
@@ -369,6 +380,25 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     }
   }
   result.kv_chunk = params.kv_chunk == kNoCuts ? summary.longest : params.kv_chunk;
+  if (options.one_queue && options.queue_rates.cta > 0 && params.fill_split &&
+      !chosen->split_pairs.empty()) {
+    // Algorithm 1 cut tiles. Under a fixed rate a CTA the queue of whole tiles ends later, but
+    // its last CTAs stream faster while the others idle, and the cut plan pays for partial
+    // states: replay both.
+    plan_detail::ScheduleParams whole_params = params;
+    whole_params.kv_chunk = kNoCuts;
+    whole_params.fill_split = false;
+    plan_detail::assign_chunks(tiles, whole_params, scratch.whole);
+    const PlanOptions::QueueRates& rates = options.queue_rates;
+    const double cut = plan_detail::replay_loads(*chosen, rates.cta, rates.device) + rates.merge_us;
+    if (plan_detail::replay_loads(scratch.whole, rates.cta, rates.device) <= cut) {
+      result.kv_chunk = summary.longest;
+      plan_detail::plan_queue(tiles,
+                              {kNoCuts, problem.num_kv_heads, options.kv_tile, result.num_ctas},
+                              scratch.tile_class, result);
+      return;
+    }
+  }
   if (options.one_queue) {
     const bool fill_splits =
         chosen->assigned_count != chosen->chunks.size() * static_cast<size_t>(problem.num_kv_heads);

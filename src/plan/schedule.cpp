@@ -393,6 +393,22 @@ double assign_chunks(std::span<const Tile> tiles, const ScheduleParams& params,
   return Scheduler(tiles, params, scratch).run();
 }
 
+double replay_loads(const ScheduleScratch& scratch, double cta_rate, double device_rate) {
+  thread_local std::vector<uint64_t> sorted;
+  sorted.assign(scratch.loads.begin(), scratch.loads.end());
+  std::sort(sorted.begin(), sorted.end());
+  const double unit = std::ldexp(1.0, -scratch.fraction_bits);
+  double time = 0;
+  uint64_t done = 0;  // cost every CTA still busy has completed
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] == done) continue;
+    const auto busy = static_cast<double>(sorted.size() - i);
+    time += static_cast<double>(sorted[i] - done) * unit / std::min(cta_rate, device_rate / busy);
+    done = sorted[i];
+  }
+  return time;
+}
+
 // Work items grouped by CTA (assignment order kept), then partial slots for split tiles:
 // consecutive per (tile, KV head), in increasing KV order, in (request, tile, kv_head) order: a
 // counting sort of the split pieces by (tile, KV head), then KV order within each (a few

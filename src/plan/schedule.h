@@ -115,6 +115,12 @@ inline void sort_pieces_by_kv(int32_t* pieces, int32_t begin, int32_t end, const
 double assign_chunks(std::span<const Tile> tiles, const ScheduleParams& params,
                      ScheduleScratch& scratch);
 
+// The time, in microseconds, of the CTAs' final loads in `scratch` when each CTA completes at
+// most cta_rate cost units a microsecond and all still busy at most device_rate together:
+// the loads sorted, and between consecutive ends the n CTAs still busy each at
+// min(cta_rate, device_rate / n). O(CTAs log CTAs).
+double replay_loads(const ScheduleScratch& scratch, double cta_rate, double device_rate);
+
 // Fills plan.cta_indptr, work_items, merge_indptr, merge_items, merge_slots,
 // num_partial_slots and cta_cost from the assignment in `scratch` (of the same tiles and
 // params).

@@ -127,6 +127,18 @@ TEST(PlanErrors, DeviceAndOptions) {
         },
         ErrorCode::kInvalidArgument, "cost coefficients");
   }
+  for (const PlanOptions::QueueRates rates :
+       {PlanOptions::QueueRates{1, 0, 0}, PlanOptions::QueueRates{0, 1, 0},
+        PlanOptions::QueueRates{1, 1, -1}, PlanOptions::QueueRates{0, 0, 5},
+        PlanOptions::QueueRates{std::numeric_limits<double>::infinity(), 1, 0}}) {
+    options = {};
+    options.queue_rates = rates;
+    expect_error(
+        [&] {
+          plan(p.problem, {8, 1}, options);
+        },
+        ErrorCode::kInvalidArgument, "queue_rates");
+  }
   for (const float item_cost : {-1.0f, 2e6f, std::numeric_limits<float>::quiet_NaN()}) {
     options = {};
     options.item_cost = item_cost;

@@ -210,6 +210,42 @@ TEST(OneQueue, AnItemsFixedCostKeepsFillSplitsFromPilingTails) {
   ASSERT_NO_FATAL_FAILURE(check_plan(static_plan, longer.problem, per_cta, 264));
 }
 
+TEST(OneQueue, QueueRatesKeepWholeTilesWhereTheirLastRoundStreamsFaster) {
+  // q1 batches on 264 CTAs at BatchPrefill's item cost, with the rates fitted to the H200 sweep
+  // (docs/perf.md, twenty-fifth session): 40 requests of 1024 tokens (320 entries, 56 CTAs with
+  // a second) end sooner whole, since the 56 stream at the bandwidth's share of 56, not of 264;
+  // at 8192 tokens the second round is long enough that Algorithm 1's cuts win.
+  PlanOptions options = one_queue();
+  options.item_cost = 128;
+  options.query_tile = 16;
+  const auto problem = [](int batch, int kv) {
+    return LengthProblem(std::vector<int32_t>(static_cast<size_t>(batch), 1),
+                         std::vector<int32_t>(static_cast<size_t>(batch), kv), 32, 8, 128, 16,
+                         /*causal=*/false);
+  };
+  LengthProblem short_kv = problem(40, 1024);
+  LengthProblem long_kv = problem(40, 8192);
+  ASSERT_GT(plan(short_kv.problem, kH100Prefill, options).num_partial_slots, 0)
+      << "without rates: cut";
+  options.queue_rates = {30e3 / 512, 4.6e6 / 512, 8};
+  const Plan whole = plan(short_kv.problem, kH100Prefill, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(whole, short_kv.problem, options, 264));
+  EXPECT_EQ(whole.num_partial_slots, 0);
+  EXPECT_EQ(whole.item_heads, 8);
+  EXPECT_EQ(whole.work_items.size(), 40u);
+  ASSERT_NO_FATAL_FAILURE(expect_queue_order(whole, kKvTile));
+  const Plan cut = plan(long_kv.problem, kH100Prefill, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(cut, long_kv.problem, options, 264));
+  EXPECT_GT(cut.num_partial_slots, 0);
+  // Without the merge's price the cut plan wins at 1024 too; fixed_split_size keeps its chunks.
+  options.queue_rates.merge_us = 0;
+  options.queue_rates.device = 1e12;  // no sharing: every CTA at `cta`
+  EXPECT_GT(plan(short_kv.problem, kH100Prefill, options).num_partial_slots, 0);
+  options.queue_rates = {30e3 / 512, 4.6e6 / 512, 8};
+  options.fixed_split_size = 512;
+  EXPECT_GT(plan(short_kv.problem, kH100Prefill, options).num_partial_slots, 0);
+}
+
 TEST(OneQueue, FixedSplitSizeSlotsAreHeadMinorAndBatchInvariant) {
   PlanOptions options = one_queue();
   options.fixed_split_size = 100;  // rounded up to 112 (page 16)

@@ -54,6 +54,19 @@ struct PlanOptions {
   float item_cost = 0.0f;  // fixed cost of every work item (queue entry), whatever its size:
                            // what a kernel pays per item in memory round trips its KV cannot
                            // hide; it keeps fill splits from piling short tails on a CTA
+  // Rates of the kernel for one-queue plans' split decision; all 0 (the default) = off. A CTA
+  // completes at most `cta` cost units a microsecond, all CTAs together at most `device`
+  // (memory-bound kernels: the memory's bandwidth, shared by the CTAs still busy), and a plan
+  // with partial slots costs `merge_us` more (the partial states and the merge launch). When
+  // set, a one-queue plan that Algorithm 1 cuts is compared with the queue of whole tiles: the
+  // CTAs' loads of each, replayed in order of their ends with the CTAs still busy sharing the
+  // rates, and the faster kept (docs/perf.md, twenty-fifth session: the replay orders every
+  // split decision measured on q1 batches of 40-300 on an H200).
+  struct QueueRates {
+    double cta = 0;
+    double device = 0;
+    double merge_us = 0;
+  } queue_rates;
   // Plan for a kernel whose CTAs take the work items from one queue in array order (BatchPrefill)
   // instead of from per-CTA lists; see "One-queue plans" at Plan. kv_tile (>= 1): the KV rows
   // the kernel loads per step, the unit of the queue order's length classes.
