@@ -145,7 +145,8 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
               paged ? " pages" : " tokens", " exceed max_total_kv=", c.max_total_kv,
               " (the staged copy of NVFP4 KV, sized at creation)");
   const api_detail::PrefillKernel& kernel = s.kernel(next.tiles);
-  api_detail::plan_prefill(c, s.plan_sms, kernel.ctas_per_sm, next);
+  api_detail::plan_prefill(c, s.plan_sms, kernel.ctas_per_sm, s.props.memory_peak_bytes_per_us,
+                           next);
 
   const cuda::DeviceScope scope(c.device);
   if (next.plan.num_partial_slots > s.workspace.layout().max_partial_slots) {

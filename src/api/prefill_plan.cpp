@@ -27,11 +27,12 @@ const char* const kWhat = "BatchPrefill";
 constexpr double kItemOverheadBytes = 64 * 1024;
 
 // The mma.sync family's 16-row tiles over 16-bit KV (decode-like batches) are memory-bound: a
-// CTA streams up to ~30 GB/s while few run, all together ~4.6 TB/s, and partial states with
-// their merge cost ~8 us (experiments/split_model_sim.cpp's replay fit to the q1 sweep of the
-// twenty-fifth session, H200; an H100's bandwidth is ~0.7x: not yet measured).
+// CTA streams up to ~30 GB/s while few run, all together ~0.96 of the DRAM's peak (4.6 TB/s
+// of an H200's 4.8), and partial states with their merge cost ~8 us
+// (experiments/split_model_sim.cpp's replay fit to the q1 sweep of the twenty-fifth session,
+// H200; the device rate scales with the GPU's peak).
 constexpr double kCtaBytesPerUs = 30e3;
-constexpr double kDeviceBytesPerUs = 4.6e6;
+constexpr double kDeviceShareOfPeak = 0.96;
 constexpr double kMergeUs = 8;
 
 }  // namespace
@@ -162,7 +163,8 @@ void validate_prefill_batch(const BatchPrefillConfig& c,
   out.mask_bytes = mask_bytes;
 }
 
-void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm, PrefillHostPlan& out) {
+void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm,
+                  double memory_peak_bytes_per_us, PrefillHostPlan& out) {
   PlanProblem problem;
   problem.qo_len = out.qo_len;
   problem.kv_len = out.kv_len;
@@ -181,11 +183,12 @@ void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm, Pre
   // The kernel's CTAs take the work items from one queue (kernels/prefill.cuh).
   options.one_queue = true;
   options.kv_tile = out.tiles.kv_tile;
-  const double token_bytes = 2.0 * (c.head_dim_qk + problem.head_dim_vo);  // 16-bit K and V
+  const double token_bytes = 2.0 * (c.head_dim_qk + problem.head_dim_vo);    // 16-bit K and V
   options.item_cost = static_cast<float>(kItemOverheadBytes / token_bytes);  // beta = 1 a token
-  if (!out.tiles.warpgroup && out.tiles.query_tile <= 16 && c.kv_dtype != DType::kU8) {
-    options.queue_rates = {kCtaBytesPerUs / token_bytes, kDeviceBytesPerUs / token_bytes,
-                           kMergeUs};
+  if (!out.tiles.warpgroup && out.tiles.query_tile <= 16 && c.kv_dtype != DType::kU8 &&
+      memory_peak_bytes_per_us > 0) {
+    options.queue_rates = {kCtaBytesPerUs / token_bytes,
+                           kDeviceShareOfPeak * memory_peak_bytes_per_us / token_bytes, kMergeUs};
   }
   plan(problem, {num_sms, ctas_per_sm}, options, out.plan);
 }

@@ -49,9 +49,10 @@ void validate_prefill_batch(const BatchPrefillConfig& config,
                             std::span<const int32_t> mask_indptr, PrefillHostPlan& out);
 
 // Plans out's batch at out.tiles for one queue (PlanOptions::one_queue) on num_sms SMs that
-// hold ctas_per_sm prefill CTAs each.
+// hold ctas_per_sm prefill CTAs each; memory_peak_bytes_per_us (DeviceProperties'; 0 = not
+// known) prices the memory-bound tiles' split decision (PlanOptions::queue_rates).
 void plan_prefill(const BatchPrefillConfig& config, int num_sms, int ctas_per_sm,
-                  PrefillHostPlan& out);
+                  double memory_peak_bytes_per_us, PrefillHostPlan& out);
 
 // Writes the plan region of planned.plan with the request tables into `staging`
 // (layout.plan_bytes long). Throws kWorkspaceTooSmall when the plan does not fit `layout`.

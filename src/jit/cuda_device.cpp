@@ -47,6 +47,9 @@ DeviceProperties query_properties(const driver::Api& d, int device) {
       attribute(d, driver::kAttrMaxSharedMemoryPerMultiprocessor, handle);
   props.registers_per_sm = attribute(d, driver::kAttrMaxRegistersPerMultiprocessor, handle);
   props.l2_bytes = attribute(d, driver::kAttrL2CacheSize, handle);
+  const double memory_khz = attribute(d, driver::kAttrMemoryClockRate, handle);
+  const double bus_bits = attribute(d, driver::kAttrGlobalMemoryBusWidth, handle);
+  props.memory_peak_bytes_per_us = memory_khz * 1e-3 * 2.0 * bus_bits / 8.0;
   size_t total = 0;
   check(d.cuDeviceTotalMem_v2(&total, handle), "cuDeviceTotalMem");
   props.global_bytes = static_cast<int64_t>(total);

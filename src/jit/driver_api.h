@@ -20,6 +20,8 @@ inline constexpr CUresult kErrorStubLibrary = 34;
 inline constexpr CUresult kErrorInvalidContext = 201;
 enum DeviceAttribute : int {
   kAttrMultiprocessorCount = 16,
+  kAttrMemoryClockRate = 36,       // kHz
+  kAttrGlobalMemoryBusWidth = 37,  // bits
   kAttrL2CacheSize = 38,
   kAttrMaxThreadsPerMultiprocessor = 39,
   kAttrComputeCapabilityMajor = 75,

@@ -66,6 +66,8 @@ TEST_F(JitTest, LoadsAndLaunchesAJitKernelOnTheDevice) {
   EXPECT_GE(props.cc_major, 7);
   EXPECT_GT(props.global_bytes, 0);
   EXPECT_GT(props.l2_bytes, 0);
+  // Every GPU flare runs on has at least 100 GB/s of DRAM (an H100: 3.35 TB/s).
+  EXPECT_GT(props.memory_peak_bytes_per_us, 100e3) << props.memory_peak_bytes_per_us;
   EXPECT_GT(props.registers_per_sm, 0);
   EXPECT_GE(props.max_shared_bytes_per_block_optin, 48 * 1024);
 

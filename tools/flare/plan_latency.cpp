@@ -61,7 +61,8 @@ constexpr int kDecodeSteps = 64;
 // as many for these configurations).
 constexpr size_t kSharedBytesPerSm = 228 * 1024;
 constexpr size_t kReservedSharedPerCta = 1024;
-constexpr int kMaxPrefillCtasPerSm = 2;  // BatchPrefill's cap
+constexpr int kMaxPrefillCtasPerSm = 2;         // BatchPrefill's cap
+constexpr double kH100PeakBytesPerUs = 3.35e6;  // HBM3 of an H100 SXM, as the driver reports it
 
 enum class Lengths { kUniform, kZipf, kConstant };
 
@@ -263,7 +264,7 @@ Row time_prefill(int64_t batch, Lengths lengths, int runs, int num_sms) {
                              kMaxPrefillCtasPerSm);
         }
         marks[1] = std::chrono::steady_clock::now();
-        flare::api_detail::plan_prefill(config, num_sms, ctas, host);
+        flare::api_detail::plan_prefill(config, num_sms, ctas, kH100PeakBytesPerUs, host);
         marks[2] = std::chrono::steady_clock::now();
         flare::api_detail::stage_prefill(host, layout, config.max_batch, a.qo_indptr, a.kv_indptr,
                                          a.last_page_len, staging.get());

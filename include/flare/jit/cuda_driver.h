@@ -35,6 +35,9 @@ struct DeviceProperties {
   int registers_per_sm = 0;
   int64_t l2_bytes = 0;
   int64_t global_bytes = 0;
+  // DRAM's peak bandwidth, bytes a microsecond: memory clock x 2 (double data rate) x bus
+  // width; 0 where the driver reports no clock or width.
+  double memory_peak_bytes_per_us = 0;
 };
 // Throws kNoCudaDevice when the driver or the device is missing.
 DeviceProperties device_properties(int device);
@@ -134,12 +137,10 @@ struct alignas(64) TensorMap {
 // Encodes a 3-D tiled map of 16-bit elements (bf16 or else f16) at `address`: dims innermost
 // first, the byte strides of dims 1 and 2 (multiples of 16), a box in elements whose innermost
 // extent is 128 bytes, 128-byte swizzle (the layout kernels/wgmma.cuh reads), zeros outside.
-void encode_tensor_map_3d(TensorMap& map, bool bf16, const void* address,
-                          const uint64_t (&dims)[3], const uint64_t (&strides)[2],
-                          const uint32_t (&box)[3]);
+void encode_tensor_map_3d(TensorMap& map, bool bf16, const void* address, const uint64_t (&dims)[3],
+                          const uint64_t (&strides)[2], const uint32_t (&box)[3]);
 // The same in 4-D (strides of dims 1 to 3).
-void encode_tensor_map_4d(TensorMap& map, bool bf16, const void* address,
-                          const uint64_t (&dims)[4], const uint64_t (&strides)[3],
-                          const uint32_t (&box)[4]);
+void encode_tensor_map_4d(TensorMap& map, bool bf16, const void* address, const uint64_t (&dims)[4],
+                          const uint64_t (&strides)[3], const uint32_t (&box)[4]);
 
 }  // namespace flare::cuda
