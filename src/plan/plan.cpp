@@ -273,10 +273,29 @@ struct PlannerScratch {
   std::vector<plan_detail::Tile> tiles;
   plan_detail::ScheduleScratch schedule;
   plan_detail::ScheduleScratch alternative;  // the even-chunk schedule plan() compares
-  plan_detail::ScheduleScratch whole;        // the whole-tile schedule (queue_rates)
   std::vector<uint8_t> tile_class;           // of one-queue plans
   plan_detail::QueueScratch queue;
 };
+
+// Whether every tile has the rows and the KV length of the first (and there is one).
+bool tiles_alike(std::span<const plan_detail::Tile> tiles) {
+  if (tiles.empty()) return false;
+  const int32_t rows = tiles.front().row_end - tiles.front().row_begin;
+  const int32_t kv = tiles.front().kv_end - tiles.front().kv_begin;
+  for (const plan_detail::Tile& tile : tiles) {
+    if (tile.row_end - tile.row_begin != rows || tile.kv_end - tile.kv_begin != kv) return false;
+  }
+  return true;
+}
+
+// The queue of whole tiles (plan_queue without cuts: an item for all KV heads).
+void plan_whole_queue(std::span<const plan_detail::Tile> tiles, const PlanProblem& problem,
+                      const PlanOptions& options, const plan_detail::TileSummary& summary,
+                      PlannerScratch& scratch, Plan& result) {
+  result.kv_chunk = summary.longest;
+  plan_detail::plan_queue(tiles, {kNoCuts, problem.num_kv_heads, options.kv_tile, result.num_ctas},
+                          scratch.tile_class, result);
+}
 
 }  // namespace
 
@@ -366,6 +385,30 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   params.beta = options.beta;
   params.item_cost = options.item_cost;
   params.kv_chunk = kv_chunk;
+  // Rates given and every tile alike (decode-like batches: where the choice pays): the queue
+  // of whole tiles is a candidate. Under a fixed rate a CTA it ends later than a cut plan, but
+  // its last CTAs stream faster while the others idle, and a cut plan pays for partial states:
+  // both are replayed under the rates. When the whole queue ends within the merge's cost of
+  // the soonest any plan can end (all its work at the CTAs' joint rate; cuts only add work),
+  // it is kept without running Algorithm 1.
+  const PlanOptions::QueueRates& rates = options.queue_rates;
+  const bool weigh_whole =
+      options.one_queue && rates.cta > 0 && params.fill_split && tiles_alike(tiles);
+  double whole_time = 0;
+  if (weigh_whole) {
+    const plan_detail::Tile& tile = tiles.front();
+    const double piece_cost = options.alpha * (tile.row_end - tile.row_begin) +
+                              options.beta * (tile.kv_end - tile.kv_begin) + options.item_cost;
+    const int64_t pieces = tile_count * problem.num_kv_heads;
+    whole_time = plan_detail::replay_equal_pieces(pieces, result.num_ctas, piece_cost, rates.cta,
+                                                  rates.device);
+    const double soonest = static_cast<double>(pieces) * piece_cost /
+                           std::min(rates.cta * result.num_ctas, rates.device);
+    if (whole_time <= soonest + rates.merge_us) {
+      plan_whole_queue(tiles, problem, options, summary, scratch, result);
+      return;
+    }
+  }
   const double busiest = plan_detail::assign_chunks(tiles, params, scratch.schedule);
   plan_detail::ScheduleScratch* chosen = &scratch.schedule;
   if (params.fill_split) {
@@ -380,24 +423,10 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     }
   }
   result.kv_chunk = params.kv_chunk == kNoCuts ? summary.longest : params.kv_chunk;
-  if (options.one_queue && options.queue_rates.cta > 0 && params.fill_split &&
-      !chosen->split_pairs.empty()) {
-    // Algorithm 1 cut tiles. Under a fixed rate a CTA the queue of whole tiles ends later, but
-    // its last CTAs stream faster while the others idle, and the cut plan pays for partial
-    // states: replay both.
-    plan_detail::ScheduleParams whole_params = params;
-    whole_params.kv_chunk = kNoCuts;
-    whole_params.fill_split = false;
-    plan_detail::assign_chunks(tiles, whole_params, scratch.whole);
-    const PlanOptions::QueueRates& rates = options.queue_rates;
-    const double cut = plan_detail::replay_loads(*chosen, rates.cta, rates.device) + rates.merge_us;
-    if (plan_detail::replay_loads(scratch.whole, rates.cta, rates.device) <= cut) {
-      result.kv_chunk = summary.longest;
-      plan_detail::plan_queue(tiles,
-                              {kNoCuts, problem.num_kv_heads, options.kv_tile, result.num_ctas},
-                              scratch.tile_class, result);
-      return;
-    }
+  if (weigh_whole && !chosen->split_pairs.empty() &&
+      whole_time <= plan_detail::replay_loads(*chosen, rates.cta, rates.device) + rates.merge_us) {
+    plan_whole_queue(tiles, problem, options, summary, scratch, result);
+    return;
   }
   if (options.one_queue) {
     const bool fill_splits =

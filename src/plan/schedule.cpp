@@ -409,6 +409,18 @@ double replay_loads(const ScheduleScratch& scratch, double cta_rate, double devi
   return time;
 }
 
+double replay_equal_pieces(int64_t pieces, int num_ctas, double piece_cost, double cta_rate,
+                           double device_rate) {
+  const int64_t rounds = pieces / num_ctas;
+  const int64_t last = pieces % num_ctas;  // CTAs with one piece more
+  const auto rate = [&](int64_t busy) {
+    return std::min(cta_rate, device_rate / static_cast<double>(busy));
+  };
+  double time = static_cast<double>(rounds) * piece_cost / rate(num_ctas);
+  if (last > 0) time += piece_cost / rate(last);
+  return time;
+}
+
 // Work items grouped by CTA (assignment order kept), then partial slots for split tiles:
 // consecutive per (tile, KV head), in increasing KV order, in (request, tile, kv_head) order: a
 // counting sort of the split pieces by (tile, KV head), then KV order within each (a few

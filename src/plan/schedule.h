@@ -121,6 +121,11 @@ double assign_chunks(std::span<const Tile> tiles, const ScheduleParams& params,
 // min(cta_rate, device_rate / n). O(CTAs log CTAs).
 double replay_loads(const ScheduleScratch& scratch, double cta_rate, double device_rate);
 
+// replay_loads for `pieces` pieces of equal cost (`piece_cost` units) taken by num_ctas CTAs
+// from one queue: every CTA takes pieces / num_ctas, the first pieces % num_ctas one more. O(1).
+double replay_equal_pieces(int64_t pieces, int num_ctas, double piece_cost, double cta_rate,
+                           double device_rate);
+
 // Fills plan.cta_indptr, work_items, merge_indptr, merge_items, merge_slots,
 // num_partial_slots and cta_cost from the assignment in `scratch` (of the same tiles and
 // params).

@@ -246,6 +246,40 @@ TEST(OneQueue, QueueRatesKeepWholeTilesWhereTheirLastRoundStreamsFaster) {
   EXPECT_GT(plan(short_kv.problem, kH100Prefill, options).num_partial_slots, 0);
 }
 
+TEST(OneQueue, QueueRatesWeighOnlyAlikeTilesAndKeepTheWholeQueueNearTheSoonestEnd) {
+  PlanOptions options = one_queue();
+  options.item_cost = 128;
+  options.query_tile = 16;
+  const auto problem = [](int batch, int kv, int kv_step) {
+    std::vector<int32_t> kv_len(static_cast<size_t>(batch));
+    for (int i = 0; i < batch; ++i) kv_len[static_cast<size_t>(i)] = kv + (i % 2) * kv_step;
+    return LengthProblem(std::vector<int32_t>(static_cast<size_t>(batch), 1), kv_len, 32, 8,
+                         128, 16, /*causal=*/false);
+  };
+  // 150 x 8 entries of 1024 tokens: four full rounds and 144 CTAs with a fifth, which stream
+  // near the bandwidth's share (the whole queue ends within the merge's price of all the work at
+  // full bandwidth: no Algorithm 1); 64 x 8 of 8192: the second round at full bandwidth.
+  for (const auto& [batch, kv] : {std::pair{150, 1024}, std::pair{64, 8192}}) {
+    LengthProblem p = problem(batch, kv, 0);
+    options.queue_rates = {};
+    ASSERT_GT(plan(p.problem, kH100Prefill, options).num_partial_slots, 0) << batch;
+    options.queue_rates = {30e3 / 512, 4.6e6 / 512, 8};
+    const Plan whole = plan(p.problem, kH100Prefill, options);
+    ASSERT_NO_FATAL_FAILURE(check_plan(whole, p.problem, options, 264));
+    EXPECT_EQ(whole.num_partial_slots, 0) << batch;
+    EXPECT_EQ(whole.item_heads, 8);
+    EXPECT_EQ(whole.work_items.size(), static_cast<size_t>(batch));
+    ASSERT_NO_FATAL_FAILURE(expect_queue_order(whole, kKvTile));
+  }
+  // Lengths alternating 1024 / 1040: not weighed, the plan of Algorithm 1 as without rates.
+  LengthProblem mixed = problem(150, 1024, 16);
+  options.queue_rates = {};
+  const Plan without = plan(mixed.problem, kH100Prefill, options);
+  ASSERT_GT(without.num_partial_slots, 0);
+  options.queue_rates = {30e3 / 512, 4.6e6 / 512, 8};
+  plan_testing::expect_same_plan(without, plan(mixed.problem, kH100Prefill, options));
+}
+
 TEST(OneQueue, FixedSplitSizeSlotsAreHeadMinorAndBatchInvariant) {
   PlanOptions options = one_queue();
   options.fixed_split_size = 100;  // rounded up to 112 (page 16)

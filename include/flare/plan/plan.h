@@ -58,10 +58,13 @@ struct PlanOptions {
   // completes at most `cta` cost units a microsecond, all CTAs together at most `device`
   // (memory-bound kernels: the memory's bandwidth, shared by the CTAs still busy), and a plan
   // with partial slots costs `merge_us` more (the partial states and the merge launch). When
-  // set, a one-queue plan that Algorithm 1 cuts is compared with the queue of whole tiles: the
-  // CTAs' loads of each, replayed in order of their ends with the CTAs still busy sharing the
-  // rates, and the faster kept (docs/perf.md, twenty-fifth session: the replay orders every
-  // split decision measured on q1 batches of 40-300 on an H200).
+  // set and every tile has the same rows and KV length (decode-like batches, where the choice
+  // pays), a one-queue plan that Algorithm 1 would cut is compared with the queue of whole
+  // tiles: the CTAs' loads of each, replayed in order of their ends with the CTAs still busy
+  // sharing the rates, and the faster kept; the whole queue without running Algorithm 1 when
+  // it ends within merge_us of all the work at the CTAs' joint rate (docs/perf.md,
+  // twenty-fifth and twenty-sixth sessions: the replay orders every split decision measured on
+  // q1 batches of 40-300 on an H200).
   struct QueueRates {
     double cta = 0;
     double device = 0;
