@@ -15,7 +15,8 @@ from paged_batch import DIM, HK, HQ, PS, paged_indices
 
 D = torch.device("cuda:0")
 SHAPES = [(b, 1, kv) for b in (40, 64, 100, 150, 200, 300) for kv in (1024, 2048, 8192)]
-SHAPES += [(16, 16, 4096), (8, 16, 4096), (24, 16, 4096), (32, 8, 2048)]
+SHAPES += [(b, 16, kv) for b in (8, 16, 24, 32, 48) for kv in (2048, 4096, 8192)]
+SHAPES += [(32, 8, 2048), (64, 8, 2048)]
 NVFP4 = sys.argv[1:] == ["nvfp4"]
 if NVFP4:
     SHAPES = [s for s in SHAPES if s[0] in (64, 150) or s[1] > 1]

@@ -26,13 +26,19 @@ const char* const kWhat = "BatchPrefill";
 // (src/api/decode_config.cpp); 128 tokens at head_dim 128.
 constexpr double kItemOverheadBytes = 64 * 1024;
 
-// The mma.sync family's 16-row tiles over 16-bit KV (decode-like batches) are memory-bound: a
-// CTA streams up to ~30 GB/s while few run, all together ~0.96 of the DRAM's peak (4.6 TB/s
-// of an H200's 4.8), and partial states with their merge cost ~8 us
-// (experiments/split_model_sim.cpp's replay fit to the q1 sweep of the twenty-fifth session,
-// H200; the device rate scales with the GPU's peak).
-constexpr double kCtaBytesPerUs = 30e3;
-constexpr double kDeviceShareOfPeak = 0.96;
+// Short query tiles over 16-bit KV (decode-like batches) are memory-bound; their rates price
+// the split decision (PlanOptions::queue_rates). The mma.sync family's 16-row tiles: a CTA
+// streams up to ~30 GB/s while few run, all together ~0.96 of the DRAM's peak (4.6 TB/s of an
+// H200's 4.9), partial states with their merge ~8 us (experiments/split_model_sim.cpp's replay
+// fit to the q1 sweep of the twenty-fifth session). The Hopper family's tiles of up to 64 rows
+// (q16 at GQA 4): ~27 GB/s a CTA, ~0.7 of the peak together (q16 b8 / b16 / b24 kv4096 without
+// splits, twenty-sixth session). H200 fits; the device rate scales with the GPU's peak.
+struct TileRates {
+  double cta_bytes_per_us;
+  double share_of_peak;
+};
+constexpr TileRates kSyncTileRates{30e3, 0.96};
+constexpr TileRates kWarpgroupTileRates{27e3, 0.70};
 constexpr double kMergeUs = 8;
 
 }  // namespace
@@ -185,10 +191,12 @@ void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm,
   options.kv_tile = out.tiles.kv_tile;
   const double token_bytes = 2.0 * (c.head_dim_qk + problem.head_dim_vo);    // 16-bit K and V
   options.item_cost = static_cast<float>(kItemOverheadBytes / token_bytes);  // beta = 1 a token
-  if (!out.tiles.warpgroup && out.tiles.query_tile <= 16 && c.kv_dtype != DType::kU8 &&
-      memory_peak_bytes_per_us > 0) {
-    options.queue_rates = {kCtaBytesPerUs / token_bytes,
-                           kDeviceShareOfPeak * memory_peak_bytes_per_us / token_bytes, kMergeUs};
+  const bool memory_bound =
+      out.tiles.warpgroup ? out.tiles.query_tile <= 64 : out.tiles.query_tile <= 16;
+  if (memory_bound && c.kv_dtype != DType::kU8 && memory_peak_bytes_per_us > 0) {
+    const TileRates& rates = out.tiles.warpgroup ? kWarpgroupTileRates : kSyncTileRates;
+    options.queue_rates = {rates.cta_bytes_per_us / token_bytes,
+                           rates.share_of_peak * memory_peak_bytes_per_us / token_bytes, kMergeUs};
   }
   plan(problem, {num_sms, ctas_per_sm}, options, out.plan);
 }
