@@ -359,6 +359,31 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
               " KV heads exceed int32 work items (fixed_split_size=", options.fixed_split_size,
               " is too small for these lengths)");
 
+  const bool may_split =
+      !options.disable_split_kv && options.fixed_split_size == 0 && options.waves == 1;
+  // Rates given and every tile alike (decode-like batches: where the choice pays): the queue
+  // of whole tiles is a candidate. Under a fixed rate a CTA it ends later than a cut plan, but
+  // its last CTAs stream faster while the others idle, and a cut plan pays for partial states:
+  // both are replayed under the rates. When the whole queue ends within the merge's cost of
+  // the soonest any plan can end (all its work at the CTAs' joint rate; cuts only add work),
+  // it is kept without the queue check or Algorithm 1.
+  const PlanOptions::QueueRates& rates = options.queue_rates;
+  const bool weigh_whole = options.one_queue && rates.cta > 0 && may_split && tiles_alike(tiles);
+  double whole_time = 0;
+  if (weigh_whole) {
+    const plan_detail::Tile& tile = tiles.front();
+    const double piece_cost = options.alpha * (tile.row_end - tile.row_begin) +
+                              options.beta * (tile.kv_end - tile.kv_begin) + options.item_cost;
+    const int64_t pieces = tile_count * problem.num_kv_heads;
+    whole_time = plan_detail::replay_equal_pieces(pieces, result.num_ctas, piece_cost, rates.cta,
+                                                  rates.device);
+    const double soonest = static_cast<double>(pieces) * piece_cost /
+                           std::min(rates.cta * result.num_ctas, rates.device);
+    if (whole_time <= soonest + rates.merge_us) {
+      plan_whole_queue(tiles, problem, options, summary, scratch, result);
+      return;
+    }
+  }
   if (options.one_queue) {
     // The queue alone when its longest entry is short against the mean load (no check needed)
     // or the queue's own order ends near the mean (few or skewed tiles: one pass to check).
@@ -378,37 +403,12 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   params.num_kv_heads = problem.num_kv_heads;
   params.num_ctas = result.num_ctas;
   params.page_size = problem.page_size;
-  params.fill_split =
-      !options.disable_split_kv && options.fixed_split_size == 0 && options.waves == 1;
+  params.fill_split = may_split;
   params.max_split_chunks = int64_t{2} * num_ctas;
   params.alpha = options.alpha;
   params.beta = options.beta;
   params.item_cost = options.item_cost;
   params.kv_chunk = kv_chunk;
-  // Rates given and every tile alike (decode-like batches: where the choice pays): the queue
-  // of whole tiles is a candidate. Under a fixed rate a CTA it ends later than a cut plan, but
-  // its last CTAs stream faster while the others idle, and a cut plan pays for partial states:
-  // both are replayed under the rates. When the whole queue ends within the merge's cost of
-  // the soonest any plan can end (all its work at the CTAs' joint rate; cuts only add work),
-  // it is kept without running Algorithm 1.
-  const PlanOptions::QueueRates& rates = options.queue_rates;
-  const bool weigh_whole =
-      options.one_queue && rates.cta > 0 && params.fill_split && tiles_alike(tiles);
-  double whole_time = 0;
-  if (weigh_whole) {
-    const plan_detail::Tile& tile = tiles.front();
-    const double piece_cost = options.alpha * (tile.row_end - tile.row_begin) +
-                              options.beta * (tile.kv_end - tile.kv_begin) + options.item_cost;
-    const int64_t pieces = tile_count * problem.num_kv_heads;
-    whole_time = plan_detail::replay_equal_pieces(pieces, result.num_ctas, piece_cost, rates.cta,
-                                                  rates.device);
-    const double soonest = static_cast<double>(pieces) * piece_cost /
-                           std::min(rates.cta * result.num_ctas, rates.device);
-    if (whole_time <= soonest + rates.merge_us) {
-      plan_whole_queue(tiles, problem, options, summary, scratch, result);
-      return;
-    }
-  }
   const double busiest = plan_detail::assign_chunks(tiles, params, scratch.schedule);
   plan_detail::ScheduleScratch* chosen = &scratch.schedule;
   if (params.fill_split) {

@@ -253,8 +253,8 @@ TEST(OneQueue, QueueRatesWeighOnlyAlikeTilesAndKeepTheWholeQueueNearTheSoonestEn
   const auto problem = [](int batch, int kv, int kv_step) {
     std::vector<int32_t> kv_len(static_cast<size_t>(batch));
     for (int i = 0; i < batch; ++i) kv_len[static_cast<size_t>(i)] = kv + (i % 2) * kv_step;
-    return LengthProblem(std::vector<int32_t>(static_cast<size_t>(batch), 1), kv_len, 32, 8,
-                         128, 16, /*causal=*/false);
+    return LengthProblem(std::vector<int32_t>(static_cast<size_t>(batch), 1), kv_len, 32, 8, 128,
+                         16, /*causal=*/false);
   };
   // 150 x 8 entries of 1024 tokens: four full rounds and 144 CTAs with a fifth, which stream
   // near the bandwidth's share (the whole queue ends within the merge's price of all the work at
@@ -270,6 +270,23 @@ TEST(OneQueue, QueueRatesWeighOnlyAlikeTilesAndKeepTheWholeQueueNearTheSoonestEn
     EXPECT_EQ(whole.item_heads, 8);
     EXPECT_EQ(whole.work_items.size(), static_cast<size_t>(batch));
     ASSERT_NO_FATAL_FAILURE(expect_queue_order(whole, kKvTile));
+  }
+  // 32 q16 requests of 2048 at 64-row tiles (the Hopper family's rates): without rates the
+  // queue of chunks cut at 2000 ends near the mean and is kept (tails of 48 tokens, 256 merges);
+  // with them the whole queue, one round at the bandwidth's share, is at the soonest end.
+  {
+    PlanOptions wide = options;
+    wide.queue_rates = {};
+    wide.query_tile = 64;
+    wide.kv_tile = 128;
+    LengthProblem p(std::vector<int32_t>(32, 16), std::vector<int32_t>(32, 2048), 32, 8, 128, 16,
+                    /*causal=*/false);
+    ASSERT_GT(plan(p.problem, kH100Prefill, wide).num_partial_slots, 0);
+    wide.queue_rates = {27e3 / 512, 0.76 * 4.92e6 / 512, 8};
+    const Plan whole = plan(p.problem, kH100Prefill, wide);
+    ASSERT_NO_FATAL_FAILURE(check_plan(whole, p.problem, wide, 264));
+    EXPECT_EQ(whole.num_partial_slots, 0);
+    EXPECT_EQ(whole.work_items.size(), 32u);
   }
   // Lengths alternating 1024 / 1040: not weighed, the plan of Algorithm 1 as without rates.
   LengthProblem mixed = problem(150, 1024, 16);
