@@ -2,9 +2,12 @@
 ends a few percent past the mean? GPU time of run() on the default plan against the plan
 disable_split_kv gives (no cuts, no fill splits, no merge), paged 16-bit prefill, 32 / 8 heads,
 D 128, page 16, shuffled pages, two alternating rounds (eager, CUDA events around 50 runs,
-median of 5). `nvfp4` as the argument: NVFP4 K/V (uint8 codes, e4m3 block scales) on the q1
-shapes of batch 64 and 150 and the q16 ones. GPU machine, flare installed:
-python3 experiments/split_vs_queue_sweep.py [nvfp4]"""
+median of 5). `nvfp4` as an argument: NVFP4 K/V (uint8 codes, e4m3 block scales) on the q1
+shapes of batch 64 and 150 and the q16 ones; `q16`: the q16 / q8 shapes alone.
+FLARE_SWEEP_PDL=0 / 1: run()'s enable_pdl (unset: the wrapper's default, on).
+GPU machine, flare installed:
+python3 experiments/split_vs_queue_sweep.py [nvfp4] [q16]"""
+import os
 import statistics
 import sys
 
@@ -17,9 +20,12 @@ D = torch.device("cuda:0")
 SHAPES = [(b, 1, kv) for b in (40, 64, 100, 150, 200, 300) for kv in (1024, 2048, 8192)]
 SHAPES += [(b, 16, kv) for b in (8, 16, 24, 32, 48) for kv in (2048, 4096, 8192)]
 SHAPES += [(32, 8, 2048), (64, 8, 2048)]
-NVFP4 = sys.argv[1:] == ["nvfp4"]
+NVFP4 = "nvfp4" in sys.argv[1:]
+PDL = {"0": False, "1": True}.get(os.environ.get("FLARE_SWEEP_PDL", ""))
 if NVFP4:
     SHAPES = [s for s in SHAPES if s[0] in (64, 150) or s[1] > 1]
+if "q16" in sys.argv[1:]:
+    SHAPES = [s for s in SHAPES if s[1] > 1]
 
 
 def gpu_us(run):
@@ -55,9 +61,10 @@ for batch, q_len, kv_len in SHAPES:
                q_data_type=torch.float16, kv_data_type=kv.dtype, disable_split_kv=disable)
         out = torch.full((batch * q_len, HQ, DIM), float("nan"), dtype=torch.float16, device=D)
         if NVFP4:
-            run = lambda: w.run(q, kv, kv_cache_sf=sf, k_scale=0.5, v_scale=2.0, out=out)
+            run = lambda: w.run(q, kv, kv_cache_sf=sf, k_scale=0.5, v_scale=2.0, out=out,
+                                 enable_pdl=PDL)
         else:
-            run = lambda: w.run(q, kv, out=out)
+            run = lambda: w.run(q, kv, out=out, enable_pdl=PDL)
         run()
         torch.cuda.synchronize()
         figures[disable].append(gpu_us(run))
