@@ -29,11 +29,13 @@ constexpr double kItemOverheadBytes = 64 * 1024;
 // Short query tiles over 16-bit KV (decode-like batches) are memory-bound; their rates price
 // the split decision (PlanOptions::queue_rates). The mma.sync family's 16-row tiles: a CTA
 // streams up to ~30 GB/s while few run, all together ~0.96 of the DRAM's peak (4.6 TB/s of an
-// H200's 4.9), partial states with their merge ~8 us (experiments/split_model_sim.cpp's replay
+// H200's 4.8), partial states with their merge ~8 us (experiments/split_model_sim.cpp's replay
 // fit to the q1 sweep of the twenty-fifth session). The Hopper family's tiles of up to 64 rows
-// (q16 at GQA 4): ~25 GB/s a CTA (23.5-27 measured: less where two CTAs with items share an
-// SM), ~0.76 of the peak together (q16 b8-b48 kv2048-8192 with and without splits, PDL on
-// and off, twenty-sixth session; at 27 GB/s b16 q16 kv8192 went whole: 152 -> 175 us). H200 fits; the device rate scales with the GPU's peak.
+// (q16 at GQA 4): ~25 GB/s a CTA (23.5-27 measured, less where two CTAs with items share an
+// SM), ~0.76 of the peak together (q16 b8-b48 kv2048-8192 with and without splits, PDL on and
+// off, twenty-sixth session; at 27 GB/s b16 q16 kv8192 went whole: 152 -> 175 us without PDL).
+// Fitted on an H200; the device rate scales with the GPU's peak (an H100 chose the same way
+// but at b40 q1 kv2048: docs/perf.md).
 struct TileRates {
   double cta_bytes_per_us;
   double share_of_peak;
