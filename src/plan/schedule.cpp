@@ -234,6 +234,7 @@ class Scheduler {
     s_.filled.assign(ctas, 0);
     s_.cta_items.assign(ctas, 0);
     s_.tails.clear();
+    tails_head_ = 0;
     s_.split_pairs.clear();
     // Every chunk under every head, plus at most one fill split per CTA. Never shrunk, so
     // steady-state planning does not touch the allocator.
@@ -255,13 +256,30 @@ class Scheduler {
     return a.kv_begin < b.kv_begin;
   }
 
+  bool tails_empty() const { return tails_head_ == s_.tails.size(); }
+
+  // Keeps s_.tails[tails_head_, end) sorted in the order above. A new tail is shorter than the
+  // piece it came from, so it usually goes last (every tail of a batch of alike tiles does):
+  // appended; otherwise inserted in place (the queue holds at most one tail a CTA).
+  void push_tail(const Piece& tail) {
+    std::vector<Piece>& tails = s_.tails;
+    if (tails_empty() || !goes_before(tail, tails.back())) {
+      tails.push_back(tail);
+      return;
+    }
+    const auto at = std::upper_bound(tails.begin() + static_cast<std::ptrdiff_t>(tails_head_),
+                                     tails.end(), tail, goes_before);
+    tails.insert(at, tail);
+  }
+
   // Assigns the fill-split tails that come before `next` (all of them for nullptr).
   void assign_tails_before(const Piece* next) {
-    const auto tail_after = [](const Piece& a, const Piece& b) { return goes_before(b, a); };
-    while (!s_.tails.empty() && (next == nullptr || goes_before(s_.tails.front(), *next))) {
-      std::pop_heap(s_.tails.begin(), s_.tails.end(), tail_after);
-      const Piece tail = s_.tails.back();
-      s_.tails.pop_back();
+    while (!tails_empty() && (next == nullptr || goes_before(s_.tails[tails_head_], *next))) {
+      const Piece tail = s_.tails[tails_head_++];
+      if (tails_empty()) {  // drained: reuse the storage from its start
+        s_.tails.clear();
+        tails_head_ = 0;
+      }
       assign(tail);
     }
   }
@@ -302,7 +320,7 @@ class Scheduler {
                               item.partial_slot == kSlotPending};
             assign_tails_before(&piece);
             assign(piece);
-            tails_waiting = !s_.tails.empty();
+            tails_waiting = !tails_empty();
             continue;
           }
           const int32_t cta = ctas_.lightest();
@@ -340,10 +358,8 @@ class Scheduler {
         split_chunks_ += new_split_chunks;
         s_.filled[static_cast<size_t>(cta)] = 1;
         piece.split = 1;
-        s_.tails.push_back({rank(cut, piece.kv_end, tile.request), piece.tile, piece.kv_head,
-                            static_cast<int32_t>(cut), piece.kv_end, 1});
-        std::push_heap(s_.tails.begin(), s_.tails.end(),
-                       [](const Piece& a, const Piece& b) { return goes_before(b, a); });
+        push_tail({rank(cut, piece.kv_end, tile.request), piece.tile, piece.kv_head,
+                   static_cast<int32_t>(cut), piece.kv_end, 1});
         piece.kv_end = static_cast<int32_t>(cut);
         piece_cost = cost(rows, piece.kv_end - piece.kv_begin);
       }
@@ -384,6 +400,7 @@ class Scheduler {
   Divider per_token_{1};  // by beta_units_ (fill_cut)
   Divider page_;          // by the page size
   size_t assigned_count_ = 0;
+  size_t tails_head_ = 0;  // s_.tails[tails_head_, end): the tails waiting, in order
 };
 
 }  // namespace

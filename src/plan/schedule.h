@@ -77,7 +77,7 @@ struct ScheduleScratch {
   std::vector<uint64_t> cta_tree;  // tournament tree of CTA keys (load << index bits | index)
   std::vector<uint64_t> loads;     // [num_ctas] final loads, cost units
   std::vector<uint8_t> filled;     // [num_ctas] received a fill split
-  std::vector<Piece> tails;        // heap of fill-split remainders, first in order on top
+  std::vector<Piece> tails;        // fill-split remainders waiting, sorted (first in order first)
   std::vector<WorkItem> assigned;  // in assignment order; `reserved` holds the CTA
   std::vector<int32_t> cta_items;  // [num_ctas] items per CTA, then the next free position
   // Pieces of split tiles: their (tile, KV head) as tile * num_kv_heads + kv_head, in
