@@ -288,12 +288,14 @@ bool tiles_alike(std::span<const plan_detail::Tile> tiles) {
   return true;
 }
 
-// The queue of whole tiles (plan_queue without cuts: an item for all KV heads).
-void plan_whole_queue(std::span<const plan_detail::Tile> tiles, const PlanProblem& problem,
-                      const PlanOptions& options, const plan_detail::TileSummary& summary,
-                      PlannerScratch& scratch, Plan& result) {
-  result.kv_chunk = summary.longest;
-  plan_detail::plan_queue(tiles, {kNoCuts, problem.num_kv_heads, options.kv_tile, result.num_ctas},
+// The queue of the tiles' chunks cut at the multiples of kv_chunk (kNoCuts: whole tiles), an
+// item for all KV heads (plan_queue).
+void plan_chunk_queue(std::span<const plan_detail::Tile> tiles, int64_t kv_chunk,
+                      const PlanProblem& problem, const PlanOptions& options,
+                      const plan_detail::TileSummary& summary, PlannerScratch& scratch,
+                      Plan& result) {
+  result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
+  plan_detail::plan_queue(tiles, {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
                           scratch.tile_class, result);
 }
 
@@ -372,29 +374,26 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   double whole_time = 0;
   if (weigh_whole) {
     const plan_detail::Tile& tile = tiles.front();
-    const double piece_cost = options.alpha * (tile.row_end - tile.row_begin) +
-                              options.beta * (tile.kv_end - tile.kv_begin) + options.item_cost;
+    const double piece_cost =
+        QueueCost(options).chunk(tile.row_end - tile.row_begin, tile.kv_end - tile.kv_begin);
     const int64_t pieces = tile_count * problem.num_kv_heads;
     whole_time = plan_detail::replay_equal_pieces(pieces, result.num_ctas, piece_cost, rates.cta,
                                                   rates.device);
     const double soonest = static_cast<double>(pieces) * piece_cost /
                            std::min(rates.cta * result.num_ctas, rates.device);
     if (whole_time <= soonest + rates.merge_us) {
-      plan_whole_queue(tiles, problem, options, summary, scratch, result);
+      plan_chunk_queue(tiles, kNoCuts, problem, options, summary, scratch, result);
       return;
     }
   }
   if (options.one_queue) {
     // The queue alone when its longest entry is short against the mean load (no check needed)
     // or the queue's own order ends near the mean (few or skewed tiles: one pass to check).
-    result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
     const bool short_entries = queue_balances(summary, tile_count, problem, options,
                                               result.query_tile, kv_chunk, resident_ctas);
     if (short_entries || !queue_cannot_end_near_mean(tiles, problem, options, result.query_tile,
                                                      kv_chunk, chunks, resident_ctas)) {
-      plan_detail::plan_queue(tiles,
-                              {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
-                              scratch.tile_class, result);
+      plan_chunk_queue(tiles, kv_chunk, problem, options, summary, scratch, result);
       if (short_entries || queue_ends_near_mean(result, options, resident_ctas)) return;
     }
   }
@@ -425,7 +424,7 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   result.kv_chunk = params.kv_chunk == kNoCuts ? summary.longest : params.kv_chunk;
   if (weigh_whole && !chosen->split_pairs.empty() &&
       whole_time <= plan_detail::replay_loads(*chosen, rates.cta, rates.device) + rates.merge_us) {
-    plan_whole_queue(tiles, problem, options, summary, scratch, result);
+    plan_chunk_queue(tiles, kNoCuts, problem, options, summary, scratch, result);
     return;
   }
   if (options.one_queue) {
@@ -433,10 +432,8 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
         chosen->assigned_count != chosen->chunks.size() * static_cast<size_t>(problem.num_kv_heads);
     if (fill_splits) {
       plan_detail::emit_queue(tiles, options.kv_tile, *chosen, scratch.queue, result);
-    } else {  // the chunks as they are: the queue of them, an item for all KV heads
-      plan_detail::plan_queue(
-          tiles, {params.kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
-          scratch.tile_class, result);
+    } else {  // the chunks as they are: the queue of them
+      plan_chunk_queue(tiles, params.kv_chunk, problem, options, summary, scratch, result);
     }
   } else {
     plan_detail::emit_schedule(tiles, params, *chosen, result);
