@@ -214,6 +214,7 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   q.key.resize(n);
   q.by_pair.resize(n);
   q.item_class.resize(n);
+  q.pair_split.resize(pairs);
   // The buffers through raw pointers: item_class's byte stores may alias anything, and the
   // vectors' data pointers were reloaded from memory after each one (perf, x86 code).
   int32_t* const first_tile = q.first_tile.data();
@@ -240,7 +241,7 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   // Each item's pair rank (counted per pair) and length class (counted per class).
   std::array<int32_t, kLengthClasses> next{};
   ClassCursor<int32_t> counted(next);
-  bool any_split = false;
+  const bool any_split = !scratch.split_pairs.empty();
   for (size_t i = 0; i < n; ++i) {
     const WorkItem& w = items[i];
     const size_t rank =
@@ -248,7 +249,6 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
                   static_cast<int64_t>(tile_of_row(static_cast<uint64_t>(w.row_begin))), w.kv_head);
     key[i] = static_cast<int32_t>(rank);
     ++pair_end[rank + 1];
-    any_split |= w.partial_slot == kSlotPending;
     const int length = length_class(w.kv_end - w.kv_begin);
     item_class[i] = static_cast<uint8_t>(length);
     counted.take(length);
@@ -260,31 +260,30 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
 
   int32_t slots = 0;
   if (any_split) {
-    // Only a split pair has more than one piece: each in KV order.
-    int32_t begin = 0;
-    for (size_t p = 0; p < pairs; ++p) {
-      sort_pieces_by_kv(by_pair, begin, pair_end[p], items);
-      begin = pair_end[p];
-    }
     // Partial slots as emit_schedule numbers them: the pairs of split tiles in (tile, KV head)
-    // order, a pair's pieces consecutive in KV order; one merge item per such pair.
-    for (size_t r = 0; r < requests; ++r) {
-      const int64_t first = first_tile[r];
-      for (int64_t i = 0; i < first_tile[r + 1] - first; ++i) {
-        for (int64_t h = 0; h < heads; ++h) {
-          const size_t rank = pair_rank(r, i, h);
-          const int32_t pair_begin = rank == 0 ? 0 : pair_end[rank - 1];
-          const int32_t end = pair_end[rank];
-          if (items[by_pair[pair_begin]].partial_slot != kSlotPending) continue;
-          for (int32_t k = pair_begin; k < end; ++k) {
-            key[by_pair[k]] = slots;
-            plan.merge_slots.push_back(slots++);
-          }
-          const Tile& tile = tiles[static_cast<size_t>(first + i)];
-          plan.merge_items.push_back(
-              {tile.request, static_cast<int32_t>(h), tile.row_begin, tile.row_end});
-          plan.merge_indptr.push_back(slots);
+    // order, a pair's pieces consecutive in KV order (only a split pair has more than one
+    // piece); one merge item per such pair. The split pairs are marked from the schedule's list
+    // of them, so the pass reads no item of the others (a look-up of each pair's first item was
+    // ~20% of this function, perf).
+    uint8_t* const split = q.pair_split.data();
+    std::fill_n(split, pairs, uint8_t{0});
+    for (const int32_t pair : scratch.split_pairs) split[pair] = 1;
+    for (size_t t = 0; t < tiles.size(); ++t) {
+      const auto r = static_cast<size_t>(tiles[t].request);
+      const int64_t i = static_cast<int64_t>(t) - first_tile[r];
+      for (int64_t h = 0; h < heads; ++h) {
+        if (!split[t * static_cast<size_t>(heads) + static_cast<size_t>(h)]) continue;
+        const size_t rank = pair_rank(r, i, h);
+        const int32_t pair_begin = rank == 0 ? 0 : pair_end[rank - 1];
+        const int32_t end = pair_end[rank];
+        sort_pieces_by_kv(by_pair, pair_begin, end, items);
+        for (int32_t k = pair_begin; k < end; ++k) {
+          key[by_pair[k]] = slots;
+          plan.merge_slots.push_back(slots++);
         }
+        plan.merge_items.push_back(
+            {tiles[t].request, static_cast<int32_t>(h), tiles[t].row_begin, tiles[t].row_end});
+        plan.merge_indptr.push_back(slots);
       }
     }
   }

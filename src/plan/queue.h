@@ -33,6 +33,7 @@ struct QueueScratch {
   std::vector<int32_t> key;         // [items] pair rank, then partial slot
   std::vector<int32_t> by_pair;     // [items] item indices in pair order
   std::vector<uint8_t> item_class;  // [items] length class
+  std::vector<uint8_t> pair_split;  // [pairs] 1 for the pairs of split tiles
 };
 
 // Fills every field emit_schedule() fills from the assignment in `scratch` (assign_chunks of

@@ -259,12 +259,21 @@ class Scheduler {
   bool tails_empty() const { return tails_head_ == s_.tails.size(); }
 
   // Keeps s_.tails[tails_head_, end) sorted in the order above. A new tail is shorter than the
-  // piece it came from, so it usually goes last (appended; a heap here took ~25% of Algorithm
-  // 1's time on 908 items); otherwise it is inserted in place (at most one tail a CTA waits).
-  void push_tail(const Piece& tail) {
+  // piece it came from, so it usually goes last (appended, its fields stored in place: a Piece
+  // built on the stack and copied in was read back by wide loads over its narrow stores, a
+  // store-forwarding stall that was ~20% of assign(); a heap here took ~25% of Algorithm 1's
+  // time on 908 items); otherwise it is inserted in place (at most one tail a CTA waits).
+  void push_tail(int32_t request, int32_t tile, int32_t kv_head, int32_t kv_begin, int32_t kv_end) {
     std::vector<Piece>& tails = s_.tails;
+    const Piece tail{rank(kv_begin, kv_end, request), tile, kv_head, kv_begin, kv_end, 1};
     if (tails_empty() || !goes_before(tail, tails.back())) {
-      tails.push_back(tail);
+      Piece& back = tails.emplace_back();
+      back.rank = tail.rank;
+      back.tile = tile;
+      back.kv_head = kv_head;
+      back.kv_begin = kv_begin;
+      back.kv_end = kv_end;
+      back.split = 1;
       return;
     }
     const auto at = std::upper_bound(tails.begin() + static_cast<std::ptrdiff_t>(tails_head_),
@@ -339,29 +348,32 @@ class Scheduler {
     assign_tails_before(nullptr);
   }
 
-  // Gives `piece` (or its head, after a fill split) to the least-loaded CTA.
-  void assign(Piece piece) {
+  // Gives `piece` (or its head, after a fill split) to the least-loaded CTA. By reference:
+  // passed by value, the caller's Piece, just built with narrow stores, was copied by wide
+  // loads (a store-forwarding stall, perf).
+  void assign(const Piece& piece) {
     const int32_t cta = ctas_.lightest();
     const uint64_t load = ctas_.lightest_load();
     const Tile& tile = tiles_[static_cast<size_t>(piece.tile)];
     const int64_t rows = tile.row_end - tile.row_begin;
-    uint64_t piece_cost = cost(rows, piece.kv_end - piece.kv_begin);
+    int32_t kv_end = piece.kv_end;
+    bool split = piece.split != 0;
+    uint64_t piece_cost = cost(rows, kv_end - piece.kv_begin);
     // A split adds an item (alpha * rows + item_cost more work): only worth it when the CTA
     // would end more than that above the target.
     const uint64_t item_cost = alpha_units_ * static_cast<uint64_t>(rows) + item_units_;
     if (params_.fill_split && load + piece_cost > fill_target_ + item_cost &&
         !s_.filled[static_cast<size_t>(cta)]) {
       const int64_t cut = fill_cut(load, rows, piece.kv_begin);
-      const int64_t new_split_chunks = piece.split ? 1 : 2;
-      if (cut > piece.kv_begin && cut < piece.kv_end &&
+      const int64_t new_split_chunks = split ? 1 : 2;
+      if (cut > piece.kv_begin && cut < kv_end &&
           split_chunks_ + new_split_chunks <= params_.max_split_chunks) {
         split_chunks_ += new_split_chunks;
         s_.filled[static_cast<size_t>(cta)] = 1;
-        piece.split = 1;
-        push_tail({rank(cut, piece.kv_end, tile.request), piece.tile, piece.kv_head,
-                   static_cast<int32_t>(cut), piece.kv_end, 1});
-        piece.kv_end = static_cast<int32_t>(cut);
-        piece_cost = cost(rows, piece.kv_end - piece.kv_begin);
+        split = true;
+        push_tail(tile.request, piece.tile, piece.kv_head, static_cast<int32_t>(cut), kv_end);
+        kv_end = static_cast<int32_t>(cut);
+        piece_cost = cost(rows, kv_end - piece.kv_begin);
       }
     }
     s_.assigned[assigned_count_++] = {tile.request,
@@ -369,11 +381,11 @@ class Scheduler {
                                       tile.row_begin,
                                       tile.row_end,
                                       piece.kv_begin,
-                                      piece.kv_end,
-                                      piece.split ? kSlotPending : -1,
+                                      kv_end,
+                                      split ? kSlotPending : -1,
                                       cta};
     ++s_.cta_items[static_cast<size_t>(cta)];
-    if (piece.split) s_.split_pairs.push_back(piece.tile * params_.num_kv_heads + piece.kv_head);
+    if (split) s_.split_pairs.push_back(piece.tile * params_.num_kv_heads + piece.kv_head);
     ctas_.add_to_lightest(piece_cost);
   }
 
