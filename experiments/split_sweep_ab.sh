@@ -2,7 +2,9 @@
 # A/B of a planner change through the Python API (issue 17): installs flare from tree A and runs
 # experiments/split_vs_queue_sweep.py (default plan against disable_split_kv on q1 / q16 paged
 # prefill), then the same from tree B, `rounds` times. The sweep script is this tree's for both.
-# Usage (GPU machine): experiments/split_sweep_ab.sh <tree A> <tree B> [rounds]
+# FLARE_AB_SCRIPT names another script of this tree to run instead (e.g.
+# experiments/plan_py_split.py for plan()'s host time).
+# Usage (GPU machine): experiments/split_sweep_ab.sh <tree A> <tree B> [rounds [script args]]
 #   e.g. git archive <branch> | tar -x -C .scratch/b, carried to the machine, then
 #   experiments/split_sweep_ab.sh . .scratch/b 2
 set -euo pipefail
@@ -18,6 +20,7 @@ for round in $(seq "$ROUNDS"); do
       tail -n 40 "$logs/pip_install.log"
       exit 1
     fi
-    python3 "$here/experiments/split_vs_queue_sweep.py" 2>&1 | grep -v "^\[flare\]"
+    python3 "$here/${FLARE_AB_SCRIPT:-experiments/split_vs_queue_sweep.py}" "${@:4}" 2>&1 |
+      grep -v "^\[flare\]"
   done
 done

@@ -18,7 +18,10 @@
 // `--flare-only --rounds 2 --json FILE` next to the decode benchmark.
 // Build and run on the GPU machine (sm_90): nvcc -std=c++20 -O3 -arch=sm_90a -o /tmp/kv_probe
 //   scripts/kv_placement_probe.cu && /tmp/kv_probe [--all] [--clusters]
-// (-DFLARE_PROBE_ROW_BYTES=128: fp8 K/V, 1 GiB a launch).
+// (-DFLARE_PROBE_ROW_BYTES=128: fp8 K/V, 1 GiB a launch; -DFLARE_PROBE_BATCH=32
+// -DFLARE_PROBE_KV_LEN=2048: 256 CTAs of 2048 tokens, the bytes and items of b16 kv4096's
+// default plan, split in two per request and KV head. Below 1 GiB a launch, the launches rotate
+// over identical copies of the pool, so that no launch reads what the one before left in L2.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,7 +44,14 @@
 
 namespace {
 
-constexpr int kBatch = 64, kKvHeads = 8, kKvLen = 8192, kPageSize = 16;
+#ifndef FLARE_PROBE_BATCH
+#define FLARE_PROBE_BATCH 64
+#endif
+#ifndef FLARE_PROBE_KV_LEN
+#define FLARE_PROBE_KV_LEN 8192
+#endif
+constexpr int kBatch = FLARE_PROBE_BATCH, kKvHeads = 8, kKvLen = FLARE_PROBE_KV_LEN,
+              kPageSize = 16;
 // One head's row: 128 bf16 (256 bytes), or 128 fp8 with -DFLARE_PROBE_ROW_BYTES=128 (the same
 // requests and pages, half the bytes).
 #ifndef FLARE_PROBE_ROW_BYTES
@@ -54,6 +64,9 @@ constexpr int kPagesPerRequest = kKvLen / kPageSize;            // 512
 constexpr int kPoolPages = kBatch * kPagesPerRequest;           // every pool page used once
 constexpr long long kPoolBytes = 1LL * kPoolPages * kPageBytes;  // 1 GiB each for K and V
 constexpr int kCtas = kBatch * kKvHeads;                         // 512 in every mode
+// Copies of the K and V pools the launches rotate over: at least 1 GiB of K and V in all.
+constexpr long long kCopies = ((1LL << 30) + 2 * kPoolBytes - 1) / (2 * kPoolBytes);
+static_assert(kPagesPerRequest % kKvHeads == 0, "whole-page CTAs: an eighth of the pages each");
 
 enum class Mode { kContiguousPerHead, kPagedPerHead, kPagedPerHeadHnd, kPagedWholePage };
 enum class Copy { kCpAsync, kBulk };  // 16-byte cp.async.cg per thread, or TMA bulk copies
@@ -103,7 +116,8 @@ __device__ __forceinline__ long long stream_offset(int cta, long long o, const i
     return 1LL * page * kPageBytes + h * kPageSize * kRowBytes + o % (kPageSize * kRowBytes);
   } else {  // whole pages [64 e, 64 e + 64) of request b
     const int b = cta / kKvHeads, eighth = cta % kKvHeads;
-    const int page = table[b * kPagesPerRequest + eighth * 64 + static_cast<int>(o / kPageBytes)];
+    const int page = table[b * kPagesPerRequest + eighth * (kPagesPerRequest / kKvHeads) +
+                           static_cast<int>(o / kPageBytes)];
     return 1LL * page * kPageBytes + o % kPageBytes;
   }
 }
@@ -263,7 +277,7 @@ void add_clustered(std::vector<Run>& runs, const Buffers& b, const int* table, c
   runs.push_back({geometry, what, kernel, 128, smem, kKvHeads, b.k_pool, b.v_pool, table});
 }
 
-void launch(const Run& run, unsigned* checksum) {
+void launch(const Run& run, long long copy, unsigned* checksum) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(kCtas);
   config.blockDim = dim3(run.threads);
@@ -275,7 +289,8 @@ void launch(const Run& run, unsigned* checksum) {
   cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = run.cluster > 1 ? 1 : 0;
-  CHECK_CUDA(cudaLaunchKernelEx(&config, run.kernel, run.k, run.v, run.table, checksum));
+  CHECK_CUDA(cudaLaunchKernelEx(&config, run.kernel, run.k + copy * kPoolBytes,
+                                run.v + copy * kPoolBytes, run.table, checksum));
 }
 
 }  // namespace
@@ -302,10 +317,10 @@ int main(int argc, char** argv) {
   char *k_pool, *v_pool, *k_contig, *v_contig;
   int *table_in_order, *table_shuffled;
   unsigned* checksum;
-  CHECK_CUDA(cudaMalloc(&k_pool, kPoolBytes));
-  CHECK_CUDA(cudaMalloc(&v_pool, kPoolBytes));
-  CHECK_CUDA(cudaMalloc(&k_contig, kPoolBytes));
-  CHECK_CUDA(cudaMalloc(&v_contig, kPoolBytes));
+  CHECK_CUDA(cudaMalloc(&k_pool, kCopies * kPoolBytes));
+  CHECK_CUDA(cudaMalloc(&v_pool, kCopies * kPoolBytes));
+  CHECK_CUDA(cudaMalloc(&k_contig, kCopies * kPoolBytes));
+  CHECK_CUDA(cudaMalloc(&v_contig, kCopies * kPoolBytes));
   CHECK_CUDA(cudaMalloc(&table_in_order, kPoolPages * sizeof(int)));
   CHECK_CUDA(cudaMalloc(&table_shuffled, kPoolPages * sizeof(int)));
   CHECK_CUDA(cudaMalloc(&checksum, sizeof(unsigned)));
@@ -313,8 +328,14 @@ int main(int argc, char** argv) {
   fill<<<1024, 256>>>(reinterpret_cast<unsigned*>(k_pool), words, 1u);
   fill<<<1024, 256>>>(reinterpret_cast<unsigned*>(v_pool), words, 2u);
   CHECK_CUDA(cudaGetLastError());
-  CHECK_CUDA(cudaMemcpy(k_contig, k_pool, kPoolBytes, cudaMemcpyDeviceToDevice));
-  CHECK_CUDA(cudaMemcpy(v_contig, v_pool, kPoolBytes, cudaMemcpyDeviceToDevice));
+  for (long long c = 0; c < kCopies; ++c) {
+    if (c > 0) {
+      CHECK_CUDA(cudaMemcpy(k_pool + c * kPoolBytes, k_pool, kPoolBytes, cudaMemcpyDeviceToDevice));
+      CHECK_CUDA(cudaMemcpy(v_pool + c * kPoolBytes, v_pool, kPoolBytes, cudaMemcpyDeviceToDevice));
+    }
+    CHECK_CUDA(cudaMemcpy(k_contig + c * kPoolBytes, k_pool, kPoolBytes, cudaMemcpyDeviceToDevice));
+    CHECK_CUDA(cudaMemcpy(v_contig + c * kPoolBytes, v_pool, kPoolBytes, cudaMemcpyDeviceToDevice));
+  }
   CHECK_CUDA(cudaMemset(checksum, 0, sizeof(unsigned)));
   reduce<<<1024, 256>>>(reinterpret_cast<const unsigned*>(k_pool), words, checksum);
   reduce<<<1024, 256>>>(reinterpret_cast<const unsigned*>(v_pool), words, checksum);
@@ -356,7 +377,8 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaEventCreate(&start));
   CHECK_CUDA(cudaEventCreate(&stop));
   const double bytes = 2.0 * kPoolBytes;
-  std::printf("%d CTAs, %.0f MiB read per launch\n", kCtas, bytes / (1 << 20));
+  std::printf("%d CTAs of %d tokens, %.0f MiB read per launch, %lld copies\n", kCtas, kKvLen,
+              bytes / (1 << 20), kCopies);
   for (int round = 0; round < rounds; ++round) {
     for (size_t r = 0; r < runs.size(); ++r) {
       const Run& run = runs[r];
@@ -364,7 +386,7 @@ int main(int argc, char** argv) {
       for (int rep = 0; rep < kReps; ++rep) {
         CHECK_CUDA(cudaMemset(checksum, 0, sizeof(unsigned)));
         CHECK_CUDA(cudaEventRecord(start));
-        launch(run, checksum);
+        launch(run, rep % kCopies, checksum);
         CHECK_CUDA(cudaEventRecord(stop));
         CHECK_CUDA(cudaEventSynchronize(stop));
         CHECK_CUDA(cudaGetLastError());
