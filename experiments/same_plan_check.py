@@ -26,24 +26,29 @@ def gpu_us(run, calls=50):
     return statistics.median(times)
 
 
-for batch, kv_len in ((16, 4096), (24, 8192), (32, 4096)):
-    qo, indptr, indices, last = paged_indices(batch, 16, kv_len)
-    kv = torch.randn(indices.shape[0], 2, PS, HK, DIM, dtype=torch.float16, device=D)
-    q = torch.randn(batch * 16, HQ, DIM, dtype=torch.float16, device=D)
-    runs = {}
-    for name, disable in (("default", False), ("nosplit", True), ("default2", False)):
-        ws = torch.empty(256 << 20, dtype=torch.uint8, device=D)
-        w = flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
-        w.plan(qo, indptr, indices, last, HQ, HK, DIM, PS, q_data_type=torch.float16,
-               kv_data_type=torch.float16, disable_split_kv=disable)
-        out = torch.full((batch * 16, HQ, DIM), float("nan"), dtype=torch.float16, device=D)
-        runs[name] = (w, out, lambda w=w, out=out: w.run(q, kv, out=out, enable_pdl=False))
-        runs[name][2]()
-        torch.cuda.synchronize()
-        assert torch.isfinite(out).all()
-    figures = {name: [] for name in runs}
-    for _ in range(4):
-        for name in list(runs) + list(reversed(runs)):
-            figures[name].append(gpu_us(runs[name][2]))
-    print(f"b{batch} q16 kv{kv_len}: " + ", ".join(
-        f"{name} {min(v):.1f} (median {statistics.median(v):.1f})" for name, v in figures.items()))
+def main():
+    for batch, kv_len in ((16, 4096), (24, 8192), (32, 4096)):
+        qo, indptr, indices, last = paged_indices(batch, 16, kv_len)
+        kv = torch.randn(indices.shape[0], 2, PS, HK, DIM, dtype=torch.float16, device=D)
+        q = torch.randn(batch * 16, HQ, DIM, dtype=torch.float16, device=D)
+        runs = {}
+        for name, disable in (("default", False), ("nosplit", True), ("default2", False)):
+            ws = torch.empty(256 << 20, dtype=torch.uint8, device=D)
+            w = flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
+            w.plan(qo, indptr, indices, last, HQ, HK, DIM, PS, q_data_type=torch.float16,
+                   kv_data_type=torch.float16, disable_split_kv=disable)
+            out = torch.full((batch * 16, HQ, DIM), float("nan"), dtype=torch.float16, device=D)
+            runs[name] = (w, out, lambda w=w, out=out: w.run(q, kv, out=out, enable_pdl=False))
+            runs[name][2]()
+            torch.cuda.synchronize()
+            assert torch.isfinite(out).all()
+        figures = {name: [] for name in runs}
+        for _ in range(4):
+            for name in list(runs) + list(reversed(runs)):
+                figures[name].append(gpu_us(runs[name][2]))
+        print(f"b{batch} q16 kv{kv_len}: " + ", ".join(
+            f"{name} {min(v):.1f} (median {statistics.median(v):.1f})" for name, v in figures.items()))
+
+
+if __name__ == "__main__":
+    main()

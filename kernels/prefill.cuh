@@ -358,6 +358,44 @@ __device__ __forceinline__ void issue_first_tiles(const PrefillParams& p, const 
   }
 }
 
+// The workspace pointer as a fresh copy of the kernel parameter: pointers derived from it are
+// recomputed per work item instead of living in registers across the KV loop (see
+// thread_index()).
+__device__ __forceinline__ const unsigned char* workspace_of(const PrefillParams& p) {
+  const unsigned char* workspace = p.workspace;
+  asm volatile("" : "+l"(workspace));
+  return workspace;
+}
+__device__ __forceinline__ const PlanCounts* plan_counts(const PrefillParams& p) {
+  return reinterpret_cast<const PlanCounts*>(workspace_of(p) + p.offsets.counts);
+}
+// Queue entry `entry`: work item entry / item_heads under its KV head + entry % item_heads,
+// writing its partial slot + entry % item_heads when split (plan/plan.h Plan::item_heads).
+__device__ __forceinline__ WorkItem queue_item(const PrefillParams& p, int entry) {
+  const auto* items = reinterpret_cast<const WorkItem*>(workspace_of(p) + p.offsets.work_items);
+  const int heads = plan_counts(p)->item_heads;
+  WorkItem item = items[entry / heads];
+  const int head = entry % heads;
+  item.kv_head += head;
+  if (item.partial_slot >= 0) item.partial_slot += head;
+  return item;
+}
+__device__ __forceinline__ int queue_entries(const PrefillParams& p) {
+  return plan_counts(p)->num_work_items * plan_counts(p)->item_heads;
+}
+
+// The queue's entries: CTA c's first is entry c, each later one the next entry past the
+// planned CTAs that no CTA has taken (the counter). When every CTA took its first entry from
+// the counter, the CTAs that reached it first won the race, and which CTAs those are is set by
+// where the counter sits in L2, near some GPCs: with fewer entries than CTAs, busy CTAs paired
+// on some SMs while others idled, and the same plan ran 0.89-1.07x as fast from one wrapper's
+// counter to another's (H100, b16 q16 kv4096 110 / 128 us; docs/perf.md, twenty-seventh
+// session). By block index the first entries spread as the CTAs do, one an SM first.
+__device__ __forceinline__ int first_entry() { return static_cast<int>(blockIdx.x); }
+__device__ __forceinline__ int next_entry(const PrefillParams& p) {
+  return plan_counts(p)->num_ctas + atomicAdd(p.next_work_item, 1);
+}
+
 // One work item by the whole CTA (the mma.sync family; the Hopper family's CTA is
 // prefill_hopper.cuh's).
 __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem& item_in,
@@ -375,7 +413,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     __syncthreads();  // the record, row tables, spans and first page ids are visible
     // Every thread has read next_item (this item's index) before the barrier above; the
     // atomic's latency hides behind the item, the barrier at its end publishes the result.
-    if (thread_index() == 0) shared.next_item = atomicAdd(p.next_work_item, 1);
+    if (thread_index() == 0) shared.next_item = next_entry(p);
     issue_q(p, g, shared.row_q_pos, shared.row_qo_head, smem);
     issue_first_tiles(p, g, smem);
   }
@@ -433,38 +471,12 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
   __syncthreads();  // the next item's copies and record overwrite the staging and the record
 }
 
-// The workspace pointer as a fresh copy of the kernel parameter: pointers derived from it are
-// recomputed per work item instead of living in registers across the KV loop (see
-// thread_index()).
-__device__ __forceinline__ const unsigned char* workspace_of(const PrefillParams& p) {
-  const unsigned char* workspace = p.workspace;
-  asm volatile("" : "+l"(workspace));
-  return workspace;
-}
-__device__ __forceinline__ const PlanCounts* plan_counts(const PrefillParams& p) {
-  return reinterpret_cast<const PlanCounts*>(workspace_of(p) + p.offsets.counts);
-}
-// Queue entry `entry`: work item entry / item_heads under its KV head + entry % item_heads,
-// writing its partial slot + entry % item_heads when split (plan/plan.h Plan::item_heads).
-__device__ __forceinline__ WorkItem queue_item(const PrefillParams& p, int entry) {
-  const auto* items = reinterpret_cast<const WorkItem*>(workspace_of(p) + p.offsets.work_items);
-  const int heads = plan_counts(p)->item_heads;
-  WorkItem item = items[entry / heads];
-  const int head = entry % heads;
-  item.kv_head += head;
-  if (item.partial_slot >= 0) item.partial_slot += head;
-  return item;
-}
-__device__ __forceinline__ int queue_entries(const PrefillParams& p) {
-  return plan_counts(p)->num_work_items * plan_counts(p)->item_heads;
-}
-
 // The mma.sync family's CTA: one queue for all CTAs, the next entry goes to whichever CTA
 // finishes first. The entry index is re-read from shared memory per entry rather than carried in
 // a register.
 __device__ __forceinline__ void run_items(const PrefillParams& p, unsigned char* smem) {
   ItemShared& shared = item_shared(smem);
-  if (thread_index() == 0) shared.next_item = atomicAdd(p.next_work_item, 1);
+  if (thread_index() == 0) shared.next_item = first_entry();
   __syncthreads();
   while (shared.next_item < queue_entries(p)) run_item(p, queue_item(p, shared.next_item), smem);
 }

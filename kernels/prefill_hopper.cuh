@@ -281,9 +281,9 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
     // does (taken during the current one), so the queue still balances its tail. The slot of
     // n + 1 is free then: its last reader, the consumers' copy for item n - 1, came before their
     // release of item n - 1's Q, which the producer waited for before loading item n.
-    const auto prepare = [&](ItemHandOff& hand) {
+    const auto prepare = [&](ItemHandOff& hand, bool first) {
       if (load_thread() == 0) {
-        const int entry = atomicAdd(p.next_work_item, 1);
+        const int entry = first ? first_entry() : next_entry(p);  // prefill.cuh says why
         hand.entry = entry < queue_entries(p) ? entry : -1;
       }
       producer_sync();
@@ -296,7 +296,7 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
                        kPrefillProducerThreads);
       producer_sync();  // the record and row tables, for every producer thread
     };
-    prepare(shared.hand[0]);
+    prepare(shared.hand[0], true);
     for (int slot = 0;; slot ^= 1) {
       ItemHandOff& hand = shared.hand[slot];
       const int entry = hand.entry;
@@ -304,7 +304,7 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
       q_parity ^= 1u;
       if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.item_ready[slot]));
       if (entry < 0) break;
-      produce_item(p, hand, smem, empty_phases, [&] { prepare(shared.hand[slot ^ 1]); });
+      produce_item(p, hand, smem, empty_phases, [&] { prepare(shared.hand[slot ^ 1], false); });
     }
   } else {
     wgmma::grow_registers<kConsumerRegisters>();
