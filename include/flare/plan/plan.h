@@ -164,10 +164,11 @@ struct Plan {
   PlanCounts counts() const;
 };
 
-// One-queue plans (PlanOptions::one_queue). The kernel's CTAs take queue entries in order, each
-// when it ends the last, so a static assignment is moot: the work items are in queue order,
-// cta_indptr splits them into num_ctas near-equal ranges (for executors that run CTAs) and
-// cta_cost is empty. The queue order makes the entries running at one time share K/V in L2:
+// One-queue plans (PlanOptions::one_queue). The kernel's CTAs take queue entries in order (CTA c
+// entry c first, then each the next entry when it ends the last), so a static assignment is
+// moot: the work items are in queue order, cta_indptr splits them into num_ctas near-equal
+// ranges (for executors that run CTAs) and cta_cost is empty. The queue order makes the entries
+// running at one time share K/V in L2:
 // length classes (powers of two of kv_tile), longest class first so the launch ends on its
 // shortest entries, then request, KV head, later rows first (the longer ones, causal) and KV
 // order. An LRU model of a 50 MB L2 (scripts/prefill_l2_model.py) hits on 50 / 83 / 96% of K/V
