@@ -259,26 +259,25 @@ class Scheduler {
   bool tails_empty() const { return tails_head_ == s_.tails.size(); }
 
   // Keeps s_.tails[tails_head_, end) sorted in the order above. A new tail is shorter than the
-  // piece it came from, so it usually goes last (appended, its fields stored in place: a Piece
-  // built on the stack and copied in was read back by wide loads over its narrow stores, a
-  // store-forwarding stall that was ~20% of assign(); a heap here took ~25% of Algorithm 1's
-  // time on 908 items); otherwise it is inserted in place (at most one tail a CTA waits).
+  // piece it came from, so it usually belongs last: it is appended, its fields stored in place
+  // (a Piece built on the stack and copied in was read back by wide loads over its narrow
+  // stores, a store-forwarding stall that was ~20% of assign(); a heap here took ~25% of
+  // Algorithm 1's time on 908 items), and rotated into place otherwise (at most one tail a CTA
+  // waits).
   void push_tail(int32_t request, int32_t tile, int32_t kv_head, int32_t kv_begin, int32_t kv_end) {
     std::vector<Piece>& tails = s_.tails;
-    const Piece tail{rank(kv_begin, kv_end, request), tile, kv_head, kv_begin, kv_end, 1};
-    if (tails_empty() || !goes_before(tail, tails.back())) {
-      Piece& back = tails.emplace_back();
-      back.rank = tail.rank;
-      back.tile = tile;
-      back.kv_head = kv_head;
-      back.kv_begin = kv_begin;
-      back.kv_end = kv_end;
-      back.split = 1;
-      return;
+    Piece& tail = tails.emplace_back();
+    tail.rank = rank(kv_begin, kv_end, request);
+    tail.tile = tile;
+    tail.kv_head = kv_head;
+    tail.kv_begin = kv_begin;
+    tail.kv_end = kv_end;
+    tail.split = 1;
+    const auto first = tails.begin() + static_cast<std::ptrdiff_t>(tails_head_);
+    const auto last = tails.end() - 1;
+    if (last != first && goes_before(*last, *(last - 1))) {
+      std::rotate(std::upper_bound(first, last, *last, goes_before), last, tails.end());
     }
-    const auto at = std::upper_bound(tails.begin() + static_cast<std::ptrdiff_t>(tails_head_),
-                                     tails.end(), tail, goes_before);
-    tails.insert(at, tail);
   }
 
   // Assigns the fill-split tails that come before `next` (all of them for nullptr).
