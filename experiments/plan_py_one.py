@@ -1,6 +1,6 @@
 """plan() host time of paged b64 q1 kv2048 (32 / 8 heads, D 128, page 16, CPU index tensors)
-with NVFP4 and 16-bit K/V, median of 300 calls: one side of experiments/plan_py_ab.sh.
-Usage: python3 plan_py_one.py LABEL"""
+with NVFP4 and 16-bit K/V, median of 300 calls (FLARE_AB_SCRIPT of experiments/split_sweep_ab.sh).
+Usage: python3 plan_py_one.py [LABEL]"""
 import statistics
 import sys
 import time
@@ -27,5 +27,5 @@ def plan_us(kv_dtype, ws, calls=300):
 
 
 ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda:0")
-print(f"{sys.argv[1]} {flare.__file__}: plan() b64 q1 kv2048 NVFP4 {plan_us(torch.uint8, ws):.1f} "
+print(f"{' '.join(sys.argv[1:])} {flare.__file__}: plan() b64 q1 kv2048 NVFP4 {plan_us(torch.uint8, ws):.1f} "
       f"us, 16-bit {plan_us(torch.float16, ws):.1f} us")
