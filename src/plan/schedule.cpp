@@ -46,9 +46,12 @@ constexpr int kCostFractionBits = 16;
 // chain is one min per level. A 3-ary heap's sift-down chains a load, two compares and the
 // next load per level: the planner took 12-15% longer with it (decode batch 256 on 528 CTAs,
 // interleaved runs of flare plan-latency).
-// While some CTA has no cost yet, the lightest is the lowest such CTA (load 0), so the first
-// positive costs go to CTAs 0, 1, 2, ... in order and the tree is built only once every CTA
-// has one (decode batch 64 on 528 CTAs: about two thirds of all assignments).
+// While some CTAs still share the round's base load (0 at first) and every other CTA is above
+// it, the lightest is the lowest such CTA, so positive costs go to CTAs 0, 1, 2, ... in order
+// and no tree is kept (decode batch 64 on 528 CTAs: about two thirds of all assignments). A
+// round ends once every CTA has a cost above the base: when all loads are then equal (alike
+// chunks, one each), the next round starts from that load, else the tree is built (NVFP4 b64
+// q1 kv2048 on 396 CTAs: two rounds, 792 of 908 assignments, docs/perf.md).
 class CtaLoads {
  public:
   CtaLoads(int num_ctas, std::vector<uint64_t>& nodes)
@@ -62,15 +65,15 @@ class CtaLoads {
   int32_t lightest() const {
     return static_cast<int32_t>(filling() ? loaded_ : root_ & index_mask());
   }
-  uint64_t lightest_load() const { return filling() ? 0 : root_ >> index_bits_; }
+  uint64_t lightest_load() const { return filling() ? base_ : root_ >> index_bits_; }
 
   // Adds `cost` to the lightest CTA.
   void add_to_lightest(uint64_t cost) {
     uint64_t* const nodes = nodes_.data();
     if (filling()) {
-      if (cost == 0) return;  // the CTA keeps load 0 and stays the lightest
-      nodes[size_ + loaded_] = cost << index_bits_ | loaded_;
-      if (++loaded_ == size_) build();
+      if (cost == 0) return;  // the CTA keeps the base load and stays the lightest
+      nodes[size_ + loaded_] = (base_ + cost) << index_bits_ | loaded_;
+      if (++loaded_ == size_) end_round();
       return;
     }
     uint64_t key = root_ + (cost << index_bits_);
@@ -85,7 +88,7 @@ class CtaLoads {
 
   // Load of every CTA, in cost units.
   void loads(std::vector<uint64_t>& out) const {
-    out.assign(size_, 0);
+    out.assign(size_, base_);
     const size_t keys = filling() ? loaded_ : size_;
     for (size_t c = 0; c < keys; ++c) out[c] = nodes_[size_ + c] >> index_bits_;
   }
@@ -93,6 +96,20 @@ class CtaLoads {
  private:
   uint64_t index_mask() const { return (uint64_t{1} << index_bits_) - 1; }
   bool filling() const { return loaded_ < size_; }
+
+  // Every CTA has a cost above the base: a new round from the common load, or the tree.
+  void end_round() {
+    const uint64_t* const leaves = nodes_.data() + size_;
+    const uint64_t load = leaves[0] >> index_bits_;
+    for (size_t c = 1; c < size_; ++c) {
+      if (leaves[c] >> index_bits_ != load) {
+        build();
+        return;
+      }
+    }
+    base_ = load;
+    loaded_ = 0;
+  }
 
   void build() {
     uint64_t* const nodes = nodes_.data();
@@ -102,7 +119,8 @@ class CtaLoads {
 
   int index_bits_;
   size_t size_;
-  size_t loaded_ = 0;  // CTAs with a cost while filling: 0 .. loaded_ - 1
+  size_t loaded_ = 0;  // CTAs above the base while filling: 0 .. loaded_ - 1
+  uint64_t base_ = 0;  // the load of CTAs loaded_ .. size_ - 1 while filling
   std::vector<uint64_t>& nodes_;
   uint64_t root_ = 0;  // nodes_[1], kept out of memory: every update starts from it
 };
