@@ -94,8 +94,8 @@ __device__ __forceinline__ void rescale_output(RowState& acc, const OutputRescal
 // needs (none: every key is visible to every row of the warp).
 template <bool kBegin, bool kEnd>
 __device__ __forceinline__ OutputRescale softmax_scores(const PrefillParams& p,
-                                                        const ItemGeometry& g,
-                                                        const RowInfo& rows, int first_col,
+                                                        const ItemGeometry& g, const RowInfo& rows,
+                                                        int first_col,
                                                         float (&s)[T::kMmaQ][T::kTilesS][4],
                                                         RowStats& st) {
   OutputRescale r;
@@ -131,13 +131,22 @@ __device__ __forceinline__ OutputRescale softmax_scores(const PrefillParams& p,
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = negative_infinity();
+      // Logits affine in the KV position (variant.cuh, has_affine_logits): the row's term at
+      // this thread's first column, then per logit slope * (its offset, a constant) on top.
+      float affine_base = 0.0f, affine_slope = 0.0f;
+      if constexpr (kAffineLogits) {
+        affine_base = rows.variant[mi][h].logits_transform(p.variant, 0.0f, first_col);
+        affine_slope = rows.variant[mi][h].logits_kv_slope();
+      }
 #pragma unroll
       for (int nj = 0; nj < T::kTilesS; ++nj) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int pos = first_col + nj * 8 + e;
           float x = s[mi][nj][2 * h + e];
-          if constexpr (!kLinearLogits) {
+          if constexpr (kAffineLogits) {
+            x = fmaf(x, q_scale, fmaf(affine_slope, static_cast<float>(nj * 8 + e), affine_base));
+          } else if constexpr (!kLinearLogits) {
             x = rows.variant[mi][h].logits_transform(p.variant, x * q_scale, pos);
           }
           if (!visible<kBegin, kEnd>(g, rows, mi, h, nj, e, pos)) x = negative_infinity();

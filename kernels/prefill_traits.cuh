@@ -126,6 +126,10 @@ static_assert(VariantHookCheck<Variant>::ok, "the variant's hooks");
 // Logits linear in q.k (kernels/variant.cuh has_linear_logits): the scale then folds into the
 // exp2 argument; any other Variant takes the general logits_transform path.
 constexpr bool kLinearLogits = has_linear_logits<Variant>;
+// Logits affine in the KV position (has_affine_logits: ALiBi): two FMAs a logit in the Hopper
+// family's softmax. The mma.sync family keeps logits_transform per logit: at its 128-row tiles
+// the row's base beside the variant's state spilled 8-16 bytes on sm_90a (CI's compile test).
+constexpr bool kAffineLogits = T::kWarpgroup && !kLinearLogits && has_affine_logits<Variant>;
 
 // The factor of q.k in the logits: the variant's query_scale, times 2^8 where the NVFP4 kernels'
 // K holds 2^-8 of its values (prefill_nvfp4_load.cuh convert_nvfp4_rows). Exact (a power of two),

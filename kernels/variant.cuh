@@ -106,6 +106,8 @@ struct VariantBase {
   __device__ void init(const VariantParams&, const RowContext&) {}
   __device__ float logits_transform(const VariantParams&, float s, int) const { return s; }
   __device__ bool logits_mask(int) const { return true; }
+  // Read only where kLogitsAffineInKvPos is declared true (has_affine_logits below).
+  __device__ float logits_kv_slope() const { return 0.0f; }
 };
 
 namespace variant_detail {
@@ -163,6 +165,28 @@ struct linear_logits<V, void_type<decltype(V::kLinearLogits)>> {
 }  // namespace variant_detail
 template <class V>
 constexpr bool has_linear_logits = variant_detail::linear_logits<V>::value;
+
+// Optional, for logits affine in the KV position (ALiBi): a variant whose
+// logits_transform(p, s, kv_pos) is s + slope * kv_pos + c, slope and c fixed per query row, may
+// declare `static constexpr bool kLogitsAffineInKvPos = true;` and
+// `__device__ float logits_kv_slope() const` returning that slope. The prefill softmax then calls
+// logits_transform(p, 0, kv_pos) once per row and tile, at the thread's first column, and takes
+// each logit as two FMAs from it (the slope times the column's compile-time offset), instead of
+// logits_transform per logit: ALiBi there was an int-to-float conversion or its integer trick and
+// three more operations a logit, in kernels bound by issue (docs/perf.md, ALiBi). Decode calls
+// logits_transform per logit as before (memory-bound).
+namespace variant_detail {
+template <class V, class = void>
+struct affine_logits {
+  static constexpr bool value = false;
+};
+template <class V>
+struct affine_logits<V, void_type<decltype(V::kLogitsAffineInKvPos)>> {
+  static constexpr bool value = V::kLogitsAffineInKvPos;
+};
+}  // namespace variant_detail
+template <class V>
+constexpr bool has_affine_logits = variant_detail::affine_logits<V>::value;
 
 // Hooks no family honours: a compile error (which plan() raises with NVRTC's log) rather than a
 // silent skip. Each family header instantiates it for its Variant. The q and k transforms
@@ -222,11 +246,13 @@ struct StandardVariant : VariantBase {
   static constexpr bool kRotary = FLARE_VARIANT_ROPE != 0;
   // logits_transform is the identity
   static constexpr bool kLinearLogits = !kSoftCap && !kAlibi && !kSigmoid;
+  // ALiBi alone: s + alibi_step * (kv_pos - q_pos) (has_affine_logits above).
+  static constexpr bool kLogitsAffineInKvPos = kAlibi && !kSoftCap && !kSigmoid;
   static constexpr bool use_softmax = !kSigmoid;
 
-  float alibi_step;    // added per KV position, in query_scale units
-  int alibi_origin;    // 0x4B400000 - q_pos: see logits_transform
-  int first_visible;   // window: smallest visible KV position
+  float alibi_step;   // added per KV position, in query_scale units
+  int alibi_origin;   // 0x4B400000 - q_pos: see logits_transform
+  int first_visible;  // window: smallest visible KV position
 
   __device__ static float query_scale(const VariantParams& p) {
     return kSoftCap ? p.sm_scale / p.logits_soft_cap : p.sm_scale * kLog2e;
@@ -270,6 +296,7 @@ struct StandardVariant : VariantBase {
     if (kSigmoid) s = fast_rcp(1.0f + fast_exp2(-fmaf(p.sigmoid_bias, kLog2e, s)));
     return s;
   }
+  __device__ float logits_kv_slope() const { return alibi_step; }
   __device__ bool logits_mask(int kv_pos) const { return !kWindow || kv_pos >= first_visible; }
 };
 

@@ -1,7 +1,8 @@
 // Prefill benchmark of BatchPrefill on the GPU: bf16, causal, batch x seq x heads x head_dim,
-// ragged KV and paged KV (page 16 or FLARE_BENCH_PAGE, randomly permuted pages), plus variable-length (uniform and
-// Zipf) and append batches; prints TFLOP/s (causal FLOPs, as shared/bench/torch_baselines.py
-// counts them). Last, the append batch against 128 BatchDecode steps on the same paged cache.
+// ragged KV and paged KV (page 16 or FLARE_BENCH_PAGE, randomly permuted pages), plus
+// variable-length (uniform and Zipf) and append batches; prints TFLOP/s (causal FLOPs, as
+// shared/bench/torch_baselines.py counts them). Last, the append batch against 128 BatchDecode
+// steps on the same paged cache.
 //
 // Build (after the library, from the repository root):
 //   g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill.cpp -Lbuild-gpu -lflare
@@ -10,7 +11,8 @@
 //   build-gpu/bench_prefill --print-zipf-lengths   prints the Zipf batch and exits (no GPU),
 //   to compare with `python3 scripts/bench_prefill_torch.py --print-zipf-lengths`.
 //   FLARE_BENCH_BACKEND=fa2|fa3 picks the kernel family (default: the backend's auto choice);
-//   FLARE_BENCH_PAGE=<rows> the page size of the paged cases (default 16).
+//   FLARE_BENCH_PAGE=<rows> the page size of the paged cases (default 16); FLARE_BENCH_ALIBI=1,
+//   FLARE_BENCH_WINDOW_LEFT=<n>: that variant (TFLOP/s still count the causal FLOPs).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -188,6 +190,10 @@ BatchPrefillConfig prefill_config(int max_batch, int64_t max_total_qo) {
   // FLARE_BENCH_WINDOW_LEFT: a sliding window (the FLOP counts stay the causal ones).
   if (const char* window = std::getenv("FLARE_BENCH_WINDOW_LEFT")) {
     config.params.window_left = std::atoi(window);
+  }
+  // FLARE_BENCH_ALIBI=1: ALiBi with the default slopes (the FLOP counts stay the causal ones).
+  if (const char* alibi = std::getenv("FLARE_BENCH_ALIBI"); alibi != nullptr && alibi[0] == '1') {
+    config.params.pos_encoding = PosEncoding::kAlibi;
   }
   // FLARE_BENCH_FIXED_SPLIT: the batch-invariant plan (fixed_split_size) instead of the default.
   if (const char* split = std::getenv("FLARE_BENCH_FIXED_SPLIT")) {

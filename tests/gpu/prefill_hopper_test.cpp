@@ -13,6 +13,7 @@
 #include "flare/api/batch_prefill.h"
 #include "gpu/prefill_test_support.h"
 #include "testing/expect_error.h"
+#include "testing/user_variants.h"
 
 namespace flare {
 namespace {
@@ -178,6 +179,35 @@ TEST(PrefillHopper, CustomMaskAndVariantFlags) {
   rope.rope = true;
   rope.kv = PrefillKV::kRagged;
   check_hopper(rope);
+}
+
+// ALiBi alone takes the affine-logits softmax (kernels/variant.cuh has_affine_logits: the row's
+// term once a tile, two FMAs a logit), built in and as a user variant that declares the hook:
+// keys thousands of positions from the diagonal, GQA 4, paged and ragged, odd lengths.
+TEST(PrefillHopper, AlibiAloneBuiltInAndAsAnAffineUserVariant) {
+  SKIP_WITHOUT_HOPPER();
+  Case c;
+  c.q_lens = {300, 17, 129, 1};
+  c.kv_lens = {2100, 400, 129, 5000};
+  c.num_qo_heads = 16;
+  c.num_kv_heads = 4;
+  c.alibi = true;
+  check_hopper(c);
+  c.kv = PrefillKV::kRagged;
+  c.dtype = DType::kF16;
+  c.seed = 11;
+  check_hopper(c);
+
+  HostTensor slopes(DType::kF32, {16});
+  for (int h = 0; h < 16; ++h)
+    slopes.data<float>()[h] = 0.02f + 0.41f * static_cast<float>(h % 7) / 7;
+  const gpu_testing::DeviceCopy device_slopes = gpu_testing::to_device(slopes);
+  c.alibi_slopes = slopes.view();
+  c.variant = testing::user_alibi_slopes();
+  c.variant_tensors = {device_slopes.view};
+  check_hopper(c);
+  c.kv = PrefillKV::kPaged;
+  check_hopper(c);
 }
 
 TEST(PrefillHopper, LongCacheSplitsKvAndMerges) {

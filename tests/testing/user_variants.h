@@ -52,13 +52,15 @@ struct Variant : flare::VariantBase {
 }
 
 // ALiBi with per-head slopes from a float32 [H_qo] tensor (natural-log units): a variant
-// tensor.
+// tensor. It declares its logits affine in the KV position (the prefill softmax's two-FMA path,
+// kernels/variant.cuh); user_alibi above does not (the per-logit path).
 inline UserVariant user_alibi_slopes() {
   UserVariant v;
   v.name = "user_alibi_slopes";
   v.tensors = {{"slopes", DType::kF32}};
   v.source = R"(
 struct Variant : flare::VariantBase {
+  static constexpr bool kLogitsAffineInKvPos = true;
   float step;
   int q_pos;
   __device__ void init(const flare::VariantParams& p, const flare::RowContext& row) {
@@ -68,6 +70,7 @@ struct Variant : flare::VariantBase {
   __device__ float logits_transform(const flare::VariantParams&, float s, int kv_pos) const {
     return s + step * static_cast<float>(kv_pos - q_pos);
   }
+  __device__ float logits_kv_slope() const { return step; }
 };
 )";
   return v;
