@@ -154,3 +154,16 @@ class ResolvedConfigs:
         if len(self._by_signature) >= self.MAX:
             self._by_signature.clear()
         self._by_signature[signature] = resolved
+
+
+def check_prefill_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction):
+    check_pos_encoding_mode(pos_encoding_mode)
+    if use_fp16_qk_reduction:
+        unsupported(where, "use_fp16_qk_reduction", True,
+                    "flare accumulates q.k in float32")
+
+
+def mask_causal(causal, custom_mask, packed_custom_mask):
+    """Whether the causal mask applies: FlashInfer's convention, a custom mask replaces it
+    (`causal` is read only without one)."""
+    return bool(causal) and custom_mask is None and packed_custom_mask is None

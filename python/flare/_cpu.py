@@ -132,3 +132,30 @@ def to_lse_base(lse, base2):
     if lse is not None and base2:
         lse *= _LOG2E
 
+
+def single_cpu(where, q, k, v, kv_layout, params_kwargs, scales, custom_mask=None,
+                packed_custom_mask=None):
+    """One request on the CPU backend: q [qo_len, H_qo, D]; k, v NHD [kv_len, H_kv, D] or HND
+    [H_kv, kv_len, D] (viewed as NHD, no copy). Returns (o, lse)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_cpu_tensor(where, name, x)
+    if kv_layout == "HND":
+        k, v = k.swapaxes(0, 1), v.swapaxes(0, 1)
+    qo_indptr = np.array([0, q.shape[0]], dtype=np.int32)
+    kv_indptr = np.array([0, k.shape[0]], dtype=np.int32)
+    batch = CpuBatch(
+        qo_indptr=qo_indptr, kv_len=np.array([k.shape[0]], dtype=np.int32),
+        num_qo_heads=q.shape[1], num_kv_heads=k.shape[1], head_dim_qk=q.shape[2],
+        head_dim_vo=v.shape[2], page_size=1, params_kwargs=params_kwargs,
+        custom_mask=custom_mask, packed_custom_mask=packed_custom_mask)
+    out, lse = batch.outputs(q, None, None, True)
+    _flare.run_cpu_ragged(batch.plan, arg(q), arg(qo_indptr), arg(k), arg(v), arg(kv_indptr),
+                          batch.make_params(**scales), arg(out), arg(lse))
+    return out, lse
+
+
+def refuse_cpu_nvfp4(where, dtypes, kv_cache_sf):
+    """NotImplementedError for NVFP4 KV on the CPU backend (the GPU stages it to 16 bits)."""
+    if kv_cache_sf is not None or (dtypes is not None and dtypes[1] == "uint8"):
+        raise NotImplementedError(f"{where}: NVFP4 KV (kv_data_type uint8, kv_cache_sf) runs on "
+                                  "CUDA devices only")

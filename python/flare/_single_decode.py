@@ -6,7 +6,7 @@ import numpy as np
 from . import _flare, _flashinfer_jit
 from ._args import (check_kv_layout, check_lse_base, check_pos_encoding_mode, make_params,
                     pdl_flag, scale_or_one)
-from ._cpu import to_lse_base
+from ._cpu import single_cpu, to_lse_base
 from ._decode_common import _tensor_core_loop
 from ._shape_cache import PlannedByShape
 from ._tensors import is_cuda, tensor_dtype, torch_module
@@ -51,9 +51,7 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     variant = check_variant(where, variant, is_cuda(q))
     scalars, tensors = variant_arguments(where, variant, variant_kwargs)
     if not is_cuda(q):
-        from .prefill import _single_cpu
-
-        out, lse = _single_cpu(where, q_batch, k, v, kv_layout, params_kwargs,
+        out, lse = single_cpu(where, q_batch, k, v, kv_layout, params_kwargs,
                                dict(k_scale=scale_or_one(q_scale) * scale_or_one(k_scale),
                                     v_scale=v_scale))
         to_lse_base(lse, base2)
