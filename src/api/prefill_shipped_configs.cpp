@@ -59,6 +59,13 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
     add(128, 128, 128, kv, DType::kBF16, window);
     add(128, 128, 128, kv, DType::kBF16, capped_window);
   }
+  // ALiBi alone, at the long prefills' tiles: the Hopper family's affine-logits softmax
+  // (kernels/variant.cuh has_affine_logits), which the flags together do not take.
+  AttentionParams alibi = causal;
+  alibi.pos_encoding = PosEncoding::kAlibi;
+  for (const PrefillKV kv : {PrefillKV::kRagged, PrefillKV::kPaged}) {
+    add(128, 128, 128, kv, DType::kBF16, alibi);
+  }
   // Fused RoPE: every head dim, both KV paths, and at the long prefills' tiles with a window.
   AttentionParams rope = causal;
   rope.pos_encoding = PosEncoding::kRopeLlama;

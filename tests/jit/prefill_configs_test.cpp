@@ -78,8 +78,8 @@ TEST(ShippedPrefillConfigs, CoverEveryHeadDimQueryTileMaskPathAndDtype) {
   EXPECT_EQ(masks.size(), 3u);  // none, causal, custom
   EXPECT_EQ(paths.size(), 2u);  // ragged, paged
   EXPECT_EQ(dtypes.size(), 2u);
-  // default, soft-cap + window + ALiBi, window, soft-cap + window, RoPE, RoPE + window
-  EXPECT_EQ(variants.size(), 6u);
+  // default, soft-cap + window + ALiBi, window, soft-cap + window, RoPE, RoPE + window, ALiBi
+  EXPECT_EQ(variants.size(), 7u);
 }
 
 TEST(ShippedPrefillConfigs, CoverTheHopperFamily) {
