@@ -43,7 +43,8 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   all.pos_encoding = PosEncoding::kAlibi;
   const std::pair<int, int> dims[] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}};
   for (const auto& [qk, vo] : dims) {
-    for (const int tile : kPrefillQueryTiles) add(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
+    for (const int tile : kPrefillQueryTiles)
+      add(qk, vo, tile, PrefillKV::kPaged, DType::kBF16, causal);
     add(qk, vo, 128, PrefillKV::kRagged, DType::kBF16, causal);
     add(qk, vo, 128, PrefillKV::kPaged, DType::kF16, all);
     add(qk, vo, 16, PrefillKV::kPaged, DType::kBF16, custom);
@@ -58,13 +59,6 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   for (const PrefillKV kv : {PrefillKV::kRagged, PrefillKV::kPaged}) {
     add(128, 128, 128, kv, DType::kBF16, window);
     add(128, 128, 128, kv, DType::kBF16, capped_window);
-  }
-  // ALiBi alone, at the long prefills' tiles: the Hopper family's affine-logits softmax
-  // (kernels/variant.cuh has_affine_logits), which the flags together do not take.
-  AttentionParams alibi = causal;
-  alibi.pos_encoding = PosEncoding::kAlibi;
-  for (const PrefillKV kv : {PrefillKV::kRagged, PrefillKV::kPaged}) {
-    add(128, 128, 128, kv, DType::kBF16, alibi);
   }
   // Fused RoPE: every head dim, both KV paths, and at the long prefills' tiles with a window.
   AttentionParams rope = causal;
@@ -133,6 +127,13 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, capped_window);
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, rope_window);
+  // ALiBi alone: the affine-logits softmax (kernels/variant.cuh has_affine_logits), which the
+  // flags together do not take; both KV paths at D 128, and D 256's registers.
+  AttentionParams alibi = causal;
+  alibi.pos_encoding = PosEncoding::kAlibi;
+  add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, alibi);
+  add_hopper(128, 128, 128, PrefillKV::kPaged, DType::kBF16, alibi);
+  add_hopper(256, 256, 128, PrefillKV::kPaged, DType::kBF16, alibi);
   // NVFP4 K/V converted by the Hopper family's producer (64-row tiles, head_dim_vo <= 128): both
   // KV paths, every flag.
   PrefillDeviceLimits hopper_nvfp4 = hopper;
