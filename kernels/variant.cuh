@@ -51,6 +51,9 @@
 //   static float2 rotary_turns(const VariantParams&, int i, int head_dim)
 //                                                    optional, instead: turns (2 pi radians)
 //                                                    per position as x + y, for precision
+//   static constexpr bool kLogitsAffineInKvPos;      optional, with float logits_kv_slope()
+//                                                    const: logits affine in kv_pos per row
+//                                                    (ALiBi; has_affine_logits below)
 // Hooks no family calls (general query/key/output transforms) are rejected at compile time
 // rather than ignored (VariantHookCheck below).
 //
