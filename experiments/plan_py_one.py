@@ -1,14 +1,16 @@
 """plan() host time of paged b64 q1 kv2048 (32 / 8 heads, D 128, page 16, CPU index tensors)
 with NVFP4 and 16-bit K/V, median of 300 calls (FLARE_AB_SCRIPT of experiments/split_sweep_ab.sh).
 Usage: python3 plan_py_one.py [LABEL]"""
-import statistics
+import os
 import sys
-import time
 
 import torch
 
 import flare
 from paged_batch import DIM, HK, HQ, PS, paged_indices
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from bench_python import host_us  # noqa: E402
 
 
 def plan_us(kv_dtype, ws, calls=300):
@@ -16,14 +18,8 @@ def plan_us(kv_dtype, ws, calls=300):
     w = flare.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD")
     call = lambda: w.plan(qo, indptr, indices, last, HQ, HK, DIM, PS,  # noqa: E731
                           q_data_type=torch.float16, kv_data_type=kv_dtype)
-    call()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter_ns()
-        call()
-        times.append((time.perf_counter_ns() - t) / 1e3)
-    return statistics.median(times)
+    call()  # the first plan() of the configuration resolves and compiles
+    return host_us(call, calls)[0]
 
 
 ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda:0")
