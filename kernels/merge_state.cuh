@@ -56,13 +56,18 @@ struct MergeStatePairParams {
   MergeRows rows;
 };
 
-// merge_states: out[seq, h] = ⊕ over i of states[seq, i, h], in index order.
+// merge_states: out[seq, h] = ⊕ over i of states[seq, i, h], in index order. With
+// state_indptr (merge_states_ragged), the states of row seq are states[0, i, h] for i in
+// [state_indptr[seq], state_indptr[seq + 1]), each end clamped to [0, num_states] and the end to
+// at least the begin: whatever the array holds, no state outside the tensor is read (a range
+// the clamps empty gives v = 0, s = -inf).
 struct MergeStatesParams {
   MergeStateTensor states;
   MergeStateTensor out;
   MergeRows rows;
-  int32_t num_states;
+  int32_t num_states;  // per row; with state_indptr, the tensor's states along dimension 0
   int32_t reserved;
+  const int32_t* state_indptr;  // [seq + 1] on the device, or null
 };
 
 // Threads per block of both kernels; the host launches with this block size.
@@ -292,30 +297,45 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
     if (row >= static_cast<unsigned>(p.rows.num_rows)) continue;
     const unsigned seq = row / p.rows.num_heads;
     const unsigned head = row % p.rows.num_heads;
+    // The row's states: states[seq, 0 .. num_states), or the clamped ragged range of
+    // states[0, ...) (MergeStatesParams).
+    unsigned state_seq = seq;
+    int first = 0;
+    int num_states = p.num_states;
+    if (p.state_indptr != nullptr) {
+      const int begin = min(max(p.state_indptr[seq], 0), p.num_states);
+      const int end = min(max(p.state_indptr[seq + 1], begin), p.num_states);
+      state_seq = 0;
+      first = begin;
+      num_states = end - begin;
+    }
 
     const bool base2 = p.rows.lse_base2 != 0;
     float lse_max = flare::negative_infinity();
-    for (int i = 0; i < p.num_states; ++i) lse_max = fmaxf(lse_max, lse_at(p.states, seq, i, head));
+    for (int i = 0; i < num_states; ++i)
+      lse_max = fmaxf(lse_max, lse_at(p.states, state_seq, first + i, head));
     float weight_sum = 0.0f;
-    for (int i = 0; i < p.num_states; ++i)
-      weight_sum += weight_of(lse_at(p.states, seq, i, head), lse_max, base2);
+    for (int i = 0; i < num_states; ++i)
+      weight_sum += weight_of(lse_at(p.states, state_seq, first + i, head), lse_max, base2);
     const float norm = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
 
-    const char* row_in = row_of(p.states, seq, 0, head);
+    const char* row_in = row_of(p.states, state_seq, first, head);
     char* row_out = p.out.v + seq * p.out.v_seq_stride + head * p.out.v_head_stride;
     for (int vec = slot.lane_in_row; vec < p.rows.vectors_per_row; vec += p.rows.lanes_per_row) {
       const char* column = row_in + vec * p.states.v_vector_stride;
       Vector sum;
 #pragma unroll
       for (int e = 0; e < T::kVecElements; ++e) sum[e] = 0.0f;
-      for (int first = 0; first < p.num_states; first += T::kStatesInFlight) {
+      for (int batch = 0; batch < num_states; batch += T::kStatesInFlight) {
         StoredVector stored[T::kStatesInFlight];
         float weights[T::kStatesInFlight];
 #pragma unroll
         for (int u = 0; u < T::kStatesInFlight; ++u) {
-          const int i = first + u;
-          const bool in_range = i < p.num_states;
-          weights[u] = in_range ? weight_of(lse_at(p.states, seq, i, head), lse_max, base2) : 0.0f;
+          const int i = batch + u;
+          const bool in_range = i < num_states;
+          weights[u] = in_range
+                           ? weight_of(lse_at(p.states, state_seq, first + i, head), lse_max, base2)
+                           : 0.0f;
           if (in_range) stored[u] = load_stored(column + i * p.states.v_state_stride);
         }
 #pragma unroll

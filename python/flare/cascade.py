@@ -1,8 +1,8 @@
 """The merge operator on attention states (FlashInfer's merge_state, merge_state_in_place,
-merge_states): (v_a, s_a) merged with (v_b, s_b) gives s = log2(2^s_a + 2^s_b) and
-v = v_a 2^(s_a - s) + v_b 2^(s_b - s). s is FlashInfer's base-2 LSE, what the attention
-wrappers return (lse_base="ln": natural-log LSEs, e for 2); a state with s = -inf is the
-identity and two of them give v = 0, s = -inf.
+merge_states, and flashinfer.triton.cascade's variable_length_merge_states): (v_a, s_a) merged
+with (v_b, s_b) gives s = log2(2^s_a + 2^s_b) and v = v_a 2^(s_a - s) + v_b 2^(s_b - s). s is
+FlashInfer's base-2 LSE, what the attention wrappers return (lse_base="ln": natural-log LSEs, e
+for 2); a state with s = -inf is the identity and two of them give v = 0, s = -inf.
 
 CPU tensors run flare's C++ operator (reference/merge.h); CUDA tensors run flare's merge
 kernels (kernels/merge_state.cuh) on the caller's current stream, without synchronizing (the
@@ -80,6 +80,38 @@ def merge_states(v, s, *, lse_base="log2"):
     s_out = empty((seq, heads), "float32", like=v)
     with device_guard(v):
         _flare.merge_states(arg(v), arg(s), arg(v_out), arg(s_out), stream_of(v), base2)
+    return v_out, s_out
+
+
+def variable_length_merge_states(v, s, indptr, *, lse_base="log2"):
+    """v [total_states, H, D], s float32 [total_states, H], indptr int [seq + 1]: returns (v
+    [seq, H, D], s [seq, H]), row r merging the states indptr[r] .. indptr[r + 1] - 1 in index
+    order (an empty range gives v = 0, s = -inf). FlashInfer's flashinfer.triton.cascade name.
+    A host indptr is checked (non-decreasing within [0, total_states]); for CUDA v a host
+    indptr is copied to v's device, and a device indptr is read by the kernel unchecked, each
+    range clamped inside the states (no synchronization; include/flare/api/merge_state.h)."""
+    base2 = check_lse_base(lse_base)
+    _check_float32("s", s)
+    _check_v_dtype("v", v)
+    if len(v.shape) != 3:
+        raise ValueError("v must have rank 3 [total_states, num_heads, head_dim], got shape "
+                         f"{tuple(v.shape)}")
+    if len(indptr.shape) != 1 or indptr.shape[0] < 1:
+        raise ValueError(f"indptr must have shape [seq + 1], got {tuple(indptr.shape)}")
+    seq = indptr.shape[0] - 1
+    _, heads, dim = v.shape
+    if is_cuda(v):
+        torch = torch_module()
+        if not is_torch(indptr):
+            indptr = torch.as_tensor(indptr)
+        indptr = indptr.to(device=v.device, dtype=torch.int32, non_blocking=True).contiguous()
+    elif str(indptr.dtype) not in ("int32", "torch.int32"):
+        indptr = indptr.to(torch_module().int32) if is_torch(indptr) else indptr.astype("int32")
+    v_out = empty((seq, heads, dim), v.dtype, like=v)
+    s_out = empty((seq, heads), "float32", like=v)
+    with device_guard(v):
+        _flare.merge_states_ragged(arg(v), arg(s), arg(indptr), arg(v_out), arg(s_out),
+                                   stream_of(v), base2)
     return v_out, s_out
 
 

@@ -53,6 +53,17 @@ void bind_merge(nb::module_& m) {
       nb::arg("v"), nb::arg("s"), nb::arg("v_out"), nb::arg("s_out"), nb::arg("stream"),
       nb::arg("lse_base2"),
       "Merges the states of dimension 1 of v [seq, states, H, D], s [seq, states, H].");
+  m.def(
+      "merge_states_ragged",
+      [](const TensorArg& v, const TensorArg& s, const TensorArg& indptr, const TensorArg& v_out,
+         const TensorArg& s_out, uintptr_t stream, bool lse_base2) {
+        merge_states_ragged(v.view(), s.view(), indptr.view(), v_out.view(), s_out.view(),
+                            reinterpret_cast<cuda::Stream>(stream), lse_base_of(lse_base2));
+      },
+      nb::arg("v"), nb::arg("s"), nb::arg("indptr"), nb::arg("v_out"), nb::arg("s_out"),
+      nb::arg("stream"), nb::arg("lse_base2"),
+      "Row r of v_out, s_out merges the states indptr[r] .. indptr[r + 1] - 1 of v [total, H, D], "
+      "s [total, H].");
 }
 
 }  // namespace flare::python

@@ -204,6 +204,30 @@ def test_merge_states_matches_float64():
     assert max_abs_error(merged_s, expected_s) <= 1e-5
 
 
+def test_variable_length_merge_states_matches_merge_states_per_row():
+    """flashinfer.triton.cascade's variable_length_merge_states (flare.triton.cascade): row r
+    merges states indptr[r] .. indptr[r + 1] - 1; an empty range gives v = 0, s = -inf; a bad
+    indptr names itself."""
+    import flare.triton
+
+    lengths = [3, 0, 1, 6]
+    indptr = np.cumsum([0] + lengths).astype(np.int64)  # int64 on the host is taken as int32
+    v, s = random_states(2, int(indptr[-1]), 2, 32, 17)
+    v, s = v[0], s[0]  # [total, H, D], [total, H]
+    merged_v, merged_s = flare.triton.cascade.variable_length_merge_states(v, s, indptr)
+    assert merged_v.shape == (4, 2, 32) and merged_s.shape == (4, 2)
+    for row in range(4):
+        begin, end = indptr[row], indptr[row + 1]
+        if begin == end:
+            assert np.all(merged_v[row] == 0) and np.all(merged_s[row] == -np.inf)
+            continue
+        expected_v, expected_s = flare.merge_states(v[None, begin:end], s[None, begin:end])
+        assert np.array_equal(merged_v[row], expected_v[0])
+        assert np.array_equal(merged_s[row], expected_s[0])
+    with pytest.raises(ValueError, match=r"indptr\[2\] = 1 after 3"):
+        flare.triton.cascade.variable_length_merge_states(v, s, np.array([0, 3, 1, 4, 10]))
+
+
 def test_split_attention_merges_to_full_attention():
     """Attention over two halves of the KV, merged, equals attention over all of it."""
     rng = np.random.default_rng(16)

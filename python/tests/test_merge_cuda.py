@@ -170,6 +170,30 @@ def test_merge_states_of_a_strided_slice_of_states():
     assert_merged(merged_v, merged_s, v[:, 1::2], s[:, 1::2], torch.bfloat16)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_variable_length_merge_states_matches_float64(dtype):
+    """flashinfer.triton.cascade's variable_length_merge_states: row r merges the states
+    indptr[r] .. indptr[r + 1] - 1 (empty rows, single states, a long range), indptr on the
+    device (FlashInfer's test) or on the host."""
+    import flare.triton
+
+    lengths = [3, 0, 1, 300, 17, 0, 2]
+    indptr = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    total = int(indptr[-1])
+    v, s = random_states(1, total, HEADS, 128, dtype, seed=31)
+    v, s = v[0], s[0]
+    for given in (indptr.to(DEVICE), indptr):
+        merged_v, merged_s = flare.triton.cascade.variable_length_merge_states(v, s, given)
+        assert merged_v.shape == (len(lengths), HEADS, 128) and merged_v.dtype == dtype
+        for row, length in enumerate(lengths):
+            begin = int(indptr[row])
+            if length == 0:
+                assert torch.all(merged_v[row] == 0) and torch.all(merged_s[row] == -torch.inf)
+                continue
+            assert_merged(merged_v[row:row + 1], merged_s[row:row + 1],
+                          v[None, begin:begin + length], s[None, begin:begin + length], dtype)
+
+
 def test_merge_runs_on_the_callers_stream():
     v, s = random_states(SEQ, 3, HEADS, 128, torch.float16, seed=9)
     flare.merge_states(v, s)  # compiles and loads the kernel first

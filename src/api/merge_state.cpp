@@ -237,6 +237,49 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
   launch(v.dtype, vec, "flare_merge_states", params.rows, v.device, stream, &params);
 }
 
+void merge_states_ragged(const TensorView& v, const TensorView& s, const TensorView& indptr,
+                         const TensorView& v_out, const TensorView& s_out, cuda::Stream stream,
+                         LseBase base) {
+  if (!v.device.is_cuda()) {
+    merge_states_ragged(v, s, indptr, v_out, s_out, base);
+    return;
+  }
+  const char* const states_layout = "[total_states, num_heads, head_dim]";
+  check_state({v, "v", s, "s"}, 3, states_layout, v.device, "v");
+  check_state({v_out, "v_out", s_out, "s_out"}, 3, kRowsLayout, v.device, "v");
+  const int64_t seq = v_out.shape[0];
+  FLARE_CHECK(v_out.shape[1] == v.shape[1] && v_out.shape[2] == v.shape[2], kInvalid,
+              "v_out must have shape [seq, num_heads, head_dim] = [", seq, ", ", v.shape[1], ", ",
+              v.shape[2], "] (heads and head_dim from v ", v.shape_str(), "), got ",
+              v_out.shape_str());
+  FLARE_CHECK(v_out.dtype == v.dtype, kInvalid, "v_out dtype must be v's ", dtype_name(v.dtype),
+              " on the GPU, got ", dtype_name(v_out.dtype));
+  FLARE_CHECK(indptr.ndim == 1 && indptr.shape[0] == seq + 1, kInvalid,
+              "indptr must have shape [seq + 1] = [", seq + 1, "] (seq from v_out), got ",
+              indptr.shape_str());
+  FLARE_CHECK(indptr.dtype == DType::kI32, kInvalid, "indptr dtype must be int32, got ",
+              dtype_name(indptr.dtype));
+  check_device(indptr, "indptr", v.device, "v");
+  FLARE_CHECK(indptr.shape[0] == 1 || indptr.strides[0] == 1, kInvalid,
+              "indptr must be contiguous on the GPU, got stride ", indptr.strides[0]);
+  FLARE_CHECK(v.shape[0] <= INT32_MAX, ErrorCode::kUnsupported,
+              "merge_states_ragged on the GPU needs total_states below 2^31, got ", v.shape[0]);
+
+  const int vec = vector_bytes({v, v_out});
+  MergeStatesParams params{};
+  // The states run along v's first dimension: its stride is the state stride, no seq stride.
+  params.states = state_tensor(v, s, vec);
+  params.states.v_state_stride = params.states.v_seq_stride;
+  params.states.v_seq_stride = 0;
+  params.states.s_state_stride = params.states.s_seq_stride;
+  params.states.s_seq_stride = 0;
+  params.out = state_tensor(v_out, s_out, vec);
+  params.num_states = static_cast<int32_t>(v.shape[0]);
+  params.state_indptr = indptr.ptr<const int32_t>();
+  params.rows = merge_rows(seq, v.shape[1], v.shape[2], v.dtype, vec, base);
+  launch(v.dtype, vec, "flare_merge_states", params.rows, v.device, stream, &params);
+}
+
 jit::KernelSpec merge_state_kernel_spec(DType dtype, int vector_bytes) {
   FLARE_CHECK(dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16, kInvalid,
               "merge kernels take float32, float16 or bfloat16 v, got ", dtype_name(dtype));

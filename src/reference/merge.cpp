@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "flare/core/error.h"
@@ -79,6 +80,27 @@ void check_v_and_s(const TensorView& v, const char* v_name, const TensorView& s,
   check_state_tensor(s, s_name, v_ndim - 1, s_layout);
   check_s_dtype(s, s_name);
   check_scale_shape(s, s_name, v, v_name);
+}
+
+// indptr of merge_states_ragged: int32 [seq + 1] on the CPU, 0 <= indptr[r] <= indptr[r + 1] <=
+// total_states; the first offending entry is named.
+void check_indptr(const TensorView& indptr, int64_t seq, int64_t total_states) {
+  check_state_tensor(indptr, "indptr", 1, "[seq + 1]");
+  FLARE_CHECK(indptr.dtype == DType::kI32, ErrorCode::kInvalidArgument,
+              "indptr dtype must be int32, got ", dtype_name(indptr.dtype));
+  FLARE_CHECK(indptr.shape[0] == seq + 1, ErrorCode::kInvalidArgument,
+              "indptr must have shape [seq + 1] = [", seq + 1, "] (seq from v_out), got ",
+              indptr.shape_str());
+  const int32_t* const values = indptr.ptr<const int32_t>();
+  int64_t previous = 0;
+  for (int64_t i = 0; i <= seq; ++i) {
+    const int64_t value = values[i * indptr.strides[0]];
+    FLARE_CHECK(value >= previous && value <= total_states, ErrorCode::kInvalidArgument,
+                "indptr must be non-decreasing from 0 up to at most total_states = ", total_states,
+                " (v's first dimension); indptr[", i, "] = ", value, i > 0 ? " after " : "",
+                i > 0 ? std::to_string(previous) : std::string());
+    previous = value;
+  }
 }
 
 // One attention state row (seq index, head) of a [seq, H, D] / [seq, H] pair, read as floats
@@ -193,6 +215,39 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
         merge_into(o.data(), &lse, o_state.data(), lse_state, head_dim);
       }
       merged.store(seq, head, o.data(), lse);
+    }
+  }
+}
+
+void merge_states_ragged(const TensorView& v, const TensorView& s, const TensorView& indptr,
+                         const TensorView& v_out, const TensorView& s_out, LseBase base) {
+  check_v_and_s(v, "v", s, "s", 3, "[total_states, num_heads, head_dim]",
+                "[total_states, num_heads]");
+  check_v_and_s(v_out, "v_out", s_out, "s_out", 3, "[seq, num_heads, head_dim]",
+                "[seq, num_heads]");
+  const int64_t seq = v_out.shape[0];
+  check_indptr(indptr, seq, v.shape[0]);
+  FLARE_CHECK(v_out.shape[1] == v.shape[1] && v_out.shape[2] == v.shape[2],
+              ErrorCode::kInvalidArgument, "v_out must have shape [seq, num_heads, head_dim] = [",
+              seq, ", ", v.shape[1], ", ", v.shape[2], "] (heads and head_dim from v ",
+              v.shape_str(), "), got ", v_out.shape_str());
+
+  const StateRow states{v, s, base}, merged{v_out, s_out, base};
+  const int32_t* const ranges = indptr.ptr<const int32_t>();
+  std::vector<float> o(static_cast<size_t>(v.shape[2]));
+  std::vector<float> o_state(o.size());
+  for (int64_t row = 0; row < seq; ++row) {
+    const int64_t begin = ranges[row * indptr.strides[0]];
+    const int64_t end = ranges[(row + 1) * indptr.strides[0]];
+    for (int64_t head = 0; head < v.shape[1]; ++head) {
+      std::fill(o.begin(), o.end(), 0.0f);
+      float lse = -std::numeric_limits<float>::infinity();
+      for (int64_t state = begin; state < end; ++state) {
+        float lse_state = 0.0f;
+        states.load(state, head, o_state.data(), &lse_state);
+        merge_into(o.data(), &lse, o_state.data(), lse_state, v.shape[2]);
+      }
+      merged.store(row, head, o.data(), lse);
     }
   }
 }

@@ -73,6 +73,21 @@ TEST(MergeStateDispatch, CpuTensorsRunTheReferenceOperator) {
   merge_states(v.view(), s.view(), v_merged_ref.view(), s_merged_ref.view());
   EXPECT_TRUE(same_bytes(v_merged, v_merged_ref));
   EXPECT_TRUE(same_bytes(s_merged, s_merged_ref));
+
+  const HostTensor flat = testing::to_contiguous(v.view().select(0, 0));  // [5, H, D] states
+  const HostTensor flat_s = testing::to_contiguous(s.view().select(0, 0));
+  HostTensor indptr(DType::kI32, {3});
+  indptr.data<int32_t>()[0] = 0;
+  indptr.data<int32_t>()[1] = 2;
+  indptr.data<int32_t>()[2] = 5;
+  HostTensor v_ragged(DType::kF16, {2, heads, dim}), s_ragged(DType::kF32, {2, heads});
+  HostTensor v_ragged_ref(DType::kF16, {2, heads, dim}), s_ragged_ref(DType::kF32, {2, heads});
+  merge_states_ragged(flat.view(), flat_s.view(), indptr.view(), v_ragged.view(), s_ragged.view(),
+                      nullptr);
+  merge_states_ragged(flat.view(), flat_s.view(), indptr.view(), v_ragged_ref.view(),
+                      s_ragged_ref.view());
+  EXPECT_TRUE(same_bytes(v_ragged, v_ragged_ref));
+  EXPECT_TRUE(same_bytes(s_ragged, s_ragged_ref));
 }
 
 TEST(MergeStateDispatch, CpuFirstTensorWithACudaTensorIsRejected) {
@@ -166,6 +181,37 @@ TEST_F(MergeStateCudaChecks, StackedArgumentsAreChecked) {
                      ErrorCode::kInvalidArgument, "s must have the shape of v without its last");
   EXPECT_FLARE_ERROR(merge_states(stacked_v(), stacked_s(), v(), on_cuda(s(), 2), nullptr),
                      ErrorCode::kInvalidArgument, "s_out must be on cuda:0 (the device of v)");
+}
+
+TEST_F(MergeStateCudaChecks, RaggedArgumentsAreChecked) {
+  // v [total 5, 3, 64] (the rows view) merged into 2 rows by indptr [3] on the device.
+  HostTensor indptr_storage(DType::kI32, {3});
+  const TensorView indptr = on_cuda(indptr_storage.view());
+  const TensorView v_out = v().slice(0, 0, 2), s_out = s().slice(0, 0, 2);
+  const auto rejects = [&](const TensorView& ranges, const TensorView& out_v,
+                           const std::string& message) {
+    EXPECT_FLARE_ERROR(merge_states_ragged(v(), s(), ranges, out_v, s_out, nullptr),
+                       ErrorCode::kInvalidArgument, message);
+  };
+  rejects(indptr_storage.view(), v_out, "indptr must be on cuda:0 (the device of v), got cpu");
+  rejects(indptr.slice(0, 0, 2), v_out,
+          "indptr must have shape [seq + 1] = [3] (seq from v_out), got [2]");
+  TensorView indptr_i64 = indptr;
+  indptr_i64.dtype = DType::kI64;
+  rejects(indptr_i64, v_out, "indptr dtype must be int32, got int64");
+  TensorView strided = indptr;
+  strided.strides[0] = 2;
+  rejects(strided, v_out, "indptr must be contiguous on the GPU, got stride 2");
+  rejects(indptr, v().slice(0, 0, 2).slice(2, 0, 32),
+          "v_out must have shape [seq, num_heads, head_dim] = [2, 3, 64]");
+  rejects(indptr, v(DType::kBF16).slice(0, 0, 2), "v_out dtype must be v's float16 on the GPU");
+  EXPECT_FLARE_ERROR(merge_states_ragged(stacked_v(), stacked_s(), indptr, v_out, s_out, nullptr),
+                     ErrorCode::kInvalidArgument,
+                     "v must have rank 3 [total_states, num_heads, head_dim], got rank 4");
+  TensorView v_big = v(), s_big = s();
+  v_big.shape[0] = s_big.shape[0] = int64_t{1} << 31;
+  EXPECT_FLARE_ERROR(merge_states_ragged(v_big, s_big, indptr, v_out, s_out, nullptr),
+                     ErrorCode::kUnsupported, "total_states below 2^31, got 2147483648");
 }
 
 TEST_F(MergeStateCudaChecks, TwoToThe31RowsAreUnsupported) {

@@ -321,5 +321,85 @@ TEST(MergeState, MalformedTensorsAreRejectedAndOutputsUntouched) {
   untouched();
 }
 
+// The states [begin, end) of a [total, H, D] / [total, H] pair as merge_states' input
+// [1, end - begin, H, D] / [1, end - begin, H] (no copy).
+TensorView states_of(const TensorView& t, int64_t begin, int64_t end) {
+  const TensorView rows = t.slice(0, begin, end);
+  TensorView stacked = rows;
+  stacked.ndim = rows.ndim + 1;
+  stacked.shape[0] = 1;
+  stacked.strides[0] = 0;
+  for (int dim = 0; dim < rows.ndim; ++dim) {
+    stacked.shape[dim + 1] = rows.shape[dim];
+    stacked.strides[dim + 1] = rows.strides[dim];
+  }
+  return stacked;
+}
+
+// merge_states_ragged (FlashInfer's variable_length_merge_states) is merge_states over each row's
+// range, bit for bit: empty ranges, one state, long ranges, a -inf state, bf16 v, base 2.
+TEST(MergeState, RaggedEqualsMergeStatesOfEachRange) {
+  const std::vector<int32_t> lengths = {3, 0, 1, 17, 0, 5, 2};
+  std::vector<int32_t> offsets = {0};
+  for (const int32_t length : lengths) offsets.push_back(offsets.back() + length);
+  const int64_t seq = static_cast<int64_t>(lengths.size()), total = offsets.back(), heads = 3,
+                dim = 40;
+  const HostTensor v = testing::random_tensor(DType::kBF16, {total, heads, dim}, 31);
+  HostTensor s = testing::random_tensor(DType::kF32, {total, heads}, 32, 4.0f);
+  s.set(4 * heads + 1, -kInf);
+  HostTensor indptr(DType::kI32, {seq + 1});
+  std::copy(offsets.begin(), offsets.end(), indptr.data<int32_t>());
+  HostTensor v_out(DType::kBF16, {seq, heads, dim}), s_out(DType::kF32, {seq, heads});
+  testing::poison(v_out.view());
+  testing::poison(s_out.view());
+  merge_states_ragged(v.view(), s.view(), indptr.view(), v_out.view(), s_out.view(),
+                      LseBase::kBase2);
+  for (int64_t row = 0; row < seq; ++row) {
+    HostTensor v_row(DType::kBF16, {1, heads, dim}), s_row(DType::kF32, {1, heads});
+    merge_states(states_of(v.view(), offsets[row], offsets[row + 1]),
+                 states_of(s.view(), offsets[row], offsets[row + 1]), v_row.view(), s_row.view(),
+                 LseBase::kBase2);
+    for (int64_t i = 0; i < heads * dim; ++i) {
+      EXPECT_EQ(v_out.get(row * heads * dim + i), v_row.get(i)) << "row " << row << " at " << i;
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      EXPECT_EQ(s_out.get(row * heads + h), s_row.get(h)) << "row " << row << " head " << h;
+      if (lengths[static_cast<size_t>(row)] == 0) {
+        EXPECT_EQ(s_out.get(row * heads + h), -kInf);
+      }
+    }
+  }
+}
+
+TEST(MergeState, RaggedIndptrIsCheckedAndOutputsUntouched) {
+  HostTensor v(DType::kF32, {6, 2, 8}), s(DType::kF32, {6, 2});
+  HostTensor v_out(DType::kF32, {3, 2, 8}), s_out(DType::kF32, {3, 2});
+  testing::poison(v_out.view());
+  testing::poison(s_out.view());
+  const auto with = [](std::vector<int32_t> values) {
+    HostTensor t(DType::kI32, {static_cast<int64_t>(values.size())});
+    std::copy(values.begin(), values.end(), t.data<int32_t>());
+    return t;
+  };
+  const auto rejects = [&](const HostTensor& indptr, const std::string& message) {
+    EXPECT_FLARE_ERROR(
+        merge_states_ragged(v.view(), s.view(), indptr.view(), v_out.view(), s_out.view()),
+        ErrorCode::kInvalidArgument, message);
+  };
+  rejects(with({0, 4, 2, 6}), "indptr[2] = 2 after 4");
+  rejects(with({0, 2, 4, 7}), "at most total_states = 6 (v's first dimension); indptr[3] = 7");
+  rejects(with({-1, 2, 4, 6}), "indptr[0] = -1");
+  rejects(with({0, 2, 6}), "indptr must have shape [seq + 1] = [4] (seq from v_out), got [3]");
+  HostTensor as_int64(DType::kI64, {4});
+  rejects(as_int64, "indptr dtype must be int32, got int64");
+  HostTensor v_wide(DType::kF32, {3, 2, 9});
+  EXPECT_FLARE_ERROR(merge_states_ragged(v.view(), s.view(), with({0, 2, 4, 6}).view(),
+                                         v_wide.view(), s_out.view()),
+                     ErrorCode::kInvalidArgument,
+                     "v_out must have shape [seq, num_heads, head_dim]");
+  EXPECT_EQ(testing::count_nan(v_out.view()), v_out.numel());
+  EXPECT_EQ(testing::count_nan(s_out.view()), s_out.numel());
+}
+
 }  // namespace
 }  // namespace flare

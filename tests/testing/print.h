@@ -8,6 +8,7 @@
 #include <string>
 
 #include "flare/core/dtype.h"
+#include "flare/core/lse_base.h"
 #include "flare/format/paged_kv.h"
 
 namespace flare {
@@ -15,6 +16,9 @@ namespace flare {
 // Found by argument-dependent lookup from GoogleTest's printers (also inside tuples).
 inline void PrintTo(DType dtype, std::ostream* os) { *os << dtype_name(dtype); }
 inline void PrintTo(KVLayout layout, std::ostream* os) { *os << kv_layout_name(layout); }
+inline void PrintTo(LseBase base, std::ostream* os) {
+  *os << (base == LseBase::kBase2 ? "base 2" : "natural");
+}
 
 namespace testing {
 

@@ -49,6 +49,18 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
                   const TensorView& s_out, cuda::Stream stream, LseBase base = LseBase::kNatural);
 
+// (v_out [seq, H, D], s_out [seq, H]) <- row r: ⊕ over the states indptr[r] .. indptr[r + 1] - 1
+// of v [total_states, H, D], s [total_states, H], in index order (FlashInfer's
+// variable_length_merge_states); an empty range gives v = 0, s = -inf. indptr int32 [seq + 1] on
+// v's device. On the CPU indptr is checked (non-decreasing, within [0, total_states]; an error
+// naming its first offending entry). On the GPU it is read by the kernel, not checked on the
+// host (no synchronization): each range's ends are clamped into [0, total_states] and the end to
+// at least the begin, so no state outside v and s is read whatever indptr holds.
+// kUnsupported for 2^31 states or more on the GPU.
+void merge_states_ragged(const TensorView& v, const TensorView& s, const TensorView& indptr,
+                         const TensorView& v_out, const TensorView& s_out, cuda::Stream stream,
+                         LseBase base = LseBase::kNatural);
+
 // The kernels the CUDA path launches for v's dtype (float32, float16, bfloat16) and a vector of
 // 16 bytes or one element (entries flare_merge_state_pair and flare_merge_states): what CI
 // compiles without a GPU to check for spills. Throws kInvalidArgument for other arguments.

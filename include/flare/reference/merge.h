@@ -27,6 +27,14 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
                   const TensorView& s_out, LseBase base = LseBase::kNatural);
 
+// v [total_states, H, D], s float32 [total_states, H], indptr int32 [seq + 1] -> v_out
+// [seq, H, D], s_out [seq, H]: row r merges states indptr[r] .. indptr[r + 1] - 1 in index order
+// (FlashInfer's variable_length_merge_states); an empty range gives v = 0, s = -inf. Throws
+// kInvalidArgument naming indptr unless 0 <= indptr[r] <= indptr[r + 1] <= total_states.
+void merge_states_ragged(const TensorView& v, const TensorView& s, const TensorView& indptr,
+                         const TensorView& v_out, const TensorView& s_out,
+                         LseBase base = LseBase::kNatural);
+
 // The scalar operator on float32 rows, used by every path above and by the plan executor.
 // Merges (o_b, lse_b) into (o_a, lse_a) in place, d elements.
 void merge_into(float* o_a, float* lse_a, const float* o_b, float lse_b, int64_t d);
