@@ -234,7 +234,10 @@ __device__ __forceinline__ WarpSpan warp_span(const PrefillParams& p, const Work
   const int last_pos = g.q_offset + (item.row_begin + max(last_row, 0)) / p.group_size;
   WarpSpan span;
   span.kv_end = min(g.kv_hi, Variant::visible_end(p.variant, item.request, last_pos));
-  span.full_end = g.kv_hi;
+  // Keys past the first row's visible_end are hidden from it (visible_end never decreases in
+  // q_pos): only a mask that is exactly visible_end (kMaskIsVisibleEnd) leaves the keys before
+  // it unchecked; other variant masks zero full_end below.
+  span.full_end = min(g.kv_hi, Variant::visible_end(p.variant, item.request, first_pos));
   if constexpr (T::kMask == kMaskCausal) {
     span.kv_end = min(span.kv_end, last_pos + 1);
     span.full_end = min(span.full_end, first_pos + 1);

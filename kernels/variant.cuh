@@ -42,6 +42,11 @@
 //                                                    keys before visible_begin: the FA2
 //                                                    prefill then checks keys only on the tiles
 //                                                    that straddle that boundary
+//   static constexpr bool kMaskIsVisibleEnd;         optional: true when logits_mask excludes
+//                                                    exactly the keys at or past visible_end
+//                                                    (prefix-LM): the prefill families then check
+//                                                    keys only on the tiles that straddle the
+//                                                    visible_end of a tile's first row
 //   static constexpr bool kRotary;                   true: q and k rotate before q.k (RoPE,
 //                                                    kernels/rotary.cuh): dims i and i + D/2
 //                                                    turn by pos * rotary_frequency, q at its
@@ -150,9 +155,22 @@ template <class V>
 constexpr bool overrides_logits_mask =
     !variant_detail::same_type<decltype(&V::logits_mask),
                                decltype(&VariantBase::logits_mask)>::value;
-// Whether a kernel must check V's mask on every key (not only around visible_begin).
+// Whether V declares kMaskIsVisibleEnd true (its mask is exactly the keys before visible_end).
+namespace variant_detail {
+template <class V, class = void>
+struct mask_is_visible_end {
+  static constexpr bool value = false;
+};
 template <class V>
-constexpr bool masks_every_key = overrides_logits_mask<V> && !V::kMaskIsWindow;
+struct mask_is_visible_end<V, void_type<decltype(V::kMaskIsVisibleEnd)>> {
+  static constexpr bool value = V::kMaskIsVisibleEnd;
+};
+}  // namespace variant_detail
+// Whether a kernel must check V's mask on every key (not only around visible_begin or
+// visible_end).
+template <class V>
+constexpr bool masks_every_key =
+    overrides_logits_mask<V> && !V::kMaskIsWindow && !variant_detail::mask_is_visible_end<V>::value;
 
 // Whether V's logit is q.k times query_scale (a family may then fold the scale elsewhere):
 // V::kLinearLogits where V declares it, else whether V keeps VariantBase's logits_transform.

@@ -41,6 +41,8 @@ struct Variant : flare::VariantBase {
     prefix = Tensors::prefix_len(p)[row.request];
     q_pos = row.q_pos;
   }
+  // Exactly the keys before visible_end: the prefill checks keys only where a tile straddles it.
+  static constexpr bool kMaskIsVisibleEnd = true;
   __device__ bool logits_mask(int kv_pos) const { return kv_pos < prefix || kv_pos <= q_pos; }
 };
 )";
