@@ -12,7 +12,10 @@ soft-cap's math: the cost of writing a variant oneself), and flare.variants' pre
 of a quarter of each sequence), T5 relative position bias (causal, 32 buckets, max distance
 128; Flex as a score_mod with the same buckets), document masking (each sequence packed with
 documents of L/16 to L/4 tokens, causal inside each; Flex as a mask_mod on the same ids) and
-sigmoid (no softmax: flare only, causal pairs). TFLOP/s count the visible (query, key) pairs: 4 * D * H * pairs. Times: CUDA events around each eager call, median of --calls.
+sigmoid (no softmax: flare only, causal pairs). FlashInfer's output is compared with flare's
+(itself compared with Flex): a FlashInfer row more than WRONG_DIFF away prints as wrong, not as
+a rate. TFLOP/s count the visible (query, key) pairs: 4 * D * H * pairs. Times: CUDA events
+around each eager call, median of --calls.
 Usage: python3 scripts/bench_variants.py [--lengths 1024,4096,16384] [--calls 5] [--json F]
        [--variants causal,prefix_lm,...]
 """
@@ -36,6 +39,7 @@ LIBRARY = {"prefix_lm": flare.variants.prefix_lm(),
            "document": flare.variants.document_mask(),
            "sigmoid": flare.variants.sigmoid()}
 MAX_DISTANCE = 128.0
+WRONG_DIFF = 0.1  # FlashInfer's output this far from flare's (itself checked against Flex)
 
 USER_SOFT_CAP = flare.AttentionVariant(name="soft_cap", scalars=("cap",), source=r"""
 struct Variant : flare::VariantBase {
@@ -217,18 +221,27 @@ def main():
                 result = guarded(f"flashinfer {backend} {variant} {length}", lambda: measure_wrapper(
                     flashinfer, backend, variant, q, k, v, indptr, args.calls))
                 if result:
-                    row[f"flashinfer_{backend}_us"] = result[0]
+                    diff = (None if flare_out is None else
+                            (result[1].float() - flare_out.float()).abs().max().item())
+                    row[f"flashinfer_{backend}_max_diff_vs_flare"] = diff
+                    # A library that does not compute the variant (FlashInfer's sm90 kernels
+                    # take no ALiBi slopes) is not an anchor: its time is kept apart.
+                    wrong = diff is not None and diff > WRONG_DIFF
+                    row[f"flashinfer_{backend}{'_wrong' if wrong else ''}_us"] = result[0]
             for key in [k_ for k_ in row if k_.endswith("_us")]:
                 row[key.replace("_us", "_tflops")] = flops / row[key] / 1e6
             rows.append(row)
             del flare_out
-        del q, k, v
+        q = k = v = None  # freed before the next length's tensors
         torch.cuda.empty_cache()
     print("\n| variant | length | flare TFLOP/s | FlexAttention | flare / Flex | FlashInfer fa2 | fa3 | flare / fa2 |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         def cell(key):
             value = row.get(key)
+            if value is None and row.get(key.replace("_tflops", "_wrong_tflops")) is not None:
+                diff = row[key.replace("_tflops", "_max_diff_vs_flare")]
+                return f"wrong (max diff {diff:.2g})"
             return "n/a" if value is None else f"{value:.1f}"
         ratio = (f"{row['flex_us'] / row['flare_us']:.2f}"
                  if "flex_us" in row and "flare_us" in row else "n/a")
