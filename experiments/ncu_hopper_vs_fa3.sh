@@ -3,7 +3,7 @@
 # (causal, 16 x NCU_LEN tokens (default 4096), 16 heads, D 128, bf16; ragged K/V, or with
 # NCU_KV=paged a cache of 16-token pages in shuffled order; NCU_SOFT_CAP=30 for soft-capped
 # logits): the two kernels' limiters side by side (tensor-pipe use, issue stalls, instruction
-# mix, shared-memory wavefronts). Carry .anchors-fi. Usage (GPU machine, OUT set): experiments/ncu_hopper_vs_fa3.sh
+# mix, shared-memory wavefronts; NCU_SECTION_LIBS="" skips them). Carry .anchors-fi. Usage (GPU machine, OUT set): experiments/ncu_hopper_vs_fa3.sh
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache
 mkdir -p "$OUT"
@@ -43,13 +43,23 @@ for _ in range(4):
 torch.cuda.synchronize()
 PY
 M=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,sm__cycles_elapsed.avg
-for lib in ${NCU_LIBS:-flare flashinfer}; do
+for lib in ${NCU_SECTION_LIBS-flare flashinfer}; do
   PYTHONPATH=/tmp/fi-site timeout 200 ncu -k 'regex:(?i)prefill' --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
     --section LaunchStats --section InstructionStats --metrics $M python3 $OUT/one.py $lib ${NCU_LEN:-4096} ${NCU_KV:-ragged} ${NCU_SOFT_CAP:-0} >$OUT/ncu_$lib.txt 2>&1
   echo "--- $lib (exit $?)"
   grep -E "  [a-zA-Z_]*(Prefill|prefill)|Duration|Registers Per|Threads  |Achieved Occupancy|Compute \(SM\) Throughput|Issue Slots Busy|Executed Ipc Active|No Eligible|Warp Cycles Per Issued|Executed Instructions  |Dynamic Shared|gmma|pipe_|wavefronts|inst_executed|cycles_elapsed|Stall" $OUT/ncu_$lib.txt | head -40
 done
+# NCU_OPCODES=1: each kernel's executed instructions per SASS opcode (where the counts differ).
+if [ "${NCU_OPCODES:-0}" = 1 ]; then
+  for lib in ${NCU_LIBS:-flare flashinfer}; do
+    PYTHONPATH=/tmp/fi-site timeout 200 ncu -k 'regex:(?i)prefill' --launch-skip 2 --launch-count 1 \
+      --metrics sass__inst_executed_per_opcode --print-metric-instances details \
+      python3 $OUT/one.py $lib ${NCU_LEN:-4096} ${NCU_KV:-ragged} ${NCU_SOFT_CAP:-0} >$OUT/opcodes_$lib.txt 2>&1
+    echo "--- $lib opcodes (exit $?)"
+    grep -A3 "sass__inst_executed_per_opcode" $OUT/opcodes_$lib.txt | head -8
+  done
+fi
 # NCU_SASS=1: flare's per-SASS-instruction stall samples as well (where its warps wait).
 if [ "${NCU_SASS:-0}" = 1 ]; then
   PYTHONPATH=/tmp/fi-site timeout 200 ncu -k 'regex:(?i)prefill' --launch-skip 2 --launch-count 1 \
