@@ -3,7 +3,8 @@
 # (causal, 16 x NCU_LEN tokens (default 4096), 16 heads, D 128, bf16; ragged K/V, or with
 # NCU_KV=paged a cache of 16-token pages in shuffled order; NCU_SOFT_CAP=30 for soft-capped
 # logits): the two kernels' limiters side by side (tensor-pipe use, issue stalls, instruction
-# mix, shared-memory wavefronts; NCU_SECTION_LIBS="" skips them). Carry .anchors-fi. Usage (GPU machine, OUT set): experiments/ncu_hopper_vs_fa3.sh
+# mix, shared-memory wavefronts; NCU_SECTION_LIBS="" skips them). Carry .anchors-fi.
+# Usage (GPU machine, OUT set): experiments/ncu_hopper_vs_fa3.sh
 set -uo pipefail
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache
 mkdir -p "$OUT"
