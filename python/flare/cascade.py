@@ -26,6 +26,15 @@ def _check_v_dtype(name, v):
         raise ValueError(f"{name} dtype must be float32, float16 or bfloat16, got {v.dtype}")
 
 
+def _check_states(v, s, layout):
+    """s float32, v 16-bit or float32, v of the rank `layout` names (e.g. "[seq, H, D]")."""
+    _check_float32("s", s)
+    _check_v_dtype("v", v)
+    rank = layout.count(",") + 1
+    if len(v.shape) != rank:
+        raise ValueError(f"v must have rank {rank} {layout}, got shape {tuple(v.shape)}")
+
+
 def _mask_for(mask, v):
     """mask as the extension takes it: bool/uint8 [seq] on v's device (a host mask for CUDA v
     is copied there)."""
@@ -70,11 +79,7 @@ def merge_states(v, s, *, lse_base="log2"):
     """v [seq, num_states, H, D], s float32 [seq, num_states, H]. Returns (v [seq, H, D],
     s [seq, H]) merged over the states."""
     base2 = check_lse_base(lse_base)
-    _check_float32("s", s)
-    _check_v_dtype("v", v)
-    if len(v.shape) != 4:
-        raise ValueError("v must have rank 4 [seq, num_states, num_heads, head_dim], got shape "
-                         f"{tuple(v.shape)}")
+    _check_states(v, s, "[seq, num_states, num_heads, head_dim]")
     seq, _, heads, dim = v.shape
     v_out = empty((seq, heads, dim), v.dtype, like=v)
     s_out = empty((seq, heads), "float32", like=v)
@@ -91,11 +96,7 @@ def variable_length_merge_states(v, s, indptr, *, lse_base="log2"):
     indptr is copied to v's device, and a device indptr is read by the kernel unchecked, each
     range clamped inside the states (no synchronization; include/flare/api/merge_state.h)."""
     base2 = check_lse_base(lse_base)
-    _check_float32("s", s)
-    _check_v_dtype("v", v)
-    if len(v.shape) != 3:
-        raise ValueError("v must have rank 3 [total_states, num_heads, head_dim], got shape "
-                         f"{tuple(v.shape)}")
+    _check_states(v, s, "[total_states, num_heads, head_dim]")
     if len(indptr.shape) != 1 or indptr.shape[0] < 1:
         raise ValueError(f"indptr must have shape [seq + 1], got {tuple(indptr.shape)}")
     seq = indptr.shape[0] - 1

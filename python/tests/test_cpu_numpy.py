@@ -226,6 +226,15 @@ def test_variable_length_merge_states_matches_merge_states_per_row():
         assert np.array_equal(merged_s[row], expected_s[0])
     with pytest.raises(ValueError, match=r"indptr\[2\] = 1 after 3"):
         flare.triton.cascade.variable_length_merge_states(v, s, np.array([0, 3, 1, 4, 10]))
+    with pytest.raises(ValueError, match=r"v must have rank 3 \[total_states, num_heads, "):
+        flare.triton.cascade.variable_length_merge_states(v[None], s, indptr)
+
+
+def test_merge_states_names_a_v_of_the_wrong_rank():
+    v, s = random_states(5, 3, 2, 32, 15)
+    with pytest.raises(ValueError, match=r"v must have rank 4 \[seq, num_states, .*got shape "
+                                         r"\(3, 2, 32\)"):
+        flare.merge_states(v[0], s)
 
 
 def test_split_attention_merges_to_full_attention():
