@@ -12,7 +12,8 @@
 //   to compare with `python3 scripts/bench_prefill_torch.py --print-zipf-lengths`.
 //   FLARE_BENCH_BACKEND=fa2|fa3 picks the kernel family (default: the backend's auto choice);
 //   FLARE_BENCH_PAGE=<rows> the page size of the paged cases (default 16); FLARE_BENCH_ALIBI=1,
-//   FLARE_BENCH_WINDOW_LEFT=<n>: that variant (TFLOP/s still count the causal FLOPs).
+//   FLARE_BENCH_WINDOW_LEFT=<n>, FLARE_BENCH_SOFT_CAP=<cap>: that variant (TFLOP/s still count
+//   the causal FLOPs).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -194,6 +195,14 @@ BatchPrefillConfig prefill_config(int max_batch, int64_t max_total_qo) {
   // FLARE_BENCH_ALIBI=1: ALiBi with the default slopes (the FLOP counts stay the causal ones).
   if (const char* alibi = std::getenv("FLARE_BENCH_ALIBI"); alibi != nullptr && alibi[0] == '1') {
     config.params.pos_encoding = PosEncoding::kAlibi;
+  }
+  // FLARE_BENCH_SOFT_CAP=<cap>: logits soft-cap (the FLOP counts stay the causal ones).
+  if (const char* cap = std::getenv("FLARE_BENCH_SOFT_CAP")) {
+    config.params.logits_soft_cap = std::strtof(cap, nullptr);
+    if (!(config.params.logits_soft_cap > 0.0f)) {
+      std::fprintf(stderr, "FLARE_BENCH_SOFT_CAP must be a positive number, got '%s'\n", cap);
+      std::exit(2);
+    }
   }
   // FLARE_BENCH_FIXED_SPLIT: the batch-invariant plan (fixed_split_size) instead of the default.
   if (const char* split = std::getenv("FLARE_BENCH_FIXED_SPLIT")) {
