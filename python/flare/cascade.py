@@ -11,8 +11,8 @@ first call per dtype compiles the kernel: make it before capturing a CUDA graph)
 
 from . import _flare
 from ._args import check_lse_base
-from ._tensors import (arg, device_guard, empty, is_cuda, is_torch, stream_of, tensor_dtype,
-                       torch_module)
+from ._tensors import (arg, device_guard, empty, host_index, index_on_device, is_cuda, is_torch,
+                       stream_of, tensor_dtype, torch_module)
 
 
 def _check_float32(name, s):
@@ -101,13 +101,7 @@ def variable_length_merge_states(v, s, indptr, *, lse_base="log2"):
         raise ValueError(f"indptr must have shape [seq + 1], got {tuple(indptr.shape)}")
     seq = indptr.shape[0] - 1
     _, heads, dim = v.shape
-    if is_cuda(v):
-        torch = torch_module()
-        if not is_torch(indptr):
-            indptr = torch.as_tensor(indptr)
-        indptr = indptr.to(device=v.device, dtype=torch.int32, non_blocking=True).contiguous()
-    elif str(indptr.dtype) not in ("int32", "torch.int32"):
-        indptr = indptr.to(torch_module().int32) if is_torch(indptr) else indptr.astype("int32")
+    indptr = index_on_device(indptr, v, "indptr") if is_cuda(v) else host_index(indptr, "indptr")
     v_out = empty((seq, heads, dim), v.dtype, like=v)
     s_out = empty((seq, heads), "float32", like=v)
     with device_guard(v):
