@@ -155,16 +155,22 @@ template <class V>
 constexpr bool overrides_logits_mask =
     !variant_detail::same_type<decltype(&V::logits_mask),
                                decltype(&VariantBase::logits_mask)>::value;
-// Whether V declares kMaskIsVisibleEnd true (its mask is exactly the keys before visible_end).
+// An optional `static constexpr bool member` of V: its value where V declares it, else false.
 namespace variant_detail {
-template <class V, class = void>
-struct mask_is_visible_end {
-  static constexpr bool value = false;
-};
-template <class V>
-struct mask_is_visible_end<V, void_type<decltype(V::kMaskIsVisibleEnd)>> {
-  static constexpr bool value = V::kMaskIsVisibleEnd;
-};
+#define FLARE_VARIANT_OPTIONAL_FLAG(trait, member)  \
+  template <class V, class = void>                  \
+  struct trait {                                    \
+    static constexpr bool value = false;            \
+  };                                                \
+  template <class V>                                \
+  struct trait<V, void_type<decltype(V::member)>> { \
+    static constexpr bool value = V::member;        \
+  }
+// Whether V's mask is exactly the keys before visible_end.
+FLARE_VARIANT_OPTIONAL_FLAG(mask_is_visible_end, kMaskIsVisibleEnd);
+// Whether V's logits are affine in the KV position (has_affine_logits below).
+FLARE_VARIANT_OPTIONAL_FLAG(affine_logits, kLogitsAffineInKvPos);
+#undef FLARE_VARIANT_OPTIONAL_FLAG
 }  // namespace variant_detail
 // Whether a kernel must check V's mask on every key (not only around visible_begin or
 // visible_end).
@@ -196,16 +202,6 @@ constexpr bool has_linear_logits = variant_detail::linear_logits<V>::value;
 // logits_transform per logit: ALiBi there was an int-to-float conversion or its integer trick and
 // three more operations a logit, in kernels bound by issue (docs/perf.md, ALiBi). Decode calls
 // logits_transform per logit as before (memory-bound).
-namespace variant_detail {
-template <class V, class = void>
-struct affine_logits {
-  static constexpr bool value = false;
-};
-template <class V>
-struct affine_logits<V, void_type<decltype(V::kLogitsAffineInKvPos)>> {
-  static constexpr bool value = V::kLogitsAffineInKvPos;
-};
-}  // namespace variant_detail
 template <class V>
 constexpr bool has_affine_logits = variant_detail::affine_logits<V>::value;
 
