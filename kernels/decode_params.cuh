@@ -133,9 +133,9 @@ struct MergeParams {
   int64_t lse_stride_token, lse_stride_head;
   int32_t group_size;
   float lse_scale;  // as DecodeParams::lse_scale
-  // Prefill: [batch + 1] query tokens per request (MergeItem.request indexes it); null for
-  // decode, where request i is query token i.
-  const int32_t* qo_indptr;
+  // Prefill: [batch] first query token of each request (MergeItem.request indexes it); null
+  // for decode, where request i is query token i.
+  const int32_t* qo_begin;
   // Non-zero for a variant without softmax (use_softmax = false): the slots hold unnormalized
   // sums and add up; there is no lse (kernels/variant.cuh).
   int32_t sum_partials;

@@ -1,6 +1,8 @@
 // The merge of split-KV partial states (papers 001 §2.2, 002 D.2) on a fixed grid: one warp
 // per (merge item, row) reduces the row's float32 partial slots in the plan's KV order (a
 // fixed order and a fixed shuffle tree: bitwise identical across runs), writes o and lse.
+// The merge map's entries are partial row bases (slot x partial_rows + the item's first row in
+// the slot: cascade plans merge pieces that start inside a shared level's slot).
 //
 // Compile-time defines: FLARE_HEAD_DIM (64 | 128 | 256), FLARE_Q_DTYPE (o's DTypeCode).
 #pragma once
@@ -33,14 +35,13 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   constexpr int kUnroll = 64 / T::kDimsPerLane;
   const int lane = threadIdx.x % 32;
   const unsigned char* ws = p.workspace;
-  const int* slots = reinterpret_cast<const int*>(ws + p.offsets.merge_slots);
+  const int* row_bases = reinterpret_cast<const int*>(ws + p.offsets.merge_slots);
   const float* partial_o = p.offsets.partial_o;
   const float* partial_lse = p.offsets.partial_lse;
 
   float lse_max = negative_infinity();
   for (int i = slot_begin + lane; i < slot_end; i += 32) {
-    lse_max = fmaxf(lse_max, partial_lse[static_cast<long long>(slots[i]) *
-                                             p.offsets.partial_rows + r]);
+    lse_max = fmaxf(lse_max, partial_lse[row_bases[i] + r]);
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -57,7 +58,7 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
     long long my_row = 0;
     float my_weight = 0.0f;
     if (lane < count) {
-      my_row = static_cast<long long>(slots[first + lane]) * p.offsets.partial_rows + r;
+      my_row = row_bases[first + lane] + r;
       my_weight = p.sum_partials ? 1.0f : fast_exp2((partial_lse[my_row] - base) * kLog2e);
     }
     denominator += my_weight;
@@ -89,9 +90,8 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   const float norm = p.sum_partials ? 1.0f : empty ? 0.0f : 1.0f / denominator;
 
   const int packed = item.row_begin + r;
-  // Prefill passes qo_indptr (request -> first token); decode has one token per request.
-  const long long first_token =
-      p.qo_indptr != nullptr ? p.qo_indptr[item.request] : item.request;
+  // Prefill passes each request's first token; decode has one token per request.
+  const long long first_token = p.qo_begin != nullptr ? p.qo_begin[item.request] : item.request;
   const long long token = first_token + packed / p.group_size;
   const long long head = item.kv_head * p.group_size + packed % p.group_size;
   unsigned char* o = static_cast<unsigned char*>(p.o) +

@@ -104,8 +104,7 @@ __device__ __forceinline__ ItemGeometry item_geometry(const PrefillParams& p,
   g.kv_head = item.kv_head;
   g.request = item.request;
   g.rows = item.row_end - item.row_begin;
-  g.qo_begin = __ldg(p.qo_indptr + item.request);
-  const int q_len = __ldg(p.qo_indptr + item.request + 1) - g.qo_begin;
+  g.qo_begin = __ldg(p.qo_begin + item.request);
   const int kv_begin = __ldg(p.kv_indptr + item.request);
   const int kv_count = __ldg(p.kv_indptr + item.request + 1) - kv_begin;
   int kv_len = kv_count;
@@ -115,8 +114,9 @@ __device__ __forceinline__ ItemGeometry item_geometry(const PrefillParams& p,
                  : (kv_count - 1) * T::kPageSize + __ldg(p.kv_last_page_len + item.request);
   }
   g.kv_base = kv_begin;
-  // Bottom-right alignment: token t of the request sits at KV position kv_len - q_len + t.
-  g.q_offset = kv_len - q_len;
+  // Token t of the request sits at KV position q_offset + t: kv_len - q_len (bottom-right
+  // alignment) from plan(), kv_len - 1 for a causal cascade's shared levels (all keys visible).
+  g.q_offset = __ldg(p.q_offset + item.request);
   g.q_pos_first = g.q_offset + item.row_begin / p.group_size;
   g.q_pos_last = g.q_offset + (item.row_end - 1) / p.group_size;
   // Keys past the variant's visible end for the item's last row are invisible to every row.

@@ -27,7 +27,8 @@ struct PrefillParams {
   float* lse;     // [total_q, H_qo] or null
   // The request tables are the plan's (staged in the workspace from the host's validated
   // arrays), never the caller's device arrays: only page ids are read from caller memory.
-  const int32_t* qo_indptr;          // [batch + 1] query tokens
+  const int32_t* qo_begin;           // [batch] first query token of each request
+  const int32_t* q_offset;           // [batch] KV position of each request's query token 0
   const int32_t* kv_indptr;          // [batch + 1] tokens (ragged) or pages (paged)
   const int32_t* kv_indices;         // paged: page ids
   const int32_t* kv_last_page_len;   // paged: [batch]

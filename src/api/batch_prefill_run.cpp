@@ -318,7 +318,8 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   p.o = o.data;
   p.lse = lse ? lse->ptr<float>() : nullptr;
   p.workspace = s.workspace.device();
-  p.qo_indptr = request_table(p.workspace, layout, c.max_batch, kQoIndptr);
+  p.qo_begin = request_table(p.workspace, layout, c.max_batch, kQoBegin);
+  p.q_offset = request_table(p.workspace, layout, c.max_batch, kQOffset);
   p.kv_indptr = request_table(p.workspace, layout, c.max_batch, kKvIndptr);
   p.kv_last_page_len = request_table(p.workspace, layout, c.max_batch, kLastPageLen);
   p.kv_indices = a.indices;
@@ -381,7 +382,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   m.lse_stride_head = p.lse_stride_head;
   m.group_size = p.group_size;
   m.lse_scale = p.lse_scale;
-  m.qo_indptr = p.qo_indptr;
+  m.qo_begin = p.qo_begin;
   m.sum_partials = api_detail::uses_softmax(c.params, c.variant) ? 0 : 1;
   // Head dim 512: one pass per half of v and o (prefill_config.h prefill_kernel_head_dim_vo),
   // each writing the same lse; a pass's merge reads the workspace before the next pass writes

@@ -209,7 +209,10 @@ void stage_prefill(const PrefillHostPlan& planned, const WorkspaceLayout& layout
                    std::span<const int32_t> kv_last_page_len, std::byte* staging) {
   write_plan_region(planned.plan, layout, staging);
   std::copy(qo_indptr.begin(), qo_indptr.end(),
-            request_table(staging, layout, max_batch, kQoIndptr));
+            request_table(staging, layout, max_batch, kQoBegin));
+  // Bottom-right alignment: token t of request r at KV position kv_len - q_len + t.
+  int32_t* q_offset = request_table(staging, layout, max_batch, kQOffset);
+  for (size_t r = 0; r < planned.qo_len.size(); ++r) q_offset[r] = planned.kv_len[r] - planned.qo_len[r];
   // Padded past the batch with the total: a captured NVFP4 staging launch reads its count at
   // entry max_batch (kernels/prefill_nvfp4_stage.cuh).
   int32_t* kv_table = request_table(staging, layout, max_batch, kKvIndptr);

@@ -16,7 +16,21 @@ namespace flare::api_detail {
 
 // The request tables the kernels read instead of the caller's device arrays, staged with the
 // plan (WorkspaceLayout::executor_requests): int32 arrays of max_batch + 1 entries each.
-enum RequestTable : int { kQoIndptr, kKvIndptr, kLastPageLen, kMaskIndptr, kRequestTables };
+//   kQoBegin     request r's first query token (qo_indptr[r]; the merge's output rows too)
+//   kQOffset     KV position of r's query token 0: kv_len - q_len (bottom-right alignment), or
+//                what a cascade level sets (plan/cascade.h: kv_len - 1 makes a causal kernel
+//                see all of a shared prefix)
+//   kKvIndptr    pages (paged) or tokens (ragged): an indptr over the requests
+//   kLastPageLen paged: [batch]
+//   kMaskIndptr  custom masks: byte offsets [batch + 1]
+enum RequestTable : int {
+  kQoBegin,
+  kQOffset,
+  kKvIndptr,
+  kLastPageLen,
+  kMaskIndptr,
+  kRequestTables
+};
 
 int32_t* request_table(std::byte* region, const WorkspaceLayout& layout, int max_batch,
                        RequestTable table);

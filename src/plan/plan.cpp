@@ -37,6 +37,10 @@ void validate(const PlanProblem& problem, const DeviceSpec& device, const PlanOp
   FLARE_CHECK(problem.qo_len.size() == problem.kv_len.size(), ErrorCode::kInvalidArgument,
               "plan: qo_len and kv_len must have one entry per request, got ",
               problem.qo_len.size(), " and ", problem.kv_len.size());
+  FLARE_CHECK(problem.q_offset.empty() || problem.q_offset.size() == problem.qo_len.size(),
+              ErrorCode::kInvalidArgument,
+              "plan: q_offset must be empty or have one entry per request, got ",
+              problem.q_offset.size(), " for ", problem.qo_len.size(), " requests");
   FLARE_CHECK(problem.qo_len.size() <= static_cast<size_t>(kInt32Max), ErrorCode::kUnsupported,
               "plan: batch must fit int32, got ", problem.qo_len.size(), " requests");
   FLARE_CHECK(problem.num_qo_heads >= 1 && problem.num_kv_heads >= 1, ErrorCode::kInvalidArgument,

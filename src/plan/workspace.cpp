@@ -75,6 +75,14 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
   const int64_t max_tiles = int64_t{bounds.max_total_qo} * bounds.num_qo_heads;
   layout.max_merge_items = std::min<int64_t>(
       std::max<int64_t>(bounds.num_ctas, layout.max_partial_slots / 2), max_tiles);
+  FLARE_CHECK(bounds.max_merge_items >= 0 && bounds.max_merge_items <= kInt32Max &&
+                  bounds.max_merge_slots >= 0 && bounds.max_merge_slots <= kInt32Max,
+              ErrorCode::kInvalidArgument,
+              "workspace_layout: max_merge_items and max_merge_slots must be in [0, ", kInt32Max,
+              "], got ", bounds.max_merge_items, " and ", bounds.max_merge_slots);
+  if (bounds.max_merge_items > 0) layout.max_merge_items = bounds.max_merge_items;
+  layout.max_merge_slots =
+      bounds.max_merge_slots > 0 ? bounds.max_merge_slots : layout.max_partial_slots;
   layout.max_work_items =
       max_tiles == 0 ? 0 : std::min(kInt32Max, max_tiles + layout.max_partial_slots - 1);
 
@@ -89,7 +97,7 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
   layout.merge_items =
       place(end, section_bytes(layout.max_merge_items, sizeof(MergeItem), "merge_items"));
   layout.merge_slots =
-      place(end, section_bytes(layout.max_partial_slots, sizeof(int32_t), "merge_slots"));
+      place(end, section_bytes(layout.max_merge_slots, sizeof(int32_t), "merge_slots"));
   FLARE_CHECK(bounds.executor_cta_bytes <= 4096 && bounds.executor_item_bytes <= 4096 &&
                   bounds.executor_request_bytes <= 4096,
               ErrorCode::kInvalidArgument,
@@ -133,11 +141,14 @@ void check_fits(const Plan& plan, const WorkspaceLayout& layout) {
   FLARE_CHECK(
       plan.num_ctas >= 1 && plan.cta_indptr.size() == static_cast<size_t>(plan.num_ctas) + 1 &&
           plan.merge_indptr.size() == plan.merge_items.size() + 1 &&
-          plan.merge_slots.size() == static_cast<size_t>(plan.num_partial_slots),
+          (plan.merge_row_offsets.empty()
+               ? plan.merge_slots.size() == static_cast<size_t>(plan.num_partial_slots)
+               : plan.merge_row_offsets.size() == plan.merge_slots.size()),
       ErrorCode::kInvalidArgument, "check_fits: not a plan from plan(): num_ctas=", plan.num_ctas,
       " with ", plan.cta_indptr.size(), " cta_indptr entries, ", plan.merge_items.size(),
       " merge items with ", plan.merge_indptr.size(), " merge_indptr entries, ",
-      plan.num_partial_slots, " partial slots with ", plan.merge_slots.size(), " merge slots");
+      plan.num_partial_slots, " partial slots with ", plan.merge_slots.size(), " merge slots and ",
+      plan.merge_row_offsets.size(), " row offsets");
   FLARE_CHECK(plan.num_ctas <= layout.num_ctas, ErrorCode::kWorkspaceTooSmall, "plan needs ",
               plan.num_ctas, " CTAs, workspace has ", layout.num_ctas);
   FLARE_CHECK(plan.query_tile <= layout.max_query_tile, ErrorCode::kWorkspaceTooSmall,
@@ -162,6 +173,9 @@ void check_fits(const Plan& plan, const WorkspaceLayout& layout) {
               merge_items, " merge items (", merge_items * int64_t{sizeof(MergeItem)},
               " bytes), workspace has ", layout.max_merge_items, " (",
               layout.max_merge_items * int64_t{sizeof(MergeItem)}, " bytes)");
+  const auto merge_slots = static_cast<int64_t>(plan.merge_slots.size());
+  FLARE_CHECK(merge_slots <= layout.max_merge_slots, ErrorCode::kWorkspaceTooSmall, "plan needs ",
+              merge_slots, " merge slot entries, workspace has ", layout.max_merge_slots);
 }
 
 void write_plan_region(const Plan& plan, const WorkspaceLayout& layout, std::byte* host_region) {
@@ -180,8 +194,16 @@ void write_plan_region(const Plan& plan, const WorkspaceLayout& layout, std::byt
               plan.merge_indptr.size() * sizeof(int32_t));
   std::memcpy(host_region + layout.merge_items, plan.merge_items.data(),
               plan.merge_items.size() * sizeof(MergeItem));
-  std::memcpy(host_region + layout.merge_slots, plan.merge_slots.data(),
-              plan.merge_slots.size() * sizeof(int32_t));
+  // Partial row bases: the merge kernel reads row base + r, so a merge item may start inside
+  // a slot (Plan::merge_row_offsets). int32: the partial_lse section's rows fit it.
+  FLARE_CHECK(int64_t{plan.num_partial_slots} * layout.max_query_tile <= kInt32Max,
+              ErrorCode::kUnsupported, "write_plan_region: ", plan.num_partial_slots,
+              " partial slots of ", layout.max_query_tile, " rows exceed int32 row indices");
+  auto* rows = reinterpret_cast<int32_t*>(host_region + layout.merge_slots);
+  for (size_t i = 0; i < plan.merge_slots.size(); ++i) {
+    const int64_t offset = plan.merge_row_offsets.empty() ? 0 : plan.merge_row_offsets[i];
+    rows[i] = static_cast<int32_t>(int64_t{plan.merge_slots[i]} * layout.max_query_tile + offset);
+  }
 }
 
 }  // namespace flare

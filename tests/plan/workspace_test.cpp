@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "flare/core/error.h"
+#include "flare/plan/cascade.h"
 #include "flare/plan/plan.h"
 #include "plan/plan_testing.h"
 #include "testing/random.h"
@@ -282,13 +283,75 @@ TEST(PlanRegion, ReadingTheBytesBackGivesThePlan) {
                                             static_cast<size_t>(counts.num_merge_items) + 1);
     read.merge_items = read_array<MergeItem>(region, layout.merge_items,
                                              static_cast<size_t>(counts.num_merge_items));
+    // Staged as partial row bases: slot x max_query_tile (plus a cascade piece's row offset).
     read.merge_slots = read_array<int32_t>(region, layout.merge_slots,
                                            static_cast<size_t>(counts.num_partial_slots));
+    for (int32_t& row_base : read.merge_slots) {
+      EXPECT_EQ(row_base % layout.max_query_tile, 0);
+      row_base /= layout.max_query_tile;
+    }
     read.num_partial_slots = counts.num_partial_slots;
     plan_testing::expect_same_plan(read, expected);
     if (long_kv) {
       EXPECT_GT(expected.num_partial_slots, 0);
     }
+  }
+}
+
+// A cascade plan (plan/cascade.h) refers to a shared slot from several pieces: its merge
+// sections take the bounds' own sizes, and each entry is staged as slot x max_query_tile plus
+// the piece's row offset; a plan beyond them is refused.
+TEST(PlanRegion, CascadeMergeEntriesAreRowBases) {
+  std::vector<int32_t> per_request{0, 1, 2, 3, 4, 5};
+  const std::vector<int32_t> prefix_indptr{0, 5};
+  const std::vector<int32_t> prefix_kv{3000};
+  const std::vector<int32_t> suffix_kv{7, 0, 60, 9, 1};
+  const std::vector<CascadeLevelLengths> levels{{prefix_indptr, prefix_kv},
+                                                {per_request, suffix_kv}};
+  CascadeBatch batch;
+  cascade_batch(levels, true, batch);
+  PlanProblem problem;
+  problem.qo_len = batch.plan_qo_len;
+  problem.kv_len = batch.kv_len;
+  problem.q_offset = batch.q_offset;
+  problem.num_qo_heads = 32;
+  problem.num_kv_heads = 8;
+  problem.head_dim_qk = problem.head_dim_vo = 128;
+  problem.page_size = 16;
+  problem.causal = true;
+  PlanOptions options;
+  options.query_tile = 16;
+  options.one_queue = true;
+  options.kv_tile = 64;
+  Plan cascade = plan(problem, {132, 1}, options);
+  cascade_merge_map(batch, cascade);
+  ASSERT_GT(cascade.merge_slots.size(), static_cast<size_t>(cascade.num_partial_slots) / 2);
+
+  WorkspaceBounds bounds = decode_bounds();
+  bounds.max_merge_items = 5000;
+  bounds.max_merge_slots = 7000;
+  const WorkspaceLayout layout = workspace_layout(bounds);
+  EXPECT_EQ(layout.max_merge_items, 5000);
+  EXPECT_EQ(layout.max_merge_slots, 7000);
+  EXPECT_GE(layout.executor_ctas, layout.merge_slots + 7000 * sizeof(int32_t));
+  std::vector<std::byte> region(layout.plan_bytes);
+  write_plan_region(cascade, layout, region.data());
+  const std::vector<int32_t> rows =
+      read_array<int32_t>(region, layout.merge_slots, cascade.merge_slots.size());
+  bool offset_seen = false;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i], cascade.merge_slots[i] * 16 + cascade.merge_row_offsets[i]) << i;
+    offset_seen = offset_seen || cascade.merge_row_offsets[i] > 0;
+  }
+  EXPECT_TRUE(offset_seen) << "request 1's rows start inside the prefix tile's slot";
+
+  bounds.max_merge_slots = static_cast<int64_t>(cascade.merge_slots.size()) - 1;
+  try {
+    check_fits(cascade, workspace_layout(bounds));
+    ADD_FAILURE() << "a merge map beyond max_merge_slots fit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kWorkspaceTooSmall);
+    EXPECT_NE(std::string(e.what()).find("merge slot entries"), std::string::npos) << e.what();
   }
 }
 

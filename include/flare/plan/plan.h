@@ -28,6 +28,10 @@ struct PlanProblem {
   int page_size = 1;  // KV chunk boundaries are multiples of it
   bool causal = false;
   int window_left = -1;
+  // Optional, per request: the KV position of query token 0 (what causal and window masks
+  // measure from). Empty: kv_len - qo_len (bottom-right alignment). Cascade plans give a
+  // causal kernel's shared levels kv_len - 1, so every key is visible (plan/cascade.h).
+  std::span<const int32_t> q_offset;
 };
 
 inline constexpr int kMaxPlanWaves = 16;  // PlanOptions::waves
@@ -99,6 +103,11 @@ struct WorkspaceBounds {
   // fixed_split_size fits (002 D.3). More let fixed_split_size plans of more chunks fit; see
   // partial_slots_fitting().
   int64_t max_partial_slots = 0;
+  // Merge items and merge_slots entries (0 = the defaults: one item per split tile, one entry
+  // per partial slot). Cascade plans (plan/cascade.h) merge pieces of rows whose slots several
+  // items share: BatchPrefill sizes both for them when created with max_levels > 1.
+  int64_t max_merge_items = 0;
+  int64_t max_merge_slots = 0;
 };
 
 // Byte offsets of the sections of one workspace buffer (256-byte aligned). The plan region
@@ -109,7 +118,7 @@ struct WorkspaceLayout {
   size_t work_items = 0;      // WorkItem [max_work_items]
   size_t merge_indptr = 0;    // int32 [max_merge_items + 1]
   size_t merge_items = 0;     // MergeItem [max_merge_items]
-  size_t merge_slots = 0;     // int32 [max_partial_slots]
+  size_t merge_slots = 0;     // int32 [max_merge_slots]: partial row bases (see Plan)
   size_t executor_ctas = 0;   // [num_ctas] records of executor_cta_bytes, executor-written
   size_t executor_items = 0;  // [max_work_items] records of executor_item_bytes, executor-written
   size_t executor_requests = 0;  // [max_batch + 1] records of executor_request_bytes
@@ -123,6 +132,7 @@ struct WorkspaceLayout {
 
   int64_t max_work_items = 0;
   int64_t max_merge_items = 0;
+  int64_t max_merge_slots = 0;
   // Each slot holds one tile (max_query_tile packed rows of one KV head). Chunks of split
   // tiles number at most 2 * num_ctas when L_kv >= total work / num_ctas (002 D.3), so
   // 2 * num_ctas slots: 2 * #CTA * T_q * (D + 1) floats, within the paper's bound.
@@ -154,6 +164,12 @@ struct Plan {
   // [merge_indptr[i], merge_indptr[i + 1]), so merge_slots[s] == s (the decode kernel reads a
   // tile's partial states as one contiguous range); not with item_heads > 1, see below.
   std::vector<int32_t> merge_slots;
+  // Cascade plans only (plan/cascade.h; empty otherwise, meaning all 0): the first row of
+  // merge item i's rows inside each of its slots, one per merge_slots entry. A merge item there
+  // is a piece of rows that a shared level's tile covers from some row on, and one slot may
+  // serve several merge items. The workspace stages each entry as the partial row
+  // slot * max_query_tile + offset (kernels/merge.cuh reads row bases).
+  std::vector<int32_t> merge_row_offsets;
   int32_t num_partial_slots = 0;
   std::vector<double> cta_cost;  // alpha * rows + beta * kv + item_cost per CTA (balance)
   // KV heads one work item covers: item i stands for the queue entries i * item_heads + h,
