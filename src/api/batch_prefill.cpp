@@ -147,10 +147,20 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
   const api_detail::PrefillKernel& kernel = s.kernel(next.tiles);
   api_detail::plan_prefill(c, s.plan_sms, kernel.ctas_per_sm, s.props.memory_peak_bytes_per_us,
                            next);
+  commit_plan(qo_indptr, kv_indptr, kv_last_page_len, stream);
+}
 
+void BatchPrefill::commit_plan(std::span<const int32_t> qo_begin,
+                               std::span<const int32_t> kv_indptr,
+                               std::span<const int32_t> kv_last_page_len, cuda::Stream stream) {
+  State& s = *state_;
+  const BatchPrefillConfig& c = s.config;
+  api_detail::PrefillHostPlan& next = s.next;
+  const int64_t batch = next.batch;
   const cuda::DeviceScope scope(c.device);
   if (next.plan.num_partial_slots > s.workspace.layout().max_partial_slots) {
-    // Only fixed_split_size plans exceed the default bound (002 D.3 holds for the others).
+    // Only fixed_split_size and cascade plans exceed the default bound (002 D.3 holds for
+    // the others).
     FLARE_CHECK(!c.use_cuda_graph, ErrorCode::kWorkspaceTooSmall, kWhat, ": the plan needs ",
                 next.plan.num_partial_slots, " partial slots, the CUDA-graph workspace holds ",
                 s.workspace.layout().max_partial_slots,
@@ -158,7 +168,7 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
     s.workspace.grow(next.plan.num_partial_slots);
   }
   check_fits(next.plan, s.workspace.layout());
-  api_detail::stage_prefill(next, s.workspace.layout(), c.max_batch, qo_indptr, kv_indptr,
+  api_detail::stage_prefill(next, s.workspace.layout(), c.max_batch, qo_begin, kv_indptr,
                             kv_last_page_len, s.workspace.staging().acquire());
   s.workspace.staging().copy_to(s.workspace.plan_region(), s.workspace.layout(),
                                 static_cast<int64_t>(next.plan.work_items.size()), stream);

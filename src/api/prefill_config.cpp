@@ -22,6 +22,7 @@ const char* const kWhat = "BatchPrefill";
 constexpr int kKvTiles[] = {128, 64, 32};  // larger first: ties keep the larger tile
 static_assert(kPrefillQueryTiles[std::size(kPrefillQueryTiles) - 1] == kPrefillMaxQueryTile,
               "prefill_config.h: the largest query tile");
+static_assert(kPrefillQueryTiles[0] == kPrefillMinQueryTile, "prefill_config.h: the smallest");
 // fp32 accumulators (O and S fragments) per thread, by m16 tiles per warp: above the hard cap
 // ptxas spills (measured: one m16 tile, 160 spills with the custom mask or the full variant on
 // sm_80; two m16 tiles, 256 spill at every configuration, 192 compile to 255 registers with the
@@ -64,6 +65,8 @@ void validate_config(const BatchPrefillConfig& c) {
   FLARE_CHECK(c.max_batch >= 1 && c.max_total_qo >= 1, ErrorCode::kInvalidArgument, kWhat,
               ": max_batch and max_total_qo must be >= 1, got ", c.max_batch, " and ",
               c.max_total_qo);
+  FLARE_CHECK(c.max_levels >= 1 && c.max_levels <= 16, ErrorCode::kInvalidArgument, kWhat,
+              ": max_levels must be in [1, 16], got ", c.max_levels);
   FLARE_CHECK(c.num_qo_heads >= 1 && c.num_kv_heads >= 1 && c.num_qo_heads % c.num_kv_heads == 0,
               ErrorCode::kInvalidArgument, kWhat,
               ": num_kv_heads must be >= 1 and divide num_qo_heads, got num_qo_heads=",

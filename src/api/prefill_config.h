@@ -13,6 +13,7 @@ namespace flare::api_detail {
 // Query tiles (packed rows) of both families, smaller first.
 inline constexpr int kPrefillQueryTiles[] = {16, 32, 64, 128};
 inline constexpr int kPrefillMaxQueryTile = 128;
+inline constexpr int kPrefillMinQueryTile = 16;  // the smallest tile choose_prefill_tiles picks
 // The query tile at which the Hopper family's producer converts NVFP4 K/V (prefill_fused_nvfp4).
 inline constexpr int kHopperNvfp4QueryTile = 64;
 // Persistent CTAs per SM: two 4-warp CTAs already give 8 warps; more only grows the partial

@@ -68,6 +68,28 @@ WorkspaceBounds prefill_bounds(const BatchPrefillConfig& config, int num_ctas, i
   b.num_kv_heads = config.num_kv_heads;
   b.head_dim_vo = api_detail::prefill_kernel_head_dim_vo(config);  // one pass's partial rows
   b.executor_request_bytes = kRequestTables * sizeof(int32_t);
+  if (config.max_levels > 1) {
+    // A cascade's (tile, KV head) pairs: every level's tiles cover its tokens' packed rows in
+    // tiles of at least the smallest query tile, plus one partial tile per group (max_batch
+    // groups over all levels).
+    const int64_t group = config.num_qo_heads / config.num_kv_heads;
+    const int64_t min_tile = config.query_tile > 0 ? config.query_tile : kPrefillMinQueryTile;
+    const int64_t tiles =
+        int64_t{config.max_batch} +
+        int64_t{config.max_levels} * ((int64_t{config.max_total_qo} * group + min_tile - 1) / min_tile);
+    const int64_t pairs = tiles * config.num_kv_heads;
+    constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+    const int64_t split_chunks = int64_t{2} * num_ctas;  // 002 D.3
+    // Pieces: the common refinement of all levels' tiles has no more pieces than tiles.
+    b.max_merge_items = std::min(kInt32Max, pairs);
+    // Entries: a piece lists one slot per level covering it, and a split tile's extra chunks
+    // appear in each of its pieces (at most one per row of the tile).
+    b.max_merge_slots =
+        std::min(kInt32Max, config.max_levels * pairs + split_chunks * max_query_tile);
+    b.max_work_items = std::min(kInt32Max, pairs + split_chunks);
+    // Every tile a level shares writes a partial state; grown on demand outside graphs.
+    if (config.use_cuda_graph) b.max_partial_slots = std::min(kInt32Max, pairs + split_chunks);
+  }
   return b;
 }
 
@@ -93,6 +115,7 @@ void validate_prefill_batch(const BatchPrefillConfig& c,
               kv_indptr[0]);
   out.qo_len.resize(static_cast<size_t>(batch));
   out.kv_len.resize(static_cast<size_t>(batch));
+  out.q_offset.resize(static_cast<size_t>(batch));
   for (int64_t i = 0; i < batch; ++i) {
     const int64_t q_len = int64_t{qo_indptr[i + 1]} - qo_indptr[i];
     const int64_t count = int64_t{kv_indptr[i + 1]} - kv_indptr[i];
@@ -119,6 +142,8 @@ void validate_prefill_batch(const BatchPrefillConfig& c,
                 " of each (its distances convert to float exactly below 2^22)");
     out.qo_len[static_cast<size_t>(i)] = static_cast<int32_t>(q_len);
     out.kv_len[static_cast<size_t>(i)] = static_cast<int32_t>(kv_len);
+    // Bottom-right alignment: token t at KV position kv_len - q_len + t.
+    out.q_offset[static_cast<size_t>(i)] = static_cast<int32_t>(kv_len - q_len);
   }
   const int64_t total_qo = qo_indptr[static_cast<size_t>(batch)];
   FLARE_CHECK(total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument, kWhat, ": the batch has ",
@@ -177,6 +202,7 @@ void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm,
   PlanProblem problem;
   problem.qo_len = out.qo_len;
   problem.kv_len = out.kv_len;
+  problem.q_offset = out.q_offset;
   problem.num_qo_heads = c.num_qo_heads;
   problem.num_kv_heads = c.num_kv_heads;
   problem.head_dim_qk = c.head_dim_qk;
@@ -205,14 +231,12 @@ void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm,
 }
 
 void stage_prefill(const PrefillHostPlan& planned, const WorkspaceLayout& layout, int max_batch,
-                   std::span<const int32_t> qo_indptr, std::span<const int32_t> kv_indptr,
+                   std::span<const int32_t> qo_begin, std::span<const int32_t> kv_indptr,
                    std::span<const int32_t> kv_last_page_len, std::byte* staging) {
   write_plan_region(planned.plan, layout, staging);
-  std::copy(qo_indptr.begin(), qo_indptr.end(),
-            request_table(staging, layout, max_batch, kQoBegin));
-  // Bottom-right alignment: token t of request r at KV position kv_len - q_len + t.
-  int32_t* q_offset = request_table(staging, layout, max_batch, kQOffset);
-  for (size_t r = 0; r < planned.qo_len.size(); ++r) q_offset[r] = planned.kv_len[r] - planned.qo_len[r];
+  std::copy(qo_begin.begin(), qo_begin.end(), request_table(staging, layout, max_batch, kQoBegin));
+  std::copy(planned.q_offset.begin(), planned.q_offset.end(),
+            request_table(staging, layout, max_batch, kQOffset));
   // Padded past the batch with the total: a captured NVFP4 staging launch reads its count at
   // entry max_batch (kernels/prefill_nvfp4_stage.cuh).
   int32_t* kv_table = request_table(staging, layout, max_batch, kKvIndptr);

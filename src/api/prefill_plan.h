@@ -49,6 +49,7 @@ struct PrefillHostPlan {
   int64_t total_qo = 0;
   int64_t mask_bytes = 0;  // packed custom-mask bytes
   std::vector<int32_t> qo_len, kv_len;
+  std::vector<int32_t> q_offset;  // KV position of each request's token 0 (kQOffset)
   std::vector<int32_t> mask_indptr;  // custom-mask byte offsets [batch + 1]; empty without
 };
 
@@ -69,9 +70,11 @@ void plan_prefill(const BatchPrefillConfig& config, int num_sms, int ctas_per_sm
                   double memory_peak_bytes_per_us, PrefillHostPlan& out);
 
 // Writes the plan region of planned.plan with the request tables into `staging`
-// (layout.plan_bytes long). Throws kWorkspaceTooSmall when the plan does not fit `layout`.
+// (layout.plan_bytes long): qo_begin (each request's first token: qo_indptr, or a cascade's
+// virtual requests'), planned.q_offset, kv_indptr, kv_last_page_len and the mask offsets.
+// Throws kWorkspaceTooSmall when the plan does not fit `layout`.
 void stage_prefill(const PrefillHostPlan& planned, const WorkspaceLayout& layout, int max_batch,
-                   std::span<const int32_t> qo_indptr, std::span<const int32_t> kv_indptr,
+                   std::span<const int32_t> qo_begin, std::span<const int32_t> kv_indptr,
                    std::span<const int32_t> kv_last_page_len, std::byte* staging);
 
 }  // namespace flare::api_detail

@@ -85,6 +85,10 @@ WorkspaceLayout workspace_layout(const WorkspaceBounds& bounds) {
       bounds.max_merge_slots > 0 ? bounds.max_merge_slots : layout.max_partial_slots;
   layout.max_work_items =
       max_tiles == 0 ? 0 : std::min(kInt32Max, max_tiles + layout.max_partial_slots - 1);
+  FLARE_CHECK(bounds.max_work_items >= 0 && bounds.max_work_items <= kInt32Max,
+              ErrorCode::kInvalidArgument, "workspace_layout: max_work_items must be in [0, ",
+              kInt32Max, "], got ", bounds.max_work_items);
+  if (bounds.max_work_items > 0) layout.max_work_items = bounds.max_work_items;
 
   size_t end = 0;
   layout.counts = place(end, sizeof(PlanCounts));

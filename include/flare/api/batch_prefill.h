@@ -100,6 +100,25 @@ struct BatchPrefillConfig {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   bool validate_indices = false;
+
+  // Cascades (plan_cascade): the most levels a plan may have. Above 1 the workspace holds the
+  // cascade's merge map: merge pieces and entries for max_levels levels of up to max_batch
+  // groups in all (the virtual requests) over max_total_qo tokens, and, under use_cuda_graph,
+  // a partial slot for every (tile, KV head) such a plan can have.
+  int max_levels = 1;
+};
+
+// One level of a cascade (BatchPrefill::plan_cascade), host arrays:
+//   qo_indptr         int32 [groups + 1]: group g's query tokens are q[qo_indptr[g] ..
+//                     qo_indptr[g + 1]); 0 first, every level ending at the batch's total
+//   kv_indptr         int32 [groups + 1]: group g's pages are run()'s page ids [kv_indptr[g]
+//                     .. kv_indptr[g + 1]); level 0's start at 0, each later level's where
+//                     the level before ends (the levels' page ids back to back in one array)
+//   kv_last_page_len  int32 [groups]: in [1, page_size] for groups with pages
+struct CascadeLevel {
+  std::span<const int32_t> qo_indptr;
+  std::span<const int32_t> kv_indptr;
+  std::span<const int32_t> kv_last_page_len;
 };
 
 // The limits the tile heuristic reads (from cuda::DeviceProperties).
@@ -195,6 +214,23 @@ class BatchPrefill {
             std::span<const int32_t> kv_last_page_len, cuda::Stream stream,
             std::span<const int32_t> mask_indptr = {});
 
+  // Schedules a cascade (papers 001 §3.1, composable formats; plan/cascade.h): every token
+  // attends the KV of its group in each level (a prefix shared by a group of requests, then
+  // each request's own pages), and its output is the ⊕ of those states. The levels' groups
+  // are planned as one batch and run() computes them in one prefill launch, a shared group's
+  // query rows together (a prefix is read once per query tile, not once per request), then
+  // one merge launch over the pieces of rows that several levels cover (rows only one level
+  // covers, in one KV chunk, are written directly). params.mask kCausal applies to the last
+  // level (bottom-right aligned there); the other levels see all their keys (FlashInfer's
+  // MultiLevelCascadeAttentionWrapper). run() then takes the page ids of every level in one
+  // array (CascadeLevel::kv_indptr) and q / o / lse of the batch's tokens.
+  // Needs paged 16-bit K/V, 1 <= levels <= config.max_levels, all levels' groups together at
+  // most max_batch, and no custom mask or user variant; a causal cascade of several levels
+  // also no window, ALiBi or RoPE (their positions in the shared levels would not be
+  // bottom-right). Throws kInvalidArgument naming the level and array, kUnsupported, or
+  // kWorkspaceTooSmall, with nothing staged.
+  void plan_cascade(std::span<const CascadeLevel> levels, cuda::Stream stream);
+
   // Attention of the planned batch; every tensor on this prefill's device.
   //   q          [total_q, H_qo, D_qk] dtype, unit innermost stride, 16-byte aligned rows
   //   kv         NVFP4 (config.kv_dtype kU8): kv.k / kv.v the uint8 codes (D / 2 a row, 8-byte
@@ -247,6 +283,10 @@ class BatchPrefill {
   struct State;
   struct KVArgs;
   static bool bulk_maps(State& s, const KVArgs& a);
+  // plan() and plan_cascade()'s end: the planned batch (state's `next`) checked against the
+  // workspace, staged with its request tables, copied, and made current.
+  void commit_plan(std::span<const int32_t> qo_begin, std::span<const int32_t> kv_indptr,
+                   std::span<const int32_t> kv_last_page_len, cuda::Stream stream);
   void run_16bit(const TensorView& q, const PagedKVPages& kv, const TensorView& o,
                  const std::optional<TensorView>& lse, cuda::Stream stream,
                  const std::optional<TensorView>& mask_bits, const RunOptions& options);

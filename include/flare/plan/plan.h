@@ -108,6 +108,7 @@ struct WorkspaceBounds {
   // items share: BatchPrefill sizes both for them when created with max_levels > 1.
   int64_t max_merge_items = 0;
   int64_t max_merge_slots = 0;
+  int64_t max_work_items = 0;  // 0 = one per (tile, KV head) plus the partial slots
 };
 
 // Byte offsets of the sections of one workspace buffer (256-byte aligned). The plan region
