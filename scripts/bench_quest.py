@@ -10,7 +10,8 @@ decode over the whole sequence (flare's batch decode) for scale.
 Shapes: batch 1, page 16, 32 query / 32 KV heads, head dim 128, bf16, HND cache; sequence
 --lengths; the selected pages random per head (seeded). Times: GPU time of a CUDA-graph replay
 where the wrapper can be captured, and eager CUDA events around each call (all), median of
---calls; host time of run().
+--calls; host time of run(). Flex is compiled before timing and its eager time is the compiled
+call; the copy of the HND cache into Flex's [1, H, tokens, D] layout is made once, untimed.
 Usage: python3 scripts/bench_quest.py [--lengths 4096,16384,32768] [--budgets 64,256,512]
        [--calls 20] [--flex-full-blocks] [--json F]
 """
@@ -184,7 +185,8 @@ def main():
                                    for n, o in outs.items() if n != "flare"}
             rows.append(row)
     print("\nQuest decode, batch 1, page 16, 32/32 heads, D 128: GPU us in a CUDA graph / eager "
-          "(host run() us)")
+          "(host run() us); Flex given the chosen pages as "
+          f"{'full' if args.flex_full_blocks else 'partial'} blocks")
     print("| length | pages per head | flare | SDPA on the gathered pages | SDPA with the gather "
           "| (SDPA + gather) / flare | Flex on the same pages (block mask) | Flex / flare "
           "| dense flare decode |")
