@@ -60,6 +60,11 @@ struct LevelArrays {
 
 // The device side: q, the pages and the page ids uploaded, o and lse NaN.
 struct DeviceCascade {
+  // Device 0 current before the uploads, whatever ran before in this process (a BatchPrefill
+  // restores its caller's context, which may be none).
+  struct CurrentDevice {
+    CurrentDevice() { cuda::set_device(0); }
+  } current_device;
   DeviceCopy q, k, v, ids, o, lse;
   HostTensor o_host, lse_host;
   TensorView qv, ov, lv;

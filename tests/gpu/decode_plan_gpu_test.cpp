@@ -72,6 +72,7 @@ TEST(BatchDecodePlan, FewTilesPlanTwoOfFourCtasPerSmOutsideGraphs) {
 // one. The CUDA-core loop plans one wave unless asked for more.
 TEST(BatchDecodePlan, FullBatchesArePlannedInWaves) {
   FLARE_REQUIRE_GPU();
+  cuda::set_device(0);  // current context for the closing synchronize (run alone: sharded)
   for (const bool tensor_cores : {true, false}) {
     BatchDecodeConfig config = planner_test_config(256);
     config.use_tensor_cores = tensor_cores;
@@ -111,6 +112,7 @@ TEST(BatchDecodePlan, FullBatchesArePlannedInWaves) {
 // CTA 8 items and 12% more than the mean at batch 16, kv 4096 on 396 CTAs).
 TEST(BatchDecodePlan, EqualLengthsAreCutEvenly) {
   FLARE_REQUIRE_GPU();
+  cuda::set_device(0);  // current context for the closing synchronize (run alone: sharded)
   BatchDecodeConfig config = planner_test_config(16);
   BatchDecode decode(config);
   const int tiles = 16 * 8;
