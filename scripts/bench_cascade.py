@@ -2,7 +2,9 @@
 """Shared-prefix decode through the public Python API (issue 20; the FlashInfer paper's Table 5,
 ../shared/papers/002_b09e1c85831c9bbe.txt appendix G.2): flare's MultiLevelCascadeAttentionWrapper
 (level 0: the batch's shared prefix, read once for all its queries; level 1: each request's own
-suffix) next to flare's single format (one batch decode whose every request lists the prefix's
+suffix; both levels in one prefill launch plus the merge launch) and the same wrapper with
+fused_levels=False (the levels one after another, merged: FlashInfer's way) next to flare's
+single format (one batch decode whose every request lists the prefix's
 pages and then its own), FlashInfer's MultiLevelCascadeAttentionWrapper and single-format batch
 decode, and PyTorch SDPA (cuDNN) on the equivalent dense problem, in one process.
 
@@ -83,7 +85,8 @@ def device_like(x):
     return torch.empty_like(x, device="cuda")
 
 
-def cascade(module, workspace, case, calls):
+def cascade(module, workspace, case, calls, **extra):
+    """extra: flare's constructor keywords (fused_levels)."""
     qo, kv_indptr, kv_indices, last = case.levels
 
     def planned(graph):
@@ -93,7 +96,7 @@ def cascade(module, workspace, case, calls):
             paged_kv_indices_buf_arr=[device_like(x) for x in kv_indices],
             paged_kv_last_page_len_buf_arr=[device_like(x) for x in last])
         wrapper = module.MultiLevelCascadeAttentionWrapper(2, workspace, "NHD",
-                                                           use_cuda_graph=graph, **buffers)
+                                                           use_cuda_graph=graph, **buffers, **extra)
         wrapper.plan(qo, kv_indptr, kv_indices, last, HEADS, HEADS, HEAD_DIM, PAGE,
                      q_data_type=DTYPE, kv_data_type=DTYPE)
         return wrapper
@@ -170,6 +173,8 @@ def main():
             results = {
                 "flare cascade": guarded("flare cascade",
                                          lambda: cascade(flare, workspace, case, args.calls)),
+                "flare levels": guarded("flare levels", lambda: cascade(
+                    flare, workspace, case, args.calls, fused_levels=False)),
                 "flare single": guarded("flare single",
                                         lambda: single(flare, workspace, case, args.calls))}
             if flashinfer is not None:
@@ -189,23 +194,26 @@ def main():
                 if reference is not None:
                     timing["max_diff"] = (out.float() - reference.float()).abs().max().item()
             rows.append(row)
-            del case
+            case = None  # free the cache before the next shape
             torch.cuda.empty_cache()
-    names = ["flare cascade", "flare single", "flashinfer cascade", "flashinfer single",
-             "sdpa cudnn"]
+    names = ["flare cascade", "flare levels", "flare single", "flashinfer cascade",
+             "flashinfer single", "sdpa cudnn"]
     print("\nShared-prefix decode, GPU us in a CUDA graph / eager (host run() us); suffix 128, "
           "32/32 heads, D 128")
     print("| batch | prefix | " + " | ".join(names) +
-          " | FI cascade / flare cascade | flare single / flare cascade |")
-    print("|---|---|" + "---|" * (len(names) + 2))
+          " | FI cascade / flare cascade | flare levels / flare cascade | "
+          "flare single / flare cascade |")
+    print("|---|---|" + "---|" * (len(names) + 3))
     for row in rows:
         cells = []
         for name in names:
             t = row.get(name)
             graph = f"{t['graph_us']:.1f}" if t and t.get("graph_us") else "n/a"
             cells.append(f"{graph} / {t['eager_us']:.1f} ({t['run_us']:.0f})" if t else "n/a")
-        ratio, gain = ratio_of(row, "flashinfer cascade"), ratio_of(row, "flare single")
-        print(f"| {row['batch']} | {row['prefix']} | " + " | ".join(cells) + f" | {ratio} | {gain} |")
+        ratio, fused, gain = (ratio_of(row, "flashinfer cascade"), ratio_of(row, "flare levels"),
+                              ratio_of(row, "flare single"))
+        print(f"| {row['batch']} | {row['prefix']} | " + " | ".join(cells) +
+              f" | {ratio} | {fused} | {gain} |")
     diffs = ", ".join(f"{name}@b{row['batch']}p{row['prefix']}={row[name]['max_diff']:.2g}"
                       for row in rows for name in names
                       if row.get(name) and "max_diff" in row[name])

@@ -2,18 +2,24 @@
 MultiLevelCascadeAttentionWrapper, BatchDecodeWithSharedPrefixPagedKVCacheWrapper and
 BatchPrefillWithSharedPrefixPagedKVCacheWrapper. Each level is a block-sparse KV format of its
 own (a level-0 group's query rows read their shared prefix together, as one request of the
-paged prefill); the levels run one after another on flare's kernels and their attention states
-merge with flare's merge operator (merge_state_in_place), as FlashInfer does. Outside CUDA-graph
-mode, plan() picks each level's kernel from its host-side tables: a level whose groups are all
-one query token (a decode level) runs flare's tensor-core batch decode, and a level other than
-the last whose groups hold no KV at all is skipped (it would add the identity state). One
-persistent launch over all levels with the merge fused is issue 20's remaining work.
+paged prefill).
+
+MultiLevelCascadeAttentionWrapper on the GPU runs all levels in one prefill launch plus one
+merge launch (flare/_cascade_gpu.py, BatchPrefill.plan_cascade) where it can: 16-bit K/V in
+q's dtype, and for a causal cascade of several levels no pos_encoding_mode or window_left
+(the shared levels' queries are placed after all their keys). Otherwise, on the CPU, or with
+fused_levels=False, the levels run one after another and their states merge with
+merge_state_in_place, as FlashInfer does; outside CUDA-graph mode plan() then picks each
+level's kernel from its host-side tables: a level whose groups are all one query token (a
+decode level) runs flare's tensor-core batch decode, and a level other than the last whose
+groups hold no KV at all is skipped (it would add the identity state).
 """
 
 import numpy as np
 
 from . import _tensors
-from ._tensors import is_cuda
+from ._cascade_gpu import GpuCascade
+from ._tensors import dtype_name, is_cuda
 from .cascade import merge_state_in_place
 from .decode import BatchDecodeWithPagedKVCacheWrapper
 from .prefill import BatchPrefillWithPagedKVCacheWrapper, single_prefill_with_kv_cache
@@ -95,15 +101,38 @@ def _level_kernel(qo_host, kv_indptr, last):
     return "prefill"
 
 
+def _why_not_fused(workspace, q_dtype, kv_dtype, causal, num_levels, pos_encoding_mode,
+                   window_left):
+    """Why the one-launch cascade cannot run this plan (None when it can)."""
+    if not is_cuda(workspace):
+        return "the float workspace buffer is not a CUDA tensor (the CPU backend runs levels)"
+    if q_dtype not in ("float16", "bfloat16") or kv_dtype != q_dtype:
+        return (f"it reads 16-bit K/V in q's dtype, got q_data_type {q_dtype} and kv_data_type "
+                f"{kv_dtype}")
+    positional = pos_encoding_mode != "NONE" or (window_left is not None and window_left >= 0)
+    if causal and num_levels > 1 and positional:
+        return ("a causal cascade's shared levels place their queries after all their keys, so "
+                "pos_encoding_mode and window_left are not available there")
+    return None
+
+
 class MultiLevelCascadeAttentionWrapper:
     """Attention over num_levels paged KV levels per query token (level 0 e.g. a prefix shared
     by a group of requests, the last level each request's own pages): plan() per level with its
     qo_indptr grouping the query tokens, run(q, paged_kv_cache) -> o, the levels' states
-    merged."""
+    merged. fused_levels (flare's): None runs the levels in one launch where the module doc
+    says it can, True insists (NotImplementedError naming why not), False runs them one after
+    another."""
 
     def __init__(self, num_levels, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf_arr=None, paged_kv_indptr_buf_arr=None,
-                 paged_kv_indices_buf_arr=None, paged_kv_last_page_len_buf_arr=None):
+                 paged_kv_indices_buf_arr=None, paged_kv_last_page_len_buf_arr=None,
+                 fused_levels=None):
+        if fused_levels not in (None, True, False):
+            raise ValueError(f"{_MULTI}: fused_levels must be None, True or False, got "
+                             f"{fused_levels!r}")
+        self._fused_levels = fused_levels
+        self._fused = False  # the latest plan's path
         num_levels = int(num_levels)
         if num_levels < 1:
             raise ValueError(f"{_MULTI}: num_levels must be >= 1, got {num_levels}")
@@ -127,6 +156,10 @@ class MultiLevelCascadeAttentionWrapper:
                 float_workspace_buffer, kv_layout, use_cuda_graph,
                 **{name: None if arr is None else arr[i] for name, arr in buffers.items()})
             for i in range(num_levels)]
+        self._cascade = None
+        if is_cuda(float_workspace_buffer) and fused_levels is not False:
+            self._cascade = GpuCascade(_MULTI, float_workspace_buffer, kv_layout, num_levels,
+                                       use_cuda_graph, paged_kv_indices_buf_arr)
 
     @property
     def is_cuda_graph_enabled(self):
@@ -156,6 +189,29 @@ class MultiLevelCascadeAttentionWrapper:
             raise ValueError(f"{where}: every level's qo_indptr must end at the same number of "
                              f"query tokens (each token in one group per level), got {totals}")
         _check_levels_disjoint(where, qo_host, paged_kv_indptr_arr, paged_kv_indices_arr)
+        q_dtype = dtype_name(q_data_type)
+        kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
+        why_not = _why_not_fused(self._workspace, q_dtype, kv_dtype, causal, self._num_levels,
+                                 pos_encoding_mode, window_left)
+        if self._fused_levels is True and why_not is not None:
+            raise NotImplementedError(f"{where}: fused_levels=True, but {why_not}")
+        self._fused = self._cascade is not None and why_not is None
+        if self._fused:
+            params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
+                                 logits_soft_cap=logits_soft_cap,
+                                 pos_encoding_mode=pos_encoding_mode, rope_scale=rope_scale,
+                                 rope_theta=rope_theta)
+            config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
+                          head_dim_qk=int(head_dim), head_dim_vo=int(head_dim),
+                          page_size=int(page_size), dtype=q_dtype, custom_mask=False,
+                          fixed_split_size=0, disable_split_kv=False,
+                          params_kwargs=params_kwargs, variant=None, kv_dtype=kv_dtype)
+            kv_host = [_tensors.host_int32(x, f"paged_kv_indptr_arr[{i}]")
+                       for i, x in enumerate(paged_kv_indptr_arr)]
+            last_host = [_tensors.host_int32(x, f"paged_kv_last_page_len[{i}]")
+                         for i, x in enumerate(paged_kv_last_page_len)]
+            self._cascade.plan(qo_host, kv_host, last_host, paged_kv_indices_arr, config)
+            return
         last = self._num_levels - 1
         graph = self.is_cuda_graph_enabled
         for i, wrapper in enumerate(self._wrappers):
@@ -189,6 +245,8 @@ class MultiLevelCascadeAttentionWrapper:
     def run(self, q, paged_kv_cache, return_lse=False):
         """o [tokens, H_qo, D] of q [tokens, H_qo, D] over every level (and the merged base-2
         lse with return_lse)."""
+        if self._fused:
+            return self._cascade.run(q, paged_kv_cache, return_lse)
         out, lse = self._run_level(self._num_levels - 1, q, paged_kv_cache)
         for i in range(self._num_levels - 1):
             if self._kernels[i] != "skip":

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "bindings.h"
 #include "flare/api/batch_prefill.h"
@@ -31,7 +32,8 @@ void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_to
                  const ParamsArg& params, bool custom_mask, bool use_cuda_graph,
                  int fixed_split_size, bool disable_split_kv, uintptr_t scratch,
                  size_t scratch_bytes, bool validate_indices, nb::handle variant,
-                 const std::string& backend, const std::string& kv_dtype, int64_t max_total_kv) {
+                 const std::string& backend, const std::string& kv_dtype, int64_t max_total_kv,
+                 int max_levels) {
   BatchPrefillConfig& config = *new (self) BatchPrefillConfig();
   config.device = device;
   config.max_batch = max_batch;
@@ -47,6 +49,7 @@ void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_to
   // "uint8": NVFP4 K/V (codes with kv_cache_sf block scales), staged in max_total_kv units.
   if (!kv_dtype.empty() && kv_dtype != dtype) config.kv_dtype = parse_dtype(kv_dtype);
   config.max_total_kv = max_total_kv;
+  config.max_levels = max_levels;
   config.params = params.resolved();
   FLARE_CHECK(!config.params.custom_mask, ErrorCode::kInvalidArgument,
               "BatchPrefill takes its custom mask in run(), not in params");
@@ -93,6 +96,28 @@ void plan(BatchPrefill& prefill, nb::handle qo_indptr, nb::handle kv_indptr,
   // A newly chosen tile pair compiles its kernel (seconds on a cold JIT cache).
   nb::gil_scoped_release release;
   prefill.plan(qo, kv, last, reinterpret_cast<cuda::Stream>(stream));
+}
+
+// A cascade's levels: a sequence of (qo_indptr, kv_indptr, kv_last_page_len) host arrays, the
+// kv_indptr of each level absolute in the one page-id array run() gets.
+void plan_cascade(BatchPrefill& prefill, nb::handle levels, uintptr_t stream) {
+  FLARE_CHECK(PyTuple_Check(levels.ptr()) || PyList_Check(levels.ptr()),
+              ErrorCode::kInvalidArgument, "plan_cascade: levels must be a list of "
+              "(qo_indptr, kv_indptr, kv_last_page_len) tuples");
+  const nb::sequence seq = nb::borrow<nb::sequence>(levels);
+  std::vector<CascadeLevel> spans;
+  for (size_t l = 0; l < nb::len(seq); ++l) {
+    const nb::sequence level = nb::borrow<nb::sequence>(seq[l]);
+    FLARE_CHECK(nb::len(level) == 3, ErrorCode::kInvalidArgument, "plan_cascade: level ", l,
+                " must be (qo_indptr, kv_indptr, kv_last_page_len)");
+    spans.push_back(
+        {host_int32_span(object_view(level[0], "qo_indptr"), "qo_indptr"),
+         host_int32_span(object_view(level[1], "paged_kv_indptr"), "paged_kv_indptr"),
+         host_int32_span(object_view(level[2], "paged_kv_last_page_len"),
+                         "paged_kv_last_page_len")});
+  }
+  nb::gil_scoped_release release;
+  prefill.plan_cascade(spans, reinterpret_cast<cuda::Stream>(stream));
 }
 
 // The wrappers' run(): the caller's objects, on torch's current stream.
@@ -164,11 +189,13 @@ void bind_batch_prefill(nb::module_& m) {
            nb::arg("use_cuda_graph"), nb::arg("fixed_split_size"), nb::arg("disable_split_kv"),
            nb::arg("scratch") = 0, nb::arg("scratch_bytes") = 0,
            nb::arg("validate_indices") = false, nb::arg("variant").none() = nb::none(),
-           nb::arg("backend") = "auto", nb::arg("kv_dtype") = "", nb::arg("max_total_kv") = 0);
+           nb::arg("backend") = "auto", nb::arg("kv_dtype") = "", nb::arg("max_total_kv") = 0,
+           nb::arg("max_levels") = 1);
   nb::class_<BatchPrefill>(m, "BatchPrefill", "flare::BatchPrefill (internal: GPU batch prefill).")
       .def("__init__", &construct, nb::arg("config"))
       .def("plan", &plan, nb::arg("qo_indptr"), nb::arg("kv_indptr"),
            nb::arg("kv_last_page_len").none(), nb::arg("stream"))
+      .def("plan_cascade", &plan_cascade, nb::arg("levels"), nb::arg("stream"))
       .def("run_paged", &run_paged, nb::arg("q"), nb::arg("paged_kv_cache"), nb::arg("indices"),
            nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
            nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"),

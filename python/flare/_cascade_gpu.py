@@ -1,0 +1,144 @@
+"""MultiLevelCascadeAttentionWrapper's one-launch path on the GPU (issue 20, composable formats):
+every level's groups planned as one batch by flare's BatchPrefill.plan_cascade, run as one
+prefill launch plus one merge launch over the pieces of rows several levels cover
+(include/flare/plan/cascade.h). The levels' page ids are put back to back in one device array
+at plan() (device operations only: no synchronization, and under CUDA graphs into a buffer
+whose address stays fixed). Reached only with CUDA tensors.
+"""
+
+import numpy as np
+
+from . import _flare, _tensors
+from ._args import make_params
+from ._prefill_gpu import _Prefills, _next_power_of_two, config_key, launch
+from ._tensors import is_cuda, is_torch, scratch_of, torch_module
+
+
+def _levels_page_ids(indices_arr, counts, like):
+    """The levels' first counts[l] page ids, back to back, as one int32 tensor on like's device
+    (torch.cat of device slices; host arrays are joined on the host and copied)."""
+    torch = torch_module()
+    if all(is_cuda(x) for x in indices_arr):
+        parts = []
+        for i, (x, n) in enumerate(zip(indices_arr, counts)):
+            if x.reshape(-1).shape[0] < n:
+                raise ValueError(f"paged_kv_indices_arr[{i}] has {x.reshape(-1).shape[0]} "
+                                 f"entries, its paged_kv_indptr ends at {n}")
+            parts.append(x.reshape(-1)[:n].to(torch.int32))
+        if not parts or sum(counts) == 0:
+            return torch.zeros(1, dtype=torch.int32, device=like.device)
+        return torch.cat(parts)
+    host = []
+    for i, (x, n) in enumerate(zip(indices_arr, counts)):
+        values = _tensors.host_int32(x, f"paged_kv_indices_arr[{i}]")
+        if values.shape[0] < n:
+            raise ValueError(f"paged_kv_indices_arr[{i}] has {values.shape[0]} entries, its "
+                             f"paged_kv_indptr ends at {n}")
+        host.append(values[:n])
+    joined = np.concatenate(host) if sum(counts) > 0 else np.zeros(1, dtype=np.int32)
+    return torch.from_numpy(np.ascontiguousarray(joined)).to(like.device, non_blocking=True)
+
+
+class GpuCascade:
+    """One cascade wrapper's GPU state: BatchPrefill objects of max_levels = num_levels by
+    configuration, the joined page ids, run() through one extension call.
+
+    Under use_cuda_graph the first plan() fixes the configuration, the groups of every level
+    (the lengths of qo_indptr_buf_arr) and the largest query count, and the joined page ids
+    live in one buffer as long as the wrapper's paged_kv_indices buffers together."""
+
+    def __init__(self, where, workspace, kv_layout, num_levels, use_cuda_graph, indices_bufs):
+        self._where = where
+        self._workspace = workspace
+        self._device = workspace.device.index or 0
+        self._kv_layout = kv_layout
+        self._num_levels = num_levels
+        self._use_cuda_graph = use_cuda_graph
+        self._scratch = scratch_of(workspace, where)
+        self._prefills = _Prefills()
+        self._graph = None  # (key, max_batch, max_total_qo) of the first graph plan
+        self._page_ids_buf = None
+        if use_cuda_graph:
+            if indices_bufs is None or any(b is None for b in indices_bufs):
+                raise ValueError(f"{where}: use_cuda_graph=True needs "
+                                 "paged_kv_indices_buf_arr (fixed for the wrapper's life)")
+            torch = torch_module()
+            capacity = sum(int(b.shape[0]) for b in indices_bufs)
+            self._page_ids_buf = torch.zeros(max(capacity, 1), dtype=torch.int32,
+                                             device=workspace.device)
+        self.planned = None  # (prefill, page ids, rows, (heads, head_dim))
+
+    def plan(self, qo_host, kv_host, last_host, indices_arr, config):
+        """qo_host / kv_host / last_host: each level's host int32 arrays (kv_indptr relative to
+        the level's own page ids, as FlashInfer takes them); config: the BatchPrefill keywords
+        that are not capacities (GpuPrefill.plan's)."""
+        offsets = np.cumsum([0] + [int(kv[-1]) for kv in kv_host])
+        levels = [(qo, (kv + np.int32(offsets[i])).astype(np.int32), last)
+                  for i, (qo, kv, last) in enumerate(zip(qo_host, kv_host, last_host))]
+        groups = sum(qo.shape[0] - 1 for qo in qo_host)
+        total_qo = int(qo_host[0][-1])
+        key = config_key(config) + (self._num_levels,)
+        page_ids = _levels_page_ids(indices_arr, [int(kv[-1]) for kv in kv_host],
+                                    self._workspace)
+        if self._use_cuda_graph:
+            if self._graph is None:
+                capacity = (max(groups, 1), max(total_qo, 1))
+            elif key != self._graph[0]:
+                raise ValueError(f"a use_cuda_graph {self._where} keeps the configuration of its "
+                                 "first plan(); create another wrapper for a different one")
+            elif groups > self._graph[1] or total_qo > self._graph[2]:
+                raise ValueError(
+                    f"{self._where}: {groups} groups and {total_qo} query tokens exceed the "
+                    f"{self._graph[1]} and {self._graph[2]} of the first plan() of this "
+                    "use_cuda_graph wrapper (plan the largest batch first)")
+            else:
+                capacity = self._graph[1:]
+            if page_ids.shape[0] > self._page_ids_buf.shape[0]:
+                raise ValueError(f"{self._where}: the levels list {page_ids.shape[0]} page ids, "
+                                 f"more than their paged_kv_indices buffers hold together "
+                                 f"({self._page_ids_buf.shape[0]})")
+            self._page_ids_buf[:page_ids.shape[0]].copy_(page_ids, non_blocking=True)
+            page_ids = self._page_ids_buf
+        else:
+            capacity = (_next_power_of_two(groups), _next_power_of_two(max(total_qo, 1)))
+        prefill = self._prefills.fitting(key, *capacity)
+        if prefill is None:
+            prefill = self._prefills.get(key, *capacity, 0, self._make(config))
+        prefill.plan_cascade(levels, _flare.current_stream(self._device))
+        if self._use_cuda_graph and self._graph is None:
+            self._graph = (key,) + tuple(capacity)
+        rows = None if self._use_cuda_graph else total_qo
+        self.planned = (prefill, page_ids, rows, (config["num_qo_heads"], config["head_dim_vo"]))
+
+    def _make(self, config):
+        def make(max_batch, max_total_qo, _max_total_kv):
+            return _flare.BatchPrefill(_flare.PrefillConfig(
+                device=self._device, max_batch=max_batch, max_total_qo=max_total_qo,
+                num_qo_heads=config["num_qo_heads"], num_kv_heads=config["num_kv_heads"],
+                head_dim_qk=config["head_dim_qk"], head_dim_vo=config["head_dim_vo"],
+                paged=True, page_size=config["page_size"], kv_layout=self._kv_layout,
+                dtype=config["dtype"], params=make_params(**config["params_kwargs"]),
+                custom_mask=False, use_cuda_graph=self._use_cuda_graph,
+                fixed_split_size=0, disable_split_kv=False, scratch=self._scratch[0],
+                scratch_bytes=self._scratch[1], max_levels=self._num_levels))
+
+        return make
+
+    def run(self, q, paged_kv_cache, return_lse):
+        """o [tokens, H_qo, D] (and the base-2 lse) of the planned cascade: one extension call."""
+        if self.planned is None:
+            raise RuntimeError(f"{self._where}.run() needs a plan(): call plan() first")
+        prefill, page_ids, rows, (heads, head_dim) = self.planned
+        if not is_torch(q):
+            raise TypeError(f"{self._where}.run: q must be a torch tensor on "
+                            f"{self._workspace.device}, got {type(q).__name__}")
+        rows = q.shape[0] if rows is None else rows
+        out = q.new_empty((rows, heads, head_dim))
+        lse = q.new_empty((rows, heads), dtype=torch_module().float32) if return_lse else None
+        launch(prefill, q, paged_kv_cache, page_ids, self._kv_layout == "HND", out, lse, None,
+               (None, None, None), "log2", None, None, None, None)
+        return (out, lse) if return_lse else out
+
+    def check(self):
+        for prefill in self._prefills.values():
+            prefill.check(self._where, "paged_kv_indices_arr")
