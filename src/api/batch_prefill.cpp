@@ -175,6 +175,9 @@ void BatchPrefill::commit_plan(std::span<const int32_t> qo_begin,
   std::swap(s.plan, next.plan);
   std::swap(s.mask_indptr, next.mask_indptr);
   s.tiles = next.tiles;
+  // Under CUDA graphs a cascade config's tiles are chosen by its first plan and kept: a
+  // captured run() launches that kernel.
+  if (c.use_cuda_graph && !s.fixed_tiles) s.fixed_tiles = next.tiles;
   s.batch = batch;
   s.total_qo = next.total_qo;
   s.mask_bytes = next.mask_bytes;

@@ -113,18 +113,10 @@ void BatchPrefill::plan_cascade(std::span<const CascadeLevel> levels, cuda::Stre
   if (s.fixed_tiles) {
     next.tiles = *s.fixed_tiles;
   } else {
-    // As plan()'s heuristic, over the virtual requests that have tiles: a shared group's rows
-    // are one request.
-    int64_t rows = 0, with_queries = 0;
-    for (const int32_t q : batch.plan_qo_len) {
-      rows += q;
-      with_queries += q > 0;
-    }
-    const double group = static_cast<double>(c.num_qo_heads / c.num_kv_heads);
-    const double average =
-        with_queries == 0 ? 1.0 : static_cast<double>(rows) * group / static_cast<double>(with_queries);
+    const int tile =
+        api_detail::cascade_query_tile(batch, c, s.limits, s.props.memory_peak_bytes_per_us);
     next.tiles = api_detail::with_config_kv_tile(
-        choose_prefill_tiles(average, c.head_dim_qk, api_detail::prefill_kernel_head_dim_vo(c),
+        choose_prefill_tiles(tile, c.head_dim_qk, api_detail::prefill_kernel_head_dim_vo(c),
                              c.params.mask, s.limits),
         c);
   }

@@ -433,6 +433,11 @@ std::optional<PrefillTiles> api_detail::fixed_prefill_tiles(const BatchPrefillCo
   if (!config.use_cuda_graph && config.query_tile == 0 && config.fixed_split_size == 0) {
     return std::nullopt;
   }
+  // A cascade's tile depends on its levels (plan_cascade prices each): under CUDA graphs the
+  // first plan fixes it (BatchPrefill::commit_plan), before any capture.
+  if (config.max_levels > 1 && config.query_tile == 0 && config.fixed_split_size == 0) {
+    return std::nullopt;
+  }
   PrefillTiles t;
   const int head_dim_vo = prefill_kernel_head_dim_vo(config);
   if (config.fixed_split_size > 0 && config.query_tile == 0) {

@@ -104,7 +104,9 @@ struct BatchPrefillConfig {
   // Cascades (plan_cascade): the most levels a plan may have. Above 1 the workspace holds the
   // cascade's merge map: merge pieces and entries for max_levels levels of up to max_batch
   // groups in all (the virtual requests) over max_total_qo tokens, and, under use_cuda_graph,
-  // a partial slot for every (tile, KV head) such a plan can have.
+  // a partial slot for every (tile, KV head) such a plan can have. Under use_cuda_graph
+  // without query_tile the first plan (plan_cascade prices the tiles for its levels) fixes the
+  // tiles for every later one.
   int max_levels = 1;
 };
 
