@@ -94,9 +94,9 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   const long long first_token = p.qo_begin != nullptr ? p.qo_begin[item.request] : item.request;
   const long long token = first_token + packed / p.group_size;
   const long long head = item.kv_head * p.group_size + packed % p.group_size;
-  unsigned char* o = static_cast<unsigned char*>(p.o) +
-                     ((token * p.o_stride_token + head * p.o_stride_head) +
-                      lane * T::kDimsPerLane) * 2;
+  unsigned char* o =
+      static_cast<unsigned char*>(p.o) +
+      ((token * p.o_stride_token + head * p.o_stride_head) + lane * T::kDimsPerLane) * 2;
 #pragma unroll
   for (int e = 0; e < T::kDimsPerLane; e += 2) {
     *reinterpret_cast<unsigned*>(o + e * 2) =
@@ -118,7 +118,9 @@ extern "C" __global__ void __launch_bounds__(flare::merge::Traits::kThreads)
   const auto* counts = reinterpret_cast<const flare::PlanCounts*>(ws + params.offsets.counts);
   const int* merge_indptr = reinterpret_cast<const int*>(ws + params.offsets.merge_indptr);
   const auto* items = reinterpret_cast<const flare::MergeItem*>(ws + params.offsets.merge_items);
-  const int rows_per_item = params.offsets.partial_rows;
+  // (item, row) pairs up to the plan's longest item: warps walk no padding rows of the slots
+  // (16-row items in 128-row slots cost 8x the loop trips, each an L2 round trip).
+  const int rows_per_item = min(counts->max_merge_rows, params.offsets.partial_rows);
   const long long pairs = static_cast<long long>(counts->num_merge_items) * rows_per_item;
   const long long warp = blockIdx.x * T::kWarps + threadIdx.x / 32;
   for (long long pair = warp; pair < pairs; pair += static_cast<long long>(gridDim.x) * T::kWarps) {

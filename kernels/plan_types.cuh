@@ -39,6 +39,9 @@ struct PlanCounts {
   // KV heads per work item (plan/plan.h Plan::item_heads): a queue of num_work_items *
   // item_heads entries, entry e being work item e / item_heads under its KV head + e % item_heads.
   int32_t item_heads;
+  // The most rows of any merge item: the merge kernel's (item, row) pairs per item (a decode
+  // batch's split tiles and a cascade's pieces have one or a few rows, far below the slots').
+  int32_t max_merge_rows;
 };
 
 }  // namespace flare

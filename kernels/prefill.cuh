@@ -197,9 +197,9 @@ __device__ __forceinline__ RowInfo row_info(const PrefillParams& p, const ItemSh
       rows.q_pos[mi][h] = shared.row_q_pos[r];
       const int qo_head = shared.row_qo_head[r];
       const ItemGeometry& g = shared.record.g;
-      rows.variant[mi][h].init(p.variant, {shared.record.item.request, qo_head,
-                                           qo_head / p.group_size, rows.q_pos[mi][h], g.kv_len,
-                                           g.kv_len - g.q_offset});
+      rows.variant[mi][h].init(p.variant,
+                               {shared.record.item.request, qo_head, qo_head / p.group_size,
+                                rows.q_pos[mi][h], g.kv_len, g.kv_len - g.q_offset});
     }
   }
   if constexpr (T::kMask == kMaskCustom && kMaskBits) {
@@ -455,7 +455,7 @@ __device__ __forceinline__ void run_item(const PrefillParams& p, const WorkItem&
     cp_async_commit();
     if constexpr (T::kNvfp4) {
       convert_landed_nvfp4(tile % T::kRawStages, 0, smem);  // one 16-bit stage (T::kStages)
-      __syncthreads();  // the converted rows are visible
+      __syncthreads();                                      // the converted rows are visible
     }
     if constexpr (Variant::kRotary) {
       rotate_landed(p, g, shared.row_q_pos, tile, tile % T::kStages, smem);

@@ -55,7 +55,7 @@ struct PrefillParams {
   int32_t group_size;  // H_qo / H_kv
   float v_scale;       // multiplies the output (FlashInfer's v_scale)
   float lse_scale;     // the stored lse is the natural-log lse times this (log2(e): base 2)
-  int32_t bulk_kv;  // 1: k_map / v_map are valid (the Hopper family's bulk copies)
+  int32_t bulk_kv;     // 1: k_map / v_map are valid (the Hopper family's bulk copies)
   // NVFP4 K/V (PrefillShape::nvfp4): k / v are E2M1 code rows (D / 2 bytes, strides above in
   // bytes) and these their e4m3 block scales (D / 16 bytes a row, strides in bytes).
   const unsigned char* k_scales;

@@ -11,7 +11,8 @@
 // Build (after the library, from the repository root):
 //   g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_cascade.cpp -Lbuild-gpu -lflare
 //       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_cascade   (one line)
-// Run: build-gpu/bench_cascade [batch,...] [prefix,...]   (default 16,64 and 0,1024,8192,32768)
+// Run: build-gpu/bench_cascade [batch,...] [prefix,...] [tile,...]   (default 16,64;
+//   0,1024,8192,32768; 0 = plan_cascade's own choice, else a fixed config.query_tile)
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -84,7 +85,8 @@ double eager_us(cuda::Stream stream, const std::function<void()>& call) {
   stops.back().synchronize();
   std::vector<double> us;
   for (int i = 0; i < kCalls; ++i) {
-    us.push_back(1e3 * stops[static_cast<size_t>(i)].elapsed_ms_since(starts[static_cast<size_t>(i)]));
+    us.push_back(1e3 *
+                 stops[static_cast<size_t>(i)].elapsed_ms_since(starts[static_cast<size_t>(i)]));
   }
   return median(us);
 }
@@ -112,8 +114,8 @@ double host_us(const std::function<void()>& call, cuda::Stream stream) {
   for (int i = 0; i < kCalls; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     call();
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     cuda::stream_synchronize(stream);
   }
   return median(us);
@@ -129,7 +131,7 @@ struct Row {
   bool warpgroup = false;
 };
 
-Row bench(int batch, int prefix) {
+Row bench(int batch, int prefix, int query_tile) {
   Row row;
   row.batch = batch;
   row.prefix = prefix;
@@ -155,10 +157,12 @@ Row bench(int batch, int prefix) {
   std::vector<int32_t> single_ids;
   for (int r = 0; r < batch; ++r) {
     for (int p = 0; p < prefix_pages; ++p) single_ids.push_back(p);
-    for (int p = 0; p < suffix_pages; ++p) single_ids.push_back(prefix_pages + r * suffix_pages + p);
+    for (int p = 0; p < suffix_pages; ++p)
+      single_ids.push_back(prefix_pages + r * suffix_pages + p);
   }
   const DeviceInts d_cascade(cascade_ids), d_single(single_ids);
-  const DeviceInts d_suffix(std::vector<int32_t>(cascade_ids.begin() + prefix_pages, cascade_ids.end()));
+  const DeviceInts d_suffix(
+      std::vector<int32_t>(cascade_ids.begin() + prefix_pages, cascade_ids.end()));
 
   std::vector<int32_t> qo0{0, batch}, kv0{0, prefix_pages}, last0{prefix_pages ? kPage : 0};
   std::vector<int32_t> qo1(static_cast<size_t>(batch) + 1), kv1(static_cast<size_t>(batch) + 1);
@@ -179,6 +183,7 @@ Row bench(int batch, int prefix) {
   config.dtype = DType::kBF16;
   config.params.mask = MaskMode::kNone;
   config.max_levels = 2;
+  config.query_tile = query_tile;
   BatchPrefill eager(config);
   config.use_cuda_graph = true;
   BatchPrefill graphed(config);
@@ -187,14 +192,17 @@ Row bench(int batch, int prefix) {
   graphed.plan_cascade(levels, s);
   RunOptions pdl;
   pdl.enable_pdl = true;
-  row.run_host = host_us([&] { eager.run(qv, cascade_kv, ov, std::nullopt, s, std::nullopt, pdl); }, s);
-  row.cascade_pdl = eager_us(s, [&] { eager.run(qv, cascade_kv, ov, std::nullopt, s, std::nullopt, pdl); });
+  row.run_host =
+      host_us([&] { eager.run(qv, cascade_kv, ov, std::nullopt, s, std::nullopt, pdl); }, s);
+  row.cascade_pdl =
+      eager_us(s, [&] { eager.run(qv, cascade_kv, ov, std::nullopt, s, std::nullopt, pdl); });
   row.cascade_nopdl = eager_us(s, [&] { eager.run(qv, cascade_kv, ov, std::nullopt, s); });
   row.cascade_graph =
       graph_us(s, [&] { graphed.run(qv, cascade_kv, ov, std::nullopt, s, std::nullopt, pdl); });
   row.tile = eager.last_tiles().query_tile;
   row.warpgroup = eager.last_tiles().warpgroup;
-  row.items = eager.last_plan().work_items.size() * static_cast<size_t>(eager.last_plan().item_heads);
+  row.items =
+      eager.last_plan().work_items.size() * static_cast<size_t>(eager.last_plan().item_heads);
   row.merges = eager.last_plan().merge_items.size();
   row.slots = eager.last_plan().num_partial_slots;
 
@@ -219,7 +227,8 @@ Row bench(int batch, int prefix) {
   }();
   for (int which = 0; which < 2; ++which) {
     const std::vector<int32_t>& indptr = which == 0 ? suffix_indptr : single_indptr;
-    const PagedKVPages kv{kv_k, kv_v, KVLayout::kNHD, which == 0 ? d_suffix.tensor : d_single.tensor};
+    const PagedKVPages kv{kv_k, kv_v, KVLayout::kNHD,
+                          which == 0 ? d_suffix.tensor : d_single.tensor};
     BatchDecode decode(dc);
     decode.plan(indptr, last1, s);
     BatchDecodeConfig gc = dc;
@@ -241,24 +250,29 @@ int main(int argc, char** argv) {
   try {
     const std::vector<int> batches = list_arg(argc, argv, 1, {16, 64});
     const std::vector<int> prefixes = list_arg(argc, argv, 2, {0, 1024, 8192, 32768});
+    const std::vector<int> tiles = list_arg(argc, argv, 3, {0});
     cuda::set_device(0);
-    std::printf("Shared-prefix decode from C++, GPU us of one call (eager with PDL / without; "
-                "graph); suffix 128, 32/32 heads, D 128, bf16, page 16\n");
-    std::printf("| batch | prefix | cascade eager pdl / no pdl | cascade graph | plan_cascade "
-                "host | run host | tile | items / merges / slots | suffix decode eager / graph "
-                "| single decode eager / graph | cascade / suffix decode (graph) | single / "
-                "cascade (graph) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "Shared-prefix decode from C++, GPU us of one call (eager with PDL / without; "
+        "graph); suffix 128, 32/32 heads, D 128, bf16, page 16\n");
+    std::printf(
+        "| batch | prefix | cascade eager pdl / no pdl | cascade graph | plan_cascade "
+        "host | run host | tile | items / merges / slots | suffix decode eager / graph "
+        "| single decode eager / graph | cascade / suffix decode (graph) | single / "
+        "cascade (graph) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const int batch : batches) {
       for (const int prefix : prefixes) {
-        const Row r = bench(batch, prefix);
-        std::printf("| %d | %d | %.1f / %.1f | %.1f | %.1f | %.1f | %d%s | %zu / %zu / %d | %.1f / "
-                    "%.1f | %.1f / %.1f | %.2f | %.2f |\n",
-                    r.batch, r.prefix, r.cascade_pdl, r.cascade_nopdl, r.cascade_graph,
-                    r.plan_host, r.run_host, r.tile, r.warpgroup ? " (fa3)" : " (fa2)", r.items,
-                    r.merges, r.slots, r.suffix_pdl, r.suffix_graph, r.single_pdl,
-                    r.single_graph, r.cascade_graph / r.suffix_graph,
-                    r.single_graph / r.cascade_graph);
-        std::fflush(stdout);
+        for (const int tile : tiles) {
+          const Row r = bench(batch, prefix, tile);
+          std::printf(
+              "| %d | %d | %.1f / %.1f | %.1f | %.1f | %.1f | %d%s | %zu / %zu / %d | %.1f / "
+              "%.1f | %.1f / %.1f | %.2f | %.2f |\n",
+              r.batch, r.prefix, r.cascade_pdl, r.cascade_nopdl, r.cascade_graph, r.plan_host,
+              r.run_host, r.tile, r.warpgroup ? " (fa3)" : " (fa2)", r.items, r.merges, r.slots,
+              r.suffix_pdl, r.suffix_graph, r.single_pdl, r.single_graph,
+              r.cascade_graph / r.suffix_graph, r.single_graph / r.cascade_graph);
+          std::fflush(stdout);
+        }
       }
     }
   } catch (const flare::Error& e) {

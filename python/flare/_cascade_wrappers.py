@@ -7,8 +7,9 @@ paged prefill).
 MultiLevelCascadeAttentionWrapper on the GPU runs all levels in one prefill launch plus one
 merge launch (flare/_cascade_gpu.py, BatchPrefill.plan_cascade) where it can: 16-bit K/V in
 q's dtype, and for a causal cascade of several levels no pos_encoding_mode or window_left
-(the shared levels' queries are placed after all their keys). Otherwise, on the CPU, or with
-fused_levels=False, the levels run one after another and their states merge with
+(the shared levels' queries are placed after all their keys). Otherwise, on the CPU, with
+fused_levels=False, or (fused_levels=None, outside CUDA graphs) when no shared level holds any
+KV, the levels run one after another and their states merge with
 merge_state_in_place, as FlashInfer does; outside CUDA-graph mode plan() then picks each
 level's kernel from its host-side tables: a level whose groups are all one query token (a
 decode level) runs flare's tensor-core batch decode, and a level other than the last whose
@@ -195,7 +196,13 @@ class MultiLevelCascadeAttentionWrapper:
                                  pos_encoding_mode, window_left)
         if self._fused_levels is True and why_not is not None:
             raise NotImplementedError(f"{where}: fused_levels=True, but {why_not}")
-        self._fused = self._cascade is not None and why_not is None
+        # Outside CUDA graphs, shared levels without any KV leave the last level alone: its
+        # own kernel (the batch decode for one-token groups) beats the cascade's launch there
+        # (decode b64, empty prefix: 40.2 against 51.0 us; docs/perf.md, thirtieth session).
+        alone = not self.is_cuda_graph_enabled and self._fused_levels is None and all(
+            _level_kernel(qo_host[i], paged_kv_indptr_arr[i], False) == "skip"
+            for i in range(self._num_levels - 1))
+        self._fused = self._cascade is not None and why_not is None and not alone
         if self._fused:
             params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
                                  logits_soft_cap=logits_soft_cap,

@@ -102,7 +102,8 @@ void plan(BatchPrefill& prefill, nb::handle qo_indptr, nb::handle kv_indptr,
 // kv_indptr of each level absolute in the one page-id array run() gets.
 void plan_cascade(BatchPrefill& prefill, nb::handle levels, uintptr_t stream) {
   FLARE_CHECK(PyTuple_Check(levels.ptr()) || PyList_Check(levels.ptr()),
-              ErrorCode::kInvalidArgument, "plan_cascade: levels must be a list of "
+              ErrorCode::kInvalidArgument,
+              "plan_cascade: levels must be a list of "
               "(qo_indptr, kv_indptr, kv_last_page_len) tuples");
   const nb::sequence seq = nb::borrow<nb::sequence>(levels);
   std::vector<CascadeLevel> spans;
@@ -110,11 +111,10 @@ void plan_cascade(BatchPrefill& prefill, nb::handle levels, uintptr_t stream) {
     const nb::sequence level = nb::borrow<nb::sequence>(seq[l]);
     FLARE_CHECK(nb::len(level) == 3, ErrorCode::kInvalidArgument, "plan_cascade: level ", l,
                 " must be (qo_indptr, kv_indptr, kv_last_page_len)");
-    spans.push_back(
-        {host_int32_span(object_view(level[0], "qo_indptr"), "qo_indptr"),
-         host_int32_span(object_view(level[1], "paged_kv_indptr"), "paged_kv_indptr"),
-         host_int32_span(object_view(level[2], "paged_kv_last_page_len"),
-                         "paged_kv_last_page_len")});
+    spans.push_back({host_int32_span(object_view(level[0], "qo_indptr"), "qo_indptr"),
+                     host_int32_span(object_view(level[1], "paged_kv_indptr"), "paged_kv_indptr"),
+                     host_int32_span(object_view(level[2], "paged_kv_last_page_len"),
+                                     "paged_kv_last_page_len")});
   }
   nb::gil_scoped_release release;
   prefill.plan_cascade(spans, reinterpret_cast<cuda::Stream>(stream));

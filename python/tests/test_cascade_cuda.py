@@ -177,5 +177,11 @@ def test_what_one_launch_cannot_take():
                 pos_encoding_mode="ALIBI", q_data_type=torch.float16)
     torch.testing.assert_close(o.float(), levels.run(c.q, c.cache).float(), atol=4e-3,
                                rtol=1e-3)
+    empty = Cascade(2, [1, 1, 1], [4, 5, 6], [0], 16, 8, 2, torch.float16, seed=2)
+    auto.plan(empty.qo, empty.indptr, empty.indices, empty.last, 8, 2, 128, 16,
+              q_data_type=torch.float16)
+    assert not auto._fused  # no shared KV: the last level alone, on the batch decode
+    torch.testing.assert_close(auto.run(empty.q, empty.cache).float(), empty.expected(False),
+                               atol=2e-3, rtol=1e-3)
     with pytest.raises(ValueError, match="fused_levels must be None, True or False"):
         flare.MultiLevelCascadeAttentionWrapper(2, workspace(), "NHD", fused_levels="yes")

@@ -20,8 +20,8 @@ const char* const kWhat = api_detail::kBatchPrefillWhat;
 // What a cascade's launch cannot do (kUnsupported), checked before anything else.
 void check_cascade_config(const BatchPrefillConfig& c, size_t levels) {
   FLARE_CHECK(levels >= 1 && levels <= static_cast<size_t>(c.max_levels),
-              ErrorCode::kInvalidArgument, kWhat, ": plan_cascade needs 1 to max_levels = ",
-              c.max_levels, " levels, got ", levels);
+              ErrorCode::kInvalidArgument, kWhat,
+              ": plan_cascade needs 1 to max_levels = ", c.max_levels, " levels, got ", levels);
   FLARE_CHECK(c.kv == PrefillKV::kPaged && !api_detail::is_nvfp4_prefill(c),
               ErrorCode::kUnsupported, kWhat,
               ": plan_cascade needs paged 16-bit K/V (its levels are page lists)");
@@ -72,16 +72,17 @@ void BatchPrefill::plan_cascade(std::span<const CascadeLevel> levels, cuda::Stre
       const int64_t pages = int64_t{level.kv_indptr[static_cast<size_t>(g) + 1]} -
                             level.kv_indptr[static_cast<size_t>(g)];
       FLARE_CHECK(pages >= 0, ErrorCode::kInvalidArgument, kWhat, ": level ", l,
-                  ": kv_indptr must be non-decreasing: kv_indptr[", g + 1, "]=",
-                  level.kv_indptr[static_cast<size_t>(g) + 1], " < kv_indptr[", g, "]=",
-                  level.kv_indptr[static_cast<size_t>(g)]);
+                  ": kv_indptr must be non-decreasing: kv_indptr[", g + 1,
+                  "]=", level.kv_indptr[static_cast<size_t>(g) + 1], " < kv_indptr[", g,
+                  "]=", level.kv_indptr[static_cast<size_t>(g)]);
       const int64_t last = level.kv_last_page_len[static_cast<size_t>(g)];
       FLARE_CHECK(pages == 0 || (last >= 1 && last <= c.page_size), ErrorCode::kInvalidArgument,
                   kWhat, ": level ", l, ": kv_last_page_len[", g, "] must be in [1, ", c.page_size,
                   "], got ", last);
       const int64_t kv_len = pages == 0 ? 0 : (pages - 1) * c.page_size + last;
       FLARE_CHECK(kv_len <= std::numeric_limits<int32_t>::max(), ErrorCode::kUnsupported, kWhat,
-                  ": level ", l, ": group ", g, " has ", kv_len, " KV tokens, more than int32 holds");
+                  ": level ", l, ": group ", g, " has ", kv_len,
+                  " KV tokens, more than int32 holds");
       kv_lens[l][static_cast<size_t>(g)] = static_cast<int32_t>(kv_len);
       kv_indptr.push_back(level.kv_indptr[static_cast<size_t>(g) + 1]);
       last_page_len.push_back(level.kv_last_page_len[static_cast<size_t>(g)]);
@@ -95,12 +96,11 @@ void BatchPrefill::plan_cascade(std::span<const CascadeLevel> levels, cuda::Stre
               requests, " groups in all, more than max_batch = ", c.max_batch,
               " (a cascade's groups are the launch's requests)");
   FLARE_CHECK(batch.total_qo <= c.max_total_qo, ErrorCode::kInvalidArgument, kWhat,
-              ": the batch has ", batch.total_qo, " query tokens, more than max_total_qo = ",
-              c.max_total_qo);
-  FLARE_CHECK(s.captured_kv < 0 || kv_indptr.back() <= s.captured_kv,
-              ErrorCode::kInvalidArgument, kWhat, ": the levels have ", kv_indptr.back(),
-              " pages, more than the ", s.captured_kv,
-              " entries of the kv_indices tensor the captured run() reads");
+              ": the batch has ", batch.total_qo,
+              " query tokens, more than max_total_qo = ", c.max_total_qo);
+  FLARE_CHECK(s.captured_kv < 0 || kv_indptr.back() <= s.captured_kv, ErrorCode::kInvalidArgument,
+              kWhat, ": the levels have ", kv_indptr.back(), " pages, more than the ",
+              s.captured_kv, " entries of the kv_indices tensor the captured run() reads");
 
   api_detail::PrefillHostPlan& next = s.next;
   next.batch = requests;

@@ -252,8 +252,8 @@ int prefill_group_size(const BatchPrefillConfig& c) { return group_size(c); }
 
 using api_detail::fitting_kv_tile;
 using api_detail::kKvTiles;
-using api_detail::kPrefillWideHeadDim;
 using api_detail::kPrefillQueryTiles;
+using api_detail::kPrefillWideHeadDim;
 using api_detail::kWhat;
 using api_detail::mask_code;
 using api_detail::prefill_kernel_head_dim_vo;

@@ -75,9 +75,9 @@ WorkspaceBounds prefill_bounds(const BatchPrefillConfig& config, int num_ctas, i
     // groups over all levels).
     const int64_t group = config.num_qo_heads / config.num_kv_heads;
     const int64_t min_tile = config.query_tile > 0 ? config.query_tile : kPrefillMinQueryTile;
-    const int64_t tiles =
-        int64_t{config.max_batch} +
-        int64_t{config.max_levels} * ((int64_t{config.max_total_qo} * group + min_tile - 1) / min_tile);
+    const int64_t tiles = int64_t{config.max_batch} +
+                          int64_t{config.max_levels} *
+                              ((int64_t{config.max_total_qo} * group + min_tile - 1) / min_tile);
     const int64_t pairs = tiles * config.num_kv_heads;
     constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
     const int64_t split_chunks = int64_t{2} * num_ctas;  // 002 D.3
@@ -267,9 +267,9 @@ int cascade_query_tile(const CascadeBatch& batch, const BatchPrefillConfig& c,
       tiles += n;
     }
     const double rate = warpgroup ? warpgroup_rate[i] : sync_rate[i];
-    const double us = std::max((reads * token_bytes + tiles * kTileBytes * c.num_kv_heads) /
-                                   bandwidth,
-                               products * flops_per_product / rate);
+    const double us =
+        std::max((reads * token_bytes + tiles * kTileBytes * c.num_kv_heads) / bandwidth,
+                 products * flops_per_product / rate);
     if (best == 0 || us < best_us) {
       best = tile;
       best_us = us;

@@ -50,7 +50,7 @@ struct PrefillHostPlan {
   int64_t total_qo = 0;
   int64_t mask_bytes = 0;  // packed custom-mask bytes
   std::vector<int32_t> qo_len, kv_len;
-  std::vector<int32_t> q_offset;  // KV position of each request's token 0 (kQOffset)
+  std::vector<int32_t> q_offset;     // KV position of each request's token 0 (kQOffset)
   std::vector<int32_t> mask_indptr;  // custom-mask byte offsets [batch + 1]; empty without
 };
 

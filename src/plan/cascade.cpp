@@ -120,7 +120,8 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
   };
   for (const WorkItem& item : plan.work_items) {
     const int64_t tile = tile_of(item);
-    for (int32_t j = 0; j < plan.item_heads; ++j) ++chunk_indptr[(tile * heads + item.kv_head + j) + 1];
+    for (int32_t j = 0; j < plan.item_heads; ++j)
+      ++chunk_indptr[(tile * heads + item.kv_head + j) + 1];
   }
   for (size_t i = 1; i < chunk_indptr.size(); ++i) chunk_indptr[i] += chunk_indptr[i - 1];
   std::vector<Chunk> chunks(static_cast<size_t>(chunk_indptr.back()));
@@ -184,8 +185,8 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
       }
     }
   }
-  FLARE_CHECK(num_pieces == 0 || cover[static_cast<size_t>(
-                                     (num_pieces - 1) * num_levels + num_levels - 1)] >= 0,
+  FLARE_CHECK(num_pieces == 0 ||
+                  cover[static_cast<size_t>((num_pieces - 1) * num_levels + num_levels - 1)] >= 0,
               ErrorCode::kInvalidArgument, "cascade_merge_map: the last level covers no row");
 
   // Write-through: a tile alone on its rows in one chunk, under every KV head of its items.
@@ -223,10 +224,9 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
       const int64_t end = bounds[static_cast<size_t>(p) + 1];
       const int64_t last_tile = cover[static_cast<size_t>(p * num_levels + num_levels - 1)];
       if (last_tile < 0) continue;  // rows of no token (cannot happen: the last level covers all)
-      const WorkItem& first_chunk =
-          plan.work_items[static_cast<size_t>(
-              chunks[static_cast<size_t>(chunk_indptr[static_cast<size_t>(last_tile * heads + head)])]
-                  .item)];
+      const WorkItem& first_chunk = plan.work_items[static_cast<size_t>(
+          chunks[static_cast<size_t>(chunk_indptr[static_cast<size_t>(last_tile * heads + head)])]
+              .item)];
       if (first_chunk.partial_slot < 0) continue;  // written through
       const CascadeTile& owner = tiles[static_cast<size_t>(last_tile)];
       const int64_t request_first_row =

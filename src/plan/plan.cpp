@@ -306,8 +306,16 @@ void plan_chunk_queue(std::span<const plan_detail::Tile> tiles, int64_t kv_chunk
 }  // namespace
 
 PlanCounts Plan::counts() const {
-  return {static_cast<int32_t>(work_items.size()), static_cast<int32_t>(merge_items.size()),
-          num_partial_slots, num_ctas, item_heads};
+  int32_t max_merge_rows = 0;
+  for (const MergeItem& m : merge_items) {
+    max_merge_rows = std::max(max_merge_rows, m.row_end - m.row_begin);
+  }
+  return {static_cast<int32_t>(work_items.size()),
+          static_cast<int32_t>(merge_items.size()),
+          num_partial_slots,
+          num_ctas,
+          item_heads,
+          max_merge_rows};
 }
 
 Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options) {

@@ -36,9 +36,8 @@ TileSummary build_tiles(const PlanProblem& problem, int group, int query_tile, i
     const int64_t packed_rows = q_len * group;
     // Query token t sits at KV position first_position + t: kv_len - q_len (bottom-right
     // alignment) unless the problem says otherwise.
-    const int64_t first_position = problem.q_offset.empty()
-                                       ? kv_len - q_len
-                                       : problem.q_offset[static_cast<size_t>(request)];
+    const int64_t first_position =
+        problem.q_offset.empty() ? kv_len - q_len : problem.q_offset[static_cast<size_t>(request)];
     int64_t first_token = 0;  // of the tile's first packed row
     int64_t first_row = 0;    // that row's place in its token's group
     for (int64_t row_begin = 0; row_begin < packed_rows; row_begin += query_tile) {

@@ -46,9 +46,9 @@ void execute_cascade_cpu(const Plan& plan, const CascadeBatch& batch,
   const int64_t group = last.q.shape[1] / heads;
   const int64_t dim = head_dim_vo(last.kv);
   const bool softmax = last.params.use_softmax;
-  FLARE_CHECK(plan.group_size == group && plan.num_kv_heads == heads,
-              ErrorCode::kInvalidArgument, "execute_cascade_cpu: the plan is for group ",
-              plan.group_size, " and ", plan.num_kv_heads, " KV heads");
+  FLARE_CHECK(plan.group_size == group && plan.num_kv_heads == heads, ErrorCode::kInvalidArgument,
+              "execute_cascade_cpu: the plan is for group ", plan.group_size, " and ",
+              plan.num_kv_heads, " KV heads");
   const int64_t slot_rows = plan.query_tile;
   std::vector<float> partial_o(static_cast<size_t>(plan.num_partial_slots * slot_rows * dim));
   std::vector<float> partial_lse(static_cast<size_t>(plan.num_partial_slots * slot_rows));
@@ -72,11 +72,10 @@ void execute_cascade_cpu(const Plan& plan, const CascadeBatch& batch,
         const auto slot = static_cast<size_t>(item.partial_slot + h);
         FLARE_CHECK(slot < static_cast<size_t>(plan.num_partial_slots) && rows <= slot_rows,
                     ErrorCode::kInvalidArgument, "execute_cascade_cpu: bad partial slot");
-        reference_attend_rows(problem, group_index, kv_head, item.row_begin, item.row_end,
-                              item.kv_begin, item.kv_end,
-                              partial_o.data() + slot * static_cast<size_t>(slot_rows * dim),
-                              partial_lse.data() + slot * static_cast<size_t>(slot_rows),
-                              accumulation);
+        reference_attend_rows(
+            problem, group_index, kv_head, item.row_begin, item.row_end, item.kv_begin, item.kv_end,
+            partial_o.data() + slot * static_cast<size_t>(slot_rows * dim),
+            partial_lse.data() + slot * static_cast<size_t>(slot_rows), accumulation);
         continue;
       }
       o.assign(static_cast<size_t>(rows * dim), 0.0f);
@@ -113,11 +112,13 @@ void execute_cascade_cpu(const Plan& plan, const CascadeBatch& batch,
           merge_into(o.data() + row * dim, lse.data() + row, slot_o + row * dim, slot_lse[row],
                      dim);
         } else {  // unnormalized sums add (variants without softmax)
-          for (int64_t d = 0; d < dim; ++d) o[static_cast<size_t>(row * dim + d)] += slot_o[row * dim + d];
+          for (int64_t d = 0; d < dim; ++d)
+            o[static_cast<size_t>(row * dim + d)] += slot_o[row * dim + d];
         }
       }
     }
-    const int64_t group_index = merge.request - batch.first_request[static_cast<size_t>(last_level)];
+    const int64_t group_index =
+        merge.request - batch.first_request[static_cast<size_t>(last_level)];
     write_rows(out, group, dim, ragged_begin(last.qo_indptr, group_index), merge.kv_head,
                merge.row_begin, merge.row_end, o.data(), lse.data(), softmax);
   }

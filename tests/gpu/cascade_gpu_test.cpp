@@ -46,8 +46,9 @@ struct LevelArrays {
     size_t group = 0;
     for (size_t l = 0; l < c.spec.qo_indptr.size(); ++l) {
       const size_t groups = c.spec.kv_len[l].size();
-      kv_indptr.emplace_back(c.page_indptr.begin() + static_cast<std::ptrdiff_t>(group),
-                             c.page_indptr.begin() + static_cast<std::ptrdiff_t>(group + groups + 1));
+      kv_indptr.emplace_back(
+          c.page_indptr.begin() + static_cast<std::ptrdiff_t>(group),
+          c.page_indptr.begin() + static_cast<std::ptrdiff_t>(group + groups + 1));
       last.emplace_back(last_all.begin() + static_cast<std::ptrdiff_t>(group),
                         last_all.begin() + static_cast<std::ptrdiff_t>(group + groups));
       group += groups;
@@ -146,10 +147,9 @@ TEST_P(CascadeGpu, MatchesLevelsMerged) {
   const auto [shape_index, group, page_size, dtype] = GetParam();
   const CascadeShape& s = kShapes[shape_index];
   const uint64_t seed = 500 + static_cast<uint64_t>(shape_index * 13 + group * 3 + page_size);
-  const testing::CascadeCase c(
-      testing::random_cascade(s.levels, s.requests, s.q_min, s.q_max, s.max_prefix, s.max_suffix,
-                              s.causal, seed),
-      group * s.kv_heads, s.kv_heads, 128, page_size, dtype, seed);
+  const testing::CascadeCase c(testing::random_cascade(s.levels, s.requests, s.q_min, s.q_max,
+                                                       s.max_prefix, s.max_suffix, s.causal, seed),
+                               group * s.kv_heads, s.kv_heads, 128, page_size, dtype, seed);
   BatchPrefill prefill(cascade_config(c, s.levels, s.query_tile));
   DeviceCascade d(c);
   const LevelArrays arrays(c);
@@ -234,8 +234,8 @@ TEST(CascadeGpuStructure, CudaGraphReplaysAcrossPlans) {
 
 TEST(CascadeGpuStructure, BadLevelsAndConfigsAreRefused) {
   SKIP_WITHOUT_GPU();
-  const testing::CascadeCase c(testing::random_cascade(2, 6, 1, 2, 100, 20, true, 3), 8, 2, 128,
-                               16, DType::kBF16, 9);
+  const testing::CascadeCase c(testing::random_cascade(2, 6, 1, 2, 100, 20, true, 3), 8, 2, 128, 16,
+                               DType::kBF16, 9);
   const LevelArrays arrays(c);
   const auto expect_error = [](ErrorCode code, const std::string& text, auto&& call) {
     try {

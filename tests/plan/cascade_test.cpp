@@ -102,10 +102,10 @@ TEST_P(CascadePlan, ExecutesLikeLevelsMerged) {
   const Shape& shape = kShapes[shape_index];
   const int kv_heads = 2;
   const uint64_t seed = 100 + static_cast<uint64_t>(shape_index * 7 + group + page_size + ctas);
-  testing::CascadeCase c(testing::random_cascade(shape.levels, shape.requests, shape.q_min,
-                                                 shape.q_max, shape.max_prefix, shape.max_suffix,
-                                                 shape.causal, seed),
-                         group * kv_heads, kv_heads, kHeadDim, page_size, DType::kF32, seed);
+  testing::CascadeCase c(
+      testing::random_cascade(shape.levels, shape.requests, shape.q_min, shape.q_max,
+                              shape.max_prefix, shape.max_suffix, shape.causal, seed),
+      group * kv_heads, kv_heads, kHeadDim, page_size, DType::kF32, seed);
   const std::vector<CascadeLevelLengths> levels = c.lengths();
   CascadeBatch batch;
   cascade_batch(levels, shape.causal, batch);
@@ -132,7 +132,8 @@ TEST_P(CascadePlan, ExecutesLikeLevelsMerged) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CascadePlan,
                          ::testing::Combine(::testing::Range(0, 6), ::testing::Values(1, 4, 8),
-                                            ::testing::Values(1, 16), ::testing::Values(1, 7, 132)));
+                                            ::testing::Values(1, 16),
+                                            ::testing::Values(1, 7, 132)));
 
 TEST(CascadePlanStructure, EmptySharedLevelWritesThrough) {
   // No prefix anywhere: the last level's unsplit tiles (one CTA: no splits) write o directly,

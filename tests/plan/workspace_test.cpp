@@ -2,6 +2,7 @@
 // problems within the bounds, its errors, and the serialized plan region read back.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -270,6 +271,10 @@ TEST(PlanRegion, ReadingTheBytesBackGivesThePlan) {
     EXPECT_EQ(counts.num_partial_slots, expected.num_partial_slots);
     EXPECT_EQ(counts.num_ctas, 132);
     EXPECT_EQ(counts.item_heads, 1);
+    int32_t longest = 0;  // the merge kernel walks (item, row) pairs up to it
+    for (const MergeItem& m : expected.merge_items)
+      longest = std::max(longest, m.row_end - m.row_begin);
+    EXPECT_EQ(counts.max_merge_rows, longest);
     Plan read = expected;  // fields outside the region (tile, costs) are copied
     const std::vector<int32_t> grid_indptr =
         read_array<int32_t>(region, layout.cta_indptr, static_cast<size_t>(layout.num_ctas) + 1);
@@ -344,6 +349,8 @@ TEST(PlanRegion, CascadeMergeEntriesAreRowBases) {
     offset_seen = offset_seen || cascade.merge_row_offsets[i] > 0;
   }
   EXPECT_TRUE(offset_seen) << "request 1's rows start inside the prefix tile's slot";
+  // Decode pieces: one token of 4 query heads each, so the merge walks 4 rows an item, not 16.
+  EXPECT_EQ(read_array<PlanCounts>(region, layout.counts, 1)[0].max_merge_rows, 4);
 
   bounds.max_merge_slots = static_cast<int64_t>(cascade.merge_slots.size()) - 1;
   try {

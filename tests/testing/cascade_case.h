@@ -40,7 +40,8 @@ inline CascadeSpec random_cascade(int levels, int requests, int q_min, int q_max
     std::vector<int32_t> indptr{0};
     std::vector<int32_t> kv;
     for (int r = 0; r < requests;) {
-      const int n = std::min(requests - r, last ? 1 : static_cast<int>(rng.uniform_int(1, per_group)));
+      const int n =
+          std::min(requests - r, last ? 1 : static_cast<int>(rng.uniform_int(1, per_group)));
       int32_t tokens = 0;
       for (int i = 0; i < n; ++i) tokens += q_len[static_cast<size_t>(r + i)];
       indptr.push_back(indptr.back() + tokens);
@@ -61,7 +62,7 @@ struct CascadeCase {
   CascadeSpec spec;
   int64_t total_q = 0;
   HostTensor q;
-  TestKVCache cache;  // every level's groups, level by level
+  TestKVCache cache;                 // every level's groups, level by level
   std::vector<int32_t> page_indptr;  // the pool's, over all levels' groups
   // Per level: its qo_indptr, and its pages' table rebased to start at 0.
   std::vector<HostTensor> level_qo, level_indptr, level_indices, level_last;
@@ -102,8 +103,8 @@ struct CascadeCase {
       group += groups;
       level_qo.push_back(int32_tensor(spec.qo_indptr[l]));
       level_indptr.push_back(int32_tensor(indptr));
-      level_indices.push_back(int32_tensor(level_pages.empty() ? std::vector<int32_t>{0}
-                                                               : level_pages));
+      level_indices.push_back(
+          int32_tensor(level_pages.empty() ? std::vector<int32_t>{0} : level_pages));
       level_last.push_back(int32_tensor(level_last_len));
     }
     for (size_t l = 0; l < spec.qo_indptr.size(); ++l) {
