@@ -42,19 +42,8 @@ constexpr int kSuffix = 128;
 constexpr int kCalls = 20;
 constexpr int kGraphCalls = 10;
 
-TensorView view(void* data, DType dtype, std::vector<int64_t> shape) {
-  return TensorView::contiguous(data, dtype, shape, Device::cuda(0));
-}
-
-struct DeviceInts {
-  cuda::DeviceBuffer buffer;
-  TensorView tensor;
-  explicit DeviceInts(const std::vector<int32_t>& values)
-      : buffer(std::max<size_t>(values.size(), 1) * 4) {
-    cuda::memcpy_htod(buffer.data(), values.data(), values.size() * 4);
-    tensor = view(buffer.data(), DType::kI32, {static_cast<int64_t>(values.size())});
-  }
-};
+using bench_inputs::DeviceInts;
+using bench_inputs::view;
 
 std::vector<int> list_arg(int argc, char** argv, int index, std::vector<int> fallback) {
   if (argc <= index) return fallback;

@@ -59,19 +59,8 @@ cuda::DeviceBuffer random_bf16(int64_t n, uint32_t seed) {
   return bench_inputs::random_16bit(n, seed, /*fp16=*/false);
 }
 
-TensorView view(void* data, DType dtype, std::vector<int64_t> shape) {
-  return TensorView::contiguous(data, dtype, shape, Device::cuda(0));
-}
-
-struct DeviceInts {
-  cuda::DeviceBuffer buffer;
-  TensorView tensor;
-  explicit DeviceInts(const std::vector<int32_t>& values)
-      : buffer(std::max<size_t>(values.size(), 1) * 4) {
-    cuda::memcpy_htod(buffer.data(), values.data(), values.size() * 4);
-    tensor = view(buffer.data(), DType::kI32, {static_cast<int64_t>(values.size())});
-  }
-};
+using bench_inputs::DeviceInts;
+using bench_inputs::view;
 
 std::vector<int32_t> prefix(const std::vector<int32_t>& lengths) {
   std::vector<int32_t> out(lengths.size() + 1, 0);

@@ -34,9 +34,7 @@ using namespace flare;
 constexpr int kQoHeads = 32, kKvHeads = 8, kHeadDim = 128, kPageSize = 16;
 constexpr int kRuns = 20, kRounds = 5;
 
-TensorView view(void* data, DType dtype, std::vector<int64_t> shape) {
-  return TensorView::contiguous(data, dtype, shape, Device::cuda(0));
-}
+using bench_inputs::view;
 
 // A device buffer of `bytes` bytes drawn by `draw` (one byte a call).
 template <class Draw>

@@ -1,6 +1,7 @@
 // Benchmark inputs: n pseudo-random 16-bit values of a unit normal on the device (never zeros),
-// one chunk of 2^22 drawn on the host and repeated, as bf16 (scripts/bench_prefill.cpp) or fp16
-// (scripts/bench_prefill_nvfp4.cpp) bits.
+// one chunk of 2^22 drawn on the host and repeated, as bf16 (scripts/bench_prefill.cpp,
+// bench_cascade.cpp) or fp16 (scripts/bench_prefill_nvfp4.cpp) bits; contiguous device views
+// and int32 index arrays on the device.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "flare/core/tensor.h"
 #include "flare/jit/cuda_driver.h"
 
 namespace bench_inputs {
@@ -39,5 +41,21 @@ inline flare::cuda::DeviceBuffer random_16bit(int64_t n, uint32_t seed, bool fp1
   }
   return buffer;
 }
+
+// A contiguous view of device 0's memory.
+inline flare::TensorView view(void* data, flare::DType dtype, std::vector<int64_t> shape) {
+  return flare::TensorView::contiguous(data, dtype, shape, flare::Device::cuda(0));
+}
+
+// Host int32 values copied to the device, and their 1-D view.
+struct DeviceInts {
+  flare::cuda::DeviceBuffer buffer;
+  flare::TensorView tensor;
+  explicit DeviceInts(const std::vector<int32_t>& values)
+      : buffer(std::max<size_t>(values.size(), 1) * 4) {
+    flare::cuda::memcpy_htod(buffer.data(), values.data(), values.size() * 4);
+    tensor = view(buffer.data(), flare::DType::kI32, {static_cast<int64_t>(values.size())});
+  }
+};
 
 }  // namespace bench_inputs

@@ -85,21 +85,8 @@ struct DeviceCascade {
              ids.view(c.cache.page_indices.view())};
     poison();
   }
-  void poison() {
-    o_host.fill(std::numeric_limits<float>::quiet_NaN());
-    lse_host.fill(std::numeric_limits<float>::quiet_NaN());
-    cuda::memcpy_htod(o.buffer.data(), o_host.data<std::byte>(),
-                      static_cast<size_t>(o_host.numel()) * dtype_bytes(o_host.dtype()));
-    cuda::memcpy_htod(lse.buffer.data(), lse_host.data<std::byte>(),
-                      static_cast<size_t>(lse_host.numel()) * sizeof(float));
-  }
-  void download() {
-    cuda::device_synchronize();
-    cuda::memcpy_dtoh(o_host.data<std::byte>(), o.buffer.data(),
-                      static_cast<size_t>(o_host.numel()) * dtype_bytes(o_host.dtype()));
-    cuda::memcpy_dtoh(lse_host.data<std::byte>(), lse.buffer.data(),
-                      static_cast<size_t>(lse_host.numel()) * sizeof(float));
-  }
+  void poison() { prefill_testing::poison_outputs(o_host, lse_host, o, lse); }
+  void download() { prefill_testing::download_outputs(o_host, lse_host, o, lse); }
 };
 
 BatchPrefillConfig cascade_config(const testing::CascadeCase& c, int levels, int query_tile) {

@@ -96,6 +96,26 @@ inline double tolerance_abs(DType dtype) { return dtype == DType::kBF16 ? 2e-2 :
 inline double tolerance_l2(DType dtype) { return dtype == DType::kBF16 ? 1e-2 : 2e-3; }
 inline constexpr double kLseTolerance = 2e-3;
 
+// Run outputs: the device o and lse filled with NaN from their host tensors (in place: a
+// captured graph keeps the addresses), and copied back after the device is idle.
+inline void poison_outputs(HostTensor& o_host, HostTensor& lse_host, const DeviceCopy& o,
+                           const DeviceCopy& lse) {
+  o_host.fill(std::numeric_limits<float>::quiet_NaN());
+  lse_host.fill(std::numeric_limits<float>::quiet_NaN());
+  cuda::memcpy_htod(o.buffer.data(), o_host.data<std::byte>(),
+                    static_cast<size_t>(o_host.numel()) * dtype_bytes(o_host.dtype()));
+  cuda::memcpy_htod(lse.buffer.data(), lse_host.data<std::byte>(),
+                    static_cast<size_t>(lse_host.numel()) * sizeof(float));
+}
+inline void download_outputs(HostTensor& o_host, HostTensor& lse_host, const DeviceCopy& o,
+                             const DeviceCopy& lse) {
+  cuda::device_synchronize();
+  cuda::memcpy_dtoh(o_host.data<std::byte>(), o.buffer.data(),
+                    static_cast<size_t>(o_host.numel()) * dtype_bytes(o_host.dtype()));
+  cuda::memcpy_dtoh(lse_host.data<std::byte>(), lse.buffer.data(),
+                    static_cast<size_t>(lse_host.numel()) * sizeof(float));
+}
+
 // Everything one case needs on both sides.
 struct Problem {
   Case c;
@@ -281,15 +301,7 @@ struct DeviceProblem {
     lse = DeviceCopy(lse_host);
     poison();
   }
-  // In place: a captured graph keeps the output addresses.
-  void poison() {
-    o_host.fill(std::numeric_limits<float>::quiet_NaN());
-    lse_host.fill(std::numeric_limits<float>::quiet_NaN());
-    cuda::memcpy_htod(o.buffer.data(), o_host.data<std::byte>(),
-                      static_cast<size_t>(o_host.numel()) * dtype_bytes(o_host.dtype()));
-    cuda::memcpy_htod(lse.buffer.data(), lse_host.data<std::byte>(),
-                      static_cast<size_t>(lse_host.numel()) * sizeof(float));
-  }
+  void poison() { poison_outputs(o_host, lse_host, o, lse); }
   void run(BatchPrefill& prefill, const Problem& p, cuda::Stream stream,
            const RunOptions& options = {}) {
     const TensorView qv = q.view(p.q.view());
@@ -302,13 +314,7 @@ struct DeviceProblem {
       prefill.run(qv, ragged.k, ragged.v, ov, lv, stream, mask, options);
     }
   }
-  void download() {
-    cuda::device_synchronize();
-    cuda::memcpy_dtoh(o_host.data<std::byte>(), o.buffer.data(),
-                      static_cast<size_t>(o_host.numel()) * dtype_bytes(o_host.dtype()));
-    cuda::memcpy_dtoh(lse_host.data<std::byte>(), lse.buffer.data(),
-                      static_cast<size_t>(lse_host.numel()) * sizeof(float));
-  }
+  void download() { download_outputs(o_host, lse_host, o, lse); }
 };
 
 inline void plan(BatchPrefill& prefill, const Problem& p, cuda::Stream stream) {
