@@ -129,7 +129,7 @@ class MultiLevelCascadeAttentionWrapper:
                  qo_indptr_buf_arr=None, paged_kv_indptr_buf_arr=None,
                  paged_kv_indices_buf_arr=None, paged_kv_last_page_len_buf_arr=None,
                  fused_levels=None):
-        if fused_levels not in (None, True, False):
+        if not any(fused_levels is x for x in (None, True, False)):  # 1 == True: identity
             raise ValueError(f"{_MULTI}: fused_levels must be None, True or False, got "
                              f"{fused_levels!r}")
         self._fused_levels = fused_levels

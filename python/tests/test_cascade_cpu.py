@@ -163,3 +163,25 @@ def test_malformed_levels_are_named():
                      [one, np.array([1, 1], np.int32)], H, H_KV, D, 1, q_data_type="float32")
     with pytest.raises(ValueError, match="num_levels must be >= 1"):
         flare.MultiLevelCascadeAttentionWrapper(0, np.zeros(1 << 20, dtype=np.uint8))
+
+
+def test_fused_levels_on_the_cpu():
+    """The one-launch path is the GPU's: on the CPU backend fused_levels=True names why not at
+    plan() (nothing planned), None and False run the levels; a value other than None / True /
+    False is refused at creation."""
+    one = np.array([0, 1], dtype=np.int32)
+    last = np.ones(1, dtype=np.int32)
+    levels = ([one, one], [one, one], [np.zeros(1, np.int32), np.ones(1, np.int32)],
+              [last, last])
+    insist = flare.MultiLevelCascadeAttentionWrapper(2, np.zeros(1 << 22, dtype=np.uint8),
+                                                     fused_levels=True)
+    with pytest.raises(NotImplementedError, match="fused_levels=True, but the float workspace"):
+        insist.plan(*levels, H, H_KV, D, 1, q_data_type="float32")
+    for fused in (None, False):
+        wrapper = flare.MultiLevelCascadeAttentionWrapper(
+            2, np.zeros(1 << 22, dtype=np.uint8), fused_levels=fused)
+        wrapper.plan(*levels, H, H_KV, D, 1, q_data_type="float32")
+        assert not wrapper._fused
+    with pytest.raises(ValueError, match="fused_levels must be None, True or False"):
+        flare.MultiLevelCascadeAttentionWrapper(2, np.zeros(1 << 22, dtype=np.uint8),
+                                                fused_levels=1)
