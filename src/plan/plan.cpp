@@ -342,6 +342,8 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   result.head_dim_vo = problem.head_dim_vo;
   result.split_kv = !options.disable_split_kv;
   result.item_heads = 1;
+  // A cascade's map (plan/cascade.h) may have filled this before: a plan of its own has none.
+  result.merge_row_offsets.clear();
   result.query_tile = plan_detail::choose_query_tile(problem, group, options.query_tile);
 
   int64_t tile_count = 0;

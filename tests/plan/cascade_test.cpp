@@ -176,6 +176,34 @@ TEST(CascadePlanStructure, SharedPrefixReadOncePerTile) {
   expect_rows_written_once(plan, batch, 1);
 }
 
+// BatchPrefill reuses one Plan object for plan_cascade() and plan(): an ordinary plan into it
+// after a cascade keeps no row offsets of the cascade's map.
+TEST(CascadePlanStructure, AnOrdinaryPlanAfterACascadeHasNoRowOffsets) {
+  const std::vector<int32_t> prefix_indptr{0, 4}, prefix_kv{500}, per_request{0, 1, 2, 3, 4};
+  const std::vector<int32_t> suffix_kv{9, 0, 33, 2};
+  const std::vector<CascadeLevelLengths> levels{{prefix_indptr, prefix_kv},
+                                                {per_request, suffix_kv}};
+  CascadeBatch batch;
+  cascade_batch(levels, false, batch);
+  Plan reused = plan_cascade_lengths(batch, 8, 2, 16, false, 132, 16);
+  ASSERT_FALSE(reused.merge_row_offsets.empty());
+  const std::vector<int32_t> qo{1, 1, 1}, kv{4000, 3000, 5000};
+  PlanProblem problem;
+  problem.qo_len = qo;
+  problem.kv_len = kv;
+  problem.num_qo_heads = 8;
+  problem.num_kv_heads = 2;
+  problem.head_dim_qk = problem.head_dim_vo = kHeadDim;
+  problem.page_size = 16;
+  PlanOptions options;
+  options.one_queue = true;
+  options.kv_tile = 64;
+  options.query_tile = 16;
+  plan(problem, {132, 1}, options, reused);
+  EXPECT_TRUE(reused.merge_row_offsets.empty());
+  EXPECT_FALSE(reused.merge_items.empty());  // split: the map is the ordinary one
+}
+
 TEST(CascadePlanStructure, MalformedLevelsAreRefused) {
   CascadeBatch batch;
   const std::vector<int32_t> a{0, 3, 5}, b{0, 2, 6}, bad{0, 4, 2};
