@@ -229,8 +229,10 @@ class BatchPrefill {
   // Needs paged 16-bit K/V, 1 <= levels <= config.max_levels, all levels' groups together at
   // most max_batch, and no custom mask or user variant; a causal cascade of several levels
   // also no window, ALiBi or RoPE (their positions in the shared levels would not be
-  // bottom-right). Throws kInvalidArgument naming the level and array, kUnsupported, or
-  // kWorkspaceTooSmall, with nothing staged.
+  // bottom-right). A page that two levels give one token counts twice (the levels' pages are
+  // the caller's to keep disjoint; Python's wrapper checks host page tables). Throws
+  // kInvalidArgument naming the level and array, kUnsupported, or kWorkspaceTooSmall, with
+  // nothing staged.
   void plan_cascade(std::span<const CascadeLevel> levels, cuda::Stream stream);
 
   // Attention of the planned batch; every tensor on this prefill's device.
