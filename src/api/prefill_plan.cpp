@@ -4,7 +4,6 @@
 #include "src/api/prefill_plan.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "flare/core/error.h"
@@ -229,53 +228,6 @@ void plan_prefill(const BatchPrefillConfig& c, int num_sms, int ctas_per_sm,
                            rates.share_of_peak * memory_peak_bytes_per_us / token_bytes, kMergeUs};
   }
   plan(problem, {num_sms, ctas_per_sm}, options, out.plan);
-}
-
-// One tile for every level of a cascade's launch, so the shared levels'
-// groups (many rows over long KV) and the last level's (few rows over short KV) compete.
-// plan()'s heuristic (the average packed rows) would cut a 64-request prefix group into four
-// 16-row tiles that each read the prefix: 2.0x the graph time of the levels run one by one at
-// b64 prefix 32768 (docs/perf.md, thirtieth session). Instead each tile size is priced as its
-// launch would run, memory- or compute-bound, over the virtual requests' tiles: KV tokens read
-// (each tile reads its request's KV), row x KV products at the family's rate, and a fixed cost
-// per tile; the cheapest wins (ties: the smaller tile).
-int cascade_query_tile(const CascadeBatch& batch, const BatchPrefillConfig& c,
-                       const PrefillDeviceLimits& limits, double memory_bytes_per_us) {
-  const int group = c.num_qo_heads / c.num_kv_heads;
-  constexpr int kTiles[] = {16, 32, 64, 128};
-  // Sustained rates, TFLOP/s of the tile products (docs/perf.md: the FA2 family's 16-row tiles
-  // ~100, its 128-row ~360, the Hopper family's 64 / 128-row tiles ~450 / 550).
-  const double sync_rate[] = {100e6, 180e6, 300e6, 360e6};  // flop per us
-  const double warpgroup_rate[] = {0, 0, 450e6, 550e6};
-  const double bandwidth = memory_bytes_per_us > 0 ? 0.8 * memory_bytes_per_us : 2.5e6;
-  const double token_bytes = 2.0 * (c.head_dim_qk + c.head_dim_vo) * c.num_kv_heads;
-  const double flops_per_product = 2.0 * (c.head_dim_qk + c.head_dim_vo) * c.num_kv_heads;
-  constexpr double kTileBytes = 64.0 * 1024;  // per tile and KV head, as prefill_plan.cpp
-  int best = 0;
-  double best_us = 0;
-  for (int i = 0; i < 4; ++i) {
-    const int tile = kTiles[i];
-    const bool warpgroup = limits.warpgroup_mma && tile >= 64;
-    if (limits.warpgroup_only && tile < 64) continue;
-    double reads = 0, products = 0, tiles = 0;
-    for (size_t v = 0; v < batch.plan_qo_len.size(); ++v) {
-      const double rows = static_cast<double>(batch.plan_qo_len[v]) * group;
-      if (rows == 0) continue;
-      const double n = std::ceil(rows / tile);
-      reads += n * batch.kv_len[v];
-      products += n * tile * batch.kv_len[v];
-      tiles += n;
-    }
-    const double rate = warpgroup ? warpgroup_rate[i] : sync_rate[i];
-    const double us =
-        std::max((reads * token_bytes + tiles * kTileBytes * c.num_kv_heads) / bandwidth,
-                 products * flops_per_product / rate);
-    if (best == 0 || us < best_us) {
-      best = tile;
-      best_us = us;
-    }
-  }
-  return best;
 }
 
 void stage_prefill(const PrefillHostPlan& planned, const WorkspaceLayout& layout, int max_batch,

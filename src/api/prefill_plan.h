@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "flare/api/batch_prefill.h"
-#include "flare/plan/cascade.h"
 #include "flare/plan/plan.h"
 
 namespace flare::api_detail {
@@ -69,12 +68,6 @@ void validate_prefill_batch(const BatchPrefillConfig& config,
 // known) prices the memory-bound tiles' split decision (PlanOptions::queue_rates).
 void plan_prefill(const BatchPrefillConfig& config, int num_sms, int ctas_per_sm,
                   double memory_peak_bytes_per_us, PrefillHostPlan& out);
-
-// The query tile of a cascade's one launch (BatchPrefill::plan_cascade): each of 16 / 32 / 64
-// / 128 priced over the virtual requests' tiles (KV read, tile products at the family's rate,
-// a fixed cost per tile), the cheapest taken. A tile limits allow (warpgroup_only: >= 64).
-int cascade_query_tile(const CascadeBatch& batch, const BatchPrefillConfig& config,
-                       const PrefillDeviceLimits& limits, double memory_bytes_per_us);
 
 // Writes the plan region of planned.plan with the request tables into `staging`
 // (layout.plan_bytes long): qo_begin (each request's first token: qo_indptr, or a cascade's

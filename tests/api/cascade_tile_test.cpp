@@ -8,7 +8,7 @@
 
 #include "flare/api/batch_prefill.h"
 #include "flare/plan/cascade.h"
-#include "src/api/prefill_plan.h"
+#include "src/api/cascade_plan.h"
 
 namespace flare {
 namespace {

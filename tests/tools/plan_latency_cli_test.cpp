@@ -73,6 +73,24 @@ TEST(PlanLatencyCli, TableHasItsRows) {
   EXPECT_EQ(lines[2].rfind("prefill", 0), 0u) << lines[2];
 }
 
+// A decode cascade under one 8192-token prefix: the launch's virtual requests (the prefix group
+// and one per request) planned with their merge map; every (tile, KV head) shared with the
+// prefix writes a partial state.
+TEST(PlanLatencyCli, CascadeRowsPlanTheLevelsAsOneBatch) {
+  const CliResult result = run({"--runs", "5", "--batches", "16", "--kinds", "cascade", "--json"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const std::vector<std::string> lines = lines_of(result.out);
+  ASSERT_EQ(lines.size(), 1u) << result.out;
+  const std::optional<JsonObject> json = testing::parse_flat_json(lines[0]);
+  ASSERT_TRUE(json.has_value()) << lines[0];
+  EXPECT_EQ(text(*json, "kind"), "cascade");
+  EXPECT_EQ(number(*json, "batch"), 16);
+  // 16 requests x 8 KV heads at least, each writing a partial state, plus the prefix's chunks.
+  EXPECT_GT(number(*json, "queue_entries"), 16 * 8);
+  EXPECT_GE(number(*json, "partial_slots"), 16 * 8);
+  EXPECT_GT(number(*json, "plan_us_median"), 0);
+}
+
 TEST(PlanLatencyCli, BadOptionsAreUsageErrors) {
   for (const std::vector<std::string>& args : {std::vector<std::string>{"--batches", "0"},
                                                {"--kinds", "all"},

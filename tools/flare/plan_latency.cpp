@@ -22,6 +22,7 @@
 
 #include "flare/api/batch_decode.h"
 #include "flare/api/batch_prefill.h"
+#include "src/api/cascade_plan.h"
 #include "src/api/decode_plan.h"
 #include "src/api/prefill_plan.h"
 #include "tools/flare/args.h"
@@ -34,7 +35,7 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: flare plan-latency [--runs N] [--num-sms N] [--lengths uniform|zipf|constant]\n"
-    "                          [--batches 1,64,256,1024] [--kinds decode|prefill|both]\n"
+    "                          [--batches 1,64,256,1024] [--kinds decode|prefill|both|cascade]\n"
     "                          [--decode-loop cuda-core|tensor-core] [--json]\n\n"
     "Times the host work of BatchDecode::plan() and BatchPrefill::plan() on one core, without\n"
     "a GPU: validating the index arrays, planning, and writing the plan region into a host\n"
@@ -47,7 +48,10 @@ constexpr const char* kHelp =
     "Prints the plan's size (work items, queue entries, partial slots), the median\n"
     "microseconds of each part (validation, planner, staging) and the 10th percentile, median\n"
     "and 90th percentile of the whole over --runs runs (default 2000); with --json, one flat\n"
-    "JSON object per row instead.\n";
+    "JSON object per row instead. --kinds cascade times BatchPrefill::plan_cascade()'s host work\n"
+    "instead (validation with the tile's pricing, planner with the merge map, staging): decode,\n"
+    "one 8192-token prefix shared by the batch (level 0), each request's own KV of the lengths\n"
+    "above (level 1).\n";
 
 constexpr int kQoHeads = 32;
 constexpr int kKvHeads = 8;
@@ -275,6 +279,69 @@ Row time_prefill(int64_t batch, Lengths lengths, int runs, int num_sms) {
   return row;
 }
 
+// BatchPrefill::plan_cascade()'s host work on a decode cascade: level 0 one group of the whole
+// batch over a shared prefix of kCascadePrefix tokens, level 1 each request's own pages.
+constexpr int kCascadePrefix = 8192;
+
+Row time_cascade(int64_t batch, Lengths lengths, int runs, int num_sms) {
+  const std::vector<StepArrays> steps = steps_of(batch, lengths, false);
+  flare::BatchPrefillConfig config;
+  config.max_batch = static_cast<int>(batch) + 1;
+  config.max_total_qo = static_cast<int>(batch);
+  config.num_qo_heads = kQoHeads;
+  config.num_kv_heads = kKvHeads;
+  config.head_dim_qk = kHeadDim;
+  config.head_dim_vo = kHeadDim;
+  config.page_size = kPageSize;
+  config.max_levels = 2;
+  const flare::PrefillDeviceLimits limits = flare::h100_prefill_limits();
+  // Room for every partial slot a cascade can have (BatchPrefill grows to what a plan needs).
+  flare::BatchPrefillConfig sized = config;
+  sized.use_cuda_graph = true;
+  const flare::WorkspaceLayout layout = flare::workspace_layout(
+      flare::api_detail::prefill_bounds(sized, num_sms * kMaxPrefillCtasPerSm, 128));
+  const std::unique_ptr<std::byte[]> staging(new std::byte[layout.plan_bytes]);
+  const int32_t prefix_pages = kCascadePrefix / kPageSize;
+  const std::vector<int32_t> qo0{0, static_cast<int32_t>(batch)}, kv0{0, prefix_pages},
+      last0{kPageSize};
+  std::vector<int32_t> qo1(static_cast<size_t>(batch) + 1);
+  for (int64_t r = 0; r <= batch; ++r) qo1[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+  // Level 1's page ranges follow level 0's in the one page-id array.
+  std::vector<std::vector<int32_t>> kv1(steps.size());
+  for (size_t t = 0; t < steps.size(); ++t) {
+    for (const int32_t pages : steps[t].kv_indptr) kv1[t].push_back(prefix_pages + pages);
+  }
+
+  flare::api_detail::PrefillHostPlan host;
+  flare::api_detail::CascadeHostPlan cascade;
+  int ctas = 0;
+  Row row;
+  time_runs(
+      runs,
+      [&](int step, std::chrono::steady_clock::time_point* marks) {
+        const StepArrays& a = steps[static_cast<size_t>(step)];
+        const flare::CascadeLevel levels[] = {
+            {qo0, kv0, last0}, {qo1, kv1[static_cast<size_t>(step)], a.last_page_len}};
+        marks[0] = std::chrono::steady_clock::now();
+        flare::api_detail::validate_cascade(config, levels, std::nullopt, limits,
+                                            kH100PeakBytesPerUs, cascade, host);
+        if (ctas == 0) {  // BatchPrefill queries the compiled kernel's occupancy once
+          ctas = ctas_per_sm(flare::batch_prefill_kernels(config, host.tiles).shared_bytes,
+                             kMaxPrefillCtasPerSm);
+        }
+        marks[1] = std::chrono::steady_clock::now();
+        flare::api_detail::plan_prefill(config, num_sms, ctas, kH100PeakBytesPerUs, host);
+        flare::cascade_merge_map(cascade.batch, host.plan);
+        marks[2] = std::chrono::steady_clock::now();
+        flare::api_detail::stage_prefill(host, layout, config.max_batch, cascade.batch.qo_begin,
+                                         cascade.kv_indptr, cascade.last_page_len, staging.get());
+        marks[3] = std::chrono::steady_clock::now();
+      },
+      row);
+  row.count(host.plan);
+  return row;
+}
+
 std::vector<int64_t> parse_batches(const flare::cli::Args& args) {
   std::vector<int64_t> batches;
   const std::string text = args.text_or("batches", "1,64,256,1024");
@@ -326,11 +393,12 @@ int run_plan_latency(int argc, char** argv) {
   const int runs = static_cast<int>(args.integer_or("runs", 2000, 1));
   const int num_sms = static_cast<int>(args.integer_or("num-sms", 132, 1));
   const std::string lengths = args.choice_or("lengths", {"uniform", "zipf", "constant"}, "uniform");
-  const Lengths kind = lengths == "zipf"       ? Lengths::kZipf
-                       : lengths == "constant" ? Lengths::kConstant
-                                               : Lengths::kUniform;
+  const Lengths lengths_kind = lengths == "zipf"       ? Lengths::kZipf
+                               : lengths == "constant" ? Lengths::kConstant
+                                                       : Lengths::kUniform;
   const std::vector<int64_t> batches = parse_batches(args);
-  const std::string kinds = args.choice_or("kinds", {"decode", "prefill", "both"}, "both");
+  const std::string kinds =
+      args.choice_or("kinds", {"decode", "prefill", "both", "cascade"}, "both");
   const bool tensor_cores =
       args.choice_or("decode-loop", {"cuda-core", "tensor-core"}, "cuda-core") == "tensor-core";
   const bool json = args.has("json");
@@ -346,12 +414,14 @@ int run_plan_latency(int argc, char** argv) {
                 "items", "entries", "slots", "valid. us", "planner", "stage", "plan() p10",
                 "median", "p90");
   }
-  for (const bool prefill : {false, true}) {
-    if (kinds != "both" && (kinds == "prefill") != prefill) continue;
+  for (const char* kind : {"decode", "prefill", "cascade"}) {
+    if (kinds == "both" ? std::string(kind) == "cascade" : kinds != kind) continue;
     for (const int64_t batch : batches) {
-      const Row r = prefill ? time_prefill(batch, kind, runs, num_sms)
-                            : time_decode(batch, kind, runs, num_sms, tensor_cores);
-      const char* kind = prefill ? "prefill" : "decode";
+      const std::string name = kind;
+      const Row r = name == "cascade" ? time_cascade(batch, lengths_kind, runs, num_sms)
+                    : name == "prefill"
+                        ? time_prefill(batch, lengths_kind, runs, num_sms)
+                        : time_decode(batch, lengths_kind, runs, num_sms, tensor_cores);
       if (json) {
         print_json(kind, batch, lengths, runs, r);
         continue;
