@@ -189,6 +189,13 @@ void time_runs(int runs, Parts&& parts, Row& row) {
   row.p90_us = at(total_us, 0.9);
 }
 
+// The prefill kernel's CTAs an SM at `tiles` (BatchPrefill queries the compiled kernel's
+// occupancy once, at its first plan of those tiles).
+int prefill_ctas_per_sm(const flare::BatchPrefillConfig& config, const flare::PrefillTiles& tiles) {
+  return ctas_per_sm(flare::batch_prefill_kernels(config, tiles).shared_bytes,
+                     kMaxPrefillCtasPerSm);
+}
+
 std::vector<StepArrays> steps_of(int64_t batch, Lengths lengths, bool prefill) {
   const std::vector<int32_t> initial = kv_lengths(batch, lengths, static_cast<uint64_t>(batch));
   std::vector<StepArrays> steps;
@@ -263,10 +270,7 @@ Row time_prefill(int64_t batch, Lengths lengths, int runs, int num_sms) {
         marks[0] = std::chrono::steady_clock::now();
         flare::api_detail::validate_prefill_batch(config, std::nullopt, limits, a.qo_indptr,
                                                   a.kv_indptr, a.last_page_len, {}, host);
-        if (ctas == 0) {  // BatchPrefill queries the compiled kernel's occupancy once
-          ctas = ctas_per_sm(flare::batch_prefill_kernels(config, host.tiles).shared_bytes,
-                             kMaxPrefillCtasPerSm);
-        }
+        if (ctas == 0) ctas = prefill_ctas_per_sm(config, host.tiles);
         marks[1] = std::chrono::steady_clock::now();
         flare::api_detail::plan_prefill(config, num_sms, ctas, kH100PeakBytesPerUs, host);
         marks[2] = std::chrono::steady_clock::now();
@@ -325,10 +329,7 @@ Row time_cascade(int64_t batch, Lengths lengths, int runs, int num_sms) {
         marks[0] = std::chrono::steady_clock::now();
         flare::api_detail::validate_cascade(config, levels, std::nullopt, limits,
                                             kH100PeakBytesPerUs, cascade, host);
-        if (ctas == 0) {  // BatchPrefill queries the compiled kernel's occupancy once
-          ctas = ctas_per_sm(flare::batch_prefill_kernels(config, host.tiles).shared_bytes,
-                             kMaxPrefillCtasPerSm);
-        }
+        if (ctas == 0) ctas = prefill_ctas_per_sm(config, host.tiles);
         marks[1] = std::chrono::steady_clock::now();
         flare::api_detail::plan_prefill(config, num_sms, ctas, kH100PeakBytesPerUs, host);
         flare::cascade_merge_map(cascade.batch, host.plan);
