@@ -21,8 +21,10 @@ struct alignas(16) WorkItem {
   int32_t reserved;  // 0 from the planner (BatchDecode stores the merge item); 32-byte record
 };
 
-// One split tile to reduce: its rows and KV head; its partial slots are
-// merge_slots[merge_indptr[i] .. merge_indptr[i + 1]) in increasing KV order.
+// One split tile (or a cascade's piece of rows) to reduce: its rows and KV head; its partial
+// slots are merge_slots[merge_indptr[i] .. merge_indptr[i + 1]) in increasing KV order, which
+// the workspace holds as partial row bases (slot x max_query_tile + the piece's first row in
+// the slot: plan/plan.h Plan::merge_row_offsets).
 struct MergeItem {
   int32_t request;
   int32_t kv_head;
