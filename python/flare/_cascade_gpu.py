@@ -9,8 +9,7 @@ whose address stays fixed). Reached only with CUDA tensors.
 import numpy as np
 
 from . import _flare, _tensors
-from ._args import make_params
-from ._prefill_gpu import _Prefills, _next_power_of_two, config_key, launch
+from ._prefill_gpu import _Prefills, _next_power_of_two, config_key, launch, new_batch_prefill
 from ._tensors import is_cuda, is_torch, scratch_of, torch_module
 
 
@@ -111,16 +110,11 @@ class GpuCascade:
         self.planned = (prefill, page_ids, rows, (config["num_qo_heads"], config["head_dim_vo"]))
 
     def _make(self, config):
-        def make(max_batch, max_total_qo, _max_total_kv):
-            return _flare.BatchPrefill(_flare.PrefillConfig(
-                device=self._device, max_batch=max_batch, max_total_qo=max_total_qo,
-                num_qo_heads=config["num_qo_heads"], num_kv_heads=config["num_kv_heads"],
-                head_dim_qk=config["head_dim_qk"], head_dim_vo=config["head_dim_vo"],
-                paged=True, page_size=config["page_size"], kv_layout=self._kv_layout,
-                dtype=config["dtype"], params=make_params(**config["params_kwargs"]),
-                custom_mask=False, use_cuda_graph=self._use_cuda_graph,
-                fixed_split_size=0, disable_split_kv=False, scratch=self._scratch[0],
-                scratch_bytes=self._scratch[1], max_levels=self._num_levels))
+        def make(max_batch, max_total_qo, max_total_kv):
+            return new_batch_prefill(self._device, config, self._kv_layout, True,
+                                     self._use_cuda_graph, self._scratch, False, "auto",
+                                     (max_batch, max_total_qo, max_total_kv),
+                                     max_levels=self._num_levels)
 
         return make
 

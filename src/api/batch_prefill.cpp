@@ -120,13 +120,7 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
   const bool paged = c.kv == PrefillKV::kPaged;
-  {
-    // The plan's copy would be recorded into the graph instead of running now.
-    const cuda::DeviceScope scope(s.config.device);
-    FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
-                ": plan() must not be called while its stream is being captured into a CUDA "
-                "graph: plan before the capture and between replays");
-  }
+  s.check_not_capturing(stream, "plan()");
   api_detail::PrefillHostPlan& next = s.next;
   api_detail::validate_prefill_batch(c, s.fixed_tiles, s.limits, qo_indptr, kv_indptr,
                                      kv_last_page_len, mask_indptr, next);

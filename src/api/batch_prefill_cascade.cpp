@@ -2,11 +2,8 @@
 // requests (src/api/cascade_plan.h, plan/cascade.h), planned like any batch, its merge map
 // rewritten into pieces, and staged with the virtual requests' tables; run() is unchanged.
 #include "flare/api/batch_prefill.h"
-#include "flare/core/error.h"
-#include "flare/jit/cuda_sync.h"
 #include "flare/plan/cascade.h"
 #include "src/api/batch_prefill_state.h"
-#include "src/api/cascade_plan.h"
 #include "src/api/prefill_plan.h"
 
 namespace flare {
@@ -15,12 +12,8 @@ void BatchPrefill::plan_cascade(std::span<const CascadeLevel> levels, cuda::Stre
   State& s = *state_;
   const BatchPrefillConfig& c = s.config;
   const char* const kWhat = State::kWhat;
-  {
-    const cuda::DeviceScope scope(c.device);
-    FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat,
-                ": plan_cascade() must not be called while its stream is being captured");
-  }
-  api_detail::CascadeHostPlan cascade;
+  s.check_not_capturing(stream, "plan_cascade()");
+  api_detail::CascadeHostPlan& cascade = s.cascade;
   api_detail::validate_cascade(c, levels, s.fixed_tiles, s.limits, s.props.memory_peak_bytes_per_us,
                                cascade, s.next);
   FLARE_CHECK(s.captured_kv < 0 || cascade.kv_indptr.back() <= s.captured_kv,

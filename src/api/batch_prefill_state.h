@@ -13,6 +13,7 @@
 #include "flare/api/batch_prefill.h"
 #include "flare/core/error.h"
 #include "flare/jit/module.h"
+#include "src/api/cascade_plan.h"
 #include "src/api/plan_staging.h"
 #include "src/api/prefill_bulk_maps.h"
 #include "src/api/prefill_config.h"
@@ -82,6 +83,7 @@ struct BatchPrefill::State {
   std::vector<int32_t> mask_indptr;  // the latest plan's custom-mask byte offsets
   // plan()'s work, swapped into the fields above when it succeeds.
   api_detail::PrefillHostPlan next;
+  api_detail::CascadeHostPlan cascade;  // plan_cascade()'s levels, reused from plan to plan
   // KV a captured run reads (-1 before one): page ids (paged) or K/V rows (ragged); later
   // plans must not need more. And the mask bytes it reads.
   int64_t captured_kv = -1;
@@ -106,6 +108,15 @@ struct BatchPrefill::State {
     bool valid = false;    // false: the kernel gathers
     cuda::TensorMap k_map, v_map;
   } bulk;
+
+  // plan() and plan_cascade() (`what`) copy the plan region on `stream`: a capture would
+  // record the copy instead of running it now.
+  void check_not_capturing(cuda::Stream stream, const char* what) const {
+    const cuda::DeviceScope scope(config.device);
+    FLARE_CHECK(!cuda::is_capturing(stream), ErrorCode::kInvalidArgument, kWhat, ": ", what,
+                " must not be called while its stream is being captured into a CUDA graph: "
+                "plan before the capture and between replays");
+  }
 
   // run()'s first checks: a plan exists, and the KV kind given is the one created for.
   void check_runnable(PrefillKV given) const {

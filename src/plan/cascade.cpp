@@ -118,8 +118,10 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
                 item.request, " row ", item.row_begin, " is past the request's tiles");
     return tile;
   };
-  for (const WorkItem& item : plan.work_items) {
-    const int64_t tile = tile_of(item);
+  std::vector<int64_t> item_tile(plan.work_items.size());  // each work item's tile
+  for (size_t i = 0; i < plan.work_items.size(); ++i) {
+    const WorkItem& item = plan.work_items[i];
+    const int64_t tile = item_tile[i] = tile_of(item);
     for (int32_t j = 0; j < plan.item_heads; ++j)
       ++chunk_indptr[(tile * heads + item.kv_head + j) + 1];
   }
@@ -129,7 +131,7 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
     std::vector<int64_t> fill(chunk_indptr.begin(), chunk_indptr.end() - 1);
     for (size_t i = 0; i < plan.work_items.size(); ++i) {
       const WorkItem& item = plan.work_items[i];
-      const int64_t tile = tile_of(item);
+      const int64_t tile = item_tile[i];
       for (int32_t j = 0; j < plan.item_heads; ++j) {
         chunks[static_cast<size_t>(fill[static_cast<size_t>(tile * heads + item.kv_head + j)]++)] =
             {static_cast<int32_t>(i), j, item.kv_begin};
@@ -195,8 +197,9 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
            chunk_indptr[static_cast<size_t>(tile * heads + head)];
   };
   int32_t slots = 0;
-  for (WorkItem& item : plan.work_items) {
-    const int64_t tile = tile_of(item);
+  for (size_t i = 0; i < plan.work_items.size(); ++i) {
+    WorkItem& item = plan.work_items[i];
+    const int64_t tile = item_tile[i];
     bool direct = shared[static_cast<size_t>(tile)] == 0;
     for (int32_t j = 0; direct && j < plan.item_heads; ++j) {
       direct = chunk_count(tile, item.kv_head + j) == 1;

@@ -9,30 +9,9 @@
 #include "flare/core/error.h"
 #include "flare/format/ragged.h"
 #include "flare/reference/merge.h"
+#include "src/reference/output_rows.h"
 
 namespace flare {
-namespace {
-
-// Rows [row_begin, row_end) of a request starting at token first_token, under kv_head.
-void write_rows(const AttentionOutput& out, int64_t group, int64_t dim, int64_t first_token,
-                int64_t kv_head, int64_t row_begin, int64_t row_end, const float* o,
-                const float* lse, bool write_lse) {
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    const int64_t token = first_token + row / group;
-    const int64_t head = kv_head * group + row % group;
-    const int64_t base = token * out.o.strides[0] + head * out.o.strides[1];
-    for (int64_t d = 0; d < dim; ++d) {
-      store_float(out.o.data, out.o.dtype, base + d * out.o.strides[2],
-                  o[(row - row_begin) * dim + d]);
-    }
-    if (write_lse && out.lse) {
-      out.lse->ptr<float>()[token * out.lse->strides[0] + head * out.lse->strides[1]] =
-          lse[row - row_begin];
-    }
-  }
-}
-
-}  // namespace
 
 void execute_cascade_cpu(const Plan& plan, const CascadeBatch& batch,
                          std::span<const AttentionProblem> levels, const AttentionOutput& out,
@@ -82,8 +61,9 @@ void execute_cascade_cpu(const Plan& plan, const CascadeBatch& batch,
       lse.assign(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
       reference_attend_rows(problem, group_index, kv_head, item.row_begin, item.row_end,
                             item.kv_begin, item.kv_end, o.data(), lse.data(), accumulation);
-      write_rows(out, group, dim, ragged_begin(problem.qo_indptr, group_index), kv_head,
-                 item.row_begin, item.row_end, o.data(), lse.data(), softmax);
+      reference_detail::write_output_rows(
+          out, group, dim, ragged_begin(problem.qo_indptr, group_index), kv_head, item.row_begin,
+          item.row_end, o.data(), lse.data(), softmax);
     }
   }
 
@@ -119,8 +99,9 @@ void execute_cascade_cpu(const Plan& plan, const CascadeBatch& batch,
     }
     const int64_t group_index =
         merge.request - batch.first_request[static_cast<size_t>(last_level)];
-    write_rows(out, group, dim, ragged_begin(last.qo_indptr, group_index), merge.kv_head,
-               merge.row_begin, merge.row_end, o.data(), lse.data(), softmax);
+    reference_detail::write_output_rows(out, group, dim, ragged_begin(last.qo_indptr, group_index),
+                                        merge.kv_head, merge.row_begin, merge.row_end, o.data(),
+                                        lse.data(), softmax);
   }
 }
 

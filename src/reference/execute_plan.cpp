@@ -17,6 +17,7 @@
 #include "flare/core/error.h"
 #include "flare/format/ragged.h"
 #include "flare/reference/merge.h"
+#include "src/reference/output_rows.h"
 
 namespace flare {
 namespace {
@@ -102,23 +103,9 @@ void check_plan(const Plan& plan, const AttentionProblem& problem, const Geometr
 void write_rows(const AttentionProblem& problem, const AttentionOutput& out,
                 const Geometry& geometry, int64_t request, int64_t kv_head, int64_t row_begin,
                 int64_t row_end, const float* o, const float* lse) {
-  const TensorView& o_view = out.o;
-  const int64_t first_token = ragged_begin(problem.qo_indptr, request);
-  const bool write_lse = out.lse.has_value() && problem.params.use_softmax;
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    const int64_t token = first_token + row / geometry.group;
-    const int64_t head = kv_head * geometry.group + row % geometry.group;
-    const float* source = o + (row - row_begin) * geometry.head_dim_vo;
-    const int64_t base = token * o_view.strides[0] + head * o_view.strides[1];
-    for (int64_t d = 0; d < geometry.head_dim_vo; ++d) {
-      store_float(o_view.data, o_view.dtype, base + d * o_view.strides[2], source[d]);
-    }
-    if (write_lse) {
-      const TensorView& lse_view = *out.lse;
-      lse_view.ptr<float>()[token * lse_view.strides[0] + head * lse_view.strides[1]] =
-          lse[row - row_begin];
-    }
-  }
+  reference_detail::write_output_rows(out, geometry.group, geometry.head_dim_vo,
+                                      ragged_begin(problem.qo_indptr, request), kv_head, row_begin,
+                                      row_end, o, lse, problem.params.use_softmax);
 }
 
 // Runs task(i) for i in [0, count) on up to num_threads threads, in index order per thread;

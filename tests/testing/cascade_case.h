@@ -67,7 +67,6 @@ struct CascadeCase {
   // Per level: its qo_indptr, and its pages' table rebased to start at 0.
   std::vector<HostTensor> level_qo, level_indptr, level_indices, level_last;
   std::vector<AttentionProblem> problems;
-  std::vector<int32_t> level_first_page;  // [levels + 1] into the pool's page-id array
 
   CascadeCase(CascadeSpec s, int num_qo_heads, int num_kv_heads, int head_dim, int page_size,
               DType dtype, uint64_t seed, const AttentionParams& params = {})
@@ -88,7 +87,6 @@ struct CascadeCase {
     const std::vector<int32_t> indices = int32_values(cache.page_indices.view());
     const std::vector<int32_t> last = int32_values(cache.last_page_len.view());
     size_t group = 0;
-    level_first_page.push_back(0);
     for (size_t l = 0; l < spec.qo_indptr.size(); ++l) {
       const size_t groups = spec.kv_len[l].size();
       std::vector<int32_t> indptr, level_pages, level_last_len;
@@ -99,7 +97,6 @@ struct CascadeCase {
                          indices.begin() + page_indptr[group + groups]);
       // Empty groups: last_page_len 0 in the pool (any value is ignored without pages).
       for (size_t g = 0; g < groups; ++g) level_last_len.push_back(std::max(1, last[group + g]));
-      level_first_page.push_back(page_indptr[group + groups]);
       group += groups;
       level_qo.push_back(int32_tensor(spec.qo_indptr[l]));
       level_indptr.push_back(int32_tensor(indptr));
