@@ -28,8 +28,11 @@ using T = Traits;
 // Slots of a row are spread over the lanes for the max and the weights (so a long split costs
 // a few shuffles, not a chain of dependent loads); the weighted sum then walks the slots in KV
 // order, slot id and weight broadcast from their lane, loads unrolled so several are in flight.
-__device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem& item, int r,
-                                          int slot_begin, int slot_end) {
+// Row r of merge item `item` under its KV head + h (h < the plan's merge_heads): the entries'
+// partial rows shifted by h slots (a merge item of several heads lists head 0's slots, the
+// others' being the next ones: slot numbering head minor).
+__device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem& item, int h,
+                                          int r, int slot_begin, int slot_end) {
   constexpr unsigned kFull = 0xffffffffu;
   // Partial rows in flight per lane: 64 floats of loads outstanding whatever the head dim.
   constexpr int kUnroll = 64 / T::kDimsPerLane;
@@ -38,10 +41,11 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   const int* row_bases = reinterpret_cast<const int*>(ws + p.offsets.merge_slots);
   const float* partial_o = p.offsets.partial_o;
   const float* partial_lse = p.offsets.partial_lse;
+  const int head_rows = h * p.offsets.partial_rows;
 
   float lse_max = negative_infinity();
   for (int i = slot_begin + lane; i < slot_end; i += 32) {
-    lse_max = fmaxf(lse_max, partial_lse[row_bases[i] + r]);
+    lse_max = fmaxf(lse_max, partial_lse[row_bases[i] + head_rows + r]);
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) {
@@ -58,7 +62,7 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
     long long my_row = 0;
     float my_weight = 0.0f;
     if (lane < count) {
-      my_row = row_bases[first + lane] + r;
+      my_row = row_bases[first + lane] + head_rows + r;
       my_weight = p.sum_partials ? 1.0f : fast_exp2((partial_lse[my_row] - base) * kLog2e);
     }
     denominator += my_weight;
@@ -93,7 +97,7 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   // Prefill passes each request's first token; decode has one token per request.
   const long long first_token = p.qo_begin != nullptr ? p.qo_begin[item.request] : item.request;
   const long long token = first_token + packed / p.group_size;
-  const long long head = item.kv_head * p.group_size + packed % p.group_size;
+  const long long head = (item.kv_head + h) * p.group_size + packed % p.group_size;
   unsigned char* o =
       static_cast<unsigned char*>(p.o) +
       ((token * p.o_stride_token + head * p.o_stride_head) + lane * T::kDimsPerLane) * 2;
@@ -118,17 +122,20 @@ extern "C" __global__ void __launch_bounds__(flare::merge::Traits::kThreads)
   const auto* counts = reinterpret_cast<const flare::PlanCounts*>(ws + params.offsets.counts);
   const int* merge_indptr = reinterpret_cast<const int*>(ws + params.offsets.merge_indptr);
   const auto* items = reinterpret_cast<const flare::MergeItem*>(ws + params.offsets.merge_items);
-  // (item, row) pairs up to the plan's longest item: warps walk no padding rows of the slots
-  // (16-row items in 128-row slots cost 8x the loop trips, each an L2 round trip).
+  // (item, head, row) triples up to the plan's longest item: warps walk no padding rows of the
+  // slots (16-row items in 128-row slots cost 8x the loop trips, each an L2 round trip).
   const int rows_per_item = min(counts->max_merge_rows, params.offsets.partial_rows);
-  const long long pairs = static_cast<long long>(counts->num_merge_items) * rows_per_item;
+  const int heads = counts->merge_heads;
+  const long long per_item = static_cast<long long>(heads) * rows_per_item;
+  const long long pairs = static_cast<long long>(counts->num_merge_items) * per_item;
   const long long warp = blockIdx.x * T::kWarps + threadIdx.x / 32;
   for (long long pair = warp; pair < pairs; pair += static_cast<long long>(gridDim.x) * T::kWarps) {
-    const int index = static_cast<int>(pair / rows_per_item);
+    const int index = static_cast<int>(pair / per_item);
+    const int h = static_cast<int>(pair % per_item / rows_per_item);
     const int r = static_cast<int>(pair % rows_per_item);
     const flare::MergeItem item = items[index];
     if (r < item.row_end - item.row_begin) {
-      flare::merge::merge_row(params, item, r, merge_indptr[index], merge_indptr[index + 1]);
+      flare::merge::merge_row(params, item, h, r, merge_indptr[index], merge_indptr[index + 1]);
     }
   }
 }

@@ -44,6 +44,9 @@ struct PlanCounts {
   // The most rows of any merge item: the merge kernel's (item, row) pairs per item (a decode
   // batch's split tiles and a cascade's pieces have one or a few rows, far below the slots').
   int32_t max_merge_rows;
+  // KV heads a merge item covers (plan/plan.h Plan::merge_heads): item i under its KV head + h
+  // reads the partial slots of its entries + h.
+  int32_t merge_heads;
 };
 
 }  // namespace flare

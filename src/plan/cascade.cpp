@@ -101,13 +101,19 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
   }
   const auto num_tiles = static_cast<int64_t>(tiles.size());
 
-  // Chunks of each (tile, KV head): (work item, head within it), in KV order.
+  // Chunks of each (tile, KV head): (work item, head within it), in KV order. Items covering
+  // every KV head give every head the same chunks: then one list a tile (head 0's).
+  const int64_t chunk_heads = plan.item_heads == heads ? 1 : heads;
+  const int32_t item_heads_listed = chunk_heads == 1 ? 1 : plan.item_heads;
+  const auto key = [chunk_heads](int64_t tile, int64_t head) {
+    return static_cast<size_t>(tile * chunk_heads + (chunk_heads == 1 ? 0 : head));
+  };
   struct Chunk {
     int32_t item;
     int32_t head;  // within the item's item_heads
     int32_t kv_begin;
   };
-  std::vector<int64_t> chunk_indptr(static_cast<size_t>(num_tiles * heads) + 1, 0);
+  std::vector<int64_t> chunk_indptr(static_cast<size_t>(num_tiles * chunk_heads) + 1, 0);
   auto tile_of = [&](const WorkItem& item) {
     FLARE_CHECK(item.request >= 0 && item.request < requests && item.row_begin % tile_rows == 0,
                 ErrorCode::kInvalidArgument, "cascade_merge_map: work item of request ",
@@ -122,8 +128,7 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
   for (size_t i = 0; i < plan.work_items.size(); ++i) {
     const WorkItem& item = plan.work_items[i];
     const int64_t tile = item_tile[i] = tile_of(item);
-    for (int32_t j = 0; j < plan.item_heads; ++j)
-      ++chunk_indptr[(tile * heads + item.kv_head + j) + 1];
+    for (int32_t j = 0; j < item_heads_listed; ++j) ++chunk_indptr[key(tile, item.kv_head + j) + 1];
   }
   for (size_t i = 1; i < chunk_indptr.size(); ++i) chunk_indptr[i] += chunk_indptr[i - 1];
   std::vector<Chunk> chunks(static_cast<size_t>(chunk_indptr.back()));
@@ -132,16 +137,16 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
     for (size_t i = 0; i < plan.work_items.size(); ++i) {
       const WorkItem& item = plan.work_items[i];
       const int64_t tile = item_tile[i];
-      for (int32_t j = 0; j < plan.item_heads; ++j) {
-        chunks[static_cast<size_t>(fill[static_cast<size_t>(tile * heads + item.kv_head + j)]++)] =
-            {static_cast<int32_t>(i), j, item.kv_begin};
+      for (int32_t j = 0; j < item_heads_listed; ++j) {
+        chunks[static_cast<size_t>(fill[key(tile, item.kv_head + j)]++)] = {static_cast<int32_t>(i),
+                                                                            j, item.kv_begin};
       }
     }
   }
-  for (int64_t k = 0; k < num_tiles * heads; ++k) {
+  for (int64_t k = 0; k < num_tiles * chunk_heads; ++k) {
     FLARE_CHECK(chunk_indptr[static_cast<size_t>(k) + 1] > chunk_indptr[static_cast<size_t>(k)],
-                ErrorCode::kInvalidArgument, "cascade_merge_map: tile ", k / heads,
-                " has no work item under KV head ", k % heads);
+                ErrorCode::kInvalidArgument, "cascade_merge_map: tile ", k / chunk_heads,
+                " has no work item under KV head ", k % chunk_heads);
     std::sort(chunks.begin() + chunk_indptr[static_cast<size_t>(k)],
               chunks.begin() + chunk_indptr[static_cast<size_t>(k) + 1],
               [](const Chunk& a, const Chunk& b) { return a.kv_begin < b.kv_begin; });
@@ -193,8 +198,7 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
 
   // Write-through: a tile alone on its rows in one chunk, under every KV head of its items.
   auto chunk_count = [&](int64_t tile, int64_t head) {
-    return chunk_indptr[static_cast<size_t>(tile * heads + head) + 1] -
-           chunk_indptr[static_cast<size_t>(tile * heads + head)];
+    return chunk_indptr[key(tile, head) + 1] - chunk_indptr[key(tile, head)];
   };
   int32_t slots = 0;
   for (size_t i = 0; i < plan.work_items.size(); ++i) {
@@ -217,19 +221,22 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
 
   // Merge items: per KV head, each piece some tile of which writes partial states (a piece's
   // tiles are then all partial: shared, or its one tile split).
+  // Items covering every KV head (item_heads == heads) give every head the same chunks with
+  // slots + h: one merge item a piece then stands for all heads (merge_heads), which keeps the
+  // map 1 / heads the size (b64 decode under one prefix: 64 pieces, not 2,048).
+  plan.merge_heads = plan.item_heads == heads ? static_cast<int>(heads) : 1;
   plan.merge_items.clear();
   plan.merge_indptr.assign(1, 0);
   plan.merge_slots.clear();
   plan.merge_row_offsets.clear();
-  for (int64_t head = 0; head < heads; ++head) {
+  for (int64_t head = 0; head < heads; head += plan.merge_heads) {
     for (int64_t p = 0; p < num_pieces; ++p) {
       const int64_t begin = bounds[static_cast<size_t>(p)];
       const int64_t end = bounds[static_cast<size_t>(p) + 1];
       const int64_t last_tile = cover[static_cast<size_t>(p * num_levels + num_levels - 1)];
       if (last_tile < 0) continue;  // rows of no token (cannot happen: the last level covers all)
       const WorkItem& first_chunk = plan.work_items[static_cast<size_t>(
-          chunks[static_cast<size_t>(chunk_indptr[static_cast<size_t>(last_tile * heads + head)])]
-              .item)];
+          chunks[static_cast<size_t>(chunk_indptr[key(last_tile, head)])].item)];
       if (first_chunk.partial_slot < 0) continue;  // written through
       const CascadeTile& owner = tiles[static_cast<size_t>(last_tile)];
       const int64_t request_first_row =
@@ -238,8 +245,7 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
         const int64_t t = cover[static_cast<size_t>(p * num_levels + l)];
         if (t < 0) continue;
         const int64_t offset = begin - tiles[static_cast<size_t>(t)].global_begin;
-        for (int64_t c = chunk_indptr[static_cast<size_t>(t * heads + head)];
-             c < chunk_indptr[static_cast<size_t>(t * heads + head) + 1]; ++c) {
+        for (int64_t c = chunk_indptr[key(t, head)]; c < chunk_indptr[key(t, head) + 1]; ++c) {
           const Chunk& chunk = chunks[static_cast<size_t>(c)];
           const WorkItem& item = plan.work_items[static_cast<size_t>(chunk.item)];
           FLARE_CHECK(item.partial_slot >= 0, ErrorCode::kInternal,

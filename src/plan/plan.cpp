@@ -315,7 +315,8 @@ PlanCounts Plan::counts() const {
           num_partial_slots,
           num_ctas,
           item_heads,
-          max_merge_rows};
+          max_merge_rows,
+          merge_heads};
 }
 
 Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options) {
@@ -344,6 +345,7 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   result.item_heads = 1;
   // A cascade's map (plan/cascade.h) may have filled this before: a plan of its own has none.
   result.merge_row_offsets.clear();
+  result.merge_heads = 1;
   result.query_tile = plan_detail::choose_query_tile(problem, group, options.query_tile);
 
   int64_t tile_count = 0;

@@ -71,15 +71,22 @@ void execute_cascade_cpu(const Plan& plan, const CascadeBatch& batch,
                   plan.merge_indptr.size() == plan.merge_items.size() + 1,
               ErrorCode::kInvalidArgument, "execute_cascade_cpu: not a cascade merge map");
   const int last_level = batch.num_levels() - 1;
-  for (size_t m = 0; m < plan.merge_items.size(); ++m) {
+  FLARE_CHECK(plan.merge_heads >= 1 && heads % plan.merge_heads == 0, ErrorCode::kInvalidArgument,
+              "execute_cascade_cpu: merge_heads ", plan.merge_heads, " does not divide the ", heads,
+              " KV heads");
+  // Merge item m under its KV head + h (merge_heads of them) reads its entries' slots + h.
+  for (size_t mh = 0; mh < plan.merge_items.size() * static_cast<size_t>(plan.merge_heads); ++mh) {
+    const size_t m = mh / static_cast<size_t>(plan.merge_heads);
+    const auto h = static_cast<int32_t>(mh % static_cast<size_t>(plan.merge_heads));
     const MergeItem& merge = plan.merge_items[m];
-    FLARE_CHECK(level_of(merge.request) == last_level, ErrorCode::kInvalidArgument,
-                "execute_cascade_cpu: merge item ", m, " is not a last-level group's");
+    FLARE_CHECK(level_of(merge.request) == last_level && merge.kv_head + h < heads,
+                ErrorCode::kInvalidArgument, "execute_cascade_cpu: merge item ", m,
+                " is not a last-level group's, or its heads exceed the KV heads");
     const int64_t rows = merge.row_end - merge.row_begin;
     o.assign(static_cast<size_t>(rows * dim), 0.0f);
     lse.assign(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity());
     for (int32_t s = plan.merge_indptr[m]; s < plan.merge_indptr[m + 1]; ++s) {
-      const auto slot = static_cast<size_t>(plan.merge_slots[static_cast<size_t>(s)]);
+      const auto slot = static_cast<size_t>(plan.merge_slots[static_cast<size_t>(s)] + h);
       const auto offset = static_cast<size_t>(plan.merge_row_offsets[static_cast<size_t>(s)]);
       FLARE_CHECK(slot < static_cast<size_t>(plan.num_partial_slots) &&
                       offset + static_cast<size_t>(rows) <= static_cast<size_t>(slot_rows),
@@ -100,7 +107,7 @@ void execute_cascade_cpu(const Plan& plan, const CascadeBatch& batch,
     const int64_t group_index =
         merge.request - batch.first_request[static_cast<size_t>(last_level)];
     reference_detail::write_output_rows(out, group, dim, ragged_begin(last.qo_indptr, group_index),
-                                        merge.kv_head, merge.row_begin, merge.row_end, o.data(),
+                                        merge.kv_head + h, merge.row_begin, merge.row_end, o.data(),
                                         lse.data(), softmax);
   }
 }

@@ -53,6 +53,10 @@ void check_plan(const Plan& plan, const AttentionProblem& problem, const Geometr
       ErrorCode::kInvalidArgument,
       "execute_plan_cpu: cta_indptr must be a monotone [num_ctas + 1] indptr over the ", items,
       " work items");
+  FLARE_CHECK(plan.merge_heads == 1 && plan.merge_row_offsets.empty(),
+              ErrorCode::kInvalidArgument,
+              "execute_plan_cpu: a cascade plan's merge map (merge_heads, row offsets) runs on "
+              "execute_cascade_cpu");
   FLARE_CHECK(plan.item_heads >= 1 && plan.item_heads <= geometry.num_kv_heads,
               ErrorCode::kInvalidArgument, "execute_plan_cpu: item_heads must be in [1, ",
               geometry.num_kv_heads, "], got ", plan.item_heads);

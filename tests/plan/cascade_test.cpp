@@ -65,10 +65,13 @@ void expect_rows_written_once(const Plan& plan, const CascadeBatch& batch, int64
   for (size_t m = 0; m < plan.merge_items.size(); ++m) {
     const MergeItem& merge = plan.merge_items[m];
     EXPECT_GE(merge.request, batch.first_request[static_cast<size_t>(batch.num_levels()) - 1]);
-    mark(merge.request, merge.kv_head, merge.row_begin, merge.row_end);
+    for (int32_t h = 0; h < plan.merge_heads; ++h) {
+      mark(merge.request, merge.kv_head + h, merge.row_begin, merge.row_end);
+    }
     for (int32_t s = plan.merge_indptr[m]; s < plan.merge_indptr[m + 1]; ++s) {
       EXPECT_GE(plan.merge_slots[static_cast<size_t>(s)], 0);
-      EXPECT_LT(plan.merge_slots[static_cast<size_t>(s)], plan.num_partial_slots);
+      EXPECT_LE(plan.merge_slots[static_cast<size_t>(s)] + plan.merge_heads,
+                plan.num_partial_slots);
       EXPECT_LE(plan.merge_row_offsets[static_cast<size_t>(s)] + merge.row_end - merge.row_begin,
                 plan.query_tile);
     }
@@ -171,8 +174,10 @@ TEST(CascadePlanStructure, SharedPrefixReadOncePerTile) {
     if (item.request == 0) prefix_tokens += int64_t{item.kv_end - item.kv_begin} * plan.item_heads;
   }
   EXPECT_EQ(prefix_tokens, 4 * 32 * 1000);
-  // Every request's row under every head is one piece of two states or more.
-  EXPECT_EQ(plan.merge_items.size(), 64u * 32u);
+  // Every request's row under every head is one piece of two states or more: one merge item
+  // each, or one for all heads where the work items cover every head.
+  EXPECT_EQ(plan.merge_heads, plan.item_heads == 32 ? 32 : 1);
+  EXPECT_EQ(plan.merge_items.size() * static_cast<size_t>(plan.merge_heads), 64u * 32u);
   expect_rows_written_once(plan, batch, 1);
 }
 

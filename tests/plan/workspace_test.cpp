@@ -330,7 +330,8 @@ TEST(PlanRegion, CascadeMergeEntriesAreRowBases) {
   options.kv_tile = 64;
   Plan cascade = plan(problem, {132, 1}, options);
   cascade_merge_map(batch, cascade);
-  ASSERT_GT(cascade.merge_slots.size(), static_cast<size_t>(cascade.num_partial_slots) / 2);
+  ASSERT_GT(cascade.merge_slots.size() * static_cast<size_t>(cascade.merge_heads),
+            static_cast<size_t>(cascade.num_partial_slots) / 2);
 
   WorkspaceBounds bounds = decode_bounds();
   bounds.max_merge_items = 5000;
@@ -351,6 +352,7 @@ TEST(PlanRegion, CascadeMergeEntriesAreRowBases) {
   EXPECT_TRUE(offset_seen) << "request 1's rows start inside the prefix tile's slot";
   // Decode pieces: one token of 4 query heads each, so the merge walks 4 rows an item, not 16.
   EXPECT_EQ(read_array<PlanCounts>(region, layout.counts, 1)[0].max_merge_rows, 4);
+  EXPECT_EQ(read_array<PlanCounts>(region, layout.counts, 1)[0].merge_heads, cascade.merge_heads);
 
   bounds.max_merge_slots = static_cast<int64_t>(cascade.merge_slots.size()) - 1;
   try {

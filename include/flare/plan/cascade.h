@@ -58,12 +58,12 @@ void cascade_batch(std::span<const CascadeLevelLengths> levels, bool causal, Cas
 // Rewrites `plan` (plan() of the virtual batch: qo_len = batch.plan_qo_len, kv_len, q_offset)
 // into a cascade plan: every (work item, KV head) whose rows another level covers, or whose
 // tile was split, gets a partial slot; merge items become pieces of rows (the common
-// refinement of all levels' tiles, within a last-level group, under each KV head) with one
-// merge_slots entry (and merge_row_offsets entry) per covering chunk, levels in order and
-// each level's chunks in KV order; a piece's request is its last-level group. Tiles alone on
-// their rows and in one chunk keep partial_slot -1 (write-through) and make no piece. Rows no
-// level's KV covers become pieces without slots (the merge writes o = 0, lse = -inf).
-// Deterministic: the same levels give the same plan.
+// refinement of all levels' tiles, within a last-level group, under each KV head, or once for
+// all heads when every work item covers all of them: Plan::merge_heads) with one merge_slots
+// entry (and merge_row_offsets entry) per covering chunk, levels in order and each level's
+// chunks in KV order; a piece's request is its last-level group. Tiles alone on their rows and
+// in one chunk keep partial_slot -1 (write-through) and make no piece (the last level covers
+// every token, so every row is written). Deterministic: the same levels give the same plan.
 void cascade_merge_map(const CascadeBatch& batch, Plan& plan);
 
 }  // namespace flare

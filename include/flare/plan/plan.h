@@ -171,6 +171,10 @@ struct Plan {
   // serve several merge items. The workspace stages each entry as the partial row
   // slot * max_query_tile + offset (kernels/merge.cuh reads row bases).
   std::vector<int32_t> merge_row_offsets;
+  // KV heads one merge item covers (cascade plans of all-head work items; 1 otherwise): item i
+  // stands for the merges under KV heads kv_head + h, h < merge_heads, whose slots are its
+  // merge_slots entries + h (slots numbered head minor, as item_heads > 1 plans number them).
+  int merge_heads = 1;
   int32_t num_partial_slots = 0;
   std::vector<double> cta_cost;  // alpha * rows + beta * kv + item_cost per CTA (balance)
   // KV heads one work item covers: item i stands for the queue entries i * item_heads + h,
