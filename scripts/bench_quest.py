@@ -53,8 +53,13 @@ def measure_flare(k_cache, v_cache, q, chosen, calls):
     indptr = torch.arange(0, HEADS * budget + 1, budget, dtype=torch.int32)
     indices = chosen.flatten().to(torch.int32).cuda()
     last = torch.full((HEADS,), PAGE, dtype=torch.int32)
+    # The graph mode's fixed buffers (a serving loop's: one capture, a new selection a step).
+    int_buffer = lambda n: torch.empty(n, dtype=torch.int32, device="cuda")  # noqa: E731
     wrapper = flare.sparse.PerHeadSparseDecodeWrapper(
-        torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda"), use_tensor_cores=True)
+        torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda"), use_tensor_cores=True,
+        use_cuda_graph=True, paged_kv_indptr_buffer=int_buffer(HEADS + 1),
+        paged_kv_indices_buffer=int_buffer(HEADS * budget),
+        paged_kv_last_page_len_buffer=int_buffer(HEADS))
     wrapper.plan(indptr, indices, last, HEADS, HEADS, HEAD_DIM, PAGE, q_data_type=DTYPE,
                  kv_data_type=DTYPE)
     q1 = q.unsqueeze(0)  # [batch 1, H_qo, D]

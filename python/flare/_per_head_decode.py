@@ -21,12 +21,28 @@ class PerHeadSparseDecodeWrapper:
     request r reads for KV head h (any subset of its pages, any order; page_size >= 1), then
     run(q [batch, H_qo, D], (k_cache, v_cache)) with each cache HND [pages, H_kv, page_size, D]
     -> o [batch, H_qo, D] (and lse [batch, H_qo], base 2, with return_lse). The query attends
-    every selected token (decode's last position sees them all)."""
+    every selected token (decode's last position sees them all).
 
-    def __init__(self, float_workspace_buffer, use_tensor_cores=False):
-        self._decode = BatchDecodeWithPagedKVCacheWrapper(float_workspace_buffer, "HND",
-                                                          use_tensor_cores=use_tensor_cores)
+    use_cuda_graph=True (a decode step captured once, replayed after each new page selection):
+    the three buffers are fixed for the wrapper's life, CUDA int32, sized as plan()'s arguments
+    at the largest budget: paged_kv_indptr_buffer [batch * H_kv + 1],
+    paged_kv_last_page_len_buffer [batch * H_kv] (fixing batch * H_kv) and
+    paged_kv_indices_buffer [most pages selected in one step]; plan() writes the selection (its
+    page ids remapped to the one-head view) into them, run() may then be captured."""
+
+    def __init__(self, float_workspace_buffer, use_tensor_cores=False, use_cuda_graph=False,
+                 paged_kv_indptr_buffer=None, paged_kv_indices_buffer=None,
+                 paged_kv_last_page_len_buffer=None):
+        self._decode = BatchDecodeWithPagedKVCacheWrapper(
+            float_workspace_buffer, "HND", use_cuda_graph=use_cuda_graph,
+            use_tensor_cores=use_tensor_cores, paged_kv_indptr_buffer=paged_kv_indptr_buffer,
+            paged_kv_indices_buffer=paged_kv_indices_buffer,
+            paged_kv_last_page_len_buffer=paged_kv_last_page_len_buffer)
         self._heads = None  # (num_qo_heads, num_kv_heads) of the plan
+
+    @property
+    def is_cuda_graph_enabled(self):
+        return self._decode.is_cuda_graph_enabled
 
     def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
              page_size, q_data_type="float16", kv_data_type=None, sm_scale=None,
@@ -43,6 +59,10 @@ class PerHeadSparseDecodeWrapper:
         if segments < 0 or segments % num_kv_heads != 0:
             raise ValueError(f"{where}: indptr must have batch * num_kv_heads + 1 entries "
                              f"(num_kv_heads={num_kv_heads}), got {indptr_host.shape[0]}")
+        fixed = self._decode._fixed_batch if self._decode.is_cuda_graph_enabled else None
+        if fixed is not None and segments != fixed:
+            raise ValueError(f"{where}: indptr has {segments} segments (batch * num_kv_heads); "
+                             f"this use_cuda_graph wrapper's buffers fix {fixed}")
         counts = np.diff(indptr_host)
         if indptr_host[0] != 0 or (counts < 0).any():
             raise ValueError(f"{where}: indptr must start at 0 and never decrease")

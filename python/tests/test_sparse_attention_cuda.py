@@ -228,6 +228,57 @@ def test_per_head_sparse_decode_matches_attention_over_the_chosen_pages(page_siz
                                        rtol=1e-3)
 
 
+def test_per_head_sparse_decode_replays_a_captured_step_over_new_selections():
+    """use_cuda_graph: one capture, then plan() with another selection (another budget per
+    head) before each replay; the replay equals an eager wrapper's run on the same plan."""
+    torch.manual_seed(11)
+    H, H_kv, D, batch, per_request, page_size = 16, 4, 128, 3, 40, 16
+    k_cache = torch.randn(batch * per_request, H_kv, page_size, D, dtype=torch.bfloat16,
+                          device=DEVICE)
+    v_cache = torch.randn_like(k_cache)
+    q = torch.randn(batch, H, D, dtype=torch.bfloat16, device=DEVICE)
+    segments, most = batch * H_kv, batch * H_kv * per_request
+    int_buffer = lambda n: torch.zeros(n, dtype=torch.int32, device=DEVICE)  # noqa: E731
+    graphed = flare.sparse.PerHeadSparseDecodeWrapper(
+        workspace(), use_tensor_cores=True, use_cuda_graph=True,
+        paged_kv_indptr_buffer=int_buffer(segments + 1),
+        paged_kv_indices_buffer=int_buffer(most),
+        paged_kv_last_page_len_buffer=int_buffer(segments))
+    eager = flare.sparse.PerHeadSparseDecodeWrapper(workspace(), use_tensor_cores=True)
+    assert graphed.is_cuda_graph_enabled and not eager.is_cuda_graph_enabled
+
+    def selection(step):
+        generator = torch.Generator().manual_seed(step)
+        budgets = torch.randint(1, per_request + 1, (segments,), generator=generator)
+        picks = [torch.randperm(per_request, generator=generator)[:int(n)] + s // H_kv
+                 * per_request for s, n in enumerate(budgets)]
+        indptr = torch.cat([torch.zeros(1, dtype=torch.int64), budgets.cumsum(0)])
+        last = torch.randint(1, page_size + 1, (segments,), generator=generator)
+        return (indptr.to(torch.int32), torch.cat(picks).to(torch.int32).to(DEVICE),
+                last.to(torch.int32))
+
+    out = torch.full((batch, H, D), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    graphed.plan(*selection(0), H, H_kv, D, page_size, q_data_type=torch.bfloat16)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graphed.run(q, (k_cache, v_cache), out=out)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graphed.run(q, (k_cache, v_cache), out=out)
+    for step in (1, 2, 3):
+        chosen = selection(step)
+        graphed.plan(*chosen, H, H_kv, D, page_size, q_data_type=torch.bfloat16)
+        eager.plan(*chosen, H, H_kv, D, page_size, q_data_type=torch.bfloat16)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.testing.assert_close(out, eager.run(q, (k_cache, v_cache)))
+    with pytest.raises(ValueError, match="fix 12"):
+        graphed.plan(torch.zeros(5, dtype=torch.int32), torch.zeros(0, dtype=torch.int32,
+                     device=DEVICE), torch.ones(4, dtype=torch.int32), H, 1, D, page_size)
+
+
 def test_attention_sink_wrapper_matches_the_sink_softmax():
     torch.manual_seed(5)
     H, H_kv, D, page = 8, 2, 128, 16
