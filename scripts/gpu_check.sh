@@ -150,8 +150,10 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   # `empty` mbarrier orders (docs/megakernel_design.md, "Verification"). Likewise the cascade
   # case whose Hopper CTAs take ~16 items each: racecheck reports the producer's write of an
   # item's hand-off slot entry against the consumers' read of it two items before, which
-  # q_empty (consumers' arrive, producer's wait) orders (docs/perf.md, thirtieth session; to
-  # confirm on PrefillHopper.FewCtasTakeManyItemsInTurn, not yet racechecked). Memcheck runs it.
+  # q_empty (consumers' arrive, producer's wait) orders, we thought (docs/perf.md, thirtieth
+  # session); but PrefillHopper.FewCtasTakeManyItemsInTurn, which reuses the slots far more,
+  # racechecks clean (thirty-first session): the report is specific to this case and not
+  # explained yet. Memcheck runs it.
   sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:PrefillHopper.RaggedF16Gqa8OddLengths:MergeGpu.PairOddShapes:MergeStatesRaggedGpuIndptr.*:CascadeGpuStructure.*:AppendPagedKVGpu.*:*IndexSafety*:LlamaDecoderGpu.*:SpmmGpu.ColumnsOutside*:SddmmGpu.ColumnsOutside*:HybGpu.Corrupted*:BsrGpu.BlockColumnsOutside*' \
     'LlamaDecoderGpu.FourBit*:LlamaDecoderGpu.Generate*:CascadeGpuStructure.SharedPrefixAndEmptyGroups'
 fi
