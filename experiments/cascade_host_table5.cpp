@@ -15,20 +15,13 @@
 #include "flare/api/batch_prefill.h"
 #include "flare/plan/cascade.h"
 #include "src/api/cascade_plan.h"
+#include "experiments/host_timing.h"
 #include "src/api/prefill_plan.h"
 
 using namespace flare;
-using Clock = std::chrono::steady_clock;
-
-namespace {
-double us(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::micro>(b - a).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-}  // namespace
+using host_timing::Clock;
+using host_timing::median;
+using host_timing::us;
 
 int main(int argc, char** argv) {
   const int runs = argc > 1 ? std::atoi(argv[1]) : 2000;
