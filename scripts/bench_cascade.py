@@ -16,6 +16,8 @@ Per case: GPU time from a CUDA-graph replay (the wrappers' use_cuda_graph mode),
 (CUDA events around each run(), median of --calls) and host time of run() (wall time,
 back-to-back calls, median). SDPA's dense K/V (batch x (prefix + suffix)
 tokens, materialized) is skipped where it would exceed --sdpa-gib.
+FlashInfer's cascade wrapper JIT-compiles its merge module on first use from sources the carried
+package lacks: install them into the FlashInfer site first (scripts/flashinfer_sources.sh).
 Usage: python3 scripts/bench_cascade.py [--prefixes 1024,8192,32768] [--batches 16,64]
        [--calls 20] [--json F]
 """

@@ -163,6 +163,10 @@ python_bench() {  # the user's path: flare, FlashInfer and SDPA through Python i
   if [ -d .anchors-fi ]; then  # ../shared/bench/flashinfer, carried (its README)
     python3 .anchors-fi/setup_fi.py /tmp/fi-site >"$OUT/flashinfer_setup.log" 2>&1 &&
       fi_path=/tmp/fi-site
+    # FlashInfer's cascade sources, where carried (scripts/flashinfer_sources.sh).
+    if [ -n "$fi_path" ] && [ -d .anchors-fi-extra ]; then
+      scripts/flashinfer_sources.sh install "$fi_path" >>"$OUT/flashinfer_setup.log" 2>&1
+    fi
   fi
   (cd /tmp && PYTHONPATH="$fi_path${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1      python3 "$OLDPWD/scripts/bench_python.py" --json "$OUT/bench_python.json" "$@")     >"$OUT/bench_python.log" 2>&1 || { status=1; tail -n 20 "$OUT/bench_python.log"; }
   sed -n '/^device:/,$p' "$OUT/bench_python.log"
