@@ -196,12 +196,17 @@ class MultiLevelCascadeAttentionWrapper:
                                  pos_encoding_mode, window_left)
         if self._fused_levels is True and why_not is not None:
             raise NotImplementedError(f"{where}: fused_levels=True, but {why_not}")
+        last = self._num_levels - 1
+        graph = self.is_cuda_graph_enabled
+        # Each level's kernel outside CUDA graphs (a captured run keeps the prefill's).
+        kinds = ["prefill"] * self._num_levels if graph else [
+            _level_kernel(qo_host[i], paged_kv_indptr_arr[i], i == last)
+            for i in range(self._num_levels)]
         # Outside CUDA graphs, shared levels without any KV leave the last level alone: its
         # own kernel (the batch decode for one-token groups) beats the cascade's launch there
         # (decode b64, empty prefix: 40.2 against 51.0 us; docs/perf.md, thirtieth session).
-        alone = not self.is_cuda_graph_enabled and self._fused_levels is None and all(
-            _level_kernel(qo_host[i], paged_kv_indptr_arr[i], False) == "skip"
-            for i in range(self._num_levels - 1))
+        alone = not graph and self._fused_levels is None and all(
+            kind == "skip" for kind in kinds[:last])
         self._fused = self._cascade is not None and why_not is None and not alone
         if self._fused:
             params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
@@ -219,11 +224,8 @@ class MultiLevelCascadeAttentionWrapper:
                          for i, x in enumerate(paged_kv_last_page_len)]
             self._cascade.plan(qo_host, kv_host, last_host, paged_kv_indices_arr, config)
             return
-        last = self._num_levels - 1
-        graph = self.is_cuda_graph_enabled
         for i, wrapper in enumerate(self._wrappers):
-            self._kernels[i] = "prefill" if graph else _level_kernel(
-                qo_host[i], paged_kv_indptr_arr[i], i == last)
+            self._kernels[i] = kinds[i]
             if self._kernels[i] == "skip":
                 continue
             if self._kernels[i] == "decode":
