@@ -242,16 +242,23 @@ Row time_decode(int64_t batch, Lengths lengths, int runs, int num_sms, bool tens
   return row;
 }
 
-Row time_prefill(int64_t batch, Lengths lengths, int runs, int num_sms) {
-  const std::vector<StepArrays> steps = steps_of(batch, lengths, true);
+// The timed prefills' configuration: the heads, head dim and page size above, paged 16-bit K/V.
+flare::BatchPrefillConfig prefill_config(int64_t max_batch, int64_t max_total_qo) {
   flare::BatchPrefillConfig config;
-  config.max_batch = static_cast<int>(batch);
-  config.max_total_qo = steps.back().qo_indptr.back();  // the longest step
+  config.max_batch = static_cast<int>(max_batch);
+  config.max_total_qo = static_cast<int>(max_total_qo);
   config.num_qo_heads = kQoHeads;
   config.num_kv_heads = kKvHeads;
   config.head_dim_qk = kHeadDim;
   config.head_dim_vo = kHeadDim;
   config.page_size = kPageSize;
+  return config;
+}
+
+Row time_prefill(int64_t batch, Lengths lengths, int runs, int num_sms) {
+  const std::vector<StepArrays> steps = steps_of(batch, lengths, true);
+  // max_total_qo: the longest step's.
+  flare::BatchPrefillConfig config = prefill_config(batch, steps.back().qo_indptr.back());
   config.params.mask = flare::MaskMode::kCausal;
   const flare::PrefillDeviceLimits limits = flare::h100_prefill_limits();
   // The largest grid and query tile, as BatchPrefill sizes its workspace.
@@ -289,14 +296,8 @@ constexpr int kCascadePrefix = 8192;
 
 Row time_cascade(int64_t batch, Lengths lengths, int runs, int num_sms) {
   const std::vector<StepArrays> steps = steps_of(batch, lengths, false);
-  flare::BatchPrefillConfig config;
-  config.max_batch = static_cast<int>(batch) + 1;
-  config.max_total_qo = static_cast<int>(batch);
-  config.num_qo_heads = kQoHeads;
-  config.num_kv_heads = kKvHeads;
-  config.head_dim_qk = kHeadDim;
-  config.head_dim_vo = kHeadDim;
-  config.page_size = kPageSize;
+  // The batch's groups and the prefix's one group; one query token a request.
+  flare::BatchPrefillConfig config = prefill_config(batch + 1, batch);
   config.max_levels = 2;
   const flare::PrefillDeviceLimits limits = flare::h100_prefill_limits();
   // Room for every partial slot a cascade can have (BatchPrefill grows to what a plan needs).
