@@ -42,7 +42,8 @@ void validate_cascade(const BatchPrefillConfig& c, std::span<const CascadeLevel>
   // Each level's KV lengths; the page ranges back to back over the levels.
   std::vector<std::vector<int32_t>>& kv_lens = out.kv_len;
   kv_lens.resize(levels.size());
-  std::vector<CascadeLevelLengths> lengths(levels.size());
+  std::vector<CascadeLevelLengths>& lengths = out.lengths;
+  lengths.resize(levels.size());
   std::vector<int32_t>& kv_indptr = out.kv_indptr;
   kv_indptr.assign(1, 0);
   std::vector<int32_t>& last_page_len = out.last_page_len;

@@ -18,6 +18,7 @@ namespace flare::api_detail {
 struct CascadeHostPlan {
   CascadeBatch batch;
   std::vector<std::vector<int32_t>> kv_len;  // per level, per group
+  std::vector<CascadeLevelLengths> lengths;  // per level: its qo_indptr and kv_len
   // The virtual requests' tables as the kernels read them: the levels' page ranges back to
   // back (an indptr over all groups) and their last page lengths.
   std::vector<int32_t> kv_indptr, last_page_len;
