@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The thirty-second session's device calls (docs/perf.md "Thirty-second session"):
+#   tests: scripts/gpu_check.sh tests on main (the merge_heads kernel and the review commits had
+#     not run the whole GPU list), then the empty-prefix question of perf.md H: the cascade at
+#     prefix 0 and 1024 with the query tile fixed at 16 (FA2 family) and 64 (Hopper family, whose
+#     producer prefetches the next item) next to plan_cascade's own choice.
+#   fi: FlashInfer's own MultiLevelCascadeAttentionWrapper next to flare's in one process
+#     (scripts/bench_cascade.py after scripts/flashinfer_sources.sh install; carry .anchors-fi
+#     and .anchors-fi-extra).
+# Usage (GPU machine, OUT set): bash experiments/session32_check.sh tests|fi
+set -uo pipefail
+stage=${1:?tests|fi}
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
+mkdir -p "$OUT"
+if [ "$stage" = tests ]; then
+  OUT=$OUT/gpu_check timeout 470 scripts/gpu_check.sh tests 2>&1 | tail -n 60
+  g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_cascade.cpp -Lbuild-gpu -lflare \
+    -Wl,-rpath,"$PWD/build-gpu" -o build-gpu/bench_cascade &&
+    FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache timeout 90 build-gpu/bench_cascade 16,64 0,1024 0,16,64
+fi
+if [ "$stage" = fi ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q -k no_such_test >/dev/null 2>&1
+  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
+  scripts/flashinfer_sources.sh install /tmp/fi-site || exit 1
+  (cd /tmp && PYTHONPATH=/tmp/fi-site:$OLDPWD/scripts timeout 420 \
+    python3 "$OLDPWD/scripts/bench_cascade.py" --json "$OUT/cascade.json" 2>&1 |
+    grep -v "Warning" | tail -30)
+fi
