@@ -6,7 +6,7 @@
 #     producer prefetches the next item) next to plan_cascade's own choice.
 #   fi: FlashInfer's own MultiLevelCascadeAttentionWrapper next to flare's in one process
 #     (scripts/bench_cascade.py after scripts/flashinfer_sources.sh install; carry .anchors-fi
-#     and .anchors-fi-extra).
+#     and .anchors-fi-extra); then bench_block_sparse.py at 8192 / 16384 (flare, Flex, FlashInfer).
 # Usage (GPU machine, OUT set): bash experiments/session32_check.sh tests|fi
 set -uo pipefail
 stage=${1:?tests|fi}
@@ -25,5 +25,7 @@ if [ "$stage" = fi ]; then
   scripts/flashinfer_sources.sh install /tmp/fi-site || exit 1
   (cd /tmp && PYTHONPATH=/tmp/fi-site:$OLDPWD/scripts timeout 420 \
     python3 "$OLDPWD/scripts/bench_cascade.py" --json "$OUT/cascade.json" 2>&1 |
-    grep -v "Warning" | tail -30)
+    grep -v "Warning" | tail -30 &&
+    PYTHONPATH=/tmp/fi-site:$OLDPWD/scripts timeout 200 python3 "$OLDPWD/scripts/bench_block_sparse.py" \
+      --lengths 8192,16384 --json "$OUT/block_sparse.json" 2>&1 | grep -v "Warning" | tail -14)
 fi
