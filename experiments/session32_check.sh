@@ -7,9 +7,12 @@
 #   fi: FlashInfer's own MultiLevelCascadeAttentionWrapper next to flare's in one process
 #     (scripts/bench_cascade.py after scripts/flashinfer_sources.sh install; carry .anchors-fi
 #     and .anchors-fi-extra); then bench_block_sparse.py at 8192 / 16384 (flare, Flex, FlashInfer).
-# Usage (GPU machine, OUT set): bash experiments/session32_check.sh tests|fi
+#   ncu: the empty-prefix cascade's tiles (kv tile 32 / 64 / 128 at query tiles 16 and 64) and
+#     Nsight Compute of its prefill launch next to the suffix decode at b16 prefix 0 (occupancy,
+#     waves, DRAM throughput, stalls: where its 1.27x comes from).
+# Usage (GPU machine, OUT set): bash experiments/session32_check.sh tests|fi|ncu
 set -uo pipefail
-stage=${1:?tests|fi}
+stage=${1:?tests|fi|ncu}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -28,4 +31,20 @@ if [ "$stage" = fi ]; then
     grep -v "Warning" | tail -30 &&
     PYTHONPATH=/tmp/fi-site:$OLDPWD/scripts timeout 200 python3 "$OLDPWD/scripts/bench_block_sparse.py" \
       --lengths 8192,16384 --json "$OUT/block_sparse.json" 2>&1 | grep -v "Warning" | tail -14)
+fi
+if [ "$stage" = ncu ]; then
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLARE_BUILD_TESTS=OFF >/dev/null &&
+    cmake --build build-gpu -j"$(nproc)" --target flare >/dev/null &&
+    g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_cascade.cpp -Lbuild-gpu -lflare \
+      -Wl,-rpath,"$PWD/build-gpu" -o build-gpu/bench_cascade || exit 1
+  export FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache
+  timeout 120 build-gpu/bench_cascade 16,64 0 16,64 0,32,64,128
+  for kernel in flare_prefill flare_decode; do
+    timeout 150 ncu -k "$kernel" --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+      --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+      --section WarpStateStats build-gpu/bench_cascade 16 0 0 >"$OUT/ncu_$kernel.txt" 2>&1
+    echo "== ncu $kernel"
+    grep -E "Duration|DRAM Throughput|Memory Throughput|Registers Per|Shared Memory Config|Dynamic Shared|Block Size|Grid Size|Waves Per SM|Theoretical Occ|Achieved Occ|Block Limit|Warp Cycles Per Issued|Active Warps Per|L2 Hit|Mem Busy" \
+      "$OUT/ncu_$kernel.txt" | head -40
+  done
 fi

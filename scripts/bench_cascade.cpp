@@ -11,8 +11,9 @@
 // Build (after the library, from the repository root):
 //   g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_cascade.cpp -Lbuild-gpu -lflare
 //       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_cascade   (one line)
-// Run: build-gpu/bench_cascade [batch,...] [prefix,...] [tile,...]   (default 16,64;
-//   0,1024,8192,32768; 0 = plan_cascade's own choice, else a fixed config.query_tile)
+// Run: build-gpu/bench_cascade [batch,...] [prefix,...] [tile,...] [kv_tile,...]   (default
+//   16,64; 0,1024,8192,32768; 0 = plan_cascade's own choice, else a fixed config.query_tile,
+//   and config.kv_tile likewise)
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -117,10 +118,11 @@ struct Row {
   int tile = 0;
   size_t items = 0, merges = 0;
   int slots = 0;
+  int kv_tile = 0;
   bool warpgroup = false;
 };
 
-Row bench(int batch, int prefix, int query_tile) {
+Row bench(int batch, int prefix, int query_tile, int kv_tile) {
   Row row;
   row.batch = batch;
   row.prefix = prefix;
@@ -173,6 +175,7 @@ Row bench(int batch, int prefix, int query_tile) {
   config.params.mask = MaskMode::kNone;
   config.max_levels = 2;
   config.query_tile = query_tile;
+  config.kv_tile = kv_tile;
   BatchPrefill eager(config);
   config.use_cuda_graph = true;
   BatchPrefill graphed(config);
@@ -189,6 +192,7 @@ Row bench(int batch, int prefix, int query_tile) {
   row.cascade_graph =
       graph_us(s, [&] { graphed.run(qv, cascade_kv, ov, std::nullopt, s, std::nullopt, pdl); });
   row.tile = eager.last_tiles().query_tile;
+  row.kv_tile = eager.last_tiles().kv_tile;
   row.warpgroup = eager.last_tiles().warpgroup;
   row.items =
       eager.last_plan().work_items.size() * static_cast<size_t>(eager.last_plan().item_heads);
@@ -240,27 +244,30 @@ int main(int argc, char** argv) {
     const std::vector<int> batches = list_arg(argc, argv, 1, {16, 64});
     const std::vector<int> prefixes = list_arg(argc, argv, 2, {0, 1024, 8192, 32768});
     const std::vector<int> tiles = list_arg(argc, argv, 3, {0});
+    const std::vector<int> kv_tiles = list_arg(argc, argv, 4, {0});
     cuda::set_device(0);
     std::printf(
         "Shared-prefix decode from C++, GPU us of one call (eager with PDL / without; "
         "graph); suffix 128, 32/32 heads, D 128, bf16, page 16\n");
     std::printf(
         "| batch | prefix | cascade eager pdl / no pdl | cascade graph | plan_cascade "
-        "host | run host | tile | items / merges / slots | suffix decode eager / graph "
+        "host | run host | tiles (q x kv) | items / merges / slots | suffix decode eager / graph "
         "| single decode eager / graph | cascade / suffix decode (graph) | single / "
         "cascade (graph) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const int batch : batches) {
       for (const int prefix : prefixes) {
         for (const int tile : tiles) {
-          const Row r = bench(batch, prefix, tile);
-          std::printf(
-              "| %d | %d | %.1f / %.1f | %.1f | %.1f | %.1f | %d%s | %zu / %zu / %d | %.1f / "
-              "%.1f | %.1f / %.1f | %.2f | %.2f |\n",
-              r.batch, r.prefix, r.cascade_pdl, r.cascade_nopdl, r.cascade_graph, r.plan_host,
-              r.run_host, r.tile, r.warpgroup ? " (fa3)" : " (fa2)", r.items, r.merges, r.slots,
-              r.suffix_pdl, r.suffix_graph, r.single_pdl, r.single_graph,
-              r.cascade_graph / r.suffix_graph, r.single_graph / r.cascade_graph);
-          std::fflush(stdout);
+          for (const int kv_tile : kv_tiles) {
+            const Row r = bench(batch, prefix, tile, kv_tile);
+            std::printf(
+                "| %d | %d | %.1f / %.1f | %.1f | %.1f | %.1f | %d%s | %zu / %zu / %d | %.1f / "
+                "%.1f | %.1f / %.1f | %.2f | %.2f |\n",
+                r.batch, r.prefix, r.cascade_pdl, r.cascade_nopdl, r.cascade_graph, r.plan_host,
+                r.run_host, r.tile, r.kv_tile, r.warpgroup ? " (fa3)" : " (fa2)", r.items, r.merges,
+                r.slots, r.suffix_pdl, r.suffix_graph, r.single_pdl, r.single_graph,
+                r.cascade_graph / r.suffix_graph, r.single_graph / r.cascade_graph);
+            std::fflush(stdout);
+          }
         }
       }
     }
