@@ -10,9 +10,11 @@
 #   ncu: the empty-prefix cascade's tiles (kv tile 32 / 64 / 128 at query tiles 16 and 64) and
 #     Nsight Compute of its prefill launch next to the suffix decode at b16 prefix 0 (occupancy,
 #     waves, DRAM throughput, stalls: where its 1.27x comes from).
-# Usage (GPU machine, OUT set): bash experiments/session32_check.sh tests|fi|ncu
+#   sweep: the kv-tile sweep alone, then bench_block_sparse.py at 16384, densities 0.1 / 0.9,
+#     20 calls (is the fi stage's 385 TFLOP/s at 0.9 against v15's 464 noise or a regression?).
+# Usage (GPU machine, OUT set): bash experiments/session32_check.sh tests|fi|ncu|sweep
 set -uo pipefail
-stage=${1:?tests|fi|ncu}
+stage=${1:?tests|fi|ncu|sweep}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -32,13 +34,22 @@ if [ "$stage" = fi ]; then
     PYTHONPATH=/tmp/fi-site:$OLDPWD/scripts timeout 200 python3 "$OLDPWD/scripts/bench_block_sparse.py" \
       --lengths 8192,16384 --json "$OUT/block_sparse.json" 2>&1 | grep -v "Warning" | tail -14)
 fi
-if [ "$stage" = ncu ]; then
+if [ "$stage" = ncu ] || [ "$stage" = sweep ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLARE_BUILD_TESTS=OFF >/dev/null &&
     cmake --build build-gpu -j"$(nproc)" --target flare >/dev/null &&
     g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_cascade.cpp -Lbuild-gpu -lflare \
       -Wl,-rpath,"$PWD/build-gpu" -o build-gpu/bench_cascade || exit 1
   export FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache
   timeout 120 build-gpu/bench_cascade 16,64 0 16,64 0,32,64,128
+fi
+if [ "$stage" = sweep ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q -k no_such_test >/dev/null 2>&1
+  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
+  (cd /tmp && PYTHONPATH=/tmp/fi-site:$OLDPWD/scripts timeout 240 python3 \
+    "$OLDPWD/scripts/bench_block_sparse.py" --lengths 16384 --densities 0.1,0.9 --calls 20 2>&1 |
+    grep -v "Warning" | tail -8)
+fi
+if [ "$stage" = ncu ]; then
   for kernel in flare_prefill flare_decode; do
     timeout 150 ncu -k "$kernel" --launch-skip 3 --launch-count 1 --section SpeedOfLight \
       --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \

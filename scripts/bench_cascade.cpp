@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
           for (const int kv_tile : kv_tiles) {
             const Row r = bench(batch, prefix, tile, kv_tile);
             std::printf(
-                "| %d | %d | %.1f / %.1f | %.1f | %.1f | %.1f | %d%s | %zu / %zu / %d | %.1f / "
+                "| %d | %d | %.1f / %.1f | %.1f | %.1f | %.1f | %dx%d%s | %zu / %zu / %d | %.1f / "
                 "%.1f | %.1f / %.1f | %.2f | %.2f |\n",
                 r.batch, r.prefix, r.cascade_pdl, r.cascade_nopdl, r.cascade_graph, r.plan_host,
                 r.run_host, r.tile, r.kv_tile, r.warpgroup ? " (fa3)" : " (fa2)", r.items, r.merges,
