@@ -15,11 +15,9 @@
 //   16,64; 0,1024,8192,32768; 0 = plan_cascade's own choice, else a fixed config.query_tile,
 //   and config.kv_tile likewise)
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -31,6 +29,7 @@
 #include "flare/jit/cuda_driver.h"
 #include "flare/jit/cuda_sync.h"
 #include "scripts/bench_random_16bit.h"
+#include "scripts/bench_timing.h"
 
 namespace {
 
@@ -40,11 +39,12 @@ constexpr int kHeads = 32;
 constexpr int kHeadDim = 128;
 constexpr int kPage = 16;
 constexpr int kSuffix = 128;
-constexpr int kCalls = 20;
-constexpr int kGraphCalls = 10;
 
 using bench_inputs::DeviceInts;
 using bench_inputs::view;
+using bench_timing::eager_us;
+using bench_timing::graph_us;
+using bench_timing::host_us;
 
 std::vector<int> list_arg(int argc, char** argv, int index, std::vector<int> fallback) {
   if (argc <= index) return fallback;
@@ -52,63 +52,6 @@ std::vector<int> list_arg(int argc, char** argv, int index, std::vector<int> fal
   std::stringstream in(argv[index]);
   for (std::string item; std::getline(in, item, ',');) out.push_back(std::atoi(item.c_str()));
   return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Eager: median of events around each of kCalls back-to-back calls (as Python's eager_us).
-double eager_us(cuda::Stream stream, const std::function<void()>& call) {
-  for (int i = 0; i < 3; ++i) call();
-  std::vector<cuda::Event> starts, stops;
-  for (int i = 0; i < kCalls; ++i) {
-    starts.emplace_back(true);
-    stops.emplace_back(true);
-  }
-  for (int i = 0; i < kCalls; ++i) {
-    starts[static_cast<size_t>(i)].record(stream);
-    call();
-    stops[static_cast<size_t>(i)].record(stream);
-  }
-  stops.back().synchronize();
-  std::vector<double> us;
-  for (int i = 0; i < kCalls; ++i) {
-    us.push_back(1e3 *
-                 stops[static_cast<size_t>(i)].elapsed_ms_since(starts[static_cast<size_t>(i)]));
-  }
-  return median(us);
-}
-
-// Graph: one replay of kGraphCalls captured calls, per call.
-double graph_us(cuda::Stream stream, const std::function<void()>& call) {
-  const cuda::Graph graph(stream, [&] {
-    for (int i = 0; i < kGraphCalls; ++i) call();
-  });
-  graph.launch(stream);
-  std::vector<double> us;
-  for (int r = 0; r < 5; ++r) {
-    cuda::Event start(true), stop(true);
-    start.record(stream);
-    graph.launch(stream);
-    stop.record(stream);
-    stop.synchronize();
-    us.push_back(1e3 * stop.elapsed_ms_since(start) / kGraphCalls);
-  }
-  return median(us);
-}
-
-double host_us(const std::function<void()>& call, cuda::Stream stream) {
-  std::vector<double> us;
-  for (int i = 0; i < kCalls; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    call();
-    us.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    cuda::stream_synchronize(stream);
-  }
-  return median(us);
 }
 
 struct Row {
