@@ -5,7 +5,8 @@
 # tests under the fa2 backend and auto, and memcheck of its cascade structure tests.
 # Usage (GPU machine, OUT set; the branch's tree made here with
 #   mkdir -p .scratch/b && git archive fa2-three-stages | tar -x -C .scratch/b):
-#   bash experiments/three_stages_check.sh .scratch/b
+#   [FAMILIES="fa2"] bash experiments/three_stages_check.sh .scratch/b   (any branch of the
+#   mma.sync family's pipeline: fa2-three-stages, fa2-item-prefetch)
 set -uo pipefail
 branch=${1:?branch tree}
 cd "$(dirname "$0")/.."
@@ -31,7 +32,7 @@ for round in 1 2; do
   done
 done
 cd "$branch" && export FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache
-for family in fa2 auto; do
+for family in ${FAMILIES:-fa2 auto}; do
   FLARE_TEST_PREFILL_BACKEND=$family timeout 200 build-gpu/flare_gpu_tests \
     --gtest_filter='*Cascade*:*PrefillGpu*:*UserVariantPrefill*:*BatchPrefillNvfp4*' \
     2>&1 | grep -E "^\[  (PASSED|FAILED) " | sed "s/^/$family: /"
