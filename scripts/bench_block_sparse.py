@@ -3,14 +3,15 @@
 BlockSparseAttentionWrapper next to FlexAttention (torch.compile'd flex_attention with a
 BlockMask of the same blocks) and FlashInfer's BlockSparseAttentionWrapper, in one process.
 
-Shapes: one sequence of --lengths tokens, 32 query / 32 KV heads, head dim 128, bf16, a BSR mask
+Shapes: one sequence of --lengths tokens, --heads query / KV heads (32), head dim 128, bf16, a BSR mask
 of 64 x 64 blocks shared by the heads, each block row keeping a random --densities fraction of
 its column blocks (at least one; the diagonal block always); blocks are whole (no mask inside).
 TFLOP/s count the visible pairs: 4 * D * H * kept blocks * 64 * 64. "per density" is the time
 over the density, relative to the densest case's: 1.0 when time is proportional to density.
 Times: CUDA events around each eager call, median of --calls.
 Usage: python3 scripts/bench_block_sparse.py [--lengths 8192,16384,32768]
-       [--densities 0.1,0.3,0.5,0.9] [--calls 5] [--json F]
+       [--densities 0.1,0.3,0.5,0.9] [--calls 5] [--heads 32]
+       [--libraries flare,flex,flashinfer] [--json F]
 """
 import argparse
 import json
@@ -22,7 +23,7 @@ import flare
 from bench_python import FLASHINFER, eager_us, flashinfer, guarded
 from bench_variants import compiled_flex_attention
 
-HEADS, HEAD_DIM, BLOCK, DTYPE = 32, 128, 64, torch.bfloat16
+HEAD_DIM, BLOCK, DTYPE = 128, 64, torch.bfloat16
 WORKSPACE_BYTES = 512 << 20
 
 
@@ -31,6 +32,8 @@ def options():
     parser.add_argument("--lengths", default="8192,16384,32768")
     parser.add_argument("--densities", default="0.1,0.3,0.5,0.9")
     parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--heads", type=int, default=32, help="query and KV heads")
+    parser.add_argument("--libraries", default="flare,flex,flashinfer")
     parser.add_argument("--json", help="write every measurement here")
     return parser.parse_args()
 
@@ -51,10 +54,10 @@ def measure_library(module, rows, q, k, v, calls):
     blocks = len(rows)
     indptr = torch.tensor([0] + [len(r) for r in rows]).cumsum(0).to(torch.int32)
     indices = torch.cat(rows).to(torch.int32)
-    length = q.shape[0]
+    length, heads = q.shape[0], q.shape[1]
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     wrapper = module.BlockSparseAttentionWrapper(workspace)
-    wrapper.plan(indptr, indices, length, length, BLOCK, BLOCK, HEADS, HEADS, HEAD_DIM,
+    wrapper.plan(indptr, indices, length, length, BLOCK, BLOCK, heads, heads, HEAD_DIM,
                  q_data_type=DTYPE, kv_data_type=DTYPE)
     assert blocks * BLOCK == length
     out = wrapper.run(q, k, v)
@@ -93,12 +96,12 @@ def main():
           f"flashinfer {FLASHINFER}")
     rows_out = []
     for length in (int(x) for x in args.lengths.split(",")):
-        q = torch.randn(length, HEADS, HEAD_DIM, device="cuda", dtype=DTYPE)
+        q = torch.randn(length, args.heads, HEAD_DIM, device="cuda", dtype=DTYPE)
         k, v = torch.randn_like(q), torch.randn_like(q)
         for density in (float(x) for x in args.densities.split(",")):
             rows = block_mask_rows(length // BLOCK, density, seed=length + int(density * 100))
             kept = sum(len(r) for r in rows)
-            flops = 4.0 * HEAD_DIM * HEADS * kept * BLOCK * BLOCK
+            flops = 4.0 * HEAD_DIM * args.heads * kept * BLOCK * BLOCK
             row = {"length": length, "density": kept / (length // BLOCK) ** 2}
             outs = {}
             for name, measure in (
@@ -106,7 +109,9 @@ def main():
                     ("flex", lambda: measure_flex(compiled, rows, q, k, v, args.calls)),
                     ("flashinfer", (lambda: measure_library(flashinfer, rows, q, k, v, args.calls))
                      if flashinfer is not None else None)):
-                result = guarded(f"{name} {length} {density}", measure) if measure else None
+                wanted = name in args.libraries.split(",")
+                result = guarded(f"{name} {length} {density}", measure) if measure and wanted \
+                    else None
                 if result:
                     row[f"{name}_us"], outs[name] = result
                     row[f"{name}_tflops"] = flops / result[0] / 1e6
