@@ -7,9 +7,10 @@
 // Build (after the library, from the repository root):
 //   g++ -O2 -std=c++20 -Iinclude -I. experiments/bench_small_q_prefill.cpp -Lbuild-gpu -lflare
 //       -Wl,-rpath,$PWD/build-gpu -o build-gpu/bench_small_q_prefill   (one line)
-// Run: build-gpu/bench_small_q_prefill
+// Run: build-gpu/bench_small_q_prefill [batch q kv]   (one shape; default the list in main)
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -121,7 +122,7 @@ void bench(const Shape& shape) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   try {
     cuda::set_device(0);
     std::printf(
@@ -129,11 +130,11 @@ int main() {
         "128, bf16, page 16, shuffled pages, causal\n| batch | q | kv | eager | graph | tiles | "
         "entries / merges | decode eager / graph | prefill / decode (graph) |\n"
         "|---|---|---|---|---|---|---|---|---|\n");
-    for (const Shape& shape : {Shape{16, 1, 128}, Shape{64, 1, 128}, Shape{64, 1, 1024},
-                               Shape{64, 1, 2048}, Shape{150, 1, 1024}, Shape{64, 1, 8192},
-                               Shape{16, 16, 2048}, Shape{24, 16, 4096}, Shape{32, 16, 2048}}) {
-      bench(shape);
-    }
+    std::vector<Shape> shapes{{16, 1, 128},   {64, 1, 128},   {64, 1, 1024},
+                              {64, 1, 2048},  {150, 1, 1024}, {64, 1, 8192},
+                              {16, 16, 2048}, {24, 16, 4096}, {32, 16, 2048}};
+    if (argc == 4) shapes = {{std::atoi(argv[1]), std::atoi(argv[2]), std::atoi(argv[3])}};
+    for (const Shape& shape : shapes) bench(shape);
   } catch (const flare::Error& e) {
     std::fprintf(stderr, "bench_small_q_prefill: %s\n", e.what());
     return 1;
