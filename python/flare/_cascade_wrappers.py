@@ -8,8 +8,10 @@ MultiLevelCascadeAttentionWrapper on the GPU runs all levels in one prefill laun
 merge launch (flare/_cascade_gpu.py, BatchPrefill.plan_cascade) where it can: 16-bit K/V in
 q's dtype, and for a causal cascade of several levels no pos_encoding_mode or window_left
 (the shared levels' queries are placed after all their keys). Otherwise, on the CPU, with
-fused_levels=False, or (fused_levels=None, outside CUDA graphs) when no shared level holds any
-KV, the levels run one after another and their states merge with
+fused_levels=False, with levels in caches of their own (page_size given per level: the levels
+may differ in page size, run() takes one cache per level), or (fused_levels=None, outside CUDA
+graphs) when no shared level holds any KV, the levels run one after another and their states
+merge with
 merge_state_in_place, as FlashInfer does; outside CUDA-graph mode plan() then picks each
 level's kernel from its host-side tables: a level whose groups are all one query token (a
 decode level) runs flare's tensor-core batch decode, and a level other than the last whose
@@ -102,9 +104,27 @@ def _level_kernel(qo_host, kv_indptr, last):
     return "prefill"
 
 
+def _level_page_sizes(page_size, num_levels, where):
+    """(page size of each level, whether each level has a cache of its own): an int is every
+    level's page size in one cache; a sequence gives each level its page size and its own
+    cache."""
+    if isinstance(page_size, (list, tuple)):
+        sizes = [int(x) for x in page_size]
+        if len(sizes) != num_levels or min(sizes) < 1:
+            raise ValueError(f"{where}: page_size must be one positive int or num_levels = "
+                             f"{num_levels} of them (a cache per level), got {list(page_size)}")
+        return sizes, True
+    if int(page_size) < 1:
+        raise ValueError(f"{where}: page_size must be positive, got {page_size}")
+    return [int(page_size)] * num_levels, False
+
+
 def _why_not_fused(workspace, q_dtype, kv_dtype, causal, num_levels, pos_encoding_mode,
-                   window_left):
+                   window_left, own_caches=False):
     """Why the one-launch cascade cannot run this plan (None when it can)."""
+    if own_caches:
+        return ("the levels have caches of their own (page_size given per level), and the one "
+                "launch reads one cache of one page size")
     if not is_cuda(workspace):
         return "the float workspace buffer is not a CUDA tensor (the CPU backend runs levels)"
     if q_dtype not in ("float16", "bfloat16") or kv_dtype != q_dtype:
@@ -123,7 +143,8 @@ class MultiLevelCascadeAttentionWrapper:
     qo_indptr grouping the query tokens, run(q, paged_kv_cache) -> o, the levels' states
     merged. fused_levels (flare's): None runs the levels in one launch where the module doc
     says it can, True insists (NotImplementedError naming why not), False runs them one after
-    another."""
+    another. page_size (flare's extension) may list one page size per level: each level then
+    reads a cache of its own, run(q, paged_kv_cache_arr=[cache of level 0, ...])."""
 
     def __init__(self, num_levels, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf_arr=None, paged_kv_indptr_buf_arr=None,
@@ -134,6 +155,7 @@ class MultiLevelCascadeAttentionWrapper:
                              f"{fused_levels!r}")
         self._fused_levels = fused_levels
         self._fused = False  # the latest plan's path
+        self._own_caches = False  # the latest plan's levels each read a cache of their own
         num_levels = int(num_levels)
         if num_levels < 1:
             raise ValueError(f"{_MULTI}: num_levels must be >= 1, got {num_levels}")
@@ -174,7 +196,9 @@ class MultiLevelCascadeAttentionWrapper:
         """One list entry per level. Every level's qo_indptr must start at 0 and end at the same
         number of query tokens (each token in one group of each level); causal applies to the
         last level only (the earlier levels precede every query). With host page tables, a
-        page that two levels give one query token is a ValueError (nothing is planned)."""
+        page that two levels of one cache give one query token is a ValueError (nothing is
+        planned). page_size: one int (every level in run()'s one cache) or one per level (each
+        level's pages index a cache of its own, run()'s paged_kv_cache_arr)."""
         where = f"{_MULTI}.plan"
         arrays = dict(qo_indptr_arr=qo_indptr_arr, paged_kv_indptr_arr=paged_kv_indptr_arr,
                       paged_kv_indices_arr=paged_kv_indices_arr,
@@ -189,11 +213,13 @@ class MultiLevelCascadeAttentionWrapper:
         if len(set(totals)) != 1:
             raise ValueError(f"{where}: every level's qo_indptr must end at the same number of "
                              f"query tokens (each token in one group per level), got {totals}")
-        _check_levels_disjoint(where, qo_host, paged_kv_indptr_arr, paged_kv_indices_arr)
+        page_sizes, own_caches = _level_page_sizes(page_size, self._num_levels, where)
+        if not own_caches:  # pages of different caches are different pages
+            _check_levels_disjoint(where, qo_host, paged_kv_indptr_arr, paged_kv_indices_arr)
         q_dtype = dtype_name(q_data_type)
         kv_dtype = dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
         why_not = _why_not_fused(self._workspace, q_dtype, kv_dtype, causal, self._num_levels,
-                                 pos_encoding_mode, window_left)
+                                 pos_encoding_mode, window_left, own_caches)
         if self._fused_levels is True and why_not is not None:
             raise NotImplementedError(f"{where}: fused_levels=True, but {why_not}")
         last = self._num_levels - 1
@@ -208,6 +234,7 @@ class MultiLevelCascadeAttentionWrapper:
         alone = not graph and self._fused_levels is None and all(
             kind == "skip" for kind in kinds[:last])
         self._fused = self._cascade is not None and why_not is None and not alone
+        self._own_caches = own_caches
         if self._fused:
             params_kwargs = dict(sm_scale=sm_scale, causal=causal, window_left=window_left,
                                  logits_soft_cap=logits_soft_cap,
@@ -215,7 +242,7 @@ class MultiLevelCascadeAttentionWrapper:
                                  rope_theta=rope_theta)
             config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
                           head_dim_qk=int(head_dim), head_dim_vo=int(head_dim),
-                          page_size=int(page_size), dtype=q_dtype, custom_mask=False,
+                          page_size=page_sizes[0], dtype=q_dtype, custom_mask=False,
                           fixed_split_size=0, disable_split_kv=False,
                           params_kwargs=params_kwargs, variant=None, kv_dtype=kv_dtype)
             kv_host = [_tensors.host_int32(x, f"paged_kv_indptr_arr[{i}]")
@@ -234,7 +261,7 @@ class MultiLevelCascadeAttentionWrapper:
                         self._workspace, self._kv_layout, use_tensor_cores=True)
                 self._decoders[i].plan(
                     paged_kv_indptr_arr[i], paged_kv_indices_arr[i], paged_kv_last_page_len[i],
-                    num_qo_heads, num_kv_heads, head_dim, page_size,
+                    num_qo_heads, num_kv_heads, head_dim, page_sizes[i],
                     pos_encoding_mode=pos_encoding_mode, window_left=window_left,
                     logits_soft_cap=logits_soft_cap, q_data_type=q_data_type,
                     kv_data_type=kv_data_type, sm_scale=sm_scale, rope_scale=rope_scale,
@@ -242,7 +269,7 @@ class MultiLevelCascadeAttentionWrapper:
                 continue
             wrapper.plan(qo_host[i], paged_kv_indptr_arr[i], paged_kv_indices_arr[i],
                          paged_kv_last_page_len[i], num_qo_heads, num_kv_heads, head_dim,
-                         page_size, causal=causal if i == last else False,
+                         page_sizes[i], causal=causal if i == last else False,
                          pos_encoding_mode=pos_encoding_mode,
                          use_fp16_qk_reduction=use_fp16_qk_reduction, sm_scale=sm_scale,
                          window_left=window_left, logits_soft_cap=logits_soft_cap,
@@ -251,15 +278,32 @@ class MultiLevelCascadeAttentionWrapper:
 
     begin_forward = plan
 
-    def run(self, q, paged_kv_cache, return_lse=False):
+    def run(self, q, paged_kv_cache=None, return_lse=False, paged_kv_cache_arr=None):
         """o [tokens, H_qo, D] of q [tokens, H_qo, D] over every level (and the merged base-2
-        lse with return_lse)."""
+        lse with return_lse). paged_kv_cache: the levels' one cache; paged_kv_cache_arr (a plan
+        with a page size per level): each level's cache, in level order."""
+        where = f"{_MULTI}.run"
+        if self._own_caches:
+            if paged_kv_cache is not None or paged_kv_cache_arr is None or \
+                    len(paged_kv_cache_arr) != self._num_levels:
+                raise ValueError(
+                    f"{where}: the plan gave each level a page size, so each level has a cache "
+                    f"of its own: pass paged_kv_cache_arr with num_levels = {self._num_levels} "
+                    "caches and no paged_kv_cache")
+            caches = list(paged_kv_cache_arr)
+        else:
+            if paged_kv_cache is None or paged_kv_cache_arr is not None:
+                raise ValueError(f"{where}: the plan gave one page size, so the levels share one "
+                                 "cache: pass paged_kv_cache (paged_kv_cache_arr goes with a "
+                                 "page size per level)")
+            caches = [paged_kv_cache] * self._num_levels
         if self._fused:
             return self._cascade.run(q, paged_kv_cache, return_lse)
-        out, lse = self._run_level(self._num_levels - 1, q, paged_kv_cache)
-        for i in range(self._num_levels - 1):
+        last = self._num_levels - 1
+        out, lse = self._run_level(last, q, caches[last])
+        for i in range(last):
             if self._kernels[i] != "skip":
-                out_i, lse_i = self._run_level(i, q, paged_kv_cache)
+                out_i, lse_i = self._run_level(i, q, caches[i])
                 merge_state_in_place(out, lse, out_i, lse_i)
         return (out, lse) if return_lse else out
 

@@ -185,3 +185,70 @@ def test_fused_levels_on_the_cpu():
     with pytest.raises(ValueError, match="fused_levels must be None, True or False"):
         flare.MultiLevelCascadeAttentionWrapper(2, np.zeros(1 << 22, dtype=np.uint8),
                                                 fused_levels=1)
+
+
+@pytest.mark.parametrize("page_sizes", [(16, 1), (4, 3)])
+@pytest.mark.parametrize("q_lens", [[1, 1, 1], [3, 1, 5]])
+def test_levels_in_caches_of_their_own_may_differ_in_page_size(page_sizes, q_lens):
+    """page_size per level: the prefix in one cache, each request's pages in another of a
+    different page size (page ids of both starting at 0: different caches, no overlap check),
+    decode and causal append, against attention over the concatenated tokens."""
+    rng = np.random.default_rng(sum(page_sizes) * 10 + sum(q_lens))
+    prefix_pages, own_pages = Pages(rng, 40, page_sizes[0]), Pages(rng, 60, page_sizes[1])
+    top = prefix_pages.take(37)
+    own = [own_pages.take(n) for n in (q_lens[0] + 4, q_lens[1] + 10, q_lens[2])]
+    total = sum(q_lens)
+    q = rng.standard_normal((total, H, D)).astype(np.float32)
+    qo_top = np.array([0, total], dtype=np.int32)
+    qo_own = np.cumsum([0] + q_lens).astype(np.int32)
+    levels = [level_arrays([top]), level_arrays(own)]
+    wrapper = flare.MultiLevelCascadeAttentionWrapper(2, np.zeros(1 << 22, dtype=np.uint8))
+    wrapper.plan([qo_top, qo_own], [x[0] for x in levels], [x[1] for x in levels],
+                 [x[2] for x in levels], H, H_KV, D, list(page_sizes), causal=True,
+                 q_data_type="float32")
+    o, lse = wrapper.run(q, paged_kv_cache_arr=[(prefix_pages.k, prefix_pages.v),
+                                                (own_pages.k, own_pages.v)], return_lse=True)
+    for r in range(3):
+        parts = [prefix_pages.tokens(*top), own_pages.tokens(*own[r])]
+        k = np.concatenate([p[0] for p in parts])
+        v = np.concatenate([p[1] for p in parts])
+        own_len = len(parts[1][0])
+        shared = len(k) - own_len
+        rows = np.arange(q_lens[r])[:, None] + own_len - q_lens[r]
+        cols = np.arange(len(k))[None, :]
+        visible = (cols < shared) | (cols - shared <= rows)
+        rows_of = slice(qo_own[r], qo_own[r + 1])
+        o_ref, lse_ref = attention(q[rows_of], k, v, visible)
+        assert np.abs(o[rows_of] - o_ref).max() < 1e-4, r
+        assert np.abs(lse[rows_of] - lse_ref).max() < 1e-4, r
+
+
+def test_caches_per_level_are_checked_by_name():
+    one = np.array([0, 1], dtype=np.int32)
+    levels = ([one, one], [one, one], [np.zeros(1, np.int32), np.zeros(1, np.int32)],
+              [np.ones(1, np.int32)] * 2)
+    cache = (np.zeros((1, 4, H_KV, D), np.float32), np.zeros((1, 4, H_KV, D), np.float32))
+    q = np.ones((1, H, D), np.float32)
+    wrapper = flare.MultiLevelCascadeAttentionWrapper(2, np.zeros(1 << 22, dtype=np.uint8))
+    with pytest.raises(ValueError, match=r"page_size must be one positive int or num_levels = 2"):
+        wrapper.plan(*levels, H, H_KV, D, [4], q_data_type="float32")
+    with pytest.raises(ValueError, match=r"page_size must be one positive int or num_levels = 2"):
+        wrapper.plan(*levels, H, H_KV, D, [4, 0], q_data_type="float32")
+    # Page 0 in both levels is one page of one cache (refused), two pages of two caches.
+    with pytest.raises(ValueError, match="page 0 is in level 0's group 0 and level 1's group 0"):
+        wrapper.plan(*levels, H, H_KV, D, 4, q_data_type="float32")
+    wrapper.plan(*levels, H, H_KV, D, [4, 4], q_data_type="float32")
+    with pytest.raises(ValueError, match="pass paged_kv_cache_arr with num_levels = 2 caches"):
+        wrapper.run(q, cache)
+    with pytest.raises(ValueError, match="pass paged_kv_cache_arr with num_levels = 2 caches"):
+        wrapper.run(q, paged_kv_cache_arr=[cache])
+    assert wrapper.run(q, paged_kv_cache_arr=[cache, cache]).shape == (1, H, D)
+    distinct = ([one, one], [one, one], [np.zeros(1, np.int32), np.ones(1, np.int32)],
+                [np.ones(1, np.int32)] * 2)
+    wrapper.plan(*distinct, H, H_KV, D, 4, q_data_type="float32")
+    with pytest.raises(ValueError, match="the levels share one cache: pass paged_kv_cache"):
+        wrapper.run(q, paged_kv_cache_arr=[cache, cache])
+    insist = flare.MultiLevelCascadeAttentionWrapper(2, np.zeros(1 << 22, dtype=np.uint8),
+                                                     fused_levels=True)
+    with pytest.raises(NotImplementedError, match="the levels have caches of their own"):
+        insist.plan(*levels, H, H_KV, D, [4, 4], q_data_type="float32")

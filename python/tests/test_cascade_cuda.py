@@ -2,7 +2,8 @@
 two and three levels, decode and causal append stages, GQA, page sizes 1 and 16, against the
 levels run one after another (fused_levels=False) and against float32 torch attention over the
 concatenated KV; a CUDA-graph capture replayed across re-plans with new suffixes; what the one
-launch cannot take is refused under fused_levels=True and runs by levels otherwise. Skipped
+launch cannot take is refused under fused_levels=True and runs by levels otherwise; levels in
+caches of their own (a page size per level: 16 with 1 or 64) by levels. Skipped
 visibly without PyTorch or a CUDA device."""
 
 import pytest
@@ -185,3 +186,47 @@ def test_what_one_launch_cannot_take():
                                atol=2e-3, rtol=1e-3)
     with pytest.raises(ValueError, match="fused_levels must be None, True or False"):
         flare.MultiLevelCascadeAttentionWrapper(2, workspace(), "NHD", fused_levels="yes")
+
+
+@pytest.mark.parametrize("stage", ["decode", "append"])
+@pytest.mark.parametrize("pages", [(16, 1), (16, 64)])
+def test_levels_in_caches_of_their_own_may_differ_in_page_size(stage, pages):
+    """page_size per level: the prefix in one cache (pages of 16), each request's tokens moved
+    into a cache of their own (pages of 1 or 64, shuffled), run by levels (their decode or
+    prefill kernels), against dense attention over the same tokens; the one-launch path is
+    refused by name under fused_levels=True."""
+    q_lens = [1] * 6 if stage == "decode" else [1, 5, 9, 3, 7, 2]
+    own = [0, 17, 40, 3, 100, 64] if stage == "decode" else [4, 17, 40, 3, 100, 64]
+    c = Cascade(2, q_lens, own, [301], pages[0], 8, 2, torch.float16, seed=6)
+    g = torch.Generator().manual_seed(7)
+    small_page = pages[1]
+    counts = [-(-n // small_page) for n in own]
+    slots = torch.randperm(sum(counts) + 2, generator=g)[:sum(counts)].to(torch.int32)
+    cache = torch.randn(sum(counts) + 2, 2, small_page, 2, 128, generator=g).to(
+        torch.float16).to(DEVICE)
+    first = 0
+    for r, n in enumerate(own):
+        rows = c.cache[c.tokens[1][r].long().to(DEVICE)]  # the request's pages in c's cache
+        k = rows[:, 0].reshape(-1, 2, 128)[:n]
+        v = rows[:, 1].reshape(-1, 2, 128)[:n]
+        mine = slots[first:first + counts[r]].long().to(DEVICE)
+        for t in range(n):  # token t: page mine[t // small_page], row t % small_page
+            cache[mine[t // small_page], 0, t % small_page] = k[t]
+            cache[mine[t // small_page], 1, t % small_page] = v[t]
+        first += counts[r]
+    indptr = torch.tensor([0] + counts).cumsum(0).to(torch.int32)
+    last = torch.tensor([n - (m - 1) * small_page if n else 0 for n, m in zip(own, counts)],
+                        dtype=torch.int32)
+    causal = stage == "append"
+    wrapper = flare.MultiLevelCascadeAttentionWrapper(2, workspace(), "NHD")
+    arrays = ([c.qo[0], c.qo[1]], [c.indptr[0], indptr], [c.indices[0], slots.to(DEVICE)],
+              [c.last[0], last])
+    wrapper.plan(*arrays, 8, 2, 128, [pages[0], small_page], causal=causal,
+                 q_data_type=torch.float16)
+    assert not wrapper._fused
+    o = wrapper.run(c.q, paged_kv_cache_arr=[c.cache, cache])
+    torch.testing.assert_close(o.float(), c.expected(causal), atol=1e-2, rtol=1e-3)
+    insist = flare.MultiLevelCascadeAttentionWrapper(2, workspace(), "NHD", fused_levels=True)
+    with pytest.raises(NotImplementedError, match="the levels have caches of their own"):
+        insist.plan(*arrays, 8, 2, 128, [pages[0], small_page], causal=causal,
+                    q_data_type=torch.float16)
