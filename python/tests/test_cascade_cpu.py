@@ -55,6 +55,22 @@ def level_arrays(sequences):
     return indptr, indices, last
 
 
+def check_request(o, lse, q, rows_of, parts):
+    """o and lse of one request's query rows against attention over its levels' tokens (parts:
+    (k, v) per level, the last its own pages, causal there; the earlier levels all visible)."""
+    k = np.concatenate([p[0] for p in parts])
+    v = np.concatenate([p[1] for p in parts])
+    own_len = len(parts[-1][0])
+    shared = len(k) - own_len
+    q_len = rows_of.stop - rows_of.start
+    rows = np.arange(q_len)[:, None] + own_len - q_len
+    cols = np.arange(len(k))[None, :]
+    visible = (cols < shared) | (cols - shared <= rows)
+    o_ref, lse_ref = attention(q[rows_of], k, v, visible)
+    assert np.abs(o[rows_of] - o_ref).max() < 1e-4
+    assert np.abs(lse[rows_of] - lse_ref).max() < 1e-4
+
+
 @pytest.mark.parametrize("page_size", [1, 5])
 @pytest.mark.parametrize("q_lens", [[1, 1, 1], [3, 1, 5]])
 def test_three_levels_match_attention_over_the_concatenated_levels(page_size, q_lens):
@@ -80,17 +96,7 @@ def test_three_levels_match_attention_over_the_concatenated_levels(page_size, q_
                                 "decode" if q_lens == [1, 1, 1] else "prefill"]
     for r in range(3):
         parts = [pages.tokens(*top), pages.tokens(*groups[group_of[r]]), pages.tokens(*own[r])]
-        k = np.concatenate([p[0] for p in parts])
-        v = np.concatenate([p[1] for p in parts])
-        shared = len(k) - len(parts[2][0])
-        own_len = len(parts[2][0])
-        rows = np.arange(q_lens[r])[:, None] + own_len - q_lens[r]
-        cols = np.arange(len(k))[None, :]
-        visible = (cols < shared) | (cols - shared <= rows)
-        rows_of = slice(qo_own[r], qo_own[r + 1])
-        o_ref, lse_ref = attention(q[rows_of], k, v, visible)
-        assert np.abs(o[rows_of] - o_ref).max() < 1e-4, r
-        assert np.abs(lse[rows_of] - lse_ref).max() < 1e-4, r
+        check_request(o, lse, q, slice(qo_own[r], qo_own[r + 1]), parts)
 
 
 def test_a_level_without_pages_is_skipped_and_changes_nothing():
@@ -210,17 +216,7 @@ def test_levels_in_caches_of_their_own_may_differ_in_page_size(page_sizes, q_len
                                                 (own_pages.k, own_pages.v)], return_lse=True)
     for r in range(3):
         parts = [prefix_pages.tokens(*top), own_pages.tokens(*own[r])]
-        k = np.concatenate([p[0] for p in parts])
-        v = np.concatenate([p[1] for p in parts])
-        own_len = len(parts[1][0])
-        shared = len(k) - own_len
-        rows = np.arange(q_lens[r])[:, None] + own_len - q_lens[r]
-        cols = np.arange(len(k))[None, :]
-        visible = (cols < shared) | (cols - shared <= rows)
-        rows_of = slice(qo_own[r], qo_own[r + 1])
-        o_ref, lse_ref = attention(q[rows_of], k, v, visible)
-        assert np.abs(o[rows_of] - o_ref).max() < 1e-4, r
-        assert np.abs(lse[rows_of] - lse_ref).max() < 1e-4, r
+        check_request(o, lse, q, slice(qo_own[r], qo_own[r + 1]), parts)
 
 
 def test_caches_per_level_are_checked_by_name():
