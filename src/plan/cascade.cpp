@@ -205,7 +205,7 @@ void cascade_merge_map(const CascadeBatch& batch, Plan& plan) {
     WorkItem& item = plan.work_items[i];
     const int64_t tile = item_tile[i];
     bool direct = shared[static_cast<size_t>(tile)] == 0;
-    for (int32_t j = 0; direct && j < plan.item_heads; ++j) {
+    for (int32_t j = 0; direct && j < item_heads_listed; ++j) {
       direct = chunk_count(tile, item.kv_head + j) == 1;
     }
     if (direct) {
