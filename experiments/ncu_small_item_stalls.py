@@ -19,12 +19,15 @@ def main():
     path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 25
     with open(path, newline="") as f:
         lines = [line for line in f if line.startswith('"')]  # skip ncu's banner lines
+    # ncu 2025+ prints a "Kernel Name" row before the column header.
+    header = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), 0)
+    lines = lines[header:]
     rows = list(csv.DictReader(lines))
     if not rows:
         print(f"{path}: no rows")
         return
     columns = list(rows[0].keys())
-    print("columns:", ", ".join(columns))
+    print("columns:", ", ".join(c for c in columns if c))
     samples = next((c for c in columns if c.startswith("Warp Stall Sampling (All")), None)
     if samples is None:
         print("no stall-sampling column")

@@ -47,6 +47,9 @@ struct PlanCounts {
   // KV heads a merge item covers (plan/plan.h Plan::merge_heads): item i under its KV head + h
   // reads the partial slots of its entries + h.
   int32_t merge_heads;
+  // 1: the queue's entries KV head major (plan/plan.h Plan::head_major_queue): entry e is work
+  // item e % num_work_items under its KV head + e / num_work_items. 0: KV head minor, as above.
+  int32_t head_major;
 };
 
 }  // namespace flare

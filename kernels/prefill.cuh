@@ -372,13 +372,18 @@ __device__ __forceinline__ const unsigned char* workspace_of(const PrefillParams
 __device__ __forceinline__ const PlanCounts* plan_counts(const PrefillParams& p) {
   return reinterpret_cast<const PlanCounts*>(workspace_of(p) + p.offsets.counts);
 }
-// Queue entry `entry`: work item entry / item_heads under its KV head + entry % item_heads,
-// writing its partial slot + entry % item_heads when split (plan/plan.h Plan::item_heads).
+// Queue entry `entry`: work item entry / item_heads under its KV head + entry % item_heads
+// (head major: item entry % num_work_items under its KV head + entry / num_work_items), writing
+// its partial slot + that head offset when split (plan/plan.h Plan::item_heads,
+// head_major_queue).
 __device__ __forceinline__ WorkItem queue_item(const PrefillParams& p, int entry) {
   const auto* items = reinterpret_cast<const WorkItem*>(workspace_of(p) + p.offsets.work_items);
-  const int heads = plan_counts(p)->item_heads;
-  WorkItem item = items[entry / heads];
-  const int head = entry % heads;
+  const PlanCounts* counts = plan_counts(p);
+  const int per_item = counts->head_major ? counts->num_work_items : counts->item_heads;
+  const int quotient = entry / per_item;
+  const int remainder = entry - quotient * per_item;
+  const int head = counts->head_major ? quotient : remainder;
+  WorkItem item = items[counts->head_major ? remainder : quotient];
   item.kv_head += head;
   if (item.partial_slot >= 0) item.partial_slot += head;
   return item;

@@ -212,6 +212,68 @@ bool queue_balances(const plan_detail::TileSummary& summary, int64_t tile_count,
   return longest * static_cast<double>(kQueueEntriesPerCta * resident_ctas) <= total;
 }
 
+// The query tile of the mma.sync family's decode-shaped items; larger tiles may take the queue
+// KV head major (plan_chunk_queue).
+constexpr int kDecodeShapedTileRows = 16;
+
+// Whether a queue of the tiles' chunks ends within Algorithm 1's fill target in any order of
+// its entries: entry j starts no later than (the cost of the entries before it) / resident
+// CTAs, at most (total - its own cost) / CTAs, so every entry ends by the mean plus (1 - 1 /
+// CTAs) of its cost; the longest chunk's within the slack bounds them all. The mean counts each
+// tile once (a lower bound, as queue_balances). O(1): decides head_major_queue.
+bool any_order_ends_near_mean(const plan_detail::TileSummary& summary, size_t tile_count,
+                              const PlanProblem& problem, const PlanOptions& options,
+                              int query_tile, int64_t kv_chunk, int64_t resident_ctas) {
+  const QueueCost cost(options);
+  const double longest =
+      cost.chunk(query_tile, static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk)));
+  const double ctas = static_cast<double>(resident_ctas);
+  const double mean = (cost.alpha * static_cast<double>(summary.total_rows) +
+                       cost.beta * static_cast<double>(summary.total_kv) +
+                       cost.item * static_cast<double>(tile_count)) *
+                      problem.num_kv_heads / ctas;
+  return longest * (1 - 1 / ctas) <= cost.fill_slack(mean, query_tile);
+}
+
+// Whether a one-queue plan of items over every KV head (item_heads > 1) taken KV head major
+// (every item under the first head, then under the next) ends within Algorithm 1's fill slack
+// of the later of the mean load and its end taken KV head minor (an item's heads one after
+// another), on queue_ends_near_mean's bound of the latest end. Under the bound the last head's
+// entries end last: its item i starts no later than ((heads - 1) x the cost of one head's items +
+// the cost of items 0..i-1) / CTAs. One pass over the items.
+bool head_major_ends_as_early(const Plan& queue, const PlanOptions& options,
+                              int64_t resident_ctas) {
+  const QueueCost costs(options);
+  const double heads_after_first = queue.item_heads - 1;
+  const double ctas = static_cast<double>(resident_ctas);
+  const int64_t items = static_cast<int64_t>(queue.work_items.size());
+  const int64_t last_head_first_entry = (queue.item_heads - 1) * items;
+  double before_minor = 0, latest_minor = 0;  // as queue_ends_near_mean
+  double one_head = 0;                        // cost of items 0..i-1 under one head
+  double latest_major_shifted = 0;            // without (heads - 1) x one head's cost / CTAs
+  double latest_major_launched = 0;           // entries that start with the launch
+  int64_t entries = 0;
+  for (int64_t i = 0; i < items; ++i) {
+    const WorkItem& item = queue.work_items[static_cast<size_t>(i)];
+    const double cost = costs.chunk(item.row_end - item.row_begin, item.kv_end - item.kv_begin);
+    before_minor += heads_after_first * cost;
+    entries += queue.item_heads;
+    latest_minor =
+        std::max(latest_minor, (entries > resident_ctas ? before_minor / ctas : 0.0) + cost);
+    before_minor += cost;
+    if (last_head_first_entry + i >= resident_ctas) {
+      latest_major_shifted = std::max(latest_major_shifted, one_head / ctas + cost);
+    } else {
+      latest_major_launched = std::max(latest_major_launched, cost);
+    }
+    one_head += cost;
+  }
+  const double latest_major =
+      std::max(latest_major_launched, heads_after_first * one_head / ctas + latest_major_shifted);
+  const double mean = before_minor / ctas;
+  return latest_major <= std::max(latest_minor, mean) + costs.fill_slack(mean, queue.query_tile);
+}
+
 // Whether the dynamic queue of a one-queue plan (item_heads entries an item, in queue order)
 // ends within Algorithm 1's fill target of its mean load. Entry j starts when a CTA frees:
 // at the launch while j < resident CTAs, else no later than (the cost of the entries before j)
@@ -293,14 +355,22 @@ bool tiles_alike(std::span<const plan_detail::Tile> tiles) {
 }
 
 // The queue of the tiles' chunks cut at the multiples of kv_chunk (kNoCuts: whole tiles), an
-// item for all KV heads (plan_queue).
+// item for all KV heads (plan_queue), KV head major where any order ends near the mean.
 void plan_chunk_queue(std::span<const plan_detail::Tile> tiles, int64_t kv_chunk,
                       const PlanProblem& problem, const PlanOptions& options,
-                      const plan_detail::TileSummary& summary, PlannerScratch& scratch,
-                      Plan& result) {
+                      const plan_detail::TileSummary& summary, int64_t resident_ctas,
+                      PlannerScratch& scratch, Plan& result) {
   result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
   plan_detail::plan_queue(tiles, {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
                           scratch.tile_class, result);
+  // 16-row tiles are decode-shaped (a request's few queries x group): each reads its request's
+  // K/V once, so the head-major order adds no L2 hits, and it ran q1 batches 0.4-1.2% slower
+  // (head minor, an item's heads read each page's bytes together; docs/perf.md, thirty-third).
+  result.head_major_queue =
+      result.item_heads > 1 && result.query_tile > kDecodeShapedTileRows &&
+      (any_order_ends_near_mean(summary, tiles.size(), problem, options, result.query_tile,
+                                result.kv_chunk, resident_ctas) ||
+       head_major_ends_as_early(result, options, resident_ctas));
 }
 
 }  // namespace
@@ -316,7 +386,8 @@ PlanCounts Plan::counts() const {
           num_ctas,
           item_heads,
           max_merge_rows,
-          merge_heads};
+          merge_heads,
+          head_major_queue ? 1 : 0};
 }
 
 Plan plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOptions& options) {
@@ -343,6 +414,7 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   result.head_dim_vo = problem.head_dim_vo;
   result.split_kv = !options.disable_split_kv;
   result.item_heads = 1;
+  result.head_major_queue = false;
   // A cascade's map (plan/cascade.h) may have filled this before: a plan of its own has none.
   result.merge_row_offsets.clear();
   result.merge_heads = 1;
@@ -398,7 +470,7 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     const double soonest = static_cast<double>(pieces) * piece_cost /
                            std::min(rates.cta * result.num_ctas, rates.device);
     if (whole_time <= soonest + rates.merge_us) {
-      plan_chunk_queue(tiles, kNoCuts, problem, options, summary, scratch, result);
+      plan_chunk_queue(tiles, kNoCuts, problem, options, summary, resident_ctas, scratch, result);
       return;
     }
   }
@@ -409,7 +481,7 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
                                               result.query_tile, kv_chunk, resident_ctas);
     if (short_entries || !queue_cannot_end_near_mean(tiles, problem, options, result.query_tile,
                                                      kv_chunk, chunks, resident_ctas)) {
-      plan_chunk_queue(tiles, kv_chunk, problem, options, summary, scratch, result);
+      plan_chunk_queue(tiles, kv_chunk, problem, options, summary, resident_ctas, scratch, result);
       if (short_entries || queue_ends_near_mean(result, options, resident_ctas)) return;
     }
   }
@@ -440,7 +512,7 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   result.kv_chunk = params.kv_chunk == kNoCuts ? summary.longest : params.kv_chunk;
   if (weigh_whole && !chosen->split_pairs.empty() &&
       whole_time <= plan_detail::replay_loads(*chosen, rates.cta, rates.device) + rates.merge_us) {
-    plan_chunk_queue(tiles, kNoCuts, problem, options, summary, scratch, result);
+    plan_chunk_queue(tiles, kNoCuts, problem, options, summary, resident_ctas, scratch, result);
     return;
   }
   if (options.one_queue) {
@@ -449,7 +521,8 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     if (fill_splits) {
       plan_detail::emit_queue(tiles, options.kv_tile, *chosen, scratch.queue, result);
     } else {  // the chunks as they are: the queue of them
-      plan_chunk_queue(tiles, params.kv_chunk, problem, options, summary, scratch, result);
+      plan_chunk_queue(tiles, params.kv_chunk, problem, options, summary, resident_ctas, scratch,
+                       result);
     }
   } else {
     plan_detail::emit_schedule(tiles, params, *chosen, result);

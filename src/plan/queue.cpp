@@ -198,7 +198,8 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   plan.merge_indptr.assign(1, 0);
   plan.merge_slots.clear();
   plan.num_partial_slots = 0;
-  plan.item_heads = 1;  // Algorithm 1's pieces, one KV head each
+  plan.item_heads = 1;            // Algorithm 1's pieces, one KV head each
+  plan.head_major_queue = false;  // one order (a queue of items plan_queue wrote may be reused)
   plan.work_items.resize(n);
   if (n == 0) {
     split_evenly(plan.num_ctas, plan);

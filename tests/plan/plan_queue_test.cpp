@@ -1,6 +1,7 @@
 // One-queue plans (PlanOptions::one_queue): the queue order; items covering every KV head when
 // the queue alone balances, Algorithm 1's pieces otherwise; head-minor partial slots; batch
-// invariance under fixed_split_size; determinism; item_heads in the plan region.
+// invariance under fixed_split_size; determinism; item_heads and the KV-head-major queue order
+// in the plan region.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -421,6 +422,33 @@ TEST(OneQueue, PlanRegionCarriesItemHeads) {
   std::memcpy(&counts, region.data() + layout.counts, sizeof(counts));
   EXPECT_EQ(counts.item_heads, 8);
   EXPECT_EQ(counts.num_work_items, static_cast<int32_t>(result.work_items.size()));
+  EXPECT_EQ(counts.head_major, result.head_major_queue ? 1 : 0);
+}
+
+// Block-sparse rows (BlockSparseAttentionWrapper: a 64-row request a block row, its blocks'
+// keys) of alike lengths: the longest entry is short against one head's share, so the queue
+// runs KV head major (the entries running at once read one head's K/V); a few causal requests
+// whose longest tiles are long against a head's share keep the longest-first order across
+// heads, which KV head major would give up (the last head's longest tile would start late).
+TEST(OneQueue, KvHeadMajorWhereItEndsAsEarlyAsHeadMinor) {
+  testing::Rng rng(3);
+  std::vector<int32_t> rows(256, 64), keys(256);
+  for (int32_t& k : keys) k = 64 * static_cast<int32_t>(rng.uniform_int(200, 250));
+  LengthProblem sparse(rows, keys, 32, 32, 128, 64);
+  const Plan sparse_plan = plan(sparse.problem, {132, 1}, one_queue());
+  EXPECT_EQ(sparse_plan.item_heads, 32);
+  EXPECT_TRUE(sparse_plan.head_major_queue);
+  EXPECT_EQ(sparse_plan.counts().head_major, 1);
+  check_plan(sparse_plan, sparse.problem, one_queue(), 132);
+
+  const std::vector<int32_t> causal_lengths(4, 1024);
+  LengthProblem causal(causal_lengths, causal_lengths, 32, 32, 128, 16, /*causal=*/true);
+  PlanOptions options = one_queue();
+  options.query_tile = 128;
+  const Plan causal_plan = plan(causal.problem, {132, 1}, options);
+  EXPECT_EQ(causal_plan.item_heads, 32);
+  EXPECT_FALSE(causal_plan.head_major_queue);
+  EXPECT_EQ(causal_plan.counts().head_major, 0);
 }
 
 }  // namespace

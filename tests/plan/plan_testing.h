@@ -125,6 +125,7 @@ inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanO
   ASSERT_TRUE(std::is_sorted(plan.cta_indptr.begin(), plan.cta_indptr.end()));
   ASSERT_EQ(plan.cta_cost.size(), options.one_queue ? 0u : static_cast<size_t>(plan.num_ctas));
   ASSERT_TRUE(plan.item_heads == 1 || (options.one_queue && plan.item_heads == plan.num_kv_heads));
+  ASSERT_TRUE(plan.item_heads > 1 || !plan.head_major_queue);  // one order of one-head items
   ASSERT_EQ(plan.merge_indptr.size(), plan.merge_items.size() + 1);
   ASSERT_EQ(plan.merge_indptr.front(), 0);
   ASSERT_EQ(plan.merge_slots.size(), static_cast<size_t>(plan.num_partial_slots));

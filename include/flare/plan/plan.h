@@ -181,6 +181,15 @@ struct Plan {
   // h < item_heads, each the item under KV head kv_head + h writing partial slot
   // partial_slot + h when split. 1 except in one-queue plans of many items.
   int item_heads = 1;
+  // One-queue plans of items over every KV head (item_heads > 1) and tiles above 16 rows: the
+  // queue takes every item under the first head, then every item under the next (entry e: item
+  // e % items under kv_head + e / items) instead of an item's heads one after another, where
+  // that order's bound on the latest end (queue_ends_near_mean's) is within Algorithm 1's fill
+  // slack of the head-minor order's. The entries running at one time then read one head's K/V,
+  // not every head's (block-sparse 64 x 64 at 16384 tokens, 32 heads: 256 MB of K/V against
+  // 50 MB of L2; 1.23-1.47x faster, docs/perf.md thirty-third session). Decode-shaped 16-row
+  // tiles read their K/V once and keep the head-minor order.
+  bool head_major_queue = false;
 
   PlanCounts counts() const;
 };
@@ -199,7 +208,10 @@ struct Plan {
 // balances (no CTA ends more than one entry after the mean) and Algorithm 1 is skipped: chunks
 // are cut at the multiples of L_kv and every item covers all KV heads (item_heads =
 // num_kv_heads, KV head minor in the queue: the model's hits become 50 / 83 / 83%), so a
-// batch of many tiles plans and copies num_kv_heads times fewer items. Split chunks then number
+// batch of many tiles plans and copies num_kv_heads times fewer items. Where the longest entry
+// is short enough that any order ends near the mean, the queue is KV head major instead
+// (head_major_queue; experiments/queue_order_l2_model.py: block-sparse 64 x 64 at 16384 tokens,
+// 32 heads, density 0.9: 35 -> 99.6% hits). Split chunks then number
 // their slots head minor (merge_slots is no longer the identity). Otherwise (few or skewed
 // tiles) the queue is still taken when, under the cost model, its own order ends within
 // Algorithm 1's fill target (2% above the mean load plus one item's rows and item_cost): each
