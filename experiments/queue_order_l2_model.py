@@ -7,12 +7,13 @@ queue is (item, head) in one of two orders:
 CTAs take the next entry when they end one and read one KV tile a step (lockstep). Prints the
 hit rate of K/V tile reads and the makespan over the ideal (sum of tiles / CTAs).
 Shapes: block-sparse (BSR 64 x 64, one pattern for all heads, as FlashInfer's wrapper) and
-causal batches. Usage: python3 experiments/queue_order_l2_model.py"""
+causal batches in the planner's order (docs/perf.md, thirty-third session). Usage: python3 experiments/queue_order_l2_model.py"""
+import os
 import random
-from collections import OrderedDict
+import sys
 
-TILE_BYTES = 64 * 128 * 2 * 2  # K and V rows of one 64-key tile, D 128, 16-bit
-L2_BYTES = 50e6
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import prefill_l2_model  # noqa: E402  (the LRU of a 50 MB L2 over 64-key K/V tiles)
 
 
 def block_sparse(length, density, seed=0):
@@ -26,8 +27,11 @@ def block_sparse(length, density, seed=0):
 
 
 def causal(batch, length, tile=128):
-    return [((r, None), list(range((i + 1) * tile // 64)))
-            for r in range(batch) for i in reversed(range(length // tile))]
+    """The planner's order: length class (bit width of the tile count) longest first, then
+    request, later rows first."""
+    items = [((r, None), list(range((i + 1) * tile // 64)))
+             for r in range(batch) for i in reversed(range(length // tile))]
+    return sorted(items, key=lambda item: -len(item[1]).bit_length())
 
 
 def order(n_items, heads, block):
@@ -41,37 +45,10 @@ def order(n_items, heads, block):
 
 
 def simulate(items, heads, ctas, entries):
-    capacity = int(L2_BYTES / TILE_BYTES)
-    lru, hits, reads, steps = OrderedDict(), 0, 0, 0
-    queue = iter(entries)
-    state = {}
-    for c in range(ctas):
-        e = next(queue, None)
-        if e is not None:
-            state[c] = [e, 0]
-    while state:
-        for c, (e, j) in list(state.items()):
-            item, head = e
-            (request, _), tiles = items[item]
-            key = (request, head, tiles[j])
-            reads += 1
-            if key in lru:
-                hits += 1
-                lru.move_to_end(key)
-            else:
-                lru[key] = True
-                if len(lru) > capacity:
-                    lru.popitem(last=False)
-            state[c][1] += 1
-            if state[c][1] >= len(tiles):
-                following = next(queue, None)
-                if following is None:
-                    del state[c]
-                else:
-                    state[c] = [following, 0]
-        steps += 1
-    ideal = heads * sum(len(t) for _, t in items) / ctas
-    return hits / reads, steps / ideal
+    """The queue of (item, head) entries as prefill_l2_model's items, one a queue entry."""
+    queue = [((items[i][0][0], h), items[i][1]) for i, h in entries]
+    position = iter(range(len(queue)))
+    return prefill_l2_model.simulate(queue, ctas, lambda c: next(position, None))
 
 
 def main():
@@ -80,6 +57,7 @@ def main():
               ("block-sparse 16384 d0.1 h32", block_sparse(16384, 0.1), 32),
               ("block-sparse 8192 d0.9 h32", block_sparse(8192, 0.9), 32),
               ("causal b16 1024 h16", causal(16, 1024), 16),
+              ("causal b4 1024 h32", causal(4, 1024), 32),
               ("causal b1 16384 h16", causal(1, 16384), 16)]
     for name, items, heads in shapes:
         for block in (None, 32, 132, 264, 1 << 30):
