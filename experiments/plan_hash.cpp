@@ -2,9 +2,10 @@
 // of every field of the plans of 4,000 random problems (one-queue and per-CTA, all mask kinds,
 // page sizes, GQA ratios, options), the same before and after. Modes: `base` (default
 // options), `item_cost` (random item costs too), `rates` (random queue_rates too, and batches of
-// alike tiles a third of the time). Hashes of main after the twenty-sixth session: base
-// 729d81d593d33a56 (unchanged since the twenty-fourth), item_cost a2c9df684dd1a310, rates
-// 247911dc1513eb1a.
+// alike tiles a third of the time). Hashes of main after the thirty-third session (with
+// head_major_queue): base fa248745d33c6df1, item_cost b0b40694fc5ef79c, rates b386cc5916358609
+// (without that field, as from the twenty-sixth to the thirty-second: 729d81d593d33a56,
+// a2c9df684dd1a310, 247911dc1513eb1a).
 // Build here (no GPU): g++ -O2 -std=c++20 -Iinclude -Isrc -I. experiments/plan_hash.cpp
 //   -Lbuild -lflare -Wl,-rpath,build -o /tmp/plan_hash && /tmp/plan_hash rates
 #include <algorithm>
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
     mix(&r.kv_chunk, sizeof(r.kv_chunk));
     mix(&r.num_partial_slots, sizeof(r.num_partial_slots));
     mix(&r.item_heads, sizeof(r.item_heads));
+    mix(&r.head_major_queue, sizeof(r.head_major_queue));
     mix_vector(r.cta_indptr);
     mix_vector(r.work_items);
     mix_vector(r.merge_indptr);
