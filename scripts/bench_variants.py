@@ -17,7 +17,7 @@ sigmoid (no softmax: flare only, causal pairs). FlashInfer's output is compared 
 a rate. TFLOP/s count the visible (query, key) pairs: 4 * D * H * pairs. Times: CUDA events
 around each eager call, median of --calls.
 Usage: python3 scripts/bench_variants.py [--lengths 1024,4096,16384] [--calls 5] [--json F]
-       [--variants causal,prefix_lm,...]
+       [--variants causal,prefix_lm,...] [--libraries flare,flex,flashinfer]
 """
 import argparse
 import json
@@ -59,6 +59,9 @@ def options():
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help="comma list of " + ", ".join(VARIANTS))
+    parser.add_argument("--libraries", default="flare,flex,flashinfer",
+                        help="comma list of flare, flex, flashinfer (flare always runs: the others "
+                             "are checked against it)")
     parser.add_argument("--json", help="write every measurement here")
     return parser.parse_args()
 
@@ -189,6 +192,7 @@ def compiled_flex_attention():
 
 def main():
     args = options()
+    libraries = set(args.libraries.split(","))
     torch.manual_seed(0)
     compiled = compiled_flex_attention()
     device = torch.cuda.get_device_name()
@@ -207,14 +211,16 @@ def main():
             flare_out = None
             if result:
                 row["flare_us"], flare_out = result
-            result = guarded(f"flex {variant} {length}", lambda: measure_flex(
-                variant, length, q, k, v, args.calls, compiled))
+            result = "flex" in libraries and guarded(
+                f"flex {variant} {length}",
+                lambda: measure_flex(variant, length, q, k, v, args.calls, compiled))
             if result and result[0] is not None:
                 row["flex_us"], flex_out = result
                 if flare_out is not None:
                     row["max_diff_vs_flex"] = (flare_out.float() - flex_out.float()).abs().max().item()
             for backend in ("fa2", "fa3"):
-                if flashinfer is None or variant == "user:soft_cap" or variant in LIBRARY:
+                if (flashinfer is None or "flashinfer" not in libraries or
+                        variant == "user:soft_cap" or variant in LIBRARY):
                     continue
                 if variant == "rope" and backend == "fa3":  # FlashInfer's fa3 has no RoPE
                     continue
@@ -231,6 +237,11 @@ def main():
             for key in [k_ for k_ in row if k_.endswith("_us")]:
                 row[key.replace("_us", "_tflops")] = flops / row[key] / 1e6
             rows.append(row)
+            # A row as soon as it is measured: a call that runs out of time keeps what it got
+            # (FlashInfer's first use of a variant builds its module for minutes).
+            print("measured:", ", ".join(f"{key} {value:.1f}" for key, value in row.items()
+                                         if key.endswith("_tflops")), f"({variant} {length})",
+                  flush=True)
             del flare_out
         q = k = v = None  # freed before the next length's tensors
         torch.cuda.empty_cache()
