@@ -276,7 +276,9 @@ class BatchPrefill {
   const BatchPrefillConfig& config() const;
   PrefillTiles last_tiles() const;  // tiles of the latest plan
   // The latest plan (host copy), for tests and tools: a one-queue plan (plan/plan.h), its
-  // work_items in the order the kernel's CTAs take them, each covering item_heads KV heads.
+  // work_items in the order the kernel's CTAs take them, each covering item_heads KV heads
+  // (an item's heads one after another, or every item under one head first where
+  // head_major_queue).
   const Plan& last_plan() const;
   size_t workspace_size() const;      // device bytes held (without a caller's scratch)
   int64_t max_partial_slots() const;  // of the current workspace
