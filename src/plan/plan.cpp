@@ -355,7 +355,8 @@ bool tiles_alike(std::span<const plan_detail::Tile> tiles) {
 }
 
 // The queue of the tiles' chunks cut at the multiples of kv_chunk (kNoCuts: whole tiles), an
-// item for all KV heads (plan_queue), KV head major where any order ends near the mean.
+// item for all KV heads (plan_queue), KV head major where that order ends as early as head
+// minor (Plan::head_major_queue).
 void plan_chunk_queue(std::span<const plan_detail::Tile> tiles, int64_t kv_chunk,
                       const PlanProblem& problem, const PlanOptions& options,
                       const plan_detail::TileSummary& summary, int64_t resident_ctas,
@@ -364,7 +365,7 @@ void plan_chunk_queue(std::span<const plan_detail::Tile> tiles, int64_t kv_chunk
   plan_detail::plan_queue(tiles, {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
                           scratch.tile_class, result);
   // 16-row tiles are decode-shaped (a request's few queries x group): each reads its request's
-  // K/V once, so the head-major order adds no L2 hits, and it ran q1 batches 0.4-1.2% slower
+  // K/V once, so the head-major order adds no L2 hits, and it ran q1 batches 0.7-1.2% slower
   // (head minor, an item's heads read each page's bytes together; docs/perf.md, thirty-third).
   result.head_major_queue =
       result.item_heads > 1 && result.query_tile > kDecodeShapedTileRows &&
