@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "flare/core/error.h"
 #include "src/plan/queue.h"
@@ -196,71 +197,76 @@ struct QueueCost {
   double item;
 };
 
-// Whether a one-queue plan's chunks need no Algorithm 1 (kQueueEntriesPerCta). A chunk has at
-// most query_tile rows; the mean load counts each tile's rows and item cost once (a lower
-// bound).
-bool queue_balances(const plan_detail::TileSummary& summary, int64_t tile_count,
-                    const PlanProblem& problem, const PlanOptions& options, int query_tile,
-                    int64_t kv_chunk, int64_t resident_ctas) {
+// A one-queue plan's chunks from the tiles alone: the longest chunk's cost and the total load,
+// which counts each tile's rows and item cost once (a lower bound: a cut tile has more items).
+struct ChunkLoad {
+  double longest;
+  double total;
+};
+ChunkLoad chunk_load(const plan_detail::TileSummary& summary, int64_t tile_count,
+                     const PlanProblem& problem, const PlanOptions& options, int query_tile,
+                     int64_t kv_chunk) {
   const QueueCost cost(options);
-  const double longest =
-      cost.chunk(query_tile, static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk)));
-  const double total = (cost.alpha * static_cast<double>(summary.total_rows) +
-                        cost.beta * static_cast<double>(summary.total_kv) +
-                        cost.item * static_cast<double>(tile_count)) *
-                       problem.num_kv_heads;
-  return longest * static_cast<double>(kQueueEntriesPerCta * resident_ctas) <= total;
+  return {cost.chunk(query_tile, static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk))),
+          (cost.alpha * static_cast<double>(summary.total_rows) +
+           cost.beta * static_cast<double>(summary.total_kv) +
+           cost.item * static_cast<double>(tile_count)) *
+              problem.num_kv_heads};
+}
+
+// Whether a one-queue plan's chunks need no Algorithm 1 (kQueueEntriesPerCta). A chunk has at
+// most query_tile rows.
+bool queue_balances(const ChunkLoad& load, int64_t resident_ctas) {
+  return load.longest * static_cast<double>(kQueueEntriesPerCta * resident_ctas) <= load.total;
 }
 
 // The query tile of the mma.sync family's decode-shaped items; larger tiles may take the queue
 // KV head major (plan_chunk_queue).
 constexpr int kDecodeShapedTileRows = 16;
 
-// Whether a queue of the tiles' chunks ends within Algorithm 1's fill target in any order of
-// its entries: entry j starts no later than (the cost of the entries before it) / resident
-// CTAs, at most (total - its own cost) / CTAs, so every entry ends by the mean plus (1 - 1 /
-// CTAs) of its cost; the longest chunk's within the slack bounds them all. The mean counts each
-// tile once (a lower bound, as queue_balances). O(1): decides head_major_queue.
-bool any_order_ends_near_mean(const plan_detail::TileSummary& summary, size_t tile_count,
-                              const PlanProblem& problem, const PlanOptions& options,
-                              int query_tile, int64_t kv_chunk, int64_t resident_ctas) {
-  const QueueCost cost(options);
-  const double longest =
-      cost.chunk(query_tile, static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk)));
+// Whether a queue of the chunks ends within Algorithm 1's fill target in any order of its
+// entries: entry j starts no later than (the cost of the entries before it) / resident CTAs, at
+// most (total - its own cost) / CTAs, so every entry ends by the mean plus (1 - 1 / CTAs) of its
+// cost; the longest chunk's within the slack bounds them all. O(1): decides head_major_queue.
+bool any_order_ends_near_mean(const ChunkLoad& load, const PlanOptions& options, int query_tile,
+                              int64_t resident_ctas) {
   const double ctas = static_cast<double>(resident_ctas);
-  const double mean = (cost.alpha * static_cast<double>(summary.total_rows) +
-                       cost.beta * static_cast<double>(summary.total_kv) +
-                       cost.item * static_cast<double>(tile_count)) *
-                      problem.num_kv_heads / ctas;
-  return longest * (1 - 1 / ctas) <= cost.fill_slack(mean, query_tile);
+  return load.longest * (1 - 1 / ctas) <=
+         QueueCost(options).fill_slack(load.total / ctas, query_tile);
 }
 
-// Whether a one-queue plan of items over every KV head (item_heads > 1) taken KV head major
-// (every item under the first head, then under the next) ends within Algorithm 1's fill slack
-// of the later of the mean load and its end taken KV head minor (an item's heads one after
-// another), on queue_ends_near_mean's bound of the latest end. Under the bound the last head's
-// entries end last: its item i starts no later than ((heads - 1) x the cost of one head's items +
-// the cost of items 0..i-1) / CTAs. One pass over the items.
-bool head_major_ends_as_early(const Plan& queue, const PlanOptions& options,
-                              int64_t resident_ctas) {
+// Bounds on the latest end of a one-queue plan's entries (item_heads entries an item, in queue
+// order), one pass over the items. Entry j starts when a CTA frees: at the launch while j <
+// resident CTAs, else no later than (the cost of the entries before j) / resident CTAs, since
+// every CTA is busy until the first one frees; it ends its own cost later. head_minor: the
+// queue as the kernel takes it by default, an item's heads one after another (its last head
+// ends last); head_major: every item under the first head, then under the next (the last head's
+// entries end last: its item i starts no later than ((heads - 1) x the cost of one head's items
+// + the cost of items 0..i-1) / CTAs).
+struct QueueEnds {
+  double mean;
+  double head_minor;
+  double head_major;
+};
+QueueEnds queue_ends(const Plan& queue, const PlanOptions& options, int64_t resident_ctas) {
   const QueueCost costs(options);
   const double heads_after_first = queue.item_heads - 1;
   const double ctas = static_cast<double>(resident_ctas);
   const int64_t items = static_cast<int64_t>(queue.work_items.size());
   const int64_t last_head_first_entry = (queue.item_heads - 1) * items;
-  double before_minor = 0, latest_minor = 0;  // as queue_ends_near_mean
-  double one_head = 0;                        // cost of items 0..i-1 under one head
-  double latest_major_shifted = 0;            // without (heads - 1) x one head's cost / CTAs
-  double latest_major_launched = 0;           // entries that start with the launch
-  int64_t entries = 0;
+  double before = 0;                 // cost of the entries before this one, head minor
+  double latest_minor = 0;           // bound on the latest end so far, head minor
+  int64_t entries = 0;               // through this item's last head, head minor
+  double one_head = 0;               // cost of items 0..i-1 under one head
+  double latest_major_shifted = 0;   // without (heads - 1) x one head's cost / CTAs
+  double latest_major_launched = 0;  // the last head's entries that start with the launch
   for (int64_t i = 0; i < items; ++i) {
     const WorkItem& item = queue.work_items[static_cast<size_t>(i)];
     const double cost = costs.chunk(item.row_end - item.row_begin, item.kv_end - item.kv_begin);
-    before_minor += heads_after_first * cost;
+    before += heads_after_first * cost;
     entries += queue.item_heads;
-    latest_minor =
-        std::max(latest_minor, (entries > resident_ctas ? before_minor / ctas : 0.0) + cost);
-    before_minor += cost;
+    latest_minor = std::max(latest_minor, (entries > resident_ctas ? before / ctas : 0.0) + cost);
+    before += cost;
     if (last_head_first_entry + i >= resident_ctas) {
       latest_major_shifted = std::max(latest_major_shifted, one_head / ctas + cost);
     } else {
@@ -268,36 +274,25 @@ bool head_major_ends_as_early(const Plan& queue, const PlanOptions& options,
     }
     one_head += cost;
   }
-  const double latest_major =
-      std::max(latest_major_launched, heads_after_first * one_head / ctas + latest_major_shifted);
-  const double mean = before_minor / ctas;
-  return latest_major <= std::max(latest_minor, mean) + costs.fill_slack(mean, queue.query_tile);
+  return {
+      before / ctas, latest_minor,
+      std::max(latest_major_launched, heads_after_first * one_head / ctas + latest_major_shifted)};
 }
 
-// Whether the dynamic queue of a one-queue plan (item_heads entries an item, in queue order)
-// ends within Algorithm 1's fill target of its mean load. Entry j starts when a CTA frees:
-// at the launch while j < resident CTAs, else no later than (the cost of the entries before j)
-// / resident CTAs, since every CTA is busy until the first one frees; it ends its own cost
-// later. When the latest such end stays within 2% above the mean plus the fixed cost of one item
-// (the slack Algorithm 1 allows before a fill split), Algorithm 1 cannot balance better by
-// more than that. One pass over the items: a long causal request (b1 q4096, 1,024 entries)
-// plans in a tenth of the time Algorithm 1 takes (docs/perf.md, twenty-fourth session).
-bool queue_ends_near_mean(const Plan& queue, const PlanOptions& options, int64_t resident_ctas) {
-  const QueueCost costs(options);
-  const double heads_after_first = queue.item_heads - 1;
-  const double ctas = static_cast<double>(resident_ctas);
-  double before = 0;    // cost of the entries before this one
-  double latest = 0;    // bound on the latest end so far
-  int64_t entries = 0;  // through this item's last head
-  for (const WorkItem& item : queue.work_items) {
-    const double cost = costs.chunk(item.row_end - item.row_begin, item.kv_end - item.kv_begin);
-    before += heads_after_first * cost;  // the item's last head ends last
-    entries += queue.item_heads;
-    latest = std::max(latest, (entries > resident_ctas ? before / ctas : 0.0) + cost);
-    before += cost;
-  }
-  const double mean = before / ctas;
-  return latest <= mean + costs.fill_slack(mean, queue.query_tile);
+// Whether the queue as taken by default ends within Algorithm 1's fill target of its mean load:
+// within 2% above the mean plus the fixed cost of one item (the slack Algorithm 1 allows before a
+// fill split), Algorithm 1 cannot balance better by more than that. A long causal request (b1
+// q4096, 1,024 entries) plans in a tenth of the time Algorithm 1 takes (docs/perf.md,
+// twenty-fourth session).
+bool queue_ends_near_mean(const QueueEnds& ends, const PlanOptions& options, int query_tile) {
+  return ends.head_minor <= ends.mean + QueueCost(options).fill_slack(ends.mean, query_tile);
+}
+
+// Whether the queue taken KV head major ends within Algorithm 1's fill slack of the later of
+// the mean load and its end taken head minor.
+bool head_major_ends_as_early(const QueueEnds& ends, const PlanOptions& options, int query_tile) {
+  return ends.head_major <= std::max(ends.head_minor, ends.mean) +
+                                QueueCost(options).fill_slack(ends.mean, query_tile);
 }
 
 // Whether queue_ends_near_mean must fail, known from the tiles without building the queue: with
@@ -356,22 +351,30 @@ bool tiles_alike(std::span<const plan_detail::Tile> tiles) {
 
 // The queue of the tiles' chunks cut at the multiples of kv_chunk (kNoCuts: whole tiles), an
 // item for all KV heads (plan_queue), KV head major where that order ends as early as head
-// minor (Plan::head_major_queue).
-void plan_chunk_queue(std::span<const plan_detail::Tile> tiles, int64_t kv_chunk,
-                      const PlanProblem& problem, const PlanOptions& options,
-                      const plan_detail::TileSummary& summary, int64_t resident_ctas,
-                      PlannerScratch& scratch, Plan& result) {
+// minor (Plan::head_major_queue). Returns the queue's end bounds when it made their pass.
+std::optional<QueueEnds> plan_chunk_queue(std::span<const plan_detail::Tile> tiles,
+                                          int64_t kv_chunk, const PlanProblem& problem,
+                                          const PlanOptions& options,
+                                          const plan_detail::TileSummary& summary,
+                                          int64_t resident_ctas, PlannerScratch& scratch,
+                                          Plan& result) {
   result.kv_chunk = kv_chunk == kNoCuts ? summary.longest : kv_chunk;
+  result.head_major_queue = false;
   plan_detail::plan_queue(tiles, {kv_chunk, problem.num_kv_heads, options.kv_tile, result.num_ctas},
                           scratch.tile_class, result);
   // 16-row tiles are decode-shaped (a request's few queries x group): each reads its request's
   // K/V once, so the head-major order adds no L2 hits, and it ran q1 batches 0.7-1.2% slower
   // (head minor, an item's heads read each page's bytes together; docs/perf.md, thirty-third).
-  result.head_major_queue =
-      result.item_heads > 1 && result.query_tile > kDecodeShapedTileRows &&
-      (any_order_ends_near_mean(summary, tiles.size(), problem, options, result.query_tile,
-                                result.kv_chunk, resident_ctas) ||
-       head_major_ends_as_early(result, options, resident_ctas));
+  if (result.item_heads == 1 || result.query_tile <= kDecodeShapedTileRows) return std::nullopt;
+  const ChunkLoad load = chunk_load(summary, static_cast<int64_t>(tiles.size()), problem, options,
+                                    result.query_tile, result.kv_chunk);
+  if (any_order_ends_near_mean(load, options, result.query_tile, resident_ctas)) {
+    result.head_major_queue = true;
+    return std::nullopt;
+  }
+  const QueueEnds ends = queue_ends(result, options, resident_ctas);
+  result.head_major_queue = head_major_ends_as_early(ends, options, result.query_tile);
+  return ends;
 }
 
 }  // namespace
@@ -478,12 +481,18 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   if (options.one_queue) {
     // The queue alone when its longest entry is short against the mean load (no check needed)
     // or the queue's own order ends near the mean (few or skewed tiles: one pass to check).
-    const bool short_entries = queue_balances(summary, tile_count, problem, options,
-                                              result.query_tile, kv_chunk, resident_ctas);
+    const bool short_entries = queue_balances(
+        chunk_load(summary, tile_count, problem, options, result.query_tile, kv_chunk),
+        resident_ctas);
     if (short_entries || !queue_cannot_end_near_mean(tiles, problem, options, result.query_tile,
                                                      kv_chunk, chunks, resident_ctas)) {
-      plan_chunk_queue(tiles, kv_chunk, problem, options, summary, resident_ctas, scratch, result);
-      if (short_entries || queue_ends_near_mean(result, options, resident_ctas)) return;
+      const std::optional<QueueEnds> ends = plan_chunk_queue(
+          tiles, kv_chunk, problem, options, summary, resident_ctas, scratch, result);
+      if (short_entries ||
+          queue_ends_near_mean(ends ? *ends : queue_ends(result, options, resident_ctas), options,
+                               result.query_tile)) {
+        return;
+      }
     }
   }
 
