@@ -94,6 +94,7 @@ def main():
     compiled = compiled_flex_attention()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"flashinfer {FLASHINFER}")
+    libraries = set(args.libraries.split(","))
     rows_out = []
     for length in (int(x) for x in args.lengths.split(",")):
         q = torch.randn(length, args.heads, HEAD_DIM, device="cuda", dtype=DTYPE)
@@ -109,9 +110,8 @@ def main():
                     ("flex", lambda: measure_flex(compiled, rows, q, k, v, args.calls)),
                     ("flashinfer", (lambda: measure_library(flashinfer, rows, q, k, v, args.calls))
                      if flashinfer is not None else None)):
-                wanted = name in args.libraries.split(",")
-                result = guarded(f"{name} {length} {density}", measure) if measure and wanted \
-                    else None
+                result = guarded(f"{name} {length} {density}", measure) \
+                    if measure and name in libraries else None
                 if result:
                     row[f"{name}_us"], outs[name] = result
                     row[f"{name}_tflops"] = flops / result[0] / 1e6

@@ -211,9 +211,8 @@ def main():
             flare_out = None
             if result:
                 row["flare_us"], flare_out = result
-            result = "flex" in libraries and guarded(
-                f"flex {variant} {length}",
-                lambda: measure_flex(variant, length, q, k, v, args.calls, compiled))
+            result = guarded(f"flex {variant} {length}", lambda: measure_flex(
+                variant, length, q, k, v, args.calls, compiled)) if "flex" in libraries else None
             if result and result[0] is not None:
                 row["flex_us"], flex_out = result
                 if flare_out is not None:
