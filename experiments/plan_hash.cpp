@@ -2,10 +2,11 @@
 // of every field of the plans of 4,000 random problems (one-queue and per-CTA, all mask kinds,
 // page sizes, GQA ratios, options), the same before and after. Modes: `base` (default
 // options), `item_cost` (random item costs too), `rates` (random queue_rates too, and batches of
-// alike tiles a third of the time). Hashes of main after the thirty-third session (with
-// head_major_queue): base fa248745d33c6df1, item_cost b0b40694fc5ef79c, rates b386cc5916358609
-// (without that field, as from the twenty-sixth to the thirty-second: 729d81d593d33a56,
-// a2c9df684dd1a310, 247911dc1513eb1a).
+// alike tiles a third of the time). Hashes of main after the thirty-fourth session (Algorithm
+// 1 of one-queue plans over head groups): base 36e6f8fd8d72be4a, item_cost 821869d0f7fe73c0,
+// rates a4d70fc7c2cea6c7; after the thirty-third (with head_major_queue): fa248745d33c6df1,
+// b0b40694fc5ef79c, b386cc5916358609 (without that field, as from the twenty-sixth to the
+// thirty-second: 729d81d593d33a56, a2c9df684dd1a310, 247911dc1513eb1a).
 // Build here (no GPU): g++ -O2 -std=c++20 -Iinclude -Isrc -I. experiments/plan_hash.cpp
 //   -Lbuild -lflare -Wl,-rpath,build -o /tmp/plan_hash && /tmp/plan_hash rates
 #include <algorithm>

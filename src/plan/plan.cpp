@@ -329,6 +329,20 @@ bool queue_cannot_end_near_mean(std::span<const plan_detail::Tile> tiles,
   return cheapest * (1 - 1 / ctas) > cost.fill_slack(mean, query_tile);
 }
 
+// The KV heads of one work item when a one-queue plan runs Algorithm 1: the largest divisor of
+// the KV heads that also divides the CTAs. The kernel's CTAs take an item's heads as consecutive
+// queue entries, so the group's heads start together on as many CTAs and carry the same cost:
+// Algorithm 1 over num_kv_heads / g head groups on num_ctas / g CTAs is the per-head problem's
+// g-fold symmetric schedule, with the same loads, the same cuts under every head of a group and
+// g times fewer pieces to assign and sort (NVFP4 b64 q1 kv2048, 8 KV heads on 396 CTAs: 908 ->
+// 227 pieces; docs/perf.md, thirty-fourth session).
+int queue_head_group(int num_kv_heads, int num_ctas) {
+  for (int group = num_kv_heads; group > 1; --group) {
+    if (num_kv_heads % group == 0 && num_ctas % group == 0) return group;
+  }
+  return 1;
+}
+
 // Scratch kept per thread: planning each decode step reuses it and allocates nothing.
 struct PlannerScratch {
   std::vector<plan_detail::Tile> tiles;
@@ -496,12 +510,15 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     }
   }
 
+  // A one-queue plan runs Algorithm 1 over groups of KV heads (queue_head_group).
+  const int head_group =
+      options.one_queue ? queue_head_group(problem.num_kv_heads, result.num_ctas) : 1;
   plan_detail::ScheduleParams params;
-  params.num_kv_heads = problem.num_kv_heads;
-  params.num_ctas = result.num_ctas;
+  params.num_kv_heads = problem.num_kv_heads / head_group;
+  params.num_ctas = result.num_ctas / head_group;
   params.page_size = problem.page_size;
   params.fill_split = may_split;
-  params.max_split_chunks = int64_t{2} * num_ctas;
+  params.max_split_chunks = int64_t{2} * params.num_ctas;  // a chunk: head_group partial slots
   params.alpha = options.alpha;
   params.beta = options.beta;
   params.item_cost = options.item_cost;
@@ -509,6 +526,7 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   const double busiest = plan_detail::assign_chunks(tiles, params, scratch.schedule);
   plan_detail::ScheduleScratch* chosen = &scratch.schedule;
   if (params.fill_split) {
+    // The same L_kv with or without head groups (tiles x heads against CTAs, both / the group).
     const int64_t even = even_kv_chunk(tiles, summary, problem, static_cast<int>(num_ctas));
     if (even > 0 && even != kv_chunk) {
       plan_detail::ScheduleParams even_params = params;
@@ -521,15 +539,16 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
   }
   result.kv_chunk = params.kv_chunk == kNoCuts ? summary.longest : params.kv_chunk;
   if (weigh_whole && !chosen->split_pairs.empty() &&
-      whole_time <= plan_detail::replay_loads(*chosen, rates.cta, rates.device) + rates.merge_us) {
+      whole_time <= plan_detail::replay_loads(*chosen, rates.cta, rates.device / head_group) +
+                        rates.merge_us) {  // a head group's CTAs share the device rate
     plan_chunk_queue(tiles, kNoCuts, problem, options, summary, resident_ctas, scratch, result);
     return;
   }
   if (options.one_queue) {
     const bool fill_splits =
-        chosen->assigned_count != chosen->chunks.size() * static_cast<size_t>(problem.num_kv_heads);
+        chosen->assigned_count != chosen->chunks.size() * static_cast<size_t>(params.num_kv_heads);
     if (fill_splits) {
-      plan_detail::emit_queue(tiles, options.kv_tile, *chosen, scratch.queue, result);
+      plan_detail::emit_queue(tiles, options.kv_tile, head_group, *chosen, scratch.queue, result);
     } else {  // the chunks as they are: the queue of them
       plan_chunk_queue(tiles, params.kv_chunk, problem, options, summary, resident_ctas, scratch,
                        result);

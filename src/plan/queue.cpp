@@ -184,9 +184,9 @@ void plan_queue(std::span<const Tile> tiles, const QueueParams& params,
   split_evenly(params.num_ctas, plan);
 }
 
-void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch& scratch,
-                QueueScratch& q, Plan& plan) {
-  // Without comparisons: the items of one (tile, KV head) pair are the pieces of one tile's KV
+void emit_queue(std::span<const Tile> tiles, int kv_tile, int item_heads,
+                const ScheduleScratch& scratch, QueueScratch& q, Plan& plan) {
+  // Without comparisons: the items of one (tile, head group) pair are the pieces of one tile's KV
   // range, so a counting sort by pair rank, in (request, KV head, row descending) order, with
   // the few pieces of a split pair put in KV order, then a stable counting sort by length
   // class gives the queue order in O(items + pairs). A comparison sort of packed keys took ~40%
@@ -198,14 +198,14 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
   plan.merge_indptr.assign(1, 0);
   plan.merge_slots.clear();
   plan.num_partial_slots = 0;
-  plan.item_heads = 1;            // Algorithm 1's pieces, one KV head each
+  plan.item_heads = item_heads;   // Algorithm 1's pieces, one head group each
   plan.head_major_queue = false;  // one order (a queue of items plan_queue wrote may be reused)
   plan.work_items.resize(n);
   if (n == 0) {
     split_evenly(plan.num_ctas, plan);
     return;
   }
-  const auto heads = static_cast<int64_t>(plan.num_kv_heads);
+  const auto heads = static_cast<int64_t>(plan.num_kv_heads / item_heads);  // head groups
   const Divider tile_of_row(plan.query_tile);
   const LengthClass length_class(kv_tile);
   const auto requests = static_cast<size_t>(tiles.back().request) + 1;
@@ -261,11 +261,11 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
 
   int32_t slots = 0;
   if (any_split) {
-    // Partial slots as emit_schedule numbers them: the pairs of split tiles in (tile, KV head)
-    // order, a pair's pieces consecutive in KV order (only a split pair has more than one
-    // piece); one merge item per such pair. The split pairs are marked from the schedule's list
-    // of them, so the pass reads no item of the others (a look-up of each pair's first item was
-    // ~20% of this function, perf).
+    // Partial slots as emit_schedule numbers them: the pairs of split tiles in (tile, head
+    // group) order, a pair's pieces consecutive in KV order (only a split pair has more than one
+    // piece); one merge item per head of such a pair. The split pairs are marked from the
+    // schedule's list of them, so the pass reads no item of the others (a look-up of each pair's
+    // first item was ~20% of this function, perf).
     uint8_t* const split = q.pair_split.data();
     std::fill_n(split, pairs, uint8_t{0});
     for (const int32_t pair : scratch.split_pairs) split[pair] = 1;
@@ -278,13 +278,20 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
         const int32_t pair_begin = rank == 0 ? 0 : pair_end[rank - 1];
         const int32_t end = pair_end[rank];
         sort_pieces_by_kv(by_pair, pair_begin, end, items);
+        // Piece k of the pair holds slots first + k * item_heads + j under the group's head j.
+        const int32_t first = slots;
         for (int32_t k = pair_begin; k < end; ++k) {
           key[by_pair[k]] = slots;
-          plan.merge_slots.push_back(slots++);
+          slots += item_heads;
         }
-        plan.merge_items.push_back(
-            {tiles[t].request, static_cast<int32_t>(h), tiles[t].row_begin, tiles[t].row_end});
-        plan.merge_indptr.push_back(slots);
+        for (int32_t j = 0; j < item_heads; ++j) {
+          plan.merge_items.push_back({tiles[t].request, static_cast<int32_t>(h) * item_heads + j,
+                                      tiles[t].row_begin, tiles[t].row_end});
+          for (int32_t slot = first + j; slot < slots; slot += item_heads) {
+            plan.merge_slots.push_back(slot);
+          }
+          plan.merge_indptr.push_back(static_cast<int32_t>(plan.merge_slots.size()));
+        }
       }
     }
   }
@@ -298,6 +305,7 @@ void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch&
     const auto i = static_cast<size_t>(by_pair[k]);
     WorkItem item = items[i];
     item.reserved = 0;
+    item.kv_head *= item_heads;
     if (item.partial_slot == kSlotPending) item.partial_slot = key[i];
     out[at.take(item_class[i])] = item;
   }

@@ -37,10 +37,13 @@ struct QueueScratch {
 };
 
 // Fills every field emit_schedule() fills from the assignment in `scratch` (assign_chunks of
-// `tiles`), the work items in queue order (one KV head each: item_heads 1, whatever a plan
-// built before in `plan` held), cta_indptr their even split and cta_cost empty; partial slots
-// and merge items are emit_schedule's. plan.query_tile and num_kv_heads are the tiles'.
-void emit_queue(std::span<const Tile> tiles, int kv_tile, const ScheduleScratch& scratch,
-                QueueScratch& queue_scratch, Plan& plan);
+// `tiles` over num_kv_heads / item_heads groups of item_heads KV heads: a piece's kv_head is its
+// group), the work items in queue order (item i under KV heads kv_head .. kv_head + item_heads
+// - 1, whatever a plan built before in `plan` held), cta_indptr their even split and cta_cost
+// empty. A split piece holds item_heads consecutive partial slots, one a head; each split
+// (tile, KV head) is a merge item over its pieces' slots in KV order (for item_heads 1 the
+// numbering emit_schedule gives). plan.query_tile and num_kv_heads are the tiles'.
+void emit_queue(std::span<const Tile> tiles, int kv_tile, int item_heads,
+                const ScheduleScratch& scratch, QueueScratch& queue_scratch, Plan& plan);
 
 }  // namespace flare::plan_detail

@@ -195,6 +195,24 @@ TEST(ExecutePlan, Float64AccumulationAndOptions) {
   }
 }
 
+TEST(ExecutePlan, OneQueueFillSplitsOverHeadGroups) {
+  // 4 KV heads on 6 CTAs: Algorithm 1 runs over groups of 2 heads on 3 CTAs, so each item
+  // covers two of the four heads (kv_head 0 or 2) and a split item writes two partial slots.
+  const Mix alike{"alike_q1", std::vector<int32_t>(5, 1), std::vector<int32_t>(5, 300)};
+  const Case c(alike, 2, 4, 16, 31);  // 20 (request, head) pieces: 3.3 a CTA
+  const Output expected = reference_output(c);
+  PlanOptions options;
+  options.one_queue = true;
+  options.kv_tile = 16;
+  const Plan result = plan(c.lengths.problem, {6, 1}, options);
+  ASSERT_NO_FATAL_FAILURE(plan_testing::check_plan(result, c.lengths.problem, options, 6));
+  ASSERT_EQ(result.item_heads, 2);
+  ASSERT_GT(result.num_partial_slots, 0);
+  Output actual(c.total_q, c.lengths.problem.num_qo_heads);
+  execute_plan_cpu(result, c.problem, actual.view(), {Accumulation::kF64, 2});
+  expect_close(actual, expected, 1e-6, "head groups of 2");
+}
+
 TEST(ExecutePlan, RaggedKvAndHalfPrecisionOutput) {
   Case c(mixes()[3], 4, 2, 16, 21);  // causal prefill
   c.problem.kv = c.cache.ragged;

@@ -100,7 +100,7 @@ TEST(OneQueue, FillSplitsKeepAlgorithmOnesPiecesInQueueOrder) {
   const PlanOptions options = one_queue();
   const Plan result = plan(p.problem, kH100Prefill, options);
   ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, 264));
-  EXPECT_EQ(result.item_heads, 1);
+  EXPECT_EQ(result.item_heads, 8) << "Algorithm 1 over one group of all 8 heads on 264 / 8 CTAs";
   EXPECT_GT(result.merge_items.size(), 0u);
   ASSERT_NO_FATAL_FAILURE(expect_queue_order(result, kKvTile));
   expect_even_split(result);
@@ -109,6 +109,41 @@ TEST(OneQueue, FillSplitsKeepAlgorithmOnesPiecesInQueueOrder) {
   EXPECT_GT(reference.work_items.size(), 64u * 8) << "fill splits";
   EXPECT_EQ(entries(result), entries(reference));
   EXPECT_EQ(result.num_partial_slots, reference.num_partial_slots);
+}
+
+TEST(OneQueue, AlgorithmOneRunsOverHeadGroupsThatDivideTheCtas) {
+  // The NVFP4 prefill's q1 batch: 8 KV heads on 396 CTAs (3 an SM). Algorithm 1 runs over two
+  // groups of 4 heads on 99 CTAs: items cover 4 heads (4x fewer than per head), and the queue's
+  // entries are the pieces the per-head schedule cuts (the per-CTA plan's), fill splits
+  // included; uniform and spread lengths.
+  const DeviceSpec three_a_sm{132, 3};
+  const PlanOptions options = one_queue();
+  testing::Rng rng(17);
+  for (const int spread : {0, 1024}) {
+    std::vector<int32_t> kv(64);
+    for (int32_t& length : kv) {
+      length = 2048 + (spread == 0 ? 0 : static_cast<int32_t>(rng.uniform_int(-spread, spread)));
+    }
+    LengthProblem p(std::vector<int32_t>(64, 1), kv, 32, 8, 128, 16, /*causal=*/false);
+    const Plan result = plan(p.problem, three_a_sm, options);
+    ASSERT_NO_FATAL_FAILURE(check_plan(result, p.problem, options, 396));
+    EXPECT_EQ(result.item_heads, 4) << "spread " << spread;
+    EXPECT_GT(result.num_partial_slots, 0) << "fill splits";
+    for (const WorkItem& item : result.work_items) {
+      EXPECT_TRUE(item.kv_head == 0 || item.kv_head == 4);
+    }
+    ASSERT_NO_FATAL_FAILURE(expect_queue_order(result, kKvTile));
+    const Plan reference = plan(p.problem, three_a_sm, PlanOptions{});
+    EXPECT_EQ(entries(result), entries(reference)) << "spread " << spread;
+    EXPECT_EQ(result.num_partial_slots, reference.num_partial_slots);
+  }
+  // A CTA count that no divisor of the heads above 1 divides: one head an item, as before.
+  LengthProblem p(std::vector<int32_t>(64, 1), std::vector<int32_t>(64, 2048), 32, 8, 128, 16,
+                  /*causal=*/false);
+  const Plan odd = plan(p.problem, {131, 3}, options);
+  ASSERT_NO_FATAL_FAILURE(check_plan(odd, p.problem, options, 393));
+  EXPECT_EQ(odd.item_heads, 1);
+  EXPECT_GT(odd.num_partial_slots, 0);
 }
 
 TEST(OneQueue, AlgorithmOnesChunksWithoutFillSplitsGiveItemsCoveringEveryKvHead) {
@@ -175,7 +210,7 @@ TEST(OneQueue, QueueOrdersEndingNearTheMeanSkipAlgorithmOne) {
   PlanOptions small = one_queue(64);
   const Plan split = plan(decode_like.problem, kH100Prefill, small);
   ASSERT_NO_FATAL_FAILURE(check_plan(split, decode_like.problem, small, 264));
-  EXPECT_EQ(split.item_heads, 1);
+  EXPECT_EQ(split.item_heads, 8);
   EXPECT_GT(split.num_partial_slots, 0);
   EXPECT_LT(queue_end_over_mean(split, small, 264), 1.03);
 }
@@ -201,7 +236,7 @@ TEST(OneQueue, AnItemsFixedCostKeepsFillSplitsFromPilingTails) {
                        /*causal=*/false);
   const Plan split = plan(longer.problem, kH100Prefill, options);
   ASSERT_NO_FATAL_FAILURE(check_plan(split, longer.problem, options, 264));
-  EXPECT_EQ(split.item_heads, 1);
+  EXPECT_EQ(split.item_heads, 8);
   EXPECT_GT(split.num_partial_slots, 0);
   EXPECT_LT(queue_end_over_mean(split, options, 264), 1.025);
   // The per-CTA plan records item_cost in each CTA's cost (check_plan sums it per item).

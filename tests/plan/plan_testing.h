@@ -124,7 +124,11 @@ inline void check_plan(const Plan& plan, const PlanProblem& problem, const PlanO
   ASSERT_EQ(plan.cta_indptr.back(), static_cast<int32_t>(plan.work_items.size()));
   ASSERT_TRUE(std::is_sorted(plan.cta_indptr.begin(), plan.cta_indptr.end()));
   ASSERT_EQ(plan.cta_cost.size(), options.one_queue ? 0u : static_cast<size_t>(plan.num_ctas));
-  ASSERT_TRUE(plan.item_heads == 1 || (options.one_queue && plan.item_heads == plan.num_kv_heads));
+  // Items over several KV heads only in one-queue plans: every head (the queue alone) or a
+  // group of them (Algorithm 1 over head groups), starting at a multiple of the group.
+  ASSERT_TRUE(plan.item_heads == 1 ||
+              (options.one_queue && plan.num_kv_heads % plan.item_heads == 0));
+  for (const WorkItem& item : plan.work_items) ASSERT_EQ(item.kv_head % plan.item_heads, 0);
   ASSERT_TRUE(plan.item_heads > 1 || !plan.head_major_queue);  // one order of one-head items
   ASSERT_EQ(plan.merge_indptr.size(), plan.merge_items.size() + 1);
   ASSERT_EQ(plan.merge_indptr.front(), 0);
