@@ -10,11 +10,25 @@
 
 #include "flare/core/error.h"
 #include "src/plan/queue.h"
+#include "src/plan/queue_bounds.h"
 #include "src/plan/schedule.h"
 #include "src/plan/tiles.h"
 
 namespace flare {
 namespace {
+
+using plan_detail::any_order_ends_near_mean;
+using plan_detail::chunk_load;
+using plan_detail::ChunkLoad;
+using plan_detail::head_major_ends_as_early;
+using plan_detail::kDecodeShapedTileRows;
+using plan_detail::queue_balances;
+using plan_detail::queue_cannot_end_near_mean;
+using plan_detail::queue_ends;
+using plan_detail::queue_ends_near_mean;
+using plan_detail::queue_head_group;
+using plan_detail::QueueCost;
+using plan_detail::QueueEnds;
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kNoCuts = std::numeric_limits<int64_t>::max();
@@ -23,10 +37,6 @@ constexpr int kMaxHeadDim = 512;
 // Costs are fixed point with 16 fraction bits (src/plan/schedule.cpp).
 constexpr float kMinCostCoefficient = 1.0f / 65536;
 constexpr float kMaxCostCoefficient = 1 << 20;
-// One-queue plans skip Algorithm 1 when the longest chunk costs at most 1/8 of a CTA's mean
-// load: a CTA takes its next entry when it ends one, so none ends more than one entry (12.5% of
-// the mean) after the mean, and longest-class-first keeps the last entries short.
-constexpr int64_t kQueueEntriesPerCta = 8;
 
 void check_head_dim(int head_dim, const char* name) {
   FLARE_CHECK(head_dim >= kMinHeadDim && head_dim <= kMaxHeadDim && head_dim % 8 == 0,
@@ -177,170 +187,6 @@ int64_t even_kv_chunk(std::span<const plan_detail::Tile> tiles,
     return 0;
   }
   return kv_chunk;
-}
-
-// PlanOptions' cost model in doubles, for the one-queue checks below.
-struct QueueCost {
-  explicit QueueCost(const PlanOptions& options)
-      : alpha(options.alpha), beta(options.beta), item(options.item_cost) {}
-
-  // A chunk's (a queue entry's) cost.
-  double chunk(double rows, double kv) const { return alpha * rows + beta * kv + item; }
-  // How far above the mean load Algorithm 1 lets a CTA end before a fill split: 2% of the mean
-  // plus one item's fixed cost (a whole tile's rows and item_cost).
-  double fill_slack(double mean, int query_tile) const {
-    return mean / plan_detail::kFillToleranceInverse + alpha * query_tile + item;
-  }
-
-  double alpha;
-  double beta;
-  double item;
-};
-
-// A one-queue plan's chunks from the tiles alone: the longest chunk's cost and the total load,
-// which counts each tile's rows and item cost once (a lower bound: a cut tile has more items).
-struct ChunkLoad {
-  double longest;
-  double total;
-};
-ChunkLoad chunk_load(const plan_detail::TileSummary& summary, int64_t tile_count,
-                     const PlanProblem& problem, const PlanOptions& options, int query_tile,
-                     int64_t kv_chunk) {
-  const QueueCost cost(options);
-  return {cost.chunk(query_tile, static_cast<double>(std::min<int64_t>(summary.longest, kv_chunk))),
-          (cost.alpha * static_cast<double>(summary.total_rows) +
-           cost.beta * static_cast<double>(summary.total_kv) +
-           cost.item * static_cast<double>(tile_count)) *
-              problem.num_kv_heads};
-}
-
-// Whether a one-queue plan's chunks need no Algorithm 1 (kQueueEntriesPerCta). A chunk has at
-// most query_tile rows.
-bool queue_balances(const ChunkLoad& load, int64_t resident_ctas) {
-  return load.longest * static_cast<double>(kQueueEntriesPerCta * resident_ctas) <= load.total;
-}
-
-// The query tile of the mma.sync family's decode-shaped items; larger tiles may take the queue
-// KV head major (plan_chunk_queue).
-constexpr int kDecodeShapedTileRows = 16;
-
-// Whether a queue of the chunks ends within Algorithm 1's fill target in any order of its
-// entries: entry j starts no later than (the cost of the entries before it) / resident CTAs, at
-// most (total - its own cost) / CTAs, so every entry ends by the mean plus (1 - 1 / CTAs) of its
-// cost; the longest chunk's within the slack bounds them all. O(1): decides head_major_queue.
-bool any_order_ends_near_mean(const ChunkLoad& load, const PlanOptions& options, int query_tile,
-                              int64_t resident_ctas) {
-  const double ctas = static_cast<double>(resident_ctas);
-  return load.longest * (1 - 1 / ctas) <=
-         QueueCost(options).fill_slack(load.total / ctas, query_tile);
-}
-
-// Bounds on the latest end of a one-queue plan's entries (item_heads entries an item, in queue
-// order), one pass over the items. Entry j starts when a CTA frees: at the launch while j <
-// resident CTAs, else no later than (the cost of the entries before j) / resident CTAs, since
-// every CTA is busy until the first one frees; it ends its own cost later. head_minor: the
-// queue as the kernel takes it by default, an item's heads one after another (its last head
-// ends last); head_major: every item under the first head, then under the next (the last head's
-// entries end last: its item i starts no later than ((heads - 1) x the cost of one head's items
-// + the cost of items 0..i-1) / CTAs).
-struct QueueEnds {
-  double mean;
-  double head_minor;
-  double head_major;
-};
-QueueEnds queue_ends(const Plan& queue, const PlanOptions& options, int64_t resident_ctas) {
-  const QueueCost costs(options);
-  const double heads_after_first = queue.item_heads - 1;
-  const double ctas = static_cast<double>(resident_ctas);
-  const int64_t items = static_cast<int64_t>(queue.work_items.size());
-  const int64_t last_head_first_entry = (queue.item_heads - 1) * items;
-  double before = 0;                 // cost of the entries before this one, head minor
-  double latest_minor = 0;           // bound on the latest end so far, head minor
-  int64_t entries = 0;               // through this item's last head, head minor
-  double one_head = 0;               // cost of items 0..i-1 under one head
-  double latest_major_shifted = 0;   // without (heads - 1) x one head's cost / CTAs
-  double latest_major_launched = 0;  // the last head's entries that start with the launch
-  for (int64_t i = 0; i < items; ++i) {
-    const WorkItem& item = queue.work_items[static_cast<size_t>(i)];
-    const double cost = costs.chunk(item.row_end - item.row_begin, item.kv_end - item.kv_begin);
-    before += heads_after_first * cost;
-    entries += queue.item_heads;
-    latest_minor = std::max(latest_minor, (entries > resident_ctas ? before / ctas : 0.0) + cost);
-    before += cost;
-    if (last_head_first_entry + i >= resident_ctas) {
-      latest_major_shifted = std::max(latest_major_shifted, one_head / ctas + cost);
-    } else {
-      latest_major_launched = std::max(latest_major_launched, cost);
-    }
-    one_head += cost;
-  }
-  return {
-      before / ctas, latest_minor,
-      std::max(latest_major_launched, heads_after_first * one_head / ctas + latest_major_shifted)};
-}
-
-// Whether the queue as taken by default ends within Algorithm 1's fill target of its mean load:
-// within 2% above the mean plus the fixed cost of one item (the slack Algorithm 1 allows before a
-// fill split), Algorithm 1 cannot balance better by more than that. A long causal request (b1
-// q4096, 1,024 entries) plans in a tenth of the time Algorithm 1 takes (docs/perf.md,
-// twenty-fourth session).
-bool queue_ends_near_mean(const QueueEnds& ends, const PlanOptions& options, int query_tile) {
-  return ends.head_minor <= ends.mean + QueueCost(options).fill_slack(ends.mean, query_tile);
-}
-
-// Whether the queue taken KV head major ends within Algorithm 1's fill slack of the later of
-// the mean load and its end taken head minor.
-bool head_major_ends_as_early(const QueueEnds& ends, const PlanOptions& options, int query_tile) {
-  return ends.head_major <= std::max(ends.head_minor, ends.mean) +
-                                QueueCost(options).fill_slack(ends.mean, query_tile);
-}
-
-// Whether queue_ends_near_mean must fail, known from the tiles without building the queue: with
-// more entries than CTAs, its bound on the last entry's end is the mean plus (1 - 1 / CTAs) of
-// that entry's cost, which is at least the cheapest chunk's (alpha x its tile's rows + beta x
-// the tile's first or last chunk: those between are kv_chunk long). Spares Algorithm-1 plans
-// the queue they would discard (b64 q1 kv2048: two entries a CTA end 3% past the mean; b16 q16
-// kv4096: the tiles' 96-token tails).
-bool queue_cannot_end_near_mean(std::span<const plan_detail::Tile> tiles,
-                                const PlanProblem& problem, const PlanOptions& options,
-                                int query_tile, int64_t kv_chunk, int64_t chunks,
-                                int64_t resident_ctas) {
-  if (chunks * problem.num_kv_heads <= resident_ctas) return false;
-  const QueueCost cost(options);
-  double total = 0;  // cost of every chunk, one KV head
-  double cheapest = std::numeric_limits<double>::max();
-  for (const plan_detail::Tile& tile : tiles) {
-    const int64_t length = tile.kv_end - tile.kv_begin;
-    const double rows = tile.row_end - tile.row_begin;
-    int64_t count = 1;
-    int64_t shortest = length;
-    if (tile.kv_end > kv_chunk) {  // the rare cut tile: divisions
-      const int64_t first_end = (tile.kv_begin / kv_chunk + 1) * kv_chunk;
-      const int64_t last_begin = (tile.kv_end - 1) / kv_chunk * kv_chunk;
-      count = plan_detail::chunk_count(tile.kv_begin, tile.kv_end, kv_chunk);
-      shortest = std::min(first_end - tile.kv_begin, tile.kv_end - last_begin);
-    }
-    cheapest = std::min(cheapest, cost.chunk(rows, static_cast<double>(shortest)));
-    total += (cost.alpha * rows + cost.item) * static_cast<double>(count) +
-             cost.beta * static_cast<double>(length);
-  }
-  const double ctas = static_cast<double>(resident_ctas);
-  const double mean = total * problem.num_kv_heads / ctas;
-  return cheapest * (1 - 1 / ctas) > cost.fill_slack(mean, query_tile);
-}
-
-// The KV heads of one work item when a one-queue plan runs Algorithm 1: the largest divisor of
-// the KV heads that also divides the CTAs. The kernel's CTAs take an item's heads as consecutive
-// queue entries, so the group's heads start together on as many CTAs and carry the same cost:
-// Algorithm 1 over num_kv_heads / g head groups on num_ctas / g CTAs is the per-head problem's
-// g-fold symmetric schedule, with the same loads, the same cuts under every head of a group and
-// g times fewer pieces to assign and sort (NVFP4 b64 q1 kv2048, 8 KV heads on 396 CTAs: 908 ->
-// 227 pieces; docs/perf.md, thirty-fourth session).
-int queue_head_group(int num_kv_heads, int num_ctas) {
-  for (int group = num_kv_heads; group > 1; --group) {
-    if (num_kv_heads % group == 0 && num_ctas % group == 0) return group;
-  }
-  return 1;
 }
 
 // Scratch kept per thread: planning each decode step reuses it and allocates nothing.
