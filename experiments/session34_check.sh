@@ -31,6 +31,10 @@ if [ "$stage" = t5 ]; then  # T5's far tiles on the affine-logits path (kLogitsA
     --libraries flare,flex --lengths 2048,4096,8192,16384 \
     --variants causal,alibi,relative_bias --calls 10 2>&1 | grep -E "^\|")
 fi
+if [ "$stage" = verify ]; then  # the t5-affine branch: variant tests, then every GPU test
+  timeout 200 scripts/gpu_check_python.sh "$OUT/py_variant" -q -k "variant" 2>&1 | tail -n 3
+  OUT=$OUT/gpu_check timeout 380 scripts/gpu_check.sh tests 2>&1 | grep -E "passed|exit|SUMMARY|status"
+fi
 if [ "$stage" = python ]; then
   timeout 400 scripts/gpu_check_python.sh "$OUT/py_tests" -q \
     -k "prefill or cascade or sparse or nvfp4" 2>&1 | tail -n 3

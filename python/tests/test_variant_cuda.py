@@ -339,6 +339,8 @@ def masked_reference(q, k, v, qo_lens, kv_lens, visible, bias=None):
 def t5_bucket(n, max_distance):
     """transformers' _relative_position_bucket(bidirectional=False, 32 buckets) of n = i - j."""
     n = n.clamp(min=0)
+    if max_distance <= 16:  # every n >= 16 is past max_distance: the last bucket
+        return torch.where(n < 16, n, torch.full_like(n, 31))
     large = 16 + (torch.log(n.float().clamp(min=1) / 16) / math.log(max_distance / 16) * 16).long()
     return torch.where(n < 16, n, large.clamp(max=31))
 
