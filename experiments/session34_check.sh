@@ -6,10 +6,11 @@
 #     and BatchPrefill::plan()'s host time (experiments/plan_queue_ab.sh), then plan()'s host
 #     time through Python from both installs in turn (experiments/plan_py_one.py).
 #   tests: scripts/gpu_check.sh tests. python: the Python GPU tests of the prefill, cascade,
-#     block-sparse and NVFP4 wrappers.
+#     block-sparse and NVFP4 wrappers. t5: the Python variant GPU tests and bench_variants' T5
+#     bias, ALiBi and causal rows next to FlexAttention (T5's far tiles as affine logits).
 # Usage (GPU machine, OUT set; the base tree made here with
 #   mkdir -p .scratch/base && git archive <base> | tar -x -C .scratch/base, carried):
-#   bash experiments/session34_check.sh ab .scratch/base | tests | python
+#   bash experiments/session34_check.sh ab .scratch/base | tests | python | t5
 set -uo pipefail
 stage=${1:?ab|tests}
 cd "$(dirname "$0")/.."
@@ -23,6 +24,16 @@ if [ "$stage" = ab ]; then
 fi
 if [ "$stage" = tests ]; then
   OUT=$OUT/gpu_check timeout 480 scripts/gpu_check.sh tests 2>&1 | tail -n 40
+fi
+if [ "$stage" = t5 ]; then  # T5's far tiles on the affine-logits path (kLogitsAffineOnSomeKeys)
+  timeout 300 scripts/gpu_check_python.sh "$OUT/py_t5" -q -k "variant" 2>&1 | tail -n 3
+  (cd /tmp && PYTHONPATH=$OLDPWD/scripts timeout 240 python3 "$OLDPWD/scripts/bench_variants.py" \
+    --libraries flare,flex --lengths 2048,4096,8192,16384 \
+    --variants causal,alibi,relative_bias --calls 10 2>&1 | grep -E "^\|")
+fi
+if [ "$stage" = verify ]; then  # the t5-affine branch: variant tests, then every GPU test
+  timeout 200 scripts/gpu_check_python.sh "$OUT/py_variant" -q -k "variant" 2>&1 | tail -n 3
+  OUT=$OUT/gpu_check timeout 380 scripts/gpu_check.sh tests 2>&1 | grep -E "passed|exit|SUMMARY|status"
 fi
 if [ "$stage" = python ]; then
   timeout 400 scripts/gpu_check_python.sh "$OUT/py_tests" -q \

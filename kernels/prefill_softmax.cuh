@@ -88,16 +88,19 @@ __device__ __forceinline__ void rescale_output(RowState& acc, const OutputRescal
   }
 }
 
-// Online softmax update over this warp's S tile; s becomes the probabilities and the returned
-// factors are what O must be scaled by before this tile's P.V (the Hopper family applies them
-// after the previous tile's P.V finishes). kBegin / kEnd: the key checks of visible() the tile
-// needs (none: every key is visible to every row of the warp).
-template <bool kBegin, bool kEnd>
-__device__ __forceinline__ OutputRescale softmax_scores(const PrefillParams& p,
-                                                        const ItemGeometry& g, const RowInfo& rows,
-                                                        int first_col,
-                                                        float (&s)[T::kMmaQ][T::kTilesS][4],
-                                                        RowStats& st) {
+// Per row of the thread (mi, h): the logit at its first column and the slope per key, where a
+// tile's logits are affine in the KV position (kAffineLogits, kAffineLogitsOnSomeKeys).
+struct AffineLogits {
+  float base[T::kMmaQ][2];
+  float slope[T::kMmaQ][2];
+};
+
+// softmax_scores below, with the tile's logits taken as two FMAs from `affine` (kAffine) or
+// from the variant's logits_transform per logit.
+template <bool kBegin, bool kEnd, bool kAffine>
+__device__ __forceinline__ OutputRescale
+softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& rows, int first_col,
+                  float (&s)[T::kMmaQ][T::kTilesS][4], RowStats& st, const AffineLogits& affine) {
   OutputRescale r;
   r.any = false;
   const float q_scale = score_scale(p);
@@ -131,21 +134,15 @@ __device__ __forceinline__ OutputRescale softmax_scores(const PrefillParams& p,
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = negative_infinity();
-      // Logits affine in the KV position (variant.cuh, has_affine_logits): the row's term at
-      // this thread's first column, then per logit slope * (its offset, a constant) on top.
-      float affine_base = 0.0f, affine_slope = 0.0f;
-      if constexpr (kAffineLogits) {
-        affine_base = rows.variant[mi][h].logits_transform(p.variant, 0.0f, first_col);
-        affine_slope = rows.variant[mi][h].logits_kv_slope();
-      }
 #pragma unroll
       for (int nj = 0; nj < T::kTilesS; ++nj) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int pos = first_col + nj * 8 + e;
           float x = s[mi][nj][2 * h + e];
-          if constexpr (kAffineLogits) {
-            x = fmaf(x, q_scale, fmaf(affine_slope, static_cast<float>(nj * 8 + e), affine_base));
+          if constexpr (kAffine) {  // the row's term at the first column, slope * offset on top
+            x = fmaf(x, q_scale,
+                     fmaf(affine.slope[mi][h], static_cast<float>(nj * 8 + e), affine.base[mi][h]));
           } else if constexpr (!kLinearLogits) {
             x = rows.variant[mi][h].logits_transform(p.variant, x * q_scale, pos);
           }
@@ -186,6 +183,49 @@ __device__ __forceinline__ OutputRescale softmax_scores(const PrefillParams& p,
   }
   r.any = __any_sync(0xffffffffu, any_moved);
   return r;
+}
+
+// Online softmax update over this warp's S tile; s becomes the probabilities and the returned
+// factors are what O must be scaled by before this tile's P.V (the Hopper family applies them
+// after the previous tile's P.V finishes). kBegin / kEnd: the key checks of visible() the tile
+// needs (none: every key is visible to every row of the warp). Logits affine in the KV position
+// (variant.cuh, has_affine_logits: every tile; has_affine_logits_on_some_keys: the tiles where
+// every row of the warp says so for its columns, one warp-uniform choice a tile) take two FMAs
+// a logit.
+template <bool kBegin, bool kEnd>
+__device__ __forceinline__ OutputRescale softmax_scores(const PrefillParams& p,
+                                                        const ItemGeometry& g, const RowInfo& rows,
+                                                        int first_col,
+                                                        float (&s)[T::kMmaQ][T::kTilesS][4],
+                                                        RowStats& st) {
+  AffineLogits affine;
+  if constexpr (kAffineLogits) {
+#pragma unroll
+    for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        affine.base[mi][h] = rows.variant[mi][h].logits_transform(p.variant, 0.0f, first_col);
+        affine.slope[mi][h] = rows.variant[mi][h].logits_kv_slope();
+      }
+    }
+    return softmax_scores_as<kBegin, kEnd, true>(p, g, rows, first_col, s, st, affine);
+  } else if constexpr (kAffineLogitsOnSomeKeys) {
+    bool every_row = true;
+#pragma unroll
+    for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        every_row = rows.variant[mi][h].logits_affine_on(p.variant, first_col,
+                                                         first_col + (T::kTilesS - 1) * 8 + 1,
+                                                         affine.base[mi][h], affine.slope[mi][h]) &&
+                    every_row;
+      }
+    }
+    if (__all_sync(0xffffffffu, every_row)) {
+      return softmax_scores_as<kBegin, kEnd, true>(p, g, rows, first_col, s, st, affine);
+    }
+  }
+  return softmax_scores_as<kBegin, kEnd, false>(p, g, rows, first_col, s, st, affine);
 }
 
 template <bool kBegin, bool kEnd>

@@ -130,6 +130,10 @@ constexpr bool kLinearLogits = has_linear_logits<Variant>;
 // family's softmax. The mma.sync family keeps logits_transform per logit: at its 128-row tiles
 // the row's base beside the variant's state spilled 8-16 bytes on sm_90a (CI's compile test).
 constexpr bool kAffineLogits = T::kWarpgroup && !kLinearLogits && has_affine_logits<Variant>;
+// Affine on the key ranges the variant names (has_affine_logits_on_some_keys: T5's far keys): the
+// same two FMAs there, logits_transform per logit elsewhere; the Hopper family only, as above.
+constexpr bool kAffineLogitsOnSomeKeys =
+    T::kWarpgroup && !kLinearLogits && !kAffineLogits && has_affine_logits_on_some_keys<Variant>;
 
 // The factor of q.k in the logits: the variant's query_scale, times 2^8 where the NVFP4 kernels'
 // K holds 2^-8 of its values (prefill_nvfp4_load.cuh convert_nvfp4_rows). Exact (a power of two),

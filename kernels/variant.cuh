@@ -59,6 +59,11 @@
 //   static constexpr bool kLogitsAffineInKvPos;      optional, with float logits_kv_slope()
 //                                                    const: logits affine in kv_pos per row
 //                                                    (ALiBi; has_affine_logits below)
+//   static constexpr bool kLogitsAffineOnSomeKeys;   optional, with bool logits_affine_on(
+//                                                    const VariantParams&, int kv_first, int
+//                                                    kv_last, float& base, float& slope)
+//                                                    const: the same on the key ranges where it
+//                                                    returns true (T5's far buckets; below)
 // Hooks no family calls (general query/key/output transforms) are rejected at compile time
 // rather than ignored (VariantHookCheck below).
 //
@@ -116,6 +121,10 @@ struct VariantBase {
   __device__ bool logits_mask(int) const { return true; }
   // Read only where kLogitsAffineInKvPos is declared true (has_affine_logits below).
   __device__ float logits_kv_slope() const { return 0.0f; }
+  // Read only where kLogitsAffineOnSomeKeys is (has_affine_logits_on_some_keys below).
+  __device__ bool logits_affine_on(const VariantParams&, int, int, float&, float&) const {
+    return false;
+  }
 };
 
 namespace variant_detail {
@@ -170,6 +179,8 @@ namespace variant_detail {
 FLARE_VARIANT_OPTIONAL_FLAG(mask_is_visible_end, kMaskIsVisibleEnd);
 // Whether V's logits are affine in the KV position (has_affine_logits below).
 FLARE_VARIANT_OPTIONAL_FLAG(affine_logits, kLogitsAffineInKvPos);
+// Whether they are on the key ranges logits_affine_between says (has_affine_logits_on_some_keys).
+FLARE_VARIANT_OPTIONAL_FLAG(affine_logits_on_some_keys, kLogitsAffineOnSomeKeys);
 #undef FLARE_VARIANT_OPTIONAL_FLAG
 }  // namespace variant_detail
 // Whether a kernel must check V's mask on every key (not only around visible_begin or
@@ -204,6 +215,20 @@ constexpr bool has_linear_logits = variant_detail::linear_logits<V>::value;
 // logits_transform per logit as before (memory-bound).
 template <class V>
 constexpr bool has_affine_logits = variant_detail::affine_logits<V>::value;
+
+// Optional, for logits affine in the KV position on some keys of a row only: a variant may declare
+// `static constexpr bool kLogitsAffineOnSomeKeys = true;` with `__device__ bool
+// logits_affine_on(const VariantParams& p, int kv_first, int kv_last, float& base, float&
+// slope) const`, true only when for every kv_pos in [kv_first, kv_last] logits_transform(p, s,
+// kv_pos) is s + base + slope * (kv_pos - kv_first), with base and slope set. The Hopper
+// family's softmax asks once per row and tile for the thread's columns and, where true, takes the
+// two-FMA path of has_affine_logits; elsewhere logits_transform per logit. T5's relative
+// position bias is one constant per row past max_distance (its last bucket): all but the few
+// tiles near the diagonal of a long row (docs/perf.md, thirty-fourth session). The other
+// families call logits_transform per logit.
+template <class V>
+constexpr bool has_affine_logits_on_some_keys =
+    variant_detail::affine_logits_on_some_keys<V>::value;
 
 // Hooks no family honours: a compile error (which plan() raises with NVRTC's log) rather than a
 // silent skip. Each family header instantiates it for its Variant. The q and k transforms

@@ -339,6 +339,8 @@ def masked_reference(q, k, v, qo_lens, kv_lens, visible, bias=None):
 def t5_bucket(n, max_distance):
     """transformers' _relative_position_bucket(bidirectional=False, 32 buckets) of n = i - j."""
     n = n.clamp(min=0)
+    if max_distance <= 16:  # every n >= 16 is past max_distance: the last bucket
+        return torch.where(n < 16, n, torch.full_like(n, 31))
     large = 16 + (torch.log(n.float().clamp(min=1) / 16) / math.log(max_distance / 16) * 16).long()
     return torch.where(n < 16, n, large.clamp(max=31))
 
@@ -384,6 +386,32 @@ def test_library_prefix_lm_and_relative_position_bias():
                     q_data_type=torch.bfloat16, variant=rpb)
         out = decode.run(qd, cache.cache, table=table, max_distance=64.0)
         assert (out.double() - expected).abs().max().item() <= 2e-2, use_tensor_cores
+
+
+@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+@pytest.mark.parametrize("max_distance", [16.0, 100.0])
+def test_relative_position_bias_far_tiles(backend, max_distance):
+    """T5's bias on rows long enough that most of their tiles lie past max_distance (one
+    constant a row: the Hopper family's affine-logits path on those tiles, logits_transform per
+    logit on the tiles that straddle max_distance), both prefill families, against float64."""
+    if backend == "fa3" and torch.cuda.get_device_capability(DEVICE) != (9, 0):
+        pytest.skip("the Hopper family needs sm_90")
+    generator = torch.Generator().manual_seed(31)
+    qo_lens, kv_lens = [700, 1, 257], [1100, 900, 257]
+    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    qo = torch.tensor([0, 700, 701, 958], dtype=torch.int32)
+    kv = torch.tensor([0, 1100, 2000, 2257], dtype=torch.int32)
+    table = torch.randn(8, 32, generator=generator).to(DEVICE)
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace(), backend=backend)
+    wrapper.plan(qo, kv, 8, 2, 128, causal=True, q_data_type=torch.bfloat16,
+                 variant=flare.variants.relative_position_bias())
+    out = wrapper.run(q, k, v, table=table, max_distance=max_distance)
+    expected = masked_reference(
+        q, k, v, qo_lens, kv_lens, lambda r, i, j: j <= i,
+        bias=lambda r, i, j: table.double()[:, t5_bucket(i - j, max_distance)])
+    assert (out.double() - expected).abs().max().item() <= 2e-2
 
 
 def test_library_document_mask():

@@ -58,8 +58,10 @@ UserVariant relative_position_bias() {
   // n = max(i - j, 0); n < 16 exact; else 16 + log(n / 16) / log(max_distance / 16) * 16,
   // at most 31, which every n >= max_distance reaches: those keys (all but the nearest
   // max_distance of a long row) take the row's last bucket from a register, without a
-  // logarithm or a table load. The bucket is in [0, 31] whatever max_distance holds (at most
-  // 16: every n >= 16 takes bucket 31).
+  // logarithm or a table load, and a key range of only those is affine in the KV position
+  // (slope 0: kLogitsAffineOnSomeKeys), so the Hopper prefill takes its two-FMA logits there.
+  // The bucket is in [0, 31] whatever max_distance holds (at most 16: every n >= 16 takes
+  // bucket 31).
   v.source = R"(
 struct Variant : flare::VariantBase {
   // Three registers per row (the decode loops keep several rows per thread); the scale of the
@@ -72,9 +74,20 @@ struct Variant : flare::VariantBase {
     q_pos = row.q_pos;
     far_bias = __ldg(Tensors::table(p) + row_offset + 31) * flare::kLog2e;
   }
+  __device__ static bool far(const flare::VariantParams& p, int n) {
+    return n >= 16 && static_cast<float>(n) >= Scalars::max_distance(p);
+  }
+  static constexpr bool kLogitsAffineOnSomeKeys = true;
+  // Every key of [kv_first, kv_last] in the last bucket (the nearest one is): s + far_bias.
+  __device__ bool logits_affine_on(const flare::VariantParams& p, int, int kv_last, float& base,
+                                   float& slope) const {
+    base = far_bias;
+    slope = 0.0f;
+    return far(p, q_pos - kv_last);
+  }
   __device__ float logits_transform(const flare::VariantParams& p, float s, int kv_pos) const {
     const int n = q_pos > kv_pos ? q_pos - kv_pos : 0;
-    if (n >= 16 && static_cast<float>(n) >= Scalars::max_distance(p)) return s + far_bias;
+    if (far(p, n)) return s + far_bias;
     int bucket = n;
     if (n >= 16) {  // here max_distance > n >= 16: the logarithm below is positive
       // A fast reciprocal, not '/': IEEE division calls a slow-path subroutine per score,
@@ -122,10 +135,10 @@ struct Variant : flare::VariantBase {
 
 std::vector<int32_t> document_starts(const std::vector<int32_t>& document_id, int64_t rows,
                                      int64_t columns) {
-  FLARE_CHECK(rows >= 0 && columns >= 0 &&
-                  static_cast<int64_t>(document_id.size()) == rows * columns,
-              ErrorCode::kInvalidArgument, "flare::variants::document_starts: document_id holds ",
-              document_id.size(), " ids, not rows * columns = ", rows, " * ", columns);
+  FLARE_CHECK(
+      rows >= 0 && columns >= 0 && static_cast<int64_t>(document_id.size()) == rows * columns,
+      ErrorCode::kInvalidArgument, "flare::variants::document_starts: document_id holds ",
+      document_id.size(), " ids, not rows * columns = ", rows, " * ", columns);
   std::vector<int32_t> starts(document_id.size());
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t* ids = document_id.data() + r * columns;

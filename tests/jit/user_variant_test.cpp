@@ -38,7 +38,9 @@ using testing::prefill_config;
 // prefills (128x64: what long prefills run), in the mask mode the variant is planned with:
 // prefix-LM's own mask replaces the causal one (with the causal mask too, a combination that
 // computes plain causal attention, its 128x64 kernels spill 32-112 bytes).
-std::vector<jit::KernelSpec> specs_of(const UserVariant& variant) {
+// Every family's kernels of `variant`; with `hopper`, the Hopper prefill family's tiles too
+// (sm_90a only).
+std::vector<jit::KernelSpec> specs_of(const UserVariant& variant, bool hopper = false) {
   std::vector<jit::KernelSpec> specs;
   for (const bool tc : {false, true})
     specs.push_back(batch_decode_kernels(decode_config(variant, tc)).decode);
@@ -47,6 +49,10 @@ std::vector<jit::KernelSpec> specs_of(const UserVariant& variant) {
     if (variant.name == "prefix_lm") config.params.mask = MaskMode::kNone;
     for (const PrefillTiles tiles :
          {PrefillTiles{16, 64}, PrefillTiles{128, 32}, PrefillTiles{128, 64}}) {
+      specs.push_back(batch_prefill_kernels(config, tiles).prefill);
+    }
+    if (!hopper) continue;
+    for (const PrefillTiles tiles : {PrefillTiles{64, 64, true}, PrefillTiles{128, 128, true}}) {
       specs.push_back(batch_prefill_kernels(config, tiles).prefill);
     }
   }
@@ -162,8 +168,12 @@ UserVariant variant_named(const std::string& name) {
 }
 
 TEST_P(UserVariantFamilies, EveryFamilyCompilesWithoutSpills) {
-  const std::vector<jit::KernelSpec> specs = specs_of(variant_named(GetParam()));
   for (const char* arch : {"sm_80", "sm_90a"}) {
+    // The Hopper family for the variants with its own paths (the affine logits), sm_90a only.
+    const std::string name = GetParam();
+    const bool hopper = std::string(arch) == "sm_90a" &&
+                        (name == "alibi" || name == "library:relative_position_bias");
+    const std::vector<jit::KernelSpec> specs = specs_of(variant_named(name), hopper);
     const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 1);
     for (size_t i = 0; i < specs.size(); ++i) {
       flare::testing::expect_shipped_usage(results[i], specs[i].label + " on " + arch);
