@@ -133,6 +133,43 @@ TEST_P(CascadePlan, ExecutesLikeLevelsMerged) {
   }
 }
 
+// 4 KV heads on CTA counts that 2 divides but 4 does not: where Algorithm 1 runs (here on 50 and
+// 66 CTAs for most shapes), its items cover 2 of the 4 heads (plan/plan.h), and the merge map
+// lists each head's chunks.
+TEST(CascadePlan, ItemsOverPartOfTheHeadsExecuteLikeLevelsMerged) {
+  const int kv_heads = 4, group = 2;
+  int part_head_plans = 0;
+  for (int shape_index = 0; shape_index < 6; ++shape_index) {
+    const Shape& shape = kShapes[shape_index];
+    const uint64_t seed = 900 + static_cast<uint64_t>(shape_index);
+    testing::CascadeCase c(
+        testing::random_cascade(shape.levels, shape.requests, shape.q_min, shape.q_max,
+                                shape.max_prefix, shape.max_suffix, shape.causal, seed),
+        group * kv_heads, kv_heads, kHeadDim, 16, DType::kF32, seed);
+    const std::vector<CascadeLevelLengths> levels = c.lengths();
+    CascadeBatch batch;
+    cascade_batch(levels, shape.causal, batch);
+    for (const int ctas : {6, 50, 66}) {
+      const Plan plan =
+          plan_cascade_lengths(batch, group * kv_heads, kv_heads, 16, shape.causal, ctas, 16);
+      part_head_plans += plan.item_heads == 2;
+      expect_rows_written_once(plan, batch, group);
+      HostTensor o(DType::kF32, {c.total_q, group * kv_heads, kHeadDim});
+      HostTensor lse(DType::kF32, {c.total_q, group * kv_heads});
+      testing::poison(o.view());
+      testing::poison(lse.view());
+      execute_cascade_cpu(plan, batch, c.problems, {o.view(), lse.view()});
+      HostTensor want_o(DType::kF32, {c.total_q, group * kv_heads, kHeadDim});
+      HostTensor want_lse(DType::kF32, {c.total_q, group * kv_heads});
+      c.oracle(want_o.view(), want_lse.view());
+      const std::string what = std::string(shape.name) + " ctas " + std::to_string(ctas);
+      EXPECT_LE(testing::max_abs_error(o.view(), want_o.view()), 1e-4) << what;
+      EXPECT_LE(testing::max_abs_error(lse.view(), want_lse.view()), 1e-4) << what;
+    }
+  }
+  EXPECT_GT(part_head_plans, 0) << "no plan had items over part of the heads";
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CascadePlan,
                          ::testing::Combine(::testing::Range(0, 6), ::testing::Values(1, 4, 8),
                                             ::testing::Values(1, 16),
