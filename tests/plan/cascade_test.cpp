@@ -98,6 +98,41 @@ const Shape kShapes[] = {
 
 using Param = std::tuple<int, int, int, int>;  // shape, group, page size, CTAs
 
+// A cascade of kShapes[shape_index] with `kv_heads` KV heads and `group` query heads each, its
+// batch built.
+struct ShapeCase {
+  testing::CascadeCase c;
+  CascadeBatch batch;
+
+  ShapeCase(const Shape& shape, int group, int kv_heads, int page_size, uint64_t seed)
+      : c(testing::random_cascade(shape.levels, shape.requests, shape.q_min, shape.q_max,
+                                  shape.max_prefix, shape.max_suffix, shape.causal, seed),
+          group * kv_heads, kv_heads, kHeadDim, page_size, DType::kF32, seed) {
+    const std::vector<CascadeLevelLengths> levels = c.lengths();
+    cascade_batch(levels, shape.causal, batch);
+  }
+};
+
+// `plan` writes every row once and, run by the CPU executor, gives the levels merged (float64
+// oracle).
+void expect_executes_like_levels_merged(const Plan& plan, const ShapeCase& sc, int group,
+                                        const std::string& what) {
+  expect_rows_written_once(plan, sc.batch, group);
+  const int64_t heads = int64_t{group} * plan.num_kv_heads;
+  HostTensor o(DType::kF32, {sc.c.total_q, heads, kHeadDim});
+  HostTensor lse(DType::kF32, {sc.c.total_q, heads});
+  testing::poison(o.view());
+  testing::poison(lse.view());
+  execute_cascade_cpu(plan, sc.batch, sc.c.problems, {o.view(), lse.view()});
+  HostTensor want_o(DType::kF32, {sc.c.total_q, heads, kHeadDim});
+  HostTensor want_lse(DType::kF32, {sc.c.total_q, heads});
+  sc.c.oracle(want_o.view(), want_lse.view());
+  EXPECT_LE(testing::max_abs_error(o.view(), want_o.view()), 1e-4) << what;
+  // -inf rows (no key in any level) must match exactly; error_stats treats equal infinities
+  // as equal.
+  EXPECT_LE(testing::max_abs_error(lse.view(), want_lse.view()), 1e-4) << what;
+}
+
 class CascadePlan : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CascadePlan, ExecutesLikeLevelsMerged) {
@@ -105,31 +140,12 @@ TEST_P(CascadePlan, ExecutesLikeLevelsMerged) {
   const Shape& shape = kShapes[shape_index];
   const int kv_heads = 2;
   const uint64_t seed = 100 + static_cast<uint64_t>(shape_index * 7 + group + page_size + ctas);
-  testing::CascadeCase c(
-      testing::random_cascade(shape.levels, shape.requests, shape.q_min, shape.q_max,
-                              shape.max_prefix, shape.max_suffix, shape.causal, seed),
-      group * kv_heads, kv_heads, kHeadDim, page_size, DType::kF32, seed);
-  const std::vector<CascadeLevelLengths> levels = c.lengths();
-  CascadeBatch batch;
-  cascade_batch(levels, shape.causal, batch);
+  const ShapeCase sc(shape, group, kv_heads, page_size, seed);
   for (const int query_tile : {16, 64}) {
-    const Plan plan = plan_cascade_lengths(batch, group * kv_heads, kv_heads, page_size,
+    const Plan plan = plan_cascade_lengths(sc.batch, group * kv_heads, kv_heads, page_size,
                                            shape.causal, ctas, query_tile);
-    expect_rows_written_once(plan, batch, group);
-
-    HostTensor o(DType::kF32, {c.total_q, group * kv_heads, kHeadDim});
-    HostTensor lse(DType::kF32, {c.total_q, group * kv_heads});
-    testing::poison(o.view());
-    testing::poison(lse.view());
-    execute_cascade_cpu(plan, batch, c.problems, {o.view(), lse.view()});
-    HostTensor want_o(DType::kF32, {c.total_q, group * kv_heads, kHeadDim});
-    HostTensor want_lse(DType::kF32, {c.total_q, group * kv_heads});
-    c.oracle(want_o.view(), want_lse.view());
-    const std::string what = std::string(shape.name) + " tile " + std::to_string(query_tile);
-    EXPECT_LE(testing::max_abs_error(o.view(), want_o.view()), 1e-4) << what;
-    // -inf rows (no key in any level) must match exactly; error_stats treats equal infinities
-    // as equal.
-    EXPECT_LE(testing::max_abs_error(lse.view(), want_lse.view()), 1e-4) << what;
+    expect_executes_like_levels_merged(
+        plan, sc, group, std::string(shape.name) + " tile " + std::to_string(query_tile));
   }
 }
 
@@ -141,30 +157,13 @@ TEST(CascadePlan, ItemsOverPartOfTheHeadsExecuteLikeLevelsMerged) {
   int part_head_plans = 0;
   for (int shape_index = 0; shape_index < 6; ++shape_index) {
     const Shape& shape = kShapes[shape_index];
-    const uint64_t seed = 900 + static_cast<uint64_t>(shape_index);
-    testing::CascadeCase c(
-        testing::random_cascade(shape.levels, shape.requests, shape.q_min, shape.q_max,
-                                shape.max_prefix, shape.max_suffix, shape.causal, seed),
-        group * kv_heads, kv_heads, kHeadDim, 16, DType::kF32, seed);
-    const std::vector<CascadeLevelLengths> levels = c.lengths();
-    CascadeBatch batch;
-    cascade_batch(levels, shape.causal, batch);
+    const ShapeCase sc(shape, group, kv_heads, 16, 900 + static_cast<uint64_t>(shape_index));
     for (const int ctas : {6, 50, 66}) {
       const Plan plan =
-          plan_cascade_lengths(batch, group * kv_heads, kv_heads, 16, shape.causal, ctas, 16);
+          plan_cascade_lengths(sc.batch, group * kv_heads, kv_heads, 16, shape.causal, ctas, 16);
       part_head_plans += plan.item_heads == 2;
-      expect_rows_written_once(plan, batch, group);
-      HostTensor o(DType::kF32, {c.total_q, group * kv_heads, kHeadDim});
-      HostTensor lse(DType::kF32, {c.total_q, group * kv_heads});
-      testing::poison(o.view());
-      testing::poison(lse.view());
-      execute_cascade_cpu(plan, batch, c.problems, {o.view(), lse.view()});
-      HostTensor want_o(DType::kF32, {c.total_q, group * kv_heads, kHeadDim});
-      HostTensor want_lse(DType::kF32, {c.total_q, group * kv_heads});
-      c.oracle(want_o.view(), want_lse.view());
-      const std::string what = std::string(shape.name) + " ctas " + std::to_string(ctas);
-      EXPECT_LE(testing::max_abs_error(o.view(), want_o.view()), 1e-4) << what;
-      EXPECT_LE(testing::max_abs_error(lse.view(), want_lse.view()), 1e-4) << what;
+      expect_executes_like_levels_merged(plan, sc, group,
+                                         std::string(shape.name) + " ctas " + std::to_string(ctas));
     }
   }
   EXPECT_GT(part_head_plans, 0) << "no plan had items over part of the heads";
