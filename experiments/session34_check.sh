@@ -8,11 +8,12 @@
 #   tests: scripts/gpu_check.sh tests. python: the Python GPU tests of the prefill, cascade,
 #     block-sparse and NVFP4 wrappers. t5: the Python variant GPU tests and bench_variants' T5
 #     bias, ALiBi and causal rows next to FlexAttention (T5's far tiles as affine logits).
+#     verify: the variant GPU tests, then scripts/gpu_check.sh tests (one call).
 # Usage (GPU machine, OUT set; the base tree made here with
 #   mkdir -p .scratch/base && git archive <base> | tar -x -C .scratch/base, carried):
-#   bash experiments/session34_check.sh ab .scratch/base | tests | python | t5
+#   bash experiments/session34_check.sh ab .scratch/base | tests | python | t5 | verify
 set -uo pipefail
-stage=${1:?ab|tests}
+stage=${1:?ab|tests|python|t5|verify}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"

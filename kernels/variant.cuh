@@ -179,7 +179,7 @@ namespace variant_detail {
 FLARE_VARIANT_OPTIONAL_FLAG(mask_is_visible_end, kMaskIsVisibleEnd);
 // Whether V's logits are affine in the KV position (has_affine_logits below).
 FLARE_VARIANT_OPTIONAL_FLAG(affine_logits, kLogitsAffineInKvPos);
-// Whether they are on the key ranges logits_affine_between says (has_affine_logits_on_some_keys).
+// Whether they are on the key ranges logits_affine_on accepts (has_affine_logits_on_some_keys).
 FLARE_VARIANT_OPTIONAL_FLAG(affine_logits_on_some_keys, kLogitsAffineOnSomeKeys);
 #undef FLARE_VARIANT_OPTIONAL_FLAG
 }  // namespace variant_detail
