@@ -156,7 +156,7 @@ __device__ __forceinline__ void write_item_shared(const PrefillParams& p, const 
 __device__ __forceinline__ void gather_mask_bits(const PrefillParams& p, const ItemShared& shared,
                                                  int first_col,
                                                  unsigned (&bits)[RowInfo::kMaskWords]) {
-  const ItemGeometry& g = shared.record.g;
+  const ItemGeometry& g = item_record(shared).g;
 #pragma unroll
   for (int w = 0; w < RowInfo::kMaskWords; ++w) bits[w] = 0;
 #pragma unroll
@@ -196,9 +196,10 @@ __device__ __forceinline__ RowInfo row_info(const PrefillParams& p, const ItemSh
       const int r = local_row(mi, h);
       rows.q_pos[mi][h] = shared.row_q_pos[r];
       const int qo_head = shared.row_qo_head[r];
-      const ItemGeometry& g = shared.record.g;
+      const ItemRecord& record = item_record(shared);
+      const ItemGeometry& g = record.g;
       rows.variant[mi][h].init(p.variant,
-                               {shared.record.item.request, qo_head, qo_head / p.group_size,
+                               {record.item.request, qo_head, qo_head / p.group_size,
                                 rows.q_pos[mi][h], g.kv_len, g.kv_len - g.q_offset});
     }
   }
@@ -255,7 +256,7 @@ __device__ __forceinline__ int current_tile(const ItemShared& shared) {
   return shared.loop_tile[thread_index()] - 1;
 }
 __device__ __forceinline__ int first_column(const ItemShared& shared, int tile) {
-  return shared.record.g.kv_lo + tile * T::kKvTile + warp_kv() * T::kKvPerWarp;
+  return item_record(shared).g.kv_lo + tile * T::kKvTile + warp_kv() * T::kKvPerWarp;
 }
 __device__ __forceinline__ unsigned stage_address(const unsigned char* smem, int tile) {
   return shared_address(smem) + T::kQBytes + (tile % T::kStages) * T::kStageBytes;

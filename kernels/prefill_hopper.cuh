@@ -126,7 +126,7 @@ __device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, It
     for (int w = 0; w < RowInfo::kMaskWords; ++w) rows.custom_bits[w] = bits.w[w];
   }
   RowStats st = load_stats(shared);
-  const OutputRescale r = softmax_scores<kBegin, kEnd>(p, shared.record.g, rows, thread_col, s, st);
+  const OutputRescale r = softmax_scores<kBegin, kEnd>(p, item_record(shared).g, rows, thread_col, s, st);
   store_stats(shared, st);
   return r;
 }
@@ -146,7 +146,7 @@ __device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, It
 __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned char* smem,
                                              unsigned& full_phases) {
   ItemShared& shared = item_shared(smem);
-  const ItemGeometry& g = shared.record.g;
+  const ItemGeometry& g = item_record(shared).g;
   RowState acc;
   {
     RowStats st;
@@ -241,17 +241,21 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     release(kHalfV, stage_of(full_phases, tile));
   }
   advance_stages(full_phases, num_tiles);
-  write_item_registers(p, shared.record.item, g, acc, load_stats(shared));
+  write_item_registers(p, item_record(shared).item, g, acc, load_stats(shared));
 }
+
+// The query rows of one consumer warpgroup (its MMAs' 64), the rows of the row tables it reads.
+constexpr int kWarpgroupRows = 64;
+static_assert(T::kQueryTile == kWarpgroupRows * (T::kThreads / 128), "64 rows a warpgroup");
 
 // The CTA: barriers, then each role's loop over the queue. The producer takes the entries:
 // it writes entry n's hand-off slot n % 2 (-1 once the queue is empty) while item n - 1 loads,
 // waits on q_empty for the consumers to be done with item n - 1's Q tile, completes the slot's
 // item_ready and loads item n (q_full once per item: its Q tile landed, or it has no tiles). The
-// consumers copy the slot into their record, compute the item and write its output. A slot is
-// rewritten two entries later, during the load of the entry between, which starts after the
-// producer's q_empty wait for the item before it: the consumers complete that release only
-// after copying the slot. For the same reason none of item_ready, q_full and q_empty can
+// consumer warpgroups each copy the slot into their own record, compute the item and write its
+// output. A slot is rewritten two entries later, during the load of the entry between, which
+// starts after the producer's q_empty wait for the item before it: both warpgroups complete
+// that release only after copying the slot. For the same reason none of item_ready, q_full and q_empty can
 // complete twice before its waiter's next wait.
 __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem) {
   ItemShared& shared = item_shared(smem);
@@ -325,16 +329,21 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
       wgmma::barrier_wait(barrier_address(shared.item_ready[slot]), (count >> 1) & 1u);
       const ItemHandOff& hand = shared.hand[slot];
       if (hand.entry < 0) break;
-      math_sync();  // every consumer is done with the previous item's record (its epilogue)
-      if (thread_index() == 0) shared.record = hand.record;
-      for (int r = thread_index(); r < T::kQueryTile; r += T::kThreads) {
+      // Each warpgroup copies its own record and rows (WarpgroupRecord): the first to finish an
+      // item starts the next (its first S = Q K^T once the other issued its last P V) while
+      // the other writes its output, instead of both waiting for the later one's epilogue.
+      warpgroup_sync();  // this warpgroup is done with its previous record (its epilogue)
+      const int wg = consumer_warpgroup();
+      if (thread_index() % 128 == 0) shared.warpgroup_record[wg].record = hand.record;
+      if (thread_index() % 128 < kWarpgroupRows) {
+        const int r = wg * kWarpgroupRows + thread_index() % 128;
         shared.row_q_pos[r] = hand.row_q_pos[r];
         shared.row_qo_head[r] = hand.row_qo_head[r];
       }
       if (thread_index() % 32 == 0) {
         shared.spans[thread_index() / 32] = warp_span(p, hand.record.item, hand.record.g);
       }
-      math_sync();  // the record, row tables and spans are visible to every consumer
+      warpgroup_sync();  // the record, rows and spans are visible to the warpgroup
       consume_item(p, smem, phases);
     }
   }

@@ -19,12 +19,18 @@ __device__ __forceinline__ void turn_end() {
   if constexpr (kPingPong) wgmma::named_arrive<T::kThreads>(kTurnBarrier + 1 - thread_index() / 128);
 }
 
-// Named barriers (0 is __syncthreads'; 1 is math_sync's, the consumers'). The roles meet only
+// Named barriers (0 is __syncthreads'; 1 is math_sync's, the consumers'; 4 and 5 the turns'). The roles meet only
 // through mbarriers (a named barrier reached from both roles' code is legal PTX, but
 // compute-sanitizer's racecheck and synccheck take it for divergence).
 constexpr int kProducerBarrier = 2;
 __device__ __forceinline__ void producer_sync() {
   wgmma::named_sync<kProducerBarrier, kPrefillProducerThreads>();
+}
+// A consumer warpgroup's own barrier (6 and 7): around the copy of its item record, which
+// neither warpgroup waits on the other for (WarpgroupRecord).
+constexpr int kWarpgroupBarrier = 6;
+__device__ __forceinline__ void warpgroup_sync() {
+  wgmma::named_sync<128>(kWarpgroupBarrier + consumer_warpgroup());
 }
 
 __device__ __forceinline__ unsigned barrier_address(const unsigned long long& barrier) {

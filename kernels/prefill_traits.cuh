@@ -200,9 +200,9 @@ static_assert(sizeof(ItemRecord) + sizeof(int) <= kPrefillItemRecordBytes, "item
 // way one item ahead: the producer takes an entry from the queue, writes its record and row
 // tables into hand-off slot n % 2 and completes item_ready[n % 2] once q_empty says the consumers
 // are done with the previous item's Q tile (their last S = Q K^T), then loads the item (q_full
-// once its Q tile landed); the
-// consumers copy the slot into their record, so the next item's loads overlap this item's last
-// tile and its epilogue (which writes from registers and touches no tile).
+// once its Q tile landed); the consumer warpgroups copy the slot into their records, so the
+// next item's loads overlap this item's last tile and its epilogue (which writes from registers
+// and touches no tile).
 constexpr int kHalfK = 0, kHalfV = 1;
 struct ItemHandOff {
   ItemRecord record;
@@ -210,6 +210,13 @@ struct ItemHandOff {
   unsigned char pad[kPrefillItemRecordBytes - sizeof(ItemRecord) - sizeof(int)];
   int row_q_pos[T::kQueryTile];  // as ItemShared's
   int row_qo_head[T::kQueryTile];
+};
+// A consumer warpgroup's copy of its item's record: each warpgroup copies the hand-off slot on
+// its own (with its own rows of the row tables, which only it reads), so the one ahead starts
+// the next item while the other still computes its last tile and writes its output.
+struct WarpgroupRecord {
+  ItemRecord record;
+  unsigned char pad[kPrefillItemRecordBytes - sizeof(ItemRecord)];
 };
 template <bool kPipelined>
 struct PipelineBarriers {
@@ -219,6 +226,7 @@ struct PipelineBarriers {
   unsigned long long q_full;  // the item's Q tile landed (and is rotated)
   unsigned long long q_empty;
   ItemHandOff hand[2];
+  WarpgroupRecord warpgroup_record[2];  // by consumer warpgroup
 };
 template <>
 struct PipelineBarriers<false> {};
@@ -262,6 +270,20 @@ __device__ __forceinline__ void math_sync() {
     wgmma::named_sync<1, T::kThreads>();
   } else {
     __syncthreads();
+  }
+}
+// The consumer warpgroup of this thread (the Hopper family; 0 where one warpgroup computes).
+__device__ __forceinline__ int consumer_warpgroup() {
+  return T::kThreads > 128 ? thread_index() / 128 : 0;
+}
+// The record of the item this thread computes: the CTA's (the mma.sync family) or its consumer
+// warpgroup's (the Hopper family: WarpgroupRecord).
+template <class Shared>
+__device__ __forceinline__ const ItemRecord& item_record(const Shared& shared) {
+  if constexpr (T::kWarpgroup) {
+    return shared.warpgroup_record[consumer_warpgroup()].record;
+  } else {
+    return shared.record;
   }
 }
 __device__ __forceinline__ int warp_q() { return (thread_index() / 32) % T::kWarpsQ; }
