@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The thirty-fifth session's device calls (docs/perf.md "Thirty-fifth session"): the Hopper
+# family's consumer warpgroups each with their own item record (kernels/prefill_hopper.cuh), so
+# the first to finish an item starts the next while the other writes its output.
+#   ab <base>: C++ bench_prefill of both trees alternately, causal b16 (1024 / 4096 / 16384,
+#     uniform, Zipf; ragged and paged), then with a left window of 256 keys (items of 2-3 KV
+#     tiles, as the document mask's at 2048), two rounds each.
+#   tests: scripts/gpu_check.sh tests (every GPU test, both families again, sanitizers).
+#   python: the Python GPU tests of the prefill, variant, cascade and block-sparse wrappers.
+#   variants: bench_variants.py (flare and FlexAttention; causal, window, ALiBi, document) and
+#     bench_block_sparse.py at 8192 (density 0.1 / 0.9), through Python.
+# Usage (GPU machine, OUT set; the base tree made here with
+#   mkdir -p .scratch/base && git archive <base> | tar -x -C .scratch/base):
+#   bash experiments/session35_check.sh ab .scratch/base | tests | python | variants
+set -uo pipefail
+stage=${1:?ab|tests|python|variants}
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
+mkdir -p "$OUT"
+if [ "$stage" = ab ]; then
+  base=${2:?base tree}
+  FLARE_BENCH_ONLY="causal b16" timeout 300 bash experiments/prefill_ab.sh "$base" . 2 2>&1 |
+    grep -v "^\[flare\]"
+  echo "== window 256"
+  FLARE_BENCH_ONLY="causal b16 seq" FLARE_BENCH_WINDOW_LEFT=256 timeout 200 \
+    bash experiments/prefill_ab.sh "$base" . 2 2>&1 | grep -v "^\[flare\]"
+fi
+if [ "$stage" = tests ]; then
+  OUT=$OUT/gpu_check timeout 480 scripts/gpu_check.sh tests 2>&1 | tail -n 40
+fi
+if [ "$stage" = python ]; then
+  timeout 400 scripts/gpu_check_python.sh "$OUT/py_tests" -q \
+    -k "prefill or variant or cascade or sparse" 2>&1 | tail -n 3
+fi
+if [ "$stage" = variants ]; then
+  python3 -c 'import flare' 2>/dev/null ||
+    scripts/gpu_check_python.sh "$OUT/py" -q -k no_such_test >/dev/null 2>&1
+  (cd /tmp && PYTHONPATH=$OLDPWD/scripts timeout 300 python3 "$OLDPWD/scripts/bench_variants.py" \
+    --libraries flare,flex --lengths 2048,4096,8192,16384 \
+    --variants causal,window,alibi,document --calls 10 2>&1 | grep -E "^\||document")
+  (cd /tmp && PYTHONPATH=$OLDPWD/scripts timeout 150 python3 "$OLDPWD/scripts/bench_block_sparse.py" \
+    --libraries flare,flex --lengths 8192 --densities 0.1,0.9 2>&1 | grep -E "^\|")
+fi
