@@ -22,7 +22,8 @@ namespace flare::prefill::hopper {
 template <class QLanded, class PrepareNext>
 __device__ __forceinline__ void produce_item_nvfp4(const PrefillParams& p, const ItemHandOff& hand,
                                                    unsigned char* smem, unsigned& empty_phases,
-                                                   QLanded q_landed, PrepareNext prepare_next) {
+                                                   bool gather_q, QLanded q_landed,
+                                                   PrepareNext prepare_next) {
   constexpr int kLead = T::kTileLead;
   static_assert(T::kRawStages == kLead + 1 && T::kPageIdSlots == 2 * kLead, "the raw ring");
   ItemShared& shared = item_shared(smem);
@@ -35,7 +36,7 @@ __device__ __forceinline__ void produce_item_nvfp4(const PrefillParams& p, const
     cp_async_wait<0>();
     producer_sync();  // the first tiles' page ids, for every producer thread
   }
-  issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
+  if (gather_q) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
   issue_first_tiles(p, g, smem);
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = stage_of(empty_phases, tile);

@@ -15,6 +15,15 @@ namespace flare::prefill::hopper {
 // zeros; rows past the item (another request's) are masked by kv_hi like the gathered ones.
 // RoPE (which rotates the landed rows with ordinary stores) gathers with cp.async.
 constexpr bool kBulkRagged = !T::kPaged && !Variant::kRotary && !T::kNvfp4;
+// Q arrives by bulk tensor copies too when run() could encode q_map (p.bulk_q: the group size
+// divides the query tile) and the item's rows start a token (row_begin a multiple of the group):
+// one box per 64-dim panel, the tile's packed rows in order, issued by one thread as soon as the
+// consumers released the Q tile, before the item's first K/V copies (the gather took the
+// producer's four warps ~16 copies a thread, the consumers' largest wait at L 1024: docs/perf.md,
+// thirty-fifth session). Rows past the item are the next tokens' (or zeros past q): their
+// scores stay in their own rows, which are never written. RoPE rotates Q where it lands:
+// gathered.
+constexpr bool kBulkQ = !Variant::kRotary;
 // Paged K/V of pages of 16, 32, 64, ... rows likewise, box by box (kBoxRows rows of one page),
 // for the tiles wholly inside the item whose first row starts a box (items starting mid-box, a
 // window's or a split's, gather): see produce_paged_bulk. The boxes of a tile are spread over the
@@ -48,6 +57,17 @@ __device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const It
   for (int panel = 0; panel < kDim / 64; ++panel) {
     wgmma::bulk_copy_3d(dst + panel * T::kKvTile * wgmma::kPanelBytes,
                         kHalf == kHalfK ? &p.k_map : &p.v_map, panel * 64, g.kv_head, row, full);
+  }
+}
+
+__device__ __forceinline__ void issue_bulk_q(const PrefillParams& p, const ItemRecord& record,
+                                             unsigned char* smem, unsigned q_full) {
+  const int token = record.g.qo_begin + record.item.row_begin / p.group_size;
+  wgmma::barrier_arrive_expect(q_full, T::kQueryTile * T::kHeadDimQK * 2);
+#pragma unroll
+  for (int panel = 0; panel < T::kHeadDimQK / 64; ++panel) {
+    wgmma::bulk_copy_3d(shared_address(smem) + panel * T::kQueryTile * wgmma::kPanelBytes,
+                        &p.q_map, panel * 64, record.item.kv_head * p.group_size, token, q_full);
   }
 }
 
@@ -105,7 +125,8 @@ __device__ __forceinline__ void publish_half(ItemShared& shared, int half, int s
 template <class QLanded>
 __device__ __forceinline__ void load_q_beside_bulk_k(const PrefillParams& p,
                                                      const ItemHandOff& hand, unsigned char* smem,
-                                                     QLanded q_landed) {
+                                                     bool gather_q, QLanded q_landed) {
+  if (!gather_q) return;  // its bulk copy is in flight (issue_bulk_q)
   issue_q(p, hand.record.g, hand.row_q_pos, hand.row_qo_head, smem);
   cp_async_commit();
   cp_async_wait<0>();
@@ -123,7 +144,8 @@ __device__ __forceinline__ void load_q_beside_bulk_k(const PrefillParams& p,
 template <class QLanded, class PrepareNext>
 __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const ItemHandOff& hand,
                                                    unsigned char* smem, unsigned& empty_phases,
-                                                   QLanded q_landed, PrepareNext prepare_next) {
+                                                   bool gather_q, QLanded q_landed,
+                                                   PrepareNext prepare_next) {
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
@@ -139,7 +161,7 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
     issue_bulk_paged_half<kHalfK>(p, g, 0, stage, smem, barrier_address(shared.full[kHalfK][stage]),
                                   box, page);
     if (box >= 0 && bulk_tiles > 1) next_page = bulk_box_page(p, g, 1, box);
-    load_q_beside_bulk_k(p, hand, smem, q_landed);
+    load_q_beside_bulk_k(p, hand, smem, gather_q, q_landed);
   }
   const int prepare_tile = min(num_tiles, 2) - 1;
   for (int tile = 0; tile < num_tiles; ++tile) {
@@ -167,7 +189,7 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
     cp_async_wait<0>();
     producer_sync();  // the tile's page ids landed for every producer thread
     wait_half(shared.empty, empty_phases, kHalfK, stage);
-    if (tile == 0) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
+    if (tile == 0 && gather_q) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
     issue_kv<true, false>(p, g, tile, stage, smem);
     cp_async_commit();
     wait_half(shared.empty, empty_phases, kHalfV, stage);
@@ -185,14 +207,15 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
 template <class QLanded, class PrepareNext>
 __device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const ItemHandOff& hand,
                                                    unsigned char* smem, unsigned& empty_phases,
-                                                   QLanded q_landed, PrepareNext prepare_next) {
+                                                   bool gather_q, QLanded q_landed,
+                                                   PrepareNext prepare_next) {
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
   const int prepare_tile = min(num_tiles, 2) - 1;
   if constexpr (kBulkPaged) {
     if (p.bulk_kv != 0 && g.kv_lo % kBoxRows == 0) {
-      produce_paged_bulk(p, hand, smem, empty_phases, q_landed, prepare_next);
+      produce_paged_bulk(p, hand, smem, empty_phases, gather_q, q_landed, prepare_next);
       return;
     }
   }
@@ -210,7 +233,7 @@ __device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const
         issue_bulk_half<kHalfK>(p, g, tile, stage, smem,
                                 barrier_address(shared.full[kHalfK][stage]));
       }
-      if (tile == 0) load_q_beside_bulk_k(p, hand, smem, q_landed);
+      if (tile == 0) load_q_beside_bulk_k(p, hand, smem, gather_q, q_landed);
       wait_half(shared.empty, empty_phases, kHalfV, stage);
       if (load_thread() == 0) {
         issue_bulk_half<kHalfV>(p, g, tile, stage, smem,
@@ -226,7 +249,7 @@ __device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = stage_of(empty_phases, tile);
     wait_half(shared.empty, empty_phases, kHalfK, stage);
-    if (tile == 0) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
+    if (tile == 0 && gather_q) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
     issue_kv<true, false>(p, g, tile, stage, smem);
     cp_async_commit();
     if constexpr (Variant::kRotary) {
@@ -267,18 +290,24 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
-  const auto q_landed = [&shared] {
+  if (num_tiles == 0) {  // nothing to load, but one q_full phase per item
     if (load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.q_full));
-  };
-  if (num_tiles == 0) {
-    q_landed();  // nothing to load, but one q_full phase per item
     prepare_next();
     return;
   }
+  const bool gather_q =
+      !kBulkQ || p.bulk_q == 0 || hand.record.item.row_begin % p.group_size != 0;
+  if (!gather_q && load_thread() == 0) {
+    issue_bulk_q(p, hand.record, smem, barrier_address(shared.q_full));
+  }
+  // A gathered Q is published (once it landed) with the first tile's K.
+  const auto q_landed = [&shared, gather_q] {
+    if (gather_q && load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.q_full));
+  };
   if constexpr (T::kNvfp4) {
-    produce_item_nvfp4(p, hand, smem, empty_phases, q_landed, prepare_next);
+    produce_item_nvfp4(p, hand, smem, empty_phases, gather_q, q_landed, prepare_next);
   } else {
-    produce_item_16bit(p, hand, smem, empty_phases, q_landed, prepare_next);
+    produce_item_16bit(p, hand, smem, empty_phases, gather_q, q_landed, prepare_next);
   }
 }
 

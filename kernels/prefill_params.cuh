@@ -56,6 +56,7 @@ struct PrefillParams {
   float v_scale;       // multiplies the output (FlashInfer's v_scale)
   float lse_scale;     // the stored lse is the natural-log lse times this (log2(e): base 2)
   int32_t bulk_kv;     // 1: k_map / v_map are valid (the Hopper family's bulk copies)
+  int32_t bulk_q;      // 1: q_map is valid
   // NVFP4 K/V (PrefillShape::nvfp4): k / v are E2M1 code rows (D / 2 bytes, strides above in
   // bytes) and these their e4m3 block scales (D / 16 bytes a row, strides in bytes).
   const unsigned char* k_scales;
@@ -71,6 +72,9 @@ struct PrefillParams {
   // takes its parameters as __grid_constant__, so the copies read them where they are.
   BulkTensorMap k_map;
   BulkTensorMap v_map;
+  // q as [tokens][H_qo][D_qk] in boxes of 64 dims x group heads x query_tile / group tokens: a
+  // query tile's packed rows in order.
+  BulkTensorMap q_map;
 };
 
 // Rows of one box of the Hopper family's bulk copies of paged K/V: a KV tile is whole boxes,

@@ -277,6 +277,29 @@ bool BatchPrefill::bulk_maps(State& s, const KVArgs& a) {
   return m.valid;
 }
 
+// The Hopper family's bulk-copy map of q for this run (prefill_bulk_maps.h), encoded when q
+// changed. False: the kernel gathers Q.
+bool BatchPrefill::bulk_q_map(State& s, const TensorView& q) {
+  const BatchPrefillConfig& c = s.config;
+  api_detail::BulkQSource source;
+  source.bf16 = c.dtype == DType::kBF16;
+  source.q = q.data;
+  source.rows = q.shape[0];
+  source.token = q.strides[0];
+  source.head = q.strides[1];
+  source.head_dim = c.head_dim_qk;
+  source.num_heads = c.num_qo_heads;
+  source.group = prefill_group_size(c);
+  source.query_tile = s.tiles.query_tile;
+  State::BulkQMap& m = s.bulk_q;
+  if (m.encoded && source == m.source) return m.valid;
+  m.encoded = false;
+  m.valid = api_detail::encode_bulk_q_map(source, m.q_map);
+  m.source = source;
+  m.encoded = true;
+  return m.valid;
+}
+
 void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView& o,
                           const std::optional<TensorView>& lse, cuda::Stream stream,
                           const std::optional<TensorView>& mask_bits, const RunOptions& options) {
@@ -365,6 +388,8 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
     static_assert(sizeof(p.k_map) == sizeof(cuda::TensorMap), "a CUtensorMap");
     std::memcpy(&p.k_map, &s.bulk.k_map, sizeof(p.k_map));
     std::memcpy(&p.v_map, &s.bulk.v_map, sizeof(p.v_map));
+    p.bulk_q = bulk_q_map(s, q) ? 1 : 0;
+    std::memcpy(&p.q_map, &s.bulk_q.q_map, sizeof(p.q_map));
   }
   const unsigned grid = static_cast<unsigned>(c.use_cuda_graph ? s.bound_ctas : s.plan.num_ctas);
   const bool pdl = options.enable_pdl && s.props.cc_major >= 9;

@@ -108,6 +108,12 @@ struct BatchPrefill::State {
     bool valid = false;    // false: the kernel gathers
     cuda::TensorMap k_map, v_map;
   } bulk;
+  struct BulkQMap {  // the Hopper family's map of q, kept while unchanged
+    api_detail::BulkQSource source;
+    bool encoded = false;
+    bool valid = false;
+    cuda::TensorMap q_map;
+  } bulk_q;
 
   // plan() and plan_cascade() (`what`) copy the plan region on `stream`: a capture would
   // record the copy instead of running it now.

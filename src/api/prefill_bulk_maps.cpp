@@ -57,4 +57,18 @@ bool encode_bulk_maps(const BulkSource& s, cuda::TensorMap& k_map, cuda::TensorM
   return true;
 }
 
+bool encode_bulk_q_map(const BulkQSource& s, cuda::TensorMap& q_map) {
+  if (s.group < 1 || s.query_tile % s.group != 0 || s.group > 256 || s.head_dim % 64 != 0 ||
+      !aligned16(s.q, s.token) || !aligned16(s.q, s.head)) {
+    return false;
+  }
+  cuda::encode_tensor_map_3d(
+      q_map, s.bf16, s.q,
+      {static_cast<uint64_t>(s.head_dim), static_cast<uint64_t>(s.num_heads),
+       static_cast<uint64_t>(std::max<int64_t>(s.rows, 1))},
+      {static_cast<uint64_t>(s.head) * 2, static_cast<uint64_t>(s.token) * 2},
+      {64, static_cast<uint32_t>(s.group), static_cast<uint32_t>(s.query_tile / s.group)});
+  return true;
+}
+
 }  // namespace flare::api_detail

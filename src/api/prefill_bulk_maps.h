@@ -1,6 +1,6 @@
-// The tensor maps of the Hopper prefill family's bulk copies of K and V
-// (kernels/prefill_hopper.cuh; PrefillParams::k_map / v_map): what run() encodes for ragged
-// rows and for pages, and when it cannot (the kernel then gathers with cp.async).
+// The tensor maps of the Hopper prefill family's bulk copies of K and V (and of Q)
+// (kernels/prefill_hopper.cuh; PrefillParams::k_map / v_map / q_map): what run() encodes for
+// ragged rows and for pages, and when it cannot (the kernel then gathers with cp.async).
 #pragma once
 
 #include <cstdint>
@@ -30,5 +30,21 @@ struct BulkSource {
 // prefill_paged_box_rows(page_size, kv_tile) x 1. False (nothing encoded) when a base address
 // or a stride is not a multiple of 16 bytes, or pages of this size are gathered.
 bool encode_bulk_maps(const BulkSource& source, cuda::TensorMap& k_map, cuda::TensorMap& v_map);
+
+// What the map of q describes ([tokens][H_qo][D_qk], 16-bit): a query tile's packed rows are
+// query_tile / group tokens of `group` consecutive heads each, one box per 64-dim panel.
+struct BulkQSource {
+  bool bf16 = false;
+  const void* q = nullptr;
+  int64_t rows = 0;                   // tokens of q
+  int64_t token = 0, head = 0;        // element strides
+  int head_dim = 0, num_heads = 0, group = 0, query_tile = 0;
+  bool operator==(const BulkQSource&) const = default;
+};
+
+// Encodes q_map of `source` in boxes of 64 dims x group heads x query_tile / group tokens. False
+// (nothing encoded) when the group does not divide the query tile, or a base address or a
+// stride is not a multiple of 16 bytes (the kernel then gathers Q).
+bool encode_bulk_q_map(const BulkQSource& source, cuda::TensorMap& q_map);
 
 }  // namespace flare::api_detail

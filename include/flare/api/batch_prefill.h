@@ -289,6 +289,7 @@ class BatchPrefill {
   struct State;
   struct KVArgs;
   static bool bulk_maps(State& s, const KVArgs& a);
+  static bool bulk_q_map(State& s, const TensorView& q);
   // plan() and plan_cascade()'s end: the planned batch (state's `next`) checked against the
   // workspace, staged with its request tables, copied, and made current.
   void commit_plan(std::span<const int32_t> qo_begin, std::span<const int32_t> kv_indptr,
