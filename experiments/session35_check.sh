@@ -5,6 +5,8 @@
 #   ab <base>: C++ bench_prefill of both trees alternately, causal b16 (1024 / 4096 / 16384,
 #     uniform, Zipf; ragged and paged), then with a left window of 256 keys (items of 2-3 KV
 #     tiles, as the document mask's at 2048), two rounds each.
+#   qonly <tree>: the same A/B against a tree with the bulk Q copy alone (no warpgroup records),
+#     then the host cost of encoding q's tensor map (experiments/tensor_map_encode_cost.cpp).
 #   tests: scripts/gpu_check.sh tests (every GPU test, both families again, sanitizers).
 #   python: the Python GPU tests of the prefill, variant, cascade and block-sparse wrappers.
 #   variants: bench_variants.py (flare and FlexAttention; causal, window, ALiBi, document) and
@@ -13,7 +15,7 @@
 #   mkdir -p .scratch/base && git archive <base> | tar -x -C .scratch/base):
 #   bash experiments/session35_check.sh ab .scratch/base | tests | python | variants
 set -uo pipefail
-stage=${1:?ab|tests|python|variants}
+stage=${1:?ab|qonly|tests|python|variants}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -24,6 +26,15 @@ if [ "$stage" = ab ]; then
   echo "== window 256"
   FLARE_BENCH_ONLY="causal b16 seq" FLARE_BENCH_WINDOW_LEFT=256 timeout 200 \
     bash experiments/prefill_ab.sh "$base" . 2 2>&1 | grep -v "^\[flare\]"
+fi
+if [ "$stage" = qonly ]; then  # the bulk Q copy alone against it with the warpgroup records
+  base=${2:?tree with the bulk Q copy alone}
+  FLARE_BENCH_ONLY="causal b16" timeout 200 bash experiments/prefill_ab.sh "$base" . 2 2>&1 |
+    grep -E "^== round|^causal"
+  FLARE_BENCH_ONLY="causal b16 seq" FLARE_BENCH_WINDOW_LEFT=256 timeout 150 \
+    bash experiments/prefill_ab.sh "$base" . 2 2>&1 | grep -E "^== round|^causal"
+  g++ -O2 -std=c++20 -Iinclude -I. experiments/tensor_map_encode_cost.cpp -Lbuild-ab -lflare \
+    -Wl,-rpath,"$PWD/build-ab" -o build-ab/tensor_map_encode_cost && build-ab/tensor_map_encode_cost
 fi
 if [ "$stage" = tests ]; then
   OUT=$OUT/gpu_check timeout 480 scripts/gpu_check.sh tests 2>&1 | tail -n 40
