@@ -334,7 +334,7 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
       // the other writes its output, instead of both waiting for the later one's epilogue.
       warpgroup_sync();  // this warpgroup is done with its previous record (its epilogue)
       const int wg = consumer_warpgroup();
-      if (thread_index() % 128 == 0) shared.warpgroup_record[wg].record = hand.record;
+      if (thread_index() % 128 == 0) item_record(shared) = hand.record;
       if (thread_index() % 128 < kWarpgroupRows) {
         const int r = wg * kWarpgroupRows + thread_index() % 128;
         shared.row_q_pos[r] = hand.row_q_pos[r];

@@ -211,13 +211,6 @@ struct ItemHandOff {
   int row_q_pos[T::kQueryTile];  // as ItemShared's
   int row_qo_head[T::kQueryTile];
 };
-// A consumer warpgroup's copy of its item's record: each warpgroup copies the hand-off slot on
-// its own (with its own rows of the row tables, which only it reads), so the one ahead starts
-// the next item while the other still computes its last tile and writes its output.
-struct WarpgroupRecord {
-  ItemRecord record;
-  unsigned char pad[kPrefillItemRecordBytes - sizeof(ItemRecord)];
-};
 template <bool kPipelined>
 struct PipelineBarriers {
   unsigned long long full[2][T::kStages];
@@ -226,13 +219,25 @@ struct PipelineBarriers {
   unsigned long long q_full;  // the item's Q tile landed (and is rotated)
   unsigned long long q_empty;
   ItemHandOff hand[2];
-  WarpgroupRecord warpgroup_record[2];  // by consumer warpgroup
 };
 template <>
 struct PipelineBarriers<false> {};
-static_assert(sizeof(ItemHandOff) == prefill_hand_off_bytes(T::kShape), "hand-off slot size");
-
-struct ItemShared : PipelineBarriers<T::kWarpgroup> {
+// Two consumer warpgroups (128-row tiles) each copy the hand-off slot into a record of their own
+// (with their own rows of the row tables, which only they read), so that the one ahead starts
+// the next item while the other still computes its last tile and writes its output; one
+// consumer warpgroup keeps ItemShared::record.
+struct WarpgroupRecord {
+  ItemRecord record;
+  unsigned char pad[kPrefillItemRecordBytes - sizeof(ItemRecord)];
+};
+constexpr bool kWarpgroupRecords = T::kWarpgroup && T::kThreads > 128;
+template <bool kRecords>
+struct ItemSharedBase : PipelineBarriers<T::kWarpgroup> {};
+template <>
+struct ItemSharedBase<true> : PipelineBarriers<true> {
+  WarpgroupRecord warpgroup_record[2];  // by consumer warpgroup
+};
+struct ItemShared : ItemSharedBase<kWarpgroupRecords> {
   ItemRecord record;
   int next_item;  // the work item after this one, taken from the queue during this one
   unsigned char pad[kPrefillItemRecordBytes - sizeof(ItemRecord) - sizeof(int)];
@@ -276,11 +281,11 @@ __device__ __forceinline__ void math_sync() {
 __device__ __forceinline__ int consumer_warpgroup() {
   return T::kThreads > 128 ? thread_index() / 128 : 0;
 }
-// The record of the item this thread computes: the CTA's (the mma.sync family) or its consumer
-// warpgroup's (the Hopper family: WarpgroupRecord).
+// The record of the item this thread computes: the CTA's, or with two consumer warpgroups its
+// warpgroup's (WarpgroupRecord).
 template <class Shared>
-__device__ __forceinline__ const ItemRecord& item_record(const Shared& shared) {
-  if constexpr (T::kWarpgroup) {
+__device__ __forceinline__ auto& item_record(Shared& shared) {
+  if constexpr (kWarpgroupRecords) {
     return shared.warpgroup_record[consumer_warpgroup()].record;
   } else {
     return shared.record;

@@ -1,0 +1,47 @@
+// Spills of the shipped Hopper prefill units whose label contains argv[1] (all with no
+// argument), compiled here with NVRTC for sm_90a: a quick check of a kernel change before the
+// full compile test (ctest -R ShippedPrefillKernels, ~3 minutes on two cores). With
+// FLARE_PROBE_CUBINS=<dir>, each unit's cubin is written there as <index>.cubin (nvdisasm it);
+// with FLARE_PROBE_LIST=1, the units' labels are listed and nothing compiled.
+// Build: g++ -O2 -std=c++20 -Iinclude -I. experiments/hopper_spill_probe.cpp -Lbuild -lflare
+//   -Wl,-rpath,build -o /tmp/hopper_spill_probe   (one line)
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "flare/api/batch_prefill.h"
+#include "flare/jit/compiler.h"
+
+int main(int argc, char** argv) {
+  const std::string filter = argc > 1 ? argv[1] : "";
+  std::vector<flare::jit::KernelSpec> specs;
+  std::set<std::string> seen;
+  for (const flare::ShippedPrefillConfig& shipped : flare::shipped_prefill_configs()) {
+    if (!shipped.tiles.warpgroup) continue;
+    const flare::jit::KernelSpec spec =
+        flare::batch_prefill_kernels(shipped.config, shipped.tiles).prefill;
+    if (spec.label.find(filter) == std::string::npos) continue;
+    if (seen.insert(spec.translation_unit()).second) specs.push_back(spec);
+  }
+  if (std::getenv("FLARE_PROBE_LIST") != nullptr) {  // the units' labels only, no compile
+    for (const auto& spec : specs) std::printf("%s\n", spec.label.c_str());
+    return 0;
+  }
+  const auto results = flare::jit::precompile(specs, "sm_90a", 2);
+  int spilling = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto& usage = results[i].usage[0];
+    spilling += usage.spill_bytes > 0;
+    std::printf("%5lld B spilled, %3d registers: %s\n", static_cast<long long>(usage.spill_bytes),
+                usage.registers, specs[i].label.c_str());
+    if (const char* dir = std::getenv("FLARE_PROBE_CUBINS")) {
+      std::ofstream(std::string(dir) + "/" + std::to_string(i) + ".cubin", std::ios::binary)
+          << results[i].cubin;
+    }
+  }
+  std::printf("%d of %zu units spill\n", spilling, specs.size());
+  return spilling > 0;
+}
