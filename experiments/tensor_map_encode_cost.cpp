@@ -22,8 +22,8 @@ int main() {
     const auto begin = std::chrono::steady_clock::now();
     flare::cuda::encode_tensor_map_3d(map, true, base, {128, 32, 16 * 1024},
                                       {128 * 2, 32 * 128 * 2}, {64, 4, 32});
-    us.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin).count());
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin)
+                     .count());
   }
   std::sort(us.begin(), us.end());
   std::printf("cuTensorMapEncodeTiled (3-D, q_map): median %.3f us, p90 %.3f us\n",

@@ -198,9 +198,8 @@ __device__ __forceinline__ RowInfo row_info(const PrefillParams& p, const ItemSh
       const int qo_head = shared.row_qo_head[r];
       const ItemRecord& record = item_record(shared);
       const ItemGeometry& g = record.g;
-      rows.variant[mi][h].init(p.variant,
-                               {record.item.request, qo_head, qo_head / p.group_size,
-                                rows.q_pos[mi][h], g.kv_len, g.kv_len - g.q_offset});
+      rows.variant[mi][h].init(p.variant, {record.item.request, qo_head, qo_head / p.group_size,
+                                           rows.q_pos[mi][h], g.kv_len, g.kv_len - g.q_offset});
     }
   }
   if constexpr (T::kMask == kMaskCustom && kMaskBits) {

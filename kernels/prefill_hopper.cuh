@@ -81,8 +81,8 @@ __device__ __forceinline__ void to_fragments(const float (&s)[T::kMmaQ][T::kTile
 }
 
 // O += P V with the V of stage `stage` (issued, not waited for).
-__device__ __forceinline__ void issue_pv(const unsigned char* smem, int stage, const Probabilities& p,
-                                         RowState& acc) {
+__device__ __forceinline__ void issue_pv(const unsigned char* smem, int stage,
+                                         const Probabilities& p, RowState& acc) {
   const unsigned long long v_desc =
       wgmma::mn_major_tile<T::kKvTile>(uniform_stage_address(smem, stage) + T::kKBytes);
   wgmma::hold(acc.o[0]);
@@ -126,7 +126,8 @@ __device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, It
     for (int w = 0; w < RowInfo::kMaskWords; ++w) rows.custom_bits[w] = bits.w[w];
   }
   RowStats st = load_stats(shared);
-  const OutputRescale r = softmax_scores<kBegin, kEnd>(p, item_record(shared).g, rows, thread_col, s, st);
+  const OutputRescale r =
+      softmax_scores<kBegin, kEnd>(p, item_record(shared).g, rows, thread_col, s, st);
   store_stats(shared, st);
   return r;
 }
@@ -255,8 +256,8 @@ static_assert(T::kQueryTile == kWarpgroupRows * (T::kThreads / 128), "64 rows a 
 // consumer warpgroups each copy the slot into their own record, compute the item and write its
 // output. A slot is rewritten two entries later, during the load of the entry between, which
 // starts after the producer's q_empty wait for the item before it: both warpgroups complete
-// that release only after copying the slot. For the same reason none of item_ready, q_full and q_empty can
-// complete twice before its waiter's next wait.
+// that release only after copying the slot. For the same reason none of item_ready, q_full and
+// q_empty can complete twice before its waiter's next wait.
 __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem) {
   ItemShared& shared = item_shared(smem);
   if (thread_index() == 0) {

@@ -60,14 +60,15 @@ __device__ __forceinline__ void issue_bulk_half(const PrefillParams& p, const It
   }
 }
 
+// The item's Q tile by one bulk copy per panel (one thread), counted on q_full.
 __device__ __forceinline__ void issue_bulk_q(const PrefillParams& p, const ItemRecord& record,
                                              unsigned char* smem, unsigned q_full) {
   const int token = record.g.qo_begin + record.item.row_begin / p.group_size;
   wgmma::barrier_arrive_expect(q_full, T::kQueryTile * T::kHeadDimQK * 2);
 #pragma unroll
   for (int panel = 0; panel < T::kHeadDimQK / 64; ++panel) {
-    wgmma::bulk_copy_3d(shared_address(smem) + panel * T::kQueryTile * wgmma::kPanelBytes,
-                        &p.q_map, panel * 64, record.item.kv_head * p.group_size, token, q_full);
+    wgmma::bulk_copy_3d(shared_address(smem) + panel * T::kQueryTile * wgmma::kPanelBytes, &p.q_map,
+                        panel * 64, record.item.kv_head * p.group_size, token, q_full);
   }
 }
 
@@ -295,8 +296,7 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
     prepare_next();
     return;
   }
-  const bool gather_q =
-      !kBulkQ || p.bulk_q == 0 || hand.record.item.row_begin % p.group_size != 0;
+  const bool gather_q = !kBulkQ || p.bulk_q == 0 || hand.record.item.row_begin % p.group_size != 0;
   if (!gather_q && load_thread() == 0) {
     issue_bulk_q(p, hand.record, smem, barrier_address(shared.q_full));
   }

@@ -16,11 +16,13 @@ __device__ __forceinline__ void turn_begin() {
   if constexpr (kPingPong) wgmma::named_sync<T::kThreads>(kTurnBarrier + thread_index() / 128);
 }
 __device__ __forceinline__ void turn_end() {
-  if constexpr (kPingPong) wgmma::named_arrive<T::kThreads>(kTurnBarrier + 1 - thread_index() / 128);
+  if constexpr (kPingPong)
+    wgmma::named_arrive<T::kThreads>(kTurnBarrier + 1 - thread_index() / 128);
 }
 
-// Named barriers (0 is __syncthreads'; 1 is math_sync's, the consumers'; 4 and 5 the turns'). The roles meet only
-// through mbarriers (a named barrier reached from both roles' code is legal PTX, but
+// Named barriers (0 is __syncthreads'; 1 is math_sync's, which the consumers no longer take;
+// 4 and 5 the turns'; 6 and 7 the consumer warpgroups' own). The roles meet only through
+// mbarriers (a named barrier reached from both roles' code is legal PTX, but
 // compute-sanitizer's racecheck and synccheck take it for divergence).
 constexpr int kProducerBarrier = 2;
 __device__ __forceinline__ void producer_sync() {

@@ -218,10 +218,10 @@ constexpr int prefill_shared_bytes(const PrefillShape& s) {
   // q_full, q_empty), its two item hand-off slots and, with two consumer warpgroups, their item
   // records.
   const int warpgroup_records = s.warpgroup != 0 && threads > 128 ? 2 : 0;
-  const int pipeline_bytes =
-      s.warpgroup != 0 ? (4 * kPrefillKvStages + 4) * 8 + 2 * prefill_hand_off_bytes(s) +
-                             warpgroup_records * kPrefillItemRecordBytes
-                       : 0;
+  const int pipeline_bytes = s.warpgroup != 0
+                                 ? (4 * kPrefillKvStages + 4) * 8 + 2 * prefill_hand_off_bytes(s) +
+                                       warpgroup_records * kPrefillItemRecordBytes
+                                 : 0;
   const int bytes = prefill_item_offset(s) + pipeline_bytes + kPrefillItemRecordBytes +
                     2 * s.query_tile * 4 + row_stats_bytes + loop_tile_bytes + warp_span_bytes;
   return (bytes + 15) / 16 * 16;

@@ -222,6 +222,8 @@ struct PipelineBarriers {
 };
 template <>
 struct PipelineBarriers<false> {};
+static_assert(sizeof(ItemHandOff) == prefill_hand_off_bytes(T::kShape), "hand-off slot size");
+
 // Two consumer warpgroups (128-row tiles) each copy the hand-off slot into a record of their own
 // (with their own rows of the row tables, which only they read), so that the one ahead starts
 // the next item while the other still computes its last tile and writes its output; one

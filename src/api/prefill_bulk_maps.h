@@ -36,8 +36,8 @@ bool encode_bulk_maps(const BulkSource& source, cuda::TensorMap& k_map, cuda::Te
 struct BulkQSource {
   bool bf16 = false;
   const void* q = nullptr;
-  int64_t rows = 0;                   // tokens of q
-  int64_t token = 0, head = 0;        // element strides
+  int64_t rows = 0;             // tokens of q
+  int64_t token = 0, head = 0;  // element strides
   int head_dim = 0, num_heads = 0, group = 0, query_tile = 0;
   bool operator==(const BulkQSource&) const = default;
 };

@@ -212,12 +212,13 @@ TEST(BatchPrefillKernels, HopperFamilySpecs) {
   EXPECT_EQ(k.threads, 384);  // two consumer warpgroups of 64 rows and a producer
   // Q 128 x 256 bytes + 2 stages x 128 rows x 512 bytes, page ids 2 x 128 x 4; the mbarriers
   // (full / empty per half stage, item ready per hand-off slot, q full / empty: 12 x 8), two
-  // hand-off slots (record 128, row tables 2 x 128 x 4), the item record (128), row tables
-  // 2 x 128 x 4, per consumer thread (256) 4 floats of statistics, one unused loop position
-  // (the mma.sync family's), warp spans 8 x 12, to 16 bytes; then the 896 bytes that align the
-  // tiles to 1024 wherever the 128-byte aligned shared memory starts.
-  EXPECT_EQ(k.shared_bytes, (128u * 256 + 2u * 128 * 512 + 1024 + 96 + 2 * (128 + 1024) + 128 +
-                             1024 + 4096 + 4 + 96 + 15) /
+  // hand-off slots (record 128, row tables 2 x 128 x 4), the two consumer warpgroups' item
+  // records (2 x 128), the item record (128), row tables 2 x 128 x 4, per consumer thread (256)
+  // 4 floats of statistics, one unused loop position (the mma.sync family's), warp spans 8 x 12,
+  // to 16 bytes; then the 896 bytes that align the tiles to 1024 wherever the 128-byte aligned
+  // shared memory starts.
+  EXPECT_EQ(k.shared_bytes, (128u * 256 + 2u * 128 * 512 + 1024 + 96 + 2 * (128 + 1024) + 2 * 128 +
+                             128 + 1024 + 4096 + 4 + 96 + 15) /
                                     16 * 16 +
                                 896);
   EXPECT_NE(k.prefill.label.find("wgmma"), std::string::npos);
