@@ -1,6 +1,6 @@
 // The Hopper prefill family's bulk-copy maps (src/api/prefill_bulk_maps.h): which page sizes
-// are copied in boxes, and the sources run() must leave to the gather (nothing encoded, so no
-// GPU or driver needed: those return before encoding).
+// are copied in boxes, and the sources (K/V and Q) run() must leave to the gather (nothing
+// encoded, so no GPU or driver needed: those return before encoding).
 #include "src/api/prefill_bulk_maps.h"
 
 #include <gtest/gtest.h>
@@ -20,8 +20,8 @@ TEST(PrefillBulkMaps, BoxRowsKeepATileWholeBoxesOfOnePage) {
   EXPECT_EQ(prefill_paged_box_rows(8, 128), 0);  // under 16 rows: gathered
   EXPECT_EQ(prefill_paged_box_rows(1, 64), 0);
   EXPECT_EQ(prefill_paged_box_rows(24, 128), 0);  // a tile would straddle a page's end
-  EXPECT_EQ(prefill_paged_box_rows(20, 80), 0);  // not a multiple of 8
-  EXPECT_EQ(prefill_paged_box_rows(96, 128), 0);   // a tile would straddle a page's end
+  EXPECT_EQ(prefill_paged_box_rows(20, 80), 0);   // not a multiple of 8
+  EXPECT_EQ(prefill_paged_box_rows(96, 128), 0);  // a tile would straddle a page's end
   EXPECT_EQ(prefill_paged_box_rows(192, 128), 0);
 }
 
@@ -61,6 +61,46 @@ TEST(PrefillBulkMaps, SourcesTheKernelMustGatherEncodeNothing) {
   ragged.paged = false;
   ragged.k_head = 7;  // 14 bytes
   EXPECT_FALSE(encode_bulk_maps(ragged, k, v));
+}
+
+BulkQSource q_source() {
+  BulkQSource s;
+  s.bf16 = true;
+  alignas(16) static unsigned char storage[64];
+  s.q = storage;
+  s.rows = 1000;
+  s.num_heads = 32;
+  s.head_dim = 128;
+  s.token = 32 * 128;
+  s.head = 128;
+  s.group = 4;
+  s.query_tile = 128;
+  return s;
+}
+
+// Q in boxes of `group` heads x query_tile / group tokens needs a group that divides the tile
+// (the packed rows of a tile are then whole tokens) and 16-byte strides; else the gather.
+TEST(PrefillBulkMaps, QueriesTheKernelMustGatherEncodeNothing) {
+  cuda::TensorMap q;
+  BulkQSource seven = q_source();
+  seven.num_heads = 28;
+  seven.group = 7;  // 128 rows are no whole tokens of 7 heads
+  EXPECT_FALSE(encode_bulk_q_map(seven, q));
+  BulkQSource wide = q_source();
+  wide.group = 512;  // more heads than a box holds (and than the tile's rows)
+  EXPECT_FALSE(encode_bulk_q_map(wide, q));
+  BulkQSource odd_head = q_source();
+  odd_head.head = 132;  // 264 bytes
+  EXPECT_FALSE(encode_bulk_q_map(odd_head, q));
+  BulkQSource odd_token = q_source();
+  odd_token.token = 32 * 128 + 4;
+  EXPECT_FALSE(encode_bulk_q_map(odd_token, q));
+  BulkQSource misaligned = q_source();
+  misaligned.q = static_cast<const unsigned char*>(misaligned.q) + 2;
+  EXPECT_FALSE(encode_bulk_q_map(misaligned, q));
+  BulkQSource odd_dim = q_source();
+  odd_dim.head_dim = 96;  // not whole 64-dim panels
+  EXPECT_FALSE(encode_bulk_q_map(odd_dim, q));
 }
 
 }  // namespace
