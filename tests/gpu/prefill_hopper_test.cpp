@@ -3,9 +3,10 @@
 // at head_dim_vo 256) and KV tiles (64 and 128), ragged and paged KV at page sizes 1 / 5
 // (gathered) and 16 / 64 / 128 / 256 (bulk copies, box by box), NHD and HND, GQA 1 / 4 / 7 / 8,
 // odd lengths, prefill and append, no mask / causal / custom mask, the built-in variant
-// flags and fused RoPE, split-KV through the merge kernel. The rest of tests/gpu/prefill_test.cpp
-// runs on this family too under backend kAuto (FLARE_TEST_PREFILL_BACKEND picks either one).
-// Outputs are NaN-poisoned before each run. Skips without an sm_90 device.
+// flags and fused RoPE, split-KV through the merge kernel, Q copied in bulk or gathered. The rest
+// of tests/gpu/prefill_test.cpp runs on this family too under backend kAuto
+// (FLARE_TEST_PREFILL_BACKEND picks either one). Outputs are NaN-poisoned before each run. Skips
+// without an sm_90 device.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -53,6 +54,34 @@ TEST(PrefillHopper, EveryHeadDimBothQueryTilesCausalAndNoMask) {
         SCOPED_TRACE(::testing::Message() << "D " << qk << "/" << vo << " tile " << tile << " mask "
                                           << static_cast<int>(mask));
         check_hopper(c);
+      }
+    }
+  }
+}
+
+// Q by one bulk copy a panel (a query tile's packed rows are whole tokens of the group's heads,
+// q's strides multiples of 16 bytes) or gathered (a head stride of 264 bytes; a group of 6,
+// which 128 rows do not divide into tokens): both on views of a padded q, ragged and paged,
+// both query tiles, odd lengths that end tiles mid-token.
+TEST(PrefillHopper, StridedQueriesByBulkCopyOrGather) {
+  SKIP_WITHOUT_HOPPER();
+  for (const int pad : {8, 4}) {
+    for (const int group : {4, 6}) {
+      for (const PrefillKV kv : {PrefillKV::kRagged, PrefillKV::kPaged}) {
+        for (const int tile : {64, 128}) {
+          Case c;
+          c.q_lens = {1, 37, 129, 300};
+          c.kv_lens = {70, 37, 200, 300};
+          c.num_kv_heads = 2;
+          c.num_qo_heads = 2 * group;
+          c.kv = kv;
+          c.query_tile = tile;
+          c.q_dim_pad = pad;
+          c.seed = static_cast<uint64_t>(pad * 100 + group * 10 + tile);
+          SCOPED_TRACE(::testing::Message() << "pad " << pad << " group " << group << " tile "
+                                            << tile << (kv == PrefillKV::kPaged ? " paged" : ""));
+          check_hopper(c);
+        }
       }
     }
   }

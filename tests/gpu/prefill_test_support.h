@@ -22,6 +22,7 @@
 #include "flare/reference/attention.h"
 #include "gpu/decode_test_support.h"
 #include "testing/compare.h"
+#include "testing/elements.h"
 #include "testing/index_arrays.h"
 #include "testing/kv_builder.h"
 #include "testing/random.h"
@@ -57,6 +58,10 @@ struct Case {
   bool use_softmax = true;
   float sigmoid_bias = 0.0f;
   int query_tile = 0;
+  // q as a view into a larger buffer when >= 0: one token and one head more, this many
+  // elements more a head row, starting at token 1 and head 1 (its head stride then decides
+  // whether the Hopper family copies Q in bulk: a multiple of 16 bytes, or gathers it).
+  int q_dim_pad = -1;
   // Unset: FLARE_TEST_PREFILL_BACKEND (auto | fa2 | fa3) when set, else kAuto; scripts/
   // gpu_check.sh runs the suite under fa2 as well, so both families stay covered on Hopper.
   std::optional<PrefillBackend> backend;
@@ -121,6 +126,7 @@ struct Problem {
   Case c;
   TestKVCache cache;
   HostTensor q, qo_indptr, mask_bits, mask_indptr;
+  TensorView q_view;  // of q: all of it, or Case::q_dim_pad's view
   HostTensor o_ref, lse_ref;
   AttentionParams params;
   int64_t total_q = 0;
@@ -129,7 +135,7 @@ struct Problem {
 // The float64-accumulated reference of p's q, cache and params into p.o_ref / p.lse_ref.
 inline void compute_reference(Problem& p) {
   AttentionProblem problem;
-  problem.q = p.q.view();
+  problem.q = p.q_view;
   problem.qo_indptr = p.qo_indptr.view();
   if (p.c.kv == PrefillKV::kPaged) {
     problem.kv = p.cache.paged;
@@ -160,7 +166,14 @@ inline Problem make_problem(const Case& c) {
   p.cache = testing::build_kv_cache(spec);
   p.qo_indptr = testing::indptr_tensor(c.q_lens);
   p.total_q = p.qo_indptr.data<int32_t>()[c.q_lens.size()];
-  p.q = testing::random_tensor(c.dtype, {p.total_q, c.num_qo_heads, c.head_dim_qk}, c.seed + 10);
+  if (c.q_dim_pad < 0) {
+    p.q = testing::random_tensor(c.dtype, {p.total_q, c.num_qo_heads, c.head_dim_qk}, c.seed + 10);
+    p.q_view = p.q.view();
+  } else {
+    p.q = testing::random_tensor(
+        c.dtype, {p.total_q + 1, c.num_qo_heads + 1, c.head_dim_qk + c.q_dim_pad}, c.seed + 10);
+    p.q_view = testing::sub_view(p.q, {1, 1, 0}, {p.total_q, c.num_qo_heads, c.head_dim_qk});
+  }
 
   p.params.mask = c.mask;
   p.params.window_left = c.window_left;
@@ -304,7 +317,7 @@ struct DeviceProblem {
   void poison() { poison_outputs(o_host, lse_host, o, lse); }
   void run(BatchPrefill& prefill, const Problem& p, cuda::Stream stream,
            const RunOptions& options = {}) {
-    const TensorView qv = q.view(p.q.view());
+    const TensorView qv = q.view(p.q_view);
     const TensorView ov = o.view(o_host.view());
     std::optional<TensorView> lv;
     if (p.c.use_softmax) lv = lse.view(lse_host.view());
