@@ -1,8 +1,10 @@
 // Spills of the shipped Hopper prefill units whose label contains argv[1] (all with no
-// argument), compiled here with NVRTC for sm_90a: a quick check of a kernel change before the
-// full compile test (ctest -R ShippedPrefillKernels, ~3 minutes on two cores). With
-// FLARE_PROBE_CUBINS=<dir>, each unit's cubin is written there as <index>.cubin (nvdisasm it);
-// with FLARE_PROBE_LIST=1, the units' labels are listed and nothing compiled.
+// argument), compiled here with NVRTC for sm_90a (FLARE_PROBE_ARCH=sm_80: the mma.sync family's
+// units): a quick check of a kernel change before the full compile test (ctest -R
+// ShippedPrefillKernels, ~3 minutes on two cores). With FLARE_PROBE_CUBINS=<dir>, each unit's
+// cubin is written there as <index>.cubin (nvdisasm it, or cmp two trees' cubins: a refactor
+// whose cubins are byte-identical needs no GPU run); with FLARE_PROBE_LIST=1, the units'
+// labels are listed and nothing compiled.
 // Build: g++ -O2 -std=c++20 -Iinclude -I. experiments/hopper_spill_probe.cpp -Lbuild -lflare
 //   -Wl,-rpath,build -o /tmp/hopper_spill_probe   (one line)
 #include <cstdio>
@@ -19,8 +21,11 @@ int main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "";
   std::vector<flare::jit::KernelSpec> specs;
   std::set<std::string> seen;
+  // FLARE_PROBE_ARCH=sm_80: the mma.sync family's units instead, for sm_80.
+  const char* arch_env = std::getenv("FLARE_PROBE_ARCH");
+  const std::string arch = arch_env != nullptr ? arch_env : "sm_90a";
   for (const flare::ShippedPrefillConfig& shipped : flare::shipped_prefill_configs()) {
-    if (!shipped.tiles.warpgroup) continue;
+    if (shipped.tiles.warpgroup != (arch == "sm_90a")) continue;
     const flare::jit::KernelSpec spec =
         flare::batch_prefill_kernels(shipped.config, shipped.tiles).prefill;
     if (spec.label.find(filter) == std::string::npos) continue;
@@ -30,7 +35,7 @@ int main(int argc, char** argv) {
     for (const auto& spec : specs) std::printf("%s\n", spec.label.c_str());
     return 0;
   }
-  const auto results = flare::jit::precompile(specs, "sm_90a", 2);
+  const auto results = flare::jit::precompile(specs, arch, 2);
   int spilling = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& usage = results[i].usage[0];

@@ -95,6 +95,31 @@ struct AffineLogits {
   float slope[T::kMmaQ][2];
 };
 
+// Fills `affine` for this thread's rows over the warp's columns of the tile starting at
+// first_col: the variant's affine form on every key (kAffineLogits; returns true), or where
+// logits_affine_on says so (kAffineLogitsOnSomeKeys; returns whether every row of the thread
+// said so).
+__device__ __forceinline__ bool affine_rows(const PrefillParams& p, const RowInfo& rows,
+                                            int first_col, AffineLogits& affine) {
+  bool every_row = true;
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (kAffineLogits) {
+        affine.base[mi][h] = rows.variant[mi][h].logits_transform(p.variant, 0.0f, first_col);
+        affine.slope[mi][h] = rows.variant[mi][h].logits_kv_slope();
+      } else if constexpr (kAffineLogitsOnSomeKeys) {
+        every_row = rows.variant[mi][h].logits_affine_on(p.variant, first_col,
+                                                         first_col + (T::kTilesS - 1) * 8 + 1,
+                                                         affine.base[mi][h], affine.slope[mi][h]) &&
+                    every_row;
+      }
+    }
+  }
+  return every_row;
+}
+
 // softmax_scores below, with the tile's logits taken as two FMAs from `affine` (kAffine) or
 // from the variant's logits_transform per logit.
 template <bool kBegin, bool kEnd, bool kAffine>
@@ -200,28 +225,10 @@ __device__ __forceinline__ OutputRescale softmax_scores(const PrefillParams& p,
                                                         RowStats& st) {
   AffineLogits affine;
   if constexpr (kAffineLogits) {
-#pragma unroll
-    for (int mi = 0; mi < T::kMmaQ; ++mi) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        affine.base[mi][h] = rows.variant[mi][h].logits_transform(p.variant, 0.0f, first_col);
-        affine.slope[mi][h] = rows.variant[mi][h].logits_kv_slope();
-      }
-    }
+    affine_rows(p, rows, first_col, affine);
     return softmax_scores_as<kBegin, kEnd, true>(p, g, rows, first_col, s, st, affine);
   } else if constexpr (kAffineLogitsOnSomeKeys) {
-    bool every_row = true;
-#pragma unroll
-    for (int mi = 0; mi < T::kMmaQ; ++mi) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        every_row = rows.variant[mi][h].logits_affine_on(p.variant, first_col,
-                                                         first_col + (T::kTilesS - 1) * 8 + 1,
-                                                         affine.base[mi][h], affine.slope[mi][h]) &&
-                    every_row;
-      }
-    }
-    if (__all_sync(0xffffffffu, every_row)) {
+    if (__all_sync(0xffffffffu, affine_rows(p, rows, first_col, affine))) {
       return softmax_scores_as<kBegin, kEnd, true>(p, g, rows, first_col, s, st, affine);
     }
   }
