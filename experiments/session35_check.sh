@@ -7,6 +7,9 @@
 #     tiles, as the document mask's at 2048), two rounds each.
 #   qonly <tree>: the same A/B against a tree with the bulk Q copy alone (no warpgroup records),
 #     then the host cost of encoding q's tensor map (experiments/tensor_map_encode_cost.cpp).
+#   branches <main> <epilogue-row-tables> <q-bulk-half-tile>: the epilogue branch against main
+#     (as ab), then C++ bench_cascade (b16 / b64, prefix 0 / 1024: decode-shaped levels, whose
+#     few rows the half-tile branch gathers) on main and the half-tile branch, two rounds.
 #   tests: scripts/gpu_check.sh tests (every GPU test, both families again, sanitizers).
 #   python: the Python GPU tests of the prefill, variant, cascade and block-sparse wrappers.
 #   variants: bench_variants.py (flare and FlexAttention; causal, window, ALiBi, document) and
@@ -15,7 +18,7 @@
 #   mkdir -p .scratch/base && git archive <base> | tar -x -C .scratch/base):
 #   bash experiments/session35_check.sh ab .scratch/base | tests | python | variants
 set -uo pipefail
-stage=${1:?ab|qonly|tests|python|variants}
+stage=${1:?ab|qonly|branches|tests|python|variants}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -35,6 +38,27 @@ if [ "$stage" = qonly ]; then  # the bulk Q copy alone against it with the warpg
     bash experiments/prefill_ab.sh "$base" . 2 2>&1 | grep -E "^== round|^causal"
   g++ -O2 -std=c++20 -Iinclude -I. experiments/tensor_map_encode_cost.cpp -Lbuild-ab -lflare \
     -Wl,-rpath,"$PWD/build-ab" -o build-ab/tensor_map_encode_cost && build-ab/tensor_map_encode_cost
+fi
+if [ "$stage" = branches ]; then  # the two branches left unrun, each against main
+  main=${2:?the tree of main}
+  epilogue=${3:?the tree of epilogue-row-tables}
+  half=${4:?the tree of q-bulk-half-tile}
+  FLARE_BENCH_ONLY="causal b16" timeout 200 bash experiments/prefill_ab.sh "$main" "$epilogue" 2 \
+    2>&1 | grep -E "^== round|^causal"
+  FLARE_BENCH_ONLY="causal b16 seq" FLARE_BENCH_WINDOW_LEFT=256 timeout 150 \
+    bash experiments/prefill_ab.sh "$main" "$epilogue" 2 2>&1 | grep -E "^== round|^causal"
+  # main's libflare is in <tree>/build-ab already (prefill_ab.sh); build_ab.sh links the tool.
+  for tree in "$main" "$half"; do
+    bash experiments/build_ab.sh "$tree" scripts/bench_cascade.cpp >/dev/null 2>&1 ||
+      echo "build of $tree failed"
+  done
+  for round in 1 2; do
+    for tree in "$main" "$half"; do
+      echo "== cascade round $round: $tree"
+      FLARE_CACHE_DIR="$tree/build-ab/jit-cache" timeout 60 "$tree/build-ab/bench_cascade" 16,64 0,1024 \
+        2>&1 | grep -E "^\| [0-9]"
+    done
+  done
 fi
 if [ "$stage" = tests ]; then
   OUT=$OUT/gpu_check timeout 480 scripts/gpu_check.sh tests 2>&1 | tail -n 40
