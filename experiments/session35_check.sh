@@ -7,9 +7,10 @@
 #     tiles, as the document mask's at 2048), two rounds each.
 #   qonly <tree>: the same A/B against a tree with the bulk Q copy alone (no warpgroup records),
 #     then the host cost of encoding q's tensor map (experiments/tensor_map_encode_cost.cpp).
-#   branches <main> <epilogue-row-tables> <q-bulk-half-tile>: the epilogue branch against main
-#     (as ab), then C++ bench_cascade (b16 / b64, prefix 0 / 1024: decode-shaped levels, whose
-#     few rows the half-tile branch gathers) on main and the half-tile branch, two rounds.
+#   branches <main> <epilogue> <half>: trees of main and of main with
+#     experiments/patches/epilogue-row-tables.patch and q-bulk-half-tile.patch applied
+#     (patch -p1); the epilogue tree against main (as ab), then C++ bench_cascade (b16 / b64, prefix 0 / 1024: decode-shaped levels, whose
+#     few rows the half-tile patch gathers) on main and the half-tile tree, two rounds.
 #   tests: scripts/gpu_check.sh tests (every GPU test, both families again, sanitizers).
 #   python: the Python GPU tests of the prefill, variant, cascade and block-sparse wrappers.
 #   variants: bench_variants.py (flare and FlexAttention; causal, window, ALiBi, document) and
@@ -39,10 +40,10 @@ if [ "$stage" = qonly ]; then  # the bulk Q copy alone against it with the warpg
   g++ -O2 -std=c++20 -Iinclude -I. experiments/tensor_map_encode_cost.cpp -Lbuild-ab -lflare \
     -Wl,-rpath,"$PWD/build-ab" -o build-ab/tensor_map_encode_cost && build-ab/tensor_map_encode_cost
 fi
-if [ "$stage" = branches ]; then  # the two branches left unrun, each against main
+if [ "$stage" = branches ]; then  # the two patches left unrun, each against main
   main=${2:?the tree of main}
-  epilogue=${3:?the tree of epilogue-row-tables}
-  half=${4:?the tree of q-bulk-half-tile}
+  epilogue=${3:?the tree with epilogue-row-tables.patch}
+  half=${4:?the tree with q-bulk-half-tile.patch}
   FLARE_BENCH_ONLY="causal b16" timeout 200 bash experiments/prefill_ab.sh "$main" "$epilogue" 2 \
     2>&1 | grep -E "^== round|^causal"
   FLARE_BENCH_ONLY="causal b16 seq" FLARE_BENCH_WINDOW_LEFT=256 timeout 150 \
