@@ -19,11 +19,10 @@ namespace flare::prefill::hopper {
 // t - 1's, rewritten after every producer thread's conversion of it (the barrier in
 // publish_written_half); page-id slot t % kPageIdSlots at iteration t, after tile t's issue at
 // iteration t - kTileLead and the barrier at the top of iteration t - kTileLead + 1.
-template <class QLanded, class PrepareNext>
+template <class PrepareNext>
 __device__ __forceinline__ void produce_item_nvfp4(const PrefillParams& p, const ItemHandOff& hand,
                                                    unsigned char* smem, unsigned& empty_phases,
-                                                   bool gather_q, QLanded q_landed,
-                                                   PrepareNext prepare_next) {
+                                                   ItemQ q, PrepareNext prepare_next) {
   constexpr int kLead = T::kTileLead;
   static_assert(T::kRawStages == kLead + 1 && T::kPageIdSlots == 2 * kLead, "the raw ring");
   ItemShared& shared = item_shared(smem);
@@ -36,7 +35,7 @@ __device__ __forceinline__ void produce_item_nvfp4(const PrefillParams& p, const
     cp_async_wait<0>();
     producer_sync();  // the first tiles' page ids, for every producer thread
   }
-  if (gather_q) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
+  q.issue(p, hand, smem);
   issue_first_tiles(p, g, smem);
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = stage_of(empty_phases, tile);
@@ -52,7 +51,7 @@ __device__ __forceinline__ void produce_item_nvfp4(const PrefillParams& p, const
     wait_half(shared.empty, empty_phases, kHalfK, stage);
     convert_landed_nvfp4<true, false>(raw_stage, stage, smem);
     publish_written_half(shared, kHalfK, stage);
-    if (tile == 0) q_landed();  // Q landed with tile 0's rows, fenced above
+    if (tile == 0) q.landed(shared);  // Q landed with tile 0's rows, fenced above
     wait_half(shared.empty, empty_phases, kHalfV, stage);
     convert_landed_nvfp4<false, true>(raw_stage, stage, smem);
     publish_written_half(shared, kHalfV, stage);

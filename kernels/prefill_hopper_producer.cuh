@@ -123,17 +123,16 @@ __device__ __forceinline__ void publish_half(ItemShared& shared, int half, int s
 
 // Q, gathered (packed rows) by every producer thread while the first K's bulk copy is in
 // flight, then published on q_full.
-template <class QLanded>
 __device__ __forceinline__ void load_q_beside_bulk_k(const PrefillParams& p,
                                                      const ItemHandOff& hand, unsigned char* smem,
-                                                     bool gather_q, QLanded q_landed) {
-  if (!gather_q) return;  // its bulk copy is in flight (issue_bulk_q)
-  issue_q(p, hand.record.g, hand.row_q_pos, hand.row_qo_head, smem);
+                                                     ItemQ q) {
+  if (!q.gather) return;  // its bulk copy is in flight (issue_bulk_q)
+  q.issue(p, hand, smem);
   cp_async_commit();
   cp_async_wait<0>();
   wgmma::fence_async_shared();
   producer_sync();
-  q_landed();
+  q.landed(item_shared(smem));
 }
 
 // produce_item for paged K/V in boxes (kBulkPaged, p.bulk_kv, the item's first row starts a
@@ -142,11 +141,10 @@ __device__ __forceinline__ void load_q_beside_bulk_k(const PrefillParams& p,
 // tile + 1 then waits for the later of two copies issued at once, not for K issued behind V),
 // each page id read a tile before its copies; the last tile, past kv_hi in part, gathered (its
 // rows past kv_hi zero-filled: a page's stale tail could hold NaNs, and 0 * NaN is NaN in P.V).
-template <class QLanded, class PrepareNext>
+template <class PrepareNext>
 __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const ItemHandOff& hand,
                                                    unsigned char* smem, unsigned& empty_phases,
-                                                   bool gather_q, QLanded q_landed,
-                                                   PrepareNext prepare_next) {
+                                                   ItemQ q, PrepareNext prepare_next) {
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
@@ -162,7 +160,7 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
     issue_bulk_paged_half<kHalfK>(p, g, 0, stage, smem, barrier_address(shared.full[kHalfK][stage]),
                                   box, page);
     if (box >= 0 && bulk_tiles > 1) next_page = bulk_box_page(p, g, 1, box);
-    load_q_beside_bulk_k(p, hand, smem, gather_q, q_landed);
+    load_q_beside_bulk_k(p, hand, smem, q);
   }
   const int prepare_tile = min(num_tiles, 2) - 1;
   for (int tile = 0; tile < num_tiles; ++tile) {
@@ -190,14 +188,14 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
     cp_async_wait<0>();
     producer_sync();  // the tile's page ids landed for every producer thread
     wait_half(shared.empty, empty_phases, kHalfK, stage);
-    if (tile == 0 && gather_q) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
+    if (tile == 0) q.issue(p, hand, smem);
     issue_kv<true, false>(p, g, tile, stage, smem);
     cp_async_commit();
     wait_half(shared.empty, empty_phases, kHalfV, stage);
     issue_kv<false, true>(p, g, tile, stage, smem);
     cp_async_commit();
     publish_half<1>(shared, kHalfK, stage);
-    if (tile == 0) q_landed();
+    if (tile == 0) q.landed(shared);
     publish_half<0>(shared, kHalfV, stage);
     if (tile == prepare_tile) prepare_next();
   }
@@ -205,18 +203,17 @@ __device__ __forceinline__ void produce_paged_bulk(const PrefillParams& p, const
 }
 
 // produce_item for 16-bit K/V (num_tiles > 0): bulk copies or gathers, as produce_item says.
-template <class QLanded, class PrepareNext>
+template <class PrepareNext>
 __device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const ItemHandOff& hand,
                                                    unsigned char* smem, unsigned& empty_phases,
-                                                   bool gather_q, QLanded q_landed,
-                                                   PrepareNext prepare_next) {
+                                                   ItemQ q, PrepareNext prepare_next) {
   ItemShared& shared = item_shared(smem);
   const ItemGeometry& g = hand.record.g;
   const int num_tiles = g.num_tiles;
   const int prepare_tile = min(num_tiles, 2) - 1;
   if constexpr (kBulkPaged) {
     if (p.bulk_kv != 0 && g.kv_lo % kBoxRows == 0) {
-      produce_paged_bulk(p, hand, smem, empty_phases, gather_q, q_landed, prepare_next);
+      produce_paged_bulk(p, hand, smem, empty_phases, q, prepare_next);
       return;
     }
   }
@@ -234,7 +231,7 @@ __device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const
         issue_bulk_half<kHalfK>(p, g, tile, stage, smem,
                                 barrier_address(shared.full[kHalfK][stage]));
       }
-      if (tile == 0) load_q_beside_bulk_k(p, hand, smem, gather_q, q_landed);
+      if (tile == 0) load_q_beside_bulk_k(p, hand, smem, q);
       wait_half(shared.empty, empty_phases, kHalfV, stage);
       if (load_thread() == 0) {
         issue_bulk_half<kHalfV>(p, g, tile, stage, smem,
@@ -250,7 +247,7 @@ __device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int stage = stage_of(empty_phases, tile);
     wait_half(shared.empty, empty_phases, kHalfK, stage);
-    if (tile == 0 && gather_q) issue_q(p, g, hand.row_q_pos, hand.row_qo_head, smem);
+    if (tile == 0) q.issue(p, hand, smem);
     issue_kv<true, false>(p, g, tile, stage, smem);
     cp_async_commit();
     if constexpr (Variant::kRotary) {
@@ -262,7 +259,7 @@ __device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const
     issue_kv<false, true>(p, g, tile, stage, smem);
     cp_async_commit();
     publish_half<1>(shared, kHalfK, stage);  // Q, with tile 0, in the same group as K
-    if (tile == 0) q_landed();
+    if (tile == 0) q.landed(shared);
     publish_half<0>(shared, kHalfV, stage);
     if (tile == prepare_tile) prepare_next();
     // Slot tile % 2 was read by every producer thread's issue_kv(tile), before the barrier.
@@ -296,18 +293,15 @@ __device__ __forceinline__ void produce_item(const PrefillParams& p, const ItemH
     prepare_next();
     return;
   }
-  const bool gather_q = !kBulkQ || p.bulk_q == 0 || hand.record.item.row_begin % p.group_size != 0;
-  if (!gather_q && load_thread() == 0) {
+  // A gathered Q is published (once it landed) with the first tile's K.
+  const ItemQ q{!kBulkQ || p.bulk_q == 0 || hand.record.item.row_begin % p.group_size != 0};
+  if (!q.gather && load_thread() == 0) {
     issue_bulk_q(p, hand.record, smem, barrier_address(shared.q_full));
   }
-  // A gathered Q is published (once it landed) with the first tile's K.
-  const auto q_landed = [&shared, gather_q] {
-    if (gather_q && load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.q_full));
-  };
   if constexpr (T::kNvfp4) {
-    produce_item_nvfp4(p, hand, smem, empty_phases, gather_q, q_landed, prepare_next);
+    produce_item_nvfp4(p, hand, smem, empty_phases, q, prepare_next);
   } else {
-    produce_item_16bit(p, hand, smem, empty_phases, gather_q, q_landed, prepare_next);
+    produce_item_16bit(p, hand, smem, empty_phases, q, prepare_next);
   }
 }
 

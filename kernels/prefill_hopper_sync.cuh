@@ -20,8 +20,8 @@ __device__ __forceinline__ void turn_end() {
     wgmma::named_arrive<T::kThreads>(kTurnBarrier + 1 - thread_index() / 128);
 }
 
-// Named barriers (0 is __syncthreads'; 1 is math_sync's, which the consumers no longer take;
-// 4 and 5 the turns'; 6 and 7 the consumer warpgroups' own). The roles meet only through
+// Named barriers (0 is __syncthreads'; 2 the producer's; 4 and 5 the turns'; 6 and 7 the
+// consumer warpgroups' own). The roles meet only through
 // mbarriers (a named barrier reached from both roles' code is legal PTX, but
 // compute-sanitizer's racecheck and synccheck take it for divergence).
 constexpr int kProducerBarrier = 2;
@@ -67,6 +67,21 @@ __device__ __forceinline__ void wait_half(const unsigned long long (&barriers)[2
   wgmma::barrier_wait(barrier_address(barriers[half][stage]), (bits >> bit) & 1u);
   bits ^= 1u << bit;
 }
+
+// The item's Q on the producer's side: gathered with the first tile's copies (issue(), then
+// landed() once every producer thread's copies landed and were fenced), or already in flight as
+// one bulk copy counted on q_full (issue_bulk_q, prefill_hopper_producer.cuh): then both do
+// nothing.
+struct ItemQ {
+  bool gather;
+  __device__ __forceinline__ void issue(const PrefillParams& p, const ItemHandOff& hand,
+                                        unsigned char* smem) const {
+    if (gather) issue_q(p, hand.record.g, hand.row_q_pos, hand.row_qo_head, smem);
+  }
+  __device__ __forceinline__ void landed(ItemShared& shared) const {
+    if (gather && load_thread() == 0) wgmma::barrier_arrive(barrier_address(shared.q_full));
+  }
+};
 
 // Publishes half `half` of stage `stage` once this producer thread's writes to it (its copies,
 // landed, or its stores) are done: each thread fences them for the tensor cores, the producer

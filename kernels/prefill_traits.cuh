@@ -270,15 +270,9 @@ __device__ __forceinline__ int thread_index() {
 }
 // This thread's index among the loading threads (kernels/prefill_load.cuh).
 __device__ __forceinline__ int load_thread() { return thread_index() - T::kFirstLoadThread; }
-// A barrier of the computing threads: the CTA's, or the consumer warpgroups' (named barrier 1)
-// while the Hopper family's producer loads.
-__device__ __forceinline__ void math_sync() {
-  if constexpr (T::kWarpgroup) {
-    wgmma::named_sync<1, T::kThreads>();
-  } else {
-    __syncthreads();
-  }
-}
+// The mma.sync family's barrier of its computing threads, the CTA's (the Hopper family's
+// consumer warpgroups meet only through their own barriers: prefill_hopper_sync.cuh).
+__device__ __forceinline__ void math_sync() { __syncthreads(); }
 // The consumer warpgroup of this thread (the Hopper family; 0 where one warpgroup computes).
 __device__ __forceinline__ int consumer_warpgroup() {
   return T::kThreads > 128 ? thread_index() / 128 : 0;
