@@ -9,6 +9,7 @@
 // without an sm_90 device.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "flare/api/batch_prefill.h"
@@ -59,13 +60,14 @@ TEST(PrefillHopper, EveryHeadDimBothQueryTilesCausalAndNoMask) {
   }
 }
 
-// Q by one bulk copy a panel (a query tile's packed rows are whole tokens of the group's heads,
-// q's strides multiples of 16 bytes) or gathered (a head stride of 264 bytes; a group of 6,
-// which 128 rows do not divide into tokens): both on views of a padded q, ragged and paged,
-// both query tiles, odd lengths that end tiles mid-token.
+// Q by one bulk copy a panel (a query tile's packed rows are whole tokens of the group's heads)
+// or gathered (a group of 6, which 128 rows do not divide into tokens), both on views of a
+// larger q (head strides of 256 and 272 bytes: run() takes only multiples of 16 bytes, which
+// BatchPrefillErrors tests), ragged and paged, both query tiles, odd lengths that end tiles
+// mid-token.
 TEST(PrefillHopper, StridedQueriesByBulkCopyOrGather) {
   SKIP_WITHOUT_HOPPER();
-  for (const int pad : {8, 4}) {
+  for (const int pad : {0, 8}) {
     for (const int group : {4, 6}) {
       for (const PrefillKV kv : {PrefillKV::kRagged, PrefillKV::kPaged}) {
         for (const int tile : {64, 128}) {
@@ -84,6 +86,32 @@ TEST(PrefillHopper, StridedQueriesByBulkCopyOrGather) {
         }
       }
     }
+  }
+}
+
+// A q whose head stride is not a multiple of 16 bytes (264 bytes: 4 elements of padding) is
+// refused by name before any launch; the NaN-poisoned outputs stay as they were.
+TEST(PrefillHopper, QueriesWithUnalignedStridesAreRefused) {
+  SKIP_WITHOUT_HOPPER();
+  Case c;
+  c.q_lens = {1, 37};
+  c.kv_lens = {70, 37};
+  c.num_kv_heads = 2;
+  c.num_qo_heads = 8;
+  c.q_dim_pad = 4;
+  c.backend = PrefillBackend::kFA3;
+  const Problem p = make_problem(c);
+  BatchPrefill prefill(config_of(p));
+  DeviceProblem d(p);
+  plan(prefill, p, nullptr);
+  EXPECT_FLARE_ERROR(d.run(prefill, p, nullptr), ErrorCode::kInvalidArgument,
+                     "q needs a 16-byte aligned data pointer");
+  d.download();
+  for (int64_t i = 0; i < d.o_host.numel(); ++i) {
+    ASSERT_TRUE(std::isnan(d.o_host.get(i))) << "o[" << i << "] written";
+  }
+  for (int64_t i = 0; i < d.lse_host.numel(); ++i) {
+    ASSERT_TRUE(std::isnan(d.lse_host.get(i))) << "lse[" << i << "] written";
   }
 }
 

@@ -114,7 +114,7 @@ Nvfp4Problem make_nvfp4_problem(const Nvfp4PrefillCase& n) {
   out.v = gpu_testing::quantize_rows(paged ? q.cache.paged.v : q.cache.ragged.v, n.v_global);
   // q in the kernel's dtype, and the reference again on the dequantized cache.
   q.c.dtype = dtype;
-  q.q = testing::random_tensor(dtype, {q.total_q, c.num_qo_heads, c.head_dim_qk}, c.seed + 10);
+  q.set_q(testing::random_tensor(dtype, {q.total_q, c.num_qo_heads, c.head_dim_qk}, c.seed + 10));
   prefill_testing::compute_reference(q);
   return out;
 }

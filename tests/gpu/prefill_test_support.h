@@ -130,12 +130,27 @@ struct Problem {
   HostTensor o_ref, lse_ref;
   AttentionParams params;
   int64_t total_q = 0;
+
+  // Replaces q (and its view, which would otherwise still point at the old buffer).
+  void set_q(HostTensor tensor) {
+    q = std::move(tensor);
+    q_view = q.view();
+  }
+  // q_view, checked to lie inside q (a view left behind by an assignment to q fails here).
+  const TensorView& checked_q_view() const {
+    const auto* begin = q.data<std::byte>();
+    const auto* data = static_cast<const std::byte*>(q_view.data);
+    EXPECT_TRUE(q_view.dtype == q.dtype() && data >= begin &&
+                data < begin + q.numel() * static_cast<int64_t>(dtype_bytes(q.dtype())))
+        << "Problem::q_view is not a view of Problem::q: assign q through set_q()";
+    return q_view;
+  }
 };
 
 // The float64-accumulated reference of p's q, cache and params into p.o_ref / p.lse_ref.
 inline void compute_reference(Problem& p) {
   AttentionProblem problem;
-  problem.q = p.q_view;
+  problem.q = p.checked_q_view();
   problem.qo_indptr = p.qo_indptr.view();
   if (p.c.kv == PrefillKV::kPaged) {
     problem.kv = p.cache.paged;
@@ -167,8 +182,7 @@ inline Problem make_problem(const Case& c) {
   p.qo_indptr = testing::indptr_tensor(c.q_lens);
   p.total_q = p.qo_indptr.data<int32_t>()[c.q_lens.size()];
   if (c.q_dim_pad < 0) {
-    p.q = testing::random_tensor(c.dtype, {p.total_q, c.num_qo_heads, c.head_dim_qk}, c.seed + 10);
-    p.q_view = p.q.view();
+    p.set_q(testing::random_tensor(c.dtype, {p.total_q, c.num_qo_heads, c.head_dim_qk}, c.seed + 10));
   } else {
     p.q = testing::random_tensor(
         c.dtype, {p.total_q + 1, c.num_qo_heads + 1, c.head_dim_qk + c.q_dim_pad}, c.seed + 10);
@@ -317,7 +331,7 @@ struct DeviceProblem {
   void poison() { poison_outputs(o_host, lse_host, o, lse); }
   void run(BatchPrefill& prefill, const Problem& p, cuda::Stream stream,
            const RunOptions& options = {}) {
-    const TensorView qv = q.view(p.q_view);
+    const TensorView qv = q.view(p.checked_q_view());
     const TensorView ov = o.view(o_host.view());
     std::optional<TensorView> lv;
     if (p.c.use_softmax) lv = lse.view(lse_host.view());
