@@ -76,18 +76,27 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
 // by now the Q tile and the stages hold the next item's rows (kernels/prefill_hopper.cuh). A
 // quad's stores of one n8 tile are one contiguous 16 bytes of o (32 of a partial slot); the
 // values and the lse are those write_item computes for a single KV warp.
+// The rows' tokens and heads come from the row tables (no division by the group per row), the
+// rows' sums are taken before any row branches off (its shuffles then need no divergence
+// check), and the normalization is one reciprocal (the sum is at least 1 with softmax).
 template <int kWarpsKV = T::kWarpsKV>  // checked where it is called
 __device__ __forceinline__ void write_item_registers(const PrefillParams& p, const WorkItem& item,
-                                                     const ItemGeometry& g, const RowState& acc,
-                                                     const RowStats& st) {
+                                                     const ItemGeometry& g, const ItemShared& shared,
+                                                     const RowState& acc, const RowStats& st) {
   static_assert(kWarpsKV == 1, "one KV warp per row");
   const int quad_col = (thread_index() % 4) * 2;
   const float m_scale = kLinearLogits ? score_scale(p) : 1.0f;
+  float sums[T::kMmaQ][2];
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sums[mi][h] = row_sum(st.d[mi][h]);
+  }
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float d = row_sum(st.d[mi][h]);
+      const float d = sums[mi][h];
       const int r = local_row(mi, h);
       if (r >= g.rows) continue;
       const bool empty = d == 0.0f;
@@ -95,12 +104,11 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
       // lse is 0, which the merge kernel adds up under MergeParams::sum_partials.
       const float norm = !Variant::use_softmax ? output_scale(p)
                          : empty               ? 0.0f
-                                               : output_scale(p) / d;
+                                               : __fdividef(output_scale(p), d);
       const float lse2 = empty ? negative_infinity() : st.m[mi][h] * m_scale + fast_log2(d);
-      const int packed = item.row_begin + r;
       if (item.partial_slot < 0) {
-        const long long token = g.qo_begin + packed / p.group_size;
-        const long long head = item.kv_head * p.group_size + packed % p.group_size;
+        const long long token = g.qo_begin + (shared.row_q_pos[r] - g.q_offset);
+        const long long head = shared.row_qo_head[r];
         unsigned char* row = static_cast<unsigned char*>(p.o) +
                              (token * p.o_stride_token + head * p.o_stride_head) * 2;
 #pragma unroll

@@ -242,7 +242,7 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     release(kHalfV, stage_of(full_phases, tile));
   }
   advance_stages(full_phases, num_tiles);
-  write_item_registers(p, item_record(shared).item, g, acc, load_stats(shared));
+  write_item_registers(p, item_record(shared).item, g, shared, acc, load_stats(shared));
 }
 
 // The query rows of one consumer warpgroup (its MMAs' 64), the rows of the row tables it reads.
