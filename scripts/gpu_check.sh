@@ -89,7 +89,11 @@ sanitize() {  # filter [racecheck exclusions]: compute-sanitizer memcheck and ra
     local rc=$?
     echo "$tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -n 1);" \
       "$(grep -E 'tests? ran' "$OUT/$tool.log" | tail -n 1)"
-    [ "$rc" -eq 0 ] || status=1
+    if [ "$rc" -ne 0 ]; then  # the first report and the test it came from, for the caller's log
+      status=1
+      awk '/^\[ RUN/ { test = $0 } /^========= / && !/COMPUTE-SANITIZER|SUMMARY/ && n < 24 {
+             if (n++ == 0) print test; print }' "$OUT/$tool.log"
+    fi
   done
 }
 

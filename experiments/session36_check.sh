@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The thirty-sixth session's device calls (docs/perf.md "Thirty-sixth session").
+#   verify: the GPU tests that failed on main at the session's start (NVFP4 prefill: a stale q
+#     view in the test support; PrefillHopper's strided-q tests) and every other NVFP4 and
+#     Hopper prefill test, then scripts/gpu_check.sh's sanitizer step (which now prints a
+#     failing tool's first report: main's first run reported one racecheck hazard, unprinted).
+#   python: the package installed, bench_python.py --only prefill (FlashInfer from the carried
+#     .anchors-fi) and bench_variants.py (flare, Flex) at 2048 / 4096.
+#   race: racecheck of gpu_check.sh's sanitizer cases three times (hazard reports printed),
+#     then experiments/item_boundary_profile.sh ncu on this tree.
+# Usage (GPU machine, OUT set): bash experiments/session36_check.sh verify
+set -uo pipefail
+stage=${1:?verify|python|race}
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
+mkdir -p "$OUT"
+if [ "$stage" = verify ]; then
+  OUT=$OUT/gpu_check FLARE_GPU_FILTER='*Nvfp4*:PrefillHopper.*' timeout 480 \
+    scripts/gpu_check.sh tests 2>&1 | tail -n 30
+fi
+if [ "$stage" = python ]; then  # carry .anchors-fi
+  scripts/gpu_check_python.sh "$OUT/py" -q -k no_such_test >/dev/null 2>&1
+  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
+  (cd /tmp && PYTHONPATH=/tmp/fi-site:$OLDPWD/scripts timeout 220 python3 \
+    "$OLDPWD/scripts/bench_python.py" --only prefill 2>&1 | grep -v "Warning" | tail -24 &&
+    PYTHONPATH=$OLDPWD/scripts timeout 150 python3 "$OLDPWD/scripts/bench_variants.py" \
+      --libraries flare,flex --lengths 2048,4096 --variants causal,window,document --calls 10 2>&1 |
+      grep -E "^\|")
+fi
+if [ "$stage" = race ]; then  # racecheck of gpu_check.sh's sanitizer cases, three times, then
+  # the ncu profile of the item boundary (experiments/item_boundary_profile.sh ncu)
+  gtest=; [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
+    gtest=/usr/src/googletest
+  { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release ${gtest:+-DFLARE_GTEST_SOURCE=$gtest} &&
+    cmake --build build-gpu -j"$(nproc)" --target flare_gpu_tests; } >"$OUT/build.log" 2>&1 ||
+    { tail -n 20 "$OUT/build.log"; exit 1; }
+  filter=$(grep -o "sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu[^']*'" scripts/gpu_check.sh |
+    sed "s/^sanitize '//; s/'$//")
+  exclude=$(grep -A1 "sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu" scripts/gpu_check.sh |
+    tail -n 1 | sed "s/^ *'//; s/'.*$//")
+  export FLARE_CACHE_DIR=$PWD/build-gpu/jit-cache
+  for round in 1 2 3; do
+    timeout 100 compute-sanitizer --tool racecheck --error-exitcode 99 build-gpu/flare_gpu_tests \
+      --gtest_filter="$filter:-$exclude" >"$OUT/racecheck_$round.log" 2>&1
+    echo "racecheck round $round: exit $? $(grep -E 'RACECHECK SUMMARY' "$OUT/racecheck_$round.log")"
+    awk '/^\[ RUN/ { test = $0 } /^========= / && !/COMPUTE-SANITIZER|SUMMARY/ && n < 24 {
+           if (n++ == 0) print test; print }' "$OUT/racecheck_$round.log"
+  done
+  timeout 250 bash experiments/item_boundary_profile.sh ncu
+fi
