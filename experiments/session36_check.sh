@@ -8,9 +8,12 @@
 #     .anchors-fi) and bench_variants.py (flare, Flex) at 2048 / 4096.
 #   race: racecheck of gpu_check.sh's sanitizer cases three times (hazard reports printed),
 #     then experiments/item_boundary_profile.sh ncu on this tree.
+#   quad <main tree>: the epilogue's quad-transposed 16-byte stores (this tree) against main, C++
+#     causal b16 and a 256-key window, one round each, then the prefill / cascade / NVFP4 GPU
+#     tests of this tree on the Hopper family (the FA2 family's epilogue is unchanged).
 # Usage (GPU machine, OUT set): bash experiments/session36_check.sh verify
 set -uo pipefail
-stage=${1:?verify|python|race}
+stage=${1:?verify|python|race|quad}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -47,4 +50,30 @@ if [ "$stage" = race ]; then  # racecheck of gpu_check.sh's sanitizer cases, thr
            if (n++ == 0) print test; print }' "$OUT/racecheck_$round.log"
   done
   timeout 250 bash experiments/item_boundary_profile.sh ncu
+fi
+if [ "$stage" = quad ]; then  # the quad-transposed 16-byte output stores against main
+  main=${2:?the tree of main}
+  FLARE_BENCH_ONLY="causal b16" timeout 120 bash experiments/prefill_ab.sh "$main" . 1 2>&1 |
+    grep -E "^== round|^causal"
+  FLARE_BENCH_ONLY="causal b16 seq" FLARE_BENCH_WINDOW_LEFT=256 timeout 60 \
+    bash experiments/prefill_ab.sh "$main" . 1 2>&1 | grep -E "^== round|^causal"
+  # The prefill and cascade GPU tests on this tree, both families, in the A/B's build directory.
+  gtest=; [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
+    gtest=/usr/src/googletest
+  { cmake -S . -B build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLARE_BUILD_TESTS=ON \
+      ${gtest:+-DFLARE_GTEST_SOURCE=$gtest} &&
+    cmake --build build-ab -j"$(nproc)" --target flare_gpu_tests; } >"$OUT/build_tests.log" 2>&1 ||
+    { tail -n 20 "$OUT/build_tests.log"; exit 1; }
+  export FLARE_CACHE_DIR=$PWD/build-ab/jit-cache
+  for backend in fa3; do  # write_item_registers is the Hopper family's alone
+    for i in 0 1 2 3 4 5 6 7; do
+      FLARE_TEST_PREFILL_BACKEND=$backend GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 150 \
+        build-ab/flare_gpu_tests --gtest_filter='*Prefill*:*Cascade*:*Nvfp4*' \
+        >"$OUT/tests_${backend}_$i.log" 2>&1 &
+    done
+    wait
+    echo "$backend: $(cat "$OUT"/tests_${backend}_*.log | grep -hE '^\[  PASSED  \]' |
+      awk '{n += $4} END {print n + 0}') passed; failed:"
+    cat "$OUT"/tests_${backend}_*.log | grep -E "^\[  FAILED  \]" | sort -u | head
+  done
 fi

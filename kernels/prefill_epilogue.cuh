@@ -18,6 +18,25 @@ __device__ __forceinline__ float row_sum(float d) {
   return d + __shfl_xor_sync(0xffffffffu, d, 2);
 }
 
+// One row's words of four consecutive n8 tiles, transposed across its quad: thread q holds
+// word k of tile j as columns j * 8 + 2q and 2q + 1 (the MMA's layout), and gets back tile q's
+// four words, its 8 columns in order (16 contiguous bytes), in two exchanges of pairs. Every
+// lane of the warp takes part.
+__device__ __forceinline__ uint4 quad_transpose(unsigned w0, unsigned w1, unsigned w2,
+                                                unsigned w3) {
+  const bool odd = thread_index() & 1;
+  const bool high = thread_index() & 2;
+  // Pairs of threads swap the off-diagonal words of each 2 x 2 block.
+  const unsigned r0 = __shfl_xor_sync(0xffffffffu, odd ? w0 : w1, 1);
+  const unsigned r1 = __shfl_xor_sync(0xffffffffu, odd ? w2 : w3, 1);
+  const unsigned a0 = odd ? r0 : w0, a1 = odd ? w1 : r0;
+  const unsigned a2 = odd ? r1 : w2, a3 = odd ? w3 : r1;
+  // Then the two threads two apart swap the off-diagonal 2 x 2 blocks.
+  const unsigned u0 = __shfl_xor_sync(0xffffffffu, high ? a0 : a2, 2);
+  const unsigned u1 = __shfl_xor_sync(0xffffffffu, high ? a1 : a3, 2);
+  return high ? make_uint4(u0, u1, a2, a3) : make_uint4(a0, a1, u0, u1);
+}
+
 // Write-through of an item computed by one KV warp per row (kWarpsKV == 1): each thread
 // normalizes its own accumulators, stages them in o's 16-bit type in the swizzled rows of the
 // Q tile (its ldmatrix layout: a warp's 4-byte stores hit 32 distinct banks), and the CTA then
@@ -73,9 +92,10 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
 
 // The Hopper family's epilogue (one KV warp per row): each thread stores its own rows from its
 // accumulators, the final o and lse or a float32 partial slot, with no staging and no barrier:
-// by now the Q tile and the stages hold the next item's rows (kernels/prefill_hopper.cuh). A
-// quad's stores of one n8 tile are one contiguous 16 bytes of o (32 of a partial slot); the
-// values and the lse are those write_item computes for a single KV warp.
+// by now the Q tile and the stages hold the next item's rows (kernels/prefill_hopper.cuh). Each
+// thread stores whole 16-byte chunks of o (quad_transpose; where o's width is a multiple of 32
+// columns), 8 bytes of a partial slot; the values and the lse are those write_item computes for
+// a single KV warp.
 // The rows' tokens and heads come from the row tables (no division by the group per row), the
 // rows' sums are taken before any row branches off (its shuffles then need no divergence
 // check), and the normalization is one reciprocal (the sum is at least 1 with softmax).
@@ -84,6 +104,9 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
                                                      const ItemGeometry& g, const ItemShared& shared,
                                                      const RowState& acc, const RowStats& st) {
   static_assert(kWarpsKV == 1, "one KV warp per row");
+  // Not with T5's far-key logits (kAffineLogitsOnSomeKeys): its Hopper units have no registers
+  // to spare for the transpose (48 bytes spilled).
+  constexpr bool kQuadRowStores = T::kTilesO % 4 == 0 && !kAffineLogitsOnSomeKeys;
   const int quad_col = (thread_index() % 4) * 2;
   const float m_scale = kLinearLogits ? score_scale(p) : 1.0f;
   float sums[T::kMmaQ][2];
@@ -97,30 +120,52 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float d = sums[mi][h];
-      const int r = local_row(mi, h);
-      if (r >= g.rows) continue;
       const bool empty = d == 0.0f;
       // Without softmax, o is the weighted sum itself (kernels/variant.cuh) and a partial slot's
       // lse is 0, which the merge kernel adds up under MergeParams::sum_partials.
       const float norm = !Variant::use_softmax ? output_scale(p)
                          : empty               ? 0.0f
                                                : __fdividef(output_scale(p), d);
+      const int r = local_row(mi, h);
+      const bool in_item = r < g.rows;  // quad-uniform
+      if (!kQuadRowStores && !in_item) continue;  // (quad_transpose needs every lane)
       const float lse2 = empty ? negative_infinity() : st.m[mi][h] * m_scale + fast_log2(d);
-      if (item.partial_slot < 0) {
+      if (item.partial_slot < 0) {  // CTA-uniform
+        // (Rows past the item read stale row-table entries and store nothing.)
         const long long token = g.qo_begin + (shared.row_q_pos[r] - g.q_offset);
         const long long head = shared.row_qo_head[r];
         unsigned char* row = static_cast<unsigned char*>(p.o) +
                              (token * p.o_stride_token + head * p.o_stride_head) * 2;
+        if constexpr (kQuadRowStores) {
+          // Four tiles at a time, transposed by every lane (before any row branches off): a
+          // warp's store then writes 64 contiguous bytes of each of its 8 rows instead of 16, a
+          // quarter of the store instructions and of their L1 wavefronts (the epilogue's stores
+          // were 9% of the consumers' stall samples at L 1024, docs/perf.md). Whole 16-byte
+          // chunks: run() checks o's alignment.
 #pragma unroll
-        for (int dn = 0; dn < T::kTilesO; ++dn) {
-          *reinterpret_cast<unsigned*>(row + (dn * 8 + quad_col) * 2) = float2_to_16bit2<T::kCode>(
-              acc.o[mi][dn][2 * h] * norm, acc.o[mi][dn][2 * h + 1] * norm);
+          for (int dn = 0; dn < T::kTilesO; dn += 4) {
+            unsigned w[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              w[j] = float2_to_16bit2<T::kCode>(acc.o[mi][dn + j][2 * h] * norm,
+                                                acc.o[mi][dn + j][2 * h + 1] * norm);
+            }
+            const uint4 chunk = quad_transpose(w[0], w[1], w[2], w[3]);
+            if (in_item) *reinterpret_cast<uint4*>(row + (dn + quad_col / 2) * 16) = chunk;
+          }
+        } else if (in_item) {
+#pragma unroll
+          for (int dn = 0; dn < T::kTilesO; ++dn) {
+            *reinterpret_cast<unsigned*>(row + (dn * 8 + quad_col) * 2) =
+                float2_to_16bit2<T::kCode>(acc.o[mi][dn][2 * h] * norm,
+                                           acc.o[mi][dn][2 * h + 1] * norm);
+          }
         }
-        if (p.lse != nullptr && quad_col == 0) {
+        if (in_item && p.lse != nullptr && quad_col == 0) {
           p.lse[token * p.lse_stride_token + head * p.lse_stride_head] =
               empty ? negative_infinity() : lse2 * kLn2 * p.lse_scale;
         }
-      } else {
+      } else if (in_item) {
         const long long slot_row =
             static_cast<long long>(item.partial_slot) * p.offsets.partial_rows + r;
         float* dst = p.offsets.partial_o + slot_row * T::kHeadDimVO + quad_col;
