@@ -5,7 +5,8 @@
 #     Hopper prefill test, then scripts/gpu_check.sh's sanitizer step (which now prints a
 #     failing tool's first report: main's first run reported one racecheck hazard, unprinted).
 #   python: the package installed, bench_python.py --only prefill (FlashInfer from the carried
-#     .anchors-fi) and bench_variants.py (flare, Flex) at 2048 / 4096.
+#     .anchors-fi) and bench_variants.py (flare, Flex) at 2048 / 4096 (VARIANT_LENGTHS), with
+#     BLOCK_SPARSE=1 bench_block_sparse.py at 8192, densities 0.1 / 0.5 / 0.9, next to Flex.
 #   race: racecheck of gpu_check.sh's sanitizer cases three times (hazard reports printed),
 #     then experiments/item_boundary_profile.sh ncu on this tree.
 #   quad <main tree>: the epilogue's quad-transposed 16-byte stores (this tree) against main, C++
@@ -27,8 +28,11 @@ if [ "$stage" = python ]; then  # carry .anchors-fi
   (cd /tmp && PYTHONPATH=/tmp/fi-site:$OLDPWD/scripts timeout 220 python3 \
     "$OLDPWD/scripts/bench_python.py" --only prefill 2>&1 | grep -v "Warning" | tail -24 &&
     PYTHONPATH=$OLDPWD/scripts timeout 150 python3 "$OLDPWD/scripts/bench_variants.py" \
-      --libraries flare,flex --lengths 2048,4096 --variants causal,window,document --calls 10 2>&1 |
-      grep -E "^\|")
+      --libraries flare,flex --lengths "${VARIANT_LENGTHS:-2048,4096}" \
+      --variants causal,window,document --calls 10 2>&1 | grep -E "^\|"
+    [ -n "${BLOCK_SPARSE:-}" ] && PYTHONPATH=$OLDPWD/scripts timeout 150 python3 \
+      "$OLDPWD/scripts/bench_block_sparse.py" --libraries flare,flex --lengths 8192 \
+      --densities 0.1,0.5,0.9 2>&1 | grep -E "^\|")
 fi
 if [ "$stage" = race ]; then  # racecheck of gpu_check.sh's sanitizer cases, three times, then
   # the ncu profile of the item boundary (experiments/item_boundary_profile.sh ncu)
