@@ -8,7 +8,8 @@
 #   2. ncu of the ragged causal L 1024 launch with per-SASS-instruction stall samples
 #      (SourceCounters), the kernel compiled with -lineinfo (FLARE_JIT_LINEINFO=1);
 #   3. that cubin's disassembly with line info (nvdisasm -g), so that each sampled address maps
-#      to a line of kernels/*.cuh: experiments/item_boundary_lines.py reads 2 and 3 here.
+#      to a line of kernels/*.cuh: experiments/item_boundary_lines.py reads 2 and 3 here (where
+#      the machine lacks nvdisasm, the cubin comes back for `nvdisasm -g -c` here).
 # Usage (GPU machine, OUT set): bash experiments/item_boundary_profile.sh [tiles|ncu|all]
 set -uo pipefail
 stage=${1:-all}
