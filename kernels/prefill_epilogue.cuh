@@ -101,8 +101,9 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
 // check), and the normalization is one reciprocal (the sum is at least 1 with softmax).
 template <int kWarpsKV = T::kWarpsKV>  // checked where it is called
 __device__ __forceinline__ void write_item_registers(const PrefillParams& p, const WorkItem& item,
-                                                     const ItemGeometry& g, const ItemShared& shared,
-                                                     const RowState& acc, const RowStats& st) {
+                                                     const ItemGeometry& g,
+                                                     const ItemShared& shared, const RowState& acc,
+                                                     const RowStats& st) {
   static_assert(kWarpsKV == 1, "one KV warp per row");
   // Not with T5's far-key logits (kAffineLogitsOnSomeKeys): its Hopper units have no registers
   // to spare for the transpose (48 bytes spilled).
@@ -127,7 +128,7 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
                          : empty               ? 0.0f
                                                : __fdividef(output_scale(p), d);
       const int r = local_row(mi, h);
-      const bool in_item = r < g.rows;  // quad-uniform
+      const bool in_item = r < g.rows;            // quad-uniform
       if (!kQuadRowStores && !in_item) continue;  // (quad_transpose needs every lane)
       const float lse2 = empty ? negative_infinity() : st.m[mi][h] * m_scale + fast_log2(d);
       if (item.partial_slot < 0) {  // CTA-uniform
