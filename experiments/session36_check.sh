@@ -12,12 +12,37 @@
 #   quad <main tree>: the epilogue's quad-transposed 16-byte stores (this tree) against main, C++
 #     causal b16 and a 256-key window, one round each, then the prefill / cascade / NVFP4 GPU
 #     tests of this tree on the Hopper family (the FA2 family's epilogue is unchanged).
+#   partial <main tree> <patched tree>: experiments/patches/partial-slot-16-byte-stores.patch
+#     (the Hopper family's float32 partial slots by 16-byte stores) against main: q1 / q16
+#     paged prefill (bench_small_q_prefill) and cascade b16 / b64 prefix 1024, two rounds, then
+#     the patched tree's Hopper tests.
 # Usage (GPU machine, OUT set): bash experiments/session36_check.sh verify
 set -uo pipefail
-stage=${1:?verify|python|race|quad}
+stage=${1:?verify|python|race|quad|partial}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
+# The Hopper family's prefill, cascade and NVFP4 GPU tests of a tree under fa3, in its A/B build
+# directory (the FA2-only query-tile-16 tests fail there by design: gpu_check.sh's fa3 pass
+# leaves them out).
+hopper_tests() {
+  local tree=$1 i
+  gtest=; [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
+    gtest=/usr/src/googletest
+  { cmake -S "$tree" -B "$tree/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DFLARE_BUILD_TESTS=ON ${gtest:+-DFLARE_GTEST_SOURCE=$gtest} &&
+    cmake --build "$tree/build-ab" -j"$(nproc)" --target flare_gpu_tests; } \
+    >"$OUT/build_tests.log" 2>&1 || { tail -n 20 "$OUT/build_tests.log"; return 1; }
+  for i in 0 1 2 3 4 5 6 7; do
+    FLARE_CACHE_DIR="$tree/build-ab/jit-cache" FLARE_TEST_PREFILL_BACKEND=fa3 \
+      GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 150 "$tree/build-ab/flare_gpu_tests" \
+      --gtest_filter='*Prefill*:*Cascade*:*Nvfp4*' >"$OUT/tests_fa3_$i.log" 2>&1 &
+  done
+  wait
+  echo "fa3: $(cat "$OUT"/tests_fa3_*.log | grep -hE '^\[  PASSED  \]' |
+    awk '{n += $4} END {print n + 0}') passed; failed:"
+  cat "$OUT"/tests_fa3_*.log | grep -E "^\[  FAILED  \]" | sort -u | head
+}
 if [ "$stage" = verify ]; then
   OUT=$OUT/gpu_check FLARE_GPU_FILTER='*Nvfp4*:PrefillHopper.*' timeout 480 \
     scripts/gpu_check.sh tests 2>&1 | tail -n 30
@@ -61,23 +86,23 @@ if [ "$stage" = quad ]; then  # the quad-transposed 16-byte output stores agains
     grep -E "^== round|^causal"
   FLARE_BENCH_ONLY="causal b16 seq" FLARE_BENCH_WINDOW_LEFT=256 timeout 60 \
     bash experiments/prefill_ab.sh "$main" . 1 2>&1 | grep -E "^== round|^causal"
-  # The prefill and cascade GPU tests on this tree, both families, in the A/B's build directory.
-  gtest=; [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
-    gtest=/usr/src/googletest
-  { cmake -S . -B build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLARE_BUILD_TESTS=ON \
-      ${gtest:+-DFLARE_GTEST_SOURCE=$gtest} &&
-    cmake --build build-ab -j"$(nproc)" --target flare_gpu_tests; } >"$OUT/build_tests.log" 2>&1 ||
-    { tail -n 20 "$OUT/build_tests.log"; exit 1; }
-  export FLARE_CACHE_DIR=$PWD/build-ab/jit-cache
-  for backend in fa3; do  # write_item_registers is the Hopper family's alone
-    for i in 0 1 2 3 4 5 6 7; do
-      FLARE_TEST_PREFILL_BACKEND=$backend GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 150 \
-        build-ab/flare_gpu_tests --gtest_filter='*Prefill*:*Cascade*:*Nvfp4*' \
-        >"$OUT/tests_${backend}_$i.log" 2>&1 &
-    done
-    wait
-    echo "$backend: $(cat "$OUT"/tests_${backend}_*.log | grep -hE '^\[  PASSED  \]' |
-      awk '{n += $4} END {print n + 0}') passed; failed:"
-    cat "$OUT"/tests_${backend}_*.log | grep -E "^\[  FAILED  \]" | sort -u | head
+  hopper_tests .
+fi
+if [ "$stage" = partial ]; then  # experiments/patches/partial-slot-16-byte-stores.patch
+  main=${2:?the tree of main}
+  patched=${3:?the tree with the patch}
+  for tree in "$main" "$patched"; do
+    bash experiments/build_ab.sh "$tree" experiments/bench_small_q_prefill.cpp \
+      scripts/bench_cascade.cpp >/dev/null 2>&1 || echo "build of $tree failed"
   done
+  for round in 1 2; do
+    for tree in "$main" "$patched"; do
+      echo "== round $round: $tree"
+      FLARE_CACHE_DIR="$tree/build-ab/jit-cache" timeout 60 "$tree/build-ab/bench_small_q_prefill" |
+        grep -E "^\| [0-9]"
+      FLARE_CACHE_DIR="$tree/build-ab/jit-cache" timeout 60 "$tree/build-ab/bench_cascade" 16,64 \
+        1024 2>&1 | grep -E "^\| [0-9]"
+    done
+  done
+  hopper_tests "$patched"
 fi
