@@ -140,9 +140,10 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
         if constexpr (kQuadRowStores) {
           // Four tiles at a time, transposed by every lane (before any row branches off): a
           // warp's store then writes 64 contiguous bytes of each of its 8 rows instead of 16, a
-          // quarter of the store instructions and of their L1 wavefronts (the epilogue's stores
-          // were 9% of the consumers' stall samples at L 1024, docs/perf.md). Whole 16-byte
-          // chunks: run() checks o's alignment.
+          // quarter of the store instructions and of their L1 wavefronts (the 4-byte stores made
+          // half the kernel's L2 sectors at L 1024; this took causal L 1024 from 374 to 411
+          // TFLOP/s, docs/perf.md, thirty-sixth session). Whole 16-byte chunks: run() checks o's
+          // alignment.
 #pragma unroll
           for (int dn = 0; dn < T::kTilesO; dn += 4) {
             unsigned w[4];
