@@ -267,14 +267,9 @@ bool BatchPrefill::bulk_maps(State& s, const KVArgs& a) {
   source.head_dim_qk = c.head_dim_qk;
   source.head_dim_vo = c.head_dim_vo;
   source.num_kv_heads = c.num_kv_heads;
-  State::BulkMaps& m = s.bulk;
-  if (m.encoded && source == m.source) return m.valid;
-  // Recorded once encoded: an encoding that throws is retried.
-  m.encoded = false;
-  m.valid = api_detail::encode_bulk_maps(source, m.k_map, m.v_map);
-  m.source = source;
-  m.encoded = true;
-  return m.valid;
+  return s.bulk.update(source, [](const api_detail::BulkSource& next, auto& maps) {
+    return api_detail::encode_bulk_maps(next, maps[0], maps[1]);
+  });
 }
 
 // The Hopper family's bulk-copy map of q for this run (prefill_bulk_maps.h), encoded when q
@@ -291,13 +286,9 @@ bool BatchPrefill::bulk_q_map(State& s, const TensorView& q) {
   source.num_heads = c.num_qo_heads;
   source.group = prefill_group_size(c);
   source.query_tile = s.tiles.query_tile;
-  State::BulkQMap& m = s.bulk_q;
-  if (m.encoded && source == m.source) return m.valid;
-  m.encoded = false;
-  m.valid = api_detail::encode_bulk_q_map(source, m.q_map);
-  m.source = source;
-  m.encoded = true;
-  return m.valid;
+  return s.bulk_q.update(source, [](const api_detail::BulkQSource& next, auto& maps) {
+    return api_detail::encode_bulk_q_map(next, maps[0]);
+  });
 }
 
 void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView& o,
@@ -386,10 +377,10 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
     // NVFP4 codes are gathered and converted by the producer, never bulk-copied.
     p.bulk_kv = a.k_scales == nullptr && bulk_maps(s, a) ? 1 : 0;
     static_assert(sizeof(p.k_map) == sizeof(cuda::TensorMap), "a CUtensorMap");
-    std::memcpy(&p.k_map, &s.bulk.k_map, sizeof(p.k_map));
-    std::memcpy(&p.v_map, &s.bulk.v_map, sizeof(p.v_map));
+    std::memcpy(&p.k_map, &s.bulk.maps[0], sizeof(p.k_map));
+    std::memcpy(&p.v_map, &s.bulk.maps[1], sizeof(p.v_map));
     p.bulk_q = bulk_q_map(s, q) ? 1 : 0;
-    std::memcpy(&p.q_map, &s.bulk_q.q_map, sizeof(p.q_map));
+    std::memcpy(&p.q_map, &s.bulk_q.maps[0], sizeof(p.q_map));
   }
   const unsigned grid = static_cast<unsigned>(c.use_cuda_graph ? s.bound_ctas : s.plan.num_ctas);
   const bool pdl = options.enable_pdl && s.props.cc_major >= 9;

@@ -100,20 +100,9 @@ struct BatchPrefill::State {
     p.index_error = index_errors.device_record();
     return p;
   }
-  // The Hopper family's ragged K/V maps, re-encoded only when a run's k or v differs from the
-  // previous one's (a serving loop's buffers usually do not).
-  struct BulkMaps {  // the Hopper family's maps (prefill_bulk_maps.h), kept while unchanged
-    api_detail::BulkSource source;
-    bool encoded = false;  // source was tried (valid: it could be encoded)
-    bool valid = false;    // false: the kernel gathers
-    cuda::TensorMap k_map, v_map;
-  } bulk;
-  struct BulkQMap {  // the Hopper family's map of q, kept while unchanged
-    api_detail::BulkQSource source;
-    bool encoded = false;
-    bool valid = false;
-    cuda::TensorMap q_map;
-  } bulk_q;
+  // The Hopper family's maps (prefill_bulk_maps.h): of k and v, and of q.
+  api_detail::EncodedMaps<api_detail::BulkSource, 2> bulk;
+  api_detail::EncodedMaps<api_detail::BulkQSource, 1> bulk_q;
 
   // plan() and plan_cascade() (`what`) copy the plan region on `stream`: a capture would
   // record the copy instead of running it now.

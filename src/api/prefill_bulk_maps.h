@@ -3,6 +3,7 @@
 // ragged rows and for pages, and when it cannot (the kernel then gathers with cp.async).
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "flare/jit/cuda_driver.h"
@@ -46,5 +47,27 @@ struct BulkQSource {
 // (nothing encoded) when the group does not divide the query tile, or a base address or a
 // stride is not a multiple of 16 bytes (the kernel then gathers Q).
 bool encode_bulk_q_map(const BulkQSource& source, cuda::TensorMap& q_map);
+
+// Maps kept with the source they describe: run() re-encodes them only when the source changed
+// (a serving loop's buffers usually do not). The source is recorded once encoded, so an encoding
+// that throws is tried again on the next run.
+template <class Source, int kCount>
+struct EncodedMaps {
+  Source source;
+  bool encoded = false;  // source was tried
+  bool valid = false;    // it could be encoded (false: the kernel gathers)
+  std::array<cuda::TensorMap, kCount> maps;
+
+  // The maps of `next`, encoded by encode(next, maps) -> valid unless next is the source.
+  template <class Encode>
+  bool update(const Source& next, Encode&& encode) {
+    if (encoded && next == source) return valid;
+    encoded = false;
+    valid = encode(next, maps);
+    source = next;
+    encoded = true;
+    return valid;
+  }
+};
 
 }  // namespace flare::api_detail

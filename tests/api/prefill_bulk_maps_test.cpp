@@ -1,9 +1,13 @@
 // The Hopper prefill family's bulk-copy maps (src/api/prefill_bulk_maps.h): which page sizes
 // are copied in boxes, and the sources (K/V and Q) run() must leave to the gather (nothing
-// encoded, so no GPU or driver needed: those return before encoding).
+// encoded, so no GPU or driver needed: those return before encoding), and that run() encodes a
+// source once.
 #include "src/api/prefill_bulk_maps.h"
 
 #include <gtest/gtest.h>
+
+#include <array>
+#include <stdexcept>
 
 #include "kernels/prefill_params.cuh"
 
@@ -101,6 +105,34 @@ TEST(PrefillBulkMaps, QueriesTheKernelMustGatherEncodeNothing) {
   BulkQSource odd_dim = q_source();
   odd_dim.head_dim = 96;  // not whole 64-dim panels
   EXPECT_FALSE(encode_bulk_q_map(odd_dim, q));
+}
+
+// run() re-encodes a map only when its source changed, and tries again after an encoding that
+// threw (the source is recorded only once encoded).
+TEST(PrefillBulkMaps, MapsAreEncodedOncePerSource) {
+  EncodedMaps<BulkQSource, 1> cache;
+  int calls = 0;
+  bool fail = false;
+  const auto encode = [&](const BulkQSource& source, std::array<cuda::TensorMap, 1>&) {
+    ++calls;
+    if (fail) throw std::runtime_error("encode failed");
+    return source.group == 4;
+  };
+  BulkQSource a = q_source();
+  a.group = 4;
+  EXPECT_TRUE(cache.update(a, encode));
+  EXPECT_TRUE(cache.update(a, encode));
+  EXPECT_EQ(calls, 1);
+  BulkQSource b = a;
+  b.group = 7;
+  EXPECT_FALSE(cache.update(b, encode));
+  EXPECT_FALSE(cache.update(b, encode));
+  EXPECT_EQ(calls, 2);
+  fail = true;
+  EXPECT_THROW(cache.update(a, encode), std::runtime_error);
+  fail = false;
+  EXPECT_TRUE(cache.update(a, encode));
+  EXPECT_EQ(calls, 4);
 }
 
 }  // namespace
