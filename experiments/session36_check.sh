@@ -22,13 +22,14 @@ stage=${1:?verify|python|race|quad|partial}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
+# GoogleTest's sources where the machine has no built library (as scripts/gpu_check.sh does).
+gtest=; [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
+  gtest=/usr/src/googletest
 # The Hopper family's prefill, cascade and NVFP4 GPU tests of a tree under fa3, in its A/B build
 # directory (the FA2-only query-tile-16 tests fail there by design: gpu_check.sh's fa3 pass
 # leaves them out).
 hopper_tests() {
   local tree=$1 i
-  gtest=; [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
-    gtest=/usr/src/googletest
   { cmake -S "$tree" -B "$tree/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DFLARE_BUILD_TESTS=ON ${gtest:+-DFLARE_GTEST_SOURCE=$gtest} &&
     cmake --build "$tree/build-ab" -j"$(nproc)" --target flare_gpu_tests; } \
@@ -61,8 +62,6 @@ if [ "$stage" = python ]; then  # carry .anchors-fi
 fi
 if [ "$stage" = race ]; then  # racecheck of gpu_check.sh's sanitizer cases, three times, then
   # the ncu profile of the item boundary (experiments/item_boundary_profile.sh ncu)
-  gtest=; [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
-    gtest=/usr/src/googletest
   { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release ${gtest:+-DFLARE_GTEST_SOURCE=$gtest} &&
     cmake --build build-gpu -j"$(nproc)" --target flare_gpu_tests; } >"$OUT/build.log" 2>&1 ||
     { tail -n 20 "$OUT/build.log"; exit 1; }
