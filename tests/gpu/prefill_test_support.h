@@ -182,7 +182,8 @@ inline Problem make_problem(const Case& c) {
   p.qo_indptr = testing::indptr_tensor(c.q_lens);
   p.total_q = p.qo_indptr.data<int32_t>()[c.q_lens.size()];
   if (c.q_dim_pad < 0) {
-    p.set_q(testing::random_tensor(c.dtype, {p.total_q, c.num_qo_heads, c.head_dim_qk}, c.seed + 10));
+    p.set_q(
+        testing::random_tensor(c.dtype, {p.total_q, c.num_qo_heads, c.head_dim_qk}, c.seed + 10));
   } else {
     p.q = testing::random_tensor(
         c.dtype, {p.total_q + 1, c.num_qo_heads + 1, c.head_dim_qk + c.q_dim_pad}, c.seed + 10);
