@@ -12,10 +12,10 @@
 #   quad <main tree>: the epilogue's quad-transposed 16-byte stores (this tree) against main, C++
 #     causal b16 and a 256-key window, one round each, then the prefill / cascade / NVFP4 GPU
 #     tests of this tree on the Hopper family (the FA2 family's epilogue is unchanged).
-#   partial <main tree> <patched tree>: experiments/patches/partial-slot-16-byte-stores.patch
-#     (the Hopper family's float32 partial slots by 16-byte stores) against main: q1 / q16
-#     paged prefill (bench_small_q_prefill) and cascade b16 / b64 prefix 1024, two rounds, then
-#     the patched tree's Hopper tests.
+#   partial <main tree> <patched tree>: a patch (the Hopper family's float32 partial slots by
+#     16-byte stores; refuted and deleted in the thirty-seventh session, docs/perf.md) against
+#     main: q1 / q16 paged prefill (bench_small_q_prefill) and cascade b16 / b64 prefix 1024, two
+#     rounds, then the patched tree's Hopper tests.
 # Usage (GPU machine, OUT set): bash experiments/session36_check.sh verify
 set -uo pipefail
 stage=${1:?verify|python|race|quad|partial}
