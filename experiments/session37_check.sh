@@ -2,14 +2,23 @@
 # The thirty-seventh session's device calls (docs/perf.md "Thirty-seventh session").
 #   probe: the package installed, experiments/eager_gap_probe.py at L1024 (eager per call and
 #     batched, PDL on / off, the graph wrapper, CUPTI kernel traces), then bench_python.py
-#     (decode and prefill; FlashInfer from the carried .anchors-fi) with warm clocks.
+#     (decode and prefill; FlashInfer from the carried .anchors-fi; in the session's call with a
+#     clock warm-up since dropped).
 #   fi: bench_variants.py (flare, FlashInfer) soft-cap / window / causal at 8192 / 16384, then
 #     bench_block_sparse.py (flare, FlashInfer) at 32768 and (flare) at 8192, densities 0.1 / 0.9.
 #   seed: experiments/eager_gap_probe.py 1024 seed-ab (docs/perf.md "Thirty-seventh session" C:
 #     flare's eager time on tensors drawn before and after torch.manual_seed).
+#   fa2start <main tree> <patched tree>: experiments/patches/fa2-item-start.patch (the mma.sync
+#     family's item start: the queue atomic's value stored after thread 0's copies, the next
+#     record prefetched to L1) against main, two rounds: bench_cascade b16 / b64 at prefix 0
+#     (16-row FA2 items, the empty-prefix case of issue 20) and 1024 (the Hopper family's: a
+#     control), bench_small_q_prefill (q1 rows on FA2), bench_prefill causal b16 under fa2 (long
+#     items: expect no change); then the patched tree's prefill GPU tests under fa2 (gpu_check.sh's
+#     fa2 pass: PrefillGpu, UserVariantPrefill, CascadeGpu). Trees: `git archive HEAD | tar -x -C
+#     .scratch/<name>`, then `patch -p1 <` in the patched one.
 # Usage (GPU machine, OUT set; carry .anchors-fi): bash experiments/session37_check.sh probe
 set -uo pipefail
-stage=${1:?probe|fi|seed}
+stage=${1:?probe|fi|seed|fa2start}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -41,4 +50,39 @@ if [ "$stage" = seed ]; then
   cd /tmp
   timeout 120 python3 "$tree/experiments/eager_gap_probe.py" 1024 seed-ab 2>&1 |
     grep -vE "Warning|_warn_once"
+fi
+if [ "$stage" = fa2start ]; then
+  main=${2:?the tree of main}
+  patched=${3:?the tree with the patch}
+  for t in "$main" "$patched"; do
+    bash experiments/build_ab.sh "$t" scripts/bench_cascade.cpp scripts/bench_prefill.cpp \
+      experiments/bench_small_q_prefill.cpp >/dev/null 2>&1 || echo "build of $t failed"
+  done
+  for round in 1 2; do
+    for t in "$main" "$patched"; do
+      echo "== round $round: $t"
+      export FLARE_CACHE_DIR="$t/build-ab/jit-cache"
+      timeout 60 "$t/build-ab/bench_cascade" 16,64 0,1024 2>&1 | grep -E "^\| [0-9]"
+      timeout 60 "$t/build-ab/bench_small_q_prefill" | grep -E "^\| [0-9]"
+      FLARE_BENCH_BACKEND=fa2 FLARE_BENCH_ONLY="causal b16" timeout 90 "$t/build-ab/bench_prefill" |
+        grep -E "^causal"
+    done
+  done
+  unset FLARE_CACHE_DIR
+  gtest=; [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
+    gtest=/usr/src/googletest
+  { cmake -S "$patched" -B "$patched/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DFLARE_BUILD_TESTS=ON ${gtest:+-DFLARE_GTEST_SOURCE=$gtest} &&
+    cmake --build "$patched/build-ab" -j"$(nproc)" --target flare_gpu_tests; } \
+    >"$OUT/build_tests.log" 2>&1 || { tail -n 20 "$OUT/build_tests.log"; exit 1; }
+  for i in 0 1 2 3 4 5 6 7; do
+    FLARE_CACHE_DIR="$patched/build-ab/jit-cache" FLARE_TEST_PREFILL_BACKEND=fa2 \
+      GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 150 "$patched/build-ab/flare_gpu_tests" \
+      --gtest_filter='PrefillGpu.*:UserVariantPrefill.*:*CascadeGpu*' \
+      >"$OUT/tests_fa2_$i.log" 2>&1 &
+  done
+  wait
+  echo "fa2: $(cat "$OUT"/tests_fa2_*.log | grep -hE '^\[  PASSED  \]' |
+    awk '{n += $4} END {print n + 0}') passed; failed:"
+  cat "$OUT"/tests_fa2_*.log | grep -E "^\[  FAILED  \]" | sort -u | head
 fi
