@@ -5,14 +5,14 @@ C++"; thirty-seventh session). Not a user script.
 Prints, for flare's ragged wrapper (auto backend) and SDPA cuDNN in the same process:
   - eager time with events around each call (bench_python.py's method), PDL on and off;
   - events around 30 back-to-back calls, divided by 30;
-  - the GPU time of a replayed graph of 3 calls;
+  - the GPU time of a replayed graph of 3 calls (bench_python.py's graph_us);
   - the kernels one eager call launches (torch.profiler / CUPTI), their durations and the idle
     gaps between consecutive kernels of 6 calls (with and without events between calls).
 Usage (GPU machine, flare installed): python3 experiments/eager_gap_probe.py [length]
 [bench-sequence | seed-ab] (bench-sequence: eager per call after bench_python.py's steps
 before it; seed-ab: seed_ab below)
 """
-import statistics
+import os
 import sys
 
 import torch
@@ -21,64 +21,26 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flare
 
-if __import__("os").environ.get("PROBE_IMPORT_FLASHINFER"):
-    import flashinfer  # noqa: F401  (does FlashInfer's import change flare's eager time?)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "scripts"), HERE]
+from bench_python import eager_us, graph_us  # noqa: E402  (imports FlashInfer where it can)
+from eager_timing import time_runs  # noqa: E402
 
 B, H, D = 16, 16, 128
 L = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
 FLOPS = 4 * B * H * D * L * (L + 1) / 2
 
 
-def per_call(call, calls=30):
-    for _ in range(3):
-        call()
-    s = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    e = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
-    for a, b in zip(s, e):
-        a.record()
-        call()
-        b.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in zip(s, e)) * 1e3
+def per_call(call):
+    return eager_us(call, 30)  # bench_python.py's eager time: events around each of 30 calls
 
 
-def batched(call, calls=30, rounds=5):
-    call()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(rounds):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(calls):
-            call()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / calls)
-    return statistics.median(out)
+def batched(call):
+    return time_runs(call, repeats=30, rounds=5)  # events around 30 back-to-back calls
 
 
-def graphed(call, calls=3, replays=20):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            call()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return statistics.median(times)
+def graphed(call):
+    return graph_us(call, 3)  # bench_python.py's graph time, three calls a graph
 
 
 def kernel_trace(label, call, with_events):

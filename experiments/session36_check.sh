@@ -22,28 +22,10 @@ stage=${1:?verify|python|race|quad|partial}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
-# GoogleTest's sources where the machine has no built library (as scripts/gpu_check.sh does).
-gtest=; [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
-  gtest=/usr/src/googletest
-# The Hopper family's prefill, cascade and NVFP4 GPU tests of a tree under fa3, in its A/B build
-# directory (the FA2-only query-tile-16 tests fail there by design: gpu_check.sh's fa3 pass
-# leaves them out).
-hopper_tests() {
-  local tree=$1 i
-  { cmake -S "$tree" -B "$tree/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DFLARE_BUILD_TESTS=ON ${gtest:+-DFLARE_GTEST_SOURCE=$gtest} &&
-    cmake --build "$tree/build-ab" -j"$(nproc)" --target flare_gpu_tests; } \
-    >"$OUT/build_tests.log" 2>&1 || { tail -n 20 "$OUT/build_tests.log"; return 1; }
-  for i in 0 1 2 3 4 5 6 7; do
-    FLARE_CACHE_DIR="$tree/build-ab/jit-cache" FLARE_TEST_PREFILL_BACKEND=fa3 \
-      GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 150 "$tree/build-ab/flare_gpu_tests" \
-      --gtest_filter='*Prefill*:*Cascade*:*Nvfp4*' >"$OUT/tests_fa3_$i.log" 2>&1 &
-  done
-  wait
-  echo "fa3: $(cat "$OUT"/tests_fa3_*.log | grep -hE '^\[  PASSED  \]' |
-    awk '{n += $4} END {print n + 0}') passed; failed:"
-  cat "$OUT"/tests_fa3_*.log | grep -E "^\[  FAILED  \]" | sort -u | head
-}
+# The Hopper family's prefill, cascade and NVFP4 GPU tests of a tree under fa3 (the FA2-only
+# query-tile-16 tests fail there by design: gpu_check.sh's fa3 pass leaves them out).
+source experiments/family_tests.sh
+hopper_tests() { family_tests "$1" fa3 '*Prefill*:*Cascade*:*Nvfp4*'; }
 if [ "$stage" = verify ]; then
   OUT=$OUT/gpu_check FLARE_GPU_FILTER='*Nvfp4*:PrefillHopper.*' timeout 480 \
     scripts/gpu_check.sh tests 2>&1 | tail -n 30
@@ -62,7 +44,8 @@ if [ "$stage" = python ]; then  # carry .anchors-fi
 fi
 if [ "$stage" = race ]; then  # racecheck of gpu_check.sh's sanitizer cases, three times, then
   # the ncu profile of the item boundary (experiments/item_boundary_profile.sh ncu)
-  { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release ${gtest:+-DFLARE_GTEST_SOURCE=$gtest} &&
+  { cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      ${family_tests_gtest:+-DFLARE_GTEST_SOURCE=$family_tests_gtest} &&
     cmake --build build-gpu -j"$(nproc)" --target flare_gpu_tests; } >"$OUT/build.log" 2>&1 ||
     { tail -n 20 "$OUT/build.log"; exit 1; }
   filter=$(grep -o "sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu[^']*'" scripts/gpu_check.sh |

@@ -69,20 +69,6 @@ if [ "$stage" = fa2start ]; then
     done
   done
   unset FLARE_CACHE_DIR
-  gtest=; [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
-    gtest=/usr/src/googletest
-  { cmake -S "$patched" -B "$patched/build-ab" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DFLARE_BUILD_TESTS=ON ${gtest:+-DFLARE_GTEST_SOURCE=$gtest} &&
-    cmake --build "$patched/build-ab" -j"$(nproc)" --target flare_gpu_tests; } \
-    >"$OUT/build_tests.log" 2>&1 || { tail -n 20 "$OUT/build_tests.log"; exit 1; }
-  for i in 0 1 2 3 4 5 6 7; do
-    FLARE_CACHE_DIR="$patched/build-ab/jit-cache" FLARE_TEST_PREFILL_BACKEND=fa2 \
-      GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 150 "$patched/build-ab/flare_gpu_tests" \
-      --gtest_filter='PrefillGpu.*:UserVariantPrefill.*:*CascadeGpu*' \
-      >"$OUT/tests_fa2_$i.log" 2>&1 &
-  done
-  wait
-  echo "fa2: $(cat "$OUT"/tests_fa2_*.log | grep -hE '^\[  PASSED  \]' |
-    awk '{n += $4} END {print n + 0}') passed; failed:"
-  cat "$OUT"/tests_fa2_*.log | grep -E "^\[  FAILED  \]" | sort -u | head
+  source experiments/family_tests.sh
+  family_tests "$patched" fa2 'PrefillGpu.*:UserVariantPrefill.*:*CascadeGpu*'
 fi
