@@ -9,8 +9,8 @@ Prints, for flare's ragged wrapper (auto backend) and SDPA cuDNN in the same pro
   - the kernels one eager call launches (torch.profiler / CUPTI), their durations and the idle
     gaps between consecutive kernels of 6 calls (with and without events between calls).
 Usage (GPU machine, flare installed): python3 experiments/eager_gap_probe.py [length]
-[bench-sequence | seed-ab] (bench-sequence: eager per call after bench_python.py's steps
-before it; seed-ab: seed_ab below)
+[bench-sequence | seed-ab | bench-seed] (bench-sequence: eager per call after bench_python.py's
+steps before it; seed-ab, bench-seed: the functions below)
 """
 import os
 import sys
@@ -23,7 +23,8 @@ import flare
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "scripts"), HERE]
-from bench_python import eager_us, graph_us  # noqa: E402  (imports FlashInfer where it can)
+import bench_python  # noqa: E402  (imports FlashInfer where it can)
+from bench_python import eager_us, graph_us  # noqa: E402
 from eager_timing import time_runs  # noqa: E402
 
 B, H, D = 16, 16, 128
@@ -98,11 +99,40 @@ def seed_ab(w, indptr, q, k, v, out):
     print(f"B's q, A's k and v                  flare {eager(q, kb, vb)}")
 
 
+def bench_seed():
+    """bench_python.py's own decode (b16 kv4096, tensor cores) and prefill (L1024) rows, flare's
+    and cuDNN's, on tensors drawn before any torch.manual_seed, then after torch.manual_seed(0)
+    (as bench_python.py's main() seeds): does the seed move the decode rows too (issue 17's
+    eager decode at 0.95x cuDNN)?"""
+    sys.argv = sys.argv[:1]
+    args = bench_python.options()
+    workspace = torch.empty(bench_python.WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    cudnn = SDPBackend.CUDNN_ATTENTION
+    for label in ("unseeded", "after torch.manual_seed(0)"):
+        if label != "unseeded":
+            torch.manual_seed(0)
+        inputs = bench_python.decode_inputs(16, 4096)
+        rows = {
+            "decode b16 kv4096 flare": bench_python.measure_decode_library(
+                flare, workspace, 16, 4096, inputs, args),
+            "decode b16 kv4096 cudnn": bench_python.measure_decode_sdpa(cudnn, 16, 4096, args),
+            "prefill L1024 flare": bench_python.measure_prefill_library(
+                flare, None, workspace, 1024, args, host_runs=False),
+            "prefill L1024 cudnn": bench_python.measure_prefill_sdpa(cudnn, 1024, args),
+        }
+        for name, row in rows.items():
+            print(f"{label:28s} {name:24s} eager {row['eager_us']:7.1f} us, "
+                  f"graph {row['graph_us']:7.1f} us")
+
+
 def rate(us):
     return f"{us:7.1f} us {FLOPS / us / 1e6:6.1f} TFLOP/s"
 
 
 def main():
+    if len(sys.argv) > 2 and sys.argv[2] == "bench-seed":
+        bench_seed()
+        return
     total = B * L
     indptr = torch.arange(0, total + 1, L, dtype=torch.int32)
     q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)

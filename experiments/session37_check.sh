@@ -6,8 +6,9 @@
 #     clock warm-up since dropped).
 #   fi: bench_variants.py (flare, FlashInfer) soft-cap / window / causal at 8192 / 16384, then
 #     bench_block_sparse.py (flare, FlashInfer) at 32768 and (flare) at 8192, densities 0.1 / 0.9.
-#   seed: experiments/eager_gap_probe.py 1024 seed-ab (docs/perf.md "Thirty-seventh session" C:
-#     flare's eager time on tensors drawn before and after torch.manual_seed).
+#   seed: experiments/eager_gap_probe.py 1024 seed-ab, then bench-seed (docs/perf.md
+#     "Thirty-seventh session" C: flare's eager time on tensors drawn before and after
+#     torch.manual_seed; bench_python.py's decode and prefill rows either way).
 #   fa2start <main tree> <patched tree>: experiments/patches/fa2-item-start.patch (the mma.sync
 #     family's item start: the queue atomic's value stored after thread 0's copies, the next
 #     record prefetched to L1) against main, two rounds: bench_cascade b16 / b64 at prefix 0
@@ -48,8 +49,10 @@ if [ "$stage" = seed ]; then
   python3 -c 'import flare' 2>/dev/null ||
     scripts/gpu_check_python.sh "$OUT/py" -q -k no_such_test >/dev/null 2>&1
   cd /tmp
-  timeout 120 python3 "$tree/experiments/eager_gap_probe.py" 1024 seed-ab 2>&1 |
-    grep -vE "Warning|_warn_once"
+  for mode in seed-ab bench-seed; do
+    timeout 120 python3 "$tree/experiments/eager_gap_probe.py" 1024 $mode 2>&1 |
+      grep -vE "Warning|_warn_once"
+  done
 fi
 if [ "$stage" = fa2start ]; then
   main=${2:?the tree of main}
