@@ -57,9 +57,14 @@ PY
       # nvidia-cuda-nvdisasm here (nvdisasm -g -c; the ncu addresses less the first one's).
       echo "$name: no nvdisasm here; $OUT/$name.cubin kept"
       continue
-    elif nvdisasm -c "$OUT/$name.cubin" 2>/dev/null | grep -q "prefill"; then
-      nvdisasm -g -c "$OUT/$name.cubin" >"$OUT/$name.sass" 2>&1
+    fi
+    # The disassembly to a file first: under pipefail, `nvdisasm | grep -q` fails whenever grep
+    # stops at its first match (nvdisasm's SIGPIPE), which dropped every prefill unit's line info.
+    nvdisasm -g -c "$OUT/$name.cubin" >"$OUT/$name.sass" 2>&1
+    if grep -q "prefill" "$OUT/$name.sass"; then
       echo "$name: $(grep -c '/\*[0-9a-f]*\*/' "$OUT/$name.sass") instructions"
+    else
+      rm -f "$OUT/$name.sass"
     fi
     rm -f "$OUT/$name.cubin"
   done
