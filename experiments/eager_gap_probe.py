@@ -1,6 +1,7 @@
-"""Why ragged causal prefill b16 h16 L1024 D128 is ~7% slower eager than in a CUDA graph through
-Python (issue 17: "prefill b16 L1024 through Python within 5% of the same kernel timed from
-C++"; thirty-seventh session). Not a user script.
+"""Why bench_python.py's eager ragged causal prefill b16 h16 L1024 D128 runs ~7% under its CUDA
+graph (issue 17: "prefill b16 L1024 through Python within 5% of the same kernel timed from
+C++"; thirty-seventh session: not in a clean process, but on tensors drawn after
+torch.manual_seed, docs/perf.md). Not a user script.
 
 Prints, for flare's ragged wrapper (auto backend) and SDPA cuDNN in the same process:
   - eager time with events around each call (bench_python.py's method), PDL on and off;

@@ -21,9 +21,9 @@ __device__ __forceinline__ void turn_end() {
 }
 
 // Named barriers (0 is __syncthreads'; 2 the producer's; 4 and 5 the turns'; 6 and 7 the
-// consumer warpgroups' own). The roles meet only through
-// mbarriers (a named barrier reached from both roles' code is legal PTX, but
-// compute-sanitizer's racecheck and synccheck take it for divergence).
+// consumer warpgroups' own). The roles meet only through mbarriers (a named barrier reached
+// from both roles' code is legal PTX, but compute-sanitizer's racecheck and synccheck take it
+// for divergence).
 constexpr int kProducerBarrier = 2;
 __device__ __forceinline__ void producer_sync() {
   wgmma::named_sync<kProducerBarrier, kPrefillProducerThreads>();
