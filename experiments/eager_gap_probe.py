@@ -1,7 +1,7 @@
-"""Why bench_python.py's eager ragged causal prefill b16 h16 L1024 D128 runs ~7% under its CUDA
-graph (issue 17: "prefill b16 L1024 through Python within 5% of the same kernel timed from
-C++"; thirty-seventh session: not in a clean process, but on tensors drawn after
-torch.manual_seed, docs/perf.md). Not a user script.
+"""Where flare's ragged causal prefill b16 h16 L1024 D128 loses time through Python (issues 17
+and 19): eager against CUDA graph against the kernel alone, cuDNN in the same process (docs/perf.md,
+thirty-seventh session C: the eager gap seen after torch.manual_seed did not repeat in the
+thirty-eighth; thirty-eighth session: the graph row). Not a user script.
 
 Prints, for flare's ragged wrapper (auto backend) and SDPA cuDNN in the same process:
   - eager time with events around each call (bench_python.py's method), PDL on and off;
@@ -10,8 +10,8 @@ Prints, for flare's ragged wrapper (auto backend) and SDPA cuDNN in the same pro
   - the kernels one eager call launches (torch.profiler / CUPTI), their durations and the idle
     gaps between consecutive kernels of 6 calls (with and without events between calls).
 Usage (GPU machine, flare installed): python3 experiments/eager_gap_probe.py [length]
-[bench-sequence | seed-ab | bench-seed] (bench-sequence: eager per call after bench_python.py's
-steps before it; seed-ab, bench-seed: the functions below)
+[bench-sequence | graph-gap] (bench-sequence: eager per call after bench_python.py's steps
+before it; graph-gap: the function below)
 """
 import os
 import sys
@@ -66,64 +66,60 @@ def kernel_trace(label, call, with_events):
         last_end = e.time_range.end
 
 
-def seed_ab(w, indptr, q, k, v, out):
-    """The thirty-seventh session's open question: in one process, flare's eager time on tensors
-    drawn before any torch.manual_seed was ~165 us, and ~187 us on tensors drawn after
-    torch.manual_seed(0 / 1 / 123) (bench_python.py seeds), same statistics, same kernel;
-    cuDNN 155 us on either. Separates the call from the data: A drawn unseeded (main() drew q,
-    k, v before this), measured; then manual_seed(0) with A kept; then B drawn seeded; then B's
-    values copied into A's storage; cuDNN on A's and B's values."""
-    def eager(q_, k_, v_):
-        return rate(per_call(lambda: w.run(q_, k_, v_, out=out)))
-
-    def cudnn(q_, k_, v_):
-        qs, ks, vs = (x.view(B, L, H, D).transpose(1, 2).contiguous() for x in (q_, k_, v_))
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            return rate(per_call(lambda: F.scaled_dot_product_attention(qs, ks, vs,
-                                                                        is_causal=True)))
-
-    print(f"A (unseeded values)                 flare {eager(q, k, v)} | cudnn {cudnn(q, k, v)}")
-    torch.manual_seed(0)
-    print(f"A again, after torch.manual_seed(0) flare {eager(q, k, v)}")
-    qb = torch.randn_like(q)
-    kb, vb = torch.randn_like(qb), torch.randn_like(qb)
-    print(f"B (seeded values)                   flare {eager(qb, kb, vb)} | "
-          f"cudnn {cudnn(qb, kb, vb)}")
-    print(f"A again                             flare {eager(q, k, v)}")
-    a_values = (q.clone(), k.clone(), v.clone())
-    for dst, src in zip((q, k, v), (qb, kb, vb)):
-        dst.copy_(src)
-    print(f"B's values in A's storage           flare {eager(q, k, v)}")
-    for dst, src in zip((qb, kb, vb), a_values):
-        dst.copy_(src)
-    print(f"A's values in B's storage           flare {eager(qb, kb, vb)}")
-    print(f"B's q, A's k and v                  flare {eager(q, kb, vb)}")
+def graph_trace(label, call):
+    """The kernels of two replays of a captured graph of 3 calls (torch.profiler / CUPTI), their
+    durations and the idle gaps between consecutive kernels."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(3):
+            call()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        graph.replay()
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA"),
+                     key=lambda e: e.time_range.start)
+    print(f"-- {label}: {len(kernels)} device events in two replays of 3 calls")
+    last_end = None
+    for e in kernels:
+        gap = "" if last_end is None else f" gap {e.time_range.start - last_end:.1f}"
+        print(f"   {e.name[:60]:60s} {e.time_range.elapsed_us():8.1f} us{gap}")
+        last_end = e.time_range.end
 
 
-def bench_seed():
-    """bench_python.py's own decode (b16 kv4096, tensor cores) and prefill (L1024) rows, flare's
-    and cuDNN's, on tensors drawn before any torch.manual_seed, then after torch.manual_seed(0)
-    (as bench_python.py's main() seeds): does the seed move the decode rows too (issue 17's
-    eager decode at 0.95x cuDNN)?"""
-    sys.argv = sys.argv[:1]
-    args = bench_python.options()
-    workspace = torch.empty(bench_python.WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
-    cudnn = SDPBackend.CUDNN_ATTENTION
-    for label in ("unseeded", "after torch.manual_seed(0)"):
-        if label != "unseeded":
-            torch.manual_seed(0)
-        inputs = bench_python.decode_inputs(16, 4096)
-        rows = {
-            "decode b16 kv4096 flare": bench_python.measure_decode_library(
-                flare, workspace, 16, 4096, inputs, args),
-            "decode b16 kv4096 cudnn": bench_python.measure_decode_sdpa(cudnn, 16, 4096, args),
-            "prefill L1024 flare": bench_python.measure_prefill_library(
-                flare, None, workspace, 1024, args, host_runs=False),
-            "prefill L1024 cudnn": bench_python.measure_prefill_sdpa(cudnn, 1024, args),
-        }
-        for name, row in rows.items():
-            print(f"{label:28s} {name:24s} eager {row['eager_us']:7.1f} us, "
-                  f"graph {row['graph_us']:7.1f} us")
+def graph_gap(w, gw, q, k, v, out, sdpa):
+    """Thirty-eighth session: bench_python's graph row of flare at L1024 (176-178 us) sits ~9%
+    above its eager row (162 us) while cuDNN's graph row is at or under its eager one. Three
+    interleaved rounds of: the plain wrapper eager; the use_cuda_graph wrapper eager, in a graph
+    of 3, and in a graph of 3 with PDL off; cuDNN eager and in a graph of 3; the SM clock
+    (NVML) before each round. Then CUPTI traces of the two graphs."""
+    rows = {
+        "plain wrapper, eager": lambda: per_call(lambda: w.run(q, k, v, out=out)),
+        "graph wrapper, eager": lambda: per_call(lambda: gw.run(q, k, v, out=out)),
+        "graph wrapper, graph of 3": lambda: graphed(lambda: gw.run(q, k, v, out=out)),
+        "graph wrapper, graph of 3, no PDL": lambda: graphed(
+            lambda: gw.run(q, k, v, out=out, enable_pdl=False)),
+        "cudnn, eager": lambda: per_call(sdpa),
+        "cudnn, graph of 3": lambda: graphed(sdpa),
+    }
+    for round_ in range(3):
+        print(f"round {round_ + 1}: SM clock {torch.cuda.clock_rate()} MHz")
+        for name, measure in rows.items():
+            print(f"   {name:36s} {rate(measure())}")
+    graph_trace("flare graph wrapper, graph of 3", lambda: gw.run(q, k, v, out=out))
+    graph_trace("flare graph wrapper, graph of 3, no PDL",
+                lambda: gw.run(q, k, v, out=out, enable_pdl=False))
+    graph_trace("cudnn, graph of 3", sdpa)
 
 
 def rate(us):
@@ -131,9 +127,6 @@ def rate(us):
 
 
 def main():
-    if len(sys.argv) > 2 and sys.argv[2] == "bench-seed":
-        bench_seed()
-        return
     total = B * L
     indptr = torch.arange(0, total + 1, L, dtype=torch.int32)
     q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
@@ -163,8 +156,8 @@ def main():
         "cudnn": sdpa,
     }
     print(f"causal b{B} h{H} L{L} D{D} bf16 ({torch.cuda.get_device_name()})")
-    if len(sys.argv) > 2 and sys.argv[2] == "seed-ab":
-        seed_ab(w, indptr, q, k, v, out)
+    if len(sys.argv) > 2 and sys.argv[2] == "graph-gap":
+        graph_gap(w, gw, q, k, v, out, sdpa)
         return
     if len(sys.argv) > 2 and sys.argv[2] == "bench-sequence":
         # bench_python.py's order before its eager timing: plan() 20 times, then 50 run()

@@ -4,7 +4,10 @@
 // ShippedPrefillKernels, ~3 minutes on two cores). With FLARE_PROBE_CUBINS=<dir>, each unit's
 // cubin is written there as <index>.cubin (nvdisasm it, or cmp two trees' cubins: a refactor
 // whose cubins are byte-identical needs no GPU run); with FLARE_PROBE_LIST=1, the units'
-// labels are listed and nothing compiled.
+// labels are listed and nothing compiled; with FLARE_PROBE_BF16=1, every unit in bfloat16 (the
+// shipped soft-cap units are float16; the fixed-offset softmax is bfloat16's), and with
+// FLARE_PROBE_SOFT_CAP_ALONE=1 the soft-capped units without their window and ALiBi (=alibi:
+// without ALiBi only).
 // Build: g++ -O2 -std=c++20 -Iinclude -I. experiments/hopper_spill_probe.cpp -Lbuild -lflare
 //   -Wl,-rpath,build -o /tmp/hopper_spill_probe   (one line)
 #include <cstdio>
@@ -26,8 +29,17 @@ int main(int argc, char** argv) {
   const std::string arch = arch_env != nullptr ? arch_env : "sm_90a";
   for (const flare::ShippedPrefillConfig& shipped : flare::shipped_prefill_configs()) {
     if (shipped.tiles.warpgroup != (arch == "sm_90a")) continue;
-    const flare::jit::KernelSpec spec =
-        flare::batch_prefill_kernels(shipped.config, shipped.tiles).prefill;
+    flare::BatchPrefillConfig config = shipped.config;
+    if (std::getenv("FLARE_PROBE_BF16") != nullptr && config.dtype == flare::DType::kF16) {
+      config.dtype = flare::DType::kBF16;
+    }
+    if (std::getenv("FLARE_PROBE_SOFT_CAP_ALONE") != nullptr && config.params.logits_soft_cap > 0) {
+      if (std::string(std::getenv("FLARE_PROBE_SOFT_CAP_ALONE")) != "alibi") {
+        config.params.window_left = -1;
+      }
+      config.params.pos_encoding = flare::PosEncoding::kNone;
+    }
+    const flare::jit::KernelSpec spec = flare::batch_prefill_kernels(config, shipped.tiles).prefill;
     if (spec.label.find(filter) == std::string::npos) continue;
     if (seen.insert(spec.translation_unit()).second) specs.push_back(spec);
   }

@@ -120,6 +120,56 @@ __device__ __forceinline__ bool affine_rows(const PrefillParams& p, const RowInf
   return every_row;
 }
 
+// The logit of s (q.k) at (mi, h, nj, e), column pos: two FMAs from `affine` (kAffine), else the
+// variant's logits_transform of s * q_scale (s * q_scale itself for linear logits).
+template <bool kAffine>
+__device__ __forceinline__ float logit_of(const PrefillParams& p, const RowInfo& rows,
+                                          const AffineLogits& affine, float q_scale, float s,
+                                          int mi, int h, int nj, int e, int pos) {
+  if constexpr (kAffine) {  // the row's term at the first column, slope * offset on top
+    return fmaf(s, q_scale,
+                fmaf(affine.slope[mi][h], static_cast<float>(nj * 8 + e), affine.base[mi][h]));
+  } else if constexpr (!kLinearLogits) {
+    return rows.variant[mi][h].logits_transform(p.variant, s * q_scale, pos);
+  }
+  return s;
+}
+
+// The softmax with a fixed offset (kernels/variant.cuh has_logits_bound): each probability is
+// exp2(logit - offset) straight after its logit, no row max, no rescale; m holds the offset
+// for the lse.
+template <bool kBegin, bool kEnd, bool kAffine>
+__device__ __forceinline__ void fixed_offset_scores(const PrefillParams& p, const ItemGeometry& g,
+                                                    const RowInfo& rows, int first_col,
+                                                    float (&s)[T::kMmaQ][T::kTilesS][4],
+                                                    RowStats& st, const AffineLogits& affine) {
+  const float q_scale = score_scale(p);
+  const float offset = Variant::logits_bound(p.variant) - kFixedOffsetHeadroom;
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_sum = 0.0f;
+#pragma unroll
+      for (int nj = 0; nj < T::kTilesS; ++nj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int pos = first_col + nj * 8 + e;
+          const float x =
+              logit_of<kAffine>(p, rows, affine, q_scale, s[mi][nj][2 * h + e], mi, h, nj, e, pos);
+          const float shifted =
+              visible<kBegin, kEnd>(g, rows, mi, h, nj, e, pos) ? x - offset : negative_infinity();
+          const float prob = fast_exp2(shifted);
+          s[mi][nj][2 * h + e] = prob;
+          tile_sum += prob;
+        }
+      }
+      st.m[mi][h] = offset;
+      st.d[mi][h] += tile_sum;
+    }
+  }
+}
+
 // softmax_scores below, with the tile's logits taken as two FMAs from `affine` (kAffine) or
 // from the variant's logits_transform per logit.
 template <bool kBegin, bool kEnd, bool kAffine>
@@ -151,6 +201,10 @@ softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& 
     }
     return r;
   }
+  if constexpr (kFixedOffsetSoftmax) {
+    fixed_offset_scores<kBegin, kEnd, kAffine>(p, g, rows, first_col, s, st, affine);
+    return r;
+  }
   // x (what m tracks) -> log2 units: raw q.k scale for linear logits, else x is log2 already.
   const float to_log2 = kLinearLogits ? q_scale : 1.0f;
   bool any_moved = false;
@@ -164,13 +218,8 @@ softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& 
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int pos = first_col + nj * 8 + e;
-          float x = s[mi][nj][2 * h + e];
-          if constexpr (kAffine) {  // the row's term at the first column, slope * offset on top
-            x = fmaf(x, q_scale,
-                     fmaf(affine.slope[mi][h], static_cast<float>(nj * 8 + e), affine.base[mi][h]));
-          } else if constexpr (!kLinearLogits) {
-            x = rows.variant[mi][h].logits_transform(p.variant, x * q_scale, pos);
-          }
+          float x =
+              logit_of<kAffine>(p, rows, affine, q_scale, s[mi][nj][2 * h + e], mi, h, nj, e, pos);
           if (!visible<kBegin, kEnd>(g, rows, mi, h, nj, e, pos)) x = negative_infinity();
           s[mi][nj][2 * h + e] = x;
           tile_max = fmaxf(tile_max, x);

@@ -134,6 +134,11 @@ constexpr bool kAffineLogits = T::kWarpgroup && !kLinearLogits && has_affine_log
 // same two FMAs there, logits_transform per logit elsewhere; the Hopper family only, as above.
 constexpr bool kAffineLogitsOnSomeKeys =
     T::kWarpgroup && !kLinearLogits && !kAffineLogits && has_affine_logits_on_some_keys<Variant>;
+// Bounded logits (has_logits_bound: soft-cap) with bfloat16 probabilities in the Hopper family:
+// the softmax subtracts a fixed offset instead of a running max (kernels/variant.cuh). float16
+// probabilities overflow past 2^16: no fixed offset there.
+constexpr bool kFixedOffsetSoftmax = T::kWarpgroup && Variant::use_softmax && !kLinearLogits &&
+                                     has_logits_bound<Variant> && T::kCode == kCodeBF16;
 
 // The factor of q.k in the logits: the variant's query_scale, times 2^8 where the NVFP4 kernels'
 // K holds 2^-8 of its values (prefill_nvfp4_load.cuh convert_nvfp4_rows). Exact (a power of two),

@@ -59,6 +59,11 @@
 //   static constexpr bool kLogitsAffineInKvPos;      optional, with float logits_kv_slope()
 //                                                    const: logits affine in kv_pos per row
 //                                                    (ALiBi; has_affine_logits below)
+//   static constexpr bool kLogitsBounded;            optional, with static float logits_bound(
+//                                                    const VariantParams&): every logit
+//                                                    logits_transform returns lies in
+//                                                    [-bound, bound] (soft-cap's cap * log2 e;
+//                                                    has_logits_bound below)
 //   static constexpr bool kLogitsAffineOnSomeKeys;   optional, with bool logits_affine_on(
 //                                                    const VariantParams&, int kv_first, int
 //                                                    kv_last, float& base, float& slope)
@@ -80,6 +85,9 @@
 
 #ifndef FLARE_VARIANT_SOFT_CAP
 #define FLARE_VARIANT_SOFT_CAP 0
+#endif
+#ifndef FLARE_VARIANT_BOUNDED_LOGITS
+#define FLARE_VARIANT_BOUNDED_LOGITS 0
 #endif
 #ifndef FLARE_VARIANT_WINDOW
 #define FLARE_VARIANT_WINDOW 0
@@ -121,6 +129,8 @@ struct VariantBase {
   __device__ bool logits_mask(int) const { return true; }
   // Read only where kLogitsAffineInKvPos is declared true (has_affine_logits below).
   __device__ float logits_kv_slope() const { return 0.0f; }
+  // Read only where kLogitsBounded is declared true (has_logits_bound below).
+  __device__ static float logits_bound(const VariantParams&) { return 3.0e38f; }
   // Read only where kLogitsAffineOnSomeKeys is (has_affine_logits_on_some_keys below).
   __device__ bool logits_affine_on(const VariantParams&, int, int, float&, float&) const {
     return false;
@@ -177,6 +187,8 @@ namespace variant_detail {
   }
 // Whether V's mask is exactly the keys before visible_end.
 FLARE_VARIANT_OPTIONAL_FLAG(mask_is_visible_end, kMaskIsVisibleEnd);
+// Whether V's logits lie within +-logits_bound (has_logits_bound below).
+FLARE_VARIANT_OPTIONAL_FLAG(logits_bounded, kLogitsBounded);
 // Whether V's logits are affine in the KV position (has_affine_logits below).
 FLARE_VARIANT_OPTIONAL_FLAG(affine_logits, kLogitsAffineInKvPos);
 // Whether they are on the key ranges logits_affine_on accepts (has_affine_logits_on_some_keys).
@@ -229,6 +241,27 @@ constexpr bool has_affine_logits = variant_detail::affine_logits<V>::value;
 template <class V>
 constexpr bool has_affine_logits_on_some_keys =
     variant_detail::affine_logits_on_some_keys<V>::value;
+
+// Optional, for bounded logits (soft-cap): a variant whose logits_transform never leaves
+// [-bound, bound] (log2 units) for a bound of at most kFixedOffsetMaxBound may declare
+// `static constexpr bool kLogitsBounded = true;` and `__device__ static float logits_bound(const
+// VariantParams& p)` returning that bound (a promise: a larger bound underflows the
+// probabilities of rows whose every logit lies near -bound). Where the probabilities are
+// bfloat16, the Hopper prefill's softmax then subtracts a fixed offset (bound -
+// kFixedOffsetHeadroom) instead of each row's running max: every probability lies in
+// [2^(headroom - 2 bound), 2^headroom], normal in float32 and bfloat16, so no max is reduced and
+// O is never rescaled (a running max is only a choice of offset: softmax is the same for any).
+// That was 2 of a soft-capped logit's 7 operations and a reduction across the quad before any
+// exp2 of the tile (docs/perf.md, thirty-eighth session). Decode keeps its running max
+// (memory-bound), as does the mma.sync family (its 128-row soft-cap units spilled with it).
+template <class V>
+constexpr bool has_logits_bound = variant_detail::logits_bounded<V>::value;
+// The probabilities' largest power of two above 1, and the largest bound it serves: the smallest
+// possible row maximum, 2^(kFixedOffsetHeadroom - 2 * bound), stays >= 2^-126 (normal: the
+// exp2 flushes subnormals to zero) and the row sum of up to 2^31 keys times any finite value of
+// V under 2^64 stays under float32's 2^128. Soft-cap 30 is a bound of 43.3, Gemma 2's 50 of 72.1.
+constexpr float kFixedOffsetHeadroom = 32.0f;
+constexpr float kFixedOffsetMaxBound = 79.0f;
 
 // Hooks no family honours: a compile error (which plan() raises with NVRTC's log) rather than a
 // silent skip. Each family header instantiates it for its Variant. The q and k transforms
@@ -291,6 +324,9 @@ struct StandardVariant : VariantBase {
   // ALiBi alone: s + alibi_step * (kv_pos - q_pos) (has_affine_logits above).
   static constexpr bool kLogitsAffineInKvPos = kAlibi && !kSoftCap && !kSigmoid;
   static constexpr bool use_softmax = !kSigmoid;
+  // cap * tanh: within +-cap (log2 units: times log2 e); declared where the host found
+  // cap * log2 e <= kFixedOffsetMaxBound, without ALiBi (builtin_variants.cpp).
+  static constexpr bool kLogitsBounded = kSoftCap && !kSigmoid && FLARE_VARIANT_BOUNDED_LOGITS != 0;
 
   float alibi_step;   // added per KV position, in query_scale units
   int alibi_origin;   // 0x4B400000 - q_pos: see logits_transform
@@ -337,6 +373,9 @@ struct StandardVariant : VariantBase {
     // s is the natural logit times log2 e: sigmoid(x) = 1 / (1 + 2^(-x log2 e)).
     if (kSigmoid) s = fast_rcp(1.0f + fast_exp2(-fmaf(p.sigmoid_bias, kLog2e, s)));
     return s;
+  }
+  __device__ static float logits_bound(const VariantParams& p) {
+    return p.logits_soft_cap * kLog2e;
   }
   __device__ float logits_kv_slope() const { return alibi_step; }
   __device__ bool logits_mask(int kv_pos) const { return !kWindow || kv_pos >= first_visible; }

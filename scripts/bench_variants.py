@@ -49,6 +49,11 @@ struct Variant : flare::VariantBase {
   __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
     return Scalars::cap(p) * flare::kLog2e * flare::fast_tanh(s);
   }
+  // Logits within +-cap (a cap of at most 54.7): the built-in's fixed-offset softmax.
+  static constexpr bool kLogitsBounded = true;
+  __device__ static float logits_bound(const flare::VariantParams& p) {
+    return Scalars::cap(p) * flare::kLog2e;
+  }
 };
 """)
 

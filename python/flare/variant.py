@@ -32,7 +32,10 @@ tensors' addresses of its capture. The hooks: ``query_scale``, ``visible_begin``
 row.q_len),
 ``logits_transform(p, s, kv_pos)`` (s = q.k * query_scale; returns the logit in log2 units),
 ``logits_mask(kv_pos)`` and ``kMaskIsWindow`` (``visible_begin(p, request, q_pos)`` never
-decreasing in q_pos). ``requires_causal=True`` declares a mask that relies on the kernel's
+decreasing in q_pos), ``kLogitsBounded`` with ``logits_bound(p)`` (a promise that every logit
+lies within +-bound, log2 units, for a bound of at most 79: soft-cap up to 54.7; the Hopper
+prefill's bfloat16 softmax then subtracts a fixed offset instead of a running max, as the built-in
+soft-cap does). ``requires_causal=True`` declares a mask that relies on the kernel's
 causal mask for the keys after the query: plan() then refuses causal=False. A variant without softmax (sigmoid attention:
 ``static constexpr bool use_softmax = false;`` in the source, and ``use_softmax=False`` here,
 checked against each other when the kernel compiles) has logits_transform return each key's

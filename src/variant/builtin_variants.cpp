@@ -34,9 +34,13 @@ StandardVariantFlags standard_variant_flags(const AttentionParams& params, const
               ": sigmoid_bias must be finite, got ", params.sigmoid_bias);
   StandardVariantFlags flags;
   flags.soft_cap = params.logits_soft_cap > 0.0f;
-  flags.sliding_window = params.window_left >= 0;
   flags.alibi = params.pos_encoding == PosEncoding::kAlibi;
   flags.sigmoid = !params.use_softmax;
+  // Not beside ALiBi: two of its Hopper units spilled 24-40 bytes with the fixed offset.
+  flags.bounded_logits =
+      flags.soft_cap && !flags.sigmoid && !flags.alibi &&
+      params.logits_soft_cap * 1.4426950408889634f <= kSoftCapFixedOffsetMaxBound;
+  flags.sliding_window = params.window_left >= 0;
   flags.rope = params.pos_encoding == PosEncoding::kRopeLlama;
   return flags;
 }
@@ -44,6 +48,8 @@ StandardVariantFlags standard_variant_flags(const AttentionParams& params, const
 std::string standard_variant_source(const StandardVariantFlags& flags) {
   std::string source;
   source += "#define FLARE_VARIANT_SOFT_CAP " + std::string(flags.soft_cap ? "1" : "0") + "\n";
+  source += "#define FLARE_VARIANT_BOUNDED_LOGITS " +
+            std::string(flags.bounded_logits ? "1" : "0") + "\n";
   source += "#define FLARE_VARIANT_WINDOW " + std::string(flags.sliding_window ? "1" : "0") + "\n";
   source += "#define FLARE_VARIANT_ALIBI " + std::string(flags.alibi ? "1" : "0") + "\n";
   source += "#define FLARE_VARIANT_SIGMOID " + std::string(flags.sigmoid ? "1" : "0") + "\n";
@@ -55,11 +61,14 @@ std::string standard_variant_source(const StandardVariantFlags& flags) {
 
 std::string standard_variant_name(const StandardVariantFlags& flags) {
   std::string name;
-  for (const auto& [on, part] : {std::pair{flags.soft_cap, "soft_cap"},
-                                 std::pair{flags.sliding_window, "window"},
-                                 std::pair{flags.alibi, "alibi"},
-                                 std::pair{flags.sigmoid, "sigmoid"},
-                                 std::pair{flags.rope, "rope"}}) {
+  // A soft-cap past the fixed offset's bound keeps the running max: another kernel.
+  const bool running_max =
+      flags.soft_cap && !flags.sigmoid && !flags.alibi && !flags.bounded_logits;
+  const char* soft_cap = running_max ? "soft_cap_running_max" : "soft_cap";
+  for (const auto& [on, part] :
+       {std::pair{flags.soft_cap, soft_cap}, std::pair{flags.sliding_window, "window"},
+        std::pair{flags.alibi, "alibi"}, std::pair{flags.sigmoid, "sigmoid"},
+        std::pair{flags.rope, "rope"}}) {
     if (!on) continue;
     if (!name.empty()) name += '+';
     name += part;

@@ -295,6 +295,65 @@ TEST(PrefillHopper, FewCtasTakeManyItemsInTurn) {
   }
 }
 
+// Soft-cap in bfloat16 takes the fixed-offset softmax up to a cap of 54.7 (kernels/variant.cuh
+// has_logits_bound: cap 50 here, probabilities between 2^-112 and 2^32) and the running max past
+// it (cap 100). Requests 0 and 1 hold one key each, with q = -32 k and q = 32 k: their one logit
+// sits at -cap and +cap, the ends of the fixed offset's range (o must be that key's v, lse
+// -+cap); the others are random, at an sm_scale that saturates the tanh at both ends of a row
+// (4, with a window of 90 keys) and one that does not (the default), ragged and paged, both
+// query tiles.
+TEST(PrefillHopper, SoftCapFixedOffsetAtTheEndsOfItsRange) {
+  SKIP_WITHOUT_HOPPER();
+  for (const float cap : {50.0f, 100.0f}) {
+    for (const float sm_scale : {4.0f, 0.0f}) {
+      for (const int tile : {128, 64}) {
+        for (const PrefillKV kv : {PrefillKV::kRagged, PrefillKV::kPaged}) {
+          Case c;
+          c.q_lens = {1, 1, 70, 200};
+          c.kv_lens = {1, 1, 301, 600};
+          c.num_qo_heads = 8;
+          c.num_kv_heads = 2;
+          c.soft_cap = cap;
+          c.sm_scale = sm_scale;
+          c.window_left = sm_scale > 0.0f ? 90 : -1;  // the window's key checks too
+          c.query_tile = tile;
+          c.kv = kv;
+          c.backend = PrefillBackend::kFA3;
+          c.seed = static_cast<uint64_t>(cap + tile + static_cast<int>(kv));
+          SCOPED_TRACE(::testing::Message() << "cap " << cap << " sm_scale " << sm_scale << " tile "
+                                            << tile << " kv " << static_cast<int>(kv));
+          Problem p = make_problem(c);
+          const TensorView k = p.cache.ragged.k;  // token t of request r at ragged_indptr[r] + t
+          const int64_t group = c.num_qo_heads / c.num_kv_heads;
+          for (int64_t request = 0; request < 2; ++request) {
+            const float sign = request == 0 ? -32.0f : 32.0f;
+            for (int64_t head = 0; head < c.num_qo_heads; ++head) {
+              for (int64_t d = 0; d < c.head_dim_qk; ++d) {
+                const uint16_t key = k.ptr<uint16_t>()[k.offset({request, head / group, d})];
+                p.q.data<uint16_t>()[p.q_view.offset({request, head, d})] =
+                    float_to_bf16_bits(sign * bf16_bits_to_float(key));
+              }
+            }
+          }
+          compute_reference(p);
+          // The premise: -cap and +cap (the tanh of q.k * scale / cap ~ -+362 / cap).
+          for (int64_t head = 0; head < c.num_qo_heads; ++head) {
+            EXPECT_NEAR(p.lse_ref.data<float>()[head], -cap, 0.005f * cap);
+            EXPECT_NEAR(p.lse_ref.data<float>()[c.num_qo_heads + head], cap, 0.005f * cap);
+          }
+          BatchPrefill prefill(config_of(p));
+          DeviceProblem device(p);
+          plan(prefill, p, nullptr);
+          device.run(prefill, p, nullptr, RunOptions{});
+          device.download();
+          expect_matches(p, device);
+          EXPECT_TRUE(prefill.last_tiles().warpgroup);
+        }
+      }
+    }
+  }
+}
+
 TEST(PrefillHopper, LargeLogitsRescaleMidStream) {
   SKIP_WITHOUT_HOPPER();
   Case c;

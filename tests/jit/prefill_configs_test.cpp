@@ -325,6 +325,20 @@ TEST(BatchPrefillKernels, SpecsFollowTheConfig) {
   EXPECT_EQ(define_value(k.prefill, "FLARE_MASK"), "1");
   EXPECT_EQ(define_value(k.merge, "FLARE_HEAD_DIM"), "128");
   EXPECT_NE(k.prefill.variant_source.find("FLARE_VARIANT_SOFT_CAP 1"), std::string::npos);
+  // A cap of 50 is a logit bound of 72.1 (log2 units) <= 79: the fixed-offset softmax's flag
+  // (kernels/variant.cuh has_logits_bound); 55 (79.3) keeps the running max, another kernel.
+  EXPECT_NE(k.prefill.variant_source.find("FLARE_VARIANT_BOUNDED_LOGITS 1"), std::string::npos);
+  EXPECT_NE(k.prefill.label.find("soft_cap"), std::string::npos);
+  BatchPrefillConfig wide_cap = c;
+  wide_cap.params.logits_soft_cap = 55.0f;
+  const BatchPrefillKernels running_max = batch_prefill_kernels(wide_cap, {64, 32});
+  EXPECT_NE(running_max.prefill.variant_source.find("FLARE_VARIANT_BOUNDED_LOGITS 0"),
+            std::string::npos);
+  EXPECT_NE(running_max.prefill.label.find("soft_cap_running_max"), std::string::npos);
+  EXPECT_NE(running_max.prefill.translation_unit(), k.prefill.translation_unit());
+  wide_cap.params.logits_soft_cap = 54.0f;
+  EXPECT_EQ(batch_prefill_kernels(wide_cap, {64, 32}).prefill.translation_unit(),
+            k.prefill.translation_unit());
   EXPECT_EQ(k.threads, 128);
   // Q 64 rows x 192 x 2 + 2 stages x 32 rows x (192 + 128) x 2 (swizzled rows, no padding) +
   // page ids 2 x 32 x 4; then the item record (128), row tables 2 x 64 x 4, per thread (128) 4

@@ -9,7 +9,8 @@
 
 namespace flare::testing {
 
-// logits = cap * tanh(q.k * sm_scale / cap), cap a run() scalar: the built-in soft-cap.
+// logits = cap * tanh(q.k * sm_scale / cap), cap a run() scalar (at most 54.7: it declares its
+// logits bounded, kernels/variant.cuh has_logits_bound): the built-in soft-cap.
 inline UserVariant user_soft_cap() {
   UserVariant v;
   v.name = "user_soft_cap";
@@ -21,6 +22,11 @@ struct Variant : flare::VariantBase {
   }
   __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
     return Scalars::cap(p) * flare::kLog2e * flare::fast_tanh(s);
+  }
+  // Logits within +-cap (a cap of at most 54.7): the built-in's fixed-offset softmax.
+  static constexpr bool kLogitsBounded = true;
+  __device__ static float logits_bound(const flare::VariantParams& p) {
+    return Scalars::cap(p) * flare::kLog2e;
   }
 };
 )";

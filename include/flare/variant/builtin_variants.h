@@ -12,6 +12,11 @@ namespace flare {
 // without a flag ignores the matching runtime value, so the flags must come from the params.
 struct StandardVariantFlags {
   bool soft_cap = false;        // logits_soft_cap > 0
+  // soft_cap with softmax, without ALiBi, and logits_soft_cap * log2 e <=
+  // kSoftCapFixedOffsetMaxBound: the variant declares its logits bounded, and the Hopper
+  // prefill's bfloat16 softmax subtracts a fixed offset instead of a running max
+  // (kernels/variant.cuh has_logits_bound).
+  bool bounded_logits = false;
   bool sliding_window = false;  // window_left >= 0
   bool alibi = false;           // pos_encoding == kAlibi
   bool sigmoid = false;         // use_softmax == false: weights sigmoid(s + sigmoid_bias)
@@ -19,6 +24,10 @@ struct StandardVariantFlags {
 
   friend bool operator==(const StandardVariantFlags&, const StandardVariantFlags&) = default;
 };
+
+// kernels/variant.cuh's kFixedOffsetMaxBound: the largest bound (log2 units) of a fixed-offset
+// softmax (soft-caps up to 54.7).
+constexpr float kSoftCapFixedOffsetMaxBound = 79.0f;
 
 // The flags `params` needs. Throws kUnsupported for what StandardVariant cannot express
 // (custom masks, rope_offsets, the reference-only prefix_len / relative_bias),
