@@ -45,9 +45,10 @@ fi
 #   tests: this tree's Hopper, user-variant and prefill GPU tests under fa3 (less the four that
 #     pin 16-row tiles), the user-variant decode tests, then compute-sanitizer memcheck of
 #     PrefillHopper.SoftCapFixedOffsetAtTheEndsOfItsRange.
+#   (FLARE_TESTS_FILTER=<gtest filter> instead of that list.)
 if [ "$stage" = tests ]; then
   source experiments/family_tests.sh
-  family_tests "$tree" fa3 'PrefillHopper*:UserVariantPrefill*:PrefillGpu*:UserVariantDecode*:-PrefillGpu.EveryQueryTile:UserVariantPrefill.LibraryPrefixLm*:UserVariantPrefill.LibraryDocumentMask*:UserVariantPrefill.AMaskThatIsNotAWindow*'
+  family_tests "$tree" fa3 "${FLARE_TESTS_FILTER:-PrefillHopper*:UserVariantPrefill*:PrefillGpu*:UserVariantDecode*:-PrefillGpu.EveryQueryTile:UserVariantPrefill.LibraryPrefixLm*:UserVariantPrefill.LibraryDocumentMask*:UserVariantPrefill.AMaskThatIsNotAWindow*}"
   FLARE_CACHE_DIR="$tree/build-ab/jit-cache" timeout 200 compute-sanitizer --tool memcheck \
     --error-exitcode 99 "$tree/build-ab/flare_gpu_tests" \
     --gtest_filter='PrefillHopper.SoftCapFixedOffset*' >"$OUT/memcheck.log" 2>&1

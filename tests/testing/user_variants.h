@@ -9,11 +9,13 @@
 
 namespace flare::testing {
 
-// logits = cap * tanh(q.k * sm_scale / cap), cap a run() scalar (at most 54.7: it declares its
-// logits bounded, kernels/variant.cuh has_logits_bound): the built-in soft-cap.
-inline UserVariant user_soft_cap() {
+// logits = cap * tanh(q.k * sm_scale / cap), cap a run() scalar: the built-in soft-cap. Bounded
+// (a cap of at most 54.7), it declares its logits within +-cap (kernels/variant.cuh
+// has_logits_bound: the built-in's fixed-offset softmax); otherwise the softmax keeps a running
+// max.
+inline UserVariant user_soft_cap(bool bounded = true) {
   UserVariant v;
-  v.name = "user_soft_cap";
+  v.name = bounded ? "user_soft_cap" : "user_soft_cap_running_max";
   v.scalars = {"cap"};
   v.source = R"(
 struct Variant : flare::VariantBase {
@@ -23,13 +25,16 @@ struct Variant : flare::VariantBase {
   __device__ float logits_transform(const flare::VariantParams& p, float s, int) const {
     return Scalars::cap(p) * flare::kLog2e * flare::fast_tanh(s);
   }
-  // Logits within +-cap (a cap of at most 54.7): the built-in's fixed-offset softmax.
+)";
+  if (bounded) {
+    v.source += R"(
   static constexpr bool kLogitsBounded = true;
   __device__ static float logits_bound(const flare::VariantParams& p) {
     return Scalars::cap(p) * flare::kLog2e;
   }
-};
 )";
+  }
+  v.source += "};\n";
   return v;
 }
 
