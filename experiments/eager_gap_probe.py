@@ -45,25 +45,34 @@ def graphed(call):
     return graph_us(call, 3)  # bench_python.py's graph time, three calls a graph
 
 
-def kernel_trace(label, call, with_events):
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
+def print_trace(label, work):
+    """The device events of work() under torch.profiler (CUPTI) in start order: durations and the
+    idle gaps between consecutive ones."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(6):
-            if with_events:
-                torch.cuda.Event(enable_timing=True).record()
-            call()
+        work()
         torch.cuda.synchronize()
     kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA"),
                      key=lambda e: e.time_range.start)
-    print(f"-- {label}: {len(kernels)} device events in 6 calls")
+    print(f"-- {label}: {len(kernels)} device events")
     last_end = None
     for e in kernels:
         gap = "" if last_end is None else f" gap {e.time_range.start - last_end:.1f}"
         print(f"   {e.name[:60]:60s} {e.time_range.elapsed_us():8.1f} us{gap}")
         last_end = e.time_range.end
+
+
+def kernel_trace(label, call, with_events):
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+
+    def six_calls():
+        for _ in range(6):
+            if with_events:
+                torch.cuda.Event(enable_timing=True).record()
+            call()
+    print_trace(f"{label}, 6 calls", six_calls)
 
 
 def graph_trace(label, call):
@@ -82,19 +91,11 @@ def graph_trace(label, call):
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+
+    def two_replays():
         graph.replay()
         graph.replay()
-        torch.cuda.synchronize()
-    kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA"),
-                     key=lambda e: e.time_range.start)
-    print(f"-- {label}: {len(kernels)} device events in two replays of 3 calls")
-    last_end = None
-    for e in kernels:
-        gap = "" if last_end is None else f" gap {e.time_range.start - last_end:.1f}"
-        print(f"   {e.name[:60]:60s} {e.time_range.elapsed_us():8.1f} us{gap}")
-        last_end = e.time_range.end
+    print_trace(f"{label}, two replays of 3 calls", two_replays)
 
 
 def graph_gap(w, gw, q, k, v, out, sdpa):
