@@ -275,6 +275,11 @@ struct VariantHookCheck {
                 "flare variant: key_transform is not supported (kRotary / rotary_frequency are)");
   static_assert(!variant_detail::has_output_transform<V>::value,
                 "flare variant: output_transform is not supported");
+  // VariantBase's logits_bound is a placeholder (no bound): declaring kLogitsBounded without
+  // one would subtract an offset of ~3e38.
+  static_assert(!has_logits_bound<V> || &V::logits_bound != &VariantBase::logits_bound,
+                "flare variant: kLogitsBounded needs its own static logits_bound(const "
+                "VariantParams&)");
   static constexpr bool ok = true;
 };
 

@@ -264,5 +264,35 @@ struct Variant : flare::VariantBase {
   }
 }
 
+// kLogitsBounded promises a bound logits_bound(p) returns: declared without that hook, the
+// fixed-offset softmax would take VariantBase's placeholder.
+TEST_F(UserVariantCompile, ABoundWithoutItsHookIsACompileError) {
+  UserVariant v;
+  v.name = "bounded_without_bound";
+  v.source = R"(
+struct Variant : flare::VariantBase {
+  static constexpr bool kLogitsBounded = true;
+  __device__ float logits_transform(const flare::VariantParams&, float s, int) const {
+    return 30.0f * flare::kLog2e * flare::fast_tanh(s);
+  }
+};
+)";
+  BatchPrefillConfig config = prefill_config(v, PrefillKV::kRagged);
+  config.dtype = DType::kBF16;
+  const PrefillTiles hopper{64, 64, true};
+  for (const auto& [spec, arch] :
+       {std::pair{batch_prefill_kernels(config, hopper).prefill, "sm_90a"},
+        std::pair{batch_decode_kernels(decode_config(v, true)).decode, "sm_80"}}) {
+    try {
+      jit::compile_cached(spec, arch);
+      FAIL() << spec.label << " compiled kLogitsBounded without logits_bound";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("kLogitsBounded needs its own static logits_bound"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flare
