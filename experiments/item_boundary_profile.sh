@@ -6,7 +6,10 @@
 #      with a left window of FLARE_PROFILE_WINDOW (default 256) keys: short items of 2-3 KV
 #      tiles, as the document mask's (TFLOP/s count the causal FLOPs: compare rows, not rates);
 #   2. ncu of the ragged causal L 1024 launch with per-SASS-instruction stall samples
-#      (SourceCounters), the kernel compiled with -lineinfo (FLARE_JIT_LINEINFO=1);
+#      (SourceCounters), the kernel compiled with -lineinfo (FLARE_JIT_LINEINFO=1); another of
+#      bench_prefill's rows with FLARE_PROFILE_SHAPE (e.g. "causal b16 seq 4096"), and its
+#      FLARE_BENCH_* settings pass through (FLARE_BENCH_SOFT_CAP=30: the soft-cap kernel; the
+#      report's files keep the l1024 names);
 #   3. that cubin's disassembly with line info (nvdisasm -g), so that each sampled address maps
 #      to a line of kernels/*.cuh: experiments/item_boundary_lines.py reads 2 and 3 here (where
 #      the machine lacks nvdisasm, the cubin comes back for `nvdisasm -g -c` here).
@@ -34,7 +37,7 @@ fi
 if [ "$stage" = all ] || [ "$stage" = ncu ]; then
   export FLARE_CACHE_DIR=$PWD/build-ab/jit-cache-lineinfo FLARE_JIT_LINEINFO=1
   rm -rf "$FLARE_CACHE_DIR"
-  FLARE_BENCH_ONLY="causal b16 seq 1024" timeout 240 ncu -k 'regex:(?i)prefill' \
+  FLARE_BENCH_ONLY="${FLARE_PROFILE_SHAPE:-causal b16 seq 1024}" timeout 240 ncu -k 'regex:(?i)prefill' \
     --launch-skip 3 --launch-count 1 --section SourceCounters --section WarpStateStats \
     --section SpeedOfLight --import-source no -f -o "$OUT/l1024" "$bench" >"$OUT/ncu.log" 2>&1
   echo "ncu exit $?"; grep -E "Duration|Warp Cycles Per Issued|prefill" "$OUT/ncu.log" | head -5
