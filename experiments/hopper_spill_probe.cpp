@@ -4,7 +4,8 @@
 // ShippedPrefillKernels, ~3 minutes on two cores). With FLARE_PROBE_CUBINS=<dir>, each unit's
 // cubin is written there as <index>.cubin (nvdisasm it, or cmp two trees' cubins: a refactor
 // whose cubins are byte-identical needs no GPU run); with FLARE_PROBE_LIST=1, the units'
-// labels are listed and nothing compiled; with FLARE_PROBE_BF16=1, every unit in bfloat16 (the
+// labels are listed and nothing compiled; with FLARE_PROBE_FA2=1 the mma.sync family's units for
+// sm_90a; with FLARE_PROBE_BF16=1, every unit in bfloat16 (the
 // shipped soft-cap units are float16; the fixed-offset softmax is bfloat16's), and with
 // FLARE_PROBE_SOFT_CAP_ALONE=1 the soft-capped units without their window and ALiBi (=alibi:
 // without ALiBi only).
@@ -28,7 +29,9 @@ int main(int argc, char** argv) {
   const char* arch_env = std::getenv("FLARE_PROBE_ARCH");
   const std::string arch = arch_env != nullptr ? arch_env : "sm_90a";
   for (const flare::ShippedPrefillConfig& shipped : flare::shipped_prefill_configs()) {
-    if (shipped.tiles.warpgroup != (arch == "sm_90a")) continue;
+    // FLARE_PROBE_FA2=1: the mma.sync family's units on any arch (sm_90a included).
+    const bool fa2 = std::getenv("FLARE_PROBE_FA2") != nullptr || arch != "sm_90a";
+    if (shipped.tiles.warpgroup == fa2) continue;
     flare::BatchPrefillConfig config = shipped.config;
     if (std::getenv("FLARE_PROBE_BF16") != nullptr && config.dtype == flare::DType::kF16) {
       config.dtype = flare::DType::kBF16;

@@ -165,6 +165,34 @@ inline void compute_reference(Problem& p) {
   reference_attention(problem, out, options);
 }
 
+// For soft-cap cases whose requests 0 and 1 each hold one query token and one key (bfloat16):
+// q = -256 k and q = 256 k put their logit at -cap and +cap, the ends of the softmax's range
+// (kernels/variant.cuh has_logits_bound); the reference is recomputed and the premise checked.
+inline void put_logits_at_the_cap(Problem& p) {
+  const Case& c = p.c;
+  ASSERT_EQ(c.dtype, DType::kBF16);
+  ASSERT_TRUE(c.q_lens.size() >= 2 && c.q_lens[0] == 1 && c.q_lens[1] == 1 && c.kv_lens[0] == 1 &&
+              c.kv_lens[1] == 1);
+  const TensorView k = p.cache.ragged.k;  // request r's one key is token r
+  const int64_t group = c.num_qo_heads / c.num_kv_heads;
+  for (int64_t request = 0; request < 2; ++request) {
+    const float sign = request == 0 ? -256.0f : 256.0f;
+    for (int64_t head = 0; head < c.num_qo_heads; ++head) {
+      for (int64_t d = 0; d < c.head_dim_qk; ++d) {
+        const uint16_t key = k.ptr<uint16_t>()[k.offset({request, head / group, d})];
+        p.q.data<uint16_t>()[p.q_view.offset({request, head, d})] =
+            float_to_bf16_bits(sign * bf16_bits_to_float(key));
+      }
+    }
+  }
+  compute_reference(p);
+  // The premise: -cap and +cap (the tanh of q.k * scale / cap, q.k * scale ~ -+2900).
+  for (int64_t head = 0; head < c.num_qo_heads; ++head) {
+    EXPECT_NEAR(p.lse_ref.data<float>()[head], -c.soft_cap, 0.005f * c.soft_cap);
+    EXPECT_NEAR(p.lse_ref.data<float>()[c.num_qo_heads + head], c.soft_cap, 0.005f * c.soft_cap);
+  }
+}
+
 inline Problem make_problem(const Case& c) {
   Problem p;
   p.c = c;
