@@ -253,7 +253,8 @@ constexpr bool has_affine_logits_on_some_keys =
 // O is never rescaled (a running max is only a choice of offset: softmax is the same for any).
 // That was 2 of a soft-capped logit's 7 operations and a reduction across the quad before any
 // exp2 of the tile (docs/perf.md, thirty-eighth session). Decode keeps its running max
-// (memory-bound), as does the mma.sync family (its 128-row soft-cap units spilled with it).
+// (memory-bound), as does the mma.sync family until it is measured with the fixed offset
+// (experiments/patches/fa2-fixed-offset.patch: compiled, 0 spills).
 template <class V>
 constexpr bool has_logits_bound = variant_detail::logits_bounded<V>::value;
 // The probabilities' largest power of two above 1, and the largest bound it serves: the smallest
