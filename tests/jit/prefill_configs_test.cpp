@@ -339,6 +339,18 @@ TEST(BatchPrefillKernels, SpecsFollowTheConfig) {
   wide_cap.params.logits_soft_cap = 54.0f;
   EXPECT_EQ(batch_prefill_kernels(wide_cap, {64, 32}).prefill.translation_unit(),
             k.prefill.translation_unit());
+  // Not beside ALiBi (its Hopper units spilled with it) nor without softmax (sigmoid).
+  for (const bool alibi : {true, false}) {
+    BatchPrefillConfig other = c;
+    if (alibi) {
+      other.params.pos_encoding = PosEncoding::kAlibi;
+    } else {
+      other.params.use_softmax = false;
+    }
+    const jit::KernelSpec spec = batch_prefill_kernels(other, {64, 32}).prefill;
+    EXPECT_NE(spec.variant_source.find("FLARE_VARIANT_BOUNDED_LOGITS 0"), std::string::npos);
+    EXPECT_EQ(spec.label.find("running_max"), std::string::npos) << spec.label;
+  }
   EXPECT_EQ(k.threads, 128);
   // Q 64 rows x 192 x 2 + 2 stages x 32 rows x (192 + 128) x 2 (swizzled rows, no padding) +
   // page ids 2 x 32 x 4; then the item record (128), row tables 2 x 64 x 4, per thread (128) 4
