@@ -121,7 +121,8 @@ __device__ __forceinline__ bool affine_rows(const PrefillParams& p, const RowInf
 }
 
 // The logit of s (q.k) at (mi, h, nj, e), column pos: two FMAs from `affine` (kAffine), else the
-// variant's logits_transform of s * q_scale (s * q_scale itself for linear logits).
+// variant's logits_transform of s * q_scale; s itself for linear logits (the scale folds into
+// the exp2 argument).
 template <bool kAffine>
 __device__ __forceinline__ float logit_of(const PrefillParams& p, const RowInfo& rows,
                                           const AffineLogits& affine, float q_scale, float s,
