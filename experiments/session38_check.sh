@@ -5,7 +5,7 @@
 #     CUPTI traces of the graphs).
 # Usage (GPU machine, OUT set): bash experiments/session38_check.sh graph
 set -uo pipefail
-stage=${1:?graph|softcap|tests|variants}
+stage=${1:?graph|softcap|tests|variants|fa2softcap}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -63,4 +63,28 @@ if [ "$stage" = variants ]; then
   PYTHONPATH=/tmp/fi-site:$tree/scripts timeout 450 python3 "$tree/scripts/bench_variants.py" \
     --libraries flare,flashinfer --lengths 8192,16384 --variants causal,soft_cap,user:soft_cap \
     --calls 10 2>&1 | grep -E "^\||rror"
+fi
+#   fa2softcap <main tree> <patched tree>: experiments/patches/fa2-fixed-offset.patch (the mma.sync
+#     family with the fixed offset) against main under FLARE_BENCH_BACKEND=fa2, soft-cap 30, two
+#     rounds (causal without the cap as the control), then the patched tree's FA2 prefill tests
+#     with the new PrefillGpu.SoftCapFixedOffsetOnTheMmaSyncFamily. Trees: `git archive HEAD | tar
+#     -x -C .scratch/<name>`, then `git apply` the patch in the patched one (from its root).
+if [ "$stage" = fa2softcap ]; then
+  main=${2:?the tree of main}
+  patched=${3:?the tree with the patch}
+  for t in "$main" "$patched"; do
+    bash experiments/build_ab.sh "$t" scripts/bench_prefill.cpp >/dev/null 2>&1 ||
+      echo "build of $t failed"
+  done
+  for round in 1 2 3; do
+    for t in "$main" "$patched"; do
+      cap=30; [ "$round" = 3 ] && cap=
+      echo "== round $round: $t ${cap:+soft-cap $cap}${cap:-(no cap)}"
+      env FLARE_CACHE_DIR="$t/build-ab/jit-cache" FLARE_BENCH_BACKEND=fa2 \
+        ${cap:+FLARE_BENCH_SOFT_CAP=$cap} timeout 150 "$t/build-ab/bench_prefill" 2>&1 |
+        grep -vE "^case|^$|zipf lengths" | head -8
+    done
+  done
+  source experiments/family_tests.sh
+  family_tests "$patched" fa2 'PrefillGpu.*:UserVariantPrefill.*'
 fi
