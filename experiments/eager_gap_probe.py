@@ -25,7 +25,7 @@ import flare
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "scripts"), HERE]
 import bench_python  # noqa: E402  (imports FlashInfer where it can)
-from bench_python import eager_us, graph_us  # noqa: E402
+from bench_python import capture_graph, eager_us, graph_us  # noqa: E402
 from eager_timing import time_runs  # noqa: E402
 
 B, H, D = 16, 16, 128
@@ -78,17 +78,8 @@ def kernel_trace(label, call, with_events):
 def graph_trace(label, call):
     """The kernels of two replays of a captured graph of 3 calls (torch.profiler / CUPTI), their
     durations and the idle gaps between consecutive kernels."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(3):
-            call()
-    for _ in range(3):
+    graph = capture_graph(call, 3)
+    for _ in range(2):
         graph.replay()
     torch.cuda.synchronize()
 

@@ -24,23 +24,27 @@ fi
 #     against main: C++ bench_prefill ragged / paged causal b16 with FLARE_BENCH_SOFT_CAP=30 (two
 #     rounds), causal without the cap as the control (one round); then the patched tree's Hopper
 #     and user-variant prefill tests under fa3.
-if [ "$stage" = softcap ]; then
-  main=${2:?the tree of main}
-  patched=${3:?the tree with the patch}
+# soft_cap_ab <main tree> <patched tree>: both built, then the rounds above (the caller's
+# FLARE_BENCH_* settings, e.g. FLARE_BENCH_BACKEND, pass through).
+soft_cap_ab() {
+  local main=$1 patched=$2 t round cap
   for t in "$main" "$patched"; do
     bash experiments/build_ab.sh "$t" scripts/bench_prefill.cpp >/dev/null 2>&1 ||
       echo "build of $t failed"
   done
   for round in 1 2 3; do
     for t in "$main" "$patched"; do
-      echo "== round $round: $t ${round/3/(no cap)}"
       cap=30; [ "$round" = 3 ] && cap=
-      env FLARE_CACHE_DIR="$t/build-ab/jit-cache" ${cap:+FLARE_BENCH_SOFT_CAP=$cap} timeout 120 \
-        "$t/build-ab/bench_prefill" 2>&1 | grep -vE "^case|^$" | head -8
+      echo "== round $round: $t ${cap:+soft-cap $cap}${cap:-(no cap)}"
+      env FLARE_CACHE_DIR="$t/build-ab/jit-cache" ${cap:+FLARE_BENCH_SOFT_CAP=$cap} timeout 150 \
+        "$t/build-ab/bench_prefill" 2>&1 | grep -vE "^case|^$|zipf lengths" | head -8
     done
   done
+}
+if [ "$stage" = softcap ]; then
+  soft_cap_ab "${2:?the tree of main}" "${3:?the tree with the patch}"
   source experiments/family_tests.sh
-  family_tests "$patched" fa3 'PrefillHopper*:UserVariantPrefill*'
+  family_tests "$3" fa3 'PrefillHopper*:UserVariantPrefill*'
 fi
 #   tests: this tree's Hopper, user-variant and prefill GPU tests under fa3 (less the four that
 #     pin 16-row tiles), the user-variant decode tests, then compute-sanitizer memcheck of
@@ -70,21 +74,7 @@ fi
 #     with the new PrefillGpu.SoftCapFixedOffsetOnTheMmaSyncFamily. Trees: `git archive HEAD | tar
 #     -x -C .scratch/<name>`, then `git apply` the patch in the patched one (from its root).
 if [ "$stage" = fa2softcap ]; then
-  main=${2:?the tree of main}
-  patched=${3:?the tree with the patch}
-  for t in "$main" "$patched"; do
-    bash experiments/build_ab.sh "$t" scripts/bench_prefill.cpp >/dev/null 2>&1 ||
-      echo "build of $t failed"
-  done
-  for round in 1 2 3; do
-    for t in "$main" "$patched"; do
-      cap=30; [ "$round" = 3 ] && cap=
-      echo "== round $round: $t ${cap:+soft-cap $cap}${cap:-(no cap)}"
-      env FLARE_CACHE_DIR="$t/build-ab/jit-cache" FLARE_BENCH_BACKEND=fa2 \
-        ${cap:+FLARE_BENCH_SOFT_CAP=$cap} timeout 150 "$t/build-ab/bench_prefill" 2>&1 |
-        grep -vE "^case|^$|zipf lengths" | head -8
-    done
-  done
+  FLARE_BENCH_BACKEND=fa2 soft_cap_ab "${2:?the tree of main}" "${3:?the tree with the patch}"
   source experiments/family_tests.sh
-  family_tests "$patched" fa2 'PrefillGpu.*:UserVariantPrefill.*'
+  family_tests "$3" fa2 'PrefillGpu.*:UserVariantPrefill.*'
 fi

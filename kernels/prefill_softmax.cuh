@@ -143,8 +143,8 @@ template <bool kBegin, bool kEnd, bool kAffine>
 __device__ __forceinline__ void fixed_offset_scores(const PrefillParams& p, const ItemGeometry& g,
                                                     const RowInfo& rows, int first_col,
                                                     float (&s)[T::kMmaQ][T::kTilesS][4],
-                                                    RowStats& st, const AffineLogits& affine) {
-  const float q_scale = score_scale(p);
+                                                    RowStats& st, const AffineLogits& affine,
+                                                    float q_scale) {
   const float offset = Variant::logits_bound(p.variant) - kFixedOffsetHeadroom;
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
@@ -203,7 +203,7 @@ softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& 
     return r;
   }
   if constexpr (kFixedOffsetSoftmax) {
-    fixed_offset_scores<kBegin, kEnd, kAffine>(p, g, rows, first_col, s, st, affine);
+    fixed_offset_scores<kBegin, kEnd, kAffine>(p, g, rows, first_col, s, st, affine, q_scale);
     return r;
   }
   // x (what m tracks) -> log2 units: raw q.k scale for linear logits, else x is log2 already.

@@ -243,7 +243,8 @@ constexpr bool has_affine_logits_on_some_keys =
     variant_detail::affine_logits_on_some_keys<V>::value;
 
 // Optional, for bounded logits (soft-cap): a variant whose logits_transform never leaves
-// [-bound, bound] (log2 units) for a bound of at most kFixedOffsetMaxBound may declare
+// [-bound, bound] (log2 units) for a bound of at most 79 (the host's kSoftCapFixedOffsetMaxBound,
+// flare/variant/builtin_variants.h) may declare
 // `static constexpr bool kLogitsBounded = true;` and `__device__ static float logits_bound(const
 // VariantParams& p)` returning that bound (a promise: a larger bound underflows the
 // probabilities of rows whose every logit lies near -bound). Where the probabilities are
@@ -262,7 +263,6 @@ constexpr bool has_logits_bound = variant_detail::logits_bounded<V>::value;
 // exp2 flushes subnormals to zero) and the row sum of up to 2^31 keys times any finite value of
 // V under 2^64 stays under float32's 2^128. Soft-cap 30 is a bound of 43.3, Gemma 2's 50 of 72.1.
 constexpr float kFixedOffsetHeadroom = 32.0f;
-constexpr float kFixedOffsetMaxBound = 79.0f;
 
 // Hooks no family honours: a compile error (which plan() raises with NVRTC's log) rather than a
 // silent skip. Each family header instantiates it for its Variant. The q and k transforms
@@ -330,9 +330,11 @@ struct StandardVariant : VariantBase {
   // ALiBi alone: s + alibi_step * (kv_pos - q_pos) (has_affine_logits above).
   static constexpr bool kLogitsAffineInKvPos = kAlibi && !kSoftCap && !kSigmoid;
   static constexpr bool use_softmax = !kSigmoid;
-  // cap * tanh: within +-cap (log2 units: times log2 e); declared where the host found
-  // cap * log2 e <= kFixedOffsetMaxBound, without ALiBi (builtin_variants.cpp).
-  static constexpr bool kLogitsBounded = kSoftCap && !kSigmoid && FLARE_VARIANT_BOUNDED_LOGITS != 0;
+  // cap * tanh: within +-cap (log2 units: times log2 e); the host defines the flag where
+  // cap * log2 e <= kSoftCapFixedOffsetMaxBound, with softmax and without ALiBi
+  // (builtin_variants.cpp).
+  static constexpr bool kLogitsBounded = FLARE_VARIANT_BOUNDED_LOGITS != 0;
+  static_assert(!kLogitsBounded || (kSoftCap && !kSigmoid), "bounded logits are soft-capped");
 
   float alibi_step;   // added per KV position, in query_scale units
   int alibi_origin;   // 0x4B400000 - q_pos: see logits_transform

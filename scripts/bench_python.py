@@ -90,12 +90,13 @@ def eager_us(call, calls):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, stops)) * 1e3
 
 
-def graph_us(call, calls):
-    """GPU time of one call from a replayed capture of `calls` calls, microseconds."""
+def capture_graph(call, calls):
+    """A CUDA graph of `calls` calls, after one warm-up call outside the capture (first calls may
+    compile or allocate), replayed once."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        call()  # warm-up outside the capture (first calls may compile or allocate)
+        call()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -104,6 +105,12 @@ def graph_us(call, calls):
             call()
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def graph_us(call, calls):
+    """GPU time of one call from a replayed capture of `calls` calls, microseconds."""
+    graph = capture_graph(call, calls)
     # Events around five back-to-back replays: the host's submission of a replay, before its first
     # kernel starts, is counted once in five replays instead of once a replay (graphs of few
     # calls: prefill at L1024 captures three).

@@ -2,12 +2,22 @@
 #include "flare/variant/builtin_variants.h"
 
 #include <cmath>
+#include <numbers>
 #include <string>
 #include <utility>
 
 #include "flare/core/error.h"
 
 namespace flare {
+namespace {
+
+// Whether a soft-cap of these flags could take the fixed-offset softmax (its cap decides): with
+// softmax, not beside ALiBi (two of its Hopper units spilled 24-40 bytes with the fixed offset).
+bool fixed_offset_eligible(const StandardVariantFlags& flags) {
+  return flags.soft_cap && !flags.sigmoid && !flags.alibi;
+}
+
+}  // namespace
 
 StandardVariantFlags standard_variant_flags(const AttentionParams& params, const char* what) {
   FLARE_CHECK(params.mask == MaskMode::kNone || params.mask == MaskMode::kCausal,
@@ -36,10 +46,9 @@ StandardVariantFlags standard_variant_flags(const AttentionParams& params, const
   flags.soft_cap = params.logits_soft_cap > 0.0f;
   flags.alibi = params.pos_encoding == PosEncoding::kAlibi;
   flags.sigmoid = !params.use_softmax;
-  // Not beside ALiBi: two of its Hopper units spilled 24-40 bytes with the fixed offset.
   flags.bounded_logits =
-      flags.soft_cap && !flags.sigmoid && !flags.alibi &&
-      params.logits_soft_cap * 1.4426950408889634f <= kSoftCapFixedOffsetMaxBound;
+      fixed_offset_eligible(flags) &&
+      params.logits_soft_cap * std::numbers::log2e_v<float> <= kSoftCapFixedOffsetMaxBound;
   flags.sliding_window = params.window_left >= 0;
   flags.rope = params.pos_encoding == PosEncoding::kRopeLlama;
   return flags;
@@ -62,8 +71,7 @@ std::string standard_variant_source(const StandardVariantFlags& flags) {
 std::string standard_variant_name(const StandardVariantFlags& flags) {
   std::string name;
   // A soft-cap past the fixed offset's bound keeps the running max: another kernel.
-  const bool running_max =
-      flags.soft_cap && !flags.sigmoid && !flags.alibi && !flags.bounded_logits;
+  const bool running_max = fixed_offset_eligible(flags) && !flags.bounded_logits;
   const char* soft_cap = running_max ? "soft_cap_running_max" : "soft_cap";
   for (const auto& [on, part] :
        {std::pair{flags.soft_cap, soft_cap}, std::pair{flags.sliding_window, "window"},

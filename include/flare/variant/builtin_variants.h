@@ -25,8 +25,8 @@ struct StandardVariantFlags {
   friend bool operator==(const StandardVariantFlags&, const StandardVariantFlags&) = default;
 };
 
-// kernels/variant.cuh's kFixedOffsetMaxBound: the largest bound (log2 units) of a fixed-offset
-// softmax (soft-caps up to 54.7).
+// The largest logit bound (log2 units) of a fixed-offset softmax (soft-caps up to 54.7;
+// kernels/variant.cuh has_logits_bound says why).
 constexpr float kSoftCapFixedOffsetMaxBound = 79.0f;
 
 // The flags `params` needs. Throws kUnsupported for what StandardVariant cannot express
