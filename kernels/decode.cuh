@@ -215,6 +215,11 @@ extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads,
   if (((end - begin - 1) | start.item.request | start.item.kv_begin | start.meta.page_begin) < 0) {
     return;  // begin >= end
   }
+#if FLARE_DECODE_MMA
+  if constexpr (flare::decode::T::kRotaryTable) {
+    flare::decode::fill_rotary_offsets(params, flare_decode_smem);
+  }
+#endif
   flare::decode::ItemRecord current = {start.item, start.meta};
   for (int w = begin; w < end; ++w) {
     flare::decode::ItemRecord next = current;

@@ -36,15 +36,17 @@ struct FusedMerge {
   static constexpr int kUnitsPerThread = kUnits / kUnitThreads;
   // Shared memory: [slots per pass][kItemRows][D] partial rows, [slots per pass][kItemRows] lse
   // (log2 units), the slot-lane combine. A pass holds as many slots as the launch's dynamic shared
-  // memory allows (run() gives two-per-SM launches more, so a tile of b1 merges in one pass).
+  // memory allows (run() gives two-per-SM launches more, so a tile of b1 merges in one pass),
+  // less RoPE's angle table at its end (Traits::kRotaryTableBytes), which outlives the item.
   static constexpr int kCombineFloats = kSlotLanes > 1 ? Tr::kThreads * 6 : 0;
   static constexpr int kSlotBytes = Tr::kItemRows * (Tr::kHeadDim + 1) * 4;
+  static constexpr int kReservedBytes = kCombineFloats * 4 + Tr::kRotaryTableBytes;
   __device__ static int slots_per_pass() {
-    return (static_cast<int>(dynamic_shared_bytes()) - kCombineFloats * 4) / kSlotBytes /
-           kSlotLanes * kSlotLanes;
+    return (static_cast<int>(dynamic_shared_bytes()) - kReservedBytes) / kSlotBytes / kSlotLanes *
+           kSlotLanes;
   }
   static constexpr int kMinSlotsPerPass =
-      (Tr::kLaunchSharedBytes - kCombineFloats * 4) / kSlotBytes / kSlotLanes * kSlotLanes;
+      (Tr::kLaunchSharedBytes - kReservedBytes) / kSlotBytes / kSlotLanes * kSlotLanes;
 
   static_assert(kUnits % kUnitThreads == 0 && kSlotLanes * kUnitThreads == Tr::kThreads,
                 "units tile the threads");

@@ -220,13 +220,76 @@ __device__ __forceinline__ void fp8_a_fragments(unsigned address, unsigned (&a)[
   for (int h = 0; h < 2; ++h) fp8_a_fragment<kTransposed>(r, h, a[h]);
 }
 
+// RoPE's angles for the K fragments (Traits::kRotaryTable). A slice's token first + o, o < 16,
+// turns pair j by the product of first's (cos, sin) and o's: the CTA computes o's for every
+// pair once (rotary_offsets, at its start), each warp first's for its slice (2 pairs a lane at
+// D 128), so a (token, pair) costs two shared-memory reads and 4 FMAs instead of its own angle
+// and sincos (~10 instructions, half the rotation's cost: docs/perf.md, RoPE decode v6).
+__device__ __forceinline__ float2* rotary_table(unsigned char* smem) {
+  return reinterpret_cast<float2*>(smem + dynamic_shared_bytes() - T::kRotaryTableBytes);
+}
+
+// Offsets 0..15 of every pair into the table; the item loop's first barrier publishes them.
+__device__ __forceinline__ void fill_rotary_offsets(const DecodeParams& p, unsigned char* smem) {
+  float2* offsets = rotary_table(smem);
+  for (int i = threadIdx.x; i < T::kRotaryPairs * 16; i += T::kThreads) {
+    const int pair = i / 16;
+    float c, s;
+    rotary_cos_sin(i % 16, rotary_turns<Variant, T::kHeadDim>(p.variant, pair), c, s);
+    offsets[pair * T::kRotaryOffsetStride + i % 16] = make_float2(c, s);
+  }
+}
+
+// The pair of value e of fragment register r in k-step ks (rotary_pair) as this lane's part
+// (t = lane % 4) plus the rest, which the unrolled loops make a constant: table reads then take
+// it as an immediate offset.
+template <bool kFp8Order>
+__device__ __forceinline__ int rotary_pair_of_lane() {
+  return (kFp8Order ? 4 : 2) * (threadIdx.x % 4);
+}
+template <bool kFp8Order>
+__device__ __forceinline__ int rotary_pair_rest(int ks, int r, int e) {
+  return kFp8Order ? 16 * ks + 2 * (r >> 1) + e : 16 * ks + 8 * (r >> 1) + e;
+}
+
+struct SliceAngles {
+  const float2* offsets;  // offset g of pair rotary_pair_of_lane (row kRotaryOffsetStride long)
+  const float2* first;    // this warp's slice's first token, at pair rotary_pair_of_lane
+
+  // (cos, sin) at token first + g + 8 * half of pair rotary_pair_of_lane() + rest.
+  __device__ __forceinline__ float2 at(int rest, int half) const {
+    const float2 a = first[rest];
+    const float2 b = offsets[rest * T::kRotaryOffsetStride + 8 * half];
+    return make_float2(a.x * b.x - a.y * b.y, a.y * b.x + a.x * b.y);
+  }
+};
+
+// This warp's angles at its slice's first token `first_token` (every lane of the warp calls it).
+template <bool kFp8Order>
+__device__ __forceinline__ SliceAngles slice_angles(const DecodeParams& p, float2* table,
+                                                    int first_token) {
+  const int lane = threadIdx.x % 32;
+  float2* first =
+      table + T::kRotaryPairs * T::kRotaryOffsetStride + threadIdx.x / 32 * T::kRotaryPairs;
+  __syncwarp();  // the previous slice's reads are done
+#pragma unroll
+  for (int pair = lane; pair < T::kRotaryPairs; pair += 32) {
+    float c, s;
+    rotary_cos_sin(first_token, rotary_turns<Variant, T::kHeadDim>(p.variant, pair), c, s);
+    first[pair] = make_float2(c, s);
+  }
+  __syncwarp();
+  const int pair = rotary_pair_of_lane<kFp8Order>();
+  return {table + pair * T::kRotaryOffsetStride + lane / 4, first + pair};
+}
+
 // RoPE on a slice's K A fragments (kernels/rotary.cuh), in registers: no pass over the stage
 // and no barrier, each K element rotated once (a warp's tokens are its own). Register r of
-// k-step ks (`lo`) holds dims rotary_pair(ks, r, 0..1) of token `token` (+8 for odd r); the
-// same register of k-step ks + kKSteps / 2 (`hi`) holds their pairs, D / 2 on. kCode: the
+// k-step ks (`lo`) holds dims rotary_pair(ks, r, 0..1) of token g (+8 for odd r) of the slice;
+// the same register of k-step ks + kKSteps / 2 (`hi`) holds their pairs, D / 2 on. kCode: the
 // fragments' type (fp8 K rotates after its conversion to f16: rounded once, as 16-bit K).
 template <bool kFp8Order, int kCode>
-__device__ __forceinline__ void rotate_k_fragments(const DecodeParams& p, int token, int ks,
+__device__ __forceinline__ void rotate_k_fragments(const SliceAngles& angles, int ks,
                                                    unsigned (&lo_frag)[4], unsigned (&hi_frag)[4]) {
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
@@ -235,8 +298,10 @@ __device__ __forceinline__ void rotate_k_fragments(const DecodeParams& p, int to
     pair16_to_float2<kCode>(hi_frag[r], hi[0], hi[1]);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      rotate_pair(lo[e], hi[e], token + 8 * (r & 1),
-                  rotary_turns<Variant, T::kHeadDim>(p.variant, rotary_pair<kFp8Order>(ks, r, e)));
+      const float2 cs = angles.at(rotary_pair_rest<kFp8Order>(ks, r, e), r & 1);
+      const float x = lo[e] * cs.x - hi[e] * cs.y;
+      hi[e] = hi[e] * cs.x + lo[e] * cs.y;
+      lo[e] = x;
     }
     lo_frag[r] = float2_to_16bit2<kCode>(lo[0], lo[1]);
     hi_frag[r] = float2_to_16bit2<kCode>(hi[0], hi[1]);
@@ -246,7 +311,7 @@ __device__ __forceinline__ void rotate_k_fragments(const DecodeParams& p, int to
 // 16 tokens of `tile` from stage row `row0`: scores, online softmax and P.V.
 __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemGeometry& geo,
                                               int tile, int row0, unsigned k_stage,
-                                              unsigned v_stage, LoopState& st) {
+                                              unsigned v_stage, float2* rotary, LoopState& st) {
   const int lane = threadIdx.x % 32;
 
   // A fragments of K (tokens x dims): matrix i = lane / 8 holds tokens +8 for odd i and the
@@ -257,7 +322,8 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
   if constexpr (T::kFp8 && Variant::kRotary) {  // ldmatrix pairs D / 2 apart, rotated in f16
     static_assert(kKSteps % 4 == 0, "fp8 RoPE: whole ldmatrix pairs in each half of D");
     constexpr int kHalf = kKSteps / 4;  // fp8 ldmatrix.x4 (two k-steps each) per half of D
-    const int first_token = geo.kv_lo + tile * T::kTileTokens + row0 + lane / 4;
+    const SliceAngles angles =
+        slice_angles<true>(p, rotary, geo.kv_lo + tile * T::kTileTokens + row0);
 #pragma unroll
     for (int kk = 0; kk < kHalf; ++kk) {
       unsigned raw_lo[4], raw_hi[4];  // converted a k-step at a time (registers at D 256)
@@ -268,7 +334,7 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
         unsigned lo[4], hi[4];
         fp8_a_fragment<false>(raw_lo, h, lo);
         fp8_a_fragment<false>(raw_hi, h, hi);
-        rotate_k_fragments<true, kCodeF16>(p, first_token, 2 * kk + h, lo, hi);
+        rotate_k_fragments<true, kCodeF16>(angles, 2 * kk + h, lo, hi);
         mma::mma_16816<kMmaCode>(s, lo, st.q[2 * kk + h][0], st.q[2 * kk + h][1]);
         mma::mma_16816<kMmaCode>(s, hi, st.q[2 * (kk + kHalf) + h][0],
                                  st.q[2 * (kk + kHalf) + h][1]);
@@ -285,13 +351,14 @@ __device__ __forceinline__ void compute_slice(const DecodeParams& p, const ItemG
       }
     }
   } else if constexpr (Variant::kRotary) {  // k-steps in pairs D / 2 apart
-    const int first_token = geo.kv_lo + tile * T::kTileTokens + row0 + lane / 4;
+    const SliceAngles angles =
+        slice_angles<false>(p, rotary, geo.kv_lo + tile * T::kTileTokens + row0);
 #pragma unroll
     for (int ks = 0; ks < kKSteps / 2; ++ks) {
       unsigned lo[4], hi[4];
       mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * ks + (lane >> 4)), lo);
       mma::ldmatrix_x4(k_stage + stage_offset(k_row, 2 * (ks + kKSteps / 2) + (lane >> 4)), hi);
-      rotate_k_fragments<false, T::kKVCode>(p, first_token, ks, lo, hi);
+      rotate_k_fragments<false, T::kKVCode>(angles, ks, lo, hi);
       mma::mma_16816<kMmaCode>(s, lo, st.q[ks][0], st.q[ks][1]);
       mma::mma_16816<kMmaCode>(s, hi, st.q[ks + kKSteps / 2][0], st.q[ks + kKSteps / 2][1]);
     }
@@ -389,10 +456,11 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
   const unsigned k_stage =
       shared_address(smem + (tile % T::kStages) * T::kStageBytes) + warp_head() * T::kHeadTileBytes;
   const unsigned v_stage = k_stage + T::kTileBytes;
+  float2* const rotary = T::kRotaryTable ? rotary_table(smem) : nullptr;
 #pragma unroll
   for (int slice = 0; slice < T::kWarpTokens / T::kSliceTokens; ++slice) {
     compute_slice(p, geo, tile, warp_in_head * T::kWarpTokens + slice * T::kSliceTokens, k_stage,
-                  v_stage, st);
+                  v_stage, rotary, st);
   }
 }
 

@@ -254,8 +254,8 @@ constexpr bool has_affine_logits_on_some_keys =
 // O is never rescaled (a running max is only a choice of offset: softmax is the same for any).
 // That was 2 of a soft-capped logit's 7 operations and a reduction across the quad before any
 // exp2 of the tile (docs/perf.md, thirty-eighth session). Decode keeps its running max
-// (memory-bound), as does the mma.sync family until it is measured with the fixed offset
-// (experiments/patches/fa2-fixed-offset.patch: compiled, 0 spills).
+// (memory-bound), as does the mma.sync family (with the fixed offset no faster on an H200:
+// soft-cap 30 within 1% at every shape, docs/perf.md thirty-ninth session).
 template <class V>
 constexpr bool has_logits_bound = variant_detail::logits_bounded<V>::value;
 // The probabilities' largest power of two above 1, and the largest bound it serves: the smallest

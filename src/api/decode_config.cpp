@@ -65,6 +65,8 @@ constexpr int kPipelineTargetBytesMmaPerSm = 192 * 1024;
 constexpr int kMaxMmaStageBytes = 64 * 1024;
 constexpr double kItemOverheadBytes16Bit = 80 * 1024;
 constexpr double kItemOverheadBytesFp8 = 40 * 1024;
+// float2 entries a RoPE pair's row of offsets takes in that table (16 used).
+constexpr int kRotaryOffsetStride = 18;
 constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
 // Grid waves (PlanOptions::waves) when a batch's tiles outnumber the resident CTAs. Two on the
@@ -216,8 +218,19 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
     // larger stages one.
     g.min_ctas_per_sm = g.item_heads == 1 ? (c.head_dim >= 256 ? 1 : 2)
                                           : (stage_bytes <= kMaxMmaStageBytes / 2 ? 2 : 1);
-    const int target = static_cast<int>(std::min<size_t>(
-        kPipelineTargetBytesMmaPerSm / g.min_ctas_per_sm, max_shared_bytes_per_block));
+    // RoPE's angle table (kernels/decode_pipeline.cuh kRotaryTableBytes) after everything else.
+    // A user variant may be rotary (its source's kRotary, which the host does not read): its
+    // launches keep room for the table too.
+    const bool rotary_table =
+        c.variant.has_value() || c.params.pos_encoding == PosEncoding::kRopeLlama;
+    const size_t pairs = static_cast<size_t>(c.head_dim) / 2;
+    const size_t table_bytes =
+        rotary_table ? (pairs * kRotaryOffsetStride + static_cast<size_t>(g.threads / 32) * pairs) *
+                           2 * sizeof(float)
+                     : 0;
+    const int target =
+        static_cast<int>(std::min<size_t>(kPipelineTargetBytesMmaPerSm / g.min_ctas_per_sm,
+                                          max_shared_bytes_per_block - table_bytes));
     g.stages = std::clamp(target / stage_bytes, kMinStages, kMaxStages);
     const size_t combine =
         static_cast<size_t>(g.threads / 32) * g.rows * (c.head_dim + 2) * sizeof(float);
@@ -227,7 +240,8 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
     const size_t merge = (2 * static_cast<size_t>(g.rows) * g.item_heads * (c.head_dim + 1) +
                           6 * static_cast<size_t>(g.threads)) *
                          sizeof(float);
-    g.shared_bytes = std::max({static_cast<size_t>(g.stages) * stage_bytes, combine, merge});
+    g.shared_bytes =
+        std::max({static_cast<size_t>(g.stages) * stage_bytes, combine, merge}) + table_bytes;
     return g;
   }
   // Scores of one tile live in registers (tokens x rows): 8-row tiles take 2 tokens a group.

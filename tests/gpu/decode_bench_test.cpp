@@ -79,6 +79,7 @@ struct BenchCase {
   int num_kv_heads = kKvHeads;
   int head_dim = kHeadDim;
   DType q_dtype = DType::kBF16;  // and the output's
+  bool rope = false;             // PosEncoding::kRopeLlama (fused RoPE)
 };
 
 std::vector<int32_t> constant(int batch, int len) { return std::vector<int32_t>(batch, len); }
@@ -154,6 +155,15 @@ std::vector<BenchCase> bench_cases() {
                                 [name](const BenchCase& b) { return b.name == name; });
     c.name += "_tc";
     c.tensor_cores = true;
+    cases.push_back(c);
+  }
+  // Fused RoPE on the tensor-core loop (issue 18: within 5% of the same case without it), the
+  // shapes of scripts/bench_rope_decode.py.
+  for (const char* name : {"b1_kv32768_tc", "b16_kv4096_tc", "b64_kv8192_tc", "b16_kv32768_tc"}) {
+    BenchCase c = *std::find_if(cases.begin(), cases.end(),
+                                [name](const BenchCase& b) { return b.name == name; });
+    c.rope = true;
+    c.name += "_rope";
     cases.push_back(c);
   }
   // Whole-page items (decode v16): every KV head of a token in one work item ("_wp": the 8
@@ -302,6 +312,7 @@ TEST(DecodeBenchmark, Issue4Table) {
       config.use_tensor_cores = v[0] == '1' || bc.tensor_cores;
     }
     config.kv_heads_per_item = bc.kv_heads_per_item;
+    if (bc.rope) config.params.pos_encoding = PosEncoding::kRopeLlama;
     // FLARE_DECODE_BENCH_KV_HEADS_PER_ITEM=N: whole-page items of N heads for every
     // tensor-core case whose KV heads N divides.
     if (const char* v = std::getenv("FLARE_DECODE_BENCH_KV_HEADS_PER_ITEM")) {

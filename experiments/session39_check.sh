@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The thirty-ninth session's device calls (docs/perf.md "Thirty-ninth session").
+#   rope: RoPE decode's angle table (decode_mma.cuh SliceAngles): this tree's GPU tests of every
+#     RoPE path (decode on both loops and whole-page items, prefill, user rotary variants) and
+#     the soft-cap Hopper tests of the last session's unrun commits, then DecodeBenchmark's
+#     tensor-core cases with and without RoPE, two rounds (plain decode is the control: its
+#     code is unchanged).
+#   sanitize: memcheck and racecheck of the tensor-core RoPE decode cases (after `rope`).
+#   ab <old tree>: DecodeBenchmark's RoPE and plain tensor-core cases of the old tree (its GPU
+#     tests built with this tree's decode_bench_test.cpp) and this one, interleaved, two rounds
+#     (scripts/decode_ab.sh).
+#   python: the package installed, scripts/bench_rope_decode.py next to FlashInfer (carry
+#     .anchors-fi).
+# Usage (GPU machine, OUT set): bash experiments/session39_check.sh rope|decode|sanitize|ab <tree>|python
+set -uo pipefail
+stage=${1:?rope|sanitize|ab|python}
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
+mkdir -p "$OUT"
+build=$PWD/build-ab
+export FLARE_CACHE_DIR=$build/jit-cache
+rope_cases=b1_kv32768_tc,b1_kv32768_tc_rope,b16_kv4096_tc,b16_kv4096_tc_rope
+rope_cases=$rope_cases,b64_kv8192_tc,b64_kv8192_tc_rope,b16_kv32768_tc,b16_kv32768_tc_rope
+if [ "$stage" = rope ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" fa3 '*rope*:*Rope*:*Rotary*:PrefillHopper.SoftCap*:UserVariantPrefill.SoftCap*'
+  for round in 1 2; do
+    FLARE_DECODE_BENCH="$OUT/bench_$round.jsonl" FLARE_DECODE_BENCH_CASES=$rope_cases \
+      timeout 150 "$build/flare_gpu_tests" --gtest_filter='DecodeBenchmark.*' >"$OUT/bench.log" 2>&1 ||
+      tail -n 20 "$OUT/bench.log"
+    python3 scripts/print_decode_bench.py "$OUT/bench_$round.jsonl" "round $round"
+  done
+fi
+#   decode: every decode GPU test of this tree (reference cases of both loops and whole-page items,
+#     graphs, plans, errors, NVFP4, user variants, index safety).
+if [ "$stage" = decode ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" fa3 '*BatchDecode*:*UserVariantDecode*:*IndexSafety*'
+fi
+if [ "$stage" = sanitize ]; then
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 99 "$build/flare_gpu_tests" \
+      --gtest_filter='*/mma_rope*:*/pages*_mma_rope*' >"$OUT/$tool.log" 2>&1
+    echo "$tool exit $? ($(grep -cE '^\[ +OK' "$OUT/$tool.log") tests); $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -n 1)"
+  done
+fi
+if [ "$stage" = ab ]; then
+  BUILD=build-ab bash scripts/decode_ab.sh "${2:?the old tree}" "$rope_cases" 2
+fi
+if [ "$stage" = python ]; then
+  python3 -c 'import flare' 2>/dev/null ||
+    scripts/gpu_check_python.sh "$OUT/py" -q -k "rope" 2>&1 | tail -n 3
+  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
+  tree=$PWD
+  cd /tmp
+  PYTHONPATH=/tmp/fi-site timeout 300 python3 "$tree/scripts/bench_rope_decode.py" \
+    --json "$OUT/rope_decode.json" 2>&1 | grep -vE "Warning|warn" | tail -n 14
+fi
