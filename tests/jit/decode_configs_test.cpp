@@ -17,6 +17,7 @@
 #include "testing/expect_error.h"
 #include "testing/index_arrays.h"
 #include "testing/kernel_usage.h"
+#include "testing/user_variants.h"
 
 namespace flare {
 namespace {
@@ -182,6 +183,22 @@ TEST(BatchDecodeKernels, TensorCoreSpecsFollowTheConfig) {
   c.head_dim = 128;
   EXPECT_EQ(define_value(batch_decode_kernels(c, kSm90SharedBytesPerBlock).decode, "FLARE_STAGES"),
             "3");
+  // RoPE adds its angle table (kernels/decode_pipeline.cuh kRotaryTableBytes: 16 offsets + 2 of
+  // padding a pair, then each warp's first-token angles, float2 each) after the same 3 stages; a
+  // user variant (which may be rotary) reserves it as well. Two such CTAs still fit an SM.
+  {
+    BatchDecodeConfig rope = c;
+    rope.params.pos_encoding = PosEncoding::kRopeLlama;
+    const size_t table = (64u * 18u + 4u * 64u) * 8u;
+    const BatchDecodeKernels r = batch_decode_kernels(rope, kSm90SharedBytesPerBlock);
+    EXPECT_EQ(define_value(r.decode, "FLARE_STAGES"), "3");
+    EXPECT_EQ(r.decode_shared_bytes, 3u * 2u * 64u * 128u * 2u + table);
+    EXPECT_LE(2 * (r.decode_shared_bytes + 1024), 228u * 1024u);
+    BatchDecodeConfig user = c;
+    user.variant = testing::user_soft_cap();
+    EXPECT_EQ(batch_decode_kernels(user, kSm90SharedBytesPerBlock).decode_shared_bytes,
+              r.decode_shared_bytes);
+  }
   // fp8 KV keeps the stages' bytes: 3 stages of 128 one-byte tokens of K and V.
   for (const DType q : {DType::kF16, DType::kBF16}) {
     c.q_dtype = q;
