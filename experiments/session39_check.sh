@@ -8,7 +8,7 @@
 #   sanitize: memcheck and racecheck of the tensor-core RoPE decode cases (after `rope`).
 #   ab <old tree>: DecodeBenchmark's RoPE and plain tensor-core cases of the old tree (its GPU
 #     tests built with this tree's decode_bench_test.cpp) and this one, interleaved, two rounds
-#     (scripts/decode_ab.sh).
+#     (scripts/decode_ab.sh; AB_CASES=<cases> instead).
 #   python: the package installed, scripts/bench_rope_decode.py next to FlashInfer (carry
 #     .anchors-fi).
 # Usage (GPU machine, OUT set): bash experiments/session39_check.sh rope|decode|sanitize|ab <tree>|python
@@ -40,12 +40,12 @@ fi
 if [ "$stage" = sanitize ]; then
   for tool in memcheck racecheck; do
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 99 "$build/flare_gpu_tests" \
-      --gtest_filter='*/mma_rope*:*/pages*_mma_rope*' >"$OUT/$tool.log" 2>&1
+      --gtest_filter='*/mma_rope*:*/pages*_mma_rope*:*/rope_llama:*/rope_e4m3_split:BatchDecodeErrors.SanitizerSmallCase' >"$OUT/$tool.log" 2>&1
     echo "$tool exit $? ($(grep -cE '^\[ +OK' "$OUT/$tool.log") tests); $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -n 1)"
   done
 fi
 if [ "$stage" = ab ]; then
-  BUILD=build-ab bash scripts/decode_ab.sh "${2:?the old tree}" "$rope_cases" 2
+  BUILD=build-ab bash scripts/decode_ab.sh "${2:?the old tree}" "${AB_CASES:-$rope_cases}" 2
 fi
 if [ "$stage" = python ]; then
   python3 -c 'import flare' 2>/dev/null ||

@@ -125,9 +125,10 @@ __device__ __forceinline__ ItemRecord load_record(const DecodeParams& p, int w) 
   return r;
 }
 
-// Runs `record`'s item (the caller has the next item's record in flight meanwhile).
+// Runs `record`'s item (the caller has the next item's record in flight meanwhile); `first`:
+// the CTA's first item.
 __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord& record,
-                                         unsigned char* smem) {
+                                         unsigned char* smem, bool first) {
   const WorkItem& item = record.item;
   const int kv_len = record.meta.kv_len;
 
@@ -165,6 +166,14 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     }
   }
   fetch_pages(p, g, T::kStages - 1, pages);
+  // With the first tiles in flight: what waits for q, and RoPE's table (the loop's first
+  // barrier publishes it).
+  finish_query(p, q_pos, st);
+#if FLARE_DECODE_MMA
+  if constexpr (T::kRotaryTable) {
+    if (first) fill_rotary_offsets(p, smem);
+  }
+#endif
   for (int tile = 0; tile < g.num_tiles; ++tile) {
     cp_async_wait<T::kStages - 2>();
     // Tile `tile` has landed for every thread, and every thread is done with tile - 1, whose
@@ -215,16 +224,11 @@ extern "C" __global__ void __launch_bounds__(flare::decode::Traits::kThreads,
   if (((end - begin - 1) | start.item.request | start.item.kv_begin | start.meta.page_begin) < 0) {
     return;  // begin >= end
   }
-#if FLARE_DECODE_MMA
-  if constexpr (flare::decode::T::kRotaryTable) {
-    flare::decode::fill_rotary_offsets(params, flare_decode_smem);
-  }
-#endif
   flare::decode::ItemRecord current = {start.item, start.meta};
   for (int w = begin; w < end; ++w) {
     flare::decode::ItemRecord next = current;
     if (w + 1 < end) next = flare::decode::load_record(params, w + 1);
-    flare::decode::run_item(params, current, flare_decode_smem);
+    flare::decode::run_item(params, current, flare_decode_smem, w == begin);
     current = next;
   }
 }

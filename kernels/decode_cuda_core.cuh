@@ -272,33 +272,32 @@ struct LoopState {
   __device__ __forceinline__ LoopState() : lane_scores(threadIdx.x % T::kLanes) {}
 };
 
-// Loads the item's query rows (scaled) and starts the softmax state.
+// Loads the item's query rows (16-bit words, in the first half of each row's floats until
+// finish_query) and starts the softmax state.
 __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem& item, int q_pos,
                                            LoopState& ls) {
   RowState& st = ls.rows;
   const int lane = threadIdx.x % T::kLanes;
-  const float fp8_fix = T::kKVCode == kCodeE4M3 ? kE4M3ViaF16Scale : 1.0f;
-  const float q_scale = Variant::query_scale(p.variant) * p.k_scale * fp8_fix;
   const int rows = item.row_end - item.row_begin;
 #pragma unroll
   for (int r = 0; r < T::kRows; ++r) {
     const int packed = item.row_begin + r;
     const long long token = item.request + packed / p.group_size;
     const int head = item.kv_head * p.group_size + packed % p.group_size;
-    if (r < rows) {
-      const unsigned char* q = static_cast<const unsigned char*>(p.q) +
-                               (token * p.q_stride_token + head * p.q_stride_head) * 2;
 #pragma unroll
-      for (int c = 0; c < T::kChunksPerLane; ++c) {
-        load_global_16bit8<T::kQCode>(q + lane_chunk_dim(lane, c) * 2, chunk8(st.q[r], c));
+    for (int c = 0; c < T::kChunksPerLane; ++c) {
+      Vec16 raw = {0u, 0u, 0u, 0u};
+      if (r < rows) {
+        const unsigned char* q = static_cast<const unsigned char*>(p.q) +
+                                 (token * p.q_stride_token + head * p.q_stride_head) * 2;
+        raw = *reinterpret_cast<const Vec16*>(q + lane_chunk_dim(lane, c) * 2);
       }
-    } else {
-#pragma unroll
-      for (int e = 0; e < T::kDimsPerLane; ++e) st.q[r][e] = 0.0f;
+      float* words = chunk8(st.q[r], c);
+      words[0] = __uint_as_float(raw.x);
+      words[1] = __uint_as_float(raw.y);
+      words[2] = __uint_as_float(raw.z);
+      words[3] = __uint_as_float(raw.w);
     }
-    if constexpr (Variant::kRotary) rotate_lane_dims(p, q_pos, st.q[r]);
-#pragma unroll
-    for (int e = 0; e < T::kDimsPerLane; ++e) st.q[r][e] *= q_scale;
 #pragma unroll
     for (int e = 0; e < T::kDimsPerLane; ++e) st.o[r][e] = 0.0f;
   }
@@ -309,6 +308,29 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
     ls.variant[k].init(p.variant, row_context(p, item, packed, q_pos));
     st.m[k] = row_max_start<Variant>();
     st.d[k] = 0.0f;
+  }
+}
+
+// The item's query rows as scaled floats (RoPE applied): called once its first tiles are in
+// flight (kernels/decode.cuh run_item), so that the wait for q overlaps their round trips.
+__device__ __forceinline__ void finish_query(const DecodeParams& p, int q_pos, LoopState& ls) {
+  RowState& st = ls.rows;
+  const float fp8_fix = T::kKVCode == kCodeE4M3 ? kE4M3ViaF16Scale : 1.0f;
+  const float q_scale = Variant::query_scale(p.variant) * p.k_scale * fp8_fix;
+#pragma unroll
+  for (int r = 0; r < T::kRows; ++r) {
+#pragma unroll
+    for (int c = 0; c < T::kChunksPerLane; ++c) {
+      float* chunk = chunk8(st.q[r], c);
+      const unsigned words[4] = {__float_as_uint(chunk[0]), __float_as_uint(chunk[1]),
+                                 __float_as_uint(chunk[2]), __float_as_uint(chunk[3])};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        pair16_to_float2<T::kQCode>(words[i], chunk[2 * i], chunk[2 * i + 1]);
+    }
+    if constexpr (Variant::kRotary) rotate_lane_dims(p, q_pos, st.q[r]);
+#pragma unroll
+    for (int e = 0; e < T::kDimsPerLane; ++e) st.q[r][e] *= q_scale;
   }
 }
 

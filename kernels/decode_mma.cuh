@@ -65,9 +65,9 @@ struct LoopState {
 };
 
 // Q^T B fragments of an fp8 item: dims 16 ks + 4t .. + 3 of row g (the K fragments' dim order,
-// see the top), f16; bf16 q scaled by 2^e. Returns 2^-e.
-__device__ __forceinline__ float load_q_for_fp8(const unsigned short* q_row_t, bool real_row,
-                                                unsigned (&q)[kKSteps][2]) {
+// see the top), in q's type until scale_q_for_fp8.
+__device__ __forceinline__ void load_q_for_fp8(const unsigned short* q_row_t, bool real_row,
+                                               unsigned (&q)[kKSteps][2]) {
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks) {
     Vec8 v = {0u, 0u};
@@ -75,6 +75,10 @@ __device__ __forceinline__ float load_q_for_fp8(const unsigned short* q_row_t, b
     q[ks][0] = v.x;
     q[ks][1] = v.y;
   }
+}
+
+// The loaded fragments as f16 (the mma's type): bf16 q scaled by 2^e. Returns 2^-e.
+__device__ __forceinline__ float scale_q_for_fp8(unsigned (&q)[kKSteps][2]) {
   if constexpr (T::kQCode == kCodeF16) {
     return 1.0f;
   } else {
@@ -166,11 +170,8 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
   const long long head = item.kv_head * p.group_size + packed_g % p.group_size;
   const unsigned short* q_row =
       static_cast<const unsigned short*>(p.q) + token * p.q_stride_token + head * p.q_stride_head;
-  float q_fix = 1.0f;  // undoes what the fragments' conversion scaled q by
   if constexpr (T::kFp8) {
-    q_fix = load_q_for_fp8(q_row + 4 * t, g < rows, st.q) *
-            (T::kKVCode == kCodeE4M3 ? kE4M3ViaF16Scale : 1.0f);
-    if constexpr (Variant::kRotary) rotate_q_fragments<true, kCodeF16>(p, q_pos, st.q);
+    load_q_for_fp8(q_row + 4 * t, g < rows, st.q);
   } else {
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
@@ -180,14 +181,13 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
             g < rows ? *reinterpret_cast<const unsigned*>(q_row + 2 * t + 16 * ks + 8 * h) : 0u;
       }
     }
-    if constexpr (Variant::kRotary) rotate_q_fragments<false, T::kQCode>(p, q_pos, st.q);
   }
 #pragma unroll
   for (int mt = 0; mt < kKSteps; ++mt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) st.o[mt][e] = 0.0f;
   }
-  st.q_scale = Variant::query_scale(p.variant) * p.k_scale * q_fix;
+  st.q_scale = Variant::query_scale(p.variant) * p.k_scale;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int r = 2 * t + j;
@@ -195,6 +195,18 @@ __device__ __forceinline__ void begin_item(const DecodeParams& p, const WorkItem
     st.variant[j].init(p.variant, row_context(p, item, packed, q_pos));
     st.m[j] = row_max_start<Variant>();
     st.d[j] = 0.0f;
+  }
+}
+
+// What the item's query needs beyond its load: fp8 items' conversion to f16, RoPE. Called
+// once the item's first tiles are in flight (kernels/decode.cuh run_item): it waits for q,
+// which begin_item only loaded, so that wait overlaps the page ids' and the tiles' round trips.
+__device__ __forceinline__ void finish_query(const DecodeParams& p, int q_pos, LoopState& st) {
+  if constexpr (T::kFp8) {
+    st.q_scale *= scale_q_for_fp8(st.q) * (T::kKVCode == kCodeE4M3 ? kE4M3ViaF16Scale : 1.0f);
+    if constexpr (Variant::kRotary) rotate_q_fragments<true, kCodeF16>(p, q_pos, st.q);
+  } else if constexpr (Variant::kRotary) {
+    rotate_q_fragments<false, T::kQCode>(p, q_pos, st.q);
   }
 }
 

@@ -238,15 +238,6 @@ __device__ __forceinline__ void load_kv8(const unsigned char* src, float (&out)[
   }
 }
 
-// Eight f16/bf16 elements at `src` (global, 16-byte aligned) -> float32.
-template <int kCode>
-__device__ __forceinline__ void load_global_16bit8(const void* src, float (&out)[8]) {
-  const Vec16 raw = *reinterpret_cast<const Vec16*>(src);
-  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) pair16_to_float2<kCode>(words[i], out[2 * i], out[2 * i + 1]);
-}
-
 // --- float32 -> 16-bit, round to nearest even ---------------------------------------------
 
 template <int kCode>
