@@ -11,7 +11,7 @@
 #     (scripts/decode_ab.sh; AB_CASES=<cases> instead).
 #   python: the package installed, scripts/bench_rope_decode.py next to FlashInfer (carry
 #     .anchors-fi).
-# Usage (GPU machine, OUT set): bash experiments/session39_check.sh rope|decode|sanitize|ab <tree>|python
+# Usage (GPU machine, OUT set): bash experiments/session39_check.sh rope|decode|sanitize|ab <tree>|ncu|python
 set -uo pipefail
 stage=${1:?rope|sanitize|ab|python}
 cd "$(dirname "$0")/.."
@@ -46,6 +46,25 @@ if [ "$stage" = sanitize ]; then
 fi
 if [ "$stage" = ab ]; then
   BUILD=build-ab bash scripts/decode_ab.sh "${2:?the old tree}" "${AB_CASES:-$rope_cases}" 2
+fi
+#   ncu: b1 kv32768 and b1 kv4096 on the tensor-core loop with and without RoPE (after `rope` or
+#     `decode`): the bench's times, then one launch each under Nsight Compute (speed of light,
+#     warp states, scheduler).
+if [ "$stage" = ncu ]; then
+  cases=b1_kv32768_tc,b1_kv32768_tc_rope,b1_kv4096_tc,b1_kv4096_tc_rope
+  FLARE_DECODE_BENCH="$OUT/bench_ncu.jsonl" FLARE_DECODE_BENCH_CASES=$cases \
+    timeout 150 "$build/flare_gpu_tests" --gtest_filter='DecodeBenchmark.*' >"$OUT/bench.log" 2>&1 ||
+    tail -n 20 "$OUT/bench.log"
+  python3 scripts/print_decode_bench.py "$OUT/bench_ncu.jsonl" "bench"
+  for case in b1_kv32768_tc b1_kv32768_tc_rope; do
+    FLARE_DECODE_BENCH="$OUT/ncu_bench.jsonl" FLARE_DECODE_BENCH_CASES=$case timeout 200 \
+      ncu --clock-control none -k regex:flare_decode --launch-skip 10 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+      --section Occupancy --section LaunchStats \
+      "$build/flare_gpu_tests" --gtest_filter='DecodeBenchmark.*' >"$OUT/ncu_$case.txt" 2>&1
+    echo "== $case (ncu exit $?)"
+    grep -E "Duration|DRAM Throughput|Issue Slots Busy|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Stall|Warp Cycles Per Issued|Registers Per|Achieved Occ" "$OUT/ncu_$case.txt" | head -24
+  done
 fi
 if [ "$stage" = python ]; then
   python3 -c 'import flare' 2>/dev/null ||
