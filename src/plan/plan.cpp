@@ -377,7 +377,7 @@ void plan(const PlanProblem& problem, const DeviceSpec& device, const PlanOption
     if (even > 0 && even != kv_chunk) {
       plan_detail::ScheduleParams even_params = params;
       even_params.kv_chunk = even;
-      if (plan_detail::assign_chunks(tiles, even_params, scratch.alternative) < busiest) {
+      if (plan_detail::assign_chunks(tiles, even_params, scratch.alternative, busiest) < busiest) {
         params.kv_chunk = even;
         chosen = &scratch.alternative;
       }

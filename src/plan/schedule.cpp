@@ -48,12 +48,14 @@ class Scheduler {
         ctas_(params.num_ctas, scratch.cta_tree),
         page_(params.page_size) {}
 
-  // The busiest CTA's cost.
-  double run() {
+  // The busiest CTA's cost, or +infinity as soon as a CTA's cost reaches `give_up_at` (loads
+  // only grow: the busiest would reach it too).
+  double run(double give_up_at) {
     cut_chunks();
     sort_chunks();
     init_queues();
-    assign_in_order();
+    give_up_units_ = units_reaching(give_up_at);
+    if (!assign_in_order()) return std::numeric_limits<double>::infinity();
     ctas_.loads(s_.loads);
     s_.assigned_count = assigned_count_;
     s_.fraction_bits = fraction_bits_;
@@ -140,6 +142,18 @@ class Scheduler {
          " CTAs; lower alpha, beta and item_cost");
   }
 
+  // The smallest load whose cost (as run() converts it) is at least `cost`; UINT64_MAX if none
+  // (or for +infinity).
+  uint64_t units_reaching(double cost) const {
+    const double unit = std::ldexp(1.0, -fraction_bits_);
+    const double scaled = std::ceil(cost / unit);
+    if (!(scaled < 0x1p63)) return std::numeric_limits<uint64_t>::max();
+    auto units = static_cast<uint64_t>(std::max(scaled, 0.0));
+    while (units > 0 && static_cast<double>(units - 1) * unit >= cost) --units;
+    while (static_cast<double>(units) * unit < cost) ++units;
+    return units;
+  }
+
   uint64_t cost(int64_t rows, int64_t kv) const {
     return alpha_units_ * static_cast<uint64_t>(rows) + beta_units_ * static_cast<uint64_t>(kv) +
            item_units_;
@@ -212,22 +226,25 @@ class Scheduler {
     }
   }
 
-  // Assigns the fill-split tails that come before `next` (all of them for nullptr).
-  void assign_tails_before(const Piece* next) {
+  // Assigns the fill-split tails that come before `next` (all of them for nullptr); false when
+  // a CTA reached the give-up cost.
+  bool assign_tails_before(const Piece* next) {
     while (!tails_empty() && (next == nullptr || goes_before(s_.tails[tails_head_], *next))) {
       const Piece tail = s_.tails[tails_head_++];
       if (tails_empty()) {  // drained: reuse the storage from its start
         s_.tails.clear();
         tails_head_ = 0;
       }
-      assign(tail);
+      if (!assign(tail)) return false;
     }
+    return true;
   }
 
   // Every chunk under every KV head in the order above, merged with the fill-split tails. A
   // run of chunks of one length and one request is emitted head by head, which is the order
-  // (request, kv_head, tile, chunk) the sorted chunks imply once heads are expanded.
-  void assign_in_order() {
+  // (request, kv_head, tile, chunk) the sorted chunks imply once heads are expanded. False when
+  // a CTA reached the give-up cost.
+  bool assign_in_order() {
     const size_t count = s_.order.size();
     // The fast path below: no tails waiting and no fill split possible.
     const uint64_t fill_limit =
@@ -258,11 +275,11 @@ class Scheduler {
                               item.kv_begin,
                               item.kv_end,
                               item.partial_slot == kSlotPending};
-            assign_tails_before(&piece);
-            assign(piece);
+            if (!assign_tails_before(&piece) || !assign(piece)) return false;
             tails_waiting = !tails_empty();
             continue;
           }
+          if (ctas_.lightest_load() + chunk.cost >= give_up_units_) return false;
           const int32_t cta = ctas_.lightest();
           WorkItem& item = assigned[assigned_count_++];
           item = chunk.item;
@@ -276,13 +293,14 @@ class Scheduler {
       }
       run_begin = run_end;
     }
-    assign_tails_before(nullptr);
+    return assign_tails_before(nullptr);
   }
 
-  // Gives `piece` (or its head, after a fill split) to the least-loaded CTA. By reference:
-  // passed by value, the caller's Piece, just built with narrow stores, was copied by wide
-  // loads (a store-forwarding stall, perf).
-  void assign(const Piece& piece) {
+  // Gives `piece` (or its head, after a fill split) to the least-loaded CTA; false (nothing
+  // assigned) when that CTA would reach the give-up cost. By reference: passed by value, the
+  // caller's Piece, just built with narrow stores, was copied by wide loads (a store-forwarding
+  // stall, perf).
+  bool assign(const Piece& piece) {
     const int32_t cta = ctas_.lightest();
     const uint64_t load = ctas_.lightest_load();
     const Tile& tile = tiles_[static_cast<size_t>(piece.tile)];
@@ -307,6 +325,7 @@ class Scheduler {
         piece_cost = cost(rows, kv_end - piece.kv_begin);
       }
     }
+    if (load + piece_cost >= give_up_units_) return false;
     s_.assigned[assigned_count_++] = {tile.request,
                                       piece.kv_head,
                                       tile.row_begin,
@@ -318,6 +337,7 @@ class Scheduler {
     ++s_.cta_items[static_cast<size_t>(cta)];
     if (split) s_.split_pairs.push_back(piece.tile * params_.num_kv_heads + piece.kv_head);
     ctas_.add_to_lightest(piece_cost);
+    return true;
   }
 
   // The page boundary nearest to where a CTA at `load` reaches the fill target with a chunk
@@ -342,6 +362,7 @@ class Scheduler {
   uint64_t fill_target_ = 0;
   Divider per_token_{1};  // by beta_units_ (fill_cut)
   Divider page_;          // by the page size
+  uint64_t give_up_units_ = std::numeric_limits<uint64_t>::max();
   size_t assigned_count_ = 0;
   size_t tails_head_ = 0;  // s_.tails[tails_head_, end): the tails waiting, in order
 };
@@ -349,8 +370,8 @@ class Scheduler {
 }  // namespace
 
 double assign_chunks(std::span<const Tile> tiles, const ScheduleParams& params,
-                     ScheduleScratch& scratch) {
-  return Scheduler(tiles, params, scratch).run();
+                     ScheduleScratch& scratch, double give_up_at) {
+  return Scheduler(tiles, params, scratch).run(give_up_at);
 }
 
 double replay_loads(const ScheduleScratch& scratch, double cta_rate, double device_rate) {

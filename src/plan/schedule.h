@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -111,9 +112,12 @@ inline void sort_pieces_by_kv(int32_t* pieces, int32_t begin, int32_t end, const
 
 // Assigns every chunk (and fill split) to a CTA, into `scratch`; returns the busiest CTA's
 // cost, alpha * rows + beta * kv + item_cost per item (Plan::cta_cost). The caller has checked that
-// every count fits int32.
+// every count fits int32. With `give_up_at`, a schedule whose busiest CTA would cost at least that
+// much stops there and returns +infinity (`scratch` then holds no schedule): a comparison of
+// schedules skips the rest of a loser (plan.cpp's even-chunk alternative).
 double assign_chunks(std::span<const Tile> tiles, const ScheduleParams& params,
-                     ScheduleScratch& scratch);
+                     ScheduleScratch& scratch,
+                     double give_up_at = std::numeric_limits<double>::infinity());
 
 // The time, in microseconds, of the CTAs' final loads in `scratch` when each CTA completes at
 // most cta_rate cost units a microsecond and all still busy at most device_rate together:

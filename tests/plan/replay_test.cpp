@@ -2,7 +2,9 @@
 // consecutive CTA ends, the n CTAs still busy each run at min(cta rate, device rate / n).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "src/plan/schedule.h"
@@ -43,6 +45,34 @@ TEST(Replay, EqualPiecesReplayAsTheirLoads) {
   // Fewer pieces than CTAs: one round of the pieces alone.
   EXPECT_DOUBLE_EQ(replay_equal_pieces(3, 8, 2.0, 1.0, 1.5), 2.0 / 0.5);
   EXPECT_DOUBLE_EQ(replay_equal_pieces(0, 8, 2.0, 1.0, 1.5), 0.0);
+}
+
+// assign_chunks's give-up cost (plan.cpp's comparison of two schedules): at or below the
+// busiest CTA's cost the schedule stops and returns +infinity; above it, the same schedule.
+TEST(AssignChunks, GivesUpOnceACtaReachesTheBound) {
+  std::vector<Tile> tiles;
+  for (int32_t r = 0; r < 40; ++r) {
+    tiles.push_back({r, 0, r, r + 1, 0, 64 + 37 * r, -1, 0});  // request r: one row, uneven KV
+  }
+  ScheduleParams params;
+  params.num_kv_heads = 2;
+  params.num_ctas = 16;
+  params.page_size = 16;
+  params.kv_chunk = 512;
+  params.fill_split = true;
+  params.max_split_chunks = 32;
+  params.item_cost = 8.0;
+  ScheduleScratch full;
+  const double busiest = assign_chunks(tiles, params, full);
+  ASSERT_GT(busiest, 0.0);
+  ScheduleScratch scratch;
+  EXPECT_EQ(assign_chunks(tiles, params, scratch, busiest),
+            std::numeric_limits<double>::infinity());
+  EXPECT_EQ(assign_chunks(tiles, params, scratch, busiest / 2),
+            std::numeric_limits<double>::infinity());
+  EXPECT_EQ(assign_chunks(tiles, params, scratch, std::nextafter(busiest, 1e300)), busiest);
+  EXPECT_EQ(scratch.loads, full.loads);
+  EXPECT_EQ(scratch.assigned_count, full.assigned_count);
 }
 
 }  // namespace
