@@ -234,9 +234,10 @@ __device__ __forceinline__ void fp8_a_fragments(unsigned address, unsigned (&a)[
 
 // RoPE's angles for the K fragments (Traits::kRotaryTable). A slice's token first + o, o < 16,
 // turns pair j by the product of first's (cos, sin) and o's: the CTA computes o's for every
-// pair once (rotary_offsets, at its start), each warp first's for its slice (2 pairs a lane at
-// D 128), so a (token, pair) costs two shared-memory reads and 4 FMAs instead of its own angle
-// and sincos (~10 instructions, half the rotation's cost: docs/perf.md, RoPE decode v6).
+// pair once (fill_rotary_offsets, with its first item), each warp first's for its slice (2
+// pairs a lane at D 128), so a (token, pair) costs two shared-memory reads and 4 FMAs instead
+// of its own angle and sincos (~10 instructions in a dependent chain through two MUFU ops:
+// RoPE / plain 1.09 -> 1.01 at b64 kv8192, docs/perf.md thirty-ninth session A).
 __device__ __forceinline__ float2* rotary_table(unsigned char* smem) {
   return reinterpret_cast<float2*>(smem + dynamic_shared_bytes() - T::kRotaryTableBytes);
 }
