@@ -2,8 +2,10 @@
 // (kernels/variant.cuh): dims i and i + D/2 of q and of k turn together by pos * frequency(i)
 // radians (pos * turns(i) turns), q at its query position and k at its KV position, before q.k:
 //   x_i' = x_i cos - x_{i+D/2} sin,   x_{i+D/2}' = x_{i+D/2} cos + x_i sin.
-// The kernels rotate K tiles where they land in shared memory (every thread some rows, then a
-// barrier: one rotation per tile however many query rows read it) and q where they load it.
+// The CUDA-core decode and the prefill kernels rotate K tiles where they land in shared memory
+// (every thread some rows, then a barrier: one rotation per tile however many query rows read
+// it); the tensor-core decode rotates its K fragments in registers, its angles from a table
+// (decode_mma.cuh SliceAngles); every kernel rotates q where it loads it.
 // Rotated 16-bit rows are rounded back to their type, as FlashInfer's kernels do.
 #pragma once
 
