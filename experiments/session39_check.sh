@@ -11,7 +11,7 @@
 #     (scripts/decode_ab.sh; AB_CASES=<cases> instead).
 #   python: the package installed, scripts/bench_rope_decode.py next to FlashInfer (carry
 #     .anchors-fi).
-# Usage (GPU machine, OUT set): bash experiments/session39_check.sh rope|decode|sanitize|ab <tree>|ncu|python
+# Usage (GPU machine, OUT set): bash experiments/session39_check.sh rope|decode|sanitize|ab <tree>|ncu|rope_prefill|python
 set -uo pipefail
 stage=${1:?rope|sanitize|ab|python}
 cd "$(dirname "$0")/.."
@@ -64,6 +64,20 @@ if [ "$stage" = ncu ]; then
       "$build/flare_gpu_tests" --gtest_filter='DecodeBenchmark.*' >"$OUT/ncu_$case.txt" 2>&1
     echo "== $case (ncu exit $?)"
     grep -E "Duration|DRAM Throughput|Issue Slots Busy|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Stall|Warp Cycles Per Issued|Registers Per|Achieved Occ" "$OUT/ncu_$case.txt" | head -24
+  done
+fi
+#   rope_prefill: bench_prefill with fused RoPE on each family (FLARE_BENCH_ROPE=1, backend fa2
+#     then fa3; RoPE prefill runs on fa2 under auto) and causal without it on fa3 as the
+#     reference, two rounds.
+if [ "$stage" = rope_prefill ]; then
+  bash experiments/build_ab.sh "$PWD" scripts/bench_prefill.cpp >/dev/null 2>&1 || echo "build failed"
+  for round in 1 2; do
+    for run in "fa2 1" "fa3 1" "fa3 0"; do
+      set -- $run
+      echo "== round $round: backend $1 rope $2"
+      FLARE_CACHE_DIR="$PWD/build-ab/jit-cache" FLARE_BENCH_BACKEND=$1 FLARE_BENCH_ROPE=$2 \
+        timeout 150 build-ab/bench_prefill 2>&1 | grep -vE "^case|^$|zipf lengths|append vs" | head -8
+    done
   done
 fi
 if [ "$stage" = python ]; then

@@ -12,8 +12,8 @@
 //   to compare with `python3 scripts/bench_prefill_torch.py --print-zipf-lengths`.
 //   FLARE_BENCH_BACKEND=fa2|fa3 picks the kernel family (default: the backend's auto choice);
 //   FLARE_BENCH_PAGE=<rows> the page size of the paged cases (default 16); FLARE_BENCH_ALIBI=1,
-//   FLARE_BENCH_WINDOW_LEFT=<n>, FLARE_BENCH_SOFT_CAP=<cap>: that variant (TFLOP/s still count
-//   the causal FLOPs).
+//   FLARE_BENCH_ROPE=1, FLARE_BENCH_WINDOW_LEFT=<n>, FLARE_BENCH_SOFT_CAP=<cap>: that variant
+//   (TFLOP/s still count the causal FLOPs).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -184,6 +184,10 @@ BatchPrefillConfig prefill_config(int max_batch, int64_t max_total_qo) {
   // FLARE_BENCH_ALIBI=1: ALiBi with the default slopes (the FLOP counts stay the causal ones).
   if (const char* alibi = std::getenv("FLARE_BENCH_ALIBI"); alibi != nullptr && alibi[0] == '1') {
     config.params.pos_encoding = PosEncoding::kAlibi;
+  }
+  // FLARE_BENCH_ROPE=1: fused RoPE (Llama's defaults; the FLOP counts stay the causal ones).
+  if (const char* rope = std::getenv("FLARE_BENCH_ROPE"); rope != nullptr && rope[0] == '1') {
+    config.params.pos_encoding = PosEncoding::kRopeLlama;
   }
   // FLARE_BENCH_SOFT_CAP=<cap>: logits soft-cap (the FLOP counts stay the causal ones).
   if (const char* cap = std::getenv("FLARE_BENCH_SOFT_CAP")) {
@@ -406,6 +410,7 @@ AppendVsDecode append_vs_decode() {
   decode_config.page_size = kPageSize;
   decode_config.q_dtype = decode_config.kv_dtype = DType::kBF16;
   decode_config.layout = KVLayout::kNHD;
+  decode_config.params = config.params;  // the same variant (FLARE_BENCH_ROPE, _ALIBI, ...)
   BatchDecode decode(decode_config);
   const auto run_step = [&](int t) {
     decode.run(step_q[static_cast<size_t>(t)], step_kv[static_cast<size_t>(t)],
