@@ -11,7 +11,7 @@
 #     (scripts/decode_ab.sh; AB_CASES=<cases> instead).
 #   python: the package installed, scripts/bench_rope_decode.py next to FlashInfer (carry
 #     .anchors-fi).
-# Usage (GPU machine, OUT set): bash experiments/session39_check.sh rope|decode|sanitize|ab <tree>|ncu|rope_prefill|python
+# Usage (GPU machine, OUT set): bash experiments/session39_check.sh rope|decode|sanitize|ab <tree>|ncu|rope_prefill|rope_prefill_ab <tree>|python
 set -uo pipefail
 stage=${1:?rope|sanitize|ab|python}
 cd "$(dirname "$0")/.."
@@ -77,6 +77,23 @@ if [ "$stage" = rope_prefill ]; then
       echo "== round $round: backend $1 rope $2"
       FLARE_CACHE_DIR="$PWD/build-ab/jit-cache" FLARE_BENCH_BACKEND=$1 FLARE_BENCH_ROPE=$2 \
         timeout 150 build-ab/bench_prefill 2>&1 | grep -vE "^case|^$|zipf lengths|append vs" | head -8
+    done
+  done
+fi
+#   rope_prefill_ab <old tree>: the same with FLARE_BENCH_ROPE=1 on both families, the old tree
+#     against this one, interleaved, two rounds.
+if [ "$stage" = rope_prefill_ab ]; then
+  old=${2:?the old tree}
+  for t in "$old" "$PWD"; do
+    bash experiments/build_ab.sh "$t" scripts/bench_prefill.cpp >/dev/null 2>&1 || echo "build of $t failed"
+  done
+  for round in 1 2; do
+    for backend in fa2 fa3; do
+      for t in "$old" "$PWD"; do
+        echo "== round $round: $backend rope, $(basename "$t")"
+        FLARE_CACHE_DIR="$t/build-ab/jit-cache" FLARE_BENCH_BACKEND=$backend FLARE_BENCH_ROPE=1 \
+          timeout 150 "$t/build-ab/bench_prefill" 2>&1 | grep -vE "^case|^$|zipf lengths" | head -8
+      done
     done
   done
 fi

@@ -102,13 +102,21 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
 __device__ __forceinline__ void rotate_k_tile(const DecodeParams& p, const ItemGeometry& g,
                                               int tile, unsigned char* smem) {
   const int first_pos = g.kv_lo + tile * T::kTileTokens;
-  rotate_shared_rows<Variant, T::kKVCode, T::kHeadDim, T::kItemHeads * T::kTileTokens, T::kThreads>(
-      smem + (tile % T::kStages) * T::kStageBytes, p.variant, threadIdx.x,
-      [](int row, int chunk) {
-        return (row / T::kTileTokens) * T::kHeadTileBytes +
-               stage_offset(row % T::kTileTokens, chunk);
-      },
-      [first_pos](int row) { return first_pos + row % T::kTileTokens; });
+  unsigned char* const stage = smem + (tile % T::kStages) * T::kStageBytes;
+  if constexpr (T::kItemHeads == 1) {  // the CUDA-core loop: its rows at consecutive positions
+    rotate_shared_rows_from<Variant, T::kKVCode, T::kHeadDim, T::kTileTokens, T::kThreads>(
+        stage, p.variant, threadIdx.x, [](int row, int chunk) { return stage_offset(row, chunk); },
+        first_pos);
+  } else {
+    rotate_shared_rows<Variant, T::kKVCode, T::kHeadDim, T::kItemHeads * T::kTileTokens,
+                       T::kThreads>(
+        stage, p.variant, threadIdx.x,
+        [](int row, int chunk) {
+          return (row / T::kTileTokens) * T::kHeadTileBytes +
+                 stage_offset(row % T::kTileTokens, chunk);
+        },
+        [first_pos](int row) { return first_pos + row % T::kTileTokens; });
+  }
 }
 
 // A work item and what it needs of its request and its merge (staged by the plan).

@@ -312,11 +312,10 @@ __device__ __forceinline__ void rotate_landed(const PrefillParams& p, const Item
         [](int row, int chunk) { return tile_offset<T::kQKRowBytes, T::kQueryTile>(row, chunk); },
         [row_q_pos](int row) { return row_q_pos[row]; });
   }
-  const int first_pos = g.kv_lo + tile * T::kKvTile;
-  rotate_shared_rows<Variant, T::kCode, T::kHeadDimQK, T::kKvTile, T::kLoadThreads>(
+  rotate_shared_rows_from<Variant, T::kCode, T::kHeadDimQK, T::kKvTile, T::kLoadThreads>(
       smem + T::kQBytes + stage * T::kStageBytes, p.variant, load_thread(),
       [](int row, int chunk) { return tile_offset<T::kQKRowBytes, T::kKvTile>(row, chunk); },
-      [first_pos](int row) { return first_pos + row; });
+      g.kv_lo + tile * T::kKvTile);
 }
 
 // Tile `tile` into stage `stage`: 16-bit K/V (prefill_load.cuh), or NVFP4 rows into raw stage

@@ -250,14 +250,14 @@ __device__ __forceinline__ void produce_item_16bit(const PrefillParams& p, const
     if (tile == 0) q.issue(p, hand, smem);
     issue_kv<true, false>(p, g, tile, stage, smem);
     cp_async_commit();
-    if constexpr (Variant::kRotary) {
-      cp_async_wait<0>();
-      producer_sync();
-      rotate_landed(p, g, hand.row_q_pos, tile, stage, smem);
-    }
     wait_half(shared.empty, empty_phases, kHalfV, stage);
     issue_kv<false, true>(p, g, tile, stage, smem);
     cp_async_commit();
+    if constexpr (Variant::kRotary) {  // V's copies in flight meanwhile
+      cp_async_wait<1>();
+      producer_sync();
+      rotate_landed(p, g, hand.row_q_pos, tile, stage, smem);
+    }
     publish_half<1>(shared, kHalfK, stage);  // Q, with tile 0, in the same group as K
     if (tile == 0) q.landed(shared);
     publish_half<0>(shared, kHalfV, stage);

@@ -114,4 +114,48 @@ __device__ __forceinline__ void rotate_shared_rows(unsigned char* base, const Va
   }
 }
 
+// rotate_shared_rows for rows at consecutive positions (row r at first_pos + r: K tiles). Where
+// each thread keeps one chunk column and takes every kRowStep-th row, its k-th row's angle is
+// its first row's plus k steps of kRowStep positions, t0 + k * step in turns, each row's one
+// FFMA from t0 (no chain through the rows, unlike v3's rotations of (cos, sin): docs/perf.md
+// RoPE v3) instead of the exact product's five instructions; step is kRowStep * turns reduced
+// to (-1/2, 1/2] exactly (kRowStep a power of two), and the sum, within a few turns, differs
+// from the exact angle by ~1e-7 turns a row (MUFU.SIN / COS take it whole).
+template <class V, int kCode, int kHeadDim, int kRows, int kThreads, class Offset>
+__device__ __forceinline__ void rotate_shared_rows_from(unsigned char* base, const VariantParams& p,
+                                                        int thread, Offset offset, int first_pos) {
+  constexpr int kHalfChunks = kHeadDim / 16;
+  constexpr int kRowStep = kThreads / kHalfChunks;
+  if constexpr (kThreads % kHalfChunks == 0 && kRows % kRowStep == 0 &&
+                (kRowStep & (kRowStep - 1)) == 0 && kRows / kRowStep > 2) {
+    const int chunk = thread % kHalfChunks;
+    const int row0 = thread / kHalfChunks;
+    float t0[8], step[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float2 turns = rotary_turns<V, kHeadDim>(p, chunk * 8 + i);
+      const float position = static_cast<float>(first_pos + row0);  // exact below 2^24
+      const float whole = __fmul_rn(position, turns.x);
+      const float error = fmaf(position, turns.x, -whole);
+      t0[i] = (whole - rintf(whole)) + fmaf(position, turns.y, error);
+      const float stride = static_cast<float>(kRowStep) * turns.x;  // exact: a power of two
+      step[i] = (stride - rintf(stride)) + static_cast<float>(kRowStep) * turns.y;
+    }
+#pragma unroll
+    for (int k = 0; k < kRows / kRowStep; ++k) {
+      const int row = row0 + k * kRowStep;
+      float c[8], s[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        __sincosf(fmaf(static_cast<float>(k), step[i], t0[i]) * kTwoPi, &s[i], &c[i]);
+      }
+      rotate_chunks<kCode>(reinterpret_cast<Vec16*>(base + offset(row, chunk)),
+                           reinterpret_cast<Vec16*>(base + offset(row, chunk + kHalfChunks)), c, s);
+    }
+  } else {
+    rotate_shared_rows<V, kCode, kHeadDim, kRows, kThreads>(
+        base, p, thread, offset, [first_pos](int row) { return first_pos + row; });
+  }
+}
+
 }  // namespace flare
