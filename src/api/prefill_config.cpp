@@ -381,8 +381,8 @@ PrefillDeviceLimits api_detail::limits_under_backend(PrefillDeviceLimits limits,
   // Under kAuto the Hopper family takes K/V without RoPE, ragged (bulk tensor copies) or paged
   // (the producer's gathers in groups of rows: 1.03-1.13x the FA2 family on causal prefill at
   // page 16, 0.98x on append; H200, docs/perf.md, Hopper v14). RoPE, whose producer rotates
-  // the landed rows, has not been measured on it since v9 (0.5x then) and stays on FA2 unless
-  // kFA3 asks for the Hopper family.
+  // the landed rows, stays on FA2 unless kFA3 asks for the Hopper family: 0.97-1.04x the FA2
+  // family's RoPE on ragged causal prefill (H200, docs/perf.md thirty-ninth session F).
   // Head dim 512 runs the FA2 family only (prefill_kernel_head_dim_vo).
   const bool rotated = config.params.pos_encoding == PosEncoding::kRopeLlama;
   limits.warpgroup_mma = limits.warpgroup_mma && config.backend != PrefillBackend::kFA2 &&
