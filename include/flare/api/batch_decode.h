@@ -39,7 +39,7 @@ struct BatchDecodeConfig {
   // Supported here: sm_scale, logits_soft_cap, window_left, pos_encoding kNone | kAlibi
   // (alibi_slopes: optional float32 [H_qo] on the CPU, copied at creation) | kRopeLlama
   // (rope_theta, rope_scale, rope_llama31: q at kv_len - 1 and key j at j turn before q.k;
-  // fp8 and NVFP4 K rotate after their conversion, rounded once as 16-bit K),
+  // fp8 and NVFP4 K rotate after their conversion),
   // k_scale and v_scale (fp8 KV: the stored value times the scale is the real value),
   // use_softmax = false with sigmoid_bias (sigmoid attention: run() then takes no lse). mask
   // kNone or kCausal (a no-op for one query token). Others (custom masks, rope_offsets) throw
