@@ -27,16 +27,20 @@ __device__ __forceinline__ float2 rotary_turns(const VariantParams& p, int pair)
   }
 }
 
-// cos and sin of 2 pi * pos * (turns.x + turns.y). pos * turns.x is split into its float and
-// its exact rounding error (fmaf), and whole turns are dropped before the sum, so the angle
-// reaching __sincosf lies in [-pi, pi] (abs error ~1e-6) and is exact to ~1e-7 turns at any
-// position.
-__device__ __forceinline__ void rotary_cos_sin(int pos, float2 turns, float& c, float& s) {
+// pos * (turns.x + turns.y) less its whole turns, in [-1/2, 1/2] to ~1e-7 turns at any position:
+// pos * turns.x is split into its float and its exact rounding error (fmaf), and whole turns
+// are dropped before the sum.
+__device__ __forceinline__ float rotary_turn_fraction(int pos, float2 turns) {
   const float position = static_cast<float>(pos);  // exact below 2^24
   const float whole = __fmul_rn(position, turns.x);  // never contracted into the fmaf below
   const float error = fmaf(position, turns.x, -whole);
-  const float t = (whole - rintf(whole)) + fmaf(position, turns.y, error);
-  __sincosf(t * kTwoPi, &s, &c);
+  return (whole - rintf(whole)) + fmaf(position, turns.y, error);
+}
+
+// cos and sin of 2 pi * pos * (turns.x + turns.y): the angle reaching __sincosf lies in
+// [-pi, pi] (abs error ~1e-6).
+__device__ __forceinline__ void rotary_cos_sin(int pos, float2 turns, float& c, float& s) {
+  __sincosf(rotary_turn_fraction(pos, turns) * kTwoPi, &s, &c);
 }
 
 // Rotates the 8 pairs of a 16-byte chunk of the low half (lo) and its partner chunk D/2 on
@@ -134,10 +138,7 @@ __device__ __forceinline__ void rotate_shared_rows_from(unsigned char* base, con
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const float2 turns = rotary_turns<V, kHeadDim>(p, chunk * 8 + i);
-      const float position = static_cast<float>(first_pos + row0);  // exact below 2^24
-      const float whole = __fmul_rn(position, turns.x);
-      const float error = fmaf(position, turns.x, -whole);
-      t0[i] = (whole - rintf(whole)) + fmaf(position, turns.y, error);
+      t0[i] = rotary_turn_fraction(first_pos + row0, turns);
       const float stride = static_cast<float>(kRowStep) * turns.x;  // exact: a power of two
       step[i] = (stride - rintf(stride)) + static_cast<float>(kRowStep) * turns.y;
     }
