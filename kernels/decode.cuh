@@ -95,30 +95,6 @@ __device__ __forceinline__ void write_item(const DecodeParams& p, const WorkItem
   }
 }
 
-// RoPE on tile `tile`'s K rows in its stage (kernels/rotary.cuh), for the CUDA-core loop over
-// 16-bit K: row r at KV position kv_lo + tile * kTileTokens + r (each KV head's block of
-// kTileTokens rows). fp8 K rotates in registers after its conversion (decode_cuda_core.cuh):
-// rotated and stored back as fp8 it would lose the rotation's precision.
-__device__ __forceinline__ void rotate_k_tile(const DecodeParams& p, const ItemGeometry& g,
-                                              int tile, unsigned char* smem) {
-  const int first_pos = g.kv_lo + tile * T::kTileTokens;
-  unsigned char* const stage = smem + (tile % T::kStages) * T::kStageBytes;
-  if constexpr (T::kItemHeads == 1) {  // the CUDA-core loop: its rows at consecutive positions
-    rotate_shared_rows_from<Variant, T::kKVCode, T::kHeadDim, T::kTileTokens, T::kThreads>(
-        stage, p.variant, threadIdx.x, [](int row, int chunk) { return stage_offset(row, chunk); },
-        first_pos);
-  } else {
-    rotate_shared_rows<Variant, T::kKVCode, T::kHeadDim, T::kItemHeads * T::kTileTokens,
-                       T::kThreads>(
-        stage, p.variant, threadIdx.x,
-        [](int row, int chunk) {
-          return (row / T::kTileTokens) * T::kHeadTileBytes +
-                 stage_offset(row % T::kTileTokens, chunk);
-        },
-        [first_pos](int row) { return first_pos + row % T::kTileTokens; });
-  }
-}
-
 // A work item and what it needs of its request and its merge (staged by the plan).
 struct ItemRecord {
   WorkItem item;
@@ -174,14 +150,10 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
     }
   }
   fetch_pages(p, g, T::kStages - 1, pages);
-  // With the first tiles in flight: what waits for q, and RoPE's table (the loop's first
-  // barrier publishes it).
+  // With the first tiles in flight: what waits for q, and the loop's per-CTA set-up (the loop's
+  // first barrier publishes it).
   finish_query(p, q_pos, st);
-#if FLARE_DECODE_MMA
-  if constexpr (T::kRotaryTable) {
-    if (first) fill_rotary_offsets(p, smem);
-  }
-#endif
+  if (first) begin_cta(p, smem);
   for (int tile = 0; tile < g.num_tiles; ++tile) {
     cp_async_wait<T::kStages - 2>();
     // Tile `tile` has landed for every thread, and every thread is done with tile - 1, whose
@@ -193,11 +165,6 @@ __device__ __forceinline__ void run_item(const DecodeParams& p, const ItemRecord
       fetch_pages(p, g, next + 1, pages);
     }
     cp_async_commit();
-    // The mma loop rotates its fragments, the CUDA-core loop fp8 K as it converts it.
-    if constexpr (Variant::kRotary && !T::kMma && !T::kConvertsInRegisters) {
-      rotate_k_tile(p, g, tile, smem);
-      __syncthreads();  // the rotated K rows are visible
-    }
     compute_tile(p, g, tile, smem, st);
   }
   cp_async_wait<0>();

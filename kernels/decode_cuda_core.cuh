@@ -335,11 +335,27 @@ __device__ __forceinline__ void finish_query(const DecodeParams& p, int q_pos, L
 }
 
 // One tile of the pipeline for this thread's group (the exchange follows the stages).
+// RoPE on 16-bit K where its tile landed (kernels/rotary.cuh): row r at KV position kv_lo +
+// tile * kTileTokens + r, every thread some rows, then a barrier. fp8 and NVFP4 K rotate in
+// registers after their conversion (compute_tile above): rotated and stored back in their own
+// type they would lose the rotation's precision.
+__device__ __forceinline__ void rotate_k_tile(const DecodeParams& p, const ItemGeometry& g,
+                                              int tile, unsigned char* smem) {
+  rotate_shared_rows_from<Variant, T::kKVCode, T::kHeadDim, T::kTileTokens, T::kThreads>(
+      smem + (tile % T::kStages) * T::kStageBytes, p.variant, threadIdx.x,
+      [](int row, int chunk) { return stage_offset(row, chunk); }, g.kv_lo + tile * T::kTileTokens);
+  __syncthreads();  // the rotated K rows are visible
+}
+
 __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& g, int tile,
                                              unsigned char* smem, LoopState& ls) {
+  if constexpr (Variant::kRotary && !T::kConvertsInRegisters) rotate_k_tile(p, g, tile, smem);
   compute_tile(p, g, tile, smem, reinterpret_cast<float*>(smem + T::kPipelineBytes), ls.lane_scores,
                ls.variant, ls.rows);
 }
+
+// Nothing a CTA sets up once on this loop (decode_mma.cuh's RoPE table).
+__device__ __forceinline__ void begin_cta(const DecodeParams&, unsigned char*) {}
 
 // Writes this group's unnormalized o rows, running max and sum into the combine scratch:
 // s_o [kStateGroups][kRows][D], s_m and s_d [kStateGroups][kRows].

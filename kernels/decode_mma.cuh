@@ -234,7 +234,7 @@ __device__ __forceinline__ void fp8_a_fragments(unsigned address, unsigned (&a)[
 
 // RoPE's angles for the K fragments (Traits::kRotaryTable). A slice's token first + o, o < 16,
 // turns pair j by the product of first's (cos, sin) and o's: the CTA computes o's for every
-// pair once (fill_rotary_offsets, with its first item), each warp first's for its slice (2
+// pair once (begin_cta, with its first item), each warp first's for its slice (2
 // pairs a lane at D 128), so a (token, pair) costs two shared-memory reads and 4 FMAs instead
 // of its own angle and sincos (~10 instructions in a dependent chain through two MUFU ops:
 // RoPE / plain 1.09 -> 1.01 at b64 kv8192, docs/perf.md thirty-ninth session A).
@@ -242,14 +242,17 @@ __device__ __forceinline__ float2* rotary_table(unsigned char* smem) {
   return reinterpret_cast<float2*>(smem + dynamic_shared_bytes() - T::kRotaryTableBytes);
 }
 
-// Offsets 0..15 of every pair into the table; the item loop's first barrier publishes them.
-__device__ __forceinline__ void fill_rotary_offsets(const DecodeParams& p, unsigned char* smem) {
-  float2* offsets = rotary_table(smem);
-  for (int i = threadIdx.x; i < T::kRotaryPairs * 16; i += T::kThreads) {
-    const int pair = i / 16;
-    float c, s;
-    rotary_cos_sin(i % 16, rotary_turns<Variant, T::kHeadDim>(p.variant, pair), c, s);
-    offsets[pair * T::kRotaryOffsetStride + i % 16] = make_float2(c, s);
+// What a CTA sets up once, with its first item (kernels/decode.cuh run_item): RoPE's offsets
+// 0..15 of every pair into the table; the item loop's first barrier publishes them.
+__device__ __forceinline__ void begin_cta(const DecodeParams& p, unsigned char* smem) {
+  if constexpr (T::kRotaryTable) {
+    float2* offsets = rotary_table(smem);
+    for (int i = threadIdx.x; i < T::kRotaryPairs * 16; i += T::kThreads) {
+      const int pair = i / 16;
+      float c, s;
+      rotary_cos_sin(i % 16, rotary_turns<Variant, T::kHeadDim>(p.variant, pair), c, s);
+      offsets[pair * T::kRotaryOffsetStride + i % 16] = make_float2(c, s);
+    }
   }
 }
 
