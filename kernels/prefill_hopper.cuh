@@ -25,13 +25,20 @@ namespace flare::prefill::hopper {
 // hold O, the next tile's S and the previous tile's P at once (consume_item); a producer that
 // rotates landed rows (RoPE) or converts NVFP4 ones needs 56 registers, one that copies paged
 // boxes 48 (its lanes' page ids beside the gathers of Q and the last tile: 28-140 bytes spilled
-// at 40), the others 40, which leaves 232 to the consumers of 128-row tiles (224 beside 48).
+// at 40), the others 40, which leaves 232 to the consumers of 128-row tiles (224 beside 48). The
+// producer then takes what the consumers' multiple of 8 leaves over: 56 beside 224 (at 48 a
+// change anywhere in the kernel could tip ptxas into spilling the producer's loop state: 24
+// bytes in the D 256 paged custom-mask unit, fortieth session).
 constexpr int kCtasPerSm = prefill_warpgroup_ctas_per_sm(T::kShape);
 constexpr int kEntryRegisters = 65536 / (kCtasPerSm * T::kLaunchThreads) / 8 * 8;
-constexpr int kProducerRegisters = Variant::kRotary || T::kNvfp4 ? 56 : kBulkPaged ? 48 : 40;
+constexpr int kProducerNeeds = Variant::kRotary || T::kNvfp4 ? 56 : kBulkPaged ? 48 : 40;
 constexpr int kConsumerRegisters =
-    (kEntryRegisters * (T::kLaunchThreads / 128) - kProducerRegisters) / (T::kThreads / 128) / 8 *
-    8;
+    (kEntryRegisters * (T::kLaunchThreads / 128) - kProducerNeeds) / (T::kThreads / 128) / 8 * 8;
+constexpr int kProducerRegisters =
+    kEntryRegisters * (T::kLaunchThreads / 128) - kConsumerRegisters * (T::kThreads / 128);
+static_assert(kProducerRegisters >= kProducerNeeds && kProducerRegisters <= 256 &&
+                  kProducerRegisters % 8 == 0,
+              "producer registers");
 static_assert(kConsumerRegisters <= 256 && kConsumerRegisters >= kEntryRegisters, "register split");
 
 // --- the warpgroup MMAs ---------------------------------------------------------------------
@@ -329,7 +336,12 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
       const int slot = count & 1u;
       wgmma::barrier_wait(barrier_address(shared.item_ready[slot]), (count >> 1) & 1u);
       const ItemHandOff& hand = shared.hand[slot];
-      if (hand.entry < 0) break;
+      // Lane 0 reads the slot's entry for its warp: the lane that arrives on q_empty, which
+      // releases the slot to the producer. (Every lane reading it is as correct, the lanes'
+      // reads precede their warp's arrival, but compute-sanitizer's racecheck credits an
+      // mbarrier arrival only with the arriving thread's own accesses, and reported the
+      // producer's next write of the slot as a hazard: experiments/racecheck_mbarrier_probe.cu.)
+      if (__any_sync(0xffffffffu, thread_index() % 32 == 0 && hand.entry < 0)) break;
       // Each warpgroup copies its own record and rows (WarpgroupRecord): the first to finish an
       // item starts the next (its first S = Q K^T once the other issued its last P V) while
       // the other writes its output, instead of both waiting for the later one's epilogue.
