@@ -2,11 +2,12 @@
 # GPU verification of flare on a CUDA machine, in one or two device calls: builds everything,
 # runs every GPU test against the CPU float64 reference (decode, prefill, merge, append, the
 # CLI's cuda round trips, the JIT's device test; the prefill tests once more on each kernel
-# family, between which the default backend chooses on sm_90), compute-sanitizer memcheck + racecheck on
-# small cases of each kernel family, the Python package's pytest suite with PyTorch CUDA
-# tensors, the decode and prefill benchmarks next to PyTorch SDPA (cuDNN, flash) on the same
-# shapes in the same run, and SpMM / SDDMM next to cuSPARSE from C++ (scripts/bench_sparse.cpp)
-# and next to torch.sparse through Python. Short tables print last; full logs go to $OUT.
+# family, between which the default backend chooses on sm_90), compute-sanitizer memcheck,
+# racecheck and synccheck on small cases of each kernel family, the Python package's pytest
+# suite with PyTorch CUDA tensors, the decode and prefill benchmarks next to PyTorch SDPA
+# (cuDNN, flash) on the same shapes in the same run, and SpMM / SDDMM next to cuSPARSE from C++
+# (scripts/bench_sparse.cpp) and next to torch.sparse through Python. Short tables print last;
+# full logs go to $OUT.
 # Usage: scripts/gpu_check.sh [all|tests|bench|decode|python]   (default all; `tests` then
 #   `bench` splits the work across two calls of a 10-minute limit: the build is reused; `decode`
 #   builds the GPU tests only and runs the decode tests, their sanitizer case and the decode
@@ -80,8 +81,8 @@ run_sharded() {  # name, gtest filter: the GPU test binary in parallel shards (t
   [ "$rc" -eq 0 ] || status=1
 }
 
-sanitize() {  # filter [racecheck exclusions]: compute-sanitizer memcheck and racecheck
-  for tool in memcheck racecheck; do
+sanitize() {  # filter [racecheck exclusions]: compute-sanitizer memcheck, racecheck and synccheck
+  for tool in memcheck racecheck synccheck; do
     local filter=$1
     [ "$tool" = racecheck ] && [ -n "${2:-}" ] && filter="$1:-$2"
     compute-sanitizer --tool "$tool" --error-exitcode 99 "$BUILD/flare_gpu_tests" \
@@ -122,7 +123,7 @@ if [ "$STAGE" = decode ]; then
   run_logged gpu_tests "$BUILD/flare_gpu_tests" \
     --gtest_filter="${FLARE_GPU_FILTER:-*Decode*}:-DecodeBenchmark.*" \
     --gtest_output="json:$OUT/gpu_tests.json"
-  step "compute-sanitizer memcheck + racecheck, small decode case"
+  step "compute-sanitizer memcheck, racecheck and synccheck, small decode case"
   sanitize 'BatchDecodeErrors.SanitizerSmallCase'
   step "decode benchmark vs PyTorch SDPA (logs: $OUT/decode_bench.log, $OUT/anchors.json)"
   decode_bench
@@ -147,7 +148,7 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   run_logged tools_tests "$BUILD/flare_tools_tests" --gtest_filter='*Cuda*:*Gpu*:*GPU*:*Device*'
   run_logged jit_device_tests "$BUILD/flare_jit_tests" --gtest_filter='*Driver*:*Device*:*Gpu*'
 
-  step "compute-sanitizer memcheck + racecheck, small case of each kernel family and bad indices"
+  step "compute-sanitizer memcheck, racecheck and synccheck, small case of each kernel family and bad indices"
   # Racecheck skips the megakernel tests whose CTAs reuse pipeline stages (the 4-bit model, and
   # the multi-step kernel whose stream wraps across steps): it reports every reuse as a WAR
   # hazard between the consumers' reads and the producer's next bulk copy, which the stage's
