@@ -62,7 +62,8 @@ struct BatchDecodeConfig {
   // float16 for fp8, before P.V). Faster at every measured shape on the H100 and H200, most at
   // large head groups (8 query heads per KV head: 709 us against 833 on an H100 at batch 64,
   // kv 8192; docs/perf.md decode v14) and with fp8 KV, where the CUDA-core loop is issue-bound
-  // (H200, batch 64, kv 8192: 259.6 us against 381.9; decode v15).
+  // (H200, batch 64, kv 8192: 259.6 us against 381.9; decode v15), and with fused RoPE (1-8%
+  // over plain decode here, 38-46% on the CUDA-core loop: docs/perf.md, fortieth session F).
   bool use_tensor_cores = false;
 
   // KV heads one work item covers on the tensor-core loop: 1 (an item is one KV head's rows,
