@@ -53,10 +53,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
     on CUDA cores. Both loops fuse the query heads of a KV head; their results differ by
     rounding. With pos_encoding_mode="ROPE_LLAMA" the tensor-core loop costs 1-8% over plain
     decode and the CUDA-core loop 38-46% (it is issue-bound without RoPE; docs/perf.md, fortieth
-    session F): pass use_tensor_cores=True for fused RoPE. With use_tensor_cores=True, plan(q_len_per_req=n > 1) takes n query tokens per
-    request (speculative-decoding verification: q [batch * n, H_qo, D], causal within a
-    request's rows) and backend="fa3" runs on the Hopper family: both, as in FlashInfer, through
-    the paged prefill kernels (flare/_multi_token_decode.py). validate=True (or
+    session F): pass use_tensor_cores=True for fused RoPE. With use_tensor_cores=True,
+    plan(q_len_per_req=n > 1) takes n query tokens per request (speculative-decoding
+    verification: q [batch * n, H_qo, D], causal within a request's rows) and backend="fa3" runs
+    on the Hopper family: both, as in FlashInfer, through the paged prefill kernels
+    (flare/_multi_token_decode.py). validate=True (or
     FLARE_VALIDATE=1) checks every page id on the host before each run() (a synchronizing debug
     mode); otherwise out-of-range ids are skipped by the kernel and check() raises for them.
     """
