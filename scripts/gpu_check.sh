@@ -148,7 +148,7 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   run_logged tools_tests "$BUILD/flare_tools_tests" --gtest_filter='*Cuda*:*Gpu*:*GPU*:*Device*'
   run_logged jit_device_tests "$BUILD/flare_jit_tests" --gtest_filter='*Driver*:*Device*:*Gpu*'
 
-  step "compute-sanitizer memcheck, racecheck and synccheck, small case of each kernel family and bad indices"
+  step "compute-sanitizer (memcheck, racecheck, synccheck): each kernel family, bad indices"
   # Racecheck skips the megakernel tests whose CTAs reuse pipeline stages (the 4-bit model, and
   # the multi-step kernel whose stream wraps across steps): it reports every reuse as a WAR
   # hazard between the consumers' reads and the producer's next bulk copy, which the stage's
