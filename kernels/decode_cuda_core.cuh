@@ -334,7 +334,6 @@ __device__ __forceinline__ void finish_query(const DecodeParams& p, int q_pos, L
   }
 }
 
-// One tile of the pipeline for this thread's group (the exchange follows the stages).
 // RoPE on 16-bit K where its tile landed (kernels/rotary.cuh): row r at KV position kv_lo +
 // tile * kTileTokens + r, every thread some rows, then a barrier. fp8 and NVFP4 K rotate in
 // registers after their conversion (compute_tile above): rotated and stored back in their own
@@ -347,6 +346,7 @@ __device__ __forceinline__ void rotate_k_tile(const DecodeParams& p, const ItemG
   __syncthreads();  // the rotated K rows are visible
 }
 
+// One tile of the pipeline for this thread's group (the exchange follows the stages).
 __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGeometry& g, int tile,
                                              unsigned char* smem, LoopState& ls) {
   if constexpr (Variant::kRotary && !T::kConvertsInRegisters) rotate_k_tile(p, g, tile, smem);

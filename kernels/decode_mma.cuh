@@ -110,11 +110,20 @@ __device__ __forceinline__ float scale_q_for_fp8(unsigned (&q)[kKSteps][2]) {
 // The head dim (below D / 2) of value e of fragment register r in k-step ks of this lane (t =
 // lane % 4): 16-bit operands hold mma k-columns 2t + e (r < 2) and 2t + 8 + e in dim order;
 // fp8 items (kFp8Order) their permuted order, dims 4t + e and 4t + 2 + e (see the top). The
-// same slot of k-step ks + kKSteps / 2 holds the dim D / 2 on: RoPE's pair.
+// same slot of k-step ks + kKSteps / 2 holds the dim D / 2 on: RoPE's pair. As this lane's part
+// plus the rest, which the unrolled loops make a constant (the RoPE table's reads then take it as
+// an immediate offset: SliceAngles below).
+template <bool kFp8Order>
+__device__ __forceinline__ int rotary_pair_of_lane() {
+  return (kFp8Order ? 4 : 2) * (threadIdx.x % 4);
+}
+template <bool kFp8Order>
+__device__ __forceinline__ int rotary_pair_rest(int ks, int r, int e) {
+  return kFp8Order ? 16 * ks + 2 * (r >> 1) + e : 16 * ks + 8 * (r >> 1) + e;
+}
 template <bool kFp8Order>
 __device__ __forceinline__ int rotary_pair(int ks, int r, int e) {
-  const int t = threadIdx.x % 4;
-  return kFp8Order ? 16 * ks + 4 * t + 2 * (r >> 1) + e : 16 * ks + 8 * (r >> 1) + 2 * t + e;
+  return rotary_pair_of_lane<kFp8Order>() + rotary_pair_rest<kFp8Order>(ks, r, e);
 }
 
 // RoPE on the Q^T fragments (kernels/rotary.cuh): each lane rotates its own values (B fragment
@@ -254,18 +263,6 @@ __device__ __forceinline__ void begin_cta(const DecodeParams& p, unsigned char* 
       offsets[pair * T::kRotaryOffsetStride + i % 16] = make_float2(c, s);
     }
   }
-}
-
-// The pair of value e of fragment register r in k-step ks (rotary_pair) as this lane's part
-// (t = lane % 4) plus the rest, which the unrolled loops make a constant: table reads then take
-// it as an immediate offset.
-template <bool kFp8Order>
-__device__ __forceinline__ int rotary_pair_of_lane() {
-  return (kFp8Order ? 4 : 2) * (threadIdx.x % 4);
-}
-template <bool kFp8Order>
-__device__ __forceinline__ int rotary_pair_rest(int ks, int r, int e) {
-  return kFp8Order ? 16 * ks + 2 * (r >> 1) + e : 16 * ks + 8 * (r >> 1) + e;
 }
 
 struct SliceAngles {

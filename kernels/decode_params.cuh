@@ -30,6 +30,16 @@ constexpr int kMaxVariantTensorDims = 4;  // extents a variant can read (Tensors
 // query or KV tokens at plan().
 constexpr int kAlibiMaxKvLen = 1 << 22;
 
+// RoPE on the tensor-core decode loop (decode_mma.cuh SliceAngles): a table at the end of the
+// launch's shared memory, kept across items, of the (cos, sin) of offsets 0..15 from a slice's
+// first token for every pair ([pairs][kDecodeRotaryOffsetStride] float2: 16 used, the padding
+// spreads a warp's reads of pairs 2t or 4t apart over the banks), then each warp's (cos, sin) at
+// its slice's first token ([warps][pairs]). The host reserves it (src/api/decode_config.cpp).
+constexpr int kDecodeRotaryOffsetStride = 18;
+constexpr int decode_rotary_table_bytes(int head_dim, int warps) {
+  return (head_dim / 2 * kDecodeRotaryOffsetStride + warps * (head_dim / 2)) * 8;
+}
+
 // Runtime parameters of the variants (kernels/variant.cuh): the built-ins' resolved from
 // AttentionParams once per BatchDecode / BatchPrefill, a user variant's scalars per run().
 struct VariantParams {

@@ -107,16 +107,12 @@ struct Traits {
   static constexpr int kStages = FLARE_STAGES;
 
   static constexpr int kCombineFloats = kStateGroups * kRows * (kHeadDim + 2);
-  // RoPE on the tensor-core loop (decode_mma.cuh SliceAngles): at the end of the launch's shared
-  // memory, kept across items, the (cos, sin) of offsets 0..15 from a slice's first token for
-  // every pair ([pairs][kRotaryOffsetStride] float2: 16 used, the padding spreads a warp's reads
-  // of pairs 2t or 4t apart over the banks), then each warp's (cos, sin) at its slice's first
-  // token ([kWarps][pairs]).
+  // RoPE's angle table on the tensor-core loop (decode_params.cuh decode_rotary_table_bytes).
   static constexpr bool kRotaryTable = kMma && Variant::kRotary;
   static constexpr int kRotaryPairs = kHeadDim / 2;
-  static constexpr int kRotaryOffsetStride = 18;
+  static constexpr int kRotaryOffsetStride = kDecodeRotaryOffsetStride;
   static constexpr int kRotaryTableBytes =
-      kRotaryTable ? (kRotaryPairs * kRotaryOffsetStride + kWarps * kRotaryPairs) * 8 : 0;
+      kRotaryTable ? decode_rotary_table_bytes(kHeadDim, kWarps) : 0;
   static_assert(kItemHeads == 1 ||
                     (kMma && (kItemHeads == 2 || kItemHeads == 4 || kItemHeads == 8)),
                 "whole-page items: 2, 4 or 8 KV heads, on the tensor-core loop");

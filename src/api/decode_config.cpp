@@ -65,8 +65,6 @@ constexpr int kPipelineTargetBytesMmaPerSm = 192 * 1024;
 constexpr int kMaxMmaStageBytes = 64 * 1024;
 constexpr double kItemOverheadBytes16Bit = 80 * 1024;
 constexpr double kItemOverheadBytesFp8 = 40 * 1024;
-// float2 entries a RoPE pair's row of offsets takes in that table (16 used).
-constexpr int kRotaryOffsetStride = 18;
 constexpr int kMinStages = 2;
 constexpr int kMaxStages = 8;
 // Grid waves (PlanOptions::waves) when a batch's tiles outnumber the resident CTAs. Two on the
@@ -223,10 +221,8 @@ Geometry decode_geometry(const BatchDecodeConfig& c, size_t max_shared_bytes_per
     // launches keep room for the table too.
     const bool rotary_table =
         c.variant.has_value() || c.params.pos_encoding == PosEncoding::kRopeLlama;
-    const size_t pairs = static_cast<size_t>(c.head_dim) / 2;
     const size_t table_bytes =
-        rotary_table ? (pairs * kRotaryOffsetStride + static_cast<size_t>(g.threads / 32) * pairs) *
-                           2 * sizeof(float)
+        rotary_table ? static_cast<size_t>(decode_rotary_table_bytes(c.head_dim, g.threads / 32))
                      : 0;
     const int target =
         static_cast<int>(std::min<size_t>(kPipelineTargetBytesMmaPerSm / g.min_ctas_per_sm,
