@@ -23,15 +23,16 @@ namespace flare::prefill::hopper {
 // Registers: the launch gives every thread the same count (the cap of __launch_bounds__ at the
 // family's CTAs per SM); the producer gives most of its share to the consumers. The consumers
 // hold O, the next tile's S and the previous tile's P at once (consume_item); a producer that
-// rotates landed rows (RoPE) or converts NVFP4 ones needs 56 registers, one that copies paged
-// boxes 48 (its lanes' page ids beside the gathers of Q and the last tile: 28-140 bytes spilled
+// rotates landed rows (RoPE) gets 72 (216 left to the consumers of 128-row tiles: ptxas then
+// batches the rotations of 8 rows, +4-7% on causal RoPE prefill against 56 beside 224, forty-
+// first session), one that converts NVFP4 rows needs 56, one that copies paged boxes 48 (its lanes' page ids beside the gathers of Q and the last tile: 28-140 bytes spilled
 // at 40), the others 40, which leaves 232 to the consumers of 128-row tiles (224 beside 48). The
 // producer then takes what the consumers' multiple of 8 leaves over: 56 beside 224 (at 48 a
 // change anywhere in the kernel could tip ptxas into spilling the producer's loop state: 24
 // bytes in the D 256 paged custom-mask unit, fortieth session).
 constexpr int kCtasPerSm = prefill_warpgroup_ctas_per_sm(T::kShape);
 constexpr int kEntryRegisters = 65536 / (kCtasPerSm * T::kLaunchThreads) / 8 * 8;
-constexpr int kProducerNeeds = Variant::kRotary || T::kNvfp4 ? 56 : kBulkPaged ? 48 : 40;
+constexpr int kProducerNeeds = Variant::kRotary ? 72 : T::kNvfp4 ? 56 : kBulkPaged ? 48 : 40;
 constexpr int kConsumerRegisters =
     (kEntryRegisters * (T::kLaunchThreads / 128) - kProducerNeeds) / (T::kThreads / 128) / 8 * 8;
 constexpr int kProducerRegisters =
@@ -175,7 +176,14 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
   const WarpSpan span = shared.spans[thread_index() / 32];
   const int computed =
       max(0, min(num_tiles, (span.kv_end - g.kv_lo + T::kKvTile - 1) / T::kKvTile));
-  if (computed == 0) release(-1, 0, true);
+  // A warp with no tile of the item releases its Q at once, once the item's q_full phase
+  // completed: the producer completes one per item (at once for an item without tiles), and
+  // compute-sanitizer's synccheck reports an mbarrier phase that no thread waited for before
+  // the next arrival as a missing wait (the empty groups of a cascade, forty-first session).
+  if (computed == 0) {
+    wgmma::barrier_wait(barrier_address(shared.q_full), (full_phases >> kItemCountBit) & 1u);
+    release(-1, 0, true);
+  }
   // The softmax of tile `tile`, whose S landed; O then takes its rescale and P its fragments.
   // The key-check dispatch reads its operands as warp-uniform values (re-read from shared
   // memory, not held across the loop): it then branches uniformly, and the softmax's shuffles
@@ -255,6 +263,7 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
 // The query rows of one consumer warpgroup (its MMAs' 64), the rows of the row tables it reads.
 constexpr int kWarpgroupRows = 64;
 static_assert(T::kQueryTile == kWarpgroupRows * (T::kThreads / 128), "64 rows a warpgroup");
+constexpr int kWarpRows = kWarpgroupRows / 4;  // the rows a consumer warp copies: warp w, [16 w, 16 w + 16)
 
 // The CTA: barriers, then each role's loop over the queue. The producer takes the entries:
 // it writes entry n's hand-off slot n % 2 (-1 once the queue is empty) while item n - 1 loads,
@@ -336,24 +345,34 @@ __device__ __forceinline__ void run(const PrefillParams& p, unsigned char* smem)
       const int slot = count & 1u;
       wgmma::barrier_wait(barrier_address(shared.item_ready[slot]), (count >> 1) & 1u);
       const ItemHandOff& hand = shared.hand[slot];
-      // Lane 0 reads the slot's entry for its warp: the lane that arrives on q_empty, which
-      // releases the slot to the producer. (Every lane reading it is as correct, the lanes'
-      // reads precede their warp's arrival, but compute-sanitizer's racecheck credits an
-      // mbarrier arrival only with the arriving thread's own accesses, and reported the
-      // producer's next write of the slot as a hazard: experiments/racecheck_mbarrier_probe.cu.)
+      // Only lane 0 of each warp reads the slot (its entry, the record, the warp's rows): the
+      // lane that arrives on q_empty, which releases the slot to the producer. (Every lane
+      // reading it is as correct, the lanes' reads precede their warp's arrival, but
+      // compute-sanitizer's racecheck credits an mbarrier arrival only with the arriving
+      // thread's own accesses, and reported the producer's next write of the slot as a hazard:
+      // experiments/racecheck_mbarrier_probe.cu; the row copies of 64 threads, forty-first
+      // session.)
       if (__any_sync(0xffffffffu, thread_index() % 32 == 0 && hand.entry < 0)) break;
       // Each warpgroup copies its own record and rows (WarpgroupRecord): the first to finish an
       // item starts the next (its first S = Q K^T once the other issued its last P V) while
       // the other writes its output, instead of both waiting for the later one's epilogue.
       warpgroup_sync();  // this warpgroup is done with its previous record (its epilogue)
-      const int wg = consumer_warpgroup();
       if (thread_index() % 128 == 0) item_record(shared) = hand.record;
-      if (thread_index() % 128 < kWarpgroupRows) {
-        const int r = wg * kWarpgroupRows + thread_index() % 128;
-        shared.row_q_pos[r] = hand.row_q_pos[r];
-        shared.row_qo_head[r] = hand.row_qo_head[r];
-      }
       if (thread_index() % 32 == 0) {
+        // All loads before the stores (both in shared memory: in one loop each store would
+        // wait for its load, SASS).
+        const int first = thread_index() / 32 * kWarpRows;
+        int q_pos[kWarpRows], qo_head[kWarpRows];
+#pragma unroll
+        for (int i = 0; i < kWarpRows; ++i) {
+          q_pos[i] = hand.row_q_pos[first + i];
+          qo_head[i] = hand.row_qo_head[first + i];
+        }
+#pragma unroll
+        for (int i = 0; i < kWarpRows; ++i) {
+          shared.row_q_pos[first + i] = q_pos[i];
+          shared.row_qo_head[first + i] = qo_head[i];
+        }
         shared.spans[thread_index() / 32] = warp_span(p, hand.record.item, hand.record.g);
       }
       warpgroup_sync();  // the record, rows and spans are visible to the warpgroup

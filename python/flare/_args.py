@@ -28,16 +28,16 @@ def check_kv_layout(kv_layout):
     return kv_layout
 
 
-# FlashInfer's attention backends: "fa2" is the design of flare's GPU kernels; the others name
-# kernel families flare does not have (fa3: the Hopper kernels of issue 19, not built yet).
+# FlashInfer's attention backends: "fa2" and "fa3" are flare's two prefill kernel families; the
+# others name kernel families flare does not have.
 _OTHER_BACKENDS = ("cudnn", "trtllm-gen", "cutlass", "cute-dsl", "cutile")
 
 
 def check_backend(where, backend, cuda=True, families=("fa2", "fa3")):
     """"auto", or on CUDA one of `families`: "fa2" (flare's mma.sync kernels, every GPU) or, for
     prefill, "fa3" (its Hopper kernels, warpgroup MMAs: sm_90 only, query tiles of 64 or 128
-    rows); "auto" takes fa3 on sm_90 for K/V without RoPE (ragged or paged) at query tiles of 64
-    rows and more (RoPE runs faster on fa2 there: docs/perf.md), fa2 elsewhere. A
+    rows); "auto" takes fa3 on sm_90 at query tiles of 64 rows and more, ragged or paged, except
+    for paged K/V with RoPE (which runs faster on fa2 there: docs/perf.md), fa2 elsewhere. A
     backend flare does not have raises NotImplementedError naming it, an unknown name
     ValueError."""
     if backend == "auto" or (backend in families and cuda):

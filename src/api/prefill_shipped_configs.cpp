@@ -123,6 +123,7 @@ std::vector<ShippedPrefillConfig> shipped_prefill_configs() {
     add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, rope);
     add_hopper(qk, vo, 128, PrefillKV::kPaged, DType::kBF16, custom);
   }
+  add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kF16, rope);  // auto's ragged RoPE
   add_hopper(256, 256, 128, PrefillKV::kRagged, DType::kF16, custom);
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, AttentionParams{});
   add_hopper(128, 128, 128, PrefillKV::kRagged, DType::kBF16, capped_window);

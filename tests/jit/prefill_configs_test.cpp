@@ -162,9 +162,10 @@ TEST(ChoosePrefillTiles, Nvfp4TilesChooseWhereTheConversionRuns) {
   EXPECT_FALSE(api_detail::prefill_fused_nvfp4(c, fa3));
 }
 
-// kAuto: the Hopper family for K/V without RoPE, ragged or paged; RoPE, whose producer rotates
-// the landed rows, stays on FA2 unless kFA3 asks (docs/perf.md, Hopper v9 and v14).
-TEST(PrefillBackendLimits, AutoTakesTheHopperFamilyWithoutRopeOnly) {
+// kAuto: the Hopper family for K/V without RoPE, ragged or paged, and for ragged K/V with
+// RoPE; paged K/V with RoPE stays on FA2 unless kFA3 asks (docs/perf.md, Hopper v9 and v14,
+// forty-first session B).
+TEST(PrefillBackendLimits, AutoTakesTheHopperFamilyExceptForPagedRope) {
   PrefillDeviceLimits hopper = h100_prefill_limits();
   hopper.warpgroup_mma = true;
   BatchPrefillConfig c;
@@ -172,7 +173,7 @@ TEST(PrefillBackendLimits, AutoTakesTheHopperFamilyWithoutRopeOnly) {
   EXPECT_TRUE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
   EXPECT_FALSE(api_detail::limits_under_backend(hopper, c).warpgroup_only);
   c.params.pos_encoding = PosEncoding::kRopeLlama;
-  EXPECT_FALSE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
+  EXPECT_TRUE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
   c.params.pos_encoding = PosEncoding::kAlibi;
   EXPECT_TRUE(api_detail::limits_under_backend(hopper, c).warpgroup_mma);
   c.params.pos_encoding = PosEncoding::kNone;
