@@ -381,9 +381,9 @@ PrefillDeviceLimits api_detail::limits_under_backend(PrefillDeviceLimits limits,
   // Under kAuto the Hopper family takes K/V without RoPE, ragged (bulk tensor copies) or paged
   // (the producer's gathers in groups of rows: 1.03-1.13x the FA2 family on causal prefill at
   // page 16, 0.98x on append; H200, docs/perf.md, Hopper v14). With RoPE, whose producer
-  // rotates the landed rows, ragged K/V takes the Hopper family (1.03-1.10x the FA2 family on
+  // rotates the landed rows, ragged K/V takes the Hopper family (1.04-1.10x the FA2 family on
   // causal prefill) and paged K/V stays on FA2 unless kFA3 asks for the Hopper family (0.97-
-  // 0.99x there, 0.95x on append: H200, docs/perf.md forty-first session B).
+  // 1.00x there, 0.95x on append: H200, docs/perf.md forty-first session C).
   // Head dim 512 runs the FA2 family only (prefill_kernel_head_dim_vo).
   const bool rotated_pages =
       config.params.pos_encoding == PosEncoding::kRopeLlama && config.kv == PrefillKV::kPaged;

@@ -164,7 +164,7 @@ TEST(ChoosePrefillTiles, Nvfp4TilesChooseWhereTheConversionRuns) {
 
 // kAuto: the Hopper family for K/V without RoPE, ragged or paged, and for ragged K/V with
 // RoPE; paged K/V with RoPE stays on FA2 unless kFA3 asks (docs/perf.md, Hopper v9 and v14,
-// forty-first session B).
+// forty-first session C).
 TEST(PrefillBackendLimits, AutoTakesTheHopperFamilyExceptForPagedRope) {
   PrefillDeviceLimits hopper = h100_prefill_limits();
   hopper.warpgroup_mma = true;
