@@ -22,14 +22,15 @@ namespace flare::prefill::hopper {
 
 // Registers: the launch gives every thread the same count (the cap of __launch_bounds__ at the
 // family's CTAs per SM); the producer gives most of its share to the consumers. The consumers
-// hold O, the next tile's S and the previous tile's P at once (consume_item); a producer that
-// rotates landed rows (RoPE) gets 72 (216 left to the consumers of 128-row tiles: ptxas then
-// batches the rotations of 8 rows, +4-7% on causal RoPE prefill against 56 beside 224, forty-
-// first session), one that converts NVFP4 rows needs 56, one that copies paged boxes 48 (its lanes' page ids beside the gathers of Q and the last tile: 28-140 bytes spilled
-// at 40), the others 40, which leaves 232 to the consumers of 128-row tiles (224 beside 48). The
-// producer then takes what the consumers' multiple of 8 leaves over: 56 beside 224 (at 48 a
-// change anywhere in the kernel could tip ptxas into spilling the producer's loop state: 24
-// bytes in the D 256 paged custom-mask unit, fortieth session).
+// hold O, the next tile's S and the previous tile's P at once (consume_item). A producer that
+// rotates landed rows (RoPE) gets 72, 216 left to the consumers of 128-row tiles (ptxas then
+// batches the rotations of 8 rows: +4-7% on causal RoPE prefill against 56 beside 224, forty-
+// first session); one that converts NVFP4 rows needs 56; one that copies paged boxes 48 (its
+// lanes' page ids beside the gathers of Q and the last tile: 28-140 bytes spilled at 40); the
+// others 40, which leaves 232 to the consumers of 128-row tiles (224 beside 48). The producer
+// then takes what the consumers' multiple of 8 leaves over: 56 beside 224 (at 48 a change
+// anywhere in the kernel could tip ptxas into spilling the producer's loop state: 24 bytes in
+// the D 256 paged custom-mask unit, fortieth session).
 constexpr int kCtasPerSm = prefill_warpgroup_ctas_per_sm(T::kShape);
 constexpr int kEntryRegisters = 65536 / (kCtasPerSm * T::kLaunchThreads) / 8 * 8;
 constexpr int kProducerNeeds = Variant::kRotary ? 72 : T::kNvfp4 ? 56 : kBulkPaged ? 48 : 40;
@@ -263,7 +264,8 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
 // The query rows of one consumer warpgroup (its MMAs' 64), the rows of the row tables it reads.
 constexpr int kWarpgroupRows = 64;
 static_assert(T::kQueryTile == kWarpgroupRows * (T::kThreads / 128), "64 rows a warpgroup");
-constexpr int kWarpRows = kWarpgroupRows / 4;  // the rows a consumer warp copies: warp w, [16 w, 16 w + 16)
+// The rows of the row tables a consumer warp copies: warp w's are [16 w, 16 w + 16).
+constexpr int kWarpRows = kWarpgroupRows / 4;
 
 // The CTA: barriers, then each role's loop over the queue. The producer takes the entries:
 // it writes entry n's hand-off slot n % 2 (-1 once the queue is empty) while item n - 1 loads,
