@@ -7,7 +7,7 @@ backend), passed through DLPack without copies. An argument flare does not suppo
 NotImplementedError naming it.
 """
 
-from . import _flare, attention, fp4_quantization, jit, sparse, utils, variants
+from . import _flare, attention, fp4_quantization, jit, rope, sparse, utils, variants
 from .attention import BatchAttentionWithAttentionSinkWrapper
 from .cascade import (BatchDecodeWithSharedPrefixPagedKVCacheWrapper,
                       BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
@@ -22,6 +22,9 @@ from .page import (append_paged_kv_cache, check_append_paged_kv_cache,
                    nvfp4_quantize_append_paged_kv_cache_with_slot_mapping)
 from .prefill import (BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper,
                       single_prefill_with_kv_cache)
+from .rope import (apply_llama31_rope, apply_llama31_rope_inplace, apply_llama31_rope_pos_ids,
+                   apply_llama31_rope_pos_ids_inplace, apply_rope, apply_rope_inplace,
+                   apply_rope_pos_ids, apply_rope_pos_ids_inplace)
 from .sparse import BlockSparseAttentionWrapper, VariableBlockSparseAttentionWrapper
 from .variant import AttentionVariant
 
@@ -46,6 +49,14 @@ __all__ = [
     "MultiLevelCascadeAttentionWrapper",
     "VariableBlockSparseAttentionWrapper",
     "append_paged_kv_cache",
+    "apply_llama31_rope",
+    "apply_llama31_rope_inplace",
+    "apply_llama31_rope_pos_ids",
+    "apply_llama31_rope_pos_ids_inplace",
+    "apply_rope",
+    "apply_rope_inplace",
+    "apply_rope_pos_ids",
+    "apply_rope_pos_ids_inplace",
     "attention",
     "check_append_paged_kv_cache",
     "cuda_available",
@@ -59,6 +70,7 @@ __all__ = [
     "merge_states",
     "nvfp4_quantize_append_paged_kv_cache",
     "nvfp4_quantize_append_paged_kv_cache_with_slot_mapping",
+    "rope",
     "single_decode_with_kv_cache",
     "single_prefill_with_kv_cache",
     "sparse",

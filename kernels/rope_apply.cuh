@@ -1,0 +1,184 @@
+// Rotary position encoding of q and k outside attention (flare/api/rope.h apply_rope; FlashInfer's
+// apply_rope family): every (token, head) row of q and k turns its pairs of dims by its token's
+// position times each pair's frequency, rounded once to the row's 16-bit type.
+//
+// One thread a unit of 16 bytes: with interleaved pairs (2 i, 2 i + 1) a piece of 8 rotary dims
+// (4 pairs); with pairs (i, i + rotary_dim / 2) a piece of 8 dims of the low half and its partner
+// piece rotary_dim / 2 on (8 pairs); past rotary_dim, a piece copied unchanged (out of place
+// only). The angle of each pair comes from the host's turns table (hi + lo turns per position,
+// exact to ~1e-7 turns at any position: kernels/rotary.cuh rotary_turn_fraction).
+//
+// Compile-time defines: FLARE_ROPE_DTYPE (kCodeF16 | kCodeBF16), FLARE_ROPE_INTERLEAVE (0 | 1),
+// FLARE_ROPE_POSITIONS (0: indptr and offsets, 32 or 64: pos_ids of that width).
+#pragma once
+
+#include "fixed_width_ints.cuh"
+
+namespace flare {
+
+constexpr int kRopeApplyThreads = 256;
+constexpr int kRopeApplyMaxPairs = 256;  // flare::kRopeMaxPairs on the host
+
+// Turns per position of one pair, hi + lo (the host's double split into two floats).
+struct RopeTurns {
+  float hi, lo;
+};
+
+// A tensor [nnz, H, D] of 16-bit elements, its strides in bytes (D contiguous).
+struct RopeTensor {
+  const char* in;
+  char* out;
+  int64_t in_token_stride, in_head_stride;
+  int64_t out_token_stride, out_head_stride;
+};
+
+struct RopeApplyParams {
+  RopeTensor q, k;
+  int32_t num_units;  // tokens * (q_heads + k_heads) * units_per_row, below 2^31
+  int32_t q_heads, k_heads;
+  int32_t units_per_row;  // rotary units, then copy units (0 copy units in place)
+  int32_t rotary_units;   // rotary_dim / 8 interleaved, rotary_dim / 16 otherwise
+  int32_t half_bytes;     // rotary_dim / 2 * 2 bytes: from a low piece to its partner
+  int32_t batch;          // requests of indptr / offsets (>= 1 with tokens)
+  int32_t reserved;
+  const int32_t* indptr;                // [batch + 1], with offsets (FLARE_ROPE_POSITIONS 0)
+  const int32_t* offsets;               // [batch]
+  const void* pos_ids;                  // [nnz] int32 or int64 (FLARE_ROPE_POSITIONS 32 or 64)
+  RopeTurns turns[kRopeApplyMaxPairs];  // of pair i
+};
+
+}  // namespace flare
+
+#ifdef __CUDACC_RTC__
+
+#ifndef FLARE_ROPE_DTYPE
+#error "FLARE_ROPE_DTYPE (kCodeF16 or kCodeBF16) must be defined"
+#endif
+#ifndef FLARE_ROPE_INTERLEAVE
+#error "FLARE_ROPE_INTERLEAVE (0 or 1) must be defined"
+#endif
+#ifndef FLARE_ROPE_POSITIONS
+#error "FLARE_ROPE_POSITIONS (0, 32 or 64) must be defined"
+#endif
+
+#include "decode_utils.cuh"
+
+namespace flare::rope_apply_kernel {
+
+constexpr int kCode = FLARE_ROPE_DTYPE;
+constexpr bool kInterleave = FLARE_ROPE_INTERLEAVE != 0;
+constexpr int kPositions = FLARE_ROPE_POSITIONS;
+static_assert(kCode == kCodeF16 || kCode == kCodeBF16, "16-bit rows");
+static_assert(kPositions == 0 || kPositions == 32 || kPositions == 64, "position form");
+
+constexpr float kTwoPi = 6.283185307179586f;
+
+// The token's position: pos_ids[token], or offsets[b] + token - indptr[b] for the request b
+// whose range holds it (binary search; indptr is read as given, b clamped into the batch).
+__device__ __forceinline__ int position(const RopeApplyParams& p, int token) {
+  if constexpr (kPositions == 32) {
+    return static_cast<const int32_t*>(p.pos_ids)[token];
+  } else if constexpr (kPositions == 64) {
+    return static_cast<int>(static_cast<const long long*>(p.pos_ids)[token]);
+  } else {
+    int lo = 0, hi = p.batch - 1;  // the last request whose indptr entry is <= token
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (__ldg(p.indptr + mid) <= token) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return __ldg(p.offsets + lo) + token - __ldg(p.indptr + lo);
+  }
+}
+
+// cos and sin of pair `pair` at `pos`: the angle reduced to [-1/2, 1/2] turns first.
+__device__ __forceinline__ void cos_sin(const RopeApplyParams& p, int pair, int pos, float& c,
+                                        float& s) {
+  const RopeTurns turns = p.turns[pair];
+  const float position = static_cast<float>(pos);
+  const float whole = __fmul_rn(position, turns.hi);
+  const float error = fmaf(position, turns.hi, -whole);
+  const float fraction = (whole - rintf(whole)) + fmaf(position, turns.lo, error);
+  __sincosf(fraction * kTwoPi, &s, &c);
+}
+
+__device__ __forceinline__ void rotate(float& a, float& b, float c, float s) {
+  const float x = a * c - b * s;
+  b = b * c + a * s;
+  a = x;
+}
+
+__device__ __forceinline__ void unpack(const Vec16& v, float (&x)[8]) {
+  pair16_to_float2<kCode>(v.x, x[0], x[1]);
+  pair16_to_float2<kCode>(v.y, x[2], x[3]);
+  pair16_to_float2<kCode>(v.z, x[4], x[5]);
+  pair16_to_float2<kCode>(v.w, x[6], x[7]);
+}
+
+__device__ __forceinline__ Vec16 pack(const float (&x)[8]) {
+  return Vec16{float2_to_16bit2<kCode>(x[0], x[1]), float2_to_16bit2<kCode>(x[2], x[3]),
+               float2_to_16bit2<kCode>(x[4], x[5]), float2_to_16bit2<kCode>(x[6], x[7])};
+}
+
+// Unit `unit` of the row at `in` / `out` (token position pos).
+__device__ __forceinline__ void apply_unit(const RopeApplyParams& p, const char* in, char* out,
+                                           int unit, int pos) {
+  if (unit >= p.rotary_units) {  // a piece past rotary_dim: copied
+    const int64_t offset =
+        16 * static_cast<int64_t>(unit - p.rotary_units) +
+        (kInterleave ? 16 * static_cast<int64_t>(p.rotary_units) : 2 * int64_t{p.half_bytes});
+    *reinterpret_cast<Vec16*>(out + offset) = *reinterpret_cast<const Vec16*>(in + offset);
+    return;
+  }
+  const int64_t offset = 16 * static_cast<int64_t>(unit);
+  if constexpr (kInterleave) {
+    float x[8];
+    unpack(*reinterpret_cast<const Vec16*>(in + offset), x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float c, s;
+      cos_sin(p, 4 * unit + i, pos, c, s);
+      rotate(x[2 * i], x[2 * i + 1], c, s);
+    }
+    *reinterpret_cast<Vec16*>(out + offset) = pack(x);
+  } else {
+    float lo[8], hi[8];
+    unpack(*reinterpret_cast<const Vec16*>(in + offset), lo);
+    unpack(*reinterpret_cast<const Vec16*>(in + offset + p.half_bytes), hi);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float c, s;
+      cos_sin(p, 8 * unit + i, pos, c, s);
+      rotate(lo[i], hi[i], c, s);
+    }
+    *reinterpret_cast<Vec16*>(out + offset) = pack(lo);
+    *reinterpret_cast<Vec16*>(out + offset + p.half_bytes) = pack(hi);
+  }
+}
+
+}  // namespace flare::rope_apply_kernel
+
+// Units in (token, head, unit) order, q's heads before k's, over a grid-stride loop.
+extern "C" __global__ void __launch_bounds__(flare::kRopeApplyThreads)
+    flare_rope_apply(const __grid_constant__ flare::RopeApplyParams p) {
+  using namespace flare;
+  const int heads = p.q_heads + p.k_heads;
+  for (int index = blockIdx.x * blockDim.x + threadIdx.x; index < p.num_units;
+       index += gridDim.x * blockDim.x) {
+    const int unit = index % p.units_per_row;
+    const int row = index / p.units_per_row;
+    const int token = row / heads;
+    const int head = row % heads;
+    const bool is_q = head < p.q_heads;
+    const RopeTensor& t = is_q ? p.q : p.k;
+    const int h = is_q ? head : head - p.q_heads;
+    const char* in = t.in + token * t.in_token_stride + h * t.in_head_stride;
+    char* out = t.out + token * t.out_token_stride + h * t.out_head_stride;
+    rope_apply_kernel::apply_unit(p, in, out, unit, rope_apply_kernel::position(p, token));
+  }
+}
+
+#endif  // __CUDACC_RTC__
