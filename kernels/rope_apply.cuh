@@ -8,8 +8,12 @@
 // only). The angle of each pair comes from the host's turns table (hi + lo turns per position,
 // exact to ~1e-7 turns at any position: kernels/rotary.cuh rotary_turn_fraction).
 //
+// With FLARE_ROPE_COS_SIN_CACHE the (cos, sin) of a pair come from the caller's float32 table
+// instead (row pos clamped into the table).
+//
 // Compile-time defines: FLARE_ROPE_DTYPE (kCodeF16 | kCodeBF16), FLARE_ROPE_INTERLEAVE (0 | 1),
-// FLARE_ROPE_POSITIONS (0: indptr and offsets, 32 or 64: pos_ids of that width).
+// FLARE_ROPE_POSITIONS (0: indptr and offsets, 32 or 64: pos_ids of that width),
+// FLARE_ROPE_COS_SIN_CACHE (0 | 1, with pos_ids).
 #pragma once
 
 #include "fixed_width_ints.cuh"
@@ -44,7 +48,11 @@ struct RopeApplyParams {
   const int32_t* indptr;                // [batch + 1], with offsets (FLARE_ROPE_POSITIONS 0)
   const int32_t* offsets;               // [batch]
   const void* pos_ids;                  // [nnz] int32 or int64 (FLARE_ROPE_POSITIONS 32 or 64)
-  RopeTurns turns[kRopeApplyMaxPairs];  // of pair i
+  const float* cos_sin;                 // [cos_sin_rows, 2 * pairs] (FLARE_ROPE_COS_SIN_CACHE)
+  int64_t cos_sin_row_stride;           // in floats
+  int32_t cos_sin_rows;
+  int32_t pairs;                        // rotary_dim / 2: a row's sin columns start there
+  RopeTurns turns[kRopeApplyMaxPairs];  // of pair i (not with a cos_sin table)
 };
 
 }  // namespace flare
@@ -60,6 +68,9 @@ struct RopeApplyParams {
 #ifndef FLARE_ROPE_POSITIONS
 #error "FLARE_ROPE_POSITIONS (0, 32 or 64) must be defined"
 #endif
+#ifndef FLARE_ROPE_COS_SIN_CACHE
+#error "FLARE_ROPE_COS_SIN_CACHE (0 or 1) must be defined"
+#endif
 
 #include "decode_utils.cuh"
 
@@ -70,6 +81,8 @@ constexpr bool kInterleave = FLARE_ROPE_INTERLEAVE != 0;
 constexpr int kPositions = FLARE_ROPE_POSITIONS;
 static_assert(kCode == kCodeF16 || kCode == kCodeBF16, "16-bit rows");
 static_assert(kPositions == 0 || kPositions == 32 || kPositions == 64, "position form");
+constexpr bool kCosSinCache = FLARE_ROPE_COS_SIN_CACHE != 0;
+static_assert(!kCosSinCache || kPositions != 0, "a cos_sin table with pos_ids");
 
 constexpr float kTwoPi = 6.283185307179586f;
 
@@ -94,9 +107,17 @@ __device__ __forceinline__ int position(const RopeApplyParams& p, int token) {
   }
 }
 
-// cos and sin of pair `pair` at `pos`: the angle reduced to [-1/2, 1/2] turns first.
+// cos and sin of pair `pair` at `pos`: from the caller's table (its row clamped into it), or
+// computed with the angle reduced to [-1/2, 1/2] turns first.
 __device__ __forceinline__ void cos_sin(const RopeApplyParams& p, int pair, int pos, float& c,
                                         float& s) {
+  if constexpr (kCosSinCache) {
+    const int row = min(max(pos, 0), p.cos_sin_rows - 1);
+    const float* values = p.cos_sin + row * p.cos_sin_row_stride;
+    c = __ldg(values + pair);
+    s = __ldg(values + p.pairs + pair);
+    return;
+  }
   const RopeTurns turns = p.turns[pair];
   const float position = static_cast<float>(pos);
   const float whole = __fmul_rn(position, turns.hi);

@@ -155,7 +155,7 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
   # `empty` mbarrier orders (docs/megakernel_design.md, "Verification"): racecheck credits an
   # mbarrier arrival only with the arriving thread's own accesses, not with those its warp's
   # __syncwarp or a bar.sync ordered before it (experiments/racecheck_mbarrier_probe.cu).
-  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:PrefillHopper.RaggedF16Gqa8OddLengths:MergeGpu.PairOddShapes:MergeStatesRaggedGpuIndptr.*:CascadeGpuStructure.*:AppendPagedKVGpu.*:*IndexSafety*:LlamaDecoderGpu.*:SpmmGpu.ColumnsOutside*:SddmmGpu.ColumnsOutside*:HybGpu.Corrupted*:BsrGpu.BlockColumnsOutside*:RopeGpuSafety.*' \
+  sanitize 'BatchDecodeErrors.SanitizerSmallCase:PrefillGpu.EmptyRequestsAndQueriesBeyondTheCache:PrefillGpu.CustomMaskTreeAttention:PrefillHopper.RaggedF16Gqa8OddLengths:MergeGpu.PairOddShapes:MergeStatesRaggedGpuIndptr.*:CascadeGpuStructure.*:AppendPagedKVGpu.*:*IndexSafety*:LlamaDecoderGpu.*:SpmmGpu.ColumnsOutside*:SddmmGpu.ColumnsOutside*:HybGpu.Corrupted*:BsrGpu.BlockColumnsOutside*:RopeGpuSafety.*:RopeGpuCosSinCache.*' \
     'LlamaDecoderGpu.FourBit*:LlamaDecoderGpu.Generate*'
 fi
 

@@ -24,7 +24,8 @@ from .prefill import (BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRagge
                       single_prefill_with_kv_cache)
 from .rope import (apply_llama31_rope, apply_llama31_rope_inplace, apply_llama31_rope_pos_ids,
                    apply_llama31_rope_pos_ids_inplace, apply_rope, apply_rope_inplace,
-                   apply_rope_pos_ids, apply_rope_pos_ids_inplace)
+                   apply_rope_pos_ids, apply_rope_pos_ids_inplace, apply_rope_with_cos_sin_cache,
+                   apply_rope_with_cos_sin_cache_inplace)
 from .sparse import BlockSparseAttentionWrapper, VariableBlockSparseAttentionWrapper
 from .variant import AttentionVariant
 
@@ -57,6 +58,8 @@ __all__ = [
     "apply_rope_inplace",
     "apply_rope_pos_ids",
     "apply_rope_pos_ids_inplace",
+    "apply_rope_with_cos_sin_cache",
+    "apply_rope_with_cos_sin_cache_inplace",
     "attention",
     "check_append_paged_kv_cache",
     "cuda_available",

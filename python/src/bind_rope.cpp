@@ -18,7 +18,8 @@ void bind_rope(nb::module_& m) {
       "apply_rope",
       [](nb::handle q, nb::handle k, nb::handle q_out, nb::handle k_out, nb::handle indptr,
          nb::handle offsets, nb::handle pos_ids, int rotary_dim, bool interleave, float rope_theta,
-         float rope_scale, std::optional<std::tuple<float, float, float>> llama31) {
+         float rope_scale, std::optional<std::tuple<float, float, float>> llama31,
+         nb::handle cos_sin_cache) {
         const TensorView q_view = object_view(q, "q");
         RopeOptions options;
         options.rotary_dim = rotary_dim;
@@ -29,6 +30,7 @@ void bind_rope(nb::module_& m) {
           options.llama31 = AttentionParams::Llama31Scaling{
               std::get<0>(*llama31), std::get<1>(*llama31), std::get<2>(*llama31)};
         }
+        options.cos_sin_cache = optional_object_view(cos_sin_cache, "cos_sin_cache");
         const RopePositions positions{optional_object_view(indptr, "indptr"),
                                       optional_object_view(offsets, "offsets"),
                                       optional_object_view(pos_ids, "pos_ids")};
@@ -42,9 +44,10 @@ void bind_rope(nb::module_& m) {
       nb::arg("q"), nb::arg("k"), nb::arg("q_out"), nb::arg("k_out"), nb::arg("indptr").none(),
       nb::arg("offsets").none(), nb::arg("pos_ids").none(), nb::arg("rotary_dim"),
       nb::arg("interleave"), nb::arg("rope_theta"), nb::arg("rope_scale"),
-      nb::arg("llama31").none(),
+      nb::arg("llama31").none(), nb::arg("cos_sin_cache").none(),
       "(q_out, k_out) <- (q, k) rotated at the tokens' positions (indptr and offsets, or "
-      "pos_ids); llama31: (low_freq_factor, high_freq_factor, old_context_len) or None.");
+      "pos_ids); llama31: (low_freq_factor, high_freq_factor, old_context_len) or None; "
+      "cos_sin_cache: float32 [max_position, rotary_dim] (cos, then sin) or None.");
 }
 
 }  // namespace flare::python

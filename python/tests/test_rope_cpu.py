@@ -118,3 +118,28 @@ def test_errors_name_the_argument():
         flare.apply_rope(q, k[:5], INDPTR, OFFSETS)
     with pytest.raises(ValueError, match="float64"):
         flare.apply_rope(q.astype(np.float64), k.astype(np.float64), INDPTR, OFFSETS)
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_cos_sin_cache_forms_take_the_angles_from_the_table(is_neox):
+    rotary_dim, head_size, rows = 16, 32, 64
+    freq = frequencies(rotary_dim, 1.0, 1e4)
+    angle = np.arange(rows)[:, None] * freq[None, :]
+    table = np.concatenate([np.cos(angle), np.sin(angle)], axis=1).astype(np.float32)
+    q, k = inputs(head_dim=head_size)
+    positions = np.array([5, 0, 63, 7, 8, 9, 1, 2, 3], dtype=np.int64)
+    query, key = q.reshape(9, -1), k.reshape(9, -1)
+    q_out, k_out = flare.apply_rope_with_cos_sin_cache(positions, query, key, head_size, table,
+                                                       is_neox=is_neox)
+    assert q_out.shape == query.shape and k_out.shape == key.shape
+    want = rotate(q, positions, rotary_dim, not is_neox, freq).reshape(9, -1)
+    np.testing.assert_allclose(q_out, want, atol=2e-6)
+    query2, key2 = query.copy(), key.copy()
+    assert flare.apply_rope_with_cos_sin_cache_inplace(positions, query2, key2, head_size, table,
+                                                       is_neox=is_neox) is None
+    np.testing.assert_array_equal(query2, q_out)
+    np.testing.assert_array_equal(key2, k_out)
+    with pytest.raises(ValueError, match="outside cos_sin_cache's 64 rows"):
+        flare.apply_rope_with_cos_sin_cache(positions + 60, query, key, head_size, table)
+    with pytest.raises(ValueError, match="num_heads \\* head_size"):
+        flare.apply_rope_with_cos_sin_cache(positions, query, key, 48, table)

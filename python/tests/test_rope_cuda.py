@@ -101,3 +101,22 @@ def test_inplace_form_replays_in_a_cuda_graph():
     torch.cuda.synchronize()
     assert torch.equal(q, q_want) and torch.equal(k, k_want)
     assert math.isfinite(q.float().abs().max().item())
+
+
+@pytest.mark.parametrize("is_neox", [True, False])
+def test_cos_sin_cache_forms_match_the_cpu(is_neox):
+    dtype = torch.bfloat16
+    qkv, q, k = fused_qkv(23, 4, 2, 128, dtype, 4)
+    query = qkv[:, :4 * 128]
+    key = qkv[:, 4 * 128:6 * 128]
+    g = torch.Generator(device=DEVICE).manual_seed(5)
+    table = torch.rand(500, 64, device=DEVICE, generator=g)
+    positions = torch.randint(0, 500, (23,), device=DEVICE, generator=g)
+    q_out, k_out = flare.apply_rope_with_cos_sin_cache(positions, query, key, 128, table,
+                                                       is_neox=is_neox)
+    q_cpu, k_cpu = flare.apply_rope_with_cos_sin_cache(positions.cpu(), query.cpu(), key.cpu(),
+                                                       128, table.cpu(), is_neox=is_neox)
+    assert (q_out.cpu().float() - q_cpu.float()).abs().max().item() <= 0.05
+    assert (k_out.cpu().float() - k_cpu.float()).abs().max().item() <= 0.05
+    flare.apply_rope_with_cos_sin_cache_inplace(positions, query, key, 128, table, is_neox=is_neox)
+    assert torch.equal(query, q_out) and torch.equal(key, k_out)

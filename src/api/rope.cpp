@@ -70,9 +70,25 @@ Problem check_problem(const TensorView& q, const TensorView& k, const TensorView
   pr.k_heads = k.shape[1];
   pr.head_dim = q.shape[2];
   pr.rotary_dim = options.rotary_dim == 0 ? pr.head_dim : options.rotary_dim;
+  if (options.cos_sin_cache) {
+    const TensorView& table = *options.cos_sin_cache;
+    FLARE_CHECK(table.ndim == 2 && table.dtype == DType::kF32 && table.shape[0] >= 1, kInvalid,
+                kWhat, "cos_sin_cache must be float32 [max_position >= 1, rotary_dim], got ",
+                dtype_name(table.dtype), " ", table.shape_str());
+    FLARE_CHECK(table.device == q.device, kInvalid, kWhat, "cos_sin_cache must be on ",
+                q.device.str(), " (the device of q), got ", table.device.str());
+    FLARE_CHECK(table.shape[1] <= 1 || table.strides[1] == 1, kInvalid, kWhat,
+                "cos_sin_cache must be contiguous in its last dimension, got stride ",
+                table.strides[1]);
+    FLARE_CHECK(options.rotary_dim == 0 || options.rotary_dim == table.shape[1], kInvalid, kWhat,
+                "rotary_dim ", options.rotary_dim, " differs from cos_sin_cache's width ",
+                table.shape[1]);
+    pr.rotary_dim = table.shape[1];
+  }
   FLARE_CHECK(pr.rotary_dim > 0 && pr.rotary_dim % 2 == 0 && pr.rotary_dim <= pr.head_dim, kInvalid,
               kWhat, "rotary_dim must be even and in [2, head_dim = ", pr.head_dim, "], got ",
-              options.rotary_dim);
+              pr.rotary_dim);
+  if (options.cos_sin_cache) return pr;  // the table holds the angles: no theta, scale, llama31
   pr.params.pos_encoding = PosEncoding::kRopeLlama;
   pr.params.rope_theta = options.rope_theta;
   pr.params.rope_scale = options.rope_scale;
@@ -159,8 +175,25 @@ void apply_rope_cpu(const TensorView& q, const TensorView& k, const TensorView& 
   const std::vector<int64_t> pos = cpu_positions(positions, pr.tokens);
   const int64_t pairs = pr.rotary_dim / 2;
   std::vector<double> frequency(static_cast<size_t>(pairs));
-  for (int64_t i = 0; i < pairs; ++i) {
+  for (int64_t i = 0; !options.cos_sin_cache && i < pairs; ++i) {
     frequency[static_cast<size_t>(i)] = rope_frequency(pr.params, i, pr.rotary_dim);
+  }
+  const auto cos_sin = [&](int64_t t, int64_t i, double& c, double& s) {
+    const int64_t at = pos[static_cast<size_t>(t)];
+    if (!options.cos_sin_cache) {
+      const double angle = static_cast<double>(at) * frequency[static_cast<size_t>(i)];
+      c = std::cos(angle), s = std::sin(angle);
+      return;
+    }
+    const TensorView& table = *options.cos_sin_cache;
+    const float* row = table.ptr<const float>() + at * table.strides[0];
+    c = row[i], s = row[pairs + i];
+  };
+  for (int64_t t = 0; options.cos_sin_cache && t < pr.tokens; ++t) {  // before any write
+    const int64_t rows = options.cos_sin_cache->shape[0];
+    FLARE_CHECK(pos[static_cast<size_t>(t)] < rows, kInvalid, kWhat, "position ",
+                pos[static_cast<size_t>(t)], " of token ", t, " is outside cos_sin_cache's ", rows,
+                " rows");
   }
   std::vector<double> row(static_cast<size_t>(pr.head_dim));
   std::vector<float> rounded(static_cast<size_t>(pr.head_dim));
@@ -173,9 +206,8 @@ void apply_rope_cpu(const TensorView& q, const TensorView& k, const TensorView& 
         for (int64_t i = 0; i < pairs; ++i) {
           const int64_t a = options.interleave ? 2 * i : i;
           const int64_t b = options.interleave ? 2 * i + 1 : i + pairs;
-          const double angle =
-              static_cast<double>(pos[static_cast<size_t>(t)]) * frequency[static_cast<size_t>(i)];
-          const double c = std::cos(angle), s = std::sin(angle);
+          double c = 0, s = 0;
+          cos_sin(t, i, c, s);
           const double x = row[static_cast<size_t>(a)], y = row[static_cast<size_t>(b)];
           row[static_cast<size_t>(a)] = x * c - y * s;
           row[static_cast<size_t>(b)] = y * c + x * s;
@@ -236,8 +268,9 @@ void apply_rope_gpu(const TensorView& q, const TensorView& k, const TensorView& 
               "on the GPU head_dim must be a multiple of 8 and rotary_dim of ", piece,
               options.interleave ? " (interleaved pairs)" : " (pairs rotary_dim / 2 apart)",
               ", got head_dim ", pr.head_dim, " and rotary_dim ", pr.rotary_dim);
-  FLARE_CHECK(pr.rotary_dim / 2 <= kRopeMaxPairs, ErrorCode::kUnsupported, kWhat,
-              "on the GPU rotary_dim must be at most ", 2 * kRopeMaxPairs, ", got ", pr.rotary_dim);
+  FLARE_CHECK(options.cos_sin_cache || pr.rotary_dim / 2 <= kRopeMaxPairs, ErrorCode::kUnsupported,
+              kWhat, "on the GPU rotary_dim must be at most ", 2 * kRopeMaxPairs,
+              " (or the angles given by cos_sin_cache), got ", pr.rotary_dim);
   bool in_place = true;
   RopeApplyParams p{};
   p.q = rope_tensor(q, q_out, "q", "q_out", in_place);
@@ -254,7 +287,16 @@ void apply_rope_gpu(const TensorView& q, const TensorView& k, const TensorView& 
   p.q_heads = static_cast<int32_t>(pr.q_heads);
   p.k_heads = static_cast<int32_t>(pr.k_heads);
   p.half_bytes = static_cast<int32_t>(pr.rotary_dim);  // rotary_dim / 2 elements of 2 bytes
-  for (int64_t i = 0; i < pr.rotary_dim / 2; ++i) {
+  p.pairs = static_cast<int32_t>(pr.rotary_dim / 2);
+  if (options.cos_sin_cache) {
+    const TensorView& table = *options.cos_sin_cache;
+    FLARE_CHECK(table.shape[0] <= INT32_MAX, ErrorCode::kUnsupported, kWhat,
+                "cos_sin_cache on the GPU needs fewer than 2^31 rows, got ", table.shape[0]);
+    p.cos_sin = table.ptr<const float>();
+    p.cos_sin_row_stride = table.shape[0] > 1 ? table.strides[0] : 0;
+    p.cos_sin_rows = static_cast<int32_t>(table.shape[0]);
+  }
+  for (int64_t i = 0; !options.cos_sin_cache && i < pr.rotary_dim / 2; ++i) {
     const double exact = rope_frequency(pr.params, i, pr.rotary_dim) / (2.0 * std::numbers::pi);
     const auto hi = static_cast<float>(exact);
     p.turns[i] = {hi, static_cast<float>(exact - static_cast<double>(hi))};
@@ -280,7 +322,8 @@ void apply_rope_gpu(const TensorView& q, const TensorView& k, const TensorView& 
   }
   const cuda::DeviceScope scope(q.device.index);
   const jit::KernelSpec spec =
-      rope_kernel_spec(q.dtype, options.interleave, by_ids ? (pos_ids_i64 ? 64 : 32) : 0);
+      rope_kernel_spec(q.dtype, options.interleave, by_ids ? (pos_ids_i64 ? 64 : 32) : 0,
+                       options.cos_sin_cache.has_value());
   const cuda::Function function = jit::get_kernel(spec, "flare_rope_apply", q.device.index);
   const auto blocks = static_cast<unsigned>(
       std::min(kMaxBlocks, (units + kRopeApplyThreads - 1) / kRopeApplyThreads));
@@ -295,6 +338,8 @@ void apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_ou
                 cuda::Stream stream) {
   const Problem pr = check_problem(q, k, q_out, k_out, options);
   const bool by_ids = check_positions(positions, pr, q.device);
+  FLARE_CHECK(by_ids || !options.cos_sin_cache, kInvalid, kWhat,
+              "cos_sin_cache takes the positions as pos_ids");
   if (!q.device.is_cuda()) {
     apply_rope_cpu(q, k, q_out, k_out, positions, options, pr);
     return;
@@ -302,20 +347,24 @@ void apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_ou
   apply_rope_gpu(q, k, q_out, k_out, positions, options, pr, by_ids, stream);
 }
 
-jit::KernelSpec rope_kernel_spec(DType dtype, bool interleave, int positions) {
+jit::KernelSpec rope_kernel_spec(DType dtype, bool interleave, int positions, bool cos_sin_cache) {
   FLARE_CHECK(dtype == DType::kF16 || dtype == DType::kBF16, kInvalid,
               "rope kernels take float16 or bfloat16 rows, got ", dtype_name(dtype));
   FLARE_CHECK(positions == 0 || positions == 32 || positions == 64, kInvalid,
               "rope kernel positions must be 0 (indptr and offsets), 32 or 64 (pos_ids), got ",
               positions);
+  FLARE_CHECK(!cos_sin_cache || positions != 0, kInvalid,
+              "rope kernels take a cos_sin_cache with pos_ids only");
   jit::KernelSpec spec;
   spec.family_header = "rope_apply.cuh";
   spec.entry = "flare_rope_apply";
   spec.defines = {{"FLARE_ROPE_DTYPE", std::to_string(static_cast<int>(dtype))},
                   {"FLARE_ROPE_INTERLEAVE", interleave ? "1" : "0"},
-                  {"FLARE_ROPE_POSITIONS", std::to_string(positions)}};
+                  {"FLARE_ROPE_POSITIONS", std::to_string(positions)},
+                  {"FLARE_ROPE_COS_SIN_CACHE", cos_sin_cache ? "1" : "0"}};
   spec.label = "rope " + std::string(dtype_name(dtype)) + (interleave ? " interleaved" : "") +
-               (positions == 0 ? " indptr" : " pos_ids" + std::to_string(positions));
+               (positions == 0 ? " indptr" : " pos_ids" + std::to_string(positions)) +
+               (cos_sin_cache ? " cos_sin_cache" : "");
   return spec;
 }
 
@@ -325,6 +374,7 @@ std::vector<jit::KernelSpec> shipped_rope_kernel_specs() {
     for (const bool interleave : {false, true}) {
       for (const int positions : {0, 32, 64}) {
         specs.push_back(rope_kernel_spec(dtype, interleave, positions));
+        if (positions != 0) specs.push_back(rope_kernel_spec(dtype, interleave, positions, true));
       }
     }
   }

@@ -127,6 +127,71 @@ TEST(ApplyRopeCpu, IndptrAndOffsetsEqualPerTokenPositionsAndInPlaceEqualsOutOfPl
   EXPECT_EQ(std::memcmp(k.data<std::byte>(), k1.data<std::byte>(), 5 * 2 * 32 * 2), 0);
 }
 
+// vLLM's table: row p holds cos of pair i at column i and sin at rotary_dim / 2 + i. Filled
+// with the angles theta 1e4 gives, the table path equals the computed one to float rounding.
+TEST(ApplyRopeCpu, CosSinCacheRowsGiveTheAngles) {
+  constexpr int64_t kRows = 40, kRotary = 16;
+  HostTensor table(DType::kF32, {kRows, kRotary});
+  AttentionParams params;
+  params.pos_encoding = PosEncoding::kRopeLlama;
+  for (int64_t p = 0; p < kRows; ++p) {
+    for (int64_t i = 0; i < kRotary / 2; ++i) {
+      const double angle = static_cast<double>(p) * rope_frequency(params, i, kRotary);
+      table.data<float>()[p * kRotary + i] = static_cast<float>(std::cos(angle));
+      table.data<float>()[p * kRotary + kRotary / 2 + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  for (const bool interleave : {false, true}) {
+    HostTensor q = testing::random_tensor(DType::kF32, {3, 2, 32}, 13);
+    HostTensor k = testing::random_tensor(DType::kF32, {3, 1, 32}, 14);
+    HostTensor q1(DType::kF32, {3, 2, 32}), k1(DType::kF32, {3, 1, 32});
+    HostTensor q2(DType::kF32, {3, 2, 32}), k2(DType::kF32, {3, 1, 32});
+    const Ints ids({39, 0, 17});
+    RopeOptions computed;
+    computed.rotary_dim = kRotary;
+    computed.interleave = interleave;
+    apply_rope(q.view(), k.view(), q1.view(), k1.view(), by_ids(ids), computed, nullptr);
+    RopeOptions cached;
+    cached.interleave = interleave;
+    cached.cos_sin_cache = table.view();
+    apply_rope(q.view(), k.view(), q2.view(), k2.view(), by_ids(ids), cached, nullptr);
+    for (int64_t i = 0; i < 3 * 2 * 32; ++i) {
+      EXPECT_NEAR(element_at(q2.view(), i), element_at(q1.view(), i), 1e-6) << i;
+    }
+    for (int64_t i = 0; i < 3 * 32; ++i) {
+      EXPECT_NEAR(element_at(k2.view(), i), element_at(k1.view(), i), 1e-6) << i;
+    }
+  }
+  // Errors: a position past the table (nothing written), positions by indptr, a width that
+  // disagrees with rotary_dim, a table of another dtype.
+  HostTensor q = testing::random_tensor(DType::kF32, {2, 1, 32}, 15);
+  HostTensor k = testing::random_tensor(DType::kF32, {2, 1, 32}, 16);
+  HostTensor q_out(DType::kF32, {2, 1, 32}), k_out(DType::kF32, {2, 1, 32});
+  q_out.fill(7.0f);
+  RopeOptions cached;
+  cached.cos_sin_cache = table.view();
+  const Ints past({3, 40}), indptr({0, 2}), offsets({0});
+  constexpr auto kBad = ErrorCode::kInvalidArgument;
+  EXPECT_FLARE_ERROR(
+      apply_rope(q.view(), k.view(), q_out.view(), k_out.view(), by_ids(past), cached, nullptr),
+      kBad, "position 40 of token 1 is outside cos_sin_cache's 40 rows");
+  EXPECT_EQ(element_at(q_out.view(), 0), 7.0f);
+  EXPECT_FLARE_ERROR(apply_rope(q.view(), k.view(), q_out.view(), k_out.view(),
+                                {indptr.view(), offsets.view(), std::nullopt}, cached, nullptr),
+                     kBad, "cos_sin_cache takes the positions as pos_ids");
+  RopeOptions wide = cached;
+  wide.rotary_dim = 32;
+  EXPECT_FLARE_ERROR(
+      apply_rope(q.view(), k.view(), q_out.view(), k_out.view(), by_ids(past), wide, nullptr), kBad,
+      "rotary_dim 32 differs from cos_sin_cache's width 16");
+  HostTensor half_table(DType::kF16, {kRows, kRotary});
+  RopeOptions f16 = cached;
+  f16.cos_sin_cache = half_table.view();
+  EXPECT_FLARE_ERROR(
+      apply_rope(q.view(), k.view(), q_out.view(), k_out.view(), by_ids(past), f16, nullptr), kBad,
+      "cos_sin_cache must be float32 [max_position >= 1, rotary_dim]");
+}
+
 TEST(ApplyRopeCpu, ArgumentErrorsNameTheArgumentAndWriteNothing) {
   HostTensor q = testing::random_tensor(DType::kF16, {3, 2, 16}, 9);
   HostTensor k = testing::random_tensor(DType::kF16, {3, 1, 16}, 10);
@@ -192,11 +257,14 @@ TEST(RopeKernelSpec, ShippedSpecsCoverEveryDtypePairLayoutAndPositionForm) {
     EXPECT_EQ(spec.entry, "flare_rope_apply");
     units.insert(spec.translation_unit());
   }
-  EXPECT_EQ(units.size(), 12u);  // {f16, bf16} x {halves, interleaved} x {indptr, int32, int64}
+  // {f16, bf16} x {halves, interleaved} x {indptr, int32, int64, int32 + table, int64 + table}
+  EXPECT_EQ(units.size(), 20u);
   EXPECT_FLARE_ERROR(rope_kernel_spec(DType::kF32, false, 0), ErrorCode::kInvalidArgument,
                      "rope kernels take float16 or bfloat16 rows, got float32");
   EXPECT_FLARE_ERROR(rope_kernel_spec(DType::kF16, false, 16), ErrorCode::kInvalidArgument,
                      "got 16");
+  EXPECT_FLARE_ERROR(rope_kernel_spec(DType::kF16, false, 0, true), ErrorCode::kInvalidArgument,
+                     "a cos_sin_cache with pos_ids only");
 }
 
 class ShippedRopeKernels : public jit::testing::JitTest,

@@ -2,9 +2,9 @@
 // tensors): f16 / bf16, both pair layouts, indptr and offsets or pos_ids of int32 and int64,
 // rotary_dim of the whole head or part of it, head dims 64 / 128 / 256, GQA, positions up to
 // 10^6, empty requests, padded views inside NaN-filled storage (the padding must stay NaN), in
-// place against out of place bit for bit, index arrays of any values (nothing read or written
-// outside the tensors: gpu_check.sh runs it under memcheck), and the GPU-only limits refused
-// before launch. Skips without a CUDA device.
+// place against out of place bit for bit, vLLM's cos_sin_cache table (rows clamped), index
+// arrays of any values (nothing read or written outside the tensors: gpu_check.sh runs both under
+// memcheck), and the GPU-only limits refused before launch. Skips without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -160,6 +160,58 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(int64_t{64}, int64_t{128}, int64_t{256}),
                        ::testing::Bool()),
     param_name);
+
+// vLLM's table of (cos, sin) rows, both pair layouts, int32 and int64 ids: the GPU against the
+// CPU; then positions past the table read its last row (nothing outside it).
+TEST(RopeGpuCosSinCache, MatchesTheCpuAndClampsPositionsIntoTheTable) {
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = 300, kRotary = 64, kNnz = 29;
+  HostTensor table = testing::random_tensor(DType::kF32, {kRows, kRotary}, 21);
+  const DeviceCopy d_table(table);
+  HostTensor ids(DType::kI64, {kNnz});
+  testing::Rng rng(22);
+  for (int64_t t = 0; t < kNnz; ++t) ids.data<int64_t>()[t] = rng.uniform_int(0, kRows - 1);
+  const DeviceCopy d_ids(ids);
+  for (const bool interleave : {false, true}) {
+    for (const DType dtype : {DType::kF16, DType::kBF16}) {
+      Rows q(dtype, kNnz, 6, 128, 23, true), k(dtype, kNnz, 2, 128, 24, true);
+      Rows q_out(dtype, kNnz, 6, 128, 0, false), k_out(dtype, kNnz, 2, 128, 0, false);
+      Rows q_ref(dtype, kNnz, 6, 128, 0, false), k_ref(dtype, kNnz, 2, 128, 0, false);
+      RopeOptions options;
+      options.interleave = interleave;
+      options.cos_sin_cache = table.view();
+      apply_rope(q.host, k.host, q_ref.host, k_ref.host, {std::nullopt, std::nullopt, ids.view()},
+                 options, nullptr);
+      options.cos_sin_cache = d_table.view(table.view());
+      apply_rope(q.view(), k.view(), q_out.view(), k_out.view(),
+                 {std::nullopt, std::nullopt, d_ids.view(ids.view())}, options, nullptr);
+      cuda::device_synchronize();
+      q_out.download();
+      k_out.download();
+      const std::string what = std::string(dtype_name(dtype)) + (interleave ? " interleaved" : "");
+      expect_close(q_out, q_ref, "q " + what);
+      expect_close(k_out, k_ref, "k " + what);
+    }
+  }
+  // Positions -5 and 10^9 read rows 0 and kRows - 1: as positions 0 and kRows - 1 on the CPU.
+  HostTensor wild(DType::kI32, {2}), tame(DType::kI32, {2});
+  wild.data<int32_t>()[0] = -5, wild.data<int32_t>()[1] = 1000000000;
+  tame.data<int32_t>()[0] = 0, tame.data<int32_t>()[1] = kRows - 1;
+  const DeviceCopy d_wild(wild);
+  Rows q(DType::kBF16, 2, 1, 64, 25, true), k(DType::kBF16, 2, 1, 64, 26, true);
+  Rows q_out(DType::kBF16, 2, 1, 64, 0, false), k_out(DType::kBF16, 2, 1, 64, 0, false);
+  Rows q_ref(DType::kBF16, 2, 1, 64, 0, false), k_ref(DType::kBF16, 2, 1, 64, 0, false);
+  RopeOptions options;
+  options.cos_sin_cache = table.view();
+  apply_rope(q.host, k.host, q_ref.host, k_ref.host, {std::nullopt, std::nullopt, tame.view()},
+             options, nullptr);
+  options.cos_sin_cache = d_table.view(table.view());
+  apply_rope(q.view(), k.view(), q_out.view(), k_out.view(),
+             {std::nullopt, std::nullopt, d_wild.view(wild.view())}, options, nullptr);
+  cuda::device_synchronize();
+  q_out.download();
+  expect_close(q_out, q_ref, "clamped rows");
+}
 
 TEST(RopeGpuSafety, IndexArraysOfAnyValuesStayInsideTheTensors) {
   SKIP_WITHOUT_GPU();

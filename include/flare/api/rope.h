@@ -18,12 +18,19 @@ namespace flare {
 // dim: theta^(-2 i / rotary_dim) / rope_scale, or Llama 3.1's rule with llama31):
 //   x_a' = x_a cos - x_b sin,   x_b' = x_b cos + x_a sin.
 // Dims [rotary_dim, head_dim) are copied unchanged.
+// With cos_sin_cache (vLLM's and FlashInfer's apply_rope_with_cos_sin_cache) the angles are not
+// computed: row pos of the float32 [max_position, rotary_dim] table holds cos of pair i at column
+// i and its sin at column rotary_dim / 2 + i; rotary_dim is the table's width (options.rotary_dim
+// 0 or equal), theta, scale and llama31 are unused, positions come as pos_ids. A position outside
+// [0, max_position) is an error on the CPU and reads the nearest row on the GPU (never outside
+// the table).
 struct RopeOptions {
   int rotary_dim = 0;  // 0: the head dim; else even, <= head_dim (the GPU: see apply_rope)
   bool interleave = false;
   float rope_theta = 1e4f;
   float rope_scale = 1.0f;  // with llama31: its `factor`
   std::optional<AttentionParams::Llama31Scaling> llama31;
+  std::optional<TensorView> cos_sin_cache;  // float32 [max_position, rotary_dim], on q's device
 };
 
 // Where each token sits: token t of request b (indptr[b] <= t < indptr[b + 1]) at position
@@ -63,10 +70,11 @@ void apply_rope(const TensorView& q, const TensorView& k, const TensorView& q_ou
 // launch parameters.
 constexpr int kRopeMaxPairs = 256;
 
-// The kernel of the CUDA path for a dtype, pair layout and position form (`positions`: 0 for
-// indptr and offsets, 32 or 64 for pos_ids of that width): what CI compiles without a GPU; and
-// every one of them.
-jit::KernelSpec rope_kernel_spec(DType dtype, bool interleave, int positions);
+// The kernel of the CUDA path for a dtype, pair layout, position form (`positions`: 0 for
+// indptr and offsets, 32 or 64 for pos_ids of that width) and angle source (cos_sin_cache, with
+// pos_ids only): what CI compiles without a GPU; and every one of them.
+jit::KernelSpec rope_kernel_spec(DType dtype, bool interleave, int positions,
+                                 bool cos_sin_cache = false);
 std::vector<jit::KernelSpec> shipped_rope_kernel_specs();
 
 }  // namespace flare
