@@ -4,9 +4,9 @@
 #     then fa2 and fa3 alone, then the sanitizer set, synccheck included), then racecheck and
 #     synccheck of the RoPE prefill tests under auto (ragged RoPE now on the Hopper family) and
 #     fa3, then bench_prefill with RoPE under auto and fa2 (two rounds).
-#   mkpf <old tree>: the megakernel page-prefetch A/B (this tree against <old tree>).
+#   (further stages below, each with its own comment)
 set -uo pipefail
-stage=${1:?hopper|mkpf}
+stage=${1:?hopper|race|final|python|rope_apply}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -98,4 +98,20 @@ if [ "$stage" = python ]; then
   PYTHONPATH=/tmp/fi-site timeout 300 python3 "$tree/scripts/bench_variants.py" --variants causal,rope \
     --libraries flare,flashinfer --lengths 2048,8192,16384 --calls 10 2>&1 |
     grep -vE "Warning|warn|INFO" | tail -n 14
+fi
+#   rope_apply: apply_rope's GPU tests (C++ against the CPU reference, memcheck of the safety
+#     cases), its Python tests on CUDA tensors, then scripts/bench_rope_apply.py next to
+#     FlashInfer's functions (carry .anchors-fi).
+if [ "$stage" = rope_apply ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" auto '*Rope*'
+  FLARE_CACHE_DIR=$PWD/build-ab/jit-cache compute-sanitizer --tool memcheck --error-exitcode 99 \
+    build-ab/flare_gpu_tests --gtest_filter='RopeGpuSafety.*:RopeGpuCosSinCache.*' >"$OUT/memcheck.log" 2>&1
+  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1)"
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "rope" 2>&1 | tail -n 3
+  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
+  tree=$PWD
+  cd /tmp
+  PYTHONPATH=/tmp/fi-site timeout 300 python3 "$tree/scripts/bench_rope_apply.py" \
+    --json "$OUT/rope_apply.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 24
 fi
