@@ -187,10 +187,11 @@ extern "C" __global__ void __launch_bounds__(flare::kRopeApplyThreads)
     flare_rope_apply(const __grid_constant__ flare::RopeApplyParams p) {
   using namespace flare;
   const int heads = p.q_heads + p.k_heads;
-  for (int index = blockIdx.x * blockDim.x + threadIdx.x; index < p.num_units;
-       index += gridDim.x * blockDim.x) {
-    const int unit = index % p.units_per_row;
-    const int row = index / p.units_per_row;
+  // 64-bit: num_units may lie within one grid stride of 2^31.
+  for (long long index = blockIdx.x * blockDim.x + threadIdx.x; index < p.num_units;
+       index += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int unit = static_cast<int>(index) % p.units_per_row;
+    const int row = static_cast<int>(index) / p.units_per_row;
     const int token = row / heads;
     const int head = row % heads;
     const bool is_q = head < p.q_heads;
