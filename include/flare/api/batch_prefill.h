@@ -31,8 +31,8 @@ enum class PrefillKV : uint8_t {
 
 // Which kernel family runs the prefill (FlashInfer's `backend`).
 enum class PrefillBackend : uint8_t {
-  kAuto,  // the Hopper family on sm_90 for K/V without RoPE (ragged or paged) at query tiles
-          // of 64 and 128 rows, else FA2
+  kAuto,  // the Hopper family on sm_90 at query tiles of 64 and 128 rows (ragged or paged K/V,
+          // but paged K/V with RoPE stays on FA2), else FA2
   kFA2,   // mma.sync on every GPU (paper 001 §3.2)
   kFA3,   // the Hopper family (warpgroup MMAs, sm_90 only; query tiles of at least 64 rows)
 };
