@@ -13,7 +13,8 @@
 //   FLARE_BENCH_BACKEND=fa2|fa3 picks the kernel family (default: the backend's auto choice);
 //   FLARE_BENCH_PAGE=<rows> the page size of the paged cases (default 16); FLARE_BENCH_ALIBI=1,
 //   FLARE_BENCH_ROPE=1, FLARE_BENCH_WINDOW_LEFT=<n>, FLARE_BENCH_SOFT_CAP=<cap>: that variant
-//   (TFLOP/s still count the causal FLOPs).
+//   (TFLOP/s still count the causal FLOPs); FLARE_BENCH_STAGE_ROPE=1 with RoPE: the ragged
+//   cases take BatchPrefillConfig::stage_rope.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -273,7 +274,14 @@ BenchResult bench(const std::vector<int32_t>& q_lens, const std::vector<int32_t>
   const TensorView ov = view(o.data(), DType::kBF16, {total_q, kHeads, kHeadDim});
 
   config.kv = PrefillKV::kRagged;
+  // FLARE_BENCH_STAGE_ROPE=1 (with FLARE_BENCH_ROPE=1): the ragged cases rotate q and k into
+  // copies first (BatchPrefillConfig::stage_rope); the paged ones keep the fused rotation.
+  const char* stage = std::getenv("FLARE_BENCH_STAGE_ROPE");
+  const bool stage_rope = stage != nullptr && stage[0] == '1';
+  config.stage_rope = stage_rope;
+  if (stage_rope) config.max_total_kv = std::max<int64_t>(total_kv, 1);
   BatchPrefill ragged(config);
+  config.stage_rope = false;
   ragged.plan(qo_indptr, kv_indptr, {}, stream.get());
   const TensorView rk = view(k.data(), DType::kBF16, {total_kv, kHeads, kHeadDim});
   const TensorView rv = view(v.data(), DType::kBF16, {total_kv, kHeads, kHeadDim});

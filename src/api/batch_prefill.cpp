@@ -54,13 +54,15 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   validate_prefill_config(config);
   State& s = *state_;
   s.config = config;
+  s.kernel_config = api_detail::prefill_kernel_config(config);
+  const BatchPrefillConfig& kc = s.kernel_config;
   const cuda::DeviceScope scope(config.device);
   s.props = cuda::device_properties(config.device);
   s.arch = jit::arch_for(s.props.cc_major, s.props.cc_minor);
-  s.limits = api_detail::limits_under_backend(api_detail::prefill_limits_of(s.props), config);
+  s.limits = api_detail::limits_under_backend(api_detail::prefill_limits_of(s.props), kc);
 
   s.max_query_tile = kPrefillMaxQueryTile;
-  s.fixed_tiles = api_detail::fixed_prefill_tiles(config, s.limits);
+  s.fixed_tiles = api_detail::fixed_prefill_tiles(kc, s.limits);
   if (s.fixed_tiles) s.max_query_tile = s.fixed_tiles->query_tile;
   // Partial-state slots a caller's scratch holds (the default bound is 2 per CTA).
   const auto slots_fitting = [&](int ctas_per_sm) {
@@ -86,7 +88,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.bound_ctas = s.plan_sms * ctas_per_sm;
 
   const BatchPrefillKernels specs =
-      batch_prefill_kernels(config, s.fixed_tiles.value_or(PrefillTiles{64, 64}));
+      batch_prefill_kernels(kc, s.fixed_tiles.value_or(PrefillTiles{64, 64}));
   s.merge = jit::get_kernel(specs.merge, "flare_merge", config.device);
 
   s.workspace = api_detail::Workspace(kWhat, prefill_bounds(config, s.bound_ctas, s.max_query_tile),
@@ -96,9 +98,22 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   cuda::stream_synchronize(nullptr);  // run() may use another stream
   s.index_errors = IndexErrorRecordBuffer(config.device);
   s.validate_indices = config.validate_indices || api_detail::validate_from_env();
-  s.variant = api_detail::device_variant(config.params, config.head_dim_qk, config.num_qo_heads,
+  s.variant = api_detail::device_variant(kc.params, config.head_dim_qk, config.num_qo_heads,
                                          s.variant_tables);
   if (api_detail::is_nvfp4_prefill(config)) s.nvfp4 = api_detail::Nvfp4PrefillStaging(config);
+  if (config.stage_rope) {
+    const auto row_bytes = [&](int heads) {
+      return static_cast<size_t>(heads) * static_cast<size_t>(config.head_dim_qk) * 2;
+    };
+    s.rope_q = cuda::DeviceBuffer(static_cast<size_t>(config.max_total_qo) *
+                                  row_bytes(config.num_qo_heads));
+    s.rope_k = cuda::DeviceBuffer(static_cast<size_t>(config.max_total_kv) *
+                                  row_bytes(config.num_kv_heads));
+    s.rope_zero_offsets = cuda::DeviceBuffer(static_cast<size_t>(config.max_batch) * 4);
+    cuda::memset_d8_async(s.rope_zero_offsets.data(), 0, static_cast<size_t>(config.max_batch) * 4,
+                          nullptr);
+    cuda::stream_synchronize(nullptr);
+  }
 }
 
 size_t BatchPrefill::scratch_bytes_needed(const BatchPrefillConfig& config) {
@@ -134,6 +149,10 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
               ErrorCode::kInvalidArgument, kWhat, ": the packed custom mask of this plan has ",
               next.mask_bytes, " bytes, more than the ", s.captured_mask_bytes,
               " of the mask the captured run() reads");
+  FLARE_CHECK(!c.stage_rope || kv_indptr[batch] <= c.max_total_kv, ErrorCode::kInvalidArgument,
+              kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
+              " tokens exceed max_total_kv=", c.max_total_kv,
+              " (the rotated copy of k, stage_rope, sized at creation)");
   FLARE_CHECK(!api_detail::is_nvfp4_prefill(c) || kv_indptr[batch] <= c.max_total_kv,
               ErrorCode::kInvalidArgument, kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
               paged ? " pages" : " tokens", " exceed max_total_kv=", c.max_total_kv,

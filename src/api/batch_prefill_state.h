@@ -54,6 +54,7 @@ struct BatchPrefill::State {
   static constexpr const char* kWhat = api_detail::kBatchPrefillWhat;
 
   BatchPrefillConfig config;
+  BatchPrefillConfig kernel_config;  // the prefill kernels' (prefill_kernel_config)
   cuda::DeviceProperties props;
   std::string arch;
   PrefillDeviceLimits limits;
@@ -91,6 +92,9 @@ struct BatchPrefill::State {
   int64_t last_num_pages = -1;  // of the latest paged run, quoted by check()
   VariantParams variant{};
   api_detail::Nvfp4PrefillStaging nvfp4;  // NVFP4 KV only (kv_dtype kU8)
+  // stage_rope: the rotated copies of q [max_total_qo, H_qo, D_qk] and k [max_total_kv, H_kv,
+  // D_qk], and the zero KV offset of every request (int32 [max_batch]).
+  cuda::DeviceBuffer rope_q, rope_k, rope_zero_offsets;
   api_detail::Nvfp4PrefillStaging::Plan staging_plan() {
     api_detail::Nvfp4PrefillStaging::Plan p;
     p.planned_units = kv_indptr.back();
@@ -127,7 +131,7 @@ struct BatchPrefill::State {
     auto it = kernels.find(key);
     if (it != kernels.end()) return it->second;
     PrefillKernel k;
-    k.specs = batch_prefill_kernels(config, t);
+    k.specs = batch_prefill_kernels(kernel_config, t);
     FLARE_CHECK(static_cast<int>(k.specs.shared_bytes) <= props.max_shared_bytes_per_block_optin,
                 ErrorCode::kUnsupported, kWhat, ": the prefill kernel needs ", k.specs.shared_bytes,
                 " bytes of shared memory, device ", config.device, " allows ",

@@ -47,8 +47,11 @@ std::vector<jit::KernelSpec> kernels_to_precompile(std::span<const BatchDecodeCo
         batch_decode_kernels(c, static_cast<size_t>(limits.max_shared_bytes_per_block)).decode,
         seen, specs);
   });
-  for_each_named(prefill, "prefill", [&](const BatchPrefillConfig& c) {
-    api_detail::validate_prefill_config(c);  // before fixed_prefill_tiles divides by its heads
+  for_each_named(prefill, "prefill", [&](const BatchPrefillConfig& given) {
+    api_detail::validate_prefill_config(given);  // before fixed_prefill_tiles divides by heads
+    // The kernels BatchPrefill compiles (stage_rope: without RoPE; apply_rope's kernel is not
+    // listed here).
+    const BatchPrefillConfig c = api_detail::prefill_kernel_config(given);
     const PrefillDeviceLimits config_limits = api_detail::limits_under_backend(limits, c);
     std::vector<PrefillTiles> tiles;
     if (const std::optional<PrefillTiles> fixed =

@@ -32,11 +32,15 @@ int prefill_vo_passes(const BatchPrefillConfig& c);  // head_dim_vo / the kernel
 
 // Throws kInvalidArgument / kUnsupported for a config no prefill kernel handles.
 void validate_prefill_config(const BatchPrefillConfig& c);
+
+// The config the prefill kernels are compiled and their tiles chosen for: `c`, without RoPE
+// under stage_rope (run() rotates q and k into copies first: BatchPrefillConfig::stage_rope).
+BatchPrefillConfig prefill_kernel_config(const BatchPrefillConfig& c);
 int prefill_group_size(const BatchPrefillConfig& c);  // H_qo / H_kv
 
 // The limits choose_prefill_tiles reads, of a device (warpgroup_mma: sm_90), and under a
 // config's backend (kFA2 turns the Hopper family off, kFA3 makes it the only one and throws
-// kUnsupported off sm_90; kAuto keeps it for K/V without RoPE only).
+// kUnsupported off sm_90; kAuto keeps it but for paged K/V with RoPE).
 PrefillDeviceLimits prefill_limits_of(const cuda::DeviceProperties& props);
 PrefillDeviceLimits limits_under_backend(PrefillDeviceLimits limits,
                                          const BatchPrefillConfig& config);

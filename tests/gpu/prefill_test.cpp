@@ -253,6 +253,56 @@ TEST(PrefillGpu, FusedRopeEveryPathAndHeadDim) {
   });
 }
 
+// stage_rope (q and k rotated into copies by apply_rope's kernel, the kernels without RoPE):
+// ragged, GQA 4 and 7, odd lengths and an empty request, head dims 64 / 128 / 256 / 192-128,
+// every query tile, a window, Llama 3.1's frequencies with split KV, on whichever family the
+// backend under test picks.
+TEST(PrefillGpu, StagedRopeMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.kv = PrefillKV::kRagged;
+  c.q_lens = {150, 64, 1, 300, 0};
+  c.kv_lens = {400, 64, 129, 300, 17};
+  c.rope = true;
+  c.stage_rope = true;
+  for (const int tile : {0, 16, 64, 128}) {
+    c.query_tile = tile;
+    SCOPED_TRACE(::testing::Message() << "query tile " << tile);
+    check(c);
+  }
+  c.query_tile = 0;
+  c.dtype = DType::kF16;
+  c.rope_theta = 5e5f;
+  c.rope_scale = 2.5f;
+  c.window_left = 60;
+  check(c);
+  for (const auto& [qk, vo] : {std::pair{64, 64}, std::pair{256, 256}, std::pair{192, 128}}) {
+    Case d;
+    d.kv = PrefillKV::kRagged;
+    d.q_lens = {33, 200, 2};
+    d.kv_lens = {100, 200, 1500};
+    d.num_qo_heads = 7;
+    d.num_kv_heads = 1;
+    d.head_dim_qk = qk;
+    d.head_dim_vo = vo;
+    d.rope = true;
+    d.stage_rope = true;
+    SCOPED_TRACE(::testing::Message() << "head dims " << qk << "/" << vo);
+    check(d);
+  }
+  Case split;
+  split.kv = PrefillKV::kRagged;
+  split.q_lens = {5, 16};
+  split.kv_lens = {9000, 3000};
+  split.rope = true;
+  split.stage_rope = true;
+  split.rope_theta = 5e5f;
+  split.rope_scale = 8.0f;
+  split.rope_llama31 = true;
+  split.fixed_split_size = 512;
+  check(split);
+}
+
 // The built-in sigmoid attention (params.use_softmax = false): with a window and soft-cap,
 // causal paged; then ragged with fixed splits, whose partial sums the merge kernel adds.
 TEST(PrefillGpu, SigmoidAttentionWithoutSoftmax) {

@@ -3,6 +3,7 @@
 // packed query length and the device limits; configs no kernel handles are rejected.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <limits>
 #include <set>
 #include <string>
@@ -440,6 +441,41 @@ TEST_P(Nvfp4PrefillStageKernel, CompilesWithoutSpills) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, Nvfp4PrefillStageKernel, ::testing::Values("sm_80", "sm_90a"),
                          testing::ArchName());
+
+// stage_rope: RoPE on ragged 16-bit K/V with the copy's capacity, eager; the kernels then
+// compile and choose their family without RoPE.
+TEST(BatchPrefillConfigStageRope, NeedsRaggedRopeAndCapacityAndCompilesTheKernelsWithout) {
+  BatchPrefillConfig c;
+  c.max_batch = 2, c.max_total_qo = 64, c.num_qo_heads = 8, c.num_kv_heads = 2;
+  c.head_dim_qk = c.head_dim_vo = 128;
+  c.kv = PrefillKV::kRagged;
+  c.params.mask = MaskMode::kCausal;
+  c.stage_rope = true;
+  c.max_total_kv = 1000;
+  constexpr const char* kNeeds = "stage_rope needs pos_encoding kRopeLlama, ragged 16-bit K/V";
+  EXPECT_FLARE_ERROR(api_detail::validate_prefill_config(c), ErrorCode::kInvalidArgument, kNeeds);
+  c.params.pos_encoding = PosEncoding::kRopeLlama;
+  api_detail::validate_prefill_config(c);
+  for (const auto& change : std::vector<std::function<void(BatchPrefillConfig&)>>{
+           [](BatchPrefillConfig& b) { b.kv = PrefillKV::kPaged; },
+           [](BatchPrefillConfig& b) { b.max_total_kv = 0; },
+           [](BatchPrefillConfig& b) { b.use_cuda_graph = true; },
+           [](BatchPrefillConfig& b) { b.max_levels = 2; },
+           [](BatchPrefillConfig& b) { b.kv_dtype = DType::kU8; }}) {
+    BatchPrefillConfig bad = c;
+    change(bad);
+    EXPECT_FLARE_ERROR(api_detail::validate_prefill_config(bad), ErrorCode::kInvalidArgument,
+                       kNeeds);
+  }
+  const BatchPrefillConfig kernel = api_detail::prefill_kernel_config(c);
+  EXPECT_EQ(kernel.params.pos_encoding, PosEncoding::kNone);
+  EXPECT_EQ(api_detail::prefill_kernel_config(kernel).params.pos_encoding, PosEncoding::kNone);
+  const PrefillTiles tiles{128, 128, true};
+  EXPECT_EQ(batch_prefill_kernels(kernel, tiles).prefill.label.find("rope"), std::string::npos);
+  EXPECT_NE(batch_prefill_kernels(c, tiles).prefill.label.find("rope"), std::string::npos);
+  c.stage_rope = false;
+  EXPECT_EQ(api_detail::prefill_kernel_config(c).params.pos_encoding, PosEncoding::kRopeLlama);
+}
 
 TEST(BatchPrefillConfigNvfp4, KvDtypeAndCapacityChecked) {
   BatchPrefillConfig c;

@@ -62,7 +62,16 @@ struct BatchPrefillConfig {
   // rows (kRagged) allocated at creation, max_total_kv x (page_size) x H_kv x (D_qk + D_vo) x 2
   // bytes of device memory, and a pass over the batch's KV per run().
   std::optional<DType> kv_dtype;
-  int64_t max_total_kv = 0;  // NVFP4: upper bound on kv_indptr[batch] of every plan (>= 1)
+  // NVFP4 and stage_rope: upper bound on kv_indptr[batch] of every plan (>= 1)
+  int64_t max_total_kv = 0;
+  // kRopeLlama on ragged K/V, opt-in: run() first rotates q and the plan's k rows into copies
+  // (apply_rope's kernel, flare/api/rope.h) and the prefill kernels read those without RoPE,
+  // so each K row turns once a run, not once for each query tile that reads it (the Hopper
+  // family then also copies Q and K in bulk). Copies allocated at creation: max_total_qo x H_qo
+  // x D_qk and max_total_kv (>= 1) x H_kv x D_qk elements. Not with use_cuda_graph, a user
+  // variant, NVFP4 KV or cascades; q and k need 16-byte aligned rows and strides. Not yet
+  // measured on a GPU (docs/perf.md, forty-first session H and Next).
+  bool stage_rope = false;
 
   // Supported: sm_scale, mask kNone | kCausal | kCustom (the bits are given to run(), on the
   // device), window_left, logits_soft_cap, pos_encoding kNone | kAlibi (alibi_slopes optional,
