@@ -266,6 +266,7 @@ TEST(PrefillGpu, StagedRopeMatchesTheReference) {
   c.rope = true;
   c.stage_rope = true;
   for (const int tile : {0, 16, 64, 128}) {
+    if (tile == 16 && backend_of(c) == PrefillBackend::kFA3) continue;  // FA2's tiles only
     c.query_tile = tile;
     SCOPED_TRACE(::testing::Message() << "query tile " << tile);
     check(c);
