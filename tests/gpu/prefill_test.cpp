@@ -211,9 +211,38 @@ TEST(PrefillGpu, SlidingWindowSoftCapAlibiCausal) {
   check(c);
 }
 
+// RoPE over GQA 7 at head dims 64 / 256 / 192-128 (pages of 1 token), then with Llama 3.1's
+// frequency scaling past its 8192 original positions, split across CTAs (each chunk rotates its
+// own keys; pages of 16): the KV kind and stage_rope of `base`.
+void check_rope_head_dims_and_splits(const Case& base) {
+  for (const auto& [qk, vo] : {std::pair{64, 64}, std::pair{256, 256}, std::pair{192, 128}}) {
+    Case d = base;
+    d.q_lens = {33, 200, 2};
+    d.kv_lens = {100, 200, 1500};
+    d.num_qo_heads = 7;
+    d.num_kv_heads = 1;
+    d.page_size = 1;
+    d.head_dim_qk = qk;
+    d.head_dim_vo = vo;
+    SCOPED_TRACE(::testing::Message() << "head dims " << qk << "/" << vo);
+    check(d);
+  }
+  Case split = base;
+  split.page_size = 16;
+  split.q_lens = {5, 16};
+  split.kv_lens = {9000, 3000};
+  split.rope_theta = 5e5f;
+  split.rope_scale = 8.0f;
+  split.rope_llama31 = true;
+  split.fixed_split_size = 512;
+  check(split, [](const BatchPrefill& prefill) {
+    EXPECT_GT(prefill.last_plan().num_partial_slots, 0) << "no split: the merge went untested";
+  });
+}
+
 // Fused RoPE (pos_encoding kRopeLlama): query token i of a request at kv_len - q_len + i and
 // key j at j, on prefill and append, paged (page 1 and 16) and ragged, every head dim, with a
-// window, and split across CTAs (each chunk rotates its own keys).
+// window, and split across CTAs.
 TEST(PrefillGpu, FusedRopeEveryPathAndHeadDim) {
   SKIP_WITHOUT_GPU();
   Case c;
@@ -227,36 +256,15 @@ TEST(PrefillGpu, FusedRopeEveryPathAndHeadDim) {
   c.rope_scale = 2.5f;
   c.window_left = 60;
   check(c);
-  for (const auto& [qk, vo] : {std::pair{64, 64}, std::pair{256, 256}, std::pair{192, 128}}) {
-    Case d;
-    d.q_lens = {33, 200, 2};
-    d.kv_lens = {100, 200, 1500};
-    d.num_qo_heads = 7;
-    d.num_kv_heads = 1;
-    d.page_size = 1;
-    d.head_dim_qk = qk;
-    d.head_dim_vo = vo;
-    d.rope = true;
-    SCOPED_TRACE(::testing::Message() << "head dims " << qk << "/" << vo);
-    check(d);
-  }
-  Case split;  // with Llama 3.1's frequency scaling, past its 8192 original positions
-  split.q_lens = {5, 16};
-  split.kv_lens = {9000, 3000};
-  split.rope = true;
-  split.rope_theta = 5e5f;
-  split.rope_scale = 8.0f;
-  split.rope_llama31 = true;
-  split.fixed_split_size = 512;
-  check(split, [](const BatchPrefill& prefill) {
-    EXPECT_GT(prefill.last_plan().num_partial_slots, 0) << "no split: the merge went untested";
-  });
+  Case paged;
+  paged.rope = true;
+  check_rope_head_dims_and_splits(paged);
 }
 
 // stage_rope (q and k rotated into copies by apply_rope's kernel, the kernels without RoPE):
-// ragged, GQA 4 and 7, odd lengths and an empty request, head dims 64 / 128 / 256 / 192-128,
-// every query tile, a window, Llama 3.1's frequencies with split KV, on whichever family the
-// backend under test picks.
+// ragged, GQA 4 and 7, odd lengths and an empty request, every head dim, every query tile, a
+// window, Llama 3.1's frequencies with split KV, on whichever family the backend under test
+// picks.
 TEST(PrefillGpu, StagedRopeMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   Case c;
@@ -277,31 +285,11 @@ TEST(PrefillGpu, StagedRopeMatchesTheReference) {
   c.rope_scale = 2.5f;
   c.window_left = 60;
   check(c);
-  for (const auto& [qk, vo] : {std::pair{64, 64}, std::pair{256, 256}, std::pair{192, 128}}) {
-    Case d;
-    d.kv = PrefillKV::kRagged;
-    d.q_lens = {33, 200, 2};
-    d.kv_lens = {100, 200, 1500};
-    d.num_qo_heads = 7;
-    d.num_kv_heads = 1;
-    d.head_dim_qk = qk;
-    d.head_dim_vo = vo;
-    d.rope = true;
-    d.stage_rope = true;
-    SCOPED_TRACE(::testing::Message() << "head dims " << qk << "/" << vo);
-    check(d);
-  }
-  Case split;
-  split.kv = PrefillKV::kRagged;
-  split.q_lens = {5, 16};
-  split.kv_lens = {9000, 3000};
-  split.rope = true;
-  split.stage_rope = true;
-  split.rope_theta = 5e5f;
-  split.rope_scale = 8.0f;
-  split.rope_llama31 = true;
-  split.fixed_split_size = 512;
-  check(split);
+  Case ragged;
+  ragged.kv = PrefillKV::kRagged;
+  ragged.rope = true;
+  ragged.stage_rope = true;
+  check_rope_head_dims_and_splits(ragged);
 }
 
 // The built-in sigmoid attention (params.use_softmax = false): with a window and soft-cap,
