@@ -73,6 +73,7 @@ struct RopeApplyParams {
 #endif
 
 #include "decode_utils.cuh"
+#include "rotary_angle.cuh"
 
 namespace flare::rope_apply_kernel {
 
@@ -83,8 +84,6 @@ static_assert(kCode == kCodeF16 || kCode == kCodeBF16, "16-bit rows");
 static_assert(kPositions == 0 || kPositions == 32 || kPositions == 64, "position form");
 constexpr bool kCosSinCache = FLARE_ROPE_COS_SIN_CACHE != 0;
 static_assert(!kCosSinCache || kPositions != 0, "a cos_sin table with pos_ids");
-
-constexpr float kTwoPi = 6.283185307179586f;
 
 // The token's position: pos_ids[token], or offsets[b] + token - indptr[b] for the request b
 // whose range holds it (binary search; indptr is read as given, b clamped into the batch).
@@ -108,7 +107,7 @@ __device__ __forceinline__ int position(const RopeApplyParams& p, int token) {
 }
 
 // cos and sin of pair `pair` at `pos`: from the caller's table (its row clamped into it), or
-// computed with the angle reduced to [-1/2, 1/2] turns first.
+// computed with the angle reduced to [-1/2, 1/2] turns first (rotary_angle.cuh).
 __device__ __forceinline__ void cos_sin(const RopeApplyParams& p, int pair, int pos, float& c,
                                         float& s) {
   if constexpr (kCosSinCache) {
@@ -119,11 +118,7 @@ __device__ __forceinline__ void cos_sin(const RopeApplyParams& p, int pair, int 
     return;
   }
   const RopeTurns turns = p.turns[pair];
-  const float position = static_cast<float>(pos);
-  const float whole = __fmul_rn(position, turns.hi);
-  const float error = fmaf(position, turns.hi, -whole);
-  const float fraction = (whole - rintf(whole)) + fmaf(position, turns.lo, error);
-  __sincosf(fraction * kTwoPi, &s, &c);
+  __sincosf(rotary_turn_fraction(pos, make_float2(turns.hi, turns.lo)) * kTwoPi, &s, &c);
 }
 
 __device__ __forceinline__ void rotate(float& a, float& b, float c, float s) {

@@ -10,11 +10,10 @@
 #pragma once
 
 #include "decode_utils.cuh"
+#include "rotary_angle.cuh"
 #include "variant.cuh"
 
 namespace flare {
-
-constexpr float kTwoPi = 6.283185307179586f;
 
 // Turns (2 pi radians) per position of dim pair `pair` of variant V, as hi + lo: V's
 // rotary_turns where it has one, else its rotary_frequency / 2 pi (lo 0).
@@ -25,16 +24,6 @@ __device__ __forceinline__ float2 rotary_turns(const VariantParams& p, int pair)
   } else {
     return make_float2(V::rotary_frequency(p, pair, kHeadDim) * (1.0f / kTwoPi), 0.0f);
   }
-}
-
-// pos * (turns.x + turns.y) less its whole turns, in [-1/2, 1/2] to ~1e-7 turns at any position:
-// pos * turns.x is split into its float and its exact rounding error (fmaf), and whole turns
-// are dropped before the sum.
-__device__ __forceinline__ float rotary_turn_fraction(int pos, float2 turns) {
-  const float position = static_cast<float>(pos);  // exact below 2^24
-  const float whole = __fmul_rn(position, turns.x);  // never contracted into the fmaf below
-  const float error = fmaf(position, turns.x, -whole);
-  return (whole - rintf(whole)) + fmaf(position, turns.y, error);
 }
 
 // cos and sin of 2 pi * pos * (turns.x + turns.y): the angle reaching __sincosf lies in

@@ -18,6 +18,13 @@ bool aligned(const TensorView& t, int outer_dims) {
   return true;
 }
 
+TensorView without_unit_strides(TensorView t) {
+  for (int dim = 0; dim < t.ndim; ++dim) {
+    if (t.shape[dim] == 1) t.strides[dim] = 0;
+  }
+  return t;
+}
+
 void check_device_tensor(const char* what, const TensorView& t, const char* name, int device,
                          DType dtype, std::span<const int64_t> shape, bool vectorized) {
   FLARE_CHECK(t.data != nullptr, ErrorCode::kInvalidArgument, what, ": ", name, " is null");

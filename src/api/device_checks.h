@@ -19,6 +19,10 @@ inline constexpr size_t kVectorAlignment = 16;
 // multiples of kVectorAlignment.
 bool aligned(const TensorView& t, int outer_dims);
 
+// `t` with the strides of its size-1 dimensions zeroed: they never move a pointer, so they
+// cannot spoil the alignment (aligned) nor differ between two views of the same elements.
+TensorView without_unit_strides(TensorView t);
+
 // Throws kInvalidArgument, messages prefixed with `what` (the caller's class name), unless `t`
 // is a non-null tensor of `dtype` and `shape` on cuda:`device` with strides >= 0; a
 // `vectorized` tensor also needs a unit innermost stride and aligned(t, ndim - 1).

@@ -6,24 +6,17 @@
 #include <vector>
 
 namespace flare::api_detail {
-namespace {
 
-// Turns per position of RoPE pair i < head_dim / 2, rope_frequency / (2 pi) (Llama 3.1's
-// scaling included), computed in double and split into a float and the float of its remainder
-// (hi + lo), so that the kernels form pos * turns to ~1e-7 turns at any position
-// (kernels/rotary.cuh).
-std::vector<float> rope_turns(const AttentionParams& p, int head_dim_qk) {
+std::vector<float> rope_turns(const AttentionParams& p, int rotary_dim) {
   std::vector<float> turns;
-  for (int i = 0; i < head_dim_qk / 2; ++i) {
-    const double exact = rope_frequency(p, i, head_dim_qk) / (2.0 * std::numbers::pi);
+  for (int i = 0; i < rotary_dim / 2; ++i) {
+    const double exact = rope_frequency(p, i, rotary_dim) / (2.0 * std::numbers::pi);
     const float hi = static_cast<float>(exact);
     turns.push_back(hi);
     turns.push_back(static_cast<float>(exact - static_cast<double>(hi)));
   }
   return turns;
 }
-
-}  // namespace
 
 VariantParams device_variant(const AttentionParams& p, int head_dim_qk, int num_qo_heads,
                              cuda::DeviceBuffer& tables) {

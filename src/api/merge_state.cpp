@@ -11,6 +11,7 @@
 #include "flare/jit/module.h"
 #include "flare/reference/merge.h"
 #include "kernels/merge_state.cuh"
+#include "src/api/device_checks.h"
 
 namespace flare {
 
@@ -20,6 +21,8 @@ static_assert(kMergeF32 == static_cast<int>(DType::kF32) &&
               "kernel dtype codes are the host's DType values");
 
 namespace {
+
+using api_detail::without_unit_strides;
 
 constexpr auto kInvalid = ErrorCode::kInvalidArgument;
 constexpr int kVectorBytes = 16;
@@ -74,14 +77,6 @@ void check_like(const StateArg& state, const StateArg& first, const Device& devi
   FLARE_CHECK(state.v.dtype == first.v.dtype, kInvalid, state.v_name, " dtype must be ",
               first.v_name, "'s ", dtype_name(first.v.dtype), " on the GPU, got ",
               dtype_name(state.v.dtype));
-}
-
-// Strides of size-1 dimensions never move a pointer: zeroed, they cannot spoil the alignment.
-TensorView without_unit_strides(TensorView t) {
-  for (int dim = 0; dim < t.ndim; ++dim) {
-    if (t.shape[dim] == 1) t.strides[dim] = 0;
-  }
-  return t;
 }
 
 // 16 when every v tensor's rows are unit-stride, their byte size a multiple of 16 and every

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numbers>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +14,8 @@
 #include "flare/jit/module.h"
 #include "kernels/decode_params.cuh"
 #include "kernels/rope_apply.cuh"
+#include "src/api/device_checks.h"
+#include "src/api/device_variant.h"
 #include "src/reference/element_io.h"
 
 namespace flare {
@@ -24,6 +26,8 @@ static_assert(kCodeF16 == static_cast<int>(DType::kF16) &&
               "kernel dtype codes are the host's DType values");
 
 namespace {
+
+using api_detail::without_unit_strides;
 
 constexpr auto kInvalid = ErrorCode::kInvalidArgument;
 constexpr const char* kWhat = "apply_rope: ";
@@ -224,14 +228,6 @@ void apply_rope_cpu(const TensorView& q, const TensorView& k, const TensorView& 
   rotate_rows(k, k_out);
 }
 
-// Strides of size-1 dimensions never move a pointer: zeroed, they cannot spoil the alignment.
-TensorView without_unit_strides(TensorView t) {
-  for (int dim = 0; dim < t.ndim; ++dim) {
-    if (t.shape[dim] == 1) t.strides[dim] = 0;
-  }
-  return t;
-}
-
 // The kernel's view of an input and its output; in place when they are the same view.
 RopeTensor rope_tensor(const TensorView& in_given, const TensorView& out_given, const char* name,
                        const char* out_name, bool& in_place) {
@@ -242,9 +238,8 @@ RopeTensor rope_tensor(const TensorView& in_given, const TensorView& out_given, 
               " does but with other strides: in place, pass the same tensor");
   in_place = in_place && same;
   for (const TensorView* t : {&in, &out}) {
-    const bool aligned = reinterpret_cast<uintptr_t>(t->data) % 16 == 0 &&
-                         (t->strides[0] * 2) % 16 == 0 && (t->strides[1] * 2) % 16 == 0;
-    FLARE_CHECK(aligned, ErrorCode::kUnsupported, kWhat, t == &in ? name : out_name,
+    FLARE_CHECK(api_detail::aligned(*t, 2), ErrorCode::kUnsupported, kWhat,
+                t == &in ? name : out_name,
                 " on the GPU needs a 16-byte aligned pointer and token and head strides of "
                 "16-byte multiples, got strides [",
                 t->strides[0], ", ", t->strides[1], ", 1]");
@@ -257,6 +252,35 @@ RopeTensor rope_tensor(const TensorView& in_given, const TensorView& out_given, 
   r.out_token_stride = out.strides[0] * 2;
   r.out_head_stride = out.strides[1] * 2;
   return r;
+}
+
+// The turns of the problem's rotation (api_detail::rope_turns), kept for the last rotation this
+// thread asked for: a model calls apply_rope once a layer with the same options, and the pow()
+// of every pair would otherwise be paid on every call's host path.
+const std::vector<float>& turns_of(const Problem& pr) {
+  static_assert(sizeof(RopeTurns) == 2 * sizeof(float), "the kernel's turns: hi, lo");
+  struct Key {
+    float theta = 0, scale = 0;
+    std::optional<AttentionParams::Llama31Scaling> llama31;
+    int64_t rotary_dim = 0;
+    bool operator==(const Key& o) const {
+      const auto same31 = [](const auto& a, const auto& b) {
+        return a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
+               a.old_context_len == b.old_context_len;
+      };
+      return theta == o.theta && scale == o.scale && rotary_dim == o.rotary_dim &&
+             llama31.has_value() == o.llama31.has_value() &&
+             (!llama31 || same31(*llama31, *o.llama31));
+    }
+  };
+  thread_local Key last;
+  thread_local std::vector<float> turns;
+  const Key key{pr.params.rope_theta, pr.params.rope_scale, pr.params.rope_llama31, pr.rotary_dim};
+  if (turns.empty() || !(key == last)) {
+    turns = api_detail::rope_turns(pr.params, static_cast<int>(pr.rotary_dim));
+    last = key;
+  }
+  return turns;
 }
 
 void apply_rope_gpu(const TensorView& q, const TensorView& k, const TensorView& q_out,
@@ -296,10 +320,9 @@ void apply_rope_gpu(const TensorView& q, const TensorView& k, const TensorView& 
     p.cos_sin_row_stride = table.shape[0] > 1 ? table.strides[0] : 0;
     p.cos_sin_rows = static_cast<int32_t>(table.shape[0]);
   }
-  for (int64_t i = 0; !options.cos_sin_cache && i < pr.rotary_dim / 2; ++i) {
-    const double exact = rope_frequency(pr.params, i, pr.rotary_dim) / (2.0 * std::numbers::pi);
-    const auto hi = static_cast<float>(exact);
-    p.turns[i] = {hi, static_cast<float>(exact - static_cast<double>(hi))};
+  if (!options.cos_sin_cache) {
+    const std::vector<float>& turns = turns_of(pr);
+    std::memcpy(p.turns, turns.data(), turns.size() * sizeof(float));
   }
   bool pos_ids_i64 = false;
   if (by_ids) {
