@@ -13,8 +13,10 @@
 //   FLARE_BENCH_BACKEND=fa2|fa3 picks the kernel family (default: the backend's auto choice);
 //   FLARE_BENCH_PAGE=<rows> the page size of the paged cases (default 16); FLARE_BENCH_ALIBI=1,
 //   FLARE_BENCH_ROPE=1, FLARE_BENCH_WINDOW_LEFT=<n>, FLARE_BENCH_SOFT_CAP=<cap>: that variant
-//   (TFLOP/s still count the causal FLOPs); FLARE_BENCH_STAGE_ROPE=1 with RoPE: the ragged
-//   cases take BatchPrefillConfig::stage_rope.
+//   (TFLOP/s still count the causal FLOPs); FLARE_BENCH_ROPE_STAGING=fused|staged with RoPE:
+//   the ragged cases' BatchPrefillConfig::rope_staging (default auto; a tile column ending in
+//   "s" marks a staged plan); FLARE_BENCH_APPEND_QO=<tokens> the append case's new tokens
+//   (default 128).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -274,14 +276,20 @@ BenchResult bench(const std::vector<int32_t>& q_lens, const std::vector<int32_t>
   const TensorView ov = view(o.data(), DType::kBF16, {total_q, kHeads, kHeadDim});
 
   config.kv = PrefillKV::kRagged;
-  // FLARE_BENCH_STAGE_ROPE=1 (with FLARE_BENCH_ROPE=1): the ragged cases rotate q and k into
-  // copies first (BatchPrefillConfig::stage_rope); the paged ones keep the fused rotation.
-  const char* stage = std::getenv("FLARE_BENCH_STAGE_ROPE");
-  const bool stage_rope = stage != nullptr && stage[0] == '1';
-  config.stage_rope = stage_rope;
-  if (stage_rope) config.max_total_kv = std::max<int64_t>(total_kv, 1);
+  // FLARE_BENCH_ROPE_STAGING (with FLARE_BENCH_ROPE=1): where the ragged cases rotate q and k
+  // (BatchPrefillConfig::rope_staging); paged K/V always rotates in the kernels.
+  const std::string staging = std::getenv("FLARE_BENCH_ROPE_STAGING") != nullptr
+                                  ? std::getenv("FLARE_BENCH_ROPE_STAGING")
+                                  : "auto";
+  config.rope_staging = staging == "fused"    ? RopeStaging::kFused
+                        : staging == "staged" ? RopeStaging::kStaged
+                                              : RopeStaging::kAuto;
+  if (staging != "auto" && staging != "fused" && staging != "staged") {
+    std::fprintf(stderr, "FLARE_BENCH_ROPE_STAGING must be auto, fused or staged, got '%s'\n",
+                 staging.c_str());
+    std::exit(2);
+  }
   BatchPrefill ragged(config);
-  config.stage_rope = false;
   ragged.plan(qo_indptr, kv_indptr, {}, stream.get());
   const TensorView rk = view(k.data(), DType::kBF16, {total_kv, kHeads, kHeadDim});
   const TensorView rv = view(v.data(), DType::kBF16, {total_kv, kHeads, kHeadDim});
@@ -296,10 +304,11 @@ BenchResult bench(const std::vector<int32_t>& q_lens, const std::vector<int32_t>
         stream.get(), 100, [&] { ragged.plan(qo_indptr, kv_indptr, {}, stream.get()); });
   }
   tiles = std::to_string(ragged.last_tiles().query_tile) + "x" +
-          std::to_string(ragged.last_tiles().kv_tile);
+          std::to_string(ragged.last_tiles().kv_tile) + (ragged.last_plan_stages_rope() ? "s" : "");
 
   config.kv = PrefillKV::kPaged;
   config.page_size = kPageSize;
+  config.rope_staging = RopeStaging::kAuto;  // paged K/V: the kernels rotate
   BatchPrefill paged(config);
   paged.plan(qo_indptr, page_indptr, last_page_len, stream.get());
   const PagedKV pkv = paged_kv(k, v, num_pages, d_pages.tensor, d_ids.tensor, d_last.tensor);
@@ -526,9 +535,17 @@ int main(int argc, char** argv) {
   for (const int32_t len : zipf) zipf_flops += per_pair * len * len / 2.0;
   if (selected(zipf_name)) print_lengths("zipf lengths", zipf);
   report(zipf_name, zipf, zipf, zipf_flops);
-  // Append: 128 new tokens on a 32768-token cache (FLOPs of the full 128 x 32768 rectangle).
-  const std::vector<int32_t> q_append(8, 128), kv_append(8, 32768);
-  report("append b8 128 on 32768", q_append, kv_append, 8 * per_pair * 128.0 * 32768.0);
+  // Append: 128 new tokens (FLARE_BENCH_APPEND_QO) on a 32768-token cache (FLOPs of the full
+  // q x 32768 rectangle).
+  const char* append_qo = std::getenv("FLARE_BENCH_APPEND_QO");
+  const int append = append_qo != nullptr ? std::atoi(append_qo) : 128;
+  if (append < 1 || append > 32768) {
+    std::fprintf(stderr, "FLARE_BENCH_APPEND_QO must be in [1, 32768], got '%s'\n", append_qo);
+    return 2;
+  }
+  const std::vector<int32_t> q_append(8, append), kv_append(8, 32768);
+  report("append b8 " + std::to_string(append) + " on 32768", q_append, kv_append,
+         8 * per_pair * append * 32768.0);
   // The same append against 128 decode steps (append_vs_decode); speedup = decode / append.
   int status = 0;
   const std::string versus_name = "append vs decode b8 128 on 32768";

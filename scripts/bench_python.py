@@ -13,11 +13,13 @@ For each case it measures
 Decode: the decode issue's shapes (GQA 32/8, D 128, bf16, page 16, pages in allocation order,
 tensor-core loops; SDPA on the same tokens laid out contiguously). Prefill: ragged causal, 16
 heads, D 128, bf16, batch 16 at 1024 / 4096 / 16384 tokens (FlashInfer's fa2 and fa3 backends),
-and plan() alone for batch 64 of lengths uniform in [1, 2047] (flare plan-latency's batch).
+and plan() alone for batch 64 of lengths uniform in [1, 2047] (flare plan-latency's batch);
+--rope plans the prefill cases with pos_encoding_mode="ROPE_LLAMA" (SDPA rows left out: they have
+no RoPE).
 
 FlashInfer is imported when present (scripts/gpu_check.sh unpacks ../shared/bench/flashinfer);
 without it its columns say n/a. Usage:
-  python3 scripts/bench_python.py [--only decode|prefill] [--json FILE] [--quick]
+  python3 scripts/bench_python.py [--only decode|prefill] [--rope] [--json FILE] [--quick]
 """
 import argparse
 import json
@@ -51,6 +53,8 @@ def options():
     parser.add_argument("--only", choices=["decode", "prefill"])
     parser.add_argument("--json", help="write every measurement here")
     parser.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
+    parser.add_argument("--rope", action="store_true",
+                        help='prefill with pos_encoding_mode="ROPE_LLAMA" (no SDPA rows)')
     parser.add_argument("--run-calls", type=int, default=1000)
     parser.add_argument("--plan-calls", type=int, default=200)
     parser.add_argument("--graph-calls", type=int, default=20)
@@ -241,7 +245,8 @@ def measure_prefill_library(module, backend, workspace, length, args, host_runs)
 
     def plan(wrapper):
         wrapper.plan(indptr, indptr, PREFILL_HEADS, PREFILL_HEADS, HEAD_DIM, causal=True,
-                     q_data_type=DTYPE, kv_data_type=DTYPE)
+                     q_data_type=DTYPE, kv_data_type=DTYPE,
+                     pos_encoding_mode="ROPE_LLAMA" if args.rope else "NONE")
 
     wrapper = prefill_wrapper(module, workspace, backend, False, PREFILL_BATCH)
     plan(wrapper)
@@ -249,8 +254,11 @@ def measure_prefill_library(module, backend, workspace, length, args, host_runs)
     row = {}
     if host_runs:
         row["plan_us"] = host_us(lambda: plan(wrapper), args.plan_calls)[0]
+        # At most 200 calls: the driver queues ~1000 launches, and a run() of two or three
+        # launches over a kernel far longer than the call would otherwise fill the queue and
+        # time the GPU (flare's staged RoPE: 3 launches a run, 265 us "host" at L1024).
         row["run_us"], row["run_p90_us"] = host_us(lambda: wrapper.run(q, k, v),
-                                                   args.run_calls)
+                                                   min(args.run_calls, 200))
     row["eager_us"] = eager_us(lambda: wrapper.run(q, k, v, out=out), args.eager_calls)
     graphed = prefill_wrapper(module, workspace, backend, True, PREFILL_BATCH)
     plan(graphed)
@@ -294,7 +302,11 @@ def bench_prefill(args, workspace):
     # flare's default ("auto": the Hopper family on sm_90) and its FA2 family side by side.
     libraries = [("flare", flare, None), ("flare fa2", flare, "fa2")]
     if flashinfer is not None:
-        libraries += [("flashinfer fa3", flashinfer, "fa3"), ("flashinfer fa2", flashinfer, "fa2")]
+        # FlashInfer's fa3 backend plans ROPE_LLAMA and runs without it (bench_variants.py):
+        # not the same attention, not timed.
+        if not args.rope:
+            libraries.append(("flashinfer fa3", flashinfer, "fa3"))
+        libraries.append(("flashinfer fa2", flashinfer, "fa2"))
     for length in PREFILL_LENGTHS:
         flops = 4 * PREFILL_BATCH * PREFILL_HEADS * HEAD_DIM * length * (length + 1) / 2
         case = {"case": f"prefill b{PREFILL_BATCH} L{length}", "flops": flops}
@@ -304,7 +316,8 @@ def bench_prefill(args, workspace):
                 module, backend, workspace, length, args, host_runs=length == 1024))
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
                               ("flash", SDPBackend.FLASH_ATTENTION)):
-            case[name] = guarded(name, lambda: measure_prefill_sdpa(backend, length, args))
+            if not args.rope:
+                case[name] = guarded(name, lambda: measure_prefill_sdpa(backend, length, args))
         torch.cuda.empty_cache()
         results.append(case)
     case = {"case": "prefill plan b64 (lengths 1-2047)"}
@@ -323,7 +336,7 @@ def cell(row, key, digits=1):
     return f"{row[key]:.{digits}f}"
 
 
-def print_tables(decode, prefill):
+def print_tables(args, decode, prefill):
     print(f"\ndevice: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"flashinfer {FLASHINFER}")
     if decode:
@@ -342,7 +355,8 @@ def print_tables(decode, prefill):
                       f"{cell(row, 'graph_us')} | {cell(row, 'eager_us')} | "
                       f"{cell(tbps, 'eager_us', 2)} | {cell(tbps, 'graph_us', 2)} |")
     if prefill:
-        print("\n| prefill causal (TFLOP/s; us) | library | plan() host | run() host (p90) | "
+        kind = "causal RoPE" if args.rope else "causal"
+        print(f"\n| prefill {kind} (TFLOP/s; us) | library | plan() host | run() host (p90) | "
               "graph TFLOP/s | eager TFLOP/s |")
         print("|---|---|---|---|---|---|")
         for case in prefill:
@@ -365,7 +379,7 @@ def main():
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     decode = bench_decode(args, workspace) if args.only != "prefill" else []
     prefill = bench_prefill(args, workspace) if args.only != "decode" else []
-    print_tables(decode, prefill)
+    print_tables(args, decode, prefill)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,

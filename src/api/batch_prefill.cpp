@@ -54,15 +54,13 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   validate_prefill_config(config);
   State& s = *state_;
   s.config = config;
-  s.kernel_config = api_detail::prefill_kernel_config(config);
-  const BatchPrefillConfig& kc = s.kernel_config;
   const cuda::DeviceScope scope(config.device);
   s.props = cuda::device_properties(config.device);
   s.arch = jit::arch_for(s.props.cc_major, s.props.cc_minor);
-  s.limits = api_detail::limits_under_backend(api_detail::prefill_limits_of(s.props), kc);
+  s.limits = api_detail::limits_under_backend(api_detail::prefill_limits_of(s.props), config);
 
   s.max_query_tile = kPrefillMaxQueryTile;
-  s.fixed_tiles = api_detail::fixed_prefill_tiles(kc, s.limits);
+  s.fixed_tiles = api_detail::fixed_prefill_tiles(config, s.limits);
   if (s.fixed_tiles) s.max_query_tile = s.fixed_tiles->query_tile;
   // Partial-state slots a caller's scratch holds (the default bound is 2 per CTA).
   const auto slots_fitting = [&](int ctas_per_sm) {
@@ -88,7 +86,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.bound_ctas = s.plan_sms * ctas_per_sm;
 
   const BatchPrefillKernels specs =
-      batch_prefill_kernels(kc, s.fixed_tiles.value_or(PrefillTiles{64, 64}));
+      batch_prefill_kernels(config, s.fixed_tiles.value_or(PrefillTiles{64, 64}));
   s.merge = jit::get_kernel(specs.merge, "flare_merge", config.device);
 
   s.workspace = api_detail::Workspace(kWhat, prefill_bounds(config, s.bound_ctas, s.max_query_tile),
@@ -98,21 +96,12 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   cuda::stream_synchronize(nullptr);  // run() may use another stream
   s.index_errors = IndexErrorRecordBuffer(config.device);
   s.validate_indices = config.validate_indices || api_detail::validate_from_env();
-  s.variant = api_detail::device_variant(kc.params, config.head_dim_qk, config.num_qo_heads,
+  s.variant = api_detail::device_variant(config.params, config.head_dim_qk, config.num_qo_heads,
                                          s.variant_tables);
   if (api_detail::is_nvfp4_prefill(config)) s.nvfp4 = api_detail::Nvfp4PrefillStaging(config);
-  if (config.stage_rope) {
-    const auto row_bytes = [&](int heads) {
-      return static_cast<size_t>(heads) * static_cast<size_t>(config.head_dim_qk) * 2;
-    };
-    s.rope_q = cuda::DeviceBuffer(static_cast<size_t>(config.max_total_qo) *
-                                  row_bytes(config.num_qo_heads));
-    s.rope_k = cuda::DeviceBuffer(static_cast<size_t>(config.max_total_kv) *
-                                  row_bytes(config.num_kv_heads));
-    s.rope_zero_offsets = cuda::DeviceBuffer(static_cast<size_t>(config.max_batch) * 4);
-    cuda::memset_d8_async(s.rope_zero_offsets.data(), 0, static_cast<size_t>(config.max_batch) * 4,
-                          nullptr);
-    cuda::stream_synchronize(nullptr);
+  if (config.rope_staging != RopeStaging::kFused && api_detail::rope_staging_applies(config)) {
+    s.staged_config = api_detail::staged_rope_kernel_config(config);
+    s.rope = api_detail::PrefillRopeStaging(config);
   }
 }
 
@@ -149,15 +138,13 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
               ErrorCode::kInvalidArgument, kWhat, ": the packed custom mask of this plan has ",
               next.mask_bytes, " bytes, more than the ", s.captured_mask_bytes,
               " of the mask the captured run() reads");
-  FLARE_CHECK(!c.stage_rope || kv_indptr[batch] <= c.max_total_kv, ErrorCode::kInvalidArgument,
-              kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
-              " tokens exceed max_total_kv=", c.max_total_kv,
-              " (the rotated copy of k, stage_rope, sized at creation)");
   FLARE_CHECK(!api_detail::is_nvfp4_prefill(c) || kv_indptr[batch] <= c.max_total_kv,
               ErrorCode::kInvalidArgument, kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
               paged ? " pages" : " tokens", " exceed max_total_kv=", c.max_total_kv,
               " (the staged copy of NVFP4 KV, sized at creation)");
-  const api_detail::PrefillKernel& kernel = s.kernel(next.tiles);
+  s.next_rope_staged = api_detail::plan_stages_rope(c, qo_indptr, kv_indptr, next.tiles);
+  const api_detail::PrefillKernel& kernel = s.kernel(next.tiles, s.next_rope_staged);
+  if (s.next_rope_staged) s.rope.reserve(next.total_qo, kv_indptr[batch]);
   api_detail::plan_prefill(c, s.plan_sms, kernel.ctas_per_sm, s.props.memory_peak_bytes_per_us,
                            next);
   commit_plan(qo_indptr, kv_indptr, kv_last_page_len, stream);
@@ -188,6 +175,8 @@ void BatchPrefill::commit_plan(std::span<const int32_t> qo_begin,
   std::swap(s.plan, next.plan);
   std::swap(s.mask_indptr, next.mask_indptr);
   s.tiles = next.tiles;
+  s.rope_staged = s.next_rope_staged;
+  s.next_rope_staged = false;  // plan_cascade's plans never stage
   // Under CUDA graphs a cascade config's tiles are chosen by its first plan and kept: a
   // captured run() launches that kernel.
   if (c.use_cuda_graph && !s.fixed_tiles) s.fixed_tiles = next.tiles;
@@ -204,6 +193,7 @@ void BatchPrefill::check(const IndexNames& names) const {
 
 const BatchPrefillConfig& BatchPrefill::config() const { return state_->config; }
 PrefillTiles BatchPrefill::last_tiles() const { return state_->tiles; }
+bool BatchPrefill::last_plan_stages_rope() const { return state_->rope_staged; }
 const Plan& BatchPrefill::last_plan() const { return state_->plan; }
 size_t BatchPrefill::workspace_size() const { return state_->workspace.own_bytes(); }
 int64_t BatchPrefill::max_partial_slots() const {

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "flare/api/batch_prefill.h"
-#include "flare/api/rope.h"
 #include "flare/core/error.h"
 #include "flare/jit/cuda_sync.h"
 #include "flare/jit/module.h"
@@ -241,47 +240,26 @@ void BatchPrefill::run_16bit(const TensorView& q, const TensorView& k, const Ten
   a.k_head = k.strides[1];
   a.v_page = v.strides[0];
   a.v_head = v.strides[1];
-  if (c.stage_rope) {
+  if (s.rope_staged) {
     // q and the plan's k rows rotated into the copies, which the kernels read without RoPE
-    // (BatchPrefillConfig::stage_rope): q first checked as launch() checks it, so that the
-    // rotation writes inside its copy.
+    // (BatchPrefillConfig::rope_staging): q first checked as launch() checks it, so that the
+    // rotation reads inside it.
     check_device_tensor(kWhat, q, "q", c.device, c.dtype,
                         {s.total_qo, c.num_qo_heads, c.head_dim_qk}, true);
-    const Device device = Device::cuda(c.device);
     const WorkspaceLayout& layout = s.workspace.layout();
-    const auto table = [&](api_detail::RequestTable which, int64_t entries) {
-      return TensorView::contiguous(
-          const_cast<int32_t*>(request_table(s.workspace.device(), layout, c.max_batch, which)),
-          DType::kI32, {entries}, device);
-    };
-    const auto without_heads = [](TensorView t) {  // apply_rope's k argument: q alone
-      t.shape[1] = 0;
-      return t;
-    };
-    RopeOptions rope;
-    rope.rope_theta = c.params.rope_theta;
-    rope.rope_scale = c.params.rope_scale;
-    rope.llama31 = c.params.rope_llama31;
-    // Query token t of request b at q_offset[b] + t - qo_begin[b].
-    const TensorView q_copy = TensorView::contiguous(
-        s.rope_q.data(), c.dtype, {s.total_qo, c.num_qo_heads, c.head_dim_qk}, device);
-    apply_rope(q, without_heads(q), q_copy, without_heads(q_copy),
-               {table(kQoBegin, s.batch + 1), table(kQOffset, s.batch), std::nullopt}, rope,
-               stream);
-    // Key row j of request b at j - kv_indptr[b].
-    TensorView k_planned = k;
-    k_planned.shape[0] = rows;
-    const TensorView k_copy = TensorView::contiguous(s.rope_k.data(), c.dtype,
-                                                     {rows, c.num_kv_heads, c.head_dim_qk}, device);
-    const TensorView zero_offsets =
-        TensorView::contiguous(s.rope_zero_offsets.data(), DType::kI32, {s.batch}, device);
-    apply_rope(k_planned, without_heads(k_planned), k_copy, without_heads(k_copy),
-               {table(kKvIndptr, s.batch + 1), zero_offsets, std::nullopt}, rope, stream);
-    a.k = s.rope_k.data();
-    a.k_rows = c.max_total_kv;  // the copy's rows: the bulk maps stay encoded across plans
+    const unsigned char* tables = s.workspace.device();
+    s.rope.rotate(q, k, s.total_qo, rows, s.batch,
+                  request_table(tables, layout, c.max_batch, kQoBegin),
+                  request_table(tables, layout, c.max_batch, kQOffset),
+                  request_table(tables, layout, c.max_batch, kKvIndptr), stream);
+    a.k = s.rope.k_copy();
+    a.k_rows = s.rope.key_rows();  // the copy's rows: the bulk maps stay encoded across plans
     a.k_page = int64_t{c.num_kv_heads} * c.head_dim_qk;
     a.k_head = c.head_dim_qk;
-    launch(q_copy, a, o, lse, stream, mask_bits, options);
+    launch(
+        TensorView::contiguous(s.rope.q_copy(), c.dtype,
+                               {s.total_qo, c.num_qo_heads, c.head_dim_qk}, Device::cuda(c.device)),
+        a, o, lse, stream, mask_bits, options);
     return;
   }
   launch(q, a, o, lse, stream, mask_bits, options);
@@ -366,7 +344,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
               ": run() on a capturing stream needs a BatchPrefill created with "
               "use_cuda_graph = true");
   const api_detail::PrefillKernel& kernel =
-      s.kernels.at({s.tiles.query_tile, s.tiles.kv_tile, s.tiles.warpgroup});
+      s.kernels.at({s.tiles.query_tile, s.tiles.kv_tile, s.tiles.warpgroup, s.rope_staged});
   const WorkspaceLayout& layout = s.workspace.layout();
 
   PrefillParams p{};

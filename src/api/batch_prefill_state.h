@@ -19,6 +19,7 @@
 #include "src/api/prefill_config.h"
 #include "src/api/prefill_nvfp4.h"
 #include "src/api/prefill_plan.h"
+#include "src/api/prefill_rope_staging.h"
 #include "src/api/run_support.h"
 
 namespace flare {
@@ -54,11 +55,12 @@ struct BatchPrefill::State {
   static constexpr const char* kWhat = api_detail::kBatchPrefillWhat;
 
   BatchPrefillConfig config;
-  BatchPrefillConfig kernel_config;  // the prefill kernels' (prefill_kernel_config)
+  BatchPrefillConfig staged_config;  // a staged RoPE plan's kernels' (staged_rope_kernel_config)
   cuda::DeviceProperties props;
   std::string arch;
   PrefillDeviceLimits limits;
-  std::map<std::tuple<int, int, bool>, PrefillKernel> kernels;  // by (query, kv tile, family)
+  // by (query tile, kv tile, family, for a staged RoPE plan)
+  std::map<std::tuple<int, int, bool, bool>, PrefillKernel> kernels;
   cuda::Function merge = nullptr;
   int bound_ctas = 0;  // the workspace's CTA bound (and the grid under use_cuda_graph)
   // The SMs plans spread over: the device's, or fewer when the caller's scratch holds the
@@ -92,9 +94,10 @@ struct BatchPrefill::State {
   int64_t last_num_pages = -1;  // of the latest paged run, quoted by check()
   VariantParams variant{};
   api_detail::Nvfp4PrefillStaging nvfp4;  // NVFP4 KV only (kv_dtype kU8)
-  // stage_rope: the rotated copies of q [max_total_qo, H_qo, D_qk] and k [max_total_kv, H_kv,
-  // D_qk], and the zero KV offset of every request (int32 [max_batch]).
-  cuda::DeviceBuffer rope_q, rope_k, rope_zero_offsets;
+  // RoPE staging (where rope_staging_applies): the copies and their rotation, and whether the
+  // latest plan stages (next_rope_staged: plan()'s choice before it commits).
+  api_detail::PrefillRopeStaging rope;
+  bool rope_staged = false, next_rope_staged = false;
   api_detail::Nvfp4PrefillStaging::Plan staging_plan() {
     api_detail::Nvfp4PrefillStaging::Plan p;
     p.planned_units = kv_indptr.back();
@@ -126,12 +129,13 @@ struct BatchPrefill::State {
                     : ": run() with ragged K/V on a BatchPrefill created for paged KV");
   }
 
-  const PrefillKernel& kernel(const PrefillTiles& t) {
-    const auto key = std::make_tuple(t.query_tile, t.kv_tile, t.warpgroup);
+  // The kernel of these tiles, for a plan that stages RoPE (staged_config) or not.
+  const PrefillKernel& kernel(const PrefillTiles& t, bool rope_staged = false) {
+    const auto key = std::make_tuple(t.query_tile, t.kv_tile, t.warpgroup, rope_staged);
     auto it = kernels.find(key);
     if (it != kernels.end()) return it->second;
     PrefillKernel k;
-    k.specs = batch_prefill_kernels(kernel_config, t);
+    k.specs = batch_prefill_kernels(rope_staged ? staged_config : config, t);
     FLARE_CHECK(static_cast<int>(k.specs.shared_bytes) <= props.max_shared_bytes_per_block_optin,
                 ErrorCode::kUnsupported, kWhat, ": the prefill kernel needs ", k.specs.shared_bytes,
                 " bytes of shared memory, device ", config.device, " allows ",

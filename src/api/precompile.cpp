@@ -6,10 +6,12 @@
 #include <set>
 #include <string>
 
+#include "flare/api/rope.h"
 #include "flare/core/error.h"
 #include "flare/jit/cuda_driver.h"
 #include "src/api/decode_config.h"
 #include "src/api/prefill_config.h"
+#include "src/api/prefill_rope_staging.h"
 
 namespace flare {
 namespace {
@@ -49,9 +51,9 @@ std::vector<jit::KernelSpec> kernels_to_precompile(std::span<const BatchDecodeCo
   });
   for_each_named(prefill, "prefill", [&](const BatchPrefillConfig& given) {
     api_detail::validate_prefill_config(given);  // before fixed_prefill_tiles divides by heads
-    // The kernels BatchPrefill compiles (stage_rope: without RoPE; apply_rope's kernel is not
-    // listed here).
-    const BatchPrefillConfig c = api_detail::prefill_kernel_config(given);
+    // The kernels BatchPrefill compiles: the config's and, where RoPE may be staged, those
+    // without RoPE and the rotation's (prefill_rope_staging.h).
+    const BatchPrefillConfig& c = given;
     const PrefillDeviceLimits config_limits = api_detail::limits_under_backend(limits, c);
     std::vector<PrefillTiles> tiles;
     if (const std::optional<PrefillTiles> fixed =
@@ -66,10 +68,20 @@ std::vector<jit::KernelSpec> kernels_to_precompile(std::span<const BatchDecodeCo
             c));
       }
     }
-    for (const PrefillTiles& t : tiles) {
-      const BatchPrefillKernels k = batch_prefill_kernels(c, t);
-      add_distinct(k.prefill, seen, specs);
-      add_distinct(k.merge, seen, specs);
+    const bool staged =
+        c.rope_staging != RopeStaging::kFused && api_detail::rope_staging_applies(c);
+    std::vector<BatchPrefillConfig> kernel_configs;
+    if (c.rope_staging != RopeStaging::kStaged) kernel_configs.push_back(c);
+    if (staged) {
+      kernel_configs.push_back(api_detail::staged_rope_kernel_config(c));
+      add_distinct(rope_kernel_spec(c.dtype, false, 0), seen, specs);
+    }
+    for (const BatchPrefillConfig& kernel_config : kernel_configs) {
+      for (const PrefillTiles& t : tiles) {
+        const BatchPrefillKernels k = batch_prefill_kernels(kernel_config, t);
+        add_distinct(k.prefill, seen, specs);
+        add_distinct(k.merge, seen, specs);
+      }
     }
   });
   return specs;

@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "flare/api/batch_prefill.h"
+#include "flare/api/rope.h"
 #include "flare/core/error.h"
 #include "kernels/prefill_params.cuh"
+#include "src/api/prefill_rope_staging.h"
 #include "src/api/variant_support.h"
 
 namespace flare {
@@ -88,13 +90,12 @@ void validate_config(const BatchPrefillConfig& c) {
   FLARE_CHECK(c.kv_dtype != DType::kU8 || c.max_total_kv >= 1, ErrorCode::kInvalidArgument, kWhat,
               ": NVFP4 KV (kv_dtype uint8) needs max_total_kv >= 1 (the staged copy's ",
               c.kv == PrefillKV::kPaged ? "pages" : "rows", "), got ", c.max_total_kv);
-  FLARE_CHECK(!c.stage_rope || (c.params.pos_encoding == PosEncoding::kRopeLlama &&
-                                c.kv == PrefillKV::kRagged && !c.use_cuda_graph && !c.variant &&
-                                !c.kv_dtype && c.max_levels == 1 && c.max_total_kv >= 1),
+  FLARE_CHECK(c.rope_staging != RopeStaging::kStaged || rope_staging_applies(c),
               ErrorCode::kInvalidArgument, kWhat,
-              ": stage_rope needs pos_encoding kRopeLlama, ragged 16-bit K/V, max_total_kv >= 1 "
-              "(the copy's rows, got ",
-              c.max_total_kv, "), no use_cuda_graph, no user variant and max_levels 1");
+              ": rope_staging kStaged needs pos_encoding kRopeLlama, ragged 16-bit K/V, no "
+              "use_cuda_graph, no user variant, max_levels 1 and head_dim_qk a multiple of 16 "
+              "of at most ",
+              2 * kRopeMaxPairs, ", got head_dim_qk ", c.head_dim_qk);
   FLARE_CHECK(c.query_tile == 0 || std::ranges::count(kPrefillQueryTiles, c.query_tile) == 1,
               ErrorCode::kInvalidArgument, kWhat, ": query_tile must be 0, 16, 32, 64 or 128, got ",
               c.query_tile);
@@ -377,16 +378,6 @@ PrefillDeviceLimits api_detail::prefill_limits_of(const cuda::DeviceProperties& 
   limits.registers_per_sm = props.registers_per_sm;
   limits.warpgroup_mma = props.cc_major == 9 && props.cc_minor == 0;
   return limits;
-}
-
-BatchPrefillConfig api_detail::prefill_kernel_config(const BatchPrefillConfig& c) {
-  BatchPrefillConfig kernel = c;
-  if (c.stage_rope) {  // a plain config: the kernels see neither RoPE nor the staging
-    kernel.params.pos_encoding = PosEncoding::kNone;
-    kernel.params.rope_llama31.reset();
-    kernel.stage_rope = false;
-  }
-  return kernel;
 }
 
 PrefillDeviceLimits api_detail::limits_under_backend(PrefillDeviceLimits limits,

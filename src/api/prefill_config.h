@@ -33,9 +33,6 @@ int prefill_vo_passes(const BatchPrefillConfig& c);  // head_dim_vo / the kernel
 // Throws kInvalidArgument / kUnsupported for a config no prefill kernel handles.
 void validate_prefill_config(const BatchPrefillConfig& c);
 
-// The config the prefill kernels are compiled and their tiles chosen for: `c`, without RoPE
-// under stage_rope (run() rotates q and k into copies first: BatchPrefillConfig::stage_rope).
-BatchPrefillConfig prefill_kernel_config(const BatchPrefillConfig& c);
 int prefill_group_size(const BatchPrefillConfig& c);  // H_qo / H_kv
 
 // The limits choose_prefill_tiles reads, of a device (warpgroup_mma: sm_90), and under a

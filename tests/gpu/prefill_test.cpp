@@ -213,7 +213,7 @@ TEST(PrefillGpu, SlidingWindowSoftCapAlibiCausal) {
 
 // RoPE over GQA 7 at head dims 64 / 256 / 192-128 (pages of 1 token), then with Llama 3.1's
 // frequency scaling past its 8192 original positions, split across CTAs (each chunk rotates its
-// own keys; pages of 16): the KV kind and stage_rope of `base`.
+// own keys; pages of 16): the KV kind and rope_staging of `base`.
 void check_rope_head_dims_and_splits(const Case& base) {
   for (const auto& [qk, vo] : {std::pair{64, 64}, std::pair{256, 256}, std::pair{192, 128}}) {
     Case d = base;
@@ -240,28 +240,35 @@ void check_rope_head_dims_and_splits(const Case& base) {
   });
 }
 
-// Fused RoPE (pos_encoding kRopeLlama): query token i of a request at kv_len - q_len + i and
-// key j at j, on prefill and append, paged (page 1 and 16) and ragged, every head dim, with a
-// window, and split across CTAs.
+// Fused RoPE (pos_encoding kRopeLlama, rope_staging kFused): query token i of a request at
+// kv_len - q_len + i and key j at j, on prefill and append, paged (page 1 and 16) and ragged,
+// every head dim, with a window, and split across CTAs.
 TEST(PrefillGpu, FusedRopeEveryPathAndHeadDim) {
   SKIP_WITHOUT_GPU();
   Case c;
   c.q_lens = {1, 7, 97, 300};
   c.kv_lens = {1, 50, 511, 300};
   c.rope = true;
-  check(c);
+  c.rope_staging = RopeStaging::kFused;
+  check(c, [](const BatchPrefill& prefill) { EXPECT_FALSE(prefill.last_plan_stages_rope()); });
   c.kv = PrefillKV::kRagged;
   c.dtype = DType::kF16;
   c.rope_theta = 5e5f;
   c.rope_scale = 2.5f;
   c.window_left = 60;
-  check(c);
+  check(c, [](const BatchPrefill& prefill) { EXPECT_FALSE(prefill.last_plan_stages_rope()); });
   Case paged;
   paged.rope = true;
   check_rope_head_dims_and_splits(paged);
+  Case ragged;
+  ragged.kv = PrefillKV::kRagged;
+  ragged.rope = true;
+  ragged.rope_staging = RopeStaging::kFused;
+  check_rope_head_dims_and_splits(ragged);
 }
 
-// stage_rope (q and k rotated into copies by apply_rope's kernel, the kernels without RoPE):
+// rope_staging kStaged (q and k rotated into copies by apply_rope's kernel, the kernels without
+// RoPE):
 // ragged, GQA 4 and 7, odd lengths and an empty request, every head dim, every query tile, a
 // window, Llama 3.1's frequencies with split KV, on whichever family the backend under test
 // picks.
@@ -272,23 +279,26 @@ TEST(PrefillGpu, StagedRopeMatchesTheReference) {
   c.q_lens = {150, 64, 1, 300, 0};
   c.kv_lens = {400, 64, 129, 300, 17};
   c.rope = true;
-  c.stage_rope = true;
+  c.rope_staging = RopeStaging::kStaged;
+  const auto staged = [](const BatchPrefill& prefill) {
+    EXPECT_TRUE(prefill.last_plan_stages_rope());
+  };
   for (const int tile : {0, 16, 64, 128}) {
     if (tile == 16 && backend_of(c) == PrefillBackend::kFA3) continue;  // FA2's tiles only
     c.query_tile = tile;
     SCOPED_TRACE(::testing::Message() << "query tile " << tile);
-    check(c);
+    check(c, staged);
   }
   c.query_tile = 0;
   c.dtype = DType::kF16;
   c.rope_theta = 5e5f;
   c.rope_scale = 2.5f;
   c.window_left = 60;
-  check(c);
+  check(c, staged);
   Case ragged;
   ragged.kv = PrefillKV::kRagged;
   ragged.rope = true;
-  ragged.stage_rope = true;
+  ragged.rope_staging = RopeStaging::kStaged;
   check_rope_head_dims_and_splits(ragged);
 }
 

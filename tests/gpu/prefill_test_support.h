@@ -68,7 +68,7 @@ struct Case {
   int fixed_split_size = 0;
   bool disable_split_kv = false;
   int num_sms_to_use = 0;  // 0: every SM (fewer: each CTA takes more work items in turn)
-  bool stage_rope = false;  // with rope, ragged: BatchPrefillConfig::stage_rope
+  RopeStaging rope_staging = RopeStaging::kAuto;  // with rope: BatchPrefillConfig::rope_staging
   uint64_t seed = 1;
   // A user variant compiled in place of the built-in (soft_cap, window and alibi above then
   // describe the reference only), its run() scalars, and a mask the variant applies: the
@@ -311,12 +311,7 @@ inline BatchPrefillConfig config_of(const Problem& p) {
   config.fixed_split_size = c.fixed_split_size;
   config.disable_split_kv = c.disable_split_kv;
   config.num_sms_to_use = c.num_sms_to_use;
-  if (c.stage_rope) {
-    config.stage_rope = true;
-    int64_t total_kv = 0;
-    for (const int32_t kv : c.kv_lens) total_kv += kv;
-    config.max_total_kv = std::max<int64_t>(total_kv, 1);
-  }
+  config.rope_staging = c.rope_staging;
   return config;
 }
 

@@ -110,7 +110,11 @@ using Param = std::tuple<DType, bool, Form, int64_t, bool>;  // dtype, interleav
 
 class RopeGpu : public ::testing::TestWithParam<Param> {
  protected:
-  void SetUp() override { SKIP_WITHOUT_GPU(); }
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    cuda::set_device(0);
+    cuda::set_device(0);  // uploads need a current context, whatever ran before
+  }
 };
 
 TEST_P(RopeGpu, MatchesTheCpuReferenceAndInPlaceEqualsOutOfPlace) {
@@ -165,6 +169,7 @@ INSTANTIATE_TEST_SUITE_P(
 // CPU; then positions past the table read its last row (nothing outside it).
 TEST(RopeGpuCosSinCache, MatchesTheCpuAndClampsPositionsIntoTheTable) {
   SKIP_WITHOUT_GPU();
+  cuda::set_device(0);
   constexpr int64_t kRows = 300, kRotary = 64, kNnz = 29;
   HostTensor table = testing::random_tensor(DType::kF32, {kRows, kRotary}, 21);
   const DeviceCopy d_table(table);
@@ -215,6 +220,7 @@ TEST(RopeGpuCosSinCache, MatchesTheCpuAndClampsPositionsIntoTheTable) {
 
 TEST(RopeGpuSafety, IndexArraysOfAnyValuesStayInsideTheTensors) {
   SKIP_WITHOUT_GPU();
+  cuda::set_device(0);
   // indptr falling, negative and past nnz, offsets huge: positions are wrong, nothing else.
   HostTensor indptr(DType::kI32, {4}), offsets(DType::kI32, {3});
   const int32_t bad_indptr[] = {-50, 1000, 3, -7};
@@ -237,6 +243,7 @@ TEST(RopeGpuSafety, IndexArraysOfAnyValuesStayInsideTheTensors) {
 
 TEST(RopeGpuSafety, GpuLimitsAreRefusedBeforeLaunch) {
   SKIP_WITHOUT_GPU();
+  cuda::set_device(0);
   Rows q(DType::kF16, 3, 2, 64, 1, true), k(DType::kF16, 3, 1, 64, 2, true);
   HostTensor ids(DType::kI32, {3});
   for (int32_t i = 0; i < 3; ++i) ids.data<int32_t>()[i] = i;

@@ -15,6 +15,7 @@
 #include "jit/shipped_kernel_shards.h"
 #include "src/api/prefill_config.h"
 #include "src/api/prefill_nvfp4.h"
+#include "src/api/prefill_rope_staging.h"
 #include "testing/expect_error.h"
 #include "testing/index_arrays.h"
 #include "testing/kernel_usage.h"
@@ -442,39 +443,93 @@ TEST_P(Nvfp4PrefillStageKernel, CompilesWithoutSpills) {
 INSTANTIATE_TEST_SUITE_P(Archs, Nvfp4PrefillStageKernel, ::testing::Values("sm_80", "sm_90a"),
                          testing::ArchName());
 
-// stage_rope: RoPE on ragged 16-bit K/V with the copy's capacity, eager; the kernels then
-// compile and choose their family without RoPE.
-TEST(BatchPrefillConfigStageRope, NeedsRaggedRopeAndCapacityAndCompilesTheKernelsWithout) {
+// rope_staging kStaged: RoPE on ragged 16-bit K/V, eager, one level (every head dim the prefill
+// takes, 512 included, rotates whole); the staged plans' kernels compile without RoPE. kAuto and
+// kFused take any config.
+TEST(BatchPrefillConfigRopeStaging, StagedNeedsRaggedRopeAndItsKernelsCompileWithout) {
   BatchPrefillConfig c;
   c.max_batch = 2, c.max_total_qo = 64, c.num_qo_heads = 8, c.num_kv_heads = 2;
   c.head_dim_qk = c.head_dim_vo = 128;
   c.kv = PrefillKV::kRagged;
   c.params.mask = MaskMode::kCausal;
-  c.stage_rope = true;
-  c.max_total_kv = 1000;
-  constexpr const char* kNeeds = "stage_rope needs pos_encoding kRopeLlama, ragged 16-bit K/V";
+  c.rope_staging = RopeStaging::kStaged;
+  constexpr const char* kNeeds = "rope_staging kStaged needs pos_encoding kRopeLlama, ragged";
   EXPECT_FLARE_ERROR(api_detail::validate_prefill_config(c), ErrorCode::kInvalidArgument, kNeeds);
   c.params.pos_encoding = PosEncoding::kRopeLlama;
   api_detail::validate_prefill_config(c);
+  EXPECT_TRUE(api_detail::rope_staging_applies(c));
   for (const auto& change : std::vector<std::function<void(BatchPrefillConfig&)>>{
            [](BatchPrefillConfig& b) { b.kv = PrefillKV::kPaged; },
-           [](BatchPrefillConfig& b) { b.max_total_kv = 0; },
            [](BatchPrefillConfig& b) { b.use_cuda_graph = true; },
            [](BatchPrefillConfig& b) { b.max_levels = 2; },
-           [](BatchPrefillConfig& b) { b.kv_dtype = DType::kU8; }}) {
+           [](BatchPrefillConfig& b) { b.kv_dtype = DType::kU8, b.max_total_kv = 100; }}) {
     BatchPrefillConfig bad = c;
     change(bad);
+    EXPECT_FALSE(api_detail::rope_staging_applies(bad));
     EXPECT_FLARE_ERROR(api_detail::validate_prefill_config(bad), ErrorCode::kInvalidArgument,
                        kNeeds);
+    for (const RopeStaging other : {RopeStaging::kAuto, RopeStaging::kFused}) {
+      bad.rope_staging = other;
+      api_detail::validate_prefill_config(bad);  // the kernels rotate
+    }
   }
-  const BatchPrefillConfig kernel = api_detail::prefill_kernel_config(c);
+  const BatchPrefillConfig kernel = api_detail::staged_rope_kernel_config(c);
   EXPECT_EQ(kernel.params.pos_encoding, PosEncoding::kNone);
-  EXPECT_EQ(api_detail::prefill_kernel_config(kernel).params.pos_encoding, PosEncoding::kNone);
+  EXPECT_EQ(kernel.rope_staging, RopeStaging::kFused);
   const PrefillTiles tiles{128, 128, true};
   EXPECT_EQ(batch_prefill_kernels(kernel, tiles).prefill.label.find("rope"), std::string::npos);
   EXPECT_NE(batch_prefill_kernels(c, tiles).prefill.label.find("rope"), std::string::npos);
-  c.stage_rope = false;
-  EXPECT_EQ(api_detail::prefill_kernel_config(c).params.pos_encoding, PosEncoding::kRopeLlama);
+}
+
+// fused_rope_key_reads by hand: causal b1 1024 on 128-row tiles sees 128 + 256 + ... + 1024
+// keys (4.5 a key), an append of one tile reads each key once, a tile without the mask reads
+// them all, GQA packs 4 rows a token, a window caps each tile, and queries past the cache see
+// what there is.
+TEST(FusedRopeKeyReads, CountsTheKeysEachQueryTileSees) {
+  const auto reads = [](std::vector<int32_t> qo, std::vector<int32_t> kv, int group, int tile,
+                        MaskMode mask = MaskMode::kCausal, int window = -1) {
+    return fused_rope_key_reads(qo, kv, group, tile, mask, window);
+  };
+  EXPECT_DOUBLE_EQ(reads({0, 1024}, {0, 1024}, 1, 128), 4.5);
+  EXPECT_DOUBLE_EQ(reads({0, 128}, {0, 32768}, 1, 128), 1.0);
+  EXPECT_DOUBLE_EQ(reads({0, 1024}, {0, 1024}, 1, 128, MaskMode::kNone), 8.0);
+  EXPECT_DOUBLE_EQ(reads({0, 256}, {0, 256}, 4, 128), (32.0 * 28 + 256) / 256);  // 8 tiles
+  // Tile 0 sees its 128 keys, each later one 127 more before its first token.
+  EXPECT_DOUBLE_EQ(reads({0, 4096}, {0, 4096}, 1, 128, MaskMode::kCausal, 127),
+                   (128.0 + 31 * 255) / 4096);
+  EXPECT_DOUBLE_EQ(reads({0, 1024}, {0, 1024}, 1, 128, MaskMode::kNone, 1023), 8.0);
+  EXPECT_DOUBLE_EQ(reads({0, 10}, {0, 5}, 1, 16), 1.0);
+  // Requests sum: 4608 + 32768 reads of 1024 + 32768 keys; empty ones count their keys only.
+  EXPECT_DOUBLE_EQ(reads({0, 1024, 1152, 1152}, {0, 1024, 33792, 33800}, 1, 128),
+                   (4608.0 + 32768) / 33800);
+  EXPECT_DOUBLE_EQ(reads({0, 0}, {0, 0}, 1, 128), 0.0);
+  // 64 rows a token over 16-row tiles: each token's rows span 4 tiles, each reading its keys.
+  EXPECT_DOUBLE_EQ(reads({0, 2}, {0, 2}, 64, 16), (4.0 * 1 + 4.0 * 2) / 2);
+}
+
+// plan_stages_rope: kFused never, kStaged always, kAuto by the measure on configs where staging
+// applies (not paged).
+TEST(FusedRopeKeyReads, PlanStagesByTheRopeStagingAndTheMeasure) {
+  BatchPrefillConfig c;
+  c.max_batch = 1, c.max_total_qo = 1024, c.num_qo_heads = c.num_kv_heads = 4;
+  c.head_dim_qk = c.head_dim_vo = 128;
+  c.kv = PrefillKV::kRagged;
+  c.params.mask = MaskMode::kCausal;
+  c.params.pos_encoding = PosEncoding::kRopeLlama;
+  const std::vector<int32_t> prefill_q = {0, 1024}, prefill_kv = {0, 1024};
+  const std::vector<int32_t> append_q = {0, 128}, append_kv = {0, 32768};
+  const PrefillTiles tiles{128, 128, true};
+  EXPECT_TRUE(api_detail::plan_stages_rope(c, prefill_q, prefill_kv, tiles));
+  EXPECT_FALSE(api_detail::plan_stages_rope(c, append_q, append_kv, tiles));
+  c.rope_staging = RopeStaging::kStaged;
+  EXPECT_TRUE(api_detail::plan_stages_rope(c, append_q, append_kv, tiles));
+  c.rope_staging = RopeStaging::kFused;
+  EXPECT_FALSE(api_detail::plan_stages_rope(c, prefill_q, prefill_kv, tiles));
+  c.rope_staging = RopeStaging::kAuto;
+  c.kv = PrefillKV::kPaged;
+  c.page_size = 16;
+  const std::vector<int32_t> pages = {0, 64};
+  EXPECT_FALSE(api_detail::plan_stages_rope(c, prefill_q, pages, tiles));
 }
 
 TEST(BatchPrefillConfigNvfp4, KvDtypeAndCapacityChecked) {

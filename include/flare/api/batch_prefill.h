@@ -37,6 +37,17 @@ enum class PrefillBackend : uint8_t {
   kFA3,   // the Hopper family (warpgroup MMAs, sm_90 only; query tiles of at least 64 rows)
 };
 
+// Where RoPE (params.pos_encoding kRopeLlama) rotates q and k for a prefill
+// (BatchPrefillConfig::rope_staging).
+enum class RopeStaging : uint8_t {
+  // kStaged for plans whose query tiles read each K row at least kStageRopeMinKeyReads times
+  // on average (fused_rope_key_reads) where staging applies (ragged 16-bit K/V, eager, no user
+  // variant, one level), else kFused.
+  kAuto,
+  kFused,   // the prefill kernels rotate each K tile they read and their Q tiles
+  kStaged,  // run() rotates q and k into copies first; the kernels read those without RoPE
+};
+
 // Everything fixed when a BatchPrefill is created.
 struct BatchPrefillConfig {
   int device = 0;        // CUDA device index
@@ -62,16 +73,20 @@ struct BatchPrefillConfig {
   // rows (kRagged) allocated at creation, max_total_kv x (page_size) x H_kv x (D_qk + D_vo) x 2
   // bytes of device memory, and a pass over the batch's KV per run().
   std::optional<DType> kv_dtype;
-  // NVFP4 and stage_rope: upper bound on kv_indptr[batch] of every plan (>= 1)
+  // NVFP4: upper bound on kv_indptr[batch] of every plan (>= 1)
   int64_t max_total_kv = 0;
-  // kRopeLlama on ragged K/V, opt-in: run() first rotates q and the plan's k rows into copies
-  // (apply_rope's kernel, flare/api/rope.h) and the prefill kernels read those without RoPE,
-  // so each K row turns once a run, not once for each query tile that reads it (the Hopper
-  // family then also copies Q and K in bulk). Copies allocated at creation: max_total_qo x H_qo
-  // x D_qk and max_total_kv (>= 1) x H_kv x D_qk elements. Not with use_cuda_graph, a user
-  // variant, NVFP4 KV or cascades; q and k need 16-byte aligned rows and strides. Not yet
-  // measured on a GPU (docs/perf.md, forty-first session H and Next).
-  bool stage_rope = false;
+  // kRopeLlama: where q and k turn. A staged plan's run() first rotates q and the plan's k
+  // rows into copies (apply_rope's kernel, flare/api/rope.h, two launches: run() host time ~10
+  // us more) and the prefill kernels read those without RoPE, so each K row turns once a run,
+  // not once for each query tile that reads it (the Hopper family then also copies Q and K in
+  // bulk): 1.8x the fused rotation on causal b16 seq 4096-16384, 1.2x at 1024, 0.8x on an
+  // append of 128 tokens over 32768 (H200, docs/perf.md forty-second session). The copies, total_qo
+  // x H_qo x D_qk and kv_indptr[batch] x H_kv x D_qk elements of dtype, are allocated by the first
+  // plan() that stages and grown by a later one that needs more (plan() then waits for the device
+  // before freeing the smaller ones). kStaged needs ragged 16-bit K/V, no use_cuda_graph, no user
+  // variant and max_levels 1 (kInvalidArgument at creation otherwise); q and k need 16-byte aligned
+  // rows and strides.
+  RopeStaging rope_staging = RopeStaging::kAuto;
 
   // Supported: sm_scale, mask kNone | kCausal | kCustom (the bits are given to run(), on the
   // device), window_left, logits_soft_cap, pos_encoding kNone | kAlibi (alibi_slopes optional,
@@ -168,6 +183,21 @@ PrefillTiles choose_prefill_tiles(double average_packed_rows, int head_dim_qk, i
 // The KV tile for a given query tile (same rule).
 int choose_prefill_kv_tile(int query_tile, int head_dim_qk, int head_dim_vo, MaskMode mask,
                            const PrefillDeviceLimits& limits);
+
+// RopeStaging::kAuto's measure, a pure function: the K rows the fused rotation turns per K row
+// of the batch (KV heads alike), the sum over requests and their query tiles of the keys a tile
+// sees over the sum of kv_len. Tiles of query_tile packed rows (q_len x group, token-major); a
+// tile sees the keys from its first token's window start (window_left >= 0) to its last token's
+// position under kCausal (bottom-right aligned), to the end otherwise. 0 for a batch without
+// keys. O(batch) for causal batches without a window whose tiles hold whole tokens and whose
+// queries fit their KV, else O(tiles). The arrays are plan()'s, already validated.
+double fused_rope_key_reads(std::span<const int32_t> qo_indptr, std::span<const int32_t> kv_indptr,
+                            int group, int query_tile, MaskMode mask, int window_left);
+// kAuto stages plans whose fused_rope_key_reads is at least this. Staged against fused on an
+// H200 (docs/perf.md forty-second session), b8 appends over 32768 keys: 0.8x at 1 (128 new
+// tokens: one query tile a request), 1.06-1.08x at 2 (192, 256), 1.28x at 3 (384), 1.42x at 4
+// (512); causal b16: 1.23x at 4.5 (1024), 1.8x at 16-64 (4096, 16384).
+inline constexpr double kStageRopeMinKeyReads = 1.5;
 
 // NVFP4 ragged K/V rows (BatchPrefillConfig::kv_dtype kU8): codes k [>= kv_indptr[batch], H_kv,
 // D_qk / 2] and v [..., D_vo / 2] uint8, 8-byte aligned rows with a unit innermost stride; their
@@ -284,6 +314,7 @@ class BatchPrefill {
 
   const BatchPrefillConfig& config() const;
   PrefillTiles last_tiles() const;  // tiles of the latest plan
+  bool last_plan_stages_rope() const;  // whether the latest plan's run() rotates into copies
   // The latest plan (host copy), for tests and tools: a one-queue plan (plan/plan.h), its
   // work_items in the order the kernel's CTAs take them, each covering item_heads KV heads
   // (an item's heads one after another, or every item under one head first where
