@@ -6,7 +6,7 @@
 #     fa3, then bench_prefill with RoPE under auto and fa2 (two rounds).
 #   (further stages below, each with its own comment)
 set -uo pipefail
-stage=${1:?hopper|race|final|python|rope_apply|staged_rope}
+stage=${1:?hopper|race|final|python|rope_apply}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -114,20 +114,4 @@ if [ "$stage" = rope_apply ]; then
   cd /tmp
   PYTHONPATH=/tmp/fi-site timeout 300 python3 "$tree/scripts/bench_rope_apply.py" \
     --json "$OUT/rope_apply.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 24
-fi
-#   staged_rope: BatchPrefillConfig::stage_rope's GPU test under auto, fa2 and fa3, then
-#     bench_prefill with RoPE fused against staged (ragged column; auto), two rounds.
-if [ "$stage" = staged_rope ]; then
-  source experiments/family_tests.sh
-  for backend in auto fa2 fa3; do
-    family_tests "$PWD" $backend 'PrefillGpu.StagedRope*:PrefillGpu.FusedRope*'
-  done
-  bash experiments/build_ab.sh "$PWD" scripts/bench_prefill.cpp >/dev/null 2>&1 || echo "build failed"
-  for round in 1 2; do
-    for staged in 0 1; do
-      echo "== round $round: rope, staged $staged"
-      FLARE_CACHE_DIR=$PWD/build-ab/jit-cache FLARE_BENCH_ROPE=1 FLARE_BENCH_STAGE_ROPE=$staged \
-        timeout 150 build-ab/bench_prefill 2>&1 | grep -vE "^case|^$|zipf lengths|append vs" | head -7
-    done
-  done
 fi

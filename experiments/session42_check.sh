@@ -4,7 +4,7 @@
 #     cases, then FlashInfer's apply_rope_pos_ids JIT build with its error printed in full
 #     (the forty-first session's bench saw only "Ninja build failed"; carry .anchors-fi).
 set -uo pipefail
-stage=${1:?rope|staging|python|final}
+stage=${1:?rope|staging|python|final|ab}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -88,4 +88,22 @@ if [ "$stage" = final ]; then
   cd /tmp
   PYTHONPATH=/tmp/fi-site timeout 200 python3 "$tree/scripts/bench_python.py" --only prefill --rope \
     --json "$OUT/bench_rope.json" 2>&1 | grep -vE "Warning|warn|INFO" | grep -E "^\||^  "
+fi
+#   ab <old tree>: bench_prefill of <old tree> against this tree, interleaved, two rounds: plain
+#     causal and RoPE fused (the forty-first session's E: ragged causal -1.4% at 1024 / 4096 in
+#     one round, unsettled).
+if [ "$stage" = ab ]; then
+  old=${2:?the old tree}
+  for t in "$old" "$PWD"; do
+    bash experiments/build_ab.sh "$t" scripts/bench_prefill.cpp >/dev/null 2>&1 || echo "build of $t failed"
+  done
+  for round in 1 2; do
+    for rope in 0 1; do
+      for t in "$old" "$PWD"; do
+        echo "== round $round rope $rope: $(basename "$t")"
+        FLARE_CACHE_DIR="$t/build-ab/jit-cache" FLARE_BENCH_ROPE=$rope FLARE_BENCH_ROPE_STAGING=fused \
+          timeout 100 "$t/build-ab/bench_prefill" 2>&1 | grep -vE "^case|^$|zipf lengths|append vs|^device" | head -6
+      done
+    done
+  done
 fi
