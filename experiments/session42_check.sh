@@ -4,7 +4,7 @@
 #     cases, then FlashInfer's apply_rope_pos_ids JIT build with its error printed in full
 #     (the forty-first session's bench saw only "Ninja build failed"; carry .anchors-fi).
 set -uo pipefail
-stage=${1:?rope|staging|python|final|ab}
+stage=${1:?rope|staging|python|final|ab|paged_drop}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -103,6 +103,19 @@ if [ "$stage" = ab ]; then
         echo "== round $round rope $rope: $(basename "$t")"
         FLARE_CACHE_DIR="$t/build-ab/jit-cache" FLARE_BENCH_ROPE=$rope FLARE_BENCH_ROPE_STAGING=fused \
           timeout 100 "$t/build-ab/bench_prefill" 2>&1 | grep -vE "^case|^$|zipf lengths|append vs|^device" | head -6
+      done
+    done
+  done
+fi
+#   paged_drop: the paged column of bench_prefill with RoPE in processes of one case (Zipf,
+#     causal 1024), the ragged one fused against auto (staged), two rounds (C's unexplained drop).
+if [ "$stage" = paged_drop ]; then
+  bash experiments/build_ab.sh "$PWD" scripts/bench_prefill.cpp >/dev/null 2>&1 || echo "build failed"
+  for round in 1 2; do
+    for only in zipf "seq 1024"; do
+      for staging in fused auto; do
+        echo "$round $staging: $(FLARE_CACHE_DIR=$PWD/build-ab/jit-cache FLARE_BENCH_ROPE=1 FLARE_BENCH_ROPE_STAGING=$staging \
+          FLARE_BENCH_ONLY="$only" timeout 60 build-ab/bench_prefill 2>&1 | grep -E "^causal")"
       done
     done
   done

@@ -254,9 +254,9 @@ def measure_prefill_library(module, backend, workspace, length, args, host_runs)
     row = {}
     if host_runs:
         row["plan_us"] = host_us(lambda: plan(wrapper), args.plan_calls)[0]
-        # At most 200 calls: the driver queues ~1000 launches, and a run() of two or three
-        # launches over a kernel far longer than the call would otherwise fill the queue and
-        # time the GPU (flare's staged RoPE: 3 launches a run, 265 us "host" at L1024).
+        # At most 200 calls: 1000 back-to-back runs over a kernel far longer than the call
+        # fill the driver's launch queue (sooner with flare's ~1-2 KB launch parameters) and
+        # time the GPU (docs/perf.md forty-second session D: 265 us "host" at L1024 RoPE).
         row["run_us"], row["run_p90_us"] = host_us(lambda: wrapper.run(q, k, v),
                                                    min(args.run_calls, 200))
     row["eager_us"] = eager_us(lambda: wrapper.run(q, k, v, out=out), args.eager_calls)
