@@ -145,7 +145,7 @@ def config_key(config):
             config["fixed_split_size"], config["disable_split_kv"], params["sm_scale"],
             params["causal"], params["window_left"], params["logits_soft_cap"],
             params["pos_encoding_mode"], params["rope_scale"], params["rope_theta"],
-            None if variant is None else variant.key())
+            None if variant is None else variant.key(), config.get("rope_staging", "auto"))
 
 
 def _check_buffer(name, buffer, workspace, dtype):
@@ -172,7 +172,8 @@ def new_batch_prefill(device, config, kv_layout, paged, use_cuda_graph, scratch,
         disable_split_kv=config["disable_split_kv"], scratch=scratch[0],
         scratch_bytes=scratch[1], validate_indices=validate, variant=config["variant"],
         backend=backend, kv_dtype=config.get("kv_dtype", config["dtype"]),
-        max_total_kv=max_total_kv, max_levels=max_levels))
+        max_total_kv=max_total_kv, max_levels=max_levels,
+        rope_staging=config.get("rope_staging", "auto")))
 
 
 def launch(prefill, q, kv, page_ids, hnd, out, lse, mask_bits, scales, lse_base, enable_pdl,

@@ -64,13 +64,16 @@ class _PrefillWrapper:
               page_size, custom_mask, packed_custom_mask, causal, pos_encoding_mode,
               use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
               rope_theta, q_data_type, kv_data_type, non_blocking, fixed_split_size,
-              disable_split_kv, o_data_type, variant, signature):
+              disable_split_kv, o_data_type, variant, signature, rope_staging="auto"):
         """indptrs: the caller's (qo_indptr, kv_indptr, kv_last_page_len or None for ragged);
         tables: the caller's index arrays by the name of their CUDA-graph buffer; variant: a
         flare.AttentionVariant or None; signature: plan()'s configuration arguments as a tuple
         (_signature), remembered with what they resolve to once they pass every check."""
         where = f"{self._name}.plan"
         check_prefill_plan_args(where, pos_encoding_mode, use_fp16_qk_reduction)
+        if rope_staging not in ("auto", "fused", "staged"):
+            raise ValueError(f"{where}: rope_staging must be 'auto', 'fused' or 'staged', got "
+                             f"{rope_staging!r}")
         variant = _flashinfer_jit.plan_variant(where, self._jit_module, variant)
         causal = mask_causal(causal, custom_mask, packed_custom_mask)
         q_dtype = dtype_name(q_data_type)
@@ -93,7 +96,8 @@ class _PrefillWrapper:
                           page_size=int(page_size), dtype=q_dtype, custom_mask=has_mask,
                           fixed_split_size=0 if fixed_split_size is None else
                           int(fixed_split_size), disable_split_kv=bool(disable_split_kv),
-                          params_kwargs=params_kwargs, variant=variant, kv_dtype=kv_dtype)
+                          params_kwargs=params_kwargs, variant=variant, kv_dtype=kv_dtype,
+                          rope_staging=rope_staging)
             key = config_key(config)
             try:
                 self._gpu.plan(hosts, lambda: self._kv_len(indptrs, page_size), tables,
@@ -340,10 +344,14 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
              q_data_type="float16", kv_data_type=None, non_blocking=True,
              fixed_split_size=None, disable_split_kv=False, o_data_type=None, variant=None,
              prefix_len_ptr=None, token_pos_in_items_ptr=None, token_pos_in_items_len=0,
-             max_item_len_ptr=None):
+             max_item_len_ptr=None, rope_staging="auto"):
         """Schedules one batch on host copies of qo_indptr and kv_indptr (see the paged
         wrapper's plan() for when that synchronizes, for variant, the custom mask and the
-        multi-item arguments)."""
+        multi-item arguments). rope_staging (flare's, GPU only; the CPU backend ignores it):
+        where pos_encoding_mode="ROPE_LLAMA" turns q and k, "fused" in the kernels, "staged"
+        into copies run() rotates first (allocated by plan(), grown as batches need: as large
+        as q and the planned keys; not with use_cuda_graph), "auto" staged where the plan's
+        query tiles read each key 1.5 times or more (flare/api/batch_prefill.h)."""
         indptrs = (qo_indptr, kv_indptr, None)
         if is_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr):
             indptrs, custom_mask, packed_custom_mask, causal = self._multi_item(
@@ -353,11 +361,12 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
         signature = (num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal,
                      pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
                      logits_soft_cap, rope_scale, rope_theta, q_data_type, kv_data_type,
-                     fixed_split_size, disable_split_kv, o_data_type, variant)
+                     fixed_split_size, disable_split_kv, o_data_type, variant, rope_staging)
         if self._plan_remembered(signature, custom_mask, packed_custom_mask, indptrs, tables,
                                  non_blocking):
             return
         self._plan(indptrs=indptrs, tables=tables, signature=signature,
+                   rope_staging=rope_staging,
                    num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads,
                    head_dim_qk=head_dim_qk, head_dim_vo=head_dim_vo, page_size=1,
                    custom_mask=custom_mask, packed_custom_mask=packed_custom_mask,

@@ -33,7 +33,7 @@ void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_to
                  int fixed_split_size, bool disable_split_kv, uintptr_t scratch,
                  size_t scratch_bytes, bool validate_indices, nb::handle variant,
                  const std::string& backend, const std::string& kv_dtype, int64_t max_total_kv,
-                 int max_levels) {
+                 int max_levels, const std::string& rope_staging) {
   BatchPrefillConfig& config = *new (self) BatchPrefillConfig();
   config.device = device;
   config.max_batch = max_batch;
@@ -72,6 +72,14 @@ void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_to
   } else {
     FLARE_CHECK(backend == "auto", ErrorCode::kInvalidArgument,
                 "backend must be 'auto', 'fa2' or 'fa3', got '", backend, "'");
+  }
+  if (rope_staging == "fused") {
+    config.rope_staging = RopeStaging::kFused;
+  } else if (rope_staging == "staged") {
+    config.rope_staging = RopeStaging::kStaged;
+  } else {
+    FLARE_CHECK(rope_staging == "auto", ErrorCode::kInvalidArgument,
+                "rope_staging must be 'auto', 'fused' or 'staged', got '", rope_staging, "'");
   }
 }
 
@@ -190,7 +198,7 @@ void bind_batch_prefill(nb::module_& m) {
            nb::arg("scratch") = 0, nb::arg("scratch_bytes") = 0,
            nb::arg("validate_indices") = false, nb::arg("variant").none() = nb::none(),
            nb::arg("backend") = "auto", nb::arg("kv_dtype") = "", nb::arg("max_total_kv") = 0,
-           nb::arg("max_levels") = 1);
+           nb::arg("max_levels") = 1, nb::arg("rope_staging") = "auto");
   nb::class_<BatchPrefill>(m, "BatchPrefill", "flare::BatchPrefill (internal: GPU batch prefill).")
       .def("__init__", &construct, nb::arg("config"))
       .def("plan", &plan, nb::arg("qo_indptr"), nb::arg("kv_indptr"),
@@ -212,6 +220,7 @@ void bind_batch_prefill(nb::module_& m) {
       .def_prop_ro("max_batch", [](const BatchPrefill& p) { return p.config().max_batch; })
       .def_prop_ro("max_total_qo", [](const BatchPrefill& p) { return p.config().max_total_qo; })
       .def_prop_ro("max_total_kv", [](const BatchPrefill& p) { return p.config().max_total_kv; })
+      .def_prop_ro("last_plan_stages_rope", &BatchPrefill::last_plan_stages_rope)
       .def_prop_ro("tiles",
                    [](const BatchPrefill& p) {
                      const PrefillTiles t = p.last_tiles();

@@ -159,6 +159,26 @@ def test_batch_prefill_ragged_custom_mask_bool_and_packed():
         assert max_abs_error(wrapper.run(q, k, v), expected) <= TOLERANCE[np.float32]
 
 
+def test_ragged_prefill_rope_staging_checked_and_the_same_on_the_cpu():
+    """rope_staging places the GPU's rotation; the CPU backend computes the reference whatever
+    it says, and a value outside auto / fused / staged is refused naming it."""
+    rng = np.random.default_rng(14)
+    qo_indptr, kv_indptr = np.array([0, 5, 12], np.int32), np.array([0, 9, 16], np.int32)
+    q = rng.standard_normal((12, 4, 64)).astype(np.float32)
+    k = rng.standard_normal((16, 2, 64)).astype(np.float32)
+    v = rng.standard_normal((16, 2, 64)).astype(np.float32)
+    expected, _ = reference_attention(q, k, v, qo_indptr, kv_indptr, causal=True, rope_theta=1e4)
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+    for staging in ("auto", "fused", "staged"):
+        wrapper.plan(qo_indptr, kv_indptr, 4, 2, 64, causal=True, pos_encoding_mode="ROPE_LLAMA",
+                     q_data_type="float32", rope_staging=staging)
+        assert max_abs_error(wrapper.run(q, k, v), expected) <= 1e-4
+    with pytest.raises(ValueError, match="rope_staging must be 'auto', 'fused' or 'staged', "
+                                         "got 'sometimes'"):
+        wrapper.plan(qo_indptr, kv_indptr, 4, 2, 64, causal=True, q_data_type="float32",
+                     rope_staging="sometimes")
+
+
 def test_single_prefill_rope_causal_hnd():
     rng = np.random.default_rng(13)
     q = rng.standard_normal((7, 4, 64)).astype(np.float32)

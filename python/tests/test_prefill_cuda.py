@@ -499,6 +499,45 @@ def test_fused_rope_prefill_matches_float64():
     check(out, lse, expected, torch.float16, lse_tolerance=ROTARY_LSE_TOLERANCE)
 
 
+@pytest.mark.parametrize("kv_layout", ["NHD", "HND"])
+def test_ragged_rope_staging_matches_float64(kv_layout):
+    """rope_staging (flare's): "staged" rotates q and k into copies before the kernels, "fused"
+    in them, "auto" stages a batch whose query tiles read each key several times and not an
+    append of one query tile a request; every placement against the float64 reference, k and v
+    NHD or HND (strided rows for the rotation)."""
+    dtype, num_qo_heads, num_kv_heads, head_dim = torch.bfloat16, 8, 2, 128
+    for qo_lens, kv_lens, auto_stages in (([300, 1, 77, 0], [300, 40, 77, 9], True),
+                                          ([5, 9], [900, 600], False)):
+        q = random_q(sum(qo_lens), num_qo_heads, head_dim, dtype, seed=31)
+        k, v = ragged_kv(kv_lens, num_kv_heads, head_dim, head_dim, dtype, seed=32)
+        if kv_layout == "HND":
+            k_in, v_in = k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous()
+        else:
+            k_in, v_in = k, v
+        expected = reference_attention(q.double().cpu().numpy(), k.double().cpu().numpy(),
+                                       v.double().cpu().numpy(), indptr(qo_lens).numpy(),
+                                       indptr(kv_lens).numpy(), causal=True, rope_theta=5e5)
+        for staging, stages in (("auto", auto_stages), ("fused", False), ("staged", True)):
+            wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace(), kv_layout)
+            wrapper.plan(indptr(qo_lens), indptr(kv_lens), num_qo_heads, num_kv_heads, head_dim,
+                         causal=True, pos_encoding_mode="ROPE_LLAMA", rope_theta=5e5,
+                         q_data_type=dtype, rope_staging=staging)
+            assert wrapper._gpu.planned[0].last_plan_stages_rope == stages, staging
+            out, lse = wrapper.run(q, k_in, v_in, return_lse=True)
+            check(out, lse, expected, dtype, lse_tolerance=ROTARY_LSE_TOLERANCE)
+
+
+def test_rope_staging_staged_is_refused_where_it_cannot_stage():
+    with pytest.raises(ValueError, match="rope_staging kStaged needs"):
+        graph = flare.BatchPrefillWithRaggedKVCacheWrapper(
+            workspace(), use_cuda_graph=True,
+            qo_indptr_buf=torch.empty(2, dtype=torch.int32, device=DEVICE),
+            kv_indptr_buf=torch.empty(2, dtype=torch.int32, device=DEVICE))
+        graph.plan(indptr([4]), indptr([4]), 2, 2, 64, causal=True,
+                   pos_encoding_mode="ROPE_LLAMA", q_data_type=torch.float16,
+                   rope_staging="staged")
+
+
 def test_capturing_a_wrapper_without_cuda_graph_raises():
     cache = GpuPagedCache([9, 4], 1, 64, 16, "NHD", torch.float16, seed=16)
     q = random_q(5, 4, 64, torch.float16, seed=17)

@@ -176,7 +176,6 @@ void BatchPrefill::commit_plan(std::span<const int32_t> qo_begin,
   std::swap(s.mask_indptr, next.mask_indptr);
   s.tiles = next.tiles;
   s.rope_staged = s.next_rope_staged;
-  s.next_rope_staged = false;  // plan_cascade's plans never stage
   // Under CUDA graphs a cascade config's tiles are chosen by its first plan and kept: a
   // captured run() launches that kernel.
   if (c.use_cuda_graph && !s.fixed_tiles) s.fixed_tiles = next.tiles;
