@@ -84,8 +84,8 @@ bool plan_stages_rope(const BatchPrefillConfig& c, std::span<const int32_t> qo_i
                       std::span<const int32_t> kv_indptr, const PrefillTiles& tiles) {
   if (c.rope_staging == RopeStaging::kFused || !rope_staging_applies(c)) return false;
   // The rotation kernel counts its pieces (rows x heads x units) in 32 bits.
-  const int64_t rows = std::max<int64_t>(qo_indptr.back() * c.num_qo_heads,
-                                         int64_t{kv_indptr.back()} * c.num_kv_heads);
+  const int64_t rows = std::max(int64_t{qo_indptr.back()} * c.num_qo_heads,
+                                int64_t{kv_indptr.back()} * c.num_kv_heads);
   const bool fits = rows * units_per_row(c.head_dim_qk) <= INT32_MAX;
   if (c.rope_staging == RopeStaging::kStaged) {
     FLARE_CHECK(fits, ErrorCode::kUnsupported, kWhat,
