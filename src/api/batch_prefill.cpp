@@ -99,10 +99,7 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.variant = api_detail::device_variant(config.params, config.head_dim_qk, config.num_qo_heads,
                                          s.variant_tables);
   if (api_detail::is_nvfp4_prefill(config)) s.nvfp4 = api_detail::Nvfp4PrefillStaging(config);
-  if (config.rope_staging != RopeStaging::kFused && api_detail::rope_staging_applies(config)) {
-    s.staged_config = api_detail::staged_rope_kernel_config(config);
-    s.rope = api_detail::PrefillRopeStaging(config);
-  }
+  if (api_detail::may_stage_rope(config)) s.rope = api_detail::PrefillRopeStaging(config);
 }
 
 size_t BatchPrefill::scratch_bytes_needed(const BatchPrefillConfig& config) {

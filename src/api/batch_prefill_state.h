@@ -55,7 +55,6 @@ struct BatchPrefill::State {
   static constexpr const char* kWhat = api_detail::kBatchPrefillWhat;
 
   BatchPrefillConfig config;
-  BatchPrefillConfig staged_config;  // a staged RoPE plan's kernels' (staged_rope_kernel_config)
   cuda::DeviceProperties props;
   std::string arch;
   PrefillDeviceLimits limits;
@@ -130,13 +129,14 @@ struct BatchPrefill::State {
                     : ": run() with ragged K/V on a BatchPrefill created for paged KV");
   }
 
-  // The kernel of these tiles, for a plan that stages RoPE (staged_config) or not.
+  // The kernel of these tiles, for a plan that stages RoPE (staged_rope_kernel_config) or not.
   const PrefillKernel& kernel(const PrefillTiles& t, bool rope_staged = false) {
     const auto key = std::make_tuple(t.query_tile, t.kv_tile, t.warpgroup, rope_staged);
     auto it = kernels.find(key);
     if (it != kernels.end()) return it->second;
     PrefillKernel k;
-    k.specs = batch_prefill_kernels(rope_staged ? staged_config : config, t);
+    k.specs = batch_prefill_kernels(
+        rope_staged ? api_detail::staged_rope_kernel_config(config) : config, t);
     FLARE_CHECK(static_cast<int>(k.specs.shared_bytes) <= props.max_shared_bytes_per_block_optin,
                 ErrorCode::kUnsupported, kWhat, ": the prefill kernel needs ", k.specs.shared_bytes,
                 " bytes of shared memory, device ", config.device, " allows ",

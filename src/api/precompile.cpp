@@ -49,11 +49,10 @@ std::vector<jit::KernelSpec> kernels_to_precompile(std::span<const BatchDecodeCo
         batch_decode_kernels(c, static_cast<size_t>(limits.max_shared_bytes_per_block)).decode,
         seen, specs);
   });
-  for_each_named(prefill, "prefill", [&](const BatchPrefillConfig& given) {
-    api_detail::validate_prefill_config(given);  // before fixed_prefill_tiles divides by heads
+  for_each_named(prefill, "prefill", [&](const BatchPrefillConfig& c) {
+    api_detail::validate_prefill_config(c);  // before fixed_prefill_tiles divides by its heads
     // The kernels BatchPrefill compiles: the config's and, where RoPE may be staged, those
     // without RoPE and the rotation's (prefill_rope_staging.h).
-    const BatchPrefillConfig& c = given;
     const PrefillDeviceLimits config_limits = api_detail::limits_under_backend(limits, c);
     std::vector<PrefillTiles> tiles;
     if (const std::optional<PrefillTiles> fixed =
@@ -68,11 +67,9 @@ std::vector<jit::KernelSpec> kernels_to_precompile(std::span<const BatchDecodeCo
             c));
       }
     }
-    const bool staged =
-        c.rope_staging != RopeStaging::kFused && api_detail::rope_staging_applies(c);
     std::vector<BatchPrefillConfig> kernel_configs;
     if (c.rope_staging != RopeStaging::kStaged) kernel_configs.push_back(c);
-    if (staged) {
+    if (api_detail::may_stage_rope(c)) {
       kernel_configs.push_back(api_detail::staged_rope_kernel_config(c));
       add_distinct(rope_kernel_spec(c.dtype, false, 0), seen, specs);
     }

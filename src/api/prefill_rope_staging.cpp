@@ -72,6 +72,10 @@ bool rope_staging_applies(const BatchPrefillConfig& c) {
          c.head_dim_qk % (kPieceElements * kPairsApart) == 0 && c.head_dim_qk / 2 <= kRopeMaxPairs;
 }
 
+bool may_stage_rope(const BatchPrefillConfig& c) {
+  return c.rope_staging != RopeStaging::kFused && rope_staging_applies(c);
+}
+
 BatchPrefillConfig staged_rope_kernel_config(const BatchPrefillConfig& c) {
   BatchPrefillConfig plain = c;
   plain.params.pos_encoding = PosEncoding::kNone;
@@ -82,7 +86,7 @@ BatchPrefillConfig staged_rope_kernel_config(const BatchPrefillConfig& c) {
 
 bool plan_stages_rope(const BatchPrefillConfig& c, std::span<const int32_t> qo_indptr,
                       std::span<const int32_t> kv_indptr, const PrefillTiles& tiles) {
-  if (c.rope_staging == RopeStaging::kFused || !rope_staging_applies(c)) return false;
+  if (!may_stage_rope(c)) return false;
   // The rotation kernel counts its pieces (rows x heads x units) in 32 bits.
   const int64_t rows = std::max(int64_t{qo_indptr.back()} * c.num_qo_heads,
                                 int64_t{kv_indptr.back()} * c.num_kv_heads);

@@ -20,6 +20,10 @@ namespace api_detail {
 // kRopeMaxPairs).
 bool rope_staging_applies(const BatchPrefillConfig& c);
 
+// Some plan of `c` may stage: rope_staging is not kFused and staging applies. BatchPrefill then
+// keeps a PrefillRopeStaging, and precompile() lists the staged kernels.
+bool may_stage_rope(const BatchPrefillConfig& c);
+
 // The config the prefill kernels of a staged plan are compiled for: `c` without RoPE.
 BatchPrefillConfig staged_rope_kernel_config(const BatchPrefillConfig& c);
 
