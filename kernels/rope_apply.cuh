@@ -2,11 +2,17 @@
 // apply_rope family): every (token, head) row of q and k turns its pairs of dims by its token's
 // position times each pair's frequency, rounded once to the row's 16-bit type.
 //
-// One thread a unit of 16 bytes: with interleaved pairs (2 i, 2 i + 1) a piece of 8 rotary dims
-// (4 pairs); with pairs (i, i + rotary_dim / 2) a piece of 8 dims of the low half and its partner
-// piece rotary_dim / 2 on (8 pairs); past rotary_dim, a piece copied unchanged (out of place
-// only). The angle of each pair comes from the host's turns table (hi + lo turns per position,
-// exact to ~1e-7 turns at any position: kernels/rotary.cuh rotary_turn_fraction).
+// One thread a unit of 16 bytes in each of heads_per_thread (1 to kRopeHeadsPerThread) heads of
+// one token: with
+// interleaved pairs (2 i, 2 i + 1) a piece of 8 rotary dims (4 pairs); with pairs (i, i +
+// rotary_dim / 2) a piece of 8 dims of the low half and its partner piece rotary_dim / 2 on (8
+// pairs); past rotary_dim, a piece copied unchanged (out of place only). The heads of a token
+// share its angles: a thread finds the position and computes the cos and sin of its pairs once
+// for its heads (the per-element angle reduction made the kernel ALU-bound at 32768 tokens,
+// docs/perf.md forty-second session A); the host keeps one head a thread where fewer threads
+// would not fill the GPU (a thread's heads run one after another). The angle of each pair comes
+// from the host's turns table (hi + lo turns per position, exact to ~1e-7 turns at any position:
+// kernels/rotary.cuh rotary_turn_fraction).
 //
 // With FLARE_ROPE_COS_SIN_CACHE the (cos, sin) of a pair come from the caller's float32 table
 // instead (row pos clamped into the table).
@@ -21,6 +27,7 @@
 namespace flare {
 
 constexpr int kRopeApplyThreads = 256;
+constexpr int kRopeHeadsPerThread = 8;   // the most heads of a token a thread turns
 constexpr int kRopeApplyMaxPairs = 256;  // flare::kRopeMaxPairs on the host
 
 // Turns per position of one pair, hi + lo (the host's double split into two floats).
@@ -38,13 +45,18 @@ struct RopeTensor {
 
 struct RopeApplyParams {
   RopeTensor q, k;
-  int32_t num_units;  // tokens * (q_heads + k_heads) * units_per_row, below 2^31
+  // tokens * ceil((q_heads + k_heads) / heads_per_thread) * units_per_row, below 2^31 (with
+  // tokens_from_indptr: their bound, for the capacity's tokens)
+  int32_t num_units;
   int32_t q_heads, k_heads;
   int32_t units_per_row;  // rotary units, then copy units (0 copy units in place)
   int32_t rotary_units;   // rotary_dim / 8 interleaved, rotary_dim / 16 otherwise
   int32_t half_bytes;     // rotary_dim / 2 * 2 bytes: from a low piece to its partner
   int32_t batch;          // requests of indptr / offsets (>= 1 with tokens)
-  int32_t reserved;
+  int32_t heads_per_thread;  // 1 .. kRopeHeadsPerThread
+  // FLARE_ROPE_POSITIONS 0: the tokens are indptr[batch], read on the device (a captured
+  // launch serves every later plan: BatchPrefill's staged RoPE under CUDA graphs).
+  int32_t tokens_from_indptr;
   const int32_t* indptr;                // [batch + 1], with offsets (FLARE_ROPE_POSITIONS 0)
   const int32_t* offsets;               // [batch]
   const void* pos_ids;                  // [nnz] int32 or int64 (FLARE_ROPE_POSITIONS 32 or 64)
@@ -54,6 +66,19 @@ struct RopeApplyParams {
   int32_t pairs;                        // rotary_dim / 2: a row's sin columns start there
   RopeTurns turns[kRopeApplyMaxPairs];  // of pair i (not with a cos_sin table)
 };
+
+#ifndef __CUDACC_RTC__
+// Host: the heads a thread turns for `pieces` = tokens x heads x units_per_row: one while that
+// many threads would not fill the GPU (2^19: two waves of 2048 threads on 132 SMs), then more,
+// up to kRopeHeadsPerThread.
+inline int rope_heads_per_thread(long long pieces) {
+  constexpr long long kFillingThreads = 1LL << 19;
+  const long long heads = pieces / kFillingThreads;
+  return static_cast<int>(heads < 1                     ? 1
+                          : heads > kRopeHeadsPerThread ? kRopeHeadsPerThread
+                                                        : heads);
+}
+#endif
 
 }  // namespace flare
 
@@ -139,62 +164,89 @@ __device__ __forceinline__ Vec16 pack(const float (&x)[8]) {
                float2_to_16bit2<kCode>(x[4], x[5]), float2_to_16bit2<kCode>(x[6], x[7])};
 }
 
-// Unit `unit` of the row at `in` / `out` (token position pos).
-__device__ __forceinline__ void apply_unit(const RopeApplyParams& p, const char* in, char* out,
-                                           int unit, int pos) {
-  if (unit >= p.rotary_units) {  // a piece past rotary_dim: copied
-    const int64_t offset =
-        16 * static_cast<int64_t>(unit - p.rotary_units) +
-        (kInterleave ? 16 * static_cast<int64_t>(p.rotary_units) : 2 * int64_t{p.half_bytes});
-    *reinterpret_cast<Vec16*>(out + offset) = *reinterpret_cast<const Vec16*>(in + offset);
-    return;
-  }
+constexpr int kPairsPerUnit = kInterleave ? 4 : 8;
+
+// cos and sin of the pairs of rotary unit `unit` at `pos`.
+__device__ __forceinline__ void unit_angles(const RopeApplyParams& p, int unit, int pos,
+                                            float (&c)[kPairsPerUnit], float (&s)[kPairsPerUnit]) {
+#pragma unroll
+  for (int i = 0; i < kPairsPerUnit; ++i) cos_sin(p, kPairsPerUnit * unit + i, pos, c[i], s[i]);
+}
+
+// Rotary unit `unit` of the row at `in` / `out` by the unit's angles.
+__device__ __forceinline__ void rotate_unit(const RopeApplyParams& p, const char* in, char* out,
+                                            int unit, const float (&c)[kPairsPerUnit],
+                                            const float (&s)[kPairsPerUnit]) {
   const int64_t offset = 16 * static_cast<int64_t>(unit);
   if constexpr (kInterleave) {
     float x[8];
     unpack(*reinterpret_cast<const Vec16*>(in + offset), x);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float c, s;
-      cos_sin(p, 4 * unit + i, pos, c, s);
-      rotate(x[2 * i], x[2 * i + 1], c, s);
-    }
+    for (int i = 0; i < 4; ++i) rotate(x[2 * i], x[2 * i + 1], c[i], s[i]);
     *reinterpret_cast<Vec16*>(out + offset) = pack(x);
   } else {
     float lo[8], hi[8];
     unpack(*reinterpret_cast<const Vec16*>(in + offset), lo);
     unpack(*reinterpret_cast<const Vec16*>(in + offset + p.half_bytes), hi);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      float c, s;
-      cos_sin(p, 8 * unit + i, pos, c, s);
-      rotate(lo[i], hi[i], c, s);
-    }
+    for (int i = 0; i < 8; ++i) rotate(lo[i], hi[i], c[i], s[i]);
     *reinterpret_cast<Vec16*>(out + offset) = pack(lo);
     *reinterpret_cast<Vec16*>(out + offset + p.half_bytes) = pack(hi);
   }
 }
 
+// Unit `unit` past rotary_dim: copied.
+__device__ __forceinline__ void copy_unit(const RopeApplyParams& p, const char* in, char* out,
+                                          int unit) {
+  const int64_t offset =
+      16 * static_cast<int64_t>(unit - p.rotary_units) +
+      (kInterleave ? 16 * static_cast<int64_t>(p.rotary_units) : 2 * int64_t{p.half_bytes});
+  *reinterpret_cast<Vec16*>(out + offset) = *reinterpret_cast<const Vec16*>(in + offset);
+}
+
 }  // namespace flare::rope_apply_kernel
 
-// Units in (token, head, unit) order, q's heads before k's, over a grid-stride loop.
+// Units in (token, head group, unit) order, q's heads before k's, over a grid-stride loop; a
+// group is heads_per_thread heads of the token (fewer in its last).
 extern "C" __global__ void __launch_bounds__(flare::kRopeApplyThreads)
     flare_rope_apply(const __grid_constant__ flare::RopeApplyParams p) {
   using namespace flare;
+  using namespace flare::rope_apply_kernel;
   const int heads = p.q_heads + p.k_heads;
+  const int groups = (heads + p.heads_per_thread - 1) / p.heads_per_thread;
+  long long num_units = p.num_units;
+  if constexpr (kPositions == 0) {
+    if (p.tokens_from_indptr != 0) {
+      num_units = min(num_units, static_cast<long long>(max(__ldg(p.indptr + p.batch), 0)) *
+                                     groups * p.units_per_row);
+    }
+  }
   // 64-bit: num_units may lie within one grid stride of 2^31.
-  for (long long index = blockIdx.x * blockDim.x + threadIdx.x; index < p.num_units;
+  for (long long index = blockIdx.x * blockDim.x + threadIdx.x; index < num_units;
        index += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int unit = static_cast<int>(index) % p.units_per_row;
     const int row = static_cast<int>(index) / p.units_per_row;
-    const int token = row / heads;
-    const int head = row % heads;
-    const bool is_q = head < p.q_heads;
-    const RopeTensor& t = is_q ? p.q : p.k;
-    const int h = is_q ? head : head - p.q_heads;
-    const char* in = t.in + token * t.in_token_stride + h * t.in_head_stride;
-    char* out = t.out + token * t.out_token_stride + h * t.out_head_stride;
-    rope_apply_kernel::apply_unit(p, in, out, unit, rope_apply_kernel::position(p, token));
+    const int token = row / groups;
+    const int first = row % groups * p.heads_per_thread;
+    const int end = min(first + p.heads_per_thread, heads);
+    const bool rotary = unit < p.rotary_units;
+    float c[kPairsPerUnit], s[kPairsPerUnit];
+    if (rotary) unit_angles(p, unit, position(p, token), c, s);
+#pragma unroll
+    for (int i = 0; i < kRopeHeadsPerThread; ++i) {
+      const int head = first + i;
+      if (head >= end) break;
+      const bool is_q = head < p.q_heads;
+      const RopeTensor& t = is_q ? p.q : p.k;
+      const int h = is_q ? head : head - p.q_heads;
+      const char* in = t.in + token * t.in_token_stride + h * t.in_head_stride;
+      char* out = t.out + token * t.out_token_stride + h * t.out_head_stride;
+      if (rotary) {
+        rotate_unit(p, in, out, unit, c, s);
+      } else {
+        copy_unit(p, in, out, unit);
+      }
+    }
   }
 }
 

@@ -74,7 +74,9 @@ def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales,
     def make():
         # Device memory of its own (C++), no torch tensor that outlives the call: a warm-up
         # under torch.compile allocates torch tensors from the graph's pool.
-        staged_kv = max(kv_len, 1) if config["kv_dtype"] == "uint8" else 0  # NVFP4's copy
+        # NVFP4's copy, or staged RoPE's k copy (the shape is fixed: the copies' room is known)
+        rope = config["params_kwargs"]["pos_encoding_mode"] == "ROPE_LLAMA"
+        staged_kv = max(kv_len, 1) if config["kv_dtype"] == "uint8" or rope else 0
         prefill = new_batch_prefill(device, config, kv_layout, False, True, (0, 0), False,
                                     backend, (1, qo_len, staged_kv))
         prefill.plan(np.array([0, qo_len], dtype=np.int32),

@@ -74,7 +74,15 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
       slots_fitting(s.max_ctas_per_sm) < int64_t{2} * s.max_ctas_per_sm * s.props.num_sms) {
     s.max_ctas_per_sm = 2;
   }
-  const int ctas_per_sm = s.fixed_tiles ? s.kernel(*s.fixed_tiles).ctas_per_sm : s.max_ctas_per_sm;
+  if (api_detail::may_stage_rope(config)) s.rope = api_detail::PrefillRopeStaging(config);
+  // Under use_cuda_graph the grid is the fixed tiles' kernel's: the staged one where every plan
+  // stages (graph_stages_rope).
+  const int ctas_per_sm =
+      s.fixed_tiles
+          ? s.kernel(*s.fixed_tiles,
+                     config.use_cuda_graph && api_detail::graph_stages_rope(config, *s.fixed_tiles))
+                .ctas_per_sm
+          : s.max_ctas_per_sm;
   // A caller's scratch below the whole grid's bound (FlashInfer's tests pass 32 MB; D 128 needs
   // ~35 MB): plans spread over the SMs whose CTAs' partial states it holds. Too small for one
   // SM: the Workspace below names the bytes needed.
@@ -99,7 +107,6 @@ BatchPrefill::BatchPrefill(const BatchPrefillConfig& config) : state_(std::make_
   s.variant = api_detail::device_variant(config.params, config.head_dim_qk, config.num_qo_heads,
                                          s.variant_tables);
   if (api_detail::is_nvfp4_prefill(config)) s.nvfp4 = api_detail::Nvfp4PrefillStaging(config);
-  if (api_detail::may_stage_rope(config)) s.rope = api_detail::PrefillRopeStaging(config);
 }
 
 size_t BatchPrefill::scratch_bytes_needed(const BatchPrefillConfig& config) {
@@ -140,6 +147,10 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
               paged ? " pages" : " tokens", " exceed max_total_kv=", c.max_total_kv,
               " (the staged copy of NVFP4 KV, sized at creation)");
   s.next_rope_staged = api_detail::plan_stages_rope(c, qo_indptr, kv_indptr, next.tiles);
+  FLARE_CHECK(!s.next_rope_staged || !c.use_cuda_graph || kv_indptr[batch] <= c.max_total_kv,
+              ErrorCode::kInvalidArgument, kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
+              " tokens exceed max_total_kv=", c.max_total_kv,
+              " (the rotated copy of k, staged RoPE under use_cuda_graph, sized at creation)");
   const api_detail::PrefillKernel& kernel = s.kernel(next.tiles, s.next_rope_staged);
   if (s.next_rope_staged) s.rope.reserve(next.total_qo, kv_indptr[batch]);
   api_detail::plan_prefill(c, s.plan_sms, kernel.ctas_per_sm, s.props.memory_peak_bytes_per_us,

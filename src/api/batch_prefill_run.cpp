@@ -242,13 +242,20 @@ void BatchPrefill::run_16bit(const TensorView& q, const TensorView& k, const Ten
   a.v_head = v.strides[1];
   if (s.rope_staged) {
     // q and the plan's k rows rotated into the copies, which the kernels read without RoPE
-    // (BatchPrefillConfig::rope_staging): q first checked as launch() checks it, so that the
-    // rotation reads inside it.
-    check_device_tensor(kWhat, q, "q", c.device, c.dtype,
-                        {s.total_qo, c.num_qo_heads, c.head_dim_qk}, true);
+    // (BatchPrefillConfig::rope_staging). Under use_cuda_graph a captured run serves every later
+    // plan: q's rows and the k copy's bound the rotation, which reads the plan's counts on the
+    // device. q first checked as launch() checks it, so that the rotation reads inside it.
+    const bool graph = c.use_cuda_graph;
+    const int64_t q_rows = graph && q.ndim == 3 ? q.shape[0] : s.total_qo;
+    FLARE_CHECK(q_rows >= s.total_qo && q_rows <= c.max_total_qo, ErrorCode::kInvalidArgument,
+                kWhat, ": q holds ", q_rows, " tokens, the plan has ", s.total_qo,
+                " (max_total_qo ", c.max_total_qo, ")");
+    check_device_tensor(kWhat, q, "q", c.device, c.dtype, {q_rows, c.num_qo_heads, c.head_dim_qk},
+                        true);
     const WorkspaceLayout& layout = s.workspace.layout();
     const unsigned char* tables = s.workspace.device();
-    s.rope.rotate(q, k, s.total_qo, rows, s.batch,
+    s.rope.rotate(q, k, q_rows, graph ? std::min(k_rows, s.rope.key_rows()) : rows,
+                  graph ? c.max_batch : s.batch,
                   request_table(tables, layout, c.max_batch, kQoBegin),
                   request_table(tables, layout, c.max_batch, kQOffset),
                   request_table(tables, layout, c.max_batch, kKvIndptr), stream);
@@ -256,10 +263,10 @@ void BatchPrefill::run_16bit(const TensorView& q, const TensorView& k, const Ten
     a.k_rows = s.rope.key_rows();  // the copy's rows: the bulk maps stay encoded across plans
     a.k_page = int64_t{c.num_kv_heads} * c.head_dim_qk;
     a.k_head = c.head_dim_qk;
-    launch(
-        TensorView::contiguous(s.rope.q_copy(), c.dtype,
-                               {s.total_qo, c.num_qo_heads, c.head_dim_qk}, Device::cuda(c.device)),
-        a, o, lse, stream, mask_bits, options);
+    launch(TensorView::contiguous(s.rope.q_copy(), c.dtype, {q_rows, c.num_qo_heads, c.head_dim_qk},
+                                  Device::cuda(c.device)),
+           a, o, lse, stream, mask_bits, options);
+    if (graph) s.captured_kv = std::min(k_rows, v_rows);
     return;
   }
   launch(q, a, o, lse, stream, mask_bits, options);

@@ -92,10 +92,12 @@ void validate_config(const BatchPrefillConfig& c) {
               c.kv == PrefillKV::kPaged ? "pages" : "rows", "), got ", c.max_total_kv);
   FLARE_CHECK(c.rope_staging != RopeStaging::kStaged || rope_staging_applies(c),
               ErrorCode::kInvalidArgument, kWhat,
-              ": rope_staging kStaged needs pos_encoding kRopeLlama, ragged 16-bit K/V, no "
-              "use_cuda_graph, no user variant, max_levels 1 and head_dim_qk a multiple of 16 "
-              "of at most ",
-              2 * kRopeMaxPairs, ", got head_dim_qk ", c.head_dim_qk);
+              ": rope_staging kStaged needs pos_encoding kRopeLlama, ragged 16-bit K/V, no user "
+              "variant, max_levels 1, head_dim_qk a multiple of 16 of at most ",
+              2 * kRopeMaxPairs,
+              " and under use_cuda_graph max_total_kv >= 1 (the k copy's rows), "
+              "got head_dim_qk ",
+              c.head_dim_qk, " and max_total_kv ", c.max_total_kv);
   FLARE_CHECK(c.query_tile == 0 || std::ranges::count(kPrefillQueryTiles, c.query_tile) == 1,
               ErrorCode::kInvalidArgument, kWhat, ": query_tile must be 0, 16, 32, 64 or 128, got ",
               c.query_tile);

@@ -234,11 +234,16 @@ void stage_prefill(const PrefillHostPlan& planned, const WorkspaceLayout& layout
                    std::span<const int32_t> qo_begin, std::span<const int32_t> kv_indptr,
                    std::span<const int32_t> kv_last_page_len, std::byte* staging) {
   write_plan_region(planned.plan, layout, staging);
-  std::copy(qo_begin.begin(), qo_begin.end(), request_table(staging, layout, max_batch, kQoBegin));
+  // Padded past the batch with the total, as kv_indptr below: a captured rotation of staged
+  // RoPE reads its query count at entry max_batch (prefill_rope_staging.h).
+  int32_t* qo_table = request_table(staging, layout, max_batch, kQoBegin);
+  std::copy(qo_begin.begin(), qo_begin.end(), qo_table);
+  std::fill(qo_table + qo_begin.size(), qo_table + max_batch + 1,
+            qo_begin.empty() ? 0 : qo_begin.back());
   std::copy(planned.q_offset.begin(), planned.q_offset.end(),
             request_table(staging, layout, max_batch, kQOffset));
-  // Padded past the batch with the total: a captured NVFP4 staging launch reads its count at
-  // entry max_batch (kernels/prefill_nvfp4_stage.cuh).
+  // Padded past the batch with the total: a captured NVFP4 staging launch (and staged RoPE's
+  // rotation) reads its count at entry max_batch (kernels/prefill_nvfp4_stage.cuh).
   int32_t* kv_table = request_table(staging, layout, max_batch, kKvIndptr);
   std::copy(kv_indptr.begin(), kv_indptr.end(), kv_table);
   std::fill(kv_table + kv_indptr.size(), kv_table + max_batch + 1,

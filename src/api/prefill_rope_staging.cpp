@@ -68,8 +68,9 @@ size_t row_bytes(int heads, int head_dim) {
 
 bool rope_staging_applies(const BatchPrefillConfig& c) {
   return c.params.pos_encoding == PosEncoding::kRopeLlama && c.kv == PrefillKV::kRagged &&
-         !c.kv_dtype && !c.use_cuda_graph && !c.variant && c.max_levels == 1 &&
-         c.head_dim_qk % (kPieceElements * kPairsApart) == 0 && c.head_dim_qk / 2 <= kRopeMaxPairs;
+         !c.kv_dtype && (!c.use_cuda_graph || c.max_total_kv >= 1) && !c.variant &&
+         c.max_levels == 1 && c.head_dim_qk % (kPieceElements * kPairsApart) == 0 &&
+         c.head_dim_qk / 2 <= kRopeMaxPairs;
 }
 
 bool may_stage_rope(const BatchPrefillConfig& c) {
@@ -84,22 +85,48 @@ BatchPrefillConfig staged_rope_kernel_config(const BatchPrefillConfig& c) {
   return plain;
 }
 
+namespace {
+
+// Whether the rotation of q_tokens query and kv_tokens key rows fits the kernel's 32-bit count
+// of pieces (rows x heads x units); under kStaged a batch past it throws kUnsupported (`which`:
+// what bounds it).
+bool rotation_fits(const BatchPrefillConfig& c, int64_t q_tokens, int64_t kv_tokens,
+                   const char* which) {
+  const int64_t pieces = std::max(q_tokens * c.num_qo_heads, kv_tokens * c.num_kv_heads) *
+                         units_per_row(c.head_dim_qk);
+  FLARE_CHECK(pieces <= INT32_MAX || c.rope_staging != RopeStaging::kStaged,
+              ErrorCode::kUnsupported, kWhat,
+              ": rope_staging kStaged rotates at most 2^31 16-byte pieces of q or k a run, ", which,
+              " ", pieces);
+  return pieces <= INT32_MAX;
+}
+
+}  // namespace
+
+bool graph_stages_rope(const BatchPrefillConfig& c, const PrefillTiles& tiles) {
+  if (!may_stage_rope(c)) return false;
+  // The captured rotation covers the capacities.
+  if (!rotation_fits(c, c.max_total_qo, c.max_total_kv,
+                     "under use_cuda_graph max_total_qo and max_total_kv allow")) {
+    return false;
+  }
+  if (c.rope_staging == RopeStaging::kStaged) return true;
+  const int32_t tokens = std::max(c.max_total_qo / std::max(c.max_batch, 1), 1);
+  const std::vector<int32_t> indptr = {0, tokens};
+  return fused_rope_key_reads(indptr, indptr, prefill_group_size(c), tiles.query_tile,
+                              c.params.mask, c.params.window_left) >= kStageRopeMinKeyReads;
+}
+
 bool plan_stages_rope(const BatchPrefillConfig& c, std::span<const int32_t> qo_indptr,
                       std::span<const int32_t> kv_indptr, const PrefillTiles& tiles) {
-  if (!may_stage_rope(c)) return false;
-  // The rotation kernel counts its pieces (rows x heads x units) in 32 bits.
-  const int64_t rows = std::max(int64_t{qo_indptr.back()} * c.num_qo_heads,
-                                int64_t{kv_indptr.back()} * c.num_kv_heads);
-  const bool fits = rows * units_per_row(c.head_dim_qk) <= INT32_MAX;
-  if (c.rope_staging == RopeStaging::kStaged) {
-    FLARE_CHECK(fits, ErrorCode::kUnsupported, kWhat,
-                ": rope_staging kStaged rotates at most 2^31 16-byte pieces of q or k a run, this "
-                "plan has ",
-                rows * units_per_row(c.head_dim_qk));
-    return true;
+  if (c.use_cuda_graph) return graph_stages_rope(c, tiles);
+  if (!may_stage_rope(c) ||
+      !rotation_fits(c, qo_indptr.back(), kv_indptr.back(), "this plan has")) {
+    return false;
   }
-  return fits && fused_rope_key_reads(qo_indptr, kv_indptr, prefill_group_size(c), tiles.query_tile,
-                                      c.params.mask, c.params.window_left) >= kStageRopeMinKeyReads;
+  if (c.rope_staging == RopeStaging::kStaged) return true;
+  return fused_rope_key_reads(qo_indptr, kv_indptr, prefill_group_size(c), tiles.query_tile,
+                              c.params.mask, c.params.window_left) >= kStageRopeMinKeyReads;
 }
 
 PrefillRopeStaging::PrefillRopeStaging() = default;
@@ -112,6 +139,7 @@ PrefillRopeStaging::PrefillRopeStaging(const BatchPrefillConfig& c)
       q_heads_(c.num_qo_heads),
       k_heads_(c.num_kv_heads),
       head_dim_(c.head_dim_qk),
+      graph_(c.use_cuda_graph),
       base_(std::make_unique<RopeApplyParams>()) {
   function_ = jit::get_kernel(rope_kernel_spec(c.dtype, false, 0), "flare_rope_apply", c.device);
   RopeApplyParams& p = *base_;
@@ -124,6 +152,12 @@ PrefillRopeStaging::PrefillRopeStaging(const BatchPrefillConfig& c)
   zero_offsets_ = cuda::DeviceBuffer(static_cast<size_t>(c.max_batch) * sizeof(int32_t));
   cuda::memset_d8_async(zero_offsets_.data(), 0, zero_offsets_.bytes(), nullptr);
   cuda::stream_synchronize(nullptr);  // run() may use another stream
+  if (graph_) {  // the copies' addresses go into captured launches: fixed from creation
+    query_rows_ = std::max<int64_t>(c.max_total_qo, 1);
+    key_rows_ = c.max_total_kv;
+    q_ = cuda::DeviceBuffer(static_cast<size_t>(query_rows_) * row_bytes(q_heads_, head_dim_));
+    k_ = cuda::DeviceBuffer(static_cast<size_t>(key_rows_) * row_bytes(k_heads_, head_dim_));
+  }
 }
 
 void PrefillRopeStaging::reserve(int64_t total_qo, int64_t total_kv) {
@@ -131,6 +165,8 @@ void PrefillRopeStaging::reserve(int64_t total_qo, int64_t total_kv) {
     return (std::max<int64_t>(rows, 1) + kRowsGranule - 1) / kRowsGranule * kRowsGranule;
   };
   if (total_qo <= query_rows_ && total_kv <= key_rows_) return;
+  FLARE_CHECK(!graph_, ErrorCode::kInternal, kWhat,
+              ": the CUDA-graph copies of staged RoPE cannot grow (plan() checks max_total_kv)");
   const cuda::DeviceScope scope(device_);
   cuda::device_synchronize();  // the smaller copies may be read by a run() in flight
   if (total_qo > query_rows_) {
@@ -148,9 +184,12 @@ void PrefillRopeStaging::reserve(int64_t total_qo, int64_t total_kv) {
 void PrefillRopeStaging::launch(const void* in, int64_t token_stride, int64_t head_stride,
                                 void* out, int64_t tokens, int heads, const int32_t* indptr,
                                 const int32_t* offsets, int64_t batch, cuda::Stream stream) const {
-  const int64_t units = tokens * heads * base_->units_per_row;  // plan_stages_rope: < 2^31
-  if (units == 0) return;
   RopeApplyParams p = *base_;
+  p.heads_per_thread = rope_heads_per_thread(tokens * heads * p.units_per_row);
+  // Below 2^31: plan_stages_rope counts one unit a head.
+  const int64_t units =
+      tokens * ((heads + p.heads_per_thread - 1) / p.heads_per_thread) * p.units_per_row;
+  if (units == 0) return;
   p.q.in = static_cast<const char*>(in);
   p.q.out = static_cast<char*>(out);
   p.q.in_token_stride = token_stride * 2;
@@ -162,6 +201,7 @@ void PrefillRopeStaging::launch(const void* in, int64_t token_stride, int64_t he
   p.q_heads = heads;
   p.k_heads = 0;
   p.batch = static_cast<int32_t>(batch);
+  p.tokens_from_indptr = graph_ ? 1 : 0;
   p.indptr = indptr;
   p.offsets = offsets;
   const auto blocks = static_cast<unsigned>(

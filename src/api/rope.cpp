@@ -302,10 +302,13 @@ void apply_rope_gpu(const TensorView& q, const TensorView& k, const TensorView& 
   p.rotary_units = static_cast<int32_t>(pr.rotary_dim / piece);
   const int64_t copy_units = in_place ? 0 : (pr.head_dim - pr.rotary_dim) / 8;
   p.units_per_row = static_cast<int32_t>(p.rotary_units + copy_units);
-  const int64_t units = pr.tokens * (pr.q_heads + pr.k_heads) * p.units_per_row;
+  const int64_t heads = pr.q_heads + pr.k_heads;
+  p.heads_per_thread = rope_heads_per_thread(pr.tokens * heads * p.units_per_row);
+  const int64_t units =
+      pr.tokens * ((heads + p.heads_per_thread - 1) / p.heads_per_thread) * p.units_per_row;
   FLARE_CHECK(units <= INT32_MAX, ErrorCode::kUnsupported, kWhat,
-              "on the GPU nnz * (num_qo_heads + num_kv_heads) * pieces must be below 2^31, got ",
-              units);
+              "on the GPU nnz * (num_qo_heads + num_kv_heads) * pieces / ", p.heads_per_thread,
+              " must be below 2^31, got ", units);
   if (units == 0) return;
   p.num_units = static_cast<int32_t>(units);
   p.q_heads = static_cast<int32_t>(pr.q_heads);

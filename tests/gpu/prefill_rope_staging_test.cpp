@@ -2,7 +2,8 @@
 // (causal prefills and long appends, each K row read by several query tiles) or rotate in the
 // kernels (appends of a few tokens over long KV), in turn, the copies growing past their first
 // size, every run against the CPU reference; the choice is fused_rope_key_reads' against
-// kStageRopeMinKeyReads. (kStaged and kFused alone: PrefillGpu.StagedRope* / FusedRope*.)
+// kStageRopeMinKeyReads. Under use_cuda_graph, a captured staged run replayed after larger
+// plans. (kStaged and kFused alone: PrefillGpu.StagedRope* / FusedRope*.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "flare/api/batch_prefill.h"
 #include "gpu/prefill_test_support.h"
+#include "testing/expect_error.h"
 
 namespace flare {
 namespace {
@@ -62,6 +64,41 @@ TEST(PrefillRopeStagingGpu, AutoChoosesPlanByPlanAndGrowsTheCopies) {
     d.download();
     expect_matches(p, d);
   }
+}
+
+// Under use_cuda_graph the rotation reads its counts on the device: a run captured after a
+// plan of one token a request, replayed after the full batch (more queries and keys, within
+// max_total_qo and max_total_kv), computes the full batch; a plan of more keys than
+// max_total_kv is refused by name first.
+TEST(PrefillRopeStagingGpu, CudaGraphReplayAfterALargerPlan) {
+  SKIP_WITHOUT_GPU();
+  Case c;
+  c.kv = PrefillKV::kRagged;
+  c.rope = true;
+  c.q_lens = {300, 200, 1};
+  c.kv_lens = {300, 260, 40};
+  const Problem p = make_problem(c);
+  BatchPrefillConfig config = config_of(p);
+  config.use_cuda_graph = true;
+  config.max_total_kv = 600;  // the problem's keys
+  BatchPrefill prefill(config);
+  DeviceProblem d(p);
+  const cuda::OwnedStream stream;
+  const std::vector<int32_t> qo = testing::int32_values(p.qo_indptr.view());
+  const std::vector<int32_t> too_many = {0, 300, 560, 601};
+  EXPECT_FLARE_ERROR(prefill.plan(qo, too_many, {}, stream.get()), ErrorCode::kInvalidArgument,
+                     "exceed max_total_kv=600");
+  const std::vector<int32_t> small = {0, 1, 2, 3};
+  prefill.plan(small, small, {}, stream.get());
+  // The config's choice: 167-token prefills of GQA 4 on 128-row tiles.
+  EXPECT_TRUE(prefill.last_plan_stages_rope());
+  const cuda::Graph graph(stream.get(), [&] { d.run(prefill, p, stream.get()); });
+  plan(prefill, p, stream.get());
+  EXPECT_TRUE(prefill.last_plan_stages_rope());
+  d.poison();
+  graph.launch(stream.get());
+  d.download();
+  expect_matches(p, d);
 }
 
 }  // namespace

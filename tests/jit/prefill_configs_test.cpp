@@ -532,6 +532,40 @@ TEST(FusedRopeKeyReads, PlanStagesByTheRopeStagingAndTheMeasure) {
   EXPECT_FALSE(api_detail::plan_stages_rope(c, prefill_q, pages, tiles));
 }
 
+// Under use_cuda_graph staging needs max_total_kv (the k copy's rows, allocated at creation),
+// and the choice is the config's, every plan alike: max_batch prefills of max_total_qo /
+// max_batch tokens on the fixed tiles; the capacities bound the captured rotation's 2^31 pieces.
+TEST(FusedRopeKeyReads, GraphConfigsStageByTheirCapacities) {
+  BatchPrefillConfig c;
+  c.max_batch = 4, c.max_total_qo = 4096, c.num_qo_heads = c.num_kv_heads = 4;
+  c.head_dim_qk = c.head_dim_vo = 128;
+  c.kv = PrefillKV::kRagged;
+  c.params.mask = MaskMode::kCausal;
+  c.params.pos_encoding = PosEncoding::kRopeLlama;
+  c.use_cuda_graph = true;
+  EXPECT_FALSE(api_detail::rope_staging_applies(c));
+  c.rope_staging = RopeStaging::kStaged;
+  EXPECT_FLARE_ERROR(api_detail::validate_prefill_config(c), ErrorCode::kInvalidArgument,
+                     "under use_cuda_graph max_total_kv >= 1");
+  c.rope_staging = RopeStaging::kAuto;
+  c.max_total_kv = 8192;
+  EXPECT_TRUE(api_detail::rope_staging_applies(c));
+  const PrefillTiles tiles{128, 128, true};
+  EXPECT_TRUE(api_detail::graph_stages_rope(c, tiles));  // 1024-token prefills: 4.5 a key
+  const std::vector<int32_t> append_q = {0, 128}, append_kv = {0, 4096};
+  EXPECT_TRUE(api_detail::plan_stages_rope(c, append_q, append_kv, tiles));  // the config's
+  c.max_total_qo = 4 * 128;  // one query tile a request
+  EXPECT_FALSE(api_detail::graph_stages_rope(c, tiles));
+  c.rope_staging = RopeStaging::kStaged;
+  EXPECT_TRUE(api_detail::graph_stages_rope(c, tiles));
+  c.max_total_kv = int64_t{1} << 30;  // x 4 heads x 8 pieces: past 2^31
+  EXPECT_FLARE_ERROR(api_detail::graph_stages_rope(c, tiles), ErrorCode::kUnsupported,
+                     "2^31 16-byte pieces of q or k a run, under use_cuda_graph");
+  c.rope_staging = RopeStaging::kAuto;
+  c.max_total_qo = 4096;
+  EXPECT_FALSE(api_detail::graph_stages_rope(c, tiles));
+}
+
 TEST(BatchPrefillConfigNvfp4, KvDtypeAndCapacityChecked) {
   BatchPrefillConfig c;
   c.max_batch = 1, c.max_total_qo = 1, c.num_qo_heads = 1, c.num_kv_heads = 1;

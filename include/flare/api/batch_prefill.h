@@ -41,8 +41,9 @@ enum class PrefillBackend : uint8_t {
 // (BatchPrefillConfig::rope_staging).
 enum class RopeStaging : uint8_t {
   // kStaged for plans whose query tiles read each K row at least kStageRopeMinKeyReads times
-  // on average (fused_rope_key_reads) where staging applies (ragged 16-bit K/V, eager, no user
-  // variant, one level), else kFused.
+  // on average (fused_rope_key_reads) where staging applies (ragged 16-bit K/V, no user variant,
+  // one level; under use_cuda_graph with max_total_kv, the choice then the config's: a batch of
+  // max_batch prefills of max_total_qo / max_batch tokens on the fixed tiles), else kFused.
   kAuto,
   kFused,   // the prefill kernels rotate each K tile they read and their Q tiles
   kStaged,  // run() rotates q and k into copies first; the kernels read those without RoPE
@@ -73,19 +74,22 @@ struct BatchPrefillConfig {
   // rows (kRagged) allocated at creation, max_total_kv x (page_size) x H_kv x (D_qk + D_vo) x 2
   // bytes of device memory, and a pass over the batch's KV per run().
   std::optional<DType> kv_dtype;
-  // NVFP4: upper bound on kv_indptr[batch] of every plan (>= 1)
+  // NVFP4, and staged RoPE under use_cuda_graph: upper bound on kv_indptr[batch] of every plan
+  // (>= 1)
   int64_t max_total_kv = 0;
   // kRopeLlama: where q and k turn. A staged plan's run() first rotates q and the plan's k
   // rows into copies (apply_rope's kernel, flare/api/rope.h, two launches: run() host time ~10
   // us more) and the prefill kernels read those without RoPE, so each K row turns once a run,
   // not once for each query tile that reads it (the Hopper family then also copies Q and K in
   // bulk): 1.8x the fused rotation on causal b16 seq 4096-16384, 1.2x at 1024, 0.8x on an
-  // append of 128 tokens over 32768 (H200, docs/perf.md forty-second session). The copies, total_qo
-  // x H_qo x D_qk and kv_indptr[batch] x H_kv x D_qk elements of dtype, are allocated by the first
-  // plan() that stages and grown by a later one that needs more (plan() then waits for the device
-  // before freeing the smaller ones). kStaged needs ragged 16-bit K/V, no use_cuda_graph, no user
-  // variant and max_levels 1 (kInvalidArgument at creation otherwise); q and k need 16-byte aligned
-  // rows and strides.
+  // append of 128 tokens over 32768 (H200, docs/perf.md forty-second session). The copies,
+  // total_qo x H_qo x D_qk and kv_indptr[batch] x H_kv x D_qk elements of dtype, are allocated
+  // by the first plan() that stages and grown by a later one that needs more (plan() then
+  // waits for the device before freeing the smaller ones); under use_cuda_graph, max_total_qo
+  // and max_total_kv rows at creation (the captured rotation reads each plan's counts on the
+  // device). kStaged needs ragged 16-bit K/V, no user variant, max_levels 1 and, under
+  // use_cuda_graph, max_total_kv >= 1 (kInvalidArgument at creation otherwise); q and k need
+  // 16-byte aligned rows and strides.
   RopeStaging rope_staging = RopeStaging::kAuto;
 
   // Supported: sm_scale, mask kNone | kCausal | kCustom (the bits are given to run(), on the
