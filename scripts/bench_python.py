@@ -237,7 +237,8 @@ def prefill_wrapper(module, workspace, backend, graph, batch):
     return module.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", **kwargs)
 
 
-def measure_prefill_library(module, backend, workspace, length, args, host_runs):
+def measure_prefill_library(module, backend, workspace, length, args, host_runs,
+                            rope_staging=None):
     total = PREFILL_BATCH * length
     indptr = torch.arange(0, total + 1, length, dtype=torch.int32)
     q = torch.randn(total, PREFILL_HEADS, HEAD_DIM, device="cuda", dtype=DTYPE)
@@ -246,7 +247,8 @@ def measure_prefill_library(module, backend, workspace, length, args, host_runs)
     def plan(wrapper):
         wrapper.plan(indptr, indptr, PREFILL_HEADS, PREFILL_HEADS, HEAD_DIM, causal=True,
                      q_data_type=DTYPE, kv_data_type=DTYPE,
-                     pos_encoding_mode="ROPE_LLAMA" if args.rope else "NONE")
+                     pos_encoding_mode="ROPE_LLAMA" if args.rope else "NONE",
+                     **({} if rope_staging is None else {"rope_staging": rope_staging}))
 
     wrapper = prefill_wrapper(module, workspace, backend, False, PREFILL_BATCH)
     plan(wrapper)
@@ -301,6 +303,9 @@ def bench_prefill(args, workspace):
     results = []
     # flare's default ("auto": the Hopper family on sm_90) and its FA2 family side by side.
     libraries = [("flare", flare, None), ("flare fa2", flare, "fa2")]
+    # RoPE: flare's default under use_cuda_graph is fused; "staged" (its k copy's room fixed
+    # by the first plan) is the graph's opt-in.
+    staged = [("flare staged", flare, None)] if args.rope else []
     if flashinfer is not None:
         # FlashInfer's fa3 backend plans ROPE_LLAMA and runs without it (bench_variants.py):
         # not the same attention, not timed.
@@ -311,9 +316,10 @@ def bench_prefill(args, workspace):
         flops = 4 * PREFILL_BATCH * PREFILL_HEADS * HEAD_DIM * length * (length + 1) / 2
         case = {"case": f"prefill b{PREFILL_BATCH} L{length}", "flops": flops}
         print(case["case"])
-        for name, module, backend in libraries:
+        for name, module, backend in libraries + staged:
             case[name] = guarded(name, lambda: measure_prefill_library(
-                module, backend, workspace, length, args, host_runs=length == 1024))
+                module, backend, workspace, length, args, host_runs=length == 1024,
+                rope_staging="staged" if name == "flare staged" else None))
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
                               ("flash", SDPBackend.FLASH_ATTENTION)):
             if not args.rope:
@@ -360,8 +366,8 @@ def print_tables(args, decode, prefill):
               "graph TFLOP/s | eager TFLOP/s |")
         print("|---|---|---|---|---|---|")
         for case in prefill:
-            for name in ("flare", "flare fa2", "flashinfer fa3", "flashinfer fa2", "cudnn",
-                         "flash"):
+            for name in ("flare", "flare staged", "flare fa2", "flashinfer fa3",
+                         "flashinfer fa2", "cudnn", "flash"):
                 if name not in case:
                     continue
                 row = case[name]

@@ -269,6 +269,13 @@ class GpuPrefill:
             key = config_key(config)
         total_kv = int(kv_host[-1]) if batch >= 0 else 0
         nvfp4 = config.get("kv_dtype") == "uint8"
+        # Staged RoPE under CUDA graphs rotates k into a copy whose room is fixed at creation,
+        # like NVFP4's: the first plan's, so only where the caller asks for "staged" (ragged
+        # graph wrappers take no bound on the KV tokens; "auto" stays fused there).
+        rope_copy = (self._use_cuda_graph and not self._paged
+                     and config.get("rope_staging") == "staged"
+                     and config["params_kwargs"]["pos_encoding_mode"] == "ROPE_LLAMA")
+        staged_copy = nvfp4 or rope_copy
         if self._use_cuda_graph:
             if batch != self._fixed_batch:
                 raise ValueError(f"the batch size of a use_cuda_graph wrapper is fixed at "
@@ -280,10 +287,11 @@ class GpuPrefill:
                     f"a use_cuda_graph {self._where} keeps the heads, head dims, page size, "
                     "dtype, mask kind and attention options of its first plan(); create "
                     "another wrapper for a different configuration")
-            elif nvfp4 and total_kv > self._graph_max_total_kv:
+            elif staged_copy and total_kv > self._graph_max_total_kv:
+                what = "NVFP4 KV" if nvfp4 else "rotated k (rope_staging='staged')"
                 raise ValueError(
                     f"kv_indptr[-1]={total_kv} exceeds the {self._graph_max_total_kv} "
-                    f"{'pages' if self._paged else 'tokens'} of NVFP4 KV the first plan() of "
+                    f"{'pages' if self._paged else 'tokens'} of {what} the first plan() of "
                     "this use_cuda_graph wrapper staged room for (paged: the length of "
                     "paged_kv_indices_buf; ragged: plan the largest KV first)")
             elif total_qo > self._graph_max_total_qo:
@@ -295,14 +303,14 @@ class GpuPrefill:
                 capacity = (self._fixed_batch, self._graph_max_total_qo)
         else:
             capacity = (_next_power_of_two(batch), _next_power_of_two(total_qo))
-        # NVFP4's staged KV: the first graph plan's room for every later one (paged: the fixed
-        # page-id buffer's pages), else powers of two.
+        # NVFP4's staged KV and staged RoPE's k copy under graphs: the first graph plan's room
+        # for every later one (paged: the fixed page-id buffer's pages), else powers of two.
         staged_kv = 0
-        if nvfp4 and self._use_cuda_graph and self._graph_key is not None:
+        if staged_copy and self._use_cuda_graph and self._graph_key is not None:
             staged_kv = self._graph_max_total_kv
         elif nvfp4 and self._use_cuda_graph and self._paged:
             staged_kv = max(int(self._buffers["paged_kv_indices_buf"].shape[0]), total_kv, 1)
-        elif nvfp4:
+        elif staged_copy:
             staged_kv = _next_power_of_two(max(total_kv, 1))
         capacity += (staged_kv,)
         mask_bits = None

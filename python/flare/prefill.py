@@ -350,8 +350,10 @@ class BatchPrefillWithRaggedKVCacheWrapper(_PrefillWrapper):
         multi-item arguments). rope_staging (flare's, GPU only; the CPU backend ignores it):
         where pos_encoding_mode="ROPE_LLAMA" turns q and k, "fused" in the kernels, "staged"
         into copies run() rotates first (allocated by plan(), grown as batches need: as large
-        as q and the planned keys; not with use_cuda_graph), "auto" staged where the plan's
-        query tiles read each key 1.5 times or more (flare/api/batch_prefill.h)."""
+        as q and the planned keys; under use_cuda_graph allocated by the first plan() with room
+        for the next power of two of its kv_indptr[-1], which a later plan() may not exceed),
+        "auto" staged where the plan's query tiles read each key 1.5 times or more
+        (flare/api/batch_prefill.h) and fused under use_cuda_graph."""
         indptrs = (qo_indptr, kv_indptr, None)
         if is_multi_item(prefix_len_ptr, token_pos_in_items_ptr, max_item_len_ptr):
             indptrs, custom_mask, packed_custom_mask, causal = self._multi_item(

@@ -528,14 +528,71 @@ def test_ragged_rope_staging_matches_float64(kv_layout):
 
 
 def test_rope_staging_staged_is_refused_where_it_cannot_stage():
+    cache = GpuPagedCache([9, 4], 1, 64, 16, "NHD", torch.float16, seed=18)
+    paged = flare.BatchPrefillWithPagedKVCacheWrapper(workspace())
     with pytest.raises(ValueError, match="rope_staging kStaged needs"):
-        graph = flare.BatchPrefillWithRaggedKVCacheWrapper(
-            workspace(), use_cuda_graph=True,
-            qo_indptr_buf=torch.empty(2, dtype=torch.int32, device=DEVICE),
-            kv_indptr_buf=torch.empty(2, dtype=torch.int32, device=DEVICE))
-        graph.plan(indptr([4]), indptr([4]), 2, 2, 64, causal=True,
-                   pos_encoding_mode="ROPE_LLAMA", q_data_type=torch.float16,
+        paged.plan(indptr([2, 3]), cache.indptr, cache.indices, cache.last_page_len, 4, 1, 64,
+                   16, causal=True, pos_encoding_mode="ROPE_LLAMA", q_data_type=torch.float16,
                    rope_staging="staged")
+
+
+def test_ragged_rope_staged_under_cuda_graph_replays_later_plans():
+    """rope_staging="staged" under use_cuda_graph: the first plan() fixes the k copy's room
+    (the next power of two of its kv_indptr[-1]); a captured run() serves a later, smaller
+    plan (the rotation reads its token counts on the device), and a plan past the room is
+    refused before anything runs."""
+    dtype, num_qo_heads, num_kv_heads, head_dim, batch = torch.bfloat16, 8, 2, 128, 3
+    steps = [([70, 33, 129], [70, 200, 129]), ([5, 1, 40], [90, 17, 40])]
+    max_rows, max_kv = sum(steps[0][0]), sum(steps[0][1])
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(
+        workspace(), use_cuda_graph=True,
+        qo_indptr_buf=torch.zeros(batch + 1, dtype=torch.int32, device=DEVICE),
+        kv_indptr_buf=torch.zeros(batch + 1, dtype=torch.int32, device=DEVICE))
+    q = torch.empty(max_rows, num_qo_heads, head_dim, dtype=dtype, device=DEVICE)
+    k = torch.empty(max_kv, num_kv_heads, head_dim, dtype=dtype, device=DEVICE)
+    v = torch.empty_like(k)
+    out = torch.empty_like(q)
+
+    def plan(qo_lens, kv_lens):
+        wrapper.plan(indptr(qo_lens), indptr(kv_lens), num_qo_heads, num_kv_heads, head_dim,
+                     causal=True, pos_encoding_mode="ROPE_LLAMA", rope_theta=5e5,
+                     q_data_type=dtype, rope_staging="staged")
+
+    def prepare(step):
+        qo_lens, kv_lens = steps[step]
+        step_k, step_v = ragged_kv(kv_lens, num_kv_heads, head_dim, head_dim, dtype,
+                                   seed=340 + step)
+        k[:step_k.shape[0]].copy_(step_k)
+        v[:step_v.shape[0]].copy_(step_v)
+        q.copy_(random_q(max_rows, num_qo_heads, head_dim, dtype, seed=350 + step))
+        plan(qo_lens, kv_lens)
+        assert wrapper._gpu.planned[0].last_plan_stages_rope
+        rows = sum(qo_lens)
+        return rows, reference_attention(
+            q[:rows].double().cpu().numpy(), step_k.double().cpu().numpy(),
+            step_v.double().cpu().numpy(), indptr(qo_lens).numpy(), indptr(kv_lens).numpy(),
+            causal=True, rope_theta=5e5)[0]
+
+    rows, expected = prepare(0)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        wrapper.run(q, k, v, out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        wrapper.run(q, k, v, out=out)
+    for step in range(len(steps)):
+        if step > 0:
+            rows, expected = prepare(step)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(out[:rows]).any(), f"step {step}"
+        assert max_error(out[:rows], expected) <= O_TOLERANCE[dtype], f"step {step}"
+    room = 1 << (max_kv - 1).bit_length()
+    with pytest.raises(ValueError, match=f"exceeds the {room} tokens of rotated k"):
+        plan([1, 1, 1], [room, 1, 1])
 
 
 def test_capturing_a_wrapper_without_cuda_graph_raises():
