@@ -4,10 +4,14 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
 #include <exception>
+#include <string>
 
 #include "bindings.h"
+#include "flare/core/dtype.h"
 #include "flare/core/error.h"
+#include "flare/core/tensor.h"
 #include "flare/jit/cuda_driver.h"
 #include "object_view.h"
 
@@ -47,6 +51,22 @@ NB_MODULE(_flare, m) {
   m.def("cuda_device_count", &flare::cuda::device_count);
   m.def("current_stream", &flare::python::torch_current_stream, nb::arg("device"),
         "torch's current CUDA stream on `device`, as an int (the stream flare launches on).");
+  m.def(
+      "_object_view",
+      [](nb::handle object) {
+        const flare::TensorView v = flare::python::object_view(object, "object");
+        nb::list shape, strides;
+        for (int d = 0; d < v.ndim; ++d) {
+          shape.append(v.shape[static_cast<size_t>(d)]);
+          strides.append(v.strides[static_cast<size_t>(d)]);
+        }
+        return nb::make_tuple(std::string(flare::dtype_name(v.dtype)), nb::tuple(shape),
+                              nb::tuple(strides), reinterpret_cast<uintptr_t>(v.data),
+                              v.device.is_cuda() ? v.device.index : -1);
+      },
+      nb::arg("object"),
+      "For tests: (dtype, shape, strides, data pointer, CUDA device or -1) of the view flare's "
+      "calls read of `object`.");
   flare::python::bind_tensor_arg(m);
   flare::python::bind_params_arg(m);
   flare::python::bind_cpu_attention(m);

@@ -1,6 +1,7 @@
 // The arguments of the hot run() paths. Tensors read straight from the caller's objects: a
-// torch.Tensor through five attribute reads (data_ptr, shape, stride, dtype, get_device), no
-// DLPack capsule (about a tenth of the cost of __dlpack__); other objects (numpy arrays, other
+// torch.Tensor through torch's DLPack C exchange table where it has one (torch >= 2.10: no
+// interpreter, no capsule), else through five attribute reads (data_ptr, shape, stride, dtype,
+// get_device; about a tenth of the cost of __dlpack__); other objects (numpy arrays, other
 // DLPack producers, flare.Tensor) through TensorArg. The caller's current CUDA stream, the
 // per-call options and check().
 #pragma once
@@ -32,8 +33,9 @@ std::optional<TensorView> optional_object_view(nb::handle object, const char* na
 PagedKVPages paged_kv_pages(nb::handle paged_kv_cache, KVLayout layout, nb::handle indices,
                             const char* indices_name, nb::handle kv_cache_sf = nb::none());
 
-// PyTorch's current stream on CUDA device `device` (torch._C._cuda_getCurrentRawStream), the
-// stream every flare kernel of a torch call runs on.
+// PyTorch's current stream on CUDA device `device` (the DLPack table's current_work_stream,
+// else torch._C._cuda_getCurrentRawStream), the stream every flare kernel of a torch call runs
+// on.
 uintptr_t torch_current_stream(int device);
 
 // The wrappers' lse_base keyword as the extension takes it (true: FlashInfer's base 2).

@@ -100,3 +100,31 @@ def test_append_on_cpu_torch_bfloat16():
         assert torch.equal(cache[page, 0, slot], key[token])
         assert torch.equal(cache[page, 1, slot], value[token])
     assert torch.isnan(cache[1].float()).all()
+
+
+class _Subclass(torch.Tensor):
+    """A trivial subclass: flare reads it by attributes, not through torch's DLPack table."""
+
+
+def test_dlpack_table_and_attribute_reads_give_the_same_views():
+    """Plain tensors go through torch's DLPack C exchange table where torch has one (torch >=
+    2.10), subclasses through five attribute reads: both give the same dtype, shape, strides,
+    data pointer and device, on the layouts the wrappers take (slices, transposes, broadcasts,
+    zero-size, scalars, every dtype flare reads, parameters, tensors that need grad)."""
+    from flare import _flare
+    base = torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(40))
+    cases = [base, base[1:, ::2], base.transpose(0, 2), base[:, 3], torch.zeros(1, 8).expand(5, 8),
+             torch.zeros(0, 3), torch.tensor(2.5), base.bfloat16(), base.half(),
+             base.to(torch.float8_e4m3fn), base.to(torch.float8_e5m2),
+             torch.arange(7, dtype=torch.int32), torch.arange(7), torch.zeros(3, dtype=torch.uint8),
+             torch.ones(3, dtype=torch.bool), torch.nn.Parameter(base.clone()),
+             base.clone().requires_grad_()]
+    for i, tensor in enumerate(cases):
+        fast = _flare._object_view(tensor)
+        slow = _flare._object_view(tensor.as_subclass(_Subclass))
+        assert fast == slow, (i, fast, slow)
+        assert fast[3] == tensor.data_ptr() and fast[4] == -1, i
+    if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        # The rejection names the argument and the dtype, whichever path read it.
+        with pytest.raises(ValueError, match="object has dtype torch.complex64"):
+            _flare._object_view(torch.zeros(2, dtype=torch.complex64))
