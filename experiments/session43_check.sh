@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Forty-third session's device checks (GPU machine, OUT set; carry .anchors-fi and
+# .anchors-fi-extra):
+#   python: the whole Python suite on CUDA (the DLPack C exchange path reads every torch
+#     tensor now), then bench_rope_apply.py next to FlashInfer (its host column).
+#   bench: bench_python.py's decode and prefill tables (run() / plan() host next to FlashInfer
+#     and SDPA, same process), then the prefill RoPE table with the 'flare staged' graph row.
+set -uo pipefail
+stage=${1:?python|bench}
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
+mkdir -p "$OUT"
+fi_site() {
+  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
+  scripts/flashinfer_sources.sh install /tmp/fi-site >/dev/null 2>&1
+}
+if [ "$stage" = python ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q 2>&1 | tail -n 8
+  fi_site
+  tree=$PWD
+  cd /tmp
+  PYTHONPATH=/tmp/fi-site MAX_JOBS=16 timeout 240 python3 "$tree/scripts/bench_rope_apply.py" \
+    --json "$OUT/rope_apply.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 24
+fi
+if [ "$stage" = bench ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "dlpack" 2>&1 | tail -n 1
+  fi_site
+  tree=$PWD
+  cd /tmp
+  export PYTHONPATH=/tmp/fi-site PYTHONUNBUFFERED=1
+  timeout 300 python3 "$tree/scripts/bench_python.py" --json "$OUT/bench.json" 2>&1 |
+    grep -vE "Warning|warn|INFO" | sed -n '/^device:/,$p'
+  timeout 200 python3 "$tree/scripts/bench_python.py" --only prefill --rope \
+    --json "$OUT/bench_rope.json" 2>&1 | grep -vE "Warning|warn|INFO" | sed -n '/^| prefill/,$p'
+fi
