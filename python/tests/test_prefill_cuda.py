@@ -528,12 +528,10 @@ def test_ragged_rope_staging_matches_float64(kv_layout):
 
 
 def test_rope_staging_staged_is_refused_where_it_cannot_stage():
-    cache = GpuPagedCache([9, 4], 1, 64, 16, "NHD", torch.float16, seed=18)
-    paged = flare.BatchPrefillWithPagedKVCacheWrapper(workspace())
-    with pytest.raises(ValueError, match="rope_staging kStaged needs"):
-        paged.plan(indptr([2, 3]), cache.indptr, cache.indices, cache.last_page_len, 4, 1, 64,
-                   16, causal=True, pos_encoding_mode="ROPE_LLAMA", q_data_type=torch.float16,
-                   rope_staging="staged")
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace())
+    with pytest.raises(ValueError, match="rope_staging kStaged needs pos_encoding kRopeLlama"):
+        wrapper.plan(indptr([4]), indptr([4]), 2, 2, 64, causal=True, q_data_type=torch.float16,
+                     rope_staging="staged")
 
 
 def test_ragged_rope_staged_under_cuda_graph_replays_later_plans():
