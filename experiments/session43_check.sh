@@ -3,10 +3,13 @@
 # .anchors-fi-extra):
 #   python: the whole Python suite on CUDA (the DLPack C exchange path reads every torch
 #     tensor now), then bench_rope_apply.py next to FlashInfer (its host column).
+#   dlpack_ab: bench_python's decode and prefill host times with torch's DLPack table and
+#     without it (deleted from torch.Tensor before flare first reads a tensor: the attribute
+#     reads), alternating processes, two rounds, no FlashInfer.
 #   bench: bench_python.py's decode and prefill tables (run() / plan() host next to FlashInfer
 #     and SDPA, same process), then the prefill RoPE table with the 'flare staged' graph row.
 set -uo pipefail
-stage=${1:?python|bench}
+stage=${1:?python|bench|dlpack_ab}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -32,4 +35,27 @@ if [ "$stage" = bench ]; then
     grep -vE "Warning|warn|INFO" | sed -n '/^device:/,$p'
   timeout 200 python3 "$tree/scripts/bench_python.py" --only prefill --rope \
     --json "$OUT/bench_rope.json" 2>&1 | grep -vE "Warning|warn|INFO" | sed -n '/^| prefill/,$p'
+fi
+if [ "$stage" = dlpack_ab ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "dlpack" 2>&1 | tail -n 1
+  tree=$PWD
+  cd /tmp
+  bench() {  # $1: keep | drop (torch's DLPack table), then bench_python's arguments
+    local mode=$1
+    shift
+    python3 -c "
+import runpy, sys, torch
+if sys.argv[1] == 'drop':
+    del torch.Tensor.__dlpack_c_exchange_api__
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name='__main__')" "$mode" "$tree/scripts/bench_python.py" "$@" 2>&1 |
+      grep -E "^\| (decode|prefill) b" | grep -E "\| flare \|" | awk -F'|' -v m="$mode" '{print m" |"$2"|"$4"|"$5"|"}'
+  }
+  for round in 1 2; do
+    for mode in keep drop; do
+      echo "== round $round $mode"
+      bench $mode --only decode
+      bench $mode --only prefill | head -n 1
+    done
+  done
 fi
