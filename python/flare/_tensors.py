@@ -5,7 +5,6 @@ DLPack without a copy. Outputs are allocated in the caller's framework on the ca
 torch is never imported here: a torch tensor can only be passed once the caller imported it.
 """
 
-import contextlib
 import os
 import re
 import sys
@@ -187,13 +186,6 @@ def stream_of(x):
     if not is_cuda(x):
         return 0
     return _flare.current_stream(x.device.index or 0)
-
-
-def device_guard(x):
-    """Makes x's CUDA device current for the duration (torch restores the previous one)."""
-    if is_cuda(x):
-        return torch_module().cuda.device(x.device)
-    return contextlib.nullcontext()
 
 
 def empty(shape, dtype, like):

@@ -27,7 +27,7 @@ of 8, rotary_dim of 16 (of 8 interleaved), rows and strides 16-byte aligned.
 import numpy as np
 
 from . import _flare
-from ._tensors import device_guard, empty, is_torch, tensor_dtype
+from ._tensors import empty, is_torch, tensor_dtype
 
 __all__ = ["apply_llama31_rope", "apply_llama31_rope_inplace", "apply_llama31_rope_pos_ids",
            "apply_llama31_rope_pos_ids_inplace", "apply_rope", "apply_rope_inplace",
@@ -41,10 +41,10 @@ def _rotary_dim(rotary_dim):
 
 def _apply(q, k, q_out, k_out, indptr, offsets, pos_ids, rotary_dim, interleave, rope_scale,
            rope_theta, llama31, cos_sin_cache=None):
-    with device_guard(q):
-        _flare.apply_rope(q, k, q_out, k_out, indptr, offsets, pos_ids, _rotary_dim(rotary_dim),
-                          bool(interleave), float(rope_theta), float(rope_scale), llama31,
-                          cos_sin_cache)
+    # The extension makes q's device current for the launch (torch's stays as it was).
+    _flare.apply_rope(q, k, q_out, k_out, indptr, offsets, pos_ids, _rotary_dim(rotary_dim),
+                      bool(interleave), float(rope_theta), float(rope_scale), llama31,
+                      cos_sin_cache)
 
 
 def _outputs(q, k):
