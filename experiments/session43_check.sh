@@ -6,10 +6,12 @@
 #   dlpack_ab: bench_python's decode and prefill host times with torch's DLPack table and
 #     without it (deleted from torch.Tensor before flare first reads a tensor: the attribute
 #     reads), alternating processes, two rounds, no FlashInfer.
+#   rope_host: the rope and merge tests on CUDA (no torch.cuda.device around the call now),
+#     then bench_rope_apply.py next to FlashInfer (host column).
 #   bench: bench_python.py's decode and prefill tables (run() / plan() host next to FlashInfer
 #     and SDPA, same process), then the prefill RoPE table with the 'flare staged' graph row.
 set -uo pipefail
-stage=${1:?python|bench|dlpack_ab}
+stage=${1:?python|bench|dlpack_ab|rope_host}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -58,4 +60,12 @@ runpy.run_path(sys.argv[0], run_name='__main__')" "$mode" "$tree/scripts/bench_p
       bench $mode --only prefill | head -n 1
     done
   done
+fi
+if [ "$stage" = rope_host ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "rope or merge or dlpack" 2>&1 | tail -n 1
+  fi_site
+  tree=$PWD
+  cd /tmp
+  PYTHONPATH=/tmp/fi-site MAX_JOBS=16 timeout 240 python3 "$tree/scripts/bench_rope_apply.py" \
+    --json "$OUT/rope_apply.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 32
 fi
