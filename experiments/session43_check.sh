@@ -8,10 +8,12 @@
 #     reads), alternating processes, two rounds, no FlashInfer.
 #   rope_host: the rope and merge tests on CUDA (no torch.cuda.device around the call now),
 #     then bench_rope_apply.py next to FlashInfer (host column).
+#   state_ops: merge / append / cascade tests on CUDA (the bindings read torch tensors in place
+#     now), then scripts/bench_state_ops.py next to FlashInfer.
 #   bench: bench_python.py's decode and prefill tables (run() / plan() host next to FlashInfer
 #     and SDPA, same process), then the prefill RoPE table with the 'flare staged' graph row.
 set -uo pipefail
-stage=${1:?python|bench|dlpack_ab|rope_host}
+stage=${1:?python|bench|dlpack_ab|rope_host|state_ops}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -68,4 +70,14 @@ if [ "$stage" = rope_host ]; then
   cd /tmp
   PYTHONPATH=/tmp/fi-site MAX_JOBS=16 timeout 240 python3 "$tree/scripts/bench_rope_apply.py" \
     --json "$OUT/rope_apply.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 32
+fi
+if [ "$stage" = state_ops ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "merge or append or cascade or page or dlpack" 2>&1 |
+    tail -n 1
+  fi_site
+  tree=$PWD
+  cd /tmp
+  PYTHONPATH=/tmp/fi-site:$tree/scripts MAX_JOBS=16 timeout 280 python3 \
+    "$tree/scripts/bench_state_ops.py" --json "$OUT/state_ops.json" 2>&1 |
+    grep -vE "Warning|warn|INFO" | tail -n 24
 fi

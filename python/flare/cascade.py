@@ -11,8 +11,8 @@ first call per dtype compiles the kernel: make it before capturing a CUDA graph)
 
 from . import _flare
 from ._args import check_lse_base
-from ._tensors import (arg, empty, host_index, index_on_device, is_cuda, is_torch,
-                       stream_of, tensor_dtype, torch_module)
+from ._tensors import (arg, empty, host_index, index_on_device, is_cuda, is_torch, tensor_dtype,
+                       torch_module)
 
 
 def _check_float32(name, s):
@@ -56,8 +56,7 @@ def merge_state(v_a, s_a, v_b, s_b, *, lse_base="log2"):
     _check_v_dtype("v_a", v_a)
     v_out = empty(tuple(v_a.shape), v_a.dtype, like=v_a)
     s_out = empty(tuple(s_a.shape), "float32", like=v_a)
-    _flare.merge_state(arg(v_a), arg(s_a), arg(v_b), arg(s_b), arg(v_out), arg(s_out),
-                       stream_of(v_a), base2)
+    _flare.merge_state(v_a, s_a, v_b, s_b, v_out, s_out, base2)
     return v_out, s_out
 
 
@@ -82,7 +81,7 @@ def merge_states(v, s, *, lse_base="log2"):
     seq, _, heads, dim = v.shape
     v_out = empty((seq, heads, dim), v.dtype, like=v)
     s_out = empty((seq, heads), "float32", like=v)
-    _flare.merge_states(arg(v), arg(s), arg(v_out), arg(s_out), stream_of(v), base2)
+    _flare.merge_states(v, s, v_out, s_out, base2)
     return v_out, s_out
 
 
@@ -102,8 +101,7 @@ def variable_length_merge_states(v, s, indptr, *, lse_base="log2"):
     indptr = index_on_device(indptr, v, "indptr") if is_cuda(v) else host_index(indptr, "indptr")
     v_out = empty((seq, heads, dim), v.dtype, like=v)
     s_out = empty((seq, heads), "float32", like=v)
-    _flare.merge_states_ragged(arg(v), arg(s), arg(indptr), arg(v_out), arg(s_out),
-                               stream_of(v), base2)
+    _flare.merge_states_ragged(v, s, indptr, v_out, s_out, base2)
     return v_out, s_out
 
 

@@ -13,7 +13,7 @@ from . import _flare
 from ._args import check_kv_layout
 from ._nvfp4_append import (nvfp4_quantize_append_paged_kv_cache,
                             nvfp4_quantize_append_paged_kv_cache_with_slot_mapping)
-from ._tensors import arg, is_torch, split_paged_kv_cache, stream_of, torch_module
+from ._tensors import is_torch, split_paged_kv_cache, torch_module
 
 __all__ = ["append_paged_kv_cache", "check_append_paged_kv_cache", "get_batch_indices_positions",
            "get_seq_lens", "nvfp4_quantize_append_paged_kv_cache",
@@ -34,10 +34,8 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
     """
     check_kv_layout(kv_layout)
     k_cache, v_cache = split_paged_kv_cache(paged_kv_cache)
-    _flare.append_paged_kv(arg(append_key), arg(append_value), arg(batch_indices),
-                           arg(positions), arg(k_cache), arg(v_cache), kv_layout,
-                           arg(kv_indptr), arg(kv_indices), arg(kv_last_page_len),
-                           stream_of(k_cache))
+    _flare.append_paged_kv(append_key, append_value, batch_indices, positions, k_cache, v_cache,
+                           kv_layout, kv_indptr, kv_indices, kv_last_page_len)
 
 
 def check_append_paged_kv_cache(device=None):

@@ -8,6 +8,7 @@
 #include "bindings.h"
 #include "flare/api/append_paged_kv.h"
 #include "flare/api/append_paged_kv_nvfp4.h"
+#include "object_view.h"
 #include "tensor_arg.h"
 
 namespace flare::python {
@@ -15,22 +16,25 @@ namespace flare::python {
 void bind_append(nb::module_& m) {
   m.def(
       "append_paged_kv",
-      [](const TensorArg& append_key, const TensorArg& append_value,
-         const TensorArg& batch_indices, const TensorArg& positions, const TensorArg& k_pages,
-         const TensorArg& v_pages, const std::string& kv_layout, const TensorArg& kv_indptr,
-         const TensorArg& kv_indices, const TensorArg& kv_last_page_len, uintptr_t stream) {
-        const PagedKV cache =
-            PagedKV::from_separate(k_pages.view(), v_pages.view(),
-                                   parse_kv_layout(kv_layout.c_str()), kv_indptr.view(),
-                                   kv_indices.view(), kv_last_page_len.view());
-        append_paged_kv({append_key.view(), append_value.view(), batch_indices.view(),
-                         positions.view()},
-                        cache, reinterpret_cast<cuda::Stream>(stream));
+      // The caller's objects read in place (object_view: no DLPack capsule), on torch's
+      // current stream of k_pages' device: the serving loop appends every step.
+      [](nb::handle append_key, nb::handle append_value, nb::handle batch_indices,
+         nb::handle positions, nb::handle k_pages, nb::handle v_pages, const std::string& kv_layout,
+         nb::handle kv_indptr, nb::handle kv_indices, nb::handle kv_last_page_len) {
+        const TensorView k_view = object_view(k_pages, "k_pages");
+        const PagedKV cache = PagedKV::from_separate(
+            k_view, object_view(v_pages, "v_pages"), parse_kv_layout(kv_layout.c_str()),
+            object_view(kv_indptr, "kv_indptr"), object_view(kv_indices, "kv_indices"),
+            object_view(kv_last_page_len, "kv_last_page_len"));
+        append_paged_kv(
+            {object_view(append_key, "append_key"), object_view(append_value, "append_value"),
+             object_view(batch_indices, "batch_indices"), object_view(positions, "positions")},
+            cache, torch_stream_for(k_view));
       },
       nb::arg("append_key"), nb::arg("append_value"), nb::arg("batch_indices"),
       nb::arg("positions"), nb::arg("k_pages"), nb::arg("v_pages"), nb::arg("kv_layout"),
       nb::arg("kv_indptr"), nb::arg("kv_indices"), nb::arg("kv_last_page_len"),
-      nb::arg("stream"), "Writes each appended token into its page slot.");
+      "Writes each appended token into its page slot.");
   m.def(
       "append_paged_kv_nvfp4",
       [](const TensorArg& append_key, const TensorArg& append_value,

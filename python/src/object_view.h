@@ -16,6 +16,7 @@
 #include "flare/api/run_options.h"
 #include "flare/core/tensor.h"
 #include "flare/format/paged_kv.h"
+#include "flare/jit/cuda_driver.h"
 
 namespace flare::python {
 
@@ -37,6 +38,11 @@ PagedKVPages paged_kv_pages(nb::handle paged_kv_cache, KVLayout layout, nb::hand
 // else torch._C._cuda_getCurrentRawStream), the stream every flare kernel of a torch call runs
 // on.
 uintptr_t torch_current_stream(int device);
+// torch's current stream on the CUDA device of `t`; null (unused) for a CPU tensor.
+inline cuda::Stream torch_stream_for(const TensorView& t) {
+  return t.device.is_cuda() ? reinterpret_cast<cuda::Stream>(torch_current_stream(t.device.index))
+                            : nullptr;
+}
 
 // The wrappers' lse_base keyword as the extension takes it (true: FlashInfer's base 2).
 inline LseBase lse_base_of(bool lse_base2) {
