@@ -233,11 +233,8 @@ __device__ __forceinline__ float weight_of(float lse, float lse_max, bool base2)
 }  // namespace flare::merge_state_kernel
 
 // out = a ⊕ b for every row whose mask is set. Warps walk groups of rows (grid-stride, so the
-// grid is fixed by the shape alone); every lane of a warp reaches the warp barrier below once a
-// group. A lane issues its first vectors of a and b with the LSE loads and each next pair before
-// it merges the current one: one memory round trip a row, not one for the LSEs and then one for
-// v (the barrier had kept the loads of v behind the weights: 1.33x FlashInfer's time at seq
-// 4096, forty-third session).
+// grid is fixed by the shape alone); a group's loop trip count is the same for every lane of
+// the warp, which the warp barrier below needs.
 extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThreads)
     flare_merge_state_pair(const flare::MergeStatePairParams p) {
   using namespace flare::merge_state_kernel;
@@ -250,50 +247,36 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
     const unsigned head = row % p.rows.num_heads;
     const bool active = row < static_cast<unsigned>(p.rows.num_rows) &&
                         (p.mask == nullptr || p.mask[seq * p.mask_stride] != 0);
-    const bool base2 = p.rows.lse_base2 != 0;
-    float lse_max = 0.0f, weight_sum = 0.0f;
-    if (active) {
-      const char* row_a = row_of(p.a, seq, 0, head);
-      const char* row_b = row_of(p.b, seq, 0, head);
-      char* row_out = p.out.v + seq * p.out.v_seq_stride + head * p.out.v_head_stride;
-      int vec = slot.lane_in_row;
-      StoredVector next_a, next_b;
-      if (vec < p.rows.vectors_per_row) {
-        next_a = load_stored(row_a + vec * p.a.v_vector_stride);
-        next_b = load_stored(row_b + vec * p.b.v_vector_stride);
-      }
-      const float lse_a = lse_at(p.a, seq, 0, head);
-      const float lse_b = lse_at(p.b, seq, 0, head);
-      lse_max = fmaxf(lse_a, lse_b);
-      const float weight_a = weight_of(lse_a, lse_max, base2);
-      const float weight_b = weight_of(lse_b, lse_max, base2);
-      weight_sum = weight_a + weight_b;
-      const float norm = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
-      while (vec < p.rows.vectors_per_row) {
-        Vector a, b;
-        to_float(next_a, a);
-        to_float(next_b, b);
-        const int next = vec + p.rows.lanes_per_row;
-        if (next < p.rows.vectors_per_row) {  // in flight while this pair merges
-          next_a = load_stored(row_a + next * p.a.v_vector_stride);
-          next_b = load_stored(row_b + next * p.b.v_vector_stride);
-        }
-        Vector merged;
-#pragma unroll
-        for (int e = 0; e < T::kVecElements; ++e) {
-          // Rounded products, no fused multiply-add: a ⊕ b equals b ⊕ a bit for bit.
-          const float part_a = weight_a == 0.0f ? 0.0f : __fmul_rn(weight_a, a[e]);
-          const float part_b = weight_b == 0.0f ? 0.0f : __fmul_rn(weight_b, b[e]);
-          merged[e] = __fadd_rn(part_a, part_b) * norm;
-        }
-        // In place, out.v is a.v: each vector is read and written by the same lane.
-        store_vector(row_out + vec * p.out.v_vector_stride, merged);
-        vec = next;
-      }
-    }
+    const float lse_a = active ? lse_at(p.a, seq, 0, head) : 0.0f;
+    const float lse_b = active ? lse_at(p.b, seq, 0, head) : 0.0f;
     // In place, out.s is a.s: every lane of a row reads it before the row's lane 0 writes it.
     __syncwarp();
-    if (active && slot.lane_in_row == 0) {
+    if (!active) continue;
+
+    const float lse_max = fmaxf(lse_a, lse_b);
+    const bool base2 = p.rows.lse_base2 != 0;
+    const float weight_a = weight_of(lse_a, lse_max, base2);
+    const float weight_b = weight_of(lse_b, lse_max, base2);
+    const float weight_sum = weight_a + weight_b;
+    const float norm = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
+    const char* row_a = row_of(p.a, seq, 0, head);
+    const char* row_b = row_of(p.b, seq, 0, head);
+    char* row_out = p.out.v + seq * p.out.v_seq_stride + head * p.out.v_head_stride;
+    for (int vec = slot.lane_in_row; vec < p.rows.vectors_per_row; vec += p.rows.lanes_per_row) {
+      Vector a, b;
+      load_vector(row_a + vec * p.a.v_vector_stride, a);
+      load_vector(row_b + vec * p.b.v_vector_stride, b);
+      Vector merged;
+#pragma unroll
+      for (int e = 0; e < T::kVecElements; ++e) {
+        // Rounded products, no fused multiply-add: a ⊕ b equals b ⊕ a bit for bit.
+        const float part_a = weight_a == 0.0f ? 0.0f : __fmul_rn(weight_a, a[e]);
+        const float part_b = weight_b == 0.0f ? 0.0f : __fmul_rn(weight_b, b[e]);
+        merged[e] = __fadd_rn(part_a, part_b) * norm;
+      }
+      store_vector(row_out + vec * p.out.v_vector_stride, merged);
+    }
+    if (slot.lane_in_row == 0) {
       p.out.s[seq * p.out.s_seq_stride + head * p.out.s_head_stride] =
           merged_lse(lse_max, weight_sum, base2);
     }
@@ -328,23 +311,6 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
     }
 
     const bool base2 = p.rows.lse_base2 != 0;
-    const char* row_in = row_of(p.states, state_seq, first, head);
-    char* row_out = p.out.v + seq * p.out.v_seq_stride + head * p.out.v_head_stride;
-    // The first batch of the lane's first vector is issued with the LSE loads (one memory round
-    // trip for a row of up to kStatesInFlight states, not one for the LSEs and then one for v:
-    // 2.1x FlashInfer's time at two states, seq 4096, forty-third session).
-    int vec = slot.lane_in_row;
-    StoredVector stored[T::kStatesInFlight];
-    const auto load_batch = [&](int at, int batch) {
-      const char* column = row_in + at * p.states.v_vector_stride;
-#pragma unroll
-      for (int u = 0; u < T::kStatesInFlight; ++u) {
-        if (batch + u < num_states) {
-          stored[u] = load_stored(column + (batch + u) * p.states.v_state_stride);
-        }
-      }
-    };
-    if (vec < p.rows.vectors_per_row) load_batch(vec, 0);
     float lse_max = flare::negative_infinity();
     for (int i = 0; i < num_states; ++i)
       lse_max = fmaxf(lse_max, lse_at(p.states, state_seq, first + i, head));
@@ -353,19 +319,24 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
       weight_sum += weight_of(lse_at(p.states, state_seq, first + i, head), lse_max, base2);
     const float norm = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
 
-    while (vec < p.rows.vectors_per_row) {
+    const char* row_in = row_of(p.states, state_seq, first, head);
+    char* row_out = p.out.v + seq * p.out.v_seq_stride + head * p.out.v_head_stride;
+    for (int vec = slot.lane_in_row; vec < p.rows.vectors_per_row; vec += p.rows.lanes_per_row) {
+      const char* column = row_in + vec * p.states.v_vector_stride;
       Vector sum;
 #pragma unroll
       for (int e = 0; e < T::kVecElements; ++e) sum[e] = 0.0f;
       for (int batch = 0; batch < num_states; batch += T::kStatesInFlight) {
-        if (batch > 0) load_batch(vec, batch);  // the first batch is in flight already
+        StoredVector stored[T::kStatesInFlight];
         float weights[T::kStatesInFlight];
 #pragma unroll
         for (int u = 0; u < T::kStatesInFlight; ++u) {
           const int i = batch + u;
-          weights[u] = i < num_states
+          const bool in_range = i < num_states;
+          weights[u] = in_range
                            ? weight_of(lse_at(p.states, state_seq, first + i, head), lse_max, base2)
                            : 0.0f;
+          if (in_range) stored[u] = load_stored(column + i * p.states.v_state_stride);
         }
 #pragma unroll
         for (int u = 0; u < T::kStatesInFlight; ++u) {
@@ -379,8 +350,6 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
 #pragma unroll
       for (int e = 0; e < T::kVecElements; ++e) sum[e] *= norm;
       store_vector(row_out + vec * p.out.v_vector_stride, sum);
-      vec += p.rows.lanes_per_row;
-      if (vec < p.rows.vectors_per_row) load_batch(vec, 0);
     }
     if (slot.lane_in_row == 0) {
       p.out.s[seq * p.out.s_seq_stride + head * p.out.s_head_stride] =
