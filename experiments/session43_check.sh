@@ -21,13 +21,15 @@ fi_site() {
   python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
   scripts/flashinfer_sources.sh install /tmp/fi-site >/dev/null 2>&1
 }
+rope_apply_bench() {  # bench_rope_apply.py next to FlashInfer, from /tmp
+  fi_site
+  (cd /tmp && PYTHONPATH=/tmp/fi-site MAX_JOBS=16 timeout 240 python3 \
+    "$OLDPWD/scripts/bench_rope_apply.py" --json "$OUT/rope_apply.json" 2>&1 |
+    grep -vE "Warning|warn|INFO" | tail -n 32)
+}
 if [ "$stage" = python ]; then
   scripts/gpu_check_python.sh "$OUT/py" -q 2>&1 | tail -n 8
-  fi_site
-  tree=$PWD
-  cd /tmp
-  PYTHONPATH=/tmp/fi-site MAX_JOBS=16 timeout 240 python3 "$tree/scripts/bench_rope_apply.py" \
-    --json "$OUT/rope_apply.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 24
+  rope_apply_bench
 fi
 if [ "$stage" = bench ]; then
   scripts/gpu_check_python.sh "$OUT/py" -q -k "dlpack" 2>&1 | tail -n 1
@@ -65,11 +67,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')" "$mode" "$tree/scripts/bench_p
 fi
 if [ "$stage" = rope_host ]; then
   scripts/gpu_check_python.sh "$OUT/py" -q -k "rope or merge or dlpack" 2>&1 | tail -n 1
-  fi_site
-  tree=$PWD
-  cd /tmp
-  PYTHONPATH=/tmp/fi-site MAX_JOBS=16 timeout 240 python3 "$tree/scripts/bench_rope_apply.py" \
-    --json "$OUT/rope_apply.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 32
+  rope_apply_bench
 fi
 if [ "$stage" = state_ops ]; then
   scripts/gpu_check_python.sh "$OUT/py" -q -k "merge or append or cascade or page or dlpack" 2>&1 |

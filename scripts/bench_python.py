@@ -139,6 +139,29 @@ def guarded(label, measure):
         return None
 
 
+def small_op_arguments(doc, add=None):
+    """The parsed --calls / --json arguments of a script timing small operations beside
+    FlashInfer (bench_rope_apply.py, bench_rope_decode.py, bench_state_ops.py; `add(parser)`
+    adds its own), torch seeded and the device line printed."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--json", help="write every row here")
+    if add is not None:
+        add(parser)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"flashinfer {FLASHINFER}")
+    return args
+
+
+def write_json(path, rows):
+    """rows into `path` as JSON (nothing without a path)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
 # --- decode ---------------------------------------------------------------------------------
 
 def decode_inputs(batch, kv_len):
@@ -386,11 +409,8 @@ def main():
     decode = bench_decode(args, workspace) if args.only != "prefill" else []
     prefill = bench_prefill(args, workspace) if args.only != "decode" else []
     print_tables(args, decode, prefill)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "flashinfer": FLASHINFER, "decode": decode, "prefill": prefill}, f,
-                      indent=1)
+    write_json(args.json, {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                           "flashinfer": FLASHINFER, "decode": decode, "prefill": prefill})
 
 
 if __name__ == "__main__":

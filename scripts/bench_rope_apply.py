@@ -9,13 +9,11 @@ of a call. Every library's output is compared with flare's (a wrong row prints i
 Usage: python3 scripts/bench_rope_apply.py [--tokens 1,64,1024,8192,32768] [--calls 20]
        [--json F]
 """
-import argparse
-import json
-
 import torch
 
 import flare
-from bench_python import FLASHINFER, eager_us, flashinfer, graph_us, guarded, host_us
+from bench_python import (eager_us, flashinfer, graph_us, guarded, host_us, small_op_arguments,
+                          write_json)
 
 Q_HEADS, KV_HEADS, HEAD_DIM, DTYPE = 32, 8, 128, torch.bfloat16
 THETA = 5e5
@@ -94,14 +92,8 @@ def bench(tokens, calls):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", default="1,64,1024,8192,32768")
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"flashinfer {FLASHINFER}")
+    args = small_op_arguments(
+        __doc__, lambda parser: parser.add_argument("--tokens", default="1,64,1024,8192,32768"))
     rows = []
     for tokens in (int(t) for t in args.tokens.split(",")):
         rows += bench(tokens, args.calls)
@@ -110,9 +102,7 @@ def main():
     for r in rows:
         print(f"| {r['tokens']} | {r['library']} | {r['graph_us']:.1f} | {r['tb_per_s']:.2f} | "
               f"{r['eager_us']:.1f} | {r['host_us']:.1f} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -6,14 +6,11 @@ on both loops (use_tensor_cores False / True), and FlashInfer's wrapper the same
 pages in allocation order. GPU time per call from a CUDA-graph replay.
 Usage: python3 scripts/bench_rope_decode.py [--calls 20] [--json F]
 """
-import argparse
-import json
-
 import torch
 
 import flare
-from bench_python import (DTYPE, FLASHINFER, HEAD_DIM, KV_HEADS, PAGE, Q_HEADS, decode_inputs,
-                          decode_wrapper, flashinfer, graph_us, guarded)
+from bench_python import (DTYPE, HEAD_DIM, KV_HEADS, PAGE, Q_HEADS, decode_inputs, decode_wrapper,
+                          flashinfer, graph_us, guarded, small_op_arguments, write_json)
 
 SHAPES = [(1, 32768), (16, 4096), (64, 8192), (16, 32768)]
 WORKSPACE_BYTES = 256 << 20
@@ -30,13 +27,7 @@ def measure(module, batch, kv_len, inputs, tensor_cores, mode, calls):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"flashinfer {FLASHINFER}")
+    args = small_op_arguments(__doc__)
     rows = []
     for batch, kv_len in SHAPES:
         inputs = decode_inputs(batch, kv_len)
@@ -70,9 +61,7 @@ def main():
               f" | {fmt(plain)} | {fmt(rope)} | {fmt(rope / plain if plain and rope else None, 3)}"
               f" | {fmt(fi_plain)} | {fmt(fi_rope)} | "
               f"{fmt(fi_rope / rope if fi_rope and rope else None, 2)} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,11 @@ replay, the eager time and the host time. Every library's output is compared wit
 wrong result prints instead of a time).
 Usage: python3 scripts/bench_state_ops.py [--calls 20] [--json F]
 """
-import argparse
-import json
-
 import torch
 
 import flare
-from bench_python import FLASHINFER, eager_us, flashinfer, graph_us, guarded, host_us
+from bench_python import (eager_us, flashinfer, graph_us, guarded, host_us, small_op_arguments,
+                          write_json)
 
 Q_HEADS, KV_HEADS, HEAD_DIM, PAGE, DTYPE = 32, 8, 128, 16, torch.bfloat16
 WRONG = 0.05  # bf16 outputs of one merge: a few units in the last place
@@ -111,13 +109,7 @@ def bench_append(batch, tokens_per_request, cached, calls):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"flashinfer {FLASHINFER}")
+    args = small_op_arguments(__doc__)
     rows = []
     for seq in (16, 128, 4096):
         rows += bench_merges(seq, args.calls)
@@ -128,9 +120,7 @@ def main():
     for r in rows:
         print(f"| {r['op']} | {r['shape']} | {r['library']} | {r['graph_us']:.1f} | "
               f"{r['eager_us']:.1f} | {r['host_us']:.1f} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

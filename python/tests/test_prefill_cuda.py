@@ -399,6 +399,29 @@ def test_paged_cuda_graph_replay_with_new_lengths():
         check(out[:rows], lse[:rows], expected, dtype)
 
 
+def replay_graph_steps(wrapper, qkv, out, steps, prepare, dtype):
+    """Captures wrapper.run(*qkv, out=out) once prepare(0) has planned the first step (a warm-up
+    run on a side stream first), then for each step re-plans (prepare(step): the rows and the
+    float64 reference), replays the graph over NaN-poisoned outputs and checks the rows."""
+    rows, expected = prepare(0)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        wrapper.run(*qkv, out=out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        wrapper.run(*qkv, out=out)
+    for step in range(steps):
+        if step > 0:
+            rows, expected = prepare(step)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not torch.isnan(out[:rows]).any(), f"step {step}"
+        assert max_error(out[:rows], expected) <= O_TOLERANCE[dtype], f"step {step}"
+
+
 def test_ragged_cuda_graph_with_custom_mask_buffers():
     dtype, heads, head_dim, batch = torch.float16, 8, 64, 3
     steps = [([30, 20, 10], [40, 20, 64]), ([2, 9, 1], [2, 30, 7])]
@@ -432,23 +455,7 @@ def test_ragged_cuda_graph_with_custom_mask_buffers():
             step_v.double().cpu().numpy(), indptr(qo_lens).numpy(), indptr(kv_lens).numpy(),
             custom_mask=masks)[0]
 
-    rows, expected = prepare(0)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        wrapper.run(q, k, v, out=out)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        wrapper.run(q, k, v, out=out)
-    for step in range(len(steps)):
-        if step > 0:
-            rows, expected = prepare(step)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert not torch.isnan(out[:rows]).any(), f"step {step}"
-        assert max_error(out[:rows], expected) <= O_TOLERANCE[dtype], f"step {step}"
+    replay_graph_steps(wrapper, (q, k, v), out, len(steps), prepare, dtype)
 
 
 def plan_small(wrapper, **kwargs):
@@ -571,23 +578,7 @@ def test_ragged_rope_staged_under_cuda_graph_replays_later_plans():
             step_v.double().cpu().numpy(), indptr(qo_lens).numpy(), indptr(kv_lens).numpy(),
             causal=True, rope_theta=5e5)[0]
 
-    rows, expected = prepare(0)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        wrapper.run(q, k, v, out=out)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        wrapper.run(q, k, v, out=out)
-    for step in range(len(steps)):
-        if step > 0:
-            rows, expected = prepare(step)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert not torch.isnan(out[:rows]).any(), f"step {step}"
-        assert max_error(out[:rows], expected) <= O_TOLERANCE[dtype], f"step {step}"
+    replay_graph_steps(wrapper, (q, k, v), out, len(steps), prepare, dtype)
     room = 1 << (max_kv - 1).bit_length()
     with pytest.raises(ValueError, match=f"exceeds the {room} tokens of rotated k"):
         plan([1, 1, 1], [room, 1, 1])

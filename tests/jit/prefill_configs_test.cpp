@@ -509,13 +509,19 @@ TEST(FusedRopeKeyReads, CountsTheKeysEachQueryTileSees) {
 
 // plan_stages_rope: kFused never, kStaged always, kAuto by the measure on configs where staging
 // applies (not paged).
-TEST(FusedRopeKeyReads, PlanStagesByTheRopeStagingAndTheMeasure) {
+// A causal RoPE prefill on ragged K/V, 4 / 4 heads of 128 dims, of these capacities.
+BatchPrefillConfig causal_rope_ragged(int max_batch, int max_total_qo) {
   BatchPrefillConfig c;
-  c.max_batch = 1, c.max_total_qo = 1024, c.num_qo_heads = c.num_kv_heads = 4;
+  c.max_batch = max_batch, c.max_total_qo = max_total_qo, c.num_qo_heads = c.num_kv_heads = 4;
   c.head_dim_qk = c.head_dim_vo = 128;
   c.kv = PrefillKV::kRagged;
   c.params.mask = MaskMode::kCausal;
   c.params.pos_encoding = PosEncoding::kRopeLlama;
+  return c;
+}
+
+TEST(FusedRopeKeyReads, PlanStagesByTheRopeStagingAndTheMeasure) {
+  BatchPrefillConfig c = causal_rope_ragged(1, 1024);
   const std::vector<int32_t> prefill_q = {0, 1024}, prefill_kv = {0, 1024};
   const std::vector<int32_t> append_q = {0, 128}, append_kv = {0, 32768};
   const PrefillTiles tiles{128, 128, true};
@@ -536,12 +542,7 @@ TEST(FusedRopeKeyReads, PlanStagesByTheRopeStagingAndTheMeasure) {
 // and the choice is the config's, every plan alike: max_batch prefills of max_total_qo /
 // max_batch tokens on the fixed tiles; the capacities bound the captured rotation's 2^31 pieces.
 TEST(FusedRopeKeyReads, GraphConfigsStageByTheirCapacities) {
-  BatchPrefillConfig c;
-  c.max_batch = 4, c.max_total_qo = 4096, c.num_qo_heads = c.num_kv_heads = 4;
-  c.head_dim_qk = c.head_dim_vo = 128;
-  c.kv = PrefillKV::kRagged;
-  c.params.mask = MaskMode::kCausal;
-  c.params.pos_encoding = PosEncoding::kRopeLlama;
+  BatchPrefillConfig c = causal_rope_ragged(4, 4096);
   c.use_cuda_graph = true;
   EXPECT_FALSE(api_detail::rope_staging_applies(c));
   c.rope_staging = RopeStaging::kStaged;
