@@ -34,12 +34,8 @@ void bind_rope(nb::module_& m) {
         const RopePositions positions{optional_object_view(indptr, "indptr"),
                                       optional_object_view(offsets, "offsets"),
                                       optional_object_view(pos_ids, "pos_ids")};
-        const cuda::Stream stream =
-            q_view.device.is_cuda()
-                ? reinterpret_cast<cuda::Stream>(torch_current_stream(q_view.device.index))
-                : nullptr;
         apply_rope(q_view, object_view(k, "k"), object_view(q_out, "q_out"),
-                   object_view(k_out, "k_out"), positions, options, stream);
+                   object_view(k_out, "k_out"), positions, options, torch_stream_for(q_view));
       },
       nb::arg("q"), nb::arg("k"), nb::arg("q_out"), nb::arg("k_out"), nb::arg("indptr").none(),
       nb::arg("offsets").none(), nb::arg("pos_ids").none(), nb::arg("rotary_dim"),

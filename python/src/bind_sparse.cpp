@@ -59,10 +59,6 @@ TensorView cuda_operand(nb::handle x, const char* name, const char* what) {
   return view;
 }
 
-cuda::Stream stream_of(const TensorView& view) {
-  return reinterpret_cast<cuda::Stream>(torch_current_stream(view.device.index));
-}
-
 template <class T>
 nb::list list_of(const std::vector<T>& values) {
   nb::list out;
@@ -208,7 +204,7 @@ void bind_sparse(nb::module_& m) {
                 ? sparse::SpmmSchedule{feature_tile, chunk_items}
                 : sparse::default_spmm_schedule(x_view.ndim == 2 ? x_view.shape[1] : 1);
         sparse::spmm(a, x_view, object_view(y, "y"), object_view(workspace, "workspace"),
-                     stream_of(x_view), schedule);
+                     torch_stream_for(x_view), schedule);
       },
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
       nb::arg("x"), nb::arg("y"), nb::arg("workspace"), nb::arg("feature_tile") = 0,
@@ -234,7 +230,7 @@ void bind_sparse(nb::module_& m) {
         options.use_cache = use_cache;
         const sparse::SpmmTuning tuning =
             sparse::tune_spmm(a, x_view, object_view(y, "y"), object_view(workspace, "workspace"),
-                              stream_of(x_view), options);
+                              torch_stream_for(x_view), options);
         return tuning_dict(tuning, "chunk_items");
       },
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("values"),
@@ -254,7 +250,8 @@ void bind_sparse(nb::module_& m) {
          nb::handle k, nb::handle out) {
         const sparse::Csr a = device_csr_of(rows, cols, indptr, indices);
         const TensorView q_view = cuda_operand(q, "Q", "flare.sparse.sddmm");
-        sparse::sddmm(a, q_view, object_view(k, "K"), object_view(out, "out"), stream_of(q_view));
+        sparse::sddmm(a, q_view, object_view(k, "K"), object_view(out, "out"),
+                      torch_stream_for(q_view));
       },
       nb::arg("rows"), nb::arg("cols"), nb::arg("indptr"), nb::arg("indices"), nb::arg("q"),
       nb::arg("k"), nb::arg("out"),
@@ -364,7 +361,7 @@ void bind_sparse(nb::module_& m) {
             feature_tile > 0 ? sparse::HybSchedule{feature_tile, slots_per_warp}
                              : sparse::default_hyb_schedule(x_view.ndim == 2 ? x_view.shape[1] : 1);
         sparse::spmm(device_hyb_of(layout, arrays), x_view, object_view(y, "y"),
-                     object_view(workspace, "workspace"), stream_of(x_view), schedule);
+                     object_view(workspace, "workspace"), torch_stream_for(x_view), schedule);
       },
       nb::arg("layout"), nb::arg("arrays"), nb::arg("x"), nb::arg("y"), nb::arg("workspace"),
       nb::arg("feature_tile") = 0, nb::arg("slots_per_warp") = 0,
@@ -378,9 +375,9 @@ void bind_sparse(nb::module_& m) {
         const TensorView x_view = cuda_operand(x, "X", "flare.sparse.SpmmPlan");
         sparse::SpmmTuneOptions options;
         options.use_cache = use_cache;
-        const sparse::HybTuning tuning =
-            sparse::tune_spmm(device_hyb_of(layout, arrays), x_view, object_view(y, "y"),
-                              object_view(workspace, "workspace"), stream_of(x_view), options);
+        const sparse::HybTuning tuning = sparse::tune_spmm(
+            device_hyb_of(layout, arrays), x_view, object_view(y, "y"),
+            object_view(workspace, "workspace"), torch_stream_for(x_view), options);
         return tuning_dict(tuning, "slots_per_warp");
       },
       nb::arg("layout"), nb::arg("arrays"), nb::arg("x"), nb::arg("y"), nb::arg("workspace"),
@@ -417,7 +414,7 @@ void bind_sparse(nb::module_& m) {
          nb::handle workspace) {
         const TensorView x_view = cuda_operand(x, "X", "flare.sparse.spmm");
         sparse::spmm(device_bsr_of(layout, arrays), x_view, object_view(y, "y"),
-                     object_view(workspace, "workspace"), stream_of(x_view));
+                     object_view(workspace, "workspace"), torch_stream_for(x_view));
       },
       nb::arg("layout"), nb::arg("arrays"), nb::arg("x"), nb::arg("y"), nb::arg("workspace"),
       "y <- A x over BSR + CSR remainder with tensor cores (CUDA torch tensors, torch's stream).");

@@ -142,17 +142,18 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
               ErrorCode::kInvalidArgument, kWhat, ": the packed custom mask of this plan has ",
               next.mask_bytes, " bytes, more than the ", s.captured_mask_bytes,
               " of the mask the captured run() reads");
-  FLARE_CHECK(!api_detail::is_nvfp4_prefill(c) || kv_indptr[batch] <= c.max_total_kv,
-              ErrorCode::kInvalidArgument, kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
-              paged ? " pages" : " tokens", " exceed max_total_kv=", c.max_total_kv,
-              " (the staged copy of NVFP4 KV, sized at creation)");
-  s.next_rope_staged = api_detail::plan_stages_rope(c, qo_indptr, kv_indptr, next.tiles);
-  FLARE_CHECK(!s.next_rope_staged || !c.use_cuda_graph || kv_indptr[batch] <= c.max_total_kv,
-              ErrorCode::kInvalidArgument, kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
-              " tokens exceed max_total_kv=", c.max_total_kv,
-              " (the rotated copy of k, staged RoPE under use_cuda_graph, sized at creation)");
-  const api_detail::PrefillKernel& kernel = s.kernel(next.tiles, s.next_rope_staged);
-  if (s.next_rope_staged) s.rope.reserve(next.total_qo, kv_indptr[batch]);
+  next.rope_staged = api_detail::plan_stages_rope(c, qo_indptr, kv_indptr, next.tiles);
+  // The KV copies sized at creation: NVFP4's, and staged RoPE's k under use_cuda_graph.
+  const bool nvfp4 = api_detail::is_nvfp4_prefill(c);
+  FLARE_CHECK(
+      !(nvfp4 || (next.rope_staged && c.use_cuda_graph)) || kv_indptr[batch] <= c.max_total_kv,
+      ErrorCode::kInvalidArgument, kWhat, ": kv_indptr[", batch, "]=", kv_indptr[batch],
+      paged ? " pages" : " tokens", " exceed max_total_kv=", c.max_total_kv,
+      nvfp4 ? " (the staged copy of NVFP4 KV, sized at creation)"
+            : " (the rotated copy of k, staged RoPE under use_cuda_graph, sized at "
+              "creation)");
+  const api_detail::PrefillKernel& kernel = s.kernel(next.tiles, next.rope_staged);
+  if (next.rope_staged) s.rope.reserve(next.total_qo, kv_indptr[batch]);
   api_detail::plan_prefill(c, s.plan_sms, kernel.ctas_per_sm, s.props.memory_peak_bytes_per_us,
                            next);
   commit_plan(qo_indptr, kv_indptr, kv_last_page_len, stream);
@@ -183,7 +184,7 @@ void BatchPrefill::commit_plan(std::span<const int32_t> qo_begin,
   std::swap(s.plan, next.plan);
   std::swap(s.mask_indptr, next.mask_indptr);
   s.tiles = next.tiles;
-  s.rope_staged = s.next_rope_staged;
+  s.rope_staged = next.rope_staged;
   // Under CUDA graphs a cascade config's tiles are chosen by its first plan and kept: a
   // captured run() launches that kernel.
   if (c.use_cuda_graph && !s.fixed_tiles) s.fixed_tiles = next.tiles;

@@ -20,7 +20,7 @@ void BatchPrefill::plan_cascade(std::span<const CascadeLevel> levels, cuda::Stre
               ErrorCode::kInvalidArgument, kWhat, ": the levels have ", cascade.kv_indptr.back(),
               " pages, more than the ", s.captured_kv,
               " entries of the kv_indices tensor the captured run() reads");
-  s.next_rope_staged = false;  // cascades rotate in the kernels (paged K/V)
+  s.next.rope_staged = false;  // cascades rotate in the kernels (paged K/V)
   const api_detail::PrefillKernel& kernel = s.kernel(s.next.tiles);
   api_detail::plan_prefill(c, s.plan_sms, kernel.ctas_per_sm, s.props.memory_peak_bytes_per_us,
                            s.next);

@@ -94,10 +94,9 @@ struct BatchPrefill::State {
   VariantParams variant{};
   api_detail::Nvfp4PrefillStaging nvfp4;  // NVFP4 KV only (kv_dtype kU8)
   // RoPE staging (where rope_staging_applies): the copies and their rotation, and whether the
-  // latest plan stages (next_rope_staged: plan()'s or plan_cascade()'s choice before it
-  // commits; each sets it on its way to the commit).
+  // latest committed plan stages (the plan in progress: next.rope_staged).
   api_detail::PrefillRopeStaging rope;
-  bool rope_staged = false, next_rope_staged = false;
+  bool rope_staged = false;
   api_detail::Nvfp4PrefillStaging::Plan staging_plan() {
     api_detail::Nvfp4PrefillStaging::Plan p;
     p.planned_units = kv_indptr.back();

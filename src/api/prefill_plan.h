@@ -51,6 +51,7 @@ struct PrefillHostPlan {
   std::vector<int32_t> qo_len, kv_len;
   std::vector<int32_t> q_offset;     // KV position of each request's token 0 (kQOffset)
   std::vector<int32_t> mask_indptr;  // custom-mask byte offsets [batch + 1]; empty without
+  bool rope_staged = false;          // run() rotates q and k into copies first (plan_stages_rope)
 };
 
 // Validates the index arrays (BatchPrefill::plan()'s kInvalidArgument and kUnsupported errors)

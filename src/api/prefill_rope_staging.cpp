@@ -3,6 +3,7 @@
 #include "src/api/prefill_rope_staging.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -112,7 +113,7 @@ bool graph_stages_rope(const BatchPrefillConfig& c, const PrefillTiles& tiles) {
   }
   if (c.rope_staging == RopeStaging::kStaged) return true;
   const int32_t tokens = std::max(c.max_total_qo / std::max(c.max_batch, 1), 1);
-  const std::vector<int32_t> indptr = {0, tokens};
+  const std::array<int32_t, 2> indptr = {0, tokens};
   return fused_rope_key_reads(indptr, indptr, prefill_group_size(c), tiles.query_tile,
                               c.params.mask, c.params.window_left) >= kStageRopeMinKeyReads;
 }

@@ -43,6 +43,14 @@ float at(const TensorView& v, int64_t t, int64_t h, int64_t d) {
   return element_at(v, t * v.strides[0] + h * v.strides[1] + d * v.strides[2]);
 }
 
+// Dims (a, b) of row (t, h) of `out` are those of `in` turned by `angle` radians.
+void expect_pair_turned(const TensorView& in, const TensorView& out, int64_t t, int64_t h,
+                        int64_t a, int64_t b, double angle) {
+  const double x = at(in, t, h, a), y = at(in, t, h, b);
+  EXPECT_NEAR(at(out, t, h, a), x * std::cos(angle) - y * std::sin(angle), 1e-6);
+  EXPECT_NEAR(at(out, t, h, b), y * std::cos(angle) + x * std::sin(angle), 1e-6);
+}
+
 TEST(ApplyRopeCpu, RotatesEachPairByPositionTimesFrequency) {
   // One head of 8 float32 dims at position 5: pairs (i, i + 4), frequency theta^(-2i/8).
   HostTensor q = testing::random_tensor(DType::kF32, {1, 1, 8}, 1);
@@ -54,9 +62,7 @@ TEST(ApplyRopeCpu, RotatesEachPairByPositionTimesFrequency) {
   apply_rope(q.view(), k.view(), q_out.view(), k_out.view(), by_ids(pos), options, nullptr);
   for (int64_t i = 0; i < 4; ++i) {
     const double angle = 5.0 * std::pow(100.0, -2.0 * static_cast<double>(i) / 8.0);
-    const double x = at(q.view(), 0, 0, i), y = at(q.view(), 0, 0, i + 4);
-    EXPECT_NEAR(at(q_out.view(), 0, 0, i), x * std::cos(angle) - y * std::sin(angle), 1e-6);
-    EXPECT_NEAR(at(q_out.view(), 0, 0, i + 4), y * std::cos(angle) + x * std::sin(angle), 1e-6);
+    expect_pair_turned(q.view(), q_out.view(), 0, 0, i, i + 4, angle);
     for (int64_t h = 0; h < 2; ++h) {  // every head of k at the same position
       const double a = at(k.view(), 0, h, i), b = at(k.view(), 0, h, i + 4);
       EXPECT_NEAR(at(k_out.view(), 0, h, i), a * std::cos(angle) - b * std::sin(angle), 1e-6);
@@ -80,9 +86,7 @@ TEST(ApplyRopeCpu, InterleavedPairsAndAPartialRotaryDimLeaveTheTailUnchanged) {
   }
   for (int64_t i = 0; i < 2; ++i) {
     const double angle = 3.0 / 2.0 * std::pow(1e4, -2.0 * static_cast<double>(i) / 4.0);
-    const double x = at(q.view(), 1, 0, 2 * i), y = at(q.view(), 1, 0, 2 * i + 1);
-    EXPECT_NEAR(at(q_out.view(), 1, 0, 2 * i), x * std::cos(angle) - y * std::sin(angle), 1e-6);
-    EXPECT_NEAR(at(q_out.view(), 1, 0, 2 * i + 1), y * std::cos(angle) + x * std::sin(angle), 1e-6);
+    expect_pair_turned(q.view(), q_out.view(), 1, 0, 2 * i, 2 * i + 1, angle);
   }
   for (int64_t d = 4; d < 8; ++d) EXPECT_EQ(at(k_out.view(), 1, 0, d), at(k.view(), 1, 0, d));
 }
