@@ -120,14 +120,18 @@ __device__ __forceinline__ TileMaskBits tile_mask_bits(const PrefillParams& p,
 }
 
 // The online softmax of a tile's scores (masks and variants as the mma.sync family's
-// process_tile), with the key checks with_key_checks picked.
+// process_tile), with the key checks with_key_checks picked. item_rows: the rows' variant
+// states, built once an item where kRowStatesPerItem (consume_item).
 template <bool kBegin, bool kEnd>
 __device__ __forceinline__ OutputRescale tile_softmax(const PrefillParams& p, ItemShared& shared,
                                                       int first_col, const TileMaskBits& bits,
+                                                      const RowInfo& item_rows,
                                                       float (&s)[T::kMmaQ][T::kTilesS][4]) {
   const int thread_col = first_col + thread_index() % 4 * 2;
   RowInfo rows;
-  if (T::kMask == kMaskCustom || kBegin || kEnd || !kLinearLogits) {
+  if constexpr (kRowStatesPerItem) {
+    rows = item_rows;
+  } else if (T::kMask == kMaskCustom || kBegin || kEnd || !kLinearLogits) {
     rows = row_info<false>(p, shared, thread_col);
   }
   if constexpr (T::kMask == kMaskCustom) {
@@ -163,6 +167,10 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
     init_state(acc, st);
     store_stats(shared, st);
   }
+  // The rows' variant states (what logits_transform reads) once an item where
+  // kRowStatesPerItem, not once a tile (forty-fourth session).
+  RowInfo item_rows;
+  if constexpr (kRowStatesPerItem) item_rows = row_info<false>(p, shared, 0);
   // Releases a half of stage `stage`, and with `q` the Q tile: once this warp's last
   // S = Q K^T landed, the producer may load the next item's (one lane's arrivals in one branch:
   // a second __syncwarp under its own condition made ptxas duplicate the softmax, SASS).
@@ -198,7 +206,7 @@ __device__ __forceinline__ void consume_item(const PrefillParams& p, unsigned ch
                                 warp_uniform(shared_span.full_end)};
     return with_key_checks(first_col, uniform_span, [&](auto begin, auto end) {
       return tile_softmax<decltype(begin)::value, decltype(end)::value>(p, shared, first_col, bits,
-                                                                        s);
+                                                                        item_rows, s);
     });
   };
   // The first and the last turn are loops of at most one trip: an MMA issued under an `if`

@@ -117,6 +117,8 @@ __device__ __forceinline__ bool affine_rows(const PrefillParams& p, const RowInf
       }
     }
   }
+  // The offset form takes the max of q.k for the max of the logits: a positive scale only.
+  if constexpr (kOffsetLogitsOnSomeKeys) every_row = every_row && score_scale(p) > 0.0f;
   return every_row;
 }
 
@@ -208,6 +210,9 @@ softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& 
   }
   // x (what m tracks) -> log2 units: raw q.k scale for linear logits, else x is log2 already.
   const float to_log2 = kLinearLogits ? q_scale : 1.0f;
+  // Logits s * q_scale + base on this tile (kOffsetLogitsOnSomeKeys, q_scale > 0): x stays q.k,
+  // its max maps to the logits' max, and base joins the exp2 argument's offset.
+  constexpr bool kOffset = kAffine && kOffsetLogitsOnSomeKeys;
   bool any_moved = false;
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
@@ -219,8 +224,9 @@ softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& 
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int pos = first_col + nj * 8 + e;
-          float x =
-              logit_of<kAffine>(p, rows, affine, q_scale, s[mi][nj][2 * h + e], mi, h, nj, e, pos);
+          float x = kOffset ? s[mi][nj][2 * h + e]
+                            : logit_of<kAffine>(p, rows, affine, q_scale, s[mi][nj][2 * h + e], mi,
+                                                h, nj, e, pos);
           if (!visible<kBegin, kEnd>(g, rows, mi, h, nj, e, pos)) x = negative_infinity();
           s[mi][nj][2 * h + e] = x;
           tile_max = fmaxf(tile_max, x);
@@ -229,6 +235,7 @@ softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& 
       // The four threads of a quad hold one row.
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      if constexpr (kOffset) tile_max = fmaf(tile_max, q_scale, affine.base[mi][h]);  // -inf stays
       // -inf before any visible key: then any finite max moves (inf > threshold), -inf does not
       // (NaN compares false).
       const float m_old = st.m[mi][h];
@@ -242,13 +249,14 @@ softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& 
       any_moved = any_moved || moves;
       // A row that saw no visible key keeps m = -inf; subtracting 0 keeps exp2 at 0.
       const float m_base = st.m[mi][h] == negative_infinity() ? 0.0f : st.m[mi][h];
-      const float offset = -m_base * to_log2;
+      const float offset = kOffset ? affine.base[mi][h] - m_base : -m_base * to_log2;
       float tile_sum = 0.0f;
 #pragma unroll
       for (int nj = 0; nj < T::kTilesS; ++nj) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float prob = fast_exp2(fmaf(s[mi][nj][2 * h + e], to_log2, offset));
+          const float prob =
+              fast_exp2(fmaf(s[mi][nj][2 * h + e], kOffset ? q_scale : to_log2, offset));
           s[mi][nj][2 * h + e] = prob;
           tile_sum += prob;
         }

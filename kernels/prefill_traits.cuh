@@ -134,6 +134,19 @@ constexpr bool kAffineLogits = T::kWarpgroup && !kLinearLogits && has_affine_log
 // same two FMAs there, logits_transform per logit elsewhere; the Hopper family only, as above.
 constexpr bool kAffineLogitsOnSomeKeys =
     T::kWarpgroup && !kLinearLogits && !kAffineLogits && has_affine_logits_on_some_keys<Variant>;
+// Of those, a constant per row (has_offset_logits_on_some_keys: slope 0): the tiles' max is
+// taken over q.k and the constant folds into the exp2 offset (prefill_softmax.cuh).
+constexpr bool kOffsetLogitsOnSomeKeys =
+    kAffineLogitsOnSomeKeys && has_offset_logits_on_some_keys<Variant>;
+// The rows' variant states built once an item and held across its tiles (prefill_hopper.cuh
+// consume_item), not rebuilt for every tile's softmax: user variants, whose init may load their
+// tensors (T5's table entry, whose latency sat in every tile's softmax); the built-in
+// StandardVariant's init reads parameters only, and its combined units (soft-cap, window and
+// ALiBi at 128 x 128) spill 8-76 bytes holding them, as does T5 at paged 128 x 128 tiles (208
+// bytes: the page-table walk's registers beside them). +4-5% for T5 at 2048-16384 (ragged).
+constexpr bool kRowStatesPerItem = T::kWarpgroup && !kLinearLogits &&
+                                   !__is_base_of(StandardVariant, Variant) &&
+                                   !(T::kPaged && T::kQueryTile * T::kKvTile >= 128 * 128);
 // Bounded logits (has_logits_bound: soft-cap) with bfloat16 probabilities in the Hopper family:
 // the softmax subtracts a fixed offset instead of a running max (kernels/variant.cuh). float16
 // probabilities overflow past 2^16: no fixed offset there.

@@ -69,6 +69,9 @@
 //                                                    kv_last, float& base, float& slope)
 //                                                    const: the same on the key ranges where it
 //                                                    returns true (T5's far buckets; below)
+//   static constexpr bool kLogitsAffineSlopeIsZero;  optional, with kLogitsAffineOnSomeKeys: the
+//                                                    slope it returns is always 0 (a constant
+//                                                    per row: has_offset_logits_on_some_keys)
 // Hooks no family calls (general query/key/output transforms) are rejected at compile time
 // rather than ignored (VariantHookCheck below).
 //
@@ -193,6 +196,8 @@ FLARE_VARIANT_OPTIONAL_FLAG(logits_bounded, kLogitsBounded);
 FLARE_VARIANT_OPTIONAL_FLAG(affine_logits, kLogitsAffineInKvPos);
 // Whether they are on the key ranges logits_affine_on accepts (has_affine_logits_on_some_keys).
 FLARE_VARIANT_OPTIONAL_FLAG(affine_logits_on_some_keys, kLogitsAffineOnSomeKeys);
+// Whether the slope logits_affine_on returns is always 0.
+FLARE_VARIANT_OPTIONAL_FLAG(affine_slope_is_zero, kLogitsAffineSlopeIsZero);
 #undef FLARE_VARIANT_OPTIONAL_FLAG
 }  // namespace variant_detail
 // Whether a kernel must check V's mask on every key (not only around visible_begin or
@@ -241,6 +246,15 @@ constexpr bool has_affine_logits = variant_detail::affine_logits<V>::value;
 template <class V>
 constexpr bool has_affine_logits_on_some_keys =
     variant_detail::affine_logits_on_some_keys<V>::value;
+
+// Optional with it: a variant whose logits_affine_on always sets slope 0 (the logit is s + base
+// there, one constant per row: T5's last bucket) may declare `static constexpr bool
+// kLogitsAffineSlopeIsZero = true;`. The Hopper softmax then takes the row max of q.k itself on
+// those tiles and folds base into the exp2 argument's offset: one FMA a logit, as for plain
+// causal attention, instead of three (docs/perf.md, forty-fourth session).
+template <class V>
+constexpr bool has_offset_logits_on_some_keys =
+    has_affine_logits_on_some_keys<V>&& variant_detail::affine_slope_is_zero<V>::value;
 
 // Optional, for bounded logits (soft-cap): a variant whose logits_transform never leaves
 // [-bound, bound] (log2 units) for a bound of at most 79 (the host's kSoftCapFixedOffsetMaxBound,

@@ -9,7 +9,7 @@ import math
 
 from . import _flare
 from ._args import check_kv_layout
-from ._tensors import arg, is_cuda, split_paged_kv_cache, stream_of, torch_module
+from ._tensors import is_cuda, split_paged_kv_cache, torch_module
 
 
 def _check_rows(append_key, append_value):
@@ -65,10 +65,9 @@ def nvfp4_quantize_append_paged_kv_cache(append_key, append_value, batch_indices
     k_value, v_value = _host_scale("k_scale", k_scale), _host_scale("v_scale", v_scale)
     page_size = k_codes.shape[1] if kv_layout == "NHD" else k_codes.shape[2]
     _flare.append_paged_kv_nvfp4(
-        arg(append_key), arg(append_value), arg(_int32(batch_indices)), arg(_int32(positions)),
-        arg(k_codes), arg(v_codes), arg(k_scales), arg(v_scales), kv_layout,
-        arg(_int32(kv_indptr)), arg(_int32(kv_indices)), arg(_int32(kv_last_page_len)),
-        int(page_size), arg(k_value), arg(v_value), stream_of(k_codes))
+        append_key, append_value, _int32(batch_indices), _int32(positions), k_codes, v_codes,
+        k_scales, v_scales, kv_layout, _int32(kv_indptr), _int32(kv_indices),
+        _int32(kv_last_page_len), int(page_size), k_value, v_value)
 
 
 def _scale_tensor(name, value, device):
@@ -124,5 +123,5 @@ def nvfp4_quantize_append_paged_kv_cache_with_slot_mapping(append_key, append_va
     if is_cuda(append_key) and slot_mapping.device != device:
         raise ValueError(f"slot_mapping must be on {device}, got {slot_mapping.device}")
     _flare.append_paged_kv_nvfp4_by_slot(
-        arg(append_key), arg(append_value), arg(slot_mapping), arg(k_codes), arg(v_codes),
-        arg(k_scales), arg(v_scales), kv_layout, arg(k_value), arg(v_value), stream_of(k_codes))
+        append_key, append_value, slot_mapping, k_codes, v_codes, k_scales, v_scales, kv_layout,
+        k_value, v_value)

@@ -9,7 +9,6 @@
 #include "flare/api/append_paged_kv.h"
 #include "flare/api/append_paged_kv_nvfp4.h"
 #include "object_view.h"
-#include "tensor_arg.h"
 
 namespace flare::python {
 
@@ -37,40 +36,46 @@ void bind_append(nb::module_& m) {
       "Writes each appended token into its page slot.");
   m.def(
       "append_paged_kv_nvfp4",
-      [](const TensorArg& append_key, const TensorArg& append_value,
-         const TensorArg& batch_indices, const TensorArg& positions, const TensorArg& k_codes,
-         const TensorArg& v_codes, const TensorArg& k_scales, const TensorArg& v_scales,
-         const std::string& kv_layout, const TensorArg& kv_indptr, const TensorArg& kv_indices,
-         const TensorArg& kv_last_page_len, int64_t page_size, const TensorArg& k_scale,
-         const TensorArg& v_scale, uintptr_t stream) {
-        const BlockSparseIndex table{page_size, kv_indptr.view(), kv_indices.view(),
-                                     kv_last_page_len.view()};
+      // As append_paged_kv: the objects read in place, torch's stream of k_codes' device.
+      [](nb::handle append_key, nb::handle append_value, nb::handle batch_indices,
+         nb::handle positions, nb::handle k_codes, nb::handle v_codes, nb::handle k_scales,
+         nb::handle v_scales, const std::string& kv_layout, nb::handle kv_indptr,
+         nb::handle kv_indices, nb::handle kv_last_page_len, int64_t page_size, nb::handle k_scale,
+         nb::handle v_scale) {
+        const TensorView k_view = object_view(k_codes, "k_codes");
+        const BlockSparseIndex table{page_size, object_view(kv_indptr, "kv_indptr"),
+                                     object_view(kv_indices, "kv_indices"),
+                                     object_view(kv_last_page_len, "kv_last_page_len")};
         append_paged_kv_nvfp4(
-            {append_key.view(), append_value.view(), batch_indices.view(), positions.view()},
-            {k_codes.view(), v_codes.view(), k_scales.view(), v_scales.view(),
-             parse_kv_layout(kv_layout.c_str())},
-            table, {k_scale.view(), v_scale.view()}, reinterpret_cast<cuda::Stream>(stream));
+            {object_view(append_key, "append_key"), object_view(append_value, "append_value"),
+             object_view(batch_indices, "batch_indices"), object_view(positions, "positions")},
+            {k_view, object_view(v_codes, "v_codes"), object_view(k_scales, "k_scales"),
+             object_view(v_scales, "v_scales"), parse_kv_layout(kv_layout.c_str())},
+            table, {object_view(k_scale, "k_scale"), object_view(v_scale, "v_scale")},
+            torch_stream_for(k_view));
       },
       nb::arg("append_key"), nb::arg("append_value"), nb::arg("batch_indices"),
       nb::arg("positions"), nb::arg("k_codes"), nb::arg("v_codes"), nb::arg("k_scales"),
       nb::arg("v_scales"), nb::arg("kv_layout"), nb::arg("kv_indptr"), nb::arg("kv_indices"),
       nb::arg("kv_last_page_len"), nb::arg("page_size"), nb::arg("k_scale"), nb::arg("v_scale"),
-      nb::arg("stream"), "Quantizes each appended token into its NVFP4 page slot.");
+      "Quantizes each appended token into its NVFP4 page slot.");
   m.def(
       "append_paged_kv_nvfp4_by_slot",
-      [](const TensorArg& append_key, const TensorArg& append_value,
-         const TensorArg& slot_mapping, const TensorArg& k_codes, const TensorArg& v_codes,
-         const TensorArg& k_scales, const TensorArg& v_scales, const std::string& kv_layout,
-         const TensorArg& k_scale, const TensorArg& v_scale, uintptr_t stream) {
+      [](nb::handle append_key, nb::handle append_value, nb::handle slot_mapping,
+         nb::handle k_codes, nb::handle v_codes, nb::handle k_scales, nb::handle v_scales,
+         const std::string& kv_layout, nb::handle k_scale, nb::handle v_scale) {
+        const TensorView k_view = object_view(k_codes, "k_codes");
         append_paged_kv_nvfp4_by_slot(
-            {append_key.view(), append_value.view(), slot_mapping.view()},
-            {k_codes.view(), v_codes.view(), k_scales.view(), v_scales.view(),
-             parse_kv_layout(kv_layout.c_str())},
-            {k_scale.view(), v_scale.view()}, reinterpret_cast<cuda::Stream>(stream));
+            {object_view(append_key, "append_key"), object_view(append_value, "append_value"),
+             object_view(slot_mapping, "slot_mapping")},
+            {k_view, object_view(v_codes, "v_codes"), object_view(k_scales, "k_scales"),
+             object_view(v_scales, "v_scales"), parse_kv_layout(kv_layout.c_str())},
+            {object_view(k_scale, "k_scale"), object_view(v_scale, "v_scale")},
+            torch_stream_for(k_view));
       },
-      nb::arg("append_key"), nb::arg("append_value"), nb::arg("slot_mapping"),
-      nb::arg("k_codes"), nb::arg("v_codes"), nb::arg("k_scales"), nb::arg("v_scales"),
-      nb::arg("kv_layout"), nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("stream"),
+      nb::arg("append_key"), nb::arg("append_value"), nb::arg("slot_mapping"), nb::arg("k_codes"),
+      nb::arg("v_codes"), nb::arg("k_scales"), nb::arg("v_scales"), nb::arg("kv_layout"),
+      nb::arg("k_scale"), nb::arg("v_scale"),
       "Quantizes each appended token into the NVFP4 page slot slot_mapping names.");
   m.def(
       "check_append_paged_kv",

@@ -133,14 +133,15 @@ MergeRows merge_rows(int64_t seq, int64_t heads, int64_t head_dim, DType dtype, 
   return rows;
 }
 
-// Launches `entry` over rows' warps on `stream`; nothing when there are no rows.
-void launch(DType dtype, int vector_bytes, const char* entry, const MergeRows& rows,
-            const Device& device, cuda::Stream stream, void* params) {
+// Launches `entry` over rows' warps on `stream` (groups_per_warp groups of 32 / lanes_per_row
+// rows a warp); nothing when there are no rows.
+void launch(DType dtype, int vector_bytes, const char* entry, int groups_per_warp,
+            const MergeRows& rows, const Device& device, cuda::Stream stream, void* params) {
   if (rows.num_rows == 0) return;
   const cuda::DeviceScope scope(device.index);
   const jit::KernelSpec spec = merge_state_kernel_spec(dtype, vector_bytes);
   const cuda::Function function = jit::get_kernel(spec, entry, device.index);
-  const int64_t rows_per_warp = 32 / rows.lanes_per_row;
+  const int64_t rows_per_warp = int64_t{groups_per_warp} * (32 / rows.lanes_per_row);
   const int64_t warps = (rows.num_rows + rows_per_warp - 1) / rows_per_warp;
   constexpr int64_t kWarpsPerBlock = kMergeStateThreads / 32;
   const auto blocks =
@@ -169,7 +170,8 @@ void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView&
   params.b = state_tensor(v_b, s_b, vec);
   params.out = state_tensor(v_out, s_out, vec);
   params.rows = merge_rows(v_a.shape[0], v_a.shape[1], v_a.shape[2], v_a.dtype, vec, base);
-  launch(v_a.dtype, vec, "flare_merge_state_pair", params.rows, v_a.device, stream, &params);
+  launch(v_a.dtype, vec, "flare_merge_state_pair", kMergePairGroupsPerWarp, params.rows, v_a.device,
+         stream, &params);
 }
 
 void merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
@@ -200,7 +202,8 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
     params.mask_stride = mask->shape[0] > 1 ? mask->strides[0] : 0;
   }
   params.rows = merge_rows(v.shape[0], v.shape[1], v.shape[2], v.dtype, vec, base);
-  launch(v.dtype, vec, "flare_merge_state_pair", params.rows, v.device, stream, &params);
+  launch(v.dtype, vec, "flare_merge_state_pair", kMergePairGroupsPerWarp, params.rows, v.device,
+         stream, &params);
 }
 
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
@@ -229,7 +232,22 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
   params.out = state_tensor(v_out, s_out, vec);
   params.num_states = static_cast<int32_t>(v.shape[1]);
   params.rows = merge_rows(v.shape[0], v.shape[2], v.shape[3], v.dtype, vec, base);
-  launch(v.dtype, vec, "flare_merge_states", params.rows, v.device, stream, &params);
+  if (params.num_states == 2) {
+    // Two states are a pair: the pair kernel (two row groups a warp, all their loads in flight
+    // together) over the stacked tensor's two halves; 2.1x faster than the states loop at seq
+    // 4096 (forty-fourth session). The same ⊕, rounded products instead of fused ones.
+    MergeStatePairParams pair{};
+    pair.a = params.states;
+    pair.b = params.states;
+    pair.b.v += params.states.v_state_stride;
+    pair.b.s += params.states.s_state_stride;
+    pair.out = params.out;
+    pair.rows = params.rows;
+    launch(v.dtype, vec, "flare_merge_state_pair", kMergePairGroupsPerWarp, pair.rows, v.device,
+           stream, &pair);
+    return;
+  }
+  launch(v.dtype, vec, "flare_merge_states", 1, params.rows, v.device, stream, &params);
 }
 
 void merge_states_ragged(const TensorView& v, const TensorView& s, const TensorView& indptr,
@@ -272,7 +290,7 @@ void merge_states_ragged(const TensorView& v, const TensorView& s, const TensorV
   params.num_states = static_cast<int32_t>(v.shape[0]);
   params.state_indptr = indptr.ptr<const int32_t>();
   params.rows = merge_rows(seq, v.shape[1], v.shape[2], v.dtype, vec, base);
-  launch(v.dtype, vec, "flare_merge_states", params.rows, v.device, stream, &params);
+  launch(v.dtype, vec, "flare_merge_states", 1, params.rows, v.device, stream, &params);
 }
 
 jit::KernelSpec merge_state_kernel_spec(DType dtype, int vector_bytes) {

@@ -59,25 +59,36 @@ UserVariant relative_position_bias() {
   // at most 31, which every n >= max_distance reaches: those keys (all but the nearest
   // max_distance of a long row) take the row's last bucket from a register, without a
   // logarithm or a table load, and a key range of only those is affine in the KV position
-  // (slope 0: kLogitsAffineOnSomeKeys), so the Hopper prefill takes its two-FMA logits there.
+  // (slope 0: kLogitsAffineOnSomeKeys, kLogitsAffineSlopeIsZero), so the Hopper prefill takes
+  // causal attention's one FMA a logit there, the bucket's bias folded into the exp2 offset.
   // The bucket is in [0, 31] whatever max_distance holds (at most 16: every n >= 16 takes
   // bucket 31).
   v.source = R"(
 struct Variant : flare::VariantBase {
-  // Three registers per row (the decode loops keep several rows per thread); the scale of the
-  // logarithmic buckets depends on the parameters only, one value for every row.
+  // Four registers per row (the decode loops keep several rows per thread): the scale of the
+  // logarithmic buckets is one per row, not a logarithm and a reciprocal per score.
   int row_offset;  // qo_head * 32
   int q_pos;
   float far_bias;  // table[qo_head][31] in log2 units
+  float buckets_per_log2;  // 16 / log2(max_distance / 16)
   __device__ void init(const flare::VariantParams& p, const flare::RowContext& row) {
     row_offset = row.qo_head * 32;
     q_pos = row.q_pos;
     far_bias = __ldg(Tensors::table(p) + row_offset + 31) * flare::kLog2e;
+    // A fast reciprocal, not '/': IEEE division calls a slow-path subroutine.
+    buckets_per_log2 = 16.0f * flare::fast_rcp(__log2f(Scalars::max_distance(p) * 0.0625f));
+  }
+  // n >= 0 as a float without the conversion unit (which a score's exp2 and logarithm share):
+  // exact below 2^23; distances are clamped there (max_distance past 2^23 - 1 tokens would see
+  // the farther keys in the bucket of 2^23 - 1).
+  __device__ static float distance_as_float(int n) {
+    return __int_as_float(min(n, (1 << 23) - 1) | 0x4B000000) - 8388608.0f;
   }
   __device__ static bool far(const flare::VariantParams& p, int n) {
-    return n >= 16 && static_cast<float>(n) >= Scalars::max_distance(p);
+    return n >= 16 && distance_as_float(n) >= Scalars::max_distance(p);
   }
   static constexpr bool kLogitsAffineOnSomeKeys = true;
+  static constexpr bool kLogitsAffineSlopeIsZero = true;
   // Every key of [kv_first, kv_last] in the last bucket (the nearest one is): s + far_bias.
   __device__ bool logits_affine_on(const flare::VariantParams& p, int, int kv_last, float& base,
                                    float& slope) const {
@@ -90,12 +101,11 @@ struct Variant : flare::VariantBase {
     if (far(p, n)) return s + far_bias;
     int bucket = n;
     if (n >= 16) {  // here max_distance > n >= 16: the logarithm below is positive
-      // A fast reciprocal, not '/': IEEE division calls a slow-path subroutine per score,
-      // which at 128x64 prefill tiles spilled 64 bytes around the calls.
-      const float buckets_per_log2 =
-          16.0f * flare::fast_rcp(__log2f(Scalars::max_distance(p) * 0.0625f));
-      const float scaled = __log2f(static_cast<float>(n) * 0.0625f) * buckets_per_log2;
-      bucket = 16 + static_cast<int>(fminf(fmaxf(scaled, 0.0f), 15.0f));
+      const float scaled = __log2f(distance_as_float(n) * 0.0625f) * buckets_per_log2;
+      // The integer part of scaled in [0, 15] by a round-toward-zero add of 2^23 (no
+      // conversion unit): its low mantissa bits are then that integer.
+      const float clamped = fminf(fmaxf(scaled, 0.0f), 15.0f);
+      bucket = 16 + (__float_as_int(__fadd_rz(clamped, 8388608.0f)) & 0xf);
     }
     return s + __ldg(Tensors::table(p) + row_offset + bucket) * flare::kLog2e;
   }

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Forty-fourth session's device checks (GPU machine, OUT set; carry .anchors-fi and
+# .anchors-fi-extra):
+#   verify: the merge and append GPU tests (the pair merge kernel's two row groups a warp), the
+#     prefill RoPE staging tests (the review mend: the staging flag in the plan in progress) under
+#     auto / fa2 / fa3, memcheck of the merge tests; the Python merge / append / NVFP4-append /
+#     staging / capture tests on CUDA; then scripts/bench_state_ops.py next to FlashInfer.
+#   ncu: experiments/ncu_merge.sh (flare's merge kernels next to FlashInfer's).
+#   t5merge: the merge GPU tests (merge_states of two states now runs the pair kernel) and the
+#     variant GPU tests (T5: the far tiles' bias folded into the exp2 offset, the near tiles
+#     without the conversion unit), memcheck of the merge tests, the Python merge and variant
+#     tests, bench_state_ops next to FlashInfer, then bench_variants' causal and T5 rows (flare,
+#     eager, 10 calls) at 2048-16384.
+#   variants: the Python variant tests, then bench_variants (flare, eager, 10 calls) at
+#     2048-16384 for causal, the built-in and the user soft-cap, T5, prefix-LM and the document
+#     mask (user variants' row states built once an item: kRowStatesPerItem).
+set -uo pipefail
+stage=${1:?verify|ncu|t5merge|variants}
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
+mkdir -p "$OUT"
+if [ "$stage" = verify ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" auto '*Merge*:AppendPagedKV*:*Nvfp4*Append*:*Cascade*'
+  rm -f "$OUT"/tests_auto_*.log
+  filter='PrefillGpu.StagedRope*:PrefillGpu.FusedRope*:PrefillRopeStagingGpu.*'
+  for backend in fa2 fa3; do
+    family_tests "$PWD" $backend "$filter"
+    rm -f "$OUT"/tests_${backend}_*.log
+  done
+  FLARE_CACHE_DIR=$PWD/build-ab/jit-cache compute-sanitizer --tool memcheck --error-exitcode 99 \
+    build-ab/flare_gpu_tests --gtest_filter='MergeGpu.*:PrefillRopeStagingGpu.*' >"$OUT/memcheck.log" 2>&1
+  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1) $(grep -E 'tests? ran' "$OUT/memcheck.log")"
+  scripts/gpu_check_python.sh "$OUT/py" -q -k \
+    "merge or append or nvfp4 or rope_staging or rope_staged or custom_mask_buffers or dlpack or cascade" 2>&1 | tail -n 3
+  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
+  scripts/flashinfer_sources.sh install /tmp/fi-site >/dev/null 2>&1
+  tree=$PWD
+  cd /tmp
+  PYTHONPATH=/tmp/fi-site:$tree/scripts MAX_JOBS=16 timeout 200 python3 \
+    "$tree/scripts/bench_state_ops.py" --json "$OUT/state_ops.json" 2>&1 |
+    grep -vE "Warning|warn|INFO" | tail -n 24
+fi
+if [ "$stage" = ncu ]; then
+  bash experiments/ncu_merge.sh
+fi
+if [ "$stage" = t5merge ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" auto '*Merge*:*Variant*:*Cascade*'
+  rm -f "$OUT"/tests_auto_*.log
+  family_tests "$PWD" fa3 '*Variant*'
+  rm -f "$OUT"/tests_fa3_*.log
+  FLARE_CACHE_DIR=$PWD/build-ab/jit-cache compute-sanitizer --tool memcheck --error-exitcode 99 \
+    build-ab/flare_gpu_tests --gtest_filter='MergeGpu.*:MergeStates*' >"$OUT/memcheck.log" 2>&1
+  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1) $(grep -E 'tests? ran' "$OUT/memcheck.log")"
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "merge or variant or relative or cascade" 2>&1 | tail -n 3
+  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
+  scripts/flashinfer_sources.sh install /tmp/fi-site >/dev/null 2>&1
+  tree=$PWD
+  cd /tmp
+  PYTHONPATH=/tmp/fi-site:$tree/scripts MAX_JOBS=16 timeout 150 python3 \
+    "$tree/scripts/bench_state_ops.py" --json "$OUT/state_ops.json" 2>&1 |
+    grep -vE "Warning|warn|INFO" | grep -E "merge|^\| op"
+  timeout 200 python3 "$tree/scripts/bench_variants.py" --lengths 2048,4096,8192,16384 --calls 10 \
+    --variants causal,relative_bias --libraries flare --json "$OUT/variants.json" 2>&1 |
+    grep -vE "Warning|warn|INFO" | tail -n 14
+fi
+if [ "$stage" = variants ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "variant or relative" 2>&1 | tail -n 3
+  tree=$PWD
+  cd /tmp
+  PYTHONPATH=$tree/scripts timeout 400 python3 "$tree/scripts/bench_variants.py" \
+    --lengths 2048,4096,8192,16384 --calls 10 --libraries flare \
+    --variants causal,soft_cap,user:soft_cap,relative_bias,prefix_lm,document \
+    --json "$OUT/variants.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 34
+fi
