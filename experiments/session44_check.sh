@@ -14,8 +14,10 @@
 #   variants: the Python variant tests, then bench_variants (flare, eager, 10 calls) at
 #     2048-16384 for causal, the built-in and the user soft-cap, T5, prefix-LM and the document
 #     mask (user variants' row states built once an item: kRowStatesPerItem).
+#   pair: the merge GPU tests and memcheck (the pair kernel: two vectors of a row a lane), the
+#     Python merge tests, then bench_state_ops next to FlashInfer.
 set -uo pipefail
-stage=${1:?verify|ncu|t5merge|variants}
+stage=${1:?verify|ncu|t5merge|variants|pair}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -73,4 +75,19 @@ if [ "$stage" = variants ]; then
     --lengths 2048,4096,8192,16384 --calls 10 --libraries flare \
     --variants causal,soft_cap,user:soft_cap,relative_bias,prefix_lm,document \
     --json "$OUT/variants.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 34
+fi
+if [ "$stage" = pair ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" auto '*Merge*:*Cascade*'
+  FLARE_CACHE_DIR=$PWD/build-ab/jit-cache compute-sanitizer --tool memcheck --error-exitcode 99 \
+    build-ab/flare_gpu_tests --gtest_filter='MergeGpu.*:MergeState*' >"$OUT/memcheck.log" 2>&1
+  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1) $(grep -E 'tests? ran' "$OUT/memcheck.log")"
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "merge or cascade" 2>&1 | tail -n 2
+  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
+  scripts/flashinfer_sources.sh install /tmp/fi-site >/dev/null 2>&1
+  tree=$PWD
+  cd /tmp
+  PYTHONPATH=/tmp/fi-site:$tree/scripts MAX_JOBS=16 timeout 150 python3 \
+    "$tree/scripts/bench_state_ops.py" --json "$OUT/state_ops.json" 2>&1 |
+    grep -vE "Warning|warn|INFO" | grep -E "merge|^\| op"
 fi

@@ -72,8 +72,12 @@ struct MergeStatesParams {
 
 // Threads per block of both kernels; the host launches with this block size.
 constexpr int kMergeStateThreads = 256;
-// flare_merge_state_pair: groups of rows (32 / lanes_per_row rows each) a warp takes at a time.
-constexpr int kMergePairGroupsPerWarp = 2;
+// flare_merge_state_pair: groups of rows (32 / lanes_per_row rows each) a warp takes at a time,
+// and vectors of a row each lane takes (the host's lanes_per_row for it: a row's vectors over
+// this many, so that a row's fixed work, its place, LSEs, weights and reciprocal, is shared by
+// twice the elements: the kernel is bound by issue, forty-fourth session).
+constexpr int kMergePairGroupsPerWarp = 1;
+constexpr int kMergePairVectorsPerLane = 2;
 
 }  // namespace flare
 
@@ -99,8 +103,10 @@ struct Traits {
   static constexpr int kWarps = kThreads / 32;
   // merge_states: loads of this many states are issued before their weights are applied.
   static constexpr int kStatesInFlight = 4;
-  // merge_state: groups of rows a warp loads before it merges any (flare_merge_state_pair).
+  // merge_state: groups of rows a warp loads before it merges any, and vectors of a row a lane
+  // holds (flare_merge_state_pair).
   static constexpr int kPairGroupsPerWarp = kMergePairGroupsPerWarp;
+  static constexpr int kPairVectors = kMergePairVectorsPerLane;
   static_assert(kDType == kMergeF32 || kDType == kMergeF16 || kDType == kMergeBF16, "dtype");
   static_assert(kVecBytes == 16 || kVecBytes == kElementBytes,
                 "vectors are 16 bytes or one element");
@@ -238,13 +244,13 @@ __device__ __forceinline__ float weight_of(float lse, float lse_max, bool base2)
 
 namespace flare::merge_state_kernel {
 
-// A row of the pair merge as loaded before it merges: its LSEs and the lane's first vectors of
-// a and b (every load of a warp's row groups is issued before any of them merges).
+// A row of the pair merge as loaded before it merges: its LSEs and the lane's first
+// kPairVectors vectors of a and b (every load of a warp's step is issued before any row merges).
 struct PairRow {
   bool active;
   unsigned seq, head;
   float lse_a, lse_b;
-  StoredVector a, b;
+  StoredVector a[T::kPairVectors], b[T::kPairVectors];
 };
 
 __device__ __forceinline__ PairRow load_pair_row(const MergeStatePairParams& p, const RowLane& slot,
@@ -258,16 +264,40 @@ __device__ __forceinline__ PairRow load_pair_row(const MergeStatePairParams& p, 
   if (r.active) {
     r.lse_a = lse_at(p.a, r.seq, 0, r.head);
     r.lse_b = lse_at(p.b, r.seq, 0, r.head);
-    if (slot.lane_in_row < p.rows.vectors_per_row) {
-      r.a = load_stored(row_of(p.a, r.seq, 0, r.head) + slot.lane_in_row * p.a.v_vector_stride);
-      r.b = load_stored(row_of(p.b, r.seq, 0, r.head) + slot.lane_in_row * p.b.v_vector_stride);
+    const char* row_a = row_of(p.a, r.seq, 0, r.head);
+    const char* row_b = row_of(p.b, r.seq, 0, r.head);
+#pragma unroll
+    for (int j = 0; j < T::kPairVectors; ++j) {
+      const int vec = slot.lane_in_row + j * p.rows.lanes_per_row;
+      if (vec < p.rows.vectors_per_row) {
+        r.a[j] = load_stored(row_a + vec * p.a.v_vector_stride);
+        r.b[j] = load_stored(row_b + vec * p.b.v_vector_stride);
+      }
     }
   }
   return r;
 }
 
+// One vector of a ⊕ b with the row's weights, stored to `dst`. Rounded products, no fused
+// multiply-add: a ⊕ b equals b ⊕ a bit for bit. A state of weight 0 (no keys) is zeroed first:
+// its v may hold anything, NaN included, and must not reach the sum.
+__device__ __forceinline__ void merge_pair_vector(StoredVector a, StoredVector b, float weight_a,
+                                                  float weight_b, float norm, char* dst) {
+  if (weight_a == 0.0f) a = StoredVector{};
+  if (weight_b == 0.0f) b = StoredVector{};
+  Vector fa, fb, merged;
+  to_float(a, fa);
+  to_float(b, fb);
+#pragma unroll
+  for (int e = 0; e < T::kVecElements; ++e) {
+    merged[e] = __fadd_rn(__fmul_rn(weight_a, fa[e]), __fmul_rn(weight_b, fb[e])) * norm;
+  }
+  store_vector(dst, merged);
+}
+
 // v of a loaded row merged into out (its first vectors from `r`, any further ones loaded here);
-// returns its largest LSE and weight sum for the LSE the caller stores.
+// returns its largest LSE and weight sum for the LSE the caller stores. In place, out.v is a.v:
+// each vector is read and written by the same lane.
 __device__ __forceinline__ void merge_pair_row(const MergeStatePairParams& p, const RowLane& slot,
                                                const PairRow& r, float& lse_max,
                                                float& weight_sum) {
@@ -277,28 +307,23 @@ __device__ __forceinline__ void merge_pair_row(const MergeStatePairParams& p, co
   const float weight_b = weight_of(r.lse_b, lse_max, base2);
   weight_sum = weight_a + weight_b;
   const float norm = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
+  char* row_out = p.out.v + r.seq * p.out.v_seq_stride + r.head * p.out.v_head_stride;
+#pragma unroll
+  for (int j = 0; j < T::kPairVectors; ++j) {
+    const int vec = slot.lane_in_row + j * p.rows.lanes_per_row;
+    if (vec < p.rows.vectors_per_row) {
+      merge_pair_vector(r.a[j], r.b[j], weight_a, weight_b, norm,
+                        row_out + vec * p.out.v_vector_stride);
+    }
+  }
+  // Rows of more than 2 x 32 vectors (float32 at D 512): the rest one by one.
   const char* row_a = row_of(p.a, r.seq, 0, r.head);
   const char* row_b = row_of(p.b, r.seq, 0, r.head);
-  char* row_out = p.out.v + r.seq * p.out.v_seq_stride + r.head * p.out.v_head_stride;
-  for (int vec = slot.lane_in_row; vec < p.rows.vectors_per_row; vec += p.rows.lanes_per_row) {
-    Vector a, b;
-    if (vec == slot.lane_in_row) {
-      to_float(r.a, a);
-      to_float(r.b, b);
-    } else {
-      load_vector(row_a + vec * p.a.v_vector_stride, a);
-      load_vector(row_b + vec * p.b.v_vector_stride, b);
-    }
-    Vector merged;
-#pragma unroll
-    for (int e = 0; e < T::kVecElements; ++e) {
-      // Rounded products, no fused multiply-add: a ⊕ b equals b ⊕ a bit for bit.
-      const float part_a = weight_a == 0.0f ? 0.0f : __fmul_rn(weight_a, a[e]);
-      const float part_b = weight_b == 0.0f ? 0.0f : __fmul_rn(weight_b, b[e]);
-      merged[e] = __fadd_rn(part_a, part_b) * norm;
-    }
-    // In place, out.v is a.v: each vector is read and written by the same lane.
-    store_vector(row_out + vec * p.out.v_vector_stride, merged);
+  for (int vec = slot.lane_in_row + T::kPairVectors * p.rows.lanes_per_row;
+       vec < p.rows.vectors_per_row; vec += p.rows.lanes_per_row) {
+    merge_pair_vector(load_stored(row_a + vec * p.a.v_vector_stride),
+                      load_stored(row_b + vec * p.b.v_vector_stride), weight_a, weight_b, norm,
+                      row_out + vec * p.out.v_vector_stride);
   }
 }
 
@@ -306,10 +331,11 @@ __device__ __forceinline__ void merge_pair_row(const MergeStatePairParams& p, co
 
 // out = a ⊕ b for every row whose mask is set. Warps walk steps of kPairGroupsPerWarp groups of
 // rows (grid-stride, so the grid is fixed by the shape alone) and issue every load of a step
-// before merging any row of it: a memory-bound kernel's bytes in flight, 2 x 32 bytes a lane
-// at D 128 in 16 bits, not 32 (one group a warp held 48 KB an SM in flight at 48 warps: 3.0
-// TB/s against FlashInfer's 3.9, forty-third session). Every lane of a warp reaches the warp
-// barrier once a step.
+// before merging any row of it, each lane kPairVectors vectors of its row: a memory-bound
+// kernel's bytes in flight, 2 x 32 bytes a lane at D 128 in 16 bits (one vector a lane held 48 KB
+// an SM in flight at 48 warps: 3.0 TB/s against FlashInfer's 3.9, forty-third session), and a
+// row's fixed work shared by two vectors a lane. Every lane of a warp reaches the warp barrier
+// once a step.
 extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThreads)
     flare_merge_state_pair(const flare::MergeStatePairParams p) {
   using namespace flare::merge_state_kernel;

@@ -116,8 +116,10 @@ MergeStateTensor state_tensor(const TensorView& v_in, const TensorView& s_in, in
   return t;
 }
 
+// vectors_per_lane: how many of a row's vectors each lane takes at least (the pair kernel's
+// kMergePairVectorsPerLane; 1 for merge_states), which sets lanes_per_row.
 MergeRows merge_rows(int64_t seq, int64_t heads, int64_t head_dim, DType dtype, int vector_bytes,
-                     LseBase base) {
+                     LseBase base, int vectors_per_lane = 1) {
   const int64_t vectors = head_dim * static_cast<int64_t>(dtype_bytes(dtype)) / vector_bytes;
   FLARE_CHECK(seq * heads <= INT32_MAX && vectors <= INT32_MAX, ErrorCode::kUnsupported,
               "merge on the GPU needs fewer than 2^31 rows (seq * num_heads) and elements per "
@@ -127,8 +129,9 @@ MergeRows merge_rows(int64_t seq, int64_t heads, int64_t head_dim, DType dtype, 
   rows.num_rows = static_cast<int32_t>(seq * heads);
   rows.num_heads = static_cast<int32_t>(heads);
   rows.vectors_per_row = static_cast<int32_t>(vectors);
+  const int64_t lanes = (vectors + vectors_per_lane - 1) / vectors_per_lane;
   rows.lanes_per_row = static_cast<int32_t>(
-      std::bit_ceil(std::clamp<uint64_t>(static_cast<uint64_t>(vectors), 1, 32)));
+      std::bit_ceil(std::clamp<uint64_t>(static_cast<uint64_t>(lanes), 1, 32)));
   rows.lse_base2 = base == LseBase::kBase2 ? 1 : 0;
   return rows;
 }
@@ -169,7 +172,8 @@ void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView&
   params.a = state_tensor(v_a, s_a, vec);
   params.b = state_tensor(v_b, s_b, vec);
   params.out = state_tensor(v_out, s_out, vec);
-  params.rows = merge_rows(v_a.shape[0], v_a.shape[1], v_a.shape[2], v_a.dtype, vec, base);
+  params.rows = merge_rows(v_a.shape[0], v_a.shape[1], v_a.shape[2], v_a.dtype, vec, base,
+                           kMergePairVectorsPerLane);
   launch(v_a.dtype, vec, "flare_merge_state_pair", kMergePairGroupsPerWarp, params.rows, v_a.device,
          stream, &params);
 }
@@ -201,7 +205,8 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
     params.mask = mask->ptr<const unsigned char>();
     params.mask_stride = mask->shape[0] > 1 ? mask->strides[0] : 0;
   }
-  params.rows = merge_rows(v.shape[0], v.shape[1], v.shape[2], v.dtype, vec, base);
+  params.rows =
+      merge_rows(v.shape[0], v.shape[1], v.shape[2], v.dtype, vec, base, kMergePairVectorsPerLane);
   launch(v.dtype, vec, "flare_merge_state_pair", kMergePairGroupsPerWarp, params.rows, v.device,
          stream, &params);
 }
@@ -242,7 +247,8 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
     pair.b.v += params.states.v_state_stride;
     pair.b.s += params.states.s_state_stride;
     pair.out = params.out;
-    pair.rows = params.rows;
+    pair.rows = merge_rows(v.shape[0], v.shape[2], v.shape[3], v.dtype, vec, base,
+                           kMergePairVectorsPerLane);
     launch(v.dtype, vec, "flare_merge_state_pair", kMergePairGroupsPerWarp, pair.rows, v.device,
            stream, &pair);
     return;
