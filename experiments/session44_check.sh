@@ -16,8 +16,11 @@
 #     mask (user variants' row states built once an item: kRowStatesPerItem).
 #   pair: the merge GPU tests and memcheck (the pair kernel: two vectors of a row a lane), the
 #     Python merge tests, then bench_state_ops next to FlashInfer.
+#   rope_ctas: the tensor-core RoPE decode at 3 CTAs an SM (FLARE_PROBE_ROPE_CTAS=3, a probe in
+#     src/api/decode_config.cpp: 168 registers, 2 stages) against the default 2: the Python RoPE
+#     tests under the probe, then bench_rope_decode.py alternating, two rounds.
 set -uo pipefail
-stage=${1:?verify|ncu|t5merge|variants|pair}
+stage=${1:?verify|ncu|t5merge|variants|pair|rope_ctas}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -90,4 +93,16 @@ if [ "$stage" = pair ]; then
   PYTHONPATH=/tmp/fi-site:$tree/scripts MAX_JOBS=16 timeout 150 python3 \
     "$tree/scripts/bench_state_ops.py" --json "$OUT/state_ops.json" 2>&1 |
     grep -vE "Warning|warn|INFO" | grep -E "merge|^\| op"
+fi
+if [ "$stage" = rope_ctas ]; then
+  FLARE_PROBE_ROPE_CTAS=3 scripts/gpu_check_python.sh "$OUT/py" -q -k "rope" 2>&1 | tail -n 2
+  tree=$PWD
+  cd /tmp
+  for round in 1 2; do
+    for ctas in 2 3; do
+      echo "== round $round, RoPE decode at $ctas CTAs an SM"
+      FLARE_PROBE_ROPE_CTAS=$ctas PYTHONPATH=$tree/scripts timeout 100 python3 \
+        "$tree/scripts/bench_rope_decode.py" --calls 30 2>&1 | grep -E "tensor cores"
+    done
+  done
 fi
