@@ -16,14 +16,30 @@
 #     mask (user variants' row states built once an item: kRowStatesPerItem).
 #   pair: the merge GPU tests and memcheck (the pair kernel: two vectors of a row a lane), the
 #     Python merge tests, then bench_state_ops next to FlashInfer.
-#   rope_ctas: the tensor-core RoPE decode at 3 CTAs an SM (FLARE_PROBE_ROPE_CTAS=3, a probe in
-#     src/api/decode_config.cpp: 168 registers, 2 stages) against the default 2: the Python RoPE
-#     tests under the probe, then bench_rope_decode.py alternating, two rounds.
+#   rope_ctas: the tensor-core RoPE decode at 3 CTAs an SM (FLARE_PROBE_ROPE_CTAS=3, a probe
+#     then in src/api/decode_config.cpp, removed after the run: 168 registers, 2 stages) against
+#     the default 2: the Python RoPE tests under the probe, then bench_rope_decode.py
+#     alternating, two rounds (docs/perf.md, forty-fourth D).
 set -uo pipefail
 stage=${1:?verify|ncu|t5merge|variants|pair|rope_ctas}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
+# memcheck <gtest filter>: compute-sanitizer memcheck of those GPU tests (family_tests' build).
+memcheck() {
+  FLARE_CACHE_DIR=$PWD/build-ab/jit-cache compute-sanitizer --tool memcheck --error-exitcode 99 \
+    build-ab/flare_gpu_tests --gtest_filter="$1" >"$OUT/memcheck.log" 2>&1
+  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1) $(grep -E 'tests? ran' "$OUT/memcheck.log")"
+}
+# state_ops_bench: scripts/bench_state_ops.py next to FlashInfer (its merge sources installed),
+# the merge rows.
+state_ops_bench() {
+  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
+  scripts/flashinfer_sources.sh install /tmp/fi-site >/dev/null 2>&1
+  (tree=$PWD && cd /tmp && PYTHONPATH=/tmp/fi-site:$tree/scripts MAX_JOBS=16 timeout 200 python3 \
+    "$tree/scripts/bench_state_ops.py" --json "$OUT/state_ops.json" 2>&1 |
+    grep -vE "Warning|warn|INFO" | grep -E "merge|^\| op")
+}
 if [ "$stage" = verify ]; then
   source experiments/family_tests.sh
   family_tests "$PWD" auto '*Merge*:AppendPagedKV*:*Nvfp4*Append*:*Cascade*'
@@ -33,18 +49,10 @@ if [ "$stage" = verify ]; then
     family_tests "$PWD" $backend "$filter"
     rm -f "$OUT"/tests_${backend}_*.log
   done
-  FLARE_CACHE_DIR=$PWD/build-ab/jit-cache compute-sanitizer --tool memcheck --error-exitcode 99 \
-    build-ab/flare_gpu_tests --gtest_filter='MergeGpu.*:PrefillRopeStagingGpu.*' >"$OUT/memcheck.log" 2>&1
-  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1) $(grep -E 'tests? ran' "$OUT/memcheck.log")"
+  memcheck 'MergeGpu.*:PrefillRopeStagingGpu.*'
   scripts/gpu_check_python.sh "$OUT/py" -q -k \
     "merge or append or nvfp4 or rope_staging or rope_staged or custom_mask_buffers or dlpack or cascade" 2>&1 | tail -n 3
-  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
-  scripts/flashinfer_sources.sh install /tmp/fi-site >/dev/null 2>&1
-  tree=$PWD
-  cd /tmp
-  PYTHONPATH=/tmp/fi-site:$tree/scripts MAX_JOBS=16 timeout 200 python3 \
-    "$tree/scripts/bench_state_ops.py" --json "$OUT/state_ops.json" 2>&1 |
-    grep -vE "Warning|warn|INFO" | tail -n 24
+  state_ops_bench
 fi
 if [ "$stage" = ncu ]; then
   bash experiments/ncu_merge.sh
@@ -55,44 +63,26 @@ if [ "$stage" = t5merge ]; then
   rm -f "$OUT"/tests_auto_*.log
   family_tests "$PWD" fa3 '*Variant*'
   rm -f "$OUT"/tests_fa3_*.log
-  FLARE_CACHE_DIR=$PWD/build-ab/jit-cache compute-sanitizer --tool memcheck --error-exitcode 99 \
-    build-ab/flare_gpu_tests --gtest_filter='MergeGpu.*:MergeStates*' >"$OUT/memcheck.log" 2>&1
-  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1) $(grep -E 'tests? ran' "$OUT/memcheck.log")"
+  memcheck 'MergeGpu.*:MergeStates*'
   scripts/gpu_check_python.sh "$OUT/py" -q -k "merge or variant or relative or cascade" 2>&1 | tail -n 3
-  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
-  scripts/flashinfer_sources.sh install /tmp/fi-site >/dev/null 2>&1
-  tree=$PWD
-  cd /tmp
-  PYTHONPATH=/tmp/fi-site:$tree/scripts MAX_JOBS=16 timeout 150 python3 \
-    "$tree/scripts/bench_state_ops.py" --json "$OUT/state_ops.json" 2>&1 |
-    grep -vE "Warning|warn|INFO" | grep -E "merge|^\| op"
-  timeout 200 python3 "$tree/scripts/bench_variants.py" --lengths 2048,4096,8192,16384 --calls 10 \
-    --variants causal,relative_bias --libraries flare --json "$OUT/variants.json" 2>&1 |
-    grep -vE "Warning|warn|INFO" | tail -n 14
+  state_ops_bench
+  (tree=$PWD && cd /tmp && timeout 200 python3 "$tree/scripts/bench_variants.py" \
+    --lengths 2048,4096,8192,16384 --calls 10 --variants causal,relative_bias --libraries flare \
+    --json "$OUT/variants.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 14)
 fi
 if [ "$stage" = variants ]; then
   scripts/gpu_check_python.sh "$OUT/py" -q -k "variant or relative" 2>&1 | tail -n 3
-  tree=$PWD
-  cd /tmp
-  PYTHONPATH=$tree/scripts timeout 400 python3 "$tree/scripts/bench_variants.py" \
-    --lengths 2048,4096,8192,16384 --calls 10 --libraries flare \
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 400 python3 \
+    "$tree/scripts/bench_variants.py" --lengths 2048,4096,8192,16384 --calls 10 --libraries flare \
     --variants causal,soft_cap,user:soft_cap,relative_bias,prefix_lm,document \
-    --json "$OUT/variants.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 34
+    --json "$OUT/variants.json" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 34)
 fi
 if [ "$stage" = pair ]; then
   source experiments/family_tests.sh
   family_tests "$PWD" auto '*Merge*:*Cascade*'
-  FLARE_CACHE_DIR=$PWD/build-ab/jit-cache compute-sanitizer --tool memcheck --error-exitcode 99 \
-    build-ab/flare_gpu_tests --gtest_filter='MergeGpu.*:MergeState*' >"$OUT/memcheck.log" 2>&1
-  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1) $(grep -E 'tests? ran' "$OUT/memcheck.log")"
+  memcheck 'MergeGpu.*:MergeState*'
   scripts/gpu_check_python.sh "$OUT/py" -q -k "merge or cascade" 2>&1 | tail -n 2
-  python3 .anchors-fi/setup_fi.py /tmp/fi-site >/dev/null 2>&1
-  scripts/flashinfer_sources.sh install /tmp/fi-site >/dev/null 2>&1
-  tree=$PWD
-  cd /tmp
-  PYTHONPATH=/tmp/fi-site:$tree/scripts MAX_JOBS=16 timeout 150 python3 \
-    "$tree/scripts/bench_state_ops.py" --json "$OUT/state_ops.json" 2>&1 |
-    grep -vE "Warning|warn|INFO" | grep -E "merge|^\| op"
+  state_ops_bench
 fi
 if [ "$stage" = rope_ctas ]; then
   FLARE_PROBE_ROPE_CTAS=3 scripts/gpu_check_python.sh "$OUT/py" -q -k "rope" 2>&1 | tail -n 2
