@@ -20,8 +20,11 @@
 #     then in src/api/decode_config.cpp, removed after the run: 168 registers, 2 stages) against
 #     the default 2: the Python RoPE tests under the probe, then bench_rope_decode.py
 #     alternating, two rounds (docs/perf.md, forty-fourth D).
+#   old_states: the session start's tree (.scratch/main, carried: git archive of 4413b8b) built
+#     and installed, then this tree's bench_state_ops.py (its merge_states (4) row) over it, no
+#     FlashInfer: the states loop before its two vectors a lane.
 set -uo pipefail
-stage=${1:?verify|ncu|t5merge|variants|pair|rope_ctas}
+stage=${1:?verify|ncu|t5merge|variants|pair|rope_ctas|old_states}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -95,4 +98,9 @@ if [ "$stage" = rope_ctas ]; then
         "$tree/scripts/bench_rope_decode.py" --calls 30 2>&1 | grep -E "tensor cores"
     done
   done
+fi
+if [ "$stage" = old_states ]; then
+  (cd .scratch/main && scripts/gpu_check_python.sh "$OUT/py_old" -q -k no_such_test >/dev/null 2>&1)
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 100 python3 \
+    "$tree/scripts/bench_state_ops.py" 2>&1 | grep -E "merge_states|^\| op")
 fi

@@ -78,6 +78,8 @@ constexpr int kMergeStateThreads = 256;
 // twice the elements: the kernel is bound by issue, forty-fourth session).
 constexpr int kMergePairGroupsPerWarp = 1;
 constexpr int kMergePairVectorsPerLane = 2;
+// flare_merge_states: vectors of a row each lane takes (the host's lanes_per_row for it).
+constexpr int kMergeStatesVectorsPerLane = 2;
 
 }  // namespace flare
 
@@ -101,8 +103,13 @@ struct Traits {
   static constexpr int kVecElements = kVecBytes / kElementBytes;
   static constexpr int kThreads = kMergeStateThreads;
   static constexpr int kWarps = kThreads / 32;
-  // merge_states: loads of this many states are issued before their weights are applied.
-  static constexpr int kStatesInFlight = 4;
+  // merge_states: loads of this many states (each kStatesVectors vectors a lane) are issued
+  // before their weights are applied, and vectors of a row a lane holds.
+  static constexpr int kStatesInFlight = 2;
+  static constexpr int kStatesVectors = kMergeStatesVectorsPerLane;
+  // merge_states: blocks an SM holds at least (32 warps: 64 registers a thread), 64 bytes of
+  // loads a lane in flight.
+  static constexpr int kStatesMinBlocks = 4;
   // merge_state: groups of rows a warp loads before it merges any, and vectors of a row a lane
   // holds (flare_merge_state_pair).
   static constexpr int kPairGroupsPerWarp = kMergePairGroupsPerWarp;
@@ -368,11 +375,16 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
 }
 
 // out[seq, h] = ⊕ over the states of states[seq, :, h]: the largest LSE first, then the sum of
-// the weights, then the weighted sum of v, states in index order with kStatesInFlight loads
-// issued together. out must not overlap the states.
-extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThreads)
+// the weights, then the weighted sum of v, states in index order. Each lane takes
+// kStatesVectors vectors of its row together (the host's lanes_per_row for it: the row's fixed
+// work, its place, its LSE passes and weights, shared by twice the elements), kStatesInFlight
+// states' loads of both issued together. out must not overlap the states.
+extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThreads,
+                                             flare::merge_state_kernel::T::kStatesMinBlocks)
     flare_merge_states(const flare::MergeStatesParams p) {
   using namespace flare::merge_state_kernel;
+  constexpr int kVectors = T::kStatesVectors;
+  constexpr int kBatch = T::kStatesInFlight;
   const RowLane slot = row_lane(p.rows);
   const unsigned num_groups = row_groups(p.rows, slot);
   for (unsigned group = blockIdx.x * T::kWarps + threadIdx.x / 32; group < num_groups;
@@ -382,7 +394,8 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
     const unsigned seq = row / p.rows.num_heads;
     const unsigned head = row % p.rows.num_heads;
     // The row's states: states[seq, 0 .. num_states), or the clamped ragged range of
-    // states[0, ...) (MergeStatesParams).
+    // states[0, ...) (MergeStatesParams). Their LSEs and vectors from these two pointers on,
+    // a state stride apart (64-bit offsets formed once a row).
     unsigned state_seq = seq;
     int first = 0;
     int num_states = p.num_states;
@@ -393,47 +406,71 @@ extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThre
       first = begin;
       num_states = end - begin;
     }
+    const float* lses =
+        &p.states.s[state_seq * p.states.s_seq_stride + first * p.states.s_state_stride +
+                    head * p.states.s_head_stride];
+    const char* row_in = row_of(p.states, state_seq, first, head);
 
     const bool base2 = p.rows.lse_base2 != 0;
     float lse_max = flare::negative_infinity();
     for (int i = 0; i < num_states; ++i)
-      lse_max = fmaxf(lse_max, lse_at(p.states, state_seq, first + i, head));
+      lse_max = fmaxf(lse_max, lses[i * p.states.s_state_stride]);
     float weight_sum = 0.0f;
     for (int i = 0; i < num_states; ++i)
-      weight_sum += weight_of(lse_at(p.states, state_seq, first + i, head), lse_max, base2);
+      weight_sum += weight_of(lses[i * p.states.s_state_stride], lse_max, base2);
     const float norm = weight_sum > 0.0f ? 1.0f / weight_sum : 0.0f;
 
-    const char* row_in = row_of(p.states, state_seq, first, head);
     char* row_out = p.out.v + seq * p.out.v_seq_stride + head * p.out.v_head_stride;
-    for (int vec = slot.lane_in_row; vec < p.rows.vectors_per_row; vec += p.rows.lanes_per_row) {
-      const char* column = row_in + vec * p.states.v_vector_stride;
-      Vector sum;
+    for (int vec0 = slot.lane_in_row; vec0 < p.rows.vectors_per_row;
+         vec0 += kVectors * p.rows.lanes_per_row) {
+      bool has[kVectors];
+      Vector sum[kVectors];
 #pragma unroll
-      for (int e = 0; e < T::kVecElements; ++e) sum[e] = 0.0f;
-      for (int batch = 0; batch < num_states; batch += T::kStatesInFlight) {
-        StoredVector stored[T::kStatesInFlight];
-        float weights[T::kStatesInFlight];
+      for (int j = 0; j < kVectors; ++j) {
+        has[j] = vec0 + j * p.rows.lanes_per_row < p.rows.vectors_per_row;
 #pragma unroll
-        for (int u = 0; u < T::kStatesInFlight; ++u) {
+        for (int e = 0; e < T::kVecElements; ++e) sum[j][e] = 0.0f;
+      }
+      for (int batch = 0; batch < num_states; batch += kBatch) {
+        StoredVector stored[kBatch][kVectors];
+        float weights[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
           const int i = batch + u;
           const bool in_range = i < num_states;
-          weights[u] = in_range
-                           ? weight_of(lse_at(p.states, state_seq, first + i, head), lse_max, base2)
-                           : 0.0f;
-          if (in_range) stored[u] = load_stored(column + i * p.states.v_state_stride);
+          weights[u] =
+              in_range ? weight_of(lses[i * p.states.s_state_stride], lse_max, base2) : 0.0f;
+          const char* state = row_in + i * p.states.v_state_stride;
+#pragma unroll
+          for (int j = 0; j < kVectors; ++j) {
+            if (in_range && has[j]) {
+              stored[u][j] =
+                  load_stored(state + (vec0 + j * p.rows.lanes_per_row) * p.states.v_vector_stride);
+            }
+          }
         }
 #pragma unroll
-        for (int u = 0; u < T::kStatesInFlight; ++u) {
+        for (int u = 0; u < kBatch; ++u) {
           if (weights[u] == 0.0f) continue;  // no keys, or past the last state
-          Vector values;
-          to_float(stored[u], values);
 #pragma unroll
-          for (int e = 0; e < T::kVecElements; ++e) sum[e] = fmaf(weights[u], values[e], sum[e]);
+          for (int j = 0; j < kVectors; ++j) {
+            if (!has[j]) continue;
+            Vector values;
+            to_float(stored[u][j], values);
+#pragma unroll
+            for (int e = 0; e < T::kVecElements; ++e) {
+              sum[j][e] = fmaf(weights[u], values[e], sum[j][e]);
+            }
+          }
         }
       }
 #pragma unroll
-      for (int e = 0; e < T::kVecElements; ++e) sum[e] *= norm;
-      store_vector(row_out + vec * p.out.v_vector_stride, sum);
+      for (int j = 0; j < kVectors; ++j) {
+        if (!has[j]) continue;
+#pragma unroll
+        for (int e = 0; e < T::kVecElements; ++e) sum[j][e] *= norm;
+        store_vector(row_out + (vec0 + j * p.rows.lanes_per_row) * p.out.v_vector_stride, sum[j]);
+      }
     }
     if (slot.lane_in_row == 0) {
       p.out.s[seq * p.out.s_seq_stride + head * p.out.s_head_stride] =

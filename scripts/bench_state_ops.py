@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The small per-step operations of a serving loop through the public Python API: merge_state,
-merge_states and append_paged_kv_cache, flare next to FlashInfer's functions of the same names
-(when .anchors-fi was carried), in one process. bf16, 32 query / 8 KV heads, head dim 128;
-merges over seq rows of 32 heads (float32 LSE), appends of nnz tokens into a page-16 NHD cache
-(a decode step appends one token a request, a prefill a request's prompt). Such calls are short
-on the GPU, so their host time decides what a step costs: per call, the GPU time of a CUDA-graph
-replay, the eager time and the host time. Every library's output is compared with flare's (a
-wrong result prints instead of a time).
+merge_states (two and four states) and append_paged_kv_cache, flare next to FlashInfer's
+functions of the same names (when .anchors-fi was carried), in one process. bf16, 32 query / 8
+KV heads, head dim 128; merges over seq rows of 32 heads (float32 LSE), appends of nnz tokens
+into a page-16 NHD cache (a decode step appends one token a request, a prefill a request's
+prompt). Such calls are short on the GPU, so their host time decides what a step costs: per
+call, the GPU time of a CUDA-graph replay, the eager time and the host time. Every library's
+output is compared with flare's (a wrong result prints instead of a time).
 Usage: python3 scripts/bench_state_ops.py [--calls 20] [--json F]
 """
 import torch
@@ -29,11 +29,14 @@ def merge_cases(seq):
     v, s = states(seq, 2)
     v_a, v_b, s_a, s_b = v[:, 0].contiguous(), v[:, 1].contiguous(), s[:, 0].contiguous(), \
         s[:, 1].contiguous()
+    v4, s4 = states(seq, 4)
     cases = {"merge_state": {"flare": lambda: flare.merge_state(v_a, s_a, v_b, s_b)},
-             "merge_states (2)": {"flare": lambda: flare.merge_states(v, s)}}
+             "merge_states (2)": {"flare": lambda: flare.merge_states(v, s)},
+             "merge_states (4)": {"flare": lambda: flare.merge_states(v4, s4)}}
     if flashinfer is not None:
         cases["merge_state"]["FlashInfer"] = lambda: flashinfer.merge_state(v_a, s_a, v_b, s_b)
         cases["merge_states (2)"]["FlashInfer"] = lambda: flashinfer.merge_states(v, s)
+        cases["merge_states (4)"]["FlashInfer"] = lambda: flashinfer.merge_states(v4, s4)
     return cases
 
 

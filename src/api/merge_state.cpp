@@ -116,10 +116,10 @@ MergeStateTensor state_tensor(const TensorView& v_in, const TensorView& s_in, in
   return t;
 }
 
-// vectors_per_lane: how many of a row's vectors each lane takes at least (the pair kernel's
-// kMergePairVectorsPerLane; 1 for merge_states), which sets lanes_per_row.
+// vectors_per_lane: how many of a row's vectors each lane takes at least (the kernels'
+// kMergePairVectorsPerLane, kMergeStatesVectorsPerLane), which sets lanes_per_row.
 MergeRows merge_rows(int64_t seq, int64_t heads, int64_t head_dim, DType dtype, int vector_bytes,
-                     LseBase base, int vectors_per_lane = 1) {
+                     LseBase base, int vectors_per_lane) {
   const int64_t vectors = head_dim * static_cast<int64_t>(dtype_bytes(dtype)) / vector_bytes;
   FLARE_CHECK(seq * heads <= INT32_MAX && vectors <= INT32_MAX, ErrorCode::kUnsupported,
               "merge on the GPU needs fewer than 2^31 rows (seq * num_heads) and elements per "
@@ -236,7 +236,8 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
   params.states = state_tensor(v, s, vec);
   params.out = state_tensor(v_out, s_out, vec);
   params.num_states = static_cast<int32_t>(v.shape[1]);
-  params.rows = merge_rows(v.shape[0], v.shape[2], v.shape[3], v.dtype, vec, base);
+  params.rows = merge_rows(v.shape[0], v.shape[2], v.shape[3], v.dtype, vec, base,
+                           kMergeStatesVectorsPerLane);
   if (params.num_states == 2) {
     // Two states are a pair: the pair kernel (two row groups a warp, all their loads in flight
     // together) over the stacked tensor's two halves; 2.1x faster than the states loop at seq
@@ -295,7 +296,8 @@ void merge_states_ragged(const TensorView& v, const TensorView& s, const TensorV
   params.out = state_tensor(v_out, s_out, vec);
   params.num_states = static_cast<int32_t>(v.shape[0]);
   params.state_indptr = indptr.ptr<const int32_t>();
-  params.rows = merge_rows(seq, v.shape[1], v.shape[2], v.dtype, vec, base);
+  params.rows =
+      merge_rows(seq, v.shape[1], v.shape[2], v.dtype, vec, base, kMergeStatesVectorsPerLane);
   launch(v.dtype, vec, "flare_merge_states", 1, params.rows, v.device, stream, &params);
 }
 
