@@ -104,11 +104,16 @@ struct Traits {
   static constexpr int kThreads = kMergeStateThreads;
   static constexpr int kWarps = kThreads / 32;
   // merge_states: loads of this many states (each kStatesVectors vectors a lane) are issued
-  // before their weights are applied, and vectors of a row a lane holds.
+  // before their weights are applied, and vectors of a row a lane holds. sm_80 / sm_89: one
+  // state at a time (two, within 64 registers, spilled 8 bytes there).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  static constexpr int kStatesInFlight = 1;
+#else
   static constexpr int kStatesInFlight = 2;
+#endif
   static constexpr int kStatesVectors = kMergeStatesVectorsPerLane;
   // merge_states: blocks an SM holds at least (32 warps: 64 registers a thread), 64 bytes of
-  // loads a lane in flight.
+  // loads a lane in flight on sm_90.
   static constexpr int kStatesMinBlocks = 4;
   // merge_state: groups of rows a warp loads before it merges any, and vectors of a row a lane
   // holds (flare_merge_state_pair).
