@@ -1,9 +1,10 @@
 // The merge operator ⊕ on attention-state tensors (papers 001 §2.2; FlashInfer's merge_state,
 // merge_state_in_place, merge_states): rows (seq, head) of v [seq, H, D] with float32 LSE s.
 //
-// A few lanes share one row (lanes_per_row, a power of two chosen by the host from D), each
-// loading FLARE_MERGE_VEC_BYTES-wide vectors of the row; every lane computes the row's weights
-// itself from broadcast loads of s, so no shuffles are needed. Math in float32 with weights
+// A few lanes share one row (lanes_per_row, a power of two chosen by the host from D so that
+// each lane takes two vectors of the row: kMergePairVectorsPerLane, kMergeStatesVectorsPerLane),
+// each loading FLARE_MERGE_VEC_BYTES-wide vectors; every lane computes the row's weights itself
+// from broadcast loads of s, so no shuffles are needed. Math in float32 with weights
 // relative to the largest LSE (nothing overflows); fixed order, no atomics: deterministic.
 //
 // Compile-time defines: FLARE_MERGE_DTYPE (v's dtype code, kMergeF32 | kMergeF16 | kMergeBF16),
