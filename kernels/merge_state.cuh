@@ -73,11 +73,10 @@ struct MergeStatesParams {
 
 // Threads per block of both kernels; the host launches with this block size.
 constexpr int kMergeStateThreads = 256;
-// flare_merge_state_pair: groups of rows (32 / lanes_per_row rows each) a warp takes at a time,
-// and vectors of a row each lane takes (the host's lanes_per_row for it: a row's vectors over
-// this many, so that a row's fixed work, its place, LSEs, weights and reciprocal, is shared by
-// twice the elements: the kernel is bound by issue, forty-fourth session).
-constexpr int kMergePairGroupsPerWarp = 1;
+// flare_merge_state_pair: vectors of a row each lane takes (the host's lanes_per_row for it: a
+// row's vectors over this many, so that a row's fixed work, its place, LSEs, weights and
+// reciprocal, is shared by twice the elements: the kernel is bound by issue, forty-fourth
+// session).
 constexpr int kMergePairVectorsPerLane = 2;
 // flare_merge_states: vectors of a row each lane takes (the host's lanes_per_row for it).
 constexpr int kMergeStatesVectorsPerLane = 2;
@@ -116,9 +115,7 @@ struct Traits {
   // merge_states: blocks an SM holds at least (32 warps: 64 registers a thread), 64 bytes of
   // loads a lane in flight on sm_90.
   static constexpr int kStatesMinBlocks = 4;
-  // merge_state: groups of rows a warp loads before it merges any, and vectors of a row a lane
-  // holds (flare_merge_state_pair).
-  static constexpr int kPairGroupsPerWarp = kMergePairGroupsPerWarp;
+  // merge_state: vectors of a row a lane holds (flare_merge_state_pair).
   static constexpr int kPairVectors = kMergePairVectorsPerLane;
   static_assert(kDType == kMergeF32 || kDType == kMergeF16 || kDType == kMergeBF16, "dtype");
   static_assert(kVecBytes == 16 || kVecBytes == kElementBytes,
@@ -258,7 +255,7 @@ __device__ __forceinline__ float weight_of(float lse, float lse_max, bool base2)
 namespace flare::merge_state_kernel {
 
 // A row of the pair merge as loaded before it merges: its LSEs and the lane's first
-// kPairVectors vectors of a and b (every load of a warp's step is issued before any row merges).
+// kPairVectors vectors of a and b (every load of a warp's group is issued before it merges).
 struct PairRow {
   bool active;
   unsigned seq, head;
@@ -342,40 +339,27 @@ __device__ __forceinline__ void merge_pair_row(const MergeStatePairParams& p, co
 
 }  // namespace flare::merge_state_kernel
 
-// out = a ⊕ b for every row whose mask is set. Warps walk steps of kPairGroupsPerWarp groups of
-// rows (grid-stride, so the grid is fixed by the shape alone) and issue every load of a step
-// before merging any row of it, each lane kPairVectors vectors of its row: a memory-bound
-// kernel's bytes in flight, 2 x 32 bytes a lane at D 128 in 16 bits (one vector a lane held 48 KB
-// an SM in flight at 48 warps: 3.0 TB/s against FlashInfer's 3.9, forty-third session), and a
-// row's fixed work shared by two vectors a lane. Every lane of a warp reaches the warp barrier
-// once a step.
+// out = a ⊕ b for every row whose mask is set. Warps walk groups of rows (grid-stride, so the
+// grid is fixed by the shape alone) and issue every load of a group before merging it, each
+// lane kPairVectors vectors of its row: a memory-bound kernel's bytes in flight, 2 x 32 bytes a
+// lane at D 128 in 16 bits (one vector a lane held 48 KB an SM in flight at 48 warps: 3.0 TB/s
+// against FlashInfer's 3.9, forty-third session), and a row's fixed work shared by two vectors
+// a lane. Every lane of a warp reaches the warp barrier once a group.
 extern "C" __global__ void __launch_bounds__(flare::merge_state_kernel::T::kThreads)
     flare_merge_state_pair(const flare::MergeStatePairParams p) {
   using namespace flare::merge_state_kernel;
-  constexpr int kGroups = T::kPairGroupsPerWarp;
   const RowLane slot = row_lane(p.rows);
-  const unsigned num_steps = (row_groups(p.rows, slot) + kGroups - 1) / kGroups;
-  for (unsigned step = blockIdx.x * T::kWarps + threadIdx.x / 32; step < num_steps;
-       step += gridDim.x * T::kWarps) {
-    PairRow rows[kGroups];
-#pragma unroll
-    for (int i = 0; i < kGroups; ++i) {
-      rows[i] =
-          load_pair_row(p, slot, (step * kGroups + i) * slot.rows_per_group + slot.row_in_group);
-    }
-    float lse_max[kGroups], weight_sum[kGroups];
-#pragma unroll
-    for (int i = 0; i < kGroups; ++i) {
-      if (rows[i].active) merge_pair_row(p, slot, rows[i], lse_max[i], weight_sum[i]);
-    }
+  const unsigned num_groups = row_groups(p.rows, slot);
+  for (unsigned group = blockIdx.x * T::kWarps + threadIdx.x / 32; group < num_groups;
+       group += gridDim.x * T::kWarps) {
+    const PairRow row = load_pair_row(p, slot, group * slot.rows_per_group + slot.row_in_group);
+    float lse_max, weight_sum;
+    if (row.active) merge_pair_row(p, slot, row, lse_max, weight_sum);
     // In place, out.s is a.s: every lane of a row reads it before the row's lane 0 writes it.
     __syncwarp();
-#pragma unroll
-    for (int i = 0; i < kGroups; ++i) {
-      if (rows[i].active && slot.lane_in_row == 0) {
-        p.out.s[rows[i].seq * p.out.s_seq_stride + rows[i].head * p.out.s_head_stride] =
-            merged_lse(lse_max[i], weight_sum[i], p.rows.lse_base2 != 0);
-      }
+    if (row.active && slot.lane_in_row == 0) {
+      p.out.s[row.seq * p.out.s_seq_stride + row.head * p.out.s_head_stride] =
+          merged_lse(lse_max, weight_sum, p.rows.lse_base2 != 0);
     }
   }
 }

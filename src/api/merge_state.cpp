@@ -136,15 +136,15 @@ MergeRows merge_rows(int64_t seq, int64_t heads, int64_t head_dim, DType dtype, 
   return rows;
 }
 
-// Launches `entry` over rows' warps on `stream` (groups_per_warp groups of 32 / lanes_per_row
-// rows a warp); nothing when there are no rows.
-void launch(DType dtype, int vector_bytes, const char* entry, int groups_per_warp,
-            const MergeRows& rows, const Device& device, cuda::Stream stream, void* params) {
+// Launches `entry` over rows' warps (32 / lanes_per_row rows a warp) on `stream`; nothing when
+// there are no rows.
+void launch(DType dtype, int vector_bytes, const char* entry, const MergeRows& rows,
+            const Device& device, cuda::Stream stream, void* params) {
   if (rows.num_rows == 0) return;
   const cuda::DeviceScope scope(device.index);
   const jit::KernelSpec spec = merge_state_kernel_spec(dtype, vector_bytes);
   const cuda::Function function = jit::get_kernel(spec, entry, device.index);
-  const int64_t rows_per_warp = int64_t{groups_per_warp} * (32 / rows.lanes_per_row);
+  const int64_t rows_per_warp = 32 / rows.lanes_per_row;
   const int64_t warps = (rows.num_rows + rows_per_warp - 1) / rows_per_warp;
   constexpr int64_t kWarpsPerBlock = kMergeStateThreads / 32;
   const auto blocks =
@@ -174,8 +174,7 @@ void merge_state(const TensorView& v_a, const TensorView& s_a, const TensorView&
   params.out = state_tensor(v_out, s_out, vec);
   params.rows = merge_rows(v_a.shape[0], v_a.shape[1], v_a.shape[2], v_a.dtype, vec, base,
                            kMergePairVectorsPerLane);
-  launch(v_a.dtype, vec, "flare_merge_state_pair", kMergePairGroupsPerWarp, params.rows, v_a.device,
-         stream, &params);
+  launch(v_a.dtype, vec, "flare_merge_state_pair", params.rows, v_a.device, stream, &params);
 }
 
 void merge_state_in_place(const TensorView& v, const TensorView& s, const TensorView& v_other,
@@ -207,8 +206,7 @@ void merge_state_in_place(const TensorView& v, const TensorView& s, const Tensor
   }
   params.rows =
       merge_rows(v.shape[0], v.shape[1], v.shape[2], v.dtype, vec, base, kMergePairVectorsPerLane);
-  launch(v.dtype, vec, "flare_merge_state_pair", kMergePairGroupsPerWarp, params.rows, v.device,
-         stream, &params);
+  launch(v.dtype, vec, "flare_merge_state_pair", params.rows, v.device, stream, &params);
 }
 
 void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_out,
@@ -236,12 +234,11 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
   params.states = state_tensor(v, s, vec);
   params.out = state_tensor(v_out, s_out, vec);
   params.num_states = static_cast<int32_t>(v.shape[1]);
-  params.rows = merge_rows(v.shape[0], v.shape[2], v.shape[3], v.dtype, vec, base,
-                           kMergeStatesVectorsPerLane);
   if (params.num_states == 2) {
-    // Two states are a pair: the pair kernel (two row groups a warp, all their loads in flight
-    // together) over the stacked tensor's two halves; 2.1x faster than the states loop at seq
-    // 4096 (forty-fourth session). The same ⊕, rounded products instead of fused ones.
+    // Two states are a pair: the pair kernel (two vectors of a row a lane, all of a row's
+    // loads in flight together) over the stacked tensor's two halves; 2.1x faster than the
+    // states loop at seq 4096 (forty-fourth session). The same ⊕, rounded products instead of
+    // fused ones.
     MergeStatePairParams pair{};
     pair.a = params.states;
     pair.b = params.states;
@@ -250,11 +247,12 @@ void merge_states(const TensorView& v, const TensorView& s, const TensorView& v_
     pair.out = params.out;
     pair.rows = merge_rows(v.shape[0], v.shape[2], v.shape[3], v.dtype, vec, base,
                            kMergePairVectorsPerLane);
-    launch(v.dtype, vec, "flare_merge_state_pair", kMergePairGroupsPerWarp, pair.rows, v.device,
-           stream, &pair);
+    launch(v.dtype, vec, "flare_merge_state_pair", pair.rows, v.device, stream, &pair);
     return;
   }
-  launch(v.dtype, vec, "flare_merge_states", 1, params.rows, v.device, stream, &params);
+  params.rows = merge_rows(v.shape[0], v.shape[2], v.shape[3], v.dtype, vec, base,
+                           kMergeStatesVectorsPerLane);
+  launch(v.dtype, vec, "flare_merge_states", params.rows, v.device, stream, &params);
 }
 
 void merge_states_ragged(const TensorView& v, const TensorView& s, const TensorView& indptr,
@@ -298,7 +296,7 @@ void merge_states_ragged(const TensorView& v, const TensorView& s, const TensorV
   params.state_indptr = indptr.ptr<const int32_t>();
   params.rows =
       merge_rows(seq, v.shape[1], v.shape[2], v.dtype, vec, base, kMergeStatesVectorsPerLane);
-  launch(v.dtype, vec, "flare_merge_states", 1, params.rows, v.device, stream, &params);
+  launch(v.dtype, vec, "flare_merge_states", params.rows, v.device, stream, &params);
 }
 
 jit::KernelSpec merge_state_kernel_spec(DType dtype, int vector_bytes) {
