@@ -155,6 +155,12 @@ def small_op_arguments(doc, add=None):
     return args
 
 
+def small_op_times(call, calls):
+    """A small operation's GPU time in a CUDA-graph replay, eager time and host time (us)."""
+    return {"graph_us": graph_us(call, calls), "eager_us": eager_us(call, calls),
+            "host_us": host_us(call, 200)[0]}
+
+
 def write_json(path, rows):
     """rows into `path` as JSON (nothing without a path)."""
     if path:

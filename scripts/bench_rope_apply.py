@@ -12,8 +12,7 @@ Usage: python3 scripts/bench_rope_apply.py [--tokens 1,64,1024,8192,32768] [--ca
 import torch
 
 import flare
-from bench_python import (eager_us, flashinfer, graph_us, guarded, host_us, small_op_arguments,
-                          write_json)
+from bench_python import flashinfer, guarded, small_op_arguments, small_op_times, write_json
 
 Q_HEADS, KV_HEADS, HEAD_DIM, DTYPE = 32, 8, 128, torch.bfloat16
 THETA = 5e5
@@ -46,9 +45,8 @@ def torch_rotation(q, k, pos):
 
 
 def measure(name, call, bytes_moved, calls):
-    gpu = graph_us(call, calls)
-    return {"library": name, "graph_us": gpu, "eager_us": eager_us(call, calls),
-            "host_us": host_us(call, 200)[0], "tb_per_s": bytes_moved / gpu / 1e6}
+    times = small_op_times(call, calls)
+    return dict(times, library=name, tb_per_s=bytes_moved / times["graph_us"] / 1e6)
 
 
 def bench(tokens, calls):

@@ -12,8 +12,7 @@ Usage: python3 scripts/bench_state_ops.py [--calls 20] [--json F]
 import torch
 
 import flare
-from bench_python import (eager_us, flashinfer, graph_us, guarded, host_us, small_op_arguments,
-                          write_json)
+from bench_python import flashinfer, guarded, small_op_arguments, small_op_times, write_json
 
 Q_HEADS, KV_HEADS, HEAD_DIM, PAGE, DTYPE = 32, 8, 128, 16, torch.bfloat16
 WRONG = 0.05  # bf16 outputs of one merge: a few units in the last place
@@ -68,11 +67,6 @@ def first_output(result):
     return result[0] if isinstance(result, tuple) else result
 
 
-def measure(call, calls):
-    return {"graph_us": graph_us(call, calls), "eager_us": eager_us(call, calls),
-            "host_us": host_us(call, 200)[0]}
-
-
 def bench_merges(seq, calls):
     rows = []
     for op, libraries in merge_cases(seq).items():
@@ -85,7 +79,7 @@ def bench_merges(seq, calls):
             if error > WRONG:
                 print(f"  {op} {name}: differs from flare's by {error:.3g}: not timed")
                 continue
-            row = guarded(name, lambda: measure(call, calls))
+            row = guarded(name, lambda: small_op_times(call, calls))
             if row:
                 rows.append(dict(row, op=op, shape=f"seq {seq}", library=name))
     return rows
@@ -103,7 +97,7 @@ def bench_append(batch, tokens_per_request, cached, calls):
         if not torch.equal(cache, want):
             print(f"  append {name}: the cache differs from flare's: not timed")
             continue
-        row = guarded(name, lambda: measure(call, calls))
+        row = guarded(name, lambda: small_op_times(call, calls))
         if row:
             rows.append(dict(row, op="append_paged_kv_cache",
                              shape=f"b{batch} x {tokens_per_request} (cached {cached})",

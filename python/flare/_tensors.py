@@ -181,13 +181,6 @@ def validate_default(validate):
     return value not in ("", "0")
 
 
-def stream_of(x):
-    """The caller's current CUDA stream on x's device (an int handle); 0 on the CPU."""
-    if not is_cuda(x):
-        return 0
-    return _flare.current_stream(x.device.index or 0)
-
-
 def empty(shape, dtype, like):
     """An uninitialized tensor in like's framework and on like's device."""
     name = dtype_name(dtype)

@@ -6,8 +6,10 @@
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,24 @@
 namespace flare::python {
 
 namespace {
+
+// The value of string keyword `name` among `choices` (in the order the error lists them);
+// kInvalidArgument naming the keyword and the choices otherwise.
+template <class T>
+T keyword_choice(const char* name, const std::string& given,
+                 std::initializer_list<std::pair<const char*, T>> choices) {
+  std::string listed;
+  size_t i = 0;
+  for (const auto& [text, value] : choices) {
+    if (given == text) return value;
+    listed += (i == 0                    ? ""
+               : i + 1 == choices.size() ? " or "
+                                         : ", ") +
+              ("'" + std::string(text)) + "'";
+    ++i;
+  }
+  fail(ErrorCode::kInvalidArgument, name, " must be ", listed, ", got '", given, "'");
+}
 
 // `custom_mask`: the mask bits come with every run(); `params` then carries no mask tensors.
 // PrefillConfig(...): a BatchPrefillConfig from the wrapper's keywords, for BatchPrefill and
@@ -65,22 +85,14 @@ void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_to
   config.scratch_bytes = scratch_bytes;
   config.validate_indices = validate_indices;
   config.variant = user_variant_arg(variant);
-  if (backend == "fa2") {
-    config.backend = PrefillBackend::kFA2;
-  } else if (backend == "fa3") {
-    config.backend = PrefillBackend::kFA3;
-  } else {
-    FLARE_CHECK(backend == "auto", ErrorCode::kInvalidArgument,
-                "backend must be 'auto', 'fa2' or 'fa3', got '", backend, "'");
-  }
-  if (rope_staging == "fused") {
-    config.rope_staging = RopeStaging::kFused;
-  } else if (rope_staging == "staged") {
-    config.rope_staging = RopeStaging::kStaged;
-  } else {
-    FLARE_CHECK(rope_staging == "auto", ErrorCode::kInvalidArgument,
-                "rope_staging must be 'auto', 'fused' or 'staged', got '", rope_staging, "'");
-  }
+  config.backend = keyword_choice<PrefillBackend>("backend", backend,
+                                                  {{"auto", PrefillBackend::kAuto},
+                                                   {"fa2", PrefillBackend::kFA2},
+                                                   {"fa3", PrefillBackend::kFA3}});
+  config.rope_staging = keyword_choice<RopeStaging>("rope_staging", rope_staging,
+                                                    {{"auto", RopeStaging::kAuto},
+                                                     {"fused", RopeStaging::kFused},
+                                                     {"staged", RopeStaging::kStaged}});
 }
 
 void construct(BatchPrefill* self, const BatchPrefillConfig& config) {
