@@ -3,10 +3,9 @@
 // position times each pair's frequency, rounded once to the row's 16-bit type.
 //
 // One thread a unit of 16 bytes in each of heads_per_thread (1 to kRopeHeadsPerThread) heads of
-// one token: with
-// interleaved pairs (2 i, 2 i + 1) a piece of 8 rotary dims (4 pairs); with pairs (i, i +
-// rotary_dim / 2) a piece of 8 dims of the low half and its partner piece rotary_dim / 2 on (8
-// pairs); past rotary_dim, a piece copied unchanged (out of place only). The heads of a token
+// one token: with interleaved pairs (2 i, 2 i + 1) a piece of 8 rotary dims (4 pairs); with
+// pairs (i, i + rotary_dim / 2) a piece of 8 dims of the low half and its partner piece
+// rotary_dim / 2 on (8 pairs); past rotary_dim, a piece copied unchanged (out of place only). The heads of a token
 // share its angles: a thread finds the position and computes the cos and sin of its pairs once
 // for its heads (the per-element angle reduction made the kernel ALU-bound at 32768 tokens,
 // docs/perf.md forty-second session A); the host keeps one head a thread where fewer threads
