@@ -10,14 +10,17 @@ FlexAttention. Variants: causal, logits soft-cap 30, sliding window 1024 (left),
 has no q/k transform), user:soft_cap (flare.AttentionVariant with the built-in
 soft-cap's math: the cost of writing a variant oneself), and flare.variants' prefix-LM (a prefix
 of a quarter of each sequence), T5 relative position bias (causal, 32 buckets, max distance
-128; Flex as a score_mod with the same buckets), document masking (each sequence packed with
-documents of L/16 to L/4 tokens, causal inside each; Flex as a mask_mod on the same ids) and
+128; Flex as a score_mod with the same buckets), distance_bias (T5 again, through
+flare.variants.distance_bias() with t5_distance_bias()'s table: one load a near key),
+document masking (each sequence packed with documents of L/16 to L/4 tokens, causal inside
+each; Flex as a mask_mod on the same ids) and
 sigmoid (no softmax: flare only, causal pairs). FlashInfer's output is compared with flare's
 (itself compared with Flex): a FlashInfer row more than WRONG_DIFF away prints as wrong, not as
 a rate. TFLOP/s count the visible (query, key) pairs: 4 * D * H * pairs. Times: CUDA events
 around each eager call, median of --calls.
 Usage: python3 scripts/bench_variants.py [--lengths 1024,4096,16384] [--calls 5] [--json F]
        [--variants causal,prefix_lm,...] [--libraries flare,flex,flashinfer]
+       [--flare-backend auto|fa2|fa3]
 """
 import argparse
 import json
@@ -33,9 +36,10 @@ BATCH, HEADS, HEAD_DIM, DTYPE = 16, 16, 128, torch.bfloat16
 CAP, WINDOW = 30.0, 1024
 WORKSPACE_BYTES = 256 << 20
 VARIANTS = ["causal", "soft_cap", "window", "alibi", "rope", "user:soft_cap", "prefix_lm",
-            "relative_bias", "document", "sigmoid"]
+            "relative_bias", "distance_bias", "document", "sigmoid"]
 LIBRARY = {"prefix_lm": flare.variants.prefix_lm(),
            "relative_bias": flare.variants.relative_position_bias(),
+           "distance_bias": flare.variants.distance_bias(),
            "document": flare.variants.document_mask(),
            "sigmoid": flare.variants.sigmoid()}
 MAX_DISTANCE = 128.0
@@ -67,6 +71,8 @@ def options():
     parser.add_argument("--libraries", default="flare,flex,flashinfer",
                         help="comma list of flare, flex, flashinfer (flare always runs: the others "
                              "are checked against it)")
+    parser.add_argument("--flare-backend", default="auto", choices=["auto", "fa2", "fa3"],
+                        help="flare's prefill family (auto: the Hopper family on sm_90)")
     parser.add_argument("--json", help="write every measurement here")
     return parser.parse_args()
 
@@ -127,6 +133,8 @@ def library_run_kwargs(variant, length):
                                          device="cuda")}
     if variant == "relative_bias":
         return {"table": relative_table(), "max_distance": MAX_DISTANCE}
+    if variant == "distance_bias":  # T5 again, its buckets expanded by distance once
+        return {"bias": flare.variants.t5_distance_bias(relative_table(), MAX_DISTANCE)}
     if variant == "document":
         return {"document_start": flare.variants.document_starts(document_ids(length))}
     return {"bias": -1.0}
@@ -176,6 +184,7 @@ def measure_flex(variant, length, q, k, v, calls, compiled):
         "soft_cap": lambda s, b, h, qi, ki: CAP * torch.tanh(s / CAP),
         "alibi": lambda s, b, h, qi, ki: s + slopes[h] * (ki - qi),
         "relative_bias": lambda s, b, h, qi, ki: s + table[h, t5_bucket(qi - ki)],
+        "distance_bias": lambda s, b, h, qi, ki: s + table[h, t5_bucket(qi - ki)],
     }.get(variant)
 
     def call():
@@ -212,7 +221,8 @@ def main():
             flops = 4.0 * HEAD_DIM * HEADS * BATCH * visible_pairs(length, variant)
             row = {"length": length, "variant": variant}
             result = guarded(f"flare {variant} {length}", lambda: measure_wrapper(
-                flare, None, variant, q, k, v, indptr, args.calls))
+                flare, None if args.flare_backend == "auto" else args.flare_backend, variant, q, k, v,
+                indptr, args.calls))
             flare_out = None
             if result:
                 row["flare_us"], flare_out = result
@@ -278,6 +288,9 @@ def main():
         if times.get("causal") and times.get("relative_bias"):
             print(f"relative bias / causal time, length {length}: "
                   f"{times['relative_bias'] / times['causal']:.3f}")
+        if times.get("causal") and times.get("distance_bias"):
+            print(f"distance bias (T5's table by distance) / causal time, length {length}: "
+                  f"{times['distance_bias'] / times['causal']:.3f}")
         if times.get("causal") and times.get("document"):
             # Fewer pairs than causal: the target compares the rate over the visible pairs.
             rate = (visible_pairs(length, "causal") / times["causal"]) / (

@@ -22,7 +22,8 @@ changing them needs no new plan. Tensors (``tensors={"slopes": "float32"}``, or 
 run() requires, ``{"slopes": ("float32", (16,))}``, None for any extent) are contiguous CUDA
 tensors passed to run() by keyword as well (an extent may be "batch", "num_qo_heads" or
 "num_kv_heads": run() checks it against the plan, so a tensor indexed by the row's request or
-head is never read outside), read through ``Tensors::<name>(p)`` (a
+head is never read outside; or "table": any extent of at least 1, the whole tensor under 2^31
+elements, for a lookup table indexed with a 32-bit int), read through ``Tensors::<name>(p)`` (a
 ``const float*``; ``int`` for int32, ``long long`` for int64, ``unsigned char`` for uint8,
 ``unsigned short`` bits for float16 / bfloat16), their extents through
 ``Tensors::<name>_extent(p, d)`` (d < 4; 1 past the rank); run() checks their dtype, device,
@@ -71,7 +72,8 @@ def _dtype_name(dtype):
 
 
 # Symbolic extents (include/flare/variant/user_variant.h), resolved by run().
-_SYMBOLIC_EXTENTS = {None: -1, "batch": -2, "num_qo_heads": -3, "num_kv_heads": -4}
+_SYMBOLIC_EXTENTS = {None: -1, "batch": -2, "num_qo_heads": -3, "num_kv_heads": -4,
+                     "table": -5}
 
 
 def _tensor_declaration(variant, name, spec):

@@ -12,7 +12,7 @@ from . import _flare
 from .variant import AttentionVariant
 
 # The engine's codes of the symbolic extents (include/flare/variant/user_variant.h).
-_EXTENT_NAMES = {-1: None, -2: "batch", -3: "num_qo_heads", -4: "num_kv_heads"}
+_EXTENT_NAMES = {-1: None, -2: "batch", -3: "num_qo_heads", -4: "num_kv_heads", -5: "table"}
 _CACHE = {}
 
 
@@ -46,6 +46,31 @@ def relative_position_bias():
     buckets (16 exact distances, then logarithmic up to max_distance). run() takes table=
     (float32 [num_qo_heads, 32], CUDA) and max_distance= (T5: 128)."""
     return _library("relative_position_bias")
+
+
+def distance_bias():
+    """A bias by query-key distance for causal attention: logits += bias[h][min(i - j, W - 1)]
+    for the query at position i and key j <= i, W = bias.shape[1] (the last entry applies to
+    every key W - 1 or more positions back). Plan with causal=True (the variant requires it);
+    run() takes bias= (float32 [num_qo_heads, W >= 1], CUDA, fewer than 2^31 entries). T5's
+    relative position bias is this with t5_distance_bias()'s table, at one load a near key
+    instead of a logarithm and a bucket (1.7x relative_position_bias() at 2048 tokens)."""
+    return _library("distance_bias")
+
+
+def t5_distance_bias(table, max_distance):
+    """distance_bias()'s table for T5 from relative_position_bias()'s: [H, 32] -> [H,
+    ceil(max_distance) + 1] float32, row h = table[h][bucket(n)] for each distance n (the C++
+    library's buckets, flare::variants::t5_distance_buckets), on table's device. Build it once
+    per model (the bucket table is a weight)."""
+    import torch
+
+    if not isinstance(table, torch.Tensor) or table.dim() != 2 or table.shape[1] != 32:
+        raise ValueError("t5_distance_bias: table must be a [num_heads, 32] torch tensor, got "
+                         f"{tuple(table.shape) if isinstance(table, torch.Tensor) else type(table)}")
+    buckets = torch.tensor(_flare.t5_distance_buckets(float(max_distance)), dtype=torch.long,
+                           device=table.device)
+    return table.to(torch.float32)[:, buckets].contiguous()
 
 
 def document_mask():

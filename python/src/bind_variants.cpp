@@ -57,6 +57,8 @@ nb::dict flashinfer_variant(const std::string& variant_name, const std::string& 
 void bind_variants(nb::module_& m) {
   m.def("library_variant", &library_variant, nb::arg("name"),
         "The declaration of flare::variants::<name> (flare/variant/library.h).");
+  m.def("t5_distance_buckets", &variants::t5_distance_buckets, nb::arg("max_distance"),
+        "T5's bucket of each distance 0 .. ceil(max_distance) (flare/variant/library.h).");
   m.def("flashinfer_variant", &flashinfer_variant, nb::arg("variant_name"),
         nb::arg("variant_decl"), nb::arg("tensor_names"), nb::arg("tensor_dtypes"),
         nb::arg("scalar_names"), nb::arg("scalar_dtypes"),

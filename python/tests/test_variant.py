@@ -123,6 +123,32 @@ def test_the_library_variants_declare_their_tensors_symbolically():
     assert flare.variants.prefix_lm().tensors == (("prefix_len", "int32", (-2,)),)
     rpb = flare.variants.relative_position_bias()
     assert rpb.tensors == (("table", "float32", (-3, 32)),) and rpb.scalars == ("max_distance",)
+    distance = flare.variants.distance_bias()
+    assert distance.tensors == (("bias", "float32", (-3, -5)),) and distance.requires_causal
+    table = flare.AttentionVariant(SOURCE, "t", tensors={"bias": ("float32", ("table",))})
+    assert table.tensors == (("bias", "float32", (-5,)),)
     sigmoid = flare.variants.sigmoid()
     assert not sigmoid.use_softmax and sigmoid.scalars == ("bias",)
     assert flare.variants.sigmoid() is sigmoid  # one object: the wrappers' plan cache keys hit
+
+
+def test_t5_distance_bias_is_the_bucket_table_by_distance():
+    """flare.variants.t5_distance_bias: row h of [H, ceil(max_distance) + 1] holds table[h] at
+    T5's bucket of each distance (transformers' float32 buckets agree with the library's)."""
+    torch = pytest.importorskip("torch")
+    import math
+    table = torch.randn(3, 32, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    for max_distance in (128.0, 40.0, 100.5):
+        bias = flare.variants.t5_distance_bias(table, max_distance)
+        width = math.ceil(max_distance) + 1
+        assert bias.shape == (3, width) and bias.dtype == torch.float32 and bias.is_contiguous()
+        n = torch.arange(width)
+        large = 16 + (torch.log(n.float().clamp(min=1) / 16) / math.log(max_distance / 16)
+                      * 16).long()
+        buckets = torch.where(n < 16, n, large.clamp(max=31))
+        assert torch.equal(bias, table.float()[:, buckets])
+        assert int(buckets[-1]) == 31
+    with pytest.raises(ValueError, match=r"table must be a \[num_heads, 32\] torch tensor"):
+        flare.variants.t5_distance_bias(table[:, :16], 128.0)
+    with pytest.raises(ValueError, match="max_distance must be finite, above 16"):
+        flare.variants.t5_distance_bias(table, 16.0)

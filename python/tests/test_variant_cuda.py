@@ -414,6 +414,59 @@ def test_relative_position_bias_far_tiles(backend, max_distance):
     assert (out.double() - expected).abs().max().item() <= 2e-2
 
 
+@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+def test_distance_bias_is_t5_with_its_table(backend):
+    """flare.variants.distance_bias() with t5_distance_bias()'s table against T5's buckets in
+    float64 (rows long enough for far tiles: the Hopper family's offset path), and a random
+    table of 37 distances; decode on both loops; an empty table and a non-causal plan are
+    refused before any launch."""
+    if backend == "fa3" and torch.cuda.get_device_capability(DEVICE) != (9, 0):
+        pytest.skip("the Hopper family needs sm_90")
+    generator = torch.Generator().manual_seed(41)
+    qo_lens, kv_lens = [700, 1, 257], [1100, 900, 257]
+    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    qo = torch.tensor([0, 700, 701, 958], dtype=torch.int32)
+    kv = torch.tensor([0, 1100, 2000, 2257], dtype=torch.int32)
+    table = torch.randn(8, 32, generator=generator).to(DEVICE)
+    wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace(), backend=backend)
+    wrapper.plan(qo, kv, 8, 2, 128, causal=True, q_data_type=torch.bfloat16,
+                 variant=flare.variants.distance_bias())
+    for max_distance in (128.0, 300.0):
+        out = wrapper.run(q, k, v, bias=flare.variants.t5_distance_bias(table, max_distance))
+        expected = masked_reference(
+            q, k, v, qo_lens, kv_lens, lambda r, i, j: j <= i,
+            bias=lambda r, i, j: table.double()[:, t5_bucket(i - j, max_distance)])
+        assert (out.double() - expected).abs().max().item() <= 2e-2, max_distance
+    by_distance = torch.randn(8, 37, generator=generator).to(DEVICE)
+    out = wrapper.run(q, k, v, bias=by_distance)
+    expected = masked_reference(
+        q, k, v, qo_lens, kv_lens, lambda r, i, j: j <= i,
+        bias=lambda r, i, j: by_distance.double()[:, (i - j).clamp(0, 36)])
+    assert (out.double() - expected).abs().max().item() <= 2e-2
+    with pytest.raises(ValueError, match=r"must have shape \[num_qo_heads=8, at least 1\], "
+                                         r"got \[8, 0\]"):
+        wrapper.run(q, k, v, bias=by_distance[:, :0].contiguous())
+    with pytest.raises(ValueError, match="requires the causal mask"):
+        wrapper.plan(qo, kv, 8, 2, 128, causal=False, q_data_type=torch.bfloat16,
+                     variant=flare.variants.distance_bias())
+
+    cache = GpuPagedCache([1, 33, 700, 4100], 2, 128, 16, "NHD", torch.bfloat16, seed=12)
+    qd = torch.randn(4, 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    ks, vs = zip(*(cache.tokens(b) for b in range(cache.batch)))
+    expected = masked_reference(
+        qd, torch.cat(ks), torch.cat(vs), [1] * 4, cache.kv_lens, lambda r, i, j: j <= i,
+        bias=lambda r, i, j: table.double()[:, t5_bucket(i - j, 64)])
+    for use_tensor_cores in (False, True):
+        decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
+                                                          use_tensor_cores=use_tensor_cores)
+        decode.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 8, 2, 128, 16,
+                    q_data_type=torch.bfloat16, variant=flare.variants.distance_bias())
+        out = decode.run(qd, cache.cache, bias=flare.variants.t5_distance_bias(table, 64.0))
+        assert (out.double() - expected).abs().max().item() <= 2e-2, use_tensor_cores
+
+
 def test_library_document_mask():
     """flare.variants.document_mask(): packed documents (runs of 1-200 positions), ragged
     prefill and decode on both loops against float64, rows shorter than a request (its last

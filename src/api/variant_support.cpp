@@ -33,6 +33,8 @@ std::string shape_text(const std::vector<int64_t>& shape, const VariantExtents& 
       out += std::to_string(shape[d]);
     } else if (shape[d] == kAnyExtent) {
       out += kNames[0];
+    } else if (shape[d] == kTableExtent) {
+      out += "at least 1";
     } else {
       out += std::string(kNames[-shape[d] - 1]) + "=" +
              std::to_string(resolved_extent(shape[d], extents));
@@ -124,13 +126,20 @@ void check_run_options(const AttentionParams& params, const std::optional<UserVa
     FLARE_CHECK(t.is_contiguous(), ErrorCode::kInvalidArgument, what, ": variant '", user->name,
                 "' tensor ", decl.name, " must be contiguous (shape ", t.shape_str(), ")");
     bool shape_ok = decl.shape.empty() || static_cast<size_t>(t.ndim) == decl.shape.size();
+    bool table = false;
     for (size_t d = 0; shape_ok && d < decl.shape.size(); ++d) {
       const int64_t extent = resolved_extent(decl.shape[d], extents);
-      shape_ok = extent == kAnyExtent || extent == t.shape[d];
+      table = table || extent == kTableExtent;
+      shape_ok = extent == kAnyExtent || extent == t.shape[d] ||
+                 (extent == kTableExtent && t.shape[d] >= 1);
     }
     FLARE_CHECK(shape_ok, ErrorCode::kInvalidArgument, what, ": variant '", user->name, "' tensor ",
                 decl.name, " must have shape ", shape_text(decl.shape, extents), ", got ",
                 t.shape_str());
+    FLARE_CHECK(!table || t.numel() <= std::numeric_limits<int32_t>::max(),
+                ErrorCode::kInvalidArgument, what, ": variant '", user->name, "' tensor ", decl.name,
+                " holds ", t.numel(), " elements; a table (kTableExtent) holds at most 2^31 - 1, "
+                "so that a 32-bit index reaches every entry");
     for (int d = 0; d < t.ndim; ++d) {
       FLARE_CHECK(t.shape[d] <= std::numeric_limits<int32_t>::max(), ErrorCode::kInvalidArgument,
                   what, ": variant '", user->name, "' tensor ", decl.name, " has extent ",

@@ -2,7 +2,10 @@
 // interface.
 #include "flare/variant/library.h"
 
+#include <cmath>
+
 #include "flare/core/error.h"
+#include "flare/variant/attention_params.h"
 
 namespace flare::variants {
 
@@ -114,6 +117,77 @@ struct Variant : flare::VariantBase {
   return v;
 }
 
+UserVariant distance_bias() {
+  UserVariant v;
+  v.name = "distance_bias";
+  v.tensors = {{"bias", DType::kF32, {kQoHeadsExtent, kTableExtent}}};
+  v.requires_causal = true;
+  // Keys at least W - 1 behind the query all take the row's last entry, so a key range of only
+  // those has constant logits offsets (kLogitsAffineOnSomeKeys, slope 0): the Hopper prefill
+  // takes causal attention's one FMA a logit there, the entry folded into the exp2 offset. The
+  // near keys cost one load and one unsigned min, no branch: the keys after the query (a
+  // negative distance, a large unsigned one) take the last entry and the causal mask drops them.
+  v.source = R"(
+struct Variant : flare::VariantBase {
+  // Two registers a row (the kernels hold every row's state across a work item): the row's
+  // first entry (below 2^31: run() refuses larger tables, kTableExtent) and its query position;
+  // the table's address and width are kernel parameters, not registers.
+  int row_offset;
+  int q_pos;
+  __device__ static int last(const flare::VariantParams& p) {
+    return Tensors::bias_extent(p, 1) - 1;
+  }
+  __device__ void init(const flare::VariantParams& p, const flare::RowContext& row) {
+    row_offset = row.qo_head * Tensors::bias_extent(p, 1);
+    q_pos = row.q_pos;
+  }
+  static constexpr bool kLogitsAffineOnSomeKeys = true;
+  static constexpr bool kLogitsAffineSlopeIsZero = true;
+  // Every key of [kv_first, kv_last] takes the last entry when the nearest one does.
+  __device__ bool logits_affine_on(const flare::VariantParams& p, int, int kv_last, float& base,
+                                   float& slope) const {
+    base = Tensors::bias(p)[row_offset + last(p)] * flare::kLog2e;
+    slope = 0.0f;
+    return q_pos - kv_last >= last(p);
+  }
+  // A plain load, not __ldg: with the read-only path ptxas issued a tile's 64 loads of a thread
+  // ahead of their use and spilled 180-240 bytes at the Hopper family's 128 x 128 tiles.
+  __device__ float logits_transform(const flare::VariantParams& p, float s, int kv_pos) const {
+    const unsigned n = min(static_cast<unsigned>(q_pos - kv_pos), static_cast<unsigned>(last(p)));
+    return fmaf(Tensors::bias(p)[row_offset + static_cast<int>(n)], flare::kLog2e, s);
+  }
+};
+)";
+  return v;
+}
+
+std::vector<int32_t> t5_distance_buckets(double max_distance) {
+  FLARE_CHECK(std::isfinite(max_distance) && max_distance > 16.0 && max_distance <= (1 << 24),
+              ErrorCode::kInvalidArgument,
+              "flare::variants::t5_distance_buckets: max_distance must be finite, above 16 and at "
+              "most 2^24, got ",
+              max_distance);
+  const int64_t width = static_cast<int64_t>(std::ceil(max_distance)) + 1;
+  std::vector<int32_t> buckets(static_cast<size_t>(width));
+  for (int64_t n = 0; n < width; ++n) buckets[n] = relative_bias_bucket(n, max_distance);
+  return buckets;
+}
+
+std::vector<float> t5_distance_bias(const std::vector<float>& table, int64_t heads,
+                                    double max_distance) {
+  FLARE_CHECK(heads >= 1 && table.size() == static_cast<size_t>(heads) * kRelativePositionBuckets,
+              ErrorCode::kInvalidArgument, "flare::variants::t5_distance_bias: table holds ",
+              table.size(), " values, not heads * 32 = ", heads, " * 32 (heads >= 1)");
+  const std::vector<int32_t> buckets = t5_distance_buckets(max_distance);
+  std::vector<float> out(static_cast<size_t>(heads) * buckets.size());
+  for (int64_t h = 0; h < heads; ++h) {
+    for (size_t n = 0; n < buckets.size(); ++n) {
+      out[h * buckets.size() + n] = table[h * kRelativePositionBuckets + buckets[n]];
+    }
+  }
+  return out;
+}
+
 UserVariant document_mask() {
   UserVariant v;
   v.name = "document_mask";
@@ -161,16 +235,17 @@ std::vector<int32_t> document_starts(const std::vector<int32_t>& document_id, in
 }
 
 std::vector<std::string> names() {
-  return {"sigmoid", "prefix_lm", "relative_position_bias", "document_mask"};
+  return {"sigmoid", "prefix_lm", "relative_position_bias", "distance_bias", "document_mask"};
 }
 
 UserVariant by_name(const std::string& name) {
   if (name == "sigmoid") return sigmoid();
   if (name == "prefix_lm") return prefix_lm();
   if (name == "relative_position_bias") return relative_position_bias();
+  if (name == "distance_bias") return distance_bias();
   if (name == "document_mask") return document_mask();
   fail(ErrorCode::kInvalidArgument, "flare::variants: no variant named '", name,
-       "' (sigmoid, prefix_lm, relative_position_bias, document_mask)");
+       "' (sigmoid, prefix_lm, relative_position_bias, distance_bias, document_mask)");
 }
 
 }  // namespace flare::variants

@@ -71,10 +71,10 @@ void validate_user_variant(const UserVariant& variant, const char* what) {
                 dtype_name(tensor.dtype),
                 "; variant tensors are float32, float16, bfloat16, int32, int64 or uint8");
     for (const int64_t extent : tensor.shape) {
-      FLARE_CHECK(extent >= kKvHeadsExtent, ErrorCode::kInvalidArgument, what, ": variant '",
+      FLARE_CHECK(extent >= kTableExtent, ErrorCode::kInvalidArgument, what, ": variant '",
                   variant.name, "' tensor ", tensor.name, " declares extent ", extent,
-                  "; extents are >= 0, kAnyExtent, kBatchExtent, kQoHeadsExtent or "
-                  "kKvHeadsExtent");
+                  "; extents are >= 0, kAnyExtent, kBatchExtent, kQoHeadsExtent, "
+                  "kKvHeadsExtent or kTableExtent");
     }
     names.push_back(tensor.name);
   }

@@ -79,6 +79,9 @@ struct Case {
   std::vector<TensorView> variant_tensors;  // on the device
   std::optional<TensorView> alibi_slopes;   // the reference's explicit slopes (alibi)
   std::function<bool(int64_t, int64_t, int64_t)> mask_rule;  // (request, q_pos, kv_pos)
+  // The reference's T5 bias (AttentionParams::relative_bias, float32 [H_qo, 32] on the host).
+  std::optional<TensorView> relative_bias;
+  float relative_max_distance = 128.0f;
 };
 
 // Device copy of a host buffer; views into the host buffer are rebased onto it.
@@ -229,6 +232,8 @@ inline Problem make_problem(const Case& c) {
   p.params.rope_scale = c.rope_scale;
   if (c.rope_llama31) p.params.rope_llama31 = AttentionParams::Llama31Scaling{};
   p.params.alibi_slopes = c.alibi_slopes;
+  p.params.relative_bias = c.relative_bias;
+  p.params.relative_max_distance = c.relative_max_distance;
   p.params.use_softmax = c.use_softmax;
   p.params.sigmoid_bias = c.sigmoid_bias;
   if (c.mask == MaskMode::kCustom || c.mask_rule) {

@@ -440,6 +440,93 @@ TEST(UserVariantPrefill, LibraryPrefixLmMatchesTheReference) {
   prefill_testing::check(c);
 }
 
+// T5's bucket table [heads, 32] on the host and distance_bias()'s table from it on the device
+// (flare::variants::t5_distance_bias): the reference computes T5's buckets itself.
+struct T5Tables {
+  T5Tables(int heads, double max_distance, uint64_t seed)
+      : buckets(testing::random_tensor(DType::kF32, {heads, 32}, seed)) {
+    const float* b = buckets.data<float>();
+    const std::vector<float> bias = variants::t5_distance_bias(
+        std::vector<float>(b, b + buckets.numel()), heads, max_distance);
+    HostTensor host(DType::kF32, {heads, static_cast<int64_t>(bias.size()) / heads});
+    std::copy(bias.begin(), bias.end(), host.data<float>());
+    by_distance = gpu_testing::to_device(host);
+  }
+  HostTensor buckets;
+  gpu_testing::DeviceCopy by_distance;
+};
+
+// distance_bias() with T5's table against the reference's T5 buckets: near keys (one load),
+// far tiles (the row's last entry: the Hopper family's offset path), both prefill families,
+// split and not, pages of 1 and 16; max distances under and over a 128-key tile.
+TEST(UserVariantPrefill, LibraryDistanceBiasIsT5WithItsTable) {
+  SKIP_WITHOUT_GPU();
+  cuda::set_device(0);
+  for (const double max_distance : {40.0, 200.0}) {
+    SCOPED_TRACE("max_distance " + std::to_string(max_distance));
+    const T5Tables tables(8, max_distance, 31);
+    Case c;
+    c.q_lens = {17, 600, 250, 1, 64};
+    c.kv_lens = {300, 600, 1200, 77, 64};
+    c.variant = variants::distance_bias();
+    c.variant_tensors = {tables.by_distance.view};
+    c.relative_bias = tables.buckets.view();
+    c.relative_max_distance = static_cast<float>(max_distance);
+    prefill_testing::check(c);
+    c.kv = PrefillKV::kRagged;
+    c.query_tile = 128;
+    prefill_testing::check(c);
+    c.query_tile = 16;
+    c.fixed_split_size = 64;
+    c.page_size = 1;
+    c.kv = PrefillKV::kPaged;
+    prefill_testing::check(c);
+  }
+  BatchPrefillConfig config =
+      testing::prefill_config(variants::distance_bias(), PrefillKV::kRagged);
+  config.params.mask = MaskMode::kNone;
+  EXPECT_FLARE_ERROR(BatchPrefill prefill(config), ErrorCode::kInvalidArgument,
+                     "requires the causal mask");
+}
+
+TEST(UserVariantDecode, LibraryDistanceBiasIsT5WithItsTable) {
+  FLARE_REQUIRE_GPU();
+  const T5Tables tables(16, 100.0, 37);
+  DecodeVariantCase c;
+  c.variant = variants::distance_bias();
+  c.tensors = {tables.by_distance.view};
+  c.reference.relative_bias = tables.buckets.view();
+  c.reference.relative_max_distance = 100.0f;
+  for (const bool tc : {false, true}) {
+    c.tensor_cores = tc;
+    c.page_size = tc ? 16 : 3;
+    check_decode(c);
+  }
+  c.kv_heads_per_item = 2;  // whole-page items
+  check_decode(c);
+}
+
+// A table (kTableExtent) holds at least one column and fewer than 2^31 entries: run() refuses
+// others by name before any launch (the view's shape alone: nothing is read).
+TEST(UserVariantDecode, DistanceTablesAreCheckedBeforeAnyLaunch) {
+  FLARE_REQUIRE_GPU();
+  PlannedDecode d(variants::distance_bias());
+  cuda::DeviceBuffer buffer(64);
+  RunOptions options;
+  const TensorView empty = TensorView::contiguous(buffer.data(), DType::kF32, {8, 0}, Device::cuda(0));
+  options.variant_tensors = {&empty, 1};
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
+                     "tensor bias must have shape [num_qo_heads=8, at least 1], got [8, 0]");
+  const TensorView huge =
+      TensorView::contiguous(buffer.data(), DType::kF32, {8, int64_t{1} << 28}, Device::cuda(0));
+  options.variant_tensors = {&huge, 1};
+  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
+                     "tensor bias holds 2147483648 elements; a table (kTableExtent) holds at "
+                     "most 2^31 - 1");
+  cuda::device_synchronize();
+  EXPECT_EQ(testing::count_nan(d.out.o_host().view()), d.out.o_host().numel()) << "o was written";
+}
+
 // Packed documents for document_mask(): per request, runs of 1-300 positions with one id
 // each, in rows of `columns` (a request longer than that has positions past the row: documents
 // of their own), the reference's ids and the starts the variant reads, on the device.

@@ -5,6 +5,7 @@
 // would silently replace; the built-in sigmoid (use_softmax = false) compiles in every family.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "flare/api/batch_prefill.h"
 #include "flare/core/error.h"
 #include "flare/jit/compiler.h"
+#include "flare/variant/attention_params.h"
 #include "flare/variant/library.h"
 #include "jit/jit_test_support.h"
 #include "jit/variant_configs.h"
@@ -83,12 +85,12 @@ TEST(UserVariant, DeclarationsAreValidated) {
   EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
                      "declares 'slopes' twice (scalars and tensors share names)");
   v.scalars = {};
-  v.tensors[0].shape = {16, -5};
+  v.tensors[0].shape = {16, -6};
   EXPECT_FLARE_ERROR(validate_user_variant(v, "T"), ErrorCode::kInvalidArgument,
-                     "tensor slopes declares extent -5; extents are >= 0, kAnyExtent");
+                     "tensor slopes declares extent -6; extents are >= 0, kAnyExtent");
   v.tensors[0].shape = {16, kAnyExtent};
   EXPECT_NO_THROW(validate_user_variant(v, "T"));
-  v.tensors[0].shape = {kBatchExtent, kQoHeadsExtent, kKvHeadsExtent};
+  v.tensors[0].shape = {kBatchExtent, kQoHeadsExtent, kKvHeadsExtent, kTableExtent};
   EXPECT_NO_THROW(validate_user_variant(v, "T"));
   v.tensors[0].shape = {16, kAnyExtent};
   v.tensors[0].dtype = DType::kE4M3;
@@ -139,6 +141,36 @@ TEST(UserVariant, DocumentMaskRequiresTheCausalMaskAndReadsDocumentStarts) {
                      "document_id holds 12 ids, not rows * columns = 2 * 5");
 }
 
+// distance_bias()'s table for T5: the CPU reference's buckets of distances 0 .. ceil(max
+// distance), the last one T5's last bucket, every row the table's own.
+TEST(UserVariant, T5DistanceBiasIsTheBucketTableByDistance) {
+  const std::vector<int32_t> buckets = variants::t5_distance_buckets(128.0);
+  ASSERT_EQ(buckets.size(), 129u);
+  for (int n = 0; n < 129; ++n) EXPECT_EQ(buckets[n], relative_bias_bucket(n, 128.0)) << n;
+  EXPECT_EQ(buckets[15], 15);
+  EXPECT_EQ(buckets[31], 21);
+  EXPECT_EQ(buckets[128], 31);
+  EXPECT_EQ(variants::t5_distance_buckets(100.5).size(), 102u);  // 101 >= 100.5: the last bucket
+  EXPECT_EQ(variants::t5_distance_buckets(100.5).back(), 31);
+  std::vector<float> table(2 * 32);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i);
+  const std::vector<float> bias = variants::t5_distance_bias(table, 2, 40.0);
+  ASSERT_EQ(bias.size(), 2u * 41);
+  for (int h = 0; h < 2; ++h) {
+    for (int n = 0; n < 41; ++n) {
+      EXPECT_EQ(bias[h * 41 + n], table[h * 32 + relative_bias_bucket(n, 40.0)]) << h << " " << n;
+    }
+  }
+  for (const double bad : {16.0, 3.0, -1.0, std::nan(""), 1e9}) {
+    EXPECT_FLARE_ERROR(variants::t5_distance_buckets(bad), ErrorCode::kInvalidArgument,
+                       "max_distance must be finite, above 16 and at most 2^24");
+  }
+  EXPECT_FLARE_ERROR(variants::t5_distance_bias(table, 3, 40.0), ErrorCode::kInvalidArgument,
+                     "table holds 64 values, not heads * 32 = 3 * 32");
+  EXPECT_EQ(variants::distance_bias().tensors[0].shape,
+            (std::vector<int64_t>{kQoHeadsExtent, kTableExtent}));
+}
+
 TEST(UserVariant, BuiltInTermsAlongsideAUserVariantAreErrors) {
   BatchDecodeConfig d = decode_config(testing::user_soft_cap(), false);
   d.params.logits_soft_cap = 30.0f;
@@ -168,14 +200,25 @@ UserVariant variant_named(const std::string& name) {
 
 TEST_P(UserVariantFamilies, EveryFamilyCompilesWithoutSpills) {
   for (const char* arch : {"sm_80", "sm_90a"}) {
-    // The Hopper family, sm_90a only, for T5: the one user variant with a path of its own
-    // there (logits affine on some keys; the built-in ALiBi's affine path is a shipped kernel).
+    // The Hopper family, sm_90a only, for T5 and the distance bias: the user variants with a
+    // path of their own there (logits affine on some keys; the built-in ALiBi's affine path is
+    // a shipped kernel).
     const std::string name = GetParam();
-    const bool hopper = std::string(arch) == "sm_90a" && name == "library:relative_position_bias";
+    const bool hopper =
+        std::string(arch) == "sm_90a" &&
+        (name == "library:relative_position_bias" || name == "library:distance_bias");
     const std::vector<jit::KernelSpec> specs = specs_of(variant_named(name), hopper);
     const std::vector<jit::CompiledKernel> results = jit::precompile(specs, arch, 1);
     for (size_t i = 0; i < specs.size(); ++i) {
-      flare::testing::expect_shipped_usage(results[i], specs[i].label + " on " + arch);
+      // The distance bias's branch-free table loads (a tile's loads in flight at once) spill
+      // up to 32 bytes in the mma.sync family's 128-row units for sm_90a, the fallback family
+      // there (auto takes the Hopper family, 0 bytes; sm_80's units: 0 bytes).
+      const bool fallback_128_rows = name == "library:distance_bias" &&
+                                     std::string(arch) == "sm_90a" &&
+                                     testing::define_value(specs[i], "FLARE_WARPGROUP") == "0" &&
+                                     testing::define_value(specs[i], "FLARE_QUERY_TILE") == "128";
+      flare::testing::expect_shipped_usage(results[i], specs[i].label + " on " + arch, 255,
+                                           fallback_128_rows ? 32 : 0);
     }
   }
 }
@@ -184,7 +227,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, UserVariantFamilies,
                          ::testing::Values("soft_cap", "alibi", "alibi_slopes", "stride_mask",
                                            "sigmoid", "library:sigmoid", "library:prefix_lm",
                                            "library:relative_position_bias",
-                                           "library:document_mask"));
+                                           "library:distance_bias", "library:document_mask"));
 
 // The built-in sigmoid attention (params.use_softmax = false, StandardVariant's kSigmoid) takes
 // the same paths as a user variant without softmax, with soft-cap alongside.

@@ -51,6 +51,10 @@ inline constexpr int64_t kAnyExtent = -1;
 inline constexpr int64_t kBatchExtent = -2;      // the plan's batch (CUDA graphs: max_batch)
 inline constexpr int64_t kQoHeadsExtent = -3;    // num_qo_heads
 inline constexpr int64_t kKvHeadsExtent = -4;    // num_kv_heads
+// Any extent of at least 1, for a lookup table the source indexes with a 32-bit int (the row's
+// entry plus a clamped column, as flare::variants::distance_bias()): run() also refuses the
+// tensor when it holds 2^31 or more elements.
+inline constexpr int64_t kTableExtent = -5;
 
 struct UserVariantTensor {
   std::string name;           // a C identifier

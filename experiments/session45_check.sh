@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Forty-fifth session's device checks (GPU machine, OUT set):
+#   t5table: the Python T5 tests (package installed from this tree), then
+#     experiments/t5_distance_table.py: causal, flare.variants' T5 and a user variant reading a
+#     bias-by-distance table (one load a near score) at 2048-16384, eager, two rounds.
+#   distance: flare.variants.distance_bias() (the library form of that table): the user-variant
+#     GPU tests under auto and fa2, memcheck of the distance-bias tests, the Python variant
+#     tests, then bench_variants.py (flare, eager, 10 calls) for causal, T5's buckets and the
+#     distance bias at 2048-16384, under auto and under fa2.
+set -uo pipefail
+stage=${1:?t5table|distance}
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
+mkdir -p "$OUT"
+if [ "$stage" = t5table ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "relative" 2>&1 | tail -n 2
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 300 python3 \
+    "$tree/experiments/t5_distance_table.py" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 12)
+fi
+if [ "$stage" = distance ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" auto '*UserVariant*'
+  rm -f "$OUT"/tests_auto_*.log
+  family_tests "$PWD" fa2 '*UserVariant*'
+  rm -f "$OUT"/tests_fa2_*.log
+  FLARE_CACHE_DIR=$PWD/build-ab/jit-cache compute-sanitizer --tool memcheck --error-exitcode 99 \
+    build-ab/flare_gpu_tests --gtest_filter='*DistanceBias*:*DistanceTables*' >"$OUT/memcheck.log" 2>&1
+  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1) $(grep -E 'tests? ran' "$OUT/memcheck.log")"
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "variant or relative or distance" 2>&1 | tail -n 3
+  for backend in auto fa2; do
+    lengths=2048,4096,8192,16384
+    [ $backend = fa2 ] && lengths=2048,8192
+    (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 200 python3 \
+      "$tree/scripts/bench_variants.py" --lengths $lengths --calls 10 \
+      --flare-backend $backend \
+      --libraries flare --variants causal,relative_bias,distance_bias \
+      --json "$OUT/variants_$backend.json" 2>&1 | grep -vE "Warning|warn|INFO" | grep -E "time|^\| (causal|rel|dist)")
+  done
+fi
