@@ -308,6 +308,7 @@ inline BatchPrefillConfig config_of(const Problem& p) {
     config.params.window_left = -1;
     config.params.pos_encoding = PosEncoding::kNone;
     config.params.alibi_slopes.reset();
+    config.params.relative_bias.reset();
     config.params.use_softmax = true;
     config.params.sigmoid_bias = 0.0f;
   }

@@ -491,6 +491,7 @@ TEST(UserVariantPrefill, LibraryDistanceBiasIsT5WithItsTable) {
 
 TEST(UserVariantDecode, LibraryDistanceBiasIsT5WithItsTable) {
   FLARE_REQUIRE_GPU();
+  cuda::set_device(0);
   const T5Tables tables(16, 100.0, 37);
   DecodeVariantCase c;
   c.variant = variants::distance_bias();
