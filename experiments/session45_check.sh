@@ -7,8 +7,9 @@
 #     GPU tests under auto and fa2, memcheck of the distance-bias tests, the Python variant
 #     tests, then bench_variants.py (flare, eager, 10 calls) for causal, T5's buckets and the
 #     distance bias at 2048-16384, under auto and under fa2.
+#   verify: the same tests and memcheck, then the Python variant tests; no benchmark.
 set -uo pipefail
-stage=${1:?t5table|distance}
+stage=${1:?t5table|distance|verify}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -17,7 +18,7 @@ if [ "$stage" = t5table ]; then
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 300 python3 \
     "$tree/experiments/t5_distance_table.py" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 12)
 fi
-if [ "$stage" = distance ]; then
+if [ "$stage" = distance ] || [ "$stage" = verify ]; then
   source experiments/family_tests.sh
   family_tests "$PWD" auto '*UserVariant*'
   rm -f "$OUT"/tests_auto_*.log
@@ -27,6 +28,8 @@ if [ "$stage" = distance ]; then
     build-ab/flare_gpu_tests --gtest_filter='*DistanceBias*:*DistanceTables*' >"$OUT/memcheck.log" 2>&1
   echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1) $(grep -E 'tests? ran' "$OUT/memcheck.log")"
   scripts/gpu_check_python.sh "$OUT/py" -q -k "variant or relative or distance" 2>&1 | tail -n 3
+fi
+if [ "$stage" = distance ]; then
   for backend in auto fa2; do
     lengths=2048,4096,8192,16384
     [ $backend = fa2 ] && lengths=2048,8192
