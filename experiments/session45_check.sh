@@ -8,8 +8,10 @@
 #     tests, then bench_variants.py (flare, eager, 10 calls) for causal, T5's buckets and the
 #     distance bias at 2048-16384, under auto and under fa2.
 #   verify: the same tests and memcheck, then the Python variant tests; no benchmark.
+#   biased: the user-variant GPU tests under auto, then bench_variants.py (auto) for causal and
+#     the distance bias at 2048-16384, two rounds (the bias in the S accumulators, kBiasInScores).
 set -uo pipefail
-stage=${1:?t5table|distance|verify}
+stage=${1:?t5table|distance|verify|biased}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -38,5 +40,16 @@ if [ "$stage" = distance ]; then
       --flare-backend $backend \
       --libraries flare --variants causal,relative_bias,distance_bias \
       --json "$OUT/variants_$backend.json" 2>&1 | grep -vE "Warning|warn|INFO" | grep -E "time|^\| (causal|rel|dist)")
+  done
+fi
+if [ "$stage" = biased ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" auto '*UserVariant*:*Relative*'
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "distance or relative" 2>&1 | tail -n 2
+  for round in 1 2; do
+    (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 200 python3 \
+      "$tree/scripts/bench_variants.py" --lengths 2048,4096,8192,16384 --calls 10 \
+      --libraries flare --variants causal,distance_bias \
+      --json "$OUT/variants_$round.json" 2>&1 | grep -vE "Warning|warn|INFO" | grep -E "time")
   done
 fi
