@@ -8,10 +8,14 @@
 #     tests, then bench_variants.py (flare, eager, 10 calls) for causal, T5's buckets and the
 #     distance bias at 2048-16384, under auto and under fa2.
 #   verify: the same tests and memcheck, then the Python variant tests; no benchmark.
+#   cascade: the Python cascade tests on CUDA (the one launch's partial states in memory of its
+#     own outside graphs), then FlashInfer's test_shared_prefix_kernels.py over flare (carry
+#     .fitests: ../shared/flashinfer-tests/README.md), whose head-dim-256 cases needed more
+#     partial slots than their 32 MB workspace holds.
 #   biased: the user-variant GPU tests under auto, then bench_variants.py (auto) for causal and
 #     the distance bias at 2048-16384, two rounds (the bias in the S accumulators, kBiasInScores).
 set -uo pipefail
-stage=${1:?t5table|distance|verify|biased}
+stage=${1:?t5table|distance|verify|biased|cascade}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -52,4 +56,9 @@ if [ "$stage" = biased ]; then
       --libraries flare --variants causal,distance_bias \
       --json "$OUT/variants_$round.json" 2>&1 | grep -vE "Warning|warn|INFO" | grep -E "time")
   done
+fi
+if [ "$stage" = cascade ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "cascade or shared_prefix" 2>&1 | tail -n 3
+  FI_FILES=tests/attention/test_shared_prefix_kernels.py bash experiments/fi_alias_shim.sh 2>&1 |
+    grep -E "passed|failed|FAILED" | tail -n 8
 fi

@@ -53,7 +53,13 @@ class GpuCascade:
         self._kv_layout = kv_layout
         self._num_levels = num_levels
         self._use_cuda_graph = use_cuda_graph
-        self._scratch = scratch_of(workspace, where)
+        # The levels' partial states: every tile a level shares writes one, so a plan may need
+        # more than the SM-count bound the float workspace is sized by (FlashInfer's cascade
+        # allocates each level's output and lse instead). Outside CUDA graphs the engine keeps
+        # them in memory of its own, grown with the plans (FlashInfer's own cascade tests at
+        # head dim 256 needed 368 slots of a 32 MB buffer's 255); a graph's fixed addresses
+        # stay in float_workspace_buffer, bounded at the first plan.
+        self._scratch = scratch_of(workspace, where) if use_cuda_graph else (0, 0)
         self._prefills = _Prefills()
         self._graph = None  # (key, max_batch, max_total_qo) of the first graph plan
         self._page_ids_buf = None

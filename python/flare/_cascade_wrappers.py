@@ -144,7 +144,9 @@ class MultiLevelCascadeAttentionWrapper:
     merged. fused_levels (flare's): None runs the levels in one launch where the module doc
     says it can, True insists (NotImplementedError naming why not), False runs them one after
     another. page_size (flare's extension) may list one page size per level: each level then
-    reads a cache of its own, run(q, paged_kv_cache_arr=[cache of level 0, ...])."""
+    reads a cache of its own, run(q, paged_kv_cache_arr=[cache of level 0, ...]). The one
+    launch keeps the levels' partial states in memory of its own outside CUDA graphs (as
+    FlashInfer allocates each level's output), in float_workspace_buffer under them."""
 
     def __init__(self, num_levels, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
                  qo_indptr_buf_arr=None, paged_kv_indptr_buf_arr=None,

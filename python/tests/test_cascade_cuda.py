@@ -3,7 +3,8 @@ two and three levels, decode and causal append stages, GQA, page sizes 1 and 16,
 levels run one after another (fused_levels=False) and against float32 torch attention over the
 concatenated KV; a CUDA-graph capture replayed across re-plans with new suffixes; what the one
 launch cannot take is refused under fused_levels=True and runs by levels otherwise; levels in
-caches of their own (a page size per level: 16 with 1 or 64) by levels. Skipped
+caches of their own (a page size per level: 16 with 1 or 64) by levels; a cascade that needs
+more partial slots than a 32 MB float workspace holds. Skipped
 visibly without PyTorch or a CUDA device."""
 
 import pytest
@@ -118,6 +119,20 @@ def test_one_launch_matches_levels_and_dense(levels, stage, page, heads):
     torch.testing.assert_close(o.float(), c.expected(causal), atol=1e-2, rtol=1e-3)
     torch.testing.assert_close(o.float(), o_levels.float(), atol=4e-3, rtol=1e-3)
     torch.testing.assert_close(lse, lse_levels, atol=2e-3, rtol=1e-4)
+
+
+def test_one_launch_outgrows_a_small_workspace():
+    """A cascade whose shared tiles need more partial slots than float_workspace_buffer holds
+    (32 MB, the bound of the SM count; FlashInfer's own shared-prefix tests at head dim 256
+    hit it): outside CUDA graphs the one launch keeps them in memory of its own."""
+    q_lens = [17] * 16
+    c = Cascade(2, q_lens, [512] * 16, [2048], 16, 32, 32, torch.bfloat16, seed=3)
+    small = torch.zeros(32 << 20, dtype=torch.uint8, device=DEVICE)
+    fused = flare.MultiLevelCascadeAttentionWrapper(2, small, "NHD")
+    c.plan(fused, True)
+    assert fused._fused
+    o = fused.run(c.q, c.cache)
+    torch.testing.assert_close(o.float(), c.expected(True), atol=2e-2, rtol=1e-2)
 
 
 def test_cuda_graph_replays_across_plans():
