@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Forty-fifth session's device checks (GPU machine, OUT set):
-#   t5table: the Python T5 tests (package installed from this tree), then
-#     experiments/t5_distance_table.py: causal, flare.variants' T5 and a user variant reading a
-#     bias-by-distance table (one load a near score) at 2048-16384, eager, two rounds.
+#   t5table (b05c356's script; the stage and experiments/t5_distance_table.py are deleted
+#     since, flare.variants.distance_bias is its variant): causal, flare.variants' T5 and a user
+#     variant reading a bias-by-distance table at 2048-16384, eager, two rounds.
 #   distance: flare.variants.distance_bias() (the library form of that table): the user-variant
 #     GPU tests under auto and fa2, memcheck of the distance-bias tests, the Python variant
 #     tests, then bench_variants.py (flare, eager, 10 calls) for causal, T5's buckets and the
@@ -15,15 +15,10 @@
 #   biased: the user-variant GPU tests under auto, then bench_variants.py (auto) for causal and
 #     the distance bias at 2048-16384, two rounds (the bias in the S accumulators, kBiasInScores).
 set -uo pipefail
-stage=${1:?t5table|distance|verify|biased|cascade}
+stage=${1:?distance|verify|biased|cascade}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
-if [ "$stage" = t5table ]; then
-  scripts/gpu_check_python.sh "$OUT/py" -q -k "relative" 2>&1 | tail -n 2
-  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 300 python3 \
-    "$tree/experiments/t5_distance_table.py" 2>&1 | grep -vE "Warning|warn|INFO" | tail -n 12)
-fi
 if [ "$stage" = distance ] || [ "$stage" = verify ]; then
   source experiments/family_tests.sh
   family_tests "$PWD" auto '*UserVariant*'

@@ -345,6 +345,24 @@ def t5_bucket(n, max_distance):
     return torch.where(n < 16, n, large.clamp(max=31))
 
 
+def check_t5_decode(table, generator, variant, **run_kwargs):
+    """Decode on both loops with a T5 variant of max distance 64 (run_kwargs its arguments)
+    against T5's buckets of `table` in float64: four requests of 1 to 4100 tokens."""
+    cache = GpuPagedCache([1, 33, 700, 4100], 2, 128, 16, "NHD", torch.bfloat16, seed=12)
+    qd = torch.randn(4, 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    ks, vs = zip(*(cache.tokens(b) for b in range(cache.batch)))
+    expected = masked_reference(
+        qd, torch.cat(ks), torch.cat(vs), [1] * 4, cache.kv_lens, lambda r, i, j: j <= i,
+        bias=lambda r, i, j: table.double()[:, t5_bucket(i - j, 64)])
+    for use_tensor_cores in (False, True):
+        decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
+                                                          use_tensor_cores=use_tensor_cores)
+        decode.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 8, 2, 128, 16,
+                    q_data_type=torch.bfloat16, variant=variant)
+        out = decode.run(qd, cache.cache, **run_kwargs)
+        assert (out.double() - expected).abs().max().item() <= 2e-2, use_tensor_cores
+
+
 def test_library_prefix_lm_and_relative_position_bias():
     """flare.variants: prefix-LM (plan without the kernel's causal mask) and T5's relative
     position bias, ragged prefill and decode on both loops, against float64; their tensors'
@@ -373,19 +391,21 @@ def test_library_prefix_lm_and_relative_position_bias():
     with pytest.raises(ValueError, match=r"must have shape \[num_qo_heads=8, 32\]"):
         wrapper.run(q, k, v, table=table[:4], max_distance=128.0)
 
-    cache = GpuPagedCache([1, 33, 700, 4100], 2, 128, 16, "NHD", torch.bfloat16, seed=12)
-    qd = torch.randn(4, 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    ks, vs = zip(*(cache.tokens(b) for b in range(cache.batch)))
-    expected = masked_reference(
-        qd, torch.cat(ks), torch.cat(vs), [1] * 4, cache.kv_lens, lambda r, i, j: j <= i,
-        bias=lambda r, i, j: table.double()[:, t5_bucket(i - j, 64)])
-    for use_tensor_cores in (False, True):
-        decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
-                                                          use_tensor_cores=use_tensor_cores)
-        decode.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 8, 2, 128, 16,
-                    q_data_type=torch.bfloat16, variant=rpb)
-        out = decode.run(qd, cache.cache, table=table, max_distance=64.0)
-        assert (out.double() - expected).abs().max().item() <= 2e-2, use_tensor_cores
+    check_t5_decode(table, generator, rpb, table=table, max_distance=64.0)
+
+
+def long_rows_batch(seed):
+    """Rows long enough that most of their tiles lie past a max distance of 100-300: a 700-token
+    append to 1100, one token over 900, a 257-token prefill; 8 query / 2 KV heads, D 128, bf16
+    (ragged_batch's return values)."""
+    generator = torch.Generator().manual_seed(seed)
+    qo_lens, kv_lens = [700, 1, 257], [1100, 900, 257]
+    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
+    qo = torch.tensor([0, 700, 701, 958], dtype=torch.int32)
+    kv = torch.tensor([0, 1100, 2000, 2257], dtype=torch.int32)
+    return qo_lens, kv_lens, q, k, v, qo, kv, generator
 
 
 @pytest.mark.parametrize("backend", ["fa2", "fa3"])
@@ -396,13 +416,7 @@ def test_relative_position_bias_far_tiles(backend, max_distance):
     logit on the tiles that straddle max_distance), both prefill families, against float64."""
     if backend == "fa3" and torch.cuda.get_device_capability(DEVICE) != (9, 0):
         pytest.skip("the Hopper family needs sm_90")
-    generator = torch.Generator().manual_seed(31)
-    qo_lens, kv_lens = [700, 1, 257], [1100, 900, 257]
-    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    qo = torch.tensor([0, 700, 701, 958], dtype=torch.int32)
-    kv = torch.tensor([0, 1100, 2000, 2257], dtype=torch.int32)
+    qo_lens, kv_lens, q, k, v, qo, kv, generator = long_rows_batch(31)
     table = torch.randn(8, 32, generator=generator).to(DEVICE)
     wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace(), backend=backend)
     wrapper.plan(qo, kv, 8, 2, 128, causal=True, q_data_type=torch.bfloat16,
@@ -422,13 +436,7 @@ def test_distance_bias_is_t5_with_its_table(backend):
     refused before any launch."""
     if backend == "fa3" and torch.cuda.get_device_capability(DEVICE) != (9, 0):
         pytest.skip("the Hopper family needs sm_90")
-    generator = torch.Generator().manual_seed(41)
-    qo_lens, kv_lens = [700, 1, 257], [1100, 900, 257]
-    q = torch.randn(sum(qo_lens), 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    k = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    v = torch.randn(sum(kv_lens), 2, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    qo = torch.tensor([0, 700, 701, 958], dtype=torch.int32)
-    kv = torch.tensor([0, 1100, 2000, 2257], dtype=torch.int32)
+    qo_lens, kv_lens, q, k, v, qo, kv, generator = long_rows_batch(41)
     table = torch.randn(8, 32, generator=generator).to(DEVICE)
     wrapper = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace(), backend=backend)
     wrapper.plan(qo, kv, 8, 2, 128, causal=True, q_data_type=torch.bfloat16,
@@ -452,19 +460,8 @@ def test_distance_bias_is_t5_with_its_table(backend):
         wrapper.plan(qo, kv, 8, 2, 128, causal=False, q_data_type=torch.bfloat16,
                      variant=flare.variants.distance_bias())
 
-    cache = GpuPagedCache([1, 33, 700, 4100], 2, 128, 16, "NHD", torch.bfloat16, seed=12)
-    qd = torch.randn(4, 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
-    ks, vs = zip(*(cache.tokens(b) for b in range(cache.batch)))
-    expected = masked_reference(
-        qd, torch.cat(ks), torch.cat(vs), [1] * 4, cache.kv_lens, lambda r, i, j: j <= i,
-        bias=lambda r, i, j: table.double()[:, t5_bucket(i - j, 64)])
-    for use_tensor_cores in (False, True):
-        decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
-                                                          use_tensor_cores=use_tensor_cores)
-        decode.plan(cache.indptr, cache.indices.to(DEVICE), cache.last_page_len, 8, 2, 128, 16,
-                    q_data_type=torch.bfloat16, variant=flare.variants.distance_bias())
-        out = decode.run(qd, cache.cache, bias=flare.variants.t5_distance_bias(table, 64.0))
-        assert (out.double() - expected).abs().max().item() <= 2e-2, use_tensor_cores
+    check_t5_decode(table, generator, flare.variants.distance_bias(),
+                    bias=flare.variants.t5_distance_bias(table, 64.0))
 
 
 def test_library_document_mask():

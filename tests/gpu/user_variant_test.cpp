@@ -440,6 +440,35 @@ TEST(UserVariantPrefill, LibraryPrefixLmMatchesTheReference) {
   prefill_testing::check(c);
 }
 
+// A causal library variant (its tensors and reference in `c`) on both prefill paths, split and
+// not, pages of 16 and 1; a plan without the causal mask is refused.
+void check_causal_library_prefill(Case c) {
+  prefill_testing::check(c);
+  c.kv = PrefillKV::kRagged;
+  c.query_tile = 128;
+  prefill_testing::check(c);
+  c.query_tile = 16;
+  c.fixed_split_size = 64;
+  c.page_size = 1;
+  c.kv = PrefillKV::kPaged;
+  prefill_testing::check(c);
+  BatchPrefillConfig config = testing::prefill_config(*c.variant, PrefillKV::kRagged);
+  config.params.mask = MaskMode::kNone;
+  EXPECT_FLARE_ERROR(BatchPrefill prefill(config), ErrorCode::kInvalidArgument,
+                     "requires the causal mask");
+}
+
+// `c` on both decode loops (pages of 3 and 16), then on whole-page items.
+void check_decode_loops(DecodeVariantCase c) {
+  for (const bool tc : {false, true}) {
+    c.tensor_cores = tc;
+    c.page_size = tc ? 16 : 3;
+    check_decode(c);
+  }
+  c.kv_heads_per_item = 2;  // whole-page items
+  check_decode(c);
+}
+
 // T5's bucket table [heads, 32] on the host and distance_bias()'s table from it on the device
 // (flare::variants::t5_distance_bias): the reference computes T5's buckets itself.
 struct T5Tables {
@@ -472,21 +501,8 @@ TEST(UserVariantPrefill, LibraryDistanceBiasIsT5WithItsTable) {
     c.variant_tensors = {tables.by_distance.view};
     c.relative_bias = tables.buckets.view();
     c.relative_max_distance = static_cast<float>(max_distance);
-    prefill_testing::check(c);
-    c.kv = PrefillKV::kRagged;
-    c.query_tile = 128;
-    prefill_testing::check(c);
-    c.query_tile = 16;
-    c.fixed_split_size = 64;
-    c.page_size = 1;
-    c.kv = PrefillKV::kPaged;
-    prefill_testing::check(c);
+    check_causal_library_prefill(c);
   }
-  BatchPrefillConfig config =
-      testing::prefill_config(variants::distance_bias(), PrefillKV::kRagged);
-  config.params.mask = MaskMode::kNone;
-  EXPECT_FLARE_ERROR(BatchPrefill prefill(config), ErrorCode::kInvalidArgument,
-                     "requires the causal mask");
 }
 
 TEST(UserVariantDecode, LibraryDistanceBiasIsT5WithItsTable) {
@@ -498,13 +514,7 @@ TEST(UserVariantDecode, LibraryDistanceBiasIsT5WithItsTable) {
   c.tensors = {tables.by_distance.view};
   c.reference.relative_bias = tables.buckets.view();
   c.reference.relative_max_distance = 100.0f;
-  for (const bool tc : {false, true}) {
-    c.tensor_cores = tc;
-    c.page_size = tc ? 16 : 3;
-    check_decode(c);
-  }
-  c.kv_heads_per_item = 2;  // whole-page items
-  check_decode(c);
+  check_decode_loops(c);
 }
 
 // A table (kTableExtent) holds at least one column and fewer than 2^31 entries: run() refuses
@@ -579,13 +589,7 @@ TEST(UserVariantDecode, LibraryDocumentMaskMatchesTheReference) {
   c.variant = variants::document_mask();
   c.tensors = {docs.starts_device.view};
   c.reference.document_id = docs.ids.view();
-  for (const bool tc : {false, true}) {
-    c.tensor_cores = tc;
-    c.page_size = tc ? 16 : 3;
-    check_decode(c);
-  }
-  c.kv_heads_per_item = 2;  // whole-page items
-  check_decode(c);
+  check_decode_loops(c);
 }
 
 // Tiles that skip earlier documents, straddle a start or lie inside one document, on both
@@ -604,21 +608,7 @@ TEST(UserVariantPrefill, LibraryDocumentMaskMatchesTheReference) {
   c.mask_rule = [&docs](int64_t request, int64_t q_pos, int64_t kv_pos) {
     return docs.visible(request, q_pos, kv_pos);
   };
-  prefill_testing::check(c);
-  c.kv = PrefillKV::kRagged;
-  c.query_tile = 128;
-  prefill_testing::check(c);
-  c.query_tile = 16;
-  c.fixed_split_size = 64;
-  c.page_size = 1;
-  c.kv = PrefillKV::kPaged;
-  prefill_testing::check(c);
-
-  BatchPrefillConfig config =
-      testing::prefill_config(variants::document_mask(), PrefillKV::kRagged);
-  config.params.mask = MaskMode::kNone;
-  EXPECT_FLARE_ERROR(BatchPrefill prefill(config), ErrorCode::kInvalidArgument,
-                     "requires the causal mask");
+  check_causal_library_prefill(c);
 }
 
 TEST(UserVariantPrefill, AMaskThatIsNotAWindowIsCheckedOnEveryKey) {
