@@ -345,15 +345,16 @@ def t5_bucket(n, max_distance):
     return torch.where(n < 16, n, large.clamp(max=31))
 
 
-def check_t5_decode(table, generator, variant, **run_kwargs):
+def check_t5_decode(buckets, generator, variant, **run_kwargs):
     """Decode on both loops with a T5 variant of max distance 64 (run_kwargs its arguments)
-    against T5's buckets of `table` in float64: four requests of 1 to 4100 tokens."""
+    against T5's buckets of the bucket table `buckets` in float64: four requests of 1 to 4100
+    tokens."""
     cache = GpuPagedCache([1, 33, 700, 4100], 2, 128, 16, "NHD", torch.bfloat16, seed=12)
     qd = torch.randn(4, 8, 128, generator=generator).to(torch.bfloat16).to(DEVICE)
     ks, vs = zip(*(cache.tokens(b) for b in range(cache.batch)))
     expected = masked_reference(
         qd, torch.cat(ks), torch.cat(vs), [1] * 4, cache.kv_lens, lambda r, i, j: j <= i,
-        bias=lambda r, i, j: table.double()[:, t5_bucket(i - j, 64)])
+        bias=lambda r, i, j: buckets.double()[:, t5_bucket(i - j, 64)])
     for use_tensor_cores in (False, True):
         decode = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(),
                                                           use_tensor_cores=use_tensor_cores)

@@ -583,6 +583,7 @@ struct Documents {
 
 TEST(UserVariantDecode, LibraryDocumentMaskMatchesTheReference) {
   FLARE_REQUIRE_GPU();
+  cuda::set_device(0);  // Documents copies to the device (alone in a shard, no test set it)
   // check_decode's lengths; 4099 runs past the rows (its last 99 positions alone).
   const Documents docs({1, 17, 255, 4099, 33, 1000}, 4000, 5);
   DecodeVariantCase c;
