@@ -16,7 +16,9 @@
 //   (TFLOP/s still count the causal FLOPs); FLARE_BENCH_ROPE_STAGING=fused|staged with RoPE:
 //   the ragged cases' BatchPrefillConfig::rope_staging (default auto; a tile column ending in
 //   "s" marks a staged plan); FLARE_BENCH_APPEND_QO=<tokens> the append case's new tokens
-//   (default 128).
+//   (default 128); FLARE_BENCH_VARIANT=relative_position_bias|distance_bias: T5's bias, by
+//   buckets or by a table per distance (scripts/bench_library_variant.h; the append-vs-decode
+//   comparison is skipped then).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,6 +37,7 @@
 #include "flare/core/error.h"
 #include "flare/jit/cuda_driver.h"
 #include "flare/jit/cuda_sync.h"
+#include "scripts/bench_library_variant.h"
 #include "scripts/bench_random_16bit.h"
 
 namespace {
@@ -200,6 +203,9 @@ BatchPrefillConfig prefill_config(int max_batch, int64_t max_total_qo) {
       std::exit(2);
     }
   }
+  if (const auto* variant = bench_inputs::LibraryVariant::from_environment(kHeads)) {
+    config.variant = variant->variant();
+  }
   // FLARE_BENCH_FIXED_SPLIT: the batch-invariant plan (fixed_split_size) instead of the default.
   if (const char* split = std::getenv("FLARE_BENCH_FIXED_SPLIT")) {
     config.fixed_split_size = std::atoi(split);
@@ -293,13 +299,16 @@ BenchResult bench(const std::vector<int32_t>& q_lens, const std::vector<int32_t>
   ragged.plan(qo_indptr, kv_indptr, {}, stream.get());
   const TensorView rk = view(k.data(), DType::kBF16, {total_kv, kHeads, kHeadDim});
   const TensorView rv = view(v.data(), DType::kBF16, {total_kv, kHeads, kHeadDim});
-  const double ragged_ms =
-      median_ms(stream.get(), [&] { ragged.run(qv, rk, rv, ov, std::nullopt, stream.get()); });
+  const auto* variant = bench_inputs::LibraryVariant::from_environment(kHeads);
+  const RunOptions options = variant != nullptr ? variant->options() : RunOptions{};
+  const auto run_ragged = [&] {
+    ragged.run(qv, rk, rv, ov, std::nullopt, stream.get(), std::nullopt, options);
+  };
+  const double ragged_ms = median_ms(stream.get(), run_ragged);
   BenchResult result;
   // Host time where a kernel is short enough that 200 of them take under a second.
   if (ragged_ms < 5.0) {
-    result.ragged_run_host_us = host_median_us(
-        stream.get(), 200, [&] { ragged.run(qv, rk, rv, ov, std::nullopt, stream.get()); });
+    result.ragged_run_host_us = host_median_us(stream.get(), 200, run_ragged);
     result.ragged_plan_host_us = host_median_us(
         stream.get(), 100, [&] { ragged.plan(qo_indptr, kv_indptr, {}, stream.get()); });
   }
@@ -312,8 +321,9 @@ BenchResult bench(const std::vector<int32_t>& q_lens, const std::vector<int32_t>
   BatchPrefill paged(config);
   paged.plan(qo_indptr, page_indptr, last_page_len, stream.get());
   const PagedKV pkv = paged_kv(k, v, num_pages, d_pages.tensor, d_ids.tensor, d_last.tensor);
-  const double paged_ms = median_ms(
-      stream.get(), [&] { paged.run(qv, PagedKVPages::of(pkv), ov, std::nullopt, stream.get()); });
+  const double paged_ms = median_ms(stream.get(), [&] {
+    paged.run(qv, PagedKVPages::of(pkv), ov, std::nullopt, stream.get(), std::nullopt, options);
+  });
   result.ragged_tflops = flops / ragged_ms / 1e9;
   result.paged_tflops = flops / paged_ms / 1e9;
   return result;
@@ -549,7 +559,10 @@ int main(int argc, char** argv) {
   // The same append against 128 decode steps (append_vs_decode); speedup = decode / append.
   int status = 0;
   const std::string versus_name = "append vs decode b8 128 on 32768";
-  if (selected(versus_name)) {
+  if (std::getenv("FLARE_BENCH_VARIANT") != nullptr) {
+    std::printf("%-34s skipped: FLARE_BENCH_VARIANT is set (the decode steps run none)\n",
+                versus_name.c_str());
+  } else if (selected(versus_name)) {
     const AppendVsDecode r = append_vs_decode();
     std::printf(
         "%-34s append %.3f ms | 128 decode steps %.3f ms (plan+run loop), %.3f ms "
