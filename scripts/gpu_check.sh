@@ -191,8 +191,11 @@ if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
   python_bench
 
   step "prefill benchmark vs PyTorch SDPA (log: $OUT/prefill_bench.log)"
-  { "$BUILD/bench_prefill" && PYTHONUNBUFFERED=1 python3 scripts/bench_prefill_torch.py; } \
-    >"$OUT/prefill_bench.log" 2>&1 || status=1
+  { "$BUILD/bench_prefill" && PYTHONUNBUFFERED=1 python3 scripts/bench_prefill_torch.py &&
+    for variant in relative_position_bias distance_bias; do  # T5 from C++ (issue 18: vs causal)
+      echo "-- FLARE_BENCH_VARIANT=$variant"
+      FLARE_BENCH_VARIANT=$variant FLARE_BENCH_ONLY="causal b16 seq" "$BUILD/bench_prefill"
+    done; } >"$OUT/prefill_bench.log" 2>&1 || status=1
   echo "-- decode (TB/s of KV read; ratios against SDPA in this run)"
   cat "$OUT/decode_table.txt"
   step "SpMM / SDDMM from C++ next to cuSPARSE, then through Python next to torch.sparse (log: $OUT/sparse_bench.log)"
