@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""T5's relative position bias in decode through the public Python API: flare's
+BatchDecodeWithPagedKVCacheWrapper without a variant, with flare.variants.relative_position_bias
+(32 buckets, max distance 128) and with distance_bias (the same buckets as a table per
+distance, t5_distance_bias) on both loops; bench_python's decode inputs (bf16, 32 query / 8 KV
+heads, D 128, page 16); GPU time per call from a CUDA-graph replay; the two T5 outputs compared.
+Usage (GPU machine, PYTHONPATH=scripts): python3 experiments/bench_t5_decode.py [--calls 20]
+"""
+import torch
+
+import flare
+from bench_python import (DTYPE, HEAD_DIM, KV_HEADS, PAGE, Q_HEADS, decode_inputs, decode_wrapper,
+                          graph_us, guarded, small_op_arguments)
+
+SHAPES = [(1, 32768), (16, 4096), (64, 8192)]
+WORKSPACE_BYTES = 256 << 20
+MAX_DISTANCE = 128.0
+
+
+def measure(batch, inputs, tensor_cores, kind, calls):
+    cache, indptr, indices, last, q = inputs
+    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+    wrapper = decode_wrapper(flare, workspace, True, batch, indices.numel(), tensor_cores)
+    table = torch.linspace(-2, 2, Q_HEADS * 32, device="cuda").view(Q_HEADS, 32)
+    variant, kwargs = {
+        "plain": (None, {}),
+        "buckets": (flare.variants.relative_position_bias(),
+                    {"table": table, "max_distance": MAX_DISTANCE}),
+        "distance": (flare.variants.distance_bias(),
+                     {"bias": flare.variants.t5_distance_bias(table, MAX_DISTANCE)}),
+    }[kind]
+    wrapper.plan(indptr, indices, last, Q_HEADS, KV_HEADS, HEAD_DIM, PAGE, q_data_type=DTYPE,
+                 kv_data_type=DTYPE, variant=variant)
+    out = wrapper.run(q, cache, **kwargs)
+    return graph_us(lambda: wrapper.run(q, cache, out=out, **kwargs), calls), out
+
+
+def main():
+    args = small_op_arguments(__doc__)
+    print("| decode | loop | plain us | T5 buckets us | T5 distance us | buckets / plain | "
+          "distance / plain | max abs(buckets - distance) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for batch, kv_len in SHAPES:
+        inputs = decode_inputs(batch, kv_len)
+        for tensor_cores in (False, True):
+            results = {}
+            for kind in ("plain", "buckets", "distance"):
+                results[kind] = guarded(f"{kind} b{batch} kv{kv_len} tc={tensor_cores}",
+                                        lambda: measure(batch, inputs, tensor_cores, kind,
+                                                        args.calls))
+            if not all(results.values()):
+                continue
+            (plain, _), (buckets, o_b), (distance, o_d) = (results[k] for k in
+                                                           ("plain", "buckets", "distance"))
+            diff = (o_b.float() - o_d.float()).abs().max().item()
+            print(f"| b{batch} kv{kv_len} | {'tensor cores' if tensor_cores else 'CUDA cores'} | "
+                  f"{plain:.1f} | {buckets:.1f} | {distance:.1f} | {buckets / plain:.3f} | "
+                  f"{distance / plain:.3f} | {diff:.2e} |", flush=True)
+        del inputs
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
