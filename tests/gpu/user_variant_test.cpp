@@ -5,7 +5,7 @@
 // FA2 prefill (paged and ragged, odd lengths, GQA 1/4/8, page sizes 1/3/16). A run() with the
 // wrong scalars throws before anything is written. Sigmoid attention (use_softmax = false) on
 // both decode loops and both prefill paths, its split rows added up by the merges, and no lse.
-// The shipped prefix-LM and document mask against the reference's masks.
+// The shipped variants (flare/variant/library.h): library_variant_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "flare/variant/library.h"
 #include "gpu/decode_test_support.h"
 #include "gpu/prefill_test_support.h"
+#include "gpu/variant_test_support.h"
 #include "jit/variant_configs.h"
 #include "testing/expect_error.h"
 #include "testing/user_variants.h"
@@ -25,76 +26,9 @@
 namespace flare {
 namespace {
 
-struct DecodeVariantCase {
-  UserVariant variant;
-  std::vector<float> scalars;
-  std::vector<TensorView> tensors;  // on the device
-  AttentionParams reference;        // the built-in terms the variant reproduces
-  int num_qo_heads = 16;
-  int num_kv_heads = 4;
-  int page_size = 16;
-  bool tensor_cores = false;
-  int kv_heads_per_item = 1;
-};
-
-// Runs `c` on lengths with odd tails (one request spanning many split chunks) and compares
-// with the reference; returns nothing, EXPECTs inside.
-void check_decode(const DecodeVariantCase& c) {
-  const std::vector<int32_t> kv_lens = {1, 17, 255, 4099, 33, 1000};
-  const int64_t batch = static_cast<int64_t>(kv_lens.size());
-  testing::KVCacheSpec spec;
-  spec.kv_lens = kv_lens;
-  spec.num_kv_heads = c.num_kv_heads;
-  spec.head_dim_qk = spec.head_dim_vo = 128;
-  spec.dtype = DType::kBF16;
-  spec.page_size = c.page_size;
-  spec.seed = 7;
-  const testing::TestKVCache cache = testing::build_kv_cache(spec);
-  const gpu_testing::HostQuery q =
-      gpu_testing::random_query(batch, c.num_qo_heads, 128, DType::kBF16, false, 11);
-  const gpu_testing::Reference ref = gpu_testing::reference_decode(q.view, cache, c.reference);
-
-  cuda::set_device(0);
-  BatchDecodeConfig config;
-  config.max_batch = static_cast<int>(batch);
-  config.num_qo_heads = c.num_qo_heads;
-  config.num_kv_heads = c.num_kv_heads;
-  config.head_dim = 128;
-  config.page_size = c.page_size;
-  config.use_tensor_cores = c.tensor_cores;
-  config.kv_heads_per_item = c.kv_heads_per_item;
-  config.variant = c.variant;
-  BatchDecode decode(config);
-  const gpu_testing::DeviceKV kv = gpu_testing::to_device(cache);
-  const gpu_testing::DeviceCopy q_device = gpu_testing::to_device(q.storage, q.view);
-  gpu_testing::DeviceOutputs out(batch, c.num_qo_heads, 128, DType::kBF16);
-  cuda::device_synchronize();
-  decode.plan(testing::int32_values(cache.page_indptr.view()),
-              testing::int32_values(cache.last_page_len.view()), nullptr);
-  out.poison(nullptr);
-  RunOptions options;
-  options.variant_scalars = c.scalars;
-  options.variant_tensors = c.tensors;
-  const bool softmax = c.reference.use_softmax;  // else no lse exists
-  std::optional<TensorView> lse_out;
-  if (softmax) lse_out = out.lse_view;
-  decode.run(q_device.view, kv.paged, out.o_view, lse_out, nullptr, options);
-  cuda::device_synchronize();
-  const HostTensor o = out.o_host();
-  const testing::ErrorStats o_err = testing::error_stats(o.view(), ref.o.view());
-  EXPECT_EQ(testing::count_nan(o.view()), 0);
-  // A weighted sum is not bounded by the values like a softmax average: relative to its size.
-  const double scale = softmax ? 1.0 : std::max(1.0, testing::max_abs(ref.o.view()));
-  EXPECT_LE(o_err.max_abs,
-            scale * (c.tensor_cores ? gpu_testing::kOutputToleranceTensorCores : 1e-2))
-      << c.variant.name << " " << o_err;
-  if (!softmax) return;
-  const HostTensor lse = out.lse_host();
-  const testing::ErrorStats lse_err = testing::error_stats(lse.view(), ref.lse.view());
-  const bool rotary = c.reference.pos_encoding == PosEncoding::kRopeLlama;
-  EXPECT_LE(lse_err.max_abs, rotary ? gpu_testing::kLseToleranceRotary : 1e-3)
-      << c.variant.name << " " << lse_err;
-}
+using variant_testing::check_decode;
+using variant_testing::DecodeVariantCase;
+using variant_testing::PlannedDecode;
 
 TEST(UserVariantDecode, SoftCapAsAUserVariantMatchesTheReference) {
   FLARE_REQUIRE_GPU();
@@ -198,45 +132,6 @@ TEST(UserVariantDecode, SlopesFromAVariantTensorMatchTheReference) {
     check_decode(c);
   }
 }
-
-// A planned decode of two requests with `variant`, its inputs on the device and its outputs
-// NaN-poisoned: for run()'s argument errors.
-struct PlannedDecode {
-  explicit PlannedDecode(const UserVariant& variant)
-      : cache(testing::build_kv_cache({5, 9}, 2, 128, 16)),
-        q(gpu_testing::random_query(2, 8, 128, DType::kBF16, false, 3)),
-        decode(config_of(variant)),
-        kv(gpu_testing::to_device(cache)),
-        q_device(gpu_testing::to_device(q.storage, q.view)),
-        out(2, 8, 128, DType::kBF16) {
-    cuda::device_synchronize();
-    decode.plan(testing::int32_values(cache.page_indptr.view()),
-                testing::int32_values(cache.last_page_len.view()), nullptr);
-    out.poison(nullptr);
-  }
-  void run(const RunOptions& options) {
-    decode.run(q_device.view, kv.paged, out.o_view, out.lse_view, nullptr, options);
-  }
-  static BatchDecodeConfig config_of(const UserVariant& variant) {
-    cuda::set_device(0);
-    BatchDecodeConfig config;
-    config.max_batch = 2;
-    config.num_qo_heads = 8;
-    config.num_kv_heads = 2;
-    config.head_dim = 128;
-    config.page_size = 16;
-    config.kv_dtype = DType::kF16;  // build_kv_cache's default; q is bfloat16 (CUDA-core loop)
-    config.variant = variant;
-    return config;
-  }
-
-  const testing::TestKVCache cache;
-  const gpu_testing::HostQuery q;
-  BatchDecode decode;
-  const gpu_testing::DeviceKV kv;
-  const gpu_testing::DeviceCopy q_device;
-  gpu_testing::DeviceOutputs out;
-};
 
 TEST(UserVariantDecode, WrongScalarsThrowBeforeWriting) {
   FLARE_REQUIRE_GPU();
@@ -406,210 +301,6 @@ TEST(UserVariantPrefill, SigmoidWithoutSoftmaxMatchesTheReference) {
   prefill_testing::check(c, [](const BatchPrefill& prefill) {
     EXPECT_GT(prefill.last_plan().num_partial_slots, 0) << "no split: the merge went untested";
   });
-}
-
-// The shipped prefix-LM (flare/variant/library.h) against the reference given the same mask as
-// custom bits: each request's prefix seen by all its queries, the rest causally.
-TEST(UserVariantPrefill, LibraryPrefixLmMatchesTheReference) {
-  SKIP_WITHOUT_GPU();
-  cuda::set_device(0);
-  const std::vector<int32_t> prefix = {5, 0, 200, 64};
-  HostTensor prefix_host(DType::kI32, {4});
-  for (int i = 0; i < 4; ++i) prefix_host.data<int32_t>()[i] = prefix[static_cast<size_t>(i)];
-  const gpu_testing::DeviceCopy prefix_device = gpu_testing::to_device(prefix_host);
-  Case c;
-  c.q_lens = {17, 128, 250, 64};
-  c.kv_lens = {300, 128, 250, 64};
-  c.num_qo_heads = 8;
-  c.num_kv_heads = 2;
-  c.mask = MaskMode::kNone;  // the variant's mask holds the causal part
-  c.variant = variants::prefix_lm();
-  c.variant_tensors = {prefix_device.view};
-  c.mask_rule = [prefix](int64_t request, int64_t q_pos, int64_t kv_pos) {
-    return kv_pos < prefix[static_cast<size_t>(request)] || kv_pos <= q_pos;
-  };
-  prefill_testing::check(c);
-  c.kv = PrefillKV::kRagged;
-  c.query_tile = 16;
-  prefill_testing::check(c);
-  // KV chunks of 64: the chunks past a tile's visible end (visible_end: max(q_pos + 1, prefix))
-  // become items of no tiles, whose empty states merge with the others.
-  c.fixed_split_size = 64;
-  prefill_testing::check(c);
-  c.query_tile = 0;  // the default tiles (the Hopper family on sm_90)
-  prefill_testing::check(c);
-}
-
-// A causal library variant (its tensors and reference in `c`) on both prefill paths, split and
-// not, pages of 16 and 1; a plan without the causal mask is refused.
-void check_causal_library_prefill(Case c) {
-  prefill_testing::check(c);
-  c.kv = PrefillKV::kRagged;
-  c.query_tile = 128;
-  prefill_testing::check(c);
-  c.query_tile = 16;
-  c.fixed_split_size = 64;
-  c.page_size = 1;
-  c.kv = PrefillKV::kPaged;
-  prefill_testing::check(c);
-  BatchPrefillConfig config = testing::prefill_config(*c.variant, PrefillKV::kRagged);
-  config.params.mask = MaskMode::kNone;
-  EXPECT_FLARE_ERROR(BatchPrefill prefill(config), ErrorCode::kInvalidArgument,
-                     "requires the causal mask");
-}
-
-// `c` on both decode loops (pages of 3 and 16), then on whole-page items.
-void check_decode_loops(DecodeVariantCase c) {
-  for (const bool tc : {false, true}) {
-    c.tensor_cores = tc;
-    c.page_size = tc ? 16 : 3;
-    check_decode(c);
-  }
-  c.kv_heads_per_item = 2;  // whole-page items
-  check_decode(c);
-}
-
-// T5's bucket table [heads, 32] on the host and distance_bias()'s table from it on the device
-// (flare::variants::t5_distance_bias): the reference computes T5's buckets itself.
-struct T5Tables {
-  T5Tables(int heads, double max_distance, uint64_t seed)
-      : buckets(testing::random_tensor(DType::kF32, {heads, 32}, seed)) {
-    const float* b = buckets.data<float>();
-    const std::vector<float> bias = variants::t5_distance_bias(
-        std::vector<float>(b, b + buckets.numel()), heads, max_distance);
-    HostTensor host(DType::kF32, {heads, static_cast<int64_t>(bias.size()) / heads});
-    std::copy(bias.begin(), bias.end(), host.data<float>());
-    by_distance = gpu_testing::to_device(host);
-  }
-  HostTensor buckets;
-  gpu_testing::DeviceCopy by_distance;
-};
-
-// distance_bias() with T5's table against the reference's T5 buckets: near keys (one load),
-// far tiles (the row's last entry: the Hopper family's offset path), both prefill families,
-// split and not, pages of 1 and 16; max distances under and over a 128-key tile.
-TEST(UserVariantPrefill, LibraryDistanceBiasIsT5WithItsTable) {
-  SKIP_WITHOUT_GPU();
-  cuda::set_device(0);
-  for (const double max_distance : {40.0, 200.0}) {
-    SCOPED_TRACE("max_distance " + std::to_string(max_distance));
-    const T5Tables tables(8, max_distance, 31);
-    Case c;
-    c.q_lens = {17, 600, 250, 1, 64};
-    c.kv_lens = {300, 600, 1200, 77, 64};
-    c.variant = variants::distance_bias();
-    c.variant_tensors = {tables.by_distance.view};
-    c.relative_bias = tables.buckets.view();
-    c.relative_max_distance = static_cast<float>(max_distance);
-    check_causal_library_prefill(c);
-  }
-}
-
-TEST(UserVariantDecode, LibraryDistanceBiasIsT5WithItsTable) {
-  FLARE_REQUIRE_GPU();
-  cuda::set_device(0);
-  const T5Tables tables(16, 100.0, 37);
-  DecodeVariantCase c;
-  c.variant = variants::distance_bias();
-  c.tensors = {tables.by_distance.view};
-  c.reference.relative_bias = tables.buckets.view();
-  c.reference.relative_max_distance = 100.0f;
-  check_decode_loops(c);
-}
-
-// A table (kTableExtent) holds at least one column and fewer than 2^31 entries: run() refuses
-// others by name before any launch (the view's shape alone: nothing is read).
-TEST(UserVariantDecode, DistanceTablesAreCheckedBeforeAnyLaunch) {
-  FLARE_REQUIRE_GPU();
-  PlannedDecode d(variants::distance_bias());
-  cuda::DeviceBuffer buffer(64);
-  RunOptions options;
-  const TensorView empty = TensorView::contiguous(buffer.data(), DType::kF32, {8, 0}, Device::cuda(0));
-  options.variant_tensors = {&empty, 1};
-  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
-                     "tensor bias must have shape [num_qo_heads=8, at least 1], got [8, 0]");
-  const TensorView huge =
-      TensorView::contiguous(buffer.data(), DType::kF32, {8, int64_t{1} << 28}, Device::cuda(0));
-  options.variant_tensors = {&huge, 1};
-  EXPECT_FLARE_ERROR(d.run(options), ErrorCode::kInvalidArgument,
-                     "tensor bias holds 2147483648 elements; a table (kTableExtent) holds at "
-                     "most 2^31 - 1");
-  cuda::device_synchronize();
-  EXPECT_EQ(testing::count_nan(d.out.o_host().view()), d.out.o_host().numel()) << "o was written";
-}
-
-// Packed documents for document_mask(): per request, runs of 1-300 positions with one id
-// each, in rows of `columns` (a request longer than that has positions past the row: documents
-// of their own), the reference's ids and the starts the variant reads, on the device.
-struct Documents {
-  Documents(const std::vector<int32_t>& kv_lens, int64_t columns_in, uint64_t seed)
-      : columns(columns_in),
-        ids(DType::kI32, {static_cast<int64_t>(kv_lens.size()), columns_in}) {
-    std::vector<int32_t> all(static_cast<size_t>(ids.numel()));
-    uint64_t state = seed;
-    for (size_t r = 0; r < kv_lens.size(); ++r) {
-      int32_t id = 0;
-      int64_t left = 0;
-      for (int64_t j = 0; j < columns; ++j) {
-        if (left == 0) {
-          state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-          left = 1 + static_cast<int64_t>((state >> 33) % 300);
-          ++id;
-        }
-        --left;
-        all[r * columns + j] = id;
-      }
-    }
-    std::copy(all.begin(), all.end(), ids.data<int32_t>());
-    const std::vector<int32_t> starts =
-        variants::document_starts(all, static_cast<int64_t>(kv_lens.size()), columns);
-    HostTensor starts_host(DType::kI32, ids.shape());
-    std::copy(starts.begin(), starts.end(), starts_host.data<int32_t>());
-    starts_device = gpu_testing::to_device(starts_host);
-  }
-  // Causal and inside one document (positions past the row: alone).
-  bool visible(int64_t request, int64_t q_pos, int64_t kv_pos) const {
-    if (kv_pos > q_pos) return false;
-    if (kv_pos == q_pos) return true;
-    if (q_pos >= columns) return false;
-    const int32_t* row = ids.data<int32_t>() + request * columns;
-    return row[q_pos] == row[kv_pos];
-  }
-
-  int64_t columns;
-  HostTensor ids;
-  gpu_testing::DeviceCopy starts_device;
-};
-
-TEST(UserVariantDecode, LibraryDocumentMaskMatchesTheReference) {
-  FLARE_REQUIRE_GPU();
-  cuda::set_device(0);  // Documents copies to the device (alone in a shard, no test set it)
-  // check_decode's lengths; 4099 runs past the rows (its last 99 positions alone).
-  const Documents docs({1, 17, 255, 4099, 33, 1000}, 4000, 5);
-  DecodeVariantCase c;
-  c.variant = variants::document_mask();
-  c.tensors = {docs.starts_device.view};
-  c.reference.document_id = docs.ids.view();
-  check_decode_loops(c);
-}
-
-// Tiles that skip earlier documents, straddle a start or lie inside one document, on both
-// prefill paths, split and not; a non-causal plan is refused.
-TEST(UserVariantPrefill, LibraryDocumentMaskMatchesTheReference) {
-  SKIP_WITHOUT_GPU();
-  cuda::set_device(0);
-  Case c;
-  c.q_lens = {17, 600, 250, 1, 64};
-  c.kv_lens = {300, 600, 1200, 77, 64};
-  const Documents docs(c.kv_lens, 1100, 9);
-  c.num_qo_heads = 8;
-  c.num_kv_heads = 2;
-  c.variant = variants::document_mask();
-  c.variant_tensors = {docs.starts_device.view};
-  c.mask_rule = [&docs](int64_t request, int64_t q_pos, int64_t kv_pos) {
-    return docs.visible(request, q_pos, kv_pos);
-  };
-  check_causal_library_prefill(c);
 }
 
 TEST(UserVariantPrefill, AMaskThatIsNotAWindowIsCheckedOnEveryKey) {
