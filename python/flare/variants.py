@@ -44,7 +44,8 @@ def prefix_lm():
 def relative_position_bias():
     """T5's relative position bias for causal models: logits += table[h][bucket(i - j)] with 32
     buckets (16 exact distances, then logarithmic up to max_distance). run() takes table=
-    (float32 [num_qo_heads, 32], CUDA) and max_distance= (T5: 128)."""
+    (float32 [num_qo_heads, 32], CUDA) and max_distance= (T5: 128). Faster: distance_bias()
+    with t5_distance_bias(table, max_distance)'s table, the same bias."""
     return _library("relative_position_bias")
 
 

@@ -26,7 +26,8 @@ UserVariant prefix_lm();
 // T5's relative position bias for causal models: logits += table[h][bucket(i - j)] for the
 // query at position i and key j (natural-log units), with 32 buckets: distances 0-15 exactly,
 // then logarithmic up to max_distance, the last bucket beyond it. Tensor: table, float32
-// [num_qo_heads, 32]; scalar: max_distance (T5: 128).
+// [num_qo_heads, 32]; scalar: max_distance (T5: 128). distance_bias() below computes the same
+// from a table per distance built once from this one, without a logarithm a near key (faster).
 UserVariant relative_position_bias();
 inline constexpr int kRelativePositionBuckets = 32;
 
