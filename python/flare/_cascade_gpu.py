@@ -59,7 +59,8 @@ class GpuCascade:
         # them in memory of its own, grown with the plans (FlashInfer's own cascade tests at
         # head dim 256 needed 368 slots of a 32 MB buffer's 255); a graph's fixed addresses
         # stay in float_workspace_buffer, bounded at the first plan.
-        self._scratch = scratch_of(workspace, where) if use_cuda_graph else (0, 0)
+        scratch = scratch_of(workspace, where)  # the workspace checked either way
+        self._scratch = scratch if use_cuda_graph else (0, 0)
         self._prefills = _Prefills()
         self._graph = None  # (key, max_batch, max_total_qo) of the first graph plan
         self._page_ids_buf = None
