@@ -559,7 +559,7 @@ int main(int argc, char** argv) {
   // The same append against 128 decode steps (append_vs_decode); speedup = decode / append.
   int status = 0;
   const std::string versus_name = "append vs decode b8 128 on 32768";
-  if (std::getenv("FLARE_BENCH_VARIANT") != nullptr) {
+  if (bench_inputs::LibraryVariant::from_environment(kHeads) != nullptr) {
     std::printf("%-34s skipped: FLARE_BENCH_VARIANT is set (the decode steps run none)\n",
                 versus_name.c_str());
   } else if (selected(versus_name)) {

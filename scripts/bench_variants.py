@@ -184,8 +184,7 @@ def measure_flex(variant, length, q, k, v, calls, compiled):
         "soft_cap": lambda s, b, h, qi, ki: CAP * torch.tanh(s / CAP),
         "alibi": lambda s, b, h, qi, ki: s + slopes[h] * (ki - qi),
         "relative_bias": lambda s, b, h, qi, ki: s + table[h, t5_bucket(qi - ki)],
-        "distance_bias": lambda s, b, h, qi, ki: s + table[h, t5_bucket(qi - ki)],
-    }.get(variant)
+    }.get("relative_bias" if variant == "distance_bias" else variant)  # T5 either way
 
     def call():
         return compiled(qb, kb, vb, score_mod=score_mod, block_mask=block_mask)
