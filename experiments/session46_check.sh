@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Forty-sixth session's device checks (GPU machine, OUT set):
+#   verify: the user / library variant GPU tests under auto (tests/gpu/library_variant_test.cpp,
+#     split out last session and not GPU-run since), the Python variant / cascade tests, then
+#     experiments/bench_t5_decode.py (T5 by buckets and by distance in decode, both loops).
+#   t5: C++ bench_prefill, ragged causal b16 h16 D 128 at 1024 / 4096 / 16384, plain and with
+#     T5's bias by buckets and by distance (FLARE_BENCH_VARIANT), then Nsight Compute of the
+#     distance-bias launch and the causal one at 4096 (pipes, issue stalls, instruction mix, and
+#     the SASS lines by stall samples).
+set -uo pipefail
+stage=${1:?verify|t5}
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
+mkdir -p "$OUT"
+if [ "$stage" = verify ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" auto '*UserVariant*:*LibraryVariant*'
+  rm -f "$OUT"/tests_auto_*.log
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "variant or relative or distance or cascade" 2>&1 |
+    tail -n 3
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 150 python3 \
+    "$tree/experiments/bench_t5_decode.py" --calls 20 2>&1 | grep -E "^\||rror")
+fi
+if [ "$stage" = t5 ]; then
+  B=${BUILD:-build-ab}
+  export FLARE_CACHE_DIR=$PWD/$B/jit-cache
+  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLARE_BUILD_TESTS=OFF &&
+    cmake --build "$B" -j"$(nproc)" --target flare &&
+    g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill.cpp -L"$B" -lflare \
+      -Wl,-rpath,"$PWD/$B" -o "$B/bench_prefill"; } >"$OUT/build_bench.log" 2>&1 ||
+    { tail -n 20 "$OUT/build_bench.log"; exit 1; }
+  for variant in none relative_position_bias distance_bias; do
+    echo "-- $variant"
+    if [ $variant = none ]; then
+      FLARE_BENCH_ONLY="causal b16 seq" "$B/bench_prefill" | grep -E "causal b16 seq"
+    else
+      FLARE_BENCH_VARIANT=$variant FLARE_BENCH_ONLY="causal b16 seq" "$B/bench_prefill" |
+        grep -E "causal b16 seq"
+    fi
+  done
+  M=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum
+  for variant in none distance_bias; do
+    env $([ $variant != none ] && echo FLARE_BENCH_VARIANT=$variant) \
+      FLARE_BENCH_ONLY="causal b16 seq ${NCU_LEN:-4096}" timeout 200 ncu -k 'regex:prefill' \
+      --launch-skip 3 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+      --section SchedulerStats --section InstructionStats --section SourceCounters \
+      --metrics $M -f -o "$OUT/ncu_$variant" "$B/bench_prefill" >"$OUT/ncu_$variant.log" 2>&1
+    ncu -i "$OUT/ncu_$variant.ncu-rep" --page details >"$OUT/ncu_$variant.txt" 2>&1
+    ncu -i "$OUT/ncu_$variant.ncu-rep" --page source --csv --print-source sass \
+      >"$OUT/sass_$variant.csv" 2>&1
+    echo "== ncu $variant"
+    grep -E "Duration|Issue Slots Busy|Warp Cycles Per Issued|Executed Ipc A|smsp__inst_executed.sum|pipe_(fma|alu|lsu|xu|tensor)|issue_active|global_op_ld" \
+      "$OUT/ncu_$variant.txt" | head -14
+    python3 experiments/ncu_small_item_stalls.py "$OUT/sass_$variant.csv" 12
+    gzip -f "$OUT/sass_$variant.csv"
+    rm -f "$OUT/ncu_$variant.ncu-rep"
+  done
+fi
