@@ -3,12 +3,15 @@
 #   verify: the user / library variant GPU tests under auto (tests/gpu/library_variant_test.cpp,
 #     split out last session and not GPU-run since), the Python variant / cascade tests, then
 #     experiments/bench_t5_decode.py (T5 by buckets and by distance in decode, both loops).
+#   capture: the destructors-during-a-capture fix (src/jit/cuda_memory.cpp): its GPU test on
+#     this tree's library, then on the same library with RelaxedCaptureScope a no-op (built in
+#     a worktree, loaded with LD_PRELOAD), where it should fail; the Python graph / capture tests; bench_t5_decode.
 #   t5: C++ bench_prefill, ragged causal b16 h16 D 128 at 1024 / 4096 / 16384, plain and with
 #     T5's bias by buckets and by distance (FLARE_BENCH_VARIANT), then Nsight Compute of the
 #     distance-bias launch and the causal one at 4096 (pipes, issue stalls, instruction mix, and
 #     the SASS lines by stall samples).
 set -uo pipefail
-stage=${1:?verify|t5}
+stage=${1:?verify|capture|t5}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -18,6 +21,24 @@ if [ "$stage" = verify ]; then
   rm -f "$OUT"/tests_auto_*.log
   scripts/gpu_check_python.sh "$OUT/py" -q -k "variant or relative or distance or cascade" 2>&1 |
     tail -n 3
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 150 python3 \
+    "$tree/experiments/bench_t5_decode.py" --calls 20 2>&1 | grep -E "^\||rror")
+fi
+if [ "$stage" = capture ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" auto '*DestructorsDuring*:BatchDecodeGraph*:BatchDecodeErrors*'
+  git worktree add -f /tmp/start HEAD >/dev/null 2>&1
+  sed -i 's/if (d_ != nullptr \&\& d_->cuThreadExchangeStreamCaptureMode(&mode_) != kSuccess) d_ = nullptr;/d_ = nullptr;/' \
+    /tmp/start/src/jit/driver_api.h
+  grep -c "^    d_ = nullptr;" /tmp/start/src/jit/driver_api.h
+  { cmake -S /tmp/start -B /tmp/start/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DFLARE_BUILD_TESTS=OFF && cmake --build /tmp/start/build -j"$(nproc)" --target flare; } \
+    >"$OUT/build_start.log" 2>&1 || tail -n 5 "$OUT/build_start.log"
+  echo "-- the test without the relaxed mode (expected: FAILED)"
+  LD_PRELOAD=/tmp/start/build/libflare.so FLARE_CACHE_DIR=$PWD/build-ab/jit-cache \
+    build-ab/flare_gpu_tests --gtest_filter='*DestructorsDuring*' 2>&1 |
+    grep -E "^\[  (PASSED|FAILED) |Failure|error|rror" | head -6
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "capture or graph or collected" 2>&1 | tail -n 3
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 150 python3 \
     "$tree/experiments/bench_t5_decode.py" --calls 20 2>&1 | grep -E "^\||rror")
 fi

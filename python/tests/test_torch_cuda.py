@@ -3,6 +3,7 @@ float64, a CUDA-graph capture of a decode step replayed across changing lengths,
 append on the GPU (prefill: test_prefill_cuda.py). Skipped visibly without PyTorch or without a
 CUDA device."""
 
+import gc
 import math
 
 import numpy as np
@@ -231,6 +232,48 @@ def test_cuda_graph_replay_across_changing_lengths(flashinfer_class):
         expected_o, expected_lse = sdpa_decode(cache, q)
         assert max_error(out, expected_o) <= O_TOLERANCE[torch.bfloat16], f"step {step}"
         assert max_error(lse, expected_lse) <= LSE_TOLERANCE, f"step {step}"
+
+
+def test_wrappers_collected_inside_a_capture_leave_it_valid():
+    """Wrappers freed while torch.cuda.graph captures (its global mode): Python's collector may
+    free a wrapper in a reference cycle at any allocation, inside a capture block too. flare
+    frees its device memory in the relaxed capture mode, so the capture stays valid (in the
+    global mode the driver counted that cuMemFree as unsafe and invalidated the capture:
+    experiments/bench_t5_decode.py's graphs, forty-sixth session)."""
+    cache = GpuPagedCache([9, 40, 300], 2, 64, 16, "NHD", torch.bfloat16, seed=6)
+    q = torch.randn(3, 8, 64, device=DEVICE).to(torch.bfloat16)
+    doomed = []
+    for use_tensor_cores in (False, True):
+        wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD",
+                                                           use_tensor_cores=use_tensor_cores)
+        plan_decode(wrapper, cache, 8, 64, torch.bfloat16)
+        wrapper.run(q, cache.cache)
+        wrapper.cycle = wrapper  # only the collector frees it
+        doomed.append(wrapper)
+    prefill = flare.BatchPrefillWithRaggedKVCacheWrapper(workspace(), "NHD")
+    indptr = torch.tensor([0, 5, 12], dtype=torch.int32)
+    prefill.plan(indptr, indptr, 8, 2, 64, causal=True, q_data_type=torch.bfloat16)
+    qkv = torch.randn(12, 8, 64, device=DEVICE).to(torch.bfloat16)
+    prefill.run(qkv, qkv[:, :2].contiguous(), qkv[:, :2].contiguous())
+    prefill.cycle = prefill
+    doomed.append(prefill)
+    bufs = [torch.zeros(n, dtype=torch.int32, device=DEVICE) for n in (4, 64, 3)]
+    captured = flare.BatchDecodeWithPagedKVCacheWrapper(
+        workspace(), "NHD", use_cuda_graph=True, paged_kv_indptr_buffer=bufs[0],
+        paged_kv_indices_buffer=bufs[1], paged_kv_last_page_len_buffer=bufs[2])
+    plan_decode(captured, cache, 8, 64, torch.bfloat16)
+    out = captured.run(q, cache.cache)
+    expected = out.clone()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        del doomed[:], wrapper, prefill
+        assert gc.collect() > 0
+        captured.run(q, cache.cache, out=out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, expected)
 
 
 def test_capturing_a_wrapper_without_cuda_graph_raises():

@@ -18,8 +18,14 @@ Context current_context(const driver::Api& d, const char* what) {
   return context;
 }
 
-// Runs `release` with `context` current, restoring the thread's context afterwards. Errors are
-// ignored: destructors cannot report them, and at process exit the driver may be gone.
+// Runs `release` with `context` current, restoring the thread's context afterwards, in the
+// relaxed stream-capture mode: a buffer may die while some stream of the process is being
+// captured into a CUDA graph (a wrapper collected by Python's garbage collector inside a
+// `torch.cuda.graph` block, which captures in the global mode), and in the global or
+// thread-local mode the driver counts cuMemFree as an unsafe call and invalidates that capture
+// ("operation failed due to a previous error during capture"). The freed memory is the dying
+// object's own, which no capture in progress reads. Errors are ignored: destructors cannot
+// report them, and at process exit the driver may be gone.
 template <class Release>
 void release_in_context(Context context, Release release) {
   const driver::Api* d = driver::try_api();
@@ -28,7 +34,10 @@ void release_in_context(Context context, Release release) {
   const bool switch_context =
       d->cuCtxGetCurrent(&current) == driver::kSuccess && current != context;
   if (switch_context && d->cuCtxPushCurrent_v2(context) != driver::kSuccess) return;
-  release(*d);
+  {
+    const driver::RelaxedCaptureScope relaxed(d);
+    release(*d);
+  }
   if (switch_context) {
     Context popped = nullptr;
     d->cuCtxPopCurrent_v2(&popped);

@@ -22,7 +22,6 @@ using CUgraphExec = struct CUgraphExec_st*;
 // Values from cuda.h.
 constexpr unsigned kEventDisableTiming = 0x2;
 constexpr unsigned kStreamNonBlocking = 0x1;
-constexpr int kCaptureModeThreadLocal = 1;
 constexpr CUresult kErrorNotReady = 600;
 
 struct SyncApi {
@@ -86,7 +85,9 @@ Event::Event(bool timing) {
   check(sync_api().cuEventCreate(&event_, timing ? 0u : kEventDisableTiming), "cuEventCreate");
 }
 Event::~Event() {
-  if (event_ != nullptr) sync_api().cuEventDestroy_v2(event_);
+  if (event_ == nullptr) return;
+  const driver::RelaxedCaptureScope relaxed(driver::try_api());  // see driver_api.h
+  sync_api().cuEventDestroy_v2(event_);
 }
 Event::Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
 Event& Event::operator=(Event&& other) noexcept {
@@ -111,7 +112,9 @@ OwnedStream::OwnedStream() {
   check(sync_api().cuStreamCreate(&stream_, kStreamNonBlocking), "cuStreamCreate");
 }
 OwnedStream::~OwnedStream() {
-  if (stream_ != nullptr) sync_api().cuStreamDestroy_v2(stream_);
+  if (stream_ == nullptr) return;
+  const driver::RelaxedCaptureScope relaxed(driver::try_api());  // see driver_api.h
+  sync_api().cuStreamDestroy_v2(stream_);
 }
 OwnedStream::OwnedStream(OwnedStream&& other) noexcept
     : stream_(std::exchange(other.stream_, nullptr)) {}
@@ -120,9 +123,9 @@ OwnedStream& OwnedStream::operator=(OwnedStream&& other) noexcept {
   return *this;
 }
 
-Graph::Graph(Stream stream, const std::function<void()>& body) {
+Graph::Graph(Stream stream, const std::function<void()>& body, CaptureMode mode) {
   const SyncApi& d = sync_api();
-  check(d.cuStreamBeginCapture_v2(stream, kCaptureModeThreadLocal), "cuStreamBeginCapture");
+  check(d.cuStreamBeginCapture_v2(stream, static_cast<int>(mode)), "cuStreamBeginCapture");
   try {
     body();
   } catch (...) {

@@ -33,6 +33,7 @@ enum DeviceAttribute : int {
 inline constexpr int kFuncAttrMaxDynamicSharedSizeBytes = 8;
 inline constexpr unsigned kMemHostAllocPortable = 0x01;
 inline constexpr int kStreamCaptureStatusNone = 0;
+inline constexpr int kStreamCaptureModeRelaxed = 2;  // CU_STREAM_CAPTURE_MODE_RELAXED
 inline constexpr int kLaunchAttributeProgrammaticStreamSerialization = 6;
 
 // CUlaunchAttribute and CUlaunchConfig (cuda.h), as cuLaunchKernelEx reads them.
@@ -82,6 +83,7 @@ struct Api {
   CUresult (*cuMemsetD8Async)(CUdeviceptr dst, unsigned char value, size_t bytes, Stream stream);
   CUresult (*cuStreamSynchronize)(Stream stream);
   CUresult (*cuStreamIsCapturing)(Stream stream, int* status);
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int* mode);
   CUresult (*cuModuleLoadData)(Module* module, const void* image);
   CUresult (*cuModuleGetFunction)(Function* function, Module module, const char* name);
   CUresult (*cuLaunchKernel)(Function function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
@@ -99,6 +101,26 @@ struct Api {
                                      const unsigned long long* strides, const unsigned* box,
                                      const unsigned* element_strides, int interleave, int swizzle,
                                      int l2_promotion, int oob_fill);
+};
+
+// The calling thread in the relaxed stream-capture mode while it lives, the thread's mode back
+// after: for destructors, whose driver calls (cuMemFree, cuStreamDestroy) the global and
+// thread-local modes count as unsafe during any capture in progress and answer by invalidating
+// that capture (src/jit/cuda_memory.cpp, release_in_context). Does nothing without a driver.
+class RelaxedCaptureScope {
+ public:
+  explicit RelaxedCaptureScope(const Api* d) : d_(d) {
+    if (d_ != nullptr && d_->cuThreadExchangeStreamCaptureMode(&mode_) != kSuccess) d_ = nullptr;
+  }
+  ~RelaxedCaptureScope() {
+    if (d_ != nullptr) d_->cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
+  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
+
+ private:
+  const Api* d_;
+  int mode_ = kStreamCaptureModeRelaxed;  // then the thread's own, to restore
 };
 
 // The loaded table after a successful cuInit with at least one device, else nullptr (the

@@ -58,6 +58,7 @@ std::string resolve_all(void* library, Api& t) {
   FLARE_RESOLVE(cuMemsetD8Async);
   FLARE_RESOLVE(cuStreamSynchronize);
   FLARE_RESOLVE(cuStreamIsCapturing);
+  FLARE_RESOLVE(cuThreadExchangeStreamCaptureMode);
   FLARE_RESOLVE(cuModuleLoadData);
   FLARE_RESOLVE(cuModuleGetFunction);
   FLARE_RESOLVE(cuLaunchKernel);

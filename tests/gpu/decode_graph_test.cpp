@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -275,6 +276,46 @@ TEST_F(BatchDecodeErrors, CapturingWithoutGraphModeThrows) {
                                               stream.get());
                                  }),
                      ErrorCode::kInvalidArgument, "use_cuda_graph");
+}
+
+// Destructors during a capture: a decode object, device and pinned buffers, a stream and an
+// event destroyed while another stream is being captured in the global mode (PyTorch's default;
+// a wrapper collected by Python's garbage collector inside a torch.cuda.graph block) leave that
+// capture valid, and its replay computes the step: flare frees in the relaxed capture mode. In
+// the global mode the driver counts cuMemFree as unsafe and invalidated the capture
+// (bench_t5_decode.py's graphs, forty-sixth session).
+TEST_F(BatchDecodeErrors, DestructorsDuringAGlobalCaptureLeaveItValid) {
+  BatchDecodeConfig graph_mode = config_;
+  graph_mode.use_cuda_graph = true;
+  BatchDecode captured(graph_mode);
+  plan(captured);
+  std::optional<BatchDecode> doomed(std::in_place, config_);
+  plan(*doomed);
+  doomed->run(q_->view, kv_->paged, out_->o_view, std::nullopt, nullptr);
+  std::optional<cuda::DeviceBuffer> buffer(std::in_place, size_t{1} << 20);
+  std::optional<cuda::PinnedBuffer> pinned(std::in_place, size_t{4096});
+  std::optional<cuda::OwnedStream> other(std::in_place);
+  std::optional<cuda::Event> event(std::in_place);
+  out_->poison(nullptr);
+  cuda::device_synchronize();
+  const cuda::OwnedStream stream;
+  std::optional<cuda::Graph> graph;
+  ASSERT_NO_THROW(graph.emplace(
+      stream.get(),
+      [&] {
+        doomed.reset();
+        buffer.reset();
+        pinned.reset();
+        other.reset();
+        event.reset();
+        captured.run(q_->view, kv_->paged, out_->o_view, out_->lse_view, stream.get());
+      },
+      cuda::CaptureMode::kGlobal));
+  graph->launch(stream.get());
+  cuda::stream_synchronize(stream.get());
+  const gpu_testing::Reference ref = gpu_testing::reference_decode(query_.view, *cache_, {});
+  const testing::ErrorStats err = testing::error_stats(out_->o_host().view(), ref.o.view());
+  EXPECT_LE(err.max_abs, kOutputTolerance) << err;
 }
 
 // The small case scripts/gpu_check.sh runs under compute-sanitizer memcheck and racecheck:

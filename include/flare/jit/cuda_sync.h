@@ -46,11 +46,18 @@ class OwnedStream {
   Stream stream_ = nullptr;
 };
 
-// An instantiated CUDA graph: the work `body` enqueues on `stream` while captured (thread-local
-// capture mode), replayed by launch().
+// The interaction of a capture with calls the driver counts as unsafe (cuMemAlloc, cuMemFree,
+// synchronizations; CUstreamCaptureMode): kGlobal, one from any thread of the process
+// invalidates the capture (PyTorch's default for torch.cuda.graph); kThreadLocal, one from the
+// capturing thread; kRelaxed, none.
+enum class CaptureMode : int { kGlobal = 0, kThreadLocal = 1, kRelaxed = 2 };
+
+// An instantiated CUDA graph: the work `body` enqueues on `stream` while captured, replayed by
+// launch().
 class Graph {
  public:
-  Graph(Stream stream, const std::function<void()>& body);
+  Graph(Stream stream, const std::function<void()>& body,
+        CaptureMode mode = CaptureMode::kThreadLocal);
   ~Graph();
   Graph(Graph&& other) noexcept;
   Graph& operator=(Graph&& other) noexcept;
