@@ -6,12 +6,13 @@
 #   capture: the destructors-during-a-capture fix (src/jit/cuda_memory.cpp): its GPU test on
 #     this tree's library, then on the same library with RelaxedCaptureScope a no-op (built in
 #     a worktree, loaded with LD_PRELOAD), where it should fail; the Python graph / capture tests; bench_t5_decode.
+#   control: only that test, with and without the relaxed mode.
 #   t5: C++ bench_prefill, ragged causal b16 h16 D 128 at 1024 / 4096 / 16384, plain and with
 #     T5's bias by buckets and by distance (FLARE_BENCH_VARIANT), then Nsight Compute of the
 #     distance-bias launch and the causal one at 4096 (pipes, issue stalls, instruction mix, and
 #     the SASS lines by stall samples).
 set -uo pipefail
-stage=${1:?verify|capture|t5}
+stage=${1:?verify|capture|control|t5}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -24,10 +25,13 @@ if [ "$stage" = verify ]; then
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 150 python3 \
     "$tree/experiments/bench_t5_decode.py" --calls 20 2>&1 | grep -E "^\||rror")
 fi
-if [ "$stage" = capture ]; then
+if [ "$stage" = capture ] || [ "$stage" = control ]; then
   source experiments/family_tests.sh
-  family_tests "$PWD" auto '*DestructorsDuring*:BatchDecodeGraph*:BatchDecodeErrors*'
-  git worktree add -f /tmp/start HEAD >/dev/null 2>&1
+  [ "$stage" = capture ] &&
+    family_tests "$PWD" auto '*DestructorsDuring*:*BatchDecodeGraph*:BatchDecodeErrors*'
+  [ "$stage" = control ] && family_tests "$PWD" auto '*DestructorsDuring*'
+  rm -rf /tmp/start && mkdir -p /tmp/start &&
+    tar --exclude='./build*' --exclude=./.git -cf - . | tar -xf - -C /tmp/start
   sed -i 's/if (d_ != nullptr \&\& d_->cuThreadExchangeStreamCaptureMode(&mode_) != kSuccess) d_ = nullptr;/d_ = nullptr;/' \
     /tmp/start/src/jit/driver_api.h
   grep -c "^    d_ = nullptr;" /tmp/start/src/jit/driver_api.h
@@ -38,6 +42,8 @@ if [ "$stage" = capture ]; then
   LD_PRELOAD=/tmp/start/build/libflare.so FLARE_CACHE_DIR=$PWD/build-ab/jit-cache \
     build-ab/flare_gpu_tests --gtest_filter='*DestructorsDuring*' 2>&1 |
     grep -E "^\[  (PASSED|FAILED) |Failure|error|rror" | head -6
+fi
+if [ "$stage" = capture ]; then
   scripts/gpu_check_python.sh "$OUT/py" -q -k "capture or graph or collected" 2>&1 | tail -n 3
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 150 python3 \
     "$tree/experiments/bench_t5_decode.py" --calls 20 2>&1 | grep -E "^\||rror")
