@@ -7,12 +7,16 @@
 #     this tree's library, then on the same library with RelaxedCaptureScope a no-op (built in
 #     a worktree, loaded with LD_PRELOAD), where it should fail; the Python graph / capture tests; bench_t5_decode.
 #   control: only that test, with and without the relaxed mode.
+#   ab: the distance bias's far entry loaded once an item (init) against once a tile: its GPU
+#     tests under auto and fa2, then C++ bench_prefill of both libraries (the base: this tree
+#     with experiments/ab_base.patch reversed, loaded with LD_PRELOAD) in two rounds, causal
+#     beside them; then bench_t5_decode.py on this tree.
 #   t5: C++ bench_prefill, ragged causal b16 h16 D 128 at 1024 / 4096 / 16384, plain and with
 #     T5's bias by buckets and by distance (FLARE_BENCH_VARIANT), then Nsight Compute of the
 #     distance-bias launch and the causal one at 4096 (pipes, issue stalls, instruction mix, and
 #     the SASS lines by stall samples).
 set -uo pipefail
-stage=${1:?verify|capture|control|t5}
+stage=${1:?verify|capture|control|t5|ab}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -82,4 +86,31 @@ if [ "$stage" = t5 ]; then
     gzip -f "$OUT/sass_$variant.csv"
     rm -f "$OUT/ncu_$variant.ncu-rep"
   done
+fi
+if [ "$stage" = ab ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" auto '*DistanceBias*:*DistanceTables*:*UserVariantPrefill*'
+  family_tests "$PWD" fa2 '*DistanceBias*:*UserVariantPrefill*'
+  export FLARE_CACHE_DIR=$PWD/build-ab/jit-cache
+  g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill.cpp -Lbuild-ab -lflare \
+    -Wl,-rpath,"$PWD/build-ab" -o build-ab/bench_prefill || exit 1
+  rm -rf /tmp/base && mkdir -p /tmp/base &&
+    tar --exclude='./build*' --exclude=./.git -cf - . | tar -xf - -C /tmp/base
+  (cd /tmp/base && patch -R -p1 <experiments/ab_base.patch >/dev/null) || echo "patch -R failed"
+  { cmake -S /tmp/base -B /tmp/base/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DFLARE_BUILD_TESTS=OFF && cmake --build /tmp/base/build -j"$(nproc)" --target flare; } \
+    >"$OUT/build_base.log" 2>&1 || tail -n 5 "$OUT/build_base.log"
+  for round in 1 2; do
+    for lib in base new; do
+      echo "-- round $round, $lib"
+      pre=$([ $lib = base ] && echo /tmp/base/build/libflare.so)
+      LD_PRELOAD=$pre FLARE_BENCH_VARIANT=distance_bias FLARE_BENCH_ONLY="causal b16 seq" \
+        build-ab/bench_prefill | grep -E "causal b16 seq"
+    done
+    echo "-- round $round, causal"
+    FLARE_BENCH_ONLY="causal b16 seq" build-ab/bench_prefill | grep -E "causal b16 seq"
+  done
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "distance" 2>&1 | tail -n 1
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 150 python3 \
+    "$tree/experiments/bench_t5_decode.py" --calls 20 2>&1 | grep -E "^\||rror")
 fi

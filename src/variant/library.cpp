@@ -124,34 +124,41 @@ UserVariant distance_bias() {
   v.requires_causal = true;
   // Keys at least W - 1 behind the query all take the row's last entry, so a key range of only
   // those has constant logits offsets (kLogitsAffineOnSomeKeys, slope 0): the Hopper prefill
-  // takes causal attention's one FMA a logit there, the entry folded into the exp2 offset. The
-  // near keys cost one load and one unsigned min, no branch: the keys after the query (a
-  // negative distance, a large unsigned one) take the last entry and the causal mask drops them.
+  // takes causal attention's one FMA a logit there, the entry (held in a register from init())
+  // folded into the exp2 offset. The other keys cost one load and one unsigned min, no branch:
+  // the keys after the query (a negative distance, a large unsigned one) take the last entry
+  // and the causal mask drops them.
   v.source = R"(
 struct Variant : flare::VariantBase {
-  // Two registers a row (the kernels hold every row's state across a work item): the row's
-  // first entry (below 2^31: run() refuses larger tables, kTableExtent) and its query position;
-  // the table's address and width are kernel parameters, not registers.
+  // Three registers a row (the kernels hold every row's state across a work item): the row's
+  // first entry (below 2^31: run() refuses larger tables, kTableExtent), its query position
+  // and its last entry; the table's address and width are kernel parameters.
   int row_offset;
   int q_pos;
+  float far_bias;  // bias[h][W - 1], for every key W - 1 or more back
   __device__ static int last(const flare::VariantParams& p) {
     return Tensors::bias_extent(p, 1) - 1;
   }
   __device__ void init(const flare::VariantParams& p, const flare::RowContext& row) {
     row_offset = row.qo_head * Tensors::bias_extent(p, 1);
     q_pos = row.q_pos;
+    // Loaded once a row and item: in logits_affine_on, once a tile, the load sat on every
+    // tile's way into the softmax (3.3% of the stall samples at 4096, forty-sixth session).
+    far_bias = Tensors::bias(p)[row_offset + last(p)];
   }
   static constexpr bool kLogitsAffineOnSomeKeys = true;
   static constexpr bool kLogitsAffineSlopeIsZero = true;
   // Every key of [kv_first, kv_last] takes the last entry when the nearest one does.
   __device__ bool logits_affine_on(const flare::VariantParams& p, int, int kv_last, float& base,
                                    float& slope) const {
-    base = Tensors::bias(p)[row_offset + last(p)] * flare::kLog2e;
+    base = far_bias * flare::kLog2e;
     slope = 0.0f;
     return q_pos - kv_last >= last(p);
   }
   // A plain load, not __ldg: with the read-only path ptxas issued a tile's 64 loads of a thread
   // ahead of their use and spilled 180-240 bytes at the Hopper family's 128 x 128 tiles.
+  // (A far key taking far_bias instead of the load, a select, spilled 8-16 bytes at 128 x 64
+  // mma.sync and 128 x 128 Hopper tiles.)
   __device__ float logits_transform(const flare::VariantParams& p, float s, int kv_pos) const {
     const unsigned n = min(static_cast<unsigned>(q_pos - kv_pos), static_cast<unsigned>(last(p)));
     return fmaf(Tensors::bias(p)[row_offset + static_cast<int>(n)], flare::kLog2e, s);
