@@ -11,12 +11,15 @@
 #     tests under auto and fa2, then C++ bench_prefill of both libraries (the base: this tree
 #     with experiments/ab_base.patch reversed, loaded with LD_PRELOAD) in two rounds, causal
 #     beside them; then bench_t5_decode.py on this tree.
+#   decode: the CUDA-core decode loop on logits_affine_on's tiles (kernels/decode_cuda_core.cuh):
+#     the user / library variant GPU tests under auto, bench_t5_decode.py, then
+#     bench_variants.py (flare, eager) for causal and T5 by buckets and by distance.
 #   t5: C++ bench_prefill, ragged causal b16 h16 D 128 at 1024 / 4096 / 16384, plain and with
 #     T5's bias by buckets and by distance (FLARE_BENCH_VARIANT), then Nsight Compute of the
 #     distance-bias launch and the causal one at 4096 (pipes, issue stalls, instruction mix, and
 #     the SASS lines by stall samples).
 set -uo pipefail
-stage=${1:?verify|capture|control|t5|ab}
+stage=${1:?verify|capture|control|t5|ab|decode}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -113,4 +116,15 @@ if [ "$stage" = ab ]; then
   scripts/gpu_check_python.sh "$OUT/py" -q -k "distance" 2>&1 | tail -n 1
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 150 python3 \
     "$tree/experiments/bench_t5_decode.py" --calls 20 2>&1 | grep -E "^\||rror")
+fi
+if [ "$stage" = decode ]; then
+  source experiments/family_tests.sh
+  family_tests "$PWD" auto '*UserVariant*'
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "variant or relative or distance" 2>&1 | tail -n 1
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 150 python3 \
+    "$tree/experiments/bench_t5_decode.py" --calls 20 2>&1 | grep -E "^\||rror")
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 200 python3 \
+    "$tree/scripts/bench_variants.py" --lengths 2048,4096,8192,16384 --calls 10 \
+    --libraries flare --variants causal,relative_bias,distance_bias \
+    --json "$OUT/variants.json" 2>&1 | grep -vE "Warning|warn|INFO" | grep -E "time|^\| (causal|rel|dist)")
 fi

@@ -182,12 +182,29 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
 #pragma unroll
   for (int k = 0; k < T::kRowsPerLane; ++k) {
     constexpr int kPerRow = T::kValuesPerLane < kTokens ? T::kValuesPerLane : kTokens;
+    // Where the variant's logits are affine on this group's keys of the tile
+    // (has_affine_logits_on_some_keys: T5's far keys, one constant a row), the logit is s + base
+    // + slope * offset, without logits_transform: for a bias table, no load a key (the distance
+    // bias's per-key loads of its last entry cost 13-22% at b64 kv8192, forty-sixth session).
+    float affine_base = 0.0f, affine_slope = 0.0f;
+    bool affine = false;
+    if constexpr (has_affine_logits_on_some_keys<Variant>) {
+      affine = variant[k].logits_affine_on(p.variant, first_token,
+                                           first_token + (kTokens - 1) * T::kGroups, affine_base,
+                                           affine_slope);
+    }
+    const auto logit = [&](float x, int token) {
+      if constexpr (has_affine_logits_on_some_keys<Variant>) {
+        if (affine) return fmaf(affine_slope, static_cast<float>(token - first_token), x + affine_base);
+      }
+      return variant[k].logits_transform(p.variant, x, token);
+    };
     if constexpr (!Variant::use_softmax) {  // the weights themselves; m stays 0
 #pragma unroll
       for (int j = k * kPerRow; j < (k + 1) * kPerRow; ++j) {
         const int token = first_token + ((lane_scores.base + j) % kTokens) * T::kGroups;
         const bool visible = token < g.kv_hi && variant[k].logits_mask(token);
-        s[j] = visible ? variant[k].logits_transform(p.variant, s[j], token) : 0.0f;
+        s[j] = visible ? logit(s[j], token) : 0.0f;
       }
       rescale[k] = 1.0f;
       continue;
@@ -197,7 +214,7 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
     for (int j = k * kPerRow; j < (k + 1) * kPerRow; ++j) {
       const int token = first_token + ((lane_scores.base + j) % kTokens) * T::kGroups;
       const bool visible = token < g.kv_hi && variant[k].logits_mask(token);
-      s[j] = visible ? variant[k].logits_transform(p.variant, s[j], token) : negative_infinity();
+      s[j] = visible ? logit(s[j], token) : negative_infinity();
       tile_max = fmaxf(tile_max, s[j]);
     }
     if (T::kValuesPerLane < kTokens) tile_max = across_token_lanes(tile_max, MaxOp());

@@ -239,10 +239,12 @@ constexpr bool has_affine_logits = variant_detail::affine_logits<V>::value;
 // slope) const`, true only when for every kv_pos in [kv_first, kv_last] logits_transform(p, s,
 // kv_pos) is s + base + slope * (kv_pos - kv_first), with base and slope set. The Hopper
 // family's softmax asks once per row and tile for the thread's columns and, where true, takes the
-// two-FMA path of has_affine_logits; elsewhere logits_transform per logit. T5's relative
-// position bias is one constant per row past max_distance (its last bucket): all but the few
-// tiles near the diagonal of a long row (docs/perf.md, thirty-fourth session). The other
-// families call logits_transform per logit.
+// two-FMA path of has_affine_logits; elsewhere logits_transform per logit. The CUDA-core decode
+// loop asks once per row and tile for its group's keys (then no logits_transform: a bias table's
+// far keys cost no load). T5's relative position bias is one constant per row past max_distance
+// (its last bucket): all but the few tiles near the diagonal of a long row (docs/perf.md,
+// thirty-fourth session). The mma.sync prefill and the tensor-core decode loop call
+// logits_transform per logit.
 template <class V>
 constexpr bool has_affine_logits_on_some_keys =
     variant_detail::affine_logits_on_some_keys<V>::value;
