@@ -5,6 +5,7 @@ BatchDecodeWithPagedKVCacheWrapper without a variant, with flare.variants.relati
 distance, t5_distance_bias) on both loops; bench_python's decode inputs (bf16, 32 query / 8 KV
 heads, D 128, page 16); GPU time per call from a CUDA-graph replay; the two T5 outputs compared.
 Usage (GPU machine, PYTHONPATH=scripts): python3 experiments/bench_t5_decode.py [--calls 20]
+  [--shapes 64x8192,...] [--order distance,buckets,plain] [--loops cuda,tensor]
 """
 import torch
 
@@ -35,16 +36,26 @@ def measure(batch, inputs, tensor_cores, kind, calls):
     return graph_us(lambda: wrapper.run(q, cache, out=out, **kwargs), calls), out
 
 
+def add_arguments(parser):
+    parser.add_argument("--shapes", default=",".join(f"{b}x{n}" for b, n in SHAPES),
+                        help="batch x KV length, comma-separated")
+    parser.add_argument("--order", default="plain,buckets,distance",
+                        help="the order the three kinds are measured in")
+    parser.add_argument("--loops", default="cuda,tensor")
+
+
 def main():
-    args = small_op_arguments(__doc__)
+    args = small_op_arguments(__doc__, add_arguments)
+    shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
+    loops = [loop == "tensor" for loop in args.loops.split(",")]
     print("| decode | loop | plain us | T5 buckets us | T5 distance us | buckets / plain | "
           "distance / plain | max abs(buckets - distance) |")
     print("|---|---|---|---|---|---|---|---|")
-    for batch, kv_len in SHAPES:
+    for batch, kv_len in shapes:
         inputs = decode_inputs(batch, kv_len)
-        for tensor_cores in (False, True):
+        for tensor_cores in loops:
             results = {}
-            for kind in ("plain", "buckets", "distance"):
+            for kind in args.order.split(","):
                 results[kind] = guarded(f"{kind} b{batch} kv{kv_len} tc={tensor_cores}",
                                         lambda: measure(batch, inputs, tensor_cores, kind,
                                                         args.calls))
@@ -56,7 +67,7 @@ def main():
             print(f"| b{batch} kv{kv_len} | {'tensor cores' if tensor_cores else 'CUDA cores'} | "
                   f"{plain:.1f} | {buckets:.1f} | {distance:.1f} | {buckets / plain:.3f} | "
                   f"{distance / plain:.3f} | {diff:.2e} |", flush=True)
-        del inputs
+        inputs = None  # the cache freed before the next shape
         torch.cuda.empty_cache()
 
 
