@@ -7,10 +7,11 @@
 #     this tree's library, then on the same library with RelaxedCaptureScope a no-op (built in
 #     a worktree, loaded with LD_PRELOAD), where it should fail; the Python graph / capture tests; bench_t5_decode.
 #   control: only that test, with and without the relaxed mode.
-#   ab: the distance bias's far entry loaded once an item (init) against once a tile: its GPU
-#     tests under auto and fa2, then C++ bench_prefill of both libraries (the base: this tree
-#     with experiments/ab_base.patch reversed, loaded with LD_PRELOAD) in two rounds, causal
-#     beside them; then bench_t5_decode.py on this tree.
+#   ab: this tree against itself with experiments/ab_base.patch reversed (untracked, carried;
+#     the change under test, e.g. the distance bias's far entry once an item, or the row pairs'
+#     shared loads): the distance-bias GPU tests under auto and fa2, memcheck of the prefill
+#     one, then C++ bench_prefill of both libraries (the base loaded with LD_PRELOAD) in two
+#     rounds, causal beside them; then bench_variants.py (flare: causal, distance bias).
 #   decode: the CUDA-core decode loop on logits_affine_on's tiles (kernels/decode_cuda_core.cuh):
 #     the user / library variant GPU tests under auto, bench_t5_decode.py, then
 #     bench_variants.py (flare, eager) for causal and T5 by buckets and by distance.
@@ -95,6 +96,9 @@ if [ "$stage" = ab ]; then
   family_tests "$PWD" auto '*DistanceBias*:*DistanceTables*:*UserVariantPrefill*'
   family_tests "$PWD" fa2 '*DistanceBias*:*UserVariantPrefill*'
   export FLARE_CACHE_DIR=$PWD/build-ab/jit-cache
+  compute-sanitizer --tool memcheck --error-exitcode 99 build-ab/flare_gpu_tests \
+    --gtest_filter='UserVariantPrefill.LibraryDistanceBias*' >"$OUT/memcheck.log" 2>&1
+  echo "memcheck: exit $? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1)"
   g++ -O2 -std=c++20 -Iinclude -I. scripts/bench_prefill.cpp -Lbuild-ab -lflare \
     -Wl,-rpath,"$PWD/build-ab" -o build-ab/bench_prefill || exit 1
   rm -rf /tmp/base && mkdir -p /tmp/base &&
@@ -114,8 +118,10 @@ if [ "$stage" = ab ]; then
     FLARE_BENCH_ONLY="causal b16 seq" build-ab/bench_prefill | grep -E "causal b16 seq"
   done
   scripts/gpu_check_python.sh "$OUT/py" -q -k "distance" 2>&1 | tail -n 1
-  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 150 python3 \
-    "$tree/experiments/bench_t5_decode.py" --calls 20 2>&1 | grep -E "^\||rror")
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 200 python3 \
+    "$tree/scripts/bench_variants.py" --lengths 1024,2048,4096,8192,16384 --calls 10 \
+    --libraries flare --variants causal,distance_bias \
+    --json "$OUT/variants.json" 2>&1 | grep -vE "Warning|warn|INFO" | grep -E "time")
 fi
 if [ "$stage" = decode ]; then
   source experiments/family_tests.sh

@@ -138,6 +138,52 @@ __device__ __forceinline__ float logit_of(const PrefillParams& p, const RowInfo&
   return s;
 }
 
+// The tile's logits into s where the variant's logits are by distance (kLogitsByDistance): each
+// fmaf(q.k, scale, bias), the bias logits_transform(p, 0, pos). A thread holds rows r and r + 8
+// of each m16 tile; where they are one distance_key()'s tokens q and q + 8 (MHA), row r + 8's
+// bias at column c is row r's at column c - 8, taken from the load before: 34 table loads for
+// the thread's 64 logits, not 64. Other row pairs (GQA packing, the item's last rows) take
+// their own.
+__device__ __forceinline__ void distance_logits(const PrefillParams& p, const RowInfo& rows,
+                                                int first_col, float q_scale,
+                                                float (&s)[T::kMmaQ][T::kTilesS][4]) {
+#pragma unroll
+  for (int mi = 0; mi < T::kMmaQ; ++mi) {
+    const Variant& upper = rows.variant[mi][0];
+    const Variant& lower = rows.variant[mi][1];
+    if (upper.distance_key() == lower.distance_key() &&
+        rows.q_pos[mi][1] == rows.q_pos[mi][0] + 8) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[mi][0][2 + e] =
+            fmaf(s[mi][0][2 + e], q_scale, lower.logits_transform(p.variant, 0.0f, first_col + e));
+      }
+#pragma unroll
+      for (int nj = 0; nj < T::kTilesS; ++nj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float bias = upper.logits_transform(p.variant, 0.0f, first_col + nj * 8 + e);
+          s[mi][nj][e] = fmaf(s[mi][nj][e], q_scale, bias);
+          if (nj + 1 < T::kTilesS) s[mi][nj + 1][2 + e] = fmaf(s[mi][nj + 1][2 + e], q_scale, bias);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int nj = 0; nj < T::kTilesS; ++nj) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            s[mi][nj][2 * h + e] =
+                fmaf(s[mi][nj][2 * h + e], q_scale,
+                     rows.variant[mi][h].logits_transform(p.variant, 0.0f, first_col + nj * 8 + e));
+          }
+        }
+      }
+    }
+  }
+}
+
 // The softmax with a fixed offset (kernels/variant.cuh has_logits_bound): each probability is
 // exp2(logit - offset) straight after its logit, no row max, no rescale; m holds the offset
 // for the lse.
@@ -213,6 +259,9 @@ softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& 
   // Logits s * q_scale + base on this tile (kOffsetLogitsOnSomeKeys, q_scale > 0): x stays q.k,
   // its max maps to the logits' max, and base joins the exp2 argument's offset.
   constexpr bool kOffset = kAffine && kOffsetLogitsOnSomeKeys;
+  // Logits by distance (kLogitsByDistance) off the affine path: s holds them from here.
+  constexpr bool kByDistance = !kAffine && kLogitsByDistance;
+  if constexpr (kByDistance) distance_logits(p, rows, first_col, q_scale, s);
   bool any_moved = false;
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
@@ -224,9 +273,10 @@ softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& 
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int pos = first_col + nj * 8 + e;
-          float x = kOffset ? s[mi][nj][2 * h + e]
-                            : logit_of<kAffine>(p, rows, affine, q_scale, s[mi][nj][2 * h + e], mi,
-                                                h, nj, e, pos);
+          float x = kOffset || kByDistance
+                        ? s[mi][nj][2 * h + e]
+                        : logit_of<kAffine>(p, rows, affine, q_scale, s[mi][nj][2 * h + e], mi, h,
+                                            nj, e, pos);
           if (!visible<kBegin, kEnd>(g, rows, mi, h, nj, e, pos)) x = negative_infinity();
           s[mi][nj][2 * h + e] = x;
           tile_max = fmaxf(tile_max, x);

@@ -147,6 +147,13 @@ constexpr bool kOffsetLogitsOnSomeKeys =
 constexpr bool kRowStatesPerItem = T::kWarpgroup && !kLinearLogits &&
                                    !__is_base_of(StandardVariant, Variant) &&
                                    !(T::kPaged && T::kQueryTile * T::kKvTile >= 128 * 128);
+// Logits by the query-key distance (has_logits_by_distance: T5's table per distance), softmax
+// only: where logits_transform runs, a thread's two rows 8 tokens apart share their bias loads
+// (prefill_softmax.cuh distance_logits). Not in the Hopper family's units that rebuild the row
+// states every tile (paged 128 x 128): there it spilled 208 bytes.
+constexpr bool kLogitsByDistance = !kLinearLogits && Variant::use_softmax &&
+                                   has_logits_by_distance<Variant> &&
+                                   (!T::kWarpgroup || kRowStatesPerItem);
 // Bounded logits (has_logits_bound: soft-cap) with bfloat16 probabilities in the Hopper family:
 // the softmax subtracts a fixed offset instead of a running max (kernels/variant.cuh). float16
 // probabilities overflow past 2^16: no fixed offset there.

@@ -198,6 +198,8 @@ FLARE_VARIANT_OPTIONAL_FLAG(affine_logits, kLogitsAffineInKvPos);
 FLARE_VARIANT_OPTIONAL_FLAG(affine_logits_on_some_keys, kLogitsAffineOnSomeKeys);
 // Whether the slope logits_affine_on returns is always 0.
 FLARE_VARIANT_OPTIONAL_FLAG(affine_slope_is_zero, kLogitsAffineSlopeIsZero);
+// Whether V's logits are q.k plus a function of the query-key distance (has_logits_by_distance).
+FLARE_VARIANT_OPTIONAL_FLAG(logits_by_distance, kLogitsByDistance);
 #undef FLARE_VARIANT_OPTIONAL_FLAG
 }  // namespace variant_detail
 // Whether a kernel must check V's mask on every key (not only around visible_begin or
@@ -257,6 +259,19 @@ constexpr bool has_affine_logits_on_some_keys =
 template <class V>
 constexpr bool has_offset_logits_on_some_keys =
     has_affine_logits_on_some_keys<V>&& variant_detail::affine_slope_is_zero<V>::value;
+
+// Optional, for logits that are the scaled q.k plus a bias by the query-key distance (T5's table
+// per distance, flare::variants::distance_bias): a variant may declare `static constexpr bool
+// kLogitsByDistance = true;` with `__device__ int distance_key() const`, promising that
+// logits_transform(p, s, kv_pos) == s + logits_transform(p, 0, kv_pos) (up to rounding), and
+// that two rows whose distance_key() are equal, with query positions q and q + k, take at kv_pos +
+// k and kv_pos the same logits_transform(p, 0, .). The prefill softmax then takes a row's logit
+// as fmaf(s, scale, logits_transform(p, 0, kv_pos)) on the tiles it calls logits_transform on
+// (near the diagonal, for T5) and, where a thread's two rows of an m16 tile are 8 tokens apart
+// under one key (one head's consecutive tokens: MHA), gives the lower row the bias the upper
+// one took 8 columns before: 34 calls for a thread's 64 logits instead of 64.
+template <class V>
+constexpr bool has_logits_by_distance = variant_detail::logits_by_distance<V>::value;
 
 // Optional, for bounded logits (soft-cap): a variant whose logits_transform never leaves
 // [-bound, bound] (log2 units) for a bound of at most 79 (the host's kSoftCapFixedOffsetMaxBound,

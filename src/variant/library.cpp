@@ -155,6 +155,10 @@ struct Variant : flare::VariantBase {
     slope = 0.0f;
     return q_pos - kv_last >= last(p);
   }
+  // The bias depends on the row's head (its table row) and the distance only: the prefill
+  // softmax shares a load between a thread's rows 8 tokens apart (kernels/variant.cuh).
+  static constexpr bool kLogitsByDistance = true;
+  __device__ int distance_key() const { return row_offset; }
   // A plain load, not __ldg: with the read-only path ptxas issued a tile's 64 loads of a thread
   // ahead of their use and spilled 180-240 bytes at the Hopper family's 128 x 128 tiles.
   // (A far key taking far_bias instead of the load, a select, spilled 8-16 bytes at 128 x 64

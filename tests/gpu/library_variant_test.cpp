@@ -95,14 +95,18 @@ struct T5Tables {
 
 // distance_bias() with T5's table against the reference's T5 buckets: near keys (one load),
 // far tiles (the row's last entry: the Hopper family's offset path), both prefill families,
-// split and not, pages of 1 and 16; max distances under and over a 128-key tile.
+// split and not, pages of 1 and 16; max distances under and over a 128-key tile; GQA 4 and MHA
+// (a thread's rows 8 tokens apart under one head share their table loads: kLogitsByDistance).
 TEST(UserVariantPrefill, LibraryDistanceBiasIsT5WithItsTable) {
   SKIP_WITHOUT_GPU();
   cuda::set_device(0);
-  for (const double max_distance : {40.0, 200.0}) {
-    SCOPED_TRACE("max_distance " + std::to_string(max_distance));
+  for (const auto& [max_distance, kv_heads] :
+       {std::pair{40.0, 2}, std::pair{200.0, 2}, std::pair{40.0, 8}, std::pair{200.0, 8}}) {
+    SCOPED_TRACE("max_distance " + std::to_string(max_distance) + ", KV heads " +
+                 std::to_string(kv_heads));
     const T5Tables tables(8, max_distance, 31);
     Case c;
+    c.num_kv_heads = kv_heads;
     c.q_lens = {17, 600, 250, 1, 64};
     c.kv_lens = {300, 600, 1200, 77, 64};
     c.variant = variants::distance_bias();
