@@ -144,15 +144,19 @@ __device__ __forceinline__ float logit_of(const PrefillParams& p, const RowInfo&
 // bias at column c is row r's at column c - 8, taken from the load before: 34 table loads for
 // the thread's 64 logits, not 64. Other row pairs (GQA packing, the item's last rows) take
 // their own.
-__device__ __forceinline__ void distance_logits(const PrefillParams& p, const RowInfo& rows,
-                                                int first_col, float q_scale,
+// A template (V: Variant) so that variants without distance_key() compile: the body is checked
+// only where a kLogitsByDistance kernel instantiates it.
+template <class V>
+__device__ __forceinline__ void distance_logits(const PrefillParams& p,
+                                                const V (&variants)[T::kMmaQ][2],
+                                                const int (&q_pos)[T::kMmaQ][2], int first_col,
+                                                float q_scale,
                                                 float (&s)[T::kMmaQ][T::kTilesS][4]) {
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
-    const Variant& upper = rows.variant[mi][0];
-    const Variant& lower = rows.variant[mi][1];
-    if (upper.distance_key() == lower.distance_key() &&
-        rows.q_pos[mi][1] == rows.q_pos[mi][0] + 8) {
+    const V& upper = variants[mi][0];
+    const V& lower = variants[mi][1];
+    if (upper.distance_key() == lower.distance_key() && q_pos[mi][1] == q_pos[mi][0] + 8) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         s[mi][0][2 + e] =
@@ -176,7 +180,7 @@ __device__ __forceinline__ void distance_logits(const PrefillParams& p, const Ro
           for (int e = 0; e < 2; ++e) {
             s[mi][nj][2 * h + e] =
                 fmaf(s[mi][nj][2 * h + e], q_scale,
-                     rows.variant[mi][h].logits_transform(p.variant, 0.0f, first_col + nj * 8 + e));
+                     variants[mi][h].logits_transform(p.variant, 0.0f, first_col + nj * 8 + e));
           }
         }
       }
@@ -261,7 +265,7 @@ softmax_scores_as(const PrefillParams& p, const ItemGeometry& g, const RowInfo& 
   constexpr bool kOffset = kAffine && kOffsetLogitsOnSomeKeys;
   // Logits by distance (kLogitsByDistance) off the affine path: s holds them from here.
   constexpr bool kByDistance = !kAffine && kLogitsByDistance;
-  if constexpr (kByDistance) distance_logits(p, rows, first_col, q_scale, s);
+  if constexpr (kByDistance) distance_logits(p, rows.variant, rows.q_pos, first_col, q_scale, s);
   bool any_moved = false;
 #pragma unroll
   for (int mi = 0; mi < T::kMmaQ; ++mi) {
