@@ -93,8 +93,8 @@ if [ "$stage" = t5 ]; then
 fi
 if [ "$stage" = ab ]; then
   source experiments/family_tests.sh
-  family_tests "$PWD" auto '*DistanceBias*:*DistanceTables*:*UserVariantPrefill*'
-  family_tests "$PWD" fa2 '*DistanceBias*:*UserVariantPrefill*'
+  family_tests "$PWD" auto '*UserVariant*'
+  family_tests "$PWD" fa2 '*UserVariant*'
   export FLARE_CACHE_DIR=$PWD/build-ab/jit-cache
   compute-sanitizer --tool memcheck --error-exitcode 99 build-ab/flare_gpu_tests \
     --gtest_filter='UserVariantPrefill.LibraryDistanceBias*' >"$OUT/memcheck.log" 2>&1
