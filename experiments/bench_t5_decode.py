@@ -5,8 +5,10 @@ BatchDecodeWithPagedKVCacheWrapper without a variant, with flare.variants.relati
 distance, t5_distance_bias) on both loops; bench_python's decode inputs (bf16, 32 query / 8 KV
 heads, D 128, page 16); GPU time per call from a CUDA-graph replay; the two T5 outputs compared.
 Usage (GPU machine, PYTHONPATH=scripts): python3 experiments/bench_t5_decode.py [--calls 20]
-  [--shapes 64x8192,...] [--order distance,buckets,plain] [--loops cuda,tensor]
+  [--shapes 64x8192,...] [--order distance,buckets,plain] [--loops cuda,tensor] [--rounds 3]
 """
+import statistics
+
 import torch
 
 import flare
@@ -42,6 +44,10 @@ def add_arguments(parser):
     parser.add_argument("--order", default="plain,buckets,distance",
                         help="the order the three kinds are measured in")
     parser.add_argument("--loops", default="cuda,tensor")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="measurements of each kind, interleaved; the median is reported "
+                             "(a whole measurement sometimes runs 1.2x slow: docs/perf.md, "
+                             "forty-sixth session E)")
 
 
 def main():
@@ -54,15 +60,22 @@ def main():
     for batch, kv_len in shapes:
         inputs = decode_inputs(batch, kv_len)
         for tensor_cores in loops:
-            results = {}
-            for kind in args.order.split(","):
-                results[kind] = guarded(f"{kind} b{batch} kv{kv_len} tc={tensor_cores}",
-                                        lambda: measure(batch, inputs, tensor_cores, kind,
-                                                        args.calls))
-            if not all(results.values()):
+            kinds = args.order.split(",")
+            times = {kind: [] for kind in kinds}
+            outputs = {}
+            for _ in range(args.rounds):
+                for kind in kinds:
+                    result = guarded(f"{kind} b{batch} kv{kv_len} tc={tensor_cores}",
+                                     lambda: measure(batch, inputs, tensor_cores, kind,
+                                                     args.calls))
+                    if result is not None:
+                        times[kind].append(result[0])
+                        outputs[kind] = result[1]
+            if not all(times.values()):
                 continue
-            (plain, _), (buckets, o_b), (distance, o_d) = (results[k] for k in
-                                                           ("plain", "buckets", "distance"))
+            plain, buckets, distance = (statistics.median(times[k])
+                                        for k in ("plain", "buckets", "distance"))
+            o_b, o_d = outputs["buckets"], outputs["distance"]
             diff = (o_b.float() - o_d.float()).abs().max().item()
             print(f"| b{batch} kv{kv_len} | {'tensor cores' if tensor_cores else 'CUDA cores'} | "
                   f"{plain:.1f} | {buckets:.1f} | {distance:.1f} | {buckets / plain:.3f} | "
