@@ -104,9 +104,11 @@ struct Api {
 };
 
 // The calling thread in the relaxed stream-capture mode while it lives, the thread's mode back
-// after: for destructors, whose driver calls (cuMemFree, cuStreamDestroy) the global and
-// thread-local modes count as unsafe during any capture in progress and answer by invalidating
-// that capture (src/jit/cuda_memory.cpp, release_in_context). Does nothing without a driver.
+// after: for destructors, whose driver calls (frees, destruction) the global and thread-local
+// modes may count as unsafe during a capture in progress and answer by invalidating that
+// capture, as they do cuMemFree (src/jit/cuda_memory.cpp, release_in_context; the GPU test
+// BatchDecodeErrors.DestructorsDuringAGlobalCaptureLeaveItValid). Does nothing without a
+// driver.
 class RelaxedCaptureScope {
  public:
   explicit RelaxedCaptureScope(const Api* d) : d_(d) {
