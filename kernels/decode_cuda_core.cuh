@@ -184,8 +184,9 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
     constexpr int kPerRow = T::kValuesPerLane < kTokens ? T::kValuesPerLane : kTokens;
     // Where the variant's logits are affine on this group's keys of the tile
     // (has_affine_logits_on_some_keys: T5's far keys, one constant a row), the logit is s + base
-    // + slope * offset, without logits_transform: for a bias table, no load a key (the distance
-    // bias's per-key loads of its last entry cost 13-22% at b64 kv8192, forty-sixth session).
+    // + slope * offset, without logits_transform: for a bias table, no load a key. (No measured
+    // change at the decode benchmark's shapes: the distance bias's 1.13-1.23x plain decode that
+    // prompted it was the harness's, docs/perf.md forty-sixth session E.)
     float affine_base = 0.0f, affine_slope = 0.0f;
     bool affine = false;
     if constexpr (has_affine_logits_on_some_keys<Variant>) {
@@ -195,7 +196,9 @@ __device__ __forceinline__ void compute_tile(const DecodeParams& p, const ItemGe
     }
     const auto logit = [&](float x, int token) {
       if constexpr (has_affine_logits_on_some_keys<Variant>) {
-        if (affine) return fmaf(affine_slope, static_cast<float>(token - first_token), x + affine_base);
+        if (affine) {
+          return fmaf(affine_slope, static_cast<float>(token - first_token), x + affine_base);
+        }
       }
       return variant[k].logits_transform(p.variant, x, token);
     };

@@ -5,13 +5,13 @@
 // One thread a unit of 16 bytes in each of heads_per_thread (1 to kRopeHeadsPerThread) heads of
 // one token: with interleaved pairs (2 i, 2 i + 1) a piece of 8 rotary dims (4 pairs); with
 // pairs (i, i + rotary_dim / 2) a piece of 8 dims of the low half and its partner piece
-// rotary_dim / 2 on (8 pairs); past rotary_dim, a piece copied unchanged (out of place only). The heads of a token
-// share its angles: a thread finds the position and computes the cos and sin of its pairs once
-// for its heads (the per-element angle reduction made the kernel ALU-bound at 32768 tokens,
-// docs/perf.md forty-second session A); the host keeps one head a thread where fewer threads
-// would not fill the GPU (a thread's heads run one after another). The angle of each pair comes
-// from the host's turns table (hi + lo turns per position, exact to ~1e-7 turns at any position:
-// kernels/rotary.cuh rotary_turn_fraction).
+// rotary_dim / 2 on (8 pairs); past rotary_dim, a piece copied unchanged (out of place only). The
+// heads of a token share its angles: a thread finds the position and computes the cos and sin of
+// its pairs once for its heads (the per-element angle reduction made the kernel ALU-bound at 32768
+// tokens, docs/perf.md forty-second session A); the host keeps one head a thread where fewer
+// threads would not fill the GPU (a thread's heads run one after another). The angle of each pair
+// comes from the host's turns table (hi + lo turns per position, exact to ~1e-7 turns at any
+// position: kernels/rotary.cuh rotary_turn_fraction).
 //
 // With FLARE_ROPE_COS_SIN_CACHE the (cos, sin) of a pair come from the caller's float32 table
 // instead (row pos clamped into the table).

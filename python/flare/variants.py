@@ -55,7 +55,7 @@ def distance_bias():
     every key W - 1 or more positions back). Plan with causal=True (the variant requires it);
     run() takes bias= (float32 [num_qo_heads, W >= 1], CUDA, fewer than 2^31 entries). T5's
     relative position bias is this with t5_distance_bias()'s table, at one load a near key
-    instead of a logarithm and a bucket (1.8x relative_position_bias() at 2048 tokens)."""
+    instead of a logarithm and a bucket (1.9x relative_position_bias() at 2048 tokens)."""
     return _library("distance_bias")
 
 

@@ -137,8 +137,9 @@ void check_run_options(const AttentionParams& params, const std::optional<UserVa
                 decl.name, " must have shape ", shape_text(decl.shape, extents), ", got ",
                 t.shape_str());
     FLARE_CHECK(!table || t.numel() <= std::numeric_limits<int32_t>::max(),
-                ErrorCode::kInvalidArgument, what, ": variant '", user->name, "' tensor ", decl.name,
-                " holds ", t.numel(), " elements; a table (kTableExtent) holds at most 2^31 - 1, "
+                ErrorCode::kInvalidArgument, what, ": variant '", user->name, "' tensor ",
+                decl.name, " holds ", t.numel(),
+                " elements; a table (kTableExtent) holds at most 2^31 - 1, "
                 "so that a 32-bit index reaches every entry");
     for (int d = 0; d < t.ndim; ++d) {
       FLARE_CHECK(t.shape[d] <= std::numeric_limits<int32_t>::max(), ErrorCode::kInvalidArgument,

@@ -37,7 +37,7 @@ inline constexpr int kRelativePositionBuckets = 32;
 // W >= 1], at most 2^31 - 1 entries (kTableExtent). Needs the causal mask
 // (UserVariant::requires_causal). T5's relative position bias is this with the table from
 // t5_distance_bias() below, and costs one load a near key instead of a logarithm and a bucket:
-// 1.8x faster than relative_position_bias() at 2048 tokens (docs/perf.md, forty-fifth session).
+// 1.9x faster than relative_position_bias() at 2048 tokens (docs/perf.md, forty-sixth session).
 UserVariant distance_bias();
 // T5's bucket (flare::relative_bias_bucket, the CPU reference's) of each distance 0 .. W - 1,
 // W = ceil(max_distance) + 1: every distance >= max_distance is in the last bucket, so
