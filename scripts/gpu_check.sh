@@ -140,7 +140,7 @@ if [ "$STAGE" = all ] || [ "$STAGE" = tests ]; then
     step "prefill GPU tests again on one family (backend $family)"
     only_fa2=""
     [ "$family" = fa3 ] && only_fa2="-PrefillGpu.EveryQueryTile:UserVariantPrefill.LibraryPrefixLm*"\
-":UserVariantPrefill.LibraryDocumentMask*:UserVariantPrefill.AMaskThatIsNotAWindow*"
+":UserVariantPrefill.AMaskThatIsNotAWindow*"
     FLARE_TEST_PREFILL_BACKEND=$family run_sharded "gpu_tests_$family" \
       "PrefillGpu.*:UserVariantPrefill.*:*CascadeGpu*${only_fa2:+:$only_fa2}"
   done

@@ -14,6 +14,16 @@ class PlannedByShape:
         self._entries = collections.OrderedDict()
         self._captured = set()
 
+    def find(self, entry, capturing):
+        """The object of `entry` when it is kept (marked used by a capture when `capturing`),
+        else None: the fast path of a call whose arguments matched an earlier call's."""
+        planned = self._entries.get(entry)
+        if planned is not None:
+            self._entries.move_to_end(entry)
+            if capturing:
+                self._captured.add(entry)
+        return planned
+
     def get(self, where, entry, shape, make, capturing):
         """The object of `entry` (a hashable of the configuration and shape); make() creates and
         plans it at the first call, which is refused inside a capture (RuntimeError naming
@@ -38,3 +48,31 @@ class PlannedByShape:
         if capturing:
             self._captured.add(entry)
         return planned
+
+
+class CallMemo:
+    """The planned entry of earlier single-request calls by their raw arguments (shapes,
+    dtypes, device, options), so a repeated call skips the argument checks and the
+    configuration key it passed before (~20 us of host time a call): hashing the arguments
+    costs ~1 us. Holds no tensors (a torch.compile warm-up allocates from a CUDA graph's pool);
+    at most `capacity` keys, forgotten all at once beyond."""
+
+    def __init__(self, capacity=64):
+        self._capacity = capacity
+        self._entries = {}
+
+    def get(self, key):
+        """The remembered value, or None (also for a key that cannot be hashed, e.g. a list
+        passed where a number goes: the checks then run and name it)."""
+        try:
+            return self._entries.get(key)
+        except TypeError:
+            return None
+
+    def remember(self, key, value):
+        if len(self._entries) >= self._capacity:
+            self._entries.clear()
+        try:
+            self._entries[key] = value
+        except TypeError:
+            pass

@@ -8,13 +8,34 @@ from ._args import (check_kv_layout, check_lse_base, check_pos_encoding_mode, ma
                     pdl_flag, scale_or_one)
 from ._cpu import single_cpu, to_lse_base
 from ._decode_common import _tensor_core_loop
-from ._shape_cache import PlannedByShape
+from ._shape_cache import CallMemo, PlannedByShape
 from ._tensors import is_cuda, tensor_dtype, torch_module
 from .variant import check_variant, variant_arguments
 
 # Decoders of single calls by (configuration, kv_len): use_cuda_graph BatchDecode objects planned
 # once, when created (flare/_shape_cache.py).
 _single_decoders = PlannedByShape(16)
+# (the call's arguments) -> (its _single_decoders entry, H_qo, D): calls without a variant
+# (flare/_shape_cache.py CallMemo).
+_memo = CallMemo()
+
+
+def _run_planned(decoder, q, k, v, kv_layout, heads, head_dim, scales, return_lse, base2,
+                 enable_pdl, scalars, tensors):
+    """o (and lse) of the planned decoder: k and v viewed as pages of one token (NHD [kv_len, 1,
+    H_kv, D], HND [kv_len, H_kv, 1, D]), no copy; the page ids 0 .. kv_len - 1 made on the
+    device each call (a tensor kept across calls could come from a CUDA graph's pool)."""
+    torch = torch_module()
+    if kv_layout == "NHD":
+        k_pages, v_pages = k.unsqueeze(1), v.unsqueeze(1)
+    else:
+        k_pages, v_pages = k.transpose(0, 1).unsqueeze(2), v.transpose(0, 1).unsqueeze(2)
+    indices = torch.arange(k_pages.shape[0], dtype=torch.int32, device=q.device)
+    out = q.new_empty((1, heads, head_dim))
+    lse = q.new_empty((1, heads), dtype=torch.float32) if return_lse else None
+    decoder.run(q[None], (k_pages, v_pages), indices, out, lse, *scales, base2,
+                pdl_flag(enable_pdl), scalars, tensors)
+    return (out[0], lse[0]) if return_lse else out[0]
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",
@@ -33,6 +54,22 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     CUDA graph can capture a later call (torch.compile(mode="reduce-overhead") warms up first).
     """
     where = "single_decode_with_kv_cache"
+    memo_key = None
+    if variant is None and _jit_arguments is None and not variant_kwargs and is_cuda(q):
+        # The checks below passed for these arguments before: run that call's plan.
+        memo_key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device,
+                    kv_layout, pos_encoding_mode, use_tensor_cores, window_left,
+                    logits_soft_cap, sm_scale, rope_scale, rope_theta)
+        known = _memo.get(memo_key)
+        if known is not None:
+            entry, heads, head_dim = known
+            decoder = _single_decoders.find(entry,
+                                            torch_module().cuda.is_current_stream_capturing())
+            if decoder is not None:
+                return _run_planned(decoder, q, k, v, kv_layout, heads, head_dim,
+                                    (scale_or_one(q_scale), scale_or_one(k_scale),
+                                     scale_or_one(v_scale)), return_lse,
+                                    check_lse_base(lse_base), enable_pdl, None, None)
     if _jit_arguments is not None:  # a FlashInfer module's, whose names may be ours (sm_scale)
         variant_kwargs = _jit_arguments
     check_kv_layout(kv_layout)
@@ -41,6 +78,9 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     if q.ndim != 2 or k.ndim != 3 or v.ndim != 3:
         raise ValueError(f"{where}: q must be [H_qo, D] and k, v 3-D, got shapes "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if v.shape[:2] != k.shape[:2]:  # the GPU decode would read only the pages both hold
+        raise ValueError(f"{where}: v must have k's tokens and heads (k {tuple(k.shape)}, "
+                         f"{kv_layout}), got v {tuple(v.shape)}")
     kv_len = k.shape[0] if kv_layout == "NHD" else k.shape[1]
     num_kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
     num_qo_heads, head_dim = q.shape
@@ -58,11 +98,6 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
         return (out[0], lse[0]) if return_lse else out[0]
 
     torch = torch_module()
-    # Pages of one token: NHD [kv_len, 1, H_kv, D], HND [kv_len, H_kv, 1, D]; views, no copy.
-    if kv_layout == "NHD":
-        k_pages, v_pages = k.unsqueeze(1), v.unsqueeze(1)
-    else:
-        k_pages, v_pages = k.transpose(0, 1).unsqueeze(2), v.transpose(0, 1).unsqueeze(2)
     q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
     tensor_cores = _tensor_core_loop(use_tensor_cores, q_dtype, kv_dtype, head_dim)
     key = (q.device.index, q_dtype, kv_dtype, num_qo_heads, num_kv_heads, head_dim, kv_layout,
@@ -82,15 +117,15 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
                      _flare.current_stream(device))
         return decoder
 
-    decoder = _single_decoders.get(where, (key, kv_len), f"kv_len={kv_len}", make,
+    entry = (key, kv_len)
+    decoder = _single_decoders.get(where, entry, f"kv_len={kv_len}", make,
                                    torch.cuda.is_current_stream_capturing())
-    indices = torch.arange(kv_len, dtype=torch.int32, device=q.device)
-    out = q.new_empty((1, num_qo_heads, head_dim))
-    lse = q.new_empty((1, num_qo_heads), dtype=torch.float32) if return_lse else None
-    decoder.run(q_batch, (k_pages, v_pages), indices, out, lse, scale_or_one(q_scale),
-                scale_or_one(k_scale), scale_or_one(v_scale), base2, pdl_flag(enable_pdl), scalars,
-                tensors)
-    return (out[0], lse[0]) if return_lse else out[0]
+    result = _run_planned(decoder, q, k, v, kv_layout, num_qo_heads, head_dim,
+                          (scale_or_one(q_scale), scale_or_one(k_scale), scale_or_one(v_scale)),
+                          return_lse, base2, enable_pdl, scalars, tensors)
+    if memo_key is not None:  # the call succeeded: its arguments passed every check
+        _memo.remember(memo_key, (entry, num_qo_heads, head_dim))
+    return result
 
 
 def single_decode_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",

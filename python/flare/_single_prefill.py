@@ -17,13 +17,16 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_prefil
 from ._cpu import pack_custom_mask, refuse_cpu_nvfp4, single_cpu, to_lse_base
 from ._prefill_gpu import (check_gpu_support, checked_packed_mask, config_key, launch,
                            new_batch_prefill, pack_bits_on_device)
-from ._shape_cache import PlannedByShape
+from ._shape_cache import CallMemo, PlannedByShape
 from ._tensors import is_cuda, tensor_dtype, torch_module
 from .variant import check_variant, variant_arguments
 
 # At most 8 shapes (flare/_shape_cache.py): each owns a workspace of partial states for two CTAs
 # a resident slot (~35 MB at head_dim 128 on an H100).
 _prefills = PlannedByShape(8)
+# (the call's arguments) -> (its _prefills entry, H_qo, D_vo): calls without a mask, variant or
+# NVFP4 scales (flare/_shape_cache.py CallMemo).
+_memo = CallMemo()
 
 
 def _mask_bits(where, custom_mask, packed_custom_mask, qo_len, kv_len, device, capturing):
@@ -54,8 +57,19 @@ def _mask_bits(where, custom_mask, packed_custom_mask, qo_len, kv_len, device, c
     return packed if num_bytes > 0 else torch.zeros(1, dtype=torch.uint8, device=device)
 
 
+def _run_planned(prefill, q, k, v, kv_layout, heads, head_dim_vo, bits, scales, return_lse,
+                 lse_base, variant_args, kv_cache_sf):
+    torch = torch_module()
+    qo_len = q.shape[0]
+    out = q.new_empty((qo_len, heads, head_dim_vo))
+    lse = q.new_empty((qo_len, heads), dtype=torch.float32) if return_lse else None
+    launch(prefill, q, (k, v), None, kv_layout == "HND", out, lse, bits, scales, lse_base, None,
+           *variant_args, kv_cache_sf)
+    return (out, lse) if return_lse else out
+
+
 def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales, return_lse,
-                       lse_base, variant_args, kv_cache_sf):
+                       lse_base, variant_args, kv_cache_sf, memo_key=None):
     """o (and lse) of one request: q [qo_len, H_qo, D], k / v ragged rows in kv_layout.
     config: GpuPrefill.plan's configuration; mask: (custom_mask, packed_custom_mask) or None;
     scales: (q_scale, k_scale, v_scale), None meaning 1; variant_args: variant_arguments()'s
@@ -83,16 +97,16 @@ def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales,
                      np.array([0, kv_len], dtype=np.int32), None, _flare.current_stream(device))
         return prefill
 
-    prefill = _prefills.get(where, (device, kv_layout, backend, config_key(config), qo_len,
-                                    kv_len), f"qo_len={qo_len}, kv_len={kv_len}", make, capturing)
+    entry = (device, kv_layout, backend, config_key(config), qo_len, kv_len)
+    prefill = _prefills.get(where, entry, f"qo_len={qo_len}, kv_len={kv_len}", make, capturing)
     # The mask bits live for the call: a capture keeps them in its pool for the replays.
     bits = None if mask is None else _mask_bits(where, *mask, qo_len, kv_len, q.device,
                                                 capturing)
-    out = q.new_empty((qo_len, heads, head_dim_vo))
-    lse = q.new_empty((qo_len, heads), dtype=torch.float32) if return_lse else None
-    launch(prefill, q, (k, v), None, kv_layout == "HND", out, lse, bits, scales, lse_base, None,
-           *variant_args, kv_cache_sf)
-    return (out, lse) if return_lse else out
+    result = _run_planned(prefill, q, k, v, kv_layout, heads, head_dim_vo, bits, scales,
+                          return_lse, lse_base, variant_args, kv_cache_sf)
+    if memo_key is not None:  # the call succeeded: its arguments passed every check
+        _memo.remember(memo_key, (entry, heads, head_dim_vo))
+    return result
 
 
 def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=None,
@@ -120,6 +134,22 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     capture must be a CUDA tensor (packed on the device at every call).
     """
     where = "single_prefill_with_kv_cache"
+    memo_key = None
+    if variant is None and _jit_arguments is None and not variant_kwargs and \
+            custom_mask is None and packed_custom_mask is None and kv_cache_sf is None and \
+            is_cuda(q):
+        # The checks below passed for these arguments before: run that call's plan.
+        memo_key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device,
+                    causal, kv_layout, pos_encoding_mode, use_fp16_qk_reduction, sm_scale,
+                    window_left, logits_soft_cap, rope_scale, rope_theta, backend)
+        known = _memo.get(memo_key)  # None for unhashable arguments too
+        if known is not None:
+            entry, heads, head_dim_vo = known
+            prefill = _prefills.find(entry, torch_module().cuda.is_current_stream_capturing())
+            if prefill is not None and q.shape[0] > 0:
+                return _run_planned(prefill, q, k, v, kv_layout, heads, head_dim_vo, None,
+                                    (None, k_scale, v_scale), return_lse, lse_base, (None, None),
+                                    None)
     if _jit_arguments is not None:  # a FlashInfer module's, whose names may be ours (sm_scale)
         variant_kwargs = _jit_arguments
     check_backend(where, backend, is_cuda(q))
@@ -163,7 +193,7 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     return single_prefill_gpu(
         where, q, k, v, kv_layout, backend, config,
         (custom_mask, packed_custom_mask) if has_mask else None, (None, k_scale, v_scale),
-        return_lse, lse_base, variant_args, kv_cache_sf)
+        return_lse, lse_base, variant_args, kv_cache_sf, memo_key)
 
 
 def single_prefill_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",

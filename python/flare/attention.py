@@ -2,16 +2,20 @@
 in gpt-oss): each query head has a sink logit that takes part in the softmax's denominator and
 contributes no value. flare composes it from the attention state and the merge operator: the
 paged prefill's (o, lse) merged with the sink's state (v = 0, lse = sink[h]), i.e. o scaled by
-1 / (1 + exp(sink - lse)) and lse = log(exp(lse) + exp(sink)), in one elementwise pass over o
-(float32 math) after the kernel. A sink hook fused into the kernels' final writes is issue 18's
-remaining work.
+1 / (1 + exp(sink - lse)) and lse = log(exp(lse) + exp(sink)). On CUDA that is one
+merge_state_in_place launch after the kernel (natural-log LSEs, so the sink needs no scaling;
+the zero state is one [H, D] row of zeros broadcast over the tokens): run() costs the prefill's
+host time plus one merge call (it was ~12 torch operations, 237 us of host time a run(),
+docs/perf.md forty-seventh session). A sink hook fused into the kernels' final writes is issue
+18's remaining work.
 """
 
 import math
 
 import numpy as np
 
-from ._tensors import is_torch, torch_module
+from ._tensors import is_cuda, is_torch, torch_module
+from .cascade import merge_state_in_place
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
 _NAME = "BatchAttentionWithAttentionSinkWrapper"
@@ -56,6 +60,7 @@ class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper
                                    q_data_type=q_data_type, kv_data_type=kv_data_type,
                                    window_left=window_left)
         self._sm_scale = None
+        self._zero_row = None  # the sink state's v: zeros [H_qo, D_vo] in o's dtype (CUDA)
 
     def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
              num_qo_heads, num_kv_heads, head_dim_qk, page_size, **kwargs):
@@ -67,8 +72,38 @@ class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper
         self._sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(head_dim_qk)
         super().plan(qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
                      num_qo_heads, num_kv_heads, head_dim_qk, page_size, **kwargs)
+        if is_cuda(self._workspace):  # allocated here: run() may be captured in a CUDA graph
+            torch = torch_module()
+            dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16,
+                     "float32": torch.float32}.get(self._gpu_output_dtype(kwargs))
+            head_dim_vo = kwargs.get("head_dim_vo") or head_dim_qk
+            self._zero_row = None if dtype is None else torch.zeros(
+                (num_qo_heads, head_dim_vo), dtype=dtype, device=self._workspace.device)
 
     begin_forward = plan
+
+    @staticmethod
+    def _gpu_output_dtype(plan_kwargs):
+        from ._tensors import dtype_name
+
+        try:
+            return dtype_name(plan_kwargs.get("o_data_type") or plan_kwargs["q_data_type"])
+        except ValueError:
+            return None
+
+    def _merge_sink_cuda(self, o, s, sink):
+        """(o, s) merged in place with each head's sink state, s in natural log: one launch."""
+        torch = torch_module()
+        zero = self._zero_row
+        if zero is None or zero.dtype != o.dtype or zero.shape != o.shape[1:] or \
+                zero.device != o.device:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(f"{_NAME}.run: o is {o.dtype} {tuple(o.shape[1:])}, not the "
+                                   "plan's output; call run() once outside the capture")
+            zero = self._zero_row = o.new_zeros(o.shape[1:])
+        if sink.dtype != torch.float32 or sink.device != o.device:
+            sink = sink.to(device=o.device, dtype=torch.float32)
+        merge_state_in_place(o, s, zero.expand(o.shape), sink.expand(s.shape), lse_base="ln")
 
     def run(self, q, paged_kv_cache, sink, sm_scale=None, out=None, lse=None, return_lse=False,
             enable_pdl=None, lse_base="log2", **kwargs):
@@ -88,6 +123,13 @@ class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper
         if len(sink.shape) != 1 or sink.shape[0] != q.shape[1]:
             raise ValueError(f"{where}: sink must be [num_qo_heads={q.shape[1]}], got "
                              f"{list(sink.shape)}")
+        if is_cuda(q):
+            o, s = super().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True,
+                               enable_pdl=enable_pdl, lse_base="ln", **kwargs)
+            self._merge_sink_cuda(o, s, sink)
+            if lse_base == "log2" and (return_lse or lse is not None):
+                s.mul_(_LOG2E)
+            return (o, s) if return_lse else o
         o, s = super().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True,
                            enable_pdl=enable_pdl, lse_base="log2", **kwargs)
         merge_sink(o, s, sink)

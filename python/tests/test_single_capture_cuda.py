@@ -173,3 +173,42 @@ def test_single_prefill_under_torch_compile_reduce_overhead():
     check_under_torch_compile(
         "single_prefill", "flare.single_prefill_with_kv_cache(q, k, v, causal=True)",
         "128, 8, 128", "128, 8, 128", 4)
+
+
+def test_repeated_single_decodes_take_each_calls_options():
+    """A call repeating an earlier one's shapes and options runs its plan directly (flare/
+    _shape_cache.py CallMemo): the same answer bitwise, and the options that may change per call
+    (scales, return_lse, lse_base) still apply; a different layout or shape is checked anew."""
+    q, k, v = inputs(300, 7)
+    o_1, lse_1 = flare.single_decode_with_kv_cache(q, k, v, return_lse=True)
+    o_2, lse_2 = flare.single_decode_with_kv_cache(q, k, v, return_lse=True)
+    assert torch.equal(o_1, o_2) and torch.equal(lse_1, lse_2)
+    assert torch.equal(flare.single_decode_with_kv_cache(q, k, v), o_1)
+    _, lse_ln = flare.single_decode_with_kv_cache(q, k, v, return_lse=True, lse_base="ln")
+    torch.testing.assert_close(lse_ln, lse_1 * 0.6931471805599453, atol=1e-5, rtol=1e-6)
+    scaled = flare.single_decode_with_kv_cache(q, k, v, k_scale=0.5, v_scale=2.0)
+    want = flare.single_decode_with_kv_cache(q, k, v, sm_scale=0.5 / 128 ** 0.5) * 2.0
+    torch.testing.assert_close(scaled.float(), want.float(), atol=2e-3, rtol=2e-3)
+    hnd = flare.single_decode_with_kv_cache(q, k.transpose(0, 1).contiguous(),
+                                            v.transpose(0, 1).contiguous(), kv_layout="HND")
+    torch.testing.assert_close(hnd, o_1, atol=1e-3, rtol=1e-3)
+    with pytest.raises(ValueError, match=r"v must have k's tokens and heads \(k \(300, 2, 128\)"):
+        flare.single_decode_with_kv_cache(q, k, v[:-1])
+
+
+def test_repeated_single_prefills_take_each_calls_options():
+    q, k, v, _ = prefill_inputs(37, 300, 11)
+    o_1, lse_1 = flare.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True)
+    o_2, lse_2 = flare.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True)
+    assert torch.equal(o_1, o_2) and torch.equal(lse_1, lse_2)
+    assert not torch.equal(flare.single_prefill_with_kv_cache(q, k, v), o_1)  # not causal
+    assert torch.equal(flare.single_prefill_with_kv_cache(q, k, v, causal=True), o_1)
+    _, lse_ln = flare.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True,
+                                                   lse_base="ln")
+    torch.testing.assert_close(lse_ln, lse_1 * 0.6931471805599453, atol=1e-5, rtol=1e-6)
+    scaled = flare.single_prefill_with_kv_cache(q, k, v, causal=True, k_scale=0.5, v_scale=2.0)
+    want = flare.single_prefill_with_kv_cache(q, k, v, causal=True,
+                                              sm_scale=0.5 / q.shape[-1] ** 0.5) * 2.0
+    torch.testing.assert_close(scaled.float(), want.float(), atol=2e-3, rtol=2e-3)
+    with pytest.raises((ValueError, RuntimeError)):  # checked, not run on the memo
+        flare.single_prefill_with_kv_cache(q, k, v[:-1], causal=True)
