@@ -20,17 +20,16 @@ _single_decoders = PlannedByShape(16)
 _memo = CallMemo()
 
 
-def _run_planned(decoder, q, k, v, kv_layout, heads, head_dim, scales, return_lse, base2,
+def _run_planned(planned, q, k, v, kv_layout, heads, head_dim, scales, return_lse, base2,
                  enable_pdl, scalars, tensors):
-    """o (and lse) of the planned decoder: k and v viewed as pages of one token (NHD [kv_len, 1,
-    H_kv, D], HND [kv_len, H_kv, 1, D]), no copy; the page ids 0 .. kv_len - 1 made on the
-    device each call (a tensor kept across calls could come from a CUDA graph's pool)."""
+    """o (and lse) of a planned (decoder, page ids 0 .. kv_len - 1): k and v viewed as pages of
+    one token (NHD [kv_len, 1, H_kv, D], HND [kv_len, H_kv, 1, D]), no copy."""
     torch = torch_module()
+    decoder, indices = planned
     if kv_layout == "NHD":
         k_pages, v_pages = k.unsqueeze(1), v.unsqueeze(1)
     else:
         k_pages, v_pages = k.transpose(0, 1).unsqueeze(2), v.transpose(0, 1).unsqueeze(2)
-    indices = torch.arange(k_pages.shape[0], dtype=torch.int32, device=q.device)
     out = q.new_empty((1, heads, head_dim))
     lse = q.new_empty((1, heads), dtype=torch.float32) if return_lse else None
     decoder.run(q[None], (k_pages, v_pages), indices, out, lse, *scales, base2,
@@ -63,10 +62,10 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
         known = _memo.get(memo_key)
         if known is not None:
             entry, heads, head_dim = known
-            decoder = _single_decoders.find(entry,
+            planned = _single_decoders.find(entry,
                                             torch_module().cuda.is_current_stream_capturing())
-            if decoder is not None:
-                return _run_planned(decoder, q, k, v, kv_layout, heads, head_dim,
+            if planned is not None:
+                return _run_planned(planned, q, k, v, kv_layout, heads, head_dim,
                                     (scale_or_one(q_scale), scale_or_one(k_scale),
                                      scale_or_one(v_scale)), return_lse,
                                     check_lse_base(lse_base), enable_pdl, None, None)
@@ -115,12 +114,14 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
         decoder.plan(np.array([0, kv_len], dtype=np.int32),
                      np.array([1] if kv_len > 0 else [0], dtype=np.int32),
                      _flare.current_stream(device))
-        return decoder
+        # The page ids in flare's own device memory, kept with the plan (a torch tensor made
+        # here could come from a CUDA graph's pool under torch.compile's warm-up).
+        return decoder, _flare.identity_page_ids(device, kv_len)
 
     entry = (key, kv_len)
-    decoder = _single_decoders.get(where, entry, f"kv_len={kv_len}", make,
+    planned = _single_decoders.get(where, entry, f"kv_len={kv_len}", make,
                                    torch.cuda.is_current_stream_capturing())
-    result = _run_planned(decoder, q, k, v, kv_layout, num_qo_heads, head_dim,
+    result = _run_planned(planned, q, k, v, kv_layout, num_qo_heads, head_dim,
                           (scale_or_one(q_scale), scale_or_one(k_scale), scale_or_one(v_scale)),
                           return_lse, base2, enable_pdl, scalars, tensors)
     if memo_key is not None:  # the call succeeded: its arguments passed every check

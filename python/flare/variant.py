@@ -101,7 +101,8 @@ class AttentionVariant:
     float scalars (at most 8) and its tensors ({name: dtype}, at most 4), both passed to run()
     as keyword arguments."""
 
-    __slots__ = ("name", "source", "scalars", "tensors", "use_softmax", "requires_causal")
+    __slots__ = ("name", "source", "scalars", "tensors", "use_softmax", "requires_causal",
+                 "_tensor_names", "_argument_names")
 
     def __init__(self, source, name, scalars=(), tensors=None, use_softmax=True,
                  requires_causal=False):
@@ -138,6 +139,9 @@ class AttentionVariant:
         object.__setattr__(self, "tensors", tensors)
         object.__setattr__(self, "use_softmax", bool(use_softmax))
         object.__setattr__(self, "requires_causal", bool(requires_causal))
+        # run()'s keyword names, computed once: arguments() runs every call.
+        object.__setattr__(self, "_tensor_names", tuple(t[0] for t in tensors))
+        object.__setattr__(self, "_argument_names", frozenset(names))
 
     def __setattr__(self, key, value):
         raise AttributeError("AttentionVariant is immutable")
@@ -157,16 +161,17 @@ class AttentionVariant:
     def arguments(self, where, given):
         """run()'s keyword arguments -> (scalars as floats, tensors) in declared order;
         TypeError naming a missing or unknown one."""
-        names = self.scalars + tuple(t[0] for t in self.tensors)
-        unknown = [k for k in given if k not in names]
-        if unknown:
-            raise TypeError(f"{where}() got unexpected keyword argument(s) {unknown}; variant "
-                            f"{self.name!r} takes {list(names) or 'none'}")
-        missing = [k for k in names if k not in given]
-        if missing:
+        if len(given) != len(self._argument_names) or \
+                not self._argument_names.issuperset(given):
+            names = self.scalars + self._tensor_names
+            unknown = [k for k in given if k not in names]
+            if unknown:
+                raise TypeError(f"{where}() got unexpected keyword argument(s) {unknown}; "
+                                f"variant {self.name!r} takes {list(names) or 'none'}")
+            missing = [k for k in names if k not in given]
             raise TypeError(f"{where}() needs variant {self.name!r}'s argument(s) {missing}")
-        return (tuple(float(given[k]) for k in self.scalars),
-                tuple(given[t[0]] for t in self.tensors))
+        return (tuple([float(given[k]) for k in self.scalars]),
+                tuple([given[k] for k in self._tensor_names]))
 
 
 def variant_arguments(where, variant, given):

@@ -6,10 +6,17 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <vector>
 
 #include "bindings.h"
 #include "flare/api/batch_decode.h"
+#include "flare/core/error.h"
+#include "flare/jit/cuda_driver.h"
 #include "object_view.h"
 #include "params_arg.h"
 #include "tensor_arg.h"
@@ -78,9 +85,36 @@ void run(BatchDecode& decode, nb::handle q, nb::handle paged_kv_cache, nb::handl
              reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)), args.options());
 }
 
+// int32 page ids 0 .. count - 1 on `device`, in device memory of their own (freed with the
+// returned object): single_decode_with_kv_cache reads k and v as pages of one token and keeps
+// these with its plan, instead of a torch.arange a call (a kernel launch, ~5-8 us of host time).
+// Not torch's allocator: under torch.compile a warm-up call allocates from a CUDA graph's pool,
+// which may hand the memory to another tensor later.
+TensorArg identity_page_ids(int device, int64_t count) {
+  FLARE_CHECK(count >= 0 && count <= std::numeric_limits<int32_t>::max(),
+              ErrorCode::kInvalidArgument, "identity_page_ids: count must be in [0, 2^31), got ",
+              count);
+  const cuda::DeviceScope scope(device);
+  auto buffer = std::make_unique<cuda::DeviceBuffer>(
+      static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(int32_t));
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  std::iota(ids.begin(), ids.end(), 0);
+  if (count > 0) cuda::memcpy_htod(buffer->data(), ids.data(), ids.size() * sizeof(int32_t));
+  const void* data = buffer->data();
+  nb::capsule owner(buffer.release(),
+                    [](void* p) noexcept { delete static_cast<cuda::DeviceBuffer*>(p); });
+  const size_t shape[1] = {static_cast<size_t>(count)};
+  nb::ndarray<nb::ro> array(data, 1, shape, owner, nullptr, nb::dtype<int32_t>(),
+                            nb::device::cuda::value, device);
+  return TensorArg(std::move(array), std::nullopt);
+}
+
 }  // namespace
 
 void bind_batch_decode(nb::module_& m) {
+  m.def("identity_page_ids", &identity_page_ids, nb::arg("device"), nb::arg("count"),
+        "int32 page ids 0 .. count - 1 on a CUDA device, in memory of their own (internal: "
+        "single_decode_with_kv_cache).");
   nb::class_<BatchDecodeConfig>(m, "DecodeConfig",
                                 "flare::BatchDecodeConfig (internal: BatchDecode, precompile).")
       .def("__init__", &make_config, nb::kw_only(), nb::arg("device"), nb::arg("max_batch"),
