@@ -6,7 +6,7 @@
 #     and scripts/bench_host.py next to FlashInfer (.anchors-fi carried): every wrapper's run()
 #     and plan() host time.
 set -uo pipefail
-stage=${1:?host|bench|profile}
+stage=${1:?host|bench|profile|final}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -38,4 +38,11 @@ if [ "$stage" = profile ]; then  # experiments/host_profile.py on the slow wrapp
     "$tree/experiments/host_profile.py" ${PROFILE_CASES:-} 2>&1 | tail -n 200)
   [ -z "${BENCH_ONLY:-}" ] || (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 100 \
     python3 "$tree/scripts/bench_host.py" --only "$BENCH_ONLY" 2>&1 | grep "^|")
+fi
+if [ "$stage" = final ]; then  # the whole Python suite on this tree, then bench_host.py
+  scripts/gpu_check_python.sh "$OUT/py" -q 2>&1 | tail -n 6
+  site=$(fi_site)
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts${site:+:$site} PYTHONUNBUFFERED=1 \
+    timeout 200 python3 "$tree/scripts/bench_host.py" --json "$OUT/bench_host.json" 2>&1 |
+    tee "$OUT/bench_host.log" | grep -E "^\||rror" | tail -n 30)
 fi
