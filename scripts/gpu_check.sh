@@ -11,8 +11,9 @@
 # Usage: scripts/gpu_check.sh [all|tests|bench|decode|python]   (default all; `tests` then
 #   `bench` splits the work across two calls of a 10-minute limit: the build is reused; `decode`
 #   builds the GPU tests only and runs the decode tests, their sanitizer case and the decode
-#   benchmark; `python` installs the package, runs its suite and scripts/bench_python.py, which
+#   benchmark; `python` installs the package, runs its suite, scripts/bench_python.py (which
 #   imports FlashInfer from .anchors-fi when it was carried: ../shared/bench/flashinfer/README.md)
+#   and scripts/bench_host.py (every wrapper's run() / plan() host time)
 #   FLARE_GTEST_SOURCE=<googletest tree> when GoogleTest is not installed (default: the
 #   machine's /usr/src/googletest, or .deps/googletest); FLARE_GPU_FILTER=<gtest filter>
 #   restricts the GPU tests.
@@ -171,6 +172,11 @@ python_bench() {  # the user's path: flare, FlashInfer and SDPA through Python i
   fi
   (cd /tmp && PYTHONPATH="$fi_path${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1      python3 "$OLDPWD/scripts/bench_python.py" --json "$OUT/bench_python.json" "$@")     >"$OUT/bench_python.log" 2>&1 || { status=1; tail -n 20 "$OUT/bench_python.log"; }
   sed -n '/^device:/,$p' "$OUT/bench_python.log"
+  # Every wrapper's run() / plan() host time (issue 17: run() <= 10 us), FlashInfer beside it.
+  (cd /tmp && PYTHONPATH="$OLDPWD/scripts${fi_path:+:$fi_path}" PYTHONUNBUFFERED=1 \
+     python3 "$OLDPWD/scripts/bench_host.py" --json "$OUT/bench_host.json") \
+    >"$OUT/bench_host.log" 2>&1 || { status=1; tail -n 20 "$OUT/bench_host.log"; }
+  grep "^|" "$OUT/bench_host.log"
 }
 
 if [ "$STAGE" = python ]; then
