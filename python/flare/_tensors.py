@@ -149,20 +149,61 @@ def index_on_device(x, like, name):
     return x.to(device=like.device, dtype=torch.int32, non_blocking=True).contiguous()
 
 
-def refill_buffer(buffer, buffer_name, source, name, non_blocking):
-    """Copies the caller's index array `source` (host or device, any integer form) into the
-    front of `buffer`, a fixed CUDA-graph buffer, in place; nothing when source is that buffer.
-    ValueError naming `name` (the caller's argument) and `buffer_name` when it has more
-    entries."""
-    if is_torch(source) and source.is_cuda and source.data_ptr() == buffer.data_ptr():
-        return
-    if not is_torch(source):
-        source = torch_module().from_numpy(np.ascontiguousarray(source, dtype=np.int32))
-    source = source.reshape(-1)
-    if source.shape[0] > buffer.shape[0]:
-        raise ValueError(f"{name} has {source.shape[0]} entries, more than {buffer_name}'s "
-                         f"{buffer.shape[0]}")
-    buffer[:source.shape[0]].copy_(source, non_blocking=non_blocking)
+def refill_buffers(entries, non_blocking, staging):
+    """Copies each (buffer, buffer_name, source, name) entry's index array `source` (host or
+    device, any integer form) into the front of `buffer`, a fixed CUDA-graph buffer, in place;
+    nothing when source is that buffer. ValueError naming `name` (the caller's argument) and
+    `buffer_name` when it has more entries. Host arrays go through `staging` (PinnedStaging)
+    when non_blocking: torch copies pageable host memory synchronously, after waiting for the
+    whole device (its memcpy_and_sync), ~20-40 us a buffer in every plan()."""
+    torch = torch_module()
+    from_host = []
+    for buffer, buffer_name, source, name in entries:
+        if is_torch(source) and source.is_cuda and source.data_ptr() == buffer.data_ptr():
+            continue
+        if not is_torch(source):
+            source = torch.from_numpy(np.ascontiguousarray(source, dtype=np.int32))
+        source = source.reshape(-1)
+        if source.shape[0] > buffer.shape[0]:
+            raise ValueError(f"{name} has {source.shape[0]} entries, more than {buffer_name}'s "
+                             f"{buffer.shape[0]}")
+        target = buffer[:source.shape[0]]
+        if non_blocking and not source.is_cuda and buffer.dtype == torch.int32:
+            from_host.append((target, source))
+        else:
+            target.copy_(source, non_blocking=non_blocking)
+    if from_host:
+        staging.copy(from_host)
+
+
+class PinnedStaging:
+    """Page-locked host memory through which one wrapper's plan() copies host index arrays into
+    its CUDA-graph buffers asynchronously. The next plan() waits for the event its copies
+    recorded before it overwrites the memory (by then they have long finished: a step's run()
+    lies between two plans)."""
+
+    def __init__(self):
+        self._pinned = None
+        self._event = None
+
+    def copy(self, pairs):
+        """pairs: (CUDA int32 target, host source of the target's length), copied in order."""
+        torch = torch_module()
+        if self._event is not None:
+            self._event.synchronize()
+        total = sum(source.shape[0] for _, source in pairs)
+        if self._pinned is None or self._pinned.shape[0] < total:
+            self._pinned = torch.empty(max(total, 256), dtype=torch.int32, pin_memory=True)
+        offset = 0
+        for target, source in pairs:
+            count = source.shape[0]
+            chunk = self._pinned[offset:offset + count]
+            chunk.copy_(source)
+            target.copy_(chunk, non_blocking=True)
+            offset += count
+        if self._event is None:
+            self._event = torch.cuda.Event()
+        self._event.record(torch.cuda.current_stream(pairs[-1][0].device))
 
 
 def scratch_of(buffer, where):

@@ -21,8 +21,8 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data
                     check_pos_encoding_mode, make_params, scale_or_one, ResolvedConfigs)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
-from ._tensors import (arg, engine_names, host_index, host_int32, index_on_device,
-                       is_cuda, refill_buffer, scratch_of, split_paged_kv_cache, tensor_dtype,
+from ._tensors import (PinnedStaging, arg, engine_names, host_index, host_int32,
+                       index_on_device, is_cuda, refill_buffers, scratch_of, split_paged_kv_cache, tensor_dtype,
                        torch_module, validate_default)
 from .variant import check_variant, variant_arguments
 
@@ -103,6 +103,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         elif any(b is not None for b in buffers):
             raise ValueError("the paged_kv_*_buffer arguments are for use_cuda_graph=True")
         self._indptr_buf, self._indices_buf, self._last_page_len_buf = buffers
+        self._staging = PinnedStaging()  # plan()'s host arrays bound for the fixed buffers
         self._scratch = scratch_of(float_workspace_buffer, _WRAPPER) if self._cuda else None
         self._decoders = _GpuDecoders()
         self._resolved = ResolvedConfigs()  # plan()'s configuration arguments -> _resolve()
@@ -312,12 +313,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise ValueError(
                 f"indptr[-1]={num_indices} pages exceed paged_kv_indices_buffer's "
                 f"{self._indices_buf.shape[0]} entries")
-        for buffer, name, source, caller_name in (
-                (self._indices_buf, "paged_kv_indices_buffer", indices[:num_indices], "indices"),
-                (self._indptr_buf, "paged_kv_indptr_buffer", indptr_host, "indptr"),
-                (self._last_page_len_buf, "paged_kv_last_page_len_buffer", last_host,
-                 "last_page_len")):
-            refill_buffer(buffer, name, source, caller_name, non_blocking)
+        refill_buffers((
+            (self._indices_buf, "paged_kv_indices_buffer", indices[:num_indices], "indices"),
+            (self._indptr_buf, "paged_kv_indptr_buffer", indptr_host, "indptr"),
+            (self._last_page_len_buf, "paged_kv_last_page_len_buffer", last_host,
+             "last_page_len")), non_blocking, self._staging)
         return self._indices_buf
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None,

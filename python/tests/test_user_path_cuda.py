@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -285,3 +286,50 @@ def test_validation_mode_raises_before_launching():
         print("OK")
     ''')
     assert "indices[0] = 1000000 (request 0)" in out and "validation mode" in out, out
+
+
+@pytest.mark.parametrize("wrapper_kind", ["decode", "paged prefill"])
+def test_a_graph_mode_plan_does_not_wait_for_the_device(wrapper_kind):
+    """plan() of a use_cuda_graph wrapper fills its fixed buffers from host arrays without
+    waiting for the device (issue 17: no device synchronization in plan()): planned behind ~0.5 s
+    of queued GPU work it returns at once, and the buffers hold the new arrays once the stream
+    reaches the copies."""
+    batch, page = 4, 16
+    indptr = torch.tensor([0, 2, 5, 6, 9], dtype=torch.int32)
+    indices = torch.arange(9, dtype=torch.int32, device=DEVICE)
+    last = torch.tensor([3, 16, 1, 7], dtype=torch.int32)
+    buffers = dict(paged_kv_indptr_buffer=torch.zeros(batch + 1, dtype=torch.int32,
+                                                      device=DEVICE),
+                   paged_kv_indices_buffer=torch.zeros(16, dtype=torch.int32, device=DEVICE),
+                   paged_kv_last_page_len_buffer=torch.zeros(batch, dtype=torch.int32,
+                                                             device=DEVICE))
+    if wrapper_kind == "decode":
+        wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD",
+                                                           use_cuda_graph=True, **buffers)
+
+        def plan(lengths_last):
+            wrapper.plan(indptr, indices, lengths_last, 8, 2, 128, page,
+                         q_data_type=torch.bfloat16)
+    else:
+        qo = torch.zeros(batch + 1, dtype=torch.int32, device=DEVICE)
+        wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(
+            workspace(), "NHD", use_cuda_graph=True, qo_indptr_buf=qo,
+            paged_kv_indptr_buf=buffers["paged_kv_indptr_buffer"],
+            paged_kv_indices_buf=buffers["paged_kv_indices_buffer"],
+            paged_kv_last_page_len_buf=buffers["paged_kv_last_page_len_buffer"])
+
+        def plan(lengths_last):
+            wrapper.plan(torch.arange(batch + 1, dtype=torch.int32), indptr, indices,
+                         lengths_last, 8, 2, 128, page, q_data_type=torch.bfloat16)
+
+    plan(last)  # compiles; its copies recorded
+    torch.cuda.synchronize()
+    new_last = torch.tensor([1, 2, 3, 4], dtype=torch.int32)
+    torch.cuda._sleep(int(1e9))  # ~0.5 s of GPU time queued before the plan's copies
+    start = time.perf_counter()
+    plan(new_last)
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    assert elapsed < 0.2, f"plan() took {elapsed:.3f} s behind queued GPU work"
+    assert torch.equal(buffers["paged_kv_last_page_len_buffer"].cpu(), new_last)
+    assert torch.equal(buffers["paged_kv_indptr_buffer"].cpu(), indptr)
