@@ -6,7 +6,7 @@
 #     and scripts/bench_host.py next to FlashInfer (.anchors-fi carried): every wrapper's run()
 #     and plan() host time.
 set -uo pipefail
-stage=${1:?host|bench|profile|final}
+stage=${1:?host|bench|profile|final|staging}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -45,4 +45,11 @@ if [ "$stage" = final ]; then  # the whole Python suite on this tree, then bench
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts${site:+:$site} PYTHONUNBUFFERED=1 \
     timeout 200 python3 "$tree/scripts/bench_host.py" --json "$OUT/bench_host.json" 2>&1 |
     tee "$OUT/bench_host.log" | grep -E "^\||rror" | tail -n 30)
+fi
+if [ "$stage" = staging ]; then  # the graph-mode plan's staging: its tests, then its plan() time
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "${PY_TESTS:-user_path or graph or capture}" \
+    2>&1 | tail -n 4
+  site=$(fi_site)
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts${site:+:$site} timeout 100 python3 \
+    "$tree/scripts/bench_host.py" --only "${BENCH_ONLY:-Graph}" 2>&1 | grep -E "^\||rror")
 fi
