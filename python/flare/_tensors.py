@@ -154,8 +154,10 @@ def refill_buffers(entries, non_blocking, staging):
     device, any integer form) into the front of `buffer`, a fixed CUDA-graph buffer, in place;
     nothing when source is that buffer. ValueError naming `name` (the caller's argument) and
     `buffer_name` when it has more entries. Host arrays go through `staging` (PinnedStaging)
-    when non_blocking: torch copies pageable host memory synchronously, after waiting for the
-    whole device (its memcpy_and_sync), ~20-40 us a buffer in every plan()."""
+    when non_blocking: a copy from pageable host memory may be synchronous with the host (CUDA's
+    rules), one from page-locked memory is not, so plan() does not wait for queued GPU work
+    (python/tests/test_user_path_cuda.py). It measured no faster (docs/perf.md, forty-seventh
+    session)."""
     torch = torch_module()
     from_host = []
     for buffer, buffer_name, source, name in entries:
