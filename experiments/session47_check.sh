@@ -35,7 +35,7 @@ if [ "$stage" = profile ]; then  # experiments/host_profile.py on the slow wrapp
   (cd /tmp && python3 -c 'import flare' 2>/dev/null) ||
     scripts/gpu_check_python.sh "$OUT/py" -q -k no_test_has_this_name >/dev/null 2>&1
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 200 python3 \
-    "$tree/experiments/host_profile.py" ${PROFILE_CASES:-} 2>&1 | tail -n 200)
+    "$tree/experiments/host_profile.py" ${PROFILE_PLAN:+--plan} ${PROFILE_CASES:-} 2>&1 | tail -n 200)
   [ -z "${BENCH_ONLY:-}" ] || (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 100 \
     python3 "$tree/scripts/bench_host.py" --only "$BENCH_ONLY" 2>&1 | grep "^|")
 fi
