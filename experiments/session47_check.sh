@@ -4,7 +4,14 @@
 #     BACKEND=fa3: their split case now takes the default tiles there, not FA2's 16 rows), then
 #     the Python package installed (its attention-sink / cascade / sparse tests as a smoke run)
 #     and scripts/bench_host.py next to FlashInfer (.anchors-fi carried): every wrapper's run()
-#     and plan() host time.
+#     and plan() host time (SKIP_FAMILY=1 skips the C++ tests; PY_TESTS picks the Python ones).
+#   bench: bench_host.py only (installs the package where it is missing).
+#   profile: experiments/host_profile.py (cProfile) of PROFILE_CASES' run(), or plan() with
+#     PROFILE_PLAN=1 (next: the graph-mode decode plan, 98-161 us against 18-27 outside graph
+#     mode: PROFILE_PLAN=1 PROFILE_CASES="CUDAGraph tensor"); BENCH_ONLY adds bench_host rows.
+#   final: the whole Python suite, then bench_host.py.
+#   staging: the Python tests PY_TESTS (default: user_path, graph, capture), then bench_host.py
+#     --only BENCH_ONLY (default: Graph).
 set -uo pipefail
 stage=${1:?host|bench|profile|final|staging}
 cd "$(dirname "$0")/.."
