@@ -18,8 +18,6 @@ Usage: python3 scripts/bench_host.py [--run-calls 1000] [--plan-calls 100] [--on
 """
 import argparse
 import math
-import statistics
-import time
 import warnings
 
 import torch
@@ -244,22 +242,6 @@ def launches(run):
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
-def host_drained_us(call, calls, every=16):
-    """Median and 90th percentile wall time of a call, the stream drained (outside the timed
-    calls) every `every` calls: back-to-back calls whose GPU time exceeds their host time fill
-    the driver's launch queue, and a timed call then waits for the GPU instead of the host."""
-    times = []
-    for i in range(calls):
-        if i % every == 0:
-            torch.cuda.synchronize()
-        start = time.perf_counter_ns()
-        call()
-        times.append((time.perf_counter_ns() - start) / 1e3)
-    torch.cuda.synchronize()
-    times.sort()
-    return statistics.median(times), times[int(0.9 * (len(times) - 1))]
-
-
 def measure(make, module, workspace, args):
     plan, run = make(module, workspace)
     row = {}
@@ -268,7 +250,7 @@ def measure(make, module, workspace, args):
         row["plan_us"] = host_us(plan, args.plan_calls)[0]
     run()
     torch.cuda.synchronize()
-    row["run_us"], row["run_p90_us"] = host_drained_us(run, args.run_calls)
+    row["run_us"], row["run_p90_us"] = host_us(run, args.run_calls, drain_every=16)
     row["back_to_back_us"] = host_us(run, args.run_calls)[0]
     row["launches"] = launches(run)
     # Only use_cuda_graph wrappers (and the single_* functions) may be captured: flare refuses
