@@ -5,10 +5,11 @@ wrapper, at the median of 1000 back-to-back calls with CUDA tensors, no synchron
 the loop).
 
 The problems are small. bf16, 32 query / 8 KV heads (block-sparse and the variant: 16 / 16),
-head dim 128, page 16, NHD. Each row: plan() median of --plan-calls; run() median and 90th
-percentile of --run-calls calls with the stream drained every 16 calls (outside the timed calls:
-where a call's GPU time exceeds its host time, back-to-back calls fill the driver's launch queue
-and then time the GPU; the back-to-back median is the next column); the kernel launches a run()
+head dim 128, page 16, NHD. Each row: plan() median of --plan-calls, back to back and (in
+parentheses) each on an idle stream; run() median and 90th percentile of --run-calls calls with
+the stream drained every 16 calls (outside the timed calls: where a call's GPU time exceeds its
+host time, back-to-back calls fill the driver's launch queue and then time the GPU; the
+back-to-back median is the next column); the kernel launches a run()
 makes (torch.profiler; each costs ~2-3 us of host time); its GPU time in a CUDA-graph replay
 (n/a where the wrapper's run() cannot be captured as used here).
 FlashInfer's column is n/a where it is not importable (carry .anchors-fi: gpu_check.sh python)
@@ -248,6 +249,9 @@ def measure(make, module, workspace, args):
     if plan is not None:
         plan()
         row["plan_us"] = host_us(plan, args.plan_calls)[0]
+        # Each plan() on an idle stream: back to back, a plan's asynchronous copies of its
+        # schedule may wait for the copies of the plans before it (a staging buffer's reuse).
+        row["plan_idle_us"] = host_us(plan, args.plan_calls, drain_every=1)[0]
     run()
     torch.cuda.synchronize()
     row["run_us"], row["run_p90_us"] = host_us(run, args.run_calls, drain_every=16)
@@ -279,9 +283,9 @@ def main():
           f"flashinfer {FLASHINFER}")
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
     rows = []
-    print("| wrapper | flare run() us (p90) | back to back | launches | GPU us | plan() us | "
-          "FlashInfer run() us (p90) | back to back | launches | GPU us | plan() us |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| wrapper | flare run() us (p90) | back to back | launches | GPU us | plan() us "
+          "(idle stream) | FlashInfer run() us (p90) | back to back | launches | GPU us | "
+          "plan() us (idle stream) |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for name, make in CASES.items():
         if args.only and args.only not in name:
             continue
@@ -296,9 +300,10 @@ def main():
         f, fi = row["flare"], row.get("flashinfer")
         print(f"| {name} | {cell(f, 'run_us')} ({cell(f, 'run_p90_us')}) | "
               f"{cell(f, 'back_to_back_us')} | {cell(f, 'launches')} | {cell(f, 'gpu_us')} | "
-              f"{cell(f, 'plan_us')} | {cell(fi, 'run_us')} ({cell(fi, 'run_p90_us')}) | "
-              f"{cell(fi, 'back_to_back_us')} | {cell(fi, 'launches')} | {cell(fi, 'gpu_us')} | "
-              f"{cell(fi, 'plan_us')} |")
+              f"{cell(f, 'plan_us')} ({cell(f, 'plan_idle_us')}) | {cell(fi, 'run_us')} "
+              f"({cell(fi, 'run_p90_us')}) | {cell(fi, 'back_to_back_us')} | "
+              f"{cell(fi, 'launches')} | {cell(fi, 'gpu_us')} | {cell(fi, 'plan_us')} "
+              f"({cell(fi, 'plan_idle_us')}) |")
     write_json(args.json, rows)
 
 
