@@ -11,7 +11,7 @@ the stream drained every 16 calls (outside the timed calls: where a call's GPU t
 host time, back-to-back calls fill the driver's launch queue and then time the GPU; the
 back-to-back median is the next column); the kernel launches a run()
 makes (torch.profiler; each costs ~2-3 us of host time); its GPU time in a CUDA-graph replay
-(n/a where the wrapper's run() cannot be captured as used here).
+(only where the run() can be captured as used here: CAPTURABLE).
 FlashInfer's column is n/a where it is not importable (carry .anchors-fi: gpu_check.sh python)
 or where its wrapper rejects the case (the reason prints).
 Usage: python3 scripts/bench_host.py [--run-calls 1000] [--plan-calls 100] [--only NAME]
@@ -225,6 +225,10 @@ CASES = {
     "single_prefill_with_kv_cache": single_prefill,
 }
 FLARE_ONLY = {"BatchPrefill ragged, distance_bias variant"}
+# The cases whose run() may be captured as used here (the others' wrappers are not use_cuda_graph:
+# flare refuses their capture by name).
+CAPTURABLE = {"CUDAGraphBatchDecode", "single_decode_with_kv_cache",
+              "single_prefill_with_kv_cache"}
 # FlashInfer's modules that .anchors-fi ships prebuilt (bf16 decode, fa2 / fa3 prefill); its other
 # wrappers JIT-compile modules for minutes on first use (--flashinfer-all runs them too).
 FLASHINFER_PREBUILT = {"BatchDecode (tensor cores)", "BatchDecode (CUDA cores)",
@@ -243,7 +247,7 @@ def launches(run):
     return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
 
 
-def measure(make, module, workspace, args):
+def measure(name, make, module, workspace, args):
     plan, run = make(module, workspace)
     row = {}
     if plan is not None:
@@ -257,9 +261,8 @@ def measure(make, module, workspace, args):
     row["run_us"], row["run_p90_us"] = host_us(run, args.run_calls, drain_every=16)
     row["back_to_back_us"] = host_us(run, args.run_calls)[0]
     row["launches"] = launches(run)
-    # Only use_cuda_graph wrappers (and the single_* functions) may be captured: flare refuses
-    # the others by name, printed above the row.
-    row["gpu_us"] = guarded("graph", lambda: graph_us(run, 10))
+    if name in CAPTURABLE:
+        row["gpu_us"] = guarded("graph", lambda: graph_us(run, 10))
     return row
 
 
@@ -290,11 +293,13 @@ def main():
         if args.only and args.only not in name:
             continue
         row = {"case": name,
-               "flare": guarded(f"{name}: flare", lambda: measure(make, flare, workspace, args))}
+               "flare": guarded(f"{name}: flare",
+                                lambda: measure(name, make, flare, workspace, args))}
         if flashinfer is not None and name not in FLARE_ONLY and \
                 (args.flashinfer_all or name in FLASHINFER_PREBUILT):
             row["flashinfer"] = guarded(f"{name}: FlashInfer",
-                                        lambda: measure(make, flashinfer, workspace, args))
+                                        lambda: measure(name, make, flashinfer, workspace,
+                                                        args))
         rows.append(row)
         torch.cuda.empty_cache()
         f, fi = row["flare"], row.get("flashinfer")

@@ -8,16 +8,14 @@ from ._args import (check_kv_layout, check_lse_base, check_pos_encoding_mode, ma
                     pdl_flag, scale_or_one)
 from ._cpu import single_cpu, to_lse_base
 from ._decode_common import _tensor_core_loop
-from ._shape_cache import CallMemo, PlannedByShape
+from ._shape_cache import PlannedByShape
 from ._tensors import is_cuda, tensor_dtype, torch_module
 from .variant import check_variant, variant_arguments
 
 # Decoders of single calls by (configuration, kv_len): use_cuda_graph BatchDecode objects planned
-# once, when created (flare/_shape_cache.py).
+# once, when created, with their page ids (flare/_shape_cache.py); calls without a variant are
+# remembered by their raw arguments with (H_qo, D).
 _single_decoders = PlannedByShape(16)
-# (the call's arguments) -> (its _single_decoders entry, H_qo, D): calls without a variant
-# (flare/_shape_cache.py CallMemo).
-_memo = CallMemo()
 
 
 def _run_planned(planned, q, k, v, kv_layout, heads, head_dim, scales, return_lse, base2,
@@ -53,22 +51,19 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     CUDA graph can capture a later call (torch.compile(mode="reduce-overhead") warms up first).
     """
     where = "single_decode_with_kv_cache"
-    memo_key = None
+    call = None
     if variant is None and _jit_arguments is None and not variant_kwargs and is_cuda(q):
         # The checks below passed for these arguments before: run that call's plan.
-        memo_key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device,
-                    kv_layout, pos_encoding_mode, use_tensor_cores, window_left,
-                    logits_soft_cap, sm_scale, rope_scale, rope_theta)
-        known = _memo.get(memo_key)
+        call = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device,
+                kv_layout, pos_encoding_mode, use_tensor_cores, window_left, logits_soft_cap,
+                sm_scale, rope_scale, rope_theta)
+        known = _single_decoders.for_call(call, torch_module().cuda.is_current_stream_capturing())
         if known is not None:
-            entry, heads, head_dim = known
-            planned = _single_decoders.find(entry,
-                                            torch_module().cuda.is_current_stream_capturing())
-            if planned is not None:
-                return _run_planned(planned, q, k, v, kv_layout, heads, head_dim,
-                                    (scale_or_one(q_scale), scale_or_one(k_scale),
-                                     scale_or_one(v_scale)), return_lse,
-                                    check_lse_base(lse_base), enable_pdl, None, None)
+            planned, (heads, head_dim) = known
+            return _run_planned(planned, q, k, v, kv_layout, heads, head_dim,
+                                (scale_or_one(q_scale), scale_or_one(k_scale),
+                                 scale_or_one(v_scale)), return_lse, check_lse_base(lse_base),
+                                enable_pdl, None, None)
     if _jit_arguments is not None:  # a FlashInfer module's, whose names may be ours (sm_scale)
         variant_kwargs = _jit_arguments
     check_kv_layout(kv_layout)
@@ -124,8 +119,8 @@ def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NON
     result = _run_planned(planned, q, k, v, kv_layout, num_qo_heads, head_dim,
                           (scale_or_one(q_scale), scale_or_one(k_scale), scale_or_one(v_scale)),
                           return_lse, base2, enable_pdl, scalars, tensors)
-    if memo_key is not None:  # the call succeeded: its arguments passed every check
-        _memo.remember(memo_key, (entry, num_qo_heads, head_dim))
+    if call is not None:  # the call succeeded: its arguments passed every check
+        _single_decoders.remember_call(call, entry, (num_qo_heads, head_dim))
     return result
 
 

@@ -17,16 +17,14 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_prefil
 from ._cpu import pack_custom_mask, refuse_cpu_nvfp4, single_cpu, to_lse_base
 from ._prefill_gpu import (check_gpu_support, checked_packed_mask, config_key, launch,
                            new_batch_prefill, pack_bits_on_device)
-from ._shape_cache import CallMemo, PlannedByShape
+from ._shape_cache import PlannedByShape
 from ._tensors import is_cuda, tensor_dtype, torch_module
 from .variant import check_variant, variant_arguments
 
 # At most 8 shapes (flare/_shape_cache.py): each owns a workspace of partial states for two CTAs
-# a resident slot (~35 MB at head_dim 128 on an H100).
+# a resident slot (~35 MB at head_dim 128 on an H100). Calls without a mask, variant or NVFP4
+# scales are remembered by their raw arguments with (H_qo, D_vo).
 _prefills = PlannedByShape(8)
-# (the call's arguments) -> (its _prefills entry, H_qo, D_vo): calls without a mask, variant or
-# NVFP4 scales (flare/_shape_cache.py CallMemo).
-_memo = CallMemo()
 
 
 def _mask_bits(where, custom_mask, packed_custom_mask, qo_len, kv_len, device, capturing):
@@ -69,7 +67,7 @@ def _run_planned(prefill, q, k, v, kv_layout, heads, head_dim_vo, bits, scales, 
 
 
 def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales, return_lse,
-                       lse_base, variant_args, kv_cache_sf, memo_key=None):
+                       lse_base, variant_args, kv_cache_sf, call=None):
     """o (and lse) of one request: q [qo_len, H_qo, D], k / v ragged rows in kv_layout.
     config: GpuPrefill.plan's configuration; mask: (custom_mask, packed_custom_mask) or None;
     scales: (q_scale, k_scale, v_scale), None meaning 1; variant_args: variant_arguments()'s
@@ -104,8 +102,8 @@ def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales,
                                                 capturing)
     result = _run_planned(prefill, q, k, v, kv_layout, heads, head_dim_vo, bits, scales,
                           return_lse, lse_base, variant_args, kv_cache_sf)
-    if memo_key is not None:  # the call succeeded: its arguments passed every check
-        _memo.remember(memo_key, (entry, heads, head_dim_vo))
+    if call is not None:  # the call succeeded: its arguments passed every check
+        _prefills.remember_call(call, entry, (heads, head_dim_vo))
     return result
 
 
@@ -134,22 +132,19 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     capture must be a CUDA tensor (packed on the device at every call).
     """
     where = "single_prefill_with_kv_cache"
-    memo_key = None
+    call = None
     if variant is None and _jit_arguments is None and not variant_kwargs and \
             custom_mask is None and packed_custom_mask is None and kv_cache_sf is None and \
             is_cuda(q):
         # The checks below passed for these arguments before: run that call's plan.
-        memo_key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device,
-                    causal, kv_layout, pos_encoding_mode, use_fp16_qk_reduction, sm_scale,
-                    window_left, logits_soft_cap, rope_scale, rope_theta, backend)
-        known = _memo.get(memo_key)  # None for unhashable arguments too
+        call = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, k.device, causal,
+                kv_layout, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left,
+                logits_soft_cap, rope_scale, rope_theta, backend)
+        known = _prefills.for_call(call, torch_module().cuda.is_current_stream_capturing())
         if known is not None:
-            entry, heads, head_dim_vo = known
-            prefill = _prefills.find(entry, torch_module().cuda.is_current_stream_capturing())
-            if prefill is not None and q.shape[0] > 0:
-                return _run_planned(prefill, q, k, v, kv_layout, heads, head_dim_vo, None,
-                                    (None, k_scale, v_scale), return_lse, lse_base, (None, None),
-                                    None)
+            prefill, (heads, head_dim_vo) = known
+            return _run_planned(prefill, q, k, v, kv_layout, heads, head_dim_vo, None,
+                                (None, k_scale, v_scale), return_lse, lse_base, (None, None), None)
     if _jit_arguments is not None:  # a FlashInfer module's, whose names may be ours (sm_scale)
         variant_kwargs = _jit_arguments
     check_backend(where, backend, is_cuda(q))
@@ -193,7 +188,7 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
     return single_prefill_gpu(
         where, q, k, v, kv_layout, backend, config,
         (custom_mask, packed_custom_mask) if has_mask else None, (None, k_scale, v_scale),
-        return_lse, lse_base, variant_args, kv_cache_sf, memo_key)
+        return_lse, lse_base, variant_args, kv_cache_sf, call)
 
 
 def single_prefill_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",

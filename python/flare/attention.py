@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ._tensors import is_cuda, is_torch, torch_module
+from ._tensors import dtype_name, empty, is_cuda, is_torch, torch_module
 from .cascade import merge_state_in_place
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
@@ -72,24 +72,15 @@ class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper
         self._sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(head_dim_qk)
         super().plan(qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
                      num_qo_heads, num_kv_heads, head_dim_qk, page_size, **kwargs)
-        if is_cuda(self._workspace):  # allocated here: run() may be captured in a CUDA graph
-            torch = torch_module()
-            dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16,
-                     "float32": torch.float32}.get(self._gpu_output_dtype(kwargs))
-            head_dim_vo = kwargs.get("head_dim_vo") or head_dim_qk
-            self._zero_row = None if dtype is None else torch.zeros(
-                (num_qo_heads, head_dim_vo), dtype=dtype, device=self._workspace.device)
+        # Made here, not in run(): run() may be captured in a CUDA graph. o's dtype (q's);
+        # other dtypes (fp8 q) get theirs at the first run().
+        o_dtype = dtype_name(kwargs.get("o_data_type") or kwargs["q_data_type"])
+        self._zero_row = None
+        if is_cuda(self._workspace) and o_dtype in ("float16", "bfloat16", "float32"):
+            self._zero_row = empty((num_qo_heads, kwargs.get("head_dim_vo") or head_dim_qk),
+                                   o_dtype, like=self._workspace).zero_()
 
     begin_forward = plan
-
-    @staticmethod
-    def _gpu_output_dtype(plan_kwargs):
-        from ._tensors import dtype_name
-
-        try:
-            return dtype_name(plan_kwargs.get("o_data_type") or plan_kwargs["q_data_type"])
-        except ValueError:
-            return None
 
     def _merge_sink_cuda(self, o, s, sink):
         """(o, s) merged in place with each head's sink state, s in natural log: one launch."""
@@ -123,18 +114,17 @@ class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper
         if len(sink.shape) != 1 or sink.shape[0] != q.shape[1]:
             raise ValueError(f"{where}: sink must be [num_qo_heads={q.shape[1]}], got "
                              f"{list(sink.shape)}")
-        if is_cuda(q):
-            o, s = super().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True,
-                               enable_pdl=enable_pdl, lse_base="ln", **kwargs)
+        cuda = is_cuda(q)
+        o, s = super().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True,
+                           enable_pdl=enable_pdl, lse_base="ln" if cuda else "log2", **kwargs)
+        if cuda:
             self._merge_sink_cuda(o, s, sink)
             if lse_base == "log2" and (return_lse or lse is not None):
                 s.mul_(_LOG2E)
-            return (o, s) if return_lse else o
-        o, s = super().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True,
-                           enable_pdl=enable_pdl, lse_base="log2", **kwargs)
-        merge_sink(o, s, sink)
-        if lse_base == "ln":
-            s *= math.log(2.0)
+        else:
+            merge_sink(o, s, sink)
+            if lse_base == "ln":
+                s *= math.log(2.0)
         return (o, s) if return_lse else o
 
     forward = run

@@ -22,8 +22,8 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
 from ._tensors import (PinnedStaging, arg, engine_names, host_index, host_int32,
-                       index_on_device, is_cuda, refill_buffers, scratch_of, split_paged_kv_cache, tensor_dtype,
-                       torch_module, validate_default)
+                       index_on_device, is_cuda, refill_buffers, scratch_of,
+                       split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
 from .variant import check_variant, variant_arguments
 
 # FlashInfer's flashinfer.decode names that flare has.

@@ -67,8 +67,9 @@ def t5_distance_bias(table, max_distance):
     import torch
 
     if not isinstance(table, torch.Tensor) or table.dim() != 2 or table.shape[1] != 32:
-        raise ValueError("t5_distance_bias: table must be a [num_heads, 32] torch tensor, got "
-                         f"{tuple(table.shape) if isinstance(table, torch.Tensor) else type(table)}")
+        got = tuple(table.shape) if isinstance(table, torch.Tensor) else type(table)
+        raise ValueError(f"t5_distance_bias: table must be a [num_heads, 32] torch tensor, got "
+                         f"{got}")
     buckets = torch.tensor(_flare.t5_distance_buckets(float(max_distance)), dtype=torch.long,
                            device=table.device)
     return table.to(torch.float32)[:, buckets].contiguous()

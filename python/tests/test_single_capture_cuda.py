@@ -177,7 +177,7 @@ def test_single_prefill_under_torch_compile_reduce_overhead():
 
 def test_repeated_single_decodes_take_each_calls_options():
     """A call repeating an earlier one's shapes and options runs its plan directly (flare/
-    _shape_cache.py CallMemo): the same answer bitwise, and the options that may change per call
+    _shape_cache.py for_call): the same answer bitwise, and the options that may change per call
     (scales, return_lse, lse_base) still apply; a different layout or shape is checked anew."""
     q, k, v = inputs(300, 7)
     o_1, lse_1 = flare.single_decode_with_kv_cache(q, k, v, return_lse=True)
