@@ -8,7 +8,7 @@ import numpy as np
 from . import _flare
 from ._args import check_lse_base, make_params, unsupported
 from ._cpu import pack_custom_mask
-from ._tensors import (PinnedStaging, index_on_device, is_cuda, is_torch, refill_buffers,
+from ._tensors import (index_on_device, is_cuda, is_torch, refill_buffers,
                        scratch_of, torch_module)
 from .variant import variant_arguments
 
@@ -215,7 +215,7 @@ class GpuPrefill:
         self._paged = paged
         self._use_cuda_graph = use_cuda_graph
         self._buffers = buffers
-        self._staging = PinnedStaging()  # plan()'s host arrays bound for the fixed buffers
+        self._staging = _flare.IndexStaging()  # plan() refills the fixed buffers through it
         self._validate = validate
         # single_prefill_with_kv_cache has no workspace of the caller's: its prefills own one.
         self._scratch = scratch_of(workspace, where) if scratch else (0, 0)
@@ -352,7 +352,7 @@ class GpuPrefill:
             page_ids = (index_on_device(sources["paged_kv_indices_buf"], ws, "paged_kv_indices")
                         if self._paged else None)
             return page_ids, mask_bits
-        refill_buffers([(self._buffers[name], name, source, name.removesuffix("_buf"))
+        refill_buffers([(self._buffers[name], name, source, name.removesuffix("_buf"), -1)
                         for name, source in sources.items()], non_blocking, self._staging)
         page_ids = self._buffers["paged_kv_indices_buf"] if self._paged else None
         if mask_bits is None:

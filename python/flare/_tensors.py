@@ -150,62 +150,28 @@ def index_on_device(x, like, name):
 
 
 def refill_buffers(entries, non_blocking, staging):
-    """Copies each (buffer, buffer_name, source, name) entry's index array `source` (host or
-    device, any integer form) into the front of `buffer`, a fixed CUDA-graph buffer, in place;
-    nothing when source is that buffer. ValueError naming `name` (the caller's argument) and
-    `buffer_name` when it has more entries. Host arrays go through `staging` (PinnedStaging)
-    when non_blocking: a copy from pageable host memory may be synchronous with the host (CUDA's
-    rules), one from page-locked memory is not, so plan() does not wait for queued GPU work
-    (python/tests/test_user_path_cuda.py). It measured no faster (docs/perf.md, forty-seventh
-    session)."""
-    torch = torch_module()
-    from_host = []
-    for buffer, buffer_name, source, name in entries:
-        if is_torch(source) and source.is_cuda and source.data_ptr() == buffer.data_ptr():
-            continue
-        if not is_torch(source):
-            source = torch.from_numpy(np.ascontiguousarray(source, dtype=np.int32))
-        source = source.reshape(-1)
-        if source.shape[0] > buffer.shape[0]:
-            raise ValueError(f"{name} has {source.shape[0]} entries, more than {buffer_name}'s "
-                             f"{buffer.shape[0]}")
-        target = buffer[:source.shape[0]]
-        if non_blocking and not source.is_cuda and buffer.dtype == torch.int32:
-            from_host.append((target, source))
-        else:
-            target.copy_(source, non_blocking=non_blocking)
-    if from_host:
-        staging.copy(from_host)
+    """Copies each (buffer, buffer_name, source, name, count) entry's index array `source` (host
+    or device, any integer form; its first `count` entries, or all with count -1) into the
+    front of `buffer`, a fixed CUDA-graph buffer, in place, through `staging` (an
+    _flare.IndexStaging: one extension call; host arrays through its page-locked memory, so
+    the copies are asynchronous). Nothing when source is that buffer. ValueError naming `name`
+    (the caller's argument) and `buffer_name` when it has more entries, before anything is
+    copied. non_blocking=False: the host waits for the copies (FlashInfer's meaning)."""
+    staging.fill(_flare.current_stream(entries[0][0].device.index),
+                 tuple((buffer, buffer_name, index_source(source, name), name, count)
+                       for buffer, buffer_name, source, name, count in entries),
+                 not non_blocking)
 
 
-class PinnedStaging:
-    """Page-locked host memory through which one wrapper's plan() copies host index arrays into
-    its CUDA-graph buffers asynchronously. The next plan() waits for the event its copies
-    recorded before it overwrites the memory (by then they have long finished: a step's run()
-    lies between two plans)."""
-
-    def __init__(self):
-        self._pinned = None
-        self._event = None
-
-    def copy(self, pairs):
-        """pairs: (CUDA int32 target, host source of the target's length), copied in order."""
+def index_source(x, name):
+    """x as IndexStaging.fill reads it: an int32 CUDA tensor as it is (contiguous), another
+    CUDA tensor converted on its device, anything else an int32 host array (host_index)."""
+    if is_torch(x) and x.is_cuda:
         torch = torch_module()
-        if self._event is not None:
-            self._event.synchronize()
-        total = sum(source.shape[0] for _, source in pairs)
-        if self._pinned is None or self._pinned.shape[0] < total:
-            self._pinned = torch.empty(max(total, 256), dtype=torch.int32, pin_memory=True)
-        offset = 0
-        for target, source in pairs:
-            count = source.shape[0]
-            chunk = self._pinned[offset:offset + count]
-            chunk.copy_(source)
-            target.copy_(chunk, non_blocking=True)
-            offset += count
-        if self._event is None:
-            self._event = torch.cuda.Event()
-        self._event.record(torch.cuda.current_stream(pairs[-1][0].device))
+        if x.dtype != torch.int32 or not x.is_contiguous():
+            x = x.to(torch.int32).contiguous()
+        return x
+    return host_index(x, name)
 
 
 def scratch_of(buffer, where):

@@ -21,8 +21,8 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data
                     check_pos_encoding_mode, make_params, scale_or_one, ResolvedConfigs)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
-from ._tensors import (PinnedStaging, arg, engine_names, host_index, host_int32,
-                       index_on_device, is_cuda, refill_buffers, scratch_of,
+from ._tensors import (arg, engine_names, host_index, host_int32,
+                       index_on_device, index_source, is_cuda, scratch_of,
                        split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
 from .variant import check_variant, variant_arguments
 
@@ -103,7 +103,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         elif any(b is not None for b in buffers):
             raise ValueError("the paged_kv_*_buffer arguments are for use_cuda_graph=True")
         self._indptr_buf, self._indices_buf, self._last_page_len_buf = buffers
-        self._staging = PinnedStaging()  # plan()'s host arrays bound for the fixed buffers
+        self._staging = _flare.IndexStaging()  # plan() refills the fixed buffers through it
         self._scratch = scratch_of(float_workspace_buffer, _WRAPPER) if self._cuda else None
         self._decoders = _GpuDecoders()
         self._resolved = ResolvedConfigs()  # plan()'s configuration arguments -> _resolve()
@@ -265,11 +265,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
         else:
             max_batch = _next_power_of_two(max(batch, 1))
         decoder = self._decoders.get(key, max_batch, make)
+        stream = _flare.current_stream(device)
         try:
-            decoder.plan(indptr_host, last_host, _flare.current_stream(device))
+            decoder.plan(indptr_host, last_host, stream)
         except ValueError as error:
             raise engine_names(error, _ENGINE_NAMES) from None
-        page_ids = self._device_indices(indices, indptr_host, last_host, non_blocking)
+        page_ids = self._device_indices(indices, indptr_host, last_host, non_blocking, stream)
         if self._use_cuda_graph:
             self._graph_key = key
             self._graph_q_len = 1
@@ -302,10 +303,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if self._use_cuda_graph:
             self._graph_q_len = q_len
 
-    def _device_indices(self, indices, indptr_host, last_host, non_blocking):
+    def _device_indices(self, indices, indptr_host, last_host, non_blocking, stream):
         """The page ids run() reads, on the device: the fixed buffer under CUDA graphs (the
         other two buffers get the host arrays, as FlashInfer fills them; the kernel takes page
-        ranges and lengths from the plan). Nothing is copied that is already in place."""
+        ranges and lengths from the plan). Nothing is copied that is already in place; the
+        three copies are one extension call (refill_buffers), the host arrays already in the
+        form it reads."""
         if not self._use_cuda_graph:
             return index_on_device(indices, self._workspace, "indices")
         num_indices = int(indptr_host[-1])
@@ -313,11 +316,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise ValueError(
                 f"indptr[-1]={num_indices} pages exceed paged_kv_indices_buffer's "
                 f"{self._indices_buf.shape[0]} entries")
-        refill_buffers((
-            (self._indices_buf, "paged_kv_indices_buffer", indices[:num_indices], "indices"),
-            (self._indptr_buf, "paged_kv_indptr_buffer", indptr_host, "indptr"),
+        self._staging.fill(stream, (
+            (self._indices_buf, "paged_kv_indices_buffer", index_source(indices, "indices"),
+             "indices", num_indices),
+            (self._indptr_buf, "paged_kv_indptr_buffer", indptr_host, "indptr", -1),
             (self._last_page_len_buf, "paged_kv_last_page_len_buffer", last_host,
-             "last_page_len")), non_blocking, self._staging)
+             "last_page_len", -1)), not non_blocking)
         return self._indices_buf
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None,

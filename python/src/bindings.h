@@ -11,6 +11,7 @@ void bind_tensor_arg(nb::module_& m);     // tensor_arg.cpp
 void bind_params_arg(nb::module_& m);     // params_arg.cpp
 void bind_cpu_attention(nb::module_& m);  // bind_cpu_attention.cpp
 void bind_batch_decode(nb::module_& m);   // bind_batch_decode.cpp
+void bind_index_staging(nb::module_& m);  // bind_index_staging.cpp
 void bind_batch_prefill(nb::module_& m);  // bind_batch_prefill.cpp
 void bind_merge(nb::module_& m);          // bind_merge.cpp
 void bind_rope(nb::module_& m);           // bind_rope.cpp

@@ -71,6 +71,7 @@ NB_MODULE(_flare, m) {
   flare::python::bind_params_arg(m);
   flare::python::bind_cpu_attention(m);
   flare::python::bind_batch_decode(m);
+  flare::python::bind_index_staging(m);
   flare::python::bind_batch_prefill(m);
   flare::python::bind_merge(m);
   flare::python::bind_rope(m);

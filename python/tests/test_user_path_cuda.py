@@ -333,3 +333,51 @@ def test_a_graph_mode_plan_does_not_wait_for_the_device(wrapper_kind):
     assert elapsed < 0.2, f"plan() took {elapsed:.3f} s behind queued GPU work"
     assert torch.equal(buffers["paged_kv_last_page_len_buffer"].cpu(), new_last)
     assert torch.equal(buffers["paged_kv_indptr_buffer"].cpu(), indptr)
+
+
+def test_graph_buffers_are_refilled_from_any_index_form_and_left_alone_on_bad_input():
+    """plan() of a use_cuda_graph wrapper copies the caller's arrays into its fixed buffers in
+    one extension call (_flare.IndexStaging): lists, int64 numpy arrays, strided host tensors,
+    int64 CUDA tensors and a buffer passed as its own source all land as int32; an array longer
+    than its buffer raises naming both before any buffer changes."""
+    batch = 3
+    qo = torch.zeros(batch + 1, dtype=torch.int32, device=DEVICE)
+    kv_indptr_buf = torch.zeros(batch + 1, dtype=torch.int32, device=DEVICE)
+    indices_buf = torch.full((12,), -5, dtype=torch.int32, device=DEVICE)
+    last_buf = torch.zeros(batch, dtype=torch.int32, device=DEVICE)
+    wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(
+        workspace(), "NHD", use_cuda_graph=True, qo_indptr_buf=qo,
+        paged_kv_indptr_buf=kv_indptr_buf, paged_kv_indices_buf=indices_buf,
+        paged_kv_last_page_len_buf=last_buf)
+    qo_host = torch.arange(0, 2 * batch + 1, 2, dtype=torch.int32)
+    kv_indptr = [0, 2, 3, 6]
+    pages = [7, 1, 4, 0, 2, 9]
+    strided = torch.tensor([[p, -1] for p in pages], dtype=torch.int32)[:, 0]  # stride 2
+    last = torch.tensor([5, 16, 2], dtype=torch.int32)
+    wrapper.plan(qo_host, kv_indptr, strided, last, 4, 2, 64, 16, q_data_type=torch.float16)
+    torch.cuda.synchronize()
+    assert qo.cpu().tolist() == qo_host.tolist()
+    assert kv_indptr_buf.cpu().tolist() == kv_indptr
+    assert indices_buf.cpu().tolist() == pages + [-5] * 6
+    assert last_buf.cpu().tolist() == [5, 16, 2]
+
+    # The buffers as their own sources (FlashInfer users pass them back), numpy int64 and an
+    # int64 CUDA tensor.
+    pages = [3, 8, 6, 5, 1, 0]
+    wrapper.plan(qo, np.array(kv_indptr, dtype=np.int64),
+                 torch.tensor(pages, dtype=torch.int64, device=DEVICE), last_buf, 4, 2, 64, 16,
+                 q_data_type=torch.float16)
+    torch.cuda.synchronize()
+    assert qo.cpu().tolist() == qo_host.tolist() and kv_indptr_buf.cpu().tolist() == kv_indptr
+    assert indices_buf.cpu().tolist() == pages + [-5] * 6
+    assert last_buf.cpu().tolist() == [5, 16, 2]
+
+    before = [b.clone() for b in (qo, kv_indptr_buf, indices_buf, last_buf)]
+    too_many = torch.arange(13, dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="paged_kv_indices has 13 entries, more than "
+                                         "paged_kv_indices_buf's 12"):
+        wrapper.plan(qo_host, [0, 2, 3, 13], too_many, [5, 16, 2], 4, 2, 64, 16,
+                     q_data_type=torch.float16)
+    torch.cuda.synchronize()
+    for buffer, old in zip((qo, kv_indptr_buf, indices_buf, last_buf), before):
+        assert torch.equal(buffer, old)

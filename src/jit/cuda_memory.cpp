@@ -111,6 +111,12 @@ void memcpy_htod_async(void* dst, const void* src, size_t bytes, Stream stream) 
         "cuMemcpyHtoDAsync");
 }
 
+void memcpy_dtod_async(void* dst, const void* src, size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  check(api().cuMemcpyDtoDAsync_v2(driver::device_ptr(dst), driver::device_ptr(src), bytes, stream),
+        "cuMemcpyDtoDAsync");
+}
+
 void memcpy_dtoh(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   check(api().cuMemcpyDtoH_v2(dst, driver::device_ptr(src), bytes), "cuMemcpyDtoH");

@@ -79,6 +79,7 @@ struct Api {
   CUresult (*cuMemFreeHost)(void* ptr);
   CUresult (*cuMemcpyHtoDAsync_v2)(CUdeviceptr dst, const void* src, size_t bytes, Stream stream);
   CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr dst, const void* src, size_t bytes);
+  CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, Stream stream);
   CUresult (*cuMemcpyDtoH_v2)(void* dst, CUdeviceptr src, size_t bytes);
   CUresult (*cuMemsetD8Async)(CUdeviceptr dst, unsigned char value, size_t bytes, Stream stream);
   CUresult (*cuStreamSynchronize)(Stream stream);

@@ -54,6 +54,7 @@ std::string resolve_all(void* library, Api& t) {
   FLARE_RESOLVE(cuMemFreeHost);
   FLARE_RESOLVE(cuMemcpyHtoDAsync_v2);
   FLARE_RESOLVE(cuMemcpyHtoD_v2);
+  FLARE_RESOLVE(cuMemcpyDtoDAsync_v2);
   FLARE_RESOLVE(cuMemcpyDtoH_v2);
   FLARE_RESOLVE(cuMemsetD8Async);
   FLARE_RESOLVE(cuStreamSynchronize);

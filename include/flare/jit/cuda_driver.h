@@ -110,6 +110,7 @@ class PinnedBuffer {
 };
 
 void memcpy_htod_async(void* dst, const void* src, size_t bytes, Stream stream);
+void memcpy_dtod_async(void* dst, const void* src, size_t bytes, Stream stream);
 void memcpy_dtoh(void* dst, const void* src, size_t bytes);  // synchronous
 void memcpy_htod(void* dst, const void* src, size_t bytes);  // synchronous
 void memset_d8_async(void* dst, uint8_t value, size_t bytes, Stream stream);
