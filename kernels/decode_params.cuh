@@ -149,6 +149,8 @@ struct MergeParams {
   // Non-zero for a variant without softmax (use_softmax = false): the slots hold unnormalized
   // sums and add up; there is no lse (kernels/variant.cuh).
   int32_t sum_partials;
+  // Prefill's attention sinks (PrefillParams::sink), added once to each merged row; null: none.
+  const float* sink;
 };
 
 }  // namespace flare

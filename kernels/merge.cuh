@@ -51,6 +51,12 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   for (int offset = 16; offset > 0; offset /= 2) {
     lse_max = fmaxf(lse_max, __shfl_xor_sync(kFull, lse_max, offset));
   }
+  const int packed = item.row_begin + r;
+  const long long head = (item.kv_head + h) * p.group_size + packed % p.group_size;
+  // The head's attention sink (MergeParams::sink): one more state, of value 0, in every row.
+  const bool sink = p.sink != nullptr && !p.sum_partials;
+  const float sink_lse = sink ? __ldg(p.sink + head) : negative_infinity();
+  lse_max = fmaxf(lse_max, sink_lse);
   const float base = lse_max == negative_infinity() ? 0.0f : lse_max;
 
   float acc[T::kDimsPerLane];
@@ -90,14 +96,13 @@ __device__ __forceinline__ void merge_row(const MergeParams& p, const MergeItem&
   for (int offset = 16; offset > 0; offset /= 2) {
     denominator += __shfl_xor_sync(kFull, denominator, offset);
   }
+  if (sink) denominator += fast_exp2((sink_lse - base) * kLog2e);
   const bool empty = denominator == 0.0f;
   const float norm = p.sum_partials ? 1.0f : empty ? 0.0f : 1.0f / denominator;
 
-  const int packed = item.row_begin + r;
   // Prefill passes each request's first token; decode has one token per request.
   const long long first_token = p.qo_begin != nullptr ? p.qo_begin[item.request] : item.request;
   const long long token = first_token + packed / p.group_size;
-  const long long head = (item.kv_head + h) * p.group_size + packed % p.group_size;
   unsigned char* o =
       static_cast<unsigned char*>(p.o) +
       ((token * p.o_stride_token + head * p.o_stride_head) + lane * T::kDimsPerLane) * 2;

@@ -18,6 +18,26 @@ __device__ __forceinline__ float row_sum(float d) {
   return d + __shfl_xor_sync(0xffffffffu, d, 2);
 }
 
+// A final row with the attention sink of its head (PrefillParams::sink: one more key of value 0
+// and logit sink[head]): its factor `norm` and lse (log2 units, `lse2`) recomputed from its
+// running max m2 (log2 units) and sum d. The two sums meet at the larger maximum, so a sink far
+// above the row's logits cannot overflow; a row that saw no key gets o = 0 and the sink's lse.
+// Only where p.sink is set (run() refuses a sink without softmax).
+__device__ __forceinline__ void add_sink(const PrefillParams& p, long long head, float m2, float d,
+                                         float& norm, float& lse2) {
+  const float s2 = __ldg(p.sink + head) * kLog2e;
+  if (d == 0.0f) {
+    norm = 0.0f;
+    lse2 = s2;
+    return;
+  }
+  const float top = fmaxf(m2, s2);
+  const float weight = fast_exp2(m2 - top);
+  const float total = fmaf(d, weight, fast_exp2(s2 - top));
+  norm = output_scale(p) * weight / total;
+  lse2 = top + fast_log2(total);
+}
+
 // One row's words of four consecutive n8 tiles, transposed across its quad: thread q holds
 // word k of tile j as columns j * 8 + 2q and 2q + 1 (the MMA's layout), and gets back tile q's
 // four words, its 8 columns in order (16 contiguous bytes), in two exchanges of pairs. Every
@@ -55,10 +75,13 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
       const float d = row_sum(st.d[mi][h]);
       const bool empty = d == 0.0f;
       // Without softmax, o is the weighted sum itself (kernels/variant.cuh).
-      const float norm = !Variant::use_softmax ? output_scale(p)
-                         : empty               ? 0.0f
-                                               : output_scale(p) / d;
+      float norm = !Variant::use_softmax ? output_scale(p) : empty ? 0.0f : output_scale(p) / d;
+      float lse2 = empty ? negative_infinity() : st.m[mi][h] * m_scale + fast_log2(d);
       const int r = local_row(mi, h);
+      if (Variant::use_softmax && p.sink != nullptr) {
+        add_sink(p, item.kv_head * p.group_size + (item.row_begin + r) % p.group_size,
+                 st.m[mi][h] * m_scale, d, norm, lse2);
+      }
 #pragma unroll
       for (int dn = 0; dn < T::kTilesO; ++dn) {
         unsigned char* word = smem + mma::swizzled_offset<T::kVRowBytes>(r, dn) + (lane % 4) * 4;
@@ -69,9 +92,7 @@ __device__ __forceinline__ void write_item_direct(const PrefillParams& p, const 
         const int packed = item.row_begin + r;
         const long long token = g.qo_begin + packed / p.group_size;
         const long long head = item.kv_head * p.group_size + packed % p.group_size;
-        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] =
-            empty ? negative_infinity()
-                  : (st.m[mi][h] * m_scale + fast_log2(d)) * kLn2 * p.lse_scale;
+        p.lse[token * p.lse_stride_token + head * p.lse_stride_head] = lse2 * kLn2 * p.lse_scale;
       }
     }
   }
@@ -135,6 +156,11 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
         // (Rows past the item read stale row-table entries and store nothing.)
         const long long token = g.qo_begin + (shared.row_q_pos[r] - g.q_offset);
         const long long head = shared.row_qo_head[r];
+        float row_norm = norm, row_lse2 = lse2;
+        if (Variant::use_softmax && p.sink != nullptr) {
+          // (A row past the item takes head 0's sink: its table entry may never have been set.)
+          add_sink(p, in_item ? head : 0, st.m[mi][h] * m_scale, d, row_norm, row_lse2);
+        }
         unsigned char* row = static_cast<unsigned char*>(p.o) +
                              (token * p.o_stride_token + head * p.o_stride_head) * 2;
         if constexpr (kQuadRowStores) {
@@ -149,8 +175,8 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
             unsigned w[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              w[j] = float2_to_16bit2<T::kCode>(acc.o[mi][dn + j][2 * h] * norm,
-                                                acc.o[mi][dn + j][2 * h + 1] * norm);
+              w[j] = float2_to_16bit2<T::kCode>(acc.o[mi][dn + j][2 * h] * row_norm,
+                                                acc.o[mi][dn + j][2 * h + 1] * row_norm);
             }
             const uint4 chunk = quad_transpose(w[0], w[1], w[2], w[3]);
             if (in_item) *reinterpret_cast<uint4*>(row + (dn + quad_col / 2) * 16) = chunk;
@@ -159,13 +185,13 @@ __device__ __forceinline__ void write_item_registers(const PrefillParams& p, con
 #pragma unroll
           for (int dn = 0; dn < T::kTilesO; ++dn) {
             *reinterpret_cast<unsigned*>(row + (dn * 8 + quad_col) * 2) =
-                float2_to_16bit2<T::kCode>(acc.o[mi][dn][2 * h] * norm,
-                                           acc.o[mi][dn][2 * h + 1] * norm);
+                float2_to_16bit2<T::kCode>(acc.o[mi][dn][2 * h] * row_norm,
+                                           acc.o[mi][dn][2 * h + 1] * row_norm);
           }
         }
         if (in_item && p.lse != nullptr && quad_col == 0) {
           p.lse[token * p.lse_stride_token + head * p.lse_stride_head] =
-              empty ? negative_infinity() : lse2 * kLn2 * p.lse_scale;
+              row_lse2 * kLn2 * p.lse_scale;
         }
       } else if (in_item) {
         const long long slot_row =
@@ -246,19 +272,23 @@ __device__ __forceinline__ void write_item(const PrefillParams& p, const WorkIte
     const bool empty = denominator == 0.0f;
     // Without softmax, o is the weighted sum itself and a partial slot's lse is 0, which the
     // merge kernel adds up under MergeParams::sum_partials (kernels/variant.cuh).
-    const float norm = !Variant::use_softmax ? output_scale(p)
-                       : empty               ? 0.0f
-                                             : output_scale(p) / denominator;
+    float norm = !Variant::use_softmax ? output_scale(p)
+                 : empty               ? 0.0f
+                                       : output_scale(p) / denominator;
+    float lse2 = !Variant::use_softmax ? 0.0f
+                 : empty               ? negative_infinity()
+                                       : m_max + fast_log2(denominator);
+    const int packed = item.row_begin + r;
+    const long long head = item.kv_head * p.group_size + packed % p.group_size;
+    if (Variant::use_softmax && p.sink != nullptr && item.partial_slot < 0) {
+      add_sink(p, head, m_max, denominator, norm, lse2);
+    }
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= norm;
-    const float lse = !Variant::use_softmax ? 0.0f
-                      : empty               ? negative_infinity()
-                                            : (m_max + fast_log2(denominator)) * kLn2;
+    const float lse = lse2 * kLn2;
 
-    const int packed = item.row_begin + r;
     if (item.partial_slot < 0) {
       const long long token = g.qo_begin + packed / p.group_size;
-      const long long head = item.kv_head * p.group_size + packed % p.group_size;
       Vec16 out;
       out.x = float2_to_16bit2<T::kCode>(acc[0], acc[1]);
       out.y = float2_to_16bit2<T::kCode>(acc[2], acc[3]);

@@ -64,6 +64,10 @@ struct PrefillParams {
   int64_t k_scale_stride_page, k_scale_stride_slot, k_scale_stride_head;
   int64_t v_scale_stride_page, v_scale_stride_slot, v_scale_stride_head;
   int32_t nvfp4_narrow_codes;  // 1: a code row is only 8-byte aligned (8-byte copies), 0: 16
+  // Attention sinks (gpt-oss; RunOptions::sink): [H_qo] float32 logits in the units of q.k *
+  // sm_scale (natural log), one key of value 0 per head in every row's softmax: final rows add
+  // exp(sink) to their denominator here, split rows in the merge kernel. Null: none.
+  const float* sink;
   VariantParams variant;
   // The Hopper family's maps of k and v (kernels/prefill_hopper.cuh; encoded by
   // src/api/prefill_bulk_maps.cpp): ragged K/V as [tokens][H_kv][D] with boxes of one panel

@@ -177,9 +177,10 @@ def new_batch_prefill(device, config, kv_layout, paged, use_cuda_graph, scratch,
 
 
 def launch(prefill, q, kv, page_ids, hnd, out, lse, mask_bits, scales, lse_base, enable_pdl,
-           scalars, tensors, kv_cache_sf):
+           scalars, tensors, kv_cache_sf, sink=None):
     """One planned BatchPrefill's run: kv the paged cache (page_ids set) or the (k, v) pair of
-    ragged rows (hnd: [H_kv, rows, D]); scales (q_scale, k_scale, v_scale), None meaning 1.
+    ragged rows (hnd: [H_kv, rows, D]); scales (q_scale, k_scale, v_scale), None meaning 1;
+    sink: float32 [H_qo] attention-sink logits on q's device, or None.
     Positional, and the defaults spelled out: each keyword or helper call costs ~0.1 us."""
     q_scale, k_scale, v_scale = scales
     q_scale = 1.0 if q_scale is None else float(q_scale)
@@ -189,10 +190,10 @@ def launch(prefill, q, kv, page_ids, hnd, out, lse, mask_bits, scales, lse_base,
     pdl = True if enable_pdl is None else bool(enable_pdl)
     if page_ids is not None:
         prefill.run_paged(q, kv, page_ids, out, lse, mask_bits, q_scale, k_scale, v_scale, base2,
-                          pdl, scalars, tensors, kv_cache_sf)
+                          pdl, scalars, tensors, kv_cache_sf, sink)
     else:
         prefill.run_ragged(q, kv[0], kv[1], hnd, out, lse, mask_bits, q_scale, k_scale, v_scale,
-                           base2, pdl, scalars, tensors, kv_cache_sf)
+                           base2, pdl, scalars, tensors, kv_cache_sf, sink)
 
 
 class GpuPrefill:
@@ -370,13 +371,14 @@ class GpuPrefill:
         return page_ids, (bits_buf, indptr_buf)
 
     def run(self, q, kv, q_scale, k_scale, v_scale, out, lse, return_lse, lse_base, enable_pdl,
-            variant_kwargs, kv_cache_sf=None):
+            variant_kwargs, kv_cache_sf=None, sink=None):
         """o [total_q, H_qo, D_vo] (and lse) for the plan: one extension call. kv is the
         paged_kv_cache argument, or the (k, v) pair of ragged rows; variant_kwargs: run()'s
         keyword arguments beyond FlashInfer's (a planned variant's scalars). Positional, and
         the defaults spelled out: each keyword or helper call costs ~0.1 us on this path.
         kv_cache_sf: NVFP4 KV's block scales (paged: a (k, v) pair or one [pages, 2, ...]
-        tensor; ragged: a (k, v) pair), None otherwise."""
+        tensor; ragged: a (k, v) pair), None otherwise. sink: the attention-sink wrapper's
+        float32 [H_qo] logits on q's device (the kernels add them to each final row), or None."""
         planned = self.planned
         if planned is None:
             raise RuntimeError(f"{self._where}.run() needs a plan(): call plan() first")
@@ -396,7 +398,8 @@ class GpuPrefill:
         if prefill is None:  # no query token: nothing to compute
             return (out, lse) if return_lse else out
         launch(prefill, q, kv, page_ids, self._kv_layout == "HND", out, lse, mask_bits,
-               (q_scale, k_scale, v_scale), lse_base, enable_pdl, scalars, tensors, kv_cache_sf)
+               (q_scale, k_scale, v_scale), lse_base, enable_pdl, scalars, tensors, kv_cache_sf,
+               sink)
         return (out, lse) if return_lse else out
 
     def check(self):

@@ -1,21 +1,18 @@
 """Attention sinks (FlashInfer's flashinfer.attention.BatchAttentionWithAttentionSinkWrapper, as
 in gpt-oss): each query head has a sink logit that takes part in the softmax's denominator and
-contributes no value. flare composes it from the attention state and the merge operator: the
-paged prefill's (o, lse) merged with the sink's state (v = 0, lse = sink[h]), i.e. o scaled by
-1 / (1 + exp(sink - lse)) and lse = log(exp(lse) + exp(sink)). On CUDA that is one
-merge_state_in_place launch after the kernel (natural-log LSEs, so the sink needs no scaling;
-the zero state is one [H, D] row of zeros broadcast over the tokens): run() costs the prefill's
-host time plus one merge call (it was ~12 torch operations, 237 us of host time a run(),
-docs/perf.md forty-seventh session). A sink hook fused into the kernels' final writes is issue
-18's remaining work.
+contributes no value: o scaled by 1 / (1 + exp(sink - lse)) and lse = log(exp(lse) + exp(sink)),
+the merge of the row's attention state with the sink's (v = 0, lse = sink[h]). On CUDA the
+kernels apply it where each row's output becomes final (the prefill epilogue, or the merge of a
+split row's pieces: RunOptions::sink), so run() is the paged prefill's one extension call (it was
+a merge launch after the kernel, and before that ~12 torch operations, 237 us of host time a
+run(): docs/perf.md forty-seventh and forty-eighth sessions). The CPU backend merges after.
 """
 
 import math
 
 import numpy as np
 
-from ._tensors import dtype_name, empty, is_cuda, is_torch, torch_module
-from .cascade import merge_state_in_place
+from ._tensors import is_torch, torch_module
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
 _NAME = "BatchAttentionWithAttentionSinkWrapper"
@@ -60,7 +57,6 @@ class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper
                                    q_data_type=q_data_type, kv_data_type=kv_data_type,
                                    window_left=window_left)
         self._sm_scale = None
-        self._zero_row = None  # the sink state's v: zeros [H_qo, D_vo] in o's dtype (CUDA)
 
     def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
              num_qo_heads, num_kv_heads, head_dim_qk, page_size, **kwargs):
@@ -72,59 +68,42 @@ class BatchAttentionWithAttentionSinkWrapper(BatchPrefillWithPagedKVCacheWrapper
         self._sm_scale = float(scale) if scale is not None else 1.0 / math.sqrt(head_dim_qk)
         super().plan(qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
                      num_qo_heads, num_kv_heads, head_dim_qk, page_size, **kwargs)
-        # Made here, not in run(): run() may be captured in a CUDA graph. o's dtype (q's);
-        # other dtypes (fp8 q) get theirs at the first run().
-        o_dtype = dtype_name(kwargs.get("o_data_type") or kwargs["q_data_type"])
-        self._zero_row = None
-        if is_cuda(self._workspace) and o_dtype in ("float16", "bfloat16", "float32"):
-            self._zero_row = empty((num_qo_heads, kwargs.get("head_dim_vo") or head_dim_qk),
-                                   o_dtype, like=self._workspace).zero_()
 
     begin_forward = plan
 
-    def _merge_sink_cuda(self, o, s, sink):
-        """(o, s) merged in place with each head's sink state, s in natural log: one launch."""
-        torch = torch_module()
-        zero = self._zero_row
-        if zero is None or zero.dtype != o.dtype or zero.shape != o.shape[1:] or \
-                zero.device != o.device:
-            if torch.cuda.is_current_stream_capturing():
-                raise RuntimeError(f"{_NAME}.run: o is {o.dtype} {tuple(o.shape[1:])}, not the "
-                                   "plan's output; call run() once outside the capture")
-            zero = self._zero_row = o.new_zeros(o.shape[1:])
-        if sink.dtype != torch.float32 or sink.device != o.device:
-            sink = sink.to(device=o.device, dtype=torch.float32)
-        merge_state_in_place(o, s, zero.expand(o.shape), sink.expand(s.shape), lse_base="ln")
-
     def run(self, q, paged_kv_cache, sink, sm_scale=None, out=None, lse=None, return_lse=False,
-            enable_pdl=None, lse_base="log2", **kwargs):
+            enable_pdl=None, lse_base="log2", q_scale=None, k_scale=None, v_scale=None,
+            kv_cache_sf=None, **variant_kwargs):
         """o [tokens, H_qo, D_vo] (and lse [tokens, H_qo] with return_lse) with each head's sink
-        in the denominator. sink: float32 [H_qo] (natural-log logits, compared with
-        q.k * sm_scale); sm_scale, when given, must be the plan's (the kernels were planned
-        with it)."""
-        where = f"{_NAME}.run"
+        in the denominator. sink: [H_qo] natural-log logits, compared with q.k * sm_scale (and
+        q_scale * k_scale where given); float32 on q's device, else converted (outside a CUDA
+        graph capture: a capture keeps the converted copy's address). sm_scale, when given,
+        must be the plan's (the kernels were planned with it). The other keywords as the paged
+        prefill wrapper's run()."""
         if self._sm_scale is None:
-            raise RuntimeError(f"{where}() needs a plan(): call plan() first")
+            raise RuntimeError(f"{_NAME}.run() needs a plan(): call plan() first")
         if sm_scale is not None and not math.isclose(float(sm_scale), self._sm_scale,
                                                      rel_tol=1e-6):
-            raise ValueError(f"{where}: sm_scale={float(sm_scale)} differs from the plan's "
+            raise ValueError(f"{_NAME}.run: sm_scale={float(sm_scale)} differs from the plan's "
                              f"{self._sm_scale}: pass sm_scale to plan()")
+        gpu = self._gpu
+        if gpu is not None:  # the engine checks the sink's shape and device, naming it
+            torch = torch_module()
+            if sink.dtype is not torch.float32 or not sink.is_cuda:
+                sink = sink.to(device=q.device, dtype=torch.float32)
+            return gpu.run(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse,
+                           lse_base, enable_pdl, variant_kwargs, kv_cache_sf, sink)
         if lse_base not in ("log2", "ln"):
-            raise ValueError(f"{where}: lse_base must be 'log2' or 'ln', got {lse_base!r}")
+            raise ValueError(f"{_NAME}.run: lse_base must be 'log2' or 'ln', got {lse_base!r}")
         if len(sink.shape) != 1 or sink.shape[0] != q.shape[1]:
-            raise ValueError(f"{where}: sink must be [num_qo_heads={q.shape[1]}], got "
+            raise ValueError(f"{_NAME}.run: sink must be [num_qo_heads={q.shape[1]}], got "
                              f"{list(sink.shape)}")
-        cuda = is_cuda(q)
-        o, s = super().run(q, paged_kv_cache, out=out, lse=lse, return_lse=True,
-                           enable_pdl=enable_pdl, lse_base="ln" if cuda else "log2", **kwargs)
-        if cuda:
-            self._merge_sink_cuda(o, s, sink)
-            if lse_base == "log2" and (return_lse or lse is not None):
-                s.mul_(_LOG2E)
-        else:
-            merge_sink(o, s, sink)
-            if lse_base == "ln":
-                s *= math.log(2.0)
+        o, s = super().run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale,
+                           v_scale=v_scale, out=out, lse=lse, return_lse=True,
+                           enable_pdl=enable_pdl, kv_cache_sf=kv_cache_sf, **variant_kwargs)
+        merge_sink(o, s, sink)
+        if lse_base == "ln":
+            s *= math.log(2.0)
         return (o, s) if return_lse else o
 
     forward = run

@@ -140,14 +140,16 @@ void plan_cascade(BatchPrefill& prefill, nb::handle levels, uintptr_t stream) {
   prefill.plan_cascade(spans, reinterpret_cast<cuda::Stream>(stream));
 }
 
-// The wrappers' run(): the caller's objects, on torch's current stream.
+// The wrappers' run(): the caller's objects, on torch's current stream; sink: the attention-sink
+// wrapper's logits (RunOptions::sink), else None.
 void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache, nb::handle indices,
                nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
                float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars,
-               nb::handle variant_tensors, nb::handle kv_cache_sf) {
+               nb::handle variant_tensors, nb::handle kv_cache_sf, nb::handle sink) {
   const BatchPrefillConfig& c = prefill.config();
-  const RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
-                          variant_tensors);
+  RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
+                    variant_tensors);
+  args.set_sink(sink);
   const PagedKVPages pages =
       paged_kv_pages(paged_kv_cache, c.layout, indices, "paged_kv_indices", kv_cache_sf);
   prefill.run(object_view(q, "q"), pages, object_view(out, "out"), optional_object_view(lse, "lse"),
@@ -160,10 +162,11 @@ void run_paged(BatchPrefill& prefill, nb::handle q, nb::handle paged_kv_cache, n
 void run_ragged(BatchPrefill& prefill, nb::handle q, nb::handle k, nb::handle v, bool hnd,
                 nb::handle out, nb::handle lse, nb::handle mask_bits, float q_scale, float k_scale,
                 float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars,
-                nb::handle variant_tensors, nb::handle kv_cache_sf) {
+                nb::handle variant_tensors, nb::handle kv_cache_sf, nb::handle sink) {
   const BatchPrefillConfig& c = prefill.config();
-  const RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
-                          variant_tensors);
+  RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
+                    variant_tensors);
+  args.set_sink(sink);
   Nvfp4Rows rows{object_view(k, "k"), object_view(v, "v"), {}, {}};
   if (!kv_cache_sf.is_none()) {
     FLARE_CHECK(PyTuple_Check(kv_cache_sf.ptr()) || PyList_Check(kv_cache_sf.ptr()),
@@ -221,13 +224,13 @@ void bind_batch_prefill(nb::module_& m) {
            nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"),
            nb::arg("variant_scalars").none() = nb::none(),
            nb::arg("variant_tensors").none() = nb::none(),
-           nb::arg("kv_cache_sf").none() = nb::none())
+           nb::arg("kv_cache_sf").none() = nb::none(), nb::arg("sink").none() = nb::none())
       .def("run_ragged", &run_ragged, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("hnd"),
            nb::arg("out"), nb::arg("lse").none(), nb::arg("mask_bits").none(), nb::arg("q_scale"),
            nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"),
            nb::arg("variant_scalars").none() = nb::none(),
            nb::arg("variant_tensors").none() = nb::none(),
-           nb::arg("kv_cache_sf").none() = nb::none())
+           nb::arg("kv_cache_sf").none() = nb::none(), nb::arg("sink").none() = nb::none())
       .def("check", &check_page_ids<BatchPrefill>, nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchPrefill& p) { return p.config().max_batch; })
       .def_prop_ro("max_total_qo", [](const BatchPrefill& p) { return p.config().max_total_qo; })

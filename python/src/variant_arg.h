@@ -65,6 +65,8 @@ class RunArguments {
   RunArguments& operator=(const RunArguments&) = delete;
 
   const RunOptions& options() const { return options_; }
+  // The attention sinks (RunOptions::sink): None, or a float32 [H_qo] CUDA tensor.
+  void set_sink(nb::handle sink) { options_.sink = optional_object_view(sink, "sink"); }
 
  private:
   static size_t checked_count(nb::handle values, int most, const char* kind) {

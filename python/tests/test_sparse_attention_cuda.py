@@ -281,7 +281,13 @@ def test_per_head_sparse_decode_replays_a_captured_step_over_new_selections():
                      device=DEVICE), torch.ones(4, dtype=torch.int32), H, 1, D, page_size)
 
 
-def test_attention_sink_wrapper_matches_the_sink_softmax():
+@pytest.mark.parametrize("backend,split", [("auto", None), ("fa2", None), ("fa2", 64),
+                                           ("fa3", 64)])
+def test_attention_sink_wrapper_matches_the_sink_softmax(backend, split):
+    """The sinks join each row's denominator inside the kernels (the epilogue of final rows, the
+    merge of split ones: split=64 forces splits), eagerly and in a replayed CUDA graph."""
+    if backend == "fa3" and torch.cuda.get_device_capability(DEVICE) != (9, 0):
+        pytest.skip("the fa3 family needs an sm_90 GPU")
     torch.manual_seed(5)
     H, H_kv, D, page = 8, 2, 128, 16
     kv_lens, q_lens = [300, 17, 1000], [1, 17, 4]
@@ -293,21 +299,28 @@ def test_attention_sink_wrapper_matches_the_sink_softmax():
     qo = torch.tensor([0] + q_lens).cumsum(0).to(torch.int32)
     q = torch.randn(sum(q_lens), H, D, dtype=torch.bfloat16, device=DEVICE)
     sink = torch.randn(H, device=DEVICE) * 2
-    wrapper = flare.BatchAttentionWithAttentionSinkWrapper(workspace(), "NHD")
-    wrapper.plan(qo, indptr, indices, last, H, H_kv, D, page, causal=True)
+    sink[0] = 30.0  # head 0's rows almost all sink
+    wrapper = flare.BatchAttentionWithAttentionSinkWrapper(workspace(), "NHD", backend=backend)
+    wrapper.plan(qo, indptr, indices, last, H, H_kv, D, page, causal=True,
+                 fixed_split_size=split)
     o = wrapper.run(q, cache, sink, D ** -0.5)
     o_2, lse_2 = wrapper.run(q, cache, sink, return_lse=True)
     o_ln, lse_ln = wrapper.run(q, cache, sink.double(), return_lse=True, lse_base="ln")
     torch.testing.assert_close(o_2, o, atol=0, rtol=0)
     torch.testing.assert_close(o_ln, o, atol=0, rtol=0)
+    poisoned = torch.full_like(o, float("nan"))
+    with pytest.raises(ValueError, match=r"sink must be a contiguous float32 \[8\]"):
+        wrapper.run(q, cache, sink[:7], out=poisoned)
+    assert poisoned.isnan().all()  # nothing launched
     torch.testing.assert_close(lse_ln, lse_2 * math.log(2), atol=1e-5, rtol=1e-6)
     # run() of a use_cuda_graph wrapper in a CUDA graph (the sink's merge included), replayed
     # on new queries.
     graph_wrapper = flare.BatchAttentionWithAttentionSinkWrapper(
         workspace(), "NHD", use_cuda_graph=True, qo_indptr_buf=qo.to(DEVICE),
         paged_kv_indptr_buf=indptr.to(DEVICE), paged_kv_indices_buf=torch.empty_like(indices),
-        paged_kv_last_page_len_buf=last.to(DEVICE))
-    graph_wrapper.plan(qo, indptr, indices, last, H, H_kv, D, page, causal=True)
+        paged_kv_last_page_len_buf=last.to(DEVICE), backend=backend)
+    graph_wrapper.plan(qo, indptr, indices, last, H, H_kv, D, page, causal=True,
+                       fixed_split_size=split)
     graphed = torch.empty_like(o)
     graph_wrapper.run(q, cache, sink)  # warm-up outside the capture
     torch.cuda.synchronize()

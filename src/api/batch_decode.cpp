@@ -233,6 +233,9 @@ void BatchDecode::run(const TensorView& q, const PagedKVPages& kv, const TensorV
   FLARE_CHECK(batch >= planned_batch && batch <= c.max_batch, ErrorCode::kInvalidArgument, kWhat,
               ": q holds ", batch, " requests, the plan has ", planned_batch, " (max_batch ",
               c.max_batch, ")");
+  FLARE_CHECK(!options.sink, ErrorCode::kUnsupported, kWhat,
+              ": attention sinks (RunOptions::sink) are BatchPrefill's: plan the decode step as "
+              "a prefill of one query token a request");
   api_detail::check_run_options(c.params, c.variant, options, lse.has_value(),
                                 {batch, c.num_qo_heads, c.num_kv_heads}, c.device, kWhat);
   const int64_t h_qo = c.num_qo_heads, h_kv = c.num_kv_heads, d = c.head_dim;

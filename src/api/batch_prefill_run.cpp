@@ -398,6 +398,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   p.group_size = prefill_group_size(c);
   p.v_scale = options.v_scale;
   p.lse_scale = lse_scale(options.lse_base);
+  p.sink = options.sink ? options.sink->ptr<float>() : nullptr;
   p.variant = s.variant;
   p.variant.sm_scale = s.variant.sm_scale * options.q_scale * options.k_scale;
   api_detail::set_variant_arguments(options, p.variant);
@@ -429,6 +430,7 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   m.lse_scale = p.lse_scale;
   m.qo_begin = p.qo_begin;
   m.sum_partials = api_detail::uses_softmax(c.params, c.variant) ? 0 : 1;
+  m.sink = p.sink;
   // Head dim 512: one pass per half of v and o (prefill_config.h prefill_kernel_head_dim_vo),
   // each writing the same lse; a pass's merge reads the workspace before the next pass writes
   // it (stream order; under PDL each kernel waits for its predecessor before touching it).

@@ -101,6 +101,20 @@ void check_run_options(const AttentionParams& params, const std::optional<UserVa
                    : std::string("params.use_softmax is false (sigmoid attention)"),
               ": the output is a weighted sum with no softmax denominator, so there is no lse; "
               "pass none");
+  if (options.sink) {
+    const TensorView& sink = *options.sink;
+    FLARE_CHECK(uses_softmax(params, user), ErrorCode::kInvalidArgument, what,
+                ": sink was given, but the variant has no softmax (use_softmax = false): a sink "
+                "joins the softmax's denominator");
+    FLARE_CHECK(sink.dtype == DType::kF32 && sink.ndim == 1 &&
+                    sink.shape[0] == extents.num_qo_heads && sink.is_contiguous(),
+                ErrorCode::kInvalidArgument, what, ": sink must be a contiguous float32 [",
+                extents.num_qo_heads, "] tensor (one logit per query head), got ",
+                dtype_name(sink.dtype), " ", sink.shape_str());
+    FLARE_CHECK(sink.device.is_cuda() && sink.device.index == device, ErrorCode::kInvalidArgument,
+                what, ": sink must be on cuda:", device, ", got ", sink.device.str());
+    FLARE_CHECK(sink.data != nullptr, ErrorCode::kInvalidArgument, what, ": sink has no data");
+  }
   const size_t given = options.variant_scalars.size();
   const size_t tensors = options.variant_tensors.size();
   if (!user) {

@@ -39,7 +39,8 @@ struct VariantExtents {
 };
 
 // run()'s options: finite q/k/v scales, no lse output (`wants_lse`) without softmax
-// (uses_softmax), and variant_scalars and variant_tensors against the config's variant (one
+// (uses_softmax), a sink (float32 [num_qo_heads] on `device`) only with softmax, and
+// variant_scalars and variant_tensors against the config's variant (one
 // finite value per declared scalar; one contiguous tensor per declared tensor, of its dtype and
 // declared shape with `extents` for its symbolic extents, on `device`; none without a user
 // variant). Throws kInvalidArgument naming the scale, lse, the variant's scalars or the tensor.

@@ -2,6 +2,7 @@
 // scales FlashInfer passes to run(), the LSE's base, and programmatic dependent launch.
 #pragma once
 
+#include <optional>
 #include <span>
 
 #include "flare/core/lse_base.h"
@@ -26,6 +27,15 @@ struct RunOptions {
   std::span<const float> variant_scalars;
   // Its tensors, likewise: one each, of the declared dtype, on the config's CUDA device.
   std::span<const TensorView> variant_tensors;
+  // Attention sinks (gpt-oss; FlashInfer's BatchAttentionWithAttentionSinkWrapper): float32
+  // [num_qo_heads], contiguous, on the config's CUDA device; logits in the units of q.k *
+  // sm_scale * q_scale * k_scale (natural log). Each head's sink is one more key of value 0 in
+  // every row's softmax: o = sum_j exp(s_j) v_j / (exp(sink) + sum_j exp(s_j)), lse =
+  // log(exp(sink) + sum_j exp(s_j)); a row that sees no key gets o = 0 and lse = sink.
+  // Applied where each row's output is final (the prefill epilogue, or the merge of its split
+  // pieces), so it costs no launch. BatchPrefill only (BatchDecode refuses it), with softmax.
+  // Captured runs keep its address.
+  std::optional<TensorView> sink;
 };
 
 }  // namespace flare

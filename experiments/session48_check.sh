@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Forty-eighth session's device checks (GPU machine, OUT set):
+#   sink: the attention-sink GPU tests (C++ PrefillSinkGpu under auto and fa2, with the prefill
+#     suite around the changed epilogues), compute-sanitizer memcheck on the empty-row and split
+#     sink cases, the Python sink / graph-buffer tests, then scripts/bench_host.py next to
+#     FlashInfer (.anchors-fi carried).
+set -uo pipefail
+stage=${1:?sink}
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
+mkdir -p "$OUT"
+source experiments/family_tests.sh
+fi_site() {  # FlashInfer's site where .anchors-fi was carried (../shared/bench/flashinfer)
+  [ -d .anchors-fi ] && python3 .anchors-fi/setup_fi.py /tmp/fi-site >"$OUT/fi_setup.log" 2>&1 &&
+    echo /tmp/fi-site
+}
+if [ "$stage" = sink ]; then
+  family_tests "$PWD" auto "${FILTER:-PrefillSinkGpu.*:PrefillGpu.*:PrefillHopper*}"
+  family_tests "$PWD" fa2 "PrefillSinkGpu.*:PrefillGpu.*"
+  FLARE_CACHE_DIR="$PWD/build-ab/jit-cache" timeout 200 compute-sanitizer --tool memcheck \
+    --error-exitcode 9 build-ab/flare_gpu_tests \
+    --gtest_filter='PrefillSinkGpu.RowsThatSeeNoKeyAreTheSink:PrefillSinkGpu.SplitRowsTakeTheSinkInTheMerge' \
+    >"$OUT/memcheck.log" 2>&1
+  echo "memcheck rc $? ($(grep -c 'Invalid' "$OUT/memcheck.log") invalid accesses)"
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "${PY_TESTS:-sink or refilled or graph_mode_plan}" \
+    2>&1 | tail -n 4
+  site=$(fi_site)
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts${site:+:$site} PYTHONUNBUFFERED=1 \
+    timeout 200 python3 "$tree/scripts/bench_host.py" --json "$OUT/bench_host.json" 2>&1 |
+    tee "$OUT/bench_host.log" | grep -E "^\||rror" | tail -n 30)
+fi
