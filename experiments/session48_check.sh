@@ -4,8 +4,9 @@
 #     suite around the changed epilogues), compute-sanitizer memcheck on the empty-row and split
 #     sink cases, the Python sink / graph-buffer tests, then scripts/bench_host.py next to
 #     FlashInfer (.anchors-fi carried).
+#   costs: experiments/single_call_costs.py (the single_* calls' host time by step).
 set -uo pipefail
-stage=${1:?sink}
+stage=${1:?sink|costs}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -28,4 +29,10 @@ if [ "$stage" = sink ]; then
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts${site:+:$site} PYTHONUNBUFFERED=1 \
     timeout 200 python3 "$tree/scripts/bench_host.py" --json "$OUT/bench_host.json" 2>&1 |
     tee "$OUT/bench_host.log" | grep -E "^\||rror" | tail -n 30)
+fi
+if [ "$stage" = costs ]; then
+  (cd /tmp && python3 -c 'import flare' 2>/dev/null) ||
+    scripts/gpu_check_python.sh "$OUT/py" -q -k no_test_has_this_name >/dev/null 2>&1
+  (tree=$PWD && cd /tmp && timeout 200 python3 "$tree/experiments/single_call_costs.py" 2>&1 |
+    tail -n 30)
 fi
