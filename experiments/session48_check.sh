@@ -16,14 +16,14 @@ fi_site() {  # FlashInfer's site where .anchors-fi was carried (../shared/bench/
     echo /tmp/fi-site
 }
 if [ "$stage" = sink ]; then
-  family_tests "$PWD" auto "${FILTER:-PrefillSinkGpu.*:PrefillGpu.*:PrefillHopper*}"
+  family_tests "$PWD" auto "${FILTER:-PrefillSinkGpu.*:PrefillSinglePlanGpu.*:PrefillGpu.*:PrefillHopper*}"
   family_tests "$PWD" fa2 "PrefillSinkGpu.*:PrefillGpu.*"
   FLARE_CACHE_DIR="$PWD/build-ab/jit-cache" timeout 200 compute-sanitizer --tool memcheck \
     --error-exitcode 9 build-ab/flare_gpu_tests \
     --gtest_filter='PrefillSinkGpu.RowsThatSeeNoKeyAreTheSink:PrefillSinkGpu.SplitRowsTakeTheSinkInTheMerge' \
     >"$OUT/memcheck.log" 2>&1
   echo "memcheck rc $? ($(grep -c 'Invalid' "$OUT/memcheck.log") invalid accesses)"
-  scripts/gpu_check_python.sh "$OUT/py" -q -k "${PY_TESTS:-sink or refilled or graph_mode_plan}" \
+  scripts/gpu_check_python.sh "$OUT/py" -q -k "${PY_TESTS:-sink or refilled or graph_mode_plan or single}" \
     2>&1 | tail -n 4
   site=$(fi_site)
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts${site:+:$site} PYTHONUNBUFFERED=1 \

@@ -157,10 +157,12 @@ def _check_buffer(name, buffer, workspace, dtype):
 
 
 def new_batch_prefill(device, config, kv_layout, paged, use_cuda_graph, scratch, validate,
-                      backend, capacities, max_levels=1):
+                      backend, capacities, max_levels=1, single_plan=False):
     """A flare BatchPrefill of `config` (GpuPrefill.plan's configuration); scratch: the
     caller's (device pointer, bytes) for partial states, (0, 0) for a workspace of its own;
-    capacities: (max_batch, max_total_qo, max_total_kv); max_levels > 1 for plan_cascade."""
+    capacities: (max_batch, max_total_qo, max_total_kv); max_levels > 1 for plan_cascade;
+    single_plan: planned once (BatchPrefillConfig::single_plan: no merge launch where that plan
+    splits nothing)."""
     max_batch, max_total_qo, max_total_kv = capacities
     return _flare.BatchPrefill(_flare.PrefillConfig(
         device=device, max_batch=max_batch, max_total_qo=max_total_qo,
@@ -173,7 +175,7 @@ def new_batch_prefill(device, config, kv_layout, paged, use_cuda_graph, scratch,
         scratch_bytes=scratch[1], validate_indices=validate, variant=config["variant"],
         backend=backend, kv_dtype=config.get("kv_dtype", config["dtype"]),
         max_total_kv=max_total_kv, max_levels=max_levels,
-        rope_staging=config.get("rope_staging", "auto")))
+        rope_staging=config.get("rope_staging", "auto"), single_plan=single_plan))
 
 
 def launch(prefill, q, kv, page_ids, hnd, out, lse, mask_bits, scales, lse_base, enable_pdl,

@@ -20,19 +20,14 @@ _single_decoders = PlannedByShape(16)
 
 def _run_planned(planned, q, k, v, kv_layout, heads, head_dim, scales, return_lse, base2,
                  enable_pdl, scalars, tensors):
-    """o (and lse) of a planned (decoder, page ids 0 .. kv_len - 1): k and v viewed as pages of
-    one token (NHD [kv_len, 1, H_kv, D], HND [kv_len, H_kv, 1, D]), no copy."""
-    torch = torch_module()
+    """o (and lse) of a planned (decoder, page ids 0 .. kv_len - 1): the extension views q as a
+    batch of one and k and v as pages of one token (no copy, no torch view call)."""
+    out = q.new_empty((heads, head_dim))
+    lse = q.new_empty((heads,), dtype=torch_module().float32) if return_lse else None
     decoder, indices = planned
-    if kv_layout == "NHD":
-        k_pages, v_pages = k.unsqueeze(1), v.unsqueeze(1)
-    else:
-        k_pages, v_pages = k.transpose(0, 1).unsqueeze(2), v.transpose(0, 1).unsqueeze(2)
-    out = q.new_empty((1, heads, head_dim))
-    lse = q.new_empty((1, heads), dtype=torch.float32) if return_lse else None
-    decoder.run(q[None], (k_pages, v_pages), indices, out, lse, *scales, base2,
-                pdl_flag(enable_pdl), scalars, tensors)
-    return (out[0], lse[0]) if return_lse else out[0]
+    decoder.run_single(q, k, v, kv_layout == "HND", indices, out, lse, *scales, base2,
+                       pdl_flag(enable_pdl), scalars, tensors)
+    return (out, lse) if return_lse else out
 
 
 def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE",

@@ -90,7 +90,7 @@ def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales,
         rope = config["params_kwargs"]["pos_encoding_mode"] == "ROPE_LLAMA"
         staged_kv = max(kv_len, 1) if config["kv_dtype"] == "uint8" or rope else 0
         prefill = new_batch_prefill(device, config, kv_layout, False, True, (0, 0), False,
-                                    backend, (1, qo_len, staged_kv))
+                                    backend, (1, qo_len, staged_kv), single_plan=True)
         prefill.plan(np.array([0, qo_len], dtype=np.int32),
                      np.array([0, kv_len], dtype=np.int32), None, _flare.current_stream(device))
         return prefill

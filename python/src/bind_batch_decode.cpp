@@ -11,6 +11,8 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
@@ -85,6 +87,52 @@ void run(BatchDecode& decode, nb::handle q, nb::handle paged_kv_cache, nb::handl
              reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)), args.options());
 }
 
+// `t` with a dimension of extent 1 inserted before dimension `dim` (its stride is never stepped
+// along: that of the dimension it precedes times its extent, 1 at the end).
+TensorView with_unit_dim(const TensorView& t, int dim, const char* name, int expected_ndim) {
+  FLARE_CHECK(t.ndim == expected_ndim, ErrorCode::kInvalidArgument, "single_decode: ", name,
+              " must be ", expected_ndim, "-D, got shape ", t.shape_str());
+  TensorView out = t;
+  out.ndim = t.ndim + 1;
+  for (int d = t.ndim; d > dim; --d) {
+    out.shape[static_cast<size_t>(d)] = t.shape[static_cast<size_t>(d - 1)];
+    out.strides[static_cast<size_t>(d)] = t.strides[static_cast<size_t>(d - 1)];
+  }
+  out.shape[static_cast<size_t>(dim)] = 1;
+  out.strides[static_cast<size_t>(dim)] =
+      dim < t.ndim ? t.strides[static_cast<size_t>(dim)] * t.shape[static_cast<size_t>(dim)] : 1;
+  return out;
+}
+
+// single_decode_with_kv_cache's run, the batch of one request viewed here without torch calls
+// (each view op is ~1-2 us there): q [H_qo, D] as [1, H_qo, D]; k and v [kv_len, H_kv, D] (NHD)
+// or [H_kv, kv_len, D] (hnd) as pages of one token ([kv_len, 1, H_kv, D] / [kv_len, H_kv, 1,
+// D]); out [H_qo, D] and lse [H_qo] (or None) as a batch of one.
+void run_single(BatchDecode& decode, nb::handle q, nb::handle k, nb::handle v, bool hnd,
+                nb::handle indices, nb::handle out, nb::handle lse, float q_scale, float k_scale,
+                float v_scale, bool lse_base2, bool enable_pdl, nb::handle variant_scalars,
+                nb::handle variant_tensors) {
+  const BatchDecodeConfig& c = decode.config();
+  PagedKVPages pages;
+  pages.layout = c.layout;
+  pages.indices = object_view(indices, "indices");
+  for (auto [handle, name, view] : {std::tuple{k, "k", &pages.k}, std::tuple{v, "v", &pages.v}}) {
+    TensorView rows = object_view(handle, name);
+    if (hnd && rows.ndim == 3) {  // [H_kv, kv_len, D] -> [kv_len, H_kv, D]
+      std::swap(rows.shape[0], rows.shape[1]);
+      std::swap(rows.strides[0], rows.strides[1]);
+    }
+    *view = with_unit_dim(rows, hnd ? 2 : 1, name, 3);
+  }
+  const RunArguments args(q_scale, k_scale, v_scale, lse_base2, enable_pdl, variant_scalars,
+                          variant_tensors);
+  std::optional<TensorView> lse_view;
+  if (!lse.is_none()) lse_view = with_unit_dim(object_view(lse, "lse"), 0, "lse", 1);
+  decode.run(with_unit_dim(object_view(q, "q"), 0, "q", 2), pages,
+             with_unit_dim(object_view(out, "out"), 0, "out", 2), lse_view,
+             reinterpret_cast<cuda::Stream>(torch_current_stream(c.device)), args.options());
+}
+
 // int32 page ids 0 .. count - 1 on `device`, in device memory of their own (freed with the
 // returned object): single_decode_with_kv_cache reads k and v as pages of one token and keeps
 // these with its plan, instead of a torch.arange a call (a kernel launch, ~5-8 us of host time).
@@ -133,6 +181,11 @@ void bind_batch_decode(nb::module_& m) {
            nb::arg("variant_scalars").none() = nb::none(),
            nb::arg("variant_tensors").none() = nb::none(),
            nb::arg("kv_cache_sf").none() = nb::none())
+      .def("run_single", &run_single, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("hnd"),
+           nb::arg("indices"), nb::arg("out"), nb::arg("lse").none(), nb::arg("q_scale"),
+           nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("lse_base2"), nb::arg("enable_pdl"),
+           nb::arg("variant_scalars").none() = nb::none(),
+           nb::arg("variant_tensors").none() = nb::none())
       .def("check", &check_page_ids<BatchDecode>, nb::arg("operation"), nb::arg("indices"))
       .def_prop_ro("max_batch", [](const BatchDecode& d) { return d.config().max_batch; })
       .def_prop_ro("num_ctas", &BatchDecode::num_ctas)

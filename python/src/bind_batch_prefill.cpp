@@ -53,8 +53,9 @@ void make_config(BatchPrefillConfig* self, int device, int max_batch, int max_to
                  int fixed_split_size, bool disable_split_kv, uintptr_t scratch,
                  size_t scratch_bytes, bool validate_indices, nb::handle variant,
                  const std::string& backend, const std::string& kv_dtype, int64_t max_total_kv,
-                 int max_levels, const std::string& rope_staging) {
+                 int max_levels, const std::string& rope_staging, bool single_plan) {
   BatchPrefillConfig& config = *new (self) BatchPrefillConfig();
+  config.single_plan = single_plan;
   config.device = device;
   config.max_batch = max_batch;
   config.max_total_qo = max_total_qo;
@@ -213,7 +214,8 @@ void bind_batch_prefill(nb::module_& m) {
            nb::arg("scratch") = 0, nb::arg("scratch_bytes") = 0,
            nb::arg("validate_indices") = false, nb::arg("variant").none() = nb::none(),
            nb::arg("backend") = "auto", nb::arg("kv_dtype") = "", nb::arg("max_total_kv") = 0,
-           nb::arg("max_levels") = 1, nb::arg("rope_staging") = "auto");
+           nb::arg("max_levels") = 1, nb::arg("rope_staging") = "auto",
+           nb::arg("single_plan") = false);
   nb::class_<BatchPrefill>(m, "BatchPrefill", "flare::BatchPrefill (internal: GPU batch prefill).")
       .def("__init__", &construct, nb::arg("config"))
       .def("plan", &plan, nb::arg("qo_indptr"), nb::arg("kv_indptr"),

@@ -129,6 +129,7 @@ void BatchPrefill::plan(std::span<const int32_t> qo_indptr, std::span<const int3
   const BatchPrefillConfig& c = s.config;
   const bool paged = c.kv == PrefillKV::kPaged;
   s.check_not_capturing(stream, "plan()");
+  s.check_may_plan();
   api_detail::PrefillHostPlan& next = s.next;
   api_detail::validate_prefill_batch(c, s.fixed_tiles, s.limits, qo_indptr, kv_indptr,
                                      kv_last_page_len, mask_indptr, next);

@@ -13,6 +13,7 @@ void BatchPrefill::plan_cascade(std::span<const CascadeLevel> levels, cuda::Stre
   const BatchPrefillConfig& c = s.config;
   const char* const kWhat = State::kWhat;
   s.check_not_capturing(stream, "plan_cascade()");
+  s.check_may_plan();
   api_detail::CascadeHostPlan& cascade = s.cascade;
   api_detail::validate_cascade(c, levels, s.fixed_tiles, s.limits, s.props.memory_peak_bytes_per_us,
                                cascade, s.next);

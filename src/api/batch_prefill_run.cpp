@@ -416,8 +416,8 @@ void BatchPrefill::launch(const TensorView& q, const KVArgs& a, const TensorView
   const bool pdl = options.enable_pdl && s.props.cc_major >= 9;
   if (c.use_cuda_graph && mask_bits) s.captured_mask_bytes = mask_bits->shape[0];
   // Eager runs skip the merge launch when nothing was split; a captured run always launches it
-  // (a later plan may split).
-  const bool merge = c.use_cuda_graph || !s.plan.merge_items.empty();
+  // (a later plan may split) unless the config plans once.
+  const bool merge = (c.use_cuda_graph && !c.single_plan) || !s.plan.merge_items.empty();
   MergeParams m{};
   m.lse = p.lse;
   m.workspace = p.workspace;

@@ -119,6 +119,13 @@ struct BatchPrefill::State {
                 "plan before the capture and between replays");
   }
 
+  // BatchPrefillConfig::single_plan: one plan in the object's life.
+  void check_may_plan() const {
+    FLARE_CHECK(!(config.single_plan && planned), ErrorCode::kInvalidArgument, kWhat,
+                ": single_plan is set and this object was planned already: create another for "
+                "another batch");
+  }
+
   // run()'s first checks: a plan exists, and the KV kind given is the one created for.
   void check_runnable(PrefillKV given) const {
     FLARE_CHECK(planned, ErrorCode::kInvalidArgument, kWhat, ": run() before plan()");

@@ -136,6 +136,12 @@ struct BatchPrefillConfig {
   // without query_tile the first plan (plan_cascade prices the tiles for its levels) fixes the
   // tiles for every later one.
   int max_levels = 1;
+
+  // plan() (or plan_cascade()) once in the object's life (a second throws kInvalidArgument):
+  // run() then launches the merge kernel only where that plan split, under use_cuda_graph too,
+  // where it otherwise always launches it (a later plan may split). single_prefill_with_kv_cache
+  // keeps one such object per shape: a merge launch costs ~2 us of host time.
+  bool single_plan = false;
 };
 
 // One level of a cascade (BatchPrefill::plan_cascade), host arrays:
