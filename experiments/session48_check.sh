@@ -10,8 +10,9 @@
 #     graph and plan, NVFP4 prefill), the whole Python suite, bench_host.py next to FlashInfer,
 #     experiments/sink_kernel_time.py, and where the cascade and variable block-sparse plan()
 #     spend their host time (experiments/host_profile.py --plan).
+#   sinktime: experiments/sink_kernel_time.py alone.
 set -uo pipefail
-stage=${1:?sink|costs|final}
+stage=${1:?sink|costs|final|sinktime}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -53,4 +54,10 @@ if [ "$stage" = final ]; then
     tail -n 12)
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 100 python3 \
     "$tree/experiments/host_profile.py" --plan Cascade Variable 2>&1 | tail -n 24)
+fi
+if [ "$stage" = sinktime ]; then
+  (cd /tmp && python3 -c 'import flare' 2>/dev/null) ||
+    scripts/gpu_check_python.sh "$OUT/py" -q -k no_test_has_this_name >/dev/null 2>&1
+  (tree=$PWD && cd /tmp && timeout 150 python3 "$tree/experiments/sink_kernel_time.py" 2>&1 |
+    tail -n 12)
 fi
