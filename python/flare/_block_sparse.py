@@ -200,20 +200,21 @@ class VariableBlockSparseAttentionWrapper:
             raise ValueError(f"{where}: every KV head's block_row_sz must sum to one qo_len and "
                              "its block_col_sz to one kv_len")
         # Request (h, i): rows of block row i of head h; pages: the tokens of its visible column
-        # blocks, as page ids h * kv_len + token (K and V viewed as [H_kv * kv_len] pages).
+        # blocks, as page ids h * kv_len + token (K and V viewed as [H_kv * kv_len] pages). The
+        # visible blocks in (h, i, j) order, each a run of consecutive ids (array operations:
+        # a loop over the requests cost ~100-400 us of host time a plan at 16 requests).
         col_start = np.concatenate([np.zeros((heads, 1), np.int64), np.cumsum(cols, axis=1)],
                                    axis=1)
         qo_indptr = np.concatenate([[0], np.cumsum(rows.reshape(-1))]).astype(np.int32)
-        pages, kv_indptr = [], [0]
-        for h in range(heads):
-            for i in range(row_blocks):
-                visible = np.flatnonzero(mask[h, i])
-                tokens = [np.arange(col_start[h, j], col_start[h, j + 1]) for j in visible]
-                ids = np.concatenate(tokens) if tokens else np.zeros(0, np.int64)
-                pages.append(ids + h * kv_len)
-                kv_indptr.append(kv_indptr[-1] + ids.size)
-        kv_indptr = np.array(kv_indptr, dtype=np.int32)
-        indices = np.concatenate(pages).astype(np.int32) if pages else np.zeros(0, np.int32)
+        h_idx, i_idx, j_idx = np.nonzero(mask)
+        sizes = cols[h_idx, j_idx]
+        first_ids = col_start[h_idx, j_idx] + h_idx * kv_len
+        run_begin = np.cumsum(sizes) - sizes  # where each run starts in `indices`
+        indices = (np.repeat(first_ids - run_begin, sizes) +
+                   np.arange(int(sizes.sum()), dtype=np.int64)).astype(np.int32)
+        per_request = np.zeros(heads * row_blocks, np.int64)
+        np.add.at(per_request, h_idx * row_blocks + i_idx, sizes)
+        kv_indptr = np.concatenate([[0], np.cumsum(per_request)]).astype(np.int32)
         last_page_len = (np.diff(kv_indptr) > 0).astype(np.int32)
         group = num_qo_heads // max(num_kv_heads, 1)
         self._prefill.plan(qo_indptr, kv_indptr, indices, last_page_len, group, 1, head_dim, 1,
