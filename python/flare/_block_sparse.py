@@ -201,8 +201,9 @@ class VariableBlockSparseAttentionWrapper:
                              "its block_col_sz to one kv_len")
         # Request (h, i): rows of block row i of head h; pages: the tokens of its visible column
         # blocks, as page ids h * kv_len + token (K and V viewed as [H_kv * kv_len] pages). The
-        # visible blocks in (h, i, j) order, each a run of consecutive ids (array operations:
-        # a loop over the requests cost ~100-400 us of host time a plan at 16 requests).
+        # visible blocks in (h, i, j) order, each a run of consecutive ids: array operations,
+        # whose cost does not grow with requests x visible blocks as a Python loop's does (at
+        # 16 requests plan() measured the same either way: docs/perf.md, forty-eighth session).
         col_start = np.concatenate([np.zeros((heads, 1), np.int64), np.cumsum(cols, axis=1)],
                                    axis=1)
         qo_indptr = np.concatenate([[0], np.cumsum(rows.reshape(-1))]).astype(np.int32)

@@ -299,10 +299,13 @@ class BatchPrefill {
   //   o          [total_q, H_qo, D_vo] dtype, same alignment rule
   //   lse        optional float32 [total_q, H_qo]: log of the sum of exp of the scaled logits,
   //              natural or base 2 (options.lse_base); -inf (and o = 0) for rows that see no key
+  //              (with options.sink: the sink's logit, and o = 0)
   //   mask_bits  uint8 [>= the plan's mask bytes] on the device, required iff params.mask
   //              == kCustom: request i's q_len x kv_len row-major bits, little bit order, from
   //              byte mask_indptr[i] (plan())
-  //   options    q_scale, k_scale (logits) and v_scale (output), the LSE's base, PDL
+  //   options    q_scale, k_scale (logits) and v_scale (output), the LSE's base, PDL, a user
+  //              variant's arguments, attention sinks (RunOptions::sink: in the kernels'
+  //              final writes and the merge, no launch of their own)
   // Host cost: O(1) checks and one or two launches. Throws kInvalidArgument,
   // kUnsupported (paged K/V whose page stride or last-slot offset is 2^31 bytes or more) or,
   // in validation mode, kIndexOutOfRange before launching anything; kCudaError from a launch.
