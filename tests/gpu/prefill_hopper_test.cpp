@@ -21,15 +21,6 @@ namespace {
 
 using namespace prefill_testing;
 
-bool hopper() {
-  if (!cuda::available()) return false;
-  const cuda::DeviceProperties props = cuda::device_properties(0);
-  return props.cc_major == 9 && props.cc_minor == 0;
-}
-
-#define SKIP_WITHOUT_HOPPER() \
-  if (!hopper()) GTEST_SKIP() << "needs an sm_90 GPU"
-
 // Checks the case on the Hopper family and that its plan used it.
 void check_hopper(Case c) {
   c.backend = PrefillBackend::kFA3;

@@ -76,12 +76,6 @@ int64_t check_sinks(const Case& c) {
   return prefill.last_plan().num_partial_slots;
 }
 
-bool hopper() {
-  if (!cuda::available()) return false;
-  const cuda::DeviceProperties props = cuda::device_properties(0);
-  return props.cc_major == 9 && props.cc_minor == 0;
-}
-
 Case paged_causal() {
   Case c;
   c.q_lens = {1, 17, 4, 33, 70};
@@ -104,7 +98,7 @@ TEST(PrefillSinkGpu, JoinsTheDenominatorOnTheFa2Family) {
 
 TEST(PrefillSinkGpu, JoinsTheDenominatorOnTheHopperFamily) {
   SKIP_WITHOUT_GPU();
-  if (!hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
+  SKIP_WITHOUT_HOPPER();
   Case c = paged_causal();
   c.backend = PrefillBackend::kFA3;
   check_sinks(c);

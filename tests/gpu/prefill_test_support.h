@@ -407,6 +407,16 @@ inline void expect_matches(const Problem& p, const DeviceProblem& d) {
 
 inline bool skip_without_gpu() { return !cuda::available(); }
 
+// An sm_90 device 0: where the Hopper family (PrefillBackend::kFA3) runs.
+inline bool hopper() {
+  if (!cuda::available()) return false;
+  const cuda::DeviceProperties props = cuda::device_properties(0);
+  return props.cc_major == 9 && props.cc_minor == 0;
+}
+
+#define SKIP_WITHOUT_HOPPER() \
+  if (!::flare::prefill_testing::hopper()) GTEST_SKIP() << "needs an sm_90 GPU"
+
 // Plans, runs once on the default stream, compares; returns the prefill for further checks.
 inline void check(const Case& c, const std::function<void(const BatchPrefill&)>& inspect = {}) {
   const Problem p = make_problem(c);
