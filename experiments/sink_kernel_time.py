@@ -5,12 +5,12 @@ time a call from CUDA events around back-to-back eager runs and the host time of
 gpt-oss-like shapes (64 q / 8 KV heads, D 64 and 128, page 16, bf16): decode steps (one query
 token a request) and a causal prefill. Run on the GPU machine with flare installed."""
 import statistics
-import time
 
 import torch
 
 import flare
 from flare.cascade import merge_state_in_place
+from single_call_costs import median_us  # this folder's: the host-time loop
 
 PAGE = 16
 
@@ -40,20 +40,6 @@ def gpu_us(fn, reps=50):
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1000.0 / reps)
     return statistics.median(samples)
-
-
-def host_us(fn, calls=1000):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for i in range(calls):
-        start = time.perf_counter_ns()
-        fn()
-        samples.append(time.perf_counter_ns() - start)
-        if i % 16 == 15:
-            torch.cuda.synchronize()
-    return statistics.median(samples) / 1000.0
 
 
 def main():
@@ -93,10 +79,11 @@ def main():
             composed()
             torch.testing.assert_close(out, expected, atol=2e-2, rtol=1e-2)
             t_plain, t_sink, t_comp = gpu_us(plain_run), gpu_us(in_kernels), gpu_us(composed)
+            host_sink = median_us(in_kernels, 1000, 16)
+            host_composed = median_us(composed, 1000, 16)
             print(f"| b{batch} q{q_len} kv{kv_len} | {dim} | {t_plain:.1f} | {t_sink:.1f} | "
-                  f"{t_comp:.1f} | {t_sink / t_plain:.3f} | {host_us(in_kernels):.1f}, "
-                  f"{host_us(composed):.1f} |")
-
+                  f"{t_comp:.1f} | {t_sink / t_plain:.3f} | {host_sink:.1f}, "
+                  f"{host_composed:.1f} |")
 
 if __name__ == "__main__":
     main()
