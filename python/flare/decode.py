@@ -307,7 +307,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """The page ids run() reads, on the device: the fixed buffer under CUDA graphs (the
         other two buffers get the host arrays, as FlashInfer fills them; the kernel takes page
         ranges and lengths from the plan). Nothing is copied that is already in place; the
-        three copies are one extension call (refill_buffers), the host arrays already in the
+        three copies are one extension call (IndexStaging.fill), the host arrays already in the
         form it reads."""
         if not self._use_cuda_graph:
             return index_on_device(indices, self._workspace, "indices")
