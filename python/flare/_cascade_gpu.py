@@ -20,10 +20,12 @@ def _levels_page_ids(indices_arr, counts, like):
     if all(is_cuda(x) for x in indices_arr):
         parts = []
         for i, (x, n) in enumerate(zip(indices_arr, counts)):
-            if x.reshape(-1).shape[0] < n:
-                raise ValueError(f"paged_kv_indices_arr[{i}] has {x.reshape(-1).shape[0]} "
+            flat = x.reshape(-1)
+            if flat.shape[0] < n:
+                raise ValueError(f"paged_kv_indices_arr[{i}] has {flat.shape[0]} "
                                  f"entries, its paged_kv_indptr ends at {n}")
-            parts.append(x.reshape(-1)[:n].to(torch.int32))
+            part = flat[:n]
+            parts.append(part if part.dtype == torch.int32 else part.to(torch.int32))
         if not parts or sum(counts) == 0:
             return torch.zeros(1, dtype=torch.int32, device=like.device)
         return torch.cat(parts)
@@ -78,9 +80,10 @@ class GpuCascade:
         """qo_host / kv_host / last_host: each level's host int32 arrays (kv_indptr relative to
         the level's own page ids, as FlashInfer takes them); config: the BatchPrefill keywords
         that are not capacities (GpuPrefill.plan's)."""
-        offsets = np.cumsum([0] + [int(kv[-1]) for kv in kv_host])
-        levels = [(qo, (kv + np.int32(offsets[i])).astype(np.int32), last)
-                  for i, (qo, kv, last) in enumerate(zip(qo_host, kv_host, last_host))]
+        levels, offset = [], 0  # each level's page ids follow the earlier levels'
+        for qo, kv, last in zip(qo_host, kv_host, last_host):
+            levels.append((qo, kv if offset == 0 else kv + np.int32(offset), last))
+            offset += int(kv[-1])
         groups = sum(qo.shape[0] - 1 for qo in qo_host)
         total_qo = int(qo_host[0][-1])
         key = config_key(config) + (self._num_levels,)

@@ -91,15 +91,17 @@ def _check_levels_disjoint(where, qo_host, kv_indptr_arr, kv_indices_arr):
                     "would read it twice (levels must hold disjoint pages)")
 
 
-def _level_kernel(qo_host, kv_indptr, last):
+def _level_kernel(qo_host, kv_host, last):
     """A level's kernel outside CUDA-graph mode: "skip" for a level before the last whose
-    groups hold no page (host-side kv indptr), "decode" when every group is one query token,
-    else "prefill". Device-side kv indptr is not read (no synchronization in plan())."""
-    if not last and not is_cuda(kv_indptr):
-        kv = _tensors.host_int32(kv_indptr, "paged_kv_indptr")
-        if kv.shape[0] > 0 and int(kv[-1]) == int(kv[0]):
-            return "skip"
-    if qo_host.shape[0] > 1 and bool((np.diff(qo_host) == 1).all()):
+    groups hold no page (kv_host: its host-side kv indptr, None where the caller's is on the
+    device, which is not read: no synchronization in plan()), "decode" when every group is one
+    query token, else "prefill"."""
+    if not last and kv_host is not None and kv_host.shape[0] > 0 and \
+            int(kv_host[-1]) == int(kv_host[0]):
+        return "skip"
+    groups = qo_host.shape[0] - 1
+    if groups > 0 and int(qo_host[-1]) == groups and bool(
+            (qo_host[1:] - qo_host[:-1] == 1).all()):
         return "decode"
     return "prefill"
 
@@ -226,10 +228,12 @@ class MultiLevelCascadeAttentionWrapper:
             raise NotImplementedError(f"{where}: fused_levels=True, but {why_not}")
         last = self._num_levels - 1
         graph = self.is_cuda_graph_enabled
+        # Each level's host-side kv indptr, converted once (None where it is on the device).
+        kv_host = [None if is_cuda(x) else _tensors.host_int32(x, f"paged_kv_indptr_arr[{i}]")
+                   for i, x in enumerate(paged_kv_indptr_arr)]
         # Each level's kernel outside CUDA graphs (a captured run keeps the prefill's).
         kinds = ["prefill"] * self._num_levels if graph else [
-            _level_kernel(qo_host[i], paged_kv_indptr_arr[i], i == last)
-            for i in range(self._num_levels)]
+            _level_kernel(qo_host[i], kv_host[i], i == last) for i in range(self._num_levels)]
         # Outside CUDA graphs, shared levels without any KV leave the last level alone: its
         # own kernel (the batch decode for one-token groups) beats the cascade's launch there
         # (decode b64, empty prefix: 40.2 against 51.0 us; docs/perf.md, thirtieth session).
@@ -247,8 +251,8 @@ class MultiLevelCascadeAttentionWrapper:
                           page_size=page_sizes[0], dtype=q_dtype, custom_mask=False,
                           fixed_split_size=0, disable_split_kv=False,
                           params_kwargs=params_kwargs, variant=None, kv_dtype=kv_dtype)
-            kv_host = [_tensors.host_int32(x, f"paged_kv_indptr_arr[{i}]")
-                       for i, x in enumerate(paged_kv_indptr_arr)]
+            kv_host = [_tensors.host_int32(x, f"paged_kv_indptr_arr[{i}]") if k is None else k
+                       for i, (x, k) in enumerate(zip(paged_kv_indptr_arr, kv_host))]
             last_host = [_tensors.host_int32(x, f"paged_kv_last_page_len[{i}]")
                          for i, x in enumerate(paged_kv_last_page_len)]
             self._cascade.plan(qo_host, kv_host, last_host, paged_kv_indices_arr, config)

@@ -212,6 +212,9 @@ def host_int32(x, name):
     if x is None:
         raise ValueError(f"{name} is required")
     if is_torch(x):
+        if x.dtype == torch_module().int32 and not x.is_cuda and x.ndim == 1 and \
+                x.is_contiguous():
+            return x.numpy()  # what plan() usually gets (an integer tensor has no grad to drop)
         x = x.detach()
         if x.is_cuda:
             x = x.cpu()
