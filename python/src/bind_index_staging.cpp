@@ -45,6 +45,10 @@ class IndexStaging {
     size_t host_entries = 0;
     int device = -1;
     for (nb::handle entry : entries) {
+      FLARE_CHECK(nb::isinstance<nb::tuple>(entry) && nb::len(entry) == 5,
+                  ErrorCode::kInvalidArgument,
+                  "IndexStaging.fill: each entry is a (buffer, buffer_name, source, source_name, "
+                  "count) tuple");
       const nb::tuple e = nb::borrow<nb::tuple>(entry);
       const std::string buffer_name = nb::cast<std::string>(e[1]);
       const std::string source_name = nb::cast<std::string>(e[3]);
