@@ -356,7 +356,8 @@ class GpuPrefill:
                         if self._paged else None)
             return page_ids, mask_bits
         refill_buffers([(self._buffers[name], name, source, name.removesuffix("_buf"), -1)
-                        for name, source in sources.items()], non_blocking, self._staging)
+                        for name, source in sources.items()], non_blocking, self._staging,
+                       _flare.current_stream(self._device))
         page_ids = self._buffers["paged_kv_indices_buf"] if self._paged else None
         if mask_bits is None:
             return page_ids, None

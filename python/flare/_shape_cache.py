@@ -66,4 +66,3 @@ class PlannedByShape:
             if old not in self._captured:
                 del self._entries[old]
         return planned
-

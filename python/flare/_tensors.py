@@ -149,17 +149,17 @@ def index_on_device(x, like, name):
     return x.to(device=like.device, dtype=torch.int32, non_blocking=True).contiguous()
 
 
-def refill_buffers(entries, non_blocking, staging):
+def refill_buffers(entries, non_blocking, staging, stream):
     """Copies each (buffer, buffer_name, source, name, count) entry's index array `source` (host
     or device, any integer form; its first `count` entries, or all with count -1) into the
-    front of `buffer`, a fixed CUDA-graph buffer, in place, through `staging` (an
-    _flare.IndexStaging: one extension call; host arrays through its page-locked memory, so
-    the copies are asynchronous). Nothing when source is that buffer. ValueError naming `name`
-    (the caller's argument) and `buffer_name` when it has more entries, before anything is
-    copied. non_blocking=False: the host waits for the copies (FlashInfer's meaning)."""
-    staging.fill(_flare.current_stream(entries[0][0].device.index),
-                 tuple((buffer, buffer_name, index_source(source, name), name, count)
-                       for buffer, buffer_name, source, name, count in entries),
+    front of `buffer`, a fixed CUDA-graph buffer, in place, on `stream` (an int, as
+    _flare.current_stream gives it), through `staging` (an _flare.IndexStaging: one extension
+    call; host arrays through its page-locked memory, so the copies are asynchronous). Nothing
+    when source is that buffer. ValueError naming `name` (the caller's argument) and
+    `buffer_name` when it has more entries, before anything is copied. non_blocking=False: the
+    host waits for the copies (FlashInfer's meaning)."""
+    staging.fill(stream, tuple((buffer, buffer_name, index_source(source, name), name, count)
+                               for buffer, buffer_name, source, name, count in entries),
                  not non_blocking)
 
 

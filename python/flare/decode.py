@@ -22,7 +22,7 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
 from ._tensors import (arg, engine_names, host_index, host_int32,
-                       index_on_device, index_source, is_cuda, scratch_of,
+                       index_on_device, is_cuda, refill_buffers, scratch_of,
                        split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
 from .variant import check_variant, variant_arguments
 
@@ -307,8 +307,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """The page ids run() reads, on the device: the fixed buffer under CUDA graphs (the
         other two buffers get the host arrays, as FlashInfer fills them; the kernel takes page
         ranges and lengths from the plan). Nothing is copied that is already in place; the
-        three copies are one extension call (IndexStaging.fill), the host arrays already in the
-        form it reads."""
+        three copies are one extension call (refill_buffers)."""
         if not self._use_cuda_graph:
             return index_on_device(indices, self._workspace, "indices")
         num_indices = int(indptr_host[-1])
@@ -316,12 +315,11 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise ValueError(
                 f"indptr[-1]={num_indices} pages exceed paged_kv_indices_buffer's "
                 f"{self._indices_buf.shape[0]} entries")
-        self._staging.fill(stream, (
-            (self._indices_buf, "paged_kv_indices_buffer", index_source(indices, "indices"),
-             "indices", num_indices),
+        refill_buffers((
+            (self._indices_buf, "paged_kv_indices_buffer", indices, "indices", num_indices),
             (self._indptr_buf, "paged_kv_indptr_buffer", indptr_host, "indptr", -1),
             (self._last_page_len_buf, "paged_kv_last_page_len_buffer", last_host,
-             "last_page_len", -1)), not non_blocking)
+             "last_page_len", -1)), non_blocking, self._staging, stream)
         return self._indices_buf
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None,
