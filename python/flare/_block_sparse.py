@@ -244,29 +244,75 @@ class VariableBlockSparseAttentionWrapper:
                              f"{list(v.shape)}")
         group = heads // kv_heads
         d_qk, d_vo = q.shape[2], v.shape[2]
-        # Rows (KV head, query row) x the group's heads; K/V pages of one token.
-        q_rows = _regroup(q.reshape(kv_heads, group, qo_len, d_qk), (0, 2, 1, 3)).reshape(
-            kv_heads * qo_len, group, d_qk)
+        for name, given, shape in (("out", out, (heads, qo_len, d_vo)),
+                                   ("lse", lse, (heads, qo_len))):
+            if given is not None and tuple(given.shape) != shape:
+                raise ValueError(f"{where}: {name} must have shape {list(shape)}, got "
+                                 f"{list(given.shape)}")
+        want_lse = return_lse or lse is not None
+        gpu = self._prefill._gpu
+        if group == 1 and gpu is not None and _contiguous(q) and _contiguous(k) and \
+                _contiguous(v):
+            # One query head a KV head: the requests' rows (KV head, query row) are q's rows in
+            # order and the pages k's and v's, so the extension views the caller's tensors
+            # ((tensor, shape) pairs: no torch call, each of which costs ~1.5-2 us) and writes
+            # a contiguous out / lse in place.
+            rows, pages = heads * qo_len, kv_heads * kv_len
+            o_heads = out if _contiguous(out) else q.new_empty((heads, qo_len, d_vo))
+            lse_heads = None
+            if want_lse:
+                lse_heads = lse if _contiguous(lse) else \
+                    q.new_empty((heads, qo_len), dtype=torch_module().float32)
+            gpu.run((q, (rows, 1, d_qk)), ((k, (pages, 1, 1, d_qk)), (v, (pages, 1, 1, d_vo))),
+                    None, None, None, (o_heads, (rows, 1, d_vo)),
+                    None if lse_heads is None else (lse_heads, (rows, 1)), want_lse, lse_base,
+                    enable_pdl, {})
+            return self._returned(o_heads, lse_heads, out, lse, return_lse)
         k_pages = k.reshape(kv_heads * kv_len, 1, 1, d_qk)
         v_pages = v.reshape(kv_heads * kv_len, 1, 1, d_vo)
-        result = self._prefill.run(q_rows, (k_pages, v_pages), return_lse=return_lse or
-                                   lse is not None, enable_pdl=enable_pdl, lse_base=lse_base)
-        o_rows, lse_rows = result if isinstance(result, tuple) else (result, None)
-        o_heads = _regroup(o_rows.reshape(kv_heads, qo_len, group, d_vo), (0, 2, 1, 3)).reshape(
-            heads, qo_len, d_vo)
-        if out is not None:
+        if group == 1:  # the CPU path's views (numpy, CPU torch) or strided q, k, v
+            rows = heads * qo_len
+            result = self._prefill.run(q.reshape(rows, 1, d_qk), (k_pages, v_pages),
+                                       return_lse=want_lse, enable_pdl=enable_pdl,
+                                       lse_base=lse_base)
+            o_rows, lse_rows = result if want_lse else (result, None)
+            o_heads = o_rows.reshape(heads, qo_len, d_vo)
+            lse_heads = None if lse_rows is None else lse_rows.reshape(heads, qo_len)
+        else:
+            # Rows (KV head, query row) x the group's heads: q and o regrouped (one copy each).
+            q_rows = _regroup(q.reshape(kv_heads, group, qo_len, d_qk), (0, 2, 1, 3)).reshape(
+                kv_heads * qo_len, group, d_qk)
+            result = self._prefill.run(q_rows, (k_pages, v_pages), return_lse=want_lse,
+                                       enable_pdl=enable_pdl, lse_base=lse_base)
+            o_rows, lse_rows = result if want_lse else (result, None)
+            o_heads = _regroup(o_rows.reshape(kv_heads, qo_len, group, d_vo),
+                               (0, 2, 1, 3)).reshape(heads, qo_len, d_vo)
+            lse_heads = None if lse_rows is None else _regroup(
+                lse_rows.reshape(kv_heads, qo_len, group), (0, 2, 1)).reshape(heads, qo_len)
+        return self._returned(o_heads, lse_heads, out, lse, return_lse)
+
+    @staticmethod
+    def _returned(o_heads, lse_heads, out, lse, return_lse):
+        """o (and lse): the caller's out / lse, given the results where they were not written in
+        place."""
+        if out is not None and o_heads is not out:
             out[...] = o_heads
             o_heads = out
-        if lse_rows is None:
+        if lse_heads is None:
             return o_heads
-        lse_heads = _regroup(lse_rows.reshape(kv_heads, qo_len, group), (0, 2, 1)).reshape(
-            heads, qo_len)
-        if lse is not None:
+        if lse is not None and lse_heads is not lse:
             lse[...] = lse_heads
             lse_heads = lse
         return (o_heads, lse_heads) if return_lse else o_heads
 
     forward = run
+
+
+def _contiguous(x):
+    """x is a tensor or array whose rows can be viewed flat (None is not)."""
+    if x is None:
+        return False
+    return x.is_contiguous() if is_torch(x) else x.flags.c_contiguous
 
 
 def _regroup(x, axes):

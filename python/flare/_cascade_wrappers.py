@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _tensors
 from ._cascade_gpu import GpuCascade
+from ._shared_prefix_gpu import SharedPrefixRun
 from ._tensors import dtype_name, is_cuda
 from .cascade import merge_state_in_place
 from .decode import BatchDecodeWithPagedKVCacheWrapper
@@ -329,6 +330,8 @@ class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
         self._kv_layout = kv_layout
         self._decode = BatchDecodeWithPagedKVCacheWrapper(float_workspace_buffer, kv_layout)
         self._params = {}
+        self._gpu = SharedPrefixRun("BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward",
+                                    kv_layout)
 
     def begin_forward(self, unique_kv_indptr, unique_kv_indices, unique_kv_last_page_len,
                       num_qo_heads, num_kv_heads, head_dim, page_size, data_type="float16",
@@ -344,6 +347,12 @@ class BatchDecodeWithSharedPrefixPagedKVCacheWrapper:
     def forward(self, q, k_shared, v_shared, unique_kv_cache, return_lse=False):
         """o [batch, H_qo, D] (and the merged base-2 lse with return_lse)."""
         # q [batch, H_qo, D]: the batch's queries are the shared prefix's query tokens.
+        if is_cuda(q):
+            def run_own(out, lse):
+                self._decode.run(q, unique_kv_cache, out=out, lse=lse, return_lse=True)
+
+            return self._gpu.forward(q, k_shared, v_shared, run_own, False,
+                                     tuple(self._params.items()), return_lse)
         v_s, s_s = single_prefill_with_kv_cache(q, k_shared, v_shared, causal=False,
                                                 kv_layout=self._kv_layout, return_lse=True,
                                                 **self._params)
@@ -364,6 +373,8 @@ class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
         self._prefill = BatchPrefillWithPagedKVCacheWrapper(float_workspace_buffer, kv_layout)
         self._planned = None
         self._causal = None  # the (causal, reduction, params) key of the suffix plan
+        self._gpu = SharedPrefixRun("BatchPrefillWithSharedPrefixPagedKVCacheWrapper.forward",
+                                    kv_layout)
 
     def begin_forward(self, qo_indptr, paged_kv_indptr, paged_kv_indices,
                       paged_kv_last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
@@ -393,6 +404,12 @@ class BatchPrefillWithSharedPrefixPagedKVCacheWrapper:
                                use_fp16_qk_reduction=use_fp16_qk_reduction,
                                q_data_type=q_data_type, kv_data_type=kv_data_type, **params)
             self._causal = key
+        if is_cuda(q):
+            def run_own(out, lse):
+                self._prefill.run(q, unique_kv_cache, out=out, lse=lse, return_lse=True)
+
+            return self._gpu.forward(q, k_shared, v_shared, run_own, use_fp16_qk_reduction,
+                                     key[2], return_lse)
         v_s, s_s = single_prefill_with_kv_cache(q, k_shared, v_shared, causal=False,
                                                 kv_layout=self._kv_layout, return_lse=True,
                                                 use_fp16_qk_reduction=use_fp16_qk_reduction,

@@ -81,6 +81,27 @@ def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales,
         out = q.new_empty((0, heads, head_dim_vo))
         lse = q.new_empty((0, heads), dtype=torch.float32)
         return (out, lse) if return_lse else out
+    prefill = _planned(where, q, k, kv_layout, backend, config, capturing)
+    # The mask bits live for the call: a capture keeps them in its pool for the replays.
+    bits = None if mask is None else _mask_bits(where, *mask, qo_len, kv_len, q.device,
+                                                capturing)
+    result = _run_planned(prefill, q, k, v, kv_layout, heads, head_dim_vo, bits, scales,
+                          return_lse, lse_base, variant_args, kv_cache_sf)
+    if call is not None:  # the call succeeded: its arguments passed every check
+        entry = _entry(q, kv_layout, backend, config, kv_len)
+        _prefills.remember_call(call, entry, (heads, head_dim_vo))
+    return result
+
+
+def _entry(q, kv_layout, backend, config, kv_len):
+    return (q.device.index or 0, kv_layout, backend, config_key(config), q.shape[0], kv_len)
+
+
+def _planned(where, q, k, kv_layout, backend, config, capturing):
+    """The BatchPrefill of one request of q's rows and k's (planned at the first call of its
+    configuration and lengths; a single plan, never replanned)."""
+    qo_len = q.shape[0]
+    kv_len = k.shape[0] if kv_layout == "NHD" else k.shape[1]
     device = q.device.index or 0
 
     def make():
@@ -95,16 +116,8 @@ def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales,
                      np.array([0, kv_len], dtype=np.int32), None, _flare.current_stream(device))
         return prefill
 
-    entry = (device, kv_layout, backend, config_key(config), qo_len, kv_len)
-    prefill = _prefills.get(where, entry, f"qo_len={qo_len}, kv_len={kv_len}", make, capturing)
-    # The mask bits live for the call: a capture keeps them in its pool for the replays.
-    bits = None if mask is None else _mask_bits(where, *mask, qo_len, kv_len, q.device,
-                                                capturing)
-    result = _run_planned(prefill, q, k, v, kv_layout, heads, head_dim_vo, bits, scales,
-                          return_lse, lse_base, variant_args, kv_cache_sf)
-    if call is not None:  # the call succeeded: its arguments passed every check
-        _prefills.remember_call(call, entry, (heads, head_dim_vo))
-    return result
+    entry = _entry(q, kv_layout, backend, config, kv_len)
+    return _prefills.get(where, entry, f"qo_len={qo_len}, kv_len={kv_len}", make, capturing)
 
 
 def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=None,
@@ -178,17 +191,48 @@ def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=N
         raise ValueError(f"{where}: uint8 (NVFP4) k and v come with kv_cache_sf (their block "
                          "scales), and only they do")
     has_mask = custom_mask is not None or packed_custom_mask is not None
-    num_kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
-    # NVFP4 codes hold two values a byte: the head dims are twice their last dimension.
-    dims = (q.shape[2], 2 * v.shape[2]) if nvfp4 else (q.shape[2], v.shape[2])
-    config = dict(num_qo_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim_qk=dims[0],
-                  head_dim_vo=dims[1], page_size=1, dtype=q_dtype, custom_mask=has_mask,
-                  fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs,
-                  variant=variant, kv_dtype=kv_dtype)
+    config = _gpu_config(q, k, v, kv_layout, q_dtype, kv_dtype, has_mask, params_kwargs, variant)
     return single_prefill_gpu(
         where, q, k, v, kv_layout, backend, config,
         (custom_mask, packed_custom_mask) if has_mask else None, (None, k_scale, v_scale),
         return_lse, lse_base, variant_args, kv_cache_sf, call)
+
+
+def _gpu_config(q, k, v, kv_layout, q_dtype, kv_dtype, has_mask, params_kwargs, variant):
+    """GpuPrefill.plan's configuration of one request (checked arguments)."""
+    num_kv_heads = k.shape[1] if kv_layout == "NHD" else k.shape[0]
+    # NVFP4 codes hold two values a byte: the head dims are twice their last dimension.
+    nvfp4 = kv_dtype == "uint8"
+    dims = (q.shape[2], 2 * v.shape[2]) if nvfp4 else (q.shape[2], v.shape[2])
+    return dict(num_qo_heads=q.shape[1], num_kv_heads=num_kv_heads, head_dim_qk=dims[0],
+                head_dim_vo=dims[1], page_size=1, dtype=q_dtype, custom_mask=has_mask,
+                fixed_split_size=0, disable_split_kv=False, params_kwargs=params_kwargs,
+                variant=variant, kv_dtype=kv_dtype)
+
+
+def planned_single_prefill(where, q, k, v, kv_layout, use_fp16_qk_reduction, params):
+    """For wrappers whose run() includes one request's non-causal prefill over contiguous k / v
+    (the shared-prefix wrappers' prefix): after single_prefill_with_kv_cache's checks of CUDA
+    q, k, v of 16-bit dtypes, (the planned BatchPrefill or None without query rows,
+    (H_qo, D_vo)); run it with launch(). params: sm_scale, rope_scale, rope_theta."""
+    check_kv_layout(kv_layout)
+    check_prefill_plan_args(where, "NONE", use_fp16_qk_reduction)
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3:
+        raise ValueError(f"{where}: q, k_shared, v_shared must be 3-D, got shapes "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    q_dtype, kv_dtype = tensor_dtype(q), tensor_dtype(k)
+    check_gpu_support(where, q_dtype, kv_dtype)
+    if kv_dtype == "uint8":
+        raise ValueError(f"{where}: k_shared / v_shared must be 16-bit, got uint8 (NVFP4 KV "
+                         "goes through single_prefill_with_kv_cache with kv_cache_sf)")
+    params_kwargs = dict(params, causal=False, window_left=-1, logits_soft_cap=None,
+                         pos_encoding_mode="NONE")
+    config = _gpu_config(q, k, v, kv_layout, q_dtype, kv_dtype, False, params_kwargs, None)
+    dims = (config["num_qo_heads"], config["head_dim_vo"])
+    if q.shape[0] == 0:
+        return None, dims
+    capturing = torch_module().cuda.is_current_stream_capturing()
+    return _planned(where, q, k, kv_layout, "auto", config, capturing), dims
 
 
 def single_prefill_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",

@@ -216,6 +216,26 @@ def test_merge_state_and_in_place_match_float64():
     assert np.array_equal(target_v[~mask], v[~mask, 0])
 
 
+def test_the_extensions_tensor_shape_pairs_view_contiguous_tensors():
+    """The wrappers hand the extension (tensor, shape) pairs for free reshapes
+    (python/src/object_view.cpp): a contiguous tensor is viewed with the shape, any other or a
+    shape of another element count is refused naming the argument."""
+    from flare import _flare
+
+    v, s = random_states(6, 2, 4, 32, 16)
+    expected_v, expected_s = reference_merge(v, s)
+    flat_v, flat_s = v[:, 0].reshape(-1).copy(), s[:, 0].reshape(-1).copy()
+    _flare.merge_state_in_place((flat_v, (6, 4, 32)), (flat_s, (6, 4)), v[:, 1], s[:, 1], None,
+                                True)
+    assert max_abs_error(flat_v.reshape(6, 4, 32), expected_v) <= 1e-5
+    assert max_abs_error(flat_s.reshape(6, 4), expected_s) <= 1e-5
+    with pytest.raises(ValueError, match=r"v of shape \[768\] cannot be viewed as \[6, 4, 33\]"):
+        _flare.merge_state_in_place((flat_v, (6, 4, 33)), (flat_s, (6, 4)), v[:, 1], s[:, 1],
+                                    None, True)
+    with pytest.raises(ValueError, match="v viewed with 3 dimensions must be contiguous"):
+        _flare.merge_state_in_place((v[:, 0], (6, 4, 32)), s[:, 0], v[:, 1], s[:, 1], None, True)
+
+
 def test_merge_states_matches_float64():
     v, s = random_states(5, 3, 2, 32, 15)
     merged_v, merged_s = flare.merge_states(v, s)

@@ -67,9 +67,10 @@ def test_block_sparse_matches_dense_attention(R, C, heads, mask_inside_block):
     assert torch.equal(out, o)
 
 
-def test_variable_block_sparse_matches_dense_attention():
+@pytest.mark.parametrize("H,H_kv", [(8, 2), (4, 4)])
+def test_variable_block_sparse_matches_dense_attention(H, H_kv):
     torch.manual_seed(11)
-    H, H_kv, seq = 8, 2, 1000
+    seq = 1000
 
     def partition(blocks):
         cuts = torch.randperm(seq - 1)[:blocks - 1].sort().values + 1
@@ -92,6 +93,21 @@ def test_variable_block_sparse_matches_dense_attention():
             cols[g].long(), 1).to(DEVICE)
         expected = dense_attention(q[h][:, None], k[g][:, None], v[g][:, None], visible)[:, 0]
         torch.testing.assert_close(o[h].float(), expected, atol=2e-2, rtol=1e-2)
+    # The caller's out / lse, contiguous (written in place when one query head a KV head) or
+    # strided (written by a copy), hold what the wrapper returns.
+    o_lse, lse = wrapper.run(q, k, v, return_lse=True)
+    assert torch.equal(o_lse, o)
+    for strided in (False, True):
+        out = torch.full((H, seq, 256) if strided else (H, seq, 128), float("nan"),
+                         dtype=torch.bfloat16, device=DEVICE)
+        lse_out = torch.full((H, 2 * seq) if strided else (H, seq), float("nan"), device=DEVICE)
+        out, lse_out = (out[..., ::2], lse_out[:, ::2]) if strided else (out, lse_out)
+        got = wrapper.run(q, k, v, out=out, lse=lse_out, return_lse=True)
+        assert got[0] is out and got[1] is lse_out
+        assert torch.equal(out, o) and torch.equal(lse_out, lse)
+    with pytest.raises(ValueError, match=r"out must have shape \[%d, %d, 128\]" % (H, seq)):
+        wrapper.run(q, k, v, out=torch.empty(H, seq + 1, 128, dtype=torch.bfloat16,
+                                             device=DEVICE))
 
 
 @pytest.mark.parametrize("stage", ["decode", "append"])
@@ -149,6 +165,24 @@ def test_two_level_cascade_and_shared_prefix_wrappers(stage, page_size):
         two.begin_forward(qo_own, own[0], own[1], own[2], H, H_kv, D, page_size)
         o_two = two.forward(q, k_shared, v_shared, cache, causal=True)
     torch.testing.assert_close(o_two.float(), o.float(), atol=1e-2, rtol=1e-3)
+    # Later calls reuse the prefix plan and the scratch rows, a shorter prefix replans: against
+    # the composition the wrappers stand for (the prefix's single prefill ⊕ the own pages).
+    if stage == "decode":
+        own_wrapper = flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+        own_wrapper.plan(own[0], own[1], own[2], H, H_kv, D, page_size)
+    else:
+        own_wrapper = flare.BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD")
+        own_wrapper.plan(qo_own, own[0], own[1], own[2], H, H_kv, D, page_size, causal=True)
+    for n in (prefix_len, prefix_len - 100, prefix_len):
+        ks, vs = k_shared[:n], v_shared[:n]
+        extra = {} if stage == "decode" else {"causal": True}
+        o_n, lse_n = two.forward(q, ks, vs, cache, return_lse=True, **extra)
+        o_ref, lse_ref = flare.single_prefill_with_kv_cache(q, ks, vs, return_lse=True)
+        own_o, own_lse = own_wrapper.run(q, cache, return_lse=True)
+        flare.merge_state_in_place(o_ref, lse_ref, own_o, own_lse)
+        torch.testing.assert_close(o_n, o_ref, atol=1e-3, rtol=1e-3)
+        torch.testing.assert_close(lse_n, lse_ref, atol=1e-4, rtol=1e-5)
+        assert torch.equal(two.forward(q, ks, vs, cache, **extra), o_n)
 
 
 def test_an_empty_prefix_level_equals_plain_decode():

@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <tuple>
 
 #include "flare/core/error.h"
 #include "flare/jit/module.h"
@@ -136,14 +140,33 @@ MergeRows merge_rows(int64_t seq, int64_t heads, int64_t head_dim, DType dtype, 
   return rows;
 }
 
+// The merge kernel of (dtype, vector width, entry) on `device`, resolved through the JIT once
+// and then found by those four values: the JIT's own lookup builds the spec's strings and a
+// string key every call (the merge runs once per cascade level and wrapper call).
+cuda::Function merge_function(DType dtype, int vector_bytes, const char* entry, int device) {
+  using Key = std::tuple<int, int, std::string_view, int>;
+  static std::mutex mutex;
+  static std::map<Key, cuda::Function> resolved;  // entries are the launchers' string literals
+  const Key key{static_cast<int>(dtype), vector_bytes, entry, device};
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto found = resolved.find(key);
+    if (found != resolved.end()) return found->second;
+  }
+  const cuda::Function function =
+      jit::get_kernel(merge_state_kernel_spec(dtype, vector_bytes), entry, device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  resolved.emplace(key, function);
+  return function;
+}
+
 // Launches `entry` over rows' warps (32 / lanes_per_row rows a warp) on `stream`; nothing when
 // there are no rows.
 void launch(DType dtype, int vector_bytes, const char* entry, const MergeRows& rows,
             const Device& device, cuda::Stream stream, void* params) {
   if (rows.num_rows == 0) return;
   const cuda::DeviceScope scope(device.index);
-  const jit::KernelSpec spec = merge_state_kernel_spec(dtype, vector_bytes);
-  const cuda::Function function = jit::get_kernel(spec, entry, device.index);
+  const cuda::Function function = merge_function(dtype, vector_bytes, entry, device.index);
   const int64_t rows_per_warp = 32 / rows.lanes_per_row;
   const int64_t warps = (rows.num_rows + rows_per_warp - 1) / rows_per_warp;
   constexpr int64_t kWarpsPerBlock = kMergeStateThreads / 32;
