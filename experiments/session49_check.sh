@@ -4,7 +4,7 @@
 #     (experiments/host_profile.py: cascade, shared-prefix, variable block-sparse, sink, single_*)
 #     and scripts/bench_host.py (flare only unless .anchors-fi was carried).
 set -uo pipefail
-stage=${1:?profile|verify}
+stage=${1:?profile|verify|final}
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
@@ -36,6 +36,14 @@ fi
 if [ "$stage" = verify ]; then
   family_tests "$PWD" auto "MergeState*:Cascade*:Bsr*"
   PY_TESTS="variable_block or shared_prefix or cascade or merge or block_sparse" install
+  (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 100 python3 \
+    "$tree/experiments/host_profile.py" Shared Variable 2>&1 | tail -n 36)
+  bench_host
+fi
+# final: the whole Python suite (the (tensor, shape) views, the shared-prefix and block-sparse
+#   wrappers), the host profile of the changed wrappers and bench_host next to FlashInfer.
+if [ "$stage" = final ]; then
+  scripts/gpu_check_python.sh "$OUT/py" -q 2>&1 | tail -n 3
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 100 python3 \
     "$tree/experiments/host_profile.py" Shared Variable 2>&1 | tail -n 36)
   bench_host
