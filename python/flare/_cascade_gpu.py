@@ -1,43 +1,17 @@
 """MultiLevelCascadeAttentionWrapper's one-launch path on the GPU (issue 20, composable formats):
 every level's groups planned as one batch by flare's BatchPrefill.plan_cascade, run as one
 prefill launch plus one merge launch over the pieces of rows several levels cover
-(include/flare/plan/cascade.h). The levels' page ids are put back to back in one device array
-at plan() (device operations only: no synchronization, and under CUDA graphs into a buffer
-whose address stays fixed). Reached only with CUDA tensors.
+(include/flare/plan/cascade.h). The levels' page ids are put back to back in one device buffer
+at plan() by one IndexStaging.fill (device arrays copied on the device, host arrays through its
+pinned memory: no synchronization; under CUDA graphs the buffer's address stays fixed).
+Reached only with CUDA tensors.
 """
 
 import numpy as np
 
 from . import _flare, _tensors
 from ._prefill_gpu import _Prefills, _next_power_of_two, config_key, launch, new_batch_prefill
-from ._tensors import is_cuda, is_torch, scratch_of, torch_module
-
-
-def _levels_page_ids(indices_arr, counts, like):
-    """The levels' first counts[l] page ids, back to back, as one int32 tensor on like's device
-    (torch.cat of device slices; host arrays are joined on the host and copied)."""
-    torch = torch_module()
-    if all(is_cuda(x) for x in indices_arr):
-        parts = []
-        for i, (x, n) in enumerate(zip(indices_arr, counts)):
-            flat = x.reshape(-1)
-            if flat.shape[0] < n:
-                raise ValueError(f"paged_kv_indices_arr[{i}] has {flat.shape[0]} "
-                                 f"entries, its paged_kv_indptr ends at {n}")
-            part = flat[:n]
-            parts.append(part if part.dtype == torch.int32 else part.to(torch.int32))
-        if not parts or sum(counts) == 0:
-            return torch.zeros(1, dtype=torch.int32, device=like.device)
-        return torch.cat(parts)
-    host = []
-    for i, (x, n) in enumerate(zip(indices_arr, counts)):
-        values = _tensors.host_int32(x, f"paged_kv_indices_arr[{i}]")
-        if values.shape[0] < n:
-            raise ValueError(f"paged_kv_indices_arr[{i}] has {values.shape[0]} entries, its "
-                             f"paged_kv_indptr ends at {n}")
-        host.append(values[:n])
-    joined = np.concatenate(host) if sum(counts) > 0 else np.zeros(1, dtype=np.int32)
-    return torch.from_numpy(np.ascontiguousarray(joined)).to(like.device, non_blocking=True)
+from ._tensors import is_torch, scratch_of, torch_module
 
 
 class GpuCascade:
@@ -65,7 +39,8 @@ class GpuCascade:
         self._scratch = scratch if use_cuda_graph else (0, 0)
         self._prefills = _Prefills()
         self._graph = None  # (key, max_batch, max_total_qo) of the first graph plan
-        self._page_ids_buf = None
+        self._page_ids_buf = None  # the levels' page ids back to back (graph: fixed size)
+        self._staging = _flare.IndexStaging()  # plan() fills _page_ids_buf through it
         if use_cuda_graph:
             if indices_bufs is None or any(b is None for b in indices_bufs):
                 raise ValueError(f"{where}: use_cuda_graph=True needs "
@@ -87,8 +62,7 @@ class GpuCascade:
         groups = sum(qo.shape[0] - 1 for qo in qo_host)
         total_qo = int(qo_host[0][-1])
         key = config_key(config) + (self._num_levels,)
-        page_ids = _levels_page_ids(indices_arr, [int(kv[-1]) for kv in kv_host],
-                                    self._workspace)
+        page_ids = self._join_page_ids(indices_arr, [int(kv[-1]) for kv in kv_host])
         if self._use_cuda_graph:
             if self._graph is None:
                 capacity = (max(groups, 1), max(total_qo, 1))
@@ -102,12 +76,6 @@ class GpuCascade:
                     "use_cuda_graph wrapper (plan the largest batch first)")
             else:
                 capacity = self._graph[1:]
-            if page_ids.shape[0] > self._page_ids_buf.shape[0]:
-                raise ValueError(f"{self._where}: the levels list {page_ids.shape[0]} page ids, "
-                                 f"more than their paged_kv_indices buffers hold together "
-                                 f"({self._page_ids_buf.shape[0]})")
-            self._page_ids_buf[:page_ids.shape[0]].copy_(page_ids, non_blocking=True)
-            page_ids = self._page_ids_buf
         else:
             capacity = (_next_power_of_two(groups), _next_power_of_two(max(total_qo, 1)))
         prefill = self._prefills.fitting(key, *capacity)
@@ -118,6 +86,30 @@ class GpuCascade:
             self._graph = (key,) + tuple(capacity)
         rows = None if self._use_cuda_graph else total_qo
         self.planned = (prefill, page_ids, rows, (config["num_qo_heads"], config["head_dim_vo"]))
+
+    def _join_page_ids(self, indices_arr, counts):
+        """The levels' first counts[l] page ids back to back in _page_ids_buf, by one
+        IndexStaging.fill (device arrays copied on the device, host arrays through its pinned
+        memory: no torch.cat, no synchronization). Outside CUDA graphs the buffer grows to the
+        next power of two (stream order keeps the runs of earlier plans on the old one)."""
+        torch = torch_module()
+        total = sum(counts)
+        if self._use_cuda_graph:
+            if total > self._page_ids_buf.shape[0]:
+                raise ValueError(f"{self._where}: the levels list {total} page ids, more than "
+                                 f"their paged_kv_indices buffers hold together "
+                                 f"({self._page_ids_buf.shape[0]})")
+        elif self._page_ids_buf is None or self._page_ids_buf.shape[0] < total:
+            self._page_ids_buf = torch.zeros(_next_power_of_two(max(total, 1)),
+                                             dtype=torch.int32, device=self._workspace.device)
+        entries, offset = [], 0
+        for i, (x, n) in enumerate(zip(indices_arr, counts)):
+            name = f"paged_kv_indices_arr[{i}]"
+            entries.append((self._page_ids_buf, "the levels' joined page ids",
+                            _tensors.index_source(x, name), name, n, offset))
+            offset += n
+        self._staging.fill(_flare.current_stream(self._device), tuple(entries), False)
+        return self._page_ids_buf
 
     def _make(self, config):
         def make(max_batch, max_total_qo, max_total_kv):

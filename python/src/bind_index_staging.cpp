@@ -34,21 +34,22 @@ struct Refill {
 
 class IndexStaging {
  public:
-  // entries: (buffer, buffer_name, source, source_name, count) tuples; count -1 copies all of
-  // source (any rank, row-major), else its first `count` entries. The buffers are int32 CUDA
-  // tensors (contiguous); the sources int32 arrays on the host (any 1-D strides) or on the
-  // buffer's device (contiguous). A source that is its buffer is skipped. `synchronous`: the
-  // host waits for the copies (FlashInfer's non_blocking=False).
+  // entries: (buffer, buffer_name, source, source_name, count[, offset]) tuples; count -1
+  // copies all of source (any rank, row-major), else its first `count` entries, to the
+  // buffer's entries from `offset` (0 when absent: several sources may fill one buffer). The
+  // buffers are int32 CUDA tensors (contiguous); the sources int32 arrays on the host (any 1-D
+  // strides) or on the buffer's device (contiguous). A source already in place is skipped.
+  // `synchronous`: the host waits for the copies (FlashInfer's non_blocking=False).
   void fill(uintptr_t stream, nb::tuple entries, bool synchronous) {
     std::vector<Refill> refills;
     refills.reserve(entries.size());
     size_t host_entries = 0;
     int device = -1;
     for (nb::handle entry : entries) {
-      FLARE_CHECK(nb::isinstance<nb::tuple>(entry) && nb::len(entry) == 5,
+      FLARE_CHECK(nb::isinstance<nb::tuple>(entry) && (nb::len(entry) == 5 || nb::len(entry) == 6),
                   ErrorCode::kInvalidArgument,
                   "IndexStaging.fill: each entry is a (buffer, buffer_name, source, source_name, "
-                  "count) tuple");
+                  "count[, offset]) tuple");
       const nb::tuple e = nb::borrow<nb::tuple>(entry);
       const std::string buffer_name = nb::cast<std::string>(e[1]);
       const std::string source_name = nb::cast<std::string>(e[3]);
@@ -60,8 +61,11 @@ class IndexStaging {
                   buffer_name, " is on cuda:", buffer.device.index,
                   ", the other buffers on cuda:", device);
       device = buffer.device.index;
-      Refill refill{static_cast<std::byte*>(buffer.data), object_view(e[2], source_name.c_str()),
-                    nb::cast<int64_t>(e[4])};
+      const int64_t offset = e.size() > 5 ? nb::cast<int64_t>(e[5]) : 0;
+      FLARE_CHECK(offset >= 0 && offset <= buffer.numel(), ErrorCode::kInvalidArgument, source_name,
+                  ": offset ", offset, " outside ", buffer_name, "'s ", buffer.numel(), " entries");
+      Refill refill{static_cast<std::byte*>(buffer.data) + offset * sizeof(int32_t),
+                    object_view(e[2], source_name.c_str()), nb::cast<int64_t>(e[4])};
       const TensorView& source = refill.source;
       FLARE_CHECK(source.dtype == DType::kI32, ErrorCode::kInvalidArgument, source_name,
                   " must hold int32 here, got ", dtype_name(source.dtype));
@@ -69,14 +73,16 @@ class IndexStaging {
       FLARE_CHECK(refill.count <= available, ErrorCode::kInvalidArgument, source_name, " has ",
                   available, " entries, fewer than the ", refill.count, " the plan reads");
       if (refill.count < 0) refill.count = available;
-      FLARE_CHECK(refill.count <= buffer.numel(), ErrorCode::kInvalidArgument, source_name, " has ",
-                  refill.count, " entries, more than ", buffer_name, "'s ", buffer.numel());
+      if (refill.count == 0) continue;  // nothing to copy (an empty source may have no storage)
+      FLARE_CHECK(refill.count <= buffer.numel() - offset, ErrorCode::kInvalidArgument, source_name,
+                  " has ", refill.count, " entries, more than ", buffer_name, "'s ",
+                  buffer.numel() - offset, offset > 0 ? " from its offset" : "");
       if (source.device.is_cuda()) {
         FLARE_CHECK(source.device.index == device, ErrorCode::kInvalidArgument, source_name,
                     " is on cuda:", source.device.index, ", ", buffer_name, " on cuda:", device);
         FLARE_CHECK(source.is_contiguous(), ErrorCode::kInvalidArgument, source_name,
                     " must be contiguous");
-        if (source.data == buffer.data) continue;  // already in place
+        if (source.data == refill.target) continue;  // already in place
       } else {
         FLARE_CHECK(source.is_contiguous() || source.ndim == 1, ErrorCode::kInvalidArgument,
                     source_name, " must be contiguous or 1-D");

@@ -21,7 +21,7 @@ def test_entries_are_checked_before_any_copy():
 
 def test_a_malformed_entry_is_refused():
     staging = _flare.IndexStaging()
-    for entry in (("not an entry",), "text", [1, 2, 3, 4, 5]):
+    for entry in (("not an entry",), "text", [1, 2, 3, 4, 5], (1, 2, 3, 4, 5, 6, 7)):
         with pytest.raises(ValueError, match="each entry is a"):
             staging.fill(0, (entry,), False)
 

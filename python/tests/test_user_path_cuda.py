@@ -381,3 +381,26 @@ def test_graph_buffers_are_refilled_from_any_index_form_and_left_alone_on_bad_in
     torch.cuda.synchronize()
     for buffer, old in zip((qo, kv_indptr_buf, indices_buf, last_buf), before):
         assert torch.equal(buffer, old)
+
+
+def test_index_staging_fills_one_buffer_from_several_sources_at_offsets():
+    """IndexStaging.fill's optional sixth entry (the cascade joins its levels' page ids so): a
+    host and a device source land back to back; an offset or a count past the buffer is refused
+    by name before anything is copied."""
+    staging = flare._flare.IndexStaging()
+    stream = flare._flare.current_stream(torch.cuda.current_device())
+    buf = torch.full((10,), -1, dtype=torch.int32, device=DEVICE)
+    host = np.array([4, 5, 6], dtype=np.int32)
+    dev = torch.tensor([7, 8, 9, 10], dtype=torch.int32, device=DEVICE)
+    staging.fill(stream, ((buf, "joined", host, "level 0", 3, 0),
+                          (buf, "joined", dev, "level 1", 4, 3)), False)
+    torch.cuda.synchronize()
+    assert buf.cpu().tolist() == [4, 5, 6, 7, 8, 9, 10, -1, -1, -1]
+    with pytest.raises(ValueError, match="level 1: offset 11 outside joined's 10 entries"):
+        staging.fill(stream, ((buf, "joined", host, "level 0", 3, 0),
+                              (buf, "joined", dev, "level 1", 4, 11)), False)
+    with pytest.raises(ValueError, match="level 1 has 4 entries, more than joined's 3 from its "
+                                         "offset"):
+        staging.fill(stream, ((buf, "joined", dev, "level 1", 4, 7),), False)
+    torch.cuda.synchronize()
+    assert buf.cpu().tolist() == [4, 5, 6, 7, 8, 9, 10, -1, -1, -1]
