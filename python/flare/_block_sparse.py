@@ -10,6 +10,7 @@ applies to the positions of the gathered blocks (bottom-right aligned within a b
 
 import numpy as np
 
+from . import _flare
 from ._tensors import host_int32, is_cuda, is_torch, torch_module
 from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
@@ -178,13 +179,12 @@ class VariableBlockSparseAttentionWrapper:
         if causal:
             raise NotImplementedError(f"{where}: causal=True is not supported by flare (block "
                                       "positions are gathered); express it in the block mask")
-        mask = _host_array(block_mask_map, "block_mask_map", 3).astype(bool)
-        rows = _host_array(block_row_sz, "block_row_sz", 2).astype(np.int64)
-        cols = _host_array(block_col_sz, "block_col_sz", 2).astype(np.int64)
+        mask = _host_array(block_mask_map, "block_mask_map", 3)
+        rows = _host_array(block_row_sz, "block_row_sz", 2)
+        cols = _host_array(block_col_sz, "block_col_sz", 2)
         num_qo_heads, num_kv_heads = int(num_qo_heads), int(num_kv_heads)
-        heads, row_blocks, column_blocks = mask.shape
-        if heads != num_kv_heads or rows.shape != (heads, row_blocks) or \
-                cols.shape != (heads, column_blocks):
+        heads, row_blocks = mask.shape[0], mask.shape[1]
+        if heads != num_kv_heads:
             raise ValueError(f"{where}: block_mask_map must be [num_kv_heads={num_kv_heads}, MB, "
                              f"NB], block_row_sz [num_kv_heads, MB], block_col_sz [num_kv_heads, "
                              f"NB]; got {list(mask.shape)}, {list(rows.shape)}, "
@@ -192,31 +192,20 @@ class VariableBlockSparseAttentionWrapper:
         if num_qo_heads % max(num_kv_heads, 1) != 0:
             raise ValueError(f"{where}: num_qo_heads={num_qo_heads} must be a multiple of "
                              f"num_kv_heads={num_kv_heads}")
-        if (rows < 0).any() or (cols < 0).any():
-            raise ValueError(f"{where}: block_row_sz and block_col_sz must be >= 0")
-        qo_len = int(rows[0].sum()) if heads else 0
-        kv_len = int(cols[0].sum()) if heads else 0
-        if (rows.sum(axis=1) != qo_len).any() or (cols.sum(axis=1) != kv_len).any():
-            raise ValueError(f"{where}: every KV head's block_row_sz must sum to one qo_len and "
-                             "its block_col_sz to one kv_len")
         # Request (h, i): rows of block row i of head h; pages: the tokens of its visible column
-        # blocks, as page ids h * kv_len + token (K and V viewed as [H_kv * kv_len] pages). The
-        # visible blocks in (h, i, j) order, each a run of consecutive ids: array operations,
-        # whose cost does not grow with requests x visible blocks as a Python loop's does (at
-        # 16 requests plan() measured the same either way: docs/perf.md, forty-eighth session).
-        col_start = np.concatenate([np.zeros((heads, 1), np.int64), np.cumsum(cols, axis=1)],
-                                   axis=1)
-        qo_indptr = np.concatenate([[0], np.cumsum(rows.reshape(-1))]).astype(np.int32)
-        h_idx, i_idx, j_idx = np.nonzero(mask)
-        sizes = cols[h_idx, j_idx]
-        first_ids = col_start[h_idx, j_idx] + h_idx * kv_len
-        run_begin = np.cumsum(sizes) - sizes  # where each run starts in `indices`
-        indices = (np.repeat(first_ids - run_begin, sizes) +
-                   np.arange(int(sizes.sum()), dtype=np.int64)).astype(np.int32)
-        per_request = np.zeros(heads * row_blocks, np.int64)
-        np.add.at(per_request, h_idx * row_blocks + i_idx, sizes)
-        kv_indptr = np.concatenate([[0], np.cumsum(per_request)]).astype(np.int32)
-        last_page_len = (np.diff(kv_indptr) > 0).astype(np.int32)
+        # blocks, as page ids h * kv_len + token (K and V viewed as [H_kv * kv_len] pages): one
+        # C++ pass (flare/format/variable_blocks.h; the same in numpy array operations cost
+        # ~100-250 us of host time, docs/perf.md forty-ninth session).
+        mask = mask.view(np.uint8) if mask.dtype == np.bool_ else (mask != 0).view(np.uint8)
+        rows, cols = (x if x.dtype in (np.int32, np.int64) else x.astype(np.int64)
+                      for x in (rows, cols))
+        joined, qo_len, kv_len = _flare.variable_block_batch(mask, rows, cols)
+        joined = np.frombuffer(joined, dtype=np.int32).copy()  # writable: torch may read it
+        requests = heads * row_blocks
+        qo_indptr = joined[:requests + 1]
+        kv_indptr = joined[requests + 1:2 * requests + 2]
+        last_page_len = joined[2 * requests + 2:3 * requests + 2]
+        indices = joined[3 * requests + 2:]
         group = num_qo_heads // max(num_kv_heads, 1)
         self._prefill.plan(qo_indptr, kv_indptr, indices, last_page_len, group, 1, head_dim, 1,
                            causal=False, pos_encoding_mode=pos_encoding_mode,

@@ -8,7 +8,7 @@ import numpy as np
 from . import _flare
 from ._args import check_lse_base, make_params, unsupported
 from ._cpu import pack_custom_mask
-from ._tensors import (index_on_device, is_cuda, is_torch, refill_buffers,
+from ._tensors import (StagedIndexBuffer, is_cuda, is_torch, refill_buffers,
                        scratch_of, torch_module)
 from .variant import variant_arguments
 
@@ -219,6 +219,7 @@ class GpuPrefill:
         self._use_cuda_graph = use_cuda_graph
         self._buffers = buffers
         self._staging = _flare.IndexStaging()  # plan() refills the fixed buffers through it
+        self._page_ids = StagedIndexBuffer(workspace)  # outside CUDA graphs: host page ids
         self._validate = validate
         # single_prefill_with_kv_cache has no workspace of the caller's: its prefills own one.
         self._scratch = scratch_of(workspace, where) if scratch else (0, 0)
@@ -350,10 +351,10 @@ class GpuPrefill:
         """The page ids (paged KV) and the mask bits on the device for run(): the fixed buffers
         under CUDA graphs, refilled in place (the other buffers get the caller's arrays, as
         FlashInfer fills them; the kernels read the plan's copies)."""
-        ws = self._workspace
         if not self._use_cuda_graph:
-            page_ids = (index_on_device(sources["paged_kv_indices_buf"], ws, "paged_kv_indices")
-                        if self._paged else None)
+            page_ids = (self._page_ids(sources["paged_kv_indices_buf"], "paged_kv_indices",
+                                       self._staging, _flare.current_stream(self._device),
+                                       non_blocking) if self._paged else None)
             return page_ids, mask_bits
         refill_buffers([(self._buffers[name], name, source, name.removesuffix("_buf"), -1)
                         for name, source in sources.items()], non_blocking, self._staging,

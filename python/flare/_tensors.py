@@ -149,6 +149,36 @@ def index_on_device(x, like, name):
     return x.to(device=like.device, dtype=torch.int32, non_blocking=True).contiguous()
 
 
+class StagedIndexBuffer:
+    """Outside CUDA graphs, the device copy of a wrapper's page ids for run(). A CUDA int32
+    array is used in place (index_on_device); a host array goes through the wrapper's
+    IndexStaging (page-locked memory, a copy queued on the plan's stream) into a buffer kept
+    here, grown to the next power of two. A copy from pageable memory (torch's .to) first waits
+    for all GPU work queued on the stream (CUDA's rule for pageable transfers), so plan() would
+    wait for the kernels of earlier calls. The buffer is reused by the next plan(): its copy is
+    queued on the stream after the runs of this one (calls of one wrapper on one stream, as
+    FlashInfer's workspace assumes)."""
+
+    def __init__(self, like):
+        self._like = like
+        self._buffer = None
+
+    def __call__(self, x, name, staging, stream, non_blocking):
+        if is_torch(x) and x.is_cuda:
+            return index_on_device(x, self._like, name)
+        values = host_index(x, name)
+        if values.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {tuple(values.shape)}")
+        count = values.shape[0]
+        if self._buffer is None or self._buffer.shape[0] < count:
+            size = 1 << max(count - 1, 0).bit_length()
+            self._buffer = torch_module().zeros(size, dtype=torch_module().int32,
+                                                device=self._like.device)
+        staging.fill(stream, ((self._buffer, f"{name}'s device copy", values, name, count),),
+                     not non_blocking)
+        return self._buffer
+
+
 def refill_buffers(entries, non_blocking, staging, stream):
     """Copies each (buffer, buffer_name, source, name, count) entry's index array `source` (host
     or device, any integer form; its first `count` entries, or all with count -1) into the

@@ -22,7 +22,7 @@ from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
 from ._tensors import (arg, engine_names, host_index, host_int32,
-                       index_on_device, is_cuda, refill_buffers, scratch_of,
+                       StagedIndexBuffer, is_cuda, refill_buffers, scratch_of,
                        split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
 from .variant import check_variant, variant_arguments
 
@@ -104,6 +104,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise ValueError("the paged_kv_*_buffer arguments are for use_cuda_graph=True")
         self._indptr_buf, self._indices_buf, self._last_page_len_buf = buffers
         self._staging = _flare.IndexStaging()  # plan() refills the fixed buffers through it
+        self._page_ids = StagedIndexBuffer(float_workspace_buffer)  # non-graph host page ids
         self._scratch = scratch_of(float_workspace_buffer, _WRAPPER) if self._cuda else None
         self._decoders = _GpuDecoders()
         self._resolved = ResolvedConfigs()  # plan()'s configuration arguments -> _resolve()
@@ -309,7 +310,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
         ranges and lengths from the plan). Nothing is copied that is already in place; the
         three copies are one extension call (refill_buffers)."""
         if not self._use_cuda_graph:
-            return index_on_device(indices, self._workspace, "indices")
+            return self._page_ids(indices, "indices", self._staging, stream, non_blocking)
         num_indices = int(indptr_host[-1])
         if num_indices > self._indices_buf.shape[0]:
             raise ValueError(

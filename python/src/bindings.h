@@ -14,6 +14,7 @@ void bind_batch_decode(nb::module_& m);   // bind_batch_decode.cpp
 void bind_index_staging(nb::module_& m);  // bind_index_staging.cpp
 void bind_batch_prefill(nb::module_& m);  // bind_batch_prefill.cpp
 void bind_merge(nb::module_& m);          // bind_merge.cpp
+void bind_formats(nb::module_& m);        // bind_formats.cpp
 void bind_rope(nb::module_& m);           // bind_rope.cpp
 void bind_append(nb::module_& m);         // bind_append.cpp
 void bind_precompile(nb::module_& m);     // bind_precompile.cpp

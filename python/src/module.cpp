@@ -74,6 +74,7 @@ NB_MODULE(_flare, m) {
   flare::python::bind_index_staging(m);
   flare::python::bind_batch_prefill(m);
   flare::python::bind_merge(m);
+  flare::python::bind_formats(m);
   flare::python::bind_rope(m);
   flare::python::bind_append(m);
   flare::python::bind_precompile(m);

@@ -404,3 +404,44 @@ def test_index_staging_fills_one_buffer_from_several_sources_at_offsets():
         staging.fill(stream, ((buf, "joined", dev, "level 1", 4, 7),), False)
     torch.cuda.synchronize()
     assert buf.cpu().tolist() == [4, 5, 6, 7, 8, 9, 10, -1, -1, -1]
+
+
+@pytest.mark.parametrize("wrapper_kind", ["decode", "paged prefill"])
+def test_host_page_ids_are_staged_without_waiting_and_kept_in_stream_order(wrapper_kind):
+    """Outside CUDA graphs a host page table reaches the device through the wrapper's pinned
+    staging (not a pageable copy, which waits for all GPU work queued on the stream): plan()
+    behind ~0.5 s of queued GPU work returns at once, and a run queued before a later plan()
+    that rewrites the page ids keeps its own plan's pages."""
+    small = GpuPagedCache([40, 7, 100], 2, 128, 16, "NHD", torch.bfloat16, seed=5)
+    large = GpuPagedCache([300, 33, 5], 2, 128, 16, "NHD", torch.bfloat16, seed=6)
+    q = torch.randn(3, 8, 128, dtype=torch.bfloat16, device=DEVICE)
+
+    def make():
+        if wrapper_kind == "decode":
+            return flare.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+        return flare.BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD")
+
+    def plan(wrapper, c):
+        head = () if wrapper_kind == "decode" else (torch.arange(4, dtype=torch.int32),)
+        wrapper.plan(*head, c.indptr, c.indices, c.last_page_len, 8, 2, 128, 16,
+                     q_data_type=torch.bfloat16)
+
+    expected = {}
+    for name, c in (("small", small), ("large", large)):
+        reference = make()
+        plan(reference, c)
+        expected[name] = reference.run(q, c.cache)
+    wrapper = make()
+    plan(wrapper, large)  # compiles; sizes the page-id buffer for the larger table
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(1e9))  # ~0.5 s of GPU time queued before the plan's copy
+    start = time.perf_counter()
+    plan(wrapper, small)
+    elapsed = time.perf_counter() - start
+    out_small = wrapper.run(q, small.cache)
+    plan(wrapper, large)  # rewrites the buffer the queued run reads, after it in stream order
+    out_large = wrapper.run(q, large.cache)
+    torch.cuda.synchronize()
+    assert elapsed < 0.2, f"plan() took {elapsed:.3f} s behind queued GPU work"
+    assert torch.equal(out_small, expected["small"])
+    assert torch.equal(out_large, expected["large"])
