@@ -41,10 +41,14 @@ if [ "$stage" = verify ]; then
   bench_host
 fi
 # final: the whole Python suite (the (tensor, shape) views, the shared-prefix and block-sparse
-#   wrappers), the host profile of the changed wrappers and bench_host next to FlashInfer.
+#   wrappers; after the plan() changes: the cascade's joined page ids, the staged host page ids,
+#   the variable block-sparse layout in C++), the host profile of the changed wrappers' run()
+#   (PROFILE_PLAN=1: of the cascade's and variable block-sparse plan()) and bench_host next to
+#   FlashInfer.
 if [ "$stage" = final ]; then
   scripts/gpu_check_python.sh "$OUT/py" -q 2>&1 | tail -n 3
   (tree=$PWD && cd /tmp && PYTHONPATH=$tree/scripts timeout 100 python3 \
-    "$tree/experiments/host_profile.py" Shared Variable 2>&1 | tail -n 36)
+    "$tree/experiments/host_profile.py" ${PROFILE_PLAN:+--plan Cascade} Shared Variable 2>&1 |
+    tail -n 36)
   bench_host
 fi
