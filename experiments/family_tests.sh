@@ -1,7 +1,8 @@
 # Sourced by the session check scripts (GPU machine, OUT set): family_tests <tree> <backend>
 # <gtest filter> builds the tree's GPU tests in its A/B build directory (<tree>/build-ab) and
 # runs the filter's tests in 8 shards with FLARE_TEST_PREFILL_BACKEND=<backend>, then prints the
-# number passed and the failed tests' names.
+# number passed and the failed tests' names. fi_site prints FlashInfer's site (for PYTHONPATH)
+# where .anchors-fi was carried (../shared/bench/flashinfer), nothing otherwise.
 # GoogleTest's sources where the machine has no built library (as scripts/gpu_check.sh does).
 family_tests_gtest=
 [ -d /usr/src/googletest ] && [ ! -f /usr/lib/x86_64-linux-gnu/libgtest.a ] &&
@@ -21,4 +22,9 @@ family_tests() {
   echo "$backend: $(cat "$OUT"/tests_"$backend"_*.log | grep -hE '^\[  PASSED  \]' |
     awk '{n += $4} END {print n + 0}') passed; failed:"
   cat "$OUT"/tests_"$backend"_*.log | grep -E "^\[  FAILED  \]" | sort -u | head
+}
+
+fi_site() {  # FlashInfer's site where .anchors-fi was carried (../shared/bench/flashinfer)
+  [ -d .anchors-fi ] && python3 .anchors-fi/setup_fi.py /tmp/fi-site >"$OUT/fi_setup.log" 2>&1 &&
+    echo /tmp/fi-site
 }

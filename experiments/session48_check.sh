@@ -17,10 +17,6 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
 source experiments/family_tests.sh
-fi_site() {  # FlashInfer's site where .anchors-fi was carried (../shared/bench/flashinfer)
-  [ -d .anchors-fi ] && python3 .anchors-fi/setup_fi.py /tmp/fi-site >"$OUT/fi_setup.log" 2>&1 &&
-    echo /tmp/fi-site
-}
 if [ "$stage" = sink ]; then
   family_tests "$PWD" auto "${FILTER:-PrefillSinkGpu.*:PrefillSinglePlanGpu.*:PrefillGpu.*:PrefillHopper*}"
   family_tests "$PWD" fa2 "PrefillSinkGpu.*:PrefillGpu.*"

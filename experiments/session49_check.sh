@@ -9,10 +9,6 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH FLARE_LOG=quiet
 mkdir -p "$OUT"
 source experiments/family_tests.sh
-fi_site() {  # FlashInfer's site where .anchors-fi was carried (../shared/bench/flashinfer)
-  [ -d .anchors-fi ] && python3 .anchors-fi/setup_fi.py /tmp/fi-site >"$OUT/fi_setup.log" 2>&1 &&
-    echo /tmp/fi-site
-}
 install() {
   (cd /tmp && python3 -c 'import flare' 2>/dev/null) ||
     scripts/gpu_check_python.sh "$OUT/py" -q -k "${PY_TESTS:-no_test_has_this_name}" 2>&1 | tail -n 3
