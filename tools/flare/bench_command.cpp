@@ -43,7 +43,7 @@ workload
                             (default constant)
   --heads-qo N              query heads (default 32)
   --heads-kv N              KV heads; must divide --heads-qo (default 8)
-  --head-dim N              head dimension, a multiple of 8 up to 256 (default 128)
+  --head-dim N              head dimension, a multiple of 8 up to 512 (default 128)
   --kv paged|ragged         KV cache kind; ragged is for --mode prefill (default paged)
   --page-size N             tokens per KV page, paged only (default 16)
   --variant default|softcap|window|alibi
