@@ -10,8 +10,8 @@ Reached only with CUDA tensors.
 import numpy as np
 
 from . import _flare, _tensors
-from ._prefill_gpu import _Prefills, _next_power_of_two, config_key, launch, new_batch_prefill
-from ._tensors import is_torch, scratch_of, torch_module
+from ._prefill_gpu import _Prefills, config_key, launch, new_batch_prefill
+from ._tensors import StagedIndexBuffer, is_torch, next_power_of_two, scratch_of, torch_module
 
 
 class GpuCascade:
@@ -39,8 +39,11 @@ class GpuCascade:
         self._scratch = scratch if use_cuda_graph else (0, 0)
         self._prefills = _Prefills()
         self._graph = None  # (key, max_batch, max_total_qo) of the first graph plan
-        self._page_ids_buf = None  # the levels' page ids back to back (graph: fixed size)
-        self._staging = _flare.IndexStaging()  # plan() fills _page_ids_buf through it
+        # The levels' page ids back to back: a fixed buffer under CUDA graphs, else one grown
+        # with the plans (StagedIndexBuffer.room); filled through _staging.
+        self._page_ids_buf = None
+        self._page_ids = StagedIndexBuffer(workspace)
+        self._staging = _flare.IndexStaging()
         if use_cuda_graph:
             if indices_bufs is None or any(b is None for b in indices_bufs):
                 raise ValueError(f"{where}: use_cuda_graph=True needs "
@@ -77,7 +80,7 @@ class GpuCascade:
             else:
                 capacity = self._graph[1:]
         else:
-            capacity = (_next_power_of_two(groups), _next_power_of_two(max(total_qo, 1)))
+            capacity = (next_power_of_two(groups), next_power_of_two(total_qo))
         prefill = self._prefills.fitting(key, *capacity)
         if prefill is None:
             prefill = self._prefills.get(key, *capacity, 0, self._make(config))
@@ -88,28 +91,23 @@ class GpuCascade:
         self.planned = (prefill, page_ids, rows, (config["num_qo_heads"], config["head_dim_vo"]))
 
     def _join_page_ids(self, indices_arr, counts):
-        """The levels' first counts[l] page ids back to back in _page_ids_buf, by one
+        """The levels' first counts[l] page ids back to back in one device buffer, by one
         IndexStaging.fill (device arrays copied on the device, host arrays through its pinned
-        memory: no torch.cat, no synchronization). Outside CUDA graphs the buffer grows to the
-        next power of two (stream order keeps the runs of earlier plans on the old one)."""
-        torch = torch_module()
+        memory: no torch.cat, no synchronization). Outside CUDA graphs the buffer grows with the
+        plans (stream order keeps the runs of earlier plans ahead of the next plan's copies)."""
         total = sum(counts)
-        if self._use_cuda_graph:
-            if total > self._page_ids_buf.shape[0]:
-                raise ValueError(f"{self._where}: the levels list {total} page ids, more than "
-                                 f"their paged_kv_indices buffers hold together "
-                                 f"({self._page_ids_buf.shape[0]})")
-        elif self._page_ids_buf is None or self._page_ids_buf.shape[0] < total:
-            self._page_ids_buf = torch.zeros(_next_power_of_two(max(total, 1)),
-                                             dtype=torch.int32, device=self._workspace.device)
+        buffer = self._page_ids_buf if self._use_cuda_graph else self._page_ids.room(total)
+        if total > buffer.shape[0]:
+            raise ValueError(f"{self._where}: the levels list {total} page ids, more than "
+                             f"their paged_kv_indices buffers hold together ({buffer.shape[0]})")
         entries, offset = [], 0
         for i, (x, n) in enumerate(zip(indices_arr, counts)):
             name = f"paged_kv_indices_arr[{i}]"
-            entries.append((self._page_ids_buf, "the levels' joined page ids",
+            entries.append((buffer, "the levels' joined page ids",
                             _tensors.index_source(x, name), name, n, offset))
             offset += n
         self._staging.fill(_flare.current_stream(self._device), tuple(entries), False)
-        return self._page_ids_buf
+        return buffer
 
     def _make(self, config):
         def make(max_batch, max_total_qo, max_total_kv):

@@ -15,10 +15,6 @@ def _plan_dtypes(q_data_type, kv_data_type, data_type):
     return q_dtype, dtype_name(kv_data_type) if kv_data_type is not None else q_dtype
 
 
-def _next_power_of_two(n):
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 class _GpuDecoders:
     """flare BatchDecode objects by configuration: each compiles its kernels once and keeps its
     plan region at a fixed address (what a captured CUDA graph replays against)."""

@@ -8,16 +8,12 @@ import numpy as np
 from . import _flare
 from ._args import check_lse_base, make_params, unsupported
 from ._cpu import pack_custom_mask
-from ._tensors import (StagedIndexBuffer, is_cuda, is_torch, refill_buffers,
+from ._tensors import (StagedIndexBuffer, is_cuda, is_torch, next_power_of_two, refill_buffers,
                        scratch_of, torch_module)
 from .variant import variant_arguments
 
 _GPU_DTYPES = ("float16", "bfloat16")
 _INT32_MAX = np.iinfo(np.int32).max
-
-
-def _next_power_of_two(n):
-    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def check_gpu_support(where, q_dtype, kv_dtype):
@@ -307,7 +303,7 @@ class GpuPrefill:
             else:
                 capacity = (self._fixed_batch, self._graph_max_total_qo)
         else:
-            capacity = (_next_power_of_two(batch), _next_power_of_two(total_qo))
+            capacity = (next_power_of_two(batch), next_power_of_two(total_qo))
         # NVFP4's staged KV and staged RoPE's k copy under graphs: the first graph plan's room
         # for every later one (paged: the fixed page-id buffer's pages), else powers of two.
         staged_kv = 0
@@ -316,7 +312,7 @@ class GpuPrefill:
         elif nvfp4 and self._use_cuda_graph and self._paged:
             staged_kv = max(int(self._buffers["paged_kv_indices_buf"].shape[0]), total_kv, 1)
         elif staged_copy:
-            staged_kv = _next_power_of_two(max(total_kv, 1))
+            staged_kv = next_power_of_two(max(total_kv, 1))
         capacity += (staged_kv,)
         mask_bits = None
         if mask is not None:

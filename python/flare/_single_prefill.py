@@ -81,25 +81,20 @@ def single_prefill_gpu(where, q, k, v, kv_layout, backend, config, mask, scales,
         out = q.new_empty((0, heads, head_dim_vo))
         lse = q.new_empty((0, heads), dtype=torch.float32)
         return (out, lse) if return_lse else out
-    prefill = _planned(where, q, k, kv_layout, backend, config, capturing)
+    prefill, entry = _planned(where, q, k, kv_layout, backend, config, capturing)
     # The mask bits live for the call: a capture keeps them in its pool for the replays.
     bits = None if mask is None else _mask_bits(where, *mask, qo_len, kv_len, q.device,
                                                 capturing)
     result = _run_planned(prefill, q, k, v, kv_layout, heads, head_dim_vo, bits, scales,
                           return_lse, lse_base, variant_args, kv_cache_sf)
     if call is not None:  # the call succeeded: its arguments passed every check
-        entry = _entry(q, kv_layout, backend, config, kv_len)
         _prefills.remember_call(call, entry, (heads, head_dim_vo))
     return result
 
 
-def _entry(q, kv_layout, backend, config, kv_len):
-    return (q.device.index or 0, kv_layout, backend, config_key(config), q.shape[0], kv_len)
-
-
 def _planned(where, q, k, kv_layout, backend, config, capturing):
-    """The BatchPrefill of one request of q's rows and k's (planned at the first call of its
-    configuration and lengths; a single plan, never replanned)."""
+    """(The BatchPrefill of one request of q's rows and k's, its _prefills entry): planned at the
+    first call of its configuration and lengths; a single plan, never replanned."""
     qo_len = q.shape[0]
     kv_len = k.shape[0] if kv_layout == "NHD" else k.shape[1]
     device = q.device.index or 0
@@ -116,8 +111,9 @@ def _planned(where, q, k, kv_layout, backend, config, capturing):
                      np.array([0, kv_len], dtype=np.int32), None, _flare.current_stream(device))
         return prefill
 
-    entry = _entry(q, kv_layout, backend, config, kv_len)
-    return _prefills.get(where, entry, f"qo_len={qo_len}, kv_len={kv_len}", make, capturing)
+    entry = (device, kv_layout, backend, config_key(config), qo_len, kv_len)
+    return _prefills.get(where, entry, f"qo_len={qo_len}, kv_len={kv_len}", make,
+                         capturing), entry
 
 
 def single_prefill_with_kv_cache(q, k, v, custom_mask=None, packed_custom_mask=None,
@@ -232,7 +228,7 @@ def planned_single_prefill(where, q, k, v, kv_layout, use_fp16_qk_reduction, par
     if q.shape[0] == 0:
         return None, dims
     capturing = torch_module().cuda.is_current_stream_capturing()
-    return _planned(where, q, k, kv_layout, "auto", config, capturing), dims
+    return _planned(where, q, k, kv_layout, "auto", config, capturing)[0], dims
 
 
 def single_prefill_with_kv_cache_with_jit_module(jit_module, q, k, v, *args, kv_layout="NHD",

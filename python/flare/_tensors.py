@@ -149,6 +149,11 @@ def index_on_device(x, like, name):
     return x.to(device=like.device, dtype=torch.int32, non_blocking=True).contiguous()
 
 
+def next_power_of_two(n):
+    """The least power of two >= n (1 for n <= 1): capacities that grow by doubling."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
 class StagedIndexBuffer:
     """Outside CUDA graphs, the device copy of a wrapper's page ids for run(). A CUDA int32
     array is used in place (index_on_device); a host array goes through the wrapper's
@@ -170,12 +175,17 @@ class StagedIndexBuffer:
         if values.ndim != 1:
             raise ValueError(f"{name} must be 1-D, got shape {tuple(values.shape)}")
         count = values.shape[0]
-        if self._buffer is None or self._buffer.shape[0] < count:
-            size = 1 << max(count - 1, 0).bit_length()
-            self._buffer = torch_module().zeros(size, dtype=torch_module().int32,
-                                                device=self._like.device)
-        staging.fill(stream, ((self._buffer, f"{name}'s device copy", values, name, count),),
+        buffer = self.room(count)
+        staging.fill(stream, ((buffer, f"{name}'s device copy", values, name, count),),
                      not non_blocking)
+        return buffer
+
+    def room(self, count):
+        """The buffer, grown (to the next power of two) to hold `count` entries."""
+        if self._buffer is None or self._buffer.shape[0] < count:
+            torch = torch_module()
+            self._buffer = torch.zeros(next_power_of_two(count), dtype=torch.int32,
+                                       device=self._like.device)
         return self._buffer
 
 

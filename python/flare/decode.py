@@ -14,14 +14,14 @@ import functools
 import numpy as np
 
 from . import _flare, _flashinfer_jit
-from ._decode_common import _GpuDecoders, _next_power_of_two, _plan_dtypes, _tensor_core_loop
+from ._decode_common import _GpuDecoders, _plan_dtypes, _tensor_core_loop
 from ._multi_token_decode import MultiTokenDecode, check_q_len_per_req
 from ._single_decode import single_decode_with_kv_cache, single_decode_with_kv_cache_with_jit_module
 from ._args import (check_backend, check_kv_layout, check_lse_base, check_o_data_type,
                     check_pos_encoding_mode, make_params, scale_or_one, ResolvedConfigs)
 from ._cpu import (CpuBatch, check_cpu_tensor, check_tensor, host_indptr, paged_kv_lengths,
                    to_lse_base)
-from ._tensors import (arg, engine_names, host_index, host_int32,
+from ._tensors import (arg, engine_names, host_index, host_int32, next_power_of_two,
                        StagedIndexBuffer, is_cuda, refill_buffers, scratch_of,
                        split_paged_kv_cache, tensor_dtype, torch_module, validate_default)
 from .variant import check_variant, variant_arguments
@@ -264,7 +264,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                     f"(paged_kv_last_page_len_buffer), got {batch}")
             max_batch = self._fixed_batch
         else:
-            max_batch = _next_power_of_two(max(batch, 1))
+            max_batch = next_power_of_two(batch)
         decoder = self._decoders.get(key, max_batch, make)
         stream = _flare.current_stream(device)
         try:
